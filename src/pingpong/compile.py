@@ -1,0 +1,314 @@
+"""Offline compilation: build any of the package's kernels for a named GPU target on a
+machine with no GPU, and read facts off the machine code.
+
+How it works (DESIGN.md, "Toolchain"): Triton compiles for whatever target its *active
+driver* reports. We install a tiny stub driver whose ``get_current_target()`` returns the
+GPUTarget we ask for, then call ``kernel.warmup(..., grid=(1,))`` with CPU tensors (TMA
+descriptors are built from CPU tensors too: only their shapes, strides and dtypes matter).
+The result carries PTX/cubin (NVIDIA) or AMDGCN/hsaco (AMD); `facts()` reads registers,
+spills, shared memory, warps and counts of the key instructions from them.
+
+Kernels take part through a registry: a module calls ``@register("name", targets=...)`` on a
+builder ``build(target_name) -> Launch`` that returns the jit function, its arguments and
+grid. `compile_kernel(name, target)` runs that builder inside the stub-driver context.
+
+    >>> facts = compile_kernel("persistent", "sm_90a").facts()     # doctest: +SKIP
+    >>> facts.counts["wgmma"] > 0                                    # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import os
+import re
+import subprocess
+import tempfile
+from typing import Any, Callable, Iterator
+
+from .errors import TargetError
+
+# --------------------------------------------------------------------------- targets
+
+#: Target name -> (backend, arch, warp size). sm_90a is Hopper with its arch-specific
+#: instructions (wgmma, setmaxnreg); Triton emits `.target sm_90a` for capability 90.
+TARGETS: dict[str, tuple[str, Any, int]] = {
+    "sm_90a": ("cuda", 90, 32),
+    "gfx942": ("hip", "gfx942", 64),   # CDNA3, MI300X
+    "gfx950": ("hip", "gfx950", 64),   # CDNA4, MI355X
+    "gfx1151": ("hip", "gfx1151", 32),  # RDNA3.5, Strix Halo
+}
+
+#: Hardware limits the facts are checked against (bytes). Hopper: 227 KB per block.
+SHARED_MEMORY_LIMIT = {"sm_90a": 227 * 1024, "gfx942": 64 * 1024, "gfx950": 160 * 1024, "gfx1151": 64 * 1024}
+
+
+def gpu_target(name: str):
+    """The triton GPUTarget for a target name; unknown names list the valid ones."""
+    from triton.backends.compiler import GPUTarget
+
+    if name not in TARGETS:
+        raise TargetError(f"target: unknown target {name!r}; valid targets: {', '.join(TARGETS)}")
+    return GPUTarget(*TARGETS[name])
+
+
+class _StubDriver:
+    """Just enough of a triton driver for `JITFunction.warmup` to compile for `target`."""
+
+    def __init__(self, target, device_id: int):
+        self._target = target
+        self._device = device_id
+
+    def get_current_target(self):
+        return self._target
+
+    def get_current_device(self):
+        return self._device
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_active_torch_device(self):
+        import torch
+
+        return torch.device("cpu")
+
+    def is_active(self):
+        return True
+
+
+@contextlib.contextmanager
+def offline(target_name: str) -> Iterator[None]:
+    """Make Triton compile for `target_name` with no GPU present.
+
+    Each target gets its own device id so Triton's per-device caches never hand a kernel
+    compiled for one target to another.
+    """
+    from triton.runtime import driver
+
+    stub = _StubDriver(gpu_target(target_name), 1000 + list(TARGETS).index(target_name))
+    previous = driver._active
+    driver.set_active(stub)
+    try:
+        yield
+    finally:
+        driver._active = previous
+
+
+# --------------------------------------------------------------------------- registry
+
+
+@dataclasses.dataclass
+class Launch:
+    """What a builder returns: a jit function and how to call it once."""
+
+    fn: Any
+    args: tuple
+    kwargs: dict
+    grid: tuple = (1,)
+
+
+Builder = Callable[[str], Launch]
+_REGISTRY: dict[str, tuple[Builder, tuple[str, ...], str]] = {}
+
+#: Modules that register kernels; imported on first lookup so `import pingpong` stays light.
+KERNEL_MODULES = (
+    "pingpong.hopper.launch",
+    "pingpong.portable",
+    "pingpong.amd",
+    "pingpong.streaming",
+)
+
+
+def register(name: str, targets: tuple[str, ...], doc: str = "") -> Callable[[Builder], Builder]:
+    """Decorator: make `build(target_name) -> Launch` compilable as kernel `name`."""
+
+    def deco(build: Builder) -> Builder:
+        _REGISTRY[name] = (build, tuple(targets), doc or (build.__doc__ or "").strip().split("\n")[0])
+        return build
+
+    return deco
+
+
+def _load_registry() -> None:
+    for mod in KERNEL_MODULES:
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as e:  # a part not built yet is simply not listed
+            if e.name != mod:
+                raise
+
+
+def kernels() -> dict[str, tuple[tuple[str, ...], str]]:
+    """Registered kernel names -> (targets, one-line description)."""
+    _load_registry()
+    return {name: (targets, doc) for name, (_, targets, doc) in sorted(_REGISTRY.items())}
+
+
+# --------------------------------------------------------------------------- compile + facts
+
+
+@dataclasses.dataclass
+class Facts:
+    """What the machine code of one kernel says about it."""
+
+    kernel: str
+    target: str
+    warps: int  # warps (NVIDIA) or waves (AMD) per block, all partitions included
+    threads: int
+    registers: int  # per thread: NVIDIA regs, AMD VGPR+AGPR
+    spill_bytes: int  # NVIDIA local memory (stack) bytes; AMD scratch bytes
+    shared_bytes: int
+    counts: dict[str, int]
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def shared_limit(self) -> int:
+        return SHARED_MEMORY_LIMIT[self.target]
+
+    def table(self) -> str:
+        rows = [
+            ("kernel", self.kernel),
+            ("target", self.target),
+            ("warps/waves per block", self.warps),
+            ("threads per block", self.threads),
+            ("registers per thread", self.registers),
+            ("spill / local bytes", self.spill_bytes),
+            ("shared memory bytes", f"{self.shared_bytes} (limit {self.shared_limit})"),
+        ]
+        rows += [(k, v) for k, v in self.extra.items()]
+        rows += [(f"count {k}", v) for k, v in self.counts.items()]
+        width = max(len(r[0]) for r in rows)
+        return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+@dataclasses.dataclass
+class Compiled:
+    kernel: str
+    target: str
+    asm: dict[str, Any]
+    metadata: Any
+
+    @property
+    def isa(self) -> str:
+        """The human-readable machine code: SASS (NVIDIA, via cuobjdump) or AMDGCN."""
+        if self.target.startswith("sm_"):
+            return _cuda_tool("cuobjdump", "-sass", self.asm["cubin"])
+        return self.asm["amdgcn"]
+
+    def facts(self) -> Facts:
+        if self.target.startswith("sm_"):
+            return _cuda_facts(self)
+        return _amd_facts(self)
+
+
+def compile_kernel(name: str, target: str) -> Compiled:
+    """Compile registered kernel `name` for `target` ("sm_90a", "gfx942", ...) without a GPU."""
+    _load_registry()
+    if name not in _REGISTRY:
+        raise TargetError(f"kernel: unknown kernel {name!r}; valid kernels: {', '.join(sorted(_REGISTRY))}")
+    build, targets, _ = _REGISTRY[name]
+    gpu_target(target)  # validates the name
+    if target not in targets:
+        raise TargetError(f"target: kernel {name!r} compiles for {', '.join(targets)}, not {target!r}")
+    with offline(target):
+        launch = build(target)
+        ck = launch.fn.warmup(*launch.args, grid=launch.grid, **launch.kwargs)
+    return Compiled(name, target, dict(ck.asm), ck.metadata)
+
+
+# --------------------------------------------------------------------------- NVIDIA facts
+
+
+def _cuda_tool(tool: str, flag: str, cubin: bytes) -> str:
+    from triton.backends.nvidia.compiler import get_ptxas  # noqa: F401  (ensures backend import)
+    import triton
+
+    path = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", tool)
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return subprocess.run([path, flag, f.name], check=True, capture_output=True, text=True).stdout
+
+
+#: name -> regex counted in PTX (p) or SASS (s). TMA load = global->shared bulk tensor copy.
+_CUDA_PATTERNS = {
+    "wgmma": ("p", r"wgmma\.mma_async"),
+    "wgmma_wait": ("p", r"wgmma\.wait_group"),
+    "tma_load": ("p", r"cp\.async\.bulk\.tensor\.\dd\.shared::cluster\.global"),
+    "tma_store": ("p", r"cp\.async\.bulk\.tensor\.\dd\.global\.shared::cta"),
+    "setmaxnreg": ("p", r"setmaxnreg"),
+    "mbarrier_wait": ("p", r"mbarrier\.try_wait"),
+    "bar_sync": ("p", r"\bbar\.sync|barrier\.sync"),
+    "HGMMA": ("s", r"\bHGMMA\."),
+    "UTMALDG": ("s", r"\bUTMALDG"),
+    "UTMASTG": ("s", r"\bUTMASTG"),
+    "LDL/STL": ("s", r"\b(LDL|STL)\b"),
+}
+
+
+def _cuda_facts(c: Compiled) -> Facts:
+    ptx, sass = c.asm["ptx"], c.isa
+    res = _cuda_tool("cuobjdump", "--dump-resource-usage", c.asm["cubin"])
+    field = lambda key: int(re.search(rf"\b{key}:(\d+)", res).group(1))  # noqa: E731
+    ntid = re.search(r"\.(?:reqntid|maxntid)\s+(\d+)", ptx)
+    threads = int(ntid.group(1)) if ntid else 32 * c.metadata.num_warps
+    counts = {k: len(re.findall(rx, ptx if src == "p" else sass)) for k, (src, rx) in _CUDA_PATTERNS.items()}
+    return Facts(
+        kernel=c.kernel,
+        target=c.target,
+        warps=threads // 32,
+        threads=threads,
+        registers=field("REG"),
+        spill_bytes=field("STACK") + field("LOCAL"),
+        shared_bytes=max(int(c.metadata.shared), field("SHARED")),
+        counts=counts,
+    )
+
+
+# --------------------------------------------------------------------------- AMD facts
+
+_AMD_PATTERNS = {
+    "mfma": r"\bv_mfma_",
+    "wmma": r"\bv_wmma_",
+    "buffer_load": r"\bbuffer_load_",
+    "buffer_load_lds": r"\bbuffer_load_\w+.*\blds\b",
+    "global_load_lds": r"\bglobal_load_lds",
+    "ds_read": r"\bds_read",
+    "s_barrier": r"\bs_barrier\b",
+    "s_waitcnt": r"\bs_waitcnt\b",
+}
+
+
+def _amd_meta(text: str, key: str, default: int = 0) -> int:
+    m = re.search(rf"^\s*\.{key}:\s+(\d+)", text, re.M)
+    return int(m.group(1)) if m else default
+
+
+def _amd_facts(c: Compiled) -> Facts:
+    text = c.asm["amdgcn"]
+    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith((";", ".")))
+    counts = {k: len(re.findall(rx, code)) for k, rx in _AMD_PATTERNS.items()}
+    vmcnt = sorted({int(v) for v in re.findall(r"vmcnt\((\d+)\)", code)})
+    wave = _amd_meta(text, "wavefront_size", TARGETS[c.target][2])
+    threads = _amd_meta(text, "max_flat_workgroup_size", c.metadata.num_warps * wave)
+    agpr = re.search(r"; NumAgprs:\s+(\d+)", text)
+    return Facts(
+        kernel=c.kernel,
+        target=c.target,
+        warps=threads // wave,
+        threads=threads,
+        registers=_amd_meta(text, "vgpr_count"),
+        spill_bytes=_amd_meta(text, "private_segment_fixed_size")
+        + _amd_meta(text, "vgpr_spill_count") * 4
+        + _amd_meta(text, "sgpr_spill_count") * 4,
+        shared_bytes=max(int(c.metadata.shared), _amd_meta(text, "group_segment_fixed_size")),
+        counts=counts,
+        extra={
+            "wave size": wave,
+            "sgprs": _amd_meta(text, "sgpr_count"),
+            "agprs": int(agpr.group(1)) if agpr else 0,
+            "vmcnt values": vmcnt,
+        },
+    )

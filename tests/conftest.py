@@ -1,0 +1,27 @@
+"""Shared test setup: the `gpu` marker skips, with a visible reason, where no Hopper GPU is."""
+
+import pytest
+
+
+def hopper_skip_reason():
+    """None when a Hopper (sm_90) GPU is present, else why GPU tests are skipped."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA GPU on this machine (GPU tests run on Hopper via scripts/gpu_check.sh)"
+    cap = torch.cuda.get_device_capability()
+    if cap[0] != 9:
+        return f"GPU is sm_{cap[0]}{cap[1]}, these tests need Hopper (sm_90)"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = hopper_skip_reason()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=reason)
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
