@@ -1,0 +1,30 @@
+"""PhaseSync: the ordered alternation of the two consumer warpgroups (ping-pong).
+
+The seeds' two-counter PingPongSync (seed 003 §6) realized with two mbarriers, `turn[0]` and
+`turn[1]`, each initialized with an arrival count of 1:
+
+    | step                          | consumer 0                 | consumer 1                 |
+    |-------------------------------|----------------------------|----------------------------|
+    | initial state (kernel, once)  | arrive(turn[0])            |                            |
+    | before mainloop of its tile j | wait(turn[0], turn_phase(j)) | wait(turn[1], turn_phase(j)) |
+    | after issuing its last wgmma  | arrive(turn[1])            | arrive(turn[0])            |
+
+So consumer 0 runs the mainloop of the CTA's tile 0 while consumer 1 waits; consumer 1 runs
+tile 1's mainloop while consumer 0 runs tile 0's epilogue; and so on. A consumer can never
+lap the other: to arrive on turn[c] twice it must pass its own turn in between, which needs
+the other's arrival. These are plain functions so `pingpong.schedule` checks this protocol.
+"""
+
+from triton.experimental import gluon
+
+
+@gluon.jit
+def turn_phase(local_tile):
+    """Parity a consumer waits for on its own turn barrier before its `local_tile`-th mainloop."""
+    return local_tile & 1
+
+
+@gluon.jit
+def other_consumer(consumer):
+    """The consumer whose turn comes next."""
+    return 1 - consumer
