@@ -1,0 +1,277 @@
+"""The portable GEMM: plain `triton.language`, for any CUDA/ROCm GPU and Triton's interpreter.
+
+    C_out = alpha * (A @ B) + beta * C_in          A: (M, K)   B: (K, N)   C: (M, N)
+
+Every operand has arbitrary strides, so all four layouts of A and B (row- or column-major,
+i.e. ``a`` or ``a.t()``) run without a copy. Accumulation is fp32; inputs fp16/bf16/fp32;
+output bf16/fp16/fp32. This is the library's reference-quality fallback (not its fast path):
+one output tile per program, a K loop of masked loads, ``tl.dot``, and an epilogue.
+
+    program pid ──grouped raster──▶ (pid_m, pid_n)      GROUP_M tile-rows share B tiles in L2
+         │
+         ▼   for k in 0 .. cdiv(K, BK):                  masked loads: rows ≥ M, cols ≥ N and
+    acc[BM,BN] += A[BM,BK] @ B[BK,BN]                    k ≥ K read 0 (K == 0: no iteration)
+         │
+         ▼   epilogue
+    out = alpha * acc (+ beta * C_in if HAS_C)  ──cast──▶ C_out    masked store
+
+`HAS_C` is a constexpr: when beta == 0 or no C is given the read of C is compiled out
+(so C_in's contents, even NaN, never matter — BLAS semantics).
+
+Block sizes (`default_block`), derived rather than tabled:
+  * BK holds 128 bytes of one operand row: 64 elements for 16-bit inputs, 32 for fp32 — one
+    full 128-byte line per row per k-step (and the widest shared-memory swizzle on NVIDIA).
+  * BM, BN = 128, shrunk to the next power of two ≥ the problem's M, N (minimum 16, the
+    smallest `tl.dot` tile), so small problems don't compute mostly masked tiles.
+  * BK likewise shrinks to ≥ K's next power of two (minimum 16).
+  * warps: 8 when the tile is 128×128 or more (per-thread accumulator ≤ 64 fp32), else 4.
+  * stages: as many as fit the target's shared memory, at most 4 (`default_stages`).
+Per offline target the same rule is used with the target's shared-memory limit
+(`pingpong.compile.SHARED_MEMORY_LIMIT`); AMD's stream pipeliner is given at most 2 stages
+(its recommended setting: one buffer in LDS being filled while one is read).
+
+Interpreter: ``portable_gemm(..., interpret=True)`` runs the kernel in Triton's interpreter
+on CPU (or GPU) tensors, without the process-wide ``TRITON_INTERPRET=1``. Triton 3.6 reads
+that variable once, when ``@triton.jit`` runs (``triton/runtime/jit.py``: ``jit()`` returns an
+``InterpretedFunction`` instead of a ``JITFunction`` if ``knobs.runtime.interpret``), so we keep
+the undecorated Python function and wrap it twice: ``gemm_kernel = triton.jit(fn)`` for GPUs
+(or whatever the environment asks for) and, on first use, ``InterpretedFunction(fn)`` for the
+interpreter. GPU users never touch the second. The kernel calls no other `@triton.jit`
+function (not even ``tl.cdiv`` or ``tl.zeros``, jit functions of ``triton.language.standard``): with the
+variable unset those are compiled-mode JITFunctions, which the interpreter cannot call.
+Caveat (triton 3.6): the interpreter gives
+wrong results for bf16, so interpreter tests use fp16/fp32; fp32 `tl.dot` in the interpreter
+is exact fp32 (numpy), on GPUs it follows ``torch.backends.cuda.matmul.allow_tf32``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from .compile import SHARED_MEMORY_LIMIT, TARGETS, Launch, register
+
+__all__ = ["portable_gemm", "default_block", "default_stages", "gemm_kernel", "SUPPORTED_INPUTS", "SUPPORTED_OUTPUTS"]
+
+SUPPORTED_INPUTS = (torch.float16, torch.bfloat16, torch.float32)
+SUPPORTED_OUTPUTS = (torch.float16, torch.bfloat16, torch.float32)
+
+#: Line width the K-tile is sized to (bytes of one operand row per k-step).
+K_TILE_BYTES = 128
+#: Largest M/N tile; smallest tile any dimension may have (`tl.dot` needs ≥ 16).
+MAX_MN_TILE, MIN_TILE = 128, 16
+MAX_STAGES, AMD_MAX_STAGES = 4, 2
+GROUP_M = 8
+
+
+def _gemm_kernel(
+    a_ptr, b_ptr, c_ptr, out_ptr,
+    M, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn,
+    stride_cm, stride_cn, stride_om, stride_on,
+    alpha, beta,
+    HAS_C: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    INDEX_64: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+):
+    # -- which tile: grouped raster (GROUP_M tile-rows walk N together, so B stays in L2)
+    pid = tl.program_id(0)
+    tiles_m = (M + BM - 1) // BM  # not tl.cdiv: see "no jit helpers" in the module docstring
+    tiles_n = (N + BN - 1) // BN
+    tiles_per_group = GROUP_M * tiles_n
+    first_m = (pid // tiles_per_group) * GROUP_M
+    group_rows = min(tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % tiles_per_group) % group_rows
+    pid_n = (pid % tiles_per_group) // group_rows
+
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    if INDEX_64:  # element offsets that can pass 2**31: widen before multiplying by strides
+        rm = rm.to(tl.int64)
+        rn = rn.to(tl.int64)
+        rk = rk.to(tl.int64)
+    mask_m = rm < M
+    mask_n = rn < N
+
+    # -- main loop: acc += A[rm, k:k+BK] @ B[k:k+BK, rn]; out-of-range elements load as 0
+    a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
+    b_ptrs = b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn
+    acc = tl.full((BM, BN), 0.0, tl.float32)  # not tl.zeros (a jit function)
+    for k in range(0, (K + BK - 1) // BK):
+        k_left = K - k * BK
+        a = tl.load(a_ptrs, mask=mask_m[:, None] & (rk[None, :] < k_left), other=0.0)
+        b = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & mask_n[None, :], other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+        a_ptrs += BK * stride_ak
+        b_ptrs += BK * stride_bk
+
+    # -- epilogue: alpha * acc (+ beta * C), cast, masked store
+    mask = mask_m[:, None] & mask_n[None, :]
+    acc = acc * alpha
+    if HAS_C:
+        c = tl.load(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, mask=mask, other=0.0)
+        acc += beta * c.to(tl.float32)
+    out_ptrs = out_ptr + rm[:, None] * stride_om + rn[None, :] * stride_on
+    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+#: The kernel for GPUs (or an InterpretedFunction when TRITON_INTERPRET=1 was set at import).
+gemm_kernel = triton.jit(_gemm_kernel)
+
+
+@functools.lru_cache(maxsize=None)
+def interpreted_kernel():
+    """The same kernel under Triton's interpreter, independent of TRITON_INTERPRET."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return InterpretedFunction(_gemm_kernel)
+
+
+# --------------------------------------------------------------------------- block rule
+
+
+def _pow2_at_least(n: int, lo: int, hi: int) -> int:
+    return max(lo, min(hi, triton.next_power_of_2(max(int(n), 1))))
+
+
+def default_block(M: int, N: int, K: int, dtype: torch.dtype) -> tuple[int, int, int]:
+    """(BM, BN, BK) by the rule in the module docstring."""
+    bk = K_TILE_BYTES // dtype.itemsize
+    return (
+        _pow2_at_least(M, MIN_TILE, MAX_MN_TILE),
+        _pow2_at_least(N, MIN_TILE, MAX_MN_TILE),
+        _pow2_at_least(K, MIN_TILE, bk),
+    )
+
+
+def default_warps(block: tuple[int, int, int]) -> int:
+    bm, bn, _ = block
+    return 8 if bm * bn >= 128 * 128 else 4
+
+
+def default_stages(block: tuple[int, int, int], itemsize: int, shared_limit: int, amd: bool = False) -> int:
+    """Pipeline depth: as many A+B k-tiles as fit `shared_limit` bytes, 1..4 (AMD: 1..2)."""
+    bm, bn, bk = block
+    per_stage = (bm + bn) * bk * itemsize
+    cap = AMD_MAX_STAGES if amd else MAX_STAGES
+    return max(1, min(cap, shared_limit // per_stage))
+
+
+def _device_shared_limit(device: torch.device) -> tuple[int, bool]:
+    """(max shared memory per block in bytes, is AMD) of the GPU that owns `device`."""
+    props = triton.runtime.driver.active.utils.get_device_properties(device.index or 0)
+    return int(props["max_shared_mem"]), torch.version.hip is not None
+
+
+def _needs_int64(*tensors: torch.Tensor) -> bool:
+    """True when some element offset (sum of (size-1)*stride) reaches 2**31."""
+    return any(
+        t is not None and sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()) if s > 0) >= 2**31
+        for t in tensors
+    )
+
+
+def _input_precision(dtype: torch.dtype) -> str:
+    """fp32 inputs follow torch's matmul setting (exact by default); 16-bit inputs are exact."""
+    if dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32:
+        return "tf32"
+    return "ieee"
+
+
+# --------------------------------------------------------------------------- host launch
+
+
+def portable_gemm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    c: torch.Tensor | None = None,
+    block: tuple[int, int, int] | None = None,
+    interpret: bool = False,
+) -> torch.Tensor:
+    """out = alpha * (a @ b) + beta * c, written into `out` (M, N); returns `out`.
+
+    No user-input validation here (`pingpong.api` does that); the asserts state this
+    function's own preconditions. `out` may be `c` itself (same storage and strides: each
+    element is read before it is written, by the same program); it must not overlap a or b.
+    `block` = (BM, BN, BK), each a power of two ≥ 16; default `default_block(M, N, K, dtype)`.
+    `interpret=True` runs Triton's interpreter (CPU tensors fine; bf16 wrong in triton 3.6).
+    """
+    assert a.dim() == 2 and b.dim() == 2 and out.dim() == 2, "a, b, out must be 2-D"
+    M, K = a.shape
+    assert b.shape[0] == K, f"inner dimensions differ: a {tuple(a.shape)}, b {tuple(b.shape)}"
+    N = b.shape[1]
+    assert tuple(out.shape) == (M, N), f"out must be {(M, N)}, is {tuple(out.shape)}"
+    assert a.dtype == b.dtype and a.dtype in SUPPORTED_INPUTS, f"inputs {a.dtype}, {b.dtype}"
+    assert out.dtype in SUPPORTED_OUTPUTS, f"output {out.dtype}"
+    has_c = c is not None and beta != 0.0
+    if has_c:
+        assert tuple(c.shape) == (M, N), f"c must be {(M, N)}, is {tuple(c.shape)}"
+    assert a.device == b.device == out.device and (c is None or c.device == out.device), "one device"
+    block = tuple(block) if block is not None else default_block(M, N, K, a.dtype)
+    assert len(block) == 3 and all(x >= MIN_TILE and x & (x - 1) == 0 for x in block), f"block {block}"
+    if M == 0 or N == 0:
+        return out
+
+    bm, bn, bk = block
+    grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
+    c_arg = c if has_c else out  # never read when HAS_C is False
+    args = (
+        a, b, c_arg, out, M, N, K,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+        c_arg.stride(0), c_arg.stride(1), out.stride(0), out.stride(1),
+        float(alpha), float(beta),
+    )
+    meta = dict(
+        HAS_C=has_c, BM=bm, BN=bn, BK=bk, GROUP_M=GROUP_M,
+        INDEX_64=_needs_int64(a, b, c_arg, out), INPUT_PRECISION=_input_precision(a.dtype),
+    )
+    if interpret:
+        interpreted_kernel()[grid](*args, **meta)
+    else:
+        assert a.is_cuda, "the compiled kernel needs GPU tensors (interpret=True runs on the CPU)"
+        shared, amd = _device_shared_limit(a.device)
+        meta.update(num_warps=default_warps(block), num_stages=default_stages(block, a.element_size(), shared, amd))
+        gemm_kernel[grid](*args, **meta)
+    return out
+
+
+# --------------------------------------------------------------------------- offline build
+
+#: The problem each target is compiled for: a 16-bit GEMM whose every dimension is a full
+#: multiple of the default tile, nt layout (B given as a (K, N) view of an (N, K) tensor).
+_OFFLINE_MNK = (512, 512, 512)
+
+
+@register("portable", targets=("sm_90a", "gfx942", "gfx950", "gfx1151"))
+def build(target_name: str) -> Launch:
+    """Plain-Triton tiled GEMM (any GPU, interpreter): alpha*A@B + beta*C, all layouts."""
+    M, N, K = _OFFLINE_MNK
+    dtype = torch.bfloat16  # the headline input type (DESIGN.md, "Measuring")
+    a = torch.empty(M, K, dtype=dtype)
+    b = torch.empty(N, K, dtype=dtype).t()  # nt: the headline layout
+    c = torch.empty(M, N, dtype=dtype)
+    out = torch.empty(M, N, dtype=dtype)
+    block = default_block(M, N, K, dtype)
+    amd = TARGETS[target_name][0] == "hip"
+    stages = default_stages(block, dtype.itemsize, SHARED_MEMORY_LIMIT[target_name], amd)
+    args = (
+        a, b, c, out, M, N, K,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+        c.stride(0), c.stride(1), out.stride(0), out.stride(1),
+        1.0, 0.5,
+    )
+    kwargs = dict(
+        HAS_C=True, BM=block[0], BN=block[1], BK=block[2], GROUP_M=GROUP_M,
+        INDEX_64=False, INPUT_PRECISION="ieee", num_warps=default_warps(block), num_stages=stages,
+    )
+    return Launch(gemm_kernel, args, kwargs, grid=(1,))
