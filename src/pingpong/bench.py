@@ -1,0 +1,449 @@
+"""`pingpong bench`: time ``pingpong.matmul`` against cuBLAS the way the seeds did, strictly.
+
+The method (DESIGN.md, "Measuring"; docs/benchmarking.md has the long form):
+
+  * BF16 inputs by default, FP32 accumulation; layout ``nt`` by default ("transpose_b": B is
+    stored N×K like a weight, the product is ``pingpong.matmul(a, w.t())``);
+  * random normal inputs, never zeros (a GEMM on zeros measures a different power state);
+  * each shape is checked before it is timed: ‖out − ref‖ / ‖ref‖ against an fp32 torch
+    reference, our output written into a NaN-poisoned buffer; a shape that fails is reported
+    FAILED and never timed;
+  * ``triton.testing.do_bench`` (flushes L2 before every repetition), median of at least
+    ``--reps`` (≥ 100) repetitions after warm-up; cuBLAS = ``torch.matmul`` on the same
+    tensors in the same process, so the ratio ours/cuBLAS is the number that compares;
+  * header: device, SM clock (and where it came from), torch/triton versions, date.
+
+The pure parts (settings, inputs, timing loop, rows, CSV/JSON/PNG writers) are separate
+functions so they can be tested on a CPU with synthetic rows; only `run` needs a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import datetime
+import json
+import math
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Sequence
+
+from .errors import PingpongError
+
+DEFAULT_SHAPES = ((2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 16384, 16384))
+LAYOUTS = ("nn", "nt", "tn", "tt")
+DTYPES = ("bf16", "fp16")
+MIN_REPS = 100
+QUICK_REPS = 10
+#: ‖out − ref‖/‖ref‖ allowed per input type: a few units of the output's rounding (bf16 2^-8,
+#: fp16 2^-11) — a wrong tile or a missed k-step is orders of magnitude above this.
+TOLERANCE = {"bf16": 1e-2, "fp16": 5e-3}
+EXIT_USAGE = 2
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    shapes: tuple[tuple[int, int, int], ...]
+    dtype: str = "bf16"
+    layout: str = "nt"
+    reps: int = MIN_REPS
+    quick: bool = False
+    op: str = "gemm"
+    csv: str | None = None
+    json: str | None = None
+    plot: str | None = None
+    seed: int = 0
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """"M,N,K" (or one number N for N,N,N) -> (M, N, K); errors name --shapes."""
+    parts = text.replace("x", ",").split(",")
+    try:
+        dims = tuple(int(p) for p in parts)
+    except ValueError:
+        dims = ()
+    if len(dims) == 1:
+        dims = dims * 3
+    if len(dims) != 3 or any(d <= 0 for d in dims):
+        raise PingpongError(f"--shapes: {text!r} is not M,N,K with three positive integers (e.g. 4096,4096,4096)")
+    return dims  # type: ignore[return-value]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shapes", nargs="+", metavar="M,N,K", help="problem sizes (default: 2048 4096 8192 16384 square)")
+    p.add_argument("--dtype", default="bf16", help="input/output type: bf16 (default) or fp16")
+    p.add_argument("--layout", default="nt", help="A,B storage: nt (default: B stored N×K, A·Bᵀ), nn, tn, tt")
+    p.add_argument("--reps", type=int, default=None, help=f"timed repetitions per kernel, ≥ {MIN_REPS} (default {MIN_REPS})")
+    p.add_argument("--quick", action="store_true", help=f"smoke run: allows --reps < {MIN_REPS} (default {QUICK_REPS}); NOT for reporting")
+    p.add_argument("--op", default="gemm", help="gemm (default) or vector_add (streaming kernel)")
+    p.add_argument("--csv", metavar="FILE", help="write the rows as CSV")
+    p.add_argument("--json", metavar="FILE", help="write header, rows and geometric mean as JSON")
+    p.add_argument("--plot", metavar="FILE.png", help="plot TFLOP/s ours vs cuBLAS and the ratio (needs matplotlib)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """Validate the parsed options; every error is a PingpongError naming its option."""
+    shapes = tuple(parse_shape(s) for s in args.shapes) if args.shapes else DEFAULT_SHAPES
+    if args.dtype not in DTYPES:
+        raise PingpongError(f"--dtype: {args.dtype!r} is not one of {', '.join(DTYPES)}")
+    if args.layout not in LAYOUTS:
+        raise PingpongError(f"--layout: {args.layout!r} is not one of {', '.join(LAYOUTS)}")
+    if args.op not in ("gemm", "vector_add"):
+        raise PingpongError(f"--op: {args.op!r} is not one of gemm, vector_add")
+    reps = args.reps if args.reps is not None else (QUICK_REPS if args.quick else MIN_REPS)
+    if reps < 1 or (reps < MIN_REPS and not args.quick):
+        raise PingpongError(f"--reps: {reps} is below {MIN_REPS}, the minimum for a reportable median (use --quick for a smoke run)")
+    if args.plot:
+        if not args.plot.lower().endswith(".png"):
+            raise PingpongError(f"--plot: {args.plot!r} must name a .png file")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError as e:
+            raise PingpongError(f"--plot: matplotlib is not installed ({e}); pip install matplotlib") from e
+    return Settings(shapes, args.dtype, args.layout, reps, bool(args.quick), args.op, args.csv, args.json, args.plot, args.seed)
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def torch_dtype(name: str):
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}[name]
+
+
+def make_inputs(M: int, N: int, K: int, dtype, layout: str, device="cpu", seed: int = 0):
+    """(a, b) with a: (M, K), b: (K, N) as the product sees them, stored per `layout`.
+
+    First letter A, second B; ``n``: stored as seen (row-major), ``t``: a transposed view of
+    the stored tensor. ``nt``: b is ``w.t()`` for a row-major w of shape (N, K), so
+    b.stride() == (1, K). Values are standard normal (never zeros), made in fp32 and cast.
+    """
+    import torch
+
+    if layout not in LAYOUTS:
+        raise PingpongError(f"layout: {layout!r} is not one of {', '.join(LAYOUTS)}")
+    gen = torch.Generator(device=device).manual_seed(seed)
+
+    def stored(rows, cols, transposed):
+        shape = (cols, rows) if transposed else (rows, cols)
+        x = torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
+        return x.t() if transposed else x
+
+    return stored(M, K, layout[0] == "t"), stored(K, N, layout[1] == "t")
+
+
+def rel_error(out, ref) -> float:
+    """‖out − ref‖ / ‖ref‖ in float64; NaN anywhere gives NaN (which fails every bound)."""
+    import torch
+
+    diff = torch.linalg.vector_norm(out.double() - ref.double()).item()
+    den = torch.linalg.vector_norm(ref.double()).item()
+    return diff / den if den > 0 else diff
+
+
+def tflops(M: int, N: int, K: int, ms: float) -> float:
+    return 2.0 * M * N * K / (ms * 1e-3) / 1e12
+
+
+# --------------------------------------------------------------------------- timing
+
+
+@dataclasses.dataclass
+class Timing:
+    median_ms: float
+    reps: int  # repetitions actually timed (≥ requested)
+
+
+def time_callable(fn: Callable[[], Any], reps: int, *, bench: Callable | None = None, warmup_ms: float = 25.0) -> Timing:
+    """Median of at least `reps` L2-flushed repetitions of `fn` after warm-up.
+
+    `triton.testing.do_bench` takes a time budget in ms, not a count; we ask for every
+    repetition's time (``return_mode="all"``) and grow the budget until ≥ `reps` were taken.
+    `bench` replaces do_bench in tests.
+    """
+    if bench is None:
+        from triton.testing import do_bench as bench
+    budget_ms = 100.0
+    for _ in range(6):
+        times = bench(fn, warmup=warmup_ms, rep=budget_ms, return_mode="all")
+        if len(times) >= reps:
+            return Timing(statistics.median(times), len(times))
+        per_rep = max(budget_ms / max(len(times), 1), 1e-3)
+        budget_ms = per_rep * reps * 1.25 + 1.0
+    raise RuntimeError(f"could not time {reps} repetitions (last run gave {len(times)})")
+
+
+# --------------------------------------------------------------------------- rows
+
+
+@dataclasses.dataclass
+class Row:
+    M: int
+    N: int
+    K: int
+    path: str
+    status: str  # "ok" | "FAILED" (wrong result, not timed) | "ERROR: ..." (raised, not timed)
+    rel_err: float | None = None
+    ours_ms: float | None = None
+    cublas_ms: float | None = None
+    ours_reps: int | None = None
+    cublas_reps: int | None = None
+
+    @property
+    def shape(self) -> str:
+        return f"{self.M}x{self.N}x{self.K}"
+
+    @property
+    def ours_tflops(self) -> float | None:
+        return tflops(self.M, self.N, self.K, self.ours_ms) if self.ours_ms else None
+
+    @property
+    def cublas_tflops(self) -> float | None:
+        return tflops(self.M, self.N, self.K, self.cublas_ms) if self.cublas_ms else None
+
+    @property
+    def ratio(self) -> float | None:
+        return self.cublas_ms / self.ours_ms if self.ours_ms and self.cublas_ms else None
+
+    def record(self) -> dict[str, Any]:
+        """Flat dict for CSV/JSON (derived columns included)."""
+        d = dataclasses.asdict(self)
+        d.update(shape=self.shape, ours_tflops=self.ours_tflops, cublas_tflops=self.cublas_tflops, ratio=self.ratio)
+        return d
+
+
+FIELDS = ("shape", "M", "N", "K", "path", "status", "ours_tflops", "cublas_tflops", "ratio", "rel_err",
+          "ours_ms", "cublas_ms", "ours_reps", "cublas_reps")
+
+
+def geomean_ratio(rows: Sequence[Row]) -> float | None:
+    ratios = [r.ratio for r in rows if r.ratio]
+    return math.exp(sum(math.log(x) for x in ratios) / len(ratios)) if ratios else None
+
+
+def _num(x: float | None, fmt: str) -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def format_table(rows: Sequence[Row], header: dict[str, Any] | None = None) -> str:
+    """The report: header lines, one row per shape, the geometric mean of the ratios."""
+    lines = [f"# {k}: {v}" for k, v in (header or {}).items()]
+    cols = ("shape", "path", "ours TFLOP/s", "cuBLAS TFLOP/s", "ours/cuBLAS", "rel.err", "status")
+    cells = [
+        (r.shape, r.path, _num(r.ours_tflops, ".1f"), _num(r.cublas_tflops, ".1f"), _num(r.ratio, ".3f"),
+         _num(r.rel_err, ".2e"), r.status)
+        for r in rows
+    ]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) if cells else len(c) for i, c in enumerate(cols)]
+    fmt = lambda row: "  ".join(s.ljust(w) if i in (0, 1, 6) else s.rjust(w) for i, (s, w) in enumerate(zip(row, widths)))  # noqa: E731
+    lines += [fmt(cols), fmt(tuple("-" * w for w in widths))] + [fmt(c) for c in cells]
+    gm = geomean_ratio(rows)
+    n_ok = sum(1 for r in rows if r.ratio)
+    lines.append(f"geometric mean ours/cuBLAS: {_num(gm, '.3f')} over {n_ok} timed shape(s)")
+    return "\n".join(lines)
+
+
+def write_csv(path: str, rows: Sequence[Row]) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: ("" if v is None else v) for k, v in r.record().items()})
+
+
+def write_json(path: str, rows: Sequence[Row], header: dict[str, Any]) -> None:
+    doc = {"header": header, "rows": [r.record() for r in rows], "geomean_ratio": geomean_ratio(rows)}
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+
+
+def write_plot(path: str, rows: Sequence[Row], title: str = "") -> None:
+    """Bars of TFLOP/s (ours, cuBLAS) per shape, and the ratio below. Uses the Agg canvas
+    directly (no pyplot, no global backend switch)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    labels = [r.shape for r in rows]
+    xs = range(len(rows))
+    fig = Figure(figsize=(max(6.0, 1.4 * len(rows) + 2), 7))
+    FigureCanvasAgg(fig)
+    top, bottom = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [2, 1]})
+    w = 0.38
+    top.bar([x - w / 2 for x in xs], [r.ours_tflops or 0 for r in rows], w, label="pingpong")
+    top.bar([x + w / 2 for x in xs], [r.cublas_tflops or 0 for r in rows], w, label="cuBLAS (torch.matmul)")
+    for x, r in zip(xs, rows):
+        if r.status != "ok":
+            top.text(x, 0, r.status.split(":")[0], ha="center", va="bottom", color="red")
+    top.set_ylabel("TFLOP/s")
+    top.legend()
+    top.set_title(title or "pingpong vs cuBLAS")
+    bottom.bar(list(xs), [r.ratio or 0 for r in rows], 0.5, color="tab:green")
+    bottom.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    bottom.set_ylabel("ours / cuBLAS")
+    bottom.set_xticks(list(xs))
+    bottom.set_xticklabels(labels, rotation=20)
+    gm = geomean_ratio(rows)
+    if gm:
+        bottom.set_title(f"geometric mean {gm:.3f}", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+# --------------------------------------------------------------------------- environment
+
+
+def sm_clock(device_index: int = 0) -> str:
+    """Current SM clock in MHz and where it came from (torch.cuda.clock_rate, else nvidia-smi)."""
+    import torch
+
+    try:
+        return f"{int(torch.cuda.clock_rate(device_index))} MHz (torch.cuda.clock_rate)"
+    except Exception as e:  # pynvml missing, or a driver without the query
+        reason = type(e).__name__
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            out = subprocess.run(
+                [smi, "-i", str(device_index), "--query-gpu=clocks.sm,clocks.max.sm", "--format=csv,noheader,nounits"],
+                capture_output=True, text=True, timeout=10, check=True,
+            ).stdout.strip().split(",")
+            return f"{out[0].strip()} MHz, max {out[1].strip()} MHz (nvidia-smi)"
+        except Exception as e:
+            reason += f", nvidia-smi: {type(e).__name__}"
+    return f"unknown (torch.cuda.clock_rate: {reason}; no usable nvidia-smi)"
+
+
+def environment_header(settings: Settings) -> dict[str, Any]:
+    import torch
+    import triton
+
+    dev = torch.cuda.current_device()
+    header = {
+        "device": torch.cuda.get_device_name(dev),
+        "capability": "sm_%d%d" % torch.cuda.get_device_capability(dev),
+        "SM clock": sm_clock(dev),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "method": f"{settings.dtype} {settings.layout}, do_bench (L2 flushed) median of >= {settings.reps} reps, "
+                  "cuBLAS = torch.matmul same tensors same process",
+    }
+    if settings.quick:
+        header["WARNING"] = "--quick run: fewer repetitions than the method requires; not for reporting"
+    return header
+
+
+def no_gpu_reason() -> str | None:
+    """None when a CUDA GPU is usable, else a sentence saying why the benchmark cannot run."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return ("no CUDA GPU on this machine: the benchmark times kernels on a GPU and prints no "
+                "numbers without one (CPU checks: pytest; machine code: pingpong isa)")
+    return None
+
+
+# --------------------------------------------------------------------------- one shape
+
+
+def bench_shape(M: int, N: int, K: int, settings: Settings, api, device="cuda", timer=time_callable) -> Row:
+    """Check, then time, one shape. Ours runs first (before any reference of this shape exists,
+    so a freed correct result cannot stand in for an unwritten one). `api` is `pingpong.api`
+    (or a stand-in with matmul, path_for and optionally gemm_); `timer` is `time_callable`."""
+    import torch
+
+    a, b = make_inputs(M, N, K, torch_dtype(settings.dtype), settings.layout, device, settings.seed)
+    path = "?"
+    try:
+        path = api.path_for(a, b)
+        ours = api.matmul(a, b)
+        poisoned = None
+        if hasattr(api, "gemm_"):
+            poisoned = torch.full((M, N), float("nan"), dtype=ours.dtype, device=device)
+            api.gemm_(poisoned, a, b, alpha=1.0, beta=0.0)
+        if a.is_cuda:
+            torch.cuda.synchronize()
+    except Exception as e:  # a kernel that raises is reported, not timed
+        return Row(M, N, K, path, f"ERROR: {type(e).__name__}: {e}".splitlines()[0][:120])
+    prev_tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        ref = torch.matmul(a.float(), b.float())
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev_tf32
+    errs = [rel_error(x, ref) for x in (ours, poisoned) if x is not None]
+    err = math.nan if any(math.isnan(e) for e in errs) else max(errs)  # max() would drop a NaN
+    del ours, poisoned, ref
+    if not err <= TOLERANCE[settings.dtype]:  # NaN fails too
+        return Row(M, N, K, path, "FAILED", rel_err=err)
+    t_ours = timer(lambda: api.matmul(a, b), settings.reps)
+    t_cublas = timer(lambda: torch.matmul(a, b), settings.reps)
+    return Row(M, N, K, path, "ok", err, t_ours.median_ms, t_cublas.median_ms, t_ours.reps, t_cublas.reps)
+
+
+def _progress(i: int, n: int, row: Row, seconds: float) -> str:
+    tail = (f"{row.ours_tflops:.1f} TFLOP/s vs cuBLAS {row.cublas_tflops:.1f} ({row.ratio:.3f})"
+            if row.ratio else row.status)
+    return f"[{i}/{n}] {row.shape} {row.path}: {tail}  ({seconds:.1f} s)"
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        settings = settings_from_args(args)
+    except PingpongError as e:
+        print(f"pingpong bench: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    reason = no_gpu_reason()
+    if reason:
+        print(f"pingpong bench: {reason}", file=sys.stderr)
+        return EXIT_USAGE
+    if settings.op == "vector_add":
+        try:
+            from . import streaming
+        except ImportError as e:
+            print(f"pingpong bench: --op vector_add is not available yet (pingpong.streaming: {e})", file=sys.stderr)
+            return EXIT_USAGE
+        runner = getattr(streaming, "bench_vector_add", None)
+        if runner is None:
+            print("pingpong bench: --op vector_add is not available yet (pingpong.streaming has no bench_vector_add)",
+                  file=sys.stderr)
+            return EXIT_USAGE
+        return int(runner(settings) or 0)
+    try:
+        from . import api
+    except ImportError as e:
+        print(f"pingpong bench: pingpong.api is not available ({e})", file=sys.stderr)
+        return EXIT_USAGE
+
+    header = environment_header(settings)
+    rows = []
+    for i, (M, N, K) in enumerate(settings.shapes, 1):
+        start = time.perf_counter()
+        row = bench_shape(M, N, K, settings, api)
+        rows.append(row)
+        print(_progress(i, len(settings.shapes), row, time.perf_counter() - start), file=sys.stderr, flush=True)
+    print(format_table(rows, header))
+    if settings.csv:
+        write_csv(settings.csv, rows)
+    if settings.json:
+        write_json(settings.json, rows, header)
+    if settings.plot:
+        write_plot(settings.plot, rows, f"{header['device']} — {settings.dtype} {settings.layout}")
+    return 0 if all(r.status == "ok" for r in rows) else 1

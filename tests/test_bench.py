@@ -1,0 +1,254 @@
+"""The benchmark harness: options, inputs, timing loop, report writers (CPU, synthetic rows),
+the no-GPU exit, and one real quick run on a GPU."""
+
+import argparse
+import csv
+import json
+import math
+
+import pytest
+import torch
+
+from pingpong import bench
+from pingpong.bench import Row
+from pingpong.errors import PingpongError
+
+
+def parse(*argv):
+    p = argparse.ArgumentParser()
+    bench.add_arguments(p)
+    return p.parse_args(list(argv))
+
+
+def settings(*argv):
+    return bench.settings_from_args(parse(*argv))
+
+
+# --------------------------------------------------------------------------- options
+
+
+def test_defaults_are_the_seeds_method():
+    s = settings()
+    assert s.shapes == ((2048,) * 3, (4096,) * 3, (8192,) * 3, (16384,) * 3)
+    assert (s.dtype, s.layout, s.reps, s.quick, s.op) == ("bf16", "nt", 100, False, "gemm")
+
+
+def test_shapes_parse():
+    assert settings("--shapes", "128,256,64", "512").shapes == ((128, 256, 64), (512, 512, 512))
+    assert bench.parse_shape("1x2x3") == (1, 2, 3)
+
+
+@pytest.mark.parametrize("bad", ["12,34", "a,b,c", "0,1,1", "1,2,3,4", "-5", ""])
+def test_bad_shape_names_shapes(bad):
+    with pytest.raises(PingpongError, match="--shapes"):
+        settings("--shapes", bad)
+
+
+@pytest.mark.parametrize(
+    "argv, option",
+    [
+        (["--dtype", "fp32"], "--dtype"),
+        (["--layout", "xy"], "--layout"),
+        (["--reps", "50"], "--reps"),
+        (["--op", "conv"], "--op"),
+        (["--plot", "out.svg"], "--plot"),
+    ],
+)
+def test_validation_names_the_option(argv, option):
+    with pytest.raises(PingpongError, match=option):
+        settings(*argv)
+
+
+def test_quick_allows_few_reps():
+    assert settings("--quick").reps == bench.QUICK_REPS
+    assert settings("--quick", "--reps", "3").reps == 3
+    assert settings("--reps", "250").reps == 250
+
+
+def test_run_reports_bad_option_with_exit_2(capsys):
+    assert bench.run(parse("--shapes", "1,2")) == 2
+    assert "--shapes" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def test_layouts_strides_and_values():
+    M, N, K = 3, 5, 7
+    for layout, a_stride, b_stride in [
+        ("nn", (K, 1), (N, 1)),
+        ("nt", (K, 1), (1, K)),  # b is the (K, N) view of an (N, K) tensor
+        ("tn", (1, M), (N, 1)),
+        ("tt", (1, M), (1, K)),
+    ]:
+        a, b = bench.make_inputs(M, N, K, torch.float16, layout, seed=3)
+        assert a.shape == (M, K) and b.shape == (K, N), layout
+        assert a.stride() == a_stride and b.stride() == b_stride, layout
+        assert a.dtype == b.dtype == torch.float16
+    # same seed, same values whatever the storage; random normal, not zeros
+    nt_a, nt_b = bench.make_inputs(M, N, K, torch.float32, "nt", seed=4)
+    assert nt_b.t().is_contiguous() and (nt_b != 0).all() and nt_a.std() > 0.2
+
+
+def test_make_inputs_rejects_unknown_layout():
+    with pytest.raises(PingpongError, match="layout"):
+        bench.make_inputs(2, 2, 2, torch.float16, "nx")
+
+
+def test_rel_error_and_tflops():
+    ref = torch.ones(4, 4)
+    assert bench.rel_error(ref, ref) == 0.0
+    assert math.isnan(bench.rel_error(torch.full((4, 4), float("nan")), ref))
+    assert bench.tflops(1000, 1000, 1000, 2.0) == pytest.approx(1.0)
+
+
+def test_time_callable_grows_budget_until_enough_reps():
+    calls = []
+
+    def fake_bench(fn, warmup, rep, return_mode):
+        assert return_mode == "all"
+        calls.append(rep)
+        n = int(rep / 2.0)  # "each repetition takes 2 ms"
+        return [2.0 + 0.001 * i for i in range(n)]
+
+    t = bench.time_callable(lambda: None, 100, bench=fake_bench)
+    assert t.reps >= 100 and len(calls) == 2 and calls[0] == 100.0
+    assert t.median_ms == pytest.approx(2.0, abs=0.2)
+
+
+# --------------------------------------------------------------------------- rows and writers
+
+
+@pytest.fixture
+def rows():
+    return [
+        Row(2048, 2048, 2048, "hopper", "ok", 2e-3, 0.030, 0.027, 120, 130),
+        Row(4096, 4096, 4096, "hopper", "ok", 3e-3, 0.200, 0.220, 100, 100),
+        Row(100, 200, 300, "portable", "FAILED", rel_err=0.9),
+    ]
+
+
+def test_row_derived_columns(rows):
+    r = rows[1]
+    assert r.shape == "4096x4096x4096"
+    assert r.ratio == pytest.approx(1.1)
+    assert r.ours_tflops == pytest.approx(2 * 4096**3 / 0.2e-3 / 1e12)
+    assert rows[2].ratio is None and rows[2].ours_tflops is None
+
+
+def test_geomean_skips_failed(rows):
+    assert bench.geomean_ratio(rows) == pytest.approx(math.sqrt(0.9 * 1.1))
+    assert bench.geomean_ratio(rows[2:]) is None
+
+
+def test_table(rows):
+    text = bench.format_table(rows, {"device": "NVIDIA H100", "SM clock": "1980 MHz (nvidia-smi)"})
+    lines = text.splitlines()
+    assert lines[0] == "# device: NVIDIA H100"
+    assert "ours/cuBLAS" in text and "rel.err" in text
+    failed = next(line for line in lines if line.startswith("100x200x300"))
+    assert "FAILED" in failed and "portable" in failed
+    assert lines[-1].startswith("geometric mean ours/cuBLAS: 0.995 over 2")
+
+
+def test_csv(tmp_path, rows):
+    path = tmp_path / "r.csv"
+    bench.write_csv(str(path), rows)
+    got = list(csv.DictReader(path.open()))
+    assert [r["shape"] for r in got] == ["2048x2048x2048", "4096x4096x4096", "100x200x300"]
+    assert float(got[1]["ratio"]) == pytest.approx(1.1)
+    assert got[2]["status"] == "FAILED" and got[2]["ours_tflops"] == ""
+    assert tuple(got[0]) == bench.FIELDS
+
+
+def test_json(tmp_path, rows):
+    path = tmp_path / "r.json"
+    bench.write_json(str(path), rows, {"device": "test"})
+    doc = json.loads(path.read_text())
+    assert doc["header"] == {"device": "test"}
+    assert len(doc["rows"]) == 3 and doc["rows"][2]["ratio"] is None
+    assert doc["geomean_ratio"] == pytest.approx(math.sqrt(0.99))
+
+
+def test_png(tmp_path, rows):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "r.png"
+    bench.write_plot(str(path), rows, "test")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --------------------------------------------------------------------------- no GPU / GPU
+
+
+def test_no_gpu_message_and_exit_2(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert bench.run(parse("--shapes", "256")) == 2
+    err = capsys.readouterr()
+    assert "no CUDA GPU" in err.err and err.out == ""  # no numbers printed
+
+
+def test_cli_wires_bench(monkeypatch, capsys):
+    from pingpong.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["bench", "--quick"]) == 2
+    assert "no CUDA GPU" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_quick_run_on_gpu(tmp_path, capsys):
+    csv_path, json_path = tmp_path / "r.csv", tmp_path / "r.json"
+    rc = bench.run(parse("--shapes", "512,384,256", "--quick", "--csv", str(csv_path), "--json", str(json_path)))
+    out = capsys.readouterr()
+    assert rc == 0, out
+    assert "512x384x256" in out.out and "geometric mean" in out.out
+    assert "[1/1] 512x384x256" in out.err
+    doc = json.loads(json_path.read_text())
+    row = doc["rows"][0]
+    assert row["status"] == "ok" and row["ours_tflops"] > 0 and row["cublas_tflops"] > 0
+    assert row["ours_reps"] >= bench.QUICK_REPS and row["rel_err"] < bench.TOLERANCE["bf16"]
+    assert doc["header"]["WARNING"].startswith("--quick")
+
+
+# --------------------------------------------------------------------------- one shape, CPU stand-ins
+
+
+class FakeApi:
+    """Stand-in for pingpong.api: `mode` picks a right, wrong, unwritten or raising result."""
+
+    def __init__(self, mode="right"):
+        self.mode = mode
+
+    def path_for(self, a, b):
+        return "fake"
+
+    def matmul(self, a, b):
+        if self.mode == "raise":
+            raise RuntimeError("boom")
+        return (a.float() @ b.float()).to(a.dtype) * (2.0 if self.mode == "wrong" else 1.0)
+
+    def gemm_(self, c, a, b, *, alpha, beta):
+        if self.mode != "unwritten":  # leaves c as it was: the NaN poison must catch it
+            c.copy_(self.matmul(a, b))
+        return c
+
+
+def fake_timer(calls):
+    def timer(fn, reps):
+        fn()
+        calls.append(reps)
+        return bench.Timing(1.0, reps)
+
+    return timer
+
+
+@pytest.mark.parametrize("mode, status", [("right", "ok"), ("wrong", "FAILED"), ("unwritten", "FAILED"), ("raise", "ERROR")])
+def test_bench_shape_checks_before_timing(mode, status):
+    calls = []
+    s = settings("--shapes", "33,17,40", "--dtype", "fp16", "--layout", "tn", "--quick")
+    row = bench.bench_shape(33, 17, 40, s, FakeApi(mode), device="cpu", timer=fake_timer(calls))
+    assert row.status.startswith(status) and row.path == "fake"
+    if status == "ok":
+        assert calls == [s.reps, s.reps] and row.rel_err < bench.TOLERANCE["fp16"] and row.ratio == 1.0
+    else:
+        assert calls == [] and row.ours_ms is None  # a failing shape is never timed
