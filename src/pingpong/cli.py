@@ -28,7 +28,7 @@ def _available():
         try:
             yield name, importlib.import_module(module), help_
         except ModuleNotFoundError as e:
-            if e.name != module:
+            if not module.startswith(e.name or "\0"):
                 raise
 
 

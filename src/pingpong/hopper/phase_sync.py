@@ -16,6 +16,9 @@ the other's arrival. These are plain functions so `pingpong.schedule` checks thi
 """
 
 from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier
+from triton.language.core import _aggregate as aggregate
 
 
 @gluon.jit
@@ -28,3 +31,30 @@ def turn_phase(local_tile):
 def other_consumer(consumer):
     """The consumer whose turn comes next."""
     return 1 - consumer
+
+
+@aggregate
+class PhaseSync:
+    """The two turn mbarriers and the protocol in the table above."""
+
+    turns: gl.shared_memory_descriptor
+
+    @gluon.constexpr_function
+    def __init__(self, turns):
+        self.turns = turns
+
+    @gluon.jit
+    def allocate():
+        turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(turns.index(0), count=1)
+        mbarrier.init(turns.index(1), count=1)
+        mbarrier.arrive(turns.index(0))  # initial state: consumer 0 goes first
+        return PhaseSync(turns)
+
+    @gluon.jit
+    def wait_turn(self, CONSUMER: gl.constexpr, local_tile):
+        mbarrier.wait(self.turns.index(CONSUMER), turn_phase(local_tile))
+
+    @gluon.jit
+    def pass_turn(self, CONSUMER: gl.constexpr):
+        mbarrier.arrive(self.turns.index(other_consumer(CONSUMER)))

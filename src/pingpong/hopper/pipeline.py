@@ -23,6 +23,8 @@ the very protocol the kernel runs.
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier
+from triton.language.core import _aggregate as aggregate
 
 
 @gluon.jit
@@ -46,3 +48,56 @@ def first_counter(local_tile, k_steps, CONSUMERS: gl.constexpr, consumer):
     CONSUMERS*j + c. With one consumer (or a cooperative pair) CONSUMERS is 1, consumer 0.
     """
     return (local_tile * CONSUMERS + consumer) * k_steps
+
+
+@aggregate
+class Ring:
+    """The stage ring: STAGES A and B buffers and their ready/empty mbarriers.
+
+    ready[s]: count 1; the producer's expect-tx arms it, the TMA bytes complete it.
+    empty[s]: count = RELEASERS (consumer warpgroups that read each stage).
+    """
+
+    a_bufs: gl.shared_memory_descriptor
+    b_bufs: gl.shared_memory_descriptor
+    ready: gl.shared_memory_descriptor
+    empty: gl.shared_memory_descriptor
+    STAGES: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, a_bufs, b_bufs, ready, empty, STAGES):
+        self.a_bufs = a_bufs
+        self.b_bufs = b_bufs
+        self.ready = ready
+        self.empty = empty
+        self.STAGES = gl.constexpr(STAGES)
+
+    @gluon.jit
+    def allocate(a_desc, b_desc, STAGES: gl.constexpr, RELEASERS: gl.constexpr):
+        a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
+        b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for s in gl.static_range(STAGES):
+            mbarrier.init(ready.index(s), count=1)
+            mbarrier.init(empty.index(s), count=RELEASERS)
+        return Ring(a_bufs, b_bufs, ready, empty, STAGES)
+
+    @gluon.jit
+    def acquire_empty(self, counter):
+        """Producer: wait until slot ring_index(counter) is free; returns the slot."""
+        s = ring_index(counter, self.STAGES)
+        mbarrier.wait(self.empty.index(s), ring_phase(counter, self.STAGES) ^ 1)
+        return s
+
+    @gluon.jit
+    def wait_ready(self, counter):
+        """Consumer: wait until the TMA bytes of k-step `counter` have landed; returns the slot."""
+        s = ring_index(counter, self.STAGES)
+        mbarrier.wait(self.ready.index(s), ring_phase(counter, self.STAGES))
+        return s
+
+    @gluon.jit
+    def release(self, counter):
+        """Consumer: the wgmma reading k-step `counter` has completed; its slot may be refilled."""
+        mbarrier.arrive(self.empty.index(ring_index(counter, self.STAGES)))

@@ -1,0 +1,238 @@
+"""KernelConfig: the one place where the Hopper GEMM's shape and schedule are chosen and every
+other number is derived (DESIGN.md "Parts").
+
+    KernelConfig(block, stages, schedule, group_m)        what a user chooses
+        │ derive(in_bytes, out_bytes)  -> Derived          everything that follows from it
+        ▼
+    instruction shape (wgmma m64·N·k16) · swizzle widths · stage count from the shared-memory
+    budget · warps per partition · register budgets (setmaxnreg) · shared-memory bytes
+
+Schedules (each a different orchestration of the same parts, see pingpong.hopper.kernel):
+
+    | schedule     | warps                         | who owns an output tile                 |
+    |--------------|-------------------------------|-----------------------------------------|
+    | persistent   | 1 partition, BM/64 warpgroups | all warps, loads issued in-line          |
+    | cooperative  | producer warp + 2 consumer WGs| both consumers split one BM×BN tile      |
+    | pingpong     | producer warp + 2 consumer WGs| each consumer owns a whole tile; turns   |
+
+`validate()` (called by `derive`) raises ConfigError naming the violated constraint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from .errors import ConfigError
+
+SCHEDULES = ("persistent", "cooperative", "pingpong")
+
+#: Hopper facts (H100/H200, sm_90a).
+SMEM_LIMIT = 227 * 1024  # bytes of shared memory one block may use
+REGS_PER_SM = 64 * 1024  # 32-bit registers
+WGMMA_M = 64  # rows of one wgmma per warpgroup
+WGMMA_K_BYTES = 32  # one wgmma consumes 32 bytes of K (k16 for 16-bit inputs)
+WGMMA_MAX_N = 256
+MAX_REGS_PER_THREAD = 255
+BARRIER_BYTES = 8
+MAX_STAGES = 6
+
+
+@dataclasses.dataclass(frozen=True)
+class Derived:
+    """Values that follow from a KernelConfig and the operand/result element sizes."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    stages: int
+    schedule: str
+    group_m: int
+    consumers: int  # consumer warpgroups (1 for "persistent": the whole partition consumes)
+    consumer_m: int  # rows of the output tile one consumer warpgroup computes
+    consumer_n: int
+    instr_shape: tuple  # (16, N, K) per warp, as NVMMADistributedLayout wants it
+    warps_per_cta: tuple  # accumulator layout's warp grid for one consumer partition
+    num_warps: int  # warps of the default partition
+    worker_warps: tuple  # warps of each worker partition
+    worker_regs: tuple  # setmaxnreg budget of each worker partition
+    maxnreg: int | None  # register cap at kernel entry (needed for setmaxnreg to take effect)
+    acc_regs: int  # fp32 accumulator registers per consumer thread
+    a_swizzle: int  # NVMMA swizzle width (bytes) of an A stage, K-major
+    b_swizzle: int
+    stage_bytes: int
+    epilogue_bytes: int
+    shared_bytes: int
+
+    @property
+    def total_warps(self) -> int:
+        return self.num_warps + sum(self.worker_warps)
+
+
+def swizzle_width(row_bytes: int) -> int:
+    """Widest NVMMA swizzle (128/64/32 B, or 0) that divides a shared-memory row of `row_bytes`.
+
+    The swizzle is a function of the tile's contiguous row width: a 64-element bf16 K-tile
+    is 128 B wide, so 128 B swizzle makes the 8 rows of a core matrix hit 8 distinct bank
+    groups (the Hopper analogue of the seeds' Swizzle derived from the 16×32 load subtile).
+    """
+    for width in (128, 64, 32):
+        if row_bytes >= width and row_bytes % width == 0:
+            return width
+    return 0
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelConfig:
+    """A Hopper GEMM configuration. Only the choices; `derive()` computes the rest.
+
+    block_m, block_n, block_k: the CTA's output tile and K-step. For "pingpong" this is the
+        tile of ONE consumer warpgroup (the two consumers own alternate tiles).
+    stages: depth of the shared-memory ring; None = as many as fit (≤ MAX_STAGES).
+    schedule: "persistent" | "cooperative" | "pingpong" (module docstring).
+    group_m: tiles per group of the grouped raster (L2 reuse; pingpong.hopper.scheduler).
+    """
+
+    block_m: int = 128
+    block_n: int = 256
+    block_k: int = 64
+    stages: int | None = None
+    schedule: str = "cooperative"
+    group_m: int = 8
+
+    def derive(self, in_bytes: int = 2, out_bytes: int = 2) -> Derived:
+        """Validate and derive everything else; raises ConfigError naming the constraint."""
+        self.validate(in_bytes, out_bytes)
+        return _derive(self, in_bytes, out_bytes)
+
+    def validate(self, in_bytes: int = 2, out_bytes: int = 2) -> None:
+        """Raise ConfigError naming the first violated constraint."""
+        bm, bn, bk = self.block_m, self.block_n, self.block_k
+        for name, v in (("block_m", bm), ("block_n", bn), ("block_k", bk), ("group_m", self.group_m)):
+            if not isinstance(v, int) or v <= 0:
+                raise ConfigError(f"{name} must be a positive int, got {v!r}")
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if in_bytes != 2:
+            raise ConfigError(f"operands must be 16-bit (bf16/fp16) for wgmma here, got {in_bytes}-byte elements")
+        if out_bytes not in (2, 4):
+            raise ConfigError(f"output elements must be 2 or 4 bytes, got {out_bytes}")
+        consumers, cm, cn = _consumer_tile(self)
+        if cm % WGMMA_M:
+            raise ConfigError(
+                f"block_m: each consumer warpgroup computes {cm} rows, not a multiple of the wgmma M={WGMMA_M}"
+                f" (schedule {self.schedule!r} splits block_m={bm} over {consumers} consumer warpgroup(s))"
+            )
+        if cn % 8:
+            raise ConfigError(f"block_n={bn} must be a multiple of 8 (the wgmma N granularity)")
+        if bk * in_bytes not in (32, 64, 128, 256):
+            raise ConfigError(
+                f"block_k={bk}: a K-tile row must be 32, 64, 128 or 256 bytes (a whole number of wgmma K steps"
+                f" filling a swizzle pattern), i.e. block_k in {[b // in_bytes for b in (32, 64, 128, 256)]}"
+            )
+        for name, v in (("block_m", bm), ("block_n", bn), ("block_k", bk)):
+            if v > 256:
+                raise ConfigError(f"{name}={v} exceeds the TMA box limit of 256 elements per dimension")
+        threads = _consumer_threads(self, cm)
+        acc = cm * cn // threads
+        if acc > 200:
+            raise ConfigError(
+                f"accumulator needs {acc} fp32 registers per thread (consumer tile {cm}×{cn} over {threads} threads);"
+                f" at most 200 fit beside addresses within {MAX_REGS_PER_THREAD} registers"
+            )
+        stage = (bm + bn) * bk * in_bytes
+        epi = _epilogue_bytes(self, out_bytes)
+        fixed = epi + 2 * MAX_STAGES * BARRIER_BYTES + 4 * BARRIER_BYTES
+        if self.stages is not None:
+            if not isinstance(self.stages, int) or self.stages < 2:
+                raise ConfigError(f"stages must be an int ≥ 2, got {self.stages!r}")
+            total = self.stages * stage + fixed
+            if total > SMEM_LIMIT:
+                raise ConfigError(
+                    f"shared memory: {self.stages} stages × {stage} B + epilogue {epi} B = {total} B"
+                    f" exceeds the {SMEM_LIMIT} B (227 KB) Hopper limit"
+                )
+        elif 2 * stage + fixed > SMEM_LIMIT:
+            raise ConfigError(f"shared memory: even 2 stages ({2 * stage + fixed} B) exceed {SMEM_LIMIT} B (227 KB)")
+
+
+def _consumer_tile(cfg: KernelConfig) -> tuple[int, int, int]:
+    """(consumer warpgroups, rows, cols) of the tile one consumer computes."""
+    if cfg.schedule == "cooperative":
+        return 2, cfg.block_m // 2, cfg.block_n
+    if cfg.schedule == "pingpong":
+        return 2, cfg.block_m, cfg.block_n
+    return 1, cfg.block_m, cfg.block_n
+
+
+def _consumer_threads(cfg: KernelConfig, cm: int) -> int:
+    """Threads holding one consumer's accumulator: a warpgroup, or two in the persistent schedule."""
+    return 128 * (min(2, max(1, cm // WGMMA_M)) if cfg.schedule == "persistent" else 1)
+
+
+def _epilogue_bytes(cfg: KernelConfig, out_bytes: int) -> int:
+    """The C staging buffer(s) the TMA store reads: one per consumer in ping-pong."""
+    per_tile = cfg.block_m * cfg.block_n * out_bytes
+    return 2 * per_tile if cfg.schedule == "pingpong" else per_tile
+
+
+def _instr_n(cn: int) -> int:
+    """Largest wgmma N (multiple of 8, ≤ 256) dividing the consumer's tile width."""
+    return next(n for n in range(min(cn, WGMMA_MAX_N), 7, -8) if cn % n == 0)
+
+
+def _derive(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> Derived:
+    consumers, cm, cn = _consumer_tile(cfg)
+    stage = (cfg.block_m + cfg.block_n) * cfg.block_k * in_bytes
+    epi = _epilogue_bytes(cfg, out_bytes)
+    fixed = epi + 2 * MAX_STAGES * BARRIER_BYTES + 4 * BARRIER_BYTES
+    stages = cfg.stages or min(MAX_STAGES, (SMEM_LIMIT - fixed) // stage)
+    if cfg.schedule == "persistent":
+        warpgroups = min(2, cm // WGMMA_M)  # one or two warpgroups stacked along M
+        num_warps, worker_warps, worker_regs, maxnreg = 4 * warpgroups, (), (), None
+        warps_per_cta = (4 * warpgroups, 1)
+    else:
+        # default partition = consumer 0 (4 warps); workers = consumer 1 (4) and the producer (1).
+        # 12 warps are resident (the producer's warpgroup is padded to 4): the kernel starts
+        # with an even split and setmaxnreg moves registers from the producer to the consumers.
+        resident_threads = 3 * 128
+        maxnreg = (REGS_PER_SM // resident_threads) // 8 * 8
+        producer_regs = 40
+        consumer_regs = min(248, (REGS_PER_SM - 128 * producer_regs) // 256 // 8 * 8)
+        num_warps, worker_warps, worker_regs = 4, (4, 1), (consumer_regs, producer_regs)
+        warps_per_cta = (4, 1)
+    return Derived(
+        block_m=cfg.block_m,
+        block_n=cfg.block_n,
+        block_k=cfg.block_k,
+        stages=stages,
+        schedule=cfg.schedule,
+        group_m=cfg.group_m,
+        consumers=consumers,
+        consumer_m=cm,
+        consumer_n=cn,
+        instr_shape=(16, _instr_n(cn), WGMMA_K_BYTES // in_bytes),
+        warps_per_cta=warps_per_cta,
+        num_warps=num_warps,
+        worker_warps=worker_warps,
+        worker_regs=worker_regs,
+        maxnreg=maxnreg,
+        acc_regs=cm * cn // _consumer_threads(cfg, cm),
+        a_swizzle=swizzle_width(cfg.block_k * in_bytes),
+        b_swizzle=swizzle_width(cfg.block_k * in_bytes),
+        stage_bytes=stage,
+        epilogue_bytes=epi,
+        shared_bytes=stages * stage + fixed,
+    )
+
+
+def default_config(m: int, n: int, k: int) -> KernelConfig:
+    """The documented rule `matmul` uses until the autotuner exists.
+
+    Large problems (enough 128×256 tiles to fill every SM at least once) take the
+    cooperative 128×256×64 schedule; smaller ones 128×128×64 tiles so more SMs get work.
+    """
+    tiles_128x256 = math.ceil(m / 128) * math.ceil(n / 256)
+    if tiles_128x256 >= 132:
+        return KernelConfig(128, 256, 64, schedule="cooperative")
+    return KernelConfig(128, 128, 64, schedule="cooperative")

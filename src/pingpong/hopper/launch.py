@@ -1,0 +1,114 @@
+"""Host side of the Hopper GEMM: TMA descriptors, the derived constexprs, the persistent grid.
+
+`tma_legal(t)` says whether a 2-D tensor can be described to TMA as it is stored (last
+stride 1 in one of its two orientations, the other stride 16-byte aligned, base 16-byte
+aligned). The API decides what to do with tensors that are not (a padded copy); this module
+assumes legal inputs and asserts it.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from .. import compile as cc
+from ..config import KernelConfig, swizzle_width
+from .kernel import persistent_gemm, warp_specialized_gemm
+
+_GL_DTYPE = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}
+
+
+def tma_orientation(t: torch.Tensor) -> str | None:
+    """"row" if t's last dim is contiguous, "col" if its first is, None if TMA cannot read it."""
+    elem = t.element_size()
+    if t.data_ptr() % 16:
+        return None
+    if t.stride(1) == 1 and (t.stride(0) * elem) % 16 == 0 and t.stride(0) >= max(t.shape[1], 1):
+        return "row"
+    if t.stride(0) == 1 and (t.stride(1) * elem) % 16 == 0 and t.stride(1) >= max(t.shape[0], 1):
+        return "col"
+    return None
+
+
+def _descriptor(t: torch.Tensor, box: list[int]) -> TensorDescriptor:
+    """TMA descriptor of a row-major 2-D view, NVMMA-swizzled by its box's row width."""
+    layout = gl.NVMMASharedLayout(swizzle_byte_width=swizzle_width(box[-1] * t.element_size()),
+                                  element_bitwidth=8 * t.element_size(), rank=2)
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), box, layout)
+
+
+def operand_descriptor(t: torch.Tensor, rows: int, k: int, k_is_dim1: bool) -> tuple[TensorDescriptor, bool]:
+    """Descriptor of an operand tile of `rows` × `k` and whether it is K-major in memory.
+
+    `t` is A (M, K) (k_is_dim1=True) or B viewed as (N, K) (k_is_dim1=True after the caller
+    transposes B's (K, N) view). Whichever dimension is contiguous becomes the TMA box's row.
+    """
+    orient = tma_orientation(t)
+    assert orient is not None, "operand must be TMA-legal (the API pads it otherwise)"
+    if orient == "row":
+        return _descriptor(t, [rows, k]), True
+    return _descriptor(t.t(), [k, rows]), False
+
+
+@functools.lru_cache(maxsize=None)
+def num_sms(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def acc_layout(d) -> gl.NVMMADistributedLayout:
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=list(d.warps_per_cta),
+                                     instr_shape=list(d.instr_shape))
+
+
+def prepare(a, b, out, c, alpha, beta, config: KernelConfig, sms: int):
+    """(kernel, args, kwargs, grid) for out = α·a@b + β·c. a (M,K), b (K,N), out (M,N) row-major."""
+    M, K = a.shape
+    N = b.shape[1]
+    d = config.derive(a.element_size(), out.element_size())
+    a_desc, a_kmajor = operand_descriptor(a, d.block_m, d.block_k, True)
+    b_desc, b_kmajor = operand_descriptor(b.t(), d.block_n, d.block_k, True)
+    c_box = [d.consumer_m, d.consumer_n]
+    c_desc = _descriptor(out, c_box)
+    has_c = c is not None and beta != 0.0
+    assert not has_c or (tma_orientation(c) == "row" and c.dtype == out.dtype), "C must be TMA-legal, out's dtype"
+    cin_desc = _descriptor(c, c_box) if has_c else c_desc
+    tiles = -(-M // d.block_m) * -(-N // d.block_n)
+    args = (a_desc, b_desc, c_desc, cin_desc, M, N, K, float(alpha), float(beta))
+    common = dict(HAS_C=has_c, A_KMAJOR=a_kmajor, B_KMAJOR=b_kmajor, BM=d.block_m, BN=d.block_n, BK=d.block_k,
+                  STAGES=d.stages, GROUP_M=d.group_m, acc_layout=acc_layout(d))
+    grid = (max(1, min(sms, tiles)),)
+    if d.schedule == "persistent":
+        return persistent_gemm, args, dict(common, num_warps=d.num_warps), grid
+    kwargs = dict(common, PINGPONG=d.schedule == "pingpong", CONSUMER_REGS=d.worker_regs[0],
+                  PRODUCER_REGS=d.worker_regs[1], num_warps=d.num_warps, maxnreg=d.maxnreg)
+    return warp_specialized_gemm, args, kwargs, grid
+
+
+def launch(a, b, out, *, c=None, alpha=1.0, beta=0.0, config: KernelConfig) -> None:
+    """Run the Hopper kernel: out = α·(a@b) + β·c (c may alias out). Inputs must be TMA-legal."""
+    kernel, args, kwargs, grid = prepare(a, b, out, c, alpha, beta, config, num_sms(out.device.index or 0))
+    kernel[grid](*args, **kwargs)
+
+
+# ----------------------------------------------------------------------------- offline compilation
+
+
+def _offline_builder(schedule: str, block: tuple[int, int, int]):
+    def build(target: str) -> cc.Launch:
+        M, N, K = 512, 512, 512
+        a = torch.empty(M, K, dtype=torch.bfloat16)
+        w = torch.empty(N, K, dtype=torch.bfloat16)  # transpose_b: b = w.t()
+        out = torch.empty(M, N, dtype=torch.bfloat16)
+        config = KernelConfig(*block, schedule=schedule)
+        kernel, args, kwargs, grid = prepare(a, w.t(), out, out, 1.0, 1.0, config, sms=132)
+        return cc.Launch(kernel, args, kwargs, grid)
+
+    build.__doc__ = f"Hopper GEMM, {schedule} schedule, {block[0]}×{block[1]}×{block[2]}, bf16 transpose_b, β·C"
+    return build
+
+
+for _name, _block in (("persistent", (128, 256, 64)), ("cooperative", (128, 256, 64)), ("pingpong", (128, 128, 64))):
+    cc.register(_name, targets=("sm_90a",))(_offline_builder(_name, _block))

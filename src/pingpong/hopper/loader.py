@@ -1,0 +1,47 @@
+"""TileLoader: issues the TMA loads of one k-step into one ring slot.
+
+It knows the operands' storage (K-major or MN-major, i.e. which of the four transpose
+combinations the caller passed) and turns (off_m, off_n, k) into TMA box coordinates:
+
+    A stored (M, K) row-major  -> box [BM, BK] at (off_m, k)      "K-major"
+    A stored (K, M) (a = x.t()) -> box [BK, BM] at (k, off_m)     "MN-major"
+    B stored (N, K) (b = w.t()) -> box [BN, BK] at (off_n, k)     "K-major" (transpose_b, headline)
+    B stored (K, N) row-major  -> box [BK, BN] at (k, off_n)      "MN-major"
+
+Out-of-range boxes are zero-filled by TMA, so M, N, K need not be tile multiples.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
+from triton.language.core import _aggregate as aggregate
+
+
+@aggregate
+class TileLoader:
+    a_desc: tma.tensor_descriptor
+    b_desc: tma.tensor_descriptor
+    A_KMAJOR: gl.constexpr
+    B_KMAJOR: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, a_desc, b_desc, A_KMAJOR, B_KMAJOR):
+        self.a_desc = a_desc
+        self.b_desc = b_desc
+        self.A_KMAJOR = gl.constexpr(A_KMAJOR)
+        self.B_KMAJOR = gl.constexpr(B_KMAJOR)
+
+    @gluon.jit
+    def load(self, ring, counter, off_m, off_n, k):
+        """Wait for the slot of k-step `counter` to be empty, then fill it with A and B tiles."""
+        s = ring.acquire_empty(counter)
+        bar = ring.ready.index(s)
+        mbarrier.expect(bar, self.a_desc.block_type.nbytes + self.b_desc.block_type.nbytes)
+        if self.A_KMAJOR:
+            tma.async_copy_global_to_shared(self.a_desc, [off_m, k], bar, ring.a_bufs.index(s))
+        else:
+            tma.async_copy_global_to_shared(self.a_desc, [k, off_m], bar, ring.a_bufs.index(s))
+        if self.B_KMAJOR:
+            tma.async_copy_global_to_shared(self.b_desc, [off_n, k], bar, ring.b_bufs.index(s))
+        else:
+            tma.async_copy_global_to_shared(self.b_desc, [k, off_n], bar, ring.b_bufs.index(s))
