@@ -125,6 +125,7 @@ def rows():
         Row(2048, 2048, 2048, "hopper", "ok", 2e-3, 0.030, 0.027, 120, 130),
         Row(4096, 4096, 4096, "hopper", "ok", 3e-3, 0.200, 0.220, 100, 100),
         Row(100, 200, 300, "portable", "FAILED", rel_err=0.9),
+        Row(64, 64, 64, "portable", "FAILED", rel_err=float("nan")),
     ]
 
 
@@ -155,7 +156,7 @@ def test_csv(tmp_path, rows):
     path = tmp_path / "r.csv"
     bench.write_csv(str(path), rows)
     got = list(csv.DictReader(path.open()))
-    assert [r["shape"] for r in got] == ["2048x2048x2048", "4096x4096x4096", "100x200x300"]
+    assert [r["shape"] for r in got] == ["2048x2048x2048", "4096x4096x4096", "100x200x300", "64x64x64"]
     assert float(got[1]["ratio"]) == pytest.approx(1.1)
     assert got[2]["status"] == "FAILED" and got[2]["ours_tflops"] == ""
     assert tuple(got[0]) == bench.FIELDS
@@ -166,7 +167,8 @@ def test_json(tmp_path, rows):
     bench.write_json(str(path), rows, {"device": "test"})
     doc = json.loads(path.read_text())
     assert doc["header"] == {"device": "test"}
-    assert len(doc["rows"]) == 3 and doc["rows"][2]["ratio"] is None
+    assert len(doc["rows"]) == 4 and doc["rows"][2]["ratio"] is None
+    assert doc["rows"][3]["rel_err"] == "nan"  # strict JSON: no bare NaN
     assert doc["geomean_ratio"] == pytest.approx(math.sqrt(0.99))
 
 

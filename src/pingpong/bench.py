@@ -262,9 +262,11 @@ def write_csv(path: str, rows: Sequence[Row]) -> None:
 
 
 def write_json(path: str, rows: Sequence[Row], header: dict[str, Any]) -> None:
-    doc = {"header": header, "rows": [r.record() for r in rows], "geomean_ratio": geomean_ratio(rows)}
+    finite = lambda v: str(v) if isinstance(v, float) and not math.isfinite(v) else v  # noqa: E731  strict JSON
+    records = [{k: finite(v) for k, v in r.record().items()} for r in rows]
+    doc = {"header": header, "rows": records, "geomean_ratio": geomean_ratio(rows)}
     with open(path, "w") as f:
-        json.dump(doc, f, indent=2)
+        json.dump(doc, f, indent=2, allow_nan=False)
         f.write("\n")
 
 
