@@ -160,3 +160,22 @@ def test_compiles_for_hopper_without_spills(facts):
     assert f.spill_bytes == 0 and f.counts["LDL/STL"] == 0
     assert f.shared_bytes <= f.shared_limit
     assert f.counts["wgmma"] > 0  # Triton lowers tl.dot to wgmma on sm_90a
+
+
+# --------------------------------------------------------------------------- on a GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_compiled_kernel_on_gpu_bf16(layout):
+    gen = torch.Generator(device="cuda").manual_seed(5)
+
+    def op(rows, cols, t):
+        x = torch.randn((cols, rows) if t else (rows, cols), generator=gen, device="cuda").to(torch.bfloat16)
+        return x.t() if t else x
+
+    M, N, K = 300, 200, 170  # no dimension a multiple of the tile
+    a, b, c = op(M, K, layout[0] == "t"), op(K, N, layout[1] == "t"), op(M, N, False)
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    portable_gemm(a, b, out, alpha=1.5, beta=0.5, c=c)
+    assert rel_err(out, 1.5 * (a.double() @ b.double()) + 0.5 * c.double()) < 1e-2

@@ -165,7 +165,12 @@ def default_stages(block: tuple[int, int, int], itemsize: int, shared_limit: int
 
 def _device_shared_limit(device: torch.device) -> tuple[int, bool]:
     """(max shared memory per block in bytes, is AMD) of the GPU that owns `device`."""
-    props = triton.runtime.driver.active.utils.get_device_properties(device.index or 0)
+    return _shared_limit_of(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _shared_limit_of(index: int) -> tuple[int, bool]:
+    props = triton.runtime.driver.active.utils.get_device_properties(index)
     return int(props["max_shared_mem"]), torch.version.hip is not None
 
 
@@ -182,6 +187,27 @@ def _input_precision(dtype: torch.dtype) -> str:
     if dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32:
         return "tf32"
     return "ieee"
+
+
+def _launch(a, b, c, out, alpha, beta, block, has_c, device_smem: tuple[int, bool] | None = None):
+    """(grid, positional args, keyword args) of one kernel launch; `device_smem` = (shared
+    memory bytes, is AMD) adds num_warps/num_stages (the interpreter takes neither)."""
+    (M, K), N = a.shape, b.shape[1]
+    grid = (triton.cdiv(M, block[0]) * triton.cdiv(N, block[1]),)
+    args = (
+        a, b, c, out, M, N, K,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+        c.stride(0), c.stride(1), out.stride(0), out.stride(1),
+        float(alpha), float(beta),
+    )
+    meta = dict(
+        HAS_C=has_c, BM=block[0], BN=block[1], BK=block[2], GROUP_M=GROUP_M,
+        INDEX_64=_needs_int64(a, b, c, out), INPUT_PRECISION=_input_precision(a.dtype),
+    )
+    if device_smem is not None:
+        shared, amd = device_smem
+        meta.update(num_warps=default_warps(block), num_stages=default_stages(block, a.element_size(), shared, amd))
+    return grid, args, meta
 
 
 # --------------------------------------------------------------------------- host launch
@@ -222,25 +248,13 @@ def portable_gemm(
     if M == 0 or N == 0:
         return out
 
-    bm, bn, bk = block
-    grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
     c_arg = c if has_c else out  # never read when HAS_C is False
-    args = (
-        a, b, c_arg, out, M, N, K,
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-        c_arg.stride(0), c_arg.stride(1), out.stride(0), out.stride(1),
-        float(alpha), float(beta),
-    )
-    meta = dict(
-        HAS_C=has_c, BM=bm, BN=bn, BK=bk, GROUP_M=GROUP_M,
-        INDEX_64=_needs_int64(a, b, c_arg, out), INPUT_PRECISION=_input_precision(a.dtype),
-    )
     if interpret:
+        grid, args, meta = _launch(a, b, c_arg, out, alpha, beta, block, has_c)
         interpreted_kernel()[grid](*args, **meta)
     else:
         assert a.is_cuda, "the compiled kernel needs GPU tensors (interpret=True runs on the CPU)"
-        shared, amd = _device_shared_limit(a.device)
-        meta.update(num_warps=default_warps(block), num_stages=default_stages(block, a.element_size(), shared, amd))
+        grid, args, meta = _launch(a, b, c_arg, out, alpha, beta, block, has_c, _device_shared_limit(a.device))
         gemm_kernel[grid](*args, **meta)
     return out
 
@@ -262,16 +276,6 @@ def build(target_name: str) -> Launch:
     c = torch.empty(M, N, dtype=dtype)
     out = torch.empty(M, N, dtype=dtype)
     block = default_block(M, N, K, dtype)
-    amd = TARGETS[target_name][0] == "hip"
-    stages = default_stages(block, dtype.itemsize, SHARED_MEMORY_LIMIT[target_name], amd)
-    args = (
-        a, b, c, out, M, N, K,
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-        c.stride(0), c.stride(1), out.stride(0), out.stride(1),
-        1.0, 0.5,
-    )
-    kwargs = dict(
-        HAS_C=True, BM=block[0], BN=block[1], BK=block[2], GROUP_M=GROUP_M,
-        INDEX_64=False, INPUT_PRECISION="ieee", num_warps=default_warps(block), num_stages=stages,
-    )
+    device_smem = (SHARED_MEMORY_LIMIT[target_name], TARGETS[target_name][0] == "hip")
+    _, args, kwargs = _launch(a, b, c, out, 1.0, 0.5, block, True, device_smem)
     return Launch(gemm_kernel, args, kwargs, grid=(1,))
