@@ -254,3 +254,12 @@ def test_bench_shape_checks_before_timing(mode, status):
         assert calls == [s.reps, s.reps] and row.rel_err < bench.TOLERANCE["fp16"] and row.ratio == 1.0
     else:
         assert calls == [] and row.ours_ms is None  # a failing shape is never timed
+
+
+def test_vector_add_says_not_available(monkeypatch, capsys):
+    import pingpong.streaming as streaming
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.delattr(streaming, "bench_vector_add", raising=False)
+    assert bench.run(parse("--op", "vector_add")) == 2
+    assert "vector_add is not available" in capsys.readouterr().err

@@ -116,6 +116,18 @@ def test_kernel_calls_no_jit_helpers():
     assert not jitted, f"kernel calls jit helpers {jitted}: the interpreter path would fail"
 
 
+def test_interpreter_opt_in_leaves_gpu_kernel_alone():
+    """interpret=True uses a separate InterpretedFunction; the GPU kernel stays a JITFunction
+    (unless the whole process asked for the interpreter with TRITON_INTERPRET=1)."""
+    import triton
+
+    from triton.runtime.interpreter import InterpretedFunction
+
+    assert isinstance(portable.interpreted_kernel(), InterpretedFunction)
+    if not triton.knobs.runtime.interpret:
+        assert isinstance(portable.gemm_kernel, JITFunction)
+
+
 def test_default_block_rule():
     assert default_block(4096, 4096, 4096, torch.bfloat16) == (128, 128, 64)  # 128-byte K rows
     assert default_block(4096, 4096, 4096, torch.float32) == (128, 128, 32)

@@ -406,6 +406,16 @@ def _progress(i: int, n: int, row: Row, seconds: float) -> str:
 # --------------------------------------------------------------------------- entry point
 
 
+def _vector_add_runner():
+    """(pingpong.streaming.bench_vector_add, None), or (None, why it is not there)."""
+    try:
+        from . import streaming
+    except ImportError as e:
+        return None, f"pingpong.streaming: {e}"
+    runner = getattr(streaming, "bench_vector_add", None)
+    return (runner, None) if runner else (None, "pingpong.streaming has no bench_vector_add")
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(args)
@@ -417,15 +427,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"pingpong bench: {reason}", file=sys.stderr)
         return EXIT_USAGE
     if settings.op == "vector_add":
-        try:
-            from . import streaming
-        except ImportError as e:
-            print(f"pingpong bench: --op vector_add is not available yet (pingpong.streaming: {e})", file=sys.stderr)
-            return EXIT_USAGE
-        runner = getattr(streaming, "bench_vector_add", None)
+        runner, why = _vector_add_runner()
         if runner is None:
-            print("pingpong bench: --op vector_add is not available yet (pingpong.streaming has no bench_vector_add)",
-                  file=sys.stderr)
+            print(f"pingpong bench: --op vector_add is not available yet ({why})", file=sys.stderr)
             return EXIT_USAGE
         return int(runner(settings) or 0)
     try:
