@@ -1,0 +1,51 @@
+"""Compare Hopper schedules/configs against cuBLAS in one process (the ablation's raw data).
+
+    PYTHONPATH=src python benchmarks/schedules.py --shapes 8192,8192,8192 --configs \
+        persistent:128x256x64 cooperative:128x256x64 pingpong:128x128x64
+
+Each config is checked, then timed with the harness of `pingpong bench` (same method).
+"""
+
+import argparse
+import sys
+import types
+
+from pingpong import KernelConfig, api, bench
+
+
+def config_api(config: KernelConfig):
+    """A stand-in for pingpong.api whose matmul runs one explicit config."""
+    return types.SimpleNamespace(
+        path_for=lambda a, b: f"{config.schedule}:{config.block_m}x{config.block_n}x{config.block_k}"
+        + (f"/s{config.stages}" if config.stages else ""),
+        matmul=lambda a, b: api.matmul_tiled(a, b, config),
+    )
+
+
+def parse_config(text: str) -> KernelConfig:
+    schedule, _, rest = text.partition(":")
+    block, _, stages = rest.partition("/s")
+    bm, bn, bk = (int(x) for x in block.split("x"))
+    return KernelConfig(bm, bn, bk, stages=int(stages) if stages else None, schedule=schedule)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shapes", nargs="+", type=bench.parse_shape, default=[(8192, 8192, 8192)])
+    p.add_argument("--configs", nargs="+", type=parse_config, required=True)
+    p.add_argument("--reps", type=int, default=100)
+    p.add_argument("--dtype", default="bf16")
+    args = p.parse_args(argv)
+    settings = bench.Settings(shapes=args.shapes, dtype=args.dtype, layout="nt", reps=args.reps)
+    rows = []
+    for shape in args.shapes:
+        for cfg in args.configs:
+            row = bench.bench_shape(*shape, settings, config_api(cfg))
+            print(bench._progress(len(rows) + 1, len(args.shapes) * len(args.configs), row, 0), file=sys.stderr)
+            rows.append(row)
+    print(bench.format_table(rows, bench.environment_header(settings)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

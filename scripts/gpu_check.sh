@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One command on a Hopper (H100/H200) machine: GPU tests, schedule comparison, benchmark.
+# Prints the short tables last; full logs go to $OUT (default ./out).
+#   bash scripts/gpu_check.sh                 # everything
+#   TESTS="tests/test_gemm_gpu.py" BENCH_SHAPES="8192,8192,8192" bash scripts/gpu_check.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH=src PYTHONUNBUFFERED=1
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+TESTS=${TESTS:-tests}
+BENCH_SHAPES=${BENCH_SHAPES:-2048,2048,2048 4096,4096,4096 8192,8192,8192 16384,16384,16384}
+CONFIGS=${CONFIGS:-persistent:128x256x64 cooperative:128x256x64 pingpong:128x128x64}
+SWEEP_SHAPES=${SWEEP_SHAPES:-8192,8192,8192}
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
+python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
+
+echo "== GPU tests ($TESTS)"
+python -m pytest -q -m gpu -p no:cacheprovider $TESTS 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 25
+tests_rc=${PIPESTATUS[0]}
+
+echo "== schedules"
+python benchmarks/schedules.py --shapes $SWEEP_SHAPES --configs $CONFIGS 2>"$OUT/schedules.err" | tee "$OUT/schedules.txt"
+
+echo "== pingpong bench"
+python -m pingpong bench --shapes $BENCH_SHAPES --csv "$OUT/bench.csv" --json "$OUT/bench.json" \
+    2>"$OUT/bench.err" | tee "$OUT/bench.txt"
+
+echo
+echo "== summary"
+grep -E "passed|failed|error" "$OUT/gpu_tests.log" | tail -n 1
+cat "$OUT/schedules.txt"
+cat "$OUT/bench.txt"
+exit $tests_rc

@@ -1,0 +1,21 @@
+"""pingpong: readable, fast GEMM kernels in Triton Gluon.
+
+    import pingpong
+    c = pingpong.matmul(a, w.t())                       # a @ wᵀ, bf16/fp16, fp32 accumulate
+    d = pingpong.gemm(a, b, c, alpha=2.0, beta=0.5)     # α·a@b + β·c, fused
+    pingpong.gemm_(c, a, b, beta=1.0)                   # in place
+    pingpong.matmul_tiled(a, b, pingpong.KernelConfig(128, 128, 64, schedule="pingpong"))
+
+See README.md for what runs where, and `pingpong --help` for the command line.
+"""
+
+from .api import gemm, gemm_, matmul, matmul_tiled, path_for
+from .config import KernelConfig
+from .errors import ConfigError, PingpongError, TargetError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "matmul", "gemm", "gemm_", "matmul_tiled", "path_for",
+    "KernelConfig", "ConfigError", "PingpongError", "TargetError",
+]
