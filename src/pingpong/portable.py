@@ -37,11 +37,15 @@ that variable once, when ``@triton.jit`` runs (``triton/runtime/jit.py``: ``jit(
 the undecorated Python function and wrap it twice: ``gemm_kernel = triton.jit(fn)`` for GPUs
 (or whatever the environment asks for) and, on first use, ``InterpretedFunction(fn)`` for the
 interpreter. GPU users never touch the second. The kernel calls no other `@triton.jit`
-function (not even ``tl.cdiv`` or ``tl.zeros``, jit functions of ``triton.language.standard``): with the
-variable unset those are compiled-mode JITFunctions, which the interpreter cannot call.
-Caveat (triton 3.6): the interpreter gives
-wrong results for bf16, so interpreter tests use fp16/fp32; fp32 `tl.dot` in the interpreter
-is exact fp32 (numpy), on GPUs it follows ``torch.backends.cuda.matmul.allow_tf32``.
+function (not even ``tl.cdiv`` or ``tl.zeros``, jit functions of ``triton.language.standard``):
+with the variable unset those are compiled-mode JITFunctions, which the interpreter cannot
+call (a test checks this). Caveat (triton 3.6): the interpreter gives wrong results for bf16,
+so interpreter tests use fp16/fp32. fp32 `tl.dot` is exact fp32 in the interpreter (numpy);
+on GPUs it follows ``torch.backends.cuda.matmul.allow_tf32`` (off by default: "ieee").
+
+Offline (``pingpong isa --kernel portable --target T``; bf16, 512³, nt, with C): 128×128×64,
+8 warps everywhere; sm_90a 4 stages (128 KB shared, wgmma, 0 spills), gfx942/gfx950 2 stages
+(32 KB LDS, MFMA), gfx1151 2 stages (32 KB LDS, WMMA), no spills on any target.
 """
 
 from __future__ import annotations
