@@ -80,6 +80,24 @@ def _tma_ok(*ts) -> bool:
     return ts[0].numel() <= hopper.MAX_TMA_ELEMENTS and all(t.data_ptr() % 16 == 0 for t in ts)
 
 
+def kernel_path(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> str:
+    """Which kernel `vector_add(a, b, out)` runs: "hopper-tma", "portable" or "interpreter".
+
+    Validates like vector_add (PingpongError on bad input); with out=None, `out` is a fresh
+    tensor, always 16-byte aligned.
+    """
+    _check(a, b, out)
+    if a.device.type == "cpu":
+        return "interpreter"
+    index = _index(a)
+    ts = (a, b) if out is None else (a, b, out)
+    return "hopper-tma" if _is_hopper(index) and _tma_ok(*ts) else "portable"
+
+
+def _index(t) -> int:
+    return t.device.index if t.device.index is not None else torch.cuda.current_device()
+
+
 def vector_add(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """Return a + b (elementwise, bitwise equal to torch.add), written into `out` if given.
 
@@ -87,22 +105,28 @@ def vector_add(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None
     same device, contiguous. `out` may be `a` or `b` itself. Bad input raises PingpongError
     naming the argument, before anything is written.
     """
-    _check(a, b, out)
+    path = kernel_path(a, b, out)
     if out is None:
         out = torch.empty_like(a)
     n = a.numel()
     if n == 0:
         return out
     fa, fb, fo = a.view(-1), b.view(-1), out.view(-1)
-    if a.device.type == "cpu":
+    if path == "interpreter":
         portable.launch(fa, fb, fo, interpret=True)
         return out
-    index = a.device.index if a.device.index is not None else torch.cuda.current_device()
-    with torch.cuda.device(index):
-        if _is_hopper(index) and _tma_ok(fa, fb, fo):
-            nprog = sm_count(index)
-            cfg = hopper.choose_config(n, a.element_size(), nprog)
-            hopper.launch(fa, fb, fo, nprog, cfg)
-        else:
-            portable.launch(fa, fb, fo)
+    index = _index(a)
+    if index != torch.cuda.current_device():
+        with torch.cuda.device(index):
+            _launch(path, index, fa, fb, fo)
+    else:
+        _launch(path, index, fa, fb, fo)
     return out
+
+
+def _launch(path, index, fa, fb, fo):
+    if path == "hopper-tma":
+        sms = sm_count(index)
+        hopper.launch(fa, fb, fo, sms, hopper.choose_config(fa.numel(), fa.element_size(), sms))
+    else:
+        portable.launch(fa, fb, fo)
