@@ -58,6 +58,10 @@ def _check_operands(a, b) -> None:
         raise PingpongError(f"shape mismatch: a is {tuple(a.shape)} and b is {tuple(b.shape)}; a.shape[1] must equal b.shape[0]")
     if a.device != b.device:
         raise PingpongError(f"a and b must be on the same device, got a on {a.device} and b on {b.device}")
+
+
+def _check_gpu(a) -> None:
+    """Last of the checks, so every argument error is reported the same on any machine."""
     if a.device.type != "cuda":
         raise PingpongError(
             f"a and b are on {a.device}: pingpong runs on CUDA/ROCm GPUs. For a CPU check use Triton's "
@@ -115,6 +119,7 @@ def _tma_ready(t: torch.Tensor) -> bool:
 def path_for(a: torch.Tensor, b: torch.Tensor) -> str:
     """The path `matmul(a, b)` takes: "hopper", "hopper-padded" or "portable" (see module doc)."""
     _check_operands(a, b)
+    _check_gpu(a)
     if not _is_hopper(a.device):
         return "portable"
     return "hopper" if _tma_ready(a) and _tma_ready(b) else "hopper-padded"
@@ -196,6 +201,7 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out_dtype=None) -> torch.Tensor:
     dtype = _check_out_dtype(out_dtype, a.dtype)
     if c is not None:
         _check_c(c, a, b, dtype)
+    _check_gpu(a)
     return _gemm_into(_new_out(a, b, dtype), a, b, c, alpha, beta, None)
 
 
@@ -211,6 +217,7 @@ def matmul_tiled(a, b, config: KernelConfig, *, out_dtype=None) -> torch.Tensor:
         raise PingpongError(f"config: expected a pingpong.KernelConfig, got {type(config).__name__}")
     dtype = _check_out_dtype(out_dtype, a.dtype)
     config.validate(a.element_size(), torch.empty((), dtype=dtype).element_size())
+    _check_gpu(a)
     return _gemm_into(_new_out(a, b, dtype), a, b, None, 1.0, 0.0, config)
 
 
@@ -228,5 +235,6 @@ def gemm_(c, a, b, *, alpha=1.0, beta=0.0) -> torch.Tensor:
     _check_c(c, a, b, getattr(c, "dtype", None))
     if _overlaps(c, a) or _overlaps(c, b):
         raise PingpongError("c must not share memory with a or b (the product would read what it overwrites)")
+    _check_gpu(a)
     _gemm_into(c, a, b, c, alpha, beta, None)
     return c

@@ -1,0 +1,71 @@
+"""KernelConfig: derivation and every validate() error (CPU)."""
+
+import pytest
+
+from pingpong import ConfigError, KernelConfig
+from pingpong.config import SMEM_LIMIT, default_config, swizzle_width
+
+
+def test_defaults_derive_for_each_schedule():
+    coop = KernelConfig(128, 256, 64, schedule="cooperative").derive()
+    assert (coop.consumer_m, coop.consumer_n, coop.consumers) == (64, 256, 2)
+    assert coop.instr_shape == (16, 256, 16)
+    assert coop.total_warps == 9 and coop.worker_warps == (4, 1)
+    assert coop.worker_regs[0] > coop.worker_regs[1]  # setmaxnreg: consumers get the registers
+    assert coop.shared_bytes <= SMEM_LIMIT and coop.stages == 3
+    pp = KernelConfig(128, 128, 64, schedule="pingpong").derive()
+    assert (pp.consumer_m, pp.consumer_n) == (128, 128) and pp.stages == 5
+    assert pp.epilogue_bytes == 2 * 128 * 128 * 2  # one staging tile per consumer
+    base = KernelConfig(128, 256, 64, schedule="persistent").derive()
+    assert base.num_warps == 8 and base.worker_warps == () and base.acc_regs == 128
+
+
+def test_stage_count_follows_the_budget():
+    bf16_out = KernelConfig(128, 256, 64).derive(out_bytes=2)
+    fp32_out = KernelConfig(128, 256, 64).derive(out_bytes=4)
+    assert fp32_out.stages < bf16_out.stages  # the bigger staging tile leaves less room
+    assert KernelConfig(128, 256, 64, stages=2).derive().stages == 2
+
+
+def test_swizzle_derived_from_row_bytes():
+    assert [swizzle_width(b) for b in (32, 64, 96, 128, 256, 16)] == [32, 64, 32, 128, 128, 0]
+    assert KernelConfig(128, 128, 32).derive().a_swizzle == 64
+
+
+def test_instruction_n_divides_the_consumer_tile():
+    assert KernelConfig(128, 192, 64, schedule="cooperative").derive().instr_shape[1] == 192
+    assert KernelConfig(128, 96, 64, schedule="pingpong").derive().instr_shape[1] == 96
+
+
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        (dict(block_m=100), "multiple of the wgmma M"),
+        (dict(block_m=128, block_n=256, schedule="pingpong"), "accumulator needs 256 fp32 registers"),
+        (dict(block_n=100), "multiple of 8"),
+        (dict(block_k=48), "K-tile row must be 32, 64, 128 or 256 bytes"),
+        (dict(block_n=512, schedule="persistent"), "TMA box limit"),
+        (dict(stages=5), "exceeds the 232448 B (227 KB) Hopper limit"),
+        (dict(stages=1), "stages must be an int ≥ 2"),
+        (dict(schedule="diagonal"), "schedule must be one of"),
+        (dict(group_m=0), "group_m must be a positive int"),
+        (dict(block_m=-64), "block_m must be a positive int"),
+    ],
+)
+def test_validate_names_the_constraint(kwargs, needle):
+    with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        KernelConfig(**kwargs).validate()
+
+
+def test_validate_rejects_element_sizes():
+    with pytest.raises(ConfigError, match="16-bit"):
+        KernelConfig().validate(in_bytes=4)
+    with pytest.raises(ConfigError, match="output elements"):
+        KernelConfig().validate(out_bytes=8)
+
+
+def test_default_config_rule():
+    assert default_config(8192, 8192, 8192) == KernelConfig(128, 256, 64, schedule="cooperative")
+    small = default_config(1024, 1024, 1024)
+    small.validate()
+    assert small.block_n == 128

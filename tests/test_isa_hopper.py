@@ -1,0 +1,51 @@
+"""Offline compile facts of the Hopper GEMM schedules (CPU, no GPU): the machine code has
+what the design says it has."""
+
+import functools
+import subprocess
+import sys
+
+import pytest
+
+from pingpong import compile as cc
+from pingpong.config import SMEM_LIMIT
+
+
+@functools.lru_cache(maxsize=None)
+def facts(kernel):
+    return cc.compile_kernel(kernel, "sm_90a").facts()
+
+
+@pytest.mark.parametrize("kernel", ["persistent", "cooperative", "pingpong"])
+def test_common_facts(kernel):
+    f = facts(kernel)
+    assert f.counts["wgmma"] > 0 and f.counts["HGMMA"] > 0, "tensor-core wgmma missing"
+    assert f.counts["tma_load"] > 0 and f.counts["UTMALDG"] > 0, "TMA loads missing"
+    assert f.counts["tma_store"] > 0 and f.counts["UTMASTG"] > 0, "TMA-store epilogue missing"
+    assert f.spill_bytes == 0 and f.counts["LDL/STL"] == 0, "local-memory spills"
+    assert 0 < f.shared_bytes <= SMEM_LIMIT
+
+
+@pytest.mark.parametrize("kernel", ["cooperative", "pingpong"])
+def test_warp_specialized_facts(kernel):
+    f = facts(kernel)
+    assert f.counts["setmaxnreg"] > 0, "register budgets (setmaxnreg) not applied"
+    assert f.warps == 12, "producer warp (padded to a warpgroup) + two consumer warpgroups"
+
+
+def test_baseline_is_not_warp_specialized():
+    f = facts("persistent")
+    assert f.counts["setmaxnreg"] == 0 and f.warps == 8
+
+
+def test_cli_isa_prints_facts_and_lists_names(tmp_path):
+    run = lambda *a: subprocess.run([sys.executable, "-m", "pingpong", "isa", *a], capture_output=True, text=True)  # noqa: E731
+    listing = run("--list")
+    assert listing.returncode == 0 and "pingpong" in listing.stdout and "cooperative" in listing.stdout
+    bad = run("--kernel", "nope")
+    assert bad.returncode == 2 and "valid kernels" in bad.stderr
+    bad_target = run("--kernel", "pingpong", "--target", "sm_80")
+    assert bad_target.returncode == 2 and "valid targets" in bad_target.stderr
+    dump = tmp_path / "pp.sass"
+    ok = run("--kernel", "pingpong", "--dump", str(dump))
+    assert ok.returncode == 0 and "count setmaxnreg" in ok.stdout and "HGMMA" in dump.read_text()
