@@ -7,26 +7,32 @@ Each config is checked, then timed with the harness of `pingpong bench` (same me
 """
 
 import argparse
+import re
 import sys
 import types
 
 from pingpong import KernelConfig, api, bench
 
 
+def config_name(c: KernelConfig) -> str:
+    return (f"{c.schedule}:{c.block_m}x{c.block_n}x{c.block_k}" + (f"/s{c.stages}" if c.stages else "")
+            + f"/g{c.group_m}")
+
+
 def config_api(config: KernelConfig):
     """A stand-in for pingpong.api whose matmul runs one explicit config."""
-    return types.SimpleNamespace(
-        path_for=lambda a, b: f"{config.schedule}:{config.block_m}x{config.block_n}x{config.block_k}"
-        + (f"/s{config.stages}" if config.stages else ""),
-        matmul=lambda a, b: api.matmul_tiled(a, b, config),
-    )
+    return types.SimpleNamespace(path_for=lambda a, b: config_name(config),
+                                 matmul=lambda a, b: api.matmul_tiled(a, b, config))
 
 
 def parse_config(text: str) -> KernelConfig:
-    schedule, _, rest = text.partition(":")
-    block, _, stages = rest.partition("/s")
-    bm, bn, bk = (int(x) for x in block.split("x"))
-    return KernelConfig(bm, bn, bk, stages=int(stages) if stages else None, schedule=schedule)
+    """SCHEDULE:BMxBNxBK[/sSTAGES][/gGROUP_M], e.g. pingpong:128x128x64/s4/g8."""
+    m = re.fullmatch(r"(\w+):(\d+)x(\d+)x(\d+)(?:/s(\d+))?(?:/g(\d+))?", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"--configs: expected SCHEDULE:BMxBNxBK[/sS][/gG], got {text!r}")
+    sched, bm, bn, bk, stages, group = m.groups()
+    return KernelConfig(int(bm), int(bn), int(bk), stages=int(stages) if stages else None, schedule=sched,
+                        group_m=int(group) if group else 8)
 
 
 def main(argv=None) -> int:
