@@ -1,0 +1,16 @@
+"""pingpong.schedule: a model checker for synchronization races in kernel schedules.
+
+    model      Schedule / Group / Op, the builder, validation (ScheduleError names the op)
+    checker    hardware semantics + breadth-first exploration -> Result (races, deadlocks, misuse)
+    timeline   ASCII timelines of traces in the style of seed 003 §15
+    schedules  the shipped schedules (seeds 002/003, our Hopper kernel's protocol)
+    cli        `pingpong check`
+
+See docs/schedule.md.
+"""
+
+from .checker import Result, Violation, check
+from .errors import ScheduleError
+from .model import Group, Op, Schedule, ScheduleBuilder, validate
+
+__all__ = ["Group", "Op", "Result", "Schedule", "ScheduleBuilder", "ScheduleError", "Violation", "check", "validate"]

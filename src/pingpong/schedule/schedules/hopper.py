@@ -1,0 +1,99 @@
+"""The Hopper ping-pong protocol of our own kernel, built from the kernel's own helpers.
+
+Seed 003 §6 (PingPongSync, two counters -> two mbarriers) and §2.2 (producer/consumer), as
+realized in ``pingpong.hopper``: the stage ring (``pipeline.py``: ``ring_index``,
+``ring_phase``, ``first_counter``) and the turn barriers (``phase_sync.py``: ``turn_phase``,
+``other_consumer``). Those are ``@gluon.jit`` functions; ``.fn`` is their plain Python body,
+so the model below computes every slot, parity and counter with the code the kernel runs.
+
+    producer   for c in 0..T·K-1: wait empty[s] parity ring_phase(c)^1; expect ready[s] (A+B
+               bytes); TMA A[s], B[s] (land on ready[s])
+    consumer c for j: wait turn[c] parity turn_phase(j); for k: wait ready[s] parity
+               ring_phase; wgmma(A[s], B[s]); wgmma wait(1); arrive empty of k-step k-1;
+               arrive turn[other_consumer(c)]; wgmma wait(0); arrive empty of the last k-step;
+               epilogue: store_wait(0); write C[c] staging; TMA store C[c]
+    kernel     arrives once on turn[0] before the partitions start (modelled as consumer 0's
+               first op: only consumer 0 waits on turn[0] before anyone else arrives there)
+
+Every TMA load carries its ring counter as data and every wgmma expects it, so a consumer
+reading a slot that holds another k-step's tile is reported (stale read), not only overlaps.
+"""
+
+from __future__ import annotations
+
+from ..model import ScheduleBuilder
+
+A_BYTES = 128 * 64 * 2  # BM × BK bf16
+B_BYTES = 256 * 64 * 2  # BN × BK bf16
+
+
+def _helpers():
+    from pingpong.hopper.phase_sync import other_consumer, turn_phase
+    from pingpong.hopper.pipeline import first_counter, ring_index, ring_phase
+
+    return (ring_index.fn, ring_phase.fn, first_counter.fn, turn_phase.fn, other_consumer.fn)
+
+
+def hopper_pingpong(k_iters: int = 4, stages: int = 3, tiles_per_consumer: int = 2, variant: str = "correct"):
+    """Our Hopper ping-pong kernel's protocol (pingpong.hopper.kernel.pingpong_consumer,
+    producer; seed 003 §6 realized with mbarriers). ``k_iters`` = k-steps per tile.
+
+    variant: "correct"; "early_release" (a consumer arrives on empty[s] right after issuing
+    the wgmma that reads slot s, before it completed); "no_turn_wait" (consumers skip the
+    turn wait); "no_store_wait" (the epilogue overwrites its C staging buffer without
+    tma.store_wait(0)).
+    """
+    ring_index, ring_phase, first_counter, turn_phase, other_consumer = _helpers()
+    name = "hopper_pingpong" if variant == "correct" else f"hopper_{variant}"
+    b = ScheduleBuilder(name, hopper_pingpong.__doc__)
+    for s in range(stages):
+        b.buffer(f"A[{s}]", f"B[{s}]")
+        b.mbarrier(f"ready[{s}]", 1).mbarrier(f"empty[{s}]", 1)
+    b.buffer("C[0]", "C[1]")
+    b.mbarrier("turn[0]", 1).mbarrier("turn[1]", 1)
+    tiles = 2 * tiles_per_consumer
+
+    p = b.group("producer", 1)
+    for c in range(tiles * k_iters):
+        s, ph = ring_index(c, stages), ring_phase(c, stages)
+        p.where = f"tile {c // k_iters} k={c % k_iters}"
+        p.mwait(f"empty[{s}]", ph ^ 1, critical="pipeline.py: producer waits empty[s] with parity ring_phase^1")
+        p.expect(f"ready[{s}]", A_BYTES + B_BYTES)
+        p.tma_load(f"A[{s}]", f"ready[{s}]", A_BYTES, data=c, label=f"TMA A(c={c}) → A[{s}]")
+        p.tma_load(f"B[{s}]", f"ready[{s}]", B_BYTES, data=c, label=f"TMA B(c={c}) → B[{s}]")
+
+    for cons in (0, 1):
+        g = b.group(f"consumer{cons}", 4)
+        other = other_consumer(cons)
+        if cons == 0:
+            g.where = "kernel"
+            g.arrive("turn[0]", label="arrive turn[0] (kernel, once)")
+        for j in range(tiles_per_consumer):
+            first = first_counter(j, k_iters, 2, cons)
+            g.where = f"tile {2 * j + cons}"
+            if variant != "no_turn_wait":
+                g.mwait(f"turn[{cons}]", turn_phase(j), critical="phase_sync.py: wait for my turn")
+            for k in range(k_iters):
+                c = first + k
+                s = ring_index(c, stages)
+                g.where = f"tile {2 * j + cons} k={k}"
+                g.mwait(f"ready[{s}]", ring_phase(c, stages), critical="pipeline.py: consumer waits ready[s]")
+                g.mma((f"A[{s}]", f"B[{s}]"), counter="wgmma", want=c, label=f"wgmma c={c} A[{s}],B[{s}]")
+                if variant == "early_release":
+                    g.arrive(f"empty[{s}]", label=f"arrive empty[{s}] (too early)")
+                g.wait("wgmma", 1, critical="mma.py: keep one wgmma group in flight")
+                if k > 0 and variant != "early_release":
+                    g.arrive(f"empty[{ring_index(c - 1, stages)}]")
+            g.where = f"tile {2 * j + cons} end"
+            g.arrive(f"turn[{other}]")
+            g.wait("wgmma", 0, critical="kernel.py finish_mainloop: drain the last wgmma")
+            if variant != "early_release":
+                g.arrive(f"empty[{ring_index(first + k_iters - 1, stages)}]")
+            g.where = f"tile {2 * j + cons} epilogue"
+            if variant != "no_store_wait":
+                g.wait("tma_store", 0, critical="epilogue.py: store_wait(0) before reusing the staging buffer")
+            g.write(f"C[{cons}]", label=f"st.shared C[{cons}] (tile {2 * j + cons})")
+            g.store(f"C[{cons}]", counter="tma_store", label=f"TMA store C[{cons}]")
+        g.where = "drain"
+        g.wait("tma_store", 0)
+    return b.build()
