@@ -1,0 +1,127 @@
+"""GPU tests of pingpong.vector_add on Hopper (marker `gpu`: skipped with a reason elsewhere).
+
+Every check: random inputs, output poisoned with NaN before the run, result compared with
+torch.add bitwise (torch.equal). Run: python -m pytest -q -m gpu tests/test_streaming_gpu.py
+"""
+
+import pytest
+import torch
+
+from pingpong.errors import PingpongError
+from pingpong.streaming import hopper, vector_add
+from pingpong.streaming.api import kernel_path, sm_count
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+ODD_LENGTHS = (1, 255, 4097, 2**20 + 3)
+
+
+def rand(shape, dtype, device="cuda"):
+    return torch.randn(shape, device=device, dtype=torch.float32).to(dtype)
+
+
+def poisoned(like):
+    return torch.full_like(like, float("nan"))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", ODD_LENGTHS)
+def test_odd_lengths_bitwise(n, dtype):
+    a, b = rand(n, dtype), rand(n, dtype)
+    out = poisoned(a)
+    assert kernel_path(a, b, out) == "hopper-tma"
+    assert vector_add(a, b, out) is out
+    assert torch.equal(out, torch.add(a, b))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(3, 5, 7), (64, 1024), (2, 3, 4097)])
+def test_shapes_and_fresh_output(shape, dtype):
+    a, b = rand(shape, dtype), rand(shape, dtype)
+    out = vector_add(a, b)
+    assert out.shape == a.shape and out.dtype == dtype
+    assert torch.equal(out, torch.add(a, b))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_many_steps_per_program(dtype):
+    """Long grid-stride loops: every slot parity flips many times; a tail at the end."""
+    n = 64 * sm_count(torch.cuda.current_device()) * hopper.DEFAULT.block(torch.empty((), dtype=dtype).element_size()) + 5
+    a, b = rand(n, dtype), rand(n, dtype)
+    out = poisoned(a)
+    vector_add(a, b, out)
+    assert torch.equal(out, torch.add(a, b))
+
+
+@pytest.mark.parametrize("which", ["a", "b", "both"])
+def test_out_aliases_input(which):
+    n = 2**20 + 3
+    a, b = rand(n, torch.float32), rand(n, torch.float32)
+    if which == "both":
+        b = a
+    expect = torch.add(a, b)
+    out = a if which in ("a", "both") else b
+    vector_add(a, b, out)
+    assert torch.equal(out, expect)
+
+
+@pytest.mark.parametrize("cfg", [hopper.DEFAULT, hopper.SMALL, hopper.StreamConfig(stages=2),
+                                 hopper.StreamConfig(tile_bytes=32 * 1024, stages=2)],
+                         ids=["default", "small", "seed-2-stages", "32KB-2-stages"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_config(cfg, dtype):
+    n = 3 * 2**20 + 7
+    a, b = rand(n, dtype), rand(n, dtype)
+    out = poisoned(a)
+    hopper.launch(a, b, out, sm_count(torch.cuda.current_device()), cfg)
+    assert torch.equal(out, torch.add(a, b))
+
+
+def test_unaligned_views_take_the_portable_path():
+    base = rand(4097 + 1, torch.float32)
+    a = base[1:]  # 4 bytes past a 16-byte boundary: no TMA
+    b = rand(4097, torch.float32)
+    out = poisoned(b)
+    assert kernel_path(a, b, out) == "portable"
+    vector_add(a, b, out)
+    assert torch.equal(out, torch.add(a, b))
+
+
+def test_empty():
+    a = torch.empty(0, device="cuda")
+    assert vector_add(a, a).numel() == 0
+
+
+# --------------------------------------------------------------------------- bad input: clear error, nothing written
+
+
+def _expect_error(match, a, b, out):
+    before = out.clone()
+    with pytest.raises(PingpongError, match=match):
+        vector_add(a, b, out)
+    torch.cuda.synchronize()
+    assert torch.equal(out.isnan(), before.isnan()), "out was written despite the error"
+
+
+def test_bad_input():
+    a = rand(4096, torch.float32)
+    out = poisoned(a)
+    _expect_error(r"^b: shape", a, rand(4095, torch.float32), out)
+    _expect_error(r"^b: dtype", a, rand(4096, torch.float16), out)
+    _expect_error(r"^b: on device cpu", a, torch.randn(4096), out)
+    _expect_error(r"^b: must be contiguous", a, rand(8192, torch.float32)[::2], out)
+    _expect_error(r"^out: dtype", a, rand(4096, torch.float32), poisoned(a).half())
+    cpu_out = torch.full((4096,), float("nan"))
+    _expect_error(r"^out: on device cpu", a, rand(4096, torch.float32), cpu_out)
+    with pytest.raises(PingpongError, match="^a: is a CPU tensor"):
+        vector_add(torch.randn(8), torch.randn(8))
+
+
+def test_bench_rows():
+    from pingpong.streaming.bench import format_table, run_vector_add_bench
+
+    rows = run_vector_add_bench([2**20], torch.float32, reps=10)
+    assert rows[0]["correct"] and rows[0]["path"] == "hopper-tma"
+    assert rows[0]["gbps_ours"] > 0 and rows[0]["gbps_copy"] > 0
+    print(format_table(rows))
