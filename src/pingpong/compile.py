@@ -286,9 +286,27 @@ def _amd_meta(text: str, key: str, default: int = 0) -> int:
     return int(m.group(1)) if m else default
 
 
+def _amd_loop_body(text: str) -> str:
+    """Instructions of the innermost loop: from a label to the last branch back to it
+    (empty when the kernel has no loop)."""
+    lines = text.splitlines()
+    best = ""
+    for i, line in enumerate(lines):
+        m = re.match(r"^(\.LBB\w+):", line)
+        if not m:
+            continue
+        for j in range(len(lines) - 1, i, -1):
+            if re.search(rf"\bs_cbranch_\w+\s+{re.escape(m.group(1))}\b", lines[j]):
+                body = "\n".join(lines[i + 1:j + 1])
+                best = body if not best or len(body) < len(best) else best
+                break
+    return best
+
+
 def _amd_facts(c: Compiled) -> Facts:
     text = c.asm["amdgcn"]
     code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith((";", ".")))
+    loop = _amd_loop_body(text)
     counts = {k: len(re.findall(rx, code)) for k, rx in _AMD_PATTERNS.items()}
     vmcnt = sorted({int(v) for v in re.findall(r"vmcnt\((\d+)\)", code)})
     wave = _amd_meta(text, "wavefront_size", TARGETS[c.target][2])
@@ -310,5 +328,7 @@ def _amd_facts(c: Compiled) -> Facts:
             "sgprs": _amd_meta(text, "sgpr_count"),
             "agprs": int(agpr.group(1)) if agpr else 0,
             "vmcnt values": vmcnt,
+            "loop vmcnt sequence": [int(v) for v in re.findall(r"vmcnt\((\d+)\)", loop)],
+            "loop s_barrier": len(re.findall(_AMD_PATTERNS["s_barrier"], loop)),
         },
     )

@@ -1,0 +1,228 @@
+"""The CDNA 8-wave ping-pong GEMM (seeds 000 §2–3, 001, 003 §12/§15) for gfx942 and gfx950.
+
+    C[M, N] = alpha · A[M, K] · B[N, K]ᵀ + beta · Cin        (bf16 in, fp32 accumulate; the
+                                                               seeds' transpose_b layout)
+
+Status — what has been verified and what has not:
+  * verified here, on a CPU, from the compiled machine code (tests/test_amd_kernels.py):
+    it compiles for gfx950 and gfx942; 8 waves (512 threads); MFMA count; direct-to-LDS
+    `buffer_load ... lds` instructions; the s_barrier count and the vmcnt values of the main
+    loop equal the schedule below; LDS within the target; no scratch; VGPR+AGPR in budget.
+  * NOT verified: it has never been executed. No AMD GPU was available to this project, so
+    numerical correctness and speed on MI300X / MI355X are unknown.
+
+Parts (same names as the Hopper kernel): KernelConfig (config.py) derives every number;
+Buffers / TileLoader (buffers.py) own the LDS double buffer and the global→LDS loads; MmaOp
+(mma.py) owns the accumulator and the MFMAs; `schedule` below is orchestration only.
+
+Direct-to-LDS loads, per target:
+  * gfx950: `gl.amd.cdna4.async_copy.buffer_load_to_shared` lowers to
+    `buffer_load_dwordx4 ... lds` (16 bytes per lane): subtile 16×32, swizzle Swizzle(1,4,4).
+  * gfx942: the same op lowers to `buffer_load_dword ... lds` (4 bytes per lane; CDNA3 has no
+    wider LDS DMA, Triton refuses > 4 bytes there): subtile 16×8, swizzle Swizzle(1,2,4).
+    It is used as is (tried first; no fallback to buffer_load + ds_write was needed). Four
+    times as many DMA instructions per byte as gfx950.
+  * gfx942 LDS is 64 KB: KernelConfig.for_target picks BK = 32, so the two stages of A and B
+    take 2·(256+256)·32·2 B = 64 KB. gfx950 keeps the seeds' BK = 64 (128 KB of 160 KB).
+
+Waves and the stagger. 8 waves = 2 groups of 4; group g owns output rows [128g, 128g+128),
+wave w computes a 128×64 tile (rows of group w // 4, columns 64·(w % 4)). All waves run the
+same instruction stream; the stagger is one extra `s_barrier` that group 1 executes after the
+prologue (so group 0 runs one barrier phase ahead) and one that group 0 executes at the end
+(so both have executed the same number of barriers). Both are a scalar branch around an
+`s_barrier` on the wave's group, emitted by `stagger_barrier`.
+
+Schedule (per wave; one main-loop iteration = 2 K-steps, stage 0 = even, stage 1 = odd):
+
+    PROLOGUE   load B0, A0 (k=0) ─ vmcnt(0) ─ BARRIER ─ [group 1: BARRIER]   (stagger)
+    MAIN LOOP  i = 0 .. pairs-2:
+      S1  BARRIER ─ load B1, A1 (k=2i+1) ─ vmcnt(0)         B1, A1 landed
+      S2  BARRIER ─ compute stage 0
+      S3  BARRIER ─ load A0 (k=2i+2) ─ compute stage 1      A0 in flight under the MFMAs
+      S4  vmcnt(0) BARRIER ─ load B0 (k=2i+2) ─ vmcnt(0)    A0, then B0 landed
+    EPILOGUE   (last pair, no prefetch; seed 003 §15.13: every wait is vmcnt(0))
+      E1  BARRIER ─ load B1, A1 ─ vmcnt(0)
+      E2  BARRIER ─ compute stage 0
+      E3  BARRIER ─ compute stage 1 ─ [group 0: BARRIER]     (re-sync)
+    STORE      alpha·acc + beta·Cin → C (masked buffer stores, no LDS)
+
+    timeline (one column per barrier phase; G0 is one phase ahead of G1):
+      G0 │ S1 load   │ S2 mma s0 │ S3 mma s1 │ S4 load   │ S1 load   │ S2 mma s0 │
+      G1 │ S4 load   │ S1 load   │ S2 mma s0 │ S3 mma s1 │ S4 load   │ S1 load   │
+    each SIMD holds one wave of each group, so while one computes the other loads.
+
+Why these distances (the race analysis; pingpong.schedule model in schedule_model.py): A is
+group-private, so a write may follow the group's last read after 1 barrier and a read may
+follow the write's vmcnt wait after 1 barrier. B is shared, and with the stagger the other
+group is one phase behind, so both distances must be 2 barriers: B1 is waited in S1 and read
+in S3; B0 is written in S4 after its last read in S2 and read in the next S2. This is seed
+003 §12's schedule with the A0 load moved from the end of S2 to the start of S3 (in §12 it
+overwrites A0 while the other waves of the same group may still be reading it).
+
+Waits, and what Triton 3.6 allows. Main-loop vmcnt values per iteration: (0, 0, 0) — after
+S1's loads, before S4's barrier, after B0's loads. Seed 003 §15.14 keeps a non-zero vmcnt in
+the loop (loads in flight across a barrier). Here that cannot survive: `gl.thread_barrier()`
+lowers to `fence release; s_barrier; fence acquire` (workgroup scope), and LLVM's memory
+model makes the release wait for every direct-to-LDS load in flight (vmcnt(0)). A bare
+s_barrier through inline asm keeps vmcnt(N) (tried: a vmcnt(4) then appeared) but is
+invisible to Triton's shared-memory barrier analysis, which then adds 3 more barriers per
+iteration. So the loop waits are conservative like the prologue and epilogue; the overlap
+is between the groups (the ping-pong) and of A0's loads with stage 1's MFMAs inside S3.
+Barriers per iteration: 4. All counts are in CdnaDerived (config.py) and checked in the ISA.
+"""
+
+from __future__ import annotations
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+from .. import compile as cc
+from .buffers import Buffers, TileLoader, lds_layout, load_layout, mma_view
+from .config import KernelConfig
+from .mma import MmaOp, mfma_layout
+
+
+@gluon.jit
+def stagger_barrier(GROUP: gl.constexpr, THREADS_PER_GROUP: gl.constexpr, THREADS: gl.constexpr):
+    """One s_barrier executed only by the waves of group GROUP (a scalar branch per wave)."""
+    tid = gl.arange(0, THREADS, layout=gl.BlockedLayout([1], [64], [THREADS // 64], [0]))
+    if GROUP == 1:
+        skip: gl.constexpr = "s_cbranch_scc0"  # skip when tid < THREADS_PER_GROUP
+    else:
+        skip: gl.constexpr = "s_cbranch_scc1"  # skip when tid >= THREADS_PER_GROUP
+    gl.inline_asm_elementwise(
+        "v_readfirstlane_b32 $1, $2\n"
+        f"s_cmp_ge_u32 $1, {THREADS_PER_GROUP}\n"
+        f"{skip} .Lpp_stagger_${{:uid}}\n"
+        "s_barrier\n"
+        ".Lpp_stagger_${:uid}:\n"
+        "v_mov_b32 $0, 0",
+        "=v,=&s,v", [tid], dtype=(gl.int32, gl.int32), is_pure=False, pack=1)
+
+
+@gluon.jit
+def schedule(la, lb, bufs, mma, pairs, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
+             THREADS_PER_GROUP: gl.constexpr, THREADS: gl.constexpr):
+    """The ping-pong schedule of the module docstring; returns the accumulated MmaOp."""
+    # PROLOGUE
+    lb.load(bufs.b0, 0)
+    la.load(bufs.a0, 0)
+    gl.amd.cdna4.async_copy.wait_group(0)
+    gl.thread_barrier()
+    stagger_barrier(1, THREADS_PER_GROUP, THREADS)
+    gl.thread_barrier()  # S1 of the first iteration (E1 if there is none)
+    # MAIN LOOP; its S1 barrier closes the body, so the loop back-edge carries no pending
+    # LDS access and the compiler's barrier analysis adds nothing (same dynamic sequence).
+    for i in range(pairs - 1):
+        k1 = (2 * i + 1) * BK
+        k2 = (2 * i + 2) * BK
+        lb.load(bufs.b1, k1)  # S1
+        la.load(bufs.a1, k1)
+        gl.amd.cdna4.async_copy.wait_group(0)
+        gl.thread_barrier()  # S2
+        mma = mma.compute(mma_view(bufs.a0, BM, BK), mma_view(bufs.b0, BN, BK))
+        gl.thread_barrier()  # S3
+        la.load(bufs.a0, k2)
+        mma = mma.compute(mma_view(bufs.a1, BM, BK), mma_view(bufs.b1, BN, BK))
+        gl.thread_barrier()  # S4
+        lb.load(bufs.b0, k2)
+        gl.amd.cdna4.async_copy.wait_group(0)
+        gl.thread_barrier()  # S1 of the next iteration (E1 after the last)
+    # EPILOGUE
+    k1 = (2 * pairs - 1) * BK
+    lb.load(bufs.b1, k1)  # E1
+    la.load(bufs.a1, k1)
+    gl.amd.cdna4.async_copy.wait_group(0)
+    gl.thread_barrier()  # E2
+    mma = mma.compute(mma_view(bufs.a0, BM, BK), mma_view(bufs.b0, BN, BK))
+    gl.thread_barrier()  # E3
+    mma = mma.compute(mma_view(bufs.a1, BM, BK), mma_view(bufs.b1, BN, BK))
+    stagger_barrier(0, THREADS_PER_GROUP, THREADS)
+    return mma
+
+
+@gluon.jit
+def store_tile(acc, c_ptr, cin_ptr, off_m, off_n, M, N, stride_cm, stride_cim, alpha, beta,
+               HAS_C: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr):
+    """Epilogue: alpha·acc + beta·Cin, cast to C's type, masked buffer stores straight from
+    the MFMA layout (no LDS)."""
+    layout: gl.constexpr = acc.type.layout
+    rows = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
+    cols = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    out = acc * alpha
+    if HAS_C:
+        cin = gl.amd.cdna3.buffer_load(cin_ptr, rows[:, None] * stride_cim + cols[None, :], mask=mask, other=0.0)
+        out = out + beta * cin.to(gl.float32)
+    gl.amd.cdna3.buffer_store(out.to(c_ptr.dtype.element_ty), c_ptr, rows[:, None] * stride_cm + cols[None, :],
+                              mask=mask)
+
+
+@gluon.jit(do_not_specialize=["M", "N", "alpha", "beta"])
+def cdna_pingpong_gemm(a_ptr, b_ptr, c_ptr, cin_ptr, M, N, K, stride_am, stride_bn, stride_cm, stride_cim,
+                       alpha, beta, HAS_C: gl.constexpr,
+                       BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, WAVES_PER_GROUP: gl.constexpr,
+                       MFMA_VERSION: gl.constexpr, MFMA_K: gl.constexpr, K_WIDTH: gl.constexpr,
+                       LOAD_WIDTH: gl.constexpr, SUB_ROWS: gl.constexpr, SUB_COLS: gl.constexpr,
+                       SW_VEC: gl.constexpr, SW_PER_PHASE: gl.constexpr, SW_MAX_PHASE: gl.constexpr):
+    """One workgroup = one BM×BN output tile; grid = (cdiv(M, BM) · cdiv(N, BN),)."""
+    THREADS: gl.constexpr = 2 * WAVES_PER_GROUP * 64
+    gl.static_assert(gl.num_warps() == 2 * WAVES_PER_GROUP, "launch with num_warps = 2 groups × WAVES_PER_GROUP")
+    gl.static_assert(SUB_COLS == (64 // SUB_ROWS) * LOAD_WIDTH,
+                     "a load subtile is what one wave's DMA instruction writes: 64 lanes × LOAD_WIDTH")
+    gl.static_assert(BK % SUB_COLS == 0, "BK must be a whole number of load subtiles")
+    gl.static_assert((BM // 2) % (SUB_ROWS * WAVES_PER_GROUP) == 0, "a group loads its A half in 16-row passes")
+    gl.static_assert((BN // 2) % (SUB_ROWS * WAVES_PER_GROUP) == 0, "a group loads its B half in 16-row passes")
+    gl.static_assert(BK % MFMA_K == 0, "BK must be a whole number of MFMA K-steps")
+
+    pid = gl.program_id(0)
+    tiles_n = gl.cdiv(N, BN)
+    off_m = (pid // tiles_n) * BM
+    off_n = (pid % tiles_n) * BN
+
+    LL: gl.constexpr = load_layout(LOAD_WIDTH, SUB_ROWS, WAVES_PER_GROUP)
+    SH: gl.constexpr = lds_layout(SW_VEC, SW_PER_PHASE, SW_MAX_PHASE)
+    la = TileLoader.create(a_ptr, off_m, M, stride_am, K, BM, LL, SUB_ROWS, BK // SUB_COLS, SUB_COLS)
+    lb = TileLoader.create(b_ptr, off_n, N, stride_bn, K, BN, LL, SUB_ROWS, BK // SUB_COLS, SUB_COLS)
+    bufs = Buffers.allocate(BM, BN, SUB_ROWS, BK // SUB_COLS, SUB_COLS, SH)
+    ACC: gl.constexpr = mfma_layout(MFMA_VERSION, MFMA_K, 2, WAVES_PER_GROUP)
+    mma = MmaOp.start(BM, BN, ACC, K_WIDTH)
+
+    pairs = gl.cdiv(gl.cdiv(K, BK), 2)
+    mma = schedule(la, lb, bufs, mma, pairs, BM, BN, BK, WAVES_PER_GROUP * 64, THREADS)
+    store_tile(mma.acc, c_ptr, cin_ptr, off_m, off_n, M, N, stride_cm, stride_cim, alpha, beta, HAS_C, BM, BN)
+
+
+def kernel_constexprs(config: KernelConfig) -> dict:
+    """The kernel's constexpr arguments, all taken from the derived config."""
+    d = config.derive()
+    return dict(BM=d.block_m, BN=d.block_n, BK=d.block_k, WAVES_PER_GROUP=d.waves_per_group,
+                MFMA_VERSION=d.mfma_version, MFMA_K=d.mfma_shape[2], K_WIDTH=d.k_width,
+                LOAD_WIDTH=d.load_width, SUB_ROWS=d.subtile_rows, SUB_COLS=d.subtile_cols,
+                SW_VEC=d.smem_vec, SW_PER_PHASE=d.smem_per_phase, SW_MAX_PHASE=d.smem_max_phase)
+
+
+def launch_args(a, b, out, c, alpha, beta, config: KernelConfig):
+    """(args, kwargs, grid) for cdna_pingpong_gemm: a (M,K), b (N,K), out (M,N), c optional."""
+    d = config.derive()
+    M, K = a.shape
+    N = b.shape[0]
+    cin = c if c is not None else out
+    args = (a, b, out, cin, M, N, K, a.stride(0), b.stride(0), out.stride(0), cin.stride(0),
+            float(alpha), float(beta), c is not None)
+    grid = (((M + d.block_m - 1) // d.block_m) * ((N + d.block_n - 1) // d.block_n),)
+    return args, dict(kernel_constexprs(config), num_warps=d.waves), grid
+
+
+@cc.register("cdna_pingpong", targets=("gfx942", "gfx950"),
+             doc="CDNA 8-wave ping-pong GEMM (bf16, 256x256 tile, direct-to-LDS, stagger)")
+def build(target: str) -> cc.Launch:
+    """CDNA 8-wave ping-pong GEMM (bf16, 256x256 tile, direct-to-LDS, stagger)."""
+    config = KernelConfig.for_target(target)
+    M = N = K = 512
+    a = torch.empty(M, K, dtype=torch.bfloat16)
+    b = torch.empty(N, K, dtype=torch.bfloat16)
+    out = torch.empty(M, N, dtype=torch.bfloat16)
+    args, kwargs, grid = launch_args(a, b, out, None, 1.0, 0.0, config)
+    return cc.Launch(cdna_pingpong_gemm, args, kwargs, grid)

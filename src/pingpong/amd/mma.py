@@ -1,0 +1,47 @@
+"""MmaOp: LDS → registers → MFMA for one K-step of the CDNA ping-pong.
+
+Each wave owns a WM×WN = 128×64 accumulator (the MFMA layout's warp grid is [2 groups, 4
+waves]; wave w sits at (w // 4, w % 4), the seeds' warp_id_m / warp_id_n). One K-step issues
+(WM/16)·(WN/16)·(BK/MFMA_K) MFMA instructions per wave: 8·4·2 = 64 on gfx950 (16x16x32),
+8·4·2 = 64 on gfx942 (16x16x16 with BK = 32).
+
+MmaOp receives the LDS views from Buffers; it does not know how the tiles were loaded. It
+reads them with `load_shared_relaxed`: the schedule has already waited (vmcnt) and passed a
+barrier for every producer of the stage it reads, so the compiler need not add its own
+conservative vmcnt(0) for the direct-to-LDS loads still in flight to the *other* stage.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.language.core import _aggregate as aggregate
+
+
+@gluon.constexpr_function
+def mfma_layout(VERSION, MFMA_K, GROUPS, WAVES_PER_GROUP):
+    return gl.amd.AMDMFMALayout(version=VERSION, instr_shape=[16, 16, MFMA_K], transposed=True,
+                                warps_per_cta=[GROUPS, WAVES_PER_GROUP])
+
+
+@aggregate
+class MmaOp:
+    acc: gl.tensor
+    a_layout: gl.constexpr
+    b_layout: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, acc, a_layout, b_layout):
+        self.acc = acc
+        self.a_layout = gl.constexpr(a_layout)
+        self.b_layout = gl.constexpr(b_layout)
+
+    @gluon.jit
+    def start(BM: gl.constexpr, BN: gl.constexpr, layout: gl.constexpr, K_WIDTH: gl.constexpr):
+        acc = gl.zeros([BM, BN], gl.float32, layout)
+        return MmaOp(acc, gl.DotOperandLayout(0, layout, K_WIDTH), gl.DotOperandLayout(1, layout, K_WIDTH))
+
+    @gluon.jit
+    def compute(self, a_view, b_view):
+        """acc += A_stage · B_stageᵀ (B is stored N×K, so its LDS view is transposed here)."""
+        a = gl.amd.cdna4.async_copy.load_shared_relaxed(a_view, self.a_layout)
+        b = gl.amd.cdna4.async_copy.load_shared_relaxed(b_view.permute([1, 0]), self.b_layout)
+        return MmaOp(gl.amd.cdna3.mfma(a, b, self.acc), self.a_layout, self.b_layout)

@@ -1,0 +1,75 @@
+"""CPU-only checks of the AMD kernels' machine code (compiled offline for gfx942/gfx950/gfx1151).
+
+Each (kernel, target) is compiled once per session (functools.cache). What is asserted comes
+from the derived configs, never from numbers typed here.
+"""
+
+import functools
+import re
+
+import pytest
+
+from pingpong import compile as cc
+from pingpong.amd.config import TARGETS, KernelConfig
+
+CDNA = ("gfx950", "gfx942")
+
+
+@functools.cache
+def compiled(kernel: str, target: str):
+    return cc.compile_kernel(kernel, target)
+
+
+@functools.cache
+def facts(kernel: str, target: str):
+    return compiled(kernel, target).facts()
+
+
+def mfma_sites() -> int:
+    """compute-stage call sites in the schedule: 2 in the loop body + 2 in the epilogue."""
+    return 4
+
+
+@pytest.mark.parametrize("target", CDNA)
+def test_pingpong_waves_and_budgets(target):
+    d = KernelConfig.for_target(target).derive()
+    f = facts("cdna_pingpong", target)
+    assert (f.warps, f.threads) == (8, 512) == (d.waves, d.threads)
+    assert f.shared_bytes == d.lds_bytes <= TARGETS[target].lds_bytes
+    assert f.spill_bytes == 0, "scratch spills"
+    assert f.registers + f.extra["agprs"] <= d.reg_budget
+
+
+@pytest.mark.parametrize("target", CDNA)
+def test_pingpong_mfma_and_direct_to_lds(target):
+    d = KernelConfig.for_target(target).derive()
+    f = facts("cdna_pingpong", target)
+    assert f.counts["mfma"] == mfma_sites() * d.mfma_per_k_step
+    mfma = re.findall(r"\bv_mfma_\w+", compiled("cdna_pingpong", target).isa)
+    m, n, k = d.mfma_shape
+    assert set(mfma) == {f"v_mfma_f32_{m}x{n}x{k}_bf16"}
+    # 8 load sites (prologue 2, loop 4, epilogue 2), half A and half B, all direct-to-LDS
+    assert f.counts["buffer_load_lds"] == 4 * (d.a_loads + d.b_loads)
+    assert f.counts["buffer_load"] == f.counts["buffer_load_lds"]
+    width = {16: "dwordx4", 4: "dword"}[TARGETS[target].dma_bytes]
+    assert re.search(rf"buffer_load_{width}\s.*\blds\b", compiled("cdna_pingpong", target).isa)
+
+
+@pytest.mark.parametrize("target", CDNA)
+def test_pingpong_schedule_in_the_isa(target):
+    d = KernelConfig.for_target(target).derive()
+    f = facts("cdna_pingpong", target)
+    assert f.extra["loop s_barrier"] == d.main_loop_barriers
+    assert tuple(f.extra["loop vmcnt sequence"]) == d.main_loop_vmcnt
+    # prologue 1 + stagger 1 + loop + epilogue 3 + re-sync 1
+    assert f.counts["s_barrier"] == 1 + 1 + d.main_loop_barriers + 3 + 1
+    assert set(f.extra["vmcnt values"]) == set(d.main_loop_vmcnt + d.prologue_vmcnt + d.epilogue_vmcnt)
+
+
+@pytest.mark.parametrize("target", CDNA)
+def test_pingpong_stagger_is_a_per_group_branch(target):
+    isa = compiled("cdna_pingpong", target).isa
+    d = KernelConfig.for_target(target).derive()
+    group_threads = d.waves_per_group * TARGETS[target].wave_size
+    stagger = re.findall(rf"s_cmp_ge_u32 s\d+, {group_threads}\s+s_cbranch_scc(\d) \S+\s+s_barrier", isa)
+    assert stagger == ["0", "1"], "group 1 barriers first (scc0 skips group 0), group 0 re-syncs last"
