@@ -9,7 +9,7 @@ from pingpong.hopper.pipeline import ring_index, ring_phase
 from pingpong.streaming import vector_add
 from pingpong.streaming.api import kernel_path
 from pingpong.streaming.bench import format_table
-from pingpong.streaming.grid_stride import steps, tile_of
+from pingpong.streaming.grid_stride import tile_of, tiles_of_program
 from pingpong.streaming.hopper import DEFAULT, SMALL, StreamConfig, choose_config
 
 ODD_LENGTHS = (1, 255, 4097, 2**20 + 3)
@@ -129,7 +129,7 @@ def test_interpreter_shapes_and_aliasing():
 @pytest.mark.parametrize("num_tiles", [0, 1, 5, 132, 133, 1000])
 @pytest.mark.parametrize("nprog", [1, 4, 132])
 def test_grid_stride_covers_every_tile_once(num_tiles, nprog):
-    seen = [tile_of.fn(p, nprog, i) for p in range(nprog) for i in range(steps.fn(p, nprog, num_tiles))]
+    seen = [tile_of.fn(p, nprog, i) for p in range(nprog) for i in range(tiles_of_program.fn(num_tiles, p, nprog))]
     assert sorted(seen) == list(range(num_tiles))
 
 

@@ -28,7 +28,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.amd.cdna4 import async_copy, buffer_store
 
-from .grid_stride import steps, tile_of
+from .grid_stride import tile_of, tiles_of_program
 
 #: The seed's shape: 256 threads = 4 waves of 64 lanes, one fp32 per lane per tile.
 WAVES = 4
@@ -99,7 +99,7 @@ def vector_add_lds_kernel(a_ptr, b_ptr, c_ptr, n, num_warps: gl.constexpr):
 
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
-    count = steps(pid, nprog, gl.cdiv(n, BLOCK))
+    count = tiles_of_program(gl.cdiv(n, BLOCK), pid, nprog)
     lanes = gl.arange(0, BLOCK, layout)
 
     for j in gl.static_range(2):  # prologue: both slots

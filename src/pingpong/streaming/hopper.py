@@ -3,16 +3,17 @@
 The seed's gfx942 design (DESIGN.md table) mapped to Hopper:
 
     seed (gfx942)                           here (sm_90a)
-    grid = #CUs, grid-stride loop           grid = #SMs, GridStride scheduler
+    grid = #CUs, grid-stride loop           grid = #SMs, grid-stride tile_of / tiles_of_program
     buffer_load ... lds (no VGPRs)          TMA bulk tensor copy -> shared memory
     2 LDS buffers, refill 2 steps ahead     STAGES-slot ring (2 or 3), refill AHEAD = 2 steps ahead
     s_waitcnt vmcnt(2) / vmcnt(3)           ready[slot] mbarrier, expect-tx, parity wait
     buffer_store, OOB dropped               TMA store from shared memory, OOB dropped
     num_records = N*4 (OOB loads -> 0)      descriptor shape [n] (OOB loads -> 0): no masks
 
-Parts: `GridStride` (which tiles, `grid_stride.py`), `StreamRing` (the input ring: slots,
-ready barriers, the ring (index, phase) arithmetic of `pingpong.hopper.pipeline`),
-`StoreRing` (the output buffers and the TMA store window). The kernel only orchestrates.
+Parts: the GEMM's scheduler arithmetic (`tiles_of_program`) and `tile_of` (which tiles), the
+GEMM's `Ring` (`pingpong.hopper.pipeline`: slots, ready barriers, (index, phase) of a step)
+with `fill`/`take` (the 1-D TMA loads into it), `StoreRing` (the output buffers and the TMA
+store window). The kernel only orchestrates.
 """
 
 
@@ -23,8 +24,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 from triton.language.core import _aggregate as aggregate
 
-from ..hopper.pipeline import ring_index, ring_phase
-from .grid_stride import steps, tile_of
+from ..hopper.pipeline import Ring, ring_index
+from .grid_stride import tile_of, tiles_of_program
 
 # --------------------------------------------------------------------------- host config
 
@@ -81,55 +82,23 @@ SMALL = StreamConfig(tile_bytes=4 * 1024)
 # --------------------------------------------------------------------------- device parts
 
 
-@aggregate
-class StreamRing:
-    """The input ring: STAGES slots of (a-tile, b-tile) and one `ready` mbarrier per slot.
+@gluon.jit
+def fill(ring, a_desc, b_desc, step, offset, pred):
+    """TMA-load the a and b tiles at element `offset` into the ring slot of `step` (if pred);
+    expect-tx on ready[slot] counts both tiles' bytes."""
+    s = ring_index(step, ring.STAGES)
+    bar = ring.ready.index(s)
+    mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred=pred)
+    tma.async_copy_global_to_shared(a_desc, [offset], bar, ring.a_bufs.index(s), pred=pred)
+    tma.async_copy_global_to_shared(b_desc, [offset], bar, ring.b_bufs.index(s), pred=pred)
 
-    Step `i` of a program (its i-th tile) uses slot ring_index(i) and waits for parity
-    ring_phase(i) of ready[slot]; expect-tx on that barrier counts both tiles' bytes.
-    """
 
-    a: gl.shared_memory_descriptor
-    b: gl.shared_memory_descriptor
-    ready: gl.shared_memory_descriptor
-    STAGES: gl.constexpr
-
-    @gluon.constexpr_function
-    def __init__(self, a, b, ready, STAGES):
-        self.a = a
-        self.b = b
-        self.ready = ready
-        self.STAGES = gl.constexpr(STAGES)
-
-    @gluon.jit
-    def create(a_desc, STAGES: gl.constexpr):
-        a = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
-        b = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
-        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        for s in gl.static_range(STAGES):
-            mbarrier.init(ready.index(s), count=1)
-        return StreamRing(a, b, ready, STAGES)
-
-    @gluon.jit
-    def fill(self, a_desc, b_desc, step, offset, pred):
-        """TMA-load the a and b tiles at element `offset` into the slot of `step` (if pred)."""
-        s = ring_index(step, self.STAGES)
-        bar = self.ready.index(s)
-        mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred=pred)
-        tma.async_copy_global_to_shared(a_desc, [offset], bar, self.a.index(s), pred=pred)
-        tma.async_copy_global_to_shared(b_desc, [offset], bar, self.b.index(s), pred=pred)
-
-    @gluon.jit
-    def take(self, step, layout: gl.constexpr):
-        """Wait until the slot of `step` has landed; read both tiles into registers."""
-        s = ring_index(step, self.STAGES)
-        mbarrier.wait(self.ready.index(s), ring_phase(step, self.STAGES))
-        return self.a.index(s).load(layout), self.b.index(s).load(layout)
-
-    @gluon.jit
-    def release(self):
-        for s in gl.static_range(self.STAGES):
-            mbarrier.invalidate(self.ready.index(s))
+@gluon.jit
+def take(ring, step, layout: gl.constexpr):
+    """Wait until the slot of `step` has landed (ready parity ring_phase(step)); read both
+    tiles into registers."""
+    s = ring.wait_ready(step)
+    return ring.a_bufs.index(s).load(layout), ring.b_bufs.index(s).load(layout)
 
 
 @aggregate
@@ -198,27 +167,28 @@ def vector_add_tma_kernel(a_desc, b_desc, c_desc, n, STAGES: gl.constexpr, AHEAD
     gl.static_assert(BLOCK % (VEC * 32 * num_warps) == 0, "BLOCK must cover whole 16-byte vectors")
     layout: gl.constexpr = gl.BlockedLayout([VEC], [32], [num_warps], [0])
 
-    ring = StreamRing.create(a_desc, STAGES)
+    # The GEMM's ring (its `empty` barriers stay unused: the threads that read a slot also
+    # refill it, ordered by fence_async_shared and the compiler's bar.sync).
+    ring = Ring.allocate(a_desc, b_desc, STAGES, 1)
     out = StoreRing.create(c_desc, OUT_BUFS)
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
-    count = steps(pid, nprog, gl.cdiv(n, BLOCK))
+    count = tiles_of_program(gl.cdiv(n, BLOCK), pid, nprog)
 
     for j in gl.static_range(AHEAD):  # prologue: the first AHEAD slots
-        ring.fill(a_desc, b_desc, j, tile_of(pid, nprog, j) * BLOCK, j < count)
+        fill(ring, a_desc, b_desc, j, tile_of(pid, nprog, j) * BLOCK, j < count)
 
     for i in range(count):
         ahead = i + AHEAD
         if STAGES > AHEAD:
-            ring.fill(a_desc, b_desc, ahead, tile_of(pid, nprog, ahead) * BLOCK, ahead < count)
-        a, b = ring.take(i, layout)
+            fill(ring, a_desc, b_desc, ahead, tile_of(pid, nprog, ahead) * BLOCK, ahead < count)
+        a, b = take(ring, i, layout)
         if STAGES == AHEAD:
             fence_async_shared()  # our smem reads of this slot happen before the TMA refills it
-            ring.fill(a_desc, b_desc, ahead, tile_of(pid, nprog, ahead) * BLOCK, ahead < count)
+            fill(ring, a_desc, b_desc, ahead, tile_of(pid, nprog, ahead) * BLOCK, ahead < count)
         out.put(c_desc, i, tile_of(pid, nprog, i) * BLOCK, a + b)
 
     out.drain()
-    ring.release()
 
 
 # --------------------------------------------------------------------------- host launch
