@@ -51,6 +51,7 @@ class Event:
     index: int
     landing: bool
     note: str = ""
+    local: bool = False  # touches no shared object (reduction takes it alone)
 
 
 @dataclass
@@ -147,12 +148,13 @@ class _Program:
         self.buf_slot = {b: k for k, b in enumerate(sched.buffers)}
 
 
-def check(sched: Schedule, max_states: int = 300_000, stop_after: int | None = None) -> Result:
+def check(sched: Schedule, max_states: int = 300_000, stop_after: int | None = None, reduce: bool = True) -> Result:
     """Explore every interleaving of ``sched``; return its violations and statistics.
 
     ``max_states`` bounds the search (a schedule with no violation found within it is
     INCOMPLETE, never SAFE); ``stop_after`` stops once that many distinct violations are
-    known (breadth-first, so they are the ones with the shortest traces).
+    known (breadth-first, so they are the ones with the shortest traces). ``reduce=False``
+    turns the reduction off (for testing that it changes no verdict and no trace length).
     """
     validate(sched)
     t0 = time.perf_counter()
@@ -174,7 +176,7 @@ def check(sched: Schedule, max_states: int = 300_000, stop_after: int | None = N
     final = None
     while queue:
         st = queue.popleft()
-        succ = _successors(P, st)
+        succ = _successors(P, st, reduce)
         res.transitions += len(succ)
         if not succ:
             if all(st[0][a] >= len(P.ops[a]) for a in range(nag)):
@@ -189,7 +191,7 @@ def check(sched: Schedule, max_states: int = 300_000, stop_after: int | None = N
             if viol is not None:
                 kind, key, msg, ops = viol
                 if (kind, key) not in seen_v:
-                    seen_v[(kind, key)] = Violation(kind, msg, _path(parent, st) + [ev], ops=ops)
+                    seen_v[(kind, key)] = Violation(kind, msg, _trim(_path(parent, st) + [ev]), ops=ops)
             if nst is not None and nst not in parent:
                 parent[nst] = (st, ev)
                 queue.append(nst)
@@ -208,6 +210,20 @@ def check(sched: Schedule, max_states: int = 300_000, stop_after: int | None = N
     res.notes.extend(_vacuous_waits(P))
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def _trim(trace: list) -> list:
+    """Drop local steps that no later step of their group needs: the reduction may have taken
+    them early, and they affect nobody, so the trace without them is still a trace (and
+    as short as one found without reduction)."""
+    later, out = set(), []
+    for ev in reversed(trace):
+        if ev.local and ev.agent not in later:
+            continue
+        later.add(ev.agent)
+        out.append(ev)
+    out.reverse()
+    return out
 
 
 def _path(parent, st) -> list:
@@ -299,7 +315,7 @@ def _flip(mb, count):
     return mb, False
 
 
-def _successors(P: _Program, st):
+def _successors(P: _Program, st, reduce: bool = True):
     pcs, fifos, syncp, atomics, mbars, tma, contents = st
     nag = len(P.ops)
     out = []
@@ -386,9 +402,9 @@ def _successors(P: _Program, st):
         npc = pc + 1
         if npc < len(P.ops[a]) and P.ops[a][npc].kind == "barrier" and ns[a]:
             ns = _set(ns, a, ())  # arriving at a barrier ends the group's previous step
-        ev = Event(a, pc, False, note)
+        ev = Event(a, pc, False, note, local and viol is None)
         nst = (_set(pcs, a, npc), nf, ns, nat, nmb, ntma, ncont)
-        if local and viol is None:
+        if ev.local and reduce:
             return [(ev, nst, None)]
         out.append((ev, nst, viol))
     for a, j in tma:

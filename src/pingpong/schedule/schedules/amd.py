@@ -69,7 +69,7 @@ def simplified(k_iters: int = 4):
         g = b.group(name, WAVES)
         g.where = "prologue"
         _load_stage(g, 0)
-        g.wait("vmcnt", 0, critical="003 §14.4: vmcnt=0 after every batch of global loads")
+        g.wait("vmcnt", 0)
         if gi == 1:
             g.barrier(label="s_barrier (stagger, WG1 only)")
         g.barrier()
@@ -77,18 +77,18 @@ def simplified(k_iters: int = 4):
             g.where = f"k={it} step1"
             g.barrier()
             _load_stage(g, 1)
-            g.wait("vmcnt", 0, critical="003 §14.4: vmcnt=0 after every batch of global loads")
+            g.wait("vmcnt", 0, critical="003 §14.4: ALL loads complete before proceeding")
             g.where = f"k={it} step2"
-            g.barrier(critical="003 §14.4: barrier between every major phase")
+            g.barrier()
             _compute_stage(g, 0)
             g.where = f"k={it} step4"
-            g.barrier(critical="003 §14.4: barrier between every major phase")
+            g.barrier()
             _compute_stage(g, 1)
             if it < k_iters - 1:
                 g.where = f"k={it} step5"
-                g.barrier(critical="003 §14.4: barrier between every major phase")
+                g.barrier()
                 _load_stage(g, 0)
-                g.wait("vmcnt", 0, critical="003 §14.4: vmcnt=0 after every batch of global loads")
+                g.wait("vmcnt", 0)
         if gi == 0:
             g.where = "epilogue"
             g.barrier(label="s_barrier (re-align, WG0 only)")
@@ -114,9 +114,9 @@ def pingpong_sync(k_iters: int = 2, prologue_wait: bool = False):
             """§6.6: G0 signals then waits for G1's previous phase; G1 waits for G0's phase."""
             if gi == 0:
                 g.signal("counter_a")
-                g.await_("counter_b", WAVES * (p - 1), critical="003 §6.6: G0 waits for G1's previous phase")
+                g.await_("counter_b", WAVES * (p - 1))
             else:
-                g.await_("counter_a", WAVES * p, critical="003 §6.6: G1 waits for G0's current phase")
+                g.await_("counter_a", WAVES * p)
                 g.signal("counter_b")
 
         g.where = "prologue"
@@ -133,7 +133,7 @@ def pingpong_sync(k_iters: int = 2, prologue_wait: bool = False):
             phase += 1
             sync_point(phase)
             _load_stage(g, 1)
-            g.wait("vmcnt", 0, critical="003 §14.4: vmcnt=0 after every batch of global loads")
+            g.wait("vmcnt", 0, critical="003 §14.4: ALL loads complete before proceeding")
             g.where = f"k={it} SP2"
             phase += 1
             sync_point(phase)
@@ -147,7 +147,7 @@ def pingpong_sync(k_iters: int = 2, prologue_wait: bool = False):
                 phase += 1
                 sync_point(phase)
                 _load_stage(g, 0)
-                g.wait("vmcnt", 0, critical="003 §14.4: vmcnt=0 after every batch of global loads")
+                g.wait("vmcnt", 0)
         if gi == 0:
             g.where = "epilogue"
             g.await_("counter_b", WAVES * phase, label=f"wait_b({phase}) (re-align)")
@@ -167,7 +167,7 @@ def _half(g, s, *, loads: bool, prefetch_b: bool, vm_main: int, a_other=True):
     g.read(As(s, 0), n=LGKM_A)
     if loads and a_other:
         _load(g, As(o, 1))
-    g.wait("lgkmcnt", LGKM_A, critical="003 §15.2 step 1: B_tile_0 read done before WG0 overwrites Bs[s][0]")
+    g.wait("lgkmcnt", LGKM_A)
     g.barrier()
     g.where = g.where.replace("step1", "step2")
     g.wait("lgkmcnt", 0)
@@ -228,7 +228,7 @@ def _eight_wave(name, doc, k_iters, *, prologue_vm, main_vm, epilogue_vm, prefet
         g.where = "epi1"
         _epilogue_block(g, 0, load_a11=True, vm=epilogue_vm[0], prefetch_b=prefetch_b, block=1)
         g.where = "epi2"
-        g.wait("vmcnt", epilogue_vm[1], critical="003 §15.13: epilogue vmcnt must be 0")
+        g.wait("vmcnt", epilogue_vm[1])
         _epilogue_block(g, 1, load_a11=False, vm=None, prefetch_b=False, block=2)
         if gi == 0:
             g.where = "epilogue"
@@ -260,7 +260,7 @@ def _epilogue_block(g, s, *, load_a11, vm, prefetch_b, block):
     if prefetch_b:
         g.read(Bs(1 - s, 0), n=LGKM_B)
     if vm is not None:
-        g.wait("vmcnt", vm, critical="003 §15.13: epilogue vmcnt must be 0")
+        g.wait("vmcnt", vm)
     g.barrier()
     g.where = f"epi{block} step8"
     g.mma()

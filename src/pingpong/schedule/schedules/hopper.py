@@ -52,12 +52,18 @@ def hopper_pingpong(k_iters: int = 4, stages: int = 3, tiles_per_consumer: int =
     b.buffer("C[0]", "C[1]")
     b.mbarrier("turn[0]", 1).mbarrier("turn[1]", 1)
     tiles = 2 * tiles_per_consumer
+    total = tiles * k_iters
+
+    def refilled(c):
+        """The producer reuses k-step c's slot later (so releasing it early is a race)."""
+        return c + stages < total
 
     p = b.group("producer", 1)
-    for c in range(tiles * k_iters):
+    for c in range(total):
         s, ph = ring_index(c, stages), ring_phase(c, stages)
         p.where = f"tile {c // k_iters} k={c % k_iters}"
-        p.mwait(f"empty[{s}]", ph ^ 1, critical="pipeline.py: producer waits empty[s] with parity ring_phase^1")
+        # the first pass (c < STAGES) waits on a fresh barrier's parity 1: passes at once
+        p.mwait(f"empty[{s}]", ph ^ 1, critical="pipeline.py: producer waits empty[s]" if c >= stages else "")
         p.expect(f"ready[{s}]", A_BYTES + B_BYTES)
         p.tma_load(f"A[{s}]", f"ready[{s}]", A_BYTES, data=c, label=f"TMA A(c={c}) → A[{s}]")
         p.tma_load(f"B[{s}]", f"ready[{s}]", B_BYTES, data=c, label=f"TMA B(c={c}) → B[{s}]")
@@ -72,7 +78,8 @@ def hopper_pingpong(k_iters: int = 4, stages: int = 3, tiles_per_consumer: int =
             first = first_counter(j, k_iters, 2, cons)
             g.where = f"tile {2 * j + cons}"
             if variant != "no_turn_wait":
-                g.mwait(f"turn[{cons}]", turn_phase(j), critical="phase_sync.py: wait for my turn")
+                pre_armed = cons == 0 and j == 0  # the kernel's arrival: passes at once
+                g.mwait(f"turn[{cons}]", turn_phase(j), critical="" if pre_armed else "phase_sync.py: wait for my turn")
             for k in range(k_iters):
                 c = first + k
                 s = ring_index(c, stages)
@@ -81,17 +88,18 @@ def hopper_pingpong(k_iters: int = 4, stages: int = 3, tiles_per_consumer: int =
                 g.mma((f"A[{s}]", f"B[{s}]"), counter="wgmma", want=c, label=f"wgmma c={c} A[{s}],B[{s}]")
                 if variant == "early_release":
                     g.arrive(f"empty[{s}]", label=f"arrive empty[{s}] (too early)")
-                g.wait("wgmma", 1, critical="mma.py: keep one wgmma group in flight")
+                g.wait("wgmma", 1, critical="mma.py: wgmma of k-step k-1 done before its release" if k and refilled(c - 1) else "")
                 if k > 0 and variant != "early_release":
                     g.arrive(f"empty[{ring_index(c - 1, stages)}]")
             g.where = f"tile {2 * j + cons} end"
             g.arrive(f"turn[{other}]")
-            g.wait("wgmma", 0, critical="kernel.py finish_mainloop: drain the last wgmma")
+            g.wait("wgmma", 0, critical="kernel.py finish_mainloop: drain the last wgmma"
+                   if refilled(first + k_iters - 1) else "")
             if variant != "early_release":
                 g.arrive(f"empty[{ring_index(first + k_iters - 1, stages)}]")
             g.where = f"tile {2 * j + cons} epilogue"
             if variant != "no_store_wait":
-                g.wait("tma_store", 0, critical="epilogue.py: store_wait(0) before reusing the staging buffer")
+                g.wait("tma_store", 0, critical="epilogue.py: store_wait(0) before reusing staging" if j else "")
             g.write(f"C[{cons}]", label=f"st.shared C[{cons}] (tile {2 * j + cons})")
             g.store(f"C[{cons}]", counter="tma_store", label=f"TMA store C[{cons}]")
         g.where = "drain"
