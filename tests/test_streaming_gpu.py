@@ -125,3 +125,17 @@ def test_bench_rows():
     assert rows[0]["correct"] and rows[0]["path"] == "hopper-tma"
     assert rows[0]["gbps_ours"] > 0 and rows[0]["gbps_copy"] > 0
     print(format_table(rows))
+
+
+def test_bench_adapter_writes_rows(tmp_path, monkeypatch):
+    import json
+    import types
+
+    from pingpong.streaming import bench
+
+    monkeypatch.setattr(bench, "DEFAULT_SIZES", (4097,))
+    settings = types.SimpleNamespace(dtype="bf16", reps=10, csv=str(tmp_path / "va.csv"), json=str(tmp_path / "va.json"))
+    assert bench.bench_vector_add(settings) == 0
+    rows = json.loads((tmp_path / "va.json").read_text())
+    assert [r["dtype"] for r in rows] == ["float32", "bfloat16"] and all(r["correct"] for r in rows)
+    assert (tmp_path / "va.csv").read_text().startswith("n,dtype,bytes")

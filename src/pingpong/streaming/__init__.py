@@ -6,6 +6,7 @@
 """
 
 from . import offline  # noqa: F401  (registers the kernels for `pingpong isa`)
-from .api import vector_add
+from .api import kernel_path, vector_add
+from .bench import bench_vector_add, format_table, run_vector_add_bench
 
-__all__ = ["vector_add"]
+__all__ = ["vector_add", "kernel_path", "run_vector_add_bench", "format_table", "bench_vector_add"]

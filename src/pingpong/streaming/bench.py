@@ -15,10 +15,18 @@ import triton
 from .api import kernel_path, vector_add
 
 
+#: Upper bound (ms) of do_bench's L2 flush (zeroing 256 MB), which its time budget includes.
+FLUSH_MS = 0.2
+
+
 def _median_ms(fn, reps: int) -> float:
-    """Median time of fn in ms over about `reps` repetitions (do_bench takes a time budget)."""
+    """Median time of fn in ms over at least about `reps` repetitions.
+
+    do_bench takes a time budget, not a count, and spends it on flush + fn per repetition;
+    the budget is sized from a first estimate of fn alone plus FLUSH_MS.
+    """
     estimate = triton.testing.do_bench(fn, warmup=5, rep=5, return_mode="median")
-    budget = max(reps * estimate, 1.0)
+    budget = reps * (estimate + FLUSH_MS)
     return triton.testing.do_bench(fn, warmup=max(25.0, 5 * estimate), rep=budget, return_mode="median")
 
 
@@ -78,3 +86,31 @@ def format_table(rows: list[dict]) -> str:
         cells = [fmt.format(r[key]) for _, fmt, key in COLUMNS]
         lines.append("  ".join(f"{c:>{max(w, len(t))}}" for c, (t, _, _), w in zip(cells, COLUMNS, widths)))
     return "\n".join(lines)
+
+
+#: `pingpong bench --op vector_add` sizes: the issue's targets (2**20 launch-bound, 2**28
+#: bandwidth-bound) and one in between.
+DEFAULT_SIZES = (2**20, 2**24, 2**28)
+_DTYPE_NAMES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def bench_vector_add(settings) -> int:
+    """Adapter for `pingpong bench --op vector_add` (pingpong.bench.Settings): fp32 at
+    DEFAULT_SIZES (the targets), then `--dtype` at the same sizes; `--csv`/`--json` write the
+    rows. Returns 0 when every row is bitwise correct, else 1."""
+    import csv
+    import json
+
+    rows = []
+    for name in dict.fromkeys(("fp32", settings.dtype)):
+        rows += run_vector_add_bench(DEFAULT_SIZES, _DTYPE_NAMES[name], settings.reps)
+    print(format_table(rows))
+    if settings.csv:
+        with open(settings.csv, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    if settings.json:
+        with open(settings.json, "w") as f:
+            json.dump(rows, f, indent=2)
+    return 0 if all(r["correct"] for r in rows) else 1
