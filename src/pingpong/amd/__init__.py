@@ -6,5 +6,6 @@
 Importing this package registers both with pingpong.compile (`pingpong isa --list`).
 """
 
-from . import cdna_pingpong  # noqa: F401  (registers "cdna_pingpong")
+from . import cdna_pingpong, rdna_wmma  # noqa: F401  (register the kernels)
 from .config import KernelConfig, WmmaConfig  # noqa: F401
+from .dispatch import gemm, select_kernel  # noqa: F401,E402

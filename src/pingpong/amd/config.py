@@ -208,7 +208,7 @@ class KernelConfig:
         a_loads = (bm // self.groups) * bk // (self.waves_per_group * elems_per_instr)
         b_loads = (bn // self.groups) * bk // (self.waves_per_group * elems_per_instr)
         mfma_per_k = (wave_m // MFMA_MN) * (wave_n // MFMA_MN) * (bk // spec.mfma_k)
-        k_width = MFMA_MN * spec.mfma_k // spec.wave_size
+        k_width = 8  # 16-byte LDS reads; on gfx942 one read feeds two 16x16x16 MFMAs
         return CdnaDerived(
             target=self.target, block_m=bm, block_n=bn, block_k=bk,
             waves=waves, groups=self.groups, waves_per_group=self.waves_per_group,
@@ -262,8 +262,8 @@ class WmmaConfig:
     pad: int = 8
 
     def lds_bytes(self) -> int:
-        bm, bn, bk = self.block
-        return self.stages * (bm + bn) * (bk + self.pad) * ELEM_BYTES
+        bm, bn, bk = self.block  # A tiles BM×BK, B tiles BK×BN, each row padded by `pad`
+        return self.stages * (bm * (bk + self.pad) + bk * (bn + self.pad)) * ELEM_BYTES
 
     def validate(self) -> None:
         spec = target_spec(self.target)
