@@ -1,0 +1,182 @@
+"""pingpong.schedule: verdicts of the shipped schedules, their traces, the semantics."""
+
+import pytest
+
+from pingpong.schedule import ScheduleBuilder, check
+from pingpong.schedule.schedules import SHIPPED, amd, build, hopper
+from pingpong.schedule.timeline import report_violation, timeline
+
+
+@pytest.mark.parametrize("name", [n for n, e in SHIPPED.items() if e.claim])
+def test_shipped_verdict_matches_the_seed(name):
+    e = SHIPPED[name]
+    r = check(build(name, 4), stop_after=5)
+    assert r.verdict == e.claim or (e.claim == "RACE" and r.verdict == "STALE READ"), r.violations[:1]
+    if e.claim == "SAFE":
+        assert not r.truncated and r.sample  # complete exploration, a complete execution exists
+
+
+def test_optimized_epilogue_race_is_the_vmcnt1_read_of_As11():
+    r = check(amd.optimized(4))
+    v = r.first("race")
+    assert "As[1][1]" in v.message
+    s = r.schedule
+    (a, i), (b, j) = v.ops
+    assert s.groups[a].ops[i].where.startswith("epi2")  # read in epilogue block 2 ...
+    assert s.groups[b].ops[j].where.startswith("epi1")  # ... of the load_a[1,1] of block 1
+    # the trace passes the vmcnt(1) of block 2 just before the read
+    waits = [s.groups[ev.agent].ops[ev.index] for ev in v.trace if s.groups[ev.agent].ops[ev.index].kind == "wait"]
+    assert any(w.counter == "vmcnt" and w.value == 1 for w in waits)
+    assert check(amd.optimized(4, epilogue=(0, 0))).verdict == "SAFE"
+
+
+def test_epilogue_vmcnt0_fix_checked_for_every_k():
+    for k in (1, 2, 3):
+        assert check(amd.optimized(k, epilogue=(2, 1))).verdict == "RACE"
+        assert check(amd.optimized(k, epilogue=(0, 0))).verdict == "SAFE"
+
+
+def test_pingpong_sync_counter_trace_k256_bk64():
+    r = check(amd.pingpong_sync(2, prologue_wait=True))  # K=256, BK=64: 2 iterations
+    assert r.final_atomics == {(("counter_a", 32), ("counter_b", 32))}
+    trace = r.counter_trace()
+    assert [v for _, g, a, v in trace if a == "counter_a"] == [4, 8, 12, 16, 20, 24, 28, 32]
+    assert [v for _, g, a, v in trace if a == "counter_b"] == [4, 8, 12, 16, 20, 24, 28, 32]
+    epi = r.schedule.groups[0].ops[-1]
+    assert (epi.kind, epi.sync, epi.value) == ("await", "counter_b", 32)
+
+
+def test_pingpong_sync_as_written_races_in_the_prologue():
+    r = check(amd.pingpong_sync(2))
+    v = r.first("race")
+    (a, i), (b, j) = v.ops
+    assert r.schedule.groups[b].ops[j].where == "prologue" and r.schedule.groups[b].ops[j].kind == "load"
+    assert r.schedule.groups[a].ops[i].kind == "read"
+
+
+def test_vector_add_vmcnt4_race_and_minimal_trace():
+    assert check(amd.vector_add(4)).verdict == "SAFE"
+    r = check(amd.vector_add(4, loop_vmcnt=4))
+    v = r.first("race")
+    assert "buf1.B" in v.message
+    # 4 prologue loads, vmcnt(2), read, lgkmcnt(0), 2 prefetches, add, store, vmcnt(4), read
+    assert len(v.trace) == 13 and v.trace[-1].index == 12
+
+
+def test_hipkittens_transcription_reads_the_step7_prefetch_in_flight():
+    r = check(amd.hipkittens(2))
+    v = r.first("race")
+    (a, i), (b, j) = v.ops
+    assert "Bs[1][0]" in v.message and a == b  # within one wave: the FIFO still holds the load
+    assert r.schedule.groups[a].ops[i].where.endswith("step7")
+
+
+def test_hopper_protocol_safe_and_broken_variants():
+    assert check(hopper.hopper_pingpong(4)).verdict == "SAFE"
+    r = check(hopper.hopper_pingpong(4, variant="early_release"), stop_after=3)
+    v = r.first("race")
+    (a, _), (b, _) = v.ops
+    assert {r.schedule.groups[a].name, r.schedule.groups[b].name} == {"producer", "consumer0"}
+    r = check(hopper.hopper_pingpong(2, variant="no_turn_wait"), stop_after=3)
+    assert r.first("stale read") is not None  # parity aliasing: a fresh ready[s] passes parity 1
+    r = check(hopper.hopper_pingpong(4, variant="no_store_wait"), stop_after=3)
+    assert "C[" in r.first("race").message
+
+
+def test_hopper_model_uses_the_kernel_helpers(monkeypatch):
+    from pingpong.hopper import pipeline
+
+    monkeypatch.setattr(pipeline.ring_phase, "fn", lambda c, S: 0)  # a wrong parity helper
+    r = check(hopper.hopper_pingpong(2), stop_after=1)
+    assert r.violations, "the model must follow the kernel's ring_phase"
+
+
+@pytest.mark.parametrize("name", ["optimized", "pingpong_sync", "vector_add_vmcnt4", "hopper_early_release"])
+def test_reduction_keeps_verdicts_and_trace_lengths(name):
+    s = build(name, 2)
+    a, b = check(s, stop_after=3), check(s, reduce=False, stop_after=3)
+    assert a.verdict == b.verdict
+    assert len(a.violations[0].trace) == len(b.violations[0].trace)
+
+
+# ----------------------------------------------------------------------------- semantics
+
+
+def two_groups():
+    b = ScheduleBuilder("t")
+    b.buffer("X")
+    return b, b.group("G0"), b.group("G1")
+
+
+def test_conditional_barrier_shifts_one_group_by_a_phase():
+    def sched(stagger):
+        b, g0, g1 = two_groups()
+        if stagger:
+            g0.barrier(label="stagger (G0 only)")
+        g0.barrier().load("X").wait("vmcnt", 0).barrier()
+        g1.barrier().barrier().read("X").wait("lgkmcnt", 0)
+        return b.build()
+
+    assert check(sched(False)).verdict == "SAFE"
+    r = check(sched(True))  # G1's 2nd barrier now meets G0's 2nd: before G0's load, not after
+    assert r.verdict == "RACE" and "X" in r.first().message
+    assert "──B[1]──●" in report_violation(r.schedule, r.first())
+
+
+def test_async_write_completes_only_when_waited_past():
+    b, g0, g1 = two_groups()
+    g0.load("X", n=2).load("X").wait("vmcnt", 1).barrier()  # leaves the 2nd load in flight
+    g1.barrier().read("X").wait("lgkmcnt", 0)
+    assert check(b.build()).verdict == "RACE"
+    b, g0, g1 = two_groups()
+    g0.load("X", n=2).load("X").wait("vmcnt", 0).barrier()
+    g1.barrier().read("X").wait("lgkmcnt", 0)
+    assert check(b.build()).verdict == "SAFE"
+
+
+def test_write_while_other_group_still_reads():
+    b, g0, g1 = two_groups()
+    g1.read("X").barrier().wait("lgkmcnt", 0)
+    g0.barrier().load("X").wait("vmcnt", 0)
+    assert check(b.build()).verdict == "RACE"
+
+
+def test_deadlock_and_counter_misuse():
+    b, g0, g1 = two_groups()
+    b.atomic("a").atomic("c")
+    g0.await_("a", 1).signal("c")
+    g1.await_("c", 1).signal("a")
+    r = check(b.build())
+    assert r.verdict == "DEADLOCK" and len(r.first().blocked) == 2
+    b, g0, g1 = two_groups()
+    b.atomic("a")
+    g0.signal("a")
+    g1.await_("a", 5)  # G0 has 1 wave: the counter never exceeds 1
+    r = check(b.build())
+    assert r.verdict == "COUNTER MISUSE" and "add up to 1" in r.first().message
+
+
+def test_mbarrier_phases_and_tx():
+    b = ScheduleBuilder("mb")
+    b.buffer("S").mbarrier("full", 1).mbarrier("empty", 1)
+    p, c = b.group("P"), b.group("C")
+    p.mwait("empty", 1).expect("full", 64).tma_load("S", "full", 64, data=0)
+    p.mwait("empty", 0).expect("full", 64).tma_load("S", "full", 64, data=1)
+    c.mwait("full", 0).mma("S", counter="wgmma", want=0).wait("wgmma", 0).arrive("empty")
+    c.mwait("full", 1).mma("S", counter="wgmma", want=1).wait("wgmma", 0).arrive("empty")
+    assert check(b.build()).verdict == "SAFE"
+    # half the bytes never land: the phase cannot complete
+    b2 = ScheduleBuilder("mb2")
+    b2.buffer("S").mbarrier("full", 1)
+    b2.group("P").expect("full", 128).tma_load("S", "full", 64)
+    b2.group("C").mwait("full", 0)
+    assert check(b2.build()).verdict == "DEADLOCK"
+
+
+def test_timeline_shows_barrier_numbers_and_the_race():
+    r = check(amd.vector_add(4, loop_vmcnt=4))
+    text = report_violation(r.schedule, r.first())
+    assert "✗ LDS→ buf1.A,buf1.B" in text and "buf1.B →LDS" in text
+    r = check(amd.simplified(1))
+    t = timeline(r.schedule, r.sample)
+    assert "──B[0]──●" in t and "──B[1]──●" in t and "WG0" in t.splitlines()[0]
