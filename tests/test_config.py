@@ -33,8 +33,8 @@ def test_swizzle_derived_from_row_bytes():
 
 
 def test_instruction_n_divides_the_consumer_tile():
-    assert KernelConfig(128, 192, 64, schedule="cooperative").derive().instr_shape[1] == 192
-    assert KernelConfig(128, 96, 64, schedule="pingpong").derive().instr_shape[1] == 96
+    assert KernelConfig(128, 64, 64, schedule="cooperative").derive().instr_shape[1] == 64
+    assert KernelConfig(64, 256, 64, schedule="pingpong").derive().instr_shape[1] == 256
 
 
 @pytest.mark.parametrize(
@@ -43,6 +43,7 @@ def test_instruction_n_divides_the_consumer_tile():
         (dict(block_m=100), "multiple of the wgmma M"),
         (dict(block_m=128, block_n=256, schedule="pingpong"), "accumulator needs 256 fp32 registers"),
         (dict(block_n=100), "multiple of 8"),
+        (dict(block_n=192), "must be a power of two"),
         (dict(block_k=48), "K-tile row must be 32, 64, 128 or 256 bytes"),
         (dict(block_n=512, schedule="persistent"), "TMA box limit"),
         (dict(stages=5), "exceeds the 232448 B (227 KB) Hopper limit"),

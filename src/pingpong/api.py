@@ -28,6 +28,7 @@ changes nothing. Empty M or N gives an empty result; K = 0 gives β·c (or zeros
 
 from __future__ import annotations
 
+import functools
 import numbers
 
 import torch
@@ -107,7 +108,12 @@ def _overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
 
 
 def _is_hopper(device: torch.device) -> bool:
-    return torch.version.hip is None and torch.cuda.get_device_capability(device) == (9, 0)
+    return _is_hopper_index(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _is_hopper_index(index: int) -> bool:
+    return torch.version.hip is None and torch.cuda.get_device_capability(index) == (9, 0)
 
 
 def _tma_ready(t: torch.Tensor) -> bool:

@@ -131,6 +131,8 @@ class KernelConfig:
                 f" filling a swizzle pattern), i.e. block_k in {[b // in_bytes for b in (32, 64, 128, 256)]}"
             )
         for name, v in (("block_m", bm), ("block_n", bn), ("block_k", bk)):
+            if v & (v - 1):
+                raise ConfigError(f"{name}={v} must be a power of two (TMA block shapes and Gluon tensors are)")
             if v > 256:
                 raise ConfigError(f"{name}={v} exceeds the TMA box limit of 256 elements per dimension")
         threads = _consumer_threads(self, cm)

@@ -7,7 +7,7 @@ owns whole output tiles and they take turns on the tensor cores.
     producer  │ load t0 k0..kn │ load t1 k0..kn │ load t2 k0..kn │ load t3 ...   (ring of STAGES)
     consumer0 │ MMA t0 ════════│ epi t0 ──┐     │ MMA t2 ════════│ epi t2 ...
     consumer1 │ wait turn      │ MMA t1 ════════│ epi t1 ──┐     │ MMA t3 ...
-              ▲ turn[0] pre-armed            arrive(turn[other]) after its last wgmma
+              ▲ consumer 0's first turn is free   arrive(turn[other]) after its last wgmma
 
 COOPERATIVE (schedule="cooperative"): the same producer; both consumers work on one tile,
 each on its 64-row half, and both release each stage (empty barrier count 2).

@@ -33,10 +33,14 @@ def tma_orientation(t: torch.Tensor) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=None)
+def _smem_layout(row_bytes: int, element_bits: int) -> gl.NVMMASharedLayout:
+    return gl.NVMMASharedLayout(swizzle_byte_width=swizzle_width(row_bytes), element_bitwidth=element_bits, rank=2)
+
+
 def _descriptor(t: torch.Tensor, box: list[int]) -> TensorDescriptor:
     """TMA descriptor of a row-major 2-D view, NVMMA-swizzled by its box's row width."""
-    layout = gl.NVMMASharedLayout(swizzle_byte_width=swizzle_width(box[-1] * t.element_size()),
-                                  element_bitwidth=8 * t.element_size(), rank=2)
+    layout = _smem_layout(box[-1] * t.element_size(), 8 * t.element_size())
     return TensorDescriptor(t, list(t.shape), list(t.stride()), box, layout)
 
 
@@ -54,10 +58,16 @@ def operand_descriptor(t: torch.Tensor, rows: int, k: int, k_is_dim1: bool) -> t
 
 
 @functools.lru_cache(maxsize=None)
+def _derive(config: KernelConfig, in_bytes: int, out_bytes: int):
+    return config.derive(in_bytes, out_bytes)
+
+
+@functools.lru_cache(maxsize=None)
 def num_sms(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+@functools.lru_cache(maxsize=None)
 def acc_layout(d) -> gl.NVMMADistributedLayout:
     return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=list(d.warps_per_cta),
                                      instr_shape=list(d.instr_shape))
@@ -67,7 +77,7 @@ def prepare(a, b, out, c, alpha, beta, config: KernelConfig, sms: int):
     """(kernel, args, kwargs, grid) for out = α·a@b + β·c. a (M,K), b (K,N), out (M,N) row-major."""
     M, K = a.shape
     N = b.shape[1]
-    d = config.derive(a.element_size(), out.element_size())
+    d = _derive(config, a.element_size(), out.element_size())
     a_desc, a_kmajor = operand_descriptor(a, d.block_m, d.block_k, True)
     b_desc, b_kmajor = operand_descriptor(b.t(), d.block_n, d.block_k, True)
     c_box = [d.consumer_m, d.consumer_n]
