@@ -91,6 +91,14 @@ def test_hopper_model_uses_the_kernel_helpers(monkeypatch):
     assert r.violations, "the model must follow the kernel's ring_phase"
 
 
+def test_hopper_model_uses_the_turn_helper(monkeypatch):
+    from pingpong.hopper import phase_sync
+
+    monkeypatch.setattr(phase_sync.turn_phase, "fn", lambda j, c: 0)  # both wait for phase 0
+    r = check(hopper.hopper_pingpong(2), stop_after=1)
+    assert r.verdict == "DEADLOCK"
+
+
 @pytest.mark.parametrize("name", ["optimized", "pingpong_sync", "vector_add_vmcnt4", "hopper_early_release"])
 def test_reduction_keeps_verdicts_and_trace_lengths(name):
     s = build(name, 2)

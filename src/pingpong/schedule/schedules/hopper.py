@@ -8,12 +8,13 @@ so the model below computes every slot, parity and counter with the code the ker
 
     producer   for c in 0..T·K-1: wait empty[s] parity ring_phase(c)^1; expect ready[s] (A+B
                bytes); TMA A[s], B[s] (land on ready[s])
-    consumer c for j: wait turn[c] parity turn_phase(j); for k: wait ready[s] parity
+    consumer c for j: wait turn[c] parity turn_phase(j, c); for k: wait ready[s] parity
                ring_phase; wgmma(A[s], B[s]); wgmma wait(1); arrive empty of k-step k-1;
                arrive turn[other_consumer(c)]; wgmma wait(0); arrive empty of the last k-step;
                epilogue: store_wait(0); write C[c] staging; TMA store C[c]
-    kernel     arrives once on turn[0] before the partitions start (modelled as consumer 0's
-               first op: only consumer 0 waits on turn[0] before anyone else arrives there)
+    turn[c]    fresh, count 1: consumer 0's first wait is on parity 1 and passes at once
+               (with the older one-argument turn_phase the kernel pre-armed turn[0] with an
+               arrival; the model then adds it as consumer 0's first op)
 
 Every TMA load carries its ring counter as data and every wgmma expects it, so a consumer
 reading a slot that holds another k-step's tile is reported (stale read), not only overlaps.
@@ -28,10 +29,22 @@ B_BYTES = 256 * 64 * 2  # BN × BK bf16
 
 
 def _helpers():
+    """The kernel's helpers as plain functions, and whether turn[0] is pre-armed.
+
+    phase_sync.turn_phase(local_tile, consumer) keeps the initial state in the parity (a
+    fresh mbarrier's parity-1 wait passes: consumer 0 goes first, no arrival needed); the
+    earlier turn_phase(local_tile) needed the kernel to arrive once on turn[0]. Both are
+    modelled, following the signature of the helper the kernel has now.
+    """
+    import inspect
+
     from pingpong.hopper.phase_sync import other_consumer, turn_phase
     from pingpong.hopper.pipeline import first_counter, ring_index, ring_phase
 
-    return (ring_index.fn, ring_phase.fn, first_counter.fn, turn_phase.fn, other_consumer.fn)
+    tp = turn_phase.fn
+    pre_armed = len(inspect.signature(tp).parameters) == 1
+    turn = (lambda j, c: tp(j)) if pre_armed else tp
+    return ring_index.fn, ring_phase.fn, first_counter.fn, turn, other_consumer.fn, pre_armed
 
 
 def hopper_pingpong(k_iters: int = 4, stages: int = 3, tiles_per_consumer: int = 2, variant: str = "correct"):
@@ -43,7 +56,7 @@ def hopper_pingpong(k_iters: int = 4, stages: int = 3, tiles_per_consumer: int =
     turn wait); "no_store_wait" (the epilogue overwrites its C staging buffer without
     tma.store_wait(0)).
     """
-    ring_index, ring_phase, first_counter, turn_phase, other_consumer = _helpers()
+    ring_index, ring_phase, first_counter, turn_phase, other_consumer, pre_armed = _helpers()
     name = "hopper_pingpong" if variant == "correct" else f"hopper_{variant}"
     b = ScheduleBuilder(name, hopper_pingpong.__doc__)
     for s in range(stages):
@@ -71,15 +84,16 @@ def hopper_pingpong(k_iters: int = 4, stages: int = 3, tiles_per_consumer: int =
     for cons in (0, 1):
         g = b.group(f"consumer{cons}", 4)
         other = other_consumer(cons)
-        if cons == 0:
+        if cons == 0 and pre_armed:
             g.where = "kernel"
             g.arrive("turn[0]", label="arrive turn[0] (kernel, once)")
         for j in range(tiles_per_consumer):
             first = first_counter(j, k_iters, 2, cons)
             g.where = f"tile {2 * j + cons}"
             if variant != "no_turn_wait":
-                pre_armed = cons == 0 and j == 0  # the kernel's arrival: passes at once
-                g.mwait(f"turn[{cons}]", turn_phase(j), critical="" if pre_armed else "phase_sync.py: wait for my turn")
+                first_turn = cons == 0 and j == 0  # passes at once (pre-armed or fresh parity 1)
+                g.mwait(f"turn[{cons}]", turn_phase(j, cons),
+                        critical="" if first_turn else "phase_sync.py: wait for my turn")
             for k in range(k_iters):
                 c = first + k
                 s = ring_index(c, stages)
