@@ -93,7 +93,7 @@ def test_pingpong_swizzle_is_derived_from_the_load_subtile(target):
     assert (1 << base) == d.subtile_cols // 2 and (1 << shift) == d.subtile_rows
     assert d.smem_per_phase * d.subtile_cols == 1 << (base + shift)
     if target == "gfx950":
-        assert d.swizzle == (1, 4, 4) and d.block == (256, 256, 64) if hasattr(d, "block") else True
+        assert d.swizzle == (1, 4, 4) and (d.block_m, d.block_n, d.block_k) == (256, 256, 64)
         assert (d.smem_vec, d.smem_per_phase, d.smem_max_phase) == (16, 8, 2)
 
 

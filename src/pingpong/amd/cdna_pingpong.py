@@ -67,7 +67,9 @@ model makes the release wait for every direct-to-LDS load in flight (vmcnt(0)). 
 s_barrier through inline asm keeps vmcnt(N) (tried: a vmcnt(4) then appeared) but is
 invisible to Triton's shared-memory barrier analysis, which then adds 3 more barriers per
 iteration. So the loop waits are conservative like the prologue and epilogue; the overlap
-is between the groups (the ping-pong) and of A0's loads with stage 1's MFMAs inside S3.
+is between the groups (the ping-pong); A0's loads are issued in S3 (on gfx950 LLVM places them
+after stage 1's MFMAs, just before S4). MFMA operands are read with 16-byte LDS reads
+(k_width 8; on gfx942 one read feeds two 16x16x16 MFMAs), which also saves registers there.
 Barriers per iteration: 4. All counts are in CdnaDerived (config.py) and checked in the ISA.
 """
 
