@@ -29,6 +29,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from .. import compile as cc
+from .cdna_pingpong import store_tile
 from .config import WmmaConfig
 
 
@@ -80,15 +81,7 @@ def rdna_wmma_gemm(a_ptr, b_ptr, c_ptr, cin_ptr, M, N, K, stride_am, stride_bk, 
         b_s.index(1 - s).store(b_next)
         gl.thread_barrier()
 
-    rows = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, ACC))
-    cols = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, ACC))
-    mask = (rows[:, None] < M) & (cols[None, :] < N)
-    out = acc * alpha
-    if HAS_C:
-        cin = gl.amd.cdna3.buffer_load(cin_ptr, rows[:, None] * stride_cim + cols[None, :], mask=mask, other=0.0)
-        out = out + beta * cin.to(gl.float32)
-    gl.amd.cdna3.buffer_store(out.to(c_ptr.dtype.element_ty), c_ptr, rows[:, None] * stride_cm + cols[None, :],
-                              mask=mask)
+    store_tile(acc, c_ptr, cin_ptr, off_m, off_n, M, N, stride_cm, stride_cim, alpha, beta, HAS_C, BM, BN)
 
 
 def launch_args(a, b, out, c, alpha, beta, config: WmmaConfig):
