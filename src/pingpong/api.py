@@ -18,7 +18,9 @@ Dispatch (`path_for` names the path a call takes):
     | CUDA sm_90 (H100/H200)       | "hopper": the Gluon kernel (pingpong.hopper)        |
     |   operand/C strides not TMA-legal (e.g. bf16, K=17: 34-byte rows)                  |
     |                              | "hopper-padded": a 16-byte-aligned copy, then the kernel |
-    | other CUDA GPUs, ROCm GPUs   | "portable": the plain-Triton kernel (pingpong.portable) |
+    | other CUDA GPUs, ROCm GPUs   | "portable": the plain-Triton kernel (pingpong.portable);  |
+    |                              | on gfx942/gfx950 (bf16, K-contiguous) and gfx11xx (fp16→fp32) |
+    |                              | the seeds' AMD kernels (pingpong.amd) — compiled, never run here |
     | CPU                          | refused (PingpongError); Triton's interpreter is an explicit |
     |                              | opt-in for tests: pingpong.portable.portable_gemm(..., interpret=True) |
 
@@ -152,9 +154,16 @@ def _run(a, b, out, c, alpha, beta, config: KernelConfig | None) -> None:
     if not _is_hopper(a.device):
         if config is not None:
             raise PingpongError("config: matmul_tiled configures the Hopper kernel; this GPU takes the portable path")
+        c = c if beta != 0.0 else None
+        if torch.version.hip is not None:  # the seeds' AMD kernels where they apply (compiled, not run here)
+            from .amd import dispatch
+
+            if dispatch.accepts(a, b.t(), out):
+                dispatch.gemm(a, b.t(), out, alpha=alpha, beta=beta, c=c)
+                return
         from .portable import portable_gemm
 
-        portable_gemm(a, b, out, alpha=alpha, beta=beta, c=c if beta != 0.0 else None)
+        portable_gemm(a, b, out, alpha=alpha, beta=beta, c=c)
         return
     from .hopper.launch import launch, tma_orientation
 

@@ -32,6 +32,21 @@ def _device_arch(t) -> str:
     return torch.cuda.get_device_properties(t.device).gcnArchName
 
 
+def accepts(a, b, out) -> bool:
+    """Whether `gemm(a, b, out)` (b stored N×K) has a seeds' kernel for this device and these
+    dtypes/strides; the API sends everything else to the portable kernel."""
+    import torch
+
+    name = select_kernel(_device_arch(a))
+    if name == "cdna_pingpong":
+        width = KernelConfig.for_target(_device_arch(a).split(":")[0]).derive().load_width
+        return (a.dtype == b.dtype == torch.bfloat16 and a.stride(1) == 1 and b.stride(1) == 1
+                and a.shape[1] % width == 0 and out.dtype in (torch.bfloat16, torch.float32))
+    if name == "rdna_wmma":
+        return a.dtype == b.dtype == torch.float16 and out.dtype == torch.float32
+    return False
+
+
 def gemm(a, b, out, *, alpha=1.0, beta=0.0, c=None) -> None:
     """out = alpha · a @ bᵀ + beta · c on a ROCm device (b stored N×K, the seeds' transpose_b).
 
@@ -45,9 +60,10 @@ def gemm(a, b, out, *, alpha=1.0, beta=0.0, c=None) -> None:
     arch = _device_arch(a)
     name = select_kernel(arch)
     if name == "portable":
-        from .. import portable
+        from ..portable import portable_gemm
 
-        return portable.gemm(a, b, out, alpha=alpha, beta=beta, c=c)
+        portable_gemm(a, b.t(), out, alpha=alpha, beta=beta, c=c)
+        return None
     base = arch.split(":")[0]
     if name == "cdna_pingpong":
         config = KernelConfig.for_target(base)
