@@ -21,6 +21,7 @@ Schedules (each a different orchestration of the same parts, see pingpong.hopper
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 from .errors import ConfigError
@@ -100,6 +101,7 @@ class KernelConfig:
     schedule: str = "cooperative"
     group_m: int = 8
 
+    @functools.lru_cache(maxsize=None)  # pure and on the launch path: derive once per (config, sizes)
     def derive(self, in_bytes: int = 2, out_bytes: int = 2) -> Derived:
         """Validate and derive everything else; raises ConfigError naming the constraint."""
         self.validate(in_bytes, out_bytes)

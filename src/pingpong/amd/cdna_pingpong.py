@@ -205,14 +205,19 @@ def kernel_constexprs(config: KernelConfig) -> dict:
                 SW_VEC=d.smem_vec, SW_PER_PHASE=d.smem_per_phase, SW_MAX_PHASE=d.smem_max_phase)
 
 
+def gemm_args(a, b, out, c, alpha, beta, M, N, K) -> tuple:
+    """Runtime arguments shared by the AMD GEMM kernels (C defaults to out, unread without HAS_C)."""
+    cin = c if c is not None else out
+    return (a, b, out, cin, M, N, K, a.stride(0), b.stride(0), out.stride(0), cin.stride(0),
+            float(alpha), float(beta), c is not None)
+
+
 def launch_args(a, b, out, c, alpha, beta, config: KernelConfig):
     """(args, kwargs, grid) for cdna_pingpong_gemm: a (M,K), b (N,K), out (M,N), c optional."""
     d = config.derive()
     M, K = a.shape
     N = b.shape[0]
-    cin = c if c is not None else out
-    args = (a, b, out, cin, M, N, K, a.stride(0), b.stride(0), out.stride(0), cin.stride(0),
-            float(alpha), float(beta), c is not None)
+    args = gemm_args(a, b, out, c, alpha, beta, M, N, K)
     grid = (((M + d.block_m - 1) // d.block_m) * ((N + d.block_n - 1) // d.block_n),)
     return args, dict(kernel_constexprs(config), num_warps=d.waves), grid
 

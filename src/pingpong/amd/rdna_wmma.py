@@ -29,7 +29,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from .. import compile as cc
-from .cdna_pingpong import store_tile
+from .cdna_pingpong import gemm_args, store_tile
 from .config import WmmaConfig
 
 
@@ -89,9 +89,7 @@ def launch_args(a, b, out, c, alpha, beta, config: WmmaConfig):
     d = config.derive()
     M, K = a.shape
     N = b.shape[1]
-    cin = c if c is not None else out
-    args = (a, b, out, cin, M, N, K, a.stride(0), b.stride(0), out.stride(0), cin.stride(0),
-            float(alpha), float(beta), c is not None)
+    args = gemm_args(a, b, out, c, alpha, beta, M, N, K)
     kwargs = dict(BM=d.block_m, BN=d.block_n, BK=d.block_k, WARPS_M=d.warps_per_cta[0], WARPS_N=d.warps_per_cta[1],
                   TILES_M=d.tiles_per_wave[0], TILES_N=d.tiles_per_wave[1], PAD=d.pad, num_warps=d.waves)
     grid = (((M + d.block_m - 1) // d.block_m) * ((N + d.block_n - 1) // d.block_n),)

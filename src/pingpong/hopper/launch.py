@@ -58,11 +58,6 @@ def operand_descriptor(t: torch.Tensor, rows: int, k: int, k_is_dim1: bool) -> t
 
 
 @functools.lru_cache(maxsize=None)
-def _derive(config: KernelConfig, in_bytes: int, out_bytes: int):
-    return config.derive(in_bytes, out_bytes)
-
-
-@functools.lru_cache(maxsize=None)
 def num_sms(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
@@ -77,7 +72,7 @@ def prepare(a, b, out, c, alpha, beta, config: KernelConfig, sms: int):
     """(kernel, args, kwargs, grid) for out = α·a@b + β·c. a (M,K), b (K,N), out (M,N) row-major."""
     M, K = a.shape
     N = b.shape[1]
-    d = _derive(config, a.element_size(), out.element_size())
+    d = config.derive(a.element_size(), out.element_size())
     a_desc, a_kmajor = operand_descriptor(a, d.block_m, d.block_k, True)
     b_desc, b_kmajor = operand_descriptor(b.t(), d.block_n, d.block_k, True)
     c_box = [d.consumer_m, d.consumer_n]
