@@ -16,7 +16,8 @@ from pingpong import KernelConfig, api, bench
 
 def config_name(c: KernelConfig) -> str:
     return (f"{c.schedule}:{c.block_m}x{c.block_n}x{c.block_k}" + (f"/s{c.stages}" if c.stages else "")
-            + f"/g{c.group_m}")
+            + f"/g{c.group_m}" + (f"/e{c.epilogue_n}" if c.epilogue_n else "")
+            + (f"/n{c.instr_n}" if c.instr_n else ""))
 
 
 def config_api(config: KernelConfig):
@@ -26,13 +27,14 @@ def config_api(config: KernelConfig):
 
 
 def parse_config(text: str) -> KernelConfig:
-    """SCHEDULE:BMxBNxBK[/sSTAGES][/gGROUP_M], e.g. pingpong:128x128x64/s4/g8."""
-    m = re.fullmatch(r"(\w+):(\d+)x(\d+)x(\d+)(?:/s(\d+))?(?:/g(\d+))?", text)
+    """SCHEDULE:BMxBNxBK[/sSTAGES][/gGROUP_M][/eEPILOGUE_N][/nINSTR_N], e.g. pingpong:128x128x64/s4/g8/e32."""
+    m = re.fullmatch(r"(\w+):(\d+)x(\d+)x(\d+)(?:/s(\d+))?(?:/g(\d+))?(?:/e(\d+))?(?:/n(\d+))?", text)
     if not m:
-        raise argparse.ArgumentTypeError(f"--configs: expected SCHEDULE:BMxBNxBK[/sS][/gG], got {text!r}")
-    sched, bm, bn, bk, stages, group = m.groups()
+        raise argparse.ArgumentTypeError(f"--configs: expected SCHEDULE:BMxBNxBK[/sS][/gG][/eE][/nN], got {text!r}")
+    sched, bm, bn, bk, stages, group, epi, instr = m.groups()
     return KernelConfig(int(bm), int(bn), int(bk), stages=int(stages) if stages else None, schedule=sched,
-                        group_m=int(group) if group else 8)
+                        group_m=int(group) if group else 8, epilogue_n=int(epi) if epi else None,
+                        instr_n=int(instr) if instr else None)
 
 
 def main(argv=None) -> int:

@@ -12,19 +12,28 @@ def test_defaults_derive_for_each_schedule():
     assert coop.instr_shape == (16, 256, 16)
     assert coop.total_warps == 9 and coop.worker_warps == (4, 1)
     assert coop.worker_regs[0] > coop.worker_regs[1]  # setmaxnreg: consumers get the registers
-    assert coop.shared_bytes <= SMEM_LIMIT and coop.stages == 3
+    assert coop.shared_bytes <= SMEM_LIMIT and coop.stages == 4
+    assert (coop.epilogue_n, coop.epilogue_bufs) == (64, 2)  # 64×64 bf16 sub-tiles = 8 KB
     pp = KernelConfig(128, 128, 64, schedule="pingpong").derive()
-    assert (pp.consumer_m, pp.consumer_n) == (128, 128) and pp.stages == 5
-    assert pp.epilogue_bytes == 2 * 128 * 128 * 2  # one staging tile per consumer
+    assert (pp.consumer_m, pp.consumer_n) == (128, 128) and pp.stages == 6
+    assert pp.epilogue_bytes == 2 * 2 * 128 * 32 * 2  # two 128×32 sub-tile buffers per consumer
     base = KernelConfig(128, 256, 64, schedule="persistent").derive()
     assert base.num_warps == 8 and base.worker_warps == () and base.acc_regs == 128
 
 
 def test_stage_count_follows_the_budget():
-    bf16_out = KernelConfig(128, 256, 64).derive(out_bytes=2)
-    fp32_out = KernelConfig(128, 256, 64).derive(out_bytes=4)
+    bf16_out = KernelConfig(128, 256, 64, epilogue_n=256).derive(out_bytes=2)
+    fp32_out = KernelConfig(128, 256, 64, epilogue_n=256).derive(out_bytes=4)
     assert fp32_out.stages < bf16_out.stages  # the bigger staging tile leaves less room
     assert KernelConfig(128, 256, 64, stages=2).derive().stages == 2
+
+
+def test_epilogue_subtiles_trade_staging_for_stages():
+    whole = KernelConfig(128, 256, 64, epilogue_n=256).derive()
+    assert (whole.epilogue_bufs, whole.epilogue_bytes, whole.stages) == (1, 2 * 64 * 256 * 2, 3)
+    sub = KernelConfig(128, 256, 64, epilogue_n=64).derive()
+    assert (sub.epilogue_bufs, sub.epilogue_bytes, sub.stages) == (2, 2 * 2 * 64 * 64 * 2, 4)
+    assert KernelConfig(128, 256, 64).derive(out_bytes=4).epilogue_n == 32  # same 8 KB sub-tile
 
 
 def test_swizzle_derived_from_row_bytes():
@@ -35,6 +44,7 @@ def test_swizzle_derived_from_row_bytes():
 def test_instruction_n_divides_the_consumer_tile():
     assert KernelConfig(128, 64, 64, schedule="cooperative").derive().instr_shape[1] == 64
     assert KernelConfig(64, 256, 64, schedule="pingpong").derive().instr_shape[1] == 256
+    assert KernelConfig(128, 256, 64, instr_n=128).derive().instr_shape[1] == 128  # chosen, not derived
 
 
 @pytest.mark.parametrize(
@@ -50,6 +60,10 @@ def test_instruction_n_divides_the_consumer_tile():
         (dict(stages=1), "stages must be an int ≥ 2"),
         (dict(schedule="diagonal"), "schedule must be one of"),
         (dict(group_m=0), "group_m must be a positive int"),
+        (dict(instr_n=96), "instr_n=96 must be a multiple of 8"),
+        (dict(epilogue_n=48), "epilogue_n=48 must be a power of two"),
+        (dict(epilogue_n=512), "≤ the consumer tile width 256"),
+        (dict(epilogue_n=4), "span ≥ 16 bytes"),
         (dict(block_m=-64), "block_m must be a positive int"),
     ],
 )

@@ -88,6 +88,23 @@ def test_alpha_beta(schedule, out_dtype, gen):
     assert rel_err(out, ref) < BOUND[out_dtype if out_dtype == torch.float32 else torch.bfloat16]
 
 
+EPILOGUES = [KernelConfig(128, 256, 64, schedule="cooperative", epilogue_n=e) for e in (256, 128, 32)] + [
+    KernelConfig(128, 128, 64, schedule="pingpong", epilogue_n=e) for e in (128, 16)] + [
+    KernelConfig(128, 256, 64, schedule="persistent", epilogue_n=e) for e in (256, 64)]
+
+
+@pytest.mark.parametrize("config", EPILOGUES, ids=lambda c: f"{c.schedule}-e{c.epilogue_n}")
+@pytest.mark.parametrize("out_dtype", (torch.bfloat16, torch.float32))
+def test_epilogue_subtiles(config, out_dtype, gen):
+    """Sub-tile widths from whole-tile to 16 columns, with β·C, ragged edges in M and N."""
+    m, n, k = 1000, 1000, 600
+    a, b = operand(m, k, torch.bfloat16, False, gen), operand(k, n, torch.bfloat16, True, gen)
+    c = torch.randn(m, n, device="cuda", generator=gen).to(out_dtype)
+    out = run(a, b, config, out_dtype=out_dtype, c=c, alpha=0.5, beta=2.0)
+    ref = 0.5 * (a.double() @ b.double()) + 2.0 * c.double()
+    assert rel_err(out, ref) < BOUND[out_dtype if out_dtype == torch.float32 else torch.bfloat16]
+
+
 def test_public_api_paths(gen):
     m, n, k = 300, 200, 17  # K=17 bf16: 34-byte rows, not TMA-legal -> padded copy
     a, b = operand(m, k, torch.bfloat16, False, gen), operand(k, n, torch.bfloat16, False, gen)

@@ -37,6 +37,7 @@ WGMMA_MAX_N = 256
 MAX_REGS_PER_THREAD = 255
 BARRIER_BYTES = 8
 MAX_STAGES = 6
+EPILOGUE_CHUNK_BYTES = 8 * 1024  # default size of one epilogue sub-tile (consumer rows × epilogue_n)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +62,8 @@ class Derived:
     acc_regs: int  # fp32 accumulator registers per consumer thread
     a_swizzle: int  # NVMMA swizzle width (bytes) of an A stage, K-major
     b_swizzle: int
+    epilogue_n: int  # columns of one epilogue sub-tile (the TMA store box is consumer_m × epilogue_n)
+    epilogue_bufs: int  # staging buffers per consumer: 2 when sub-tiled (one store in flight), else 1
     stage_bytes: int
     epilogue_bytes: int
     shared_bytes: int
@@ -92,6 +95,12 @@ class KernelConfig:
     stages: depth of the shared-memory ring; None = as many as fit (≤ MAX_STAGES).
     schedule: "persistent" | "cooperative" | "pingpong" (module docstring).
     group_m: tiles per group of the grouped raster (L2 reuse; pingpong.hopper.scheduler).
+    epilogue_n: columns of one epilogue sub-tile; None = the widest power of two whose
+        sub-tile (consumer rows × epilogue_n) fits EPILOGUE_CHUNK_BYTES. Sub-tiles are stored
+        through 2 staging buffers per consumer, so the shared memory the full tile would
+        take goes to the ring instead (pingpong.hopper.epilogue). = block_n: no sub-tiling.
+    instr_n: N of one wgmma (m64·N·k16); None = the widest (≤ 256) dividing the consumer's
+        tile width. A narrower N issues several wgmmas per k-step, each re-reading A.
     """
 
     block_m: int = 128
@@ -100,6 +109,8 @@ class KernelConfig:
     stages: int | None = None
     schedule: str = "cooperative"
     group_m: int = 8
+    epilogue_n: int | None = None
+    instr_n: int | None = None
 
     @functools.lru_cache(maxsize=None)  # pure and on the launch path: derive once per (config, sizes)
     def derive(self, in_bytes: int = 2, out_bytes: int = 2) -> Derived:
@@ -127,6 +138,15 @@ class KernelConfig:
             )
         if cn % 8:
             raise ConfigError(f"block_n={bn} must be a multiple of 8 (the wgmma N granularity)")
+        n = self.instr_n
+        if n is not None and (not isinstance(n, int) or n <= 0 or n % 8 or n > WGMMA_MAX_N or cn % n):
+            raise ConfigError(f"instr_n={n!r} must be a multiple of 8, ≤ {WGMMA_MAX_N}, dividing the consumer tile width {cn}")
+        en = self.epilogue_n
+        if en is not None and (not isinstance(en, int) or en <= 0 or en & (en - 1) or en > cn or en * out_bytes < 16):
+            raise ConfigError(
+                f"epilogue_n={en!r} must be a power of two ≤ the consumer tile width {cn} and span ≥ 16 bytes"
+                f" (a TMA box row), i.e. ≥ {16 // out_bytes} {out_bytes}-byte elements"
+            )
         if bk * in_bytes not in (32, 64, 128, 256):
             raise ConfigError(
                 f"block_k={bk}: a K-tile row must be 32, 64, 128 or 256 bytes (a whole number of wgmma K steps"
@@ -174,10 +194,22 @@ def _consumer_threads(cfg: KernelConfig, cm: int) -> int:
     return 128 * (min(2, max(1, cm // WGMMA_M)) if cfg.schedule == "persistent" else 1)
 
 
+def _epilogue_shape(cfg: KernelConfig, out_bytes: int) -> tuple[int, int]:
+    """(epilogue_n, staging buffers per consumer): the chosen or derived sub-tile width."""
+    _, cm, cn = _consumer_tile(cfg)
+    en = cfg.epilogue_n
+    if en is None:
+        en = cn
+        while en > 16 // out_bytes and cm * en * out_bytes > EPILOGUE_CHUNK_BYTES and en % 2 == 0:
+            en //= 2
+    return en, (1 if en == cn else 2)
+
+
 def _epilogue_bytes(cfg: KernelConfig, out_bytes: int) -> int:
-    """The C staging buffer(s) the TMA store reads: one per consumer in ping-pong."""
-    per_tile = cfg.block_m * cfg.block_n * out_bytes
-    return 2 * per_tile if cfg.schedule == "pingpong" else per_tile
+    """The staging buffers the TMA stores read: `epilogue_bufs` sub-tiles per consumer."""
+    consumers, cm, _ = _consumer_tile(cfg)
+    en, bufs = _epilogue_shape(cfg, out_bytes)
+    return consumers * bufs * cm * en * out_bytes
 
 
 def _instr_n(cn: int) -> int:
@@ -189,6 +221,7 @@ def _derive(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> Derived:
     consumers, cm, cn = _consumer_tile(cfg)
     stage = (cfg.block_m + cfg.block_n) * cfg.block_k * in_bytes
     epi = _epilogue_bytes(cfg, out_bytes)
+    epilogue_n, epilogue_bufs = _epilogue_shape(cfg, out_bytes)
     fixed = epi + 2 * MAX_STAGES * BARRIER_BYTES + 4 * BARRIER_BYTES
     stages = cfg.stages or min(MAX_STAGES, (SMEM_LIMIT - fixed) // stage)
     if cfg.schedule == "persistent":
@@ -215,7 +248,7 @@ def _derive(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> Derived:
         consumers=consumers,
         consumer_m=cm,
         consumer_n=cn,
-        instr_shape=(16, _instr_n(cn), WGMMA_K_BYTES // in_bytes),
+        instr_shape=(16, cfg.instr_n or _instr_n(cn), WGMMA_K_BYTES // in_bytes),
         warps_per_cta=warps_per_cta,
         num_warps=num_warps,
         worker_warps=worker_warps,
@@ -224,6 +257,8 @@ def _derive(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> Derived:
         acc_regs=cm * cn // _consumer_threads(cfg, cm),
         a_swizzle=swizzle_width(cfg.block_k * in_bytes),
         b_swizzle=swizzle_width(cfg.block_k * in_bytes),
+        epilogue_n=epilogue_n,
+        epilogue_bufs=epilogue_bufs,
         stage_bytes=stage,
         epilogue_bytes=epi,
         shared_bytes=stages * stage + fixed,

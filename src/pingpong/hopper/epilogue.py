@@ -1,11 +1,16 @@
 """Epilogue: out = α·acc + β·C, cast, store through TMA — fused, no second pass over C.
 
-    tma.store_wait(0)                     the previous tile's store from `staging` has drained
-    C tile ──TMA load──> staging ──┐      (only when HAS_C: β ≠ 0 and a C was given)
-    acc (registers, fp32) ──×α────(+ β·C)── cast ──> staging ──TMA store──> out
+    acc (registers, fp32, ROWS × COLS) ── column_halves ... ──> sub-tiles of ROWS × EPI_N
+    for each sub-tile i (buffer i % BUFS):
+        tma.store_wait(BUFS - 1)              the store that last read this buffer has drained
+        C sub-tile ──TMA load──> buffer ──┐   (only when HAS_C: β ≠ 0 and a C was given)
+        sub-tile ──×α──────────(+ β·C)── cast ──> buffer ──TMA store──> out
 
-The store of tile t overlaps the mainloop of tile t+1; it is waited for only when the
-staging buffer is needed again. C is read through TMA too, into the same staging buffer, so
+Sub-tiling (KernelConfig.epilogue_n) keeps the staging at 2 small buffers per consumer
+instead of one whole tile, and the shared memory saved becomes ring stages: the cooperative
+128×256 bf16 tile stages 2 × 2 × 64×64 (32 KB) instead of 64 KB, so the ring gets 4 stages
+instead of 3. One sub-tile's store overlaps writing the next; the last ones overlap the
+mainloop of the next tile and are waited for only when their buffer is needed again. C is read through TMA too, into the same staging buffer, so
 it costs no extra shared memory and no per-element address registers; C must therefore be
 TMA-legal with out's dtype (the API copies it otherwise). C may alias out (`gemm_`): each
 tile is read before its own store and tiles are disjoint.
@@ -17,18 +22,30 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from triton.language.core import _aggregate as aggregate
 
 
+@gluon.jit
+def column_halves(x):
+    """Split a [ROWS, COLS] register tensor into its left and right [ROWS, COLS/2] halves.
+
+    A column's high bit is a register index in the wgmma accumulator layout, so the
+    reshape/permute/split only renames registers: no data moves."""
+    ROWS: gl.constexpr = x.shape[0]
+    COLS: gl.constexpr = x.shape[1]
+    return x.reshape([ROWS, 2, COLS // 2]).permute(0, 2, 1).split()
+
+
 @aggregate
 class Epilogue:
-    c_desc: tma.tensor_descriptor
+    c_desc: tma.tensor_descriptor  # its box is one sub-tile: [consumer rows, EPI_N]
     cin_desc: tma.tensor_descriptor
     alpha: gl.tensor
     beta: gl.tensor
-    staging: gl.shared_memory_descriptor  # [COPIES, rows, cols]: one per consumer partition
+    staging: gl.shared_memory_descriptor  # [COPIES * BUFS, rows, EPI_N]: BUFS per consumer partition
     c_ready: gl.shared_memory_descriptor  # [COPIES, 1] mbarriers for the C loads
     HAS_C: gl.constexpr
+    BUFS: gl.constexpr
 
     @gluon.constexpr_function
-    def __init__(self, c_desc, cin_desc, alpha, beta, staging, c_ready, HAS_C):
+    def __init__(self, c_desc, cin_desc, alpha, beta, staging, c_ready, HAS_C, BUFS):
         self.c_desc = c_desc
         self.cin_desc = cin_desc
         self.alpha = alpha
@@ -36,30 +53,51 @@ class Epilogue:
         self.staging = staging
         self.c_ready = c_ready
         self.HAS_C = gl.constexpr(HAS_C)
+        self.BUFS = gl.constexpr(BUFS)
 
     @gluon.jit
-    def allocate(c_desc, cin_desc, alpha, beta, HAS_C: gl.constexpr, COPIES: gl.constexpr):
-        staging = gl.allocate_shared_memory(c_desc.dtype, [COPIES] + c_desc.block_type.shape, c_desc.layout)
+    def allocate(c_desc, cin_desc, alpha, beta, HAS_C: gl.constexpr, COPIES: gl.constexpr, BUFS: gl.constexpr):
+        staging = gl.allocate_shared_memory(c_desc.dtype, [COPIES * BUFS] + c_desc.block_type.shape, c_desc.layout)
         c_ready = gl.allocate_shared_memory(gl.int64, [COPIES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(COPIES):
             mbarrier.init(c_ready.index(i), count=1)
-        return Epilogue(c_desc, cin_desc, alpha, beta, staging, c_ready, HAS_C)
+        return Epilogue(c_desc, cin_desc, alpha, beta, staging, c_ready, HAS_C, BUFS)
 
     @gluon.jit
     def store(self, acc, COPY: gl.constexpr, tile_count, off_m, off_n):
-        """Write α·acc + β·C of the tile at (off_m, off_n) through staging copy COPY.
+        """Write α·acc + β·C of the tile at (off_m, off_n), sub-tile by sub-tile, through
+        consumer COPY's staging buffers. `tile_count` = tiles this partition stored before."""
+        EPI_N: gl.constexpr = self.c_desc.block_type.shape[1]
+        SUBTILES: gl.constexpr = acc.shape[1] // EPI_N
+        gl.static_assert(acc.shape[1] % EPI_N == 0, "the epilogue sub-tile must divide the tile width")
+        gl.static_assert(SUBTILES == 1 or SUBTILES % self.BUFS == 0, "sub-tiles must cycle whole buffer rounds")
+        self.store_columns(acc, COPY, tile_count * SUBTILES, off_m, off_n)
 
-        `tile_count` (tiles this partition has stored before) gives the C barrier's phase.
-        """
-        staging = self.staging.index(COPY)
+    @gluon.jit
+    def store_columns(self, x, COPY: gl.constexpr, seq, off_m, off_n):
+        """Halve x until it is one sub-tile wide; store the sub-tiles left to right.
+        `seq` numbers this partition's sub-tile stores (buffer and C-barrier parity)."""
+        EPI_N: gl.constexpr = self.c_desc.block_type.shape[1]
+        HALF: gl.constexpr = x.shape[1] // 2
+        if x.shape[1] == EPI_N:
+            self.store_subtile(x, COPY, seq, off_m, off_n)
+        else:
+            left, right = column_halves(x)
+            self.store_columns(left, COPY, seq, off_m, off_n)
+            self.store_columns(right, COPY, seq + HALF // EPI_N, off_m, off_n + HALF)
+
+    @gluon.jit
+    def store_subtile(self, x, COPY: gl.constexpr, seq, off_m, off_n):
+        """One sub-tile: wait for its buffer's previous store, (+ β·C), cast, TMA store."""
+        staging = self.staging.index(COPY * self.BUFS + seq % self.BUFS)
         c_ready = self.c_ready.index(COPY)
-        out = acc * self.alpha
-        tma.store_wait(0)
+        out = x * self.alpha
+        tma.store_wait(self.BUFS - 1)  # the store that last read this buffer has drained
         if self.HAS_C:
             mbarrier.expect(c_ready, self.cin_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(self.cin_desc, [off_m, off_n], c_ready, staging)
-            mbarrier.wait(c_ready, tile_count & 1)
-            out = out + self.beta * staging.load(acc.type.layout).to(gl.float32)
+            mbarrier.wait(c_ready, seq & 1)
+            out = out + self.beta * staging.load(x.type.layout).to(gl.float32)
         staging.store(out.to(self.c_desc.dtype))
         fence_async_shared()
         tma.async_copy_shared_to_global(self.c_desc, [off_m, off_n], staging)

@@ -123,13 +123,13 @@ _RUNTIME_SCALARS = ["M", "N", "K"]
 def warp_specialized_gemm(a_desc, b_desc, c_desc, cin_desc, M, N, K, alpha, beta,
                           HAS_C: gl.constexpr, A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr,
                           BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                          GROUP_M: gl.constexpr, PINGPONG: gl.constexpr, acc_layout: gl.constexpr,
+                          GROUP_M: gl.constexpr, EPI_BUFS: gl.constexpr, PINGPONG: gl.constexpr, acc_layout: gl.constexpr,
                           CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
     """Ping-pong or cooperative: producer warp + two consumer warpgroups (module docstring)."""
     gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
     sched = TileScheduler.create(M, N, K, BM, BN, BK, GROUP_M)
     ring = Ring.allocate(a_desc, b_desc, STAGES, 1 if PINGPONG else 2)
-    epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, HAS_C, 2)
+    epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, HAS_C, 2, EPI_BUFS)
     loader = TileLoader(a_desc, b_desc, A_KMAJOR, B_KMAJOR)
     if PINGPONG:
         sync = PhaseSync.allocate()
@@ -150,12 +150,12 @@ def warp_specialized_gemm(a_desc, b_desc, c_desc, cin_desc, M, N, K, alpha, beta
 def persistent_gemm(a_desc, b_desc, c_desc, cin_desc, M, N, K, alpha, beta,
                     HAS_C: gl.constexpr, A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr,
                     BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                    GROUP_M: gl.constexpr, acc_layout: gl.constexpr):
+                    GROUP_M: gl.constexpr, EPI_BUFS: gl.constexpr, acc_layout: gl.constexpr):
     """The baseline: persistent, pipelined, not warp-specialized (module docstring)."""
     gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
     sched = TileScheduler.create(M, N, K, BM, BN, BK, GROUP_M)
     ring = Ring.allocate(a_desc, b_desc, STAGES, 1)
-    epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, HAS_C, 1)
+    epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, HAS_C, 1, EPI_BUFS)
     loader = TileLoader(a_desc, b_desc, A_KMAJOR, B_KMAJOR)
 
     total = sched.local_tiles() * sched.k_steps

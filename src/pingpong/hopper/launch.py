@@ -75,7 +75,7 @@ def prepare(a, b, out, c, alpha, beta, config: KernelConfig, sms: int):
     d = config.derive(a.element_size(), out.element_size())
     a_desc, a_kmajor = operand_descriptor(a, d.block_m, d.block_k, True)
     b_desc, b_kmajor = operand_descriptor(b.t(), d.block_n, d.block_k, True)
-    c_box = [d.consumer_m, d.consumer_n]
+    c_box = [d.consumer_m, d.epilogue_n]  # one epilogue sub-tile
     c_desc = _descriptor(out, c_box)
     has_c = c is not None and beta != 0.0
     assert not has_c or (tma_orientation(c) == "row" and c.dtype == out.dtype), "C must be TMA-legal, out's dtype"
@@ -83,7 +83,7 @@ def prepare(a, b, out, c, alpha, beta, config: KernelConfig, sms: int):
     tiles = -(-M // d.block_m) * -(-N // d.block_n)
     args = (a_desc, b_desc, c_desc, cin_desc, M, N, K, float(alpha), float(beta))
     common = dict(HAS_C=has_c, A_KMAJOR=a_kmajor, B_KMAJOR=b_kmajor, BM=d.block_m, BN=d.block_n, BK=d.block_k,
-                  STAGES=d.stages, GROUP_M=d.group_m, acc_layout=acc_layout(d))
+                  STAGES=d.stages, GROUP_M=d.group_m, EPI_BUFS=d.epilogue_bufs, acc_layout=acc_layout(d))
     grid = (max(1, min(sms, tiles)),)
     if d.schedule == "persistent":
         return persistent_gemm, args, dict(common, num_warps=d.num_warps), grid
