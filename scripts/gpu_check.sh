@@ -3,6 +3,8 @@
 # Prints the short tables last; full logs go to $OUT (default ./out).
 #   bash scripts/gpu_check.sh                 # everything
 #   TESTS="tests/test_gemm_gpu.py" BENCH_SHAPES="8192,8192,8192" bash scripts/gpu_check.sh
+#   RACECHECK=1 ...   also compute-sanitizer racecheck on a small problem; the report and the
+#                     SASS of every Triton kernel it ran ($OUT/sass/) locate a hazard's PCs
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=src PYTHONUNBUFFERED=1
@@ -27,9 +29,22 @@ echo "== pingpong bench"
 python -m pingpong bench --shapes $BENCH_SHAPES --csv "$OUT/bench.csv" --json "$OUT/bench.json" \
     2>"$OUT/bench.err" | tee "$OUT/bench.txt"
 
+if [ "${RACECHECK:-0}" = 1 ]; then
+    echo "== racecheck (small problem, every schedule)"
+    cache=$(mktemp -d)
+    TRITON_CACHE_DIR=$cache compute-sanitizer --tool racecheck --racecheck-report all \
+        python benchmarks/sanitize_small.py >"$OUT/racecheck.log" 2>&1
+    grep -E "RACECHECK SUMMARY|ERROR SUMMARY|rel err" "$OUT/racecheck.log" | tee "$OUT/racecheck.txt"
+    mkdir -p "$OUT/sass"
+    for f in $(find "$cache" -name "*.cubin"); do
+        cuobjdump -sass "$f" >"$OUT/sass/$(basename "$(dirname "$f")" | cut -c1-12)_$(basename "$f" .cubin).sass"
+    done
+fi
+
 echo
 echo "== summary"
 grep -E "passed|failed|error" "$OUT/gpu_tests.log" | tail -n 1
 cat "$OUT/schedules.txt"
 cat "$OUT/bench.txt"
+[ -f "$OUT/racecheck.txt" ] && cat "$OUT/racecheck.txt"
 exit $tests_rc
