@@ -1,12 +1,17 @@
 """The CDNA ping-pong's schedule, checked race-free by pingpong.schedule and tied to the ISA."""
 
+import dataclasses
 import functools
+import re
 
 import pytest
 
 from pingpong import compile as cc
+from pingpong.amd.config import KernelConfig
 from pingpong.amd.schedule_model import cdna_pingpong, vmcnt_sequence
 from pingpong.schedule import check
+
+CDNA = ("gfx950", "gfx942")
 
 
 @functools.cache
@@ -14,7 +19,12 @@ def model(target):
     return cdna_pingpong(target, pairs=3)
 
 
-@pytest.mark.parametrize("target", ["gfx950", "gfx942"])
+@functools.cache
+def isa_loop(target):
+    return cc._amd_loop_body(cc.compile_kernel("cdna_pingpong", target).isa)
+
+
+@pytest.mark.parametrize("target", CDNA)
 def test_schedule_is_race_free(target):
     r = check(model(target))
     assert r.safe, r.verdict
@@ -33,7 +43,62 @@ def test_dropping_a_loop_barrier_is_caught(label):
     assert not check(mutated).safe
 
 
-@pytest.mark.parametrize("target", ["gfx950", "gfx942"])
+def _loosen(s, k):
+    """The schedule with the k-th loop vmcnt wait of every group one load looser."""
+    groups = []
+    for g in s.groups:
+        idx = [i for i, op in enumerate(g.ops) if op.kind == "wait" and op.counter == "vmcnt" and op.where == "loop"]
+        ops = list(g.ops)
+        ops[idx[k]] = dataclasses.replace(ops[idx[k]], value=ops[idx[k]].value + 1)
+        groups.append(dataclasses.replace(g, ops=tuple(ops)))
+    return dataclasses.replace(s, groups=tuple(groups))
+
+
+@pytest.mark.parametrize("target", CDNA)
+def test_loop_waits_are_tight(target):
+    """Before S2, S3 and S1 one more load in flight is a race; before S4 only A0's loads are
+    in flight, so that wait (the seeds' vmcnt(N) across a barrier) has slack by design."""
+    s = model(target)
+    verdicts = [check(_loosen(s, k)).safe for k in range(4)]
+    assert verdicts == [False, False, True, False]
+
+
+@pytest.mark.parametrize("target", CDNA)
 def test_isa_waits_match_the_checked_schedule(target):
-    isa_loop = tuple(cc.compile_kernel("cdna_pingpong", target).facts().extra["loop vmcnt sequence"])
-    assert isa_loop == vmcnt_sequence(model(target), "loop")
+    isa = tuple(cc.compile_kernel("cdna_pingpong", target).facts().extra["loop vmcnt sequence"])
+    assert isa == vmcnt_sequence(model(target), "loop")
+
+
+@pytest.mark.parametrize("target", CDNA)
+def test_loop_keeps_loads_in_flight_across_barriers(target):
+    """Seed 003 §15.14: non-zero vmcnt in the main loop (A1 across S2, A0 across S4)."""
+    d = KernelConfig.for_target(target).derive()
+    assert d.main_loop_vmcnt == (d.a_loads, 0, d.a_loads, 0) and d.a_loads > 0
+    assert max(vmcnt_sequence(model(target), "loop")) == d.a_loads
+
+
+def _model_phases(s):
+    """(DMA instructions issued, vmcnt waits) between consecutive loop barriers of WG0."""
+    phases = [[0, []]]
+    for op in s.group("WG0").ops:
+        if op.where != "loop":
+            continue
+        if op.kind == "barrier":
+            phases.append([0, []])
+        elif op.kind == "load":
+            phases[-1][0] += op.n
+        elif op.kind == "wait" and op.counter == "vmcnt":
+            phases[-1][1].append(op.value)
+    return [tuple((n, tuple(w))) for n, w in phases]
+
+
+def _isa_phases(loop):
+    parts = re.split(r"\bs_barrier\b", loop)
+    return [(len(re.findall(r"\bbuffer_load_\w+.*\blds\b", p)), tuple(int(v) for v in re.findall(r"vmcnt\((\d+)\)", p)))
+            for p in parts]
+
+
+@pytest.mark.parametrize("target", CDNA)
+def test_isa_loop_phases_match_the_checked_schedule(target):
+    """Per barrier phase of the loop, the ISA issues the DMA loads and waits of the model."""
+    assert _isa_phases(isa_loop(target)) == _model_phases(model(target))

@@ -7,7 +7,8 @@ Status — what has been verified and what has not:
   * verified here, on a CPU, from the compiled machine code (tests/test_amd_kernels.py):
     it compiles for gfx950 and gfx942; 8 waves (512 threads); MFMA count; direct-to-LDS
     `buffer_load ... lds` instructions; the s_barrier count and the vmcnt values of the main
-    loop equal the schedule below; LDS within the target; no scratch; VGPR+AGPR in budget.
+    loop equal the schedule below (and, per barrier phase, the race-checked model); LDS
+    within the target; no scratch; VGPR+AGPR in budget.
   * NOT verified: it has never been executed. No AMD GPU was available to this project, so
     numerical correctness and speed on MI300X / MI355X are unknown.
 
@@ -32,19 +33,21 @@ prologue (so group 0 runs one barrier phase ahead) and one that group 0 executes
 (so both have executed the same number of barriers). Both are a scalar branch around an
 `s_barrier` on the wave's group, emitted by `stagger_barrier`.
 
-Schedule (per wave; one main-loop iteration = 2 K-steps, stage 0 = even, stage 1 = odd):
+Schedule (per wave; one main-loop iteration = 2 K-steps, stage 0 = even, stage 1 = odd;
+a = DMA instructions of one A load per wave: 4 on gfx950, 8 on gfx942):
 
     PROLOGUE   load B0, A0 (k=0) ─ vmcnt(0) ─ BARRIER ─ [group 1: BARRIER]   (stagger)
-    MAIN LOOP  i = 0 .. pairs-2:
-      S1  BARRIER ─ load B1, A1 (k=2i+1) ─ vmcnt(0)         B1, A1 landed
-      S2  BARRIER ─ compute stage 0
-      S3  BARRIER ─ load A0 (k=2i+2) ─ compute stage 1      A0 in flight under the MFMAs
-      S4  vmcnt(0) BARRIER ─ load B0 (k=2i+2) ─ vmcnt(0)    A0, then B0 landed
+    MAIN LOOP  i = 0 .. pairs-2   (barrier = s_barrier without fences, `wait_then_barrier`):
+      S1  barrier ─ load B1, A1 (k=2i+1) ─ vmcnt(a)              B1 landed, A1 in flight
+      S2  barrier ─ compute stage 0 ─ vmcnt(0)                   A1 landed under stage 0
+      S3  barrier ─ load A0 (k=2i+2) ─ compute stage 1 ─ vmcnt(a)   A0 in flight across S4
+      S4  barrier ─ load B0 (k=2i+2) ─ vmcnt(0)                  A0, B0 landed
     EPILOGUE   (last pair, no prefetch; seed 003 §15.13: every wait is vmcnt(0))
       E1  BARRIER ─ load B1, A1 ─ vmcnt(0)
       E2  BARRIER ─ compute stage 0
       E3  BARRIER ─ compute stage 1 ─ [group 0: BARRIER]     (re-sync)
     STORE      alpha·acc + beta·Cin → C (masked buffer stores, no LDS)
+    (BARRIER = gl.thread_barrier(), fenced; every wait before a barrier also has lgkmcnt(0))
 
     timeline (one column per barrier phase; G0 is one phase ahead of G1):
       G0 │ S1 load   │ S2 mma s0 │ S3 mma s1 │ S4 load   │ S1 load   │ S2 mma s0 │
@@ -53,24 +56,33 @@ Schedule (per wave; one main-loop iteration = 2 K-steps, stage 0 = even, stage 1
 
 Why these distances (the race analysis; pingpong.schedule model in schedule_model.py): A is
 group-private, so a write may follow the group's last read after 1 barrier and a read may
-follow the write's vmcnt wait after 1 barrier. B is shared, and with the stagger the other
+follow the write's vmcnt wait after 1 barrier: A1 is waited at the end of S2 and read in S3;
+A0 is written in S3 after its last read in S2. B is shared, and with the stagger the other
 group is one phase behind, so both distances must be 2 barriers: B1 is waited in S1 and read
-in S3; B0 is written in S4 after its last read in S2 and read in the next S2. This is seed
-003 §12's schedule with the A0 load moved from the end of S2 to the start of S3 (in §12 it
-overwrites A0 while the other waves of the same group may still be reading it).
+in S3; B0 is written in S4 after its last read in S2 and waited before the next S1, read in
+the next S2. Loads are issued B before A, so vmcnt(a) (an in-order counter) means "all but
+this wave's newest A load". The wait before S4 has slack by design (only A0 is in flight
+there); the other three are tight: one more load in flight is a race (tests/test_amd_schedule).
+This is seed 003 §12's schedule with the A0 load moved from the end of S2 to the start of S3
+(in §12 it overwrites A0 while the other waves of the same group may still be reading it).
 
-Waits, and what Triton 3.6 allows. Main-loop vmcnt values per iteration: (0, 0, 0) — after
-S1's loads, before S4's barrier, after B0's loads. Seed 003 §15.14 keeps a non-zero vmcnt in
-the loop (loads in flight across a barrier). Here that cannot survive: `gl.thread_barrier()`
-lowers to `fence release; s_barrier; fence acquire` (workgroup scope), and LLVM's memory
-model makes the release wait for every direct-to-LDS load in flight (vmcnt(0)). A bare
-s_barrier through inline asm keeps vmcnt(N) (tried: a vmcnt(4) then appeared) but is
-invisible to Triton's shared-memory barrier analysis, which then adds 3 more barriers per
-iteration. So the loop waits are conservative like the prologue and epilogue; the overlap
-is between the groups (the ping-pong); A0's loads are issued in S3 (on gfx950 LLVM places them
-after stage 1's MFMAs, just before S4). MFMA operands are read with 16-byte LDS reads
-(k_width 8; on gfx942 one read feeds two 16x16x16 MFMAs), which also saves registers there.
-Barriers per iteration: 4. All counts are in CdnaDerived (config.py) and checked in the ISA.
+Waits, and how Triton 3.6 expresses them. Main-loop vmcnt per iteration: (a, 0, a, 0), so
+loads stay in flight across a barrier and under the MFMAs (A1 under stage 0, A0 across S4),
+seed 003 §15.14's non-zero loop vmcnt. `gl.thread_barrier()` cannot do that: it lowers to
+`fence syncscope("workgroup") release; s_barrier; fence acquire`, and LLVM makes that release
+wait for every LDS DMA in flight (an `s_waitcnt vmcnt(0)` before the s_barrier, even with no
+wait written). A bare inline-asm s_barrier keeps vmcnt(N) but is invisible to Triton's
+shared-memory barrier analysis (Membar), which then adds a barrier of its own after the async
+wait. What works is that very rule of Membar: an async wait (`wait_group(N)`) that is not
+followed by a barrier gets a `ttg.local_barrier` placed right after it, which on CDNA lowers
+to `s_waitcnt lgkmcnt(0); s_barrier`, no fence. `wait_then_barrier` is that idiom; in the ISA
+each of its four calls is `s_waitcnt vmcnt(N) lgkmcnt(0)` followed by one `s_barrier` (LLVM
+may schedule MFMAs between the two). The prologue and epilogue keep `wait_group(0)` +
+`gl.thread_barrier()`: fenced and fully drained (seed 003 §15.13). On gfx950 LLVM places A0's
+loads after stage 1's MFMAs (just before S4); on gfx942 they are interleaved with them. MFMA
+operands are read with 16-byte LDS reads (k_width 8; on gfx942 one read feeds two 16x16x16
+MFMAs), which also saves registers there. Barriers per iteration: 4. All counts are in
+CdnaDerived (config.py) and checked in the ISA, per barrier phase against the checked model.
 """
 
 from __future__ import annotations
@@ -104,10 +116,25 @@ def stagger_barrier(GROUP: gl.constexpr, THREADS_PER_GROUP: gl.constexpr, THREAD
 
 
 @gluon.jit
+def wait_then_barrier(OUTSTANDING: gl.constexpr):
+    """`s_waitcnt vmcnt(N) lgkmcnt(0); s_barrier`: wait until at most OUTSTANDING of this wave's
+    commit groups (TileLoader.load calls) are in flight, then a workgroup barrier WITHOUT the
+    release/acquire fences of gl.thread_barrier() (whose release would wait for every LDS DMA).
+
+    N is the number of DMA instructions in the OUTSTANDING newest groups (Triton's
+    UpdateAsyncWaitCount pass counts them). The barrier is not written here: Triton's shared
+    memory barrier analysis (Membar) puts a `ttg.local_barrier` right after every async wait
+    that is not followed by a barrier, and on CDNA that op lowers to `s_waitcnt lgkmcnt(0);
+    s_barrier`. The ISA tests check that each call site yields exactly one s_barrier.
+    """
+    gl.amd.cdna4.async_copy.wait_group(OUTSTANDING)
+
+
+@gluon.jit
 def schedule(la, lb, bufs, mma, pairs, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
              THREADS_PER_GROUP: gl.constexpr, THREADS: gl.constexpr):
     """The ping-pong schedule of the module docstring; returns the accumulated MmaOp."""
-    # PROLOGUE
+    # PROLOGUE (conservative: drain, fenced barriers)
     lb.load(bufs.b0, 0)
     la.load(bufs.a0, 0)
     gl.amd.cdna4.async_copy.wait_group(0)
@@ -121,17 +148,15 @@ def schedule(la, lb, bufs, mma, pairs, BM: gl.constexpr, BN: gl.constexpr, BK: g
         k2 = (2 * i + 2) * BK
         lb.load(bufs.b1, k1)  # S1
         la.load(bufs.a1, k1)
-        gl.amd.cdna4.async_copy.wait_group(0)
-        gl.thread_barrier()  # S2
+        wait_then_barrier(1)  # S2: B1 landed; A1, the newest group, stays in flight
         mma = mma.compute(mma_view(bufs.a0, BM, BK), mma_view(bufs.b0, BN, BK))
-        gl.thread_barrier()  # S3
+        wait_then_barrier(0)  # S3: A1 landed
         la.load(bufs.a0, k2)
         mma = mma.compute(mma_view(bufs.a1, BM, BK), mma_view(bufs.b1, BN, BK))
-        gl.thread_barrier()  # S4
+        wait_then_barrier(1)  # S4: nothing to wait for; A0 stays in flight
         lb.load(bufs.b0, k2)
-        gl.amd.cdna4.async_copy.wait_group(0)
-        gl.thread_barrier()  # S1 of the next iteration (E1 after the last)
-    # EPILOGUE
+        wait_then_barrier(0)  # S1 of the next iteration (E1 after the last): A0, B0 landed
+    # EPILOGUE (seed 003 §15.13: drain before every barrier, fenced barriers)
     k1 = (2 * pairs - 1) * BK
     lb.load(bufs.b1, k1)  # E1
     la.load(bufs.a1, k1)

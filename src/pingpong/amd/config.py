@@ -119,7 +119,7 @@ class CdnaDerived:
     lds_bytes: int
     acc_regs: int  # fp32 accumulator registers per lane
     reg_budget: int  # VGPR+AGPR per wave with all waves resident
-    main_loop_vmcnt: tuple  # the schedule's waits in the steady-state loop, in order
+    main_loop_vmcnt: tuple  # the schedule's vmcnt waits in the steady-state loop (before S2, S3, S4, S1)
     prologue_vmcnt: tuple
     epilogue_vmcnt: tuple
     main_loop_barriers: int  # s_barrier per main-loop iteration (2 K-steps)
@@ -220,9 +220,11 @@ class KernelConfig:
             swizzle=(bits, base, shift), smem_vec=1 << base, smem_per_phase=per_phase, smem_max_phase=1 << bits,
             a_loads=a_loads, b_loads=b_loads, stages=self.stages, lds_bytes=self.lds_bytes(),
             acc_regs=wave_m * wave_n // spec.wave_size, reg_budget=self.reg_budget(),
-            # The schedule (cdna_pingpong docstring): S1 drains B1+A1; S4's barrier drains A0
-            # (its workgroup release fence waits for every LDS DMA in flight); after B0, drain.
-            main_loop_vmcnt=(0, 0, 0), prologue_vmcnt=(0,), epilogue_vmcnt=(0,),
+            # The schedule (cdna_pingpong docstring), one wait before each loop barrier:
+            # S2: B1 landed, A1 (the newest a_loads DMAs) still in flight; S3: A1 landed;
+            # S4: nothing to wait for, A0 stays in flight; S1: A0 and B0 landed. Prologue and
+            # epilogue drain everything (seed 003 §15.13-§15.14).
+            main_loop_vmcnt=(a_loads, 0, a_loads, 0), prologue_vmcnt=(0,), epilogue_vmcnt=(0,),
             main_loop_barriers=4,
         )
 

@@ -3,9 +3,11 @@
 One representative wave per group (WG0 = waves 0–3, WG1 = waves 4–7). Buffers, as the kernel
 allocates them: ``A{s}[g]`` is group g's private half of stage s's A tile (self-loaded, read
 only by group g); ``B{s}[h]`` is half h of stage s's B tile, loaded by group h and read by
-both groups. Load sizes are the derived DMA counts per wave; the fenced barrier before S4
-appears as the ``vmcnt(0)`` the hardware executes there. `vmcnt_sequence(model, "loop")`
-gives the waits of one loop iteration, which tests compare with the ISA.
+both groups. Load sizes are the derived DMA counts per wave, so a wait of vmcnt(a_loads)
+leaves exactly the wave's newest A load in flight, as in the ISA. Every main-loop barrier is
+preceded by the vmcnt wait that the kernel's `wait_then_barrier` emits (that barrier's
+lgkmcnt(0) is the one in `compute`). `vmcnt_sequence(model, "loop")` gives the waits of one
+loop iteration, which tests compare with the ISA.
 """
 
 from __future__ import annotations
@@ -49,16 +51,17 @@ def cdna_pingpong(target: str = "gfx950", pairs: int = 3):
             w = iter(d.main_loop_vmcnt)
             load("B", 1)
             load("A", 1)
-            g.wait("vmcnt", next(w))
+            g.wait("vmcnt", next(w), label=f"vmcnt({d.main_loop_vmcnt[0]}): B1 landed, A1 in flight")
             g.barrier(label="S2")
             compute(0)
+            g.wait("vmcnt", next(w), label="vmcnt(0): A1 landed")
             g.barrier(label="S3")
             load("A", 0)
             compute(1)
-            g.wait("vmcnt", next(w), label="vmcnt(0) of S4's fenced barrier")
+            g.wait("vmcnt", next(w), label=f"vmcnt({d.main_loop_vmcnt[2]}): A0 in flight across S4")
             g.barrier(label="S4")
             load("B", 0)
-            g.wait("vmcnt", next(w))
+            g.wait("vmcnt", next(w), label="vmcnt(0): A0, B0 landed")
             g.barrier(label="S1")
         g.where = "epilogue"
         load("B", 1)
