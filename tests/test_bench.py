@@ -251,7 +251,7 @@ def test_bench_shape_checks_before_timing(mode, status):
     row = bench.bench_shape(33, 17, 40, s, FakeApi(mode), device="cpu", timer=fake_timer(calls))
     assert row.status.startswith(status) and row.path == "fake"
     if status == "ok":
-        assert calls == [s.reps, s.reps] and row.rel_err < bench.TOLERANCE["fp16"] and row.ratio == 1.0
+        assert calls == [s.reps] * 2 * s.rounds and row.rel_err < bench.TOLERANCE["fp16"] and row.ratio == 1.0
     else:
         assert calls == [] and row.ours_ms is None  # a failing shape is never timed
 
@@ -263,3 +263,22 @@ def test_vector_add_says_not_available(monkeypatch, capsys):
     monkeypatch.delattr(streaming, "bench_vector_add", raising=False)
     assert bench.run(parse("--op", "vector_add")) == 2
     assert "vector_add is not available" in capsys.readouterr().err
+
+
+def test_rounds_alternate_and_report_the_spread():
+    """Ours and cuBLAS alternate; per-round ratios give the spread, medians give the times."""
+    order, cublas_ms = [], iter([1.0, 1.2, 0.9])
+    s = settings("--shapes", "33,17,40", "--quick", "--rounds", "3")
+
+    def timer(fn, reps):
+        fn()
+        is_ours = len(order) % 2 == 0
+        order.append("ours" if is_ours else "cublas")
+        return bench.Timing(1.0 if is_ours else next(cublas_ms), reps)
+
+    row = bench.bench_shape(33, 17, 40, s, FakeApi("right"), device="cpu", timer=timer)
+    assert order == ["ours", "cublas"] * 3
+    assert (row.ratio, row.ratio_min, row.ratio_max) == (1.0, 0.9, 1.2)
+    assert "0.900-1.200" in bench.format_table([row])
+    with pytest.raises(PingpongError, match="--rounds"):
+        settings("--rounds", "0")

@@ -12,11 +12,11 @@ def test_defaults_derive_for_each_schedule():
     assert coop.instr_shape == (16, 256, 16)
     assert coop.total_warps == 9 and coop.worker_warps == (4, 1)
     assert coop.worker_regs[0] > coop.worker_regs[1]  # setmaxnreg: consumers get the registers
-    assert coop.shared_bytes <= SMEM_LIMIT and coop.stages == 4
-    assert (coop.epilogue_n, coop.epilogue_bufs) == (64, 2)  # 64×64 bf16 sub-tiles = 8 KB
+    assert coop.shared_bytes <= SMEM_LIMIT and coop.stages == 3
+    assert (coop.epilogue_n, coop.epilogue_bufs) == (256, 1)  # whole tile: 3 stages still fit
     pp = KernelConfig(128, 128, 64, schedule="pingpong").derive()
-    assert (pp.consumer_m, pp.consumer_n) == (128, 128) and pp.stages == 6
-    assert pp.epilogue_bytes == 2 * 2 * 128 * 32 * 2  # two 128×32 sub-tile buffers per consumer
+    assert (pp.consumer_m, pp.consumer_n) == (128, 128) and pp.stages == 5
+    assert pp.epilogue_bytes == 2 * 128 * 128 * 2  # one staging tile per consumer
     base = KernelConfig(128, 256, 64, schedule="persistent").derive()
     assert base.num_warps == 8 and base.worker_warps == () and base.acc_regs == 128
 
@@ -33,7 +33,8 @@ def test_epilogue_subtiles_trade_staging_for_stages():
     assert (whole.epilogue_bufs, whole.epilogue_bytes, whole.stages) == (1, 2 * 64 * 256 * 2, 3)
     sub = KernelConfig(128, 256, 64, epilogue_n=64).derive()
     assert (sub.epilogue_bufs, sub.epilogue_bytes, sub.stages) == (2, 2 * 2 * 64 * 64 * 2, 4)
-    assert KernelConfig(128, 256, 64).derive(out_bytes=4).epilogue_n == 32  # same 8 KB sub-tile
+    fp32 = KernelConfig(128, 256, 64).derive(out_bytes=4)  # a whole fp32 tile would leave 2 stages
+    assert (fp32.epilogue_n, fp32.epilogue_bufs, fp32.stages) == (64, 2, 3)
 
 
 def test_swizzle_derived_from_row_bytes():

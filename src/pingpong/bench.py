@@ -11,6 +11,10 @@ The method (DESIGN.md, "Measuring"; docs/benchmarking.md has the long form):
   * ``triton.testing.do_bench`` (flushes L2 before every repetition), median of at least
     ``--reps`` (≥ 100) repetitions after warm-up; cuBLAS = ``torch.matmul`` on the same
     tensors in the same process, so the ratio ours/cuBLAS is the number that compares;
+  * ``--rounds`` (default 3) alternates ours and cuBLAS that many times: the clock and power
+    state drift within a run (cuBLAS at 8192³ read 628–675 TFLOP/s in one H200 process), so
+    each time is the median of the rounds' medians and the table shows the spread of the
+    per-round ratios: a difference smaller than that spread is noise;
   * header: device, SM clock (and where it came from), torch/triton versions, date.
 
 The pure parts (settings, inputs, timing loop, rows, CSV/JSON/PNG writers) are separate
@@ -61,6 +65,7 @@ class Settings:
     json: str | None = None
     plot: str | None = None
     seed: int = 0
+    rounds: int = 3
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -88,6 +93,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="FILE", help="write header, rows and geometric mean as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="plot TFLOP/s ours vs cuBLAS and the ratio (needs matplotlib)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--rounds", type=int, default=3, help="alternate ours and cuBLAS this many times (default 3)")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -109,7 +115,10 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
             import matplotlib  # noqa: F401
         except ImportError as e:
             raise PingpongError(f"--plot: matplotlib is not installed ({e}); pip install matplotlib") from e
-    return Settings(shapes, args.dtype, args.layout, reps, bool(args.quick), args.op, args.csv, args.json, args.plot, args.seed)
+    if args.rounds < 1:
+        raise PingpongError(f"--rounds: {args.rounds} must be ≥ 1")
+    return Settings(shapes, args.dtype, args.layout, reps, bool(args.quick), args.op, args.csv, args.json, args.plot,
+                    args.seed, args.rounds)
 
 
 # --------------------------------------------------------------------------- inputs
@@ -198,6 +207,8 @@ class Row:
     cublas_ms: float | None = None
     ours_reps: int | None = None
     cublas_reps: int | None = None
+    ratio_min: float | None = None  # spread of the per-round ratios (--rounds)
+    ratio_max: float | None = None
 
     @property
     def shape(self) -> str:
@@ -222,8 +233,8 @@ class Row:
         return d
 
 
-FIELDS = ("shape", "M", "N", "K", "path", "status", "ours_tflops", "cublas_tflops", "ratio", "rel_err",
-          "ours_ms", "cublas_ms", "ours_reps", "cublas_reps")
+FIELDS = ("shape", "M", "N", "K", "path", "status", "ours_tflops", "cublas_tflops", "ratio", "ratio_min", "ratio_max",
+          "rel_err", "ours_ms", "cublas_ms", "ours_reps", "cublas_reps")
 
 
 def geomean_ratio(rows: Sequence[Row]) -> float | None:
@@ -238,14 +249,14 @@ def _num(x: float | None, fmt: str) -> str:
 def format_table(rows: Sequence[Row], header: dict[str, Any] | None = None) -> str:
     """The report: header lines, one row per shape, the geometric mean of the ratios."""
     lines = [f"# {k}: {v}" for k, v in (header or {}).items()]
-    cols = ("shape", "path", "ours TFLOP/s", "cuBLAS TFLOP/s", "ours/cuBLAS", "rel.err", "status")
+    cols = ("shape", "path", "ours TFLOP/s", "cuBLAS TFLOP/s", "ours/cuBLAS", "rounds", "rel.err", "status")
     cells = [
         (r.shape, r.path, _num(r.ours_tflops, ".1f"), _num(r.cublas_tflops, ".1f"), _num(r.ratio, ".3f"),
-         _num(r.rel_err, ".2e"), r.status)
+         f"{r.ratio_min:.3f}-{r.ratio_max:.3f}" if r.ratio_min else "-", _num(r.rel_err, ".2e"), r.status)
         for r in rows
     ]
     widths = [max(len(c), *(len(row[i]) for row in cells)) if cells else len(c) for i, c in enumerate(cols)]
-    fmt = lambda row: "  ".join(s.ljust(w) if i in (0, 1, 6) else s.rjust(w) for i, (s, w) in enumerate(zip(row, widths)))  # noqa: E731
+    fmt = lambda row: "  ".join(s.ljust(w) if i in (0, 1, 7) else s.rjust(w) for i, (s, w) in enumerate(zip(row, widths)))  # noqa: E731
     lines += [fmt(cols), fmt(tuple("-" * w for w in widths))] + [fmt(c) for c in cells]
     gm = geomean_ratio(rows)
     n_ok = sum(1 for r in rows if r.ratio)
@@ -392,9 +403,14 @@ def bench_shape(M: int, N: int, K: int, settings: Settings, api, device="cuda", 
     del ours, poisoned, ref
     if not err <= TOLERANCE[settings.dtype]:  # NaN fails too
         return Row(M, N, K, path, "FAILED", rel_err=err)
-    t_ours = timer(lambda: api.matmul(a, b), settings.reps)
-    t_cublas = timer(lambda: torch.matmul(a, b), settings.reps)
-    return Row(M, N, K, path, "ok", err, t_ours.median_ms, t_cublas.median_ms, t_ours.reps, t_cublas.reps)
+    ours, cublas = [], []
+    for _ in range(settings.rounds):  # alternate: drift in clocks/power hits both alike
+        ours.append(timer(lambda: api.matmul(a, b), settings.reps))
+        cublas.append(timer(lambda: torch.matmul(a, b), settings.reps))
+    ratios = [c.median_ms / o.median_ms for o, c in zip(ours, cublas)]
+    med = lambda ts: statistics.median(t.median_ms for t in ts)  # noqa: E731
+    return Row(M, N, K, path, "ok", err, med(ours), med(cublas), sum(t.reps for t in ours),
+               sum(t.reps for t in cublas), min(ratios), max(ratios))
 
 
 def _progress(i: int, n: int, row: Row, seconds: float) -> str:

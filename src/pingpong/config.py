@@ -37,7 +37,10 @@ WGMMA_MAX_N = 256
 MAX_REGS_PER_THREAD = 255
 BARRIER_BYTES = 8
 MAX_STAGES = 6
-EPILOGUE_CHUNK_BYTES = 8 * 1024  # default size of one epilogue sub-tile (consumer rows × epilogue_n)
+_FIXED_BYTES = 2 * MAX_STAGES * BARRIER_BYTES + 4 * BARRIER_BYTES  # ring, C and turn mbarriers
+#: The derived epilogue stays whole-tile while the ring still gets this many stages (measured,
+#: H200 8192³: 3 vs 4 stages made no difference, but narrow sub-tiles cost 1-3%).
+SUBTILE_BELOW_STAGES = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,8 +98,9 @@ class KernelConfig:
     stages: depth of the shared-memory ring; None = as many as fit (≤ MAX_STAGES).
     schedule: "persistent" | "cooperative" | "pingpong" (module docstring).
     group_m: tiles per group of the grouped raster (L2 reuse; pingpong.hopper.scheduler).
-    epilogue_n: columns of one epilogue sub-tile; None = the widest power of two whose
-        sub-tile (consumer rows × epilogue_n) fits EPILOGUE_CHUNK_BYTES. Sub-tiles are stored
+    epilogue_n: columns of one epilogue sub-tile; None = the whole tile width unless its
+        staging would leave the ring fewer than SUBTILE_BELOW_STAGES stages (fp32 output:
+        a 128×256 fp32 tile is 128 KB), then halved until it does. Sub-tiles are stored
         through 2 staging buffers per consumer, so the shared memory the full tile would
         take goes to the ring instead (pingpong.hopper.epilogue). = block_n: no sub-tiling.
     instr_n: N of one wgmma (m64·N·k16); None = the widest (≤ 256) dividing the consumer's
@@ -165,8 +169,8 @@ class KernelConfig:
                 f" at most 200 fit beside addresses within {MAX_REGS_PER_THREAD} registers"
             )
         stage = (bm + bn) * bk * in_bytes
-        epi = _epilogue_bytes(self, out_bytes)
-        fixed = epi + 2 * MAX_STAGES * BARRIER_BYTES + 4 * BARRIER_BYTES
+        epi = _epilogue_bytes(self, in_bytes, out_bytes)
+        fixed = epi + _FIXED_BYTES
         if self.stages is not None:
             if not isinstance(self.stages, int) or self.stages < 2:
                 raise ConfigError(f"stages must be an int ≥ 2, got {self.stages!r}")
@@ -194,21 +198,24 @@ def _consumer_threads(cfg: KernelConfig, cm: int) -> int:
     return 128 * (min(2, max(1, cm // WGMMA_M)) if cfg.schedule == "persistent" else 1)
 
 
-def _epilogue_shape(cfg: KernelConfig, out_bytes: int) -> tuple[int, int]:
+def _epilogue_shape(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> tuple[int, int]:
     """(epilogue_n, staging buffers per consumer): the chosen or derived sub-tile width."""
-    _, cm, cn = _consumer_tile(cfg)
+    consumers, cm, cn = _consumer_tile(cfg)
+    bufs = lambda en: 1 if en == cn else 2  # noqa: E731
     en = cfg.epilogue_n
     if en is None:
+        stage = (cfg.block_m + cfg.block_n) * cfg.block_k * in_bytes
+        stages = lambda en: (SMEM_LIMIT - _FIXED_BYTES - consumers * bufs(en) * cm * en * out_bytes) // stage  # noqa: E731
         en = cn
-        while en > 16 // out_bytes and cm * en * out_bytes > EPILOGUE_CHUNK_BYTES and en % 2 == 0:
+        while stages(en) < SUBTILE_BELOW_STAGES and en * out_bytes > 16 and en % 2 == 0:
             en //= 2
-    return en, (1 if en == cn else 2)
+    return en, bufs(en)
 
 
-def _epilogue_bytes(cfg: KernelConfig, out_bytes: int) -> int:
+def _epilogue_bytes(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> int:
     """The staging buffers the TMA stores read: `epilogue_bufs` sub-tiles per consumer."""
     consumers, cm, _ = _consumer_tile(cfg)
-    en, bufs = _epilogue_shape(cfg, out_bytes)
+    en, bufs = _epilogue_shape(cfg, in_bytes, out_bytes)
     return consumers * bufs * cm * en * out_bytes
 
 
@@ -220,9 +227,9 @@ def _instr_n(cn: int) -> int:
 def _derive(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> Derived:
     consumers, cm, cn = _consumer_tile(cfg)
     stage = (cfg.block_m + cfg.block_n) * cfg.block_k * in_bytes
-    epi = _epilogue_bytes(cfg, out_bytes)
-    epilogue_n, epilogue_bufs = _epilogue_shape(cfg, out_bytes)
-    fixed = epi + 2 * MAX_STAGES * BARRIER_BYTES + 4 * BARRIER_BYTES
+    epi = _epilogue_bytes(cfg, in_bytes, out_bytes)
+    epilogue_n, epilogue_bufs = _epilogue_shape(cfg, in_bytes, out_bytes)
+    fixed = epi + _FIXED_BYTES
     stages = cfg.stages or min(MAX_STAGES, (SMEM_LIMIT - fixed) // stage)
     if cfg.schedule == "persistent":
         warpgroups = min(2, cm // WGMMA_M)  # one or two warpgroups stacked along M

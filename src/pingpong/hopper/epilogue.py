@@ -7,10 +7,14 @@
         sub-tile ──×α──────────(+ β·C)── cast ──> buffer ──TMA store──> out
 
 Sub-tiling (KernelConfig.epilogue_n) keeps the staging at 2 small buffers per consumer
-instead of one whole tile, and the shared memory saved becomes ring stages: the cooperative
-128×256 bf16 tile stages 2 × 2 × 64×64 (32 KB) instead of 64 KB, so the ring gets 4 stages
-instead of 3. One sub-tile's store overlaps writing the next; the last ones overlap the
-mainloop of the next tile and are waited for only when their buffer is needed again. C is read through TMA too, into the same staging buffer, so
+instead of one whole tile, and the shared memory saved becomes ring stages: a cooperative
+128×256 fp32 tile would stage 128 KB and leave the ring 2 stages; 64-column sub-tiles
+stage 64 KB and leave 3. One sub-tile's store overlaps writing the next; the last ones
+overlap the mainloop of the next tile and are waited for only when their buffer is needed
+again. With one whole-tile buffer (the default where it fits, measured faster: fewer
+store waits) the previous tile's store is long done when the next tile needs the buffer.
+
+C is read through TMA too, into the same staging buffer, so
 it costs no extra shared memory and no per-element address registers; C must therefore be
 TMA-legal with out's dtype (the API copies it otherwise). C may alias out (`gemm_`): each
 tile is read before its own store and tiles are disjoint.
