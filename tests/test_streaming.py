@@ -10,7 +10,8 @@ from pingpong.streaming import vector_add
 from pingpong.streaming.api import kernel_path
 from pingpong.streaming.bench import format_table
 from pingpong.streaming.grid_stride import tile_of, tiles_of_program
-from pingpong.streaming.hopper import DEFAULT, SMALL, StreamConfig, choose_config
+from pingpong.streaming import hopper
+from pingpong.streaming.hopper import CANDIDATES, DEFAULT, SMALL, StreamConfig, choose_config
 
 ODD_LENGTHS = (1, 255, 4097, 2**20 + 3)
 
@@ -174,6 +175,115 @@ def test_stream_config():
     assert choose_config(2**28, 4, 132) is DEFAULT
     assert choose_config(2**20, 4, 132) is DEFAULT  # 256 tiles of 16 KB: every SM busy
     assert choose_config(2**16, 4, 132) is SMALL
+
+
+def test_stream_config_limits_and_spec():
+    for bad, match in [(dict(programs_per_sm=2), "programs_per_sm"), (dict(programs_per_sm=0), "programs_per_sm"),
+                       (dict(box="3d"), "box"), (dict(num_warps=3), "num_warps")]:
+        with pytest.raises(ConfigError, match=match):
+            StreamConfig(**bad).validate()
+    assert DEFAULT.spec == "16k/3/2/2/4" and SMALL.spec == "4k/3/2/2/4"
+    assert StreamConfig(stages=2, out_bufs=1, programs_per_sm=2).spec == "16k/2/2/1/4/2"
+    assert StreamConfig(box="2d").spec == "16k/3/2/2/4/1/2d"
+    assert StreamConfig.parse(" 32k/3/2/1/8 ") == StreamConfig(tile_bytes=32768, out_bufs=1, num_warps=8)
+    assert StreamConfig.parse("16384/4/3/2/4/1/2d") == CANDIDATES["2d-ahead3"]
+    assert StreamConfig.parse("2cta") is CANDIDATES["2cta"]
+    for bad in ("16k/3/2", "x/3/2/2/4", "16k/3/2/2/4/1/1/1", "nonsense"):
+        with pytest.raises(ConfigError, match="stream config"):
+            StreamConfig.parse(bad)
+    with pytest.raises(ConfigError, match="shared memory"):
+        StreamConfig.parse("64k/3/2/2/4")
+
+
+def test_block_shape_and_grid():
+    two_d = StreamConfig(box="2d")
+    assert two_d.block_shape(2**20, 4) == [16, 256] and two_d.block_shape(2**20, 2) == [32, 256]
+    assert two_d.block_shape(2**20 + 3, 4) == [4096]  # n % 256 != 0: the 1-D form
+    assert DEFAULT.block_shape(2**20, 4) == [4096]
+    # 4 KB fp32 = 4 rows: with 8 warps 4 of them stack over rows -> fits; 16 warps would not
+    assert StreamConfig(tile_bytes=4096, num_warps=8, box="2d").block_shape(2**20, 4) == [4, 256]
+    assert StreamConfig(tile_bytes=4096, num_warps=16, box="2d").block_shape(2**20, 4) == [1024]
+    assert DEFAULT.grid(2**28, 4, 132) == 132 and DEFAULT.grid(2**20, 4, 132) == 132
+    assert CANDIDATES["2cta"].grid(2**20, 4, 132) == 256 and CANDIDATES["2cta"].grid(2**28, 4, 132) == 264
+    assert SMALL.grid(5, 4, 132) == 1
+
+
+def _doc_lines(text):
+    return [ln.strip() for ln in text.strip().splitlines()]
+
+
+def test_schedule_text_is_the_kernels_docstring():
+    """The kernel docstring's table is `schedule_text` of its stated config, and agrees with
+    the ring replay below (fills before/after the take by STAGES vs AHEAD)."""
+    drawn = _doc_lines(hopper.schedule_text(StreamConfig(stages=3, ahead=2, out_bufs=2)))
+    doc = _doc_lines(hopper.vector_add_tma_kernel.fn.__doc__)
+    start = doc.index(drawn[0])
+    assert doc[start:start + len(drawn)] == drawn
+    seed = hopper.schedule_text(StreamConfig(stages=2, ahead=2, out_bufs=1)).splitlines()
+    assert seed[2].split() == ["0", "ready[0]", "parity", "0", "2>s0", "out[0]"]  # refill after the take
+
+
+# --------------------------------------------------------------------------- launch: JIT once, then direct
+
+
+class _FakeJit:
+    def __init__(self):
+        self.calls = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.calls.append((grid, args, kwargs)) or "compiled"
+
+
+class _FakeDirect:
+    def __init__(self):
+        self.bound = []
+
+    def bind(self, shape, strides, scalars):
+        calls = []
+        self.bound.append(((shape, strides, scalars), calls))
+        return lambda *args: calls.append(args)
+
+
+def test_launch_goes_direct_after_the_first_call(monkeypatch):
+    from triton import knobs
+
+    jit, direct = _FakeJit(), _FakeDirect()
+    monkeypatch.setattr(hopper, "vector_add_tma_kernel", jit)
+    monkeypatch.setattr(hopper.DirectLaunch, "from_kernel", classmethod(lambda cls, k: direct if k == "compiled" else None))
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 1234, raising=False)
+    cfg = StreamConfig(stages=2)  # a fresh config: empty caches
+    a, b, out = torch.empty(2**20), torch.empty(2**20), torch.empty(2**20)
+    hopper.launch(a, b, out, 132, cfg, device=0)
+    assert len(jit.calls) == 1 and jit.calls[0][0] == (132,) and jit.calls[0][2] == cfg.constexprs
+    assert cfg.launchers == {(0, torch.float32, False, True, 1): direct} and not cfg.plans
+    hopper.launch(a, b, out, 132, cfg, device=0)
+    hopper.launch(b, a, out, 132, cfg, device=0)
+    assert len(jit.calls) == 1
+    (bind_args, calls), = direct.bound
+    assert bind_args == ((2**20,), (1,), (2**20, 2, 2, 2, 4))
+    assert calls == [(132, 1234, a.data_ptr(), b.data_ptr(), out.data_ptr()),
+                     (132, 1234, b.data_ptr(), a.data_ptr(), out.data_ptr())]
+    hopper.launch(a[:1024], b[:1024], out[:1024], 132, cfg, device=0)  # new n, same variant: bound, no JIT
+    assert len(jit.calls) == 1 and len(direct.bound) == 2 and len(cfg.plans) == 2
+    hopper.launch(a[:1000], b[:1000], out[:1000], 132, cfg, device=0)  # n % 16 != 0: a new variant, JIT once
+    assert len(jit.calls) == 2
+    knobs.runtime.launch_enter_hook.add(print)  # a profiler's hook: every launch through the JIT
+    try:
+        hopper.launch(a, b, out, 132, cfg, device=0)
+    finally:
+        knobs.runtime.launch_enter_hook.remove(print)
+    assert len(jit.calls) == 3 and len(direct.bound[0][1]) == 2
+
+
+def test_launch_keeps_the_jit_when_direct_is_unavailable(monkeypatch):
+    jit = _FakeJit()
+    monkeypatch.setattr(hopper, "vector_add_tma_kernel", jit)
+    monkeypatch.setattr(hopper.DirectLaunch, "from_kernel", classmethod(lambda cls, k: None))
+    cfg = StreamConfig(stages=2)
+    a = torch.empty(4096)
+    for _ in range(3):
+        hopper.launch(a, a, a, 132, cfg, device=0)
+    assert len(jit.calls) == 3 and list(cfg.launchers.values()) == [False] and not cfg.plans
 
 
 def test_format_table():

@@ -66,15 +66,69 @@ def test_out_aliases_input(which):
     assert torch.equal(out, expect)
 
 
-@pytest.mark.parametrize("cfg", [hopper.DEFAULT, hopper.SMALL, hopper.StreamConfig(stages=2),
-                                 hopper.StreamConfig(tile_bytes=32 * 1024, stages=2)],
-                         ids=["default", "small", "seed-2-stages", "32KB-2-stages"])
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_every_config(cfg, dtype):
-    n = 3 * 2**20 + 7
+CONFIGS = {**hopper.CANDIDATES, "small": hopper.SMALL, "seed-2-stages": hopper.StreamConfig(stages=2),
+           "32KB-2-stages": hopper.StreamConfig(tile_bytes=32 * 1024, stages=2)}
+
+
+ODD, ROWS = 3 * 2**20 + 7, 3 * 2**20 + 3 * 256  # ROWS: n % 256 == 0, a partial last tile (the 2-D view)
+
+
+@pytest.mark.parametrize("dtype, n", [(torch.float32, ODD), (torch.float32, ROWS), (torch.bfloat16, ROWS),
+                                      (torch.float16, ODD)], ids=["fp32-odd", "fp32-rows", "bf16-rows", "fp16-odd"])
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_every_config(name, dtype, n):
+    """Every candidate config, its first call (JIT) and the next ones (direct launch)."""
+    cfg = CONFIGS[name]
     a, b = rand(n, dtype), rand(n, dtype)
+    expect = torch.add(a, b)
+    for _ in range(3):
+        out = poisoned(a)
+        hopper.launch(a, b, out, sm_count(torch.cuda.current_device()), cfg)
+        assert torch.equal(out, expect)
+
+
+def test_direct_launch_on_new_tensors_and_streams():
+    """Later calls run from cached plans and tensor maps: new tensors of the same length (new
+    addresses), the same tensors again, and a side stream all give torch.add's bits."""
+    n = 2**20 + 16
+    for _ in range(3):
+        a, b = rand(n, torch.float32), rand(n, torch.float32)
+        assert torch.equal(vector_add(a, b), torch.add(a, b))
+    side = torch.cuda.Stream()
+    a, b = rand(n, torch.float32), rand(n, torch.float32)
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        out = vector_add(a, b)
+    side.synchronize()
+    assert torch.equal(out, torch.add(a, b))
+
+
+def test_launch_hook_sees_every_launch():
+    from triton import knobs
+
+    seen = []
+    hook = lambda metadata: seen.append(metadata)  # noqa: E731
+    a, b = rand(4096 * 200, torch.float32), rand(4096 * 200, torch.float32)
+    vector_add(a, b)  # compiled and planned
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        out = vector_add(a, b)
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    assert torch.equal(out, torch.add(a, b)) and len(seen) == 1
+
+
+def test_cuda_graph_capture():
+    a, b = rand(2**20, torch.float32), rand(2**20, torch.float32)
     out = poisoned(a)
-    hopper.launch(a, b, out, sm_count(torch.cuda.current_device()), cfg)
+    vector_add(a, b, out)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        vector_add(a, b, out)
+    out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
     assert torch.equal(out, torch.add(a, b))
 
 

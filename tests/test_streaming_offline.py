@@ -2,6 +2,7 @@
 gfx942 through pingpong.compile). The facts table in docs/streaming.md comes from these."""
 
 import re
+import types
 
 import pytest
 
@@ -99,3 +100,114 @@ def test_gfx942_loop_is_the_seeds(amd):
     assert read < lgkm < refills[0], "the refill of a slot must follow its ds_read and lgkmcnt(0)"
     assert refills[-1] < store < wait
     assert [ln for ln in body if "vmcnt(" in ln] == [f"s_waitcnt vmcnt({gfx942.LOOP_VMCNT})"]
+
+
+# --------------------------------------------------------------------------- candidates and the direct launch
+
+
+def _kernel(cfg, dtype="float32", n=(1 << 20) + 3):
+    with cc.offline("sm_90a"):
+        launch = hopper.build(dtype, cfg, n=n)
+        kernel = launch.fn.warmup(*launch.args, grid=launch.grid, **launch.kwargs)
+    return launch, kernel
+
+
+@pytest.mark.parametrize("name, dtype", [("ahead5", "float32"), ("32k", "bfloat16"), ("4k-8cta", "float32"),
+                                         ("2d", "float32"), ("2d-ahead3", "bfloat16")])
+def test_candidate_compiles(name, dtype):
+    """A few CANDIDATES (deepest ring, most shared memory and 8 warps, 8 programs per SM, the
+    2-D view in both types): the facts every config must have, shared memory within what
+    programs_per_sm programs get of one SM, and for the 2-D view one TMA box per tile."""
+    cfg = hopper.CANDIDATES[name]
+    n = 1 << 20 if cfg.box == "2d" else (1 << 20) + 3
+    launch, kernel = _kernel(cfg, dtype, n)
+    c = cc.Compiled("vector_add", "sm_90a", dict(kernel.asm), kernel.metadata)
+    f = _check_hopper_facts(c, cfg)
+    assert cfg.programs_per_sm * (f.shared_bytes + hopper.BLOCK_RESERVED_BYTES) <= hopper.SM_SHARED_BYTES
+    itemsize = 4 if dtype == "float32" else 2
+    block = cfg.block_shape(n, itemsize)
+    assert [m["block_size"] for m in kernel.metadata.tensordesc_meta] == [block if len(block) == 2 else [256]] * 3
+    if cfg.box == "2d":
+        assert len(block) == 2
+        fills = cfg.ahead + 1  # prologue + the loop's one
+        assert f.counts["tma_load"] == 2 * fills and f.counts["tma_store"] == 1
+
+
+def test_every_candidate_is_valid():
+    for name, cfg in hopper.CANDIDATES.items():
+        assert cfg.validate() is cfg and hopper.StreamConfig.parse(cfg.spec) == cfg, name
+        assert hopper.StreamConfig.parse(name) is cfg
+
+
+class _FakeLauncher:
+    """Triton 3.6's CudaLauncher minus the C module: `launch` is Triton's own
+    wrap_handle_tensordesc around a recorder."""
+
+    calls: list = []
+
+    def __init__(self, src, metadata):
+        from triton.backends.nvidia.driver import wrap_handle_tensordesc
+
+        self.launch = wrap_handle_tensordesc(lambda *args: self.calls.append(args), dict(src.signature),
+                                             metadata.tensordesc_meta)
+        self.global_scratch_size = self.profile_scratch_size = 0
+        self.launch_cooperative_grid, self.launch_pdl, self.num_ctas = False, False, 1
+
+    def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+        self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, self.launch_pdl, None, None,
+                    *args)
+
+
+def _encode(ptr, swizzle, elem_size, elem_type, block, shape, strides, padding):
+    return ("map", ptr, swizzle, elem_size, elem_type, tuple(block), tuple(shape), tuple(strides), padding)
+
+
+@pytest.mark.parametrize("name, n", [("default", (1 << 20) + 3), ("2d", 1 << 20)])
+def test_direct_launch_passes_what_triton_passes(monkeypatch, name, n):
+    """The arguments DirectLaunch hands Triton's C launcher equal those Triton's own launch
+    path hands it (TensorDescriptors expanded by wrap_handle_tensordesc into CUtensorMap,
+    shape, strides), and from_kernel finds the C launch inside Triton's wrapper."""
+    from pingpong.streaming.direct import DirectLaunch
+
+    cfg = hopper.CANDIDATES[name]
+    launch, kernel = _kernel(cfg, n=n)
+    with cc.offline("sm_90a"):
+        from triton.runtime import driver
+
+        stub = driver.active
+        stub.launcher_cls = _FakeLauncher
+        stub.utils = types.SimpleNamespace(fill_tma_descriptor=_encode, load_binary=lambda *a: (1, 2, 32, 0, 1024),
+                                           get_device_properties=lambda d: {"max_shared_mem": 232448})
+        monkeypatch.setattr(kernel, "_run", None)
+        monkeypatch.setattr(kernel, "module", None)
+        _FakeLauncher.calls = []
+        kernel.run(7, 1, 1, 99, kernel.function, kernel.packed_metadata, None, None, None, *launch.args,
+                   *launch.kwargs.values())
+        direct = DirectLaunch.from_kernel(kernel)
+        assert direct is not None and direct.function == 2
+        x = launch.args[0].base
+        shape, strides = hopper._view(cfg.block_shape(n, 4), n)
+        assert list(shape) == launch.args[0].shape and list(strides) == launch.args[0].strides
+        bound = direct.bind(shape, strides, (n, *cfg.constexprs.values()))
+        bound(7, 99, x.data_ptr(), x.data_ptr(), x.data_ptr())
+    assert list(hopper.vector_add_tma_kernel.arg_names) == ["a_desc", "b_desc", "c_desc", "n", *cfg.constexprs]
+    theirs, ours = _FakeLauncher.calls
+    assert ours[:10] == theirs[:10]  # grid, stream, function, cooperative, pdl, scratch, packed metadata
+    assert ours[10:13] == (None, None, None)  # no launch metadata and no hooks (hooks_idle)
+    assert ours[13:] == theirs[13:]
+    assert len(bound.maps) == 1  # one CUtensorMap for the one address
+
+
+def test_hooks_idle(monkeypatch):
+    from triton import knobs
+
+    from pingpong.streaming.direct import hooks_idle
+
+    assert hooks_idle()
+    knobs.runtime.launch_enter_hook.add(print)
+    try:
+        assert not hooks_idle()
+    finally:
+        knobs.runtime.launch_enter_hook.remove(print)
+    monkeypatch.setattr(knobs.runtime, "launch_exit_hook", print)
+    assert not hooks_idle()

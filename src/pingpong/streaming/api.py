@@ -39,45 +39,54 @@ def _check(a, b, out):
     for name, t in (("a", a), ("b", b), ("out", out)):
         if t is not None and not isinstance(t, torch.Tensor):
             raise PingpongError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    if a.dtype not in DTYPES:
-        raise PingpongError(f"a: dtype {a.dtype} is not supported; expected one of float32, bfloat16, float16")
+    dtype = a.dtype
+    if dtype not in DTYPES:
+        raise PingpongError(f"a: dtype {dtype} is not supported; expected one of float32, bfloat16, float16")
+    shape, device = a.shape, a.device
     for name, t in (("b", b), ("out", out)):
-        if t is None:
+        if t is None or t is a:
             continue
-        if t.dtype != a.dtype:
-            raise PingpongError(f"{name}: dtype {t.dtype} does not match a's dtype {a.dtype}")
-        if t.shape != a.shape:
-            raise PingpongError(f"{name}: shape {tuple(t.shape)} does not match a's shape {tuple(a.shape)}")
-        if t.device != a.device:
-            raise PingpongError(f"{name}: on device {t.device}, but a is on {a.device}; all tensors must share one device")
+        if t.dtype != dtype:
+            raise PingpongError(f"{name}: dtype {t.dtype} does not match a's dtype {dtype}")
+        if t.shape != shape:
+            raise PingpongError(f"{name}: shape {tuple(t.shape)} does not match a's shape {tuple(shape)}")
+        if t.device != device:
+            raise PingpongError(f"{name}: on device {t.device}, but a is on {device}; all tensors must share one device")
     for name, t in (("a", a), ("b", b), ("out", out)):
         if t is not None and not t.is_contiguous():
             raise PingpongError(f"{name}: must be contiguous (strides {t.stride()} for shape {tuple(t.shape)})")
-    if a.device.type == "cpu":
+    if a.is_cpu:
         if not interpreter_enabled():
             raise PingpongError(
                 "a: is a CPU tensor; vector_add runs on a CUDA/ROCm GPU (move the tensors with .cuda(), "
                 "or set TRITON_INTERPRET=1 to run the portable kernel in Triton's CPU interpreter)"
             )
-        if a.dtype == torch.bfloat16:
+        if dtype == torch.bfloat16:
             raise PingpongError("a: bfloat16 is not supported under TRITON_INTERPRET=1 (Triton 3.6 computes it wrongly)")
-    elif a.device.type != "cuda":
-        raise PingpongError(f"a: on device {a.device}; expected a CUDA/ROCm tensor")
-    if out is not None and a.numel() > 0:
+    elif not a.is_cuda:
+        raise PingpongError(f"a: on device {device}; expected a CUDA/ROCm tensor")
+    if out is not None and out.nbytes:
+        o0 = out.data_ptr()
+        o1 = o0 + out.nbytes
         for name, t in (("a", a), ("b", b)):
-            if _partial_overlap(out, t):
+            if t is not out and _partial_overlap(o0, o1, t):
                 raise PingpongError(f"out: partially overlaps {name}; out may be {name} itself, or disjoint from it")
 
 
-def _partial_overlap(x, y) -> bool:
-    """True when x and y share memory but are not the same span (exact aliasing is allowed)."""
-    x0, y0 = x.data_ptr(), y.data_ptr()
-    x1, y1 = x0 + x.numel() * x.element_size(), y0 + y.numel() * y.element_size()
-    return x0 < y1 and y0 < x1 and (x0, x1) != (y0, y1)
+def _partial_overlap(x0: int, x1: int, y) -> bool:
+    """True when the span [x0, x1) and y's memory overlap but are not the same span (exact
+    aliasing is allowed)."""
+    y0 = y.data_ptr()
+    y1 = y0 + y.nbytes
+    return x0 < y1 and y0 < x1 and (x0 != y0 or x1 != y1)
 
 
 def _tma_ok(*ts) -> bool:
-    return ts[0].numel() <= hopper.MAX_TMA_ELEMENTS and all(t.data_ptr() % 16 == 0 for t in ts)
+    """Every base 16-byte aligned (TMA) and n within int32 coordinates."""
+    bases = 0
+    for t in ts:
+        bases |= t.data_ptr()
+    return bases % 16 == 0 and ts[0].numel() <= hopper.MAX_TMA_ELEMENTS
 
 
 def kernel_path(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> str:
@@ -87,15 +96,14 @@ def kernel_path(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = Non
     tensor, always 16-byte aligned.
     """
     _check(a, b, out)
-    if a.device.type == "cpu":
+    if a.is_cpu:
         return "interpreter"
-    index = _index(a)
     ts = (a, b) if out is None else (a, b, out)
-    return "hopper-tma" if _is_hopper(index) and _tma_ok(*ts) else "portable"
+    return "hopper-tma" if _is_hopper(_index(a)) and _tma_ok(*ts) else "portable"
 
 
 def _index(t) -> int:
-    return t.device.index if t.device.index is not None else torch.cuda.current_device()
+    return t.get_device()  # CUDA tensors always carry their device index
 
 
 def vector_add(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -105,28 +113,29 @@ def vector_add(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None
     same device, contiguous. `out` may be `a` or `b` itself. Bad input raises PingpongError
     naming the argument, before anything is written.
     """
-    path = kernel_path(a, b, out)
+    _check(a, b, out)
     if out is None:
-        out = torch.empty_like(a)
-    n = a.numel()
-    if n == 0:
+        out = torch.empty_like(a)  # contiguous, 16-byte aligned
+    if a.numel() == 0:
         return out
-    fa, fb, fo = a.view(-1), b.view(-1), out.view(-1)
-    if path == "interpreter":
-        portable.launch(fa, fb, fo, interpret=True)
+    if a.is_cpu:
+        portable.launch(a.view(-1), b.view(-1), out.view(-1), interpret=True)
         return out
     index = _index(a)
     if index != torch.cuda.current_device():
         with torch.cuda.device(index):
-            _launch(path, index, fa, fb, fo)
+            _launch(index, a, b, out)
     else:
-        _launch(path, index, fa, fb, fo)
+        _launch(index, a, b, out)
     return out
 
 
-def _launch(path, index, fa, fb, fo):
-    if path == "hopper-tma":
+def _launch(index, a, b, out):
+    """The kernel of kernel_path(a, b, out) on the current device (= a's). The Hopper kernel
+    takes the tensors as they are (only base address and numel matter); the portable one
+    gets flat views."""
+    if _is_hopper(index) and _tma_ok(a, b, out):
         sms = sm_count(index)
-        hopper.launch(fa, fb, fo, sms, hopper.choose_config(fa.numel(), fa.element_size(), sms))
+        hopper.launch(a, b, out, sms, hopper.choose_config(a.numel(), a.element_size(), sms), index)
     else:
-        portable.launch(fa, fb, fo)
+        portable.launch(a.view(-1), b.view(-1), out.view(-1))
