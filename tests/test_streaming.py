@@ -223,6 +223,13 @@ def test_schedule_text_is_the_kernels_docstring():
     assert seed[2].split() == ["0", "ready[0]", "parity", "0", "2>s0", "out[0]"]  # refill after the take
 
 
+def test_docs_name_the_default():
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "docs" / "streaming.md").read_text()
+    assert f"`{DEFAULT.spec}`" in text, "docs/streaming.md must name the current DEFAULT's spec"
+
+
 # --------------------------------------------------------------------------- launch: JIT once, then direct
 
 
@@ -293,3 +300,27 @@ def test_format_table():
     text = format_table([row])
     assert "NVIDIA H100" in text and "ours/copy" in text and "268435456" in text and "3221" in text
     assert format_table([]) == "(no rows)"
+
+
+def test_format_sweep_and_sizes():
+    from pingpong.streaming.bench import _parse_size, format_sweep
+
+    row = dict(n=2**20, dtype="float32", bytes=3 * 2**22, kernel="16k/3/2/2/4", name="default", correct=True,
+               ms=0.0084, gbps=1492.0, vs_torch=1.0, vs_copy=0.98, host_us=3.2, device="NVIDIA H200", torch="2.11",
+               triton="3.6.0")
+    text = format_sweep([row, dict(row, kernel="torch.add", name="", ms=0.0091)])
+    lines = text.splitlines()
+    assert "NVIDIA H200" in lines[0] and lines[1].split()[:4] == ["n", "dtype", "kernel", "name"]
+    assert lines[2].split() == ["1048576", "float32", "16k/3/2/2/4", "default", "True", "1492", "1.000", "0.980",
+                                "8.40", "3.20"]
+    assert len({len(ln) for ln in lines[1:]}) <= 2  # aligned columns (the last may be trimmed)
+    assert format_sweep([]) == "(no rows)"
+    assert [_parse_size(t) for t in ("2**20", "2^28", "4097")] == [2**20, 2**28, 4097]
+
+
+def test_sweep_cli_rejects_bad_configs(capsys):
+    from pingpong.streaming.bench import main
+
+    with pytest.raises(SystemExit):
+        main(["--sweep", "16k/3/9/2/4"])
+    assert "ahead" in capsys.readouterr().err

@@ -181,6 +181,18 @@ def test_bench_rows():
     print(format_table(rows))
 
 
+def test_sweep_rows():
+    from pingpong.streaming.bench import format_sweep, run_stream_sweep
+
+    cfgs = {"default": hopper.DEFAULT, "2d": hopper.CANDIDATES["2d"]}
+    rows = run_stream_sweep(cfgs, [2**20], [torch.float32], reps=5)
+    assert all(r["correct"] for r in rows)
+    kinds = [(r["kernel"], r["name"]) for r in rows]
+    assert kinds[:3] == [("torch.add", ""), ("copy", ""), ("vector_add", hopper.DEFAULT.spec)]
+    assert ("16k/3/2/2/4/1/2d", "2d") in kinds and kinds[-1] == ("torch.add", "again")
+    print(format_sweep(rows))
+
+
 def test_bench_adapter_writes_rows(tmp_path, monkeypatch):
     import json
     import types

@@ -7,12 +7,19 @@ median of `triton.testing.do_bench` (which flushes L2 before every repetition).
 
     rows = run_vector_add_bench([2**20, 2**28], torch.float32, reps=100)
     print(format_table(rows))
+
+Config sweep (`run_stream_sweep`, `python -m pingpong.streaming --sweep candidates`):
+each StreamConfig through `hopper.launch` next to torch.add, the copy and `vector_add` itself,
+in one process, with the host time per call (enqueue without waiting), so the lead can pick
+DEFAULT from one GPU run.
 """
+
+import time
 
 import torch
 import triton
 
-from .api import kernel_path, vector_add
+from .api import _is_hopper, kernel_path, sm_count, vector_add
 
 
 #: Upper bound (ms) of do_bench's L2 flush (zeroing 256 MB), which its time budget includes.
@@ -112,5 +119,186 @@ def bench_vector_add(settings) -> int:
             writer.writerows(rows)
     if settings.json:
         with open(settings.json, "w") as f:
+            json.dump(rows, f, indent=2)
+    return 0 if all(r["correct"] for r in rows) else 1
+
+
+# --------------------------------------------------------------------------- config sweep
+
+
+def _host_us(fn, calls: int = 100) -> float:
+    """Host time per call (us): `calls` back-to-back launches timed without waiting for the
+    GPU (the launch queue absorbs them), after one synchronized call."""
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    return t / calls * 1e6
+
+
+def _graph(fn):
+    """fn captured in a CUDA graph (after one eager call), or None where capture fails."""
+    try:
+        fn()
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        return g
+    except RuntimeError as e:
+        print(f"(cuda-graph row skipped: {e})")
+        return None
+
+
+def run_stream_sweep(configs: dict, sizes, dtypes, reps: int = 100, device: str = "cuda",
+                     diagnostics: bool = True) -> list[dict]:
+    """Rows per (size, dtype): torch.add, the copy, `vector_add` (API, DEFAULT dispatch),
+    with `diagnostics` DEFAULT through Triton's JIT each call ("jit-path": the launch path
+    before the direct launch) and replayed from a CUDA graph ("cuda-graph": GPU time with
+    the least launch overhead), then each config of `configs` ({name: StreamConfig}) through
+    `hopper.launch` (no API checks), and torch.add again (drift). Each row: kernel, name,
+    correct (bitwise equal to torch.add), ms (do_bench median, L2 flushed), gbps, vs_torch
+    (the first torch.add's time / this time), vs_copy, host_us (host time per call)."""
+    from . import hopper
+
+    dev = torch.device(device)
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    if not _is_hopper(index):
+        raise RuntimeError(f"the config sweep runs the Hopper kernel; {torch.cuda.get_device_name(dev)} is not sm_90")
+    sms = sm_count(index)
+    rows = []
+    for dtype in dtypes:
+        for n in sizes:
+            n = int(n)
+            itemsize = torch.empty((), dtype=dtype).element_size()
+            nbytes = 3 * n * itemsize
+            a = torch.randn(n, device=dev, dtype=torch.float32).to(dtype)
+            b = torch.randn(n, device=dev, dtype=torch.float32).to(dtype)
+            out = torch.empty_like(a)
+            expect = torch.add(a, b)
+            src = torch.empty((nbytes + 1) // 2, device=dev, dtype=torch.uint8)
+            dst = torch.empty_like(src)
+            base = dict(n=n, dtype=str(dtype).replace("torch.", ""), bytes=nbytes, device=torch.cuda.get_device_name(dev),
+                        torch=torch.__version__, triton=triton.__version__)
+            ref = {}
+
+            def row(kernel, name, fn, correct, moved=nbytes):
+                ms = _median_ms(fn, reps)
+                ref.setdefault(kernel, ms)
+                r = dict(base, kernel=kernel, name=name, correct=correct, ms=ms, gbps=moved / ms * 1e-6,
+                         host_us=_host_us(fn))
+                rows.append(r)
+                return r
+
+            def checked(fn):
+                """Bitwise equal to torch.add on the first call (JIT) and the second (direct launch)."""
+                ok = True
+                for _ in range(2):
+                    out.fill_(float("nan"))
+                    fn()
+                    ok = ok and bool(torch.equal(out, expect))
+                return ok
+
+            row("torch.add", "", lambda: torch.add(a, b, out=out), True)
+            row("copy", "", lambda: dst.copy_(src), True, moved=2 * src.numel())
+            row("vector_add", hopper.choose_config(n, itemsize, sms).spec, lambda: vector_add(a, b, out),
+                checked(lambda: vector_add(a, b, out)))
+            if diagnostics:  # DEFAULT through Triton's JIT each call (the pre-direct path), and replayed as a graph
+                cfg = hopper.DEFAULT
+                descs = lambda: hopper.descriptors(a, b, out, cfg)  # noqa: E731
+                jit = lambda: hopper.vector_add_tma_kernel[(cfg.grid(n, itemsize, sms),)](  # noqa: E731
+                    *descs(), n, **cfg.constexprs)
+                row(cfg.spec, "jit-path", jit, checked(jit))
+                graph = _graph(lambda: hopper.launch(a, b, out, sms, cfg, index))
+                if graph is not None:
+                    row(cfg.spec, "cuda-graph", graph.replay, checked(graph.replay))
+            for name, cfg in configs.items():
+                cfg.validate()
+                fn = lambda cfg=cfg: hopper.launch(a, b, out, sms, cfg, index)  # noqa: E731
+                as_1d = cfg.box == "2d" and len(cfg.block_shape(n, itemsize)) == 1
+                row(cfg.spec + (" (as 1d)" if as_1d else ""), name, fn, checked(fn))
+            row("torch.add", "again", lambda: torch.add(a, b, out=out), True)
+            for r in rows:
+                if r["n"] == n and r["dtype"] == base["dtype"]:
+                    r["vs_torch"] = ref["torch.add"] / r["ms"]
+                    r["vs_copy"] = r["gbps"] / (2 * src.numel() / ref["copy"] * 1e-6)
+            del a, b, out, expect, src, dst
+            torch.cuda.empty_cache()
+    return rows
+
+
+SWEEP_COLUMNS = (
+    ("n", "{}", "n"), ("dtype", "{}", "dtype"), ("kernel", "{}", "kernel"), ("name", "{}", "name"),
+    ("ok", "{!s}", "correct"), ("GB/s", "{:.0f}", "gbps"), ("vs torch", "{:.3f}", "vs_torch"),
+    ("vs copy", "{:.3f}", "vs_copy"), ("us/call", "{:.2f}", "us"), ("host us", "{:.2f}", "host_us"),
+)
+
+
+def format_sweep(rows: list[dict]) -> str:
+    """A fixed-width table of `run_stream_sweep` rows (us/call: the do_bench median; host us:
+    host time per call; a call costs about max(us/call, host us) back to back)."""
+    if not rows:
+        return "(no rows)"
+    head = (f"stream config sweep on {rows[0]['device']}  (torch {rows[0]['torch']}, triton {rows[0]['triton']}; "
+            "kernel = tile/stages/ahead/out_bufs/warps[/programs_per_sm[/2d]]; vs torch: the first torch.add row)")
+    cells = [[fmt.format(r["ms"] * 1000 if key == "us" else r[key]) for _, fmt, key in SWEEP_COLUMNS] for r in rows]
+    widths = [max([len(t)] + [len(c[i]) for c in cells]) for i, (t, _, _) in enumerate(SWEEP_COLUMNS)]
+    left = {"kernel", "name"}
+
+    def line(values):
+        return "  ".join(v.ljust(w) if key in left else v.rjust(w)
+                         for v, w, (_, _, key) in zip(values, widths, SWEEP_COLUMNS)).rstrip()
+
+    return "\n".join([head, line([t for t, _, _ in SWEEP_COLUMNS])] + [line(c) for c in cells])
+
+
+def _parse_size(text: str) -> int:
+    text = text.strip().replace("^", "**")
+    if "**" in text:
+        base, exp = text.split("**")
+        return int(base) ** int(exp)
+    return int(text)
+
+
+def main(argv=None) -> int:
+    """`python -m pingpong.streaming --sweep candidates|SPEC,SPEC,... [--sizes ...]` (__main__.py)."""
+    import argparse
+    import json
+
+    from ..errors import PingpongError
+    from .hopper import CANDIDATES, StreamConfig
+
+    p = argparse.ArgumentParser(prog="python -m pingpong.streaming",
+                                description="Compare Hopper vector_add StreamConfigs with torch.add in one process.")
+    p.add_argument("--sweep", default="candidates",
+                   help="'candidates' (hopper.CANDIDATES) or comma-separated names/specs, "
+                        "spec = tile/stages/ahead/out_bufs/warps[/programs_per_sm[/1d|2d]], e.g. 16k/4/3/2/4,2cta")
+    p.add_argument("--sizes", default="2**20,2**28", help="element counts, e.g. 2**20,2**28 (default)")
+    p.add_argument("--dtypes", default="fp32,bf16", help="fp32, bf16, fp16 (default fp32,bf16)")
+    p.add_argument("--reps", type=int, default=100, help="timed repetitions per row (default 100)")
+    p.add_argument("--json", metavar="FILE", help="write the rows as JSON")
+    args = p.parse_args(argv)
+    try:
+        if args.sweep == "candidates":
+            configs = dict(CANDIDATES)
+        else:
+            configs = {}
+            for item in args.sweep.split(","):
+                cfg = StreamConfig.parse(item)
+                configs[item.strip() if item.strip() in CANDIDATES else cfg.spec] = cfg
+        sizes = [_parse_size(t) for t in args.sizes.split(",")]
+        dtypes = [_DTYPE_NAMES[t.strip()] for t in args.dtypes.split(",")]
+    except (PingpongError, ValueError, KeyError) as e:
+        p.error(str(e))
+    if not torch.cuda.is_available():
+        print("no CUDA GPU: the sweep runs on Hopper", flush=True)
+        return 2
+    rows = run_stream_sweep(configs, sizes, dtypes, args.reps)
+    print(format_sweep(rows))
+    if args.json:
+        with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)
     return 0 if all(r["correct"] for r in rows) else 1
