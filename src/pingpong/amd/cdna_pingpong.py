@@ -170,10 +170,21 @@ def schedule(la, lb, bufs, mma, pairs, BM: gl.constexpr, BN: gl.constexpr, BK: g
 
 
 @gluon.jit
-def store_tile(acc, c_ptr, cin_ptr, off_m, off_n, M, N, stride_cm, stride_cim, alpha, beta,
+def column_halves(x):
+    """(x[:, :C/2], x[:, C/2:]) of an [R, C] register tensor: reshape to [R, 2, C/2] (row-major,
+    so the new dim 1 is the column's top bit), move that dim last and split it. No data moves
+    when every lane holds both halves, i.e. the top column bit is a register bit of the layout,
+    as in the MFMA accumulator (tests: no LDS writes, no scratch)."""
+    R: gl.constexpr = x.shape[0]
+    C: gl.constexpr = x.shape[1]
+    return gl.split(gl.permute(gl.reshape(x, [R, 2, C // 2]), [0, 2, 1]))
+
+
+@gluon.jit
+def store_part(acc, c_ptr, cin_ptr, off_m, off_n, M, N, stride_cm, stride_cim, alpha, beta,
                HAS_C: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr):
-    """Epilogue: alpha·acc + beta·Cin, cast to C's type, masked buffer stores straight from
-    the MFMA layout (no LDS)."""
+    """alpha·acc + beta·Cin for the BM×BN block at (off_m, off_n), cast to C's type, masked
+    buffer stores straight from acc's layout (no LDS)."""
     layout: gl.constexpr = acc.type.layout
     rows = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
     cols = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
@@ -186,13 +197,50 @@ def store_tile(acc, c_ptr, cin_ptr, off_m, off_n, M, N, stride_cm, stride_cim, a
                               mask=mask)
 
 
+@gluon.jit
+def store_tile(acc, c_ptr, cin_ptr, off_m, off_n, M, N, stride_cm, stride_cim, alpha, beta,
+               HAS_C: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, COL_CHUNKS: gl.constexpr):
+    """Epilogue: the tile in COL_CHUNKS column chunks (1, 2 or 4), one `store_part` each.
+
+    Why chunks: each output element needs its own offset, mask and conversion registers
+    (N is not specialized, so the stores are per element). Written as one tensor expression
+    the compiler computes them for all 128 accumulators of a lane before the first store and
+    runs out of the 256 VGPRs that 2 waves per SIMD allow (gfx942, bf16 out: 36 bytes of
+    scratch; with beta·C: 1320 bytes on gfx942, 1188 on gfx950). Chunk by chunk, only one
+    chunk's temporaries are live: no scratch on either target, for bf16 and fp32 out, with
+    and without C. KernelConfig derives COL_CHUNKS = the wave's 16-column MFMA tiles (4),
+    the finest split in which every lane still holds all chunks (`column_halves`).
+    """
+    gl.static_assert(COL_CHUNKS == 1 or COL_CHUNKS == 2 or COL_CHUNKS == 4, "COL_CHUNKS must be 1, 2 or 4")
+    if COL_CHUNKS == 1:
+        store_part(acc, c_ptr, cin_ptr, off_m, off_n, M, N, stride_cm, stride_cim, alpha, beta, HAS_C, BM, BN)
+    else:
+        left, right = column_halves(acc)
+        if COL_CHUNKS == 2:
+            H: gl.constexpr = BN // 2
+            store_part(left, c_ptr, cin_ptr, off_m, off_n, M, N, stride_cm, stride_cim, alpha, beta, HAS_C, BM, H)
+            store_part(right, c_ptr, cin_ptr, off_m, off_n + H, M, N, stride_cm, stride_cim, alpha, beta, HAS_C, BM,
+                       H)
+        else:
+            Q: gl.constexpr = BN // 4
+            q0, q1 = column_halves(left)
+            q2, q3 = column_halves(right)
+            store_part(q0, c_ptr, cin_ptr, off_m, off_n, M, N, stride_cm, stride_cim, alpha, beta, HAS_C, BM, Q)
+            store_part(q1, c_ptr, cin_ptr, off_m, off_n + Q, M, N, stride_cm, stride_cim, alpha, beta, HAS_C, BM, Q)
+            store_part(q2, c_ptr, cin_ptr, off_m, off_n + 2 * Q, M, N, stride_cm, stride_cim, alpha, beta, HAS_C,
+                       BM, Q)
+            store_part(q3, c_ptr, cin_ptr, off_m, off_n + 3 * Q, M, N, stride_cm, stride_cim, alpha, beta, HAS_C,
+                       BM, Q)
+
+
 @gluon.jit(do_not_specialize=["M", "N", "alpha", "beta"])
 def cdna_pingpong_gemm(a_ptr, b_ptr, c_ptr, cin_ptr, M, N, K, stride_am, stride_bn, stride_cm, stride_cim,
                        alpha, beta, HAS_C: gl.constexpr,
                        BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, WAVES_PER_GROUP: gl.constexpr,
                        MFMA_VERSION: gl.constexpr, MFMA_K: gl.constexpr, K_WIDTH: gl.constexpr,
                        LOAD_WIDTH: gl.constexpr, SUB_ROWS: gl.constexpr, SUB_COLS: gl.constexpr,
-                       SW_VEC: gl.constexpr, SW_PER_PHASE: gl.constexpr, SW_MAX_PHASE: gl.constexpr):
+                       SW_VEC: gl.constexpr, SW_PER_PHASE: gl.constexpr, SW_MAX_PHASE: gl.constexpr,
+                       EPILOGUE_CHUNKS: gl.constexpr):
     """One workgroup = one BM×BN output tile; grid = (cdiv(M, BM) · cdiv(N, BN),)."""
     THREADS: gl.constexpr = 2 * WAVES_PER_GROUP * 64
     gl.static_assert(gl.num_warps() == 2 * WAVES_PER_GROUP, "launch with num_warps = 2 groups × WAVES_PER_GROUP")
@@ -218,7 +266,8 @@ def cdna_pingpong_gemm(a_ptr, b_ptr, c_ptr, cin_ptr, M, N, K, stride_am, stride_
 
     pairs = gl.cdiv(gl.cdiv(K, BK), 2)
     mma = schedule(la, lb, bufs, mma, pairs, BM, BN, BK, WAVES_PER_GROUP * 64, THREADS)
-    store_tile(mma.acc, c_ptr, cin_ptr, off_m, off_n, M, N, stride_cm, stride_cim, alpha, beta, HAS_C, BM, BN)
+    store_tile(mma.acc, c_ptr, cin_ptr, off_m, off_n, M, N, stride_cm, stride_cim, alpha, beta, HAS_C, BM, BN,
+               EPILOGUE_CHUNKS)
 
 
 def kernel_constexprs(config: KernelConfig) -> dict:
@@ -227,7 +276,8 @@ def kernel_constexprs(config: KernelConfig) -> dict:
     return dict(BM=d.block_m, BN=d.block_n, BK=d.block_k, WAVES_PER_GROUP=d.waves_per_group,
                 MFMA_VERSION=d.mfma_version, MFMA_K=d.mfma_shape[2], K_WIDTH=d.k_width,
                 LOAD_WIDTH=d.load_width, SUB_ROWS=d.subtile_rows, SUB_COLS=d.subtile_cols,
-                SW_VEC=d.smem_vec, SW_PER_PHASE=d.smem_per_phase, SW_MAX_PHASE=d.smem_max_phase)
+                SW_VEC=d.smem_vec, SW_PER_PHASE=d.smem_per_phase, SW_MAX_PHASE=d.smem_max_phase,
+                EPILOGUE_CHUNKS=d.epilogue_chunks)
 
 
 def gemm_args(a, b, out, c, alpha, beta, M, N, K) -> tuple:
@@ -249,12 +299,14 @@ def launch_args(a, b, out, c, alpha, beta, config: KernelConfig):
 
 @cc.register("cdna_pingpong", targets=("gfx942", "gfx950"),
              doc="CDNA 8-wave ping-pong GEMM (bf16, 256x256 tile, direct-to-LDS, stagger)")
-def build(target: str) -> cc.Launch:
-    """CDNA 8-wave ping-pong GEMM (bf16, 256x256 tile, direct-to-LDS, stagger)."""
+def build(target: str, out_dtype=torch.bfloat16, has_c: bool = False) -> cc.Launch:
+    """CDNA 8-wave ping-pong GEMM (bf16, 256x256 tile, direct-to-LDS, stagger). The registered
+    build writes bf16 without C; tests also compile the fp32-out and beta·C variants."""
     config = KernelConfig.for_target(target)
     M = N = K = 512
     a = torch.empty(M, K, dtype=torch.bfloat16)
     b = torch.empty(N, K, dtype=torch.bfloat16)
-    out = torch.empty(M, N, dtype=torch.bfloat16)
-    args, kwargs, grid = launch_args(a, b, out, None, 1.0, 0.0, config)
+    out = torch.empty(M, N, dtype=out_dtype)
+    c = torch.empty(M, N, dtype=out_dtype) if has_c else None
+    args, kwargs, grid = launch_args(a, b, out, c, 1.0, 0.5 if has_c else 0.0, config)
     return cc.Launch(cdna_pingpong_gemm, args, kwargs, grid)

@@ -123,6 +123,7 @@ class CdnaDerived:
     prologue_vmcnt: tuple
     epilogue_vmcnt: tuple
     main_loop_barriers: int  # s_barrier per main-loop iteration (2 K-steps)
+    epilogue_chunks: int  # column chunks the epilogue stores one after the other (register budget)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,6 +227,9 @@ class KernelConfig:
             # epilogue drain everything (seed 003 §15.13-§15.14).
             main_loop_vmcnt=(a_loads, 0, a_loads, 0), prologue_vmcnt=(0,), epilogue_vmcnt=(0,),
             main_loop_barriers=4,
+            # one chunk per 16-column MFMA tile of the wave, the finest column split that every
+            # lane holds in registers, at most 4 (cdna_pingpong.store_tile says why it chunks)
+            epilogue_chunks=min(4, wave_n // MFMA_MN),
         )
 
 

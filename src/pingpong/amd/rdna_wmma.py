@@ -81,7 +81,7 @@ def rdna_wmma_gemm(a_ptr, b_ptr, c_ptr, cin_ptr, M, N, K, stride_am, stride_bk, 
         b_s.index(1 - s).store(b_next)
         gl.thread_barrier()
 
-    store_tile(acc, c_ptr, cin_ptr, off_m, off_n, M, N, stride_cm, stride_cim, alpha, beta, HAS_C, BM, BN)
+    store_tile(acc, c_ptr, cin_ptr, off_m, off_n, M, N, stride_cm, stride_cim, alpha, beta, HAS_C, BM, BN, 1)
 
 
 def launch_args(a, b, out, c, alpha, beta, config: WmmaConfig):
