@@ -256,7 +256,8 @@ def test_launch_goes_direct_after_the_first_call(monkeypatch):
 
     jit, direct = _FakeJit(), _FakeDirect()
     monkeypatch.setattr(hopper, "vector_add_tma_kernel", jit)
-    monkeypatch.setattr(hopper.DirectLaunch, "from_kernel", classmethod(lambda cls, k: direct if k == "compiled" else None))
+    from_kernel = classmethod(lambda cls, k: direct if k == "compiled" else None)
+    monkeypatch.setattr(hopper.DirectLaunch, "from_kernel", from_kernel)
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 1234, raising=False)
     cfg = StreamConfig(stages=2)  # a fresh config: empty caches
     a, b, out = torch.empty(2**20), torch.empty(2**20), torch.empty(2**20)

@@ -211,3 +211,10 @@ def test_hooks_idle(monkeypatch):
         knobs.runtime.launch_enter_hook.remove(print)
     monkeypatch.setattr(knobs.runtime, "launch_exit_hook", print)
     assert not hooks_idle()
+
+
+def test_direct_launch_opt_out(monkeypatch):
+    from pingpong.streaming.direct import DirectLaunch
+
+    monkeypatch.setenv("PINGPONG_DIRECT_LAUNCH", "0")
+    assert DirectLaunch.from_kernel(object()) is None

@@ -181,7 +181,8 @@ def run_stream_sweep(configs: dict, sizes, dtypes, reps: int = 100, device: str 
             expect = torch.add(a, b)
             src = torch.empty((nbytes + 1) // 2, device=dev, dtype=torch.uint8)
             dst = torch.empty_like(src)
-            base = dict(n=n, dtype=str(dtype).replace("torch.", ""), bytes=nbytes, device=torch.cuda.get_device_name(dev),
+            base = dict(n=n, dtype=str(dtype).replace("torch.", ""), bytes=nbytes,
+                        device=torch.cuda.get_device_name(dev),
                         torch=torch.__version__, triton=triton.__version__)
             ref = {}
 

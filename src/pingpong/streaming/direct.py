@@ -18,9 +18,12 @@ against Triton's function). Only kernels whose launch needs nothing else qualify
 (`from_kernel` returns None otherwise: scratch buffers, fp4-padded or mixed encodings, a
 Triton whose launcher is not shaped as 3.6's), and callers use the JIT path while a launch
 hook is installed (`hooks_idle`), so profilers that hook launches still see them.
+PINGPONG_DIRECT_LAUNCH=0 in the environment turns direct launches off.
 """
 
 from __future__ import annotations
+
+import os
 
 from triton import knobs
 
@@ -33,7 +36,8 @@ def hooks_idle() -> bool:
     other object there counts as a hook)."""
     rt = knobs.runtime
     enter, exit_ = rt.launch_enter_hook, rt.launch_exit_hook
-    return (enter is None or getattr(enter, "calls", None) == []) and (exit_ is None or getattr(exit_, "calls", None) == [])
+    return ((enter is None or getattr(enter, "calls", None) == [])
+            and (exit_ is None or getattr(exit_, "calls", None) == []))
 
 
 class DirectLaunch:
@@ -70,6 +74,8 @@ class DirectLaunch:
     def from_kernel(cls, kernel) -> "DirectLaunch | None":
         """From a CompiledKernel that has run once (its module is loaded); None if the kernel
         or this Triton's launcher is not one DirectLaunch reproduces exactly."""
+        if os.environ.get("PINGPONG_DIRECT_LAUNCH", "1") == "0":
+            return None  # opt-out: every launch through Triton's JIT (read when a variant first runs)
         try:
             import triton
 

@@ -435,7 +435,8 @@ def schedule_text(cfg: StreamConfig, steps: int = 5) -> str:
         fill = slot(i + cfg.ahead)
         wait = f"ready[{ring_index.fn(i, cfg.stages)}] parity {ring_phase.fn(i, cfg.stages)}"
         early = cfg.stages > cfg.ahead
-        rows.append((str(i), fill if early else "", wait, "" if early else fill, f"out[{ring_index.fn(i, cfg.out_bufs)}]"))
+        store = f"out[{ring_index.fn(i, cfg.out_bufs)}]"
+        rows.append((str(i), fill if early else "", wait, "" if early else fill, store))
     lines = ["".join(f"{c:<20}" if k else f"{c:<10}" for k, c in enumerate(r)).rstrip() for r in rows]
     window = cfg.out_bufs - 1
     lines.append(f"(each store: store_wait({window}) first, so <= {window} TMA store"
