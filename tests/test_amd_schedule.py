@@ -8,7 +8,8 @@ import pytest
 
 from pingpong import compile as cc
 from pingpong.amd.config import KernelConfig
-from pingpong.amd.schedule_model import cdna_pingpong, vmcnt_sequence
+from pingpong.amd.buffers import storage_half, storage_row
+from pingpong.amd.schedule_model import cdna_pingpong, sharing, vmcnt_sequence
 from pingpong.schedule import check
 
 CDNA = ("gfx950", "gfx942")
@@ -28,6 +29,28 @@ def isa_loop(target):
 def test_schedule_is_race_free(target):
     r = check(model(target))
     assert r.safe, r.verdict
+
+
+@pytest.mark.parametrize("target", CDNA)
+def test_sharing_comes_from_the_layouts(target):
+    """Group g loads half g; A's half g is read by group g only; B's halves by both groups."""
+    share = sharing(target)
+    assert share["load"] == {0: {0}, 1: {1}}
+    assert share["A"] == {0: {0}, 1: {1}}
+    assert share["B"] == {0: {0, 1}, 1: {0, 1}}
+
+
+def test_storage_row_and_half_are_inverse():
+    rows = [storage_row(h, rb, r) for rb in range(8) for h in range(2) for r in range(16)]
+    assert sorted(rows) == list(range(256))
+    assert all(storage_half(storage_row(h, rb, r)) == h for rb in range(8) for h in range(2) for r in range(16))
+
+
+def test_a_shared_between_groups_would_race():
+    """The mapping matters: with A's halves read by both groups (the earlier top/bottom
+    128-row halves), the same waits and barriers race."""
+    share = dict(sharing("gfx950"), A={0: frozenset({0, 1}), 1: frozenset({0, 1})})
+    assert not check(cdna_pingpong("gfx950", pairs=3, share=share)).safe
 
 
 @pytest.mark.parametrize("label", ["S2", "S3", "S4"])

@@ -26,8 +26,12 @@ Direct-to-LDS loads, per target:
   * gfx942 LDS is 64 KB: KernelConfig.for_target picks BK = 32, so the two stages of A and B
     take 2·(256+256)·32·2 B = 64 KB. gfx950 keeps the seeds' BK = 64 (128 KB of 160 KB).
 
-Waves and the stagger. 8 waves = 2 groups of 4; group g owns output rows [128g, 128g+128),
-wave w computes a 128×64 tile (rows of group w // 4, columns 64·(w % 4)). All waves run the
+Waves and the stagger. 8 waves = 2 groups of 4; wave w computes 128×64 outputs, 8×4 MFMA tiles
+of 16×16 dealt round-robin (the MFMA layout): rows 16·(2i + g) + [0, 16) for group g = w // 4
+and columns 16·(4j + w % 4) + [0, 16). The LDS halves follow the same 16-row stripes, so
+group g self-loads exactly the A rows it reads (buffers.py; an earlier version loaded the top
+and bottom 128 rows per group, which made A shared between the groups and the schedule below
+racy; the race model now takes who reads what from the layouts). All waves run the
 same instruction stream; the stagger is one extra `s_barrier` that group 1 executes after the
 prologue (so group 0 runs one barrier phase ahead) and one that group 0 executes at the end
 (so both have executed the same number of barriers). Both are a scalar branch around an
@@ -206,7 +210,7 @@ def store_tile(acc, c_ptr, cin_ptr, off_m, off_n, M, N, stride_cm, stride_cim, a
     (N is not specialized, so the stores are per element). Written as one tensor expression
     the compiler computes them for all 128 accumulators of a lane before the first store and
     runs out of the 256 VGPRs that 2 waves per SIMD allow (gfx942, bf16 out: 36 bytes of
-    scratch; with beta·C: 1320 bytes on gfx942, 1188 on gfx950). Chunk by chunk, only one
+    scratch; with beta·C: 1.2-1.5 KB on both targets, docs/amd.md). Chunk by chunk, only one
     chunk's temporaries are live: no scratch on either target, for bf16 and fp32 out, with
     and without C. KernelConfig derives COL_CHUNKS = the wave's 16-column MFMA tiles (4),
     the finest split in which every lane still holds all chunks (`column_halves`).

@@ -1,9 +1,10 @@
 """The CDNA ping-pong's synchronization as a pingpong.schedule model (cdna_pingpong.py).
 
 One representative wave per group (WG0 = waves 0–3, WG1 = waves 4–7). Buffers, as the kernel
-allocates them: ``A{s}[g]`` is group g's private half of stage s's A tile (self-loaded, read
-only by group g); ``B{s}[h]`` is half h of stage s's B tile, loaded by group h and read by
-both groups. Load sizes are the derived DMA counts per wave, so a wait of vmcnt(a_loads)
+allocates them: ``A{s}[h]`` and ``B{s}[h]`` are half h of stage s's A and B tile. Which group
+loads and which groups read each half is not assumed but computed from the kernel's layouts
+(`sharing`): group g loads half g of both; A's half g is read by group g only (A is
+group-private), B's halves by both groups. Load sizes are the derived DMA counts per wave, so a wait of vmcnt(a_loads)
 leaves exactly the wave's newest A load in flight, as in the ISA. Every main-loop barrier is
 preceded by the vmcnt wait that the kernel's `wait_then_barrier` emits (that barrier's
 lgkmcnt(0) is the one in `compute`). `vmcnt_sequence(model, "loop")` gives the waits of one
@@ -12,15 +13,81 @@ loop iteration, which tests compare with the ISA.
 
 from __future__ import annotations
 
+import functools
+
 from ..schedule import ScheduleBuilder
 from .config import KernelConfig
 
 GROUPS = ("WG0", "WG1")
 
 
-def cdna_pingpong(target: str = "gfx950", pairs: int = 3):
-    """The kernel's schedule for `pairs` main-loop... K-step pairs (pairs-1 loop iterations)."""
+def _span(bases, dim: int) -> set:
+    """Coordinates along `dim` reachable by XOR-ing any subset of linear-layout bases."""
+    pts = {0}
+    for b in bases:
+        pts |= {p ^ b[dim] for p in pts}
+    return pts
+
+
+def _per_wave(ll, dim: int, waves: int) -> list:
+    """For each wave: the coordinates along `dim` that its lanes and registers hold."""
+    inner = _span(list(ll.reg_bases) + list(ll.lane_bases), dim)
+    out = []
+    for w in range(waves):
+        off = 0
+        for bit, base in enumerate(ll.warp_bases):
+            if w >> bit & 1:
+                off ^= base[dim]
+        out.append({p ^ off for p in inner})
+    return out
+
+
+@functools.cache
+def sharing(target: str) -> dict:
+    """Who touches which half of the A and B tiles, computed from the kernel's layouts:
+    ``{"load": {half: groups}, "A": {half: groups}, "B": {half: groups}}``. "load": the
+    groups whose direct-to-LDS loads write the half (buffers.load_layout; the same for A and
+    B); "A"/"B": the groups whose MFMA operands read it (mma.py's dot-operand layouts, rows
+    mapped to halves with buffers.storage_half)."""
+    from triton._C.libtriton import gluon_ir, ir
+    from triton.experimental.gluon import language as gl
+
+    from .buffers import load_layout, storage_half
+    from .mma import mfma_layout
+
     d = KernelConfig.for_target(target).derive()
+    ctx = ir.context()
+    ir.load_dialects(ctx)
+    builder = gluon_ir.GluonOpBuilder(ctx)
+
+    def linear(layout, shape):
+        return builder.to_linear_layout(layout._to_ir(builder), list(shape))
+
+    def group(w):
+        return w // d.waves_per_group
+
+    acc = mfma_layout(d.mfma_version, d.mfma_shape[2], d.groups, d.waves_per_group)
+    load = linear(load_layout(d.load_width, d.subtile_rows, d.waves_per_group),
+                  [d.block_m // 2 // d.subtile_rows, 2, d.subtiles_k, d.subtile_rows, d.subtile_cols])
+    a = linear(gl.DotOperandLayout(0, acc, d.k_width), [d.block_m, d.block_k])
+    b = linear(gl.DotOperandLayout(1, acc, d.k_width), [d.block_k, d.block_n])
+    out = {"load": {0: set(), 1: set()}, "A": {0: set(), 1: set()}, "B": {0: set(), 1: set()}}
+    for w, halves in enumerate(_per_wave(load, 1, d.waves)):
+        for h in halves:
+            out["load"][h].add(group(w))
+    for key, ll, dim in (("A", a, 0), ("B", b, 1)):
+        for w, coords in enumerate(_per_wave(ll, dim, d.waves)):
+            for x in coords:
+                out[key][storage_half(x, d.subtile_rows)].add(group(w))
+    return {k: {h: frozenset(g) for h, g in v.items()} for k, v in out.items()}
+
+
+def cdna_pingpong(target: str = "gfx950", pairs: int = 3, share: dict | None = None):
+    """The kernel's schedule for `pairs` K-step pairs (pairs-1 loop iterations). Which group
+    loads and reads which half comes from `sharing(target)` (the kernel's layouts) unless
+    `share` overrides it (tests)."""
+    d = KernelConfig.for_target(target).derive()
+    share = share or sharing(target)
     b = ScheduleBuilder(f"cdna_pingpong_{target}", cdna_pingpong.__doc__)
     for s in (0, 1):
         for h in (0, 1):
@@ -28,13 +95,16 @@ def cdna_pingpong(target: str = "gfx950", pairs: int = 3):
     for gi, name in enumerate(GROUPS):
         g = b.group(name, d.waves_per_group)
 
+        (mine,) = [h for h, gs in share["load"].items() if gi in gs]  # each group loads one half
+
         def load(kind, s):
-            g.load(f"{kind}{s}[{gi}]", n=d.a_loads if kind == "A" else d.b_loads, label=f"load {kind}{s}")
+            g.load(f"{kind}{s}[{mine}]", n=d.a_loads if kind == "A" else d.b_loads, label=f"load {kind}{s}")
 
         def compute(s):
-            g.read(f"A{s}[{gi}]")
-            g.read(f"B{s}[0]")
-            g.read(f"B{s}[1]")
+            for kind in ("A", "B"):
+                for h, readers in share[kind].items():
+                    if gi in readers:
+                        g.read(f"{kind}{s}[{h}]")
             g.wait("lgkmcnt", 0)
             g.mma(label=f"mfma stage {s}")
 
