@@ -36,11 +36,14 @@ PY
 # 1. no store overlap: wait for each TMA store right after issuing it
 variant no-store-overlap pingpong/hopper/epilogue.py \
     't.replace("tma.async_copy_shared_to_global(self.c_desc, [off_m, off_n], staging)\n", "tma.async_copy_shared_to_global(self.c_desc, [off_m, off_n], staging)\n        tma.store_wait(0)\n")'
-# 2. ping-pong without turns: both consumers run their mainloops whenever data is ready
-variant no-turns pingpong/hopper/kernel.py \
-    't.replace("        sync.wait_turn(CONSUMER, j)\n", "").replace("        sync.pass_turn(CONSUMER)\n", "")'
+# 2. ping-pong without epilogue overlap: a consumer passes its turn after its epilogue, not
+#    after its last wgmma, so the other consumer's mainloop no longer hides the epilogue.
+#    (Dropping the turns altogether is not a variant: two consumers would wait on ring
+#    phases the producer has not reached — mbarrier parity aliasing — and the kernel fails.)
+variant turn-after-epilogue pingpong/hopper/kernel.py \
+    't.replace("        sync.pass_turn(CONSUMER)\n", "").replace("        epi.store(mma.acc, CONSUMER, j, off_m, off_n)\n", "        epi.store(mma.acc, CONSUMER, j, off_m, off_n)\n        sync.pass_turn(CONSUMER)\n")'
 
-for name in no-store-overlap no-turns; do
+for name in no-store-overlap turn-after-epilogue; do
     if [ $check = 1 ]; then
         for k in cooperative pingpong; do
             PYTHONPATH=$tmp/$name python -m pingpong isa --target sm_90a --kernel $k | grep -E "^(kernel|spill|count wgmma )" | tr '\n' ' '

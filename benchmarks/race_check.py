@@ -13,7 +13,7 @@ from pingpong import KernelConfig
 from pingpong.api import _gemm_into
 
 SCHEDULES = [KernelConfig(128, 256, 64, schedule="persistent"), KernelConfig(128, 256, 64, schedule="cooperative"),
-             KernelConfig(128, 128, 64, schedule="pingpong"), KernelConfig(128, 256, 64, schedule="diagonal")]
+             KernelConfig(128, 128, 64, schedule="pingpong")]
 
 
 def main(argv=None) -> int:

@@ -59,7 +59,7 @@ def test_instruction_n_divides_the_consumer_tile():
         (dict(block_n=512, schedule="persistent"), "TMA box limit"),
         (dict(stages=5), "exceeds the 232448 B (227 KB) Hopper limit"),
         (dict(stages=1), "stages must be an int ≥ 2"),
-        (dict(schedule="quadrant"), "schedule must be one of"),
+        (dict(schedule="diagonal"), "schedule must be one of"),
         (dict(group_m=0), "group_m must be a positive int"),
         (dict(instr_n=96), "instr_n=96 must be a multiple of 8"),
         (dict(epilogue_n=48), "epilogue_n=48 must be a power of two"),

@@ -26,7 +26,7 @@ import math
 
 from .errors import ConfigError
 
-SCHEDULES = ("persistent", "cooperative", "pingpong", "diagonal")
+SCHEDULES = ("persistent", "cooperative", "pingpong")
 
 #: Hopper facts (H100/H200, sm_90a).
 SMEM_LIMIT = 227 * 1024  # bytes of shared memory one block may use
@@ -186,7 +186,7 @@ class KernelConfig:
 
 def _consumer_tile(cfg: KernelConfig) -> tuple[int, int, int]:
     """(consumer warpgroups, rows, cols) of the tile one consumer computes."""
-    if cfg.schedule in ("cooperative", "diagonal"):  # diagonal: the seeds' §13 experiment
+    if cfg.schedule == "cooperative":
         return 2, cfg.block_m // 2, cfg.block_n
     if cfg.schedule == "pingpong":
         return 2, cfg.block_m, cfg.block_n
@@ -255,7 +255,7 @@ def _derive(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> Derived:
         consumers=consumers,
         consumer_m=cm,
         consumer_n=cn,
-        instr_shape=(16, cfg.instr_n or _instr_n(cn // 2 if cfg.schedule == "diagonal" else cn), WGMMA_K_BYTES // in_bytes),
+        instr_shape=(16, cfg.instr_n or _instr_n(cn), WGMMA_K_BYTES // in_bytes),
         warps_per_cta=warps_per_cta,
         num_warps=num_warps,
         worker_warps=worker_warps,

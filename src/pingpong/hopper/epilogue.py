@@ -37,14 +37,6 @@ def column_halves(x):
     return x.reshape([ROWS, 2, COLS // 2]).permute(0, 2, 1).split()
 
 
-@gluon.jit
-def column_join(left, right):
-    """Inverse of column_halves: [ROWS, C] and [ROWS, C] side by side -> [ROWS, 2C]."""
-    ROWS: gl.constexpr = left.shape[0]
-    COLS: gl.constexpr = left.shape[1]
-    return gl.join(left, right).permute(0, 2, 1).reshape([ROWS, 2 * COLS])
-
-
 @aggregate
 class Epilogue:
     c_desc: tma.tensor_descriptor  # its box is one sub-tile: [consumer rows, EPI_N]

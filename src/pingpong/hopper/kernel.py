@@ -31,10 +31,10 @@ ring_phase, keep one wgmma group in flight, release a slot once its wgmma has co
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from .epilogue import Epilogue, column_join
+from .epilogue import Epilogue
 from .loader import TileLoader
 from .mma import MmaOp
-from .phase_sync import PhaseSync
+from .phase_sync import Join, PhaseSync
 from .pipeline import Ring, first_counter
 from .scheduler import TileScheduler
 
@@ -69,7 +69,7 @@ def finish_mainloop(mma, ring, last):
 
 
 @gluon.jit
-def producer(loader, ring, sched):
+def producer(loader, ring, sched, join):
     """The TMA warp: every k-step of every tile of this program, in order, into the ring."""
     counter = 0
     for t in range(sched.local_tiles()):
@@ -77,13 +77,14 @@ def producer(loader, ring, sched):
         for k in range(sched.k_steps):
             loader.load(ring, counter, off_m, off_n, k * sched.BK)
             counter += 1
+    join.finish(False)
 
 
 # ----------------------------------------------------------------------------- consumers
 
 
 @gluon.jit
-def pingpong_consumer(ring, sched, epi, sync, CONSUMER: gl.constexpr, acc_layout: gl.constexpr,
+def pingpong_consumer(ring, sched, epi, sync, join, CONSUMER: gl.constexpr, acc_layout: gl.constexpr,
                       A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr):
     """Consumer CONSUMER takes this program's tiles CONSUMER, CONSUMER+2, ... (PhaseSync turns)."""
     for j in range((sched.local_tiles() - CONSUMER + 1) // 2):
@@ -95,10 +96,11 @@ def pingpong_consumer(ring, sched, epi, sync, CONSUMER: gl.constexpr, acc_layout
         off_m, off_n = sched.tile_offsets(2 * j + CONSUMER)
         epi.store(mma.acc, CONSUMER, j, off_m, off_n)
     epi.drain()
+    join.finish(CONSUMER == 0)
 
 
 @gluon.jit
-def cooperative_consumer(ring, sched, epi, CONSUMER: gl.constexpr, acc_layout: gl.constexpr,
+def cooperative_consumer(ring, sched, epi, join, CONSUMER: gl.constexpr, acc_layout: gl.constexpr,
                          A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr):
     """Consumer CONSUMER computes rows [CONSUMER·BM/2, (CONSUMER+1)·BM/2) of every tile."""
     ROWS: gl.constexpr = sched.BM // 2
@@ -110,45 +112,7 @@ def cooperative_consumer(ring, sched, epi, CONSUMER: gl.constexpr, acc_layout: g
         off_m, off_n = sched.tile_offsets(t)
         epi.store(mma.acc, CONSUMER, t, off_m + CONSUMER * ROWS, off_n)
     epi.drain()
-
-
-@gluon.jit
-def diagonal_consumer(ring, sched, epi, CONSUMER: gl.constexpr, acc_layout: gl.constexpr,
-                      A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr):
-    """EXPERIMENT (seed 003 §13, quadrants on a diagonal): the cooperative split, but each
-    consumer computes its two 64×(BN/2) quadrants with separate wgmmas, consumer 0 in the
-    order (h0, h1), consumer 1 in the order (h1, h0), so at any moment the two warpgroups
-    read different halves of the B stage.
-
-        B stage:      h0 | h1
-        consumer 0:   Q0 = g0·h0, then Q1 = g0·h1     (first diagonal: Q0 ‖ Q3)
-        consumer 1:   Q3 = g1·h1, then Q2 = g1·h0     (second diagonal: Q1 ‖ Q2)
-    """
-    ROWS: gl.constexpr = sched.BM // 2
-    HALF: gl.constexpr = sched.BN // 2
-    FIRST: gl.constexpr = CONSUMER * HALF  # the half this consumer starts with
-    for t in range(sched.local_tiles()):
-        first = t * sched.k_steps
-        q_first = MmaOp.start(ROWS, HALF, acc_layout)
-        q_second = MmaOp.start(ROWS, HALF, acc_layout)
-        for k in range(sched.k_steps):
-            s = ring.wait_ready(first + k)
-            q_first = q_first.issue(ring, s, CONSUMER * ROWS, ROWS, A_KMAJOR, B_KMAJOR, FIRST, HALF)
-            q_second = q_second.issue(ring, s, CONSUMER * ROWS, ROWS, A_KMAJOR, B_KMAJOR, HALF - FIRST, HALF)
-            q_first = q_first.wait(2)
-            q_second = q_second.wait(2)
-            if k > 0:
-                ring.release(first + k - 1)
-        q_first = q_first.wait(0)
-        q_second = q_second.wait(0)
-        ring.release(first + sched.k_steps - 1)
-        off_m, off_n = sched.tile_offsets(t)
-        if CONSUMER == 0:
-            acc = column_join(q_first.acc, q_second.acc)
-        else:
-            acc = column_join(q_second.acc, q_first.acc)
-        epi.store(acc, CONSUMER, t, off_m + CONSUMER * ROWS, off_n)
-    epi.drain()
+    join.finish(CONSUMER == 0)
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -162,7 +126,7 @@ _RUNTIME_SCALARS = ["M", "N", "K"]
 def warp_specialized_gemm(a_desc, b_desc, c_desc, cin_desc, M, N, K, alpha, beta,
                           HAS_C: gl.constexpr, A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr,
                           BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                          GROUP_M: gl.constexpr, EPI_BUFS: gl.constexpr, PINGPONG: gl.constexpr, DIAGONAL: gl.constexpr, acc_layout: gl.constexpr,
+                          GROUP_M: gl.constexpr, EPI_BUFS: gl.constexpr, PINGPONG: gl.constexpr, acc_layout: gl.constexpr,
                           CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
     """Ping-pong or cooperative: producer warp + two consumer warpgroups (module docstring)."""
     gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
@@ -170,24 +134,19 @@ def warp_specialized_gemm(a_desc, b_desc, c_desc, cin_desc, M, N, K, alpha, beta
     ring = Ring.allocate(a_desc, b_desc, STAGES, 1 if PINGPONG else 2)
     epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, HAS_C, 2, EPI_BUFS)
     loader = TileLoader(a_desc, b_desc, A_KMAJOR, B_KMAJOR)
-    if DIAGONAL:
-        gl.warp_specialize([
-            (diagonal_consumer, (ring, sched, epi, 0, acc_layout, A_KMAJOR, B_KMAJOR)),
-            (diagonal_consumer, (ring, sched, epi, 1, acc_layout, A_KMAJOR, B_KMAJOR)),
-            (producer, (loader, ring, sched)),
-        ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
-    elif PINGPONG:
+    join = Join.allocate(2)  # consumer 1 and the producer
+    if PINGPONG:
         sync = PhaseSync.allocate()
         gl.warp_specialize([
-            (pingpong_consumer, (ring, sched, epi, sync, 0, acc_layout, A_KMAJOR, B_KMAJOR)),
-            (pingpong_consumer, (ring, sched, epi, sync, 1, acc_layout, A_KMAJOR, B_KMAJOR)),
-            (producer, (loader, ring, sched)),
+            (pingpong_consumer, (ring, sched, epi, sync, join, 0, acc_layout, A_KMAJOR, B_KMAJOR)),
+            (pingpong_consumer, (ring, sched, epi, sync, join, 1, acc_layout, A_KMAJOR, B_KMAJOR)),
+            (producer, (loader, ring, sched, join)),
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.warp_specialize([
-            (cooperative_consumer, (ring, sched, epi, 0, acc_layout, A_KMAJOR, B_KMAJOR)),
-            (cooperative_consumer, (ring, sched, epi, 1, acc_layout, A_KMAJOR, B_KMAJOR)),
-            (producer, (loader, ring, sched)),
+            (cooperative_consumer, (ring, sched, epi, join, 0, acc_layout, A_KMAJOR, B_KMAJOR)),
+            (cooperative_consumer, (ring, sched, epi, join, 1, acc_layout, A_KMAJOR, B_KMAJOR)),
+            (producer, (loader, ring, sched, join)),
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 

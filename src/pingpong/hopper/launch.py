@@ -87,7 +87,7 @@ def prepare(a, b, out, c, alpha, beta, config: KernelConfig, sms: int):
     grid = (max(1, min(sms, tiles)),)
     if d.schedule == "persistent":
         return persistent_gemm, args, dict(common, num_warps=d.num_warps), grid
-    kwargs = dict(common, PINGPONG=d.schedule == "pingpong", DIAGONAL=d.schedule == "diagonal", CONSUMER_REGS=d.worker_regs[0],
+    kwargs = dict(common, PINGPONG=d.schedule == "pingpong", CONSUMER_REGS=d.worker_regs[0],
                   PRODUCER_REGS=d.worker_regs[1], num_warps=d.num_warps, maxnreg=d.maxnreg)
     return warp_specialized_gemm, args, kwargs, grid
 

@@ -36,18 +36,16 @@ class MmaOp:
 
     @gluon.jit
     def issue(self, ring, s, ROW0: gl.constexpr, ROWS: gl.constexpr, A_KMAJOR: gl.constexpr,
-              B_KMAJOR: gl.constexpr, COL0: gl.constexpr = 0, COLS: gl.constexpr = 0):
-        """Asynchronous wgmma on slot `s`, rows [ROW0, ROW0+ROWS) of the A tile
-        (and columns [COL0, COL0+COLS) of the B tile when COLS > 0, else all of them)."""
+              B_KMAJOR: gl.constexpr):
+        """Asynchronous wgmma on slot `s`, rows [ROW0, ROW0+ROWS) of the A tile."""
         if A_KMAJOR:
             a = ring.a_bufs.index(s).slice(ROW0, ROWS, 0)
         else:
             a = ring.a_bufs.index(s).slice(ROW0, ROWS, 1).permute((1, 0))
-        b = ring.b_bufs.index(s)
-        if COLS > 0:
-            b = b.slice(COL0, COLS, 0 if B_KMAJOR else 1)
         if B_KMAJOR:
-            b = b.permute((1, 0))
+            b = ring.b_bufs.index(s).permute((1, 0))
+        else:
+            b = ring.b_bufs.index(s)
         acc = warpgroup_mma(a, b, self.acc, use_acc=self.use_acc, is_async=True)
         return MmaOp(acc, gl.to_tensor(True))
 
