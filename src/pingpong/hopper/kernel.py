@@ -34,7 +34,7 @@ from triton.experimental.gluon import language as gl
 from .epilogue import Epilogue
 from .loader import TileLoader
 from .mma import MmaOp
-from .phase_sync import Join, PhaseSync
+from .phase_sync import PhaseSync
 from .pipeline import Ring, first_counter
 from .scheduler import TileScheduler
 
@@ -69,7 +69,7 @@ def finish_mainloop(mma, ring, last):
 
 
 @gluon.jit
-def producer(loader, ring, sched, join):
+def producer(loader, ring, sched):
     """The TMA warp: every k-step of every tile of this program, in order, into the ring."""
     counter = 0
     for t in range(sched.local_tiles()):
@@ -77,14 +77,13 @@ def producer(loader, ring, sched, join):
         for k in range(sched.k_steps):
             loader.load(ring, counter, off_m, off_n, k * sched.BK)
             counter += 1
-    join.finish(False)
 
 
 # ----------------------------------------------------------------------------- consumers
 
 
 @gluon.jit
-def pingpong_consumer(ring, sched, epi, sync, join, CONSUMER: gl.constexpr, acc_layout: gl.constexpr,
+def pingpong_consumer(ring, sched, epi, sync, CONSUMER: gl.constexpr, acc_layout: gl.constexpr,
                       A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr):
     """Consumer CONSUMER takes this program's tiles CONSUMER, CONSUMER+2, ... (PhaseSync turns)."""
     for j in range((sched.local_tiles() - CONSUMER + 1) // 2):
@@ -96,11 +95,10 @@ def pingpong_consumer(ring, sched, epi, sync, join, CONSUMER: gl.constexpr, acc_
         off_m, off_n = sched.tile_offsets(2 * j + CONSUMER)
         epi.store(mma.acc, CONSUMER, j, off_m, off_n)
     epi.drain()
-    join.finish(CONSUMER == 0)
 
 
 @gluon.jit
-def cooperative_consumer(ring, sched, epi, join, CONSUMER: gl.constexpr, acc_layout: gl.constexpr,
+def cooperative_consumer(ring, sched, epi, CONSUMER: gl.constexpr, acc_layout: gl.constexpr,
                          A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr):
     """Consumer CONSUMER computes rows [CONSUMER·BM/2, (CONSUMER+1)·BM/2) of every tile."""
     ROWS: gl.constexpr = sched.BM // 2
@@ -112,7 +110,6 @@ def cooperative_consumer(ring, sched, epi, join, CONSUMER: gl.constexpr, acc_lay
         off_m, off_n = sched.tile_offsets(t)
         epi.store(mma.acc, CONSUMER, t, off_m + CONSUMER * ROWS, off_n)
     epi.drain()
-    join.finish(CONSUMER == 0)
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -134,19 +131,18 @@ def warp_specialized_gemm(a_desc, b_desc, c_desc, cin_desc, M, N, K, alpha, beta
     ring = Ring.allocate(a_desc, b_desc, STAGES, 1 if PINGPONG else 2)
     epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, HAS_C, 2, EPI_BUFS)
     loader = TileLoader(a_desc, b_desc, A_KMAJOR, B_KMAJOR)
-    join = Join.allocate(2)  # consumer 1 and the producer
     if PINGPONG:
         sync = PhaseSync.allocate()
         gl.warp_specialize([
-            (pingpong_consumer, (ring, sched, epi, sync, join, 0, acc_layout, A_KMAJOR, B_KMAJOR)),
-            (pingpong_consumer, (ring, sched, epi, sync, join, 1, acc_layout, A_KMAJOR, B_KMAJOR)),
-            (producer, (loader, ring, sched, join)),
+            (pingpong_consumer, (ring, sched, epi, sync, 0, acc_layout, A_KMAJOR, B_KMAJOR)),
+            (pingpong_consumer, (ring, sched, epi, sync, 1, acc_layout, A_KMAJOR, B_KMAJOR)),
+            (producer, (loader, ring, sched)),
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.warp_specialize([
-            (cooperative_consumer, (ring, sched, epi, join, 0, acc_layout, A_KMAJOR, B_KMAJOR)),
-            (cooperative_consumer, (ring, sched, epi, join, 1, acc_layout, A_KMAJOR, B_KMAJOR)),
-            (producer, (loader, ring, sched, join)),
+            (cooperative_consumer, (ring, sched, epi, 0, acc_layout, A_KMAJOR, B_KMAJOR)),
+            (cooperative_consumer, (ring, sched, epi, 1, acc_layout, A_KMAJOR, B_KMAJOR)),
+            (producer, (loader, ring, sched)),
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 

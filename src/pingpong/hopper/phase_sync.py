@@ -63,39 +63,3 @@ class PhaseSync:
     @gluon.jit
     def pass_turn(self, CONSUMER: gl.constexpr):
         mbarrier.arrive(self.turns.index(other_consumer(CONSUMER)))
-
-
-@aggregate
-class Join:
-    """The default partition (consumer 0) returns only after every worker partition is done.
-
-    Triton 3.6's `warp_specialize` dispatches workers through a state word in shared memory:
-    the default partition writes the state, a `bar.sync` follows, each worker warp reads it.
-    When the default partition finishes it writes the *exit* state, with no barrier between a
-    worker's first read and that write (compute-sanitizer racecheck: read at kernel entry vs
-    write at the end of the `warp_specialize` region). Waiting here for every worker to
-    arrive at the end of its partition orders the workers' read before that write.
-
-        worker partitions:  ... last work ──arrive(done)
-        default partition:  ... last work ──wait(done, 0)──> Triton writes the exit state
-    """
-
-    done: gl.shared_memory_descriptor
-
-    @gluon.constexpr_function
-    def __init__(self, done):
-        self.done = done
-
-    @gluon.jit
-    def allocate(WORKERS: gl.constexpr):
-        done = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        mbarrier.init(done, count=WORKERS)
-        return Join(done)
-
-    @gluon.jit
-    def finish(self, DEFAULT: gl.constexpr):
-        """End of a partition: the default one waits for all workers, a worker arrives."""
-        if DEFAULT:
-            mbarrier.wait(self.done, 0)
-        else:
-            mbarrier.arrive(self.done)
