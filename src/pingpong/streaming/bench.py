@@ -155,14 +155,15 @@ def _graph(fn):
 
 def run_stream_sweep(configs: dict, sizes, dtypes, reps: int = 100, device: str = "cuda",
                      diagnostics: bool = True) -> list[dict]:
-    """Rows per (size, dtype): torch.add, the copy, `vector_add` (API, DEFAULT dispatch),
+    """Rows per (size, dtype): torch.add, the copy, the portable Triton kernel (plain
+    vectorized loads/stores: what the same bytes cost without TMA), `vector_add` (API, DEFAULT dispatch),
     with `diagnostics` DEFAULT through Triton's JIT each call ("jit-path": the launch path
     before the direct launch) and replayed from a CUDA graph ("cuda-graph": GPU time with
     the least launch overhead), then each config of `configs` ({name: StreamConfig}) through
     `hopper.launch` (no API checks), and torch.add again (drift). Each row: kernel, name,
     correct (bitwise equal to torch.add), ms (do_bench median, L2 flushed), gbps, vs_torch
     (the first torch.add's time / this time), vs_copy, host_us (host time per call)."""
-    from . import hopper
+    from . import hopper, portable
 
     dev = torch.device(device)
     index = dev.index if dev.index is not None else torch.cuda.current_device()
@@ -205,6 +206,8 @@ def run_stream_sweep(configs: dict, sizes, dtypes, reps: int = 100, device: str 
 
             row("torch.add", "", lambda: torch.add(a, b, out=out), True)
             row("copy", "", lambda: dst.copy_(src), True, moved=2 * src.numel())
+            plain = lambda: portable.launch(a, b, out)  # noqa: E731  (no TMA, no shared memory)
+            row("portable", "plain-triton", plain, checked(plain))
             row("vector_add", hopper.choose_config(n, itemsize, sms).spec, lambda: vector_add(a, b, out),
                 checked(lambda: vector_add(a, b, out)))
             if diagnostics:  # DEFAULT through Triton's JIT each call (the pre-direct path), and replayed as a graph
