@@ -188,7 +188,8 @@ def test_sweep_rows():
     rows = run_stream_sweep(cfgs, [2**20], [torch.float32], reps=5)
     assert all(r["correct"] for r in rows)
     kinds = [(r["kernel"], r["name"]) for r in rows]
-    assert kinds[:3] == [("torch.add", ""), ("copy", ""), ("vector_add", hopper.DEFAULT.spec)]
+    assert kinds[:4] == [("torch.add", ""), ("copy", ""), ("portable", "plain-triton"),
+                         ("vector_add", hopper.DEFAULT.spec)]
     assert ("16k/3/2/2/4/1/2d", "2d") in kinds and kinds[-1] == ("torch.add", "again")
     print(format_sweep(rows))
 
