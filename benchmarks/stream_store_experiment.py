@@ -9,6 +9,11 @@ one part at a time:
     tma-ld/st     TMA loads, registers stored with st.global (masked only by `offs < n`)
     ld/tma-st     ld.global loads (no shared memory), the library's TMA store ring
     ld/st         ld.global / st.global in the same persistent grid-stride loop
+    tma-1tile-B   not persistent: one B-element tile per program (TMA in, add, TMA out),
+                  as many programs as tiles, several resident per SM
+    tma-ring-dyn  the library's ring and store ring, persistent, but each program takes its
+                  next tile from a global atomic counter instead of pid + i*nprog (tiles
+                  are handed out in order, as the hardware block scheduler does)
 
     PYTHONPATH=src python benchmarks/stream_store_experiment.py [--sizes 2**24 2**28]
 """
@@ -19,6 +24,7 @@ import sys
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from pingpong.hopper.pipeline import Ring
 from pingpong.streaming import hopper
@@ -75,6 +81,52 @@ def ld_st_kernel(a_ptr, b_ptr, c_ptr, n, BLOCK: gl.constexpr, num_warps: gl.cons
         gl.store(c_ptr + offs, a + b, mask=offs < n)
 
 
+@gluon.jit
+def tma_one_tile_kernel(a_desc, b_desc, c_desc, num_warps: gl.constexpr):
+    VEC: gl.constexpr = 16 // (a_desc.dtype.primitive_bitwidth // 8)
+    layout: gl.constexpr = gl.BlockedLayout([VEC], [32], [num_warps], [0])
+    a_s = gl.allocate_shared_memory(a_desc.dtype, a_desc.block_type.shape, a_desc.layout)
+    b_s = gl.allocate_shared_memory(b_desc.dtype, b_desc.block_type.shape, b_desc.layout)
+    bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    mbarrier.init(bar, count=1)
+    t = gl.program_id(0)
+    mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes)
+    hopper.tma_load(a_desc, t, bar, a_s, True)
+    hopper.tma_load(b_desc, t, bar, b_s, True)
+    mbarrier.wait(bar, 0)
+    c = a_s.load(layout) + b_s.load(layout)
+    a_s.store(c)  # each thread overwrites exactly the elements it read
+    fence_async_shared()
+    hopper.tma_store(c_desc, t, a_s)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def tma_ring_dynamic_kernel(a_desc, b_desc, c_desc, counter_ptr, n, STAGES: gl.constexpr,
+                            OUT_BUFS: gl.constexpr, num_warps: gl.constexpr):
+    BLOCK: gl.constexpr = a_desc.block_type.shape[0]
+    VEC: gl.constexpr = 16 // (a_desc.dtype.primitive_bitwidth // 8)
+    layout: gl.constexpr = gl.BlockedLayout([VEC], [32], [num_warps], [0])
+    gl.static_assert(STAGES == 3, "this experiment refills 2 ahead into a 3-slot ring")
+    ring = Ring.allocate(a_desc, b_desc, STAGES, 1)
+    out = hopper.StoreRing.create(c_desc, OUT_BUFS)
+    tiles = gl.cdiv(n, BLOCK)
+    cur = gl.atomic_add(counter_ptr, 1)
+    nxt = gl.atomic_add(counter_ptr, 1)
+    hopper.fill(ring, a_desc, b_desc, 0, cur, cur < tiles)
+    hopper.fill(ring, a_desc, b_desc, 1, nxt, nxt < tiles)
+    i = 0
+    while cur < tiles:
+        nxt2 = gl.atomic_add(counter_ptr, 1)
+        hopper.fill(ring, a_desc, b_desc, i + 2, nxt2, nxt2 < tiles)
+        a, b = hopper.take(ring, i, layout)
+        out.put(c_desc, i, cur, a + b)
+        cur = nxt
+        nxt = nxt2
+        i += 1
+    out.drain()
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", nargs="+", default=["2**24", "2**28"])
@@ -102,6 +154,17 @@ def main(argv=None) -> int:
                                                                    num_warps=cfg.num_warps),
                 "ld/st": lambda: ld_st_kernel[(nprog,)](a, b, out, n, BLOCK=block, num_warps=cfg.num_warps),
             }
+            counter = torch.zeros(1, dtype=torch.int32, device="cuda")
+
+            def dynamic():
+                counter.zero_()
+                tma_ring_dynamic_kernel[(nprog,)](*descs, counter, n, STAGES=3, OUT_BUFS=2, num_warps=4)
+
+            kernels["tma-ring-dyn"] = dynamic
+            for tile in (1024, 4096):
+                d = hopper.descriptors(a, b, out, cfg, [tile])
+                kernels[f"tma-1tile-{tile}"] = lambda d=d, tile=tile: tma_one_tile_kernel[(-(-n // tile),)](
+                    *d, num_warps=4)
             base = None
             for round_ in range(2):
                 for name, fn in kernels.items():

@@ -11,7 +11,7 @@ from pingpong.streaming.api import kernel_path
 from pingpong.streaming.bench import format_table
 from pingpong.streaming.grid_stride import tile_of, tiles_of_program
 from pingpong.streaming import hopper
-from pingpong.streaming.hopper import CANDIDATES, DEFAULT, SMALL, StreamConfig, choose_config
+from pingpong.streaming.hopper import CANDIDATES, DEFAULT, PERSISTENT, StreamConfig
 
 ODD_LENGTHS = (1, 255, 4097, 2**20 + 3)
 
@@ -166,24 +166,25 @@ def test_ring_schedule_never_overwrites_unread_slot(stages, ahead=2):
 
 
 def test_stream_config():
-    assert DEFAULT.validate().block(4) == 4096 and DEFAULT.block(2) == 8192
-    assert DEFAULT.shared_bytes == 128 * 1024
-    for bad, match in [(dict(stages=1), "ahead"), (dict(ahead=4), "ahead"), (dict(tile_bytes=3000), "tile_bytes"),
+    assert PERSISTENT.validate().block(4) == 4096 and PERSISTENT.block(2) == 8192
+    assert PERSISTENT.shared_bytes == 128 * 1024
+    assert DEFAULT.validate().block(4) == 512 and DEFAULT.shared_bytes == 3 * 2048  # a, b, out: one tile each
+    for bad, match in [(dict(stages=1), "ahead"), (dict(ahead=4), "ahead"), (dict(ahead=0), "ahead"), (dict(tile_bytes=3000), "tile_bytes"),
                        (dict(tile_bytes=64 * 1024), "shared memory"), (dict(out_bufs=0), "out_bufs")]:
         with pytest.raises(ConfigError, match=match):
             StreamConfig(**bad).validate()
-    assert choose_config(2**28, 4, 132) is DEFAULT
-    assert choose_config(2**20, 4, 132) is DEFAULT  # 256 tiles of 16 KB: every SM busy
-    assert choose_config(2**16, 4, 132) is SMALL
 
 
 def test_stream_config_limits_and_spec():
-    for bad, match in [(dict(programs_per_sm=2), "programs_per_sm"), (dict(programs_per_sm=0), "programs_per_sm"),
+    for bad, match in [(dict(programs_per_sm=2), "programs_per_sm"), (dict(programs_per_sm=-1), "programs_per_sm"),
                        (dict(box="3d"), "box"), (dict(num_warps=3), "num_warps")]:
         with pytest.raises(ConfigError, match=match):
             StreamConfig(**bad).validate()
-    assert DEFAULT.spec == "16k/3/2/2/4" and SMALL.spec == "4k/3/2/2/4"
+    assert PERSISTENT.spec == "16k/3/2/2/4" and DEFAULT.spec == "2k/1/1/1/4/0"
     assert StreamConfig(stages=2, out_bufs=1, programs_per_sm=2).spec == "16k/2/2/1/4/2"
+    one_per_tile = StreamConfig(tile_bytes=4096, stages=1, ahead=1, out_bufs=1, programs_per_sm=0).validate()
+    assert one_per_tile.spec == "4k/1/1/1/4/0" and StreamConfig.parse("4k/1/1/1/4/0") == one_per_tile
+    assert one_per_tile.grid(2**20 + 3, 4, 132) == 2**10 + 1  # one program per 1024-element tile
     assert StreamConfig(box="2d").spec == "16k/3/2/2/4/1/2d"
     assert StreamConfig.parse(" 32k/3/2/1/8 ") == StreamConfig(tile_bytes=32768, out_bufs=1, num_warps=8)
     assert StreamConfig.parse("16384/4/3/2/4/1/2d") == CANDIDATES["2d-ahead3"]
@@ -199,13 +200,13 @@ def test_block_shape_and_grid():
     two_d = StreamConfig(box="2d")
     assert two_d.block_shape(2**20, 4) == [16, 256] and two_d.block_shape(2**20, 2) == [32, 256]
     assert two_d.block_shape(2**20 + 3, 4) == [4096]  # n % 256 != 0: the 1-D form
-    assert DEFAULT.block_shape(2**20, 4) == [4096]
+    assert PERSISTENT.block_shape(2**20, 4) == [4096]
     # 4 KB fp32 = 4 rows: with 8 warps 4 of them stack over rows -> fits; 16 warps would not
     assert StreamConfig(tile_bytes=4096, num_warps=8, box="2d").block_shape(2**20, 4) == [4, 256]
     assert StreamConfig(tile_bytes=4096, num_warps=16, box="2d").block_shape(2**20, 4) == [1024]
-    assert DEFAULT.grid(2**28, 4, 132) == 132 and DEFAULT.grid(2**20, 4, 132) == 132
+    assert PERSISTENT.grid(2**28, 4, 132) == 132 and PERSISTENT.grid(2**20, 4, 132) == 132
+    assert DEFAULT.grid(2**20, 4, 132) == 2**11 and DEFAULT.grid(5, 4, 132) == 1  # one program per tile
     assert CANDIDATES["2cta"].grid(2**20, 4, 132) == 256 and CANDIDATES["2cta"].grid(2**28, 4, 132) == 264
-    assert SMALL.grid(5, 4, 132) == 1
 
 
 def _doc_lines(text):

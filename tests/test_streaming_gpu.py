@@ -46,11 +46,12 @@ def test_shapes_and_fresh_output(shape, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_many_steps_per_program(dtype):
-    """Long grid-stride loops: every slot parity flips many times; a tail at the end."""
-    n = 64 * sm_count(torch.cuda.current_device()) * hopper.DEFAULT.block(torch.empty((), dtype=dtype).element_size()) + 5
+    """Long grid-stride loops (the persistent config): every slot parity flips many times; a tail."""
+    sms = sm_count(torch.cuda.current_device())
+    n = 64 * sms * hopper.PERSISTENT.block(torch.empty((), dtype=dtype).element_size()) + 5
     a, b = rand(n, dtype), rand(n, dtype)
     out = poisoned(a)
-    vector_add(a, b, out)
+    hopper.launch(a, b, out, sms, hopper.PERSISTENT)
     assert torch.equal(out, torch.add(a, b))
 
 
@@ -66,7 +67,7 @@ def test_out_aliases_input(which):
     assert torch.equal(out, expect)
 
 
-CONFIGS = {**hopper.CANDIDATES, "small": hopper.SMALL, "seed-2-stages": hopper.StreamConfig(stages=2),
+CONFIGS = {**hopper.CANDIDATES, "small": hopper.StreamConfig(tile_bytes=4 * 1024), "seed-2-stages": hopper.StreamConfig(stages=2),
            "32KB-2-stages": hopper.StreamConfig(tile_bytes=32 * 1024, stages=2)}
 
 
@@ -184,7 +185,7 @@ def test_bench_rows():
 def test_sweep_rows():
     from pingpong.streaming.bench import format_sweep, run_stream_sweep
 
-    cfgs = {"default": hopper.DEFAULT, "2d": hopper.CANDIDATES["2d"]}
+    cfgs = {"tile-2k": hopper.DEFAULT, "2d": hopper.CANDIDATES["2d"]}
     rows = run_stream_sweep(cfgs, [2**20], [torch.float32], reps=5)
     assert all(r["correct"] for r in rows)
     kinds = [(r["kernel"], r["name"]) for r in rows]

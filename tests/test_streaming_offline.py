@@ -50,8 +50,9 @@ def _check_hopper_facts(c, cfg):
     return f
 
 
-def test_sm90_default(sm90):
-    f = _check_hopper_facts(sm90, hopper.DEFAULT)
+@pytest.mark.parametrize("name", ["DEFAULT", "PERSISTENT"])
+def test_sm90_default_and_persistent(sm90, name):
+    f = _check_hopper_facts(sm90, getattr(hopper, name))
     assert f.registers <= 64
 
 
@@ -162,7 +163,7 @@ def _encode(ptr, swizzle, elem_size, elem_type, block, shape, strides, padding):
     return ("map", ptr, swizzle, elem_size, elem_type, tuple(block), tuple(shape), tuple(strides), padding)
 
 
-@pytest.mark.parametrize("name, n", [("default", (1 << 20) + 3), ("2d", 1 << 20)])
+@pytest.mark.parametrize("name, n", [("persistent", (1 << 20) + 3), ("tile-2k", (1 << 20) + 3), ("2d", 1 << 20)])
 def test_direct_launch_passes_what_triton_passes(monkeypatch, name, n):
     """The arguments DirectLaunch hands Triton's C launcher equal those Triton's own launch
     path hands it (TensorDescriptors expanded by wrap_handle_tensordesc into CUtensorMap,

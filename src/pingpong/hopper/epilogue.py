@@ -63,8 +63,9 @@ class Epilogue:
     def allocate(c_desc, cin_desc, alpha, beta, HAS_C: gl.constexpr, COPIES: gl.constexpr, BUFS: gl.constexpr):
         staging = gl.allocate_shared_memory(c_desc.dtype, [COPIES * BUFS] + c_desc.block_type.shape, c_desc.layout)
         c_ready = gl.allocate_shared_memory(gl.int64, [COPIES, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(COPIES):
-            mbarrier.init(c_ready.index(i), count=1)
+        if HAS_C:  # only barriers that are used get initialized (pingpong.hopper.pipeline.Ring)
+            for i in gl.static_range(COPIES):
+                mbarrier.init(c_ready.index(i), count=1)
         return Epilogue(c_desc, cin_desc, alpha, beta, staging, c_ready, HAS_C, BUFS)
 
     @gluon.jit

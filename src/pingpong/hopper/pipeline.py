@@ -55,7 +55,12 @@ class Ring:
     """The stage ring: STAGES A and B buffers and their ready/empty mbarriers.
 
     ready[s]: count 1; the producer's expect-tx arms it, the TMA bytes complete it.
-    empty[s]: count = RELEASERS (consumer warpgroups that read each stage).
+    empty[s]: count = RELEASERS (consumer warpgroups that read each stage). RELEASERS = 0:
+              a ring whose readers refill it themselves (the streaming kernel) — the empty
+              barriers are then left uninitialized, because an mbarrier that is initialized
+              and never used again is dead to Triton 3.6's shared-memory allocator, which
+              places a later buffer over it without an `mbarrier.inval`; the TMA store then
+              read the barrier's 8 bytes instead of the data (seen on H200, RESULTS.md).
     """
 
     a_bufs: gl.shared_memory_descriptor
@@ -80,7 +85,8 @@ class Ring:
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for s in gl.static_range(STAGES):
             mbarrier.init(ready.index(s), count=1)
-            mbarrier.init(empty.index(s), count=RELEASERS)
+            if RELEASERS > 0:
+                mbarrier.init(empty.index(s), count=RELEASERS)
         return Ring(a_bufs, b_bufs, ready, empty, STAGES)
 
     @gluon.jit

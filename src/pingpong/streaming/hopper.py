@@ -1,9 +1,11 @@
-"""Hopper (sm_90a) vector add: persistent, TMA in, TMA out, loads issued AHEAD steps ahead.
+"""Hopper (sm_90a) vector add: TMA in, TMA out, loads issued AHEAD steps ahead; persistent
+(the seed's grid-stride loop, `PERSISTENT`) or one tile per program (`DEFAULT`, measured faster).
 
 The seed's gfx942 design (DESIGN.md table) mapped to Hopper:
 
     seed (gfx942)                           here (sm_90a)
-    grid = #CUs, grid-stride loop           grid = #SMs (x programs_per_sm), tile_of / tiles_of_program
+    grid = #CUs, grid-stride loop           grid = #SMs (x programs_per_sm), tile_of / tiles_of_program;
+                                            or grid = #tiles (programs_per_sm = 0, the default)
     buffer_load ... lds (no VGPRs)          TMA bulk tensor copy -> shared memory
     2 LDS buffers, refill 2 steps ahead     STAGES-slot ring, refill AHEAD steps ahead (seed: 2, 2)
     s_waitcnt vmcnt(2) / vmcnt(3)           ready[slot] mbarrier, expect-tx, parity wait
@@ -14,7 +16,7 @@ Parts: the GEMM's scheduler arithmetic (`tiles_of_program`) and `tile_of` (which
 GEMM's `Ring` (`pingpong.hopper.pipeline`: slots, ready barriers, (index, phase) of a step)
 with `fill`/`take` (the TMA loads into it), `StoreRing` (the output buffers and the TMA
 store window). The kernel only orchestrates. Host side: `StreamConfig` (tile and pipeline
-shape, `DEFAULT`, the measured `CANDIDATES`), `launch` (a cached direct launch after the
+shape, `DEFAULT`, `PERSISTENT`, the measured `CANDIDATES`), `launch` (a cached direct launch after the
 first call of each kernel variant, `direct.py`), `build` (offline compilation).
 """
 
@@ -54,7 +56,10 @@ class StreamConfig:
     out_bufs:        output tiles in shared memory, so a TMA store can be in flight while
                      the next result is written (store_wait(out_bufs - 1) bounds the window).
     num_warps:       warps per program.
-    programs_per_sm: persistent programs per SM: grid = min(programs_per_sm * #SMs, #tiles).
+    programs_per_sm: persistent programs per SM: grid = min(programs_per_sm * #SMs, #tiles);
+                     0 = not persistent: one program per tile (grid = #tiles; the hardware
+                     block scheduler hands out the tiles in order, as many resident per SM
+                     as shared memory and warps allow).
     box:             "1d": descriptor [n], block [BLOCK]; Triton issues BLOCK / 256 boxes of
                      256 elements (the TMA limit per box dimension) per tile and operand.
                      "2d": where n % 256 == 0, the tensors are viewed as [n / 256, 256] and a
@@ -97,7 +102,7 @@ class StreamConfig:
         if self.shared_bytes > 227 * 1024:
             raise ConfigError(f"shared memory: {self.shared_bytes} bytes > 227 KB per block")
         per_sm = self.programs_per_sm * (self.shared_bytes + 8 * self.stages + BLOCK_RESERVED_BYTES)
-        if self.programs_per_sm < 1 or per_sm > SM_SHARED_BYTES:
+        if not isinstance(self.programs_per_sm, int) or self.programs_per_sm < 0 or per_sm > SM_SHARED_BYTES:
             raise ConfigError(f"programs_per_sm: {self.programs_per_sm} programs of {self.shared_bytes} bytes "
                               f"of shared memory do not fit one SM ({SM_SHARED_BYTES} bytes)")
         return self
@@ -112,8 +117,9 @@ class StreamConfig:
         return [block]
 
     def grid(self, n: int, itemsize: int, sms: int) -> int:
-        """Persistent programs: min(programs_per_sm * #SMs, #tiles)."""
-        return min(self.programs_per_sm * sms, -(-n // self.block(itemsize)))
+        """Persistent programs: min(programs_per_sm * #SMs, #tiles); #tiles if programs_per_sm == 0."""
+        tiles = -(-n // self.block(itemsize))
+        return tiles if self.programs_per_sm == 0 else min(self.programs_per_sm * sms, tiles)
 
     @functools.cached_property
     def constexprs(self) -> dict:
@@ -167,12 +173,15 @@ def _row_warps(vec: int, num_warps: int) -> int:
     return num_warps // max(1, min(num_warps, ROW // (32 * vec)))
 
 
-#: Streaming defaults: 16 KB per operand tile, 3 slots refilled 2 steps ahead, so 2-3 tiles
-#: (64-96 KB of loads) are in flight per SM; 128 KB of shared memory. The kernel's docstring
-#: schedule and docs/streaming.md are drawn for this config (tests check the spec they name).
-DEFAULT = StreamConfig()
-#: For tiny sizes (fewer DEFAULT tiles than SMs): 4 KB tiles spread them over more SMs.
-SMALL = StreamConfig(tile_bytes=4 * 1024)
+#: The seed's persistent schedule: one program per SM, 16 KB per operand tile, 3 slots refilled
+#: 2 steps ahead, so 2-3 tiles (64-96 KB of loads) are in flight per SM; 128 KB of shared
+#: memory. The kernel's docstring schedule is drawn for it. Measured on H200 (RESULTS.md,
+#: runs 7-13): 0.95 of torch.add at 2**24-2**28 for every persistent config swept.
+PERSISTENT = StreamConfig()
+#: What `vector_add` runs: the same kernel with one 2 KB tile per program and a 1-slot ring
+#: (grid = #tiles, up to 16 programs resident per SM, handed out in order by the hardware):
+#: 1.006 / 0.999 of torch.add at 2**28 fp32 / bf16 (run 13). docs/streaming.md names it.
+DEFAULT = StreamConfig(tile_bytes=2 * 1024, stages=1, ahead=1, out_bufs=1, programs_per_sm=0)
 
 #: Configs to compare on a GPU (`python -m pingpong.streaming --sweep candidates`).
 #: Bandwidth at 2**28: more bytes in flight per SM (deeper rings, bigger tiles, two programs
@@ -182,7 +191,7 @@ SMALL = StreamConfig(tile_bytes=4 * 1024)
 #: shared memory. Comments: loads in flight per SM (ahead x 2 x tile_bytes x programs_per_sm),
 #: shared memory per SM. Every one compiles offline for sm_90a (tests/test_streaming_offline.py).
 CANDIDATES = {
-    "default": DEFAULT,                                                              # 64 KB, 128 KB
+    "persistent": PERSISTENT,                                                        # 64 KB, 128 KB
     "ahead3": StreamConfig(stages=4, ahead=3),                                       # 96 KB, 160 KB
     "ahead5": StreamConfig(stages=6, ahead=5, out_bufs=1),                           # 160 KB, 208 KB
     "w8": StreamConfig(num_warps=8),                                                 # 64 KB, 128 KB
@@ -194,6 +203,10 @@ CANDIDATES = {
     "4k-8cta": StreamConfig(tile_bytes=4 * 1024, stages=2, out_bufs=1, programs_per_sm=8),  # 128 KB, 160 KB
     "2d": StreamConfig(box="2d"),                                                    # 64 KB, 128 KB
     "2d-ahead3": StreamConfig(stages=4, ahead=3, box="2d"),                          # 96 KB, 160 KB
+    # not persistent: one tile per program in 1 slot, up to 16 programs (64 warps) per SM
+    "tile-2k": DEFAULT,
+    "tile-4k": StreamConfig(tile_bytes=4 * 1024, stages=1, ahead=1, out_bufs=1, programs_per_sm=0),
+    "tile-8k": StreamConfig(tile_bytes=8 * 1024, stages=1, ahead=1, out_bufs=1, programs_per_sm=0),
 }
 
 
@@ -322,9 +335,9 @@ def vector_add_tma_kernel(a_desc, b_desc, c_desc, n, STAGES: gl.constexpr, AHEAD
     gl.static_assert(BLOCK % (VEC * 32 * num_warps) == 0, "BLOCK must cover whole 16-byte vectors")
     layout: gl.constexpr = register_layout(a_desc.block_type.shape, VEC, num_warps)
 
-    # The GEMM's ring (its `empty` barriers stay unused: the threads that read a slot also
-    # refill it, ordered by fence_async_shared and the compiler's bar.sync).
-    ring = Ring.allocate(a_desc, b_desc, STAGES, 1)
+    # The GEMM's ring without `empty` barriers (RELEASERS = 0): the threads that read a slot
+    # also refill it, ordered by fence_async_shared and the compiler's bar.sync.
+    ring = Ring.allocate(a_desc, b_desc, STAGES, 0)
     out = StoreRing.create(c_desc, OUT_BUFS)
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
@@ -412,16 +425,6 @@ def launch(a, b, out, sms: int, cfg: StreamConfig = DEFAULT, device: int | None 
     bound(nprog, torch._C._cuda_getCurrentRawStream(device), a.data_ptr(), b.data_ptr(), out.data_ptr())
 
 
-def choose_config(n: int, itemsize: int, sms: int) -> StreamConfig:
-    """DEFAULT, or SMALL when DEFAULT's tiles would not reach every SM (tiny sizes).
-
-    At launch-bound sizes such as 2**20 fp32 (256 tiles of 16 KB on 132 SMs) DEFAULT is the
-    right one: each program's prologue requests both of its tiles at once, so the whole
-    input is in flight immediately; smaller tiles would only add round trips.
-    """
-    return DEFAULT if -(-n // DEFAULT.block(itemsize)) >= sms else SMALL
-
-
 def schedule_text(cfg: StreamConfig, steps: int = 5) -> str:
     """The order of one program's first `steps` steps under `cfg`, as the kernel issues them
     (the table in `vector_add_tma_kernel`'s docstring; slots and parities from the GEMM
@@ -444,7 +447,7 @@ def schedule_text(cfg: StreamConfig, steps: int = 5) -> str:
     return "\n".join(lines)
 
 
-def build(dtype: str = "float32", cfg: StreamConfig = DEFAULT, n: int = (1 << 20) + 3, nprog: int = 132):
+def build(dtype: str = "float32", cfg: StreamConfig = PERSISTENT, n: int = (1 << 20) + 3, nprog: int = 132):
     """Offline build (CPU tensors; only shapes and dtypes matter): by default an odd n, a
     real tail (which also means the 1-D form; pass n % 256 == 0 for box="2d")."""
     from ..compile import Launch
