@@ -298,9 +298,11 @@ def test_launch_keeps_the_jit_when_direct_is_unavailable(monkeypatch):
 def test_format_table():
     row = dict(n=2**28, dtype="float32", bytes=3 * 2**30, path="hopper-tma", correct=True, ms_ours=1.0,
                ms_torch=1.1, ms_copy=0.95, gbps_ours=3221.2, gbps_torch=2928.4, gbps_copy=3390.8,
-               vs_torch=1.1, vs_copy=0.95, device="NVIDIA H100", torch="2.11", triton="3.6.0")
+               vs_torch=1.1, vs_torch_min=1.05, vs_torch_max=1.12, vs_copy=0.95, device="NVIDIA H100", torch="2.11",
+               triton="3.6.0")
     text = format_table([row])
     assert "NVIDIA H100" in text and "ours/copy" in text and "268435456" in text and "3221" in text
+    assert "rounds min" in text and "1.050" in text and "1.120" in text
     assert format_table([]) == "(no rows)"
 
 

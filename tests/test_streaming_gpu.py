@@ -202,7 +202,8 @@ def test_bench_adapter_writes_rows(tmp_path, monkeypatch):
     from pingpong.streaming import bench
 
     monkeypatch.setattr(bench, "DEFAULT_SIZES", (4097,))
-    settings = types.SimpleNamespace(dtype="bf16", reps=10, csv=str(tmp_path / "va.csv"), json=str(tmp_path / "va.json"))
+    settings = types.SimpleNamespace(dtype="bf16", reps=10, rounds=2, csv=str(tmp_path / "va.csv"),
+                                     json=str(tmp_path / "va.json"))
     assert bench.bench_vector_add(settings) == 0
     rows = json.loads((tmp_path / "va.json").read_text())
     assert [r["dtype"] for r in rows] == ["float32", "bfloat16"] and all(r["correct"] for r in rows)

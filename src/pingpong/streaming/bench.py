@@ -14,6 +14,7 @@ in one process, with the host time per call (enqueue without waiting), so the le
 DEFAULT from one GPU run.
 """
 
+import statistics
 import time
 
 import torch
@@ -37,8 +38,13 @@ def _median_ms(fn, reps: int) -> float:
     return triton.testing.do_bench(fn, warmup=max(25.0, 5 * estimate), rep=budget, return_mode="median")
 
 
-def run_vector_add_bench(sizes, dtype=torch.float32, reps: int = 100, device: str = "cuda") -> list[dict]:
+def run_vector_add_bench(sizes, dtype=torch.float32, reps: int = 100, device: str = "cuda",
+                         rounds: int = 3) -> list[dict]:
     """One row per size: times (ms), GB/s and ratios of ours vs torch.add and vs the copy.
+
+    Ours, torch.add and the copy are timed `rounds` times in alternation (the GPU's clock
+    drifts within a run); each time is the median of the rounds' medians, and
+    `vs_torch_min`/`vs_torch_max` give the spread of the per-round ratios.
 
     Each row also records `correct` (ours bitwise equal to torch.add, output poisoned with
     NaN first), `path` (which kernel ran), the device name and the torch/triton versions.
@@ -57,16 +63,18 @@ def run_vector_add_bench(sizes, dtype=torch.float32, reps: int = 100, device: st
         nbytes = 3 * n * itemsize
         src = torch.empty((nbytes + 1) // 2, device=dev, dtype=torch.uint8)
         dst = torch.empty_like(src)
-        ms_ours = _median_ms(lambda: vector_add(a, b, out), reps)
-        ms_torch = _median_ms(lambda: torch.add(a, b, out=out), reps)
-        ms_copy = _median_ms(lambda: dst.copy_(src), reps)
+        times = [[_median_ms(fn, reps) for fn in (lambda: vector_add(a, b, out), lambda: torch.add(a, b, out=out),
+                                                 lambda: dst.copy_(src))] for _ in range(rounds)]
+        ms_ours, ms_torch, ms_copy = (statistics.median(col) for col in zip(*times))
+        per_round = [t / o for o, t, _ in times]
         gbps = lambda ms, bytes_=nbytes: bytes_ / ms * 1e-6  # noqa: E731  (bytes/ms -> GB/s)
         copy_bytes = 2 * src.numel()
         rows.append(dict(
             n=n, dtype=str(dtype).replace("torch.", ""), bytes=nbytes, path=kernel_path(a, b, out), correct=correct,
             ms_ours=ms_ours, ms_torch=ms_torch, ms_copy=ms_copy,
             gbps_ours=gbps(ms_ours), gbps_torch=gbps(ms_torch), gbps_copy=gbps(ms_copy, copy_bytes),
-            vs_torch=ms_torch / ms_ours, vs_copy=gbps(ms_ours) / gbps(ms_copy, copy_bytes),
+            vs_torch=ms_torch / ms_ours, vs_torch_min=min(per_round), vs_torch_max=max(per_round),
+            vs_copy=gbps(ms_ours) / gbps(ms_copy, copy_bytes),
             device=torch.cuda.get_device_name(dev), torch=torch.__version__, triton=triton.__version__,
         ))
         del a, b, out, src, dst
@@ -76,7 +84,8 @@ def run_vector_add_bench(sizes, dtype=torch.float32, reps: int = 100, device: st
 COLUMNS = (
     ("n", "{:>11}", "n"), ("dtype", "{:>8}", "dtype"), ("path", "{:>10}", "path"), ("ok", "{!s:>5}", "correct"),
     ("ours GB/s", "{:>9.0f}", "gbps_ours"), ("torch GB/s", "{:>10.0f}", "gbps_torch"),
-    ("copy GB/s", "{:>9.0f}", "gbps_copy"), ("ours/torch", "{:>10.3f}", "vs_torch"), ("ours/copy", "{:>9.3f}", "vs_copy"),
+    ("copy GB/s", "{:>9.0f}", "gbps_copy"), ("ours/torch", "{:>10.3f}", "vs_torch"),
+    ("rounds min", "{:>10.3f}", "vs_torch_min"), ("rounds max", "{:>10.3f}", "vs_torch_max"), ("ours/copy", "{:>9.3f}", "vs_copy"),
 )
 
 
@@ -110,7 +119,7 @@ def bench_vector_add(settings) -> int:
 
     rows = []
     for name in dict.fromkeys(("fp32", settings.dtype)):
-        rows += run_vector_add_bench(DEFAULT_SIZES, _DTYPE_NAMES[name], settings.reps)
+        rows += run_vector_add_bench(DEFAULT_SIZES, _DTYPE_NAMES[name], settings.reps, rounds=settings.rounds)
     print(format_table(rows))
     if settings.csv:
         with open(settings.csv, "w", newline="") as f:
