@@ -9,7 +9,7 @@ import torch
 
 from pingpong.errors import PingpongError
 from pingpong.streaming import hopper, vector_add
-from pingpong.streaming.api import kernel_path, sm_count
+from pingpong.streaming.api import TMA_MIN_ELEMENTS, kernel_path, sm_count
 
 pytestmark = pytest.mark.gpu
 
@@ -25,14 +25,36 @@ def poisoned(like):
     return torch.full_like(like, float("nan"))
 
 
+def tma_add(a, b, out=None):
+    """The Hopper TMA kernel with its default config (what vector_add runs for large n),
+    through hopper.launch: its first call JIT-compiles, later ones launch directly."""
+    out = torch.empty_like(a) if out is None else out
+    hopper.launch(a, b, out, sm_count(torch.cuda.current_device()), hopper.DEFAULT)
+    return out
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", ODD_LENGTHS)
 def test_odd_lengths_bitwise(n, dtype):
+    """Through the API (small n: the portable kernel) and through the TMA kernel directly."""
     a, b = rand(n, dtype), rand(n, dtype)
     out = poisoned(a)
-    assert kernel_path(a, b, out) == "hopper-tma"
+    assert kernel_path(a, b, out) == "portable"  # n < TMA_MIN_ELEMENTS
     assert vector_add(a, b, out) is out
     assert torch.equal(out, torch.add(a, b))
+    out = poisoned(a)
+    hopper.launch(a, b, out, sm_count(torch.cuda.current_device()), hopper.DEFAULT)
+    assert torch.equal(out, torch.add(a, b))
+
+
+def test_large_sizes_take_the_tma_kernel():
+    n = TMA_MIN_ELEMENTS + 5
+    a, b = rand(n, torch.float32), rand(n, torch.float32)
+    out = poisoned(a)
+    assert kernel_path(a, b, out) == "hopper-tma"
+    vector_add(a, b, out)
+    assert torch.equal(out, torch.add(a, b))
+    assert kernel_path(a[: TMA_MIN_ELEMENTS - 1], b[: TMA_MIN_ELEMENTS - 1]) == "portable"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -94,12 +116,12 @@ def test_direct_launch_on_new_tensors_and_streams():
     n = 2**20 + 16
     for _ in range(3):
         a, b = rand(n, torch.float32), rand(n, torch.float32)
-        assert torch.equal(vector_add(a, b), torch.add(a, b))
+        assert torch.equal(tma_add(a, b), torch.add(a, b))
     side = torch.cuda.Stream()
     a, b = rand(n, torch.float32), rand(n, torch.float32)
     torch.cuda.synchronize()
     with torch.cuda.stream(side):
-        out = vector_add(a, b)
+        out = tma_add(a, b)
     side.synchronize()
     assert torch.equal(out, torch.add(a, b))
 
@@ -110,10 +132,10 @@ def test_launch_hook_sees_every_launch():
     seen = []
     hook = lambda metadata: seen.append(metadata)  # noqa: E731
     a, b = rand(4096 * 200, torch.float32), rand(4096 * 200, torch.float32)
-    vector_add(a, b)  # compiled and planned
+    tma_add(a, b)  # compiled and planned
     knobs.runtime.launch_enter_hook.add(hook)
     try:
-        out = vector_add(a, b)
+        out = tma_add(a, b)
     finally:
         knobs.runtime.launch_enter_hook.remove(hook)
     assert torch.equal(out, torch.add(a, b)) and len(seen) == 1
@@ -122,11 +144,11 @@ def test_launch_hook_sees_every_launch():
 def test_cuda_graph_capture():
     a, b = rand(2**20, torch.float32), rand(2**20, torch.float32)
     out = poisoned(a)
-    vector_add(a, b, out)
+    tma_add(a, b, out)
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        vector_add(a, b, out)
+        tma_add(a, b, out)
     out.fill_(float("nan"))
     g.replay()
     torch.cuda.synchronize()
@@ -177,7 +199,7 @@ def test_bench_rows():
     from pingpong.streaming.bench import format_table, run_vector_add_bench
 
     rows = run_vector_add_bench([2**20], torch.float32, reps=10)
-    assert rows[0]["correct"] and rows[0]["path"] == "hopper-tma"
+    assert rows[0]["correct"] and rows[0]["path"] == "portable"  # 2**20 < TMA_MIN_ELEMENTS
     assert rows[0]["gbps_ours"] > 0 and rows[0]["gbps_copy"] > 0
     print(format_table(rows))
 
@@ -190,7 +212,7 @@ def test_sweep_rows():
     assert all(r["correct"] for r in rows)
     kinds = [(r["kernel"], r["name"]) for r in rows]
     assert kinds[:4] == [("torch.add", ""), ("copy", ""), ("portable", "plain-triton"),
-                         ("vector_add", hopper.DEFAULT.spec)]
+                         ("vector_add", "portable")]
     assert ("16k/3/2/2/4/1/2d", "2d") in kinds and kinds[-1] == ("torch.add", "again")
     print(format_sweep(rows))
 

@@ -2,7 +2,8 @@
 
 Dispatch (after validation, which writes nothing when it fails):
 
-    CUDA, Hopper (sm_90), 16-byte aligned a/b/out, n < 2**31   -> Hopper TMA kernel (hopper.py)
+    CUDA, Hopper (sm_90), 16-byte aligned a/b/out,
+        TMA_MIN_ELEMENTS <= n < 2**31                           -> Hopper TMA kernel (hopper.py)
     any other CUDA or ROCm GPU, or the cases above that miss    -> portable Triton kernel
     CPU tensors                                                 -> PingpongError, unless the
         environment sets TRITON_INTERPRET=1 (Triton's own switch): then the portable kernel
@@ -18,6 +19,13 @@ from ..errors import PingpongError
 from . import hopper, portable
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+#: Below this many elements Hopper runs the portable kernel too. Measured on an H200 (RESULTS.md,
+#: run 16, 10 alternating rounds): at 2**20 the TMA kernel is latency-bound (barrier init, TMA
+#: round trip, shared-memory pass, TMA store per tile) at 0.955 (fp32) / 0.903 (bf16) of
+#: torch.add, the plain kernel at 1.000 / 0.970; at 2**22 0.980 vs 0.996; at 2**24 (run 13)
+#: 0.987 vs 0.992; at 2**28 the TMA kernel leads, 1.006 vs 1.000.
+TMA_MIN_ELEMENTS = 2**25
 
 
 @functools.lru_cache(maxsize=None)
@@ -82,11 +90,12 @@ def _partial_overlap(x0: int, x1: int, y) -> bool:
 
 
 def _tma_ok(*ts) -> bool:
-    """Every base 16-byte aligned (TMA) and n within int32 coordinates."""
+    """Every base 16-byte aligned (TMA), n within int32 coordinates and large enough that the
+    TMA kernel is the faster one (TMA_MIN_ELEMENTS)."""
     bases = 0
     for t in ts:
         bases |= t.data_ptr()
-    return bases % 16 == 0 and ts[0].numel() <= hopper.MAX_TMA_ELEMENTS
+    return bases % 16 == 0 and TMA_MIN_ELEMENTS <= ts[0].numel() <= hopper.MAX_TMA_ELEMENTS
 
 
 def kernel_path(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> str:

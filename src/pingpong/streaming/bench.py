@@ -217,7 +217,7 @@ def run_stream_sweep(configs: dict, sizes, dtypes, reps: int = 100, device: str 
             row("copy", "", lambda: dst.copy_(src), True, moved=2 * src.numel())
             plain = lambda: portable.launch(a, b, out)  # noqa: E731  (no TMA, no shared memory)
             row("portable", "plain-triton", plain, checked(plain))
-            row("vector_add", hopper.DEFAULT.spec, lambda: vector_add(a, b, out),
+            row("vector_add", kernel_path(a, b, out), lambda: vector_add(a, b, out),
                 checked(lambda: vector_add(a, b, out)))
             if diagnostics:  # DEFAULT through Triton's JIT each call (the pre-direct path), and replayed as a graph
                 cfg = hopper.DEFAULT
