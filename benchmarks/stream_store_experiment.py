@@ -5,7 +5,8 @@ every StreamConfig swept (RESULTS.md, runs 7-8), while the plain Triton kernel m
 This keeps the ring's loads (TMA -> shared -> registers, the same `fill`/`take`) and swaps
 one part at a time:
 
-    tma-ring      the library kernel: TMA loads, TMA stores from a shared-memory buffer
+    tma-ring      the library kernel with the seed's persistent config (hopper.PERSISTENT): TMA
+                  loads, TMA stores from a shared-memory buffer
     tma-ld/st     TMA loads, registers stored with st.global (masked only by `offs < n`)
     ld/tma-st     ld.global loads (no shared memory), the library's TMA store ring
     ld/st         ld.global / st.global in the same persistent grid-stride loop
