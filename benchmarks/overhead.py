@@ -10,7 +10,8 @@ import triton
 
 from pingpong import api
 from pingpong.config import default_config
-from pingpong.hopper.launch import num_sms, prepare
+from pingpong.device import sm_count
+from pingpong.hopper.launch import prepare
 
 p = argparse.ArgumentParser()
 p.add_argument("--size", type=int, nargs="+", default=[1024, 2048])
@@ -18,7 +19,7 @@ for n in p.parse_args().size:
     a = torch.randn(n, n, device="cuda").bfloat16()
     w = torch.randn(n, n, device="cuda").bfloat16()
     out = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
-    kernel, args, kwargs, grid = prepare(a, w.t(), out, None, 1.0, 0.0, default_config(n, n, n), num_sms(0))
+    kernel, args, kwargs, grid = prepare(a, w.t(), out, None, 1.0, 0.0, default_config(n, n, n), sm_count(0))
     raw = triton.testing.do_bench(lambda: kernel[grid](*args, **kwargs), return_mode="median")
     full = triton.testing.do_bench(lambda: api.matmul(a, w.t()), return_mode="median")
     cublas = triton.testing.do_bench(lambda: torch.matmul(a, w.t()), return_mode="median")

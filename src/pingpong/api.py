@@ -30,12 +30,12 @@ changes nothing. Empty M or N gives an empty result; K = 0 gives β·c (or zeros
 
 from __future__ import annotations
 
-import functools
 import numbers
 
 import torch
 
 from .config import KernelConfig, default_config
+from .device import is_hopper
 from .errors import PingpongError
 
 INPUT_DTYPES = (torch.bfloat16, torch.float16)
@@ -110,12 +110,7 @@ def _overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
 
 
 def _is_hopper(device: torch.device) -> bool:
-    return _is_hopper_index(device.index if device.index is not None else torch.cuda.current_device())
-
-
-@functools.lru_cache(maxsize=None)
-def _is_hopper_index(index: int) -> bool:
-    return torch.version.hip is None and torch.cuda.get_device_capability(index) == (9, 0)
+    return is_hopper(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def _tma_ready(t: torch.Tensor) -> bool:

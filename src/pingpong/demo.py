@@ -51,7 +51,9 @@ def _cpu_demo() -> int:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    if torch.cuda.is_available() and torch.version.hip is None and torch.cuda.get_device_capability() == (9, 0):
+    from .device import is_hopper
+
+    if torch.cuda.is_available() and is_hopper(torch.cuda.current_device()):
         return _gpu_demo(args.size)
     where = torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
     print(f"No Hopper (sm_90) GPU here (CUDA device: {where}); showing the CPU path instead.\n")

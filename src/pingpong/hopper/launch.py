@@ -16,6 +16,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .. import compile as cc
 from ..config import KernelConfig, swizzle_width
+from ..device import sm_count
 from .kernel import persistent_gemm, warp_specialized_gemm
 
 _GL_DTYPE = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}
@@ -58,11 +59,6 @@ def operand_descriptor(t: torch.Tensor, rows: int, k: int, k_is_dim1: bool) -> t
 
 
 @functools.lru_cache(maxsize=None)
-def num_sms(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
-@functools.lru_cache(maxsize=None)
 def acc_layout(d) -> gl.NVMMADistributedLayout:
     return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=list(d.warps_per_cta),
                                      instr_shape=list(d.instr_shape))
@@ -94,7 +90,7 @@ def prepare(a, b, out, c, alpha, beta, config: KernelConfig, sms: int):
 
 def launch(a, b, out, *, c=None, alpha=1.0, beta=0.0, config: KernelConfig) -> None:
     """Run the Hopper kernel: out = α·(a@b) + β·c (c may alias out). Inputs must be TMA-legal."""
-    kernel, args, kwargs, grid = prepare(a, b, out, c, alpha, beta, config, num_sms(out.device.index or 0))
+    kernel, args, kwargs, grid = prepare(a, b, out, c, alpha, beta, config, sm_count(out.device.index or 0))
     kernel[grid](*args, **kwargs)
 
 

@@ -10,11 +10,11 @@ Dispatch (after validation, which writes nothing when it fails):
         runs in Triton's CPU interpreter, for fp32 and fp16 (its bf16 results are wrong in 3.6)
 """
 
-import functools
 import os
 
 import torch
 
+from ..device import is_hopper, sm_count
 from ..errors import PingpongError
 from . import hopper, portable
 
@@ -26,17 +26,6 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 #: torch.add, the plain kernel at 1.000 / 0.970; at 2**22 0.980 vs 0.996; at 2**24 (run 13)
 #: 0.987 vs 0.992; at 2**28 the TMA kernel leads, 1.006 vs 1.000.
 TMA_MIN_ELEMENTS = 2**25
-
-
-@functools.lru_cache(maxsize=None)
-def sm_count(device_index: int) -> int:
-    """Number of SMs (CUs on ROCm) of a device: the persistent grid. Queried once per device."""
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
-@functools.lru_cache(maxsize=None)
-def _is_hopper(device_index: int) -> bool:
-    return torch.version.hip is None and torch.cuda.get_device_capability(device_index)[0] == 9
 
 
 def interpreter_enabled() -> bool:
@@ -108,7 +97,7 @@ def kernel_path(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = Non
     if a.is_cpu:
         return "interpreter"
     ts = (a, b) if out is None else (a, b, out)
-    return "hopper-tma" if _is_hopper(_index(a)) and _tma_ok(*ts) else "portable"
+    return "hopper-tma" if is_hopper(_index(a)) and _tma_ok(*ts) else "portable"
 
 
 def _index(t) -> int:
@@ -143,7 +132,7 @@ def _launch(index, a, b, out):
     """The kernel of kernel_path(a, b, out) on the current device (= a's). The Hopper kernel
     takes the tensors as they are (only base address and numel matter); the portable one
     gets flat views."""
-    if _is_hopper(index) and _tma_ok(a, b, out):
+    if is_hopper(index) and _tma_ok(a, b, out):
         sms = sm_count(index)
         hopper.launch(a, b, out, sms, hopper.DEFAULT, index)
     else:

@@ -20,7 +20,8 @@ import time
 import torch
 import triton
 
-from .api import _is_hopper, kernel_path, sm_count, vector_add
+from ..device import is_hopper, sm_count
+from .api import kernel_path, vector_add
 
 
 #: Upper bound (ms) of do_bench's L2 flush (zeroing 256 MB), which its time budget includes.
@@ -176,7 +177,7 @@ def run_stream_sweep(configs: dict, sizes, dtypes, reps: int = 100, device: str 
 
     dev = torch.device(device)
     index = dev.index if dev.index is not None else torch.cuda.current_device()
-    if not _is_hopper(index):
+    if not is_hopper(index):
         raise RuntimeError(f"the config sweep runs the Hopper kernel; {torch.cuda.get_device_name(dev)} is not sm_90")
     sms = sm_count(index)
     rows = []
