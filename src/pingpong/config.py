@@ -169,7 +169,7 @@ class KernelConfig:
                 f" at most 200 fit beside addresses within {MAX_REGS_PER_THREAD} registers"
             )
         stage = (bm + bn) * bk * in_bytes
-        epi = _epilogue_bytes(self, in_bytes, out_bytes)
+        epi = _epilogue(self, in_bytes, out_bytes)[2]
         fixed = epi + _FIXED_BYTES
         if self.stages is not None:
             if not isinstance(self.stages, int) or self.stages < 2:
@@ -198,25 +198,20 @@ def _consumer_threads(cfg: KernelConfig, cm: int) -> int:
     return 128 * (min(2, max(1, cm // WGMMA_M)) if cfg.schedule == "persistent" else 1)
 
 
-def _epilogue_shape(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> tuple[int, int]:
-    """(epilogue_n, staging buffers per consumer): the chosen or derived sub-tile width."""
+def _epilogue(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> tuple[int, int, int]:
+    """(epilogue_n, staging buffers per consumer, staging bytes): the chosen or derived
+    sub-tile width and what its buffers take from shared memory."""
     consumers, cm, cn = _consumer_tile(cfg)
     bufs = lambda en: 1 if en == cn else 2  # noqa: E731
+    staging = lambda en: consumers * bufs(en) * cm * en * out_bytes  # noqa: E731
     en = cfg.epilogue_n
     if en is None:
         stage = (cfg.block_m + cfg.block_n) * cfg.block_k * in_bytes
-        stages = lambda en: (SMEM_LIMIT - _FIXED_BYTES - consumers * bufs(en) * cm * en * out_bytes) // stage  # noqa: E731
         en = cn
-        while stages(en) < SUBTILE_BELOW_STAGES and en * out_bytes > 16 and en % 2 == 0:
+        while (SMEM_LIMIT - _FIXED_BYTES - staging(en)) // stage < SUBTILE_BELOW_STAGES and en * out_bytes > 16 \
+                and en % 2 == 0:
             en //= 2
-    return en, bufs(en)
-
-
-def _epilogue_bytes(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> int:
-    """The staging buffers the TMA stores read: `epilogue_bufs` sub-tiles per consumer."""
-    consumers, cm, _ = _consumer_tile(cfg)
-    en, bufs = _epilogue_shape(cfg, in_bytes, out_bytes)
-    return consumers * bufs * cm * en * out_bytes
+    return en, bufs(en), staging(en)
 
 
 def _instr_n(cn: int) -> int:
@@ -227,8 +222,7 @@ def _instr_n(cn: int) -> int:
 def _derive(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> Derived:
     consumers, cm, cn = _consumer_tile(cfg)
     stage = (cfg.block_m + cfg.block_n) * cfg.block_k * in_bytes
-    epi = _epilogue_bytes(cfg, in_bytes, out_bytes)
-    epilogue_n, epilogue_bufs = _epilogue_shape(cfg, in_bytes, out_bytes)
+    epilogue_n, epilogue_bufs, epi = _epilogue(cfg, in_bytes, out_bytes)
     fixed = epi + _FIXED_BYTES
     stages = cfg.stages or min(MAX_STAGES, (SMEM_LIMIT - fixed) // stage)
     if cfg.schedule == "persistent":
