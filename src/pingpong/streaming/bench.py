@@ -20,23 +20,14 @@ import time
 import torch
 import triton
 
+from ..bench import time_callable
 from ..device import is_hopper, sm_count
 from .api import kernel_path, vector_add
 
 
-#: Upper bound (ms) of do_bench's L2 flush (zeroing 256 MB), which its time budget includes.
-FLUSH_MS = 0.2
-
-
 def _median_ms(fn, reps: int) -> float:
-    """Median time of fn in ms over at least about `reps` repetitions.
-
-    do_bench takes a time budget, not a count, and spends it on flush + fn per repetition;
-    the budget is sized from a first estimate of fn alone plus FLUSH_MS.
-    """
-    estimate = triton.testing.do_bench(fn, warmup=5, rep=5, return_mode="median")
-    budget = reps * (estimate + FLUSH_MS)
-    return triton.testing.do_bench(fn, warmup=max(25.0, 5 * estimate), rep=budget, return_mode="median")
+    """Median ms of at least `reps` L2-flushed do_bench repetitions: the GEMM bench's timer."""
+    return time_callable(fn, reps).median_ms
 
 
 def run_vector_add_bench(sizes, dtype=torch.float32, reps: int = 100, device: str = "cuda",
