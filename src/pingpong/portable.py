@@ -51,11 +51,13 @@ Offline (``pingpong isa --kernel portable --target T``; bf16, 512³, nt, with C)
 from __future__ import annotations
 
 import functools
+import types
 
 import torch
 import triton
 import triton.language as tl
 
+from . import fused
 from .compile import SHARED_MEMORY_LIMIT, TARGETS, Launch, register
 
 __all__ = ["portable_gemm", "default_block", "default_stages", "gemm_kernel", "SUPPORTED_INPUTS", "SUPPORTED_OUTPUTS"]
@@ -71,20 +73,37 @@ MAX_STAGES, AMD_MAX_STAGES = 4, 2
 GROUP_M = 8
 
 
+def _activate(z, ACTIVATION: tl.constexpr):
+    """act(z) in fp32 for the fused epilogue (the table in pingpong.fused)."""
+    if ACTIVATION == "relu":
+        z = tl.maximum(z, 0.0)
+    elif ACTIVATION == "gelu_erf":
+        z = 0.5 * z * (1.0 + tl.math.erf(z * 0.7071067811865476))
+    elif ACTIVATION == "gelu_tanh":  # z/2·(1 + tanh(u)) = z·sigmoid(2u), u = √(2/π)(z + 0.044715 z³)
+        z = z / (1.0 + tl.exp(-1.5957691216057308 * (z + 0.044715 * z * z * z)))
+    elif ACTIVATION == "silu":
+        z = z / (1.0 + tl.exp(-z))
+    return z
+
+
 def _gemm_kernel(
-    a_ptr, b_ptr, c_ptr, out_ptr,
+    a_ptr, b_ptr, c_ptr, out_ptr, bias_ptr,
     M, N, K,
-    stride_am, stride_ak, stride_bk, stride_bn,
-    stride_cm, stride_cn, stride_om, stride_on,
+    stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn,
+    stride_cb, stride_cm, stride_cn, stride_ob, stride_om, stride_on,
     alpha, beta,
     HAS_C: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
     GROUP_M: tl.constexpr,
     INDEX_64: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
+    BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,
 ):
-    # -- which tile: grouped raster (GROUP_M tile-rows walk N together, so B stays in L2)
+    # -- which tile: grouped raster (GROUP_M tile-rows walk N together, so B stays in L2);
+    #    axis 1 is the batch (a batch stride 0 shares that operand across batches)
     pid = tl.program_id(0)
+    batch = tl.program_id(1)
     tiles_m = (M + BM - 1) // BM  # not tl.cdiv: see "no jit helpers" in the module docstring
     tiles_n = (N + BN - 1) // BN
     tiles_per_group = GROUP_M * tiles_n
@@ -100,12 +119,13 @@ def _gemm_kernel(
         rm = rm.to(tl.int64)
         rn = rn.to(tl.int64)
         rk = rk.to(tl.int64)
+        batch = batch.to(tl.int64)
     mask_m = rm < M
     mask_n = rn < N
 
     # -- main loop: acc += A[rm, k:k+BK] @ B[k:k+BK, rn]; out-of-range elements load as 0
-    a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
-    b_ptrs = b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn
+    a_ptrs = a_ptr + batch * stride_ab + rm[:, None] * stride_am + rk[None, :] * stride_ak
+    b_ptrs = b_ptr + batch * stride_bb + rk[:, None] * stride_bk + rn[None, :] * stride_bn
     acc = tl.full((BM, BN), 0.0, tl.float32)  # not tl.zeros (a jit function)
     for k in range(0, (K + BK - 1) // BK):
         k_left = K - k * BK
@@ -115,26 +135,36 @@ def _gemm_kernel(
         a_ptrs += BK * stride_ak
         b_ptrs += BK * stride_bk
 
-    # -- epilogue: alpha * acc (+ beta * C), cast, masked store
+    # -- epilogue: act(alpha * acc + bias) (+ beta * C), cast, masked store
     mask = mask_m[:, None] & mask_n[None, :]
     acc = acc * alpha
+    if BIAS == "col":
+        acc += tl.load(bias_ptr + rn, mask=mask_n, other=0.0).to(tl.float32)[None, :]
+    elif BIAS == "row":
+        acc += tl.load(bias_ptr + rm, mask=mask_m, other=0.0).to(tl.float32)[:, None]
+    acc = activate(acc, ACTIVATION)
     if HAS_C:
-        c = tl.load(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, mask=mask, other=0.0)
+        c = tl.load(c_ptr + batch * stride_cb + rm[:, None] * stride_cm + rn[None, :] * stride_cn, mask=mask,
+                    other=0.0)
         acc += beta * c.to(tl.float32)
-    out_ptrs = out_ptr + rm[:, None] * stride_om + rn[None, :] * stride_on
+    out_ptrs = out_ptr + batch * stride_ob + rm[:, None] * stride_om + rn[None, :] * stride_on
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 #: The kernel for GPUs (or an InterpretedFunction when TRITON_INTERPRET=1 was set at import).
+activate = triton.jit(_activate)
 gemm_kernel = triton.jit(_gemm_kernel)
 
 
 @functools.lru_cache(maxsize=None)
 def interpreted_kernel():
-    """The same kernel under Triton's interpreter, independent of TRITON_INTERPRET."""
+    """The same kernel under Triton's interpreter, independent of TRITON_INTERPRET: a copy of
+    the kernel function whose globals see the interpreted `activate` instead of the jit one."""
     from triton.runtime.interpreter import InterpretedFunction
 
-    return InterpretedFunction(_gemm_kernel)
+    scope = dict(_gemm_kernel.__globals__, activate=InterpretedFunction(_activate))
+    fn = types.FunctionType(_gemm_kernel.__code__, scope, _gemm_kernel.__name__)
+    return InterpretedFunction(fn)
 
 
 # --------------------------------------------------------------------------- block rule
@@ -193,20 +223,27 @@ def _input_precision(dtype: torch.dtype) -> str:
     return "ieee"
 
 
-def _launch(a, b, c, out, alpha, beta, block, has_c, device_smem: tuple[int, bool] | None = None):
+def _strides(t: torch.Tensor) -> tuple[int, int, int]:
+    """(batch, row, column) strides; a 2-D operand of a batched product has batch stride 0."""
+    return tuple(t.stride()) if t.dim() == 3 else (0, *t.stride())
+
+
+def _launch(a, b, c, out, alpha, beta, block, has_c, bias=None, activation="none",
+            device_smem: tuple[int, bool] | None = None):
     """(grid, positional args, keyword args) of one kernel launch; `device_smem` = (shared
     memory bytes, is AMD) adds num_warps/num_stages (the interpreter takes neither)."""
-    (M, K), N = a.shape, b.shape[1]
-    grid = (triton.cdiv(M, block[0]) * triton.cdiv(N, block[1]),)
+    (M, K), N = a.shape[-2:], b.shape[-1]
+    batches = out.shape[0] if out.dim() == 3 else 1
+    grid = (triton.cdiv(M, block[0]) * triton.cdiv(N, block[1]), batches)
     args = (
-        a, b, c, out, M, N, K,
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-        c.stride(0), c.stride(1), out.stride(0), out.stride(1),
+        a, b, c, out, fused.bias_vector(bias) if bias is not None else out, M, N, K,
+        *_strides(a), *_strides(b), *_strides(c), *_strides(out),
         float(alpha), float(beta),
     )
     meta = dict(
         HAS_C=has_c, BM=block[0], BN=block[1], BK=block[2], GROUP_M=GROUP_M,
         INDEX_64=_needs_int64(a, b, c, out), INPUT_PRECISION=_input_precision(a.dtype),
+        BIAS=fused.bias_kind(bias), ACTIVATION=activation,
     )
     if device_smem is not None:
         shared, amd = device_smem
@@ -225,40 +262,50 @@ def portable_gemm(
     alpha: float = 1.0,
     beta: float = 0.0,
     c: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    activation: str = "none",
     block: tuple[int, int, int] | None = None,
     interpret: bool = False,
 ) -> torch.Tensor:
-    """out = alpha * (a @ b) + beta * c, written into `out` (M, N); returns `out`.
+    """out = act(alpha * (a @ b) + bias) + beta * c, written into `out`; returns `out`.
 
+    2-D: a (M, K), b (K, N), out and c (M, N). Batched: out (B, M, N); a (B, M, K) or (M, K),
+    b (B, K, N) or (K, N), c (B, M, N) or (M, N); a 2-D operand (or batch stride 0) is shared
+    by every batch. `bias` and `activation` as in pingpong.fused (validated by the caller).
     No user-input validation here (`pingpong.api` does that); the asserts state this
     function's own preconditions. `out` may be `c` itself (same storage and strides: each
     element is read before it is written, by the same program); it must not overlap a or b.
     `block` = (BM, BN, BK), each a power of two ≥ 16; default `default_block(M, N, K, dtype)`.
     `interpret=True` runs Triton's interpreter (CPU tensors fine; bf16 wrong in triton 3.6).
     """
-    assert a.dim() == 2 and b.dim() == 2 and out.dim() == 2, "a, b, out must be 2-D"
-    M, K = a.shape
-    assert b.shape[0] == K, f"inner dimensions differ: a {tuple(a.shape)}, b {tuple(b.shape)}"
-    N = b.shape[1]
-    assert tuple(out.shape) == (M, N), f"out must be {(M, N)}, is {tuple(out.shape)}"
+    assert a.dim() in (2, 3) and b.dim() in (2, 3) and out.dim() == max(a.dim(), b.dim()), "2-D, or 3-D batched"
+    M, K = a.shape[-2:]
+    assert b.shape[-2] == K, f"inner dimensions differ: a {tuple(a.shape)}, b {tuple(b.shape)}"
+    N = b.shape[-1]
+    batch = tuple(out.shape[:-2])
+    assert tuple(out.shape[-2:]) == (M, N), f"out must be {batch + (M, N)}, is {tuple(out.shape)}"
+    assert all(t.dim() == 2 or t.shape[0] == out.shape[0] for t in (a, b)), "batch sizes differ"
     assert a.dtype == b.dtype and a.dtype in SUPPORTED_INPUTS, f"inputs {a.dtype}, {b.dtype}"
     assert out.dtype in SUPPORTED_OUTPUTS, f"output {out.dtype}"
     has_c = c is not None and beta != 0.0
     if has_c:
-        assert tuple(c.shape) == (M, N), f"c must be {(M, N)}, is {tuple(c.shape)}"
+        assert tuple(c.shape) in ((M, N), batch + (M, N)), f"c must be {batch + (M, N)}, is {tuple(c.shape)}"
+    assert bias is None or fused.bias_kind(bias) != "none" and bias.numel() == (M if fused.bias_kind(bias) == "row" else N)
+    assert activation in fused.ACTIVATIONS, f"activation {activation!r}"
     assert a.device == b.device == out.device and (c is None or c.device == out.device), "one device"
     block = tuple(block) if block is not None else default_block(M, N, K, a.dtype)
     assert len(block) == 3 and all(x >= MIN_TILE and x & (x - 1) == 0 for x in block), f"block {block}"
-    if M == 0 or N == 0:
+    if out.numel() == 0:
         return out
 
     c_arg = c if has_c else out  # never read when HAS_C is False
     if interpret:
-        grid, args, meta = _launch(a, b, c_arg, out, alpha, beta, block, has_c)
+        grid, args, meta = _launch(a, b, c_arg, out, alpha, beta, block, has_c, bias, activation)
         interpreted_kernel()[grid](*args, **meta)
     else:
         assert a.is_cuda, "the compiled kernel needs GPU tensors (interpret=True runs on the CPU)"
-        grid, args, meta = _launch(a, b, c_arg, out, alpha, beta, block, has_c, _device_shared_limit(a.device))
+        grid, args, meta = _launch(a, b, c_arg, out, alpha, beta, block, has_c, bias, activation,
+                                   _device_shared_limit(a.device))
         gemm_kernel[grid](*args, **meta)
     return out
 
@@ -281,5 +328,5 @@ def build(target_name: str) -> Launch:
     out = torch.empty(M, N, dtype=dtype)
     block = default_block(M, N, K, dtype)
     device_smem = (SHARED_MEMORY_LIMIT[target_name], TARGETS[target_name][0] == "hip")
-    _, args, kwargs = _launch(a, b, c, out, 1.0, 0.5, block, True, device_smem)
+    _, args, kwargs = _launch(a, b, c, out, 1.0, 0.5, block, True, device_smem=device_smem)
     return Launch(gemm_kernel, args, kwargs, grid=(1,))
