@@ -1,10 +1,16 @@
-"""Epilogue: out = α·acc + β·C, cast, store through TMA — fused, no second pass over C.
+"""Epilogue: out = act(α·acc + bias) + β·C, cast, store through TMA — fused, no second pass.
 
     acc (registers, fp32, ROWS × COLS) ── column_halves ... ──> sub-tiles of ROWS × EPI_N
     for each sub-tile i (buffer i % BUFS):
-        tma.store_wait(BUFS - 1)              the store that last read this buffer has drained
-        C sub-tile ──TMA load──> buffer ──┐   (only when HAS_C: β ≠ 0 and a C was given)
-        sub-tile ──×α──────────(+ β·C)── cast ──> buffer ──TMA store──> out
+        bias slice ──gl.load (masked, in the sub-tile's own register layout)──┐  (BIAS: "col"/"row")
+        sub-tile ──×α──(+ bias)──act──┐                                     ACTIVATION constexpr
+        tma.store_wait(BUFS - 1)      │       the store that last read this buffer has drained
+        C sub-tile ──TMA load──> buffer ──(+ β·C)── cast ──> buffer ──TMA store──> out
+                                              (β·C only when HAS_C: β ≠ 0 and a C was given)
+
+The order is pingpong.fused's: the activation sees α·acc + bias, the residual β·C is added
+after it. The bias needs no shared memory: each thread loads the few bias values of its own
+columns (or rows) straight into the accumulator's layout (a SliceLayout of it).
 
 Sub-tiling (KernelConfig.epilogue_n) keeps the staging at 2 small buffers per consumer
 instead of one whole tile, and the shared memory saved becomes ring stages: a cooperative
@@ -17,13 +23,17 @@ store waits) the previous tile's store is long done when the next tile needs the
 C is read through TMA too, into the same staging buffer, so
 it costs no extra shared memory and no per-element address registers; C must therefore be
 TMA-legal with out's dtype (the API copies it otherwise). C may alias out (`gemm_`): each
-tile is read before its own store and tiles are disjoint.
+tile is read before its own store and tiles are disjoint. A batched output (rank-3
+descriptors, pingpong.hopper.batched) is stored into matrix `batch`; a C shared by every batch
+keeps a rank-2 descriptor.
 """
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 from triton.language.core import _aggregate as aggregate
+
+from .batched import load_tile, store_tile, tile_layout, tile_shape
 
 
 @gluon.jit
@@ -37,6 +47,42 @@ def column_halves(x):
     return x.reshape([ROWS, 2, COLS // 2]).permute(0, 2, 1).split()
 
 
+@gluon.jit
+def add_bias(x, bias, off_m, off_n, M, N, BIAS: gl.constexpr):
+    """x + the bias of its columns ("col", bias has N entries) or rows ("row", M entries)."""
+    if BIAS == "col":
+        cols = off_n + gl.arange(0, x.shape[1], layout=gl.SliceLayout(0, x.type.layout))
+        x = x + gl.expand_dims(gl.load(bias + cols, mask=cols < N, other=0.0).to(gl.float32), 0)
+    elif BIAS == "row":
+        rows = off_m + gl.arange(0, x.shape[0], layout=gl.SliceLayout(1, x.type.layout))
+        x = x + gl.expand_dims(gl.load(bias + rows, mask=rows < M, other=0.0).to(gl.float32), 1)
+    return x
+
+
+@gluon.jit
+def erf(x):
+    """erf(x) within 1.5e-7 (Abramowitz & Stegun 7.1.26): a rational-times-exp form that keeps
+    a whole accumulator tile in registers, where the library erf's branches spill."""
+    t = 1.0 / (1.0 + 0.3275911 * gl.abs(x))
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    y = 1.0 - poly * gl.exp(-x * x)
+    return gl.where(x < 0, -y, y)
+
+
+@gluon.jit
+def activate(z, ACTIVATION: gl.constexpr):
+    """act(z) in fp32 (the table in pingpong.fused)."""
+    if ACTIVATION == "relu":
+        z = gl.maximum(z, 0.0)
+    elif ACTIVATION == "gelu_erf":
+        z = 0.5 * z * (1.0 + erf(z * 0.7071067811865476))
+    elif ACTIVATION == "gelu_tanh":  # z/2·(1 + tanh(u)) = z·sigmoid(2u), u = √(2/π)(z + 0.044715 z³)
+        z = z / (1.0 + gl.exp(-1.5957691216057308 * (z + 0.044715 * z * z * z)))
+    elif ACTIVATION == "silu":
+        z = z / (1.0 + gl.exp(-z))
+    return z
+
+
 @aggregate
 class Epilogue:
     c_desc: tma.tensor_descriptor  # its box is one sub-tile: [consumer rows, EPI_N]
@@ -45,11 +91,16 @@ class Epilogue:
     beta: gl.tensor
     staging: gl.shared_memory_descriptor  # [COPIES * BUFS, rows, EPI_N]: BUFS per consumer partition
     c_ready: gl.shared_memory_descriptor  # [COPIES, 1] mbarriers for the C loads
+    bias: gl.tensor  # pointer to the bias vector (not read when BIAS == "none")
+    M: gl.tensor
+    N: gl.tensor
     HAS_C: gl.constexpr
     BUFS: gl.constexpr
+    BIAS: gl.constexpr  # "none" | "col" | "row"
+    ACTIVATION: gl.constexpr
 
     @gluon.constexpr_function
-    def __init__(self, c_desc, cin_desc, alpha, beta, staging, c_ready, HAS_C, BUFS):
+    def __init__(self, c_desc, cin_desc, alpha, beta, staging, c_ready, HAS_C, BUFS, bias, M, N, BIAS, ACTIVATION):
         self.c_desc = c_desc
         self.cin_desc = cin_desc
         self.alpha = alpha
@@ -58,54 +109,62 @@ class Epilogue:
         self.c_ready = c_ready
         self.HAS_C = gl.constexpr(HAS_C)
         self.BUFS = gl.constexpr(BUFS)
+        self.bias = bias
+        self.M = M
+        self.N = N
+        self.BIAS = gl.constexpr(BIAS)
+        self.ACTIVATION = gl.constexpr(ACTIVATION)
 
     @gluon.jit
-    def allocate(c_desc, cin_desc, alpha, beta, HAS_C: gl.constexpr, COPIES: gl.constexpr, BUFS: gl.constexpr):
-        staging = gl.allocate_shared_memory(c_desc.dtype, [COPIES * BUFS] + c_desc.block_type.shape, c_desc.layout)
+    def allocate(c_desc, cin_desc, alpha, beta, HAS_C: gl.constexpr, COPIES: gl.constexpr, BUFS: gl.constexpr,
+                 bias, M, N, BIAS: gl.constexpr, ACTIVATION: gl.constexpr):
+        staging = gl.allocate_shared_memory(c_desc.dtype, [COPIES * BUFS] + tile_shape(c_desc), tile_layout(c_desc))
         c_ready = gl.allocate_shared_memory(gl.int64, [COPIES, 1], mbarrier.MBarrierLayout())
         if HAS_C:  # only barriers that are used get initialized (pingpong.hopper.pipeline.Ring)
             for i in gl.static_range(COPIES):
                 mbarrier.init(c_ready.index(i), count=1)
-        return Epilogue(c_desc, cin_desc, alpha, beta, staging, c_ready, HAS_C, BUFS)
+        return Epilogue(c_desc, cin_desc, alpha, beta, staging, c_ready, HAS_C, BUFS, bias, M, N, BIAS, ACTIVATION)
 
     @gluon.jit
-    def store(self, acc, COPY: gl.constexpr, tile_count, off_m, off_n):
-        """Write α·acc + β·C of the tile at (off_m, off_n), sub-tile by sub-tile, through
-        consumer COPY's staging buffers. `tile_count` = tiles this partition stored before."""
-        EPI_N: gl.constexpr = self.c_desc.block_type.shape[1]
+    def store(self, acc, COPY: gl.constexpr, tile_count, off_m, off_n, batch=0):
+        """Write act(α·acc + bias) + β·C of the tile at (off_m, off_n) of matrix `batch`, sub-tile
+        by sub-tile, through consumer COPY's staging buffers. `tile_count` = tiles this
+        partition stored before."""
+        EPI_N: gl.constexpr = self.c_desc.block_type.shape[-1]
         SUBTILES: gl.constexpr = acc.shape[1] // EPI_N
         gl.static_assert(acc.shape[1] % EPI_N == 0, "the epilogue sub-tile must divide the tile width")
         gl.static_assert(SUBTILES == 1 or SUBTILES % self.BUFS == 0, "sub-tiles must cycle whole buffer rounds")
-        self.store_columns(acc, COPY, tile_count * SUBTILES, off_m, off_n)
+        self.store_columns(acc, COPY, tile_count * SUBTILES, off_m, off_n, batch)
 
     @gluon.jit
-    def store_columns(self, x, COPY: gl.constexpr, seq, off_m, off_n):
+    def store_columns(self, x, COPY: gl.constexpr, seq, off_m, off_n, batch):
         """Halve x until it is one sub-tile wide; store the sub-tiles left to right.
         `seq` numbers this partition's sub-tile stores (buffer and C-barrier parity)."""
-        EPI_N: gl.constexpr = self.c_desc.block_type.shape[1]
+        EPI_N: gl.constexpr = self.c_desc.block_type.shape[-1]
         HALF: gl.constexpr = x.shape[1] // 2
         if x.shape[1] == EPI_N:
-            self.store_subtile(x, COPY, seq, off_m, off_n)
+            self.store_subtile(x, COPY, seq, off_m, off_n, batch)
         else:
             left, right = column_halves(x)
-            self.store_columns(left, COPY, seq, off_m, off_n)
-            self.store_columns(right, COPY, seq + HALF // EPI_N, off_m, off_n + HALF)
+            self.store_columns(left, COPY, seq, off_m, off_n, batch)
+            self.store_columns(right, COPY, seq + HALF // EPI_N, off_m, off_n + HALF, batch)
 
     @gluon.jit
-    def store_subtile(self, x, COPY: gl.constexpr, seq, off_m, off_n):
-        """One sub-tile: wait for its buffer's previous store, (+ β·C), cast, TMA store."""
+    def store_subtile(self, x, COPY: gl.constexpr, seq, off_m, off_n, batch):
+        """One sub-tile: act(α·x + bias), wait for its buffer's previous store, (+ β·C), cast,
+        TMA store."""
         staging = self.staging.index(COPY * self.BUFS + seq % self.BUFS)
         c_ready = self.c_ready.index(COPY)
-        out = x * self.alpha
+        out = activate(add_bias(x * self.alpha, self.bias, off_m, off_n, self.M, self.N, self.BIAS), self.ACTIVATION)
         tma.store_wait(self.BUFS - 1)  # the store that last read this buffer has drained
         if self.HAS_C:
             mbarrier.expect(c_ready, self.cin_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(self.cin_desc, [off_m, off_n], c_ready, staging)
+            load_tile(self.cin_desc, batch, off_m, off_n, c_ready, staging)
             mbarrier.wait(c_ready, seq & 1)
             out = out + self.beta * staging.load(x.type.layout).to(gl.float32)
         staging.store(out.to(self.c_desc.dtype))
         fence_async_shared()
-        tma.async_copy_shared_to_global(self.c_desc, [off_m, off_n], staging)
+        store_tile(self.c_desc, batch, off_m, off_n, staging)
 
     @gluon.jit
     def drain(self):

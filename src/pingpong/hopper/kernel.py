@@ -22,7 +22,11 @@ tile boundaries, so the next tile's loads overlap this tile's epilogue).
 
     prologue: load c=0..STAGES-2
     for each tile, each k: wait ready(c) · wgmma(c) · wait(1) · barrier · release(c-1) · load(c+STAGES-1)
-    epilogue (α·acc + β·C, TMA store)
+    epilogue (act(α·acc + bias) + β·C, TMA store)
+
+A batched product (B matrices) runs the same schedules over B·tiles tile ids in one grid;
+each step carries the tile's batch index to the loader and the epilogue (rank-3 TMA
+descriptors, pingpong.hopper.batched).
 
 All three share one mainloop contract (pingpong.hopper.pipeline docstring): wait ready with
 ring_phase, keep one wgmma group in flight, release a slot once its wgmma has completed.
@@ -74,8 +78,9 @@ def producer(loader, ring, sched):
     counter = 0
     for t in range(sched.local_tiles()):
         off_m, off_n = sched.tile_offsets(t)
+        batch = sched.tile_batch(t)
         for k in range(sched.k_steps):
-            loader.load(ring, counter, off_m, off_n, k * sched.BK)
+            loader.load(ring, counter, off_m, off_n, k * sched.BK, batch)
             counter += 1
 
 
@@ -93,7 +98,7 @@ def pingpong_consumer(ring, sched, epi, sync, CONSUMER: gl.constexpr, acc_layout
         sync.pass_turn(CONSUMER)
         mma = finish_mainloop(mma, ring, first + sched.k_steps - 1)
         off_m, off_n = sched.tile_offsets(2 * j + CONSUMER)
-        epi.store(mma.acc, CONSUMER, j, off_m, off_n)
+        epi.store(mma.acc, CONSUMER, j, off_m, off_n, sched.tile_batch(2 * j + CONSUMER))
     epi.drain()
 
 
@@ -108,7 +113,7 @@ def cooperative_consumer(ring, sched, epi, CONSUMER: gl.constexpr, acc_layout: g
                        B_KMAJOR)
         mma = finish_mainloop(mma, ring, first + sched.k_steps - 1)
         off_m, off_n = sched.tile_offsets(t)
-        epi.store(mma.acc, CONSUMER, t, off_m + CONSUMER * ROWS, off_n)
+        epi.store(mma.acc, CONSUMER, t, off_m + CONSUMER * ROWS, off_n, sched.tile_batch(t))
     epi.drain()
 
 
@@ -116,7 +121,7 @@ def cooperative_consumer(ring, sched, epi, CONSUMER: gl.constexpr, acc_layout: g
 
 # Sizes stay runtime values even when 1 (Triton would otherwise fold them into constants,
 # and the parts hold them as tensors).
-_RUNTIME_SCALARS = ["M", "N", "K"]
+_RUNTIME_SCALARS = ["M", "N", "K", "batches"]
 
 
 @gluon.jit(do_not_specialize=_RUNTIME_SCALARS)
@@ -124,12 +129,13 @@ def warp_specialized_gemm(a_desc, b_desc, c_desc, cin_desc, M, N, K, alpha, beta
                           HAS_C: gl.constexpr, A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr,
                           BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
                           GROUP_M: gl.constexpr, EPI_BUFS: gl.constexpr, PINGPONG: gl.constexpr, acc_layout: gl.constexpr,
-                          CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+                          CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                          bias, batches, BIAS: gl.constexpr, ACTIVATION: gl.constexpr):
     """Ping-pong or cooperative: producer warp + two consumer warpgroups (module docstring)."""
     gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
-    sched = TileScheduler.create(M, N, K, BM, BN, BK, GROUP_M)
+    sched = TileScheduler.create(M, N, K, BM, BN, BK, GROUP_M, batches)
     ring = Ring.allocate(a_desc, b_desc, STAGES, 1 if PINGPONG else 2)
-    epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, HAS_C, 2, EPI_BUFS)
+    epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, HAS_C, 2, EPI_BUFS, bias, M, N, BIAS, ACTIVATION)
     loader = TileLoader(a_desc, b_desc, A_KMAJOR, B_KMAJOR)
     if PINGPONG:
         sync = PhaseSync.allocate()
@@ -150,12 +156,13 @@ def warp_specialized_gemm(a_desc, b_desc, c_desc, cin_desc, M, N, K, alpha, beta
 def persistent_gemm(a_desc, b_desc, c_desc, cin_desc, M, N, K, alpha, beta,
                     HAS_C: gl.constexpr, A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr,
                     BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                    GROUP_M: gl.constexpr, EPI_BUFS: gl.constexpr, acc_layout: gl.constexpr):
+                    GROUP_M: gl.constexpr, EPI_BUFS: gl.constexpr, acc_layout: gl.constexpr,
+                    bias, batches, BIAS: gl.constexpr, ACTIVATION: gl.constexpr):
     """The baseline: persistent, pipelined, not warp-specialized (module docstring)."""
     gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
-    sched = TileScheduler.create(M, N, K, BM, BN, BK, GROUP_M)
+    sched = TileScheduler.create(M, N, K, BM, BN, BK, GROUP_M, batches)
     ring = Ring.allocate(a_desc, b_desc, STAGES, 1)
-    epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, HAS_C, 1, EPI_BUFS)
+    epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, HAS_C, 1, EPI_BUFS, bias, M, N, BIAS, ACTIVATION)
     loader = TileLoader(a_desc, b_desc, A_KMAJOR, B_KMAJOR)
 
     total = sched.local_tiles() * sched.k_steps
@@ -177,7 +184,7 @@ def persistent_gemm(a_desc, b_desc, c_desc, cin_desc, M, N, K, alpha, beta,
         gl.thread_barrier()
         ring.release(t * sched.k_steps + sched.k_steps - 1)
         off_m, off_n = sched.tile_offsets(t)
-        epi.store(mma.acc, 0, t, off_m, off_n)
+        epi.store(mma.acc, 0, t, off_m, off_n, sched.tile_batch(t))
     epi.drain()
 
 
@@ -187,6 +194,6 @@ def produce_step(loader, ring, sched, produced, total):
     if produced < total:
         t = produced // sched.k_steps
         off_m, off_n = sched.tile_offsets(t)
-        loader.load(ring, produced, off_m, off_n, (produced - t * sched.k_steps) * sched.BK)
+        loader.load(ring, produced, off_m, off_n, (produced - t * sched.k_steps) * sched.BK, sched.tile_batch(t))
         produced += 1
     return produced

@@ -9,12 +9,15 @@ combinations the caller passed) and turns (off_m, off_n, k) into TMA box coordin
     B stored (K, N) row-major  -> box [BK, BN] at (k, off_n)      "MN-major"
 
 Out-of-range boxes are zero-filled by TMA, so M, N, K need not be tile multiples.
+A batched operand (rank-3 descriptor) is read from matrix `batch` (pingpong.hopper.batched).
 """
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 from triton.language.core import _aggregate as aggregate
+
+from .batched import load_tile
 
 
 @aggregate
@@ -32,16 +35,16 @@ class TileLoader:
         self.B_KMAJOR = gl.constexpr(B_KMAJOR)
 
     @gluon.jit
-    def load(self, ring, counter, off_m, off_n, k):
+    def load(self, ring, counter, off_m, off_n, k, batch=0):
         """Wait for the slot of k-step `counter` to be empty, then fill it with A and B tiles."""
         s = ring.acquire_empty(counter)
         bar = ring.ready.index(s)
         mbarrier.expect(bar, self.a_desc.block_type.nbytes + self.b_desc.block_type.nbytes)
         if self.A_KMAJOR:
-            tma.async_copy_global_to_shared(self.a_desc, [off_m, k], bar, ring.a_bufs.index(s))
+            load_tile(self.a_desc, batch, off_m, k, bar, ring.a_bufs.index(s))
         else:
-            tma.async_copy_global_to_shared(self.a_desc, [k, off_m], bar, ring.a_bufs.index(s))
+            load_tile(self.a_desc, batch, k, off_m, bar, ring.a_bufs.index(s))
         if self.B_KMAJOR:
-            tma.async_copy_global_to_shared(self.b_desc, [off_n, k], bar, ring.b_bufs.index(s))
+            load_tile(self.b_desc, batch, off_n, k, bar, ring.b_bufs.index(s))
         else:
-            tma.async_copy_global_to_shared(self.b_desc, [k, off_n], bar, ring.b_bufs.index(s))
+            load_tile(self.b_desc, batch, k, off_n, bar, ring.b_bufs.index(s))

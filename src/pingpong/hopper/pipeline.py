@@ -25,6 +25,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 from triton.language.core import _aggregate as aggregate
+from .batched import tile_layout, tile_shape
 
 
 @gluon.jit
@@ -79,8 +80,8 @@ class Ring:
 
     @gluon.jit
     def allocate(a_desc, b_desc, STAGES: gl.constexpr, RELEASERS: gl.constexpr):
-        a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
-        b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
+        a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + tile_shape(a_desc), tile_layout(a_desc))
+        b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + tile_shape(b_desc), tile_layout(b_desc))
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for s in gl.static_range(STAGES):

@@ -13,6 +13,9 @@ A row-panels and B column-panels and their loads hit in L2:
     │ 7  │ 9  │ 11 │
     └────┴────┴────┘
 
+A batched product numbers its tiles batch after batch (tile id = batch · tiles_per_batch +
+the id above), all in one persistent grid: `tile_batch` and `tile_offsets` split the id.
+
 `tile_coords` is plain arithmetic: tests call `tile_coords.fn(...)` in Python and check the
 raster is a permutation of all tiles.
 """
@@ -48,30 +51,34 @@ class TileScheduler:
     num_pid_n: gl.tensor
     num_tiles: gl.tensor
     k_steps: gl.tensor
+    tiles_per_batch: gl.tensor
     BM: gl.constexpr
     BN: gl.constexpr
     BK: gl.constexpr
     GROUP_M: gl.constexpr
 
     @gluon.constexpr_function
-    def __init__(self, pid, num_programs, num_pid_m, num_pid_n, num_tiles, k_steps, BM, BN, BK, GROUP_M):
+    def __init__(self, pid, num_programs, num_pid_m, num_pid_n, num_tiles, k_steps, tiles_per_batch, BM, BN, BK,
+                 GROUP_M):
         self.pid = pid
         self.num_programs = num_programs
         self.num_pid_m = num_pid_m
         self.num_pid_n = num_pid_n
         self.num_tiles = num_tiles
         self.k_steps = k_steps
+        self.tiles_per_batch = tiles_per_batch
         self.BM = gl.constexpr(BM)
         self.BN = gl.constexpr(BN)
         self.BK = gl.constexpr(BK)
         self.GROUP_M = gl.constexpr(GROUP_M)
 
     @gluon.jit
-    def create(M, N, K, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr):
+    def create(M, N, K, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr, batches=1):
         num_pid_m = gl.cdiv(M, BM)
         num_pid_n = gl.cdiv(N, BN)
-        return TileScheduler(gl.program_id(0), gl.num_programs(0), num_pid_m, num_pid_n, num_pid_m * num_pid_n,
-                             gl.cdiv(K, BK), BM, BN, BK, GROUP_M)
+        tiles_per_batch = num_pid_m * num_pid_n
+        return TileScheduler(gl.program_id(0), gl.num_programs(0), num_pid_m, num_pid_n, tiles_per_batch * batches,
+                             gl.cdiv(K, BK), tiles_per_batch, BM, BN, BK, GROUP_M)
 
     @gluon.jit
     def local_tiles(self):
@@ -80,7 +87,12 @@ class TileScheduler:
 
     @gluon.jit
     def tile_offsets(self, local_tile):
-        """(off_m, off_n) of this program's `local_tile`-th tile."""
-        pid_m, pid_n = tile_coords(self.pid + local_tile * self.num_programs, self.num_pid_m, self.num_pid_n,
-                                   self.GROUP_M)
+        """(off_m, off_n) of this program's `local_tile`-th tile inside its batch's matrix."""
+        tile_id = (self.pid + local_tile * self.num_programs) % self.tiles_per_batch
+        pid_m, pid_n = tile_coords(tile_id, self.num_pid_m, self.num_pid_n, self.GROUP_M)
         return pid_m * self.BM, pid_n * self.BN
+
+    @gluon.jit
+    def tile_batch(self, local_tile):
+        """The batch (matrix index) of this program's `local_tile`-th tile."""
+        return (self.pid + local_tile * self.num_programs) // self.tiles_per_batch
