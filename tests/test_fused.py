@@ -1,0 +1,179 @@
+"""The fused epilogue and batched products on the CPU: validation of the epilogue's
+arguments, the portable kernel under Triton's interpreter against a float64 reference
+(fp16/fp32: the triton 3.6 interpreter is wrong for bf16), and the Hopper variants'
+machine code compiled offline for sm_90a."""
+
+import functools
+import itertools
+import re
+import zlib
+
+import pytest
+import torch
+
+from fused_reference import check, matrix, poisoned, reference
+from pingpong import PingpongError, fused
+from pingpong import compile as cc
+from pingpong.config import SMEM_LIMIT
+from pingpong.portable import portable_gemm
+
+# triton 3.6 interpreter: range() over a 1-element array warns in numpy >= 1.25, and numpy's
+# exp overflows to inf for very negative silu/gelu arguments (the result, 0, is right)
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Conversion of an array with ndim:DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning"),
+]
+
+ACTS = ("none", "relu", "gelu_erf", "gelu_tanh", "silu")
+BLOCK = (16, 16, 16)  # several tiles and ragged edges on small problems
+
+
+def bias_of(kind, m, n, dtype, gen):
+    if kind == "col":
+        return torch.randn(n, generator=gen).to(dtype)
+    if kind == "row":
+        return torch.randn(m, 1, generator=gen).to(dtype)
+    return None
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def test_activation_names():
+    assert fused.check_activation(None) == "none"
+    for name in ACTS:
+        assert fused.check_activation(name) == name
+    for bad in ("gelu", "tanh", "RELU", 1, ""):
+        with pytest.raises(PingpongError, match="activation"):
+            fused.check_activation(bad)
+
+
+def test_bias_shapes_and_kinds():
+    m, n, dev = 5, 7, torch.device("cpu")
+    for shape, kind in (((n,), "col"), ((1, n), "col"), ((m, 1), "row")):
+        b = torch.zeros(shape)
+        fused.check_bias(b, m, n, dev)
+        assert fused.bias_kind(b) == kind
+    assert fused.bias_kind(torch.zeros(1)) == "col" and fused.bias_kind(None) == "none"
+    for bad in (torch.zeros(m), torch.zeros(n + 1), torch.zeros(m, n), torch.zeros(1, 1, n), torch.zeros(n, 1)):
+        with pytest.raises(PingpongError, match="bias: expected shape"):
+            fused.check_bias(bad, m, n, dev)
+    with pytest.raises(PingpongError, match="bias: dtype"):
+        fused.check_bias(torch.zeros(n, dtype=torch.int32), m, n, dev)
+    with pytest.raises(PingpongError, match="bias: expected a torch.Tensor"):
+        fused.check_bias([0.0] * n, m, n, dev)
+    with pytest.raises(PingpongError, match="bias must be on"):
+        fused.check_bias(torch.zeros(n, device="meta"), m, n, dev)
+
+
+def test_bias_vector_is_a_view_when_contiguous():
+    col = torch.randn(1, 9)
+    assert fused.bias_vector(col).data_ptr() == col.data_ptr() and fused.bias_vector(col).shape == (9,)
+    strided = torch.randn(9, 2)[:, :1]  # (9, 1) with stride 2: copied to unit stride
+    v = fused.bias_vector(strided)
+    assert v.stride() == (1,) and torch.equal(v, strided.reshape(-1))
+
+
+# ----------------------------------------------------------------------------- portable kernel
+
+
+@pytest.mark.parametrize("activation", ACTS)
+@pytest.mark.parametrize("bias_kind", ("none", "col", "row"))
+@pytest.mark.parametrize("with_c", (False, True), ids=("noC", "C"))
+def test_portable_fused_epilogue(activation, bias_kind, with_c):
+    seed = zlib.crc32(f"{activation} {bias_kind} {with_c}".encode())
+    gen = torch.Generator().manual_seed(seed)
+    m, n, k = 33, 17, 40
+    a = matrix((), m, k, torch.float16, False, gen)
+    b = matrix((), k, n, torch.float16, True, gen)
+    c = torch.randn(m, n, generator=gen) if with_c else None
+    bias = bias_of(bias_kind, m, n, torch.float16, gen)
+    out = poisoned((m, n), torch.float32)
+    portable_gemm(a, b, out, alpha=0.75, beta=-1.5, c=c, bias=bias, activation=activation, block=BLOCK,
+                  interpret=True)
+    check(out, reference(a, b, alpha=0.75, beta=-1.5, c=c, bias=bias, activation=activation), k, seed)
+
+
+@pytest.mark.parametrize("activation", ACTS)
+def test_portable_activation_formulas_on_a_grid(activation):
+    """K = 1, b = 1: the accumulator is exactly z on a grid over [-8, 8], so act(z) is checked
+    at fp32 precision (gelu_erf and gelu_tanh differ by up to ~5e-4 there)."""
+    z = torch.linspace(-8, 8, 1601).reshape(-1, 1)
+    ones = torch.ones(1, 16)
+    out = portable_gemm(z, ones, poisoned((1601, 16), torch.float32), activation=activation, block=(64, 16, 16),
+                        interpret=True)
+    check(out, reference(z, ones, activation=activation), 1, 0)
+    for other in ACTS:
+        if other != activation:
+            assert (out.double() - reference(z, ones, activation=other)).abs().max() > 1e-4, other
+
+
+@pytest.mark.parametrize("bias_dtype", (torch.float16, torch.float32))
+def test_portable_bias_dtypes_fp16_out(bias_dtype):
+    gen = torch.Generator().manual_seed(11)
+    m, n, k = 20, 24, 16
+    a, b = matrix((), m, k, torch.float16, False, gen), matrix((), k, n, torch.float16, False, gen)
+    bias = torch.randn(1, n, generator=gen).to(bias_dtype)
+    out = portable_gemm(a, b, poisoned((m, n), torch.float16), bias=bias, activation="silu", block=BLOCK,
+                        interpret=True)
+    check(out, reference(a, b, bias=bias, activation="silu"), k, 11)
+
+
+BATCHED = {  # a's batch, b's batch, c's batch (None: no C) -> the result's batch is 3
+    "both": ((3,), (3,), (3,)),
+    "shared_b": ((3,), (), (3,)),
+    "shared_a": ((), (3,), None),
+    "stride0_b": ((3,), "stride0", (3,)),
+    "shared_c": ((3,), (3,), ()),
+}
+
+
+@pytest.mark.parametrize("case", BATCHED)
+@pytest.mark.parametrize("layout", ("nn", "nt", "tn", "tt"))
+def test_portable_batched(case, layout):
+    seed = zlib.crc32(f"{case} {layout}".encode())
+    gen = torch.Generator().manual_seed(seed)
+    m, n, k = 17, 33, 24
+    a_batch, b_batch, c_batch = BATCHED[case]
+    a = matrix(a_batch, m, k, torch.float16, layout[0] == "t", gen)
+    if b_batch == "stride0":  # one weight seen through a batch stride of 0
+        b = matrix((), k, n, torch.float16, layout[1] == "t", gen).expand(3, k, n)
+        assert b.stride(0) == 0
+    else:
+        b = matrix(b_batch, k, n, torch.float16, layout[1] == "t", gen)
+    c = None if c_batch is None else torch.randn(*c_batch, m, n, generator=gen)
+    bias = torch.randn(n, generator=gen)
+    out = poisoned((3, m, n), torch.float32)
+    portable_gemm(a, b, out, alpha=1.25, beta=0.5, c=c, bias=bias, activation="relu", block=BLOCK, interpret=True)
+    check(out, reference(a, b, alpha=1.25, beta=0.5, c=c, bias=bias, activation="relu"), k, seed)
+
+
+# ----------------------------------------------------------------------------- Hopper, offline
+
+
+@functools.lru_cache(maxsize=None)
+def compiled(kernel):
+    return cc.compile_kernel(kernel, "sm_90a")
+
+
+@pytest.mark.parametrize("kernel", ("cooperative-gelu", "pingpong-batched"))
+def test_hopper_variants_compile_without_spills(kernel):
+    f = compiled(kernel).facts()
+    assert f.counts["wgmma"] > 0 and f.counts["UTMALDG"] > 0 and f.counts["UTMASTG"] > 0
+    assert f.spill_bytes == 0 and f.counts["LDL/STL"] == 0, "local-memory spills"
+    assert 0 < f.shared_bytes <= SMEM_LIMIT
+
+
+def test_hopper_fused_epilogue_reads_bias_and_computes_gelu():
+    fused_ptx = compiled("cooperative-gelu").asm["ptx"]
+    plain_ptx = compiled("cooperative").asm["ptx"]
+    loads = lambda ptx: len(re.findall(r"\bld\.global", ptx))  # noqa: E731
+    assert loads(fused_ptx) > 0 and loads(plain_ptx) == 0, "the bias is the only plain global load"
+    assert "ex2.approx" in fused_ptx and "ex2.approx" not in plain_ptx, "gelu's exp"
+
+
+def test_hopper_batched_uses_rank3_tma():
+    ptx = compiled("pingpong-batched").asm["ptx"]
+    assert re.search(r"cp\.async\.bulk\.tensor\.3d\.shared::cluster\.global", ptx), "rank-3 TMA loads"
+    assert re.search(r"cp\.async\.bulk\.tensor\.3d\.global\.shared", ptx), "rank-3 TMA stores"
+    assert "tensor.3d" not in compiled("pingpong").asm["ptx"]
