@@ -125,12 +125,12 @@ _RUNTIME_SCALARS = ["M", "N", "K", "batches"]
 
 
 @gluon.jit(do_not_specialize=_RUNTIME_SCALARS)
-def warp_specialized_gemm(a_desc, b_desc, c_desc, cin_desc, M, N, K, alpha, beta,
+def warp_specialized_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha, beta,
                           HAS_C: gl.constexpr, A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr,
                           BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
                           GROUP_M: gl.constexpr, EPI_BUFS: gl.constexpr, PINGPONG: gl.constexpr, acc_layout: gl.constexpr,
                           CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                          bias, batches, BIAS: gl.constexpr, ACTIVATION: gl.constexpr):
+                          batches, BIAS: gl.constexpr, ACTIVATION: gl.constexpr):
     """Ping-pong or cooperative: producer warp + two consumer warpgroups (module docstring)."""
     gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
     sched = TileScheduler.create(M, N, K, BM, BN, BK, GROUP_M, batches)
@@ -153,11 +153,11 @@ def warp_specialized_gemm(a_desc, b_desc, c_desc, cin_desc, M, N, K, alpha, beta
 
 
 @gluon.jit(do_not_specialize=_RUNTIME_SCALARS)
-def persistent_gemm(a_desc, b_desc, c_desc, cin_desc, M, N, K, alpha, beta,
+def persistent_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha, beta,
                     HAS_C: gl.constexpr, A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr,
                     BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
                     GROUP_M: gl.constexpr, EPI_BUFS: gl.constexpr, acc_layout: gl.constexpr,
-                    bias, batches, BIAS: gl.constexpr, ACTIVATION: gl.constexpr):
+                    batches, BIAS: gl.constexpr, ACTIVATION: gl.constexpr):
     """The baseline: persistent, pipelined, not warp-specialized (module docstring)."""
     gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
     sched = TileScheduler.create(M, N, K, BM, BN, BK, GROUP_M, batches)

@@ -1,9 +1,10 @@
 """Host side of the Hopper GEMM: TMA descriptors, the derived constexprs, the persistent grid.
 
-`tma_legal(t)` says whether a 2-D tensor can be described to TMA as it is stored (last
+`tma_orientation(t)` says whether a 2-D tensor can be described to TMA as it is stored (last
 stride 1 in one of its two orientations, the other stride 16-byte aligned, base 16-byte
-aligned). The API decides what to do with tensors that are not (a padded copy); this module
-assumes legal inputs and asserts it.
+aligned). The plan (pingpong.plan) decides what to do with tensors that are not (a padded
+copy) and launches `prepare`'s kernel, first through Triton's JIT, then directly
+(pingpong.launcher); this module assumes legal inputs and asserts it.
 
 Batched products (out (B, M, N)) get rank-3 descriptors [B, rows, cols] with a box of one
 matrix tile (pingpong.hopper.batched); an operand shared by every batch (2-D, or batch size
@@ -22,7 +23,6 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from .. import compile as cc
 from .. import fused
 from ..config import KernelConfig, swizzle_width
-from ..device import sm_count
 from .kernel import persistent_gemm, warp_specialized_gemm
 
 _GL_DTYPE = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}
@@ -102,25 +102,17 @@ def prepare(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, bias=None
         "C must be TMA-legal, out's dtype"
     cin_desc = _descriptor(c, c_box) if has_c else c_desc
     tiles = -(-M // d.block_m) * -(-N // d.block_n) * batches
-    args = (a_desc, b_desc, c_desc, cin_desc, M, N, K, float(alpha), float(beta))
+    bias_ptr = fused.bias_vector(bias) if bias is not None else out  # never read without a bias
+    args = (a_desc, b_desc, c_desc, cin_desc, bias_ptr, M, N, K, float(alpha), float(beta))
     common = dict(HAS_C=has_c, A_KMAJOR=a_kmajor, B_KMAJOR=b_kmajor, BM=d.block_m, BN=d.block_n, BK=d.block_k,
                   STAGES=d.stages, GROUP_M=d.group_m, EPI_BUFS=d.epilogue_bufs, acc_layout=acc_layout(d),
-                  bias=fused.bias_vector(bias) if bias is not None else out, batches=batches,
-                  BIAS=fused.bias_kind(bias), ACTIVATION=activation)
+                  batches=batches, BIAS=fused.bias_kind(bias), ACTIVATION=activation)
     grid = (max(1, min(sms, tiles)),)
     if d.schedule == "persistent":
         return persistent_gemm, args, dict(common, num_warps=d.num_warps), grid
     kwargs = dict(common, PINGPONG=d.schedule == "pingpong", CONSUMER_REGS=d.worker_regs[0],
                   PRODUCER_REGS=d.worker_regs[1], num_warps=d.num_warps, maxnreg=d.maxnreg)
     return warp_specialized_gemm, args, kwargs, grid
-
-
-def launch(a, b, out, *, c=None, alpha=1.0, beta=0.0, bias=None, activation="none", config: KernelConfig) -> None:
-    """Run the Hopper kernel: out = act(α·(a@b) + bias) + β·c (c may alias out; shapes as in
-    `prepare`). Inputs must be TMA-legal."""
-    kernel, args, kwargs, grid = prepare(a, b, out, c, alpha, beta, config, sm_count(out.device.index or 0), bias,
-                                         activation)
-    kernel[grid](*args, **kwargs)
 
 
 # ----------------------------------------------------------------------------- offline compilation

@@ -17,7 +17,7 @@ GEMM's `Ring` (`pingpong.hopper.pipeline`: slots, ready barriers, (index, phase)
 with `fill`/`take` (the TMA loads into it), `StoreRing` (the output buffers and the TMA
 store window). The kernel only orchestrates. Host side: `StreamConfig` (tile and pipeline
 shape, `DEFAULT`, `PERSISTENT`, the measured `CANDIDATES`), `launch` (a cached direct launch after the
-first call of each kernel variant, `direct.py`), `build` (offline compilation).
+first call of each kernel variant, `pingpong.launcher`), `build` (offline compilation).
 """
 
 
@@ -31,7 +31,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from triton.language.core import _aggregate as aggregate
 
 from ..hopper.pipeline import Ring, ring_index
-from .direct import DirectLaunch, hooks_idle
+from ..launcher import DirectLaunch, hooks_idle, launch_key
 from .grid_stride import tile_of, tiles_of_program
 
 # --------------------------------------------------------------------------- host config
@@ -402,15 +402,16 @@ def launch(a, b, out, sms: int, cfg: StreamConfig = DEFAULT, device: int | None 
     if device is None:
         device = torch.cuda.current_device()
     n = a.numel()
+    ptrs = (a.data_ptr(), b.data_ptr(), out.data_ptr())
     plan = cfg.plans.get((device, a.dtype, n, sms))
-    if plan is not None and hooks_idle():
-        bound, nprog = plan
-        bound(nprog, torch._C._cuda_getCurrentRawStream(device), a.data_ptr(), b.data_ptr(), out.data_ptr())
+    if plan is not None and hooks_idle() and plan[2] == launch_key():
+        bound, grid, _ = plan
+        bound(grid, torch._C._cuda_getCurrentRawStream(device), ptrs)
         return
     itemsize = a.element_size()
     block = cfg.block_shape(n, itemsize)
     nprog = cfg.grid(n, itemsize, sms)
-    key = (device, a.dtype, n == 1, n % 16 == 0, len(block))  # what Triton specializes on
+    key = (device, a.dtype, n == 1, n % 16 == 0, len(block), launch_key())  # what Triton specializes on
     direct = cfg.launchers.get(key)
     if not direct or not hooks_idle():
         kernel = vector_add_tma_kernel[(nprog,)](*descriptors(a, b, out, cfg, block), n, **cfg.constexprs)
@@ -418,11 +419,11 @@ def launch(a, b, out, sms: int, cfg: StreamConfig = DEFAULT, device: int | None 
             cfg.launchers[key] = DirectLaunch.from_kernel(kernel) or False
         return
     shape, strides = _view(block, n)
-    bound = direct.bind(shape, strides, (n, *cfg.constexprs.values()))
+    bound = direct.bind([("tma", shape, strides)] * 3, (n, *cfg.constexprs.values()))
     if len(cfg.plans) >= PLAN_CACHE_SIZE:
         cfg.plans.clear()
-    cfg.plans[(device, a.dtype, n, sms)] = (bound, nprog)
-    bound(nprog, torch._C._cuda_getCurrentRawStream(device), a.data_ptr(), b.data_ptr(), out.data_ptr())
+    cfg.plans[(device, a.dtype, n, sms)] = (bound, (nprog, 1, 1), key[-1])
+    bound((nprog, 1, 1), torch._C._cuda_getCurrentRawStream(device), ptrs)
 
 
 def schedule_text(cfg: StreamConfig, steps: int = 5) -> str:
