@@ -1,6 +1,6 @@
 """The one launch mechanism (pingpong.launcher) on the GEMM, checked on the CPU: a direct
 launch hands Triton's C launcher exactly the arguments Triton's own launch path would, for
-a kernel with four TMA descriptors of different boxes and per-call scalars α, β."""
+a kernel with four TMA descriptors of different boxes, a bias pointer and per-call scalars α, β."""
 
 import types
 
@@ -45,11 +45,13 @@ def _operands(col_major_a: bool, with_c: bool):
     return a, w.t(), out, c
 
 
-@pytest.mark.parametrize("col_major_a, with_c", [(False, True), (True, False)])
-def test_gemm_direct_launch_passes_what_triton_passes(monkeypatch, col_major_a, with_c):
+@pytest.mark.parametrize("col_major_a, with_c, with_bias", [(False, True, False), (True, False, True)])
+def test_gemm_direct_launch_passes_what_triton_passes(monkeypatch, col_major_a, with_c, with_bias):
     a, b, out, c = _operands(col_major_a, with_c)
+    bias = torch.empty(out.shape[1], dtype=torch.bfloat16) if with_bias else None
     config = KernelConfig(128, 128, 64, schedule="pingpong")
-    fn, args, kwargs, grid = hl.prepare(a, b, out, c, 1.5, 0.25 if with_c else 0.0, config, sms=132)
+    fn, args, kwargs, grid = hl.prepare(a, b, out, c, 1.5, 0.25 if with_c else 0.0, config, sms=132, bias=bias,
+                                        activation="gelu_tanh" if with_bias else "none")
     with cc.offline("sm_90a"):
         from triton.runtime import driver
 
@@ -62,19 +64,21 @@ def test_gemm_direct_launch_passes_what_triton_passes(monkeypatch, col_major_a, 
         monkeypatch.setattr(kernel, "module", None)
         _FakeLauncher.calls = []
         values = list(args) + [kwargs[n] for n in fn.arg_names[len(args):]]
+        values = [v.data_ptr() if isinstance(v, torch.Tensor) else v for v in values]  # as Triton's C launcher reads them
         kernel.run(*grid, 1, 1, 99, kernel.function, kernel.packed_metadata, None, None, None, *values)
         direct = DirectLaunch.from_kernel(kernel)
         assert direct is not None and len(direct.encodings) == 4
         bound = bind_jit_args(direct, fn, args, kwargs, dynamic=("alpha", "beta"))
         cin = c if with_c else out
-        ptrs = (a.data_ptr(), b.data_ptr(), out.data_ptr(), cin.data_ptr())
+        ptrs = (a.data_ptr(), b.data_ptr(), out.data_ptr(), cin.data_ptr(), (bias if with_bias else out).data_ptr())
         bound((grid[0], 1, 1), 99, ptrs, (1.5, 0.25 if with_c else 0.0))
     theirs, ours = _FakeLauncher.calls
     assert ours[:10] == theirs[:10]  # grid, stream, function, cooperative, pdl, scratch, packed metadata
     assert ours[10:13] == (None, None, None)  # no launch metadata and no hooks
     assert ours[13:] == theirs[13:]
     maps = [x for x in ours[13:] if isinstance(x, tuple) and x[:1] == ("map",)]
-    assert [m[1] for m in maps] == list(ptrs)  # one CUtensorMap per descriptor, at its address
+    assert [m[1] for m in maps] == list(ptrs[:4])  # one CUtensorMap per descriptor, at its address
+    assert ptrs[4] in ours[13:]  # the bias pointer (never read without a bias)
 
 
 def test_bind_refuses_a_wrong_slot_count():

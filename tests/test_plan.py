@@ -63,6 +63,13 @@ CASES = {  # name: (a, b, c or None, inplace, beta)
     "misaligned c in place": lambda: (t(64, 32), t(48, 32).t(), t(64 * 48 + 1)[1:].view(64, 48), True, 0.5),
     "column-major c in place": lambda: (t(64, 32), t(48, 32).t(), t(48, 64).t(), True, 1.0),
     "aligned c in place": lambda: (t(64, 32), t(48, 32).t(), t(64, 48), True, 1.0),
+    "batched": lambda: (t(3, 64, 32), t(3, 48, 32).transpose(1, 2), t(3, 64, 48), False, 1.0),
+    "batched, shared weight": lambda: (t(3, 64, 32), t(48, 32).t(), None, False, 0.0),
+    "batched, weight of batch stride 0": lambda: (t(3, 64, 32), t(32, 48).expand(3, 32, 48), t(64, 48), False, 1.0),
+    "batched, odd N": lambda: (t(3, 64, 32), t(3, 32, 47), None, False, 0.0),
+    "batched, 16-byte-odd batch stride": lambda: (t(3 * 64 * 32 + 8).as_strided((3, 64, 32), (64 * 32 + 4, 32, 1)),
+                                                  t(3, 32, 48), None, False, 0.0),
+    "batched in place": lambda: (t(3, 64, 32), t(3, 32, 48), t(3, 64, 48), True, 1.0),
 }
 
 
@@ -70,15 +77,15 @@ CASES = {  # name: (a, b, c or None, inplace, beta)
 def test_path_is_the_executed_path(hopper, case):
     a, b, c, inplace, beta = CASES[case]()
     p = plan.build(a, b, c, beta, BF16, inplace, None)
-    out = c if inplace else torch.empty(a.shape[0], b.shape[1], dtype=BF16)
+    out = c if inplace else torch.empty(api._result_shape(a, b), dtype=BF16)
     before = out.clone()
     p.run(a, b, out, c, 1.0, beta)
-    (a_k, b_k, target, cin, _, _), = hopper
+    (a_k, b_k, target, cin, _, _, _), = hopper
     copied = [a_k.data_ptr() != a.data_ptr(), b_k.data_ptr() != b.data_ptr(), target.data_ptr() != out.data_ptr(),
               cin is not None and c is not None and cin.data_ptr() != c.data_ptr()]
     assert p.path == ("hopper-padded" if any(copied) else "hopper"), copied
     for x in (a_k, b_k, target) + ((cin,) if cin is not None else ()):
-        assert plan.tma_orientation(x) is not None, "the kernel only ever sees TMA-legal tensors"
+        assert plan.tma_matrices(x) is not None, "the kernel only ever sees TMA-legal tensors"
     if inplace and beta != 0.0 and target.data_ptr() != out.data_ptr():
         assert torch.equal(target, before), "in place on a padded copy: the copy holds c's values"
 
@@ -87,7 +94,10 @@ def test_expected_paths(hopper):
     expect = {"nt": "hopper", "nn": "hopper", "tn": "hopper", "tt": "hopper", "K=17 (34-byte rows)": "hopper-padded",
               "w.t() with odd N": "hopper-padded", "misaligned a (x[1:])": "hopper-padded",
               "misaligned c read": "hopper-padded", "misaligned c in place": "hopper-padded",
-              "column-major c in place": "hopper-padded", "aligned c in place": "hopper"}
+              "column-major c in place": "hopper-padded", "aligned c in place": "hopper", "batched": "hopper",
+              "batched, shared weight": "hopper", "batched, weight of batch stride 0": "hopper",
+              "batched, odd N": "hopper-padded", "batched, 16-byte-odd batch stride": "hopper-padded",
+              "batched in place": "hopper"}
     for name, want in expect.items():
         a, b, c, inplace, beta = CASES[name]()
         assert plan.build(a, b, c, beta, BF16, inplace, None).path == want, name
@@ -100,6 +110,30 @@ def test_empty_problems_plan_no_kernel(hopper):
     out = torch.full((4, 8), float("nan"), dtype=BF16)
     plan.build(t(4, 0), t(0, 8), c, 0.5, BF16, False, None).run(t(4, 0), t(0, 8), out, c, 1.0, 0.5)
     assert torch.equal(out, (c.float() * 0.5).to(BF16)) and not hopper
+
+
+def test_empty_k_with_bias_and_activation_is_act_of_bias_plus_residual(hopper):
+    """K = 0: α·(a@b) is the empty sum, so out = act(0 + bias) + β·c (per row and per column)."""
+    import torch.nn.functional as F
+
+    c = t(2, 4, 8, dtype=torch.float32)
+    for bias in (torch.randn(8), torch.randn(4, 1)):
+        out = torch.full((2, 4, 8), float("nan"))
+        p = plan.build(t(2, 4, 0), t(0, 8), c, 0.5, torch.float32, False, None, bias, "silu")
+        p.run(t(2, 4, 0), t(0, 8), out, c, 1.0, 0.5, bias)
+        assert p.path == "empty" and not hopper
+        torch.testing.assert_close(out, F.silu(bias.expand(2, 4, 8)) + 0.5 * c)
+
+
+def test_epilogue_is_in_the_key():
+    a, b = t(64, 32), t(32, 48)
+    keys = {key(a, b), plan.signature(a, b, None, 0.0, BF16, False, None, t(48), None),
+            plan.signature(a, b, None, 0.0, BF16, False, None, t(48, dtype=torch.float32), None),
+            plan.signature(a, b, None, 0.0, BF16, False, None, t(64, 1), None),
+            plan.signature(a, b, None, 0.0, BF16, False, None, None, "relu"),
+            plan.signature(a, b, None, 0.0, BF16, False, None, None, "silu"),
+            key(t(2, 64, 32), b)}
+    assert len(keys) == 7
 
 
 def test_a_refused_call_caches_no_plan():

@@ -3,13 +3,20 @@
     | function                                   | computes                                 |
     |--------------------------------------------|------------------------------------------|
     | matmul(a, b, *, out_dtype=None)            | a @ b                                    |
-    | gemm(a, b, c=None, *, alpha, beta, out_dtype) | α·(a@b) + β·c, fused in the epilogue  |
-    | gemm_(c, a, b, *, alpha, beta)             | c ← α·(a@b) + β·c, in place              |
+    | gemm(a, b, c=None, *, alpha, beta, out_dtype, bias, activation)                       |
+    |                                            | act(α·(a@b) + bias) + β·c, one pass      |
+    | gemm_(c, a, b, *, alpha, beta, bias, activation) | the same into c, in place          |
     | matmul_tiled(a, b, config)                 | a @ b with an explicit KernelConfig      |
 
 a is (M, K), b is (K, N), both bf16 or both fp16; accumulation is fp32; the output is bf16,
 fp16 or fp32 (default: the inputs' dtype). Row- and column-major views of a and b (e.g.
 ``b = w.t()``, the transpose_b layout) run without copies.
+
+Batched: a (B, M, K) and/or b (B, K, N) give a (B, M, N) result in one kernel launch over
+the tiles of every batch; a 2-D operand (or batch size 1, or batch stride 0) is shared by
+all batches (a weight). c is (B, M, N) or a shared (M, N). (torch.matmul's N-D broadcasting
+reduces to this: pingpong's op layer.) The fused epilogue (bias per column or per row, an
+activation; pingpong.fused) runs on the fp32 accumulator before the one cast.
 
 Dispatch (`path_for` names the path a call takes):
 
@@ -35,6 +42,7 @@ import numbers
 
 import torch
 
+from . import fused
 from . import plan as plan_mod
 from .config import KernelConfig
 from .errors import PingpongError
@@ -52,16 +60,33 @@ def _check_operands(a, b) -> None:
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, torch.Tensor):
             raise PingpongError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 2:
-            raise PingpongError(f"{name}: expected a 2-D tensor, got {t.dim()}-D with shape {tuple(t.shape)}")
+        if t.dim() not in (2, 3):
+            raise PingpongError(f"{name}: expected a 2-D tensor (or 3-D, batched), got {t.dim()}-D with shape"
+                                f" {tuple(t.shape)}")
         if t.dtype not in INPUT_DTYPES:
             raise PingpongError(f"{name}: dtype {t.dtype} is not supported; expected torch.bfloat16 or torch.float16")
     if a.dtype != b.dtype:
         raise PingpongError(f"a and b must have the same dtype, got a {a.dtype} and b {b.dtype}")
-    if a.shape[1] != b.shape[0]:
-        raise PingpongError(f"shape mismatch: a is {tuple(a.shape)} and b is {tuple(b.shape)}; a.shape[1] must equal b.shape[0]")
+    if a.shape[-1] != b.shape[-2]:
+        raise PingpongError(f"shape mismatch: a is {tuple(a.shape)} and b is {tuple(b.shape)}; a.shape[-1] must equal"
+                            " b.shape[-2]")
+    if a.dim() == b.dim() == 3 and 1 != a.shape[0] != b.shape[0] != 1:
+        raise PingpongError(f"a and b: batch sizes {a.shape[0]} (a) and {b.shape[0]} (b) differ (each must be the"
+                            " other's or 1)")
     if a.device != b.device:
         raise PingpongError(f"a and b must be on the same device, got a on {a.device} and b on {b.device}")
+
+
+def _result_shape(a, b) -> tuple:
+    """(M, N), or (B, M, N) when a or b is batched."""
+    batch = max((t.shape[0] for t in (a, b) if t.dim() == 3), default=None)
+    return ((batch,) if batch is not None else ()) + (a.shape[-2], b.shape[-1])
+
+
+def _check_epilogue(a, b, bias, activation) -> str:
+    """The activation's name, after checking it and the bias against the (M, N) result."""
+    fused.check_bias(bias, a.shape[-2], b.shape[-1], a.device)
+    return fused.check_activation(activation)
 
 
 def _check_gpu(a) -> None:
@@ -97,12 +122,14 @@ def _check_out_dtype(out_dtype, default: torch.dtype) -> torch.dtype:
     return out_dtype
 
 
-def _check_c(c, a, b, dtype: torch.dtype, name: str = "c") -> None:
+def _check_c(c, a, b, dtype: torch.dtype, name: str = "c", shared_ok: bool = False) -> None:
+    """c of the result's shape; `shared_ok`: a batched result also takes an (M, N) c."""
     if not isinstance(c, torch.Tensor):
         raise PingpongError(f"{name}: expected a torch.Tensor, got {type(c).__name__}")
-    shape = (a.shape[0], b.shape[1])
-    if tuple(c.shape) != shape:
-        raise PingpongError(f"{name}: expected shape {shape} (a.shape[0], b.shape[1]), got {tuple(c.shape)}")
+    shape = _result_shape(a, b)
+    if tuple(c.shape) != shape and not (shared_ok and tuple(c.shape) == shape[-2:]):
+        also = f" or {shape[-2:]} (shared by the batches)" if shared_ok and len(shape) == 3 else ""
+        raise PingpongError(f"{name}: expected shape {shape}{also} (the result's), got {tuple(c.shape)}")
     if c.dtype != dtype:
         raise PingpongError(f"{name}: expected dtype {dtype} (the output dtype), got {c.dtype}")
     if c.device != a.device:
@@ -125,7 +152,7 @@ def _overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
 
 
 def _self_overlapping(t: torch.Tensor) -> bool:
-    """Whether two elements of 2-D t may share memory (an expand()ed or as_strided view).
+    """Whether two elements of t may share memory (an expand()ed or as_strided view).
     Sufficient test: with the dimensions of extent > 1 sorted by stride, each stride is
     positive and at least the span of the dimensions inside it; layouts that interleave
     without overlapping are refused too (rare; the message says so)."""
@@ -154,55 +181,61 @@ def _check_no_alias(c, a, b) -> None:
 # ----------------------------------------------------------------------------- the plan of a call
 
 
-def _plan(a, b, c, beta, out_dtype, inplace, config) -> plan_mod.Plan:
+def _plan(a, b, c, beta, out_dtype, inplace, config, bias=None, activation=None) -> plan_mod.Plan:
     """The cached plan of this call, or None when there is none yet (then validate, build)."""
     try:
-        key = plan_mod.signature(a, b, c, beta, out_dtype, inplace, config)
+        key = plan_mod.signature(a, b, c, beta, out_dtype, inplace, config, bias, activation)
         return plan_mod.PLANS.get(key), key
     except (AttributeError, TypeError):  # not tensors, or an unhashable argument: validation reports it
         return None, None
 
 
-def _validate_gemm(a, b, c, out_dtype) -> torch.dtype:
+def _validate_gemm(a, b, c, out_dtype, bias=None, activation=None) -> tuple[torch.dtype, str]:
     _check_operands(a, b)
     dtype = _check_out_dtype(out_dtype, a.dtype)
     if c is not None:
-        _check_c(c, a, b, dtype)
+        _check_c(c, a, b, dtype, shared_ok=True)
+    act = _check_epilogue(a, b, bias, activation)
     _check_gpu(a)
-    return dtype
+    return dtype, act
 
 
-def _new_plan(key, a, b, c, beta, dtype, inplace, config) -> plan_mod.Plan:
-    p = plan_mod.build(a, b, c, beta, dtype, inplace, config)
+def _new_plan(key, a, b, c, beta, dtype, inplace, config, bias=None, activation="none") -> plan_mod.Plan:
+    p = plan_mod.build(a, b, c, beta, dtype, inplace, config, bias, activation)
     return plan_mod.store(key, p) if key is not None else p
 
 
 def _new_out(a, b, dtype) -> torch.Tensor:
-    return torch.empty(a.shape[0], b.shape[1], dtype=dtype, device=a.device)
+    return torch.empty(_result_shape(a, b), dtype=dtype, device=a.device)
 
 
 # ----------------------------------------------------------------------------- public API
 
 
-def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out_dtype=None) -> torch.Tensor:
-    """α·(a @ b) + β·c in one pass (β·c fused into the kernel's epilogue).
+def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out_dtype=None, bias=None, activation=None) -> torch.Tensor:
+    """act(α·(a @ b) + bias) + β·c in one pass (all of it fused into the kernel's epilogue).
 
     Args:
-        a: (M, K) bf16/fp16 CUDA tensor, any row- or column-major strides.
-        b: (K, N), same dtype and device (``w.t()`` of an (N, K) weight runs without a copy).
-        c: optional (M, N) tensor of the output dtype; not read when beta == 0.
+        a: (M, K) bf16/fp16 CUDA tensor, any row- or column-major strides; or (B, M, K).
+        b: (K, N), same dtype and device (``w.t()`` of an (N, K) weight runs without a copy);
+            or (B, K, N). A 2-D operand of a batched product is shared by the batches.
+        c: optional tensor of the result's shape (or (M, N), shared by the batches) and the
+            output dtype; not read when beta == 0.
         alpha, beta: finite real scalars.
         out_dtype: torch.bfloat16, torch.float16 or torch.float32 (default: a.dtype).
+        bias: optional (N,) or (1, N) (per output column) or (M, 1) (per row) bf16/fp16/fp32
+            tensor, added to α·(a @ b) before the activation.
+        activation: None, "relu", "gelu_erf", "gelu_tanh" or "silu" (pingpong.fused).
     Returns:
-        A new (M, N) contiguous tensor of out_dtype.
+        A new contiguous (M, N) or (B, M, N) tensor of out_dtype.
     """
     alpha, beta = _check_scalar("alpha", alpha), _check_scalar("beta", beta)
-    plan, key = _plan(a, b, c, beta, out_dtype, False, None)
+    plan, key = _plan(a, b, c, beta, out_dtype, False, None, bias, activation)
     if plan is None:
-        dtype = _validate_gemm(a, b, c, out_dtype)
-        plan = _new_plan(key, a, b, c, beta, dtype, False, None)
-    out = torch.empty(a.shape[0], b.shape[1], dtype=out_dtype or a.dtype, device=a.device)
-    plan.run(a, b, out, c, alpha, beta)
+        dtype, act = _validate_gemm(a, b, c, out_dtype, bias, activation)
+        plan = _new_plan(key, a, b, c, beta, dtype, False, None, bias, act)
+    out = _new_out(a, b, out_dtype or a.dtype)
+    plan.run(a, b, out, c, alpha, beta, bias)
     return out
 
 
@@ -222,33 +255,35 @@ def matmul_tiled(a, b, config: KernelConfig, *, out_dtype=None) -> torch.Tensor:
         config.validate(a.element_size(), torch.empty((), dtype=dtype).element_size())
         _check_gpu(a)
         plan = _new_plan(key, a, b, None, 0.0, dtype, False, config)
-    out = torch.empty(a.shape[0], b.shape[1], dtype=out_dtype or a.dtype, device=a.device)
+    out = _new_out(a, b, out_dtype or a.dtype)
     plan.run(a, b, out, None, 1.0, 0.0)
     return out
 
 
-def gemm_(c, a, b, *, alpha=1.0, beta=0.0) -> torch.Tensor:
-    """In place: c ← α·(a @ b) + β·c. Returns c.
+def gemm_(c, a, b, *, alpha=1.0, beta=0.0, bias=None, activation=None) -> torch.Tensor:
+    """In place: c ← act(α·(a @ b) + bias) + β·c (arguments as in `gemm`). Returns c.
 
-    c must be (M, N), on a's device, of dtype bf16/fp16/fp32, must not share memory with a
+    c must be the result's shape ((M, N) or (B, M, N)), on a's device, of dtype
+    bf16/fp16/fp32, must not share memory with a
     or b (compared by address range) and must not overlap itself (an expand()ed view). Any
     other c strides work (a c TMA cannot write is computed into a temporary and copied
     back). On a refusal (PingpongError) c is left untouched.
     """
     alpha, beta = _check_scalar("alpha", alpha), _check_scalar("beta", beta)
-    plan, key = _plan(a, b, c, beta, getattr(c, "dtype", None), True, None)
+    plan, key = _plan(a, b, c, beta, getattr(c, "dtype", None), True, None, bias, activation)
     if plan is None:
         _check_operands(a, b)
         if isinstance(c, torch.Tensor) and c.dtype not in OUTPUT_DTYPES:
             raise PingpongError(f"c: dtype {c.dtype} is not supported; expected one of {OUTPUT_DTYPES}")
         _check_c(c, a, b, getattr(c, "dtype", None))
+        act = _check_epilogue(a, b, bias, activation)
         _check_inplace_target(c, a, b)
         _check_no_alias(c, a, b)
         _check_gpu(a)
-        plan = _new_plan(key, a, b, c, beta, c.dtype, True, None)
+        plan = _new_plan(key, a, b, c, beta, c.dtype, True, None, bias, act)
     else:
         _check_no_alias(c, a, b)  # addresses change from call to call
-    plan.run(a, b, c, c, alpha, beta)
+    plan.run(a, b, c, c, alpha, beta, bias)
     return c
 
 
@@ -270,18 +305,18 @@ def path_for(a, b, c=None, *, beta=0.0, out_dtype=None, inplace=False) -> str:
             dtype = c.dtype
             _check_gpu(a)
         else:
-            dtype = _validate_gemm(a, b, c, out_dtype)
+            dtype = _validate_gemm(a, b, c, out_dtype)[0]
         plan = _new_plan(key, a, b, c, beta, dtype, inplace, None)
     return plan.path
 
 
-def _gemm_into(out, a, b, c, alpha, beta, config) -> torch.Tensor:
-    """Tests and benchmarks: out ← α·a@b + β·c with an explicit config (None = the default),
-    into a caller-made contiguous out (poisoned by tests), through the same plans."""
-    assert out.is_contiguous() and out.shape == (a.shape[0], b.shape[1])
-    plan, key = _plan(a, b, c, beta, out.dtype, False, config)
+def _gemm_into(out, a, b, c, alpha, beta, config, bias=None, activation=None) -> torch.Tensor:
+    """Tests and benchmarks: out ← act(α·a@b + bias) + β·c with an explicit config (None =
+    the default), into a caller-made contiguous out (poisoned by tests), through the same plans."""
+    assert out.is_contiguous() and tuple(out.shape) == _result_shape(a, b)
+    plan, key = _plan(a, b, c, beta, out.dtype, False, config, bias, activation)
     if plan is None:
-        _validate_gemm(a, b, c, out.dtype)
-        plan = _new_plan(key, a, b, c, beta, out.dtype, False, config)
-    plan.run(a, b, out, c, float(alpha), float(beta))
+        act = _validate_gemm(a, b, c, out.dtype, bias, activation)[1]
+        plan = _new_plan(key, a, b, c, beta, out.dtype, False, config, bias, act)
+    plan.run(a, b, out, c, float(alpha), float(beta), bias)
     return out

@@ -70,6 +70,14 @@ def check_bias(bias, m: int, n: int, device: torch.device) -> None:
         raise PingpongError(f"bias must be on the result's device ({device}), got {bias.device}")
 
 
+def torch_activation(activation: str):
+    """The activation as a torch function (the empty-K product, z = bias, runs it on the host)."""
+    import torch.nn.functional as F
+
+    return {"none": lambda z: z, "relu": F.relu, "gelu_erf": F.gelu, "silu": F.silu,
+            "gelu_tanh": lambda z: F.gelu(z, approximate="tanh")}[activation]
+
+
 def bias_vector(bias: torch.Tensor | None) -> torch.Tensor | None:
     """The bias as the 1-D, unit-stride vector the kernels read (a view when it already is)."""
     if bias is None:

@@ -3,16 +3,20 @@
     public function (api.py)
         │ signature(...)           a hashable key: device, dtypes, shapes, strides, 16-byte
         │                          alignment of every tensor, out dtype, whether C is read,
-        │                          in place or not, explicit config
+        │                          in place or not, explicit config, the bias (as a tensor)
+        │                          and the activation of the fused epilogue (pingpong.fused)
         ▼
     PLANS[key] ──miss──▶ api validates the arguments, then build(...) decides once:
         │                  backend (hopper / portable / amd), path name, KernelConfig,
         │                  which operands need a 16-byte-aligned copy, the output target
         ▼                  and its copy-back (a refused call caches nothing)
-    plan.run(a, b, out, c, α, β)
+    plan.run(a, b, out, c, α, β, bias)
         aligned copies (if any) · device guard · launch · copy-back (if any)
         the Hopper launch: Triton's JIT on the plan's first call, then a direct launch that
         refreshes only the base addresses and α, β (pingpong.launcher)
+
+Batched problems (3-D a, b, c, out: one batch dimension; an operand shared by the batches is
+2-D or has batch stride 0) take the same plans: their shapes and strides are in the key.
 
 A key holds everything validation and dispatch read, so a cache hit means the call is valid
 and its decision known; only per-call values (addresses, α, β, overlap of in-place output
@@ -25,6 +29,7 @@ import collections
 
 import torch
 
+from . import fused
 from .config import KernelConfig, default_config
 from .device import is_hopper
 from .errors import PingpongError
@@ -46,11 +51,13 @@ def reads_c(c, beta: float) -> bool:
     return c is not None and beta != 0.0
 
 
-def signature(a, b, c, beta: float, out_dtype, inplace: bool, config) -> tuple:
+def signature(a, b, c, beta: float, out_dtype, inplace: bool, config, bias=None, activation=None) -> tuple:
     """The plan key of one call; raises AttributeError/TypeError for non-tensors (the caller
     then validates and reports them)."""
     c_sig = None if c is None else tensor_signature(c)
-    return (tensor_signature(a), tensor_signature(b), out_dtype, c_sig, reads_c(c, beta), inplace, config)
+    bias_sig = None if bias is None else tensor_signature(bias)
+    return (tensor_signature(a), tensor_signature(b), out_dtype, c_sig, reads_c(c, beta), inplace, config, bias_sig,
+            activation)
 
 
 def lookup(key) -> "Plan | None":
@@ -75,21 +82,34 @@ def tma_orientation(t: torch.Tensor) -> str | None:
     return orient(t)
 
 
+def tma_matrices(t: torch.Tensor) -> str | None:
+    """tma_orientation of a 2-D `t`, or of every matrix of a batched (3-D) one: its one
+    matrix if the batches share it, else matrix 0 with a 16-byte-multiple batch stride."""
+    from .hopper.launch import per_batch
+
+    t = per_batch(t)
+    if t.dim() == 2:
+        return tma_orientation(t)
+    return tma_orientation(t[0]) if (t.stride(0) * t.element_size()) % 16 == 0 else None
+
+
 def tma_copy(t: torch.Tensor, values: bool = True) -> torch.Tensor:
-    """A row-major copy of 2-D `t` whose row stride is padded to 16 bytes (TMA's rule): the
-    "hopper-padded" path, one extra pass over the tensor. `values=False`: only the buffer."""
-    rows, cols = t.shape
+    """A row-major copy of 2-D (or batched 3-D) `t` whose row stride is padded to 16 bytes
+    (TMA's rule; the batch stride follows): the "hopper-padded" path, one extra pass over the
+    tensor. `values=False`: only the buffer."""
+    *lead, rows, cols = t.shape
     align = 16 // t.element_size()
-    storage = torch.empty(max(rows, 1), -(-max(cols, 1) // align) * align, dtype=t.dtype, device=t.device)
-    view = storage[:rows, :cols]
+    storage = torch.empty(*lead, max(rows, 1), -(-max(cols, 1) // align) * align, dtype=t.dtype, device=t.device)
+    view = storage[..., :rows, :cols]
     if values:
         view.copy_(t)
     return view
 
 
 def _fresh_row_major_legal(n: int, dtype: torch.dtype) -> bool:
-    """A new contiguous (M, n) tensor of `dtype` is TMA-legal as a row-major output (the
-    caching allocator's blocks are 512-byte aligned)."""
+    """A new contiguous (M, n) or (B, M, n) tensor of `dtype` is TMA-legal as a row-major
+    output (the caching allocator's blocks are 512-byte aligned; the batch stride M·n is then
+    a 16-byte multiple too)."""
     return (n * torch.empty((), dtype=dtype).element_size()) % 16 == 0
 
 
@@ -99,27 +119,33 @@ def _fresh_row_major_legal(n: int, dtype: torch.dtype) -> bool:
 class Plan:
     """A dispatch decision. `path`: "hopper", "hopper-padded", "portable" or "amd"."""
 
-    __slots__ = ("path", "device")
+    __slots__ = ("path", "device", "activation")
 
-    def run(self, a, b, out, c, alpha: float, beta: float) -> None:
+    def run(self, a, b, out, c, alpha: float, beta: float, bias=None) -> None:
         raise NotImplementedError
 
 
 class EmptyPlan(Plan):
-    """M, N or K is 0: no kernel. The empty sum makes out = β·c (or zeros; β = 0: C unread)."""
+    """M, N, K or the batch is 0: no kernel. The empty sum makes out = act(bias) + β·c (zeros
+    without a bias and C; β = 0: C unread)."""
 
     __slots__ = ("reads_c",)
 
-    def __init__(self, device, read):
-        self.device, self.reads_c, self.path = device, read, "empty"
+    def __init__(self, device, read, activation="none"):
+        self.device, self.reads_c, self.path, self.activation = device, read, "empty", activation
 
-    def run(self, a, b, out, c, alpha, beta):
+    def run(self, a, b, out, c, alpha, beta, bias=None):
         if out.numel() == 0:
             return
-        if self.reads_c:
-            out.copy_(c.float() * beta)
-        else:
+        if bias is None and self.activation == "none" and not self.reads_c:
             out.zero_()
+            return
+        y = torch.zeros(out.shape[-2:], dtype=torch.float32, device=out.device)
+        if bias is not None:
+            y = fused.torch_activation(self.activation)(y + bias.float())
+        if self.reads_c:
+            y = y + c.float() * beta
+        out.copy_(y)
 
 
 class HopperPlan(Plan):
@@ -129,36 +155,41 @@ class HopperPlan(Plan):
 
     __slots__ = ("config", "copy_a", "copy_b", "copy_c", "copy_out", "reads_c", "launch")
 
-    def __init__(self, device, config, copy_a, copy_b, copy_c, copy_out, read):
-        self.device, self.config, self.reads_c = device, config, read
+    def __init__(self, device, config, copy_a, copy_b, copy_c, copy_out, read, activation="none"):
+        self.device, self.config, self.reads_c, self.activation = device, config, read, activation
         self.copy_a, self.copy_b, self.copy_c, self.copy_out = copy_a, copy_b, copy_c, copy_out
         self.path = "hopper-padded" if (copy_a or copy_b or copy_c or copy_out) else "hopper"
         self.launch = CachedLaunch(dynamic=("alpha", "beta"))
 
-    def run(self, a, b, out, c, alpha, beta):
+    def run(self, a, b, out, c, alpha, beta, bias=None):
+        from .hopper.launch import per_batch
+
+        a, b = per_batch(a), per_batch(b)  # a shared operand: its one matrix (copied once, if at all)
         if self.copy_a:
             a = tma_copy(a)
         if self.copy_b:
             b = tma_copy(b)
         cin = None
         if self.reads_c:
-            cin = tma_copy(c) if self.copy_c else c
+            cin = per_batch(c) if c is not out else c
+            cin = tma_copy(cin) if self.copy_c else cin
         if not self.copy_out:
             target = out
         elif cin is not None and c is out:  # in place on a padded copy of c: read and written there
             target = cin
         else:
             target = tma_copy(out, values=False)  # fully overwritten
-        ptrs = (a.data_ptr(), b.data_ptr(), target.data_ptr(), (cin if cin is not None else target).data_ptr())
-        self.launch(self.device, ptrs, (alpha, beta), self._jit_args, a, b, target, cin, alpha, beta)
+        bias_ptr = (fused.bias_vector(bias) if bias is not None else target).data_ptr()  # unread without a bias
+        ptrs = (a.data_ptr(), b.data_ptr(), target.data_ptr(), (cin if cin is not None else target).data_ptr(), bias_ptr)
+        self.launch(self.device, ptrs, (alpha, beta), self._jit_args, a, b, target, cin, alpha, beta, bias)
         if target is not out:
             out.copy_(target)
 
-    def _jit_args(self, a, b, target, cin, alpha, beta):
+    def _jit_args(self, a, b, target, cin, alpha, beta, bias):
         from .device import sm_count
         from .hopper.launch import prepare
 
-        return prepare(a, b, target, cin, alpha, beta, self.config, sm_count(self.device))
+        return prepare(a, b, target, cin, alpha, beta, self.config, sm_count(self.device), bias, self.activation)
 
 
 class PortablePlan(Plan):
@@ -166,53 +197,58 @@ class PortablePlan(Plan):
 
     __slots__ = ("reads_c",)
 
-    def __init__(self, device, read):
-        self.device, self.reads_c, self.path = device, read, "portable"
+    def __init__(self, device, read, activation="none"):
+        self.device, self.reads_c, self.path, self.activation = device, read, "portable", activation
 
-    def run(self, a, b, out, c, alpha, beta):
+    def run(self, a, b, out, c, alpha, beta, bias=None):
         from .portable import portable_gemm
 
-        portable_gemm(a, b, out, alpha=alpha, beta=beta, c=c if self.reads_c else None)
+        portable_gemm(a, b, out, alpha=alpha, beta=beta, c=c if self.reads_c else None, bias=bias,
+                      activation=self.activation)
 
 
 class AmdPlan(Plan):
-    """The AMD Gluon kernels (pingpong.amd; compiled and checked offline, never run here)."""
+    """The AMD Gluon kernels (pingpong.amd; compiled and checked offline, never run here).
+    2-D only, no fused bias or activation (those take the portable kernel)."""
 
     __slots__ = ("reads_c",)
 
     def __init__(self, device, read):
-        self.device, self.reads_c, self.path = device, read, "amd"
+        self.device, self.reads_c, self.path, self.activation = device, read, "amd", "none"
 
-    def run(self, a, b, out, c, alpha, beta):
+    def run(self, a, b, out, c, alpha, beta, bias=None):
         from .amd import dispatch
 
         dispatch.gemm(a, b, out, alpha=alpha, beta=beta, c=c if self.reads_c else None)
 
 
-def build(a, b, c, beta: float, out_dtype: torch.dtype, inplace: bool, config: KernelConfig | None) -> Plan:
+def build(a, b, c, beta: float, out_dtype: torch.dtype, inplace: bool, config: KernelConfig | None, bias=None,
+          activation: str = "none") -> Plan:
     """Decide, for validated arguments: backend, path, config, copies. `c` is the output
-    itself when `inplace`."""
+    itself when `inplace`. 2-D or batched (3-D) operands; `bias`/`activation` as in
+    pingpong.fused (the activation is fixed by the plan, the bias is passed per call)."""
     device = a.device.index if a.device.index is not None else (torch.cuda.current_device() if a.is_cuda else -1)
     read = reads_c(c, beta)
-    if 0 in (a.shape[0], a.shape[1], b.shape[1]):
-        return EmptyPlan(device, read)
+    (M, K), N = a.shape[-2:], b.shape[-1]
+    batches = max(t.shape[0] if t.dim() == 3 else 1 for t in (a, b))
+    if 0 in (M, K, N, batches):
+        return EmptyPlan(device, read, activation)
     if not is_hopper(device):
         if config is not None:
             raise PingpongError("config: matmul_tiled configures the Hopper kernel; this GPU takes the portable path")
-        if torch.version.hip is not None:
+        plain = a.dim() == b.dim() == 2 and bias is None and activation == "none"
+        if torch.version.hip is not None and plain:
             from .amd import dispatch
 
             if dispatch.accepts(a, b, out_dtype):
                 return AmdPlan(device, read)
-        return PortablePlan(device, read)
-    M, K = a.shape
-    N = b.shape[1]
-    config = config or default_config(M, N, K)
+        return PortablePlan(device, read, activation)
+    config = config or default_config(batches * M, N, K)  # the tile rule counts the tiles of every batch
     config.derive(a.element_size(), torch.empty((), dtype=out_dtype).element_size())  # validates
-    out_legal = (tma_orientation(c) == "row") if inplace else _fresh_row_major_legal(N, out_dtype)
+    out_legal = (tma_matrices(c) == "row") if inplace else _fresh_row_major_legal(N, out_dtype)
     return HopperPlan(device, config,
-                      copy_a=tma_orientation(a) is None,
-                      copy_b=tma_orientation(b) is None,
-                      copy_c=read and tma_orientation(c) != "row",
+                      copy_a=tma_matrices(a) is None,
+                      copy_b=tma_matrices(b) is None,
+                      copy_c=read and tma_matrices(c) != "row",
                       copy_out=not out_legal,
-                      read=read)
+                      read=read, activation=activation)
