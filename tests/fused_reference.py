@@ -38,8 +38,8 @@ def reference(a, b, *, alpha=1.0, beta=0.0, c=None, bias=None, activation="none"
 
 def check(out, ref, k, seed):
     """Both bounds; NaN (an unwritten, poisoned element) never passes."""
-    got = out.double().cpu()
-    ref = ref.cpu()
+    got = out.double()
+    ref = ref.to(got.device)
     assert got.shape == ref.shape, f"shape {tuple(got.shape)} != {tuple(ref.shape)} (seed {seed})"
     assert torch.isfinite(got).all(), f"non-finite output: unwritten or overflowed elements (seed {seed})"
     err = (got - ref).abs()
@@ -63,3 +63,10 @@ def matrix(batch, rows, cols, dtype, transposed, gen, device="cpu"):
 
 def poisoned(shape, dtype, device="cpu"):
     return torch.full(shape, math.nan, dtype=dtype, device=device)
+
+
+def new_seed():
+    """A fresh seed per check (printed by `check` on failure, to replay it)."""
+    import random
+
+    return random.randrange(2**31)
