@@ -177,3 +177,16 @@ def test_hopper_batched_uses_rank3_tma():
     assert re.search(r"cp\.async\.bulk\.tensor\.3d\.shared::cluster\.global", ptx), "rank-3 TMA loads"
     assert re.search(r"cp\.async\.bulk\.tensor\.3d\.global\.shared", ptx), "rank-3 TMA stores"
     assert "tensor.3d" not in compiled("pingpong").asm["ptx"]
+
+
+def test_hopper_kernel_refuses_an_unknown_activation_at_compile_time():
+    from triton.compiler.errors import CompileTimeAssertionFailure
+
+    from pingpong.config import KernelConfig
+    from pingpong.hopper.launch import prepare
+
+    a = torch.empty(256, 256, dtype=torch.bfloat16)
+    fn, args, kwargs, grid = prepare(a, a, a.clone(), None, 1.0, 0.0, KernelConfig(128, 128, 64, schedule="pingpong"),
+                                     132, None, "tanh")
+    with cc.offline("sm_90a"), pytest.raises(CompileTimeAssertionFailure, match="unknown activation"):
+        fn.warmup(*args, grid=grid, **kwargs)

@@ -75,6 +75,8 @@ GROUP_M = 8
 
 def _activate(z, ACTIVATION: tl.constexpr):
     """act(z) in fp32 for the fused epilogue (the table in pingpong.fused)."""
+    tl.static_assert(ACTIVATION == "none" or ACTIVATION == "relu" or ACTIVATION == "gelu_erf"
+                     or ACTIVATION == "gelu_tanh" or ACTIVATION == "silu", "unknown activation (pingpong.fused)")
     if ACTIVATION == "relu":
         z = tl.maximum(z, 0.0)
     elif ACTIVATION == "gelu_erf":
