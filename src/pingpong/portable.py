@@ -1,19 +1,22 @@
 """The portable GEMM: plain `triton.language`, for any CUDA/ROCm GPU and Triton's interpreter.
 
-    C_out = alpha * (A @ B) + beta * C_in          A: (M, K)   B: (K, N)   C: (M, N)
+    C_out = act(alpha * (A @ B) + bias) + beta * C_in     A: (M, K)   B: (K, N)   C: (M, N)
+                                                          (pingpong.fused: bias, act)
 
 Every operand has arbitrary strides, so all four layouts of A and B (row- or column-major,
 i.e. ``a`` or ``a.t()``) run without a copy. Accumulation is fp32; inputs fp16/bf16/fp32;
 output bf16/fp16/fp32. This is the library's reference-quality fallback (not its fast path):
 one output tile per program, a K loop of masked loads, ``tl.dot``, and an epilogue.
 
-    program pid ──grouped raster──▶ (pid_m, pid_n)      GROUP_M tile-rows share B tiles in L2
-         │
+    program (pid, batch) ──grouped raster──▶ (pid_m, pid_n) of matrix `batch`
+         │                                       GROUP_M tile-rows share B tiles in L2; a batch
+         │                                       stride 0 shares an operand across batches
          ▼   for k in 0 .. cdiv(K, BK):                  masked loads: rows ≥ M, cols ≥ N and
     acc[BM,BN] += A[BM,BK] @ B[BK,BN]                    k ≥ K read 0 (K == 0: no iteration)
          │
          ▼   epilogue
-    out = alpha * acc (+ beta * C_in if HAS_C)  ──cast──▶ C_out    masked store
+    out = act(alpha * acc + bias) (+ beta * C_in if HAS_C)  ──cast──▶ C_out    masked store
+          bias: none / per column / per row (BIAS), act: ACTIVATION — both constexprs
 
 `HAS_C` is a constexpr: when beta == 0 or no C is given the read of C is compiled out
 (so C_in's contents, even NaN, never matter — BLAS semantics).
@@ -36,16 +39,19 @@ that variable once, when ``@triton.jit`` runs (``triton/runtime/jit.py``: ``jit(
 ``InterpretedFunction`` instead of a ``JITFunction`` if ``knobs.runtime.interpret``), so we keep
 the undecorated Python function and wrap it twice: ``gemm_kernel = triton.jit(fn)`` for GPUs
 (or whatever the environment asks for) and, on first use, ``InterpretedFunction(fn)`` for the
-interpreter. GPU users never touch the second. The kernel calls no other `@triton.jit`
-function (not even ``tl.cdiv`` or ``tl.zeros``, jit functions of ``triton.language.standard``):
-with the variable unset those are compiled-mode JITFunctions, which the interpreter cannot
-call (a test checks this). Caveat (triton 3.6): the interpreter gives wrong results for bf16,
+interpreter. GPU users never touch the second. The kernel calls no `@triton.jit` function of
+triton.language (not even ``tl.cdiv`` or ``tl.zeros``, jit functions of
+``triton.language.standard``): with the variable unset those are compiled-mode JITFunctions,
+which the interpreter cannot call (a test checks this). Its own helper, `activate`, is
+wrapped twice the same way: the interpreted kernel is a copy of the kernel function whose
+globals name ``InterpretedFunction(_activate)`` instead. Caveat (triton 3.6): the interpreter gives wrong results for bf16,
 so interpreter tests use fp16/fp32. fp32 `tl.dot` is exact fp32 in the interpreter (numpy);
 on GPUs it follows ``torch.backends.cuda.matmul.allow_tf32`` (off by default: "ieee").
 
 Offline (``pingpong isa --kernel portable --target T``; bf16, 512³, nt, with C): 128×128×64,
 8 warps everywhere; sm_90a 4 stages (128 KB shared, wgmma, 0 spills), gfx942/gfx950 2 stages
-(32 KB LDS, MFMA), gfx1151 2 stages (32 KB LDS, WMMA), no spills on any target.
+(32 KB LDS, MFMA), gfx1151 2 stages (32 KB LDS, WMMA), no spills on any target; likewise
+batched with a per-row fp32 bias and gelu_erf, gelu_tanh or silu (checked when added).
 """
 
 from __future__ import annotations
