@@ -20,7 +20,7 @@ Dispatch (`path_for` names the path a call takes):
     |                              | "hopper-padded": a 16-byte-aligned copy, then the kernel |
     | other CUDA GPUs, ROCm GPUs   | "portable": the plain-Triton kernel (pingpong.portable);  |
     |                              | on gfx942/gfx950 (bf16, K-contiguous) and gfx11xx (fp16→fp32) |
-    |                              | the seeds' AMD kernels (pingpong.amd) — compiled, never run here |
+    |                              | the AMD Gluon kernels (pingpong.amd) — compiled, never run here |
     | CPU                          | refused (PingpongError); Triton's interpreter is an explicit |
     |                              | opt-in for tests: pingpong.portable.portable_gemm(..., interpret=True) |
 
@@ -150,7 +150,7 @@ def _run(a, b, out, c, alpha, beta, config: KernelConfig | None) -> None:
         if config is not None:
             raise PingpongError("config: matmul_tiled configures the Hopper kernel; this GPU takes the portable path")
         c = c if beta != 0.0 else None
-        if torch.version.hip is not None:  # the seeds' AMD kernels where they apply (compiled, not run here)
+        if torch.version.hip is not None:  # the AMD Gluon kernels where they apply (compiled, not run here)
             from .amd import dispatch
 
             if dispatch.accepts(a, b.t(), out):

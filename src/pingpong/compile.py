@@ -1,7 +1,7 @@
 """Offline compilation: build any of the package's kernels for a named GPU target on a
 machine with no GPU, and read facts off the machine code.
 
-How it works (DESIGN.md, "Toolchain"): Triton compiles for whatever target its *active
+How it works: Triton compiles for whatever target its *active
 driver* reports. We install a tiny stub driver whose ``get_current_target()`` returns the
 GPUTarget we ask for, then call ``kernel.warmup(..., grid=(1,))`` with CPU tensors (TMA
 descriptors are built from CPU tensors too: only their shapes, strides and dtypes matter).

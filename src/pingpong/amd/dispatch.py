@@ -33,7 +33,7 @@ def _device_arch(t) -> str:
 
 
 def accepts(a, b, out) -> bool:
-    """Whether `gemm(a, b, out)` (b stored N×K) has a seeds' kernel for this device and these
+    """Whether `gemm(a, b, out)` (b stored N×K) has an AMD Gluon kernel for this device and these
     dtypes/strides; the API sends everything else to the portable kernel."""
     import torch
 
@@ -48,7 +48,7 @@ def accepts(a, b, out) -> bool:
 
 
 def gemm(a, b, out, *, alpha=1.0, beta=0.0, c=None) -> None:
-    """out = alpha · a @ bᵀ + beta · c on a ROCm device (b stored N×K, the seeds' transpose_b).
+    """out = alpha · a @ bᵀ + beta · c on a ROCm device (b stored N×K: transpose_b).
 
     CDNA ping-pong: bf16 a/b, out bf16 or fp32. RDNA WMMA: fp16 a/b, out fp32 (b is passed
     to the kernel as a K×N copy of b.t()). Other archs: the portable kernel.
