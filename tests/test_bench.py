@@ -240,7 +240,7 @@ def fake_timer(calls):
     def timer(fn, reps):
         fn()
         calls.append(reps)
-        return bench.Timing(1.0, reps)
+        return timing.Timing(1.0, reps)
 
     return timer
 
@@ -275,7 +275,7 @@ def test_rounds_alternate_and_report_the_spread():
         fn()
         is_ours = len(order) % 2 == 0
         order.append("ours" if is_ours else "cublas")
-        return bench.Timing(1.0 if is_ours else next(cublas_ms), reps)
+        return timing.Timing(1.0 if is_ours else next(cublas_ms), reps)
 
     row = bench.bench_shape(33, 17, 40, s, FakeApi("right"), device="cpu", timer=timer)
     assert order == ["ours", "cublas"] * 3

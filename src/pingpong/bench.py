@@ -44,7 +44,7 @@ import time
 from typing import Any, Sequence
 
 from .errors import PingpongError
-from .timing import Timing, time_callable  # noqa: F401  (Timing: the timer's result type, used by callers)
+from .timing import time_callable
 
 DEFAULT_SHAPES = ((2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 16384, 16384))
 LAYOUTS = ("nn", "nt", "tn", "tt")
