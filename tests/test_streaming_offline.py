@@ -56,8 +56,8 @@ def test_sm90_default_and_persistent(sm90, name):
     assert f.registers <= 64
 
 
-def test_sm90_seed_shape_bf16():
-    """The seed's exact ring (2 slots, each refilled 2 steps ahead, right after it is read)."""
+def test_sm90_two_slot_ring_bf16():
+    """The gfx942 design's exact ring (2 slots, each refilled 2 steps ahead, right after it is read)."""
     cfg = hopper.StreamConfig(stages=2)
     c = _compile(lambda: hopper.build("bfloat16", cfg), "sm_90a")
     _check_hopper_facts(c, cfg)
@@ -90,7 +90,7 @@ def test_gfx942_facts(amd):
     assert f.extra["vmcnt values"] == sorted({0, gfx942.PROLOGUE_VMCNT, gfx942.LOOP_VMCNT}) == [0, 2, 3]
 
 
-def test_gfx942_loop_is_the_seeds(amd):
+def test_gfx942_loop_is_the_assembly_kernels(amd):
     """ds_read -> lgkmcnt(0) -> 2 refills into the slot just read -> store -> vmcnt(3)."""
     body = _loop_body(amd.asm["amdgcn"])
     first = lambda pattern: next(i for i, ln in enumerate(body) if re.search(pattern, ln))  # noqa: E731

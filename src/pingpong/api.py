@@ -11,18 +11,23 @@ a is (M, K), b is (K, N), both bf16 or both fp16; accumulation is fp32; the outp
 fp16 or fp32 (default: the inputs' dtype). Row- and column-major views of a and b (e.g.
 ``b = w.t()``, the transpose_b layout) run without copies.
 
-Dispatch (`path_for` names the path a call takes):
+A call is validated, then planned once per signature (pingpong.plan: the decision is cached
+and later identical calls skip validation and launch directly); `path_for` names the path:
 
     | device                       | path            |
     |------------------------------|-----------------|
     | CUDA sm_90 (H100/H200)       | "hopper": the Gluon kernel (pingpong.hopper)        |
-    |   operand/C strides not TMA-legal (e.g. bf16, K=17: 34-byte rows)                  |
+    |   an operand, C or the output not TMA-legal (e.g. bf16, K=17: 34-byte rows; a base   |
+    |   not 16-byte aligned, x[1:]; odd N in a bf16 output)                                |
     |                              | "hopper-padded": a 16-byte-aligned copy, then the kernel |
     | other CUDA GPUs, ROCm GPUs   | "portable": the plain-Triton kernel (pingpong.portable);  |
-    |                              | on gfx942/gfx950 (bf16, K-contiguous) and gfx11xx (fp16→fp32) |
-    |                              | the seeds' AMD kernels (pingpong.amd) — compiled, never run here |
+    | gfx942/gfx950 (bf16, B N×K), gfx11xx (fp16→fp32) | "amd": the AMD Gluon kernels (pingpong.amd) — compiled, never run here |
     | CPU                          | refused (PingpongError); Triton's interpreter is an explicit |
     |                              | opt-in for tests: pingpong.portable.portable_gemm(..., interpret=True) |
+    | M, N or K = 0                | "empty": no kernel                                   |
+
+Every launch runs on the tensors' own GPU (a device guard when it is not the current one),
+on that GPU's current stream, and is CUDA-graph capturable.
 
 Bad input raises PingpongError (a ValueError) naming the argument and what was expected, and
 changes nothing. Empty M or N gives an empty result; K = 0 gives β·c (or zeros).
@@ -151,6 +156,16 @@ def _check_no_alias(c, a, b) -> None:
             raise PingpongError(f"c must not share memory with {name} (the product would read what it overwrites)")
 
 
+def _check_no_alias_fast(c, a, b, extents) -> None:
+    """`_check_no_alias` with the byte extents the plan computed once (strides are keyed)."""
+    ea, eb, ec = extents
+    c0 = c.data_ptr()
+    c1 = c0 + ec
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    if (c0 < a0 + ea and a0 < c1) or (c0 < b0 + eb and b0 < c1):
+        _check_no_alias(c, a, b)  # the same test, reported with the argument's name
+
+
 # ----------------------------------------------------------------------------- the plan of a call
 
 
@@ -174,6 +189,8 @@ def _validate_gemm(a, b, c, out_dtype) -> torch.dtype:
 
 def _new_plan(key, a, b, c, beta, dtype, inplace, config) -> plan_mod.Plan:
     p = plan_mod.build(a, b, c, beta, dtype, inplace, config)
+    if inplace:
+        p.extents = tuple(0 if t.numel() == 0 else _span(t)[1] - _span(t)[0] for t in (a, b, c))
     return plan_mod.store(key, p) if key is not None else p
 
 
@@ -247,7 +264,7 @@ def gemm_(c, a, b, *, alpha=1.0, beta=0.0) -> torch.Tensor:
         _check_gpu(a)
         plan = _new_plan(key, a, b, c, beta, c.dtype, True, None)
     else:
-        _check_no_alias(c, a, b)  # addresses change from call to call
+        _check_no_alias_fast(c, a, b, plan.extents)  # addresses change from call to call
     plan.run(a, b, c, c, alpha, beta)
     return c
 
