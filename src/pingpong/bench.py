@@ -100,6 +100,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="FILE", help="write header, rows and geometric mean as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="plot TFLOP/s ours vs cuBLAS and the ratio (needs matplotlib)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--overhead", action="store_true",
+                   help="time host cost instead: back-to-back calls at 64³, 1024³, 2048³ (pingpong.overhead)")
     p.add_argument("--rounds", type=int, default=3, help="alternate ours and cuBLAS this many times (default 3)")
 
 
@@ -455,6 +457,10 @@ def bench_shapes(settings: Settings, api, header: dict[str, Any], device="cuda",
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "overhead", False):
+        from . import overhead
+
+        return overhead.main([] if args.shapes is None else ["--sizes", *(s.split(",")[0] for s in args.shapes)])
     try:
         settings = settings_from_args(args)
         check_outputs_writable(settings)
