@@ -84,6 +84,14 @@ def test_gemm_inplace_refusal_leaves_c_untouched(make_c, needle):
     assert torch.equal(c, before)
 
 
+def test_gemm_inplace_refuses_a_bias_inside_c():
+    c = t(8, 4)
+    before = c.clone()
+    with pytest.raises(PingpongError, match="bias must not share memory with c"):
+        pingpong.gemm_(c, t(8, 8), t(8, 4), bias=c[0])
+    assert torch.equal(c, before)
+
+
 def test_gemm_inplace_refuses_aliasing():
     buf = torch.randn(8, 16).to(bf)
     a = buf[:, :8]

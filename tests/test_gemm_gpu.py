@@ -159,7 +159,7 @@ def test_empty_and_k_zero():
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_layout_probe(schedule):
-    """Seed 004's probe: exact products with recognisable structure catch transposes and
+    """Layout probe: exact products with recognisable structure catch transposes and
     lane/row mapping errors that a norm bound could blur."""
     m = n = k = 320  # not a tile multiple
     i = torch.arange(m, device="cuda").view(-1, 1)

@@ -191,3 +191,21 @@ def test_self_overlap_rule():
     assert not api._self_overlapping(t(4, 16)[:, :8])
     assert not api._self_overlapping(t(1, 8))  # extent-1 dimensions never overlap
     assert api._self_overlapping(torch.as_strided(t(64), (4, 8), (4, 1)))
+
+
+def test_in_place_plan_from_path_for_serves_gemm_(monkeypatch):
+    """path_for(..., inplace=True) builds the plan gemm_ then hits: it carries the byte
+    extents gemm_'s per-call overlap check reads."""
+    monkeypatch.setattr(api, "_check_gpu", lambda a: None)
+    monkeypatch.setattr(plan, "is_hopper", lambda device: False)
+    runs = []
+    monkeypatch.setattr(plan.PortablePlan, "run", lambda self, *args: runs.append(args))
+    plan.PLANS.clear()
+    a, b, c = t(64, 32), t(32, 48), t(64, 48)
+    assert pingpong.path_for(a, b, c, beta=1.0, inplace=True) == "portable"
+    assert pingpong.gemm_(c, a, b, beta=1.0) is c and len(runs) == 1
+    base = t(64 * 48 + 64 * 32)
+    c2, a2 = base[: 64 * 48].view(64, 48), base[64 * 48 - 32:][: 64 * 32].view(64, 32)
+    with pytest.raises(pingpong.PingpongError, match="share memory with a"):
+        pingpong.gemm_(c2, a2, b, beta=1.0)  # a plan hit: the fast overlap check
+    assert len(runs) == 1

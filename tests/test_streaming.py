@@ -220,8 +220,8 @@ def test_schedule_text_is_the_kernels_docstring():
     doc = _doc_lines(hopper.vector_add_tma_kernel.fn.__doc__)
     start = doc.index(drawn[0])
     assert doc[start:start + len(drawn)] == drawn
-    seed = hopper.schedule_text(StreamConfig(stages=2, ahead=2, out_bufs=1)).splitlines()
-    assert seed[2].split() == ["0", "ready[0]", "parity", "0", "2>s0", "out[0]"]  # refill after the take
+    two_slots = hopper.schedule_text(StreamConfig(stages=2, ahead=2, out_bufs=1)).splitlines()
+    assert two_slots[2].split() == ["0", "ready[0]", "parity", "0", "2>s0", "out[0]"]  # refill after the take
 
 
 def test_docs_name_the_default():

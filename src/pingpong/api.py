@@ -18,18 +18,23 @@ all batches (a weight). c is (B, M, N) or a shared (M, N). (torch.matmul's N-D b
 reduces to this: pingpong's op layer.) The fused epilogue (bias per column or per row, an
 activation; pingpong.fused) runs on the fp32 accumulator before the one cast.
 
-Dispatch (`path_for` names the path a call takes):
+A call is validated, then planned once per signature (pingpong.plan: the decision is cached
+and later identical calls skip validation and launch directly); `path_for` names the path:
 
     | device                       | path            |
     |------------------------------|-----------------|
     | CUDA sm_90 (H100/H200)       | "hopper": the Gluon kernel (pingpong.hopper)        |
-    |   operand/C strides not TMA-legal (e.g. bf16, K=17: 34-byte rows)                  |
+    |   an operand, C or the output not TMA-legal (e.g. bf16, K=17: 34-byte rows; a base   |
+    |   not 16-byte aligned, x[1:]; odd N in a bf16 output)                                |
     |                              | "hopper-padded": a 16-byte-aligned copy, then the kernel |
     | other CUDA GPUs, ROCm GPUs   | "portable": the plain-Triton kernel (pingpong.portable);  |
-    |                              | on gfx942/gfx950 (bf16, K-contiguous) and gfx11xx (fp16→fp32) |
-    |                              | the seeds' AMD kernels (pingpong.amd) — compiled, never run here |
+    | gfx942/gfx950 (bf16, B N×K), gfx11xx (fp16→fp32) | "amd": the AMD Gluon kernels (pingpong.amd) — compiled, never run here |
     | CPU                          | refused (PingpongError); Triton's interpreter is an explicit |
     |                              | opt-in for tests: pingpong.portable.portable_gemm(..., interpret=True) |
+    | M, N or K = 0                | "empty": no kernel                                   |
+
+Every launch runs on the tensors' own GPU (a device guard when it is not the current one),
+on that GPU's current stream, and is CUDA-graph capturable.
 
 Bad input raises PingpongError (a ValueError) naming the argument and what was expected, and
 changes nothing. Empty M or N gives an empty result; K = 0 gives β·c (or zeros).
@@ -178,6 +183,21 @@ def _check_no_alias(c, a, b) -> None:
             raise PingpongError(f"c must not share memory with {name} (the product would read what it overwrites)")
 
 
+def _check_no_alias_fast(c, a, b, extents) -> None:
+    """`_check_no_alias` with the byte extents the plan computed once (strides are keyed)."""
+    ea, eb, ec = extents
+    c0 = c.data_ptr()
+    c1 = c0 + ec
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    if (c0 < a0 + ea and a0 < c1) or (c0 < b0 + eb and b0 < c1):
+        _check_no_alias(c, a, b)  # the same test, reported with the argument's name
+
+
+def _check_bias_not_in(c, bias) -> None:
+    if bias is not None and _overlaps(c, bias):
+        raise PingpongError("bias must not share memory with c (the epilogue would read what it overwrites)")
+
+
 # ----------------------------------------------------------------------------- the plan of a call
 
 
@@ -202,6 +222,8 @@ def _validate_gemm(a, b, c, out_dtype, bias=None, activation=None) -> tuple[torc
 
 def _new_plan(key, a, b, c, beta, dtype, inplace, config, bias=None, activation="none") -> plan_mod.Plan:
     p = plan_mod.build(a, b, c, beta, dtype, inplace, config, bias, activation)
+    if inplace:
+        p.extents = tuple(0 if t.numel() == 0 else _span(t)[1] - _span(t)[0] for t in (a, b, c))
     return plan_mod.store(key, p) if key is not None else p
 
 
@@ -279,10 +301,12 @@ def gemm_(c, a, b, *, alpha=1.0, beta=0.0, bias=None, activation=None) -> torch.
         act = _check_epilogue(a, b, bias, activation)
         _check_inplace_target(c, a, b)
         _check_no_alias(c, a, b)
+        _check_bias_not_in(c, bias)
         _check_gpu(a)
         plan = _new_plan(key, a, b, c, beta, c.dtype, True, None, bias, act)
     else:
-        _check_no_alias(c, a, b)  # addresses change from call to call
+        _check_no_alias_fast(c, a, b, plan.extents)  # addresses change from call to call
+        _check_bias_not_in(c, bias)
     plan.run(a, b, c, c, alpha, beta, bias)
     return c
 

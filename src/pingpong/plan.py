@@ -119,7 +119,7 @@ def _fresh_row_major_legal(n: int, dtype: torch.dtype) -> bool:
 class Plan:
     """A dispatch decision. `path`: "hopper", "hopper-padded", "portable" or "amd"."""
 
-    __slots__ = ("path", "device", "activation")
+    __slots__ = ("path", "device", "activation", "extents")  # extents: byte spans of a, b, c (in-place plans)
 
     def run(self, a, b, out, c, alpha: float, beta: float, bias=None) -> None:
         raise NotImplementedError

@@ -1,13 +1,13 @@
 """Hopper (sm_90a) vector add: TMA in, TMA out, loads issued AHEAD steps ahead; persistent
-(the seed's grid-stride loop, `PERSISTENT`) or one tile per program (`DEFAULT`, measured faster).
+(the gfx942 design's grid-stride loop, `PERSISTENT`) or one tile per program (`DEFAULT`, measured faster).
 
-The seed's gfx942 design (DESIGN.md table) mapped to Hopper:
+The gfx942 design (gfx942.py; docs/design.md maps AMD concepts to Hopper) on Hopper:
 
-    seed (gfx942)                           here (sm_90a)
+    gfx942                                  here (sm_90a)
     grid = #CUs, grid-stride loop           grid = #SMs (x programs_per_sm), tile_of / tiles_of_program;
                                             or grid = #tiles (programs_per_sm = 0, the default)
     buffer_load ... lds (no VGPRs)          TMA bulk tensor copy -> shared memory
-    2 LDS buffers, refill 2 steps ahead     STAGES-slot ring, refill AHEAD steps ahead (seed: 2, 2)
+    2 LDS buffers, refill 2 steps ahead     STAGES-slot ring, refill AHEAD steps ahead (gfx942: 2, 2)
     s_waitcnt vmcnt(2) / vmcnt(3)           ready[slot] mbarrier, expect-tx, parity wait
     buffer_store, OOB dropped               TMA store from shared memory, OOB dropped
     num_records = N*4 (OOB loads -> 0)      descriptor shape [n] (OOB loads -> 0): no masks
@@ -51,7 +51,7 @@ class StreamConfig:
 
     tile_bytes:      bytes of one operand's tile (one step); BLOCK = tile_bytes // itemsize.
     stages:          input ring slots (each holds an a-tile and a b-tile).
-    ahead:           how many grid-stride steps ahead a slot is refilled (the seed: 2);
+    ahead:           how many grid-stride steps ahead a slot is refilled (gfx942: 2);
                      AHEAD tiles of a and b are in flight per program.
     out_bufs:        output tiles in shared memory, so a TMA store can be in flight while
                      the next result is written (store_wait(out_bufs - 1) bounds the window).
@@ -173,7 +173,7 @@ def _row_warps(vec: int, num_warps: int) -> int:
     return num_warps // max(1, min(num_warps, ROW // (32 * vec)))
 
 
-#: The seed's persistent schedule: one program per SM, 16 KB per operand tile, 3 slots refilled
+#: The gfx942 design's persistent schedule: one program per SM, 16 KB per operand tile, 3 slots refilled
 #: 2 steps ahead, so 2-3 tiles (64-96 KB of loads) are in flight per SM; 128 KB of shared
 #: memory. The kernel's docstring schedule is drawn for it. Measured on H200 (RESULTS.md,
 #: runs 7-13): 0.95 of torch.add at 2**24-2**28 for every persistent config swept.
@@ -305,7 +305,7 @@ def vector_add_tma_kernel(a_desc, b_desc, c_desc, n, STAGES: gl.constexpr, AHEAD
                    ---------------------------------------------------------------
         step i     [STAGES > AHEAD]  fill(i+AHEAD)  into the slot step i-1 freed
                    take(i): wait ready[slot] parity (i // STAGES) & 1; smem -> regs
-                   [STAGES == AHEAD] fence; fill(i+AHEAD) into the slot just read (seed)
+                   [STAGES == AHEAD] fence; fill(i+AHEAD) into the slot just read (gfx942's order)
                    c = a + b
                    store_wait(OUT_BUFS-1); c -> out[i % OUT_BUFS]; fence; TMA store
                    ---------------------------------------------------------------
