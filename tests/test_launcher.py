@@ -13,19 +13,22 @@ from pingpong.hopper import launch as hl
 from pingpong.launcher import CachedLaunch, DirectLaunch, bind_jit_args, launch_key
 
 
-def _operands(col_major_a: bool, with_c: bool):
+def _operands(col_major_a: bool, with_c: bool, batch: tuple = ()):
+    """Batched (`batch` = (B,)): a, c and out are (B, ·, ·), the weight is shared (rank-2)."""
     M, N, K = 384, 520, 320
-    a = torch.empty(K, M, dtype=torch.bfloat16).t() if col_major_a else torch.empty(M, K, dtype=torch.bfloat16)
+    a = torch.empty(*batch, K, M, dtype=torch.bfloat16).transpose(-1, -2) if col_major_a else \
+        torch.empty(*batch, M, K, dtype=torch.bfloat16)
     w = torch.empty(N, K, dtype=torch.bfloat16)
-    out = torch.empty(M, N, dtype=torch.bfloat16)
-    c = torch.empty(M, N, dtype=torch.bfloat16) if with_c else None
+    out = torch.empty(*batch, M, N, dtype=torch.bfloat16)
+    c = torch.empty(*batch, M, N, dtype=torch.bfloat16) if with_c else None
     return a, w.t(), out, c
 
 
-@pytest.mark.parametrize("col_major_a, with_c, with_bias", [(False, True, False), (True, False, True)])
-def test_gemm_direct_launch_passes_what_triton_passes(monkeypatch, col_major_a, with_c, with_bias):
-    a, b, out, c = _operands(col_major_a, with_c)
-    bias = torch.empty(out.shape[1], dtype=torch.bfloat16) if with_bias else None
+@pytest.mark.parametrize("col_major_a, with_c, with_bias, batch",
+                         [(False, True, False, ()), (True, False, True, ()), (True, True, True, (3,))])
+def test_gemm_direct_launch_passes_what_triton_passes(monkeypatch, col_major_a, with_c, with_bias, batch):
+    a, b, out, c = _operands(col_major_a, with_c, batch)
+    bias = torch.empty(out.shape[-1], dtype=torch.bfloat16) if with_bias else None
     config = KernelConfig(128, 128, 64, schedule="pingpong")
     fn, args, kwargs, grid = hl.prepare(a, b, out, c, 1.5, 0.25 if with_c else 0.0, config, sms=132, bias=bias,
                                         activation="gelu_tanh" if with_bias else "none")
@@ -51,6 +54,7 @@ def test_gemm_direct_launch_passes_what_triton_passes(monkeypatch, col_major_a, 
     assert ours[13:] == theirs[13:]
     maps = [x for x in ours[13:] if isinstance(x, tuple) and x[:1] == ("map",)]
     assert [m[1] for m in maps] == list(ptrs[:4])  # one CUtensorMap per descriptor, at its address
+    assert [len(m[6]) for m in maps] == ([3, 2, 3, 3] if batch else [2] * 4)  # rank-3 batched, rank-2 shared
     assert ptrs[4] in ours[13:]  # the bias pointer (never read without a bias)
 
 
