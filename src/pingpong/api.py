@@ -311,26 +311,28 @@ def gemm_(c, a, b, *, alpha=1.0, beta=0.0, bias=None, activation=None) -> torch.
     return c
 
 
-def path_for(a, b, c=None, *, beta=0.0, out_dtype=None, inplace=False) -> str:
+def path_for(a, b, c=None, *, beta=0.0, out_dtype=None, inplace=False, bias=None, activation=None) -> str:
     """The path the call takes: "hopper", "hopper-padded" (an aligned copy of an operand, of
     c, or of the output), "portable", "amd", or "empty" (M, N or K is 0: no kernel runs).
 
     path_for(a, b)                         matmul(a, b)
     path_for(a, b, c, beta=β)              gemm(a, b, c, beta=β)
     path_for(a, b, c, beta=β, inplace=True) gemm_(c, a, b, beta=β)
+    path_for(a, b, bias=v, activation=f)   gemm(a, b, bias=v, activation=f)
     """
     beta = _check_scalar("beta", beta)
     dtype = getattr(c, "dtype", None) if inplace else out_dtype
-    plan, key = _plan(a, b, c, beta, dtype, inplace, None)
+    plan, key = _plan(a, b, c, beta, dtype, inplace, None, bias, activation)
     if plan is None:
         if inplace:
             _check_operands(a, b)
             _check_c(c, a, b, getattr(c, "dtype", None))
+            act = _check_epilogue(a, b, bias, activation)
             dtype = c.dtype
             _check_gpu(a)
         else:
-            dtype = _validate_gemm(a, b, c, out_dtype)[0]
-        plan = _new_plan(key, a, b, c, beta, dtype, inplace, None)
+            dtype, act = _validate_gemm(a, b, c, out_dtype, bias, activation)
+        plan = _new_plan(key, a, b, c, beta, dtype, inplace, None, bias, act)
     return plan.path
 
 
