@@ -148,6 +148,25 @@ def test_portable_batched(case, layout):
     check(out, reference(a, b, alpha=1.25, beta=0.5, c=c, bias=bias, activation="relu"), k, seed)
 
 
+# ----------------------------------------------------------------------------- Hopper scheduler
+
+
+@pytest.mark.parametrize("pid_m, pid_n, batches, programs, group_m", [(3, 5, 4, 7, 2), (1, 1, 9, 4, 8), (5, 2, 1, 3, 8)])
+def test_batched_raster_covers_every_tile_of_every_batch_once(pid_m, pid_n, batches, programs, group_m):
+    """The persistent programs' tile ids, split by batch_and_tile and tile_coords (the
+    scheduler's own arithmetic, run in Python), visit each (batch, pid_m, pid_n) exactly once."""
+    from pingpong.hopper.scheduler import batch_and_tile, tile_coords, tiles_of_program
+
+    per_batch = pid_m * pid_n
+    seen = []
+    for p in range(programs):
+        for i in range(tiles_of_program.fn(per_batch * batches, p, programs)):
+            batch, t = batch_and_tile.fn(p + i * programs, per_batch)
+            seen.append((batch, *tile_coords.fn(t, pid_m, pid_n, group_m)))
+    want = [(b, m, n) for b in range(batches) for m in range(pid_m) for n in range(pid_n)]
+    assert sorted(seen) == want
+
+
 # ----------------------------------------------------------------------------- Hopper, offline
 
 

@@ -16,8 +16,8 @@ A row-panels and B column-panels and their loads hit in L2:
 A batched product numbers its tiles batch after batch (tile id = batch · tiles_per_batch +
 the id above), all in one persistent grid: `tile_batch` and `tile_offsets` split the id.
 
-`tile_coords` is plain arithmetic: tests call `tile_coords.fn(...)` in Python and check the
-raster is a permutation of all tiles.
+`tile_coords` and `batch_and_tile` are plain arithmetic: tests call their `.fn(...)` in
+Python and check the raster is a permutation of all tiles of all batches.
 """
 
 from triton.experimental import gluon
@@ -35,6 +35,12 @@ def tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
     pid_m = first_m + (tile_id % tiles_per_band) % band_m
     pid_n = (tile_id % tiles_per_band) // band_m
     return pid_m, pid_n
+
+
+@gluon.jit
+def batch_and_tile(tile_id, tiles_per_batch):
+    """(batch, tile id inside that batch's matrix) of a global tile id (batch after batch)."""
+    return tile_id // tiles_per_batch, tile_id % tiles_per_batch
 
 
 @gluon.jit
@@ -88,11 +94,12 @@ class TileScheduler:
     @gluon.jit
     def tile_offsets(self, local_tile):
         """(off_m, off_n) of this program's `local_tile`-th tile inside its batch's matrix."""
-        tile_id = (self.pid + local_tile * self.num_programs) % self.tiles_per_batch
+        _, tile_id = batch_and_tile(self.pid + local_tile * self.num_programs, self.tiles_per_batch)
         pid_m, pid_n = tile_coords(tile_id, self.num_pid_m, self.num_pid_n, self.GROUP_M)
         return pid_m * self.BM, pid_n * self.BN
 
     @gluon.jit
     def tile_batch(self, local_tile):
         """The batch (matrix index) of this program's `local_tile`-th tile."""
-        return (self.pid + local_tile * self.num_programs) // self.tiles_per_batch
+        batch, _ = batch_and_tile(self.pid + local_tile * self.num_programs, self.tiles_per_batch)
+        return batch
