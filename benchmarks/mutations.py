@@ -31,6 +31,28 @@ MUTATIONS = [
     ("K-step advance in 32 bits", "src/pingpong/portable.py",
      "a_step = tl.cast(stride_ak, tl.int64) * BK", "a_step = stride_ak * BK",
      "tests/test_reliability_indexing.py"),
+    # -- KernelConfig's shared-memory budget and bounds
+    ("smem limit check loosened by 4 KB", "src/pingpong/config.py",
+     "if total > SMEM_LIMIT:", "if total > SMEM_LIMIT + 4096:",
+     "tests/test_reliability_config.py"),
+    ("fixed-bytes term zeroed", "src/pingpong/config.py",
+     "_epilogue(cfg, in_bytes, out_bytes)[2] + _FIXED_BYTES", "_epilogue(cfg, in_bytes, out_bytes)[2] + 0",
+     "tests/test_reliability_config.py"),
+    ("staging term zeroed", "src/pingpong/config.py",
+     "_epilogue(cfg, in_bytes, out_bytes)[2] + _FIXED_BYTES", "_FIXED_BYTES",
+     "tests/test_reliability_config.py"),
+    ("SMEM_LIMIT raised to 228 KB", "src/pingpong/config.py",
+     "SMEM_LIMIT = 227 * 1024", "SMEM_LIMIT = 228 * 1024",
+     "tests/test_reliability_config.py tests/test_config.py"),
+    ("stages upper bound dropped", "src/pingpong/config.py",
+     "if self.stages > MAX_STAGES:", "if False:",
+     "tests/test_reliability_config.py"),
+    ("group_m upper bound dropped", "src/pingpong/config.py",
+     "if self.group_m > MAX_GROUP_M:", "if False:",
+     "tests/test_reliability_config.py"),
+    ("derive cached by equality (untyped)", "src/pingpong/config.py",
+     "@functools.lru_cache(maxsize=None, typed=True)", "@functools.lru_cache(maxsize=None)",
+     "tests/test_reliability_config.py"),
 ]
 
 
