@@ -62,5 +62,7 @@ def build(name: str, k_iters: int | None = None):
 
     if name not in SHIPPED:
         raise ScheduleError(f"unknown schedule {name!r}; shipped: {', '.join(SHIPPED)}")
+    if k_iters is not None and (type(k_iters) is not int or k_iters < 1):
+        raise ScheduleError(f"k_iters must be an int >= 1 (K-loop iterations to unroll), got {k_iters!r}")
     e = SHIPPED[name]
     return e.build(e.default_k if k_iters is None else k_iters)
