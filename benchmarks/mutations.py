@@ -130,6 +130,42 @@ MUTATIONS = [
     ("TMA stride limit dropped", "src/pingpong/addressing.py",
      "if st * t.element_size() >= TMA_STRIDE_BYTES_LIMIT]", "if False]",
      "tests/test_reliability_indexing.py"),
+    # -- the fused epilogue and batched products
+    ("activation dropped", "src/pingpong/portable.py",
+     "    acc = activate(acc, ACTIVATION)\n    if HAS_C:", "    if HAS_C:",
+     "tests/test_fused.py -k portable"),
+    ("residual added before the activation", "src/pingpong/portable.py",
+     "    acc = activate(acc, ACTIVATION)\n    if HAS_C:\n        c = tl.load(c_ptr + batch * stride_cb + rm[:, None] * stride_cm"
+     " + rn[None, :] * stride_cn, mask=mask,\n                    other=0.0)\n        acc += beta * c.to(tl.float32)\n",
+     "    if HAS_C:\n        c = tl.load(c_ptr + batch * stride_cb + rm[:, None] * stride_cm"
+     " + rn[None, :] * stride_cn, mask=mask,\n                    other=0.0)\n        acc += beta * c.to(tl.float32)\n"
+     "    acc = activate(acc, ACTIVATION)\n",
+     "tests/test_fused.py -k portable"),
+    ("row bias read per column", "src/pingpong/portable.py",
+     "acc += tl.load(bias_ptr + rm, mask=mask_m, other=0.0).to(tl.float32)[:, None]",
+     "acc += tl.load(bias_ptr + rn, mask=mask_n, other=0.0).to(tl.float32)[None, :]",
+     "tests/test_fused.py -k portable"),
+    ("C's batch stride ignored", "src/pingpong/portable.py",
+     "c_ptr + batch * stride_cb", "c_ptr", "tests/test_fused.py -k batched"),
+    ("gelu_tanh cubic coefficient", "src/pingpong/portable.py",
+     "(z + 0.044715 * z * z * z)", "(z + 0.0447 * z * z * z)", "tests/test_fused.py -k grid"),
+    ("(M, 1) bias taken per column", "src/pingpong/fused.py",
+     'return "row" if bias.dim() == 2', 'return "col" if bias.dim() == 2', "tests/test_fused.py"),
+    ("unknown activation accepted", "src/pingpong/fused.py",
+     "if not isinstance(activation, str) or activation not in ACTIVATIONS:", "if not isinstance(activation, str):",
+     "tests/test_fused.py tests/test_api_validation.py"),
+    ("empty K ignores the bias", "src/pingpong/plan.py",
+     "            y = fused.torch_activation(self.activation)(y + bias.float())",
+     "            y = fused.torch_activation(self.activation)(y)", "tests/test_plan.py"),
+    ("batch stride legality unchecked", "src/pingpong/plan.py",
+     "return tma_orientation(t[0]) if (t.stride(0) * t.element_size()) % 16 == 0 else None",
+     "return tma_orientation(t[0])", "tests/test_plan.py"),
+    ("batch split off by one tile", "src/pingpong/hopper/scheduler.py",
+     "return tile_id // tiles_per_batch, tile_id % tiles_per_batch",
+     "return tile_id // (tiles_per_batch + 1), tile_id % tiles_per_batch", "tests/test_fused.py -k raster"),
+    ("Hopper bias never loaded", "src/pingpong/hopper/launch.py",
+     "batches=batches, BIAS=fused.bias_kind(bias)", 'batches=batches, BIAS="none"',
+     "tests/test_fused.py -k hopper"),
 ]
 
 
