@@ -125,6 +125,7 @@ BATCHED = {  # a's batch, b's batch, c's batch (None: no C) -> the result's batc
     "shared_a": ((), (3,), None),
     "stride0_b": ((3,), "stride0", (3,)),
     "shared_c": ((3,), (3,), ()),
+    "size1_a": ((1,), (3,), (3,)),
 }
 
 

@@ -238,8 +238,11 @@ def _input_precision(dtype: torch.dtype) -> str:
 
 
 def _strides(t: torch.Tensor) -> tuple[int, int, int]:
-    """(batch, row, column) strides; a 2-D operand of a batched product has batch stride 0."""
-    return tuple(t.stride()) if t.dim() == 3 else (0, *t.stride())
+    """(batch, row, column) strides; an operand shared by the batches (2-D, or batch size 1)
+    has batch stride 0."""
+    if t.dim() == 2:
+        return (0, *t.stride())
+    return (0 if t.shape[0] == 1 else t.stride(0), *t.stride()[1:])
 
 
 def _launch(a, b, c, out, alpha, beta, block, has_c, bias=None, activation="none",
@@ -284,8 +287,8 @@ def portable_gemm(
     """out = act(alpha * (a @ b) + bias) + beta * c, written into `out`; returns `out`.
 
     2-D: a (M, K), b (K, N), out and c (M, N). Batched: out (B, M, N); a (B, M, K) or (M, K),
-    b (B, K, N) or (K, N), c (B, M, N) or (M, N); a 2-D operand (or batch stride 0) is shared
-    by every batch. `bias` and `activation` as in pingpong.fused (validated by the caller).
+    b (B, K, N) or (K, N), c (B, M, N) or (M, N); a 2-D operand (or batch size 1, or batch
+    stride 0) is shared by every batch. `bias` and `activation` as in pingpong.fused (validated by the caller).
     No user-input validation here (`pingpong.api` does that); the asserts state this
     function's own preconditions. `out` may be `c` itself (same storage and strides: each
     element is read before it is written, by the same program); it must not overlap a or b.
@@ -298,7 +301,7 @@ def portable_gemm(
     N = b.shape[-1]
     batch = tuple(out.shape[:-2])
     assert tuple(out.shape[-2:]) == (M, N), f"out must be {batch + (M, N)}, is {tuple(out.shape)}"
-    assert all(t.dim() == 2 or t.shape[0] == out.shape[0] for t in (a, b)), "batch sizes differ"
+    assert all(t.dim() == 2 or t.shape[0] in (1, out.shape[0]) for t in (a, b)), "batch sizes differ"
     assert a.dtype == b.dtype and a.dtype in SUPPORTED_INPUTS, f"inputs {a.dtype}, {b.dtype}"
     assert out.dtype in SUPPORTED_OUTPUTS, f"output {out.dtype}"
     has_c = c is not None and beta != 0.0
