@@ -149,6 +149,44 @@ def test_portable_batched(case, layout):
     check(out, reference(a, b, alpha=1.25, beta=0.5, c=c, bias=bias, activation="relu"), k, seed)
 
 
+# ----------------------------------------------------------------------------- public API
+
+
+@pytest.fixture
+def api_on_interpreter(monkeypatch):
+    """The public functions end to end (validation, plan, launch) on the portable kernel under
+    the interpreter: as on a non-Hopper GPU, with CPU tensors allowed."""
+    import pingpong.portable as portable
+    from pingpong import api, plan
+
+    monkeypatch.setattr(api, "_check_gpu", lambda a: None)
+    monkeypatch.setattr(plan, "is_hopper", lambda device: False)
+    monkeypatch.setattr(portable, "portable_gemm", functools.partial(portable.portable_gemm, interpret=True))
+    plan.PLANS.clear()
+    yield
+    plan.PLANS.clear()
+
+
+def test_api_fused_and_batched_end_to_end(api_on_interpreter):
+    import pingpong
+
+    gen = torch.Generator().manual_seed(5)
+    x = matrix((3,), 20, 32, torch.float16, False, gen)
+    w = matrix((), 24, 32, torch.float16, False, gen)  # an (N, K) weight, shared by the batches
+    bias = torch.randn(24, generator=gen).to(torch.float16)
+    for _ in range(2):  # the second call takes the cached plan
+        y = pingpong.gemm(x, w.t(), bias=bias, activation="gelu_tanh", out_dtype=torch.float32)
+        check(y, reference(x, w.t(), bias=bias, activation="gelu_tanh"), 32, 5)
+    c = torch.randn(3, 20, 24, generator=gen)
+    c0 = c.clone()
+    pingpong.gemm_(c, x, w.t(), alpha=2.0, beta=0.5, bias=bias.reshape(1, 24), activation="silu")
+    check(c, reference(x, w.t(), alpha=2.0, beta=0.5, c=c0, bias=bias, activation="silu"), 32, 5)
+    row_bias = torch.randn(20, 1, generator=gen)
+    z = pingpong.gemm(x, w.t(), c0[0].half(), beta=1.0, bias=row_bias, activation="relu")  # a shared (M, N) c
+    assert z.shape == (3, 20, 24) and z.dtype == torch.float16
+    check(z, reference(x, w.t(), beta=1.0, c=c0[0].half(), bias=row_bias, activation="relu"), 32, 5)
+
+
 # ----------------------------------------------------------------------------- Hopper scheduler
 
 
