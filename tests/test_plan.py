@@ -175,3 +175,17 @@ def test_in_place_plan_from_path_for_serves_gemm_(monkeypatch):
     with pytest.raises(pingpong.PingpongError, match="share memory with a"):
         pingpong.gemm_(c2, a2, b, beta=1.0)  # a plan hit: the fast overlap check
     assert len(runs) == 1
+
+
+def test_tensors_past_the_tma_range_take_the_portable_kernel(monkeypatch):
+    """An operand whose column stride is 2**40 bytes: TMA cannot describe it, the portable
+    kernel (64-bit offsets) can. Meta tensors make the huge stride free."""
+    monkeypatch.setattr(plan, "is_hopper", lambda device: True)
+    meta = dict(dtype=BF16, device="meta")
+    a = torch.empty(64, 32, **meta)
+    assert plan.build(a, torch.empty(32, 48, **meta), None, 0.0, BF16, False, None).path == "hopper"
+    far = torch.empty(2**39 + 64, **meta).as_strided((32, 2), (1, 2**39))
+    assert not plan.addressable("hopper", far) and plan.addressable("portable", far)
+    assert plan.build(torch.empty(64, 32, **meta), far, None, 0.0, BF16, False, None).path == "portable"
+    with pytest.raises(pingpong.PingpongError, match="config: the Hopper kernel cannot address"):
+        plan.build(torch.empty(64, 32, **meta), far, None, 0.0, BF16, False, KernelConfig(128, 128, 64))

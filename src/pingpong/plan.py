@@ -25,6 +25,7 @@ import collections
 
 import torch
 
+from .addressing import addressable, unaddressable
 from .config import KernelConfig, default_config
 from .device import is_hopper
 from .errors import PingpongError
@@ -202,8 +203,14 @@ def build(a, b, c, beta: float, out_dtype: torch.dtype, inplace: bool, config: K
         if torch.version.hip is not None:
             from .amd import dispatch
 
-            if dispatch.accepts(a, b, out_dtype):
+            if dispatch.accepts(a, b, out_dtype) and addressable(dispatch.select_kernel(dispatch._device_arch(a)),
+                                                                 a, b, c if read or inplace else None):
                 return AmdPlan(device, read)
+        return PortablePlan(device, read)  # 64-bit offsets where a span needs them: addresses any tensor
+    if not addressable("hopper", a, b, c if read or inplace else None):
+        if config is not None:
+            raise PingpongError(f"config: the Hopper kernel cannot address this call's tensors "
+                                f"({unaddressable('hopper', a=a, b=b, c=c)}); matmul_tiled runs only the Hopper kernel")
         return PortablePlan(device, read)
     M, K = a.shape
     N = b.shape[1]
