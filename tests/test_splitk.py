@@ -1,0 +1,98 @@
+"""Split-K / swap-AB on the CPU: the work decomposition covers every (tile, k-step) exactly
+once, the configs validate, and every new kernel variant compiles offline for sm_90a with
+the facts its design promises."""
+
+import functools
+import itertools
+
+import pytest
+
+from pingpong import ConfigError, KernelConfig
+from pingpong import compile as cc
+from pingpong.config import SCHEDULE_FACTS, SMEM_LIMIT
+from pingpong.hopper.launch import OFFLINE_SPLIT_VARIANTS, workspace_shape
+from pingpong.hopper.scheduler import effective_splits, split_work, tile_coords, tiles_of_program
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+@pytest.mark.parametrize("k_steps, split_k", list(itertools.product((1, 2, 3, 10, 17, 64, 1024), (1, 2, 3, 4, 8, 64))))
+def test_effective_splits_leave_no_split_empty(k_steps, split_k):
+    splits = effective_splits(k_steps * 64, 64, split_k)
+    per = cdiv(k_steps, splits)  # what the kernel's SplitKScheduler computes
+    assert 1 <= splits <= min(split_k, k_steps)
+    assert (splits - 1) * per < k_steps <= splits * per, "the last split has k-steps, none is left over"
+
+
+@pytest.mark.parametrize("pid_m, pid_n, splits, programs", [(1, 1, 8, 132), (4, 4, 8, 132), (3, 5, 4, 7), (64, 1, 2, 132)])
+def test_split_units_cover_each_tile_and_split_once(pid_m, pid_n, splits, programs):
+    tiles = pid_m * pid_n
+    seen = []
+    for pid in range(programs):
+        for t in range(tiles_of_program.fn(tiles * splits, pid, programs)):
+            tile, split = split_work.fn(pid + t * programs, tiles)
+            seen.append((tile_coords.fn(tile, pid_m, pid_n, 8), split))
+    assert sorted(seen) == sorted(((m, n), s) for m in range(pid_m) for n in range(pid_n) for s in range(splits))
+
+
+def test_workspace_rows_per_split_are_whole_tiles():
+    cfg = KernelConfig(128, 128, 64, split_k=8)
+    assert workspace_shape(500, 1001, 65536, cfg) == (8 * 512, 1004)  # 4 row tiles per split; rows of 16 bytes
+    swap = KernelConfig(128, 16, 64, split_k=2, swap_ab=True)
+    assert workspace_shape(3, 4097, 8192, swap) == (2 * 4224, 4)  # Cᵀ: N on the rows
+
+
+def test_split_configs_store_fp32_partials():
+    d = KernelConfig(128, 16, 64, swap_ab=True).derive(out_bytes=2)
+    assert d.workspace and d.epilogue_bytes == 2 * 64 * 16 * 4  # fp32 staging whatever the output type
+    assert KernelConfig(128, 128, 64, split_k=4).derive().releasers == SCHEDULE_FACTS["cooperative"].releasers
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(split_k=0), "split_k must be an int in 1..64"),
+    (dict(split_k=65), "split_k must be an int in 1..64"),
+    (dict(split_k=True), "split_k must be an int"),
+    (dict(swap_ab=1), "swap_ab must be a bool"),
+    (dict(split_k=2, schedule="persistent"), "warp-specialized"),
+    (dict(swap_ab=True, schedule="persistent"), "warp-specialized"),
+    (dict(block_m=64, block_n=16, swap_ab=True), "multiple of the wgmma M"),  # cooperative halves 64 rows
+])
+def test_validate_names_split_constraints(kwargs, needle):
+    with pytest.raises(ConfigError, match=needle):
+        KernelConfig(**kwargs).validate()
+
+
+@pytest.mark.parametrize("block_n", [16, 32, 64])
+def test_small_tiles_validate(block_n):
+    for schedule, block_m in (("cooperative", 128), ("pingpong", 64), ("pingpong", 128)):
+        KernelConfig(block_m, block_n, 64, schedule=schedule, swap_ab=True).validate()
+
+
+@functools.lru_cache(maxsize=None)
+def facts(kernel):
+    return cc.compile_kernel(kernel, "sm_90a").facts()
+
+
+GEMM_VARIANTS = [name for name, v in OFFLINE_SPLIT_VARIANTS.items() if v[2] == 0]
+REDUCE_VARIANTS = [name for name, v in OFFLINE_SPLIT_VARIANTS.items() if v[2] == 1]
+
+
+@pytest.mark.parametrize("kernel", GEMM_VARIANTS)
+def test_split_gemm_variants_compile_with_their_facts(kernel):
+    f = facts(kernel)
+    assert f.counts["HGMMA"] > 0 and f.counts["wgmma"] > 0, "tensor-core wgmma missing"
+    assert f.counts["UTMALDG"] > 0 and f.counts["UTMASTG"] > 0, "TMA loads / TMA-store of the partials missing"
+    assert f.spill_bytes == 0 and f.counts["LDL/STL"] == 0, "local-memory spills"
+    assert 0 < f.shared_bytes <= SMEM_LIMIT
+    config = OFFLINE_SPLIT_VARIANTS[kernel][0]
+    assert f.shared_bytes >= config.derive().shared_bytes - 1024, "the derived shared memory is what the kernel uses"
+    assert f.counts["setmaxnreg"] > 0 and f.warps == 12, "producer warp + two consumer warpgroups"
+
+
+@pytest.mark.parametrize("kernel", REDUCE_VARIANTS)
+def test_reduction_compiles_without_spills(kernel):
+    f = facts(kernel)
+    assert f.spill_bytes == 0 and f.counts["LDL/STL"] == 0
+    assert f.counts["HGMMA"] == 0 and f.shared_bytes <= SMEM_LIMIT
