@@ -96,3 +96,23 @@ def test_reduction_compiles_without_spills(kernel):
     f = facts(kernel)
     assert f.spill_bytes == 0 and f.counts["LDL/STL"] == 0
     assert f.counts["HGMMA"] == 0 and f.shared_bytes <= SMEM_LIMIT
+
+
+@pytest.mark.parametrize("layout", ["nn", "tn", "tt"])
+def test_swap_ab_compiles_for_every_operand_layout(layout):
+    """Swap-AB turns A into the kernel's B: the MN-major (transposed) operand paths compile too."""
+    import torch
+
+    from pingpong.hopper.launch import prepare_split
+
+    M, N, K = 64, 1024, 1024
+    config = KernelConfig(128, 32, 64, split_k=2, swap_ab=True)
+    store = lambda rows, cols, t: torch.empty(cols, rows, dtype=torch.bfloat16).t() if t else torch.empty(rows, cols, dtype=torch.bfloat16)  # noqa: E731
+    a, b = store(M, K, layout[0] == "t"), store(K, N, layout[1] == "t")
+    out = torch.empty(M, N, dtype=torch.bfloat16)
+    ws = torch.empty(workspace_shape(M, N, K, config), dtype=torch.float32)
+    with cc.offline("sm_90a"):
+        kernel, args, kwargs, grid = prepare_split(a, b, out, None, 1.0, 0.0, config, 132, ws)[0]
+        assert kwargs["A_KMAJOR"] == (layout[1] == "t") and kwargs["B_KMAJOR"] == (layout[0] == "n")
+        ck = kernel.warmup(*args, grid=grid, **kwargs)
+    assert "wgmma.mma_async" in ck.asm["ptx"] and ck.metadata.shared <= SMEM_LIMIT

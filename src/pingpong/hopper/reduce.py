@@ -64,9 +64,11 @@ def reduce_splits(ws_ptr, c_ptr, out_ptr, M, N, splits, split_stride, ws_ld, c_l
         offs = cols.to(gl.int64) * ws_ld + rows
     else:
         offs = rows.to(gl.int64) * ws_ld + cols
-    acc = gl.load(ws_ptr + offs, mask=inside, other=0.0)
-    for s in range(1, splits):  # fixed order: bitwise repeatable
-        acc += gl.load(ws_ptr + s * split_stride + offs, mask=inside, other=0.0)
+    partial = ws_ptr + offs
+    acc = gl.load(partial, mask=inside, other=0.0)
+    for _ in range(1, splits):  # fixed order: bitwise repeatable
+        partial += split_stride  # pointer steps: no 32-bit product of split and stride
+        acc += gl.load(partial, mask=inside, other=0.0)
     acc = gl.convert_layout(acc, store_layout) * alpha
     rows, cols = _block_offsets(r0, c0, BR, BC, store_layout)
     inside = (rows < M) & (cols < N)
