@@ -116,3 +116,62 @@ def test_swap_ab_compiles_for_every_operand_layout(layout):
         assert kwargs["A_KMAJOR"] == (layout[1] == "t") and kwargs["B_KMAJOR"] == (layout[0] == "n")
         ck = kernel.warmup(*args, grid=grid, **kwargs)
     assert "wgmma.mma_async" in ck.asm["ptx"] and ck.metadata.shared <= SMEM_LIMIT
+
+
+# ----------------------------------------------------------------------------- the plan
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """Plans built as on a Hopper GPU; each CachedLaunch call is recorded, not run."""
+    from pingpong import plan
+
+    monkeypatch.setattr(plan, "is_hopper", lambda device: True)
+    monkeypatch.setattr("pingpong.device.sm_count", lambda device: 132)
+    calls = []
+    monkeypatch.setattr(plan.CachedLaunch, "__call__",
+                        lambda self, device, ptrs, dyn, prepare, *inputs: calls.append((self, ptrs, dyn, prepare, inputs)))
+    return calls
+
+
+def _bf16(*shape):
+    import torch
+
+    return torch.randn(*shape).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("case", ["decode nt", "decode nn odd N", "large K", "in place, column-major c"])
+def test_split_plan_launches_gemm_then_reduction_on_the_right_pointers(launches, case):
+    """The plan's per-call pointers are the bases of the very descriptors / tensors the JIT
+    launch was prepared with (swap-AB: the kernel's A is b), so a direct launch reads and
+    writes what the JIT launch did."""
+    import torch
+
+    from pingpong import plan
+
+    a, b, c, inplace, beta = {
+        "decode nt": lambda: (_bf16(16, 1024), _bf16(4096, 1024).t(), None, False, 0.0),
+        "decode nn odd N": lambda: (_bf16(3, 1024), _bf16(1024, 4095), None, False, 0.0),
+        "large K": lambda: (_bf16(256, 8192), _bf16(256, 8192).t(), _bf16(256, 256), False, 0.5),
+        "in place, column-major c": lambda: (_bf16(16, 1024), _bf16(4096, 1024).t(), _bf16(4096, 16).t(), True, 1.0),
+    }[case]()
+    p = plan.build(a, b, c, beta, torch.bfloat16, inplace, None)
+    assert isinstance(p, plan.SplitPlan) and (p.config.swap_ab or p.config.split_k > 1)
+    out = c if inplace else torch.empty(a.shape[0], b.shape[1], dtype=torch.bfloat16)
+    p.run(a, b, out, c, 1.0, beta)
+    (gemm, gptrs, gdyn, gprep, ginputs), (red, rptrs, rdyn, rprep, rinputs) = launches
+    assert gemm is p.launch and red is p.reduce and gdyn == () and rdyn == (1.0, beta)
+    # b with 4095-element rows and a column-major c need aligned copies; the output never
+    # does (the reduction writes through pointers), unless in place on a column-major c
+    assert p.path == ("hopper-padded" if case in ("decode nn odd N", "in place, column-major c") else "hopper")
+    with cc.offline("sm_90a"):
+        fn, args, kwargs, grid = gprep(*ginputs)
+        assert [d.base.data_ptr() for d in args[:4]] == list(gptrs)
+        assert kwargs["SPLIT_K"] and grid[0] <= 132
+        fn, args, kwargs, grid = rprep(*rinputs)
+        assert [t.data_ptr() for t in args[:3]] == list(rptrs)
+        assert kwargs["SWAP"] == p.config.swap_ab and kwargs["HAS_C"] == (c is not None and beta != 0)
+    ws = ginputs[6]
+    assert tuple(ws.shape) == workspace_shape(a.shape[0], b.shape[1], a.shape[1], p.config)
+    first = ginputs[1] if p.config.swap_ab else ginputs[0]
+    assert gptrs[0] == first.data_ptr() and gptrs[2] == gptrs[3] == ws.data_ptr()

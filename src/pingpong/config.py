@@ -1,5 +1,5 @@
 """KernelConfig: the one place where the Hopper GEMM's shape and schedule are chosen and every
-other number is derived (DESIGN.md "Parts").
+other number is derived (docs/design.md "The parts").
 
     KernelConfig(block, stages, schedule, group_m)        what a user chooses
         │ derive(in_bytes, out_bytes)  -> Derived          everything that follows from it
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 
 from .errors import ConfigError
 
@@ -125,7 +124,7 @@ def swizzle_width(row_bytes: int) -> int:
 
     The swizzle is a function of the tile's contiguous row width: a 64-element bf16 K-tile
     is 128 B wide, so 128 B swizzle makes the 8 rows of a core matrix hit 8 distinct bank
-    groups (the Hopper analogue of the seeds' Swizzle derived from the 16×32 load subtile).
+    groups (the Hopper analogue of AMD's LDS swizzle, which is derived from the 16×32 load subtile).
     """
     for width in (128, 64, 32):
         if row_bytes >= width and row_bytes % width == 0:
@@ -331,15 +330,3 @@ def _derive(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> Derived:
         split_k=cfg.split_k,
         swap_ab=cfg.swap_ab,
     )
-
-
-def default_config(m: int, n: int, k: int) -> KernelConfig:
-    """The documented rule `matmul` uses until the autotuner exists.
-
-    Large problems (enough 128×256 tiles to fill every SM at least once) take the
-    cooperative 128×256×64 schedule; smaller ones 128×128×64 tiles so more SMs get work.
-    """
-    tiles_128x256 = math.ceil(m / 128) * math.ceil(n / 256)
-    if tiles_128x256 >= 132:
-        return KernelConfig(128, 256, 64, schedule="cooperative")
-    return KernelConfig(128, 128, 64, schedule="cooperative")

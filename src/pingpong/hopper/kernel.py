@@ -136,7 +136,7 @@ def warp_specialized_gemm(a_desc, b_desc, c_desc, cin_desc, M, N, K, alpha, beta
                           GROUP_M: gl.constexpr, EPI_BUFS: gl.constexpr, PINGPONG: gl.constexpr, acc_layout: gl.constexpr,
                           CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                           RELEASERS: gl.constexpr, CONSUMER_WARPS: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
-                          SPLIT_K: gl.constexpr = False, splits=1):
+                          SPLIT_K: gl.constexpr, splits):
     """Ping-pong or cooperative: producer warp + two consumer warpgroups (module docstring).
 
     RELEASERS and the worker warps come from config.SCHEDULE_FACTS. SPLIT_K: the work units

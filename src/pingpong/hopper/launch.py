@@ -1,9 +1,10 @@
 """Host side of the Hopper GEMM: TMA descriptors, the derived constexprs, the persistent grid.
 
-`tma_legal(t)` says whether a 2-D tensor can be described to TMA as it is stored (last
+`tma_orientation(t)` says whether a 2-D tensor can be described to TMA as it is stored (last
 stride 1 in one of its two orientations, the other stride 16-byte aligned, base 16-byte
-aligned). The API decides what to do with tensors that are not (a padded copy); this module
-assumes legal inputs and asserts it.
+aligned). The plan (pingpong.plan) decides what to do with tensors that are not (a padded
+copy) and launches `prepare`'s kernel, first through Triton's JIT, then directly
+(pingpong.launcher); this module assumes legal inputs and asserts it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .. import compile as cc
 from ..config import KernelConfig, swizzle_width
-from ..device import sm_count
 from . import reduce
 from .kernel import persistent_gemm, warp_specialized_gemm
 from .scheduler import effective_splits
@@ -96,9 +96,8 @@ def _gemm_launch(a, b, out, c, alpha, beta, d, sms: int, splits: int):
         return persistent_gemm, args, dict(common, num_warps=d.num_warps), grid
     kwargs = dict(common, PINGPONG=d.schedule == "pingpong", CONSUMER_REGS=d.worker_regs[0],
                   PRODUCER_REGS=d.worker_regs[1], RELEASERS=d.releasers, CONSUMER_WARPS=d.worker_warps[0],
-                  PRODUCER_WARPS=d.worker_warps[1], num_warps=d.num_warps, maxnreg=d.maxnreg)
-    if d.workspace:
-        kwargs.update(SPLIT_K=True, splits=splits)
+                  PRODUCER_WARPS=d.worker_warps[1], SPLIT_K=d.workspace, splits=splits, num_warps=d.num_warps,
+                  maxnreg=d.maxnreg)
     return warp_specialized_gemm, args, kwargs, grid
 
 
@@ -142,19 +141,6 @@ def prepare_split(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, wor
     kwargs = dict(HAS_C=has_c, SWAP=d.swap_ab, BR=reduce.BLOCK_R, BC=reduce.BLOCK_C, num_warps=reduce.NUM_WARPS)
     grid = (-(-M // reduce.BLOCK_R), -(-N // reduce.BLOCK_C))
     return gemm, (reduce.reduce_splits, args, kwargs, grid)
-
-
-def launch(a, b, out, *, c=None, alpha=1.0, beta=0.0, config: KernelConfig) -> None:
-    """Run the Hopper kernel: out = α·(a@b) + β·c (c may alias out). Inputs must be TMA-legal."""
-    sms = sm_count(out.device.index or 0)
-    if config.split_k > 1 or config.swap_ab:
-        rows, cols = workspace_shape(a.shape[0], b.shape[1], a.shape[1], config)
-        workspace = torch.empty(rows, cols, dtype=torch.float32, device=out.device)
-        for kernel, args, kwargs, grid in prepare_split(a, b, out, c, alpha, beta, config, sms, workspace):
-            kernel[grid](*args, **kwargs)
-        return
-    kernel, args, kwargs, grid = prepare(a, b, out, c, alpha, beta, config, sms)
-    kernel[grid](*args, **kwargs)
 
 
 # ----------------------------------------------------------------------------- offline compilation
