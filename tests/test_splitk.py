@@ -10,7 +10,7 @@ import pytest
 from pingpong import ConfigError, KernelConfig
 from pingpong import compile as cc
 from pingpong.config import SCHEDULE_FACTS, SMEM_LIMIT
-from pingpong.hopper.launch import OFFLINE_SPLIT_VARIANTS, workspace_shape
+from pingpong.hopper.launch import OFFLINE_SPLIT_VARIANTS, prepare_split, workspace_shape
 from pingpong.hopper.scheduler import effective_splits, split_work, tile_coords, tiles_of_program
 
 
@@ -175,3 +175,69 @@ def test_split_plan_launches_gemm_then_reduction_on_the_right_pointers(launches,
     assert tuple(ws.shape) == workspace_shape(a.shape[0], b.shape[1], a.shape[1], p.config)
     first = ginputs[1] if p.config.swap_ab else ginputs[0]
     assert gptrs[0] == first.data_ptr() and gptrs[2] == gptrs[3] == ws.data_ptr()
+
+
+# ----------------------------------------------------------------------------- host geometry, simulated
+
+
+def _simulate(a, b, out, c, alpha, beta, config):
+    """Run prepare_split's two launches as a CPU model of the kernels: every program's work
+    units (SplitKScheduler: split-major units, k-steps [split·S, (split+1)·S), TMA zero fill
+    outside the operands, partial stored at row split·num_pid_m·BM + off_m and clipped to
+    the descriptor), then the reduction's pointer arithmetic on the flat workspace."""
+    import torch
+
+    ws = torch.full(workspace_shape(a.shape[0], b.shape[1], a.shape[1], config), float("nan"))
+    (fn, args, kw, grid), (_, rargs, rkw, rgrid) = prepare_split(a, b, out, c, alpha, beta, config, 132, ws)
+    a_desc, b_desc, c_desc = args[:3]
+    M, N, K = args[4:7]
+    BM, BN, BK, splits = kw["BM"], kw["BN"], kw["BK"], kw["splits"]
+    A = (a_desc.base if kw["A_KMAJOR"] else a_desc.base.t()).float()  # (M, K) as the kernel sees it
+    B = (b_desc.base.t() if kw["B_KMAJOR"] else b_desc.base).float()  # (K, N)
+    target = c_desc.base  # the workspace view the epilogue stores into
+    pid_m, pid_n = cdiv(M, BM), cdiv(N, BN)
+    tiles, per = pid_m * pid_n, cdiv(cdiv(K, BK), splits)
+    for p in range(grid[0]):
+        for t in range(tiles_of_program.fn(tiles * splits, p, grid[0])):
+            tile, split = split_work.fn(p + t * grid[0], tiles)
+            tm, tn = tile_coords.fn(tile, pid_m, pid_n, kw["GROUP_M"])
+            k0, k1 = split * per * BK, (split + 1) * per * BK
+            part = A[tm * BM:(tm + 1) * BM, k0:k1] @ B[k0:k1, tn * BN:(tn + 1) * BN]
+            row = split * pid_m * BM + tm * BM
+            rows = min(BM, target.shape[0] - row, part.shape[0])
+            cols = min(BN, target.shape[1] - tn * BN)
+            target[row:row + rows, tn * BN:tn * BN + cols] = part[:rows, :cols]
+    ws_flat, c_t, out_t, m, n, s, split_stride, ws_ld, c_ld, out_ld, al, be = rargs
+    i = torch.arange(m).view(-1, 1)
+    j = torch.arange(n).view(1, -1)
+    offs = j * ws_ld + i if rkw["SWAP"] else i * ws_ld + j
+    acc = sum(ws_flat.view(-1)[split * split_stride + offs] for split in range(s))
+    acc = al * acc
+    if rkw["HAS_C"]:
+        acc = acc + be * torch.as_strided(c_t, (m, n), (c_ld, 1)).float()
+    torch.as_strided(out_t, (m, n), (out_ld, 1)).copy_(acc)
+    return out
+
+
+MODELLED = [KernelConfig(128, 128, 64, split_k=3), KernelConfig(64, 64, 64, schedule="pingpong", split_k=5, swap_ab=True),
+            KernelConfig(128, 16, 64, split_k=2, swap_ab=True)]
+
+
+@pytest.mark.parametrize("config", MODELLED, ids=lambda c: f"{c.block_m}x{c.block_n}-s{c.split_k}-swap{int(c.swap_ab)}")
+@pytest.mark.parametrize("layout", ["nt", "nn", "tn", "tt"])
+@pytest.mark.parametrize("M, N, K", [(1, 200, 1000), (17, 255, 1000), (130, 72, 520), (40, 1000, 64)])
+def test_split_geometry_reproduces_the_product(config, layout, M, N, K):
+    """Workspace shape, split rows, strides and the swap transposition agree end to end: a
+    CPU model of both kernels on prepare_split's own arguments gives α·a@b + β·c."""
+    import torch
+
+    from pingpong.plan import tma_copy, tma_orientation
+
+    torch.manual_seed(0)
+    store = lambda r, c_, t: (torch.randn(c_, r).t() if t else torch.randn(r, c_)).to(torch.bfloat16)  # noqa: E731
+    a, b = store(M, K, layout[0] == "t"), store(K, N, layout[1] == "t")
+    a, b = (x if tma_orientation(x) else tma_copy(x) for x in (a, b))  # as the plan does
+    c = torch.randn(M, N)
+    out = torch.full((M, N), float("nan"))
+    _simulate(a, b, out, c, 1.5, -0.5, config)
+    torch.testing.assert_close(out, 1.5 * a.float() @ b.float() - 0.5 * c, rtol=1e-4, atol=1e-3)
