@@ -26,7 +26,8 @@ def test_effective_splits_leave_no_split_empty(k_steps, split_k):
     assert (splits - 1) * per < k_steps <= splits * per, "the last split has k-steps, none is left over"
 
 
-@pytest.mark.parametrize("pid_m, pid_n, splits, programs", [(1, 1, 8, 132), (4, 4, 8, 132), (3, 5, 4, 7), (64, 1, 2, 132)])
+@pytest.mark.parametrize("pid_m, pid_n, splits, programs",
+                         [(1, 1, 8, 132), (4, 4, 8, 132), (3, 5, 4, 7), (64, 1, 2, 132)])
 def test_split_units_cover_each_tile_and_split_once(pid_m, pid_n, splits, programs):
     tiles = pid_m * pid_n
     seen = []
@@ -107,7 +108,7 @@ def test_swap_ab_compiles_for_every_operand_layout(layout):
 
     M, N, K = 64, 1024, 1024
     config = KernelConfig(128, 32, 64, split_k=2, swap_ab=True)
-    store = lambda rows, cols, t: torch.empty(cols, rows, dtype=torch.bfloat16).t() if t else torch.empty(rows, cols, dtype=torch.bfloat16)  # noqa: E731
+    store = lambda r, c, t: (torch.empty(c, r).t() if t else torch.empty(r, c)).to(torch.bfloat16)  # noqa: E731
     a, b = store(M, K, layout[0] == "t"), store(K, N, layout[1] == "t")
     out = torch.empty(M, N, dtype=torch.bfloat16)
     ws = torch.empty(workspace_shape(M, N, K, config), dtype=torch.float32)
@@ -130,7 +131,7 @@ def launches(monkeypatch):
     monkeypatch.setattr("pingpong.device.sm_count", lambda device: 132)
     calls = []
     monkeypatch.setattr(plan.CachedLaunch, "__call__",
-                        lambda self, device, ptrs, dyn, prepare, *inputs: calls.append((self, ptrs, dyn, prepare, inputs)))
+                        lambda self, device, ptrs, dyn, prep, *inputs: calls.append((self, ptrs, dyn, prep, inputs)))
     return calls
 
 
@@ -219,7 +220,8 @@ def _simulate(a, b, out, c, alpha, beta, config):
     return out
 
 
-MODELLED = [KernelConfig(128, 128, 64, split_k=3), KernelConfig(64, 64, 64, schedule="pingpong", split_k=5, swap_ab=True),
+MODELLED = [KernelConfig(128, 128, 64, split_k=3),
+            KernelConfig(64, 64, 64, schedule="pingpong", split_k=5, swap_ab=True),
             KernelConfig(128, 16, 64, split_k=2, swap_ab=True)]
 
 

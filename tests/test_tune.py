@@ -96,7 +96,8 @@ def test_quick_grid_measures_heuristic_first_each_config_once():
     gpu = FakeGPU()
     results = tune.search(512, 512, 65536, settings(quick=True), gpu)
     assert gpu.measured[0] == heuristic_config(512, 512, 65536)
-    assert len(gpu.measured) == len(set(gpu.measured)) == len(results) == tune.planned(512, 512, 65536, settings(quick=True))
+    planned = tune.planned(512, 512, 65536, settings(quick=True))
+    assert len(gpu.measured) == len(set(gpu.measured)) == len(results) == planned
     assert 3 <= len(results) <= 8
 
 

@@ -73,7 +73,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trials", type=int, default=40, help="configs measured per shape (default 40)")
     p.add_argument("--dtype", default="bf16", help="bf16 (default) or fp16")
     p.add_argument("--layout", default="nt", help="A,B storage: nt (default, a @ wᵀ), nn, tn, tt")
-    p.add_argument("--reps", type=int, default=None, help=f"timed repetitions per config (default {REPS}, --quick {QUICK_REPS})")
+    p.add_argument("--reps", type=int, default=None,
+                   help=f"timed repetitions per config (default {REPS}, --quick {QUICK_REPS})")
     p.add_argument("--seed", type=int, default=0, help="seed of the inputs and the sampler (default 0)")
     p.add_argument("--show", action="store_true", help="print the tuning table in use on this machine and exit")
 
@@ -315,7 +316,8 @@ def gpu_measure(M: int, N: int, K: int, settings: Settings) -> Measure:
         err = rel_error(out, ref)
         if not err <= TOLERANCE[settings.dtype]:
             return Result(config, None, f"wrong result (rel. error {err:.2e})")
-        return Result(config, time_callable(lambda: _gemm_into(out, a, b, None, 1.0, 0.0, config), settings.reps).median_ms)
+        timing = time_callable(lambda: _gemm_into(out, a, b, None, 1.0, 0.0, config), settings.reps)
+        return Result(config, timing.median_ms)
 
     return measure
 

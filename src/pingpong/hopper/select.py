@@ -105,7 +105,8 @@ def split_count(tiles: int, k_steps: int, sms: int) -> int:
     return best
 
 
-def choose(M: int, N: int, K: int, dtypes=("bf16", "bf16"), layouts: str = "nt", device=None) -> tuple[KernelConfig, str]:
+def choose(M: int, N: int, K: int, dtypes=("bf16", "bf16"), layouts: str = "nt",
+           device=None) -> tuple[KernelConfig, str]:
     """(config, source): source is the tuning table's path, or "heuristic"."""
     dev = Device.of(device)
     in_name, out_name = (dtype_name(d) for d in dtypes)

@@ -37,6 +37,8 @@ from ..errors import ConfigError, PingpongError
 
 FORMAT = 1
 CACHE_ENV = "PINGPONG_CACHE_DIR"
+#: the fields of an entry that name its problem (the rest: the config and what was measured)
+PROBLEM = ("M", "N", "K", "dtype", "out_dtype", "layout")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,17 +98,18 @@ class Table:
         """Record the best config of a shape (replacing an earlier entry for the same problem)."""
         entry = dict(M=M, N=N, K=K, dtype=dtype, out_dtype=out_dtype, layout=layout,
                      config=dataclasses.asdict(config), **measured)
-        same = lambda e: all(e[f] == entry[f] for f in ("M", "N", "K", "dtype", "out_dtype", "layout"))  # noqa: E731
+        same = lambda e: all(e[f] == entry[f] for f in PROBLEM)  # noqa: E731
         self.entries = [e for e in self.entries if not same(e)] + [entry]
 
     def lookup(self, M: int, N: int, K: int, dtype: str, layout: str) -> KernelConfig | None:
         """The config of the nearest entry in (M, N, K)'s bucket for this input dtype, or None."""
-        want = (bucket(M), bucket(N), bucket(K))
-        near = [e for e in self.entries if e["dtype"] == dtype and (bucket(e["M"]), bucket(e["N"]), bucket(e["K"])) == want]
+        asked = (M, N, K)
+        near = [e for e in self.entries
+                if e["dtype"] == dtype and all(bucket(e[d]) == bucket(x) for d, x in zip("MNK", asked))]
         if not near:
             return None
-        dist = lambda e: (e["layout"] != layout, sum(abs(math.log2(e[d] / x)) for d, x in zip("MNK", (M, N, K))))  # noqa: E731
-        return KernelConfig(**min(near, key=dist)["config"])
+        distance = lambda e: sum(abs(math.log2(e[d] / x)) for d, x in zip("MNK", asked))  # noqa: E731
+        return KernelConfig(**min(near, key=lambda e: (e["layout"] != layout, distance(e)))["config"])
 
     def to_json(self) -> dict[str, Any]:
         return {"format": FORMAT, "key": dataclasses.asdict(self.key), "entries": self.entries}
@@ -162,8 +165,9 @@ def write(table: Table, path: Path) -> Path:
             warnings.simplefilter("ignore")
             merged = read(path, table.key) or Table(table.key)
         for e in table.entries:
-            merged.add(e["M"], e["N"], e["K"], e["dtype"], e["out_dtype"], e["layout"], KernelConfig(**e["config"]),
-                       **{k: v for k, v in e.items() if k not in ("M", "N", "K", "dtype", "out_dtype", "layout", "config")})
+            problem = [e[f] for f in PROBLEM]
+            measured = {k: v for k, v in e.items() if k not in PROBLEM and k != "config"}
+            merged.add(*problem, KernelConfig(**e["config"]), **measured)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
         with os.fdopen(fd, "w") as f:
             json.dump(merged.to_json(), f, indent=1)
