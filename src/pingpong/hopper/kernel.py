@@ -113,7 +113,7 @@ def cooperative_consumer(ring, sched, epi, CONSUMER: gl.constexpr, acc_layout: g
     """Consumer CONSUMER computes rows [CONSUMER·BM/2, (CONSUMER+1)·BM/2) of every tile."""
     ROWS: gl.constexpr = sched.BM // 2
     for t in range(sched.local_tiles()):
-        first = t * sched.k_steps
+        first = first_counter(t, sched.k_steps, 1, 0)  # both consumers read every k-step
         mma = mainloop(ring, first, sched.k_steps, CONSUMER * ROWS, ROWS, sched.BN, acc_layout, A_KMAJOR,
                        B_KMAJOR)
         mma = finish_mainloop(mma, ring, first + sched.k_steps - 1)
