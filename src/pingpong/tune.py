@@ -169,8 +169,8 @@ def space(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2) -> list
 
 
 def quick_grid(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2) -> list[KernelConfig]:
-    """The heuristic's config and its neighbours: split ×½ ×2, the other schedule, the other
-    orientation, and the big / medium tile unsplit."""
+    """The heuristic's config and its neighbours: split ×½ ×2 (where it splits), the other
+    schedule, the other orientation, and the big / medium tile unsplit."""
     h = heuristic_config(M, N, K)
     other = "pingpong" if h.schedule == "cooperative" else "cooperative"
     if h.swap_ab:
@@ -178,7 +178,8 @@ def quick_grid(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2) ->
     else:
         flipped = KernelConfig(128, max(16, min(256, 1 << math.ceil(math.log2(M)))), 64, split_k=h.split_k,
                                swap_ab=M <= SWAP_MAX_M)
-    grid = [h, dataclasses.replace(h, split_k=max(1, h.split_k // 2)), dataclasses.replace(h, split_k=2 * h.split_k),
+    splits = [h.split_k // 2, 2 * h.split_k] if h.split_k > 1 else []  # unsplit: the tiles fill the GPU
+    grid = [h, *(dataclasses.replace(h, split_k=s) for s in splits),
             dataclasses.replace(h, schedule=other, block_m=64 if other == "pingpong" else 128), flipped,
             KernelConfig(128, 256, 64), KernelConfig(128, 128, 64, schedule="pingpong")]
     return dedupe(grid, M, N, K, in_bytes, out_bytes)
