@@ -153,3 +153,16 @@ def test_run_writes_a_table_select_config_reads(monkeypatch, cache, capsys):
     e = doc["entries"][0]
     assert select_config(e["M"], e["N"], e["K"], device=H100) == tuned
     assert "tuning table:" in capsys.readouterr().out
+
+
+def test_show_prints_the_active_table(monkeypatch, capsys):
+    monkeypatch.setattr(tune, "no_gpu_reason", lambda: None)
+    monkeypatch.setattr(tune, "current_device", lambda: H100)
+    code, out, _ = cli(capsys, "--show")
+    assert code == 0 and "no tuning table for NVIDIA H100" in out and "the heuristic chooses" in out
+    t = tables.Table(tables.TableKey.current(H100.name, H100.sms))
+    t.add(16, 4096, 4096, "bf16", "bf16", "nt", KernelConfig(128, 16, 64, split_k=4, swap_ab=True), us=9.5,
+          cublas_us=20.0)
+    tables.write(t, tables.user_table_path(t.key))
+    code, out, _ = cli(capsys, "--show")
+    assert code == 0 and "16x4096x4096 bf16 nt: 128x16x64 cooperative split_k=4 swap_ab=True  9.5 us" in out
