@@ -51,18 +51,18 @@ def hopper(monkeypatch):
     return launched
 
 
-CASES = {  # name: (a, b, c or None, inplace, beta)
-    "nt": lambda: (t(64, 32), t(48, 32).t(), None, False, 0.0),
-    "nn": lambda: (t(64, 32), t(32, 48), None, False, 0.0),
-    "tn": lambda: (t(32, 64).t(), t(48, 32).t(), None, False, 0.0),
-    "tt": lambda: (t(32, 64).t(), t(32, 48), None, False, 0.0),
-    "K=17 (34-byte rows)": lambda: (t(64, 17), t(48, 17).t(), None, False, 0.0),
-    "w.t() with odd N": lambda: (t(64, 32), t(47, 32).t(), None, False, 0.0),
-    "misaligned a (x[1:])": lambda: (t(64 * 32 + 1)[1:].view(64, 32), t(48, 32).t(), None, False, 0.0),
-    "misaligned c read": lambda: (t(64, 32), t(48, 32).t(), t(64 * 48 + 1)[1:].view(64, 48), False, 1.0),
-    "misaligned c in place": lambda: (t(64, 32), t(48, 32).t(), t(64 * 48 + 1)[1:].view(64, 48), True, 0.5),
-    "column-major c in place": lambda: (t(64, 32), t(48, 32).t(), t(48, 64).t(), True, 1.0),
-    "aligned c in place": lambda: (t(64, 32), t(48, 32).t(), t(64, 48), True, 1.0),
+CASES = {  # name: (a, b, c or None, inplace, beta); M = 128: the one-kernel plan (no split, no swap)
+    "nt": lambda: (t(128, 32), t(48, 32).t(), None, False, 0.0),
+    "nn": lambda: (t(128, 32), t(32, 48), None, False, 0.0),
+    "tn": lambda: (t(32, 128).t(), t(48, 32).t(), None, False, 0.0),
+    "tt": lambda: (t(32, 128).t(), t(32, 48), None, False, 0.0),
+    "K=17 (34-byte rows)": lambda: (t(128, 17), t(48, 17).t(), None, False, 0.0),
+    "w.t() with odd N": lambda: (t(128, 32), t(47, 32).t(), None, False, 0.0),
+    "misaligned a (x[1:])": lambda: (t(128 * 32 + 1)[1:].view(128, 32), t(48, 32).t(), None, False, 0.0),
+    "misaligned c read": lambda: (t(128, 32), t(48, 32).t(), t(128 * 48 + 1)[1:].view(128, 48), False, 1.0),
+    "misaligned c in place": lambda: (t(128, 32), t(48, 32).t(), t(128 * 48 + 1)[1:].view(128, 48), True, 0.5),
+    "column-major c in place": lambda: (t(128, 32), t(48, 32).t(), t(48, 128).t(), True, 1.0),
+    "aligned c in place": lambda: (t(128, 32), t(48, 32).t(), t(128, 48), True, 1.0),
 }
 
 
