@@ -51,18 +51,18 @@ def hopper(monkeypatch):
     return launched
 
 
-CASES = {  # name: (a, b, c or None, inplace, beta)
-    "nt": lambda: (t(64, 32), t(48, 32).t(), None, False, 0.0),
-    "nn": lambda: (t(64, 32), t(32, 48), None, False, 0.0),
-    "tn": lambda: (t(32, 64).t(), t(48, 32).t(), None, False, 0.0),
-    "tt": lambda: (t(32, 64).t(), t(32, 48), None, False, 0.0),
-    "K=17 (34-byte rows)": lambda: (t(64, 17), t(48, 17).t(), None, False, 0.0),
-    "w.t() with odd N": lambda: (t(64, 32), t(47, 32).t(), None, False, 0.0),
-    "misaligned a (x[1:])": lambda: (t(64 * 32 + 1)[1:].view(64, 32), t(48, 32).t(), None, False, 0.0),
-    "misaligned c read": lambda: (t(64, 32), t(48, 32).t(), t(64 * 48 + 1)[1:].view(64, 48), False, 1.0),
-    "misaligned c in place": lambda: (t(64, 32), t(48, 32).t(), t(64 * 48 + 1)[1:].view(64, 48), True, 0.5),
-    "column-major c in place": lambda: (t(64, 32), t(48, 32).t(), t(48, 64).t(), True, 1.0),
-    "aligned c in place": lambda: (t(64, 32), t(48, 32).t(), t(64, 48), True, 1.0),
+CASES = {  # name: (a, b, c or None, inplace, beta); M = 128: the one-kernel plan (no split, no swap)
+    "nt": lambda: (t(128, 32), t(48, 32).t(), None, False, 0.0),
+    "nn": lambda: (t(128, 32), t(32, 48), None, False, 0.0),
+    "tn": lambda: (t(32, 128).t(), t(48, 32).t(), None, False, 0.0),
+    "tt": lambda: (t(32, 128).t(), t(32, 48), None, False, 0.0),
+    "K=17 (34-byte rows)": lambda: (t(128, 17), t(48, 17).t(), None, False, 0.0),
+    "w.t() with odd N": lambda: (t(128, 32), t(47, 32).t(), None, False, 0.0),
+    "misaligned a (x[1:])": lambda: (t(128 * 32 + 1)[1:].view(128, 32), t(48, 32).t(), None, False, 0.0),
+    "misaligned c read": lambda: (t(128, 32), t(48, 32).t(), t(128 * 48 + 1)[1:].view(128, 48), False, 1.0),
+    "misaligned c in place": lambda: (t(128, 32), t(48, 32).t(), t(128 * 48 + 1)[1:].view(128, 48), True, 0.5),
+    "column-major c in place": lambda: (t(128, 32), t(48, 32).t(), t(48, 128).t(), True, 1.0),
+    "aligned c in place": lambda: (t(128, 32), t(48, 32).t(), t(128, 48), True, 1.0),
     "batched": lambda: (t(3, 64, 32), t(3, 48, 32).transpose(1, 2), t(3, 64, 48), False, 1.0),
     "batched, shared weight": lambda: (t(3, 64, 32), t(48, 32).t(), None, False, 0.0),
     "batched, weight of batch stride 0": lambda: (t(3, 64, 32), t(32, 48).expand(3, 32, 48), t(64, 48), False, 1.0),
@@ -209,3 +209,31 @@ def test_in_place_plan_from_path_for_serves_gemm_(monkeypatch):
     with pytest.raises(pingpong.PingpongError, match="share memory with a"):
         pingpong.gemm_(c2, a2, b, beta=1.0)  # a plan hit: the fast overlap check
     assert len(runs) == 1
+
+
+def test_tensors_past_the_tma_range_take_the_portable_kernel(monkeypatch):
+    """An operand whose column stride is 2**40 bytes: TMA cannot describe it, the portable
+    kernel (64-bit offsets) can. Meta tensors make the huge stride free."""
+    monkeypatch.setattr(plan, "is_hopper", lambda device: True)
+    meta = dict(dtype=BF16, device="meta")
+    a = torch.empty(64, 32, **meta)
+    assert plan.build(a, torch.empty(32, 48, **meta), None, 0.0, BF16, False, None).path == "hopper"
+    far = torch.empty(2**39 + 64, **meta).as_strided((32, 2), (1, 2**39))
+    assert not plan.addressable("hopper", far) and plan.addressable("portable", far)
+    assert plan.build(torch.empty(64, 32, **meta), far, None, 0.0, BF16, False, None).path == "portable"
+    with pytest.raises(pingpong.PingpongError, match="config: the Hopper kernel cannot address"):
+        plan.build(torch.empty(64, 32, **meta), far, None, 0.0, BF16, False, KernelConfig(128, 128, 64))
+
+
+def test_fused_and_batched_calls_take_the_one_kernel_path(hopper):
+    """Decode-shaped (M = 16) and split-K-shaped problems plan swap-AB / split-K when plain; with
+    a bias, an activation or a batch they take the one-kernel path (whose epilogue fuses them)."""
+    a, w = t(16, 1024), t(2048, 1024)
+    assert isinstance(plan.build(a, w.t(), None, 0.0, BF16, False, None), plan.SplitPlan)
+    for bias, act in ((t(2048), "none"), (None, "silu")):
+        p = plan.build(a, w.t(), None, 0.0, BF16, False, None, bias, act)
+        assert type(p) is plan.HopperPlan and p.config.split_k == 1 and not p.config.swap_ab
+    p = plan.build(t(2, 16, 1024), w.t(), None, 0.0, BF16, False, None)
+    assert type(p) is plan.HopperPlan and p.config.split_k == 1 and not p.config.swap_ab
+    with pytest.raises(pingpong.PingpongError, match="config: split_k=2"):
+        plan.build(a, w.t(), None, 0.0, BF16, False, KernelConfig(128, 128, 64, split_k=2), t(2048), "relu")

@@ -26,11 +26,13 @@ with the inputs) are checked again. `path_for` returns `plan.path`, the path `ru
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 import torch
 
 from . import fused
-from .config import KernelConfig, default_config
+from .addressing import addressable, unaddressable
+from .config import KernelConfig
 from .device import is_hopper
 from .errors import PingpongError
 from .launcher import CachedLaunch
@@ -180,16 +182,53 @@ class HopperPlan(Plan):
         else:
             target = tma_copy(out, values=False)  # fully overwritten
         bias_ptr = (fused.bias_vector(bias) if bias is not None else target).data_ptr()  # unread without a bias
-        ptrs = (a.data_ptr(), b.data_ptr(), target.data_ptr(), (cin if cin is not None else target).data_ptr(), bias_ptr)
-        self.launch(self.device, ptrs, (alpha, beta), self._jit_args, a, b, target, cin, alpha, beta, bias)
+        self._launch(a, b, target, cin, alpha, beta, bias, bias_ptr)
         if target is not out:
             out.copy_(target)
+
+    def _launch(self, a, b, target, cin, alpha, beta, bias, bias_ptr):
+        ptrs = (a.data_ptr(), b.data_ptr(), target.data_ptr(), (cin if cin is not None else target).data_ptr(), bias_ptr)
+        self.launch(self.device, ptrs, (alpha, beta), self._jit_args, a, b, target, cin, alpha, beta, bias)
 
     def _jit_args(self, a, b, target, cin, alpha, beta, bias):
         from .device import sm_count
         from .hopper.launch import prepare
 
         return prepare(a, b, target, cin, alpha, beta, self.config, sm_count(self.device), bias, self.activation)
+
+
+class SplitPlan(HopperPlan):
+    """A split-K / swap-AB config (KernelConfig.split_k > 1 or swap_ab): the same copies as
+    HopperPlan, then two launches through a fresh fp32 workspace (the caching allocator's):
+
+        GEMM   a, b ──work units──> workspace (fp32 partials; swap-AB: of Cᵀ = bᵀ·aᵀ)
+        reduce workspace, C ──Σ splits in order, α, β·C, cast──> out
+
+    The output needs no TMA (the reduction stores through pointers), only row-major."""
+
+    __slots__ = ("workspace", "reduce")
+
+    def __init__(self, device, config, copy_a, copy_b, copy_c, copy_out, read, workspace):
+        super().__init__(device, config, copy_a, copy_b, copy_c, copy_out, read)
+        self.workspace = workspace  # (rows, cols) of the fp32 workspace
+        self.launch = CachedLaunch()  # the GEMM's α, β are fixed (1, 0): partials are raw sums
+        self.reduce = CachedLaunch(dynamic=("alpha", "beta"))
+
+    def _launch(self, a, b, target, cin, alpha, beta, bias=None, bias_ptr=None):
+        assert bias is None, "the split-K / swap-AB launches take no bias (build keeps fused calls off them)"
+        ws = torch.empty(self.workspace, dtype=torch.float32, device=target.device)
+        first, second = (b, a) if self.config.swap_ab else (a, b)  # the GEMM kernel's A and B
+        wp = ws.data_ptr()
+        self.launch(self.device, (first.data_ptr(), second.data_ptr(), wp, wp, wp), (), self._jit_args, a, b, target, cin,
+                    alpha, beta, ws, 0)
+        self.reduce(self.device, (wp, (cin if cin is not None else target).data_ptr(), target.data_ptr()),
+                    (alpha, beta), self._jit_args, a, b, target, cin, alpha, beta, ws, 1)
+
+    def _jit_args(self, a, b, target, cin, alpha, beta, ws, part):
+        from .device import sm_count
+        from .hopper.launch import prepare_split
+
+        return prepare_split(a, b, target, cin, alpha, beta, self.config, sm_count(self.device), ws)[part]
 
 
 class PortablePlan(Plan):
@@ -240,15 +279,48 @@ def build(a, b, c, beta: float, out_dtype: torch.dtype, inplace: bool, config: K
         if torch.version.hip is not None and plain:
             from .amd import dispatch
 
-            if dispatch.accepts(a, b, out_dtype):
+            if dispatch.accepts(a, b, out_dtype) and addressable(dispatch.select_kernel(dispatch._device_arch(a)),
+                                                                 a, b, c if read or inplace else None):
                 return AmdPlan(device, read)
+        return PortablePlan(device, read, activation)  # 64-bit offsets where a span needs them: any tensor
+    if not addressable("hopper", a, b, c if read or inplace else None):
+        if config is not None:
+            raise PingpongError(f"config: the Hopper kernel cannot address this call's tensors "
+                                f"({unaddressable('hopper', a=a, b=b, c=c)}); matmul_tiled runs only the Hopper kernel")
         return PortablePlan(device, read, activation)
-    config = config or default_config(batches * M, N, K)  # the tile rule counts the tiles of every batch
+    one_kernel = bias is not None or activation != "none" or batches > 1 or a.dim() == 3 or b.dim() == 3
+    if config is None:
+        from .hopper.select import select_config
+
+        config = select_config(batches * M, N, K, (a.dtype, out_dtype), _layouts(a, b), device)
+        if one_kernel:
+            config = one_kernel_config(config)
+    elif one_kernel and (config.split_k > 1 or config.swap_ab):
+        raise PingpongError(f"config: split_k={config.split_k}, swap_ab={config.swap_ab} run the plain product only;"
+                            " the fused epilogue (bias, activation) and batched products take split_k=1, swap_ab=False")
     config.derive(a.element_size(), torch.empty((), dtype=out_dtype).element_size())  # validates
+    copy_ab = dict(copy_a=tma_matrices(a) is None, copy_b=tma_matrices(b) is None, read=read)
+    if config.split_k > 1 or config.swap_ab:  # C and out go through pointers: row-major suffices
+        from .hopper.launch import workspace_shape
+
+        row_major = lambda t: t.stride(1) == 1 or t.shape[1] <= 1  # noqa: E731
+        return SplitPlan(device, config, **copy_ab, copy_c=read and not row_major(c),
+                         copy_out=inplace and not row_major(c), workspace=workspace_shape(M, N, K, config))
     out_legal = (tma_matrices(c) == "row") if inplace else _fresh_row_major_legal(N, out_dtype)
-    return HopperPlan(device, config,
-                      copy_a=tma_matrices(a) is None,
-                      copy_b=tma_matrices(b) is None,
-                      copy_c=read and tma_matrices(c) != "row",
-                      copy_out=not out_legal,
-                      read=read, activation=activation)
+    return HopperPlan(device, config, **copy_ab, copy_c=read and tma_matrices(c) != "row", copy_out=not out_legal,
+                      activation=activation)
+
+
+def one_kernel_config(config: KernelConfig) -> KernelConfig:
+    """A config of the one-kernel path for a fused or batched call (the split-K / swap-AB
+    launches store raw fp32 partials and reduce them in a second kernel without the fused
+    epilogue or a batch): split-K dropped; swap-AB (chosen for M ≤ 64) replaced by the
+    heuristic's small-problem tile."""
+    if config.swap_ab:
+        return KernelConfig(128, 128, 64)
+    return dataclasses.replace(config, split_k=1) if config.split_k > 1 else config
+
+
+def _layouts(a, b) -> str:
+    """"nt" etc.: how a (M × K) and b (K × N) are stored, n = row-major, t = a transposed view."""
+    return "".join("n" if t.stride(-1) == 1 else "t" for t in (a, b))
