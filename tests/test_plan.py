@@ -225,15 +225,32 @@ def test_tensors_past_the_tma_range_take_the_portable_kernel(monkeypatch):
         plan.build(torch.empty(64, 32, **meta), far, None, 0.0, BF16, False, KernelConfig(128, 128, 64))
 
 
-def test_fused_and_batched_calls_take_the_one_kernel_path(hopper):
-    """Decode-shaped (M = 16) and split-K-shaped problems plan swap-AB / split-K when plain; with
-    a bias, an activation or a batch they take the one-kernel path (whose epilogue fuses them)."""
+def test_batched_calls_take_the_one_kernel_path_fused_ones_keep_split(hopper):
+    """Decode-shaped (M = 16) problems plan swap-AB / split-K; a fused one keeps that plan (its
+    reduction applies bias and activation); a batched one takes the one-kernel path."""
     a, w = t(16, 1024), t(2048, 1024)
     assert isinstance(plan.build(a, w.t(), None, 0.0, BF16, False, None), plan.SplitPlan)
     for bias, act in ((t(2048), "none"), (None, "silu")):
         p = plan.build(a, w.t(), None, 0.0, BF16, False, None, bias, act)
-        assert type(p) is plan.HopperPlan and p.config.split_k == 1 and not p.config.swap_ab
+        assert isinstance(p, plan.SplitPlan) and p.activation == act
     p = plan.build(t(2, 16, 1024), w.t(), None, 0.0, BF16, False, None)
     assert type(p) is plan.HopperPlan and p.config.split_k == 1 and not p.config.swap_ab
     with pytest.raises(pingpong.PingpongError, match="config: split_k=2"):
-        plan.build(a, w.t(), None, 0.0, BF16, False, KernelConfig(128, 128, 64, split_k=2), t(2048), "relu")
+        plan.build(t(2, 16, 1024), w.t(), None, 0.0, BF16, False, KernelConfig(128, 128, 64, split_k=2))
+
+
+def test_split_plan_passes_bias_and_activation_to_the_reduction(hopper, monkeypatch):
+    calls = []
+    monkeypatch.setattr(plan.CachedLaunch, "__call__",
+                        lambda self, device, ptrs, dyn, prep, *inputs: calls.append((ptrs, prep, inputs)))
+    a, w, bias = t(16, 1024), t(2048, 1024), t(2048)
+    p = plan.build(a, w.t(), None, 0.0, BF16, False, None, bias, "gelu_tanh")
+    p.run(a, w.t(), torch.empty(16, 2048, dtype=BF16), None, 1.0, 0.0, bias)
+    (gptrs, _, _), (rptrs, rprep, rinputs) = calls
+    assert rptrs[3] == bias.data_ptr() and gptrs[4] == gptrs[2], "bias read by the reduction only"
+    from pingpong import compile as cc, device
+
+    monkeypatch.setattr(device, "sm_count", lambda index: 132)
+    with cc.offline("sm_90a"):
+        fn, args, kwargs, grid = rprep(*rinputs)
+    assert args[3].data_ptr() == bias.data_ptr() and kwargs["BIAS"] == "col" and kwargs["ACTIVATION"] == "gelu_tanh"

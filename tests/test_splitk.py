@@ -170,7 +170,7 @@ def test_split_plan_launches_gemm_then_reduction_on_the_right_pointers(launches,
         assert [d.base.data_ptr() for d in args[:4]] + [args[4].data_ptr()] == list(gptrs)  # 4 maps, bias slot
         assert kwargs["SPLIT_K"] and grid[0] <= 132
         fn, args, kwargs, grid = rprep(*rinputs)
-        assert [t.data_ptr() for t in args[:3]] == list(rptrs)
+        assert [t.data_ptr() for t in args[:4]] == list(rptrs)  # workspace, C, out, bias slot
         assert kwargs["SWAP"] == p.config.swap_ab and kwargs["HAS_C"] == (c is not None and beta != 0)
     ws = ginputs[6]
     assert tuple(ws.shape) == workspace_shape(a.shape[0], b.shape[1], a.shape[1], p.config)
@@ -208,7 +208,7 @@ def _simulate(a, b, out, c, alpha, beta, config):
             rows = min(BM, target.shape[0] - row, part.shape[0])
             cols = min(BN, target.shape[1] - tn * BN)
             target[row:row + rows, tn * BN:tn * BN + cols] = part[:rows, :cols]
-    ws_flat, c_t, out_t, m, n, s, split_stride, ws_ld, c_ld, out_ld, al, be = rargs
+    ws_flat, c_t, out_t, _, m, n, s, split_stride, ws_ld, c_ld, out_ld, al, be = rargs  # _: the bias slot
     i = torch.arange(m).view(-1, 1)
     j = torch.arange(n).view(1, -1)
     offs = j * ws_ld + i if rkw["SWAP"] else i * ws_ld + j

@@ -202,33 +202,33 @@ class SplitPlan(HopperPlan):
     HopperPlan, then two launches through a fresh fp32 workspace (the caching allocator's):
 
         GEMM   a, b ──work units──> workspace (fp32 partials; swap-AB: of Cᵀ = bᵀ·aᵀ)
-        reduce workspace, C ──Σ splits in order, α, β·C, cast──> out
+        reduce workspace, C ──Σ splits in order, α, bias, act, β·C, cast──> out
 
     The output needs no TMA (the reduction stores through pointers), only row-major."""
 
     __slots__ = ("workspace", "reduce")
 
-    def __init__(self, device, config, copy_a, copy_b, copy_c, copy_out, read, workspace):
-        super().__init__(device, config, copy_a, copy_b, copy_c, copy_out, read)
+    def __init__(self, device, config, copy_a, copy_b, copy_c, copy_out, read, workspace, activation="none"):
+        super().__init__(device, config, copy_a, copy_b, copy_c, copy_out, read, activation)
         self.workspace = workspace  # (rows, cols) of the fp32 workspace
         self.launch = CachedLaunch()  # the GEMM's α, β are fixed (1, 0): partials are raw sums
         self.reduce = CachedLaunch(dynamic=("alpha", "beta"))
 
-    def _launch(self, a, b, target, cin, alpha, beta, bias=None, bias_ptr=None):
-        assert bias is None, "the split-K / swap-AB launches take no bias (build keeps fused calls off them)"
+    def _launch(self, a, b, target, cin, alpha, beta, bias, bias_ptr):
         ws = torch.empty(self.workspace, dtype=torch.float32, device=target.device)
         first, second = (b, a) if self.config.swap_ab else (a, b)  # the GEMM kernel's A and B
         wp = ws.data_ptr()
         self.launch(self.device, (first.data_ptr(), second.data_ptr(), wp, wp, wp), (), self._jit_args, a, b, target, cin,
-                    alpha, beta, ws, 0)
-        self.reduce(self.device, (wp, (cin if cin is not None else target).data_ptr(), target.data_ptr()),
-                    (alpha, beta), self._jit_args, a, b, target, cin, alpha, beta, ws, 1)
+                    alpha, beta, ws, 0, None)  # partials: no bias (its pointer slot is the unread workspace)
+        self.reduce(self.device, (wp, (cin if cin is not None else target).data_ptr(), target.data_ptr(), bias_ptr),
+                    (alpha, beta), self._jit_args, a, b, target, cin, alpha, beta, ws, 1, bias)
 
-    def _jit_args(self, a, b, target, cin, alpha, beta, ws, part):
+    def _jit_args(self, a, b, target, cin, alpha, beta, ws, part, bias):
         from .device import sm_count
         from .hopper.launch import prepare_split
 
-        return prepare_split(a, b, target, cin, alpha, beta, self.config, sm_count(self.device), ws)[part]
+        return prepare_split(a, b, target, cin, alpha, beta, self.config, sm_count(self.device), ws, bias,
+                             self.activation)[part]
 
 
 class PortablePlan(Plan):
@@ -288,7 +288,7 @@ def build(a, b, c, beta: float, out_dtype: torch.dtype, inplace: bool, config: K
             raise PingpongError(f"config: the Hopper kernel cannot address this call's tensors "
                                 f"({unaddressable('hopper', a=a, b=b, c=c)}); matmul_tiled runs only the Hopper kernel")
         return PortablePlan(device, read, activation)
-    one_kernel = bias is not None or activation != "none" or batches > 1 or a.dim() == 3 or b.dim() == 3
+    one_kernel = batches > 1 or a.dim() == 3 or b.dim() == 3  # split-K / swap-AB launches are 2-D only
     if config is None:
         from .hopper.select import select_config
 
@@ -296,8 +296,8 @@ def build(a, b, c, beta: float, out_dtype: torch.dtype, inplace: bool, config: K
         if one_kernel:
             config = one_kernel_config(config)
     elif one_kernel and (config.split_k > 1 or config.swap_ab):
-        raise PingpongError(f"config: split_k={config.split_k}, swap_ab={config.swap_ab} run the plain product only;"
-                            " the fused epilogue (bias, activation) and batched products take split_k=1, swap_ab=False")
+        raise PingpongError(f"config: split_k={config.split_k}, swap_ab={config.swap_ab} run 2-D products only;"
+                            " batched products take split_k=1, swap_ab=False")
     config.derive(a.element_size(), torch.empty((), dtype=out_dtype).element_size())  # validates
     copy_ab = dict(copy_a=tma_matrices(a) is None, copy_b=tma_matrices(b) is None, read=read)
     if config.split_k > 1 or config.swap_ab:  # C and out go through pointers: row-major suffices
@@ -305,17 +305,17 @@ def build(a, b, c, beta: float, out_dtype: torch.dtype, inplace: bool, config: K
 
         row_major = lambda t: t.stride(1) == 1 or t.shape[1] <= 1  # noqa: E731
         return SplitPlan(device, config, **copy_ab, copy_c=read and not row_major(c),
-                         copy_out=inplace and not row_major(c), workspace=workspace_shape(M, N, K, config))
+                         copy_out=inplace and not row_major(c), workspace=workspace_shape(M, N, K, config),
+                         activation=activation)
     out_legal = (tma_matrices(c) == "row") if inplace else _fresh_row_major_legal(N, out_dtype)
     return HopperPlan(device, config, **copy_ab, copy_c=read and tma_matrices(c) != "row", copy_out=not out_legal,
                       activation=activation)
 
 
 def one_kernel_config(config: KernelConfig) -> KernelConfig:
-    """A config of the one-kernel path for a fused or batched call (the split-K / swap-AB
-    launches store raw fp32 partials and reduce them in a second kernel without the fused
-    epilogue or a batch): split-K dropped; swap-AB (chosen for M ≤ 64) replaced by the
-    heuristic's small-problem tile."""
+    """A config of the one-kernel path for a batched call (the split-K / swap-AB launches
+    and their workspace are 2-D): split-K dropped; swap-AB (chosen for M ≤ 64) replaced by
+    the heuristic's small-problem tile."""
     if config.swap_ab:
         return KernelConfig(128, 128, 64)
     return dataclasses.replace(config, split_k=1) if config.split_k > 1 else config

@@ -142,11 +142,12 @@ def workspace_shape(M: int, N: int, K: int, config: KernelConfig) -> tuple[int, 
     return effective_splits(K, d.block_k, d.split_k) * -(-rows // d.block_m) * d.block_m, -(-cols // 4) * 4
 
 
-def prepare_split(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, workspace: torch.Tensor):
+def prepare_split(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, workspace: torch.Tensor, bias=None,
+                  activation="none"):
     """The two launches of a split-K / swap-AB call, each (kernel, args, kwargs, grid):
 
         GEMM  (splits × tiles work units) ──fp32 partials──> workspace
-        reduce(blocks of out)            ──Σ splits, α, β·C, cast (transpose)──> out
+        reduce(blocks of out)            ──Σ splits, α, bias, act, β·C, cast (transpose)──> out
 
     `workspace` is an fp32 tensor of at least workspace_shape(...) (its values are unused).
     out must be row-major; c (if β ≠ 0) row-major with out's dtype; c may alias out."""
@@ -163,9 +164,11 @@ def prepare_split(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, wor
     assert out.stride(1) == 1 or out.shape[1] <= 1, "out must be row-major"
     has_c = c is not None and beta != 0.0
     assert not has_c or (c.stride(1) == 1 or c.shape[1] <= 1), "C must be row-major"
-    args = (ws, c if has_c else out, out, M, N, splits, ws_rows // splits * ld, ld,
+    bias_ptr = fused.bias_vector(bias) if bias is not None else out  # never read without a bias
+    args = (ws, c if has_c else out, out, bias_ptr, M, N, splits, ws_rows // splits * ld, ld,
             c.stride(0) if has_c else 0, out.stride(0), float(alpha), float(beta))
-    kwargs = dict(HAS_C=has_c, SWAP=d.swap_ab, BR=reduce.BLOCK_R, BC=reduce.BLOCK_C, num_warps=reduce.NUM_WARPS)
+    kwargs = dict(HAS_C=has_c, SWAP=d.swap_ab, BR=reduce.BLOCK_R, BC=reduce.BLOCK_C, BIAS=fused.bias_kind(bias),
+                  ACTIVATION=activation, num_warps=reduce.NUM_WARPS)
     grid = (-(-M // reduce.BLOCK_R), -(-N // reduce.BLOCK_C))
     return gemm, (reduce.reduce_splits, args, kwargs, grid)
 

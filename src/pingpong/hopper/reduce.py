@@ -1,4 +1,6 @@
-"""The split-K reduction: out = cast(α·Σ_s partial[s] + β·C), the splits summed in a fixed order.
+"""The split-K reduction: out = cast(act(α·Σ_s partial[s] + bias) + β·C), the splits summed in a
+fixed order (bias and act: the fused epilogue's, pingpong.fused; the same functions as the
+GEMM kernel's epilogue).
 
 The GEMM kernel's split-K / swap-AB work units store fp32 partial tiles into a workspace
 (pingpong.hopper.scheduler.SplitKScheduler); this kernel reads them back. Each program owns
@@ -9,7 +11,7 @@ run rounds the same way: results are bitwise repeatable (no atomics, no arrival 
     ┌──────────────┐ split 0 (R_pad rows)
     │   partial 0  │ ─┐
     ├──────────────┤  │  acc = p0 + p1 + ... + p(S-1)     (fixed order)
-    │   partial 1  │ ─┼─> out = cast(α·acc + β·C) ───────> block (r, c)
+    │   partial 1  │ ─┼─> out = cast(act(α·acc + bias) + β·C) ──> block (r, c)
     ├──────────────┤  │
     │     ...      │ ─┘
     └──────────────┘
@@ -21,6 +23,8 @@ block around through shared memory so the stores to out run along n.
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+
+from .epilogue import activate, add_bias
 
 BLOCK_R = 64
 BLOCK_C = 64
@@ -47,12 +51,14 @@ def _block_offsets(r0, c0, BR: gl.constexpr, BC: gl.constexpr, layout: gl.conste
 
 
 @gluon.jit(do_not_specialize=["M", "N", "splits"])
-def reduce_splits(ws_ptr, c_ptr, out_ptr, M, N, splits, split_stride, ws_ld, c_ld, out_ld, alpha, beta,
-                  HAS_C: gl.constexpr, SWAP: gl.constexpr, BR: gl.constexpr, BC: gl.constexpr):
+def reduce_splits(ws_ptr, c_ptr, out_ptr, bias_ptr, M, N, splits, split_stride, ws_ld, c_ld, out_ld, alpha, beta,
+                  HAS_C: gl.constexpr, SWAP: gl.constexpr, BR: gl.constexpr, BC: gl.constexpr,
+                  BIAS: gl.constexpr, ACTIVATION: gl.constexpr):
     """One BR × BC block of out (row-major, leading dimension out_ld) from `splits` partials.
 
     Not SWAP: partial (m, n) of split s at ws_ptr + s·split_stride + m·ws_ld + n.
     SWAP:     partial (m, n) of split s at ws_ptr + s·split_stride + n·ws_ld + m.
+    bias_ptr: the bias of out's columns or rows (BIAS "col"/"row"; not read for "none").
     """
     store_layout: gl.constexpr = _cols_fastest(gl.num_warps())
     load_layout: gl.constexpr = _rows_fastest(gl.num_warps()) if SWAP else store_layout
@@ -70,6 +76,7 @@ def reduce_splits(ws_ptr, c_ptr, out_ptr, M, N, splits, split_stride, ws_ld, c_l
         partial += split_stride  # pointer steps: no 32-bit product of split and stride
         acc += gl.load(partial, mask=inside, other=0.0)
     acc = gl.convert_layout(acc, store_layout) * alpha
+    acc = activate(add_bias(acc, bias_ptr, r0, c0, M, N, BIAS), ACTIVATION)
     rows, cols = _block_offsets(r0, c0, BR, BC, store_layout)
     inside = (rows < M) & (cols < N)
     if HAS_C:
