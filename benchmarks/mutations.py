@@ -60,13 +60,17 @@ MUTATIONS = [
     ("SASS LDL/STL regex never matches", "src/pingpong/compile.py",
      r'"LDL/STL": ("s", r"\b(LDL|STL)\b")', r'"LDL/STL": ("s", r"\bNEVER_MATCHES\b")',
      "tests/test_reliability_detectors.py"),
-    ("AMD scratch and spill counts not read", "src/pingpong/compile.py",
-     'spill_bytes=_amd_meta(text, "private_segment_fixed_size")\n'
-     '        + _amd_meta(text, "vgpr_spill_count") * 4\n'
-     '        + _amd_meta(text, "sgpr_spill_count") * 4,', "spill_bytes=0,",
+    ("AMD spill bytes forced to 0", "src/pingpong/compile.py",
+     "spill_bytes=scratch + 4 * (vgpr_spills + sgpr_spills),", "spill_bytes=0,",
      "tests/test_reliability_detectors.py"),
     ("AMD scratch bytes not read", "src/pingpong/compile.py",
-     'spill_bytes=_amd_meta(text, "private_segment_fixed_size")', "spill_bytes=0",
+     'scratch = _amd_meta(text, "private_segment_fixed_size")', 'scratch = _amd_meta(text, "no_such_key")',
+     "tests/test_reliability_detectors.py"),
+    ("AMD scratch dropped from spill bytes", "src/pingpong/compile.py",
+     "spill_bytes=scratch + 4 * (vgpr_spills + sgpr_spills),", "spill_bytes=4 * (vgpr_spills + sgpr_spills),",
+     "tests/test_reliability_detectors.py"),
+    ("AMD VGPR spill count not read", "src/pingpong/compile.py",
+     '_amd_meta(text, "vgpr_spill_count")', '_amd_meta(text, "no_such_key")',
      "tests/test_reliability_detectors.py"),
     # -- TMA legality
     ("TMA base-alignment check removed", "src/pingpong/hopper/launch.py",
