@@ -1,5 +1,5 @@
 """Mutation pass over the CPU suite: apply one break at a time, run the tests meant to catch it,
-expect them to fail, restore the file. Results go to benchmarks/MUTATIONS.md (by hand).
+expect them to fail, restore the file. The table in benchmarks/MUTATIONS.md is its output.
 
     PYTHONPATH=src python benchmarks/mutations.py            # every mutation
     PYTHONPATH=src python benchmarks/mutations.py NAME ...   # some of them
@@ -7,6 +7,8 @@ expect them to fail, restore the file. Results go to benchmarks/MUTATIONS.md (by
 Each mutation is (name, file, the exact text to replace, its replacement, the test
 selection). The text must occur in the file exactly once, so a refactor that moves it makes
 this script fail loudly instead of testing nothing. Exit 1 if any mutation survives.
+Run it on a clean tree: a file is restored after each run, but a killed script can leave one
+mutated (`git checkout -- src` restores it).
 """
 
 from __future__ import annotations
