@@ -3,6 +3,8 @@
 # Prints the short tables last; full logs go to $OUT (default ./out).
 #   bash scripts/gpu_check.sh                 # everything
 #   TESTS="tests/test_gemm_gpu.py" BENCH_SHAPES="8192,8192,8192" bash scripts/gpu_check.sh
+#   SUITE=all ...     also `pingpong bench --suite all` (llm, squares, largek; $OUT/suite.*)
+#   TUNE=llm ...      also `pingpong tune --suite llm --quick`, table written under $OUT/cache
 #   RACECHECK=1 ...   also compute-sanitizer racecheck on a small problem; the report and the
 #                     SASS of every Triton kernel it ran ($OUT/sass/) locate a hazard's PCs
 set -uo pipefail
@@ -17,6 +19,7 @@ SWEEP_SHAPES=${SWEEP_SHAPES:-8192,8192,8192}
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
+(lscpu | grep -m1 "Model name" || true) | tee -a "$OUT/gpu.txt"
 
 echo "== GPU tests ($TESTS)"
 python -m pytest -q -m gpu -p no:cacheprovider $TESTS 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 25
@@ -28,6 +31,21 @@ python benchmarks/schedules.py --shapes $SWEEP_SHAPES --configs $CONFIGS 2>"$OUT
 echo "== pingpong bench"
 python -m pingpong bench --shapes $BENCH_SHAPES --csv "$OUT/bench.csv" --json "$OUT/bench.json" \
     2>"$OUT/bench.err" | tee "$OUT/bench.txt"
+
+echo "== host cost (back-to-back calls)"
+python -m pingpong.overhead --sizes ${OVERHEAD_SIZES:-64 1024 2048} 2>"$OUT/overhead.err" | tee "$OUT/overhead.txt"
+
+if [ -n "${TUNE:-}" ]; then
+    echo "== pingpong tune --suite $TUNE --quick"
+    PINGPONG_CACHE_DIR="$OUT/cache" python -m pingpong tune --suite "$TUNE" --quick 2>"$OUT/tune.err" | tee "$OUT/tune.txt"
+    PINGPONG_CACHE_DIR="$OUT/cache" python -m pingpong tune --show | tee -a "$OUT/tune.txt"
+fi
+
+if [ -n "${SUITE:-}" ]; then
+    echo "== pingpong bench --suite $SUITE"
+    PINGPONG_CACHE_DIR="$OUT/cache" python -m pingpong bench --suite "$SUITE" --csv "$OUT/suite.csv" \
+        --json "$OUT/suite.json" 2>"$OUT/suite.err" | tee "$OUT/suite.txt"
+fi
 
 if [ "${RACECHECK:-0}" = 1 ]; then
     echo "== racecheck (small problem, every schedule)"
@@ -46,5 +64,8 @@ echo "== summary"
 grep -E "passed|failed|error" "$OUT/gpu_tests.log" | tail -n 1
 cat "$OUT/schedules.txt"
 cat "$OUT/bench.txt"
+cat "$OUT/overhead.txt"
+[ -f "$OUT/tune.txt" ] && cat "$OUT/tune.txt"
+[ -f "$OUT/suite.txt" ] && cat "$OUT/suite.txt"
 [ -f "$OUT/racecheck.txt" ] && cat "$OUT/racecheck.txt"
 exit $tests_rc

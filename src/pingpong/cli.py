@@ -3,9 +3,10 @@
 Each subcommand lives in the module that owns its subject; this file only wires them up:
 
     demo   pingpong.demo              multiply, check against torch, compare with cuBLAS
-    bench  pingpong.bench             the benchmark harness (seeds' method, DESIGN.md)
+    bench  pingpong.bench             the benchmark harness (docs/benchmarking.md)
     isa    pingpong.compile           compile a kernel offline for a target, print facts
     check  pingpong.schedule.cli      model-check kernel schedules for races and deadlocks
+    tune   pingpong.tune              measure configs per shape, write the tuning table
 """
 
 from __future__ import annotations
@@ -20,23 +21,16 @@ SUBCOMMANDS = {
     "bench": ("pingpong.bench", "benchmark against cuBLAS: TFLOP/s, ratio, CSV/JSON/PNG"),
     "isa": ("pingpong.isa", "compile a kernel offline for sm_90a/gfx942/gfx950/gfx1151 and print its facts"),
     "check": ("pingpong.schedule.cli", "model-check synchronization schedules for races and deadlocks"),
+    "tune": ("pingpong.tune", "measure KernelConfigs per shape on this GPU and write the tuning table"),
 }
-
-
-def _available():
-    for name, (module, help_) in SUBCOMMANDS.items():
-        try:
-            yield name, importlib.import_module(module), help_
-        except ModuleNotFoundError as e:
-            if not module.startswith(e.name or "\0"):
-                raise
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pingpong", description="Readable, fast GEMM kernels in Triton Gluon.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     runners = {}
-    for name, module, help_ in _available():
+    for name, (module_name, help_) in SUBCOMMANDS.items():
+        module = importlib.import_module(module_name)
         p = sub.add_parser(name, help=help_, description=help_)
         module.add_arguments(p)
         runners[name] = module.run
