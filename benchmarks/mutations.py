@@ -136,6 +136,20 @@ MUTATIONS = [
     ("TMA stride limit dropped", "src/pingpong/addressing.py",
      "if st * t.element_size() >= TMA_STRIDE_BYTES_LIMIT]", "if False]",
      "tests/test_reliability_indexing.py"),
+    # -- the lead's checks (api.py, bench.py), listed in the same issue
+    ("bench correctness tolerance loosened 10x", "src/pingpong/bench.py",
+     "return err <= TOLERANCE[dtype]", "return err <= 10 * TOLERANCE[dtype]",
+     "tests/test_bench.py"),
+    ("gemm_ overlap check against b dropped (per-call path)", "src/pingpong/api.py",
+     "if (c0 < a0 + ea and a0 < c1) or (c0 < b0 + eb and b0 < c1):", "if (c0 < a0 + ea and a0 < c1):",
+     "tests/test_api_validation.py tests/test_plan.py tests/test_reliability_plan.py"),
+    ("gemm_ overlap check against b dropped (named check)", "src/pingpong/api.py",
+     '    for name, t in (("a", a), ("b", b)):\n        if _overlaps(c, t):',
+     '    for name, t in (("a", a),):\n        if _overlaps(c, t):',
+     "tests/test_api_validation.py tests/test_plan.py tests/test_reliability_plan.py"),
+    ("device check on c dropped", "src/pingpong/api.py",
+     "    if c.device != a.device:", "    if False:",
+     "tests/test_api_validation.py tests/test_plan.py tests/test_reliability_plan.py"),
 ]
 
 
