@@ -61,10 +61,25 @@ def test_every_activation_bias_and_residual(schedule, activation, bias_kind, wit
     run_case(1000, 1032, 520, bias_kind=bias_kind, activation=activation, with_c=with_c, config=SCHEDULES[schedule])
 
 
+SPLIT = {  # the two-kernel path: fp32 partials, then the reduction applies α, bias, act, β·C
+    "swap-ab+split2": (KernelConfig(128, 16, 64, split_k=2, swap_ab=True), (16, 1000, 4096)),
+    "split4": (KernelConfig(128, 128, 64, split_k=4), (255, 1000, 8192)),
+}
+
+
+@pytest.mark.parametrize("split", SPLIT)
+@pytest.mark.parametrize("activation", ("gelu_erf", "silu"))
+@pytest.mark.parametrize("bias_kind", ("col", "row"))
+def test_split_k_and_swap_ab_reduction_applies_the_epilogue(split, activation, bias_kind):
+    config, (m, n, k) = SPLIT[split]
+    run_case(m, n, k, bias_kind=bias_kind, activation=activation, config=config)
+
+
 @pytest.mark.parametrize("m,n,k", list(itertools.product(ODD, ODD, ODD)))
 @pytest.mark.parametrize("bias_kind", ("col", "row"))
 def test_odd_shapes(m, n, k, bias_kind):
-    """Default configs; ragged tiles mask the bias loads; odd N takes the padded output path."""
+    """Default configs (M ≤ 64: swap-AB, the fused reduction); ragged tiles mask the bias
+    loads; odd N takes the padded output path."""
     run_case(m, n, k, bias_kind=bias_kind, activation="gelu_tanh")
 
 
