@@ -25,3 +25,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def interpreted_kernels(monkeypatch):
+    """The API's kernel launch replaced by the portable kernel under Triton's interpreter, and
+    its GPU-only check lifted: the whole call path (validation, batching, torch.library ops,
+    autograd) then runs on CPU tensors. fp16/fp32 only (the triton 3.6 interpreter is wrong
+    for bf16)."""
+    from pingpong import api
+    from pingpong.portable import portable_gemm
+
+    def run(a, b, out, c, alpha, beta, config):
+        portable_gemm(a, b, out, alpha=alpha, beta=beta, c=c if beta != 0.0 else None, interpret=True)
+
+    monkeypatch.setattr(api, "_check_gpu", lambda a: None)
+    monkeypatch.setattr(api, "_run", run)

@@ -1,0 +1,140 @@
+"""Batched operands with torch.matmul's semantics, reduced to one 2-D or one batched GEMM.
+
+    a (…a, M, K) @ b (…b, K, N)  →  out (broadcast(…a, …b), M, N)
+
+`plan` is a pure function of the two shapes and strides; it decides once how the call runs:
+
+    | operands                                         | kind      | kernel problem                  |
+    |--------------------------------------------------|-----------|---------------------------------|
+    | both 2-D                                         | "mm"      | (M, K) @ (K, N)                 |
+    | b has no batch (2-D, or every batch dim is 1)     | "fold"    | (B·M, K) @ (K, N): a's batch    |
+    |   and a's batch and M dims merge into one stride  |           | folded into M, a view of a      |
+    |   (e.g. a contiguous (…, M, K): a shared weight)  |           |                                 |
+    | otherwise                                        | "batched" | (B, M, K) @ (B, K, N), B = the  |
+    |                                                  |           | product of the broadcast batch  |
+
+For "batched", each operand is `expand`ed to the broadcast batch (stride 0 along the dims it
+broadcasts) and its batch dims are merged into one; that is a view whenever the batch strides
+merge (always for a single batch dim, for a broadcast operand, and for contiguous batches), else
+that operand is copied (`Operand.stride is None`). The output is a new contiguous tensor of
+shape `out_shape`; "fold" and "batched" write it through a 2-D/3-D view of the same memory.
+
+Batch dims that do not broadcast raise PingpongError naming a and b, before any work.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .errors import PingpongError
+
+__all__ = ["Operand", "BatchPlan", "plan", "operand_view", "plan_for"]
+
+
+@dataclass(frozen=True)
+class Operand:
+    """How one operand enters the kernel: its 2-D/3-D shape and, for a view, its strides."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...] | None  # None: not a view of the caller's tensor; a copy is made
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    kind: str  # "mm" | "fold" | "batched"
+    batch: tuple[int, ...]  # the broadcast batch shape (the output's leading dims)
+    out_shape: tuple[int, ...]  # batch + (M, N)
+    a: Operand
+    b: Operand
+    out: tuple[int, ...]  # the kernel's view of the output: (M, N), (B·M, N) or (B, M, N)
+
+
+def _merged_stride(sizes, strides) -> int | None:
+    """The one stride of `sizes` merged into a single dim, or None when they do not merge.
+
+    Dims of size 1 place no constraint; consecutive dims i, j merge when
+    stride[i] == size[j] * stride[j] (row-major order among themselves).
+    """
+    kept = [(s, st) for s, st in zip(sizes, strides) if s != 1]
+    if not kept:
+        return 1
+    for (_, outer), (size, inner) in zip(kept, kept[1:]):
+        if outer != size * inner:
+            return None
+    return kept[-1][1]
+
+
+def _broadcast(a_batch, b_batch) -> tuple[int, ...]:
+    try:
+        return tuple(torch.broadcast_shapes(torch.Size(a_batch), torch.Size(b_batch)))
+    except RuntimeError:
+        raise PingpongError(
+            f"a and b: batch dimensions {tuple(a_batch)} (a) and {tuple(b_batch)} (b) do not broadcast "
+            "(torch.matmul's rule: aligned from the right, each pair equal or one of them 1)"
+        ) from None
+
+
+def _expanded_strides(shape, stride, batch) -> tuple[int, ...]:
+    """Strides of `shape` expanded to `batch` + its last two dims (0 along broadcast dims)."""
+    lead = len(batch) - (len(shape) - 2)
+    out = []
+    for i, size in enumerate(batch):
+        j = i - lead
+        out.append(0 if j < 0 or (shape[j] == 1 and size != 1) else stride[j])
+    return tuple(out)
+
+
+def plan(a_shape, a_stride, b_shape, b_stride) -> BatchPlan:
+    """The plan of a (…, M, K) @ b (…, K, N) (see the module docstring)."""
+    for name, shape in (("a", a_shape), ("b", b_shape)):
+        if len(shape) < 2:
+            raise PingpongError(f"{name}: expected a tensor of at least 2 dims (…, rows, cols), got shape {tuple(shape)}")
+    (M, K), (Kb, N) = a_shape[-2:], b_shape[-2:]
+    if K != Kb:
+        raise PingpongError(
+            f"shape mismatch: a is {tuple(a_shape)} and b is {tuple(b_shape)}; a.shape[-1] must equal b.shape[-2]"
+        )
+    batch = _broadcast(a_shape[:-2], b_shape[:-2])
+    out_shape = batch + (M, N)
+    if len(a_shape) == 2 and len(b_shape) == 2:
+        return BatchPlan("mm", (), out_shape, Operand((M, K), tuple(a_stride)), Operand((K, N), tuple(b_stride)), (M, N))
+    if math.prod(b_shape[:-2]) == 1:
+        rows = _merged_stride(a_shape[:-1], a_stride[:-1])
+        if rows is not None:
+            BM = math.prod(a_shape[:-1])
+            a = Operand((BM, K), (rows, a_stride[-1]))
+            b = Operand((K, N), tuple(b_stride[-2:]))
+            return BatchPlan("fold", batch, out_shape, a, b, (BM, N))
+    B = math.prod(batch)
+    operands = []
+    for shape, stride in ((a_shape, a_stride), (b_shape, b_stride)):
+        sb = _merged_stride(batch, _expanded_strides(shape, stride, batch))
+        matrix = tuple(shape[-2:])
+        operands.append(Operand((B,) + matrix, None if sb is None else (sb,) + tuple(stride[-2:])))
+    return BatchPlan("batched", batch, out_shape, operands[0], operands[1], (B, M, N))
+
+
+def plan_for(a: torch.Tensor, b: torch.Tensor) -> BatchPlan:
+    return plan(tuple(a.shape), a.stride(), tuple(b.shape), b.stride())
+
+
+def operand_view(t: torch.Tensor, op: Operand, batch: tuple[int, ...]) -> torch.Tensor:
+    """`t` as the kernel sees it: a strided view, or (stride None) a contiguous copy."""
+    if op.stride is not None:
+        return t.as_strided(op.shape, op.stride)
+    return t.expand(batch + tuple(t.shape[-2:])).reshape(op.shape)
+
+
+def run(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None, gemm2d, gemm3d) -> torch.Tensor:
+    """Execute a @ b (+ c, of shape `out_shape`) by the plan: `gemm2d(a2, b2, c2)` and
+    `gemm3d(a3, b3, c3)` each return a new contiguous result of their 2-D / 3-D problem."""
+    p = plan_for(a, b)
+    if p.kind == "mm":
+        return gemm2d(a, b, c)
+    a_k, b_k = operand_view(a, p.a, p.batch), operand_view(b, p.b, p.batch)
+    c_k = None if c is None else c.reshape(p.out)  # c has out_shape; a view when its dims merge
+    result = (gemm2d if p.kind == "fold" else gemm3d)(a_k, b_k, c_k)
+    return result.view(p.out_shape)

@@ -1,0 +1,217 @@
+"""pingpong's GEMMs as PyTorch operators (torch.library): traced by torch.compile, differentiated
+by autograd.
+
+    | op                | public function                       | autograd                         |
+    |-------------------|---------------------------------------|----------------------------------|
+    | pingpong::mm      | matmul(a, b, out_dtype=)              | dA = dC·Bᵀ, dB = Aᵀ·dC           |
+    | pingpong::gemm    | gemm(a, b, c, alpha=, beta=, out_dtype=) | α·dC·Bᵀ, α·Aᵀ·dC, dc = β·dC   |
+    | pingpong::gemm_   | gemm_(c, a, b, alpha=, beta=)          | none: refused when autograd needs it |
+    | pingpong::linear  | linear(x, w, bias, activation)         | dx, dw, dbias, through act'(z)  |
+
+When the public functions take the op (`needs_op`): while torch.compile / torch.export trace
+(Dynamo then records one graph node per call, and the fake implementations here give the
+output's shape, dtype and strides: contiguous row-major, as the kernels write it), when autograd
+must record the call (grad mode on and an input requires grad), or when an input is a tensor
+subclass (a tracer's fake/functional tensors). Otherwise — eager inference — they launch the
+kernel directly: the dispatcher round trip, the fake-tensor checks and the autograd wrapper
+would cost host time per call and give nothing. The ops' implementations call the public
+functions under `torch.no_grad()` (so they take the direct path).
+
+Backward passes run on pingpong's kernels through the ops themselves (so a compiled backward is
+traced too), with transposed *views* as operands (``b.mT``, ``a.mT``: the four layouts run
+without copies). Gradients have the inputs' dtype (an fp32 ``out_dtype`` gradient is cast to
+the input dtype first). The activation's derivative needs the pre-activation z for gelu and silu:
+the forward does not save it (it would cost an M×N fp32 buffer per layer); the backward
+recomputes z with one more GEMM (fp32 output). relu's derivative reads the saved output.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import api, batching, functional
+from .errors import PingpongError
+
+__all__ = ["needs_op", "mm", "gemm", "gemm_", "linear"]
+
+def needs_op(*tensors) -> bool:
+    """True when a public call must go through its torch.library op (module docstring)."""
+    if torch.compiler.is_compiling():
+        return True
+    grad = torch.is_grad_enabled()
+    for t in tensors:
+        kind = type(t)
+        if kind is torch.Tensor or kind is torch.nn.Parameter:
+            if grad and t.requires_grad:
+                return True
+        elif isinstance(t, torch.Tensor):  # FakeTensor, FunctionalTensor, ...: a tracer's
+            return True
+    return False
+
+
+# ----------------------------------------------------------------------------- contracts
+
+
+def _out_meta(a, b, c, out_dtype) -> tuple[tuple[int, ...], torch.dtype]:
+    """Output shape and dtype of a @ b (+ c) by the public contract; PingpongError otherwise."""
+    for name, t in (("a", a), ("b", b)):
+        if t.dtype not in api.INPUT_DTYPES:
+            raise PingpongError(f"{name}: dtype {t.dtype} is not supported; expected torch.bfloat16 or torch.float16")
+    if a.dtype != b.dtype:
+        raise PingpongError(f"a and b must have the same dtype, got a {a.dtype} and b {b.dtype}")
+    if a.device != b.device:
+        raise PingpongError(f"a and b must be on the same device, got a on {a.device} and b on {b.device}")
+    dtype = api._check_out_dtype(out_dtype, a.dtype)
+    shape = batching.plan_for(a, b).out_shape
+    if c is not None:
+        if tuple(c.shape) != shape or c.dtype != dtype or c.device != a.device:
+            raise PingpongError(f"c: expected shape {shape}, dtype {dtype}, device {a.device}; "
+                                f"got {tuple(c.shape)}, {c.dtype}, {c.device}")
+    return shape, dtype
+
+
+def _gemm_nd(a, b, c, alpha, beta, out_dtype) -> Tensor:
+    """The public gemm contract on N-D operands (batching.plan), kernels launched directly."""
+    _out_meta(a, b, c, out_dtype)
+
+    def two_d(x, y, z):
+        return api.gemm(x, y, z, alpha=alpha, beta=beta, out_dtype=out_dtype)
+
+    def three_d(x, y, z):  # one 2-D launch per batch entry until the batched kernel is in the API
+        return torch.stack([two_d(x[i], y[i], None if z is None else z[i]) for i in range(x.shape[0])])
+
+    return batching.run(a, b, c if beta != 0.0 else None, two_d, three_d)
+
+
+# ----------------------------------------------------------------------------- the ops
+
+
+@torch.library.custom_op("pingpong::mm", mutates_args=())
+def mm(a: Tensor, b: Tensor, out_dtype: Optional[torch.dtype] = None) -> Tensor:
+    with torch.no_grad():
+        return _gemm_nd(a, b, None, 1.0, 0.0, out_dtype)
+
+
+@mm.register_fake
+def _(a, b, out_dtype=None):
+    shape, dtype = _out_meta(a, b, None, out_dtype)
+    return a.new_empty(shape, dtype=dtype)
+
+
+@torch.library.custom_op("pingpong::gemm", mutates_args=())
+def gemm(a: Tensor, b: Tensor, c: Optional[Tensor] = None, alpha: float = 1.0, beta: float = 0.0,
+         out_dtype: Optional[torch.dtype] = None) -> Tensor:
+    with torch.no_grad():
+        return _gemm_nd(a, b, c, alpha, beta, out_dtype)
+
+
+@gemm.register_fake
+def _(a, b, c=None, alpha=1.0, beta=0.0, out_dtype=None):
+    shape, dtype = _out_meta(a, b, c, out_dtype)
+    return a.new_empty(shape, dtype=dtype)
+
+
+@torch.library.custom_op("pingpong::gemm_", mutates_args=("c",))
+def gemm_(c: Tensor, a: Tensor, b: Tensor, alpha: float = 1.0, beta: float = 0.0) -> None:
+    with torch.no_grad():
+        api.gemm_(c, a, b, alpha=alpha, beta=beta)
+
+
+@gemm_.register_fake
+def _(c, a, b, alpha=1.0, beta=0.0):
+    _out_meta(a, b, c, c.dtype)
+
+
+@torch.library.custom_op("pingpong::linear", mutates_args=())
+def linear(x: Tensor, w: Tensor, bias: Optional[Tensor] = None, activation: Optional[str] = None) -> Tensor:
+    with torch.no_grad():
+        return functional.linear_direct(x, w, bias, activation)
+
+
+@linear.register_fake
+def _(x, w, bias=None, activation=None):
+    functional.check_linear(x, w, bias, activation)
+    _out_meta(x.unsqueeze(0) if x.dim() == 1 else x, w.t(), None, None)
+    return x.new_empty(tuple(x.shape[:-1]) + (w.shape[0],))
+
+
+# ----------------------------------------------------------------------------- autograd
+
+
+def _product_grads(needs_a, needs_b, a, b, g, alpha):
+    """(dA, dB) of α·a@b for output gradient g, in the inputs' dtype, on pingpong's kernels.
+
+    Broadcast batch dims are summed out. A 2-D b under a batched a (a shared weight) gets its
+    gradient from one GEMM over the folded batch: dB = a(B·M, K)ᵀ · g(B·M, N).
+    """
+    g = g.to(a.dtype)
+    da = db = None
+    if needs_a:
+        da = gemm(g, b.mT, None, alpha, 0.0, a.dtype).sum_to_size(a.shape)
+    if needs_b:
+        if b.dim() == 2 and a.dim() > 2:
+            db = gemm(a.reshape(-1, a.shape[-1]).mT, g.reshape(-1, g.shape[-1]), None, alpha, 0.0, a.dtype)
+        else:
+            db = gemm(a.mT, g, None, alpha, 0.0, a.dtype).sum_to_size(b.shape)
+    return da, db
+
+
+def _setup_mm(ctx, inputs, output):
+    a, b = inputs[0], inputs[1]
+    ctx.save_for_backward(a, b)
+
+
+def _backward_mm(ctx, g):
+    a, b = ctx.saved_tensors
+    da, db = _product_grads(ctx.needs_input_grad[0], ctx.needs_input_grad[1], a, b, g, 1.0)
+    return da, db, None
+
+
+def _setup_gemm(ctx, inputs, output):
+    a, b, c, alpha, beta, _ = inputs
+    ctx.save_for_backward(a, b)
+    ctx.alpha, ctx.beta, ctx.has_c = alpha, beta, c is not None
+
+
+def _backward_gemm(ctx, g):
+    a, b = ctx.saved_tensors
+    needs = ctx.needs_input_grad
+    da, db = _product_grads(needs[0], needs[1], a, b, g, ctx.alpha)
+    dc = g * ctx.beta if ctx.has_c and needs[2] and ctx.beta != 0.0 else None
+    return da, db, dc, None, None, None
+
+
+def _setup_linear(ctx, inputs, output):
+    x, w, bias, activation = inputs
+    ctx.activation = activation
+    ctx.save_for_backward(x, w, bias, output if activation == "relu" else None)
+
+
+def _backward_linear(ctx, g):
+    x, w, bias, y = ctx.saved_tensors
+    needs = ctx.needs_input_grad
+    act = ctx.activation
+    x2 = x.reshape(-1, x.shape[-1])
+    g2 = g.reshape(-1, g.shape[-1])
+    if act is not None:
+        saved = y.reshape(g2.shape) if act == "relu" else _preactivation(x2, w, bias)
+        g2 = functional.activation_backward(act, g2, saved)
+    g2 = g2.to(x.dtype)
+    dx = mm(g2, w).view(x.shape) if needs[0] else None
+    dw = mm(g2.mT, x2) if needs[1] else None
+    db = g2.sum(0, dtype=torch.float32).to(bias.dtype) if bias is not None and needs[2] else None
+    return dx, dw, db, None
+
+
+def _preactivation(x2, w, bias) -> Tensor:
+    """z = x·wᵀ + bias in fp32, recomputed on the kernel (the forward keeps only act(z))."""
+    z = mm(x2, w.t(), torch.float32)
+    return z if bias is None else z + bias.float()
+
+
+mm.register_autograd(_backward_mm, setup_context=_setup_mm)
+gemm.register_autograd(_backward_gemm, setup_context=_setup_gemm)
+linear.register_autograd(_backward_linear, setup_context=_setup_linear)
