@@ -16,7 +16,11 @@ def t(*shape, dtype=bf):
 
 CASES = [
     ("a 1-D", lambda: pingpong.matmul(t(8), t(8, 4)), "a: expected a 2-D tensor"),
-    ("b 3-D", lambda: pingpong.matmul(t(8, 8), t(2, 8, 4)), "b: expected a 2-D tensor"),
+    ("batch", lambda: pingpong.matmul(t(2, 8, 8), t(3, 8, 4)), "a and b: batch dimensions \\(2,\\) \\(a\\) and \\(3,\\) \\(b\\) do not broadcast"),
+    ("batched cpu", lambda: pingpong.matmul(t(2, 8, 8), t(8, 4)), "pingpong runs on CUDA/ROCm GPUs"),
+    ("bias length", lambda: pingpong.linear(t(8, 8), t(4, 8), t(5)), "bias: expected shape \\(4,\\)"),
+    ("bias dtype", lambda: pingpong.linear(t(8, 8), t(4, 8), t(4, dtype=torch.float32)), "bias: expected dtype torch.bfloat16"),
+    ("activation", lambda: pingpong.linear(t(8, 8), t(4, 8), None, "gelu_erf"), "activation: expected None or one of"),
     ("not a tensor", lambda: pingpong.matmul([[1.0]], t(1, 1)), "a: expected a torch.Tensor"),
     ("shape mismatch", lambda: pingpong.matmul(t(8, 5), t(6, 4)), "a.shape\\[1\\] must equal b.shape\\[0\\]"),
     ("fp32 inputs", lambda: pingpong.matmul(t(8, 8, dtype=torch.float32), t(8, 8, dtype=torch.float32)),

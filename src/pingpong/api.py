@@ -37,6 +37,8 @@ import torch
 from .config import KernelConfig, default_config
 from .device import is_hopper
 from .errors import PingpongError
+from . import batching as _batching
+from . import ops as _ops  # noqa: E402  (ops imports this module; it reads it only at call time)
 
 INPUT_DTYPES = (torch.bfloat16, torch.float16)
 OUTPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -206,8 +208,12 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out_dtype=None) -> torch.Tensor:
     Returns:
         A new (M, N) tensor of out_dtype.
     """
-    _check_operands(a, b)
     alpha, beta = _check_scalar("alpha", alpha), _check_scalar("beta", beta)
+    if _ops.needs_op(a, b, c):  # torch.compile / autograd: the pingpong::gemm op (pingpong.ops)
+        return _ops.gemm(a, b, c, alpha, beta, out_dtype)
+    if getattr(a, "ndim", 2) > 2 or getattr(b, "ndim", 2) > 2:  # batched: pingpong.batching
+        return _batching.gemm(a, b, c, alpha, beta, out_dtype)
+    _check_operands(a, b)
     dtype = _check_out_dtype(out_dtype, a.dtype)
     if c is not None:
         _check_c(c, a, b, dtype)
@@ -217,6 +223,8 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out_dtype=None) -> torch.Tensor:
 
 def matmul(a, b, *, out_dtype=None) -> torch.Tensor:
     """a @ b with fp32 accumulation. See `gemm` for the arguments."""
+    if _ops.needs_op(a, b):  # torch.compile / autograd: the pingpong::mm op (pingpong.ops)
+        return _ops.mm(a, b, out_dtype)
     return gemm(a, b, out_dtype=out_dtype)
 
 
@@ -236,8 +244,18 @@ def gemm_(c, a, b, *, alpha=1.0, beta=0.0) -> torch.Tensor:
 
     c must be (M, N), on a's device, of dtype bf16/fp16/fp32, and must not share memory with
     a or b. Any c strides work (a non-TMA-legal c is computed into a temporary and copied
-    back). On a refusal (PingpongError) c is left untouched.
+    back). On a refusal (PingpongError) c is left untouched. Not differentiable: refused while
+    autograd would record it (grad mode on and c, a or b requires grad); c's version counter
+    is bumped, so a backward that saved c raises instead of reading the new values.
     """
+    if torch.is_grad_enabled():
+        for name, t in (("c", c), ("a", a), ("b", b)):
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                raise PingpongError(f"{name}: requires grad; gemm_ writes c in place and is not differentiable "
+                                    "(use pingpong.gemm, or call gemm_ under torch.no_grad())")
+    if _ops.needs_op(c, a, b):  # torch.compile: the pingpong::gemm_ op (pingpong.ops)
+        _ops.gemm_(c, a, b, alpha, beta)
+        return c
     _check_operands(a, b)
     alpha, beta = _check_scalar("alpha", alpha), _check_scalar("beta", beta)
     if isinstance(c, torch.Tensor) and c.dtype not in OUTPUT_DTYPES:
@@ -247,4 +265,5 @@ def gemm_(c, a, b, *, alpha=1.0, beta=0.0) -> torch.Tensor:
         raise PingpongError("c must not share memory with a or b (the product would read what it overwrites)")
     _check_gpu(a)
     _gemm_into(c, a, b, c, alpha, beta, None)
+    torch.autograd.graph.increment_version(c)
     return c

@@ -31,7 +31,7 @@ import torch
 
 from .errors import PingpongError
 
-__all__ = ["Operand", "BatchPlan", "plan", "operand_view", "plan_for"]
+__all__ = ["Operand", "BatchPlan", "plan", "operand_view", "plan_for", "check", "gemm"]
 
 
 @dataclass(frozen=True)
@@ -138,3 +138,43 @@ def run(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None, gemm2d, gemm3d
     c_k = None if c is None else c.reshape(p.out)  # c has out_shape; a view when its dims merge
     result = (gemm2d if p.kind == "fold" else gemm3d)(a_k, b_k, c_k)
     return result.view(p.out_shape)
+
+
+def check(a, b, c, out_dtype) -> tuple[tuple[int, ...], torch.dtype]:
+    """The N-D contract of gemm: output shape and dtype, or PingpongError naming the argument.
+    Reads only metadata, so the ops' fake implementations use it too."""
+    from . import api
+
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, torch.Tensor):
+            raise PingpongError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in api.INPUT_DTYPES:
+            raise PingpongError(f"{name}: dtype {t.dtype} is not supported; expected torch.bfloat16 or torch.float16")
+    if a.dtype != b.dtype:
+        raise PingpongError(f"a and b must have the same dtype, got a {a.dtype} and b {b.dtype}")
+    if a.device != b.device:
+        raise PingpongError(f"a and b must be on the same device, got a on {a.device} and b on {b.device}")
+    dtype = api._check_out_dtype(out_dtype, a.dtype)
+    shape = plan_for(a, b).out_shape
+    if c is not None:
+        if not isinstance(c, torch.Tensor):
+            raise PingpongError(f"c: expected a torch.Tensor, got {type(c).__name__}")
+        if tuple(c.shape) != shape or c.dtype != dtype or c.device != a.device:
+            raise PingpongError(f"c: expected shape {shape}, dtype {dtype}, device {a.device}; "
+                                f"got {tuple(c.shape)}, {c.dtype}, {c.device}")
+    return shape, dtype
+
+
+def gemm(a, b, c, alpha: float, beta: float, out_dtype) -> torch.Tensor:
+    """`pingpong.gemm` on batched (N-D) operands: checked, planned, then run on the 2-D API."""
+    from . import api
+
+    check(a, b, c, out_dtype)
+
+    def two_d(x, y, z):
+        return api.gemm(x, y, z, alpha=alpha, beta=beta, out_dtype=out_dtype)
+
+    def three_d(x, y, z):  # one 2-D launch per batch entry until the batched kernel is in the API
+        return torch.stack([two_d(x[i], y[i], None if z is None else z[i]) for i in range(x.shape[0])])
+
+    return run(a, b, c if beta != 0.0 else None, two_d, three_d)

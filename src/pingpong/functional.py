@@ -16,7 +16,6 @@ import inspect
 import torch
 import torch.nn.functional as F
 
-from . import batching
 from .errors import PingpongError
 
 __all__ = ["linear", "ACTIVATIONS", "check_linear", "activation_forward", "activation_backward"]
@@ -95,35 +94,23 @@ def linear(x, w, bias=None, activation=None) -> torch.Tensor:
 
 
 def linear_direct(x, w, bias, activation) -> torch.Tensor:
-    """`linear` without the op machinery (eager, no autograd): validate, then the kernel."""
+    """`linear` without the op machinery (eager, no autograd): validate, then the kernel.
+
+    The epilogue (bias, activation) runs in torch on the GEMM's fp32 result until the GEMM
+    API takes `bias=` / `activation=` (the fused epilogue kernel).
+    """
+    from . import api
+
     check_linear(x, w, bias, activation)
-    y = batching.run(x if x.dim() > 1 else x.unsqueeze(0), w.t(), None,
-                     lambda a, b, _: _linear_2d(a, b, bias, activation),
-                     lambda a, b, _: _linear_3d(a, b, bias, activation))
-    return y if x.dim() > 1 else y.squeeze(0)
-
-
-def _linear_2d(a, b, bias, activation) -> torch.Tensor:
-    """act(a @ b + bias) on the GEMM kernel. The epilogue (bias, activation) runs in torch on
-    the fp32 result until the GEMM API takes `bias=`/`activation=` (the fused epilogue)."""
-    from . import api
-
+    x2 = x if x.dim() > 1 else x.unsqueeze(0)
     if api_has_fused_epilogue():
-        return api.gemm(a, b, bias=bias, activation=activation)
-    z = api.gemm(a, b, out_dtype=torch.float32)
-    if bias is not None:
-        z += bias
-    return activation_forward(activation, z).to(a.dtype)
-
-
-def _linear_3d(a, b, bias, activation) -> torch.Tensor:
-    """The batched problem (B, M, K) @ (B, K, N): the batched kernel when the GEMM API has it,
-    else one 2-D call per batch entry."""
-    from . import api
-
-    if api_has_batched():
-        return api.gemm(a, b, bias=bias, activation=activation) if bias is not None or activation else api.gemm(a, b)
-    return torch.stack([_linear_2d(a[i], b[i], bias, activation) for i in range(a.shape[0])])
+        y = api.gemm(x2, w.t(), bias=bias, activation=activation)
+    else:
+        z = api.gemm(x2, w.t(), out_dtype=torch.float32)
+        if bias is not None:
+            z += bias
+        y = activation_forward(activation, z).to(x.dtype)
+    return y if x.dim() > 1 else y.squeeze(0)
 
 
 @functools.lru_cache(maxsize=None)
@@ -131,9 +118,3 @@ def api_has_fused_epilogue() -> bool:
     from . import api
 
     return "activation" in inspect.signature(api.gemm).parameters
-
-
-def api_has_batched() -> bool:
-    from . import api
-
-    return getattr(api, "BATCHED", False)

@@ -33,7 +33,6 @@ import torch
 from torch import Tensor
 
 from . import api, batching, functional
-from .errors import PingpongError
 
 __all__ = ["needs_op", "mm", "gemm", "gemm_", "linear"]
 
@@ -52,52 +51,18 @@ def needs_op(*tensors) -> bool:
     return False
 
 
-# ----------------------------------------------------------------------------- contracts
-
-
-def _out_meta(a, b, c, out_dtype) -> tuple[tuple[int, ...], torch.dtype]:
-    """Output shape and dtype of a @ b (+ c) by the public contract; PingpongError otherwise."""
-    for name, t in (("a", a), ("b", b)):
-        if t.dtype not in api.INPUT_DTYPES:
-            raise PingpongError(f"{name}: dtype {t.dtype} is not supported; expected torch.bfloat16 or torch.float16")
-    if a.dtype != b.dtype:
-        raise PingpongError(f"a and b must have the same dtype, got a {a.dtype} and b {b.dtype}")
-    if a.device != b.device:
-        raise PingpongError(f"a and b must be on the same device, got a on {a.device} and b on {b.device}")
-    dtype = api._check_out_dtype(out_dtype, a.dtype)
-    shape = batching.plan_for(a, b).out_shape
-    if c is not None:
-        if tuple(c.shape) != shape or c.dtype != dtype or c.device != a.device:
-            raise PingpongError(f"c: expected shape {shape}, dtype {dtype}, device {a.device}; "
-                                f"got {tuple(c.shape)}, {c.dtype}, {c.device}")
-    return shape, dtype
-
-
-def _gemm_nd(a, b, c, alpha, beta, out_dtype) -> Tensor:
-    """The public gemm contract on N-D operands (batching.plan), kernels launched directly."""
-    _out_meta(a, b, c, out_dtype)
-
-    def two_d(x, y, z):
-        return api.gemm(x, y, z, alpha=alpha, beta=beta, out_dtype=out_dtype)
-
-    def three_d(x, y, z):  # one 2-D launch per batch entry until the batched kernel is in the API
-        return torch.stack([two_d(x[i], y[i], None if z is None else z[i]) for i in range(x.shape[0])])
-
-    return batching.run(a, b, c if beta != 0.0 else None, two_d, three_d)
-
-
 # ----------------------------------------------------------------------------- the ops
 
 
 @torch.library.custom_op("pingpong::mm", mutates_args=())
 def mm(a: Tensor, b: Tensor, out_dtype: Optional[torch.dtype] = None) -> Tensor:
     with torch.no_grad():
-        return _gemm_nd(a, b, None, 1.0, 0.0, out_dtype)
+        return api.gemm(a, b, out_dtype=out_dtype)
 
 
 @mm.register_fake
 def _(a, b, out_dtype=None):
-    shape, dtype = _out_meta(a, b, None, out_dtype)
+    shape, dtype = batching.check(a, b, None, out_dtype)
     return a.new_empty(shape, dtype=dtype)
 
 
@@ -105,12 +70,12 @@ def _(a, b, out_dtype=None):
 def gemm(a: Tensor, b: Tensor, c: Optional[Tensor] = None, alpha: float = 1.0, beta: float = 0.0,
          out_dtype: Optional[torch.dtype] = None) -> Tensor:
     with torch.no_grad():
-        return _gemm_nd(a, b, c, alpha, beta, out_dtype)
+        return api.gemm(a, b, c, alpha=alpha, beta=beta, out_dtype=out_dtype)
 
 
 @gemm.register_fake
 def _(a, b, c=None, alpha=1.0, beta=0.0, out_dtype=None):
-    shape, dtype = _out_meta(a, b, c, out_dtype)
+    shape, dtype = batching.check(a, b, c, out_dtype)
     return a.new_empty(shape, dtype=dtype)
 
 
@@ -122,7 +87,7 @@ def gemm_(c: Tensor, a: Tensor, b: Tensor, alpha: float = 1.0, beta: float = 0.0
 
 @gemm_.register_fake
 def _(c, a, b, alpha=1.0, beta=0.0):
-    _out_meta(a, b, c, c.dtype)
+    batching.check(a, b, c, c.dtype)
 
 
 @torch.library.custom_op("pingpong::linear", mutates_args=())
@@ -134,7 +99,7 @@ def linear(x: Tensor, w: Tensor, bias: Optional[Tensor] = None, activation: Opti
 @linear.register_fake
 def _(x, w, bias=None, activation=None):
     functional.check_linear(x, w, bias, activation)
-    _out_meta(x.unsqueeze(0) if x.dim() == 1 else x, w.t(), None, None)
+    batching.check(x.unsqueeze(0) if x.dim() == 1 else x, w.t(), None, None)
     return x.new_empty(tuple(x.shape[:-1]) + (w.shape[0],))
 
 
