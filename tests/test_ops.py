@@ -155,6 +155,10 @@ def test_matmul_gradients_batched_and_broadcast(interpreted_kernels, a_shape, b_
         assert_close64(x, r, seed, f"d{name}")
 
 
+TORCH_ACTIVATIONS = {None: lambda z: z, "relu": F.relu, "gelu": F.gelu,
+                     "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"), "silu": F.silu}
+
+
 @pytest.mark.parametrize("activation", [None, "relu", "gelu", "gelu_tanh", "silu"])
 @pytest.mark.parametrize("with_bias", [True, False])
 def test_linear_gradients_every_activation(interpreted_kernels, activation, with_bias):
@@ -166,8 +170,7 @@ def test_linear_gradients_every_activation(interpreted_kernels, activation, with
     g = randn(*y.shape)
     inputs = (x, w, bias) if with_bias else (x, w)
     got = torch.autograd.grad(y, inputs, g)
-    act = {None: lambda z: z, "relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
-           "silu": F.silu}[activation]
+    act = TORCH_ACTIVATIONS[activation]
     ref_y, ref = grads64(lambda x, w, *b: act(F.linear(x, w, *b)), inputs, g)
     assert_close64(y, ref_y, seed, "forward")
     for name, t, r, src in zip(("dx", "dw", "dbias"), got, ref, inputs):
@@ -179,10 +182,11 @@ def test_gemm_inplace_bumps_the_version_so_autograd_notices(interpreted_kernels)
     a, b, c = randn(16, 16), randn(16, 16), randn(16, 16)
     p = torch.nn.Parameter(randn(16, 16))
     loss = (p * c).sum()  # autograd saves c for p's gradient
-    before = c._version
-    with torch.no_grad():
-        ops.gemm_(c, a, b, 1.0, 1.0)
-    assert c._version > before
+    for gemm_ in (pingpong.gemm_, lambda c, a, b, beta: ops.gemm_(c, a, b, 1.0, beta)):  # direct path, op
+        before = c._version
+        with torch.no_grad():
+            gemm_(c, a, b, beta=1.0)
+        assert c._version > before
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         loss.backward()
 
@@ -271,3 +275,18 @@ def test_gemm_inplace_refuses_what_autograd_tracks_and_writes_nothing(interprete
     with torch.no_grad():  # outside grad mode it is an ordinary in-place update
         pingpong.gemm_(c, a.detach(), b.detach(), beta=1.0)
     torch.testing.assert_close(c.detach().double(), a.double() @ b.double() + before.double(), rtol=2e-3, atol=2e-2)
+
+
+@pytest.mark.parametrize("name", ["relu", "gelu", "gelu_tanh", "silu"])
+def test_activation_backward_is_the_derivative_of_the_forward(name):
+    """dL/dz of every activation against autograd through its float64 forward (tight: the
+    tanh and erf forms of GELU differ by ~1e-3 in their derivatives)."""
+    from pingpong.functional import activation_backward
+
+    torch.manual_seed(8)
+    z = (torch.randn(4096, dtype=torch.float64) * 3).requires_grad_()
+    g = torch.randn(4096, dtype=torch.float64)
+    (want,) = torch.autograd.grad(TORCH_ACTIVATIONS[name](z), z, g)
+    saved = F.relu(z).detach() if name == "relu" else z.detach()
+    got = activation_backward(name, g.float(), saved.float()).double()
+    assert_close64(got, want, 8, name, norm_tol=1e-6, elem_tol=1e-5)
