@@ -1,5 +1,6 @@
-"""Race safety (seed 003 §6.10 step 7): repeated runs must agree bitwise, and a dimension
-sweep must be correct, for every schedule. A moving result is a race.
+"""Race safety: repeated runs must agree bitwise, and a dimension sweep must be correct, for
+every schedule. A moving result is a race (a race that corrupts 10-20% of runs shows only in
+repeats).
 
     PYTHONPATH=src python benchmarks/race_check.py --runs 50 --size 8192
 """

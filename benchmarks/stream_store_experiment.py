@@ -5,7 +5,7 @@ every StreamConfig swept (RESULTS.md, runs 7-8), while the plain Triton kernel m
 This keeps the ring's loads (TMA -> shared -> registers, the same `fill`/`take`) and swaps
 one part at a time:
 
-    tma-ring      the library kernel with the seed's persistent config (hopper.PERSISTENT): TMA
+    tma-ring      the library kernel with the persistent config (hopper.PERSISTENT): TMA
                   loads, TMA stores from a shared-memory buffer
     tma-ld/st     TMA loads, registers stored with st.global (masked only by `offs < n`)
     ld/tma-st     ld.global loads (no shared memory), the library's TMA store ring
@@ -125,7 +125,7 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=200)
     args = p.parse_args(argv)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    cfg = hopper.PERSISTENT  # the seed's persistent ring: 1-D 16 KB boxes, 3 stages, 2 ahead
+    cfg = hopper.PERSISTENT  # the persistent ring: 1-D 16 KB boxes, 3 stages, 2 ahead
     print(f"{'n':>10} {'dtype':>9} {'kernel':>10} {'GB/s':>6} {'vs torch':>8} ok")
     for dtype in (torch.float32, torch.bfloat16):
         for text in args.sizes:

@@ -17,6 +17,7 @@ SWEEP_SHAPES=${SWEEP_SHAPES:-8192,8192,8192}
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
+(lscpu | grep -m1 "Model name" || true) | tee -a "$OUT/gpu.txt"
 
 echo "== GPU tests ($TESTS)"
 python -m pytest -q -m gpu -p no:cacheprovider $TESTS 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 25
@@ -28,6 +29,9 @@ python benchmarks/schedules.py --shapes $SWEEP_SHAPES --configs $CONFIGS 2>"$OUT
 echo "== pingpong bench"
 python -m pingpong bench --shapes $BENCH_SHAPES --csv "$OUT/bench.csv" --json "$OUT/bench.json" \
     2>"$OUT/bench.err" | tee "$OUT/bench.txt"
+
+echo "== host cost (back-to-back calls)"
+python -m pingpong.overhead --sizes ${OVERHEAD_SIZES:-64 1024 2048} 2>"$OUT/overhead.err" | tee "$OUT/overhead.txt"
 
 if [ "${RACECHECK:-0}" = 1 ]; then
     echo "== racecheck (small problem, every schedule)"
@@ -46,5 +50,6 @@ echo "== summary"
 grep -E "passed|failed|error" "$OUT/gpu_tests.log" | tail -n 1
 cat "$OUT/schedules.txt"
 cat "$OUT/bench.txt"
+cat "$OUT/overhead.txt"
 [ -f "$OUT/racecheck.txt" ] && cat "$OUT/racecheck.txt"
 exit $tests_rc

@@ -29,15 +29,25 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def interpreted_kernels(monkeypatch):
-    """The API's kernel launch replaced by the portable kernel under Triton's interpreter, and
-    its GPU-only check lifted: the whole call path (validation, batching, torch.library ops,
-    autograd) then runs on CPU tensors. fp16/fp32 only (the triton 3.6 interpreter is wrong
-    for bf16)."""
-    from pingpong import api
+    """Every plan runs the portable kernel under Triton's interpreter, and the API's GPU-only
+    check is lifted: the whole call path (validation, batching, torch.library ops, autograd)
+    then runs on CPU tensors, in a plan cache of its own. fp16/fp32 only (the triton 3.6
+    interpreter is wrong for bf16)."""
+    import collections
+
+    from pingpong import api, plan
     from pingpong.portable import portable_gemm
 
-    def run(a, b, out, c, alpha, beta, config):
-        portable_gemm(a, b, out, alpha=alpha, beta=beta, c=c if beta != 0.0 else None, interpret=True)
+    class InterpretedPlan(plan.Plan):
+        __slots__ = ("reads_c", "extents")
+
+        def __init__(self, a, b, c, beta):
+            self.device, self.path, self.reads_c = -1, "interpreted", plan.reads_c(c, beta)
+            self.extents = None
+
+        def run(self, a, b, out, c, alpha, beta):
+            portable_gemm(a, b, out, alpha=alpha, beta=beta, c=c if self.reads_c else None, interpret=True)
 
     monkeypatch.setattr(api, "_check_gpu", lambda a: None)
-    monkeypatch.setattr(api, "_run", run)
+    monkeypatch.setattr(plan, "PLANS", collections.OrderedDict())
+    monkeypatch.setattr(plan, "build", lambda a, b, c, beta, *rest: InterpretedPlan(a, b, c, beta))

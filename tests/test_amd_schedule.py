@@ -80,7 +80,7 @@ def _loosen(s, k):
 @pytest.mark.parametrize("target", CDNA)
 def test_loop_waits_are_tight(target):
     """Before S2, S3 and S1 one more load in flight is a race; before S4 only A0's loads are
-    in flight, so that wait (the seeds' vmcnt(N) across a barrier) has slack by design."""
+    in flight, so that wait (a vmcnt(N) across a barrier) has slack by design."""
     s = model(target)
     verdicts = [check(_loosen(s, k)).safe for k in range(4)]
     assert verdicts == [False, False, True, False]
@@ -94,7 +94,7 @@ def test_isa_waits_match_the_checked_schedule(target):
 
 @pytest.mark.parametrize("target", CDNA)
 def test_loop_keeps_loads_in_flight_across_barriers(target):
-    """Seed 003 §15.14: non-zero vmcnt in the main loop (A1 across S2, A0 across S4)."""
+    """Loads stay in flight across barriers: non-zero vmcnt in the main loop (A1 across S2, A0 across S4)."""
     d = KernelConfig.for_target(target).derive()
     assert d.main_loop_vmcnt == (d.a_loads, 0, d.a_loads, 0) and d.a_loads > 0
     assert max(vmcnt_sequence(model(target), "loop")) == d.a_loads

@@ -39,6 +39,15 @@ CASES = [
     ("bad config", lambda: pingpong.matmul_tiled(t(8, 8), t(8, 4), pingpong.KernelConfig(block_m=100)),
      "multiple of the wgmma M"),
     ("path_for cpu", lambda: pingpong.path_for(t(8, 8), t(8, 4)), "CUDA/ROCm"),
+    ("c device", lambda: pingpong.gemm(t(8, 8), t(8, 4), torch.empty(8, 4, dtype=bf, device="meta"), beta=1.0),
+     "c must be on the same device"),
+    ("c device in place", lambda: pingpong.gemm_(torch.empty(8, 4, dtype=bf, device="meta"), t(8, 8), t(8, 4)),
+     "c must be on the same device"),
+    ("alpha overflow", lambda: pingpong.gemm(t(8, 8), t(8, 4), alpha=10**400), "alpha: .* does not fit a float"),
+    ("alpha inf", lambda: pingpong.gemm(t(8, 8), t(8, 4), alpha=float("inf")), "alpha: expected a finite"),
+    ("beta nan", lambda: pingpong.gemm(t(8, 8), t(8, 4), t(8, 4), beta=float("nan")), "beta: expected a finite"),
+    ("beta nan in place", lambda: pingpong.gemm_(t(8, 4), t(8, 8), t(8, 4), beta=float("nan")),
+     "beta: expected a finite"),
 ]
 
 

@@ -8,7 +8,7 @@ from pingpong.schedule.timeline import report_violation, timeline
 
 
 @pytest.mark.parametrize("name", [n for n, e in SHIPPED.items() if e.claim])
-def test_shipped_verdict_matches_the_seed(name):
+def test_shipped_verdict_matches_the_expected_one(name):
     e = SHIPPED[name]
     r = check(build(name, 4), stop_after=5)
     assert r.verdict == e.claim or (e.claim == "RACE" and r.verdict == "STALE READ"), r.violations[:1]

@@ -1,5 +1,5 @@
 """Mutation test: deleting any single wait or barrier of a safe schedule keeps it safe or is
-reported; the waits the seeds (and our kernel's docstrings) name as critical are reported."""
+reported; the waits marked critical (the schedules' and our kernel's named waits) are reported."""
 
 import pytest
 

@@ -220,8 +220,8 @@ def test_schedule_text_is_the_kernels_docstring():
     doc = _doc_lines(hopper.vector_add_tma_kernel.fn.__doc__)
     start = doc.index(drawn[0])
     assert doc[start:start + len(drawn)] == drawn
-    seed = hopper.schedule_text(StreamConfig(stages=2, ahead=2, out_bufs=1)).splitlines()
-    assert seed[2].split() == ["0", "ready[0]", "parity", "0", "2>s0", "out[0]"]  # refill after the take
+    two_slots = hopper.schedule_text(StreamConfig(stages=2, ahead=2, out_bufs=1)).splitlines()
+    assert two_slots[2].split() == ["0", "ready[0]", "parity", "0", "2>s0", "out[0]"]  # refill after the take
 
 
 def test_docs_name_the_default():
@@ -246,10 +246,10 @@ class _FakeDirect:
     def __init__(self):
         self.bound = []
 
-    def bind(self, shape, strides, scalars):
+    def bind(self, slots, pre=(), post=()):
         calls = []
-        self.bound.append(((shape, strides, scalars), calls))
-        return lambda *args: calls.append(args)
+        self.bound.append(((slots, pre, post), calls))
+        return lambda grid, stream, ptrs, dyn=(): calls.append((grid, stream, *ptrs))
 
 
 def test_launch_goes_direct_after_the_first_call(monkeypatch):
@@ -264,14 +264,16 @@ def test_launch_goes_direct_after_the_first_call(monkeypatch):
     a, b, out = torch.empty(2**20), torch.empty(2**20), torch.empty(2**20)
     hopper.launch(a, b, out, 132, cfg, device=0)
     assert len(jit.calls) == 1 and jit.calls[0][0] == (132,) and jit.calls[0][2] == cfg.constexprs
-    assert cfg.launchers == {(0, torch.float32, False, True, 1): direct} and not cfg.plans
+    from pingpong.launcher import launch_key
+
+    assert cfg.launchers == {(0, torch.float32, False, True, 1, launch_key()): direct} and not cfg.plans
     hopper.launch(a, b, out, 132, cfg, device=0)
     hopper.launch(b, a, out, 132, cfg, device=0)
     assert len(jit.calls) == 1
     (bind_args, calls), = direct.bound
-    assert bind_args == ((2**20,), (1,), (2**20, 2, 2, 2, 4))
-    assert calls == [(132, 1234, a.data_ptr(), b.data_ptr(), out.data_ptr()),
-                     (132, 1234, b.data_ptr(), a.data_ptr(), out.data_ptr())]
+    assert bind_args == ([("tma", (2**20,), (1,))] * 3, (2**20, 2, 2, 2, 4), ())
+    assert calls == [((132, 1, 1), 1234, a.data_ptr(), b.data_ptr(), out.data_ptr()),
+                     ((132, 1, 1), 1234, b.data_ptr(), a.data_ptr(), out.data_ptr())]
     hopper.launch(a[:1024], b[:1024], out[:1024], 132, cfg, device=0)  # new n, same variant: bound, no JIT
     assert len(jit.calls) == 1 and len(direct.bound) == 2 and len(cfg.plans) == 2
     hopper.launch(a[:1000], b[:1000], out[:1000], 132, cfg, device=0)  # n % 16 != 0: a new variant, JIT once

@@ -89,7 +89,7 @@ def test_out_aliases_input(which):
     assert torch.equal(out, expect)
 
 
-CONFIGS = {**hopper.CANDIDATES, "small": hopper.StreamConfig(tile_bytes=4 * 1024), "seed-2-stages": hopper.StreamConfig(stages=2),
+CONFIGS = {**hopper.CANDIDATES, "small": hopper.StreamConfig(tile_bytes=4 * 1024), "two-slot-ring": hopper.StreamConfig(stages=2),
            "32KB-2-stages": hopper.StreamConfig(tile_bytes=32 * 1024, stages=2)}
 
 

@@ -56,8 +56,8 @@ def test_sm90_default_and_persistent(sm90, name):
     assert f.registers <= 64
 
 
-def test_sm90_seed_shape_bf16():
-    """The seed's exact ring (2 slots, each refilled 2 steps ahead, right after it is read)."""
+def test_sm90_two_slot_ring_bf16():
+    """The gfx942 design's exact ring (2 slots, each refilled 2 steps ahead, right after it is read)."""
     cfg = hopper.StreamConfig(stages=2)
     c = _compile(lambda: hopper.build("bfloat16", cfg), "sm_90a")
     _check_hopper_facts(c, cfg)
@@ -90,7 +90,7 @@ def test_gfx942_facts(amd):
     assert f.extra["vmcnt values"] == sorted({0, gfx942.PROLOGUE_VMCNT, gfx942.LOOP_VMCNT}) == [0, 2, 3]
 
 
-def test_gfx942_loop_is_the_seeds(amd):
+def test_gfx942_loop_is_the_assembly_kernels(amd):
     """ds_read -> lgkmcnt(0) -> 2 refills into the slot just read -> store -> vmcnt(3)."""
     body = _loop_body(amd.asm["amdgcn"])
     first = lambda pattern: next(i for i, ln in enumerate(body) if re.search(pattern, ln))  # noqa: E731
@@ -168,7 +168,7 @@ def test_direct_launch_passes_what_triton_passes(monkeypatch, name, n):
     """The arguments DirectLaunch hands Triton's C launcher equal those Triton's own launch
     path hands it (TensorDescriptors expanded by wrap_handle_tensordesc into CUtensorMap,
     shape, strides), and from_kernel finds the C launch inside Triton's wrapper."""
-    from pingpong.streaming.direct import DirectLaunch
+    from pingpong.launcher import DirectLaunch
 
     cfg = hopper.CANDIDATES[name]
     launch, kernel = _kernel(cfg, n=n)
@@ -189,20 +189,20 @@ def test_direct_launch_passes_what_triton_passes(monkeypatch, name, n):
         x = launch.args[0].base
         shape, strides = hopper._view(cfg.block_shape(n, 4), n)
         assert list(shape) == launch.args[0].shape and list(strides) == launch.args[0].strides
-        bound = direct.bind(shape, strides, (n, *cfg.constexprs.values()))
-        bound(7, 99, x.data_ptr(), x.data_ptr(), x.data_ptr())
+        bound = direct.bind([("tma", shape, strides)] * 3, (n, *cfg.constexprs.values()))
+        bound((7, 1, 1), 99, (x.data_ptr(), x.data_ptr(), x.data_ptr()))
     assert list(hopper.vector_add_tma_kernel.arg_names) == ["a_desc", "b_desc", "c_desc", "n", *cfg.constexprs]
     theirs, ours = _FakeLauncher.calls
     assert ours[:10] == theirs[:10]  # grid, stream, function, cooperative, pdl, scratch, packed metadata
     assert ours[10:13] == (None, None, None)  # no launch metadata and no hooks (hooks_idle)
     assert ours[13:] == theirs[13:]
-    assert len(bound.maps) == 1  # one CUtensorMap for the one address
+    assert [len(m) for m in bound.maps] == [1, 1, 1]  # one CUtensorMap per slot for the one address
 
 
 def test_hooks_idle(monkeypatch):
     from triton import knobs
 
-    from pingpong.streaming.direct import hooks_idle
+    from pingpong.launcher import hooks_idle
 
     assert hooks_idle()
     knobs.runtime.launch_enter_hook.add(print)
@@ -215,7 +215,7 @@ def test_hooks_idle(monkeypatch):
 
 
 def test_direct_launch_opt_out(monkeypatch):
-    from pingpong.streaming.direct import DirectLaunch
+    from pingpong.launcher import DirectLaunch
 
     monkeypatch.setenv("PINGPONG_DIRECT_LAUNCH", "0")
     assert DirectLaunch.from_kernel(object()) is None

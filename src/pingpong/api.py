@@ -11,18 +11,23 @@ a is (M, K), b is (K, N), both bf16 or both fp16; accumulation is fp32; the outp
 fp16 or fp32 (default: the inputs' dtype). Row- and column-major views of a and b (e.g.
 ``b = w.t()``, the transpose_b layout) run without copies.
 
-Dispatch (`path_for` names the path a call takes):
+A call is validated, then planned once per signature (pingpong.plan: the decision is cached
+and later identical calls skip validation and launch directly); `path_for` names the path:
 
     | device                       | path            |
     |------------------------------|-----------------|
     | CUDA sm_90 (H100/H200)       | "hopper": the Gluon kernel (pingpong.hopper)        |
-    |   operand/C strides not TMA-legal (e.g. bf16, K=17: 34-byte rows)                  |
+    |   an operand, C or the output not TMA-legal (e.g. bf16, K=17: 34-byte rows; a base   |
+    |   not 16-byte aligned, x[1:]; odd N in a bf16 output)                                |
     |                              | "hopper-padded": a 16-byte-aligned copy, then the kernel |
     | other CUDA GPUs, ROCm GPUs   | "portable": the plain-Triton kernel (pingpong.portable);  |
-    |                              | on gfx942/gfx950 (bf16, K-contiguous) and gfx11xx (fp16→fp32) |
-    |                              | the seeds' AMD kernels (pingpong.amd) — compiled, never run here |
+    | gfx942/gfx950 (bf16, B N×K), gfx11xx (fp16→fp32) | "amd": the AMD Gluon kernels (pingpong.amd) — compiled, never run here |
     | CPU                          | refused (PingpongError); Triton's interpreter is an explicit |
     |                              | opt-in for tests: pingpong.portable.portable_gemm(..., interpret=True) |
+    | M, N or K = 0                | "empty": no kernel                                   |
+
+Every launch runs on the tensors' own GPU (a device guard when it is not the current one),
+on that GPU's current stream, and is CUDA-graph capturable.
 
 Bad input raises PingpongError (a ValueError) naming the argument and what was expected, and
 changes nothing. Empty M or N gives an empty result; K = 0 gives β·c (or zeros).
@@ -30,15 +35,16 @@ changes nothing. Empty M or N gives an empty result; K = 0 gives β·c (or zeros
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import torch
 
-from .config import KernelConfig, default_config
-from .device import is_hopper
-from .errors import PingpongError
 from . import batching as _batching
-from . import ops as _ops  # noqa: E402  (ops imports this module; it reads it only at call time)
+from . import ops as _ops  # ops imports this module too; each reads the other only at call time
+from . import plan as plan_mod
+from .config import KernelConfig
+from .errors import PingpongError
 
 INPUT_DTYPES = (torch.bfloat16, torch.float16)
 OUTPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -75,9 +81,19 @@ def _check_gpu(a) -> None:
 
 
 def _check_scalar(name: str, v) -> float:
+    """A finite real α or β as a float. Non-finite values are refused: inf·0 and NaN would
+    spread NaN through the output without the caller asking for it."""
+    if type(v) is float and v - v == 0.0:  # the common case: a finite float
+        return v
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
         raise PingpongError(f"{name}: expected a real number, got {type(v).__name__}")
-    return float(v)
+    try:
+        f = float(v)
+    except OverflowError:
+        raise PingpongError(f"{name}: {v!r} does not fit a float (|{name}| must be below ~1.8e308)") from None
+    if not math.isfinite(f):
+        raise PingpongError(f"{name}: expected a finite real number, got {f}")
+    return f
 
 
 def _check_out_dtype(out_dtype, default: torch.dtype) -> torch.dtype:
@@ -100,97 +116,88 @@ def _check_c(c, a, b, dtype: torch.dtype, name: str = "c") -> None:
         raise PingpongError(f"{name} must be on the same device as a and b ({a.device}), got {c.device}")
 
 
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """[first, last+1) byte addresses of t's elements (t non-empty, strides ≥ 0)."""
+    start = t.data_ptr()
+    return start, start + t.element_size() * (1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())))
+
+
 def _overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
-    if x.numel() == 0 or y.numel() == 0 or x.untyped_storage().data_ptr() != y.untyped_storage().data_ptr():
+    """Whether the address ranges of x and y intersect. Compared by address, not by storage:
+    two storages (or a storage and a view made elsewhere) can map the same memory."""
+    if x.numel() == 0 or y.numel() == 0:
         return False
-    span = lambda t: (t.data_ptr(), t.data_ptr() + t.element_size() * (1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))))  # noqa: E731
-    (x0, x1), (y0, y1) = span(x), span(y)
+    (x0, x1), (y0, y1) = _span(x), _span(y)
     return x0 < y1 and y0 < x1
 
 
-# ----------------------------------------------------------------------------- dispatch
+def _self_overlapping(t: torch.Tensor) -> bool:
+    """Whether two elements of 2-D t may share memory (an expand()ed or as_strided view).
+    Sufficient test: with the dimensions of extent > 1 sorted by stride, each stride is
+    positive and at least the span of the dimensions inside it; layouts that interleave
+    without overlapping are refused too (rare; the message says so)."""
+    dims = sorted((st, n) for n, st in zip(t.shape, t.stride()) if n > 1)
+    inner = 1
+    for st, n in dims:
+        if st < inner:
+            return True
+        inner = st * n
+    return False
 
 
-def _is_hopper(device: torch.device) -> bool:
-    return is_hopper(device.index if device.index is not None else torch.cuda.current_device())
+def _check_inplace_target(c, a, b) -> None:
+    if _self_overlapping(c):
+        raise PingpongError(
+            f"c: its elements overlap or interleave in memory (shape {tuple(c.shape)}, strides {c.stride()}, e.g. an"
+            " expand()ed view); gemm_ writes every element of c once, so c must not alias itself")
 
 
-def _tma_ready(t: torch.Tensor) -> bool:
-    from .hopper.launch import tma_orientation
+def _check_no_alias(c, a, b) -> None:
+    for name, t in (("a", a), ("b", b)):
+        if _overlaps(c, t):
+            raise PingpongError(f"c must not share memory with {name} (the product would read what it overwrites)")
 
-    return tma_orientation(t) is not None
+
+def _check_no_alias_fast(c, a, b, extents) -> None:
+    """`_check_no_alias` with the byte extents the plan computed once (strides are keyed)."""
+    ea, eb, ec = extents
+    c0 = c.data_ptr()
+    c1 = c0 + ec
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    if (c0 < a0 + ea and a0 < c1) or (c0 < b0 + eb and b0 < c1):
+        _check_no_alias(c, a, b)  # the same test, reported with the argument's name
 
 
-def path_for(a: torch.Tensor, b: torch.Tensor) -> str:
-    """The path `matmul(a, b)` takes: "hopper", "hopper-padded" or "portable" (see module doc)."""
+# ----------------------------------------------------------------------------- the plan of a call
+
+
+def _plan(a, b, c, beta, out_dtype, inplace, config) -> plan_mod.Plan:
+    """The cached plan of this call, or None when there is none yet (then validate, build)."""
+    try:
+        key = plan_mod.signature(a, b, c, beta, out_dtype, inplace, config)
+        return plan_mod.PLANS.get(key), key
+    except (AttributeError, TypeError):  # not tensors, or an unhashable argument: validation reports it
+        return None, None
+
+
+def _validate_gemm(a, b, c, out_dtype) -> torch.dtype:
     _check_operands(a, b)
+    dtype = _check_out_dtype(out_dtype, a.dtype)
+    if c is not None:
+        _check_c(c, a, b, dtype)
     _check_gpu(a)
-    if not _is_hopper(a.device):
-        return "portable"
-    return "hopper" if _tma_ready(a) and _tma_ready(b) else "hopper-padded"
+    return dtype
 
 
-def _tma_copy(t: torch.Tensor) -> torch.Tensor:
-    """A row-major copy of 2-D `t` whose row stride is padded to 16 bytes (TMA's rule).
-
-    This is the "hopper-padded" path: one extra pass over the operand, documented in the
-    README, taken only when the caller's strides cannot be described to TMA.
-    """
-    rows, cols = t.shape
-    align = 16 // t.element_size()
-    storage = torch.empty(max(rows, 1), -(-max(cols, 1) // align) * align, dtype=t.dtype, device=t.device)
-    view = storage[:, :cols]
-    view.copy_(t)
-    return view
-
-
-def _run(a, b, out, c, alpha, beta, config: KernelConfig | None) -> None:
-    """out ← α·a@b + β·c on the path for this device (out may be c)."""
-    M, K = a.shape
-    N = b.shape[1]
-    if not _is_hopper(a.device):
-        if config is not None:
-            raise PingpongError("config: matmul_tiled configures the Hopper kernel; this GPU takes the portable path")
-        c = c if beta != 0.0 else None
-        if torch.version.hip is not None:  # the seeds' AMD kernels where they apply (compiled, not run here)
-            from .amd import dispatch
-
-            if dispatch.accepts(a, b.t(), out):
-                dispatch.gemm(a, b.t(), out, alpha=alpha, beta=beta, c=c)
-                return
-        from .portable import portable_gemm
-
-        portable_gemm(a, b, out, alpha=alpha, beta=beta, c=c)
-        return
-    from .hopper.launch import launch, tma_orientation
-
-    a = a if _tma_ready(a) else _tma_copy(a)
-    b = b if _tma_ready(b) else _tma_copy(b)
-    if c is not None and beta != 0.0 and tma_orientation(c) != "row":
-        c = _tma_copy(c)
-    target = out if tma_orientation(out) == "row" else _tma_copy(out)  # values unused: fully overwritten
-    launch(a, b, target, c=c, alpha=alpha, beta=beta, config=config or default_config(M, N, K))
-    if target is not out:
-        out.copy_(target)
+def _new_plan(key, a, b, c, beta, dtype, inplace, config) -> plan_mod.Plan:
+    p = plan_mod.build(a, b, c, beta, dtype, inplace, config)
+    if inplace:
+        p.extents = tuple(0 if t.numel() == 0 else _span(t)[1] - _span(t)[0] for t in (a, b, c))
+    return plan_mod.store(key, p) if key is not None else p
 
 
 def _new_out(a, b, dtype) -> torch.Tensor:
     return torch.empty(a.shape[0], b.shape[1], dtype=dtype, device=a.device)
-
-
-def _gemm_into(out, a, b, c, alpha, beta, config) -> torch.Tensor:
-    M, K = a.shape
-    N = b.shape[1]
-    if M == 0 or N == 0:
-        return out
-    if K == 0:  # the empty sum: out = β·c (BLAS: β = 0 means c is not read)
-        if c is None or beta == 0.0:
-            out.zero_()
-        else:
-            out.copy_(c.float() * beta)
-        return out
-    _run(a, b, out, c, alpha, beta, config)
-    return out
 
 
 # ----------------------------------------------------------------------------- public API
@@ -202,23 +209,24 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out_dtype=None) -> torch.Tensor:
     Args:
         a: (M, K) bf16/fp16 CUDA tensor, any row- or column-major strides.
         b: (K, N), same dtype and device (``w.t()`` of an (N, K) weight runs without a copy).
-        c: optional (M, N) tensor of the output dtype; ignored when beta == 0.
-        alpha, beta: real scalars.
+        c: optional (M, N) tensor of the output dtype; not read when beta == 0.
+        alpha, beta: finite real scalars.
         out_dtype: torch.bfloat16, torch.float16 or torch.float32 (default: a.dtype).
     Returns:
-        A new (M, N) tensor of out_dtype.
+        A new (M, N) contiguous tensor of out_dtype.
     """
     alpha, beta = _check_scalar("alpha", alpha), _check_scalar("beta", beta)
     if _ops.needs_op(a, b, c):  # torch.compile / autograd: the pingpong::gemm op (pingpong.ops)
         return _ops.gemm(a, b, c, alpha, beta, out_dtype)
-    if getattr(a, "ndim", 2) > 2 or getattr(b, "ndim", 2) > 2:  # batched: pingpong.batching
-        return _batching.gemm(a, b, c, alpha, beta, out_dtype)
-    _check_operands(a, b)
-    dtype = _check_out_dtype(out_dtype, a.dtype)
-    if c is not None:
-        _check_c(c, a, b, dtype)
-    _check_gpu(a)
-    return _gemm_into(_new_out(a, b, dtype), a, b, c, alpha, beta, None)
+    plan, key = _plan(a, b, c, beta, out_dtype, False, None)
+    if plan is None:
+        if getattr(a, "ndim", 2) > 2 or getattr(b, "ndim", 2) > 2:  # batched (never a cached plan)
+            return _batching.gemm(a, b, c, alpha, beta, out_dtype)
+        dtype = _validate_gemm(a, b, c, out_dtype)
+        plan = _new_plan(key, a, b, c, beta, dtype, False, None)
+    out = torch.empty(a.shape[0], b.shape[1], dtype=out_dtype or a.dtype, device=a.device)
+    plan.run(a, b, out, c, alpha, beta)
+    return out
 
 
 def matmul(a, b, *, out_dtype=None) -> torch.Tensor:
@@ -230,40 +238,82 @@ def matmul(a, b, *, out_dtype=None) -> torch.Tensor:
 
 def matmul_tiled(a, b, config: KernelConfig, *, out_dtype=None) -> torch.Tensor:
     """a @ b on the Hopper kernel with an explicit KernelConfig (validated first)."""
-    _check_operands(a, b)
-    if not isinstance(config, KernelConfig):
-        raise PingpongError(f"config: expected a pingpong.KernelConfig, got {type(config).__name__}")
-    dtype = _check_out_dtype(out_dtype, a.dtype)
-    config.validate(a.element_size(), torch.empty((), dtype=dtype).element_size())
-    _check_gpu(a)
-    return _gemm_into(_new_out(a, b, dtype), a, b, None, 1.0, 0.0, config)
+    plan, key = _plan(a, b, None, 0.0, out_dtype, False, config)
+    if plan is None:
+        _check_operands(a, b)
+        if not isinstance(config, KernelConfig):
+            raise PingpongError(f"config: expected a pingpong.KernelConfig, got {type(config).__name__}")
+        dtype = _check_out_dtype(out_dtype, a.dtype)
+        config.validate(a.element_size(), torch.empty((), dtype=dtype).element_size())
+        _check_gpu(a)
+        plan = _new_plan(key, a, b, None, 0.0, dtype, False, config)
+    out = torch.empty(a.shape[0], b.shape[1], dtype=out_dtype or a.dtype, device=a.device)
+    plan.run(a, b, out, None, 1.0, 0.0)
+    return out
 
 
 def gemm_(c, a, b, *, alpha=1.0, beta=0.0) -> torch.Tensor:
     """In place: c ← α·(a @ b) + β·c. Returns c.
 
-    c must be (M, N), on a's device, of dtype bf16/fp16/fp32, and must not share memory with
-    a or b. Any c strides work (a non-TMA-legal c is computed into a temporary and copied
+    c must be (M, N), on a's device, of dtype bf16/fp16/fp32, must not share memory with a
+    or b (compared by address range) and must not overlap itself (an expand()ed view). Any
+    other c strides work (a c TMA cannot write is computed into a temporary and copied
     back). On a refusal (PingpongError) c is left untouched. Not differentiable: refused while
     autograd would record it (grad mode on and c, a or b requires grad); c's version counter
     is bumped, so a backward that saved c raises instead of reading the new values.
     """
-    if torch.is_grad_enabled():
-        for name, t in (("c", c), ("a", a), ("b", b)):
-            if isinstance(t, torch.Tensor) and t.requires_grad:
-                raise PingpongError(f"{name}: requires grad; gemm_ writes c in place and is not differentiable "
-                                    "(use pingpong.gemm, or call gemm_ under torch.no_grad())")
-    if _ops.needs_op(c, a, b):  # torch.compile: the pingpong::gemm_ op (pingpong.ops)
+    alpha, beta = _check_scalar("alpha", alpha), _check_scalar("beta", beta)
+    if _ops.needs_op(c, a, b):  # autograd (refused) / torch.compile: the pingpong::gemm_ op
+        _ops.check_not_differentiated(c, a, b)
         _ops.gemm_(c, a, b, alpha, beta)
         return c
-    _check_operands(a, b)
-    alpha, beta = _check_scalar("alpha", alpha), _check_scalar("beta", beta)
-    if isinstance(c, torch.Tensor) and c.dtype not in OUTPUT_DTYPES:
-        raise PingpongError(f"c: dtype {c.dtype} is not supported; expected one of {OUTPUT_DTYPES}")
-    _check_c(c, a, b, getattr(c, "dtype", None))
-    if _overlaps(c, a) or _overlaps(c, b):
-        raise PingpongError("c must not share memory with a or b (the product would read what it overwrites)")
-    _check_gpu(a)
-    _gemm_into(c, a, b, c, alpha, beta, None)
+    plan, key = _plan(a, b, c, beta, getattr(c, "dtype", None), True, None)
+    if plan is None:
+        _check_operands(a, b)
+        if isinstance(c, torch.Tensor) and c.dtype not in OUTPUT_DTYPES:
+            raise PingpongError(f"c: dtype {c.dtype} is not supported; expected one of {OUTPUT_DTYPES}")
+        _check_c(c, a, b, getattr(c, "dtype", None))
+        _check_inplace_target(c, a, b)
+        _check_no_alias(c, a, b)
+        _check_gpu(a)
+        plan = _new_plan(key, a, b, c, beta, c.dtype, True, None)
+    else:
+        _check_no_alias_fast(c, a, b, plan.extents)  # addresses change from call to call
+    plan.run(a, b, c, c, alpha, beta)
     torch.autograd.graph.increment_version(c)
     return c
+
+
+def path_for(a, b, c=None, *, beta=0.0, out_dtype=None, inplace=False) -> str:
+    """The path the call takes: "hopper", "hopper-padded" (an aligned copy of an operand, of
+    c, or of the output), "portable", "amd", or "empty" (M, N or K is 0: no kernel runs).
+
+    path_for(a, b)                         matmul(a, b)
+    path_for(a, b, c, beta=β)              gemm(a, b, c, beta=β)
+    path_for(a, b, c, beta=β, inplace=True) gemm_(c, a, b, beta=β)
+    """
+    beta = _check_scalar("beta", beta)
+    dtype = getattr(c, "dtype", None) if inplace else out_dtype
+    plan, key = _plan(a, b, c, beta, dtype, inplace, None)
+    if plan is None:
+        if inplace:
+            _check_operands(a, b)
+            _check_c(c, a, b, getattr(c, "dtype", None))
+            dtype = c.dtype
+            _check_gpu(a)
+        else:
+            dtype = _validate_gemm(a, b, c, out_dtype)
+        plan = _new_plan(key, a, b, c, beta, dtype, inplace, None)
+    return plan.path
+
+
+def _gemm_into(out, a, b, c, alpha, beta, config) -> torch.Tensor:
+    """Tests and benchmarks: out ← α·a@b + β·c with an explicit config (None = the default),
+    into a caller-made contiguous out (poisoned by tests), through the same plans."""
+    assert out.is_contiguous() and out.shape == (a.shape[0], b.shape[1])
+    plan, key = _plan(a, b, c, beta, out.dtype, False, config)
+    if plan is None:
+        _validate_gemm(a, b, c, out.dtype)
+        plan = _new_plan(key, a, b, c, beta, out.dtype, False, config)
+    plan.run(a, b, out, c, float(alpha), float(beta))
+    return out

@@ -1,6 +1,6 @@
-"""`pingpong bench`: time ``pingpong.matmul`` against cuBLAS the way the seeds did, strictly.
+"""`pingpong bench`: time ``pingpong.matmul`` against cuBLAS, strictly.
 
-The method (DESIGN.md, "Measuring"; docs/benchmarking.md has the long form):
+The method (docs/design.md "Measuring"; docs/benchmarking.md has the long form):
 
   * BF16 inputs by default, FP32 accumulation; layout ``nt`` by default ("transpose_b": B is
     stored N×K like a weight, the product is ``pingpong.matmul(a, w.t())``);
@@ -17,6 +17,11 @@ The method (DESIGN.md, "Measuring"; docs/benchmarking.md has the long form):
     per-round ratios: a difference smaller than that spread is noise;
   * header: device, SM clock (and where it came from), torch/triton versions, date.
 
+Robustness: the --csv/--json/--plot paths are checked writable before anything is timed; a
+shape that raises (an input or reference that does not fit in memory, a kernel error) is
+reported as an ERROR row and the run goes on; CSV and JSON are rewritten after every row, so a
+run that dies keeps the rows before it.
+
 The pure parts (settings, inputs, timing loop, rows, CSV/JSON/PNG writers) are separate
 functions so they can be tested on a CPU with synthetic rows; only `run` needs a GPU.
 """
@@ -29,15 +34,17 @@ import dataclasses
 import datetime
 import json
 import math
+import os
 import platform
 import shutil
 import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from .errors import PingpongError
+from .timing import time_callable
 
 DEFAULT_SHAPES = ((2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 16384, 16384))
 LAYOUTS = ("nn", "nt", "tn", "tt")
@@ -112,13 +119,37 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         if not args.plot.lower().endswith(".png"):
             raise PingpongError(f"--plot: {args.plot!r} must name a .png file")
         try:
-            import matplotlib  # noqa: F401
+            import matplotlib  # noqa: F401  (the one optional dependency of the bench)
         except ImportError as e:
-            raise PingpongError(f"--plot: matplotlib is not installed ({e}); pip install matplotlib") from e
+            raise PingpongError(f"--plot: needs matplotlib, which is not installed ({e}); "
+                                "pip install 'pingpong[plot]' (or pip install matplotlib)") from e
     if args.rounds < 1:
         raise PingpongError(f"--rounds: {args.rounds} must be ≥ 1")
-    return Settings(shapes, args.dtype, args.layout, reps, bool(args.quick), args.op, args.csv, args.json, args.plot,
-                    args.seed, args.rounds)
+    return Settings(shapes=shapes, dtype=args.dtype, layout=args.layout, reps=reps, quick=bool(args.quick), op=args.op,
+                    csv=args.csv, json=args.json, plot=args.plot, seed=args.seed, rounds=args.rounds)
+
+
+OUTPUT_OPTIONS = ("csv", "json", "plot")  # Settings fields that name a file the run writes
+
+
+def check_outputs_writable(settings: Settings) -> None:
+    """Raise a PingpongError naming the option if a --csv/--json/--plot file cannot be written,
+    before anything is timed. An existing file is opened for append (contents kept); a file
+    this check creates is removed again."""
+    for option in OUTPUT_OPTIONS:
+        path = getattr(settings, option)
+        if not path:
+            continue
+        if os.path.isdir(path):
+            raise PingpongError(f"--{option}: {path!r} is a directory, not a file")
+        existed = os.path.exists(path)
+        try:
+            with open(path, "a"):
+                pass
+        except OSError as e:
+            raise PingpongError(f"--{option}: cannot write {path!r} ({e.strerror or e})") from e
+        if not existed:
+            os.remove(path)
 
 
 # --------------------------------------------------------------------------- inputs
@@ -160,36 +191,13 @@ def rel_error(out, ref) -> float:
     return diff / den if den > 0 else diff
 
 
+def within_tolerance(err: float, dtype: str) -> bool:
+    """Whether a relative error `err` passes the check for input type `dtype`; NaN never does."""
+    return err <= TOLERANCE[dtype]
+
+
 def tflops(M: int, N: int, K: int, ms: float) -> float:
     return 2.0 * M * N * K / (ms * 1e-3) / 1e12
-
-
-# --------------------------------------------------------------------------- timing
-
-
-@dataclasses.dataclass
-class Timing:
-    median_ms: float
-    reps: int  # repetitions actually timed (≥ requested)
-
-
-def time_callable(fn: Callable[[], Any], reps: int, *, bench: Callable | None = None, warmup_ms: float = 25.0) -> Timing:
-    """Median of at least `reps` L2-flushed repetitions of `fn` after warm-up.
-
-    `triton.testing.do_bench` takes a time budget in ms, not a count; we ask for every
-    repetition's time (``return_mode="all"``) and grow the budget until ≥ `reps` were taken.
-    `bench` replaces do_bench in tests.
-    """
-    if bench is None:
-        from triton.testing import do_bench as bench
-    budget_ms = 100.0
-    for _ in range(6):
-        times = bench(fn, warmup=warmup_ms, rep=budget_ms, return_mode="all")
-        if len(times) >= reps:
-            return Timing(statistics.median(times), len(times))
-        per_rep = max(budget_ms / max(len(times), 1), 1e-3)
-        budget_ms = per_rep * reps * 1.25 + 1.0
-    raise RuntimeError(f"could not time {reps} repetitions (last run gave {len(times)})")
 
 
 # --------------------------------------------------------------------------- rows
@@ -360,10 +368,8 @@ def environment_header(settings: Settings) -> dict[str, Any]:
 
 def no_gpu_reason() -> str | None:
     """None when a CUDA GPU is usable, else a sentence saying why the benchmark cannot run."""
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
+    import torch
+
     if not torch.cuda.is_available():
         return ("no CUDA GPU on this machine: the benchmark times kernels on a GPU and prints no "
                 "numbers without one (CPU checks: pytest; machine code: pingpong isa)")
@@ -371,6 +377,11 @@ def no_gpu_reason() -> str | None:
 
 
 # --------------------------------------------------------------------------- one shape
+
+
+def error_status(e: BaseException) -> str:
+    """The status column of a shape that raised: ``ERROR: <type>: <first line, shortened>``."""
+    return f"ERROR: {type(e).__name__}: {e}".splitlines()[0][:120]
 
 
 def bench_shape(M: int, N: int, K: int, settings: Settings, api, device="cuda", timer=time_callable) -> Row:
@@ -391,7 +402,7 @@ def bench_shape(M: int, N: int, K: int, settings: Settings, api, device="cuda", 
         if a.is_cuda:
             torch.cuda.synchronize()
     except Exception as e:  # a kernel that raises is reported, not timed
-        return Row(M, N, K, path, f"ERROR: {type(e).__name__}: {e}".splitlines()[0][:120])
+        return Row(M, N, K, path, error_status(e))
     prev_tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
@@ -401,7 +412,7 @@ def bench_shape(M: int, N: int, K: int, settings: Settings, api, device="cuda", 
     errs = [rel_error(x, ref) for x in (ours, poisoned) if x is not None]
     err = math.nan if any(math.isnan(e) for e in errs) else max(errs)  # max() would drop a NaN
     del ours, poisoned, ref
-    if not err <= TOLERANCE[settings.dtype]:  # NaN fails too
+    if not within_tolerance(err, settings.dtype):
         return Row(M, N, K, path, "FAILED", rel_err=err)
     ours, cublas = [], []
     for _ in range(settings.rounds):  # alternate: drift in clocks/power hits both alike
@@ -422,19 +433,31 @@ def _progress(i: int, n: int, row: Row, seconds: float) -> str:
 # --------------------------------------------------------------------------- entry point
 
 
-def _vector_add_runner():
-    """(pingpong.streaming.bench_vector_add, None), or (None, why it is not there)."""
-    try:
-        from . import streaming
-    except ImportError as e:
-        return None, f"pingpong.streaming: {e}"
-    runner = getattr(streaming, "bench_vector_add", None)
-    return (runner, None) if runner else (None, "pingpong.streaming has no bench_vector_add")
+def bench_shapes(settings: Settings, api, header: dict[str, Any], device="cuda", timer=time_callable) -> list[Row]:
+    """`bench_shape` for every shape of `settings`, in order. A shape that raises anywhere
+    (inputs or reference too large for memory, ...) becomes an ERROR row and the run goes on;
+    after each row the --csv/--json files are rewritten with every row so far, and a progress
+    line goes to stderr."""
+    rows: list[Row] = []
+    for i, (M, N, K) in enumerate(settings.shapes, 1):
+        start = time.perf_counter()
+        try:
+            row = bench_shape(M, N, K, settings, api, device, timer)
+        except Exception as e:
+            row = Row(M, N, K, "?", error_status(e))
+        rows.append(row)
+        if settings.csv:
+            write_csv(settings.csv, rows)
+        if settings.json:
+            write_json(settings.json, rows, header)
+        print(_progress(i, len(settings.shapes), row, time.perf_counter() - start), file=sys.stderr, flush=True)
+    return rows
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(args)
+        check_outputs_writable(settings)
     except PingpongError as e:
         print(f"pingpong bench: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -443,29 +466,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"pingpong bench: {reason}", file=sys.stderr)
         return EXIT_USAGE
     if settings.op == "vector_add":
-        runner, why = _vector_add_runner()
-        if runner is None:
-            print(f"pingpong bench: --op vector_add is not available yet ({why})", file=sys.stderr)
-            return EXIT_USAGE
-        return int(runner(settings) or 0)
-    try:
-        from . import api
-    except ImportError as e:
-        print(f"pingpong bench: pingpong.api is not available ({e})", file=sys.stderr)
-        return EXIT_USAGE
+        from .streaming import bench_vector_add
+
+        return int(bench_vector_add(settings) or 0)
+    from . import api
 
     header = environment_header(settings)
-    rows = []
-    for i, (M, N, K) in enumerate(settings.shapes, 1):
-        start = time.perf_counter()
-        row = bench_shape(M, N, K, settings, api)
-        rows.append(row)
-        print(_progress(i, len(settings.shapes), row, time.perf_counter() - start), file=sys.stderr, flush=True)
+    rows = bench_shapes(settings, api, header)
     print(format_table(rows, header))
-    if settings.csv:
-        write_csv(settings.csv, rows)
-    if settings.json:
-        write_json(settings.json, rows, header)
     if settings.plot:
         write_plot(settings.plot, rows, f"{header['device']} — {settings.dtype} {settings.layout}")
     return 0 if all(r.status == "ok" for r in rows) else 1

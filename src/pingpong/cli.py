@@ -3,7 +3,7 @@
 Each subcommand lives in the module that owns its subject; this file only wires them up:
 
     demo   pingpong.demo              multiply, check against torch, compare with cuBLAS
-    bench  pingpong.bench             the benchmark harness (seeds' method, DESIGN.md)
+    bench  pingpong.bench             the benchmark harness (docs/benchmarking.md)
     isa    pingpong.compile           compile a kernel offline for a target, print facts
     check  pingpong.schedule.cli      model-check kernel schedules for races and deadlocks
 """
@@ -23,20 +23,12 @@ SUBCOMMANDS = {
 }
 
 
-def _available():
-    for name, (module, help_) in SUBCOMMANDS.items():
-        try:
-            yield name, importlib.import_module(module), help_
-        except ModuleNotFoundError as e:
-            if not module.startswith(e.name or "\0"):
-                raise
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pingpong", description="Readable, fast GEMM kernels in Triton Gluon.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     runners = {}
-    for name, module, help_ in _available():
+    for name, (module_name, help_) in SUBCOMMANDS.items():
+        module = importlib.import_module(module_name)
         p = sub.add_parser(name, help=help_, description=help_)
         module.add_arguments(p)
         runners[name] = module.run

@@ -1,5 +1,5 @@
 """KernelConfig: the one place where the Hopper GEMM's shape and schedule are chosen and every
-other number is derived (DESIGN.md "Parts").
+other number is derived (docs/design.md "The parts").
 
     KernelConfig(block, stages, schedule, group_m)        what a user chooses
         │ derive(in_bytes, out_bytes)  -> Derived          everything that follows from it
@@ -81,7 +81,7 @@ def swizzle_width(row_bytes: int) -> int:
 
     The swizzle is a function of the tile's contiguous row width: a 64-element bf16 K-tile
     is 128 B wide, so 128 B swizzle makes the 8 rows of a core matrix hit 8 distinct bank
-    groups (the Hopper analogue of the seeds' Swizzle derived from the 16×32 load subtile).
+    groups (the Hopper analogue of AMD's LDS swizzle, which is derived from the 16×32 load subtile).
     """
     for width in (128, 64, 32):
         if row_bytes >= width and row_bytes % width == 0:

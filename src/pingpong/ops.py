@@ -33,8 +33,9 @@ import torch
 from torch import Tensor
 
 from . import api, batching, functional
+from .errors import PingpongError
 
-__all__ = ["needs_op", "mm", "gemm", "gemm_", "linear"]
+__all__ = ["needs_op", "check_not_differentiated", "mm", "gemm", "gemm_", "linear"]
 
 def needs_op(*tensors) -> bool:
     """True when a public call must go through its torch.library op (module docstring)."""
@@ -49,6 +50,15 @@ def needs_op(*tensors) -> bool:
         elif isinstance(t, torch.Tensor):  # FakeTensor, FunctionalTensor, ...: a tracer's
             return True
     return False
+
+
+def check_not_differentiated(c, a, b) -> None:
+    """gemm_ is not differentiable: PingpongError while autograd would record it."""
+    if torch.is_grad_enabled():
+        for name, t in (("c", c), ("a", a), ("b", b)):
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                raise PingpongError(f"{name}: requires grad; gemm_ writes c in place and is not differentiable "
+                                    "(use pingpong.gemm, or call gemm_ under torch.no_grad())")
 
 
 # ----------------------------------------------------------------------------- the ops

@@ -274,7 +274,7 @@ _OFFLINE_MNK = (512, 512, 512)
 def build(target_name: str) -> Launch:
     """Plain-Triton tiled GEMM (any GPU, interpreter): alpha*A@B + beta*C, all layouts."""
     M, N, K = _OFFLINE_MNK
-    dtype = torch.bfloat16  # the headline input type (DESIGN.md, "Measuring")
+    dtype = torch.bfloat16  # the headline input type (docs/design.md, "Measuring")
     a = torch.empty(M, K, dtype=dtype)
     b = torch.empty(N, K, dtype=dtype).t()  # nt: the headline layout
     c = torch.empty(M, N, dtype=dtype)

@@ -1,7 +1,7 @@
-"""AMD kernels (seeds 000–004), compiled and checked offline; never run on hardware here.
+"""AMD kernels, compiled and checked offline; never run on hardware here (docs/amd.md).
 
     cdna_pingpong   gfx942 / gfx950   8-wave ping-pong, direct-to-LDS, MFMA (cdna_pingpong.py)
-    rdna_wmma       gfx1151           seed 004's "standard" WMMA kernel (rdna_wmma.py)
+    rdna_wmma       gfx1151           the "standard" WMMA kernel (rdna_wmma.py)
 
 Importing this package registers both with pingpong.compile (`pingpong isa --list`).
 """

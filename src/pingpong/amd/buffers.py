@@ -1,8 +1,8 @@
 """TileLoader and Buffers: the CDNA ping-pong's LDS double buffer and its global→LDS loads.
 
-Buffers owns four LDS tiles (the seeds' a_s0, a_s1, b_s0, b_s1; separate allocations so the
+Buffers owns four LDS tiles (a_s0, a_s1, b_s0, b_s1; separate allocations so the
 compiler's barrier analysis never sees stage 0 and stage 1 as one buffer). Each tile holds a
-BM×BK (or BN×BK) operand block stored as 16-row load subtiles (seed 001 §7):
+BM×BK (or BN×BK) operand block stored as 16-row load subtiles (config.py derives their swizzle):
 
     logical tile [ROWS, BK]              LDS storage [ROW_BLOCKS, 2 halves, SUBTILES_K, 16, SUB_COLS]
     rows   0- 15  half 0 │ 16×SC │16×SC │ ...   one subtile = 16 rows × SUB_COLS = what ONE wave's
@@ -19,7 +19,7 @@ with bit 4 = g (its A operand) and wave w's columns are those with bits 4–5 = 
 
 TileLoader issues the loads of one operand block for one K-step. Wave w of group g = w // 4
 loads subtiles of half g only:
-  * A: half g is exactly the A rows group g's MFMAs read (seed 003 §12.1.1 "self-loading"),
+  * A: half g is exactly the A rows group g's MFMAs read ("self-loading"),
     so A is group-private: only group g reads or writes it.
   * B: half h = g; B is *shared* (each wave reads N columns of both halves), which is what
     the schedule's barrier distances protect (cdna_pingpong.py).
@@ -27,10 +27,10 @@ Which group reads which half is computed from the layouts by schedule_model.read
 race model follows this mapping (with the top/bottom 128-row halves, A would be read by
 both groups and the schedule would race; the checker finds it).
 The global addresses each lane fetches are permuted by the compiler (ds_bpermute) so that the
-fixed lane→LDS slots receive the swizzled layout: the seeds' "effective lane" trick.
+fixed lane→LDS slots receive the swizzled layout: the "effective lane" trick: swizzle the source address, not the destination.
 
 Edges: rows ≥ M (N) and columns ≥ K are masked; a masked lane's offset is pushed out of the
-buffer range and the hardware returns 0 (the seeds' num_records OOB). Requires K·2 bytes rows
+buffer range and the hardware returns 0 (a buffer load past num_records reads 0). Requires K·2 bytes rows
 aligned to the DMA width (K % LOAD_WIDTH == 0), which the host launcher checks.
 """
 
@@ -60,7 +60,7 @@ def load_layout(LOAD_WIDTH, SUB_ROWS, WAVES_PER_GROUP):
 
 @gluon.constexpr_function
 def lds_layout(VEC, PER_PHASE, MAX_PHASE):
-    """The swizzled LDS layout derived in KernelConfig (seed 001 §7)."""
+    """The swizzled LDS layout derived in KernelConfig (from the load subtile)."""
     return gl.SwizzledSharedLayout(VEC, PER_PHASE, MAX_PHASE, [4, 3, 2, 1, 0])
 
 

@@ -1,7 +1,7 @@
-"""The CDNA 8-wave ping-pong GEMM (seeds 000 §2–3, 001, 003 §12/§15) for gfx942 and gfx950.
+"""The CDNA 8-wave ping-pong GEMM for gfx942 and gfx950 (docs/amd.md, docs/design.md).
 
-    C[M, N] = alpha · A[M, K] · B[N, K]ᵀ + beta · Cin        (bf16 in, fp32 accumulate; the
-                                                               seeds' transpose_b layout)
+    C[M, N] = alpha · A[M, K] · B[N, K]ᵀ + beta · Cin        (bf16 in, fp32 accumulate; B
+                                                               stored N×K: transpose_b)
 
 Status — what has been verified and what has not:
   * verified here, on a CPU, from the compiled machine code (tests/test_amd_kernels.py):
@@ -24,7 +24,7 @@ Direct-to-LDS loads, per target:
     It is used as is (tried first; no fallback to buffer_load + ds_write was needed). Four
     times as many DMA instructions per byte as gfx950.
   * gfx942 LDS is 64 KB: KernelConfig.for_target picks BK = 32, so the two stages of A and B
-    take 2·(256+256)·32·2 B = 64 KB. gfx950 keeps the seeds' BK = 64 (128 KB of 160 KB).
+    take 2·(256+256)·32·2 B = 64 KB. gfx950 keeps BK = 64 (128 KB of 160 KB).
 
 Waves and the stagger. 8 waves = 2 groups of 4; wave w computes 128×64 outputs, 8×4 MFMA tiles
 of 16×16 dealt round-robin (the MFMA layout): rows 16·(2i + g) + [0, 16) for group g = w // 4
@@ -46,7 +46,7 @@ a = DMA instructions of one A load per wave: 4 on gfx950, 8 on gfx942):
       S2  barrier ─ compute stage 0 ─ vmcnt(0)                   A1 landed under stage 0
       S3  barrier ─ load A0 (k=2i+2) ─ compute stage 1 ─ vmcnt(a)   A0 in flight across S4
       S4  barrier ─ load B0 (k=2i+2) ─ vmcnt(0)                  A0, B0 landed
-    EPILOGUE   (last pair, no prefetch; seed 003 §15.13: every wait is vmcnt(0))
+    EPILOGUE   (last pair, no prefetch; every wait is vmcnt(0): drained before fenced barriers)
       E1  BARRIER ─ load B1, A1 ─ vmcnt(0)
       E2  BARRIER ─ compute stage 0
       E3  BARRIER ─ compute stage 1 ─ [group 0: BARRIER]     (re-sync)
@@ -67,12 +67,13 @@ in S3; B0 is written in S4 after its last read in S2 and waited before the next 
 the next S2. Loads are issued B before A, so vmcnt(a) (an in-order counter) means "all but
 this wave's newest A load". The wait before S4 has slack by design (only A0 is in flight
 there); the other three are tight: one more load in flight is a race (tests/test_amd_schedule).
-This is seed 003 §12's schedule with the A0 load moved from the end of S2 to the start of S3
-(in §12 it overwrites A0 while the other waves of the same group may still be reading it).
+This is the textbook 4-step ping-pong loop with the A0 load moved from the end of S2 to the
+start of S3 (issued at the end of S2 it overwrites A0 while the other waves of the same group
+may still be reading it).
 
 Waits, and how Triton 3.6 expresses them. Main-loop vmcnt per iteration: (a, 0, a, 0), so
-loads stay in flight across a barrier and under the MFMAs (A1 under stage 0, A0 across S4),
-seed 003 §15.14's non-zero loop vmcnt. `gl.thread_barrier()` cannot do that: it lowers to
+loads stay in flight across a barrier and under the MFMAs (A1 under stage 0, A0 across S4):
+a non-zero vmcnt inside the loop is what lets loads overlap the other group's math. `gl.thread_barrier()` cannot do that: it lowers to
 `fence syncscope("workgroup") release; s_barrier; fence acquire`, and LLVM makes that release
 wait for every LDS DMA in flight (an `s_waitcnt vmcnt(0)` before the s_barrier, even with no
 wait written). A bare inline-asm s_barrier keeps vmcnt(N) but is invisible to Triton's
@@ -82,7 +83,8 @@ followed by a barrier gets a `ttg.local_barrier` placed right after it, which on
 to `s_waitcnt lgkmcnt(0); s_barrier`, no fence. `wait_then_barrier` is that idiom; in the ISA
 each of its four calls is `s_waitcnt vmcnt(N) lgkmcnt(0)` followed by one `s_barrier` (LLVM
 may schedule MFMAs between the two). The prologue and epilogue keep `wait_group(0)` +
-`gl.thread_barrier()`: fenced and fully drained (seed 003 §15.13). On gfx950 LLVM places A0's
+`gl.thread_barrier()`: fenced and fully drained (a load still in flight when the loop ends
+would otherwise land after the last barrier that protects its buffer). On gfx950 LLVM places A0's
 loads after stage 1's MFMAs (just before S4); on gfx942 they are interleaved with them. MFMA
 operands are read with 16-byte LDS reads (k_width 8; on gfx942 one read feeds two 16x16x16
 MFMAs), which also saves registers there. Barriers per iteration: 4. All counts are in
@@ -160,7 +162,7 @@ def schedule(la, lb, bufs, mma, pairs, BM: gl.constexpr, BN: gl.constexpr, BK: g
         wait_then_barrier(1)  # S4: nothing to wait for; A0 stays in flight
         lb.load(bufs.b0, k2)
         wait_then_barrier(0)  # S1 of the next iteration (E1 after the last): A0, B0 landed
-    # EPILOGUE (seed 003 §15.13: drain before every barrier, fenced barriers)
+    # EPILOGUE (drain before every barrier, fenced barriers: nothing may land after the last one)
     k1 = (2 * pairs - 1) * BK
     lb.load(bufs.b1, k1)  # E1
     la.load(bufs.a1, k1)

@@ -2,17 +2,17 @@
 
 Two kernel families, one config each (the CDNA one mirrors the Hopper KernelConfig's role):
 
-    KernelConfig(target, block)          CDNA ping-pong, gfx942 / gfx950 (seeds 000, 001, 003)
+    KernelConfig(target, block)          CDNA ping-pong, gfx942 / gfx950
         │ derive()  -> CdnaDerived
         ▼
     waves and groups · MFMA shape and count per K-step · direct-to-LDS width · the 16-row
-    load subtile and the LDS swizzle computed from it (seed 001 §7) · DMA loads per wave ·
+    load subtile and the LDS swizzle computed from it · DMA loads per wave ·
     LDS bytes · accumulator registers · the schedule's vmcnt values and barrier counts
 
-    WmmaConfig(target, block)            RDNA3.5 WMMA "standard" kernel, gfx1151 (seed 004)
+    WmmaConfig(target, block)            RDNA3.5 WMMA "standard" kernel, gfx1151
         │ derive()  -> WmmaDerived
 
-Swizzle derivation (seed 001 §7.2, here as SwizzledSharedLayout parameters). One wave's
+Swizzle derivation (the swizzle follows from the load subtile; here as SwizzledSharedLayout parameters). One wave's
 direct-to-LDS instruction writes 64 lanes × LOAD_WIDTH elements to *consecutive* LDS bytes, so
 the LDS tile is cut into subtiles of that size: the load thread layout is 16 rows × 4 lanes,
 a subtile is 16 × (4·LOAD_WIDTH) elements:
@@ -25,7 +25,7 @@ a subtile is 16 × (4·LOAD_WIDTH) elements:
 In SwizzledSharedLayout terms on one row-major subtile (phase = (row // per_phase) % max_phase,
 vector index ^= phase):  vec = 2^base, per_phase = 2^(base+shift) / subtile_cols,
 max_phase = 2^bits.  gfx950 (16-byte DMA, bf16): subtile 16×32, Swizzle(1, 4, 4) → vec 16,
-per_phase 8, max_phase 2 (the seeds' values). gfx942 (4-byte DMA): subtile 16×8, Swizzle(1, 2, 4)
+per_phase 8, max_phase 2. gfx942 (4-byte DMA): subtile 16×8, Swizzle(1, 2, 4)
 → vec 4, per_phase 8, max_phase 2.
 
 `validate()` raises ConfigError naming the violated constraint (LDS, waves, registers, shape).
@@ -64,7 +64,7 @@ TARGETS: dict[str, TargetSpec] = {
     "gfx1151": TargetSpec("gfx1151", "rdna", 32, 64 * 1024, 2, 1536, 256, 0, 16, 1),
 }
 
-LOAD_SUBTILE_ROWS = 16  # rows of the per-wave load thread layout (seed 001 §7: 16 × 4 lanes)
+LOAD_SUBTILE_ROWS = 16  # rows of the per-wave load thread layout (16 rows × 4 lanes = one wave of 64)
 LOAD_SUBTILE_LANE_COLS = 4  # lanes along K in that layout
 MFMA_MN = 16  # the 16×16 MFMA/WMMA output tile
 ELEM_BYTES = 2  # bf16 / fp16 operands
@@ -109,7 +109,7 @@ class CdnaDerived:
     subtile_rows: int
     subtile_cols: int
     subtiles_k: int  # subtiles along BK
-    swizzle: tuple  # (bits, elem_base, shift), seed 001 §7
+    swizzle: tuple  # (bits, elem_base, shift), derived from the load subtile
     smem_vec: int  # SwizzledSharedLayout parameters derived from `swizzle`
     smem_per_phase: int
     smem_max_phase: int
@@ -128,7 +128,7 @@ class CdnaDerived:
 
 @dataclasses.dataclass(frozen=True)
 class KernelConfig:
-    """The CDNA ping-pong's choices. Defaults are the seeds' (256×256×64); gfx942 halves BK."""
+    """The CDNA ping-pong's choices. Defaults: 256×256×64 (8 waves, 128×64 each); gfx942 halves BK."""
 
     target: str = "gfx950"
     block: tuple = (256, 256, 64)
@@ -202,7 +202,7 @@ class KernelConfig:
         wave_m, wave_n = bm // self.groups, bn // self.waves_per_group
         load_width = spec.dma_bytes // ELEM_BYTES
         sub_rows, sub_cols = LOAD_SUBTILE_ROWS, LOAD_SUBTILE_LANE_COLS * load_width
-        # seed 001 §7.2: the swizzle is computed from the load subtile
+        # the swizzle is computed from the load subtile (module docstring)
         bits, base, shift = 1, _log2(sub_cols // 2, "subtile_cols/2"), _log2(sub_rows, "subtile_rows")
         per_phase = (1 << (base + shift)) // sub_cols
         elems_per_instr = spec.wave_size * load_width  # one wave's DMA instruction = one subtile
@@ -224,7 +224,7 @@ class KernelConfig:
             # The schedule (cdna_pingpong docstring), one wait before each loop barrier:
             # S2: B1 landed, A1 (the newest a_loads DMAs) still in flight; S3: A1 landed;
             # S4: nothing to wait for, A0 stays in flight; S1: A0 and B0 landed. Prologue and
-            # epilogue drain everything (seed 003 §15.13-§15.14).
+            # epilogue drain everything (vmcnt(0) before their fenced barriers).
             main_loop_vmcnt=(a_loads, 0, a_loads, 0), prologue_vmcnt=(0,), epilogue_vmcnt=(0,),
             main_loop_barriers=4,
             # one chunk per 16-column MFMA tile of the wave, the finest column split that every
@@ -250,15 +250,15 @@ class WmmaDerived:
     tiles_per_wave: tuple  # 2×2 register blocking of 16×16 WMMA tiles
     wmma_per_k_step: int  # WMMA instructions per wave per BK step
     stages: int
-    pad: int  # LDS row padding in elements (seed 004: +8 halves)
+    pad: int  # LDS row padding in elements (+8 halves: fewer LDS bank conflicts)
     lds_bytes: int
     acc_regs: int
 
 
 @dataclasses.dataclass(frozen=True)
 class WmmaConfig:
-    """Seed 004's "standard" kernel: 128×64 tile, 4×2 waves (wave32), 2×2 WMMA tiles per wave,
-    BK = 16 (seed 004 measured BK = 32 slower), LDS rows padded by 8 halves, double buffer,
+    """The "standard" RDNA WMMA kernel: 128×64 tile, 4×2 waves (wave32), 2×2 WMMA tiles per wave,
+    BK = 16 (BK = 32 is reported slower on this part), LDS rows padded by 8 halves, double buffer,
     fp16 in, fp32 out."""
 
     target: str = "gfx1151"

@@ -32,31 +32,34 @@ def _device_arch(t) -> str:
     return torch.cuda.get_device_properties(t.device).gcnArchName
 
 
-def accepts(a, b, out) -> bool:
-    """Whether `gemm(a, b, out)` (b stored N×K) has a seeds' kernel for this device and these
-    dtypes/strides; the API sends everything else to the portable kernel."""
+def accepts(a, b, out_dtype) -> bool:
+    """Whether `gemm(a, b, out)` (a (M, K), b (K, N), as everywhere in the library) has an
+    AMD Gluon kernel for this device and these dtypes/strides; the plan sends everything
+    else to the portable kernel. The CDNA kernel reads B stored N×K (b = w.t())."""
     import torch
 
     name = select_kernel(_device_arch(a))
     if name == "cdna_pingpong":
         width = KernelConfig.for_target(_device_arch(a).split(":")[0]).derive().load_width
-        return (a.dtype == b.dtype == torch.bfloat16 and a.stride(1) == 1 and b.stride(1) == 1
-                and a.shape[1] % width == 0 and out.dtype in (torch.bfloat16, torch.float32))
+        return (a.dtype == b.dtype == torch.bfloat16 and a.stride(1) == 1 and b.stride(0) == 1
+                and a.shape[1] % width == 0 and out_dtype in (torch.bfloat16, torch.float32))
     if name == "rdna_wmma":
-        return a.dtype == b.dtype == torch.float16 and out.dtype == torch.float32
+        return a.dtype == b.dtype == torch.float16 and out_dtype == torch.float32
     return False
 
 
 def gemm(a, b, out, *, alpha=1.0, beta=0.0, c=None) -> None:
-    """out = alpha · a @ bᵀ + beta · c on a ROCm device (b stored N×K, the seeds' transpose_b).
+    """out = alpha · a @ b + beta · c on a ROCm device; a (M, K), b (K, N).
 
-    CDNA ping-pong: bf16 a/b, out bf16 or fp32. RDNA WMMA: fp16 a/b, out fp32 (b is passed
-    to the kernel as a K×N copy of b.t()). Other archs: the portable kernel.
+    CDNA ping-pong: bf16 a/b with b stored N×K (b = w.t(), the transpose_b layout), out bf16
+    or fp32. RDNA WMMA: fp16 a/b, out fp32 (b is passed to the kernel as a K×N copy).
+    Other archs: the portable kernel.
     """
     import torch
 
-    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[1] or out.shape != (a.shape[0], b.shape[0]):
-        raise PingpongError(f"shapes: a {tuple(a.shape)}, b {tuple(b.shape)} (N×K), out {tuple(out.shape)} do not match")
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0] or out.shape != (a.shape[0], b.shape[1]):
+        raise PingpongError(f"shapes: a {tuple(a.shape)}, b {tuple(b.shape)} (K×N), out {tuple(out.shape)} do not match")
+    b = b.t()  # the kernels below take B as N×K
     arch = _device_arch(a)
     name = select_kernel(arch)
     if name == "portable":

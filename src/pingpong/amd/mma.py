@@ -1,7 +1,7 @@
 """MmaOp: LDS → registers → MFMA for one K-step of the CDNA ping-pong.
 
 Each wave owns a WM×WN = 128×64 accumulator (the MFMA layout's warp grid is [2 groups, 4
-waves]; wave w sits at (w // 4, w % 4), the seeds' warp_id_m / warp_id_n), as 8×4 16×16
+waves]; wave w sits at (w // 4, w % 4): warp_id_m = group, warp_id_n = wave in group), as 8×4 16×16
 tiles that the layout deals round-robin over that grid: rows 16·(2i + w // 4) + [0, 16),
 columns 16·(4j + w % 4) + [0, 16) (Buffers stores A and B in the matching 16-row stripes, and
 schedule_model.sharing reads this layout to know which group reads which half). One K-step issues

@@ -1,14 +1,14 @@
-"""Seed 004's "standard" WMMA GEMM for gfx1151 (RDNA3.5, Strix Halo), in Gluon.
+"""The "standard" WMMA GEMM for gfx1151 (RDNA3.5, Strix Halo), in Gluon.
 
     C[M, N] (fp32) = alpha · A[M, K] · B[K, N] + beta · Cin      (fp16 in, fp32 accumulate)
 
 Status: compiled and checked offline (WMMA present, wave32, LDS ≤ 64 KB, no scratch;
 tests/test_amd_kernels.py); NEVER executed — no RDNA GPU was available to this project.
 
-Design (seed 004, "Standard kernel"):
+Design (the "standard" RDNA3 WMMA kernel):
   * 128×64 block, 8 waves of 32 lanes as 4×2, each wave a 32×32 tile = 2×2 WMMA tiles
-    (register blocking) of `v_wmma_f32_16x16x16_f16`; BK = 16 (seed 004: BK = 32 was slower).
-  * Double buffer in LDS, rows padded by 8 halves (stride 24, seed 004 "+15–20%").
+    (register blocking) of `v_wmma_f32_16x16x16_f16`; BK = 16 (BK = 32 is reported slower).
+  * Double buffer in LDS, rows padded by 8 halves (stride 24: the padding spreads rows over LDS banks).
   * RDNA has no direct-to-LDS DMA: global → registers (buffer_load, 16-byte `half8` vectors)
     → LDS (ds_write). The next K-step's global loads are issued before the current step's
     WMMAs ("GMEM spreading"), written to the other LDS buffer after them:

@@ -1,9 +1,10 @@
 """Host side of the Hopper GEMM: TMA descriptors, the derived constexprs, the persistent grid.
 
-`tma_legal(t)` says whether a 2-D tensor can be described to TMA as it is stored (last
+`tma_orientation(t)` says whether a 2-D tensor can be described to TMA as it is stored (last
 stride 1 in one of its two orientations, the other stride 16-byte aligned, base 16-byte
-aligned). The API decides what to do with tensors that are not (a padded copy); this module
-assumes legal inputs and asserts it.
+aligned). The plan (pingpong.plan) decides what to do with tensors that are not (a padded
+copy) and launches `prepare`'s kernel, first through Triton's JIT, then directly
+(pingpong.launcher); this module assumes legal inputs and asserts it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .. import compile as cc
 from ..config import KernelConfig, swizzle_width
-from ..device import sm_count
 from .kernel import persistent_gemm, warp_specialized_gemm
 
 _GL_DTYPE = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}
@@ -86,12 +86,6 @@ def prepare(a, b, out, c, alpha, beta, config: KernelConfig, sms: int):
     kwargs = dict(common, PINGPONG=d.schedule == "pingpong", CONSUMER_REGS=d.worker_regs[0],
                   PRODUCER_REGS=d.worker_regs[1], num_warps=d.num_warps, maxnreg=d.maxnreg)
     return warp_specialized_gemm, args, kwargs, grid
-
-
-def launch(a, b, out, *, c=None, alpha=1.0, beta=0.0, config: KernelConfig) -> None:
-    """Run the Hopper kernel: out = α·(a@b) + β·c (c may alias out). Inputs must be TMA-legal."""
-    kernel, args, kwargs, grid = prepare(a, b, out, c, alpha, beta, config, sm_count(out.device.index or 0))
-    kernel[grid](*args, **kwargs)
 
 
 # ----------------------------------------------------------------------------- offline compilation

@@ -1,7 +1,7 @@
 """PhaseSync: the ordered alternation of the two consumer warpgroups (ping-pong).
 
-The seeds' two-counter PingPongSync (seed 003 §6) realized with two mbarriers, `turn[0]` and
-`turn[1]`, each initialized with an arrival count of 1 and nothing else:
+The two-counter PingPongSync of the AMD ping-pong (docs/design.md) realized with two
+mbarriers, `turn[0]` and `turn[1]`, each initialized with an arrival count of 1 and nothing else:
 
     | step                          | consumer 0                      | consumer 1                      |
     |-------------------------------|---------------------------------|---------------------------------|

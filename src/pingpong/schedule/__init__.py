@@ -2,8 +2,8 @@
 
     model      Schedule / Group / Op, the builder, validation (ScheduleError names the op)
     checker    hardware semantics + breadth-first exploration -> Result (races, deadlocks, misuse)
-    timeline   ASCII timelines of traces in the style of seed 003 §15
-    schedules  the shipped schedules (seeds 002/003, our Hopper kernel's protocol)
+    timeline   ASCII timelines of traces (one column per group, one row per step)
+    schedules  the shipped schedules (AMD GEMM and vector-add loops, our Hopper kernel's protocol)
     cli        `pingpong check`
 
 See docs/schedule.md.

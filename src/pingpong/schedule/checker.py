@@ -1,7 +1,7 @@
 """The model checker: explore every interleaving the hardware semantics allow, report races,
 deadlocks and counter misuse, each with the shortest trace (breadth-first search).
 
-Semantics (seed 003 §14.1, §15; seed 002 §10, §14; the PTX mbarrier rules):
+Semantics (AMD s_waitcnt and s_barrier as the CDNA3 ISA defines them; the PTX mbarrier rules):
 
 * In-order per-wave counters. An async op pushes n entries on its group's counter FIFO; its
   access to its buffers lasts until its last entry retires. Entries retire in order, and only
@@ -12,7 +12,7 @@ Semantics (seed 003 §14.1, §15; seed 002 §10, §14; the PTX mbarrier rules):
   barrier): any synchronization that orders it needs a later step of that group.
 * Barrier ``B``: a group standing at its k-th ``B`` has arrived there; it passes when every
   participant has arrived k times or has exited (CDNA3 ``s_barrier``). A barrier in one
-  group's program only (the seeds' stagger) therefore shifts that group by one phase.
+  group's program only (a stagger) therefore shifts that group by one phase.
 * Atomic counters: ``signal`` adds, ``await`` spins until the value is reached.
 * mbarriers: a phase completes when the pending arrivals reach 0 and the expected
   transaction bytes have landed (tx = 0); then the phase bit flips and arrivals re-arm.
@@ -457,7 +457,7 @@ def _deadlock(P: _Program, st, parent) -> Violation:
 
 
 def _vacuous_waits(P: _Program) -> list:
-    """Waits that never wait (the FIFO already holds <= N): often a wrong count (seed 003 §15.13)."""
+    """Waits that never wait (the FIFO already holds <= N): often a wrong count (an epilogue vmcnt(N) written for the loop's queue depth)."""
     notes = []
     for a, ops in enumerate(P.ops):
         depth = {c: 0 for c in P.counters[a]}

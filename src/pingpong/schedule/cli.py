@@ -70,7 +70,7 @@ def run(args) -> int:
     if args.list:
         for e in SHIPPED.values():
             claim = e.claim or "-"
-            print(f"{e.name:<24} {e.source:<36} seed says {claim:<5} {e.summary}")
+            print(f"{e.name:<24} {e.source:<36} expected {claim:<5} {e.summary}")
         return 0
     try:
         scheds = []

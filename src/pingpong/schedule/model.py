@@ -1,10 +1,10 @@
 """The schedule model: one straight-line program per group of threads, as plain data.
 
 A *group* is a set of waves/warps (``count`` of them) that run the same instruction stream:
-the seeds' warp groups WG0/WG1, a Hopper producer warp, a consumer warpgroup. The checker
+AMD's ping-pong wave groups WG0/WG1, a Hopper producer warp, a consumer warpgroup. The checker
 runs one representative per group: its per-wave counters (vmcnt, lgkmcnt, wgmma groups,
 TMA-store groups) stand for those of every wave of the group, and an atomic ``signal`` adds
-``count`` (every wave adds 1, seed 003 §6.3). Loops over K are unrolled by the builder (plain
+``count`` (every wave of the group adds 1). Loops over K are unrolled by the builder (plain
 Python ``for``), each op keeping the ``where`` label of its loop iteration.
 
 Operations (``Op.kind``):
@@ -24,7 +24,7 @@ Operations (``Op.kind``):
     mwait     wait on mbarrier ``sync`` for parity ``value``
 
 Every op has a ``label`` for timelines; ``where`` says which loop iteration/step it is in;
-``critical`` cites the seed section that names the op as critical (mutation tests).
+``critical`` says why the op is needed (mutation tests: deleting it must be reported).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class Op:
 
 
 def describe(op: Op) -> str:
-    """A default one-line rendering in the seeds' notation (→LDS writes, LDS→ reads)."""
+    """A default one-line rendering (→LDS writes, LDS→ reads)."""
     b = ",".join(op.bufs)
     k = op.kind
     if k == "load":

@@ -1,4 +1,4 @@
-"""ASCII timelines of traces, in the style of seed 003 §15: one column per group, one row per
+"""ASCII timelines of traces: one column per group, one row per
 step, barrier instances numbered per group (B[n]), buffer writes as ``X →LDS`` and reads as
 ``LDS→ X``, counter values after each async op, the offending step marked ✗."""
 

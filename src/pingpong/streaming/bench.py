@@ -20,7 +20,7 @@ import time
 import torch
 import triton
 
-from ..bench import time_callable
+from ..timing import time_callable
 from ..device import is_hopper, sm_count
 from .api import kernel_path, vector_add
 

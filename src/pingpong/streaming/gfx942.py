@@ -1,9 +1,9 @@
-"""gfx942 (MI300, CDNA3) vector add: the seed's kernel, written in Gluon instead of assembly.
+"""gfx942 (MI300, CDNA3) vector add: a hand-written GCN design, written in Gluon instead of assembly.
 
 Compiled offline only (no AMD GPU here): `pingpong isa --target gfx942 --kernel vector_add`
-prints its facts and CI checks them (tests/test_streaming_offline.py). Same design as the seed:
+prints its facts and CI checks them (tests/test_streaming_offline.py). Same design as the assembly kernel:
 
-    seed (hand-written GCN)                   here (Gluon, amd.cdna4.async_copy)
+    hand-written GCN                          here (Gluon, amd.cdna4.async_copy)
     grid = #CUs, 256 threads, 1 dword/lane    grid = #CUs, 4 waves x 64 lanes x 1 fp32
     buffer_load_dword ... offen lds           buffer_load_to_shared  -> buffer_load_dword ... lds
     2 LDS buffers, both filled in prologue    2 slots [a-tile | b-tile], prologue fills both
@@ -14,11 +14,11 @@ prints its facts and CI checks them (tests/test_streaming_offline.py). Same desi
     buffer_store_dword, OOB dropped           buffer_store, OOB lanes dropped
 
 Out-of-bounds: Triton 3.6 builds each buffer descriptor with the maximum num_records, not
-N * itemsize as the seed does, so the tail's lanes are made out-of-range by the mask
+N * itemsize as the assembly kernel does, so the tail's lanes are made out-of-range by the mask
 operand (one v_cndmask on the offset, no exec-mask branches): the buffer hardware then
-returns 0 for those loads and drops those stores, exactly the seed's mechanism.
+returns 0 for those loads and drops those stores, exactly the assembly kernel's mechanism.
 
-Types: fp32, the seed's. The lowering to `buffer_load ... lds` on gfx942 needs 32 bits per
+Types: fp32, the assembly kernel's. The lowering to `buffer_load ... lds` on gfx942 needs 32 bits per
 lane; for fp16/bf16 that is 2 elements per lane, and Triton 3.6 cannot lower the per-element
 tail mask of such a lane (LLVM translation fails), so 16-bit types are not built here. On a
 ROCm GPU `pingpong.vector_add` runs the portable Triton kernel for every dtype.
@@ -30,7 +30,7 @@ from triton.experimental.gluon.language.amd.cdna4 import async_copy, buffer_stor
 
 from .grid_stride import tile_of, tiles_of_program
 
-#: The seed's shape: 256 threads = 4 waves of 64 lanes, one fp32 per lane per tile.
+#: The assembly kernel's shape: 256 threads = 4 waves of 64 lanes, one fp32 per lane per tile.
 WAVES = 4
 
 
@@ -47,7 +47,7 @@ def _fill(a_ptr, b_ptr, a_slot, b_slot, offsets, n):
 #: (32 bits per lane) and one `buffer_store`. Both kinds count in gfx942's in-order vmcnt.
 LOADS_PER_STEP = 2
 STORES_PER_STEP = 1
-#: The seed's counts. After the prologue's 2 fills (4 loads, no store) the oldest fill is
+#: The assembly kernel's counts. After the prologue's 2 fills (4 loads, no store) the oldest fill is
 #: ready once at most one fill (2 loads) is outstanding. At the end of step i the FIFO's
 #: newest entries are fill(i+2)'s loads and store(i); slot (i+1) % 2 is ready once at most
 #: those remain: drain fill(i+1) and store(i-1), keep the current step's work in flight.
@@ -58,7 +58,7 @@ _LOOP_WAIT = gl.constexpr(f"s_waitcnt vmcnt({LOOP_VMCNT})")
 
 @gluon.jit
 def _reads_done(a, b):
-    """The seed's `s_waitcnt lgkmcnt(0)` between the ds_reads of a slot and its refill.
+    """The assembly kernel's `s_waitcnt lgkmcnt(0)` between the ds_reads of a slot and its refill.
 
     The reads use `load_shared_relaxed` (no compiler-added vmcnt(0) for pending LDS DMA),
     which also tells LLVM they never alias an LDS DMA; this side-effecting asm, fed by the
@@ -70,7 +70,7 @@ def _reads_done(a, b):
 
 @gluon.jit
 def _step_done(token):
-    """The seed's loop-bottom `s_waitcnt vmcnt(LOOP_VMCNT)`: Triton's `wait_group` counts only
+    """The assembly kernel's loop-bottom `s_waitcnt vmcnt(LOOP_VMCNT)`: Triton's `wait_group` counts only
     the async loads of newer groups (it would emit vmcnt(2) and also drain the fill just
     issued), the hardware FIFO also holds the store, so this count is written by hand."""
     return gl.inline_asm_elementwise(_LOOP_WAIT, "=v,0", [token], dtype=token.dtype, is_pure=False, pack=1)
@@ -88,9 +88,9 @@ def vector_add_lds_kernel(a_ptr, b_ptr, c_ptr, n, num_warps: gl.constexpr):
                   s_waitcnt vmcnt(3)                         slot (i+1)%2 landed
         epilogue  s_waitcnt vmcnt(0)                         (wait_group(0))
     """
-    gl.static_assert(num_warps == 4, "the seed's shape: 4 waves of 64 lanes")
+    gl.static_assert(num_warps == 4, "the assembly kernel's shape: 4 waves of 64 lanes")
     gl.static_assert(a_ptr.dtype.element_ty.primitive_bitwidth == 32,
-                     "gfx942 direct-to-LDS lowers for one 32-bit element per lane (fp32, the seed's type)")
+                     "gfx942 direct-to-LDS lowers for one 32-bit element per lane (fp32)")
     BLOCK: gl.constexpr = 64 * num_warps
     layout: gl.constexpr = gl.BlockedLayout([1], [64], [num_warps], [0])
     lds_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
@@ -127,7 +127,7 @@ def build(dtype: str = "float32", n: int = (1 << 20) + 3, nprog: int = 304):
     from ..errors import TargetError
 
     if dtype != "float32":
-        raise TargetError(f"dtype: the gfx942 direct-to-LDS kernel is built for float32 (the seed's type), not {dtype}")
+        raise TargetError(f"dtype: the gfx942 direct-to-LDS kernel is built for float32 (one 32-bit element per lane), not {dtype}")
 
     x = torch.empty(n, dtype=getattr(torch, dtype))
     return Launch(vector_add_lds_kernel, (x, x, x, n), dict(num_warps=WAVES), (nprog,))

@@ -1,4 +1,4 @@
-"""The grid-stride order of the streaming kernels (the seed's persistent loop).
+"""The grid-stride order of the streaming kernels (the gfx942 design's persistent loop).
 
 A persistent launch runs one program per SM (Hopper) or CU (gfx942). The flat tensor is cut
 into ``num_tiles = cdiv(n, BLOCK)`` tiles; program ``pid`` of ``nprog`` takes tiles

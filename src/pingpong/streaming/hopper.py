@@ -1,13 +1,13 @@
 """Hopper (sm_90a) vector add: TMA in, TMA out, loads issued AHEAD steps ahead; persistent
-(the seed's grid-stride loop, `PERSISTENT`) or one tile per program (`DEFAULT`, measured faster).
+(the gfx942 design's grid-stride loop, `PERSISTENT`) or one tile per program (`DEFAULT`, measured faster).
 
-The seed's gfx942 design (DESIGN.md table) mapped to Hopper:
+The gfx942 design (gfx942.py; docs/design.md maps AMD concepts to Hopper) on Hopper:
 
-    seed (gfx942)                           here (sm_90a)
+    gfx942                                  here (sm_90a)
     grid = #CUs, grid-stride loop           grid = #SMs (x programs_per_sm), tile_of / tiles_of_program;
                                             or grid = #tiles (programs_per_sm = 0, the default)
     buffer_load ... lds (no VGPRs)          TMA bulk tensor copy -> shared memory
-    2 LDS buffers, refill 2 steps ahead     STAGES-slot ring, refill AHEAD steps ahead (seed: 2, 2)
+    2 LDS buffers, refill 2 steps ahead     STAGES-slot ring, refill AHEAD steps ahead (gfx942: 2, 2)
     s_waitcnt vmcnt(2) / vmcnt(3)           ready[slot] mbarrier, expect-tx, parity wait
     buffer_store, OOB dropped               TMA store from shared memory, OOB dropped
     num_records = N*4 (OOB loads -> 0)      descriptor shape [n] (OOB loads -> 0): no masks
@@ -17,7 +17,7 @@ GEMM's `Ring` (`pingpong.hopper.pipeline`: slots, ready barriers, (index, phase)
 with `fill`/`take` (the TMA loads into it), `StoreRing` (the output buffers and the TMA
 store window). The kernel only orchestrates. Host side: `StreamConfig` (tile and pipeline
 shape, `DEFAULT`, `PERSISTENT`, the measured `CANDIDATES`), `launch` (a cached direct launch after the
-first call of each kernel variant, `direct.py`), `build` (offline compilation).
+first call of each kernel variant, `pingpong.launcher`), `build` (offline compilation).
 """
 
 
@@ -31,7 +31,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from triton.language.core import _aggregate as aggregate
 
 from ..hopper.pipeline import Ring, ring_index
-from .direct import DirectLaunch, hooks_idle
+from ..launcher import DirectLaunch, hooks_idle, launch_key
 from .grid_stride import tile_of, tiles_of_program
 
 # --------------------------------------------------------------------------- host config
@@ -51,7 +51,7 @@ class StreamConfig:
 
     tile_bytes:      bytes of one operand's tile (one step); BLOCK = tile_bytes // itemsize.
     stages:          input ring slots (each holds an a-tile and a b-tile).
-    ahead:           how many grid-stride steps ahead a slot is refilled (the seed: 2);
+    ahead:           how many grid-stride steps ahead a slot is refilled (gfx942: 2);
                      AHEAD tiles of a and b are in flight per program.
     out_bufs:        output tiles in shared memory, so a TMA store can be in flight while
                      the next result is written (store_wait(out_bufs - 1) bounds the window).
@@ -173,7 +173,7 @@ def _row_warps(vec: int, num_warps: int) -> int:
     return num_warps // max(1, min(num_warps, ROW // (32 * vec)))
 
 
-#: The seed's persistent schedule: one program per SM, 16 KB per operand tile, 3 slots refilled
+#: The gfx942 design's persistent schedule: one program per SM, 16 KB per operand tile, 3 slots refilled
 #: 2 steps ahead, so 2-3 tiles (64-96 KB of loads) are in flight per SM; 128 KB of shared
 #: memory. The kernel's docstring schedule is drawn for it. Measured on H200 (RESULTS.md,
 #: runs 7-13): 0.95 of torch.add at 2**24-2**28 for every persistent config swept.
@@ -305,7 +305,7 @@ def vector_add_tma_kernel(a_desc, b_desc, c_desc, n, STAGES: gl.constexpr, AHEAD
                    ---------------------------------------------------------------
         step i     [STAGES > AHEAD]  fill(i+AHEAD)  into the slot step i-1 freed
                    take(i): wait ready[slot] parity (i // STAGES) & 1; smem -> regs
-                   [STAGES == AHEAD] fence; fill(i+AHEAD) into the slot just read (seed)
+                   [STAGES == AHEAD] fence; fill(i+AHEAD) into the slot just read (gfx942's order)
                    c = a + b
                    store_wait(OUT_BUFS-1); c -> out[i % OUT_BUFS]; fence; TMA store
                    ---------------------------------------------------------------
@@ -402,15 +402,16 @@ def launch(a, b, out, sms: int, cfg: StreamConfig = DEFAULT, device: int | None 
     if device is None:
         device = torch.cuda.current_device()
     n = a.numel()
+    ptrs = (a.data_ptr(), b.data_ptr(), out.data_ptr())
     plan = cfg.plans.get((device, a.dtype, n, sms))
-    if plan is not None and hooks_idle():
-        bound, nprog = plan
-        bound(nprog, torch._C._cuda_getCurrentRawStream(device), a.data_ptr(), b.data_ptr(), out.data_ptr())
+    if plan is not None and hooks_idle() and plan[2] == launch_key():
+        bound, grid, _ = plan
+        bound(grid, torch._C._cuda_getCurrentRawStream(device), ptrs)
         return
     itemsize = a.element_size()
     block = cfg.block_shape(n, itemsize)
     nprog = cfg.grid(n, itemsize, sms)
-    key = (device, a.dtype, n == 1, n % 16 == 0, len(block))  # what Triton specializes on
+    key = (device, a.dtype, n == 1, n % 16 == 0, len(block), launch_key())  # what Triton specializes on
     direct = cfg.launchers.get(key)
     if not direct or not hooks_idle():
         kernel = vector_add_tma_kernel[(nprog,)](*descriptors(a, b, out, cfg, block), n, **cfg.constexprs)
@@ -418,11 +419,11 @@ def launch(a, b, out, sms: int, cfg: StreamConfig = DEFAULT, device: int | None 
             cfg.launchers[key] = DirectLaunch.from_kernel(kernel) or False
         return
     shape, strides = _view(block, n)
-    bound = direct.bind(shape, strides, (n, *cfg.constexprs.values()))
+    bound = direct.bind([("tma", shape, strides)] * 3, (n, *cfg.constexprs.values()))
     if len(cfg.plans) >= PLAN_CACHE_SIZE:
         cfg.plans.clear()
-    cfg.plans[(device, a.dtype, n, sms)] = (bound, nprog)
-    bound(nprog, torch._C._cuda_getCurrentRawStream(device), a.data_ptr(), b.data_ptr(), out.data_ptr())
+    cfg.plans[(device, a.dtype, n, sms)] = (bound, (nprog, 1, 1), key[-1])
+    bound((nprog, 1, 1), torch._C._cuda_getCurrentRawStream(device), ptrs)
 
 
 def schedule_text(cfg: StreamConfig, steps: int = 5) -> str:

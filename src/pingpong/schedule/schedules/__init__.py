@@ -1,6 +1,6 @@
-"""The shipped schedules: name -> how to build it at a given K-iteration count, the seed
-section it comes from, and what the seed says about it (``claim``: "SAFE", "RACE", or None
-where the seed makes no claim our model can check). The verdicts themselves always come from
+"""The shipped schedules: name -> how to build it at a given K-iteration count, where it comes
+from, and the verdict expected of it (``claim``: "SAFE" for a schedule known to run correctly,
+"RACE" for one known to give wrong results, None where nothing our model can check is known). The verdicts themselves always come from
 exploring the model (`pingpong.schedule.check`); tests compare them with the claims."""
 
 from __future__ import annotations
@@ -28,23 +28,23 @@ def _e(name, build, source, claim, summary, default_k=4):
 SHIPPED = {
     e.name: e
     for e in [
-        _e("simplified", amd.simplified, "seed 003 §6.5, §12.2, §14.4", "SAFE",
+        _e("simplified", amd.simplified, "AMD 8-wave GEMM, simplified loop", "SAFE",
            "8-wave ping-pong, stagger barrier, vmcnt(0) after every load batch"),
-        _e("optimized", amd.optimized, "seed 003 §15.4, §15.13", "RACE",
+        _e("optimized", amd.optimized, "AMD 8-wave GEMM, optimized loop", "RACE",
            "optimized 8-step loop, main vmcnt(6), epilogue vmcnt(2)/vmcnt(1)"),
-        _e("optimized_vmcnt00", amd.optimized_fixed, "seed 003 §15.13-§15.14", "SAFE",
+        _e("optimized_vmcnt00", amd.optimized_fixed, "AMD 8-wave GEMM, epilogue fixed", "SAFE",
            "the same with the epilogue fix vmcnt(0)"),
-        _e("hipkittens", amd.hipkittens, "seed 003 §15.2", None,
-           "HipKittens 8-wave reference as transcribed in §15.2 (prologue vmcnt(4)/(6), step-7 B prefetch)"),
-        _e("pingpong_sync", amd.pingpong_sync, "seed 003 §6.3-§6.6", None,
-           "two-counter PingPongSync as written in §6.5 (no vmcnt(0) after the prologue loads)", default_k=2),
-        _e("pingpong_sync_vmcnt0", lambda k=2: amd.pingpong_sync(k, prologue_wait=True), "seed 003 §6.5 + §14.4",
+        _e("hipkittens", amd.hipkittens, "HipKittens 256x256x64 reference", None,
+           "HipKittens 8-wave reference loop, first half mirrored (prologue vmcnt(4)/(6), step-7 B prefetch)"),
+        _e("pingpong_sync", amd.pingpong_sync, "two-counter PingPongSync protocol", None,
+           "two-counter PingPongSync as first written (no vmcnt(0) after the prologue loads)", default_k=2),
+        _e("pingpong_sync_vmcnt0", lambda k=2: amd.pingpong_sync(k, prologue_wait=True), "PingPongSync + prologue vmcnt(0)",
            "SAFE", "PingPongSync with vmcnt(0) after the prologue loads", default_k=2),
-        _e("vector_add", amd.vector_add, "seed 002 §13-§14", "SAFE",
+        _e("vector_add", amd.vector_add, "gfx942 persistent vector add", "SAFE",
            "persistent double-buffered vector add, loop vmcnt(3)"),
-        _e("vector_add_vmcnt4", lambda k=4: amd.vector_add(k, loop_vmcnt=4), "seed 002 §14", "RACE",
+        _e("vector_add_vmcnt4", lambda k=4: amd.vector_add(k, loop_vmcnt=4), "gfx942 vector add, loose loop wait", "RACE",
            "the same with vmcnt(4) in the loop"),
-        _e("hopper_pingpong", hopper.hopper_pingpong, "pingpong.hopper (seed 003 §6 on mbarriers)", "SAFE",
+        _e("hopper_pingpong", hopper.hopper_pingpong, "pingpong.hopper (PingPongSync on mbarriers)", "SAFE",
            "our kernel's producer + 2 consumers, ring + turn mbarriers"),
         _e("hopper_early_release", lambda k=4: hopper.hopper_pingpong(k, variant="early_release"),
            "pingpong.hopper, broken", "RACE", "consumer releases a slot before its wgmma completed"),

@@ -1,7 +1,7 @@
 """The Hopper ping-pong protocol of our own kernel, built from the kernel's own helpers.
 
-Seed 003 §6 (PingPongSync, two counters -> two mbarriers) and §2.2 (producer/consumer), as
-realized in ``pingpong.hopper``: the stage ring (``pipeline.py``: ``ring_index``,
+The two-counter PingPongSync protocol (two counters -> two mbarriers) and a producer/consumer
+ring, as realized in ``pingpong.hopper``: the stage ring (``pipeline.py``: ``ring_index``,
 ``ring_phase``, ``first_counter``) and the turn barriers (``phase_sync.py``: ``turn_phase``,
 ``other_consumer``). Those are ``@gluon.jit`` functions; ``.fn`` is their plain Python body,
 so the model below computes every slot, parity and counter with the code the kernel runs.
@@ -49,7 +49,7 @@ def _helpers():
 
 def hopper_pingpong(k_iters: int = 4, stages: int = 3, tiles_per_consumer: int = 2, variant: str = "correct"):
     """Our Hopper ping-pong kernel's protocol (pingpong.hopper.kernel.pingpong_consumer,
-    producer; seed 003 §6 realized with mbarriers). ``k_iters`` = k-steps per tile.
+    producer; PingPongSync realized with mbarriers). ``k_iters`` = k-steps per tile.
 
     variant: "correct"; "early_release" (a consumer arrives on empty[s] right after issuing
     the wgmma that reads slot s, before it completed); "no_turn_wait" (consumers skip the

@@ -1,0 +1,246 @@
+"""One launch mechanism for every compiled kernel: Triton's JIT once, then a direct launch.
+
+`kernel[grid](args..., CONSTS=...)` costs, per call, on the host: the JIT's argument binder
+and specialization key, a launch-metadata dict, two (empty) hook-chain calls, building one
+`TensorDescriptor` object per TMA operand (dataclass checks, the shared layout) and one
+`cuTensorMapEncodeTiled` per descriptor. For a small GEMM or vector add that is longer
+than the kernel itself.
+
+`DirectLaunch` keeps what a `CompiledKernel` needs to run - Triton's C launcher, the
+CUfunction, the packed metadata and each TMA descriptor's encoding (`tensordesc_meta`) -
+and `BoundLaunch` fixes everything about a call that a plan fixes (descriptor shapes and
+strides, sizes, constexprs) so that a launch only refreshes what changes per call:
+
+    BoundLaunch(grid, stream, ptrs, dyn)          ptrs: one base address per slot
+        slot "tma" -> [CUtensorMap(ptr), *shape, *strides]   (maps cached by address)
+        slot "ptr" -> ptr                                      (a plain pointer argument)
+        then  pre + dyn + post                                 (scalars; dyn = per call, e.g. α, β)
+
+A CUtensorMap is a pure function of (base address, shape, strides) and the kernel's
+encoding, and a launch copies its bytes into the kernel parameters (so CUDA-graph capture
+and replay see the bytes of capture time), hence a map built once for an address is valid
+for every later launch on it. The arguments handed to the C launcher are exactly those
+Triton's own `wrap_handle_tensordesc` would (tests/test_launcher.py checks both against
+Triton's function on the CPU).
+
+Only kernels whose launch needs nothing else qualify (`from_kernel` returns None otherwise:
+scratch buffers, fp4-padded encodings, clusters, a Triton whose launcher is not shaped as
+3.6's), and callers keep Triton's JIT path while a launch hook is installed (`hooks_idle`),
+so profilers that hook launches still see every launch. `launch_key()` is what a cached
+launch must be re-validated against on every call: the Triton version and the options the
+JIT re-reads per call (`knobs.runtime.debug`, `knobs.compilation.instrumentation_mode`);
+when it changes, callers drop their cached launches and go through the JIT again.
+PINGPONG_DIRECT_LAUNCH=0 in the environment turns direct launches off.
+"""
+
+from __future__ import annotations
+
+import os
+
+import triton
+from triton import knobs
+
+#: CUtensorMaps kept per descriptor slot of a BoundLaunch (each ~128 bytes); emptied when full.
+MAP_CACHE_SIZE = 64
+
+
+def hooks_idle() -> bool:
+    """True when no launch enter/exit hook is installed (Triton 3.6: empty HookChains; any
+    other object there counts as a hook)."""
+    rt = knobs.runtime
+    enter, exit_ = rt.launch_enter_hook, rt.launch_exit_hook
+    return ((enter is None or getattr(enter, "calls", None) == [])
+            and (exit_ is None or getattr(exit_, "calls", None) == []))
+
+
+def launch_key() -> tuple:
+    """What makes Triton's JIT pick a different compiled kernel for the same arguments
+    (triton/runtime/jit.py `run`: debug and instrumentation mode are re-read per call)."""
+    return (triton.__version__, bool(knobs.runtime.debug), str(knobs.compilation.instrumentation_mode))
+
+
+def enabled() -> bool:
+    return os.environ.get("PINGPONG_DIRECT_LAUNCH", "1") != "0"
+
+
+class DirectLaunch:
+    """One compiled kernel on one device.
+
+    launch:    Triton's C `launch(gridX, gridY, gridZ, stream, function, cooperative, pdl,
+               global_scratch, profile_scratch, packed_metadata, launch_metadata,
+               enter_hook, exit_hook, *kernel_args)`
+    encode:    `fill_tma_descriptor(ptr, swizzle, elem_size, elem_type, block, shape, strides,
+               padding) -> CUtensorMap`
+    encodings: per TMA descriptor argument, in order: (swizzle, elem_size, elem_type, block).
+    """
+
+    __slots__ = ("launch", "function", "packed", "cooperative", "pdl", "encodings", "encode")
+
+    def __init__(self, launch, function, packed_metadata, cooperative, pdl, desc_meta, encode):
+        from triton.backends.nvidia.driver import TMA_DTYPE_DEVICE_TO_HOST
+
+        if any(m.get("fp4_padded") for m in desc_meta):
+            raise ValueError("DirectLaunch: fp4-padded descriptors are not reproduced")
+        self.launch = launch
+        self.function = function
+        self.packed = packed_metadata
+        self.cooperative = cooperative
+        self.pdl = pdl
+        self.encodings = tuple((m["swizzle"], m["elem_size"], TMA_DTYPE_DEVICE_TO_HOST[m["elem_type"]],
+                                list(m["block_size"])) for m in desc_meta)
+        self.encode = encode
+
+    @classmethod
+    def from_kernel(cls, kernel) -> "DirectLaunch | None":
+        """From a CompiledKernel that has run once (its module is loaded); None if the kernel
+        or this Triton's launcher is not one DirectLaunch reproduces exactly."""
+        if not enabled():
+            return None  # opt-out: every launch through Triton's JIT
+        try:
+            run = kernel.run  # CudaLauncher
+            metas = getattr(kernel.metadata, "tensordesc_meta", None) or []
+            if run.global_scratch_size or run.profile_scratch_size or getattr(run, "num_ctas", 1) != 1:
+                return None
+            raw = run.launch
+            if metas:  # wrap_handle_tensordesc's `inner`, closing over the C launch
+                names = raw.__code__.co_freevars
+                raw = raw.__closure__[names.index("launcher")].cell_contents
+            encode = triton.runtime.driver.active.utils.fill_tma_descriptor
+            return cls(raw, kernel.function, kernel.packed_metadata, run.launch_cooperative_grid, run.launch_pdl,
+                       metas, encode)
+        except (AttributeError, ValueError, TypeError, KeyError, IndexError):
+            return None
+
+    def bind(self, slots, pre=(), post=()) -> "BoundLaunch":
+        """Launches with these argument slots and scalars.
+
+        slots: per leading kernel argument, ("tma", shape, strides) for a TMA descriptor
+            (element units, last stride 1; descriptors in the kernel's order) or "ptr" for a
+            plain pointer.
+        pre, post: the scalar arguments (constexprs included, in order) before and after the
+            per-call scalars `dyn` of each launch."""
+        return BoundLaunch(self, slots, tuple(pre), tuple(post))
+
+
+class BoundLaunch:
+    """`bound(grid, stream, ptrs, dyn=())`: one launch, one base address per slot."""
+
+    __slots__ = ("direct", "slots", "pre", "post", "maps", "_head")
+
+    def __init__(self, direct: DirectLaunch, slots, pre: tuple, post: tuple):
+        if sum(slot != "ptr" for slot in slots) != len(direct.encodings):
+            raise ValueError(f"BoundLaunch: {len(direct.encodings)} TMA descriptors in the kernel, slots {slots}")
+        encodings = iter(direct.encodings)
+        self.slots = []
+        for slot in slots:
+            if slot == "ptr":
+                self.slots.append(None)
+            else:
+                _, shape, strides = slot
+                assert strides[-1] == 1, "a TMA descriptor's last stride is 1"
+                self.slots.append((next(encodings), list(shape), list(strides), (*shape, *strides)))
+        self.direct, self.pre, self.post = direct, pre, post
+        self.maps = [{} for _ in self.slots]
+        self._head = (direct.function, direct.cooperative, direct.pdl, None, None, direct.packed, None, None, None)
+
+    def tensor_map(self, i: int, ptr: int):
+        """The CUtensorMap of slot i's descriptor at `ptr` (cached by address)."""
+        maps = self.maps[i]
+        m = maps.get(ptr)
+        if m is None:
+            if len(maps) >= MAP_CACHE_SIZE:
+                maps.clear()
+            (swizzle, elem_size, elem_type, block), shape, strides, _ = self.slots[i]
+            m = self.direct.encode(ptr, swizzle, elem_size, elem_type, block, shape, strides, 0)
+            maps[ptr] = m
+        return m
+
+    def args(self, ptrs, dyn=()) -> list:
+        """Kernel arguments as the C launcher takes them: each descriptor becomes
+        [CUtensorMap, *shape, *strides] (zero padding), each pointer itself, then the scalars."""
+        out = []
+        for i, (ptr, slot) in enumerate(zip(ptrs, self.slots)):
+            if slot is None:
+                out.append(ptr)
+            else:
+                m = self.maps[i].get(ptr)
+                out.append(m if m is not None else self.tensor_map(i, ptr))
+                out.extend(slot[3])
+        out.extend(self.pre)
+        out.extend(dyn)
+        out.extend(self.post)
+        return out
+
+    def __call__(self, grid, stream: int, ptrs, dyn=()) -> None:
+        gx, gy, gz = grid
+        self.direct.launch(gx, gy, gz, stream, *self._head, *self.args(ptrs, dyn))
+
+
+def _is_descriptor(v) -> bool:
+    return hasattr(v, "block_shape") and hasattr(v, "strides") and hasattr(v, "base")
+
+
+def bind_jit_args(direct: DirectLaunch, fn, args, kwargs, dynamic=()) -> BoundLaunch:
+    """Bind `direct` to the arguments a JIT launch `fn[grid](*args, **kwargs)` was given:
+    leading TMA descriptors become "tma" slots and leading tensors "ptr" slots (their
+    addresses are passed per launch), the rest are scalars in the kernel's parameter order,
+    the names in `dynamic` (consecutive) passed per launch."""
+    names = fn.arg_names
+    values = list(args) + [kwargs[n] if n in kwargs else fn.params[i].default
+                           for i, n in enumerate(names) if i >= len(args)]
+    slots = []
+    for v in values:
+        if _is_descriptor(v):
+            slots.append(("tma", list(v.shape), list(v.strides)))
+        elif hasattr(v, "data_ptr"):
+            slots.append("ptr")
+        else:
+            break
+    scalars, scalar_names = values[len(slots):], list(names[len(slots):])
+    if not dynamic:
+        return direct.bind(slots, tuple(scalars))
+    j = scalar_names.index(dynamic[0])
+    assert tuple(scalar_names[j:j + len(dynamic)]) == tuple(dynamic), f"{dynamic} must be consecutive parameters"
+    return direct.bind(slots, tuple(scalars[:j]), tuple(scalars[j + len(dynamic):]))
+
+
+class CachedLaunch:
+    """One kernel launch of a plan whose arguments are fixed but for the base addresses and
+    the `dynamic` scalars: Triton's JIT on the first call (and whenever a launch hook is
+    installed or `launch_key()` changed), a bound direct launch after. Every launch runs on
+    `device` (a device guard when it is not the current one) and on its current stream.
+
+        launch(device, ptrs, dyn, prepare, *inputs)
+            prepare(*inputs) -> (jit_fn, args, kwargs, grid), called only on the JIT path
+    """
+
+    __slots__ = ("dynamic", "bound", "grid", "key")
+
+    def __init__(self, dynamic=()):
+        self.dynamic, self.bound, self.grid, self.key = tuple(dynamic), None, None, None
+
+    def __call__(self, device: int, ptrs, dyn, prepare, *inputs) -> None:
+        import torch
+
+        bound = self.bound
+        if bound is not None and hooks_idle() and self.key == launch_key():
+            if torch._C._cuda_getDevice() == device:
+                bound(self.grid, torch._C._cuda_getCurrentRawStream(device), ptrs, dyn)
+            else:
+                with torch.cuda.device(device):
+                    bound(self.grid, torch._C._cuda_getCurrentRawStream(device), ptrs, dyn)
+            return
+        with torch.cuda.device(device):
+            self.jit(prepare, inputs)
+
+    def jit(self, prepare, inputs) -> None:
+        """Launch through Triton's JIT (on the current device) and bind a direct launch."""
+        fn, args, kwargs, grid = prepare(*inputs)
+        compiled = fn[grid](*args, **kwargs)
+        self.bound = None
+        if hooks_idle():
+            direct = DirectLaunch.from_kernel(compiled)
+            if direct is not None:
+                self.bound = bind_jit_args(direct, fn, args, kwargs, self.dynamic)
+                self.grid = (tuple(grid) + (1, 1))[:3]
+                self.key = launch_key()

@@ -1,0 +1,142 @@
+"""The one launch mechanism (pingpong.launcher) on the GEMM, checked on the CPU: a direct
+launch hands Triton's C launcher exactly the arguments Triton's own launch path would, for
+a kernel with four TMA descriptors of different boxes and per-call scalars α, β."""
+
+import types
+
+import pytest
+import torch
+
+from pingpong import compile as cc
+from pingpong.config import KernelConfig
+from pingpong.hopper import launch as hl
+from pingpong.launcher import CachedLaunch, DirectLaunch, bind_jit_args, launch_key
+
+
+class _FakeLauncher:
+    """Triton 3.6's CudaLauncher minus the C module: `launch` is Triton's own
+    wrap_handle_tensordesc around a recorder."""
+
+    calls: list = []
+
+    def __init__(self, src, metadata):
+        from triton.backends.nvidia.driver import wrap_handle_tensordesc
+
+        self.launch = wrap_handle_tensordesc(lambda *args: self.calls.append(args), dict(src.signature),
+                                             metadata.tensordesc_meta)
+        self.global_scratch_size = self.profile_scratch_size = 0
+        self.launch_cooperative_grid, self.launch_pdl, self.num_ctas = False, False, 1
+
+    def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+        self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, self.launch_pdl, None, None,
+                    *args)
+
+
+def _encode(ptr, swizzle, elem_size, elem_type, block, shape, strides, padding):
+    return ("map", ptr, swizzle, elem_size, elem_type, tuple(block), tuple(shape), tuple(strides), padding)
+
+
+def _operands(col_major_a: bool, with_c: bool):
+    M, N, K = 384, 520, 320
+    a = torch.empty(K, M, dtype=torch.bfloat16).t() if col_major_a else torch.empty(M, K, dtype=torch.bfloat16)
+    w = torch.empty(N, K, dtype=torch.bfloat16)
+    out = torch.empty(M, N, dtype=torch.bfloat16)
+    c = torch.empty(M, N, dtype=torch.bfloat16) if with_c else None
+    return a, w.t(), out, c
+
+
+@pytest.mark.parametrize("col_major_a, with_c", [(False, True), (True, False)])
+def test_gemm_direct_launch_passes_what_triton_passes(monkeypatch, col_major_a, with_c):
+    a, b, out, c = _operands(col_major_a, with_c)
+    config = KernelConfig(128, 128, 64, schedule="pingpong")
+    fn, args, kwargs, grid = hl.prepare(a, b, out, c, 1.5, 0.25 if with_c else 0.0, config, sms=132)
+    with cc.offline("sm_90a"):
+        from triton.runtime import driver
+
+        kernel = fn.warmup(*args, grid=grid, **kwargs)
+        stub = driver.active
+        stub.launcher_cls = _FakeLauncher
+        stub.utils = types.SimpleNamespace(fill_tma_descriptor=_encode, load_binary=lambda *a: (1, 2, 32, 0, 1024),
+                                           get_device_properties=lambda d: {"max_shared_mem": 232448})
+        monkeypatch.setattr(kernel, "_run", None)
+        monkeypatch.setattr(kernel, "module", None)
+        _FakeLauncher.calls = []
+        values = list(args) + [kwargs[n] for n in fn.arg_names[len(args):]]
+        kernel.run(*grid, 1, 1, 99, kernel.function, kernel.packed_metadata, None, None, None, *values)
+        direct = DirectLaunch.from_kernel(kernel)
+        assert direct is not None and len(direct.encodings) == 4
+        bound = bind_jit_args(direct, fn, args, kwargs, dynamic=("alpha", "beta"))
+        cin = c if with_c else out
+        ptrs = (a.data_ptr(), b.data_ptr(), out.data_ptr(), cin.data_ptr())
+        bound((grid[0], 1, 1), 99, ptrs, (1.5, 0.25 if with_c else 0.0))
+    theirs, ours = _FakeLauncher.calls
+    assert ours[:10] == theirs[:10]  # grid, stream, function, cooperative, pdl, scratch, packed metadata
+    assert ours[10:13] == (None, None, None)  # no launch metadata and no hooks
+    assert ours[13:] == theirs[13:]
+    maps = [x for x in ours[13:] if isinstance(x, tuple) and x[:1] == ("map",)]
+    assert [m[1] for m in maps] == list(ptrs)  # one CUtensorMap per descriptor, at its address
+
+
+def test_bind_refuses_a_wrong_slot_count():
+    direct = DirectLaunch.__new__(DirectLaunch)
+    direct.encodings = ((0, 2, 1, [8, 8]),)
+    direct.function, direct.cooperative, direct.pdl, direct.packed = 1, False, False, None
+    with pytest.raises(ValueError, match="1 TMA descriptors"):
+        direct.bind([("tma", [8, 8], [8, 1]), ("tma", [8, 8], [8, 1])])
+
+
+class _Kernel:
+    """A stand-in JIT function: records launches, returns a 'compiled' token."""
+
+    arg_names = ["x_ptr", "n", "alpha", "K"]
+    params = []
+
+    def __init__(self):
+        self.launches = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **kw: self.launches.append((grid, args, kw)) or "compiled"
+
+
+def test_cached_launch_jits_once_then_launches_directly(monkeypatch):
+    from triton import knobs
+
+    calls = []
+
+    class _Direct:
+        def bind(self, slots, pre=(), post=()):
+            assert slots == ["ptr"] and pre == (10,) and post == (4,)
+            return lambda grid, stream, ptrs, dyn=(): calls.append((grid, stream, ptrs, dyn))
+
+    monkeypatch.setattr(DirectLaunch, "from_kernel", classmethod(lambda cls, k: _Direct() if k == "compiled" else None))
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda d: 77, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
+
+    class _Guard:
+        def __init__(self, d):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *e):
+            return False
+
+    monkeypatch.setattr(torch.cuda, "device", _Guard)
+    k = _Kernel()
+    x = torch.empty(10)
+    prepare = lambda alpha: (k, (x, 10, alpha), {"K": 4}, (3,))  # noqa: E731
+    launch = CachedLaunch(dynamic=("alpha",))
+    launch(0, (x.data_ptr(),), (2.0,), prepare, 2.0)
+    assert len(k.launches) == 1 and not calls and launch.key == launch_key()
+    launch(0, (x.data_ptr(),), (3.0,), prepare, 3.0)
+    assert len(k.launches) == 1 and calls == [((3, 1, 1), 77, (x.data_ptr(),), (3.0,))]
+    monkeypatch.setattr(knobs.runtime, "debug", True)  # a knob the JIT re-reads: the bound launch is stale
+    launch(0, (x.data_ptr(),), (4.0,), prepare, 4.0)
+    assert len(k.launches) == 2 and len(calls) == 1
+    knobs.runtime.launch_enter_hook.add(print)  # a profiler's hook: every launch through the JIT
+    try:
+        launch(0, (x.data_ptr(),), (5.0,), prepare, 5.0)
+    finally:
+        knobs.runtime.launch_enter_hook.remove(print)
+    assert len(k.launches) == 3 and len(calls) == 1

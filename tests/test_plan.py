@@ -1,0 +1,177 @@
+"""The call plan (pingpong.plan), on the CPU: keys, the cache, path_for = the executed path,
+aliasing refusals. GPU execution of every path is in tests/test_gemm_gpu.py."""
+
+import pytest
+import torch
+
+import pingpong
+from pingpong import api, plan
+from pingpong.config import KernelConfig
+
+BF16 = torch.bfloat16
+
+
+def t(*shape, dtype=BF16):
+    return torch.randn(*shape).to(dtype)
+
+
+def key(a, b, c=None, beta=0.0, out_dtype=BF16, inplace=False, config=None):
+    return plan.signature(a, b, c, beta, out_dtype, inplace, config)
+
+
+def test_identical_calls_share_a_key_and_differences_do_not():
+    a, b = t(64, 32), t(32, 48)
+    base = key(a, b)
+    assert key(t(64, 32), t(32, 48)) == base  # fresh tensors, same properties: a hit
+    variants = {
+        "dtype": key(t(64, 32, dtype=torch.float16), t(32, 48, dtype=torch.float16)),
+        "shape": key(t(64, 32), t(32, 40)),
+        "orientation": key(t(32, 64).t(), b),
+        "row stride": key(t(64, 40)[:, :32], b),
+        "alignment": key(t(64 * 32 + 1)[1:].view(64, 32), b),
+        "out dtype": key(a, b, out_dtype=torch.float32),
+        "c read": key(a, b, c=t(64, 48), beta=1.0),
+        "c given, not read": key(a, b, c=t(64, 48), beta=0.0),
+        "in place": key(a, b, c=t(64, 48), inplace=True),
+        "config": key(a, b, config=KernelConfig(128, 128, 64)),
+    }
+    assert all(v != base for v in variants.values())
+    assert len(set(variants.values())) == len(variants)
+
+
+@pytest.fixture
+def hopper(monkeypatch):
+    """Plans built as on a Hopper GPU (device -1 stands for the CPU tensors' device); the
+    launch records what it would launch on instead of launching."""
+    monkeypatch.setattr(plan, "is_hopper", lambda device: True)
+    launched = []
+    monkeypatch.setattr(plan.HopperPlan, "_jit_args", lambda self, *args: args)
+    monkeypatch.setattr(plan.CachedLaunch, "__call__",
+                        lambda self, device, ptrs, dyn, prepare, *inputs: launched.append(inputs))
+    return launched
+
+
+CASES = {  # name: (a, b, c or None, inplace, beta)
+    "nt": lambda: (t(64, 32), t(48, 32).t(), None, False, 0.0),
+    "nn": lambda: (t(64, 32), t(32, 48), None, False, 0.0),
+    "tn": lambda: (t(32, 64).t(), t(48, 32).t(), None, False, 0.0),
+    "tt": lambda: (t(32, 64).t(), t(32, 48), None, False, 0.0),
+    "K=17 (34-byte rows)": lambda: (t(64, 17), t(48, 17).t(), None, False, 0.0),
+    "w.t() with odd N": lambda: (t(64, 32), t(47, 32).t(), None, False, 0.0),
+    "misaligned a (x[1:])": lambda: (t(64 * 32 + 1)[1:].view(64, 32), t(48, 32).t(), None, False, 0.0),
+    "misaligned c read": lambda: (t(64, 32), t(48, 32).t(), t(64 * 48 + 1)[1:].view(64, 48), False, 1.0),
+    "misaligned c in place": lambda: (t(64, 32), t(48, 32).t(), t(64 * 48 + 1)[1:].view(64, 48), True, 0.5),
+    "column-major c in place": lambda: (t(64, 32), t(48, 32).t(), t(48, 64).t(), True, 1.0),
+    "aligned c in place": lambda: (t(64, 32), t(48, 32).t(), t(64, 48), True, 1.0),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_path_is_the_executed_path(hopper, case):
+    a, b, c, inplace, beta = CASES[case]()
+    p = plan.build(a, b, c, beta, BF16, inplace, None)
+    out = c if inplace else torch.empty(a.shape[0], b.shape[1], dtype=BF16)
+    before = out.clone()
+    p.run(a, b, out, c, 1.0, beta)
+    (a_k, b_k, target, cin, _, _), = hopper
+    copied = [a_k.data_ptr() != a.data_ptr(), b_k.data_ptr() != b.data_ptr(), target.data_ptr() != out.data_ptr(),
+              cin is not None and c is not None and cin.data_ptr() != c.data_ptr()]
+    assert p.path == ("hopper-padded" if any(copied) else "hopper"), copied
+    for x in (a_k, b_k, target) + ((cin,) if cin is not None else ()):
+        assert plan.tma_orientation(x) is not None, "the kernel only ever sees TMA-legal tensors"
+    if inplace and beta != 0.0 and target.data_ptr() != out.data_ptr():
+        assert torch.equal(target, before), "in place on a padded copy: the copy holds c's values"
+
+
+def test_expected_paths(hopper):
+    expect = {"nt": "hopper", "nn": "hopper", "tn": "hopper", "tt": "hopper", "K=17 (34-byte rows)": "hopper-padded",
+              "w.t() with odd N": "hopper-padded", "misaligned a (x[1:])": "hopper-padded",
+              "misaligned c read": "hopper-padded", "misaligned c in place": "hopper-padded",
+              "column-major c in place": "hopper-padded", "aligned c in place": "hopper"}
+    for name, want in expect.items():
+        a, b, c, inplace, beta = CASES[name]()
+        assert plan.build(a, b, c, beta, BF16, inplace, None).path == want, name
+
+
+def test_empty_problems_plan_no_kernel(hopper):
+    p = plan.build(t(0, 32), t(32, 8), None, 0.0, BF16, False, None)
+    assert p.path == "empty"
+    c = t(4, 8)
+    out = torch.full((4, 8), float("nan"), dtype=BF16)
+    plan.build(t(4, 0), t(0, 8), c, 0.5, BF16, False, None).run(t(4, 0), t(0, 8), out, c, 1.0, 0.5)
+    assert torch.equal(out, (c.float() * 0.5).to(BF16)) and not hopper
+
+
+def test_a_refused_call_caches_no_plan():
+    plan.PLANS.clear()
+    with pytest.raises(pingpong.PingpongError, match="CUDA/ROCm"):
+        pingpong.matmul(t(8, 8), t(8, 4))  # CPU tensors: refused after the argument checks
+    with pytest.raises(pingpong.PingpongError):
+        pingpong.gemm(t(8, 8), t(8, 4), t(8, 5), beta=1.0)
+    assert not plan.PLANS
+
+
+def test_cache_is_bounded(monkeypatch):
+    monkeypatch.setattr(plan, "PLAN_CACHE_SIZE", 3)
+    plan.PLANS.clear()
+    for i in range(5):
+        plan.store(("k", i), plan.EmptyPlan(0, False))
+    assert list(plan.PLANS) == [("k", 2), ("k", 3), ("k", 4)]
+
+
+# ----------------------------------------------------------------------------- aliasing
+
+
+@pytest.mark.parametrize("make_c, what", [
+    (lambda: t(1, 48).expand(64, 48), "overlap or interleave"),
+    (lambda: torch.as_strided(t(200), (64, 48), (1, 1)), "overlap or interleave"),
+])
+def test_gemm_refuses_self_overlapping_c(make_c, what):
+    c = make_c()
+    before = c.clone()
+    with pytest.raises(pingpong.PingpongError, match=what):
+        pingpong.gemm_(c, t(64, 32), t(32, 48), beta=1.0)
+    assert torch.equal(c, before)
+
+
+def test_gemm_refuses_c_overlapping_a_or_b_by_address():
+    base = t(64 * 48 + 64 * 32)
+    c = base[: 64 * 48].view(64, 48)
+    a = base[64 * 48 - 32:][: 64 * 32].view(64, 32)  # shares its first elements with c's last row
+    before = c.clone()
+    with pytest.raises(pingpong.PingpongError, match="share memory with a"):
+        pingpong.gemm_(c, a, t(32, 48))
+    # a second storage over the same memory (through numpy): still caught (compared by address)
+    b = torch.from_numpy(base.view(torch.int16).numpy()).view(BF16)[: 32 * 48].view(32, 48)
+    assert b.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
+    assert b.untyped_storage() is not base.untyped_storage()
+    with pytest.raises(pingpong.PingpongError, match="share memory with b"):
+        pingpong.gemm_(c, t(64, 32), b)
+    assert torch.equal(c, before)
+
+
+def test_self_overlap_rule():
+    assert api._self_overlapping(t(1, 8).expand(4, 8))
+    assert not api._self_overlapping(t(4, 8))
+    assert not api._self_overlapping(t(8, 4).t())
+    assert not api._self_overlapping(t(4, 16)[:, :8])
+    assert not api._self_overlapping(t(1, 8))  # extent-1 dimensions never overlap
+    assert api._self_overlapping(torch.as_strided(t(64), (4, 8), (4, 1)))
+
+
+def test_in_place_plan_from_path_for_serves_gemm_(monkeypatch):
+    """path_for(..., inplace=True) builds the plan gemm_ then hits: it carries the byte
+    extents gemm_'s per-call overlap check reads."""
+    monkeypatch.setattr(api, "_check_gpu", lambda a: None)
+    monkeypatch.setattr(plan, "is_hopper", lambda device: False)
+    runs = []
+    monkeypatch.setattr(plan.PortablePlan, "run", lambda self, *args: runs.append(args))
+    plan.PLANS.clear()
+    a, b, c = t(64, 32), t(32, 48), t(64, 48)
+    assert pingpong.path_for(a, b, c, beta=1.0, inplace=True) == "portable"
+    assert pingpong.gemm_(c, a, b, beta=1.0) is c and len(runs) == 1
+    base = t(64 * 48 + 64 * 32)
+    c2, a2 = base[: 64 * 48].view(64, 48), base[64 * 48 - 32:][: 64 * 32].view(64, 32)
+    with pytest.raises(pingpong.PingpongError, match="share memory with a"):
+        pingpong.gemm_(c2, a2, b, beta=1.0)  # a plan hit: the fast overlap check
+    assert len(runs) == 1
