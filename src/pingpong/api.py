@@ -216,8 +216,8 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out_dtype=None) -> torch.Tensor:
         A new (M, N) contiguous tensor of out_dtype.
     """
     alpha, beta = _check_scalar("alpha", alpha), _check_scalar("beta", beta)
-    if _ops.needs_op(a, b, c):  # torch.compile / autograd: the pingpong::gemm op (pingpong.ops)
-        return _ops.gemm(a, b, c, alpha, beta, out_dtype)
+    if _ops.needs_op(a, b, c):  # torch.compile / autograd: the pingpong::gemm / ::mm op (pingpong.ops)
+        return _ops.route_gemm(a, b, c, alpha, beta, out_dtype)
     plan, key = _plan(a, b, c, beta, out_dtype, False, None)
     if plan is None:
         if getattr(a, "ndim", 2) > 2 or getattr(b, "ndim", 2) > 2:  # batched (never a cached plan)
@@ -231,8 +231,6 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out_dtype=None) -> torch.Tensor:
 
 def matmul(a, b, *, out_dtype=None) -> torch.Tensor:
     """a @ b with fp32 accumulation. See `gemm` for the arguments."""
-    if _ops.needs_op(a, b):  # torch.compile / autograd: the pingpong::mm op (pingpong.ops)
-        return _ops.mm(a, b, out_dtype)
     return gemm(a, b, out_dtype=out_dtype)
 
 

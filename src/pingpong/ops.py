@@ -3,7 +3,7 @@ by autograd.
 
     | op                | public function                       | autograd                         |
     |-------------------|---------------------------------------|----------------------------------|
-    | pingpong::mm      | matmul(a, b, out_dtype=)              | dA = dC·Bᵀ, dB = Aᵀ·dC           |
+    | pingpong::mm      | matmul(a, b, out_dtype=), gemm(a, b)  | dA = dC·Bᵀ, dB = Aᵀ·dC           |
     | pingpong::gemm    | gemm(a, b, c, alpha=, beta=, out_dtype=) | α·dC·Bᵀ, α·Aᵀ·dC, dc = β·dC   |
     | pingpong::gemm_   | gemm_(c, a, b, alpha=, beta=)          | none: refused when autograd needs it |
     | pingpong::linear  | linear(x, w, bias, activation)         | dx, dw, dbias, through act'(z)  |
@@ -35,21 +35,27 @@ from torch import Tensor
 from . import api, batching, functional
 from .errors import PingpongError
 
-__all__ = ["needs_op", "check_not_differentiated", "mm", "gemm", "gemm_", "linear"]
+__all__ = ["needs_op", "route_gemm", "check_not_differentiated", "mm", "gemm", "gemm_", "linear"]
 
-def needs_op(*tensors) -> bool:
-    """True when a public call must go through its torch.library op (module docstring)."""
-    if torch.compiler.is_compiling():
-        return True
-    grad = torch.is_grad_enabled()
-    for t in tensors:
-        kind = type(t)
-        if kind is torch.Tensor or kind is torch.nn.Parameter:
-            if grad and t.requires_grad:
-                return True
-        elif isinstance(t, torch.Tensor):  # FakeTensor, FunctionalTensor, ...: a tracer's
+_PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
+
+
+def needs_op(a, b, c=None) -> bool:
+    """True when a public call must go through its torch.library op (module docstring).
+    Ordered for the common eager case: three type lookups, the grad-mode flag, one call."""
+    if type(a) in _PLAIN and type(b) in _PLAIN and (c is None or type(c) in _PLAIN):
+        if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or (c is not None and c.requires_grad)):
             return True
-    return False
+        return torch.compiler.is_compiling()
+    # a tensor subclass (a tracer's fake/functional tensors): the op; not tensors: validation
+    return any(isinstance(t, torch.Tensor) for t in (a, b, c)) or torch.compiler.is_compiling()
+
+
+def route_gemm(a, b, c, alpha, beta, out_dtype) -> Tensor:
+    """The op of a routed `gemm` call: pingpong::mm for a plain product, else pingpong::gemm."""
+    if c is None and alpha == 1.0:
+        return mm(a, b, out_dtype)
+    return gemm(a, b, c, alpha, beta, out_dtype)
 
 
 def check_not_differentiated(c, a, b) -> None:
