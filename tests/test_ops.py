@@ -93,7 +93,8 @@ def test_needs_op_only_for_autograd_tracing_and_subclasses():
     with torch.no_grad():
         assert not ops.needs_op(x, p)
     with FakeTensorMode():
-        assert ops.needs_op(torch.empty(4, 4))
+        assert ops.needs_op(torch.empty(4, 4), torch.empty(4, 4))
+    assert not ops.needs_op([[1.0]], x)  # not a tensor: the direct path's validation reports it
 
 
 # ----------------------------------------------------------------------------- autograd (interpreter)

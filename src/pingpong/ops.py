@@ -48,7 +48,7 @@ def needs_op(a, b, c=None) -> bool:
             return True
         return torch.compiler.is_compiling()
     # a tensor subclass (a tracer's fake/functional tensors): the op; not tensors: validation
-    return any(isinstance(t, torch.Tensor) for t in (a, b, c)) or torch.compiler.is_compiling()
+    return any(isinstance(t, torch.Tensor) and type(t) not in _PLAIN for t in (a, b, c)) or torch.compiler.is_compiling()
 
 
 def route_gemm(a, b, c, alpha, beta, out_dtype) -> Tensor:
