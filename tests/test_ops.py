@@ -66,7 +66,11 @@ FAKE_REFUSALS = [
     ("fp32", lambda e: ops.mm(e(8, 4, dtype=torch.float32), e(4, 8, dtype=torch.float32)), "a: dtype torch.float32"),
     ("c shape", lambda e: ops.gemm(e(8, 4), e(4, 8), e(8, 9), 1.0, 1.0, None), "c: expected shape \\(8, 8\\)"),
     ("bias length", lambda e: ops.linear(e(8, 4), e(6, 4), e(5), None), "bias: expected shape \\(6,\\)"),
-    ("bias dtype", lambda e: ops.linear(e(8, 4), e(6, 4), e(6, dtype=f16), None), "bias: expected dtype torch.bfloat16"),
+    ("bias dtype", lambda e: ops.linear(e(8, 4), e(6, 4), e(6, dtype=torch.int32), None), "bias: dtype torch.int32"),
+    ("bias 2-D", lambda e: ops.linear(e(8, 4), e(6, 4), e(1, 6), None), "bias: expected shape \\(6,\\) \\(w.shape\\[0\\]"),
+    ("gemm bias", lambda e: ops.gemm(e(8, 4), e(4, 6), None, 1.0, 0.0, None, e(8), None),
+     "bias: expected shape \\(6,\\) or \\(1, 6\\) \\(per output column\\) or \\(8, 1\\)"),
+    ("gemm activation", lambda e: ops.gemm(e(8, 4), e(4, 6), None, 1.0, 0.0, None, None, "gelu"), "activation: expected"),
     ("activation", lambda e: ops.linear(e(8, 4), e(6, 4), None, "tanh"), "activation: expected None or one of"),
     ("x width", lambda e: ops.linear(e(8, 5), e(6, 4), None, None), "x: expected last dim K = w.shape\\[1\\] = 4"),
 ]
@@ -156,11 +160,11 @@ def test_matmul_gradients_batched_and_broadcast(interpreted_kernels, a_shape, b_
         assert_close64(x, r, seed, f"d{name}")
 
 
-TORCH_ACTIVATIONS = {None: lambda z: z, "relu": F.relu, "gelu": F.gelu,
+TORCH_ACTIVATIONS = {None: lambda z: z, "relu": F.relu, "gelu_erf": F.gelu,
                      "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"), "silu": F.silu}
 
 
-@pytest.mark.parametrize("activation", [None, "relu", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("activation", [None, "relu", "gelu_erf", "gelu_tanh", "silu"])
 @pytest.mark.parametrize("with_bias", [True, False])
 def test_linear_gradients_every_activation(interpreted_kernels, activation, with_bias):
     seed = 3
@@ -278,7 +282,7 @@ def test_gemm_inplace_refuses_what_autograd_tracks_and_writes_nothing(interprete
     torch.testing.assert_close(c.detach().double(), a.double() @ b.double() + before.double(), rtol=2e-3, atol=2e-2)
 
 
-@pytest.mark.parametrize("name", ["relu", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("name", ["relu", "gelu_erf", "gelu_tanh", "silu"])
 def test_activation_backward_is_the_derivative_of_the_forward(name):
     """dL/dz of every activation against autograd through its float64 forward (tight: the
     tanh and erf forms of GELU differ by ~1e-3 in their derivatives)."""
@@ -291,3 +295,30 @@ def test_activation_backward_is_the_derivative_of_the_forward(name):
     saved = F.relu(z).detach() if name == "relu" else z.detach()
     got = activation_backward(name, g.float(), saved.float()).double()
     assert_close64(got, want, 8, name, norm_tol=1e-6, elem_tol=1e-5)
+
+
+BIAS_KINDS = {"column": lambda M, N: randn(N), "column 2-D": lambda M, N: randn(1, N), "row": lambda M, N: randn(M, 1)}
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu_erf", "silu"])
+@pytest.mark.parametrize("bias_kind", BIAS_KINDS)
+@pytest.mark.parametrize("batched", [False, True])
+def test_gemm_epilogue_gradients(interpreted_kernels, activation, bias_kind, batched):
+    """act(α·a@b + bias) + β·c: every input's gradient against float64 torch (the bias is
+    shared by the batches; a per-row bias keeps the batch out of M)."""
+    seed = 9
+    torch.manual_seed(seed)
+    M, K, N = 24, 32, 40
+    a = randn(*((2, M, K) if batched else (M, K))).requires_grad_()
+    b = (randn(N, K) * 0.3).t().requires_grad_()
+    c = randn(*a.shape[:-1], N).requires_grad_()
+    bias = BIAS_KINDS[bias_kind](M, N).requires_grad_()
+    y = ops.gemm(a, b, c, 0.5, 0.75, None, bias, activation)
+    g = randn(*y.shape)
+    got = torch.autograd.grad(y, (a, b, c, bias), g)
+    act = TORCH_ACTIVATIONS[activation]
+    ref_y, ref = grads64(lambda a, b, c, bias: act(0.5 * (a @ b) + bias) + 0.75 * c, (a, b, c, bias), g)
+    assert_close64(y, ref_y, seed, "forward")
+    for name, t, r, src in zip(("da", "db", "dc", "dbias"), got, ref, (a, b, c, bias)):
+        assert t.dtype == src.dtype and t.shape == src.shape, name
+        assert_close64(t, r, seed, name)

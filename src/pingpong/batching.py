@@ -87,8 +87,9 @@ def _expanded_strides(shape, stride, batch) -> tuple[int, ...]:
     return tuple(out)
 
 
-def plan(a_shape, a_stride, b_shape, b_stride) -> BatchPlan:
-    """The plan of a (…, M, K) @ b (…, K, N) (see the module docstring)."""
+def plan(a_shape, a_stride, b_shape, b_stride, fold: bool = True) -> BatchPlan:
+    """The plan of a (…, M, K) @ b (…, K, N) (see the module docstring). `fold=False` keeps
+    the batch out of M (a per-row bias of M values must see M rows per batch)."""
     for name, shape in (("a", a_shape), ("b", b_shape)):
         if len(shape) < 2:
             raise PingpongError(f"{name}: expected a tensor of at least 2 dims (…, rows, cols), got shape {tuple(shape)}")
@@ -101,7 +102,7 @@ def plan(a_shape, a_stride, b_shape, b_stride) -> BatchPlan:
     out_shape = batch + (M, N)
     if len(a_shape) == 2 and len(b_shape) == 2:
         return BatchPlan("mm", (), out_shape, Operand((M, K), tuple(a_stride)), Operand((K, N), tuple(b_stride)), (M, N))
-    if math.prod(b_shape[:-2]) == 1:
+    if fold and math.prod(b_shape[:-2]) == 1:
         rows = _merged_stride(a_shape[:-1], a_stride[:-1])
         if rows is not None:
             BM = math.prod(a_shape[:-1])
@@ -117,8 +118,8 @@ def plan(a_shape, a_stride, b_shape, b_stride) -> BatchPlan:
     return BatchPlan("batched", batch, out_shape, operands[0], operands[1], (B, M, N))
 
 
-def plan_for(a: torch.Tensor, b: torch.Tensor) -> BatchPlan:
-    return plan(tuple(a.shape), a.stride(), tuple(b.shape), b.stride())
+def plan_for(a: torch.Tensor, b: torch.Tensor, fold: bool = True) -> BatchPlan:
+    return plan(tuple(a.shape), a.stride(), tuple(b.shape), b.stride(), fold)
 
 
 def operand_view(t: torch.Tensor, op: Operand, batch: tuple[int, ...]) -> torch.Tensor:
@@ -128,10 +129,10 @@ def operand_view(t: torch.Tensor, op: Operand, batch: tuple[int, ...]) -> torch.
     return t.expand(batch + tuple(t.shape[-2:])).reshape(op.shape)
 
 
-def run(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None, gemm2d, gemm3d) -> torch.Tensor:
+def run(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None, gemm2d, gemm3d, fold: bool = True) -> torch.Tensor:
     """Execute a @ b (+ c, of shape `out_shape`) by the plan: `gemm2d(a2, b2, c2)` and
     `gemm3d(a3, b3, c3)` each return a new contiguous result of their 2-D / 3-D problem."""
-    p = plan_for(a, b)
+    p = plan_for(a, b, fold)
     if p.kind == "mm":
         return gemm2d(a, b, c)
     a_k, b_k = operand_view(a, p.a, p.batch), operand_view(b, p.b, p.batch)
@@ -140,10 +141,15 @@ def run(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None, gemm2d, gemm3d
     return result.view(p.out_shape)
 
 
-def check(a, b, c, out_dtype) -> tuple[tuple[int, ...], torch.dtype]:
+def per_row(bias) -> bool:
+    """A bias of shape (M, 1): one value per row of each batch's (M, N) result."""
+    return bias is not None and bias.dim() == 2 and bias.shape[1] == 1 and bias.shape[0] != 1
+
+
+def check(a, b, c, out_dtype, bias=None, activation=None) -> tuple[tuple[int, ...], torch.dtype]:
     """The N-D contract of gemm: output shape and dtype, or PingpongError naming the argument.
     Reads only metadata, so the ops' fake implementations use it too."""
-    from . import api
+    from . import api, functional
 
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, torch.Tensor):
@@ -162,19 +168,25 @@ def check(a, b, c, out_dtype) -> tuple[tuple[int, ...], torch.dtype]:
         if tuple(c.shape) != shape or c.dtype != dtype or c.device != a.device:
             raise PingpongError(f"c: expected shape {shape}, dtype {dtype}, device {a.device}; "
                                 f"got {tuple(c.shape)}, {c.dtype}, {c.device}")
+    functional.check_bias(bias, shape[-2], shape[-1], a.device)
+    functional.check_activation(activation)
     return shape, dtype
 
 
-def gemm(a, b, c, alpha: float, beta: float, out_dtype) -> torch.Tensor:
-    """`pingpong.gemm` on batched (N-D) operands: checked, planned, then run on the 2-D API."""
-    from . import api
+def gemm(a, b, c, alpha: float, beta: float, out_dtype, bias=None, activation=None) -> torch.Tensor:
+    """`pingpong.gemm` on batched (N-D) operands: checked, planned, then run on the API's
+    2-D / 3-D calls (the bias is shared by the batches, as the kernels share it)."""
+    from . import api, functional
 
-    check(a, b, c, out_dtype)
+    check(a, b, c, out_dtype, bias, activation)
+    act = functional.check_activation(activation)
 
     def two_d(x, y, z):
-        return api.gemm(x, y, z, alpha=alpha, beta=beta, out_dtype=out_dtype)
+        return functional.epilogue_gemm(api.gemm, x, y, z, alpha, beta, out_dtype, bias, act)
 
-    def three_d(x, y, z):  # one 2-D launch per batch entry until the batched kernel is in the API
+    def three_d(x, y, z):
+        if functional.api_has_fused_epilogue():  # the API with the fused epilogue takes (B, M, K) @ (B, K, N)
+            return two_d(x, y, z)
         return torch.stack([two_d(x[i], y[i], None if z is None else z[i]) for i in range(x.shape[0])])
 
-    return run(a, b, c if beta != 0.0 else None, two_d, three_d)
+    return run(a, b, c if beta != 0.0 else None, two_d, three_d, fold=not per_row(bias))

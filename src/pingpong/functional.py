@@ -1,11 +1,20 @@
-"""`linear`: F.linear's shapes on pingpong's GEMM, with the bias and an activation fused.
+"""`linear`: F.linear's shapes on pingpong's GEMM, with the bias and an activation fused; and the
+epilogue's derivative for autograd.
 
     y = act(x @ wᵀ + bias)        x (…, K)   w (N, K)   bias (N,)   y (…, N)
 
 x's leading dims fold into the GEMM's M without a copy whenever they merge (see
-`pingpong.batching`); ``w.t()`` is the transpose_b layout (no copy). The activation is applied
-to the fp32 accumulator before the cast. Autograd and torch.compile go through the
-``pingpong::linear`` op (`pingpong.ops`); eager inference calls the kernel directly.
+`pingpong.batching`); ``w.t()`` is the transpose_b layout (no copy). The epilogue contract is
+the GEMM's: y = act(α·acc + bias) + β·c, the activation on the fp32 accumulator before the
+cast. Autograd and torch.compile go through the ``pingpong::linear`` op (`pingpong.ops`);
+eager inference calls the kernel directly.
+
+    | activation  | torch                          | derivative used by autograd            |
+    |-------------|--------------------------------|----------------------------------------|
+    | "relu"      | F.relu                         | aten.threshold_backward                |
+    | "gelu_erf"  | F.gelu                         | aten.gelu_backward                     |
+    | "gelu_tanh" | F.gelu(approximate="tanh")     | aten.gelu_backward(approximate="tanh") |
+    | "silu"      | F.silu                         | aten.silu_backward                     |
 """
 
 from __future__ import annotations
@@ -18,42 +27,61 @@ import torch.nn.functional as F
 
 from .errors import PingpongError
 
-__all__ = ["linear", "ACTIVATIONS", "check_linear", "activation_forward", "activation_backward"]
+__all__ = ["linear", "ACTIVATIONS", "check_activation", "check_bias", "check_linear",
+           "activation_forward", "activation_backward"]
 
-#: Activation names: "gelu" is the erf form (F.gelu's default), "gelu_tanh" its tanh
-#: approximation (F.gelu(approximate="tanh")).
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
+#: The GEMM epilogue's activation names (None means "none").
+ACTIVATIONS = ("none", "relu", "gelu_erf", "gelu_tanh", "silu")
+BIAS_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
-def check_linear(x, w, bias, activation) -> None:
-    """Argument checks of `linear` that are not the GEMM's own (those name a and b)."""
+def check_activation(activation) -> str:
+    """The activation's name (None means "none"); PingpongError for anything else."""
+    if activation is None:
+        return "none"
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
+        raise PingpongError(f"activation: expected None or one of {ACTIVATIONS}, got {activation!r}")
+    return activation
+
+
+def check_bias(bias, m: int, n: int, device, per_row: bool = True) -> None:
+    """PingpongError naming `bias` unless it is None or, for an (m, n) result, (n,) or (1, n)
+    (per output column) or (m, 1) (per row; `per_row=False`: (n,) only, nn.Linear's), of a
+    supported dtype, on `device`."""
+    if bias is None:
+        return
+    if not isinstance(bias, torch.Tensor):
+        raise PingpongError(f"bias: expected a torch.Tensor or None, got {type(bias).__name__}")
+    if per_row and tuple(bias.shape) not in ((n,), (1, n), (m, 1)):
+        raise PingpongError(f"bias: expected shape ({n},) or (1, {n}) (per output column) or ({m}, 1) (per row) "
+                            f"for a ({m}, {n}) result, got {tuple(bias.shape)}")
+    if not per_row and tuple(bias.shape) != (n,):
+        raise PingpongError(f"bias: expected shape ({n},) (w.shape[0]: one value per output column), got {tuple(bias.shape)}")
+    if bias.dtype not in BIAS_DTYPES:
+        raise PingpongError(f"bias: dtype {bias.dtype} is not supported; expected one of {BIAS_DTYPES}")
+    if bias.device != device:
+        raise PingpongError(f"bias: expected device {device} (the result's), got {bias.device}")
+
+
+def check_linear(x, w, bias, activation) -> str:
+    """Argument checks of `linear` that are not the GEMM's own; returns the activation name."""
     for name, t in (("x", x), ("w", w)):
         if not isinstance(t, torch.Tensor):
             raise PingpongError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     if x.dim() < 1:
-        raise PingpongError(f"x: expected a tensor of shape (…, K), got a 0-D tensor")
+        raise PingpongError("x: expected a tensor of shape (…, K), got a 0-D tensor")
     if w.dim() != 2:
         raise PingpongError(f"w: expected a 2-D (N, K) weight, got shape {tuple(w.shape)}")
     if x.shape[-1] != w.shape[1]:
         raise PingpongError(
-            f"x: expected last dim K = w.shape[1] = {w.shape[1]}, got shape {tuple(x.shape)} (w is {tuple(w.shape)})"
-        )
-    if bias is not None:
-        if not isinstance(bias, torch.Tensor):
-            raise PingpongError(f"bias: expected a torch.Tensor or None, got {type(bias).__name__}")
-        if tuple(bias.shape) != (w.shape[0],):
-            raise PingpongError(f"bias: expected shape ({w.shape[0]},) (w.shape[0], one per output column), got {tuple(bias.shape)}")
-        if bias.dtype != w.dtype:
-            raise PingpongError(f"bias: expected dtype {w.dtype} (the weight's), got {bias.dtype}")
-        if bias.device != w.device:
-            raise PingpongError(f"bias: expected device {w.device} (the weight's), got {bias.device}")
-    if activation is not None and activation not in ACTIVATIONS:
-        raise PingpongError(f"activation: expected None or one of {ACTIVATIONS}, got {activation!r}")
+            f"x: expected last dim K = w.shape[1] = {w.shape[1]}, got shape {tuple(x.shape)} (w is {tuple(w.shape)})")
+    check_bias(bias, -1, w.shape[0], w.device, per_row=False)
+    return check_activation(activation)
 
 
-def activation_forward(name: str | None, z: torch.Tensor) -> torch.Tensor:
-    """The activation in torch (the reference for tests, and the derivative's partner)."""
-    if name is None:
+def activation_forward(name: str, z: torch.Tensor) -> torch.Tensor:
+    """The activation in torch."""
+    if name == "none":
         return z
     if name == "relu":
         return F.relu(z)
@@ -63,10 +91,9 @@ def activation_forward(name: str | None, z: torch.Tensor) -> torch.Tensor:
 
 
 def activation_backward(name: str, grad: torch.Tensor, saved: torch.Tensor) -> torch.Tensor:
-    """dL/dz from dL/dy for y = act(z), by torch's own derivative kernels.
+    """dL/dz from dL/dy for y = act(z), by torch's own derivative kernels, in fp32.
 
-    `saved` is the output y for relu (y > 0 exactly where z > 0) and the pre-activation z
-    (fp32) otherwise. Returns fp32.
+    `saved` is the pre-activation z, or for relu also the output y (y > 0 exactly where z > 0).
     """
     grad, saved = grad.float(), saved.float()
     aten = torch.ops.aten
@@ -78,11 +105,11 @@ def activation_backward(name: str, grad: torch.Tensor, saved: torch.Tensor) -> t
 
 
 def linear(x, w, bias=None, activation=None) -> torch.Tensor:
-    """act(x @ wᵀ + bias) with F.linear's shapes; x, w bf16/fp16 on a GPU, bias of w's dtype.
+    """act(x @ wᵀ + bias) with F.linear's shapes; x, w bf16/fp16 on a GPU.
 
     Args:
-        x: (…, K). w: (N, K), the nn.Linear weight layout. bias: (N,) or None.
-        activation: None, "relu", "gelu" (erf), "gelu_tanh" or "silu".
+        x: (…, K). w: (N, K), the nn.Linear weight layout. bias: (N,) bf16/fp16/fp32, or None.
+        activation: None, "relu", "gelu_erf", "gelu_tanh" or "silu".
     Returns:
         (…, N) of x's dtype.
     """
@@ -94,23 +121,30 @@ def linear(x, w, bias=None, activation=None) -> torch.Tensor:
 
 
 def linear_direct(x, w, bias, activation) -> torch.Tensor:
-    """`linear` without the op machinery (eager, no autograd): validate, then the kernel.
-
-    The epilogue (bias, activation) runs in torch on the GEMM's fp32 result until the GEMM
-    API takes `bias=` / `activation=` (the fused epilogue kernel).
-    """
+    """`linear` without the op machinery (eager, no autograd): validate, then the kernel."""
     from . import api
 
-    check_linear(x, w, bias, activation)
+    act = check_linear(x, w, bias, activation)
     x2 = x if x.dim() > 1 else x.unsqueeze(0)
-    if api_has_fused_epilogue():
-        y = api.gemm(x2, w.t(), bias=bias, activation=activation)
-    else:
-        z = api.gemm(x2, w.t(), out_dtype=torch.float32)
-        if bias is not None:
-            z += bias
-        y = activation_forward(activation, z).to(x.dtype)
+    y = epilogue_gemm(api.gemm, x2, w.t(), None, 1.0, 0.0, None, bias, act)
     return y if x.dim() > 1 else y.squeeze(0)
+
+
+def epilogue_gemm(gemm, a, b, c, alpha, beta, out_dtype, bias, activation) -> torch.Tensor:
+    """act(α·a@b + bias) + β·c through `gemm` (the public API's signature): fused in the
+    kernel when the API takes `bias=`/`activation=`; until then the epilogue runs in torch on
+    the GEMM's fp32 result (one more pass over the output)."""
+    if bias is None and activation == "none":
+        return gemm(a, b, c, alpha=alpha, beta=beta, out_dtype=out_dtype)
+    if api_has_fused_epilogue():
+        return gemm(a, b, c, alpha=alpha, beta=beta, out_dtype=out_dtype, bias=bias, activation=activation)
+    z = gemm(a, b, alpha=alpha, out_dtype=torch.float32)
+    if bias is not None:
+        z += bias
+    y = activation_forward(activation, z)
+    if c is not None and beta != 0.0:
+        y += beta * c
+    return y.to(out_dtype or a.dtype)
 
 
 @functools.lru_cache(maxsize=None)

@@ -4,7 +4,8 @@ by autograd.
     | op                | public function                       | autograd                         |
     |-------------------|---------------------------------------|----------------------------------|
     | pingpong::mm      | matmul(a, b, out_dtype=), gemm(a, b)  | dA = dC·Bᵀ, dB = Aᵀ·dC           |
-    | pingpong::gemm    | gemm(a, b, c, alpha=, beta=, out_dtype=) | α·dC·Bᵀ, α·Aᵀ·dC, dc = β·dC   |
+    | pingpong::gemm    | gemm(a, b, c, alpha=, beta=, out_dtype=, | dz = act'(z)·dC, α·dz·Bᵀ,       |
+    |                   |      bias=, activation=)              | α·Aᵀ·dz, dbias = Σ dz, dc = β·dC |
     | pingpong::gemm_   | gemm_(c, a, b, alpha=, beta=)          | none: refused when autograd needs it |
     | pingpong::linear  | linear(x, w, bias, activation)         | dx, dw, dbias, through act'(z)  |
 
@@ -17,12 +18,14 @@ kernel directly: the dispatcher round trip, the fake-tensor checks and the autog
 would cost host time per call and give nothing. The ops' implementations call the public
 functions under `torch.no_grad()` (so they take the direct path).
 
+The epilogue is y = act(z) + β·c with z = α·a@b + bias (the GEMM API's contract).
 Backward passes run on pingpong's kernels through the ops themselves (so a compiled backward is
 traced too), with transposed *views* as operands (``b.mT``, ``a.mT``: the four layouts run
 without copies). Gradients have the inputs' dtype (an fp32 ``out_dtype`` gradient is cast to
-the input dtype first). The activation's derivative needs the pre-activation z for gelu and silu:
-the forward does not save it (it would cost an M×N fp32 buffer per layer); the backward
-recomputes z with one more GEMM (fp32 output). relu's derivative reads the saved output.
+the input dtype first). The activation's derivative needs the pre-activation z: the forward does not
+save it (it would cost an M×N fp32 buffer per layer, written by every forward); the backward
+recomputes z with one more GEMM (fp32 output, bias fused). `linear`'s relu reads the saved
+output instead (y > 0 exactly where z > 0), so it needs no recompute.
 """
 
 from __future__ import annotations
@@ -51,11 +54,11 @@ def needs_op(a, b, c=None) -> bool:
     return any(isinstance(t, torch.Tensor) and type(t) not in _PLAIN for t in (a, b, c)) or torch.compiler.is_compiling()
 
 
-def route_gemm(a, b, c, alpha, beta, out_dtype) -> Tensor:
+def route_gemm(a, b, c, alpha, beta, out_dtype, bias=None, activation=None) -> Tensor:
     """The op of a routed `gemm` call: pingpong::mm for a plain product, else pingpong::gemm."""
-    if c is None and alpha == 1.0:
+    if c is None and alpha == 1.0 and bias is None and activation in (None, "none"):
         return mm(a, b, out_dtype)
-    return gemm(a, b, c, alpha, beta, out_dtype)
+    return gemm(a, b, c, alpha, beta, out_dtype, bias, activation)
 
 
 def check_not_differentiated(c, a, b) -> None:
@@ -84,14 +87,17 @@ def _(a, b, out_dtype=None):
 
 @torch.library.custom_op("pingpong::gemm", mutates_args=())
 def gemm(a: Tensor, b: Tensor, c: Optional[Tensor] = None, alpha: float = 1.0, beta: float = 0.0,
-         out_dtype: Optional[torch.dtype] = None) -> Tensor:
+         out_dtype: Optional[torch.dtype] = None, bias: Optional[Tensor] = None,
+         activation: Optional[str] = None) -> Tensor:
     with torch.no_grad():
-        return api.gemm(a, b, c, alpha=alpha, beta=beta, out_dtype=out_dtype)
+        if functional.api_has_fused_epilogue():
+            return api.gemm(a, b, c, alpha=alpha, beta=beta, out_dtype=out_dtype, bias=bias, activation=activation)
+        return batching.gemm(a, b, c, alpha, beta, out_dtype, bias, activation)  # the epilogue in torch
 
 
 @gemm.register_fake
-def _(a, b, c=None, alpha=1.0, beta=0.0, out_dtype=None):
-    shape, dtype = batching.check(a, b, c, out_dtype)
+def _(a, b, c=None, alpha=1.0, beta=0.0, out_dtype=None, bias=None, activation=None):
+    shape, dtype = batching.check(a, b, c, out_dtype, bias, activation)
     return a.new_empty(shape, dtype=dtype)
 
 
@@ -140,6 +146,16 @@ def _product_grads(needs_a, needs_b, a, b, g, alpha):
     return da, db
 
 
+def _preactivation(a, b, alpha, bias) -> Tensor:
+    """z = α·a@b + bias in fp32, recomputed on the kernel (the forward keeps only act(z))."""
+    return gemm(a, b, None, alpha, 0.0, torch.float32, bias, None)
+
+
+def _bias_grad(gz, bias) -> Tensor:
+    """dbias: gz summed over what the bias is broadcast along (rows, columns, batches)."""
+    return gz.float().sum_to_size(bias.shape).to(bias.dtype)
+
+
 def _setup_mm(ctx, inputs, output):
     a, b = inputs[0], inputs[1]
     ctx.save_for_backward(a, b)
@@ -152,45 +168,43 @@ def _backward_mm(ctx, g):
 
 
 def _setup_gemm(ctx, inputs, output):
-    a, b, c, alpha, beta, _ = inputs
-    ctx.save_for_backward(a, b)
+    a, b, c, alpha, beta, _, bias, activation = inputs
+    ctx.save_for_backward(a, b, bias)
     ctx.alpha, ctx.beta, ctx.has_c = alpha, beta, c is not None
+    ctx.activation = functional.check_activation(activation)
 
 
 def _backward_gemm(ctx, g):
-    a, b = ctx.saved_tensors
+    a, b, bias = ctx.saved_tensors
     needs = ctx.needs_input_grad
-    da, db = _product_grads(needs[0], needs[1], a, b, g, ctx.alpha)
     dc = g * ctx.beta if ctx.has_c and needs[2] and ctx.beta != 0.0 else None
-    return da, db, dc, None, None, None
+    gz = g
+    if ctx.activation != "none":
+        gz = functional.activation_backward(ctx.activation, g, _preactivation(a, b, ctx.alpha, bias))
+    da, db = _product_grads(needs[0], needs[1], a, b, gz, ctx.alpha)
+    dbias = _bias_grad(gz, bias) if bias is not None and needs[6] else None
+    return da, db, dc, None, None, None, dbias, None
 
 
 def _setup_linear(ctx, inputs, output):
     x, w, bias, activation = inputs
-    ctx.activation = activation
-    ctx.save_for_backward(x, w, bias, output if activation == "relu" else None)
+    ctx.activation = functional.check_activation(activation)
+    ctx.save_for_backward(x, w, bias, output if ctx.activation == "relu" else None)
 
 
 def _backward_linear(ctx, g):
     x, w, bias, y = ctx.saved_tensors
     needs = ctx.needs_input_grad
-    act = ctx.activation
     x2 = x.reshape(-1, x.shape[-1])
     g2 = g.reshape(-1, g.shape[-1])
-    if act is not None:
-        saved = y.reshape(g2.shape) if act == "relu" else _preactivation(x2, w, bias)
-        g2 = functional.activation_backward(act, g2, saved)
+    if ctx.activation != "none":
+        saved = y.reshape(g2.shape) if ctx.activation == "relu" else _preactivation(x2, w.t(), 1.0, bias)
+        g2 = functional.activation_backward(ctx.activation, g2, saved)
+    dbias = _bias_grad(g2, bias) if bias is not None and needs[2] else None
     g2 = g2.to(x.dtype)
     dx = mm(g2, w).view(x.shape) if needs[0] else None
-    dw = mm(g2.mT, x2) if needs[1] else None
-    db = g2.sum(0, dtype=torch.float32).to(bias.dtype) if bias is not None and needs[2] else None
-    return dx, dw, db, None
-
-
-def _preactivation(x2, w, bias) -> Tensor:
-    """z = x·wᵀ + bias in fp32, recomputed on the kernel (the forward keeps only act(z))."""
-    z = mm(x2, w.t(), torch.float32)
-    return z if bias is None else z + bias.float()
+    dw = mm(g2.mT, x2) if needs[1] else None  # (N, K) row-major: the weight's own layout
+    return dx, dw, dbias, None
 
 
 mm.register_autograd(_backward_mm, setup_context=_setup_mm)
