@@ -33,6 +33,9 @@ python -m pingpong bench --shapes $BENCH_SHAPES --csv "$OUT/bench.csv" --json "$
 echo "== host cost (back-to-back calls)"
 python -m pingpong.overhead --sizes ${OVERHEAD_SIZES:-64 1024 2048} 2>"$OUT/overhead.err" | tee "$OUT/overhead.txt"
 
+echo "== PyTorch layers (pingpong.nn.Linear forward/backward, batched matmul)"
+python benchmarks/linear_bench.py 2>"$OUT/linear_bench.err" | tee "$OUT/linear_bench.txt"
+
 if [ "${RACECHECK:-0}" = 1 ]; then
     echo "== racecheck (small problem, every schedule)"
     cache=$(mktemp -d)
@@ -51,5 +54,6 @@ grep -E "passed|failed|error" "$OUT/gpu_tests.log" | tail -n 1
 cat "$OUT/schedules.txt"
 cat "$OUT/bench.txt"
 cat "$OUT/overhead.txt"
+cat "$OUT/linear_bench.txt"
 [ -f "$OUT/racecheck.txt" ] && cat "$OUT/racecheck.txt"
 exit $tests_rc
