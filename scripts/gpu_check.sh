@@ -3,6 +3,8 @@
 # Prints the short tables last; full logs go to $OUT (default ./out).
 #   bash scripts/gpu_check.sh                 # everything
 #   TESTS="tests/test_gemm_gpu.py" BENCH_SHAPES="8192,8192,8192" bash scripts/gpu_check.sh
+#   SUITE=all ...     also `pingpong bench --suite all` (llm, squares, largek; $OUT/suite.*)
+#   TUNE=llm ...      also `pingpong tune --suite llm --quick`, table written under $OUT/cache
 #   RACECHECK=1 ...   also compute-sanitizer racecheck on a small problem; the report and the
 #                     SASS of every Triton kernel it ran ($OUT/sass/) locate a hazard's PCs
 set -uo pipefail
@@ -36,6 +38,18 @@ python -m pingpong.overhead --sizes ${OVERHEAD_SIZES:-64 1024 2048} 2>"$OUT/over
 echo "== PyTorch layers (pingpong.nn.Linear forward/backward, batched matmul)"
 python benchmarks/linear_bench.py 2>"$OUT/linear_bench.err" | tee "$OUT/linear_bench.txt"
 
+if [ -n "${TUNE:-}" ]; then
+    echo "== pingpong tune --suite $TUNE --quick"
+    PINGPONG_CACHE_DIR="$OUT/cache" python -m pingpong tune --suite "$TUNE" --quick 2>"$OUT/tune.err" | tee "$OUT/tune.txt"
+    PINGPONG_CACHE_DIR="$OUT/cache" python -m pingpong tune --show | tee -a "$OUT/tune.txt"
+fi
+
+if [ -n "${SUITE:-}" ]; then
+    echo "== pingpong bench --suite $SUITE"
+    PINGPONG_CACHE_DIR="$OUT/cache" python -m pingpong bench --suite "$SUITE" --csv "$OUT/suite.csv" \
+        --json "$OUT/suite.json" 2>"$OUT/suite.err" | tee "$OUT/suite.txt"
+fi
+
 if [ "${RACECHECK:-0}" = 1 ]; then
     echo "== racecheck (small problem, every schedule)"
     cache=$(mktemp -d)
@@ -55,5 +69,7 @@ cat "$OUT/schedules.txt"
 cat "$OUT/bench.txt"
 cat "$OUT/overhead.txt"
 cat "$OUT/linear_bench.txt"
+[ -f "$OUT/tune.txt" ] && cat "$OUT/tune.txt"
+[ -f "$OUT/suite.txt" ] && cat "$OUT/suite.txt"
 [ -f "$OUT/racecheck.txt" ] && cat "$OUT/racecheck.txt"
 exit $tests_rc

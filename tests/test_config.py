@@ -3,7 +3,7 @@
 import pytest
 
 from pingpong import ConfigError, KernelConfig
-from pingpong.config import SMEM_LIMIT, default_config, swizzle_width
+from pingpong.config import SMEM_LIMIT, swizzle_width
 
 
 def test_defaults_derive_for_each_schedule():
@@ -78,10 +78,3 @@ def test_validate_rejects_element_sizes():
         KernelConfig().validate(in_bytes=4)
     with pytest.raises(ConfigError, match="output elements"):
         KernelConfig().validate(out_bytes=8)
-
-
-def test_default_config_rule():
-    assert default_config(8192, 8192, 8192) == KernelConfig(128, 256, 64, schedule="cooperative")
-    small = default_config(1024, 1024, 1024)
-    small.validate()
-    assert small.block_n == 128

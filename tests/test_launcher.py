@@ -2,38 +2,15 @@
 launch hands Triton's C launcher exactly the arguments Triton's own launch path would, for
 a kernel with four TMA descriptors of different boxes and per-call scalars α, β."""
 
-import types
-
 import pytest
+
+import fake_launcher
 import torch
 
 from pingpong import compile as cc
 from pingpong.config import KernelConfig
 from pingpong.hopper import launch as hl
 from pingpong.launcher import CachedLaunch, DirectLaunch, bind_jit_args, launch_key
-
-
-class _FakeLauncher:
-    """Triton 3.6's CudaLauncher minus the C module: `launch` is Triton's own
-    wrap_handle_tensordesc around a recorder."""
-
-    calls: list = []
-
-    def __init__(self, src, metadata):
-        from triton.backends.nvidia.driver import wrap_handle_tensordesc
-
-        self.launch = wrap_handle_tensordesc(lambda *args: self.calls.append(args), dict(src.signature),
-                                             metadata.tensordesc_meta)
-        self.global_scratch_size = self.profile_scratch_size = 0
-        self.launch_cooperative_grid, self.launch_pdl, self.num_ctas = False, False, 1
-
-    def __call__(self, gridX, gridY, gridZ, stream, function, *args):
-        self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, self.launch_pdl, None, None,
-                    *args)
-
-
-def _encode(ptr, swizzle, elem_size, elem_type, block, shape, strides, padding):
-    return ("map", ptr, swizzle, elem_size, elem_type, tuple(block), tuple(shape), tuple(strides), padding)
 
 
 def _operands(col_major_a: bool, with_c: bool):
@@ -54,13 +31,9 @@ def test_gemm_direct_launch_passes_what_triton_passes(monkeypatch, col_major_a, 
         from triton.runtime import driver
 
         kernel = fn.warmup(*args, grid=grid, **kwargs)
-        stub = driver.active
-        stub.launcher_cls = _FakeLauncher
-        stub.utils = types.SimpleNamespace(fill_tma_descriptor=_encode, load_binary=lambda *a: (1, 2, 32, 0, 1024),
-                                           get_device_properties=lambda d: {"max_shared_mem": 232448})
+        calls = fake_launcher.install(driver.active)
         monkeypatch.setattr(kernel, "_run", None)
         monkeypatch.setattr(kernel, "module", None)
-        _FakeLauncher.calls = []
         values = list(args) + [kwargs[n] for n in fn.arg_names[len(args):]]
         kernel.run(*grid, 1, 1, 99, kernel.function, kernel.packed_metadata, None, None, None, *values)
         direct = DirectLaunch.from_kernel(kernel)
@@ -69,7 +42,7 @@ def test_gemm_direct_launch_passes_what_triton_passes(monkeypatch, col_major_a, 
         cin = c if with_c else out
         ptrs = (a.data_ptr(), b.data_ptr(), out.data_ptr(), cin.data_ptr())
         bound((grid[0], 1, 1), 99, ptrs, (1.5, 0.25 if with_c else 0.0))
-    theirs, ours = _FakeLauncher.calls
+    theirs, ours = calls
     assert ours[:10] == theirs[:10]  # grid, stream, function, cooperative, pdl, scratch, packed metadata
     assert ours[10:13] == (None, None, None)  # no launch metadata and no hooks
     assert ours[13:] == theirs[13:]

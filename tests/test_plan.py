@@ -51,18 +51,18 @@ def hopper(monkeypatch):
     return launched
 
 
-CASES = {  # name: (a, b, c or None, inplace, beta)
-    "nt": lambda: (t(64, 32), t(48, 32).t(), None, False, 0.0),
-    "nn": lambda: (t(64, 32), t(32, 48), None, False, 0.0),
-    "tn": lambda: (t(32, 64).t(), t(48, 32).t(), None, False, 0.0),
-    "tt": lambda: (t(32, 64).t(), t(32, 48), None, False, 0.0),
-    "K=17 (34-byte rows)": lambda: (t(64, 17), t(48, 17).t(), None, False, 0.0),
-    "w.t() with odd N": lambda: (t(64, 32), t(47, 32).t(), None, False, 0.0),
-    "misaligned a (x[1:])": lambda: (t(64 * 32 + 1)[1:].view(64, 32), t(48, 32).t(), None, False, 0.0),
-    "misaligned c read": lambda: (t(64, 32), t(48, 32).t(), t(64 * 48 + 1)[1:].view(64, 48), False, 1.0),
-    "misaligned c in place": lambda: (t(64, 32), t(48, 32).t(), t(64 * 48 + 1)[1:].view(64, 48), True, 0.5),
-    "column-major c in place": lambda: (t(64, 32), t(48, 32).t(), t(48, 64).t(), True, 1.0),
-    "aligned c in place": lambda: (t(64, 32), t(48, 32).t(), t(64, 48), True, 1.0),
+CASES = {  # name: (a, b, c or None, inplace, beta); M = 128: the one-kernel plan (no split, no swap)
+    "nt": lambda: (t(128, 32), t(48, 32).t(), None, False, 0.0),
+    "nn": lambda: (t(128, 32), t(32, 48), None, False, 0.0),
+    "tn": lambda: (t(32, 128).t(), t(48, 32).t(), None, False, 0.0),
+    "tt": lambda: (t(32, 128).t(), t(32, 48), None, False, 0.0),
+    "K=17 (34-byte rows)": lambda: (t(128, 17), t(48, 17).t(), None, False, 0.0),
+    "w.t() with odd N": lambda: (t(128, 32), t(47, 32).t(), None, False, 0.0),
+    "misaligned a (x[1:])": lambda: (t(128 * 32 + 1)[1:].view(128, 32), t(48, 32).t(), None, False, 0.0),
+    "misaligned c read": lambda: (t(128, 32), t(48, 32).t(), t(128 * 48 + 1)[1:].view(128, 48), False, 1.0),
+    "misaligned c in place": lambda: (t(128, 32), t(48, 32).t(), t(128 * 48 + 1)[1:].view(128, 48), True, 0.5),
+    "column-major c in place": lambda: (t(128, 32), t(48, 32).t(), t(48, 128).t(), True, 1.0),
+    "aligned c in place": lambda: (t(128, 32), t(48, 32).t(), t(128, 48), True, 1.0),
 }
 
 
@@ -175,3 +175,17 @@ def test_in_place_plan_from_path_for_serves_gemm_(monkeypatch):
     with pytest.raises(pingpong.PingpongError, match="share memory with a"):
         pingpong.gemm_(c2, a2, b, beta=1.0)  # a plan hit: the fast overlap check
     assert len(runs) == 1
+
+
+def test_tensors_past_the_tma_range_take_the_portable_kernel(monkeypatch):
+    """An operand whose column stride is 2**40 bytes: TMA cannot describe it, the portable
+    kernel (64-bit offsets) can. Meta tensors make the huge stride free."""
+    monkeypatch.setattr(plan, "is_hopper", lambda device: True)
+    meta = dict(dtype=BF16, device="meta")
+    a = torch.empty(64, 32, **meta)
+    assert plan.build(a, torch.empty(32, 48, **meta), None, 0.0, BF16, False, None).path == "hopper"
+    far = torch.empty(2**39 + 64, **meta).as_strided((32, 2), (1, 2**39))
+    assert not plan.addressable("hopper", far) and plan.addressable("portable", far)
+    assert plan.build(torch.empty(64, 32, **meta), far, None, 0.0, BF16, False, None).path == "portable"
+    with pytest.raises(pingpong.PingpongError, match="config: the Hopper kernel cannot address"):
+        plan.build(torch.empty(64, 32, **meta), far, None, 0.0, BF16, False, KernelConfig(128, 128, 64))

@@ -2,9 +2,10 @@
 gfx942 through pingpong.compile). The facts table in docs/streaming.md comes from these."""
 
 import re
-import types
 
 import pytest
+
+import fake_launcher
 
 from pingpong import compile as cc
 from pingpong.streaming import gfx942, hopper
@@ -140,29 +141,6 @@ def test_every_candidate_is_valid():
         assert hopper.StreamConfig.parse(name) is cfg
 
 
-class _FakeLauncher:
-    """Triton 3.6's CudaLauncher minus the C module: `launch` is Triton's own
-    wrap_handle_tensordesc around a recorder."""
-
-    calls: list = []
-
-    def __init__(self, src, metadata):
-        from triton.backends.nvidia.driver import wrap_handle_tensordesc
-
-        self.launch = wrap_handle_tensordesc(lambda *args: self.calls.append(args), dict(src.signature),
-                                             metadata.tensordesc_meta)
-        self.global_scratch_size = self.profile_scratch_size = 0
-        self.launch_cooperative_grid, self.launch_pdl, self.num_ctas = False, False, 1
-
-    def __call__(self, gridX, gridY, gridZ, stream, function, *args):
-        self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, self.launch_pdl, None, None,
-                    *args)
-
-
-def _encode(ptr, swizzle, elem_size, elem_type, block, shape, strides, padding):
-    return ("map", ptr, swizzle, elem_size, elem_type, tuple(block), tuple(shape), tuple(strides), padding)
-
-
 @pytest.mark.parametrize("name, n", [("persistent", (1 << 20) + 3), ("tile-2k", (1 << 20) + 3), ("2d", 1 << 20)])
 def test_direct_launch_passes_what_triton_passes(monkeypatch, name, n):
     """The arguments DirectLaunch hands Triton's C launcher equal those Triton's own launch
@@ -175,13 +153,9 @@ def test_direct_launch_passes_what_triton_passes(monkeypatch, name, n):
     with cc.offline("sm_90a"):
         from triton.runtime import driver
 
-        stub = driver.active
-        stub.launcher_cls = _FakeLauncher
-        stub.utils = types.SimpleNamespace(fill_tma_descriptor=_encode, load_binary=lambda *a: (1, 2, 32, 0, 1024),
-                                           get_device_properties=lambda d: {"max_shared_mem": 232448})
+        calls = fake_launcher.install(driver.active)
         monkeypatch.setattr(kernel, "_run", None)
         monkeypatch.setattr(kernel, "module", None)
-        _FakeLauncher.calls = []
         kernel.run(7, 1, 1, 99, kernel.function, kernel.packed_metadata, None, None, None, *launch.args,
                    *launch.kwargs.values())
         direct = DirectLaunch.from_kernel(kernel)
@@ -192,7 +166,7 @@ def test_direct_launch_passes_what_triton_passes(monkeypatch, name, n):
         bound = direct.bind([("tma", shape, strides)] * 3, (n, *cfg.constexprs.values()))
         bound((7, 1, 1), 99, (x.data_ptr(), x.data_ptr(), x.data_ptr()))
     assert list(hopper.vector_add_tma_kernel.arg_names) == ["a_desc", "b_desc", "c_desc", "n", *cfg.constexprs]
-    theirs, ours = _FakeLauncher.calls
+    theirs, ours = calls
     assert ours[:10] == theirs[:10]  # grid, stream, function, cooperative, pdl, scratch, packed metadata
     assert ours[10:13] == (None, None, None)  # no launch metadata and no hooks (hooks_idle)
     assert ours[13:] == theirs[13:]

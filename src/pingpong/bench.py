@@ -55,6 +55,9 @@ QUICK_REPS = 10
 #: fp16 2^-11) — a wrong tile or a missed k-step is orders of magnitude above this.
 TOLERANCE = {"bf16": 1e-2, "fp16": 5e-3}
 EXIT_USAGE = 2
+#: flops per byte above which a GEMM is compute-bound on Hopper (bf16 dense ~989 TFLOP/s over
+#: 3.35 TB/s HBM ≈ 295); rows below it get the HBM column (achieved fraction of peak bandwidth)
+RIDGE_FLOP_PER_BYTE = 295
 
 
 # --------------------------------------------------------------------------- settings
@@ -91,6 +94,7 @@ def parse_shape(text: str) -> tuple[int, int, int]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shapes", nargs="+", metavar="M,N,K", help="problem sizes (default: 2048 4096 8192 16384 square)")
+    p.add_argument("--suite", help="a named shape list (pingpong.suites): llm, squares, largek or all; adds to --shapes")
     p.add_argument("--dtype", default="bf16", help="input/output type: bf16 (default) or fp16")
     p.add_argument("--layout", default="nt", help="A,B storage: nt (default: B stored N×K, A·Bᵀ), nn, tn, tt")
     p.add_argument("--reps", type=int, default=None, help=f"timed repetitions per kernel, ≥ {MIN_REPS} (default {MIN_REPS})")
@@ -100,12 +104,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="FILE", help="write header, rows and geometric mean as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="plot TFLOP/s ours vs cuBLAS and the ratio (needs matplotlib)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--overhead", action="store_true",
+                   help="time host cost instead: back-to-back calls at 64³, 1024³, 2048³ (pingpong.overhead)")
     p.add_argument("--rounds", type=int, default=3, help="alternate ours and cuBLAS this many times (default 3)")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Validate the parsed options; every error is a PingpongError naming its option."""
-    shapes = tuple(parse_shape(s) for s in args.shapes) if args.shapes else DEFAULT_SHAPES
+    shapes = tuple(parse_shape(s) for s in args.shapes or ())
+    if getattr(args, "suite", None):
+        from .suites import suite
+
+        shapes += suite(args.suite)
+    shapes = tuple(dict.fromkeys(shapes)) or DEFAULT_SHAPES
     if args.dtype not in DTYPES:
         raise PingpongError(f"--dtype: {args.dtype!r} is not one of {', '.join(DTYPES)}")
     if args.layout not in LAYOUTS:
@@ -217,6 +228,9 @@ class Row:
     cublas_reps: int | None = None
     ratio_min: float | None = None  # spread of the per-round ratios (--rounds)
     ratio_max: float | None = None
+    in_bytes: int = 2  # element sizes, for the bytes a bandwidth-bound row must move
+    out_bytes: int = 2
+    hbm_bytes_per_s: float | None = None  # the device's peak HBM bandwidth, when known
 
     @property
     def shape(self) -> str:
@@ -234,15 +248,31 @@ class Row:
     def ratio(self) -> float | None:
         return self.cublas_ms / self.ours_ms if self.ours_ms and self.cublas_ms else None
 
+    @property
+    def min_bytes(self) -> int:
+        """Bytes the product must move at least: read A and B once, write C once."""
+        return (self.M * self.K + self.K * self.N) * self.in_bytes + self.M * self.N * self.out_bytes
+
+    @property
+    def hbm_fraction(self) -> float | None:
+        """Achieved fraction of peak HBM bandwidth (min_bytes / time), for bandwidth-bound
+        rows only: fewer than RIDGE_FLOP_PER_BYTE flops per byte."""
+        if not self.ours_ms or not self.hbm_bytes_per_s:
+            return None
+        if 2.0 * self.M * self.N * self.K / self.min_bytes >= RIDGE_FLOP_PER_BYTE:
+            return None
+        return self.min_bytes / (self.ours_ms * 1e-3) / self.hbm_bytes_per_s
+
     def record(self) -> dict[str, Any]:
         """Flat dict for CSV/JSON (derived columns included)."""
         d = dataclasses.asdict(self)
-        d.update(shape=self.shape, ours_tflops=self.ours_tflops, cublas_tflops=self.cublas_tflops, ratio=self.ratio)
+        d.update(shape=self.shape, ours_tflops=self.ours_tflops, cublas_tflops=self.cublas_tflops, ratio=self.ratio,
+                 hbm_fraction=self.hbm_fraction)
         return d
 
 
 FIELDS = ("shape", "M", "N", "K", "path", "status", "ours_tflops", "cublas_tflops", "ratio", "ratio_min", "ratio_max",
-          "rel_err", "ours_ms", "cublas_ms", "ours_reps", "cublas_reps")
+          "hbm_fraction", "rel_err", "ours_ms", "cublas_ms", "ours_reps", "cublas_reps")
 
 
 def geomean_ratio(rows: Sequence[Row]) -> float | None:
@@ -257,14 +287,15 @@ def _num(x: float | None, fmt: str) -> str:
 def format_table(rows: Sequence[Row], header: dict[str, Any] | None = None) -> str:
     """The report: header lines, one row per shape, the geometric mean of the ratios."""
     lines = [f"# {k}: {v}" for k, v in (header or {}).items()]
-    cols = ("shape", "path", "ours TFLOP/s", "cuBLAS TFLOP/s", "ours/cuBLAS", "rounds", "rel.err", "status")
+    cols = ("shape", "path", "ours TFLOP/s", "cuBLAS TFLOP/s", "ours/cuBLAS", "rounds", "HBM", "rel.err", "status")
     cells = [
         (r.shape, r.path, _num(r.ours_tflops, ".1f"), _num(r.cublas_tflops, ".1f"), _num(r.ratio, ".3f"),
-         f"{r.ratio_min:.3f}-{r.ratio_max:.3f}" if r.ratio_min else "-", _num(r.rel_err, ".2e"), r.status)
+         f"{r.ratio_min:.3f}-{r.ratio_max:.3f}" if r.ratio_min else "-",
+         "-" if r.hbm_fraction is None else f"{100 * r.hbm_fraction:.0f}%", _num(r.rel_err, ".2e"), r.status)
         for r in rows
     ]
     widths = [max(len(c), *(len(row[i]) for row in cells)) if cells else len(c) for i, c in enumerate(cols)]
-    fmt = lambda row: "  ".join(s.ljust(w) if i in (0, 1, 7) else s.rjust(w) for i, (s, w) in enumerate(zip(row, widths)))  # noqa: E731
+    fmt = lambda row: "  ".join(s.ljust(w) if i in (0, 1, 8) else s.rjust(w) for i, (s, w) in enumerate(zip(row, widths)))  # noqa: E731
     lines += [fmt(cols), fmt(tuple("-" * w for w in widths))] + [fmt(c) for c in cells]
     gm = geomean_ratio(rows)
     n_ok = sum(1 for r in rows if r.ratio)
@@ -420,8 +451,11 @@ def bench_shape(M: int, N: int, K: int, settings: Settings, api, device="cuda", 
         cublas.append(timer(lambda: torch.matmul(a, b), settings.reps))
     ratios = [c.median_ms / o.median_ms for o, c in zip(ours, cublas)]
     med = lambda ts: statistics.median(t.median_ms for t in ts)  # noqa: E731
+    from .device import hbm_bandwidth
+
     return Row(M, N, K, path, "ok", err, med(ours), med(cublas), sum(t.reps for t in ours),
-               sum(t.reps for t in cublas), min(ratios), max(ratios))
+               sum(t.reps for t in cublas), min(ratios), max(ratios), a.element_size(), a.element_size(),
+               hbm_bandwidth(a.device.index or 0) if a.is_cuda else None)
 
 
 def _progress(i: int, n: int, row: Row, seconds: float) -> str:
@@ -455,6 +489,10 @@ def bench_shapes(settings: Settings, api, header: dict[str, Any], device="cuda",
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "overhead", False):
+        from . import overhead
+
+        return overhead.main([] if args.shapes is None else ["--sizes", *(s.split(",")[0] for s in args.shapes)])
     try:
         settings = settings_from_args(args)
         check_outputs_writable(settings)

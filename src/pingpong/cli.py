@@ -6,6 +6,7 @@ Each subcommand lives in the module that owns its subject; this file only wires 
     bench  pingpong.bench             the benchmark harness (docs/benchmarking.md)
     isa    pingpong.compile           compile a kernel offline for a target, print facts
     check  pingpong.schedule.cli      model-check kernel schedules for races and deadlocks
+    tune   pingpong.tune              measure configs per shape, write the tuning table
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ SUBCOMMANDS = {
     "bench": ("pingpong.bench", "benchmark against cuBLAS: TFLOP/s, ratio, CSV/JSON/PNG"),
     "isa": ("pingpong.isa", "compile a kernel offline for sm_90a/gfx942/gfx950/gfx1151 and print its facts"),
     "check": ("pingpong.schedule.cli", "model-check synchronization schedules for races and deadlocks"),
+    "tune": ("pingpong.tune", "measure KernelConfigs per shape on this GPU and write the tuning table"),
 }
 
 

@@ -25,6 +25,7 @@ import os
 import re
 import subprocess
 import tempfile
+import threading
 from typing import Any, Callable, Iterator
 
 from .errors import TargetError
@@ -78,22 +79,65 @@ class _StubDriver:
         return True
 
 
+class _PerThreadDriver:
+    """Stands in for Triton's process-global active driver while any offline compile runs:
+    a thread inside `offline()` sees its own stub, every other thread the driver that was
+    active before (resolved lazily, as Triton does)."""
+
+    def __init__(self, previous):
+        self.previous = previous
+
+    def _current(self):
+        stub = getattr(_THREAD, "stub", None)
+        if stub is not None:
+            return stub
+        if self.previous is not None:
+            return self.previous
+        from triton.runtime import driver
+
+        return driver.default
+
+    def __getattr__(self, name):
+        return getattr(self._current(), name)
+
+
+_THREAD = threading.local()
+_INSTALL_LOCK = threading.Lock()
+_installed: list = []  # [the _PerThreadDriver, number of offline() contexts open] while installed
+
+
 @contextlib.contextmanager
 def offline(target_name: str) -> Iterator[None]:
-    """Make Triton compile for `target_name` with no GPU present.
+    """Make Triton compile for `target_name` with no GPU present, in this thread only.
 
-    Each target gets its own device id so Triton's per-device caches never hand a kernel
-    compiled for one target to another.
+    Triton compiles for its process-global *active driver*. The first `offline()` that opens
+    installs a per-thread dispatcher there (under a lock, counted, removed when the last one
+    closes): a thread inside `offline()` sees the stub of its own target, while other threads,
+    launching real kernels or compiling offline for other targets at the same time, keep
+    seeing their own driver. Each target gets its own device id so Triton's per-device caches
+    never hand a kernel compiled for one target to another.
     """
     from triton.runtime import driver
 
     stub = _StubDriver(gpu_target(target_name), 1000 + list(TARGETS).index(target_name))
-    previous = driver._active
-    driver.set_active(stub)
+    outer = getattr(_THREAD, "stub", None)
+    with _INSTALL_LOCK:
+        if not _installed:
+            _installed[:] = [_PerThreadDriver(driver._active), 0]
+            driver._active = _installed[0]
+        _installed[1] += 1
+    _THREAD.stub = stub
     try:
         yield
     finally:
-        driver._active = previous
+        _THREAD.stub = outer
+        with _INSTALL_LOCK:
+            _installed[1] -= 1
+            if _installed[1] == 0:
+                proxy = _installed[0]
+                if driver._active is proxy:  # leave a driver someone else set meanwhile
+                    driver._active = proxy.previous
+                _installed.clear()
 
 
 # --------------------------------------------------------------------------- registry

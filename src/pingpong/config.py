@@ -7,13 +7,25 @@ other number is derived (docs/design.md "The parts").
     instruction shape (wgmma m64·N·k16) · swizzle widths · stage count from the shared-memory
     budget · warps per partition · register budgets (setmaxnreg) · shared-memory bytes
 
-Schedules (each a different orchestration of the same parts, see pingpong.hopper.kernel):
+Schedules (each a different orchestration of the same parts, see pingpong.hopper.kernel);
+their numbers live in SCHEDULE_FACTS, which derivation, the kernel's constexprs and the
+launcher all read:
 
     | schedule     | warps                         | who owns an output tile                 |
     |--------------|-------------------------------|-----------------------------------------|
     | persistent   | 1 partition, BM/64 warpgroups | all warps, loads issued in-line          |
     | cooperative  | producer warp + 2 consumer WGs| both consumers split one BM×BN tile      |
     | pingpong     | producer warp + 2 consumer WGs| each consumer owns a whole tile; turns   |
+
+Work decomposition (pingpong.hopper.scheduler), orthogonal to the schedule:
+
+    split_k = 1   one work unit per output tile, the whole K loop, α·acc + β·C stored directly
+    split_k = S   S work units per tile, each a contiguous 1/S of the k-steps; fp32 partials go
+                  to a workspace [S, rows, cols] and a reduction sums them in split order
+                  (bitwise repeatable), applies α, β·C and the cast
+    swap_ab       the kernel computes Cᵀ = Bᵀ·Aᵀ: N on the wgmma M side (block_m tiles N),
+                  M on the wgmma N side (block_n = 16..64 fits a decode batch); the partials
+                  go through the same workspace and the reduction writes C transposed back
 
 `validate()` (called by `derive`) raises ConfigError naming the violated constraint.
 """
@@ -22,11 +34,34 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 
 from .errors import ConfigError
 
-SCHEDULES = ("persistent", "cooperative", "pingpong")
+@dataclasses.dataclass(frozen=True)
+class ScheduleFacts:
+    """The numbers that make a schedule what it is (one row of SCHEDULE_FACTS)."""
+
+    consumers: int  # consumer warpgroup partitions, each with its own accumulator
+    row_split: int  # consumers that split one tile's block_m between them (cooperative: 2)
+    releasers: int  # arrivals on a ring slot's empty barrier before it may be refilled
+    warp_specialized: bool  # a producer warp feeds consumer partitions (gl.warp_specialize)
+    worker_warps: tuple  # warps of each worker partition: (consumer 1, producer)
+    producer_regs: int | None  # setmaxnreg budget of the producer warp (the consumers get the rest)
+
+
+#: schedule -> its facts. Every other place reads them from here (config derivation, the
+#: kernel through the launcher's constexprs).
+SCHEDULE_FACTS = {
+    "persistent": ScheduleFacts(consumers=1, row_split=1, releasers=1, warp_specialized=False, worker_warps=(),
+                                producer_regs=None),
+    "cooperative": ScheduleFacts(consumers=2, row_split=2, releasers=2, warp_specialized=True, worker_warps=(4, 1),
+                                 producer_regs=40),
+    "pingpong": ScheduleFacts(consumers=2, row_split=1, releasers=1, warp_specialized=True, worker_warps=(4, 1),
+                              producer_regs=40),
+}
+SCHEDULES = tuple(SCHEDULE_FACTS)
+#: Most K splits of one tile (the workspace holds split_k fp32 partial tiles).
+MAX_SPLIT_K = 64
 
 #: Hopper facts (H100/H200, sm_90a).
 SMEM_LIMIT = 227 * 1024  # bytes of shared memory one block may use
@@ -36,8 +71,17 @@ WGMMA_K_BYTES = 32  # one wgmma consumes 32 bytes of K (k16 for 16-bit inputs)
 WGMMA_MAX_N = 256
 MAX_REGS_PER_THREAD = 255
 BARRIER_BYTES = 8
+#: Deepest ring: the fixed shared-memory term below budgets ready/empty barriers for this many.
 MAX_STAGES = 6
-_FIXED_BYTES = 2 * MAX_STAGES * BARRIER_BYTES + 4 * BARRIER_BYTES  # ring, C and turn mbarriers
+#: Bands taller than this many tile-rows gain no L2 reuse; the bound also keeps the raster's
+#: GROUP_M · tiles_n product far inside int32 (pingpong.hopper.scheduler.tile_coords).
+MAX_GROUP_M = 256
+#: Shared memory besides the ring and the epilogue staging: the ring's ready/empty, C and turn
+#: mbarriers, plus what the compiler adds (buffer alignment, warp_specialize's captured
+#: arguments). Offline sm_90a builds allocate 72-328 B beyond ring + staging (persistent,
+#: cooperative, pingpong); 1 KB covers that with room, and tests compare it with the compiler.
+_FIXED_BYTES = 1024
+assert _FIXED_BYTES >= 2 * MAX_STAGES * BARRIER_BYTES + 4 * BARRIER_BYTES
 #: The derived epilogue stays whole-tile while the ring still gets this many stages (measured,
 #: H200 8192³: 3 vs 4 stages made no difference, but narrow sub-tiles cost 1-3%).
 SUBTILE_BELOW_STAGES = 3
@@ -70,6 +114,14 @@ class Derived:
     stage_bytes: int
     epilogue_bytes: int
     shared_bytes: int
+    releasers: int = 1  # arrivals that free a ring slot (SCHEDULE_FACTS)
+    split_k: int = 1
+    swap_ab: bool = False
+
+    @property
+    def workspace(self) -> bool:
+        """Partials go through the fp32 workspace and the reduction kernel."""
+        return self.split_k > 1 or self.swap_ab
 
     @property
     def total_warps(self) -> int:
@@ -105,6 +157,9 @@ class KernelConfig:
         take goes to the ring instead (pingpong.hopper.epilogue). = block_n: no sub-tiling.
     instr_n: N of one wgmma (m64·N·k16); None = the widest (≤ 256) dividing the consumer's
         tile width. A narrower N issues several wgmmas per k-step, each re-reading A.
+    split_k: K splits per output tile (module docstring); 1 = none. Warp-specialized schedules.
+    swap_ab: compute Cᵀ = Bᵀ·Aᵀ (block_m tiles N, block_n tiles M): for M ≤ 64 (decode),
+        where a 128-row tile over M would be mostly padding. Warp-specialized schedules.
     """
 
     block_m: int = 128
@@ -115,25 +170,47 @@ class KernelConfig:
     group_m: int = 8
     epilogue_n: int | None = None
     instr_n: int | None = None
+    split_k: int = 1
+    swap_ab: bool = False
 
-    @functools.lru_cache(maxsize=None)  # pure and on the launch path: derive once per (config, sizes)
     def derive(self, in_bytes: int = 2, out_bytes: int = 2) -> Derived:
-        """Validate and derive everything else; raises ConfigError naming the constraint."""
-        self.validate(in_bytes, out_bytes)
-        return _derive(self, in_bytes, out_bytes)
+        """Validate and derive everything else; raises ConfigError naming the constraint.
+
+        Cached (it is on the launch path), keyed by every field's value AND type: a cache
+        keyed by equality alone would hand the result of a validated KernelConfig(128, ...)
+        to an unvalidated KernelConfig(128.0, ...) or group_m=True (== 1)."""
+        key = (*vars(self).values(), in_bytes, out_bytes)
+        try:
+            hash(key)
+        except TypeError:  # an unhashable field is never valid: let validate name it
+            self.validate(in_bytes, out_bytes)
+            raise
+        return _validated_derive(*key)
 
     def validate(self, in_bytes: int = 2, out_bytes: int = 2) -> None:
         """Raise ConfigError naming the first violated constraint."""
         bm, bn, bk = self.block_m, self.block_n, self.block_k
         for name, v in (("block_m", bm), ("block_n", bn), ("block_k", bk), ("group_m", self.group_m)):
-            if not isinstance(v, int) or v <= 0:
+            if not _is_int(v) or v <= 0:
                 raise ConfigError(f"{name} must be a positive int, got {v!r}")
+        if self.group_m > MAX_GROUP_M:
+            raise ConfigError(f"group_m={self.group_m} exceeds {MAX_GROUP_M} tile-rows per raster band")
         if self.schedule not in SCHEDULES:
             raise ConfigError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        if in_bytes != 2:
+        if not _is_int(self.split_k) or not 1 <= self.split_k <= MAX_SPLIT_K:
+            raise ConfigError(f"split_k must be an int in 1..{MAX_SPLIT_K}, got {self.split_k!r}")
+        if type(self.swap_ab) is not bool:
+            raise ConfigError(f"swap_ab must be a bool, got {self.swap_ab!r}")
+        if (self.split_k > 1 or self.swap_ab) and not SCHEDULE_FACTS[self.schedule].warp_specialized:
+            raise ConfigError(
+                f"split_k={self.split_k}, swap_ab={self.swap_ab}: split-K and swap-AB run on the warp-specialized"
+                f" schedules (cooperative, pingpong), not {self.schedule!r}"
+            )
+        if not _is_int(in_bytes) or in_bytes != 2:
             raise ConfigError(f"operands must be 16-bit (bf16/fp16) for wgmma here, got {in_bytes}-byte elements")
-        if out_bytes not in (2, 4):
+        if not _is_int(out_bytes) or out_bytes not in (2, 4):
             raise ConfigError(f"output elements must be 2 or 4 bytes, got {out_bytes}")
+        out_bytes = _stored_bytes(self, out_bytes)
         consumers, cm, cn = _consumer_tile(self)
         if cm % WGMMA_M:
             raise ConfigError(
@@ -143,10 +220,10 @@ class KernelConfig:
         if cn % 8:
             raise ConfigError(f"block_n={bn} must be a multiple of 8 (the wgmma N granularity)")
         n = self.instr_n
-        if n is not None and (not isinstance(n, int) or n <= 0 or n % 8 or n > WGMMA_MAX_N or cn % n):
+        if n is not None and (not _is_int(n) or n <= 0 or n % 8 or n > WGMMA_MAX_N or cn % n):
             raise ConfigError(f"instr_n={n!r} must be a multiple of 8, ≤ {WGMMA_MAX_N}, dividing the consumer tile width {cn}")
         en = self.epilogue_n
-        if en is not None and (not isinstance(en, int) or en <= 0 or en & (en - 1) or en > cn or en * out_bytes < 16):
+        if en is not None and (not _is_int(en) or en <= 0 or en & (en - 1) or en > cn or en * out_bytes < 16):
             raise ConfigError(
                 f"epilogue_n={en!r} must be a power of two ≤ the consumer tile width {cn} and span ≥ 16 bytes"
                 f" (a TMA box row), i.e. ≥ {16 // out_bytes} {out_bytes}-byte elements"
@@ -168,12 +245,14 @@ class KernelConfig:
                 f"accumulator needs {acc} fp32 registers per thread (consumer tile {cm}×{cn} over {threads} threads);"
                 f" at most 200 fit beside addresses within {MAX_REGS_PER_THREAD} registers"
             )
-        stage = (bm + bn) * bk * in_bytes
-        epi = _epilogue(self, in_bytes, out_bytes)[2]
-        fixed = epi + _FIXED_BYTES
+        stage, fixed = _budget(self, in_bytes, out_bytes)
+        epi = fixed - _FIXED_BYTES
         if self.stages is not None:
-            if not isinstance(self.stages, int) or self.stages < 2:
+            if not _is_int(self.stages) or self.stages < 2:
                 raise ConfigError(f"stages must be an int ≥ 2, got {self.stages!r}")
+            if self.stages > MAX_STAGES:
+                raise ConfigError(f"stages={self.stages} exceeds {MAX_STAGES}, the ring depth the shared-memory"
+                                  " budget reserves barriers for")
             total = self.stages * stage + fixed
             if total > SMEM_LIMIT:
                 raise ConfigError(
@@ -184,18 +263,35 @@ class KernelConfig:
             raise ConfigError(f"shared memory: even 2 stages ({2 * stage + fixed} B) exceed {SMEM_LIMIT} B (227 KB)")
 
 
+def _stored_bytes(cfg: KernelConfig, out_bytes: int) -> int:
+    """Bytes of one element the kernel's epilogue stores: fp32 partials into the workspace
+    under split-K / swap-AB, else the output's own elements."""
+    return 4 if cfg.split_k > 1 or cfg.swap_ab else out_bytes
+
+
+def _is_int(v) -> bool:
+    """An int proper: not a bool, float or other number that merely compares equal to one."""
+    return type(v) is int
+
+
+@functools.lru_cache(maxsize=None, typed=True)  # typed: 128 and 128.0 are different keys
+def _validated_derive(*key) -> Derived:
+    """derive() of the KernelConfig whose fields are key[:-2] (key[-2:] = in_bytes, out_bytes);
+    key holds exact ints (validate rejects anything else), so equal keys are equal configs."""
+    cfg = KernelConfig(*key[:-2])
+    cfg.validate(*key[-2:])
+    return _derive(cfg, *key[-2:])
+
+
 def _consumer_tile(cfg: KernelConfig) -> tuple[int, int, int]:
     """(consumer warpgroups, rows, cols) of the tile one consumer computes."""
-    if cfg.schedule == "cooperative":
-        return 2, cfg.block_m // 2, cfg.block_n
-    if cfg.schedule == "pingpong":
-        return 2, cfg.block_m, cfg.block_n
-    return 1, cfg.block_m, cfg.block_n
+    facts = SCHEDULE_FACTS[cfg.schedule]
+    return facts.consumers, cfg.block_m // facts.row_split, cfg.block_n
 
 
 def _consumer_threads(cfg: KernelConfig, cm: int) -> int:
     """Threads holding one consumer's accumulator: a warpgroup, or two in the persistent schedule."""
-    return 128 * (min(2, max(1, cm // WGMMA_M)) if cfg.schedule == "persistent" else 1)
+    return 128 * (1 if SCHEDULE_FACTS[cfg.schedule].warp_specialized else min(2, max(1, cm // WGMMA_M)))
 
 
 def _epilogue(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> tuple[int, int, int]:
@@ -206,12 +302,23 @@ def _epilogue(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> tuple[int, in
     staging = lambda en: consumers * bufs(en) * cm * en * out_bytes  # noqa: E731
     en = cfg.epilogue_n
     if en is None:
-        stage = (cfg.block_m + cfg.block_n) * cfg.block_k * in_bytes
+        stage = _stage_bytes(cfg, in_bytes)
         en = cn
         while (SMEM_LIMIT - _FIXED_BYTES - staging(en)) // stage < SUBTILE_BELOW_STAGES and en * out_bytes > 16 \
                 and en % 2 == 0:
             en //= 2
     return en, bufs(en), staging(en)
+
+
+def _stage_bytes(cfg: KernelConfig, in_bytes: int) -> int:
+    """Shared memory of one ring stage: an A and a B K-tile."""
+    return (cfg.block_m + cfg.block_n) * cfg.block_k * in_bytes
+
+
+def _budget(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> tuple[int, int]:
+    """(bytes per ring stage, bytes besides the ring): the kernel takes stages × the first plus
+    the second (epilogue staging + the fixed term). validate() and _derive() both use this."""
+    return _stage_bytes(cfg, in_bytes), _epilogue(cfg, in_bytes, out_bytes)[2] + _FIXED_BYTES
 
 
 def _instr_n(cn: int) -> int:
@@ -220,12 +327,13 @@ def _instr_n(cn: int) -> int:
 
 
 def _derive(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> Derived:
+    out_bytes = _stored_bytes(cfg, out_bytes)
+    facts = SCHEDULE_FACTS[cfg.schedule]
     consumers, cm, cn = _consumer_tile(cfg)
-    stage = (cfg.block_m + cfg.block_n) * cfg.block_k * in_bytes
+    stage, fixed = _budget(cfg, in_bytes, out_bytes)
     epilogue_n, epilogue_bufs, epi = _epilogue(cfg, in_bytes, out_bytes)
-    fixed = epi + _FIXED_BYTES
     stages = cfg.stages or min(MAX_STAGES, (SMEM_LIMIT - fixed) // stage)
-    if cfg.schedule == "persistent":
+    if not facts.warp_specialized:
         warpgroups = min(2, cm // WGMMA_M)  # one or two warpgroups stacked along M
         num_warps, worker_warps, worker_regs, maxnreg = 4 * warpgroups, (), (), None
         warps_per_cta = (4 * warpgroups, 1)
@@ -235,9 +343,9 @@ def _derive(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> Derived:
         # with an even split and setmaxnreg moves registers from the producer to the consumers.
         resident_threads = 3 * 128
         maxnreg = (REGS_PER_SM // resident_threads) // 8 * 8
-        producer_regs = 40
+        producer_regs = facts.producer_regs
         consumer_regs = min(248, (REGS_PER_SM - 128 * producer_regs) // 256 // 8 * 8)
-        num_warps, worker_warps, worker_regs = 4, (4, 1), (consumer_regs, producer_regs)
+        num_warps, worker_warps, worker_regs = 4, facts.worker_warps, (consumer_regs, producer_regs)
         warps_per_cta = (4, 1)
     return Derived(
         block_m=cfg.block_m,
@@ -263,16 +371,7 @@ def _derive(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> Derived:
         stage_bytes=stage,
         epilogue_bytes=epi,
         shared_bytes=stages * stage + fixed,
+        releasers=facts.releasers,
+        split_k=cfg.split_k,
+        swap_ab=cfg.swap_ab,
     )
-
-
-def default_config(m: int, n: int, k: int) -> KernelConfig:
-    """The documented rule `matmul` uses until the autotuner exists.
-
-    Large problems (enough 128×256 tiles to fill every SM at least once) take the
-    cooperative 128×256×64 schedule; smaller ones 128×128×64 tiles so more SMs get work.
-    """
-    tiles_128x256 = math.ceil(m / 128) * math.ceil(n / 256)
-    if tiles_128x256 >= 132:
-        return KernelConfig(128, 256, 64, schedule="cooperative")
-    return KernelConfig(128, 128, 64, schedule="cooperative")

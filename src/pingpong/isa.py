@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from . import compile as cc
@@ -23,6 +24,10 @@ def run(args: argparse.Namespace) -> int:
         for name, (targets, doc) in registry.items():
             print(f"{name:<16} {','.join(targets):<32} {doc}")
         return 0
+    problem = (args.dump and _unwritable_file(args.dump)) or (args.dump_ir and _unwritable_dir(args.dump_ir))
+    if problem:  # found before compiling, not after
+        print(f"pingpong isa: {problem}", file=sys.stderr)
+        return 2
     try:
         compiled = cc.compile_kernel(args.kernel, args.target)
     except TargetError as e:
@@ -34,8 +39,6 @@ def run(args: argparse.Namespace) -> int:
             f.write(compiled.isa)
         print(f"ISA written to {args.dump}")
     if args.dump_ir:
-        import os
-
         os.makedirs(args.dump_ir, exist_ok=True)
         for stage, text in compiled.asm.items():
             mode = "wb" if isinstance(text, bytes) else "w"
@@ -43,3 +46,28 @@ def run(args: argparse.Namespace) -> int:
                 f.write(text)
         print(f"IR stages written to {args.dump_ir}/")
     return 0
+
+
+def _unwritable_file(path: str) -> str | None:
+    """Why `--dump` cannot write `path` (None if it can): checked before compiling."""
+    if os.path.isdir(path):
+        return f"--dump: {path!r} is a directory, expected a file path"
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        return f"--dump: cannot write {path!r}: directory {parent!r} does not exist"
+    if not os.access(parent if not os.path.exists(path) else path, os.W_OK):
+        return f"--dump: cannot write {path!r}: permission denied"
+    return None
+
+
+def _unwritable_dir(path: str) -> str | None:
+    """Why `--dump-ir` cannot write into `path` (None if it can, creating it if needed)."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        return f"--dump-ir: {path!r} exists and is not a directory"
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        return f"--dump-ir: cannot create {path!r}: {e.strerror}"
+    if not os.access(path, os.W_OK):
+        return f"--dump-ir: cannot write into {path!r}: permission denied"
+    return None

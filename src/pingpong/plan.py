@@ -25,7 +25,8 @@ import collections
 
 import torch
 
-from .config import KernelConfig, default_config
+from .addressing import addressable, unaddressable
+from .config import KernelConfig
 from .device import is_hopper
 from .errors import PingpongError
 from .launcher import CachedLaunch
@@ -149,16 +150,52 @@ class HopperPlan(Plan):
             target = cin
         else:
             target = tma_copy(out, values=False)  # fully overwritten
-        ptrs = (a.data_ptr(), b.data_ptr(), target.data_ptr(), (cin if cin is not None else target).data_ptr())
-        self.launch(self.device, ptrs, (alpha, beta), self._jit_args, a, b, target, cin, alpha, beta)
+        self._launch(a, b, target, cin, alpha, beta)
         if target is not out:
             out.copy_(target)
+
+    def _launch(self, a, b, target, cin, alpha, beta):
+        ptrs = (a.data_ptr(), b.data_ptr(), target.data_ptr(), (cin if cin is not None else target).data_ptr())
+        self.launch(self.device, ptrs, (alpha, beta), self._jit_args, a, b, target, cin, alpha, beta)
 
     def _jit_args(self, a, b, target, cin, alpha, beta):
         from .device import sm_count
         from .hopper.launch import prepare
 
         return prepare(a, b, target, cin, alpha, beta, self.config, sm_count(self.device))
+
+
+class SplitPlan(HopperPlan):
+    """A split-K / swap-AB config (KernelConfig.split_k > 1 or swap_ab): the same copies as
+    HopperPlan, then two launches through a fresh fp32 workspace (the caching allocator's):
+
+        GEMM   a, b ──work units──> workspace (fp32 partials; swap-AB: of Cᵀ = bᵀ·aᵀ)
+        reduce workspace, C ──Σ splits in order, α, β·C, cast──> out
+
+    The output needs no TMA (the reduction stores through pointers), only row-major."""
+
+    __slots__ = ("workspace", "reduce")
+
+    def __init__(self, device, config, copy_a, copy_b, copy_c, copy_out, read, workspace):
+        super().__init__(device, config, copy_a, copy_b, copy_c, copy_out, read)
+        self.workspace = workspace  # (rows, cols) of the fp32 workspace
+        self.launch = CachedLaunch()  # the GEMM's α, β are fixed (1, 0): partials are raw sums
+        self.reduce = CachedLaunch(dynamic=("alpha", "beta"))
+
+    def _launch(self, a, b, target, cin, alpha, beta):
+        ws = torch.empty(self.workspace, dtype=torch.float32, device=target.device)
+        first, second = (b, a) if self.config.swap_ab else (a, b)  # the GEMM kernel's A and B
+        wp = ws.data_ptr()
+        self.launch(self.device, (first.data_ptr(), second.data_ptr(), wp, wp), (), self._jit_args, a, b, target, cin,
+                    alpha, beta, ws, 0)
+        self.reduce(self.device, (wp, (cin if cin is not None else target).data_ptr(), target.data_ptr()),
+                    (alpha, beta), self._jit_args, a, b, target, cin, alpha, beta, ws, 1)
+
+    def _jit_args(self, a, b, target, cin, alpha, beta, ws, part):
+        from .device import sm_count
+        from .hopper.launch import prepare_split
+
+        return prepare_split(a, b, target, cin, alpha, beta, self.config, sm_count(self.device), ws)[part]
 
 
 class PortablePlan(Plan):
@@ -202,17 +239,33 @@ def build(a, b, c, beta: float, out_dtype: torch.dtype, inplace: bool, config: K
         if torch.version.hip is not None:
             from .amd import dispatch
 
-            if dispatch.accepts(a, b, out_dtype):
+            if dispatch.accepts(a, b, out_dtype) and addressable(dispatch.select_kernel(dispatch._device_arch(a)),
+                                                                 a, b, c if read or inplace else None):
                 return AmdPlan(device, read)
+        return PortablePlan(device, read)  # 64-bit offsets where a span needs them: addresses any tensor
+    if not addressable("hopper", a, b, c if read or inplace else None):
+        if config is not None:
+            raise PingpongError(f"config: the Hopper kernel cannot address this call's tensors "
+                                f"({unaddressable('hopper', a=a, b=b, c=c)}); matmul_tiled runs only the Hopper kernel")
         return PortablePlan(device, read)
     M, K = a.shape
     N = b.shape[1]
-    config = config or default_config(M, N, K)
+    if config is None:
+        from .hopper.select import select_config
+
+        config = select_config(M, N, K, (a.dtype, out_dtype), _layouts(a, b), device)
     config.derive(a.element_size(), torch.empty((), dtype=out_dtype).element_size())  # validates
+    copy_ab = dict(copy_a=tma_orientation(a) is None, copy_b=tma_orientation(b) is None, read=read)
+    if config.split_k > 1 or config.swap_ab:  # C and out go through pointers: row-major suffices
+        from .hopper.launch import workspace_shape
+
+        row_major = lambda t: t.stride(1) == 1 or t.shape[1] <= 1  # noqa: E731
+        return SplitPlan(device, config, **copy_ab, copy_c=read and not row_major(c),
+                         copy_out=inplace and not row_major(c), workspace=workspace_shape(M, N, K, config))
     out_legal = (tma_orientation(c) == "row") if inplace else _fresh_row_major_legal(N, out_dtype)
-    return HopperPlan(device, config,
-                      copy_a=tma_orientation(a) is None,
-                      copy_b=tma_orientation(b) is None,
-                      copy_c=read and tma_orientation(c) != "row",
-                      copy_out=not out_legal,
-                      read=read)
+    return HopperPlan(device, config, **copy_ab, copy_c=read and tma_orientation(c) != "row", copy_out=not out_legal)
+
+
+def _layouts(a, b) -> str:
+    """"nt" etc.: how a (M × K) and b (K × N) are stored, n = row-major, t = a transposed view."""
+    return "".join("n" if t.stride(1) == 1 else "t" for t in (a, b))

@@ -15,6 +15,11 @@ one output tile per program, a K loop of masked loads, ``tl.dot``, and an epilog
          ▼   epilogue
     out = alpha * acc (+ beta * C_in if HAS_C)  ──cast──▶ C_out    masked store
 
+Index width: offsets are 32-bit unless some operand's span (largest element offset,
+`pingpong.addressing.span`) passes 2**31 - 1; then `INDEX_64` widens the program id, the
+row/column/k indices and the K-step advance (`BK * stride`) to 64 bits, so any strided
+tensor is addressed correctly.
+
 `HAS_C` is a constexpr: when beta == 0 or no C is given the read of C is compiled out
 (so C_in's contents, even NaN, never matter — BLAS semantics).
 
@@ -56,6 +61,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .addressing import needs_int64
 from .compile import SHARED_MEMORY_LIMIT, TARGETS, Launch, register
 
 __all__ = ["portable_gemm", "default_block", "default_stages", "gemm_kernel", "SUPPORTED_INPUTS", "SUPPORTED_OUTPUTS"]
@@ -85,6 +91,8 @@ def _gemm_kernel(
 ):
     # -- which tile: grouped raster (GROUP_M tile-rows walk N together, so B stays in L2)
     pid = tl.program_id(0)
+    if INDEX_64:  # everything derived from pid (tile rows/cols, offsets) is then 64-bit
+        pid = pid.to(tl.int64)
     tiles_m = (M + BM - 1) // BM  # not tl.cdiv: see "no jit helpers" in the module docstring
     tiles_n = (N + BN - 1) // BN
     tiles_per_group = GROUP_M * tiles_n
@@ -100,6 +108,12 @@ def _gemm_kernel(
         rm = rm.to(tl.int64)
         rn = rn.to(tl.int64)
         rk = rk.to(tl.int64)
+        # the K-step advance too: BK * stride in 32 bits wraps (stride 2**26+1, BK 64 -> 64)
+        a_step = tl.cast(stride_ak, tl.int64) * BK
+        b_step = tl.cast(stride_bk, tl.int64) * BK
+    else:
+        a_step = stride_ak * BK
+        b_step = stride_bk * BK
     mask_m = rm < M
     mask_n = rn < N
 
@@ -112,8 +126,8 @@ def _gemm_kernel(
         a = tl.load(a_ptrs, mask=mask_m[:, None] & (rk[None, :] < k_left), other=0.0)
         b = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & mask_n[None, :], other=0.0)
         acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
-        a_ptrs += BK * stride_ak
-        b_ptrs += BK * stride_bk
+        a_ptrs += a_step
+        b_ptrs += b_step
 
     # -- epilogue: alpha * acc (+ beta * C), cast, masked store
     mask = mask_m[:, None] & mask_n[None, :]
@@ -178,14 +192,6 @@ def _shared_limit_of(index: int) -> tuple[int, bool]:
     return int(props["max_shared_mem"]), torch.version.hip is not None
 
 
-def _needs_int64(*tensors: torch.Tensor) -> bool:
-    """True when some element offset (sum of (size-1)*stride) reaches 2**31."""
-    return any(
-        t is not None and sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()) if s > 0) >= 2**31
-        for t in tensors
-    )
-
-
 def _input_precision(dtype: torch.dtype) -> str:
     """fp32 inputs follow torch's matmul setting (exact by default); 16-bit inputs are exact."""
     if dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32:
@@ -206,7 +212,7 @@ def _launch(a, b, c, out, alpha, beta, block, has_c, device_smem: tuple[int, boo
     )
     meta = dict(
         HAS_C=has_c, BM=block[0], BN=block[1], BK=block[2], GROUP_M=GROUP_M,
-        INDEX_64=_needs_int64(a, b, c, out), INPUT_PRECISION=_input_precision(a.dtype),
+        INDEX_64=needs_int64(a, b, c, out), INPUT_PRECISION=_input_precision(a.dtype),
     )
     if device_smem is not None:
         shared, amd = device_smem
@@ -274,7 +280,7 @@ _OFFLINE_MNK = (512, 512, 512)
 def build(target_name: str) -> Launch:
     """Plain-Triton tiled GEMM (any GPU, interpreter): alpha*A@B + beta*C, all layouts."""
     M, N, K = _OFFLINE_MNK
-    dtype = torch.bfloat16  # the headline input type (docs/design.md, "Measuring")
+    dtype = torch.bfloat16  # the headline input type
     a = torch.empty(M, K, dtype=dtype)
     b = torch.empty(N, K, dtype=dtype).t()  # nt: the headline layout
     c = torch.empty(M, N, dtype=dtype)

@@ -14,6 +14,10 @@ overlap the mainloop of the next tile and are waited for only when their buffer 
 again. With one whole-tile buffer (the default where it fits, measured faster: fewer
 store waits) the previous tile's store is long done when the next tile needs the buffer.
 
+The sub-tile arithmetic lives in the helpers below (`first_subtile`, `staging_slot`,
+`c_parity`, `stores_left_in_flight`), which `pingpong.schedule` calls as plain Python to build
+its model of this protocol: change one and the checked model changes with it.
+
 C is read through TMA too, into the same staging buffer, so
 it costs no extra shared memory and no per-element address registers; C must therefore be
 TMA-legal with out's dtype (the API copies it otherwise). C may alias out (`gemm_`): each
@@ -35,6 +39,33 @@ def column_halves(x):
     ROWS: gl.constexpr = x.shape[0]
     COLS: gl.constexpr = x.shape[1]
     return x.reshape([ROWS, 2, COLS // 2]).permute(0, 2, 1).split()
+
+
+@gluon.jit
+def first_subtile(tile_count, SUBTILES: gl.constexpr):
+    """Number of a partition's first sub-tile store of its `tile_count`-th tile: sub-tile
+    stores are numbered 0, 1, 2, ... across the partition's tiles, left to right."""
+    return tile_count * SUBTILES
+
+
+@gluon.jit
+def staging_slot(seq, BUFS: gl.constexpr):
+    """Staging buffer (of the partition's BUFS) that sub-tile store number `seq` uses."""
+    return seq % BUFS
+
+
+@gluon.jit
+def c_parity(seq):
+    """Parity of the partition's c_ready barrier that sub-tile `seq`'s C load completes: each
+    sub-tile's load is one phase, so the parity alternates."""
+    return seq & 1
+
+
+@gluon.constexpr_function
+def stores_left_in_flight(BUFS):
+    """tma.store_wait count before a staging buffer is rewritten: stores retire in order, so
+    waiting until at most BUFS - 1 are pending retires the one that last read this buffer."""
+    return BUFS - 1
 
 
 @aggregate
@@ -76,7 +107,7 @@ class Epilogue:
         SUBTILES: gl.constexpr = acc.shape[1] // EPI_N
         gl.static_assert(acc.shape[1] % EPI_N == 0, "the epilogue sub-tile must divide the tile width")
         gl.static_assert(SUBTILES == 1 or SUBTILES % self.BUFS == 0, "sub-tiles must cycle whole buffer rounds")
-        self.store_columns(acc, COPY, tile_count * SUBTILES, off_m, off_n)
+        self.store_columns(acc, COPY, first_subtile(tile_count, SUBTILES), off_m, off_n)
 
     @gluon.jit
     def store_columns(self, x, COPY: gl.constexpr, seq, off_m, off_n):
@@ -94,14 +125,14 @@ class Epilogue:
     @gluon.jit
     def store_subtile(self, x, COPY: gl.constexpr, seq, off_m, off_n):
         """One sub-tile: wait for its buffer's previous store, (+ β·C), cast, TMA store."""
-        staging = self.staging.index(COPY * self.BUFS + seq % self.BUFS)
+        staging = self.staging.index(COPY * self.BUFS + staging_slot(seq, self.BUFS))
         c_ready = self.c_ready.index(COPY)
         out = x * self.alpha
-        tma.store_wait(self.BUFS - 1)  # the store that last read this buffer has drained
+        tma.store_wait(stores_left_in_flight(self.BUFS))  # the store that last read this buffer has drained
         if self.HAS_C:
             mbarrier.expect(c_ready, self.cin_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(self.cin_desc, [off_m, off_n], c_ready, staging)
-            mbarrier.wait(c_ready, seq & 1)
+            mbarrier.wait(c_ready, c_parity(seq))
             out = out + self.beta * staging.load(x.type.layout).to(gl.float32)
         staging.store(out.to(self.c_desc.dtype))
         fence_async_shared()

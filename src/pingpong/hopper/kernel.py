@@ -24,6 +24,15 @@ tile boundaries, so the next tile's loads overlap this tile's epilogue).
     for each tile, each k: wait ready(c) · wgmma(c) · wait(1) · barrier · release(c-1) · load(c+STAGES-1)
     epilogue (α·acc + β·C, TMA store)
 
+SPLIT-K / SWAP-AB (KernelConfig.split_k > 1 or swap_ab, warp-specialized schedules): the same
+producer and consumers over the work units of SplitKScheduler (a tile and a K range each);
+the epilogue stores fp32 partials into a workspace, a second kernel reduces them in order
+(pingpong.hopper.reduce). Swap-AB is the same kernel on (Bᵀ, Aᵀ): N fills the 64-row wgmma side.
+
+    program p │ unit p: tile t, k-steps [0, S)   │ unit p+G: tile t', k-steps [S, 2S) │ ...
+              │ producer/consumers as above, epilogue → workspace rows split·R_pad + off_m
+    reduce    │ out block = cast(α·(partial 0 + partial 1 + ...) + β·C)   (fixed order)
+
 All three share one mainloop contract (pingpong.hopper.pipeline docstring): wait ready with
 ring_phase, keep one wgmma group in flight, release a slot once its wgmma has completed.
 """
@@ -36,7 +45,7 @@ from .loader import TileLoader
 from .mma import MmaOp
 from .phase_sync import PhaseSync
 from .pipeline import Ring, first_counter
-from .scheduler import TileScheduler
+from .scheduler import TileScheduler, create_scheduler
 
 
 # ----------------------------------------------------------------------------- shared steps
@@ -70,12 +79,13 @@ def finish_mainloop(mma, ring, last):
 
 @gluon.jit
 def producer(loader, ring, sched):
-    """The TMA warp: every k-step of every tile of this program, in order, into the ring."""
+    """The TMA warp: every k-step of every work unit of this program, in order, into the ring."""
     counter = 0
     for t in range(sched.local_tiles()):
         off_m, off_n = sched.tile_offsets(t)
+        k0 = sched.k_begin(t)
         for k in range(sched.k_steps):
-            loader.load(ring, counter, off_m, off_n, k * sched.BK)
+            loader.load(ring, counter, off_m, off_n, k0 + k * sched.BK)
             counter += 1
 
 
@@ -92,7 +102,7 @@ def pingpong_consumer(ring, sched, epi, sync, CONSUMER: gl.constexpr, acc_layout
         mma = mainloop(ring, first, sched.k_steps, 0, sched.BM, sched.BN, acc_layout, A_KMAJOR, B_KMAJOR)
         sync.pass_turn(CONSUMER)
         mma = finish_mainloop(mma, ring, first + sched.k_steps - 1)
-        off_m, off_n = sched.tile_offsets(2 * j + CONSUMER)
+        off_m, off_n = sched.store_offsets(2 * j + CONSUMER)
         epi.store(mma.acc, CONSUMER, j, off_m, off_n)
     epi.drain()
 
@@ -103,11 +113,11 @@ def cooperative_consumer(ring, sched, epi, CONSUMER: gl.constexpr, acc_layout: g
     """Consumer CONSUMER computes rows [CONSUMER·BM/2, (CONSUMER+1)·BM/2) of every tile."""
     ROWS: gl.constexpr = sched.BM // 2
     for t in range(sched.local_tiles()):
-        first = t * sched.k_steps
+        first = first_counter(t, sched.k_steps, 1, 0)  # both consumers read every k-step
         mma = mainloop(ring, first, sched.k_steps, CONSUMER * ROWS, ROWS, sched.BN, acc_layout, A_KMAJOR,
                        B_KMAJOR)
         mma = finish_mainloop(mma, ring, first + sched.k_steps - 1)
-        off_m, off_n = sched.tile_offsets(t)
+        off_m, off_n = sched.store_offsets(t)
         epi.store(mma.acc, CONSUMER, t, off_m + CONSUMER * ROWS, off_n)
     epi.drain()
 
@@ -116,7 +126,7 @@ def cooperative_consumer(ring, sched, epi, CONSUMER: gl.constexpr, acc_layout: g
 
 # Sizes stay runtime values even when 1 (Triton would otherwise fold them into constants,
 # and the parts hold them as tensors).
-_RUNTIME_SCALARS = ["M", "N", "K"]
+_RUNTIME_SCALARS = ["M", "N", "K", "splits"]
 
 
 @gluon.jit(do_not_specialize=_RUNTIME_SCALARS)
@@ -124,11 +134,18 @@ def warp_specialized_gemm(a_desc, b_desc, c_desc, cin_desc, M, N, K, alpha, beta
                           HAS_C: gl.constexpr, A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr,
                           BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
                           GROUP_M: gl.constexpr, EPI_BUFS: gl.constexpr, PINGPONG: gl.constexpr, acc_layout: gl.constexpr,
-                          CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
-    """Ping-pong or cooperative: producer warp + two consumer warpgroups (module docstring)."""
+                          CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                          RELEASERS: gl.constexpr, CONSUMER_WARPS: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
+                          SPLIT_K: gl.constexpr, splits):
+    """Ping-pong or cooperative: producer warp + two consumer warpgroups (module docstring).
+
+    RELEASERS and the worker warps come from config.SCHEDULE_FACTS. SPLIT_K: the work units
+    are `splits` K-ranges of each tile (SplitKScheduler) and c_desc is the fp32 workspace.
+    """
     gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
-    sched = TileScheduler.create(M, N, K, BM, BN, BK, GROUP_M)
-    ring = Ring.allocate(a_desc, b_desc, STAGES, 1 if PINGPONG else 2)
+    gl.static_assert(RELEASERS == (1 if PINGPONG else 2), "ping-pong: one consumer frees a slot; cooperative: both")
+    sched = create_scheduler(M, N, K, splits, BM, BN, BK, GROUP_M, SPLIT_K)
+    ring = Ring.allocate(a_desc, b_desc, STAGES, RELEASERS)
     epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, HAS_C, 2, EPI_BUFS)
     loader = TileLoader(a_desc, b_desc, A_KMAJOR, B_KMAJOR)
     if PINGPONG:
@@ -137,13 +154,13 @@ def warp_specialized_gemm(a_desc, b_desc, c_desc, cin_desc, M, N, K, alpha, beta
             (pingpong_consumer, (ring, sched, epi, sync, 0, acc_layout, A_KMAJOR, B_KMAJOR)),
             (pingpong_consumer, (ring, sched, epi, sync, 1, acc_layout, A_KMAJOR, B_KMAJOR)),
             (producer, (loader, ring, sched)),
-        ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+        ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.warp_specialize([
             (cooperative_consumer, (ring, sched, epi, 0, acc_layout, A_KMAJOR, B_KMAJOR)),
             (cooperative_consumer, (ring, sched, epi, 1, acc_layout, A_KMAJOR, B_KMAJOR)),
             (producer, (loader, ring, sched)),
-        ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+        ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
 
 
 @gluon.jit(do_not_specialize=_RUNTIME_SCALARS)

@@ -17,7 +17,9 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .. import compile as cc
 from ..config import KernelConfig, swizzle_width
+from . import reduce
 from .kernel import persistent_gemm, warp_specialized_gemm
+from .scheduler import effective_splits
 
 _GL_DTYPE = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}
 
@@ -65,10 +67,19 @@ def acc_layout(d) -> gl.NVMMADistributedLayout:
 
 
 def prepare(a, b, out, c, alpha, beta, config: KernelConfig, sms: int):
-    """(kernel, args, kwargs, grid) for out = α·a@b + β·c. a (M,K), b (K,N), out (M,N) row-major."""
+    """(kernel, args, kwargs, grid) for out = α·a@b + β·c. a (M,K), b (K,N), out (M,N) row-major.
+
+    The one-kernel path (split_k = 1, no swap_ab); `prepare_split` is the other."""
+    d = config.derive(a.element_size(), out.element_size())
+    assert not d.workspace, "split-K / swap-AB configs run through prepare_split"
+    return _gemm_launch(a, b, out, c, alpha, beta, d, sms, 1)
+
+
+def _gemm_launch(a, b, out, c, alpha, beta, d, sms: int, splits: int):
+    """The GEMM kernel's launch for derived config `d`; splits > 1 or d.workspace: work units
+    of SplitKScheduler, storing fp32 partials into `out` (the workspace view)."""
     M, K = a.shape
     N = b.shape[1]
-    d = config.derive(a.element_size(), out.element_size())
     a_desc, a_kmajor = operand_descriptor(a, d.block_m, d.block_k, True)
     b_desc, b_kmajor = operand_descriptor(b.t(), d.block_n, d.block_k, True)
     c_box = [d.consumer_m, d.epilogue_n]  # one epilogue sub-tile
@@ -76,16 +87,60 @@ def prepare(a, b, out, c, alpha, beta, config: KernelConfig, sms: int):
     has_c = c is not None and beta != 0.0
     assert not has_c or (tma_orientation(c) == "row" and c.dtype == out.dtype), "C must be TMA-legal, out's dtype"
     cin_desc = _descriptor(c, c_box) if has_c else c_desc
-    tiles = -(-M // d.block_m) * -(-N // d.block_n)
+    units = -(-M // d.block_m) * -(-N // d.block_n) * splits
     args = (a_desc, b_desc, c_desc, cin_desc, M, N, K, float(alpha), float(beta))
     common = dict(HAS_C=has_c, A_KMAJOR=a_kmajor, B_KMAJOR=b_kmajor, BM=d.block_m, BN=d.block_n, BK=d.block_k,
                   STAGES=d.stages, GROUP_M=d.group_m, EPI_BUFS=d.epilogue_bufs, acc_layout=acc_layout(d))
-    grid = (max(1, min(sms, tiles)),)
+    grid = (max(1, min(sms, units)),)
     if d.schedule == "persistent":
         return persistent_gemm, args, dict(common, num_warps=d.num_warps), grid
     kwargs = dict(common, PINGPONG=d.schedule == "pingpong", CONSUMER_REGS=d.worker_regs[0],
-                  PRODUCER_REGS=d.worker_regs[1], num_warps=d.num_warps, maxnreg=d.maxnreg)
+                  PRODUCER_REGS=d.worker_regs[1], RELEASERS=d.releasers, CONSUMER_WARPS=d.worker_warps[0],
+                  PRODUCER_WARPS=d.worker_warps[1], SPLIT_K=d.workspace, splits=splits, num_warps=d.num_warps,
+                  maxnreg=d.maxnreg)
     return warp_specialized_gemm, args, kwargs, grid
+
+
+# ----------------------------------------------------------------------------- split-K / swap-AB
+
+
+def workspace_shape(M: int, N: int, K: int, config: KernelConfig) -> tuple[int, int]:
+    """(rows, cols) of the fp32 workspace a split-K / swap-AB call needs.
+
+    The kernel computes a rows' × cols' product (M × N, or N × M under swap_ab); each split
+    owns rows' rounded up to block_m rows (a tile's store never crosses into the next
+    split), and a row is padded to 16 bytes (TMA's stride rule)."""
+    d = config.derive()
+    rows, cols = (N, M) if d.swap_ab else (M, N)
+    return effective_splits(K, d.block_k, d.split_k) * -(-rows // d.block_m) * d.block_m, -(-cols // 4) * 4
+
+
+def prepare_split(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, workspace: torch.Tensor):
+    """The two launches of a split-K / swap-AB call, each (kernel, args, kwargs, grid):
+
+        GEMM  (splits × tiles work units) ──fp32 partials──> workspace
+        reduce(blocks of out)            ──Σ splits, α, β·C, cast (transpose)──> out
+
+    `workspace` is an fp32 tensor of at least workspace_shape(...) (its values are unused).
+    out must be row-major; c (if β ≠ 0) row-major with out's dtype; c may alias out."""
+    M, K = a.shape
+    N = b.shape[1]
+    d = config.derive(a.element_size(), out.element_size())
+    ka, kb = (b.t(), a.t()) if d.swap_ab else (a, b)  # swap: Cᵀ (N × M) = bᵀ (N × K) · aᵀ (K × M)
+    cols = kb.shape[1]
+    splits = effective_splits(K, d.block_k, d.split_k)
+    ws_rows, ld = workspace_shape(M, N, K, config)
+    assert workspace.dtype == torch.float32 and workspace.is_contiguous() and workspace.numel() >= ws_rows * ld
+    ws = workspace.view(-1)[: ws_rows * ld].view(ws_rows, ld)
+    gemm = _gemm_launch(ka, kb, ws[:, :cols], None, 1.0, 0.0, d, sms, splits)
+    assert out.stride(1) == 1 or out.shape[1] <= 1, "out must be row-major"
+    has_c = c is not None and beta != 0.0
+    assert not has_c or (c.stride(1) == 1 or c.shape[1] <= 1), "C must be row-major"
+    args = (ws, c if has_c else out, out, M, N, splits, ws_rows // splits * ld, ld,
+            c.stride(0) if has_c else 0, out.stride(0), float(alpha), float(beta))
+    kwargs = dict(HAS_C=has_c, SWAP=d.swap_ab, BR=reduce.BLOCK_R, BC=reduce.BLOCK_C, num_warps=reduce.NUM_WARPS)
+    grid = (-(-M // reduce.BLOCK_R), -(-N // reduce.BLOCK_C))
+    return gemm, (reduce.reduce_splits, args, kwargs, grid)
 
 
 # ----------------------------------------------------------------------------- offline compilation
@@ -107,3 +162,38 @@ def _offline_builder(schedule: str, block: tuple[int, int, int]):
 
 for _name, _block in (("persistent", (128, 256, 64)), ("cooperative", (128, 256, 64)), ("pingpong", (128, 128, 64))):
     cc.register(_name, targets=("sm_90a",))(_offline_builder(_name, _block))
+
+
+def _offline_split_builder(config: KernelConfig, shape: tuple[int, int, int], part: int, doc: str):
+    """Offline build of part 0 (the GEMM into the workspace) or 1 (the reduction) of a
+    split-K / swap-AB call on an `nt` problem (a @ wᵀ) of `shape`, with β·C."""
+    def build(target: str) -> cc.Launch:
+        M, N, K = shape
+        a = torch.empty(M, K, dtype=torch.bfloat16)
+        w = torch.empty(N, K, dtype=torch.bfloat16)
+        out = torch.empty(M, N, dtype=torch.bfloat16)
+        workspace = torch.empty(workspace_shape(M, N, K, config), dtype=torch.float32)
+        kernel, args, kwargs, grid = prepare_split(a, w.t(), out, out, 1.0, 1.0, config, 132, workspace)[part]
+        return cc.Launch(kernel, args, kwargs, grid)
+
+    build.__doc__ = doc
+    return build
+
+
+#: name -> (config, shape, part, description) of the split-K / swap-AB variants compiled offline.
+OFFLINE_SPLIT_VARIANTS = {
+    "splitk": (KernelConfig(128, 128, 64, schedule="cooperative", split_k=8), (512, 512, 65536), 0,
+               "Hopper GEMM, split-K 8, cooperative 128×128×64, fp32 partials into the workspace"),
+    "splitk_pingpong": (KernelConfig(64, 128, 64, schedule="pingpong", split_k=4), (512, 512, 16384), 0,
+                        "Hopper GEMM, split-K 4, ping-pong 64×128×64, fp32 partials into the workspace"),
+    "swapab": (KernelConfig(128, 16, 64, schedule="cooperative", split_k=2, swap_ab=True), (16, 8192, 8192), 0,
+               "Hopper GEMM, swap-AB (Cᵀ = W·Aᵀ), cooperative 128×16×64, split-K 2 (decode)"),
+    "swapab_64": (KernelConfig(128, 64, 64, schedule="cooperative", swap_ab=True), (64, 4096, 4096), 0,
+                  "Hopper GEMM, swap-AB, cooperative 128×64×64 (M ≤ 64)"),
+    "splitk_reduce": (KernelConfig(128, 128, 64, split_k=8), (512, 512, 65536), 1,
+                      "split-K reduction: Σ splits in order, α, β·C, cast"),
+    "splitk_reduce_swap": (KernelConfig(128, 16, 64, split_k=2, swap_ab=True), (16, 8192, 8192), 1,
+                           "split-K reduction of a swap-AB workspace: Σ splits, α, β·C, cast, transpose"),
+}
+for _name, (_config, _shape, _part, _doc) in OFFLINE_SPLIT_VARIANTS.items():
+    cc.register(_name, targets=("sm_90a",))(_offline_split_builder(_config, _shape, _part, _doc))

@@ -1,4 +1,15 @@
-"""TileScheduler: which output tiles a persistent program takes, in which order.
+"""Tile schedulers: which work units a persistent program takes, in which order.
+
+Every scheduler is an aggregate with the same interface, so a kernel takes either:
+
+    k_steps                 k-steps of one work unit (the same for every unit)
+    local_tiles()           work units of this program
+    tile_offsets(t)         (off_m, off_n) of the output tile of the program's t-th unit
+    k_begin(t)              first K element the unit reads
+    store_offsets(t)        (row, col) where the unit's result goes in the epilogue's tensor
+
+TileScheduler (data-parallel): one unit per output tile, the whole K loop. SplitKScheduler:
+SPLITS units per tile (module end). `create_scheduler` picks one by a constexpr.
 
 Program p of G takes tiles p, p+G, p+2G, ... of a *grouped* raster: tiles are numbered
 column-major inside bands of GROUP_M tile-rows, so the ~G tiles in flight at once share few
@@ -84,3 +95,118 @@ class TileScheduler:
         pid_m, pid_n = tile_coords(self.pid + local_tile * self.num_programs, self.num_pid_m, self.num_pid_n,
                                    self.GROUP_M)
         return pid_m * self.BM, pid_n * self.BN
+
+    @gluon.jit
+    def k_begin(self, local_tile):
+        """Every unit runs the whole K loop."""
+        return 0
+
+    @gluon.jit
+    def store_offsets(self, local_tile):
+        """The tile's own place in C."""
+        return self.tile_offsets(local_tile)
+
+
+# ----------------------------------------------------------------------------- split-K
+
+
+def effective_splits(k: int, block_k: int, split_k: int) -> int:
+    """Splits that all get k-steps: each takes ceil(k_steps / split_k) of them, so fewer
+    splits may be needed (k_steps = 10, split_k = 4: 3 steps each, 4 splits; split_k = 8:
+    2 steps each, 5 splits). The kernel and the workspace use this number."""
+    k_steps = max(1, -(-k // block_k))
+    per_split = -(-k_steps // max(1, min(split_k, k_steps)))
+    return -(-k_steps // per_split)
+
+
+@gluon.jit
+def split_work(unit, num_tiles):
+    """(tile id, split) of work unit `unit`: split-major, so the programs running at the same
+    time share one split's K range and the grouped raster's panels stay hot in L2."""
+    return unit % num_tiles, unit // num_tiles
+
+
+@aggregate
+class SplitKScheduler:
+    """SPLITS work units per output tile, each over a contiguous range of k_steps k-steps:
+
+        units   0 .. T-1      split 0 of tiles 0 .. T-1  (grouped raster)   k-steps [0, S)
+                T .. 2T-1     split 1                                      k-steps [S, 2S)
+                ...
+        program p takes units p, p+G, p+2G, ... (G programs)
+
+    The last split's range may run past K: TMA zero-fills it, adding exact zeros. A unit's
+    fp32 partial tile is stored at row split·(num_pid_m·BM) + off_m of the workspace; the
+    reduction kernel (pingpong.hopper.reduce) sums the splits in order 0, 1, ... .
+    """
+
+    pid: gl.tensor
+    num_programs: gl.tensor
+    num_pid_m: gl.tensor
+    num_pid_n: gl.tensor
+    num_tiles: gl.tensor
+    num_units: gl.tensor
+    k_steps: gl.tensor  # k-steps of one split
+    BM: gl.constexpr
+    BN: gl.constexpr
+    BK: gl.constexpr
+    GROUP_M: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, pid, num_programs, num_pid_m, num_pid_n, num_tiles, num_units, k_steps, BM, BN, BK, GROUP_M):
+        self.pid = pid
+        self.num_programs = num_programs
+        self.num_pid_m = num_pid_m
+        self.num_pid_n = num_pid_n
+        self.num_tiles = num_tiles
+        self.num_units = num_units
+        self.k_steps = k_steps
+        self.BM = gl.constexpr(BM)
+        self.BN = gl.constexpr(BN)
+        self.BK = gl.constexpr(BK)
+        self.GROUP_M = gl.constexpr(GROUP_M)
+
+    @gluon.jit
+    def create(M, N, K, splits, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr):
+        num_pid_m = gl.cdiv(M, BM)
+        num_pid_n = gl.cdiv(N, BN)
+        num_tiles = num_pid_m * num_pid_n
+        return SplitKScheduler(gl.program_id(0), gl.num_programs(0), num_pid_m, num_pid_n, num_tiles,
+                               num_tiles * splits, gl.cdiv(gl.cdiv(K, BK), splits), BM, BN, BK, GROUP_M)
+
+    @gluon.jit
+    def local_tiles(self):
+        return tiles_of_program(self.num_units, self.pid, self.num_programs)
+
+    @gluon.jit
+    def unit(self, local_tile):
+        """(tile id, split) of this program's `local_tile`-th unit."""
+        return split_work(self.pid + local_tile * self.num_programs, self.num_tiles)
+
+    @gluon.jit
+    def tile_offsets(self, local_tile):
+        tile, split = self.unit(local_tile)
+        pid_m, pid_n = tile_coords(tile, self.num_pid_m, self.num_pid_n, self.GROUP_M)
+        return pid_m * self.BM, pid_n * self.BN
+
+    @gluon.jit
+    def k_begin(self, local_tile):
+        tile, split = self.unit(local_tile)
+        return split * self.k_steps * self.BK
+
+    @gluon.jit
+    def store_offsets(self, local_tile):
+        """The unit's rows in the workspace: split `split`'s block of num_pid_m·BM rows."""
+        tile, split = self.unit(local_tile)
+        off_m, off_n = self.tile_offsets(local_tile)
+        return off_m + split * self.num_pid_m * self.BM, off_n
+
+
+@gluon.jit
+def create_scheduler(M, N, K, splits, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr,
+                     SPLIT_K: gl.constexpr):
+    """The kernel's scheduler: split-K units when SPLIT_K, else one unit per tile."""
+    if SPLIT_K:
+        return SplitKScheduler.create(M, N, K, splits, BM, BN, BK, GROUP_M)
+    else:
+        return TileScheduler.create(M, N, K, BM, BN, BK, GROUP_M)

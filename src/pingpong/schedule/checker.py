@@ -38,6 +38,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from .errors import ScheduleError
 from .model import COUNTED, Schedule, validate
 
 LAND = -1  # event kind: a TMA load of this op lands
@@ -156,6 +157,10 @@ def check(sched: Schedule, max_states: int = 300_000, stop_after: int | None = N
     known (breadth-first, so they are the ones with the shortest traces). ``reduce=False``
     turns the reduction off (for testing that it changes no verdict and no trace length).
     """
+    if type(max_states) is not int or max_states < 1:
+        raise ScheduleError(f"max_states must be an int >= 1, got {max_states!r}")
+    if stop_after is not None and (type(stop_after) is not int or stop_after < 1):
+        raise ScheduleError(f"stop_after must be None (never) or an int >= 1, got {stop_after!r}")
     validate(sched)
     t0 = time.perf_counter()
     P = _Program(sched)

@@ -2,8 +2,16 @@
 
 SCHEDULE is a shipped name (``--list``) or a Python file: every module-level Schedule in
 it is checked, and a function ``schedules(k_iters)`` returning Schedules is called
-(``file.py:NAME`` picks one attribute, a Schedule or a function of k_iters).
-Exit code: 0 all safe, 1 any race, stale read, deadlock or counter misuse, 2 incomplete.
+(``file.py:NAME`` picks one attribute, a Schedule or a function of k_iters). A schedule
+file is executed as Python (imported, with your privileges): run only files you trust.
+
+Exit code (the worst over all schedules checked):
+    0  every schedule SAFE: its whole state space explored, no violation
+    1  some race, stale read, deadlock or counter misuse found
+    2  usage or input error (bad option value, unknown schedule, a file that fails to import
+       or yields no valid Schedule); nothing is checked
+    3  INCOMPLETE: no violation found, but some search was cut short (--max-states,
+       --stop-after) — not a proof of safety
 """
 
 from __future__ import annotations
@@ -14,11 +22,13 @@ from pathlib import Path
 
 from .checker import check
 from .errors import ScheduleError
-from .model import Schedule
+from .model import Schedule, validate
 from .schedules import SHIPPED, build
 from .timeline import report_violation, summary, timeline
 
 TAIL = 40  # steps of a failing trace shown without --trace
+
+EXIT_SAFE, EXIT_VIOLATION, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
 
 
 def add_arguments(p) -> None:
@@ -30,9 +40,22 @@ def add_arguments(p) -> None:
                    help="print whole traces, and a complete execution of safe schedules")
     p.add_argument("--list", action="store_true", help="name the shipped schedules and exit")
     p.add_argument("--time", action="store_true", help="print a timing table (states, seconds)")
-    p.add_argument("--max-states", type=int, default=300_000, help="search bound (default 300000)")
+    p.add_argument("--max-states", type=int, default=300_000,
+                   help="search bound (default 300000); a search that reaches it is INCOMPLETE (exit 3)")
     p.add_argument("--stop-after", type=int, default=10, metavar="V",
                    help="stop a schedule's search after V distinct violations (default 10; 0 = never)")
+    p.epilog = ("exit codes: 0 all SAFE, 1 race/stale read/deadlock/counter misuse, 2 usage or input error, "
+                "3 INCOMPLETE (search cut short, no violation found). A schedule file is executed as Python.")
+
+
+def check_options(args) -> None:
+    """Raise ScheduleError naming the first option whose value makes no sense."""
+    if args.k_iters is not None and args.k_iters < 1:
+        raise ScheduleError(f"--k-iters must be >= 1 (K-loop iterations to unroll), got {args.k_iters}")
+    if args.max_states < 1:
+        raise ScheduleError(f"--max-states must be >= 1, got {args.max_states}")
+    if args.stop_after < 0:
+        raise ScheduleError(f"--stop-after must be >= 0 (0 = never stop early), got {args.stop_after}")
 
 
 def load_file(spec: str, k_iters: int | None) -> list[Schedule]:
@@ -42,28 +65,53 @@ def load_file(spec: str, k_iters: int | None) -> list[Schedule]:
     if not file.is_file():
         raise ScheduleError(f"{spec!r} is neither a shipped schedule ({', '.join(SHIPPED)}) nor a Python file")
     mod_spec = importlib.util.spec_from_file_location(f"_pingpong_user_{file.stem}", file)
+    if mod_spec is None or mod_spec.loader is None:
+        raise ScheduleError(f"{file}: not importable as a Python file")
     mod = importlib.util.module_from_spec(mod_spec)
-    mod_spec.loader.exec_module(mod)
+    try:
+        mod_spec.loader.exec_module(mod)
+    except (Exception, SystemExit) as e:  # the user's code: report it as bad input, not a race
+        raise ScheduleError(f"{file}: failed to import: {_describe(e)}") from e
     k = 4 if k_iters is None else k_iters
 
-    def realize(obj):
+    def realize(name, obj):
         if isinstance(obj, Schedule):
             return [obj]
-        if callable(obj):
+        if not callable(obj):
+            raise ScheduleError(f"{file}: {name!r} is not a Schedule or a function of k_iters")
+        try:
             got = obj(k)
-            return [got] if isinstance(got, Schedule) else list(got)
-        raise ScheduleError(f"{spec}: {attr!r} is not a Schedule or a function of k_iters")
+        except (Exception, SystemExit) as e:
+            raise ScheduleError(f"{file}: {name}({k}) raised {_describe(e)}") from e
+        items = [got] if isinstance(got, Schedule) else list(got) if isinstance(got, (list, tuple)) else None
+        if items is None or not items or not all(isinstance(x, Schedule) for x in items):
+            raise ScheduleError(f"{file}: {name}({k}) must return a Schedule or a non-empty list of Schedules, "
+                                f"got {_shape(got)}")
+        return items
 
     if attr:
         if not hasattr(mod, attr):
             raise ScheduleError(f"{file} defines no {attr!r}")
-        return realize(getattr(mod, attr))
-    found = [v for v in vars(mod).values() if isinstance(v, Schedule)]
-    if callable(getattr(mod, "schedules", None)):
-        found += realize(mod.schedules)
-    if not found:
-        raise ScheduleError(f"{file} defines no Schedule (module-level Schedule objects or schedules(k_iters))")
+        found = realize(attr, getattr(mod, attr))
+    else:
+        found = [v for v in vars(mod).values() if isinstance(v, Schedule)]
+        if callable(getattr(mod, "schedules", None)):
+            found += realize("schedules", mod.schedules)
+        if not found:
+            raise ScheduleError(f"{file} defines no Schedule (module-level Schedule objects or schedules(k_iters))")
+    for sched in found:
+        validate(sched)  # malformed schedules are input errors (exit 2), found before any search
     return found
+
+
+def _describe(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+
+
+def _shape(x) -> str:
+    if isinstance(x, (list, tuple)):
+        return f"a {type(x).__name__} of {', '.join(sorted({type(v).__name__ for v in x})) or 'nothing'}"
+    return type(x).__name__
 
 
 def run(args) -> int:
@@ -73,6 +121,7 @@ def run(args) -> int:
             print(f"{e.name:<24} {e.source:<36} expected {claim:<5} {e.summary}")
         return 0
     try:
+        check_options(args)
         scheds = []
         for spec in args.schedules or list(SHIPPED):
             if spec in SHIPPED:
@@ -81,8 +130,8 @@ def run(args) -> int:
                 scheds.extend(load_file(spec, args.k_iters))
     except ScheduleError as e:
         print(f"error: {e}")
-        return 2
-    worst = 0
+        return EXIT_USAGE
+    incomplete = violated = False
     rows = []
     t0 = time.perf_counter()
     for s in scheds:
@@ -90,7 +139,7 @@ def run(args) -> int:
         rows.append(r)
         print(summary(r))
         if r.violations:
-            worst = 1
+            violated = True
             print()
             print(report_violation(s, r.violations[0], tail=None if args.trace else TAIL))
             for v in r.violations[1:6]:
@@ -99,7 +148,9 @@ def run(args) -> int:
                 print(f"  ... and {len(r.violations) - 6} more")
             print()
         elif r.truncated:
-            worst = max(worst, 2)
+            incomplete = True
+            print(f"  INCOMPLETE: {'; '.join(r.notes[:1])}; no violation found in the part explored, "
+                  "which proves nothing about the rest")
         if r.final_atomics:
             finals = "; ".join(", ".join(f"{n}={v}" for n, v in f) for f in sorted(r.final_atomics) if f)
             if finals:
@@ -122,4 +173,6 @@ def run(args) -> int:
             print(f"{r.schedule.name:<34} {r.states:>9} {r.transitions:>12} {r.seconds:>8.3f}")
         print(f"{'total':<34} {sum(r.states for r in rows):>9} {sum(r.transitions for r in rows):>12} "
               f"{total:>8.3f}  (one core; target < 10 s at 4 K-iterations)")
-    return worst
+    if violated:
+        return EXIT_VIOLATION
+    return EXIT_INCOMPLETE if incomplete else EXIT_SAFE

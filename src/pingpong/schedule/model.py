@@ -254,8 +254,8 @@ class GroupBuilder:
     def read(self, buf, n=1, counter="lgkmcnt", want=None, label=""):
         return self._add(kind="read", bufs=_t(buf), n=n, counter=counter, want=want, label=label)
 
-    def store(self, buf=(), n=1, counter="vmcnt", label=""):
-        return self._add(kind="store", bufs=_t(buf), n=n, counter=counter, label=label)
+    def store(self, buf=(), n=1, counter="vmcnt", want=None, label=""):
+        return self._add(kind="store", bufs=_t(buf), n=n, counter=counter, want=want, label=label)
 
     def mma(self, bufs=(), counter=None, n=1, want=None, label=""):
         return self._add(kind="mma", bufs=_t(bufs), counter=counter, n=n, want=want, label=label)

@@ -40,6 +40,8 @@ def run_vector_add_bench(sizes, dtype=torch.float32, reps: int = 100, device: st
 
     Each row also records `correct` (ours bitwise equal to torch.add, output poisoned with
     NaN first), `path` (which kernel ran), the device name and the torch/triton versions.
+    A size whose result is wrong is not timed: its row has `correct=False` and None for
+    every time, rate and ratio (a wrong result has no speed).
     """
     dev = torch.device(device)
     rows = []
@@ -53,6 +55,13 @@ def run_vector_add_bench(sizes, dtype=torch.float32, reps: int = 100, device: st
         correct = bool(torch.equal(out, torch.add(a, b)))
 
         nbytes = 3 * n * itemsize
+        common = dict(n=n, dtype=str(dtype).replace("torch.", ""), bytes=nbytes, path=kernel_path(a, b, out),
+                      correct=correct, device=torch.cuda.get_device_name(dev), torch=torch.__version__,
+                      triton=triton.__version__)
+        if not correct:
+            rows.append(dict(common, **dict.fromkeys(_TIMED)))
+            del a, b, out
+            continue
         src = torch.empty((nbytes + 1) // 2, device=dev, dtype=torch.uint8)
         dst = torch.empty_like(src)
         times = [[_median_ms(fn, reps) for fn in (lambda: vector_add(a, b, out), lambda: torch.add(a, b, out=out),
@@ -62,15 +71,24 @@ def run_vector_add_bench(sizes, dtype=torch.float32, reps: int = 100, device: st
         gbps = lambda ms, bytes_=nbytes: bytes_ / ms * 1e-6  # noqa: E731  (bytes/ms -> GB/s)
         copy_bytes = 2 * src.numel()
         rows.append(dict(
-            n=n, dtype=str(dtype).replace("torch.", ""), bytes=nbytes, path=kernel_path(a, b, out), correct=correct,
+            common,
             ms_ours=ms_ours, ms_torch=ms_torch, ms_copy=ms_copy,
             gbps_ours=gbps(ms_ours), gbps_torch=gbps(ms_torch), gbps_copy=gbps(ms_copy, copy_bytes),
             vs_torch=ms_torch / ms_ours, vs_torch_min=min(per_round), vs_torch_max=max(per_round),
             vs_copy=gbps(ms_ours) / gbps(ms_copy, copy_bytes),
-            device=torch.cuda.get_device_name(dev), torch=torch.__version__, triton=triton.__version__,
         ))
         del a, b, out, src, dst
     return rows
+
+
+#: The fields of a `run_vector_add_bench` row that come from timing (None in a wrong row).
+_TIMED = ("ms_ours", "ms_torch", "ms_copy", "gbps_ours", "gbps_torch", "gbps_copy", "vs_torch", "vs_torch_min",
+          "vs_torch_max", "vs_copy")
+
+
+def _cell(fmt: str, value) -> str:
+    """A formatted table cell; "-" for a value that was not measured (a wrong result)."""
+    return "-" if value is None else fmt.format(value)
 
 
 COLUMNS = (
@@ -87,11 +105,11 @@ def format_table(rows: list[dict]) -> str:
         return "(no rows)"
     head = f"vector_add on {rows[0]['device']}  (torch {rows[0]['torch']}, triton {rows[0]['triton']}; " \
            "GB/s counts 2 reads + 1 write; copy moves the same bytes)"
-    widths = [len(fmt.format(r[key])) for _, fmt, key in COLUMNS for r in rows[:1]]
+    widths = [max(len(_cell(fmt, r[key])) for r in rows) for _, fmt, key in COLUMNS]
     titles = "  ".join(f"{t:>{max(w, len(t))}}" for (t, _, _), w in zip(COLUMNS, widths))
     lines = [head, titles]
     for r in rows:
-        cells = [fmt.format(r[key]) for _, fmt, key in COLUMNS]
+        cells = [_cell(fmt, r[key]) for _, fmt, key in COLUMNS]
         lines.append("  ".join(f"{c:>{max(w, len(t))}}" for c, (t, _, _), w in zip(cells, COLUMNS, widths)))
     return "\n".join(lines)
 
@@ -189,6 +207,11 @@ def run_stream_sweep(configs: dict, sizes, dtypes, reps: int = 100, device: str 
             ref = {}
 
             def row(kernel, name, fn, correct, moved=nbytes):
+                """Time `fn` only if its result was bitwise correct; a wrong row has no times."""
+                if not correct:
+                    r = dict(base, kernel=kernel, name=name, correct=False, ms=None, gbps=None, host_us=None)
+                    rows.append(r)
+                    return r
                 ms = _median_ms(fn, reps)
                 ref.setdefault(kernel, ms)
                 r = dict(base, kernel=kernel, name=name, correct=correct, ms=ms, gbps=moved / ms * 1e-6,
@@ -228,8 +251,9 @@ def run_stream_sweep(configs: dict, sizes, dtypes, reps: int = 100, device: str 
             row("torch.add", "again", lambda: torch.add(a, b, out=out), True)
             for r in rows:
                 if r["n"] == n and r["dtype"] == base["dtype"]:
-                    r["vs_torch"] = ref["torch.add"] / r["ms"]
-                    r["vs_copy"] = r["gbps"] / (2 * src.numel() / ref["copy"] * 1e-6)
+                    timed = r["ms"] is not None
+                    r["vs_torch"] = ref["torch.add"] / r["ms"] if timed else None
+                    r["vs_copy"] = r["gbps"] / (2 * src.numel() / ref["copy"] * 1e-6) if timed else None
             del a, b, out, expect, src, dst
             torch.cuda.empty_cache()
     return rows
@@ -249,7 +273,8 @@ def format_sweep(rows: list[dict]) -> str:
         return "(no rows)"
     head = (f"stream config sweep on {rows[0]['device']}  (torch {rows[0]['torch']}, triton {rows[0]['triton']}; "
             "kernel = tile/stages/ahead/out_bufs/warps[/programs_per_sm[/2d]]; vs torch: the first torch.add row)")
-    cells = [[fmt.format(r["ms"] * 1000 if key == "us" else r[key]) for _, fmt, key in SWEEP_COLUMNS] for r in rows]
+    cells = [[_cell(fmt, (r["ms"] and r["ms"] * 1000) if key == "us" else r[key]) for _, fmt, key in SWEEP_COLUMNS]
+             for r in rows]
     widths = [max([len(t)] + [len(c[i]) for c in cells]) for i, (t, _, _) in enumerate(SWEEP_COLUMNS)]
     left = {"kernel", "name"}
 

@@ -52,6 +52,20 @@ SHIPPED = {
            "pingpong.hopper, broken", "RACE", "consumers skip the turn wait"),
         _e("hopper_no_store_wait", lambda k=4: hopper.hopper_pingpong(k, variant="no_store_wait"),
            "pingpong.hopper, broken", "RACE", "epilogue rewrites C staging without store_wait(0)"),
+        _e("hopper_cooperative", hopper.hopper_cooperative, "pingpong.hopper (the default schedule)", "SAFE",
+           "producer + 2 consumers on every tile (empty count 2), 2 epilogue sub-tiles, store_wait(1), β·C",
+           default_k=2),
+        _e("hopper_coop_single_releaser", lambda k=2: hopper.hopper_cooperative(k, variant="single_releaser"),
+           "pingpong.hopper, broken", "RACE", "cooperative ring with empty count 1: one release frees the slot"),
+        _e("hopper_coop_one_consumer_releases",
+           lambda k=2: hopper.hopper_cooperative(k, variant="one_consumer_releases"),
+           "pingpong.hopper, broken", "DEADLOCK", "empty count 2 but only consumer 0 releases"),
+        _e("hopper_coop_store_wait_late", lambda k=2: hopper.hopper_cooperative(k, variant="store_wait_late"),
+           "pingpong.hopper, broken", "RACE", "epilogue store_wait(BUFS) instead of BUFS-1"),
+        _e("hopper_coop_c_parity_flipped", lambda k=2: hopper.hopper_cooperative(k, variant="c_parity_flipped"),
+           "pingpong.hopper, broken", "RACE", "C read on the other c_ready parity"),
+        _e("hopper_coop_no_c_wait", lambda k=2: hopper.hopper_cooperative(k, variant="no_c_wait"),
+           "pingpong.hopper, broken", "RACE", "C read without waiting for c_ready"),
     ]
 }
 
@@ -62,5 +76,7 @@ def build(name: str, k_iters: int | None = None):
 
     if name not in SHIPPED:
         raise ScheduleError(f"unknown schedule {name!r}; shipped: {', '.join(SHIPPED)}")
+    if k_iters is not None and (type(k_iters) is not int or k_iters < 1):
+        raise ScheduleError(f"k_iters must be an int >= 1 (K-loop iterations to unroll), got {k_iters!r}")
     e = SHIPPED[name]
     return e.build(e.default_k if k_iters is None else k_iters)

@@ -1,23 +1,36 @@
-"""The Hopper ping-pong protocol of our own kernel, built from the kernel's own helpers.
+"""The Hopper GEMM protocols of our own kernel, built from the kernel's own helpers.
 
 The two-counter PingPongSync protocol (two counters -> two mbarriers) and a producer/consumer
 ring, as realized in ``pingpong.hopper``: the stage ring (``pipeline.py``: ``ring_index``,
-``ring_phase``, ``first_counter``) and the turn barriers (``phase_sync.py``: ``turn_phase``,
-``other_consumer``). Those are ``@gluon.jit`` functions; ``.fn`` is their plain Python body,
-so the model below computes every slot, parity and counter with the code the kernel runs.
+``ring_phase``, ``first_counter``), the turn barriers (``phase_sync.py``: ``turn_phase``,
+``other_consumer``) and the epilogue's sub-tile stores (``epilogue.py``: ``first_subtile``,
+``staging_slot``, ``c_parity``, ``stores_left_in_flight``). Those are Gluon functions;
+``.fn`` is their plain Python body, so the models below compute every slot, parity, counter
+and wait count with the code the kernel runs.
 
     producer   for c in 0..T·K-1: wait empty[s] parity ring_phase(c)^1; expect ready[s] (A+B
                bytes); TMA A[s], B[s] (land on ready[s])
-    consumer c for j: wait turn[c] parity turn_phase(j, c); for k: wait ready[s] parity
-               ring_phase; wgmma(A[s], B[s]); wgmma wait(1); arrive empty of k-step k-1;
-               arrive turn[other_consumer(c)]; wgmma wait(0); arrive empty of the last k-step;
-               epilogue: store_wait(0); write C[c] staging; TMA store C[c]
+    ping-pong  consumer c, its tile j: wait turn[c] parity turn_phase(j, c); for k: wait
+               ready[s] parity ring_phase; wgmma(A[s], B[s]); wgmma wait(1); arrive empty of
+               k-step k-1; arrive turn[other_consumer(c)]; wgmma wait(0); arrive empty of the
+               last k-step; epilogue
+    cooperative  both consumers, every tile t (rows split): the same k loop from
+               first_counter(t, K, 1, 0); empty[s] has count 2: a slot is free once BOTH
+               consumers released it; epilogue
+    epilogue   (per consumer, its staging buffers C[c][0..BUFS-1] and barrier c_ready[c]) for
+               each sub-tile seq = first_subtile(tile, SUBTILES) + i, buffer
+               staging_slot(seq): store_wait(stores_left_in_flight(BUFS)); [with C: expect
+               c_ready[c]; TMA C -> buffer; wait c_ready[c] parity c_parity(seq); ld.shared]
+               st.shared; TMA store of the buffer. At exit: store_wait(0)
     turn[c]    fresh, count 1: consumer 0's first wait is on parity 1 and passes at once
                (with the older one-argument turn_phase the kernel pre-armed turn[0] with an
                arrival; the model then adds it as consumer 0's first op)
 
-Every TMA load carries its ring counter as data and every wgmma expects it, so a consumer
-reading a slot that holds another k-step's tile is reported (stale read), not only overlaps.
+Every TMA load of A and B carries its ring counter as data and every wgmma expects it, so a
+consumer reading a slot that holds another k-step's tile is reported (stale read), not only
+overlaps. The staging buffers carry no tags: every misuse of them in this protocol is an
+overlap (a C load or st.shared while a TMA store reads, an ld.shared before C landed), and
+untagged buffers keep the state space small.
 """
 
 from __future__ import annotations
@@ -47,14 +60,55 @@ def _helpers():
     return ring_index.fn, ring_phase.fn, first_counter.fn, turn, other_consumer.fn, pre_armed
 
 
-def hopper_pingpong(k_iters: int = 4, stages: int = 3, tiles_per_consumer: int = 2, variant: str = "correct"):
+C_BYTES = 64 * 128 * 2  # one bf16 C sub-tile (any nonzero byte count models the same protocol)
+EPILOGUE_VARIANTS = ("store_wait_late", "c_parity_flipped", "no_c_wait")
+
+
+def _epilogue(g, cons: int, tile_count: int, tile_name, subtiles: int, has_c: bool, variant: str):
+    """Consumer `cons`'s epilogue of its `tile_count`-th tile (Epilogue.store_subtile per
+    sub-tile), with the epilogue helpers of the kernel. Broken variants: "store_wait_late"
+    (one store more left in flight: the buffer's last reader may still run), "c_parity_flipped"
+    (waits c_ready on the other parity), "no_c_wait" (reads C without waiting c_ready)."""
+    from pingpong.hopper.epilogue import c_parity, first_subtile, staging_slot, stores_left_in_flight
+
+    bufs = 1 if subtiles == 1 else 2  # KernelConfig: one whole-tile buffer, else two
+    window = stores_left_in_flight(bufs) + (variant == "store_wait_late")
+    first = first_subtile.fn(tile_count, subtiles)
+    for i in range(subtiles):
+        seq = first + i
+        buf = f"C[{cons}][{staging_slot.fn(seq, bufs)}]"
+        g.where = f"tile {tile_name} epilogue" + (f" sub-tile {i}" if subtiles > 1 else "")
+        g.wait("tma_store", window, critical="epilogue.py: store_wait(BUFS-1) before reusing staging"
+               if seq >= bufs else "")
+        if has_c:
+            g.expect(f"c_ready[{cons}]", C_BYTES)
+            g.tma_load(buf, f"c_ready[{cons}]", C_BYTES, label=f"TMA C → {buf}")
+            if variant != "no_c_wait":
+                parity = c_parity.fn(seq) ^ (variant == "c_parity_flipped")
+                g.mwait(f"c_ready[{cons}]", parity, critical="epilogue.py: wait for C to land")
+            g.read(buf, counter="ld.shared", label=f"ld.shared C from {buf}")
+            g.wait("ld.shared", 0)
+        g.write(buf, label=f"st.shared {buf}")
+        g.store(buf, counter="tma_store", label=f"TMA store {buf}")
+
+
+def _declare_epilogue(b, subtiles: int, has_c: bool):
+    for cons in (0, 1):
+        b.buffer(*(f"C[{cons}][{i}]" for i in range(1 if subtiles == 1 else 2)))
+        if has_c:
+            b.mbarrier(f"c_ready[{cons}]", 1)
+
+
+def hopper_pingpong(k_iters: int = 4, stages: int = 3, tiles_per_consumer: int = 2, variant: str = "correct",
+                    subtiles: int = 1, has_c: bool = False):
     """Our Hopper ping-pong kernel's protocol (pingpong.hopper.kernel.pingpong_consumer,
     producer; PingPongSync realized with mbarriers). ``k_iters`` = k-steps per tile.
 
     variant: "correct"; "early_release" (a consumer arrives on empty[s] right after issuing
     the wgmma that reads slot s, before it completed); "no_turn_wait" (consumers skip the
     turn wait); "no_store_wait" (the epilogue overwrites its C staging buffer without
-    tma.store_wait(0)).
+    tma.store_wait(0)); or one of EPILOGUE_VARIANTS. ``subtiles``: epilogue sub-tiles per
+    tile (1: one whole-tile staging buffer per consumer); ``has_c``: β·C read through TMA.
     """
     ring_index, ring_phase, first_counter, turn_phase, other_consumer, pre_armed = _helpers()
     name = "hopper_pingpong" if variant == "correct" else f"hopper_{variant}"
@@ -62,7 +116,7 @@ def hopper_pingpong(k_iters: int = 4, stages: int = 3, tiles_per_consumer: int =
     for s in range(stages):
         b.buffer(f"A[{s}]", f"B[{s}]")
         b.mbarrier(f"ready[{s}]", 1).mbarrier(f"empty[{s}]", 1)
-    b.buffer("C[0]", "C[1]")
+    _declare_epilogue(b, subtiles, has_c)
     b.mbarrier("turn[0]", 1).mbarrier("turn[1]", 1)
     tiles = 2 * tiles_per_consumer
     total = tiles * k_iters
@@ -71,15 +125,7 @@ def hopper_pingpong(k_iters: int = 4, stages: int = 3, tiles_per_consumer: int =
         """The producer reuses k-step c's slot later (so releasing it early is a race)."""
         return c + stages < total
 
-    p = b.group("producer", 1)
-    for c in range(total):
-        s, ph = ring_index(c, stages), ring_phase(c, stages)
-        p.where = f"tile {c // k_iters} k={c % k_iters}"
-        # the first pass (c < STAGES) waits on a fresh barrier's parity 1: passes at once
-        p.mwait(f"empty[{s}]", ph ^ 1, critical="pipeline.py: producer waits empty[s]" if c >= stages else "")
-        p.expect(f"ready[{s}]", A_BYTES + B_BYTES)
-        p.tma_load(f"A[{s}]", f"ready[{s}]", A_BYTES, data=c, label=f"TMA A(c={c}) → A[{s}]")
-        p.tma_load(f"B[{s}]", f"ready[{s}]", B_BYTES, data=c, label=f"TMA B(c={c}) → B[{s}]")
+    _producer(b, ring_index, ring_phase, stages, total, k_iters)
 
     for cons in (0, 1):
         g = b.group(f"consumer{cons}", 4)
@@ -111,11 +157,80 @@ def hopper_pingpong(k_iters: int = 4, stages: int = 3, tiles_per_consumer: int =
                    if refilled(first + k_iters - 1) else "")
             if variant != "early_release":
                 g.arrive(f"empty[{ring_index(first + k_iters - 1, stages)}]")
-            g.where = f"tile {2 * j + cons} epilogue"
-            if variant != "no_store_wait":
-                g.wait("tma_store", 0, critical="epilogue.py: store_wait(0) before reusing staging" if j else "")
-            g.write(f"C[{cons}]", label=f"st.shared C[{cons}] (tile {2 * j + cons})")
-            g.store(f"C[{cons}]", counter="tma_store", label=f"TMA store C[{cons}]")
+            if variant == "no_store_wait":  # drop the epilogue's store waits altogether
+                g.where = f"tile {2 * j + cons} epilogue"
+                g.write(f"C[{cons}][0]", label=f"st.shared C[{cons}][0] (tile {2 * j + cons})")
+                g.store(f"C[{cons}][0]", counter="tma_store", label=f"TMA store C[{cons}][0]")
+            else:
+                _epilogue(g, cons, j, 2 * j + cons, subtiles, has_c, variant)
+        g.where = "drain"
+        g.wait("tma_store", 0)
+    return b.build()
+
+
+def _producer(b, ring_index, ring_phase, stages: int, total: int, k_iters: int):
+    """The TMA warp (kernel.producer): every k-step of every tile, in order, into the ring."""
+    p = b.group("producer", 1)
+    for c in range(total):
+        s, ph = ring_index(c, stages), ring_phase(c, stages)
+        p.where = f"tile {c // k_iters} k={c % k_iters}"
+        # the first pass (c < STAGES) waits on a fresh barrier's parity 1: passes at once
+        p.mwait(f"empty[{s}]", ph ^ 1, critical="pipeline.py: producer waits empty[s]" if c >= stages else "")
+        p.expect(f"ready[{s}]", A_BYTES + B_BYTES)
+        p.tma_load(f"A[{s}]", f"ready[{s}]", A_BYTES, data=c, label=f"TMA A(c={c}) → A[{s}]")
+        p.tma_load(f"B[{s}]", f"ready[{s}]", B_BYTES, data=c, label=f"TMA B(c={c}) → B[{s}]")
+
+
+def hopper_cooperative(k_iters: int = 2, stages: int = 2, tiles: int = 2, variant: str = "correct",
+                       subtiles: int = 2, has_c: bool = True):
+    """Our Hopper cooperative kernel's protocol (pingpong.hopper.kernel.cooperative_consumer,
+    the default schedule): the producer of the ping-pong model; both consumer warpgroups
+    consume every k-step (each its half of the rows) and BOTH release each slot, so empty[s]
+    is initialized with count 2; then each runs the epilogue of its half-tile.
+
+    variant: "correct"; "single_releaser" (empty[s] with count 1, as if one consumer read
+    the slot: the first release frees it while the other consumer's wgmma still reads);
+    "one_consumer_releases" (count 2, but consumer 1 never arrives); "early_release"; or one
+    of EPILOGUE_VARIANTS. ``subtiles`` per half-tile (2: two staging buffers per consumer,
+    store_wait(1)); ``has_c``: β·C read through TMA on c_ready's parity.
+    """
+    ring_index, ring_phase, first_counter, _, _, _ = _helpers()
+    name = "hopper_cooperative" if variant == "correct" else f"hopper_coop_{variant}"
+    b = ScheduleBuilder(name, hopper_cooperative.__doc__)
+    releasers = 1 if variant == "single_releaser" else 2  # kernel.py: Ring.allocate(..., 2) when cooperative
+    for s in range(stages):
+        b.buffer(f"A[{s}]", f"B[{s}]")
+        b.mbarrier(f"ready[{s}]", 1).mbarrier(f"empty[{s}]", releasers)
+    _declare_epilogue(b, subtiles, has_c)
+    total = tiles * k_iters
+    _producer(b, ring_index, ring_phase, stages, total, k_iters)
+
+    def refilled(c):
+        return c + stages < total
+
+    for cons in (0, 1):
+        g = b.group(f"consumer{cons}", 4)
+        releases = not (variant == "one_consumer_releases" and cons == 1)
+        for t in range(tiles):
+            first = first_counter(t, k_iters, 1, 0)
+            for k in range(k_iters):
+                c = first + k
+                s = ring_index(c, stages)
+                g.where = f"tile {t} k={k}"
+                g.mwait(f"ready[{s}]", ring_phase(c, stages), critical="pipeline.py: consumer waits ready[s]")
+                g.mma((f"A[{s}]", f"B[{s}]"), counter="wgmma", want=c, label=f"wgmma c={c} A[{s}],B[{s}]")
+                if variant == "early_release":
+                    g.arrive(f"empty[{s}]", label=f"arrive empty[{s}] (too early)")
+                g.wait("wgmma", 1, critical="mma.py: wgmma of k-step k-1 done before its release"
+                       if k and refilled(c - 1) else "")
+                if k > 0 and variant != "early_release" and releases:
+                    g.arrive(f"empty[{ring_index(c - 1, stages)}]")
+            g.where = f"tile {t} end"
+            g.wait("wgmma", 0, critical="kernel.py finish_mainloop: drain the last wgmma"
+                   if refilled(first + k_iters - 1) else "")
+            if variant != "early_release" and releases:
+                g.arrive(f"empty[{ring_index(first + k_iters - 1, stages)}]")
+            _epilogue(g, cons, t, t, subtiles, has_c, variant)
         g.where = "drain"
         g.wait("tma_store", 0)
     return b.build()

@@ -1,0 +1,164 @@
+"""Mutation pass over the CPU suite: apply one break at a time, run the tests meant to catch it,
+expect them to fail, restore the file. Results go to benchmarks/MUTATIONS.md (by hand).
+
+    PYTHONPATH=src python benchmarks/mutations.py            # every mutation
+    PYTHONPATH=src python benchmarks/mutations.py NAME ...   # some of them
+
+Each mutation is (name, file, the exact text to replace, its replacement, the test
+selection). The text must occur in the file exactly once, so a refactor that moves it makes
+this script fail loudly instead of testing nothing. Exit 1 if any mutation survives.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+MUTATIONS = [
+    # -- 64-bit indexing of the portable GEMM
+    ("int64 switch forced off", "src/pingpong/portable.py",
+     "INDEX_64=needs_int64(a, b, c, out)", "INDEX_64=False",
+     "tests/test_reliability_indexing.py"),
+    ("int64 threshold moved to 2**32", "src/pingpong/addressing.py",
+     "span(t) > INT32_MAX for t in tensors", "span(t) > 2**32 for t in tensors",
+     "tests/test_reliability_indexing.py"),
+    ("int64 threshold off by one", "src/pingpong/addressing.py",
+     "span(t) > INT32_MAX for t in tensors", "span(t) > INT32_MAX + 1 for t in tensors",
+     "tests/test_reliability_indexing.py"),
+    ("K-step advance in 32 bits", "src/pingpong/portable.py",
+     "a_step = tl.cast(stride_ak, tl.int64) * BK", "a_step = stride_ak * BK",
+     "tests/test_reliability_indexing.py"),
+    # -- KernelConfig's shared-memory budget and bounds
+    ("smem limit check loosened by 4 KB", "src/pingpong/config.py",
+     "if total > SMEM_LIMIT:", "if total > SMEM_LIMIT + 4096:",
+     "tests/test_reliability_config.py"),
+    ("fixed-bytes term zeroed", "src/pingpong/config.py",
+     "_epilogue(cfg, in_bytes, out_bytes)[2] + _FIXED_BYTES", "_epilogue(cfg, in_bytes, out_bytes)[2] + 0",
+     "tests/test_reliability_config.py"),
+    ("staging term zeroed", "src/pingpong/config.py",
+     "_epilogue(cfg, in_bytes, out_bytes)[2] + _FIXED_BYTES", "_FIXED_BYTES",
+     "tests/test_reliability_config.py"),
+    ("SMEM_LIMIT raised to 228 KB", "src/pingpong/config.py",
+     "SMEM_LIMIT = 227 * 1024", "SMEM_LIMIT = 228 * 1024",
+     "tests/test_reliability_config.py tests/test_config.py"),
+    ("stages upper bound dropped", "src/pingpong/config.py",
+     "if self.stages > MAX_STAGES:", "if False:",
+     "tests/test_reliability_config.py"),
+    ("group_m upper bound dropped", "src/pingpong/config.py",
+     "if self.group_m > MAX_GROUP_M:", "if False:",
+     "tests/test_reliability_config.py"),
+    ("derive cached by equality (untyped)", "src/pingpong/config.py",
+     "@functools.lru_cache(maxsize=None, typed=True)", "@functools.lru_cache(maxsize=None)",
+     "tests/test_reliability_config.py"),
+    # -- the spill / local-memory detector
+    ("CUDA spill bytes forced to 0", "src/pingpong/compile.py",
+     'spill_bytes=field("STACK") + field("LOCAL")', "spill_bytes=0",
+     "tests/test_reliability_detectors.py"),
+    ("SASS LDL/STL regex never matches", "src/pingpong/compile.py",
+     r'"LDL/STL": ("s", r"\b(LDL|STL)\b")', r'"LDL/STL": ("s", r"\bNEVER_MATCHES\b")',
+     "tests/test_reliability_detectors.py"),
+    ("AMD scratch and spill counts not read", "src/pingpong/compile.py",
+     'spill_bytes=_amd_meta(text, "private_segment_fixed_size")\n'
+     '        + _amd_meta(text, "vgpr_spill_count") * 4\n'
+     '        + _amd_meta(text, "sgpr_spill_count") * 4,', "spill_bytes=0,",
+     "tests/test_reliability_detectors.py"),
+    ("AMD scratch bytes not read", "src/pingpong/compile.py",
+     'spill_bytes=_amd_meta(text, "private_segment_fixed_size")', "spill_bytes=0",
+     "tests/test_reliability_detectors.py"),
+    # -- TMA legality
+    ("TMA base-alignment check removed", "src/pingpong/hopper/launch.py",
+     "if t.data_ptr() % 16:", "if False:",
+     "tests/test_reliability_detectors.py"),
+    # -- the schedule checker's truncated searches and its CLI
+    ("truncated search not marked", "src/pingpong/schedule/checker.py",
+     '            res.truncated = True\n            res.notes.append(f"stopped after {max_states} states',
+     '            res.notes.append(f"stopped after {max_states} states',
+     "tests/test_reliability_schedule_cli.py"),
+    ("INCOMPLETE verdict printed as SAFE", "src/pingpong/schedule/checker.py",
+     'return "INCOMPLETE" if self.truncated else "SAFE"', 'return "SAFE"',
+     "tests/test_reliability_schedule_cli.py"),
+    ("state bound off by one", "src/pingpong/schedule/checker.py",
+     "if len(parent) > max_states:", "if len(parent) > max_states + 1:",
+     "tests/test_reliability_schedule_cli.py"),
+    ("CLI exit code 0 for INCOMPLETE", "src/pingpong/schedule/cli.py",
+     "return EXIT_INCOMPLETE if incomplete else EXIT_SAFE", "return EXIT_SAFE",
+     "tests/test_reliability_schedule_cli.py"),
+    ("CLI accepts --k-iters 0", "src/pingpong/schedule/cli.py",
+     "if args.k_iters is not None and args.k_iters < 1:", "if False:",
+     "tests/test_reliability_schedule_cli.py"),
+    ("CLI accepts negative --stop-after", "src/pingpong/schedule/cli.py",
+     "if args.stop_after < 0:", "if False:",
+     "tests/test_reliability_schedule_cli.py"),
+    ("user file import errors uncaught", "src/pingpong/schedule/cli.py",
+     "except (Exception, SystemExit) as e:  # the user's code", "except KeyboardInterrupt as e:  # the user's code",
+     "tests/test_reliability_schedule_cli.py"),
+    # -- the Hopper models follow the kernel
+    ("cooperative model with empty count 1", "src/pingpong/schedule/schedules/hopper.py",
+     'releasers = 1 if variant == "single_releaser" else 2', "releasers = 1",
+     "tests/test_reliability_schedule_models.py"),
+    ("epilogue model ignores stores_left_in_flight", "src/pingpong/schedule/schedules/hopper.py",
+     'window = stores_left_in_flight(bufs) + (variant == "store_wait_late")', "window = 0",
+     "tests/test_reliability_schedule_models.py"),
+    ("epilogue model ignores c_parity", "src/pingpong/schedule/schedules/hopper.py",
+     'parity = c_parity.fn(seq) ^ (variant == "c_parity_flipped")', "parity = seq & 1",
+     "tests/test_reliability_schedule_models.py"),
+    # -- streaming
+    ("vector_add(None, b) unchecked", "src/pingpong/streaming/api.py",
+     'if (t is not None or name != "out") and not isinstance(t, torch.Tensor):',
+     "if t is not None and not isinstance(t, torch.Tensor):",
+     "tests/test_reliability_streaming.py"),
+    ("vector_add bench times a wrong size", "src/pingpong/streaming/bench.py",
+     "        if not correct:\n            rows.append(dict(common", "        if False:\n            rows.append(dict(common",
+     "tests/test_reliability_streaming.py"),
+    ("stream sweep times a wrong row", "src/pingpong/streaming/bench.py",
+     "                if not correct:\n                    r = dict(base", "                if False:\n                    r = dict(base",
+     "tests/test_reliability_streaming.py"),
+    # -- offline compilation and `pingpong isa`
+    ("offline() stub shared by all threads", "src/pingpong/compile.py",
+     "_THREAD = threading.local()", "_THREAD = type(\"Shared\", (), {})()",
+     "tests/test_reliability_compile.py"),
+    ("isa --dump path checked after compiling", "src/pingpong/isa.py",
+     "    if problem:  # found before compiling, not after", "    if False:",
+     "tests/test_reliability_compile.py"),
+    # -- addressability predicate
+    ("buffer-op limit counted in elements, not bytes", "src/pingpong/addressing.py",
+     "nbytes = (span(t) + 1) * t.element_size()", "nbytes = span(t) + 1",
+     "tests/test_reliability_indexing.py"),
+    ("TMA stride limit dropped", "src/pingpong/addressing.py",
+     "if st * t.element_size() >= TMA_STRIDE_BYTES_LIMIT]", "if False]",
+     "tests/test_reliability_indexing.py"),
+]
+
+
+def run(name, file, old, new, tests):
+    """(killed, by which test): killed when the tests fail."""
+    path = ROOT / file
+    text = path.read_text()
+    if text.count(old) != 1:
+        raise SystemExit(f"{name}: expected exactly one {old!r} in {file}, found {text.count(old)}")
+    path.write_text(text.replace(old, new))
+    try:
+        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-rfE", "-p", "no:cacheprovider", *tests.split()],
+                           cwd=ROOT, capture_output=True, text=True, env=None)
+    finally:
+        path.write_text(text)
+    failed = [ln.split()[1] for ln in r.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))]
+    return r.returncode != 0, (failed[0] if failed else f"exit {r.returncode}")
+
+
+def main(argv) -> int:
+    chosen = [m for m in MUTATIONS if not argv or m[0] in argv]
+    survived = 0
+    for m in chosen:
+        killed, by = run(*m)
+        survived += not killed
+        print(f"| {m[0]} | {m[1]} | {'killed by ' + by if killed else 'SURVIVED'} |", flush=True)
+    print(f"{len(chosen) - survived}/{len(chosen)} killed")
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

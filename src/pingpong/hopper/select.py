@@ -1,0 +1,132 @@
+"""Which KernelConfig a GEMM runs with: `select_config(M, N, K, dtypes, layouts, device)`.
+
+    tuning table for this GPU (pingpong.hopper.table) has an entry in (M, N, K)'s bucket?
+        yes ─> that entry's config (if it is valid for these element sizes)
+        no  ─> the heuristic below
+
+The heuristic, for shapes nobody tuned (S = the GPU's SM count):
+
+    | case                          | config                                              |
+    |-------------------------------|-----------------------------------------------------|
+    | M ≤ 64 (decode)               | swap-AB: 128 rows of N × (M rounded up to 16, 32 or |
+    |                               | 64) columns, cooperative                            |
+    | ≥ S tiles of 128×256          | 128×256×64 cooperative (the big tile)               |
+    | otherwise                     | 128×128×64 cooperative                              |
+
+    then, with fewer tiles than S: split-K into the s ≥ 1 splits that minimize
+        waves(s) · (k_steps / s + SPLIT_OVERHEAD_STEPS),   waves(s) = ⌈tiles·s / S⌉
+    (the persistent grid runs S units at a time), each split ≥ MIN_SPLIT_STEPS k-steps long,
+    s ≤ MAX_SPLIT_K, and a larger s only where it wins by SPLIT_MARGIN
+
+so every SM streams a part of the weight in decode (16×8192×8192: 64 tiles of N, 2 splits),
+and few-tile large-K problems use the whole GPU (512×512×65536: 16 tiles, 8 splits). A plan
+calls this once and caches the answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from ..config import MAX_SPLIT_K, KernelConfig
+from ..errors import ConfigError
+from . import table as tables
+
+#: a split is worth its fp32 partial tile only with at least this many k-steps (8 × 64 = 512 of K)
+MIN_SPLIT_STEPS = 8
+#: k-steps' worth of time a work unit costs beyond its k-steps (fill, drain, epilogue)
+SPLIT_OVERHEAD_STEPS = 4
+#: a split count must beat the next smaller one by this factor (its partials cost traffic)
+SPLIT_MARGIN = 0.95
+#: decode: M up to this many rows runs swap-AB (M on the wgmma N side, which can be 16..256)
+SWAP_AB_MAX_M = 64
+#: SM count assumed when no device is given (H100 SXM)
+DEFAULT_SMS = 132
+
+_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+_NAMES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Device:
+    """The facts of a GPU that selection reads. name None: no tuning table applies."""
+
+    name: str | None = None
+    sms: int = DEFAULT_SMS
+
+    @classmethod
+    def of(cls, device) -> "Device":
+        """Device(...) as given, or the facts of a CUDA device (index or torch.device); None →
+        the default (no table, DEFAULT_SMS)."""
+        if device is None or isinstance(device, Device):
+            return device or cls()
+        import torch
+
+        if not torch.cuda.is_available():  # plans built without a GPU (tests): the default facts
+            return cls()
+
+        from ..device import sm_count
+
+        index = device if isinstance(device, int) else (device.index if device.index is not None
+                                                        else torch.cuda.current_device())
+        return cls(torch.cuda.get_device_name(index), sm_count(index))
+
+
+def dtype_name(dtype) -> str:
+    """"bf16"/"fp16"/"fp32" for a name or a torch dtype."""
+    name = _NAMES.get(str(dtype), dtype)
+    if name not in _BYTES:
+        raise ConfigError(f"dtypes: {dtype!r} is not one of bf16, fp16, fp32")
+    return name
+
+
+def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS) -> KernelConfig:
+    """The rule of the module docstring (valid for every element size the kernel takes)."""
+    if M <= SWAP_AB_MAX_M:
+        config = KernelConfig(128, max(16, 1 << math.ceil(math.log2(max(M, 1)))), 64, swap_ab=True)
+        rows, cols = N, M
+    else:
+        big = math.ceil(M / 128) * math.ceil(N / 256) >= sms
+        config = KernelConfig(128, 256 if big else 128, 64)
+        rows, cols = M, N
+    tiles = math.ceil(rows / config.block_m) * math.ceil(cols / config.block_n)
+    return dataclasses.replace(config, split_k=split_count(tiles, math.ceil(K / config.block_k), sms))
+
+
+def split_count(tiles: int, k_steps: int, sms: int) -> int:
+    """The number of K splits of the module docstring's cost model."""
+    cost = lambda s: math.ceil(tiles * s / sms) * (k_steps / s + SPLIT_OVERHEAD_STEPS)  # noqa: E731
+    best = 1
+    if tiles >= sms:  # the tiles fill the GPU: partials would only add traffic
+        return best
+    for s in range(2, min(MAX_SPLIT_K, k_steps // MIN_SPLIT_STEPS) + 1):
+        if cost(s) < SPLIT_MARGIN * cost(best):
+            best = s
+    return best
+
+
+def choose(M: int, N: int, K: int, dtypes=("bf16", "bf16"), layouts: str = "nt",
+           device=None) -> tuple[KernelConfig, str]:
+    """(config, source): source is the tuning table's path, or "heuristic"."""
+    dev = Device.of(device)
+    in_name, out_name = (dtype_name(d) for d in dtypes)
+    if dev.name is not None:
+        table, where = tables.active(tables.TableKey.current(dev.name, dev.sms))
+        tuned = table.lookup(M, N, K, in_name, layouts) if table else None
+        if tuned is not None:
+            try:
+                tuned.validate(_BYTES[in_name], _BYTES[out_name])
+                return tuned, where
+            except ConfigError:
+                pass  # tuned for another output type: the heuristic answers
+    return heuristic_config(M, N, K, dev.sms), "heuristic"
+
+
+def select_config(M: int, N: int, K: int, dtypes=("bf16", "bf16"), layouts: str = "nt", device=None) -> KernelConfig:
+    """The KernelConfig for an (M, N, K) product.
+
+    dtypes: (input dtype, output dtype), as torch dtypes or "bf16"/"fp16"/"fp32".
+    layouts: how A and B are stored, "nt" (a @ wᵀ), "nn", "tn" or "tt" (as in `pingpong bench`).
+    device: a CUDA device index / torch.device, a select.Device, or None (no table, 132 SMs).
+    """
+    return choose(M, N, K, dtypes, layouts, device)[0]

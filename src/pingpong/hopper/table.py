@@ -1,0 +1,196 @@
+"""The tuning table: measured best KernelConfigs per problem-size bucket, for one GPU.
+
+    pingpong tune ──writes──> <cache dir>/tuning/<gpu>-<sms>sm.json     (user's, first choice)
+    package data:             pingpong/tables/<gpu>-<sms>sm.json       (shipped, second)
+    select_config ──reads──> the first one whose key matches this GPU and these versions
+
+A table is keyed by the GPU's name, its SM count, and the pingpong and triton versions that
+measured it: a table from another GPU or another version (or one that does not parse) is
+ignored with a warning, because its timings say nothing about this build on this machine.
+
+Lookup is by bucket, not exact shape: a size x falls in bucket round(log2 x), so a table
+tuned at M = 16 also answers M = 12..22, and 4096×14336 answers 4000×16000. Entries in the
+same bucket are ranked by their log-distance to the asked shape; an entry for the asked
+operand layout beats one for another layout.
+
+The cache directory is $PINGPONG_CACHE_DIR if set, else platformdirs' user cache dir for
+"pingpong". Writers hold a file lock, re-read the table and merge their entries, and replace
+the file atomically, so concurrent `pingpong tune` runs do not lose each other's results.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import os
+import re
+import tempfile
+import warnings
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ..config import KernelConfig
+from ..errors import ConfigError, PingpongError
+
+FORMAT = 1
+CACHE_ENV = "PINGPONG_CACHE_DIR"
+#: the fields of an entry that name its problem (the rest: the config and what was measured)
+PROBLEM = ("M", "N", "K", "dtype", "out_dtype", "layout")
+
+
+@dataclasses.dataclass(frozen=True)
+class TableKey:
+    """What a table's timings are valid for."""
+
+    gpu: str
+    sms: int
+    pingpong: str
+    triton: str
+
+    @classmethod
+    def current(cls, gpu: str, sms: int) -> "TableKey":
+        import triton
+
+        from .. import __version__
+
+        return cls(gpu, int(sms), __version__, triton.__version__)
+
+    @property
+    def filename(self) -> str:
+        return f"{re.sub(r'[^a-z0-9]+', '-', self.gpu.lower()).strip('-')}-{self.sms}sm.json"
+
+
+def bucket(x: int) -> int:
+    """The bucket of a problem size: round(log2 x)."""
+    return round(math.log2(max(1, x)))
+
+
+def cache_dir() -> Path:
+    """$PINGPONG_CACHE_DIR, else the user cache dir (platformdirs); PingpongError if neither."""
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env)
+    try:
+        import platformdirs
+    except ImportError as e:
+        raise PingpongError(f"cache directory: set {CACHE_ENV} or pip install platformdirs ({e})") from e
+    return Path(platformdirs.user_cache_dir("pingpong"))
+
+
+def user_table_path(key: TableKey) -> Path:
+    return cache_dir() / "tuning" / key.filename
+
+
+def shipped_table_path(key: TableKey) -> Path:
+    return Path(str(resources.files("pingpong") / "tables" / key.filename))
+
+
+@dataclasses.dataclass
+class Table:
+    key: TableKey
+    entries: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+    def add(self, M: int, N: int, K: int, dtype: str, out_dtype: str, layout: str, config: KernelConfig,
+            **measured: float) -> None:
+        """Record the best config of a shape (replacing an earlier entry for the same problem)."""
+        entry = dict(M=M, N=N, K=K, dtype=dtype, out_dtype=out_dtype, layout=layout,
+                     config=dataclasses.asdict(config), **measured)
+        same = lambda e: all(e[f] == entry[f] for f in PROBLEM)  # noqa: E731
+        self.entries = [e for e in self.entries if not same(e)] + [entry]
+
+    def lookup(self, M: int, N: int, K: int, dtype: str, layout: str) -> KernelConfig | None:
+        """The config of the nearest entry in (M, N, K)'s bucket for this input dtype, or None."""
+        asked = (M, N, K)
+        near = [e for e in self.entries
+                if e["dtype"] == dtype and all(bucket(e[d]) == bucket(x) for d, x in zip("MNK", asked))]
+        if not near:
+            return None
+        distance = lambda e: sum(abs(math.log2(e[d] / x)) for d, x in zip("MNK", asked))  # noqa: E731
+        return KernelConfig(**min(near, key=lambda e: (e["layout"] != layout, distance(e)))["config"])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "key": dataclasses.asdict(self.key), "entries": self.entries}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> "Table":
+        """Parse a table; ValueError says what is wrong with it."""
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise ValueError(f"not a format-{FORMAT} pingpong tuning table")
+        try:
+            key = TableKey(**doc["key"])
+            entries = list(doc["entries"])
+            for e in entries:
+                KernelConfig(**e["config"]).validate()
+                [int(e[d]) for d in "MNK"], e["dtype"], e["layout"], e["out_dtype"]  # noqa: B018
+        except (KeyError, TypeError, ConfigError) as e:
+            raise ValueError(f"malformed table ({type(e).__name__}: {e})") from e
+        return cls(key, entries)
+
+
+def read(path: Path, key: TableKey) -> Table | None:
+    """The table at `path` if it is valid for `key`; None if there is none; a warning and None
+    if it does not parse or was measured for another GPU or version."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        warnings.warn(f"pingpong: ignoring tuning table {path}: {e}", stacklevel=2)
+        return None
+    try:
+        table = Table.from_json(json.loads(text))
+    except ValueError as e:  # json.JSONDecodeError is a ValueError
+        warnings.warn(f"pingpong: ignoring tuning table {path}: {e}", stacklevel=2)
+        return None
+    if table.key != key:
+        diff = ", ".join(f"{f} {getattr(table.key, f)!r} (this machine: {getattr(key, f)!r})"
+                         for f in ("gpu", "sms", "pingpong", "triton") if getattr(table.key, f) != getattr(key, f))
+        warnings.warn(f"pingpong: ignoring tuning table {path}: measured for another setup: {diff}", stacklevel=2)
+        return None
+    return table
+
+
+def write(table: Table, path: Path) -> Path:
+    """Merge `table` into the file at `path` (its own entries win) under a file lock and replace
+    the file atomically. Entries of an unreadable or foreign file there are dropped."""
+    from filelock import FileLock
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            merged = read(path, table.key) or Table(table.key)
+        for e in table.entries:
+            problem = [e[f] for f in PROBLEM]
+            measured = {k: v for k, v in e.items() if k not in PROBLEM and k != "config"}
+            merged.add(*problem, KernelConfig(**e["config"]), **measured)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(merged.to_json(), f, indent=1)
+            f.write("\n")
+        os.replace(tmp, path)
+    clear_cache()
+    return path
+
+
+@functools.lru_cache(maxsize=None)
+def active(key: TableKey) -> tuple[Table | None, str | None]:
+    """(table, where it came from) for this GPU: the user's table, else the shipped one, else
+    (None, None). Read once per process (write() clears the cache)."""
+    try:
+        user = user_table_path(key)
+    except PingpongError:  # no cache dir configured: only the shipped tables
+        user = None
+    for path in (user, shipped_table_path(key)):
+        table = read(path, key) if path is not None else None
+        if table is not None:
+            return table, str(path)
+    return None, None
+
+
+def clear_cache() -> None:
+    active.cache_clear()

@@ -1,0 +1,421 @@
+"""`pingpong tune`: measure KernelConfigs per shape on this GPU and keep the best in the tuning
+table that `select_config` reads (pingpong.hopper.table).
+
+    shapes (--shapes / --suite) ──> for each shape:
+        candidates: the heuristic's config first, then
+            --quick            a small fixed grid around it (QUICK_VARIANTS)
+            space ≤ --trials   every valid config of the space (brute force)
+            otherwise          Optuna's TPE sampler over the space's factors (pip install
+                               pingpong[tune]); without Optuna, --trials configs of the space
+                               in a seeded random order
+        each candidate: validate() (invalid: skipped, never run) ─ de-duplicated (configs
+        that run the same kernel the same way are measured once) ─ checked against a torch
+        reference on NaN-poisoned output (wrong: never timed) ─ timed (L2-flushed median)
+    ──> best per shape ──> <cache dir>/tuning/<gpu>-<sms>sm.json (file-locked merge)
+
+Bad arguments (a shape that does not parse, a size ≤ 0, an unknown suite, a cache directory
+that cannot be written) print a message naming the option and exit 2 before anything is
+measured or written; so does a machine without a CUDA GPU. Optuna and tqdm are optional
+(the `tune` extra); nothing on the `matmul` call path imports them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import math
+import os
+import random
+import sys
+from typing import Callable, Iterable
+
+from .config import KernelConfig
+from .errors import ConfigError, PingpongError
+from .hopper import table as tables
+from .hopper.scheduler import effective_splits
+from .hopper.select import heuristic_config
+from .suites import SUITES, suite
+
+EXIT_USAGE = 2
+QUICK_REPS = 20
+REPS = 50
+DTYPES = {"bf16": 2, "fp16": 2}
+LAYOUTS = ("nn", "nt", "tn", "tt")
+
+#: the factors of the searched space
+TILES = ((128, 256), (128, 128), (128, 64), (128, 32), (128, 16), (64, 256), (64, 128), (64, 64), (64, 32), (64, 16))
+SCHEDULES = ("cooperative", "pingpong")
+SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+#: swap-AB is searched for M up to this (beyond it the output's M side fills wgmma's 64 rows)
+SWAP_MAX_M = 256
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    shapes: tuple[tuple[int, int, int], ...]
+    quick: bool = False
+    trials: int = 40
+    dtype: str = "bf16"
+    layout: str = "nt"
+    reps: int = REPS
+    seed: int = 0
+    show: bool = False
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shapes", nargs="+", metavar="M,N,K", help="problem sizes to tune")
+    p.add_argument("--suite", help=f"a named shape list: {', '.join(SUITES)} (pingpong.suites)")
+    p.add_argument("--quick", action="store_true", help="a small fixed grid around the heuristic's choice per shape")
+    p.add_argument("--trials", type=int, default=40, help="configs measured per shape (default 40)")
+    p.add_argument("--dtype", default="bf16", help="bf16 (default) or fp16")
+    p.add_argument("--layout", default="nt", help="A,B storage: nt (default, a @ wᵀ), nn, tn, tt")
+    p.add_argument("--reps", type=int, default=None,
+                   help=f"timed repetitions per config (default {REPS}, --quick {QUICK_REPS})")
+    p.add_argument("--seed", type=int, default=0, help="seed of the inputs and the sampler (default 0)")
+    p.add_argument("--show", action="store_true", help="print the tuning table in use on this machine and exit")
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    parts = text.replace("x", ",").split(",")
+    try:
+        dims = tuple(int(p) for p in parts)
+    except ValueError:
+        raise PingpongError(f"--shapes: {text!r} is not M,N,K with three integers (e.g. 16,4096,4096)") from None
+    if len(dims) != 3:
+        raise PingpongError(f"--shapes: {text!r} is not M,N,K with three integers (e.g. 16,4096,4096)")
+    if any(d <= 0 for d in dims):
+        raise PingpongError(f"--shapes: {text!r} has a size ≤ 0; M, N and K must be positive")
+    return dims  # type: ignore[return-value]
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """Validate every option (PingpongError naming it) before anything runs."""
+    shapes: list[tuple[int, int, int]] = [parse_shape(s) for s in args.shapes or ()]
+    if args.suite is not None:
+        shapes += suite(args.suite)
+    if not shapes and not args.show:
+        raise PingpongError("--shapes/--suite: nothing to tune; give --shapes M,N,K ... or --suite NAME")
+    if args.trials < 1:
+        raise PingpongError(f"--trials: {args.trials} must be ≥ 1")
+    if args.dtype not in DTYPES:
+        raise PingpongError(f"--dtype: {args.dtype!r} is not one of {', '.join(DTYPES)}")
+    if args.layout not in LAYOUTS:
+        raise PingpongError(f"--layout: {args.layout!r} is not one of {', '.join(LAYOUTS)}")
+    reps = args.reps if args.reps is not None else (QUICK_REPS if args.quick else REPS)
+    if reps < 1:
+        raise PingpongError(f"--reps: {reps} must be ≥ 1")
+    return Settings(tuple(dict.fromkeys(shapes)), bool(args.quick), args.trials, args.dtype, args.layout, reps,
+                    args.seed, bool(args.show))
+
+
+def check_cache_dir() -> str:
+    """The directory the table will go to, checked writable without writing anything: it, or
+    the nearest ancestor that exists (the table's write creates the rest), is a writable
+    directory."""
+    where = tables.cache_dir() / "tuning"
+    probe = where
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise PingpongError(f"cache directory ({tables.CACHE_ENV} or the user cache dir): {where} cannot be written"
+                            f" ({probe} is {'not a directory' if not probe.is_dir() else 'not writable'})")
+    return str(where)
+
+
+def no_gpu_reason() -> str | None:
+    """None on a Hopper GPU (the kernel the table configures), else why tuning cannot run."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "no CUDA GPU on this machine: tuning measures the kernels on the GPU the table is for"
+    from .device import is_hopper
+
+    if not is_hopper(torch.cuda.current_device()):
+        return f"{torch.cuda.get_device_name()} is not a Hopper (sm_90) GPU: the tuned kernel is the Hopper one"
+    return None
+
+
+# --------------------------------------------------------------------------- the space
+
+
+def normalize(config: KernelConfig, M: int, N: int, K: int) -> KernelConfig:
+    """The config's canonical form for this shape: split_k as the kernel runs it (configs
+    that split K the same way are one candidate)."""
+    return dataclasses.replace(config, split_k=effective_splits(K, config.block_k, config.split_k))
+
+
+def valid(config: KernelConfig, in_bytes: int, out_bytes: int) -> bool:
+    try:
+        config.validate(in_bytes, out_bytes)
+    except ConfigError:
+        return False
+    return True
+
+
+def space(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2) -> list[KernelConfig]:
+    """Every valid, distinct config of the searched factors for this shape."""
+    seen: dict[KernelConfig, None] = {}
+    for (bm, bn), schedule, split, swap in itertools.product(TILES, SCHEDULES, SPLITS, (False, True)):
+        if swap and M > SWAP_MAX_M:
+            continue
+        c = KernelConfig(bm, bn, 64, schedule=schedule, split_k=split, swap_ab=swap)
+        if valid(c, in_bytes, out_bytes):
+            seen.setdefault(normalize(c, M, N, K))
+    return list(seen)
+
+
+def quick_grid(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2) -> list[KernelConfig]:
+    """The heuristic's config and its neighbours: split ×½ ×2 (where it splits), the other
+    schedule, the other orientation, and the big / medium tile unsplit."""
+    h = heuristic_config(M, N, K)
+    other = "pingpong" if h.schedule == "cooperative" else "cooperative"
+    if h.swap_ab:
+        flipped = KernelConfig(128, 128, 64, split_k=h.split_k)
+    else:
+        flipped = KernelConfig(128, max(16, min(256, 1 << math.ceil(math.log2(M)))), 64, split_k=h.split_k,
+                               swap_ab=M <= SWAP_MAX_M)
+    splits = [h.split_k // 2, 2 * h.split_k] if h.split_k > 1 else []  # unsplit: the tiles fill the GPU
+    grid = [h, *(dataclasses.replace(h, split_k=s) for s in splits),
+            dataclasses.replace(h, schedule=other, block_m=64 if other == "pingpong" else 128), flipped,
+            KernelConfig(128, 256, 64), KernelConfig(128, 128, 64, schedule="pingpong")]
+    return dedupe(grid, M, N, K, in_bytes, out_bytes)
+
+
+def dedupe(configs: Iterable[KernelConfig], M, N, K, in_bytes=2, out_bytes=2) -> list[KernelConfig]:
+    """Valid configs only, in order, each canonical form once."""
+    out: dict[KernelConfig, None] = {}
+    for c in configs:
+        if valid(c, in_bytes, out_bytes):
+            out.setdefault(normalize(c, M, N, K))
+    return list(out)
+
+
+# --------------------------------------------------------------------------- search
+
+
+@dataclasses.dataclass
+class Result:
+    config: KernelConfig
+    ms: float | None  # None: failed its correctness check (never timed) or raised
+    note: str = ""
+
+
+Measure = Callable[[KernelConfig], Result]
+
+
+def search(M: int, N: int, K: int, settings: Settings, measure: Measure, progress=None) -> list[Result]:
+    """Measure the candidates of one shape (module docstring); returns every result, in order.
+    `measure(config)` checks then times one config; `progress` (a tqdm-like bar) is updated
+    once per measured config."""
+    in_b, out_b = DTYPES[settings.dtype], DTYPES[settings.dtype]
+    first = normalize(heuristic_config(M, N, K), M, N, K)
+    results: dict[KernelConfig, Result] = {}
+
+    def run(config: KernelConfig) -> Result:
+        config = normalize(config, M, N, K)
+        if config not in results:
+            results[config] = measure(config)
+            if progress is not None:
+                progress.update(1)
+        return results[config]
+
+    run(first)
+    if settings.quick:
+        for c in quick_grid(M, N, K, in_b, out_b):
+            run(c)
+        return list(results.values())
+    candidates = [c for c in space(M, N, K, in_b, out_b) if c != first]
+    budget = settings.trials - 1
+    if len(candidates) <= budget:
+        for c in candidates:
+            run(c)
+        return list(results.values())
+    try:
+        import optuna
+    except ImportError:  # no Optuna: a seeded random subset of the space
+        for c in random.Random(settings.seed).sample(candidates, budget):
+            run(c)
+        return list(results.values())
+    optuna_search(optuna, M, N, K, settings, run, budget)
+    return list(results.values())
+
+
+def planned(M: int, N: int, K: int, settings: Settings) -> int:
+    """How many configs `search` measures for this shape (the progress bar's share)."""
+    in_b = out_b = DTYPES[settings.dtype]
+    first = normalize(heuristic_config(M, N, K), M, N, K)
+    if settings.quick:
+        return len(set(quick_grid(M, N, K, in_b, out_b)) | {first})
+    return min(settings.trials, len(set(space(M, N, K, in_b, out_b)) | {first}))
+
+
+def optuna_search(optuna, M, N, K, settings: Settings, run: Callable[[KernelConfig], Result], budget: int) -> None:
+    """TPE over the factors; an invalid combination is pruned without running, a duplicate
+    returns its first measurement."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=settings.seed))
+    in_b = out_b = DTYPES[settings.dtype]
+    tiles = [f"{bm}x{bn}" for bm, bn in TILES]
+
+    def objective(trial):
+        bm, bn = (int(x) for x in trial.suggest_categorical("tile", tiles).split("x"))
+        swap = trial.suggest_categorical("swap_ab", [False, True]) if M <= SWAP_MAX_M else False
+        config = KernelConfig(bm, bn, 64, schedule=trial.suggest_categorical("schedule", list(SCHEDULES)),
+                              split_k=trial.suggest_categorical("split_k", list(SPLITS)), swap_ab=swap)
+        if not valid(config, in_b, out_b):
+            raise optuna.TrialPruned()
+        result = run(config)
+        return result.ms if result.ms is not None else float("inf")
+
+    measured = lambda: len({normalize(KernelConfig(**_trial_config(t)), M, N, K)  # noqa: E731
+                            for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE})
+    for _ in range(20 * budget):  # pruned and duplicate trials cost no measurement
+        if measured() >= budget:
+            break
+        study.optimize(objective, n_trials=1)
+
+
+def _trial_config(trial) -> dict:
+    bm, bn = (int(x) for x in trial.params["tile"].split("x"))
+    return dict(block_m=bm, block_n=bn, block_k=64, schedule=trial.params["schedule"], split_k=trial.params["split_k"],
+                swap_ab=trial.params.get("swap_ab", False))
+
+
+def best(results: list[Result]) -> Result | None:
+    timed = [r for r in results if r.ms is not None]
+    return min(timed, key=lambda r: r.ms) if timed else None
+
+
+# --------------------------------------------------------------------------- GPU measurement
+
+
+def gpu_measure(M: int, N: int, K: int, settings: Settings) -> Measure:
+    """A Measure on the current CUDA device: check on NaN-poisoned output, then time the call
+    as `matmul` makes it (its cached plan, direct launches), with the config forced."""
+    import torch
+
+    from .api import _gemm_into
+    from .bench import TOLERANCE, make_inputs, rel_error, torch_dtype
+    from .timing import time_callable
+
+    dtype = torch_dtype(settings.dtype)
+    a, b = make_inputs(M, N, K, dtype, settings.layout, "cuda", settings.seed)
+    ref = torch.matmul(a.float(), b.float())
+    out = torch.empty(M, N, dtype=dtype, device="cuda")
+
+    def measure(config: KernelConfig) -> Result:
+        try:
+            out.fill_(float("nan"))
+            _gemm_into(out, a, b, None, 1.0, 0.0, config)
+            torch.cuda.synchronize()
+        except Exception as e:  # a config that does not run is a result, not a crash
+            return Result(config, None, f"{type(e).__name__}: {e}".splitlines()[0][:100])
+        err = rel_error(out, ref)
+        if not err <= TOLERANCE[settings.dtype]:
+            return Result(config, None, f"wrong result (rel. error {err:.2e})")
+        timing = time_callable(lambda: _gemm_into(out, a, b, None, 1.0, 0.0, config), settings.reps)
+        return Result(config, timing.median_ms)
+
+    return measure
+
+
+def cublas_ms(M: int, N: int, K: int, settings: Settings) -> float:
+    import torch
+
+    from .bench import make_inputs, torch_dtype
+    from .timing import time_callable
+
+    a, b = make_inputs(M, N, K, torch_dtype(settings.dtype), settings.layout, "cuda", settings.seed)
+    return time_callable(lambda: torch.matmul(a, b), settings.reps).median_ms
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def current_device():
+    """The select.Device (name, SM count) of the current CUDA device."""
+    import torch
+
+    from .hopper.select import Device
+
+    return Device.of(torch.cuda.current_device())
+
+
+def _bar(total: int):
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc="pingpong tune", unit="config", file=sys.stderr)
+
+
+def show(out=None) -> int:
+    """Print the table `select_config` uses on this GPU (or, without a GPU, every table found)."""
+    out = out or sys.stdout
+    if no_gpu_reason() is None:
+        dev = current_device()
+        key = tables.TableKey.current(dev.name, dev.sms)
+        table, where = tables.active(key)
+        if table is None:
+            print(f"no tuning table for {dev.name} ({dev.sms} SMs, pingpong {key.pingpong}, triton {key.triton}):"
+                  " the heuristic chooses every config", file=out)
+            return 0
+        print(f"# {where}\n# {key}", file=out)
+        for e in sorted(table.entries, key=lambda e: (e["M"], e["N"], e["K"])):
+            c = KernelConfig(**e["config"])
+            print(f"{e['M']}x{e['N']}x{e['K']} {e['dtype']} {e['layout']}: {c.block_m}x{c.block_n}x{c.block_k}"
+                  f" {c.schedule} split_k={c.split_k} swap_ab={c.swap_ab}  {e.get('us', float('nan')):.1f} us"
+                  f" (cuBLAS {e.get('cublas_us', float('nan')):.1f} us)", file=out)
+        return 0
+    print("no CUDA GPU here: no table is active; tables found:", file=out)
+    places = []
+    try:
+        places.append(tables.cache_dir() / "tuning")
+    except PingpongError:
+        pass
+    places.append(tables.shipped_table_path(tables.TableKey("x", 0, "", "")).parent)
+    for place in places:
+        for path in sorted(place.glob("*.json")) if place.is_dir() else ():
+            print(f"  {path}", file=out)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        settings = settings_from_args(args)
+        if settings.show:
+            return show()
+        where = check_cache_dir()
+    except PingpongError as e:
+        print(f"pingpong tune: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    reason = no_gpu_reason()
+    if reason:
+        print(f"pingpong tune: {reason}", file=sys.stderr)
+        return EXIT_USAGE
+    dev = current_device()
+    table = tables.Table(tables.TableKey.current(dev.name, dev.sms))
+    bar = _bar(sum(planned(M, N, K, settings) for M, N, K in settings.shapes))
+    for M, N, K in settings.shapes:
+        results = search(M, N, K, settings, gpu_measure(M, N, K, settings), bar)
+        top = best(results)
+        if top is None:
+            print(f"pingpong tune: {M}x{N}x{K}: no config passed its check ({results[0].note})", file=sys.stderr)
+            continue
+        base = results[0]
+        cub = cublas_ms(M, N, K, settings)
+        table.add(M, N, K, settings.dtype, settings.dtype, settings.layout, top.config, us=1e3 * top.ms,
+                  heuristic_us=1e3 * base.ms if base.ms else None, cublas_us=1e3 * cub, measured=len(results))
+        print(f"{M}x{N}x{K}: {top.config} {1e3 * top.ms:.1f} us (heuristic "
+              f"{1e3 * base.ms if base.ms else float('nan'):.1f} us, cuBLAS {1e3 * cub:.1f} us)", file=sys.stderr)
+    if bar is not None:
+        bar.close()
+    if table.entries:
+        path = tables.write(table, tables.user_table_path(table.key))
+        print(f"tuning table: {path} ({len(table.entries)} shape(s) written; cache dir {where})")
+    return 0 if len(table.entries) == len(settings.shapes) else 1
+

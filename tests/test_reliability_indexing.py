@@ -1,0 +1,101 @@
+"""Tensors whose element offsets pass 2**31: the portable kernel's 64-bit switch (end to end in
+Triton's interpreter, on sparse file-backed tensors that make huge strides cheap), and the
+per-kernel addressability predicate the dispatcher uses."""
+
+import pytest
+import torch
+
+from pingpong.addressing import KERNELS, addressable, needs_int64, span, unaddressable
+from pingpong.portable import portable_gemm
+
+pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim:DeprecationWarning")
+
+#: Elements of slack before each sparse tensor: a 32-bit offset that wraps lands inside the
+#: mapping (a wrong value, not a crash), so a broken 64-bit switch fails the test cleanly.
+PAD = 2**31 + 64
+
+
+def sparse_view(tmp_path, shape, strides, dtype):
+    """A view with `strides` into a sparse file: only the pages the elements sit on get
+    memory. Its base is PAD elements into the file."""
+    need = PAD + sum((s - 1) * st for s, st in zip(shape, strides)) + 1 + PAD
+    path = tmp_path / "sparse.bin"
+    with open(path, "wb") as f:
+        f.truncate(need * torch.tensor([], dtype=dtype).element_size())
+    store = torch.from_file(str(path), shared=True, size=need, dtype=dtype)
+    return store.as_strided(shape, strides, PAD)
+
+
+def check(out, ref, seed):
+    err = (out.double() - ref).abs()
+    assert torch.isfinite(out).all(), f"seed {seed}: unwritten (NaN) outputs"
+    assert err.max().item() <= 2e-3 * max(1.0, ref.abs().max().item()), f"seed {seed}: max error {err.max().item()}"
+    assert (out.double() - ref).norm() <= 1e-3 * ref.norm(), f"seed {seed}: norm error"
+
+
+@pytest.mark.parametrize("seed", [0])
+def test_column_major_operand_with_stride_past_int32_sums_every_column(tmp_path, seed):
+    """A (16, 128) column-major fp16 A with column stride 2**26 + 1: the K-step advance
+    64 * stride is 2**32 + 64, which wraps to 64 in 32 bits (only the first 64 columns
+    would be summed)."""
+    M, K, N = 16, 128, 16
+    a = sparse_view(tmp_path, (M, K), (1, 2**26 + 1), torch.float16)
+    gen = torch.Generator().manual_seed(seed)
+    vals = torch.randn(M, K, generator=gen).half()
+    a.copy_(vals)
+    b = torch.randn(K, N, generator=gen).half()
+    out = torch.full((M, N), float("nan"))
+    portable_gemm(a, b, out, interpret=True)
+    check(out, vals.double() @ b.double(), seed)
+
+
+@pytest.mark.parametrize("seed", [1])
+def test_row_offset_just_past_int32(tmp_path, seed):
+    """Row stride 2**30 + 1, 3 rows: row 2 starts at element 2**31 + 2, the first offset
+    that a 32-bit index cannot hold (span just above the threshold)."""
+    M, K, N = 3, 16, 16
+    a = sparse_view(tmp_path, (M, K), (2**30 + 1, 1), torch.float32)
+    assert 2**31 <= a.stride(0) * (M - 1) < 2**32  # just past the 32-bit range, not far
+    gen = torch.Generator().manual_seed(seed)
+    vals = torch.randn(M, K, generator=gen)
+    a.copy_(vals)
+    b = torch.randn(K, N, generator=gen)
+    c = torch.randn(M, N, generator=gen)
+    out = torch.full((M, N), float("nan"))
+    portable_gemm(a, b, out, c=c, beta=0.5, alpha=2.0, interpret=True)
+    check(out, 2.0 * (vals.double() @ b.double()) + 0.5 * c.double(), seed)
+
+
+def meta(shape, strides, dtype=torch.float16):
+    return torch.empty(0, device="meta", dtype=dtype).as_strided(shape, strides)
+
+
+def test_span_and_the_int64_threshold():
+    assert span(meta((3, 4), (4, 1))) == 11
+    assert span(meta((0, 4), (4, 1))) == 0
+    assert not needs_int64(meta((2, 2), (2**31 - 1 - 1, 1)))  # largest offset 2**31 - 1: fits
+    assert needs_int64(meta((2, 2), (2**31 - 1, 1)))  # largest offset 2**31
+    assert needs_int64(None, meta((2**31 + 1,), (1,)))
+    assert not needs_int64(None, meta((2**31,), (1,)))
+
+
+def test_predicate_per_kernel():
+    small = meta((1024, 1024), (1024, 1))
+    huge_span = meta((2, 2**30), (2**30, 1))  # 2**31 elements, 2**32 bytes of fp16
+    assert all(addressable(k, small, None) for k in KERNELS)
+    assert addressable("portable", huge_span) and addressable("stream-portable", huge_span)
+    assert addressable("hopper", huge_span)  # dims and strides within TMA's limits
+    for k in ("cdna_pingpong", "rdna_wmma", "stream-gfx942"):
+        assert not addressable(k, huge_span), k
+    # buffer instructions: bytes, not elements
+    assert addressable("cdna_pingpong", meta((2**30 - 1,), (1,), torch.float16))
+    assert not addressable("cdna_pingpong", meta((2**30 + 1,), (1,), torch.float16))
+    assert not addressable("stream-hopper", meta((2**31,), (1,)))
+    assert addressable("stream-hopper", meta((2**31 - 1,), (1,)))
+    assert not addressable("hopper", meta((2**31, 1), (1, 1)))
+    assert not addressable("hopper", meta((2, 16), (2**40 // 2, 1)))
+    msg = unaddressable("rdna_wmma", a=small, b=huge_span, c=None)
+    assert msg.startswith("b: ") and "2**31" in msg
+    assert unaddressable("rdna_wmma", a=small, c=None) is None
+    with pytest.raises(ValueError, match="kernel"):
+        unaddressable("nope", a=small)

@@ -1,0 +1,152 @@
+"""Config selection and the tuning table (CPU): the heuristic's kernels per shape class, the
+table's bucket lookup, round trip, and every way a table is refused (with a warning)."""
+
+import json
+import warnings
+
+import pytest
+
+from pingpong import KernelConfig
+from pingpong.hopper import table as tables
+from pingpong.hopper.select import Device, choose, select_config
+from pingpong.suites import SUITES
+
+H100 = Device("NVIDIA H100 80GB HBM3", 132)
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PINGPONG_CACHE_DIR", str(tmp_path / "cache"))
+    tables.clear_cache()
+    yield tmp_path / "cache"
+    tables.clear_cache()
+
+
+def units(M, N, K, c):
+    rows, cols = (N, M) if c.swap_ab else (M, N)
+    return -(-rows // c.block_m) * -(-cols // c.block_n) * c.split_k
+
+
+@pytest.mark.parametrize("M", [1, 7, 16, 33, 64])
+@pytest.mark.parametrize("N, K", [(4096, 4096), (6144, 4096), (4096, 14336), (8192, 8192)])
+def test_decode_takes_swap_ab_with_enough_work_units(M, N, K):
+    c = select_config(M, N, K, device=H100)
+    assert c.swap_ab and c.block_n >= M and c.block_n <= 64, "M on the wgmma N side, as narrow as fits"
+    assert units(M, N, K, c) >= 0.7 * 132, "most SMs stream a part of the weight"
+    assert c.split_k > 1
+
+
+@pytest.mark.parametrize("M, N, K", SUITES["largek"][:2])
+def test_large_k_few_tiles_splits_k(M, N, K):
+    c = select_config(M, N, K, device=H100)
+    assert not c.swap_ab and c.split_k > 1 and units(M, N, K, c) >= 0.9 * 132
+
+
+def test_decode_with_a_wide_weight_needs_no_split():
+    c = select_config(16, 28672, 4096, device=H100)  # 224 tiles of N already fill 132 SMs
+    assert c.swap_ab and c.split_k == 1
+
+
+@pytest.mark.parametrize("n", [4096, 8192, 16384])
+def test_large_problems_take_the_big_tile_unsplit(n):
+    assert select_config(n, n, n, device=H100) == KernelConfig(128, 256, 64, schedule="cooperative")
+    assert select_config(8192, 28672, 4096, device=H100) == KernelConfig(128, 256, 64)
+
+
+def test_sm_count_changes_the_split():
+    few = select_config(512, 512, 65536, device=Device(None, 32))
+    many = select_config(512, 512, 65536, device=Device(None, 132))
+    assert few.split_k < many.split_k
+
+
+def test_selected_configs_validate_for_every_output_type():
+    for M, N, K in SUITES["all"] + ((1, 1, 1), (17, 255, 1000), (4097, 1, 17)):
+        for out in (2, 4):
+            select_config(M, N, K, device=H100).validate(2, out)
+
+
+# ----------------------------------------------------------------------------- the table
+
+TUNED = KernelConfig(128, 32, 64, schedule="pingpong", split_k=3, swap_ab=True)
+
+
+def h100_key():
+    return tables.TableKey.current(H100.name, H100.sms)
+
+
+def write_table(entries=((16, 4096, 4096),), config=TUNED, key=None):
+    t = tables.Table(key or h100_key())
+    for M, N, K in entries:
+        t.add(M, N, K, "bf16", "bf16", "nt", config, us=12.5)
+    return tables.write(t, tables.user_table_path(t.key))
+
+
+def test_table_round_trips_and_answers_its_bucket(cache):
+    path = write_table()
+    assert path.parent.parent == cache and json.loads(path.read_text())["key"]["sms"] == 132
+    assert choose(16, 4096, 4096, device=H100) == (TUNED, str(path))
+    assert select_config(20, 3500, 5000, device=H100) == TUNED  # same power-of-two buckets
+    assert select_config(64, 4096, 4096, device=H100) != TUNED  # another M bucket: the heuristic
+    assert select_config(16, 4096, 4096, ("fp16", "fp16"), device=H100) != TUNED  # another dtype
+    assert select_config(16, 4096, 4096, device=Device(None, 132)) != TUNED  # no device name: no table
+
+
+def test_writers_merge_and_replace_entries():
+    write_table([(16, 4096, 4096)])
+    other = KernelConfig(128, 128, 64, split_k=2)
+    path = write_table([(512, 512, 65536)], config=other)
+    doc = json.loads(path.read_text())
+    assert len(doc["entries"]) == 2
+    write_table([(512, 512, 65536)], config=TUNED)
+    assert len(json.loads(path.read_text())["entries"]) == 2
+    assert select_config(512, 512, 65536, device=H100) == TUNED
+
+
+def test_nearest_entry_in_a_bucket_wins():
+    t = tables.Table(h100_key())
+    t.add(16, 4096, 4096, "bf16", "bf16", "nt", TUNED)
+    near = KernelConfig(128, 16, 64, swap_ab=True)
+    t.add(12, 4096, 4096, "bf16", "bf16", "nt", near)
+    assert t.lookup(13, 4096, 4096, "bf16", "nt") == near and t.lookup(20, 4096, 4096, "bf16", "nt") == TUNED
+
+
+@pytest.mark.parametrize("change, reason", [
+    (dict(gpu="NVIDIA H200"), "gpu"),
+    (dict(sms=114), "sms"),
+    (dict(pingpong="0.0.1"), "pingpong"),
+    (dict(triton="3.5.0"), "triton"),
+])
+def test_foreign_or_old_table_is_ignored_with_a_warning(change, reason):
+    key = h100_key()
+    path = tables.user_table_path(key)
+    foreign = tables.Table(tables.TableKey(**{**key.__dict__, **change}))
+    foreign.add(16, 4096, 4096, "bf16", "bf16", "nt", TUNED)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(foreign.to_json()))
+    with pytest.warns(UserWarning, match=f"another setup: {reason}"):
+        assert select_config(16, 4096, 4096, device=H100) != TUNED
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"format": 99}', '{"format": 1, "key": {}}',
+                                  '{"format": 1, "key": {"gpu": "g", "sms": 1, "pingpong": "x", "triton": "y"},'
+                                  ' "entries": [{"config": {"block_m": 100}}]}'])
+def test_corrupt_table_is_ignored_with_a_warning(text):
+    path = tables.user_table_path(h100_key())
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    with pytest.warns(UserWarning, match="ignoring tuning table"):
+        assert select_config(16, 4096, 4096, device=H100) == select_config(16, 4096, 4096)
+
+
+def test_no_table_no_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        select_config(16, 4096, 4096, device=H100)
+
+
+def test_shipped_tables_parse():
+    from importlib import resources
+
+    for f in (resources.files("pingpong") / "tables").iterdir():
+        if f.name.endswith(".json"):
+            tables.Table.from_json(json.loads(f.read_text()))

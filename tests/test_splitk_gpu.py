@@ -1,0 +1,136 @@
+"""GPU correctness of the split-K and swap-AB kernels (marker `gpu`).
+
+Every check: random normal inputs, output (and, where the test builds it, the fp32 workspace)
+poisoned with NaN before the run, compared with a float64 reference by a norm bound AND an
+elementwise bound. The seed of the inputs is printed on failure.
+"""
+
+import itertools
+
+import pytest
+import torch
+
+from pingpong import KernelConfig
+from pingpong.api import _gemm_into
+from pingpong.hopper.launch import prepare_split, workspace_shape
+from pingpong.hopper.select import select_config
+
+pytestmark = pytest.mark.gpu
+
+#: the new variants: split-K on both warp-specialized schedules, swap-AB at each decode width
+VARIANTS = {
+    "splitk3-coop": KernelConfig(128, 128, 64, split_k=3),
+    "splitk4-pingpong64": KernelConfig(64, 128, 64, schedule="pingpong", split_k=4),
+    "swap16-splitk2": KernelConfig(128, 16, 64, split_k=2, swap_ab=True),
+    "swap32": KernelConfig(128, 32, 64, swap_ab=True),
+    "swap64-pingpong64-splitk5": KernelConfig(64, 64, 64, schedule="pingpong", split_k=5, swap_ab=True),
+}
+ODD = (1, 17, 255, 1000, 4097)
+#: relative rounding of one output element (bf16: half an ulp is 2^-9; fp16 2^-12; fp32 2^-24), doubled
+ROUNDING = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float32: 2.0**-23}
+NORM_BOUND = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-4}
+
+
+@pytest.fixture
+def seed():
+    s = torch.randint(0, 2**31 - 1, ()).item()
+    torch.manual_seed(s)
+    return s
+
+
+def operand(rows, cols, dtype, col_major):
+    if col_major:
+        return torch.randn(cols, rows, device="cuda").to(dtype).t()
+    return torch.randn(rows, cols, device="cuda").to(dtype)
+
+
+def check(out, a, b, seed, c=None, alpha=1.0, beta=0.0):
+    """Norm bound and elementwise bound against float64: |out − ref| ≤ rounding·|ref| +
+    2^-16·(|α|·|a|@|b| + |β·c|) (fp32 accumulation over K in any split order; a missing
+    k-step or a misplaced partial is far above both)."""
+    ref = alpha * (a.double() @ b.double())
+    mag = abs(alpha) * (a.double().abs() @ b.double().abs())
+    if c is not None and beta != 0.0:
+        ref = ref + beta * c.double()
+        mag = mag + abs(beta) * c.double().abs()
+    o = out.double()
+    assert torch.isfinite(o).all(), f"non-finite output (poison left or NaN), seed {seed}"
+    rel = ((o - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+    assert rel < NORM_BOUND[out.dtype], f"‖out − ref‖/‖ref‖ = {rel:.2e}, seed {seed}"
+    excess = (o - ref).abs() - (ROUNDING[out.dtype] * ref.abs() + 2.0**-16 * mag + 1e-30)
+    worst = excess.argmax()
+    assert excess.max() <= 0, (f"elementwise bound broken at {divmod(worst.item(), out.shape[1])}: "
+                               f"{o.view(-1)[worst].item()} vs {ref.view(-1)[worst].item()}, seed {seed}")
+
+
+def run(a, b, config, out_dtype=None, c=None, alpha=1.0, beta=0.0):
+    """Through the API's launch path (padded copies where TMA needs them); out poisoned."""
+    out = torch.full((a.shape[0], b.shape[1]), float("nan"), dtype=out_dtype or a.dtype, device="cuda")
+    return _gemm_into(out, a, b, c, alpha, beta, config)
+
+
+def run_poisoned_workspace(a, b, config, out, c=None, alpha=1.0, beta=0.0):
+    """The two launches by hand, the workspace full of NaN: every partial read must be written."""
+    ws = torch.full(workspace_shape(a.shape[0], b.shape[1], a.shape[1], config), float("nan"), device="cuda")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for kernel, args, kwargs, grid in prepare_split(a, b, out, c, alpha, beta, config, sms, ws):
+        kernel[grid](*args, **kwargs)
+    return out
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("m,n,k", list(itertools.product(ODD, ODD, ODD)))
+def test_odd_shapes_transpose_b(variant, m, n, k, seed):
+    a, b = operand(m, k, torch.bfloat16, False), operand(k, n, torch.bfloat16, True)
+    check(run(a, b, VARIANTS[variant]), a, b, seed)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("a_col,b_col", list(itertools.product((False, True), repeat=2)))
+@pytest.mark.parametrize("m,n,k", [(1, 4097, 1000), (17, 1000, 4097), (255, 255, 255), (1000, 17, 4097), (4097, 1, 17)])
+def test_all_layouts(variant, a_col, b_col, m, n, k, seed):
+    a, b = operand(m, k, torch.bfloat16, a_col), operand(k, n, torch.bfloat16, b_col)
+    check(run(a, b, VARIANTS[variant]), a, b, seed)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("dtype, out_dtype", [(torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32),
+                                              (torch.float16, torch.float16)])
+def test_alpha_beta_and_poisoned_workspace(variant, dtype, out_dtype, seed):
+    m, n, k = 40, 1000, 3000  # TMA-legal strides: the launches run as built, no copies
+    a, b = operand(m, k, dtype, False), operand(k, n, dtype, True)
+    c = torch.randn(m, n, device="cuda").to(out_dtype)
+    out = torch.full((m, n), float("nan"), dtype=out_dtype, device="cuda")
+    run_poisoned_workspace(a, b, VARIANTS[variant], out, c, alpha=1.5, beta=-0.75)
+    check(out, a, b, seed, c, 1.5, -0.75)
+    aliased = c.clone()  # gemm_: C is the output
+    run_poisoned_workspace(a, b, VARIANTS[variant], aliased, aliased, alpha=1.5, beta=-0.75)
+    assert torch.equal(aliased, out), f"C aliasing out changed the result, seed {seed}"
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_layout_probe(variant):
+    """Exact small-integer products: a transposed or misplaced partial shows exactly."""
+    m, n, k = 40, 320, 640
+    i = torch.arange(m, device="cuda").view(-1, 1)
+    j = torch.arange(k, device="cuda").view(1, -1)
+    pattern = ((i * 7 + j * 3) % 17 - 8).float()
+    sel = torch.zeros(k, n, device="cuda")
+    sel[torch.arange(n) % k, torch.arange(n)] = 1  # column j of the product = column j % k of pattern
+    out = run(pattern.to(torch.bfloat16), sel.to(torch.bfloat16), VARIANTS[variant], out_dtype=torch.float32)
+    expect = pattern[:, torch.arange(n) % k]
+    bad = (out != expect).nonzero()
+    assert bad.numel() == 0, f"first wrong element at {bad[0].tolist()}"
+
+
+@pytest.mark.parametrize("shape", [(512, 512, 65536), (16, 8192, 8192), (64, 4096, 65536), (1, 4096, 14336)])
+def test_selected_split_configs_are_bitwise_repeatable(shape):
+    """The fixed-order reduction: 20 runs on the same inputs agree bit for bit."""
+    m, n, k = shape
+    config = select_config(m, n, k, device=0)
+    assert config.split_k > 1, "these shapes are the ones that split"
+    a, b = operand(m, k, torch.bfloat16, False), operand(k, n, torch.bfloat16, True)
+    first = run(a, b, config)
+    check(first, a, b, "bitwise")
+    for _ in range(19):
+        assert torch.equal(run(a, b, config), first)

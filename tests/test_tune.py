@@ -1,0 +1,168 @@
+"""`pingpong tune` on the CPU: argument errors (exit 2, nothing written), the refusal without a
+GPU, and the search itself with a stand-in for the GPU measurement."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pingpong import KernelConfig
+from pingpong import tune
+from pingpong.hopper import table as tables
+from pingpong.hopper.select import Device, heuristic_config, select_config
+
+H100 = Device("NVIDIA H100 80GB HBM3", 132)
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PINGPONG_CACHE_DIR", str(tmp_path / "cache"))
+    tables.clear_cache()
+    yield tmp_path / "cache"
+    tables.clear_cache()
+
+
+def cli(capsys, *args):
+    """`pingpong tune ARGS` in this process: (exit code, stdout, stderr)."""
+    from pingpong.cli import main
+
+    code = main(["tune", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--shapes", "16,4096"], "--shapes: '16,4096' is not M,N,K"),
+    (["--shapes", "a,b,c"], "--shapes: 'a,b,c' is not M,N,K"),
+    (["--shapes", "0,4096,4096"], "--shapes: '0,4096,4096' has a size ≤ 0"),
+    (["--shapes", "16,-1,4096"], "has a size ≤ 0"),
+    (["--suite", "nope"], "--suite: unknown suite 'nope'; expected one of llm"),
+    (["--shapes", "16,4096,4096", "--trials", "0"], "--trials: 0 must be ≥ 1"),
+    (["--shapes", "16,4096,4096", "--layout", "xx"], "--layout"),
+    ([], "nothing to tune"),
+])
+def test_bad_arguments_exit_2_and_write_nothing(args, needle, cache, capsys):
+    code, _, err = cli(capsys, *args)
+    assert code == 2 and needle in err, err
+    assert not cache.exists()
+
+
+def test_unwritable_cache_dir_exits_2(tmp_path, monkeypatch, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("PINGPONG_CACHE_DIR", str(blocker / "cache"))
+    code, _, err = cli(capsys, "--shapes", "16,4096,4096")
+    assert code == 2 and "cache directory" in err and "not a directory" in err
+    assert blocker.read_text() == ""
+
+
+def test_without_a_gpu_tune_refuses(cache):
+    r = subprocess.run([sys.executable, "-m", "pingpong", "tune", "--suite", "largek", "--quick"], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "no CUDA GPU" in r.stderr
+    assert not cache.exists()
+
+
+def test_show_without_a_gpu_lists_tables(cache, capsys):
+    code, out, _ = cli(capsys, "--show")
+    assert code == 0 and "no table is active" in out
+
+
+# ----------------------------------------------------------------------------- search
+
+
+class FakeGPU:
+    """Times a config by a made-up cost; `wrong` configs fail their check."""
+
+    def __init__(self, wrong=()):
+        self.measured = []
+        self.wrong = set(wrong)
+
+    def __call__(self, config):
+        config.validate()  # tune never runs an invalid config
+        self.measured.append(config)
+        if config in self.wrong:
+            return tune.Result(config, None, "wrong result")
+        return tune.Result(config, 1.0 + 0.01 * config.block_n + 0.1 * abs(config.split_k - 3) + 0.5 * config.swap_ab)
+
+
+def settings(**kw):
+    return dataclasses.replace(tune.Settings(shapes=((512, 512, 65536),)), **kw)
+
+
+def test_quick_grid_measures_heuristic_first_each_config_once():
+    gpu = FakeGPU()
+    results = tune.search(512, 512, 65536, settings(quick=True), gpu)
+    assert gpu.measured[0] == heuristic_config(512, 512, 65536)
+    planned = tune.planned(512, 512, 65536, settings(quick=True))
+    assert len(gpu.measured) == len(set(gpu.measured)) == len(results) == planned
+    assert 3 <= len(results) <= 8
+
+
+def test_small_space_is_brute_forced():
+    space = tune.space(64, 64, 128)  # K = 128: two k-steps, so every split_k normalizes to 1 or 2
+    gpu = FakeGPU()
+    tune.search(64, 64, 128, settings(trials=10_000), gpu)
+    assert set(gpu.measured) == set(space) | {tune.normalize(heuristic_config(64, 64, 128), 64, 64, 128)}
+    assert all(c.split_k <= 2 for c in gpu.measured)
+
+
+def test_space_is_valid_and_deduplicated():
+    space = tune.space(16, 4096, 4096)
+    assert len(space) == len(set(space)) > 50
+    for c in space:
+        c.validate()
+        assert tune.normalize(c, 16, 4096, 4096) == c
+
+
+@pytest.mark.parametrize("optuna", [True, False])
+def test_budget_search_with_and_without_optuna(optuna, monkeypatch):
+    if optuna:
+        pytest.importorskip("optuna")
+    else:
+        monkeypatch.setitem(sys.modules, "optuna", None)  # import optuna -> ImportError
+    gpu = FakeGPU()
+    results = tune.search(16, 4096, 4096, settings(trials=12, seed=1), gpu)
+    assert len(gpu.measured) == len(set(gpu.measured)) == len(results)
+    assert 2 <= len(results) <= 12
+
+
+def test_wrong_configs_never_win():
+    h = heuristic_config(512, 512, 65536)
+    gpu = FakeGPU(wrong={h})
+    best = tune.best(tune.search(512, 512, 65536, settings(quick=True), gpu))
+    assert best is not None and best.config != h and best.ms is not None
+
+
+def test_run_writes_a_table_select_config_reads(monkeypatch, cache, capsys):
+    monkeypatch.setattr(tune, "no_gpu_reason", lambda: None)
+    monkeypatch.setattr(tune, "current_device", lambda: H100)
+    monkeypatch.setattr(tune, "gpu_measure", lambda M, N, K, s: FakeGPU())
+    monkeypatch.setattr(tune, "cublas_ms", lambda M, N, K, s: 2.0)
+    import argparse
+
+    p = argparse.ArgumentParser()
+    tune.add_arguments(p)
+    assert tune.run(p.parse_args(["--suite", "largek", "--quick"])) == 0
+    path = tables.user_table_path(tables.TableKey.current(H100.name, H100.sms))
+    doc = json.loads(path.read_text())
+    assert len(doc["entries"]) == 3 and doc["key"]["gpu"] == H100.name
+    tuned = KernelConfig(**doc["entries"][0]["config"])
+    e = doc["entries"][0]
+    assert select_config(e["M"], e["N"], e["K"], device=H100) == tuned
+    assert "tuning table:" in capsys.readouterr().out
+
+
+def test_show_prints_the_active_table(monkeypatch, capsys):
+    monkeypatch.setattr(tune, "no_gpu_reason", lambda: None)
+    monkeypatch.setattr(tune, "current_device", lambda: H100)
+    code, out, _ = cli(capsys, "--show")
+    assert code == 0 and "no tuning table for NVIDIA H100" in out and "the heuristic chooses" in out
+    t = tables.Table(tables.TableKey.current(H100.name, H100.sms))
+    t.add(16, 4096, 4096, "bf16", "bf16", "nt", KernelConfig(128, 16, 64, split_k=4, swap_ab=True), us=9.5,
+          cublas_us=20.0)
+    tables.write(t, tables.user_table_path(t.key))
+    code, out, _ = cli(capsys, "--show")
+    assert code == 0 and "16x4096x4096 bf16 nt: 128x16x64 cooperative split_k=4 swap_ab=True  9.5 us" in out
