@@ -39,15 +39,18 @@ def interpreted_kernels(monkeypatch):
     from pingpong.portable import portable_gemm
 
     class InterpretedPlan(plan.Plan):
-        __slots__ = ("reads_c", "extents")
+        __slots__ = ("reads_c", "extents", "activation")
 
-        def __init__(self, a, b, c, beta):
-            self.device, self.path, self.reads_c = -1, "interpreted", plan.reads_c(c, beta)
-            self.extents = None
+        def __init__(self, read, activation):
+            self.device, self.path, self.reads_c, self.activation, self.extents = -1, "interpreted", read, activation, None
 
-        def run(self, a, b, out, c, alpha, beta):
-            portable_gemm(a, b, out, alpha=alpha, beta=beta, c=c if self.reads_c else None, interpret=True)
+        def run(self, a, b, out, c, alpha, beta, bias=None):
+            epilogue = {} if bias is None and self.activation == "none" else dict(bias=bias, activation=self.activation)
+            portable_gemm(a, b, out, alpha=alpha, beta=beta, c=c if self.reads_c else None, interpret=True, **epilogue)
+
+    def build(a, b, c, beta, out_dtype, inplace, config, bias=None, activation="none"):
+        return InterpretedPlan(plan.reads_c(c, beta), activation)
 
     monkeypatch.setattr(api, "_check_gpu", lambda a: None)
     monkeypatch.setattr(plan, "PLANS", collections.OrderedDict())
-    monkeypatch.setattr(plan, "build", lambda a, b, c, beta, *rest: InterpretedPlan(a, b, c, beta))
+    monkeypatch.setattr(plan, "build", build)

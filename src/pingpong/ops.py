@@ -46,15 +46,18 @@ __all__ = ["needs_op", "route_gemm", "route_linear", "check_not_differentiated",
 _PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
 
 
-def needs_op(a, b, c=None) -> bool:
-    """True when a public call must leave the direct path (module docstring). Ordered for the
-    common eager case: three type lookups, the grad-mode flag, one call."""
-    if type(a) in _PLAIN and type(b) in _PLAIN and (c is None or type(c) in _PLAIN):
-        if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or (c is not None and c.requires_grad)):
+def needs_op(a, b, c=None, d=None) -> bool:
+    """True when a public call with tensor arguments a, b (and optional c, d: C, a bias) must
+    leave the direct path (module docstring). Ordered for the common eager case: type
+    lookups, the grad-mode flag, one call."""
+    if type(a) in _PLAIN and type(b) in _PLAIN and (c is None or type(c) in _PLAIN) and (d is None or type(d) in _PLAIN):
+        if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or (c is not None and c.requires_grad)
+                                        or (d is not None and d.requires_grad)):
             return True
         return torch.compiler.is_compiling()
     # a tensor subclass (a tracer's fake/functional tensors): the op; not tensors: validation
-    return any(isinstance(t, torch.Tensor) and type(t) not in _PLAIN for t in (a, b, c)) or torch.compiler.is_compiling()
+    return (any(isinstance(t, torch.Tensor) and type(t) not in _PLAIN for t in (a, b, c, d))
+            or torch.compiler.is_compiling())
 
 
 def _traced(*tensors) -> bool:
