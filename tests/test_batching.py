@@ -72,6 +72,19 @@ def test_fold_reads_c_through_the_folded_view():
     torch.testing.assert_close(out, torch.matmul(a, b) + c, rtol=1e-12, atol=1e-12)
 
 
+def test_a_shared_c_keeps_the_batch_out_of_m():
+    a, b, c = contiguous(2, 3, M, K), contiguous(K, N), contiguous(M, N)
+    seen = []
+
+    def three_d(x, y, z):
+        seen.append(z.stride())
+        return torch.baddbmm(z, x, y)
+
+    out = batching.run(a, b, c, None, three_d)
+    assert seen == [(0, N, 1)]  # c read through a stride-0 view: not copied per batch
+    torch.testing.assert_close(out, torch.matmul(a, b) + c, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize(
     "a_shape, b_shape, needle",
     [

@@ -311,8 +311,8 @@ def test_gemm_epilogue_gradients(interpreted_kernels, activation, bias_kind, bat
     M, K, N = 24, 32, 40
     a = randn(*((2, M, K) if batched else (M, K))).requires_grad_()
     b = (randn(N, K) * 0.3).t().requires_grad_()
-    c = randn(*a.shape[:-1], N).requires_grad_()
-    bias = BIAS_KINDS[bias_kind](M, N).requires_grad_()
+    c = randn(M, N).requires_grad_() if batched and bias_kind == "row" else randn(*a.shape[:-1], N).requires_grad_()
+    bias = BIAS_KINDS[bias_kind](M, N).requires_grad_()  # (a batched "row" case also shares c)
     y = ops.gemm(a, b, c, 0.5, 0.75, None, bias, activation)
     g = randn(*y.shape)
     got = torch.autograd.grad(y, (a, b, c, bias), g)

@@ -220,7 +220,7 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out_dtype=None) -> torch.Tensor:
         return _ops.route_gemm(a, b, c, alpha, beta, out_dtype)
     plan, key = _plan(a, b, c, beta, out_dtype, False, None)
     if plan is None:
-        if getattr(a, "ndim", 2) > 2 or getattr(b, "ndim", 2) > 2:  # batched (never a cached plan)
+        if not _batching.native(a, b):  # torch.matmul's batching: fold, or one batched product
             return _batching.gemm(a, b, c, alpha, beta, out_dtype)
         dtype = _validate_gemm(a, b, c, out_dtype)
         plan = _new_plan(key, a, b, c, beta, dtype, False, None)

@@ -31,7 +31,7 @@ import torch
 
 from .errors import PingpongError
 
-__all__ = ["Operand", "BatchPlan", "plan", "operand_view", "plan_for", "check", "gemm"]
+__all__ = ["Operand", "BatchPlan", "plan", "operand_view", "plan_for", "check", "gemm", "native"]
 
 
 @dataclass(frozen=True)
@@ -130,13 +130,16 @@ def operand_view(t: torch.Tensor, op: Operand, batch: tuple[int, ...]) -> torch.
 
 
 def run(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None, gemm2d, gemm3d, fold: bool = True) -> torch.Tensor:
-    """Execute a @ b (+ c, of shape `out_shape`) by the plan: `gemm2d(a2, b2, c2)` and
-    `gemm3d(a3, b3, c3)` each return a new contiguous result of their 2-D / 3-D problem."""
-    p = plan_for(a, b, fold)
+    """Execute a @ b (+ c: of shape `out_shape`, or (M, N) shared by the batches) by the plan:
+    `gemm2d(a2, b2, c2)` and `gemm3d(a3, b3, c3)` each return a new contiguous result of
+    their 2-D / 3-D problem. A shared c keeps the batch out of M (it has M rows, not B·M)."""
+    shared_c = c is not None and c.dim() == 2
+    p = plan_for(a, b, fold and not shared_c)
     if p.kind == "mm":
         return gemm2d(a, b, c)
     a_k, b_k = operand_view(a, p.a, p.batch), operand_view(b, p.b, p.batch)
-    c_k = None if c is None else c.reshape(p.out)  # c has out_shape; a view when its dims merge
+    # c's view of the kernel's problem: a view when its dims merge (stride 0 for a shared c)
+    c_k = None if c is None else c.expand(p.out_shape).reshape(p.out)
     result = (gemm2d if p.kind == "fold" else gemm3d)(a_k, b_k, c_k)
     return result.view(p.out_shape)
 
@@ -165,9 +168,13 @@ def check(a, b, c, out_dtype, bias=None, activation=None) -> tuple[tuple[int, ..
     if c is not None:
         if not isinstance(c, torch.Tensor):
             raise PingpongError(f"c: expected a torch.Tensor, got {type(c).__name__}")
-        if tuple(c.shape) != shape or c.dtype != dtype or c.device != a.device:
-            raise PingpongError(f"c: expected shape {shape}, dtype {dtype}, device {a.device}; "
-                                f"got {tuple(c.shape)}, {c.dtype}, {c.device}")
+        if tuple(c.shape) not in (shape, shape[-2:]):
+            also = f" or {shape[-2:]} (shared by the batches)" if len(shape) > 2 else ""
+            raise PingpongError(f"c: expected shape {shape}{also} (the result's), got {tuple(c.shape)}")
+        if c.dtype != dtype:
+            raise PingpongError(f"c: expected dtype {dtype} (the output dtype), got {c.dtype}")
+        if c.device != a.device:
+            raise PingpongError(f"c must be on the same device as a and b ({a.device}), got {c.device}")
     functional.check_bias(bias, shape[-2], shape[-1], a.device)
     functional.check_activation(activation)
     return shape, dtype
@@ -185,8 +192,20 @@ def gemm(a, b, c, alpha: float, beta: float, out_dtype, bias=None, activation=No
         return functional.epilogue_gemm(api.gemm, x, y, z, alpha, beta, out_dtype, bias, act)
 
     def three_d(x, y, z):
-        if functional.api_has_fused_epilogue():  # the API with the fused epilogue takes (B, M, K) @ (B, K, N)
+        if functional.api_has_fused_epilogue():  # that API also takes batched (B, M, K) @ (B, K, N)
             return two_d(x, y, z)
         return torch.stack([two_d(x[i], y[i], None if z is None else z[i]) for i in range(x.shape[0])])
 
     return run(a, b, c if beta != 0.0 else None, two_d, three_d, fold=not per_row(bias))
+
+
+def native(a, b) -> bool:
+    """Operands the GEMM API runs as they are (so this module stays out of the call): both
+    2-D (or not 2-D matrices at all: the API's validation reports them), or, once the API
+    takes batched operands (it comes with the fused epilogue), both 3-D with one batch size."""
+    da, db = getattr(a, "ndim", 2), getattr(b, "ndim", 2)
+    if da <= 2 and db <= 2:
+        return True
+    from . import functional
+
+    return functional.api_has_fused_epilogue() and da == db == 3 and a.shape[0] == b.shape[0]

@@ -188,14 +188,14 @@ def _bias_grad(gz, bias) -> Tensor:
 def _setup_gemm(ctx, inputs, output):
     a, b, c, alpha, beta, _, bias, activation = inputs
     ctx.save_for_backward(a, b, bias)
-    ctx.alpha, ctx.beta, ctx.has_c = alpha, beta, c is not None
+    ctx.alpha, ctx.beta, ctx.c_shape = alpha, beta, None if c is None else c.shape
     ctx.activation = functional.check_activation(activation)
 
 
 def _backward_gemm(ctx, g):
     a, b, bias = ctx.saved_tensors
     needs = ctx.needs_input_grad
-    dc = g * ctx.beta if ctx.has_c and needs[2] and ctx.beta != 0.0 else None
+    dc = (g * ctx.beta).sum_to_size(ctx.c_shape) if ctx.c_shape is not None and needs[2] and ctx.beta != 0.0 else None
     gz = g
     if ctx.activation != "none":
         gz = functional.activation_backward(ctx.activation, g, _preactivation(a, b, ctx.alpha, bias))
