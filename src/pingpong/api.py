@@ -9,7 +9,10 @@
 
 a is (M, K), b is (K, N), both bf16 or both fp16; accumulation is fp32; the output is bf16,
 fp16 or fp32 (default: the inputs' dtype). Row- and column-major views of a and b (e.g.
-``b = w.t()``, the transpose_b layout) run without copies.
+``b = w.t()``, the transpose_b layout) run without copies. matmul and gemm also take
+batched a (…, M, K) and b (…, K, N) with torch.matmul's broadcasting (pingpong.batching).
+While torch.compile traces, or autograd records, a call goes through pingpong.ops (the
+torch.library ops, or an autograd.Function); eager inference takes the direct path below.
 
 A call is validated, then planned once per signature (pingpong.plan: the decision is cached
 and later identical calls skip validation and launch directly); `path_for` names the path:
