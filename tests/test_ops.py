@@ -205,6 +205,8 @@ OPCHECK = [
     ("gemm", lambda: (ops.gemm, (randn(16, 32).requires_grad_(), randn(32, 16).requires_grad_(),
                                  randn(16, 16).requires_grad_(), 0.5, 2.0, None), {})),
     ("gemm_", lambda: (ops.gemm_, (randn(16, 16), randn(16, 32), randn(32, 16), 1.0, 0.5), {})),
+    ("gemm epilogue", lambda: (ops.gemm, (randn(2, 16, 32).requires_grad_(), randn(32, 16).requires_grad_(), None, 0.5,
+                                          0.0, None, randn(16, 1).requires_grad_(), "gelu_tanh"), {})),
     ("linear", lambda: (ops.linear, (randn(2, 16, 32).requires_grad_(), randn(24, 32).requires_grad_(),
                                      randn(24).requires_grad_(), "silu"), {})),
 ]

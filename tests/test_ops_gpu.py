@@ -136,6 +136,7 @@ def test_opcheck_every_op(gen):
         (ops.mm, (a.requires_grad_(), b.requires_grad_(), None)),
         (ops.mm, (a[0].detach(), w.t(), torch.float32)),
         (ops.gemm, (a, b, c.requires_grad_(), 0.5, 2.0, None)),
+        (ops.gemm, (a, b, c, 0.5, 2.0, None, bias.detach().requires_grad_(), "silu")),
         (ops.gemm_, (c[0].detach().clone(), a[0].detach(), b.detach(), 1.0, 0.5)),
         (ops.linear, (a, w.requires_grad_(), bias.requires_grad_(), "gelu_tanh")),
         (ops.linear, (a, w, None, None)),

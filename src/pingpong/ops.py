@@ -131,14 +131,16 @@ def _(a, b, c=None, alpha=1.0, beta=0.0, out_dtype=None, bias=None, activation=N
 
 
 @torch.library.custom_op("pingpong::gemm_", mutates_args=("c",))
-def gemm_(c: Tensor, a: Tensor, b: Tensor, alpha: float = 1.0, beta: float = 0.0) -> None:
+def gemm_(c: Tensor, a: Tensor, b: Tensor, alpha: float = 1.0, beta: float = 0.0, bias: Optional[Tensor] = None,
+          activation: Optional[str] = None) -> None:
+    epilogue = {} if bias is None and activation in (None, "none") else dict(bias=bias, activation=activation)
     with torch.no_grad():
-        api.gemm_(c, a, b, alpha=alpha, beta=beta)
+        api.gemm_(c, a, b, alpha=alpha, beta=beta, **epilogue)  # an epilogue: the fused-epilogue API's
 
 
 @gemm_.register_fake
-def _(c, a, b, alpha=1.0, beta=0.0):
-    batching.check(a, b, c, c.dtype)
+def _(c, a, b, alpha=1.0, beta=0.0, bias=None, activation=None):
+    batching.check(a, b, c, c.dtype, bias, activation)
 
 
 @torch.library.custom_op("pingpong::linear", mutates_args=())
