@@ -95,3 +95,22 @@ def test_replaced_model_computes_the_torch_model(cpu_allowed):
     torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-3)
     for g, w in zip(got_grads, want_grads):
         torch.testing.assert_close(g, w, rtol=1e-2, atol=1e-2 * w.abs().max().item())
+
+
+def test_compiled_model_with_pingpong_layers(cpu_allowed):
+    """torch.compile(fullgraph=True) over a module with pingpong layers: the eager forward and
+    gradients (aot_eager: the graph with the pingpong ops, run by the interpreter here)."""
+    torch._dynamo.reset()
+    model = torch.nn.Sequential(torch.nn.Linear(32, 48, dtype=torch.float16), torch.nn.SiLU(),
+                                torch.nn.Linear(48, 16, dtype=torch.float16))
+    pingpong.nn.replace_linear(model)
+    model[0].activation = "relu"
+    x = torch.randn(2, 8, 32).half()
+    params = list(model.parameters())
+    want = model(x)
+    want_grads = torch.autograd.grad(want.float().square().sum(), params)
+    got = torch.compile(model, fullgraph=True, backend="aot_eager")(x)
+    got_grads = torch.autograd.grad(got.float().square().sum(), params)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
