@@ -16,11 +16,14 @@ Which path a public call takes (`needs_op`, then `route_gemm` / `route_linear`):
                                         fake-tensor checks, no autograd wrapper
     eager, autograd records the call    a torch.autograd.Function around the direct call
     (grad mode on, an input requires    (cheaper on the host than the op's Python autograd
-    grad)                               wrapper: ~6 µs vs ~18 µs per call measured on a CPU)
+    grad)                               wrapper; see the timings below)
     torch.compile / export tracing, or  the torch.library op: one graph node per call; its
     a tensor subclass (a tracer's fake  fake implementation gives the output's shape, dtype
     or functional tensors)              and strides (contiguous row-major, as the kernels
                                         write it); its autograd is the same formulas
+
+Host time of one `matmul` call, measured on a CPU with the kernel launch stubbed out: 3.3 µs
+without autograd, 8.2 µs through the Function, 23 µs through the op with its autograd.
 
 Backward formulas (shared by the Function and the op) call the *public* functions, so an eager
 backward launches directly and a traced backward records the ops. Operands are transposed
@@ -60,9 +63,10 @@ def needs_op(a, b, c=None, d=None) -> bool:
             or torch.compiler.is_compiling())
 
 
-def _traced(*tensors) -> bool:
+def _traced(a, b, c=None, d=None) -> bool:
     """Compiling, or a tracer's tensor subclass: the torch.library op (else the Function)."""
-    return torch.compiler.is_compiling() or any(t is not None and type(t) not in _PLAIN for t in tensors)
+    plain = type(a) in _PLAIN and type(b) in _PLAIN and (c is None or type(c) in _PLAIN) and (d is None or type(d) in _PLAIN)
+    return not plain or torch.compiler.is_compiling()
 
 
 def route_gemm(a, b, c, alpha, beta, out_dtype, bias=None, activation=None) -> Tensor:
@@ -98,6 +102,8 @@ def _gemm_direct(a, b, c, alpha, beta, out_dtype, bias, activation) -> Tensor:
     """The public gemm contract on the direct path (the caller holds grad mode off)."""
     if functional.api_has_fused_epilogue():
         return api.gemm(a, b, c, alpha=alpha, beta=beta, out_dtype=out_dtype, bias=bias, activation=activation)
+    if bias is None and activation in (None, "none"):
+        return api.gemm(a, b, c, alpha=alpha, beta=beta, out_dtype=out_dtype)
     return batching.gemm(a, b, c, alpha, beta, out_dtype, bias, activation)  # the epilogue in torch
 
 
