@@ -19,7 +19,11 @@ merge (always for a single batch dim, for a broadcast operand, and for contiguou
 that operand is copied (`Operand.stride is None`). The output is a new contiguous tensor of
 shape `out_shape`; "fold" and "batched" write it through a 2-D/3-D view of the same memory.
 
-Batch dims that do not broadcast raise PingpongError naming a and b, before any work.
+c (gemm's β·c) has the output's shape, or (M, N) shared by the batches (read through a
+stride-0 view; it keeps the batch out of M, as a per-row bias (M, 1) does). Operands the GEMM
+API runs itself (`native`: 2-D, or 3-D with one batch size once it takes batched operands)
+never come here. Batch dims that do not broadcast raise PingpongError naming a and b, before
+any work.
 """
 
 from __future__ import annotations
