@@ -28,6 +28,7 @@ any work.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -91,9 +92,11 @@ def _expanded_strides(shape, stride, batch) -> tuple[int, ...]:
     return tuple(out)
 
 
+@functools.lru_cache(maxsize=1024)
 def plan(a_shape, a_stride, b_shape, b_stride, fold: bool = True) -> BatchPlan:
     """The plan of a (…, M, K) @ b (…, K, N) (see the module docstring). `fold=False` keeps
-    the batch out of M (a per-row bias of M values must see M rows per batch)."""
+    the batch out of M (a per-row bias of M values must see M rows per batch). A pure
+    function of its (hashable) arguments, so its decisions are cached."""
     for name, shape in (("a", a_shape), ("b", b_shape)):
         if len(shape) < 2:
             raise PingpongError(f"{name}: expected a tensor of at least 2 dims (…, rows, cols), got shape {tuple(shape)}")
@@ -123,7 +126,11 @@ def plan(a_shape, a_stride, b_shape, b_stride, fold: bool = True) -> BatchPlan:
 
 
 def plan_for(a: torch.Tensor, b: torch.Tensor, fold: bool = True) -> BatchPlan:
-    return plan(tuple(a.shape), a.stride(), tuple(b.shape), b.stride(), fold)
+    args = (tuple(a.shape), a.stride(), tuple(b.shape), b.stride(), fold)
+    try:
+        return plan(*args)
+    except TypeError:  # symbolic sizes (dynamic-shape tracing) are not hashable: plan them uncached
+        return plan.__wrapped__(*args)
 
 
 def operand_view(t: torch.Tensor, op: Operand, batch: tuple[int, ...]) -> torch.Tensor:

@@ -125,9 +125,10 @@ def linear_direct(x, w, bias, activation) -> torch.Tensor:
     from . import api
 
     act = check_linear(x, w, bias, activation)
-    x2 = x if x.dim() > 1 else x.unsqueeze(0)
-    y = epilogue_gemm(api.gemm, x2, w.t(), None, 1.0, 0.0, None, bias, act)
-    return y if x.dim() > 1 else y.squeeze(0)
+    if x.dim() != 2 and x.is_contiguous():  # (…, K) folded into M: a view, one 2-D GEMM
+        y = epilogue_gemm(api.gemm, x.view(-1, x.shape[-1]), w.t(), None, 1.0, 0.0, None, bias, act)
+        return y.view(*x.shape[:-1], w.shape[0])
+    return epilogue_gemm(api.gemm, x, w.t(), None, 1.0, 0.0, None, bias, act)  # other layouts: pingpong.batching
 
 
 def epilogue_gemm(gemm, a, b, c, alpha, beta, out_dtype, bias, activation) -> torch.Tensor:
