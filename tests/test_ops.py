@@ -340,3 +340,21 @@ def test_eager_autograd_function_and_op_give_the_same_gradients(interpreted_kern
         torch.testing.assert_close(e, o, rtol=0, atol=0)
     a, b = randn(16, 32).requires_grad_(), randn(32, 8).requires_grad_()
     assert type(pingpong.matmul(a, b).grad_fn).__name__ == "_GemmFunctionBackward"
+
+
+def test_compile_fullgraph_traces_the_in_place_gemm(interpreted_kernels):
+    torch._dynamo.reset()
+    torch.manual_seed(11)
+    a, b, c = randn(16, 32), randn(32, 24), randn(16, 24)
+
+    def f(c, a, b):
+        pingpong.gemm_(c, a, b, alpha=0.5, beta=1.0)
+        return c * 2
+
+    want_c = c.clone()
+    want = f(want_c, a, b)
+    got_c = c.clone()
+    got = torch.compile(f, fullgraph=True, backend="aot_eager")(got_c, a, b)
+    torch.testing.assert_close(got_c, want_c, rtol=0, atol=0)  # the mutation reached the caller's c
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert not torch.equal(got_c, c)
