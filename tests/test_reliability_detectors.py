@@ -40,7 +40,9 @@ def test_spill_detector_sees_local_memory_on_hopper():
 
 def test_spill_detector_sees_scratch_on_cdna():
     f = hog_facts("gfx942")
-    assert f.spill_bytes > 0, "AMD scratch/spill metadata not read"
+    assert f.extra["scratch bytes"] > 0, "the scratch (private segment) size is not read"
+    assert f.extra["vgpr spills"] > 0, "the VGPR spill count is not read"
+    assert f.spill_bytes >= f.extra["scratch bytes"] + 4 * f.extra["vgpr spills"], "spill_bytes drops a term"
 
 
 def _bf16(rows, cols, offset_elems=0):

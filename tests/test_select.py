@@ -12,6 +12,8 @@ from pingpong.hopper.select import Device, choose, select_config
 from pingpong.suites import SUITES
 
 H100 = Device("NVIDIA H100 80GB HBM3", 132)
+#: the heuristic alone: a GPU no shipped or user table names
+UNTUNED = Device("A GPU nobody tuned", 132)
 
 
 @pytest.fixture(autouse=True)
@@ -30,7 +32,7 @@ def units(M, N, K, c):
 @pytest.mark.parametrize("M", [1, 7, 16, 33, 64])
 @pytest.mark.parametrize("N, K", [(4096, 4096), (6144, 4096), (4096, 14336), (8192, 8192)])
 def test_decode_takes_swap_ab_with_enough_work_units(M, N, K):
-    c = select_config(M, N, K, device=H100)
+    c = select_config(M, N, K, device=UNTUNED)
     assert c.swap_ab and c.block_n >= M and c.block_n <= 64, "M on the wgmma N side, as narrow as fits"
     assert units(M, N, K, c) >= 0.7 * 132, "most SMs stream a part of the weight"
     assert c.split_k > 1
@@ -38,19 +40,19 @@ def test_decode_takes_swap_ab_with_enough_work_units(M, N, K):
 
 @pytest.mark.parametrize("M, N, K", SUITES["largek"][:2])
 def test_large_k_few_tiles_splits_k(M, N, K):
-    c = select_config(M, N, K, device=H100)
+    c = select_config(M, N, K, device=UNTUNED)
     assert not c.swap_ab and c.split_k > 1 and units(M, N, K, c) >= 0.9 * 132
 
 
 def test_decode_with_a_wide_weight_needs_no_split():
-    c = select_config(16, 28672, 4096, device=H100)  # 224 tiles of N already fill 132 SMs
+    c = select_config(16, 28672, 4096, device=UNTUNED)  # 224 tiles of N already fill 132 SMs
     assert c.swap_ab and c.split_k == 1
 
 
 @pytest.mark.parametrize("n", [4096, 8192, 16384])
 def test_large_problems_take_the_big_tile_unsplit(n):
-    assert select_config(n, n, n, device=H100) == KernelConfig(128, 256, 64, schedule="cooperative")
-    assert select_config(8192, 28672, 4096, device=H100) == KernelConfig(128, 256, 64)
+    assert select_config(n, n, n, device=UNTUNED) == KernelConfig(128, 256, 64, schedule="cooperative")
+    assert select_config(8192, 28672, 4096, device=UNTUNED) == KernelConfig(128, 256, 64)
 
 
 def test_sm_count_changes_the_split():
@@ -62,7 +64,7 @@ def test_sm_count_changes_the_split():
 def test_selected_configs_validate_for_every_output_type():
     for M, N, K in SUITES["all"] + ((1, 1, 1), (17, 255, 1000), (4097, 1, 17)):
         for out in (2, 4):
-            select_config(M, N, K, device=H100).validate(2, out)
+            select_config(M, N, K, device=UNTUNED).validate(2, out)
 
 
 # ----------------------------------------------------------------------------- the table
@@ -131,11 +133,13 @@ def test_foreign_or_old_table_is_ignored_with_a_warning(change, reason):
                                   '{"format": 1, "key": {"gpu": "g", "sms": 1, "pingpong": "x", "triton": "y"},'
                                   ' "entries": [{"config": {"block_m": 100}}]}'])
 def test_corrupt_table_is_ignored_with_a_warning(text):
+    expected = select_config(16, 4096, 4096, device=H100)  # without a user table: the shipped one
+    tables.clear_cache()
     path = tables.user_table_path(h100_key())
     path.parent.mkdir(parents=True)
     path.write_text(text)
     with pytest.warns(UserWarning, match="ignoring tuning table"):
-        assert select_config(16, 4096, 4096, device=H100) == select_config(16, 4096, 4096)
+        assert select_config(16, 4096, 4096, device=H100) == expected
 
 
 def test_no_table_no_warning():
@@ -150,3 +154,17 @@ def test_shipped_tables_parse():
     for f in (resources.files("pingpong") / "tables").iterdir():
         if f.name.endswith(".json"):
             tables.Table.from_json(json.loads(f.read_text()))
+
+
+def test_shipped_tables_load_and_validate():
+    """Every shipped table (src/pingpong/tables) is readable, keyed to its GPU, and each entry's
+    config validates for its element sizes."""
+    from importlib import resources
+
+    shipped = [p for p in resources.files("pingpong.tables").iterdir() if p.name.endswith(".json")]
+    assert shipped, "the package ships the H100 table"
+    for path in shipped:
+        data = json.loads(path.read_text())
+        assert data["key"]["gpu"] and data["key"]["sms"] > 0
+        for e in data["entries"]:
+            KernelConfig(**e["config"]).validate(2, 2 if e["out_dtype"] != "fp32" else 4)

@@ -157,9 +157,13 @@ def test_run_writes_a_table_select_config_reads(monkeypatch, cache, capsys):
 
 def test_show_prints_the_active_table(monkeypatch, capsys):
     monkeypatch.setattr(tune, "no_gpu_reason", lambda: None)
+    untuned = Device("A GPU nobody tuned", 132)
+    monkeypatch.setattr(tune, "current_device", lambda: untuned)
+    code, out, _ = cli(capsys, "--show")
+    assert code == 0 and "no tuning table for A GPU nobody tuned" in out and "the heuristic chooses" in out
     monkeypatch.setattr(tune, "current_device", lambda: H100)
     code, out, _ = cli(capsys, "--show")
-    assert code == 0 and "no tuning table for NVIDIA H100" in out and "the heuristic chooses" in out
+    assert code == 0 and "pingpong/tables/nvidia-h100-80gb-hbm3-132sm.json" in out  # the shipped table
     t = tables.Table(tables.TableKey.current(H100.name, H100.sms))
     t.add(16, 4096, 4096, "bf16", "bf16", "nt", KernelConfig(128, 16, 64, split_k=4, swap_ab=True), us=9.5,
           cublas_us=20.0)

@@ -352,19 +352,21 @@ def _amd_facts(c: Compiled) -> Facts:
     wave = _amd_meta(text, "wavefront_size", TARGETS[c.target][2])
     threads = _amd_meta(text, "max_flat_workgroup_size", c.metadata.num_warps * wave)
     agpr = re.search(r"; NumAgprs:\s+(\d+)", text)
+    scratch = _amd_meta(text, "private_segment_fixed_size")  # per-lane stack: spills and local arrays
+    vgpr_spills, sgpr_spills = _amd_meta(text, "vgpr_spill_count"), _amd_meta(text, "sgpr_spill_count")
     return Facts(
         kernel=c.kernel,
         target=c.target,
         warps=threads // wave,
         threads=threads,
         registers=_amd_meta(text, "vgpr_count"),
-        spill_bytes=_amd_meta(text, "private_segment_fixed_size")
-        + _amd_meta(text, "vgpr_spill_count") * 4
-        + _amd_meta(text, "sgpr_spill_count") * 4,
+        spill_bytes=scratch + 4 * (vgpr_spills + sgpr_spills),
         shared_bytes=max(int(c.metadata.shared), _amd_meta(text, "group_segment_fixed_size")),
         counts=counts,
         extra={
             "wave size": wave,
+            "scratch bytes": scratch,
+            "vgpr spills": vgpr_spills,
             "sgprs": _amd_meta(text, "sgpr_count"),
             "agprs": int(agpr.group(1)) if agpr else 0,
             "vmcnt values": vmcnt,

@@ -239,8 +239,9 @@ def build(a, b, c, beta: float, out_dtype: torch.dtype, inplace: bool, config: K
         if torch.version.hip is not None:
             from .amd import dispatch
 
+            out = c if inplace else torch.empty(a.shape[0], b.shape[1], dtype=out_dtype, device="meta")
             if dispatch.accepts(a, b, out_dtype) and addressable(dispatch.select_kernel(dispatch._device_arch(a)),
-                                                                 a, b, c if read or inplace else None):
+                                                                 a, b, out, c if read else None):
                 return AmdPlan(device, read)
         return PortablePlan(device, read)  # 64-bit offsets where a span needs them: addresses any tensor
     if not addressable("hopper", a, b, c if read or inplace else None):

@@ -30,14 +30,16 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 from triton.language.core import _aggregate as aggregate
 
+from ..addressing import INT32_MAX
 from ..hopper.pipeline import Ring, ring_index
 from ..launcher import DirectLaunch, hooks_idle, launch_key
 from .grid_stride import tile_of, tiles_of_program
 
 # --------------------------------------------------------------------------- host config
 
-#: Largest element count the sm_90a path takes: TMA coordinates are signed 32-bit.
-MAX_TMA_ELEMENTS = 2**31 - 1
+#: Largest element count the sm_90a path takes: TMA coordinates are signed 32-bit (a tile's
+#: coordinate tile*BLOCK < n; fills past the end are predicated off, their wrapped coordinates unused).
+MAX_TMA_ELEMENTS = INT32_MAX
 #: Elements per row of the 2-D view (box="2d"): a TMA box dimension holds at most 256.
 ROW = 256
 #: Shared memory of one SM (H100/H200) and what the hardware reserves per resident block.
