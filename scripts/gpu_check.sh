@@ -35,6 +35,9 @@ python -m pingpong bench --shapes $BENCH_SHAPES --csv "$OUT/bench.csv" --json "$
 echo "== host cost (back-to-back calls)"
 python -m pingpong.overhead --sizes ${OVERHEAD_SIZES:-64 1024 2048} 2>"$OUT/overhead.err" | tee "$OUT/overhead.txt"
 
+echo "== PyTorch layers (pingpong.nn.Linear forward/backward, batched matmul)"
+python benchmarks/linear_bench.py 2>"$OUT/linear_bench.err" | tee "$OUT/linear_bench.txt"
+
 if [ -n "${TUNE:-}" ]; then
     echo "== pingpong tune --suite $TUNE --quick"
     PINGPONG_CACHE_DIR="$OUT/cache" python -m pingpong tune --suite "$TUNE" --quick 2>"$OUT/tune.err" | tee "$OUT/tune.txt"
@@ -65,6 +68,7 @@ grep -E "passed|failed|error" "$OUT/gpu_tests.log" | tail -n 1
 cat "$OUT/schedules.txt"
 cat "$OUT/bench.txt"
 cat "$OUT/overhead.txt"
+cat "$OUT/linear_bench.txt"
 [ -f "$OUT/tune.txt" ] && cat "$OUT/tune.txt"
 [ -f "$OUT/suite.txt" ] && cat "$OUT/suite.txt"
 [ -f "$OUT/racecheck.txt" ] && cat "$OUT/racecheck.txt"

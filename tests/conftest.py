@@ -25,3 +25,32 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def interpreted_kernels(monkeypatch):
+    """Every plan runs the portable kernel under Triton's interpreter, and the API's GPU-only
+    check is lifted: the whole call path (validation, batching, torch.library ops, autograd)
+    then runs on CPU tensors, in a plan cache of its own. fp16/fp32 only (the triton 3.6
+    interpreter is wrong for bf16)."""
+    import collections
+
+    from pingpong import api, plan
+    from pingpong.portable import portable_gemm
+
+    class InterpretedPlan(plan.Plan):
+        __slots__ = ("reads_c", "extents", "activation")
+
+        def __init__(self, read, activation):
+            self.device, self.path, self.reads_c, self.activation, self.extents = -1, "interpreted", read, activation, None
+
+        def run(self, a, b, out, c, alpha, beta, bias=None):
+            epilogue = {} if bias is None and self.activation == "none" else dict(bias=bias, activation=self.activation)
+            portable_gemm(a, b, out, alpha=alpha, beta=beta, c=c if self.reads_c else None, interpret=True, **epilogue)
+
+    def build(a, b, c, beta, out_dtype, inplace, config, bias=None, activation="none"):
+        return InterpretedPlan(plan.reads_c(c, beta), activation)
+
+    monkeypatch.setattr(api, "_check_gpu", lambda a: None)
+    monkeypatch.setattr(plan, "PLANS", collections.OrderedDict())
+    monkeypatch.setattr(plan, "build", build)

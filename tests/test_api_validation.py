@@ -16,8 +16,6 @@ def t(*shape, dtype=bf):
 
 CASES = [
     ("a 1-D", lambda: pingpong.matmul(t(8), t(8, 4)), "a: expected a 2-D tensor"),
-    ("b 4-D", lambda: pingpong.matmul(t(8, 8), t(1, 2, 8, 4)), "b: expected a 2-D tensor \\(or 3-D, batched\\)"),
-    ("batch sizes", lambda: pingpong.matmul(t(3, 8, 8), t(2, 8, 4)), "a and b: batch sizes 3 \\(a\\) and 2 \\(b\\)"),
     ("batched c shape", lambda: pingpong.gemm(t(3, 8, 8), t(8, 4), t(2, 8, 4), beta=1.0),
      "c: expected shape \\(3, 8, 4\\) or \\(8, 4\\)"),
     ("in place c shared", lambda: pingpong.gemm_(t(8, 4), t(3, 8, 8), t(8, 4)), "c: expected shape \\(3, 8, 4\\)"),
@@ -28,6 +26,11 @@ CASES = [
     ("bias device", lambda: pingpong.gemm(t(8, 8), t(8, 4), bias=torch.zeros(4, device="meta")), "bias must be on"),
     ("activation", lambda: pingpong.gemm(t(8, 8), t(8, 4), activation="tanh"), "activation: expected None or one of"),
     ("activation in place", lambda: pingpong.gemm_(t(8, 4), t(8, 8), t(8, 4), activation="gelu"), "activation"),
+    ("batch", lambda: pingpong.matmul(t(2, 8, 8), t(3, 8, 4)), "a and b: batch dimensions \\(2,\\) \\(a\\) and \\(3,\\) \\(b\\) do not broadcast"),
+    ("batched cpu", lambda: pingpong.matmul(t(2, 8, 8), t(8, 4)), "pingpong runs on CUDA/ROCm GPUs"),
+    ("linear bias length", lambda: pingpong.linear(t(8, 8), t(4, 8), t(5)), "bias: expected shape \\(4,\\) \\(w.shape\\[0\\]"),
+    ("linear bias dtype", lambda: pingpong.linear(t(8, 8), t(4, 8), torch.ones(4, dtype=torch.int64)), "bias: dtype torch.int64"),
+    ("linear activation", lambda: pingpong.linear(t(8, 8), t(4, 8), None, "gelu"), "activation: expected None or one of"),
     ("not a tensor", lambda: pingpong.matmul([[1.0]], t(1, 1)), "a: expected a torch.Tensor"),
     ("shape mismatch", lambda: pingpong.matmul(t(8, 5), t(6, 4)), "a.shape\\[-1\\] must equal b.shape\\[-2\\]"),
     ("fp32 inputs", lambda: pingpong.matmul(t(8, 8, dtype=torch.float32), t(8, 8, dtype=torch.float32)),

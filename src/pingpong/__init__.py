@@ -11,12 +11,14 @@ See README.md for what runs where, and `pingpong --help` for the command line.
 
 from .api import gemm, gemm_, matmul, matmul_tiled, path_for
 from .config import KernelConfig
+from . import nn
+from .functional import linear
 from .errors import ConfigError, PingpongError, TargetError
 from .streaming import vector_add
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "matmul", "gemm", "gemm_", "matmul_tiled", "path_for", "vector_add",
+    "matmul", "gemm", "gemm_", "matmul_tiled", "path_for", "linear", "vector_add",
     "KernelConfig", "ConfigError", "PingpongError", "TargetError",
 ]

@@ -10,7 +10,10 @@
 
 a is (M, K), b is (K, N), both bf16 or both fp16; accumulation is fp32; the output is bf16,
 fp16 or fp32 (default: the inputs' dtype). Row- and column-major views of a and b (e.g.
-``b = w.t()``, the transpose_b layout) run without copies.
+``b = w.t()``, the transpose_b layout) run without copies. matmul and gemm also take
+batched a (…, M, K) and b (…, K, N) with torch.matmul's broadcasting (pingpong.batching).
+While torch.compile traces, or autograd records, a call goes through pingpong.ops (the
+torch.library ops, or an autograd.Function); eager inference takes the direct path below.
 
 Batched: a (B, M, K) and/or b (B, K, N) give a (B, M, N) result in one kernel launch over
 the tiles of every batch; a 2-D operand (or batch size 1, or batch stride 0) is shared by
@@ -47,7 +50,9 @@ import numbers
 
 import torch
 
+from . import batching as _batching
 from . import fused
+from . import ops as _ops  # ops imports this module too; each reads the other only at call time
 from . import plan as plan_mod
 from .config import KernelConfig
 from .errors import PingpongError
@@ -252,8 +257,12 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out_dtype=None, bias=None, activa
         A new contiguous (M, N) or (B, M, N) tensor of out_dtype.
     """
     alpha, beta = _check_scalar("alpha", alpha), _check_scalar("beta", beta)
+    if _ops.needs_op(a, b, c, bias):  # torch.compile / autograd: the pingpong ops (pingpong.ops)
+        return _ops.route_gemm(a, b, c, alpha, beta, out_dtype, bias, activation)
     plan, key = _plan(a, b, c, beta, out_dtype, False, None, bias, activation)
     if plan is None:
+        if not _batching.native(a, b):  # torch.matmul's batching: fold, or one batched product
+            return _batching.gemm(a, b, c, alpha, beta, out_dtype, bias, activation)
         dtype, act = _validate_gemm(a, b, c, out_dtype, bias, activation)
         plan = _new_plan(key, a, b, c, beta, dtype, False, None, bias, act)
     out = _new_out(a, b, out_dtype or a.dtype)
@@ -289,9 +298,15 @@ def gemm_(c, a, b, *, alpha=1.0, beta=0.0, bias=None, activation=None) -> torch.
     bf16/fp16/fp32, must not share memory with a
     or b (compared by address range) and must not overlap itself (an expand()ed view). Any
     other c strides work (a c TMA cannot write is computed into a temporary and copied
-    back). On a refusal (PingpongError) c is left untouched.
+    back). On a refusal (PingpongError) c is left untouched. Not differentiable: refused while
+    autograd would record it (grad mode on and c, a or b requires grad); c's version counter
+    is bumped, so a backward that saved c raises instead of reading the new values.
     """
     alpha, beta = _check_scalar("alpha", alpha), _check_scalar("beta", beta)
+    if _ops.needs_op(c, a, b, bias):  # autograd (refused) / torch.compile: the pingpong::gemm_ op
+        _ops.check_not_differentiated(c, a, b)
+        _ops.gemm_(c, a, b, alpha, beta, bias, activation)
+        return c
     plan, key = _plan(a, b, c, beta, getattr(c, "dtype", None), True, None, bias, activation)
     if plan is None:
         _check_operands(a, b)
@@ -308,6 +323,7 @@ def gemm_(c, a, b, *, alpha=1.0, beta=0.0, bias=None, activation=None) -> torch.
         _check_no_alias_fast(c, a, b, plan.extents)  # addresses change from call to call
         _check_bias_not_in(c, bias)
     plan.run(a, b, c, c, alpha, beta, bias)
+    torch.autograd.graph.increment_version(c)  # a backward that saved c must not read the new values
     return c
 
 

@@ -1,0 +1,96 @@
+"""Drop-in modules: `Linear` (nn.Linear on pingpong's kernel) and `replace_linear`.
+
+    model = transformers.AutoModelForCausalLM.from_config(cfg).cuda().bfloat16()
+    report = pingpong.nn.replace_linear(model)      # every nn.Linear pingpong can run, in place
+    report.skipped                                    # {"lm_head": "weight dtype torch.float32 ..."}
+
+`Linear` subclasses nn.Linear: the same parameters (weight (out, in), bias (out,)), the same
+state_dict keys and `isinstance(m, nn.Linear)`; forward is `pingpong.linear(x, weight, bias,
+activation)` (bias and activation fused in the GEMM's epilogue; autograd through the
+``pingpong::linear`` op). `from_linear` shares the layer's Parameter objects (no copy): tied
+weights stay tied and an optimizer built before the swap still updates them.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from . import api
+from .errors import PingpongError
+from .functional import linear
+from .fused import ACTIVATIONS
+
+__all__ = ["Linear", "replace_linear", "ReplaceReport", "unsupported_reason"]
+
+
+class Linear(torch.nn.Linear):
+    """nn.Linear computed by pingpong, with an optional fused activation."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None,
+                 activation: str | None = None):
+        if activation is not None and activation not in ACTIVATIONS:
+            raise PingpongError(f"activation: expected None or one of {ACTIVATIONS}, got {activation!r}")
+        super().__init__(in_features, out_features, bias, device, dtype)
+        self.activation = activation
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.weight, self.bias, self.activation)
+
+    @classmethod
+    def from_linear(cls, layer: torch.nn.Linear, activation: str | None = None) -> "Linear":
+        """A pingpong Linear holding `layer`'s own Parameters (shared, not copied)."""
+        new = cls(layer.in_features, layer.out_features, layer.bias is not None, device="meta",
+                  dtype=layer.weight.dtype, activation=activation)
+        new.weight = layer.weight
+        new.bias = layer.bias
+        new.train(layer.training)
+        return new
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + (f", activation={self.activation!r}" if self.activation else "")
+
+
+def unsupported_reason(layer: torch.nn.Module) -> str | None:
+    """Why pingpong cannot run this layer, or None when it can."""
+    if type(layer) is not torch.nn.Linear:
+        return f"{type(layer).__name__} is not a plain torch.nn.Linear (its forward may do more)"
+    w = layer.weight
+    if w.dtype not in api.INPUT_DTYPES:
+        return f"weight dtype {w.dtype}: pingpong runs torch.bfloat16 / torch.float16"
+    if w.device.type != "cuda":
+        return f"weight on {w.device}: pingpong runs on CUDA/ROCm GPUs"
+    return None
+
+
+class ReplaceReport(NamedTuple):
+    replaced: list[str]  # qualified names of the layers now pingpong.nn.Linear
+    skipped: dict[str, str]  # qualified name -> why it was left as it was
+
+
+def replace_linear(model: torch.nn.Module, *, include=None) -> ReplaceReport:
+    """Swap `model`'s nn.Linear layers for `Linear` in place (parameters shared, not copied).
+
+    Layers pingpong cannot run (`unsupported_reason`: fp32 weights, CPU, nn.Linear subclasses)
+    stay as they are and are listed in the report's `skipped` with the reason. `include`, a
+    predicate on the qualified name, limits the swap to the layers it accepts.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise PingpongError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+    replaced, skipped, swapped = [], {}, {}  # swapped: id(old) -> new, so a layer shared by two
+    for name, module in list(model.named_modules(remove_duplicate=False)):  # parents stays shared
+        if not isinstance(module, torch.nn.Linear) or isinstance(module, Linear):
+            continue
+        if include is not None and not include(name):
+            continue
+        reason = "the model itself is the layer: use pingpong.nn.Linear.from_linear" if name == "" else unsupported_reason(module)
+        if reason is not None:
+            skipped[name] = reason
+            continue
+        if id(module) not in swapped:
+            swapped[id(module)] = Linear.from_linear(module)
+        parent_name, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(parent_name), attr, swapped[id(module)])
+        replaced.append(name)
+    return ReplaceReport(replaced, skipped)

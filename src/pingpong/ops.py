@@ -1,0 +1,266 @@
+"""pingpong's GEMMs for PyTorch: torch.library ops (traced by torch.compile) and autograd.
+
+    | op                | public function                          | autograd                          |
+    |-------------------|------------------------------------------|-----------------------------------|
+    | pingpong::mm      | matmul(a, b, out_dtype=), gemm(a, b)     | dA = dC·Bᵀ, dB = Aᵀ·dC            |
+    | pingpong::gemm    | gemm(a, b, c, alpha=, beta=, out_dtype=,  | dz = act'(z)·dC, dA = α·dz·Bᵀ,    |
+    |                   |      bias=, activation=)                 | dB = α·Aᵀ·dz, dbias = Σ dz, dc = β·dC |
+    | pingpong::gemm_   | gemm_(c, a, b, alpha=, beta=)             | none: refused while autograd records |
+    | pingpong::linear  | linear(x, w, bias, activation)            | dx = dz·w, dw = dzᵀ·x, dbias = Σ dz |
+
+The epilogue is y = act(z) + β·c with z = α·a@b + bias (the GEMM API's contract).
+
+Which path a public call takes (`needs_op`, then `route_gemm` / `route_linear`):
+
+    eager, no autograd (inference)      the kernel directly: no dispatcher round trip, no
+                                        fake-tensor checks, no autograd wrapper
+    eager, autograd records the call    a torch.autograd.Function around the direct call
+    (grad mode on, an input requires    (cheaper on the host than the op's Python autograd
+    grad)                               wrapper; see the timings below)
+    torch.compile / export tracing, or  the torch.library op: one graph node per call; its
+    a tensor subclass (a tracer's fake  fake implementation gives the output's shape, dtype
+    or functional tensors)              and strides (contiguous row-major, as the kernels
+                                        write it); its autograd is the same formulas
+
+Host time of one `matmul` call, measured on a CPU with the kernel launch stubbed out: 3.3 µs
+without autograd, 8.2 µs through the Function, 23 µs through the op with its autograd.
+
+Backward formulas (shared by the Function and the op) call the *public* functions, so an eager
+backward launches directly and a traced backward records the ops. Operands are transposed
+*views* (``b.mT``, ``a.mT``: the four layouts run without copies). Gradients have the inputs'
+dtype (an fp32 ``out_dtype`` gradient is cast to the input dtype first). The activation's
+derivative needs the pre-activation z: the forward does not save it (an M×N fp32 buffer per
+layer, written by every forward); the backward recomputes z with one more GEMM (fp32 output,
+bias fused). `linear`'s relu reads the saved output instead (y > 0 exactly where z > 0).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import api, batching, functional, fused
+from .errors import PingpongError
+
+__all__ = ["needs_op", "route_gemm", "route_linear", "check_not_differentiated", "mm", "gemm", "gemm_", "linear"]
+
+_PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
+
+
+def needs_op(a, b, c=None, d=None) -> bool:
+    """True when a public call with tensor arguments a, b (and optional c, d: C, a bias) must
+    leave the direct path (module docstring). Ordered for the common eager case: type
+    lookups, the grad-mode flag, one call."""
+    if type(a) in _PLAIN and type(b) in _PLAIN and (c is None or type(c) in _PLAIN) and (d is None or type(d) in _PLAIN):
+        if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or (c is not None and c.requires_grad)
+                                        or (d is not None and d.requires_grad)):
+            return True
+        return torch.compiler.is_compiling()
+    # a tensor subclass (a tracer's fake/functional tensors): the op; not tensors: validation
+    return (any(isinstance(t, torch.Tensor) and type(t) not in _PLAIN for t in (a, b, c, d))
+            or torch.compiler.is_compiling())
+
+
+def _traced(a, b, c=None, d=None) -> bool:
+    """Compiling, or a tracer's tensor subclass: the torch.library op (else the Function)."""
+    plain = type(a) in _PLAIN and type(b) in _PLAIN and (c is None or type(c) in _PLAIN) and (d is None or type(d) in _PLAIN)
+    return not plain or torch.compiler.is_compiling()
+
+
+def route_gemm(a, b, c, alpha, beta, out_dtype, bias=None, activation=None) -> Tensor:
+    """A `gemm` call that left the direct path: the op when traced (pingpong::mm for a plain
+    product), else the autograd Function."""
+    if _traced(a, b, c, bias):
+        if c is None and alpha == 1.0 and bias is None and activation in (None, "none"):
+            return mm(a, b, out_dtype)
+        return gemm(a, b, c, alpha, beta, out_dtype, bias, activation)
+    return _GemmFunction.apply(a, b, c, alpha, beta, out_dtype, bias, activation)
+
+
+def route_linear(x, w, bias, activation) -> Tensor:
+    """A `linear` call that left the direct path: the op when traced, else the Function."""
+    if _traced(x, w, bias):
+        return linear(x, w, bias, activation)
+    return _LinearFunction.apply(x, w, bias, activation)
+
+
+def check_not_differentiated(c, a, b) -> None:
+    """gemm_ is not differentiable: PingpongError while autograd would record it."""
+    if torch.is_grad_enabled():
+        for name, t in (("c", c), ("a", a), ("b", b)):
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                raise PingpongError(f"{name}: requires grad; gemm_ writes c in place and is not differentiable "
+                                    "(use pingpong.gemm, or call gemm_ under torch.no_grad())")
+
+
+# ----------------------------------------------------------------------------- direct calls
+
+
+def _gemm_direct(a, b, c, alpha, beta, out_dtype, bias, activation) -> Tensor:
+    """The public gemm contract on the direct path (the caller holds grad mode off)."""
+    return api.gemm(a, b, c, alpha=alpha, beta=beta, out_dtype=out_dtype, bias=bias, activation=activation)
+
+
+# ----------------------------------------------------------------------------- the ops
+
+
+@torch.library.custom_op("pingpong::mm", mutates_args=())
+def mm(a: Tensor, b: Tensor, out_dtype: Optional[torch.dtype] = None) -> Tensor:
+    with torch.no_grad():
+        return api.gemm(a, b, out_dtype=out_dtype)
+
+
+@mm.register_fake
+def _(a, b, out_dtype=None):
+    shape, dtype = batching.check(a, b, None, out_dtype)
+    return a.new_empty(shape, dtype=dtype)
+
+
+@torch.library.custom_op("pingpong::gemm", mutates_args=())
+def gemm(a: Tensor, b: Tensor, c: Optional[Tensor] = None, alpha: float = 1.0, beta: float = 0.0,
+         out_dtype: Optional[torch.dtype] = None, bias: Optional[Tensor] = None,
+         activation: Optional[str] = None) -> Tensor:
+    with torch.no_grad():
+        return _gemm_direct(a, b, c, alpha, beta, out_dtype, bias, activation)
+
+
+@gemm.register_fake
+def _(a, b, c=None, alpha=1.0, beta=0.0, out_dtype=None, bias=None, activation=None):
+    shape, dtype = batching.check(a, b, c, out_dtype, bias, activation)
+    return a.new_empty(shape, dtype=dtype)
+
+
+@torch.library.custom_op("pingpong::gemm_", mutates_args=("c",))
+def gemm_(c: Tensor, a: Tensor, b: Tensor, alpha: float = 1.0, beta: float = 0.0, bias: Optional[Tensor] = None,
+          activation: Optional[str] = None) -> None:
+    epilogue = {} if bias is None and activation in (None, "none") else dict(bias=bias, activation=activation)
+    with torch.no_grad():
+        api.gemm_(c, a, b, alpha=alpha, beta=beta, **epilogue)  # an epilogue: the fused-epilogue API's
+
+
+@gemm_.register_fake
+def _(c, a, b, alpha=1.0, beta=0.0, bias=None, activation=None):
+    batching.check(a, b, c, c.dtype, bias, activation)
+
+
+@torch.library.custom_op("pingpong::linear", mutates_args=())
+def linear(x: Tensor, w: Tensor, bias: Optional[Tensor] = None, activation: Optional[str] = None) -> Tensor:
+    with torch.no_grad():
+        return functional.linear_direct(x, w, bias, activation)
+
+
+@linear.register_fake
+def _(x, w, bias=None, activation=None):
+    functional.check_linear(x, w, bias, activation)
+    batching.check(x.unsqueeze(0) if x.dim() == 1 else x, w.t(), None, None)
+    return x.new_empty(tuple(x.shape[:-1]) + (w.shape[0],))
+
+
+# ----------------------------------------------------------------------------- autograd formulas
+
+
+def _product_grads(needs_a, needs_b, a, b, g, alpha):
+    """(dA, dB) of α·a@b for output gradient g, in the inputs' dtype, on pingpong's kernels.
+
+    Broadcast batch dims are summed out. A 2-D b under a batched a (a shared weight) gets its
+    gradient from one GEMM over the folded batch: dB = a(B·M, K)ᵀ · g(B·M, N).
+    """
+    g = g.to(a.dtype)
+    da = db = None
+    if needs_a:
+        da = api.gemm(g, b.mT, alpha=alpha, out_dtype=a.dtype).sum_to_size(a.shape)
+    if needs_b:
+        if b.dim() == 2 and a.dim() > 2:
+            db = api.gemm(a.reshape(-1, a.shape[-1]).mT, g.reshape(-1, g.shape[-1]), alpha=alpha, out_dtype=a.dtype)
+        else:
+            db = api.gemm(a.mT, g, alpha=alpha, out_dtype=a.dtype).sum_to_size(b.shape)
+    return da, db
+
+
+def _preactivation(a, b, alpha, bias) -> Tensor:
+    """z = α·a@b + bias in fp32, recomputed on the kernel (the forward keeps only act(z))."""
+    return functional.epilogue_gemm(api.gemm, a, b, None, alpha, 0.0, torch.float32, bias, "none")
+
+
+def _bias_grad(gz, bias) -> Tensor:
+    """dbias: gz summed over what the bias is broadcast along (rows, columns, batches)."""
+    return gz.float().sum_to_size(bias.shape).to(bias.dtype)
+
+
+def _setup_gemm(ctx, inputs, output):
+    a, b, c, alpha, beta, _, bias, activation = inputs
+    ctx.save_for_backward(a, b, bias)
+    ctx.alpha, ctx.beta, ctx.c_shape = alpha, beta, None if c is None else c.shape
+    ctx.activation = fused.check_activation(activation)
+
+
+def _backward_gemm(ctx, g):
+    a, b, bias = ctx.saved_tensors
+    needs = ctx.needs_input_grad
+    dc = (g * ctx.beta).sum_to_size(ctx.c_shape) if ctx.c_shape is not None and needs[2] and ctx.beta != 0.0 else None
+    gz = g
+    if ctx.activation != "none":
+        gz = functional.activation_backward(ctx.activation, g, _preactivation(a, b, ctx.alpha, bias))
+    da, db = _product_grads(needs[0], needs[1], a, b, gz, ctx.alpha)
+    dbias = _bias_grad(gz, bias) if bias is not None and needs[6] else None
+    return da, db, dc, None, None, None, dbias, None
+
+
+def _setup_mm(ctx, inputs, output):
+    _setup_gemm(ctx, (inputs[0], inputs[1], None, 1.0, 0.0, inputs[2], None, None), output)
+
+
+def _backward_mm(ctx, g):
+    return _backward_gemm(ctx, g)[:2] + (None,)
+
+
+def _setup_linear(ctx, inputs, output):
+    x, w, bias, activation = inputs
+    ctx.activation = fused.check_activation(activation)
+    ctx.save_for_backward(x, w, bias, output if ctx.activation == "relu" else None)
+
+
+def _backward_linear(ctx, g):
+    x, w, bias, y = ctx.saved_tensors
+    needs = ctx.needs_input_grad
+    x2 = x.reshape(-1, x.shape[-1])
+    g2 = g.reshape(-1, g.shape[-1])
+    if ctx.activation != "none":
+        saved = y.reshape(g2.shape) if ctx.activation == "relu" else _preactivation(x2, w.t(), 1.0, bias)
+        g2 = functional.activation_backward(ctx.activation, g2, saved)
+    dbias = _bias_grad(g2, bias) if bias is not None and needs[2] else None
+    g2 = g2.to(x.dtype)
+    dx = api.matmul(g2, w).view(x.shape) if needs[0] else None
+    dw = api.matmul(g2.mT, x2) if needs[1] else None  # (N, K) row-major: the weight's own layout
+    return dx, dw, dbias, None
+
+
+mm.register_autograd(_backward_mm, setup_context=_setup_mm)
+gemm.register_autograd(_backward_gemm, setup_context=_setup_gemm)
+linear.register_autograd(_backward_linear, setup_context=_setup_linear)
+
+
+class _GemmFunction(torch.autograd.Function):
+    """Eager autograd around the direct gemm (same formulas as the pingpong::gemm op)."""
+
+    @staticmethod
+    def forward(ctx, a, b, c, alpha, beta, out_dtype, bias, activation):
+        out = _gemm_direct(a, b, c, alpha, beta, out_dtype, bias, fused.check_activation(activation))
+        _setup_gemm(ctx, (a, b, c, alpha, beta, out_dtype, bias, activation), out)
+        return out
+
+    backward = staticmethod(_backward_gemm)
+
+
+class _LinearFunction(torch.autograd.Function):
+    """Eager autograd around the direct linear (same formulas as the pingpong::linear op)."""
+
+    @staticmethod
+    def forward(ctx, x, w, bias, activation):
+        out = functional.linear_direct(x, w, bias, activation)
+        _setup_linear(ctx, (x, w, bias, activation), out)
+        return out
+
+    backward = staticmethod(_backward_linear)

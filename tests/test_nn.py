@@ -1,0 +1,116 @@
+"""pingpong.nn (CPU): Linear is a drop-in for nn.Linear (parameters, state_dict, isinstance),
+replace_linear swaps what pingpong can run and reports the rest with a reason; with the
+kernel launch on Triton's interpreter (fp16), a swapped model computes the torch model's
+output and gradients."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import pingpong
+from pingpong import PingpongError
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # triton 3.6 interpreter + numpy
+
+
+class Scaled(torch.nn.Linear):  # a subclass whose forward does more: never swapped
+    def forward(self, x):
+        return 2 * super().forward(x)
+
+
+def small_model(dtype=torch.float16):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(32, 48, dtype=dtype),
+        torch.nn.GELU(),
+        torch.nn.Sequential(torch.nn.Linear(48, 16, bias=False, dtype=dtype)),
+        Scaled(16, 16, dtype=dtype),
+    )
+
+
+def test_linear_is_a_drop_in_for_nn_linear():
+    ref = torch.nn.Linear(32, 48)
+    ours = pingpong.nn.Linear(32, 48, activation="silu")
+    assert isinstance(ours, torch.nn.Linear)
+    assert list(ours.state_dict()) == list(ref.state_dict()) == ["weight", "bias"]
+    ours.load_state_dict(ref.state_dict())
+    assert torch.equal(ours.weight, ref.weight) and torch.equal(ours.bias, ref.bias)
+    assert "activation='silu'" in repr(ours)
+    shared = pingpong.nn.Linear.from_linear(ref, activation="relu")
+    assert shared.weight is ref.weight and shared.bias is ref.bias and shared.activation == "relu"
+    assert pingpong.nn.Linear.from_linear(torch.nn.Linear(4, 4, bias=False)).bias is None
+    with pytest.raises(PingpongError, match="activation: expected None or one of"):
+        pingpong.nn.Linear(4, 4, activation="tanh")
+
+
+def test_replace_linear_skips_what_pingpong_cannot_run_with_a_reason():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8, dtype=torch.float16), torch.nn.Linear(8, 8),
+                                Scaled(8, 8, dtype=torch.float16))
+    before = list(model)
+    report = pingpong.nn.replace_linear(model)
+    assert report.replaced == []
+    assert "on cpu" in report.skipped["0"] and "pingpong runs on CUDA" in report.skipped["0"]
+    assert "weight dtype torch.float32" in report.skipped["1"]
+    assert "Scaled is not a plain torch.nn.Linear" in report.skipped["2"]
+    assert list(model) == before
+    root = pingpong.nn.replace_linear(torch.nn.Linear(4, 4))
+    assert "the model itself" in root.skipped[""]
+    with pytest.raises(PingpongError, match="model: expected a torch.nn.Module"):
+        pingpong.nn.replace_linear([torch.nn.Linear(4, 4)])
+
+
+@pytest.fixture
+def cpu_allowed(monkeypatch, interpreted_kernels):
+    """Layers on the CPU count as runnable (the kernels run on the interpreter here)."""
+    original = pingpong.nn.unsupported_reason
+
+    def reason(layer):
+        r = original(layer)
+        return None if r is not None and "pingpong runs on CUDA" in r else r
+
+    monkeypatch.setattr(pingpong.nn, "unsupported_reason", reason)
+
+
+def test_replaced_model_computes_the_torch_model(cpu_allowed):
+    model = small_model()
+    x = torch.randn(2, 8, 32).half().requires_grad_()
+    keys = list(model.state_dict())
+    params = {n: p for n, p in model.named_parameters()}
+    want = model(x)
+    want_grads = torch.autograd.grad(want.float().square().sum(), [x, *params.values()])
+
+    shared = torch.nn.Linear(16, 16, dtype=torch.float16)  # one layer under two names stays one layer
+    model.append(shared)
+    model.append(torch.nn.Sequential(shared))
+    report = pingpong.nn.replace_linear(model, include=lambda name: name != "2.0")
+    assert report.replaced == ["0", "4", "5.0"] and set(report.skipped) == {"3"}
+    assert isinstance(model[0], pingpong.nn.Linear) and type(model[2][0]) is torch.nn.Linear
+    assert model[4] is model[5][0]
+    del model[5], model[4]
+    assert list(model.state_dict()) == keys
+    assert all(p is params[n] for n, p in model.named_parameters())  # shared, not copied
+
+    got = model(x)
+    got_grads = torch.autograd.grad(got.float().square().sum(), [x, *params.values()])
+    torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-3)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-2, atol=1e-2 * w.abs().max().item())
+
+
+def test_compiled_model_with_pingpong_layers(cpu_allowed):
+    """torch.compile(fullgraph=True) over a module with pingpong layers: the eager forward and
+    gradients (aot_eager: the graph with the pingpong ops, run by the interpreter here)."""
+    torch._dynamo.reset()
+    model = torch.nn.Sequential(torch.nn.Linear(32, 48, dtype=torch.float16), torch.nn.SiLU(),
+                                torch.nn.Linear(48, 16, dtype=torch.float16))
+    pingpong.nn.replace_linear(model)
+    model[0].activation = "relu"
+    x = torch.randn(2, 8, 32).half()
+    params = list(model.parameters())
+    want = model(x)
+    want_grads = torch.autograd.grad(want.float().square().sum(), params)
+    got = torch.compile(model, fullgraph=True, backend="aot_eager")(x)
+    got_grads = torch.autograd.grad(got.float().square().sum(), params)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
