@@ -53,8 +53,14 @@ def test_bias_shapes_and_kinds():
     for shape, kind in (((n,), "col"), ((1, n), "col"), ((m, 1), "row")):
         b = torch.zeros(shape)
         fused.check_bias(b, m, n, dev)
-        assert fused.bias_kind(b) == kind
-    assert fused.bias_kind(torch.zeros(1)) == "col" and fused.bias_kind(None) == "none"
+        assert fused.bias_kind(b, m) == kind
+    assert fused.bias_kind(torch.zeros(1), m) == "col" and fused.bias_kind(None, m) == "none"
+    # a (1, 1) bias: per row of a 1-row result (any n), per column of a 1-column one (any m)
+    fused.check_bias(torch.zeros(1, 1), 1, n, dev)
+    assert fused.bias_kind(torch.zeros(1, 1), 1) == "row"
+    fused.check_bias(torch.zeros(1, 1), m, 1, dev)
+    assert fused.bias_kind(torch.zeros(1, 1), m) == "col"
+    assert fused.bias_kind(torch.zeros(m, 1), m) == "row"  # also when n = 1
     for bad in (torch.zeros(m), torch.zeros(n + 1), torch.zeros(m, n), torch.zeros(1, 1, n), torch.zeros(n, 1)):
         with pytest.raises(PingpongError, match="bias: expected shape"):
             fused.check_bias(bad, m, n, dev)
@@ -253,3 +259,17 @@ def test_hopper_kernel_refuses_an_unknown_activation_at_compile_time():
         chain.append(str(e))
         e = e.__cause__ or e.__context__
     assert any("unknown activation" in text for text in chain)
+
+
+def test_one_row_result_with_a_per_row_bias_on_the_interpreter():
+    """M = 1 with a (1, 1) per-row bias and N = 17: the bias is one value for the one row
+    (read as a 17-long column vector it reads past its end)."""
+    from pingpong.portable import portable_gemm
+
+    g = torch.Generator().manual_seed(7)
+    a, b = torch.randn(1, 32, generator=g).half(), torch.randn(32, 17, generator=g).half()
+    bias = torch.randn(1, 1, generator=g)
+    out = torch.full((1, 17), float("nan"), dtype=torch.float32)
+    portable_gemm(a, b, out, bias=bias, activation="relu", interpret=True)
+    ref = torch.relu(a.double() @ b.double() + bias.double())
+    assert torch.allclose(out.double(), ref, rtol=1e-3, atol=1e-3)

@@ -44,11 +44,13 @@ def check_activation(activation) -> str:
     return activation
 
 
-def bias_kind(bias: torch.Tensor | None) -> str:
-    """"none", "col" (one value per output column) or "row", from a validated bias's shape."""
+def bias_kind(bias: torch.Tensor | None, m: int) -> str:
+    """"none", "col" (one value per output column) or "row", from a validated bias's shape and
+    the result's rows m. A (1, 1) bias is per row when m = 1 (then n may be anything), per
+    column otherwise (then n = 1)."""
     if bias is None:
         return "none"
-    return "row" if bias.dim() == 2 and bias.shape[1] == 1 and bias.shape[0] != 1 else "col"
+    return "row" if bias.dim() == 2 and bias.shape[1] == 1 and bias.shape[0] == m else "col"
 
 
 def check_bias(bias, m: int, n: int, device: torch.device) -> None:

@@ -170,13 +170,23 @@ def _product_grads(needs_a, needs_b, a, b, g, alpha):
     g = g.to(a.dtype)
     da = db = None
     if needs_a:
-        da = api.gemm(g, b.mT, alpha=alpha, out_dtype=a.dtype).sum_to_size(a.shape)
+        da = _summed(api.gemm(g, b.mT, alpha=alpha, out_dtype=_sum_dtype(g.shape[:-2], a)), a)
     if needs_b:
         if b.dim() == 2 and a.dim() > 2:
             db = api.gemm(a.reshape(-1, a.shape[-1]).mT, g.reshape(-1, g.shape[-1]), alpha=alpha, out_dtype=a.dtype)
         else:
-            db = api.gemm(a.mT, g, alpha=alpha, out_dtype=a.dtype).sum_to_size(b.shape)
+            db = _summed(api.gemm(a.mT, g, alpha=alpha, out_dtype=_sum_dtype(g.shape[:-2], b)), b)
     return da, db
+
+
+def _sum_dtype(batch, t) -> torch.dtype:
+    """fp32 when broadcast batch dims will be summed out (one rounding, after the sum)."""
+    return torch.float32 if tuple(batch) != tuple(t.shape[:-2]) else t.dtype
+
+
+def _summed(grad, t) -> Tensor:
+    """grad summed over t's broadcast dims, in t's dtype."""
+    return grad.sum_to_size(t.shape).to(t.dtype)
 
 
 def _preactivation(a, b, alpha, bias) -> Tensor:

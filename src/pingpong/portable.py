@@ -260,7 +260,7 @@ def _launch(a, b, c, out, alpha, beta, block, has_c, bias=None, activation="none
     meta = dict(
         HAS_C=has_c, BM=block[0], BN=block[1], BK=block[2], GROUP_M=GROUP_M,
         INDEX_64=needs_int64(a, b, c, out), INPUT_PRECISION=_input_precision(a.dtype),
-        BIAS=fused.bias_kind(bias), ACTIVATION=activation,
+        BIAS=fused.bias_kind(bias, M), ACTIVATION=activation,
     )
     if device_smem is not None:
         shared, amd = device_smem
@@ -307,7 +307,7 @@ def portable_gemm(
     has_c = c is not None and beta != 0.0
     if has_c:
         assert tuple(c.shape) in ((M, N), batch + (M, N)), f"c must be {batch + (M, N)}, is {tuple(c.shape)}"
-    assert bias is None or fused.bias_kind(bias) != "none" and bias.numel() == (M if fused.bias_kind(bias) == "row" else N)
+    assert bias is None or bias.numel() == (M if fused.bias_kind(bias, M) == "row" else N)
     assert activation in fused.ACTIVATIONS, f"activation {activation!r}"
     assert a.device == b.device == out.device and (c is None or c.device == out.device), "one device"
     block = tuple(block) if block is not None else default_block(M, N, K, a.dtype)

@@ -117,7 +117,7 @@ def _gemm_launch(a, b, out, c, alpha, beta, d, sms: int, splits: int, bias=None,
     args = (a_desc, b_desc, c_desc, cin_desc, bias_ptr, M, N, K, float(alpha), float(beta))
     common = dict(HAS_C=has_c, A_KMAJOR=a_kmajor, B_KMAJOR=b_kmajor, BM=d.block_m, BN=d.block_n, BK=d.block_k,
                   STAGES=d.stages, GROUP_M=d.group_m, EPI_BUFS=d.epilogue_bufs, acc_layout=acc_layout(d),
-                  batches=batches, BIAS=fused.bias_kind(bias), ACTIVATION=activation)
+                  batches=batches, BIAS=fused.bias_kind(bias, M), ACTIVATION=activation)
     grid = (max(1, min(sms, units)),)
     if d.schedule == "persistent":
         return persistent_gemm, args, dict(common, num_warps=d.num_warps), grid
@@ -167,7 +167,7 @@ def prepare_split(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, wor
     bias_ptr = fused.bias_vector(bias) if bias is not None else out  # never read without a bias
     args = (ws, c if has_c else out, out, bias_ptr, M, N, splits, ws_rows // splits * ld, ld,
             c.stride(0) if has_c else 0, out.stride(0), float(alpha), float(beta))
-    kwargs = dict(HAS_C=has_c, SWAP=d.swap_ab, BR=reduce.BLOCK_R, BC=reduce.BLOCK_C, BIAS=fused.bias_kind(bias),
+    kwargs = dict(HAS_C=has_c, SWAP=d.swap_ab, BR=reduce.BLOCK_R, BC=reduce.BLOCK_C, BIAS=fused.bias_kind(bias, M),
                   ACTIVATION=activation, num_warps=reduce.NUM_WARPS)
     grid = (-(-M // reduce.BLOCK_R), -(-N // reduce.BLOCK_C))
     return gemm, (reduce.reduce_splits, args, kwargs, grid)
