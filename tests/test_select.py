@@ -168,3 +168,10 @@ def test_shipped_tables_load_and_validate():
         assert data["key"]["gpu"] and data["key"]["sms"] > 0
         for e in data["entries"]:
             KernelConfig(**e["config"]).validate(2, 2 if e["out_dtype"] != "fp32" else 4)
+
+
+@pytest.mark.parametrize("M, N, K", [(64, 64, 64), (1, 256, 256), (64, 4096, 128), (256, 256, 256)])
+def test_launch_bound_problems_take_one_kernel(M, N, K):
+    """A problem that moves < 4 MB is launch-bound: no second (reduction) launch, no workspace."""
+    c = select_config(M, N, K, device=UNTUNED)
+    assert c.split_k == 1 and not c.swap_ab

@@ -233,6 +233,8 @@ def _new_plan(key, a, b, c, beta, dtype, inplace, config, bias=None, activation=
 
 
 def _new_out(a, b, dtype) -> torch.Tensor:
+    if a.dim() == 2 and b.dim() == 2:
+        return torch.empty(a.shape[0], b.shape[1], dtype=dtype, device=a.device)
     return torch.empty(_result_shape(a, b), dtype=dtype, device=a.device)
 
 

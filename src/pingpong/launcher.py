@@ -123,24 +123,34 @@ class DirectLaunch:
 
 
 class BoundLaunch:
-    """`bound(grid, stream, ptrs, dyn=())`: one launch, one base address per slot."""
+    """`bound(grid, stream, ptrs, dyn=())`: one launch, one base address per slot.
 
-    __slots__ = ("direct", "slots", "pre", "post", "maps", "_head")
+    The argument list is a template made once (dims, scalars) with holes for the per-call
+    values: each TMA slot's CUtensorMap, each pointer, the dynamic scalars."""
+
+    __slots__ = ("direct", "slots", "pre", "post", "maps", "_head", "_template", "_tma", "_ptr", "_dyn")
 
     def __init__(self, direct: DirectLaunch, slots, pre: tuple, post: tuple):
         if sum(slot != "ptr" for slot in slots) != len(direct.encodings):
             raise ValueError(f"BoundLaunch: {len(direct.encodings)} TMA descriptors in the kernel, slots {slots}")
         encodings = iter(direct.encodings)
-        self.slots = []
-        for slot in slots:
+        self.slots, self._template, self._tma, self._ptr = [], [], [], []
+        self.maps = [{} for _ in slots]
+        for i, slot in enumerate(slots):
             if slot == "ptr":
                 self.slots.append(None)
+                self._ptr.append((len(self._template), i))
+                self._template.append(None)
             else:
                 _, shape, strides = slot
                 assert strides[-1] == 1, "a TMA descriptor's last stride is 1"
-                self.slots.append((next(encodings), list(shape), list(strides), (*shape, *strides)))
+                self.slots.append((next(encodings), list(shape), list(strides)))
+                self._tma.append((len(self._template), self.maps[i], i))
+                self._template.extend((None, *shape, *strides))
+        self._template.extend(pre)
+        self._dyn = len(self._template)
+        self._template.extend(post)
         self.direct, self.pre, self.post = direct, pre, post
-        self.maps = [{} for _ in self.slots]
         self._head = (direct.function, direct.cooperative, direct.pdl, None, None, direct.packed, None, None, None)
 
     def tensor_map(self, i: int, ptr: int):
@@ -150,25 +160,22 @@ class BoundLaunch:
         if m is None:
             if len(maps) >= MAP_CACHE_SIZE:
                 maps.clear()
-            (swizzle, elem_size, elem_type, block), shape, strides, _ = self.slots[i]
+            (swizzle, elem_size, elem_type, block), shape, strides = self.slots[i]
             m = self.direct.encode(ptr, swizzle, elem_size, elem_type, block, shape, strides, 0)
             maps[ptr] = m
         return m
 
     def args(self, ptrs, dyn=()) -> list:
         """Kernel arguments as the C launcher takes them: each descriptor becomes
-        [CUtensorMap, *shape, *strides] (zero padding), each pointer itself, then the scalars."""
-        out = []
-        for i, (ptr, slot) in enumerate(zip(ptrs, self.slots)):
-            if slot is None:
-                out.append(ptr)
-            else:
-                m = self.maps[i].get(ptr)
-                out.append(m if m is not None else self.tensor_map(i, ptr))
-                out.extend(slot[3])
-        out.extend(self.pre)
-        out.extend(dyn)
-        out.extend(self.post)
+        [CUtensorMap, *shape, *strides] (zero padding), each pointer itself, then the scalars
+        (pre, the per-call `dyn`, post)."""
+        out = self._template[:self._dyn] + list(dyn) + self._template[self._dyn:] if dyn else self._template.copy()
+        for pos, maps, i in self._tma:
+            ptr = ptrs[i]
+            m = maps.get(ptr)
+            out[pos] = m if m is not None else self.tensor_map(i, ptr)
+        for pos, i in self._ptr:
+            out[pos] = ptrs[i]
         return out
 
     def __call__(self, grid, stream: int, ptrs, dyn=()) -> None:

@@ -35,6 +35,7 @@ from .addressing import addressable, unaddressable
 from .config import KernelConfig
 from .device import is_hopper
 from .errors import PingpongError
+from .hopper.launch import per_batch
 from .launcher import CachedLaunch
 
 #: Plans kept (each a few hundred bytes plus its bound launch); least recently used evicted.
@@ -155,25 +156,25 @@ class HopperPlan(Plan):
     are copied into 16-byte-aligned buffers; an output it cannot write is computed into one
     and copied back."""
 
-    __slots__ = ("config", "copy_a", "copy_b", "copy_c", "copy_out", "reads_c", "launch")
+    __slots__ = ("config", "copy_a", "copy_b", "copy_c", "copy_out", "reads_c", "launch", "batched")
 
-    def __init__(self, device, config, copy_a, copy_b, copy_c, copy_out, read, activation="none"):
+    def __init__(self, device, config, copy_a, copy_b, copy_c, copy_out, read, activation="none", batched=False):
         self.device, self.config, self.reads_c, self.activation = device, config, read, activation
         self.copy_a, self.copy_b, self.copy_c, self.copy_out = copy_a, copy_b, copy_c, copy_out
+        self.batched = batched
         self.path = "hopper-padded" if (copy_a or copy_b or copy_c or copy_out) else "hopper"
         self.launch = CachedLaunch(dynamic=("alpha", "beta"))
 
     def run(self, a, b, out, c, alpha, beta, bias=None):
-        from .hopper.launch import per_batch
-
-        a, b = per_batch(a), per_batch(b)  # a shared operand: its one matrix (copied once, if at all)
+        if self.batched:  # a shared operand: its one matrix (copied once, if at all)
+            a, b = per_batch(a), per_batch(b)
         if self.copy_a:
             a = tma_copy(a)
         if self.copy_b:
             b = tma_copy(b)
         cin = None
         if self.reads_c:
-            cin = per_batch(c) if c is not out else c
+            cin = per_batch(c) if self.batched and c is not out else c
             cin = tma_copy(cin) if self.copy_c else cin
         if not self.copy_out:
             target = out
@@ -181,7 +182,7 @@ class HopperPlan(Plan):
             target = cin
         else:
             target = tma_copy(out, values=False)  # fully overwritten
-        bias_ptr = (fused.bias_vector(bias) if bias is not None else target).data_ptr()  # unread without a bias
+        bias_ptr = target.data_ptr() if bias is None else fused.bias_vector(bias).data_ptr()  # unread without one
         self._launch(a, b, target, cin, alpha, beta, bias, bias_ptr)
         if target is not out:
             out.copy_(target)
@@ -310,7 +311,7 @@ def build(a, b, c, beta: float, out_dtype: torch.dtype, inplace: bool, config: K
                          activation=activation)
     out_legal = (tma_matrices(c) == "row") if inplace else _fresh_row_major_legal(N, out_dtype)
     return HopperPlan(device, config, **copy_ab, copy_c=read and tma_matrices(c) != "row", copy_out=not out_legal,
-                      activation=activation)
+                      activation=activation, batched=a.dim() == 3 or b.dim() == 3 or (c is not None and c.dim() == 3))
 
 
 def one_kernel_config(config: KernelConfig) -> KernelConfig:
