@@ -34,7 +34,9 @@ def units(M, N, K, c):
 def test_decode_takes_swap_ab_with_enough_work_units(M, N, K):
     c = select_config(M, N, K, device=UNTUNED)
     assert c.swap_ab and c.block_n >= M and c.block_n <= 64, "M on the wgmma N side, as narrow as fits"
-    assert units(M, N, K, c) >= 0.7 * 132, "most SMs stream a part of the weight"
+    # at least half the SMs stream a part of the weight (1×4096×4096: 32 tiles of N; the H100
+    # tuning run measured 2 splits of 32 k-steps faster than 4 of 16)
+    assert units(M, N, K, c) >= 64, "half the SMs or more stream a part of the weight"
     assert c.split_k > 1
 
 

@@ -33,8 +33,10 @@ from ..config import MAX_SPLIT_K, KernelConfig
 from ..errors import ConfigError
 from . import table as tables
 
-#: a split is worth its fp32 partial tile only with at least this many k-steps (8 × 64 = 512 of K)
-MIN_SPLIT_STEPS = 8
+#: a split is worth its fp32 partial tile and the second launch only with at least this many
+#: k-steps (32 × 64 = 2048 of K; measured on an H100, run 23-25: 1024³ split in 2 × 8 k-steps ran
+#: at 0.58 of cuBLAS, unsplit at 0.78-0.84)
+MIN_SPLIT_STEPS = 32
 #: k-steps' worth of time a work unit costs beyond its k-steps (fill, drain, epilogue)
 SPLIT_OVERHEAD_STEPS = 4
 #: a split count must beat the next smaller one by this factor (its partials cost traffic)
