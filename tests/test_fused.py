@@ -4,7 +4,6 @@ arguments, the portable kernel under Triton's interpreter against a float64 refe
 machine code compiled offline for sm_90a."""
 
 import functools
-import itertools
 import re
 import zlib
 
@@ -160,14 +159,19 @@ def test_portable_batched(case, layout):
 
 @pytest.fixture
 def api_on_interpreter(monkeypatch):
-    """The public functions end to end (validation, plan, launch) on the portable kernel under
-    the interpreter: as on a non-Hopper GPU, with CPU tensors allowed."""
+    """The public functions end to end (validation, plan) on the portable kernel under the
+    interpreter: as on a non-Hopper GPU, with CPU tensors allowed; the portable plan's
+    arguments go to portable_gemm(interpret=True) instead of the compiled launch."""
     import pingpong.portable as portable
     from pingpong import api, plan
 
+    def run(self, a, b, out, c, alpha, beta, bias=None):
+        portable.portable_gemm(a, b, out, alpha=alpha, beta=beta, c=c if self.reads_c else None, bias=bias,
+                               activation=self.activation, interpret=True)
+
     monkeypatch.setattr(api, "_check_gpu", lambda a: None)
     monkeypatch.setattr(plan, "is_hopper", lambda device: False)
-    monkeypatch.setattr(portable, "portable_gemm", functools.partial(portable.portable_gemm, interpret=True))
+    monkeypatch.setattr(plan.PortablePlan, "run", run)
     plan.PLANS.clear()
     yield
     plan.PLANS.clear()

@@ -121,3 +121,37 @@ def test_cached_launch_jits_once_then_launches_directly(monkeypatch):
     finally:
         knobs.runtime.launch_enter_hook.remove(print)
     assert len(k.launches) == 3 and len(calls) == 1
+
+
+def test_portable_direct_launch_passes_what_triton_passes(monkeypatch):
+    """The plain-Triton kernel through the same mechanism: leading pointers as "ptr" slots
+    (addresses per call), α and β per call; Triton's launcher gets the tensors themselves,
+    ours their addresses."""
+    import torch
+
+    from pingpong import portable
+
+    a, b, out, c = _operands(False, True)
+    bias = torch.empty(out.shape[1], dtype=torch.float32)
+    args = None
+    with cc.offline("sm_90a"):
+        from triton.runtime import driver
+
+        monkeypatch.setattr(portable, "_device_shared_limit", lambda device: (232448, False))
+        monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+        fn, args, kwargs, grid = portable.prepare(a, b, out, c, 1.5, 0.25, bias, "relu")
+        kernel = fn.warmup(*args, grid=grid, **kwargs)
+        calls = fake_launcher.install(driver.active)
+        monkeypatch.setattr(kernel, "_run", None)
+        monkeypatch.setattr(kernel, "module", None)
+        values = list(args) + [kwargs[n] for n in fn.arg_names[len(args):]]
+        kernel.run(*grid, 1, 99, kernel.function, kernel.packed_metadata, None, None, None, *values)
+        direct = DirectLaunch.from_kernel(kernel)
+        assert direct is not None and direct.encodings == ()
+        bound = bind_jit_args(direct, fn, args, kwargs, dynamic=("alpha", "beta"))
+        ptrs = tuple(t.data_ptr() for t in args[:5])
+        bound((grid[0], grid[1], 1), 99, ptrs, (1.5, 0.25))
+    theirs, ours = calls
+    theirs = tuple(x.data_ptr() if isinstance(x, torch.Tensor) else x for x in theirs)
+    assert ours[:10] == theirs[:10] and ours[13:] == theirs[13:]
+    assert list(ours[13:18]) == list(ptrs)

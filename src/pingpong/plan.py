@@ -233,18 +233,26 @@ class SplitPlan(HopperPlan):
 
 
 class PortablePlan(Plan):
-    """The plain-Triton kernel (any CUDA/ROCm GPU, any strides)."""
+    """The plain-Triton kernel (any CUDA/ROCm GPU, any strides), launched like the Hopper
+    kernel: Triton's JIT on the plan's first call, then directly (pingpong.launcher)."""
 
-    __slots__ = ("reads_c",)
+    __slots__ = ("reads_c", "launch")
 
     def __init__(self, device, read, activation="none"):
         self.device, self.reads_c, self.path, self.activation = device, read, "portable", activation
+        self.launch = CachedLaunch(dynamic=("alpha", "beta"))
 
     def run(self, a, b, out, c, alpha, beta, bias=None):
-        from .portable import portable_gemm
+        cin = c if self.reads_c else out  # never read without C
+        vec = None if bias is None else fused.bias_vector(bias)
+        ptrs = (a.data_ptr(), b.data_ptr(), cin.data_ptr(), out.data_ptr(), (out if vec is None else vec).data_ptr())
+        self.launch(self.device, ptrs, (alpha, beta), self._jit_args, a, b, out, c if self.reads_c else None, alpha,
+                    beta, bias)
 
-        portable_gemm(a, b, out, alpha=alpha, beta=beta, c=c if self.reads_c else None, bias=bias,
-                      activation=self.activation)
+    def _jit_args(self, a, b, out, c, alpha, beta, bias):
+        from .portable import prepare
+
+        return prepare(a, b, out, c, alpha, beta, bias, self.activation)
 
 
 class AmdPlan(Plan):

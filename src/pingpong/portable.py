@@ -72,7 +72,7 @@ from . import fused
 from .addressing import needs_int64
 from .compile import SHARED_MEMORY_LIMIT, TARGETS, Launch, register
 
-__all__ = ["portable_gemm", "default_block", "default_stages", "gemm_kernel", "SUPPORTED_INPUTS", "SUPPORTED_OUTPUTS"]
+__all__ = ["portable_gemm", "prepare", "default_block", "default_stages", "gemm_kernel", "SUPPORTED_INPUTS", "SUPPORTED_OUTPUTS"]
 
 SUPPORTED_INPUTS = (torch.float16, torch.bfloat16, torch.float32)
 SUPPORTED_OUTPUTS = (torch.float16, torch.bfloat16, torch.float32)
@@ -295,6 +295,33 @@ def portable_gemm(
     `block` = (BM, BN, BK), each a power of two ≥ 16; default `default_block(M, N, K, dtype)`.
     `interpret=True` runs Triton's interpreter (CPU tensors fine; bf16 wrong in triton 3.6).
     """
+    block, has_c = _preconditions(a, b, out, c, beta, bias, activation, block)
+    if out.numel() == 0:
+        return out
+    if interpret:
+        c_arg = c if has_c else out  # never read when HAS_C is False
+        grid, args, meta = _launch(a, b, c_arg, out, alpha, beta, block, has_c, bias, activation)
+        interpreted_kernel()[grid](*args, **meta)
+    else:
+        kernel, args, meta, grid = prepare(a, b, out, c, alpha, beta, bias, activation, block)
+        kernel[grid](*args, **meta)
+    return out
+
+
+def prepare(a, b, out, c, alpha, beta, bias=None, activation="none", block=None):
+    """(kernel, args, kwargs, grid) of the compiled kernel's launch (portable_gemm's
+    arguments and preconditions; GPU tensors). The call plan launches it through
+    pingpong.launcher: Triton's JIT once, then directly (the pointers a, b, c, out, bias lead
+    the arguments, α and β are passed per call)."""
+    block, has_c = _preconditions(a, b, out, c, beta, bias, activation, block)
+    assert a.is_cuda, "the compiled kernel needs GPU tensors (interpret=True runs on the CPU)"
+    grid, args, meta = _launch(a, b, c if has_c else out, out, alpha, beta, block, has_c, bias, activation,
+                               _device_shared_limit(a.device))
+    return gemm_kernel, args, meta, grid
+
+
+def _preconditions(a, b, out, c, beta, bias, activation, block):
+    """The asserts of portable_gemm (the caller validated user input); (block, has_c)."""
     assert a.dim() in (2, 3) and b.dim() in (2, 3) and out.dim() == max(a.dim(), b.dim()), "2-D, or 3-D batched"
     M, K = a.shape[-2:]
     assert b.shape[-2] == K, f"inner dimensions differ: a {tuple(a.shape)}, b {tuple(b.shape)}"
@@ -312,19 +339,7 @@ def portable_gemm(
     assert a.device == b.device == out.device and (c is None or c.device == out.device), "one device"
     block = tuple(block) if block is not None else default_block(M, N, K, a.dtype)
     assert len(block) == 3 and all(x >= MIN_TILE and x & (x - 1) == 0 for x in block), f"block {block}"
-    if out.numel() == 0:
-        return out
-
-    c_arg = c if has_c else out  # never read when HAS_C is False
-    if interpret:
-        grid, args, meta = _launch(a, b, c_arg, out, alpha, beta, block, has_c, bias, activation)
-        interpreted_kernel()[grid](*args, **meta)
-    else:
-        assert a.is_cuda, "the compiled kernel needs GPU tensors (interpret=True runs on the CPU)"
-        grid, args, meta = _launch(a, b, c_arg, out, alpha, beta, block, has_c, bias, activation,
-                                   _device_shared_limit(a.device))
-        gemm_kernel[grid](*args, **meta)
-    return out
+    return block, has_c
 
 
 # --------------------------------------------------------------------------- offline build
