@@ -54,3 +54,29 @@ def interpreted_kernels(monkeypatch):
     monkeypatch.setattr(api, "_check_gpu", lambda a: None)
     monkeypatch.setattr(plan, "PLANS", collections.OrderedDict())
     monkeypatch.setattr(plan, "build", build)
+
+
+@pytest.fixture
+def tuning_cache(tmp_path, monkeypatch):
+    """A user cache directory of the test's own (PINGPONG_CACHE_DIR), tables re-read."""
+    from pingpong.hopper import table as tables
+
+    monkeypatch.setenv("PINGPONG_CACHE_DIR", str(tmp_path / "cache"))
+    tables.clear_cache()
+    yield tmp_path / "cache"
+    tables.clear_cache()
+
+
+@pytest.fixture
+def portable_runs(monkeypatch):
+    """Plans built as on a non-Hopper GPU for CPU tensors; each portable plan's run is
+    recorded (its arguments) instead of launched. Returns the list of runs."""
+    from pingpong import api, plan
+
+    monkeypatch.setattr(api, "_check_gpu", lambda a: None)
+    monkeypatch.setattr(plan, "is_hopper", lambda device: False)
+    runs = []
+    monkeypatch.setattr(plan.PortablePlan, "run", lambda self, *args: runs.append(args))
+    plan.PLANS.clear()
+    yield runs
+    plan.PLANS.clear()

@@ -193,14 +193,10 @@ def test_self_overlap_rule():
     assert api._self_overlapping(torch.as_strided(t(64), (4, 8), (4, 1)))
 
 
-def test_in_place_plan_from_path_for_serves_gemm_(monkeypatch):
+def test_in_place_plan_from_path_for_serves_gemm_(portable_runs):
     """path_for(..., inplace=True) builds the plan gemm_ then hits: it carries the byte
     extents gemm_'s per-call overlap check reads."""
-    monkeypatch.setattr(api, "_check_gpu", lambda a: None)
-    monkeypatch.setattr(plan, "is_hopper", lambda device: False)
-    runs = []
-    monkeypatch.setattr(plan.PortablePlan, "run", lambda self, *args: runs.append(args))
-    plan.PLANS.clear()
+    runs = portable_runs
     a, b, c = t(64, 32), t(32, 48), t(64, 48)
     assert pingpong.path_for(a, b, c, beta=1.0, inplace=True) == "portable"
     assert pingpong.gemm_(c, a, b, beta=1.0) is c and len(runs) == 1

@@ -5,7 +5,6 @@ import pytest
 import torch
 
 import pingpong
-from pingpong import api, plan
 
 BF16 = torch.bfloat16
 
@@ -15,12 +14,8 @@ def t(*shape):
 
 
 @pytest.mark.parametrize("operand", ["a", "b"])
-def test_plan_hit_refuses_c_overlapping_an_operand(monkeypatch, operand):
-    monkeypatch.setattr(api, "_check_gpu", lambda a: None)
-    monkeypatch.setattr(plan, "is_hopper", lambda device: False)
-    runs = []
-    monkeypatch.setattr(plan.PortablePlan, "run", lambda self, *args: runs.append(args))
-    plan.PLANS.clear()
+def test_plan_hit_refuses_c_overlapping_an_operand(portable_runs, operand):
+    runs = portable_runs
     a, b, c = t(64, 32), t(32, 48), t(64, 48)
     assert pingpong.gemm_(c, a, b, beta=1.0) is c and len(runs) == 1  # builds and caches the plan
     base = t(64 * 48 + 64 * 48)

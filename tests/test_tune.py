@@ -17,11 +17,8 @@ H100 = Device("NVIDIA H100 80GB HBM3", 132)
 
 
 @pytest.fixture(autouse=True)
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("PINGPONG_CACHE_DIR", str(tmp_path / "cache"))
-    tables.clear_cache()
-    yield tmp_path / "cache"
-    tables.clear_cache()
+def cache(tuning_cache):
+    return tuning_cache
 
 
 def cli(capsys, *args):
