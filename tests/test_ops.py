@@ -358,3 +358,14 @@ def test_compile_fullgraph_traces_the_in_place_gemm(interpreted_kernels):
     torch.testing.assert_close(got_c, want_c, rtol=0, atol=0)  # the mutation reached the caller's c
     torch.testing.assert_close(got, want, rtol=0, atol=0)
     assert not torch.equal(got_c, c)
+
+
+@pytest.mark.parametrize("shape", [(7,), (1, 7), (5, 1), (3, 5, 7), (1, 5, 1)])
+def test_bias_gradient_sums_what_the_bias_broadcasts_along(shape):
+    """dbias = the output gradient summed to the bias's shape (fp32 accumulation, no fp32 copy)."""
+    from pingpong.ops import _bias_grad
+
+    g = torch.randn(3, 5, 7, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    got = _bias_grad(g, torch.zeros(shape, dtype=torch.float32))
+    assert got.shape == torch.Size(shape)
+    assert torch.allclose(got, g.double().sum_to_size(shape).float(), atol=1e-4)

@@ -195,8 +195,12 @@ def _preactivation(a, b, alpha, bias) -> Tensor:
 
 
 def _bias_grad(gz, bias) -> Tensor:
-    """dbias: gz summed over what the bias is broadcast along (rows, columns, batches)."""
-    return gz.float().sum_to_size(bias.shape).to(bias.dtype)
+    """dbias: gz summed over what the bias is broadcast along (rows, columns, batches), with
+    fp32 accumulation and no fp32 copy of gz (a (8192, 14336) gradient is 470 MB in fp32)."""
+    lead = gz.dim() - bias.dim()
+    dims = [*range(lead), *(lead + i for i, n in enumerate(bias.shape) if n == 1 and gz.shape[lead + i] != 1)]
+    summed = gz.sum(dim=dims, keepdim=True, dtype=torch.float32) if dims else gz.float()
+    return summed.reshape(bias.shape).to(bias.dtype)
 
 
 def _setup_gemm(ctx, inputs, output):
