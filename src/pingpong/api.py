@@ -54,6 +54,7 @@ from . import batching as _batching
 from . import fused
 from . import ops as _ops  # ops imports this module too; each reads the other only at call time
 from . import plan as plan_mod
+from .addressing import span
 from .config import KernelConfig
 from .errors import PingpongError
 
@@ -149,7 +150,7 @@ def _check_c(c, a, b, dtype: torch.dtype, name: str = "c", shared_ok: bool = Fal
 def _span(t: torch.Tensor) -> tuple[int, int]:
     """[first, last+1) byte addresses of t's elements (t non-empty, strides ≥ 0)."""
     start = t.data_ptr()
-    return start, start + t.element_size() * (1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())))
+    return start, start + t.element_size() * (1 + span(t))
 
 
 def _overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:

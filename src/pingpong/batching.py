@@ -194,13 +194,13 @@ def check(a, b, c, out_dtype, bias=None, activation=None) -> tuple[tuple[int, ..
 def gemm(a, b, c, alpha: float, beta: float, out_dtype, bias=None, activation=None) -> torch.Tensor:
     """`pingpong.gemm` on batched (N-D) operands: checked, planned, then run on the API's
     2-D / 3-D calls (the bias is shared by the batches, as the kernels share it)."""
-    from . import api, functional, fused
+    from . import api, fused
 
     check(a, b, c, out_dtype, bias, activation)
     act = fused.check_activation(activation)
 
     def two_d(x, y, z):
-        return functional.epilogue_gemm(api.gemm, x, y, z, alpha, beta, out_dtype, bias, act)
+        return api.gemm(x, y, z, alpha=alpha, beta=beta, out_dtype=out_dtype, bias=bias, activation=act)
 
     return run(a, b, c if beta != 0.0 else None, two_d, two_d, fold=not per_row(bias))
 

@@ -101,13 +101,6 @@ def linear_direct(x, w, bias, activation) -> torch.Tensor:
 
     act = check_linear(x, w, bias, activation)
     if x.dim() != 2 and x.is_contiguous():  # (…, K) folded into M: a view, one 2-D GEMM
-        y = epilogue_gemm(api.gemm, x.view(-1, x.shape[-1]), w.t(), None, 1.0, 0.0, None, bias, act)
+        y = api.gemm(x.view(-1, x.shape[-1]), w.t(), bias=bias, activation=act)
         return y.view(*x.shape[:-1], w.shape[0])
-    return epilogue_gemm(api.gemm, x, w.t(), None, 1.0, 0.0, None, bias, act)  # other layouts: pingpong.batching
-
-
-def epilogue_gemm(gemm, a, b, c, alpha, beta, out_dtype, bias, activation) -> torch.Tensor:
-    """act(α·a@b + bias) + β·c through `gemm` (the public API's signature), fused in the kernel."""
-    if bias is None and activation in (None, "none"):
-        return gemm(a, b, c, alpha=alpha, beta=beta, out_dtype=out_dtype)
-    return gemm(a, b, c, alpha=alpha, beta=beta, out_dtype=out_dtype, bias=bias, activation=activation)
+    return api.gemm(x, w.t(), bias=bias, activation=act)  # other layouts: pingpong.batching

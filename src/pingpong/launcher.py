@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import os
 
+import torch
 import triton
 from triton import knobs
 
@@ -128,7 +129,7 @@ class BoundLaunch:
     The argument list is a template made once (dims, scalars) with holes for the per-call
     values: each TMA slot's CUtensorMap, each pointer, the dynamic scalars."""
 
-    __slots__ = ("direct", "slots", "pre", "post", "maps", "_head", "_template", "_tma", "_ptr", "_dyn")
+    __slots__ = ("direct", "slots", "maps", "_head", "_template", "_tma", "_ptr", "_dyn")
 
     def __init__(self, direct: DirectLaunch, slots, pre: tuple, post: tuple):
         if sum(slot != "ptr" for slot in slots) != len(direct.encodings):
@@ -150,7 +151,7 @@ class BoundLaunch:
         self._template.extend(pre)
         self._dyn = len(self._template)
         self._template.extend(post)
-        self.direct, self.pre, self.post = direct, pre, post
+        self.direct = direct
         self._head = (direct.function, direct.cooperative, direct.pdl, None, None, direct.packed, None, None, None)
 
     def tensor_map(self, i: int, ptr: int):
@@ -227,8 +228,6 @@ class CachedLaunch:
         self.dynamic, self.bound, self.grid, self.key = tuple(dynamic), None, None, None
 
     def __call__(self, device: int, ptrs, dyn, prepare, *inputs) -> None:
-        import torch
-
         bound = self.bound
         if bound is not None and hooks_idle() and self.key == launch_key():
             if torch._C._cuda_getDevice() == device:

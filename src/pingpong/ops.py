@@ -95,14 +95,6 @@ def check_not_differentiated(c, a, b) -> None:
                                     "(use pingpong.gemm, or call gemm_ under torch.no_grad())")
 
 
-# ----------------------------------------------------------------------------- direct calls
-
-
-def _gemm_direct(a, b, c, alpha, beta, out_dtype, bias, activation) -> Tensor:
-    """The public gemm contract on the direct path (the caller holds grad mode off)."""
-    return api.gemm(a, b, c, alpha=alpha, beta=beta, out_dtype=out_dtype, bias=bias, activation=activation)
-
-
 # ----------------------------------------------------------------------------- the ops
 
 
@@ -123,7 +115,7 @@ def gemm(a: Tensor, b: Tensor, c: Optional[Tensor] = None, alpha: float = 1.0, b
          out_dtype: Optional[torch.dtype] = None, bias: Optional[Tensor] = None,
          activation: Optional[str] = None) -> Tensor:
     with torch.no_grad():
-        return _gemm_direct(a, b, c, alpha, beta, out_dtype, bias, activation)
+        return api.gemm(a, b, c, alpha=alpha, beta=beta, out_dtype=out_dtype, bias=bias, activation=activation)
 
 
 @gemm.register_fake
@@ -191,7 +183,7 @@ def _summed(grad, t) -> Tensor:
 
 def _preactivation(a, b, alpha, bias) -> Tensor:
     """z = α·a@b + bias in fp32, recomputed on the kernel (the forward keeps only act(z))."""
-    return functional.epilogue_gemm(api.gemm, a, b, None, alpha, 0.0, torch.float32, bias, "none")
+    return api.gemm(a, b, alpha=alpha, out_dtype=torch.float32, bias=bias)
 
 
 def _bias_grad(gz, bias) -> Tensor:
@@ -261,7 +253,7 @@ class _GemmFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, a, b, c, alpha, beta, out_dtype, bias, activation):
-        out = _gemm_direct(a, b, c, alpha, beta, out_dtype, bias, fused.check_activation(activation))
+        out = api.gemm(a, b, c, alpha=alpha, beta=beta, out_dtype=out_dtype, bias=bias, activation=activation)
         _setup_gemm(ctx, (a, b, c, alpha, beta, out_dtype, bias, activation), out)
         return out
 

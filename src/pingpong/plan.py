@@ -35,7 +35,7 @@ from .addressing import addressable, unaddressable
 from .config import KernelConfig
 from .device import is_hopper
 from .errors import PingpongError
-from .hopper.launch import per_batch
+from .hopper.launch import per_batch, tma_orientation
 from .launcher import CachedLaunch
 
 #: Plans kept (each a few hundred bytes plus its bound launch); least recently used evicted.
@@ -63,10 +63,6 @@ def signature(a, b, c, beta: float, out_dtype, inplace: bool, config, bias=None,
             activation)
 
 
-def lookup(key) -> "Plan | None":
-    return PLANS.get(key)
-
-
 def store(key, plan: "Plan") -> "Plan":
     if len(PLANS) >= PLAN_CACHE_SIZE:
         PLANS.popitem(last=False)
@@ -77,19 +73,9 @@ def store(key, plan: "Plan") -> "Plan":
 # ----------------------------------------------------------------------------- aligned copies
 
 
-def tma_orientation(t: torch.Tensor) -> str | None:
-    """"row" if t's last dim is contiguous, "col" if its first is, None if TMA cannot read it
-    (TMA's rule: base 16-byte aligned, the non-unit stride a multiple of 16 bytes)."""
-    from .hopper.launch import tma_orientation as orient
-
-    return orient(t)
-
-
 def tma_matrices(t: torch.Tensor) -> str | None:
     """tma_orientation of a 2-D `t`, or of every matrix of a batched (3-D) one: its one
     matrix if the batches share it, else matrix 0 with a 16-byte-multiple batch stride."""
-    from .hopper.launch import per_batch
-
     t = per_batch(t)
     if t.dim() == 2:
         return tma_orientation(t)
@@ -113,7 +99,7 @@ def _fresh_row_major_legal(n: int, dtype: torch.dtype) -> bool:
     """A new contiguous (M, n) or (B, M, n) tensor of `dtype` is TMA-legal as a row-major
     output (the caching allocator's blocks are 512-byte aligned; the batch stride M·n is then
     a 16-byte multiple too)."""
-    return (n * torch.empty((), dtype=dtype).element_size()) % 16 == 0
+    return (n * dtype.itemsize) % 16 == 0
 
 
 # ----------------------------------------------------------------------------- plans
@@ -308,7 +294,7 @@ def build(a, b, c, beta: float, out_dtype: torch.dtype, inplace: bool, config: K
     elif one_kernel and (config.split_k > 1 or config.swap_ab):
         raise PingpongError(f"config: split_k={config.split_k}, swap_ab={config.swap_ab} run 2-D products only;"
                             " batched products take split_k=1, swap_ab=False")
-    config.derive(a.element_size(), torch.empty((), dtype=out_dtype).element_size())  # validates
+    config.derive(a.element_size(), out_dtype.itemsize)  # validates
     copy_ab = dict(copy_a=tma_matrices(a) is None, copy_b=tma_matrices(b) is None, read=read)
     if config.split_k > 1 or config.swap_ab:  # C and out go through pointers: row-major suffices
         from .hopper.launch import workspace_shape
