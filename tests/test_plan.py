@@ -235,18 +235,22 @@ def test_batched_calls_take_the_one_kernel_path_fused_ones_keep_split(hopper):
         plan.build(t(2, 16, 1024), w.t(), None, 0.0, BF16, False, KernelConfig(128, 128, 64, split_k=2))
 
 
-def test_split_plan_passes_bias_and_activation_to_the_reduction(hopper, monkeypatch):
+def test_split_plan_passes_bias_and_activation_to_the_kernel(hopper, monkeypatch):
+    """The split-K / swap-AB launch gets the bias pointer, the activation, and the bias's
+    orientation in the kernel's product: under swap-AB (M = 16 here) that is Cᵀ, so the
+    caller's per-column bias is per row there."""
     calls = []
     monkeypatch.setattr(plan.CachedLaunch, "__call__",
                         lambda self, device, ptrs, dyn, prep, *inputs: calls.append((ptrs, prep, inputs)))
     a, w, bias = t(16, 1024), t(2048, 1024), t(2048)
     p = plan.build(a, w.t(), None, 0.0, BF16, False, None, bias, "gelu_tanh")
+    assert isinstance(p, plan.SplitPlan) and p.config.swap_ab
     p.run(a, w.t(), torch.empty(16, 2048, dtype=BF16), None, 1.0, 0.0, bias)
-    (gptrs, _, _), (rptrs, rprep, rinputs) = calls
-    assert rptrs[3] == bias.data_ptr() and gptrs[4] == gptrs[2], "bias read by the reduction only"
+    ((ptrs, prep, inputs),) = calls
+    assert ptrs[6] == bias.data_ptr()
     from pingpong import compile as cc, device
 
     monkeypatch.setattr(device, "sm_count", lambda index: 132)
     with cc.offline("sm_90a"):
-        fn, args, kwargs, grid = rprep(*rinputs)
-    assert args[3].data_ptr() == bias.data_ptr() and kwargs["BIAS"] == "col" and kwargs["ACTIVATION"] == "gelu_tanh"
+        fn, args, kwargs, grid = prep(*inputs)
+    assert args[6].data_ptr() == bias.data_ptr() and kwargs["BIAS"] == "row" and kwargs["ACTIVATION"] == "gelu_tanh"

@@ -10,7 +10,7 @@ import pytest
 from pingpong import ConfigError, KernelConfig
 from pingpong import compile as cc
 from pingpong.config import SCHEDULE_FACTS, SMEM_LIMIT
-from pingpong.hopper.launch import OFFLINE_SPLIT_VARIANTS, prepare_split, workspace_shape
+from pingpong.hopper.launch import OFFLINE_SPLIT_VARIANTS, counter_count, prepare_split, workspace_shape
 from pingpong.hopper.scheduler import effective_splits, split_work, tile_coords, tiles_of_program
 
 
@@ -45,10 +45,20 @@ def test_workspace_rows_per_split_are_whole_tiles():
     assert workspace_shape(3, 4097, 8192, swap) == (2 * 4224, 4)  # Cᵀ: N on the rows
 
 
-def test_split_configs_store_fp32_partials():
+def test_split_configs_take_no_epilogue_staging():
+    """The pointer epilogue stages nothing; swap-AB budgets one fp32 tile per consumer for the
+    compiler's scratch (turning the result around), whatever the output type."""
     d = KernelConfig(128, 16, 64, swap_ab=True).derive(out_bytes=2)
-    assert d.workspace and d.epilogue_bytes == 2 * 64 * 16 * 4  # fp32 staging whatever the output type
-    assert KernelConfig(128, 128, 64, split_k=4).derive().releasers == SCHEDULE_FACTS["cooperative"].releasers
+    assert d.workspace and d.epilogue_bytes == 2 * 64 * 16 * 4
+    split = KernelConfig(128, 128, 64, split_k=4).derive()
+    assert split.epilogue_bytes == 0 and split.stages > KernelConfig(128, 128, 64).derive().stages - 1
+    assert split.releasers == SCHEDULE_FACTS["cooperative"].releasers
+
+
+def test_counters_cover_every_tile_half():
+    assert counter_count(500, 1001, KernelConfig(128, 128, 64, split_k=8)) == 4 * 2 * 8  # 2 consumer halves
+    assert counter_count(500, 1001, KernelConfig(128, 128, 64, schedule="pingpong", split_k=8)) == 4 * 8
+    assert counter_count(3, 4097, KernelConfig(128, 16, 64, split_k=2, swap_ab=True)) == 33 * 2 * 1  # Cᵀ
 
 
 @pytest.mark.parametrize("kwargs, needle", [
@@ -76,27 +86,19 @@ def facts(kernel):
     return cc.compile_kernel(kernel, "sm_90a").facts()
 
 
-GEMM_VARIANTS = [name for name, v in OFFLINE_SPLIT_VARIANTS.items() if v[2] == 0]
-REDUCE_VARIANTS = [name for name, v in OFFLINE_SPLIT_VARIANTS.items() if v[2] == 1]
-
-
-@pytest.mark.parametrize("kernel", GEMM_VARIANTS)
+@pytest.mark.parametrize("kernel", list(OFFLINE_SPLIT_VARIANTS))
 def test_split_gemm_variants_compile_with_their_facts(kernel):
     f = facts(kernel)
     assert f.counts["HGMMA"] > 0 and f.counts["wgmma"] > 0, "tensor-core wgmma missing"
-    assert f.counts["UTMALDG"] > 0 and f.counts["UTMASTG"] > 0, "TMA loads / TMA-store of the partials missing"
+    assert f.counts["UTMALDG"] > 0 and f.counts["UTMASTG"] == 0, "TMA loads; the result goes out through pointers"
+    assert f.counts["atom_acq_rel"] > 0 and f.counts["atom_acquire"] > 0, "arrival counting: release, then acquire"
+    assert f.counts["ld_v4"] > 0 and f.counts["st_v2"] > 0, "vectorized workspace traffic (16-byte rows)"
     assert f.spill_bytes == 0 and f.counts["LDL/STL"] == 0, "local-memory spills"
     assert 0 < f.shared_bytes <= SMEM_LIMIT
-    config = OFFLINE_SPLIT_VARIANTS[kernel][0]
-    assert f.shared_bytes >= config.derive().shared_bytes - 1024, "the derived shared memory is what the kernel uses"
+    d = OFFLINE_SPLIT_VARIANTS[kernel][0].derive()
+    assert d.shared_bytes - d.epilogue_bytes - 1024 <= f.shared_bytes <= d.shared_bytes, \
+        "the ring is what derive() says, and the derived budget covers the compiler's scratch"
     assert f.counts["setmaxnreg"] > 0 and f.warps == 12, "producer warp + two consumer warpgroups"
-
-
-@pytest.mark.parametrize("kernel", REDUCE_VARIANTS)
-def test_reduction_compiles_without_spills(kernel):
-    f = facts(kernel)
-    assert f.spill_bytes == 0 and f.counts["LDL/STL"] == 0
-    assert f.counts["HGMMA"] == 0 and f.shared_bytes <= SMEM_LIMIT
 
 
 @pytest.mark.parametrize("layout", ["nn", "tn", "tt"])
@@ -112,8 +114,9 @@ def test_swap_ab_compiles_for_every_operand_layout(layout):
     a, b = store(M, K, layout[0] == "t"), store(K, N, layout[1] == "t")
     out = torch.empty(M, N, dtype=torch.bfloat16)
     ws = torch.empty(workspace_shape(M, N, K, config), dtype=torch.float32)
+    counters = torch.zeros(counter_count(M, N, config), dtype=torch.int32)
     with cc.offline("sm_90a"):
-        kernel, args, kwargs, grid = prepare_split(a, b, out, None, 1.0, 0.0, config, 132, ws)[0]
+        kernel, args, kwargs, grid = prepare_split(a, b, out, None, 1.0, 0.0, config, 132, ws, counters)
         assert kwargs["A_KMAJOR"] == (layout[1] == "t") and kwargs["B_KMAJOR"] == (layout[0] == "n")
         ck = kernel.warmup(*args, grid=grid, **kwargs)
     assert "wgmma.mma_async" in ck.asm["ptx"] and ck.metadata.shared <= SMEM_LIMIT
@@ -160,64 +163,93 @@ def test_split_plan_launches_gemm_then_reduction_on_the_right_pointers(launches,
     assert isinstance(p, plan.SplitPlan) and (p.config.swap_ab or p.config.split_k > 1)
     out = c if inplace else torch.empty(a.shape[0], b.shape[1], dtype=torch.bfloat16)
     p.run(a, b, out, c, 1.0, beta)
-    (gemm, gptrs, gdyn, gprep, ginputs), (red, rptrs, rdyn, rprep, rinputs) = launches
-    assert gemm is p.launch and red is p.reduce and gdyn == () and rdyn == (1.0, beta)
+    ((gemm, ptrs, dyn, prep, inputs),) = launches  # one launch: the last split of each tile finishes it
+    assert gemm is p.launch and dyn == (1.0, beta)
     # b with 4095-element rows and a column-major c need aligned copies; the output never
-    # does (the reduction writes through pointers), unless in place on a column-major c
+    # does (the kernel writes it through pointers), unless in place on a column-major c
     assert p.path == ("hopper-padded" if case in ("decode nn odd N", "in place, column-major c") else "hopper")
     with cc.offline("sm_90a"):
-        fn, args, kwargs, grid = gprep(*ginputs)
-        assert [d.base.data_ptr() for d in args[:4]] + [args[4].data_ptr()] == list(gptrs)  # 4 maps, bias slot
-        assert kwargs["SPLIT_K"] and grid[0] <= 132
-        fn, args, kwargs, grid = rprep(*rinputs)
-        assert [t.data_ptr() for t in args[:4]] == list(rptrs)  # workspace, C, out, bias slot
+        fn, args, kwargs, grid = prep(*inputs)
+        assert [d.base.data_ptr() for d in args[:2]] + [t.data_ptr() for t in args[2:7]] == list(ptrs)
         assert kwargs["SWAP"] == p.config.swap_ab and kwargs["HAS_C"] == (c is not None and beta != 0)
-    ws = ginputs[6]
-    assert tuple(ws.shape) == workspace_shape(a.shape[0], b.shape[1], a.shape[1], p.config)
-    first = ginputs[1] if p.config.swap_ab else ginputs[0]
-    assert gptrs[0] == first.data_ptr() and gptrs[2] == gptrs[3] == gptrs[4] == ws.data_ptr()  # no bias: unread
+        assert grid[0] <= 132
+    ws, counters = inputs[6], inputs[7]
+    splits = args[12]
+    assert tuple(ws.shape) == (workspace_shape(a.shape[0], b.shape[1], a.shape[1], p.config) if splits > 1 else (0,))
+    assert counters.dtype == torch.int32 and counters.numel() == (p.counters if splits > 1 else 0)
+    assert not counters.any(), "arrival counters start at zero"
+    first = inputs[1] if p.config.swap_ab else inputs[0]
+    target = inputs[2]
+    assert ptrs[0] == first.data_ptr() and ptrs[4] == target.data_ptr() and ptrs[6] == target.data_ptr()  # bias unread
 
 
 # ----------------------------------------------------------------------------- host geometry, simulated
 
 
-def _simulate(a, b, out, c, alpha, beta, config):
-    """Run prepare_split's two launches as a CPU model of the kernels: every program's work
-    units (SplitKScheduler: split-major units, k-steps [split·S, (split+1)·S), TMA zero fill
-    outside the operands, partial stored at row split·num_pid_m·BM + off_m and clipped to
-    the descriptor), then the reduction's pointer arithmetic on the flat workspace."""
+def _simulate(a, b, out, c, alpha, beta, config, order):
+    """Run prepare_split's launch as a CPU model of the kernel on its own arguments: every
+    work unit (SplitKScheduler: split-major units, k-steps [split·S, (split+1)·S), TMA zero
+    fill outside the operands), each consumer half of its tile taken in the given `order` of
+    arrival: partial into the workspace (columns < ws_ld), one arrival per thread, and the
+    half whose arrivals complete the count sums the splits in order 0, 1, ... and stores
+    act(α·Σ + bias) + β·C through out's pointers (transposed under SWAP). Returns the
+    arrival counters after the run."""
     import torch
 
-    ws = torch.full(workspace_shape(a.shape[0], b.shape[1], a.shape[1], config), float("nan"))
-    (fn, args, kw, grid), (_, rargs, rkw, rgrid) = prepare_split(a, b, out, c, alpha, beta, config, 132, ws)
-    a_desc, b_desc, c_desc = args[:3]
-    M, N, K = args[5:8]  # after the four descriptors and the (unread) bias pointer
-    BM, BN, BK, splits = kw["BM"], kw["BN"], kw["BK"], kw["splits"]
-    A = (a_desc.base if kw["A_KMAJOR"] else a_desc.base.t()).float()  # (M, K) as the kernel sees it
-    B = (b_desc.base.t() if kw["B_KMAJOR"] else b_desc.base).float()  # (K, N)
-    target = c_desc.base  # the workspace view the epilogue stores into
-    pid_m, pid_n = cdiv(M, BM), cdiv(N, BN)
+    M, N, K = a.shape[0], b.shape[1], a.shape[1]
+    ws = torch.full(workspace_shape(M, N, K, config), float("nan")).view(-1)
+    counters = torch.zeros(counter_count(M, N, config), dtype=torch.int32)
+    fn, args, kw, grid = prepare_split(a, b, out, c, alpha, beta, config, 132, ws, counters)
+    a_desc, b_desc, ws_t, cnt, out_t, c_t, _ = args[:7]  # _: the bias slot (no bias here)
+    R, C, K, al, be, splits, stride16, ld16, out_ld, c_ld = args[7:17]
+    stride, ld = stride16 * 4, ld16 * 4
+    BM, BN, BK = kw["BM"], kw["BN"], kw["BK"]
+    ROWS = BM // 2 if not kw["PINGPONG"] else BM  # rows of one consumer half (SCHEDULE_FACTS)
+    THREADS = 128
+    A = (a_desc.base if kw["A_KMAJOR"] else a_desc.base.t()).float()  # (R, K) as the kernel sees it
+    B = (b_desc.base.t() if kw["B_KMAJOR"] else b_desc.base).float()  # (K, C)
+    pid_m, pid_n = cdiv(R, BM), cdiv(C, BN)
     tiles, per = pid_m * pid_n, cdiv(cdiv(K, BK), splits)
+    halves = []
     for p in range(grid[0]):
         for t in range(tiles_of_program.fn(tiles * splits, p, grid[0])):
             tile, split = split_work.fn(p + t * grid[0], tiles)
             tm, tn = tile_coords.fn(tile, pid_m, pid_n, kw["GROUP_M"])
             k0, k1 = split * per * BK, (split + 1) * per * BK
-            part = A[tm * BM:(tm + 1) * BM, k0:k1] @ B[k0:k1, tn * BN:(tn + 1) * BN]
-            row = split * pid_m * BM + tm * BM
-            rows = min(BM, target.shape[0] - row, part.shape[0])
-            cols = min(BN, target.shape[1] - tn * BN)
-            target[row:row + rows, tn * BN:tn * BN + cols] = part[:rows, :cols]
-    ws_flat, c_t, out_t, _, m, n, s, split_stride, ws_ld, c_ld, out_ld, al, be = rargs  # _: the bias slot
-    i = torch.arange(m).view(-1, 1)
-    j = torch.arange(n).view(1, -1)
-    offs = j * ws_ld + i if rkw["SWAP"] else i * ws_ld + j
-    acc = sum(ws_flat.view(-1)[split * split_stride + offs] for split in range(s))
-    acc = al * acc
-    if rkw["HAS_C"]:
-        acc = acc + be * torch.as_strided(c_t, (m, n), (c_ld, 1)).float()
-    torch.as_strided(out_t, (m, n), (out_ld, 1)).copy_(acc)
-    return out
+            for h in range(BM // ROWS):
+                halves.append((tm * BM + h * ROWS, tn * BN, split, k0, k1))
+    halves = [halves[i] for i in order(len(halves))]
+    out_view = out_t.view(-1)
+    c_view = c_t.view(-1)
+    i = torch.arange(ROWS).view(-1, 1)
+    j = torch.arange(BN).view(1, -1)
+    for off_r, off_c, split, k0, k1 in halves:
+        Ap, Bp = torch.zeros(ROWS, K), torch.zeros(K, BN)
+        Ap[:max(0, min(ROWS, R - off_r))] = A[off_r:off_r + ROWS]
+        Bp[:, :min(BN, C - off_c)] = B[:, off_c:off_c + BN]
+        part = Ap[:, k0:k1] @ Bp[k0:k1]  # TMA's zero fill past R, C and K
+        in_ws = (off_c + j < ld).expand(ROWS, BN)  # _workspace_indices: every row, columns < ws_ld
+        ws_offs = ((off_r + i) * ld + off_c + j)[in_ws]
+        if splits == 1:
+            total = part
+        else:
+            ws_t[split * stride + ws_offs] = part[in_ws]
+            index = (off_r // ROWS) * cdiv(C, BN) + off_c // BN
+            old = cnt[index].item() + THREADS - 1  # the largest of this half's THREADS arrivals
+            cnt[index] += THREADS
+            if old != splits * THREADS - 1:
+                continue
+            cnt[index] -= splits * THREADS  # release_counter: every thread takes `splits` back
+            total = torch.zeros(ROWS, BN)
+            for s_ in range(splits):  # fixed order
+                total[in_ws] += ws_t[s_ * stride + ws_offs]
+        inside = ((off_r + i < R) & (off_c + j < C))
+        r, col = (off_r + i).expand(ROWS, BN)[inside], (off_c + j).expand(ROWS, BN)[inside]
+        y = al * total[inside]
+        if kw["HAS_C"]:
+            y = y + be * c_view[col * c_ld + r if kw["SWAP"] else r * c_ld + col].float()
+        out_view[col * out_ld + r if kw["SWAP"] else r * out_ld + col] = y.to(out_view.dtype)
+    return cnt
 
 
 MODELLED = [KernelConfig(128, 128, 64, split_k=3),
@@ -225,12 +257,17 @@ MODELLED = [KernelConfig(128, 128, 64, split_k=3),
             KernelConfig(128, 16, 64, split_k=2, swap_ab=True)]
 
 
+ORDERS = {"in order": lambda n: range(n), "reversed": lambda n: range(n - 1, -1, -1),
+          "shuffled": lambda n: __import__("random").Random(n).sample(range(n), n)}
+
+
 @pytest.mark.parametrize("config", MODELLED, ids=lambda c: f"{c.block_m}x{c.block_n}-s{c.split_k}-swap{int(c.swap_ab)}")
 @pytest.mark.parametrize("layout", ["nt", "nn", "tn", "tt"])
 @pytest.mark.parametrize("M, N, K", [(1, 200, 1000), (17, 255, 1000), (130, 72, 520), (40, 1000, 64)])
 def test_split_geometry_reproduces_the_product(config, layout, M, N, K):
-    """Workspace shape, split rows, strides and the swap transposition agree end to end: a
-    CPU model of both kernels on prepare_split's own arguments gives α·a@b + β·c."""
+    """Workspace shape, split rows, strides, counters and the swap transposition agree end to
+    end: a CPU model of the kernel on prepare_split's own arguments gives α·a@b + β·c, the
+    same bits whatever order the splits arrive in, and leaves every counter at zero."""
     import torch
 
     from pingpong.plan import tma_copy, tma_orientation
@@ -240,6 +277,11 @@ def test_split_geometry_reproduces_the_product(config, layout, M, N, K):
     a, b = store(M, K, layout[0] == "t"), store(K, N, layout[1] == "t")
     a, b = (x if tma_orientation(x) else tma_copy(x) for x in (a, b))  # as the plan does
     c = torch.randn(M, N)
-    out = torch.full((M, N), float("nan"))
-    _simulate(a, b, out, c, 1.5, -0.5, config)
-    torch.testing.assert_close(out, 1.5 * a.float() @ b.float() - 0.5 * c, rtol=1e-4, atol=1e-3)
+    results = []
+    for order in ORDERS.values():
+        out = torch.full((M, N), float("nan"))
+        assert not _simulate(a, b, out, c, 1.5, -0.5, config, order).any(), "counters back to zero"
+        results.append(out)
+    torch.testing.assert_close(results[0], 1.5 * a.float() @ b.float() - 0.5 * c, rtol=1e-4, atol=1e-3)
+    for other in results[1:]:
+        assert torch.equal(other, results[0]), "the sum must not depend on which split arrives last"

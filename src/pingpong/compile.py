@@ -285,6 +285,10 @@ _CUDA_PATTERNS = {
     "UTMALDG": ("s", r"\bUTMALDG"),
     "UTMASTG": ("s", r"\bUTMASTG"),
     "LDL/STL": ("s", r"\b(LDL|STL)\b"),
+    "atom_acq_rel": ("p", r"atom\.global\.gpu\.acq_rel"),
+    "atom_acquire": ("p", r"atom\.global\.gpu\.acquire"),
+    "ld_v4": ("p", r"ld\.global(\.\w+)*\.v4"),
+    "st_v2": ("p", r"st\.global(\.\w+)*\.v[24]"),
 }
 
 

@@ -21,11 +21,14 @@ Work decomposition (pingpong.hopper.scheduler), orthogonal to the schedule:
 
     split_k = 1   one work unit per output tile, the whole K loop, α·acc + β·C stored directly
     split_k = S   S work units per tile, each a contiguous 1/S of the k-steps; fp32 partials go
-                  to a workspace [S, rows, cols] and a reduction sums them in split order
-                  (bitwise repeatable), applies α, β·C and the cast
+                  to a workspace [S, rows, cols] and the last split of each tile to finish sums
+                  them in split order (bitwise repeatable), applies α, β·C and the cast, in the
+                  same kernel (pingpong.hopper.fixup)
     swap_ab       the kernel computes Cᵀ = Bᵀ·Aᵀ: N on the wgmma M side (block_m tiles N),
-                  M on the wgmma N side (block_n = 16..64 fits a decode batch); the partials
-                  go through the same workspace and the reduction writes C transposed back
+                  M on the wgmma N side (block_n = 16..64 fits a decode batch); the result is
+                  written to C transposed, through pointers
+    Both store through pointers, not TMA: no epilogue staging (swap-AB budgets the compiler's
+    scratch for turning each result tile around), the rest of the shared memory is ring.
 
 `validate()` (called by `derive`) raises ConfigError naming the violated constraint.
 """
@@ -120,7 +123,7 @@ class Derived:
 
     @property
     def workspace(self) -> bool:
-        """Partials go through the fp32 workspace and the reduction kernel."""
+        """The split-K / swap-AB kernel (pingpong.hopper.fixup): pointer epilogue, workspace when split."""
         return self.split_k > 1 or self.swap_ab
 
     @property
@@ -210,7 +213,6 @@ class KernelConfig:
             raise ConfigError(f"operands must be 16-bit (bf16/fp16) for wgmma here, got {in_bytes}-byte elements")
         if not _is_int(out_bytes) or out_bytes not in (2, 4):
             raise ConfigError(f"output elements must be 2 or 4 bytes, got {out_bytes}")
-        out_bytes = _stored_bytes(self, out_bytes)
         consumers, cm, cn = _consumer_tile(self)
         if cm % WGMMA_M:
             raise ConfigError(
@@ -263,12 +265,6 @@ class KernelConfig:
             raise ConfigError(f"shared memory: even 2 stages ({2 * stage + fixed} B) exceed {SMEM_LIMIT} B (227 KB)")
 
 
-def _stored_bytes(cfg: KernelConfig, out_bytes: int) -> int:
-    """Bytes of one element the kernel's epilogue stores: fp32 partials into the workspace
-    under split-K / swap-AB, else the output's own elements."""
-    return 4 if cfg.split_k > 1 or cfg.swap_ab else out_bytes
-
-
 def _is_int(v) -> bool:
     """An int proper: not a bool, float or other number that merely compares equal to one."""
     return type(v) is int
@@ -298,6 +294,9 @@ def _epilogue(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> tuple[int, in
     """(epilogue_n, staging buffers per consumer, staging bytes): the chosen or derived
     sub-tile width and what its buffers take from shared memory."""
     consumers, cm, cn = _consumer_tile(cfg)
+    if cfg.split_k > 1 or cfg.swap_ab:  # the pointer epilogue of pingpong.hopper.fixup: no staging;
+        # swap-AB rearranges each consumer's fp32 result through the compiler's scratch (at most a tile)
+        return cn, 0, consumers * cm * cn * 4 if cfg.swap_ab else 0
     bufs = lambda en: 1 if en == cn else 2  # noqa: E731
     staging = lambda en: consumers * bufs(en) * cm * en * out_bytes  # noqa: E731
     en = cfg.epilogue_n
@@ -327,7 +326,6 @@ def _instr_n(cn: int) -> int:
 
 
 def _derive(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> Derived:
-    out_bytes = _stored_bytes(cfg, out_bytes)
     facts = SCHEDULE_FACTS[cfg.schedule]
     consumers, cm, cn = _consumer_tile(cfg)
     stage, fixed = _budget(cfg, in_bytes, out_bytes)

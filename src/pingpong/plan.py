@@ -184,38 +184,66 @@ class HopperPlan(Plan):
         return prepare(a, b, target, cin, alpha, beta, self.config, sm_count(self.device), bias, self.activation)
 
 
+#: (device, raw stream) -> that stream's arrival counters (int32, all zero between launches)
+_COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
+
+
+def arrival_counters(device: torch.device, n: int) -> torch.Tensor:
+    """`n` zeroed int32 counters for a split-K launch on `device`'s current stream.
+
+    The kernel leaves its counters at zero, so launches in one stream's order can all use that
+    stream's buffer (no fill per call); launches on different streams never share one. While
+    a CUDA graph is being captured the counters are a fresh zeroed tensor (the fill is part of
+    the graph), since a graph's replays may run beside anything."""
+    if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+        return torch.zeros(n, dtype=torch.int32, device=device)
+    key = (device.index, torch._C._cuda_getCurrentRawStream(device.index))
+    buf = _COUNTERS.get(key)
+    if buf is None or buf.numel() < n:  # the old buffer is freed in its stream's order
+        buf = _COUNTERS[key] = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
+    return buf
+
+
 class SplitPlan(HopperPlan):
     """A split-K / swap-AB config (KernelConfig.split_k > 1 or swap_ab): the same copies as
-    HopperPlan, then two launches through a fresh fp32 workspace (the caching allocator's):
+    HopperPlan, then one launch (pingpong.hopper.fixup) with a fresh fp32 workspace from the
+    caching allocator and the stream's arrival counters, so calls on different streams share
+    neither:
 
         GEMM   a, b ──work units──> workspace (fp32 partials; swap-AB: of Cᵀ = bᵀ·aᵀ)
-        reduce workspace, C ──Σ splits in order, α, bias, act, β·C, cast──> out
+               the last split of each tile ──Σ splits in order, α, bias, act, β·C, cast──> out
 
-    The output needs no TMA (the reduction stores through pointers), only row-major."""
+    The output needs no TMA (the last split stores through pointers), only row-major."""
 
-    __slots__ = ("workspace", "reduce")
+    __slots__ = ("workspace", "counters", "unused")
 
-    def __init__(self, device, config, copy_a, copy_b, copy_c, copy_out, read, workspace, activation="none"):
+    def __init__(self, device, config, copy_a, copy_b, copy_c, copy_out, read, workspace, counters,
+                 activation="none"):
         super().__init__(device, config, copy_a, copy_b, copy_c, copy_out, read, activation)
         self.workspace = workspace  # (rows, cols) of the fp32 workspace
-        self.launch = CachedLaunch()  # the GEMM's α, β are fixed (1, 0): partials are raw sums
-        self.reduce = CachedLaunch(dynamic=("alpha", "beta"))
+        self.counters = counters  # number of int32 arrival counters (0: one split, none needed)
+        self.unused = None
 
     def _launch(self, a, b, target, cin, alpha, beta, bias, bias_ptr):
-        ws = torch.empty(self.workspace, dtype=torch.float32, device=target.device)
+        if self.counters:
+            ws = torch.empty(self.workspace, dtype=torch.float32, device=target.device)
+            counters = arrival_counters(target.device, self.counters)
+        else:  # one split (swap-AB alone): neither is read; empty tensors made once
+            if self.unused is None:
+                self.unused = (torch.empty(0, dtype=torch.float32, device=target.device),
+                               torch.empty(0, dtype=torch.int32, device=target.device))
+            ws, counters = self.unused
         first, second = (b, a) if self.config.swap_ab else (a, b)  # the GEMM kernel's A and B
-        wp = ws.data_ptr()
-        self.launch(self.device, (first.data_ptr(), second.data_ptr(), wp, wp, wp), (), self._jit_args, a, b, target, cin,
-                    alpha, beta, ws, 0, None)  # partials: no bias (its pointer slot is the unread workspace)
-        self.reduce(self.device, (wp, (cin if cin is not None else target).data_ptr(), target.data_ptr(), bias_ptr),
-                    (alpha, beta), self._jit_args, a, b, target, cin, alpha, beta, ws, 1, bias)
+        self.launch(self.device, (first.data_ptr(), second.data_ptr(), ws.data_ptr(), counters.data_ptr(),
+                                  target.data_ptr(), (cin if cin is not None else target).data_ptr(), bias_ptr),
+                    (alpha, beta), self._jit_args, a, b, target, cin, alpha, beta, ws, counters, bias)
 
-    def _jit_args(self, a, b, target, cin, alpha, beta, ws, part, bias):
+    def _jit_args(self, a, b, target, cin, alpha, beta, ws, counters, bias):
         from .device import sm_count
         from .hopper.launch import prepare_split
 
-        return prepare_split(a, b, target, cin, alpha, beta, self.config, sm_count(self.device), ws, bias,
-                             self.activation)[part]
+        return prepare_split(a, b, target, cin, alpha, beta, self.config, sm_count(self.device), ws, counters, bias,
+                             self.activation)
 
 
 class PortablePlan(Plan):
@@ -297,12 +325,18 @@ def build(a, b, c, beta: float, out_dtype: torch.dtype, inplace: bool, config: K
     config.derive(a.element_size(), out_dtype.itemsize)  # validates
     copy_ab = dict(copy_a=tma_matrices(a) is None, copy_b=tma_matrices(b) is None, read=read)
     if config.split_k > 1 or config.swap_ab:  # C and out go through pointers: row-major suffices
-        from .hopper.launch import workspace_shape
+        from .hopper.launch import MAX_SPLIT_BLOCK, counter_count, workspace_shape
+        from .hopper.scheduler import effective_splits
 
+        splits = effective_splits(K, config.block_k, config.split_k)
+        rows, cols = workspace_shape(M, N, K, config)
+        if rows // splits * cols >= MAX_SPLIT_BLOCK:
+            raise PingpongError(f"config: split_k={config.split_k} needs {rows // splits * cols} fp32 workspace"
+                                f" elements per split for this {M}×{N} output; at most {MAX_SPLIT_BLOCK - 1} fit")
         row_major = lambda t: t.stride(1) == 1 or t.shape[1] <= 1  # noqa: E731
         return SplitPlan(device, config, **copy_ab, copy_c=read and not row_major(c),
-                         copy_out=inplace and not row_major(c), workspace=workspace_shape(M, N, K, config),
-                         activation=activation)
+                         copy_out=inplace and not row_major(c), workspace=(rows, cols),
+                         counters=counter_count(M, N, config) if splits > 1 else 0, activation=activation)
     out_legal = (tma_matrices(c) == "row") if inplace else _fresh_row_major_legal(N, out_dtype)
     return HopperPlan(device, config, **copy_ab, copy_c=read and tma_matrices(c) != "row", copy_out=not out_legal,
                       activation=activation, batched=a.dim() == 3 or b.dim() == 3 or (c is not None and c.dim() == 3))

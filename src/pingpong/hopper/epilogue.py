@@ -161,10 +161,10 @@ class Epilogue:
         return Epilogue(c_desc, cin_desc, alpha, beta, staging, c_ready, HAS_C, BUFS, bias, M, N, BIAS, ACTIVATION)
 
     @gluon.jit
-    def store(self, acc, COPY: gl.constexpr, tile_count, off_m, off_n, batch=0):
+    def store(self, acc, COPY: gl.constexpr, tile_count, off_m, off_n, batch, split):
         """Write act(α·acc + bias) + β·C of the tile at (off_m, off_n) of matrix `batch`, sub-tile
         by sub-tile, through consumer COPY's staging buffers. `tile_count` = tiles this
-        partition stored before."""
+        partition stored before; `split` is always 0 here (SplitEpilogue's interface)."""
         EPI_N: gl.constexpr = self.c_desc.block_type.shape[-1]
         SUBTILES: gl.constexpr = acc.shape[1] // EPI_N
         gl.static_assert(acc.shape[1] % EPI_N == 0, "the epilogue sub-tile must divide the tile width")

@@ -28,14 +28,16 @@ A batched product (B matrices) runs the same schedules over B·tiles tile ids in
 each step carries the tile's batch index to the loader and the epilogue (rank-3 TMA
 descriptors, pingpong.hopper.batched).
 
-SPLIT-K / SWAP-AB (KernelConfig.split_k > 1 or swap_ab, warp-specialized schedules): the same
-producer and consumers over the work units of SplitKScheduler (a tile and a K range each);
-the epilogue stores fp32 partials into a workspace, a second kernel reduces them in order
-(pingpong.hopper.reduce). Swap-AB is the same kernel on (Bᵀ, Aᵀ): N fills the 64-row wgmma side.
+SPLIT-K / SWAP-AB (split_k_gemm; KernelConfig.split_k > 1 or swap_ab, warp-specialized
+schedules): the same producer and consumers over the work units of SplitKScheduler (a tile
+and a K range each); the epilogue (SplitEpilogue, pingpong.hopper.fixup) stores the fp32
+partial into a workspace and counts arrivals; the last split of a tile to arrive sums the
+partials in split order and writes the result. Swap-AB is the same kernel on (Bᵀ, Aᵀ): N
+fills the 64-row wgmma side and the result is written transposed.
 
-    program p │ unit p: tile t, k-steps [0, S)   │ unit p+G: tile t', k-steps [S, 2S) │ ...
-              │ producer/consumers as above, epilogue → workspace rows split·R_pad + off_m
-    reduce    │ out block = cast(α·(partial 0 + partial 1 + ...) + β·C)   (fixed order)
+    program p │ unit p: tile t, split 0        │ unit p+G: tile t', split 1 │ ...
+              │ MMA k-steps [0, S) │ ws[0] ← acc, arrive  │ MMA [S, 2S) │ ws[1] ← acc, arrive, last:
+              │                                            │   out = cast(act(α·(ws[0] + ws[1] + ...) + bias) + β·C)
 
 All three share one mainloop contract (pingpong.hopper.pipeline docstring): wait ready with
 ring_phase, keep one wgmma group in flight, release a slot once its wgmma has completed.
@@ -45,11 +47,12 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from .epilogue import Epilogue
+from .fixup import SplitEpilogue
 from .loader import TileLoader
 from .mma import MmaOp
 from .phase_sync import PhaseSync
 from .pipeline import Ring, first_counter
-from .scheduler import TileScheduler, create_scheduler
+from .scheduler import SplitKScheduler, TileScheduler
 
 
 # ----------------------------------------------------------------------------- shared steps
@@ -107,8 +110,9 @@ def pingpong_consumer(ring, sched, epi, sync, CONSUMER: gl.constexpr, acc_layout
         mma = mainloop(ring, first, sched.k_steps, 0, sched.BM, sched.BN, acc_layout, A_KMAJOR, B_KMAJOR)
         sync.pass_turn(CONSUMER)
         mma = finish_mainloop(mma, ring, first + sched.k_steps - 1)
-        off_m, off_n = sched.store_offsets(2 * j + CONSUMER)
-        epi.store(mma.acc, CONSUMER, j, off_m, off_n, sched.tile_batch(2 * j + CONSUMER))
+        t = 2 * j + CONSUMER
+        off_m, off_n = sched.tile_offsets(t)
+        epi.store(mma.acc, CONSUMER, j, off_m, off_n, sched.tile_batch(t), sched.split(t))
     epi.drain()
 
 
@@ -122,8 +126,8 @@ def cooperative_consumer(ring, sched, epi, CONSUMER: gl.constexpr, acc_layout: g
         mma = mainloop(ring, first, sched.k_steps, CONSUMER * ROWS, ROWS, sched.BN, acc_layout, A_KMAJOR,
                        B_KMAJOR)
         mma = finish_mainloop(mma, ring, first + sched.k_steps - 1)
-        off_m, off_n = sched.store_offsets(t)
-        epi.store(mma.acc, CONSUMER, t, off_m + CONSUMER * ROWS, off_n, sched.tile_batch(t))
+        off_m, off_n = sched.tile_offsets(t)
+        epi.store(mma.acc, CONSUMER, t, off_m + CONSUMER * ROWS, off_n, sched.tile_batch(t), sched.split(t))
     epi.drain()
 
 
@@ -131,30 +135,15 @@ def cooperative_consumer(ring, sched, epi, CONSUMER: gl.constexpr, acc_layout: g
 
 # Sizes stay runtime values even when 1 (Triton would otherwise fold them into constants,
 # and the parts hold them as tensors).
-_RUNTIME_SCALARS = ["M", "N", "K", "splits", "batches"]
+_RUNTIME_SCALARS = ["M", "N", "K", "batches"]
+_SPLIT_RUNTIME_SCALARS = ["M", "N", "K", "splits", "split_stride16", "ws_ld16", "out_ld", "c_ld"]
 
 
-@gluon.jit(do_not_specialize=_RUNTIME_SCALARS)
-def warp_specialized_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha, beta,
-                          HAS_C: gl.constexpr, A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr,
-                          BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                          GROUP_M: gl.constexpr, EPI_BUFS: gl.constexpr, PINGPONG: gl.constexpr, acc_layout: gl.constexpr,
-                          CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                          RELEASERS: gl.constexpr, CONSUMER_WARPS: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
-                          SPLIT_K: gl.constexpr, splits,
-                          batches, BIAS: gl.constexpr, ACTIVATION: gl.constexpr):
-    """Ping-pong or cooperative: producer warp + two consumer warpgroups (module docstring).
-
-    RELEASERS and the worker warps come from config.SCHEDULE_FACTS. SPLIT_K: the work units
-    are `splits` K-ranges of each tile (SplitKScheduler) and c_desc is the fp32 workspace
-    (no bias, activation or batches there: the plan keeps those off split-K).
-    """
-    gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
-    gl.static_assert(RELEASERS == (1 if PINGPONG else 2), "ping-pong: one consumer frees a slot; cooperative: both")
-    sched = create_scheduler(M, N, K, splits, BM, BN, BK, GROUP_M, SPLIT_K, batches)
-    ring = Ring.allocate(a_desc, b_desc, STAGES, RELEASERS)
-    epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, HAS_C, 2, EPI_BUFS, bias, M, N, BIAS, ACTIVATION)
-    loader = TileLoader(a_desc, b_desc, A_KMAJOR, B_KMAJOR)
+@gluon.jit
+def run_partitions(ring, sched, epi, loader, PINGPONG: gl.constexpr, acc_layout: gl.constexpr,
+                   A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr, CONSUMER_WARPS: gl.constexpr,
+                   PRODUCER_WARPS: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+    """The producer warp and the two consumer warpgroups of the PINGPONG or cooperative schedule."""
     if PINGPONG:
         sync = PhaseSync.allocate()
         gl.warp_specialize([
@@ -168,6 +157,50 @@ def warp_specialized_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha
             (cooperative_consumer, (ring, sched, epi, 1, acc_layout, A_KMAJOR, B_KMAJOR)),
             (producer, (loader, ring, sched)),
         ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+@gluon.jit(do_not_specialize=_RUNTIME_SCALARS)
+def warp_specialized_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha, beta,
+                          HAS_C: gl.constexpr, A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr,
+                          BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+                          GROUP_M: gl.constexpr, EPI_BUFS: gl.constexpr, PINGPONG: gl.constexpr, acc_layout: gl.constexpr,
+                          CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                          RELEASERS: gl.constexpr, CONSUMER_WARPS: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
+                          batches, BIAS: gl.constexpr, ACTIVATION: gl.constexpr):
+    """Ping-pong or cooperative: producer warp + two consumer warpgroups (module docstring),
+    one work unit per output tile (of every batch), the TMA epilogue.
+
+    RELEASERS and the worker warps come from config.SCHEDULE_FACTS.
+    """
+    gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
+    gl.static_assert(RELEASERS == (1 if PINGPONG else 2), "ping-pong: one consumer frees a slot; cooperative: both")
+    sched = TileScheduler.create(M, N, K, BM, BN, BK, GROUP_M, batches)
+    ring = Ring.allocate(a_desc, b_desc, STAGES, RELEASERS)
+    epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, HAS_C, 2, EPI_BUFS, bias, M, N, BIAS, ACTIVATION)
+    run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, A_KMAJOR, B_KMAJOR), PINGPONG, acc_layout, A_KMAJOR,
+                   B_KMAJOR, CONSUMER_WARPS, PRODUCER_WARPS, CONSUMER_REGS, PRODUCER_REGS)
+
+
+@gluon.jit(do_not_specialize=_SPLIT_RUNTIME_SCALARS)
+def split_k_gemm(a_desc, b_desc, ws, counters, out, cin, bias, M, N, K, alpha, beta, splits, split_stride16, ws_ld16,
+                 out_ld, c_ld, HAS_C: gl.constexpr, SWAP: gl.constexpr, A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr,
+                 BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr,
+                 PINGPONG: gl.constexpr, acc_layout: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                 PRODUCER_REGS: gl.constexpr, RELEASERS: gl.constexpr, CONSUMER_WARPS: gl.constexpr,
+                 PRODUCER_WARPS: gl.constexpr, BIAS: gl.constexpr, ACTIVATION: gl.constexpr):
+    """The same partitions over `splits` K-ranges per tile (SplitKScheduler), finished by the
+    last split of each tile (SplitEpilogue, pingpong.hopper.fixup). The product is M × N as the
+    kernel sees it: Cᵀ (N_c × M_c of the caller's C) under SWAP, where out and C are read and
+    written transposed. The workspace's strides come in 16-byte units (4 fp32), so the compiler
+    knows its rows are aligned and vectorizes the partials' loads and stores."""
+    gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
+    gl.static_assert(RELEASERS == (1 if PINGPONG else 2), "ping-pong: one consumer frees a slot; cooperative: both")
+    sched = SplitKScheduler.create(M, N, K, splits, BM, BN, BK, GROUP_M)
+    ring = Ring.allocate(a_desc, b_desc, STAGES, RELEASERS)
+    epi = SplitEpilogue(ws, split_stride16 * 4, ws_ld16 * 4, counters, out, out_ld, cin, c_ld, bias, alpha, beta, M, N, splits,
+                        HAS_C, SWAP, BIAS, ACTIVATION)
+    run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, A_KMAJOR, B_KMAJOR), PINGPONG, acc_layout, A_KMAJOR,
+                   B_KMAJOR, CONSUMER_WARPS, PRODUCER_WARPS, CONSUMER_REGS, PRODUCER_REGS)
 
 
 @gluon.jit(do_not_specialize=_RUNTIME_SCALARS)
@@ -202,7 +235,7 @@ def persistent_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha, beta
         gl.thread_barrier()
         ring.release(t * sched.k_steps + sched.k_steps - 1)
         off_m, off_n = sched.tile_offsets(t)
-        epi.store(mma.acc, 0, t, off_m, off_n, sched.tile_batch(t))
+        epi.store(mma.acc, 0, t, off_m, off_n, sched.tile_batch(t), 0)
     epi.drain()
 
 

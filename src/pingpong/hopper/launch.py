@@ -23,8 +23,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from .. import compile as cc
 from .. import fused
 from ..config import KernelConfig, swizzle_width
-from . import reduce
-from .kernel import persistent_gemm, warp_specialized_gemm
+from .kernel import persistent_gemm, split_k_gemm, warp_specialized_gemm
 from .scheduler import effective_splits
 
 _GL_DTYPE = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}
@@ -95,82 +94,106 @@ def prepare(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, bias=None
     a, b, c, out = per_batch(a), per_batch(b), per_batch(c), out if batches > 1 else per_batch(out)
     d = config.derive(a.element_size(), out.element_size())
     assert not d.workspace, "split-K / swap-AB configs run through prepare_split"
-    return _gemm_launch(a, b, out, c, alpha, beta, d, sms, 1, bias, activation, batches)
+    return _gemm_launch(a, b, out, c, alpha, beta, d, sms, bias, activation, batches)
 
 
-def _gemm_launch(a, b, out, c, alpha, beta, d, sms: int, splits: int, bias=None, activation="none", batches=1):
-    """The GEMM kernel's launch for derived config `d`; splits > 1 or d.workspace: work units
-    of SplitKScheduler, storing fp32 partials into `out` (the workspace view; never batched
-    or fused)."""
-    M, K = a.shape[-2:]
-    N = b.shape[-1]
+def _operands(a, b, d):
+    """TMA descriptors and K-majorness of the kernel's A (rows × K) and B (K × cols)."""
     a_desc, a_kmajor = operand_descriptor(a, d.block_m, d.block_k, True)
     b_desc, b_kmajor = operand_descriptor(b.transpose(-1, -2), d.block_n, d.block_k, True)
+    return a_desc, b_desc, dict(A_KMAJOR=a_kmajor, B_KMAJOR=b_kmajor)
+
+
+def _schedule_kwargs(d) -> dict:
+    """The constexprs and launch options of the warp-specialized schedules (SCHEDULE_FACTS)."""
+    return dict(BM=d.block_m, BN=d.block_n, BK=d.block_k, STAGES=d.stages, GROUP_M=d.group_m,
+                acc_layout=acc_layout(d), PINGPONG=d.schedule == "pingpong", CONSUMER_REGS=d.worker_regs[0],
+                PRODUCER_REGS=d.worker_regs[1], RELEASERS=d.releasers, CONSUMER_WARPS=d.worker_warps[0],
+                PRODUCER_WARPS=d.worker_warps[1], num_warps=d.num_warps, maxnreg=d.maxnreg)
+
+
+def _gemm_launch(a, b, out, c, alpha, beta, d, sms: int, bias=None, activation="none", batches=1):
+    """The one-kernel GEMM launch for derived config `d` (TMA epilogue into `out`)."""
+    M, K = a.shape[-2:]
+    N = b.shape[-1]
+    a_desc, b_desc, majors = _operands(a, b, d)
     c_box = [d.consumer_m, d.epilogue_n]  # one epilogue sub-tile
     c_desc = _descriptor(out, c_box)
     has_c = c is not None and beta != 0.0
     assert not has_c or (tma_orientation(c if c.dim() == 2 else c[0]) == "row" and c.dtype == out.dtype), \
         "C must be TMA-legal, out's dtype"
     cin_desc = _descriptor(c, c_box) if has_c else c_desc
-    units = -(-M // d.block_m) * -(-N // d.block_n) * splits * batches
+    units = -(-M // d.block_m) * -(-N // d.block_n) * batches
     bias_ptr = fused.bias_vector(bias) if bias is not None else out  # never read without a bias
     args = (a_desc, b_desc, c_desc, cin_desc, bias_ptr, M, N, K, float(alpha), float(beta))
-    common = dict(HAS_C=has_c, A_KMAJOR=a_kmajor, B_KMAJOR=b_kmajor, BM=d.block_m, BN=d.block_n, BK=d.block_k,
-                  STAGES=d.stages, GROUP_M=d.group_m, EPI_BUFS=d.epilogue_bufs, acc_layout=acc_layout(d),
-                  batches=batches, BIAS=fused.bias_kind(bias, M), ACTIVATION=activation)
+    common = dict(majors, HAS_C=has_c, EPI_BUFS=d.epilogue_bufs, batches=batches, BIAS=fused.bias_kind(bias, M),
+                  ACTIVATION=activation)
     grid = (max(1, min(sms, units)),)
     if d.schedule == "persistent":
-        return persistent_gemm, args, dict(common, num_warps=d.num_warps), grid
-    kwargs = dict(common, PINGPONG=d.schedule == "pingpong", CONSUMER_REGS=d.worker_regs[0],
-                  PRODUCER_REGS=d.worker_regs[1], RELEASERS=d.releasers, CONSUMER_WARPS=d.worker_warps[0],
-                  PRODUCER_WARPS=d.worker_warps[1], SPLIT_K=d.workspace, splits=splits, num_warps=d.num_warps,
-                  maxnreg=d.maxnreg)
-    return warp_specialized_gemm, args, kwargs, grid
+        return persistent_gemm, args, dict(common, BM=d.block_m, BN=d.block_n, BK=d.block_k, STAGES=d.stages,
+                                           GROUP_M=d.group_m, acc_layout=acc_layout(d), num_warps=d.num_warps), grid
+    return warp_specialized_gemm, args, dict(common, **_schedule_kwargs(d)), grid
 
 
 # ----------------------------------------------------------------------------- split-K / swap-AB
 
+#: the workspace's offsets inside one split's block are 32-bit (pingpong.hopper.fixup)
+MAX_SPLIT_BLOCK = 2**31
+
 
 def workspace_shape(M: int, N: int, K: int, config: KernelConfig) -> tuple[int, int]:
-    """(rows, cols) of the fp32 workspace a split-K / swap-AB call needs.
+    """(rows, cols) of the fp32 workspace a split-K call needs (0 rows: one split, none).
 
     The kernel computes a rows' × cols' product (M × N, or N × M under swap_ab); each split
-    owns rows' rounded up to block_m rows (a tile's store never crosses into the next
-    split), and a row is padded to 16 bytes (TMA's stride rule)."""
+    owns rows' rounded up to block_m rows (a tile never crosses into the next split's block),
+    and a row is padded to 16 bytes."""
     d = config.derive()
     rows, cols = (N, M) if d.swap_ab else (M, N)
-    return effective_splits(K, d.block_k, d.split_k) * -(-rows // d.block_m) * d.block_m, -(-cols // 4) * 4
+    splits = effective_splits(K, d.block_k, d.split_k)
+    return (splits if splits > 1 else 0) * -(-rows // d.block_m) * d.block_m, -(-cols // 4) * 4
 
 
-def prepare_split(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, workspace: torch.Tensor, bias=None,
-                  activation="none"):
-    """The two launches of a split-K / swap-AB call, each (kernel, args, kwargs, grid):
+def counter_count(M: int, N: int, config: KernelConfig) -> int:
+    """Arrival counters a split-K call needs: one per (tile, consumer half) of the kernel's product."""
+    d = config.derive()
+    rows, cols = (N, M) if d.swap_ab else (M, N)
+    return -(-rows // d.block_m) * (d.block_m // d.consumer_m) * -(-cols // d.block_n)
 
-        GEMM  (splits × tiles work units) ──fp32 partials──> workspace
-        reduce(blocks of out)            ──Σ splits, α, bias, act, β·C, cast (transpose)──> out
 
-    `workspace` is an fp32 tensor of at least workspace_shape(...) (its values are unused).
-    out must be row-major; c (if β ≠ 0) row-major with out's dtype; c may alias out."""
+def prepare_split(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, workspace: torch.Tensor,
+                  counters: torch.Tensor, bias=None, activation="none"):
+    """(kernel, args, kwargs, grid) of a split-K / swap-AB call: one launch.
+
+        splits × tiles work units ──fp32 partials──> workspace
+        the last split of each tile ──Σ splits in order, α, bias, act, β·C, cast (transpose)──> out
+
+    `workspace`: fp32, at least workspace_shape(...) (values unused); `counters`: int32, at
+    least counter_count(...), all zero (they are zero again after the kernel); with one split
+    neither is read (empty tensors do). out must be
+    row-major; c (if β ≠ 0) row-major with out's dtype; c may alias out."""
     M, K = a.shape
     N = b.shape[1]
     d = config.derive(a.element_size(), out.element_size())
     ka, kb = (b.t(), a.t()) if d.swap_ab else (a, b)  # swap: Cᵀ (N × M) = bᵀ (N × K) · aᵀ (K × M)
-    cols = kb.shape[1]
     splits = effective_splits(K, d.block_k, d.split_k)
     ws_rows, ld = workspace_shape(M, N, K, config)
-    assert workspace.dtype == torch.float32 and workspace.is_contiguous() and workspace.numel() >= ws_rows * ld
-    ws = workspace.view(-1)[: ws_rows * ld].view(ws_rows, ld)
-    gemm = _gemm_launch(ka, kb, ws[:, :cols], None, 1.0, 0.0, d, sms, splits)
+    block = ws_rows // splits * ld if splits > 1 else 0
+    assert block < MAX_SPLIT_BLOCK, "one split's workspace block must be 32-bit addressable"
+    assert workspace.dtype == torch.float32 and workspace.numel() >= ws_rows * ld
+    assert counters.dtype == torch.int32 and (splits == 1 or counters.numel() >= counter_count(M, N, config))
     assert out.stride(1) == 1 or out.shape[1] <= 1, "out must be row-major"
     has_c = c is not None and beta != 0.0
-    assert not has_c or (c.stride(1) == 1 or c.shape[1] <= 1), "C must be row-major"
+    assert not has_c or ((c.stride(1) == 1 or c.shape[1] <= 1) and c.dtype == out.dtype), "C: row-major, out's dtype"
+    a_desc, b_desc, majors = _operands(ka, kb, d)
+    kind = fused.bias_kind(bias, M)  # of the caller's M × N; the kernel's product is transposed under swap
+    if d.swap_ab:
+        kind = {"col": "row", "row": "col"}.get(kind, kind)
     bias_ptr = fused.bias_vector(bias) if bias is not None else out  # never read without a bias
-    args = (ws, c if has_c else out, out, bias_ptr, M, N, splits, ws_rows // splits * ld, ld,
-            c.stride(0) if has_c else 0, out.stride(0), float(alpha), float(beta))
-    kwargs = dict(HAS_C=has_c, SWAP=d.swap_ab, BR=reduce.BLOCK_R, BC=reduce.BLOCK_C, BIAS=fused.bias_kind(bias, M),
-                  ACTIVATION=activation, num_warps=reduce.NUM_WARPS)
-    grid = (-(-M // reduce.BLOCK_R), -(-N // reduce.BLOCK_C))
-    return gemm, (reduce.reduce_splits, args, kwargs, grid)
+    args = (a_desc, b_desc, workspace, counters, out, c if has_c else out, bias_ptr, ka.shape[0], kb.shape[1], K,
+            float(alpha), float(beta), splits, block // 4, ld // 4, out.stride(0), c.stride(0) if has_c else 0)
+    kwargs = dict(majors, HAS_C=has_c, SWAP=d.swap_ab, BIAS=kind, ACTIVATION=activation, **_schedule_kwargs(d))
+    units = -(-ka.shape[0] // d.block_m) * -(-kb.shape[1] // d.block_n) * splits
+    return split_k_gemm, args, kwargs, (max(1, min(sms, units)),)
 
 
 # ----------------------------------------------------------------------------- offline compilation
@@ -204,36 +227,32 @@ cc.register("cooperative-gelu", targets=("sm_90a",))(_offline_builder("cooperati
 cc.register("pingpong-batched", targets=("sm_90a",))(_offline_builder("pingpong", (128, 128, 64), batches=4))
 
 
-def _offline_split_builder(config: KernelConfig, shape: tuple[int, int, int], part: int, doc: str):
-    """Offline build of part 0 (the GEMM into the workspace) or 1 (the reduction) of a
-    split-K / swap-AB call on an `nt` problem (a @ wᵀ) of `shape`, with β·C."""
+def _offline_split_builder(config: KernelConfig, shape: tuple[int, int, int], doc: str):
+    """Offline build of a split-K / swap-AB call on an `nt` problem (a @ wᵀ) of `shape`, with β·C."""
     def build(target: str) -> cc.Launch:
         M, N, K = shape
         a = torch.empty(M, K, dtype=torch.bfloat16)
         w = torch.empty(N, K, dtype=torch.bfloat16)
         out = torch.empty(M, N, dtype=torch.bfloat16)
         workspace = torch.empty(workspace_shape(M, N, K, config), dtype=torch.float32)
-        kernel, args, kwargs, grid = prepare_split(a, w.t(), out, out, 1.0, 1.0, config, 132, workspace)[part]
+        counters = torch.zeros(counter_count(M, N, config), dtype=torch.int32)
+        kernel, args, kwargs, grid = prepare_split(a, w.t(), out, out, 1.0, 1.0, config, 132, workspace, counters)
         return cc.Launch(kernel, args, kwargs, grid)
 
     build.__doc__ = doc
     return build
 
 
-#: name -> (config, shape, part, description) of the split-K / swap-AB variants compiled offline.
+#: name -> (config, shape, description) of the split-K / swap-AB variants compiled offline.
 OFFLINE_SPLIT_VARIANTS = {
-    "splitk": (KernelConfig(128, 128, 64, schedule="cooperative", split_k=8), (512, 512, 65536), 0,
-               "Hopper GEMM, split-K 8, cooperative 128×128×64, fp32 partials into the workspace"),
-    "splitk_pingpong": (KernelConfig(64, 128, 64, schedule="pingpong", split_k=4), (512, 512, 16384), 0,
-                        "Hopper GEMM, split-K 4, ping-pong 64×128×64, fp32 partials into the workspace"),
-    "swapab": (KernelConfig(128, 16, 64, schedule="cooperative", split_k=2, swap_ab=True), (16, 8192, 8192), 0,
+    "splitk": (KernelConfig(128, 128, 64, schedule="cooperative", split_k=8), (512, 512, 65536),
+               "Hopper GEMM, split-K 8, cooperative 128×128×64, the last split sums the partials"),
+    "splitk_pingpong": (KernelConfig(64, 128, 64, schedule="pingpong", split_k=4), (512, 512, 16384),
+                        "Hopper GEMM, split-K 4, ping-pong 64×128×64, the last split sums the partials"),
+    "swapab": (KernelConfig(128, 16, 64, schedule="cooperative", split_k=2, swap_ab=True), (16, 8192, 8192),
                "Hopper GEMM, swap-AB (Cᵀ = W·Aᵀ), cooperative 128×16×64, split-K 2 (decode)"),
-    "swapab_64": (KernelConfig(128, 64, 64, schedule="cooperative", swap_ab=True), (64, 4096, 4096), 0,
-                  "Hopper GEMM, swap-AB, cooperative 128×64×64 (M ≤ 64)"),
-    "splitk_reduce": (KernelConfig(128, 128, 64, split_k=8), (512, 512, 65536), 1,
-                      "split-K reduction: Σ splits in order, α, β·C, cast"),
-    "splitk_reduce_swap": (KernelConfig(128, 16, 64, split_k=2, swap_ab=True), (16, 8192, 8192), 1,
-                           "split-K reduction of a swap-AB workspace: Σ splits, α, β·C, cast, transpose"),
+    "swapab_64": (KernelConfig(128, 64, 64, schedule="cooperative", swap_ab=True), (64, 4096, 4096),
+                  "Hopper GEMM, swap-AB, cooperative 128×64×64 (M ≤ 64), one split"),
 }
-for _name, (_config, _shape, _part, _doc) in OFFLINE_SPLIT_VARIANTS.items():
-    cc.register(_name, targets=("sm_90a",))(_offline_split_builder(_config, _shape, _part, _doc))
+for _name, (_config, _shape, _doc) in OFFLINE_SPLIT_VARIANTS.items():
+    cc.register(_name, targets=("sm_90a",))(_offline_split_builder(_config, _shape, _doc))

@@ -6,11 +6,11 @@ Every scheduler is an aggregate with the same interface, so a kernel takes eithe
     local_tiles()           work units of this program
     tile_offsets(t)         (off_m, off_n) of the output tile of the program's t-th unit
     k_begin(t)              first K element the unit reads
-    store_offsets(t)        (row, col) where the unit's result goes in the epilogue's tensor
     tile_batch(t)           the matrix of a batched product the unit belongs to (0 if unbatched)
+    split(t)                the unit's K split (0 when a unit runs the whole K loop)
 
 TileScheduler (data-parallel): one unit per output tile, the whole K loop. SplitKScheduler:
-SPLITS units per tile (module end). `create_scheduler` picks one by a constexpr.
+SPLITS units per tile (module end). Each kernel names the one it runs.
 
 Program p of G takes tiles p, p+G, p+2G, ... of a *grouped* raster: tiles are numbered
 column-major inside bands of GROUP_M tile-rows, so the ~G tiles in flight at once share few
@@ -122,9 +122,9 @@ class TileScheduler:
         return 0
 
     @gluon.jit
-    def store_offsets(self, local_tile):
-        """The tile's own place in C."""
-        return self.tile_offsets(local_tile)
+    def split(self, local_tile):
+        """Every unit is the whole K loop: split 0."""
+        return 0
 
 
 # ----------------------------------------------------------------------------- split-K
@@ -156,8 +156,8 @@ class SplitKScheduler:
         program p takes units p, p+G, p+2G, ... (G programs)
 
     The last split's range may run past K: TMA zero-fills it, adding exact zeros. A unit's
-    fp32 partial tile is stored at row split·(num_pid_m·BM) + off_m of the workspace; the
-    reduction kernel (pingpong.hopper.reduce) sums the splits in order 0, 1, ... .
+    fp32 partial tile goes to split `split`'s block of the workspace; the last split of a tile
+    to finish sums the blocks in order 0, 1, ... (pingpong.hopper.fixup).
     """
 
     pid: gl.tensor
@@ -220,18 +220,7 @@ class SplitKScheduler:
         return 0
 
     @gluon.jit
-    def store_offsets(self, local_tile):
-        """The unit's rows in the workspace: split `split`'s block of num_pid_m·BM rows."""
+    def split(self, local_tile):
+        """The K split (0 .. SPLITS-1) of this program's `local_tile`-th unit."""
         tile, split = self.unit(local_tile)
-        off_m, off_n = self.tile_offsets(local_tile)
-        return off_m + split * self.num_pid_m * self.BM, off_n
-
-
-@gluon.jit
-def create_scheduler(M, N, K, splits, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr,
-                     SPLIT_K: gl.constexpr, batches=1):
-    """The kernel's scheduler: split-K units when SPLIT_K, else one unit per tile (of every batch)."""
-    if SPLIT_K:
-        return SplitKScheduler.create(M, N, K, splits, BM, BN, BK, GROUP_M)
-    else:
-        return TileScheduler.create(M, N, K, BM, BN, BK, GROUP_M, batches)
+        return split

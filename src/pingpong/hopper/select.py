@@ -8,7 +8,7 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count):
 
     | case                          | config                                              |
     |-------------------------------|-----------------------------------------------------|
-    | < TWO_LAUNCH_MIN_BYTES moved  | 128×128×64 cooperative, one launch (launch-bound)   |
+    | < SPLIT_MIN_BYTES moved       | 128×128×64 cooperative, no split (launch-bound)     |
     | M ≤ 64 (decode)               | swap-AB: 128 rows of N × (M rounded up to 16, 32 or |
     |                               | 64) columns, cooperative                            |
     | ≥ S tiles of 128×256          | 128×256×64 cooperative (the big tile)               |
@@ -33,7 +33,7 @@ from ..config import MAX_SPLIT_K, KernelConfig
 from ..errors import ConfigError
 from . import table as tables
 
-#: a split is worth its fp32 partial tile and the second launch only with at least this many
+#: a split is worth its fp32 partial tile and the final sum only with at least this many
 #: k-steps (32 × 64 = 2048 of K; measured on an H100, run 23-25: 1024³ split in 2 × 8 k-steps ran
 #: at 0.58 of cuBLAS, unsplit at 0.78-0.84)
 MIN_SPLIT_STEPS = 32
@@ -44,9 +44,9 @@ SPLIT_MARGIN = 0.95
 #: decode: M up to this many rows runs swap-AB (M on the wgmma N side, which can be 16..256)
 SWAP_AB_MAX_M = 64
 #: operands and result of fewer bytes (16-bit) than this take the one-kernel path: the split-K /
-#: swap-AB path costs a second launch and a workspace, host time (~2 x 5 µs on an H100
-#: machine's host) that a problem reading < 4 MB (< 2 µs of HBM time) cannot earn back
-TWO_LAUNCH_MIN_BYTES = 2**22
+#: swap-AB path costs a workspace, counters and pointer stores, host and GPU time that a
+#: problem reading < 4 MB (< 2 µs of HBM time) cannot earn back
+SPLIT_MIN_BYTES = 2**22
 #: SM count assumed when no device is given (H100 SXM)
 DEFAULT_SMS = 132
 
@@ -89,7 +89,7 @@ def dtype_name(dtype) -> str:
 
 def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS) -> KernelConfig:
     """The rule of the module docstring (valid for every element size the kernel takes)."""
-    if 2 * (M * K + N * K + M * N) < TWO_LAUNCH_MIN_BYTES:  # launch-bound: one kernel, no workspace
+    if 2 * (M * K + N * K + M * N) < SPLIT_MIN_BYTES:  # launch-bound: one kernel, no workspace
         return KernelConfig(128, 128, 64)
     if M <= SWAP_AB_MAX_M:
         config = KernelConfig(128, max(16, 1 << math.ceil(math.log2(max(M, 1)))), 64, swap_ab=True)

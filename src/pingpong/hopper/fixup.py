@@ -1,0 +1,198 @@
+"""The split-K / swap-AB epilogue, inside the GEMM kernel: the last split of a tile to finish
+sums every split's partial in a fixed order and writes the result — one launch, no reduction
+kernel, no waiting.
+
+    split s of tile t (any order, any program)
+        acc ──gl.store──> workspace[s] (fp32, this consumer's rows of tile t)
+        every thread: old = atomic_add(arrivals[t, consumer], 1)   release: its stores are published
+        last = max over the warpgroup of old == SPLITS·THREADS - 1      (one value per warpgroup)
+        not last ─> next unit
+        last ─> every thread: atomic_add(arrivals, -SPLITS)   acquire: sees every split's stores;
+                                                               the THREADS subtractions reset it to 0
+                 acc = ws[0] + ws[1] + ... + ws[SPLITS-1]       fixed order: bitwise repeatable
+                 out = cast(act(α·acc + bias) + β·C) ──gl.store──> C (transposed under swap-AB)
+
+No unit ever waits for another, so no schedule of programs can deadlock. Which unit comes
+last changes from run to run; the sum does not: it is read back from the workspace in split
+order, the last unit's own partial included. A tile whose product has one split (SPLITS = 1,
+e.g. swap-AB alone) skips the workspace and the counter.
+
+The result goes out through pointers (C row-major, or its transpose: the kernel computes
+Cᵀ = Bᵀ·Aᵀ under swap-AB), so the epilogue needs no TMA descriptor or staging buffer: the
+shared memory is all ring stages. Per element it costs a little more than the TMA store;
+split-K and swap-AB are chosen where the output is small next to the operands.
+
+The arrival counters are int32, one per (tile, consumer half), zero before the launch and
+zero again after it, so the plan keeps one buffer per stream (pingpong.plan.arrival_counters):
+launches in one stream's order reuse it, launches on different streams never share one.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.language.core import _aggregate as aggregate
+
+from .epilogue import activate, add_bias
+
+
+@gluon.constexpr_function
+def _one_per_thread(num_warps):
+    """A 1-D layout with exactly one element per thread of the partition."""
+    return gl.BlockedLayout([1], [32], [num_warps], [0])
+
+
+@gluon.constexpr_function
+def _coalesced(shape, FAST, num_warps):
+    """A blocked layout of a `shape` tile whose dimension FAST (0 or 1) runs along memory:
+    4 consecutive fp32 per thread, a warp's threads along FAST first."""
+    vec = min(4, shape[FAST])
+    along = min(32, shape[FAST] // vec)
+    if FAST == 1:
+        return gl.BlockedLayout([1, vec], [32 // along, along], [num_warps, 1], [1, 0])
+    return gl.BlockedLayout([vec, 1], [along, 32 // along], [1, num_warps], [0, 1])
+
+
+@gluon.constexpr_function
+def _chunk_rows(ROWS, COLS):
+    """Rows of one chunk of the final sum: about 16 fp32 per thread of a warpgroup."""
+    return max(1, min(ROWS, 2048 // COLS))
+
+
+@gluon.jit
+def _indices(x, off_r, off_c, R, C):
+    """Row and column index vectors of x's tile in x's own layout, and the mask of the
+    elements inside the R × C product."""
+    rows = off_r + gl.arange(0, x.shape[0], layout=gl.SliceLayout(1, x.type.layout))
+    cols = off_c + gl.arange(0, x.shape[1], layout=gl.SliceLayout(0, x.type.layout))
+    inside = gl.expand_dims(rows < R, 1) & gl.expand_dims(cols < C, 0)
+    return rows, cols, inside
+
+
+@gluon.jit
+def _workspace_indices(x, off_r, off_c, ws_ld):
+    """Like _indices, for x's place in a split's workspace block: every tile row is inside it
+    (its rows are whole tiles) and a row holds ws_ld columns, a multiple of 4 (so the mask is
+    constant over 4 columns and the accesses vectorize). Columns past the product's are
+    partials of TMA's zero fill: zeros, never stored to out."""
+    rows = off_r + gl.arange(0, x.shape[0], layout=gl.SliceLayout(1, x.type.layout))
+    cols = off_c + gl.arange(0, x.shape[1], layout=gl.SliceLayout(0, x.type.layout))
+    inside = gl.expand_dims(rows >= 0, 1) & gl.expand_dims(cols < ws_ld, 0)
+    return rows, cols, inside
+
+
+@gluon.jit
+def arrive(counter, SPLITS_THREADS):
+    """Every thread adds 1 to `counter` (acq_rel); True on every thread of the warpgroup whose
+    arrivals completed the count (the last split to finish this tile half)."""
+    layout: gl.constexpr = _one_per_thread(gl.num_warps())
+    ones = gl.full([32 * gl.num_warps()], 1, gl.int32, layout)
+    old = gl.atomic_add(counter + ones * 0, ones, sem="acq_rel", scope="gpu")
+    return gl.max(old, axis=0) == SPLITS_THREADS - 1
+
+
+@gluon.jit
+def release_counter(counter, splits):
+    """The last unit's threads each take `splits` back (acquire: every split's partial stores
+    are visible to this thread after it); together they return the counter to 0."""
+    layout: gl.constexpr = _one_per_thread(gl.num_warps())
+    take = gl.full([32 * gl.num_warps()], 0, gl.int32, layout) - splits
+    gl.atomic_add(counter + take * 0, take, sem="acquire", scope="gpu")
+
+
+@aggregate
+class SplitEpilogue:
+    ws: gl.tensor  # fp32 workspace: split s's partial (r, c) at ws + s·split_stride + r·ws_ld + c
+    split_stride: gl.tensor
+    ws_ld: gl.tensor
+    counters: gl.tensor  # int32 arrival counters, one per (tile, consumer half)
+    out: gl.tensor  # result (r, c) at out + r·out_ld + c (SWAP: out + c·out_ld + r)
+    out_ld: gl.tensor
+    cin: gl.tensor  # C, laid out like out (read when HAS_C)
+    c_ld: gl.tensor
+    bias: gl.tensor
+    alpha: gl.tensor
+    beta: gl.tensor
+    R: gl.tensor  # the kernel's product is R × C (M × N, or N × M under swap-AB)
+    C: gl.tensor
+    splits: gl.tensor
+    HAS_C: gl.constexpr
+    SWAP: gl.constexpr  # out and C are stored transposed (swap-AB)
+    BIAS: gl.constexpr  # "none" | "col" | "row", of the R × C product
+    ACTIVATION: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, ws, split_stride, ws_ld, counters, out, out_ld, cin, c_ld, bias, alpha, beta, R, C, splits,
+                 HAS_C, SWAP, BIAS, ACTIVATION):
+        self.ws = ws
+        self.split_stride = split_stride
+        self.ws_ld = ws_ld
+        self.counters = counters
+        self.out = out
+        self.out_ld = out_ld
+        self.cin = cin
+        self.c_ld = c_ld
+        self.bias = bias
+        self.alpha = alpha
+        self.beta = beta
+        self.R = R
+        self.C = C
+        self.splits = splits
+        self.HAS_C = gl.constexpr(HAS_C)
+        self.SWAP = gl.constexpr(SWAP)
+        self.BIAS = gl.constexpr(BIAS)
+        self.ACTIVATION = gl.constexpr(ACTIVATION)
+
+    @gluon.jit
+    def store(self, acc, COPY: gl.constexpr, tile_count, off_r, off_c, batch, split):
+        """The unit's partial in, and, if it completes its tile half, the result out (module
+        docstring). COPY, tile_count and batch are the TMA epilogue's; unused here."""
+        if self.splits == 1:
+            self.store_result(acc, off_r, off_c)
+        else:
+            rows, cols, inside = _workspace_indices(acc, off_r, off_c, self.ws_ld)
+            offs = gl.expand_dims(rows * self.ws_ld, 1) + gl.expand_dims(cols, 0)  # < 2**31: the plan checks
+            gl.store(self.ws + split.to(gl.int64) * self.split_stride + offs, acc, mask=inside)
+            counter = self.counters + (off_r // acc.shape[0]) * gl.cdiv(self.C, acc.shape[1]) + off_c // acc.shape[1]
+            if arrive(counter, self.splits * 32 * gl.num_warps()):
+                release_counter(counter, self.splits)
+                self.sum_and_store(off_r, off_c, acc.shape[0], acc.shape[1])
+
+    @gluon.jit
+    def sum_and_store(self, off_r, off_c, ROWS: gl.constexpr, COLS: gl.constexpr):
+        """Σ of every split's partial of the ROWS × COLS tile half at (off_r, off_c), in split
+        order, chunk by chunk of rows (coalesced reads, few registers), each chunk stored."""
+        CH: gl.constexpr = _chunk_rows(ROWS, COLS)
+        layout: gl.constexpr = _coalesced([CH, COLS], 1, gl.num_warps())
+        for i in range(ROWS // CH):
+            chunk = gl.zeros([CH, COLS], gl.float32, layout)
+            rows, cols, inside = _workspace_indices(chunk, off_r + i * CH, off_c, self.ws_ld)
+            part = self.ws + (gl.expand_dims(rows * self.ws_ld, 1) + gl.expand_dims(cols, 0))
+            for _ in range(self.splits):  # fixed order: bitwise repeatable
+                chunk += gl.load(part, mask=inside, other=0.0)
+                part += self.split_stride  # pointer steps: no 32-bit product of split and stride
+            self.store_result(chunk, off_r + i * CH, off_c)
+
+    @gluon.jit
+    def store_result(self, acc, off_r, off_c):
+        """out = cast(act(α·acc + bias) + β·C) through pointers (pingpong.fused's order);
+        SWAP: out and C hold the transpose of the R × C product, so the values are first
+        rearranged to run along their rows (out's contiguous dimension)."""
+        y = activate(add_bias(acc * self.alpha, self.bias, off_r, off_c, self.R, self.C, self.BIAS), self.ACTIVATION)
+        if self.SWAP:
+            y = gl.convert_layout(y, _coalesced(y.shape, 0, gl.num_warps()))
+        rows, cols, inside = _indices(y, off_r, off_c, self.R, self.C)
+        r = gl.expand_dims(rows.to(gl.int64), 1)
+        c = gl.expand_dims(cols.to(gl.int64), 0)
+        if self.SWAP:
+            out_offs = c * self.out_ld + r
+            c_offs = c * self.c_ld + r
+        else:
+            out_offs = r * self.out_ld + c
+            c_offs = r * self.c_ld + c
+        if self.HAS_C:
+            y += self.beta * gl.load(self.cin + c_offs, mask=inside, other=0.0).to(gl.float32)
+        gl.store(self.out + out_offs, y.to(self.out.dtype.element_ty), mask=inside)
+
+    @gluon.jit
+    def drain(self):
+        """Nothing in flight: every store above is a plain global store."""
+        pass
