@@ -17,7 +17,8 @@ from pingpong import KernelConfig, api, bench
 def config_name(c: KernelConfig) -> str:
     return (f"{c.schedule}:{c.block_m}x{c.block_n}x{c.block_k}" + (f"/s{c.stages}" if c.stages else "")
             + f"/g{c.group_m}" + (f"/e{c.epilogue_n}" if c.epilogue_n else "")
-            + (f"/n{c.instr_n}" if c.instr_n else ""))
+            + (f"/n{c.instr_n}" if c.instr_n else "") + (f"/k{c.split_k}" if c.split_k > 1 else "")
+            + ("/swap" if c.swap_ab else ""))
 
 
 def config_api(config: KernelConfig):
@@ -27,14 +28,18 @@ def config_api(config: KernelConfig):
 
 
 def parse_config(text: str) -> KernelConfig:
-    """SCHEDULE:BMxBNxBK[/sSTAGES][/gGROUP_M][/eEPILOGUE_N][/nINSTR_N], e.g. pingpong:128x128x64/s4/g8/e32."""
-    m = re.fullmatch(r"(\w+):(\d+)x(\d+)x(\d+)(?:/s(\d+))?(?:/g(\d+))?(?:/e(\d+))?(?:/n(\d+))?", text)
+    """SCHEDULE:BMxBNxBK[/sSTAGES][/gGROUP_M][/eEPILOGUE_N][/nINSTR_N][/kSPLIT_K][/swap],
+    e.g. pingpong:128x128x64/s4/g8/e32 or cooperative:128x16x64/k2/swap."""
+    m = re.fullmatch(r"(\w+):(\d+)x(\d+)x(\d+)(?:/s(\d+))?(?:/g(\d+))?(?:/e(\d+))?(?:/n(\d+))?(?:/k(\d+))?"
+                     r"(/swap)?", text)
     if not m:
-        raise argparse.ArgumentTypeError(f"--configs: expected SCHEDULE:BMxBNxBK[/sS][/gG][/eE][/nN], got {text!r}")
-    sched, bm, bn, bk, stages, group, epi, instr = m.groups()
+        raise argparse.ArgumentTypeError(
+            f"--configs: expected SCHEDULE:BMxBNxBK[/sS][/gG][/eE][/nN][/kSPLIT][/swap], got {text!r}")
+    sched, bm, bn, bk, stages, group, epi, instr, split, swap = m.groups()
     return KernelConfig(int(bm), int(bn), int(bk), stages=int(stages) if stages else None, schedule=sched,
                         group_m=int(group) if group else 8, epilogue_n=int(epi) if epi else None,
-                        instr_n=int(instr) if instr else None)
+                        instr_n=int(instr) if instr else None, split_k=int(split) if split else 1,
+                        swap_ab=bool(swap))
 
 
 def main(argv=None) -> int:

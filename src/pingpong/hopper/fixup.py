@@ -159,16 +159,25 @@ class SplitEpilogue:
     @gluon.jit
     def sum_and_store(self, off_r, off_c, ROWS: gl.constexpr, COLS: gl.constexpr):
         """Σ of every split's partial of the ROWS × COLS tile half at (off_r, off_c), in split
-        order, chunk by chunk of rows (coalesced reads, few registers), each chunk stored."""
+        order, chunk by chunk of rows (coalesced reads, few registers), each chunk stored.
+
+        This runs on the kernel's tail, so its cost is its memory round trips: the partials of
+        four splits are loaded together (a masked one reads as +0.0: the same sum, but for the
+        sign of a zero, and the same bits on every run), and the chunks are unrolled."""
+        gl.static_assert(ROWS % _chunk_rows(ROWS, COLS) == 0, "chunks must tile the rows")
         CH: gl.constexpr = _chunk_rows(ROWS, COLS)
         layout: gl.constexpr = _coalesced([CH, COLS], 1, gl.num_warps())
-        for i in range(ROWS // CH):
+        for i in gl.static_range(ROWS // CH):
             chunk = gl.zeros([CH, COLS], gl.float32, layout)
             rows, cols, inside = _workspace_indices(chunk, off_r + i * CH, off_c, self.ws_ld)
             part = self.ws + (gl.expand_dims(rows * self.ws_ld, 1) + gl.expand_dims(cols, 0))
-            for _ in range(self.splits):  # fixed order: bitwise repeatable
-                chunk += gl.load(part, mask=inside, other=0.0)
-                part += self.split_stride  # pointer steps: no 32-bit product of split and stride
+            for s in range(0, self.splits, 4):  # fixed order: bitwise repeatable
+                p0 = gl.load(part, mask=inside, other=0.0)  # four splits' loads in flight together
+                p1 = gl.load(part + self.split_stride, mask=inside & (s + 1 < self.splits), other=0.0)
+                p2 = gl.load(part + 2 * self.split_stride, mask=inside & (s + 2 < self.splits), other=0.0)
+                p3 = gl.load(part + 3 * self.split_stride, mask=inside & (s + 3 < self.splits), other=0.0)
+                chunk = (((chunk + p0) + p1) + p2) + p3
+                part += 4 * self.split_stride  # pointer steps: no 32-bit product of split and stride
             self.store_result(chunk, off_r + i * CH, off_c)
 
     @gluon.jit
