@@ -98,6 +98,16 @@ def test_quick_grid_measures_heuristic_first_each_config_once():
     assert 3 <= len(results) <= 8
 
 
+def test_the_current_table_config_is_measured_second():
+    """A search starts from the heuristic's config and the active table's, so the table it
+    writes is never worse (on that run) than the one it started from."""
+    gpu = FakeGPU()
+    current = KernelConfig(128, 256, 64, split_k=4)
+    results = tune.search(512, 6144, 4096, settings(trials=5), gpu, current=current)
+    assert gpu.measured[:2] == [heuristic_config(512, 6144, 4096), current]
+    assert len(results) == 5
+
+
 def test_small_space_is_brute_forced():
     space = tune.space(64, 64, 128)  # K = 128: two k-steps, so every split_k normalizes to 1 or 2
     gpu = FakeGPU()

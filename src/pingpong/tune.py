@@ -34,7 +34,7 @@ from .config import KernelConfig
 from .errors import ConfigError, PingpongError
 from .hopper import table as tables
 from .hopper.scheduler import effective_splits
-from .hopper.select import heuristic_config
+from .hopper.select import choose, heuristic_config
 from .suites import SUITES, suite
 
 EXIT_USAGE = 2
@@ -207,10 +207,12 @@ class Result:
 Measure = Callable[[KernelConfig], Result]
 
 
-def search(M: int, N: int, K: int, settings: Settings, measure: Measure, progress=None) -> list[Result]:
+def search(M: int, N: int, K: int, settings: Settings, measure: Measure, progress=None,
+           current: KernelConfig | None = None) -> list[Result]:
     """Measure the candidates of one shape (module docstring); returns every result, in order.
     `measure(config)` checks then times one config; `progress` (a tqdm-like bar) is updated
-    once per measured config."""
+    once per measured config. `current`: the config the active table gives this shape, measured
+    right after the heuristic's, so a search never ends worse than the table it started from."""
     in_b, out_b = DTYPES[settings.dtype], DTYPES[settings.dtype]
     first = normalize(heuristic_config(M, N, K), M, N, K)
     results: dict[KernelConfig, Result] = {}
@@ -224,12 +226,14 @@ def search(M: int, N: int, K: int, settings: Settings, measure: Measure, progres
         return results[config]
 
     run(first)
+    if current is not None:
+        run(current)
     if settings.quick:
         for c in quick_grid(M, N, K, in_b, out_b):
             run(c)
         return list(results.values())
-    candidates = [c for c in space(M, N, K, in_b, out_b) if c != first]
-    budget = settings.trials - 1
+    candidates = [c for c in space(M, N, K, in_b, out_b) if c not in results]
+    budget = settings.trials - len(results)
     if len(candidates) <= budget:
         for c in candidates:
             run(c)
@@ -401,7 +405,9 @@ def run(args: argparse.Namespace) -> int:
     table = tables.Table(tables.TableKey.current(dev.name, dev.sms))
     bar = _bar(sum(planned(M, N, K, settings) for M, N, K in settings.shapes))
     for M, N, K in settings.shapes:
-        results = search(M, N, K, settings, gpu_measure(M, N, K, settings), bar)
+        current, source = choose(M, N, K, (settings.dtype, settings.dtype), settings.layout, dev)
+        results = search(M, N, K, settings, gpu_measure(M, N, K, settings), bar,
+                         current if source != "heuristic" else None)
         top = best(results)
         if top is None:
             print(f"pingpong tune: {M}x{N}x{K}: no config passed its check ({results[0].note})", file=sys.stderr)
