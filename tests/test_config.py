@@ -3,7 +3,7 @@
 import pytest
 
 from pingpong import ConfigError, KernelConfig
-from pingpong.config import SMEM_LIMIT, swizzle_width
+from pingpong.hopper.config import SMEM_LIMIT, swizzle_width
 
 
 def test_defaults_derive_for_each_schedule():

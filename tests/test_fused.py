@@ -13,7 +13,7 @@ import torch
 from fused_reference import check, matrix, poisoned, reference
 from pingpong import PingpongError, fused
 from pingpong import compile as cc
-from pingpong.config import SMEM_LIMIT
+from pingpong.hopper.config import SMEM_LIMIT
 from pingpong.portable import portable_gemm
 
 # triton 3.6 interpreter: range() over a 1-element array warns in numpy >= 1.25, and numpy's
@@ -250,7 +250,7 @@ def test_hopper_batched_uses_rank3_tma():
 def test_hopper_kernel_refuses_an_unknown_activation_at_compile_time():
     from triton.compiler.errors import CompilationError
 
-    from pingpong.config import KernelConfig
+    from pingpong.hopper.config import KernelConfig
     from pingpong.hopper.launch import prepare
 
     a = torch.empty(256, 256, dtype=torch.bfloat16)

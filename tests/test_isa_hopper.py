@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from pingpong import compile as cc
-from pingpong.config import SMEM_LIMIT
+from pingpong.hopper.config import SMEM_LIMIT
 
 
 @functools.lru_cache(maxsize=None)

@@ -8,7 +8,7 @@ import fake_launcher
 import torch
 
 from pingpong import compile as cc
-from pingpong.config import KernelConfig
+from pingpong.hopper.config import KernelConfig
 from pingpong.hopper import launch as hl
 from pingpong.launcher import CachedLaunch, DirectLaunch, bind_jit_args, launch_key
 

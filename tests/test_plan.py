@@ -6,7 +6,7 @@ import torch
 
 import pingpong
 from pingpong import api, plan
-from pingpong.config import KernelConfig
+from pingpong.hopper.config import KernelConfig
 
 BF16 = torch.bfloat16
 

@@ -6,7 +6,7 @@ import inspect
 
 import pytest
 
-from pingpong.config import SCHEDULE_FACTS
+from pingpong.hopper.config import SCHEDULE_FACTS
 from pingpong.hopper import epilogue, kernel, pipeline
 from pingpong.schedule import check
 from pingpong.schedule.schedules import hopper

@@ -9,7 +9,7 @@ import pytest
 
 from pingpong import ConfigError, KernelConfig
 from pingpong import compile as cc
-from pingpong.config import SCHEDULE_FACTS, SMEM_LIMIT
+from pingpong.hopper.config import SCHEDULE_FACTS, SMEM_LIMIT
 from pingpong.hopper.launch import OFFLINE_SPLIT_VARIANTS, counter_count, prepare_split, workspace_shape
 from pingpong.hopper.scheduler import effective_splits, split_work, tile_coords, tiles_of_program
 

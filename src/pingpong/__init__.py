@@ -10,7 +10,7 @@ See README.md for what runs where, and `pingpong --help` for the command line.
 """
 
 from .api import gemm, gemm_, matmul, matmul_tiled, path_for
-from .config import KernelConfig
+from .hopper.config import KernelConfig
 from . import nn
 from .functional import linear
 from .errors import ConfigError, PingpongError, TargetError

@@ -55,7 +55,7 @@ from . import fused
 from . import ops as _ops  # ops imports this module too; each reads the other only at call time
 from . import plan as plan_mod
 from .addressing import span
-from .config import KernelConfig
+from .hopper.config import KernelConfig
 from .errors import PingpongError
 
 INPUT_DTYPES = (torch.bfloat16, torch.float16)

@@ -32,7 +32,7 @@ import torch
 
 from . import fused
 from .addressing import addressable, unaddressable
-from .config import KernelConfig
+from .hopper.config import KernelConfig
 from .device import is_hopper
 from .errors import PingpongError
 from .hopper.launch import per_batch, tma_orientation

@@ -30,7 +30,7 @@ import random
 import sys
 from typing import Callable, Iterable
 
-from .config import KernelConfig
+from .hopper.config import KernelConfig
 from .errors import ConfigError, PingpongError
 from .hopper import table as tables
 from .hopper.scheduler import effective_splits

@@ -1,4 +1,4 @@
 """The structured Hopper (sm_90a) GEMM: one module per part (docs/design.md "The parts").
 
-config (pingpong.config) -> loader, pipeline, mma, epilogue, scheduler, phase_sync -> kernel -> launch
+config -> loader, pipeline, mma, epilogue, scheduler, phase_sync -> kernel -> launch
 """

@@ -22,7 +22,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .. import compile as cc
 from .. import fused
-from ..config import KernelConfig, swizzle_width
+from .config import KernelConfig, swizzle_width
 from .kernel import persistent_gemm, split_k_gemm, warp_specialized_gemm
 from .scheduler import effective_splits
 

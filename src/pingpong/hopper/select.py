@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from ..config import MAX_SPLIT_K, KernelConfig
+from .config import MAX_SPLIT_K, KernelConfig
 from ..errors import ConfigError
 from . import table as tables
 

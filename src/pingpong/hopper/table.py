@@ -32,7 +32,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..config import KernelConfig
+from .config import KernelConfig
 from ..errors import ConfigError, PingpongError
 
 FORMAT = 1

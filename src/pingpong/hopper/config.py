@@ -38,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 @dataclasses.dataclass(frozen=True)
 class ScheduleFacts:
