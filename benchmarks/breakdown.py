@@ -64,9 +64,7 @@ def main(argv=None) -> int:
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--fused", action="store_true")
     args = p.parse_args(argv)
-    reason = bench.no_gpu_reason()
-    if reason:
-        print(f"skipped: {reason}", file=sys.stderr)
+    if bench.skipped_without_gpu():
         return 2
     torch.manual_seed(0)
     if args.fused:

@@ -47,9 +47,7 @@ def main(argv=None) -> int:
     p.add_argument("--skip-compile", action="store_true", help="do not time torch.compile")
     p.add_argument("--configs", nargs="*", type=parse_config, default=[], help="explicit configs for the fused linear")
     args = p.parse_args(argv)
-    reason = bench.no_gpu_reason()
-    if reason:
-        print(f"skipped: {reason}", file=sys.stderr)
+    if bench.skipped_without_gpu():
         return 2
     torch.manual_seed(0)
     dev, bf = "cuda", torch.bfloat16

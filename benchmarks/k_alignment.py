@@ -30,9 +30,7 @@ def main(argv=None) -> int:
                                                     "8192,8192,3000", "8192,8192,3072"])
     p.add_argument("--reps", type=int, default=50)
     args = p.parse_args(argv)
-    reason = bench.no_gpu_reason()
-    if reason:
-        print(f"skipped: {reason}", file=sys.stderr)
+    if bench.skipped_without_gpu():
         return 2
     torch.manual_seed(0)
     print(f"{'shape':<16} {'ours contiguous':>16} {'ours aligned rows':>18} {'cuBLAS contiguous':>18}  (µs)")

@@ -407,6 +407,15 @@ def no_gpu_reason() -> str | None:
     return None
 
 
+def skipped_without_gpu() -> bool:
+    """For the benchmark scripts: True, after printing why to stderr, when there is no GPU to
+    time on (the script then exits 2)."""
+    reason = no_gpu_reason()
+    if reason:
+        print(f"skipped: {reason}", file=sys.stderr)
+    return reason is not None
+
+
 # --------------------------------------------------------------------------- one shape
 
 
