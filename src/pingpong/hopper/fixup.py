@@ -58,25 +58,28 @@ def _chunk_rows(ROWS, COLS):
 
 
 @gluon.jit
-def _indices(x, off_r, off_c, R, C):
-    """Row and column index vectors of x's tile in x's own layout, and the mask of the
-    elements inside the R × C product."""
+def _ranges(x, off_r, off_c):
+    """Row and column index vectors of x's tile at (off_r, off_c), in x's own layout."""
     rows = off_r + gl.arange(0, x.shape[0], layout=gl.SliceLayout(1, x.type.layout))
     cols = off_c + gl.arange(0, x.shape[1], layout=gl.SliceLayout(0, x.type.layout))
-    inside = gl.expand_dims(rows < R, 1) & gl.expand_dims(cols < C, 0)
-    return rows, cols, inside
+    return rows, cols
+
+
+@gluon.jit
+def _indices(x, off_r, off_c, R, C):
+    """_ranges and the mask of the elements inside the R × C product."""
+    rows, cols = _ranges(x, off_r, off_c)
+    return rows, cols, gl.expand_dims(rows < R, 1) & gl.expand_dims(cols < C, 0)
 
 
 @gluon.jit
 def _workspace_indices(x, off_r, off_c, ws_ld):
-    """Like _indices, for x's place in a split's workspace block: every tile row is inside it
-    (its rows are whole tiles) and a row holds ws_ld columns, a multiple of 4 (so the mask is
-    constant over 4 columns and the accesses vectorize). Columns past the product's are
-    partials of TMA's zero fill: zeros, never stored to out."""
-    rows = off_r + gl.arange(0, x.shape[0], layout=gl.SliceLayout(1, x.type.layout))
-    cols = off_c + gl.arange(0, x.shape[1], layout=gl.SliceLayout(0, x.type.layout))
-    inside = gl.expand_dims(rows >= 0, 1) & gl.expand_dims(cols < ws_ld, 0)
-    return rows, cols, inside
+    """_ranges and the mask of x's place in a split's workspace block: every tile row is
+    inside it (its rows are whole tiles) and a row holds ws_ld columns, a multiple of 4 (so
+    the mask is constant over 4 columns and the accesses vectorize). Columns past the
+    product's are partials of TMA's zero fill: zeros, never stored to out."""
+    rows, cols = _ranges(x, off_r, off_c)
+    return rows, cols, gl.expand_dims(rows >= 0, 1) & gl.expand_dims(cols < ws_ld, 0)
 
 
 @gluon.jit

@@ -104,12 +104,17 @@ def _operands(a, b, d):
     return a_desc, b_desc, dict(A_KMAJOR=a_kmajor, B_KMAJOR=b_kmajor)
 
 
-def _schedule_kwargs(d) -> dict:
-    """The constexprs and launch options of the warp-specialized schedules (SCHEDULE_FACTS)."""
+def _tile_kwargs(d) -> dict:
+    """The constexprs every schedule takes: tile, ring depth, raster, accumulator layout, warps."""
     return dict(BM=d.block_m, BN=d.block_n, BK=d.block_k, STAGES=d.stages, GROUP_M=d.group_m,
-                acc_layout=acc_layout(d), PINGPONG=d.schedule == "pingpong", CONSUMER_REGS=d.worker_regs[0],
+                acc_layout=acc_layout(d), num_warps=d.num_warps)
+
+
+def _schedule_kwargs(d) -> dict:
+    """_tile_kwargs and the warp-specialized schedules' own (SCHEDULE_FACTS)."""
+    return dict(_tile_kwargs(d), PINGPONG=d.schedule == "pingpong", CONSUMER_REGS=d.worker_regs[0],
                 PRODUCER_REGS=d.worker_regs[1], RELEASERS=d.releasers, CONSUMER_WARPS=d.worker_warps[0],
-                PRODUCER_WARPS=d.worker_warps[1], num_warps=d.num_warps, maxnreg=d.maxnreg)
+                PRODUCER_WARPS=d.worker_warps[1], maxnreg=d.maxnreg)
 
 
 def _gemm_launch(a, b, out, c, alpha, beta, d, sms: int, bias=None, activation="none", batches=1):
@@ -130,8 +135,7 @@ def _gemm_launch(a, b, out, c, alpha, beta, d, sms: int, bias=None, activation="
                   ACTIVATION=activation)
     grid = (max(1, min(sms, units)),)
     if d.schedule == "persistent":
-        return persistent_gemm, args, dict(common, BM=d.block_m, BN=d.block_n, BK=d.block_k, STAGES=d.stages,
-                                           GROUP_M=d.group_m, acc_layout=acc_layout(d), num_warps=d.num_warps), grid
+        return persistent_gemm, args, dict(common, **_tile_kwargs(d)), grid
     return warp_specialized_gemm, args, dict(common, **_schedule_kwargs(d)), grid
 
 
