@@ -3,7 +3,7 @@
 import pytest
 
 from pingpong import ConfigError, KernelConfig
-from pingpong.hopper.config import SMEM_LIMIT, swizzle_width
+from pingpong.hopper.config import SMEM_LIMIT, column_pieces, swizzle_width
 
 
 def test_defaults_derive_for_each_schedule():
@@ -48,13 +48,30 @@ def test_instruction_n_divides_the_consumer_tile():
     assert KernelConfig(128, 256, 64, instr_n=128).derive().instr_shape[1] == 128  # chosen, not derived
 
 
+def test_three_times_a_power_of_two_is_two_column_pieces():
+    assert [column_pieces(n) for n in (192, 96, 48, 256, 64, 160, 0, 200)] == [
+        (128, 64), (64, 32), (32, 16), (256,), (64,), (), (), ()]
+    d = KernelConfig(128, 192, 64).derive()
+    assert (d.pieces, d.block_n2, d.instr_shape[1], d.instr_shape2[1]) == ((128, 64), 64, 128, 64)
+    # the widest sub-tile dividing both pieces, one staging buffer per sub-tile (3, odd)
+    assert (d.epilogue_n, d.epilogue_bufs, d.epilogue_bytes) == (64, 3, 2 * 3 * 64 * 64 * 2)
+    assert d.stage_bytes == (128 + 192) * 64 * 2 and d.stages == 4
+    e = KernelConfig(128, 192, 64, epilogue_n=32).derive()
+    assert (e.epilogue_n, e.epilogue_bufs) == (32, 2)  # 6 sub-tiles cycle 2 buffers
+    one = KernelConfig(128, 256, 64).derive()
+    assert (one.pieces, one.block_n2, one.instr_shape2) == ((256,), 0, ())
+
+
 @pytest.mark.parametrize(
     "kwargs, needle",
     [
         (dict(block_m=100), "multiple of the wgmma M"),
         (dict(block_m=128, block_n=256, schedule="pingpong"), "accumulator needs 256 fp32 registers"),
         (dict(block_n=100), "multiple of 8"),
-        (dict(block_n=192), "must be a power of two"),
+        (dict(block_n=160), "must be a power of two or three times one"),
+        (dict(block_n=192, schedule="persistent"), "runs on the warp-specialized schedules"),
+        (dict(block_n=192, epilogue_n=128), "dividing the consumer tile's column pieces (128, 64)"),
+        (dict(block_n=192, instr_n=128), "instr_n=128 must be a multiple of 8"),
         (dict(block_k=48), "K-tile row must be 32, 64, 128 or 256 bytes"),
         (dict(block_n=512, schedule="persistent"), "TMA box limit"),
         (dict(stages=5), "exceeds the 232448 B (227 KB) Hopper limit"),
@@ -63,7 +80,7 @@ def test_instruction_n_divides_the_consumer_tile():
         (dict(group_m=0), "group_m must be a positive int"),
         (dict(instr_n=96), "instr_n=96 must be a multiple of 8"),
         (dict(epilogue_n=48), "epilogue_n=48 must be a power of two"),
-        (dict(epilogue_n=512), "≤ the consumer tile width 256"),
+        (dict(epilogue_n=512), "dividing the consumer tile's column pieces (256,)"),
         (dict(epilogue_n=4), "span ≥ 16 bytes"),
         (dict(block_m=-64), "block_m must be a positive int"),
     ],

@@ -21,6 +21,9 @@ SCHEDULES = {
     "persistent": KernelConfig(128, 256, 64, schedule="persistent"),
     "cooperative": KernelConfig(128, 256, 64, schedule="cooperative"),
     "pingpong": KernelConfig(128, 128, 64, schedule="pingpong"),
+    # two column pieces (128 + 64, config.column_pieces) on both warp-specialized schedules
+    "cooperative-192": KernelConfig(128, 192, 64, schedule="cooperative"),
+    "pingpong-192": KernelConfig(64, 192, 64, schedule="pingpong"),
 }
 BOUND = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-4}
 
@@ -97,10 +100,11 @@ def test_alpha_beta(schedule, out_dtype, gen):
 
 EPILOGUES = [KernelConfig(128, 256, 64, schedule="cooperative", epilogue_n=e) for e in (256, 128, 32)] + [
     KernelConfig(128, 128, 64, schedule="pingpong", epilogue_n=e) for e in (128, 16)] + [
-    KernelConfig(128, 256, 64, schedule="persistent", epilogue_n=e) for e in (256, 64)]
+    KernelConfig(128, 256, 64, schedule="persistent", epilogue_n=e) for e in (256, 64)] + [
+    KernelConfig(128, 192, 64, schedule="cooperative", epilogue_n=e) for e in (64, 16)]
 
 
-@pytest.mark.parametrize("config", EPILOGUES, ids=lambda c: f"{c.schedule}-e{c.epilogue_n}")
+@pytest.mark.parametrize("config", EPILOGUES, ids=lambda c: f"{c.schedule}-{c.block_m}x{c.block_n}-e{c.epilogue_n}")
 @pytest.mark.parametrize("out_dtype", (torch.bfloat16, torch.float32))
 def test_epilogue_subtiles(config, out_dtype, gen):
     """Sub-tile widths from whole-tile to 16 columns, with β·C, ragged edges in M and N."""

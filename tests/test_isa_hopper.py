@@ -16,7 +16,7 @@ def facts(kernel):
     return cc.compile_kernel(kernel, "sm_90a").facts()
 
 
-@pytest.mark.parametrize("kernel", ["persistent", "cooperative", "pingpong"])
+@pytest.mark.parametrize("kernel", ["persistent", "cooperative", "pingpong", "cooperative-192"])
 def test_common_facts(kernel):
     f = facts(kernel)
     assert f.counts["wgmma"] > 0 and f.counts["HGMMA"] > 0, "tensor-core wgmma missing"
@@ -26,11 +26,23 @@ def test_common_facts(kernel):
     assert 0 < f.shared_bytes <= SMEM_LIMIT
 
 
-@pytest.mark.parametrize("kernel", ["cooperative", "pingpong"])
+@pytest.mark.parametrize("kernel", ["cooperative", "pingpong", "cooperative-192"])
 def test_warp_specialized_facts(kernel):
     f = facts(kernel)
     assert f.counts["setmaxnreg"] > 0, "register budgets (setmaxnreg) not applied"
     assert f.warps == 12, "producer warp (padded to a warpgroup) + two consumer warpgroups"
+
+
+def test_two_piece_tile_issues_both_widths_and_keeps_one_k_step_in_flight():
+    """128×192: per k-step an m64n128 and an m64n64 wgmma group; the mainloop waits until
+    two groups (one k-step) are left in flight."""
+    import re
+
+    ptx = cc.compile_kernel("cooperative-192", "sm_90a").asm["ptx"]
+    shapes = set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", ptx))
+    assert shapes == {"m64n128k16", "m64n64k16"}, shapes
+    waits = set(re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx))
+    assert waits == {"0", "2"}, f"wgmma.wait_group counts {waits}: the mainloop must keep 2 groups (one k-step)"
 
 
 def test_baseline_is_not_warp_specialized():

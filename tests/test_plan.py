@@ -233,6 +233,10 @@ def test_batched_calls_take_the_one_kernel_path_fused_ones_keep_split(hopper):
     assert type(p) is plan.HopperPlan and p.config.split_k == 1 and not p.config.swap_ab
     with pytest.raises(pingpong.PingpongError, match="config: split_k=2"):
         plan.build(t(2, 16, 1024), w.t(), None, 0.0, BF16, False, KernelConfig(128, 128, 64, split_k=2))
+    with pytest.raises(pingpong.PingpongError, match="block_n=192 .two column pieces. runs 2-D products only"):
+        plan.build(t(2, 512, 1024), w.t(), None, 0.0, BF16, False, KernelConfig(128, 192, 64))
+    assert plan.one_kernel_config(KernelConfig(128, 192, 64, split_k=2)) == KernelConfig(128, 128, 64)
+    assert plan.build(t(512, 1024), w.t(), None, 0.0, BF16, False, KernelConfig(128, 192, 64)).config.block_n == 192
 
 
 def test_split_plan_passes_bias_and_activation_to_the_kernel(hopper, monkeypatch):

@@ -81,6 +81,6 @@ def test_kernel_calls_the_helpers_the_model_calls():
     coop = inspect.getsource(kernel.cooperative_consumer.fn)
     assert "first_counter(t, sched.k_steps, 1, 0)" in coop
     ws = inspect.getsource(kernel.warp_specialized_gemm.fn)
-    assert "Ring.allocate(a_desc, b_desc, STAGES, RELEASERS)" in ws
+    assert "Ring.allocate(a_desc, b_desc, STAGES, RELEASERS, BN2, B_KMAJOR)" in ws
     assert "gl.static_assert(RELEASERS == (1 if PINGPONG else 2)" in ws  # the launcher's value is checked
     assert SCHEDULE_FACTS["cooperative"].releasers == 2 and SCHEDULE_FACTS["pingpong"].releasers == 1

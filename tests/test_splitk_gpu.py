@@ -24,6 +24,9 @@ VARIANTS = {
     "swap16-splitk2": KernelConfig(128, 16, 64, split_k=2, swap_ab=True),
     "swap32": KernelConfig(128, 32, 64, swap_ab=True),
     "swap64-pingpong64-splitk5": KernelConfig(64, 64, 64, schedule="pingpong", split_k=5, swap_ab=True),
+    # two column pieces (config.column_pieces): 128 + 64 split, 32 + 16 under swap-AB
+    "splitk2-coop192": KernelConfig(128, 192, 64, split_k=2),
+    "swap48-splitk3": KernelConfig(128, 48, 64, split_k=3, swap_ab=True),
 }
 ODD = (1, 17, 255, 1000, 4097)
 #: relative rounding of one output element (bf16: half an ulp is 2^-9; fp16 2^-12; fp32 2^-24), doubled

@@ -32,7 +32,7 @@ import torch
 
 from . import fused
 from .addressing import addressable, unaddressable
-from .hopper.config import KernelConfig
+from .hopper.config import KernelConfig, column_pieces
 from .device import is_hopper
 from .errors import PingpongError
 from .hopper.launch import per_batch, tma_orientation
@@ -322,6 +322,9 @@ def build(a, b, c, beta: float, out_dtype: torch.dtype, inplace: bool, config: K
     elif one_kernel and (config.split_k > 1 or config.swap_ab):
         raise PingpongError(f"config: split_k={config.split_k}, swap_ab={config.swap_ab} run 2-D products only;"
                             " batched products take split_k=1, swap_ab=False")
+    elif one_kernel and len(column_pieces(config.block_n)) > 1:
+        raise PingpongError(f"config: block_n={config.block_n} (two column pieces) runs 2-D products only;"
+                            " batched products take a power-of-two block_n")
     config.derive(a.element_size(), out_dtype.itemsize)  # validates
     copy_ab = dict(copy_a=tma_matrices(a) is None, copy_b=tma_matrices(b) is None, read=read)
     if config.split_k > 1 or config.swap_ab:  # C and out go through pointers: row-major suffices
@@ -345,10 +348,14 @@ def build(a, b, c, beta: float, out_dtype: torch.dtype, inplace: bool, config: K
 def one_kernel_config(config: KernelConfig) -> KernelConfig:
     """A config of the one-kernel path for a batched call (the split-K / swap-AB launches
     and their workspace are 2-D): split-K dropped; swap-AB (chosen for M ≤ 64) replaced by
-    the heuristic's small-problem tile."""
+    the heuristic's small-problem tile; a two-piece tile narrowed to its first piece (a
+    batch's B box cannot be loaded into part of a buffer: Triton 3.6 cannot reshape a slice)."""
     if config.swap_ab:
         return KernelConfig(128, 128, 64)
-    return dataclasses.replace(config, split_k=1) if config.split_k > 1 else config
+    pieces = column_pieces(config.block_n)
+    if config.split_k > 1 or len(pieces) > 1:
+        return dataclasses.replace(config, split_k=1, block_n=pieces[0])
+    return config
 
 
 def _layouts(a, b) -> str:

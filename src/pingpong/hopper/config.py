@@ -103,7 +103,7 @@ class Derived:
     consumers: int  # consumer warpgroups (1 for "persistent": the whole partition consumes)
     consumer_m: int  # rows of the output tile one consumer warpgroup computes
     consumer_n: int
-    instr_shape: tuple  # (16, N, K) per warp, as NVMMADistributedLayout wants it
+    instr_shape: tuple  # (16, N, K) per warp, as NVMMADistributedLayout wants it (the first column piece)
     warps_per_cta: tuple  # accumulator layout's warp grid for one consumer partition
     num_warps: int  # warps of the default partition
     worker_warps: tuple  # warps of each worker partition
@@ -120,6 +120,13 @@ class Derived:
     releasers: int = 1  # arrivals that free a ring slot (SCHEDULE_FACTS)
     split_k: int = 1
     swap_ab: bool = False
+    block_n2: int = 0  # columns of the second column piece (block_n = 3·2^k); 0: one piece
+    instr_shape2: tuple = ()  # the second piece's wgmma shape (= instr_shape without one)
+
+    @property
+    def pieces(self) -> tuple:
+        """The consumer tile's column pieces, left to right: (block_n,) or (2q, q)."""
+        return (self.block_n - self.block_n2, self.block_n2) if self.block_n2 else (self.block_n,)
 
     @property
     def workspace(self) -> bool:
@@ -129,6 +136,20 @@ class Derived:
     @property
     def total_warps(self) -> int:
         return self.num_warps + sum(self.worker_warps)
+
+
+def column_pieces(block_n: int) -> tuple:
+    """block_n as power-of-two column pieces: (block_n,) for a power of two, (2q, q) for 3·q.
+
+    TMA boxes, shared-memory buffers and Gluon tensors all have power-of-two shapes, so a
+    192-column tile is two accumulators (128 + 64 columns, one wgmma each per k-step) over
+    two B buffers; () when block_n is neither form."""
+    if block_n > 0 and block_n & (block_n - 1) == 0:
+        return (block_n,)
+    q = block_n // 3
+    if block_n % 3 == 0 and q > 0 and q & (q - 1) == 0:
+        return (2 * q, q)
+    return ()
 
 
 def swizzle_width(row_bytes: int) -> int:
@@ -149,7 +170,10 @@ class KernelConfig:
     """A Hopper GEMM configuration. Only the choices; `derive()` computes the rest.
 
     block_m, block_n, block_k: the CTA's output tile and K-step. For "pingpong" this is the
-        tile of ONE consumer warpgroup (the two consumers own alternate tiles).
+        tile of ONE consumer warpgroup (the two consumers own alternate tiles). Powers of two,
+        except that block_n may also be three times one (24, 48, 96, 192): such a tile is
+        two column pieces, 2/3 and 1/3 wide (`column_pieces`); 128×192 tiles fill 132 SMs
+        where 128×256 leave a quarter idle (512×6144: 128 tiles instead of 96).
     stages: depth of the shared-memory ring; None = as many as fit (≤ MAX_STAGES).
     schedule: "persistent" | "cooperative" | "pingpong" (module docstring).
     group_m: tiles per group of the grouped raster (L2 reuse; pingpong.hopper.scheduler).
@@ -221,14 +245,23 @@ class KernelConfig:
             )
         if cn % 8:
             raise ConfigError(f"block_n={bn} must be a multiple of 8 (the wgmma N granularity)")
+        pieces = column_pieces(bn)
+        if not pieces:
+            raise ConfigError(f"block_n={bn} must be a power of two or three times one (two column pieces, 2/3 + 1/3)")
+        if pieces[-1] % 8:
+            raise ConfigError(f"block_n={bn}: its column pieces {pieces} must be multiples of 8 (the wgmma N granularity)")
+        if len(pieces) > 1 and not SCHEDULE_FACTS[self.schedule].warp_specialized:
+            raise ConfigError(f"block_n={bn} (two column pieces) runs on the warp-specialized schedules, not"
+                              f" {self.schedule!r}")
         n = self.instr_n
-        if n is not None and (not _is_int(n) or n <= 0 or n % 8 or n > WGMMA_MAX_N or cn % n):
-            raise ConfigError(f"instr_n={n!r} must be a multiple of 8, ≤ {WGMMA_MAX_N}, dividing the consumer tile width {cn}")
+        if n is not None and (not _is_int(n) or n <= 0 or n % 8 or n > WGMMA_MAX_N or any(p % n for p in pieces)):
+            raise ConfigError(f"instr_n={n!r} must be a multiple of 8, ≤ {WGMMA_MAX_N}, dividing the consumer tile's"
+                              f" column pieces {pieces}")
         en = self.epilogue_n
-        if en is not None and (not _is_int(en) or en <= 0 or en & (en - 1) or en > cn or en * out_bytes < 16):
+        if en is not None and (not _is_int(en) or en <= 0 or en & (en - 1) or pieces[-1] % en or en * out_bytes < 16):
             raise ConfigError(
-                f"epilogue_n={en!r} must be a power of two ≤ the consumer tile width {cn} and span ≥ 16 bytes"
-                f" (a TMA box row), i.e. ≥ {16 // out_bytes} {out_bytes}-byte elements"
+                f"epilogue_n={en!r} must be a power of two dividing the consumer tile's column pieces {pieces} and"
+                f" span ≥ 16 bytes (a TMA box row), i.e. ≥ {16 // out_bytes} {out_bytes}-byte elements"
             )
         if bk * in_bytes not in (32, 64, 128, 256):
             raise ConfigError(
@@ -236,7 +269,7 @@ class KernelConfig:
                 f" filling a swizzle pattern), i.e. block_k in {[b // in_bytes for b in (32, 64, 128, 256)]}"
             )
         for name, v in (("block_m", bm), ("block_n", bn), ("block_k", bk)):
-            if v & (v - 1):
+            if v & (v - 1) and name != "block_n":  # block_n: column_pieces above
                 raise ConfigError(f"{name}={v} must be a power of two (TMA block shapes and Gluon tensors are)")
             if v > 256:
                 raise ConfigError(f"{name}={v} exceeds the TMA box limit of 256 elements per dimension")
@@ -297,12 +330,14 @@ def _epilogue(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> tuple[int, in
     if cfg.split_k > 1 or cfg.swap_ab:  # the pointer epilogue of pingpong.hopper.fixup: no staging;
         # swap-AB rearranges each consumer's fp32 result through the compiler's scratch (at most a tile)
         return cn, 0, consumers * cm * cn * 4 if cfg.swap_ab else 0
-    bufs = lambda en: 1 if en == cn else 2  # noqa: E731
+    # one buffer for a whole tile; else 2, or one per sub-tile when their count is odd (a
+    # two-piece tile's 3 sub-tiles), so that sub-tiles cycle whole rounds of buffers
+    bufs = lambda en: 1 if en == cn else (2 if (cn // en) % 2 == 0 else cn // en)  # noqa: E731
     staging = lambda en: consumers * bufs(en) * cm * en * out_bytes  # noqa: E731
     en = cfg.epilogue_n
     if en is None:
         stage = _stage_bytes(cfg, in_bytes)
-        en = cn
+        en = column_pieces(cn)[-1]  # the widest sub-tile that divides every piece
         while (SMEM_LIMIT - _FIXED_BYTES - staging(en)) // stage < SUBTILE_BELOW_STAGES and en * out_bytes > 16 \
                 and en % 2 == 0:
             en //= 2
@@ -321,13 +356,14 @@ def _budget(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> tuple[int, int]
 
 
 def _instr_n(cn: int) -> int:
-    """Largest wgmma N (multiple of 8, ≤ 256) dividing the consumer's tile width."""
+    """Largest wgmma N (multiple of 8, ≤ 256) dividing a column piece of `cn` columns."""
     return next(n for n in range(min(cn, WGMMA_MAX_N), 7, -8) if cn % n == 0)
 
 
 def _derive(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> Derived:
     facts = SCHEDULE_FACTS[cfg.schedule]
     consumers, cm, cn = _consumer_tile(cfg)
+    pieces = column_pieces(cn)
     stage, fixed = _budget(cfg, in_bytes, out_bytes)
     epilogue_n, epilogue_bufs, epi = _epilogue(cfg, in_bytes, out_bytes)
     stages = cfg.stages or min(MAX_STAGES, (SMEM_LIMIT - fixed) // stage)
@@ -355,7 +391,7 @@ def _derive(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> Derived:
         consumers=consumers,
         consumer_m=cm,
         consumer_n=cn,
-        instr_shape=(16, cfg.instr_n or _instr_n(cn), WGMMA_K_BYTES // in_bytes),
+        instr_shape=(16, cfg.instr_n or _instr_n(pieces[0]), WGMMA_K_BYTES // in_bytes),
         warps_per_cta=warps_per_cta,
         num_warps=num_warps,
         worker_warps=worker_warps,
@@ -372,4 +408,6 @@ def _derive(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> Derived:
         releasers=facts.releasers,
         split_k=cfg.split_k,
         swap_ab=cfg.swap_ab,
+        block_n2=pieces[1] if len(pieces) > 1 else 0,
+        instr_shape2=(16, cfg.instr_n or _instr_n(pieces[-1]), WGMMA_K_BYTES // in_bytes) if len(pieces) > 1 else (),
     )

@@ -1,6 +1,7 @@
 """Epilogue: out = act(α·acc + bias) + β·C, cast, store through TMA — fused, no second pass.
 
     acc (registers, fp32, ROWS × COLS) ── column_halves ... ──> sub-tiles of ROWS × EPI_N
+    (a two-piece tile: the first piece's sub-tiles, then the second's, numbered on)
     for each sub-tile i (buffer i % BUFS):
         bias slice ──gl.load (masked, in the sub-tile's own register layout)──┐  (BIAS: "col"/"row")
         sub-tile ──×α──(+ bias)──act──┐                                     ACTIVATION constexpr
@@ -161,15 +162,20 @@ class Epilogue:
         return Epilogue(c_desc, cin_desc, alpha, beta, staging, c_ready, HAS_C, BUFS, bias, M, N, BIAS, ACTIVATION)
 
     @gluon.jit
-    def store(self, acc, COPY: gl.constexpr, tile_count, off_m, off_n, batch, split):
-        """Write act(α·acc + bias) + β·C of the tile at (off_m, off_n) of matrix `batch`, sub-tile
-        by sub-tile, through consumer COPY's staging buffers. `tile_count` = tiles this
-        partition stored before; `split` is always 0 here (SplitEpilogue's interface)."""
+    def store(self, mma, COPY: gl.constexpr, tile_count, off_m, off_n, batch, split):
+        """Write act(α·acc + bias) + β·C of the tile at (off_m, off_n) of matrix `batch` (the
+        accumulators of MmaOp `mma`: one, or two column pieces side by side), sub-tile by
+        sub-tile, through consumer COPY's staging buffers. `tile_count` = tiles this partition
+        stored before; `split` is always 0 here (SplitEpilogue's interface)."""
         EPI_N: gl.constexpr = self.c_desc.block_type.shape[-1]
-        SUBTILES: gl.constexpr = acc.shape[1] // EPI_N
-        gl.static_assert(acc.shape[1] % EPI_N == 0, "the epilogue sub-tile must divide the tile width")
+        COLS: gl.constexpr = mma.acc.shape[1]
+        SUBTILES: gl.constexpr = (COLS + (mma.acc2.shape[1] if mma.PIECES == 2 else 0)) // EPI_N
+        gl.static_assert(COLS % EPI_N == 0, "the epilogue sub-tile must divide the tile width")
         gl.static_assert(SUBTILES == 1 or SUBTILES % self.BUFS == 0, "sub-tiles must cycle whole buffer rounds")
-        self.store_columns(acc, COPY, first_subtile(tile_count, SUBTILES), off_m, off_n, batch)
+        seq = first_subtile(tile_count, SUBTILES)
+        self.store_columns(mma.acc, COPY, seq, off_m, off_n, batch)
+        if mma.PIECES == 2:
+            self.store_columns(mma.acc2, COPY, seq + COLS // EPI_N, off_m, off_n + COLS, batch)
 
     @gluon.jit
     def store_columns(self, x, COPY: gl.constexpr, seq, off_m, off_n, batch):

@@ -145,19 +145,34 @@ class SplitEpilogue:
         self.ACTIVATION = gl.constexpr(ACTIVATION)
 
     @gluon.jit
-    def store(self, acc, COPY: gl.constexpr, tile_count, off_r, off_c, batch, split):
-        """The unit's partial in, and, if it completes its tile half, the result out (module
-        docstring). COPY, tile_count and batch are the TMA epilogue's; unused here."""
+    def store(self, mma, COPY: gl.constexpr, tile_count, off_r, off_c, batch, split):
+        """The unit's partial in (MmaOp `mma`: one accumulator, or two column pieces side by
+        side), and, if it completes its tile half, the result out (module docstring). COPY,
+        tile_count and batch are the TMA epilogue's; unused here."""
+        ROWS: gl.constexpr = mma.acc.shape[0]
+        COLS: gl.constexpr = mma.acc.shape[1]
+        COLS2: gl.constexpr = mma.acc2.shape[1] if mma.PIECES == 2 else 0
         if self.splits == 1:
-            self.store_result(acc, off_r, off_c)
+            self.store_result(mma.acc, off_r, off_c)
+            if COLS2:
+                self.store_result(mma.acc2, off_r, off_c + COLS)
         else:
-            rows, cols, inside = _workspace_indices(acc, off_r, off_c, self.ws_ld)
-            offs = gl.expand_dims(rows * self.ws_ld, 1) + gl.expand_dims(cols, 0)  # < 2**31: the plan checks
-            gl.store(self.ws + split.to(gl.int64) * self.split_stride + offs, acc, mask=inside)
-            counter = self.counters + (off_r // acc.shape[0]) * gl.cdiv(self.C, acc.shape[1]) + off_c // acc.shape[1]
+            self.store_partial(mma.acc, off_r, off_c, split)
+            if COLS2:
+                self.store_partial(mma.acc2, off_r, off_c + COLS, split)
+            counter = self.counters + (off_r // ROWS) * gl.cdiv(self.C, COLS + COLS2) + off_c // (COLS + COLS2)
             if arrive(counter, self.splits * 32 * gl.num_warps()):
                 release_counter(counter, self.splits)
-                self.sum_and_store(off_r, off_c, acc.shape[0], acc.shape[1])
+                self.sum_and_store(off_r, off_c, ROWS, COLS)
+                if COLS2:
+                    self.sum_and_store(off_r, off_c + COLS, ROWS, COLS2)
+
+    @gluon.jit
+    def store_partial(self, acc, off_r, off_c, split):
+        """acc into split `split`'s block of the workspace, at (off_r, off_c)."""
+        rows, cols, inside = _workspace_indices(acc, off_r, off_c, self.ws_ld)
+        offs = gl.expand_dims(rows * self.ws_ld, 1) + gl.expand_dims(cols, 0)  # < 2**31: the plan checks
+        gl.store(self.ws + split.to(gl.int64) * self.split_stride + offs, acc, mask=inside)
 
     @gluon.jit
     def sum_and_store(self, off_r, off_c, ROWS: gl.constexpr, COLS: gl.constexpr):

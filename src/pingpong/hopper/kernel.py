@@ -59,14 +59,15 @@ from .scheduler import SplitKScheduler, TileScheduler
 
 
 @gluon.jit
-def mainloop(ring, first, k_steps, ROW0: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr,
-             acc_layout: gl.constexpr, A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr):
-    """One consumer's K loop over ring counters first .. first+k_steps-1.
+def mainloop(ring, first, k_steps, ROW0: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr, COLS2: gl.constexpr,
+             acc_layout: gl.constexpr, acc_layout2: gl.constexpr, A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr):
+    """One consumer's K loop over ring counters first .. first+k_steps-1 (COLS2 > 0: the
+    tile's last COLS2 columns are a second piece, pingpong.hopper.mma).
 
     Returns with the last wgmma still in flight and its slot not yet released: the caller
     decides what happens in that gap (ping-pong hands the tensor cores to the other consumer).
     """
-    mma = MmaOp.start(ROWS, COLS, acc_layout)
+    mma = MmaOp.start(ROWS, COLS, acc_layout, COLS2, acc_layout2)
     for k in range(k_steps):
         s = ring.wait_ready(first + k)
         mma = mma.issue(ring, s, ROW0, ROWS, A_KMAJOR, B_KMAJOR)
@@ -101,33 +102,34 @@ def producer(loader, ring, sched):
 
 
 @gluon.jit
-def pingpong_consumer(ring, sched, epi, sync, CONSUMER: gl.constexpr, acc_layout: gl.constexpr,
-                      A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr):
+def pingpong_consumer(ring, sched, epi, sync, CONSUMER: gl.constexpr, BN2: gl.constexpr, acc_layout: gl.constexpr,
+                      acc_layout2: gl.constexpr, A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr):
     """Consumer CONSUMER takes this program's tiles CONSUMER, CONSUMER+2, ... (PhaseSync turns)."""
     for j in range((sched.local_tiles() - CONSUMER + 1) // 2):
         first = first_counter(j, sched.k_steps, 2, CONSUMER)
         sync.wait_turn(CONSUMER, j)
-        mma = mainloop(ring, first, sched.k_steps, 0, sched.BM, sched.BN, acc_layout, A_KMAJOR, B_KMAJOR)
+        mma = mainloop(ring, first, sched.k_steps, 0, sched.BM, sched.BN, BN2, acc_layout, acc_layout2, A_KMAJOR,
+                       B_KMAJOR)
         sync.pass_turn(CONSUMER)
         mma = finish_mainloop(mma, ring, first + sched.k_steps - 1)
         t = 2 * j + CONSUMER
         off_m, off_n = sched.tile_offsets(t)
-        epi.store(mma.acc, CONSUMER, j, off_m, off_n, sched.tile_batch(t), sched.split(t))
+        epi.store(mma, CONSUMER, j, off_m, off_n, sched.tile_batch(t), sched.split(t))
     epi.drain()
 
 
 @gluon.jit
-def cooperative_consumer(ring, sched, epi, CONSUMER: gl.constexpr, acc_layout: gl.constexpr,
-                         A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr):
+def cooperative_consumer(ring, sched, epi, CONSUMER: gl.constexpr, BN2: gl.constexpr, acc_layout: gl.constexpr,
+                         acc_layout2: gl.constexpr, A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr):
     """Consumer CONSUMER computes rows [CONSUMER·BM/2, (CONSUMER+1)·BM/2) of every tile."""
     ROWS: gl.constexpr = sched.BM // 2
     for t in range(sched.local_tiles()):
         first = first_counter(t, sched.k_steps, 1, 0)  # both consumers read every k-step
-        mma = mainloop(ring, first, sched.k_steps, CONSUMER * ROWS, ROWS, sched.BN, acc_layout, A_KMAJOR,
-                       B_KMAJOR)
+        mma = mainloop(ring, first, sched.k_steps, CONSUMER * ROWS, ROWS, sched.BN, BN2, acc_layout, acc_layout2,
+                       A_KMAJOR, B_KMAJOR)
         mma = finish_mainloop(mma, ring, first + sched.k_steps - 1)
         off_m, off_n = sched.tile_offsets(t)
-        epi.store(mma.acc, CONSUMER, t, off_m + CONSUMER * ROWS, off_n, sched.tile_batch(t), sched.split(t))
+        epi.store(mma, CONSUMER, t, off_m + CONSUMER * ROWS, off_n, sched.tile_batch(t), sched.split(t))
     epi.drain()
 
 
@@ -140,21 +142,21 @@ _SPLIT_RUNTIME_SCALARS = ["M", "N", "K", "splits", "split_stride16", "ws_ld16", 
 
 
 @gluon.jit
-def run_partitions(ring, sched, epi, loader, PINGPONG: gl.constexpr, acc_layout: gl.constexpr,
-                   A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr, CONSUMER_WARPS: gl.constexpr,
+def run_partitions(ring, sched, epi, loader, PINGPONG: gl.constexpr, BN2: gl.constexpr, acc_layout: gl.constexpr,
+                   acc_layout2: gl.constexpr, A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr, CONSUMER_WARPS: gl.constexpr,
                    PRODUCER_WARPS: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
     """The producer warp and the two consumer warpgroups of the PINGPONG or cooperative schedule."""
     if PINGPONG:
         sync = PhaseSync.allocate()
         gl.warp_specialize([
-            (pingpong_consumer, (ring, sched, epi, sync, 0, acc_layout, A_KMAJOR, B_KMAJOR)),
-            (pingpong_consumer, (ring, sched, epi, sync, 1, acc_layout, A_KMAJOR, B_KMAJOR)),
+            (pingpong_consumer, (ring, sched, epi, sync, 0, BN2, acc_layout, acc_layout2, A_KMAJOR, B_KMAJOR)),
+            (pingpong_consumer, (ring, sched, epi, sync, 1, BN2, acc_layout, acc_layout2, A_KMAJOR, B_KMAJOR)),
             (producer, (loader, ring, sched)),
         ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.warp_specialize([
-            (cooperative_consumer, (ring, sched, epi, 0, acc_layout, A_KMAJOR, B_KMAJOR)),
-            (cooperative_consumer, (ring, sched, epi, 1, acc_layout, A_KMAJOR, B_KMAJOR)),
+            (cooperative_consumer, (ring, sched, epi, 0, BN2, acc_layout, acc_layout2, A_KMAJOR, B_KMAJOR)),
+            (cooperative_consumer, (ring, sched, epi, 1, BN2, acc_layout, acc_layout2, A_KMAJOR, B_KMAJOR)),
             (producer, (loader, ring, sched)),
         ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
 
@@ -162,8 +164,9 @@ def run_partitions(ring, sched, epi, loader, PINGPONG: gl.constexpr, acc_layout:
 @gluon.jit(do_not_specialize=_RUNTIME_SCALARS)
 def warp_specialized_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha, beta,
                           HAS_C: gl.constexpr, A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr,
-                          BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+                          BM: gl.constexpr, BN: gl.constexpr, BN2: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
                           GROUP_M: gl.constexpr, EPI_BUFS: gl.constexpr, PINGPONG: gl.constexpr, acc_layout: gl.constexpr,
+                          acc_layout2: gl.constexpr,
                           CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                           RELEASERS: gl.constexpr, CONSUMER_WARPS: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
                           batches, BIAS: gl.constexpr, ACTIVATION: gl.constexpr):
@@ -175,17 +178,18 @@ def warp_specialized_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha
     gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
     gl.static_assert(RELEASERS == (1 if PINGPONG else 2), "ping-pong: one consumer frees a slot; cooperative: both")
     sched = TileScheduler.create(M, N, K, BM, BN, BK, GROUP_M, batches)
-    ring = Ring.allocate(a_desc, b_desc, STAGES, RELEASERS)
+    ring = Ring.allocate(a_desc, b_desc, STAGES, RELEASERS, BN2, B_KMAJOR)
     epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, HAS_C, 2, EPI_BUFS, bias, M, N, BIAS, ACTIVATION)
-    run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, A_KMAJOR, B_KMAJOR), PINGPONG, acc_layout, A_KMAJOR,
-                   B_KMAJOR, CONSUMER_WARPS, PRODUCER_WARPS, CONSUMER_REGS, PRODUCER_REGS)
+    run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, A_KMAJOR, B_KMAJOR, BN2), PINGPONG, BN2, acc_layout,
+                   acc_layout2, A_KMAJOR, B_KMAJOR, CONSUMER_WARPS, PRODUCER_WARPS, CONSUMER_REGS, PRODUCER_REGS)
 
 
 @gluon.jit(do_not_specialize=_SPLIT_RUNTIME_SCALARS)
 def split_k_gemm(a_desc, b_desc, ws, counters, out, cin, bias, M, N, K, alpha, beta, splits, split_stride16, ws_ld16,
                  out_ld, c_ld, HAS_C: gl.constexpr, SWAP: gl.constexpr, A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr,
-                 BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr,
-                 PINGPONG: gl.constexpr, acc_layout: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                 BM: gl.constexpr, BN: gl.constexpr, BN2: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+                 GROUP_M: gl.constexpr, PINGPONG: gl.constexpr, acc_layout: gl.constexpr, acc_layout2: gl.constexpr,
+                 CONSUMER_REGS: gl.constexpr,
                  PRODUCER_REGS: gl.constexpr, RELEASERS: gl.constexpr, CONSUMER_WARPS: gl.constexpr,
                  PRODUCER_WARPS: gl.constexpr, BIAS: gl.constexpr, ACTIVATION: gl.constexpr):
     """The same partitions over `splits` K-ranges per tile (SplitKScheduler), finished by the
@@ -196,21 +200,22 @@ def split_k_gemm(a_desc, b_desc, ws, counters, out, cin, bias, M, N, K, alpha, b
     gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
     gl.static_assert(RELEASERS == (1 if PINGPONG else 2), "ping-pong: one consumer frees a slot; cooperative: both")
     sched = SplitKScheduler.create(M, N, K, splits, BM, BN, BK, GROUP_M)
-    ring = Ring.allocate(a_desc, b_desc, STAGES, RELEASERS)
+    ring = Ring.allocate(a_desc, b_desc, STAGES, RELEASERS, BN2, B_KMAJOR)
     epi = SplitEpilogue(ws, split_stride16 * 4, ws_ld16 * 4, counters, out, out_ld, cin, c_ld, bias, alpha, beta, M, N, splits,
                         HAS_C, SWAP, BIAS, ACTIVATION)
-    run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, A_KMAJOR, B_KMAJOR), PINGPONG, acc_layout, A_KMAJOR,
-                   B_KMAJOR, CONSUMER_WARPS, PRODUCER_WARPS, CONSUMER_REGS, PRODUCER_REGS)
+    run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, A_KMAJOR, B_KMAJOR, BN2), PINGPONG, BN2, acc_layout,
+                   acc_layout2, A_KMAJOR, B_KMAJOR, CONSUMER_WARPS, PRODUCER_WARPS, CONSUMER_REGS, PRODUCER_REGS)
 
 
 @gluon.jit(do_not_specialize=_RUNTIME_SCALARS)
 def persistent_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha, beta,
                     HAS_C: gl.constexpr, A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr,
-                    BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                    GROUP_M: gl.constexpr, EPI_BUFS: gl.constexpr, acc_layout: gl.constexpr,
+                    BM: gl.constexpr, BN: gl.constexpr, BN2: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+                    GROUP_M: gl.constexpr, EPI_BUFS: gl.constexpr, acc_layout: gl.constexpr, acc_layout2: gl.constexpr,
                     batches, BIAS: gl.constexpr, ACTIVATION: gl.constexpr):
     """The baseline: persistent, pipelined, not warp-specialized (module docstring)."""
     gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
+    gl.static_assert(BN2 == 0, "two-piece tiles run on the warp-specialized schedules (config.validate)")
     sched = TileScheduler.create(M, N, K, BM, BN, BK, GROUP_M, batches)
     ring = Ring.allocate(a_desc, b_desc, STAGES, 1)
     epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, HAS_C, 1, EPI_BUFS, bias, M, N, BIAS, ACTIVATION)
@@ -235,7 +240,7 @@ def persistent_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha, beta
         gl.thread_barrier()
         ring.release(t * sched.k_steps + sched.k_steps - 1)
         off_m, off_n = sched.tile_offsets(t)
-        epi.store(mma.acc, 0, t, off_m, off_n, sched.tile_batch(t), 0)
+        epi.store(mma, 0, t, off_m, off_n, sched.tile_batch(t), 0)
     epi.drain()
 
 

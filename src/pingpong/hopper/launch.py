@@ -79,9 +79,10 @@ def operand_descriptor(t: torch.Tensor, rows: int, k: int, k_is_dim1: bool) -> t
 
 
 @functools.lru_cache(maxsize=None)
-def acc_layout(d) -> gl.NVMMADistributedLayout:
+def acc_layout(d, piece: int = 0) -> gl.NVMMADistributedLayout:
+    """The wgmma accumulator layout of column piece `piece` (config.column_pieces)."""
     return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=list(d.warps_per_cta),
-                                     instr_shape=list(d.instr_shape))
+                                     instr_shape=list(d.instr_shape2 if piece else d.instr_shape))
 
 
 def prepare(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, bias=None, activation="none"):
@@ -98,16 +99,17 @@ def prepare(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, bias=None
 
 
 def _operands(a, b, d):
-    """TMA descriptors and K-majorness of the kernel's A (rows × K) and B (K × cols)."""
+    """TMA descriptors and K-majorness of the kernel's A (rows × K) and B (K × cols).
+    A two-piece B tile (d.pieces (2q, q)) is loaded as three boxes of q columns."""
     a_desc, a_kmajor = operand_descriptor(a, d.block_m, d.block_k, True)
-    b_desc, b_kmajor = operand_descriptor(b.transpose(-1, -2), d.block_n, d.block_k, True)
+    b_desc, b_kmajor = operand_descriptor(b.transpose(-1, -2), d.pieces[-1], d.block_k, True)
     return a_desc, b_desc, dict(A_KMAJOR=a_kmajor, B_KMAJOR=b_kmajor)
 
 
 def _tile_kwargs(d) -> dict:
     """The constexprs every schedule takes: tile, ring depth, raster, accumulator layout, warps."""
-    return dict(BM=d.block_m, BN=d.block_n, BK=d.block_k, STAGES=d.stages, GROUP_M=d.group_m,
-                acc_layout=acc_layout(d), num_warps=d.num_warps)
+    return dict(BM=d.block_m, BN=d.block_n, BN2=d.block_n2, BK=d.block_k, STAGES=d.stages, GROUP_M=d.group_m,
+                acc_layout=acc_layout(d), acc_layout2=acc_layout(d, len(d.pieces) - 1), num_warps=d.num_warps)
 
 
 def _schedule_kwargs(d) -> dict:
@@ -229,6 +231,8 @@ for _name, _block in (("persistent", (128, 256, 64)), ("cooperative", (128, 256,
 # consumer thread) and the batched path (rank-3 descriptors) on the other warp-specialized schedule.
 cc.register("cooperative-gelu", targets=("sm_90a",))(_offline_builder("cooperative", (128, 256, 64), "gelu_erf"))
 cc.register("pingpong-batched", targets=("sm_90a",))(_offline_builder("pingpong", (128, 128, 64), batches=4))
+# A two-piece tile (config.column_pieces: 128 + 64 columns).
+cc.register("cooperative-192", targets=("sm_90a",))(_offline_builder("cooperative", (128, 192, 64)))
 
 
 def _offline_split_builder(config: KernelConfig, shape: tuple[int, int, int], doc: str):
@@ -257,6 +261,8 @@ OFFLINE_SPLIT_VARIANTS = {
                "Hopper GEMM, swap-AB (Cᵀ = W·Aᵀ), cooperative 128×16×64, split-K 2 (decode)"),
     "swapab_64": (KernelConfig(128, 64, 64, schedule="cooperative", swap_ab=True), (64, 4096, 4096),
                   "Hopper GEMM, swap-AB, cooperative 128×64×64 (M ≤ 64), one split"),
+    "splitk_192": (KernelConfig(128, 192, 64, schedule="cooperative", split_k=2), (512, 6144, 4096),
+                   "Hopper GEMM, split-K 2, cooperative 128×192×64 (two column pieces, 128 + 64)"),
 }
 for _name, (_config, _shape, _doc) in OFFLINE_SPLIT_VARIANTS.items():
     cc.register(_name, targets=("sm_90a",))(_offline_split_builder(_config, _shape, _doc))

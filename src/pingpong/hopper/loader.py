@@ -8,6 +8,9 @@ combinations the caller passed) and turns (off_m, off_n, k) into TMA box coordin
     B stored (N, K) (b = w.t()) -> box [BN, BK] at (off_n, k)     "K-major" (transpose_b, headline)
     B stored (K, N) row-major  -> box [BK, BN] at (k, off_n)      "MN-major"
 
+A two-piece B tile (BN2 > 0, config.column_pieces) is three boxes of BN2 columns: two side by
+side into the first piece's buffer, one into the second's.
+
 Out-of-range boxes are zero-filled by TMA, so M, N, K need not be tile multiples.
 A batched operand (rank-3 descriptor) is read from matrix `batch` (pingpong.hopper.batched).
 """
@@ -26,25 +29,39 @@ class TileLoader:
     b_desc: tma.tensor_descriptor
     A_KMAJOR: gl.constexpr
     B_KMAJOR: gl.constexpr
+    BN2: gl.constexpr  # columns of the second piece of a two-piece B tile; 0: one box per stage
 
     @gluon.constexpr_function
-    def __init__(self, a_desc, b_desc, A_KMAJOR, B_KMAJOR):
+    def __init__(self, a_desc, b_desc, A_KMAJOR, B_KMAJOR, BN2=0):
         self.a_desc = a_desc
         self.b_desc = b_desc
         self.A_KMAJOR = gl.constexpr(A_KMAJOR)
         self.B_KMAJOR = gl.constexpr(B_KMAJOR)
+        self.BN2 = gl.constexpr(BN2)
 
     @gluon.jit
     def load(self, ring, counter, off_m, off_n, k, batch=0):
         """Wait for the slot of k-step `counter` to be empty, then fill it with A and B tiles."""
         s = ring.acquire_empty(counter)
         bar = ring.ready.index(s)
-        mbarrier.expect(bar, self.a_desc.block_type.nbytes + self.b_desc.block_type.nbytes)
+        B_BOXES: gl.constexpr = 3 if self.BN2 else 1
+        mbarrier.expect(bar, self.a_desc.block_type.nbytes + B_BOXES * self.b_desc.block_type.nbytes)
         if self.A_KMAJOR:
             load_tile(self.a_desc, batch, off_m, k, bar, ring.a_bufs.index(s))
         else:
             load_tile(self.a_desc, batch, k, off_m, bar, ring.a_bufs.index(s))
-        if self.B_KMAJOR:
-            load_tile(self.b_desc, batch, off_n, k, bar, ring.b_bufs.index(s))
+        if self.BN2:
+            first = ring.b_bufs.index(s)
+            self.load_b(first.slice(0, self.BN2, 0 if self.B_KMAJOR else 1), off_n, k, bar, batch)
+            self.load_b(first.slice(self.BN2, self.BN2, 0 if self.B_KMAJOR else 1), off_n + self.BN2, k, bar, batch)
+            self.load_b(ring.b2_bufs.index(s), off_n + 2 * self.BN2, k, bar, batch)
         else:
-            load_tile(self.b_desc, batch, k, off_n, bar, ring.b_bufs.index(s))
+            self.load_b(ring.b_bufs.index(s), off_n, k, bar, batch)
+
+    @gluon.jit
+    def load_b(self, dst, off_n, k, bar, batch):
+        """One B box: columns from off_n, k-step k."""
+        if self.B_KMAJOR:
+            load_tile(self.b_desc, batch, off_n, k, bar, dst)
+        else:
+            load_tile(self.b_desc, batch, k, off_n, bar, dst)

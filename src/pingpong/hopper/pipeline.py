@@ -51,9 +51,21 @@ def first_counter(local_tile, k_steps, CONSUMERS: gl.constexpr, consumer):
     return (local_tile * CONSUMERS + consumer) * k_steps
 
 
+@gluon.constexpr_function
+def first_piece_shape(box, BN2, B_KMAJOR):
+    """Shape of a B buffer of the first column piece: the TMA box, or for a two-piece tile
+    (BN2 > 0, config.column_pieces) two boxes side by side along N (dim 0 when K-major)."""
+    if not BN2:
+        return list(box)
+    return [2 * box[0], box[1]] if B_KMAJOR else [box[0], 2 * box[1]]
+
+
 @aggregate
 class Ring:
     """The stage ring: STAGES A and B buffers and their ready/empty mbarriers.
+
+    A two-piece tile (BN2 > 0) has two B buffers per stage: b_bufs, the first 2·BN2 columns,
+    and b2_bufs, the last BN2 (each a wgmma operand); with one piece b2_bufs is b_bufs.
 
     ready[s]: count 1; the producer's expect-tx arms it, the TMA bytes complete it.
     empty[s]: count = RELEASERS (consumer warpgroups that read each stage). RELEASERS = 0:
@@ -66,29 +78,36 @@ class Ring:
 
     a_bufs: gl.shared_memory_descriptor
     b_bufs: gl.shared_memory_descriptor
+    b2_bufs: gl.shared_memory_descriptor
     ready: gl.shared_memory_descriptor
     empty: gl.shared_memory_descriptor
     STAGES: gl.constexpr
 
     @gluon.constexpr_function
-    def __init__(self, a_bufs, b_bufs, ready, empty, STAGES):
+    def __init__(self, a_bufs, b_bufs, b2_bufs, ready, empty, STAGES):
         self.a_bufs = a_bufs
         self.b_bufs = b_bufs
+        self.b2_bufs = b2_bufs
         self.ready = ready
         self.empty = empty
         self.STAGES = gl.constexpr(STAGES)
 
     @gluon.jit
-    def allocate(a_desc, b_desc, STAGES: gl.constexpr, RELEASERS: gl.constexpr):
+    def allocate(a_desc, b_desc, STAGES: gl.constexpr, RELEASERS: gl.constexpr, BN2: gl.constexpr = 0,
+                 B_KMAJOR: gl.constexpr = True):
         a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + tile_shape(a_desc), tile_layout(a_desc))
-        b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + tile_shape(b_desc), tile_layout(b_desc))
+        b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + first_piece_shape(tile_shape(b_desc), BN2, B_KMAJOR),
+                                           tile_layout(b_desc))
+        b2_bufs = b_bufs
+        if BN2:
+            b2_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + tile_shape(b_desc), tile_layout(b_desc))
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for s in gl.static_range(STAGES):
             mbarrier.init(ready.index(s), count=1)
             if RELEASERS > 0:
                 mbarrier.init(empty.index(s), count=RELEASERS)
-        return Ring(a_bufs, b_bufs, ready, empty, STAGES)
+        return Ring(a_bufs, b_bufs, b2_bufs, ready, empty, STAGES)
 
     @gluon.jit
     def acquire_empty(self, counter):
