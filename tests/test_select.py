@@ -54,6 +54,18 @@ def test_large_problems_take_the_big_tile_unsplit(n):
     assert select_config(8192, 28672, 4096, device=UNTUNED) == KernelConfig(128, 256, 64)
 
 
+@pytest.mark.parametrize("M, N, K, width", [
+    (512, 6144, 4096, 192),   # 128 tiles of 128×192 fill 132 SMs; 96 of 128×256 leave a quarter idle
+    (1536, 1536, 1536, 192),  # 96 vs 72 tiles, one wave either way: the narrower tile finishes sooner
+    (3000, 3000, 3000, 192),  # 384 tiles = 2.9 waves vs 288 = 2.2 (3 waves, the last a fifth full)
+    (2048, 6144, 4096, 256),  # 384 tiles (3 waves) vs 512 (4 waves of 3/4 the work): a tie, the wider tile
+    (512, 4096, 4096, 128),   # 128 tiles of 128×128 fill one wave; 64 of 128×256 fill half
+])
+def test_tile_width_follows_wave_quantization(M, N, K, width):
+    c = select_config(M, N, K, device=UNTUNED)
+    assert (c.block_m, c.block_n, c.split_k, c.swap_ab) == (128, width, 1, False)
+
+
 def test_sm_count_changes_the_split():
     few = select_config(512, 512, 65536, device=Device(None, 32))
     many = select_config(512, 512, 65536, device=Device(None, 132))

@@ -44,7 +44,8 @@ DTYPES = {"bf16": 2, "fp16": 2}
 LAYOUTS = ("nn", "nt", "tn", "tt")
 
 #: the factors of the searched space
-TILES = ((128, 256), (128, 128), (128, 64), (128, 32), (128, 16), (64, 256), (64, 128), (64, 64), (64, 32), (64, 16))
+TILES = ((128, 256), (128, 192), (128, 128), (128, 96), (128, 64), (128, 48), (128, 32), (128, 16), (64, 256),
+         (64, 192), (64, 128), (64, 64), (64, 32), (64, 16))
 SCHEDULES = ("cooperative", "pingpong")
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 #: swap-AB is searched for M up to this (beyond it the output's M side fills wgmma's 64 rows)
@@ -170,7 +171,7 @@ def space(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2) -> list
 
 def quick_grid(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2) -> list[KernelConfig]:
     """The heuristic's config and its neighbours: split ×½ ×2 (where it splits), the other
-    schedule, the other orientation, and the big / medium tile unsplit."""
+    schedule, the other orientation, and the big / two-piece / medium tile unsplit."""
     h = heuristic_config(M, N, K)
     other = "pingpong" if h.schedule == "cooperative" else "cooperative"
     if h.swap_ab:
@@ -181,7 +182,7 @@ def quick_grid(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2) ->
     splits = [h.split_k // 2, 2 * h.split_k] if h.split_k > 1 else []  # unsplit: the tiles fill the GPU
     grid = [h, *(dataclasses.replace(h, split_k=s) for s in splits),
             dataclasses.replace(h, schedule=other, block_m=64 if other == "pingpong" else 128), flipped,
-            KernelConfig(128, 256, 64), KernelConfig(128, 128, 64, schedule="pingpong")]
+            KernelConfig(128, 256, 64), KernelConfig(128, 192, 64), KernelConfig(128, 128, 64, schedule="pingpong")]
     return dedupe(grid, M, N, K, in_bytes, out_bytes)
 
 

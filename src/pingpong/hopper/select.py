@@ -11,15 +11,20 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count):
     | < SPLIT_MIN_BYTES moved       | 128×128×64 cooperative, no split (launch-bound)     |
     | M ≤ 64 (decode)               | swap-AB: 128 rows of N × (M rounded up to 16, 32 or |
     |                               | 64) columns, cooperative                            |
-    | ≥ S tiles of 128×256          | 128×256×64 cooperative (the big tile)               |
-    | otherwise                     | 128×128×64 cooperative                              |
+    | otherwise                     | 128×BN×64 cooperative, BN ∈ {256, 192, 128} the     |
+    |                               | width of least ⌈tiles / S⌉ · BN / TILE_EFFICIENCY   |
 
     then, with fewer tiles than S: split-K into the s ≥ 1 splits that minimize
         waves(s) · (k_steps / s + SPLIT_OVERHEAD_STEPS),   waves(s) = ⌈tiles·s / S⌉
     (the persistent grid runs S units at a time), each split ≥ MIN_SPLIT_STEPS k-steps long,
     s ≤ MAX_SPLIT_K, and a larger s only where it wins by SPLIT_MARGIN
 
-so every SM streams a part of the weight in decode (16×8192×8192: 64 tiles of N, 2 splits),
+The width rule is wave quantization: the persistent grid runs S tiles at a time, so a tile
+count just above a multiple of S wastes most of a wave. 512×6144 makes 96 tiles of 128×256
+(a quarter of an H100 idle) but 128 of 128×192; 8192² makes enough of either that the bigger
+tile's efficiency decides.
+
+Split-K then keeps every SM streaming a part of the weight in decode (16×8192×8192: 64 tiles of N, 2 splits),
 and few-tile large-K problems use the whole GPU (512×512×65536: 16 tiles, 8 splits). A plan
 calls this once and caches the answer.
 """
@@ -47,6 +52,9 @@ SWAP_AB_MAX_M = 64
 #: swap-AB path costs a workspace, counters and pointer stores, host and GPU time that a
 #: problem reading < 4 MB (< 2 µs of HBM time) cannot earn back
 SPLIT_MIN_BYTES = 2**22
+#: relative per-FLOP speed of a 128-row tile by width, for the wave rule (H100, run 51, kernel
+#: time: 8192³ 128×256 1515 µs, 128×192 1540, 128×128 1699; 192 = 128 + 64 column pieces)
+TILE_EFFICIENCY = {256: 1.0, 192: 0.97, 128: 0.9}
 #: SM count assumed when no device is given (H100 SXM)
 DEFAULT_SMS = 132
 
@@ -95,11 +103,17 @@ def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS) -> KernelCo
         config = KernelConfig(128, max(16, 1 << math.ceil(math.log2(max(M, 1)))), 64, swap_ab=True)
         rows, cols = N, M
     else:
-        big = math.ceil(M / 128) * math.ceil(N / 256) >= sms
-        config = KernelConfig(128, 256 if big else 128, 64)
+        config = KernelConfig(128, tile_width(M, N, sms), 64)
         rows, cols = M, N
     tiles = math.ceil(rows / config.block_m) * math.ceil(cols / config.block_n)
     return dataclasses.replace(config, split_k=split_count(tiles, math.ceil(K / config.block_k), sms))
+
+
+def tile_width(M: int, N: int, sms: int) -> int:
+    """The block_n of 128-row tiles that wastes the least of the last wave (module docstring);
+    ties go to the wider tile."""
+    cost = lambda bn: math.ceil(math.ceil(M / 128) * math.ceil(N / bn) / sms) * bn / TILE_EFFICIENCY[bn]  # noqa: E731
+    return min(TILE_EFFICIENCY, key=lambda bn: (cost(bn), -bn))
 
 
 def split_count(tiles: int, k_steps: int, sms: int) -> int:
