@@ -45,7 +45,7 @@ LAYOUTS = ("nn", "nt", "tn", "tt")
 
 #: the factors of the searched space
 TILES = ((128, 256), (128, 192), (128, 128), (128, 96), (128, 64), (128, 48), (128, 32), (128, 16), (64, 256),
-         (64, 192), (64, 128), (64, 64), (64, 32), (64, 16))
+         (64, 192), (64, 128), (64, 96), (64, 64), (64, 48), (64, 32), (64, 16))
 SCHEDULES = ("cooperative", "pingpong")
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 #: swap-AB is searched for M up to this (beyond it the output's M side fills wgmma's 64 rows)
