@@ -24,6 +24,7 @@ SCHEDULES = {
     # two column pieces (128 + 64, config.column_pieces) on both warp-specialized schedules
     "cooperative-192": KernelConfig(128, 192, 64, schedule="cooperative"),
     "pingpong-192": KernelConfig(64, 192, 64, schedule="pingpong"),
+    "pingpong-96": KernelConfig(64, 96, 64, schedule="pingpong"),  # 64 + 32: select's mid-size tile
 }
 BOUND = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-4}
 

@@ -66,6 +66,18 @@ def test_tile_width_follows_wave_quantization(M, N, K, width):
     assert (c.block_m, c.block_n, c.split_k, c.swap_ab) == (128, width, 1, False)
 
 
+@pytest.mark.parametrize("M, N", [(128, 4096), (128, 6144), (96, 4096), (65, 6144)])
+def test_mid_size_m_takes_the_64x96_pingpong_tile_in_one_wave(M, N):
+    c = select_config(M, N, 4096, device=UNTUNED)
+    assert c == KernelConfig(64, 96, 64, schedule="pingpong"), c
+    assert units(M, N, 4096, c) <= 132, "one wave, unsplit"
+
+
+def test_mid_size_m_with_too_many_64x96_tiles_takes_128_row_tiles():
+    c = select_config(128, 28672, 4096, device=UNTUNED)  # 2 × 299 tiles of 64×96: more than a wave
+    assert c.block_m == 128 and not c.swap_ab
+
+
 def test_sm_count_changes_the_split():
     few = select_config(512, 512, 65536, device=Device(None, 32))
     many = select_config(512, 512, 65536, device=Device(None, 132))
