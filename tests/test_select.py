@@ -135,6 +135,17 @@ def test_nearest_entry_in_a_bucket_wins():
     assert t.lookup(13, 4096, 4096, "bf16", "nt") == near and t.lookup(20, 4096, 4096, "bf16", "nt") == TUNED
 
 
+def test_near_entry_that_idles_more_of_the_last_wave_yields_to_the_heuristic():
+    """A width tuned at 512×6144 (128 tiles of 128×192: one full wave) transfers to 500×6000
+    (the same 128 tiles), not to 512×8192 (172 tiles: a second wave 30% full, where the
+    heuristic's 128×256 makes 128)."""
+    wide = KernelConfig(128, 192, 64)
+    path = write_table([(512, 6144, 4096)], config=wide)
+    assert choose(500, 6000, 4096, device=H100) == (wide, str(path))
+    config, source = choose(512, 8192, 4096, device=H100)
+    assert source == "heuristic" and (config.block_m, config.block_n) == (128, 256)
+
+
 @pytest.mark.parametrize("change, reason", [
     (dict(gpu="NVIDIA H200"), "gpu"),
     (dict(sms=114), "sms"),

@@ -1,8 +1,12 @@
 """Which KernelConfig a GEMM runs with: `select_config(M, N, K, dtypes, layouts, device)`.
 
     tuning table for this GPU (pingpong.hopper.table) has an entry in (M, N, K)'s bucket?
-        yes ─> that entry's config (if it is valid for these element sizes)
-        no  ─> the heuristic below
+        yes, for this very shape ─> its config (if it is valid for these element sizes)
+        yes, for a near shape    ─> its config, unless on this shape it idles more of the last
+                                    wave than the heuristic's does (× NEAR_SLACK): a tile
+                                    width tuned for 6144 columns (128 tiles of 128×192) is
+                                    2 waves at 8192 (172 tiles), where 128×256 makes 128
+        no                       ─> the heuristic below
 
 The heuristic, for shapes nobody tuned (S = the GPU's SM count):
 
@@ -40,6 +44,7 @@ import dataclasses
 import math
 
 from .config import MAX_SPLIT_K, KernelConfig
+from .scheduler import effective_splits
 from ..errors import ConfigError
 from . import table as tables
 
@@ -62,6 +67,8 @@ MID_M = 128
 #: relative per-FLOP speed of a 128-row tile by width, for the wave rule (H100, run 51, kernel
 #: time: 8192³ 128×256 1515 µs, 128×192 1540, 128×128 1699; 192 = 128 + 64 column pieces)
 TILE_EFFICIENCY = {256: 1.0, 192: 0.97, 128: 0.9}
+#: a near shape's tuned config may idle this much more of its last wave than the heuristic's
+NEAR_SLACK = 1.1
 #: SM count assumed when no device is given (H100 SXM)
 DEFAULT_SMS = 132
 
@@ -137,21 +144,34 @@ def split_count(tiles: int, k_steps: int, sms: int) -> int:
     return best
 
 
+def idle_waves(config: KernelConfig, M: int, N: int, K: int, sms: int) -> float:
+    """SM-time of the waves the config's work units run in, over the units' own (≥ 1; 1 when
+    the last wave is full): what a tile count just past a multiple of `sms` costs."""
+    rows, cols = (N, M) if config.swap_ab else (M, N)
+    units = math.ceil(rows / config.block_m) * math.ceil(cols / config.block_n) * \
+        effective_splits(K, config.block_k, config.split_k)
+    return math.ceil(units / sms) * sms / units
+
+
 def choose(M: int, N: int, K: int, dtypes=("bf16", "bf16"), layouts: str = "nt",
            device=None) -> tuple[KernelConfig, str]:
     """(config, source): source is the tuning table's path, or "heuristic"."""
     dev = Device.of(device)
     in_name, out_name = (dtype_name(d) for d in dtypes)
+    heuristic = heuristic_config(M, N, K, dev.sms)
     if dev.name is not None:
         table, where = tables.active(tables.TableKey.current(dev.name, dev.sms))
-        tuned = table.lookup(M, N, K, in_name, layouts) if table else None
-        if tuned is not None:
+        entry = table.nearest(M, N, K, in_name, layouts) if table else None
+        if entry is not None:
+            tuned = KernelConfig(**entry["config"])
+            exact = (entry["M"], entry["N"], entry["K"]) == (M, N, K)
             try:
                 tuned.validate(_BYTES[in_name], _BYTES[out_name])
-                return tuned, where
+                if exact or idle_waves(tuned, M, N, K, dev.sms) <= NEAR_SLACK * idle_waves(heuristic, M, N, K, dev.sms):
+                    return tuned, where
             except ConfigError:
                 pass  # tuned for another output type: the heuristic answers
-    return heuristic_config(M, N, K, dev.sms), "heuristic"
+    return heuristic, "heuristic"
 
 
 def select_config(M: int, N: int, K: int, dtypes=("bf16", "bf16"), layouts: str = "nt", device=None) -> KernelConfig:

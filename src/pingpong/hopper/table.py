@@ -11,7 +11,8 @@ ignored with a warning, because its timings say nothing about this build on this
 Lookup is by bucket, not exact shape: a size x falls in bucket round(log2 x), so a table
 tuned at M = 16 also answers M = 12..22, and 4096×14336 answers 4000×16000. Entries in the
 same bucket are ranked by their log-distance to the asked shape; an entry for the asked
-operand layout beats one for another layout.
+operand layout beats one for another layout. (Selection may still set a near entry aside when
+its tiles would quantize badly on the asked shape: pingpong.hopper.select.)
 
 The cache directory is $PINGPONG_CACHE_DIR if set, else platformdirs' user cache dir for
 "pingpong". Writers hold a file lock, re-read the table and merge their entries, and replace
@@ -103,13 +104,18 @@ class Table:
 
     def lookup(self, M: int, N: int, K: int, dtype: str, layout: str) -> KernelConfig | None:
         """The config of the nearest entry in (M, N, K)'s bucket for this input dtype, or None."""
+        e = self.nearest(M, N, K, dtype, layout)
+        return KernelConfig(**e["config"]) if e is not None else None
+
+    def nearest(self, M: int, N: int, K: int, dtype: str, layout: str) -> dict[str, Any] | None:
+        """The nearest entry in (M, N, K)'s bucket for this input dtype (module docstring), or None."""
         asked = (M, N, K)
         near = [e for e in self.entries
                 if e["dtype"] == dtype and all(bucket(e[d]) == bucket(x) for d, x in zip("MNK", asked))]
         if not near:
             return None
         distance = lambda e: sum(abs(math.log2(e[d] / x)) for d, x in zip("MNK", asked))  # noqa: E731
-        return KernelConfig(**min(near, key=lambda e: (e["layout"] != layout, distance(e)))["config"])
+        return min(near, key=lambda e: (e["layout"] != layout, distance(e)))
 
     def to_json(self) -> dict[str, Any]:
         return {"format": FORMAT, "key": dataclasses.asdict(self.key), "entries": self.entries}
