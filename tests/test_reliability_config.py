@@ -14,7 +14,7 @@ from pingpong import compile as cc
     [
         (dict(group_m=257), "group_m=257 exceeds 256"),
         (dict(group_m=2**31), "group_m=2147483648 exceeds"),
-        (dict(block_m=128, block_n=64, stages=7), "stages=7 exceeds 6"),  # 7 × 24 KB would fit 227 KB
+        (dict(block_m=128, block_n=16, stages=13), "stages=13 exceeds 12"),  # 13 × 18 KB would fit 227 KB
         (dict(group_m=True), "group_m must be a positive int"),
         (dict(block_m=128.0), "block_m must be a positive int"),
         (dict(stages=3.0), "stages must be an int"),

@@ -75,7 +75,10 @@ WGMMA_MAX_N = 256
 MAX_REGS_PER_THREAD = 255
 BARRIER_BYTES = 8
 #: Deepest ring: the fixed shared-memory term below budgets ready/empty barriers for this many.
-MAX_STAGES = 6
+#: Small tiles stream their operands from HBM (the weight of a skinny product is read once):
+#: with L2 flushed, 64×96 ping-pong at 128×4096×4096 runs 0.775 of cuBLAS with 6 stages and
+#: 0.932 with 10 (H100, RESULTS.md run 59); large tiles fit 3-6 stages whatever the cap.
+MAX_STAGES = 12
 #: Bands taller than this many tile-rows gain no L2 reuse; the bound also keeps the raster's
 #: GROUP_M · tiles_n product far inside int32 (pingpong.hopper.scheduler.tile_coords).
 MAX_GROUP_M = 256

@@ -13,9 +13,9 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count):
     | case                          | config                                              |
     |-------------------------------|-----------------------------------------------------|
     | < SPLIT_MIN_BYTES moved       | 128×128×64 cooperative, no split (launch-bound)     |
-    | M ≤ 64 (decode)               | swap-AB: 128 rows of N × (M rounded up to 16, 32 or |
-    |                               | 64) columns, cooperative                            |
+    | M ≤ 16 (decode)               | swap-AB: 128 rows of N × 16 columns, cooperative    |
     | M ≤ 128, ≤ S tiles of 64×96   | 64×96×64 ping-pong (two column pieces, 64 + 32)     |
+    | M ≤ 64                        | swap-AB: 128 rows of N × (M rounded up to 32 or 64) |
     | otherwise                     | 128×BN×64 cooperative, BN ∈ {256, 192, 128} the     |
     |                               | width of least ⌈tiles / S⌉ · BN / TILE_EFFICIENCY   |
 
@@ -24,9 +24,10 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count):
     (the persistent grid runs S units at a time), each split ≥ MIN_SPLIT_STEPS k-steps long,
     s ≤ MAX_SPLIT_K, and a larger s only where it wins by SPLIT_MARGIN
 
-Mid-size M (65..128 rows) streams the weight like decode does, but its rows fill a 64-row
-wgmma: 64×96 tiles put 86 (N = 4096) or 128 (N = 6144) tiles on the SMs in one wave, unsplit
-(H100, run 53: 128×4096×4096 14.5 µs vs 16.6 for 64×128 split 2; cuBLAS 13.7).
+Mid-size M (17..128 rows) streams the weight like decode does, but its rows fill a 64-row
+wgmma: 64×96 tiles put 86 (N = 4096) or 128 (N = 6144) tiles on the SMs in one wave, unsplit,
+each with a ring of 10 stages (H100, L2 flushed, run 59: 64×4096×4096 0.938 of cuBLAS vs 0.852
+for swap-AB 64×64 split 2; 128×4096×4096 0.932 vs 0.848 for 64×128 split 2).
 
 The width rule is wave quantization: the persistent grid runs S tiles at a time, so a tile
 count just above a multiple of S wastes most of a wave. 512×6144 makes 96 tiles of 128×256
@@ -58,11 +59,13 @@ SPLIT_OVERHEAD_STEPS = 4
 SPLIT_MARGIN = 0.95
 #: decode: M up to this many rows runs swap-AB (M on the wgmma N side, which can be 16..256)
 SWAP_AB_MAX_M = 64
+#: up to this many rows swap-AB comes first (a 64-row tile would be three-quarters padding)
+DECODE_M = 16
 #: operands and result of fewer bytes (16-bit) than this take the one-kernel path: the split-K /
 #: swap-AB path costs a workspace, counters and pointer stores, host and GPU time that a
 #: problem reading < 4 MB (< 2 µs of HBM time) cannot earn back
 SPLIT_MIN_BYTES = 2**22
-#: mid-size M: up to this many rows the 64×96 ping-pong tile (when it makes ≤ S tiles)
+#: mid-size M: from DECODE_M + 1 up to this many rows the 64×96 ping-pong tile (when it makes ≤ S tiles)
 MID_M = 128
 #: relative per-FLOP speed of a 128-row tile by width, for the wave rule (H100, run 51, kernel
 #: time: 8192³ 128×256 1515 µs, 128×192 1540, 128×128 1699; 192 = 128 + 64 column pieces)
@@ -113,11 +116,11 @@ def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS) -> KernelCo
     """The rule of the module docstring (valid for every element size the kernel takes)."""
     if 2 * (M * K + N * K + M * N) < SPLIT_MIN_BYTES:  # launch-bound: one kernel, no workspace
         return KernelConfig(128, 128, 64)
+    if M > DECODE_M and M <= MID_M and math.ceil(M / 64) * math.ceil(N / 96) <= sms:
+        return KernelConfig(64, 96, 64, schedule="pingpong")
     if M <= SWAP_AB_MAX_M:
         config = KernelConfig(128, max(16, 1 << math.ceil(math.log2(max(M, 1)))), 64, swap_ab=True)
         rows, cols = N, M
-    elif M <= MID_M and math.ceil(M / 64) * math.ceil(N / 96) <= sms:
-        return KernelConfig(64, 96, 64, schedule="pingpong")
     else:
         config = KernelConfig(128, tile_width(M, N, sms), 64)
         rows, cols = M, N
