@@ -208,6 +208,25 @@ MUTATIONS = [
     ("Hopper bias never loaded", "src/pingpong/hopper/launch.py",
      "batches=batches, BIAS=fused.bias_kind(bias, M)", 'batches=batches, BIAS="none"',
      "tests/test_fused.py -k hopper"),
+    # -- two-piece tiles and shape selection (issue: the whole shape space)
+    ("column pieces swapped (1/3 first)", "src/pingpong/hopper/config.py",
+     "return (2 * q, q)", "return (q, 2 * q)", "tests/test_config.py"),
+    ("two-piece sub-tiles share 2 buffers", "src/pingpong/hopper/config.py",
+     "(2 if (cn // en) % 2 == 0 else cn // en)", "2", "tests/test_config.py"),
+    ("two-piece mainloop waits one group, not one k-step", "src/pingpong/hopper/mma.py",
+     "warpgroup_mma_wait(2 * PENDING, (self.acc, self.acc2))", "warpgroup_mma_wait(PENDING, (self.acc, self.acc2))",
+     "tests/test_isa_hopper.py -k two_piece"),
+    ("batched call keeps a two-piece tile", "src/pingpong/plan.py",
+     "return dataclasses.replace(config, split_k=1, block_n=pieces[0])",
+     "return dataclasses.replace(config, split_k=1)", "tests/test_plan.py"),
+    ("the two-piece tile as efficient as the big one", "src/pingpong/hopper/select.py",
+     "TILE_EFFICIENCY = {256: 1.0, 192: 0.97, 128: 0.9}", "TILE_EFFICIENCY = {256: 1.0, 192: 1.0, 128: 0.9}",
+     "tests/test_select.py"),
+    ("near table entries always taken", "src/pingpong/hopper/select.py",
+     "if exact or idle_waves(tuned, M, N, K, dev.sms) <= NEAR_SLACK * idle_waves(heuristic, M, N, K, dev.sms):",
+     "if True:", "tests/test_select.py"),
+    ("decode rows take the mid-size tile", "src/pingpong/hopper/select.py",
+     "if M > DECODE_M and M <= MID_M", "if M <= MID_M", "tests/test_select.py"),
 ]
 
 

@@ -130,9 +130,9 @@ def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS) -> KernelCo
 
 def tile_width(M: int, N: int, sms: int) -> int:
     """The block_n of 128-row tiles that wastes the least of the last wave (module docstring);
-    ties go to the wider tile."""
+    ties go to the wider tile (min keeps the first of TILE_EFFICIENCY's widest-first order)."""
     cost = lambda bn: math.ceil(math.ceil(M / 128) * math.ceil(N / bn) / sms) * bn / TILE_EFFICIENCY[bn]  # noqa: E731
-    return min(TILE_EFFICIENCY, key=lambda bn: (cost(bn), -bn))
+    return min(TILE_EFFICIENCY, key=cost)
 
 
 def split_count(tiles: int, k_steps: int, sms: int) -> int:
