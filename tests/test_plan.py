@@ -229,7 +229,7 @@ def test_batched_calls_take_the_one_kernel_path_fused_ones_keep_split(hopper):
     for bias, act in ((t(2048), "none"), (None, "silu")):
         p = plan.build(a, w.t(), None, 0.0, BF16, False, None, bias, act)
         assert isinstance(p, plan.SplitPlan) and p.activation == act
-    p = plan.build(t(2, 16, 1024), w.t(), None, 0.0, BF16, False, None)
+    p = plan.build(t(2, 8, 1024), w.t(), None, 0.0, BF16, False, None)  # 16 rows in all: decode's swap-AB + split-K
     assert type(p) is plan.HopperPlan and p.config.split_k == 1 and not p.config.swap_ab
     with pytest.raises(pingpong.PingpongError, match="config: split_k=2"):
         plan.build(t(2, 16, 1024), w.t(), None, 0.0, BF16, False, KernelConfig(128, 128, 64, split_k=2))
