@@ -64,6 +64,9 @@ def test_large_problems_take_the_big_tile_unsplit(n):
 def test_tile_width_follows_wave_quantization(M, N, K, width):
     c = select_config(M, N, K, device=UNTUNED)
     assert (c.block_m, c.block_n, c.split_k, c.swap_ab) == (128, width, 1, False)
+    # one wave of 128×192 tiles (512×6144, 1536³) takes 32-column epilogue sub-tiles: a 5th ring stage
+    one_wave_192 = width == 192 and -(-M // 128) * -(-N // 192) <= 132
+    assert (c.epilogue_n == 32) == one_wave_192 and c.derive().stages == (5 if one_wave_192 else c.derive().stages)
 
 
 @pytest.mark.parametrize("M, N", [(128, 4096), (128, 6144), (96, 4096), (65, 6144), (64, 4096), (33, 8192), (17, 6144)])

@@ -171,7 +171,8 @@ def space(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2) -> list
 
 def quick_grid(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2) -> list[KernelConfig]:
     """The heuristic's config and its neighbours: split ×½ ×2 (where it splits), the other
-    schedule, the other orientation, the big / two-piece / medium tile unsplit, and for
+    schedule, the other orientation, the big / two-piece (both sub-tile widths) / medium tile
+    unsplit, and for
     M ≤ 2·MID_M the mid-size 64×96 ping-pong tile."""
     h = heuristic_config(M, N, K)
     other = "pingpong" if h.schedule == "cooperative" else "cooperative"
@@ -183,7 +184,8 @@ def quick_grid(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2) ->
     splits = [h.split_k // 2, 2 * h.split_k] if h.split_k > 1 else []  # unsplit: the tiles fill the GPU
     grid = [h, *(dataclasses.replace(h, split_k=s) for s in splits),
             dataclasses.replace(h, schedule=other, block_m=64 if other == "pingpong" else 128), flipped,
-            KernelConfig(128, 256, 64), KernelConfig(128, 192, 64), KernelConfig(128, 128, 64, schedule="pingpong")]
+            KernelConfig(128, 256, 64), KernelConfig(128, 192, 64), KernelConfig(128, 192, 64, epilogue_n=32),
+            KernelConfig(128, 128, 64, schedule="pingpong")]
     if M <= 2 * MID_M:  # the mid-size tile (select's heuristic for 65..128 rows)
         grid.append(KernelConfig(64, 96, 64, schedule="pingpong"))
     return dedupe(grid, M, N, K, in_bytes, out_bytes)
