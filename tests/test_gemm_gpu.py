@@ -102,7 +102,7 @@ def test_alpha_beta(schedule, out_dtype, gen):
 EPILOGUES = [KernelConfig(128, 256, 64, schedule="cooperative", epilogue_n=e) for e in (256, 128, 32)] + [
     KernelConfig(128, 128, 64, schedule="pingpong", epilogue_n=e) for e in (128, 16)] + [
     KernelConfig(128, 256, 64, schedule="persistent", epilogue_n=e) for e in (256, 64)] + [
-    KernelConfig(128, 192, 64, schedule="cooperative", epilogue_n=e) for e in (64, 16)]
+    KernelConfig(128, 192, 64, schedule="cooperative", epilogue_n=e) for e in (64, 32, 16)]
 
 
 @pytest.mark.parametrize("config", EPILOGUES, ids=lambda c: f"{c.schedule}-{c.block_m}x{c.block_n}-e{c.epilogue_n}")
