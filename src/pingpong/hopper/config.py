@@ -5,7 +5,8 @@ other number is derived (docs/design.md "The parts").
         │ derive(in_bytes, out_bytes)  -> Derived          everything that follows from it
         ▼
     instruction shape (wgmma m64·N·k16) · swizzle widths · stage count from the shared-memory
-    budget · warps per partition · register budgets (setmaxnreg) · shared-memory bytes
+    budget · warps per partition · register budgets (setmaxnreg) · shared-memory bytes ·
+    column pieces (block_n = 3·2^k: 2/3 + 1/3, each a power of two; `column_pieces`)
 
 Schedules (each a different orchestration of the same parts, see pingpong.hopper.kernel);
 their numbers live in SCHEDULE_FACTS, which derivation, the kernel's constexprs and the

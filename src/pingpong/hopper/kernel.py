@@ -40,7 +40,15 @@ fills the 64-row wgmma side and the result is written transposed.
               │                                            │   out = cast(act(α·(ws[0] + ws[1] + ...) + bias) + β·C)
 
 All three share one mainloop contract (pingpong.hopper.pipeline docstring): wait ready with
-ring_phase, keep one wgmma group in flight, release a slot once its wgmma has completed.
+ring_phase, keep one k-step's wgmma in flight, release a slot once its wgmma has completed.
+
+TWO-PIECE TILES (BN2 > 0, block_n = 3·2^k; config.column_pieces): the same orchestration. The
+producer loads B as three boxes into two buffers per slot, the MmaOp issues two wgmma groups per
+k-step into two accumulators, and the epilogue stores the first piece's columns, then the
+second's:
+
+    producer  │ A, B[0:q], B[q:2q] -> slot.a, slot.b ; B[2q:3q] -> slot.b2 │ ...
+    consumer  │ wgmma(a, b) -> acc ; wgmma(a, b2) -> acc2 ; wait(1 k-step) │ ... │ epi acc | acc2
 """
 
 from triton.experimental import gluon
