@@ -58,7 +58,8 @@ MIN_SPLIT_STEPS = 32
 SPLIT_OVERHEAD_STEPS = 4
 #: a split count must beat the next smaller one by this factor (its partials cost traffic)
 SPLIT_MARGIN = 0.95
-#: decode: M up to this many rows runs swap-AB (M on the wgmma N side, which can be 16..256)
+#: swap-AB (M on the wgmma N side, which can be 16..256) for up to this many rows, where the
+#: mid-size tile below does not fit one wave (and always for decode, M ≤ DECODE_M)
 SWAP_AB_MAX_M = 64
 #: up to this many rows swap-AB comes first (a 64-row tile would be three-quarters padding)
 DECODE_M = 16
