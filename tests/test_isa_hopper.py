@@ -16,7 +16,7 @@ def facts(kernel):
     return cc.compile_kernel(kernel, "sm_90a").facts()
 
 
-@pytest.mark.parametrize("kernel", ["persistent", "cooperative", "pingpong", "cooperative-192"])
+@pytest.mark.parametrize("kernel", ["persistent", "cooperative", "pingpong", "cooperative-192", "pingpong-96"])
 def test_common_facts(kernel):
     f = facts(kernel)
     assert f.counts["wgmma"] > 0 and f.counts["HGMMA"] > 0, "tensor-core wgmma missing"
@@ -26,7 +26,7 @@ def test_common_facts(kernel):
     assert 0 < f.shared_bytes <= SMEM_LIMIT
 
 
-@pytest.mark.parametrize("kernel", ["cooperative", "pingpong", "cooperative-192"])
+@pytest.mark.parametrize("kernel", ["cooperative", "pingpong", "cooperative-192", "pingpong-96"])
 def test_warp_specialized_facts(kernel):
     f = facts(kernel)
     assert f.counts["setmaxnreg"] > 0, "register budgets (setmaxnreg) not applied"
@@ -43,6 +43,16 @@ def test_two_piece_tile_issues_both_widths_and_keeps_one_k_step_in_flight():
     assert shapes == {"m64n128k16", "m64n64k16"}, shapes
     waits = set(re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx))
     assert waits == {"0", "2"}, f"wgmma.wait_group counts {waits}: the mainloop must keep 2 groups (one k-step)"
+
+
+def test_mid_size_tile_rings_ten_stages_within_budget():
+    """Ping-pong 64×96: derive() gives the ring 10 stages (MAX_STAGES 12 lets it), and the
+    compiler's shared memory stays within what derive() budgeted."""
+    from pingpong import KernelConfig
+
+    d = KernelConfig(64, 96, 64, schedule="pingpong").derive()
+    assert d.stages == 10 and d.pieces == (64, 32)
+    assert d.shared_bytes - 1024 <= facts("pingpong-96").shared_bytes <= d.shared_bytes <= SMEM_LIMIT
 
 
 def test_baseline_is_not_warp_specialized():

@@ -233,6 +233,8 @@ cc.register("cooperative-gelu", targets=("sm_90a",))(_offline_builder("cooperati
 cc.register("pingpong-batched", targets=("sm_90a",))(_offline_builder("pingpong", (128, 128, 64), batches=4))
 # A two-piece tile (config.column_pieces: 128 + 64 columns).
 cc.register("cooperative-192", targets=("sm_90a",))(_offline_builder("cooperative", (128, 192, 64)))
+# select's mid-size tile: ping-pong 64×96 (64 + 32 columns), its ring 10 stages deep.
+cc.register("pingpong-96", targets=("sm_90a",))(_offline_builder("pingpong", (64, 96, 64)))
 
 
 def _offline_split_builder(config: KernelConfig, shape: tuple[int, int, int], doc: str):
