@@ -226,7 +226,7 @@ MUTATIONS = [
      "if exact or idle_waves(tuned, M, N, K, dev.sms) <= NEAR_SLACK * idle_waves(heuristic, M, N, K, dev.sms):",
      "if True:", "tests/test_select.py"),
     ("decode rows take the mid-size tile", "src/pingpong/hopper/select.py",
-     "if M > DECODE_M and M <= MID_M", "if M <= MID_M", "tests/test_select.py"),
+     "if DECODE_M < M <= MID_M", "if M <= MID_M", "tests/test_select.py"),
 ]
 
 

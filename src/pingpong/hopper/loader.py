@@ -51,9 +51,10 @@ class TileLoader:
         else:
             load_tile(self.a_desc, batch, k, off_m, bar, ring.a_bufs.index(s))
         if self.BN2:
-            first = ring.b_bufs.index(s)
-            self.load_b(first.slice(0, self.BN2, 0 if self.B_KMAJOR else 1), off_n, k, bar, batch)
-            self.load_b(first.slice(self.BN2, self.BN2, 0 if self.B_KMAJOR else 1), off_n + self.BN2, k, bar, batch)
+            N_DIM: gl.constexpr = 0 if self.B_KMAJOR else 1  # where N runs in a B box
+            for i in gl.static_range(2):  # the first piece: two boxes side by side
+                self.load_b(ring.b_bufs.index(s).slice(i * self.BN2, self.BN2, N_DIM), off_n + i * self.BN2, k, bar,
+                            batch)
             self.load_b(ring.b2_bufs.index(s), off_n + 2 * self.BN2, k, bar, batch)
         else:
             self.load_b(ring.b_bufs.index(s), off_n, k, bar, batch)

@@ -123,25 +123,29 @@ def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS) -> KernelCo
     """The rule of the module docstring (valid for every element size the kernel takes)."""
     if 2 * (M * K + N * K + M * N) < SPLIT_MIN_BYTES:  # launch-bound: one kernel, no workspace
         return KernelConfig(128, 128, 64)
-    if M > DECODE_M and M <= MID_M and math.ceil(M / 64) * math.ceil(N / 96) <= sms:
-        return KernelConfig(64, 96, 64, schedule="pingpong")
+    mid = KernelConfig(64, 96, 64, schedule="pingpong")
+    if DECODE_M < M <= MID_M and tile_count(mid, M, N) <= sms:
+        return mid
     if M <= SWAP_AB_MAX_M:
         config = KernelConfig(128, max(16, 1 << math.ceil(math.log2(max(M, 1)))), 64, swap_ab=True)
-        rows, cols = N, M
     else:
-        width = tile_width(M, N, sms)
-        one_wave = math.ceil(M / 128) * math.ceil(N / width) <= sms
-        # one wave of two-piece tiles: 32-column sub-tiles leave the ring a 5th stage (below)
-        config = KernelConfig(128, width, 64, epilogue_n=ONE_WAVE_EPILOGUE_N if width == 192 and one_wave else None)
-        rows, cols = M, N
-    tiles = math.ceil(rows / config.block_m) * math.ceil(cols / config.block_n)
+        config = KernelConfig(128, tile_width(M, N, sms), 64)
+    tiles = tile_count(config, M, N)
+    if config.block_n == 192 and not config.swap_ab and tiles <= sms:
+        config = dataclasses.replace(config, epilogue_n=ONE_WAVE_EPILOGUE_N)  # one wave: a 5th ring stage (above)
     return dataclasses.replace(config, split_k=split_count(tiles, math.ceil(K / config.block_k), sms))
+
+
+def tile_count(config: KernelConfig, M: int, N: int) -> int:
+    """Output tiles of an M × N product under `config` (its transpose's under swap-AB)."""
+    rows, cols = (N, M) if config.swap_ab else (M, N)
+    return math.ceil(rows / config.block_m) * math.ceil(cols / config.block_n)
 
 
 def tile_width(M: int, N: int, sms: int) -> int:
     """The block_n of 128-row tiles that wastes the least of the last wave (module docstring);
     ties go to the wider tile (min keeps the first of TILE_EFFICIENCY's widest-first order)."""
-    cost = lambda bn: math.ceil(math.ceil(M / 128) * math.ceil(N / bn) / sms) * bn / TILE_EFFICIENCY[bn]  # noqa: E731
+    cost = lambda bn: math.ceil(tile_count(KernelConfig(128, bn, 64), M, N) / sms) * bn / TILE_EFFICIENCY[bn]  # noqa: E731
     return min(TILE_EFFICIENCY, key=cost)
 
 
@@ -160,9 +164,7 @@ def split_count(tiles: int, k_steps: int, sms: int) -> int:
 def idle_waves(config: KernelConfig, M: int, N: int, K: int, sms: int) -> float:
     """SM-time of the waves the config's work units run in, over the units' own (≥ 1; 1 when
     the last wave is full): what a tile count just past a multiple of `sms` costs."""
-    rows, cols = (N, M) if config.swap_ab else (M, N)
-    units = math.ceil(rows / config.block_m) * math.ceil(cols / config.block_n) * \
-        effective_splits(K, config.block_k, config.split_k)
+    units = tile_count(config, M, N) * effective_splits(K, config.block_k, config.split_k)
     return math.ceil(units / sms) * sms / units
 
 
