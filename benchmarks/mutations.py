@@ -227,6 +227,15 @@ MUTATIONS = [
      "if True:", "tests/test_select.py"),
     ("decode rows take the mid-size tile", "src/pingpong/hopper/select.py",
      "if DECODE_M < M <= MID_M", "if M <= MID_M", "tests/test_select.py"),
+    ("the mid-size width filling the least of the wave", "src/pingpong/hopper/select.py",
+     "return max(fits, key=lambda c: tile_count(c, M, N), default=None)",
+     "return min(fits, key=lambda c: tile_count(c, M, N), default=None)", "tests/test_select.py"),
+    ("decode on 128-row cooperative tiles", "src/pingpong/hopper/select.py",
+     'config = KernelConfig(64, 16, 64, schedule="pingpong", swap_ab=True)',
+     "config = KernelConfig(128, 16, 64, swap_ab=True)", "tests/test_select.py"),
+    ("the quick grid tries only the 64x96 mid-size tile", "src/pingpong/tune.py",
+     'grid += [KernelConfig(64, bn, 64, schedule="pingpong") for bn in MID_WIDTHS]',
+     'grid += [KernelConfig(64, 96, 64, schedule="pingpong")]', "tests/test_tune.py"),
 ]
 
 

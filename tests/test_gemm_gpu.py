@@ -25,7 +25,8 @@ SCHEDULES = {
     "cooperative-192": KernelConfig(128, 192, 64, schedule="cooperative"),
     "pingpong-192": KernelConfig(64, 192, 64, schedule="pingpong"),
     "pingpong-96": KernelConfig(64, 96, 64, schedule="pingpong"),  # 64 + 32: select's mid-size tile
-    "pingpong-64x32": KernelConfig(64, 32, 64, schedule="pingpong"),  # 12 stages: the tables' 64-row tile
+    "pingpong-64x32": KernelConfig(64, 32, 64, schedule="pingpong"),  # 12 stages: select's 64-row tile
+    "pingpong-64x64": KernelConfig(64, 64, 64, schedule="pingpong"),  # select's 128-row tile at N = 4096
 }
 BOUND = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-4}
 

@@ -30,11 +30,10 @@ def units(M, N, K, c):
 @pytest.mark.parametrize("N, K", [(4096, 4096), (6144, 4096), (4096, 14336), (8192, 8192)])
 def test_decode_takes_swap_ab_with_enough_work_units(M, N, K):
     c = select_config(M, N, K, device=UNTUNED)
-    assert c.swap_ab and c.block_n >= M and c.block_n <= 64, "M on the wgmma N side, as narrow as fits"
-    # at least half the SMs stream a part of the weight (1×4096×4096: 32 tiles of N; the H100
-    # tuning run measured 2 splits of 32 k-steps faster than 4 of 16)
+    assert c.swap_ab and c.block_n == 16, "M on the wgmma N side, as narrow as fits"
+    assert (c.block_m, c.schedule) == (64, "pingpong"), "N in 64-row tiles: twice the tiles of 128-row ones"
+    # at least half the SMs stream a part of the weight (1×4096×4096: 64 tiles of N)
     assert units(M, N, K, c) >= 64, "half the SMs or more stream a part of the weight"
-    assert c.split_k > 1
 
 
 @pytest.mark.parametrize("M, N, K", SUITES["largek"][:2])
@@ -69,10 +68,19 @@ def test_tile_width_follows_wave_quantization(M, N, K, width):
     assert (c.epilogue_n == 32) == one_wave_192 and c.derive().stages == (5 if one_wave_192 else c.derive().stages)
 
 
-@pytest.mark.parametrize("M, N", [(128, 4096), (128, 6144), (96, 4096), (65, 6144), (64, 4096), (33, 8192), (17, 6144)])
-def test_mid_size_m_takes_the_64x96_pingpong_tile_in_one_wave(M, N):
+@pytest.mark.parametrize("M, N, width", [
+    (128, 4096, 64),  # 2 × 64 = 128 tiles of 64×64; 64×96 makes 86, 64×32 256 (two waves)
+    (128, 6144, 96),  # 2 × 64 = 128 tiles of 64×96; 64×64 makes 192
+    (96, 4096, 64),
+    (65, 6144, 96),
+    (64, 4096, 32),   # 128 tiles of 64×32; 64×64 makes 64
+    (33, 8192, 64),   # 128 tiles of 64×64; 64×96 makes 86, 64×32 256
+    (17, 6144, 64),   # 96 tiles of 64×64; 64×96 makes 64, 64×32 192
+    (100, 1000, 32),  # 2 × 32 = 64 tiles of 64×32: the most one wave holds
+])
+def test_mid_size_m_takes_the_64_row_pingpong_tile_that_fills_one_wave(M, N, width):
     c = select_config(M, N, 4096, device=UNTUNED)
-    assert c == KernelConfig(64, 96, 64, schedule="pingpong"), c
+    assert c == KernelConfig(64, width, 64, schedule="pingpong"), c
     assert units(M, N, 4096, c) <= 132, "one wave, unsplit"
 
 
@@ -97,7 +105,7 @@ def test_selected_configs_validate_for_every_output_type():
 
 # ----------------------------------------------------------------------------- the table
 
-TUNED = KernelConfig(128, 32, 64, schedule="pingpong", split_k=3, swap_ab=True)
+TUNED = KernelConfig(128, 32, 64, schedule="pingpong", split_k=4, swap_ab=True)
 
 
 def h100_key():

@@ -23,6 +23,7 @@ VARIANTS = {
     "splitk4-pingpong64": KernelConfig(64, 128, 64, schedule="pingpong", split_k=4),
     "swap16-splitk2": KernelConfig(128, 16, 64, split_k=2, swap_ab=True),
     "swap32": KernelConfig(128, 32, 64, swap_ab=True),
+    "swap16-pingpong64": KernelConfig(64, 16, 64, schedule="pingpong", swap_ab=True),  # select's decode tile
     "swap64-pingpong64-splitk5": KernelConfig(64, 64, 64, schedule="pingpong", split_k=5, swap_ab=True),
     # two column pieces (config.column_pieces): 128 + 64 split, 32 + 16 under swap-AB
     "splitk2-coop192": KernelConfig(128, 192, 64, split_k=2),

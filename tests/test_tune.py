@@ -98,6 +98,15 @@ def test_quick_grid_measures_heuristic_first_each_config_once():
     assert 3 <= len(results) <= 10
 
 
+@pytest.mark.parametrize("M", [17, 64, 128, 256])
+def test_quick_grid_tries_every_mid_size_width(M):
+    """The mid-size 64-row ping-pong tiles (select's pick for 17..128 rows is one of them, and
+    which one wins depends on the GPU) are all measured up to twice that many rows."""
+    grid = tune.quick_grid(M, 4096, 4096)
+    for bn in (96, 64, 32):
+        assert KernelConfig(64, bn, 64, schedule="pingpong") in grid, bn
+
+
 def test_the_current_table_config_is_measured_second():
     """A search starts from the heuristic's config and the active table's, so the table it
     writes is never worse (on that run) than the one it started from."""

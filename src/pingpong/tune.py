@@ -34,7 +34,7 @@ from .hopper.config import KernelConfig
 from .errors import ConfigError, PingpongError
 from .hopper import table as tables
 from .hopper.scheduler import effective_splits
-from .hopper.select import DECODE_M, MID_M, choose, heuristic_config
+from .hopper.select import MID_M, MID_WIDTHS, choose, heuristic_config
 from .suites import SUITES, suite
 
 EXIT_USAGE = 2
@@ -173,7 +173,7 @@ def quick_grid(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2) ->
     """The heuristic's config and its neighbours: split ×½ ×2 (where it splits), the other
     schedule, the other orientation, the big / two-piece (both sub-tile widths) / medium tile
     unsplit, and for
-    M ≤ 2·MID_M the mid-size 64×96 ping-pong tile (and 64×32 for 17..64 rows)."""
+    M ≤ 2·MID_M the mid-size 64-row ping-pong tiles of every width in MID_WIDTHS."""
     h = heuristic_config(M, N, K)
     other = "pingpong" if h.schedule == "cooperative" else "cooperative"
     if h.swap_ab:
@@ -186,10 +186,8 @@ def quick_grid(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2) ->
             dataclasses.replace(h, schedule=other, block_m=64 if other == "pingpong" else 128), flipped,
             KernelConfig(128, 256, 64), KernelConfig(128, 192, 64), KernelConfig(128, 192, 64, epilogue_n=32),
             KernelConfig(128, 128, 64, schedule="pingpong")]
-    if M <= 2 * MID_M:  # the mid-size tile (select's heuristic for 17..128 rows)
-        grid.append(KernelConfig(64, 96, 64, schedule="pingpong"))
-    if DECODE_M < M <= 64:  # a 64-row product: the narrow tile that fills a wave at N = 4096 (run 69)
-        grid.append(KernelConfig(64, 32, 64, schedule="pingpong"))
+    if M <= 2 * MID_M:  # the mid-size tiles (select's heuristic picks one of them for 17..128 rows)
+        grid += [KernelConfig(64, bn, 64, schedule="pingpong") for bn in MID_WIDTHS]
     return dedupe(grid, M, N, K, in_bytes, out_bytes)
 
 

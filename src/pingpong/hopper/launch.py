@@ -263,6 +263,8 @@ OFFLINE_SPLIT_VARIANTS = {
                "Hopper GEMM, swap-AB (Cᵀ = W·Aᵀ), cooperative 128×16×64, split-K 2 (decode)"),
     "swapab_64": (KernelConfig(128, 64, 64, schedule="cooperative", swap_ab=True), (64, 4096, 4096),
                   "Hopper GEMM, swap-AB, cooperative 128×64×64 (M ≤ 64), one split"),
+    "swapab_pingpong": (KernelConfig(64, 16, 64, schedule="pingpong", swap_ab=True), (16, 6144, 4096),
+                        "Hopper GEMM, swap-AB, ping-pong 64×16×64 (select's decode tile), one split"),
     "splitk_192": (KernelConfig(128, 192, 64, schedule="cooperative", split_k=2), (512, 6144, 4096),
                    "Hopper GEMM, split-K 2, cooperative 128×192×64 (two column pieces, 128 + 64)"),
 }

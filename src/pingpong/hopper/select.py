@@ -13,8 +13,9 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count):
     | case                          | config                                              |
     |-------------------------------|-----------------------------------------------------|
     | < SPLIT_MIN_BYTES moved       | 128×128×64 cooperative, no split (launch-bound)     |
-    | M ≤ 16 (decode)               | swap-AB: 128 rows of N × 16 columns, cooperative    |
-    | M ≤ 128, ≤ S tiles of 64×96   | 64×96×64 ping-pong (two column pieces, 64 + 32)     |
+    | M ≤ 16 (decode)               | swap-AB: 64 rows of N × 16 columns, ping-pong       |
+    | M ≤ 128, ≤ S tiles of 64×96   | 64×BN×64 ping-pong, BN ∈ MID_WIDTHS (96, 64, 32)    |
+    |                               | the width whose tiles fill most of one wave         |
     | M ≤ 64                        | swap-AB: 128 rows of N × (M rounded up to 32 or 64) |
     | otherwise                     | 128×BN×64 cooperative, BN ∈ {256, 192, 128} the     |
     |                               | width of least ⌈tiles / S⌉ · BN / TILE_EFFICIENCY   |
@@ -26,9 +27,15 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count):
     s ≤ MAX_SPLIT_K, and a larger s only where it wins by SPLIT_MARGIN
 
 Mid-size M (17..128 rows) streams the weight like decode does, but its rows fill a 64-row
-wgmma: 64×96 tiles put 86 (N = 4096) or 128 (N = 6144) tiles on the SMs in one wave, unsplit,
-each with a ring of 10 stages (H100, L2 flushed, run 59: 64×4096×4096 0.938 of cuBLAS vs 0.852
-for swap-AB 64×64 split 2; 128×4096×4096 0.932 vs 0.848 for 64×128 split 2).
+wgmma. Its tiles run unsplit in one wave, each with a deep ring (10-12 stages), and the width
+is the one that puts the most of them on the SMs: at N = 4096, 64 rows take 64×32 (128 tiles)
+and 128 rows 64×64 (128 tiles); at N = 6144, 128 rows take 64×96 (128 tiles). (H100, L2
+flushed, run 73: 128×4096×4096 0.982 of cuBLAS with 64×64 vs 0.902 with 64×96, 86 tiles;
+run 59: 64×96 0.938 at 64×4096×4096 vs 0.852 for swap-AB 64×64 split 2.)
+
+Decode (M ≤ 16) puts N on the wgmma's 64-row side, ping-pong, so that twice as many tiles as
+128-row ones stream the weight (H100, run 74: 16×6144×4096 0.976 vs 0.944, 1×4096×4096 1.034
+vs 1.018, 16×28672×4096 1.001 vs 0.979).
 
 The width rule is wave quantization: the persistent grid runs S tiles at a time, so a tile
 count just above a multiple of S wastes most of a wave. 512×6144 makes 96 tiles of 128×256
@@ -67,8 +74,10 @@ DECODE_M = 16
 #: swap-AB path costs a workspace, counters and pointer stores, host and GPU time that a
 #: problem reading < 4 MB (< 2 µs of HBM time) cannot earn back
 SPLIT_MIN_BYTES = 2**22
-#: mid-size M: from DECODE_M + 1 up to this many rows the 64×96 ping-pong tile (when it makes ≤ S tiles)
+#: mid-size M: from DECODE_M + 1 up to this many rows a 64-row ping-pong tile (when it makes ≤ S tiles)
 MID_M = 128
+#: the mid-size tile's widths, widest first (ties in tile count go to the wider)
+MID_WIDTHS = (96, 64, 32)
 #: relative per-FLOP speed of a 128-row tile by width, for the wave rule (H100, run 51, kernel
 #: time: 8192³ 128×256 1515 µs, 128×192 1540, 128×128 1699; 192 = 128 + 64 column pieces)
 TILE_EFFICIENCY = {256: 1.0, 192: 0.97, 128: 0.9}
@@ -123,17 +132,27 @@ def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS) -> KernelCo
     """The rule of the module docstring (valid for every element size the kernel takes)."""
     if 2 * (M * K + N * K + M * N) < SPLIT_MIN_BYTES:  # launch-bound: one kernel, no workspace
         return KernelConfig(128, 128, 64)
-    mid = KernelConfig(64, 96, 64, schedule="pingpong")
-    if DECODE_M < M <= MID_M and tile_count(mid, M, N) <= sms:
+    mid = mid_tile(M, N, sms)
+    if DECODE_M < M <= MID_M and mid is not None:
         return mid
-    if M <= SWAP_AB_MAX_M:
-        config = KernelConfig(128, max(16, 1 << math.ceil(math.log2(max(M, 1)))), 64, swap_ab=True)
+    if M <= DECODE_M:
+        config = KernelConfig(64, 16, 64, schedule="pingpong", swap_ab=True)
+    elif M <= SWAP_AB_MAX_M:
+        config = KernelConfig(128, 1 << math.ceil(math.log2(M)), 64, swap_ab=True)
     else:
         config = KernelConfig(128, tile_width(M, N, sms), 64)
     tiles = tile_count(config, M, N)
     if config.block_n == 192 and not config.swap_ab and tiles <= sms:
         config = dataclasses.replace(config, epilogue_n=ONE_WAVE_EPILOGUE_N)  # one wave: a 5th ring stage (above)
     return dataclasses.replace(config, split_k=split_count(tiles, math.ceil(K / config.block_k), sms))
+
+
+def mid_tile(M: int, N: int, sms: int) -> KernelConfig | None:
+    """The 64-row ping-pong tile of MID_WIDTHS whose tiles fill the most of one wave; None when
+    even the widest makes more than `sms` tiles."""
+    fits = [KernelConfig(64, bn, 64, schedule="pingpong") for bn in MID_WIDTHS]
+    fits = [c for c in fits if tile_count(c, M, N) <= sms]
+    return max(fits, key=lambda c: tile_count(c, M, N), default=None)
 
 
 def tile_count(config: KernelConfig, M: int, N: int) -> int:
