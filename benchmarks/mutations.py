@@ -233,6 +233,8 @@ MUTATIONS = [
     ("decode on 128-row cooperative tiles", "src/pingpong/hopper/select.py",
      'config = KernelConfig(64, 16, 64, schedule="pingpong", swap_ab=True)',
      "config = KernelConfig(128, 16, 64, swap_ab=True)", "tests/test_select.py"),
+    ("the mid-size tile never split", "src/pingpong/hopper/select.py",
+     "config = mid\n", "return mid\n", "tests/test_select.py"),
     ("the quick grid tries only the 64x96 mid-size tile", "src/pingpong/tune.py",
      'grid += [KernelConfig(64, bn, 64, schedule="pingpong") for bn in MID_WIDTHS]',
      'grid += [KernelConfig(64, 96, 64, schedule="pingpong")]', "tests/test_tune.py"),

@@ -1,6 +1,7 @@
 """Config selection and the tuning table (CPU): the heuristic's kernels per shape class, the
 table's bucket lookup, round trip, and every way a table is refused (with a warning)."""
 
+import dataclasses
 import json
 import warnings
 
@@ -80,8 +81,15 @@ def test_tile_width_follows_wave_quantization(M, N, K, width):
 ])
 def test_mid_size_m_takes_the_64_row_pingpong_tile_that_fills_one_wave(M, N, width):
     c = select_config(M, N, 4096, device=UNTUNED)
-    assert c == KernelConfig(64, width, 64, schedule="pingpong"), c
-    assert units(M, N, 4096, c) <= 132, "one wave, unsplit"
+    assert (c.block_m, c.block_n, c.schedule, c.swap_ab) == (64, width, "pingpong", False), c
+    assert units(M, N, 4096, c) <= 132, "one wave"
+    # split only where the tiles fill at most half the SMs (then two splits of 32 k-steps each)
+    assert c.split_k == (2 if units(M, N, 4096, dataclasses.replace(c, split_k=1)) <= 66 else 1)
+
+
+def test_mid_size_m_with_a_long_k_and_few_tiles_splits_k():
+    c = select_config(100, 1000, 65536, device=UNTUNED)  # 64 tiles of 64×32, 1024 k-steps each
+    assert (c.block_m, c.block_n) == (64, 32) and c.split_k > 1 and units(100, 1000, 65536, c) <= 132
 
 
 def test_mid_size_m_with_too_many_64x96_tiles_takes_128_row_tiles():

@@ -27,8 +27,9 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count):
     s ≤ MAX_SPLIT_K, and a larger s only where it wins by SPLIT_MARGIN
 
 Mid-size M (17..128 rows) streams the weight like decode does, but its rows fill a 64-row
-wgmma. Its tiles run unsplit in one wave, each with a deep ring (10-12 stages), and the width
-is the one that puts the most of them on the SMs: at N = 4096, 64 rows take 64×32 (128 tiles)
+wgmma. Its tiles run in one wave (split only when K is long enough that the cost model above
+asks for it), each with a deep ring (10-12 stages), and the width is the one that puts the
+most of them on the SMs: at N = 4096, 64 rows take 64×32 (128 tiles)
 and 128 rows 64×64 (128 tiles); at N = 6144, 128 rows take 64×96 (128 tiles). (H100, L2
 flushed, run 73: 128×4096×4096 0.982 of cuBLAS with 64×64 vs 0.902 with 64×96, 86 tiles;
 run 59: 64×96 0.938 at 64×4096×4096 vs 0.852 for swap-AB 64×64 split 2.)
@@ -134,8 +135,8 @@ def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS) -> KernelCo
         return KernelConfig(128, 128, 64)
     mid = mid_tile(M, N, sms)
     if DECODE_M < M <= MID_M and mid is not None:
-        return mid
-    if M <= DECODE_M:
+        config = mid
+    elif M <= DECODE_M:
         config = KernelConfig(64, 16, 64, schedule="pingpong", swap_ab=True)
     elif M <= SWAP_AB_MAX_M:
         config = KernelConfig(128, 1 << math.ceil(math.log2(M)), 64, swap_ab=True)
