@@ -27,9 +27,9 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count):
     s ≤ MAX_SPLIT_K, and a larger s only where it wins by SPLIT_MARGIN
 
 Mid-size M (17..128 rows) streams the weight like decode does, but its rows fill a 64-row
-wgmma. Its tiles run in one wave (split only when K is long enough that the cost model above
-asks for it), each with a deep ring (10-12 stages), and the width is the one that puts the
-most of them on the SMs: at N = 4096, 64 rows take 64×32 (128 tiles)
+wgmma. Its tiles run in one wave, each with a deep ring (10-12 stages), and the width is the
+one that puts the most of them on the SMs (when K is long enough that the split rule above
+splits them anyway, at least MID_SPLIT_WIDTH wide): at N = 4096, 64 rows take 64×32 (128 tiles)
 and 128 rows 64×64 (128 tiles); at N = 6144, 128 rows take 64×96 (128 tiles). (H100, L2
 flushed, run 73: 128×4096×4096 0.982 of cuBLAS with 64×64 vs 0.902 with 64×96, 86 tiles;
 run 59: 64×96 0.938 at 64×4096×4096 vs 0.852 for swap-AB 64×64 split 2.)
@@ -79,6 +79,10 @@ SPLIT_MIN_BYTES = 2**22
 MID_M = 128
 #: the mid-size tile's widths, widest first (ties in tile count go to the wider)
 MID_WIDTHS = (96, 64, 32)
+#: a mid-size tile that K splits anyway is at least this wide: the splits fill the SMs, and a
+#: narrower tile only re-reads A more often (H100, run 82: 100×1000×65536 ping-pong 64×64
+#: split 4 0.959 of cuBLAS vs 64×32 split 2 0.642)
+MID_SPLIT_WIDTH = 64
 #: relative per-FLOP speed of a 128-row tile by width, for the wave rule (H100, run 51, kernel
 #: time: 8192³ 128×256 1515 µs, 128×192 1540, 128×128 1699; 192 = 128 + 64 column pieces)
 TILE_EFFICIENCY = {256: 1.0, 192: 0.97, 128: 0.9}
@@ -135,17 +139,30 @@ def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS) -> KernelCo
         return KernelConfig(128, 128, 64)
     mid = mid_tile(M, N, sms)
     if DECODE_M < M <= MID_M and mid is not None:
-        config = mid
+        narrow = split(mid, M, N, K, sms)
+        wide = split(dataclasses.replace(mid, block_n=max(mid.block_n, MID_SPLIT_WIDTH)), M, N, K, sms)
+        # a long K splits anyway: the wider tile, where its splits make as many work units
+        wider = narrow.split_k > 1 and work_units(wide, M, N) >= work_units(narrow, M, N)
+        config = wide if wider else narrow
     elif M <= DECODE_M:
         config = KernelConfig(64, 16, 64, schedule="pingpong", swap_ab=True)
     elif M <= SWAP_AB_MAX_M:
         config = KernelConfig(128, 1 << math.ceil(math.log2(M)), 64, swap_ab=True)
     else:
         config = KernelConfig(128, tile_width(M, N, sms), 64)
-    tiles = tile_count(config, M, N)
-    if config.block_n == 192 and not config.swap_ab and tiles <= sms:
+    if config.block_n == 192 and not config.swap_ab and tile_count(config, M, N) <= sms:
         config = dataclasses.replace(config, epilogue_n=ONE_WAVE_EPILOGUE_N)  # one wave: a 5th ring stage (above)
-    return dataclasses.replace(config, split_k=split_count(tiles, math.ceil(K / config.block_k), sms))
+    return split(config, M, N, K, sms)
+
+
+def split(config: KernelConfig, M: int, N: int, K: int, sms: int) -> KernelConfig:
+    """`config` with the split count of the module docstring's cost model."""
+    k_steps = math.ceil(K / config.block_k)
+    return dataclasses.replace(config, split_k=split_count(tile_count(config, M, N), k_steps, sms))
+
+
+def work_units(config: KernelConfig, M: int, N: int) -> int:
+    return tile_count(config, M, N) * config.split_k
 
 
 def mid_tile(M: int, N: int, sms: int) -> KernelConfig | None:
