@@ -87,11 +87,20 @@ def test_mid_size_m_takes_the_64_row_pingpong_tile_that_fills_one_wave(M, N, wid
     assert c.split_k == (2 if units(M, N, 4096, dataclasses.replace(c, split_k=1)) <= 66 else 1)
 
 
-def test_mid_size_m_with_a_long_k_and_few_tiles_splits_a_wider_tile():
-    # 64 tiles of 64×32 would want 2 splits; splitting 32 tiles of 64×64 four ways fills the
-    # same wave with half the re-reads of A
-    c = select_config(100, 1000, 65536, device=UNTUNED)
-    assert (c.block_m, c.block_n, c.schedule, c.split_k) == (64, 64, "pingpong", 4)
+@pytest.mark.parametrize("M, N, K, splits", [
+    (100, 1000, 65536, 4),  # 32 tiles of 64×64 (64×32 would make 64), 4 splits of 256 k-steps
+    (100, 2000, 16384, 2),  # 64 tiles, 2 splits of 128 k-steps
+    (48, 3000, 30000, 2),   # 47 tiles: 2 splits fit one wave
+])
+def test_mid_size_m_with_a_long_k_splits_a_64_wide_tile(M, N, K, splits):
+    c = select_config(M, N, K, device=UNTUNED)
+    assert (c.block_m, c.block_n, c.schedule, c.split_k, c.swap_ab) == (64, 64, "pingpong", splits, False), c
+    assert units(M, N, K, c) <= 132, "one wave"
+
+
+def test_mid_size_m_splits_a_wider_tile_only_into_long_parts():
+    # 64 tiles of 64×64 in 2 splits would be 112 k-steps each: the narrow tile, unsplit
+    assert select_config(64, 4096, 14336, device=UNTUNED) == KernelConfig(64, 32, 64, schedule="pingpong")
 
 
 def test_mid_size_m_with_too_many_64x96_tiles_takes_128_row_tiles():

@@ -15,7 +15,8 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count):
     | < SPLIT_MIN_BYTES moved       | 128×128×64 cooperative, no split (launch-bound)     |
     | M ≤ 16 (decode)               | swap-AB: 64 rows of N × 16 columns, ping-pong       |
     | M ≤ 128, ≤ S tiles of 64×96   | 64×BN×64 ping-pong, BN ∈ MID_WIDTHS (96, 64, 32)    |
-    |                               | the width whose tiles fill most of one wave         |
+    |                               | the width whose tiles fill most of one wave; with a |
+    |                               | long K ≥ 64 wide, split within that one wave        |
     | M ≤ 64                        | swap-AB: 128 rows of N × (M rounded up to 32 or 64) |
     | otherwise                     | 128×BN×64 cooperative, BN ∈ {256, 192, 128} the     |
     |                               | width of least ⌈tiles / S⌉ · BN / TILE_EFFICIENCY   |
@@ -79,10 +80,14 @@ SPLIT_MIN_BYTES = 2**22
 MID_M = 128
 #: the mid-size tile's widths, widest first (ties in tile count go to the wider)
 MID_WIDTHS = (96, 64, 32)
-#: a mid-size tile that K splits anyway is at least this wide: the splits fill the SMs, and a
-#: narrower tile only re-reads A more often (H100, run 82: 100×1000×65536 ping-pong 64×64
-#: split 4 0.959 of cuBLAS vs 64×32 split 2 0.642)
+#: with a long K the mid-size tile is at least MID_SPLIT_WIDTH wide and split into as many parts
+#: of ≥ MID_SPLIT_STEPS k-steps as one wave holds (when that is ≥ 2): the splits fill the SMs,
+#: and a narrower tile only re-reads A more often (H100, L2 flushed,
+#: runs 82-84, ours/cuBLAS: 100×1000×65536 64×64 split 4 0.959 vs 64×32 split 2 0.642;
+#: 100×2000×16384 64×64 split 2 0.972 vs 64×32 0.752; 128×2048×16384 0.986 vs 0.907;
+#: 48×3000×30000 0.971 vs 0.844; but 64×4096×14336, 112 k-steps a split, 0.975 vs 1.008)
 MID_SPLIT_WIDTH = 64
+MID_SPLIT_STEPS = 128
 #: relative per-FLOP speed of a 128-row tile by width, for the wave rule (H100, run 51, kernel
 #: time: 8192³ 128×256 1515 µs, 128×192 1540, 128×128 1699; 192 = 128 + 64 column pieces)
 TILE_EFFICIENCY = {256: 1.0, 192: 0.97, 128: 0.9}
@@ -139,12 +144,11 @@ def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS) -> KernelCo
         return KernelConfig(128, 128, 64)
     mid = mid_tile(M, N, sms)
     if DECODE_M < M <= MID_M and mid is not None:
-        narrow = split(mid, M, N, K, sms)
-        wide = split(dataclasses.replace(mid, block_n=max(mid.block_n, MID_SPLIT_WIDTH)), M, N, K, sms)
-        # a long K splits anyway: the wider tile, where its splits make as many work units
-        wider = narrow.split_k > 1 and work_units(wide, M, N) >= work_units(narrow, M, N)
-        config = wide if wider else narrow
-    elif M <= DECODE_M:
+        wide = dataclasses.replace(mid, block_n=max(mid.block_n, MID_SPLIT_WIDTH))
+        # a long K: the wider tile, split into as many ≥ MID_SPLIT_STEPS-step parts as one wave holds
+        splits = min(sms // tile_count(wide, M, N), math.ceil(K / wide.block_k) // MID_SPLIT_STEPS)
+        return dataclasses.replace(wide, split_k=splits) if splits >= 2 else split(mid, M, N, K, sms)
+    if M <= DECODE_M:
         config = KernelConfig(64, 16, 64, schedule="pingpong", swap_ab=True)
     elif M <= SWAP_AB_MAX_M:
         config = KernelConfig(128, 1 << math.ceil(math.log2(M)), 64, swap_ab=True)
@@ -160,9 +164,6 @@ def split(config: KernelConfig, M: int, N: int, K: int, sms: int) -> KernelConfi
     k_steps = math.ceil(K / config.block_k)
     return dataclasses.replace(config, split_k=split_count(tile_count(config, M, N), k_steps, sms))
 
-
-def work_units(config: KernelConfig, M: int, N: int) -> int:
-    return tile_count(config, M, N) * config.split_k
 
 
 def mid_tile(M: int, N: int, sms: int) -> KernelConfig | None:
