@@ -27,6 +27,9 @@ SCHEDULES = {
     "pingpong-96": KernelConfig(64, 96, 64, schedule="pingpong"),  # 64 + 32: select's mid-size tile
     "pingpong-64x32": KernelConfig(64, 32, 64, schedule="pingpong"),  # 12 stages: select's 64-row tile
     "pingpong-64x64": KernelConfig(64, 64, 64, schedule="pingpong"),  # select's 128-row tile at N = 4096
+    # two 64-element k-steps per ring slot (select's small tiles: SMALL_TILE_K_BYTES)
+    "pingpong-64x32x128": KernelConfig(64, 32, 128, schedule="pingpong"),
+    "pingpong-96x128": KernelConfig(64, 96, 128, schedule="pingpong"),
 }
 BOUND = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-4}
 

@@ -16,7 +16,8 @@ def facts(kernel):
     return cc.compile_kernel(kernel, "sm_90a").facts()
 
 
-@pytest.mark.parametrize("kernel", ["persistent", "cooperative", "pingpong", "cooperative-192", "pingpong-96"])
+@pytest.mark.parametrize("kernel", ["persistent", "cooperative", "pingpong", "cooperative-192", "pingpong-96",
+                                    "pingpong-64x32x128"])
 def test_common_facts(kernel):
     f = facts(kernel)
     assert f.counts["wgmma"] > 0 and f.counts["HGMMA"] > 0, "tensor-core wgmma missing"
@@ -26,7 +27,7 @@ def test_common_facts(kernel):
     assert 0 < f.shared_bytes <= SMEM_LIMIT
 
 
-@pytest.mark.parametrize("kernel", ["cooperative", "pingpong", "cooperative-192", "pingpong-96"])
+@pytest.mark.parametrize("kernel", ["cooperative", "pingpong", "cooperative-192", "pingpong-96", "pingpong-64x32x128"])
 def test_warp_specialized_facts(kernel):
     f = facts(kernel)
     assert f.counts["setmaxnreg"] > 0, "register budgets (setmaxnreg) not applied"

@@ -100,7 +100,17 @@ def test_mid_size_m_with_a_long_k_splits_a_64_wide_tile(M, N, K, splits):
 
 def test_mid_size_m_splits_a_wider_tile_only_into_long_parts():
     # 64 tiles of 64×64 in 2 splits would be 112 k-steps each: the narrow tile, unsplit
-    assert select_config(64, 4096, 14336, device=UNTUNED) == KernelConfig(64, 32, 64, schedule="pingpong")
+    assert select_config(64, 4096, 14336, device=UNTUNED) == KernelConfig(64, 32, 128, schedule="pingpong")
+
+
+def test_small_tiles_load_256_bytes_of_k_per_ring_slot():
+    """Decode and mid-size tiles hold two 64-element k-steps per slot (half the barriers)."""
+    assert select_config(16, 4096, 4096, device=UNTUNED).block_k == 128
+    assert select_config(128, 4096, 4096, device=UNTUNED).block_k == 128
+    assert select_config(16, 4096, 4096, ("fp32", "fp32"), device=UNTUNED).block_k == 64  # 4-byte elements
+    assert select_config(4096, 4096, 4096, device=UNTUNED).block_k == 64  # the big tile: one k-step a slot
+    # the split rules count K in 64-element steps whatever block_k: decode at K = 4096 still splits
+    assert select_config(16, 4096, 4096, device=UNTUNED).split_k == 2
 
 
 def test_mid_size_m_with_too_many_64x96_tiles_takes_128_row_tiles():

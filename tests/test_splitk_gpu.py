@@ -23,6 +23,9 @@ VARIANTS = {
     "splitk4-pingpong64": KernelConfig(64, 128, 64, schedule="pingpong", split_k=4),
     "splitk2-pingpong64x32": KernelConfig(64, 32, 64, schedule="pingpong", split_k=2),  # mid-size tiles, long K
     "splitk4-pingpong64x64": KernelConfig(64, 64, 64, schedule="pingpong", split_k=4),
+    # two 64-element k-steps per ring slot (select's decode and long-K mid-size tiles)
+    "swap16-pingpong64-k128": KernelConfig(64, 16, 128, schedule="pingpong", swap_ab=True),
+    "splitk2-pingpong64x64-k128": KernelConfig(64, 64, 128, schedule="pingpong", split_k=2),
     "swap16-splitk2": KernelConfig(128, 16, 64, split_k=2, swap_ab=True),
     "swap32": KernelConfig(128, 32, 64, swap_ab=True),
     "swap16-pingpong64": KernelConfig(64, 16, 64, schedule="pingpong", swap_ab=True),  # select's decode tile

@@ -34,7 +34,7 @@ from .hopper.config import KernelConfig
 from .errors import ConfigError, PingpongError
 from .hopper import table as tables
 from .hopper.scheduler import effective_splits
-from .hopper.select import MID_M, MID_WIDTHS, choose, heuristic_config
+from .hopper.select import MID_M, MID_WIDTHS, SMALL_TILE_K_BYTES, choose, heuristic_config
 from .suites import SUITES, suite
 
 EXIT_USAGE = 2
@@ -174,7 +174,7 @@ def quick_grid(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2) ->
     schedule, the other orientation, the big / two-piece (both sub-tile widths) / medium tile
     unsplit, and for
     M ≤ 2·MID_M the mid-size 64-row ping-pong tiles of every width in MID_WIDTHS."""
-    h = heuristic_config(M, N, K)
+    h = heuristic_config(M, N, K, in_bytes=in_bytes)
     other = "pingpong" if h.schedule == "cooperative" else "cooperative"
     if h.swap_ab:
         flipped = KernelConfig(128, 128, 64, split_k=h.split_k)
@@ -188,6 +188,9 @@ def quick_grid(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2) ->
             KernelConfig(128, 128, 64, schedule="pingpong")]
     if M <= 2 * MID_M:  # the mid-size tiles (select's heuristic picks one of them for 17..128 rows)
         grid += [KernelConfig(64, bn, 64, schedule="pingpong") for bn in MID_WIDTHS]
+    # small tiles with one and with two 64-element k-steps per ring slot (SMALL_TILE_K_BYTES)
+    grid += [dataclasses.replace(c, block_k=bk) for c in grid if c.block_m * c.block_n <= 64 * 128
+             for bk in (64, SMALL_TILE_K_BYTES // in_bytes)]
     return dedupe(grid, M, N, K, in_bytes, out_bytes)
 
 
@@ -220,7 +223,7 @@ def search(M: int, N: int, K: int, settings: Settings, measure: Measure, progres
     once per measured config. `current`: the config the active table gives this shape, measured
     right after the heuristic's, so a search never ends worse than the table it started from."""
     in_b, out_b = DTYPES[settings.dtype], DTYPES[settings.dtype]
-    first = normalize(heuristic_config(M, N, K), M, N, K)
+    first = normalize(heuristic_config(M, N, K, in_bytes=in_b), M, N, K)
     results: dict[KernelConfig, Result] = {}
 
     def run(config: KernelConfig) -> Result:
@@ -257,7 +260,7 @@ def search(M: int, N: int, K: int, settings: Settings, measure: Measure, progres
 def planned(M: int, N: int, K: int, settings: Settings) -> int:
     """How many configs `search` measures for this shape (the progress bar's share)."""
     in_b = out_b = DTYPES[settings.dtype]
-    first = normalize(heuristic_config(M, N, K), M, N, K)
+    first = normalize(heuristic_config(M, N, K, in_bytes=in_b), M, N, K)
     if settings.quick:
         return len(set(quick_grid(M, N, K, in_b, out_b)) | {first})
     return min(settings.trials, len(set(space(M, N, K, in_b, out_b)) | {first}))

@@ -235,6 +235,8 @@ cc.register("pingpong-batched", targets=("sm_90a",))(_offline_builder("pingpong"
 cc.register("cooperative-192", targets=("sm_90a",))(_offline_builder("cooperative", (128, 192, 64)))
 # select's mid-size tile: ping-pong 64×96 (64 + 32 columns), its ring 10 stages deep.
 cc.register("pingpong-96", targets=("sm_90a",))(_offline_builder("pingpong", (64, 96, 64)))
+# select's mid-size tile as it runs: 64×32, two 64-element k-steps per ring slot.
+cc.register("pingpong-64x32x128", targets=("sm_90a",))(_offline_builder("pingpong", (64, 32, 128)))
 
 
 def _offline_split_builder(config: KernelConfig, shape: tuple[int, int, int], doc: str):
@@ -263,8 +265,8 @@ OFFLINE_SPLIT_VARIANTS = {
                "Hopper GEMM, swap-AB (Cᵀ = W·Aᵀ), cooperative 128×16×64, split-K 2 (decode)"),
     "swapab_64": (KernelConfig(128, 64, 64, schedule="cooperative", swap_ab=True), (64, 4096, 4096),
                   "Hopper GEMM, swap-AB, cooperative 128×64×64 (M ≤ 64), one split"),
-    "swapab_pingpong": (KernelConfig(64, 16, 64, schedule="pingpong", swap_ab=True), (16, 6144, 4096),
-                        "Hopper GEMM, swap-AB, ping-pong 64×16×64 (select's decode tile), one split"),
+    "swapab_pingpong": (KernelConfig(64, 16, 128, schedule="pingpong", swap_ab=True), (16, 6144, 4096),
+                        "Hopper GEMM, swap-AB, ping-pong 64×16×128 (select's decode tile), one split"),
     "splitk_192": (KernelConfig(128, 192, 64, schedule="cooperative", split_k=2), (512, 6144, 4096),
                    "Hopper GEMM, split-K 2, cooperative 128×192×64 (two column pieces, 128 + 64)"),
 }

@@ -13,8 +13,10 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count):
     | case                          | config                                              |
     |-------------------------------|-----------------------------------------------------|
     | < SPLIT_MIN_BYTES moved       | 128×128×64 cooperative, no split (launch-bound)     |
-    | M ≤ 16 (decode)               | swap-AB: 64 rows of N × 16 columns, ping-pong       |
-    | M ≤ 128, ≤ S tiles of 64×96   | 64×BN×64 ping-pong, BN ∈ MID_WIDTHS (96, 64, 32)    |
+    | M ≤ 16 (decode)               | swap-AB: 64 rows of N × 16 columns, ping-pong,      |
+    |                               | 256 bytes of K a ring slot (SMALL_TILE_K_BYTES)     |
+    | M ≤ 128, ≤ S tiles of 64×96   | 64×BN ping-pong, BN ∈ MID_WIDTHS (96, 64, 32), 256  |
+    |                               | bytes of K a slot,                                  |
     |                               | the width whose tiles fill most of one wave; with a |
     |                               | long K ≥ 64 wide, split within that one wave        |
     | M ≤ 64                        | swap-AB: 128 rows of N × (M rounded up to 32 or 64) |
@@ -98,6 +100,14 @@ NEAR_SLACK = 1.1
 #: start (H100, L2 flushed, run 65: 512×6144×4096 0.956 of cuBLAS vs 0.882 with 64 columns,
 #: 1536³ 0.842 vs 0.805; but 3000³, 2.9 waves, 0.618 vs 0.646, and 8192³ 1.001 vs 1.025)
 ONE_WAVE_EPILOGUE_N = 32
+#: the mid-size and decode tiles load this many bytes of K per ring slot (block_k 128 for 16-bit
+#: inputs): two 64-element k-steps a slot, so half the mbarriers to initialize (~110 cycles a
+#: stage before the first load, RESULTS.md run 87) and half the waits per byte (H100, L2
+#: flushed, run 89: 64×4096×4096 ping-pong 64×32 1.004 of cuBLAS vs 0.954 with block_k 64;
+#: 128×4096×4096 64×64 0.978 vs 0.956; 16×6144×4096 swap-AB 64×16 0.977 vs 0.950)
+SMALL_TILE_K_BYTES = 256
+#: the split rules count K in steps of this many elements, whatever the config's block_k
+SPLIT_STEP_K = 64
 #: SM count assumed when no device is given (H100 SXM)
 DEFAULT_SMS = 132
 
@@ -138,18 +148,19 @@ def dtype_name(dtype) -> str:
     return name
 
 
-def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS) -> KernelConfig:
-    """The rule of the module docstring (valid for every element size the kernel takes)."""
+def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS, in_bytes: int = 2) -> KernelConfig:
+    """The rule of the module docstring, for inputs of `in_bytes` bytes an element."""
     if 2 * (M * K + N * K + M * N) < SPLIT_MIN_BYTES:  # launch-bound: one kernel, no workspace
         return KernelConfig(128, 128, 64)
-    mid = mid_tile(M, N, sms)
+    small_k = SMALL_TILE_K_BYTES // in_bytes
+    mid = mid_tile(M, N, sms, small_k)
     if DECODE_M < M <= MID_M and mid is not None:
         wide = dataclasses.replace(mid, block_n=max(mid.block_n, MID_SPLIT_WIDTH))
         # a long K: the wider tile, split into as many ≥ MID_SPLIT_STEPS-step parts as one wave holds
-        splits = min(sms // tile_count(wide, M, N), math.ceil(K / wide.block_k) // MID_SPLIT_STEPS)
+        splits = min(sms // tile_count(wide, M, N), math.ceil(K / SPLIT_STEP_K) // MID_SPLIT_STEPS)
         return dataclasses.replace(wide, split_k=splits) if splits >= 2 else split(mid, M, N, K, sms)
     if M <= DECODE_M:
-        config = KernelConfig(64, 16, 64, schedule="pingpong", swap_ab=True)
+        config = KernelConfig(64, 16, small_k, schedule="pingpong", swap_ab=True)
     elif M <= SWAP_AB_MAX_M:
         config = KernelConfig(128, 1 << math.ceil(math.log2(M)), 64, swap_ab=True)
     else:
@@ -161,15 +172,15 @@ def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS) -> KernelCo
 
 def split(config: KernelConfig, M: int, N: int, K: int, sms: int) -> KernelConfig:
     """`config` with the split count of the module docstring's cost model."""
-    k_steps = math.ceil(K / config.block_k)
+    k_steps = math.ceil(K / SPLIT_STEP_K)
     return dataclasses.replace(config, split_k=split_count(tile_count(config, M, N), k_steps, sms))
 
 
 
-def mid_tile(M: int, N: int, sms: int) -> KernelConfig | None:
+def mid_tile(M: int, N: int, sms: int, block_k: int) -> KernelConfig | None:
     """The 64-row ping-pong tile of MID_WIDTHS whose tiles fill the most of one wave; None when
     even the widest makes more than `sms` tiles."""
-    fits = [KernelConfig(64, bn, 64, schedule="pingpong") for bn in MID_WIDTHS]
+    fits = [KernelConfig(64, bn, block_k, schedule="pingpong") for bn in MID_WIDTHS]
     fits = [c for c in fits if tile_count(c, M, N) <= sms]
     return max(fits, key=lambda c: tile_count(c, M, N), default=None)
 
@@ -211,7 +222,7 @@ def choose(M: int, N: int, K: int, dtypes=("bf16", "bf16"), layouts: str = "nt",
     """(config, source): source is the tuning table's path, or "heuristic"."""
     dev = Device.of(device)
     in_name, out_name = (dtype_name(d) for d in dtypes)
-    heuristic = heuristic_config(M, N, K, dev.sms)
+    heuristic = heuristic_config(M, N, K, dev.sms, _BYTES[in_name])
     if dev.name is not None:
         table, where = tables.active(tables.TableKey.current(dev.name, dev.sms))
         entry = table.nearest(M, N, K, in_name, layouts) if table else None
