@@ -15,10 +15,10 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count):
     | < SPLIT_MIN_BYTES moved       | 128×128×64 cooperative, no split (launch-bound)     |
     | M ≤ 16 (decode)               | swap-AB: 64 rows of N × 16 columns, ping-pong,      |
     |                               | 256 bytes of K a ring slot (SMALL_TILE_K_BYTES)     |
-    | M ≤ 128, ≤ S tiles of 64×96   | 64×BN ping-pong, BN ∈ MID_WIDTHS (96, 64, 32), 256  |
-    |                               | bytes of K a slot,                                  |
-    |                               | the width whose tiles fill most of one wave; with a |
-    |                               | long K ≥ 64 wide, split within that one wave        |
+    | M ≤ 128, ≤ S tiles of 64×96   | 64×BN ping-pong, BN ∈ MID_WIDTHS (96, 64, 32) the   |
+    |                               | width whose tiles fill most of one wave (with a     |
+    |                               | long K ≥ 64 wide, split within that one wave), 256  |
+    |                               | bytes of K a ring slot                              |
     | M ≤ 64                        | swap-AB: 128 rows of N × (M rounded up to 32 or 64) |
     | otherwise                     | 128×BN×64 cooperative, BN ∈ {256, 192, 128} the     |
     |                               | width of least ⌈tiles / S⌉ · BN / TILE_EFFICIENCY   |
@@ -26,11 +26,12 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count):
 
     then, with fewer tiles than S: split-K into the s ≥ 1 splits that minimize
         waves(s) · (k_steps / s + SPLIT_OVERHEAD_STEPS),   waves(s) = ⌈tiles·s / S⌉
-    (the persistent grid runs S units at a time), each split ≥ MIN_SPLIT_STEPS k-steps long,
+    (the persistent grid runs S units at a time), k_steps counted in SPLIT_STEP_K elements of
+    K, each split ≥ MIN_SPLIT_STEPS of them long,
     s ≤ MAX_SPLIT_K, and a larger s only where it wins by SPLIT_MARGIN
 
 Mid-size M (17..128 rows) streams the weight like decode does, but its rows fill a 64-row
-wgmma. Its tiles run in one wave, each with a deep ring (10-12 stages), and the width is the
+wgmma. Its tiles run in one wave, each with a deep ring (5-9 slots of 128 K), and the width is the
 one that puts the most of them on the SMs (when K is long enough that the split rule above
 splits them anyway, at least MID_SPLIT_WIDTH wide): at N = 4096, 64 rows take 64×32 (128 tiles)
 and 128 rows 64×64 (128 tiles); at N = 6144, 128 rows take 64×96 (128 tiles). (H100, L2
@@ -46,7 +47,7 @@ count just above a multiple of S wastes most of a wave. 512×6144 makes 96 tiles
 (a quarter of an H100 idle) but 128 of 128×192; 8192² makes enough of either that the bigger
 tile's efficiency decides.
 
-Split-K then keeps every SM streaming a part of the weight in decode (16×8192×8192: 64 tiles of N, 2 splits),
+Split-K then keeps every SM streaming a part of the weight in decode (16×4096×32768: 64 tiles of N, 2 splits),
 and few-tile large-K problems use the whole GPU (512×512×65536: 16 tiles, 8 splits). A plan
 calls this once and caches the answer.
 """
