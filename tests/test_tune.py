@@ -131,6 +131,8 @@ def test_space_is_valid_and_deduplicated():
     for c in space:
         c.validate()
         assert tune.normalize(c, 16, 4096, 4096) == c
+    # one or two 64-element k-steps per ring slot (select's small tiles take two)
+    assert {c.block_k for c in space} == {64, 128}
 
 
 @pytest.mark.parametrize("optuna", [True, False])

@@ -3,7 +3,7 @@ table that `select_config` reads (pingpong.hopper.table).
 
     shapes (--shapes / --suite) ──> for each shape:
         candidates: the heuristic's config first, then
-            --quick            a small fixed grid around it (QUICK_VARIANTS)
+            --quick            a small fixed grid around it (quick_grid)
             space ≤ --trials   every valid config of the space (brute force)
             otherwise          Optuna's TPE sampler over the space's factors (pip install
                                pingpong[tune]); without Optuna, --trials configs of the space
@@ -48,6 +48,8 @@ TILES = ((128, 256), (128, 192), (128, 128), (128, 96), (128, 64), (128, 48), (1
          (64, 192), (64, 128), (64, 96), (64, 64), (64, 48), (64, 32), (64, 16))
 SCHEDULES = ("cooperative", "pingpong")
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+#: bytes of K per ring slot (block_k = this / element size): one or two 64-element k-steps
+K_BYTES = (128, SMALL_TILE_K_BYTES)
 #: swap-AB is searched for M up to this (beyond it the output's M side fills wgmma's 64 rows)
 SWAP_MAX_M = 256
 
@@ -160,10 +162,10 @@ def valid(config: KernelConfig, in_bytes: int, out_bytes: int) -> bool:
 def space(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2) -> list[KernelConfig]:
     """Every valid, distinct config of the searched factors for this shape."""
     seen: dict[KernelConfig, None] = {}
-    for (bm, bn), schedule, split, swap in itertools.product(TILES, SCHEDULES, SPLITS, (False, True)):
+    for (bm, bn), kb, schedule, split, swap in itertools.product(TILES, K_BYTES, SCHEDULES, SPLITS, (False, True)):
         if swap and M > SWAP_MAX_M:
             continue
-        c = KernelConfig(bm, bn, 64, schedule=schedule, split_k=split, swap_ab=swap)
+        c = KernelConfig(bm, bn, kb // in_bytes, schedule=schedule, split_k=split, swap_ab=swap)
         if valid(c, in_bytes, out_bytes):
             seen.setdefault(normalize(c, M, N, K))
     return list(seen)
@@ -188,9 +190,9 @@ def quick_grid(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2) ->
             KernelConfig(128, 128, 64, schedule="pingpong")]
     if M <= 2 * MID_M:  # the mid-size tiles (select's heuristic picks one of them for 17..128 rows)
         grid += [KernelConfig(64, bn, 64, schedule="pingpong") for bn in MID_WIDTHS]
-    # small tiles with one and with two 64-element k-steps per ring slot (SMALL_TILE_K_BYTES)
-    grid += [dataclasses.replace(c, block_k=bk) for c in grid if c.block_m * c.block_n <= 64 * 128
-             for bk in (64, SMALL_TILE_K_BYTES // in_bytes)]
+    # small tiles with one and with two 64-element k-steps per ring slot (K_BYTES)
+    grid += [dataclasses.replace(c, block_k=kb // in_bytes) for c in grid if c.block_m * c.block_n <= 64 * 128
+             for kb in K_BYTES]
     return dedupe(grid, M, N, K, in_bytes, out_bytes)
 
 
@@ -277,14 +279,15 @@ def optuna_search(optuna, M, N, K, settings: Settings, run: Callable[[KernelConf
     def objective(trial):
         bm, bn = (int(x) for x in trial.suggest_categorical("tile", tiles).split("x"))
         swap = trial.suggest_categorical("swap_ab", [False, True]) if M <= SWAP_MAX_M else False
-        config = KernelConfig(bm, bn, 64, schedule=trial.suggest_categorical("schedule", list(SCHEDULES)),
+        config = KernelConfig(bm, bn, trial.suggest_categorical("k_bytes", list(K_BYTES)) // in_b,
+                              schedule=trial.suggest_categorical("schedule", list(SCHEDULES)),
                               split_k=trial.suggest_categorical("split_k", list(SPLITS)), swap_ab=swap)
         if not valid(config, in_b, out_b):
             raise optuna.TrialPruned()
         result = run(config)
         return result.ms if result.ms is not None else float("inf")
 
-    measured = lambda: len({normalize(KernelConfig(**_trial_config(t)), M, N, K)  # noqa: E731
+    measured = lambda: len({normalize(KernelConfig(**_trial_config(t, in_b)), M, N, K)  # noqa: E731
                             for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE})
     for _ in range(20 * budget):  # pruned and duplicate trials cost no measurement
         if measured() >= budget:
@@ -292,10 +295,10 @@ def optuna_search(optuna, M, N, K, settings: Settings, run: Callable[[KernelConf
         study.optimize(objective, n_trials=1)
 
 
-def _trial_config(trial) -> dict:
+def _trial_config(trial, in_bytes: int) -> dict:
     bm, bn = (int(x) for x in trial.params["tile"].split("x"))
-    return dict(block_m=bm, block_n=bn, block_k=64, schedule=trial.params["schedule"], split_k=trial.params["split_k"],
-                swap_ab=trial.params.get("swap_ab", False))
+    return dict(block_m=bm, block_n=bn, block_k=trial.params["k_bytes"] // in_bytes, schedule=trial.params["schedule"],
+                split_k=trial.params["split_k"], swap_ab=trial.params.get("swap_ab", False))
 
 
 def best(results: list[Result]) -> Result | None:
