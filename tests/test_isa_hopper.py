@@ -17,7 +17,7 @@ def facts(kernel):
 
 
 @pytest.mark.parametrize("kernel", ["persistent", "cooperative", "pingpong", "cooperative-192", "pingpong-96",
-                                    "pingpong-64x32x128"])
+                                    "pingpong-64x32x128", "pingpong-96x128"])
 def test_common_facts(kernel):
     f = facts(kernel)
     assert f.counts["wgmma"] > 0 and f.counts["HGMMA"] > 0, "tensor-core wgmma missing"
@@ -27,7 +27,8 @@ def test_common_facts(kernel):
     assert 0 < f.shared_bytes <= SMEM_LIMIT
 
 
-@pytest.mark.parametrize("kernel", ["cooperative", "pingpong", "cooperative-192", "pingpong-96", "pingpong-64x32x128"])
+@pytest.mark.parametrize("kernel", ["cooperative", "pingpong", "cooperative-192", "pingpong-96", "pingpong-64x32x128",
+                                    "pingpong-96x128"])
 def test_warp_specialized_facts(kernel):
     f = facts(kernel)
     assert f.counts["setmaxnreg"] > 0, "register budgets (setmaxnreg) not applied"
@@ -54,6 +55,18 @@ def test_mid_size_tile_rings_ten_stages_within_budget():
     d = KernelConfig(64, 96, 64, schedule="pingpong").derive()
     assert d.stages == 10 and d.pieces == (64, 32)
     assert d.shared_bytes - 1024 <= facts("pingpong-96").shared_bytes <= d.shared_bytes <= SMEM_LIMIT
+
+
+def test_two_k_steps_per_slot_halve_the_ring_barriers():
+    """select's small tiles: a 128-wide K slot (two 64-element k-steps) needs one ready/empty
+    pair, so the 64×32 ring initializes 2·9 barriers for 9·128 of K in flight where block_k 64
+    would take 2·12 for 12·64 (RESULTS.md runs 87 and 89); plus the epilogue's and turns' 4."""
+    from pingpong import KernelConfig
+
+    wide, narrow = KernelConfig(64, 32, 128, schedule="pingpong"), KernelConfig(64, 32, 64, schedule="pingpong")
+    assert (wide.derive().stages, narrow.derive().stages) == (9, 12)
+    ptx = cc.compile_kernel("pingpong-64x32x128", "sm_90a").asm["ptx"]
+    assert ptx.count("mbarrier.init") == 2 * 9 + 4
 
 
 def test_baseline_is_not_warp_specialized():

@@ -235,8 +235,9 @@ cc.register("pingpong-batched", targets=("sm_90a",))(_offline_builder("pingpong"
 cc.register("cooperative-192", targets=("sm_90a",))(_offline_builder("cooperative", (128, 192, 64)))
 # select's mid-size tile: ping-pong 64×96 (64 + 32 columns), its ring 10 stages deep.
 cc.register("pingpong-96", targets=("sm_90a",))(_offline_builder("pingpong", (64, 96, 64)))
-# select's mid-size tile as it runs: 64×32, two 64-element k-steps per ring slot.
+# select's mid-size tiles as they run: two 64-element k-steps per ring slot (64×32; 64×96 = 64 + 32).
 cc.register("pingpong-64x32x128", targets=("sm_90a",))(_offline_builder("pingpong", (64, 32, 128)))
+cc.register("pingpong-96x128", targets=("sm_90a",))(_offline_builder("pingpong", (64, 96, 128)))
 
 
 def _offline_split_builder(config: KernelConfig, shape: tuple[int, int, int], doc: str):
