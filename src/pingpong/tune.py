@@ -277,11 +277,12 @@ def optuna_search(optuna, M, N, K, settings: Settings, run: Callable[[KernelConf
     tiles = [f"{bm}x{bn}" for bm, bn in TILES]
 
     def objective(trial):
-        bm, bn = (int(x) for x in trial.suggest_categorical("tile", tiles).split("x"))
-        swap = trial.suggest_categorical("swap_ab", [False, True]) if M <= SWAP_MAX_M else False
-        config = KernelConfig(bm, bn, trial.suggest_categorical("k_bytes", list(K_BYTES)) // in_b,
-                              schedule=trial.suggest_categorical("schedule", list(SCHEDULES)),
-                              split_k=trial.suggest_categorical("split_k", list(SPLITS)), swap_ab=swap)
+        trial.suggest_categorical("tile", tiles)
+        if M <= SWAP_MAX_M:
+            trial.suggest_categorical("swap_ab", [False, True])
+        for name, choices in (("k_bytes", K_BYTES), ("schedule", SCHEDULES), ("split_k", SPLITS)):
+            trial.suggest_categorical(name, list(choices))
+        config = KernelConfig(**_trial_config(trial, in_b))
         if not valid(config, in_b, out_b):
             raise optuna.TrialPruned()
         result = run(config)
