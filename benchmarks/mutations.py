@@ -218,8 +218,6 @@ MUTATIONS = [
      "tests/test_isa_hopper.py -k two_piece"),
     ("batched call keeps a two-piece tile", "src/pingpong/plan.py",
      "split_k=1, block_n=pieces[0], block_k=", "split_k=1, block_n=config.block_n, block_k=", "tests/test_plan.py"),
-    ("batched call keeps two k-steps per ring slot", "src/pingpong/plan.py",
-     "block_k=min(config.block_k, 64))", "block_k=config.block_k)", "tests/test_plan.py"),
     ("the two-piece tile as efficient as the big one", "src/pingpong/hopper/select.py",
      "TILE_EFFICIENCY = {256: 1.0, 192: 0.97, 128: 0.9}", "TILE_EFFICIENCY = {256: 1.0, 192: 1.0, 128: 0.9}",
      "tests/test_select.py"),

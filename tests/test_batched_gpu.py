@@ -18,6 +18,9 @@ SCHEDULES = {
     "persistent": KernelConfig(128, 256, 64, schedule="persistent"),
     "cooperative": KernelConfig(128, 256, 64, schedule="cooperative"),
     "pingpong": KernelConfig(128, 128, 64, schedule="pingpong"),
+    # two 64-element k-steps per ring slot (select's small tiles): two rank-3 boxes per operand
+    "pingpong_k128": KernelConfig(64, 64, 128, schedule="pingpong"),
+    "cooperative_k128": KernelConfig(128, 128, 128, schedule="cooperative"),
 }
 BF16 = torch.bfloat16
 B = 3

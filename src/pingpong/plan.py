@@ -349,13 +349,13 @@ def one_kernel_config(config: KernelConfig) -> KernelConfig:
     """A config of the one-kernel path for a batched call (the split-K / swap-AB launches
     and their workspace are 2-D): split-K dropped; swap-AB (chosen for M ≤ 64) replaced by
     the heuristic's small-problem tile; a two-piece tile narrowed to its first piece (a
-    batch's B box cannot be loaded into part of a buffer: Triton 3.6 cannot reshape a slice);
-    one 64-element k-step per ring slot (select's small tiles take two, which the GPU tests
-    cover on 2-D products only, not on the batched kernel's rank-3 boxes)."""
+    batch's B box cannot be loaded into part of a buffer: Triton 3.6 cannot reshape a slice).
+    The ring slot's K width is kept: rank-3 boxes take two 64-element k-steps a slot as 2-D
+    ones do (tests/test_batched_gpu.py, the `_k128` configs)."""
     if config.swap_ab:
         return KernelConfig(128, 128, 64)
     pieces = column_pieces(config.block_n)
-    return dataclasses.replace(config, split_k=1, block_n=pieces[0], block_k=min(config.block_k, 64))
+    return dataclasses.replace(config, split_k=1, block_n=pieces[0])
 
 
 def _layouts(a, b) -> str:
