@@ -27,6 +27,7 @@ SCHEDULES = {
     "pingpong-96": KernelConfig(64, 96, 64, schedule="pingpong"),  # 64 + 32: select's mid-size tile
     "pingpong-64x32": KernelConfig(64, 32, 64, schedule="pingpong"),  # 12 stages: select's 64-row tile
     "pingpong-64x64": KernelConfig(64, 64, 64, schedule="pingpong"),  # select's 128-row tile at N = 4096
+    "pingpong-64x128": KernelConfig(64, 128, 64, schedule="pingpong"),  # select's few-tile tile (1024³)
     # two 64-element k-steps per ring slot (select's small tiles: SMALL_TILE_K_BYTES)
     "pingpong-64x32x128": KernelConfig(64, 32, 128, schedule="pingpong"),
     "pingpong-96x128": KernelConfig(64, 96, 128, schedule="pingpong"),

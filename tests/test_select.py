@@ -60,6 +60,11 @@ def test_large_problems_take_the_big_tile_unsplit(n):
     (3000, 3000, 3000, 192),  # 384 tiles = 2.9 waves vs 288 = 2.2 (3 waves, the last a fifth full)
     (2048, 6144, 4096, 256),  # 384 tiles (3 waves) vs 512 (4 waves of 3/4 the work): a tie, the wider tile
     (512, 4096, 4096, 128),   # 128 tiles of 128×128 fill one wave; 64 of 128×256 fill half
+    # short CTAs (≤ SHORT_CTA_STEPS k-steps under 128×256): the narrower tile of the same waves
+    (2048, 2048, 2048, 128),  # 256 tiles (2 waves) vs 128 (1 wave of twice the work): 32 k-steps
+    (1024, 8192, 2048, 128),  # 512 vs 256 tiles: 2 waves × 32 k-steps = 64
+    (2560, 2560, 2560, 128),  # 400 vs 200 tiles: 2 waves × 40 k-steps = 80
+    (2048, 4096, 4096, 256),  # 512 vs 256 tiles, 2 waves × 64 k-steps = 128: a long CTA, the wider
 ])
 def test_tile_width_follows_wave_quantization(M, N, K, width):
     c = select_config(M, N, K, device=UNTUNED)
@@ -67,6 +72,24 @@ def test_tile_width_follows_wave_quantization(M, N, K, width):
     # one wave of 128×192 tiles (512×6144, 1536³) takes 32-column epilogue sub-tiles: a 5th ring stage
     one_wave_192 = width == 192 and -(-M // 128) * -(-N // 192) <= 132
     assert (c.epilogue_n == 32) == one_wave_192 and c.derive().stages == (5 if one_wave_192 else c.derive().stages)
+
+
+@pytest.mark.parametrize("M, N, K, width", [
+    (1024, 1024, 1024, 128),   # 64 tiles of 128×128 (≤ half a wave): 128 of 64×128 ping-pong
+    (1024, 1024, 2048, 128),
+    (512, 1024, 1024, 64),     # 32 tiles of 128×128: 64×64 makes 128, 64×128 only 64
+    (512, 512, 512, 64),       # launch-bound (< 4 MB moved), more than MID_M rows: the same rule
+    (768, 768, 768, 128),      # launch-bound: 72 tiles of 64×128; 64×64 makes 144 (two waves)
+    (1152, 1152, 1152, None),  # 81 tiles of 128×128: more than half a wave
+    (1024, 1024, 16384, None),  # K splits the 128×128 tiles instead
+    (128, 512, 512, None),     # launch-bound with ≤ MID_M rows: 128×128 cooperative
+])
+def test_few_tiles_take_64_row_ping_pong_tiles(M, N, K, width):
+    c = select_config(M, N, K, device=UNTUNED)
+    if width is None:
+        assert c.block_m == 128
+    else:
+        assert (c.block_m, c.block_n, c.schedule, c.split_k) == (64, width, "pingpong", 1)
 
 
 @pytest.mark.parametrize("M, N, width", [
@@ -180,12 +203,12 @@ def test_nearest_entry_in_a_bucket_wins():
 def test_near_entry_that_idles_more_of_the_last_wave_yields_to_the_heuristic():
     """A width tuned at 512×6144 (128 tiles of 128×192: one full wave) transfers to 500×6000
     (the same 128 tiles), not to 512×8192 (172 tiles: a second wave 30% full, where the
-    heuristic's 128×256 makes 128)."""
+    heuristic's 128×128 makes 256, two full waves)."""
     wide = KernelConfig(128, 192, 64)
     path = write_table([(512, 6144, 4096)], config=wide)
     assert choose(500, 6000, 4096, device=H100) == (wide, str(path))
     config, source = choose(512, 8192, 4096, device=H100)
-    assert source == "heuristic" and (config.block_m, config.block_n) == (128, 256)
+    assert source == "heuristic" and (config.block_m, config.block_n) == (128, 128)
 
 
 @pytest.mark.parametrize("change, reason", [

@@ -34,7 +34,7 @@ from .hopper.config import KernelConfig
 from .errors import ConfigError, PingpongError
 from .hopper import table as tables
 from .hopper.scheduler import effective_splits
-from .hopper.select import MID_M, MID_WIDTHS, SMALL_TILE_K_BYTES, choose, heuristic_config
+from .hopper.select import FEW_WIDTHS, MID_M, MID_WIDTHS, SMALL_TILE_K_BYTES, choose, heuristic_config
 from .suites import SUITES, suite
 
 EXIT_USAGE = 2
@@ -174,7 +174,7 @@ def space(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2) -> list
 def quick_grid(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2) -> list[KernelConfig]:
     """The heuristic's config and its neighbours: split ×½ ×2 (where it splits), the other
     schedule, the other orientation, the big / two-piece (both sub-tile widths) / medium tile
-    unsplit, and for
+    (both schedules) unsplit, the few-tile 64-row ping-pong tiles (FEW_WIDTHS), and for
     M ≤ 2·MID_M the mid-size 64-row ping-pong tiles of every width in MID_WIDTHS."""
     h = heuristic_config(M, N, K, in_bytes=in_bytes)
     other = "pingpong" if h.schedule == "cooperative" else "cooperative"
@@ -187,7 +187,8 @@ def quick_grid(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2) ->
     grid = [h, *(dataclasses.replace(h, split_k=s) for s in splits),
             dataclasses.replace(h, schedule=other, block_m=64 if other == "pingpong" else 128), flipped,
             KernelConfig(128, 256, 64), KernelConfig(128, 192, 64), KernelConfig(128, 192, 64, epilogue_n=32),
-            KernelConfig(128, 128, 64, schedule="pingpong")]
+            KernelConfig(128, 128, 64), KernelConfig(128, 128, 64, schedule="pingpong"),
+            *(KernelConfig(64, bn, 64, schedule="pingpong") for bn in FEW_WIDTHS)]
     if M <= 2 * MID_M:  # the mid-size tiles (select's heuristic picks one of them for 17..128 rows)
         grid += [KernelConfig(64, bn, 64, schedule="pingpong") for bn in MID_WIDTHS]
     # small tiles with one and with two 64-element k-steps per ring slot (K_BYTES)

@@ -12,7 +12,8 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count):
 
     | case                          | config                                              |
     |-------------------------------|-----------------------------------------------------|
-    | < SPLIT_MIN_BYTES moved       | 128×128×64 cooperative, no split (launch-bound)     |
+    | < SPLIT_MIN_BYTES moved       | launch-bound, no split: > MID_M rows the few-tile   |
+    |                               | rule below, else 128×128×64 cooperative             |
     | M ≤ 16 (decode)               | swap-AB: 64 rows of N × 16 columns, ping-pong,      |
     |                               | 256 bytes of K a ring slot (SMALL_TILE_K_BYTES)     |
     | M ≤ 128, ≤ S tiles of 64×96   | 64×BN ping-pong, BN ∈ MID_WIDTHS (96, 64, 32) the   |
@@ -21,8 +22,12 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count):
     |                               | bytes of K a ring slot                              |
     | M ≤ 64                        | swap-AB: 128 rows of N × (M rounded up to 32 or 64) |
     | otherwise                     | 128×BN×64 cooperative, BN ∈ {256, 192, 128} the     |
-    |                               | width of least ⌈tiles / S⌉ · BN / TILE_EFFICIENCY   |
-    |                               | (192 in one wave: 32-column epilogue sub-tiles)     |
+    |                               | width of least ⌈tiles / S⌉ · BN / efficiency (per-  |
+    |                               | FLOP speed: TILE_EFFICIENCY, or in short CTAs       |
+    |                               | SHORT_TILE_EFFICIENCY; 192 in one wave: 32-column   |
+    |                               | epilogue sub-tiles)                                 |
+    | ... ≤ S/2 tiles of 128×128,   | few tiles: 64×BN ping-pong, BN ∈ FEW_WIDTHS (128,   |
+    |     K not split               | 64) the width whose tiles fill most of one wave     |
 
     then, with fewer tiles than S: split-K into the s ≥ 1 splits that minimize
         waves(s) · (k_steps / s + SPLIT_OVERHEAD_STEPS),   waves(s) = ⌈tiles·s / S⌉
@@ -45,7 +50,12 @@ vs 1.018, 16×28672×4096 1.001 vs 0.979).
 The width rule is wave quantization: the persistent grid runs S tiles at a time, so a tile
 count just above a multiple of S wastes most of a wave. 512×6144 makes 96 tiles of 128×256
 (a quarter of an H100 idle) but 128 of 128×192; 8192² makes enough of either that the bigger
-tile's efficiency decides.
+tile's efficiency decides. That efficiency depends on how long a CTA runs: with many k-steps
+per CTA the 128×256 tile's lower operand traffic per FLOP wins (8192³: 128×128 runs at 0.9 of
+its speed); in a short CTA (≤ SHORT_CTA_STEPS k-steps under 128×256: 2048³, 2560³,
+1024×8192×2048) fixed costs weigh more and the narrower tile of the same wave count is as fast
+or faster. Fewer tiles than half a wave even of 128×128 (1024³: 64) leave SMs idle, so those
+problems take 64-row ping-pong tiles, as many as one wave holds.
 
 Split-K then keeps every SM streaming a part of the weight in decode (16×4096×32768: 64 tiles of N, 2 splits),
 and few-tile large-K problems use the whole GPU (512×512×65536: 16 tiles, 8 splits). A plan
@@ -94,6 +104,20 @@ MID_SPLIT_STEPS = 128
 #: relative per-FLOP speed of a 128-row tile by width, for the wave rule (H100, run 51, kernel
 #: time: 8192³ 128×256 1515 µs, 128×192 1540, 128×128 1699; 192 = 128 + 64 column pieces)
 TILE_EFFICIENCY = {256: 1.0, 192: 0.97, 128: 0.9}
+#: ... but in short CTAs the narrower tiles keep up: a CTA is short when the 128×256 tiling
+#: gives it at most SHORT_CTA_STEPS k-steps (its waves × the K loop), and then the fixed costs
+#: (ring fill, the last epilogue) weigh more than the operand traffic per FLOP (H100, L2
+#: flushed, RESULTS.md run 96, ours/cuBLAS 128×128 vs 128×256: 2048³ 0.951 vs 0.935,
+#: 512×8192×4096 0.947 vs 0.911, 2560³ 0.883 vs 0.854, 1024×8192×2048 1.001 vs 0.978; at 128
+#: k-steps, 2048×4096×4096, the tuner keeps 128×256)
+SHORT_TILE_EFFICIENCY = {256: 0.97, 192: 1.0, 128: 1.0}
+SHORT_CTA_STEPS = 96
+#: few tiles (128×128 ones fill at most half a wave and K does not split, or a launch-bound
+#: problem of more than MID_M rows): the 64-row ping-pong tile of these widths whose tiles fill
+#: the most of one wave (H100, L2 flushed, runs 96-97, ours/cuBLAS vs 128×128 cooperative:
+#: 1024³ 64×128 0.927 vs 0.787, 896³ 0.933 vs 0.742, 1024×1024×2048 0.954 vs 0.708;
+#: 512×1024×1024 64×64 0.948 vs 0.695, 512³ 0.892 vs 0.784)
+FEW_WIDTHS = (128, 64)
 #: a near shape's tuned config may idle this much more of its last wave than the heuristic's
 NEAR_SLACK = 1.1
 #: epilogue sub-tile of 128×192 tiles that fit one wave: 4 KB of staging per sub-tile instead
@@ -152,7 +176,7 @@ def dtype_name(dtype) -> str:
 def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS, in_bytes: int = 2) -> KernelConfig:
     """The rule of the module docstring, for inputs of `in_bytes` bytes an element."""
     if 2 * (M * K + N * K + M * N) < SPLIT_MIN_BYTES:  # launch-bound: one kernel, no workspace
-        return KernelConfig(128, 128, 64)
+        return few_tiles(M, N, sms) if M > MID_M else KernelConfig(128, 128, 64)
     small_k = SMALL_TILE_K_BYTES // in_bytes
     mid = mid_tile(M, N, sms, small_k)
     if DECODE_M < M <= MID_M and mid is not None:
@@ -165,10 +189,13 @@ def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS, in_bytes: i
     elif M <= SWAP_AB_MAX_M:
         config = KernelConfig(128, 1 << math.ceil(math.log2(M)), 64, swap_ab=True)
     else:
-        config = KernelConfig(128, tile_width(M, N, sms), 64)
+        config = KernelConfig(128, tile_width(M, N, math.ceil(K / SPLIT_STEP_K), sms), 64)
     if config.block_n == 192 and not config.swap_ab and tile_count(config, M, N) <= sms:
         config = dataclasses.replace(config, epilogue_n=ONE_WAVE_EPILOGUE_N)  # one wave: a 5th ring stage (above)
-    return split(config, M, N, K, sms)
+    config = split(config, M, N, K, sms)
+    if config.block_m == 128 and config.split_k == 1 and 2 * tile_count(config, M, N) <= sms and not config.swap_ab:
+        return few_tiles(M, N, sms)  # more tiles, still one wave (FEW_WIDTHS)
+    return config
 
 
 def split(config: KernelConfig, M: int, N: int, K: int, sms: int) -> KernelConfig:
@@ -186,17 +213,27 @@ def mid_tile(M: int, N: int, sms: int, block_k: int) -> KernelConfig | None:
     return max(fits, key=lambda c: tile_count(c, M, N), default=None)
 
 
+def few_tiles(M: int, N: int, sms: int) -> KernelConfig:
+    """The 64-row ping-pong tile of FEW_WIDTHS whose tiles fill the most of one wave (ties and
+    none within one wave: the widest)."""
+    fits = [KernelConfig(64, bn, 64, schedule="pingpong") for bn in FEW_WIDTHS]
+    return max(fits, key=lambda c: tile_count(c, M, N) if tile_count(c, M, N) <= sms else 0)
+
+
 def tile_count(config: KernelConfig, M: int, N: int) -> int:
     """Output tiles of an M × N product under `config` (its transpose's under swap-AB)."""
     rows, cols = (N, M) if config.swap_ab else (M, N)
     return math.ceil(rows / config.block_m) * math.ceil(cols / config.block_n)
 
 
-def tile_width(M: int, N: int, sms: int) -> int:
-    """The block_n of 128-row tiles that wastes the least of the last wave (module docstring);
-    ties go to the wider tile (min keeps the first of TILE_EFFICIENCY's widest-first order)."""
-    cost = lambda bn: math.ceil(tile_count(KernelConfig(128, bn, 64), M, N) / sms) * bn / TILE_EFFICIENCY[bn]  # noqa: E731
-    return min(TILE_EFFICIENCY, key=cost)
+def tile_width(M: int, N: int, k_steps: int, sms: int) -> int:
+    """The block_n of 128-row tiles that wastes the least of the last wave (module docstring),
+    each width's waves weighed by its per-FLOP speed in CTAs of that length; ties go to the
+    wider tile (min keeps the first of the efficiency tables' widest-first order)."""
+    waves = lambda bn: math.ceil(tile_count(KernelConfig(128, bn, 64), M, N) / sms)  # noqa: E731
+    short = waves(256) * k_steps <= SHORT_CTA_STEPS
+    efficiency = SHORT_TILE_EFFICIENCY if short else TILE_EFFICIENCY
+    return min(efficiency, key=lambda bn: waves(bn) * bn / efficiency[bn])
 
 
 def split_count(tiles: int, k_steps: int, sms: int) -> int:
