@@ -107,6 +107,15 @@ def test_quick_grid_tries_every_mid_size_width(M):
         assert KernelConfig(64, bn, 64, schedule="pingpong") in grid, bn
 
 
+def test_quick_grid_tries_the_medium_tile_on_both_schedules_and_the_few_tile_tiles():
+    """Cooperative 128×128 won 512×28672×4096 where the heuristic picks 128×192 (RESULTS.md
+    run 96); the few-tile 64-row tiles are select's pick below half a wave of 128×128."""
+    grid = tune.quick_grid(512, 28672, 4096)
+    assert KernelConfig(128, 128, 64) in grid and KernelConfig(128, 128, 64, schedule="pingpong") in grid
+    for bn in (128, 64):
+        assert KernelConfig(64, bn, 64, schedule="pingpong") in grid, bn
+
+
 def test_the_current_table_config_is_measured_second():
     """A search starts from the heuristic's config and the active table's, so the table it
     writes is never worse (on that run) than the one it started from."""
