@@ -178,31 +178,31 @@ def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS, in_bytes: i
     if 2 * (M * K + N * K + M * N) < SPLIT_MIN_BYTES:  # launch-bound: one kernel, no workspace
         return few_tiles(M, N, sms) if M > MID_M else KernelConfig(128, 128, 64)
     small_k = SMALL_TILE_K_BYTES // in_bytes
+    k_steps = math.ceil(K / SPLIT_STEP_K)  # what the split and width rules count K in
     mid = mid_tile(M, N, sms, small_k)
     if DECODE_M < M <= MID_M and mid is not None:
         wide = dataclasses.replace(mid, block_n=max(mid.block_n, MID_SPLIT_WIDTH))
         # a long K: the wider tile, split into as many ≥ MID_SPLIT_STEPS-step parts as one wave holds
-        splits = min(sms // tile_count(wide, M, N), math.ceil(K / SPLIT_STEP_K) // MID_SPLIT_STEPS)
-        return dataclasses.replace(wide, split_k=splits) if splits >= 2 else split(mid, M, N, K, sms)
+        splits = min(sms // tile_count(wide, M, N), k_steps // MID_SPLIT_STEPS)
+        return dataclasses.replace(wide, split_k=splits) if splits >= 2 else split(mid, M, N, k_steps, sms)
     if M <= DECODE_M:
         config = KernelConfig(64, 16, small_k, schedule="pingpong", swap_ab=True)
     elif M <= SWAP_AB_MAX_M:
         config = KernelConfig(128, 1 << math.ceil(math.log2(M)), 64, swap_ab=True)
     else:
-        config = KernelConfig(128, tile_width(M, N, math.ceil(K / SPLIT_STEP_K), sms), 64)
+        config = KernelConfig(128, tile_width(M, N, k_steps, sms), 64)
     if config.block_n == 192 and not config.swap_ab and tile_count(config, M, N) <= sms:
         config = dataclasses.replace(config, epilogue_n=ONE_WAVE_EPILOGUE_N)  # one wave: a 5th ring stage (above)
-    config = split(config, M, N, K, sms)
+    config = split(config, M, N, k_steps, sms)
     if config.block_m == 128 and config.split_k == 1 and 2 * tile_count(config, M, N) <= sms and not config.swap_ab:
         return few_tiles(M, N, sms)  # more tiles, still one wave (FEW_WIDTHS)
     return config
 
 
-def split(config: KernelConfig, M: int, N: int, K: int, sms: int) -> KernelConfig:
-    """`config` with the split count of the module docstring's cost model."""
-    k_steps = math.ceil(K / SPLIT_STEP_K)
+def split(config: KernelConfig, M: int, N: int, k_steps: int, sms: int) -> KernelConfig:
+    """`config` with the split count of the module docstring's cost model (K in k_steps of
+    SPLIT_STEP_K elements)."""
     return dataclasses.replace(config, split_k=split_count(tile_count(config, M, N), k_steps, sms))
-
 
 
 def mid_tile(M: int, N: int, sms: int, block_k: int) -> KernelConfig | None:
