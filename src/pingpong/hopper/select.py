@@ -205,19 +205,22 @@ def split(config: KernelConfig, M: int, N: int, k_steps: int, sms: int) -> Kerne
     return dataclasses.replace(config, split_k=split_count(tile_count(config, M, N), k_steps, sms))
 
 
-def mid_tile(M: int, N: int, sms: int, block_k: int) -> KernelConfig | None:
-    """The 64-row ping-pong tile of MID_WIDTHS whose tiles fill the most of one wave; None when
-    even the widest makes more than `sms` tiles."""
-    fits = [KernelConfig(64, bn, block_k, schedule="pingpong") for bn in MID_WIDTHS]
+def one_wave_tile(M: int, N: int, sms: int, widths: tuple[int, ...], block_k: int) -> KernelConfig | None:
+    """The 64-row ping-pong tile of `widths` (widest first) whose tiles fill the most of one
+    wave, ties to the wider; None when even the widest makes more than `sms` tiles."""
+    fits = [KernelConfig(64, bn, block_k, schedule="pingpong") for bn in widths]
     fits = [c for c in fits if tile_count(c, M, N) <= sms]
     return max(fits, key=lambda c: tile_count(c, M, N), default=None)
 
 
+def mid_tile(M: int, N: int, sms: int, block_k: int) -> KernelConfig | None:
+    """The mid-size tile: `one_wave_tile` of MID_WIDTHS."""
+    return one_wave_tile(M, N, sms, MID_WIDTHS, block_k)
+
+
 def few_tiles(M: int, N: int, sms: int) -> KernelConfig:
-    """The 64-row ping-pong tile of FEW_WIDTHS whose tiles fill the most of one wave (ties and
-    none within one wave: the widest)."""
-    fits = [KernelConfig(64, bn, 64, schedule="pingpong") for bn in FEW_WIDTHS]
-    return max(fits, key=lambda c: tile_count(c, M, N) if tile_count(c, M, N) <= sms else 0)
+    """The few-tile tile: `one_wave_tile` of FEW_WIDTHS (none within one wave: the widest)."""
+    return one_wave_tile(M, N, sms, FEW_WIDTHS, 64) or KernelConfig(64, FEW_WIDTHS[0], 64, schedule="pingpong")
 
 
 def tile_count(config: KernelConfig, M: int, N: int) -> int:
