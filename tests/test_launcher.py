@@ -49,13 +49,14 @@ def test_gemm_direct_launch_passes_what_triton_passes(monkeypatch, col_major_a, 
         ptrs = (a.data_ptr(), b.data_ptr(), out.data_ptr(), cin.data_ptr(), (bias if with_bias else out).data_ptr())
         bound((grid[0], 1, 1), 99, ptrs, (1.5, 0.25 if with_c else 0.0))
     theirs, ours = calls
-    assert ours[:10] == theirs[:10]  # grid, stream, function, cooperative, pdl, scratch, packed metadata
-    assert ours[10:13] == (None, None, None)  # no launch metadata and no hooks
-    assert ours[13:] == theirs[13:]
-    maps = [x for x in ours[13:] if isinstance(x, tuple) and x[:1] == ("map",)]
+    (head, hooks, tail, args), (t_head, _, t_tail, t_args) = fake_launcher.parts(ours), fake_launcher.parts(theirs)
+    assert head == t_head and tail == t_tail  # grid, stream, function, flags, packed metadata, scratch, signature
+    assert hooks == (None, None, None)  # no launch metadata and no hooks
+    assert args == t_args
+    maps = [x for x in args if isinstance(x, tuple) and x[:1] == ("map",)]
     assert [m[1] for m in maps] == list(ptrs[:4])  # one CUtensorMap per descriptor, at its address
     assert [len(m[6]) for m in maps] == ([3, 2, 3, 3] if batch else [2] * 4)  # rank-3 batched, rank-2 shared
-    assert ptrs[4] in ours[13:]  # the bias pointer (never read without a bias)
+    assert ptrs[4] in args  # the bias pointer (never read without a bias)
 
 
 def test_bind_refuses_a_wrong_slot_count():
@@ -152,6 +153,7 @@ def test_portable_direct_launch_passes_what_triton_passes(monkeypatch):
         ptrs = tuple(t.data_ptr() for t in args[:5])
         bound((grid[0], grid[1], 1), 99, ptrs, (1.5, 0.25))
     theirs, ours = calls
-    theirs = tuple(x.data_ptr() if isinstance(x, torch.Tensor) else x for x in theirs)
-    assert ours[:10] == theirs[:10] and ours[13:] == theirs[13:]
-    assert list(ours[13:18]) == list(ptrs)
+    (head, _, tail, args), (t_head, _, t_tail, t_args) = fake_launcher.parts(ours), fake_launcher.parts(theirs)
+    t_args = [x.data_ptr() if isinstance(x, torch.Tensor) else x for x in t_args]
+    assert head == t_head and tail == t_tail and args == t_args
+    assert args[:5] == list(ptrs)

@@ -167,9 +167,10 @@ def test_direct_launch_passes_what_triton_passes(monkeypatch, name, n):
         bound((7, 1, 1), 99, (x.data_ptr(), x.data_ptr(), x.data_ptr()))
     assert list(hopper.vector_add_tma_kernel.arg_names) == ["a_desc", "b_desc", "c_desc", "n", *cfg.constexprs]
     theirs, ours = calls
-    assert ours[:10] == theirs[:10]  # grid, stream, function, cooperative, pdl, scratch, packed metadata
-    assert ours[10:13] == (None, None, None)  # no launch metadata and no hooks (hooks_idle)
-    assert ours[13:] == theirs[13:]
+    (head, hooks, tail, args), (t_head, _, t_tail, t_args) = fake_launcher.parts(ours), fake_launcher.parts(theirs)
+    assert head == t_head and tail == t_tail  # grid, stream, function, flags, packed metadata, scratch, signature
+    assert hooks == (None, None, None)  # no launch metadata and no hooks (hooks_idle)
+    assert args == t_args
     assert [len(m) for m in bound.maps] == [1, 1, 1]  # one CUtensorMap per slot for the one address
 
 

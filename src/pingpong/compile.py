@@ -276,7 +276,7 @@ def _cuda_tool(tool: str, flag: str, cubin: bytes) -> str:
 _CUDA_PATTERNS = {
     "wgmma": ("p", r"wgmma\.mma_async"),
     "wgmma_wait": ("p", r"wgmma\.wait_group"),
-    "tma_load": ("p", r"cp\.async\.bulk\.tensor\.\dd\.shared::cluster\.global"),
+    "tma_load": ("p", r"cp\.async\.bulk\.tensor\.\dd\.shared::(?:cluster|cta)\.global"),
     "tma_store": ("p", r"cp\.async\.bulk\.tensor\.\dd\.global\.shared::cta"),
     "setmaxnreg": ("p", r"setmaxnreg"),
     "mbarrier_wait": ("p", r"mbarrier\.try_wait"),

@@ -6,8 +6,10 @@ and specialization key, a launch-metadata dict, two (empty) hook-chain calls, bu
 `cuTensorMapEncodeTiled` per descriptor. For a small GEMM or vector add that is longer
 than the kernel itself.
 
-`DirectLaunch` keeps what a `CompiledKernel` needs to run - Triton's C launcher, the
-CUfunction, the packed metadata and each TMA descriptor's encoding (`tensordesc_meta`) -
+`DirectLaunch` keeps what a `CompiledKernel` needs to run - Triton's generic C launcher
+with the kernel's argument annotations and packed signature, the CUfunction, the packed
+metadata (warps, CTAs per cluster, shared memory) and each TMA descriptor's encoding
+(`tensordesc_meta`) -
 and `BoundLaunch` fixes everything about a call that a plan fixes (descriptor shapes and
 strides, sizes, constexprs) so that a launch only refreshes what changes per call:
 
@@ -24,8 +26,9 @@ Triton's own `wrap_handle_tensordesc` would (tests/test_launcher.py checks both 
 Triton's function on the CPU).
 
 Only kernels whose launch needs nothing else qualify (`from_kernel` returns None otherwise:
-scratch buffers, fp4-padded encodings, clusters, a Triton whose launcher is not shaped as
-3.6's), and callers keep Triton's JIT path while a launch hook is installed (`hooks_idle`),
+scratch buffers, fp4-padded or im2col encodings, the global sanitizer, a Triton whose
+launcher is not shaped as 3.9's). Clusters need nothing extra: the CTAs per cluster travel in
+the packed metadata and the C launcher sets the cluster dimension from them. Callers keep Triton's JIT path while a launch hook is installed (`hooks_idle`),
 so profilers that hook launches still see every launch. `launch_key()` is what a cached
 launch must be re-validated against on every call: the Triton version and the options the
 JIT re-reads per call (`knobs.runtime.debug`, `knobs.compilation.instrumentation_mode`);
@@ -46,8 +49,8 @@ MAP_CACHE_SIZE = 64
 
 
 def hooks_idle() -> bool:
-    """True when no launch enter/exit hook is installed (Triton 3.6: empty HookChains; any
-    other object there counts as a hook)."""
+    """True when no launch enter/exit hook is installed (empty HookChains; any other object
+    there counts as a hook)."""
     rt = knobs.runtime
     enter, exit_ = rt.launch_enter_hook, rt.launch_exit_hook
     return ((enter is None or getattr(enter, "calls", None) == [])
@@ -68,25 +71,32 @@ class DirectLaunch:
     """One compiled kernel on one device.
 
     launch:    Triton's C `launch(gridX, gridY, gridZ, stream, function, cooperative, pdl,
-               global_scratch, profile_scratch, packed_metadata, launch_metadata,
-               enter_hook, exit_hook, *kernel_args)`
-    encode:    `fill_tma_descriptor(ptr, swizzle, elem_size, elem_type, block, shape, strides,
-               padding) -> CUtensorMap`
+               packed_metadata, launch_metadata, enter_hook, exit_hook, global_scratch,
+               profile_scratch, arg_annotations, kernel_signature, kernel_args)`, where
+               kernel_args holds every argument in the kernel's order (constexprs included:
+               the annotations skip them), each descriptor expanded to
+               [CUtensorMap, *shape, *strides]
+    encode:    `fill_tma_descriptor_tiled(ptr, swizzle, elem_size, elem_type, block, shape,
+               strides, padding) -> CUtensorMap`
     encodings: per TMA descriptor argument, in order: (swizzle, elem_size, elem_type, block).
     """
 
-    __slots__ = ("launch", "function", "packed", "cooperative", "pdl", "encodings", "encode")
+    __slots__ = ("launch", "function", "packed", "cooperative", "pdl", "annotations", "signature", "encodings",
+                 "encode")
 
-    def __init__(self, launch, function, packed_metadata, cooperative, pdl, desc_meta, encode):
+    def __init__(self, launch, function, packed_metadata, cooperative, pdl, annotations, signature, desc_meta,
+                 encode):
         from triton.backends.nvidia.driver import TMA_DTYPE_DEVICE_TO_HOST
 
-        if any(m.get("fp4_padded") for m in desc_meta):
-            raise ValueError("DirectLaunch: fp4-padded descriptors are not reproduced")
+        if any(m.get("fp4_padded") or m.get("is_im2col") for m in desc_meta):
+            raise ValueError("DirectLaunch: fp4-padded and im2col descriptors are not reproduced")
         self.launch = launch
         self.function = function
         self.packed = packed_metadata
         self.cooperative = cooperative
         self.pdl = pdl
+        self.annotations = annotations
+        self.signature = signature
         self.encodings = tuple((m["swizzle"], m["elem_size"], TMA_DTYPE_DEVICE_TO_HOST[m["elem_type"]],
                                 list(m["block_size"])) for m in desc_meta)
         self.encode = encode
@@ -100,15 +110,15 @@ class DirectLaunch:
         try:
             run = kernel.run  # CudaLauncher
             metas = getattr(kernel.metadata, "tensordesc_meta", None) or []
-            if run.global_scratch_size or run.profile_scratch_size or getattr(run, "num_ctas", 1) != 1:
+            if run.global_scratch_size or run.profile_scratch_size or getattr(run, "gsan_enabled", False):
                 return None
             raw = run.launch
             if metas:  # wrap_handle_tensordesc's `inner`, closing over the C launch
                 names = raw.__code__.co_freevars
                 raw = raw.__closure__[names.index("launcher")].cell_contents
-            encode = triton.runtime.driver.active.utils.fill_tma_descriptor
+            encode = triton.runtime.driver.active.utils.fill_tma_descriptor_tiled
             return cls(raw, kernel.function, kernel.packed_metadata, run.launch_cooperative_grid, run.launch_pdl,
-                       metas, encode)
+                       run.arg_annotations, run.kernel_signature, metas, encode)
         except (AttributeError, ValueError, TypeError, KeyError, IndexError):
             return None
 
@@ -152,7 +162,8 @@ class BoundLaunch:
         self._dyn = len(self._template)
         self._template.extend(post)
         self.direct = direct
-        self._head = (direct.function, direct.cooperative, direct.pdl, None, None, direct.packed, None, None, None)
+        self._head = (direct.function, direct.cooperative, direct.pdl, direct.packed, None, None, None, None, None,
+                      direct.annotations, direct.signature)
 
     def tensor_map(self, i: int, ptr: int):
         """The CUtensorMap of slot i's descriptor at `ptr` (cached by address)."""
@@ -181,7 +192,7 @@ class BoundLaunch:
 
     def __call__(self, grid, stream: int, ptrs, dyn=()) -> None:
         gx, gy, gz = grid
-        self.direct.launch(gx, gy, gz, stream, *self._head, *self.args(ptrs, dyn))
+        self.direct.launch(gx, gy, gz, stream, *self._head, self.args(ptrs, dyn))
 
 
 def _is_descriptor(v) -> bool:

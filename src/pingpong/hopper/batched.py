@@ -39,15 +39,15 @@ def tile_layout(desc):
 def load_tile(desc, batch, row, col, bar, dst):
     """TMA load of the box at (row, col) of matrix `batch` (rank 3) or of the matrix (rank 2)."""
     if len(desc.block_type.shape) == 3:
-        tma.async_copy_global_to_shared(desc, [batch, row, col], bar, dst.reshape([1] + tile_shape(desc)))
+        tma.async_load(desc, [batch, row, col], bar, dst.reshape([1] + tile_shape(desc)))
     else:
-        tma.async_copy_global_to_shared(desc, [row, col], bar, dst)
+        tma.async_load(desc, [row, col], bar, dst)
 
 
 @gluon.jit
 def store_tile(desc, batch, row, col, src):
     """TMA store of `src` to the box at (row, col) of matrix `batch` (rank 3) or of the matrix."""
     if len(desc.block_type.shape) == 3:
-        tma.async_copy_shared_to_global(desc, [batch, row, col], src.reshape([1] + tile_shape(desc)))
+        tma.async_store(desc, [batch, row, col], src.reshape([1] + tile_shape(desc)))
     else:
-        tma.async_copy_shared_to_global(desc, [row, col], src)
+        tma.async_store(desc, [row, col], src)

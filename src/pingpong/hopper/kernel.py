@@ -240,12 +240,12 @@ def persistent_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha, beta
             s = ring.wait_ready(c)
             mma = mma.issue(ring, s, 0, BM, A_KMAJOR, B_KMAJOR)
             mma = mma.wait(1)
-            gl.thread_barrier()  # both warpgroups' wgmma(c-1) are done before its slot is released
+            gl.barrier()  # both warpgroups' wgmma(c-1) are done before its slot is released
             if k > 0:
                 ring.release(c - 1)
             produced = produce_step(loader, ring, sched, produced, total)
         mma = mma.wait(0)
-        gl.thread_barrier()
+        gl.barrier()
         ring.release(t * sched.k_steps + sched.k_steps - 1)
         off_m, off_n = sched.tile_offsets(t)
         epi.store(mma, 0, t, off_m, off_n, sched.tile_batch(t), 0)

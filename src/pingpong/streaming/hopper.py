@@ -230,18 +230,18 @@ def register_layout(block_shape, VEC, num_warps):
 def tma_load(desc, tile, bar, buf, pred):
     """TMA-load tile number `tile`: element tile*BLOCK of [n], or row tile*rows of [n/256, 256]."""
     if len(desc.block_type.shape) == 1:
-        tma.async_copy_global_to_shared(desc, [tile * desc.block_type.shape[0]], bar, buf, pred=pred)
+        tma.async_load(desc, [tile * desc.block_type.shape[0]], bar, buf, pred=pred)
     else:
-        tma.async_copy_global_to_shared(desc, [tile * desc.block_type.shape[0], 0], bar, buf, pred=pred)
+        tma.async_load(desc, [tile * desc.block_type.shape[0], 0], bar, buf, pred=pred)
 
 
 @gluon.jit
 def tma_store(desc, tile, buf):
     """TMA-store `buf` as tile number `tile` (the same coordinates as tma_load)."""
     if len(desc.block_type.shape) == 1:
-        tma.async_copy_shared_to_global(desc, [tile * desc.block_type.shape[0]], buf)
+        tma.async_store(desc, [tile * desc.block_type.shape[0]], buf)
     else:
-        tma.async_copy_shared_to_global(desc, [tile * desc.block_type.shape[0], 0], buf)
+        tma.async_store(desc, [tile * desc.block_type.shape[0], 0], buf)
 
 
 @gluon.jit
