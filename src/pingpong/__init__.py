@@ -9,16 +9,21 @@
 See README.md for what runs where, and `pingpong --help` for the command line.
 """
 
+from .toolchain import check as _check_triton
+
+TRITON = _check_triton()  # a clear UnsupportedTritonError here, not a compile error in a kernel
+
 from .api import gemm, gemm_, matmul, matmul_tiled, path_for
 from .hopper.config import KernelConfig
 from . import nn
 from .functional import linear
 from .errors import ConfigError, PingpongError, TargetError
+from .toolchain import UnsupportedTritonError
 from .streaming import vector_add
 
 __version__ = "0.1.0"
 
 __all__ = [
     "matmul", "gemm", "gemm_", "matmul_tiled", "path_for", "linear", "vector_add",
-    "KernelConfig", "ConfigError", "PingpongError", "TargetError",
+    "KernelConfig", "ConfigError", "PingpongError", "TargetError", "UnsupportedTritonError",
 ]

@@ -71,6 +71,7 @@ import triton.language as tl
 from . import fused
 from .addressing import needs_int64
 from .compile import SHARED_MEMORY_LIMIT, TARGETS, Launch, register
+from .toolchain import KERNEL_OPTIONS
 
 __all__ = ["portable_gemm", "prepare", "default_block", "default_stages", "gemm_kernel", "SUPPORTED_INPUTS", "SUPPORTED_OUTPUTS"]
 
@@ -260,7 +261,7 @@ def _launch(a, b, c, out, alpha, beta, block, has_c, bias=None, activation="none
     meta = dict(
         HAS_C=has_c, BM=block[0], BN=block[1], BK=block[2], GROUP_M=GROUP_M,
         INDEX_64=needs_int64(a, b, c, out), INPUT_PRECISION=_input_precision(a.dtype),
-        BIAS=fused.bias_kind(bias, M), ACTIVATION=activation,
+        BIAS=fused.bias_kind(bias, M), ACTIVATION=activation, **KERNEL_OPTIONS,
     )
     if device_smem is not None:
         shared, amd = device_smem

@@ -8,7 +8,7 @@ Status — what has been verified and what has not:
     it compiles for gfx950 and gfx942; 8 waves (512 threads); MFMA count; direct-to-LDS
     `buffer_load ... lds` instructions; the s_barrier count and the vmcnt values of the main
     loop equal the schedule below (and, per barrier phase, the race-checked model); LDS
-    within the target; no scratch; VGPR+AGPR in budget.
+    within the target; no scratch; no AGPRs, VGPRs in budget.
   * NOT verified: it has never been executed. No AMD GPU was available to this project, so
     numerical correctness and speed on MI300X / MI355X are unknown.
 
@@ -45,13 +45,14 @@ a = DMA instructions of one A load per wave: 4 on gfx950, 8 on gfx942):
       S1  barrier ─ load B1, A1 (k=2i+1) ─ vmcnt(a)              B1 landed, A1 in flight
       S2  barrier ─ compute stage 0 ─ vmcnt(0)                   A1 landed under stage 0
       S3  barrier ─ load A0 (k=2i+2) ─ compute stage 1 ─ vmcnt(a)   A0 in flight across S4
+                                              (satisfied already: no instruction in the ISA)
       S4  barrier ─ load B0 (k=2i+2) ─ vmcnt(0)                  A0, B0 landed
     EPILOGUE   (last pair, no prefetch; every wait is vmcnt(0): drained before fenced barriers)
       E1  BARRIER ─ load B1, A1 ─ vmcnt(0)
       E2  BARRIER ─ compute stage 0
       E3  BARRIER ─ compute stage 1 ─ [group 0: BARRIER]     (re-sync)
     STORE      alpha·acc + beta·Cin → C (masked buffer stores, no LDS)
-    (BARRIER = gl.thread_barrier(), fenced; every wait before a barrier also has lgkmcnt(0))
+    (BARRIER = gl.barrier(), fenced; every barrier is preceded by lgkmcnt(0))
 
     timeline (one column per barrier phase; G0 is one phase ahead of G1):
       G0 │ S1 load   │ S2 mma s0 │ S3 mma s1 │ S4 load   │ S1 load   │ S2 mma s0 │
@@ -71,24 +72,46 @@ This is the textbook 4-step ping-pong loop with the A0 load moved from the end o
 start of S3 (issued at the end of S2 it overwrites A0 while the other waves of the same group
 may still be reading it).
 
-Waits, and how Triton 3.6 expresses them. Main-loop vmcnt per iteration: (a, 0, a, 0), so
-loads stay in flight across a barrier and under the MFMAs (A1 under stage 0, A0 across S4):
-a non-zero vmcnt inside the loop is what lets loads overlap the other group's math. `gl.thread_barrier()` cannot do that: it lowers to
-`fence syncscope("workgroup") release; s_barrier; fence acquire`, and LLVM makes that release
-wait for every LDS DMA in flight (an `s_waitcnt vmcnt(0)` before the s_barrier, even with no
-wait written). A bare inline-asm s_barrier keeps vmcnt(N) but is invisible to Triton's
-shared-memory barrier analysis (Membar), which then adds a barrier of its own after the async
-wait. What works is that very rule of Membar: an async wait (`wait_group(N)`) that is not
-followed by a barrier gets a `ttg.local_barrier` placed right after it, which on CDNA lowers
-to `s_waitcnt lgkmcnt(0); s_barrier`, no fence. `wait_then_barrier` is that idiom; in the ISA
-each of its four calls is `s_waitcnt vmcnt(N) lgkmcnt(0)` followed by one `s_barrier` (LLVM
-may schedule MFMAs between the two). The prologue and epilogue keep `wait_group(0)` +
-`gl.thread_barrier()`: fenced and fully drained (a load still in flight when the loop ends
-would otherwise land after the last barrier that protects its buffer). On gfx950 LLVM places A0's
-loads after stage 1's MFMAs (just before S4); on gfx942 they are interleaved with them. MFMA
-operands are read with 16-byte LDS reads (k_width 8; on gfx942 one read feeds two 16x16x16
-MFMAs), which also saves registers there. Barriers per iteration: 4. All counts are in
-CdnaDerived (config.py) and checked in the ISA, per barrier phase against the checked model.
+Waits, and how Triton 3.9 expresses them. The schedule's main-loop waits per iteration are
+(a, 0, a, 0), so loads stay in flight across a barrier and under the MFMAs (A1 under stage 0,
+A0 across S4): a non-zero vmcnt inside the loop is what lets loads overlap the other group's
+math. `wait_group(N)` lowers to LLVM's async marks (`llvm.amdgcn.asyncmark` after each commit
+group, `llvm.amdgcn.wait.asyncmark(N)`), and LLVM turns a mark wait into `s_waitcnt vmcnt(n)`,
+n = the DMA instructions of the N newest groups, only where more than n can be in flight. The
+S4 wait (at most A0's a loads) follows S3's vmcnt(0) and A0's a loads, so it is already
+satisfied and the ISA has no instruction for it: the loop's ISA waits are (a, 0, 0)
+(`CdnaDerived.main_loop_vmcnt_isa`, computed by the same rule as
+`schedule_model.vmcnt_sequence(..., emitted=True)`); the hardware state is that of the schedule.
+
+Barriers. The direct-to-LDS loads are `llvm.amdgcn.raw.ptr.buffer.load.async.lds`, which LLVM
+orders only through those async marks, not through fences: neither `gl.barrier()` (`ttg.barrier
+all`: `fence syncscope("workgroup") release; s_barrier; fence acquire`) nor the LDS-only
+barrier waits for them (checked: a `gl.barrier()` in place of S4's barrier leaves A0 in
+flight, as the schedule wants). In older Triton (3.6) the release fence of the then
+`gl.thread_barrier()` did wait for every DMA in flight (an `s_waitcnt vmcnt(0)` before the
+s_barrier, even with no wait written); that is why the loop's barriers are not `gl.barrier()`.
+They are the barrier Triton's shared-memory analysis (Membar) puts right after an async wait
+that no barrier follows: `ttg.barrier local`, the same fences restricted to LDS by the MMRA
+tag `amdgpu-synchronize-as local`, i.e. `s_waitcnt lgkmcnt(0); s_barrier`. `wait_then_barrier`
+is that idiom; in the ISA each of its calls is `s_waitcnt vmcnt(n)` (where not satisfied
+already) and `lgkmcnt(0)` followed by one `s_barrier` (LLVM may schedule MFMAs in between). A
+bare inline-asm s_barrier would be invisible to Membar, which would add a barrier of its own
+after the async wait. The prologue and epilogue drain explicitly: `wait_group(0)` +
+`gl.barrier()` (a load still in flight when the loop ends would otherwise land after the last
+barrier that protects its buffer). On gfx950 LLVM places A0's loads after stage 1's MFMAs
+(just before S4); on gfx942 they are interleaved with them. MFMA operands are read with
+16-byte LDS reads (k_width 8; on gfx942 one read feeds two 16x16x16 MFMAs), which also saves
+registers there. Barriers per iteration: 4. All counts are in CdnaDerived (config.py) and
+checked in the ISA, per barrier phase against the checked model.
+
+Registers. 8 waves on 4 SIMDs leave a wave 256 VGPR+AGPR. The LLVM in Triton 3.9 splits that
+budget in halves (128 VGPRs + 128 AGPRs) unless the kernel says how many AGPRs it needs, and
+the ping-pong does not fit in 128 VGPRs (the accumulator went to AGPRs, the operands and
+addresses spilled: 20 B of scratch on gfx942, 88 B on gfx950). The kernel is compiled with
+`amdgpu-agpr-alloc=0` (`launch_args`, `CdnaDerived.agprs`): no AGPRs, all 256 registers are
+VGPRs, accumulator included, as older Triton allocated it. A `sched_barrier` after the last
+compute stage keeps the stores' address and mask arithmetic from being scheduled into E3's
+MFMAs and LDS reads (with both live, gfx950 spilled 36 B).
 """
 
 from __future__ import annotations
@@ -124,14 +147,15 @@ def stagger_barrier(GROUP: gl.constexpr, THREADS_PER_GROUP: gl.constexpr, THREAD
 @gluon.jit
 def wait_then_barrier(OUTSTANDING: gl.constexpr):
     """`s_waitcnt vmcnt(N) lgkmcnt(0); s_barrier`: wait until at most OUTSTANDING of this wave's
-    commit groups (TileLoader.load calls) are in flight, then a workgroup barrier WITHOUT the
-    release/acquire fences of gl.thread_barrier() (whose release would wait for every LDS DMA).
+    commit groups (TileLoader.load calls) are in flight, then an LDS-only workgroup barrier.
 
-    N is the number of DMA instructions in the OUTSTANDING newest groups (Triton's
-    UpdateAsyncWaitCount pass counts them). The barrier is not written here: Triton's shared
-    memory barrier analysis (Membar) puts a `ttg.local_barrier` right after every async wait
-    that is not followed by a barrier, and on CDNA that op lowers to `s_waitcnt lgkmcnt(0);
-    s_barrier`. The ISA tests check that each call site yields exactly one s_barrier.
+    N is the number of DMA instructions in the OUTSTANDING newest groups: the wait lowers to
+    `llvm.amdgcn.wait.asyncmark(OUTSTANDING)` and LLVM counts them; where no more than N can be
+    in flight the wait is satisfied already and emits nothing. The barrier is not written here:
+    Triton's shared memory barrier analysis (Membar) puts a `ttg.barrier local` right after
+    every async wait that is not followed by a barrier, which on CDNA lowers to `s_waitcnt
+    lgkmcnt(0); s_barrier` (fences restricted to LDS). The ISA tests check that each call site
+    yields exactly one s_barrier.
     """
     gl.amd.cdna4.async_copy.wait_group(OUTSTANDING)
 
@@ -144,9 +168,9 @@ def schedule(la, lb, bufs, mma, pairs, BM: gl.constexpr, BN: gl.constexpr, BK: g
     lb.load(bufs.b0, 0)
     la.load(bufs.a0, 0)
     gl.amd.cdna4.async_copy.wait_group(0)
-    gl.thread_barrier()
+    gl.barrier()
     stagger_barrier(1, THREADS_PER_GROUP, THREADS)
-    gl.thread_barrier()  # S1 of the first iteration (E1 if there is none)
+    gl.barrier()  # S1 of the first iteration (E1 if there is none)
     # MAIN LOOP; its S1 barrier closes the body, so the loop back-edge carries no pending
     # LDS access and the compiler's barrier analysis adds nothing (same dynamic sequence).
     for i in range(pairs - 1):
@@ -167,10 +191,12 @@ def schedule(la, lb, bufs, mma, pairs, BM: gl.constexpr, BN: gl.constexpr, BK: g
     lb.load(bufs.b1, k1)  # E1
     la.load(bufs.a1, k1)
     gl.amd.cdna4.async_copy.wait_group(0)
-    gl.thread_barrier()  # E2
+    gl.barrier()  # E2
     mma = mma.compute(mma_view(bufs.a0, BM, BK), mma_view(bufs.b0, BN, BK))
-    gl.thread_barrier()  # E3
+    gl.barrier()  # E3
     mma = mma.compute(mma_view(bufs.a1, BM, BK), mma_view(bufs.b1, BN, BK))
+    # stage 1's LDS reads and MFMAs before anything of the stores (register pressure: docstring)
+    gl.amd.hint.sched_barrier()
     stagger_barrier(0, THREADS_PER_GROUP, THREADS)
     return mma
 
@@ -211,8 +237,8 @@ def store_tile(acc, c_ptr, cin_ptr, off_m, off_n, M, N, stride_cm, stride_cim, a
     Why chunks: each output element needs its own offset, mask and conversion registers
     (N is not specialized, so the stores are per element). Written as one tensor expression
     the compiler computes them for all 128 accumulators of a lane before the first store and
-    runs out of the 256 VGPRs that 2 waves per SIMD allow (gfx942, bf16 out: 36 bytes of
-    scratch; with beta·C: 1.2-1.5 KB on both targets, docs/amd.md). Chunk by chunk, only one
+    runs out of the 256 VGPRs that 2 waves per SIMD allow (measured with older Triton (3.6):
+    gfx942, bf16 out: 36 bytes of scratch; with beta·C: 1.2-1.5 KB on both targets, docs/amd.md). Chunk by chunk, only one
     chunk's temporaries are live: no scratch on either target, for bf16 and fp32 out, with
     and without C. KernelConfig derives COL_CHUNKS = the wave's 16-column MFMA tiles (4),
     the finest split in which every lane still holds all chunks (`column_halves`).
@@ -300,7 +326,15 @@ def launch_args(a, b, out, c, alpha, beta, config: KernelConfig):
     N = b.shape[0]
     args = gemm_args(a, b, out, c, alpha, beta, M, N, K)
     grid = (((M + d.block_m - 1) // d.block_m) * ((N + d.block_n - 1) // d.block_n),)
-    return args, dict(kernel_constexprs(config), num_warps=d.waves), grid
+    return args, dict(kernel_constexprs(config), **compile_options(config)), grid
+
+
+def compile_options(config: KernelConfig) -> dict:
+    """Triton compile options of the kernel: its waves, and the AGPRs LLVM may allocate (none:
+    without the attribute LLVM reserves half of the 256 registers for AGPRs and the kernel
+    spills; module docstring, Registers)."""
+    d = config.derive()
+    return dict(num_warps=d.waves, llvm_fn_attrs=f"amdgpu-agpr-alloc={d.agprs}")
 
 
 @cc.register("cdna_pingpong", targets=("gfx942", "gfx950"),

@@ -86,6 +86,26 @@ def _log2(x: int, what: str) -> int:
 # --------------------------------------------------------------------------- CDNA ping-pong
 
 
+def emitted_waits(issued: tuple, waits: tuple, in_flight: int = 0) -> tuple:
+    """The vmcnt waits of a straight-line phase sequence that can block, i.e. that the ISA has.
+
+    Phase i issues issued[i] in-order loads, then waits until at most waits[i] are in flight.
+    Triton 3.9 lowers `wait_group` to LLVM's async marks, and LLVM emits an `s_waitcnt
+    vmcnt(N)` only where more than N loads can be in flight; a wait already satisfied (such as
+    the ping-pong's S4 wait: after S3's vmcnt(0) only A0's loads were issued) is no
+    instruction at all, and the hardware state is the same as with it. `in_flight`: loads in
+    flight before the first phase (0: the prologue and every loop iteration end on vmcnt(0)).
+    schedule_model.vmcnt_sequence(..., emitted=True) applies the same rule to the race model.
+    """
+    out = []
+    for n, w in zip(issued, waits):
+        in_flight += n
+        if in_flight > w:
+            out.append(w)
+            in_flight = w
+    return tuple(out)
+
+
 @dataclasses.dataclass(frozen=True)
 class CdnaDerived:
     """Everything that follows from a CDNA KernelConfig (one source of truth)."""
@@ -119,7 +139,9 @@ class CdnaDerived:
     lds_bytes: int
     acc_regs: int  # fp32 accumulator registers per lane
     reg_budget: int  # VGPR+AGPR per wave with all waves resident
+    agprs: int  # AGPRs LLVM may allocate ("amdgpu-agpr-alloc"): 0, the whole budget is ArchVGPRs
     main_loop_vmcnt: tuple  # the schedule's vmcnt waits in the steady-state loop (before S2, S3, S4, S1)
+    main_loop_vmcnt_isa: tuple  # those of them the ISA emits: the ones not already satisfied
     prologue_vmcnt: tuple
     epilogue_vmcnt: tuple
     main_loop_barriers: int  # s_barrier per main-loop iteration (2 K-steps)
@@ -210,6 +232,12 @@ class KernelConfig:
         b_loads = (bn // self.groups) * bk // (self.waves_per_group * elems_per_instr)
         mfma_per_k = (wave_m // MFMA_MN) * (wave_n // MFMA_MN) * (bk // spec.mfma_k)
         k_width = 8  # 16-byte LDS reads; on gfx942 one read feeds two 16x16x16 MFMAs
+        # The schedule (cdna_pingpong docstring), one wait before each loop barrier:
+        # S2: B1 landed, A1 (the newest a_loads DMAs) still in flight; S3: A1 landed;
+        # S4: nothing to wait for, A0 stays in flight; S1: A0 and B0 landed.
+        loop_vmcnt = (a_loads, 0, a_loads, 0)
+        # DMA instructions each loop phase issues before its wait (S1: B1, A1; S2: none; S3: A0; S4: B0)
+        loop_issued = (a_loads + b_loads, 0, a_loads, b_loads)
         return CdnaDerived(
             target=self.target, block_m=bm, block_n=bn, block_k=bk,
             waves=waves, groups=self.groups, waves_per_group=self.waves_per_group,
@@ -220,12 +248,10 @@ class KernelConfig:
             subtile_rows=sub_rows, subtile_cols=sub_cols, subtiles_k=bk // sub_cols,
             swizzle=(bits, base, shift), smem_vec=1 << base, smem_per_phase=per_phase, smem_max_phase=1 << bits,
             a_loads=a_loads, b_loads=b_loads, stages=self.stages, lds_bytes=self.lds_bytes(),
-            acc_regs=wave_m * wave_n // spec.wave_size, reg_budget=self.reg_budget(),
-            # The schedule (cdna_pingpong docstring), one wait before each loop barrier:
-            # S2: B1 landed, A1 (the newest a_loads DMAs) still in flight; S3: A1 landed;
-            # S4: nothing to wait for, A0 stays in flight; S1: A0 and B0 landed. Prologue and
-            # epilogue drain everything (vmcnt(0) before their fenced barriers).
-            main_loop_vmcnt=(a_loads, 0, a_loads, 0), prologue_vmcnt=(0,), epilogue_vmcnt=(0,),
+            acc_regs=wave_m * wave_n // spec.wave_size, reg_budget=self.reg_budget(), agprs=0,
+            # Prologue and epilogue drain everything (vmcnt(0) before their fenced barriers).
+            main_loop_vmcnt=loop_vmcnt, main_loop_vmcnt_isa=emitted_waits(loop_issued, loop_vmcnt),
+            prologue_vmcnt=(0,), epilogue_vmcnt=(0,),
             main_loop_barriers=4,
             # one chunk per 16-column MFMA tile of the wave, the finest column split that every
             # lane holds in registers, at most 4 (cdna_pingpong.store_tile says why it chunks)

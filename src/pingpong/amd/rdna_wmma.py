@@ -33,6 +33,24 @@ from .cdna_pingpong import gemm_args, store_tile
 from .config import WmmaConfig
 
 
+@gluon.constexpr_function
+def wmma_layout(WARPS_M, WARPS_N, TILES_M, TILES_N):
+    """The accumulator layout: WARPS_M×WARPS_N waves, each a contiguous TILES_M×TILES_N block of
+    16×16 WMMA tiles (register blocking). AMDWMMALayout takes linear bases in units of WMMA
+    tiles: register bases walk the wave's own tiles (N first), warp bases place the waves'
+    blocks, N first: wave w owns tile rows TILES_M·(w // WARPS_N) + [0, TILES_M) and tile
+    columns TILES_N·(w % WARPS_N) + [0, TILES_N) (what older Triton (3.6) spelled
+    warps_per_cta=[WARPS_M, WARPS_N], tiles_per_warp=[TILES_M, TILES_N]; tests check the
+    placement from the linear layout)."""
+    def bits(n):  # one basis per bit of n (a power of two): 1, 2, 4, ... < n
+        assert n > 0 and n & (n - 1) == 0, f"{n} is not a power of two"
+        return [1 << i for i in range(n.bit_length() - 1)]
+
+    reg = [[0, t] for t in bits(TILES_N)] + [[t, 0] for t in bits(TILES_M)]
+    warp = [[0, TILES_N * w] for w in bits(WARPS_N)] + [[TILES_M * w, 0] for w in bits(WARPS_M)]
+    return gl.amd.AMDWMMALayout(version=1, transposed=True, warp_bases=warp, reg_bases=reg)
+
+
 @gluon.jit
 def _load_tile(ptr, r0, c0, R, C, stride, ROWS: gl.constexpr, COLS: gl.constexpr, L: gl.constexpr):
     r = r0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, L))
@@ -55,8 +73,7 @@ def rdna_wmma_gemm(a_ptr, b_ptr, c_ptr, cin_ptr, M, N, K, stride_am, stride_bk, 
     LB: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (BN // 8), BN // 8], [WAVES, 1], [1, 0])
     SA: gl.constexpr = gl.PaddedSharedLayout.with_identity_for([[BK, PAD]], [BM, BK], [1, 0])
     SB: gl.constexpr = gl.PaddedSharedLayout.with_identity_for([[BN, PAD]], [BK, BN], [1, 0])
-    ACC: gl.constexpr = gl.amd.AMDWMMALayout(version=1, transposed=True, warps_per_cta=[WARPS_M, WARPS_N],
-                                             tiles_per_warp=[TILES_M, TILES_N])
+    ACC: gl.constexpr = wmma_layout(WARPS_M, WARPS_N, TILES_M, TILES_N)
     DA: gl.constexpr = gl.DotOperandLayout(0, ACC, 16)
     DB: gl.constexpr = gl.DotOperandLayout(1, ACC, 16)
 
@@ -70,7 +87,7 @@ def rdna_wmma_gemm(a_ptr, b_ptr, c_ptr, cin_ptr, M, N, K, stride_am, stride_bk, 
 
     a_s.index(0).store(_load_tile(a_ptr, off_m, 0, M, K, stride_am, BM, BK, LA))
     b_s.index(0).store(_load_tile(b_ptr, 0, off_n, K, N, stride_bk, BK, BN, LB))
-    gl.thread_barrier()
+    gl.barrier()
     steps = gl.cdiv(K, BK)
     for k in range(steps):
         s = k % 2
@@ -79,7 +96,7 @@ def rdna_wmma_gemm(a_ptr, b_ptr, c_ptr, cin_ptr, M, N, K, stride_am, stride_bk, 
         acc = gl.amd.rdna3.wmma(a_s.index(s).load(DA), b_s.index(s).load(DB), acc)
         a_s.index(1 - s).store(a_next)
         b_s.index(1 - s).store(b_next)
-        gl.thread_barrier()
+        gl.barrier()
 
     store_tile(acc, c_ptr, cin_ptr, off_m, off_n, M, N, stride_cm, stride_cim, alpha, beta, HAS_C, BM, BN, 1)
 

@@ -22,6 +22,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .. import compile as cc
 from .. import fused
+from ..toolchain import KERNEL_OPTIONS
 from .config import KernelConfig, swizzle_width
 from .kernel import persistent_gemm, split_k_gemm, warp_specialized_gemm
 from .scheduler import effective_splits
@@ -107,9 +108,11 @@ def _operands(a, b, d):
 
 
 def _tile_kwargs(d) -> dict:
-    """The constexprs every schedule takes: tile, ring depth, raster, accumulator layout, warps."""
+    """The constexprs every schedule takes: tile, ring depth, raster, accumulator layout, warps
+    (and pingpong's compile options)."""
     return dict(BM=d.block_m, BN=d.block_n, BN2=d.block_n2, BK=d.block_k, STAGES=d.stages, GROUP_M=d.group_m,
-                acc_layout=acc_layout(d), acc_layout2=acc_layout(d, len(d.pieces) - 1), num_warps=d.num_warps)
+                acc_layout=acc_layout(d), acc_layout2=acc_layout(d, len(d.pieces) - 1), num_warps=d.num_warps,
+                **KERNEL_OPTIONS)
 
 
 def _schedule_kwargs(d) -> dict:

@@ -1,12 +1,14 @@
 """The tuning table: measured best KernelConfigs per problem-size bucket, for one GPU.
 
-    pingpong tune ──writes──> <cache dir>/tuning/<gpu>-<sms>sm.json     (user's, first choice)
-    package data:             pingpong/tables/<gpu>-<sms>sm.json       (shipped, second)
+    pingpong tune ──writes──> <cache dir>/tuning/<gpu>-<sms>sm-triton<X.Y>.json  (user's, first choice)
+    package data:             pingpong/tables/<gpu>-<sms>sm-triton<X.Y>.json    (shipped, second)
     select_config ──reads──> the first one whose key matches this GPU and these versions
 
-A table is keyed by the GPU's name, its SM count, and the pingpong and triton versions that
-measured it: a table from another GPU or another version (or one that does not parse) is
-ignored with a warning, because its timings say nothing about this build on this machine.
+A table is keyed by the GPU's name, its SM count, the pingpong version and the Triton minor
+version (3.9: patch releases do not change the code a kernel compiles to) that measured it.
+Each Triton minor has its own file, so a user on another supported Triton finds no table
+and gets the heuristic, silently. A file that does not parse or whose key does not match
+what its name says is ignored with a warning: its timings say nothing about this build.
 
 Lookup is by bucket, not exact shape: a size x falls in bucket round(log2 x), so a table
 tuned at M = 16 also answers M = 12..22, and 4096×14336 answers 4000×16000. Entries in the
@@ -35,6 +37,7 @@ from typing import Any
 
 from .config import KernelConfig
 from ..errors import ConfigError, PingpongError
+from ..toolchain import minor
 
 FORMAT = 1
 CACHE_ENV = "PINGPONG_CACHE_DIR"
@@ -57,11 +60,11 @@ class TableKey:
 
         from .. import __version__
 
-        return cls(gpu, int(sms), __version__, triton.__version__)
+        return cls(gpu, int(sms), __version__, minor(triton.__version__))
 
     @property
     def filename(self) -> str:
-        return f"{re.sub(r'[^a-z0-9]+', '-', self.gpu.lower()).strip('-')}-{self.sms}sm.json"
+        return f"{re.sub(r'[^a-z0-9]+', '-', self.gpu.lower()).strip('-')}-{self.sms}sm-triton{self.triton}.json"
 
 
 def bucket(x: int) -> int:

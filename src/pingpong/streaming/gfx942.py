@@ -13,15 +13,20 @@ prints its facts and CI checks them (tests/test_streaming_offline.py). Same desi
     ds_read_b32 (each wave its own region)    load_shared_relaxed (no extra vmcnt(0))
     buffer_store_dword, OOB dropped           buffer_store, OOB lanes dropped
 
-Out-of-bounds: Triton 3.6 builds each buffer descriptor with the maximum num_records, not
+Out-of-bounds: Triton (3.9) builds each buffer descriptor with the maximum num_records, not
 N * itemsize as the assembly kernel does, so the tail's lanes are made out-of-range by the mask
 operand (one v_cndmask on the offset, no exec-mask branches): the buffer hardware then
 returns 0 for those loads and drops those stores, exactly the assembly kernel's mechanism.
 
 Types: fp32, the assembly kernel's. The lowering to `buffer_load ... lds` on gfx942 needs 32 bits per
-lane; for fp16/bf16 that is 2 elements per lane, and Triton 3.6 cannot lower the per-element
-tail mask of such a lane (LLVM translation fails), so 16-bit types are not built here. On a
-ROCm GPU `pingpong.vector_add` runs the portable Triton kernel for every dtype.
+lane; for fp16/bf16 that is 2 elements per lane, and Triton (3.9, as 3.6 before it) cannot
+lower the per-element tail mask of such a lane (the LLVM lowering fails), so 16-bit types are
+not built here. On a ROCm GPU `pingpong.vector_add` runs the portable Triton kernel for every
+dtype.
+
+One step per loop iteration, as in the assembly kernel: the LLVM of Triton 3.9 would
+runtime-unroll the step loop by 2 (two steps per iteration and a one-step remainder), so the
+step counter goes through an empty asm (`_next_step`) that hides the trip count from it.
 """
 
 from triton.experimental import gluon
@@ -70,10 +75,27 @@ def _reads_done(a, b):
 
 @gluon.jit
 def _step_done(token):
-    """The assembly kernel's loop-bottom `s_waitcnt vmcnt(LOOP_VMCNT)`: Triton's `wait_group` counts only
-    the async loads of newer groups (it would emit vmcnt(2) and also drain the fill just
-    issued), the hardware FIFO also holds the store, so this count is written by hand."""
+    """The assembly kernel's loop-bottom `s_waitcnt vmcnt(LOOP_VMCNT)`, written by hand.
+
+    Older Triton (3.6) counted only the async loads of newer groups for `wait_group(1)`
+    (vmcnt(2), which also drains the fill just issued: the hardware FIFO holds the store too).
+    In Triton 3.9 `wait_group` becomes an LLVM async-mark wait and LLVM does count the store
+    (vmcnt(3)), but an async wait with no barrier after it gets one from Triton's Membar: a
+    second `s_barrier` per step, which the assembly kernel does not have. This asm is not an
+    async wait, so the step keeps its one barrier (the one before the refill)."""
     return gl.inline_asm_elementwise(_LOOP_WAIT, "=v,0", [token], dtype=token.dtype, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _next_step(i):
+    """i + 1, through an empty asm: the loop runs one step per iteration, as the assembly kernel's.
+
+    Newer LLVM (the one in Triton 3.9) runtime-unrolls a loop whose trip count it can compute
+    and that is uniform across lanes, s_barrier or not, so `for i in range(count)` became two
+    steps per iteration plus a one-step remainder (10 `buffer_load ... lds` instead of 6). An
+    opaque step counter leaves the trip count unknown to LLVM, which then keeps the loop as
+    written; the asm emits nothing (its text is a comment)."""
+    return gl.inline_asm_elementwise("; next step", "=s,0", [i + 1], dtype=gl.int32, is_pure=True, pack=1)
 
 
 @gluon.jit
@@ -106,7 +128,8 @@ def vector_add_lds_kernel(a_ptr, b_ptr, c_ptr, n, num_warps: gl.constexpr):
         _fill(a_ptr, b_ptr, a_lds.index(j), b_lds.index(j), tile_of(pid, nprog, j) * BLOCK + lanes, n)
     async_copy.wait_group(1)
 
-    for i in range(count):
+    i = 0
+    while i < count:  # one step per iteration (_next_step)
         s = i % 2
         a = async_copy.load_shared_relaxed(a_lds.index(s), layout)
         b = async_copy.load_shared_relaxed(b_lds.index(s), layout)
@@ -115,6 +138,7 @@ def vector_add_lds_kernel(a_ptr, b_ptr, c_ptr, n, num_warps: gl.constexpr):
         offsets = tile_of(pid, nprog, i) * BLOCK + lanes
         buffer_store(a + b, c_ptr, offsets, mask=offsets < n)
         lanes = _step_done(lanes)
+        i = _next_step(i)
 
     async_copy.wait_group(0)
 

@@ -33,6 +33,7 @@ from triton.language.core import _aggregate as aggregate
 from ..addressing import INT32_MAX
 from ..hopper.pipeline import Ring, ring_index
 from ..launcher import DirectLaunch, hooks_idle, launch_key
+from ..toolchain import KERNEL_OPTIONS
 from .grid_stride import tile_of, tiles_of_program
 
 # --------------------------------------------------------------------------- host config
@@ -416,7 +417,8 @@ def launch(a, b, out, sms: int, cfg: StreamConfig = DEFAULT, device: int | None 
     key = (device, a.dtype, n == 1, n % 16 == 0, len(block), launch_key())  # what Triton specializes on
     direct = cfg.launchers.get(key)
     if not direct or not hooks_idle():
-        kernel = vector_add_tma_kernel[(nprog,)](*descriptors(a, b, out, cfg, block), n, **cfg.constexprs)
+        kernel = vector_add_tma_kernel[(nprog,)](*descriptors(a, b, out, cfg, block), n, **cfg.constexprs,
+                                                 **KERNEL_OPTIONS)
         if direct is None:
             cfg.launchers[key] = DirectLaunch.from_kernel(kernel) or False
         return
@@ -456,4 +458,5 @@ def build(dtype: str = "float32", cfg: StreamConfig = PERSISTENT, n: int = (1 <<
     from ..compile import Launch
 
     x = torch.empty(n, dtype=getattr(torch, dtype))
-    return Launch(vector_add_tma_kernel, (*descriptors(x, x, x, cfg.validate()), n), dict(cfg.constexprs), (nprog,))
+    return Launch(vector_add_tma_kernel, (*descriptors(x, x, x, cfg.validate()), n),
+                  dict(cfg.constexprs, **KERNEL_OPTIONS), (nprog,))

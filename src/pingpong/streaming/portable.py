@@ -9,6 +9,8 @@ for the tail; the offsets are 64-bit so any length works.
 import triton
 import triton.language as tl
 
+from ..toolchain import KERNEL_OPTIONS
+
 #: Elements per program: 4 warps x 32 threads x 8 elements (two 16-byte accesses for fp32).
 BLOCK = 1024
 NUM_WARPS = 4
@@ -37,4 +39,4 @@ def launch(a, b, out, interpret: bool = False) -> None:
             _interpreted = InterpretedFunction(vector_add_kernel.fn)
         kernel = _interpreted
     n = a.numel()
-    kernel[(triton.cdiv(n, BLOCK),)](a, b, out, n, BLOCK=BLOCK, num_warps=NUM_WARPS)
+    kernel[(triton.cdiv(n, BLOCK),)](a, b, out, n, BLOCK=BLOCK, num_warps=NUM_WARPS, **KERNEL_OPTIONS)
