@@ -49,7 +49,7 @@ triton.language (not even ``tl.cdiv`` or ``tl.zeros``, jit functions of
 ``triton.language.standard``): with the variable unset those are compiled-mode JITFunctions,
 which the interpreter cannot call (a test checks this). Its own helper, `activate`, is
 wrapped twice the same way: the interpreted kernel is a copy of the kernel function whose
-globals name ``InterpretedFunction(_activate)`` instead. Caveat (triton 3.6): the interpreter gives wrong results for bf16,
+globals name ``InterpretedFunction(_activate)`` instead. Caveat (triton 3.6 and 3.9): the interpreter gives wrong results for bf16,
 so interpreter tests use fp16/fp32. fp32 `tl.dot` is exact fp32 in the interpreter (numpy);
 on GPUs it follows ``torch.backends.cuda.matmul.allow_tf32`` (off by default: "ieee").
 
@@ -294,7 +294,7 @@ def portable_gemm(
     function's own preconditions. `out` may be `c` itself (same storage and strides: each
     element is read before it is written, by the same program); it must not overlap a or b.
     `block` = (BM, BN, BK), each a power of two ≥ 16; default `default_block(M, N, K, dtype)`.
-    `interpret=True` runs Triton's interpreter (CPU tensors fine; bf16 wrong in triton 3.6).
+    `interpret=True` runs Triton's interpreter (CPU tensors fine; bf16 wrong in triton 3.6 and 3.9).
     """
     block, has_c = _preconditions(a, b, out, c, beta, bias, activation, block)
     if out.numel() == 0:

@@ -7,7 +7,7 @@ Dispatch (after validation, which writes nothing when it fails):
     any other CUDA or ROCm GPU, or the cases above that miss    -> portable Triton kernel
     CPU tensors                                                 -> PingpongError, unless the
         environment sets TRITON_INTERPRET=1 (Triton's own switch): then the portable kernel
-        runs in Triton's CPU interpreter, for fp32 and fp16 (its bf16 results are wrong in 3.6)
+        runs in Triton's CPU interpreter, for fp32 and fp16 (its bf16 results are wrong, in 3.6 and 3.9)
 """
 
 import os
@@ -59,7 +59,7 @@ def _check(a, b, out):
                 "or set TRITON_INTERPRET=1 to run the portable kernel in Triton's CPU interpreter)"
             )
         if dtype == torch.bfloat16:
-            raise PingpongError("a: bfloat16 is not supported under TRITON_INTERPRET=1 (Triton 3.6 computes it wrongly)")
+            raise PingpongError("a: bfloat16 is not supported under TRITON_INTERPRET=1 (Triton's interpreter computes it wrongly)")
     elif not a.is_cuda:
         raise PingpongError(f"a: on device {device}; expected a CUDA/ROCm tensor")
     if out is not None and out.nbytes:
