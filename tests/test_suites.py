@@ -44,3 +44,18 @@ def test_hbm_column_only_for_bandwidth_bound_rows():
     text = bench.format_table([decode, square])
     assert "HBM" in text and f"{100 * decode.hbm_fraction:.0f}%" in text
     assert bench.Row(16, 8192, 8192, "hopper", "ok", 1e-3, 0.05, 0.05).hbm_fraction is None  # bandwidth unknown
+
+
+def test_random_suite_is_a_seeded_held_out_draw():
+    from pingpong.suites import LLM_PROJECTIONS, RANDOM_COUNT, RANDOM_MAX_WORK, random_suite
+
+    a, b = random_suite(1), random_suite(2)
+    assert a == random_suite(1) and a != b  # a pure function of the seed
+    assert len(a) == len(set(a)) == RANDOM_COUNT >= 60
+    named = set(LLM_PROJECTIONS)  # the llm suite's model family
+    for shapes in (a, b):
+        assert all(1 <= m <= 16384 and m * n * k <= RANDOM_MAX_WORK for m, n, k in shapes)
+        assert not {(n, k) for _, n, k in shapes} & named, "families the other suites do not name"
+        assert sum(m % 64 != 0 for m, _, _ in shapes) > len(shapes) // 2, "most M off multiples of 64"
+        assert min(m for m, _, _ in shapes) < 16 and max(m for m, _, _ in shapes) > 2048, "decode to prefill"
+    assert settings("--suite", "random", "--seed", "7").shapes == random_suite(7)

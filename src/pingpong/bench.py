@@ -94,7 +94,7 @@ def parse_shape(text: str) -> tuple[int, int, int]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shapes", nargs="+", metavar="M,N,K", help="problem sizes (default: 2048 4096 8192 16384 square)")
-    p.add_argument("--suite", help="a named shape list (pingpong.suites): llm, squares, largek or all; adds to --shapes")
+    p.add_argument("--suite", help="a named shape list (pingpong.suites): llm, squares, largek, all, or random (drawn with --seed); adds to --shapes")
     p.add_argument("--dtype", default="bf16", help="input/output type: bf16 (default) or fp16")
     p.add_argument("--layout", default="nt", help="A,B storage: nt (default: B stored N×K, A·Bᵀ), nn, tn, tt")
     p.add_argument("--reps", type=int, default=None, help=f"timed repetitions per kernel, ≥ {MIN_REPS} (default {MIN_REPS})")
@@ -103,7 +103,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--csv", metavar="FILE", help="write the rows as CSV")
     p.add_argument("--json", metavar="FILE", help="write header, rows and geometric mean as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="plot TFLOP/s ours vs cuBLAS and the ratio (needs matplotlib)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs and of --suite random's shapes (default 0)")
     p.add_argument("--overhead", action="store_true",
                    help="time host cost instead: back-to-back calls at 64³, 1024³, 2048³ (pingpong.overhead)")
     p.add_argument("--rounds", type=int, default=3, help="alternate ours and cuBLAS this many times (default 3)")
@@ -115,7 +115,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     if getattr(args, "suite", None):
         from .suites import suite
 
-        shapes += suite(args.suite)
+        shapes += suite(args.suite, seed=args.seed)
     shapes = tuple(dict.fromkeys(shapes)) or DEFAULT_SHAPES
     if args.dtype not in DTYPES:
         raise PingpongError(f"--dtype: {args.dtype!r} is not one of {', '.join(DTYPES)}")

@@ -99,7 +99,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     """Validate every option (PingpongError naming it) before anything runs."""
     shapes: list[tuple[int, int, int]] = [parse_shape(s) for s in args.shapes or ()]
     if args.suite is not None:
-        shapes += suite(args.suite)
+        shapes += suite(args.suite, seed=args.seed)
     if not shapes and not args.show:
         raise PingpongError("--shapes/--suite: nothing to tune; give --shapes M,N,K ... or --suite NAME")
     if args.trials < 1:
