@@ -172,8 +172,10 @@ def test_cached_plan_checks_overlap_and_bias_in_c_per_call(portable_runs):
     assert len(portable_runs) == 1
     c2 = t(8, 4)
     before = c2.clone()
+    inside = c2[2]  # 16-byte aligned as bias was: the same signature, a plan hit
+    assert api._plan(a, b, c2, 0.0, c2.dtype, True, None, inside)[0] is not None
     with pytest.raises(PingpongError, match="bias must not share memory with c"):
-        pingpong.gemm_(c2, a, b, bias=c2[3])  # the same signature: a plan hit
+        pingpong.gemm_(c2, a, b, bias=inside)
     base = torch.zeros(8 * 4 + 8 * 16 - 1, dtype=BF16)
     c3, a3 = base[:32].view(8, 4), base[31:].view(8, 16)  # one element shared
     with pytest.raises(PingpongError, match="c must not share memory with a"):
