@@ -352,7 +352,7 @@ def path_for(a, b, c=None, *, beta=0.0, out_dtype=None, inplace=False, bias=None
 
     path_for(a, b)                         matmul(a, b)
     path_for(a, b, c, beta=β)              gemm(a, b, c, beta=β)
-    path_for(a, b, c, beta=β, inplace=True) gemm_(c, a, b, beta=β)
+    path_for(a, b, c, beta=β, inplace=True) gemm_(c, a, b, beta=β)  (validated as gemm_ validates)
     path_for(a, b, bias=v, activation=f)   gemm(a, b, bias=v, activation=f)
     """
     beta = _check_scalar("beta", beta)
