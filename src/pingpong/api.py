@@ -56,7 +56,7 @@ from . import ops as _ops  # ops imports this module too; each reads the other o
 from . import plan as plan_mod
 from .addressing import span
 from .hopper.config import KernelConfig
-from .errors import PingpongError
+from .errors import PingpongError, check_tensor
 
 INPUT_DTYPES = (torch.bfloat16, torch.float16)
 OUTPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -67,15 +67,19 @@ __all__ = ["matmul", "gemm", "gemm_", "matmul_tiled", "path_for"]
 # ----------------------------------------------------------------------------- validation
 
 
-def _check_operands(a, b) -> None:
+def _check_input_dtype(name: str, t, dtypes=INPUT_DTYPES) -> None:
+    if t.dtype not in dtypes:
+        raise PingpongError(f"{name}: dtype {t.dtype} is not supported; expected {' or '.join(map(str, dtypes))}")
+
+
+def _check_operands(a, b, dtypes=INPUT_DTYPES) -> None:
+    """a (M, K) and b (K, N), or batched (3-D); `dtypes`: the input dtypes the kernel takes."""
     for name, t in (("a", a), ("b", b)):
-        if not isinstance(t, torch.Tensor):
-            raise PingpongError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        check_tensor(name, t)
         if t.dim() not in (2, 3):
             raise PingpongError(f"{name}: expected a 2-D tensor (or 3-D, batched), got {t.dim()}-D with shape"
                                 f" {tuple(t.shape)}")
-        if t.dtype not in INPUT_DTYPES:
-            raise PingpongError(f"{name}: dtype {t.dtype} is not supported; expected torch.bfloat16 or torch.float16")
+        _check_input_dtype(name, t, dtypes)
     if a.dtype != b.dtype:
         raise PingpongError(f"a and b must have the same dtype, got a {a.dtype} and b {b.dtype}")
     if a.shape[-1] != b.shape[-2]:
@@ -135,8 +139,7 @@ def _check_out_dtype(out_dtype, default: torch.dtype) -> torch.dtype:
 
 def _check_c(c, a, b, dtype: torch.dtype, name: str = "c", shared_ok: bool = False) -> None:
     """c of the result's shape; `shared_ok`: a batched result also takes an (M, N) c."""
-    if not isinstance(c, torch.Tensor):
-        raise PingpongError(f"{name}: expected a torch.Tensor, got {type(c).__name__}")
+    check_tensor(name, c)
     shape = _result_shape(a, b)
     if tuple(c.shape) != shape and not (shared_ok and tuple(c.shape) == shape[-2:]):
         also = f" or {shape[-2:]} (shared by the batches)" if shared_ok and len(shape) == 3 else ""
@@ -176,17 +179,17 @@ def _self_overlapping(t: torch.Tensor) -> bool:
     return False
 
 
-def _check_inplace_target(c, a, b) -> None:
+def _check_inplace_target(c, name: str = "c") -> None:
     if _self_overlapping(c):
         raise PingpongError(
-            f"c: its elements overlap or interleave in memory (shape {tuple(c.shape)}, strides {c.stride()}, e.g. an"
-            " expand()ed view); gemm_ writes every element of c once, so c must not alias itself")
+            f"{name}: its elements overlap or interleave in memory (shape {tuple(c.shape)}, strides {c.stride()}, e.g."
+            f" an expand()ed view); the kernel writes every element of {name} once, so {name} must not alias itself")
 
 
-def _check_no_alias(c, a, b) -> None:
-    for name, t in (("a", a), ("b", b)):
+def _check_no_alias(c, a, b, name: str = "c") -> None:
+    for other, t in (("a", a), ("b", b)):
         if _overlaps(c, t):
-            raise PingpongError(f"c must not share memory with {name} (the product would read what it overwrites)")
+            raise PingpongError(f"{name} must not share memory with {other} (the product would read what it overwrites)")
 
 
 def _check_no_alias_fast(c, a, b, extents) -> None:
@@ -199,9 +202,26 @@ def _check_no_alias_fast(c, a, b, extents) -> None:
         _check_no_alias(c, a, b)  # the same test, reported with the argument's name
 
 
-def _check_bias_not_in(c, bias) -> None:
+def _check_bias_not_in(c, bias, name: str = "c") -> None:
     if bias is not None and _overlaps(c, bias):
-        raise PingpongError("bias must not share memory with c (the epilogue would read what it overwrites)")
+        raise PingpongError(f"bias must not share memory with {name} (the epilogue would read what it overwrites)")
+
+
+def _validate_inplace(c, a, b, bias, activation) -> str:
+    """gemm_'s checks (path_for(..., inplace=True) runs the same): arguments, then the device,
+    then the address ranges (meaningless off the GPU: meta tensors all sit at address 0).
+    Every in-place plan is built after these; its key fixes c's strides, so a plan hit needs
+    only the per-call address checks (`_check_inplace_addresses`). Returns the activation."""
+    _check_operands(a, b)
+    if isinstance(c, torch.Tensor) and c.dtype not in OUTPUT_DTYPES:
+        raise PingpongError(f"c: dtype {c.dtype} is not supported; expected one of {OUTPUT_DTYPES}")
+    _check_c(c, a, b, getattr(c, "dtype", None))
+    act = _check_epilogue(a, b, bias, activation)
+    _check_inplace_target(c)
+    _check_gpu(a)
+    _check_no_alias(c, a, b)
+    _check_bias_not_in(c, bias)
+    return act
 
 
 # ----------------------------------------------------------------------------- the plan of a call
@@ -211,8 +231,12 @@ def _plan(a, b, c, beta, out_dtype, inplace, config, bias=None, activation=None)
     """The cached plan of this call, or None when there is none yet (then validate, build)."""
     try:
         key = plan_mod.signature(a, b, c, beta, out_dtype, inplace, config, bias, activation)
-        return plan_mod.PLANS.get(key), key
-    except (AttributeError, TypeError):  # not tensors, or an unhashable argument: validation reports it
+        plans = plan_mod.PLANS
+        plan = plans.get(key)
+        if plan is not None:
+            plans.move_to_end(key)  # least recently used first: plan.store evicts from that end
+        return plan, key
+    except (AttributeError, TypeError, RuntimeError):  # not (dense) tensors, unhashable: validation reports it
         return None, None
 
 
@@ -307,20 +331,12 @@ def gemm_(c, a, b, *, alpha=1.0, beta=0.0, bias=None, activation=None) -> torch.
     """
     alpha, beta = _check_scalar("alpha", alpha), _check_scalar("beta", beta)
     if _ops.needs_op(c, a, b, bias):  # autograd (refused) / torch.compile: the pingpong::gemm_ op
-        _ops.check_not_differentiated(c, a, b)
+        _ops.check_not_differentiated(c, a, b, bias)
         _ops.gemm_(c, a, b, alpha, beta, bias, activation)
         return c
     plan, key = _plan(a, b, c, beta, getattr(c, "dtype", None), True, None, bias, activation)
     if plan is None:
-        _check_operands(a, b)
-        if isinstance(c, torch.Tensor) and c.dtype not in OUTPUT_DTYPES:
-            raise PingpongError(f"c: dtype {c.dtype} is not supported; expected one of {OUTPUT_DTYPES}")
-        _check_c(c, a, b, getattr(c, "dtype", None))
-        act = _check_epilogue(a, b, bias, activation)
-        _check_inplace_target(c, a, b)
-        _check_no_alias(c, a, b)
-        _check_bias_not_in(c, bias)
-        _check_gpu(a)
+        act = _validate_inplace(c, a, b, bias, activation)
         plan = _new_plan(key, a, b, c, beta, c.dtype, True, None, bias, act)
     else:
         _check_no_alias_fast(c, a, b, plan.extents)  # addresses change from call to call
@@ -336,19 +352,16 @@ def path_for(a, b, c=None, *, beta=0.0, out_dtype=None, inplace=False, bias=None
 
     path_for(a, b)                         matmul(a, b)
     path_for(a, b, c, beta=β)              gemm(a, b, c, beta=β)
-    path_for(a, b, c, beta=β, inplace=True) gemm_(c, a, b, beta=β)
+    path_for(a, b, c, beta=β, inplace=True) gemm_(c, a, b, beta=β)  (validated as gemm_ validates)
     path_for(a, b, bias=v, activation=f)   gemm(a, b, bias=v, activation=f)
     """
     beta = _check_scalar("beta", beta)
     dtype = getattr(c, "dtype", None) if inplace else out_dtype
     plan, key = _plan(a, b, c, beta, dtype, inplace, None, bias, activation)
     if plan is None:
-        if inplace:
-            _check_operands(a, b)
-            _check_c(c, a, b, getattr(c, "dtype", None))
-            act = _check_epilogue(a, b, bias, activation)
+        if inplace:  # gemm_'s validation: no in-place plan is cached without it
+            act = _validate_inplace(c, a, b, bias, activation)
             dtype = c.dtype
-            _check_gpu(a)
         else:
             dtype, act = _validate_gemm(a, b, c, out_dtype, bias, activation)
         plan = _new_plan(key, a, b, c, beta, dtype, inplace, None, bias, act)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import PingpongError
+from .errors import PingpongError, check_tensor
 
 __all__ = ["Operand", "BatchPlan", "plan", "operand_view", "plan_for", "check", "gemm", "native"]
 
@@ -166,10 +166,8 @@ def check(a, b, c, out_dtype, bias=None, activation=None) -> tuple[tuple[int, ..
     from . import api, fused
 
     for name, t in (("a", a), ("b", b)):
-        if not isinstance(t, torch.Tensor):
-            raise PingpongError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-        if t.dtype not in api.INPUT_DTYPES:
-            raise PingpongError(f"{name}: dtype {t.dtype} is not supported; expected torch.bfloat16 or torch.float16")
+        check_tensor(name, t)
+        api._check_input_dtype(name, t)
     if a.dtype != b.dtype:
         raise PingpongError(f"a and b must have the same dtype, got a {a.dtype} and b {b.dtype}")
     if a.device != b.device:
@@ -177,8 +175,7 @@ def check(a, b, c, out_dtype, bias=None, activation=None) -> tuple[tuple[int, ..
     dtype = api._check_out_dtype(out_dtype, a.dtype)
     shape = plan_for(a, b).out_shape
     if c is not None:
-        if not isinstance(c, torch.Tensor):
-            raise PingpongError(f"c: expected a torch.Tensor, got {type(c).__name__}")
+        check_tensor("c", c)
         if tuple(c.shape) not in (shape, shape[-2:]):
             also = f" or {shape[-2:]} (shared by the batches)" if len(shape) > 2 else ""
             raise PingpongError(f"c: expected shape {shape}{also} (the result's), got {tuple(c.shape)}")
@@ -197,6 +194,7 @@ def gemm(a, b, c, alpha: float, beta: float, out_dtype, bias=None, activation=No
     from . import api, fused
 
     check(a, b, c, out_dtype, bias, activation)
+    api._check_gpu(a)  # before any broadcast or copy of the operands
     act = fused.check_activation(activation)
 
     def two_d(x, y, z):

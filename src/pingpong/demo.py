@@ -12,8 +12,20 @@ from __future__ import annotations
 import argparse
 
 
+def _size(text: str) -> int:
+    """A square size: a positive integer (argparse reports anything else as a usage error)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer (a square matrix size), got {text!r}")
+    return n
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--size", type=int, nargs="+", default=[4096, 8192], help="square sizes on a GPU")
+    p.add_argument("--size", type=_size, nargs="+", default=[4096, 8192], metavar="N",
+                   help="square sizes on a GPU (positive integers)")
 
 
 def _gpu_demo(sizes) -> int:

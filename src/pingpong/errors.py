@@ -11,3 +11,15 @@ class ConfigError(PingpongError):
 
 class TargetError(PingpongError):
     """An unknown compilation target or kernel name; the message lists the valid names."""
+
+
+def check_tensor(name: str, t, expected: str = "a torch.Tensor") -> None:
+    """PingpongError naming `name` unless `t` is a dense (strided) torch.Tensor: the one check
+    of what every tensor argument is, before anything reads its strides or data."""
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        raise PingpongError(f"{name}: expected {expected}, got {type(t).__name__}")
+    if t.layout is not torch.strided:
+        kind = "sparse tensors" if "sparse" in str(t.layout) else "tensors of this layout"
+        raise PingpongError(f"{name}: {kind} are not supported (layout {t.layout}); pass a dense tensor")

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from . import fused
-from .errors import PingpongError
+from .errors import PingpongError, check_tensor
 
 __all__ = ["linear", "check_linear", "activation_forward", "activation_backward"]
 
@@ -31,8 +31,7 @@ def check_linear_bias(bias, n: int, device) -> None:
     """nn.Linear's bias: None or (n,) (one value per output column), a GEMM bias dtype, on `device`."""
     if bias is None:
         return
-    if not isinstance(bias, torch.Tensor):
-        raise PingpongError(f"bias: expected a torch.Tensor or None, got {type(bias).__name__}")
+    check_tensor("bias", bias, "a torch.Tensor or None")
     if tuple(bias.shape) != (n,):
         raise PingpongError(f"bias: expected shape ({n},) (w.shape[0]: one value per output column), got {tuple(bias.shape)}")
     fused.check_bias(bias, 1, n, device)  # dtype and device
@@ -41,8 +40,7 @@ def check_linear_bias(bias, n: int, device) -> None:
 def check_linear(x, w, bias, activation) -> str:
     """Argument checks of `linear` that are not the GEMM's own; returns the activation name."""
     for name, t in (("x", x), ("w", w)):
-        if not isinstance(t, torch.Tensor):
-            raise PingpongError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        check_tensor(name, t)
     if x.dim() < 1:
         raise PingpongError("x: expected a tensor of shape (…, K), got a 0-D tensor")
     if w.dim() != 2:

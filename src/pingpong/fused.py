@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from .errors import PingpongError
+from .errors import PingpongError, check_tensor
 
 ACTIVATIONS = ("none", "relu", "gelu_erf", "gelu_tanh", "silu")
 BIAS_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -58,8 +58,7 @@ def check_bias(bias, m: int, n: int, device: torch.device) -> None:
     supported dtype on `device`."""
     if bias is None:
         return
-    if not isinstance(bias, torch.Tensor):
-        raise PingpongError(f"bias: expected a torch.Tensor or None, got {type(bias).__name__}")
+    check_tensor("bias", bias, "a torch.Tensor or None")
     shape = tuple(bias.shape)
     if shape not in ((n,), (1, n), (m, 1)):
         raise PingpongError(

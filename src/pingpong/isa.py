@@ -10,8 +10,16 @@ from . import compile as cc
 from .errors import TargetError
 
 
+def _target(name: str) -> str:
+    """A compilation target of pingpong.compile (argparse reports anything else as a usage error)."""
+    if name not in cc.TARGETS:
+        raise argparse.ArgumentTypeError(f"unknown target {name!r}; valid targets: {', '.join(cc.TARGETS)}")
+    return name
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", default="sm_90a", help=f"one of: {', '.join(cc.TARGETS)} (default sm_90a)")
+    p.add_argument("--target", default="sm_90a", type=_target, metavar="TARGET",
+                   help=f"one of: {', '.join(cc.TARGETS)} (default sm_90a)")
     p.add_argument("--kernel", default=None, help="kernel name (see --list)")
     p.add_argument("--list", action="store_true", help="list the kernels and the targets each compiles for")
     p.add_argument("--dump", metavar="FILE", help="write the ISA (SASS or AMDGCN) to FILE")

@@ -41,6 +41,8 @@ class Linear(torch.nn.Linear):
     @classmethod
     def from_linear(cls, layer: torch.nn.Linear, activation: str | None = None) -> "Linear":
         """A pingpong Linear holding `layer`'s own Parameters (shared, not copied)."""
+        if not isinstance(layer, torch.nn.Linear):
+            raise PingpongError(f"layer: expected a torch.nn.Linear, got {type(layer).__name__}")
         new = cls(layer.in_features, layer.out_features, layer.bias is not None, device="meta",
                   dtype=layer.weight.dtype, activation=activation)
         new.weight = layer.weight
@@ -78,6 +80,10 @@ def replace_linear(model: torch.nn.Module, *, include=None) -> ReplaceReport:
     """
     if not isinstance(model, torch.nn.Module):
         raise PingpongError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+    if include is not None and not callable(include):
+        raise PingpongError(f"include: expected None or a callable taking a layer's qualified name and returning"
+                            f" whether to swap it (e.g. lambda name: name.startswith({include!r})), got"
+                            f" {type(include).__name__}")
     replaced, skipped, swapped = [], {}, {}  # swapped: id(old) -> new, so a layer shared by two
     for name, module in list(model.named_modules(remove_duplicate=False)):  # parents stays shared
         if not isinstance(module, torch.nn.Linear) or isinstance(module, Linear):

@@ -86,10 +86,11 @@ def route_linear(x, w, bias, activation) -> Tensor:
     return _LinearFunction.apply(x, w, bias, activation)
 
 
-def check_not_differentiated(c, a, b) -> None:
-    """gemm_ is not differentiable: PingpongError while autograd would record it."""
+def check_not_differentiated(c, a, b, bias=None) -> None:
+    """gemm_ is not differentiable: PingpongError while autograd would record it (a bias
+    that requires grad too: its gradient would be dropped)."""
     if torch.is_grad_enabled():
-        for name, t in (("c", c), ("a", a), ("b", b)):
+        for name, t in (("c", c), ("a", a), ("b", b), ("bias", bias)):
             if isinstance(t, torch.Tensor) and t.requires_grad:
                 raise PingpongError(f"{name}: requires grad; gemm_ writes c in place and is not differentiable "
                                     "(use pingpong.gemm, or call gemm_ under torch.no_grad())")

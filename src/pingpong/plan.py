@@ -64,6 +64,8 @@ def signature(a, b, c, beta: float, out_dtype, inplace: bool, config, bias=None,
 
 
 def store(key, plan: "Plan") -> "Plan":
+    """Cache `plan`; the least recently used goes when full (a hit moves its key to the end:
+    api._plan, the one reader)."""
     if len(PLANS) >= PLAN_CACHE_SIZE:
         PLANS.popitem(last=False)
     PLANS[key] = plan

@@ -289,13 +289,15 @@ def portable_gemm(
 
     2-D: a (M, K), b (K, N), out and c (M, N). Batched: out (B, M, N); a (B, M, K) or (M, K),
     b (B, K, N) or (K, N), c (B, M, N) or (M, N); a 2-D operand (or batch size 1, or batch
-    stride 0) is shared by every batch. `bias` and `activation` as in pingpong.fused (validated by the caller).
-    No user-input validation here (`pingpong.api` does that); the asserts state this
-    function's own preconditions. `out` may be `c` itself (same storage and strides: each
-    element is read before it is written, by the same program); it must not overlap a or b.
+    stride 0) is shared by every batch. `bias` and `activation` as in pingpong.fused.
+    Validated first with the GEMM API's checks (PingpongError naming the argument; `out` is
+    then untouched), fp32 inputs allowed. `out` may be `c` itself (same storage and strides:
+    each element is read before it is written, by the same program); it must not overlap a,
+    b, the bias or itself, nor c in any other way.
     `block` = (BM, BN, BK), each a power of two ≥ 16; default `default_block(M, N, K, dtype)`.
     `interpret=True` runs Triton's interpreter (CPU tensors fine; bf16 wrong in triton 3.6 and 3.9).
     """
+    alpha, beta = _validate(a, b, out, c, alpha, beta, bias, activation, block, interpret)
     block, has_c = _preconditions(a, b, out, c, beta, bias, activation, block)
     if out.numel() == 0:
         return out
@@ -307,6 +309,38 @@ def portable_gemm(
         kernel, args, meta, grid = prepare(a, b, out, c, alpha, beta, bias, activation, block)
         kernel[grid](*args, **meta)
     return out
+
+
+def _validate(a, b, out, c, alpha, beta, bias, activation, block, interpret) -> tuple[float, float]:
+    """portable_gemm's arguments, by the API's own checks (pingpong.api) where they apply;
+    (alpha, beta) as floats."""
+    from . import api
+    from .errors import PingpongError, check_tensor
+
+    alpha, beta = api._check_scalar("alpha", alpha), api._check_scalar("beta", beta)
+    api._check_operands(a, b, SUPPORTED_INPUTS)
+    for name, t in (("out", out), ("c", c)):
+        if name == "out" or t is not None:
+            check_tensor(name, t)
+            if t.dtype not in SUPPORTED_OUTPUTS:
+                raise PingpongError(f"{name}: dtype {t.dtype} is not supported; expected one of {SUPPORTED_OUTPUTS}")
+            api._check_c(t, a, b, t.dtype, name=name, shared_ok=name == "c")
+    if out.dim() != max(a.dim(), b.dim()):
+        raise PingpongError(f"out: expected shape {api._result_shape(a, b)} (the result's), got {tuple(out.shape)}")
+    api._check_epilogue(a, b, bias, activation)
+    if block is not None and not (len(tuple(block)) == 3 and all(
+            isinstance(x, int) and x >= MIN_TILE and x & (x - 1) == 0 for x in block)):
+        raise PingpongError(f"block: expected (BM, BN, BK), each a power of two >= {MIN_TILE}, got {block!r}")
+    if not interpret and a.device.type != "cuda":
+        raise PingpongError(f"a and b are on {a.device}: the compiled kernel runs on GPUs; interpret=True runs "
+                            "Triton's interpreter")
+    api._check_inplace_target(out, "out")
+    api._check_no_alias(out, a, b, "out")
+    api._check_bias_not_in(out, bias, "out")
+    same = c is not None and (c.data_ptr(), c.stride()) == (out.data_ptr(), out.stride())
+    if c is not None and not same and api._overlaps(out, c):
+        raise PingpongError("c must not share memory with out unless it is out itself (same storage and strides)")
+    return alpha, beta
 
 
 def prepare(a, b, out, c, alpha, beta, bias=None, activation="none", block=None):

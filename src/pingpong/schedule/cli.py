@@ -5,7 +5,13 @@ it is checked, and a function ``schedules(k_iters)`` returning Schedules is call
 (``file.py:NAME`` picks one attribute, a Schedule or a function of k_iters). A schedule
 file is executed as Python (imported, with your privileges): run only files you trust.
 
-Exit code (the worst over all schedules checked):
+With no SCHEDULE, every shipped schedule is checked against the verdict expected of it
+(``--list``: some are kept broken on purpose, to show that the checker finds the bug): each
+gets "as expected" or "UNEXPECTED", a trace is printed only for an unexpected violation, and
+the exit code is 0 when every verdict is as expected, 1 when some is not (3 when the one that
+is not was cut short: INCOMPLETE). Schedules without an expected verdict are reported only.
+
+Exit code of named schedules (the worst over all schedules checked):
     0  every schedule SAFE: its whole state space explored, no violation
     1  some race, stale read, deadlock or counter misuse found
     2  usage or input error (bad option value, unknown schedule, a file that fails to import
@@ -23,7 +29,7 @@ from pathlib import Path
 from .checker import check
 from .errors import ScheduleError
 from .model import Schedule, validate
-from .schedules import SHIPPED, build
+from .schedules import SHIPPED, as_expected, build
 from .timeline import report_violation, summary, timeline
 
 TAIL = 40  # steps of a failing trace shown without --trace
@@ -45,7 +51,9 @@ def add_arguments(p) -> None:
     p.add_argument("--stop-after", type=int, default=10, metavar="V",
                    help="stop a schedule's search after V distinct violations (default 10; 0 = never)")
     p.epilog = ("exit codes: 0 all SAFE, 1 race/stale read/deadlock/counter misuse, 2 usage or input error, "
-                "3 INCOMPLETE (search cut short, no violation found). A schedule file is executed as Python.")
+                "3 INCOMPLETE (search cut short, no violation found). Without SCHEDULE: every shipped schedule "
+                "against its expected verdict, 0 when all are as expected, 1 (3: INCOMPLETE) when one is not. "
+                "A schedule file is executed as Python.")
 
 
 def check_options(args) -> None:
@@ -131,14 +139,26 @@ def run(args) -> int:
     except ScheduleError as e:
         print(f"error: {e}")
         return EXIT_USAGE
+    # no SCHEDULE named: each shipped one against its expected verdict (None: no expectation)
+    claims = [SHIPPED[name].claim for name in SHIPPED] if not args.schedules else [None] * len(scheds)
+    expecting = not args.schedules
     incomplete = violated = False
     rows = []
     t0 = time.perf_counter()
-    for s in scheds:
+    for s, claim in zip(scheds, claims):
         r = check(s, max_states=args.max_states, stop_after=args.stop_after or None)
         rows.append(r)
         print(summary(r))
-        if r.violations:
+        ok = as_expected(claim, r.verdict) if expecting else False  # False: judged by the verdict alone
+        if expecting:
+            print("  no expected verdict (reported only)" if ok is None else f"  expected {claim}: as expected" if ok
+                  else f"  expected {claim}, found {r.verdict}: UNEXPECTED")
+        if expecting and ok is False and not r.violations and not r.truncated:
+            violated = True  # SAFE where a bug was expected: the verdict differs (exit 1)
+        if r.violations and ok is not False:
+            print(f"  (kept broken on purpose; `pingpong check {s.name}` prints the trace)" if ok else
+                  f"  (`pingpong check {s.name}` prints the trace)")
+        elif r.violations:
             violated = True
             print()
             print(report_violation(s, r.violations[0], tail=None if args.trace else TAIL))
@@ -147,7 +167,7 @@ def run(args) -> int:
             if len(r.violations) > 6:
                 print(f"  ... and {len(r.violations) - 6} more")
             print()
-        elif r.truncated:
+        elif r.truncated and ok is False:
             incomplete = True
             print(f"  INCOMPLETE: {'; '.join(r.notes[:1])}; no violation found in the part explored, "
                   "which proves nothing about the rest")

@@ -21,6 +21,14 @@ class Entry:
     summary: str = ""
 
 
+def as_expected(claim: str | None, verdict: str) -> bool | None:
+    """Whether a verdict is the one claimed (a stale read is a race: it reads wrong data);
+    None where there is no claim."""
+    if claim is None:
+        return None
+    return verdict == claim or (claim == "RACE" and verdict == "STALE READ")
+
+
 def _e(name, build, source, claim, summary, default_k=4):
     return Entry(name, build, source, claim, default_k, summary)
 
