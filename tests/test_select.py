@@ -211,6 +211,18 @@ def test_near_entry_that_idles_more_of_the_last_wave_yields_to_the_heuristic():
     assert source == "heuristic" and (config.block_m, config.block_n) == (128, 128)
 
 
+def test_near_entry_whose_tiles_pad_this_shape_more_yields_to_the_heuristic():
+    """64-row tiles tuned at M = 64 cover M = 64 exactly; at M = 86 (the same bucket) they make
+    two row tiles, one a third full (tile_fill 0.67 < 1 / NEAR_SLACK), and the heuristic
+    answers: RESULTS.md run 110 (H100), 86×37888×3584 0.46 → 0.95 of cuBLAS. At M = 60 the same
+    tiles pad 6% and the tuned config stays."""
+    narrow = KernelConfig(64, 32, 128, schedule="pingpong")
+    path = write_table([(64, 28672, 4096)], config=narrow)
+    assert choose(60, 28672, 4096, device=H100) == (narrow, str(path))
+    config, source = choose(86, 37888, 3584, device=H100)
+    assert source == "heuristic" and config != narrow
+
+
 @pytest.mark.parametrize("change, reason", [
     (dict(gpu="NVIDIA H200"), "gpu"),
     (dict(sms=114), "sms"),
@@ -274,3 +286,24 @@ def test_launch_bound_problems_take_one_kernel(M, N, K):
     """A problem that moves < 4 MB is launch-bound: no second (reduction) launch, no workspace."""
     c = select_config(M, N, K, device=UNTUNED)
     assert c.split_k == 1 and not c.swap_ab
+
+
+@pytest.mark.parametrize("gpu", ["NVIDIA H100 80GB HBM3", "NVIDIA H200"])
+def test_bitwise_gpu_test_shapes_split_under_the_shipped_tables(gpu):
+    """The GPU test of the split reduction's repeatability needs shapes that split."""
+    from test_splitk_gpu import BITWISE_SHAPES
+
+    for shape in BITWISE_SHAPES:
+        assert select_config(*shape, device=Device(gpu, 132)).split_k > 1, shape
+
+
+@pytest.mark.parametrize("M, N, K, padded", [
+    (137, 40960, 7168, True),   # 119 of 256 rows padded under 128-row tiles
+    (299, 5120, 13824, True),
+    (256, 5120, 13824, False),  # 128-row tiles fit exactly
+    (411, 3072, 8192, False),   # past PADDED_MAX_M: 128-row tiles measured faster
+    (200, 4096, 4096, False),   # a short K: 128-row tiles measured faster
+])
+def test_padded_mid_rows_take_64_row_ping_pong_tiles(M, N, K, padded):
+    config = select_config(M, N, K, device=UNTUNED)
+    assert ((config.block_m, config.block_n, config.schedule) == (64, 256, "pingpong")) == padded, config

@@ -135,7 +135,12 @@ def test_layout_probe(variant):
     assert bad.numel() == 0, f"first wrong element at {bad[0].tolist()}"
 
 
-@pytest.mark.parametrize("shape", [(512, 512, 65536), (16, 4096, 32768), (64, 4096, 65536), (1, 2048, 32768)])
+#: Shapes the shipped tables split on the H100 and the H200 (checked on the CPU by
+#: tests/test_select.py, so a re-tune that stops splitting one fails before a GPU run).
+BITWISE_SHAPES = [(512, 512, 65536), (16, 4096, 32768), (64, 2048, 65536), (1, 2048, 32768)]
+
+
+@pytest.mark.parametrize("shape", BITWISE_SHAPES)
 def test_selected_split_configs_are_bitwise_repeatable(shape):
     """The fixed-order reduction: 20 runs on the same inputs agree bit for bit."""
     m, n, k = shape

@@ -5,7 +5,10 @@
         yes, for a near shape    ─> its config, unless on this shape it idles more of the last
                                     wave than the heuristic's does (× NEAR_SLACK): a tile
                                     width tuned for 6144 columns (128 tiles of 128×192) is
-                                    2 waves at 8192 (172 tiles), where 128×256 makes 128
+                                    2 waves at 8192 (172 tiles), where 128×256 makes 128;
+                                    nor if its tiles cover this shape with more padding than
+                                    the tuned shape's (tile_fill, × NEAR_SLACK): 64-row tiles
+                                    tuned at M = 64 are full there but 2/3 empty at M = 86
         no                       ─> the heuristic below
 
 The heuristic, for shapes nobody tuned (S = the GPU's SM count):
@@ -21,6 +24,9 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count):
     |                               | long K ≥ 64 wide, split within that one wave), 256  |
     |                               | bytes of K a ring slot                              |
     | M ≤ 64                        | swap-AB: 128 rows of N × (M rounded up to 32 or 64) |
+    | 128 < M ≤ PADDED_MAX_M, 128-  | 64×256×64 ping-pong (PADDED_TILE)                   |
+    | row tiles pad ≥ PADDED_ROWS,  |                                                     |
+    | K ≥ PADDED_MIN_K              |                                                     |
     | otherwise                     | 128×BN×64 cooperative, BN ∈ {256, 192, 128} the     |
     |                               | width of least ⌈tiles / S⌉ · BN / efficiency (per-  |
     |                               | FLOP speed: TILE_EFFICIENCY, or in short CTAs       |
@@ -91,6 +97,19 @@ DECODE_M = 16
 SPLIT_MIN_BYTES = 2**22
 #: mid-size M: from DECODE_M + 1 up to this many rows a 64-row ping-pong tile (when it makes ≤ S tiles)
 MID_M = 128
+#: Just past 128 rows, 128-row tiles pad much of their second row (137 rows: 119 padded) and
+#: 64-row ping-pong tiles 256 wide run faster (H100, RESULTS.md run 113, ours/cuBLAS, 64×256
+#: vs the heuristic's 128-row pick: 137×40960×7168 0.904 vs 0.583, 137×7168×20480 0.841 vs
+#: 0.662 split 7, 136×7168×7168 0.791 vs 0.647, 183×8192×28672 0.856 vs 0.729,
+#: 299×5120×13824 0.793 vs 0.665; not at 411×3072×8192, 0.736 vs 0.805: hence the bound).
+#: With the split rule on top (run 114): 137×7168×20480 split 3 0.937, 183×8192×28672 split 4
+#: 0.919, 136×7168×7168 split 3 0.771, 299×5120×13824 split 5 0.690 (unsplit 0.792), and
+#: 150×2048×65536 split 5 0.986; with a short K it loses (200×4096×4096: 0.732 split 2 vs
+#: 0.794 for cooperative 128×128 split 2): hence PADDED_MIN_K.
+PADDED_MAX_M = 320
+PADDED_ROWS = 32
+PADDED_MIN_K = 7168
+PADDED_TILE = KernelConfig(64, 256, 64, schedule="pingpong")
 #: the mid-size tile's widths, widest first (ties in tile count go to the wider)
 MID_WIDTHS = (96, 64, 32)
 #: with a long K the mid-size tile is at least MID_SPLIT_WIDTH wide and split into as many parts
@@ -189,6 +208,8 @@ def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS, in_bytes: i
         config = KernelConfig(64, 16, small_k, schedule="pingpong", swap_ab=True)
     elif M <= SWAP_AB_MAX_M:
         config = KernelConfig(128, 1 << math.ceil(math.log2(M)), 64, swap_ab=True)
+    elif MID_M < M <= PADDED_MAX_M and -M % 128 >= PADDED_ROWS and K >= PADDED_MIN_K:
+        config = PADDED_TILE
     else:
         config = KernelConfig(128, tile_width(M, N, k_steps, sms), 64)
     if config.block_n == 192 and not config.swap_ab and tile_count(config, M, N) <= sms:
@@ -251,6 +272,12 @@ def split_count(tiles: int, k_steps: int, sms: int) -> int:
     return best
 
 
+def tile_fill(config: KernelConfig, M: int, N: int) -> float:
+    """The share of the config's output tiles that lies inside the M × N product (1: no padding)."""
+    rows, cols = (N, M) if config.swap_ab else (M, N)
+    return rows * cols / (tile_count(config, M, N) * config.block_m * config.block_n)
+
+
 def idle_waves(config: KernelConfig, M: int, N: int, K: int, sms: int) -> float:
     """SM-time of the waves the config's work units run in, over the units' own (≥ 1; 1 when
     the last wave is full): what a tile count just past a multiple of `sms` costs."""
@@ -272,7 +299,8 @@ def choose(M: int, N: int, K: int, dtypes=("bf16", "bf16"), layouts: str = "nt",
             exact = (entry["M"], entry["N"], entry["K"]) == (M, N, K)
             try:
                 tuned.validate(_BYTES[in_name], _BYTES[out_name])
-                if exact or idle_waves(tuned, M, N, K, dev.sms) <= NEAR_SLACK * idle_waves(heuristic, M, N, K, dev.sms):
+                if exact or (idle_waves(tuned, M, N, K, dev.sms) <= NEAR_SLACK * idle_waves(heuristic, M, N, K, dev.sms)
+                             and tile_fill(tuned, M, N) * NEAR_SLACK >= tile_fill(tuned, entry["M"], entry["N"])):
                     return tuned, where
             except ConfigError:
                 pass  # tuned for another output type: the heuristic answers
