@@ -47,3 +47,16 @@ def test_tables_are_per_triton_minor(monkeypatch, tmp_path):
         warnings.simplefilter("error")
         assert tables.active(key39) == (None, None)
     tables.clear_cache()
+
+
+def test_every_registered_kernel_launch_carries_the_kernel_options():
+    """The offline build of each kernel is the runtime launch's own kwargs, so each carries
+    KERNEL_OPTIONS itself (nothing adds them on the way to the compiler)."""
+    from pingpong import compile as cc
+
+    for name, (targets, _) in cc.kernels().items():
+        build = cc._REGISTRY[name][0]
+        for target in targets:
+            with cc.offline(target):
+                launch = build(target)
+            assert toolchain.KERNEL_OPTIONS.items() <= launch.kwargs.items(), (name, target)

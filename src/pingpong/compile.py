@@ -29,7 +29,6 @@ import threading
 from typing import Any, Callable, Iterator
 
 from .errors import TargetError
-from .toolchain import KERNEL_OPTIONS
 
 # --------------------------------------------------------------------------- targets
 
@@ -255,7 +254,7 @@ def compile_kernel(name: str, target: str) -> Compiled:
         raise TargetError(f"target: kernel {name!r} compiles for {', '.join(targets)}, not {target!r}")
     with offline(target):
         launch = build(target)
-        ck = launch.fn.warmup(*launch.args, grid=launch.grid, **{**KERNEL_OPTIONS, **launch.kwargs})
+        ck = launch.fn.warmup(*launch.args, grid=launch.grid, **launch.kwargs)
     return Compiled(name, target, dict(ck.asm), ck.metadata)
 
 

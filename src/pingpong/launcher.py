@@ -28,7 +28,8 @@ Triton's function on the CPU).
 Only kernels whose launch needs nothing else qualify (`from_kernel` returns None otherwise:
 scratch buffers, fp4-padded or im2col encodings, the global sanitizer, a Triton whose
 launcher is not shaped as 3.9's). Clusters need nothing extra: the CTAs per cluster travel in
-the packed metadata and the C launcher sets the cluster dimension from them. Callers keep Triton's JIT path while a launch hook is installed (`hooks_idle`),
+the packed metadata and the C launcher sets the cluster dimension from them. Callers keep
+Triton's JIT path while a launch hook is installed (`hooks_idle`),
 so profilers that hook launches still see every launch. `launch_key()` is what a cached
 launch must be re-validated against on every call: the Triton version and the options the
 JIT re-reads per call (`knobs.runtime.debug`, `knobs.compilation.instrumentation_mode`);

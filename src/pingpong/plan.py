@@ -351,7 +351,8 @@ def one_kernel_config(config: KernelConfig) -> KernelConfig:
     """A config of the one-kernel path for a batched call (the split-K / swap-AB launches
     and their workspace are 2-D): split-K dropped; swap-AB (chosen for M ≤ 64) replaced by
     the heuristic's small-problem tile; a two-piece tile narrowed to its first piece (a
-    batch's B box cannot be loaded into part of a buffer: Triton 3.6 could not reshape a slice; not re-tried under 3.9).
+    batch's B box cannot be loaded into part of a buffer: Triton 3.6 could not reshape a
+    slice; not re-tried under 3.9).
     The ring slot's K width is kept: rank-3 boxes take two 64-element k-steps a slot as 2-D
     ones do (tests/test_batched_gpu.py, the `_k128` configs)."""
     if config.swap_ab:

@@ -121,6 +121,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from .. import compile as cc
+from ..toolchain import KERNEL_OPTIONS
 from .buffers import Buffers, TileLoader, lds_layout, load_layout, mma_view
 from .config import KernelConfig
 from .mma import MmaOp, mfma_layout
@@ -330,11 +331,11 @@ def launch_args(a, b, out, c, alpha, beta, config: KernelConfig):
 
 
 def compile_options(config: KernelConfig) -> dict:
-    """Triton compile options of the kernel: its waves, and the AGPRs LLVM may allocate (none:
+    """Triton compile options of the kernel: its waves, the AGPRs LLVM may allocate (none:
     without the attribute LLVM reserves half of the 256 registers for AGPRs and the kernel
-    spills; module docstring, Registers)."""
+    spills; module docstring, Registers), and pingpong's own (toolchain.KERNEL_OPTIONS)."""
     d = config.derive()
-    return dict(num_warps=d.waves, llvm_fn_attrs=f"amdgpu-agpr-alloc={d.agprs}")
+    return dict(num_warps=d.waves, llvm_fn_attrs=f"amdgpu-agpr-alloc={d.agprs}", **KERNEL_OPTIONS)
 
 
 @cc.register("cdna_pingpong", targets=("gfx942", "gfx950"),

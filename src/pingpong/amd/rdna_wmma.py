@@ -29,6 +29,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from .. import compile as cc
+from ..toolchain import KERNEL_OPTIONS
 from .cdna_pingpong import gemm_args, store_tile
 from .config import WmmaConfig
 
@@ -108,7 +109,8 @@ def launch_args(a, b, out, c, alpha, beta, config: WmmaConfig):
     N = b.shape[1]
     args = gemm_args(a, b, out, c, alpha, beta, M, N, K)
     kwargs = dict(BM=d.block_m, BN=d.block_n, BK=d.block_k, WARPS_M=d.warps_per_cta[0], WARPS_N=d.warps_per_cta[1],
-                  TILES_M=d.tiles_per_wave[0], TILES_N=d.tiles_per_wave[1], PAD=d.pad, num_warps=d.waves)
+                  TILES_M=d.tiles_per_wave[0], TILES_N=d.tiles_per_wave[1], PAD=d.pad, num_warps=d.waves,
+                  **KERNEL_OPTIONS)
     grid = (((M + d.block_m - 1) // d.block_m) * ((N + d.block_n - 1) // d.block_n),)
     return args, kwargs, grid
 

@@ -33,6 +33,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.amd.cdna4 import async_copy, buffer_store
 
+from ..toolchain import KERNEL_OPTIONS
 from .grid_stride import tile_of, tiles_of_program
 
 #: The assembly kernel's shape: 256 threads = 4 waves of 64 lanes, one fp32 per lane per tile.
@@ -154,4 +155,4 @@ def build(dtype: str = "float32", n: int = (1 << 20) + 3, nprog: int = 304):
         raise TargetError(f"dtype: the gfx942 direct-to-LDS kernel is built for float32 (one 32-bit element per lane), not {dtype}")
 
     x = torch.empty(n, dtype=getattr(torch, dtype))
-    return Launch(vector_add_lds_kernel, (x, x, x, n), dict(num_warps=WAVES), (nprog,))
+    return Launch(vector_add_lds_kernel, (x, x, x, n), dict(num_warps=WAVES, **KERNEL_OPTIONS), (nprog,))
