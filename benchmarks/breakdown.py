@@ -21,7 +21,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import pingpong
-from pingpong import bench, matmul
+from pingpong.tools import bench
+from pingpong import matmul
 from pingpong.api import _gemm_into
 from pingpong.hopper.select import choose
 

@@ -12,7 +12,7 @@ benchmarks/schedules.py): in the cooperative schedule the epilogue's activation 
 the tensor cores wait, in ping-pong it overlaps the other consumer's mainloop.
 
 Each pingpong result is first compared with torch's (relative Frobenius error printed); times
-are medians of L2-flushed repetitions (pingpong.bench.time_callable, the harness of
+are medians of L2-flushed repetitions (pingpong.tools.bench.time_callable, the harness of
 `pingpong bench`).
 """
 
@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 import pingpong
-from pingpong import bench
+from pingpong.tools import bench
 from pingpong.api import _gemm_into
 
 sys.path.insert(0, __import__("os").path.dirname(__file__))

@@ -11,8 +11,8 @@ import time
 import torch
 
 import pingpong
-from pingpong import plan
-from pingpong.launcher import hooks_idle, launch_key
+from pingpong.runtime import plan
+from pingpong.runtime.launcher import hooks_idle, launch_key
 
 p = argparse.ArgumentParser()
 p.add_argument("--size", type=int, default=64)

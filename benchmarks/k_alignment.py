@@ -12,8 +12,8 @@ import sys
 import torch
 
 import pingpong
-from pingpong import bench
-from pingpong.timing import time_callable
+from pingpong.tools import bench
+from pingpong.tools.timing import time_callable
 
 
 def padded(t: torch.Tensor, multiple: int = 64) -> torch.Tensor:

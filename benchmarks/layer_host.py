@@ -16,7 +16,8 @@ import time
 import torch
 
 import pingpong
-from pingpong import bench, plan
+from pingpong.tools import bench
+from pingpong.runtime import plan
 
 
 def per_call(fn, calls: int) -> float:

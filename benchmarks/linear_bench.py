@@ -14,7 +14,7 @@
    model in torch (skipped without transformers, or with --skip-model).
 
 Each pingpong result is compared with torch's first (relative Frobenius error printed). Ours and
-theirs alternate for --rounds rounds (medians of L2-flushed repetitions, pingpong.timing);
+theirs alternate for --rounds rounds (medians of L2-flushed repetitions, pingpong.tools.timing);
 printed: each round's torch/pingpong time ratio (> 1: pingpong faster) and their median.
 """
 
@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 import pingpong
-from pingpong.timing import time_callable
+from pingpong.tools.timing import time_callable
 
 
 def rel(out, ref) -> float:

@@ -17,7 +17,8 @@ import sys
 
 import torch
 
-from pingpong import bench, matmul
+from pingpong.tools import bench
+from pingpong import matmul
 from pingpong.api import matmul_tiled
 from pingpong.hopper.select import choose
 from pingpong.portable import portable_gemm

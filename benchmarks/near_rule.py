@@ -8,7 +8,8 @@ round by round so their ratios to cuBLAS compare.
 import argparse
 import sys
 
-from pingpong import bench, plan
+from pingpong.tools import bench
+from pingpong.runtime import plan
 from pingpong.hopper import select
 
 p = argparse.ArgumentParser()

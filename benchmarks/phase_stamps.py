@@ -107,7 +107,7 @@ def main(argv=None) -> int:
     import torch
     import triton
 
-    from pingpong import bench
+    from pingpong.tools import bench
     from pingpong.api import matmul_tiled
     from pingpong.hopper import launch
 

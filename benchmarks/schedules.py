@@ -11,7 +11,8 @@ import re
 import sys
 import types
 
-from pingpong import KernelConfig, api, bench
+from pingpong import KernelConfig, api
+from pingpong.tools import bench
 
 
 def config_name(c: KernelConfig) -> str:

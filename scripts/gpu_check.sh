@@ -42,7 +42,7 @@ python -m pingpong bench --shapes $BENCH_SHAPES --csv "$OUT/bench.csv" --json "$
     2>"$OUT/bench.err" | tee "$OUT/bench.txt"
 
 echo "== host cost (back-to-back calls)"
-python -m pingpong.overhead --sizes ${OVERHEAD_SIZES:-64 1024 2048} 2>"$OUT/overhead.err" | tee "$OUT/overhead.txt"
+python -m pingpong.tools.overhead --sizes ${OVERHEAD_SIZES:-64 1024 2048} 2>"$OUT/overhead.err" | tee "$OUT/overhead.txt"
 
 echo "== PyTorch layers (pingpong.nn.Linear forward/backward, batched matmul)"
 python benchmarks/linear_bench.py 2>"$OUT/linear_bench.err" | tee "$OUT/linear_bench.txt"

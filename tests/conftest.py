@@ -35,7 +35,8 @@ def interpreted_kernels(monkeypatch):
     interpreter is wrong for bf16)."""
     import collections
 
-    from pingpong import api, plan
+    from pingpong import api
+    from pingpong.runtime import plan
     from pingpong.portable import portable_gemm
 
     class InterpretedPlan(plan.Plan):
@@ -71,7 +72,8 @@ def tuning_cache(tmp_path, monkeypatch):
 def portable_runs(monkeypatch):
     """Plans built as on a non-Hopper GPU for CPU tensors; each portable plan's run is
     recorded (its arguments) instead of launched. Returns the list of runs."""
-    from pingpong import api, plan
+    from pingpong import api
+    from pingpong.runtime import plan
 
     monkeypatch.setattr(api, "_check_gpu", lambda a: None)
     monkeypatch.setattr(plan, "is_hopper", lambda device: False)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pingpong import isa
+from pingpong.tools import isa
 from pingpong.amd import select_kernel
 from pingpong.amd.config import KernelConfig, WmmaConfig
 from pingpong.errors import ConfigError

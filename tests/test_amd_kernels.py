@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from pingpong import compile as cc
+from pingpong.runtime import compile as cc
 from pingpong.amd.config import TARGETS, KernelConfig
 
 CDNA = ("gfx950", "gfx942")

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from pingpong import compile as cc
+from pingpong.runtime import compile as cc
 from pingpong.amd.config import KernelConfig
 from pingpong.amd.buffers import storage_half, storage_row
 from pingpong.amd.schedule_model import cdna_pingpong, emitted_ops, sharing, vmcnt_sequence

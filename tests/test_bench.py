@@ -10,8 +10,8 @@ import math
 import pytest
 import torch
 
-from pingpong import bench, timing
-from pingpong.bench import Row
+from pingpong.tools import bench, timing
+from pingpong.tools.bench import Row
 from pingpong.errors import PingpongError
 
 
@@ -191,7 +191,7 @@ def test_no_gpu_message_and_exit_2(monkeypatch, capsys):
 
 
 def test_cli_wires_bench(monkeypatch, capsys):
-    from pingpong.cli import main
+    from pingpong.tools.cli import main
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert main(["bench", "--quick"]) == 2

@@ -12,7 +12,7 @@ import torch
 
 from fused_reference import check, matrix, poisoned, reference
 from pingpong import PingpongError, fused
-from pingpong import compile as cc
+from pingpong.runtime import compile as cc
 from pingpong.hopper.config import SMEM_LIMIT
 from pingpong.portable import portable_gemm
 
@@ -163,7 +163,8 @@ def api_on_interpreter(monkeypatch):
     interpreter: as on a non-Hopper GPU, with CPU tensors allowed; the portable plan's
     arguments go to portable_gemm(interpret=True) instead of the compiled launch."""
     import pingpong.portable as portable
-    from pingpong import api, plan
+    from pingpong import api
+    from pingpong.runtime import plan
 
     def run(self, a, b, out, c, alpha, beta, bias=None):
         portable.portable_gemm(a, b, out, alpha=alpha, beta=beta, c=c if self.reads_c else None, bias=bias,

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from pingpong import cli, compile
+from pingpong.tools import cli
+from pingpong.runtime import compile
 
 
 def test_cli_does_not_hide_an_import_error(monkeypatch):
@@ -24,5 +25,5 @@ def test_kernel_registry_does_not_hide_an_import_error(monkeypatch):
 
 def test_streaming_bench_does_not_import_the_gemm_bench():
     code = ("import sys, pingpong.streaming.bench; "
-            "assert 'pingpong.bench' not in sys.modules, 'pingpong.streaming.bench imports pingpong.bench'")
+            "assert 'pingpong.tools.bench' not in sys.modules, 'pingpong.streaming.bench imports pingpong.tools.bench'")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from pingpong import compile as cc
+from pingpong.runtime import compile as cc
 from pingpong.hopper.config import SMEM_LIMIT
 
 

@@ -1,4 +1,4 @@
-"""The one launch mechanism (pingpong.launcher) on the GEMM, checked on the CPU: a direct
+"""The one launch mechanism (pingpong.runtime.launcher) on the GEMM, checked on the CPU: a direct
 launch hands Triton's C launcher exactly the arguments Triton's own launch path would, for
 a kernel with four TMA descriptors of different boxes, a bias pointer and per-call scalars α, β."""
 
@@ -7,10 +7,10 @@ import pytest
 import fake_launcher
 import torch
 
-from pingpong import compile as cc
+from pingpong.runtime import compile as cc
 from pingpong.hopper.config import KernelConfig
 from pingpong.hopper import launch as hl
-from pingpong.launcher import CachedLaunch, DirectLaunch, bind_jit_args, launch_key
+from pingpong.runtime.launcher import CachedLaunch, DirectLaunch, bind_jit_args, launch_key
 
 
 def _operands(col_major_a: bool, with_c: bool, batch: tuple = ()):

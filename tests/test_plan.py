@@ -1,11 +1,12 @@
-"""The call plan (pingpong.plan), on the CPU: keys, the cache, path_for = the executed path,
+"""The call plan (pingpong.runtime.plan), on the CPU: keys, the cache, path_for = the executed path,
 aliasing refusals. GPU execution of every path is in tests/test_gemm_gpu.py."""
 
 import pytest
 import torch
 
 import pingpong
-from pingpong import api, plan
+from pingpong import api
+from pingpong.runtime import plan
 from pingpong.hopper.config import KernelConfig
 
 BF16 = torch.bfloat16
@@ -255,7 +256,7 @@ def test_split_plan_passes_bias_and_activation_to_the_kernel(hopper, monkeypatch
     p.run(a, w.t(), torch.empty(16, 2048, dtype=BF16), None, 1.0, 0.0, bias)
     ((ptrs, prep, inputs),) = calls
     assert ptrs[6] == bias.data_ptr()
-    from pingpong import compile as cc, device
+    from pingpong.runtime import compile as cc, device
 
     monkeypatch.setattr(device, "sm_count", lambda index: 132)
     with cc.offline("sm_90a"):

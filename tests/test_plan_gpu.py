@@ -1,4 +1,4 @@
-"""GPU checks of the call path (pingpong.plan + pingpong.launcher): the cached direct launch
+"""GPU checks of the call path (pingpong.runtime.plan + pingpong.runtime.launcher): the cached direct launch
 on new addresses and side streams, CUDA-graph capture and replay, misaligned bases through
 every path, tensors on a non-current GPU, aliasing refusals. Marker `gpu`."""
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import pingpong
-from pingpong import plan
+from pingpong.runtime import plan
 
 from test_gemm_gpu import rel_err
 

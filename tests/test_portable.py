@@ -142,7 +142,7 @@ def test_default_block_rule():
 
 @pytest.fixture(scope="module")
 def facts():
-    from pingpong.compile import compile_kernel
+    from pingpong.runtime.compile import compile_kernel
 
     cache = {}
 

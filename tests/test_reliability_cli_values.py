@@ -8,7 +8,7 @@ import pytest
 
 
 def test_check_without_arguments_compares_with_the_expected_verdicts(capsys):
-    from pingpong.cli import main
+    from pingpong.tools.cli import main
 
     assert main(["check"]) == 0
     out = capsys.readouterr().out
@@ -19,7 +19,7 @@ def test_check_without_arguments_compares_with_the_expected_verdicts(capsys):
 def test_check_without_arguments_fails_on_an_unexpected_verdict(capsys, monkeypatch):
     import dataclasses
 
-    from pingpong.cli import main
+    from pingpong.tools.cli import main
     from pingpong.schedule import cli as scli
 
     wrong = dict(scli.SHIPPED)
@@ -32,7 +32,7 @@ def test_check_without_arguments_fails_on_an_unexpected_verdict(capsys, monkeypa
 def test_check_without_arguments_shows_the_trace_of_an_unexpected_violation(capsys, monkeypatch):
     import dataclasses
 
-    from pingpong.cli import main
+    from pingpong.tools.cli import main
     from pingpong.schedule import cli as scli
 
     wrong = dict(scli.SHIPPED)
@@ -44,7 +44,7 @@ def test_check_without_arguments_shows_the_trace_of_an_unexpected_violation(caps
 
 
 def test_named_schedules_keep_their_exit_codes(capsys):
-    from pingpong.cli import main
+    from pingpong.tools.cli import main
 
     assert main(["check", "optimized"]) == 1 and "shortest trace" in capsys.readouterr().out
     assert main(["check", "simplified"]) == 0
@@ -59,7 +59,7 @@ def test_named_schedules_keep_their_exit_codes(capsys):
     (["isa", "--target", "sm_80"], "sm_90a"),
 ])
 def test_cli_values_are_checked_by_argparse(argv, needle, capsys):
-    from pingpong.cli import main
+    from pingpong.tools.cli import main
 
     with pytest.raises(SystemExit) as e:
         main(argv)

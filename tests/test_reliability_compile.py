@@ -5,8 +5,8 @@ import threading
 
 import pytest
 
-from pingpong import compile as cc
-from pingpong.cli import main
+from pingpong.runtime import compile as cc
+from pingpong.tools.cli import main
 
 
 @pytest.fixture

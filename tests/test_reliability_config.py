@@ -6,7 +6,7 @@ import functools
 import pytest
 
 from pingpong import ConfigError, KernelConfig
-from pingpong import compile as cc
+from pingpong.runtime import compile as cc
 
 
 @pytest.mark.parametrize(

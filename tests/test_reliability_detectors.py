@@ -9,7 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
-from pingpong import compile as cc
+from pingpong.runtime import compile as cc
 
 
 @triton.jit

@@ -5,7 +5,7 @@ per-kernel addressability predicate the dispatcher uses."""
 import pytest
 import torch
 
-from pingpong.addressing import KERNELS, addressable, needs_int64, span, unaddressable
+from pingpong.runtime.addressing import KERNELS, addressable, needs_int64, span, unaddressable
 from pingpong.portable import portable_gemm
 
 pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim:DeprecationWarning")

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import pingpong
-from pingpong import api, batching, plan
+from pingpong import api, batching
+from pingpong.runtime import plan
 from pingpong.errors import PingpongError
 
 F16, BF16 = torch.float16, torch.bfloat16

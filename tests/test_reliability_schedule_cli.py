@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from pingpong.cli import main
+from pingpong.tools.cli import main
 from pingpong.schedule import check
 from pingpong.schedule.errors import ScheduleError
 from pingpong.schedule.schedules import build

@@ -2,7 +2,7 @@
 
 import textwrap
 
-from pingpong.cli import main
+from pingpong.tools.cli import main
 
 
 def test_list_names_every_shipped_schedule(capsys):

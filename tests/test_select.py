@@ -10,7 +10,7 @@ import pytest
 from pingpong import KernelConfig
 from pingpong.hopper import table as tables
 from pingpong.hopper.select import Device, choose, select_config
-from pingpong.suites import SUITES
+from pingpong.tools.suites import SUITES
 
 H100 = Device("NVIDIA H100 80GB HBM3", 132)
 #: the heuristic alone: a GPU no shipped or user table names

@@ -9,7 +9,7 @@ import pytest
 import triton
 
 from pingpong import ConfigError, KernelConfig
-from pingpong import compile as cc
+from pingpong.runtime import compile as cc
 from pingpong import toolchain
 from pingpong.hopper.config import SCHEDULE_FACTS, SMEM_LIMIT
 from pingpong.hopper.launch import OFFLINE_SPLIT_VARIANTS, counter_count, prepare_split, workspace_shape
@@ -139,10 +139,10 @@ def test_swap_ab_compiles_for_every_operand_layout(layout):
 @pytest.fixture
 def launches(monkeypatch):
     """Plans built as on a Hopper GPU; each CachedLaunch call is recorded, not run."""
-    from pingpong import plan
+    from pingpong.runtime import plan
 
     monkeypatch.setattr(plan, "is_hopper", lambda device: True)
-    monkeypatch.setattr("pingpong.device.sm_count", lambda device: 132)
+    monkeypatch.setattr("pingpong.runtime.device.sm_count", lambda device: 132)
     calls = []
     monkeypatch.setattr(plan.CachedLaunch, "__call__",
                         lambda self, device, ptrs, dyn, prep, *inputs: calls.append((self, ptrs, dyn, prep, inputs)))
@@ -162,7 +162,7 @@ def test_split_plan_launches_gemm_then_reduction_on_the_right_pointers(launches,
     writes what the JIT launch did."""
     import torch
 
-    from pingpong import plan
+    from pingpong.runtime import plan
 
     a, b, c, inplace, beta = {
         "decode nt": lambda: (_bf16(16, 1024), _bf16(4096, 1024).t(), None, False, 0.0),
@@ -281,7 +281,7 @@ def test_split_geometry_reproduces_the_product(config, layout, M, N, K):
     same bits whatever order the splits arrive in, and leaves every counter at zero."""
     import torch
 
-    from pingpong.plan import tma_copy, tma_orientation
+    from pingpong.runtime.plan import tma_copy, tma_orientation
 
     torch.manual_seed(0)
     store = lambda r, c_, t: (torch.randn(c_, r).t() if t else torch.randn(r, c_)).to(torch.bfloat16)  # noqa: E731

@@ -265,7 +265,7 @@ def test_launch_goes_direct_after_the_first_call(monkeypatch):
     a, b, out = torch.empty(2**20), torch.empty(2**20), torch.empty(2**20)
     hopper.launch(a, b, out, 132, cfg, device=0)
     assert len(jit.calls) == 1 and jit.calls[0][0] == (132,) and jit.calls[0][2] == dict(cfg.constexprs, **KERNEL_OPTIONS)
-    from pingpong.launcher import launch_key
+    from pingpong.runtime.launcher import launch_key
 
     assert cfg.launchers == {(0, torch.float32, False, True, 1, launch_key()): direct} and not cfg.plans
     hopper.launch(a, b, out, 132, cfg, device=0)

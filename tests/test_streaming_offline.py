@@ -1,5 +1,5 @@
 """Offline machine-code facts of the streaming kernels (CPU only: compiled for sm_90a and
-gfx942 through pingpong.compile). The facts table in docs/streaming.md comes from these."""
+gfx942 through pingpong.runtime.compile). The facts table in docs/streaming.md comes from these."""
 
 import re
 
@@ -7,7 +7,7 @@ import pytest
 
 import fake_launcher
 
-from pingpong import compile as cc
+from pingpong.runtime import compile as cc
 from pingpong.streaming import gfx942, hopper
 
 
@@ -146,7 +146,7 @@ def test_direct_launch_passes_what_triton_passes(monkeypatch, name, n):
     """The arguments DirectLaunch hands Triton's C launcher equal those Triton's own launch
     path hands it (TensorDescriptors expanded by wrap_handle_tensordesc into CUtensorMap,
     shape, strides), and from_kernel finds the C launch inside Triton's wrapper."""
-    from pingpong.launcher import DirectLaunch
+    from pingpong.runtime.launcher import DirectLaunch
 
     cfg = hopper.CANDIDATES[name]
     launch, kernel = _kernel(cfg, n=n)
@@ -177,7 +177,7 @@ def test_direct_launch_passes_what_triton_passes(monkeypatch, name, n):
 def test_hooks_idle(monkeypatch):
     from triton import knobs
 
-    from pingpong.launcher import hooks_idle
+    from pingpong.runtime.launcher import hooks_idle
 
     assert hooks_idle()
     knobs.runtime.launch_enter_hook.add(print)
@@ -190,7 +190,7 @@ def test_hooks_idle(monkeypatch):
 
 
 def test_direct_launch_opt_out(monkeypatch):
-    from pingpong.launcher import DirectLaunch
+    from pingpong.runtime.launcher import DirectLaunch
 
     monkeypatch.setenv("PINGPONG_DIRECT_LAUNCH", "0")
     assert DirectLaunch.from_kernel(object()) is None

@@ -4,9 +4,9 @@ import argparse
 
 import pytest
 
-from pingpong import bench
+from pingpong.tools import bench
 from pingpong.errors import PingpongError
-from pingpong.suites import SUITES
+from pingpong.tools.suites import SUITES
 
 
 def settings(*argv):
@@ -47,7 +47,7 @@ def test_hbm_column_only_for_bandwidth_bound_rows():
 
 
 def test_random_suite_is_a_seeded_held_out_draw():
-    from pingpong.suites import LLM_PROJECTIONS, RANDOM_COUNT, RANDOM_MAX_WORK, random_suite
+    from pingpong.tools.suites import LLM_PROJECTIONS, RANDOM_COUNT, RANDOM_MAX_WORK, random_suite
 
     a, b = random_suite(1), random_suite(2)
     assert a == random_suite(1) and a != b  # a pure function of the seed

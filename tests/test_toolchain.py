@@ -52,7 +52,7 @@ def test_tables_are_per_triton_minor(monkeypatch, tmp_path):
 def test_every_registered_kernel_launch_carries_the_kernel_options():
     """The offline build of each kernel is the runtime launch's own kwargs, so each carries
     KERNEL_OPTIONS itself (nothing adds them on the way to the compiler)."""
-    from pingpong import compile as cc
+    from pingpong.runtime import compile as cc
 
     for name, (targets, _) in cc.kernels().items():
         build = cc._REGISTRY[name][0]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pingpong import KernelConfig
-from pingpong import tune
+from pingpong.tools import tune
 from pingpong.hopper import table as tables
 from pingpong.hopper.select import Device, heuristic_config, select_config
 
@@ -25,7 +25,7 @@ def cache(tuning_cache):
 
 def cli(capsys, *args):
     """`pingpong tune ARGS` in this process: (exit code, stdout, stderr)."""
-    from pingpong.cli import main
+    from pingpong.tools.cli import main
 
     code = main(["tune", *args])
     out, err = capsys.readouterr()

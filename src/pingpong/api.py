@@ -21,7 +21,7 @@ all batches (a weight). c is (B, M, N) or a shared (M, N). (torch.matmul's N-D b
 reduces to this: pingpong's op layer.) The fused epilogue (bias per column or per row, an
 activation; pingpong.fused) runs on the fp32 accumulator before the one cast.
 
-A call is validated, then planned once per signature (pingpong.plan: the decision is cached
+A call is validated, then planned once per signature (pingpong.runtime.plan: the decision is cached
 and later identical calls skip validation and launch directly); `path_for` names the path:
 
     | device                       | path            |
@@ -53,8 +53,8 @@ import torch
 from . import batching as _batching
 from . import fused
 from . import ops as _ops  # ops imports this module too; each reads the other only at call time
-from . import plan as plan_mod
-from .addressing import span
+from .runtime import plan as plan_mod
+from .runtime.addressing import span
 from .hopper.config import KernelConfig
 from .errors import PingpongError, check_tensor
 

@@ -19,7 +19,7 @@ one output tile per program, a K loop of masked loads, ``tl.dot``, and an epilog
           bias: none / per column / per row (BIAS), act: ACTIVATION — both constexprs
 
 Index width: offsets are 32-bit unless some operand's span (largest element offset,
-`pingpong.addressing.span`) passes 2**31 - 1; then `INDEX_64` widens the program id, the
+`pingpong.runtime.addressing.span`) passes 2**31 - 1; then `INDEX_64` widens the program id, the
 row/column/k indices and the K-step advance (`BK * stride`) to 64 bits, so any strided
 tensor is addressed correctly.
 
@@ -35,7 +35,7 @@ Block sizes (`default_block`), derived rather than tabled:
   * warps: 8 when the tile is 128×128 or more (per-thread accumulator ≤ 64 fp32), else 4.
   * stages: as many as fit the target's shared memory, at most 4 (`default_stages`).
 Per offline target the same rule is used with the target's shared-memory limit
-(`pingpong.compile.SHARED_MEMORY_LIMIT`); AMD's stream pipeliner is given at most 2 stages
+(`pingpong.runtime.compile.SHARED_MEMORY_LIMIT`); AMD's stream pipeliner is given at most 2 stages
 (its recommended setting: one buffer in LDS being filled while one is read).
 
 Interpreter: ``portable_gemm(..., interpret=True)`` runs the kernel in Triton's interpreter
@@ -69,8 +69,8 @@ import triton
 import triton.language as tl
 
 from . import fused
-from .addressing import needs_int64
-from .compile import SHARED_MEMORY_LIMIT, TARGETS, Launch, register
+from .runtime.addressing import needs_int64
+from .runtime.compile import SHARED_MEMORY_LIMIT, TARGETS, Launch, register
 from .toolchain import KERNEL_OPTIONS
 
 __all__ = ["portable_gemm", "prepare", "default_block", "default_stages", "gemm_kernel", "SUPPORTED_INPUTS", "SUPPORTED_OUTPUTS"]
@@ -346,7 +346,7 @@ def _validate(a, b, out, c, alpha, beta, bias, activation, block, interpret) -> 
 def prepare(a, b, out, c, alpha, beta, bias=None, activation="none", block=None):
     """(kernel, args, kwargs, grid) of the compiled kernel's launch (portable_gemm's
     arguments and preconditions; GPU tensors). The call plan launches it through
-    pingpong.launcher: Triton's JIT once, then directly (the pointers a, b, c, out, bias lead
+    pingpong.runtime.launcher: Triton's JIT once, then directly (the pointers a, b, c, out, bias lead
     the arguments, α and β are passed per call)."""
     block, has_c = _preconditions(a, b, out, c, beta, bias, activation, block)
     assert a.is_cuda, "the compiled kernel needs GPU tensors (interpret=True runs on the CPU)"

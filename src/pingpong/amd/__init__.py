@@ -3,7 +3,7 @@
     cdna_pingpong   gfx942 / gfx950   8-wave ping-pong, direct-to-LDS, MFMA (cdna_pingpong.py)
     rdna_wmma       gfx1151           the "standard" WMMA kernel (rdna_wmma.py)
 
-Importing this package registers both with pingpong.compile (`pingpong isa --list`).
+Importing this package registers both with pingpong.runtime.compile (`pingpong isa --list`).
 """
 
 from . import cdna_pingpong, rdna_wmma  # noqa: F401  (register the kernels)

@@ -120,7 +120,7 @@ import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from .. import compile as cc
+from ..runtime import compile as cc
 from ..toolchain import KERNEL_OPTIONS
 from .buffers import Buffers, TileLoader, lds_layout, load_layout, mma_view
 from .config import KernelConfig

@@ -28,7 +28,7 @@ import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from .. import compile as cc
+from ..runtime import compile as cc
 from ..toolchain import KERNEL_OPTIONS
 from .cdna_pingpong import gemm_args, store_tile
 from .config import WmmaConfig

@@ -23,7 +23,7 @@ shared memory is all ring stages. Per element it costs a little more than the TM
 split-K and swap-AB are chosen where the output is small next to the operands.
 
 The arrival counters are int32, one per (tile, consumer half), zero before the launch and
-zero again after it, so the plan keeps one buffer per stream (pingpong.plan.arrival_counters):
+zero again after it, so the plan keeps one buffer per stream (pingpong.runtime.plan.arrival_counters):
 launches in one stream's order reuse it, launches on different streams never share one.
 """
 

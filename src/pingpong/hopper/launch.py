@@ -2,9 +2,9 @@
 
 `tma_orientation(t)` says whether a 2-D tensor can be described to TMA as it is stored (last
 stride 1 in one of its two orientations, the other stride 16-byte aligned, base 16-byte
-aligned). The plan (pingpong.plan) decides what to do with tensors that are not (a padded
+aligned). The plan (pingpong.runtime.plan) decides what to do with tensors that are not (a padded
 copy) and launches `prepare`'s kernel, first through Triton's JIT, then directly
-(pingpong.launcher); this module assumes legal inputs and asserts it.
+(pingpong.runtime.launcher); this module assumes legal inputs and asserts it.
 
 Batched products (out (B, M, N)) get rank-3 descriptors [B, rows, cols] with a box of one
 matrix tile (pingpong.hopper.batched); an operand shared by every batch (2-D, or batch size
@@ -20,7 +20,7 @@ import torch
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from .. import compile as cc
+from ..runtime import compile as cc
 from .. import fused
 from ..toolchain import KERNEL_OPTIONS
 from .config import KernelConfig, swizzle_width

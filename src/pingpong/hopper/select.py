@@ -177,7 +177,7 @@ class Device:
         if not torch.cuda.is_available():  # plans built without a GPU (tests): the default facts
             return cls()
 
-        from ..device import sm_count
+        from ..runtime.device import sm_count
 
         index = device if isinstance(device, int) else (device.index if device.index is not None
                                                         else torch.cuda.current_device())

@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from ..device import is_hopper, sm_count
+from ..runtime.device import is_hopper, sm_count
 from ..errors import PingpongError
 from . import hopper, portable
 

@@ -20,8 +20,8 @@ import time
 import torch
 import triton
 
-from ..timing import time_callable
-from ..device import is_hopper, sm_count
+from ..tools.timing import time_callable
+from ..runtime.device import is_hopper, sm_count
 from .api import kernel_path, vector_add
 
 
@@ -121,7 +121,7 @@ _DTYPE_NAMES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.flo
 
 
 def bench_vector_add(settings) -> int:
-    """Adapter for `pingpong bench --op vector_add` (pingpong.bench.Settings): fp32 at
+    """Adapter for `pingpong bench --op vector_add` (pingpong.tools.bench.Settings): fp32 at
     DEFAULT_SIZES (the targets), then `--dtype` at the same sizes; `--csv`/`--json` write the
     rows. Returns 0 when every row is bitwise correct, else 1."""
     import csv

@@ -148,7 +148,7 @@ def build(dtype: str = "float32", n: int = (1 << 20) + 3, nprog: int = 304):
     """Offline build (CPU tensors): an odd n (a real tail), grid = 304 CUs (an MI300X)."""
     import torch
 
-    from ..compile import Launch
+    from ..runtime.compile import Launch
     from ..errors import TargetError
 
     if dtype != "float32":

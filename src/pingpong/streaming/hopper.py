@@ -17,7 +17,7 @@ GEMM's `Ring` (`pingpong.hopper.pipeline`: slots, ready barriers, (index, phase)
 with `fill`/`take` (the TMA loads into it), `StoreRing` (the output buffers and the TMA
 store window). The kernel only orchestrates. Host side: `StreamConfig` (tile and pipeline
 shape, `DEFAULT`, `PERSISTENT`, the measured `CANDIDATES`), `launch` (a cached direct launch after the
-first call of each kernel variant, `pingpong.launcher`), `build` (offline compilation).
+first call of each kernel variant, `pingpong.runtime.launcher`), `build` (offline compilation).
 """
 
 
@@ -30,9 +30,9 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 from triton.language.core import _aggregate as aggregate
 
-from ..addressing import INT32_MAX
+from ..runtime.addressing import INT32_MAX
 from ..hopper.pipeline import Ring, ring_index
-from ..launcher import DirectLaunch, hooks_idle, launch_key
+from ..runtime.launcher import DirectLaunch, hooks_idle, launch_key
 from ..toolchain import KERNEL_OPTIONS
 from .grid_stride import tile_of, tiles_of_program
 
@@ -455,7 +455,7 @@ def schedule_text(cfg: StreamConfig, steps: int = 5) -> str:
 def build(dtype: str = "float32", cfg: StreamConfig = PERSISTENT, n: int = (1 << 20) + 3, nprog: int = 132):
     """Offline build (CPU tensors; only shapes and dtypes matter): by default an odd n, a
     real tail (which also means the 1-D form; pass n % 256 == 0 for box="2d")."""
-    from ..compile import Launch
+    from ..runtime.compile import Launch
 
     x = torch.empty(n, dtype=getattr(torch, dtype))
     return Launch(vector_add_tma_kernel, (*descriptors(x, x, x, cfg.validate()), n),

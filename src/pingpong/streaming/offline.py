@@ -1,6 +1,6 @@
-"""Registers the streaming kernels with `pingpong.compile` (`pingpong isa --kernel vector_add`)."""
+"""Registers the streaming kernels with `pingpong.runtime.compile` (`pingpong isa --kernel vector_add`)."""
 
-from ..compile import Launch, register
+from ..runtime.compile import Launch, register
 
 
 @register("vector_add", targets=("sm_90a", "gfx942"))

@@ -43,7 +43,7 @@ import sys
 import time
 from typing import Any, Sequence
 
-from .errors import PingpongError
+from ..errors import PingpongError
 from .timing import time_callable
 
 DEFAULT_SHAPES = ((2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 16384, 16384))
@@ -94,7 +94,7 @@ def parse_shape(text: str) -> tuple[int, int, int]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shapes", nargs="+", metavar="M,N,K", help="problem sizes (default: 2048 4096 8192 16384 square)")
-    p.add_argument("--suite", help="a named shape list (pingpong.suites): llm, squares, largek, all, or random (drawn with --seed); adds to --shapes")
+    p.add_argument("--suite", help="a named shape list (pingpong.tools.suites): llm, squares, largek, all, or random (drawn with --seed); adds to --shapes")
     p.add_argument("--dtype", default="bf16", help="input/output type: bf16 (default) or fp16")
     p.add_argument("--layout", default="nt", help="A,B storage: nt (default: B stored N×K, A·Bᵀ), nn, tn, tt")
     p.add_argument("--reps", type=int, default=None, help=f"timed repetitions per kernel, ≥ {MIN_REPS} (default {MIN_REPS})")
@@ -105,7 +105,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", metavar="FILE.png", help="plot TFLOP/s ours vs cuBLAS and the ratio (needs matplotlib)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs and of --suite random's shapes (default 0)")
     p.add_argument("--overhead", action="store_true",
-                   help="time host cost instead: back-to-back calls at 64³, 1024³, 2048³ (pingpong.overhead)")
+                   help="time host cost instead: back-to-back calls at 64³, 1024³, 2048³ (pingpong.tools.overhead)")
     p.add_argument("--rounds", type=int, default=3, help="alternate ours and cuBLAS this many times (default 3)")
 
 
@@ -460,7 +460,7 @@ def bench_shape(M: int, N: int, K: int, settings: Settings, api, device="cuda", 
         cublas.append(timer(lambda: torch.matmul(a, b), settings.reps))
     ratios = [c.median_ms / o.median_ms for o, c in zip(ours, cublas)]
     med = lambda ts: statistics.median(t.median_ms for t in ts)  # noqa: E731
-    from .device import hbm_bandwidth
+    from ..runtime.device import hbm_bandwidth
 
     return Row(M, N, K, path, "ok", err, med(ours), med(cublas), sum(t.reps for t in ours),
                sum(t.reps for t in cublas), min(ratios), max(ratios), a.element_size(), a.element_size(),
@@ -513,10 +513,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"pingpong bench: {reason}", file=sys.stderr)
         return EXIT_USAGE
     if settings.op == "vector_add":
-        from .streaming import bench_vector_add
+        from ..streaming import bench_vector_add
 
         return int(bench_vector_add(settings) or 0)
-    from . import api
+    from .. import api
 
     header = environment_header(settings)
     rows = bench_shapes(settings, api, header)

@@ -1,4 +1,4 @@
-"""GPU timing shared by the benchmarks (`pingpong.bench`, `pingpong.streaming.bench`).
+"""GPU timing shared by the benchmarks (`pingpong.tools.bench`, `pingpong.streaming.bench`).
 
 One rule for every number the project reports: the median of at least `reps` repetitions of
 `triton.testing.do_bench`, which warms up first and flushes the L2 cache before every

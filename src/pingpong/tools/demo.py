@@ -29,7 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _gpu_demo(sizes) -> int:
-    from . import api, bench
+    from .. import api
+    from . import bench
 
     settings = bench.Settings(shapes=tuple((s, s, s) for s in sizes))
     rows = [bench.bench_shape(*shape, settings, api) for shape in settings.shapes]
@@ -40,8 +41,8 @@ def _gpu_demo(sizes) -> int:
 def _cpu_demo() -> int:
     import torch
 
-    from . import compile as cc
-    from .portable import portable_gemm
+    from ..runtime import compile as cc
+    from ..portable import portable_gemm
 
     m, n, k = 37, 29, 45
     gen = torch.Generator().manual_seed(0)
@@ -63,7 +64,7 @@ def _cpu_demo() -> int:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from .device import is_hopper
+    from ..runtime.device import is_hopper
 
     if torch.cuda.is_available() and is_hopper(torch.cuda.current_device()):
         return _gpu_demo(args.size)

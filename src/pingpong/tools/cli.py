@@ -2,11 +2,11 @@
 
 Each subcommand lives in the module that owns its subject; this file only wires them up:
 
-    demo   pingpong.demo              multiply, check against torch, compare with cuBLAS
-    bench  pingpong.bench             the benchmark harness (docs/benchmarking.md)
-    isa    pingpong.compile           compile a kernel offline for a target, print facts
+    demo   pingpong.tools.demo              multiply, check against torch, compare with cuBLAS
+    bench  pingpong.tools.bench             the benchmark harness (docs/benchmarking.md)
+    isa    pingpong.runtime.compile           compile a kernel offline for a target, print facts
     check  pingpong.schedule.cli      model-check kernel schedules for races and deadlocks
-    tune   pingpong.tune              measure configs per shape, write the tuning table
+    tune   pingpong.tools.tune              measure configs per shape, write the tuning table
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import sys
 
 #: subcommand -> (module with add_arguments(parser) and run(args) -> int, help)
 SUBCOMMANDS = {
-    "demo": ("pingpong.demo", "multiply, check against torch, compare with cuBLAS (or explain the CPU path)"),
-    "bench": ("pingpong.bench", "benchmark against cuBLAS: TFLOP/s, ratio, CSV/JSON/PNG"),
-    "isa": ("pingpong.isa", "compile a kernel offline for sm_90a/gfx942/gfx950/gfx1151 and print its facts"),
+    "demo": ("pingpong.tools.demo", "multiply, check against torch, compare with cuBLAS (or explain the CPU path)"),
+    "bench": ("pingpong.tools.bench", "benchmark against cuBLAS: TFLOP/s, ratio, CSV/JSON/PNG"),
+    "isa": ("pingpong.tools.isa", "compile a kernel offline for sm_90a/gfx942/gfx950/gfx1151 and print its facts"),
     "check": ("pingpong.schedule.cli", "model-check synchronization schedules for races and deadlocks"),
-    "tune": ("pingpong.tune", "measure KernelConfigs per shape on this GPU and write the tuning table"),
+    "tune": ("pingpong.tools.tune", "measure KernelConfigs per shape on this GPU and write the tuning table"),
 }
 
 

@@ -1,6 +1,6 @@
 """Host cost of a call: back-to-back calls with no synchronization between them.
 
-    python -m pingpong.overhead [--sizes 64 1024 2048] [--calls 2000] [--rounds 3]
+    python -m pingpong.tools.overhead [--sizes 64 1024 2048] [--calls 2000] [--rounds 3]
 
 For each size (M = N = K, bf16, a @ wᵀ) and each op, `calls` calls are issued in a loop and
 timed twice: until the loop returns (host µs per call: what Python, validation, the plan
@@ -83,13 +83,13 @@ def table(rows) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pingpong.overhead", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m pingpong.tools.overhead", description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[64, 1024, 2048])
     p.add_argument("--calls", type=int, default=2000)
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
-        print("pingpong.overhead: no CUDA GPU here; it times calls on a GPU")
+        print("pingpong.tools.overhead: no CUDA GPU here; it times calls on a GPU")
         return 2
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
     print(table(measure(args.sizes, args.calls, args.rounds)))

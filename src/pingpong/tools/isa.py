@@ -6,12 +6,12 @@ import argparse
 import os
 import sys
 
-from . import compile as cc
-from .errors import TargetError
+from ..runtime import compile as cc
+from ..errors import TargetError
 
 
 def _target(name: str) -> str:
-    """A compilation target of pingpong.compile (argparse reports anything else as a usage error)."""
+    """A compilation target of pingpong.runtime.compile (argparse reports anything else as a usage error)."""
     if name not in cc.TARGETS:
         raise argparse.ArgumentTypeError(f"unknown target {name!r}; valid targets: {', '.join(cc.TARGETS)}")
     return name

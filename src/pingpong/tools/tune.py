@@ -30,11 +30,11 @@ import random
 import sys
 from typing import Callable, Iterable
 
-from .hopper.config import KernelConfig
-from .errors import ConfigError, PingpongError
-from .hopper import table as tables
-from .hopper.scheduler import effective_splits
-from .hopper.select import FEW_WIDTHS, MID_M, MID_WIDTHS, SMALL_TILE_K_BYTES, choose, heuristic_config
+from ..hopper.config import KernelConfig
+from ..errors import ConfigError, PingpongError
+from ..hopper import table as tables
+from ..hopper.scheduler import effective_splits
+from ..hopper.select import FEW_WIDTHS, MID_M, MID_WIDTHS, SMALL_TILE_K_BYTES, choose, heuristic_config
 from .suites import SUITES, suite
 
 EXIT_USAGE = 2
@@ -71,7 +71,7 @@ class Settings:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shapes", nargs="+", metavar="M,N,K", help="problem sizes to tune")
-    p.add_argument("--suite", help=f"a named shape list: {', '.join(SUITES)} (pingpong.suites)")
+    p.add_argument("--suite", help=f"a named shape list: {', '.join(SUITES)} (pingpong.tools.suites)")
     p.add_argument("--quick", action="store_true", help="a small fixed grid around the heuristic's choice per shape")
     p.add_argument("--trials", type=int, default=40, help="configs measured per shape (default 40)")
     p.add_argument("--dtype", default="bf16", help="bf16 (default) or fp16")
@@ -135,7 +135,7 @@ def no_gpu_reason() -> str | None:
 
     if not torch.cuda.is_available():
         return "no CUDA GPU on this machine: tuning measures the kernels on the GPU the table is for"
-    from .device import is_hopper
+    from ..runtime.device import is_hopper
 
     if not is_hopper(torch.cuda.current_device()):
         return f"{torch.cuda.get_device_name()} is not a Hopper (sm_90) GPU: the tuned kernel is the Hopper one"
@@ -316,7 +316,7 @@ def gpu_measure(M: int, N: int, K: int, settings: Settings) -> Measure:
     as `matmul` makes it (its cached plan, direct launches), with the config forced."""
     import torch
 
-    from .api import _gemm_into
+    from ..api import _gemm_into
     from .bench import TOLERANCE, make_inputs, rel_error, torch_dtype
     from .timing import time_callable
 
@@ -358,7 +358,7 @@ def current_device():
     """The select.Device (name, SM count) of the current CUDA device."""
     import torch
 
-    from .hopper.select import Device
+    from ..hopper.select import Device
 
     return Device.of(torch.cuda.current_device())
 

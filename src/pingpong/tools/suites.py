@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import random
 
-from .errors import PingpongError
+from ..errors import PingpongError
 
 LLM_PROJECTIONS = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))  # (N, K): qkv, o, gate_up, down
 LLM_TOKENS = (1, 16, 64, 128, 512, 2048, 8192)

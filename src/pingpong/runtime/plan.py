@@ -13,7 +13,7 @@
     plan.run(a, b, out, c, α, β, bias)
         aligned copies (if any) · device guard · launch · copy-back (if any)
         the Hopper launch: Triton's JIT on the plan's first call, then a direct launch that
-        refreshes only the base addresses and α, β (pingpong.launcher)
+        refreshes only the base addresses and α, β (pingpong.runtime.launcher)
 
 Batched problems (3-D a, b, c, out: one batch dimension; an operand shared by the batches is
 2-D or has batch stride 0) take the same plans: their shapes and strides are in the key.
@@ -30,12 +30,12 @@ import dataclasses
 
 import torch
 
-from . import fused
+from .. import fused
 from .addressing import addressable, unaddressable
-from .hopper.config import KernelConfig, column_pieces
+from ..hopper.config import KernelConfig, column_pieces
 from .device import is_hopper
-from .errors import PingpongError
-from .hopper.launch import per_batch, tma_orientation
+from ..errors import PingpongError
+from ..hopper.launch import per_batch, tma_orientation
 from .launcher import CachedLaunch
 
 #: Plans kept (each a few hundred bytes plus its bound launch); least recently used evicted.
@@ -181,7 +181,7 @@ class HopperPlan(Plan):
 
     def _jit_args(self, a, b, target, cin, alpha, beta, bias):
         from .device import sm_count
-        from .hopper.launch import prepare
+        from ..hopper.launch import prepare
 
         return prepare(a, b, target, cin, alpha, beta, self.config, sm_count(self.device), bias, self.activation)
 
@@ -242,7 +242,7 @@ class SplitPlan(HopperPlan):
 
     def _jit_args(self, a, b, target, cin, alpha, beta, ws, counters, bias):
         from .device import sm_count
-        from .hopper.launch import prepare_split
+        from ..hopper.launch import prepare_split
 
         return prepare_split(a, b, target, cin, alpha, beta, self.config, sm_count(self.device), ws, counters, bias,
                              self.activation)
@@ -250,7 +250,7 @@ class SplitPlan(HopperPlan):
 
 class PortablePlan(Plan):
     """The plain-Triton kernel (any CUDA/ROCm GPU, any strides), launched like the Hopper
-    kernel: Triton's JIT on the plan's first call, then directly (pingpong.launcher)."""
+    kernel: Triton's JIT on the plan's first call, then directly (pingpong.runtime.launcher)."""
 
     __slots__ = ("reads_c", "launch")
 
@@ -266,7 +266,7 @@ class PortablePlan(Plan):
                     beta, bias)
 
     def _jit_args(self, a, b, out, c, alpha, beta, bias):
-        from .portable import prepare
+        from ..portable import prepare
 
         return prepare(a, b, out, c, alpha, beta, bias, self.activation)
 
@@ -281,7 +281,7 @@ class AmdPlan(Plan):
         self.device, self.reads_c, self.path, self.activation = device, read, "amd", "none"
 
     def run(self, a, b, out, c, alpha, beta, bias=None):
-        from .amd import dispatch
+        from ..amd import dispatch
 
         dispatch.gemm(a, b, out, alpha=alpha, beta=beta, c=c if self.reads_c else None)
 
@@ -302,7 +302,7 @@ def build(a, b, c, beta: float, out_dtype: torch.dtype, inplace: bool, config: K
             raise PingpongError("config: matmul_tiled configures the Hopper kernel; this GPU takes the portable path")
         plain = a.dim() == b.dim() == 2 and bias is None and activation == "none"
         if torch.version.hip is not None and plain:
-            from .amd import dispatch
+            from ..amd import dispatch
 
             out = c if inplace else torch.empty(a.shape[0], b.shape[1], dtype=out_dtype, device="meta")
             if dispatch.accepts(a, b, out_dtype) and addressable(dispatch.select_kernel(dispatch._device_arch(a)),
@@ -316,7 +316,7 @@ def build(a, b, c, beta: float, out_dtype: torch.dtype, inplace: bool, config: K
         return PortablePlan(device, read, activation)
     one_kernel = batches > 1 or a.dim() == 3 or b.dim() == 3  # split-K / swap-AB launches are 2-D only
     if config is None:
-        from .hopper.select import select_config
+        from ..hopper.select import select_config
 
         config = select_config(batches * M, N, K, (a.dtype, out_dtype), _layouts(a, b), device)
         if one_kernel:
@@ -330,8 +330,8 @@ def build(a, b, c, beta: float, out_dtype: torch.dtype, inplace: bool, config: K
     config.derive(a.element_size(), out_dtype.itemsize)  # validates
     copy_ab = dict(copy_a=tma_matrices(a) is None, copy_b=tma_matrices(b) is None, read=read)
     if config.split_k > 1 or config.swap_ab:  # C and out go through pointers: row-major suffices
-        from .hopper.launch import MAX_SPLIT_BLOCK, counter_count, workspace_shape
-        from .hopper.scheduler import effective_splits
+        from ..hopper.launch import MAX_SPLIT_BLOCK, counter_count, workspace_shape
+        from ..hopper.scheduler import effective_splits
 
         splits = effective_splits(K, config.block_k, config.split_k)
         rows, cols = workspace_shape(M, N, K, config)

@@ -28,7 +28,7 @@ import tempfile
 import threading
 from typing import Any, Callable, Iterator
 
-from .errors import TargetError
+from ..errors import TargetError
 
 # --------------------------------------------------------------------------- targets
 
