@@ -13,6 +13,9 @@ from pingpong.runtime import compile as cc
 from pingpong.amd.config import TARGETS, KernelConfig
 
 CDNA = ("gfx950", "gfx942")
+# the registered CDNA ping-pong builds and their operand type (config.KernelConfig.dtype)
+PINGPONG = {"cdna_pingpong": "bf16", "cdna_pingpong_fp8": "fp8"}
+MFMA_TYPE = {"bf16": "bf16", "fp8": "fp8_fp8"}  # the MFMA mnemonic's operand suffix
 
 
 @functools.cache
@@ -30,19 +33,21 @@ def mfma_sites() -> int:
     return 4
 
 
+@pytest.mark.parametrize("kernel", PINGPONG)
 @pytest.mark.parametrize("target", CDNA)
-def test_pingpong_waves_and_budgets(target):
-    d = KernelConfig.for_target(target).derive()
-    f = facts("cdna_pingpong", target)
+def test_pingpong_waves_and_budgets(target, kernel):
+    d = KernelConfig.for_target(target, PINGPONG[kernel]).derive()
+    f = facts(kernel, target)
     assert (f.warps, f.threads) == (8, 512) == (d.waves, d.threads)
     assert f.shared_bytes == d.lds_bytes <= TARGETS[target].lds_bytes
     assert f.registers + f.extra["agprs"] <= d.reg_budget
     assert f.extra["agprs"] == d.agprs == 0, "the whole register budget is VGPRs (amdgpu-agpr-alloc)"
 
 
+@pytest.mark.parametrize("kernel", PINGPONG)
 @pytest.mark.parametrize("target", CDNA)
-def test_pingpong_no_scratch(target):
-    assert facts("cdna_pingpong", target).spill_bytes == 0, "scratch spills"
+def test_pingpong_no_scratch(target, kernel):
+    assert facts(kernel, target).spill_bytes == 0, "scratch spills"
 
 
 @functools.cache
@@ -81,32 +86,39 @@ def test_pingpong_epilogue_split_moves_no_data(target):
     assert KernelConfig.for_target(target).derive().epilogue_chunks == 4
 
 
+@pytest.mark.parametrize("kernel", PINGPONG)
 @pytest.mark.parametrize("target", CDNA)
-def test_pingpong_mfma_and_direct_to_lds(target):
-    d = KernelConfig.for_target(target).derive()
-    f = facts("cdna_pingpong", target)
+def test_pingpong_mfma_and_direct_to_lds(target, kernel):
+    d = KernelConfig.for_target(target, PINGPONG[kernel]).derive()
+    f = facts(kernel, target)
     assert f.counts["mfma"] == mfma_sites() * d.mfma_per_k_step
-    mfma = re.findall(r"\bv_mfma_\w+", compiled("cdna_pingpong", target).isa)
+    mfma = re.findall(r"\bv_mfma_\w+", compiled(kernel, target).isa)
     m, n, k = d.mfma_shape
-    assert set(mfma) == {f"v_mfma_f32_{m}x{n}x{k}_bf16"}
+    assert set(mfma) == {f"v_mfma_f32_{m}x{n}x{k}_{MFMA_TYPE[d.dtype]}"}
     # 8 load sites (prologue 2, loop 4, epilogue 2), half A and half B, all direct-to-LDS
     assert f.counts["buffer_load_lds"] == 4 * (d.a_loads + d.b_loads)
-    assert f.counts["buffer_load"] == f.counts["buffer_load_lds"]
+    # every other buffer load reads the row-wise scales of the registered fp8 build (epilogue)
+    assert (f.counts["buffer_load"] > f.counts["buffer_load_lds"]) == (d.dtype == "fp8")
     width = {16: "dwordx4", 4: "dword"}[TARGETS[target].dma_bytes]
-    assert re.search(rf"buffer_load_{width}\s.*\blds\b", compiled("cdna_pingpong", target).isa)
+    assert re.search(rf"buffer_load_{width}\s.*\blds\b", compiled(kernel, target).isa)
 
 
+@pytest.mark.parametrize("kernel", PINGPONG)
 @pytest.mark.parametrize("target", CDNA)
-def test_pingpong_schedule_in_the_isa(target):
-    d = KernelConfig.for_target(target).derive()
-    f = facts("cdna_pingpong", target)
+def test_pingpong_schedule_in_the_isa(target, kernel):
+    d = KernelConfig.for_target(target, PINGPONG[kernel]).derive()
+    f = facts(kernel, target)
     assert f.extra["loop s_barrier"] == d.main_loop_barriers
     # the schedule's waits minus those already satisfied, which LLVM (Triton 3.9) does not emit:
     # (a, 0, 0), the S4 wait being satisfied (config.emitted_waits; tests/test_amd_schedule.py)
     assert tuple(f.extra["loop vmcnt sequence"]) == d.main_loop_vmcnt_isa
     # prologue 1 + stagger 1 + loop + epilogue 3 + re-sync 1
     assert f.counts["s_barrier"] == 1 + 1 + d.main_loop_barriers + 3 + 1
-    assert set(f.extra["vmcnt values"]) == set(d.main_loop_vmcnt_isa + d.prologue_vmcnt + d.epilogue_vmcnt)
+    schedule_waits = set(d.main_loop_vmcnt_isa + d.prologue_vmcnt + d.epilogue_vmcnt)
+    if d.dtype == "bf16":
+        assert set(f.extra["vmcnt values"]) == schedule_waits
+    else:  # the row-wise scale loads of the stores add waits after the last barrier
+        assert schedule_waits <= set(f.extra["vmcnt values"])
 
 
 @pytest.mark.parametrize("target", CDNA)
@@ -178,3 +190,57 @@ def test_wmma_kernel():
     assert f.extra["wave size"] == 32 and f.threads == d.threads == 256
     assert f.shared_bytes <= d.lds_bytes <= TARGETS["gfx1151"].lds_bytes
     assert f.spill_bytes == 0
+
+
+@pytest.mark.parametrize("target", CDNA)
+def test_fp8_config_is_the_bf16_one_in_bytes(target):
+    """An fp8 stage holds the same bytes as a bf16 one (twice the K), so the DMA counts per
+    wave, and with them the schedule's vmcnt waits and the race model's, are the same."""
+    bf16 = KernelConfig.for_target(target, "bf16").derive()
+    fp8 = KernelConfig.for_target(target, "fp8").derive()
+    assert fp8.block_k * fp8.elem_bytes == bf16.block_k * bf16.elem_bytes
+    assert fp8.lds_bytes == bf16.lds_bytes and fp8.swizzle[0] == bf16.swizzle[0]
+    assert fp8.load_width * fp8.elem_bytes == TARGETS[target].dma_bytes
+    assert (fp8.a_loads, fp8.b_loads, fp8.main_loop_vmcnt) == (bf16.a_loads, bf16.b_loads, bf16.main_loop_vmcnt)
+
+
+@functools.cache
+def fp8_variant(target: str, scales: str, has_c: bool):
+    import torch
+
+    from pingpong.amd import cdna_pingpong
+
+    launch = cdna_pingpong.build_fp8(target, torch.bfloat16, has_c, scales)
+    with cc.offline(target):
+        ck = launch.fn.warmup(*launch.args, grid=launch.grid, **launch.kwargs)
+    return cc.Compiled("cdna_pingpong_fp8", target, dict(ck.asm), ck.metadata)
+
+
+@pytest.mark.parametrize("target", CDNA)
+@pytest.mark.parametrize("scales, has_c", [("tensor", False), ("row", True)])
+def test_fp8_scale_modes_read_their_scales(target, scales, has_c):
+    """Tensor-wise scales are two scalar loads; row-wise ones are vector loads into registers
+    (one pair per epilogue chunk), besides C's; nothing spills."""
+    c = fp8_variant(target, scales, has_c)
+    assert c.facts().spill_bytes == 0, "scratch spills"
+    ttgir = c.asm["ttgir"]
+    chunks = KernelConfig.for_target(target, "fp8").derive().epilogue_chunks
+    vector_loads = len(re.findall(r"amdg\.buffer_load %scale_[ab]\b", ttgir))
+    assert vector_loads == (2 * chunks if scales == "row" else 0)
+    assert (len(re.findall(r"tt\.load %scale_[ab]\b", ttgir)) > 0) == (scales == "tensor")
+
+
+def test_fp8_scales_are_checked():
+    import torch
+
+    from pingpong.amd.cdna_pingpong import scale_mode
+    from pingpong.errors import PingpongError
+
+    one = torch.ones(1)
+    assert scale_mode(None, None, 4, 8) == "none"
+    assert scale_mode(one, one, 4, 8) == "tensor"
+    assert scale_mode(torch.ones(4), torch.ones(8), 4, 8) == "row"
+    for sa, sb, what in ((one, None, "both or neither"), (torch.ones(8), torch.ones(4), "row-wise"),
+                         (one.double(), one, "float32")):
+        with pytest.raises(PingpongError, match=what):
+            scale_mode(sa, sb, 4, 8)

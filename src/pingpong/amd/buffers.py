@@ -30,7 +30,7 @@ The global addresses each lane fetches are permuted by the compiler (ds_bpermute
 fixed lane→LDS slots receive the swizzled layout: the "effective lane" trick: swizzle the source address, not the destination.
 
 Edges: rows ≥ M (N) and columns ≥ K are masked; a masked lane's offset is pushed out of the
-buffer range and the hardware returns 0 (a buffer load past num_records reads 0). Requires K·2 bytes rows
+buffer range and the hardware returns 0 (a buffer load past num_records reads 0). Requires K-rows (K · operand bytes)
 aligned to the DMA width (K % LOAD_WIDTH == 0), which the host launcher checks.
 """
 
@@ -131,13 +131,14 @@ class Buffers:
 
     @gluon.jit
     def allocate(BM: gl.constexpr, BN: gl.constexpr, SUB_ROWS: gl.constexpr, SUBTILES_K: gl.constexpr,
-                 SUB_COLS: gl.constexpr, SH: gl.constexpr):
+                 SUB_COLS: gl.constexpr, SH: gl.constexpr, DTYPE: gl.constexpr):
+        """DTYPE: the operands' element type (bf16 or the target's fp8)."""
         a_shape: gl.constexpr = [BM // 2 // SUB_ROWS, 2, SUBTILES_K, SUB_ROWS, SUB_COLS]
         b_shape: gl.constexpr = [BN // 2 // SUB_ROWS, 2, SUBTILES_K, SUB_ROWS, SUB_COLS]
-        return Buffers(gl.allocate_shared_memory(gl.bfloat16, a_shape, SH),
-                       gl.allocate_shared_memory(gl.bfloat16, a_shape, SH),
-                       gl.allocate_shared_memory(gl.bfloat16, b_shape, SH),
-                       gl.allocate_shared_memory(gl.bfloat16, b_shape, SH))
+        return Buffers(gl.allocate_shared_memory(DTYPE, a_shape, SH),
+                       gl.allocate_shared_memory(DTYPE, a_shape, SH),
+                       gl.allocate_shared_memory(DTYPE, b_shape, SH),
+                       gl.allocate_shared_memory(DTYPE, b_shape, SH))
 
 
 @gluon.jit

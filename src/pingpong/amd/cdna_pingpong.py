@@ -2,6 +2,8 @@
 
     C[M, N] = alpha · A[M, K] · B[N, K]ᵀ + beta · Cin        (bf16 in, fp32 accumulate; B
                                                                stored N×K: transpose_b)
+    C[M, N] = alpha · (sa ⊗ sb) · A[M, K] · B[N, K]ᵀ + beta · Cin   (fp8 e4m3 in: the same
+              schedule at twice the K per byte, fp32 scales sa, sb in the epilogue, Scales)
 
 Status — what has been verified and what has not:
   * verified here, on a CPU, from the compiled machine code (tests/test_amd_kernels.py):
@@ -119,11 +121,13 @@ from __future__ import annotations
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.language.core import _aggregate as aggregate
 
 from ..runtime import compile as cc
 from ..toolchain import KERNEL_OPTIONS
 from .buffers import Buffers, TileLoader, lds_layout, load_layout, mma_view
-from .config import KernelConfig
+from ..errors import PingpongError
+from .config import TARGETS, KernelConfig
 from .mma import MmaOp, mfma_layout
 
 
@@ -202,6 +206,36 @@ def schedule(la, lb, bufs, mma, pairs, BM: gl.constexpr, BN: gl.constexpr, BK: g
     return mma
 
 
+SCALE_MODES = {"none": 0, "tensor": 1, "row": 2}  # Scales.MODE
+
+
+@aggregate
+class Scales:
+    """The fp8 dequantization scales the epilogue multiplies in (MODE, SCALE_MODES):
+    0 none; 1 tensor-wise, one fp32 each for A and B; 2 row-wise, A's per row (M) and B's per
+    column (N, a row of B stored N×K). Read once per stored chunk, after the K loop."""
+
+    a: gl.tensor
+    b: gl.tensor
+    MODE: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, a, b, MODE):
+        self.a = a
+        self.b = b
+        self.MODE = gl.constexpr(MODE)
+
+    @gluon.jit
+    def apply(self, x, rows, cols, M, N):
+        if self.MODE == 1:
+            x = x * (gl.load(self.a) * gl.load(self.b))
+        elif self.MODE == 2:
+            sa = gl.amd.cdna3.buffer_load(self.a, rows, mask=rows < M, other=0.0)
+            sb = gl.amd.cdna3.buffer_load(self.b, cols, mask=cols < N, other=0.0)
+            x = x * sa[:, None] * sb[None, :]
+        return x
+
+
 @gluon.jit
 def column_halves(x):
     """(x[:, :C/2], x[:, C/2:]) of an [R, C] register tensor: reshape to [R, 2, C/2] (row-major,
@@ -214,15 +248,15 @@ def column_halves(x):
 
 
 @gluon.jit
-def store_part(acc, c_ptr, cin_ptr, off_m, off_n, M, N, stride_cm, stride_cim, alpha, beta,
+def store_part(acc, c_ptr, cin_ptr, scales, off_m, off_n, M, N, stride_cm, stride_cim, alpha, beta,
                HAS_C: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr):
-    """alpha·acc + beta·Cin for the BM×BN block at (off_m, off_n), cast to C's type, masked
-    buffer stores straight from acc's layout (no LDS)."""
+    """alpha·scale·acc + beta·Cin for the BM×BN block at (off_m, off_n), cast to C's type,
+    masked buffer stores straight from acc's layout (no LDS)."""
     layout: gl.constexpr = acc.type.layout
     rows = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
     cols = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
     mask = (rows[:, None] < M) & (cols[None, :] < N)
-    out = acc * alpha
+    out = scales.apply(acc * alpha, rows, cols, M, N)
     if HAS_C:
         cin = gl.amd.cdna3.buffer_load(cin_ptr, rows[:, None] * stride_cim + cols[None, :], mask=mask, other=0.0)
         out = out + beta * cin.to(gl.float32)
@@ -231,7 +265,7 @@ def store_part(acc, c_ptr, cin_ptr, off_m, off_n, M, N, stride_cm, stride_cim, a
 
 
 @gluon.jit
-def store_tile(acc, c_ptr, cin_ptr, off_m, off_n, M, N, stride_cm, stride_cim, alpha, beta,
+def store_tile(acc, c_ptr, cin_ptr, scales, off_m, off_n, M, N, stride_cm, stride_cim, alpha, beta,
                HAS_C: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, COL_CHUNKS: gl.constexpr):
     """Epilogue: the tile in COL_CHUNKS column chunks (1, 2 or 4), one `store_part` each.
 
@@ -246,35 +280,36 @@ def store_tile(acc, c_ptr, cin_ptr, off_m, off_n, M, N, stride_cm, stride_cim, a
     """
     gl.static_assert(COL_CHUNKS == 1 or COL_CHUNKS == 2 or COL_CHUNKS == 4, "COL_CHUNKS must be 1, 2 or 4")
     if COL_CHUNKS == 1:
-        store_part(acc, c_ptr, cin_ptr, off_m, off_n, M, N, stride_cm, stride_cim, alpha, beta, HAS_C, BM, BN)
+        store_part(acc, c_ptr, cin_ptr, scales, off_m, off_n, M, N, stride_cm, stride_cim, alpha, beta, HAS_C, BM, BN)
     else:
         left, right = column_halves(acc)
         if COL_CHUNKS == 2:
             H: gl.constexpr = BN // 2
-            store_part(left, c_ptr, cin_ptr, off_m, off_n, M, N, stride_cm, stride_cim, alpha, beta, HAS_C, BM, H)
-            store_part(right, c_ptr, cin_ptr, off_m, off_n + H, M, N, stride_cm, stride_cim, alpha, beta, HAS_C, BM,
+            store_part(left, c_ptr, cin_ptr, scales, off_m, off_n, M, N, stride_cm, stride_cim, alpha, beta, HAS_C, BM, H)
+            store_part(right, c_ptr, cin_ptr, scales, off_m, off_n + H, M, N, stride_cm, stride_cim, alpha, beta, HAS_C, BM,
                        H)
         else:
             Q: gl.constexpr = BN // 4
             q0, q1 = column_halves(left)
             q2, q3 = column_halves(right)
-            store_part(q0, c_ptr, cin_ptr, off_m, off_n, M, N, stride_cm, stride_cim, alpha, beta, HAS_C, BM, Q)
-            store_part(q1, c_ptr, cin_ptr, off_m, off_n + Q, M, N, stride_cm, stride_cim, alpha, beta, HAS_C, BM, Q)
-            store_part(q2, c_ptr, cin_ptr, off_m, off_n + 2 * Q, M, N, stride_cm, stride_cim, alpha, beta, HAS_C,
+            store_part(q0, c_ptr, cin_ptr, scales, off_m, off_n, M, N, stride_cm, stride_cim, alpha, beta, HAS_C, BM, Q)
+            store_part(q1, c_ptr, cin_ptr, scales, off_m, off_n + Q, M, N, stride_cm, stride_cim, alpha, beta, HAS_C, BM, Q)
+            store_part(q2, c_ptr, cin_ptr, scales, off_m, off_n + 2 * Q, M, N, stride_cm, stride_cim, alpha, beta, HAS_C,
                        BM, Q)
-            store_part(q3, c_ptr, cin_ptr, off_m, off_n + 3 * Q, M, N, stride_cm, stride_cim, alpha, beta, HAS_C,
+            store_part(q3, c_ptr, cin_ptr, scales, off_m, off_n + 3 * Q, M, N, stride_cm, stride_cim, alpha, beta, HAS_C,
                        BM, Q)
 
 
 @gluon.jit(do_not_specialize=["M", "N", "alpha", "beta"])
-def cdna_pingpong_gemm(a_ptr, b_ptr, c_ptr, cin_ptr, M, N, K, stride_am, stride_bn, stride_cm, stride_cim,
-                       alpha, beta, HAS_C: gl.constexpr,
+def cdna_pingpong_gemm(a_ptr, b_ptr, c_ptr, cin_ptr, scale_a, scale_b, M, N, K, stride_am, stride_bn, stride_cm,
+                       stride_cim, alpha, beta, HAS_C: gl.constexpr, SCALES: gl.constexpr,
                        BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, WAVES_PER_GROUP: gl.constexpr,
                        MFMA_VERSION: gl.constexpr, MFMA_K: gl.constexpr, K_WIDTH: gl.constexpr,
                        LOAD_WIDTH: gl.constexpr, SUB_ROWS: gl.constexpr, SUB_COLS: gl.constexpr,
                        SW_VEC: gl.constexpr, SW_PER_PHASE: gl.constexpr, SW_MAX_PHASE: gl.constexpr,
                        EPILOGUE_CHUNKS: gl.constexpr):
-    """One workgroup = one BM×BN output tile; grid = (cdiv(M, BM) · cdiv(N, BN),)."""
+    """One workgroup = one BM×BN output tile; grid = (cdiv(M, BM) · cdiv(N, BN),). A and B are
+    bf16, or both the target's fp8 (e4m3) with SCALES (Scales) applied in the epilogue."""
     THREADS: gl.constexpr = 2 * WAVES_PER_GROUP * 64
     gl.static_assert(gl.num_warps() == 2 * WAVES_PER_GROUP, "launch with num_warps = 2 groups × WAVES_PER_GROUP")
     gl.static_assert(SUB_COLS == (64 // SUB_ROWS) * LOAD_WIDTH,
@@ -283,6 +318,8 @@ def cdna_pingpong_gemm(a_ptr, b_ptr, c_ptr, cin_ptr, M, N, K, stride_am, stride_
     gl.static_assert((BM // 2) % (SUB_ROWS * WAVES_PER_GROUP) == 0, "a group loads its A half in 16-row passes")
     gl.static_assert((BN // 2) % (SUB_ROWS * WAVES_PER_GROUP) == 0, "a group loads its B half in 16-row passes")
     gl.static_assert(BK % MFMA_K == 0, "BK must be a whole number of MFMA K-steps")
+    gl.static_assert(a_ptr.dtype.element_ty == b_ptr.dtype.element_ty, "A and B must have one operand type")
+    gl.static_assert(SCALES == 0 or a_ptr.dtype.element_ty.is_fp8(), "scales dequantize fp8 operands only")
 
     pid = gl.program_id(0)
     tiles_n = gl.cdiv(N, BN)
@@ -293,13 +330,13 @@ def cdna_pingpong_gemm(a_ptr, b_ptr, c_ptr, cin_ptr, M, N, K, stride_am, stride_
     SH: gl.constexpr = lds_layout(SW_VEC, SW_PER_PHASE, SW_MAX_PHASE)
     la = TileLoader.create(a_ptr, off_m, M, stride_am, K, BM, LL, SUB_ROWS, BK // SUB_COLS, SUB_COLS)
     lb = TileLoader.create(b_ptr, off_n, N, stride_bn, K, BN, LL, SUB_ROWS, BK // SUB_COLS, SUB_COLS)
-    bufs = Buffers.allocate(BM, BN, SUB_ROWS, BK // SUB_COLS, SUB_COLS, SH)
+    bufs = Buffers.allocate(BM, BN, SUB_ROWS, BK // SUB_COLS, SUB_COLS, SH, a_ptr.dtype.element_ty)
     ACC: gl.constexpr = mfma_layout(MFMA_VERSION, MFMA_K, 2, WAVES_PER_GROUP)
     mma = MmaOp.start(BM, BN, ACC, K_WIDTH)
 
     pairs = gl.cdiv(gl.cdiv(K, BK), 2)
     mma = schedule(la, lb, bufs, mma, pairs, BM, BN, BK, WAVES_PER_GROUP * 64, THREADS)
-    store_tile(mma.acc, c_ptr, cin_ptr, off_m, off_n, M, N, stride_cm, stride_cim, alpha, beta, HAS_C, BM, BN,
+    store_tile(mma.acc, c_ptr, cin_ptr, Scales(scale_a, scale_b, SCALES), off_m, off_n, M, N, stride_cm, stride_cim, alpha, beta, HAS_C, BM, BN,
                EPILOGUE_CHUNKS)
 
 
@@ -320,12 +357,35 @@ def gemm_args(a, b, out, c, alpha, beta, M, N, K) -> tuple:
             float(alpha), float(beta), c is not None)
 
 
-def launch_args(a, b, out, c, alpha, beta, config: KernelConfig):
-    """(args, kwargs, grid) for cdna_pingpong_gemm: a (M,K), b (N,K), out (M,N), c optional."""
+def scale_mode(scale_a, scale_b, M: int, N: int) -> str:
+    """The Scales mode of fp32 scale tensors: both None, both one element (tensor-wise), or
+    scale_a of M elements and scale_b of N (row-wise); anything else is refused."""
+    if scale_a is None and scale_b is None:
+        return "none"
+    if scale_a is None or scale_b is None:
+        raise PingpongError("scale_a, scale_b: give both or neither")
+    for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if s.dtype != torch.float32 or not s.is_contiguous():
+            raise PingpongError(f"{name}: expected a contiguous float32 tensor, got {s.dtype}")
+    if scale_a.numel() == 1 and scale_b.numel() == 1:
+        return "tensor"
+    if scale_a.numel() == M and scale_b.numel() == N:
+        return "row"
+    raise PingpongError(f"scale_a, scale_b: expected 1 and 1 (tensor-wise) or {M} and {N} (row-wise) elements, "
+                        f"got {scale_a.numel()} and {scale_b.numel()}")
+
+
+def launch_args(a, b, out, c, alpha, beta, config: KernelConfig, scale_a=None, scale_b=None):
+    """(args, kwargs, grid) for cdna_pingpong_gemm: a (M,K), b (N,K), out (M,N), c optional;
+    fp8 a and b take fp32 scales (scale_mode)."""
     d = config.derive()
     M, K = a.shape
     N = b.shape[0]
-    args = gemm_args(a, b, out, c, alpha, beta, M, N, K)
+    mode = scale_mode(scale_a, scale_b, M, N)
+    cin = c if c is not None else out
+    sa, sb = (scale_a, scale_b) if mode != "none" else (cin, cin)  # unread without SCALES
+    args = (a, b, out, cin, sa, sb, M, N, K, a.stride(0), b.stride(0), out.stride(0), cin.stride(0),
+            float(alpha), float(beta), c is not None, SCALE_MODES[mode])
     grid = (((M + d.block_m - 1) // d.block_m) * ((N + d.block_n - 1) // d.block_n),)
     return args, dict(kernel_constexprs(config), **compile_options(config)), grid
 
@@ -340,14 +400,27 @@ def compile_options(config: KernelConfig) -> dict:
 
 @cc.register("cdna_pingpong", targets=("gfx942", "gfx950"),
              doc="CDNA 8-wave ping-pong GEMM (bf16, 256x256 tile, direct-to-LDS, stagger)")
-def build(target: str, out_dtype=torch.bfloat16, has_c: bool = False) -> cc.Launch:
+def build(target: str, out_dtype=torch.bfloat16, has_c: bool = False, dtype: str = "bf16",
+          scales: str = "none") -> cc.Launch:
     """CDNA 8-wave ping-pong GEMM (bf16, 256x256 tile, direct-to-LDS, stagger). The registered
-    build writes bf16 without C; tests also compile the fp32-out and beta·C variants."""
-    config = KernelConfig.for_target(target)
+    build writes bf16 without C; tests also compile the fp32-out and beta·C variants, and the
+    fp8 ones (`build_fp8`) with each scale mode."""
+    config = KernelConfig.for_target(target, dtype)
     M = N = K = 512
-    a = torch.empty(M, K, dtype=torch.bfloat16)
-    b = torch.empty(N, K, dtype=torch.bfloat16)
+    operand = getattr(torch, TARGETS[target].fp8_dtype) if dtype == "fp8" else torch.bfloat16
+    a = torch.empty(M, K, dtype=operand)
+    b = torch.empty(N, K, dtype=operand)
     out = torch.empty(M, N, dtype=out_dtype)
     c = torch.empty(M, N, dtype=out_dtype) if has_c else None
-    args, kwargs, grid = launch_args(a, b, out, c, 1.0, 0.5 if has_c else 0.0, config)
+    sa, sb = {"none": (None, None), "tensor": (torch.ones(1), torch.ones(1)),
+              "row": (torch.ones(M), torch.ones(N))}[scales]
+    args, kwargs, grid = launch_args(a, b, out, c, 1.0, 0.5 if has_c else 0.0, config, sa, sb)
     return cc.Launch(cdna_pingpong_gemm, args, kwargs, grid)
+
+
+@cc.register("cdna_pingpong_fp8", targets=("gfx942", "gfx950"),
+             doc="CDNA 8-wave ping-pong GEMM, fp8 e4m3 (gfx942 FNUZ, gfx950 OCP), row-wise scales")
+def build_fp8(target: str, out_dtype=torch.bfloat16, has_c: bool = False, scales: str = "row") -> cc.Launch:
+    """The same kernel on the target's fp8 e4m3 (TargetSpec.fp8_dtype), twice the K per byte,
+    with fp32 scales in the epilogue (row-wise by default)."""
+    return build(target, out_dtype, has_c, "fp8", scales)

@@ -53,13 +53,22 @@ class TargetSpec:
     dma_bytes: int  # widest direct-to-LDS buffer load per lane (0: none)
     mfma_k: int  # K of the bf16 16x16 MFMA (CDNA) / WMMA (RDNA)
     mfma_version: int  # AMDMFMALayout / AMDWMMALayout version
+    mfma_k_fp8: int = 0  # K of the fp8 16x16 MFMA (0: no fp8 MFMA)
+    fp8_dtype: str = ""  # the torch dtype of its fp8 operands (e4m3: FNUZ on CDNA3, OCP on CDNA4)
+
+    def mfma_k_for(self, dtype: str) -> int:
+        return self.mfma_k_fp8 if dtype == "fp8" else self.mfma_k
 
 
 TARGETS: dict[str, TargetSpec] = {
-    # MI300X: 64 KB LDS, buffer_load_dword ... lds (4 bytes per lane), MFMA 16x16x16 bf16.
-    "gfx942": TargetSpec("gfx942", "cdna", 64, 64 * 1024, 4, 512, 512, 4, 16, 3),
-    # MI355X: 160 KB LDS, buffer_load_dwordx4 ... lds (16 bytes per lane), MFMA 16x16x32 bf16.
-    "gfx950": TargetSpec("gfx950", "cdna", 64, 160 * 1024, 4, 512, 512, 16, 32, 4),
+    # MI300X: 64 KB LDS, buffer_load_dword ... lds (4 bytes per lane), MFMA 16x16x16 bf16,
+    # 16x16x32 fp8 (e4m3fnuz: CDNA3's fp8 has no negative zero and exponent bias 8).
+    "gfx942": TargetSpec("gfx942", "cdna", 64, 64 * 1024, 4, 512, 512, 4, 16, 3, 32, "float8_e4m3fnuz"),
+    # MI355X: 160 KB LDS, buffer_load_dwordx4 ... lds (16 bytes per lane), MFMA 16x16x32 bf16,
+    # 16x16x32 fp8 on OCP e4m3 (torch's float8_e4m3fn). Its f8f6f4 16x16x128 MFMA (twice the
+    # rate) is reached only through the scaled-MFMA op, which Triton 3.9's plain MFMA does not
+    # select: a next step.
+    "gfx950": TargetSpec("gfx950", "cdna", 64, 160 * 1024, 4, 512, 512, 16, 32, 4, 32, "float8_e4m3fn"),
     # Strix Halo: wave32, 64 KB LDS, v_wmma_f32_16x16x16_f16 (RDNA3 WMMA, version 1).
     "gfx1151": TargetSpec("gfx1151", "rdna", 32, 64 * 1024, 2, 1536, 256, 0, 16, 1),
 }
@@ -67,7 +76,8 @@ TARGETS: dict[str, TargetSpec] = {
 LOAD_SUBTILE_ROWS = 16  # rows of the per-wave load thread layout (16 rows × 4 lanes = one wave of 64)
 LOAD_SUBTILE_LANE_COLS = 4  # lanes along K in that layout
 MFMA_MN = 16  # the 16×16 MFMA/WMMA output tile
-ELEM_BYTES = 2  # bf16 / fp16 operands
+ELEM_BYTES = 2  # bf16 / fp16 operands (the RDNA kernel; the CDNA one derives it from its dtype)
+OPERAND_BYTES = {"bf16": 2, "fp8": 1}  # the CDNA ping-pong's operand types
 ACC_BYTES = 4  # fp32 accumulator
 
 
@@ -75,6 +85,12 @@ def target_spec(target: str) -> TargetSpec:
     if target not in TARGETS:
         raise ConfigError(f"target: unknown AMD target {target!r}; valid targets: {', '.join(TARGETS)}")
     return TARGETS[target]
+
+
+def _operand_bytes(dtype: str) -> int:
+    if dtype not in OPERAND_BYTES:
+        raise ConfigError(f"dtype: {dtype!r} is not a CDNA ping-pong operand type; valid: {', '.join(OPERAND_BYTES)}")
+    return OPERAND_BYTES[dtype]
 
 
 def _log2(x: int, what: str) -> int:
@@ -111,6 +127,8 @@ class CdnaDerived:
     """Everything that follows from a CDNA KernelConfig (one source of truth)."""
 
     target: str
+    dtype: str  # operands: "bf16" or "fp8"
+    elem_bytes: int
     block_m: int
     block_n: int
     block_k: int
@@ -150,33 +168,48 @@ class CdnaDerived:
 
 @dataclasses.dataclass(frozen=True)
 class KernelConfig:
-    """The CDNA ping-pong's choices. Defaults: 256×256×64 (8 waves, 128×64 each); gfx942 halves BK."""
+    """The CDNA ping-pong's choices. Defaults: 256×256×64 (8 waves, 128×64 each); gfx942 halves BK.
+
+    dtype "bf16" or "fp8" (the target's e4m3: TargetSpec.fp8_dtype). Everything sized in bytes
+    (LDS, DMA width, load subtile, swizzle, LDS reads) follows from the operand's bytes, so an
+    fp8 config is the bf16 one with twice the K per byte: BK 128 on gfx950, 64 on gfx942."""
 
     target: str = "gfx950"
     block: tuple = (256, 256, 64)
     groups: int = 2
     waves_per_group: int = 4
     stages: int = 2
+    dtype: str = "bf16"
 
     @classmethod
-    def for_target(cls, target: str) -> "KernelConfig":
-        """The default config that fits `target`: gfx942's 64 KB LDS takes BK = 32 (64 KB)."""
+    def for_target(cls, target: str, dtype: str = "bf16") -> "KernelConfig":
+        """The default config that fits `target`: 128-byte K rows (BK = 64 bf16, 128 fp8), halved
+        until the stages fit the LDS (gfx942's 64 KB: BK = 32 bf16, 64 fp8)."""
         spec = target_spec(target)
         if spec.family != "cdna":
             raise ConfigError(f"target: {target} is not a CDNA target (ping-pong needs MFMA); use WmmaConfig")
-        bk = 64
-        while bk > spec.mfma_k and cls(target, (256, 256, bk)).lds_bytes() > spec.lds_bytes:
+        _operand_bytes(dtype)
+        bk = 128 // OPERAND_BYTES[dtype]
+        while bk > spec.mfma_k_for(dtype) and cls(target, (256, 256, bk), dtype=dtype).lds_bytes() > spec.lds_bytes:
             bk //= 2
-        return cls(target, (256, 256, bk))
+        return cls(target, (256, 256, bk), dtype=dtype)
+
+    @property
+    def elem_bytes(self) -> int:
+        return _operand_bytes(self.dtype)
 
     def lds_bytes(self) -> int:
         bm, bn, bk = self.block
-        return self.stages * (bm + bn) * bk * ELEM_BYTES
+        return self.stages * (bm + bn) * bk * self.elem_bytes
 
     def validate(self) -> None:
         spec = target_spec(self.target)
         if spec.family != "cdna":
             raise ConfigError(f"target: {self.target} is not a CDNA target (ping-pong needs MFMA)")
+        elem_bytes = self.elem_bytes
+        mfma_k = spec.mfma_k_for(self.dtype)
+        if mfma_k == 0:
+            raise ConfigError(f"dtype: {self.target} has no {self.dtype} MFMA")
         bm, bn, bk = self.block
         for what, v in (("block_m", bm), ("block_n", bn), ("block_k", bk)):
             _log2(v, what)
@@ -189,11 +222,11 @@ class KernelConfig:
             raise ConfigError(f"waves: {waves} waves × {spec.wave_size} lanes exceed 1024 threads per workgroup")
         if waves % spec.simds:
             raise ConfigError(f"waves: {waves} waves do not spread evenly over {spec.simds} SIMDs")
-        load_width = spec.dma_bytes // ELEM_BYTES
+        load_width = spec.dma_bytes // elem_bytes
         sub_cols = LOAD_SUBTILE_LANE_COLS * load_width
-        if bk % sub_cols or bk % spec.mfma_k:
+        if bk % sub_cols or bk % mfma_k:
             raise ConfigError(f"block_k: {bk} must be a multiple of the load subtile width {sub_cols} "
-                              f"and of the MFMA K {spec.mfma_k}")
+                              f"and of the MFMA K {mfma_k}")
         wave_m, wave_n = bm // self.groups, bn // self.waves_per_group
         if wave_m % MFMA_MN or wave_n % MFMA_MN or wave_m == 0 or wave_n == 0:
             raise ConfigError(f"block: a wave tile {wave_m}×{wave_n} is not a multiple of the 16×16 MFMA")
@@ -205,7 +238,7 @@ class KernelConfig:
             raise ConfigError(f"lds: {self.lds_bytes()} bytes of A/B stages exceed the {spec.lds_bytes} bytes "
                               f"of LDS on {self.target} (reduce block_k)")
         acc = wave_m * wave_n // spec.wave_size
-        ops = (wave_m + wave_n) * bk * ELEM_BYTES // 4 // spec.wave_size
+        ops = (wave_m + wave_n) * bk * elem_bytes // 4 // spec.wave_size
         budget = self.reg_budget()
         if acc + ops > budget:
             raise ConfigError(f"registers: {acc} accumulator + {ops} operand registers per lane exceed the "
@@ -222,7 +255,8 @@ class KernelConfig:
         bm, bn, bk = self.block
         waves = self.groups * self.waves_per_group
         wave_m, wave_n = bm // self.groups, bn // self.waves_per_group
-        load_width = spec.dma_bytes // ELEM_BYTES
+        mfma_k = spec.mfma_k_for(self.dtype)
+        load_width = spec.dma_bytes // self.elem_bytes
         sub_rows, sub_cols = LOAD_SUBTILE_ROWS, LOAD_SUBTILE_LANE_COLS * load_width
         # the swizzle is computed from the load subtile (module docstring)
         bits, base, shift = 1, _log2(sub_cols // 2, "subtile_cols/2"), _log2(sub_rows, "subtile_rows")
@@ -230,8 +264,10 @@ class KernelConfig:
         elems_per_instr = spec.wave_size * load_width  # one wave's DMA instruction = one subtile
         a_loads = (bm // self.groups) * bk // (self.waves_per_group * elems_per_instr)
         b_loads = (bn // self.groups) * bk // (self.waves_per_group * elems_per_instr)
-        mfma_per_k = (wave_m // MFMA_MN) * (wave_n // MFMA_MN) * (bk // spec.mfma_k)
-        k_width = 8  # 16-byte LDS reads; on gfx942 one read feeds two 16x16x16 MFMAs
+        mfma_per_k = (wave_m // MFMA_MN) * (wave_n // MFMA_MN) * (bk // mfma_k)
+        # 16-byte LDS reads: one read feeds two MFMAs on gfx942 (bf16 16x16x16) and for fp8
+        # (16x16x32, 8 bytes per lane) on both targets; one bf16 16x16x32 MFMA on gfx950
+        k_width = 16 // self.elem_bytes
         # The schedule (cdna_pingpong docstring), one wait before each loop barrier:
         # S2: B1 landed, A1 (the newest a_loads DMAs) still in flight; S3: A1 landed;
         # S4: nothing to wait for, A0 stays in flight; S1: A0 and B0 landed.
@@ -239,11 +275,11 @@ class KernelConfig:
         # DMA instructions each loop phase issues before its wait (S1: B1, A1; S2: none; S3: A0; S4: B0)
         loop_issued = (a_loads + b_loads, 0, a_loads, b_loads)
         return CdnaDerived(
-            target=self.target, block_m=bm, block_n=bn, block_k=bk,
+            target=self.target, dtype=self.dtype, elem_bytes=self.elem_bytes, block_m=bm, block_n=bn, block_k=bk,
             waves=waves, groups=self.groups, waves_per_group=self.waves_per_group,
             threads=waves * spec.wave_size, wave_m=wave_m, wave_n=wave_n,
             warps_per_cta=(self.groups, self.waves_per_group),
-            mfma_shape=(MFMA_MN, MFMA_MN, spec.mfma_k), mfma_version=spec.mfma_version, k_width=k_width,
+            mfma_shape=(MFMA_MN, MFMA_MN, mfma_k), mfma_version=spec.mfma_version, k_width=k_width,
             mfma_per_k_step=mfma_per_k, load_width=load_width,
             subtile_rows=sub_rows, subtile_cols=sub_cols, subtiles_k=bk // sub_cols,
             swizzle=(bits, base, shift), smem_vec=1 << base, smem_per_phase=per_phase, smem_max_phase=1 << bits,

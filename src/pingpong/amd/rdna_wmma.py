@@ -30,7 +30,7 @@ from triton.experimental.gluon import language as gl
 
 from ..runtime import compile as cc
 from ..toolchain import KERNEL_OPTIONS
-from .cdna_pingpong import gemm_args, store_tile
+from .cdna_pingpong import Scales, gemm_args, store_tile
 from .config import WmmaConfig
 
 
@@ -99,7 +99,8 @@ def rdna_wmma_gemm(a_ptr, b_ptr, c_ptr, cin_ptr, M, N, K, stride_am, stride_bk, 
         b_s.index(1 - s).store(b_next)
         gl.barrier()
 
-    store_tile(acc, c_ptr, cin_ptr, off_m, off_n, M, N, stride_cm, stride_cim, alpha, beta, HAS_C, BM, BN, 1)
+    store_tile(acc, c_ptr, cin_ptr, Scales(c_ptr, c_ptr, 0), off_m, off_n, M, N, stride_cm, stride_cim, alpha, beta, HAS_C,
+               BM, BN, 1)
 
 
 def launch_args(a, b, out, c, alpha, beta, config: WmmaConfig):
