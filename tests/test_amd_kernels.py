@@ -15,7 +15,15 @@ from pingpong.amd.config import TARGETS, KernelConfig
 CDNA = ("gfx950", "gfx942")
 # the registered CDNA ping-pong builds and their operand type (config.KernelConfig.dtype)
 PINGPONG = {"cdna_pingpong": "bf16", "cdna_pingpong_fp8": "fp8"}
-MFMA_TYPE = {"bf16": "bf16", "fp8": "fp8_fp8"}  # the MFMA mnemonic's operand suffix
+
+
+def mfma_mnemonic(d) -> str:
+    """The MFMA a derived config asks for: v_mfma_f32_16x16xK_{bf16, fp8_fp8}, or gfx950's
+    scaled f8f6f4 one (run with unit scales) for fp8 there."""
+    m, n, k = d.mfma_shape
+    if d.scaled_mfma:
+        return f"v_mfma_scale_f32_{m}x{n}x{k}_f8f6f4"
+    return f"v_mfma_f32_{m}x{n}x{k}_{ {'bf16': 'bf16', 'fp8': 'fp8_fp8'}[d.dtype]}"
 
 
 @functools.cache
@@ -93,8 +101,7 @@ def test_pingpong_mfma_and_direct_to_lds(target, kernel):
     f = facts(kernel, target)
     assert f.counts["mfma"] == mfma_sites() * d.mfma_per_k_step
     mfma = re.findall(r"\bv_mfma_\w+", compiled(kernel, target).isa)
-    m, n, k = d.mfma_shape
-    assert set(mfma) == {f"v_mfma_f32_{m}x{n}x{k}_{MFMA_TYPE[d.dtype]}"}
+    assert set(mfma) == {mfma_mnemonic(d)}
     # 8 load sites (prologue 2, loop 4, epilogue 2), half A and half B, all direct-to-LDS
     assert f.counts["buffer_load_lds"] == 4 * (d.a_loads + d.b_loads)
     # every other buffer load reads the row-wise scales of the registered fp8 build (epilogue)
@@ -202,6 +209,8 @@ def test_fp8_config_is_the_bf16_one_in_bytes(target):
     assert fp8.lds_bytes == bf16.lds_bytes and fp8.swizzle[0] == bf16.swizzle[0]
     assert fp8.load_width * fp8.elem_bytes == TARGETS[target].dma_bytes
     assert (fp8.a_loads, fp8.b_loads, fp8.main_loop_vmcnt) == (bf16.a_loads, bf16.b_loads, bf16.main_loop_vmcnt)
+    # the fastest fp8 MFMA of the target: CDNA4's f8f6f4 (scaled, 16x16x128), CDNA3's 16x16x32
+    assert (fp8.mfma_shape[2], fp8.scaled_mfma) == {"gfx950": (128, True), "gfx942": (32, False)}[target]
 
 
 @functools.cache

@@ -304,7 +304,7 @@ def store_tile(acc, c_ptr, cin_ptr, scales, off_m, off_n, M, N, stride_cm, strid
 def cdna_pingpong_gemm(a_ptr, b_ptr, c_ptr, cin_ptr, scale_a, scale_b, M, N, K, stride_am, stride_bn, stride_cm,
                        stride_cim, alpha, beta, HAS_C: gl.constexpr, SCALES: gl.constexpr,
                        BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, WAVES_PER_GROUP: gl.constexpr,
-                       MFMA_VERSION: gl.constexpr, MFMA_K: gl.constexpr, K_WIDTH: gl.constexpr,
+                       MFMA_VERSION: gl.constexpr, MFMA_K: gl.constexpr, SCALED_MFMA: gl.constexpr, K_WIDTH: gl.constexpr,
                        LOAD_WIDTH: gl.constexpr, SUB_ROWS: gl.constexpr, SUB_COLS: gl.constexpr,
                        SW_VEC: gl.constexpr, SW_PER_PHASE: gl.constexpr, SW_MAX_PHASE: gl.constexpr,
                        EPILOGUE_CHUNKS: gl.constexpr):
@@ -332,7 +332,7 @@ def cdna_pingpong_gemm(a_ptr, b_ptr, c_ptr, cin_ptr, scale_a, scale_b, M, N, K, 
     lb = TileLoader.create(b_ptr, off_n, N, stride_bn, K, BN, LL, SUB_ROWS, BK // SUB_COLS, SUB_COLS)
     bufs = Buffers.allocate(BM, BN, SUB_ROWS, BK // SUB_COLS, SUB_COLS, SH, a_ptr.dtype.element_ty)
     ACC: gl.constexpr = mfma_layout(MFMA_VERSION, MFMA_K, 2, WAVES_PER_GROUP)
-    mma = MmaOp.start(BM, BN, ACC, K_WIDTH)
+    mma = MmaOp.start(BM, BN, ACC, K_WIDTH, SCALED_MFMA)
 
     pairs = gl.cdiv(gl.cdiv(K, BK), 2)
     mma = schedule(la, lb, bufs, mma, pairs, BM, BN, BK, WAVES_PER_GROUP * 64, THREADS)
@@ -344,7 +344,7 @@ def kernel_constexprs(config: KernelConfig) -> dict:
     """The kernel's constexpr arguments, all taken from the derived config."""
     d = config.derive()
     return dict(BM=d.block_m, BN=d.block_n, BK=d.block_k, WAVES_PER_GROUP=d.waves_per_group,
-                MFMA_VERSION=d.mfma_version, MFMA_K=d.mfma_shape[2], K_WIDTH=d.k_width,
+                MFMA_VERSION=d.mfma_version, MFMA_K=d.mfma_shape[2], SCALED_MFMA=d.scaled_mfma, K_WIDTH=d.k_width,
                 LOAD_WIDTH=d.load_width, SUB_ROWS=d.subtile_rows, SUB_COLS=d.subtile_cols,
                 SW_VEC=d.smem_vec, SW_PER_PHASE=d.smem_per_phase, SW_MAX_PHASE=d.smem_max_phase,
                 EPILOGUE_CHUNKS=d.epilogue_chunks)

@@ -55,6 +55,7 @@ class TargetSpec:
     mfma_version: int  # AMDMFMALayout / AMDWMMALayout version
     mfma_k_fp8: int = 0  # K of the fp8 16x16 MFMA (0: no fp8 MFMA)
     fp8_dtype: str = ""  # the torch dtype of its fp8 operands (e4m3: FNUZ on CDNA3, OCP on CDNA4)
+    fp8_mfma_scaled: bool = False  # that MFMA is the scaled (microscaling) one, run with unit scales
 
     def mfma_k_for(self, dtype: str) -> int:
         return self.mfma_k_fp8 if dtype == "fp8" else self.mfma_k
@@ -65,10 +66,10 @@ TARGETS: dict[str, TargetSpec] = {
     # 16x16x32 fp8 (e4m3fnuz: CDNA3's fp8 has no negative zero and exponent bias 8).
     "gfx942": TargetSpec("gfx942", "cdna", 64, 64 * 1024, 4, 512, 512, 4, 16, 3, 32, "float8_e4m3fnuz"),
     # MI355X: 160 KB LDS, buffer_load_dwordx4 ... lds (16 bytes per lane), MFMA 16x16x32 bf16,
-    # 16x16x32 fp8 on OCP e4m3 (torch's float8_e4m3fn). Its f8f6f4 16x16x128 MFMA (twice the
-    # rate) is reached only through the scaled-MFMA op, which Triton 3.9's plain MFMA does not
-    # select: a next step.
-    "gfx950": TargetSpec("gfx950", "cdna", 64, 160 * 1024, 4, 512, 512, 16, 32, 4, 32, "float8_e4m3fn"),
+    # 16x16x128 fp8 on OCP e4m3 (torch's float8_e4m3fn): the f8f6f4 MFMA, twice the rate of the
+    # CDNA3 16x16x32 one, exists only as the scaled instruction (v_mfma_scale_...), which the
+    # kernel issues with unit scales (mfma_scaled without scale tensors).
+    "gfx950": TargetSpec("gfx950", "cdna", 64, 160 * 1024, 4, 512, 512, 16, 32, 4, 128, "float8_e4m3fn", True),
     # Strix Halo: wave32, 64 KB LDS, v_wmma_f32_16x16x16_f16 (RDNA3 WMMA, version 1).
     "gfx1151": TargetSpec("gfx1151", "rdna", 32, 64 * 1024, 2, 1536, 256, 0, 16, 1),
 }
@@ -140,6 +141,7 @@ class CdnaDerived:
     wave_n: int  # output columns one wave owns (64)
     warps_per_cta: tuple  # MFMA layout warp grid [groups, waves_per_group]
     mfma_shape: tuple  # (16, 16, K)
+    scaled_mfma: bool  # the MFMA is the scaled one with unit scales (gfx950 fp8: f8f6f4)
     mfma_version: int
     k_width: int  # operand elements per lane per MFMA
     mfma_per_k_step: int  # MFMA instructions per wave per BK step
@@ -265,8 +267,8 @@ class KernelConfig:
         a_loads = (bm // self.groups) * bk // (self.waves_per_group * elems_per_instr)
         b_loads = (bn // self.groups) * bk // (self.waves_per_group * elems_per_instr)
         mfma_per_k = (wave_m // MFMA_MN) * (wave_n // MFMA_MN) * (bk // mfma_k)
-        # 16-byte LDS reads: one read feeds two MFMAs on gfx942 (bf16 16x16x16) and for fp8
-        # (16x16x32, 8 bytes per lane) on both targets; one bf16 16x16x32 MFMA on gfx950
+        # 16-byte LDS reads: one read feeds two MFMAs on gfx942 (bf16 16x16x16, fp8 16x16x32),
+        # one bf16 16x16x32 MFMA on gfx950; its fp8 16x16x128 MFMA takes two reads per lane
         k_width = 16 // self.elem_bytes
         # The schedule (cdna_pingpong docstring), one wait before each loop barrier:
         # S2: B1 landed, A1 (the newest a_loads DMAs) still in flight; S3: A1 landed;
@@ -279,7 +281,8 @@ class KernelConfig:
             waves=waves, groups=self.groups, waves_per_group=self.waves_per_group,
             threads=waves * spec.wave_size, wave_m=wave_m, wave_n=wave_n,
             warps_per_cta=(self.groups, self.waves_per_group),
-            mfma_shape=(MFMA_MN, MFMA_MN, mfma_k), mfma_version=spec.mfma_version, k_width=k_width,
+            mfma_shape=(MFMA_MN, MFMA_MN, mfma_k), scaled_mfma=self.dtype == "fp8" and spec.fp8_mfma_scaled,
+            mfma_version=spec.mfma_version, k_width=k_width,
             mfma_per_k_step=mfma_per_k, load_width=load_width,
             subtile_rows=sub_rows, subtile_cols=sub_cols, subtiles_k=bk // sub_cols,
             swizzle=(bits, base, shift), smem_vec=1 << base, smem_per_phase=per_phase, smem_max_phase=1 << bits,

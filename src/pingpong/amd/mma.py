@@ -30,21 +30,28 @@ class MmaOp:
     acc: gl.tensor
     a_layout: gl.constexpr
     b_layout: gl.constexpr
+    SCALED: gl.constexpr  # the scaled MFMA with unit scales (gfx950 fp8, CdnaDerived.scaled_mfma)
 
     @gluon.constexpr_function
-    def __init__(self, acc, a_layout, b_layout):
+    def __init__(self, acc, a_layout, b_layout, SCALED):
         self.acc = acc
         self.a_layout = gl.constexpr(a_layout)
         self.b_layout = gl.constexpr(b_layout)
+        self.SCALED = gl.constexpr(SCALED)
 
     @gluon.jit
-    def start(BM: gl.constexpr, BN: gl.constexpr, layout: gl.constexpr, K_WIDTH: gl.constexpr):
+    def start(BM: gl.constexpr, BN: gl.constexpr, layout: gl.constexpr, K_WIDTH: gl.constexpr,
+              SCALED: gl.constexpr = False):
         acc = gl.zeros([BM, BN], gl.float32, layout)
-        return MmaOp(acc, gl.DotOperandLayout(0, layout, K_WIDTH), gl.DotOperandLayout(1, layout, K_WIDTH))
+        return MmaOp(acc, gl.DotOperandLayout(0, layout, K_WIDTH), gl.DotOperandLayout(1, layout, K_WIDTH), SCALED)
 
     @gluon.jit
     def compute(self, a_view, b_view):
         """acc += A_stage · B_stageᵀ (B is stored N×K, so its LDS view is transposed here)."""
         a = gl.amd.cdna4.async_copy.load_shared_relaxed(a_view, self.a_layout)
         b = gl.amd.cdna4.async_copy.load_shared_relaxed(b_view.permute([1, 0]), self.b_layout)
-        return MmaOp(gl.amd.cdna3.mfma(a, b, self.acc), self.a_layout, self.b_layout)
+        if self.SCALED:  # no scale tensors: unit scales, a plain e4m3 product
+            acc = gl.amd.cdna4.mfma_scaled(a, None, "e4m3", b, None, "e4m3", self.acc)
+        else:
+            acc = gl.amd.cdna3.mfma(a, b, self.acc)
+        return MmaOp(acc, self.a_layout, self.b_layout, self.SCALED)
