@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One command on a Hopper (H100/H200) machine: GPU tests, schedule comparison, benchmark.
 # Prints the short tables last; full logs go to $OUT (default ./out).
-#   bash scripts/gpu_check.sh                 # everything
+#   bash scripts/gpu_check.sh                 # the full tier: every GPU test (~5 min on an H100 with JOBS=8)
+#   TIER=quick bash scripts/gpu_check.sh      # the quick tier (< 5 min in all): every kernel family once
+#                     (QUICK_TESTS below), two benchmark shapes, 64³ host cost
 #   TESTS="tests/test_gemm_gpu.py" BENCH_SHAPES="8192,8192,8192" bash scripts/gpu_check.sh
 #   SUITE=all ...     also `pingpong bench --suite all` (llm, squares, largek; $OUT/suite.*)
 #   TUNE=llm ...      also `pingpong tune --suite llm --quick`, table written under $OUT/cache
@@ -15,6 +17,23 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-out}
 mkdir -p "$OUT"
+# one selection per kernel family: Hopper schedules x layouts x dtypes, alpha/beta, bitwise
+# repeatability; split-K and swap-AB; batched; fused epilogue; portable kernel; ops/autograd/
+# compile; plan cache and CUDA graphs; streaming; a transformers model
+QUICK_TESTS="tests/test_gemm_gpu.py::test_layouts_and_dtypes tests/test_gemm_gpu.py::test_alpha_beta
+tests/test_gemm_gpu.py::test_repeatable_bitwise tests/test_gemm_gpu.py::test_empty_and_k_zero
+tests/test_splitk_gpu.py::test_alpha_beta_and_poisoned_workspace
+tests/test_splitk_gpu.py::test_arrival_counters_per_stream_and_under_graph_capture
+tests/test_batched_gpu.py::test_batched_fused_epilogue tests/test_batched_gpu.py::test_portable_kernel_batched_on_gpu
+tests/test_epilogue_gpu.py::test_layouts tests/test_epilogue_gpu.py::test_portable_kernel_on_gpu
+tests/test_ops_gpu.py tests/test_plan_gpu.py tests/test_streaming_gpu.py::test_every_config
+tests/test_streaming_gpu.py::test_cuda_graph_capture tests/test_transformers_gpu.py::test_logits_match_the_torch_model
+$(ls tests/test_fp8_gpu.py tests/test_grouped_gpu.py 2>/dev/null)"
+if [ "${TIER:-full}" = quick ]; then
+    TESTS=${TESTS:-$QUICK_TESTS}
+    BENCH_SHAPES=${BENCH_SHAPES:-4096,4096,4096 8192,8192,8192}
+    OVERHEAD_SIZES=${OVERHEAD_SIZES:-64}
+fi
 TESTS=${TESTS:-tests}
 BENCH_SHAPES=${BENCH_SHAPES:-2048,2048,2048 4096,4096,4096 8192,8192,8192 16384,16384,16384}
 CONFIGS=${CONFIGS:-persistent:128x256x64 cooperative:128x256x64 pingpong:128x128x64}
