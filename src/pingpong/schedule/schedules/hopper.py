@@ -234,3 +234,89 @@ def hopper_cooperative(k_iters: int = 2, stages: int = 2, tiles: int = 2, varian
         g.where = "drain"
         g.wait("tma_store", 0)
     return b.build()
+
+
+def hopper_cluster(k_iters: int = 2, stages: int = 2, tiles_per_consumer: int = 1, variant: str = "correct"):
+    """Our Hopper ping-pong kernel run by a 2-CTA cluster with B multicast (KernelConfig
+    cluster_m=2; pingpong.hopper.pipeline.Ring with CLUSTER=2, TileLoader multicast).
+
+    The pair takes vertically adjacent tiles (same columns): each CTA r loads its own A rows
+    into A{r}[s]; the leader CTA 0 loads B once and the multicast writes it into B0[s] AND
+    B1[s], completing tx bytes on ready0[s] and ready1[s]. Each CTA's producer expects its own
+    bytes (its A + the whole B) on its own ready[s]. A slot is released on two barriers:
+    empty{r}[s] (local, guards the CTA's own A) and pair_empty[s] (lives in CTA 0, count 2 per
+    releaser: both CTAs' consumers arrive on it, CTA 1's remotely at cluster scope); only the
+    leader waits on pair_empty before the multicast, since only it writes into the partner.
+    The epilogue is the single-CTA one (no shared state across the pair) and left out here.
+
+    variant: "correct"; "one_cta_release" (pair_empty counts only the leader's own
+    consumers: its multicast overwrites B1[s] while CTA 1's wgmma still reads it).
+    """
+    ring_index, ring_phase, first_counter, turn_phase, other_consumer, _ = _helpers()
+    name = "hopper_cluster" if variant == "correct" else f"hopper_cluster_{variant}"
+    b = ScheduleBuilder(name, hopper_cluster.__doc__)
+    ctas = 2
+    pair_count = 1 if variant == "one_cta_release" else ctas  # Ring: init(pair_empty, RELEASERS) per CTA
+    for s in range(stages):
+        b.mbarrier(f"pair_empty[{s}]", pair_count)
+        for r in range(ctas):
+            b.buffer(f"A{r}[{s}]", f"B{r}[{s}]")
+            b.mbarrier(f"ready{r}[{s}]", 1).mbarrier(f"empty{r}[{s}]", 1)
+    for r in range(ctas):
+        b.mbarrier(f"turn{r}[0]", 1).mbarrier(f"turn{r}[1]", 1)
+    total = 2 * tiles_per_consumer * k_iters
+
+    def refilled(c):
+        return c + stages < total
+
+    for r in range(ctas):  # the producers (TileLoader.load): the leader multicasts B
+        p = b.group(f"producer{r}", 1)
+        for c in range(total):
+            s, ph = ring_index(c, stages), ring_phase(c, stages)
+            p.where = f"cta {r} tile {c // k_iters} k={c % k_iters}"
+            first_pass = c < stages
+            # the leader's own empty wait is implied by pair_empty (which counts its consumers
+            # too); the kernel runs the same code in both CTAs, so the leader waits both
+            p.mwait(f"empty{r}[{s}]", ph ^ 1,
+                    critical="" if first_pass or r == 0 else "pipeline.py: producer waits empty[s]")
+            if r == 0:
+                p.mwait(f"pair_empty[{s}]", ph ^ 1,
+                        critical="" if first_pass else "pipeline.py: the leader waits pair_empty[s] before the multicast")
+            p.expect(f"ready{r}[{s}]", A_BYTES // 2 + B_BYTES)
+            p.tma_load(f"A{r}[{s}]", f"ready{r}[{s}]", A_BYTES // 2, data=c, label=f"TMA A(c={c}) → A{r}[{s}]")
+            if r == 0:
+                for dst in range(ctas):
+                    p.tma_load(f"B{dst}[{s}]", f"ready{dst}[{s}]", B_BYTES, data=c,
+                               label=f"TMA B(c={c}) multicast → B{dst}[{s}]")
+    for r in range(ctas):
+        for cons in (0, 1):
+            g = b.group(f"cta{r}.consumer{cons}", 4)
+            other = other_consumer(cons)
+            for j in range(tiles_per_consumer):
+                first = first_counter(j, k_iters, 2, cons)
+                g.where = f"cta {r} tile {2 * j + cons}"
+                g.mwait(f"turn{r}[{cons}]", turn_phase(j, cons),
+                        critical="" if cons == 0 and j == 0 else "phase_sync.py: wait for my turn")
+
+                def release(c):
+                    s = ring_index(c, stages)
+                    g.arrive(f"empty{r}[{s}]")
+                    if r == 0 or variant != "one_cta_release":
+                        g.arrive(f"pair_empty[{s}]", label=f"arrive pair_empty[{s}]" + (" (remote)" if r else ""))
+
+                for k in range(k_iters):
+                    c = first + k
+                    s = ring_index(c, stages)
+                    g.where = f"cta {r} tile {2 * j + cons} k={k}"
+                    g.mwait(f"ready{r}[{s}]", ring_phase(c, stages), critical="pipeline.py: consumer waits ready[s]")
+                    g.mma((f"A{r}[{s}]", f"B{r}[{s}]"), counter="wgmma", want=c, label=f"wgmma c={c}")
+                    g.wait("wgmma", 1, critical="mma.py: wgmma of k-step k-1 done before its release"
+                           if k and refilled(c - 1) else "")
+                    if k > 0:
+                        release(c - 1)
+                g.where = f"cta {r} tile {2 * j + cons} end"
+                g.arrive(f"turn{r}[{other}]")
+                g.wait("wgmma", 0, critical="kernel.py finish_mainloop: drain the last wgmma"
+                       if refilled(first + k_iters - 1) else "")
+                release(first + k_iters - 1)
+    return b.build()
