@@ -177,18 +177,21 @@ def warp_specialized_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha
                           acc_layout2: gl.constexpr,
                           CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                           RELEASERS: gl.constexpr, CONSUMER_WARPS: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
-                          batches, BIAS: gl.constexpr, ACTIVATION: gl.constexpr):
+                          batches, BIAS: gl.constexpr, ACTIVATION: gl.constexpr, CLUSTER: gl.constexpr = 1):
     """Ping-pong or cooperative: producer warp + two consumer warpgroups (module docstring),
-    one work unit per output tile (of every batch), the TMA epilogue.
+    one work unit per output tile (of every batch), the TMA epilogue. CLUSTER = 2: a 2-CTA
+    cluster kernel (module docstring, CLUSTERS), BM is the pair's rows.
 
     RELEASERS and the worker warps come from config.SCHEDULE_FACTS.
     """
     gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
     gl.static_assert(RELEASERS == (1 if PINGPONG else 2), "ping-pong: one consumer frees a slot; cooperative: both")
+    gl.static_assert(CLUSTER == gl.num_ctas(), "CLUSTER is the launch's num_ctas")
+    gl.static_assert(CLUSTER == 1 or (PINGPONG and BN2 == 0), "clusters: ping-pong, one-piece tiles (config.validate)")
     sched = TileScheduler.create(M, N, K, BM, BN, BK, GROUP_M, batches)
-    ring = Ring.allocate(a_desc, b_desc, STAGES, RELEASERS, BN2, B_KMAJOR)
+    ring = Ring.allocate(a_desc, b_desc, STAGES, RELEASERS, BN2, B_KMAJOR, CLUSTER)
     epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, HAS_C, 2, EPI_BUFS, bias, M, N, BIAS, ACTIVATION)
-    run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, A_KMAJOR, B_KMAJOR, BN2), PINGPONG, BN2, acc_layout,
+    run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, A_KMAJOR, B_KMAJOR, BN2, CLUSTER > 1), PINGPONG, BN2, acc_layout,
                    acc_layout2, A_KMAJOR, B_KMAJOR, CONSUMER_WARPS, PRODUCER_WARPS, CONSUMER_REGS, PRODUCER_REGS)
 
 
