@@ -237,7 +237,8 @@ def prepare_split(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, wor
 # ----------------------------------------------------------------------------- offline compilation
 
 
-def _offline_builder(schedule: str, block: tuple[int, int, int], fusion: str = "", batches: int = 1):
+def _offline_builder(schedule: str, block: tuple[int, int, int], fusion: str = "", batches: int = 1,
+                     cluster_m: int = 1):
     """`fusion` "": α·acc + β·C; else the activation name, with a per-column bias too."""
 
     def build(target: str) -> cc.Launch:
@@ -247,12 +248,13 @@ def _offline_builder(schedule: str, block: tuple[int, int, int], fusion: str = "
         w = torch.empty(*lead, N, K, dtype=torch.bfloat16)  # transpose_b: b = w.t()
         out = torch.empty(*lead, M, N, dtype=torch.bfloat16)
         bias = torch.empty(N, dtype=torch.bfloat16) if fusion else None
-        config = KernelConfig(*block, schedule=schedule)
+        config = KernelConfig(*block, schedule=schedule, cluster_m=cluster_m)
         kernel, args, kwargs, grid = prepare(a, w.transpose(-1, -2), out, out, 1.0, 1.0, config, 132, bias,
                                              fusion or "none")
         return cc.Launch(kernel, args, kwargs, grid)
 
     extra = (f", bias + {fusion}" if fusion else "") + (f", batched ({batches}, M, K) @ ({batches}, K, N)" if batches > 1 else "")
+    extra += ", 2-CTA cluster (B multicast)" if cluster_m > 1 else ""
     build.__doc__ = f"Hopper GEMM, {schedule} schedule, {block[0]}×{block[1]}×{block[2]}, bf16 transpose_b, β·C{extra}"
     return build
 
@@ -270,6 +272,11 @@ cc.register("pingpong-96", targets=("sm_90a",))(_offline_builder("pingpong", (64
 # select's mid-size tiles as they run: two 64-element k-steps per ring slot (64×32; 64×96 = 64 + 32).
 cc.register("pingpong-64x32x128", targets=("sm_90a",))(_offline_builder("pingpong", (64, 32, 128)))
 cc.register("pingpong-96x128", targets=("sm_90a",))(_offline_builder("pingpong", (64, 96, 128)))
+# 2-CTA clusters (KernelConfig.cluster_m=2): the pair shares B's loads through TMA multicast.
+cc.register("pingpong-cluster", targets=("sm_90a",))(_offline_builder("pingpong", (128, 128, 64), cluster_m=2))
+cc.register("pingpong-cluster-64", targets=("sm_90a",))(_offline_builder("pingpong", (64, 128, 64), cluster_m=2))
+cc.register("pingpong-cluster-gelu", targets=("sm_90a",))(
+    _offline_builder("pingpong", (64, 256, 64), "gelu_erf", cluster_m=2))
 
 
 def _offline_split_builder(config: KernelConfig, shape: tuple[int, int, int], doc: str):
