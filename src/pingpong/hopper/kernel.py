@@ -39,6 +39,18 @@ fills the 64-row wgmma side and the result is written transposed.
               │ MMA k-steps [0, S) │ ws[0] ← acc, arrive  │ MMA [S, 2S) │ ws[1] ← acc, arrive, last:
               │                                            │   out = cast(act(α·(ws[0] + ws[1] + ...) + bias) + β·C)
 
+CLUSTERS (KernelConfig.cluster_m=2, ping-pong; CLUSTER = 2, launched with num_ctas=2): one
+program is a pair of CTAs on two SMs of one GPC, and the kernel describes the pair (Triton's
+CTA layouts: BM is the pair's 2·block_m rows, A's box and the accumulator split over the two
+CTAs by rows, B's box shared). The pair takes vertically adjacent tiles, the same columns, so
+they need the same B tile: the leader loads it once, multicast into both CTAs' slot.
+
+    CTA 0 producer │ wait empty[s], pair_empty[s] │ A rows 0..BM-1 → own slot │ B → slot s of BOTH
+    CTA 1 producer │ wait empty[s]                │ A rows BM..2BM-1 → own slot
+    CTA r consumer │ wait ready[s] (own) │ wgmma │ ... │ arrive empty[s] (own) + pair_empty[s] (CTA 0's)
+                   ▲ the leader refills slot s only when BOTH CTAs' consumers released it
+    kernel entry   │ init barriers · fence · cluster barrier (no arrival on an uninitialized partner)
+
 All three share one mainloop contract (pingpong.hopper.pipeline docstring): wait ready with
 ring_phase, keep one k-step's wgmma in flight, release a slot once its wgmma has completed.
 

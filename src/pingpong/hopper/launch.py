@@ -136,8 +136,9 @@ def _tile_kwargs(d) -> dict:
     """The constexprs every schedule takes: tile, ring depth, raster, accumulator layout, warps
     (and pingpong's compile options). A 2-CTA cluster kernel describes the pair: its BM is
     cluster_m·block_m rows, launched with num_ctas = cluster_m (CLUSTER only then, so a
-    cluster_m=1 launch is the same as before clusters existed)."""
-    pair = dict(CLUSTER=d.cluster_m, num_ctas=d.cluster_m) if d.cluster_m > 1 else {}
+    cluster_m=1 launch is the same as before clusters existed; the kernel's CLUSTER is passed
+    by _gemm_launch)."""
+    pair = dict(num_ctas=d.cluster_m) if d.cluster_m > 1 else {}
     return dict(BM=d.cluster_m * d.block_m, BN=d.block_n, BN2=d.block_n2, BK=d.block_k, STAGES=d.stages,
                 GROUP_M=d.group_m, acc_layout=acc_layout(d), acc_layout2=acc_layout(d, len(d.pieces) - 1),
                 num_warps=d.num_warps, **pair, **KERNEL_OPTIONS)
@@ -170,7 +171,7 @@ def _gemm_launch(a, b, out, c, alpha, beta, d, sms: int, bias=None, activation="
     grid = (max(1, min(sms // d.cluster_m, units)),)  # programs = clusters: one CTA per SM
     if d.schedule == "persistent":
         return persistent_gemm, args, dict(common, **_tile_kwargs(d)), grid
-    return warp_specialized_gemm, args, dict(common, **_schedule_kwargs(d)), grid
+    return warp_specialized_gemm, args, dict(common, **_schedule_kwargs(d), CLUSTER=d.cluster_m), grid
 
 
 # ----------------------------------------------------------------------------- split-K / swap-AB
