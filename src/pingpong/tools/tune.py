@@ -5,8 +5,8 @@ table that `select_config` reads (pingpong.hopper.table).
         candidates: the heuristic's config first, then
             --quick            a small fixed grid around it (quick_grid)
             --clusters         also every ping-pong candidate as a 2-CTA cluster (cluster_m=2;
-                               off by default: no cluster config measured faster, RESULTS.md
-                               runs 150–152)
+                               off by default: slower on the shapes measured, RESULTS.md
+                               runs 150–153)
             space ≤ --trials   every valid config of the space (brute force)
             otherwise          Optuna's TPE sampler over the space's factors (pip install
                                pingpong[tune]); without Optuna, --trials configs of the space
