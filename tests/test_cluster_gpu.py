@@ -19,6 +19,9 @@ CLUSTERS = {
     "pingpong-64x128": KernelConfig(64, 128, 64, schedule="pingpong", cluster_m=2),
     "pingpong-64x256": KernelConfig(64, 256, 64, schedule="pingpong", cluster_m=2),
     "pingpong-64x64x128": KernelConfig(64, 64, 128, schedule="pingpong", cluster_m=2),
+    # cooperative pairs: consumer-major rows, one A box per consumer (pipeline.Ring.allocate)
+    "cooperative-128x256": KernelConfig(128, 256, 64, cluster_m=2),
+    "cooperative-128x128": KernelConfig(128, 128, 64, cluster_m=2),
 }
 # M: 1 row, under one tile, one pair and a row, not a multiple of the pair's rows, large odd.
 ODD_M = (1, 17, 129, 255, 1000, 4097)
@@ -57,7 +60,7 @@ def test_layouts(name, a_col, b_col, dtype, gen):
         assert rel_err(out, ref) < BOUND[dtype], (name, a_col, b_col, dtype)
 
 
-@pytest.mark.parametrize("name", ["pingpong-128x128", "pingpong-64x256"])
+@pytest.mark.parametrize("name", ["pingpong-128x128", "pingpong-64x256", "cooperative-128x256"])
 @pytest.mark.parametrize("layout", ("nn", "nt", "tn", "tt"))
 @pytest.mark.parametrize("bias_kind,activation", [("col", "gelu_erf"), ("row", "silu"), ("none", "none")])
 def test_epilogue(name, layout, bias_kind, activation):

@@ -104,11 +104,12 @@ def test_validate_rejects_element_sizes():
         (dict(cluster_m=0), "cluster_m must be an int in (1, 2)"),
         (dict(cluster_m=2.0), "cluster_m must be an int in (1, 2)"),
         (dict(cluster_m=True), "cluster_m must be an int in (1, 2)"),
-        (dict(cluster_m=2), "cluster_m=2 runs on the pingpong schedule, not 'cooperative'"),
-        (dict(cluster_m=2, schedule="persistent"), "cluster_m=2 runs on the pingpong schedule"),
+        (dict(cluster_m=2, schedule="persistent"), "cluster_m=2 runs on the pingpong / cooperative schedule, not"
+                                                   " 'persistent'"),
         (dict(block_m=64, cluster_m=2, schedule="pingpong", split_k=2), "cluster_m=2 cannot pair split_k=2"),
         (dict(block_m=64, block_n=32, cluster_m=2, schedule="pingpong", swap_ab=True), "cannot pair split_k=1 / swap_ab=True"),
         (dict(block_m=64, block_n=192, cluster_m=2, schedule="pingpong"), "needs a one-piece tile"),
+        (dict(block_n=192, cluster_m=2), "needs a one-piece tile"),
     ],
 )
 def test_cluster_validation_names_the_field(kwargs, needle):

@@ -87,7 +87,7 @@ def test_cli_isa_prints_facts_and_lists_names(tmp_path):
     assert ok.returncode == 0 and "count setmaxnreg" in ok.stdout and "HGMMA" in dump.read_text()
 
 
-CLUSTER_KERNELS = ["pingpong-cluster", "pingpong-cluster-64", "pingpong-cluster-gelu"]
+CLUSTER_KERNELS = ["pingpong-cluster", "pingpong-cluster-64", "pingpong-cluster-gelu", "cooperative-cluster"]
 
 
 @pytest.mark.parametrize("kernel", CLUSTER_KERNELS)

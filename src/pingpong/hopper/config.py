@@ -64,12 +64,13 @@ SCHEDULE_FACTS = {
                               producer_regs=40),
 }
 SCHEDULES = tuple(SCHEDULE_FACTS)
-#: CTAs per cluster along M (KernelConfig.cluster_m) and the schedules that pair them: a
-#: ping-pong consumer owns a whole tile, so the pair's 2·block_m rows split over the two CTAs
-#: are one tensor of the cluster kernel (the cooperative schedule's row halves would be
-#: slices of it across the CTA split, which Triton 3.9's shared-memory views do not take).
+#: CTAs per cluster along M (KernelConfig.cluster_m) and the schedules that pair them. In the
+#: cluster kernel a tensor's rows split over the two CTAs: a ping-pong consumer's tile is the
+#: pair's 2·block_m rows; a cooperative consumer's is its block_m/2 rows in each CTA, so the
+#: pair's tile is ordered consumer-major (consumer c: pair rows [c·block_m, (c+1)·block_m),
+#: the first half in CTA 0) and each consumer reads its own A box of the slot.
 CLUSTER_SIZES = (1, 2)
-CLUSTER_SCHEDULES = ("pingpong",)
+CLUSTER_SCHEDULES = ("pingpong", "cooperative")
 #: Most K splits of one tile (the workspace holds split_k fp32 partial tiles).
 MAX_SPLIT_K = 64
 

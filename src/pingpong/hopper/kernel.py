@@ -39,7 +39,7 @@ fills the 64-row wgmma side and the result is written transposed.
               │ MMA k-steps [0, S) │ ws[0] ← acc, arrive  │ MMA [S, 2S) │ ws[1] ← acc, arrive, last:
               │                                            │   out = cast(act(α·(ws[0] + ws[1] + ...) + bias) + β·C)
 
-CLUSTERS (KernelConfig.cluster_m=2, ping-pong; CLUSTER = 2, launched with num_ctas=2): one
+CLUSTERS (KernelConfig.cluster_m=2; CLUSTER = 2, launched with num_ctas=2): one
 program is a pair of CTAs on two SMs of one GPC, and the kernel describes the pair (Triton's
 CTA layouts: BM is the pair's 2·block_m rows, A's box and the accumulator split over the two
 CTAs by rows, B's box shared). The pair takes vertically adjacent tiles, the same columns, so
@@ -50,6 +50,9 @@ they need the same B tile: the leader loads it once, multicast into both CTAs' s
     CTA r consumer │ wait ready[s] (own) │ wgmma │ ... │ arrive empty[s] (own) + pair_empty[s] (CTA 0's)
                    ▲ the leader refills slot s only when BOTH CTAs' consumers released it
     kernel entry   │ init barriers · fence · cluster barrier (no arrival on an uninitialized partner)
+
+A cooperative pair orders its 2·block_m rows consumer-major: consumer c computes pair rows
+[c·block_m, (c+1)·block_m), half in each CTA, from its own A box of the slot (A_BOXES = 2).
 
 All three share one mainloop contract (pingpong.hopper.pipeline docstring): wait ready with
 ring_phase, keep one k-step's wgmma in flight, release a slot once its wgmma has completed.
@@ -199,7 +202,7 @@ def warp_specialized_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha
     gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
     gl.static_assert(RELEASERS == (1 if PINGPONG else 2), "ping-pong: one consumer frees a slot; cooperative: both")
     gl.static_assert(CLUSTER == gl.num_ctas(), "CLUSTER is the launch's num_ctas")
-    gl.static_assert(CLUSTER == 1 or (PINGPONG and BN2 == 0), "clusters: ping-pong, one-piece tiles (config.validate)")
+    gl.static_assert(CLUSTER == 1 or BN2 == 0, "clusters: one-piece tiles (config.validate)")
     sched = TileScheduler.create(M, N, K, BM, BN, BK, GROUP_M, batches)
     ring = Ring.allocate(a_desc, b_desc, STAGES, RELEASERS, BN2, B_KMAJOR, CLUSTER)
     epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, HAS_C, 2, EPI_BUFS, bias, M, N, BIAS, ACTIVATION)

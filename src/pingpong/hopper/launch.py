@@ -124,10 +124,12 @@ def prepare(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, bias=None
 def _operands(a, b, d):
     """TMA descriptors and K-majorness of the kernel's A (rows × K) and B (K × cols).
     A two-piece B tile (d.pieces (2q, q)) is loaded as three boxes of q columns. A 2-CTA
-    cluster's A box is the pair's cluster_m·block_m rows, split over the CTAs; its B box is
+    cluster's A box is one consumer's rows of the pair (cluster_m·consumer_m: all 2·block_m
+    under ping-pong, block_m per cooperative consumer), split over the CTAs; its B box is
     shared (multicast)."""
-    pair = d.cluster_m > 1
-    a_desc, a_kmajor = operand_descriptor(a, d.cluster_m * d.block_m, d.block_k, True, "split" if pair else "")
+    pair = d.cluster_m > 1  # the A box: the pair's rows of one consumer (both consumers' under ping-pong)
+    a_rows = d.cluster_m * d.consumer_m if pair else d.block_m
+    a_desc, a_kmajor = operand_descriptor(a, a_rows, d.block_k, True, "split" if pair else "")
     b_desc, b_kmajor = operand_descriptor(b.transpose(-1, -2), d.pieces[-1], d.block_k, True, "shared" if pair else "")
     return a_desc, b_desc, dict(A_KMAJOR=a_kmajor, B_KMAJOR=b_kmajor)
 
@@ -276,6 +278,7 @@ cc.register("pingpong-96x128", targets=("sm_90a",))(_offline_builder("pingpong",
 # 2-CTA clusters (KernelConfig.cluster_m=2): the pair shares B's loads through TMA multicast.
 cc.register("pingpong-cluster", targets=("sm_90a",))(_offline_builder("pingpong", (128, 128, 64), cluster_m=2))
 cc.register("pingpong-cluster-64", targets=("sm_90a",))(_offline_builder("pingpong", (64, 128, 64), cluster_m=2))
+cc.register("cooperative-cluster", targets=("sm_90a",))(_offline_builder("cooperative", (128, 256, 64), cluster_m=2))
 cc.register("pingpong-cluster-gelu", targets=("sm_90a",))(
     _offline_builder("pingpong", (64, 256, 64), "gelu_erf", cluster_m=2))
 

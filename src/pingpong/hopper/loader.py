@@ -53,11 +53,14 @@ class TileLoader:
         bar = ring.ready.index(s)
         B_BOXES: gl.constexpr = 3 if self.BN2 else 1
         # bytes landing in THIS CTA (a cluster's A box is split over the pair, B reaches both whole)
-        mbarrier.expect(bar, self.a_desc.type.nbytes_per_cta + B_BOXES * self.b_desc.type.nbytes_per_cta)
-        if self.A_KMAJOR:
-            load_tile(self.a_desc, batch, off_m, k, bar, ring.a_bufs.index(s))
-        else:
-            load_tile(self.a_desc, batch, k, off_m, bar, ring.a_bufs.index(s))
+        mbarrier.expect(bar, ring.A_BOXES * self.a_desc.type.nbytes_per_cta
+                        + B_BOXES * self.b_desc.type.nbytes_per_cta)
+        if ring.A_BOXES == 1:
+            self.load_a(ring.a_bufs.index(s), off_m, k, bar, batch)
+        else:  # a cluster's cooperative consumers' boxes (pipeline.Ring.allocate), one after the other
+            A_ROWS: gl.constexpr = self.a_desc.block_type.shape[-2 if self.A_KMAJOR else -1]
+            for i in gl.static_range(ring.A_BOXES):
+                self.load_a(ring.a_box(s, i), off_m + i * A_ROWS, k, bar, batch)
         if self.BN2:
             N_DIM: gl.constexpr = 0 if self.B_KMAJOR else 1  # where N runs in a B box
             for i in gl.static_range(2):  # the first piece: two boxes side by side
@@ -66,6 +69,14 @@ class TileLoader:
             self.load_b(ring.b2_bufs.index(s), off_n + 2 * self.BN2, k, bar, batch)
         else:
             self.load_b(ring.b_bufs.index(s), off_n, k, bar, batch)
+
+    @gluon.jit
+    def load_a(self, dst, off_m, k, bar, batch):
+        """One A box: rows from off_m, k-step k."""
+        if self.A_KMAJOR:
+            load_tile(self.a_desc, batch, off_m, k, bar, dst)
+        else:
+            load_tile(self.a_desc, batch, k, off_m, bar, dst)
 
     @gluon.jit
     def load_b(self, dst, off_n, k, bar, batch):

@@ -113,9 +113,10 @@ class Ring:
     pair_empty: gl.shared_memory_descriptor  # CLUSTER = 2: in the leader, both CTAs release; else = empty
     STAGES: gl.constexpr
     CLUSTER: gl.constexpr
+    A_BOXES: gl.constexpr  # A boxes per slot: 1, or a cluster's cooperative consumers' one each
 
     @gluon.constexpr_function
-    def __init__(self, a_bufs, b_bufs, b2_bufs, ready, empty, pair_empty, STAGES, CLUSTER):
+    def __init__(self, a_bufs, b_bufs, b2_bufs, ready, empty, pair_empty, STAGES, CLUSTER, A_BOXES=1):
         self.a_bufs = a_bufs
         self.b_bufs = b_bufs
         self.b2_bufs = b2_bufs
@@ -124,11 +125,16 @@ class Ring:
         self.pair_empty = pair_empty
         self.STAGES = gl.constexpr(STAGES)
         self.CLUSTER = gl.constexpr(CLUSTER)
+        self.A_BOXES = gl.constexpr(A_BOXES)
 
     @gluon.jit
     def allocate(a_desc, b_desc, STAGES: gl.constexpr, RELEASERS: gl.constexpr, BN2: gl.constexpr = 0,
                  B_KMAJOR: gl.constexpr = True, CLUSTER: gl.constexpr = 1):
-        a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + tile_shape(a_desc), tile_layout(a_desc))
+        # a cluster's cooperative consumers each read their own A box: the consumer's rows of the
+        # pair (BM/2 in each CTA), contiguous in A and split over the CTAs like the pair's rows
+        # of a ping-pong tile; the consumers that release a slot are the ones that read it
+        A_BOXES: gl.constexpr = RELEASERS if CLUSTER > 1 else 1
+        a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES * A_BOXES] + tile_shape(a_desc), tile_layout(a_desc))
         b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + first_piece_shape(tile_shape(b_desc), BN2, B_KMAJOR),
                                            tile_layout(b_desc))
         b2_bufs = b_bufs
@@ -148,7 +154,12 @@ class Ring:
                 mbarrier.init(pair_empty.index(s), count=RELEASERS)  # per CTA: the leader's counts both
             fence_async_shared(cluster=True)
             gl.barrier(cluster=True)  # no CTA arrives on or multicasts into an uninitialized partner
-        return Ring(a_bufs, b_bufs, b2_bufs, ready, empty, pair_empty, STAGES, CLUSTER)
+        return Ring(a_bufs, b_bufs, b2_bufs, ready, empty, pair_empty, STAGES, CLUSTER, A_BOXES)
+
+    @gluon.jit
+    def a_box(self, s, i):
+        """A box `i` (of A_BOXES) of slot `s`."""
+        return self.a_bufs.index(s * self.A_BOXES + i)
 
     @gluon.jit
     def acquire_empty(self, counter):

@@ -236,7 +236,8 @@ def hopper_cooperative(k_iters: int = 2, stages: int = 2, tiles: int = 2, varian
     return b.build()
 
 
-def hopper_cluster(k_iters: int = 2, stages: int = 2, tiles_per_consumer: int = 1, variant: str = "correct"):
+def hopper_cluster(k_iters: int = 2, stages: int = 2, tiles_per_consumer: int = 1, variant: str = "correct",
+                   schedule: str = "pingpong"):
     """Our Hopper ping-pong kernel run by a 2-CTA cluster with B multicast (KernelConfig
     cluster_m=2; pingpong.hopper.pipeline.Ring with CLUSTER=2, TileLoader multicast).
 
@@ -251,18 +252,25 @@ def hopper_cluster(k_iters: int = 2, stages: int = 2, tiles_per_consumer: int = 
 
     variant: "correct"; "one_cta_release" (pair_empty counts only the leader's own
     consumers: its multicast overwrites B1[s] while CTA 1's wgmma still reads it).
+    schedule "cooperative": both consumers of each CTA read every k-step (consumer c its own
+    A box A{r}.{c}[s]) and both release it: empty{r}[s] count 2, pair_empty[s] count 4; the
+    CTA's tiles are 2·tiles_per_consumer, taken by both consumers.
     """
     ring_index, ring_phase, first_counter, turn_phase, other_consumer, _ = _helpers()
-    name = "hopper_cluster" if variant == "correct" else f"hopper_cluster_{variant}"
+    coop = schedule == "cooperative"
+    name = ("hopper_cluster" if not coop else "hopper_coop_cluster") + ("" if variant == "correct" else f"_{variant}")
     b = ScheduleBuilder(name, hopper_cluster.__doc__)
     ctas = 2
-    pair_count = 1 if variant == "one_cta_release" else ctas  # Ring: init(pair_empty, RELEASERS) per CTA
+    releasers = 2 if coop else 1  # config.SCHEDULE_FACTS
+    a_boxes = releasers  # pipeline.Ring.allocate: a cooperative pair's consumers read one A box each
+    pair_count = releasers * (1 if variant == "one_cta_release" else ctas)  # init(pair_empty, RELEASERS) per CTA
+    a_names = lambda r, s: [f"A{r}[{s}]"] if a_boxes == 1 else [f"A{r}.{c}[{s}]" for c in range(a_boxes)]  # noqa: E731
     for s in range(stages):
         b.mbarrier(f"pair_empty[{s}]", pair_count)
         for r in range(ctas):
-            b.buffer(f"A{r}[{s}]", f"B{r}[{s}]")
-            b.mbarrier(f"ready{r}[{s}]", 1).mbarrier(f"empty{r}[{s}]", 1)
-    for r in range(ctas):
+            b.buffer(*a_names(r, s), f"B{r}[{s}]")
+            b.mbarrier(f"ready{r}[{s}]", 1).mbarrier(f"empty{r}[{s}]", releasers)
+    for r in range(ctas * (not coop)):
         b.mbarrier(f"turn{r}[0]", 1).mbarrier(f"turn{r}[1]", 1)
     total = 2 * tiles_per_consumer * k_iters
 
@@ -283,7 +291,8 @@ def hopper_cluster(k_iters: int = 2, stages: int = 2, tiles_per_consumer: int = 
                 p.mwait(f"pair_empty[{s}]", ph ^ 1,
                         critical="" if first_pass else "pipeline.py: the leader waits pair_empty[s] before the multicast")
             p.expect(f"ready{r}[{s}]", A_BYTES // 2 + B_BYTES)
-            p.tma_load(f"A{r}[{s}]", f"ready{r}[{s}]", A_BYTES // 2, data=c, label=f"TMA A(c={c}) → A{r}[{s}]")
+            for a in a_names(r, s):
+                p.tma_load(a, f"ready{r}[{s}]", A_BYTES // 2 // a_boxes, data=c, label=f"TMA A(c={c}) → {a}")
             if r == 0:
                 for dst in range(ctas):
                     p.tma_load(f"B{dst}[{s}]", f"ready{dst}[{s}]", B_BYTES, data=c,
@@ -291,6 +300,10 @@ def hopper_cluster(k_iters: int = 2, stages: int = 2, tiles_per_consumer: int = 
     for r in range(ctas):
         for cons in (0, 1):
             g = b.group(f"cta{r}.consumer{cons}", 4)
+            if coop:
+                _cluster_coop_consumer(g, r, cons, variant, ring_index, ring_phase, first_counter, stages, total,
+                                       2 * tiles_per_consumer, k_iters, a_names(r, 0)[cons][:-3])
+                continue
             other = other_consumer(cons)
             for j in range(tiles_per_consumer):
                 first = first_counter(j, k_iters, 2, cons)
@@ -320,3 +333,29 @@ def hopper_cluster(k_iters: int = 2, stages: int = 2, tiles_per_consumer: int = 
                        if refilled(first + k_iters - 1) else "")
                 release(first + k_iters - 1)
     return b.build()
+
+
+def _cluster_coop_consumer(g, r, cons, variant, ring_index, ring_phase, first_counter, stages, total, tiles, k_iters,
+                           a_name):
+    """A cooperative consumer of CTA r in the cluster model: every k-step of every tile, on its
+    own A box `a_name`[s] and the CTA's B, released on empty{r} and the leader's pair_empty."""
+    for t in range(tiles):
+        first = first_counter(t, k_iters, 1, 0)
+        for k in range(k_iters + 1):
+            if k < k_iters:
+                c = first + k
+                s = ring_index(c, stages)
+                g.where = f"cta {r} tile {t} k={k}"
+                g.mwait(f"ready{r}[{s}]", ring_phase(c, stages), critical="pipeline.py: consumer waits ready[s]")
+                g.mma((f"{a_name}[{s}]", f"B{r}[{s}]"), counter="wgmma", want=c, label=f"wgmma c={c}")
+                g.wait("wgmma", 1, critical="mma.py: wgmma of k-step k-1 done before its release"
+                       if k and c - 1 + stages < total else "")
+            else:
+                g.where = f"cta {r} tile {t} end"
+                g.wait("wgmma", 0, critical="kernel.py finish_mainloop: drain the last wgmma"
+                       if first + k_iters - 1 + stages < total else "")
+            if k > 0:
+                s = ring_index(first + k - 1, stages)
+                g.arrive(f"empty{r}[{s}]")
+                if r == 0 or variant != "one_cta_release":
+                    g.arrive(f"pair_empty[{s}]", label=f"arrive pair_empty[{s}]" + (" (remote)" if r else ""))
