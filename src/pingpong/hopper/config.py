@@ -202,8 +202,8 @@ class KernelConfig:
     cluster_m: CTAs per cluster along M (1 or 2). 2: a pair of CTAs takes two vertically
         adjacent tiles (2·block_m rows, the same block_n columns) and loads their common B
         tile once, multicast into both CTAs' shared memory (pingpong.hopper.pipeline); the
-        persistent grid counts pairs. Ping-pong schedule, one K split, no swap, one column
-        piece (CLUSTER_SCHEDULES).
+        persistent grid counts pairs. Warp-specialized schedules (CLUSTER_SCHEDULES), one K
+        split, no swap, one column piece; unbatched products.
     """
 
     block_m: int = 128
