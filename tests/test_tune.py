@@ -204,12 +204,12 @@ def test_show_prints_the_active_table(monkeypatch, capsys):
 
 
 def test_clusters_are_searched_only_when_asked():
-    """--clusters adds the 2-CTA twin of every candidate that can pair (ping-pong, one split,
-    no swap, one piece); without it no cluster config is measured (none measured faster yet)."""
+    """--clusters adds the 2-CTA twin of every candidate that can pair (one split, no swap, one
+    piece); without it no cluster config is measured (none measured faster yet)."""
     plain, paired = tune.quick_grid(1024, 1024, 1024), tune.quick_grid(1024, 1024, 1024, clusters=True)
     assert all(c.cluster_m == 1 for c in plain) and all(c.cluster_m == 1 for c in tune.space(512, 4096, 4096))
     twins = [c for c in paired if c.cluster_m == 2]
-    assert twins and all(c.schedule == "pingpong" and c.split_k == 1 and not c.swap_ab for c in twins)
+    assert twins and all(c.schedule != "persistent" and c.split_k == 1 and not c.swap_ab for c in twins)
     assert {dataclasses.replace(c, cluster_m=1) for c in twins} <= set(plain)
     space = tune.space(512, 4096, 4096, clusters=True)
     assert any(c.cluster_m == 2 for c in space) and len(space) == len(set(space))

@@ -4,7 +4,7 @@ table that `select_config` reads (pingpong.hopper.table).
     shapes (--shapes / --suite) ──> for each shape:
         candidates: the heuristic's config first, then
             --quick            a small fixed grid around it (quick_grid)
-            --clusters         also every ping-pong candidate as a 2-CTA cluster (cluster_m=2;
+            --clusters         also every pairable candidate as a 2-CTA cluster (cluster_m=2;
                                off by default: slower on the shapes measured, RESULTS.md
                                runs 150–153)
             space ≤ --trials   every valid config of the space (brute force)
@@ -72,7 +72,7 @@ class Settings:
     reps: int = REPS
     seed: int = 0
     show: bool = False
-    clusters: bool = False  # also measure 2-CTA cluster twins of the ping-pong candidates
+    clusters: bool = False  # also measure the 2-CTA cluster twins of the candidates
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -80,7 +80,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suite", help=f"a named shape list: {', '.join(SUITES)} (pingpong.tools.suites)")
     p.add_argument("--quick", action="store_true", help="a small fixed grid around the heuristic's choice per shape")
     p.add_argument("--clusters", action="store_true",
-                   help="also measure every ping-pong candidate as a 2-CTA cluster (cluster_m=2, B multicast)")
+                   help="also measure every pairable candidate as a 2-CTA cluster (cluster_m=2, B multicast)")
     p.add_argument("--trials", type=int, default=40, help="configs measured per shape (default 40)")
     p.add_argument("--dtype", default="bf16", help="bf16 (default) or fp16")
     p.add_argument("--layout", default="nt", help="A,B storage: nt (default, a @ wᵀ), nn, tn, tt")
