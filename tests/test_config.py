@@ -95,3 +95,44 @@ def test_validate_rejects_element_sizes():
         KernelConfig().validate(in_bytes=4)
     with pytest.raises(ConfigError, match="output elements"):
         KernelConfig().validate(out_bytes=8)
+
+
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        (dict(cluster_m=3), "cluster_m must be an int in (1, 2)"),
+        (dict(cluster_m=0), "cluster_m must be an int in (1, 2)"),
+        (dict(cluster_m=2.0), "cluster_m must be an int in (1, 2)"),
+        (dict(cluster_m=True), "cluster_m must be an int in (1, 2)"),
+        (dict(cluster_m=2, schedule="persistent"), "cluster_m=2 runs on the pingpong / cooperative schedule, not"
+                                                   " 'persistent'"),
+        (dict(block_m=64, cluster_m=2, schedule="pingpong", split_k=2), "cluster_m=2 cannot pair split_k=2"),
+        (dict(block_m=64, block_n=32, cluster_m=2, schedule="pingpong", swap_ab=True), "cannot pair split_k=1 / swap_ab=True"),
+        (dict(block_m=64, block_n=192, cluster_m=2, schedule="pingpong"), "needs a one-piece tile"),
+        (dict(block_n=192, cluster_m=2), "needs a one-piece tile"),
+    ],
+)
+def test_cluster_validation_names_the_field(kwargs, needle):
+    with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        KernelConfig(**kwargs).validate()
+
+
+def test_cluster_derives_the_one_cta_budget():
+    """A pair's CTA holds block_m rows of A and the whole B tile: the same stages and shared
+    memory as the one-CTA config (the pair barrier fits the fixed term)."""
+    one = KernelConfig(128, 128, 64, schedule="pingpong").derive()
+    pair = KernelConfig(128, 128, 64, schedule="pingpong", cluster_m=2).derive()
+    assert pair.cluster_m == 2 and one.cluster_m == 1
+    assert (pair.stages, pair.shared_bytes) == (one.stages, one.shared_bytes)
+
+
+def test_cluster_of_a_batched_product_is_refused():
+    import torch
+
+    from pingpong.hopper.launch import prepare
+
+    a = torch.empty(2, 256, 64, dtype=torch.bfloat16)
+    out = torch.empty(2, 256, 256, dtype=torch.bfloat16)
+    with pytest.raises(ConfigError, match="cluster_m=2: 2-CTA clusters run unbatched products"):
+        prepare(a, torch.empty(2, 64, 256, dtype=torch.bfloat16), out, None, 1.0, 0.0,
+                KernelConfig(128, 128, 64, schedule="pingpong", cluster_m=2), 132)

@@ -85,3 +85,33 @@ def test_cli_isa_prints_facts_and_lists_names(tmp_path):
     dump = tmp_path / "pp.sass"
     ok = run("--kernel", "pingpong", "--dump", str(dump))
     assert ok.returncode == 0 and "count setmaxnreg" in ok.stdout and "HGMMA" in dump.read_text()
+
+
+CLUSTER_KERNELS = ["pingpong-cluster", "pingpong-cluster-64", "pingpong-cluster-gelu", "cooperative-cluster"]
+
+
+@pytest.mark.parametrize("kernel", CLUSTER_KERNELS)
+def test_cluster_facts(kernel):
+    """KernelConfig.cluster_m=2: a 2-CTA cluster kernel whose leader multicasts B (one
+    `.multicast::cluster` TMA load per k-step, besides each CTA's own A load), whose consumers
+    release each slot on the leader's pair barrier too (a remote `mbarrier.arrive` at cluster
+    scope), with the pair synchronized after the barrier inits; no spills, shared memory in budget."""
+    f = facts(kernel)
+    ptx = cc.compile_kernel(kernel, "sm_90a").asm["ptx"]
+    assert ".reqnctapercluster 2" in ptx
+    loads = [line for line in ptx.splitlines() if "cp.async.bulk.tensor" in line and "global.mbarrier" in line]
+    multicast = [line for line in loads if ".multicast::cluster" in line]
+    assert len(multicast) == 1, "one multicast load: B, the operand the pair shares"
+    assert len(loads) - len(multicast) >= 1, "each CTA loads its own rows of A (and C) itself"
+    assert "mbarrier.arrive.shared::cluster" in ptx, "no release on the leader's pair barrier"
+    inits, sync = ptx.find("mbarrier.init"), ptx.find("barrier.cluster.wait")
+    assert 0 <= inits < sync < ptx.find("cp.async.bulk.tensor"), "the pair must sync after the inits, before any load"
+    assert f.spill_bytes == 0 and f.counts["LDL/STL"] == 0, "local-memory spills"
+    assert f.counts["setmaxnreg"] > 0 and f.warps == 12
+    assert 0 < f.shared_bytes <= SMEM_LIMIT
+
+
+def test_one_cta_kernels_are_not_clusters():
+    ptx = cc.compile_kernel("pingpong", "sm_90a").asm["ptx"]
+    assert ".reqnctapercluster" not in ptx and ".multicast::cluster" not in ptx
+    assert "barrier.cluster" not in ptx and "mbarrier.arrive.shared::cluster" not in ptx

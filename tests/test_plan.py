@@ -237,6 +237,11 @@ def test_batched_calls_take_the_one_kernel_path_fused_ones_keep_split(hopper):
     with pytest.raises(pingpong.PingpongError, match="block_n=192 .two column pieces. runs 2-D products only"):
         plan.build(t(2, 512, 1024), w.t(), None, 0.0, BF16, False, KernelConfig(128, 192, 64))
     assert plan.one_kernel_config(KernelConfig(128, 192, 64, split_k=2)) == KernelConfig(128, 128, 64)
+    pair = KernelConfig(128, 128, 64, schedule="pingpong", cluster_m=2)
+    with pytest.raises(pingpong.PingpongError, match="cluster_m=2 .2-CTA clusters. runs 2-D products only"):
+        plan.build(t(2, 512, 1024), w.t(), None, 0.0, BF16, False, pair)
+    assert plan.one_kernel_config(pair) == KernelConfig(128, 128, 64, schedule="pingpong")  # a tuned pair, batched
+    assert plan.build(t(512, 1024), w.t(), None, 0.0, BF16, False, pair).config.cluster_m == 2
     # 4 × 32 = 128 rows select the mid-size tile, which batched takes as is: two k-steps a slot
     p = plan.build(t(4, 32, 1024), t(4096, 1024).t(), None, 0.0, BF16, False, None)
     assert (p.config.block_m, p.config.schedule, p.config.block_k) == (64, "pingpong", 128)

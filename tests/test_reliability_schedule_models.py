@@ -7,7 +7,7 @@ import inspect
 import pytest
 
 from pingpong.hopper.config import SCHEDULE_FACTS
-from pingpong.hopper import epilogue, kernel, pipeline
+from pingpong.hopper import epilogue, kernel, loader, pipeline
 from pingpong.schedule import check
 from pingpong.schedule.schedules import hopper
 
@@ -81,6 +81,13 @@ def test_kernel_calls_the_helpers_the_model_calls():
     coop = inspect.getsource(kernel.cooperative_consumer.fn)
     assert "first_counter(t, sched.k_steps, 1, 0)" in coop
     ws = inspect.getsource(kernel.warp_specialized_gemm.fn)
-    assert "Ring.allocate(a_desc, b_desc, STAGES, RELEASERS, BN2, B_KMAJOR)" in ws
+    assert "Ring.allocate(a_desc, b_desc, STAGES, RELEASERS, BN2, B_KMAJOR, CLUSTER)" in ws
+    # the cluster model's premises (hopper_cluster): both CTAs' releases reach the leader's
+    # pair barrier, the producer waits on it, and only the shared operand goes out multicast
+    ring = inspect.getsource(pipeline.Ring.release.fn) + inspect.getsource(pipeline.Ring.acquire_empty.fn)
+    assert "mbarrier.arrive(self.pair_empty.index(s))" in ring and "mbarrier.wait(self.pair_empty.index(s)" in ring
+    assert "allocate_mbarrier(batch=STAGES, two_ctas=True)" in inspect.getsource(pipeline.Ring.allocate.fn)
+    load = inspect.getsource(loader.TileLoader.load_b.fn)
+    assert load.count("self.MULTICAST") == 2 and "MULTICAST" not in inspect.getsource(loader.TileLoader.load.fn)
     assert "gl.static_assert(RELEASERS == (1 if PINGPONG else 2)" in ws  # the launcher's value is checked
     assert SCHEDULE_FACTS["cooperative"].releasers == 2 and SCHEDULE_FACTS["pingpong"].releasers == 1

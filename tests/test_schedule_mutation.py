@@ -11,7 +11,7 @@ REPORTED = {"RACE", "STALE READ", "DEADLOCK", "COUNTER MISUSE"}
 #: K-iterations per schedule (default 2). The cooperative model's two concurrent consumers
 #: with the full β·C epilogue make each check ~0.5 s at 2; at 1 its 50 deletions take ~3 s
 #: (ring slots are then not refilled: test_reliability_schedule_models covers refills).
-K_ITERS = {"hopper_cooperative": 1}
+K_ITERS = {"hopper_cooperative": 1, "hopper_coop_cluster": 1}  # the cooperative pair: 6 concurrent groups
 
 
 @pytest.mark.parametrize("name", SAFE)

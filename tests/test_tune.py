@@ -201,3 +201,19 @@ def test_show_prints_the_active_table(monkeypatch, capsys):
     tables.write(t, tables.user_table_path(t.key))
     code, out, _ = cli(capsys, "--show")
     assert code == 0 and "16x4096x4096 bf16 nt: 128x16x64 cooperative split_k=4 swap_ab=True  9.5 us" in out
+
+
+def test_clusters_are_searched_only_when_asked():
+    """--clusters adds the 2-CTA twin of every candidate that can pair (one split, no swap, one
+    piece); without it no cluster config is measured (none measured faster yet)."""
+    plain, paired = tune.quick_grid(1024, 1024, 1024), tune.quick_grid(1024, 1024, 1024, clusters=True)
+    assert all(c.cluster_m == 1 for c in plain) and all(c.cluster_m == 1 for c in tune.space(512, 4096, 4096))
+    twins = [c for c in paired if c.cluster_m == 2]
+    assert twins and all(c.schedule != "persistent" and c.split_k == 1 and not c.swap_ab for c in twins)
+    assert {dataclasses.replace(c, cluster_m=1) for c in twins} <= set(plain)
+    space = tune.space(512, 4096, 4096, clusters=True)
+    assert any(c.cluster_m == 2 for c in space) and len(space) == len(set(space))
+    gpu = FakeGPU()
+    tune.search(1024, 1024, 1024, settings(quick=True, clusters=True), gpu)
+    assert any(c.cluster_m == 2 for c in gpu.measured)
+    assert tune.planned(1024, 1024, 1024, settings(quick=True, clusters=True)) == len(gpu.measured)

@@ -36,10 +36,14 @@ def tile_layout(desc):
 
 
 @gluon.jit
-def load_tile(desc, batch, row, col, bar, dst):
-    """TMA load of the box at (row, col) of matrix `batch` (rank 3) or of the matrix (rank 2)."""
+def load_tile(desc, batch, row, col, bar, dst, MULTICAST: gl.constexpr = False):
+    """TMA load of the box at (row, col) of matrix `batch` (rank 3) or of the matrix (rank 2);
+    MULTICAST (a 2-CTA cluster's shared operand, rank 2): into both CTAs of the pair."""
     if len(desc.block_type.shape) == 3:
+        gl.static_assert(not MULTICAST, "clusters run unbatched products")
         tma.async_load(desc, [batch, row, col], bar, dst.reshape([1] + tile_shape(desc)))
+    elif MULTICAST:
+        tma.async_load(desc, [row, col], bar, dst, multicast=True)
     else:
         tma.async_load(desc, [row, col], bar, dst)
 

@@ -64,6 +64,13 @@ SCHEDULE_FACTS = {
                               producer_regs=40),
 }
 SCHEDULES = tuple(SCHEDULE_FACTS)
+#: CTAs per cluster along M (KernelConfig.cluster_m) and the schedules that pair them. In the
+#: cluster kernel a tensor's rows split over the two CTAs: a ping-pong consumer's tile is the
+#: pair's 2·block_m rows; a cooperative consumer's is its block_m/2 rows in each CTA, so the
+#: pair's tile is ordered consumer-major (consumer c: pair rows [c·block_m, (c+1)·block_m),
+#: the first half in CTA 0) and each consumer reads its own A box of the slot.
+CLUSTER_SIZES = (1, 2)
+CLUSTER_SCHEDULES = ("pingpong", "cooperative")
 #: Most K splits of one tile (the workspace holds split_k fp32 partial tiles).
 MAX_SPLIT_K = 64
 
@@ -88,7 +95,7 @@ MAX_GROUP_M = 256
 #: arguments). Offline sm_90a builds allocate 72-328 B beyond ring + staging (persistent,
 #: cooperative, pingpong); 1 KB covers that with room, and tests compare it with the compiler.
 _FIXED_BYTES = 1024
-assert _FIXED_BYTES >= 2 * MAX_STAGES * BARRIER_BYTES + 4 * BARRIER_BYTES
+assert _FIXED_BYTES >= 3 * MAX_STAGES * BARRIER_BYTES + 4 * BARRIER_BYTES  # + a cluster's pair_empty
 #: The derived epilogue stays whole-tile while the ring still gets this many stages (measured,
 #: H200 8192³: 3 vs 4 stages made no difference, but narrow sub-tiles cost 1-3%).
 SUBTILE_BELOW_STAGES = 3
@@ -126,6 +133,7 @@ class Derived:
     swap_ab: bool = False
     block_n2: int = 0  # columns of the second column piece (block_n = 3·2^k); 0: one piece
     instr_shape2: tuple = ()  # the second piece's wgmma shape (= instr_shape without one)
+    cluster_m: int = 1  # CTAs per cluster along M: the kernel's tile is cluster_m·block_m rows
 
     @property
     def pieces(self) -> tuple:
@@ -191,6 +199,11 @@ class KernelConfig:
     split_k: K splits per output tile (module docstring); 1 = none. Warp-specialized schedules.
     swap_ab: compute Cᵀ = Bᵀ·Aᵀ (block_m tiles N, block_n tiles M): for M ≤ 64 (decode),
         where a 128-row tile over M would be mostly padding. Warp-specialized schedules.
+    cluster_m: CTAs per cluster along M (1 or 2). 2: a pair of CTAs takes two vertically
+        adjacent tiles (2·block_m rows, the same block_n columns) and loads their common B
+        tile once, multicast into both CTAs' shared memory (pingpong.hopper.pipeline); the
+        persistent grid counts pairs. Warp-specialized schedules (CLUSTER_SCHEDULES), one K
+        split, no swap, one column piece; unbatched products.
     """
 
     block_m: int = 128
@@ -203,6 +216,7 @@ class KernelConfig:
     instr_n: int | None = None
     split_k: int = 1
     swap_ab: bool = False
+    cluster_m: int = 1
 
     def derive(self, in_bytes: int = 2, out_bytes: int = 2) -> Derived:
         """Validate and derive everything else; raises ConfigError naming the constraint.
@@ -237,6 +251,20 @@ class KernelConfig:
                 f"split_k={self.split_k}, swap_ab={self.swap_ab}: split-K and swap-AB run on the warp-specialized"
                 f" schedules (cooperative, pingpong), not {self.schedule!r}"
             )
+        if not _is_int(self.cluster_m) or self.cluster_m not in CLUSTER_SIZES:
+            raise ConfigError(f"cluster_m must be an int in {CLUSTER_SIZES} (CTAs per cluster along M), got"
+                              f" {self.cluster_m!r}")
+        if self.cluster_m > 1:
+            if self.schedule not in CLUSTER_SCHEDULES:
+                raise ConfigError(f"cluster_m={self.cluster_m} runs on the {' / '.join(CLUSTER_SCHEDULES)} schedule,"
+                                  f" not {self.schedule!r}")
+            if self.split_k > 1 or self.swap_ab:
+                raise ConfigError(f"cluster_m={self.cluster_m} cannot pair split_k={self.split_k} /"
+                                  f" swap_ab={self.swap_ab} work units (their epilogue stores through pointers);"
+                                  " use cluster_m=1")
+            if len(column_pieces(bn)) != 1:
+                raise ConfigError(f"cluster_m={self.cluster_m} needs a one-piece tile: block_n={bn} is two column"
+                                  " pieces")
         if not _is_int(in_bytes) or in_bytes != 2:
             raise ConfigError(f"operands must be 16-bit (bf16/fp16) for wgmma here, got {in_bytes}-byte elements")
         if not _is_int(out_bytes) or out_bytes not in (2, 4):
@@ -414,4 +442,5 @@ def _derive(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> Derived:
         swap_ab=cfg.swap_ab,
         block_n2=pieces[1] if len(pieces) > 1 else 0,
         instr_shape2=(16, cfg.instr_n or _instr_n(pieces[-1]), WGMMA_K_BYTES // in_bytes) if len(pieces) > 1 else (),
+        cluster_m=cfg.cluster_m,
     )

@@ -39,6 +39,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from triton.language.core import _aggregate as aggregate
 
 from .batched import load_tile, store_tile, tile_layout, tile_shape
+from .pipeline import allocate_barriers
 
 
 @gluon.jit
@@ -155,7 +156,7 @@ class Epilogue:
     def allocate(c_desc, cin_desc, alpha, beta, HAS_C: gl.constexpr, COPIES: gl.constexpr, BUFS: gl.constexpr,
                  bias, M, N, BIAS: gl.constexpr, ACTIVATION: gl.constexpr):
         staging = gl.allocate_shared_memory(c_desc.dtype, [COPIES * BUFS] + tile_shape(c_desc), tile_layout(c_desc))
-        c_ready = gl.allocate_shared_memory(gl.int64, [COPIES, 1], mbarrier.MBarrierLayout())
+        c_ready = allocate_barriers(COPIES)
         if HAS_C:  # only barriers that are used get initialized (pingpong.hopper.pipeline.Ring)
             for i in gl.static_range(COPIES):
                 mbarrier.init(c_ready.index(i), count=1)
@@ -199,7 +200,7 @@ class Epilogue:
         out = activate(add_bias(x * self.alpha, self.bias, off_m, off_n, self.M, self.N, self.BIAS), self.ACTIVATION)
         tma.store_wait(stores_left_in_flight(self.BUFS))  # the store that last read this buffer has drained
         if self.HAS_C:
-            mbarrier.expect(c_ready, self.cin_desc.block_type.nbytes)
+            mbarrier.expect(c_ready, self.cin_desc.type.nbytes_per_cta)
             load_tile(self.cin_desc, batch, off_m, off_n, c_ready, staging)
             mbarrier.wait(c_ready, c_parity(seq))
             out = out + self.beta * staging.load(x.type.layout).to(gl.float32)

@@ -39,6 +39,21 @@ fills the 64-row wgmma side and the result is written transposed.
               │ MMA k-steps [0, S) │ ws[0] ← acc, arrive  │ MMA [S, 2S) │ ws[1] ← acc, arrive, last:
               │                                            │   out = cast(act(α·(ws[0] + ws[1] + ...) + bias) + β·C)
 
+CLUSTERS (KernelConfig.cluster_m=2; CLUSTER = 2, launched with num_ctas=2): one
+program is a pair of CTAs on two SMs of one GPC, and the kernel describes the pair (Triton's
+CTA layouts: BM is the pair's 2·block_m rows, A's box and the accumulator split over the two
+CTAs by rows, B's box shared). The pair takes vertically adjacent tiles, the same columns, so
+they need the same B tile: the leader loads it once, multicast into both CTAs' slot.
+
+    CTA 0 producer │ wait empty[s], pair_empty[s] │ A rows 0..BM-1 → own slot │ B → slot s of BOTH
+    CTA 1 producer │ wait empty[s]                │ A rows BM..2BM-1 → own slot
+    CTA r consumer │ wait ready[s] (own) │ wgmma │ ... │ arrive empty[s] (own) + pair_empty[s] (CTA 0's)
+                   ▲ the leader refills slot s only when BOTH CTAs' consumers released it
+    kernel entry   │ init barriers · fence · cluster barrier (no arrival on an uninitialized partner)
+
+A cooperative pair orders its 2·block_m rows consumer-major: consumer c computes pair rows
+[c·block_m, (c+1)·block_m), half in each CTA, from its own A box of the slot (A_BOXES = 2).
+
 All three share one mainloop contract (pingpong.hopper.pipeline docstring): wait ready with
 ring_phase, keep one k-step's wgmma in flight, release a slot once its wgmma has completed.
 
@@ -177,18 +192,21 @@ def warp_specialized_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha
                           acc_layout2: gl.constexpr,
                           CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                           RELEASERS: gl.constexpr, CONSUMER_WARPS: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
-                          batches, BIAS: gl.constexpr, ACTIVATION: gl.constexpr):
+                          batches, BIAS: gl.constexpr, ACTIVATION: gl.constexpr, CLUSTER: gl.constexpr = 1):
     """Ping-pong or cooperative: producer warp + two consumer warpgroups (module docstring),
-    one work unit per output tile (of every batch), the TMA epilogue.
+    one work unit per output tile (of every batch), the TMA epilogue. CLUSTER = 2: a 2-CTA
+    cluster kernel (module docstring, CLUSTERS), BM is the pair's rows.
 
     RELEASERS and the worker warps come from config.SCHEDULE_FACTS.
     """
     gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
     gl.static_assert(RELEASERS == (1 if PINGPONG else 2), "ping-pong: one consumer frees a slot; cooperative: both")
+    gl.static_assert(CLUSTER == gl.num_ctas(), "CLUSTER is the launch's num_ctas")
+    gl.static_assert(CLUSTER == 1 or BN2 == 0, "clusters: one-piece tiles (config.validate)")
     sched = TileScheduler.create(M, N, K, BM, BN, BK, GROUP_M, batches)
-    ring = Ring.allocate(a_desc, b_desc, STAGES, RELEASERS, BN2, B_KMAJOR)
+    ring = Ring.allocate(a_desc, b_desc, STAGES, RELEASERS, BN2, B_KMAJOR, CLUSTER)
     epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, HAS_C, 2, EPI_BUFS, bias, M, N, BIAS, ACTIVATION)
-    run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, A_KMAJOR, B_KMAJOR, BN2), PINGPONG, BN2, acc_layout,
+    run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, A_KMAJOR, B_KMAJOR, BN2, CLUSTER > 1), PINGPONG, BN2, acc_layout,
                    acc_layout2, A_KMAJOR, B_KMAJOR, CONSUMER_WARPS, PRODUCER_WARPS, CONSUMER_REGS, PRODUCER_REGS)
 
 

@@ -20,6 +20,7 @@ import torch
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from ..errors import ConfigError
 from ..runtime import compile as cc
 from .. import fused
 from ..toolchain import KERNEL_OPTIONS
@@ -43,14 +44,26 @@ def tma_orientation(t: torch.Tensor) -> str | None:
 
 
 @functools.lru_cache(maxsize=None)
-def _smem_layout(row_bytes: int, element_bits: int, rank: int = 2) -> gl.NVMMASharedLayout:
-    return gl.NVMMASharedLayout(swizzle_byte_width=swizzle_width(row_bytes), element_bitwidth=element_bits, rank=rank)
+def _smem_layout(row_bytes: int, element_bits: int, rank: int = 2, cga: tuple = ()) -> gl.NVMMASharedLayout:
+    if not cga:
+        return gl.NVMMASharedLayout(swizzle_byte_width=swizzle_width(row_bytes), element_bitwidth=element_bits,
+                                    rank=rank)
+    return gl.NVMMASharedLayout(swizzle_byte_width=swizzle_width(row_bytes), element_bitwidth=element_bits, rank=rank,
+                                cga_layout=[list(b) for b in cga])
 
 
-def _descriptor(t: torch.Tensor, box: list[int]) -> TensorDescriptor:
+#: CTA layouts of a 2-CTA cluster's boxes (cga bases: which box dimension the CTA bit splits):
+#: split along dim 0 or dim 1 (the pair's 2·BM rows of A or of the output), or shared whole
+#: by both CTAs (B: a multicast load).
+CGA_SPLIT_DIM0, CGA_SPLIT_DIM1, CGA_SHARED = ((1, 0),), ((0, 1),), ((0, 0),)
+
+
+def _descriptor(t: torch.Tensor, box: list[int], cga: tuple = ()) -> TensorDescriptor:
     """TMA descriptor of a row-major view, NVMMA-swizzled by its box's row width: 2-D with
-    box `box`, or 3-D [batch, rows, cols] with box [1, *box] (one matrix's tile)."""
-    layout = _smem_layout(box[-1] * t.element_size(), 8 * t.element_size(), t.dim())
+    box `box`, or 3-D [batch, rows, cols] with box [1, *box] (one matrix's tile). `cga`: the
+    box's CTA layout in a cluster kernel (2-D only)."""
+    assert not cga or t.dim() == 2, "cluster kernels run unbatched products"
+    layout = _smem_layout(box[-1] * t.element_size(), 8 * t.element_size(), t.dim(), cga)
     if t.dim() == 3:
         assert (t.stride(0) * t.element_size()) % 16 == 0 and t.stride(0) > 0, "batch stride: non-zero, 16-byte multiple"
         box = [1, *box]
@@ -65,25 +78,31 @@ def per_batch(t: torch.Tensor | None) -> torch.Tensor | None:
     return t[0] if t.shape[0] == 1 or t.stride(0) == 0 else t
 
 
-def operand_descriptor(t: torch.Tensor, rows: int, k: int, k_is_dim1: bool) -> tuple[TensorDescriptor, bool]:
+def operand_descriptor(t: torch.Tensor, rows: int, k: int, k_is_dim1: bool, cluster: str = "") -> tuple[TensorDescriptor, bool]:
     """Descriptor of an operand tile of `rows` × `k` and whether it is K-major in memory.
 
     `t` is A (M, K) (k_is_dim1=True) or B viewed as (N, K) (k_is_dim1=True after the caller
     transposes B's (K, N) view), or a batch (B, ·, ·) of them (`per_batch` first).
-    Whichever dimension is contiguous becomes the TMA box's row.
+    Whichever dimension is contiguous becomes the TMA box's row. `cluster` (a 2-CTA cluster
+    kernel): "split" the box's rows over the pair, or "shared" by both CTAs (multicast).
     """
     orient = tma_orientation(t if t.dim() == 2 else t[0])
     assert orient is not None, "operand must be TMA-legal (the API pads it otherwise)"
+    cga = {"": (), "shared": CGA_SHARED, "split": CGA_SPLIT_DIM0 if orient == "row" else CGA_SPLIT_DIM1}[cluster]
     if orient == "row":
-        return _descriptor(t, [rows, k]), True
-    return _descriptor(t.transpose(-1, -2), [k, rows]), False
+        return _descriptor(t, [rows, k], cga), True
+    return _descriptor(t.transpose(-1, -2), [k, rows], cga), False
 
 
 @functools.lru_cache(maxsize=None)
 def acc_layout(d, piece: int = 0) -> gl.NVMMADistributedLayout:
-    """The wgmma accumulator layout of column piece `piece` (config.column_pieces)."""
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=list(d.warps_per_cta),
-                                     instr_shape=list(d.instr_shape2 if piece else d.instr_shape))
+    """The wgmma accumulator layout of column piece `piece` (config.column_pieces); in a
+    2-CTA cluster its rows split over the pair like A's."""
+    shape = list(d.instr_shape2 if piece else d.instr_shape)
+    if d.cluster_m > 1:
+        return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=list(d.warps_per_cta), instr_shape=shape,
+                                         cga_layout=[list(b) for b in CGA_SPLIT_DIM0])
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=list(d.warps_per_cta), instr_shape=shape)
 
 
 def prepare(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, bias=None, activation="none"):
@@ -96,23 +115,35 @@ def prepare(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, bias=None
     a, b, c, out = per_batch(a), per_batch(b), per_batch(c), out if batches > 1 else per_batch(out)
     d = config.derive(a.element_size(), out.element_size())
     assert not d.workspace, "split-K / swap-AB configs run through prepare_split"
+    if d.cluster_m > 1 and batches > 1:
+        raise ConfigError(f"cluster_m={d.cluster_m}: 2-CTA clusters run unbatched products; use cluster_m=1 for"
+                          f" a batch of {batches}")
     return _gemm_launch(a, b, out, c, alpha, beta, d, sms, bias, activation, batches)
 
 
 def _operands(a, b, d):
     """TMA descriptors and K-majorness of the kernel's A (rows × K) and B (K × cols).
-    A two-piece B tile (d.pieces (2q, q)) is loaded as three boxes of q columns."""
-    a_desc, a_kmajor = operand_descriptor(a, d.block_m, d.block_k, True)
-    b_desc, b_kmajor = operand_descriptor(b.transpose(-1, -2), d.pieces[-1], d.block_k, True)
+    A two-piece B tile (d.pieces (2q, q)) is loaded as three boxes of q columns. A 2-CTA
+    cluster's A box is one consumer's rows of the pair (cluster_m·consumer_m: all 2·block_m
+    under ping-pong, block_m per cooperative consumer), split over the CTAs; its B box is
+    shared (multicast)."""
+    pair = d.cluster_m > 1  # the A box: the pair's rows of one consumer (both consumers' under ping-pong)
+    a_rows = d.cluster_m * d.consumer_m if pair else d.block_m
+    a_desc, a_kmajor = operand_descriptor(a, a_rows, d.block_k, True, "split" if pair else "")
+    b_desc, b_kmajor = operand_descriptor(b.transpose(-1, -2), d.pieces[-1], d.block_k, True, "shared" if pair else "")
     return a_desc, b_desc, dict(A_KMAJOR=a_kmajor, B_KMAJOR=b_kmajor)
 
 
 def _tile_kwargs(d) -> dict:
     """The constexprs every schedule takes: tile, ring depth, raster, accumulator layout, warps
-    (and pingpong's compile options)."""
-    return dict(BM=d.block_m, BN=d.block_n, BN2=d.block_n2, BK=d.block_k, STAGES=d.stages, GROUP_M=d.group_m,
-                acc_layout=acc_layout(d), acc_layout2=acc_layout(d, len(d.pieces) - 1), num_warps=d.num_warps,
-                **KERNEL_OPTIONS)
+    (and pingpong's compile options). A 2-CTA cluster kernel describes the pair: its BM is
+    cluster_m·block_m rows, launched with num_ctas = cluster_m (CLUSTER only then, so a
+    cluster_m=1 launch is the same as before clusters existed; the kernel's CLUSTER is passed
+    by _gemm_launch)."""
+    pair = dict(num_ctas=d.cluster_m) if d.cluster_m > 1 else {}
+    return dict(BM=d.cluster_m * d.block_m, BN=d.block_n, BN2=d.block_n2, BK=d.block_k, STAGES=d.stages,
+                GROUP_M=d.group_m, acc_layout=acc_layout(d), acc_layout2=acc_layout(d, len(d.pieces) - 1),
+                num_warps=d.num_warps, **pair, **KERNEL_OPTIONS)
 
 
 def _schedule_kwargs(d) -> dict:
@@ -127,21 +158,22 @@ def _gemm_launch(a, b, out, c, alpha, beta, d, sms: int, bias=None, activation="
     M, K = a.shape[-2:]
     N = b.shape[-1]
     a_desc, b_desc, majors = _operands(a, b, d)
-    c_box = [d.consumer_m, d.epilogue_n]  # one epilogue sub-tile
-    c_desc = _descriptor(out, c_box)
+    c_box = [d.cluster_m * d.consumer_m, d.epilogue_n]  # one epilogue sub-tile (of the pair: split over it)
+    c_cga = CGA_SPLIT_DIM0 if d.cluster_m > 1 else ()
+    c_desc = _descriptor(out, c_box, c_cga)
     has_c = c is not None and beta != 0.0
     assert not has_c or (tma_orientation(c if c.dim() == 2 else c[0]) == "row" and c.dtype == out.dtype), \
         "C must be TMA-legal, out's dtype"
-    cin_desc = _descriptor(c, c_box) if has_c else c_desc
-    units = -(-M // d.block_m) * -(-N // d.block_n) * batches
+    cin_desc = _descriptor(c, c_box, c_cga) if has_c else c_desc
+    units = -(-M // (d.cluster_m * d.block_m)) * -(-N // d.block_n) * batches  # pairs of tiles in a cluster
     bias_ptr = fused.bias_vector(bias) if bias is not None else out  # never read without a bias
     args = (a_desc, b_desc, c_desc, cin_desc, bias_ptr, M, N, K, float(alpha), float(beta))
     common = dict(majors, HAS_C=has_c, EPI_BUFS=d.epilogue_bufs, batches=batches, BIAS=fused.bias_kind(bias, M),
                   ACTIVATION=activation)
-    grid = (max(1, min(sms, units)),)
+    grid = (max(1, min(sms // d.cluster_m, units)),)  # programs = clusters: one CTA per SM
     if d.schedule == "persistent":
         return persistent_gemm, args, dict(common, **_tile_kwargs(d)), grid
-    return warp_specialized_gemm, args, dict(common, **_schedule_kwargs(d)), grid
+    return warp_specialized_gemm, args, dict(common, **_schedule_kwargs(d), CLUSTER=d.cluster_m), grid
 
 
 # ----------------------------------------------------------------------------- split-K / swap-AB
@@ -208,7 +240,8 @@ def prepare_split(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, wor
 # ----------------------------------------------------------------------------- offline compilation
 
 
-def _offline_builder(schedule: str, block: tuple[int, int, int], fusion: str = "", batches: int = 1):
+def _offline_builder(schedule: str, block: tuple[int, int, int], fusion: str = "", batches: int = 1,
+                     cluster_m: int = 1):
     """`fusion` "": α·acc + β·C; else the activation name, with a per-column bias too."""
 
     def build(target: str) -> cc.Launch:
@@ -218,12 +251,13 @@ def _offline_builder(schedule: str, block: tuple[int, int, int], fusion: str = "
         w = torch.empty(*lead, N, K, dtype=torch.bfloat16)  # transpose_b: b = w.t()
         out = torch.empty(*lead, M, N, dtype=torch.bfloat16)
         bias = torch.empty(N, dtype=torch.bfloat16) if fusion else None
-        config = KernelConfig(*block, schedule=schedule)
+        config = KernelConfig(*block, schedule=schedule, cluster_m=cluster_m)
         kernel, args, kwargs, grid = prepare(a, w.transpose(-1, -2), out, out, 1.0, 1.0, config, 132, bias,
                                              fusion or "none")
         return cc.Launch(kernel, args, kwargs, grid)
 
     extra = (f", bias + {fusion}" if fusion else "") + (f", batched ({batches}, M, K) @ ({batches}, K, N)" if batches > 1 else "")
+    extra += ", 2-CTA cluster (B multicast)" if cluster_m > 1 else ""
     build.__doc__ = f"Hopper GEMM, {schedule} schedule, {block[0]}×{block[1]}×{block[2]}, bf16 transpose_b, β·C{extra}"
     return build
 
@@ -241,6 +275,12 @@ cc.register("pingpong-96", targets=("sm_90a",))(_offline_builder("pingpong", (64
 # select's mid-size tiles as they run: two 64-element k-steps per ring slot (64×32; 64×96 = 64 + 32).
 cc.register("pingpong-64x32x128", targets=("sm_90a",))(_offline_builder("pingpong", (64, 32, 128)))
 cc.register("pingpong-96x128", targets=("sm_90a",))(_offline_builder("pingpong", (64, 96, 128)))
+# 2-CTA clusters (KernelConfig.cluster_m=2): the pair shares B's loads through TMA multicast.
+cc.register("pingpong-cluster", targets=("sm_90a",))(_offline_builder("pingpong", (128, 128, 64), cluster_m=2))
+cc.register("pingpong-cluster-64", targets=("sm_90a",))(_offline_builder("pingpong", (64, 128, 64), cluster_m=2))
+cc.register("cooperative-cluster", targets=("sm_90a",))(_offline_builder("cooperative", (128, 256, 64), cluster_m=2))
+cc.register("pingpong-cluster-gelu", targets=("sm_90a",))(
+    _offline_builder("pingpong", (64, 256, 64), "gelu_erf", cluster_m=2))
 
 
 def _offline_split_builder(config: KernelConfig, shape: tuple[int, int, int], doc: str):

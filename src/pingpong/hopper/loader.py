@@ -11,6 +11,11 @@ combinations the caller passed) and turns (off_m, off_n, k) into TMA box coordin
 A two-piece B tile (BN2 > 0, config.column_pieces) is three boxes of BN2 columns: two side by
 side into the first piece's buffer, one into the second's.
 
+A 2-CTA cluster (MULTICAST): the A box is the pair's 2·BM rows, split over the two CTAs (each
+loads its own half), the B box is the same for both and goes out once, from the leader, as a
+`.multicast::cluster` copy into both CTAs' slot; each CTA expects its own bytes (its A half
+plus the whole B) on its own ready barrier.
+
 Out-of-range boxes are zero-filled by TMA, so M, N, K need not be tile multiples.
 A batched operand (rank-3 descriptor) is read from matrix `batch` (pingpong.hopper.batched).
 """
@@ -30,14 +35,16 @@ class TileLoader:
     A_KMAJOR: gl.constexpr
     B_KMAJOR: gl.constexpr
     BN2: gl.constexpr  # columns of the second piece of a two-piece B tile; 0: one box per stage
+    MULTICAST: gl.constexpr  # a 2-CTA cluster: B is loaded once by the leader into both CTAs
 
     @gluon.constexpr_function
-    def __init__(self, a_desc, b_desc, A_KMAJOR, B_KMAJOR, BN2=0):
+    def __init__(self, a_desc, b_desc, A_KMAJOR, B_KMAJOR, BN2=0, MULTICAST=False):
         self.a_desc = a_desc
         self.b_desc = b_desc
         self.A_KMAJOR = gl.constexpr(A_KMAJOR)
         self.B_KMAJOR = gl.constexpr(B_KMAJOR)
         self.BN2 = gl.constexpr(BN2)
+        self.MULTICAST = gl.constexpr(MULTICAST)
 
     @gluon.jit
     def load(self, ring, counter, off_m, off_n, k, batch=0):
@@ -45,11 +52,15 @@ class TileLoader:
         s = ring.acquire_empty(counter)
         bar = ring.ready.index(s)
         B_BOXES: gl.constexpr = 3 if self.BN2 else 1
-        mbarrier.expect(bar, self.a_desc.block_type.nbytes + B_BOXES * self.b_desc.block_type.nbytes)
-        if self.A_KMAJOR:
-            load_tile(self.a_desc, batch, off_m, k, bar, ring.a_bufs.index(s))
-        else:
-            load_tile(self.a_desc, batch, k, off_m, bar, ring.a_bufs.index(s))
+        # bytes landing in THIS CTA (a cluster's A box is split over the pair, B reaches both whole)
+        mbarrier.expect(bar, ring.A_BOXES * self.a_desc.type.nbytes_per_cta
+                        + B_BOXES * self.b_desc.type.nbytes_per_cta)
+        if ring.A_BOXES == 1:
+            self.load_a(ring.a_bufs.index(s), off_m, k, bar, batch)
+        else:  # a cluster's cooperative consumers' boxes (pipeline.Ring.allocate), one after the other
+            A_ROWS: gl.constexpr = self.a_desc.block_type.shape[-2 if self.A_KMAJOR else -1]
+            for i in gl.static_range(ring.A_BOXES):
+                self.load_a(ring.a_box(s, i), off_m + i * A_ROWS, k, bar, batch)
         if self.BN2:
             N_DIM: gl.constexpr = 0 if self.B_KMAJOR else 1  # where N runs in a B box
             for i in gl.static_range(2):  # the first piece: two boxes side by side
@@ -60,9 +71,17 @@ class TileLoader:
             self.load_b(ring.b_bufs.index(s), off_n, k, bar, batch)
 
     @gluon.jit
+    def load_a(self, dst, off_m, k, bar, batch):
+        """One A box: rows from off_m, k-step k."""
+        if self.A_KMAJOR:
+            load_tile(self.a_desc, batch, off_m, k, bar, dst)
+        else:
+            load_tile(self.a_desc, batch, k, off_m, bar, dst)
+
+    @gluon.jit
     def load_b(self, dst, off_n, k, bar, batch):
         """One B box: columns from off_n, k-step k."""
         if self.B_KMAJOR:
-            load_tile(self.b_desc, batch, off_n, k, bar, dst)
+            load_tile(self.b_desc, batch, off_n, k, bar, dst, self.MULTICAST)
         else:
-            load_tile(self.b_desc, batch, k, off_n, bar, dst)
+            load_tile(self.b_desc, batch, k, off_n, bar, dst, self.MULTICAST)

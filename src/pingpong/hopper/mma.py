@@ -52,7 +52,11 @@ class MmaOp:
     def issue(self, ring, s, ROW0: gl.constexpr, ROWS: gl.constexpr, A_KMAJOR: gl.constexpr,
               B_KMAJOR: gl.constexpr):
         """Asynchronous wgmma on slot `s`, rows [ROW0, ROW0+ROWS) of the A tile."""
-        if A_KMAJOR:
+        if ring.A_BOXES > 1:  # a cluster's cooperative consumer: its own A box is its rows
+            a = ring.a_box(s, ROW0 // ROWS)
+            if not A_KMAJOR:
+                a = a.permute((1, 0))
+        elif A_KMAJOR:
             a = ring.a_bufs.index(s).slice(ROW0, ROWS, 0)
         else:
             a = ring.a_bufs.index(s).slice(ROW0, ROWS, 1).permute((1, 0))

@@ -26,6 +26,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 from triton.language.core import _aggregate as aggregate
 
+from .pipeline import allocate_barriers
+
 
 @gluon.jit
 def turn_phase(local_tile, consumer):
@@ -51,7 +53,7 @@ class PhaseSync:
 
     @gluon.jit
     def allocate():
-        turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        turns = allocate_barriers(2)
         mbarrier.init(turns.index(0), count=1)
         mbarrier.init(turns.index(1), count=1)
         return PhaseSync(turns)

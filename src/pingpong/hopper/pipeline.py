@@ -16,14 +16,35 @@ Protocol per slot s (mbarrier parity waits):
     | consumer | ready[s], phase          | wgmma on slot s ... arrive(empty[s])  |
 
 The producer's first pass waits on parity 1 of a fresh barrier, which counts as already
-complete: every slot starts empty. These helpers are `@gluon.jit` functions so kernels call
+complete: every slot starts empty.
+
+A 2-CTA cluster (CLUSTER = 2, KernelConfig.cluster_m; the kernel is launched with num_ctas=2
+and describes the pair's work, each CTA holding its half of every split tensor): the leader
+CTA's multicast writes B into BOTH CTAs' slot s, so a slot is refilled only when both CTAs'
+consumers released it. Each slot has a second empty barrier, `pair_empty[s]`, that lives in
+the leader (a two-CTA mbarrier: both CTAs' releases arrive on it, the partner's remotely at
+cluster scope, count 2·RELEASERS); the leader's producer waits on it before the multicast
+(the partner's wait on it is no-op in Triton's lowering), and each producer still waits its
+own `empty[s]` before loading its own A rows:
+
+    | who               | waits on                          | then                              |
+    |-------------------|-----------------------------------|-----------------------------------|
+    | producer (leader) | empty[s], pair_empty[s], ph ^ 1   | expect own bytes; A rows; B ⇒ both |
+    | producer (other)  | empty[s], ph ^ 1                  | expect own bytes (A half + B); A   |
+    | every consumer    | ready[s] (its own CTA's), ph      | wgmma ... arrive empty[s] and      |
+    |                   |                                   | arrive pair_empty[s] (leader's)    |
+
+Released by one CTA only, the leader would overwrite the partner's B while its wgmma reads
+it (pingpong.schedule's `hopper_cluster_one_cta_release` finds that race). The barriers are
+initialized, fenced and the pair synchronized (cluster barrier) before anyone may arrive on a
+partner's barrier or multicast into its shared memory. These helpers are `@gluon.jit` functions so kernels call
 them, and plain arithmetic so `pingpong.schedule` can call ``ring_index.fn(c, S)`` and check
 the very protocol the kernel runs.
 """
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 from triton.language.core import _aggregate as aggregate
 from .batched import tile_layout, tile_shape
 
@@ -60,6 +81,14 @@ def first_piece_shape(box, BN2, B_KMAJOR):
     return [2 * box[0], box[1]] if B_KMAJOR else [box[0], 2 * box[1]]
 
 
+@gluon.jit
+def allocate_barriers(COUNT: gl.constexpr):
+    """COUNT mbarriers local to each CTA of the launch (one per CTA when num_ctas > 1: Triton
+    wants a CTA layout on every shared allocation of a cluster kernel; with one CTA this is
+    the plain [COUNT, 1] allocation)."""
+    return gl.allocate_shared_memory(gl.int64, [COUNT, gl.num_ctas()], mbarrier.MBarrierLayout.multicta(gl.num_ctas()))
+
+
 @aggregate
 class Ring:
     """The stage ring: STAGES A and B buffers and their ready/empty mbarriers.
@@ -81,39 +110,64 @@ class Ring:
     b2_bufs: gl.shared_memory_descriptor
     ready: gl.shared_memory_descriptor
     empty: gl.shared_memory_descriptor
+    pair_empty: gl.shared_memory_descriptor  # CLUSTER = 2: in the leader, both CTAs release; else = empty
     STAGES: gl.constexpr
+    CLUSTER: gl.constexpr
+    A_BOXES: gl.constexpr  # A boxes per slot: 1, or a cluster's cooperative consumers' one each
 
     @gluon.constexpr_function
-    def __init__(self, a_bufs, b_bufs, b2_bufs, ready, empty, STAGES):
+    def __init__(self, a_bufs, b_bufs, b2_bufs, ready, empty, pair_empty, STAGES, CLUSTER, A_BOXES=1):
         self.a_bufs = a_bufs
         self.b_bufs = b_bufs
         self.b2_bufs = b2_bufs
         self.ready = ready
         self.empty = empty
+        self.pair_empty = pair_empty
         self.STAGES = gl.constexpr(STAGES)
+        self.CLUSTER = gl.constexpr(CLUSTER)
+        self.A_BOXES = gl.constexpr(A_BOXES)
 
     @gluon.jit
     def allocate(a_desc, b_desc, STAGES: gl.constexpr, RELEASERS: gl.constexpr, BN2: gl.constexpr = 0,
-                 B_KMAJOR: gl.constexpr = True):
-        a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + tile_shape(a_desc), tile_layout(a_desc))
+                 B_KMAJOR: gl.constexpr = True, CLUSTER: gl.constexpr = 1):
+        # a cluster's cooperative consumers each read their own A box: the consumer's rows of the
+        # pair (BM/2 in each CTA), contiguous in A and split over the CTAs like the pair's rows
+        # of a ping-pong tile; the consumers that release a slot are the ones that read it
+        A_BOXES: gl.constexpr = RELEASERS if CLUSTER > 1 else 1
+        a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES * A_BOXES] + tile_shape(a_desc), tile_layout(a_desc))
         b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + first_piece_shape(tile_shape(b_desc), BN2, B_KMAJOR),
                                            tile_layout(b_desc))
         b2_bufs = b_bufs
         if BN2:
             b2_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + tile_shape(b_desc), tile_layout(b_desc))
-        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        ready = allocate_barriers(STAGES)
+        empty = allocate_barriers(STAGES)
         for s in gl.static_range(STAGES):
             mbarrier.init(ready.index(s), count=1)
             if RELEASERS > 0:
                 mbarrier.init(empty.index(s), count=RELEASERS)
-        return Ring(a_bufs, b_bufs, b2_bufs, ready, empty, STAGES)
+        pair_empty = empty
+        if CLUSTER > 1:
+            gl.static_assert(CLUSTER == 2 and RELEASERS > 0, "clusters are pairs of CTAs with consumer releases")
+            pair_empty = mbarrier.allocate_mbarrier(batch=STAGES, two_ctas=True)
+            for s in gl.static_range(STAGES):
+                mbarrier.init(pair_empty.index(s), count=RELEASERS)  # per CTA: the leader's counts both
+            fence_async_shared(cluster=True)
+            gl.barrier(cluster=True)  # no CTA arrives on or multicasts into an uninitialized partner
+        return Ring(a_bufs, b_bufs, b2_bufs, ready, empty, pair_empty, STAGES, CLUSTER, A_BOXES)
+
+    @gluon.jit
+    def a_box(self, s, i):
+        """A box `i` (of A_BOXES) of slot `s`."""
+        return self.a_bufs.index(s * self.A_BOXES + i)
 
     @gluon.jit
     def acquire_empty(self, counter):
         """Producer: wait until slot ring_index(counter) is free; returns the slot."""
         s = ring_index(counter, self.STAGES)
         mbarrier.wait(self.empty.index(s), ring_phase(counter, self.STAGES) ^ 1)
+        if self.CLUSTER > 1:  # the leader: both CTAs released the slot its multicast refills
+            mbarrier.wait(self.pair_empty.index(s), ring_phase(counter, self.STAGES) ^ 1)
         return s
 
     @gluon.jit
@@ -126,4 +180,7 @@ class Ring:
     @gluon.jit
     def release(self, counter):
         """Consumer: the wgmma reading k-step `counter` has completed; its slot may be refilled."""
-        mbarrier.arrive(self.empty.index(ring_index(counter, self.STAGES)))
+        s = ring_index(counter, self.STAGES)
+        mbarrier.arrive(self.empty.index(s))
+        if self.CLUSTER > 1:  # and on the leader's pair barrier (remote from the partner)
+            mbarrier.arrive(self.pair_empty.index(s))

@@ -324,6 +324,9 @@ def build(a, b, c, beta: float, out_dtype: torch.dtype, inplace: bool, config: K
     elif one_kernel and (config.split_k > 1 or config.swap_ab):
         raise PingpongError(f"config: split_k={config.split_k}, swap_ab={config.swap_ab} run 2-D products only;"
                             " batched products take split_k=1, swap_ab=False")
+    elif one_kernel and config.cluster_m > 1:
+        raise PingpongError(f"config: cluster_m={config.cluster_m} (2-CTA clusters) runs 2-D products only;"
+                            " batched products take cluster_m=1")
     elif one_kernel and len(column_pieces(config.block_n)) > 1:
         raise PingpongError(f"config: block_n={config.block_n} (two column pieces) runs 2-D products only;"
                             " batched products take a power-of-two block_n")
@@ -352,13 +355,13 @@ def one_kernel_config(config: KernelConfig) -> KernelConfig:
     and their workspace are 2-D): split-K dropped; swap-AB (chosen for M ≤ 64) replaced by
     the heuristic's small-problem tile; a two-piece tile narrowed to its first piece (a
     batch's B box cannot be loaded into part of a buffer: Triton 3.6 could not reshape a
-    slice; not re-tried under 3.9).
+    slice; not re-tried under 3.9); a 2-CTA cluster run on one CTA.
     The ring slot's K width is kept: rank-3 boxes take two 64-element k-steps a slot as 2-D
     ones do (tests/test_batched_gpu.py, the `_k128` configs)."""
     if config.swap_ab:
         return KernelConfig(128, 128, 64)
     pieces = column_pieces(config.block_n)
-    return dataclasses.replace(config, split_k=1, block_n=pieces[0])
+    return dataclasses.replace(config, split_k=1, block_n=pieces[0], cluster_m=1)  # clusters: 2-D only
 
 
 def _layouts(a, b) -> str:

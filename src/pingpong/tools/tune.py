@@ -4,6 +4,9 @@ table that `select_config` reads (pingpong.hopper.table).
     shapes (--shapes / --suite) ──> for each shape:
         candidates: the heuristic's config first, then
             --quick            a small fixed grid around it (quick_grid)
+            --clusters         also every pairable candidate as a 2-CTA cluster (cluster_m=2;
+                               off by default: slower on the shapes measured, RESULTS.md
+                               runs 150–153)
             space ≤ --trials   every valid config of the space (brute force)
             otherwise          Optuna's TPE sampler over the space's factors (pip install
                                pingpong[tune]); without Optuna, --trials configs of the space
@@ -50,6 +53,8 @@ SCHEDULES = ("cooperative", "pingpong")
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 #: bytes of K per ring slot (block_k = this / element size): one or two 64-element k-steps
 K_BYTES = (128, SMALL_TILE_K_BYTES)
+#: CTAs per cluster along M searched with --clusters (KernelConfig.cluster_m)
+CLUSTERS = (1, 2)
 #: swap-AB is searched for M up to this (beyond it the output's M side fills wgmma's 64 rows)
 SWAP_MAX_M = 256
 
@@ -67,12 +72,15 @@ class Settings:
     reps: int = REPS
     seed: int = 0
     show: bool = False
+    clusters: bool = False  # also measure the 2-CTA cluster twins of the candidates
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shapes", nargs="+", metavar="M,N,K", help="problem sizes to tune")
     p.add_argument("--suite", help=f"a named shape list: {', '.join(SUITES)} (pingpong.tools.suites)")
     p.add_argument("--quick", action="store_true", help="a small fixed grid around the heuristic's choice per shape")
+    p.add_argument("--clusters", action="store_true",
+                   help="also measure every pairable candidate as a 2-CTA cluster (cluster_m=2, B multicast)")
     p.add_argument("--trials", type=int, default=40, help="configs measured per shape (default 40)")
     p.add_argument("--dtype", default="bf16", help="bf16 (default) or fp16")
     p.add_argument("--layout", default="nt", help="A,B storage: nt (default, a @ wᵀ), nn, tn, tt")
@@ -112,7 +120,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     if reps < 1:
         raise PingpongError(f"--reps: {reps} must be ≥ 1")
     return Settings(tuple(dict.fromkeys(shapes)), bool(args.quick), args.trials, args.dtype, args.layout, reps,
-                    args.seed, bool(args.show))
+                    args.seed, bool(args.show), bool(getattr(args, "clusters", False)))
 
 
 def check_cache_dir() -> str:
@@ -159,19 +167,21 @@ def valid(config: KernelConfig, in_bytes: int, out_bytes: int) -> bool:
     return True
 
 
-def space(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2) -> list[KernelConfig]:
-    """Every valid, distinct config of the searched factors for this shape."""
+def space(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2, clusters: bool = False) -> list[KernelConfig]:
+    """Every valid, distinct config of the searched factors for this shape (`clusters`: with
+    cluster_m 1 and 2)."""
     seen: dict[KernelConfig, None] = {}
-    for (bm, bn), kb, schedule, split, swap in itertools.product(TILES, K_BYTES, SCHEDULES, SPLITS, (False, True)):
+    for (bm, bn), kb, schedule, split, swap, pair in itertools.product(TILES, K_BYTES, SCHEDULES, SPLITS, (False, True),
+                                                                       CLUSTERS if clusters else (1,)):
         if swap and M > SWAP_MAX_M:
             continue
-        c = KernelConfig(bm, bn, kb // in_bytes, schedule=schedule, split_k=split, swap_ab=swap)
+        c = KernelConfig(bm, bn, kb // in_bytes, schedule=schedule, split_k=split, swap_ab=swap, cluster_m=pair)
         if valid(c, in_bytes, out_bytes):
             seen.setdefault(normalize(c, M, N, K))
     return list(seen)
 
 
-def quick_grid(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2) -> list[KernelConfig]:
+def quick_grid(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2, clusters: bool = False) -> list[KernelConfig]:
     """The heuristic's config and its neighbours: split ×½ ×2 (where it splits), the other
     schedule, the other orientation, the big / two-piece (both sub-tile widths) / medium tile
     (both schedules) unsplit, the few-tile 64-row ping-pong tiles (FEW_WIDTHS), and for
@@ -194,6 +204,8 @@ def quick_grid(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2) ->
     # small tiles with one and with two 64-element k-steps per ring slot (K_BYTES)
     grid += [dataclasses.replace(c, block_k=kb // in_bytes) for c in grid if c.block_m * c.block_n <= 64 * 128
              for kb in K_BYTES]
+    if clusters:  # each as a 2-CTA cluster too (the invalid twins drop out in dedupe)
+        grid += [dataclasses.replace(c, cluster_m=2) for c in grid]
     return dedupe(grid, M, N, K, in_bytes, out_bytes)
 
 
@@ -241,10 +253,10 @@ def search(M: int, N: int, K: int, settings: Settings, measure: Measure, progres
     if current is not None:
         run(current)
     if settings.quick:
-        for c in quick_grid(M, N, K, in_b, out_b):
+        for c in quick_grid(M, N, K, in_b, out_b, settings.clusters):
             run(c)
         return list(results.values())
-    candidates = [c for c in space(M, N, K, in_b, out_b) if c not in results]
+    candidates = [c for c in space(M, N, K, in_b, out_b, settings.clusters) if c not in results]
     budget = settings.trials - len(results)
     if len(candidates) <= budget:
         for c in candidates:
@@ -265,8 +277,8 @@ def planned(M: int, N: int, K: int, settings: Settings) -> int:
     in_b = out_b = DTYPES[settings.dtype]
     first = normalize(heuristic_config(M, N, K, in_bytes=in_b), M, N, K)
     if settings.quick:
-        return len(set(quick_grid(M, N, K, in_b, out_b)) | {first})
-    return min(settings.trials, len(set(space(M, N, K, in_b, out_b)) | {first}))
+        return len(set(quick_grid(M, N, K, in_b, out_b, settings.clusters)) | {first})
+    return min(settings.trials, len(set(space(M, N, K, in_b, out_b, settings.clusters)) | {first}))
 
 
 def optuna_search(optuna, M, N, K, settings: Settings, run: Callable[[KernelConfig], Result], budget: int) -> None:
@@ -283,6 +295,8 @@ def optuna_search(optuna, M, N, K, settings: Settings, run: Callable[[KernelConf
             trial.suggest_categorical("swap_ab", [False, True])
         for name, choices in (("k_bytes", K_BYTES), ("schedule", SCHEDULES), ("split_k", SPLITS)):
             trial.suggest_categorical(name, list(choices))
+        if settings.clusters:
+            trial.suggest_categorical("cluster_m", list(CLUSTERS))
         config = KernelConfig(**_trial_config(trial, in_b))
         if not valid(config, in_b, out_b):
             raise optuna.TrialPruned()
@@ -300,7 +314,8 @@ def optuna_search(optuna, M, N, K, settings: Settings, run: Callable[[KernelConf
 def _trial_config(trial, in_bytes: int) -> dict:
     bm, bn = (int(x) for x in trial.params["tile"].split("x"))
     return dict(block_m=bm, block_n=bn, block_k=trial.params["k_bytes"] // in_bytes, schedule=trial.params["schedule"],
-                split_k=trial.params["split_k"], swap_ab=trial.params.get("swap_ab", False))
+                split_k=trial.params["split_k"], swap_ab=trial.params.get("swap_ab", False),
+                cluster_m=trial.params.get("cluster_m", 1))
 
 
 def best(results: list[Result]) -> Result | None:

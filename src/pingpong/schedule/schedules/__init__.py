@@ -72,6 +72,22 @@ SHIPPED = {
            "pingpong.hopper, broken", "RACE", "epilogue store_wait(BUFS) instead of BUFS-1"),
         _e("hopper_coop_c_parity_flipped", lambda k=2: hopper.hopper_cooperative(k, variant="c_parity_flipped"),
            "pingpong.hopper, broken", "RACE", "C read on the other c_ready parity"),
+        _e("hopper_cluster", hopper.hopper_cluster, "pingpong.hopper, 2-CTA cluster (cluster_m=2)", "SAFE",
+           "two CTAs x (producer + 2 ping-pong consumers), B multicast by the leader, pair_empty counts both CTAs",
+           default_k=2),
+        _e("hopper_cluster_one_cta_release", lambda k=2: hopper.hopper_cluster(k, variant="one_cta_release"),
+           "pingpong.hopper, 2-CTA cluster, broken", "RACE",
+           "pair_empty counts only the leader's releases: its multicast overwrites the partner's B slot"),
+        # the cooperative pair has 6 concurrent groups: one k-step a tile and one slot (a refill
+        # every tile) keep it exhaustive in a second, whatever K-iteration count is asked for
+        _e("hopper_coop_cluster", lambda k=1: hopper.hopper_cluster(1, stages=1, schedule="cooperative"),
+           "pingpong.hopper, 2-CTA cluster, cooperative", "SAFE",
+           "two CTAs x (producer + 2 cooperative consumers, one A box each), B multicast, pair_empty count 4"
+           " (one k-step a tile, one slot: a refill every tile)", default_k=1),
+        _e("hopper_coop_cluster_one_cta_release",
+           lambda k=1: hopper.hopper_cluster(1, stages=1, variant="one_cta_release", schedule="cooperative"),
+           "pingpong.hopper, 2-CTA cluster, cooperative, broken", "RACE",
+           "pair_empty counts only the leader's releases", default_k=1),
         _e("hopper_coop_no_c_wait", lambda k=2: hopper.hopper_cooperative(k, variant="no_c_wait"),
            "pingpong.hopper, broken", "RACE", "C read without waiting for c_ready"),
     ]

@@ -234,3 +234,128 @@ def hopper_cooperative(k_iters: int = 2, stages: int = 2, tiles: int = 2, varian
         g.where = "drain"
         g.wait("tma_store", 0)
     return b.build()
+
+
+def hopper_cluster(k_iters: int = 2, stages: int = 2, tiles_per_consumer: int = 1, variant: str = "correct",
+                   schedule: str = "pingpong"):
+    """Our Hopper ping-pong kernel run by a 2-CTA cluster with B multicast (KernelConfig
+    cluster_m=2; pingpong.hopper.pipeline.Ring with CLUSTER=2, TileLoader multicast).
+
+    The pair takes vertically adjacent tiles (same columns): each CTA r loads its own A rows
+    into A{r}[s]; the leader CTA 0 loads B once and the multicast writes it into B0[s] AND
+    B1[s], completing tx bytes on ready0[s] and ready1[s]. Each CTA's producer expects its own
+    bytes (its A + the whole B) on its own ready[s]. A slot is released on two barriers:
+    empty{r}[s] (local, guards the CTA's own A) and pair_empty[s] (lives in CTA 0, count 2 per
+    releaser: both CTAs' consumers arrive on it, CTA 1's remotely at cluster scope); only the
+    leader waits on pair_empty before the multicast, since only it writes into the partner.
+    The epilogue is the single-CTA one (no shared state across the pair) and left out here.
+
+    variant: "correct"; "one_cta_release" (pair_empty counts only the leader's own
+    consumers: its multicast overwrites B1[s] while CTA 1's wgmma still reads it).
+    schedule "cooperative": both consumers of each CTA read every k-step (consumer c its own
+    A box A{r}.{c}[s]) and both release it: empty{r}[s] count 2, pair_empty[s] count 4; the
+    CTA's tiles are 2·tiles_per_consumer, taken by both consumers.
+    """
+    ring_index, ring_phase, first_counter, turn_phase, other_consumer, _ = _helpers()
+    coop = schedule == "cooperative"
+    name = ("hopper_cluster" if not coop else "hopper_coop_cluster") + ("" if variant == "correct" else f"_{variant}")
+    b = ScheduleBuilder(name, hopper_cluster.__doc__)
+    ctas = 2
+    releasers = 2 if coop else 1  # config.SCHEDULE_FACTS
+    a_boxes = releasers  # pipeline.Ring.allocate: a cooperative pair's consumers read one A box each
+    pair_count = releasers * (1 if variant == "one_cta_release" else ctas)  # init(pair_empty, RELEASERS) per CTA
+    a_names = lambda r, s: [f"A{r}[{s}]"] if a_boxes == 1 else [f"A{r}.{c}[{s}]" for c in range(a_boxes)]  # noqa: E731
+    for s in range(stages):
+        b.mbarrier(f"pair_empty[{s}]", pair_count)
+        for r in range(ctas):
+            b.buffer(*a_names(r, s), f"B{r}[{s}]")
+            b.mbarrier(f"ready{r}[{s}]", 1).mbarrier(f"empty{r}[{s}]", releasers)
+    for r in range(ctas * (not coop)):
+        b.mbarrier(f"turn{r}[0]", 1).mbarrier(f"turn{r}[1]", 1)
+    total = 2 * tiles_per_consumer * k_iters
+
+    def refilled(c):
+        return c + stages < total
+
+    for r in range(ctas):  # the producers (TileLoader.load): the leader multicasts B
+        p = b.group(f"producer{r}", 1)
+        for c in range(total):
+            s, ph = ring_index(c, stages), ring_phase(c, stages)
+            p.where = f"cta {r} tile {c // k_iters} k={c % k_iters}"
+            first_pass = c < stages
+            # the leader's own empty wait is implied by pair_empty (which counts its consumers
+            # too); the kernel runs the same code in both CTAs, so the leader waits both
+            p.mwait(f"empty{r}[{s}]", ph ^ 1,
+                    critical="" if first_pass or r == 0 else "pipeline.py: producer waits empty[s]")
+            if r == 0:
+                p.mwait(f"pair_empty[{s}]", ph ^ 1,
+                        critical="" if first_pass else "pipeline.py: the leader waits pair_empty[s] before the multicast")
+            p.expect(f"ready{r}[{s}]", A_BYTES // 2 + B_BYTES)
+            for a in a_names(r, s):
+                p.tma_load(a, f"ready{r}[{s}]", A_BYTES // 2 // a_boxes, data=c, label=f"TMA A(c={c}) → {a}")
+            if r == 0:
+                for dst in range(ctas):
+                    p.tma_load(f"B{dst}[{s}]", f"ready{dst}[{s}]", B_BYTES, data=c,
+                               label=f"TMA B(c={c}) multicast → B{dst}[{s}]")
+    for r in range(ctas):
+        for cons in (0, 1):
+            g = b.group(f"cta{r}.consumer{cons}", 4)
+            if coop:
+                _cluster_coop_consumer(g, r, cons, variant, ring_index, ring_phase, first_counter, stages, total,
+                                       2 * tiles_per_consumer, k_iters, a_names(r, 0)[cons][:-3])
+                continue
+            other = other_consumer(cons)
+            for j in range(tiles_per_consumer):
+                first = first_counter(j, k_iters, 2, cons)
+                g.where = f"cta {r} tile {2 * j + cons}"
+                g.mwait(f"turn{r}[{cons}]", turn_phase(j, cons),
+                        critical="" if cons == 0 and j == 0 else "phase_sync.py: wait for my turn")
+
+                def release(c):
+                    s = ring_index(c, stages)
+                    g.arrive(f"empty{r}[{s}]")
+                    if r == 0 or variant != "one_cta_release":
+                        g.arrive(f"pair_empty[{s}]", label=f"arrive pair_empty[{s}]" + (" (remote)" if r else ""))
+
+                for k in range(k_iters):
+                    c = first + k
+                    s = ring_index(c, stages)
+                    g.where = f"cta {r} tile {2 * j + cons} k={k}"
+                    g.mwait(f"ready{r}[{s}]", ring_phase(c, stages), critical="pipeline.py: consumer waits ready[s]")
+                    g.mma((f"A{r}[{s}]", f"B{r}[{s}]"), counter="wgmma", want=c, label=f"wgmma c={c}")
+                    g.wait("wgmma", 1, critical="mma.py: wgmma of k-step k-1 done before its release"
+                           if k and refilled(c - 1) else "")
+                    if k > 0:
+                        release(c - 1)
+                g.where = f"cta {r} tile {2 * j + cons} end"
+                g.arrive(f"turn{r}[{other}]")
+                g.wait("wgmma", 0, critical="kernel.py finish_mainloop: drain the last wgmma"
+                       if refilled(first + k_iters - 1) else "")
+                release(first + k_iters - 1)
+    return b.build()
+
+
+def _cluster_coop_consumer(g, r, cons, variant, ring_index, ring_phase, first_counter, stages, total, tiles, k_iters,
+                           a_name):
+    """A cooperative consumer of CTA r in the cluster model: every k-step of every tile, on its
+    own A box `a_name`[s] and the CTA's B, released on empty{r} and the leader's pair_empty."""
+    for t in range(tiles):
+        first = first_counter(t, k_iters, 1, 0)
+        for k in range(k_iters + 1):
+            if k < k_iters:
+                c = first + k
+                s = ring_index(c, stages)
+                g.where = f"cta {r} tile {t} k={k}"
+                g.mwait(f"ready{r}[{s}]", ring_phase(c, stages), critical="pipeline.py: consumer waits ready[s]")
+                g.mma((f"{a_name}[{s}]", f"B{r}[{s}]"), counter="wgmma", want=c, label=f"wgmma c={c}")
+                g.wait("wgmma", 1, critical="mma.py: wgmma of k-step k-1 done before its release"
+                       if k and c - 1 + stages < total else "")
+            else:
+                g.where = f"cta {r} tile {t} end"
+                g.wait("wgmma", 0, critical="kernel.py finish_mainloop: drain the last wgmma"
+                       if first + k_iters - 1 + stages < total else "")
+            if k > 0:
+                s = ring_index(first + k - 1, stages)
+                g.arrive(f"empty{r}[{s}]")
+                if r == 0 or variant != "one_cta_release":
+                    g.arrive(f"pair_empty[{s}]", label=f"arrive pair_empty[{s}]" + (" (remote)" if r else ""))
