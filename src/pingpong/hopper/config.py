@@ -237,8 +237,9 @@ class KernelConfig:
                 f"split_k={self.split_k}, swap_ab={self.swap_ab}: split-K and swap-AB run on the warp-specialized"
                 f" schedules (cooperative, pingpong), not {self.schedule!r}"
             )
-        if not _is_int(in_bytes) or in_bytes != 2:
-            raise ConfigError(f"operands must be 16-bit (bf16/fp16) for wgmma here, got {in_bytes}-byte elements")
+        if not _is_int(in_bytes) or in_bytes not in (1, 2):
+            raise ConfigError(f"operands must be 16-bit (bf16/fp16) or 8-bit (fp8, pingpong.hopper.fp8_kernel) for"
+                              f" wgmma here, got {in_bytes}-byte elements")
         if not _is_int(out_bytes) or out_bytes not in (2, 4):
             raise ConfigError(f"output elements must be 2 or 4 bytes, got {out_bytes}")
         consumers, cm, cn = _consumer_tile(self)
