@@ -62,10 +62,12 @@ def test_scaled_mm_matches_torch_accuracy(mode, shape, fast):
     seed = hash((mode, shape, fast)) % 1000
     qa, qb, sa, sb, ref = operands(M, N, K, mode, seed)
     out = poisoned_call(lambda: pingpong.scaled_mm(qa, qb, sa, sb, use_fast_accum=fast), (M, N), torch.bfloat16)
-    if mode == "block1x128":
-        theirs = (dequantized(qa, sa, "block", "a") @ dequantized(qb.t(), sb.t(), "block", "a").t()).bfloat16()
-    else:
+    try:
+        if mode == "block1x128":
+            raise RuntimeError("compared with the rounded exact product below")
         theirs = torch._scaled_mm(qa, qb, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast)
+    except RuntimeError:  # a pair or shape cuBLASLt does not run (block-wise 77×144×384): the
+        theirs = ref.bfloat16()  # exact product, rounded once, is the stricter yardstick
     check(out, theirs, ref, seed)
 
 

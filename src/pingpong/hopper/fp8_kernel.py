@@ -23,10 +23,11 @@ accumulation; tensor/row only) the wgmmas accumulate in place, the 16-bit kernel
 
 PROMOTED K LOOP (one consumer warpgroup; the other does the same on its tile or half):
 
-    k-step │ wait ready(k) │ wgmma(slot k) -> part (fresh) ┐ load sa[·, kb], sb[kb, ·]
-           │               │                              ├ (the loads overlap the wgmma)
+    k-step │ wait ready(k) │ wgmma(slot k) -> part (fresh) ┐ load sa[·, k+1], sb[k+1, ·]
+           │               │                              ├ (in flight for a whole k-step)
            │               │ wait(0) ─────────────────────┘ release(k)
-           │               │ acc += part · sa · sb   (tensor/row: acc += part)
+           │               │ acc += part · sa[·, k] · sb[k, ·]   (loaded one k-step earlier;
+           │               │                                      tensor/row: acc += part)
     the tensor cores stay busy: while this warpgroup promotes, the other one's wgmmas run
     (cooperative: the other 64-row half; ping-pong: the other tile)
 
@@ -106,24 +107,28 @@ class Fp8Scales:
         return off_n + gl.arange(0, COLS, layout=gl.SliceLayout(0, layout))
 
     @gluon.jit
-    def block_row_scale(self, kb, off_m, off_n, ROWS: gl.constexpr, layout: gl.constexpr):
-        """Block-wise, SB_COLS = 128 (one b scale per tile and K block): sa[rows, kb]·sb[kb, n/128]
-        as one value per row."""
+    def block_scales(self, kb, off_m, off_n, ROWS: gl.constexpr, COLS: gl.constexpr, layout: gl.constexpr):
+        """K block kb's scales of the tile's rows and columns: sa[rows, kb] (one per row) and
+        sb[kb, ·]: one value for the tile (SB_COLS = 128: BN divides 128, fp8_gemm asserts it)
+        or one per column (SB_COLS = 1)."""
         rows = self.rows(off_m, ROWS, layout)
         sa = gl.load(self.sa + rows * self.sa_row + kb * self.sa_k, mask=rows < self.M, other=0.0)
-        sb = gl.load(self.sb + (off_n // self.SB_COLS) * self.sb_col + kb * self.sb_k)
-        return sa * sb
+        if self.SB_COLS == 1:
+            cols = self.cols(off_n, COLS, layout)
+            sb = gl.load(self.sb + cols * self.sb_col + kb * self.sb_k, mask=cols < self.N, other=0.0)
+        else:
+            sb = gl.load(self.sb + (off_n // self.SB_COLS) * self.sb_col + kb * self.sb_k)
+        return sa, sb
 
     @gluon.jit
-    def block_col_scale(self, kb, off_n, COLS: gl.constexpr, layout: gl.constexpr):
-        """Block-wise, SB_COLS = 1 (1×128 b scales): sb[kb, cols] as one value per column."""
-        cols = self.cols(off_n, COLS, layout)
-        return gl.load(self.sb + cols * self.sb_col + kb * self.sb_k, mask=cols < self.N, other=0.0)
-
-    @gluon.jit
-    def block_a_scale(self, kb, off_m, ROWS: gl.constexpr, layout: gl.constexpr):
-        rows = self.rows(off_m, ROWS, layout)
-        return gl.load(self.sa + rows * self.sa_row + kb * self.sa_k, mask=rows < self.M, other=0.0)
+    def scale_part(self, part, sa, sb):
+        """part·sa[m]·sb[n], multiplied in place (no [ROWS, COLS] factor tensor is built: with
+        one scale per column it would hold as many registers as the accumulator)."""
+        if self.SB_COLS == 1:
+            part = part * gl.expand_dims(sa, 1) * gl.expand_dims(sb, 0)
+        else:
+            part = part * gl.expand_dims(sa * sb, 1)
+        return part
 
     @gluon.jit
     def apply_outer(self, acc, off_m, off_n):
@@ -148,26 +153,34 @@ def promoted_mainloop(ring, scales, first, k_steps, k_block0, off_m, off_n, ROW0
     scaled) into the fp32 accumulator. Every slot is released as soon as its wgmma is done.
 
     `part` is carried through the loop as the wgmma's (ignored, use_acc=False) input so its
-    registers are reused, not re-zeroed."""
+    registers are reused, not re-zeroed. Block-wise (128×128 b scales), the scales of K block
+    k+1 are loaded while the wgmma of block k runs and used one iteration later, so their
+    latency (an HBM read at first touch) hides behind a whole k-step instead of stalling the
+    promotion; with one b scale per column (1×128) the registers for that are not there
+    (the compiler spilled), and block k's scales load while its own wgmma runs."""
     acc = gl.zeros((ROWS, COLS), dtype=gl.float32, layout=acc_layout)
     part = gl.zeros((ROWS, COLS), dtype=gl.float32, layout=acc_layout)
+    PREFETCH: gl.constexpr = scales.SCALING == "block" and scales.SB_COLS != 1
+    if PREFETCH:
+        sa, sb = scales.block_scales(k_block0, off_m + ROW0, off_n, ROWS, COLS, acc_layout)
     for k in range(k_steps):
         s = ring.wait_ready(first + k)
         a = ring.a_bufs.index(s).slice(ROW0, ROWS, 0)
         b = ring.b_bufs.index(s).permute((1, 0))  # K-major [BN, BK] slot as wgmma's [K, N] view
         part = warpgroup_mma(a, b, part, use_acc=False, is_async=True)
-        if scales.SCALING == "block":  # the scale loads overlap the wgmma
-            if scales.SB_COLS == 1:
-                sa = scales.block_a_scale(k_block0 + k, off_m + ROW0, ROWS, acc_layout)
-                sb = scales.block_col_scale(k_block0 + k, off_n, COLS, acc_layout)
-                part = warpgroup_mma_wait(0, (part,))
-                ring.release(first + k)
-                acc = acc + part * gl.expand_dims(sa, 1) * gl.expand_dims(sb, 0)
-            else:
-                scale = scales.block_row_scale(k_block0 + k, off_m + ROW0, off_n, ROWS, acc_layout)
-                part = warpgroup_mma_wait(0, (part,))
-                ring.release(first + k)
-                acc = acc + part * gl.expand_dims(scale, 1)
+        if PREFETCH:
+            nxt = k_block0 + gl.minimum(k + 1, k_steps - 1)  # the next block's scales, in flight meanwhile
+            sa_next, sb_next = scales.block_scales(nxt, off_m + ROW0, off_n, ROWS, COLS, acc_layout)
+            part = warpgroup_mma_wait(0, (part,))
+            ring.release(first + k)
+            acc = acc + scales.scale_part(part, sa, sb)
+            sa = sa_next
+            sb = sb_next
+        elif scales.SCALING == "block":  # one b scale per column: no registers to spare for a prefetch
+            sa_k, sb_k = scales.block_scales(k_block0 + k, off_m + ROW0, off_n, ROWS, COLS, acc_layout)
+            part = warpgroup_mma_wait(0, (part,))
+            ring.release(first + k)
+            acc = acc + scales.scale_part(part, sa_k, sb_k)
         else:
             part = warpgroup_mma_wait(0, (part,))
             ring.release(first + k)

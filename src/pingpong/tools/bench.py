@@ -402,6 +402,10 @@ def environment_header(settings: Settings) -> dict[str, Any]:
         "method": f"{settings.dtype} {settings.layout}, do_bench (L2 flushed) median of >= {settings.reps} reps, "
                   "cuBLAS = torch.matmul same tensors same process",
     }
+    if settings.dtype == "fp8":
+        header["method"] = (f"fp8 e4m3 {settings.scaling}-wise scales, use_fast_accum={settings.fast_accum}, do_bench (L2"
+                            f" flushed) median of >= {settings.reps} reps, baseline (cuBLAS column) = torch._scaled_mm"
+                            " on the same quantized tensors, same process")
     if settings.quick:
         header["WARNING"] = "--quick run: fewer repetitions than the method requires; not for reporting"
     return header
