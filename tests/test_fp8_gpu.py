@@ -24,9 +24,9 @@ def spread(rows, cols, gen):
     return x * row * blk.repeat_interleave(128, 1)[:, :cols]
 
 
-def operands(M, N, K, mode, seed):
+def operands(M, N, K, mode, seed, magnitude=1.0):
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    a, w = spread(M, K, gen).bfloat16(), spread(N, K, gen).bfloat16()
+    a, w = (spread(M, K, gen) * magnitude).bfloat16(), (spread(N, K, gen) * magnitude).bfloat16()
     ga, gw = GRAN[mode]
     qa, sa = pingpong.quantize_fp8(a, ga)
     qw, sw = pingpong.quantize_fp8(w, gw)
@@ -91,14 +91,16 @@ def test_a_scale_on_the_wrong_block_fails(mode):
 @pytest.mark.parametrize("activation", [None, "gelu_erf", "silu"])
 def test_bias_activation_out_dtypes(out_dtype, activation):
     M, N, K = 300, 512, 1024
-    qa, qb, sa, sb, ref = operands(M, N, K, "row", 3)
+    qa, qb, sa, sb, ref = operands(M, N, K, "row", 3, magnitude=1 / 32)  # results within fp16's range
     bias = torch.randn(N, device="cuda", dtype=torch.bfloat16) * ref.abs().mean().item()
     out = poisoned_call(lambda: pingpong.scaled_mm(qa, qb, sa, sb, bias=bias, out_dtype=out_dtype,
                                                    activation=activation), (M, N), out_dtype)
     act = {None: lambda z: z, "gelu_erf": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}[activation]
     want = act(ref + bias.double())
     assert out.dtype == out_dtype and not out.isnan().any()
-    tol = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-4}[out_dtype]
+    # fp32 output: the bound is the fp8 wgmma's own accumulation (about 13 mantissa bits inside
+    # a 128-deep block, as torch._scaled_mm's), not the output's rounding
+    tol = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-3}[out_dtype]
     assert ((out.double() - want).norm() / want.norm()).item() < tol
     assert ((out.double() - want).abs() <= 8 * tol * want.abs() + 1e-2 * want.abs().max()).all()
 

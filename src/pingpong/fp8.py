@@ -66,14 +66,10 @@ def _check_operand(name: str, t, k_dim: int) -> None:
     if t.dtype not in FP8_DTYPES:
         raise PingpongError(f"{name}: dtype {t.dtype} is not supported; expected one of {FP8_DTYPES}"
                             " (quantize with pingpong.quantize_fp8)")
-    other = 1 - k_dim
     if t.stride(k_dim) != 1 and t.shape[k_dim] > 1:
         want = "row-major (M, K)" if k_dim == 1 else "column-major (K, N), i.e. w.t() of a row-major (N, K) w"
         raise PingpongError(f"{name}: fp8 wgmma reads K-major operands only; expected {want}, got strides"
                             f" {tuple(t.stride())} (refused, not copied)")
-    if t.shape[other] > 1 and (t.stride(other) % 16 or t.stride(other) < t.shape[k_dim]):
-        raise PingpongError(f"{name}: the stride between K-rows must be a multiple of 16 bytes and ≥ K, got"
-                            f" {t.stride(other)}")
 
 
 def _check_scale_tensor(name: str, s, device) -> None:
@@ -142,6 +138,11 @@ def check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fas
         raise PingpongError(f"K={K}: must be a positive multiple of 16 (16-byte TMA rows of fp8; torch's rule)")
     if N % 16:
         raise PingpongError(f"N={N}: must be a multiple of 16 (torch._scaled_mm's rule; 16-byte output rows)")
+    for name, t, k_dim in (("a", a, 1), ("b", b, 0)):
+        other = 1 - k_dim
+        if t.shape[other] > 1 and (t.stride(other) % 16 or t.stride(other) < t.shape[k_dim]):
+            raise PingpongError(f"{name}: the stride between K-rows must be a multiple of 16 bytes and ≥ K, got"
+                                f" {t.stride(other)}")
     if b.device != a.device:
         raise PingpongError(f"b must be on a's device ({a.device}), got {b.device}")
     _check_scale_tensor("scale_a", scale_a, a.device)

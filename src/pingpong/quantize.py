@@ -40,6 +40,8 @@ FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
 IN_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 MAX_ROW = 16384  # longest row held in registers by the one-read row kernel
 _EPS = 1e-12
+#: 1×128 blocks: (rows, 128-column groups) per program
+BLOCK_TILE = (32, 1)
 
 
 @triton.jit
@@ -54,7 +56,7 @@ def _row_kernel(x, q, s, M, K, sxm, sqm, FP8_MAX: tl.constexpr, BLOCK_M: tl.cons
         v = tl.load(x + rows[:, None] * sxm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         amax = tl.maximum(tl.max(tl.abs(v), axis=1), 1e-12)
         scale = amax / FP8_MAX
-        qv = tl.clamp(v / scale[:, None], -FP8_MAX, FP8_MAX)
+        qv = tl.clamp(tl.fdiv(v, scale[:, None], ieee_rounding=True), -FP8_MAX, FP8_MAX)
         tl.store(q + rows[:, None] * sqm + cols[None, :], qv.to(q.dtype.element_ty), mask=mask)
     else:
         amax = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -67,32 +69,37 @@ def _row_kernel(x, q, s, M, K, sxm, sqm, FP8_MAX: tl.constexpr, BLOCK_M: tl.cons
         for k0 in range(0, K, BLOCK_K):
             mask = rmask[:, None] & (k0 + cols[None, :] < K)
             v = tl.load(x + rows[:, None] * sxm + k0 + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            qv = tl.clamp(v / scale[:, None], -FP8_MAX, FP8_MAX)
+            qv = tl.clamp(tl.fdiv(v, scale[:, None], ieee_rounding=True), -FP8_MAX, FP8_MAX)
             tl.store(q + rows[:, None] * sqm + k0 + cols[None, :], qv.to(q.dtype.element_ty), mask=mask)
     tl.store(s + rows, scale, mask=rmask)
 
 
 @triton.jit
 def _block_kernel(x, q, s, M, K, sxm, sqm, ssm, ssk, FP8_MAX: tl.constexpr, BLOCK_M: tl.constexpr,
-                  GROUP_K: tl.constexpr, GROUP_M: tl.constexpr):
-    """One tile of BLOCK_M rows × GROUP_K columns. GROUP_M = 1: one scale per row and 128
-    columns (1×128); GROUP_M = BLOCK_M: one scale for the whole 128×128 tile. Scale of group
-    (m // GROUP_M, k // GROUP_K) at s + (m // GROUP_M)·ssm + (k // GROUP_K)·ssk."""
+                  GROUP_K: tl.constexpr, GROUP_M: tl.constexpr, GROUPS: tl.constexpr):
+    """One tile of BLOCK_M rows × GROUPS·GROUP_K columns. GROUP_M = 1: one scale per row and
+    GROUP_K columns (1×128); GROUP_M = BLOCK_M: one scale per BLOCK_M × GROUP_K block (128×128,
+    GROUPS = 1). Scale of group (m // GROUP_M, k // GROUP_K) at s + (m // GROUP_M)·ssm +
+    (k // GROUP_K)·ssk."""
     pid_m = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_k * GROUP_K + tl.arange(0, GROUP_K)
+    cols = pid_k * GROUPS * GROUP_K + tl.arange(0, GROUPS * GROUP_K)
     mask = (rows[:, None] < M) & (cols[None, :] < K)
     v = tl.load(x + rows[:, None] * sxm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     if GROUP_M == 1:
-        amax = tl.maximum(tl.max(tl.abs(v), axis=1), 1e-12)
+        v3 = tl.reshape(v, [BLOCK_M, GROUPS, GROUP_K])
+        amax = tl.maximum(tl.max(tl.abs(v3), axis=2), 1e-12)
         scale = amax / FP8_MAX
-        qv = tl.clamp(v / scale[:, None], -FP8_MAX, FP8_MAX)
-        tl.store(s + rows * ssm + pid_k * ssk, scale, mask=rows < M)
+        qv = tl.reshape(tl.clamp(tl.fdiv(v3, scale[:, :, None], ieee_rounding=True), -FP8_MAX, FP8_MAX),
+                        [BLOCK_M, GROUPS * GROUP_K])
+        groups = pid_k * GROUPS + tl.arange(0, GROUPS)
+        tl.store(s + rows[:, None] * ssm + groups[None, :] * ssk, scale,
+                 mask=(rows[:, None] < M) & (groups[None, :] * GROUP_K < K))
     else:
         amax = tl.maximum(tl.max(tl.max(tl.abs(v), axis=1), axis=0), 1e-12)
         scale = amax / FP8_MAX
-        qv = tl.clamp(v / scale, -FP8_MAX, FP8_MAX)
+        qv = tl.clamp(tl.fdiv(v, scale, ieee_rounding=True), -FP8_MAX, FP8_MAX)
         tl.store(s + pid_m * ssm + pid_k * ssk, scale)
     tl.store(q + rows[:, None] * sqm + cols[None, :], qv.to(q.dtype.element_ty), mask=mask)
 
@@ -123,7 +130,7 @@ def _tensor_cast_kernel(x, q, s, partial, P, M, K, sxm, sqm, FP8_MAX: tl.constex
     cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
     mask = (rows[:, None] < M) & (cols[None, :] < K)
     v = tl.load(x + rows[:, None] * sxm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    qv = tl.clamp(v / scale, -FP8_MAX, FP8_MAX)
+    qv = tl.clamp(tl.fdiv(v, scale, ieee_rounding=True), -FP8_MAX, FP8_MAX)
     tl.store(q + rows[:, None] * sqm + cols[None, :], qv.to(q.dtype.element_ty), mask=mask)
     if pid_m == 0 and pid_k == 0:
         tl.store(s, scale)
@@ -198,11 +205,12 @@ def quantize_direct(x: torch.Tensor, granularity: str = "row", dtype=torch.float
         _row_kernel[(-(-M // bm),)](x, q, s, M, K, x.stride(0), q.stride(0), FP8_MAX=fmax,
                                                           BLOCK_M=bm, BLOCK_K=bk, ONE_READ=one, **meta)
     elif granularity in ("block", "block128x128"):
-        bm = 128 if granularity == "block128x128" else 32
-        meta = {} if interpret else dict(num_warps=8 if bm == 128 else 4)
-        _block_kernel[(-(-M // bm), K // 128)](
+        bm, groups = (128, 1) if granularity == "block128x128" else BLOCK_TILE
+        groups = min(groups, K // 128) if K // 128 % groups == 0 else 1
+        meta = {} if interpret else dict(num_warps=8 if bm * groups >= 64 else 4)
+        _block_kernel[(-(-M // bm), K // 128 // groups)](
             x, q, s, M, K, x.stride(0), q.stride(0), s.stride(0), s.stride(1), FP8_MAX=fmax, BLOCK_M=bm, GROUP_K=128,
-            GROUP_M=1 if granularity == "block" else bm, **meta)
+            GROUP_M=1 if granularity == "block" else bm, GROUPS=groups, **meta)
     else:
         bm, bk = 32, min(256, triton.next_power_of_2(K))
         grid = (-(-M // bm), -(-K // bk))

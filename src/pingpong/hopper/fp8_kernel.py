@@ -24,10 +24,9 @@ accumulation; tensor/row only) the wgmmas accumulate in place, the 16-bit kernel
 PROMOTED K LOOP (one consumer warpgroup; the other does the same on its tile or half):
 
     k-step │ wait ready(k) │ wgmma(slot k) -> part (fresh) ┐ load sa[·, k+1], sb[k+1, ·]
-           │               │                              ├ (in flight for a whole k-step)
+           │               │                              │ (the other buffer; lands by k+1)
            │               │ wait(0) ─────────────────────┘ release(k)
-           │               │ acc += part · sa[·, k] · sb[k, ·]   (loaded one k-step earlier;
-           │               │                                      tensor/row: acc += part)
+           │               │ acc += part · sa[·, k] · sb[k, ·]    (tensor/row: acc += part)
     the tensor cores stay busy: while this warpgroup promotes, the other one's wgmmas run
     (cooperative: the other 64-row half; ping-pong: the other tile)
 
@@ -153,39 +152,63 @@ def promoted_mainloop(ring, scales, first, k_steps, k_block0, off_m, off_n, ROW0
     scaled) into the fp32 accumulator. Every slot is released as soon as its wgmma is done.
 
     `part` is carried through the loop as the wgmma's (ignored, use_acc=False) input so its
-    registers are reused, not re-zeroed. Block-wise (128×128 b scales), the scales of K block
-    k+1 are loaded while the wgmma of block k runs and used one iteration later, so their
-    latency (an HBM read at first touch) hides behind a whole k-step instead of stalling the
-    promotion; with one b scale per column (1×128) the registers for that are not there
-    (the compiler spilled), and block k's scales load while its own wgmma runs."""
+    registers are reused, not re-zeroed. Block-wise (128×128 b scales), the loop takes two
+    k-steps per iteration with the scales double-buffered (promote_step): step k loads block
+    k+1's scales right after issuing its wgmma, into the registers step k-1 read, so they land
+    during step k. (A single buffer either ended each iteration with a register copy that
+    waited for the load, or, loaded after the promotion, had the compiler hoist the scale
+    product above the next wgmma issue, which then waited for it: 0.84 of torch._scaled_mm
+    at 8192³.) With one b scale per column (1×128) the registers for a second buffer are not
+    there (the compiler spilled): block k's scales load while its own wgmma runs."""
     acc = gl.zeros((ROWS, COLS), dtype=gl.float32, layout=acc_layout)
     part = gl.zeros((ROWS, COLS), dtype=gl.float32, layout=acc_layout)
-    PREFETCH: gl.constexpr = scales.SCALING == "block" and scales.SB_COLS != 1
-    if PREFETCH:
-        sa, sb = scales.block_scales(k_block0, off_m + ROW0, off_n, ROWS, COLS, acc_layout)
-    for k in range(k_steps):
-        s = ring.wait_ready(first + k)
-        a = ring.a_bufs.index(s).slice(ROW0, ROWS, 0)
-        b = ring.b_bufs.index(s).permute((1, 0))  # K-major [BN, BK] slot as wgmma's [K, N] view
-        part = warpgroup_mma(a, b, part, use_acc=False, is_async=True)
-        if PREFETCH:
-            nxt = k_block0 + gl.minimum(k + 1, k_steps - 1)  # the next block's scales, in flight meanwhile
-            sa_next, sb_next = scales.block_scales(nxt, off_m + ROW0, off_n, ROWS, COLS, acc_layout)
-            part = warpgroup_mma_wait(0, (part,))
-            ring.release(first + k)
-            acc = acc + scales.scale_part(part, sa, sb)
-            sa = sa_next
-            sb = sb_next
-        elif scales.SCALING == "block":  # one b scale per column: no registers to spare for a prefetch
-            sa_k, sb_k = scales.block_scales(k_block0 + k, off_m + ROW0, off_n, ROWS, COLS, acc_layout)
-            part = warpgroup_mma_wait(0, (part,))
-            ring.release(first + k)
-            acc = acc + scales.scale_part(part, sa_k, sb_k)
-        else:
-            part = warpgroup_mma_wait(0, (part,))
-            ring.release(first + k)
-            acc = acc + part
+    if scales.SCALING == "block" and scales.SB_COLS != 1:
+        # two k-steps per iteration, the scales double-buffered: each step loads the next
+        # step's scales right after issuing its wgmma, into the registers the step before read
+        last = k_block0 + k_steps - 1
+        sa0, sb0 = scales.block_scales(k_block0, off_m + ROW0, off_n, ROWS, COLS, acc_layout)
+        for k in range(0, k_steps - 1, 2):
+            part, acc, sa1, sb1 = promote_step(ring, scales, part, acc, first + k, sa0, sb0, k_block0 + k + 1, off_m,
+                                               off_n, ROW0, ROWS, COLS, acc_layout)
+            part, acc, sa0, sb0 = promote_step(ring, scales, part, acc, first + k + 1, sa1, sb1,
+                                               gl.minimum(k_block0 + k + 2, last), off_m, off_n, ROW0, ROWS, COLS,
+                                               acc_layout)
+        if k_steps % 2:
+            part, acc, sa0, sb0 = promote_step(ring, scales, part, acc, first + k_steps - 1, sa0, sb0, last, off_m,
+                                               off_n, ROW0, ROWS, COLS, acc_layout)
+    else:
+        for k in range(k_steps):
+            s = ring.wait_ready(first + k)
+            a = ring.a_bufs.index(s).slice(ROW0, ROWS, 0)
+            b = ring.b_bufs.index(s).permute((1, 0))  # K-major [BN, BK] slot as wgmma's [K, N] view
+            part = warpgroup_mma(a, b, part, use_acc=False, is_async=True)
+            if scales.SCALING == "block":  # one b scale per column: no registers for a prefetch
+                sa_k, sb_k = scales.block_scales(k_block0 + k, off_m + ROW0, off_n, ROWS, COLS, acc_layout)
+                part = warpgroup_mma_wait(0, (part,))
+                ring.release(first + k)
+                acc = acc + scales.scale_part(part, sa_k, sb_k)
+            else:
+                part = warpgroup_mma_wait(0, (part,))
+                ring.release(first + k)
+                acc = acc + part
     return acc
+
+
+@gluon.jit
+def promote_step(ring, scales, part, acc, counter, sa, sb, next_kb, off_m, off_n, ROW0: gl.constexpr,
+                 ROWS: gl.constexpr, COLS: gl.constexpr, acc_layout: gl.constexpr):
+    """One promoted block-wise k-step (ring counter `counter`) with its scales sa, sb already in
+    registers; returns (part, acc, the scales of K block next_kb), whose loads are issued
+    right after this step's wgmma and so have the rest of this step to land."""
+    s = ring.wait_ready(counter)
+    a = ring.a_bufs.index(s).slice(ROW0, ROWS, 0)
+    b = ring.b_bufs.index(s).permute((1, 0))
+    part = warpgroup_mma(a, b, part, use_acc=False, is_async=True)
+    sa_next, sb_next = scales.block_scales(next_kb, off_m + ROW0, off_n, ROWS, COLS, acc_layout)
+    part = warpgroup_mma_wait(0, (part,))
+    ring.release(counter)
+    acc = acc + scales.scale_part(part, sa, sb)
+    return part, acc, sa_next, sb_next
 
 
 @gluon.jit
