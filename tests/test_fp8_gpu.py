@@ -108,31 +108,30 @@ def test_bias_activation_out_dtypes(out_dtype, activation):
 @pytest.mark.parametrize("granularity", ["tensor", "row", "block", "block128x128"])
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
 def test_quantize_is_torch_cast(granularity, dtype):
-    """scale = amax/FP8_MAX of each group; q equals torch's own rounding of x/scale."""
+    """scale = amax/FP8_MAX of each group (bitwise); q is bitwise torch's rounding of x·(FP8_MAX/amax)."""
     gen = torch.Generator(device="cuda").manual_seed(1)
     x = spread(300, 1024, gen).bfloat16()
     q, s = pingpong.quantize_fp8(x, granularity, dtype)
     fmax = torch.finfo(dtype).max
     xf = x.float()
     if granularity == "tensor":
-        full = xf.abs().amax().clamp_min(1e-12) / fmax * torch.ones_like(xf)
+        amax, got = xf.abs().amax().clamp_min(1e-12).expand_as(xf), s.expand_as(xf)
     elif granularity == "row":
-        full = (xf.abs().amax(1, keepdim=True).clamp_min(1e-12) / fmax).expand_as(xf)
         assert s.shape == (300, 1) and s.is_contiguous()
+        amax, got = xf.abs().amax(1, keepdim=True).clamp_min(1e-12).expand_as(xf), s.expand_as(xf)
     elif granularity == "block":
-        g = xf.view(300, 8, 128).abs().amax(2).clamp_min(1e-12) / fmax
         assert s.shape == (300, 8) and s.stride() == (1, 300)
-        full = g.repeat_interleave(128, 1)
+        amax = xf.view(300, 8, 128).abs().amax(2).clamp_min(1e-12).repeat_interleave(128, 1)
+        got = s.repeat_interleave(128, 1)
     else:
+        assert s.shape == (3, 8)
         pad = torch.zeros(384, 1024, device="cuda")
         pad[:300] = xf.abs()
-        g = pad.view(3, 128, 8, 128).amax((1, 3)).clamp_min(1e-12) / fmax
-        assert s.shape == (3, 8)
-        full = g.repeat_interleave(128, 0)[:300].repeat_interleave(128, 1)
-    got_scale = s.expand_as(xf) if granularity != "block" and granularity != "block128x128" else (
-        s.repeat_interleave(128, 1) if granularity == "block" else s.repeat_interleave(128, 0)[:300].repeat_interleave(128, 1))
-    torch.testing.assert_close(got_scale, full, rtol=1e-6, atol=0)
-    want = (xf / full).clamp(-fmax, fmax).to(dtype)
+        amax = pad.view(3, 128, 8, 128).amax((1, 3)).clamp_min(1e-12).repeat_interleave(128, 0)[:300]
+        amax = amax.repeat_interleave(128, 1)
+        got = s.repeat_interleave(128, 0)[:300].repeat_interleave(128, 1)
+    assert torch.equal(got, amax / fmax)
+    want = (xf * (fmax / amax)).clamp(-fmax, fmax).to(dtype)
     assert torch.equal(q.view(torch.uint8), want.view(torch.uint8))
 
 
