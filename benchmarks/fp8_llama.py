@@ -44,7 +44,7 @@ def main():
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
                 out = model(static).logits
-        return g, out
+        return g, out, static
 
     with torch.no_grad():
         want = ref32(ids).logits.double()
@@ -58,9 +58,9 @@ def main():
     mode = "CUDA-graph replay"
     for name, model in (("bf16 torch", bf16), (f"pingpong fp8 {args.fp8}", ours)):
         try:
-            g, out = graphed(model)
+            g, out, static = graphed(model)  # the graph reads `static`: it must outlive the replays
             g.replay()
-            fn = g.replay
+            fn = lambda g=g, static=static: g.replay()  # noqa: E731
         except RuntimeError as e:  # a forward that syncs cannot be captured: time it eagerly
             print(f"{name}: capture failed ({str(e).splitlines()[0][:160]}); timing eager forwards")
             torch.cuda.synchronize()
