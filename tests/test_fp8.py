@@ -245,3 +245,23 @@ def test_quantize_under_the_interpreter():
     env = dict(os.environ, TRITON_INTERPRET="1")
     r = subprocess.run([sys.executable, "-c", _INTERPRETED], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
+
+
+def test_bench_takes_fp8_and_names_a_bad_scaling():
+    import argparse
+
+    from pingpong.tools import bench
+
+    p = argparse.ArgumentParser()
+    bench.add_arguments(p)
+    st = bench.settings_from_args(p.parse_args(["--dtype", "fp8", "--scaling", "block", "--fast-accum"]))
+    assert (st.dtype, st.scaling, st.fast_accum) == ("fp8", "block", True)
+    with pytest.raises(PingpongError, match="--scaling"):
+        bench.settings_from_args(p.parse_args(["--dtype", "fp8", "--scaling", "col"]))
+
+
+def test_requires_grad_is_refused_on_a_cached_signature_too():
+    a, b = ops()
+    one = torch.tensor(1.0)
+    with pytest.raises(PingpongError, match="requires grad"):
+        pingpong.fp8.scaled_mm_direct(a.float().requires_grad_().to(E4M3), b, one, one)

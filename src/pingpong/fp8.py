@@ -209,7 +209,7 @@ _MAX_PLANS = 256
 
 
 def _sig(t: Optional[Tensor]):
-    return None if t is None else (t.dtype, tuple(t.shape), tuple(t.stride()))
+    return None if t is None else (t.dtype, tuple(t.shape), tuple(t.stride()), t.device)
 
 
 def _plan(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, config) -> _Fp8Plan:
@@ -239,6 +239,9 @@ def _plan(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, c
 def scaled_mm_direct(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16, activation=None,
                      use_fast_accum=False, config=None) -> Tensor:
     """scaled_mm on the direct path (no dispatcher): validate (plan miss), launch."""
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)):
+        raise PingpongError("scaled_mm: an input requires grad, but FP8 products have no backward here"
+                            " (inference only); detach the inputs or use torch.no_grad()")
     plan = _plan(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, config)
     for name, t in (("a", a), ("b", b)):
         if t.data_ptr() % 16:
