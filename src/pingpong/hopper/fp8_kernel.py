@@ -27,8 +27,10 @@ PROMOTED K LOOP (one consumer warpgroup; the other does the same on its tile or 
            │               │                              │ (the other buffer; lands by k+1)
            │               │ wait(0) ─────────────────────┘ release(k)
            │               │ acc += part · sa[·, k] · sb[k, ·]    (tensor/row: acc += part)
-    the tensor cores stay busy: while this warpgroup promotes, the other one's wgmmas run
-    (cooperative: the other 64-row half; ping-pong: the other tile)
+    cooperative: while this warpgroup promotes, the other's wgmmas (its 64-row half) keep the
+    tensor cores busy. Ping-pong holds its turn through the whole promoted K loop, so there
+    the promotions are not overlapped; it runs M ≤ 128, where streaming the weight from HBM,
+    not the tensor cores, sets the pace.
 
 PING-PONG (PINGPONG): consumer c takes the CTA's tiles c, c+2, ...; its K loop runs in its
 turn, the scales and the epilogue of its tile while the other consumer's K loop runs.
