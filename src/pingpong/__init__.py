@@ -20,10 +20,12 @@ from .functional import linear
 from .errors import ConfigError, PingpongError, TargetError
 from .toolchain import UnsupportedTritonError
 from .streaming import vector_add
+from .fp8 import scaled_mm
+from .quantize import quantize_fp8
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "matmul", "gemm", "gemm_", "matmul_tiled", "path_for", "linear", "vector_add",
+    "matmul", "gemm", "gemm_", "matmul_tiled", "path_for", "linear", "vector_add", "scaled_mm", "quantize_fp8",
     "KernelConfig", "ConfigError", "PingpongError", "TargetError", "UnsupportedTritonError",
 ]

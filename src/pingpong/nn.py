@@ -21,8 +21,9 @@ from . import api
 from .errors import PingpongError
 from .functional import linear
 from .fused import ACTIVATIONS
+from .fp8 import Float8Linear
 
-__all__ = ["Linear", "replace_linear", "ReplaceReport", "unsupported_reason"]
+__all__ = ["Linear", "Float8Linear", "replace_linear", "ReplaceReport", "unsupported_reason"]
 
 
 class Linear(torch.nn.Linear):
@@ -71,13 +72,20 @@ class ReplaceReport(NamedTuple):
     skipped: dict[str, str]  # qualified name -> why it was left as it was
 
 
-def replace_linear(model: torch.nn.Module, *, include=None) -> ReplaceReport:
+def replace_linear(model: torch.nn.Module, *, include=None, fp8: str | None = None) -> ReplaceReport:
     """Swap `model`'s nn.Linear layers for `Linear` in place (parameters shared, not copied).
 
     Layers pingpong cannot run (`unsupported_reason`: fp32 weights, CPU, nn.Linear subclasses)
     stay as they are and are listed in the report's `skipped` with the reason. `include`, a
-    predicate on the qualified name, limits the swap to the layers it accepts.
+    predicate on the qualified name, limits the swap to the layers it accepts. `fp8` "row" or
+    "block": swap for inference `pingpong.fp8.Float8Linear` layers instead (weights quantized
+    now, copies; activations per call).
     """
+    if fp8 is not None:
+        from .fp8 import GRANULARITIES, fp8_unsupported_reason
+
+        if fp8 not in GRANULARITIES:
+            raise PingpongError(f"fp8: expected None or one of {tuple(GRANULARITIES)}, got {fp8!r}")
     if not isinstance(model, torch.nn.Module):
         raise PingpongError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
     if include is not None and not callable(include):
@@ -91,11 +99,13 @@ def replace_linear(model: torch.nn.Module, *, include=None) -> ReplaceReport:
         if include is not None and not include(name):
             continue
         reason = "the model itself is the layer: use pingpong.nn.Linear.from_linear" if name == "" else unsupported_reason(module)
+        if reason is None and fp8 is not None:
+            reason = fp8_unsupported_reason(module, fp8)
         if reason is not None:
             skipped[name] = reason
             continue
         if id(module) not in swapped:
-            swapped[id(module)] = Linear.from_linear(module)
+            swapped[id(module)] = Float8Linear.from_linear(module, fp8) if fp8 else Linear.from_linear(module)
         parent_name, _, attr = name.rpartition(".")
         setattr(model.get_submodule(parent_name), attr, swapped[id(module)])
         replaced.append(name)

@@ -48,7 +48,7 @@ from .timing import time_callable
 
 DEFAULT_SHAPES = ((2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 16384, 16384))
 LAYOUTS = ("nn", "nt", "tn", "tt")
-DTYPES = ("bf16", "fp16")
+DTYPES = ("bf16", "fp16", "fp8")
 MIN_REPS = 100
 QUICK_REPS = 10
 #: ‖out − ref‖/‖ref‖ allowed per input type: a few units of the output's rounding (bf16 2^-8,
@@ -76,6 +76,8 @@ class Settings:
     plot: str | None = None
     seed: int = 0
     rounds: int = 3
+    scaling: str = "row"  # --dtype fp8 (pingpong.tools.bench_fp8)
+    fast_accum: bool = False
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -106,6 +108,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs and of --suite random's shapes (default 0)")
     p.add_argument("--overhead", action="store_true",
                    help="time host cost instead: back-to-back calls at 64³, 1024³, 2048³ (pingpong.tools.overhead)")
+    p.add_argument("--scaling", default="row", help="--dtype fp8: tensor, row (default) or block (1×128 / 128×128)")
+    p.add_argument("--fast-accum", action="store_true", help="--dtype fp8: use_fast_accum=True for ours and torch's")
     p.add_argument("--rounds", type=int, default=3, help="alternate ours and cuBLAS this many times (default 3)")
 
 
@@ -136,8 +140,14 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                                 "pip install 'pingpong[plot]' (or pip install matplotlib)") from e
     if args.rounds < 1:
         raise PingpongError(f"--rounds: {args.rounds} must be ≥ 1")
+    scaling = getattr(args, "scaling", "row")
+    from .bench_fp8 import SCALINGS
+
+    if scaling not in SCALINGS:
+        raise PingpongError(f"--scaling: {scaling!r} is not one of {', '.join(SCALINGS)}")
     return Settings(shapes=shapes, dtype=args.dtype, layout=args.layout, reps=reps, quick=bool(args.quick), op=args.op,
-                    csv=args.csv, json=args.json, plot=args.plot, seed=args.seed, rounds=args.rounds)
+                    csv=args.csv, json=args.json, plot=args.plot, seed=args.seed, rounds=args.rounds, scaling=scaling,
+                    fast_accum=bool(getattr(args, "fast_accum", False)))
 
 
 OUTPUT_OPTIONS = ("csv", "json", "plot")  # Settings fields that name a file the run writes
@@ -392,6 +402,10 @@ def environment_header(settings: Settings) -> dict[str, Any]:
         "method": f"{settings.dtype} {settings.layout}, do_bench (L2 flushed) median of >= {settings.reps} reps, "
                   "cuBLAS = torch.matmul same tensors same process",
     }
+    if settings.dtype == "fp8":
+        header["method"] = (f"fp8 e4m3 {settings.scaling}-wise scales, use_fast_accum={settings.fast_accum}, do_bench (L2"
+                            f" flushed) median of >= {settings.reps} reps, baseline (cuBLAS column) = torch._scaled_mm"
+                            " on the same quantized tensors, same process")
     if settings.quick:
         header["WARNING"] = "--quick run: fewer repetitions than the method requires; not for reporting"
     return header
@@ -430,6 +444,10 @@ def bench_shape(M: int, N: int, K: int, settings: Settings, api, device="cuda", 
     (or a stand-in with matmul, path_for and optionally gemm_); `timer` is `time_callable`."""
     import torch
 
+    if settings.dtype == "fp8":  # against torch._scaled_mm (pingpong.tools.bench_fp8)
+        from .bench_fp8 import bench_fp8_shape
+
+        return bench_fp8_shape(M, N, K, settings, device, timer)
     a, b = make_inputs(M, N, K, torch_dtype(settings.dtype), settings.layout, device, settings.seed)
     path = "?"
     try:

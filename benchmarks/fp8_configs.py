@@ -1,0 +1,40 @@
+"""Block-wise (and row-wise) FP8 tiles compared in one process against torch._scaled_mm on the
+same tensors (GPU): which KernelConfig select_fp8 should take. One line per (shape, config)."""
+import statistics
+import sys
+
+import torch
+
+from pingpong import KernelConfig
+from pingpong.fp8 import scaled_mm_direct
+from pingpong.tools.bench_fp8 import make_fp8_inputs
+from pingpong.tools.timing import time_callable
+
+CONFIGS = {
+    "coop128x128": KernelConfig(128, 128, 128),
+    "coop128x128-g16": KernelConfig(128, 128, 128, group_m=16),
+    "coop128x64": KernelConfig(128, 64, 128),
+    "pp64x128": KernelConfig(64, 128, 128, schedule="pingpong"),
+    "pp64x64": KernelConfig(64, 64, 128, schedule="pingpong"),
+}
+SHAPES = [(8192, 8192, 8192), (2048, 28672, 8192), (128, 8192, 8192), (16, 8192, 8192)]
+for scaling in sys.argv[1:] or ["block"]:
+    for M, N, K in SHAPES:
+        qa, qb, sa, sb = make_fp8_inputs(M, N, K, scaling)
+        theirs = lambda: torch._scaled_mm(qa, qb, sa, sb, out_dtype=torch.bfloat16)  # noqa: E731
+        for name, cfg in CONFIGS.items():
+            if M > 128 and cfg.block_m == 64 and cfg.block_n == 64:
+                continue
+            ours = lambda: scaled_mm_direct(qa, qb, sa, sb, config=cfg)  # noqa: E731
+            try:
+                ours()
+            except Exception as e:  # noqa: BLE001
+                print(f"{scaling} {M}x{N}x{K} {name}: {type(e).__name__}: {e}"[:200], flush=True)
+                continue
+            ratios = []
+            for _ in range(2):
+                o, t = time_callable(ours, 100).median_ms, time_callable(theirs, 100).median_ms
+                ratios.append(t / o)
+            tf = 2 * M * N * K / (o * 1e-3) / 1e12
+            print(f"{scaling} {M}x{N}x{K} {name}: {tf:.0f} TFLOP/s, {statistics.median(ratios):.3f} of torch._scaled_mm",
+                  flush=True)

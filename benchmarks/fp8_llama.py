@@ -1,0 +1,88 @@
+"""A transformers Llama (random weights from a config, nothing downloaded), prefill forward in
+bf16 (torch) against the same model after `pingpong.nn.replace_linear(model, fp8="row")`,
+both replayed from CUDA graphs; logits error of each against an fp32 copy.
+
+    PYTHONPATH=src python benchmarks/fp8_llama.py [--hidden 4096 --layers 4 --tokens 4096]
+"""
+
+import argparse
+import copy
+
+import torch
+import transformers
+
+import pingpong
+from pingpong.tools.timing import time_callable
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--hidden", type=int, default=4096)
+    p.add_argument("--intermediate", type=int, default=14336)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--tokens", type=int, default=4096, help="batch 1 × this many tokens of prefill")
+    p.add_argument("--fp8", default="row")
+    p.add_argument("--eager-only", action="store_true", help="one eager forward of each model, errors only")
+    args = p.parse_args()
+    cfg = transformers.LlamaConfig(vocab_size=32000, hidden_size=args.hidden, intermediate_size=args.intermediate,
+                                   num_hidden_layers=args.layers, num_attention_heads=args.hidden // 128,
+                                   num_key_value_heads=8, max_position_embeddings=args.tokens,
+                                   tie_word_embeddings=False)
+    torch.manual_seed(0)
+    ref32 = transformers.LlamaForCausalLM(cfg).to("cuda").eval()
+    bf16 = copy.deepcopy(ref32).to(torch.bfloat16)
+    ours = copy.deepcopy(bf16)
+    report = pingpong.nn.replace_linear(ours, fp8=args.fp8)
+    ids = torch.randint(0, cfg.vocab_size, (1, args.tokens), device="cuda")
+
+    def graphed(model):
+        static = ids.clone()
+        with torch.no_grad():
+            for _ in range(2):
+                model(static)
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                out = model(static).logits
+        return g, out, static
+
+    with torch.no_grad():
+        want = ref32(ids).logits.double()
+        if args.eager_only:
+            for name, model in (("bf16 torch", bf16), ("pingpong fp8", ours)):
+                out = model(ids).logits
+                torch.cuda.synchronize()
+                print(name, "eager logits rel.err vs fp32", ((out.double() - want).norm() / want.norm()).item())
+            return
+    results = {}
+    mode = "CUDA-graph replay"
+    for name, model in (("bf16 torch", bf16), (f"pingpong fp8 {args.fp8}", ours)):
+        try:
+            g, out, static = graphed(model)  # the graph reads `static`: it must outlive the replays
+            g.replay()
+            fn = lambda g=g, static=static: g.replay()  # noqa: E731
+        except RuntimeError as e:  # a forward that syncs cannot be captured: time it eagerly
+            print(f"{name}: capture failed ({str(e).splitlines()[0][:160]}); timing eager forwards")
+            torch.cuda.synchronize()
+            mode = "eager (capture failed)"
+            with torch.no_grad():
+                out = model(ids).logits
+            fn = lambda model=model: model(ids)  # noqa: E731
+        torch.cuda.synchronize()
+        err = ((out.double() - want).norm() / want.norm()).item()
+        results[name] = (fn, err)
+    times = {n: [] for n in results}
+    for _ in range(3):  # alternate rounds
+        for n, (fn, _) in results.items():
+            with torch.no_grad():
+                times[n].append(time_callable(fn, 30).median_ms)
+    base = sorted(times["bf16 torch"])[1]
+    print(f"Llama hidden {args.hidden}, intermediate {args.intermediate}, {args.layers} layers, prefill 1×{args.tokens}"
+          f" tokens, {mode}; swapped {len(report.replaced)} layers, skipped {report.skipped}")
+    for n, (_, err) in results.items():
+        t = sorted(times[n])[1]
+        print(f"{n:24s} {t:8.3f} ms  speedup vs bf16 torch {base / t:.3f}  logits rel.err vs fp32 {err:.3e}")
+
+
+if __name__ == "__main__":
+    main()

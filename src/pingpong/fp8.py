@@ -1,0 +1,339 @@
+"""FP8 GEMM for PyTorch: `scaled_mm` (torch._scaled_mm's conventions, pingpong's epilogue) and
+`Float8Linear` (inference). The kernel is pingpong.hopper.fp8_kernel; activations and weights
+are quantized by pingpong.quantize.quantize_fp8.
+
+    q_a, s_a = pingpong.quantize_fp8(x, "row")                 # (M, K) e4m3, (M, 1) fp32
+    q_w, s_w = pingpong.quantize_fp8(w, "row")                 # (N, K) e4m3, (N, 1) fp32
+    y = pingpong.scaled_mm(q_a, q_w.t(), s_a, s_w.t(), bias=b, activation="silu")
+
+    y = act(A·B · scales + bias), fp32 accumulation, cast once to out_dtype (bf16/fp16/fp32)
+
+Scale layouts (exactly torch._scaled_mm's; `scale_*` multiply the fp8 values back: x ≈ q·s):
+
+    | scaling | a (M, K) row-major    | b (K, N) column-major (= w.t())                          |
+    |---------|-----------------------|----------------------------------------------------------|
+    | tensor  | scale_a: 1 element    | scale_b: 1 element                                       |
+    | row     | (M, 1) contiguous     | (1, N) contiguous                                        |
+    | block   | (M, K/128), strides   | (K/128, N/128) strides (1, K/128): 128×128 blocks        |
+    |         | (1, M): 1×128 blocks  |   (= s.t() of a row-major (N/128, K/128) s)              |
+    |         | ("outer-dim-major")   | or (K/128, N) row-major: 1×128 blocks                    |
+
+What is refused (PingpongError naming the argument, before any work):
+- a or b not fp8 (e4m3fn, e5m2), or mixed kinds (e4m3 × e5m2: the kernel takes one kind);
+- a not row-major or b not column-major (not K-major): refused, not copied — an operand
+  copy per call would cost as much as the product; pass `w.t()` of a row-major weight;
+- K or N not a multiple of 16 (TMA rows and torch's rule), block-wise K not a multiple of
+  128, base addresses or row strides not 16-byte aligned;
+- a scale of the wrong dtype (fp32 only), device, shape or strides for the mode that
+  scale_b's shape names;
+- inputs that require grad (no backward: FP8 training is a later step).
+Scale *values* (finite, positive) are not checked on the call: every check reads device
+memory on the host, a sync that would stall the launch queue and break CUDA-graph capture.
+`check_scales` checks them on request (one sync); quantize_fp8 only produces finite,
+positive scales.
+
+use_fast_accum (torch's flag): False (default) promotes every 128-deep K block into the fp32
+accumulator; True lets the wgmmas accumulate in place (tensor/row only; block-wise scales are
+applied at the promotion, so block-wise ignores the flag, as torch's backends may).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import fused
+from .errors import PingpongError, check_tensor
+
+__all__ = ["scaled_mm", "scaling_of", "check_scales", "Float8Linear", "FP8_DTYPES", "FP8_OUT_DTYPES"]
+
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+FP8_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+BLOCK = 128  # K (and N) elements per scale block
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _check_operand(name: str, t, k_dim: int) -> None:
+    check_tensor(name, t)
+    if t.dim() != 2:
+        raise PingpongError(f"{name}: expected a 2-D tensor, got shape {tuple(t.shape)}")
+    if t.dtype not in FP8_DTYPES:
+        raise PingpongError(f"{name}: dtype {t.dtype} is not supported; expected one of {FP8_DTYPES}"
+                            " (quantize with pingpong.quantize_fp8)")
+    if t.stride(k_dim) != 1 and t.shape[k_dim] > 1:
+        want = "row-major (M, K)" if k_dim == 1 else "column-major (K, N), i.e. w.t() of a row-major (N, K) w"
+        raise PingpongError(f"{name}: fp8 wgmma reads K-major operands only; expected {want}, got strides"
+                            f" {tuple(t.stride())} (refused, not copied)")
+
+
+def _check_scale_tensor(name: str, s, device) -> None:
+    check_tensor(name, s)
+    if s.dtype != torch.float32:
+        raise PingpongError(f"{name}: dtype {s.dtype} is not supported; scales are torch.float32")
+    if s.device != device:
+        raise PingpongError(f"{name} must be on the operands' device ({device}), got {s.device}")
+
+
+def scaling_of(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor) -> tuple[str, int]:
+    """(scaling, sb_cols) of validated operands' scales: "tensor" | "row" | "block", and for
+    block-wise how many columns share one b scale per K block (128 or 1). scale_b's shape names
+    the mode (as torch tries them: tensor, row, block); scale_a must then match it.
+    PingpongError naming the scale otherwise."""
+    M, K = a.shape
+    N = b.shape[1]
+    kb, nb = _cdiv(K, BLOCK), _cdiv(N, BLOCK)
+    sb = tuple(scale_b.shape)
+    if scale_b.numel() == 1 and scale_b.dim() <= 2:
+        if scale_a.numel() != 1 or scale_a.dim() > 2:
+            raise PingpongError(f"scale_a: scale_b is one value (tensor-wise), so scale_a must be one fp32 value too,"
+                                f" got shape {tuple(scale_a.shape)}")
+        return "tensor", 1
+    if sb == (1, N):
+        if not scale_b.is_contiguous():
+            raise PingpongError(f"scale_b: row-wise (1, {N}) must be contiguous, got strides {tuple(scale_b.stride())}")
+        if tuple(scale_a.shape) != (M, 1) or not scale_a.is_contiguous():
+            raise PingpongError(f"scale_a: scale_b is row-wise (1, {N}), so scale_a must be ({M}, 1) contiguous, got"
+                                f" shape {tuple(scale_a.shape)} strides {tuple(scale_a.stride())}")
+        return "row", 1
+    if sb in ((kb, nb), (kb, N)):
+        sb_cols = BLOCK if sb == (kb, nb) else 1
+        if sb_cols == BLOCK and (scale_b.stride(0) != 1 and kb > 1 or scale_b.stride(1) < kb and nb > 1):
+            raise PingpongError(f"scale_b: 128×128 block scales ({kb}, {nb}) must be outer-dim-major: strides (1, ≥{kb})"
+                                f" (s.t() of a row-major ({nb}, {kb}) s), got {tuple(scale_b.stride())}")
+        if sb_cols == 1 and (scale_b.stride(1) != 1 and N > 1 or scale_b.stride(0) != N and kb > 1):
+            raise PingpongError(f"scale_b: 1×128 block scales ({kb}, {N}) must be row-major, got strides"
+                                f" {tuple(scale_b.stride())}")
+        if tuple(scale_a.shape) != (M, kb) or (scale_a.stride(0) != 1 and M > 1) or (scale_a.stride(1) != M and kb > 1):
+            raise PingpongError(f"scale_a: scale_b is block-wise, so scale_a must be 1×128 blocks of shape ({M}, {kb})"
+                                f" with strides (1, {M}) (outer-dim-major: s.t() of a row-major ({kb}, {M}) s), got"
+                                f" shape {tuple(scale_a.shape)} strides {tuple(scale_a.stride())}")
+        if K % BLOCK:
+            raise PingpongError(f"K={K}: block-wise scaling needs K to be a multiple of {BLOCK}")
+        return "block", sb_cols
+    raise PingpongError(
+        f"scale_b: shape {sb} names no scaling mode for a ({M}, {K}) @ ({K}, {N}) product; expected one element"
+        f" (tensor-wise), (1, {N}) (row-wise), ({kb}, {nb}) (128×128 blocks) or ({kb}, {N}) (1×128 blocks)")
+
+
+def check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum,
+                    device_checks: bool = True) -> tuple[str, int, str]:
+    """Validate a scaled_mm call; (scaling, sb_cols, activation). Raises PingpongError naming
+    the argument. `device_checks` False (the fake implementation) skips what fake tensors
+    cannot answer (CUDA, addresses)."""
+    _check_operand("a", a, 1)
+    _check_operand("b", b, 0)
+    if a.shape[1] != b.shape[0]:
+        raise PingpongError(f"a and b: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be multiplied")
+    if a.dtype != b.dtype:
+        raise PingpongError(f"b: dtype {b.dtype} differs from a's {a.dtype}; mixed fp8 kinds are not supported")
+    M, K = a.shape
+    N = b.shape[1]
+    if K % 16 or K == 0:
+        raise PingpongError(f"K={K}: must be a positive multiple of 16 (16-byte TMA rows of fp8; torch's rule)")
+    if N % 16:
+        raise PingpongError(f"N={N}: must be a multiple of 16 (torch._scaled_mm's rule; 16-byte output rows)")
+    for name, t, k_dim in (("a", a, 1), ("b", b, 0)):
+        other = 1 - k_dim
+        if t.shape[other] > 1 and (t.stride(other) % 16 or t.stride(other) < t.shape[k_dim]):
+            raise PingpongError(f"{name}: the stride between K-rows must be a multiple of 16 bytes and ≥ K, got"
+                                f" {t.stride(other)}")
+    if b.device != a.device:
+        raise PingpongError(f"b must be on a's device ({a.device}), got {b.device}")
+    _check_scale_tensor("scale_a", scale_a, a.device)
+    _check_scale_tensor("scale_b", scale_b, a.device)
+    scaling, sb_cols = scaling_of(a, b, scale_a, scale_b)
+    if out_dtype not in FP8_OUT_DTYPES:
+        raise PingpongError(f"out_dtype: expected one of {FP8_OUT_DTYPES}, got {out_dtype!r}")
+    if not isinstance(use_fast_accum, bool):
+        raise PingpongError(f"use_fast_accum: expected a bool, got {use_fast_accum!r}")
+    act = fused.check_activation(activation)
+    fused.check_bias(bias, M, N, a.device)
+    if device_checks:
+        if a.device.type != "cuda":
+            raise PingpongError(f"a: pingpong.scaled_mm runs on a Hopper GPU, got a tensor on {a.device}")
+        for name, t in (("a", a), ("b", b)):
+            if t.data_ptr() % 16:
+                raise PingpongError(f"{name}: base address must be 16-byte aligned (TMA)")
+        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a, b, scale_a, scale_b, bias)):
+            raise PingpongError("scaled_mm: an input requires grad, but FP8 products have no backward here"
+                                " (inference only); detach the inputs or use torch.no_grad()")
+    return scaling, sb_cols, act
+
+
+def check_scales(*scales: Tensor) -> None:
+    """PingpongError unless every scale is finite and positive. Reads the values on the host:
+    one device sync (scaled_mm does not call this; module docstring)."""
+    for i, s in enumerate(scales):
+        if not bool(torch.isfinite(s).all() & (s > 0).all()):
+            raise PingpongError(f"scale {i}: scales must be finite and positive")
+
+
+# ----------------------------------------------------------------------------- plans and launch
+
+
+class _Fp8Plan:
+    """One decided scaled_mm call signature: the config and a cached direct launch."""
+
+    __slots__ = ("device", "scaling", "sb_cols", "promote", "config", "activation", "launch")
+
+    def __init__(self, device, scaling, sb_cols, promote, config, activation):
+        from .runtime.launcher import CachedLaunch
+
+        self.device, self.scaling, self.sb_cols, self.promote = device, scaling, sb_cols, promote
+        self.config, self.activation = config, activation
+        self.launch = CachedLaunch()
+
+    def run(self, a, b, scale_a, scale_b, out, bias) -> None:
+        w = b.t()
+        bias_v = fused.bias_vector(bias) if bias is not None else None
+        ptrs = (a.data_ptr(), w.data_ptr(), out.data_ptr(), (bias_v if bias_v is not None else out).data_ptr(),
+                scale_a.data_ptr(), scale_b.data_ptr())
+        self.launch(self.device, ptrs, (), self._jit_args, a, w, out, scale_a, scale_b, bias)
+
+    def _jit_args(self, a, w, out, scale_a, scale_b, bias):
+        from .hopper.fp8_launch import prepare
+        from .runtime.device import sm_count
+
+        return prepare(a, w, out, scale_a, scale_b, self.scaling, self.promote, self.sb_cols, self.config,
+                       sm_count(self.device), bias, self.activation)
+
+
+_PLANS: dict = {}
+_MAX_PLANS = 256
+
+
+def _sig(t: Optional[Tensor]):
+    return None if t is None else (t.dtype, tuple(t.shape), tuple(t.stride()), t.device)
+
+
+def _plan(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, config) -> _Fp8Plan:
+    key = (a.device, _sig(a), _sig(b), _sig(scale_a), _sig(scale_b), _sig(bias), out_dtype, activation,
+           use_fast_accum, config)
+    plan = _PLANS.get(key)
+    if plan is not None:
+        return plan
+    scaling, sb_cols, act = check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum)
+    from .runtime.device import is_hopper, sm_count
+    from .hopper.fp8_launch import check_fp8_config, select_fp8
+
+    device = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    if not is_hopper(device):
+        raise PingpongError(f"a: pingpong.scaled_mm runs on Hopper (sm_90) GPUs; {a.device} is not one")
+    promote = scaling == "block" or not use_fast_accum
+    M, K = a.shape
+    if config is None:
+        config = select_fp8(M, b.shape[1], K, promote, sm_count(device))
+    check_fp8_config(config, promote, torch.empty((), dtype=out_dtype).element_size())
+    if len(_PLANS) >= _MAX_PLANS:
+        _PLANS.pop(next(iter(_PLANS)))
+    plan = _PLANS[key] = _Fp8Plan(device, scaling, sb_cols, promote, config, act)
+    return plan
+
+
+def scaled_mm_direct(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16, activation=None,
+                     use_fast_accum=False, config=None) -> Tensor:
+    """scaled_mm on the direct path (no dispatcher): validate (plan miss), launch."""
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)):
+        raise PingpongError("scaled_mm: an input requires grad, but FP8 products have no backward here"
+                            " (inference only); detach the inputs or use torch.no_grad()")
+    plan = _plan(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, config)
+    for name, t in (("a", a), ("b", b)):
+        if t.data_ptr() % 16:
+            raise PingpongError(f"{name}: base address must be 16-byte aligned (TMA)")
+    out = torch.empty(a.shape[0], b.shape[1], dtype=out_dtype, device=a.device)
+    if out.numel():
+        plan.run(a, b, scale_a, scale_b, out, bias)
+    return out
+
+
+def scaled_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, *, bias: Optional[Tensor] = None,
+              out_dtype: torch.dtype = torch.bfloat16, activation: Optional[str] = None,
+              use_fast_accum: bool = False) -> Tensor:
+    """act(a @ b · scales + bias) with torch._scaled_mm's operands and scale layouts (module
+    docstring); fp32 accumulation, one cast to out_dtype. While torch.compile traces, the
+    ``pingpong::scaled_mm`` op (a fake implementation gives the shape)."""
+    if torch.compiler.is_compiling() or any(type(t) not in (Tensor, torch.nn.Parameter)
+                                            for t in (a, b, scale_a, scale_b) if isinstance(t, Tensor)):
+        return torch.ops.pingpong.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation or "none",
+                                            use_fast_accum)
+    return scaled_mm_direct(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum)
+
+
+@torch.library.custom_op("pingpong::scaled_mm", mutates_args=())
+def _scaled_mm_op(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Optional[Tensor],
+                  out_dtype: torch.dtype, activation: str, use_fast_accum: bool) -> Tensor:
+    return scaled_mm_direct(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum)
+
+
+@_scaled_mm_op.register_fake
+def _(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum):
+    check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, device_checks=False)
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=out_dtype)
+
+
+# ----------------------------------------------------------------------------- the inference layer
+
+#: replace_linear(fp8=...) -> (activation granularity, weight granularity)
+GRANULARITIES = {"row": ("row", "row"), "block": ("block", "block128x128")}
+
+
+def fp8_unsupported_reason(layer: torch.nn.Linear, fp8: str) -> str | None:
+    """Why Float8Linear cannot take `layer` with scaling `fp8`, or None."""
+    k, n = layer.in_features, layer.out_features
+    if k % 16 or n % 16:
+        return f"in_features={k}, out_features={n}: FP8 needs multiples of 16"
+    if fp8 == "block" and k % BLOCK:
+        return f"in_features={k}: block-wise FP8 needs a multiple of {BLOCK}"
+    return None
+
+
+class Float8Linear(torch.nn.Module):
+    """Inference nn.Linear on FP8: the weight is quantized once (at construction), each input
+    per call (pingpong.quantize_fp8, row-wise or 1×128 blocks), then scaled_mm with the bias
+    fused. Input of any leading shape (…, in_features), bf16/fp16; the output has its dtype.
+    An input that requires grad is refused (no backward yet), not silently detached."""
+
+    def __init__(self, weight: Tensor, bias: Optional[Tensor], fp8: str = "row", dtype=torch.float8_e4m3fn):
+        super().__init__()
+        from .quantize import quantize_fp8
+
+        if fp8 not in GRANULARITIES:
+            raise PingpongError(f"fp8: expected one of {tuple(GRANULARITIES)}, got {fp8!r}")
+        self.fp8, self.fp8_dtype = fp8, dtype
+        self.out_features, self.in_features = weight.shape
+        with torch.no_grad():
+            q, s = quantize_fp8(weight.detach(), GRANULARITIES[fp8][1], dtype=dtype)
+        self.register_buffer("weight_fp8", q)
+        self.register_buffer("weight_scale", s)  # (N, 1) row-wise; (N/128, K/128) block-wise
+        self.register_buffer("bias", None if bias is None else bias.detach().clone())
+
+    @classmethod
+    def from_linear(cls, layer: torch.nn.Linear, fp8: str = "row") -> "Float8Linear":
+        if not isinstance(layer, torch.nn.Linear):
+            raise PingpongError(f"layer: expected a torch.nn.Linear, got {type(layer).__name__}")
+        reason = fp8_unsupported_reason(layer, fp8) if fp8 in GRANULARITIES else None
+        if reason:
+            raise PingpongError(f"layer: {reason}")
+        return cls(layer.weight, layer.bias, fp8)
+
+    def forward(self, x: Tensor) -> Tensor:
+        from .quantize import quantize_fp8
+
+        if x.requires_grad and torch.is_grad_enabled():
+            raise PingpongError("x: Float8Linear is inference-only and x requires grad; run under torch.no_grad()"
+                                " (or torch.inference_mode()), or keep a bf16 layer for training")
+        if x.shape[-1] != self.in_features:
+            raise PingpongError(f"x: last dim {x.shape[-1]} != in_features {self.in_features}")
+        x2 = x.reshape(-1, self.in_features)
+        q, s = quantize_fp8(x2, GRANULARITIES[self.fp8][0], dtype=self.fp8_dtype)
+        y = scaled_mm(q, self.weight_fp8.t(), s, self.weight_scale.t(), bias=self.bias, out_dtype=x.dtype)
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, fp8={self.fp8!r}"

@@ -1,0 +1,128 @@
+"""Host side of the Hopper FP8 GEMM (pingpong.hopper.fp8_kernel): the tile choice, TMA
+descriptors, the constexprs from `Derived`, the persistent grid, and the offline builds.
+
+Operands arrive validated (pingpong.fp8): A (M, K) row-major and W (N, K) row-major (the
+caller's b = W.t()), both fp8 and TMA-legal; scales fp32 in torch._scaled_mm's layouts.
+
+`select_fp8` picks the tile (one decision, made here):
+
+    M ≤ 128        ping-pong 64×128×128 (64×64 when 128-column tiles fill less than 3/4 of
+                   a wave): 64-row tiles waste the least of a skinny product, and the weight
+                   streams through the ring; split-K and swap-AB are not built for FP8
+    fast accum     cooperative 128×256×128 (tensor/row with use_fast_accum): one accumulator,
+                   128 fp32 registers per consumer thread
+    otherwise      cooperative 128×128×128: the promotion keeps a second accumulator (the
+                   wgmma's `part`), and 2 × 64 registers fit where 2 × 128 would not
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import fused
+from ..runtime import compile as cc
+from .config import KernelConfig
+from .fp8_kernel import SCALE_BLOCK as _SCALE_BLOCK, fp8_gemm
+
+SCALE_BLOCK = int(_SCALE_BLOCK.value)  # K elements per scale block and per promotion
+from .launch import _descriptor, _schedule_kwargs, acc_layout
+
+#: fp32 registers a consumer thread may spend on accumulators (config.validate's bound)
+_ACC_REGS = 200
+
+
+def select_fp8(M: int, N: int, K: int, promote: bool, sms: int) -> KernelConfig:
+    """The KernelConfig of an FP8 product (module docstring)."""
+    if M <= 128:
+        bn = 128 if -(-M // 64) * -(-N // 128) >= 0.75 * sms else 64
+        return KernelConfig(64, bn, SCALE_BLOCK, schedule="pingpong")
+    if not promote:
+        return KernelConfig(128, 256, SCALE_BLOCK, schedule="cooperative")
+    return KernelConfig(128, 128, SCALE_BLOCK, schedule="cooperative")
+
+
+def check_fp8_config(config: KernelConfig, promote: bool, out_bytes: int):
+    """Derived of `config` for fp8 operands; ConfigError where the FP8 kernel cannot run it."""
+    from ..errors import ConfigError
+
+    d = config.derive(1, out_bytes)
+    if d.schedule == "persistent" or d.workspace or d.block_n2:
+        raise ConfigError("the FP8 kernel runs one-piece tiles on the cooperative and ping-pong schedules, without"
+                          f" split-K or swap-AB; got {config}")
+    if d.block_k != SCALE_BLOCK:
+        raise ConfigError(f"block_k={d.block_k}: the FP8 kernel's ring slot is one {SCALE_BLOCK}-deep K block")
+    if promote and 2 * d.acc_regs > _ACC_REGS:
+        raise ConfigError(f"a promoted FP8 tile holds two accumulators: 2 × {d.acc_regs} fp32 registers per thread"
+                          f" exceed {_ACC_REGS}")
+    return d
+
+
+def prepare(a, w, out, scale_a, scale_b, scaling: str, promote: bool, sb_cols: int, config: KernelConfig, sms: int,
+            bias=None, activation: str = "none"):
+    """(kernel, args, kwargs, grid) for out = act(scale(a @ wᵀ) + bias).
+
+    scaling "tensor" | "row" | "block"; sb_cols: columns sharing one b scale per K block
+    (block-wise: 128 for 128×128 blocks, 1 for 1×128)."""
+    M, K = a.shape
+    N = w.shape[0]
+    d = check_fp8_config(config, promote, out.element_size())
+    a_desc = _descriptor(a, [d.block_m, d.block_k])
+    b_desc = _descriptor(w, [d.block_n, d.block_k])
+    c_desc = _descriptor(out, [d.consumer_m, d.epilogue_n])
+    if scaling == "tensor":
+        strides = (0, 0, 0, 0)
+    elif scaling == "row":
+        strides = (scale_a.stride(0), 0, scale_b.stride(1), 0)
+    else:
+        strides = (scale_a.stride(0), scale_a.stride(1), scale_b.stride(1), scale_b.stride(0))
+    bias_ptr = fused.bias_vector(bias) if bias is not None else out  # never read without a bias
+    args = (a_desc, b_desc, c_desc, bias_ptr, scale_a, scale_b, M, N, K, *strides)
+    kwargs = _schedule_kwargs(d)
+    kwargs.pop("BN2"), kwargs.pop("acc_layout2")
+    kwargs.update(SCALING=scaling, PROMOTE=bool(promote), SB_COLS=sb_cols, EPI_BUFS=d.epilogue_bufs,
+                  BIAS=fused.bias_kind(bias, M), ACTIVATION=activation, acc_layout=acc_layout(d))
+    units = -(-M // d.block_m) * -(-N // d.block_n)
+    return fp8_gemm, args, kwargs, (max(1, min(sms, units)),)
+
+
+# ----------------------------------------------------------------------------- offline compilation
+
+
+def _offline_builder(scaling: str, promote: bool, config: KernelConfig, sb_cols: int = 128, fusion: str = ""):
+    def build(target: str) -> cc.Launch:
+        M, N, K = 512, 512, 1024
+        a = torch.empty(M, K, dtype=torch.float8_e4m3fn)
+        w = torch.empty(N, K, dtype=torch.float8_e4m3fn)
+        out = torch.empty(M, N, dtype=torch.bfloat16)
+        kb = K // SCALE_BLOCK
+        if scaling == "tensor":
+            sa, sb = torch.empty((), dtype=torch.float32), torch.empty((), dtype=torch.float32)
+        elif scaling == "row":
+            sa, sb = torch.empty(M, 1), torch.empty(1, N)
+        else:
+            sa = torch.empty(kb, M).t()
+            sb = torch.empty(-(-N // 128), kb).t() if sb_cols == 128 else torch.empty(kb, N)
+        bias = torch.empty(N, dtype=torch.bfloat16) if fusion else None
+        kernel, args, kwargs, grid = prepare(a, w, out, sa, sb, scaling, promote, sb_cols, config, 132, bias,
+                                             fusion or "none")
+        return cc.Launch(kernel, args, kwargs, grid)
+
+    b = f"{config.block_m}×{config.block_n}×{config.block_k}"
+    build.__doc__ = (f"Hopper FP8 GEMM (e4m3), {scaling}-wise scales, {'promoted' if promote else 'fast'} accumulation,"
+                     f" {config.schedule} {b}" + (f", bias + {fusion}" if fusion else ""))
+    return build
+
+
+#: name -> (scaling, promote, config, sb_cols, fusion) of the FP8 variants compiled offline
+OFFLINE_FP8_VARIANTS = {
+    "fp8-tensor": ("tensor", True, KernelConfig(128, 128, 128), 128, ""),
+    "fp8-tensor-fast": ("tensor", False, KernelConfig(128, 256, 128), 128, ""),
+    "fp8-row": ("row", True, KernelConfig(128, 128, 128), 128, "gelu_erf"),
+    "fp8-row-fast": ("row", False, KernelConfig(128, 256, 128), 128, ""),
+    "fp8-block": ("block", True, KernelConfig(128, 128, 128), 128, ""),
+    "fp8-block-1x128": ("block", True, KernelConfig(128, 128, 128), 1, ""),
+    "fp8-block-pingpong": ("block", True, KernelConfig(64, 128, 128, schedule="pingpong"), 128, ""),
+    "fp8-row-pingpong": ("row", True, KernelConfig(64, 64, 128, schedule="pingpong"), 128, ""),
+}
+for _name, (_s, _p, _c, _sb, _f) in OFFLINE_FP8_VARIANTS.items():
+    cc.register(_name, targets=("sm_90a",))(_offline_builder(_s, _p, _c, _sb, _f))

@@ -1,0 +1,252 @@
+"""quantize_fp8: x -> (q, scale) with x ≈ q · scale, in torch._scaled_mm's scale layouts.
+
+Plain Triton (any GPU; CPU tensors run in Triton's interpreter, fp32/fp16 only: its bf16 is
+wrong). Each kernel reads x once and writes q and the scales once: amax of the group, scale =
+amax / FP8_MAX (amax clamped to 1e-12 so a zero group gets a tiny finite positive scale), q =
+clamp(x · (FP8_MAX / amax), ±FP8_MAX) cast with round-to-nearest-even (the reciprocal once per
+group in IEEE division, then one multiply per element: the division per element cost 1.5% of
+the bandwidth; q is bitwise torch's `(x.float() * (FP8_MAX / amax)).to(dtype)`).
+
+    | granularity    | groups           | scale shape and layout              | passes over x      |
+    |----------------|------------------|-------------------------------------|--------------------|
+    | "row"          | each row         | (M, 1) contiguous                   | 1 (row in regs)    |
+    | "block"        | 1×128 of a row   | (M, K/128), strides (1, M)          | 1                  |
+    | "block128x128" | 128×128 (weights)| (M/128, K/128) row-major            | 1                  |
+    | "tensor"       | the whole tensor | () 0-d                              | 2 kernels, 2 reads |
+
+Tensor-wise needs the amax of *every* element before the first cast, and no program can know
+it until all have read their part: either a grid-wide barrier (a persistent kernel whose
+programs all wait for each other: it deadlocks unless every program is resident, which
+plain Triton cannot guarantee) or a second pass. So tensor-wise is two launches: partial
+maxima (one per program), then each program reduces the partials (a few KB from L2) and
+quantizes its tile, reading x a second time (5 bytes moved per bf16 element instead of 3).
+Row rows longer than MAX_ROW elements are read twice (amax, then cast; the second read
+mostly from L2).
+
+The scales of "row" and "block" are scale_a's layout for an activation A (M, K); for a weight
+W (N, K), pass `scale.t()` as scale_b ((1, N) row-wise; (K/128, N/128) from "block128x128").
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .errors import PingpongError, check_tensor
+
+__all__ = ["quantize_fp8", "GRANULARITIES", "FP8_MAX"]
+
+GRANULARITIES = ("tensor", "row", "block", "block128x128")
+FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
+IN_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+MAX_ROW = 16384  # longest row held in registers by the one-read row kernel
+_EPS = 1e-12
+#: 1×128 blocks: (rows, 128-column groups) per program
+BLOCK_TILE = (32, 1)
+
+
+@triton.jit
+def _row_kernel(x, q, s, M, K, sxm, sqm, FP8_MAX: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+                ONE_READ: tl.constexpr):
+    """Rows [pid·BLOCK_M, +BLOCK_M): amax per row, scale, cast."""
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_K)
+    rmask = rows < M
+    if ONE_READ:
+        mask = rmask[:, None] & (cols[None, :] < K)
+        v = tl.load(x + rows[:, None] * sxm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        amax = tl.maximum(tl.max(tl.abs(v), axis=1), 1e-12)
+        scale = tl.fdiv(amax, tl.full(amax.shape, FP8_MAX, tl.float32), ieee_rounding=True)
+        inv = tl.fdiv(tl.full(amax.shape, FP8_MAX, tl.float32), amax, ieee_rounding=True)
+        qv = tl.clamp(v * inv[:, None], -FP8_MAX, FP8_MAX)
+        tl.store(q + rows[:, None] * sqm + cols[None, :], qv.to(q.dtype.element_ty), mask=mask)
+    else:
+        amax = tl.zeros([BLOCK_M], dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            mask = rmask[:, None] & (k0 + cols[None, :] < K)
+            v = tl.load(x + rows[:, None] * sxm + k0 + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            amax = tl.maximum(amax, tl.max(tl.abs(v), axis=1))
+        amax = tl.maximum(amax, 1e-12)
+        scale = tl.fdiv(amax, tl.full(amax.shape, FP8_MAX, tl.float32), ieee_rounding=True)
+        inv = tl.fdiv(tl.full(amax.shape, FP8_MAX, tl.float32), amax, ieee_rounding=True)
+        for k0 in range(0, K, BLOCK_K):
+            mask = rmask[:, None] & (k0 + cols[None, :] < K)
+            v = tl.load(x + rows[:, None] * sxm + k0 + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            qv = tl.clamp(v * inv[:, None], -FP8_MAX, FP8_MAX)
+            tl.store(q + rows[:, None] * sqm + k0 + cols[None, :], qv.to(q.dtype.element_ty), mask=mask)
+    tl.store(s + rows, scale, mask=rmask)
+
+
+@triton.jit
+def _block_kernel(x, q, s, M, K, sxm, sqm, ssm, ssk, FP8_MAX: tl.constexpr, BLOCK_M: tl.constexpr,
+                  GROUP_K: tl.constexpr, GROUP_M: tl.constexpr, GROUPS: tl.constexpr):
+    """One tile of BLOCK_M rows × GROUPS·GROUP_K columns. GROUP_M = 1: one scale per row and
+    GROUP_K columns (1×128); GROUP_M = BLOCK_M: one scale per BLOCK_M × GROUP_K block (128×128,
+    GROUPS = 1). Scale of group (m // GROUP_M, k // GROUP_K) at s + (m // GROUP_M)·ssm +
+    (k // GROUP_K)·ssk."""
+    pid_m = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_k * GROUPS * GROUP_K + tl.arange(0, GROUPS * GROUP_K)
+    mask = (rows[:, None] < M) & (cols[None, :] < K)
+    v = tl.load(x + rows[:, None] * sxm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    if GROUP_M == 1:
+        v3 = tl.reshape(v, [BLOCK_M, GROUPS, GROUP_K])
+        amax = tl.maximum(tl.max(tl.abs(v3), axis=2), 1e-12)
+        scale = tl.fdiv(amax, tl.full(amax.shape, FP8_MAX, tl.float32), ieee_rounding=True)
+        inv = tl.fdiv(tl.full(amax.shape, FP8_MAX, tl.float32), amax, ieee_rounding=True)
+        qv = tl.reshape(tl.clamp(v3 * inv[:, :, None], -FP8_MAX, FP8_MAX), [BLOCK_M, GROUPS * GROUP_K])
+        groups = pid_k * GROUPS + tl.arange(0, GROUPS)
+        tl.store(s + rows[:, None] * ssm + groups[None, :] * ssk, scale,
+                 mask=(rows[:, None] < M) & (groups[None, :] * GROUP_K < K))
+    else:
+        amax = tl.maximum(tl.max(tl.max(tl.abs(v), axis=1), axis=0), 1e-12)
+        scale = tl.fdiv(amax, tl.full(amax.shape, FP8_MAX, tl.float32), ieee_rounding=True)
+        qv = tl.clamp(v * tl.fdiv(tl.full(amax.shape, FP8_MAX, tl.float32), amax, ieee_rounding=True), -FP8_MAX, FP8_MAX)
+        tl.store(s + pid_m * ssm + pid_k * ssk, scale)
+    tl.store(q + rows[:, None] * sqm + cols[None, :], qv.to(q.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _amax_kernel(x, partial, M, K, sxm, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Tensor-wise pass 1: the amax of one BLOCK_M × BLOCK_K tile -> partial[program]."""
+    pid_m = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    mask = (rows[:, None] < M) & (cols[None, :] < K)
+    v = tl.load(x + rows[:, None] * sxm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    tl.store(partial + pid_m * tl.num_programs(1) + pid_k, tl.max(tl.max(tl.abs(v), axis=1), axis=0))
+
+
+@triton.jit
+def _tensor_cast_kernel(x, q, s, partial, P, M, K, sxm, sqm, FP8_MAX: tl.constexpr, BLOCK_M: tl.constexpr,
+                        BLOCK_K: tl.constexpr, BLOCK_P: tl.constexpr):
+    """Tensor-wise pass 2: amax = max of the P partials; program (0, 0) stores the scale;
+    every program casts its tile."""
+    pid_m = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    p = tl.arange(0, BLOCK_P)
+    amax = tl.maximum(tl.max(tl.load(partial + p, mask=p < P, other=0.0), axis=0), 1e-12)
+    scale = tl.fdiv(amax, tl.full(amax.shape, FP8_MAX, tl.float32), ieee_rounding=True)
+    inv = tl.fdiv(tl.full(amax.shape, FP8_MAX, tl.float32), amax, ieee_rounding=True)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    mask = (rows[:, None] < M) & (cols[None, :] < K)
+    v = tl.load(x + rows[:, None] * sxm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    qv = tl.clamp(v * inv, -FP8_MAX, FP8_MAX)
+    tl.store(q + rows[:, None] * sqm + cols[None, :], qv.to(q.dtype.element_ty), mask=mask)
+    if pid_m == 0 and pid_k == 0:
+        tl.store(s, scale)
+
+
+def interpreter_enabled() -> bool:
+    """Triton's interpreter is on (TRITON_INTERPRET=1 before triton is imported): CPU tensors
+    run there (the kernels call triton.language's own jit functions, tl.max, which only the
+    interpreter proper can call)."""
+    import os
+
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def check_quantize(x, granularity, dtype, device_checks: bool = True) -> None:
+    """PingpongError naming the argument for anything quantize_fp8 does not take."""
+    check_tensor("x", x)
+    if granularity not in GRANULARITIES:
+        raise PingpongError(f"granularity: expected one of {GRANULARITIES}, got {granularity!r}")
+    if dtype not in FP8_MAX:
+        raise PingpongError(f"dtype: expected one of {tuple(FP8_MAX)}, got {dtype!r}")
+    if x.dim() != 2:
+        raise PingpongError(f"x: expected a 2-D tensor (reshape (..., K) to (-1, K) first), got shape {tuple(x.shape)}")
+    if x.dtype not in IN_DTYPES:
+        raise PingpongError(f"x: dtype {x.dtype} is not supported; expected one of {IN_DTYPES}")
+    if x.stride(1) != 1 and x.shape[1] > 1:
+        raise PingpongError(f"x: rows must be contiguous (stride 1 along the last dim), got strides {tuple(x.stride())}")
+    if granularity in ("block", "block128x128") and x.shape[1] % 128:
+        raise PingpongError(f"x: {granularity} scales need K (= {x.shape[1]}) to be a multiple of 128")
+    if not device_checks:
+        return
+    if x.device.type == "cpu":
+        if not interpreter_enabled():
+            raise PingpongError(f"x: on {x.device}; quantize_fp8 runs on a GPU (or on the CPU in Triton's interpreter:"
+                                " set TRITON_INTERPRET=1 before importing triton)")
+        if x.dtype == torch.bfloat16:
+            raise PingpongError("x: bfloat16 on the CPU (Triton's interpreter) is computed wrongly; use float16/float32")
+    elif x.device.type != "cuda":
+        raise PingpongError(f"x: on {x.device}; quantize_fp8 runs on CUDA/ROCm GPUs")
+    if x.requires_grad and torch.is_grad_enabled():
+        raise PingpongError("x: requires grad; quantize_fp8 has no backward (run under torch.no_grad())")
+
+
+def _scale_like(x: torch.Tensor, granularity: str) -> torch.Tensor:
+    M, K = x.shape
+    f32 = dict(dtype=torch.float32, device=x.device)
+    if granularity == "tensor":
+        return torch.empty((), **f32)
+    if granularity == "row":
+        return torch.empty(M, 1, **f32)
+    if granularity == "block":
+        return torch.empty(K // 128, M, **f32).t()  # (M, K/128), outer-dim-major (torch's 1×128 layout)
+    return torch.empty(-(-M // 128), K // 128, **f32)
+
+
+def quantize_direct(x: torch.Tensor, granularity: str = "row", dtype=torch.float8_e4m3fn):
+    check_quantize(x, granularity, dtype)
+    M, K = x.shape
+    q = torch.empty(M, K, dtype=dtype, device=x.device)
+    s = _scale_like(x, granularity)
+    if M == 0 or K == 0:
+        if s.numel():
+            s.fill_(_EPS / FP8_MAX[dtype])
+        return q, s
+    interpret = x.device.type == "cpu"
+    fmax = FP8_MAX[dtype]
+    if granularity == "row":
+        one = K <= MAX_ROW
+        bk = triton.next_power_of_2(K) if one else 4096
+        bm = max(1, min(16, 4096 // bk)) if one else 1
+        meta = {} if interpret else dict(num_warps=8 if bk * bm >= 4096 else 4)
+        _row_kernel[(-(-M // bm),)](x, q, s, M, K, x.stride(0), q.stride(0), FP8_MAX=fmax,
+                                                          BLOCK_M=bm, BLOCK_K=bk, ONE_READ=one, **meta)
+    elif granularity in ("block", "block128x128"):
+        bm, groups = (128, 1) if granularity == "block128x128" else BLOCK_TILE
+        groups = min(groups, K // 128) if K // 128 % groups == 0 else 1
+        meta = {} if interpret else dict(num_warps=8 if bm * groups >= 64 else 4)
+        _block_kernel[(-(-M // bm), K // 128 // groups)](
+            x, q, s, M, K, x.stride(0), q.stride(0), s.stride(0), s.stride(1), FP8_MAX=fmax, BLOCK_M=bm, GROUP_K=128,
+            GROUP_M=1 if granularity == "block" else bm, GROUPS=groups, **meta)
+    else:
+        bm, bk = 32, min(256, triton.next_power_of_2(K))
+        grid = (-(-M // bm), -(-K // bk))
+        P = grid[0] * grid[1]
+        partial = torch.empty(P, dtype=torch.float32, device=x.device)
+        meta = {} if interpret else dict(num_warps=8)
+        _amax_kernel[grid](x, partial, M, K, x.stride(0), BLOCK_M=bm, BLOCK_K=bk, **meta)
+        if P > 8192:  # reduce the partials once more so each cast program reads few
+            partial = partial.amax().reshape(1)
+            P = 1
+        _tensor_cast_kernel[grid](x, q, s, partial, P, M, K, x.stride(0), q.stride(0), FP8_MAX=fmax,
+                                                      BLOCK_M=bm, BLOCK_K=bk, BLOCK_P=triton.next_power_of_2(P), **meta)
+    return q, s
+
+
+def quantize_fp8(x: torch.Tensor, granularity: str = "row", dtype: torch.dtype = torch.float8_e4m3fn):
+    """(q, scale) with x ≈ q · scale (module docstring): q has x's shape and `dtype`
+    (float8_e4m3fn or float8_e5m2), scale is fp32 in torch._scaled_mm's layout for the
+    granularity. While torch.compile traces, the ``pingpong::quantize_fp8`` op."""
+    if torch.compiler.is_compiling() or (isinstance(x, torch.Tensor) and type(x) not in (torch.Tensor,
+                                                                                        torch.nn.Parameter)):
+        return torch.ops.pingpong.quantize_fp8(x, granularity, dtype)
+    return quantize_direct(x, granularity, dtype)
+
+
+@torch.library.custom_op("pingpong::quantize_fp8", mutates_args=())
+def _quantize_op(x: torch.Tensor, granularity: str, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    return quantize_direct(x, granularity, dtype)
+
+
+@_quantize_op.register_fake
+def _(x, granularity, dtype):
+    check_quantize(x, granularity, dtype, device_checks=False)
+    return x.new_empty(x.shape, dtype=dtype), _scale_like(x, granularity)

@@ -1,0 +1,116 @@
+"""`pingpong bench --dtype fp8 --scaling tensor|row|block`: pingpong.scaled_mm against
+torch._scaled_mm (cuBLASLt / CUTLASS) on the same quantized tensors, and quantize_fp8's
+bandwidth.
+
+The method is bench.py's (check first, NaN-poisoned output, alternating rounds, L2 flushed,
+median of medians): inputs are random normal A (M, K) and W (N, K) with a spread of row
+magnitudes (so the scales differ), quantized once by pingpong.quantize_fp8 (e4m3; "block":
+A in 1×128, W in 128×128 blocks); ours and torch's run on those very tensors, both with
+use_fast_accum as given (default False, torch's default). The check compares ours with a
+float64 product of the dequantized operands: ‖out − ref‖/‖ref‖ ≤ FP8_TOLERANCE (the bf16
+output's rounding is 2^-9; a wrong scale or block is orders of magnitude above).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+
+from .timing import time_callable
+
+SCALINGS = ("tensor", "row", "block")
+FP8_TOLERANCE = 1e-2
+#: quantize granularity of (A, W) per scaling mode
+_GRAN = {"tensor": ("tensor", "tensor"), "row": ("row", "row"), "block": ("block", "block128x128")}
+
+
+def make_fp8_inputs(M, N, K, scaling: str, device="cuda", seed: int = 0):
+    """(qa, qb, sa, sb, ref): qb = qw.t() (column-major), scales in torch's layouts, and the
+    float64 product of the dequantized operands."""
+    import torch
+
+    from ..quantize import quantize_fp8
+
+    gen = torch.Generator(device=device).manual_seed(seed)
+    a = torch.randn(M, K, generator=gen, device=device) * (0.5 + torch.rand(M, 1, generator=gen, device=device))
+    w = torch.randn(N, K, generator=gen, device=device) * (0.5 + torch.rand(N, 1, generator=gen, device=device))
+    ga, gw = _GRAN[scaling]
+    qa, sa = quantize_fp8(a.to(torch.bfloat16), ga)
+    qw, sw = quantize_fp8(w.to(torch.bfloat16), gw)
+    return qa, qw.t(), sa, sw.t()
+
+
+def dequantized(q, s, scaling: str, operand: str):
+    """float64 values of q·s for A (M, K) or W (N, K) (`operand` "a" / "w", s as quantize gave it)."""
+    import torch
+
+    x = q.double()
+    if scaling == "tensor" or scaling == "row":
+        return x * s.double()
+    if operand == "a":  # (M, K/128)
+        return x * s.double().repeat_interleave(128, 1)
+    rows, cols = x.shape
+    return x * s.double().repeat_interleave(128, 0)[:rows].repeat_interleave(128, 1)[:, :cols]
+
+
+def reference(qa, qb, sa, sb, scaling: str):
+    return dequantized(qa, sa, scaling, "a") @ dequantized(qb.t(), sb.t(), scaling, "w").t()
+
+
+def bench_fp8_shape(M, N, K, settings, device="cuda", timer=time_callable):
+    """Check, then time, one shape: a bench.Row (path names the scaling)."""
+    import torch
+
+    from .. import fp8
+    from .bench import Row, error_status, rel_error
+
+    scaling, fast = settings.scaling, settings.fast_accum
+    path = f"fp8-{scaling}" + ("-fast" if fast else "")
+    try:
+        qa, qb, sa, sb = make_fp8_inputs(M, N, K, scaling, device, settings.seed)
+        poison = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=device)
+        del poison  # the caching allocator hands this NaN-filled block to the next output
+        ours = fp8.scaled_mm(qa, qb, sa, sb, use_fast_accum=fast)
+        torch.cuda.synchronize()
+    except Exception as e:
+        return Row(M, N, K, path, error_status(e))
+    ref = reference(qa, qb, sa, sb, scaling)
+    err = rel_error(ours, ref)
+    try:
+        theirs = torch._scaled_mm(qa, qb, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast)
+        torch_err = rel_error(theirs, ref)
+    except Exception as e:
+        return Row(M, N, K, path, f"ERROR: torch._scaled_mm: {e}".splitlines()[0][:120], rel_err=err)
+    del ours, ref, theirs
+    if not err <= FP8_TOLERANCE:
+        return Row(M, N, K, path, "FAILED", rel_err=err)
+    print(f"{M}x{N}x{K} {path}: rel.err ours {err:.3e}, torch._scaled_mm {torch_err:.3e}", file=sys.stderr)
+    ours_t, theirs_t = [], []
+    for _ in range(settings.rounds):
+        ours_t.append(timer(lambda: fp8.scaled_mm(qa, qb, sa, sb, use_fast_accum=fast), settings.reps))
+        theirs_t.append(timer(lambda: torch._scaled_mm(qa, qb, sa, sb, out_dtype=torch.bfloat16,
+                                                       use_fast_accum=fast), settings.reps))
+    ratios = [c.median_ms / o.median_ms for o, c in zip(ours_t, theirs_t)]
+    med = lambda ts: statistics.median(t.median_ms for t in ts)  # noqa: E731
+    return Row(M, N, K, path, "ok", err, med(ours_t), med(theirs_t), sum(t.reps for t in ours_t),
+               sum(t.reps for t in theirs_t), min(ratios), max(ratios), 1, 2)
+
+
+def bench_quantize(M: int, K: int, granularity: str, reps: int = 100, device="cuda") -> dict:
+    """quantize_fp8 on an (M, K) bf16 tensor: median time, bytes moved (read x, write q and the
+    scales; tensor-wise reads x twice) and the fraction of the device's peak HBM bandwidth."""
+    import torch
+
+    from ..quantize import quantize_fp8
+    from ..runtime.device import hbm_bandwidth
+
+    x = torch.randn(M, K, device=device, dtype=torch.bfloat16)
+    t = time_callable(lambda: quantize_fp8(x, granularity), reps)
+    reads = 2 if granularity == "tensor" else 1
+    moved = reads * x.numel() * 2 + x.numel()
+    peak = hbm_bandwidth(x.device.index or 0)
+    gbs = moved / (t.median_ms * 1e-3)
+    return dict(shape=f"{M}x{K}", granularity=granularity, ms=t.median_ms, bytes=moved, GBps=gbs / 1e9,
+                hbm_fraction=gbs / peak if peak else math.nan,
+                min_bytes_fraction=(3 * x.numel()) / (t.median_ms * 1e-3) / peak if peak else math.nan)

@@ -1,0 +1,157 @@
+"""FP8 on a Hopper GPU: scaled_mm per scaling mode against a float64 product of the dequantized
+operands, no worse than torch._scaled_mm on the same inputs; quantize_fp8 exactly torch's cast;
+Float8Linear and torch.compile. Scales are made strongly non-uniform (row magnitudes and 128-deep
+K blocks spread over 2^±4), so a scale applied to the wrong row, column or block fails."""
+
+import pytest
+import torch
+
+import pingpong
+from pingpong.fp8 import Float8Linear
+from pingpong.tools.bench_fp8 import dequantized
+
+pytestmark = pytest.mark.gpu
+
+GRAN = {"tensor": ("tensor", "tensor"), "row": ("row", "row"), "block": ("block", "block128x128"),
+        "block1x128": ("block", "block")}
+
+
+def spread(rows, cols, gen):
+    """Random normal values whose rows and 128-column blocks differ by up to 2^±4."""
+    x = torch.randn(rows, cols, generator=gen, device="cuda")
+    row = torch.exp2(torch.randint(-4, 5, (rows, 1), generator=gen, device="cuda").float())
+    blk = torch.exp2(torch.randint(-4, 5, (1, -(-cols // 128)), generator=gen, device="cuda").float())
+    return x * row * blk.repeat_interleave(128, 1)[:, :cols]
+
+
+def operands(M, N, K, mode, seed, magnitude=1.0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    a, w = (spread(M, K, gen) * magnitude).bfloat16(), (spread(N, K, gen) * magnitude).bfloat16()
+    ga, gw = GRAN[mode]
+    qa, sa = pingpong.quantize_fp8(a, ga)
+    qw, sw = pingpong.quantize_fp8(w, gw)
+    kind = "block" if mode.startswith("block") else mode
+    wmode = "a" if mode == "block1x128" else "w"  # 1×128 weight scales dequantize like A's
+    ref = dequantized(qa, sa, kind, "a") @ dequantized(qw, sw, kind, wmode).t()
+    return qa, qw.t(), sa, sw.t(), ref
+
+
+def poisoned_call(fn, shape, dtype):
+    """fn() with the caching allocator's next block of `shape` filled with NaN first."""
+    p = torch.full(shape, float("nan"), dtype=dtype, device="cuda")
+    del p
+    return fn()
+
+
+def check(out, theirs, ref, seed):
+    err = lambda x: ((x.double() - ref).norm() / ref.norm()).item()  # noqa: E731
+    assert not out.isnan().any(), f"seed {seed}: NaN left in the output (unwritten tile)"
+    e_ours, e_torch = err(out), err(theirs)
+    assert e_ours <= 1.25 * e_torch + 1e-5, f"seed {seed}: rel.err {e_ours:.3e} vs torch._scaled_mm {e_torch:.3e}"
+    d_ours = (out.double() - ref).abs().max().item()
+    d_torch = (theirs.double() - ref).abs().max().item()
+    assert d_ours <= 2 * d_torch + 1e-6 * ref.abs().max().item(), f"seed {seed}: max |err| {d_ours} vs torch {d_torch}"
+
+
+@pytest.mark.parametrize("mode", ["tensor", "row", "block", "block1x128"])
+@pytest.mark.parametrize("shape", [(512, 1024, 2048), (1000, 528, 1024), (77, 144, 384), (16, 4096, 1024),
+                                   (200, 1536, 256)])
+@pytest.mark.parametrize("fast", [False, True])
+def test_scaled_mm_matches_torch_accuracy(mode, shape, fast):
+    M, N, K = shape
+    seed = hash((mode, shape, fast)) % 1000
+    qa, qb, sa, sb, ref = operands(M, N, K, mode, seed)
+    out = poisoned_call(lambda: pingpong.scaled_mm(qa, qb, sa, sb, use_fast_accum=fast), (M, N), torch.bfloat16)
+    try:
+        if mode == "block1x128":
+            raise RuntimeError("compared with the rounded exact product below")
+        theirs = torch._scaled_mm(qa, qb, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast)
+    except RuntimeError:  # a pair or shape cuBLASLt does not run (block-wise 77×144×384): the
+        theirs = ref.bfloat16()  # exact product, rounded once, is the stricter yardstick
+    check(out, theirs, ref, seed)
+
+
+@pytest.mark.parametrize("mode", ["tensor", "row", "block"])
+def test_a_scale_on_the_wrong_block_fails(mode):
+    """The test's power: scales permuted along the dimension they index change the result far
+    beyond the bounds above."""
+    M, N, K = 256, 256, 1024
+    qa, qb, sa, sb, ref = operands(M, N, K, mode, 7)
+    if mode == "tensor":
+        sa = sa * 2
+    elif mode == "row":
+        sa = sa.flip(0).contiguous()
+    else:
+        sa = sa.flip(1).t().contiguous().t()
+    out = pingpong.scaled_mm(qa, qb, sa, sb)
+    assert ((out.double() - ref).norm() / ref.norm()).item() > 0.1
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("activation", [None, "gelu_erf", "silu"])
+def test_bias_activation_out_dtypes(out_dtype, activation):
+    M, N, K = 300, 512, 1024
+    qa, qb, sa, sb, ref = operands(M, N, K, "row", 3, magnitude=1 / 32)  # results within fp16's range
+    bias = torch.randn(N, device="cuda", dtype=torch.bfloat16) * ref.abs().mean().item()
+    out = poisoned_call(lambda: pingpong.scaled_mm(qa, qb, sa, sb, bias=bias, out_dtype=out_dtype,
+                                                   activation=activation), (M, N), out_dtype)
+    act = {None: lambda z: z, "gelu_erf": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}[activation]
+    want = act(ref + bias.double())
+    assert out.dtype == out_dtype and not out.isnan().any()
+    # fp32 output: the bound is the fp8 wgmma's own accumulation (about 13 mantissa bits inside
+    # a 128-deep block, as torch._scaled_mm's), not the output's rounding
+    tol = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-3}[out_dtype]
+    assert ((out.double() - want).norm() / want.norm()).item() < tol
+    assert ((out.double() - want).abs() <= 8 * tol * want.abs() + 1e-2 * want.abs().max()).all()
+
+
+@pytest.mark.parametrize("granularity", ["tensor", "row", "block", "block128x128"])
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_quantize_is_torch_cast(granularity, dtype):
+    """scale = amax/FP8_MAX of each group (bitwise); q is bitwise torch's rounding of x·(FP8_MAX/amax)."""
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    x = spread(300, 1024, gen).bfloat16()
+    q, s = pingpong.quantize_fp8(x, granularity, dtype)
+    fmax = torch.finfo(dtype).max
+    xf = x.float()
+    if granularity == "tensor":
+        amax, got = xf.abs().amax().clamp_min(1e-12).expand_as(xf), s.expand_as(xf)
+    elif granularity == "row":
+        assert s.shape == (300, 1) and s.is_contiguous()
+        amax, got = xf.abs().amax(1, keepdim=True).clamp_min(1e-12).expand_as(xf), s.expand_as(xf)
+    elif granularity == "block":
+        assert s.shape == (300, 8) and s.stride() == (1, 300)
+        amax = xf.view(300, 8, 128).abs().amax(2).clamp_min(1e-12).repeat_interleave(128, 1)
+        got = s.repeat_interleave(128, 1)
+    else:
+        assert s.shape == (3, 8)
+        pad = torch.zeros(384, 1024, device="cuda")
+        pad[:300] = xf.abs()
+        amax = pad.view(3, 128, 8, 128).amax((1, 3)).clamp_min(1e-12).repeat_interleave(128, 0)[:300]
+        amax = amax.repeat_interleave(128, 1)
+        got = s.repeat_interleave(128, 0)[:300].repeat_interleave(128, 1)
+    # correctly rounded quotients (torch's CUDA division by a scalar multiplies by the
+    # reciprocal; fp64 then one rounding to fp32 is the IEEE fp32 quotient)
+    assert torch.equal(got, (amax.double() / fmax).float())
+    want = (xf * (fmax / amax.double()).float()).clamp(-fmax, fmax).to(dtype)
+    assert torch.equal(q.view(torch.uint8), want.view(torch.uint8))
+
+
+@pytest.mark.parametrize("fp8", ["row", "block"])
+def test_float8_linear_and_compile(fp8):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 2048), torch.nn.SiLU(), torch.nn.Linear(2048, 512))
+    model = model.cuda().bfloat16()
+    x = torch.randn(4, 33, 1024, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        ref = model.double()(x.double())
+        model = model.bfloat16()
+        report = pingpong.nn.replace_linear(model, fp8=fp8)
+        assert report.replaced == ["0", "2"] and all(isinstance(model[i], Float8Linear) for i in (0, 2))
+        y = model(x)
+        err = ((y.double() - ref).norm() / ref.norm()).item()
+        assert y.shape == (4, 33, 512) and y.dtype == torch.bfloat16 and err < 0.08, err
+        y2 = torch.compile(model, fullgraph=True)(x)
+        torch.testing.assert_close(y2, y, rtol=0, atol=0)
+    with pytest.raises(pingpong.PingpongError, match="requires grad"):
+        model(x.requires_grad_())
