@@ -159,6 +159,7 @@ _REGISTRY: dict[str, tuple[Builder, tuple[str, ...], str]] = {}
 #: Modules that register kernels; imported on first lookup so `import pingpong` stays light.
 KERNEL_MODULES = (
     "pingpong.hopper.launch",
+    "pingpong.hopper.grouped",
     "pingpong.portable",
     "pingpong.amd",
     "pingpong.streaming",
