@@ -65,13 +65,15 @@ def use_config(monkeypatch, name):
 
 @pytest.mark.parametrize("config", CONFIGS)
 @pytest.mark.parametrize("a_t,b_t", [(False, False), (False, True), (True, False), (True, True)])
-def test_ragged_rows_every_layout(monkeypatch, hopper_only, config, a_t, b_t):
-    """2-D × 3-D: groups of 0, 1, 17, 255, 1000 rows (+ 7 rows past the last end, left
-    unwritten); b (G, K, N) row-major or the transposed view of (G, N, K) weights."""
+@pytest.mark.parametrize("order", ["up", "down"])
+def test_ragged_rows_every_layout(monkeypatch, hopper_only, config, a_t, b_t, order):
+    """2-D × 3-D: groups of 0, 1, 17, 255, 1000 rows (or the reverse: the last group empty;
+    + 7 rows past the last end, left unwritten); a row-major or a transposed view (copied to
+    K-major for the kernel); b (G, K, N) row-major or the transposed view of (G, N, K)."""
     use_config(monkeypatch, config)
     seed = new_seed()
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    sizes = SIZES[::-1] if a_t else SIZES
+    sizes = SIZES[::-1] if order == "down" else SIZES
     T, K, N, G = sum(sizes) + 7, 264, 1000, len(sizes)
     a = matrix((), T, K, BF16, a_t, gen, "cuda")
     b = matrix((G,), K, N, BF16, b_t, gen, "cuda")

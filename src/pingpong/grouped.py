@@ -136,11 +136,11 @@ def _hopper_rows(a, b, out, offs) -> bool:
     index = a.device.index if a.device.index is not None else torch.cuda.current_device()
     if not dev.is_hopper(index):
         return False
-    if not hg.legal(a):
+    if not hg.legal(a, "row"):  # A K-major (pingpong.hopper.grouped.prepare)
         a = a.contiguous()
     if not hg.legal(b):
         b = b.contiguous()
-    if not (hg.legal(a) and hg.legal(b)):
+    if not (hg.legal(a, "row") and hg.legal(b) and hg.legal(out)):
         return False
     T, N, G = a.shape[0], b.shape[2], b.shape[0]
     config = hg.select_grouped_config(T, G, N)
@@ -148,7 +148,8 @@ def _hopper_rows(a, b, out, offs) -> bool:
     launch = _LAUNCHES.get(key)
     if launch is None:
         launch = _LAUNCHES[key] = CachedLaunch()
-    launch(index, (a.data_ptr(), b.data_ptr(), out.data_ptr(), offs.data_ptr()), (), hg.prepare, a, b, out, offs,
+    launch(index, (a.data_ptr(), b.data_ptr(), out.data_ptr(), out.data_ptr(), offs.data_ptr()), (), hg.prepare, a, b,
+           out, offs,
            config, dev.sm_count(index))
     return True
 

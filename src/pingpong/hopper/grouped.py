@@ -64,8 +64,9 @@ from triton.language.core import _aggregate as aggregate
 from ..runtime import compile as cc
 from ..toolchain import KERNEL_OPTIONS
 from .config import KernelConfig
+from .epilogue import Epilogue
 from .kernel import run_partitions
-from .launch import _schedule_kwargs, operand_descriptor, tma_orientation
+from .launch import _descriptor, _schedule_kwargs, operand_descriptor, tma_orientation
 from .loader import TileLoader
 from .pipeline import Ring
 from .scheduler import tile_coords, tiles_of_program
@@ -189,43 +190,52 @@ class GroupedScheduler:
 # ----------------------------------------------------------------------------- epilogue
 
 
-@gluon.constexpr_function
-def _store_layout(shape, FAST, num_warps):
-    """Blocked layout of a 16-bit `shape` tile, 8 contiguous elements (16 bytes) per thread
-    along dimension FAST (out's contiguous one), a warp's threads along FAST first."""
-    vec = min(8, shape[FAST])
-    along = min(32, shape[FAST] // vec)
-    if FAST == 1:
-        return gl.BlockedLayout([1, vec], [32 // along, along], [num_warps, 1], [1, 0])
-    return gl.BlockedLayout([vec, 1], [along, 32 // along], [1, num_warps], [0, 1])
-
-
 @aggregate
 class GroupedEpilogue:
+    """A tile wholly inside its group goes out through the dense kernel's TMA epilogue
+    (`tma`, an Epilogue over out (T, N): asynchronous, its store overlaps the next mainloop);
+    a group's last tile, which its end cuts, through predicated pointer stores straight from
+    the accumulator's registers (rows < e_g only). TMA_STORE = False (out not TMA-legal, or
+    written transposed): every tile through pointers."""
+
+    tma: Epilogue
     out: gl.tensor  # result (r, c) at out + r·sr + c·sc
     sr: gl.tensor
     sc: gl.tensor
     offs: gl.tensor
     T: gl.tensor
     N: gl.tensor
-    TRANS: gl.constexpr  # out's contiguous dimension is the rows (sr == 1)
+    TMA_STORE: gl.constexpr
 
     @gluon.constexpr_function
-    def __init__(self, out, sr, sc, offs, T, N, TRANS):
+    def __init__(self, tma, out, sr, sc, offs, T, N, TMA_STORE):
+        self.tma = tma
         self.out = out
         self.sr = sr
         self.sc = sc
         self.offs = offs
         self.T = T
         self.N = N
-        self.TRANS = gl.constexpr(TRANS)
+        self.TMA_STORE = gl.constexpr(TMA_STORE)
 
     @gluon.jit
     def store(self, mma, COPY: gl.constexpr, tile_count, off_m, off_n, batch, split):
-        """The tile's rows of group `batch` (rows < its end), cast, one predicated store."""
+        """The tile's rows of group `batch` (module docstring)."""
+        ROWS: gl.constexpr = mma.acc.shape[0]
         end = gl.minimum(gl.load(self.offs + batch), self.T)
-        y = mma.acc.to(self.out.dtype.element_ty)
-        y = gl.convert_layout(y, _store_layout(y.shape, 0 if self.TRANS else 1, gl.num_warps()))
+        if self.TMA_STORE:
+            if off_m + ROWS <= end:
+                self.tma.store(mma, COPY, tile_count, off_m, off_n, 0, 0)
+            else:
+                self.store_rows(mma.acc, off_m, off_n, end)
+        else:
+            self.store_rows(mma.acc, off_m, off_n, end)
+
+    @gluon.jit
+    def store_rows(self, acc, off_m, off_n, end):
+        """Rows < end of the tile at (off_m, off_n), cast, predicated stores from the
+        accumulator's own layout (no shared memory)."""
+        y = acc.to(self.out.dtype.element_ty)
         rows = off_m + gl.arange(0, y.shape[0], layout=gl.SliceLayout(1, y.type.layout))
         cols = off_n + gl.arange(0, y.shape[1], layout=gl.SliceLayout(0, y.type.layout))
         inside = gl.expand_dims(rows < end, 1) & gl.expand_dims(cols < self.N, 0)
@@ -234,7 +244,8 @@ class GroupedEpilogue:
 
     @gluon.jit
     def drain(self):
-        pass
+        if self.TMA_STORE:
+            self.tma.drain()
 
 
 # ----------------------------------------------------------------------------- the kernel
@@ -243,13 +254,14 @@ _RUNTIME_SCALARS = ["T", "N", "K", "G", "out_sr", "out_sc"]
 
 
 @gluon.jit(do_not_specialize=_RUNTIME_SCALARS)
-def grouped_gemm(a_desc, b_desc, out, offs, T, N, K, G, out_sr, out_sc, TRANS_OUT: gl.constexpr,
+def grouped_gemm(a_desc, b_desc, c_desc, out, offs, T, N, K, G, out_sr, out_sc, alpha, beta, TMA_STORE: gl.constexpr,
+                 EPI_BUFS: gl.constexpr,
                  A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr,
                  BM: gl.constexpr, BN: gl.constexpr, BN2: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
                  GROUP_M: gl.constexpr, G_PAD: gl.constexpr, PINGPONG: gl.constexpr, acc_layout: gl.constexpr,
                  acc_layout2: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                  RELEASERS: gl.constexpr, CONSUMER_WARPS: gl.constexpr, PRODUCER_WARPS: gl.constexpr):
-    """Ragged groups of rows (module docstring): the dense kernel's producer warp and two
+    """out = a @ b per group of rows (α = 1, β = 0: the dense epilogue's scalars; module docstring): the dense kernel's producer warp and two
     consumer warpgroups (ping-pong or cooperative) over GroupedScheduler's units, B read from
     matrix `group` of its rank-3 descriptor, GroupedEpilogue's predicated stores.
 
@@ -264,7 +276,9 @@ def grouped_gemm(a_desc, b_desc, out, offs, T, N, K, G, out_sr, out_sc, TRANS_OU
     gl.static_assert(G_PAD >= 32, "the group table holds at least one element per lane")
     sched = GroupedScheduler.create(offs, G, T, N, K, BM, BN, BK, GROUP_M, G_PAD)
     ring = Ring.allocate(a_desc, b_desc, STAGES, RELEASERS, 0, B_KMAJOR)
-    epi = GroupedEpilogue(out, out_sr, out_sc, offs, T, N, TRANS_OUT)
+    tma_epi = Epilogue.allocate(c_desc, c_desc, alpha, beta, False, 2, EPI_BUFS, out, T, N, "none",
+                                "none")
+    epi = GroupedEpilogue(tma_epi, out, out_sr, out_sc, offs, T, N, TMA_STORE)
     run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, A_KMAJOR, B_KMAJOR, 0), PINGPONG, 0, acc_layout,
                    acc_layout2, A_KMAJOR, B_KMAJOR, CONSUMER_WARPS, PRODUCER_WARPS, CONSUMER_REGS, PRODUCER_REGS)
 
@@ -288,8 +302,11 @@ def select_grouped_config(T: int, G: int, N: int) -> KernelConfig:
     return KernelConfig(64, 128, 64, schedule="pingpong")
 
 
-def legal(t: torch.Tensor) -> bool:
-    """t (2-D, or each matrix of a 3-D t) can be read by TMA as it is stored."""
+def legal(t: torch.Tensor, orientation: str | None = None) -> bool:
+    """t (2-D, or each matrix of a 3-D t) can be read by TMA as it is stored (2-D: in
+    `orientation`, "row" or "col", if given)."""
+    if t.dim() == 2 and orientation:
+        return tma_orientation(t) == orientation
     if t.dim() == 3:
         ok = tma_orientation(t[0]) is not None and t.shape[0] > 0
         return ok and (t.shape[0] == 1 or ((t.stride(0) * t.element_size()) % 16 == 0 and t.stride(0) > 0))
@@ -299,8 +316,8 @@ def legal(t: torch.Tensor) -> bool:
 def prepare(a, b, out, offs, config: KernelConfig, sms: int):
     """(kernel, args, kwargs, grid) of out[rows of g] = a[rows of g] @ b[g] for every group.
 
-    a (T, K), b (G, K, N): TMA-legal (`legal`) in either orientation; out (T, N) with any
-    strides where one of them is 1 (a transposed out is written column by column); offs (G,)
+    a (T, K) row-major, b (G, K, N) in either orientation: TMA-legal (`legal`); out (T, N)
+    TMA-legal, row-major (full tiles stored by TMA) or column-major (pointer stores); offs (G,)
     int32 on the device."""
     T, K = a.shape
     G, _, N = b.shape
@@ -308,10 +325,12 @@ def prepare(a, b, out, offs, config: KernelConfig, sms: int):
     assert not d.workspace and d.block_n2 == 0 and d.schedule != "persistent", "one-piece warp-specialized tiles"
     a_desc, a_kmajor = operand_descriptor(a, d.block_m, d.block_k, True)
     b_desc, b_kmajor = operand_descriptor(b.transpose(-1, -2), d.block_n, d.block_k, True)
-    trans = out.stride(1) != 1 and out.shape[1] > 1
-    assert not trans or out.stride(0) == 1, "out: one of its strides is 1"
-    kwargs = dict(_schedule_kwargs(d), TRANS_OUT=trans, A_KMAJOR=a_kmajor, B_KMAJOR=b_kmajor, G_PAD=group_pad(G))
-    args = (a_desc, b_desc, out, offs, T, N, K, G, out.stride(0), out.stride(1))
+    assert a_kmajor, "A K-major: TMA boxes of an MN-major A would start at a group's (unaligned) row"
+    tma_store = tma_orientation(out) == "row"  # else pointer stores only (a transposed out: 3-D × 2-D)
+    c_desc = _descriptor(out if tma_store else out.t(), [d.consumer_m, d.epilogue_n])  # unused when not tma_store
+    kwargs = dict(_schedule_kwargs(d), TMA_STORE=tma_store, EPI_BUFS=d.epilogue_bufs, A_KMAJOR=a_kmajor,
+                  B_KMAJOR=b_kmajor, G_PAD=group_pad(G))
+    args = (a_desc, b_desc, c_desc, out, offs, T, N, K, G, out.stride(0), out.stride(1), 1.0, 0.0)  # α = 1, β = 0
     bound = (-(-T // d.block_m) + G) * -(-N // d.block_n)
     return grouped_gemm, args, kwargs, (max(1, min(sms, bound)),)
 
