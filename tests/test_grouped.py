@@ -9,6 +9,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import pingpong
+from pingpong import KernelConfig
 from pingpong import grouped as gm
 from pingpong.errors import PingpongError
 from pingpong.hopper import grouped as hg
@@ -60,8 +61,9 @@ def test_group_pad():
 
 
 def test_select_config_by_mean_group():
-    assert hg.select_grouped_config(4096 * 2, 8, 14336).block_m == 128
-    assert hg.select_grouped_config(128 * 8, 128, 768).block_m == 64
+    assert hg.select_grouped_config(4096 * 2, 8, 14336) == KernelConfig(128, 256, 64, schedule="cooperative")
+    assert hg.select_grouped_config(4096 * 8, 256, 2048) == KernelConfig(64, 256, 64, schedule="pingpong")
+    assert hg.select_grouped_config(128 * 8, 128, 128).block_n == 128
 
 
 # ----------------------------------------------------------------------------- validation
@@ -227,3 +229,31 @@ def test_op_schema_fake_and_fullgraph_compile(interpreted):
                                                                        "test_autograd_registration"))
     f = torch.compile(lambda a, b, offs: pingpong.grouped_mm(a, b, offs) * 2, fullgraph=True, backend="eager")
     torch.testing.assert_close(f(a, b, offs), 2 * pingpong.grouped_mm(a, b, offs))
+
+
+# ----------------------------------------------------------------------------- the MoE suites
+
+
+@pytest.mark.parametrize("tokens", [128, 4096, 16384])
+def test_moe_group_sizes(tokens):
+    from pingpong.tools.suites import MOE_MODELS, moe_group_sizes
+
+    for experts, top_k, _, _ in MOE_MODELS.values():
+        for routing in ("balanced", "zipf"):
+            sizes = moe_group_sizes(tokens, experts, top_k, routing)
+            assert len(sizes) == experts and sum(sizes) == tokens * top_k and max(sizes) <= tokens
+            assert sizes == sorted(sizes, reverse=True) or routing == "balanced"
+    with pytest.raises(PingpongError, match="routing"):
+        moe_group_sizes(128, 8, 2, "uniform")
+
+
+def test_bench_grouped_refuses_unknown_model():
+    import argparse
+
+    from pingpong.tools import bench
+
+    p = argparse.ArgumentParser()
+    bench.add_arguments(p)
+    with pytest.raises(PingpongError, match="--models"):
+        bench.settings_from_args(p.parse_args(["--op", "grouped", "--models", "gpt-4"]))
+    assert bench.settings_from_args(p.parse_args(["--op", "grouped", "--models", "deepseek-v3"])).op == "grouped"

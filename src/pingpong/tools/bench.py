@@ -103,6 +103,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(grouped_mm vs torch._grouped_mm over the MoE suites, pingpong.tools.bench_grouped)")
     p.add_argument("--models", nargs="+", help="--op grouped: MoE models (default: all of suites.MOE_MODELS)")
     p.add_argument("--tokens", nargs="+", type=int, help="--op grouped: token counts (default: suites.MOE_TOKENS)")
+    p.add_argument("--products", nargs="+", help="--op grouped: forward, dgrad, wgrad (default: all three)")
     p.add_argument("--csv", metavar="FILE", help="write the rows as CSV")
     p.add_argument("--json", metavar="FILE", help="write header, rows and geometric mean as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="plot TFLOP/s ours vs cuBLAS and the ratio (needs matplotlib)")
@@ -529,7 +530,7 @@ def run(args: argparse.Namespace) -> int:
         from . import bench_grouped
 
         return bench_grouped.run(getattr(args, "models", None), getattr(args, "tokens", None), settings.reps,
-                                 settings.rounds, settings.json, settings.seed)
+                                 settings.rounds, settings.json, settings.seed, getattr(args, "products", None))
     from .. import api
 
     header = environment_header(settings)

@@ -108,10 +108,10 @@ def format_rows(rows) -> str:
     return "\n".join(lines)
 
 
-def run(models=None, tokens=None, reps=100, rounds=3, json_path=None, seed=0) -> int:
+def run(models=None, tokens=None, reps=100, rounds=3, json_path=None, seed=0, products=None) -> int:
     import torch
 
-    cases = moe_suite(**{k: v for k, v in dict(models=models, tokens=tokens).items() if v})
+    cases = moe_suite(**{k: v for k, v in dict(models=models, tokens=tokens, products=products).items() if v})
     rows = []
     for i, case in enumerate(cases, 1):
         try:
