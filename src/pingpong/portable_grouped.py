@@ -4,7 +4,9 @@ GPU without the Hopper kernel, and Triton's interpreter (CPU tests).
     RAGGED_K = False  out[s_g:e_g, :] = a[s_g:e_g, :] @ b[g]          rows of group g (forward, dX)
     RAGGED_K = True   out[g]          = a[:, s_g:e_g] @ b[s_g:e_g, :] K range of group g (dW)
 
-    grid (tiles of one group's output, G)    program (t, g): loads s_g, e_g from offs (device
+    grid (tiles of one group's output, G)    tiles in a grouped raster (8 row tiles per band, so
+                                              the programs in flight share A and B panels in L2)
+                                              program (t, g): loads s_g, e_g from offs (device
                                               data, no host sync), then
     ragged rows: tile t's rows start at s_g + pid_m·BM; a tile past e_g returns at once
                  (the grid holds ceil(T/BM) row tiles per group: any group may hold every row)
@@ -28,12 +30,17 @@ import triton.language as tl
 
 
 def _grouped_kernel(a, b, out, offs, M, N, KT, G, sam, sak, sbg, sbk, sbn, sog, som, son,
-                    RAGGED_K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+                    RAGGED_K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                    GROUP_M: tl.constexpr):
     pid = tl.program_id(0)
     g = tl.program_id(1)
     num_n = (N + BN - 1) // BN
-    pid_m = pid // num_n
-    pid_n = pid % num_n
+    num_m = (M + BM - 1) // BM
+    band = GROUP_M * num_n  # grouped raster: GROUP_M row tiles per band, column-major inside it
+    first_m = (pid // band) * GROUP_M
+    band_m = tl.minimum(num_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % band) % band_m
+    pid_n = (pid % band) // band_m
     limit = KT if RAGGED_K else M  # the ragged dimension's extent
     end = tl.minimum(tl.load(offs + g), limit)
     start = tl.minimum(tl.load(offs + tl.maximum(g - 1, 0)), limit)
@@ -109,7 +116,7 @@ def grouped(a, b, out, offs, ragged_k: bool, interpret: bool = False) -> torch.T
             out.stride(-2), out.stride(-1))
     kernel = _interpreted(_grouped_kernel) if interpret else grouped_kernel
     extra = {} if interpret else dict(num_warps=8 if BM * BN >= 128 * 128 else 4, num_stages=3)
-    kernel[grid](*args, RAGGED_K=ragged_k, BM=BM, BN=BN, BK=BK, **extra)
+    kernel[grid](*args, RAGGED_K=ragged_k, BM=BM, BN=BN, BK=BK, GROUP_M=8, **extra)
     return out
 
 
