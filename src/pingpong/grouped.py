@@ -44,6 +44,7 @@ call or a tracer runs; a plain eager call goes straight to the kernel):
 
 from __future__ import annotations
 
+import threading
 from typing import Optional
 
 import torch
@@ -231,9 +232,23 @@ def _setup(ctx, inputs, output):
     ctx.save_for_backward(a, b, offs)
 
 
+_THREAD = threading.local()
+
+
+def _ensure_context(t: Tensor) -> None:
+    """Make the CUDA context current on this thread (once per thread): the autograd engine
+    runs a backward on a thread of its own, and when a grouped product is the first CUDA work
+    there, creating its TMA descriptors (a driver call) fails with "invalid device context"
+    (RESULTS.md run 142). One tiny fill through the runtime API makes the context current."""
+    if t.is_cuda and not getattr(_THREAD, "ready", False):
+        torch.zeros((), device=t.device)
+        _THREAD.ready = True
+
+
 def _backward(ctx, g):
     """The gradients as grouped products (module docstring), in the inputs' dtype."""
     a, b, offs = ctx.saved_tensors
+    _ensure_context(g)
     needs_a, needs_b = ctx.needs_input_grad[:2]
     g = g.to(a.dtype)
     mode = _mode(a, b)
