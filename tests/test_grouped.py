@@ -257,3 +257,16 @@ def test_bench_grouped_refuses_unknown_model():
     with pytest.raises(PingpongError, match="--models"):
         bench.settings_from_args(p.parse_args(["--op", "grouped", "--models", "gpt-4"]))
     assert bench.settings_from_args(p.parse_args(["--op", "grouped", "--models", "deepseek-v3"])).op == "grouped"
+
+
+def test_grouped_kernels_compile_offline():
+    """sm_90a, no GPU: both registered grouped kernels compile without spills, in the shared
+    memory budget, with TMA loads and the TMA store of full tiles."""
+    from pingpong.hopper.config import SMEM_LIMIT
+    from pingpong.runtime import compile as cc
+
+    for name in ("grouped-cooperative", "grouped-pingpong"):
+        facts = cc.compile_kernel(name, "sm_90a").facts()
+        assert facts.spill_bytes == 0 and facts.counts["LDL/STL"] == 0, name
+        assert facts.shared_bytes <= SMEM_LIMIT, name
+        assert facts.counts["tma_load"] >= 2 and facts.counts["tma_store"] >= 1 and facts.counts["wgmma"] > 0, name
