@@ -125,7 +125,10 @@ def check_offsets(offs: Tensor, extent: int) -> None:
 # ----------------------------------------------------------------------------- the computation
 
 
+#: bound launches of the Hopper grouped kernel, one per call signature (shapes, strides,
+#: dtypes, device, tile); emptied when it holds MAX_LAUNCHES (token counts vary call to call)
 _LAUNCHES: dict = {}
+MAX_LAUNCHES = 1024
 
 
 def _hopper_rows(a, b, out, offs) -> bool:
@@ -148,6 +151,8 @@ def _hopper_rows(a, b, out, offs) -> bool:
     key = (index, a.shape, a.stride(), b.shape, b.stride(), out.shape, out.stride(), a.dtype, out.dtype, config)
     launch = _LAUNCHES.get(key)
     if launch is None:
+        if len(_LAUNCHES) >= MAX_LAUNCHES:
+            _LAUNCHES.clear()
         launch = _LAUNCHES[key] = CachedLaunch()
     launch(index, (a.data_ptr(), b.data_ptr(), out.data_ptr(), out.data_ptr(), offs.data_ptr()), (), hg.prepare, a, b,
            out, offs,
