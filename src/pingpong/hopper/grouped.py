@@ -34,15 +34,22 @@ of the units, (ceil(T/BM) + G)·num_pid_n, is smaller) and each program counts i
 Rows past a group's end inside its last tile (the "row ends inside a tile"): the A box is
 loaded at the group's row, so it reads the next group's first rows (or TMA's zero fill past
 T). Every output row depends on its own A row only, so those rows' results are garbage but
-harmless; GroupedEpilogue stores **only rows < e_g** through predicated pointer stores. (The
-alternatives: device-side TMA descriptors per group cost a descriptor write + fence per tile
-and a global scratch; DeepGEMM's padding to BM changes the caller's layout. A predicated
-store costs nothing in the mainloop; see docs/design.md "Grouped GEMM".)
+harmless: they are never stored. (The alternatives: device-side TMA descriptors per group
+cost a descriptor write + fence per tile and a global scratch; DeepGEMM's padding to BM
+changes the caller's layout. See docs/design.md "Grouped GEMM".) A is read K-major only: an
+MN-major A box would start at a group's row in its contiguous dimension (the kernel died with
+"illegal instruction", RESULTS.md run 140), so the caller copies such an A.
 
 GroupedEpilogue (the Epilogue interface, `store(mma, COPY, tile_count, off_m, off_n, batch,
-split)`): cast to out's dtype, converted to a coalesced layout (8 contiguous elements per
-thread along out's contiguous dimension), one masked store; `batch` is the group. The output
-strides are arguments, so the same kernel writes out or its transpose (3-D × 2-D products).
+split)`; `batch` is the group):
+
+    off_m + rows ≤ e_g   (inside)   the dense TMA epilogue (Epilogue, nested): staged, stored
+                                    asynchronously, overlapping the next tile's mainloop
+    off_m + rows > e_g   (cut)      predicated pointer stores of rows < e_g from registers
+
+Storing every tile through pointers ran at 0.48–0.98 of torch._grouped_mm, the TMA store of
+full tiles at 0.94–1.09 (runs 140, 141). The output strides are arguments: a column-major
+out (3-D × 2-D products, the kernel on transposed views) takes the pointer path for every tile.
 
 Bad offsets (device data, not checked on the host): an end past T is clipped to T; a
 decreasing offset makes that group empty (and the next group starts at the smaller value,
