@@ -4,6 +4,7 @@
     c = pingpong.matmul(a, w.t())                       # a @ wᵀ, bf16/fp16, fp32 accumulate
     d = pingpong.gemm(a, b, c, alpha=2.0, beta=0.5)     # α·a@b + β·c, fused
     pingpong.gemm_(c, a, b, beta=1.0)                   # in place
+    y = pingpong.grouped_mm(x, w.transpose(1, 2), offs) # experts: rows of group g @ w[g]ᵀ
     pingpong.matmul_tiled(a, b, pingpong.KernelConfig(128, 128, 64, schedule="pingpong"))
 
 See README.md for what runs where, and `pingpong --help` for the command line.
@@ -17,6 +18,7 @@ from .api import gemm, gemm_, matmul, matmul_tiled, path_for
 from .hopper.config import KernelConfig
 from . import nn
 from .functional import linear
+from .grouped import grouped_mm
 from .errors import ConfigError, PingpongError, TargetError
 from .toolchain import UnsupportedTritonError
 from .streaming import vector_add
@@ -26,6 +28,7 @@ from .quantize import quantize_fp8
 __version__ = "0.1.0"
 
 __all__ = [
-    "matmul", "gemm", "gemm_", "matmul_tiled", "path_for", "linear", "vector_add", "scaled_mm", "quantize_fp8",
+    "matmul", "gemm", "gemm_", "matmul_tiled", "path_for", "linear", "scaled_mm", "quantize_fp8", "grouped_mm",
+    "vector_add",
     "KernelConfig", "ConfigError", "PingpongError", "TargetError", "UnsupportedTritonError",
 ]

@@ -160,6 +160,7 @@ _REGISTRY: dict[str, tuple[Builder, tuple[str, ...], str]] = {}
 KERNEL_MODULES = (
     "pingpong.hopper.launch",
     "pingpong.hopper.fp8_launch",
+    "pingpong.hopper.grouped",
     "pingpong.portable",
     "pingpong.amd",
     "pingpong.streaming",

@@ -101,7 +101,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layout", default="nt", help="A,B storage: nt (default: B stored N×K, A·Bᵀ), nn, tn, tt")
     p.add_argument("--reps", type=int, default=None, help=f"timed repetitions per kernel, ≥ {MIN_REPS} (default {MIN_REPS})")
     p.add_argument("--quick", action="store_true", help=f"smoke run: allows --reps < {MIN_REPS} (default {QUICK_REPS}); NOT for reporting")
-    p.add_argument("--op", default="gemm", help="gemm (default) or vector_add (streaming kernel)")
+    p.add_argument("--op", default="gemm", help="gemm (default), vector_add (streaming kernel) or grouped "
+                   "(grouped_mm vs torch._grouped_mm over the MoE suites, pingpong.tools.bench_grouped)")
+    p.add_argument("--models", nargs="+", help="--op grouped: MoE models (default: all of suites.MOE_MODELS)")
+    p.add_argument("--tokens", nargs="+", type=int, help="--op grouped: token counts (default: suites.MOE_TOKENS)")
+    p.add_argument("--products", nargs="+", help="--op grouped: forward, dgrad, wgrad (default: all three)")
     p.add_argument("--csv", metavar="FILE", help="write the rows as CSV")
     p.add_argument("--json", metavar="FILE", help="write header, rows and geometric mean as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="plot TFLOP/s ours vs cuBLAS and the ratio (needs matplotlib)")
@@ -125,8 +129,14 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         raise PingpongError(f"--dtype: {args.dtype!r} is not one of {', '.join(DTYPES)}")
     if args.layout not in LAYOUTS:
         raise PingpongError(f"--layout: {args.layout!r} is not one of {', '.join(LAYOUTS)}")
-    if args.op not in ("gemm", "vector_add"):
-        raise PingpongError(f"--op: {args.op!r} is not one of gemm, vector_add")
+    if args.op not in ("gemm", "vector_add", "grouped"):
+        raise PingpongError(f"--op: {args.op!r} is not one of gemm, vector_add, grouped")
+    if args.op == "grouped":
+        from .suites import MOE_MODELS
+
+        for m in getattr(args, "models", None) or ():
+            if m not in MOE_MODELS:
+                raise PingpongError(f"--models: unknown model {m!r}; expected one of {', '.join(MOE_MODELS)}")
     reps = args.reps if args.reps is not None else (QUICK_REPS if args.quick else MIN_REPS)
     if reps < 1 or (reps < MIN_REPS and not args.quick):
         raise PingpongError(f"--reps: {reps} is below {MIN_REPS}, the minimum for a reportable median (use --quick for a smoke run)")
@@ -534,6 +544,11 @@ def run(args: argparse.Namespace) -> int:
         from ..streaming import bench_vector_add
 
         return int(bench_vector_add(settings) or 0)
+    if settings.op == "grouped":
+        from . import bench_grouped
+
+        return bench_grouped.run(getattr(args, "models", None), getattr(args, "tokens", None), settings.reps,
+                                 settings.rounds, settings.json, settings.seed, getattr(args, "products", None))
     from .. import api
 
     header = environment_header(settings)

@@ -73,3 +73,55 @@ def suite(name: str, option: str = "--suite", seed: int = 0) -> tuple[tuple[int,
     if name not in SUITES:
         raise PingpongError(f"{option}: unknown suite {name!r}; expected one of {', '.join(SUITES)}, random")
     return SUITES[name]
+
+
+# ----------------------------------------------------------------------------- mixture-of-experts (`bench --op grouped`)
+
+#: model -> (experts, experts per token, hidden, expert intermediate) (public configs)
+MOE_MODELS = {
+    "mixtral-8x7b": (8, 2, 4096, 14336),
+    "qwen3-30b-a3b": (128, 8, 2048, 768),
+    "deepseek-v3": (256, 8, 7168, 2048),
+}
+MOE_TOKENS = (128, 512, 2048, 8192, 16384)
+MOE_ROUTINGS = ("balanced", "zipf")
+#: the three products of one expert projection hidden -> intermediate: y = x·w[g]ᵀ, dX = dY·w[g], dW[g] = X_gᵀ·dY_g
+MOE_PRODUCTS = ("forward", "dgrad", "wgrad")
+ZIPF_EXPONENT = 1.0
+
+
+def moe_group_sizes(tokens: int, experts: int, top_k: int, routing: str) -> list[int]:
+    """Rows per expert of `tokens` tokens routed to `top_k` experts each: "balanced" (equal,
+    the remainder to the first experts) or "zipf" (expert i's share ∝ 1/(i+1)^ZIPF_EXPONENT,
+    at most `tokens` rows each: a token picks an expert once). Sums to tokens·top_k."""
+    total = tokens * top_k
+    if routing == "balanced":
+        return [total // experts + (i < total % experts) for i in range(experts)]
+    if routing != "zipf":
+        raise PingpongError(f"routing: {routing!r} is not one of {', '.join(MOE_ROUTINGS)}")
+    weights = [1.0 / (i + 1) ** ZIPF_EXPONENT for i in range(experts)]
+    sizes = [0] * experts
+    left, free = total, list(range(experts))
+    while left > 0 and free:
+        share = sum(weights[i] for i in free)
+        capped = False
+        for i in list(free):
+            want = sizes[i] + left * weights[i] / share
+            if want >= tokens:
+                sizes[i], capped = tokens, True
+                free.remove(i)
+        if capped:
+            left = total - sum(sizes)
+            continue
+        for i in free:
+            sizes[i] += int(left * weights[i] / share)
+        rest = total - sum(sizes)
+        for i in free[:rest]:
+            sizes[i] += 1
+        left = 0
+    return sizes
+
+
+def moe_suite(models=tuple(MOE_MODELS), tokens=MOE_TOKENS, routings=MOE_ROUTINGS, products=MOE_PRODUCTS):
+    """(model, tokens, routing, product) cases of `bench --op grouped`."""
+    return tuple((m, t, r, p) for m in models for t in tokens for r in routings for p in products)

@@ -1,0 +1,368 @@
+"""Grouped GEMM on Hopper: ragged groups of rows (mixture-of-experts), one persistent launch.
+
+    out[s_g : e_g, :] = a[s_g : e_g, :] @ b[g]        g = 0 .. G-1,  e_g = offs[g],  s_g = e_{g-1} (s_0 = 0)
+
+a (T, K) holds every group's rows one after the other, b (G, K, N) one matrix per group,
+offs (G,) int32 the groups' cumulative row ends, read **on the device**: the host knows T, G,
+K, N only, so a call never waits for the GPU and a CUDA graph replays it with new offsets.
+
+The parts are the ones of the dense kernel (pingpong.hopper.kernel: Ring, TileLoader, MmaOp,
+the producer / consumer partitions, `run_partitions`); two are new and swap in behind the
+existing interfaces:
+
+GroupedScheduler (the TileScheduler interface). The m-tiles of all groups are laid end to
+end as one "virtual M" axis of `total_m` tiles (group g owns ceil(rows_g / BM) of them, an
+empty group none), and the dense grouped raster (`tile_coords`, GROUP_M bands) runs over
+total_m × num_pid_n. Program p of P takes units p, p+P, p+2P, ... as in the dense kernel:
+
+    offs = [3, 3, 200, 201]  (BM = 128)     virtual m-tile -> (group, row)      units (num_pid_n = 2,
+    group 0: rows 0..2      1 tile          vm 0 -> g 0, rows   0..127 (3 real)   GROUP_M = 2)
+    group 1: empty          0 tiles         --                                    band 0: vm 0,1 × n 0,1
+    group 2: rows 3..199    2 tiles         vm 1 -> g 2, rows   3..130            band 1: vm 2,3 × n 0,1
+                                            vm 2 -> g 2, rows 131..258 (69 real)
+    group 3: row 200        1 tile          vm 3 -> g 3, rows 200..327 (1 real)
+
+    program p │ unit p: (vm, n) ── locate: g, first row ──> producer: TMA A rows, B[g] │ unit p+P ...
+              │ consumers: wgmma over K (unchanged) ──> GroupedEpilogue: rows < e_g only
+
+Every unit's group is found from offs by each partition on its own (`group_table`: a vector
+of G_PAD group sizes per warp, a cumulative sum and a compare): a few hundred cycles per tile,
+no shared state, no host sync. Empty groups own no virtual tile, so they cost nothing. The
+number of units depends on offs, so the grid is the SM count (or fewer when an upper bound
+of the units, (ceil(T/BM) + G)·num_pid_n, is smaller) and each program counts its own.
+
+Rows past a group's end inside its last tile (the "row ends inside a tile"): the A box is
+loaded at the group's row, so it reads the next group's first rows (or TMA's zero fill past
+T). Every output row depends on its own A row only, so those rows' results are garbage but
+harmless: they are never stored. (The alternatives: device-side TMA descriptors per group
+cost a descriptor write + fence per tile and a global scratch; DeepGEMM's padding to BM
+changes the caller's layout. See docs/design.md "Grouped GEMM".) A is read K-major only: an
+MN-major A box would start at a group's row in its contiguous dimension (the kernel died with
+"illegal instruction", RESULTS.md run 140), so the caller copies such an A.
+
+GroupedEpilogue (the Epilogue interface, `store(mma, COPY, tile_count, off_m, off_n, batch,
+split)`; `batch` is the group):
+
+    off_m + rows ≤ e_g   (inside)   the dense TMA epilogue (Epilogue, nested): staged, stored
+                                    asynchronously, overlapping the next tile's mainloop
+    off_m + rows > e_g   (cut)      predicated pointer stores of rows < e_g from registers
+
+Storing every tile through pointers ran at 0.48–0.98 of torch._grouped_mm, the TMA store of
+full tiles at 0.94–1.09 (runs 140, 141). The output strides are arguments: a column-major
+out (3-D × 2-D products, the kernel on transposed views) takes the pointer path for every tile.
+
+Bad offsets (device data, not checked on the host): an end past T is clipped to T; a
+decreasing offset makes that group empty (and the next group starts at the smaller value,
+overlapping earlier rows: those rows are then unspecified). No read or write leaves a or out.
+
+`tiles_of_rows` and `group_tile_row` are plain arithmetic: the CPU tests call their `.fn`
+with `scheduler.tile_coords.fn` to enumerate the units of ragged, empty and single-row groups.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.language.core import _aggregate as aggregate
+
+from ..runtime import compile as cc
+from ..toolchain import KERNEL_OPTIONS
+from .config import KernelConfig
+from .epilogue import Epilogue
+from .kernel import run_partitions
+from .launch import _descriptor, _schedule_kwargs, operand_descriptor, tma_orientation
+from .loader import TileLoader
+from .pipeline import Ring
+from .scheduler import tile_coords, tiles_of_program
+
+
+# ----------------------------------------------------------------------------- the (group, tile) arithmetic
+
+
+@gluon.jit
+def tiles_of_rows(rows, BM: gl.constexpr):
+    """m-tiles of a group of `rows` ≥ 0 rows (an empty group: none)."""
+    return (rows + BM - 1) // BM
+
+
+@gluon.jit
+def group_tile_row(vm, tiles_before, row_start, BM: gl.constexpr):
+    """First row of virtual m-tile `vm`, the (vm - tiles_before)-th tile of a group whose rows
+    start at `row_start` and whose first tile is virtual tile `tiles_before`."""
+    return row_start + (vm - tiles_before) * BM
+
+
+@gluon.constexpr_function
+def _group_layout(num_warps):
+    return gl.BlockedLayout([1], [32], [num_warps], [0])
+
+
+@gluon.jit
+def group_table(offs, G, T, BM: gl.constexpr, G_PAD: gl.constexpr):
+    """(index, first row, m-tiles) of every group, as G_PAD-vectors (entries ≥ G: empty groups).
+    Ends are clipped to T; a decreasing end makes its group empty."""
+    layout: gl.constexpr = _group_layout(gl.num_warps())
+    idx = gl.arange(0, G_PAD, layout=layout)
+    ends = gl.minimum(gl.load(offs + idx, mask=idx < G, other=0), T)
+    starts = gl.minimum(gl.load(offs + idx - 1, mask=(idx > 0) & (idx < G), other=0), T)
+    return idx, starts, tiles_of_rows(gl.maximum(ends - starts, 0), BM)
+
+
+@aggregate
+class GroupedScheduler:
+    """The TileScheduler interface over the (group, tile) units of a ragged product (module
+    docstring); `tile_batch` is the unit's group."""
+
+    pid: gl.tensor
+    num_programs: gl.tensor
+    offs: gl.tensor
+    G: gl.tensor
+    T: gl.tensor
+    num_pid_n: gl.tensor
+    total_m: gl.tensor
+    num_tiles: gl.tensor
+    k_steps: gl.tensor
+    BM: gl.constexpr
+    BN: gl.constexpr
+    BK: gl.constexpr
+    GROUP_M: gl.constexpr
+    G_PAD: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, pid, num_programs, offs, G, T, num_pid_n, total_m, num_tiles, k_steps, BM, BN, BK, GROUP_M,
+                 G_PAD):
+        self.pid = pid
+        self.num_programs = num_programs
+        self.offs = offs
+        self.G = G
+        self.T = T
+        self.num_pid_n = num_pid_n
+        self.total_m = total_m
+        self.num_tiles = num_tiles
+        self.k_steps = k_steps
+        self.BM = gl.constexpr(BM)
+        self.BN = gl.constexpr(BN)
+        self.BK = gl.constexpr(BK)
+        self.GROUP_M = gl.constexpr(GROUP_M)
+        self.G_PAD = gl.constexpr(G_PAD)
+
+    @gluon.jit
+    def create(offs, G, T, N, K, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr,
+               G_PAD: gl.constexpr):
+        _, _, tiles = group_table(offs, G, T, BM, G_PAD)
+        total_m = gl.sum(tiles, axis=0)
+        num_pid_n = gl.cdiv(N, BN)
+        return GroupedScheduler(gl.program_id(0), gl.num_programs(0), offs, G, T, num_pid_n, total_m,
+                                total_m * num_pid_n, gl.cdiv(K, BK), BM, BN, BK, GROUP_M, G_PAD)
+
+    @gluon.jit
+    def local_tiles(self):
+        return tiles_of_program(self.num_tiles, self.pid, self.num_programs)
+
+    @gluon.jit
+    def locate(self, local_tile):
+        """(group, first row, off_n) of this program's `local_tile`-th unit."""
+        vm, pid_n = tile_coords(self.pid + local_tile * self.num_programs, self.total_m, self.num_pid_n,
+                                self.GROUP_M)
+        idx, starts, tiles = group_table(self.offs, self.G, self.T, self.BM, self.G_PAD)
+        ends = gl.cumsum(tiles, axis=0)  # virtual tiles [ends - tiles, ends) belong to the group
+        g = gl.sum((ends <= vm).to(gl.int32), axis=0)
+        before = gl.sum(gl.where(idx == g, ends - tiles, 0), axis=0)
+        row = gl.sum(gl.where(idx == g, starts, 0), axis=0)
+        return g, group_tile_row(vm, before, row, self.BM), pid_n * self.BN
+
+    @gluon.jit
+    def tile_offsets(self, local_tile):
+        g, off_m, off_n = self.locate(local_tile)
+        return off_m, off_n
+
+    @gluon.jit
+    def tile_batch(self, local_tile):
+        """The unit's group: B's matrix, and the epilogue's row end."""
+        g, off_m, off_n = self.locate(local_tile)
+        return g
+
+    @gluon.jit
+    def k_begin(self, local_tile):
+        return 0
+
+    @gluon.jit
+    def split(self, local_tile):
+        return 0
+
+
+# ----------------------------------------------------------------------------- epilogue
+
+
+@aggregate
+class GroupedEpilogue:
+    """A tile wholly inside its group goes out through the dense kernel's TMA epilogue
+    (`tma`, an Epilogue over out (T, N): asynchronous, its store overlaps the next mainloop);
+    a group's last tile, which its end cuts, through predicated pointer stores straight from
+    the accumulator's registers (rows < e_g only). TMA_STORE = False (out not TMA-legal, or
+    written transposed): every tile through pointers."""
+
+    tma: Epilogue
+    out: gl.tensor  # result (r, c) at out + r·sr + c·sc
+    sr: gl.tensor
+    sc: gl.tensor
+    offs: gl.tensor
+    T: gl.tensor
+    N: gl.tensor
+    TMA_STORE: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, tma, out, sr, sc, offs, T, N, TMA_STORE):
+        self.tma = tma
+        self.out = out
+        self.sr = sr
+        self.sc = sc
+        self.offs = offs
+        self.T = T
+        self.N = N
+        self.TMA_STORE = gl.constexpr(TMA_STORE)
+
+    @gluon.jit
+    def store(self, mma, COPY: gl.constexpr, tile_count, off_m, off_n, batch, split):
+        """The tile's rows of group `batch` (module docstring)."""
+        ROWS: gl.constexpr = mma.acc.shape[0]
+        end = gl.minimum(gl.load(self.offs + batch), self.T)
+        if self.TMA_STORE:
+            if off_m + ROWS <= end:
+                self.tma.store(mma, COPY, tile_count, off_m, off_n, 0, 0)
+            else:
+                self.store_rows(mma.acc, off_m, off_n, end)
+        else:
+            self.store_rows(mma.acc, off_m, off_n, end)
+
+    @gluon.jit
+    def store_rows(self, acc, off_m, off_n, end):
+        """Rows < end of the tile at (off_m, off_n), cast, predicated stores from the
+        accumulator's own layout (no shared memory)."""
+        y = acc.to(self.out.dtype.element_ty)
+        rows = off_m + gl.arange(0, y.shape[0], layout=gl.SliceLayout(1, y.type.layout))
+        cols = off_n + gl.arange(0, y.shape[1], layout=gl.SliceLayout(0, y.type.layout))
+        inside = gl.expand_dims(rows < end, 1) & gl.expand_dims(cols < self.N, 0)
+        offsets = gl.expand_dims(rows.to(gl.int64) * self.sr, 1) + gl.expand_dims(cols.to(gl.int64) * self.sc, 0)
+        gl.store(self.out + offsets, y, mask=inside)
+
+    @gluon.jit
+    def drain(self):
+        if self.TMA_STORE:
+            self.tma.drain()
+
+
+# ----------------------------------------------------------------------------- the kernel
+
+_RUNTIME_SCALARS = ["T", "N", "K", "G", "out_sr", "out_sc"]
+
+
+@gluon.jit(do_not_specialize=_RUNTIME_SCALARS)
+def grouped_gemm(a_desc, b_desc, c_desc, out, offs, T, N, K, G, out_sr, out_sc, alpha, beta, TMA_STORE: gl.constexpr,
+                 EPI_BUFS: gl.constexpr,
+                 A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr,
+                 BM: gl.constexpr, BN: gl.constexpr, BN2: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+                 GROUP_M: gl.constexpr, G_PAD: gl.constexpr, PINGPONG: gl.constexpr, acc_layout: gl.constexpr,
+                 acc_layout2: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                 RELEASERS: gl.constexpr, CONSUMER_WARPS: gl.constexpr, PRODUCER_WARPS: gl.constexpr):
+    """out = a @ b per group of rows (α = 1, β = 0: the dense epilogue's scalars; module docstring): the dense kernel's producer warp and two
+    consumer warpgroups (ping-pong or cooperative) over GroupedScheduler's units, B read from
+    matrix `group` of its rank-3 descriptor, GroupedEpilogue's predicated stores.
+
+        program p │ unit (g, vm, n) │ unit ...            ring of STAGES as the dense kernel
+        producer  │ A rows [row, row+BM) · B[g] k0..kn │ next unit ...
+        consumer0 │ MMA ═══════════ │ store rows < e_g │ (ping-pong: turns as the dense kernel)
+        consumer1 │ wait turn │ MMA ═══════════ │ store rows < e_g' │
+    """
+    gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
+    gl.static_assert(BN2 == 0, "grouped products take one-piece tiles (a batch's B box fills one buffer)")
+    gl.static_assert(RELEASERS == (1 if PINGPONG else 2), "ping-pong: one consumer frees a slot; cooperative: both")
+    gl.static_assert(G_PAD >= 32, "the group table holds at least one element per lane")
+    sched = GroupedScheduler.create(offs, G, T, N, K, BM, BN, BK, GROUP_M, G_PAD)
+    ring = Ring.allocate(a_desc, b_desc, STAGES, RELEASERS, 0, B_KMAJOR)
+    tma_epi = Epilogue.allocate(c_desc, c_desc, alpha, beta, False, 2, EPI_BUFS, out, T, N, "none",
+                                "none")
+    epi = GroupedEpilogue(tma_epi, out, out_sr, out_sc, offs, T, N, TMA_STORE)
+    run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, A_KMAJOR, B_KMAJOR, 0), PINGPONG, 0, acc_layout,
+                   acc_layout2, A_KMAJOR, B_KMAJOR, CONSUMER_WARPS, PRODUCER_WARPS, CONSUMER_REGS, PRODUCER_REGS)
+
+
+# ----------------------------------------------------------------------------- host side
+
+
+def group_pad(G: int) -> int:
+    """G_PAD: the group table's length, a power of two ≥ G and ≥ 32 (one entry per lane)."""
+    return max(32, 1 << max(0, G - 1).bit_length())
+
+
+def select_grouped_config(T: int, G: int, N: int) -> KernelConfig:
+    """The tile of a ragged product from what the host knows (T rows over G groups, N): the
+    mean group's rows decide the tile height (a tile's rows past its group's end are wasted).
+    Measured on an H100 against torch._grouped_mm at 4096 tokens (RESULTS.md run 141): mean
+    ≥ 192 rows: cooperative 128×256 (Mixtral forward 1.046, Qwen3 forward 1.013, dgrad 1.038);
+    fewer: ping-pong 64×256 (DeepSeek-V3, 128 rows per expert: forward 0.952 where cooperative
+    128×128 read 0.837, dgrad 1.066); N < 256: 64×128."""
+    mean = T / max(G, 1)
+    if mean >= 192 and N >= 256:
+        return KernelConfig(128, 256, 64, schedule="cooperative")
+    if N >= 256:
+        return KernelConfig(64, 256, 64, schedule="pingpong")
+    return KernelConfig(64, 128, 64, schedule="pingpong")
+
+
+def legal(t: torch.Tensor, orientation: str | None = None) -> bool:
+    """t (2-D, or each matrix of a 3-D t) can be read by TMA as it is stored (2-D: in
+    `orientation`, "row" or "col", if given)."""
+    if t.dim() == 2 and orientation:
+        return tma_orientation(t) == orientation
+    if t.dim() == 3:
+        ok = tma_orientation(t[0]) is not None and t.shape[0] > 0
+        return ok and (t.shape[0] == 1 or ((t.stride(0) * t.element_size()) % 16 == 0 and t.stride(0) > 0))
+    return tma_orientation(t) is not None
+
+
+def prepare(a, b, out, offs, config: KernelConfig, sms: int):
+    """(kernel, args, kwargs, grid) of out[rows of g] = a[rows of g] @ b[g] for every group.
+
+    a (T, K) row-major, b (G, K, N) in either orientation: TMA-legal (`legal`); out (T, N)
+    TMA-legal, row-major (full tiles stored by TMA) or column-major (pointer stores); offs (G,)
+    int32 on the device."""
+    T, K = a.shape
+    G, _, N = b.shape
+    d = config.derive(a.element_size(), out.element_size())
+    assert not d.workspace and d.block_n2 == 0 and d.schedule != "persistent", "one-piece warp-specialized tiles"
+    a_desc, a_kmajor = operand_descriptor(a, d.block_m, d.block_k, True)
+    b_desc, b_kmajor = operand_descriptor(b.transpose(-1, -2), d.block_n, d.block_k, True)
+    assert a_kmajor, "A K-major: TMA boxes of an MN-major A would start at a group's (unaligned) row"
+    tma_store = tma_orientation(out) == "row"  # else pointer stores only (a transposed out: 3-D × 2-D)
+    c_desc = _descriptor(out if tma_store else out.t(), [d.consumer_m, d.epilogue_n])  # unused when not tma_store
+    kwargs = dict(_schedule_kwargs(d), TMA_STORE=tma_store, EPI_BUFS=d.epilogue_bufs, A_KMAJOR=a_kmajor,
+                  B_KMAJOR=b_kmajor, G_PAD=group_pad(G))
+    args = (a_desc, b_desc, c_desc, out, offs, T, N, K, G, out.stride(0), out.stride(1), 1.0, 0.0)  # α = 1, β = 0
+    bound = (-(-T // d.block_m) + G) * -(-N // d.block_n)
+    return grouped_gemm, args, kwargs, (max(1, min(sms, bound)),)
+
+
+def _offline_builder(config: KernelConfig, G: int, b_kmajor: bool):
+    def build(target: str) -> cc.Launch:
+        T, K, N = 4096, 1024, 1024
+        a = torch.empty(T, K, dtype=torch.bfloat16)
+        b = torch.empty(G, N, K, dtype=torch.bfloat16).transpose(1, 2) if b_kmajor else \
+            torch.empty(G, K, N, dtype=torch.bfloat16)
+        out = torch.empty(T, N, dtype=torch.bfloat16)
+        offs = torch.empty(G, dtype=torch.int32)
+        kernel, args, kwargs, grid = prepare(a, b, out, offs, config, 132)
+        return cc.Launch(kernel, args, kwargs, grid)
+
+    build.__doc__ = (f"Hopper grouped GEMM (ragged rows, {G} groups), {config.schedule} "
+                     f"{config.block_m}×{config.block_n}×{config.block_k}, bf16, B {'K' if b_kmajor else 'N'}-major")
+    return build
+
+
+cc.register("grouped-cooperative", targets=("sm_90a",))(
+    _offline_builder(KernelConfig(128, 128, 64, schedule="cooperative"), 8, True))
+cc.register("grouped-pingpong", targets=("sm_90a",))(
+    _offline_builder(KernelConfig(64, 128, 64, schedule="pingpong"), 128, False))

@@ -1,0 +1,272 @@
+"""grouped_mm on the CPU: validation, fake shapes, the Hopper scheduler's (group, tile)
+enumeration through the kernel's own helpers, the portable kernel under Triton's interpreter
+(fp16/fp32: bf16 is wrong there), and the autograd formulas (fake-traced)."""
+
+import itertools
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import pingpong
+from pingpong import KernelConfig
+from pingpong import grouped as gm
+from pingpong.errors import PingpongError
+from pingpong.hopper import grouped as hg
+from pingpong.hopper.scheduler import tile_coords, tiles_of_program
+
+
+def _offs(sizes):
+    return torch.tensor(list(itertools.accumulate(sizes)), dtype=torch.int32)
+
+
+# ----------------------------------------------------------------------------- scheduler enumeration
+
+
+def enumerate_units(sizes, N, BM, BN, GROUP_M, programs):
+    """Every program's units as the kernel computes them: tile_coords over the virtual M axis,
+    the group found from the cumulative tile counts (the vector compare of `locate`), the row
+    from `group_tile_row`; returns {(group, row, col): program}."""
+    starts = [sum(sizes[:g]) for g in range(len(sizes))]
+    tiles = [hg.tiles_of_rows.fn(max(s, 0), BM) for s in sizes]
+    ends = list(itertools.accumulate(tiles))
+    total_m, num_pid_n = sum(tiles), -(-N // BN)
+    seen = {}
+    for p in range(programs):
+        for t in range(tiles_of_program.fn(total_m * num_pid_n, p, programs)):
+            vm, pid_n = tile_coords.fn(p + t * programs, total_m, num_pid_n, GROUP_M)
+            g = sum(1 for e in ends if e <= vm)
+            row = hg.group_tile_row.fn(vm, ends[g] - tiles[g], starts[g], BM)
+            key = (g, row, pid_n * BN)
+            assert key not in seen, f"unit {key} taken twice"
+            seen[key] = p
+    return seen
+
+
+@pytest.mark.parametrize("sizes", [[0, 1, 17, 255, 1000], [0, 0, 0], [1] * 9, [300], [0, 129, 0, 128, 0],
+                                   [64, 64, 1, 0, 200]])
+@pytest.mark.parametrize("BM,GROUP_M,programs", [(128, 8, 132), (64, 2, 5), (128, 1, 1)])
+def test_scheduler_covers_every_row_once(sizes, BM, GROUP_M, programs):
+    N, BN = 300, 128
+    seen = enumerate_units(sizes, N, BM, BN, GROUP_M, programs)
+    want = {(g, sum(sizes[:g]) + i * BM, n) for g, s in enumerate(sizes) for i in range(-(-s // BM))
+            for n in range(0, N, BN)}
+    assert set(seen) == want  # empty groups own no unit; every row of every group in one tile
+    for g, row, _ in seen:
+        assert sum(sizes[:g]) <= row < sum(sizes[:g + 1])
+
+
+def test_group_pad():
+    assert [hg.group_pad(g) for g in (0, 1, 8, 32, 33, 128, 256)] == [32, 32, 32, 32, 64, 128, 256]
+
+
+def test_select_config_by_mean_group():
+    assert hg.select_grouped_config(4096 * 2, 8, 14336) == KernelConfig(128, 256, 64, schedule="cooperative")
+    assert hg.select_grouped_config(4096 * 8, 256, 2048) == KernelConfig(64, 256, 64, schedule="pingpong")
+    assert hg.select_grouped_config(128 * 8, 128, 128).block_n == 128
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _ab(T=32, K=16, N=24, G=4, dtype=torch.bfloat16):
+    return torch.randn(T, K, dtype=dtype), torch.randn(G, K, N, dtype=dtype), _offs([8] * G)
+
+
+@pytest.mark.parametrize("change,match", [
+    (lambda a, b, o: (a, b, o.to(torch.int64)), "offs: dtype"),
+    (lambda a, b, o: (a, b, o[:3]), "b: group count"),
+    (lambda a, b, o: (a, b, o.view(2, 2)), "offs: expected a 1-D"),
+    (lambda a, b, o: (a, b, o.to("meta")), "offs: on meta"),
+    (lambda a, b, o: (a, b, None), "offs: required"),
+    (lambda a, b, o: (a[:, :8], b, o), "b: its K"),
+    (lambda a, b, o: (a, b.float(), o), "b: dtype"),
+    (lambda a, b, o: (a.half(), b, o), "a and b must have the same dtype"),
+    (lambda a, b, o: (a[None, None], b, o), "a: expected a 2-D or 3-D"),
+    (lambda a, b, o: (a, b, [8, 16]), "offs: expected a 1-D int32 tensor"),
+    (lambda a, b, o: (torch.randn(4, 3, 16, dtype=torch.bfloat16), torch.randn(5, 16, 2, dtype=torch.bfloat16),
+                      None), "b: group count 5"),
+    (lambda a, b, o: (torch.randn(4, 3, 16, dtype=torch.bfloat16), b, o), "offs: must be None"),
+    (lambda a, b, o: (torch.randn(3, 3, 16, dtype=torch.bfloat16), torch.randn(16, 9, dtype=torch.bfloat16), o),
+     "a: group count 3"),
+])
+def test_bad_input_names_the_argument(change, match):
+    a, b, o = change(*_ab())
+    with pytest.raises(PingpongError, match=match):
+        pingpong.grouped_mm(a, b, o)
+
+
+def test_bad_out_dtype_and_cpu():
+    a, b, o = _ab()
+    with pytest.raises(PingpongError, match="out_dtype"):
+        pingpong.grouped_mm(a, b, o, out_dtype=torch.float16)
+    with pytest.raises(PingpongError, match="pingpong runs on CUDA"):
+        pingpong.grouped_mm(a, b, o)
+
+
+def test_check_offsets_syncs_and_refuses_bad_values():
+    gm.check_offsets(_offs([0, 3, 0, 5]), 8)
+    for bad in ([3, 2], [-1, 4], [4, 9]):
+        with pytest.raises(PingpongError, match="offs: expected non-decreasing"):
+            gm.check_offsets(torch.tensor(bad, dtype=torch.int32), 8)
+
+
+# ----------------------------------------------------------------------------- fake shapes
+
+
+@pytest.mark.parametrize("shapes,want", [
+    (((1000, 64), (8, 64, 96), 8), (1000, 96)),  # 2-D x 3-D
+    (((8, 50, 64), (64, 700), 8), (50, 700)),  # 3-D x 2-D
+    (((64, 1000), (1000, 96), 8), (8, 64, 96)),  # 2-D x 2-D
+    (((8, 50, 64), (8, 64, 96), None), (8, 50, 96)),  # 3-D x 3-D
+])
+def test_fake_shapes(shapes, want):
+    (sa, sb, g) = shapes
+    with FakeTensorMode():
+        a = torch.empty(sa, dtype=torch.bfloat16, device="cuda")
+        b = torch.empty(sb, dtype=torch.bfloat16, device="cuda")
+        offs = torch.empty(g, dtype=torch.int32, device="cuda") if g else None
+        out = gm.grouped_mm_op(a, b, offs, torch.float32)
+    assert tuple(out.shape) == want and out.dtype == torch.float32
+
+
+# ----------------------------------------------------------------------------- the portable kernel (interpreter)
+
+
+def _reference(a, b, offs, mode):
+    a, b = a.double(), b.double()
+    ends = offs.tolist()
+    starts = [0] + ends[:-1]
+    if mode == gm.ROWS:
+        out = torch.zeros(a.shape[0], b.shape[2], dtype=torch.float64)
+        for g, (s, e) in enumerate(zip(starts, ends)):
+            out[s:e] = a[s:e] @ b[g]
+    elif mode == gm.COLS:
+        out = torch.zeros(a.shape[1], b.shape[1], dtype=torch.float64)
+        for g, (s, e) in enumerate(zip(starts, ends)):
+            out[:, s:e] = a[g] @ b[:, s:e]
+    else:
+        out = torch.stack([a[:, s:e] @ b[s:e] for s, e in zip(starts, ends)])
+    return out
+
+
+@pytest.mark.parametrize("mode", [gm.ROWS, gm.COLS, gm.RAGGED_K])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_portable_kernel_interpreted(mode, transposed):
+    torch.manual_seed(0)
+    sizes = [0, 1, 17, 0, 21]
+    offs = _offs(sizes)
+    total, K, N, G = sum(sizes), 24, 20, len(sizes)
+    if mode == gm.ROWS:
+        a, b = torch.randn(total + 3, K), torch.randn(G, K, N)
+    elif mode == gm.COLS:
+        a, b = torch.randn(G, 9, K), torch.randn(K, total + 3)
+    else:
+        a, b = torch.randn(9, total + 3), torch.randn(total + 3, N)
+    a, b = a.half(), b.half()
+    if transposed:  # the other storage order of each operand (same values)
+        a, b = a.mT.contiguous().mT, b.mT.contiguous().mT
+    out = torch.full(gm.check(a, b, offs, None)[1], float("nan"), dtype=torch.float32)
+    gm._compute(a, b, offs, torch.float32, zero_tail=True, out=out, interpret=True)
+    want = _reference(a, b, offs, mode)
+    assert not out.isnan().any(), "every element written (the tail zeroed)"
+    err = (out.double() - want).abs()
+    assert err.max() <= 1e-4 * (1 + want.abs().max()), f"elementwise {err.max()}"
+    assert err.norm() <= 1e-5 * (1 + want.norm())
+
+
+def test_portable_bad_offsets_stay_inside():
+    """A decreasing offset (empty group) and an end past T: clipped, nothing outside out."""
+    a, b = torch.randn(10, 8).half(), torch.randn(3, 8, 8).half()
+    offs = torch.tensor([6, 4, 50], dtype=torch.int32)
+    out = torch.full((10, 8), float("nan"))
+    gm._compute(a, b, offs, torch.float32, out=out, interpret=True)
+    want = torch.cat([a[:6].float() @ b[0].float(), a[4:10].float() @ b[2].float()])
+    torch.testing.assert_close(out[:4], want[:4], atol=1e-2, rtol=1e-2)  # group 2's rows start at 4
+    assert not out.isnan().any()
+
+
+# ----------------------------------------------------------------------------- autograd formulas
+
+
+@pytest.fixture
+def interpreted(monkeypatch):
+    """grouped_mm's kernels under Triton's interpreter (CPU tensors)."""
+    compute = gm._compute
+    monkeypatch.setattr(gm, "_compute", lambda *args, **kw: compute(*args, **dict(kw, interpret=True)))
+
+
+@pytest.mark.parametrize("mode", [gm.ROWS, gm.COLS, gm.RAGGED_K])
+def test_gradients_interpreted(interpreted, mode):
+    """The op's autograd: dA and dB (themselves grouped products, the tails zeroed) against
+    float64 autograd of the per-group reference; the last group ends before the extent."""
+    torch.manual_seed(1)
+    sizes = [5, 0, 18, 1]
+    offs, G, total, K, N = _offs(sizes), len(sizes), sum(sizes), 16, 12
+    shapes = {gm.ROWS: ((total + 2, K), (G, K, N)), gm.COLS: ((G, 9, K), (K, total + 2)),
+              gm.RAGGED_K: ((9, total + 2), (total + 2, N))}[mode]
+    a = torch.randn(shapes[0]).half().requires_grad_()
+    b = torch.randn(shapes[1]).half().requires_grad_()
+    out = pingpong.grouped_mm(a, b, offs, out_dtype=torch.float32)
+    g = torch.randn(out.shape)
+    if mode != gm.RAGGED_K:  # rows past the end are unset: keep them out of the gradient
+        rows = torch.arange(out.shape[0 if mode == gm.ROWS else 1]) < total
+        g = g * (rows[:, None] if mode == gm.ROWS else rows[None, :])
+    da, db = torch.autograd.grad(out, (a, b), g)
+    a64, b64 = a.detach().double().requires_grad_(), b.detach().double().requires_grad_()
+    ra, rb = torch.autograd.grad(_reference(a64, b64, offs, mode), (a64, b64), g.half().double())
+    for got, want in ((da, ra), (db, rb)):
+        assert got.shape == want.shape and got.dtype == torch.float16
+        err = (got.double() - want).abs()
+        assert err.max() <= 2e-3 * (1 + want.abs().max()), f"{mode}: elementwise {err.max()}"
+
+
+def test_op_schema_fake_and_fullgraph_compile(interpreted):
+    """opcheck (schema, fake tensors, autograd registration) and torch.compile(fullgraph=True):
+    one graph node, the output shape from the shapes only."""
+    a, b, offs = torch.randn(40, 16).half(), torch.randn(4, 16, 8).half(), _offs([10, 0, 20, 10])
+    torch.library.opcheck(gm.grouped_mm_op, (a, b, offs), test_utils=("test_schema", "test_faketensor",
+                                                                       "test_autograd_registration"))
+    f = torch.compile(lambda a, b, offs: pingpong.grouped_mm(a, b, offs) * 2, fullgraph=True, backend="eager")
+    torch.testing.assert_close(f(a, b, offs), 2 * pingpong.grouped_mm(a, b, offs))
+
+
+# ----------------------------------------------------------------------------- the MoE suites
+
+
+@pytest.mark.parametrize("tokens", [128, 4096, 16384])
+def test_moe_group_sizes(tokens):
+    from pingpong.tools.suites import MOE_MODELS, moe_group_sizes
+
+    for experts, top_k, _, _ in MOE_MODELS.values():
+        for routing in ("balanced", "zipf"):
+            sizes = moe_group_sizes(tokens, experts, top_k, routing)
+            assert len(sizes) == experts and sum(sizes) == tokens * top_k and max(sizes) <= tokens
+            assert sizes == sorted(sizes, reverse=True) or routing == "balanced"
+    with pytest.raises(PingpongError, match="routing"):
+        moe_group_sizes(128, 8, 2, "uniform")
+
+
+def test_bench_grouped_refuses_unknown_model():
+    import argparse
+
+    from pingpong.tools import bench
+
+    p = argparse.ArgumentParser()
+    bench.add_arguments(p)
+    with pytest.raises(PingpongError, match="--models"):
+        bench.settings_from_args(p.parse_args(["--op", "grouped", "--models", "gpt-4"]))
+    assert bench.settings_from_args(p.parse_args(["--op", "grouped", "--models", "deepseek-v3"])).op == "grouped"
+
+
+def test_grouped_kernels_compile_offline():
+    """sm_90a, no GPU: both registered grouped kernels compile without spills, in the shared
+    memory budget, with TMA loads and the TMA store of full tiles."""
+    from pingpong.hopper.config import SMEM_LIMIT
+    from pingpong.runtime import compile as cc
+
+    for name in ("grouped-cooperative", "grouped-pingpong"):
+        facts = cc.compile_kernel(name, "sm_90a").facts()
+        assert facts.spill_bytes == 0 and facts.counts["LDL/STL"] == 0, name
+        assert facts.shared_bytes <= SMEM_LIMIT, name
+        assert facts.counts["tma_load"] >= 2 and facts.counts["tma_store"] >= 1 and facts.counts["wgmma"] > 0, name
