@@ -90,9 +90,7 @@ class Operand(NamedTuple):
 
     def span_bytes(self) -> int:
         """Bytes from the first element to past the last (0 if empty; strides ≥ 0)."""
-        if self.numel() == 0:
-            return 0
-        return self.dtype.itemsize * (1 + sum((s - 1) * abs(st) for s, st in zip(self.shape, self.strides)))
+        return 0 if self.numel() == 0 else self.dtype.itemsize * (1 + span(self))
 
 
 def operand(t: torch.Tensor) -> Operand:
@@ -311,10 +309,18 @@ def check_gpu(device, names: Names = GEMM) -> None:
 # ----------------------------------------------------------------------------- aliasing
 
 
+def span(t) -> int:
+    """Largest element offset of `t` (a tensor or an Operand) from its base:
+    sum((size - 1) * |stride|); 0 if empty."""
+    if t.numel() == 0:
+        return 0
+    return sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()))
+
+
 def byte_range(t: torch.Tensor) -> tuple[int, int]:
     """[first, last+1) byte addresses of t's elements (t non-empty, strides ≥ 0)."""
     start = t.data_ptr()
-    return start, start + t.element_size() * (1 + sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride())))
+    return start, start + t.element_size() * (1 + span(t))
 
 
 def overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
