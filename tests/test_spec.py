@@ -247,3 +247,11 @@ def test_spec_is_a_leaf():
     allowed = {(0, "__future__"), (0, "math"), (0, "numbers"), (0, "typing"), (0, "torch"), (2, "errors"),
                (0, "torch.nn.functional")}
     assert modules <= allowed, modules - allowed
+
+
+def test_a_layer_plan_hit_still_checks_the_weights_device(interpreted_kernels):
+    """The layer key holds each tensor's device: a weight moved elsewhere is validated again."""
+    x, w = randn(4, 8), randn(6, 8)
+    pingpong.linear(x, w)
+    with pytest.raises(PingpongError, match="^x and weight must be on the same device"):
+        pingpong.linear(x, w.to("meta"))

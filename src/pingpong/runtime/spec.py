@@ -93,8 +93,11 @@ class Operand(NamedTuple):
         return 0 if self.numel() == 0 else self.dtype.itemsize * (1 + span(self))
 
 
+_new = tuple.__new__  # a NamedTuple built without its Python-level __new__ (host cost per call)
+
+
 def operand(t: torch.Tensor) -> Operand:
-    return Operand(t.dtype, t.shape, t.stride(), t.device, t.data_ptr() % 16 == 0)
+    return _new(Operand, (t.dtype, t.shape, t.stride(), t.device, t.data_ptr() % 16 == 0))
 
 
 class EpilogueSpec(NamedTuple):
@@ -108,6 +111,7 @@ class EpilogueSpec(NamedTuple):
 
 
 NO_EPILOGUE = EpilogueSpec(False, None, "none", "none")
+C_EPILOGUE = EpilogueSpec(True, None, "none", "none")
 
 
 class GemmSpec(NamedTuple):
@@ -173,12 +177,12 @@ def build(a, b, c=None, beta: float = 0.0, out_dtype=None, bias=None, activation
         oa, ob = operand(a), operand(b)
         oc = None if c is None else operand(c)
         if bias is None and activation is None:
-            epi = NO_EPILOGUE if c is None or beta == 0.0 else EpilogueSpec(True, None, "none", "none")
+            epi = NO_EPILOGUE if c is None or beta == 0.0 else C_EPILOGUE
         else:
             ob_ = None if bias is None else operand(bias)
             epi = EpilogueSpec(c is not None and beta != 0.0, ob_, bias_kind(ob_, a.shape[-2]),
                                "none" if activation is None else activation)
-        spec = GemmSpec(oa, ob, oc, a.dtype if out_dtype is None else out_dtype, epi, inplace, config)
+        spec = _new(GemmSpec, (oa, ob, oc, a.dtype if out_dtype is None else out_dtype, epi, inplace, config))
         hash(spec)  # unhashable arguments (an activation list): validation reports them
         return spec
     except (AttributeError, TypeError, RuntimeError, IndexError):
