@@ -48,7 +48,10 @@ def get(spec) -> "Plan | None":
     """The cached plan of `spec` (moved to the recently used end), or None."""
     if spec is None:
         return None
-    p = PLANS.get(spec)
+    try:
+        p = PLANS.get(spec)
+    except TypeError:  # unhashable arguments (an activation list): validation reports them
+        return None
     if p is not None:
         PLANS.move_to_end(spec)
     return p

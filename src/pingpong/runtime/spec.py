@@ -171,9 +171,7 @@ def build(a, b, c=None, beta: float = 0.0, out_dtype=None, bias=None, activation
           config=None) -> GemmSpec | None:
     """The spec of one call, from its (possibly invalid) arguments; None when they are not
     dense tensors (validation then names the argument). Cheap: a few attribute reads."""
-    try:
-        if type(a) is not torch.Tensor and not isinstance(a, torch.Tensor) or a.layout is not torch.strided:
-            return None
+    try:  # a non-tensor has no .dtype, a sparse tensor no .stride(): both give None
         oa, ob = operand(a), operand(b)
         oc = None if c is None else operand(c)
         if bias is None and activation is None:
@@ -182,9 +180,7 @@ def build(a, b, c=None, beta: float = 0.0, out_dtype=None, bias=None, activation
             ob_ = None if bias is None else operand(bias)
             epi = EpilogueSpec(c is not None and beta != 0.0, ob_, bias_kind(ob_, a.shape[-2]),
                                "none" if activation is None else activation)
-        spec = _new(GemmSpec, (oa, ob, oc, a.dtype if out_dtype is None else out_dtype, epi, inplace, config))
-        hash(spec)  # unhashable arguments (an activation list): validation reports them
-        return spec
+        return _new(GemmSpec, (oa, ob, oc, a.dtype if out_dtype is None else out_dtype, epi, inplace, config))
     except (AttributeError, TypeError, RuntimeError, IndexError):
         return None
 
