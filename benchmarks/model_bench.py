@@ -79,6 +79,7 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--no-graphs", action="store_true")
+    p.add_argument("--profile", action="store_true", help="torch.profiler's CPU table of one eager decode forward each")
     args = p.parse_args(argv)
     if bench.skipped_without_gpu():
         return 2
@@ -142,10 +143,27 @@ def main(argv=None) -> int:
     pingpong.nn.replace_linear(ours)
     with torch.no_grad():
         want = ref32(input_ids=prefill, use_cache=False).logits.double()
+        logits = {}
         for name, model in (("torch bf16", theirs), ("pingpong bf16", ours)):
-            got = model(input_ids=prefill, use_cache=False).logits.double()
+            got = logits[name] = model(input_ids=prefill, use_cache=False).logits.double()
             print(f"logits error {name:<14} ‖Δ‖/‖ref‖ = {((got - want).norm() / want.norm()).item():.5f}"
                   f"   max |Δ| = {(got - want).abs().max().item():.4f}")
+        d = logits["pingpong bf16"] - logits["torch bf16"]
+        print(f"pingpong vs torch bf16: ‖Δ‖/‖torch‖ = {(d.norm() / logits['torch bf16'].norm()).item():.5f},"
+              f" {(d != 0).double().mean().item():.3f} of the logits differ")
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        for name, model in (("torch", theirs), ("pingpong", ours)):
+            run = forward(model, decode)
+            run()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                for _ in range(5):
+                    run()
+                torch.cuda.synchronize()
+            print(f"--- {name}: eager decode forward ×5, CPU self time")
+            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14, max_name_column_width=50))
     return 0
 
 

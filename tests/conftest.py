@@ -46,13 +46,21 @@ def interpreted_kernels(monkeypatch):
         def __init__(self, read, activation):
             self.device, self.path, self.reads_c, self.activation, self.extents = -1, "interpreted", read, activation, None
 
+        pointer_launch = True  # as a Hopper plan without copies: LayerPlan launches from base addresses
+
         def run(self, a, b, out, c, alpha, beta, bias=None):
             epilogue = {} if bias is None and self.activation == "none" else dict(bias=bias, activation=self.activation)
             portable_gemm(a, b, out, alpha=alpha, beta=beta, c=c if self.reads_c else None, interpret=True, **epilogue)
 
+        def run_ptrs(self, a_ptr, b_ptr, out_ptr, bias_ptr, tensors):
+            a, b, out, bias = tensors()  # the views a JIT launch would get: at the given addresses
+            assert (a.data_ptr(), b.data_ptr(), out.data_ptr()) == (a_ptr, b_ptr, out_ptr)
+            assert (bias.data_ptr() if bias is not None else 0) == bias_ptr
+            self.run(a, b, out, None, 1.0, 0.0, bias)
+
     interpreted = types.SimpleNamespace(
         NAME="interpreted", ORDER=0, can_implement=lambda s: None,
-        plan=lambda s: InterpretedPlan(s.epilogue.reads_c, s.epilogue.activation))
+        plan=lambda s: InterpretedPlan(s.epilogue.reads_c, s.epilogue.activation), plan_class=InterpretedPlan)
     monkeypatch.setattr(spec, "check_gpu", lambda device, names=None: None)
     monkeypatch.setattr(plan, "PLANS", collections.OrderedDict())
     monkeypatch.setattr(direct, "LAYERS", collections.OrderedDict())

@@ -74,8 +74,13 @@ def test_a_layer_builds_its_specs_once_per_signature(interpreted_kernels, counte
     assert len(direct.LAYERS) == 1
 
 
+@pytest.mark.parametrize("pointers", [True, False], ids=["base addresses", "views"])
 @pytest.mark.parametrize("shape, bias", [((6, 32), True), ((2, 3, 32), True), ((2, 3, 32), False)])
-def test_layer_plan_forward_and_backward_against_float64(interpreted_kernels, shape, bias):
+def test_layer_plan_forward_and_backward_against_float64(interpreted_kernels, monkeypatch, shape, bias, pointers):
+    """Both launch forms of a LayerPlan: from base addresses (the views made only for the
+    JIT; the fixture's plan checks they sit at those addresses) and through plan.run."""
+    if not pointers:
+        monkeypatch.setattr(plan.BACKENDS[0].plan_class, "pointer_launch", False)
     seed = 2
     torch.manual_seed(seed)
     ref = torch.nn.Linear(32, 24, bias=bias, dtype=f16)

@@ -139,50 +139,73 @@ class LayerPlan:
     backward   (activation "none"; planned on the first backward, for the gradient's layout)
                dx = g2 @ weight (M, K), dweight = g2ᵀ @ x2 (N, K): one launch each, on plans
                kept here; dbias = Σ rows of g2: one reduction in the bias's dtype
-    Layers that do not fold (a non-contiguous N-D x) keep the general path (`folds` False)."""
+    The layer key fixes x's, weight's and the bias's layouts, so where a plan launches from
+    base addresses (`Plan.pointer_launch`: no aligned copies) the views the kernels see are
+    made only when a launch goes through Triton's JIT. Layers that do not fold (a
+    non-contiguous N-D x) keep the general path (`folds` False)."""
 
-    __slots__ = ("folds", "x2_shape", "out_shape", "dtype", "activation", "fwd", "grad_key", "dx", "dw", "bias_dtype")
+    __slots__ = ("folds", "x2_shape", "out2", "out_shape", "dtype", "activation", "fwd", "fwd_ptrs", "grad_key",
+                 "dx", "dw", "grad_ptrs", "bias_dtype")
 
     def __init__(self, x, weight, bias, activation):
         K, N = weight.shape[1], weight.shape[0]
         self.activation, self.dtype = activation, x.dtype
         self.folds = x.dim() == 2 or x.is_contiguous()
         self.x2_shape = (x.numel() // K if K else x.shape[:-1].numel(), K)
+        self.out2 = (self.x2_shape[0], N)
         self.out_shape = (*x.shape[:-1], N)
         self.bias_dtype = None if bias is None else bias.dtype
         self.fwd = self.grad_key = self.dx = self.dw = None
+        self.fwd_ptrs = self.grad_ptrs = False
         if self.folds:
             x2 = x if x.dim() == 2 else x.view(self.x2_shape)
             self.fwd = _plan_of(x2, weight.t(), None, x.dtype, bias, activation)
+            self.fwd_ptrs = self.fwd.pointer_launch and (bias is None or bias.dim() == 1 and bias.stride(0) == 1)
 
     def forward(self, x, weight, bias) -> torch.Tensor:
         if not self.folds:
             return gemm(x, weight.t(), None, 1.0, 0.0, None, bias, self.activation, LINEAR)
-        x2 = x if x.dim() == 2 else x.view(self.x2_shape)
-        out = torch.empty(self.x2_shape[0], self.out_shape[-1], dtype=self.dtype, device=x.device)
-        self.fwd.run(x2, weight.t(), out, None, 1.0, 0.0, bias)
-        return out if len(self.out_shape) == 2 else out.view(self.out_shape)
+        out = torch.empty(self.out_shape, dtype=self.dtype, device=x.device)
+        if self.fwd_ptrs:
+            self.fwd.run_ptrs(x.data_ptr(), weight.data_ptr(), out.data_ptr(), 0 if bias is None else bias.data_ptr(),
+                              lambda: (x.view(self.x2_shape), weight.t(), out.view(self.out2), bias))
+        else:
+            self.fwd.run(x.view(self.x2_shape), weight.t(), out.view(self.out2), None, 1.0, 0.0, bias)
+        return out
 
     def backward(self, g, x, weight, needs) -> tuple:
         """(dx, dweight, dbias) for activation "none" on a folding layer."""
-        g2 = g.reshape(self.x2_shape[0], self.out_shape[-1])
-        if g2.dtype != self.dtype:
-            g2 = g2.to(self.dtype)
-        x2 = x if x.dim() == 2 else x.view(self.x2_shape)
-        key = (operand(g2), operand(x2), operand(weight))
+        if g.dtype != self.dtype:
+            g = g.to(self.dtype)
+        key = (g.shape, g.stride(), g.data_ptr() % 16 == 0)  # x and weight: the layer key fixed them
         if key != self.grad_key:  # the first backward (or a gradient of another layout)
+            g2, x2 = g.reshape(self.out2), x.view(self.x2_shape)
             self.dx = _plan_of(g2, weight, None, self.dtype, None, "none")
             self.dw = _plan_of(g2.mT, x2, None, self.dtype, None, "none")
+            self.grad_ptrs = g.is_contiguous() and self.dx.pointer_launch and self.dw.pointer_launch
             self.grad_key = key
         dx = dw = dbias = None
-        if needs[0]:
-            dx = torch.empty(self.x2_shape, dtype=self.dtype, device=g.device)
-            self.dx.run(g2, weight, dx, None, 1.0, 0.0)
-            dx = dx.view(x.shape)
-        if needs[1]:
-            dw = torch.empty(weight.shape, dtype=self.dtype, device=g.device)  # (N, K): the weight's layout
-            self.dw.run(g2.mT, x2, dw, None, 1.0, 0.0)
+        if self.grad_ptrs:  # g, x, weight contiguous row-major, all keyed
+            gp = g.data_ptr()
+            if needs[0]:
+                dx = torch.empty(x.shape, dtype=self.dtype, device=g.device)
+                self.dx.run_ptrs(gp, weight.data_ptr(), dx.data_ptr(), 0,
+                                 lambda: (g.view(self.out2), weight, dx.view(self.x2_shape), None))
+            if needs[1]:
+                dw = torch.empty(weight.shape, dtype=self.dtype, device=g.device)  # (N, K): the weight's layout
+                self.dw.run_ptrs(gp, x.data_ptr(), dw.data_ptr(), 0,
+                                 lambda: (g.view(self.out2).mT, x.view(self.x2_shape), dw, None))
+        else:
+            g2, x2 = g.reshape(self.out2), x.view(self.x2_shape)
+            if needs[0]:
+                dx = torch.empty(self.x2_shape, dtype=self.dtype, device=g.device)
+                self.dx.run(g2, weight, dx, None, 1.0, 0.0)
+                dx = dx.view(x.shape)
+            if needs[1]:
+                dw = torch.empty(weight.shape, dtype=self.dtype, device=g.device)
+                self.dw.run(g2.mT, x2, dw, None, 1.0, 0.0)
         if needs[2] and self.bias_dtype is not None:  # one reduction (16-bit sums accumulate in fp32)
+            g2 = g.view(self.out2) if self.grad_ptrs else g.reshape(self.out2)
             dbias = g2.sum(0) if self.bias_dtype == g2.dtype else g2.sum(0, dtype=self.bias_dtype)
         return dx, dw, dbias
 

@@ -445,6 +445,17 @@ class PortablePlan(Plan):
         self.launch(self.device, ptrs, (alpha, beta), self._jit_args, a, b, out, c if self.reads_c else None, alpha,
                     beta, bias)
 
+    @property
+    def pointer_launch(self) -> bool:
+        return not self.reads_c
+
+    def run_ptrs(self, a_ptr, b_ptr, out_ptr, bias_ptr, tensors):
+        def jit():
+            a, b, out, bias = tensors()
+            return self._jit_args(a, b, out, None, 1.0, 0.0, bias)
+
+        self.launch(self.device, (a_ptr, b_ptr, out_ptr, out_ptr, bias_ptr or out_ptr), (1.0, 0.0), jit)
+
     def _jit_args(self, a, b, out, c, alpha, beta, bias):
         return prepare(a, b, out, c, alpha, beta, bias, self.activation)
 

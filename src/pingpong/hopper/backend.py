@@ -215,6 +215,18 @@ class HopperPlan(Plan):
         if target is not out:
             out.copy_(target)
 
+    @property
+    def pointer_launch(self) -> bool:
+        return type(self) is HopperPlan and not (self.copy_a or self.copy_b or self.copy_out or self.batched
+                                                 or self.reads_c)
+
+    def run_ptrs(self, a_ptr, b_ptr, out_ptr, bias_ptr, tensors):
+        def prepare():
+            a, b, out, bias = tensors()
+            return self._jit_args(a, b, out, None, 1.0, 0.0, bias)
+
+        self.launch(self.device, (a_ptr, b_ptr, out_ptr, out_ptr, bias_ptr or out_ptr), (1.0, 0.0), prepare)
+
     def _launch(self, a, b, target, cin, alpha, beta, bias, bias_ptr):
         ptrs = (a.data_ptr(), b.data_ptr(), target.data_ptr(), (cin if cin is not None else target).data_ptr(), bias_ptr)
         self.launch(self.device, ptrs, (alpha, beta), self._jit_args, a, b, target, cin, alpha, beta, bias)

@@ -102,7 +102,16 @@ class Plan:
 
     __slots__ = ("path", "device", "activation", "extents")  # extents: byte spans of a, b, c (in-place plans)
 
+    #: True when `run_ptrs` works: one launch from base addresses, no copies, C not read
+    pointer_launch = False
+
     def run(self, a, b, out, c, alpha: float, beta: float, bias=None) -> None:
+        raise NotImplementedError
+
+    def run_ptrs(self, a_ptr: int, b_ptr: int, out_ptr: int, bias_ptr: int, tensors) -> None:
+        """out = act(a@b + bias) from the tensors' base addresses (bias_ptr 0: none), for a
+        caller whose key fixes every tensor's layout (pingpong.direct.LayerPlan);
+        `tensors()` -> (a, b, out, bias) is called only when the launch goes through the JIT."""
         raise NotImplementedError
 
 
