@@ -151,6 +151,23 @@ def main(argv=None) -> int:
         d = logits["pingpong bf16"] - logits["torch bf16"]
         print(f"pingpong vs torch bf16: ‖Δ‖/‖torch‖ = {(d.norm() / logits['torch bf16'].norm()).item():.5f},"
               f" {(d != 0).double().mean().item():.3f} of the logits differ")
+    from pingpong.runtime import launcher
+
+    encoded = [0]
+    encode = launcher.BoundLaunch.tensor_map
+
+    def counting(self, i, ptr):
+        encoded[0] += 1
+        return encode(self, i, ptr)
+
+    launcher.BoundLaunch.tensor_map = counting
+    run = forward(ours, decode)
+    run()
+    encoded[0] = 0
+    for _ in range(5):
+        run()
+    launcher.BoundLaunch.tensor_map = encode
+    print(f"TMA descriptors encoded per eager decode forward (after one warm-up): {encoded[0] / 5:.1f}")
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
 

@@ -184,7 +184,7 @@ class HopperPlan(Plan):
     are copied into 16-byte-aligned buffers; an output it cannot write is computed into one
     and copied back."""
 
-    __slots__ = ("config", "copy_a", "copy_b", "copy_c", "copy_out", "reads_c", "launch", "batched")
+    __slots__ = ("config", "copy_a", "copy_b", "copy_c", "copy_out", "reads_c", "launch", "batched", "pointer_launch")
 
     def __init__(self, device, config, copy_a, copy_b, copy_c, copy_out, read, activation="none", batched=False):
         self.device, self.config, self.reads_c, self.activation = device, config, read, activation
@@ -192,8 +192,15 @@ class HopperPlan(Plan):
         self.batched = batched
         self.path = "hopper-padded" if (copy_a or copy_b or copy_c or copy_out) else "hopper"
         self.launch = CachedLaunch(dynamic=("alpha", "beta"))
+        self.pointer_launch = type(self) is HopperPlan and not (copy_a or copy_b or copy_out or batched or read)
 
     def run(self, a, b, out, c, alpha, beta, bias=None):
+        if self.pointer_launch:  # no copies, not batched, C not read: the launch alone
+            op = out.data_ptr()
+            self.launch(self.device, (a.data_ptr(), b.data_ptr(), op, op, op if bias is None else
+                                      bias_vector(bias).data_ptr()), (alpha, beta), self._jit_args, a, b, out, None,
+                        alpha, beta, bias)
+            return
         if self.batched:  # a shared operand: its one matrix (copied once, if at all)
             a, b = per_batch(a), per_batch(b)
         if self.copy_a:
@@ -215,10 +222,7 @@ class HopperPlan(Plan):
         if target is not out:
             out.copy_(target)
 
-    @property
-    def pointer_launch(self) -> bool:
-        return type(self) is HopperPlan and not (self.copy_a or self.copy_b or self.copy_out or self.batched
-                                                 or self.reads_c)
+    pointer_launch: bool  # set at construction: no copies, not batched, C not read, one kernel
 
     def run_ptrs(self, a_ptr, b_ptr, out_ptr, bias_ptr, tensors):
         def prepare():
