@@ -52,10 +52,16 @@ def hopper(monkeypatch):
     """Plans built as on a Hopper GPU (device -1 stands for the CPU tensors' device); the
     launch records what it would launch on instead of launching."""
     monkeypatch.setattr(hopper_backend, "is_hopper", lambda device: True)
-    launched = []
+
+    class Launched(list):
+        ptrs = []  # the base addresses each launch was given, beside its JIT inputs
+
+    launched = Launched()
+    launched.ptrs = []
     monkeypatch.setattr(hopper_backend.HopperPlan, "_jit_args", lambda self, *args: args)
     monkeypatch.setattr(hopper_backend.CachedLaunch, "__call__",
-                        lambda self, device, ptrs, dyn, prepare, *inputs: launched.append(inputs))
+                        lambda self, device, ptrs, dyn, prepare, *inputs: (launched.append(inputs),
+                                                                           launched.ptrs.append(ptrs)))
     return launched
 
 
@@ -89,6 +95,9 @@ def test_path_is_the_executed_path(hopper, case):
     before = out.clone()
     p.run(a, b, out, c, 1.0, beta)
     (a_k, b_k, target, cin, _, _, _), = hopper
+    (ptrs,) = hopper.ptrs  # a direct launch reads and writes the very tensors the JIT launch was given
+    assert ptrs[:4] == (a_k.data_ptr(), b_k.data_ptr(), target.data_ptr(),
+                        (cin if cin is not None else target).data_ptr()), case
     copied = [a_k.data_ptr() != a.data_ptr(), b_k.data_ptr() != b.data_ptr(), target.data_ptr() != out.data_ptr(),
               cin is not None and c is not None and cin.data_ptr() != c.data_ptr()]
     assert p.path == ("hopper-padded" if any(copied) else "hopper"), copied
