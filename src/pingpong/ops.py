@@ -6,7 +6,7 @@
     | pingpong::gemm    | gemm(a, b, c, alpha=, beta=, out_dtype=,  | dz = act'(z)·dC, dA = α·dz·Bᵀ,    |
     |                   |      bias=, activation=)                 | dB = α·Aᵀ·dz, dbias = Σ dz, dc = β·dC |
     | pingpong::gemm_   | gemm_(c, a, b, alpha=, beta=)             | none: refused while autograd records |
-    | pingpong::linear  | linear(x, w, bias, activation)            | dx = dz·w, dw = dzᵀ·x, dbias = Σ dz |
+    | pingpong::linear  | linear(x, weight, bias, activation)       | dx = dz·w, dw = dzᵀ·x, dbias = Σ dz |
 
 The epilogue is y = act(z) + β·c with z = α·a@b + bias (the GEMM API's contract).
 
@@ -25,8 +25,14 @@ Which path a public call takes (`needs_op`, then `route_gemm` / `route_linear`):
 Host time of one `matmul` call, measured on a CPU with the kernel launch stubbed out: 3.3 µs
 without autograd, 8.2 µs through the Function, 23 µs through the op with its autograd.
 
-Backward formulas (shared by the Function and the op) call the *public* functions, so an eager
-backward launches directly and a traced backward records the ops. Operands are transposed
+`linear` under eager autograd takes the thinnest Function (`_LayerFunction`) when it can (no
+activation, x folds into 2-D): it saves x and weight and calls the layer's cached plan
+(pingpong.direct.LayerPlan): one launch forward; two launches and one bias reduction backward.
+
+Backward formulas (shared by the Function and the op) route as the public functions do
+(`_gemm`: needs_op, then the op or the direct call), so an eager backward launches directly
+and a traced backward records the ops. This module imports pingpong.direct and
+pingpong.batching, never pingpong.api or pingpong.functional (no import circle). Operands are transposed
 *views* (``b.mT``, ``a.mT``: the four layouts run without copies). Gradients have the inputs'
 dtype (an fp32 ``out_dtype`` gradient is cast to the input dtype first). The activation's
 derivative needs the pre-activation z: the forward does not save it (an M×N fp32 buffer per
