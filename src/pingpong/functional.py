@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from . import direct, ops
+from . import ops
 from .ops import activation_backward, activation_forward
 from .runtime.spec import validate_linear
 
@@ -44,6 +44,4 @@ def linear(x, weight, bias=None, activation=None) -> torch.Tensor:
     Returns:
         (…, N) of x's dtype.
     """
-    if ops.needs_op(x, weight, bias):  # autograd or torch.compile (pingpong.ops)
-        return ops.route_linear(x, weight, bias, activation)
-    return direct.linear(x, weight, bias, activation)
+    return ops.call_linear(x, weight, bias, activation)  # direct, autograd or torch.compile (pingpong.ops)

@@ -51,7 +51,7 @@ from . import batching, direct
 from .errors import PingpongError
 from .runtime.spec import check_activation, torch_activation, validate_linear
 
-__all__ = ["needs_op", "route_gemm", "route_linear", "check_not_differentiated", "mm", "gemm", "gemm_", "linear",
+__all__ = ["needs_op", "route_gemm", "route_linear", "call_linear", "check_not_differentiated", "mm", "gemm", "gemm_", "linear",
            "activation_forward", "activation_backward"]
 
 _PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
@@ -96,6 +96,25 @@ def route_linear(x, w, bias, activation) -> Tensor:
     if lp.folds and lp.activation == "none":
         return _LayerFunction.apply(x, w, bias, lp)
     return _LinearFunction.apply(x, w, bias, activation)
+
+
+def call_linear(x, w, bias, activation) -> Tensor:
+    """`pingpong.linear`'s dispatch with each check made once (needs_op, then route_linear):
+    plain tensors take the direct call, the layer Function, or (compiling) the op."""
+    if type(x) in _PLAIN and type(w) in _PLAIN and (bias is None or type(bias) in _PLAIN):
+        if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad
+                                        or (bias is not None and bias.requires_grad)):
+            if torch.compiler.is_compiling():
+                return linear(x, w, bias, activation)
+            lp = direct.layer_plan(x, w, bias, activation)
+            if lp.folds and lp.activation == "none":
+                return _LayerFunction.apply(x, w, bias, lp)
+            return _LinearFunction.apply(x, w, bias, activation)
+        if not torch.compiler.is_compiling():
+            return direct.linear(x, w, bias, activation)
+    if needs_op(x, w, bias):
+        return route_linear(x, w, bias, activation)
+    return direct.linear(x, w, bias, activation)
 
 
 def _gemm(a, b, c=None, alpha=1.0, beta=0.0, out_dtype=None, bias=None, activation=None) -> Tensor:
