@@ -32,10 +32,13 @@ from .runtime.spec import GEMM, LINEAR, operand
 __all__ = ["gemm", "gemm_", "matmul_tiled", "path_for", "gemm_into", "linear", "layer_plan", "LayerPlan", "LAYERS"]
 
 
-def _new_out(a, b, dtype) -> torch.Tensor:
-    if a.dim() == 2 and b.dim() == 2:
-        return torch.empty(a.shape[0], b.shape[1], dtype=dtype, device=a.device)
-    return torch.empty(spec_mod.result_shape(a, b), dtype=dtype, device=a.device)
+def _new_out(spec) -> torch.Tensor:
+    """A new contiguous result of the spec's shape and dtype (read from the spec: no tensor
+    attribute read again)."""
+    a, b = spec.a.shape, spec.b.shape
+    if len(a) == 2 and len(b) == 2:
+        return torch.empty(a[0], b[1], dtype=spec.out_dtype, device=spec.a.device)
+    return torch.empty(spec_mod.result_shape(spec.a, spec.b), dtype=spec.out_dtype, device=spec.a.device)
 
 
 def gemm(a, b, c, alpha: float, beta: float, out_dtype, bias, activation, names=GEMM) -> torch.Tensor:
@@ -47,7 +50,7 @@ def gemm(a, b, c, alpha: float, beta: float, out_dtype, bias, activation, names=
             return batched_gemm(a, b, c, alpha, beta, out_dtype, bias, activation, names)
         spec_mod.validate(spec, a, b, c, out_dtype, bias, activation, names)
         plan = plan_mod.cached_plan(spec)
-    out = _new_out(a, b, spec.out_dtype)
+    out = _new_out(spec)
     plan.run(a, b, out, c, alpha, beta, bias)
     return out
 
@@ -93,7 +96,7 @@ def matmul_tiled(a, b, config, out_dtype) -> torch.Tensor:
         config.validate(a.element_size(), dtype.itemsize)
         spec_mod.check_gpu(a.device)
         plan = plan_mod.cached_plan(spec)
-    out = _new_out(a, b, spec.out_dtype)
+    out = _new_out(spec)
     plan.run(a, b, out, None, 1.0, 0.0)
     return out
 
@@ -144,12 +147,12 @@ class LayerPlan:
     made only when a launch goes through Triton's JIT. Layers that do not fold (a
     non-contiguous N-D x) keep the general path (`folds` False)."""
 
-    __slots__ = ("folds", "x2_shape", "out2", "out_shape", "dtype", "activation", "fwd", "fwd_ptrs", "grad_key",
-                 "dx", "dw", "grad_ptrs", "bias_dtype")
+    __slots__ = ("folds", "x2_shape", "out2", "out_shape", "dtype", "device", "activation", "fwd", "fwd_ptrs",
+                 "grad_key", "dx", "dw", "grad_ptrs", "bias_dtype")
 
     def __init__(self, x, weight, bias, activation):
         K, N = weight.shape[1], weight.shape[0]
-        self.activation, self.dtype = activation, x.dtype
+        self.activation, self.dtype, self.device = activation, x.dtype, x.device  # the key fixes both
         self.folds = x.dim() == 2 or x.is_contiguous()
         self.x2_shape = (x.numel() // K if K else x.shape[:-1].numel(), K)
         self.out2 = (self.x2_shape[0], N)
@@ -165,7 +168,7 @@ class LayerPlan:
     def forward(self, x, weight, bias) -> torch.Tensor:
         if not self.folds:
             return gemm(x, weight.t(), None, 1.0, 0.0, None, bias, self.activation, LINEAR)
-        out = torch.empty(self.out_shape, dtype=self.dtype, device=x.device)
+        out = torch.empty(self.out_shape, dtype=self.dtype, device=self.device)
         if self.fwd_ptrs:
             self.fwd.run_ptrs(x.data_ptr(), weight.data_ptr(), out.data_ptr(), 0 if bias is None else bias.data_ptr(),
                               lambda: (x.view(self.x2_shape), weight.t(), out.view(self.out2), bias))
@@ -188,11 +191,11 @@ class LayerPlan:
         if self.grad_ptrs:  # g, x, weight contiguous row-major, all keyed
             gp = g.data_ptr()
             if needs[0]:
-                dx = torch.empty(x.shape, dtype=self.dtype, device=g.device)
+                dx = torch.empty(x.shape, dtype=self.dtype, device=self.device)
                 self.dx.run_ptrs(gp, weight.data_ptr(), dx.data_ptr(), 0,
                                  lambda: (g.view(self.out2), weight, dx.view(self.x2_shape), None))
             if needs[1]:
-                dw = torch.empty(weight.shape, dtype=self.dtype, device=g.device)  # (N, K): the weight's layout
+                dw = torch.empty(weight.shape, dtype=self.dtype, device=self.device)  # (N, K): the weight's layout
                 self.dw.run_ptrs(gp, x.data_ptr(), dw.data_ptr(), 0,
                                  lambda: (g.view(self.out2).mT, x.view(self.x2_shape), dw, None))
         else:
