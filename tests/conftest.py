@@ -29,14 +29,15 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def interpreted_kernels(monkeypatch):
-    """Every plan runs the portable kernel under Triton's interpreter, and the API's GPU-only
-    check is lifted: the whole call path (validation, batching, torch.library ops, autograd)
-    then runs on CPU tensors, in a plan cache of its own. fp16/fp32 only (the triton 3.6
-    interpreter is wrong for bf16)."""
+    """Every plan runs the portable kernel under Triton's interpreter (the only backend in
+    the registry), and the API's GPU-only check is lifted: the whole call path (validation,
+    batching, torch.library ops, autograd) then runs on CPU tensors, in plan caches of its
+    own. fp16/fp32 only (the triton 3.6 interpreter is wrong for bf16)."""
     import collections
+    import types
 
-    from pingpong import api
-    from pingpong.runtime import plan
+    from pingpong import direct
+    from pingpong.runtime import plan, spec
     from pingpong.portable import portable_gemm
 
     class InterpretedPlan(plan.Plan):
@@ -45,16 +46,25 @@ def interpreted_kernels(monkeypatch):
         def __init__(self, read, activation):
             self.device, self.path, self.reads_c, self.activation, self.extents = -1, "interpreted", read, activation, None
 
+        pointer_launch = True  # as a Hopper plan without copies: LayerPlan launches from base addresses
+
         def run(self, a, b, out, c, alpha, beta, bias=None):
             epilogue = {} if bias is None and self.activation == "none" else dict(bias=bias, activation=self.activation)
             portable_gemm(a, b, out, alpha=alpha, beta=beta, c=c if self.reads_c else None, interpret=True, **epilogue)
 
-    def build(a, b, c, beta, out_dtype, inplace, config, bias=None, activation="none"):
-        return InterpretedPlan(plan.reads_c(c, beta), activation)
+        def run_ptrs(self, a_ptr, b_ptr, out_ptr, bias_ptr, tensors):
+            a, b, out, bias = tensors()  # the views a JIT launch would get: at the given addresses
+            assert (a.data_ptr(), b.data_ptr(), out.data_ptr()) == (a_ptr, b_ptr, out_ptr)
+            assert (bias.data_ptr() if bias is not None else 0) == bias_ptr
+            self.run(a, b, out, None, 1.0, 0.0, bias)
 
-    monkeypatch.setattr(api, "_check_gpu", lambda a: None)
+    interpreted = types.SimpleNamespace(
+        NAME="interpreted", ORDER=0, can_implement=lambda s: None,
+        plan=lambda s: InterpretedPlan(s.epilogue.reads_c, s.epilogue.activation), plan_class=InterpretedPlan)
+    monkeypatch.setattr(spec, "check_gpu", lambda device, names=None: None)
     monkeypatch.setattr(plan, "PLANS", collections.OrderedDict())
-    monkeypatch.setattr(plan, "build", build)
+    monkeypatch.setattr(direct, "LAYERS", collections.OrderedDict())
+    monkeypatch.setattr(plan, "BACKENDS", [interpreted])
 
 
 @pytest.fixture
@@ -72,13 +82,16 @@ def tuning_cache(tmp_path, monkeypatch):
 def portable_runs(monkeypatch):
     """Plans built as on a non-Hopper GPU for CPU tensors; each portable plan's run is
     recorded (its arguments) instead of launched. Returns the list of runs."""
-    from pingpong import api
-    from pingpong.runtime import plan
+    import collections
 
-    monkeypatch.setattr(api, "_check_gpu", lambda a: None)
-    monkeypatch.setattr(plan, "is_hopper", lambda device: False)
+    from pingpong import direct, portable
+    from pingpong.runtime import plan, spec
+
+    monkeypatch.setattr(spec, "check_gpu", lambda device, names=None: None)
+    monkeypatch.setattr(plan, "BACKENDS", [portable])
+    monkeypatch.setattr(portable, "can_implement", lambda s: None)  # CPU tensors, as on a GPU
     runs = []
-    monkeypatch.setattr(plan.PortablePlan, "run", lambda self, *args: runs.append(args))
-    plan.PLANS.clear()
+    monkeypatch.setattr(portable.PortablePlan, "run", lambda self, *args: runs.append(args))
+    monkeypatch.setattr(plan, "PLANS", collections.OrderedDict())
+    monkeypatch.setattr(direct, "LAYERS", collections.OrderedDict())
     yield runs
-    plan.PLANS.clear()

@@ -28,7 +28,7 @@ CASES = [
     ("activation in place", lambda: pingpong.gemm_(t(8, 4), t(8, 8), t(8, 4), activation="gelu"), "activation"),
     ("batch", lambda: pingpong.matmul(t(2, 8, 8), t(3, 8, 4)), "a and b: batch dimensions \\(2,\\) \\(a\\) and \\(3,\\) \\(b\\) do not broadcast"),
     ("batched cpu", lambda: pingpong.matmul(t(2, 8, 8), t(8, 4)), "pingpong runs on CUDA/ROCm GPUs"),
-    ("linear bias length", lambda: pingpong.linear(t(8, 8), t(4, 8), t(5)), "bias: expected shape \\(4,\\) \\(w.shape\\[0\\]"),
+    ("linear bias length", lambda: pingpong.linear(t(8, 8), t(4, 8), t(5)), "bias: expected shape \\(4,\\) \\(weight.shape\\[0\\]"),
     ("linear bias dtype", lambda: pingpong.linear(t(8, 8), t(4, 8), torch.ones(4, dtype=torch.int64)), "bias: dtype torch.int64"),
     ("linear activation", lambda: pingpong.linear(t(8, 8), t(4, 8), None, "gelu"), "activation: expected None or one of"),
     ("not a tensor", lambda: pingpong.matmul([[1.0]], t(1, 1)), "a: expected a torch.Tensor"),

@@ -162,20 +162,23 @@ def api_on_interpreter(monkeypatch):
     """The public functions end to end (validation, plan) on the portable kernel under the
     interpreter: as on a non-Hopper GPU, with CPU tensors allowed; the portable plan's
     arguments go to portable_gemm(interpret=True) instead of the compiled launch."""
+    import collections
+
     import pingpong.portable as portable
-    from pingpong import api
-    from pingpong.runtime import plan
+    from pingpong import direct
+    from pingpong.runtime import plan, spec
 
     def run(self, a, b, out, c, alpha, beta, bias=None):
         portable.portable_gemm(a, b, out, alpha=alpha, beta=beta, c=c if self.reads_c else None, bias=bias,
                                activation=self.activation, interpret=True)
 
-    monkeypatch.setattr(api, "_check_gpu", lambda a: None)
-    monkeypatch.setattr(plan, "is_hopper", lambda device: False)
-    monkeypatch.setattr(plan.PortablePlan, "run", run)
-    plan.PLANS.clear()
+    monkeypatch.setattr(spec, "check_gpu", lambda device, names=None: None)
+    monkeypatch.setattr(plan, "BACKENDS", [portable])
+    monkeypatch.setattr(portable, "can_implement", lambda s: None)  # CPU tensors, as on a GPU
+    monkeypatch.setattr(portable.PortablePlan, "run", run)
+    monkeypatch.setattr(plan, "PLANS", collections.OrderedDict())
+    monkeypatch.setattr(direct, "LAYERS", collections.OrderedDict())
     yield
-    plan.PLANS.clear()
 
 
 def test_api_fused_and_batched_end_to_end(api_on_interpreter):

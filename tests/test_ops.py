@@ -67,12 +67,12 @@ FAKE_REFUSALS = [
     ("c shape", lambda e: ops.gemm(e(8, 4), e(4, 8), e(8, 9), 1.0, 1.0, None), "c: expected shape \\(8, 8\\)"),
     ("bias length", lambda e: ops.linear(e(8, 4), e(6, 4), e(5), None), "bias: expected shape \\(6,\\)"),
     ("bias dtype", lambda e: ops.linear(e(8, 4), e(6, 4), e(6, dtype=torch.int32), None), "bias: dtype torch.int32"),
-    ("bias 2-D", lambda e: ops.linear(e(8, 4), e(6, 4), e(1, 6), None), "bias: expected shape \\(6,\\) \\(w.shape\\[0\\]"),
+    ("bias 2-D", lambda e: ops.linear(e(8, 4), e(6, 4), e(1, 6), None), "bias: expected shape \\(6,\\) \\(weight.shape\\[0\\]"),
     ("gemm bias", lambda e: ops.gemm(e(8, 4), e(4, 6), None, 1.0, 0.0, None, e(8), None),
      "bias: expected shape \\(6,\\) or \\(1, 6\\) \\(per output column\\) or \\(8, 1\\)"),
     ("gemm activation", lambda e: ops.gemm(e(8, 4), e(4, 6), None, 1.0, 0.0, None, None, "gelu"), "activation: expected"),
     ("activation", lambda e: ops.linear(e(8, 4), e(6, 4), None, "tanh"), "activation: expected None or one of"),
-    ("x width", lambda e: ops.linear(e(8, 5), e(6, 4), None, None), "x: expected last dim K = w.shape\\[1\\] = 4"),
+    ("x width", lambda e: ops.linear(e(8, 5), e(6, 4), None, None), "x: expected last dim K = weight.shape\\[1\\] = 4"),
 ]
 
 

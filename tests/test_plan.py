@@ -6,8 +6,10 @@ import torch
 
 import pingpong
 from pingpong import api
-from pingpong.runtime import plan
+from pingpong.runtime import plan, spec
+from pingpong.hopper import backend as hopper_backend
 from pingpong.hopper.config import KernelConfig
+from pingpong.runtime.addressing import addressable
 
 BF16 = torch.bfloat16
 
@@ -16,8 +18,13 @@ def t(*shape, dtype=BF16):
     return torch.randn(*shape).to(dtype)
 
 
-def key(a, b, c=None, beta=0.0, out_dtype=BF16, inplace=False, config=None):
-    return plan.signature(a, b, c, beta, out_dtype, inplace, config)
+def key(a, b, c=None, beta=0.0, out_dtype=BF16, inplace=False, config=None, bias=None, activation=None):
+    return spec.build(a, b, c, beta, out_dtype, bias, activation, inplace=inplace, config=config)
+
+def build(a, b, c, beta, out_dtype, inplace, config, bias=None, activation="none"):
+    """The plan of a validated call, uncached (the spec, then the backends' decision)."""
+    return plan.plan_for(spec.build(a, b, c, beta, out_dtype, bias, activation, inplace=inplace, config=config))
+
 
 
 def test_identical_calls_share_a_key_and_differences_do_not():
@@ -44,11 +51,17 @@ def test_identical_calls_share_a_key_and_differences_do_not():
 def hopper(monkeypatch):
     """Plans built as on a Hopper GPU (device -1 stands for the CPU tensors' device); the
     launch records what it would launch on instead of launching."""
-    monkeypatch.setattr(plan, "is_hopper", lambda device: True)
-    launched = []
-    monkeypatch.setattr(plan.HopperPlan, "_jit_args", lambda self, *args: args)
-    monkeypatch.setattr(plan.CachedLaunch, "__call__",
-                        lambda self, device, ptrs, dyn, prepare, *inputs: launched.append(inputs))
+    monkeypatch.setattr(hopper_backend, "is_hopper", lambda device: True)
+
+    class Launched(list):
+        ptrs = []  # the base addresses each launch was given, beside its JIT inputs
+
+    launched = Launched()
+    launched.ptrs = []
+    monkeypatch.setattr(hopper_backend.HopperPlan, "_jit_args", lambda self, *args: args)
+    monkeypatch.setattr(hopper_backend.CachedLaunch, "__call__",
+                        lambda self, device, ptrs, dyn, prepare, *inputs: (launched.append(inputs),
+                                                                           launched.ptrs.append(ptrs)))
     return launched
 
 
@@ -77,16 +90,19 @@ CASES = {  # name: (a, b, c or None, inplace, beta); M = 128: the one-kernel pla
 @pytest.mark.parametrize("case", CASES)
 def test_path_is_the_executed_path(hopper, case):
     a, b, c, inplace, beta = CASES[case]()
-    p = plan.build(a, b, c, beta, BF16, inplace, None)
-    out = c if inplace else torch.empty(api._result_shape(a, b), dtype=BF16)
+    p = build(a, b, c, beta, BF16, inplace, None)
+    out = c if inplace else torch.empty(spec.result_shape(a, b), dtype=BF16)
     before = out.clone()
     p.run(a, b, out, c, 1.0, beta)
     (a_k, b_k, target, cin, _, _, _), = hopper
+    (ptrs,) = hopper.ptrs  # a direct launch reads and writes the very tensors the JIT launch was given
+    assert ptrs[:4] == (a_k.data_ptr(), b_k.data_ptr(), target.data_ptr(),
+                        (cin if cin is not None else target).data_ptr()), case
     copied = [a_k.data_ptr() != a.data_ptr(), b_k.data_ptr() != b.data_ptr(), target.data_ptr() != out.data_ptr(),
               cin is not None and c is not None and cin.data_ptr() != c.data_ptr()]
     assert p.path == ("hopper-padded" if any(copied) else "hopper"), copied
     for x in (a_k, b_k, target) + ((cin,) if cin is not None else ()):
-        assert plan.tma_matrices(x) is not None, "the kernel only ever sees TMA-legal tensors"
+        assert hopper_backend.tma_matrices(x) is not None, "the kernel only ever sees TMA-legal tensors"
     if inplace and beta != 0.0 and target.data_ptr() != out.data_ptr():
         assert torch.equal(target, before), "in place on a padded copy: the copy holds c's values"
 
@@ -101,15 +117,15 @@ def test_expected_paths(hopper):
               "batched in place": "hopper"}
     for name, want in expect.items():
         a, b, c, inplace, beta = CASES[name]()
-        assert plan.build(a, b, c, beta, BF16, inplace, None).path == want, name
+        assert build(a, b, c, beta, BF16, inplace, None).path == want, name
 
 
 def test_empty_problems_plan_no_kernel(hopper):
-    p = plan.build(t(0, 32), t(32, 8), None, 0.0, BF16, False, None)
+    p = build(t(0, 32), t(32, 8), None, 0.0, BF16, False, None)
     assert p.path == "empty"
     c = t(4, 8)
     out = torch.full((4, 8), float("nan"), dtype=BF16)
-    plan.build(t(4, 0), t(0, 8), c, 0.5, BF16, False, None).run(t(4, 0), t(0, 8), out, c, 1.0, 0.5)
+    build(t(4, 0), t(0, 8), c, 0.5, BF16, False, None).run(t(4, 0), t(0, 8), out, c, 1.0, 0.5)
     assert torch.equal(out, (c.float() * 0.5).to(BF16)) and not hopper
 
 
@@ -120,7 +136,7 @@ def test_empty_k_with_bias_and_activation_is_act_of_bias_plus_residual(hopper):
     c = t(2, 4, 8, dtype=torch.float32)
     for bias in (torch.randn(8), torch.randn(4, 1)):
         out = torch.full((2, 4, 8), float("nan"))
-        p = plan.build(t(2, 4, 0), t(0, 8), c, 0.5, torch.float32, False, None, bias, "silu")
+        p = build(t(2, 4, 0), t(0, 8), c, 0.5, torch.float32, False, None, bias, "silu")
         p.run(t(2, 4, 0), t(0, 8), out, c, 1.0, 0.5, bias)
         assert p.path == "empty" and not hopper
         torch.testing.assert_close(out, F.silu(bias.expand(2, 4, 8)) + 0.5 * c)
@@ -128,11 +144,11 @@ def test_empty_k_with_bias_and_activation_is_act_of_bias_plus_residual(hopper):
 
 def test_epilogue_is_in_the_key():
     a, b = t(64, 32), t(32, 48)
-    keys = {key(a, b), plan.signature(a, b, None, 0.0, BF16, False, None, t(48), None),
-            plan.signature(a, b, None, 0.0, BF16, False, None, t(48, dtype=torch.float32), None),
-            plan.signature(a, b, None, 0.0, BF16, False, None, t(64, 1), None),
-            plan.signature(a, b, None, 0.0, BF16, False, None, None, "relu"),
-            plan.signature(a, b, None, 0.0, BF16, False, None, None, "silu"),
+    keys = {key(a, b), key(a, b, bias=t(48), activation=None),
+            key(a, b, bias=t(48, dtype=torch.float32), activation=None),
+            key(a, b, bias=t(64, 1), activation=None),
+            key(a, b, bias=None, activation="relu"),
+            key(a, b, bias=None, activation="silu"),
             key(t(2, 64, 32), b)}
     assert len(keys) == 7
 
@@ -186,12 +202,12 @@ def test_gemm_refuses_c_overlapping_a_or_b_by_address(portable_runs):  # as on a
 
 
 def test_self_overlap_rule():
-    assert api._self_overlapping(t(1, 8).expand(4, 8))
-    assert not api._self_overlapping(t(4, 8))
-    assert not api._self_overlapping(t(8, 4).t())
-    assert not api._self_overlapping(t(4, 16)[:, :8])
-    assert not api._self_overlapping(t(1, 8))  # extent-1 dimensions never overlap
-    assert api._self_overlapping(torch.as_strided(t(64), (4, 8), (4, 1)))
+    assert spec.self_overlapping(t(1, 8).expand(4, 8))
+    assert not spec.self_overlapping(t(4, 8))
+    assert not spec.self_overlapping(t(8, 4).t())
+    assert not spec.self_overlapping(t(4, 16)[:, :8])
+    assert not spec.self_overlapping(t(1, 8))  # extent-1 dimensions never overlap
+    assert spec.self_overlapping(torch.as_strided(t(64), (4, 8), (4, 1)))
 
 
 def test_in_place_plan_from_path_for_serves_gemm_(portable_runs):
@@ -211,41 +227,41 @@ def test_in_place_plan_from_path_for_serves_gemm_(portable_runs):
 def test_tensors_past_the_tma_range_take_the_portable_kernel(monkeypatch):
     """An operand whose column stride is 2**40 bytes: TMA cannot describe it, the portable
     kernel (64-bit offsets) can. Meta tensors make the huge stride free."""
-    monkeypatch.setattr(plan, "is_hopper", lambda device: True)
+    monkeypatch.setattr(hopper_backend, "is_hopper", lambda device: True)
     meta = dict(dtype=BF16, device="meta")
     a = torch.empty(64, 32, **meta)
-    assert plan.build(a, torch.empty(32, 48, **meta), None, 0.0, BF16, False, None).path == "hopper"
+    assert build(a, torch.empty(32, 48, **meta), None, 0.0, BF16, False, None).path == "hopper"
     far = torch.empty(2**39 + 64, **meta).as_strided((32, 2), (1, 2**39))
-    assert not plan.addressable("hopper", far) and plan.addressable("portable", far)
-    assert plan.build(torch.empty(64, 32, **meta), far, None, 0.0, BF16, False, None).path == "portable"
+    assert not addressable("hopper", far) and addressable("portable", far)
+    assert build(torch.empty(64, 32, **meta), far, None, 0.0, BF16, False, None).path == "portable"
     with pytest.raises(pingpong.PingpongError, match="config: the Hopper kernel cannot address"):
-        plan.build(torch.empty(64, 32, **meta), far, None, 0.0, BF16, False, KernelConfig(128, 128, 64))
+        build(torch.empty(64, 32, **meta), far, None, 0.0, BF16, False, KernelConfig(128, 128, 64))
 
 
 def test_batched_calls_take_the_one_kernel_path_fused_ones_keep_split(hopper):
     """Decode-shaped (M = 16) problems plan swap-AB / split-K; a fused one keeps that plan (its
     reduction applies bias and activation); a batched one takes the one-kernel path."""
     a, w = t(16, 1024), t(2048, 1024)
-    assert isinstance(plan.build(a, w.t(), None, 0.0, BF16, False, None), plan.SplitPlan)
+    assert isinstance(build(a, w.t(), None, 0.0, BF16, False, None), hopper_backend.SplitPlan)
     for bias, act in ((t(2048), "none"), (None, "silu")):
-        p = plan.build(a, w.t(), None, 0.0, BF16, False, None, bias, act)
-        assert isinstance(p, plan.SplitPlan) and p.activation == act
-    p = plan.build(t(2, 8, 1024), w.t(), None, 0.0, BF16, False, None)  # 16 rows in all: decode's swap-AB + split-K
-    assert type(p) is plan.HopperPlan and p.config.split_k == 1 and not p.config.swap_ab
+        p = build(a, w.t(), None, 0.0, BF16, False, None, bias, act)
+        assert isinstance(p, hopper_backend.SplitPlan) and p.activation == act
+    p = build(t(2, 8, 1024), w.t(), None, 0.0, BF16, False, None)  # 16 rows in all: decode's swap-AB + split-K
+    assert type(p) is hopper_backend.HopperPlan and p.config.split_k == 1 and not p.config.swap_ab
     with pytest.raises(pingpong.PingpongError, match="config: split_k=2"):
-        plan.build(t(2, 16, 1024), w.t(), None, 0.0, BF16, False, KernelConfig(128, 128, 64, split_k=2))
+        build(t(2, 16, 1024), w.t(), None, 0.0, BF16, False, KernelConfig(128, 128, 64, split_k=2))
     with pytest.raises(pingpong.PingpongError, match="block_n=192 .two column pieces. runs 2-D products only"):
-        plan.build(t(2, 512, 1024), w.t(), None, 0.0, BF16, False, KernelConfig(128, 192, 64))
-    assert plan.one_kernel_config(KernelConfig(128, 192, 64, split_k=2)) == KernelConfig(128, 128, 64)
+        build(t(2, 512, 1024), w.t(), None, 0.0, BF16, False, KernelConfig(128, 192, 64))
+    assert hopper_backend.one_kernel_config(KernelConfig(128, 192, 64, split_k=2)) == KernelConfig(128, 128, 64)
     pair = KernelConfig(128, 128, 64, schedule="pingpong", cluster_m=2)
     with pytest.raises(pingpong.PingpongError, match="cluster_m=2 .2-CTA clusters. runs 2-D products only"):
-        plan.build(t(2, 512, 1024), w.t(), None, 0.0, BF16, False, pair)
-    assert plan.one_kernel_config(pair) == KernelConfig(128, 128, 64, schedule="pingpong")  # a tuned pair, batched
-    assert plan.build(t(512, 1024), w.t(), None, 0.0, BF16, False, pair).config.cluster_m == 2
+        build(t(2, 512, 1024), w.t(), None, 0.0, BF16, False, pair)
+    assert hopper_backend.one_kernel_config(pair) == KernelConfig(128, 128, 64, schedule="pingpong")  # a tuned pair, batched
+    assert build(t(512, 1024), w.t(), None, 0.0, BF16, False, pair).config.cluster_m == 2
     # 4 × 32 = 128 rows select the mid-size tile, which batched takes as is: two k-steps a slot
-    p = plan.build(t(4, 32, 1024), t(4096, 1024).t(), None, 0.0, BF16, False, None)
+    p = build(t(4, 32, 1024), t(4096, 1024).t(), None, 0.0, BF16, False, None)
     assert (p.config.block_m, p.config.schedule, p.config.block_k) == (64, "pingpong", 128)
-    assert plan.build(t(512, 1024), w.t(), None, 0.0, BF16, False, KernelConfig(128, 192, 64)).config.block_n == 192
+    assert build(t(512, 1024), w.t(), None, 0.0, BF16, False, KernelConfig(128, 192, 64)).config.block_n == 192
 
 
 def test_split_plan_passes_bias_and_activation_to_the_kernel(hopper, monkeypatch):
@@ -253,17 +269,17 @@ def test_split_plan_passes_bias_and_activation_to_the_kernel(hopper, monkeypatch
     orientation in the kernel's product: under swap-AB (M = 16 here) that is Cᵀ, so the
     caller's per-column bias is per row there."""
     calls = []
-    monkeypatch.setattr(plan.CachedLaunch, "__call__",
+    monkeypatch.setattr(hopper_backend.CachedLaunch, "__call__",
                         lambda self, device, ptrs, dyn, prep, *inputs: calls.append((ptrs, prep, inputs)))
     a, w, bias = t(16, 1024), t(2048, 1024), t(2048)
-    p = plan.build(a, w.t(), None, 0.0, BF16, False, None, bias, "gelu_tanh")
-    assert isinstance(p, plan.SplitPlan) and p.config.swap_ab
+    p = build(a, w.t(), None, 0.0, BF16, False, None, bias, "gelu_tanh")
+    assert isinstance(p, hopper_backend.SplitPlan) and p.config.swap_ab
     p.run(a, w.t(), torch.empty(16, 2048, dtype=BF16), None, 1.0, 0.0, bias)
     ((ptrs, prep, inputs),) = calls
     assert ptrs[6] == bias.data_ptr()
-    from pingpong.runtime import compile as cc, device
+    from pingpong.runtime import compile as cc
 
-    monkeypatch.setattr(device, "sm_count", lambda index: 132)
+    monkeypatch.setattr(hopper_backend, "sm_count", lambda index: 132)
     with cc.offline("sm_90a"):
         fn, args, kwargs, grid = prep(*inputs)
     assert args[6].data_ptr() == bias.data_ptr() and kwargs["BIAS"] == "row" and kwargs["ACTIVATION"] == "gelu_tanh"

@@ -8,7 +8,7 @@ import torch
 
 import pingpong
 from pingpong import api, batching
-from pingpong.runtime import plan
+from pingpong.runtime import plan, spec
 from pingpong.errors import PingpongError
 
 F16, BF16 = torch.float16, torch.bfloat16
@@ -81,7 +81,7 @@ def test_sparse_tensors_are_refused_early(kind, layout, where):
 def test_sparse_batched_and_linear_are_refused():
     with pytest.raises(PingpongError, match="a: sparse tensors are not supported"):
         pingpong.gemm(t(2, 3, 8, 16, dtype=F16).to_sparse(), t(16, 4, dtype=F16))
-    with pytest.raises(PingpongError, match="w: sparse tensors are not supported"):
+    with pytest.raises(PingpongError, match="weight: sparse tensors are not supported"):
         pingpong.linear(t(8, 16, dtype=F16), t(4, 16, dtype=F16).to_sparse())
     with pytest.raises(PingpongError, match="bias: sparse tensors are not supported"):
         pingpong.linear(t(8, 16, dtype=F16), t(4, 16, dtype=F16), t(4, dtype=F16).to_sparse())
@@ -147,7 +147,7 @@ def test_plan_cache_evicts_the_least_recently_used(portable_runs, monkeypatch):
     keys = []
     for a, b in ops:
         pingpong.path_for(a, b)
-        keys.append(api._plan(a, b, None, 0.0, None, False, None)[1])
+        keys.append(spec.build(a, b))
     assert list(plan.PLANS) == keys
     pingpong.path_for(*ops[0])  # a hit: now the most recent
     pingpong.path_for(t(8, 16), t(16, 16))  # evicts ops[1], the least recently used
@@ -160,10 +160,10 @@ def test_plan_cache_evicts_the_least_recently_used(portable_runs, monkeypatch):
 def test_overlap_span_counts_the_last_element_and_only_it():
     buf = torch.zeros(40, dtype=BF16)
     x = buf[:10]
-    assert api._overlaps(x, buf[9:19])  # shares x's last element: an off-by-one span misses it
-    assert not api._overlaps(x, buf[10:20])  # adjacent: a span of s·stride would see overlap
+    assert spec.overlaps(x, buf[9:19])  # shares x's last element: an off-by-one span misses it
+    assert not spec.overlaps(x, buf[10:20])  # adjacent: a span of s·stride would see overlap
     m = buf[:20].view(4, 5)[:, :2]  # last element at offset 3·5 + 1 = 16
-    assert api._overlaps(m, buf[16:17]) and not api._overlaps(m, buf[17:18])
+    assert spec.overlaps(m, buf[16:17]) and not spec.overlaps(m, buf[17:18])
 
 
 def test_cached_plan_checks_overlap_and_bias_in_c_per_call(portable_runs):
@@ -174,7 +174,7 @@ def test_cached_plan_checks_overlap_and_bias_in_c_per_call(portable_runs):
     c2 = t(8, 4)
     before = c2.clone()
     inside = c2[2]  # 16-byte aligned as bias was: the same signature, a plan hit
-    assert api._plan(a, b, c2, 0.0, c2.dtype, True, None, inside)[0] is not None
+    assert plan.get(spec.build(a, b, c2, 0.0, c2.dtype, inside, inplace=True)) is not None
     with pytest.raises(PingpongError, match="bias must not share memory with c"):
         pingpong.gemm_(c2, a, b, bias=inside)
     base = torch.zeros(8 * 4 + 8 * 16 - 1, dtype=BF16)

@@ -139,12 +139,12 @@ def test_swap_ab_compiles_for_every_operand_layout(layout):
 @pytest.fixture
 def launches(monkeypatch):
     """Plans built as on a Hopper GPU; each CachedLaunch call is recorded, not run."""
-    from pingpong.runtime import plan
+    from pingpong.hopper import backend as hopper_backend
 
-    monkeypatch.setattr(plan, "is_hopper", lambda device: True)
-    monkeypatch.setattr("pingpong.runtime.device.sm_count", lambda device: 132)
+    monkeypatch.setattr(hopper_backend, "is_hopper", lambda device: True)
+    monkeypatch.setattr(hopper_backend, "sm_count", lambda device: 132)
     calls = []
-    monkeypatch.setattr(plan.CachedLaunch, "__call__",
+    monkeypatch.setattr(hopper_backend.CachedLaunch, "__call__",
                         lambda self, device, ptrs, dyn, prep, *inputs: calls.append((self, ptrs, dyn, prep, inputs)))
     return calls
 
@@ -170,8 +170,11 @@ def test_split_plan_launches_gemm_then_reduction_on_the_right_pointers(launches,
         "large K": lambda: (_bf16(256, 8192), _bf16(256, 8192).t(), _bf16(256, 256), False, 0.5),
         "in place, column-major c": lambda: (_bf16(16, 1024), _bf16(4096, 1024).t(), _bf16(4096, 16).t(), True, 1.0),
     }[case]()
-    p = plan.build(a, b, c, beta, torch.bfloat16, inplace, None)
-    assert isinstance(p, plan.SplitPlan) and (p.config.swap_ab or p.config.split_k > 1)
+    from pingpong.hopper import backend
+    from pingpong.runtime import spec
+
+    p = plan.plan_for(spec.build(a, b, c, beta, torch.bfloat16, inplace=inplace))
+    assert isinstance(p, backend.SplitPlan) and (p.config.swap_ab or p.config.split_k > 1)
     out = c if inplace else torch.empty(a.shape[0], b.shape[1], dtype=torch.bfloat16)
     p.run(a, b, out, c, 1.0, beta)
     ((gemm, ptrs, dyn, prep, inputs),) = launches  # one launch: the last split of each tile finishes it
@@ -281,7 +284,8 @@ def test_split_geometry_reproduces_the_product(config, layout, M, N, K):
     same bits whatever order the splits arrive in, and leaves every counter at zero."""
     import torch
 
-    from pingpong.runtime.plan import tma_copy, tma_orientation
+    from pingpong.hopper.backend import tma_copy
+    from pingpong.hopper.launch import tma_orientation
 
     torch.manual_seed(0)
     store = lambda r, c_, t: (torch.randn(c_, r).t() if t else torch.randn(r, c_)).to(torch.bfloat16)  # noqa: E731

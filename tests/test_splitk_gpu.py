@@ -157,7 +157,7 @@ def test_selected_split_configs_are_bitwise_repeatable(shape):
 def test_arrival_counters_per_stream_and_under_graph_capture(variant, seed):
     """Each stream keeps its own counters, left at zero after every launch; a captured graph
     gets its own (zeroed inside the graph) and replays to the same bits."""
-    from pingpong.runtime import plan
+    from pingpong.hopper import backend
 
     config = VARIANTS[variant]
     a, b = operand(40, 1000, torch.bfloat16, False), operand(1000, 3000, torch.bfloat16, True)
@@ -170,9 +170,9 @@ def test_arrival_counters_per_stream_and_under_graph_capture(variant, seed):
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     assert torch.equal(other, first)
-    streams = {key for key in plan._COUNTERS if key[0] == torch.cuda.current_device()}
+    streams = {key for key in backend._COUNTERS if key[0] == torch.cuda.current_device()}
     assert side.cuda_stream in {s for _, s in streams} and len(streams) >= 2, "one buffer per stream"
-    assert not any(buf.any() for buf in plan._COUNTERS.values()), "counters back to zero"
+    assert not any(buf.any() for buf in backend._COUNTERS.values()), "counters back to zero"
     out = torch.full((40, 3000), float("nan"), dtype=torch.bfloat16, device="cuda")
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.stream(side):  # warm-up and capture off the default stream, as torch asks

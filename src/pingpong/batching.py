@@ -34,9 +34,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import PingpongError, check_tensor
+from .errors import PingpongError
+from .runtime.spec import validate_nd
 
-__all__ = ["Operand", "BatchPlan", "plan", "operand_view", "plan_for", "check", "gemm", "native"]
+__all__ = ["Operand", "BatchPlan", "plan", "operand_view", "plan_for", "out_shape", "check", "run", "per_row", "native"]
 
 
 @dataclass(frozen=True)
@@ -160,47 +161,17 @@ def per_row(bias) -> bool:
     return bias is not None and bias.dim() == 2 and bias.shape[1] == 1 and bias.shape[0] != 1
 
 
+def out_shape(a, b) -> tuple[int, ...]:
+    """The broadcast result's shape of a (…, M, K) @ b (…, K, N) (PingpongError if the batch
+    dims do not broadcast)."""
+    return plan_for(a, b).out_shape
+
+
 def check(a, b, c, out_dtype, bias=None, activation=None) -> tuple[tuple[int, ...], torch.dtype]:
-    """The N-D contract of gemm: output shape and dtype, or PingpongError naming the argument.
-    Reads only metadata, so the ops' fake implementations use it too."""
-    from . import api, fused
-
-    for name, t in (("a", a), ("b", b)):
-        check_tensor(name, t)
-        api._check_input_dtype(name, t)
-    if a.dtype != b.dtype:
-        raise PingpongError(f"a and b must have the same dtype, got a {a.dtype} and b {b.dtype}")
-    if a.device != b.device:
-        raise PingpongError(f"a and b must be on the same device, got a on {a.device} and b on {b.device}")
-    dtype = api._check_out_dtype(out_dtype, a.dtype)
-    shape = plan_for(a, b).out_shape
-    if c is not None:
-        check_tensor("c", c)
-        if tuple(c.shape) not in (shape, shape[-2:]):
-            also = f" or {shape[-2:]} (shared by the batches)" if len(shape) > 2 else ""
-            raise PingpongError(f"c: expected shape {shape}{also} (the result's), got {tuple(c.shape)}")
-        if c.dtype != dtype:
-            raise PingpongError(f"c: expected dtype {dtype} (the output dtype), got {c.dtype}")
-        if c.device != a.device:
-            raise PingpongError(f"c must be on the same device as a and b ({a.device}), got {c.device}")
-    fused.check_bias(bias, shape[-2], shape[-1], a.device)
-    fused.check_activation(activation)
+    """The N-D contract of gemm: output shape and dtype, or PingpongError naming the argument
+    (pingpong.runtime.spec.validate_nd). Reads only metadata: the ops' fake implementations use it."""
+    shape, dtype, _ = validate_nd(a, b, c, out_dtype, bias, activation, out_shape=out_shape)
     return shape, dtype
-
-
-def gemm(a, b, c, alpha: float, beta: float, out_dtype, bias=None, activation=None) -> torch.Tensor:
-    """`pingpong.gemm` on batched (N-D) operands: checked, planned, then run on the API's
-    2-D / 3-D calls (the bias is shared by the batches, as the kernels share it)."""
-    from . import api, fused
-
-    check(a, b, c, out_dtype, bias, activation)
-    api._check_gpu(a)  # before any broadcast or copy of the operands
-    act = fused.check_activation(activation)
-
-    def two_d(x, y, z):
-        return api.gemm(x, y, z, alpha=alpha, beta=beta, out_dtype=out_dtype, bias=bias, activation=act)
-
-    return run(a, b, c if beta != 0.0 else None, two_d, two_d, fold=not per_row(bias))
 
 
 def native(a, b) -> bool:

@@ -29,59 +29,15 @@ from __future__ import annotations
 
 import torch
 
-from .errors import PingpongError, check_tensor
+from .runtime.plan import bias_vector
+from .runtime.spec import ACTIVATIONS, BIAS_DTYPES, bias_kind, check_activation, torch_activation
+from .runtime import spec as _spec
 
-ACTIVATIONS = ("none", "relu", "gelu_erf", "gelu_tanh", "silu")
-BIAS_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-
-
-def check_activation(activation) -> str:
-    """The activation's name (None means "none"); PingpongError for anything else."""
-    if activation is None:
-        return "none"
-    if not isinstance(activation, str) or activation not in ACTIVATIONS:
-        raise PingpongError(f"activation: expected None or one of {ACTIVATIONS}, got {activation!r}")
-    return activation
-
-
-def bias_kind(bias: torch.Tensor | None, m: int) -> str:
-    """"none", "col" (one value per output column) or "row", from a validated bias's shape and
-    the result's rows m. A (1, 1) bias is per row when m = 1 (then n may be anything), per
-    column otherwise (then n = 1)."""
-    if bias is None:
-        return "none"
-    return "row" if bias.dim() == 2 and bias.shape[1] == 1 and bias.shape[0] == m else "col"
+__all__ = ["ACTIVATIONS", "BIAS_DTYPES", "check_activation", "bias_kind", "check_bias", "torch_activation",
+           "bias_vector"]
 
 
 def check_bias(bias, m: int, n: int, device: torch.device) -> None:
     """PingpongError naming `bias` unless it is None or a (n,), (1, n) or (m, 1) tensor of a
-    supported dtype on `device`."""
-    if bias is None:
-        return
-    check_tensor("bias", bias, "a torch.Tensor or None")
-    shape = tuple(bias.shape)
-    if shape not in ((n,), (1, n), (m, 1)):
-        raise PingpongError(
-            f"bias: expected shape ({n},) or (1, {n}) (per output column) or ({m}, 1) (per row)"
-            f" for a ({m}, {n}) result, got {shape}"
-        )
-    if bias.dtype not in BIAS_DTYPES:
-        raise PingpongError(f"bias: dtype {bias.dtype} is not supported; expected one of {BIAS_DTYPES}")
-    if bias.device != device:
-        raise PingpongError(f"bias must be on the result's device ({device}), got {bias.device}")
-
-
-def torch_activation(activation: str):
-    """The activation as a torch function (the empty-K product, z = bias, runs it on the host)."""
-    import torch.nn.functional as F
-
-    return {"none": lambda z: z, "relu": F.relu, "gelu_erf": F.gelu, "silu": F.silu,
-            "gelu_tanh": lambda z: F.gelu(z, approximate="tanh")}[activation]
-
-
-def bias_vector(bias: torch.Tensor | None) -> torch.Tensor | None:
-    """The bias as the 1-D, unit-stride vector the kernels read (a view when it already is)."""
-    if bias is None:
-        return None
-    v = bias.reshape(-1)
-    return v if v.stride(0) == 1 or v.numel() <= 1 else v.contiguous()
+    supported dtype on `device` (pingpong.runtime.spec.check_bias)."""
+    _spec.check_bias(bias, m, n, device)

@@ -17,11 +17,10 @@ from typing import NamedTuple
 
 import torch
 
-from . import api
 from .errors import PingpongError
 from .functional import linear
-from .fused import ACTIVATIONS
 from .fp8 import Float8Linear
+from .runtime.spec import INPUT_DTYPES, check_activation
 
 __all__ = ["Linear", "Float8Linear", "replace_linear", "ReplaceReport", "unsupported_reason"]
 
@@ -31,8 +30,7 @@ class Linear(torch.nn.Linear):
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None,
                  activation: str | None = None):
-        if activation is not None and activation not in ACTIVATIONS:
-            raise PingpongError(f"activation: expected None or one of {ACTIVATIONS}, got {activation!r}")
+        check_activation(activation)
         super().__init__(in_features, out_features, bias, device, dtype)
         self.activation = activation
 
@@ -60,7 +58,7 @@ def unsupported_reason(layer: torch.nn.Module) -> str | None:
     if type(layer) is not torch.nn.Linear:
         return f"{type(layer).__name__} is not a plain torch.nn.Linear (its forward may do more)"
     w = layer.weight
-    if w.dtype not in api.INPUT_DTYPES:
+    if w.dtype not in INPUT_DTYPES:
         return f"weight dtype {w.dtype}: pingpong runs torch.bfloat16 / torch.float16"
     if w.device.type != "cuda":
         return f"weight on {w.device}: pingpong runs on CUDA/ROCm GPUs"

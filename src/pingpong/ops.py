@@ -6,7 +6,7 @@
     | pingpong::gemm    | gemm(a, b, c, alpha=, beta=, out_dtype=,  | dz = act'(z)·dC, dA = α·dz·Bᵀ,    |
     |                   |      bias=, activation=)                 | dB = α·Aᵀ·dz, dbias = Σ dz, dc = β·dC |
     | pingpong::gemm_   | gemm_(c, a, b, alpha=, beta=)             | none: refused while autograd records |
-    | pingpong::linear  | linear(x, w, bias, activation)            | dx = dz·w, dw = dzᵀ·x, dbias = Σ dz |
+    | pingpong::linear  | linear(x, weight, bias, activation)       | dx = dz·w, dw = dzᵀ·x, dbias = Σ dz |
 
 The epilogue is y = act(z) + β·c with z = α·a@b + bias (the GEMM API's contract).
 
@@ -25,8 +25,14 @@ Which path a public call takes (`needs_op`, then `route_gemm` / `route_linear`):
 Host time of one `matmul` call, measured on a CPU with the kernel launch stubbed out: 3.3 µs
 without autograd, 8.2 µs through the Function, 23 µs through the op with its autograd.
 
-Backward formulas (shared by the Function and the op) call the *public* functions, so an eager
-backward launches directly and a traced backward records the ops. Operands are transposed
+`linear` under eager autograd takes the thinnest Function (`_LayerFunction`) when it can (no
+activation, x folds into 2-D): it saves x and weight and calls the layer's cached plan
+(pingpong.direct.LayerPlan): one launch forward; two launches and one bias reduction backward.
+
+Backward formulas (shared by the Function and the op) route as the public functions do
+(`_gemm`: needs_op, then the op or the direct call), so an eager backward launches directly
+and a traced backward records the ops. This module imports pingpong.direct and
+pingpong.batching, never pingpong.api or pingpong.functional (no import circle). Operands are transposed
 *views* (``b.mT``, ``a.mT``: the four layouts run without copies). Gradients have the inputs'
 dtype (an fp32 ``out_dtype`` gradient is cast to the input dtype first). The activation's
 derivative needs the pre-activation z: the forward does not save it (an M×N fp32 buffer per
@@ -41,10 +47,12 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import api, batching, functional, fused
+from . import batching, direct
 from .errors import PingpongError
+from .runtime.spec import check_activation, torch_activation, validate_linear
 
-__all__ = ["needs_op", "route_gemm", "route_linear", "check_not_differentiated", "mm", "gemm", "gemm_", "linear"]
+__all__ = ["needs_op", "route_gemm", "route_linear", "call_linear", "check_not_differentiated", "mm", "gemm", "gemm_", "linear",
+           "activation_forward", "activation_backward"]
 
 _PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
 
@@ -80,10 +88,41 @@ def route_gemm(a, b, c, alpha, beta, out_dtype, bias=None, activation=None) -> T
 
 
 def route_linear(x, w, bias, activation) -> Tensor:
-    """A `linear` call that left the direct path: the op when traced, else the Function."""
+    """A `linear` call that left the direct path: the op when traced, else the Function (the
+    thin one on the layer's cached plan when it can: no activation, x folds into 2-D)."""
     if _traced(x, w, bias):
         return linear(x, w, bias, activation)
+    lp = direct.layer_plan(x, w, bias, activation)
+    if lp.folds and lp.activation == "none":
+        return _layer_apply(x, w, bias, lp)
     return _LinearFunction.apply(x, w, bias, activation)
+
+
+def call_linear(x, w, bias, activation) -> Tensor:
+    """`pingpong.linear`'s dispatch with each check made once (needs_op, then route_linear):
+    plain tensors take the direct call, the layer Function, or (compiling) the op."""
+    if type(x) in _PLAIN and type(w) in _PLAIN and (bias is None or type(bias) in _PLAIN):
+        if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad
+                                        or (bias is not None and bias.requires_grad)):
+            if torch.compiler.is_compiling():
+                return linear(x, w, bias, activation)
+            lp = direct.layer_plan(x, w, bias, activation)
+            if lp.folds and lp.activation == "none":
+                return _layer_apply(x, w, bias, lp)
+            return _LinearFunction.apply(x, w, bias, activation)
+        if not torch.compiler.is_compiling():
+            return direct.linear(x, w, bias, activation)
+    if needs_op(x, w, bias):
+        return route_linear(x, w, bias, activation)
+    return direct.linear(x, w, bias, activation)
+
+
+def _gemm(a, b, c=None, alpha=1.0, beta=0.0, out_dtype=None, bias=None, activation=None) -> Tensor:
+    """pingpong.gemm's routing, for the backward formulas: an eager backward launches directly,
+    a traced one records the ops (and a double backward goes through the Function)."""
+    if needs_op(a, b, c, bias):
+        return route_gemm(a, b, c, alpha, beta, out_dtype, bias, activation)
+    return direct.gemm(a, b, c, alpha, beta, out_dtype, bias, activation)
 
 
 def check_not_differentiated(c, a, b, bias=None) -> None:
@@ -102,7 +141,7 @@ def check_not_differentiated(c, a, b, bias=None) -> None:
 @torch.library.custom_op("pingpong::mm", mutates_args=())
 def mm(a: Tensor, b: Tensor, out_dtype: Optional[torch.dtype] = None) -> Tensor:
     with torch.no_grad():
-        return api.gemm(a, b, out_dtype=out_dtype)
+        return direct.gemm(a, b, None, 1.0, 0.0, out_dtype, None, None)
 
 
 @mm.register_fake
@@ -116,7 +155,7 @@ def gemm(a: Tensor, b: Tensor, c: Optional[Tensor] = None, alpha: float = 1.0, b
          out_dtype: Optional[torch.dtype] = None, bias: Optional[Tensor] = None,
          activation: Optional[str] = None) -> Tensor:
     with torch.no_grad():
-        return api.gemm(a, b, c, alpha=alpha, beta=beta, out_dtype=out_dtype, bias=bias, activation=activation)
+        return direct.gemm(a, b, c, alpha, beta, out_dtype, bias, activation)
 
 
 @gemm.register_fake
@@ -128,9 +167,8 @@ def _(a, b, c=None, alpha=1.0, beta=0.0, out_dtype=None, bias=None, activation=N
 @torch.library.custom_op("pingpong::gemm_", mutates_args=("c",))
 def gemm_(c: Tensor, a: Tensor, b: Tensor, alpha: float = 1.0, beta: float = 0.0, bias: Optional[Tensor] = None,
           activation: Optional[str] = None) -> None:
-    epilogue = {} if bias is None and activation in (None, "none") else dict(bias=bias, activation=activation)
     with torch.no_grad():
-        api.gemm_(c, a, b, alpha=alpha, beta=beta, **epilogue)  # an epilogue: the fused-epilogue API's
+        direct.gemm_(c, a, b, alpha, beta, bias, activation)
 
 
 @gemm_.register_fake
@@ -141,13 +179,12 @@ def _(c, a, b, alpha=1.0, beta=0.0, bias=None, activation=None):
 @torch.library.custom_op("pingpong::linear", mutates_args=())
 def linear(x: Tensor, w: Tensor, bias: Optional[Tensor] = None, activation: Optional[str] = None) -> Tensor:
     with torch.no_grad():
-        return functional.linear_direct(x, w, bias, activation)
+        return direct.linear(x, w, bias, activation)
 
 
 @linear.register_fake
 def _(x, w, bias=None, activation=None):
-    functional.check_linear(x, w, bias, activation)
-    batching.check(x.unsqueeze(0) if x.dim() == 1 else x, w.t(), None, None)
+    validate_linear(x, w, bias, activation)
     return x.new_empty(tuple(x.shape[:-1]) + (w.shape[0],))
 
 
@@ -163,12 +200,12 @@ def _product_grads(needs_a, needs_b, a, b, g, alpha):
     g = g.to(a.dtype)
     da = db = None
     if needs_a:
-        da = _summed(api.gemm(g, b.mT, alpha=alpha, out_dtype=_sum_dtype(g.shape[:-2], a)), a)
+        da = _summed(_gemm(g, b.mT, alpha=alpha, out_dtype=_sum_dtype(g.shape[:-2], a)), a)
     if needs_b:
         if b.dim() == 2 and a.dim() > 2:
-            db = api.gemm(a.reshape(-1, a.shape[-1]).mT, g.reshape(-1, g.shape[-1]), alpha=alpha, out_dtype=a.dtype)
+            db = _gemm(a.reshape(-1, a.shape[-1]).mT, g.reshape(-1, g.shape[-1]), alpha=alpha, out_dtype=a.dtype)
         else:
-            db = _summed(api.gemm(a.mT, g, alpha=alpha, out_dtype=_sum_dtype(g.shape[:-2], b)), b)
+            db = _summed(_gemm(a.mT, g, alpha=alpha, out_dtype=_sum_dtype(g.shape[:-2], b)), b)
     return da, db
 
 
@@ -184,7 +221,7 @@ def _summed(grad, t) -> Tensor:
 
 def _preactivation(a, b, alpha, bias) -> Tensor:
     """z = α·a@b + bias in fp32, recomputed on the kernel (the forward keeps only act(z))."""
-    return api.gemm(a, b, alpha=alpha, out_dtype=torch.float32, bias=bias)
+    return _gemm(a, b, alpha=alpha, out_dtype=torch.float32, bias=bias)
 
 
 def _bias_grad(gz, bias) -> Tensor:
@@ -204,7 +241,7 @@ def _setup_gemm(ctx, inputs, output):
     a, b, c, alpha, beta, _, bias, activation = inputs
     ctx.save_for_backward(a, b, bias)
     ctx.alpha, ctx.beta, ctx.c_shape = alpha, beta, None if c is None else c.shape
-    ctx.activation = fused.check_activation(activation)
+    ctx.activation = check_activation(activation)
 
 
 def _backward_gemm(ctx, g):
@@ -213,7 +250,7 @@ def _backward_gemm(ctx, g):
     dc = (g * ctx.beta).sum_to_size(ctx.c_shape) if ctx.c_shape is not None and needs[2] and ctx.beta != 0.0 else None
     gz = g
     if ctx.activation != "none":
-        gz = functional.activation_backward(ctx.activation, g, _preactivation(a, b, ctx.alpha, bias))
+        gz = activation_backward(ctx.activation, g, _preactivation(a, b, ctx.alpha, bias))
     da, db = _product_grads(needs[0], needs[1], a, b, gz, ctx.alpha)
     dbias = _bias_grad(gz, bias) if bias is not None and needs[6] else None
     return da, db, dc, None, None, None, dbias, None
@@ -229,7 +266,7 @@ def _backward_mm(ctx, g):
 
 def _setup_linear(ctx, inputs, output):
     x, w, bias, activation = inputs
-    ctx.activation = fused.check_activation(activation)
+    ctx.activation = check_activation(activation)
     ctx.save_for_backward(x, w, bias, output if ctx.activation == "relu" else None)
 
 
@@ -240,11 +277,11 @@ def _backward_linear(ctx, g):
     g2 = g.reshape(-1, g.shape[-1])
     if ctx.activation != "none":
         saved = y.reshape(g2.shape) if ctx.activation == "relu" else _preactivation(x2, w.t(), 1.0, bias)
-        g2 = functional.activation_backward(ctx.activation, g2, saved)
+        g2 = activation_backward(ctx.activation, g2, saved)
     dbias = _bias_grad(g2, bias) if bias is not None and needs[2] else None
     g2 = g2.to(x.dtype)
-    dx = api.matmul(g2, w).view(x.shape) if needs[0] else None
-    dw = api.matmul(g2.mT, x2) if needs[1] else None  # (N, K) row-major: the weight's own layout
+    dx = _gemm(g2, w).view(x.shape) if needs[0] else None
+    dw = _gemm(g2.mT, x2) if needs[1] else None  # (N, K) row-major: the weight's own layout
     return dx, dw, dbias, None
 
 
@@ -258,7 +295,7 @@ class _GemmFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, a, b, c, alpha, beta, out_dtype, bias, activation):
-        out = api.gemm(a, b, c, alpha=alpha, beta=beta, out_dtype=out_dtype, bias=bias, activation=activation)
+        out = direct.gemm(a, b, c, alpha, beta, out_dtype, bias, activation)
         _setup_gemm(ctx, (a, b, c, alpha, beta, out_dtype, bias, activation), out)
         return out
 
@@ -270,8 +307,69 @@ class _LinearFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, w, bias, activation):
-        out = functional.linear_direct(x, w, bias, activation)
+        out = direct.linear(x, w, bias, activation)
         _setup_linear(ctx, (x, w, bias, activation), out)
         return out
 
     backward = staticmethod(_backward_linear)
+
+
+class _LayerFunction(torch.autograd.Function):
+    """The layer path's autograd, as thin as torch's: the forward and both backward launches
+    are the LayerPlan's (pingpong.direct), decided once per call signature; dbias one reduction."""
+
+    @staticmethod
+    def forward(ctx, x, w, bias, lp):
+        ctx.save_for_backward(x, w)
+        ctx.lp = lp
+        return lp.forward(x, w, bias)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        if torch.is_grad_enabled() and (g.requires_grad or x.requires_grad or w.requires_grad):  # double backward
+            return _backward_linear_generic(ctx, g, x, w)
+        return (*ctx.lp.backward(g, x, w, ctx.needs_input_grad), None)
+
+
+_RAW_LAYER_APPLY = torch._C._FunctionBase.__dict__["apply"].__get__(None, _LayerFunction)
+
+
+def _layer_apply(x, w, bias, lp) -> Tensor:
+    """_LayerFunction.apply for plain tensors: torch's Function.apply adds a Python pass over
+    the arguments for functorch's wrappers (~1.3 µs a call); without functorch transforms
+    active, and with plain tensors (the callers checked), the C-level apply is the same call."""
+    if torch._C._are_functorch_transforms_active():
+        return _LayerFunction.apply(x, w, bias, lp)
+    return _RAW_LAYER_APPLY(x, w, bias, lp)
+
+
+def _backward_linear_generic(ctx, g, x, w):
+    g2 = g.reshape(-1, g.shape[-1]).to(x.dtype)
+    needs = ctx.needs_input_grad
+    dx = _gemm(g2, w).view(x.shape) if needs[0] else None
+    dw = _gemm(g2.mT, x.reshape(-1, x.shape[-1])) if needs[1] else None
+    dbias = g2.sum(0) if needs[2] else None
+    return dx, dw, dbias, None
+
+
+# ----------------------------------------------------------------------------- activations
+
+
+def activation_forward(name: str, z: torch.Tensor) -> torch.Tensor:
+    """The activation in torch (pingpong.runtime.spec.torch_activation)."""
+    return torch_activation(name)(z)
+
+
+def activation_backward(name: str, grad: torch.Tensor, saved: torch.Tensor) -> torch.Tensor:
+    """dL/dz from dL/dy for y = act(z), by torch's own derivative kernels, in fp32.
+
+    `saved` is the pre-activation z, or for relu also the output y (y > 0 exactly where z > 0).
+    """
+    grad, saved = grad.float(), saved.float()
+    aten = torch.ops.aten
+    if name == "relu":
+        return aten.threshold_backward(grad, saved, 0)
+    if name == "silu":
+        return aten.silu_backward(grad, saved)
+    return aten.gelu_backward(grad, saved, approximate="tanh" if name == "gelu_tanh" else "none")

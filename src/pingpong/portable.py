@@ -68,9 +68,15 @@ import torch
 import triton
 import triton.language as tl
 
-from . import fused
+import sys
+
+from .errors import PingpongError, check_tensor
+from .runtime import plan as plan_mod
+from .runtime import spec as spec_mod
 from .runtime.addressing import needs_int64
 from .runtime.compile import SHARED_MEMORY_LIMIT, TARGETS, Launch, register
+from .runtime.launcher import CachedLaunch
+from .runtime.plan import Plan, bias_vector, device_index
 from .toolchain import KERNEL_OPTIONS
 
 __all__ = ["portable_gemm", "prepare", "default_block", "default_stages", "gemm_kernel", "SUPPORTED_INPUTS", "SUPPORTED_OUTPUTS"]
@@ -89,7 +95,7 @@ GROUP_M = 8
 def _activate(z, ACTIVATION: tl.constexpr):
     """act(z) in fp32 for the fused epilogue (the table in pingpong.fused)."""
     tl.static_assert(ACTIVATION == "none" or ACTIVATION == "relu" or ACTIVATION == "gelu_erf"
-                     or ACTIVATION == "gelu_tanh" or ACTIVATION == "silu", "unknown activation (pingpong.fused)")
+                     or ACTIVATION == "gelu_tanh" or ACTIVATION == "silu", "unknown activation (pingpong.runtime.spec.ACTIVATIONS)")
     if ACTIVATION == "relu":
         z = tl.maximum(z, 0.0)
     elif ACTIVATION == "gelu_erf":
@@ -254,14 +260,14 @@ def _launch(a, b, c, out, alpha, beta, block, has_c, bias=None, activation="none
     batches = out.shape[0] if out.dim() == 3 else 1
     grid = (triton.cdiv(M, block[0]) * triton.cdiv(N, block[1]), batches)
     args = (
-        a, b, c, out, fused.bias_vector(bias) if bias is not None else out, M, N, K,
+        a, b, c, out, bias_vector(bias) if bias is not None else out, M, N, K,
         *_strides(a), *_strides(b), *_strides(c), *_strides(out),
         float(alpha), float(beta),
     )
     meta = dict(
         HAS_C=has_c, BM=block[0], BN=block[1], BK=block[2], GROUP_M=GROUP_M,
         INDEX_64=needs_int64(a, b, c, out), INPUT_PRECISION=_input_precision(a.dtype),
-        BIAS=fused.bias_kind(bias, M), ACTIVATION=activation, **KERNEL_OPTIONS,
+        BIAS=spec_mod.bias_kind(bias, M), ACTIVATION=activation, **KERNEL_OPTIONS,
     )
     if device_smem is not None:
         shared, amd = device_smem
@@ -298,7 +304,9 @@ def portable_gemm(
     `interpret=True` runs Triton's interpreter (CPU tensors fine; bf16 wrong in triton 3.6 and 3.9).
     """
     alpha, beta = _validate(a, b, out, c, alpha, beta, bias, activation, block, interpret)
-    block, has_c = _preconditions(a, b, out, c, beta, bias, activation, block)
+    activation = spec_mod.check_activation(activation)
+    c = c if spec_mod.reads_c(c, beta) else None  # decided once: beta = 0 never reads C
+    block, has_c = _preconditions(a, b, out, c, bias, activation, block)
     if out.numel() == 0:
         return out
     if interpret:
@@ -312,33 +320,32 @@ def portable_gemm(
 
 
 def _validate(a, b, out, c, alpha, beta, bias, activation, block, interpret) -> tuple[float, float]:
-    """portable_gemm's arguments, by the API's own checks (pingpong.api) where they apply;
-    (alpha, beta) as floats."""
-    from . import api
-    from .errors import PingpongError, check_tensor
-
-    alpha, beta = api._check_scalar("alpha", alpha), api._check_scalar("beta", beta)
-    api._check_operands(a, b, SUPPORTED_INPUTS)
+    """portable_gemm's arguments, by the GEMM's own checks (pingpong.runtime.spec) where they
+    apply; (alpha, beta) as floats."""
+    alpha, beta = spec_mod.check_scalar("alpha", alpha), spec_mod.check_scalar("beta", beta)
+    spec_mod.check_operands(a, b, dtypes=SUPPORTED_INPUTS)
+    shape = spec_mod.result_shape(a, b)
     for name, t in (("out", out), ("c", c)):
         if name == "out" or t is not None:
             check_tensor(name, t)
             if t.dtype not in SUPPORTED_OUTPUTS:
                 raise PingpongError(f"{name}: dtype {t.dtype} is not supported; expected one of {SUPPORTED_OUTPUTS}")
-            api._check_c(t, a, b, t.dtype, name=name, shared_ok=name == "c")
+            spec_mod.check_c(t, shape, t.dtype, a.device, name=name, shared_ok=name == "c")
     if out.dim() != max(a.dim(), b.dim()):
-        raise PingpongError(f"out: expected shape {api._result_shape(a, b)} (the result's), got {tuple(out.shape)}")
-    api._check_epilogue(a, b, bias, activation)
+        raise PingpongError(f"out: expected shape {shape} (the result's), got {tuple(out.shape)}")
+    spec_mod.check_bias(bias, shape[-2], shape[-1], a.device)
+    spec_mod.check_activation(activation)
     if block is not None and not (len(tuple(block)) == 3 and all(
             isinstance(x, int) and x >= MIN_TILE and x & (x - 1) == 0 for x in block)):
         raise PingpongError(f"block: expected (BM, BN, BK), each a power of two >= {MIN_TILE}, got {block!r}")
     if not interpret and a.device.type != "cuda":
         raise PingpongError(f"a and b are on {a.device}: the compiled kernel runs on GPUs; interpret=True runs "
                             "Triton's interpreter")
-    api._check_inplace_target(out, "out")
-    api._check_no_alias(out, a, b, "out")
-    api._check_bias_not_in(out, bias, "out")
+    spec_mod.check_inplace_target(out, "out")
+    spec_mod.check_no_alias(out, a, b, "out")
+    spec_mod.check_bias_not_in(out, bias, "out")
     same = c is not None and (c.data_ptr(), c.stride()) == (out.data_ptr(), out.stride())
-    if c is not None and not same and api._overlaps(out, c):
+    if c is not None and not same and spec_mod.overlaps(out, c):
         raise PingpongError("c must not share memory with out unless it is out itself (same storage and strides)")
     return alpha, beta
 
@@ -348,14 +355,14 @@ def prepare(a, b, out, c, alpha, beta, bias=None, activation="none", block=None)
     arguments and preconditions; GPU tensors). The call plan launches it through
     pingpong.runtime.launcher: Triton's JIT once, then directly (the pointers a, b, c, out, bias lead
     the arguments, α and β are passed per call)."""
-    block, has_c = _preconditions(a, b, out, c, beta, bias, activation, block)
+    block, has_c = _preconditions(a, b, out, c, bias, activation, block)  # c: None when unread (the plan's reads_c)
     assert a.is_cuda, "the compiled kernel needs GPU tensors (interpret=True runs on the CPU)"
     grid, args, meta = _launch(a, b, c if has_c else out, out, alpha, beta, block, has_c, bias, activation,
                                _device_shared_limit(a.device))
     return gemm_kernel, args, meta, grid
 
 
-def _preconditions(a, b, out, c, beta, bias, activation, block):
+def _preconditions(a, b, out, c, bias, activation, block):
     """The asserts of portable_gemm (the caller validated user input); (block, has_c)."""
     assert a.dim() in (2, 3) and b.dim() in (2, 3) and out.dim() == max(a.dim(), b.dim()), "2-D, or 3-D batched"
     M, K = a.shape[-2:]
@@ -366,11 +373,11 @@ def _preconditions(a, b, out, c, beta, bias, activation, block):
     assert all(t.dim() == 2 or t.shape[0] in (1, out.shape[0]) for t in (a, b)), "batch sizes differ"
     assert a.dtype == b.dtype and a.dtype in SUPPORTED_INPUTS, f"inputs {a.dtype}, {b.dtype}"
     assert out.dtype in SUPPORTED_OUTPUTS, f"output {out.dtype}"
-    has_c = c is not None and beta != 0.0
+    has_c = c is not None  # the caller dropped a C that is not read
     if has_c:
         assert tuple(c.shape) in ((M, N), batch + (M, N)), f"c must be {batch + (M, N)}, is {tuple(c.shape)}"
-    assert bias is None or bias.numel() == (M if fused.bias_kind(bias, M) == "row" else N)
-    assert activation in fused.ACTIVATIONS, f"activation {activation!r}"
+    assert bias is None or bias.numel() == (M if spec_mod.bias_kind(bias, M) == "row" else N)
+    assert activation in spec_mod.ACTIVATIONS, f"activation {activation!r}"
     assert a.device == b.device == out.device and (c is None or c.device == out.device), "one device"
     block = tuple(block) if block is not None else default_block(M, N, K, a.dtype)
     assert len(block) == 3 and all(x >= MIN_TILE and x & (x - 1) == 0 for x in block), f"block {block}"
@@ -397,3 +404,60 @@ def build(target_name: str) -> Launch:
     device_smem = (SHARED_MEMORY_LIMIT[target_name], TARGETS[target_name][0] == "hip")
     _, args, kwargs = _launch(a, b, c, out, 1.0, 0.5, block, True, device_smem=device_smem)
     return Launch(gemm_kernel, args, kwargs, grid=(1,))
+
+
+# --------------------------------------------------------------------------- the backend
+
+NAME = "portable"
+ORDER = 2  # asked last: it runs any call on any CUDA/ROCm GPU
+
+
+def can_implement(spec: spec_mod.GemmSpec) -> str | None:
+    """None for any unscaled call off the CPU (64-bit offsets where a span needs them; meta
+    tensors plan as a GPU's would)."""
+    if spec.device.type == "cpu":
+        return "CPU tensors: the compiled kernel runs on GPUs (the interpreter is an explicit opt-in:" \
+               " pingpong.portable.portable_gemm(a, b, out, interpret=True))"
+    e = spec.epilogue
+    if e.scale_a is not None or e.scale_b is not None or e.scale_out is not None:
+        return "scaled (FP8) GEMMs are not implemented by the portable kernel"
+    return None
+
+
+def plan(spec: spec_mod.GemmSpec) -> "PortablePlan":
+    return PortablePlan(device_index(spec.device), spec.epilogue.reads_c, spec.epilogue.activation)
+
+
+class PortablePlan(Plan):
+    """The plain-Triton kernel (any CUDA/ROCm GPU, any strides), launched like the Hopper
+    kernel: Triton's JIT on the plan's first call, then directly (pingpong.runtime.launcher)."""
+
+    __slots__ = ("reads_c", "launch")
+
+    def __init__(self, device, read, activation="none"):
+        self.device, self.reads_c, self.path, self.activation = device, read, "portable", activation
+        self.launch = CachedLaunch(dynamic=("alpha", "beta"))
+
+    def run(self, a, b, out, c, alpha, beta, bias=None):
+        cin = c if self.reads_c else out  # never read without C
+        vec = None if bias is None else bias_vector(bias)
+        ptrs = (a.data_ptr(), b.data_ptr(), cin.data_ptr(), out.data_ptr(), (out if vec is None else vec).data_ptr())
+        self.launch(self.device, ptrs, (alpha, beta), self._jit_args, a, b, out, c if self.reads_c else None, alpha,
+                    beta, bias)
+
+    @property
+    def pointer_launch(self) -> bool:
+        return not self.reads_c
+
+    def run_ptrs(self, a_ptr, b_ptr, out_ptr, bias_ptr, tensors):
+        def jit():
+            a, b, out, bias = tensors()
+            return self._jit_args(a, b, out, None, 1.0, 0.0, bias)
+
+        self.launch(self.device, (a_ptr, b_ptr, out_ptr, out_ptr, bias_ptr or out_ptr), (1.0, 0.0), jit)
+
+    def _jit_args(self, a, b, out, c, alpha, beta, bias):
+        return prepare(a, b, out, c, alpha, beta, bias, self.activation)
+
+
+plan_mod.register(sys.modules[__name__])

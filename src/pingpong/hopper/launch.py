@@ -161,7 +161,7 @@ def _gemm_launch(a, b, out, c, alpha, beta, d, sms: int, bias=None, activation="
     c_box = [d.cluster_m * d.consumer_m, d.epilogue_n]  # one epilogue sub-tile (of the pair: split over it)
     c_cga = CGA_SPLIT_DIM0 if d.cluster_m > 1 else ()
     c_desc = _descriptor(out, c_box, c_cga)
-    has_c = c is not None and beta != 0.0
+    has_c = c is not None  # the plan passes C only when it is read (GemmSpec.epilogue.reads_c)
     assert not has_c or (tma_orientation(c if c.dim() == 2 else c[0]) == "row" and c.dtype == out.dtype), \
         "C must be TMA-legal, out's dtype"
     cin_desc = _descriptor(c, c_box, c_cga) if has_c else c_desc
@@ -223,7 +223,7 @@ def prepare_split(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, wor
     assert workspace.dtype == torch.float32 and workspace.numel() >= ws_rows * ld
     assert counters.dtype == torch.int32 and (splits == 1 or counters.numel() >= counter_count(M, N, config))
     assert out.stride(1) == 1 or out.shape[1] <= 1, "out must be row-major"
-    has_c = c is not None and beta != 0.0
+    has_c = c is not None  # the plan passes C only when it is read (GemmSpec.epilogue.reads_c)
     assert not has_c or ((c.stride(1) == 1 or c.shape[1] <= 1) and c.dtype == out.dtype), "C: row-major, out's dtype"
     a_desc, b_desc, majors = _operands(ka, kb, d)
     kind = fused.bias_kind(bias, M)  # of the caller's M × N; the kernel's product is transposed under swap

@@ -13,7 +13,10 @@ def sm_count(device_index: int) -> int:
 
 @functools.lru_cache(maxsize=None)
 def is_hopper(device_index: int) -> bool:
-    """A CUDA sm_90 device: what the Gluon Hopper kernels are compiled for (sm_90a)."""
+    """A CUDA sm_90 device: what the Gluon Hopper kernels are compiled for (sm_90a). -1 (no
+    GPU: CPU or meta tensors) is not one."""
+    if device_index < 0 or not torch.cuda.is_available():
+        return False
     return torch.version.hip is None and torch.cuda.get_device_capability(device_index) == (9, 0)
 
 

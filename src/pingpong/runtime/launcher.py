@@ -46,7 +46,10 @@ import triton
 from triton import knobs
 
 #: CUtensorMaps kept per descriptor slot of a BoundLaunch (each ~128 bytes); emptied when full.
-MAP_CACHE_SIZE = 64
+#: A model's layers share plans (every 2048 -> 2048 projection of a Llama is one plan), so one
+#: slot sees every such weight and the activations' addresses: 64 made an eager Llama forward
+#: re-encode maps all the time.
+MAP_CACHE_SIZE = 1024
 
 
 def hooks_idle() -> bool:

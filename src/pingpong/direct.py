@@ -1,0 +1,248 @@
+"""The direct calls: eager, no autograd, no tracing. One GemmSpec per call, one cached plan
+per spec (pingpong.runtime), then the launch. pingpong.api and pingpong.functional route here
+when `ops.needs_op` says nothing else must see the call; the ops' bodies and the autograd
+Functions (pingpong.ops) call these too.
+
+    gemm / gemm_ / path_for / matmul_tiled        spec.build(...) once
+        PLANS hit ──────────────────────────────▶ plan.run(...)
+        miss ─▶ N-D operands: pingpong.batching (fold, or one batched product) on these calls
+             ─▶ spec.validate*(...) (errors under the caller's names) ─▶ plan_for(spec), cached
+
+    linear                                        a LayerPlan per call signature (x, weight,
+        LAYERS hit ─▶ forward: one launch          bias, activation): the forward plan and, on
+                      backward: two launches       the first backward, the dx and dweight plans
+                      and one bias reduction       (pingpong.ops' autograd Function calls them)
+
+Imports: runtime, batching, errors; nothing of the front end above it (ops, api,
+functional, nn import this module, never the other way).
+"""
+
+from __future__ import annotations
+
+import collections
+
+import torch
+
+from . import batching
+from .errors import PingpongError
+from .runtime import plan as plan_mod
+from .runtime import spec as spec_mod
+from .runtime.spec import GEMM, LINEAR, operand
+
+__all__ = ["gemm", "gemm_", "matmul_tiled", "path_for", "gemm_into", "linear", "layer_plan", "LayerPlan", "LAYERS"]
+
+
+def _new_out(spec) -> torch.Tensor:
+    """A new contiguous result of the spec's shape and dtype (read from the spec: no tensor
+    attribute read again)."""
+    a, b = spec.a.shape, spec.b.shape
+    if len(a) == 2 and len(b) == 2:
+        return torch.empty(a[0], b[1], dtype=spec.out_dtype, device=spec.a.device)
+    return torch.empty(spec_mod.result_shape(spec.a, spec.b), dtype=spec.out_dtype, device=spec.a.device)
+
+
+def gemm(a, b, c, alpha: float, beta: float, out_dtype, bias, activation, names=GEMM) -> torch.Tensor:
+    """act(α·a@b + bias) + β·c into a new tensor (α, β already checked)."""
+    spec = spec_mod.build(a, b, c, beta, out_dtype, bias, activation)
+    plan = plan_mod.get(spec)
+    if plan is None:
+        if not batching.native(a, b):  # torch.matmul's batching: fold, or one batched product
+            return batched_gemm(a, b, c, alpha, beta, out_dtype, bias, activation, names)
+        spec_mod.validate(spec, a, b, c, out_dtype, bias, activation, names)
+        plan = plan_mod.cached_plan(spec)
+    out = _new_out(spec)
+    plan.run(a, b, out, c, alpha, beta, bias)
+    return out
+
+
+def batched_gemm(a, b, c, alpha, beta, out_dtype, bias, activation, names=GEMM) -> torch.Tensor:
+    """`gemm` on N-D operands: checked (before any broadcast or copy), then run as one 2-D or
+    one batched product (pingpong.batching) through `gemm`."""
+    _, _, act = spec_mod.validate_nd(a, b, c, out_dtype, bias, activation, names, batching.out_shape)
+    spec_mod.check_gpu(a.device, names)
+
+    def two_d(x, y, z):
+        return gemm(x, y, z, alpha, beta, out_dtype, bias, act, names)
+
+    read = c if spec_mod.reads_c(c, beta) else None
+    return batching.run(a, b, read, two_d, two_d, fold=not batching.per_row(bias))
+
+
+def gemm_(c, a, b, alpha: float, beta: float, bias, activation) -> torch.Tensor:
+    """c ← act(α·a@b + bias) + β·c in place (α, β already checked)."""
+    spec = spec_mod.build(a, b, c, beta, getattr(c, "dtype", None), bias, activation, inplace=True)
+    plan = plan_mod.get(spec)
+    if plan is None:
+        spec_mod.validate_inplace(spec, c, a, b, bias, activation)
+        plan = plan_mod.cached_plan(spec)
+    else:
+        spec_mod.check_no_alias_fast(c, a, b, plan.extents)  # addresses change from call to call
+        spec_mod.check_bias_not_in(c, bias)
+    plan.run(a, b, c, c, alpha, beta, bias)
+    torch.autograd.graph.increment_version(c)  # a backward that saved c must not read the new values
+    return c
+
+
+def matmul_tiled(a, b, config, out_dtype) -> torch.Tensor:
+    from .hopper.config import KernelConfig
+
+    spec = spec_mod.build(a, b, None, 0.0, out_dtype, None, None, config=config)
+    plan = plan_mod.get(spec)
+    if plan is None:
+        spec_mod.check_operands(a, b)
+        if not isinstance(config, KernelConfig):
+            raise PingpongError(f"config: expected a pingpong.KernelConfig, got {type(config).__name__}")
+        dtype = spec_mod.check_out_dtype(out_dtype, a.dtype)
+        config.validate(a.element_size(), dtype.itemsize)
+        spec_mod.check_gpu(a.device)
+        plan = plan_mod.cached_plan(spec)
+    out = _new_out(spec)
+    plan.run(a, b, out, None, 1.0, 0.0)
+    return out
+
+
+def path_for(a, b, c, beta: float, out_dtype, inplace: bool, bias, activation) -> str:
+    dtype = getattr(c, "dtype", None) if inplace else out_dtype
+    spec = spec_mod.build(a, b, c, beta, dtype, bias, activation, inplace=inplace)
+    plan = plan_mod.get(spec)
+    if plan is None:
+        if inplace:  # gemm_'s validation: no in-place plan is cached without it
+            spec_mod.validate_inplace(spec, c, a, b, bias, activation)
+        else:
+            spec_mod.validate(spec, a, b, c, out_dtype, bias, activation)
+        plan = plan_mod.cached_plan(spec)
+    return plan.path
+
+
+def gemm_into(out, a, b, c, alpha, beta, config, bias=None, activation=None) -> torch.Tensor:
+    """Tests and benchmarks: out ← act(α·a@b + bias) + β·c with an explicit config (None =
+    the default), into a caller-made contiguous out (poisoned by tests), through the same plans."""
+    assert out.is_contiguous() and tuple(out.shape) == spec_mod.result_shape(a, b)
+    spec = spec_mod.build(a, b, c, beta, out.dtype, bias, activation, config=config)
+    plan = plan_mod.get(spec)
+    if plan is None:
+        spec_mod.validate(spec, a, b, c, out.dtype, bias, activation)
+        plan = plan_mod.cached_plan(spec)
+    plan.run(a, b, out, c, float(alpha), float(beta), bias)
+    return out
+
+
+# ----------------------------------------------------------------------------- layers
+
+#: LayerPlans kept; least recently used evicted.
+LAYER_CACHE_SIZE = 1024
+LAYERS: "collections.OrderedDict[tuple, LayerPlan]" = collections.OrderedDict()
+
+
+class LayerPlan:
+    """One `linear` call signature, decided once: y = act(x @ weightᵀ + bias).
+
+    forward    x (…, K) viewed as (M, K) (a fold: contiguous x) → the forward plan of
+               x2 @ weight.t() with the bias and activation fused: one launch
+    backward   (activation "none"; planned on the first backward, for the gradient's layout)
+               dx = g2 @ weight (M, K), dweight = g2ᵀ @ x2 (N, K): one launch each, on plans
+               kept here; dbias = Σ rows of g2: one reduction in the bias's dtype
+    The layer key fixes x's, weight's and the bias's layouts, so where a plan launches from
+    base addresses (`Plan.pointer_launch`: no aligned copies) the views the kernels see are
+    made only when a launch goes through Triton's JIT. Layers that do not fold (a
+    non-contiguous N-D x) keep the general path (`folds` False)."""
+
+    __slots__ = ("folds", "x2_shape", "out2", "out_shape", "dtype", "device", "activation", "fwd", "fwd_ptrs",
+                 "grad_key", "dx", "dw", "grad_ptrs", "bias_dtype")
+
+    def __init__(self, x, weight, bias, activation):
+        K, N = weight.shape[1], weight.shape[0]
+        self.activation, self.dtype, self.device = activation, x.dtype, x.device  # the key fixes both
+        self.folds = x.dim() == 2 or x.is_contiguous()
+        self.x2_shape = (x.numel() // K if K else x.shape[:-1].numel(), K)
+        self.out2 = (self.x2_shape[0], N)
+        self.out_shape = (*x.shape[:-1], N)
+        self.bias_dtype = None if bias is None else bias.dtype
+        self.fwd = self.grad_key = self.dx = self.dw = None
+        self.fwd_ptrs = self.grad_ptrs = False
+        if self.folds:
+            x2 = x if x.dim() == 2 else x.view(self.x2_shape)
+            self.fwd = _plan_of(x2, weight.t(), None, x.dtype, bias, activation)
+            self.fwd_ptrs = self.fwd.pointer_launch and (bias is None or bias.dim() == 1 and bias.stride(0) == 1)
+
+    def forward(self, x, weight, bias) -> torch.Tensor:
+        if not self.folds:
+            return gemm(x, weight.t(), None, 1.0, 0.0, None, bias, self.activation, LINEAR)
+        out = torch.empty(self.out_shape, dtype=self.dtype, device=self.device)
+        if self.fwd_ptrs:
+            self.fwd.run_ptrs(x.data_ptr(), weight.data_ptr(), out.data_ptr(), 0 if bias is None else bias.data_ptr(),
+                              lambda: (x.view(self.x2_shape), weight.t(), out.view(self.out2), bias))
+        else:
+            self.fwd.run(x.view(self.x2_shape), weight.t(), out.view(self.out2), None, 1.0, 0.0, bias)
+        return out
+
+    def backward(self, g, x, weight, needs) -> tuple:
+        """(dx, dweight, dbias) for activation "none" on a folding layer."""
+        if g.dtype != self.dtype:
+            g = g.to(self.dtype)
+        key = (g.shape, g.stride(), g.data_ptr() % 16 == 0)  # x and weight: the layer key fixed them
+        if key != self.grad_key:  # the first backward (or a gradient of another layout)
+            g2, x2 = g.reshape(self.out2), x.view(self.x2_shape)
+            self.dx = _plan_of(g2, weight, None, self.dtype, None, "none")
+            self.dw = _plan_of(g2.mT, x2, None, self.dtype, None, "none")
+            self.grad_ptrs = g.is_contiguous() and self.dx.pointer_launch and self.dw.pointer_launch
+            self.grad_key = key
+        dx = dw = dbias = None
+        if self.grad_ptrs:  # g, x, weight contiguous row-major, all keyed
+            gp = g.data_ptr()
+            if needs[0]:
+                dx = torch.empty(x.shape, dtype=self.dtype, device=self.device)
+                self.dx.run_ptrs(gp, weight.data_ptr(), dx.data_ptr(), 0,
+                                 lambda: (g.view(self.out2), weight, dx.view(self.x2_shape), None))
+            if needs[1]:
+                dw = torch.empty(weight.shape, dtype=self.dtype, device=self.device)  # (N, K): the weight's layout
+                self.dw.run_ptrs(gp, x.data_ptr(), dw.data_ptr(), 0,
+                                 lambda: (g.view(self.out2).mT, x.view(self.x2_shape), dw, None))
+        else:
+            g2, x2 = g.reshape(self.out2), x.view(self.x2_shape)
+            if needs[0]:
+                dx = torch.empty(self.x2_shape, dtype=self.dtype, device=g.device)
+                self.dx.run(g2, weight, dx, None, 1.0, 0.0)
+                dx = dx.view(x.shape)
+            if needs[1]:
+                dw = torch.empty(weight.shape, dtype=self.dtype, device=g.device)
+                self.dw.run(g2.mT, x2, dw, None, 1.0, 0.0)
+        if needs[2] and self.bias_dtype is not None:  # one reduction (16-bit sums accumulate in fp32)
+            g2 = g.view(self.out2) if self.grad_ptrs else g.reshape(self.out2)
+            dbias = g2.sum(0) if self.bias_dtype == g2.dtype else g2.sum(0, dtype=self.bias_dtype)
+        return dx, dw, dbias
+
+
+def _plan_of(a, b, c, out_dtype, bias, activation):
+    """The cached plan of a GEMM the layer's own validation covers (no second validation)."""
+    spec = spec_mod.build(a, b, c, 0.0, out_dtype, bias, activation)
+    return plan_mod.get(spec) or plan_mod.cached_plan(spec)
+
+
+def layer_plan(x, weight, bias, activation) -> LayerPlan:
+    """The LayerPlan of this call's signature; validated (errors name x, weight, bias) on a miss."""
+    try:  # the key: plain tuples of what a plan depends on (an Operand's fields)
+        key = ((x.dtype, x.shape, x.stride(), x.device, x.data_ptr() % 16 == 0),
+               (weight.dtype, weight.shape, weight.stride(), weight.device, weight.data_ptr() % 16 == 0),
+               None if bias is None else (bias.dtype, bias.shape, bias.stride(), bias.device,
+                                          bias.data_ptr() % 16 == 0),
+               activation)
+        lp = LAYERS.get(key)
+    except (AttributeError, TypeError, RuntimeError):
+        key = lp = None
+    if lp is not None:
+        LAYERS.move_to_end(key)
+        return lp
+    act = spec_mod.validate_linear(x, weight, bias, activation)
+    spec_mod.check_gpu(x.device, LINEAR)
+    lp = LayerPlan(x, weight, bias, act)
+    if key is not None:
+        if len(LAYERS) >= LAYER_CACHE_SIZE:
+            LAYERS.popitem(last=False)
+        LAYERS[key] = lp
+    return lp
+
+
+def linear(x, weight, bias, activation) -> torch.Tensor:
+    """`pingpong.linear` without the op machinery (eager, no autograd)."""
+    return layer_plan(x, weight, bias, activation).forward(x, weight, bias)

@@ -1,0 +1,304 @@
+"""The Hopper backend: can_implement(spec) and plan(spec) for the Gluon kernel (pingpong.hopper),
+and its plans (one kernel; split-K / swap-AB).
+
+    can_implement(spec)   None, or why not: not an sm_90 GPU; a tensor the kernel cannot
+                          address (TMA's coordinate and stride limits); an explicit config
+                          the call cannot run (split-K / swap-AB / a two-piece tile batched,
+                          a split-K workspace beyond 32-bit offsets)
+    plan(spec)            KernelConfig (explicit, or select_config: table, heuristic), which
+                          operands need a 16-byte-aligned copy (TMA's rule), the output
+                          target (out itself, or an aligned buffer + copy-back)
+
+TMA's rule: the base and every non-unit stride are multiples of 16 bytes and one stride is 1.
+A tensor that breaks it is copied once into an aligned buffer ("hopper-padded").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import torch
+
+from ..errors import PingpongError
+from ..runtime import plan as plan_mod
+from ..runtime.addressing import unaddressable
+from ..runtime.device import is_hopper, sm_count
+from ..runtime.launcher import CachedLaunch
+from ..runtime.plan import Plan, bias_vector, device_index
+from ..runtime.spec import GemmSpec, Operand
+from .config import KernelConfig, column_pieces
+from .launch import MAX_SPLIT_BLOCK, counter_count, per_batch, prepare, prepare_split, tma_orientation, \
+    workspace_shape
+from .scheduler import effective_splits
+from .select import select_config
+
+NAME = "hopper"
+ORDER = 0
+CONFIGURABLE = True  # matmul_tiled's explicit KernelConfig configures this backend
+
+
+# ----------------------------------------------------------------------------- TMA legality of a spec
+
+
+def _orientation(shape, strides, itemsize: int, aligned: bool) -> str | None:
+    """tma_orientation of a 2-D operand from its spec (pingpong.hopper.launch, on tensors)."""
+    if not aligned:
+        return None
+    (r, c), (sr, sc) = shape, strides
+    if sc == 1 and (sr * itemsize) % 16 == 0 and sr >= max(c, 1):
+        return "row"
+    if sr == 1 and (sc * itemsize) % 16 == 0 and sc >= max(r, 1):
+        return "col"
+    return None
+
+
+def tma_matrices(t) -> str | None:
+    """TMA orientation of a 2-D operand, or of every matrix of a batched (3-D) one: its one
+    matrix if the batches share it, else matrix 0 with a 16-byte-multiple batch stride.
+    `t`: an Operand (a spec's) or a tensor."""
+    if not isinstance(t, Operand):
+        t = Operand(t.dtype, t.shape, t.stride(), t.device, t.data_ptr() % 16 == 0)
+    shape, st, size = t.shape, t.strides, t.dtype.itemsize
+    if len(shape) == 3:
+        if not (shape[0] == 1 or st[0] == 0) and (st[0] * size) % 16:
+            return None
+        shape, st = shape[1:], st[1:]
+    return _orientation(shape, st, size, t.aligned)
+
+
+def tma_copy(t: torch.Tensor, values: bool = True) -> torch.Tensor:
+    """A row-major copy of 2-D (or batched 3-D) `t` whose row stride is padded to 16 bytes
+    (TMA's rule; the batch stride follows): the "hopper-padded" path, one extra pass over the
+    tensor. `values=False`: only the buffer."""
+    *lead, rows, cols = t.shape
+    align = 16 // t.element_size()
+    storage = torch.empty(*lead, max(rows, 1), -(-max(cols, 1) // align) * align, dtype=t.dtype, device=t.device)
+    view = storage[..., :rows, :cols]
+    if values:
+        view.copy_(t)
+    return view
+
+
+def _fresh_row_major_legal(n: int, dtype: torch.dtype) -> bool:
+    """A new contiguous (M, n) or (B, M, n) tensor of `dtype` is TMA-legal as a row-major
+    output (the caching allocator's blocks are 512-byte aligned; the batch stride M·n is then
+    a 16-byte multiple too)."""
+    return (n * dtype.itemsize) % 16 == 0
+
+
+def _one_kernel(spec: GemmSpec) -> bool:
+    """A batched call: one kernel over every batch (split-K / swap-AB launches are 2-D only)."""
+    return spec.batches > 1 or len(spec.a.shape) == 3 or len(spec.b.shape) == 3
+
+
+# ----------------------------------------------------------------------------- the backend's answers
+
+
+def can_implement(spec: GemmSpec) -> str | None:
+    device = spec.device
+    if not is_hopper(device_index(device)):
+        return (f"{device} is not a Hopper GPU (sm_90)" + ("; matmul_tiled configures the Hopper kernel, this GPU"
+                                                           " takes the portable path" if spec.config else ""))
+    c = spec.c if spec.epilogue.reads_c or spec.inplace else None
+    why = unaddressable("hopper", a=spec.a, b=spec.b, c=c)
+    if why:
+        return (f"the Hopper kernel cannot address this call's tensors ({why})"
+                + ("; matmul_tiled runs only the Hopper kernel" if spec.config else ""))
+    config = spec.config
+    if config is None:
+        return None
+    if _one_kernel(spec) and (config.split_k > 1 or config.swap_ab):
+        return (f"split_k={config.split_k}, swap_ab={config.swap_ab} run 2-D products only; batched products take"
+                " split_k=1, swap_ab=False")
+    if _one_kernel(spec) and config.cluster_m > 1:
+        return (f"cluster_m={config.cluster_m} (2-CTA clusters) runs 2-D products only; batched products take"
+                " cluster_m=1")
+    if _one_kernel(spec) and len(column_pieces(config.block_n)) > 1:
+        return (f"block_n={config.block_n} (two column pieces) runs 2-D products only; batched products take a"
+                " power-of-two block_n")
+    return _workspace_reason(spec, config)
+
+
+def _workspace_reason(spec: GemmSpec, config: KernelConfig) -> str | None:
+    if not (config.split_k > 1 or config.swap_ab):
+        return None
+    M, N, K = spec.mnk
+    splits = effective_splits(K, config.block_k, config.split_k)
+    rows, cols = workspace_shape(M, N, K, config)
+    if rows // splits * cols >= MAX_SPLIT_BLOCK:
+        return (f"split_k={config.split_k} needs {rows // splits * cols} fp32 workspace elements per split for this"
+                f" {M}×{N} output; at most {MAX_SPLIT_BLOCK - 1} fit")
+    return None
+
+
+def plan(spec: GemmSpec) -> Plan:
+    """The plan of a spec this backend can implement."""
+    a, b, c = spec.a, spec.b, spec.c
+    out_dtype, read, activation = spec.out_dtype, spec.epilogue.reads_c, spec.epilogue.activation
+    device = device_index(spec.device)
+    (M, N, K), batches = spec.mnk, spec.batches
+    config = spec.config
+    if config is None:
+        config = select_config(batches * M, N, K, (a.dtype, out_dtype), _layouts(a, b), device)
+        if _one_kernel(spec):
+            config = one_kernel_config(config)
+        why = _workspace_reason(spec, config)
+        if why:
+            raise PingpongError(f"config: {why}")
+    config.derive(a.element_size(), out_dtype.itemsize)  # validates
+    copy_ab = dict(copy_a=tma_matrices(a) is None, copy_b=tma_matrices(b) is None, read=read)
+    if config.split_k > 1 or config.swap_ab:  # C and out go through pointers: row-major suffices
+        splits = effective_splits(K, config.block_k, config.split_k)
+        rows, cols = workspace_shape(M, N, K, config)
+        row_major = lambda t: t.strides[1] == 1 or t.shape[1] <= 1  # noqa: E731
+        return SplitPlan(device, config, **copy_ab, copy_c=read and not row_major(c),
+                         copy_out=spec.inplace and not row_major(c), workspace=(rows, cols),
+                         counters=counter_count(M, N, config) if splits > 1 else 0, activation=activation)
+    out_legal = (tma_matrices(c) == "row") if spec.inplace else _fresh_row_major_legal(N, out_dtype)
+    return HopperPlan(device, config, **copy_ab, copy_c=read and tma_matrices(c) != "row", copy_out=not out_legal,
+                      activation=activation, batched=spec.batched)
+
+
+def one_kernel_config(config: KernelConfig) -> KernelConfig:
+    """A config of the one-kernel path for a batched call (the split-K / swap-AB launches
+    and their workspace are 2-D): split-K dropped; swap-AB (chosen for M ≤ 64) replaced by
+    the heuristic's small-problem tile; a two-piece tile narrowed to its first piece (a
+    batch's B box cannot be loaded into part of a buffer: Triton 3.6 could not reshape a
+    slice; not re-tried under 3.9); a 2-CTA cluster run on one CTA.
+    The ring slot's K width is kept: rank-3 boxes take two 64-element k-steps a slot as 2-D
+    ones do (tests/test_batched_gpu.py, the `_k128` configs)."""
+    if config.swap_ab:
+        return KernelConfig(128, 128, 64)
+    pieces = column_pieces(config.block_n)
+    return dataclasses.replace(config, split_k=1, block_n=pieces[0], cluster_m=1)  # clusters: 2-D only
+
+
+def _layouts(a, b) -> str:
+    """"nt" etc.: how a (M × K) and b (K × N) are stored, n = row-major, t = a transposed view."""
+    return "".join("n" if t.stride(-1) == 1 else "t" for t in (a, b))
+
+
+# ----------------------------------------------------------------------------- plans
+
+
+class HopperPlan(Plan):
+    """The Gluon kernel (pingpong.hopper). Operands that TMA cannot read as they are stored
+    are copied into 16-byte-aligned buffers; an output it cannot write is computed into one
+    and copied back."""
+
+    __slots__ = ("config", "copy_a", "copy_b", "copy_c", "copy_out", "reads_c", "launch", "batched", "pointer_launch")
+
+    def __init__(self, device, config, copy_a, copy_b, copy_c, copy_out, read, activation="none", batched=False):
+        self.device, self.config, self.reads_c, self.activation = device, config, read, activation
+        self.copy_a, self.copy_b, self.copy_c, self.copy_out = copy_a, copy_b, copy_c, copy_out
+        self.batched = batched
+        self.path = "hopper-padded" if (copy_a or copy_b or copy_c or copy_out) else "hopper"
+        self.launch = CachedLaunch(dynamic=("alpha", "beta"))
+        self.pointer_launch = type(self) is HopperPlan and not (copy_a or copy_b or copy_out or batched or read)
+
+    def run(self, a, b, out, c, alpha, beta, bias=None):
+        if self.pointer_launch:  # no copies, not batched, C not read: the launch alone
+            op = out.data_ptr()
+            self.launch(self.device, (a.data_ptr(), b.data_ptr(), op, op, op if bias is None else
+                                      bias_vector(bias).data_ptr()), (alpha, beta), self._jit_args, a, b, out, None,
+                        alpha, beta, bias)
+            return
+        if self.batched:  # a shared operand: its one matrix (copied once, if at all)
+            a, b = per_batch(a), per_batch(b)
+        if self.copy_a:
+            a = tma_copy(a)
+        if self.copy_b:
+            b = tma_copy(b)
+        cin = None
+        if self.reads_c:
+            cin = per_batch(c) if self.batched and c is not out else c
+            cin = tma_copy(cin) if self.copy_c else cin
+        if not self.copy_out:
+            target = out
+        elif cin is not None and c is out:  # in place on a padded copy of c: read and written there
+            target = cin
+        else:
+            target = tma_copy(out, values=False)  # fully overwritten
+        bias_ptr = target.data_ptr() if bias is None else bias_vector(bias).data_ptr()  # unread without one
+        self._launch(a, b, target, cin, alpha, beta, bias, bias_ptr)
+        if target is not out:
+            out.copy_(target)
+
+    pointer_launch: bool  # set at construction: no copies, not batched, C not read, one kernel
+
+    def run_ptrs(self, a_ptr, b_ptr, out_ptr, bias_ptr, tensors):
+        def prepare():
+            a, b, out, bias = tensors()
+            return self._jit_args(a, b, out, None, 1.0, 0.0, bias)
+
+        self.launch(self.device, (a_ptr, b_ptr, out_ptr, out_ptr, bias_ptr or out_ptr), (1.0, 0.0), prepare)
+
+    def _launch(self, a, b, target, cin, alpha, beta, bias, bias_ptr):
+        ptrs = (a.data_ptr(), b.data_ptr(), target.data_ptr(), (cin if cin is not None else target).data_ptr(), bias_ptr)
+        self.launch(self.device, ptrs, (alpha, beta), self._jit_args, a, b, target, cin, alpha, beta, bias)
+
+    def _jit_args(self, a, b, target, cin, alpha, beta, bias):
+        return prepare(a, b, target, cin, alpha, beta, self.config, sm_count(self.device), bias, self.activation)
+
+
+#: (device, raw stream) -> that stream's arrival counters (int32, all zero between launches)
+_COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
+
+
+def arrival_counters(device: torch.device, n: int) -> torch.Tensor:
+    """`n` zeroed int32 counters for a split-K launch on `device`'s current stream.
+
+    The kernel leaves its counters at zero, so launches in one stream's order can all use that
+    stream's buffer (no fill per call); launches on different streams never share one. While
+    a CUDA graph is being captured the counters are a fresh zeroed tensor (the fill is part of
+    the graph), since a graph's replays may run beside anything."""
+    if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+        return torch.zeros(n, dtype=torch.int32, device=device)
+    key = (device.index, torch._C._cuda_getCurrentRawStream(device.index))
+    buf = _COUNTERS.get(key)
+    if buf is None or buf.numel() < n:  # the old buffer is freed in its stream's order
+        buf = _COUNTERS[key] = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
+    return buf
+
+
+class SplitPlan(HopperPlan):
+    """A split-K / swap-AB config (KernelConfig.split_k > 1 or swap_ab): the same copies as
+    HopperPlan, then one launch (pingpong.hopper.fixup) with a fresh fp32 workspace from the
+    caching allocator and the stream's arrival counters, so calls on different streams share
+    neither:
+
+        GEMM   a, b ──work units──> workspace (fp32 partials; swap-AB: of Cᵀ = bᵀ·aᵀ)
+               the last split of each tile ──Σ splits in order, α, bias, act, β·C, cast──> out
+
+    The output needs no TMA (the last split stores through pointers), only row-major."""
+
+    __slots__ = ("workspace", "counters", "unused")
+
+    def __init__(self, device, config, copy_a, copy_b, copy_c, copy_out, read, workspace, counters,
+                 activation="none"):
+        super().__init__(device, config, copy_a, copy_b, copy_c, copy_out, read, activation)
+        self.workspace = workspace  # (rows, cols) of the fp32 workspace
+        self.counters = counters  # number of int32 arrival counters (0: one split, none needed)
+        self.unused = None
+
+    def _launch(self, a, b, target, cin, alpha, beta, bias, bias_ptr):
+        if self.counters:
+            ws = torch.empty(self.workspace, dtype=torch.float32, device=target.device)
+            counters = arrival_counters(target.device, self.counters)
+        else:  # one split (swap-AB alone): neither is read; empty tensors made once
+            if self.unused is None:
+                self.unused = (torch.empty(0, dtype=torch.float32, device=target.device),
+                               torch.empty(0, dtype=torch.int32, device=target.device))
+            ws, counters = self.unused
+        first, second = (b, a) if self.config.swap_ab else (a, b)  # the GEMM kernel's A and B
+        self.launch(self.device, (first.data_ptr(), second.data_ptr(), ws.data_ptr(), counters.data_ptr(),
+                                  target.data_ptr(), (cin if cin is not None else target).data_ptr(), bias_ptr),
+                    (alpha, beta), self._jit_args, a, b, target, cin, alpha, beta, ws, counters, bias)
+
+    def _jit_args(self, a, b, target, cin, alpha, beta, ws, counters, bias):
+        return prepare_split(a, b, target, cin, alpha, beta, self.config, sm_count(self.device), ws, counters, bias,
+                             self.activation)
+
+
+plan_mod.register(sys.modules[__name__])

@@ -1,0 +1,443 @@
+"""GemmSpec: what one GEMM call asks for, built once per call, validated once per new spec,
+and the plan cache's key. A leaf module (torch and pingpong.errors only): every layer above
+(api, batching, functional, ops, nn) validates through it, every backend plans from it.
+
+    GemmSpec                                  the problem (hashable; equal specs = one plan)
+      a, b, c          Operand | None         dtype, shape, strides, device, 16-byte-aligned base
+      out_dtype        torch.dtype            (None asked: a's dtype)
+      epilogue         EpilogueSpec
+        reads_c        bool                   β ≠ 0 and C given: decided here, once (BLAS: β = 0
+                                              never reads C, even NaN); nothing below re-decides it
+        bias           Operand | None         per column (N,) / (1, N) or per row (M, 1)
+        bias_kind      "none" | "col" | "row"
+        activation     one of ACTIVATIONS     (the one list of them)
+        scale_a, scale_b, scale_out           per-tensor / per-row / per-block scales (FP8):
+                                              fields defined, only None accepted today
+      inplace          bool                   c is the output (gemm_)
+      config           KernelConfig | None    an explicit Hopper config (matmul_tiled)
+
+α and β are per-call launch scalars: a plan serves every value, so they are not in the key;
+the spec records what they decide (`reads_c`). The batch is in the operands' shapes
+(`batches`). A spec is only built from tensors; `build` returns None for anything else and
+the validation below then names the bad argument.
+
+Validation (`validate`, `validate_nd`, `validate_linear`, `validate_inplace`) reports under
+the caller's argument names (`Names`: gemm says a/b/c, linear says x/weight), with a
+PingpongError naming the argument and what was expected, before any work.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import NamedTuple
+
+import torch
+
+from ..errors import PingpongError, check_tensor
+
+INPUT_DTYPES = (torch.bfloat16, torch.float16)
+OUTPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+BIAS_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+#: The fused epilogue's activations: the one list (pingpong.fused documents them; the kernels
+#: branch on the name as a constexpr).
+ACTIVATIONS = ("none", "relu", "gelu_erf", "gelu_tanh", "silu")
+
+
+def torch_activation(activation: str):
+    """The activation as a torch function (the empty-K product and autograd's recomputation
+    run it on the host)."""
+    import torch.nn.functional as F
+
+    return {"none": lambda z: z, "relu": F.relu, "gelu_erf": F.gelu, "silu": F.silu,
+            "gelu_tanh": lambda z: F.gelu(z, approximate="tanh")}[activation]
+
+
+class Names(NamedTuple):
+    """The caller's names of the GEMM's operands, for error messages."""
+
+    a: str = "a"
+    b: str = "b"
+    c: str = "c"
+    bias: str = "bias"
+
+
+GEMM = Names()
+LINEAR = Names("x", "weight", "c", "bias")
+
+
+class Operand(NamedTuple):
+    """One tensor as a plan sees it (not its values, not its exact address). Answers the
+    few tensor queries the planners ask (shape, stride(), element_size(), numel(), dim())."""
+
+    dtype: torch.dtype
+    shape: torch.Size
+    strides: tuple
+    device: torch.device
+    aligned: bool  # base address a multiple of 16 bytes
+
+    def stride(self, dim=None):
+        return self.strides if dim is None else self.strides[dim]
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+    def span_bytes(self) -> int:
+        """Bytes from the first element to past the last (0 if empty; strides ≥ 0)."""
+        return 0 if self.numel() == 0 else self.dtype.itemsize * (1 + span(self))
+
+
+_new = tuple.__new__  # a NamedTuple built without its Python-level __new__ (host cost per call)
+
+
+def operand(t: torch.Tensor) -> Operand:
+    return _new(Operand, (t.dtype, t.shape, t.stride(), t.device, t.data_ptr() % 16 == 0))
+
+
+class EpilogueSpec(NamedTuple):
+    reads_c: bool
+    bias: Operand | None
+    bias_kind: str  # "none" | "col" | "row"
+    activation: str
+    scale_a: object = None  # FP8: per-tensor / per-row / per-block scales (None only, today)
+    scale_b: object = None
+    scale_out: object = None
+
+
+NO_EPILOGUE = EpilogueSpec(False, None, "none", "none")
+C_EPILOGUE = EpilogueSpec(True, None, "none", "none")
+
+
+class GemmSpec(NamedTuple):
+    a: Operand
+    b: Operand
+    c: Operand | None
+    out_dtype: torch.dtype | None
+    epilogue: EpilogueSpec
+    inplace: bool = False
+    config: object = None
+
+    @property
+    def device(self) -> torch.device:
+        return self.a.device
+
+    @property
+    def mnk(self) -> tuple[int, int, int]:
+        return self.a.shape[-2], self.b.shape[-1], self.a.shape[-1]
+
+    @property
+    def batches(self) -> int:
+        """The batch of a batched (3-D) product; 1 for a 2-D one."""
+        return max(t.shape[0] if len(t.shape) == 3 else 1 for t in (self.a, self.b))
+
+    @property
+    def batched(self) -> bool:
+        return len(self.a.shape) == 3 or len(self.b.shape) == 3 or (self.c is not None and len(self.c.shape) == 3)
+
+    @property
+    def result_shape(self) -> tuple:
+        return result_shape(self.a, self.b)
+
+    @property
+    def plain(self) -> bool:
+        """No bias, no activation, no scales: α·a@b + β·C only."""
+        e = self.epilogue
+        return e.bias is None and e.activation == "none" and e.scale_a is None and e.scale_b is None \
+            and e.scale_out is None
+
+
+def reads_c(c, beta: float) -> bool:
+    """Whether the kernel reads C: BLAS semantics, β = 0 means C is not read (even if NaN)."""
+    return c is not None and beta != 0.0
+
+
+def bias_kind(bias, m: int) -> str:
+    """"none", "col" (one value per output column) or "row", from a bias's shape and the
+    result's rows m. A (1, 1) bias is per row when m = 1 (then n may be anything), per
+    column otherwise (then n = 1)."""
+    if bias is None:
+        return "none"
+    shape = bias.shape
+    return "row" if len(shape) == 2 and shape[1] == 1 and shape[0] == m else "col"
+
+
+def build(a, b, c=None, beta: float = 0.0, out_dtype=None, bias=None, activation=None, inplace: bool = False,
+          config=None) -> GemmSpec | None:
+    """The spec of one call, from its (possibly invalid) arguments; None when they are not
+    dense tensors (validation then names the argument). Cheap: a few attribute reads."""
+    try:  # a non-tensor has no .dtype, a sparse tensor no .stride(): both give None
+        oa, ob = operand(a), operand(b)
+        oc = None if c is None else operand(c)
+        if bias is None and activation is None:
+            epi = NO_EPILOGUE if c is None or beta == 0.0 else C_EPILOGUE
+        else:
+            ob_ = None if bias is None else operand(bias)
+            epi = EpilogueSpec(c is not None and beta != 0.0, ob_, bias_kind(ob_, a.shape[-2]),
+                               "none" if activation is None else activation)
+        return _new(GemmSpec, (oa, ob, oc, a.dtype if out_dtype is None else out_dtype, epi, inplace, config))
+    except (AttributeError, TypeError, RuntimeError, IndexError):
+        return None
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def check_scalar(name: str, v) -> float:
+    """A finite real α or β as a float. Non-finite values are refused: inf·0 and NaN would
+    spread NaN through the output without the caller asking for it."""
+    if type(v) is float and v - v == 0.0:  # the common case: a finite float
+        return v
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise PingpongError(f"{name}: expected a real number, got {type(v).__name__}")
+    try:
+        f = float(v)
+    except OverflowError:
+        raise PingpongError(f"{name}: {v!r} does not fit a float (|{name}| must be below ~1.8e308)") from None
+    if not math.isfinite(f):
+        raise PingpongError(f"{name}: expected a finite real number, got {f}")
+    return f
+
+
+def check_activation(activation, name: str = "activation") -> str:
+    """The activation's name (None means "none"); PingpongError for anything else."""
+    if activation is None:
+        return "none"
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
+        raise PingpongError(f"{name}: expected None or one of {ACTIVATIONS}, got {activation!r}")
+    return activation
+
+
+def check_input_dtype(name: str, t, dtypes=INPUT_DTYPES) -> None:
+    if t.dtype not in dtypes:
+        raise PingpongError(f"{name}: dtype {t.dtype} is not supported; expected {' or '.join(map(str, dtypes))}")
+
+
+def check_out_dtype(out_dtype, default: torch.dtype) -> torch.dtype:
+    if out_dtype is None:
+        return default
+    if out_dtype not in OUTPUT_DTYPES:
+        raise PingpongError(f"out_dtype: {out_dtype} is not supported; expected one of {OUTPUT_DTYPES}")
+    return out_dtype
+
+
+def check_scales(**scales) -> None:
+    """The FP8 scale fields: only None today."""
+    for name, s in scales.items():
+        if s is not None:
+            raise PingpongError(f"{name}: scaled (FP8) GEMMs are not supported yet; expected None")
+
+
+def check_operands(a, b, names: Names = GEMM, dtypes=INPUT_DTYPES, nd: bool = False) -> None:
+    """a (M, K) and b (K, N), or batched (3-D; `nd`: any leading batch dims, torch.matmul's
+    broadcasting, checked by pingpong.batching); `dtypes`: the input dtypes the kernel takes."""
+    na, nb = names.a, names.b
+    for name, t in ((na, a), (nb, b)):
+        check_tensor(name, t)
+        if nd and t.dim() < 2:
+            raise PingpongError(f"{name}: expected a tensor of at least 2 dims (…, rows, cols), got shape"
+                                f" {tuple(t.shape)}")
+        if not nd and t.dim() not in (2, 3):
+            raise PingpongError(f"{name}: expected a 2-D tensor (or 3-D, batched), got {t.dim()}-D with shape"
+                                f" {tuple(t.shape)}")
+        check_input_dtype(name, t, dtypes)
+    if a.dtype != b.dtype:
+        raise PingpongError(f"{na} and {nb} must have the same dtype, got {na} {a.dtype} and {nb} {b.dtype}")
+    if a.shape[-1] != b.shape[-2]:
+        raise PingpongError(f"shape mismatch: {na} is {tuple(a.shape)} and {nb} is {tuple(b.shape)};"
+                            f" {na}.shape[-1] must equal {nb}.shape[-2]")
+    if not nd and a.dim() == b.dim() == 3 and 1 != a.shape[0] != b.shape[0] != 1:
+        raise PingpongError(f"{na} and {nb}: batch sizes {a.shape[0]} ({na}) and {b.shape[0]} ({nb}) differ (each"
+                            " must be the other's or 1)")
+    if a.device != b.device:
+        raise PingpongError(f"{na} and {nb} must be on the same device, got {na} on {a.device} and {nb} on {b.device}")
+
+
+def result_shape(a, b) -> tuple:
+    """(M, N), or (B, M, N) when a or b is batched (3-D)."""
+    batch = max((t.shape[0] for t in (a, b) if len(t.shape) == 3), default=None)
+    return ((batch,) if batch is not None else ()) + (a.shape[-2], b.shape[-1])
+
+
+def check_c(c, shape: tuple, dtype: torch.dtype, device, name: str = "c", shared_ok: bool = False,
+            names: Names = GEMM) -> None:
+    """c of the result's `shape`; `shared_ok`: a batched result also takes an (M, N) c."""
+    check_tensor(name, c)
+    shape = tuple(shape)
+    if tuple(c.shape) != shape and not (shared_ok and tuple(c.shape) == shape[-2:]):
+        also = f" or {shape[-2:]} (shared by the batches)" if shared_ok and len(shape) > 2 else ""
+        raise PingpongError(f"{name}: expected shape {shape}{also} (the result's), got {tuple(c.shape)}")
+    if c.dtype != dtype:
+        raise PingpongError(f"{name}: expected dtype {dtype} (the output dtype), got {c.dtype}")
+    if c.device != device:
+        raise PingpongError(f"{name} must be on the same device as {names.a} and {names.b} ({device}), got {c.device}")
+
+
+def check_bias(bias, m: int, n: int, device, name: str = "bias", per_column: bool = False) -> None:
+    """PingpongError naming the bias unless it is None or a (n,), (1, n) or (m, 1) tensor
+    (`per_column`: (n,) only, nn.Linear's) of a supported dtype on `device`."""
+    if bias is None:
+        return
+    check_tensor(name, bias, "a torch.Tensor or None")
+    shape = tuple(bias.shape)
+    if per_column:
+        if shape != (n,):
+            raise PingpongError(f"{name}: expected shape ({n},) (weight.shape[0]: one value per output column), got"
+                                f" {shape}")
+    elif shape not in ((n,), (1, n), (m, 1)):
+        raise PingpongError(f"{name}: expected shape ({n},) or (1, {n}) (per output column) or ({m}, 1) (per row)"
+                            f" for a ({m}, {n}) result, got {shape}")
+    if bias.dtype not in BIAS_DTYPES:
+        raise PingpongError(f"{name}: dtype {bias.dtype} is not supported; expected one of {BIAS_DTYPES}")
+    if bias.device != device:
+        raise PingpongError(f"{name} must be on the result's device ({device}), got {bias.device}")
+
+
+def check_gpu(device, names: Names = GEMM) -> None:
+    """Last of the argument checks, so every argument error is reported the same on any machine."""
+    if device.type != "cuda":
+        raise PingpongError(
+            f"{names.a} and {names.b} are on {device}: pingpong runs on CUDA/ROCm GPUs. For a CPU check use Triton's "
+            "interpreter explicitly: pingpong.portable.portable_gemm(a, b, out, interpret=True)")
+
+
+# ----------------------------------------------------------------------------- aliasing
+
+
+def span(t) -> int:
+    """Largest element offset of `t` (a tensor or an Operand) from its base:
+    sum((size - 1) * |stride|); 0 if empty."""
+    if t.numel() == 0:
+        return 0
+    return sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()))
+
+
+def byte_range(t: torch.Tensor) -> tuple[int, int]:
+    """[first, last+1) byte addresses of t's elements (t non-empty, strides ≥ 0)."""
+    start = t.data_ptr()
+    return start, start + t.element_size() * (1 + span(t))
+
+
+def overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Whether the address ranges of x and y intersect. Compared by address, not by storage:
+    two storages (or a storage and a view made elsewhere) can map the same memory."""
+    if x.numel() == 0 or y.numel() == 0:
+        return False
+    (x0, x1), (y0, y1) = byte_range(x), byte_range(y)
+    return x0 < y1 and y0 < x1
+
+
+def self_overlapping(t: torch.Tensor) -> bool:
+    """Whether two elements of t may share memory (an expand()ed or as_strided view).
+    Sufficient test: with the dimensions of extent > 1 sorted by stride, each stride is
+    positive and at least the span of the dimensions inside it; layouts that interleave
+    without overlapping are refused too (rare; the message says so)."""
+    dims = sorted((st, n) for n, st in zip(t.shape, t.stride()) if n > 1)
+    inner = 1
+    for st, n in dims:
+        if st < inner:
+            return True
+        inner = st * n
+    return False
+
+
+def check_inplace_target(c, name: str = "c") -> None:
+    if self_overlapping(c):
+        raise PingpongError(
+            f"{name}: its elements overlap or interleave in memory (shape {tuple(c.shape)}, strides {c.stride()}, e.g."
+            f" an expand()ed view); the kernel writes every element of {name} once, so {name} must not alias itself")
+
+
+def check_no_alias(c, a, b, name: str = "c", names: Names = GEMM) -> None:
+    for other, t in ((names.a, a), (names.b, b)):
+        if overlaps(c, t):
+            raise PingpongError(f"{name} must not share memory with {other} (the product would read what it overwrites)")
+
+
+def check_no_alias_fast(c, a, b, extents) -> None:
+    """`check_no_alias` with the byte extents computed once from the spec (strides are keyed)."""
+    ea, eb, ec = extents
+    c0 = c.data_ptr()
+    c1 = c0 + ec
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    if (c0 < a0 + ea and a0 < c1) or (c0 < b0 + eb and b0 < c1):
+        check_no_alias(c, a, b)  # the same test, reported with the argument's name
+
+
+def check_bias_not_in(c, bias, name: str = "c") -> None:
+    if bias is not None and overlaps(c, bias):
+        raise PingpongError(f"bias must not share memory with {name} (the epilogue would read what it overwrites)")
+
+
+# ----------------------------------------------------------------------------- the validation paths
+
+
+def validate(spec: GemmSpec | None, a, b, c, out_dtype, bias, activation, names: Names = GEMM) -> None:
+    """gemm / path_for: the arguments behind `spec` (2-D, or 3-D batched), then the device.
+    A spec is only cached after this passed, so an equal spec later needs no validation."""
+    check_operands(a, b, names)
+    dtype = check_out_dtype(out_dtype, a.dtype)
+    shape = result_shape(a, b)
+    if c is not None:
+        check_c(c, shape, dtype, a.device, names.c, shared_ok=True, names=names)
+    check_bias(bias, shape[-2], shape[-1], a.device, names.bias)
+    check_activation(activation)
+    check_gpu(a.device, names)
+
+
+def validate_inplace(spec: GemmSpec | None, c, a, b, bias, activation, names: Names = GEMM) -> None:
+    """gemm_'s checks (path_for(..., inplace=True) runs the same): arguments, then the device,
+    then the address ranges (meaningless off the GPU: meta tensors all sit at address 0)."""
+    check_operands(a, b, names)
+    if isinstance(c, torch.Tensor) and c.dtype not in OUTPUT_DTYPES:
+        raise PingpongError(f"{names.c}: dtype {c.dtype} is not supported; expected one of {OUTPUT_DTYPES}")
+    shape = result_shape(a, b)
+    check_c(c, shape, getattr(c, "dtype", None), a.device, names.c, names=names)
+    check_bias(bias, shape[-2], shape[-1], a.device, names.bias)
+    check_activation(activation)
+    check_inplace_target(c, names.c)
+    check_gpu(a.device, names)
+    check_no_alias(c, a, b, names.c, names)
+    check_bias_not_in(c, bias, names.c)
+
+
+def validate_nd(a, b, c, out_dtype, bias=None, activation=None, names: Names = GEMM, out_shape=None):
+    """The N-D contract of gemm (torch.matmul's broadcasting): (output dtype, activation), or
+    PingpongError naming the argument. Reads only metadata, so the ops' fake implementations
+    use it too. `out_shape(a, b)`: the broadcast result's shape (pingpong.batching)."""
+    check_operands(a, b, names, nd=True)
+    dtype = check_out_dtype(out_dtype, a.dtype)
+    shape = out_shape(a, b)
+    if c is not None:
+        check_c(c, shape, dtype, a.device, names.c, shared_ok=True, names=names)
+    check_bias(bias, shape[-2], shape[-1], a.device, names.bias)
+    return shape, dtype, check_activation(activation)
+
+
+def validate_linear(x, weight, bias, activation, names: Names = LINEAR) -> str:
+    """`linear`'s contract, under its names: x (…, K), weight (N, K), bias None or (N,);
+    returns the activation name."""
+    for name, t in ((names.a, x), (names.b, weight)):
+        check_tensor(name, t)
+    if x.dim() < 1:
+        raise PingpongError(f"{names.a}: expected a tensor of shape (…, K), got a 0-D tensor")
+    if weight.dim() != 2:
+        raise PingpongError(f"{names.b}: expected a 2-D (N, K) weight, got shape {tuple(weight.shape)}")
+    if x.shape[-1] != weight.shape[1]:
+        raise PingpongError(f"{names.a}: expected last dim K = {names.b}.shape[1] = {weight.shape[1]}, got shape"
+                            f" {tuple(x.shape)} ({names.b} is {tuple(weight.shape)})")
+    for name, t in ((names.a, x), (names.b, weight)):
+        check_input_dtype(name, t)
+    if x.dtype != weight.dtype:
+        raise PingpongError(f"{names.a} and {names.b} must have the same dtype, got {names.a} {x.dtype} and"
+                            f" {names.b} {weight.dtype}")
+    if x.device != weight.device:
+        raise PingpongError(f"{names.a} and {names.b} must be on the same device, got {names.a} on {x.device} and"
+                            f" {names.b} on {weight.device}")
+    check_bias(bias, 1, weight.shape[0], weight.device, names.bias, per_column=True)
+    return check_activation(activation)
