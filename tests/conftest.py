@@ -27,12 +27,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-@pytest.fixture
-def interpreted_kernels(monkeypatch):
+def interpret_plans(setattr) -> None:
     """Every plan runs the portable kernel under Triton's interpreter, and the API's GPU-only
-    check is lifted: the whole call path (validation, batching, torch.library ops, autograd)
-    then runs on CPU tensors, in a plan cache of its own. fp16/fp32 only (the triton 3.6
-    interpreter is wrong for bf16)."""
+    check is lifted; `setattr(obj, name, value)` applies each patch (monkeypatch.setattr, or
+    the plain setattr in a process of its own: tests/test_distributed.py's ranks)."""
     import collections
 
     from pingpong import api
@@ -52,9 +50,18 @@ def interpreted_kernels(monkeypatch):
     def build(a, b, c, beta, out_dtype, inplace, config, bias=None, activation="none"):
         return InterpretedPlan(plan.reads_c(c, beta), activation)
 
-    monkeypatch.setattr(api, "_check_gpu", lambda a: None)
-    monkeypatch.setattr(plan, "PLANS", collections.OrderedDict())
-    monkeypatch.setattr(plan, "build", build)
+    setattr(api, "_check_gpu", lambda a: None)
+    setattr(plan, "PLANS", collections.OrderedDict())
+    setattr(plan, "build", build)
+
+
+@pytest.fixture
+def interpreted_kernels(monkeypatch):
+    """Every plan runs the portable kernel under Triton's interpreter, and the API's GPU-only
+    check is lifted: the whole call path (validation, batching, torch.library ops, autograd)
+    then runs on CPU tensors, in a plan cache of its own. fp16/fp32 only (the triton 3.6
+    interpreter is wrong for bf16)."""
+    interpret_plans(monkeypatch.setattr)
 
 
 @pytest.fixture

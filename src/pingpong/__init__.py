@@ -21,6 +21,11 @@ from .errors import ConfigError, PingpongError, TargetError
 from .toolchain import UnsupportedTritonError
 from .streaming import vector_add
 
+import sys as _sys
+
+if "torch.distributed.tensor" in _sys.modules:  # DTensors may come: their sharding rules (pingpong.distributed)
+    from . import distributed as _distributed  # noqa: F401
+
 __version__ = "0.1.0"
 
 __all__ = [

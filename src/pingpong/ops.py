@@ -36,6 +36,7 @@ bias fused). `linear`'s relu reads the saved output instead (y > 0 exactly where
 
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 import torch
@@ -44,7 +45,7 @@ from torch import Tensor
 from . import api, batching, functional, fused
 from .errors import PingpongError
 
-__all__ = ["needs_op", "route_gemm", "route_linear", "check_not_differentiated", "mm", "gemm", "gemm_", "linear"]
+__all__ = ["needs_op", "route_gemm", "route_linear", "check_sharded", "check_not_differentiated", "mm", "gemm", "gemm_", "linear"]
 
 _PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
 
@@ -69,12 +70,28 @@ def _traced(a, b, c=None, d=None) -> bool:
     return not plain or torch.compiler.is_compiling()
 
 
+def check_sharded(op, *args) -> None:
+    """A call of `op` (an OpOverload) with DTensor arguments: pingpong.distributed's sharding
+    rules registered (imported on the first such call) and its checks, before any work. Costs a
+    dict lookup when torch.distributed.tensor is not loaded; skipped while torch.compile traces
+    (the rules must be imported before: pingpong.distributed's docstring)."""
+    if torch.compiler.is_compiling():
+        return
+    dtensor = sys.modules.get("torch.distributed.tensor")
+    if dtensor is not None and any(isinstance(t, dtensor.DTensor) for t in args):
+        from . import distributed
+
+        distributed.check(op, *args)
+
+
 def route_gemm(a, b, c, alpha, beta, out_dtype, bias=None, activation=None) -> Tensor:
     """A `gemm` call that left the direct path: the op when traced (pingpong::mm for a plain
     product), else the autograd Function."""
     if _traced(a, b, c, bias):
         if c is None and alpha == 1.0 and bias is None and activation in (None, "none"):
+            check_sharded(torch.ops.pingpong.mm.default, a, b, out_dtype)
             return mm(a, b, out_dtype)
+        check_sharded(torch.ops.pingpong.gemm.default, a, b, c, alpha, beta, out_dtype, bias, activation)
         return gemm(a, b, c, alpha, beta, out_dtype, bias, activation)
     return _GemmFunction.apply(a, b, c, alpha, beta, out_dtype, bias, activation)
 
@@ -82,6 +99,7 @@ def route_gemm(a, b, c, alpha, beta, out_dtype, bias=None, activation=None) -> T
 def route_linear(x, w, bias, activation) -> Tensor:
     """A `linear` call that left the direct path: the op when traced, else the Function."""
     if _traced(x, w, bias):
+        check_sharded(torch.ops.pingpong.linear.default, x, w, bias, activation)
         return linear(x, w, bias, activation)
     return _LinearFunction.apply(x, w, bias, activation)
 
