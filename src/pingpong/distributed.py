@@ -260,6 +260,12 @@ def _show(p) -> str:
     return repr(p)
 
 
+def _mesh(mesh) -> str:
+    """A mesh by its ranks (two meshes of one shape print alike otherwise)."""
+    names = f", dims {mesh.mesh_dim_names}" if mesh.mesh_dim_names else ""
+    return f"the {mesh.device_type} mesh of ranks {mesh.mesh.tolist()}{names}"
+
+
 def check(op, *args, **kwargs) -> None:
     """PingpongError before any work (no redistribution, no kernel) for a call of a registered
     op whose tensors include a DTensor: a plain tensor mixed in (where DTensor refuses it too),
@@ -284,7 +290,7 @@ def check(op, *args, **kwargs) -> None:
     for n, t in dtensors.items():
         if t.device_mesh != ref.device_mesh:
             raise PingpongError(
-                f"{n}: on mesh {t.device_mesh}, but {first} is on mesh {ref.device_mesh}; {name} needs every DTensor on"
+                f"{n}: on {_mesh(t.device_mesh)}, but {first} is on {_mesh(ref.device_mesh)}; {name} needs every DTensor on"
                 f" one DeviceMesh. Redistribute onto one mesh first (e.g. DTensor.from_local({n}.full_tensor(),"
                 f" {first}.device_mesh, [Replicate()]))")
     reg.check(*args, **kwargs)

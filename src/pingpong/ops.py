@@ -45,7 +45,7 @@ from torch import Tensor
 from . import api, batching, functional, fused
 from .errors import PingpongError
 
-__all__ = ["needs_op", "route_gemm", "route_linear", "check_sharded", "check_not_differentiated", "mm", "gemm", "gemm_", "linear"]
+__all__ = ["needs_op", "route_gemm", "route_linear", "check_sharded", "is_dtensor", "check_not_differentiated", "mm", "gemm", "gemm_", "linear"]
 
 _PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
 
@@ -70,6 +70,13 @@ def _traced(a, b, c=None, d=None) -> bool:
     return not plain or torch.compiler.is_compiling()
 
 
+def is_dtensor(t) -> bool:
+    """Whether t is a DTensor, without importing torch.distributed.tensor (a DTensor exists only
+    once that module is loaded)."""
+    dtensor = sys.modules.get("torch.distributed.tensor")
+    return dtensor is not None and isinstance(t, dtensor.DTensor)
+
+
 def check_sharded(op, *args) -> None:
     """A call of `op` (an OpOverload) with DTensor arguments: pingpong.distributed's sharding
     rules registered (imported on the first such call) and its checks, before any work. Costs a
@@ -77,8 +84,7 @@ def check_sharded(op, *args) -> None:
     (the rules must be imported before: pingpong.distributed's docstring)."""
     if torch.compiler.is_compiling():
         return
-    dtensor = sys.modules.get("torch.distributed.tensor")
-    if dtensor is not None and any(isinstance(t, dtensor.DTensor) for t in args):
+    if any(is_dtensor(t) for t in args):
         from . import distributed
 
         distributed.check(op, *args)
