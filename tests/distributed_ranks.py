@@ -105,10 +105,16 @@ def scenario_products(mesh, rank, runs):
     # linear: x (…, K), weight (N, K), bias (N,): colwise, rowwise, sequence split
     x, w, lb = randn(2, 3, 6, seed=6), randn(4, 6, seed=7), randn(4, seed=8)
     full = x.double() @ w.double().t() + lb.double()
-    for px, pw, pbias in [(R, Shard(0), Shard(0)), (Shard(2), Shard(1), R), (Shard(1), R, R), (R, R, R)]:
+    for px, pw, pbias, out in [(R, Shard(0), Shard(0), Shard(2)), (Shard(2), Shard(1), R, P), (Shard(1), R, R, Shard(1)),
+                               (R, R, R, R)]:
         args = dtensor(x, mesh, px, rank), dtensor(w, mesh, pw, rank), dtensor(lb, mesh, pbias, rank)
-        got, want = pingpong.linear(*args), F.linear(*args)
-        assert got.placements == want.placements, f"linear {px} {pw} {pbias}: {got.placements} (F.linear {want.placements})"
+        got = pingpong.linear(*args)
+        assert got.placements == (out,), f"linear {px} {pw} {pbias}: {got.placements}, expected {out}"
+        try:  # torch 2.11's F.linear refuses x split along a leading dim (its reshape cannot flatten it)
+            want = F.linear(*args).placements
+        except RuntimeError:
+            want = None
+        assert want in (None, got.placements), f"linear {px} {pw} {pbias}: {got.placements} (F.linear {want})"
         assert_close64(got.full_tensor(), full, f"linear {px} {pw} {pbias}")
 
 

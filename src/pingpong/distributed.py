@@ -213,8 +213,7 @@ def register(op, layout: Callable[..., Layout], check: Callable[..., None] | Non
             result.append(([] if inplace else [out_placement], placements))
         return result
 
-    register_sharding(op)(rule)
-    _hash_every_argument(op, schema)
+    register_sharding(op)(rule)  # DTensor caches the result per call, keyed by every argument (torch 2.11, 2.13)
     LAYOUTS[op] = _Registered(op, layout, check or (lambda *a, **k: None), names, inplace)
 
 
@@ -232,18 +231,6 @@ class _Shaped:
 
     def dim(self) -> int:
         return len(self.shape)
-
-
-def _hash_every_argument(op, schema) -> None:
-    """DTensor caches a rule's result per call signature; register_sharding hashes only int
-    arguments, so a second call differing in out_dtype or activation passed by keyword would
-    reuse the first call's strategies (a Partial result under an activation). Every argument
-    is made part of the key."""
-    from torch.distributed.tensor._op_schema import RuntimeSchemaInfo
-
-    propagator = DTensor._op_dispatcher.sharding_propagator
-    propagator.op_to_schema_info[op] = RuntimeSchemaInfo(
-        static_argnum=0, static_kwargkey=[a.name for a in schema.arguments], needs_pytree=True)
 
 
 # ----------------------------------------------------------------------------- checks before any work
