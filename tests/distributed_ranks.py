@@ -139,6 +139,18 @@ def scenario_autograd(mesh, rank, runs):
         assert_close64(ga.full_tensor(), a64.grad, f"dA {pa} {pb}")
         assert_close64(gb.full_tensor(), b64.grad, f"dB {pa} {pb}")
 
+    # linear on a sequence-split x (…, S, K) with a replicated weight: the backward folds x's
+    # leading dims on DTensors (torch 2.11's view rule refuses that fold; 2.13 takes it)
+    x, w, gy = randn(2, 4, 6, seed=14), randn(5, 6, seed=15), randn(2, 4, 5, seed=16)
+    x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
+    (x64 @ w64.t()).backward(gy.double())
+    dx_, dw_ = dtensor(x, mesh, Shard(1), rank).requires_grad_(), dtensor(w, mesh, Replicate(), rank).requires_grad_()
+    y = pingpong.linear(dx_, dw_)
+    assert y.placements == (Shard(1),), y.placements
+    (y.full_tensor() * gy).sum().backward()
+    assert_close64(dx_.grad.full_tensor(), x64.grad, "linear dX (sequence split)")
+    assert_close64(dw_.grad.full_tensor(), w64.grad, "linear dW (sequence split)")
+
 
 def _mlp_pair(seed, dtype, act_fused: bool):
     """The same MLP twice: torch's (Linear, ReLU, Linear) and pingpong's (Linear with the relu

@@ -196,6 +196,32 @@ def test_the_rule_cache_keys_every_argument(mesh, runs):
     assert not gemm(a, b, activation="relu").placements[0].is_partial()  # a reduced first
 
 
+def test_placements_on_a_2d_mesh_follow_torch(mesh, runs):
+    """Two mesh dims (a 1×2 mesh of the two ranks, as DP×TP would be): each dim's strategy is
+    chosen as torch.mm's is."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+
+    import pingpong
+
+    mesh2 = init_device_mesh("cpu", (1, 2))
+    R = Replicate()
+
+    def on(shape, placements, seed):
+        local = list(shape)
+        for p, n in zip(placements, mesh2.shape):
+            if isinstance(p, Shard):
+                local[p.dim] //= n
+        g = torch.Generator().manual_seed(seed)
+        return DTensor.from_local(torch.randn(*local, generator=g).half(), mesh2, placements, run_check=False)
+
+    for pa, pb in [((Shard(0), Shard(1)), (R, Shard(0))), ((R, Shard(0)), (Shard(1), R)), ((Shard(1), R), (R, Shard(1))),
+                   ((R, Partial()), (R, R))]:
+        a, b = on((8, 6), pa, 1), on((6, 4), pb, 2)
+        assert pingpong.matmul(a, b).placements == torch.mm(a, b).placements, (pa, pb)
+    assert runs
+
+
 def test_parallelize_then_replace_is_refused(mesh):
     from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
 
