@@ -250,8 +250,14 @@ def test_the_rule_table():
     grouped = d.Layout("mn", {"a": d.Operand("mk"), "b": d.Operand("gkn"), "offs": d.Operand("g", d.WHOLE)}, whole="mg")
     for out, ins in d.rules(grouped):
         assert out != S(0) and ins["offs"] == R and ins["b"] != S(0), (out, ins)
-    assert d.product((4, 1, 8, 6), (3, 6, 5)) == ("A1mk", "Bkn", "ABmn", (4, 3, 8, 5))
-    assert d.follow("ABmn", (4, 3, 8, 5), (8, 1)) == "m1"
+    assert d.product((4, 1, 8, 6), (3, 6, 5)) == ("A1mk", "Bkn", "ABmn")
+    assert d.follow("ABmn", (8, 1)) == "m1" and d.follow("ABmn", (5,)) == "n"
+
+
+def test_import_pingpong_after_torch_distributed_tensor_registers_the_rules():
+    code = ("import sys, torch.distributed.tensor, pingpong; "
+            "assert 'pingpong.distributed' in sys.modules, 'the rules are not registered'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
 def test_import_pingpong_does_not_load_torch_distributed_and_a_first_dtensor_call_registers_the_rules():

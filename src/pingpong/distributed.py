@@ -24,7 +24,7 @@ on pingpong's kernel (the op's own implementation on the local tensors).
     |                                    |              | others Replicate()          |                   |
 
 A new op registers with one line, `register(op, layout)`, where `layout(**arguments)` returns
-the op's `Layout` (`product` and `follow` build the usual ones). A role WHOLE marks an operand
+the op's `Layout` (`product` and `follow` build the usual dims). A role WHOLE marks an operand
 that is never split (indices such as grouped GEMM offsets); `Layout.whole` names letters that
 are never split (grouped GEMM's concatenated rows).
 
@@ -97,35 +97,34 @@ def _dims(shape, letters: str) -> str:
     return "".join("1" if n == 1 else l for n, l in zip(shape, letters))
 
 
-def product(a_shape, b_shape) -> tuple[str, str, str, tuple]:
-    """(a's dims, b's dims, the output's dims, the output's shape) of a (…, M, K) @ (…, K, N)
-    with torch.matmul's batch broadcasting: a batch dim is a letter where it has the
-    output's size (not 1), else "1"."""
+def product(a_shape, b_shape) -> tuple[str, str, str]:
+    """(a's dims, b's dims, the output's dims) of a (…, M, K) @ (…, K, N) with torch.matmul's
+    batch broadcasting: a batch dim is a letter where it has the output's size (not 1), else
+    "1"."""
     a_batch, b_batch = tuple(a_shape[:-2]), tuple(b_shape[:-2])
     batch = tuple(torch.broadcast_shapes(torch.Size(a_batch), torch.Size(b_batch)))
     letters = _BATCH_LETTERS[:len(batch)]
-    shape = batch + (a_shape[-2], b_shape[-1])
 
     def own(dims):
         return "".join("1" if n != s or n == 1 else l
                        for n, s, l in zip(dims, batch[len(batch) - len(dims):], letters[len(letters) - len(dims):]))
 
-    return own(a_batch) + "mk", own(b_batch) + "kn", letters + "mn", shape
+    return own(a_batch) + "mk", own(b_batch) + "kn", letters + "mn"
 
 
-def follow(out: str, out_shape, shape) -> str:
+def follow(out: str, shape) -> str:
     """The dims of a tensor broadcast against the output (c, a bias): right-aligned on the
     output's letters, a size-1 dim is "1"."""
     return _dims(shape, out[len(out) - len(shape):] if len(shape) else "")
 
 
-def _gemm_layout(a, b, c=None, alpha=1.0, beta=0.0, out_dtype=None, bias=None, activation=None, **_) -> Layout:
-    a_dims, b_dims, out, shape = product(tuple(a.shape), tuple(b.shape))
+def _gemm_layout(a, b, c=None, alpha=1.0, beta=0.0, out_dtype=None, bias=None, activation=None) -> Layout:
+    a_dims, b_dims, out = product(tuple(a.shape), tuple(b.shape))
     operands = {"a": Operand(a_dims), "b": Operand(b_dims)}
     if c is not None:
-        operands["c"] = Operand(follow(out, shape, c.shape), ADDEND)
+        operands["c"] = Operand(follow(out, c.shape), ADDEND)
     if bias is not None:
-        operands["bias"] = Operand(follow(out, shape, bias.shape), ADDEND)
+        operands["bias"] = Operand(follow(out, bias.shape), ADDEND)
     act = fused.check_activation(activation)
     return Layout(out, operands, linear=act == "none", activation=act)
 
