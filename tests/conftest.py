@@ -27,12 +27,11 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-@pytest.fixture
-def interpreted_kernels(monkeypatch):
+def interpret_plans(setattr) -> None:
     """Every plan runs the portable kernel under Triton's interpreter (the only backend in
-    the registry), and the API's GPU-only check is lifted: the whole call path (validation,
-    batching, torch.library ops, autograd) then runs on CPU tensors, in plan caches of its
-    own. fp16/fp32 only (the triton 3.6 interpreter is wrong for bf16)."""
+    the registry), and the API's GPU-only check is lifted; `setattr(obj, name, value)` applies
+    each patch (monkeypatch.setattr, or the plain setattr in a process of its own:
+    tests/test_distributed.py's ranks)."""
     import collections
     import types
 
@@ -61,10 +60,19 @@ def interpreted_kernels(monkeypatch):
     interpreted = types.SimpleNamespace(
         NAME="interpreted", ORDER=0, can_implement=lambda s: None,
         plan=lambda s: InterpretedPlan(s.epilogue.reads_c, s.epilogue.activation), plan_class=InterpretedPlan)
-    monkeypatch.setattr(spec, "check_gpu", lambda device, names=None: None)
-    monkeypatch.setattr(plan, "PLANS", collections.OrderedDict())
-    monkeypatch.setattr(direct, "LAYERS", collections.OrderedDict())
-    monkeypatch.setattr(plan, "BACKENDS", [interpreted])
+    setattr(spec, "check_gpu", lambda device, names=None: None)
+    setattr(plan, "PLANS", collections.OrderedDict())
+    setattr(direct, "LAYERS", collections.OrderedDict())
+    setattr(plan, "BACKENDS", [interpreted])
+
+
+@pytest.fixture
+def interpreted_kernels(monkeypatch):
+    """Every plan runs the portable kernel under Triton's interpreter, and the API's GPU-only
+    check is lifted: the whole call path (validation, batching, torch.library ops, autograd)
+    then runs on CPU tensors, in plan caches of its own. fp16/fp32 only (Triton's interpreter
+    is wrong for bf16)."""
+    interpret_plans(monkeypatch.setattr)
 
 
 @pytest.fixture

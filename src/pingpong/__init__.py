@@ -25,6 +25,11 @@ from .streaming import vector_add
 from .fp8 import scaled_mm
 from .quantize import quantize_fp8
 
+import sys as _sys
+
+if "torch.distributed.tensor" in _sys.modules:  # DTensors may come: their sharding rules (pingpong.distributed)
+    from . import distributed as _distributed  # noqa: F401
+
 __version__ = "0.1.0"
 
 __all__ = [

@@ -111,6 +111,7 @@ def gemm_(c, a, b, *, alpha=1.0, beta=0.0, bias=None, activation=None) -> torch.
     alpha, beta = check_scalar("alpha", alpha), check_scalar("beta", beta)
     if _ops.needs_op(c, a, b, bias):  # autograd (refused) / torch.compile: the pingpong::gemm_ op
         _ops.check_not_differentiated(c, a, b, bias)
+        _ops.check_sharded(torch.ops.pingpong.gemm_.default, c, a, b, alpha, beta, bias, activation)
         _ops.gemm_(c, a, b, alpha, beta, bias, activation)
         return c
     return direct.gemm_(c, a, b, alpha, beta, bias, activation)

@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import torch
 
+from . import ops
 from .errors import PingpongError
 from .functional import linear
 from .fp8 import Float8Linear
@@ -42,6 +43,8 @@ class Linear(torch.nn.Linear):
         """A pingpong Linear holding `layer`'s own Parameters (shared, not copied)."""
         if not isinstance(layer, torch.nn.Linear):
             raise PingpongError(f"layer: expected a torch.nn.Linear, got {type(layer).__name__}")
+        if _parallelized(layer):
+            raise PingpongError(f"layer: {_PARALLELIZED}")
         new = cls(layer.in_features, layer.out_features, layer.bias is not None, device="meta",
                   dtype=layer.weight.dtype, activation=activation)
         new.weight = layer.weight
@@ -53,8 +56,19 @@ class Linear(torch.nn.Linear):
         return super().extra_repr() + (f", activation={self.activation!r}" if self.activation else "")
 
 
+_PARALLELIZED = ("its parameters are DTensors: parallelize_module or fully_shard already ran, and their hooks stay on"
+                 " this module; replace the Linears first, then parallelize (docs/distributed.md)")
+
+
+def _parallelized(layer: torch.nn.Module) -> bool:
+    """Whether torch.distributed already made the layer's parameters DTensors (TP or FSDP2)."""
+    return any(ops.is_dtensor(p) for p in layer.parameters(recurse=False))
+
+
 def unsupported_reason(layer: torch.nn.Module) -> str | None:
     """Why pingpong cannot run this layer, or None when it can."""
+    if _parallelized(layer):
+        return _PARALLELIZED
     if type(layer) is not torch.nn.Linear:
         return f"{type(layer).__name__} is not a plain torch.nn.Linear (its forward may do more)"
     w = layer.weight

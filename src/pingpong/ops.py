@@ -42,6 +42,7 @@ bias fused). `linear`'s relu reads the saved output instead (y > 0 exactly where
 
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 import torch
@@ -51,8 +52,8 @@ from . import batching, direct
 from .errors import PingpongError
 from .runtime.spec import check_activation, torch_activation, validate_linear
 
-__all__ = ["needs_op", "route_gemm", "route_linear", "call_linear", "check_not_differentiated", "mm", "gemm", "gemm_", "linear",
-           "activation_forward", "activation_backward"]
+__all__ = ["needs_op", "route_gemm", "route_linear", "call_linear", "check_sharded", "is_dtensor",
+           "check_not_differentiated", "mm", "gemm", "gemm_", "linear", "activation_forward", "activation_backward"]
 
 _PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
 
@@ -77,12 +78,34 @@ def _traced(a, b, c=None, d=None) -> bool:
     return not plain or torch.compiler.is_compiling()
 
 
+def is_dtensor(t) -> bool:
+    """Whether t is a DTensor, without importing torch.distributed.tensor (a DTensor exists only
+    once that module is loaded)."""
+    dtensor = sys.modules.get("torch.distributed.tensor")
+    return dtensor is not None and isinstance(t, dtensor.DTensor)
+
+
+def check_sharded(op, *args) -> None:
+    """A call of `op` (an OpOverload) with DTensor arguments: pingpong.distributed's sharding
+    rules registered (imported on the first such call) and its checks, before any work. Costs a
+    dict lookup when torch.distributed.tensor is not loaded; skipped while torch.compile traces
+    (the rules must be imported before: pingpong.distributed's docstring)."""
+    if torch.compiler.is_compiling():
+        return
+    if any(is_dtensor(t) for t in args):
+        from . import distributed
+
+        distributed.check(op, *args)
+
+
 def route_gemm(a, b, c, alpha, beta, out_dtype, bias=None, activation=None) -> Tensor:
     """A `gemm` call that left the direct path: the op when traced (pingpong::mm for a plain
     product), else the autograd Function."""
     if _traced(a, b, c, bias):
         if c is None and alpha == 1.0 and bias is None and activation in (None, "none"):
+            check_sharded(torch.ops.pingpong.mm.default, a, b, out_dtype)
             return mm(a, b, out_dtype)
+        check_sharded(torch.ops.pingpong.gemm.default, a, b, c, alpha, beta, out_dtype, bias, activation)
         return gemm(a, b, c, alpha, beta, out_dtype, bias, activation)
     return _GemmFunction.apply(a, b, c, alpha, beta, out_dtype, bias, activation)
 
@@ -91,6 +114,7 @@ def route_linear(x, w, bias, activation) -> Tensor:
     """A `linear` call that left the direct path: the op when traced, else the Function (the
     thin one on the layer's cached plan when it can: no activation, x folds into 2-D)."""
     if _traced(x, w, bias):
+        check_sharded(torch.ops.pingpong.linear.default, x, w, bias, activation)
         return linear(x, w, bias, activation)
     lp = direct.layer_plan(x, w, bias, activation)
     if lp.folds and lp.activation == "none":

@@ -1,0 +1,350 @@
+"""pingpong's ops on DTensors: the sharding rules of the torch.library ops, and the checks that
+run before any work (docs/distributed.md is the user's page).
+
+    | op               | layout (one letter per dim; "1": broadcast)      | linear in the product  |
+    |------------------|--------------------------------------------------|------------------------|
+    | pingpong::mm     | a …mk, b …kn -> …mn                              | always                 |
+    | pingpong::gemm   | a …mk, b …kn, c …mn / mn, bias n / 1n / m1 -> …mn | activation is None     |
+    | pingpong::gemm_  | the same, written into c (c takes the output's placement) | activation is None |
+    | pingpong::linear | x …k, w nk, bias n -> …n                          | activation is None     |
+
+`rules` turns a `Layout` into the strategies of one mesh dim, the way DTensor's aten.mm rule
+does (`gen_einsum_strategies`): DTensor expands them over the mesh, prices each against the
+operands' placements and redistributes the operands to the cheapest; the local GEMM then runs
+on pingpong's kernel (the op's own implementation on the local tensors).
+
+    | strategy (one mesh dim)            | output       | factors (a, b / x, w)       | addends (c, bias) |
+    |------------------------------------|--------------|-----------------------------|-------------------|
+    | replicate                          | Replicate()  | Replicate()                 | Replicate()       |
+    | split a letter of the output       | Shard(its dim)| Shard where the letter is, | the same rule     |
+    |   (batch, then m / the rows, n)    |              | else Replicate()            |                   |
+    | split a contracted letter (k)      | Partial()    | Shard where the letter is   | Partial()         |
+    |   (only when linear)               |              |                             |                   |
+    | one factor partial (only linear)   | Partial(op)  | that one Partial(op), the   | Partial(op)       |
+    |                                    |              | others Replicate()          |                   |
+
+A new op registers with one line, `register(op, layout)`, where `layout(**arguments)` returns
+the op's `Layout` (`product` and `follow` build the usual dims). A role WHOLE marks an operand
+that is never split (indices such as grouped GEMM offsets); `Layout.whole` names letters that
+are never split (grouped GEMM's concatenated rows).
+
+How the rules become active: importing this module registers them (it imports
+torch.distributed.tensor, ~0.4 s, so `import pingpong` does not). The public functions
+(`pingpong.matmul`, `gemm`, `gemm_`, `linear`, `pingpong.nn.Linear`) import it on their first
+call with a DTensor argument, and `import pingpong` imports it when torch.distributed.tensor is
+already loaded. Call `import pingpong.distributed` yourself before calling
+``torch.ops.pingpong.*`` directly on DTensors, or before torch.compile traces a DTensor model
+whose first pingpong call is inside the compiled region.
+
+FSDP2 needs no rule: `fully_shard` all-gathers each parameter into a plain tensor before the
+forward, so pingpong's Linears see plain tensors (a DTensor only when combined with tensor
+parallelism, then on the TP mesh, which the rules above take).
+"""
+
+from __future__ import annotations
+
+import itertools
+import string
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+from torch.distributed.tensor.experimental import register_sharding
+
+from . import batching, fused, functional
+from .errors import PingpongError
+
+__all__ = ["FACTOR", "ADDEND", "WHOLE", "Operand", "Layout", "register", "rules", "check", "product", "follow",
+           "LAYOUTS"]
+
+FACTOR, ADDEND, WHOLE = "factor", "addend", "whole"
+LINEAR_REDUCE_OPS = tuple(getattr(Partial, "LINEAR_REDUCE_OPS", ("sum",)))  # Partial kinds a product is linear in
+_BATCH_LETTERS = string.ascii_uppercase  # batch dims; m, n, k name the matrix dims
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One tensor argument: `dims` has one symbol per dim (a letter names an index of the
+    product, "1" a dim of size 1 that broadcasts); `role` is FACTOR (multiplied into the product:
+    a, b, x, w, scales), ADDEND (added to it: c, bias; it follows the output's placement) or
+    WHOLE (never split: always Replicate())."""
+
+    dims: str
+    role: str = FACTOR
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one call's tensors index the product. `out`: the output's dims (an in-place op's
+    written argument is an ADDEND with the output's dims); `operands`: tensor argument name ->
+    Operand (absent optional tensors left out); `linear`: the result is linear in the product
+    (no activation), so contracted letters may be split (a Partial() result) and an operand may
+    be Partial; `whole`: letters never split."""
+
+    out: str
+    operands: dict[str, Operand]
+    linear: bool = True
+    whole: str = ""
+    activation: str = field(default="none", compare=False)  # for messages
+
+
+# ----------------------------------------------------------------------------- building layouts
+
+
+def _dims(shape, letters: str) -> str:
+    """`letters` right-aligned on `shape`; a dim of size 1 broadcasts ("1")."""
+    return "".join("1" if n == 1 else l for n, l in zip(shape, letters))
+
+
+def product(a_shape, b_shape) -> tuple[str, str, str]:
+    """(a's dims, b's dims, the output's dims) of a (…, M, K) @ (…, K, N) with torch.matmul's
+    batch broadcasting: a batch dim is a letter where it has the output's size (not 1), else
+    "1"."""
+    a_batch, b_batch = tuple(a_shape[:-2]), tuple(b_shape[:-2])
+    batch = tuple(torch.broadcast_shapes(torch.Size(a_batch), torch.Size(b_batch)))
+    letters = _BATCH_LETTERS[:len(batch)]
+
+    def own(dims):
+        return "".join("1" if n != s or n == 1 else l
+                       for n, s, l in zip(dims, batch[len(batch) - len(dims):], letters[len(letters) - len(dims):]))
+
+    return own(a_batch) + "mk", own(b_batch) + "kn", letters + "mn"
+
+
+def follow(out: str, shape) -> str:
+    """The dims of a tensor broadcast against the output (c, a bias): right-aligned on the
+    output's letters, a size-1 dim is "1"."""
+    return _dims(shape, out[len(out) - len(shape):] if len(shape) else "")
+
+
+def _gemm_layout(a, b, c=None, alpha=1.0, beta=0.0, out_dtype=None, bias=None, activation=None) -> Layout:
+    a_dims, b_dims, out = product(tuple(a.shape), tuple(b.shape))
+    operands = {"a": Operand(a_dims), "b": Operand(b_dims)}
+    if c is not None:
+        operands["c"] = Operand(follow(out, c.shape), ADDEND)
+    if bias is not None:
+        operands["bias"] = Operand(follow(out, bias.shape), ADDEND)
+    act = fused.check_activation(activation)
+    return Layout(out, operands, linear=act == "none", activation=act)
+
+
+def _mm_layout(a, b, out_dtype=None) -> Layout:
+    return _gemm_layout(a, b)
+
+
+def _linear_layout(x, w, bias=None, activation=None) -> Layout:
+    lead = _BATCH_LETTERS[:x.dim() - 1]
+    operands = {"x": Operand(_dims(x.shape[:-1], lead) + "k"), "w": Operand("nk")}
+    if bias is not None:
+        operands["bias"] = Operand("n", ADDEND)
+    act = fused.check_activation(activation)
+    return Layout(lead + "n", operands, linear=act == "none", activation=act)
+
+
+# ----------------------------------------------------------------------------- the rules
+
+
+def rules(layout: Layout) -> list[tuple[object, dict[str, object]]]:
+    """The strategies of one mesh dim, as (output placement, {argument: placement}), in the
+    order DTensor's einsum rule lists them (replicate, batch, contracted, free, linearity):
+    its cost model then breaks ties the same way."""
+    ops_ = layout.operands
+    factors = [n for n, o in ops_.items() if o.role == FACTOR]
+
+    def split(letter, out_placement, addend):
+        ins = {}
+        for name, o in ops_.items():
+            if o.role == WHOLE:
+                ins[name] = Replicate()
+            elif o.role == ADDEND and addend is not None:
+                ins[name] = addend
+            else:
+                ins[name] = Shard(o.dims.index(letter)) if letter in o.dims else Replicate()
+        return out_placement, ins
+
+    free = [l for l in layout.out if l.isalpha() and l not in layout.whole]
+    batch = [l for l in free if sum(l in ops_[f].dims for f in factors) > 1]
+    contracted = [] if not layout.linear else sorted(
+        {l for f in factors for l in ops_[f].dims if l.isalpha()} - set(layout.out) - set(layout.whole))
+    out = [(Replicate(), {name: Replicate() for name in ops_})]
+    out += [split(l, Shard(layout.out.index(l)), None) for l in batch]
+    out += [split(l, Partial(), Partial()) for l in contracted]
+    out += [split(l, Shard(layout.out.index(l)), None) for l in free if l not in batch]
+    if layout.linear:
+        for reduce_op, f in itertools.product(LINEAR_REDUCE_OPS, factors):
+            out.append((Partial(reduce_op), {name: Partial(reduce_op) if name == f or o.role == ADDEND else Replicate()
+                                             for name, o in ops_.items()}))
+    return out
+
+
+@dataclass(frozen=True)
+class _Registered:
+    op: object
+    layout: Callable[..., Layout]
+    check: Callable[..., None]
+    names: tuple[str, ...]  # the schema's argument names, in order
+    inplace: bool  # the op returns nothing and writes its first argument
+
+
+LAYOUTS: dict[object, _Registered] = {}
+
+
+def register(op, layout: Callable[..., Layout], check: Callable[..., None] | None = None) -> None:
+    """Give DTensor the sharding rule of a torch.library op (an OpOverload).
+
+    `layout(**arguments)` returns the call's `Layout`; tensor arguments arrive as objects with
+    `.shape` and `.dim()` (DTensor's specs, or the DTensors themselves in `check`). `check`
+    (optional) validates the arguments' metadata on the global shapes, raising PingpongError
+    (the op's fake implementation's checks), before the placements are looked at.
+    """
+    schema = op._schema
+    names = tuple(a.name for a in schema.arguments)
+    inplace = len(schema.returns) == 0
+
+    def rule(*args, **kwargs):
+        bound = dict(zip(names, args), **kwargs)
+        lay = layout(**{k: _Shaped(v) if _is_spec(v) else v for k, v in bound.items()})
+        result = []
+        for out_placement, ins in rules(lay):
+            placements = [ins.get(n) if _is_spec(v) else None for n, v in zip(names, args)]
+            placements += [ins.get(k) if _is_spec(v) else None for k, v in kwargs.items()]
+            result.append(([] if inplace else [out_placement], placements))
+        return result
+
+    register_sharding(op)(rule)  # DTensor caches the result per call, keyed by every argument (torch 2.11, 2.13)
+    LAYOUTS[op] = _Registered(op, layout, check or (lambda *a, **k: None), names, inplace)
+
+
+def _is_spec(v) -> bool:
+    return v is not None and hasattr(v, "placements") and hasattr(v, "mesh")
+
+
+class _Shaped:
+    """A DTensorSpec seen as a tensor's metadata (what layouts read)."""
+
+    __slots__ = ("shape",)
+
+    def __init__(self, spec):
+        self.shape = tuple(spec.shape)
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+
+# ----------------------------------------------------------------------------- checks before any work
+
+
+def _implicit_replication() -> bool:
+    flag = getattr(torch._C, "_get_dtensor_allow_implicit_replication", None)
+    if flag is not None:
+        return bool(flag())
+    return bool(getattr(DTensor._op_dispatcher, "_allow_implicit_replication", False))
+
+
+def _show(p) -> str:
+    return repr(p)
+
+
+def _mesh(mesh) -> str:
+    """A mesh by its ranks (two meshes of one shape print alike otherwise)."""
+    names = f", dims {mesh.mesh_dim_names}" if mesh.mesh_dim_names else ""
+    return f"the {mesh.device_type} mesh of ranks {mesh.mesh.tolist()}{names}"
+
+
+def check(op, *args, **kwargs) -> None:
+    """PingpongError before any work (no redistribution, no kernel) for a call of a registered
+    op whose tensors include a DTensor: a plain tensor mixed in (where DTensor refuses it too),
+    two meshes, the op's own argument errors (global shapes), and placements the rule does not
+    take: an operand split along the contracted dim or Partial under an activation, and an
+    in-place output whose placement the product cannot take."""
+    reg = LAYOUTS[op]
+    bound = dict(zip(reg.names, args), **kwargs)
+    tensors = {n: v for n, v in bound.items() if isinstance(v, torch.Tensor)}
+    dtensors = {n: v for n, v in tensors.items() if isinstance(v, DTensor)}
+    if not dtensors:
+        return
+    first, ref = next(iter(dtensors.items()))
+    name = op.name().replace("::", ".")
+    for n, t in tensors.items():
+        if not isinstance(t, DTensor) and t.numel() != 1 and not _implicit_replication():
+            raise PingpongError(
+                f"{n}: a plain torch.Tensor mixed with DTensor {first} in {name}; DTensor refuses mixed operands too."
+                f" Make {n} a DTensor on {first}'s mesh, e.g. DTensor.from_local({n}, {first}.device_mesh, [Replicate()])"
+                f" (or distribute_tensor), or call under torch.distributed.tensor.experimental.implicit_replication()"
+                " if it is the same on every rank")
+    for n, t in dtensors.items():
+        if t.device_mesh != ref.device_mesh:
+            raise PingpongError(
+                f"{n}: on {_mesh(t.device_mesh)}, but {first} is on {_mesh(ref.device_mesh)}; {name} needs every DTensor on"
+                f" one DeviceMesh. Redistribute onto one mesh first (e.g. DTensor.from_local({n}.full_tensor(),"
+                f" {first}.device_mesh, [Replicate()]))")
+    reg.check(*args, **kwargs)
+    lay = reg.layout(**bound)
+    for n, t in dtensors.items():
+        operand = lay.operands.get(n)
+        if operand is None:
+            continue
+        for mesh_dim, p in enumerate(t.placements):
+            if reg.inplace and n == reg.names[0]:
+                _check_written(name, n, lay, mesh_dim, p)
+            elif operand.role == FACTOR and not lay.linear:
+                _check_complete(name, n, operand, lay, mesh_dim, p)
+
+
+def _check_complete(name, n, operand, lay, mesh_dim, p) -> None:
+    """Under an activation the product must be complete on every rank: no Partial operand, no
+    split of a contracted letter."""
+    split_k = isinstance(p, Shard) and operand.dims[p.dim] not in lay.out and operand.dims[p.dim].isalpha()
+    if split_k or p.is_partial():
+        what = "splits the contracted dim (K)" if split_k else "holds partial sums"
+        raise PingpongError(
+            f"{n}: placement {_show(p)} on mesh dim {mesh_dim} {what}, so {name}'s result would be a partial sum, but"
+            f" activation {lay.activation!r} must see the complete sum. Supported: activation=None (apply"
+            f" {lay.activation} after the reduction, e.g. after RowwiseParallel's all-reduce), or split the output"
+            f" instead (ColwiseParallel: weight Shard(0), input Replicate()), or redistribute {n} to Replicate()")
+
+
+def _check_written(name, n, lay, mesh_dim, p) -> None:
+    """An in-place output keeps its placement: it must be one the product can take."""
+    dims = lay.out
+    ok = (p.is_replicate()
+          or (type(p) is Shard and dims[p.dim].isalpha() and dims[p.dim] not in lay.whole)
+          or (lay.linear and type(p) is Partial and p.reduce_op in LINEAR_REDUCE_OPS))
+    if not ok:
+        take = ", ".join(["Replicate()", *(f"Shard({i})" for i, l in enumerate(dims) if l.isalpha())]
+                         + ([f"Partial({o!r})" for o in LINEAR_REDUCE_OPS] if lay.linear else []))
+        why = f" under activation {lay.activation!r}" if p.is_partial() and not lay.linear else ""
+        raise PingpongError(
+            f"{n}: {name} writes {n} in place, so it keeps its placement {_show(p)} (mesh dim {mesh_dim}), which the"
+            f" product cannot take{why}. Supported placements of {n}: {take}. Or use pingpong.gemm (out of place) and"
+            " redistribute its result")
+
+
+# ----------------------------------------------------------------------------- pingpong's ops
+
+
+def _check_mm(a, b, out_dtype=None):
+    batching.check(a, b, None, out_dtype)
+
+
+def _check_gemm(a, b, c=None, alpha=1.0, beta=0.0, out_dtype=None, bias=None, activation=None):
+    batching.check(a, b, c, out_dtype, bias, activation)
+
+
+def _check_gemm_(c, a, b, alpha=1.0, beta=0.0, bias=None, activation=None):
+    batching.check(a, b, c, getattr(c, "dtype", None), bias, activation)
+
+
+def _check_linear(x, w, bias=None, activation=None):
+    functional.check_linear(x, w, bias, activation)
+
+
+def _gemm__layout(c, a, b, alpha=1.0, beta=0.0, bias=None, activation=None) -> Layout:
+    return _gemm_layout(a, b, c, alpha, beta, None, bias, activation)
+
+
+register(torch.ops.pingpong.mm.default, _mm_layout, _check_mm)
+register(torch.ops.pingpong.gemm.default, _gemm_layout, _check_gemm)
+register(torch.ops.pingpong.gemm_.default, _gemm__layout, _check_gemm_)
+register(torch.ops.pingpong.linear.default, _linear_layout, _check_linear)

@@ -1,0 +1,291 @@
+"""The ranks of tests/test_distributed.py: world size 2, gloo, CPU tensors, pingpong's kernels
+replaced by the portable kernel under Triton's interpreter (conftest.interpret_plans), fp16.
+
+    python tests/distributed_ranks.py OUTDIR [SCENARIO ...]
+
+spawns two ranks; each runs the scenarios (all by default) and writes OUTDIR/rank<r>.json:
+{scenario: "ok" (or "ok: " and a note, e.g. the loss curves) or the traceback}. Each scenario checks pingpong on DTensors against the float64
+reference (norm and elementwise bounds) and against torch's own ops on the same DTensors
+(placements, values). Shapes are tiny: the interpreter is slow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import traceback
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+WORLD = 2
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def assert_close64(got, ref, what, norm_tol=2e-3, elem_tol=1e-2):
+    """Relative Frobenius error and every element within elem_tol·max|ref| (test_ops's bounds)."""
+    err = (got.double() - ref).abs()
+    rel = (err.norm() / ref.norm().clamp_min(1e-30)).item()
+    worst = (err.max() / ref.abs().max().clamp_min(1e-30)).item()
+    assert rel <= norm_tol and worst <= elem_tol, f"{what}: rel norm {rel:.2e}, worst {worst:.2e}"
+
+
+def randn(*shape, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).half()
+
+
+def dtensor(full, mesh, placement, rank):
+    """full as a DTensor of one placement; a Partial one holds unequal parts that sum to full."""
+    from torch.distributed.tensor import DTensor, Partial, distribute_tensor
+
+    if isinstance(placement, Partial):
+        part = (full.float() * (0.25 if rank == 0 else 0.75)).to(full.dtype)  # sums to full up to one rounding
+        return DTensor.from_local(part, mesh, [placement], run_check=False)
+    return distribute_tensor(full.clone(), mesh, [placement])  # a copy: gemm_ writes it
+
+
+# ----------------------------------------------------------------------------- scenarios
+
+
+def scenario_products(mesh, rank, runs):
+    """matmul / gemm / gemm_ / linear on DTensors of each placement: torch's placements, the
+    float64 values, and pingpong's kernel ran on the local tensors."""
+    import pingpong
+    from torch.distributed.tensor import Partial, Replicate, Shard
+
+    R, P = Replicate(), Partial()
+    a, b = randn(8, 6, seed=1), randn(6, 4, seed=2)
+    ref = a.double() @ b.double()
+    for pa, pb in [(R, R), (Shard(0), R), (R, Shard(1)), (Shard(1), Shard(0)), (Shard(0), Shard(0)), (Shard(1), R),
+                   (P, R), (Shard(0), Shard(1)), (R, P)]:
+        da, db = dtensor(a, mesh, pa, rank), dtensor(b, mesh, pb, rank)
+        before = len(runs)
+        got, want = pingpong.matmul(da, db), torch.mm(da, db)
+        assert len(runs) > before, f"matmul {pa} {pb}: pingpong's kernel did not run"
+        assert got.placements == want.placements, f"matmul {pa} {pb}: {got.placements} (torch.mm: {want.placements})"
+        assert_close64(got.full_tensor(), ref, f"matmul {pa} {pb}")
+        f32 = pingpong.matmul(da, db, out_dtype=torch.float32)
+        assert f32.dtype == torch.float32 and f32.to_local().dtype == torch.float32, "out_dtype"
+        assert_close64(f32.full_tensor(), ref, f"matmul fp32 {pa} {pb}")
+
+    # batched a with a shared weight, split along the batch
+    a3 = randn(4, 3, 6, seed=3)
+    got = pingpong.matmul(dtensor(a3, mesh, Shard(0), rank), dtensor(b, mesh, R, rank))
+    want = torch.matmul(dtensor(a3, mesh, Shard(0), rank), dtensor(b, mesh, R, rank))
+    assert got.placements == want.placements == (Shard(0),), f"batched: {got.placements} / {want.placements}"
+    assert_close64(got.full_tensor(), a3.double() @ b.double(), "batched")
+
+    # gemm: alpha, bias (per column), beta·c; the contracted dim split (bias and c Partial)
+    bias, c = randn(4, seed=4), randn(8, 4, seed=5)
+    full = 2.0 * ref + bias.double() + 0.5 * c.double()
+    for pa, pb, pc in [(Shard(1), Shard(0), R), (Shard(0), R, Shard(0)), (R, Shard(1), R)]:
+        da, db, dc = dtensor(a, mesh, pa, rank), dtensor(b, mesh, pb, rank), dtensor(c, mesh, pc, rank)
+        dbias = dtensor(bias, mesh, R, rank)
+        got = pingpong.gemm(da, db, dc, alpha=2.0, beta=0.5, bias=dbias)
+        want = torch.addmm(dc, da, db, beta=0.5, alpha=2.0)
+        assert got.placements == want.placements, f"gemm {pa} {pb} {pc}: {got.placements} (addmm {want.placements})"
+        assert_close64(got.full_tensor(), full, f"gemm {pa} {pb} {pc}")
+    # an activation: rows split, the sum complete on each rank
+    got = pingpong.gemm(dtensor(a, mesh, Shard(0), rank), dtensor(b, mesh, R, rank), bias=dtensor(bias, mesh, R, rank),
+                        activation="gelu_tanh")
+    assert got.placements == (Shard(0),), got.placements
+    assert_close64(got.full_tensor(), F.gelu(ref + bias.double(), approximate="tanh"), "gemm gelu_tanh")
+
+    # gemm_: c keeps its placement
+    for pc, pa, pb in [(Shard(0), Shard(0), R), (R, R, R), (Shard(1), R, Shard(1)), (P, Shard(1), Shard(0))]:
+        dc = dtensor(c, mesh, pc, rank)
+        out = pingpong.gemm_(dc, dtensor(a, mesh, pa, rank), dtensor(b, mesh, pb, rank), beta=1.0)
+        assert out is dc and dc.placements == (pc,), f"gemm_ {pc}: {dc.placements}"
+        assert_close64(dc.full_tensor(), ref + c.double(), f"gemm_ {pc} {pa} {pb}")
+
+    # linear: x (…, K), weight (N, K), bias (N,): colwise, rowwise, sequence split
+    x, w, lb = randn(2, 3, 6, seed=6), randn(4, 6, seed=7), randn(4, seed=8)
+    full = x.double() @ w.double().t() + lb.double()
+    for px, pw, pbias, out in [(R, Shard(0), Shard(0), Shard(2)), (Shard(2), Shard(1), R, P), (Shard(1), R, R, Shard(1)),
+                               (R, R, R, R)]:
+        args = dtensor(x, mesh, px, rank), dtensor(w, mesh, pw, rank), dtensor(lb, mesh, pbias, rank)
+        got = pingpong.linear(*args)
+        assert got.placements == (out,), f"linear {px} {pw} {pbias}: {got.placements}, expected {out}"
+        try:  # torch 2.11's F.linear refuses x split along a leading dim (its reshape cannot flatten it)
+            want = F.linear(*args).placements
+        except RuntimeError:
+            want = None
+        assert want in (None, got.placements), f"linear {px} {pw} {pbias}: {got.placements} (F.linear {want})"
+        assert_close64(got.full_tensor(), full, f"linear {px} {pw} {pbias}")
+
+
+def scenario_autograd(mesh, rank, runs):
+    """Gradients through the ops on DTensors: torch's placements, float64 values."""
+    import pingpong
+    from torch.distributed.tensor import Replicate, Shard
+
+    a, b, g = randn(8, 6, seed=11), randn(6, 4, seed=12), randn(8, 4, seed=13)
+    a64, b64 = a.double().requires_grad_(), b.double().requires_grad_()
+    (a64 @ b64).backward(g.double())
+    for pa, pb in [(Shard(0), Replicate()), (Replicate(), Shard(1)), (Shard(1), Shard(0))]:
+        grads = []
+        for fn in (pingpong.matmul, torch.mm):
+            da = dtensor(a, mesh, pa, rank).requires_grad_()
+            db = dtensor(b, mesh, pb, rank).requires_grad_()
+            (fn(da, db).full_tensor() * g).sum().backward()
+            grads.append((da.grad, db.grad))
+        (ga, gb), (ta, tb) = grads
+        assert (ga.placements, gb.placements) == (ta.placements, tb.placements), \
+            f"grads {pa} {pb}: {ga.placements} {gb.placements} (torch {ta.placements} {tb.placements})"
+        assert_close64(ga.full_tensor(), a64.grad, f"dA {pa} {pb}")
+        assert_close64(gb.full_tensor(), b64.grad, f"dB {pa} {pb}")
+
+    # linear on a sequence-split x (…, S, K) with a replicated weight: the backward folds x's
+    # leading dims on DTensors (torch 2.11's view rule refuses that fold; 2.13 takes it)
+    x, w, gy = randn(2, 4, 6, seed=14), randn(5, 6, seed=15), randn(2, 4, 5, seed=16)
+    x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
+    (x64 @ w64.t()).backward(gy.double())
+    dx_, dw_ = dtensor(x, mesh, Shard(1), rank).requires_grad_(), dtensor(w, mesh, Replicate(), rank).requires_grad_()
+    y = pingpong.linear(dx_, dw_)
+    assert y.placements == (Shard(1),), y.placements
+    (y.full_tensor() * gy).sum().backward()
+    assert_close64(dx_.grad.full_tensor(), x64.grad, "linear dX (sequence split)")
+    assert_close64(dw_.grad.full_tensor(), w64.grad, "linear dW (sequence split)")
+
+
+def _mlp_pair(seed, dtype, act_fused: bool):
+    """The same MLP twice: torch's (Linear, ReLU, Linear) and pingpong's (Linear with the relu
+    fused, Linear), equal parameters."""
+    import pingpong
+
+    torch.manual_seed(seed)
+    ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8)).to(dtype)
+    pp = torch.nn.Sequential(pingpong.nn.Linear(8, 16, activation="relu" if act_fused else None, dtype=dtype),
+                             pingpong.nn.Linear(16, 8, dtype=dtype))
+    with torch.no_grad():
+        for mine, theirs in ((pp[0], ref[0]), (pp[1], ref[2])):
+            mine.weight.copy_(theirs.weight)
+            mine.bias.copy_(theirs.bias)
+    return ref, pp
+
+
+def scenario_tensor_parallel(mesh, rank, runs):
+    """parallelize_module with ColwiseParallel / RowwiseParallel on pingpong Linears (replaced
+    first, then parallelized): forward and backward match torch's model, parallelized the same
+    way, and the float64 reference."""
+    import pingpong
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    ref, pp = _mlp_pair(21, torch.float16, act_fused=True)
+    ref64 = [t.detach().double().requires_grad_() for t in (ref[0].weight, ref[0].bias, ref[2].weight, ref[2].bias)]
+    parallelize_module(ref, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    parallelize_module(pp, mesh, {"0": ColwiseParallel(), "1": RowwiseParallel()})
+    x, g = randn(2, 3, 8, seed=22), randn(2, 3, 8, seed=23)
+    before = len(runs)
+    y_pp, y_ref = pp(x), ref(x)
+    assert len(runs) > before, "pingpong's kernel did not run"
+    w0, b0, w1, b1 = ref64
+    y64 = F.linear(F.relu(F.linear(x.double(), w0, b0)), w1, b1)
+    assert_close64(y_pp, y64, "TP forward (pingpong)")
+    assert_close64(y_ref, y64, "TP forward (torch)")
+    y_pp.backward(g)
+    y_ref.backward(g)
+    y64.backward(g.double())
+    for mine, theirs, want, what in ((pp[0].weight, ref[0].weight, w0, "w0"), (pp[0].bias, ref[0].bias, b0, "b0"),
+                                      (pp[1].weight, ref[2].weight, w1, "w1"), (pp[1].bias, ref[2].bias, b1, "b1")):
+        assert mine.grad.placements == theirs.grad.placements, f"{what}.grad: {mine.grad.placements} ({theirs.grad.placements})"
+        assert_close64(mine.grad.full_tensor(), want.grad, f"TP {what}.grad (pingpong)")
+        assert_close64(theirs.grad.full_tensor(), want.grad, f"TP {what}.grad (torch)")
+    # parallelize, then replace: refused (the hooks stay on the old module)
+    report = pingpong.nn.replace_linear(ref)
+    assert report.replaced == [] and "replace the Linears first" in report.skipped["0"], report
+
+
+def scenario_fsdp2(mesh, rank, runs):
+    """fully_shard (FSDP2, fp16 compute, fp32 master weights and gradient reduction) on an MLP of
+    pingpong Linears trains, and its loss curve follows torch's on the same data and seed."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy(param_dtype=torch.float16, reduce_dtype=torch.float32)
+    curves, kernel_runs = [], []
+    for model in _mlp_pair(31, torch.float32, act_fused=True):
+        start = len(runs)
+        for layer in model:
+            if isinstance(layer, torch.nn.Linear):
+                fully_shard(layer, mesh=mesh, mp_policy=policy)
+        fully_shard(model, mesh=mesh, mp_policy=policy)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        losses = []
+        gen = torch.Generator().manual_seed(1000 + rank)  # each rank its own batch of one task
+        teacher = torch.randn(8, 8, generator=torch.Generator().manual_seed(999)) / 3
+        x = torch.randn(16, 8, generator=gen)
+        target = torch.tanh(x @ teacher)
+        for step in range(8):
+            loss = F.mse_loss(model(x).float(), target)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+        curves.append(losses)
+        kernel_runs.append(len(runs) - start)
+    assert kernel_runs[0] == 0 < kernel_runs[1], f"pingpong kernel runs (torch model, pingpong model): {kernel_runs}"
+    theirs, mine = curves
+    for step, (l_pp, l_ref) in enumerate(zip(mine, theirs)):
+        assert abs(l_pp - l_ref) <= 2e-3 * abs(l_ref) + 1e-4, f"step {step}: pingpong {mine} vs torch {theirs}"
+    assert mine[-1] < 0.7 * mine[0], f"loss does not fall: {mine}"
+    return "losses pingpong " + " ".join(f"{l:.4f}" for l in mine) + " / torch " + " ".join(f"{l:.4f}" for l in theirs)
+
+
+SCENARIOS = {name[len("scenario_"):]: fn for name, fn in globals().items() if name.startswith("scenario_")}
+
+
+# ----------------------------------------------------------------------------- the ranks
+
+
+def rank_main(rank, port, outdir, names):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    results = {}
+    try:
+        sys.path.insert(0, HERE)
+        from conftest import interpret_plans
+
+        import pingpong.portable
+        from torch.distributed.device_mesh import init_device_mesh
+
+        runs = []
+        kernel = pingpong.portable.portable_gemm
+
+        def counted(*args, **kwargs):
+            runs.append(1)
+            return kernel(*args, **kwargs)
+
+        pingpong.portable.portable_gemm = counted  # interpret_plans binds it now
+        interpret_plans(setattr)
+        mesh = init_device_mesh("cpu", (WORLD,))
+        for name in names:
+            try:
+                note = SCENARIOS[name](mesh, rank, runs)
+                results[name] = "ok" + (f": {note}" if note else "")
+            except Exception:
+                results[name] = traceback.format_exc()
+    finally:
+        with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
+            json.dump(results, f)
+        dist.destroy_process_group()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main(argv):
+    import torch.multiprocessing as mp
+
+    outdir, names = argv[0], argv[1:] or list(SCENARIOS)
+    mp.spawn(rank_main, args=(free_port(), outdir, names), nprocs=WORLD)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,283 @@
+"""pingpong under torch.distributed (pingpong.distributed, docs/distributed.md), on the CPU.
+
+- Two gloo ranks in subprocesses (tests/distributed_ranks.py, one launch for the module): the
+  ops on DTensors of each placement, their gradients, tensor parallelism (parallelize_module)
+  and FSDP2 (fully_shard) against torch and the float64 reference.
+- In this process, torch's fake process group (world size 2, rank 0: collectives do nothing, so
+  only placements and refusals are checked here): the refusals before any work, the rule
+  cache, the rule table itself.
+- A fresh interpreter: `import pingpong` does not load torch.distributed.tensor, and the rules
+  register on the first call with a DTensor.
+
+pingpong's kernels are the portable kernel under Triton's interpreter (conftest), fp16.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+if not torch.distributed.is_available():
+    pytest.skip("torch.distributed is not available in this torch build", allow_module_level=True)
+
+import torch.distributed as dist  # noqa: E402
+
+import distributed_ranks  # noqa: E402
+from conftest import interpret_plans  # noqa: E402
+from pingpong import PingpongError  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+# ----------------------------------------------------------------------------- two gloo ranks
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    """Each rank's {scenario: "ok…" or traceback}, from one launch of the two ranks."""
+    out = tmp_path_factory.mktemp("ranks")
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "distributed_ranks.py"), str(out)],
+                          capture_output=True, text=True, timeout=240)
+    results = []
+    for r in range(distributed_ranks.WORLD):
+        path = out / f"rank{r}.json"
+        assert path.exists(), f"rank {r} wrote no results (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
+        results.append(json.loads(path.read_text()))
+    return results
+
+
+@pytest.mark.parametrize("scenario", sorted(distributed_ranks.SCENARIOS))
+def test_two_ranks(ranks, scenario):
+    for r, results in enumerate(ranks):
+        got = results.get(scenario, "not run")
+        assert got.startswith("ok"), f"rank {r}, {scenario}:\n{got}"
+
+
+# ----------------------------------------------------------------------------- the fake process group
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from torch.distributed.device_mesh import init_device_mesh
+
+    assert not dist.is_initialized()
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        yield init_device_mesh("cpu", (2,))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture
+def runs(monkeypatch):
+    """The interpreted kernels (conftest), each launch recorded."""
+    import pingpong.portable
+
+    launched, kernel = [], pingpong.portable.portable_gemm
+
+    def counted(*args, **kwargs):
+        launched.append(1)
+        return kernel(*args, **kwargs)
+
+    monkeypatch.setattr(pingpong.portable, "portable_gemm", counted)
+    interpret_plans(monkeypatch.setattr)
+    return launched
+
+
+def dt(mesh, shape, placement, seed, dtype=torch.float16):
+    from torch.distributed.tensor import DTensor, Shard
+
+    local = list(shape)
+    if isinstance(placement, Shard):
+        local[placement.dim] //= 2
+    g = torch.Generator().manual_seed(seed)
+    return DTensor.from_local(torch.randn(*local, generator=g).to(dtype), mesh, [placement], run_check=False)
+
+
+def test_a_plain_tensor_mixed_in_is_refused_as_torch_refuses_it(mesh, runs):
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.experimental import implicit_replication
+
+    import pingpong
+
+    a, b = dt(mesh, (8, 6), Shard(0), 1), torch.randn(6, 4).half()
+    with pytest.raises(RuntimeError, match="mixed torch.Tensor and DTensor"):
+        torch.mm(a, b)
+    with pytest.raises(PingpongError, match=r"b: a plain torch.Tensor mixed with DTensor a .*DTensor.from_local\(b"):
+        pingpong.matmul(a, b)
+    with pytest.raises(PingpongError, match="bias: a plain torch.Tensor"):
+        pingpong.linear(dt(mesh, (3, 6), Replicate(), 2), dt(mesh, (4, 6), Shard(0), 3), torch.randn(4).half())
+    assert runs == []
+    with implicit_replication():  # torch then treats it as replicated: so does pingpong
+        assert pingpong.matmul(a, b).placements == torch.mm(a, b).placements == (Shard(0),)
+    assert runs
+
+
+def test_two_meshes_are_refused(mesh, runs):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate
+
+    import pingpong
+
+    other = init_device_mesh("cpu", (1, 2))  # the same two ranks as a 1×2 mesh: another mesh
+    a = dt(mesh, (8, 6), Replicate(), 1)
+    b = DTensor.from_local(torch.randn(6, 4).half(), other, [Replicate(), Replicate()], run_check=False)
+    with pytest.raises(PingpongError, match=r"b: on the cpu mesh of ranks \[\[0, 1\]\], but a is on the cpu mesh of"
+                                            r" ranks \[0, 1\]; .* one DeviceMesh"):
+        pingpong.matmul(a, b)
+    assert runs == []
+
+
+def test_an_activation_on_a_split_contraction_is_refused(mesh, runs):
+    """A fused activation needs the complete sum: K split (RowwiseParallel) or Partial operands
+    are refused with the supported alternatives, before any work."""
+    from torch.distributed.tensor import Partial, Replicate, Shard
+    from torch.distributed.tensor.parallel import RowwiseParallel, parallelize_module
+
+    import pingpong
+
+    a, b = dt(mesh, (8, 6), Shard(1), 1), dt(mesh, (6, 4), Shard(0), 2)
+    with pytest.raises(PingpongError, match=r"a: placement Shard\(dim=1\) on mesh dim 0 splits the contracted dim .*"
+                                            r"activation 'relu' must see the complete sum. Supported: activation=None"):
+        pingpong.gemm(a, b, activation="relu")
+    with pytest.raises(PingpongError, match=r"a: placement Partial\(sum\) .* holds partial sums"):
+        pingpong.gemm(dt(mesh, (8, 6), Partial(), 1), dt(mesh, (6, 4), Replicate(), 2), activation="silu")
+    layer = pingpong.nn.Linear(6, 4, activation="gelu_tanh", dtype=torch.float16)
+    parallelize_module(layer, mesh, RowwiseParallel())
+    with pytest.raises(PingpongError, match=r"x: placement Shard\(dim=1\) .*ColwiseParallel"):
+        layer(torch.randn(3, 3).half())  # RowwiseParallel: this rank's half of x's K
+    assert runs == []
+    assert pingpong.gemm(a, b).placements == (Partial(),)  # without the activation: a partial sum
+
+
+def test_an_in_place_output_the_product_cannot_take_is_refused(mesh, runs):
+    from torch.distributed.tensor import Partial, Replicate, Shard
+
+    import pingpong
+
+    c = dt(mesh, (8, 4), Partial(), 3)
+    before = c.to_local().clone()
+    a, b = dt(mesh, (8, 6), Shard(0), 1), dt(mesh, (6, 4), Replicate(), 2)
+    with pytest.raises(PingpongError, match=r"c: pingpong.gemm_ writes c in place, so it keeps its placement Partial\(sum\)"
+                                            r" .* under activation 'relu'. Supported placements of c: Replicate\(\),"
+                                            r" Shard\(0\), Shard\(1\)\. Or use pingpong.gemm"):
+        pingpong.gemm_(c, a, b, activation="relu")
+    assert runs == [] and torch.equal(c.to_local(), before) and c.placements == (Partial(),)
+    pingpong.gemm_(c, a, b, beta=1.0)  # without the activation the product can be a partial sum
+    assert c.placements == (Partial(),) and runs
+
+
+def test_argument_errors_are_pingpong_errors_on_global_shapes(mesh, runs):
+    from torch.distributed.tensor import Replicate, Shard
+
+    import pingpong
+
+    with pytest.raises(PingpongError, match="a: dtype torch.float32 is not supported"):
+        pingpong.matmul(dt(mesh, (8, 6), Shard(0), 1, torch.float32), dt(mesh, (6, 4), Replicate(), 2, torch.float32))
+    with pytest.raises(PingpongError, match=r"shape mismatch|a.shape\[-1\]|do not"):
+        pingpong.matmul(dt(mesh, (8, 6), Shard(0), 1), dt(mesh, (5, 4), Replicate(), 2))
+    assert runs == []
+
+
+def test_the_rule_cache_keys_every_argument(mesh, runs):
+    """DTensor caches a rule's result per call: an activation passed by keyword must not reuse
+    the strategies of a call without it (that would apply relu to partial sums)."""
+    from torch.distributed.tensor import Partial, Replicate
+
+    import pingpong.distributed  # noqa: F401  (torch.ops.pingpong.* called directly: the rules by import)
+
+    a, b = dt(mesh, (8, 6), Partial(), 1), dt(mesh, (6, 4), Replicate(), 2)
+    gemm = torch.ops.pingpong.gemm.default
+    assert gemm(a, b).placements == (Partial(),)
+    assert not gemm(a, b, activation="relu").placements[0].is_partial()  # a reduced first
+
+
+def test_placements_on_a_2d_mesh_follow_torch(mesh, runs):
+    """Two mesh dims (a 1×2 mesh of the two ranks, as DP×TP would be): each dim's strategy is
+    chosen as torch.mm's is."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+
+    import pingpong
+
+    mesh2 = init_device_mesh("cpu", (1, 2))
+    R = Replicate()
+
+    def on(shape, placements, seed):
+        local = list(shape)
+        for p, n in zip(placements, mesh2.shape):
+            if isinstance(p, Shard):
+                local[p.dim] //= n
+        g = torch.Generator().manual_seed(seed)
+        return DTensor.from_local(torch.randn(*local, generator=g).half(), mesh2, placements, run_check=False)
+
+    for pa, pb in [((Shard(0), Shard(1)), (R, Shard(0))), ((R, Shard(0)), (Shard(1), R)), ((Shard(1), R), (R, Shard(1))),
+                   ((R, Partial()), (R, R))]:
+        a, b = on((8, 6), pa, 1), on((6, 4), pb, 2)
+        assert pingpong.matmul(a, b).placements == torch.mm(a, b).placements, (pa, pb)
+    assert runs
+
+
+def test_parallelize_then_replace_is_refused(mesh):
+    from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+
+    import pingpong
+
+    layer = torch.nn.Linear(6, 4)
+    parallelize_module(layer, mesh, ColwiseParallel())
+    with pytest.raises(PingpongError, match="layer: its parameters are DTensors.*replace the Linears first"):
+        pingpong.nn.Linear.from_linear(layer)
+
+
+def test_the_rule_table():
+    """The strategies of one mesh dim, as aten.mm's einsum rule lists them; none that split K or
+    keep a Partial under an activation; none that split a WHOLE letter or a WHOLE operand."""
+    from torch.distributed.tensor import Partial, Replicate, Shard
+
+    from pingpong import distributed as d
+
+    R, S = Replicate(), Shard
+    shaped = [torch.empty(8, 6, device="meta"), torch.empty(6, 4, device="meta")]
+    table = [(o, (i["a"], i["b"])) for o, i in d.rules(d._mm_layout(*shaped))]
+    assert table == [(R, (R, R)), (Partial(), (S(1), S(0))), (S(0), (S(0), R)), (S(1), (R, S(1))),
+                     *[(Partial(op), p) for op in d.LINEAR_REDUCE_OPS for p in ((Partial(op), R), (R, Partial(op)))]]
+    relu = d._gemm_layout(*shaped, bias=torch.empty(4, device="meta"), activation="relu")
+    assert [(o, i["bias"]) for o, i in d.rules(relu)] == [(R, R), (S(0), R), (S(1), S(0))]
+    grouped = d.Layout("mn", {"a": d.Operand("mk"), "b": d.Operand("gkn"), "offs": d.Operand("g", d.WHOLE)}, whole="mg")
+    for out, ins in d.rules(grouped):
+        assert out != S(0) and ins["offs"] == R and ins["b"] != S(0), (out, ins)
+    assert d.product((4, 1, 8, 6), (3, 6, 5)) == ("A1mk", "Bkn", "ABmn")
+    assert d.follow("ABmn", (8, 1)) == "m1" and d.follow("ABmn", (5,)) == "n"
+
+
+def test_import_pingpong_after_torch_distributed_tensor_registers_the_rules():
+    code = ("import sys, torch.distributed.tensor, pingpong; "
+            "assert 'pingpong.distributed' in sys.modules, 'the rules are not registered'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_import_pingpong_does_not_load_torch_distributed_and_a_first_dtensor_call_registers_the_rules():
+    code = f"""
+import sys
+sys.path.insert(0, {HERE!r})
+import pingpong
+assert "torch.distributed.tensor" not in sys.modules and "pingpong.distributed" not in sys.modules
+import torch, torch.distributed as dist
+from torch.testing._internal.distributed.fake_pg import FakeStore
+from torch.distributed.tensor import DTensor, Shard, Replicate, init_device_mesh
+from conftest import interpret_plans
+interpret_plans(setattr)
+dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+mesh = init_device_mesh("cpu", (2,))
+a = DTensor.from_local(torch.randn(4, 6).half(), mesh, [Shard(0)])
+b = DTensor.from_local(torch.randn(6, 4).half(), mesh, [Replicate()])
+assert "pingpong.distributed" not in sys.modules
+assert pingpong.matmul(a, b).placements == (Shard(0),)
+assert "pingpong.distributed" in sys.modules
+dist.destroy_process_group()
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

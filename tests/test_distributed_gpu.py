@@ -1,0 +1,66 @@
+"""pingpong's ops on DTensors on one Hopper GPU: a one-rank NCCL process group, DTensor's mesh
+of that one device, bf16 through the real Hopper kernel. Each placement's result against the
+float64 reference (norm and elementwise bounds) and against torch's ops on the same DTensors
+(placements). Two-GPU runs: benchmarks/dist_llama.py under torchrun (docs/distributed.md)."""
+
+import pytest
+import torch
+
+import pingpong
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    dist.init_process_group("nccl", rank=0, world_size=1, store=dist.HashStore())
+    try:
+        yield init_device_mesh("cuda", (1,))
+    finally:
+        dist.destroy_process_group()
+
+
+def assert_close64(got, ref, what, norm_tol=1e-2, elem_tol=2e-2):
+    err = (got.double() - ref).abs()
+    rel = (err.norm() / ref.norm()).item()
+    worst = (err.max() / ref.abs().max()).item()
+    assert rel <= norm_tol and worst <= elem_tol, f"{what}: rel norm {rel:.2e}, worst {worst:.2e}"
+
+
+def randn(*shape, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randn(*shape, device="cuda", generator=g).bfloat16()
+
+
+def test_products_on_a_one_gpu_mesh(mesh):
+    import torch.nn.functional as F
+    from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
+
+    a, b, bias = randn(256, 512, seed=1), randn(512, 384, seed=2), randn(384, seed=3)
+    assert pingpong.path_for(a, b) == "hopper"
+    ref = a.double() @ b.double()
+    R = Replicate()
+    for pa, pb in [(R, R), (Shard(0), R), (R, Shard(1)), (Shard(1), Shard(0))]:
+        da, db = distribute_tensor(a, mesh, [pa]), distribute_tensor(b, mesh, [pb])
+        got, want = pingpong.matmul(da, db), torch.mm(da, db)
+        assert got.placements == want.placements, (pa, pb, got.placements, want.placements)
+        assert_close64(got.full_tensor(), ref, f"matmul {pa} {pb}")
+    da, db = distribute_tensor(a, mesh, [Shard(1)]), distribute_tensor(b, mesh, [Shard(0)])
+    assert pingpong.gemm(da, db, bias=distribute_tensor(bias, mesh, [R])).placements == (Partial(),)
+    got = pingpong.gemm(distribute_tensor(a, mesh, [Shard(0)]), distribute_tensor(b, mesh, [R]),
+                        bias=distribute_tensor(bias, mesh, [R]), activation="silu")
+    assert_close64(got.full_tensor(), F.silu(ref + bias.double()), "gemm silu")
+    x, w = randn(2, 128, 512, seed=4), randn(384, 512, seed=5)
+    dx, dw, dbias = (distribute_tensor(t, mesh, [p]) for t, p in ((x, R), (w, Shard(0)), (bias, Shard(0))))
+    dx.requires_grad_()
+    dw.requires_grad_()
+    y = pingpong.linear(dx, dw, dbias)
+    assert y.placements == F.linear(dx, dw, dbias).placements == (Shard(2),)
+    assert_close64(y.full_tensor(), x.double() @ w.double().t() + bias.double(), "linear colwise")
+    g = randn(2, 128, 384, seed=6)
+    (y.full_tensor() * g).sum().backward()
+    assert_close64(dw.grad.full_tensor(), g.double().reshape(-1, 384).t() @ x.double().reshape(-1, 512), "dW")
+    assert_close64(dx.grad.full_tensor(), g.double() @ w.double(), "dX")
