@@ -28,6 +28,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .toolchain import KERNEL_OPTIONS
+
 
 def _grouped_kernel(a, b, out, offs, M, N, KT, G, sam, sak, sbg, sbk, sbn, sog, som, son,
                     RAGGED_K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
@@ -115,7 +117,7 @@ def grouped(a, b, out, offs, ragged_k: bool, interpret: bool = False) -> torch.T
     args = (a, b, out, offs, M, N, KT, G, a.stride(0), a.stride(1), sbg, b.stride(-2), b.stride(-1), sog,
             out.stride(-2), out.stride(-1))
     kernel = _interpreted(_grouped_kernel) if interpret else grouped_kernel
-    extra = {} if interpret else dict(num_warps=8 if BM * BN >= 128 * 128 else 4, num_stages=3)
+    extra = {} if interpret else dict(num_warps=8 if BM * BN >= 128 * 128 else 4, num_stages=3, **KERNEL_OPTIONS)
     kernel[grid](*args, RAGGED_K=ragged_k, BM=BM, BN=BN, BK=BK, GROUP_M=8, **extra)
     return out
 
@@ -130,5 +132,6 @@ def zero_tail(out, offs, interpret: bool = False) -> torch.Tensor:
         return out.zero_()
     BM, BN = (16, 16) if interpret else (64, 128)
     kernel = _interpreted(_zero_tail_kernel) if interpret else zero_tail_kernel
-    kernel[(-(-M // BM), -(-N // BN))](out, offs, M, N, G, out.stride(0), out.stride(1), BM=BM, BN=BN)
+    kernel[(-(-M // BM), -(-N // BN))](out, offs, M, N, G, out.stride(0), out.stride(1), BM=BM, BN=BN,
+                                       **({} if interpret else KERNEL_OPTIONS))
     return out

@@ -34,6 +34,7 @@ import triton
 import triton.language as tl
 
 from .errors import PingpongError, check_tensor
+from .toolchain import KERNEL_OPTIONS
 
 __all__ = ["quantize_fp8", "GRANULARITIES", "FP8_MAX"]
 
@@ -206,13 +207,13 @@ def quantize_direct(x: torch.Tensor, granularity: str = "row", dtype=torch.float
         one = K <= MAX_ROW
         bk = triton.next_power_of_2(K) if one else 4096
         bm = max(1, min(16, 4096 // bk)) if one else 1
-        meta = {} if interpret else dict(num_warps=8 if bk * bm >= 4096 else 4)
+        meta = {} if interpret else dict(num_warps=8 if bk * bm >= 4096 else 4, **KERNEL_OPTIONS)
         _row_kernel[(-(-M // bm),)](x, q, s, M, K, x.stride(0), q.stride(0), FP8_MAX=fmax,
                                                           BLOCK_M=bm, BLOCK_K=bk, ONE_READ=one, **meta)
     elif granularity in ("block", "block128x128"):
         bm, groups = (128, 1) if granularity == "block128x128" else BLOCK_TILE
         groups = min(groups, K // 128) if K // 128 % groups == 0 else 1
-        meta = {} if interpret else dict(num_warps=8 if bm * groups >= 64 else 4)
+        meta = {} if interpret else dict(num_warps=8 if bm * groups >= 64 else 4, **KERNEL_OPTIONS)
         _block_kernel[(-(-M // bm), K // 128 // groups)](
             x, q, s, M, K, x.stride(0), q.stride(0), s.stride(0), s.stride(1), FP8_MAX=fmax, BLOCK_M=bm, GROUP_K=128,
             GROUP_M=1 if granularity == "block" else bm, GROUPS=groups, **meta)
@@ -221,7 +222,7 @@ def quantize_direct(x: torch.Tensor, granularity: str = "row", dtype=torch.float
         grid = (-(-M // bm), -(-K // bk))
         P = grid[0] * grid[1]
         partial = torch.empty(P, dtype=torch.float32, device=x.device)
-        meta = {} if interpret else dict(num_warps=8)
+        meta = {} if interpret else dict(num_warps=8, **KERNEL_OPTIONS)
         _amax_kernel[grid](x, partial, M, K, x.stride(0), BLOCK_M=bm, BLOCK_K=bk, **meta)
         if P > 8192:  # reduce the partials once more so each cast program reads few
             partial = partial.amax().reshape(1)

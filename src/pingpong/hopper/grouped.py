@@ -69,7 +69,6 @@ from triton.experimental.gluon import language as gl
 from triton.language.core import _aggregate as aggregate
 
 from ..runtime import compile as cc
-from ..toolchain import KERNEL_OPTIONS
 from .config import KernelConfig
 from .epilogue import Epilogue
 from .kernel import run_partitions

@@ -23,6 +23,7 @@ import triton
 from ..tools.timing import time_callable
 from ..runtime.device import is_hopper, sm_count
 from .api import kernel_path, vector_add
+from ..toolchain import KERNEL_OPTIONS
 
 
 def _median_ms(fn, reps: int) -> float:
@@ -238,7 +239,7 @@ def run_stream_sweep(configs: dict, sizes, dtypes, reps: int = 100, device: str 
                 cfg = hopper.DEFAULT
                 descs = lambda: hopper.descriptors(a, b, out, cfg)  # noqa: E731
                 jit = lambda: hopper.vector_add_tma_kernel[(cfg.grid(n, itemsize, sms),)](  # noqa: E731
-                    *descs(), n, **cfg.constexprs)
+                    *descs(), n, **cfg.constexprs, **KERNEL_OPTIONS)
                 row(cfg.spec, "jit-path", jit, checked(jit))
                 graph = _graph(lambda: hopper.launch(a, b, out, sms, cfg, index))
                 if graph is not None:
