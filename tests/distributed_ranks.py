@@ -235,6 +235,26 @@ def scenario_fsdp2(mesh, rank, runs):
     return "losses pingpong " + " ".join(f"{l:.4f}" for l in mine) + " / torch " + " ".join(f"{l:.4f}" for l in theirs)
 
 
+def scenario_grouped(mesh, rank, runs):
+    """grouped_mm (2-D × 3-D, ragged rows) on DTensors: the offsets' rows and the groups never
+    split; N split follows b, K split gives a Partial sum; float64 per group."""
+    import functools
+
+    import pingpong
+    from pingpong import grouped
+    from torch.distributed.tensor import Partial, Replicate, Shard
+
+    grouped._compute = functools.partial(grouped._compute, interpret=True)  # the portable kernel, interpreted
+    R = Replicate()
+    a, b = randn(12, 6, seed=11), randn(3, 6, 4, seed=12)
+    offs = torch.tensor([3, 7, 12], dtype=torch.int32)
+    ref = torch.cat([a[s:e].double() @ b[g].double() for g, (s, e) in enumerate(zip([0, 3, 7], [3, 7, 12]))])
+    for pa, pb, out in [(R, R, R), (R, Shard(2), Shard(1)), (Shard(1), Shard(1), Partial())]:
+        got = pingpong.grouped_mm(dtensor(a, mesh, pa, rank), dtensor(b, mesh, pb, rank), dtensor(offs, mesh, R, rank))
+        assert got.placements == (out,), f"grouped_mm {pa} {pb}: {got.placements}, expected {out}"
+        assert_close64(got.full_tensor(), ref, f"grouped_mm {pa} {pb}")
+
+
 SCENARIOS = {name[len("scenario_"):]: fn for name, fn in globals().items() if name.startswith("scenario_")}
 
 

@@ -250,6 +250,31 @@ def test_the_rule_table():
     grouped = d.Layout("mn", {"a": d.Operand("mk"), "b": d.Operand("gkn"), "offs": d.Operand("g", d.WHOLE)}, whole="mg")
     for out, ins in d.rules(grouped):
         assert out != S(0) and ins["offs"] == R and ins["b"] != S(0), (out, ins)
+    # grouped_mm's registered layouts: the offsets' concatenated dim and the group dim never split
+    meta = lambda *s, dtype=torch.bfloat16: torch.empty(s, device="meta", dtype=dtype)  # noqa: E731
+    offs = meta(3, dtype=torch.int32)
+    forms = {(meta(12, 6), meta(3, 6, 4)): ("mn", "mg"), (meta(3, 8, 6), meta(6, 12)): ("mn", "gn"),
+             (meta(8, 12), meta(12, 4)): ("gmn", "gk")}
+    for (a, b), (out, whole) in forms.items():
+        lay = d._grouped_layout(a, b, offs)
+        assert (lay.out, lay.whole, lay.operands["offs"].role) == (out, whole, d.WHOLE)
+        for o, ins in d.rules(lay):
+            assert ins["offs"] == R and all(not isinstance(p, Shard) or lay.operands[n].dims[p.dim] not in whole
+                                            for n, p in ins.items() if n != "offs"), (o, ins)
+    assert d._grouped_layout(meta(3, 8, 6), meta(3, 6, 4)).out == "Amn"  # equal groups: a batch
+    # scaled_mm: row-wise scales follow their rows / columns; block-wise scales keep K (and a
+    # 128×128 grid's N) whole, so no strategy splits K or leaves a Partial sum of blocks
+    a8, b8 = meta(8, 256, dtype=torch.float8_e4m3fn), meta(256, 384, dtype=torch.float8_e4m3fn)
+    row = d._scaled_mm_layout(a8, b8, meta(8, 1, dtype=torch.float32), meta(1, 384, dtype=torch.float32))
+    assert (row.operands["scale_a"].dims, row.operands["scale_b"].dims, row.whole) == ("m1", "1n", "")
+    assert (S(0), {"a": S(0), "b": R, "scale_a": S(0), "scale_b": R}) in d.rules(row)
+    block = d._scaled_mm_layout(a8, b8, meta(8, 2, dtype=torch.float32), meta(2, 3, dtype=torch.float32))
+    assert block.whole == "kn"
+    for o, ins in d.rules(block):
+        assert o != S(1) and ins["a"] != S(1) and not isinstance(ins["b"], Shard), (o, ins)  # K, N whole
+    assert (S(0), {"a": S(0), "b": R, "scale_a": S(0), "scale_b": R}) in d.rules(block)
+    tensor = d._scaled_mm_layout(a8, b8, meta(dtype=torch.float32), meta(dtype=torch.float32))
+    assert tensor.operands["scale_a"].dims == "" and Partial() in [o for o, _ in d.rules(tensor)]
     assert d.product((4, 1, 8, 6), (3, 6, 5)) == ("A1mk", "Bkn", "ABmn")
     assert d.follow("ABmn", (8, 1)) == "m1" and d.follow("ABmn", (5,)) == "n"
 

@@ -7,6 +7,8 @@ run before any work (docs/distributed.md is the user's page).
     | pingpong::gemm   | a …mk, b …kn, c …mn / mn, bias n / 1n / m1 -> …mn | activation is None     |
     | pingpong::gemm_  | the same, written into c (c takes the output's placement) | activation is None |
     | pingpong::linear | x …k, w nk, bias n -> …n                          | activation is None     |
+    | pingpong::scaled_mm | a mk, b kn, scales 1 / m1, 1n / mk, kn (K whole with block scales) -> mn | activation is None |
+    | pingpong::grouped_mm | a mk, b gkn, offs g (m, g whole) -> mn; and the ragged-N, ragged-K, batched forms | always |
 
 `rules` turns a `Layout` into the strategies of one mesh dim, the way DTensor's aten.mm rule
 does (`gen_einsum_strategies`): DTensor expands them over the mesh, prices each against the
@@ -52,7 +54,7 @@ import torch
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor.experimental import register_sharding
 
-from . import batching, fused, functional
+from . import batching, fp8, fused, functional, grouped
 from .errors import PingpongError
 
 __all__ = ["FACTOR", "ADDEND", "WHOLE", "Operand", "Layout", "register", "rules", "check", "product", "follow",
@@ -344,7 +346,57 @@ def _gemm__layout(c, a, b, alpha=1.0, beta=0.0, bias=None, activation=None) -> L
     return _gemm_layout(a, b, c, alpha, beta, None, bias, activation)
 
 
+def _scale_dims(s, rows: str, cols: str, n_rows: int, n_cols: int) -> str:
+    """An fp8 scale's dims: one element ("1…": tensor-wise), a row or column vector, or a
+    block grid (its letters those of the operand dims it follows)."""
+    if s is None:
+        return ""
+    shape = tuple(s.shape)
+    if len(shape) < 2 or shape[0] * shape[1] == 1:
+        return "1" * len(shape)
+    return _dims(shape, rows + cols)
+
+
+def _scaled_mm_layout(a, b, scale_a, scale_b, bias=None, out_dtype=None, activation=None, use_fast_accum=False
+                      ) -> Layout:
+    """a mk, b kn -> mn; row-wise scales m1 / 1n; block-wise scales (M, K/128) mk and
+    (K/128, N/128) kn: a block grid is split only where it follows the operand dim one to one
+    (K never; N only for 1×128 scales of b, N whole columns)."""
+    (M, K), N = tuple(a.shape), b.shape[1]
+    operands = {"a": Operand("mk"), "b": Operand("kn"), "scale_a": Operand(_scale_dims(scale_a, "m", "k", M, K)),
+                "scale_b": Operand(_scale_dims(scale_b, "k", "n", K, N))}
+    blocks = "k" in operands["scale_a"].dims + operands["scale_b"].dims
+    whole = ("k" if blocks else "") + ("n" if blocks and scale_b.shape[-1] != N else "")
+    if bias is not None:
+        operands["bias"] = Operand(follow("mn", bias.shape), ADDEND)
+    act = fused.check_activation(activation)
+    return Layout("mn", operands, linear=act == "none", whole=whole, activation=act)
+
+
+def _check_scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=None, activation=None, use_fast_accum=False):
+    fp8.check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, device_checks=False)
+
+
+def _grouped_layout(a, b, offs=None, out_dtype=None, zero_tail=False) -> Layout:
+    """The four forms of grouped_mm (pingpong.grouped): the offsets index a concatenated dim,
+    which is never split (nor is the group dim beside it); equal groups (3-D × 3-D) are a batch."""
+    if offs is None:
+        return Layout("Amn", {"a": Operand("Amk"), "b": Operand("Akn")})
+    index = {"offs": Operand("g", WHOLE)}
+    if a.dim() == 2 and b.dim() == 3:  # ragged rows: the MoE forward and dX
+        return Layout("mn", {"a": Operand("mk"), "b": Operand("gkn"), **index}, whole="mg")
+    if a.dim() == 3:  # ragged columns
+        return Layout("mn", {"a": Operand("gmk"), "b": Operand("kn"), **index}, whole="gn")
+    return Layout("gmn", {"a": Operand("mk"), "b": Operand("kn"), **index}, whole="gk")  # ragged K: dW
+
+
+def _check_grouped(a, b, offs=None, out_dtype=None, zero_tail=False):
+    grouped.check(a, b, offs, out_dtype)
+
+
 register(torch.ops.pingpong.mm.default, _mm_layout, _check_mm)
 register(torch.ops.pingpong.gemm.default, _gemm_layout, _check_gemm)
 register(torch.ops.pingpong.gemm_.default, _gemm__layout, _check_gemm_)
 register(torch.ops.pingpong.linear.default, _linear_layout, _check_linear)
+register(torch.ops.pingpong.scaled_mm.default, _scaled_mm_layout, _check_scaled_mm)
+register(torch.ops.pingpong.grouped_mm.default, _grouped_layout, _check_grouped)

@@ -45,7 +45,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import fused
+from . import fused, ops
 from .errors import PingpongError, check_tensor
 
 __all__ = ["scaled_mm", "scaling_of", "check_scales", "Float8Linear", "FP8_DTYPES", "FP8_OUT_DTYPES"]
@@ -260,6 +260,8 @@ def scaled_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, *, bias: O
     ``pingpong::scaled_mm`` op (a fake implementation gives the shape)."""
     if torch.compiler.is_compiling() or any(type(t) not in (Tensor, torch.nn.Parameter)
                                             for t in (a, b, scale_a, scale_b) if isinstance(t, Tensor)):
+        ops.check_sharded(torch.ops.pingpong.scaled_mm.default, a, b, scale_a, scale_b, bias, out_dtype,
+                          activation or "none", use_fast_accum)
         return torch.ops.pingpong.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation or "none",
                                             use_fast_accum)
     return scaled_mm_direct(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum)

@@ -50,7 +50,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import portable_grouped
+from . import ops, portable_grouped
 from .errors import PingpongError, check_tensor
 
 __all__ = ["grouped_mm", "check", "check_offsets"]
@@ -215,6 +215,7 @@ def _route(a, b, offs, dtype, zero_tail) -> Tensor:
     plain = all(type(t) in (torch.Tensor, torch.nn.Parameter) for t in (a, b, offs) if t is not None)
     if not plain or torch.compiler.is_compiling() or (torch.is_grad_enabled() and (a.requires_grad or
                                                                                      b.requires_grad)):
+        ops.check_sharded(torch.ops.pingpong.grouped_mm.default, a, b, offs, dtype, zero_tail)
         return grouped_mm_op(a, b, offs, dtype, zero_tail)
     return _compute(a, b, offs, dtype, zero_tail)
 
