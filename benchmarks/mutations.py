@@ -228,7 +228,7 @@ MUTATIONS = [
      "warpgroup_mma_wait(2 * PENDING, (self.acc, self.acc2))", "warpgroup_mma_wait(PENDING, (self.acc, self.acc2))",
      "tests/test_isa_hopper.py -k two_piece"),
     ("batched call keeps a two-piece tile", "src/pingpong/hopper/backend.py",
-     "split_k=1, block_n=pieces[0])", "split_k=1, block_n=config.block_n)", "tests/test_plan.py"),
+     "split_k=1, block_n=pieces[0], cluster_m=1)", "split_k=1, block_n=config.block_n, cluster_m=1)", "tests/test_plan.py"),
     ("short CTAs weighed like long ones", "src/pingpong/hopper/select.py",
      "efficiency = SHORT_TILE_EFFICIENCY if short else TILE_EFFICIENCY", "efficiency = TILE_EFFICIENCY",
      "tests/test_select.py"),
