@@ -198,12 +198,34 @@ def test_the_activation_list_is_in_one_place():
     assert owners == ["runtime/spec.py"]
 
 
-def test_scales_are_fields_that_accept_only_none():
-    s = _spec(randn(4, 8), randn(8, 4))
-    assert (s.epilogue.scale_a, s.epilogue.scale_b, s.epilogue.scale_out) == (None, None, None)
-    spec.check_scales(scale_a=None, scale_b=None)
-    with pytest.raises(PingpongError, match="scale_a: scaled .FP8. GEMMs are not supported yet"):
-        spec.check_scales(scale_a=torch.ones(()))
+def test_fp8_scales_are_part_of_the_spec_and_every_backend_answers_them():
+    """An FP8 product's scales travel in the spec's epilogue (the plan-cache key): two calls
+    that differ only in a scale's layout or in use_fast_accum are two specs; the mode is
+    decided once (spec.scale_mode); the portable and AMD backends refuse scales with a reason."""
+    from pingpong import portable
+    from pingpong.amd import backend as amd_backend
+
+    f8 = lambda *s: torch.randn(*s).to(torch.float8_e4m3fn)  # noqa: E731
+    a, b = f8(8, 256), f8(16, 256).t()
+    row = (torch.ones(8, 1), torch.ones(1, 16), False)
+    s_row = spec.build(a, b, out_dtype=torch.bfloat16, scales=row)
+    assert s_row.epilogue.scales.a.shape == (8, 1) and not s_row.plain
+    assert s_row != spec.build(a, b, out_dtype=torch.bfloat16, scales=(row[0], row[1], True))
+    assert s_row != spec.build(a, b, out_dtype=torch.bfloat16, scales=(torch.ones(()), torch.ones(()), False))
+    assert _spec(randn(4, 8), randn(8, 4)).epilogue.scales is None
+    assert spec.scale_mode(a, b, row[0], row[1]) == ("row", 1)
+    sc = s_row.epilogue.scales
+    assert spec.scale_mode(s_row.a, s_row.b, sc.a, sc.b) == ("row", 1)  # the backend asks with Operands
+    blocks = (torch.ones(2, 8).t(), torch.ones(1, 2).t())  # 1×128 for a, 128×128 for b: outer-dim-major
+    assert spec.scale_mode(a, b, *blocks) == ("block", 128)
+    with pytest.raises(PingpongError, match=r"scale_a: scale_b is row-wise \(1, 16\), so scale_a must be \(8, 1\)"):
+        spec.scale_mode(a, b, torch.ones(1, 8), row[1])
+    meta = lambda *s, dtype=torch.float8_e4m3fn: torch.empty(*s, dtype=dtype, device="meta")  # noqa: E731
+    s_meta = spec.build(meta(8, 256), meta(16, 256).t(), out_dtype=torch.bfloat16,
+                        scales=(meta(8, 1, dtype=torch.float32), meta(1, 16, dtype=torch.float32), False))
+    assert "scaled (FP8) GEMMs are not implemented by the portable kernel" in portable.can_implement(s_meta)
+    assert portable.can_implement(spec.build(meta(8, 256, dtype=torch.bfloat16), meta(256, 16, dtype=torch.bfloat16))) is None
+    assert amd_backend.can_implement(s_meta)
 
 
 # ----------------------------------------------------------------------------- import graph

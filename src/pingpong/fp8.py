@@ -46,13 +46,15 @@ import torch
 from torch import Tensor
 
 from . import fused, ops
+from .runtime import plan as _plan_mod
+from .runtime import spec as _spec
 from .errors import PingpongError, check_tensor
 
 __all__ = ["scaled_mm", "scaling_of", "check_scales", "Float8Linear", "FP8_DTYPES", "FP8_OUT_DTYPES"]
 
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 FP8_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-BLOCK = 128  # K (and N) elements per scale block
+BLOCK = _spec.SCALE_BLOCK  # K (and N) elements per scale block
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -81,44 +83,9 @@ def _check_scale_tensor(name: str, s, device) -> None:
 
 
 def scaling_of(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor) -> tuple[str, int]:
-    """(scaling, sb_cols) of validated operands' scales: "tensor" | "row" | "block", and for
-    block-wise how many columns share one b scale per K block (128 or 1). scale_b's shape names
-    the mode (as torch tries them: tensor, row, block); scale_a must then match it.
-    PingpongError naming the scale otherwise."""
-    M, K = a.shape
-    N = b.shape[1]
-    kb, nb = _cdiv(K, BLOCK), _cdiv(N, BLOCK)
-    sb = tuple(scale_b.shape)
-    if scale_b.numel() == 1 and scale_b.dim() <= 2:
-        if scale_a.numel() != 1 or scale_a.dim() > 2:
-            raise PingpongError(f"scale_a: scale_b is one value (tensor-wise), so scale_a must be one fp32 value too,"
-                                f" got shape {tuple(scale_a.shape)}")
-        return "tensor", 1
-    if sb == (1, N):
-        if not scale_b.is_contiguous():
-            raise PingpongError(f"scale_b: row-wise (1, {N}) must be contiguous, got strides {tuple(scale_b.stride())}")
-        if tuple(scale_a.shape) != (M, 1) or not scale_a.is_contiguous():
-            raise PingpongError(f"scale_a: scale_b is row-wise (1, {N}), so scale_a must be ({M}, 1) contiguous, got"
-                                f" shape {tuple(scale_a.shape)} strides {tuple(scale_a.stride())}")
-        return "row", 1
-    if sb in ((kb, nb), (kb, N)):
-        sb_cols = BLOCK if sb == (kb, nb) else 1
-        if sb_cols == BLOCK and (scale_b.stride(0) != 1 and kb > 1 or scale_b.stride(1) < kb and nb > 1):
-            raise PingpongError(f"scale_b: 128×128 block scales ({kb}, {nb}) must be outer-dim-major: strides (1, ≥{kb})"
-                                f" (s.t() of a row-major ({nb}, {kb}) s), got {tuple(scale_b.stride())}")
-        if sb_cols == 1 and (scale_b.stride(1) != 1 and N > 1 or scale_b.stride(0) != N and kb > 1):
-            raise PingpongError(f"scale_b: 1×128 block scales ({kb}, {N}) must be row-major, got strides"
-                                f" {tuple(scale_b.stride())}")
-        if tuple(scale_a.shape) != (M, kb) or (scale_a.stride(0) != 1 and M > 1) or (scale_a.stride(1) != M and kb > 1):
-            raise PingpongError(f"scale_a: scale_b is block-wise, so scale_a must be 1×128 blocks of shape ({M}, {kb})"
-                                f" with strides (1, {M}) (outer-dim-major: s.t() of a row-major ({kb}, {M}) s), got"
-                                f" shape {tuple(scale_a.shape)} strides {tuple(scale_a.stride())}")
-        if K % BLOCK:
-            raise PingpongError(f"K={K}: block-wise scaling needs K to be a multiple of {BLOCK}")
-        return "block", sb_cols
-    raise PingpongError(
-        f"scale_b: shape {sb} names no scaling mode for a ({M}, {K}) @ ({K}, {N}) product; expected one element"
-        f" (tensor-wise), (1, {N}) (row-wise), ({kb}, {nb}) (128×128 blocks) or ({kb}, {N}) (1×128 blocks)")
+    """(scaling, sb_cols) of validated operands' scales: the spec's one decision
+    (pingpong.runtime.spec.scale_mode), PingpongError naming the scale otherwise."""
+    return _spec.scale_mode(a, b, scale_a, scale_b)
 
 
 def check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum,
@@ -177,62 +144,16 @@ def check_scales(*scales: Tensor) -> None:
 # ----------------------------------------------------------------------------- plans and launch
 
 
-class _Fp8Plan:
-    """One decided scaled_mm call signature: the config and a cached direct launch."""
-
-    __slots__ = ("device", "scaling", "sb_cols", "promote", "config", "activation", "launch")
-
-    def __init__(self, device, scaling, sb_cols, promote, config, activation):
-        from .runtime.launcher import CachedLaunch
-
-        self.device, self.scaling, self.sb_cols, self.promote = device, scaling, sb_cols, promote
-        self.config, self.activation = config, activation
-        self.launch = CachedLaunch()
-
-    def run(self, a, b, scale_a, scale_b, out, bias) -> None:
-        w = b.t()
-        bias_v = fused.bias_vector(bias) if bias is not None else None
-        ptrs = (a.data_ptr(), w.data_ptr(), out.data_ptr(), (bias_v if bias_v is not None else out).data_ptr(),
-                scale_a.data_ptr(), scale_b.data_ptr())
-        self.launch(self.device, ptrs, (), self._jit_args, a, w, out, scale_a, scale_b, bias)
-
-    def _jit_args(self, a, w, out, scale_a, scale_b, bias):
-        from .hopper.fp8_launch import prepare
-        from .runtime.device import sm_count
-
-        return prepare(a, w, out, scale_a, scale_b, self.scaling, self.promote, self.sb_cols, self.config,
-                       sm_count(self.device), bias, self.activation)
-
-
-_PLANS: dict = {}
-_MAX_PLANS = 256
-
-
-def _sig(t: Optional[Tensor]):
-    return None if t is None else (t.dtype, tuple(t.shape), tuple(t.stride()), t.device)
-
-
-def _plan(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, config) -> _Fp8Plan:
-    key = (a.device, _sig(a), _sig(b), _sig(scale_a), _sig(scale_b), _sig(bias), out_dtype, activation,
-           use_fast_accum, config)
-    plan = _PLANS.get(key)
-    if plan is not None:
-        return plan
-    scaling, sb_cols, act = check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum)
-    from .runtime.device import is_hopper, sm_count
-    from .hopper.fp8_launch import check_fp8_config, select_fp8
-
-    device = a.device.index if a.device.index is not None else torch.cuda.current_device()
-    if not is_hopper(device):
-        raise PingpongError(f"a: pingpong.scaled_mm runs on Hopper (sm_90) GPUs; {a.device} is not one")
-    promote = scaling == "block" or not use_fast_accum
-    M, K = a.shape
-    if config is None:
-        config = select_fp8(M, b.shape[1], K, promote, sm_count(device))
-    check_fp8_config(config, promote, torch.empty((), dtype=out_dtype).element_size())
-    if len(_PLANS) >= _MAX_PLANS:
-        _PLANS.pop(next(iter(_PLANS)))
-    plan = _PLANS[key] = _Fp8Plan(device, scaling, sb_cols, promote, config, act)
+def _plan(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, config):
+    """The cached plan of this call's GemmSpec (scales in its epilogue): validated under
+    scaled_mm's names and planned by the backend registry (pingpong.hopper.fp8_launch's
+    Fp8Plan) on a miss."""
+    key = _spec.build(a, b, out_dtype=out_dtype, bias=bias, activation=activation, config=config,
+                      scales=(scale_a, scale_b, use_fast_accum))
+    plan = _plan_mod.get(key)
+    if plan is None:
+        check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum)
+        plan = _plan_mod.store(key, _plan_mod.plan_for(key))
     return plan
 
 
@@ -248,7 +169,7 @@ def scaled_mm_direct(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16
             raise PingpongError(f"{name}: base address must be 16-byte aligned (TMA)")
     out = torch.empty(a.shape[0], b.shape[1], dtype=out_dtype, device=a.device)
     if out.numel():
-        plan.run(a, b, scale_a, scale_b, out, bias)
+        plan.run_scaled(a, b, scale_a, scale_b, out, bias)
     return out
 
 

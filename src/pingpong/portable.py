@@ -419,7 +419,7 @@ def can_implement(spec: spec_mod.GemmSpec) -> str | None:
         return "CPU tensors: the compiled kernel runs on GPUs (the interpreter is an explicit opt-in:" \
                " pingpong.portable.portable_gemm(a, b, out, interpret=True))"
     e = spec.epilogue
-    if e.scale_a is not None or e.scale_b is not None or e.scale_out is not None:
+    if e.scales is not None:
         return "scaled (FP8) GEMMs are not implemented by the portable kernel"
     return None
 

@@ -24,6 +24,8 @@ def can_implement(spec: GemmSpec) -> str | None:
         return "not a ROCm GPU"
     if len(spec.a.shape) != 2 or len(spec.b.shape) != 2:
         return "batched products take the portable kernel"
+    if spec.epilogue.scales is not None:
+        return "the AMD fp8 kernels are compiled offline only (docs/amd.md)"
     if not spec.plain:
         return "a fused bias or activation takes the portable kernel"
     arch = dispatch._device_arch(spec.a)

@@ -105,6 +105,8 @@ def can_implement(spec: GemmSpec) -> str | None:
     if why:
         return (f"the Hopper kernel cannot address this call's tensors ({why})"
                 + ("; matmul_tiled runs only the Hopper kernel" if spec.config else ""))
+    if spec.epilogue.scales is not None:  # FP8: pingpong.hopper.fp8_launch checks its config when planning
+        return None
     config = spec.config
     if config is None:
         return None
@@ -134,6 +136,10 @@ def _workspace_reason(spec: GemmSpec, config: KernelConfig) -> str | None:
 
 def plan(spec: GemmSpec) -> Plan:
     """The plan of a spec this backend can implement."""
+    if spec.epilogue.scales is not None:
+        from . import fp8_launch  # the FP8 kernel's module, compiled on first use
+
+        return fp8_launch.plan(spec)
     a, b, c = spec.a, spec.b, spec.c
     out_dtype, read, activation = spec.out_dtype, spec.epilogue.reads_c, spec.epilogue.activation
     device = device_index(spec.device)

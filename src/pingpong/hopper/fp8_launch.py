@@ -21,6 +21,10 @@ import torch
 
 from .. import fused
 from ..runtime import compile as cc
+from ..runtime.device import sm_count
+from ..runtime.launcher import CachedLaunch
+from ..runtime.plan import Plan, device_index
+from ..runtime.spec import GemmSpec, scale_mode
 from .config import KernelConfig
 from .fp8_kernel import SCALE_BLOCK as _SCALE_BLOCK, fp8_gemm
 
@@ -83,6 +87,47 @@ def prepare(a, w, out, scale_a, scale_b, scaling: str, promote: bool, sb_cols: i
                   BIAS=fused.bias_kind(bias, M), ACTIVATION=activation, acc_layout=acc_layout(d))
     units = -(-M // d.block_m) * -(-N // d.block_n)
     return fp8_gemm, args, kwargs, (max(1, min(sms, units)),)
+
+
+# ----------------------------------------------------------------------------- the plan
+
+
+class Fp8Plan(Plan):
+    """One decided scaled_mm call signature (a GemmSpec with scales, planned by the Hopper
+    backend): the scale mode, the promotion, the config and a cached direct launch."""
+
+    __slots__ = ("scaling", "sb_cols", "promote", "config", "launch")
+
+    def __init__(self, device, scaling, sb_cols, promote, config, activation):
+        self.device, self.path, self.activation, self.extents = device, "hopper-fp8", activation, None
+        self.scaling, self.sb_cols, self.promote, self.config = scaling, sb_cols, promote, config
+        self.launch = CachedLaunch()
+
+    def run_scaled(self, a, b, scale_a, scale_b, out, bias) -> None:
+        """out = act(scale(a @ b) + bias): a (M, K), b (K, N) as validated by the front end."""
+        w = b.t()
+        bias_v = fused.bias_vector(bias) if bias is not None else None
+        ptrs = (a.data_ptr(), w.data_ptr(), out.data_ptr(), (bias_v if bias_v is not None else out).data_ptr(),
+                scale_a.data_ptr(), scale_b.data_ptr())
+        self.launch(self.device, ptrs, (), self._jit_args, a, w, out, scale_a, scale_b, bias)
+
+    def _jit_args(self, a, w, out, scale_a, scale_b, bias):
+        return prepare(a, w, out, scale_a, scale_b, self.scaling, self.promote, self.sb_cols, self.config,
+                       sm_count(self.device), bias, self.activation)
+
+
+def plan(spec: GemmSpec) -> Fp8Plan:
+    """The Hopper backend's plan of a spec with FP8 scales (the front end validated them):
+    the scale mode (the spec's one decision), the promotion (block-wise always; else unless
+    use_fast_accum), the tile (`select_fp8`, or the spec's explicit config, checked)."""
+    sc = spec.epilogue.scales
+    scaling, sb_cols = scale_mode(spec.a, spec.b, sc.a, sc.b)
+    promote = scaling == "block" or not sc.fast_accum
+    device = device_index(spec.device)
+    (M, N, K) = spec.mnk
+    config = spec.config if spec.config is not None else select_fp8(M, N, K, promote, sm_count(device))
+    check_fp8_config(config, promote, spec.out_dtype.itemsize)
+    return Fp8Plan(device, scaling, sb_cols, promote, config, spec.epilogue.activation)
 
 
 # ----------------------------------------------------------------------------- offline compilation

@@ -11,8 +11,9 @@ and the plan cache's key. A leaf module (torch and pingpong.errors only): every 
         bias           Operand | None         per column (N,) / (1, N) or per row (M, 1)
         bias_kind      "none" | "col" | "row"
         activation     one of ACTIVATIONS     (the one list of them)
-        scale_a, scale_b, scale_out           per-tensor / per-row / per-block scales (FP8):
-                                              fields defined, only None accepted today
+        scales         ScaleSpec | None       FP8 dequantization (pingpong.scaled_mm): the two
+                                              scale operands and use_fast_accum; the mode they
+                                              name (tensor / row / block) is `scale_mode`'s
       inplace          bool                   c is the output (gemm_)
       config           KernelConfig | None    an explicit Hopper config (matmul_tiled)
 
@@ -100,14 +101,20 @@ def operand(t: torch.Tensor) -> Operand:
     return _new(Operand, (t.dtype, t.shape, t.stride(), t.device, t.data_ptr() % 16 == 0))
 
 
+class ScaleSpec(NamedTuple):
+    """The FP8 scales of a scaled product (torch._scaled_mm's layouts, `scale_mode`)."""
+
+    a: Operand
+    b: Operand
+    fast_accum: bool  # use_fast_accum: no per-K-block promotion (tensor-/row-wise only)
+
+
 class EpilogueSpec(NamedTuple):
     reads_c: bool
     bias: Operand | None
     bias_kind: str  # "none" | "col" | "row"
     activation: str
-    scale_a: object = None  # FP8: per-tensor / per-row / per-block scales (None only, today)
-    scale_b: object = None
-    scale_out: object = None
+    scales: ScaleSpec | None = None  # FP8: the dequantization scales (pingpong.scaled_mm)
 
 
 NO_EPILOGUE = EpilogueSpec(False, None, "none", "none")
@@ -148,8 +155,7 @@ class GemmSpec(NamedTuple):
     def plain(self) -> bool:
         """No bias, no activation, no scales: α·a@b + β·C only."""
         e = self.epilogue
-        return e.bias is None and e.activation == "none" and e.scale_a is None and e.scale_b is None \
-            and e.scale_out is None
+        return e.bias is None and e.activation == "none" and e.scales is None
 
 
 def reads_c(c, beta: float) -> bool:
@@ -168,18 +174,20 @@ def bias_kind(bias, m: int) -> str:
 
 
 def build(a, b, c=None, beta: float = 0.0, out_dtype=None, bias=None, activation=None, inplace: bool = False,
-          config=None) -> GemmSpec | None:
+          config=None, scales=None) -> GemmSpec | None:
     """The spec of one call, from its (possibly invalid) arguments; None when they are not
-    dense tensors (validation then names the argument). Cheap: a few attribute reads."""
+    dense tensors (validation then names the argument). Cheap: a few attribute reads.
+    `scales`: (scale_a, scale_b, use_fast_accum) of an FP8 product, or None."""
     try:  # a non-tensor has no .dtype, a sparse tensor no .stride(): both give None
         oa, ob = operand(a), operand(b)
         oc = None if c is None else operand(c)
-        if bias is None and activation is None:
+        if bias is None and activation is None and scales is None:
             epi = NO_EPILOGUE if c is None or beta == 0.0 else C_EPILOGUE
         else:
             ob_ = None if bias is None else operand(bias)
+            sc = None if scales is None else _new(ScaleSpec, (operand(scales[0]), operand(scales[1]), scales[2]))
             epi = EpilogueSpec(c is not None and beta != 0.0, ob_, bias_kind(ob_, a.shape[-2]),
-                               "none" if activation is None else activation)
+                               "none" if activation is None else activation, sc)
         return _new(GemmSpec, (oa, ob, oc, a.dtype if out_dtype is None else out_dtype, epi, inplace, config))
     except (AttributeError, TypeError, RuntimeError, IndexError):
         return None
@@ -226,11 +234,56 @@ def check_out_dtype(out_dtype, default: torch.dtype) -> torch.dtype:
     return out_dtype
 
 
-def check_scales(**scales) -> None:
-    """The FP8 scale fields: only None today."""
-    for name, s in scales.items():
-        if s is not None:
-            raise PingpongError(f"{name}: scaled (FP8) GEMMs are not supported yet; expected None")
+SCALE_BLOCK = 128  # K (and N) elements per FP8 scale block
+
+
+def _row_contiguous(t) -> bool:
+    """A (rows, cols) tensor's elements are dense in row-major order (a size-1 dim's stride
+    does not matter)."""
+    rows, cols = t.shape
+    return (cols <= 1 or t.stride(1) == 1) and (rows <= 1 or t.stride(0) == cols)
+
+
+def scale_mode(a, b, scale_a, scale_b) -> tuple[str, int]:
+    """(mode, sb_cols) of an FP8 product's scales (tensors or Operands of validated fp8 a, b):
+    "tensor" | "row" | "block", and for block-wise how many columns share one b scale per K
+    block (128 or 1). scale_b's shape names the mode (as torch._scaled_mm tries them: tensor,
+    row, block); scale_a must then match it. PingpongError naming the scale otherwise. The one
+    decision of the mode: the front end's validation and the backend's plan both ask here."""
+    M, K = a.shape
+    N = b.shape[1]
+    kb, nb = -(-K // SCALE_BLOCK), -(-N // SCALE_BLOCK)
+    sa, sb = tuple(scale_a.shape), tuple(scale_b.shape)
+    if scale_b.numel() == 1 and len(sb) <= 2:
+        if scale_a.numel() != 1 or len(sa) > 2:
+            raise PingpongError(f"scale_a: scale_b is one value (tensor-wise), so scale_a must be one fp32 value too,"
+                                f" got shape {sa}")
+        return "tensor", 1
+    if sb == (1, N):
+        if not _row_contiguous(scale_b):
+            raise PingpongError(f"scale_b: row-wise (1, {N}) must be contiguous, got strides {tuple(scale_b.stride())}")
+        if sa != (M, 1) or not _row_contiguous(scale_a):
+            raise PingpongError(f"scale_a: scale_b is row-wise (1, {N}), so scale_a must be ({M}, 1) contiguous, got"
+                                f" shape {sa} strides {tuple(scale_a.stride())}")
+        return "row", 1
+    if sb in ((kb, nb), (kb, N)):
+        sb_cols = SCALE_BLOCK if sb == (kb, nb) else 1
+        if sb_cols == SCALE_BLOCK and (scale_b.stride(0) != 1 and kb > 1 or scale_b.stride(1) < kb and nb > 1):
+            raise PingpongError(f"scale_b: 128×128 block scales ({kb}, {nb}) must be outer-dim-major: strides (1, ≥{kb})"
+                                f" (s.t() of a row-major ({nb}, {kb}) s), got {tuple(scale_b.stride())}")
+        if sb_cols == 1 and (scale_b.stride(1) != 1 and N > 1 or scale_b.stride(0) != N and kb > 1):
+            raise PingpongError(f"scale_b: 1×128 block scales ({kb}, {N}) must be row-major, got strides"
+                                f" {tuple(scale_b.stride())}")
+        if sa != (M, kb) or (scale_a.stride(0) != 1 and M > 1) or (scale_a.stride(1) != M and kb > 1):
+            raise PingpongError(f"scale_a: scale_b is block-wise, so scale_a must be 1×128 blocks of shape ({M}, {kb})"
+                                f" with strides (1, {M}) (outer-dim-major: s.t() of a row-major ({kb}, {M}) s), got"
+                                f" shape {sa} strides {tuple(scale_a.stride())}")
+        if K % SCALE_BLOCK:
+            raise PingpongError(f"K={K}: block-wise scaling needs K to be a multiple of {SCALE_BLOCK}")
+        return "block", sb_cols
+    raise PingpongError(
+        f"scale_b: shape {sb} names no scaling mode for a ({M}, {K}) @ ({K}, {N}) product; expected one element"
+        f" (tensor-wise), (1, {N}) (row-wise), ({kb}, {nb}) (128×128 blocks) or ({kb}, {N}) (1×128 blocks)")
 
 
 def check_operands(a, b, names: Names = GEMM, dtypes=INPUT_DTYPES, nd: bool = False) -> None:
