@@ -14,7 +14,7 @@
 #                     SASS of every Triton kernel it ran ($OUT/sass/) locate a hazard's PCs
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONPATH=src PYTHONUNBUFFERED=1
+export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1  # keeps a Triton put on the path before
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 # one selection per kernel family: Hopper schedules x layouts x dtypes, alpha/beta, bitwise
