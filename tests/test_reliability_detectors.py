@@ -10,6 +10,7 @@ import triton
 import triton.language as tl
 
 from pingpong.runtime import compile as cc
+from pingpong.toolchain import KERNEL_OPTIONS
 
 
 @triton.jit
@@ -27,7 +28,7 @@ def hog_facts(target):
     block, kw = {"sm_90a": (8192, dict(num_warps=1, maxnreg=64)), "gfx942": (32768, dict(num_warps=1))}[target]
     x = torch.empty(block)
     with cc.offline(target):
-        ck = _register_hog.warmup(x, x, BLOCK=block, grid=(1,), **kw)
+        ck = _register_hog.warmup(x, x, BLOCK=block, grid=(1,), **kw, **KERNEL_OPTIONS)
     return cc.Compiled("register_hog", target, dict(ck.asm), ck.metadata).facts()
 
 
