@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 MUTATIONS = [
     # -- 64-bit indexing of the portable GEMM
-    ("int64 switch forced off", "src/pingpong/portable.py",
+    ("int64 switch forced off", "src/pingpong/portable/__init__.py",
      "INDEX_64=needs_int64(a, b, c, out)", "INDEX_64=False",
      "tests/test_reliability_indexing.py"),
     ("int64 threshold moved to 2**32", "src/pingpong/runtime/addressing.py",
@@ -30,7 +30,7 @@ MUTATIONS = [
     ("int64 threshold off by one", "src/pingpong/runtime/addressing.py",
      "span(t) > INT32_MAX for t in tensors", "span(t) > INT32_MAX + 1 for t in tensors",
      "tests/test_reliability_indexing.py"),
-    ("K-step advance in 32 bits", "src/pingpong/portable.py",
+    ("K-step advance in 32 bits", "src/pingpong/portable/__init__.py",
      "a_step = tl.cast(stride_ak, tl.int64) * BK", "a_step = stride_ak * BK",
      "tests/test_reliability_indexing.py"),
     # -- KernelConfig's shared-memory budget and bounds
@@ -163,23 +163,23 @@ MUTATIONS = [
      "    if c.device != device:", "    if False:",
      "tests/test_api_validation.py tests/test_plan.py tests/test_reliability_plan.py"),
     # -- the fused epilogue and batched products
-    ("activation dropped", "src/pingpong/portable.py",
+    ("activation dropped", "src/pingpong/portable/__init__.py",
      "    acc = activate(acc, ACTIVATION)\n    if HAS_C:", "    if HAS_C:",
      "tests/test_fused.py -k portable"),
-    ("residual added before the activation", "src/pingpong/portable.py",
+    ("residual added before the activation", "src/pingpong/portable/__init__.py",
      "    acc = activate(acc, ACTIVATION)\n    if HAS_C:\n        c = tl.load(c_ptr + batch * stride_cb + rm[:, None] * stride_cm"
      " + rn[None, :] * stride_cn, mask=mask,\n                    other=0.0)\n        acc += beta * c.to(tl.float32)\n",
      "    if HAS_C:\n        c = tl.load(c_ptr + batch * stride_cb + rm[:, None] * stride_cm"
      " + rn[None, :] * stride_cn, mask=mask,\n                    other=0.0)\n        acc += beta * c.to(tl.float32)\n"
      "    acc = activate(acc, ACTIVATION)\n",
      "tests/test_fused.py -k portable"),
-    ("row bias read per column", "src/pingpong/portable.py",
+    ("row bias read per column", "src/pingpong/portable/__init__.py",
      "acc += tl.load(bias_ptr + rm, mask=mask_m, other=0.0).to(tl.float32)[:, None]",
      "acc += tl.load(bias_ptr + rn, mask=mask_n, other=0.0).to(tl.float32)[None, :]",
      "tests/test_fused.py -k portable"),
-    ("C's batch stride ignored", "src/pingpong/portable.py",
+    ("C's batch stride ignored", "src/pingpong/portable/__init__.py",
      "c_ptr + batch * stride_cb", "c_ptr", "tests/test_fused.py -k batched"),
-    ("gelu_tanh cubic coefficient", "src/pingpong/portable.py",
+    ("gelu_tanh cubic coefficient", "src/pingpong/portable/__init__.py",
      "(z + 0.044715 * z * z * z)", "(z + 0.0447 * z * z * z)", "tests/test_fused.py -k grid"),
     ("(M, 1) bias taken per column", "src/pingpong/runtime/spec.py",
      'return "row" if len(shape) == 2', 'return "col" if len(shape) == 2', "tests/test_fused.py"),
@@ -189,7 +189,7 @@ MUTATIONS = [
     ("empty K ignores the bias", "src/pingpong/runtime/plan.py",
      "            y = torch_activation(self.activation)(y + bias.float())",
      "            y = torch_activation(self.activation)(y)", "tests/test_plan.py"),
-    ("size-1 batch read with its stride", "src/pingpong/portable.py",
+    ("size-1 batch read with its stride", "src/pingpong/portable/__init__.py",
      "return (0 if t.shape[0] == 1 else t.stride(0), *t.stride()[1:])", "return tuple(t.stride())",
      "tests/test_fused.py -k batched"),
     ("split-K drops the bias", "src/pingpong/hopper/launch.py",

@@ -13,7 +13,7 @@ import pingpong
 from fused_reference import check, matrix, new_seed, poisoned
 from pingpong import KernelConfig
 from pingpong import grouped as gm
-from pingpong import portable_grouped
+from pingpong.portable import grouped as portable_grouped
 from pingpong.hopper import grouped as hg
 
 pytestmark = pytest.mark.gpu

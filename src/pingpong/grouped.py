@@ -16,7 +16,7 @@ Where each runs (`_compute`):
     ragged rows, ragged columns   the Hopper grouped kernel (pingpong.hopper.grouped) on an sm_90
                                   GPU when the operands are TMA-legal; 3-D × 2-D is the 2-D × 3-D
                                   kernel on the transposed views, writing out transposed
-    ragged K                      the portable kernel (pingpong.portable_grouped), plain Triton
+    ragged K                      the portable kernel (pingpong.portable.grouped), plain Triton
     batched                       pingpong.matmul's batched path
     no Hopper GPU / not TMA-legal the portable kernel
 
@@ -50,7 +50,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import ops, portable_grouped
+from . import ops
+from .portable import grouped as portable_grouped
 from .errors import PingpongError, check_tensor
 
 __all__ = ["grouped_mm", "check", "check_offsets"]

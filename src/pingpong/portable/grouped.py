@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .toolchain import KERNEL_OPTIONS
+from ..toolchain import KERNEL_OPTIONS
 
 
 def _grouped_kernel(a, b, out, offs, M, N, KT, G, sam, sak, sbg, sbk, sbn, sog, som, son,

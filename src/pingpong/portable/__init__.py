@@ -70,14 +70,14 @@ import triton.language as tl
 
 import sys
 
-from .errors import PingpongError, check_tensor
-from .runtime import plan as plan_mod
-from .runtime import spec as spec_mod
-from .runtime.addressing import needs_int64
-from .runtime.compile import SHARED_MEMORY_LIMIT, TARGETS, Launch, register
-from .runtime.launcher import CachedLaunch
-from .runtime.plan import Plan, bias_vector, device_index
-from .toolchain import KERNEL_OPTIONS
+from ..errors import PingpongError, check_tensor
+from ..runtime import plan as plan_mod
+from ..runtime import spec as spec_mod
+from ..runtime.addressing import needs_int64
+from ..runtime.compile import SHARED_MEMORY_LIMIT, TARGETS, Launch, register
+from ..runtime.launcher import CachedLaunch
+from ..runtime.plan import Plan, bias_vector, device_index
+from ..toolchain import KERNEL_OPTIONS
 
 __all__ = ["portable_gemm", "prepare", "default_block", "default_stages", "gemm_kernel", "SUPPORTED_INPUTS", "SUPPORTED_OUTPUTS"]
 
