@@ -180,6 +180,11 @@ def test_argument_errors_are_pingpong_errors_on_global_shapes(mesh, runs):
         pingpong.matmul(dt(mesh, (8, 6), Shard(0), 1, torch.float32), dt(mesh, (6, 4), Replicate(), 2, torch.float32))
     with pytest.raises(PingpongError, match=r"shape mismatch|a.shape\[-1\]|do not"):
         pingpong.matmul(dt(mesh, (8, 6), Shard(0), 1), dt(mesh, (5, 4), Replicate(), 2))
+    # grouped_mm's own checks (its fake implementation, on meta tensors of the global shapes):
+    # b's K is 7 globally, although each rank's (3, 7, 2) shard has a's K nowhere
+    offs = dt(mesh, (3,), Replicate(), 3, torch.int32)
+    with pytest.raises(PingpongError, match=r"b: its K \(7, b.shape\[-2\]\) must equal a's \(6"):
+        pingpong.grouped_mm(dt(mesh, (12, 6), Replicate(), 4), dt(mesh, (3, 7, 4), Shard(2), 5), offs)
     assert runs == []
 
 

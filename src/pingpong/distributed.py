@@ -54,7 +54,8 @@ import torch
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor.experimental import register_sharding
 
-from . import batching, fp8, fused, functional, grouped
+from . import batching, fused
+from .runtime.spec import validate_linear
 from .errors import PingpongError
 
 __all__ = ["FACTOR", "ADDEND", "WHOLE", "Operand", "Layout", "register", "rules", "check", "product", "follow",
@@ -339,7 +340,7 @@ def _check_gemm_(c, a, b, alpha=1.0, beta=0.0, bias=None, activation=None):
 
 
 def _check_linear(x, w, bias=None, activation=None):
-    functional.check_linear(x, w, bias, activation)
+    validate_linear(x, w, bias, activation)
 
 
 def _gemm__layout(c, a, b, alpha=1.0, beta=0.0, bias=None, activation=None) -> Layout:
@@ -373,10 +374,6 @@ def _scaled_mm_layout(a, b, scale_a, scale_b, bias=None, out_dtype=None, activat
     return Layout("mn", operands, linear=act == "none", whole=whole, activation=act)
 
 
-def _check_scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=None, activation=None, use_fast_accum=False):
-    fp8.check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, device_checks=False)
-
-
 def _grouped_layout(a, b, offs=None, out_dtype=None, zero_tail=False) -> Layout:
     """The four forms of grouped_mm (pingpong.grouped): the offsets index a concatenated dim,
     which is never split (nor is the group dim beside it); equal groups (3-D × 3-D) are a batch."""
@@ -390,13 +387,24 @@ def _grouped_layout(a, b, offs=None, out_dtype=None, zero_tail=False) -> Layout:
     return Layout("gmn", {"a": Operand("mk"), "b": Operand("kn"), **index}, whole="gk")  # ragged K: dW
 
 
-def _check_grouped(a, b, offs=None, out_dtype=None, zero_tail=False):
-    grouped.check(a, b, offs, out_dtype)
+def fake_check(op) -> Callable[..., None]:
+    """A registration's `check` from the op's own fake implementation: the op called on meta
+    tensors of the arguments' global shapes, strides and dtypes (its argument checks raise
+    PingpongError there; nothing runs). For ops whose front end owns its checks (scaled_mm,
+    grouped_mm), so this module imports no front-end module above the ops."""
+    def meta(v):
+        return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta") if isinstance(v, torch.Tensor) \
+            else v
+
+    def check(*args, **kwargs):
+        op(*map(meta, args), **{k: meta(v) for k, v in kwargs.items()})
+
+    return check
 
 
 register(torch.ops.pingpong.mm.default, _mm_layout, _check_mm)
 register(torch.ops.pingpong.gemm.default, _gemm_layout, _check_gemm)
 register(torch.ops.pingpong.gemm_.default, _gemm__layout, _check_gemm_)
 register(torch.ops.pingpong.linear.default, _linear_layout, _check_linear)
-register(torch.ops.pingpong.scaled_mm.default, _scaled_mm_layout, _check_scaled_mm)
-register(torch.ops.pingpong.grouped_mm.default, _grouped_layout, _check_grouped)
+register(torch.ops.pingpong.scaled_mm.default, _scaled_mm_layout, fake_check(torch.ops.pingpong.scaled_mm.default))
+register(torch.ops.pingpong.grouped_mm.default, _grouped_layout, fake_check(torch.ops.pingpong.grouped_mm.default))
