@@ -4,7 +4,7 @@ import argparse
 
 import pytest
 
-from pingpong.tools import bench
+from pingpong.tools import bench, rows
 from pingpong.errors import PingpongError
 from pingpong.tools.suites import SUITES
 
@@ -36,14 +36,14 @@ def test_bench_unknown_suite_names_the_option():
 
 def test_hbm_column_only_for_bandwidth_bound_rows():
     h100 = 3.35e12
-    decode = bench.Row(16, 8192, 8192, "hopper", "ok", 1e-3, 0.050, 0.045, 100, 100, hbm_bytes_per_s=h100)
+    decode = rows.Row(16, 8192, 8192, "hopper", "ok", 1e-3, 0.050, 0.045, 100, 100, hbm_bytes_per_s=h100)
     moved = (16 * 8192 + 8192 * 8192) * 2 + 16 * 8192 * 2
     assert decode.hbm_fraction == pytest.approx(moved / 50e-6 / h100)
-    square = bench.Row(8192, 8192, 8192, "hopper", "ok", 1e-3, 1.2, 1.2, 100, 100, hbm_bytes_per_s=h100)
+    square = rows.Row(8192, 8192, 8192, "hopper", "ok", 1e-3, 1.2, 1.2, 100, 100, hbm_bytes_per_s=h100)
     assert square.hbm_fraction is None
     text = bench.format_table([decode, square])
     assert "HBM" in text and f"{100 * decode.hbm_fraction:.0f}%" in text
-    assert bench.Row(16, 8192, 8192, "hopper", "ok", 1e-3, 0.05, 0.05).hbm_fraction is None  # bandwidth unknown
+    assert rows.Row(16, 8192, 8192, "hopper", "ok", 1e-3, 0.05, 0.05).hbm_fraction is None  # bandwidth unknown
 
 
 def test_random_suite_is_a_seeded_held_out_draw():

@@ -44,6 +44,7 @@ import time
 from typing import Any, Sequence
 
 from ..errors import PingpongError
+from .rows import Row, error_status, rel_error
 from .timing import time_callable
 
 DEFAULT_SHAPES = ((2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 16384, 16384))
@@ -55,9 +56,6 @@ QUICK_REPS = 10
 #: fp16 2^-11) — a wrong tile or a missed k-step is orders of magnitude above this.
 TOLERANCE = {"bf16": 1e-2, "fp16": 5e-3}
 EXIT_USAGE = 2
-#: flops per byte above which a GEMM is compute-bound on Hopper (bf16 dense ~989 TFLOP/s over
-#: 3.35 TB/s HBM ≈ 295); rows below it get the HBM column (achieved fraction of peak bandwidth)
-RIDGE_FLOP_PER_BYTE = 295
 
 
 # --------------------------------------------------------------------------- settings
@@ -213,82 +211,12 @@ def make_inputs(M: int, N: int, K: int, dtype, layout: str, device="cpu", seed: 
     return stored(M, K, layout[0] == "t"), stored(K, N, layout[1] == "t")
 
 
-def rel_error(out, ref) -> float:
-    """‖out − ref‖ / ‖ref‖ in float64; NaN anywhere gives NaN (which fails every bound)."""
-    import torch
-
-    diff = torch.linalg.vector_norm(out.double() - ref.double()).item()
-    den = torch.linalg.vector_norm(ref.double()).item()
-    return diff / den if den > 0 else diff
-
-
 def within_tolerance(err: float, dtype: str) -> bool:
     """Whether a relative error `err` passes the check for input type `dtype`; NaN never does."""
     return err <= TOLERANCE[dtype]
 
 
-def tflops(M: int, N: int, K: int, ms: float) -> float:
-    return 2.0 * M * N * K / (ms * 1e-3) / 1e12
-
-
 # --------------------------------------------------------------------------- rows
-
-
-@dataclasses.dataclass
-class Row:
-    M: int
-    N: int
-    K: int
-    path: str
-    status: str  # "ok" | "FAILED" (wrong result, not timed) | "ERROR: ..." (raised, not timed)
-    rel_err: float | None = None
-    ours_ms: float | None = None
-    cublas_ms: float | None = None
-    ours_reps: int | None = None
-    cublas_reps: int | None = None
-    ratio_min: float | None = None  # spread of the per-round ratios (--rounds)
-    ratio_max: float | None = None
-    in_bytes: int = 2  # element sizes, for the bytes a bandwidth-bound row must move
-    out_bytes: int = 2
-    hbm_bytes_per_s: float | None = None  # the device's peak HBM bandwidth, when known
-
-    @property
-    def shape(self) -> str:
-        return f"{self.M}x{self.N}x{self.K}"
-
-    @property
-    def ours_tflops(self) -> float | None:
-        return tflops(self.M, self.N, self.K, self.ours_ms) if self.ours_ms else None
-
-    @property
-    def cublas_tflops(self) -> float | None:
-        return tflops(self.M, self.N, self.K, self.cublas_ms) if self.cublas_ms else None
-
-    @property
-    def ratio(self) -> float | None:
-        return self.cublas_ms / self.ours_ms if self.ours_ms and self.cublas_ms else None
-
-    @property
-    def min_bytes(self) -> int:
-        """Bytes the product must move at least: read A and B once, write C once."""
-        return (self.M * self.K + self.K * self.N) * self.in_bytes + self.M * self.N * self.out_bytes
-
-    @property
-    def hbm_fraction(self) -> float | None:
-        """Achieved fraction of peak HBM bandwidth (min_bytes / time), for bandwidth-bound
-        rows only: fewer than RIDGE_FLOP_PER_BYTE flops per byte."""
-        if not self.ours_ms or not self.hbm_bytes_per_s:
-            return None
-        if 2.0 * self.M * self.N * self.K / self.min_bytes >= RIDGE_FLOP_PER_BYTE:
-            return None
-        return self.min_bytes / (self.ours_ms * 1e-3) / self.hbm_bytes_per_s
-
-    def record(self) -> dict[str, Any]:
-        """Flat dict for CSV/JSON (derived columns included)."""
-        d = dataclasses.asdict(self)
-        d.update(shape=self.shape, ours_tflops=self.ours_tflops, cublas_tflops=self.cublas_tflops, ratio=self.ratio,
-                 hbm_fraction=self.hbm_fraction)
-        return d
 
 
 FIELDS = ("shape", "M", "N", "K", "path", "status", "ours_tflops", "cublas_tflops", "ratio", "ratio_min", "ratio_max",
@@ -441,11 +369,6 @@ def skipped_without_gpu() -> bool:
 
 
 # --------------------------------------------------------------------------- one shape
-
-
-def error_status(e: BaseException) -> str:
-    """The status column of a shape that raised: ``ERROR: <type>: <first line, shortened>``."""
-    return f"ERROR: {type(e).__name__}: {e}".splitlines()[0][:120]
 
 
 def bench_shape(M: int, N: int, K: int, settings: Settings, api, device="cuda", timer=time_callable) -> Row:

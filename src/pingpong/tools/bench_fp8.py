@@ -63,7 +63,7 @@ def bench_fp8_shape(M, N, K, settings, device="cuda", timer=time_callable):
     import torch
 
     from .. import fp8
-    from .bench import Row, error_status, rel_error
+    from .rows import Row, error_status, rel_error
 
     scaling, fast = settings.scaling, settings.fast_accum
     path = f"fp8-{scaling}" + ("-fast" if fast else "")
