@@ -53,10 +53,10 @@ from torch import Tensor
 from . import ops
 from .portable import grouped as portable_grouped
 from .errors import PingpongError, check_tensor
+from .runtime import plan as plan_mod
+from .runtime.spec import check_input_dtype
 
 __all__ = ["grouped_mm", "check", "check_offsets"]
-
-INPUT_DTYPES = (torch.bfloat16, torch.float16)
 
 ROWS, COLS, RAGGED_K, BATCHED = "rows", "columns", "k", "batched"
 
@@ -75,8 +75,7 @@ def check(a, b, offs, out_dtype) -> tuple[str, tuple[int, ...], torch.dtype]:
         check_tensor(name, t)
         if t.dim() not in (2, 3):
             raise PingpongError(f"{name}: expected a 2-D or 3-D tensor, got {t.dim()}-D with shape {tuple(t.shape)}")
-        if t.dtype not in INPUT_DTYPES:
-            raise PingpongError(f"{name}: dtype {t.dtype} is not supported; expected torch.bfloat16 or torch.float16")
+        check_input_dtype(name, t)
     if a.dtype != b.dtype:
         raise PingpongError(f"a and b must have the same dtype, got a {a.dtype} and b {b.dtype}")
     if a.device != b.device:
@@ -126,12 +125,6 @@ def check_offsets(offs: Tensor, extent: int) -> None:
 # ----------------------------------------------------------------------------- the computation
 
 
-#: bound launches of the Hopper grouped kernel, one per call signature (shapes, strides,
-#: dtypes, device, tile); emptied when it holds MAX_LAUNCHES (token counts vary call to call)
-_LAUNCHES: dict = {}
-MAX_LAUNCHES = 1024
-
-
 def _hopper_rows(a, b, out, offs) -> bool:
     """out[rows of g] = a[rows of g] @ b[g] on the Hopper kernel; False if it cannot run it."""
     from .hopper import grouped as hg
@@ -149,12 +142,13 @@ def _hopper_rows(a, b, out, offs) -> bool:
         return False
     T, N, G = a.shape[0], b.shape[2], b.shape[0]
     config = hg.select_grouped_config(T, G, N)
-    key = (index, a.shape, a.stride(), b.shape, b.stride(), out.shape, out.stride(), a.dtype, out.dtype, config)
-    launch = _LAUNCHES.get(key)
+    # the bound launch of this call signature, in the plan cache (least recently used evicted:
+    # token counts vary call to call)
+    key = ("grouped", index, a.shape, a.stride(), b.shape, b.stride(), out.shape, out.stride(), a.dtype, out.dtype,
+           config)
+    launch = plan_mod.get(key)
     if launch is None:
-        if len(_LAUNCHES) >= MAX_LAUNCHES:
-            _LAUNCHES.clear()
-        launch = _LAUNCHES[key] = CachedLaunch()
+        launch = plan_mod.store(key, CachedLaunch())
     launch(index, (a.data_ptr(), b.data_ptr(), out.data_ptr(), out.data_ptr(), offs.data_ptr()), (), hg.prepare, a, b,
            out, offs,
            config, dev.sm_count(index))
