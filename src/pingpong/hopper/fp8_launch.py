@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import torch
 
-from .. import fused
 from ..runtime import compile as cc
 from ..runtime.device import sm_count
 from ..runtime.launcher import CachedLaunch
-from ..runtime.plan import Plan, device_index
-from ..runtime.spec import GemmSpec, scale_mode
+from ..runtime.plan import Plan, bias_vector, device_index
+from ..runtime.spec import GemmSpec, bias_kind, scale_mode
 from .config import KernelConfig
 from .fp8_kernel import SCALE_BLOCK as _SCALE_BLOCK, fp8_gemm
 
@@ -79,12 +78,12 @@ def prepare(a, w, out, scale_a, scale_b, scaling: str, promote: bool, sb_cols: i
         strides = (scale_a.stride(0), 0, scale_b.stride(1), 0)
     else:
         strides = (scale_a.stride(0), scale_a.stride(1), scale_b.stride(1), scale_b.stride(0))
-    bias_ptr = fused.bias_vector(bias) if bias is not None else out  # never read without a bias
+    bias_ptr = bias_vector(bias) if bias is not None else out  # never read without a bias
     args = (a_desc, b_desc, c_desc, bias_ptr, scale_a, scale_b, M, N, K, *strides)
     kwargs = _schedule_kwargs(d)
     kwargs.pop("BN2"), kwargs.pop("acc_layout2")
     kwargs.update(SCALING=scaling, PROMOTE=bool(promote), SB_COLS=sb_cols, EPI_BUFS=d.epilogue_bufs,
-                  BIAS=fused.bias_kind(bias, M), ACTIVATION=activation, acc_layout=acc_layout(d))
+                  BIAS=bias_kind(bias, M), ACTIVATION=activation, acc_layout=acc_layout(d))
     units = -(-M // d.block_m) * -(-N // d.block_n)
     return fp8_gemm, args, kwargs, (max(1, min(sms, units)),)
 
@@ -106,7 +105,7 @@ class Fp8Plan(Plan):
     def run_scaled(self, a, b, scale_a, scale_b, out, bias) -> None:
         """out = act(scale(a @ b) + bias): a (M, K), b (K, N) as validated by the front end."""
         w = b.t()
-        bias_v = fused.bias_vector(bias) if bias is not None else None
+        bias_v = bias_vector(bias) if bias is not None else None
         ptrs = (a.data_ptr(), w.data_ptr(), out.data_ptr(), (bias_v if bias_v is not None else out).data_ptr(),
                 scale_a.data_ptr(), scale_b.data_ptr())
         self.launch(self.device, ptrs, (), self._jit_args, a, w, out, scale_a, scale_b, bias)

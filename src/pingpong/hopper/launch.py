@@ -22,7 +22,8 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ..errors import ConfigError
 from ..runtime import compile as cc
-from .. import fused
+from ..runtime.plan import bias_vector
+from ..runtime.spec import bias_kind
 from ..toolchain import KERNEL_OPTIONS
 from .config import KernelConfig, swizzle_width
 from .kernel import persistent_gemm, split_k_gemm, warp_specialized_gemm
@@ -166,9 +167,9 @@ def _gemm_launch(a, b, out, c, alpha, beta, d, sms: int, bias=None, activation="
         "C must be TMA-legal, out's dtype"
     cin_desc = _descriptor(c, c_box, c_cga) if has_c else c_desc
     units = -(-M // (d.cluster_m * d.block_m)) * -(-N // d.block_n) * batches  # pairs of tiles in a cluster
-    bias_ptr = fused.bias_vector(bias) if bias is not None else out  # never read without a bias
+    bias_ptr = bias_vector(bias) if bias is not None else out  # never read without a bias
     args = (a_desc, b_desc, c_desc, cin_desc, bias_ptr, M, N, K, float(alpha), float(beta))
-    common = dict(majors, HAS_C=has_c, EPI_BUFS=d.epilogue_bufs, batches=batches, BIAS=fused.bias_kind(bias, M),
+    common = dict(majors, HAS_C=has_c, EPI_BUFS=d.epilogue_bufs, batches=batches, BIAS=bias_kind(bias, M),
                   ACTIVATION=activation)
     grid = (max(1, min(sms // d.cluster_m, units)),)  # programs = clusters: one CTA per SM
     if d.schedule == "persistent":
@@ -226,10 +227,10 @@ def prepare_split(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, wor
     has_c = c is not None  # the plan passes C only when it is read (GemmSpec.epilogue.reads_c)
     assert not has_c or ((c.stride(1) == 1 or c.shape[1] <= 1) and c.dtype == out.dtype), "C: row-major, out's dtype"
     a_desc, b_desc, majors = _operands(ka, kb, d)
-    kind = fused.bias_kind(bias, M)  # of the caller's M × N; the kernel's product is transposed under swap
+    kind = bias_kind(bias, M)  # of the caller's M × N; the kernel's product is transposed under swap
     if d.swap_ab:
         kind = {"col": "row", "row": "col"}.get(kind, kind)
-    bias_ptr = fused.bias_vector(bias) if bias is not None else out  # never read without a bias
+    bias_ptr = bias_vector(bias) if bias is not None else out  # never read without a bias
     args = (a_desc, b_desc, workspace, counters, out, c if has_c else out, bias_ptr, ka.shape[0], kb.shape[1], K,
             float(alpha), float(beta), splits, block // 4, ld // 4, out.stride(0), c.stride(0) if has_c else 0)
     kwargs = dict(majors, HAS_C=has_c, SWAP=d.swap_ab, BIAS=kind, ACTIVATION=activation, **_schedule_kwargs(d))
