@@ -180,11 +180,19 @@ def test_argument_errors_are_pingpong_errors_on_global_shapes(mesh, runs):
         pingpong.matmul(dt(mesh, (8, 6), Shard(0), 1, torch.float32), dt(mesh, (6, 4), Replicate(), 2, torch.float32))
     with pytest.raises(PingpongError, match=r"shape mismatch|a.shape\[-1\]|do not"):
         pingpong.matmul(dt(mesh, (8, 6), Shard(0), 1), dt(mesh, (5, 4), Replicate(), 2))
-    # grouped_mm's own checks (its fake implementation, on meta tensors of the global shapes):
-    # b's K is 7 globally, although each rank's (3, 7, 2) shard has a's K nowhere
+    # grouped_mm checks the global shapes: b's K is 12, though each rank's (3, 6, 4) shard of it
+    # matches a's K of 6
     offs = dt(mesh, (3,), Replicate(), 3, torch.int32)
-    with pytest.raises(PingpongError, match=r"b: its K \(7, b.shape\[-2\]\) must equal a's \(6"):
-        pingpong.grouped_mm(dt(mesh, (12, 6), Replicate(), 4), dt(mesh, (3, 7, 4), Shard(2), 5), offs)
+    with pytest.raises(PingpongError, match=r"b: its K \(12, b.shape\[-2\]\) must equal a's \(6"):
+        pingpong.grouped_mm(dt(mesh, (12, 6), Replicate(), 4), dt(mesh, (3, 12, 4), Shard(1), 5), offs)
+    # scaled_mm's checks come from its fake implementation (distributed.fake_check), on meta
+    # tensors of the global shapes: K is 512 in b, 256 in a, though b's local shard has 256 rows
+    f8, f32 = torch.float8_e4m3fn, torch.float32
+    a8 = dt(mesh, (16, 256), Replicate(), 6, f8)
+    b8 = dt(mesh, (32, 512), Shard(1), 7, f8).t()  # K-major (512, 32), split along K
+    one = dt(mesh, (1,), Replicate(), 8, f32)
+    with pytest.raises(PingpongError, match=r"shapes \(16, 256\) and \(512, 32\) cannot be multiplied"):
+        pingpong.scaled_mm(a8, b8, one, one)
     assert runs == []
 
 
