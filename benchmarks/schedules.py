@@ -7,6 +7,7 @@ Each config is checked, then timed with the harness of `pingpong bench` (same me
 """
 
 import argparse
+import json
 import re
 import sys
 import types
@@ -46,17 +47,31 @@ def parse_config(text: str) -> KernelConfig:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shapes", nargs="+", type=bench.parse_shape, default=[(8192, 8192, 8192)])
-    p.add_argument("--configs", nargs="+", type=parse_config, required=True)
+    p.add_argument("--configs", nargs="+", type=parse_config, default=[])
+    p.add_argument("--plan", help="a JSON list of [M, N, K, [config, ...]]: each shape with its own configs "
+                                  "(instead of --shapes × --configs)")
     p.add_argument("--reps", type=int, default=100)
     p.add_argument("--dtype", default="bf16")
+    p.add_argument("--rounds", type=int, default=3, help="alternate ours and cuBLAS this many times")
+    p.add_argument("--json", help="rewrite this JSON file with every row so far after each row")
     args = p.parse_args(argv)
-    settings = bench.Settings(shapes=args.shapes, dtype=args.dtype, layout="nt", reps=args.reps)
+    settings = bench.Settings(shapes=args.shapes, dtype=args.dtype, layout="nt", reps=args.reps, rounds=args.rounds)
     rows = []
-    for shape in args.shapes:
-        for cfg in args.configs:
+    if args.plan:
+        with open(args.plan) as f:
+            pairs = [((m, n, k), [parse_config(c) for c in cfgs]) for m, n, k, cfgs in json.load(f)]
+    elif args.configs:
+        pairs = [(shape, args.configs) for shape in args.shapes]
+    else:
+        p.error("give --configs or --plan")
+    total = sum(len(cfgs) for _, cfgs in pairs)
+    for shape, configs in pairs:
+        for cfg in configs:
             row = bench.bench_shape(*shape, settings, config_api(cfg))
-            print(bench._progress(len(rows) + 1, len(args.shapes) * len(args.configs), row, 0), file=sys.stderr)
+            print(bench._progress(len(rows) + 1, total, row, 0), file=sys.stderr)
             rows.append(row)
+            if args.json:
+                bench.write_json(args.json, rows, bench.environment_header(settings))
     print(bench.format_table(rows, bench.environment_header(settings)))
     return 0
 

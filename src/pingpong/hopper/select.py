@@ -24,9 +24,10 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count):
     |                               | long K ≥ 64 wide, split within that one wave), 256  |
     |                               | bytes of K a ring slot                              |
     | M ≤ 64                        | swap-AB: 128 rows of N × (M rounded up to 32 or 64) |
-    | 128 < M ≤ PADDED_MAX_M, 128-  | 64×256×64 ping-pong (PADDED_TILE)                   |
-    | row tiles pad ≥ PADDED_ROWS,  |                                                     |
-    | K ≥ PADDED_MIN_K              |                                                     |
+    | 128 < M ≤ MID_ROWS_MAX_M      | mid rows: the tile of MID_ROWS_TILES (128×256,      |
+    |                               | 128×192, 128×128 cooperative; 64×256, 64×128 ping-  |
+    |                               | pong) and split count of least modelled time (below)|
+    |                               | — unsplit with ≤ S/2 128×128 tiles: few tiles       |
     | otherwise                     | 128×BN×64 cooperative, BN ∈ {256, 192, 128} the     |
     |                               | width of least ⌈tiles / S⌉ · BN / efficiency (per-  |
     |                               | FLOP speed: TILE_EFFICIENCY, or in short CTAs       |
@@ -97,19 +98,20 @@ DECODE_M = 16
 SPLIT_MIN_BYTES = 2**22
 #: mid-size M: from DECODE_M + 1 up to this many rows a 64-row ping-pong tile (when it makes ≤ S tiles)
 MID_M = 128
-#: Just past 128 rows, 128-row tiles pad much of their second row (137 rows: 119 padded) and
-#: 64-row ping-pong tiles 256 wide run faster (H100, RESULTS.md run 113, ours/cuBLAS, 64×256
-#: vs the heuristic's 128-row pick: 137×40960×7168 0.904 vs 0.583, 137×7168×20480 0.841 vs
-#: 0.662 split 7, 136×7168×7168 0.791 vs 0.647, 183×8192×28672 0.856 vs 0.729,
-#: 299×5120×13824 0.793 vs 0.665; not at 411×3072×8192, 0.736 vs 0.805: hence the bound).
-#: With the split rule on top (run 114): 137×7168×20480 split 3 0.937, 183×8192×28672 split 4
-#: 0.919, 136×7168×7168 split 3 0.771, 299×5120×13824 split 5 0.690 (unsplit 0.792), and
-#: 150×2048×65536 split 5 0.986; with a short K it loses (200×4096×4096: 0.732 split 2 vs
-#: 0.794 for cooperative 128×128 split 2): hence PADDED_MIN_K.
-PADDED_MAX_M = 320
-PADDED_ROWS = 32
-PADDED_MIN_K = 7168
-PADDED_TILE = KernelConfig(64, 256, 64, schedule="pingpong")
+#: Mid rows (MID_M < M ≤ MID_ROWS_MAX_M, more 128×128 tiles than half a wave): the config of
+#: MID_ROWS_TILES and split count s ≥ 1 of least modelled time
+#:     ⌈tiles·s / S⌉ · (k_steps / s + MID_ROWS_SPLIT_STEPS) · BM·BN / efficiency
+#: (waves × one work unit's time; a unit's time is its area over the tile's per-FLOP speed).
+#: Fitted on 23 shapes of 201-947 rows (random suite seeds 1-2, 12 configs each, H100, run
+#: 174; the previous rules' picks there: 0.819 of cuBLAS) and the 137-534-row shapes of runs
+#: 113-114: the model's picks reach 0.985 and 0.968 of the best measured config per shape. A
+#: split costs as much as 32 k-steps of one unit: the partials' traffic and the final sum
+#: (split-K rarely won there: 2 of 23 shapes).
+MID_ROWS_MAX_M = 960
+MID_ROWS_SPLIT_STEPS = 32
+MID_ROWS_TILES = {KernelConfig(128, 256, 64): 1.0, KernelConfig(128, 192, 64): 0.9,
+                  KernelConfig(128, 128, 64): 0.8, KernelConfig(64, 256, 64, schedule="pingpong"): 0.8,
+                  KernelConfig(64, 128, 64, schedule="pingpong"): 0.7}
 #: the mid-size tile's widths, widest first (ties in tile count go to the wider)
 MID_WIDTHS = (96, 64, 32)
 #: with a long K the mid-size tile is at least MID_SPLIT_WIDTH wide and split into as many parts
@@ -208,15 +210,23 @@ def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS, in_bytes: i
         config = KernelConfig(64, 16, small_k, schedule="pingpong", swap_ab=True)
     elif M <= SWAP_AB_MAX_M:
         config = KernelConfig(128, 1 << math.ceil(math.log2(M)), 64, swap_ab=True)
-    elif MID_M < M <= PADDED_MAX_M and -M % 128 >= PADDED_ROWS and K >= PADDED_MIN_K:
-        config = PADDED_TILE
+    elif M <= MID_ROWS_MAX_M:  # tile and split count by one cost model; few unsplit tiles: FEW_WIDTHS
+        config = mid_rows_config(M, N, k_steps, sms)
+        few = config.split_k == 1 and 2 * tile_count(KernelConfig(128, 128, 64), M, N) <= sms
+        return few_tiles(M, N, sms) if few else one_wave_epilogue(config, M, N, sms)
     else:
         config = KernelConfig(128, tile_width(M, N, k_steps, sms), 64)
-    if config.block_n == 192 and not config.swap_ab and tile_count(config, M, N) <= sms:
-        config = dataclasses.replace(config, epilogue_n=ONE_WAVE_EPILOGUE_N)  # one wave: a 5th ring stage (above)
-    config = split(config, M, N, k_steps, sms)
+    config = split(one_wave_epilogue(config, M, N, sms), M, N, k_steps, sms)
     if config.block_m == 128 and config.split_k == 1 and 2 * tile_count(config, M, N) <= sms and not config.swap_ab:
         return few_tiles(M, N, sms)  # more tiles, still one wave (FEW_WIDTHS)
+    return config
+
+
+def one_wave_epilogue(config: KernelConfig, M: int, N: int, sms: int) -> KernelConfig:
+    """128×192 tiles that fit one wave take ONE_WAVE_EPILOGUE_N-column epilogue sub-tiles (a 5th
+    ring stage, above)."""
+    if config.block_n == 192 and not config.swap_ab and tile_count(config, M, N) <= sms:
+        return dataclasses.replace(config, epilogue_n=ONE_WAVE_EPILOGUE_N)
     return config
 
 
@@ -224,6 +234,17 @@ def split(config: KernelConfig, M: int, N: int, k_steps: int, sms: int) -> Kerne
     """`config` with the split count of the module docstring's cost model (K in k_steps of
     SPLIT_STEP_K elements)."""
     return dataclasses.replace(config, split_k=split_count(tile_count(config, M, N), k_steps, sms))
+
+
+def mid_rows_config(M: int, N: int, k_steps: int, sms: int) -> KernelConfig:
+    """The mid-rows config: MID_ROWS_TILES and split count by the cost model above (K in
+    k_steps of SPLIT_STEP_K elements; splits of ≥ MIN_SPLIT_STEPS steps, ≤ MAX_SPLIT_K)."""
+    def cost(config: KernelConfig) -> float:
+        units = tile_count(config, M, N) * config.split_k
+        area = config.block_m * config.block_n / MID_ROWS_TILES[dataclasses.replace(config, split_k=1)]
+        return math.ceil(units / sms) * (k_steps / config.split_k + MID_ROWS_SPLIT_STEPS) * area
+    splits = range(1, max(1, min(MAX_SPLIT_K, k_steps // MIN_SPLIT_STEPS)) + 1)
+    return min((dataclasses.replace(c, split_k=s) for c in MID_ROWS_TILES for s in splits), key=cost)
 
 
 def one_wave_tile(M: int, N: int, sms: int, widths: tuple[int, ...], block_k: int) -> KernelConfig | None:
