@@ -164,6 +164,7 @@ KERNEL_MODULES = (
     "pingpong.portable",
     "pingpong.amd",
     "pingpong.streaming",
+    "pingpong.hopper.fp8_grouped",
 )
 
 
