@@ -23,6 +23,7 @@ from .errors import ConfigError, PingpongError, TargetError
 from .toolchain import UnsupportedTritonError
 from .streaming import vector_add
 from .fp8 import scaled_mm
+from .fp8_grouped import scaled_grouped_mm
 from .quantize import quantize_fp8
 
 import sys as _sys
@@ -34,6 +35,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "matmul", "gemm", "gemm_", "matmul_tiled", "path_for", "linear", "scaled_mm", "quantize_fp8", "grouped_mm",
-    "vector_add",
+    "vector_add", "scaled_grouped_mm",
     "KernelConfig", "ConfigError", "PingpongError", "TargetError", "UnsupportedTritonError",
 ]

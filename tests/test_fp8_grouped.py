@@ -1,0 +1,156 @@
+"""FP8 grouped GEMM on the CPU: scaled_grouped_mm's refusals (PingpongError naming the
+argument, before any work), the fake implementation (shapes; torch.compile traces the op),
+the pure host helpers (tile choice, scale strides, worker registers) and the Hopper kernel's
+offline compile facts (fp8 wgmma, no spills, shared memory within budget)."""
+
+import re
+
+import pytest
+import torch
+
+import pingpong
+from pingpong.errors import PingpongError
+from pingpong.fp8_grouped import check_scaled_grouped_mm
+from pingpong.hopper import fp8_grouped as kernel
+from pingpong.hopper.config import SMEM_LIMIT
+from pingpong.runtime import compile as cc
+
+E4M3 = torch.float8_e4m3fn
+T, K, N, G = 300, 256, 512, 4
+
+
+def operands(t=T, k=K, n=N, g=G, dtype=E4M3):
+    a = torch.zeros(t, k).to(dtype)
+    w = torch.zeros(g, n, k).to(dtype)
+    return dict(a=a, b=w.transpose(1, 2), sa=torch.ones(t), sb=torch.ones(g, n),
+                offs=torch.tensor([t // 4 * (i + 1) for i in range(g)], dtype=torch.int32))
+
+
+def check(a, b, sa, sb, offs, out_dtype=torch.bfloat16, fast=False):
+    return check_scaled_grouped_mm(a, b, sa, sb, offs, out_dtype, fast, device_checks=False)
+
+
+def test_row_and_tensor_wise_scales_are_recognised():
+    x = operands()
+    assert check(**x) == ("row", "row")
+    assert check(**dict(x, sa=torch.tensor(2.0), sb=torch.ones(G))) == ("tensor", "group")
+    assert check(**dict(x, sb=torch.ones(1))) == ("row", "tensor")
+
+
+def _bad():
+    x = operands()
+    w = torch.zeros(G, N, K).to(E4M3)
+    return [
+        (dict(x, a=x["a"].float()), "a: dtype torch.float32 is not supported"),
+        (dict(x, a=x["a"][None]), "a: expected a 2-D tensor"),
+        (dict(x, b=w.transpose(1, 2).float()), "b: dtype"),
+        (dict(x, b=w.transpose(1, 2).to(torch.float8_e5m2)), "b: dtype .* differs from a's"),
+        (dict(x, b=w[0].t()), "b: expected a 3-D"),
+        (dict(x, b=torch.zeros(G, K, N).to(E4M3)), "b: expected K-major"),  # (G, K, N) row-major: not K-major
+        (dict(x, b=torch.zeros(G, N, K + 16).to(E4M3).transpose(1, 2)), r"b: its K \(272"),
+        (dict(x, a=torch.zeros(T, 24).to(E4M3), b=torch.zeros(G, N, 24).to(E4M3).transpose(1, 2),
+              sa=torch.ones(T)), "K=24: must be a positive multiple of 16"),
+        (dict(x, b=torch.zeros(G, 200, K).to(E4M3).transpose(1, 2), sb=torch.ones(G, 200)), "N=200"),
+        (dict(x, a=torch.zeros(K, T).to(E4M3).t()), "a: expected row-major"),
+        (dict(x, offs=x["offs"].long()), "offs: dtype torch.int64"),
+        (dict(x, offs=x["offs"][None]), "offs: expected a 1-D"),
+        (dict(x, offs=torch.zeros(2 * G, dtype=torch.int32)[::2]), "offs: must be contiguous"),
+        (dict(x, offs=x["offs"][:-1]), "offs: length 3 must equal b's group count 4"),
+        (dict(x, offs=[1, 2, 3, 4]), "offs: expected a 1-D int32 tensor"),
+        (dict(x, sa=torch.ones(T, dtype=torch.float64)), "scale_a: dtype torch.float64"),
+        (dict(x, sb=torch.ones(G, N).bfloat16()), "scale_b: dtype torch.bfloat16"),
+        (dict(x, sa=torch.ones(T + 1)), r"scale_a: expected \(T,\) = \(300,\)"),
+        (dict(x, sa=torch.ones(2 * T)[::2]), "scale_a: must be contiguous"),
+        (dict(x, sb=torch.ones(G, N + 16)), r"scale_b: expected \(G, N\) = \(4, 512\)"),
+        (dict(x, sb=torch.ones(N, G).t()), r"scale_b: \(G, N\) scales must be contiguous in N"),
+        (dict(x, sb=torch.ones(G + 1)), "scale_b: expected"),
+        (dict(x, sa=torch.ones(T, K // 128)), "scale_a: .*block-wise FP8 grouped GEMM is not built"),
+        (dict(x, sb=torch.ones(G, N // 128, K // 128)), "scale_b: .*block-wise FP8 grouped GEMM is not built"),
+        (dict(x, sa="1"), "scale_a: expected a torch.Tensor"),
+    ]
+
+
+@pytest.mark.parametrize("i", range(len(_bad())))
+def test_bad_input_names_the_argument(i):
+    args, match = _bad()[i]
+    with pytest.raises(PingpongError, match=match):
+        check(**args)
+
+
+def test_out_dtype_and_flag_and_grad_are_checked():
+    x = operands()
+    with pytest.raises(PingpongError, match="out_dtype"):
+        check(**x, out_dtype=torch.float8_e4m3fn)
+    with pytest.raises(PingpongError, match="use_fast_accum"):
+        check(**x, fast=1)
+    with pytest.raises(PingpongError, match="requires grad.*inference only"):
+        check(**dict(x, sa=torch.ones(T, requires_grad=True)))
+
+
+def test_public_call_refuses_before_any_work():
+    x = operands()
+    with pytest.raises(PingpongError, match="runs on a Hopper"):
+        pingpong.scaled_grouped_mm(x["a"], x["b"], x["sa"], x["sb"], x["offs"])
+    with pytest.raises(PingpongError, match="offs: length"):
+        pingpong.scaled_grouped_mm(x["a"], x["b"], x["sa"], x["sb"], x["offs"][:2])
+
+
+def test_fake_gives_the_shape_and_compile_traces_the_op():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        x = operands()
+        out = torch.ops.pingpong.scaled_grouped_mm(x["a"], x["b"], x["sa"], x["sb"], x["offs"], torch.float32, False)
+        assert out.shape == (T, N) and out.dtype == torch.float32
+        with pytest.raises(PingpongError, match="scale_b"):
+            torch.ops.pingpong.scaled_grouped_mm(x["a"], x["b"], x["sa"], torch.ones(3, 3), x["offs"], torch.bfloat16,
+                                                 False)
+
+    graphs = []
+
+    def backend(gm, inputs):
+        graphs.append(gm)
+        return lambda *args: (torch.empty(T, N, dtype=torch.bfloat16),)
+
+    x = operands()
+    fn = torch.compile(lambda a, b, sa, sb, offs: pingpong.scaled_grouped_mm(a, b, sa, sb, offs), fullgraph=True,
+                       backend=backend)
+    fn(x["a"], x["b"], x["sa"], x["sb"], x["offs"])
+    assert any("pingpong.scaled_grouped_mm" in str(n.target) for g in graphs for n in g.graph.nodes)
+
+
+def test_tile_choice_scale_strides_and_registers():
+    assert kernel.select_fp8_grouped_config(8192 * 2, 8, 14336, True).schedule == "cooperative"
+    assert kernel.select_fp8_grouped_config(8192 * 2, 8, 14336, True).block_n == 128  # two accumulators
+    assert kernel.select_fp8_grouped_config(8192 * 2, 8, 14336, False).block_n == 256
+    assert kernel.select_fp8_grouped_config(4096 * 8, 256, 2048, True).block_m == 64  # 128 rows per expert
+    assert kernel.select_fp8_grouped_config(100, 8, 128, False).block_n == 128
+    assert all(c.block_k == 128 for c in (kernel.select_fp8_grouped_config(t, g, n, p) for t in (16, 4096)
+                                          for g in (1, 256) for n in (128, 4096) for p in (True, False)))
+    sa, sb = torch.ones(T), torch.ones(G, 2 * N)[:, ::2].contiguous()
+    assert kernel.scale_strides(sa, sb) == (1, N, 1)
+    assert kernel.scale_strides(torch.ones(()), torch.ones(G)) == (0, 1, 0)
+    assert kernel.scale_strides(torch.ones(1), torch.ones(1, 1)) == (0, 0, 0)
+    assert kernel.worker_regs((232, 40), 32) == (232, 40)
+    assert kernel.worker_regs((232, 40), 256) == (224, 56)
+    assert kernel.worker_regs((232, 40), 512) == (208, 88)
+    for g_pad in (32, 256, 512, 1024):  # the register file stays full, not over
+        c, p = kernel.worker_regs((232, 40), g_pad)
+        assert 8 * c + 4 * p == 8 * 232 + 4 * 40 and c % 8 == 0 and p % 8 == 0
+
+
+@pytest.mark.parametrize("name", list(kernel.OFFLINE_VARIANTS))
+def test_kernel_compiles_offline_without_spills(name):
+    """sm_90a, no GPU: fp8 (e4m3) wgmma, no local memory, shared memory within budget, TMA
+    loads and the TMA store of whole tiles; promoted: every wgmma group waited to 0."""
+    config, groups, promote = kernel.OFFLINE_VARIANTS[name]
+    c = cc.compile_kernel(name, "sm_90a")
+    f = c.facts()
+    ptx = c.asm["ptx"]
+    assert re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k32\.f32\.e4m3\.e4m3", ptx)
+    assert set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k32", ptx)) == {str(config.block_n)}
+    assert f.spill_bytes == 0 and f.counts["LDL/STL"] == 0, "local-memory spills"
+    assert 0 < f.shared_bytes <= SMEM_LIMIT
+    assert f.counts["UTMALDG"] > 0 and f.counts["UTMASTG"] > 0 and f.warps == 12
+    waits = set(re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx))
+    assert waits == ({"0"} if promote else {"0", "1"}), waits
