@@ -154,3 +154,38 @@ def test_kernel_compiles_offline_without_spills(name):
     assert f.counts["UTMALDG"] > 0 and f.counts["UTMASTG"] > 0 and f.warps == 12
     waits = set(re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx))
     assert waits == ({"0"} if promote else {"0", "1"}), waits
+
+
+def test_direct_launch_passes_what_triton_passes(monkeypatch):
+    """The front end's slot addresses (launch_ptrs) bound to the compiled kernel hand Triton's
+    C launcher exactly what Triton's own launch would: descriptors of a, W, out at their
+    addresses, then out, offs and both scales as pointers, then the scalars."""
+    import fake_launcher
+
+    from pingpong import fp8_grouped as fg
+    from pingpong.runtime.launcher import DirectLaunch, bind_jit_args
+
+    a, w = torch.empty(T, K, dtype=E4M3), torch.empty(G, N, K, dtype=E4M3)
+    out, offs = torch.empty(T, N, dtype=torch.bfloat16), torch.empty(G, dtype=torch.int32)
+    sa, sb = torch.empty(T), torch.empty(G, N)
+    fn, args, kwargs, grid = kernel.prepare(a, w, out, offs, sa, sb, True,
+                                            pingpong.KernelConfig(64, 128, 128, schedule="pingpong"), 132)
+    with cc.offline("sm_90a"):
+        compiled = fn.warmup(*args, grid=grid, **kwargs)
+        from triton.runtime import driver
+
+        calls = fake_launcher.install(driver.active)
+        monkeypatch.setattr(compiled, "_run", None)
+        monkeypatch.setattr(compiled, "module", None)
+        values = list(args) + [kwargs[n] for n in fn.arg_names[len(args):]]
+        values = [v.data_ptr() if isinstance(v, torch.Tensor) else v for v in values]
+        compiled.run(*grid, 1, 1, 99, compiled.function, compiled.packed_metadata, None, None, None, *values)
+        direct = DirectLaunch.from_kernel(compiled)
+        assert direct is not None and len(direct.encodings) == 3
+        ptrs = fg.launch_ptrs(a, w, out, offs, sa, sb)
+        bind_jit_args(direct, fn, args, kwargs)((grid[0], 1, 1), 99, ptrs, ())
+    theirs, ours = calls
+    assert fake_launcher.parts(ours)[0] == fake_launcher.parts(theirs)[0]
+    assert fake_launcher.parts(ours)[3] == fake_launcher.parts(theirs)[3]
+    maps = [x for x in fake_launcher.parts(ours)[3] if isinstance(x, tuple) and x[:1] == ("map",)]
+    assert [m[1] for m in maps] == list(ptrs[:3]) and [len(m[6]) for m in maps] == [2, 3, 2]  # W: rank 3

@@ -195,9 +195,15 @@ class _Fp8GroupedPlan:
         from .runtime.device import sm_count
 
         w = b.transpose(1, 2)  # (G, N, K) row-major: the kernel's view
-        self.launch(self.device, (a.data_ptr(), w.data_ptr(), out.data_ptr(), out.data_ptr(), offs.data_ptr(),
-                                  scale_a.data_ptr(), scale_b.data_ptr()), (), kernel.prepare, a, w, out, offs,
+        self.launch(self.device, launch_ptrs(a, w, out, offs, scale_a, scale_b), (), kernel.prepare, a, w, out, offs,
                     scale_a, scale_b, self.promote, self.config, sm_count(self.device))
+
+
+def launch_ptrs(a, w, out, offs, scale_a, scale_b) -> tuple[int, ...]:
+    """The base address of each slot of the kernel's leading arguments (pingpong.hopper.
+    fp8_grouped.fp8_grouped_gemm: a, W, out as TMA descriptors; out, offs, scales as pointers)."""
+    return (a.data_ptr(), w.data_ptr(), out.data_ptr(), out.data_ptr(), offs.data_ptr(), scale_a.data_ptr(),
+            scale_b.data_ptr())
 
 
 def _key(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum) -> tuple:
