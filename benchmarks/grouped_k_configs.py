@@ -18,7 +18,6 @@ from pingpong.tools.timing import time_callable
 CANDIDATES = {
     "coop128x256": KernelConfig(128, 256, 64, schedule="cooperative"),
     "coop128x128": KernelConfig(128, 128, 64, schedule="cooperative"),
-    "pp128x128": KernelConfig(128, 128, 64, schedule="pingpong"),
     "pp64x256": KernelConfig(64, 256, 64, schedule="pingpong"),
 }
 DEFAULT_CASES = [f"{m}:{t}:{r}" for m in ("mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3")

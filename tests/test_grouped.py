@@ -364,3 +364,16 @@ def test_grouped_k_kernels_compile_offline():
         assert facts.counts["tma_store"] >= 1 and facts.counts["wgmma"] > 0, name
         loads = set(re.findall(r"cp\.async\.bulk\.tensor\.(\d)d\.shared::cta\.global", compiled.asm["ptx"]))
         assert loads == {"4"}, f"{name}: operand loads of ranks {loads}, expected the rank-4 ragged boxes only"
+
+
+def test_ragged_k_tile_rule():
+    """Cooperative 128×256 from 256 rows per group on average, ping-pong 64×256 at ≤ 128
+    (a unit of one or two k-steps: the store dominates), 128×128 for N < 256."""
+    from pingpong.hopper import grouped_k as hk
+
+    pick = lambda M, N, T, G: (lambda c: (c.schedule, c.block_m, c.block_n))(hk.select_ragged_k_config(M, N, T, G))  # noqa: E731
+    assert pick(4096, 14336, 16384 * 2, 8) == ("cooperative", 128, 256)
+    assert pick(7168, 2048, 8192 * 8, 256) == ("cooperative", 128, 256)
+    assert pick(2048, 768, 2048 * 8, 128) == ("pingpong", 64, 256)
+    assert pick(7168, 2048, 128 * 8, 256) == ("pingpong", 64, 256)
+    assert pick(512, 128, 10**5, 4) == ("cooperative", 128, 128)
