@@ -367,13 +367,14 @@ def test_grouped_k_kernels_compile_offline():
 
 
 def test_ragged_k_tile_rule():
-    """Cooperative 128×256 from 256 rows per group on average, ping-pong 64×256 at ≤ 128
-    (a unit of one or two k-steps: the store dominates), 128×128 for N < 256."""
+    """Cooperative 128×256 above 128 rows per group on average; 128×128 at ≤ 128 (a unit of
+    one or two k-steps: the store dominates) and for N < 256."""
     from pingpong.hopper import grouped_k as hk
 
     pick = lambda M, N, T, G: (lambda c: (c.schedule, c.block_m, c.block_n))(hk.select_ragged_k_config(M, N, T, G))  # noqa: E731
     assert pick(4096, 14336, 16384 * 2, 8) == ("cooperative", 128, 256)
     assert pick(7168, 2048, 8192 * 8, 256) == ("cooperative", 128, 256)
-    assert pick(2048, 768, 2048 * 8, 128) == ("pingpong", 64, 256)
-    assert pick(7168, 2048, 128 * 8, 256) == ("pingpong", 64, 256)
+    assert pick(2048, 768, 2048 * 8, 128) == ("cooperative", 128, 128)
+    assert pick(7168, 2048, 128 * 8, 256) == ("cooperative", 128, 128)
+    assert pick(2048, 768, 129 * 128, 128) == ("cooperative", 128, 256)
     assert pick(512, 128, 10**5, 4) == ("cooperative", 128, 128)

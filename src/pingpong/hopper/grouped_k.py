@@ -307,18 +307,19 @@ def legal_out(out: torch.Tensor) -> bool:
 
 def select_ragged_k_config(M: int, N: int, T: int, G: int) -> KernelConfig:
     """The tile of a ragged-K product from what the host knows (T rows over G groups, not
-    their sizes). Measured on an H100 against torch._grouped_mm (RESULTS.md run 190, wgrad,
-    cooperative 128×256 / ping-pong 64×256): with ≥ 256 rows per group on average the
-    cooperative 128×256 tile (Mixtral 16384 tokens 0.996 / 0.665, Qwen3 1.060 / 0.773,
-    DeepSeek-V3 1.109 / 0.809); at ≤ 128 rows a unit is one or two k-steps and its store
-    dominates, where ping-pong overlaps one consumer's store with the other's k-steps
-    (Qwen3 2048 tokens, 128 rows: 1.045 / 1.209; DeepSeek-V3 2048, 64 rows: 1.070 / 1.057).
+    their sizes). Measured on an H100 against torch._grouped_mm (RESULTS.md runs 190-191,
+    wgrad; ratios cooperative 128×256 / cooperative 128×128 / ping-pong 64×256):
+
+        > 128 rows per group   Mixtral 16384 tokens 0.996 / 0.738 / 0.665, Qwen3 8192 1.158 /
+                               1.019 / 0.866, DeepSeek-V3 8192 1.149 / 1.115 / 0.953: 128×256
+        ≤ 128 rows per group   a unit is one or two k-steps, its store dominates: DeepSeek-V3
+                               128 tokens 0.932 / 0.942 / 0.912, Mixtral 128 0.968 / 0.994 / 0.959,
+                               Qwen3 2048 zipf 1.099 / 1.135 / 1.032: 128×128 (ping-pong won
+                               only Qwen3 2048 balanced, 1.209 against 1.072)
     N < 256: 128×128."""
-    if N < 256:
-        return KernelConfig(128, 128, 64, schedule="cooperative")
-    if T <= 128 * max(G, 1):
-        return KernelConfig(64, 256, 64, schedule="pingpong")
-    return KernelConfig(128, 256, 64, schedule="cooperative")
+    if N >= 256 and T > 128 * max(G, 1):
+        return KernelConfig(128, 256, 64, schedule="cooperative")
+    return KernelConfig(128, 128, 64, schedule="cooperative")
 
 
 def prepare(x, b, out, offs, config: KernelConfig, sms: int):
