@@ -270,3 +270,111 @@ def test_grouped_kernels_compile_offline():
         assert facts.spill_bytes == 0 and facts.counts["LDL/STL"] == 0, name
         assert facts.shared_bytes <= SMEM_LIMIT, name
         assert facts.counts["tma_load"] >= 2 and facts.counts["tma_store"] >= 1 and facts.counts["wgmma"] > 0, name
+
+
+# ----------------------------------------------------------------------------- the Hopper ragged-K kernel
+
+
+def ragged_rows(start, rows, k, BK, stride):
+    """Rows of the token matrix that the ragged box of k-step row `k` of a group [start,
+    start + rows) reads, and the box rows TMA zero-fills: the kernel's own coordinates
+    (`ragged_coords`), the descriptor's strides and extents, 64-bit address wrap-around."""
+    from pingpong.hopper import grouped_k as hk
+
+    c0, c1, c2 = (int(getattr(c, "value", c)) for c in hk.ragged_coords.fn(start, rows, k))
+    extents = [hk._LEAD_EXTENT, hk._LEAD_EXTENT, hk.RAGGED_ROWS.value]
+    strides = [hk._WRAP - stride, stride, stride]
+    read, zero = [], []
+    for i in range(BK):
+        coords = (c0, c1, c2 + i)
+        if all(0 <= c < e for c, e in zip(coords, extents)):
+            offset = sum(c * s for c, s in zip(coords, strides)) % 2**64
+            assert offset % stride == 0
+            read.append(offset // stride)
+        else:
+            zero.append(i)
+    return read, zero
+
+
+@pytest.mark.parametrize("start,rows", [(0, 1), (0, 64), (5, 17), (1000, 255), (3, 0), (7, 1000), (2**20 + 3, 130)])
+@pytest.mark.parametrize("stride", [8, 4096, 14336])
+def test_ragged_box_reads_only_its_group(start, rows, stride):
+    """Every k-step's box reads rows start + k .. of the group only, in order; the rows past
+    the group's end (the last k-step's tail) are out of bounds (TMA writes zeros)."""
+    from pingpong.hopper import grouped_k as hk
+
+    BK = 64
+    steps = hk.k_steps_of.fn(rows, BK)
+    assert steps == -(-rows // BK)
+    seen = []
+    for j in range(steps):
+        read, zero = ragged_rows(start, rows, j * BK, BK, stride)
+        assert read == list(range(start + j * BK, start + j * BK + len(read)))
+        assert zero == list(range(len(read), BK))
+        seen += read
+    assert seen == list(range(start, start + rows))
+
+
+def test_ragged_k_descriptors_and_legality():
+    """The host side on CPU tensors: which layouts the kernel reads as stored, the ragged
+    descriptors' extents and strides, the grid from the shapes alone."""
+    from pingpong.hopper import grouped_k as hk
+
+    T, M, N, G = 1000, 136, 328, 5
+    x = torch.empty(T, M, dtype=torch.bfloat16)
+    y = torch.empty(T, N, dtype=torch.bfloat16)
+    assert hk.legal_operand(x) and hk.legal_operand(y)
+    assert not hk.legal_operand(torch.empty(M, T, dtype=torch.bfloat16).t())  # T contiguous: copied by the caller
+    assert not hk.legal_operand(torch.empty(T, 13, dtype=torch.bfloat16))  # 26-byte rows
+    out = torch.empty(G, M, N, dtype=torch.bfloat16)
+    assert hk.legal_out(out) and not hk.legal_out(torch.empty(G, M, 13, dtype=torch.bfloat16))
+    kernel, args, kwargs, grid = hk.prepare(x, y, out, torch.empty(G, dtype=torch.int32),
+                                            KernelConfig(128, 256, 64, schedule="cooperative"), 132)
+    a_desc, b_desc = args[:2]
+    assert a_desc.shape == [hk._LEAD_EXTENT, hk._LEAD_EXTENT, 2**30, M] and a_desc.strides == [2**34 - M, M, M, 1]
+    assert b_desc.block_shape == [1, 1, 64, 256] and b_desc.strides == [2**34 - N, N, N, 1]
+    assert grid == (min(132, G * 2 * 2),)
+
+
+def test_ragged_k_routes_to_hopper_only_on_hopper(monkeypatch):
+    """Without a Hopper GPU the ragged-K product goes to the portable kernel (interpreted here)."""
+    calls = []
+    monkeypatch.setattr(gm, "_hopper_ragged_k", lambda *a: calls.append(a) or False)
+    a, b = torch.randn(8, 40).half(), torch.randn(40, 16).half()
+    offs = _offs([10, 0, 30])
+    out = gm._compute(a, b, offs, torch.float32, interpret=True)
+    assert not calls, "the interpreter path never asks the Hopper kernel"
+    assert torch.allclose(out[0], a[:, :10].float() @ b[:10].float(), atol=1e-2) and (out[1] == 0).all()
+    assert torch.allclose(out[2], a[:, 10:].float() @ b[10:].float(), atol=1e-2)
+
+
+def test_grouped_k_kernels_compile_offline():
+    """sm_90a, no GPU: the ragged-K kernels compile without spills, in the shared memory
+    budget, with rank-4 (ragged) TMA loads, MN-major wgmma operands and the TMA store."""
+    import re
+
+    from pingpong.hopper.config import SMEM_LIMIT
+    from pingpong.runtime import compile as cc
+
+    for name in ("grouped-k-cooperative", "grouped-k-pingpong"):
+        compiled = cc.compile_kernel(name, "sm_90a")
+        facts = compiled.facts()
+        assert facts.spill_bytes == 0 and facts.counts["LDL/STL"] == 0, name
+        assert facts.shared_bytes <= SMEM_LIMIT, name
+        assert facts.counts["tma_store"] >= 1 and facts.counts["wgmma"] > 0, name
+        loads = set(re.findall(r"cp\.async\.bulk\.tensor\.(\d)d\.shared::cta\.global", compiled.asm["ptx"]))
+        assert loads == {"4"}, f"{name}: operand loads of ranks {loads}, expected the rank-4 ragged boxes only"
+
+
+def test_ragged_k_tile_rule():
+    """Cooperative 128×256 above 128 rows per group on average; 128×128 at ≤ 128 (a unit of
+    one or two k-steps: the store dominates) and for N < 256."""
+    from pingpong.hopper import grouped_k as hk
+
+    pick = lambda M, N, T, G: (lambda c: (c.schedule, c.block_m, c.block_n))(hk.select_ragged_k_config(M, N, T, G))  # noqa: E731
+    assert pick(4096, 14336, 16384 * 2, 8) == ("cooperative", 128, 256)
+    assert pick(7168, 2048, 8192 * 8, 256) == ("cooperative", 128, 256)
+    assert pick(2048, 768, 2048 * 8, 128) == ("cooperative", 128, 128)
+    assert pick(7168, 2048, 128 * 8, 256) == ("cooperative", 128, 128)
+    assert pick(2048, 768, 129 * 128, 128) == ("cooperative", 128, 256)
+    assert pick(512, 128, 10**5, 4) == ("cooperative", 128, 128)

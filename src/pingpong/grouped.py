@@ -16,7 +16,9 @@ Where each runs (`_compute`):
     ragged rows, ragged columns   the Hopper grouped kernel (pingpong.hopper.grouped) on an sm_90
                                   GPU when the operands are TMA-legal; 3-D × 2-D is the 2-D × 3-D
                                   kernel on the transposed views, writing out transposed
-    ragged K                      the portable kernel (pingpong.portable.grouped), plain Triton
+    ragged K                      the Hopper ragged-K kernel (pingpong.hopper.grouped_k) on an sm_90
+                                  GPU when x = aᵀ (T, M), b (T, N) and out are TMA-legal (an operand
+                                  whose T is contiguous is copied first)
     batched                       pingpong.matmul's batched path
     no Hopper GPU / not TMA-legal the portable kernel
 
@@ -155,6 +157,47 @@ def _hopper_rows(a, b, out, offs) -> bool:
     return True
 
 
+def _hopper_ragged_k(a, b, out, offs) -> bool:
+    """out[g] = a[:, K_g] @ b[K_g, :] on the Hopper ragged-K kernel; False if it cannot run it.
+    The kernel reads x = aᵀ (T, M) and b (T, N) with T as the row dimension
+    (pingpong.hopper.grouped_k): the backward's a = x.t() and dY are read as they are; an
+    operand with T contiguous is copied once."""
+    from .hopper import grouped_k as hk
+    from .runtime import device as dev
+    from .runtime.launcher import CachedLaunch
+
+    index = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    if not dev.is_hopper(index):
+        return False
+    x = a.t()
+    if not hk.legal_operand(x):
+        x = x.contiguous()
+    if not hk.legal_operand(b):
+        b = b.contiguous()
+    if not (hk.legal_operand(x) and hk.legal_operand(b) and hk.legal_out(out)):
+        return False
+    (T, M), N, G = x.shape, b.shape[1], out.shape[0]
+    config = hk.select_ragged_k_config(M, N, T, G)
+    key = ("grouped_k", index, x.shape, x.stride(), b.shape, b.stride(), out.shape, out.stride(), x.dtype, out.dtype,
+           config)
+    launch = plan_mod.get(key)
+    if launch is None:
+        launch = plan_mod.store(key, CachedLaunch())
+    launch(index, (x.data_ptr(), b.data_ptr(), out.data_ptr(), offs.data_ptr()), (), hk.prepare, x, b, out, offs,
+           config, dev.sm_count(index))
+    return True
+
+
+def _ragged_k(a, b, out, offs, interpret) -> None:
+    if out.numel() == 0:
+        return
+    if a.shape[1] == 0:  # no K at all: every group is empty
+        out.zero_()
+        return
+    if interpret or not _hopper_ragged_k(a, b, out, offs):
+        portable_grouped.grouped(a, b, out, offs, ragged_k=True, interpret=interpret)
+
+
 def _rows(a, b, out, offs, interpret) -> None:
     if out.numel() == 0 or b.shape[0] == 0:
         return
@@ -179,7 +222,7 @@ def _compute(a, b, offs, dtype, zero_tail=False, out=None, interpret=False) -> T
         if zero_tail:
             portable_grouped.zero_tail(out.t(), offs, interpret)
     elif mode == RAGGED_K:
-        portable_grouped.grouped(a, b, out, offs, ragged_k=True, interpret=interpret)
+        _ragged_k(a, b, out, offs, interpret)
     else:
         from . import api
         out.copy_(torch.bmm(a, b) if interpret else api.matmul(a, b, out_dtype=dtype))

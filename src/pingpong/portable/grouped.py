@@ -1,5 +1,6 @@
-"""The portable grouped GEMM: plain `triton.language`, for ragged K (weight gradients), any
-GPU without the Hopper kernel, and Triton's interpreter (CPU tests).
+"""The portable grouped GEMM: plain `triton.language`, for any GPU without the Hopper kernels
+(pingpong.hopper.grouped, .grouped_k), operands they cannot read, and Triton's interpreter
+(CPU tests).
 
     RAGGED_K = False  out[s_g:e_g, :] = a[s_g:e_g, :] @ b[g]          rows of group g (forward, dX)
     RAGGED_K = True   out[g]          = a[:, s_g:e_g] @ b[s_g:e_g, :] K range of group g (dW)

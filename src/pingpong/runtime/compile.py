@@ -161,6 +161,7 @@ KERNEL_MODULES = (
     "pingpong.hopper.launch",
     "pingpong.hopper.fp8_launch",
     "pingpong.hopper.grouped",
+    "pingpong.hopper.grouped_k",
     "pingpong.portable",
     "pingpong.amd",
     "pingpong.streaming",

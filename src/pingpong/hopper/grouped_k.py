@@ -1,0 +1,363 @@
+"""Grouped GEMM on Hopper, ragged K: the mixture-of-experts weight gradient in one persistent launch.
+
+    out[g] = a[:, s_g : e_g] @ b[s_g : e_g, :]       g = 0 .. G-1,  e_g = offs[g],  s_g = e_{g-1} (s_0 = 0)
+
+a (M, T) and b (T, N) hold every group's K range one after the other, out is (G, M, N), offs
+(G,) int32 the cumulative K ends, read **on the device** (no host sync, CUDA-graph replays
+with new offsets). In the backward of the experts' forward this is dW_g = X_gᵀ·dY_g:
+a = x.t() of the tokens x (T, M), b = dY (T, N).
+
+Operand storage. Both operands are read with T as their *row* (outer) dimension: x (T, M)
+and dY (T, N) row-major, which is how the backward passes them (a = x.t(), a view). The A
+box is [BK, BM] (MN-major; wgmma reads it through a transposed view), the B box [BK, BN]
+(MN-major). An operand whose T is the contiguous dimension is copied by the caller
+(pingpong.grouped): a box starting at a group's row inside the contiguous dimension is what
+TMA cannot start at (RESULTS.md run 140), and the ragged descriptor below cannot be ragged
+in the contiguous dimension.
+
+The parts are the dense kernel's (Ring, MmaOp, `mainloop` / `finish_mainloop`, PhaseSync,
+Epilogue, TileScheduler); three are new:
+
+RaggedKScheduler. Every group has the same ceil(M/BM)·ceil(N/BN) output tiles, so the units
+are TileScheduler's batched units with the group as the batch: G·tiles units, group after
+group, the grouped raster inside each, program p taking units p, p+P, ... The unit count
+follows from the shapes alone (the grid does not depend on offs). What differs per unit is
+its K loop, ceil(rows_g / BK) k-steps over the group's rows; an empty group's units load
+nothing and store zeros (the gradient of an expert that got no token is zero). The ring
+counter of a unit's first k-step is the sum of the k-steps of the program's earlier units,
+which the producer and each consumer add up on their own (two loads of offs per unit):
+
+    offs = [100, 100, 300], BK = 64       group 0: 100 rows   group 1: empty   group 2: 200 rows
+    k-steps of a unit of the group        2                   0                4
+    program p │ unit (g0, tile i): ring 0,1 │ unit (g1, tile j): no load, zeros │ unit (g2, tile k): ring 2..5 │
+    ping-pong │ consumer 0: units 0, 2, 4 ...; consumer 1: units 1, 3, ...; each walks every unit to count
+
+The K edges (a group starts and ends at any row): a *ragged TMA descriptor* (the
+construction of triton.tools.ragged_tma) makes rows outside [s_g, e_g) read as zeros in
+hardware. Over t (T, C) row-major with row stride r it describes a rank-4 tensor
+
+    dims (outer first) [2^31 - 2^16, 2^31 - 2^16, 2^30, C]   strides [2^34 - r, r, r, 1]   box [1, 1, BK, BC]
+
+and the box of rows [s + k, s + k + BK) of a group [s, e) is loaded at coordinates
+(2^30, e, 2^30 - (e - s) + k, col): the element offset 2^30·(2^34 - r) + e·r + (2^30 - e + s
++ k + i)·r + col wraps (64-bit addresses) to (s + k + i)·r + col, and coordinate 2 is in
+bounds exactly when k + i < e - s. So the last k-step of a group reads its own rows and TMA
+zero-fills the rest, in A and in B: no register masking, no per-group descriptor in global
+memory, and the next group's values (even NaN/Inf) never enter the sum. The alternatives
+weighed: masking the boundary k-step's rows in shared memory costs the consumers a
+load/store round trip and a fence per unit; per-group device-side descriptors cost a
+descriptor write and a fence.proxy.tensormap per group and a global scratch.
+
+Epilogue: the dense one (TMA store of staged sub-tiles, asynchronous) into matrix g of out's
+rank-3 descriptor; TMA clips M and N at each matrix's edge.
+
+Bad offsets (device data): ends are clipped to T, a decreasing offset makes its group empty.
+No read leaves [0, T) (every box row is inside its group's clipped range or zero-filled).
+"""
+
+from __future__ import annotations
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+from triton.language.core import _aggregate as aggregate
+
+from ..runtime import compile as cc
+from .config import KernelConfig
+from .epilogue import Epilogue
+from .kernel import finish_mainloop, mainloop
+from .launch import _descriptor, _schedule_kwargs, _smem_layout, tma_orientation
+from .phase_sync import PhaseSync
+from .pipeline import Ring
+from .scheduler import TileScheduler
+
+#: the ragged descriptor's constants (module docstring): the row dimension's extent (T must
+#: not exceed it), the two leading dimensions' extent, the wrap-around stride base.
+RAGGED_ROWS = gl.constexpr(2**30)
+_LEAD_EXTENT = 0x7FFF0000
+_WRAP = 2**34
+
+
+# ----------------------------------------------------------------------------- the ragged K range
+
+
+@gluon.jit
+def ragged_coords(start, rows, k):
+    """The ragged descriptor's three leading coordinates of the box whose first row is row
+    `k` of a group of `rows` rows starting at row `start` (module docstring)."""
+    return RAGGED_ROWS, start + rows, RAGGED_ROWS - rows + k
+
+
+@gluon.jit
+def group_k_range(offs, g, T):
+    """(first row, rows) of group g's K range: ends clipped to T, a decreasing end an empty group."""
+    end = gl.minimum(gl.load(offs + g), T)
+    start = gl.where(g > 0, gl.minimum(gl.load(offs + gl.maximum(g - 1, 0)), T), 0)
+    return start, gl.maximum(end - start, 0)
+
+
+@gluon.jit
+def k_steps_of(rows, BK: gl.constexpr):
+    """k-steps of a K range of `rows` ≥ 0 rows (an empty group: none)."""
+    return (rows + BK - 1) // BK
+
+
+@aggregate
+class RaggedKScheduler:
+    """TileScheduler's batched units, the group as the batch (module docstring), each with
+    its group's K range."""
+
+    tiles: TileScheduler
+    offs: gl.tensor
+    T: gl.tensor
+    BM: gl.constexpr
+    BN: gl.constexpr
+    BK: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, tiles, offs, T, BM, BN, BK):
+        self.tiles = tiles
+        self.offs = offs
+        self.T = T
+        self.BM = gl.constexpr(BM)
+        self.BN = gl.constexpr(BN)
+        self.BK = gl.constexpr(BK)
+
+    @gluon.jit
+    def create(offs, G, T, M, N, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr):
+        # (TileScheduler's k_steps, from K = T, is unused: a unit's k-steps are its group's)
+        return RaggedKScheduler(TileScheduler.create(M, N, T, BM, BN, BK, GROUP_M, G), offs, T, BM, BN, BK)
+
+    @gluon.jit
+    def local_tiles(self):
+        return self.tiles.local_tiles()
+
+    @gluon.jit
+    def tile_offsets(self, local_tile):
+        return self.tiles.tile_offsets(local_tile)
+
+    @gluon.jit
+    def tile_batch(self, local_tile):
+        """The unit's group."""
+        return self.tiles.tile_batch(local_tile)
+
+    @gluon.jit
+    def k_range(self, local_tile):
+        """(first row, rows, k-steps) of the unit's group's K range."""
+        start, rows = group_k_range(self.offs, self.tile_batch(local_tile), self.T)
+        return start, rows, k_steps_of(rows, self.BK)
+
+
+# ----------------------------------------------------------------------------- loads
+
+
+@aggregate
+class RaggedKLoader:
+    """The TMA loads of one k-step: A rows [start + k, start + k + BK) × columns off_m.. of x
+    (T, M), B the same rows × columns off_n.. of b (T, N), rows past the group's end zero."""
+
+    a_desc: tma.tensor_descriptor
+    b_desc: tma.tensor_descriptor
+
+    @gluon.constexpr_function
+    def __init__(self, a_desc, b_desc):
+        self.a_desc = a_desc
+        self.b_desc = b_desc
+
+    @gluon.jit
+    def load(self, ring, counter, off_m, off_n, start, rows, k):
+        s = ring.acquire_empty(counter)
+        bar = ring.ready.index(s)
+        mbarrier.expect(bar, self.a_desc.type.nbytes_per_cta + self.b_desc.type.nbytes_per_cta)  # zero fill counts
+        c0, c1, c2 = ragged_coords(start, rows, k)
+        a_dst = ring.a_bufs.index(s)
+        b_dst = ring.b_bufs.index(s)
+        tma.async_load(self.a_desc, [c0, c1, c2, off_m], bar, a_dst.reshape([1, 1] + a_dst.shape))
+        tma.async_load(self.b_desc, [c0, c1, c2, off_n], bar, b_dst.reshape([1, 1] + b_dst.shape))
+
+
+# ----------------------------------------------------------------------------- partitions
+
+
+@gluon.jit
+def producer(loader, ring, sched):
+    """The TMA warp: every k-step of every unit of this program, in order, into the ring."""
+    counter = 0
+    for t in range(sched.local_tiles()):
+        off_m, off_n = sched.tile_offsets(t)
+        start, rows, steps = sched.k_range(t)
+        for k in range(steps):
+            loader.load(ring, counter, off_m, off_n, start, rows, k * sched.BK)
+            counter += 1
+
+
+@gluon.jit
+def drain_unit(mma, ring, first, steps):
+    """finish_mainloop for a unit of `steps` k-steps from ring counter `first`; a unit with
+    none (an empty group) issued no wgmma and holds no slot."""
+    if steps > 0:
+        mma = finish_mainloop(mma, ring, first + steps - 1)
+    return mma
+
+
+@gluon.jit
+def pingpong_consumer(ring, sched, epi, sync, CONSUMER: gl.constexpr, acc_layout: gl.constexpr):
+    """Consumer CONSUMER computes the program's units CONSUMER, CONSUMER+2, ... (PhaseSync
+    turns) and counts the k-steps of the other's units to find its ring position."""
+    first = 0
+    for t in range(sched.local_tiles()):
+        start, rows, steps = sched.k_range(t)
+        if t % 2 == CONSUMER:
+            j = t // 2
+            sync.wait_turn(CONSUMER, j)
+            mma = mainloop(ring, first, steps, 0, sched.BM, sched.BN, 0, acc_layout, acc_layout, False, False)
+            sync.pass_turn(CONSUMER)
+            mma = drain_unit(mma, ring, first, steps)
+            off_m, off_n = sched.tile_offsets(t)
+            epi.store(mma, CONSUMER, j, off_m, off_n, sched.tile_batch(t), 0)
+        first += steps
+    epi.drain()
+
+
+@gluon.jit
+def cooperative_consumer(ring, sched, epi, CONSUMER: gl.constexpr, acc_layout: gl.constexpr):
+    """Consumer CONSUMER computes rows [CONSUMER·BM/2, (CONSUMER+1)·BM/2) of every unit."""
+    ROWS: gl.constexpr = sched.BM // 2
+    first = 0
+    for t in range(sched.local_tiles()):
+        start, rows, steps = sched.k_range(t)
+        mma = mainloop(ring, first, steps, CONSUMER * ROWS, ROWS, sched.BN, 0, acc_layout, acc_layout, False, False)
+        mma = drain_unit(mma, ring, first, steps)
+        off_m, off_n = sched.tile_offsets(t)
+        epi.store(mma, CONSUMER, t, off_m + CONSUMER * ROWS, off_n, sched.tile_batch(t), 0)
+        first += steps
+    epi.drain()
+
+
+# ----------------------------------------------------------------------------- the kernel
+
+_RUNTIME_SCALARS = ["M", "N", "T", "G"]
+
+
+@gluon.jit(do_not_specialize=_RUNTIME_SCALARS)
+def grouped_k_gemm(a_desc, b_desc, c_desc, offs, M, N, T, G, alpha, beta, EPI_BUFS: gl.constexpr,
+                   BM: gl.constexpr, BN: gl.constexpr, BN2: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+                   GROUP_M: gl.constexpr, PINGPONG: gl.constexpr, acc_layout: gl.constexpr,
+                   acc_layout2: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                   RELEASERS: gl.constexpr, CONSUMER_WARPS: gl.constexpr, PRODUCER_WARPS: gl.constexpr):
+    """out[g] = a[:, K_g] @ b[K_g, :] (α = 1, β = 0: the dense epilogue's scalars; module
+    docstring): the dense kernel's producer warp and two consumer warpgroups (ping-pong or
+    cooperative) over RaggedKScheduler's units, a unit's K loop its group's rows.
+
+        program p │ unit (g, tile) │ unit ...                          ring of STAGES as the dense kernel
+        producer  │ A x[s_g+k.., m..], B dY[s_g+k.., n..]  k < rows_g (ragged boxes: rows ≥ e_g read 0) │ ...
+        consumer0 │ MMA ═══ (no k-step: zeros) │ TMA store out[g] tile │ (ping-pong: turns as the dense kernel)
+        consumer1 │ wait turn │ MMA ═══════════ │ TMA store out[g'] tile │
+    """
+    gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
+    gl.static_assert(BN2 == 0, "ragged-K products take one-piece tiles")
+    gl.static_assert(RELEASERS == (1 if PINGPONG else 2), "ping-pong: one consumer frees a slot; cooperative: both")
+    gl.static_assert(len(a_desc.block_type.shape) == 4, "A: a ragged (rank-4) descriptor")
+    gl.static_assert(len(b_desc.block_type.shape) == 4, "B: a ragged (rank-4) descriptor")
+    gl.static_assert(len(c_desc.block_type.shape) == 3, "out: a rank-3 (group, row, column) descriptor")
+    sched = RaggedKScheduler.create(offs, G, T, M, N, BM, BN, BK, GROUP_M)
+    ring = Ring.allocate(a_desc, b_desc, STAGES, RELEASERS, 0, False)
+    epi = Epilogue.allocate(c_desc, c_desc, alpha, beta, False, 2, EPI_BUFS, offs, M, N, "none", "none")
+    loader = RaggedKLoader(a_desc, b_desc)
+    if PINGPONG:
+        sync = PhaseSync.allocate()
+        gl.warp_specialize([
+            (pingpong_consumer, (ring, sched, epi, sync, 0, acc_layout)),
+            (pingpong_consumer, (ring, sched, epi, sync, 1, acc_layout)),
+            (producer, (loader, ring, sched)),
+        ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
+    else:
+        gl.warp_specialize([
+            (cooperative_consumer, (ring, sched, epi, 0, acc_layout)),
+            (cooperative_consumer, (ring, sched, epi, 1, acc_layout)),
+            (producer, (loader, ring, sched)),
+        ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+# ----------------------------------------------------------------------------- host side
+
+
+def ragged_descriptor(t: torch.Tensor, box_rows: int, box_cols: int) -> TensorDescriptor:
+    """The ragged descriptor (module docstring) of t (T, C), row-major and TMA-legal, with a
+    box of box_rows × box_cols."""
+    assert tma_orientation(t) == "row" and t.shape[0] <= RAGGED_ROWS.value, "ragged operand: row-major, TMA-legal"
+    r = t.stride(0)
+    layout = _smem_layout(box_cols * t.element_size(), 8 * t.element_size(), 4)
+    return TensorDescriptor(t, [_LEAD_EXTENT, _LEAD_EXTENT, RAGGED_ROWS.value, t.shape[1]], [_WRAP - r, r, r, 1],
+                            [1, 1, box_rows, box_cols], layout)
+
+
+def legal_operand(t: torch.Tensor) -> bool:
+    """t (T, C) can be a ragged operand as stored: row-major (T the row), TMA-legal."""
+    return t.dim() == 2 and tma_orientation(t) == "row" and t.shape[0] <= RAGGED_ROWS.value
+
+
+def legal_out(out: torch.Tensor) -> bool:
+    """out (G, M, N): each matrix row-major and TMA-legal, a 16-byte multiple apart."""
+    return (out.dim() == 3 and out.shape[0] > 0 and tma_orientation(out[0]) == "row"
+            and (out.shape[0] == 1 or ((out.stride(0) * out.element_size()) % 16 == 0 and out.stride(0) > 0)))
+
+
+def select_ragged_k_config(M: int, N: int, T: int, G: int) -> KernelConfig:
+    """The tile of a ragged-K product from what the host knows (T rows over G groups, not
+    their sizes). Measured on an H100 against torch._grouped_mm (RESULTS.md runs 190-191,
+    wgrad; ratios cooperative 128×256 / cooperative 128×128 / ping-pong 64×256):
+
+        > 128 rows per group   Mixtral 16384 tokens 0.996 / 0.738 / 0.665, Qwen3 8192 1.158 /
+                               1.019 / 0.866, DeepSeek-V3 8192 1.149 / 1.115 / 0.953: 128×256
+        ≤ 128 rows per group   a unit is one or two k-steps, its store dominates: DeepSeek-V3
+                               128 tokens 0.932 / 0.942 / 0.912, Mixtral 128 0.968 / 0.994 / 0.959,
+                               Qwen3 2048 zipf 1.099 / 1.135 / 1.032: 128×128 (ping-pong won
+                               only Qwen3 2048 balanced, 1.209 against 1.072)
+    N < 256: 128×128."""
+    if N >= 256 and T > 128 * max(G, 1):
+        return KernelConfig(128, 256, 64, schedule="cooperative")
+    return KernelConfig(128, 128, 64, schedule="cooperative")
+
+
+def prepare(x, b, out, offs, config: KernelConfig, sms: int):
+    """(kernel, args, kwargs, grid) of out[g] = xᵀ[:, K_g] @ b[K_g, :] for every group.
+
+    x (T, M) and b (T, N) row-major (`legal_operand`: the caller passes a = x.t()), out
+    (G, M, N) (`legal_out`), offs (G,) int32 on the device."""
+    T, M = x.shape
+    N = b.shape[1]
+    G = out.shape[0]
+    d = config.derive(x.element_size(), out.element_size())
+    assert not d.workspace and d.block_n2 == 0 and d.cluster_m == 1 and d.schedule != "persistent", \
+        "one-piece warp-specialized tiles"
+    a_desc = ragged_descriptor(x, d.block_k, d.block_m)
+    b_desc = ragged_descriptor(b, d.block_k, d.block_n)
+    c_desc = _descriptor(out, [d.consumer_m, d.epilogue_n])  # rank 3: matrix g of out
+    kwargs = dict(_schedule_kwargs(d), EPI_BUFS=d.epilogue_bufs)
+    args = (a_desc, b_desc, c_desc, offs, M, N, T, G, 1.0, 0.0)  # α = 1, β = 0
+    units = G * -(-M // d.block_m) * -(-N // d.block_n)
+    return grouped_k_gemm, args, kwargs, (max(1, min(sms, units)),)
+
+
+def _offline_builder(config: KernelConfig):
+    def build(target: str) -> cc.Launch:
+        T, M, N, G = 4096, 1024, 1024, 8
+        x = torch.empty(T, M, dtype=torch.bfloat16)
+        b = torch.empty(T, N, dtype=torch.bfloat16)
+        out = torch.empty(G, M, N, dtype=torch.bfloat16)
+        offs = torch.empty(G, dtype=torch.int32)
+        kernel, args, kwargs, grid = prepare(x, b, out, offs, config, 132)
+        return cc.Launch(kernel, args, kwargs, grid)
+
+    build.__doc__ = (f"Hopper grouped GEMM, ragged K (weight gradient), {config.schedule} "
+                     f"{config.block_m}×{config.block_n}×{config.block_k}, bf16, ragged TMA boxes")
+    return build
+
+
+cc.register("grouped-k-cooperative", targets=("sm_90a",))(
+    _offline_builder(KernelConfig(128, 256, 64, schedule="cooperative")))
+cc.register("grouped-k-pingpong", targets=("sm_90a",))(
+    _offline_builder(KernelConfig(128, 128, 64, schedule="pingpong")))
