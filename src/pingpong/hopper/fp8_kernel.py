@@ -77,8 +77,9 @@ class Fp8Scales:
 
         sa_desc   (K/128, M) fp32, box [1, BM]: sa[rows of the tile, kb]
         sb_desc   SB_COLS = 128: the (N/128, K/128) storage seen as one row [1, ·] (its row
-                  stride sb_col), box [1, 4] at n_blk·sb_col + kb: element 0 is sb[kb, n_blk]
-                  (a 16-byte box: TMA's smallest; the other 3 are not read)
+                  stride sb_col), box [1, 32] at n_blk·sb_col + kb: element 0 is sb[kb, n_blk]
+                  (128 bytes, so that each slot's box is 128-byte aligned as TMA writes
+                  shared memory; the other elements are not read)
                   SB_COLS = 1: (K/128, N), box [1, BN]: sb[kb, columns of the tile]"""
 
     sa: gl.tensor | tma.tensor_descriptor  # pointers (tensor-/row-wise) or TMA descriptors (block-wise)
@@ -150,9 +151,9 @@ class Fp8Scales:
                 sb = sb.load(gl.SliceLayout(0, layout))
                 acc = acc + part * gl.expand_dims(sb, 0) * gl.expand_dims(sa, 1)
             else:
-                box: gl.constexpr = gl.BlockedLayout([4], [32], [gl.num_warps()], [0])
-                four = self.sb_bufs.index(s).reinterpret(shape=[4], layout=flat).load(box)
-                sb = gl.sum(gl.where(gl.arange(0, 4, layout=box) == 0, four, 0.0), axis=0)
+                one: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+                first = self.sb_bufs.index(s).reinterpret(shape=[self.sb_bufs.shape[2]], layout=flat).slice(0, 1)
+                sb = gl.sum(first.load(one), axis=0)  # every thread reads element 0
                 acc = acc + part * gl.expand_dims(sa * sb, 1)
         else:
             acc = acc + part

@@ -36,8 +36,10 @@ from .launch import _descriptor, _schedule_kwargs, acc_layout
 
 #: fp32 registers a consumer thread may spend on accumulators (config.validate's bound)
 _ACC_REGS = 200
-#: fp32 elements of a 128×128 b-scale box: 16 bytes, TMA's narrowest (Fp8Scales)
-_SB_BOX = 4
+#: fp32 elements of a 128×128 b-scale box (Fp8Scales): 128 bytes, so that every slot's box
+#: starts 128-byte aligned as TMA's shared-memory destination must (16-byte slots apart: a
+#: CUDA "illegal instruction", RESULTS.md run 180)
+_SB_BOX = 32
 #: experiment switch (removed once decided)
 OVERLAP = False
 
@@ -54,7 +56,7 @@ def select_fp8(M: int, N: int, K: int, promote: bool, sms: int) -> KernelConfig:
 
 def scale_stage_bytes(scaling: str, sb_cols: int, config: KernelConfig) -> int:
     """Shared memory the block-wise scales add to each ring slot: an sa box of block_m fp32
-    and an sb box (one 16-byte box for 128×128 b scales, block_n fp32 for 1×128)."""
+    and an sb box (_SB_BOX fp32 for 128×128 b scales, block_n fp32 for 1×128)."""
     if scaling != "block":
         return 0
     return 4 * config.block_m + (_SB_BOX * 4 if sb_cols == SCALE_BLOCK else 4 * config.block_n)
@@ -125,7 +127,7 @@ def prepare(a, w, out, scale_a, scale_b, scaling: str, promote: bool, sb_cols: i
         flat = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
         kb = K // SCALE_BLOCK
         sa = TensorDescriptor(sa, [kb, M], [sa.stride(0), 1], [1, d.block_m], flat)
-        if sb_cols == SCALE_BLOCK:  # (N/128, K/128) rows seen as one row: the box [1, 4] at n_blk·stride + kb
+        if sb_cols == SCALE_BLOCK:  # (N/128, K/128) rows seen as one row: the box at n_blk·stride + kb
             row = sb.stride(0) if sb.shape[0] > 1 else kb
             length = (sb.shape[0] - 1) * row + kb
             strides = (0, row)
