@@ -3,11 +3,12 @@
     out = act(scale(A @ B) + bias)        A (M, K) and B as W (N, K): both K-major in shared
                                            memory (fp8 wgmma reads no transposed operand)
 
-The same parts as the 16-bit kernels (pingpong.hopper.kernel): the producer warp and its
-TileLoader fill the Ring, the TileScheduler hands out tiles, the two consumer warpgroups run
-the ping-pong (PhaseSync turns) or cooperative (64-row halves) schedule, the Epilogue adds
-the bias, applies the activation, casts and stores through TMA. What is new is the consumer's
-K loop and where the scales go (Fp8Scales):
+The same parts as the 16-bit kernels (pingpong.hopper.kernel): the producer warp fills the
+Ring (Fp8Loader: TileLoader's A and B boxes, and block-wise the slot's scales), the
+TileScheduler hands out tiles, the two consumer warpgroups run the ping-pong (PhaseSync
+turns) or cooperative (64-row halves) schedule, the Epilogue adds the bias, applies the
+activation, casts and stores through TMA. What is new is the consumer's K loop and where the
+scales go (Fp8Scales):
 
     SCALING   scale_a          scale_b              applied
     tensor    one fp32          one fp32             acc · sa · sb before the epilogue
@@ -21,12 +22,20 @@ use_fast_accum=False) gives every 128-deep K block (one ring slot, BK = 128) a f
 accumulator and adds it into the fp32 accumulator in registers; without PROMOTE (fast
 accumulation; tensor/row only) the wgmmas accumulate in place, the 16-bit kernels' mainloop.
 
+BLOCK SCALES IN THE RING: K block kb's scales travel with its A and B tiles, loaded by the
+producer with TMA into the slot's sa and sb boxes and counted on the slot's ready barrier,
+so a consumer reads them from shared memory once its wgmma is done, never from global
+memory in the K loop (whose latency, one k-step ahead, was not hidden: 0.86 of
+torch._scaled_mm, RESULTS.md runs 132-133 and 180):
+
+    slot s   │ A tile [BM, 128] │ B tile [BN, 128] │ sa[kb, off_m : off_m+BM] │ sb box
+             ╰──────────── one ready[s] barrier: expect(A + B + sa + sb bytes) ───────╯
+
 PROMOTED K LOOP (one consumer warpgroup; the other does the same on its tile or half):
 
-    k-step │ wait ready(k) │ wgmma(slot k) -> part (fresh) ┐ load sa[·, k+1], sb[k+1, ·]
-           │               │                              │ (the other buffer; lands by k+1)
-           │               │ wait(0) ─────────────────────┘ release(k)
-           │               │ acc += part · sa[·, k] · sb[k, ·]    (tensor/row: acc += part)
+    k-step │ wait ready(k) │ wgmma(slot k) -> part (fresh) │ wait(0) │
+           │ acc += part · (sa[rows, k] · sb[k])    (shared memory; tensor/row: acc += part)
+           │ release(k)
     cooperative: while this warpgroup promotes, the other's wgmmas (its 64-row half) keep the
     tensor cores busy. Ping-pong holds its turn through the whole promoted K loop, so there
     the promotions are not overlapped; it runs M ≤ 128, where streaming the weight from HBM,
