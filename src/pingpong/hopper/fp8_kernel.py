@@ -86,9 +86,10 @@ class Fp8Scales:
 
         sa_desc   (K/128, M) fp32, box [1, BM]: sa[rows of the tile, kb]
         sb_desc   SB_COLS = 128: the (N/128, K/128) storage seen as one row [1, ·] (its row
-                  stride sb_col), box [1, 32] at n_blk·sb_col + kb: element 0 is sb[kb, n_blk]
-                  (128 bytes, so that each slot's box is 128-byte aligned as TMA writes
-                  shared memory; the other elements are not read)
+                  stride sb_col), box [1, 32] from the 16-byte boundary at or below
+                  n_blk·sb_col + kb (a box's innermost coordinate must be 16-byte aligned):
+                  sb[kb, n_blk] is one of its first 4 elements (sb_phase); 128 bytes, so that
+                  each slot's box is 128-byte aligned as TMA writes shared memory
                   SB_COLS = 1: (K/128, N), box [1, BN]: sb[kb, columns of the tile]"""
 
     sa: gl.tensor | tma.tensor_descriptor  # pointers (tensor-/row-wise) or TMA descriptors (block-wise)
@@ -142,12 +143,26 @@ class Fp8Scales:
             if self.SB_COLS == 1:
                 tma.async_load(self.sb, [kb, off_n], bar, self.sb_bufs.index(s))
             else:
-                tma.async_load(self.sb, [0, (off_n // self.SB_COLS) * self.sb_col + kb], bar, self.sb_bufs.index(s))
+                at = (off_n // self.SB_COLS) * self.sb_col + kb
+                tma.async_load(self.sb, [0, at - at % 4], bar, self.sb_bufs.index(s))  # 16-byte aligned start
 
     @gluon.jit
-    def promote(self, acc, part, s, ROW0: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr):
+    def sb_phase(self, off_n):
+        """Where a tile's first b scale sits in its slot's sb box (SB_COLS = 128): K block kb's is
+        element (sb_phase + kb) % 4, as the producer starts each box at the 16-byte boundary at
+        or below it (a TMA box's innermost coordinate must be 16-byte aligned: an unaligned one
+        is a CUDA "illegal instruction", RESULTS.md runs 180-181)."""
+        if self.SCALING == "block" and self.SB_COLS != 1:
+            phase = ((off_n // self.SB_COLS) * self.sb_col) % 4
+        else:
+            phase = 0
+        return phase
+
+    @gluon.jit
+    def promote(self, acc, part, s, j, ROW0: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr):
         """acc + part, block-wise scaled by slot s's scales: part·(sa[m]·sb) (one factor per row,
-        one FFMA per element) or, with one b scale per column, (part·sb[n])·sa[m]."""
+        one FFMA per element; sb is element j of the slot's sb box) or, with one b scale per
+        column, (part·sb[n])·sa[m]."""
         if self.SCALING == "block":
             layout: gl.constexpr = acc.type.layout
             flat: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
@@ -160,9 +175,9 @@ class Fp8Scales:
                 sb = sb.load(gl.SliceLayout(0, layout))
                 acc = acc + part * gl.expand_dims(sb, 0) * gl.expand_dims(sa, 1)
             else:
-                one: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
-                first = self.sb_bufs.index(s).reinterpret(shape=[self.sb_bufs.shape[2]], layout=flat).slice(0, 1)
-                sb = gl.sum(first.load(one), axis=0)  # every thread reads element 0
+                four: gl.constexpr = gl.BlockedLayout([4], [32], [gl.num_warps()], [0])  # each thread: all 4
+                box = self.sb_bufs.index(s).reinterpret(shape=[self.sb_bufs.shape[2]], layout=flat).slice(0, 4)
+                sb = gl.sum(gl.where(gl.arange(0, 4, layout=four) == j, box.load(four), 0.0), axis=0)
                 acc = acc + part * gl.expand_dims(sa * sb, 1)
         else:
             acc = acc + part
@@ -217,8 +232,8 @@ class Fp8Loader:
 
 
 @gluon.jit
-def promoted_mainloop(ring, scales, first, k_steps, ROW0: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr,
-                      acc_layout: gl.constexpr, OVERLAP: gl.constexpr):
+def promoted_mainloop(ring, scales, first, k_steps, shift, ROW0: gl.constexpr, ROWS: gl.constexpr,
+                      COLS: gl.constexpr, acc_layout: gl.constexpr, OVERLAP: gl.constexpr):
     """One consumer's K loop with promotion (module docstring): each ring slot (one 128-deep K
     block) is multiplied into a fresh wgmma accumulator `part`, which is added (block-wise:
     scaled, Fp8Scales.promote) into the fp32 accumulator; then the slot is released.
@@ -231,22 +246,22 @@ def promoted_mainloop(ring, scales, first, k_steps, ROW0: gl.constexpr, ROWS: gl
         # the first's promotion (straight-line code, distinct registers)
         p1 = gl.zeros((ROWS, COLS), dtype=gl.float32, layout=acc_layout)
         for k in range(0, k_steps - 1, 2):
-            p0, acc = step(ring, scales, acc, p0, first + k, ROW0, ROWS, COLS)
-            p1, acc = step(ring, scales, acc, p1, first + k + 1, ROW0, ROWS, COLS)
+            p0, acc = step(ring, scales, acc, p0, first + k, shift, ROW0, ROWS, COLS)
+            p1, acc = step(ring, scales, acc, p1, first + k + 1, shift, ROW0, ROWS, COLS)
         if k_steps % 2:
-            p0, acc = step(ring, scales, acc, p0, first + k_steps - 1, ROW0, ROWS, COLS)
+            p0, acc = step(ring, scales, acc, p0, first + k_steps - 1, shift, ROW0, ROWS, COLS)
     else:
         for k in range(k_steps):
-            p0, acc = step(ring, scales, acc, p0, first + k, ROW0, ROWS, COLS)
+            p0, acc = step(ring, scales, acc, p0, first + k, shift, ROW0, ROWS, COLS)
     return acc
 
 
 @gluon.jit
-def step(ring, scales, acc, part, counter, ROW0: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr):
+def step(ring, scales, acc, part, counter, shift, ROW0: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr):
     """One promoted k-step: (part, acc + promoted part)."""
     part = issue(ring, counter, part, ROW0, ROWS)
     part = warpgroup_mma_wait(0, (part,))
-    return part, retire(ring, scales, acc, part, counter, ROW0, ROWS, COLS)
+    return part, retire(ring, scales, acc, part, counter, shift, ROW0, ROWS, COLS)
 
 
 @gluon.jit
@@ -259,22 +274,25 @@ def issue(ring, counter, part, ROW0: gl.constexpr, ROWS: gl.constexpr):
 
 
 @gluon.jit
-def retire(ring, scales, acc, part, counter, ROW0: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr):
-    """k-step `counter`'s wgmma is done: promote `part` with its slot's scales, free the slot."""
-    acc = scales.promote(acc, part, ring_index(counter, ring.STAGES), ROW0, ROWS, COLS)
+def retire(ring, scales, acc, part, counter, shift, ROW0: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr):
+    """k-step `counter`'s wgmma is done: promote `part` with its slot's scales (its b scale:
+    element (counter + shift) % 4 of the sb box, promoted_mainloop), free the slot."""
+    acc = scales.promote(acc, part, ring_index(counter, ring.STAGES), (counter + shift) % 4, ROW0, ROWS, COLS)
     ring.release(counter)
     return acc
 
 
 @gluon.jit
-def k_loop(ring, scales, first, k_steps, ROW0: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr,
+def k_loop(ring, scales, first, k_steps, off_n, ROW0: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr,
            acc_layout: gl.constexpr, PROMOTE: gl.constexpr, OVERLAP: gl.constexpr, sync, CONSUMER: gl.constexpr,
            PINGPONG: gl.constexpr):
     """The tile's fp32 accumulator: promoted, or the 16-bit kernels' in-place mainloop (fast
     accumulation). Under PINGPONG the turn passes to the other consumer once the last wgmma
     is issued (promoted: once it is done)."""
     if PROMOTE:
-        acc = promoted_mainloop(ring, scales, first, k_steps, ROW0, ROWS, COLS, acc_layout, OVERLAP)
+        # counter + shift = the tile's sb phase + its K block (Fp8Scales.sb_phase)
+        acc = promoted_mainloop(ring, scales, first, k_steps, scales.sb_phase(off_n) - first, ROW0, ROWS, COLS,
+                                acc_layout, OVERLAP)
         if PINGPONG:
             sync.pass_turn(CONSUMER)
     else:
@@ -302,8 +320,8 @@ def fp8_pingpong_consumer(ring, sched, epi, scales, sync, CONSUMER: gl.constexpr
         off_m, off_n = sched.tile_offsets(t)
         first = first_counter(j, sched.k_steps, 2, CONSUMER)
         sync.wait_turn(CONSUMER, j)
-        acc = k_loop(ring, scales, first, sched.k_steps, 0, sched.BM, sched.BN, acc_layout, PROMOTE, OVERLAP, sync,
-                     CONSUMER, True)
+        acc = k_loop(ring, scales, first, sched.k_steps, off_n, 0, sched.BM, sched.BN, acc_layout, PROMOTE, OVERLAP,
+                     sync, CONSUMER, True)
         store_tile(epi, scales, acc, CONSUMER, j, off_m, off_n)
     epi.drain()
 
@@ -316,8 +334,8 @@ def fp8_cooperative_consumer(ring, sched, epi, scales, CONSUMER: gl.constexpr, a
     for t in range(sched.local_tiles()):
         off_m, off_n = sched.tile_offsets(t)
         first = first_counter(t, sched.k_steps, 1, 0)  # both consumers read every k-step
-        acc = k_loop(ring, scales, first, sched.k_steps, CONSUMER * ROWS, ROWS, sched.BN, acc_layout, PROMOTE, OVERLAP,
-                     0, CONSUMER, False)
+        acc = k_loop(ring, scales, first, sched.k_steps, off_n, CONSUMER * ROWS, ROWS, sched.BN, acc_layout, PROMOTE,
+                     OVERLAP, 0, CONSUMER, False)
         store_tile(epi, scales, acc, CONSUMER, t, off_m + CONSUMER * ROWS, off_n)
     epi.drain()
 
