@@ -120,6 +120,9 @@ class Fp8Scales:
     def allocate(sa, sb, sa_row, sb_col, M, N, STAGES: gl.constexpr, SCALING: gl.constexpr, SB_COLS: gl.constexpr):
         """Block-wise: one sa box and one sb box per ring slot."""
         if SCALING == "block":
+            gl.static_assert(sa.block_type.nbytes % 128 == 0 and sb.block_type.nbytes % 128 == 0,
+                             "each slot's scale boxes must start 128-byte aligned (TMA's shared-memory"
+                             " destinations): block_m and block_n ≥ 32")
             sa_bufs = gl.allocate_shared_memory(gl.float32, [STAGES] + sa.block_type.shape, sa.layout)
             sb_bufs = gl.allocate_shared_memory(gl.float32, [STAGES] + sb.block_type.shape, sb.layout)
         else:  # never read

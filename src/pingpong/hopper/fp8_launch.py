@@ -54,18 +54,19 @@ def select_fp8(M: int, N: int, K: int, promote: bool, sms: int) -> KernelConfig:
     return KernelConfig(128, 128, SCALE_BLOCK, schedule="cooperative")
 
 
-def scale_stage_bytes(scaling: str, sb_cols: int, config: KernelConfig) -> int:
-    """Shared memory the block-wise scales add to each ring slot: an sa box of block_m fp32
-    and an sb box (_SB_BOX fp32 for 128×128 b scales, block_n fp32 for 1×128)."""
+def scale_boxes(scaling: str, sb_cols: int, config: KernelConfig) -> tuple[int, int]:
+    """Bytes of the sa and sb boxes the block-wise scales add to each ring slot (Fp8Scales): an
+    sa box of block_m fp32, an sb box of _SB_BOX fp32 (128×128 b scales) or block_n (1×128);
+    (0, 0) for tensor- and row-wise."""
     if scaling != "block":
-        return 0
-    return 4 * config.block_m + (_SB_BOX * 4 if sb_cols == SCALE_BLOCK else 4 * config.block_n)
+        return 0, 0
+    return 4 * config.block_m, 4 * (_SB_BOX if sb_cols == SCALE_BLOCK else config.block_n)
 
 
-def check_fp8_config(config: KernelConfig, promote: bool, out_bytes: int, scale_bytes: int = 0):
+def check_fp8_config(config: KernelConfig, promote: bool, out_bytes: int, boxes: tuple[int, int] = (0, 0)):
     """Derived of `config` for fp8 operands; ConfigError where the FP8 kernel cannot run it.
-    `scale_bytes` (scale_stage_bytes) ride in every ring slot: derived stages are as many as
-    still fit; explicit stages must fit with them."""
+    `boxes` (scale_boxes) ride in every ring slot: derived stages are as many as still fit;
+    explicit stages must fit with them."""
     from ..errors import ConfigError
 
     d = config.derive(1, out_bytes)
@@ -77,6 +78,10 @@ def check_fp8_config(config: KernelConfig, promote: bool, out_bytes: int, scale_
     if promote and 2 * d.acc_regs > _ACC_REGS:
         raise ConfigError(f"a promoted FP8 tile holds two accumulators: 2 × {d.acc_regs} fp32 registers per thread"
                           f" exceed {_ACC_REGS}")
+    scale_bytes = sum(boxes)
+    if any(b % 128 for b in boxes):
+        raise ConfigError(f"{config}: block-wise scale boxes of {boxes} bytes; each must be a multiple of 128 (TMA"
+                          " writes shared memory 128-byte aligned): block_m and block_n ≥ 32")
     if scale_bytes:
         fixed = d.shared_bytes - d.stages * d.stage_bytes
         fit = (SMEM_LIMIT - fixed) // (d.stage_bytes + scale_bytes)
@@ -114,7 +119,7 @@ def prepare(a, w, out, scale_a, scale_b, scaling: str, promote: bool, sb_cols: i
     (block-wise: 128 for 128×128 blocks, 1 for 1×128)."""
     M, K = a.shape
     N = w.shape[0]
-    d = check_fp8_config(config, promote, out.element_size(), scale_stage_bytes(scaling, sb_cols, config))
+    d = check_fp8_config(config, promote, out.element_size(), scale_boxes(scaling, sb_cols, config))
     a_desc = _descriptor(a, [d.block_m, d.block_k])
     b_desc = _descriptor(w, [d.block_n, d.block_k])
     c_desc = _descriptor(out, [d.consumer_m, d.epilogue_n])
@@ -183,7 +188,7 @@ def plan(spec: GemmSpec) -> Fp8Plan:
     device = device_index(spec.device)
     (M, N, K) = spec.mnk
     config = spec.config if spec.config is not None else select_fp8(M, N, K, promote, sm_count(device))
-    check_fp8_config(config, promote, spec.out_dtype.itemsize, scale_stage_bytes(scaling, sb_cols, config))
+    check_fp8_config(config, promote, spec.out_dtype.itemsize, scale_boxes(scaling, sb_cols, config))
     return Fp8Plan(device, scaling, sb_cols, promote, config, spec.epilogue.activation)
 
 
