@@ -153,8 +153,9 @@ class Fp8Scales:
     def sb_phase(self, off_n):
         """Where a tile's first b scale sits in its slot's sb box (SB_COLS = 128): K block kb's is
         element (sb_phase + kb) % 4, as the producer starts each box at the 16-byte boundary at
-        or below it (a TMA box's innermost coordinate must be 16-byte aligned: an unaligned one
-        is a CUDA "illegal instruction", RESULTS.md runs 180-181)."""
+        or below it (a TMA box's innermost coordinate must be 16-byte aligned, Triton's TMA
+        notes; unaligned ones are the likely cause of runs 180-181's "illegal instruction",
+        not yet confirmed on the GPU)."""
         if self.SCALING == "block" and self.SB_COLS != 1:
             phase = ((off_n // self.SB_COLS) * self.sb_col) % 4
         else:
@@ -242,7 +243,12 @@ def promoted_mainloop(ring, scales, first, k_steps, shift, ROW0: gl.constexpr, R
     scaled, Fp8Scales.promote) into the fp32 accumulator; then the slot is released.
 
     `part` is carried through the loop as the wgmma's (ignored, use_acc=False) input so its
-    registers are reused, not re-zeroed."""
+    registers are reused, not re-zeroed. Not built: issuing k-step k+1's wgmma, then
+    wait(1) and promoting k (two parts, one in flight across the loop's back edge) — ptxas
+    copies the in-flight part between loop iterations and then serializes every wgmma
+    (C7514 "wgmma.mma_async instructions are serialized due to non wgmma instructions reading
+    accumulator registers"), checked offline. OVERLAP's unrolled loop (fp8_launch.OVERLAP)
+    lets ptxas interleave the first part's promotion with the second's wgmma issue instead."""
     acc = gl.zeros((ROWS, COLS), dtype=gl.float32, layout=acc_layout)
     p0 = gl.zeros((ROWS, COLS), dtype=gl.float32, layout=acc_layout)
     if OVERLAP:  # two k-steps per iteration into two parts: ptxas may issue the second's wgmma before

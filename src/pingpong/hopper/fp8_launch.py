@@ -37,10 +37,13 @@ from .launch import _descriptor, _schedule_kwargs, acc_layout
 #: fp32 registers a consumer thread may spend on accumulators (config.validate's bound)
 _ACC_REGS = 200
 #: fp32 elements of a 128×128 b-scale box (Fp8Scales): 128 bytes, so that every slot's box
-#: starts 128-byte aligned as TMA's shared-memory destination must (16-byte slots apart: a
-#: CUDA "illegal instruction", RESULTS.md run 180)
+#: starts 128-byte aligned, as a TMA load's shared-memory destination must (CUDA programming
+#: guide, multi-dimensional TMA alignment); only its first 4 elements are read
 _SB_BOX = 32
-#: experiment switch (removed once decided)
+#: Experiment switch, read when a plan compiles (benchmarks/fp8_loop_variants.py): False, one
+#: k-step per loop iteration; True, two (two `part` registers sets, so ptxas may issue the
+#: second's wgmma before the first's promotion). Not measured yet (runs 180-181 faulted before
+#: timing): keep the faster, delete the other and this switch.
 OVERLAP = False
 
 
