@@ -25,8 +25,8 @@ accumulation; tensor/row only) the wgmmas accumulate in place, the 16-bit kernel
 BLOCK SCALES IN THE RING: K block kb's scales travel with its A and B tiles, loaded by the
 producer with TMA into the slot's sa and sb boxes and counted on the slot's ready barrier,
 so a consumer reads them from shared memory once its wgmma is done, never from global
-memory in the K loop (whose latency, one k-step ahead, was not hidden: 0.86 of
-torch._scaled_mm, RESULTS.md runs 132-133 and 180):
+memory in the K loop (the previous loop loaded them from global memory one k-step ahead:
+0.86 of torch._scaled_mm, RESULTS.md runs 132-133 and 180; this one is not timed yet):
 
     slot s   │ A tile [BM, 128] │ B tile [BN, 128] │ sa[kb, off_m : off_m+BM] │ sb box
              ╰──────────── one ready[s] barrier: expect(A + B + sa + sb bytes) ───────╯
@@ -36,6 +36,8 @@ PROMOTED K LOOP (one consumer warpgroup; the other does the same on its tile or 
     k-step │ wait ready(k) │ wgmma(slot k) -> part (fresh) │ wait(0) │
            │ acc += part · (sa[rows, k] · sb[k])    (shared memory; tensor/row: acc += part)
            │ release(k)
+    OVERLAP (an experiment switch, fp8_launch.OVERLAP): two k-steps per iteration into two
+    parts; ptxas then issues k+1's wgmma before k's promotion FFMAs (seen in the SASS).
     cooperative: while this warpgroup promotes, the other's wgmmas (its 64-row half) keep the
     tensor cores busy. Ping-pong holds its turn through the whole promoted K loop, so there
     the promotions are not overlapped; it runs M ≤ 128, where streaming the weight from HBM,
