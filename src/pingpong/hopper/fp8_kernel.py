@@ -26,7 +26,7 @@ BLOCK SCALES IN THE RING: K block kb's scales travel with its A and B tiles, loa
 producer with TMA into the slot's sa and sb boxes and counted on the slot's ready barrier,
 so a consumer reads them from shared memory once its wgmma is done, never from global
 memory in the K loop (the previous loop loaded them from global memory one k-step ahead:
-0.86 of torch._scaled_mm, RESULTS.md runs 132-133 and 180; this one is not timed yet):
+0.86 of torch._scaled_mm, RESULTS.md runs 132-133 and 180; this one 1.01, run 182):
 
     slot s   │ A tile [BM, 128] │ B tile [BN, 128] │ sa[kb, off_m : off_m+BM] │ sb box
              ╰──────────── one ready[s] barrier: expect(A + B + sa + sb bytes) ───────╯
@@ -36,8 +36,9 @@ PROMOTED K LOOP (one consumer warpgroup; the other does the same on its tile or 
     k-step │ wait ready(k) │ wgmma(slot k) -> part (fresh) │ wait(0) │
            │ acc += part · (sa[rows, k] · sb[k])    (shared memory; tensor/row: acc += part)
            │ release(k)
-    OVERLAP (an experiment switch, fp8_launch.OVERLAP): two k-steps per iteration into two
-    parts; ptxas then issues k+1's wgmma before k's promotion FFMAs (seen in the SASS).
+    two k-steps per loop iteration into two parts: ptxas then issues k+1's wgmma before k's
+    promotion FFMAs (seen in the SASS; block-wise 1.014 of torch._scaled_mm vs 0.964 with one
+    k-step per iteration, RESULTS.md run 182).
     cooperative: while this warpgroup promotes, the other's wgmmas (its 64-row half) keep the
     tensor cores busy. Ping-pong holds its turn through the whole promoted K loop, so there
     the promotions are not overlapped; it runs M ≤ 128, where streaming the weight from HBM,
@@ -239,7 +240,7 @@ class Fp8Loader:
 
 @gluon.jit
 def promoted_mainloop(ring, scales, first, k_steps, shift, ROW0: gl.constexpr, ROWS: gl.constexpr,
-                      COLS: gl.constexpr, acc_layout: gl.constexpr, OVERLAP: gl.constexpr):
+                      COLS: gl.constexpr, acc_layout: gl.constexpr):
     """One consumer's K loop with promotion (module docstring): each ring slot (one 128-deep K
     block) is multiplied into a fresh wgmma accumulator `part`, which is added (block-wise:
     scaled, Fp8Scales.promote) into the fp32 accumulator; then the slot is released.
@@ -249,21 +250,17 @@ def promoted_mainloop(ring, scales, first, k_steps, shift, ROW0: gl.constexpr, R
     wait(1) and promoting k (two parts, one in flight across the loop's back edge) — ptxas
     copies the in-flight part between loop iterations and then serializes every wgmma
     (C7514 "wgmma.mma_async instructions are serialized due to non wgmma instructions reading
-    accumulator registers"), checked offline. OVERLAP's unrolled loop (fp8_launch.OVERLAP)
-    lets ptxas interleave the first part's promotion with the second's wgmma issue instead."""
+    accumulator registers"), checked offline. The loop is unrolled by two instead (two parts,
+    straight-line code, distinct registers): ptxas interleaves the first part's promotion with
+    the second's wgmma issue."""
     acc = gl.zeros((ROWS, COLS), dtype=gl.float32, layout=acc_layout)
     p0 = gl.zeros((ROWS, COLS), dtype=gl.float32, layout=acc_layout)
-    if OVERLAP:  # two k-steps per iteration into two parts: ptxas may issue the second's wgmma before
-        # the first's promotion (straight-line code, distinct registers)
-        p1 = gl.zeros((ROWS, COLS), dtype=gl.float32, layout=acc_layout)
-        for k in range(0, k_steps - 1, 2):
-            p0, acc = step(ring, scales, acc, p0, first + k, shift, ROW0, ROWS, COLS)
-            p1, acc = step(ring, scales, acc, p1, first + k + 1, shift, ROW0, ROWS, COLS)
-        if k_steps % 2:
-            p0, acc = step(ring, scales, acc, p0, first + k_steps - 1, shift, ROW0, ROWS, COLS)
-    else:
-        for k in range(k_steps):
-            p0, acc = step(ring, scales, acc, p0, first + k, shift, ROW0, ROWS, COLS)
+    p1 = gl.zeros((ROWS, COLS), dtype=gl.float32, layout=acc_layout)
+    for k in range(0, k_steps - 1, 2):
+        p0, acc = step(ring, scales, acc, p0, first + k, shift, ROW0, ROWS, COLS)
+        p1, acc = step(ring, scales, acc, p1, first + k + 1, shift, ROW0, ROWS, COLS)
+    if k_steps % 2:
+        p0, acc = step(ring, scales, acc, p0, first + k_steps - 1, shift, ROW0, ROWS, COLS)
     return acc
 
 
@@ -295,7 +292,7 @@ def retire(ring, scales, acc, part, counter, shift, ROW0: gl.constexpr, ROWS: gl
 
 @gluon.jit
 def k_loop(ring, scales, first, k_steps, off_n, ROW0: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr,
-           acc_layout: gl.constexpr, PROMOTE: gl.constexpr, OVERLAP: gl.constexpr, sync, CONSUMER: gl.constexpr,
+           acc_layout: gl.constexpr, PROMOTE: gl.constexpr, sync, CONSUMER: gl.constexpr,
            PINGPONG: gl.constexpr):
     """The tile's fp32 accumulator: promoted, or the 16-bit kernels' in-place mainloop (fast
     accumulation). Under PINGPONG the turn passes to the other consumer once the last wgmma
@@ -303,7 +300,7 @@ def k_loop(ring, scales, first, k_steps, off_n, ROW0: gl.constexpr, ROWS: gl.con
     if PROMOTE:
         # counter + shift = the tile's sb phase + its K block (Fp8Scales.sb_phase)
         acc = promoted_mainloop(ring, scales, first, k_steps, scales.sb_phase(off_n) - first, ROW0, ROWS, COLS,
-                                acc_layout, OVERLAP)
+                                acc_layout)
         if PINGPONG:
             sync.pass_turn(CONSUMER)
     else:
@@ -324,14 +321,14 @@ def store_tile(epi, scales, acc, CONSUMER: gl.constexpr, count, off_m, off_n):
 
 @gluon.jit
 def fp8_pingpong_consumer(ring, sched, epi, scales, sync, CONSUMER: gl.constexpr, acc_layout: gl.constexpr,
-                          PROMOTE: gl.constexpr, OVERLAP: gl.constexpr):
+                          PROMOTE: gl.constexpr):
     """Consumer CONSUMER takes this program's tiles CONSUMER, CONSUMER+2, ... (PhaseSync turns)."""
     for j in range((sched.local_tiles() - CONSUMER + 1) // 2):
         t = 2 * j + CONSUMER
         off_m, off_n = sched.tile_offsets(t)
         first = first_counter(j, sched.k_steps, 2, CONSUMER)
         sync.wait_turn(CONSUMER, j)
-        acc = k_loop(ring, scales, first, sched.k_steps, off_n, 0, sched.BM, sched.BN, acc_layout, PROMOTE, OVERLAP,
+        acc = k_loop(ring, scales, first, sched.k_steps, off_n, 0, sched.BM, sched.BN, acc_layout, PROMOTE,
                      sync, CONSUMER, True)
         store_tile(epi, scales, acc, CONSUMER, j, off_m, off_n)
     epi.drain()
@@ -339,21 +336,21 @@ def fp8_pingpong_consumer(ring, sched, epi, scales, sync, CONSUMER: gl.constexpr
 
 @gluon.jit
 def fp8_cooperative_consumer(ring, sched, epi, scales, CONSUMER: gl.constexpr, acc_layout: gl.constexpr,
-                             PROMOTE: gl.constexpr, OVERLAP: gl.constexpr):
+                             PROMOTE: gl.constexpr):
     """Consumer CONSUMER computes rows [CONSUMER·BM/2, (CONSUMER+1)·BM/2) of every tile."""
     ROWS: gl.constexpr = sched.BM // 2
     for t in range(sched.local_tiles()):
         off_m, off_n = sched.tile_offsets(t)
         first = first_counter(t, sched.k_steps, 1, 0)  # both consumers read every k-step
         acc = k_loop(ring, scales, first, sched.k_steps, off_n, CONSUMER * ROWS, ROWS, sched.BN, acc_layout, PROMOTE,
-                     OVERLAP, 0, CONSUMER, False)
+                     0, CONSUMER, False)
         store_tile(epi, scales, acc, CONSUMER, t, off_m + CONSUMER * ROWS, off_n)
     epi.drain()
 
 
 @gluon.jit(do_not_specialize=["M", "N", "K", "sa_row", "sb_col"])
 def fp8_gemm(a_desc, b_desc, c_desc, bias, sa, sb, M, N, K, sa_row, sb_col,
-             SCALING: gl.constexpr, PROMOTE: gl.constexpr, SB_COLS: gl.constexpr, OVERLAP: gl.constexpr,
+             SCALING: gl.constexpr, PROMOTE: gl.constexpr, SB_COLS: gl.constexpr,
              BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr,
              EPI_BUFS: gl.constexpr, PINGPONG: gl.constexpr, acc_layout: gl.constexpr,
              CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, RELEASERS: gl.constexpr,
@@ -375,13 +372,13 @@ def fp8_gemm(a_desc, b_desc, c_desc, bias, sa, sb, M, N, K, sa_row, sb_col,
     if PINGPONG:
         sync = PhaseSync.allocate()
         gl.warp_specialize([
-            (fp8_pingpong_consumer, (ring, sched, epi, scales, sync, 0, acc_layout, PROMOTE, OVERLAP)),
-            (fp8_pingpong_consumer, (ring, sched, epi, scales, sync, 1, acc_layout, PROMOTE, OVERLAP)),
+            (fp8_pingpong_consumer, (ring, sched, epi, scales, sync, 0, acc_layout, PROMOTE)),
+            (fp8_pingpong_consumer, (ring, sched, epi, scales, sync, 1, acc_layout, PROMOTE)),
             (producer, (loader, ring, sched)),
         ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.warp_specialize([
-            (fp8_cooperative_consumer, (ring, sched, epi, scales, 0, acc_layout, PROMOTE, OVERLAP)),
-            (fp8_cooperative_consumer, (ring, sched, epi, scales, 1, acc_layout, PROMOTE, OVERLAP)),
+            (fp8_cooperative_consumer, (ring, sched, epi, scales, 0, acc_layout, PROMOTE)),
+            (fp8_cooperative_consumer, (ring, sched, epi, scales, 1, acc_layout, PROMOTE)),
             (producer, (loader, ring, sched)),
         ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])

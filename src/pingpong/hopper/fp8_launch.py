@@ -40,11 +40,6 @@ _ACC_REGS = 200
 #: starts 128-byte aligned, as a TMA load's shared-memory destination must (CUDA programming
 #: guide, multi-dimensional TMA alignment); only its first 4 elements are read
 _SB_BOX = 32
-#: Experiment switch, read when a plan compiles (benchmarks/fp8_loop_variants.py): False, one
-#: k-step per loop iteration; True, two (two `part` registers sets, so ptxas may issue the
-#: second's wgmma before the first's promotion). Not measured yet (runs 180-181 faulted before
-#: timing): keep the faster, delete the other and this switch.
-OVERLAP = False
 
 
 def select_fp8(M: int, N: int, K: int, promote: bool, sms: int) -> KernelConfig:
@@ -147,7 +142,7 @@ def prepare(a, w, out, scale_a, scale_b, scaling: str, promote: bool, sb_cols: i
     args = (a_desc, b_desc, c_desc, bias_ptr, sa, sb, M, N, K, *strides)
     kwargs = _schedule_kwargs(d)
     kwargs.pop("BN2"), kwargs.pop("acc_layout2")
-    kwargs.update(SCALING=scaling, PROMOTE=bool(promote), SB_COLS=sb_cols, OVERLAP=OVERLAP, EPI_BUFS=d.epilogue_bufs,
+    kwargs.update(SCALING=scaling, PROMOTE=bool(promote), SB_COLS=sb_cols, EPI_BUFS=d.epilogue_bufs,
                   BIAS=bias_kind(bias, M), ACTIVATION=activation, acc_layout=acc_layout(d))
     units = -(-M // d.block_m) * -(-N // d.block_n)
     return fp8_gemm, args, kwargs, (max(1, min(sms, units)),)
