@@ -14,7 +14,7 @@ import torch
 import pingpong
 from pingpong.errors import ConfigError, PingpongError
 from pingpong.fp8 import check_scaled_mm, scaling_of
-from pingpong.hopper.fp8_launch import check_fp8_config, select_fp8
+from pingpong.hopper.fp8_launch import check_fp8_config, scale_boxes, select_fp8
 from pingpong.runtime import compile as cc
 
 E4M3 = torch.float8_e4m3fn
@@ -160,6 +160,18 @@ def test_selection_and_config_limits():
         check_fp8_config(pingpong.KernelConfig(128, 128, 64), True, 2)
     with pytest.raises(ConfigError, match="split-K"):
         check_fp8_config(pingpong.KernelConfig(128, 128, 128, split_k=2), True, 2)
+    # block-wise scales ride in every ring slot: 128 fp32 of sa + a 128-byte sb box beside the
+    # 2 × 128 × 128 fp8 bytes; as many stages as fit in 227 KB with them, and no more
+    cfg = pingpong.KernelConfig(128, 128, 128)
+    d = check_fp8_config(cfg, True, 2, scale_boxes("block", 128, cfg))
+    per_stage, rest = 2 * 128 * 128 + 4 * 128 + 128, d.shared_bytes - d.stages * d.stage_bytes
+    assert d.stages * per_stage + rest <= 227 * 1024 < (d.stages + 1) * per_stage + rest
+    assert check_fp8_config(cfg, True, 2, scale_boxes("tensor", 1, cfg)).stages == d.stages + 1
+    with pytest.raises(ConfigError, match="at most 5 stages"):
+        check_fp8_config(pingpong.KernelConfig(128, 128, 128, stages=6), True, 2, scale_boxes("block", 128, cfg))
+    narrow = pingpong.KernelConfig(64, 16, 128, schedule="pingpong")
+    with pytest.raises(ConfigError, match="128-byte aligned"):
+        check_fp8_config(narrow, True, 2, scale_boxes("block", 1, narrow))
 
 
 def test_float8_linear_refuses_grad_and_bad_granularity():
@@ -178,7 +190,8 @@ def test_float8_linear_refuses_grad_and_bad_granularity():
 
 
 @pytest.mark.parametrize("kernel, shape", [("fp8-block", "m64n128k32"), ("fp8-tensor-fast", "m64n256k32"),
-                                           ("fp8-block-1x128", "m64n128k32"), ("fp8-row-pingpong", "m64n64k32")])
+                                           ("fp8-block-1x128", "m64n128k32"), ("fp8-row-pingpong", "m64n64k32"),
+                                           ("fp8-block-pingpong", "m64n128k32")])
 def test_fp8_kernel_compiles_to_fp8_wgmma_without_spills(kernel, shape):
     c = cc.compile_kernel(kernel, "sm_90a")
     f = c.facts()
@@ -187,6 +200,13 @@ def test_fp8_kernel_compiles_to_fp8_wgmma_without_spills(kernel, shape):
     assert "bf16" not in re.findall(r"wgmma\.mma_async\S*", ptx)[0]
     assert f.spill_bytes == 0 and f.counts["LDL/STL"] == 0, "local-memory spills"
     assert f.counts["UTMALDG"] > 0 and f.counts["UTMASTG"] > 0 and f.warps == 12
+    # block-wise, the producer loads the slot's scales with TMA beside A and B, and nothing is
+    # read from global memory in the kernel (the K loop's scales come from shared memory)
+    tma_loads = len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cta\.global", ptx))
+    if kernel.startswith("fp8-block"):
+        assert tma_loads == 4 and "ld.global" not in ptx, (tma_loads, ptx.count("ld.global"))
+    else:
+        assert tma_loads == 2
     waits = set(re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx))
     # promoted: each K block's wgmma completes before it is added in; fast: one k-step in flight
     assert waits == ({"0", "1"} if kernel.endswith("fast") else {"0"}), waits

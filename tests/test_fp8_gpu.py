@@ -87,6 +87,33 @@ def test_a_scale_on_the_wrong_block_fails(mode):
     assert ((out.double() - ref).norm() / ref.norm()).item() > 0.1
 
 
+def _shifted(s):
+    """s's values, shape and strides at a base address 4 bytes past a 16-byte boundary."""
+    span = 1 + sum((n - 1) * st for n, st in zip(s.shape, s.stride()))
+    t = torch.empty(span + 4, device="cuda")[1:].as_strided(s.shape, s.stride())
+    t.copy_(s)
+    assert t.data_ptr() % 16 == 4
+    return t
+
+
+@pytest.mark.parametrize("mode", ["block", "block1x128"])
+@pytest.mark.parametrize("M", [200, 77])
+def test_block_scales_tma_cannot_read_in_place(mode, M):
+    """Block scales the kernel's TMA cannot read where they are (a base address off 16 bytes;
+    M = 77: rows of scale_a's (K/128, M) storage not a 16-byte multiple) are copied by the
+    plan: the same result, bit for bit, as aligned scales, and a NaN-poisoned output is
+    overwritten. Each call of a cached plan copies again (the second call's scales differ)."""
+    N, K = 384, 640
+    qa, qb, sa, sb, ref = operands(M, N, K, mode, 11)
+    want = pingpong.scaled_mm(qa, qb, sa, sb)
+    check(want, ref.bfloat16(), ref, 11)
+    for _ in range(2):
+        got = poisoned_call(lambda: pingpong.scaled_mm(qa, qb, _shifted(sa), _shifted(sb)), (M, N), torch.bfloat16)
+        assert torch.equal(got, want)
+        sa, sb = sa * 2, sb * 0.5  # the plan is cached now: its copies must follow the new values
+        want = pingpong.scaled_mm(qa, qb, sa, sb)
+
+
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("activation", [None, "gelu_erf", "silu"])
 def test_bias_activation_out_dtypes(out_dtype, activation):

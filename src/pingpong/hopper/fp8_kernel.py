@@ -3,11 +3,12 @@
     out = act(scale(A @ B) + bias)        A (M, K) and B as W (N, K): both K-major in shared
                                            memory (fp8 wgmma reads no transposed operand)
 
-The same parts as the 16-bit kernels (pingpong.hopper.kernel): the producer warp and its
-TileLoader fill the Ring, the TileScheduler hands out tiles, the two consumer warpgroups run
-the ping-pong (PhaseSync turns) or cooperative (64-row halves) schedule, the Epilogue adds
-the bias, applies the activation, casts and stores through TMA. What is new is the consumer's
-K loop and where the scales go (Fp8Scales):
+The same parts as the 16-bit kernels (pingpong.hopper.kernel): the producer warp fills the
+Ring (Fp8Loader: TileLoader's A and B boxes, and block-wise the slot's scales), the
+TileScheduler hands out tiles, the two consumer warpgroups run the ping-pong (PhaseSync
+turns) or cooperative (64-row halves) schedule, the Epilogue adds the bias, applies the
+activation, casts and stores through TMA. What is new is the consumer's K loop and where the
+scales go (Fp8Scales):
 
     SCALING   scale_a          scale_b              applied
     tensor    one fp32          one fp32             acc · sa · sb before the epilogue
@@ -21,12 +22,23 @@ use_fast_accum=False) gives every 128-deep K block (one ring slot, BK = 128) a f
 accumulator and adds it into the fp32 accumulator in registers; without PROMOTE (fast
 accumulation; tensor/row only) the wgmmas accumulate in place, the 16-bit kernels' mainloop.
 
+BLOCK SCALES IN THE RING: K block kb's scales travel with its A and B tiles, loaded by the
+producer with TMA into the slot's sa and sb boxes and counted on the slot's ready barrier,
+so a consumer reads them from shared memory once its wgmma is done, never from global
+memory in the K loop (the previous loop loaded them from global memory one k-step ahead:
+0.86 of torch._scaled_mm, RESULTS.md runs 132-133 and 180; this one 1.01, run 182):
+
+    slot s   │ A tile [BM, 128] │ B tile [BN, 128] │ sa[kb, off_m : off_m+BM] │ sb box
+             ╰──────────── one ready[s] barrier: expect(A + B + sa + sb bytes) ───────╯
+
 PROMOTED K LOOP (one consumer warpgroup; the other does the same on its tile or half):
 
-    k-step │ wait ready(k) │ wgmma(slot k) -> part (fresh) ┐ load sa[·, k+1], sb[k+1, ·]
-           │               │                              │ (the other buffer; lands by k+1)
-           │               │ wait(0) ─────────────────────┘ release(k)
-           │               │ acc += part · sa[·, k] · sb[k, ·]    (tensor/row: acc += part)
+    k-step │ wait ready(k) │ wgmma(slot k) -> part (fresh) │ wait(0) │
+           │ acc += part · (sa[rows, k] · sb[k])    (shared memory; tensor/row: acc += part)
+           │ release(k)
+    two k-steps per loop iteration into two parts: ptxas then issues k+1's wgmma before k's
+    promotion FFMAs (seen in the SASS; block-wise 1.014 of torch._scaled_mm vs 0.964 with one
+    k-step per iteration, RESULTS.md run 182).
     cooperative: while this warpgroup promotes, the other's wgmmas (its 64-row half) keep the
     tensor cores busy. Ping-pong holds its turn through the whole promoted K loop, so there
     the promotions are not overlapped; it runs M ≤ 128, where streaming the weight from HBM,
@@ -51,7 +63,7 @@ which tiles run instead).
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 from triton.language.core import _aggregate as aggregate
 
 from .epilogue import Epilogue
@@ -59,7 +71,7 @@ from .kernel import finish_mainloop, mainloop, producer
 from .loader import TileLoader
 from .mma import MmaOp
 from .phase_sync import PhaseSync
-from .pipeline import Ring, first_counter
+from .pipeline import Ring, first_counter, ring_index
 from .scheduler import TileScheduler
 
 #: K elements per scale block (and per promotion): DeepSeek-V3's 1×128 / 128×128 blocks.
@@ -70,33 +82,113 @@ SCALE_BLOCK = gl.constexpr(128)
 class Fp8Scales:
     """Where the scales are and how they apply (module docstring's table).
 
-    sa[m, kb] is at sa + m·sa_row + kb·sa_k; sb[kb, n] at sb + (n // SB_COLS)·sb_col + kb·sb_k
-    (SB_COLS = 128: one scale per 128 columns; 1: one per column). Tensor-wise scales are the
-    first element of each; row-wise, sa_k and sb_k are unused."""
+    Tensor- and row-wise: sa, sb are pointers, read once per tile (apply_outer); sa[m] at
+    sa + m·sa_row, sb[n] at sb + n·sb_col. Block-wise: sa, sb are the TMA descriptors of the
+    scales' K-major storage, staged by the producer into sa_bufs / sb_bufs beside each ring
+    slot (load) and read by the consumers from shared memory at the promotion (promote):
 
-    sa: gl.tensor
-    sb: gl.tensor
+        sa_desc   (K/128, M) fp32, box [1, BM]: sa[rows of the tile, kb]
+        sb_desc   SB_COLS = 128: the (N/128, K/128) storage seen as one row [1, ·] (its row
+                  stride sb_col), box [1, 32] from the 16-byte boundary at or below
+                  n_blk·sb_col + kb (a box's innermost coordinate must be 16-byte aligned):
+                  sb[kb, n_blk] is one of its first 4 elements (sb_phase); 128 bytes, so that
+                  each slot's box is 128-byte aligned as TMA writes shared memory
+                  SB_COLS = 1: (K/128, N), box [1, BN]: sb[kb, columns of the tile]"""
+
+    sa: gl.tensor | tma.tensor_descriptor  # pointers (tensor-/row-wise) or TMA descriptors (block-wise)
+    sb: gl.tensor | tma.tensor_descriptor
     sa_row: gl.tensor
-    sa_k: gl.tensor
     sb_col: gl.tensor
-    sb_k: gl.tensor
     M: gl.tensor
     N: gl.tensor
+    sa_bufs: gl.shared_memory_descriptor
+    sb_bufs: gl.shared_memory_descriptor
     SCALING: gl.constexpr
     SB_COLS: gl.constexpr
 
     @gluon.constexpr_function
-    def __init__(self, sa, sb, sa_row, sa_k, sb_col, sb_k, M, N, SCALING, SB_COLS):
+    def __init__(self, sa, sb, sa_row, sb_col, M, N, sa_bufs, sb_bufs, SCALING, SB_COLS):
         self.sa = sa
         self.sb = sb
         self.sa_row = sa_row
-        self.sa_k = sa_k
         self.sb_col = sb_col
-        self.sb_k = sb_k
         self.M = M
         self.N = N
+        self.sa_bufs = sa_bufs
+        self.sb_bufs = sb_bufs
         self.SCALING = gl.constexpr(SCALING)
         self.SB_COLS = gl.constexpr(SB_COLS)
+
+    @gluon.jit
+    def allocate(sa, sb, sa_row, sb_col, M, N, STAGES: gl.constexpr, SCALING: gl.constexpr, SB_COLS: gl.constexpr):
+        """Block-wise: one sa box and one sb box per ring slot."""
+        if SCALING == "block":
+            gl.static_assert(sa.block_type.nbytes % 128 == 0 and sb.block_type.nbytes % 128 == 0,
+                             "each slot's scale boxes must start 128-byte aligned (TMA's shared-memory"
+                             " destinations): block_m and block_n ≥ 32")
+            sa_bufs = gl.allocate_shared_memory(gl.float32, [STAGES] + sa.block_type.shape, sa.layout)
+            sb_bufs = gl.allocate_shared_memory(gl.float32, [STAGES] + sb.block_type.shape, sb.layout)
+        else:  # never read
+            sa_bufs = gl.allocate_shared_memory(gl.float32, [1, 4], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+            sb_bufs = sa_bufs
+        return Fp8Scales(sa, sb, sa_row, sb_col, M, N, sa_bufs, sb_bufs, SCALING, SB_COLS)
+
+    @gluon.constexpr_function
+    def nbytes(self):
+        """Bytes the producer's scale loads add to a slot's ready barrier."""
+        if self.SCALING == "block":
+            return self.sa.type.nbytes_per_cta + self.sb.type.nbytes_per_cta
+        return 0
+
+    @gluon.jit
+    def load(self, s, off_m, off_n, k, bar):
+        """Producer, block-wise: slot s's scales for K offset k (element units) -> sa_bufs[s], sb_bufs[s]."""
+        if self.SCALING == "block":
+            kb = k // SCALE_BLOCK
+            tma.async_load(self.sa, [kb, off_m], bar, self.sa_bufs.index(s))
+            if self.SB_COLS == 1:
+                tma.async_load(self.sb, [kb, off_n], bar, self.sb_bufs.index(s))
+            else:
+                at = (off_n // self.SB_COLS) * self.sb_col + kb
+                tma.async_load(self.sb, [0, at - at % 4], bar, self.sb_bufs.index(s))  # 16-byte aligned start
+
+    @gluon.jit
+    def sb_phase(self, off_n):
+        """Where a tile's first b scale sits in its slot's sb box (SB_COLS = 128): K block kb's is
+        element (sb_phase + kb) % 4, as the producer starts each box at the 16-byte boundary at
+        or below it (a TMA box's innermost coordinate must be 16-byte aligned, Triton's TMA
+        notes; unaligned ones are the likely cause of runs 180-181's "illegal instruction",
+        not yet confirmed on the GPU)."""
+        if self.SCALING == "block" and self.SB_COLS != 1:
+            phase = ((off_n // self.SB_COLS) * self.sb_col) % 4
+        else:
+            phase = 0
+        return phase
+
+    @gluon.jit
+    def promote(self, acc, part, s, j, ROW0: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr):
+        """acc + part, block-wise scaled by slot s's scales: part·(sa[m]·sb) (one factor per row,
+        one FFMA per element; sb is element j of the slot's sb box) or, with one b scale per
+        column, (part·sb[n])·sa[m]."""
+        if self.SCALING == "block":
+            layout: gl.constexpr = acc.type.layout
+            flat: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+            BM: gl.constexpr = self.sa_bufs.shape[2]
+            sa_row = self.sa_bufs.index(s).reinterpret(shape=[BM], layout=flat).slice(ROW0, ROWS)
+            sa = sa_row.load(gl.SliceLayout(1, layout))
+            if self.SB_COLS == 1:
+                BN: gl.constexpr = self.sb_bufs.shape[2]
+                sb = self.sb_bufs.index(s).reinterpret(shape=[BN], layout=flat).slice(0, COLS)
+                sb = sb.load(gl.SliceLayout(0, layout))
+                acc = acc + part * gl.expand_dims(sb, 0) * gl.expand_dims(sa, 1)
+            else:
+                four: gl.constexpr = gl.BlockedLayout([4], [32], [gl.num_warps()], [0])  # each thread: all 4
+                box = self.sb_bufs.index(s).reinterpret(shape=[self.sb_bufs.shape[2]], layout=flat).slice(0, 4)
+                sb = gl.sum(gl.where(gl.arange(0, 4, layout=four) == j, box.load(four), 0.0), axis=0)
+                acc = acc + part * gl.expand_dims(sa * sb, 1)
+        else:
+            acc = acc + part
+        return acc
 
     @gluon.jit
     def rows(self, off_m, ROWS: gl.constexpr, layout: gl.constexpr):
@@ -106,30 +198,6 @@ class Fp8Scales:
     @gluon.jit
     def cols(self, off_n, COLS: gl.constexpr, layout: gl.constexpr):
         return off_n + gl.arange(0, COLS, layout=gl.SliceLayout(0, layout))
-
-    @gluon.jit
-    def block_scales(self, kb, off_m, off_n, ROWS: gl.constexpr, COLS: gl.constexpr, layout: gl.constexpr):
-        """K block kb's scales of the tile's rows and columns: sa[rows, kb] (one per row) and
-        sb[kb, ·]: one value for the tile (SB_COLS = 128: BN divides 128, fp8_gemm asserts it)
-        or one per column (SB_COLS = 1)."""
-        rows = self.rows(off_m, ROWS, layout)
-        sa = gl.load(self.sa + rows * self.sa_row + kb * self.sa_k, mask=rows < self.M, other=0.0)
-        if self.SB_COLS == 1:
-            cols = self.cols(off_n, COLS, layout)
-            sb = gl.load(self.sb + cols * self.sb_col + kb * self.sb_k, mask=cols < self.N, other=0.0)
-        else:
-            sb = gl.load(self.sb + (off_n // self.SB_COLS) * self.sb_col + kb * self.sb_k)
-        return sa, sb
-
-    @gluon.jit
-    def scale_part(self, part, sa, sb):
-        """part·sa[m]·sb[n], multiplied in place (no [ROWS, COLS] factor tensor is built: with
-        one scale per column it would hold as many registers as the accumulator)."""
-        if self.SB_COLS == 1:
-            part = part * gl.expand_dims(sa, 1) * gl.expand_dims(sb, 0)
-        else:
-            part = part * gl.expand_dims(sa * sb, 1)
-        return part
 
     @gluon.jit
     def apply_outer(self, acc, off_m, off_n):
@@ -146,82 +214,93 @@ class Fp8Scales:
         return acc
 
 
+@aggregate
+class Fp8Loader:
+    """The producer's k-step: TileLoader's A and B boxes plus, block-wise, the slot's scales,
+    all on the slot's one ready barrier."""
+
+    tiles: TileLoader
+    scales: Fp8Scales
+
+    @gluon.constexpr_function
+    def __init__(self, tiles, scales):
+        self.tiles = tiles
+        self.scales = scales
+
+    @gluon.jit
+    def load(self, ring, counter, off_m, off_n, k, batch=0):
+        s = ring.acquire_empty(counter)
+        bar = ring.ready.index(s)
+        mbarrier.expect(bar, self.tiles.a_desc.type.nbytes_per_cta + self.tiles.b_desc.type.nbytes_per_cta
+                        + self.scales.nbytes())
+        self.tiles.load_a(ring.a_bufs.index(s), off_m, k, bar, batch)
+        self.tiles.load_b(ring.b_bufs.index(s), off_n, k, bar, batch)
+        self.scales.load(s, off_m, off_n, k, bar)
+
+
 @gluon.jit
-def promoted_mainloop(ring, scales, first, k_steps, k_block0, off_m, off_n, ROW0: gl.constexpr, ROWS: gl.constexpr,
+def promoted_mainloop(ring, scales, first, k_steps, shift, ROW0: gl.constexpr, ROWS: gl.constexpr,
                       COLS: gl.constexpr, acc_layout: gl.constexpr):
     """One consumer's K loop with promotion (module docstring): each ring slot (one 128-deep K
     block) is multiplied into a fresh wgmma accumulator `part`, which is added (block-wise:
-    scaled) into the fp32 accumulator. Every slot is released as soon as its wgmma is done.
+    scaled, Fp8Scales.promote) into the fp32 accumulator; then the slot is released.
 
     `part` is carried through the loop as the wgmma's (ignored, use_acc=False) input so its
-    registers are reused, not re-zeroed. Block-wise (128×128 b scales), the loop takes two
-    k-steps per iteration with the scales double-buffered (promote_step): step k loads block
-    k+1's scales right after issuing its wgmma, into the registers step k-1 read, so they land
-    during step k. (A single buffer either ended each iteration with a register copy that
-    waited for the load, or, loaded after the promotion, had the compiler hoist the scale
-    product above the next wgmma issue, which then waited for it: 0.84 of torch._scaled_mm
-    at 8192³.) With one b scale per column (1×128) the registers for a second buffer are not
-    there (the compiler spilled): block k's scales load while its own wgmma runs."""
+    registers are reused, not re-zeroed. Not built: issuing k-step k+1's wgmma, then
+    wait(1) and promoting k (two parts, one in flight across the loop's back edge) — ptxas
+    copies the in-flight part between loop iterations and then serializes every wgmma
+    (C7514 "wgmma.mma_async instructions are serialized due to non wgmma instructions reading
+    accumulator registers"), checked offline. The loop is unrolled by two instead (two parts,
+    straight-line code, distinct registers): ptxas interleaves the first part's promotion with
+    the second's wgmma issue."""
     acc = gl.zeros((ROWS, COLS), dtype=gl.float32, layout=acc_layout)
-    part = gl.zeros((ROWS, COLS), dtype=gl.float32, layout=acc_layout)
-    if scales.SCALING == "block" and scales.SB_COLS != 1:
-        # two k-steps per iteration, the scales double-buffered: each step loads the next
-        # step's scales right after issuing its wgmma, into the registers the step before read
-        last = k_block0 + k_steps - 1
-        sa0, sb0 = scales.block_scales(k_block0, off_m + ROW0, off_n, ROWS, COLS, acc_layout)
-        for k in range(0, k_steps - 1, 2):
-            part, acc, sa1, sb1 = promote_step(ring, scales, part, acc, first + k, sa0, sb0, k_block0 + k + 1, off_m,
-                                               off_n, ROW0, ROWS, COLS, acc_layout)
-            part, acc, sa0, sb0 = promote_step(ring, scales, part, acc, first + k + 1, sa1, sb1,
-                                               gl.minimum(k_block0 + k + 2, last), off_m, off_n, ROW0, ROWS, COLS,
-                                               acc_layout)
-        if k_steps % 2:
-            part, acc, sa0, sb0 = promote_step(ring, scales, part, acc, first + k_steps - 1, sa0, sb0, last, off_m,
-                                               off_n, ROW0, ROWS, COLS, acc_layout)
-    else:
-        for k in range(k_steps):
-            s = ring.wait_ready(first + k)
-            a = ring.a_bufs.index(s).slice(ROW0, ROWS, 0)
-            b = ring.b_bufs.index(s).permute((1, 0))  # K-major [BN, BK] slot as wgmma's [K, N] view
-            part = warpgroup_mma(a, b, part, use_acc=False, is_async=True)
-            if scales.SCALING == "block":  # one b scale per column: no registers for a prefetch
-                sa_k, sb_k = scales.block_scales(k_block0 + k, off_m + ROW0, off_n, ROWS, COLS, acc_layout)
-                part = warpgroup_mma_wait(0, (part,))
-                ring.release(first + k)
-                acc = acc + scales.scale_part(part, sa_k, sb_k)
-            else:
-                part = warpgroup_mma_wait(0, (part,))
-                ring.release(first + k)
-                acc = acc + part
+    p0 = gl.zeros((ROWS, COLS), dtype=gl.float32, layout=acc_layout)
+    p1 = gl.zeros((ROWS, COLS), dtype=gl.float32, layout=acc_layout)
+    for k in range(0, k_steps - 1, 2):
+        p0, acc = step(ring, scales, acc, p0, first + k, shift, ROW0, ROWS, COLS)
+        p1, acc = step(ring, scales, acc, p1, first + k + 1, shift, ROW0, ROWS, COLS)
+    if k_steps % 2:
+        p0, acc = step(ring, scales, acc, p0, first + k_steps - 1, shift, ROW0, ROWS, COLS)
     return acc
 
 
 @gluon.jit
-def promote_step(ring, scales, part, acc, counter, sa, sb, next_kb, off_m, off_n, ROW0: gl.constexpr,
-                 ROWS: gl.constexpr, COLS: gl.constexpr, acc_layout: gl.constexpr):
-    """One promoted block-wise k-step (ring counter `counter`) with its scales sa, sb already in
-    registers; returns (part, acc, the scales of K block next_kb), whose loads are issued
-    right after this step's wgmma and so have the rest of this step to land."""
-    s = ring.wait_ready(counter)
-    a = ring.a_bufs.index(s).slice(ROW0, ROWS, 0)
-    b = ring.b_bufs.index(s).permute((1, 0))
-    part = warpgroup_mma(a, b, part, use_acc=False, is_async=True)
-    sa_next, sb_next = scales.block_scales(next_kb, off_m + ROW0, off_n, ROWS, COLS, acc_layout)
+def step(ring, scales, acc, part, counter, shift, ROW0: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr):
+    """One promoted k-step: (part, acc + promoted part)."""
+    part = issue(ring, counter, part, ROW0, ROWS)
     part = warpgroup_mma_wait(0, (part,))
-    ring.release(counter)
-    acc = acc + scales.scale_part(part, sa, sb)
-    return part, acc, sa_next, sb_next
+    return part, retire(ring, scales, acc, part, counter, shift, ROW0, ROWS, COLS)
 
 
 @gluon.jit
-def k_loop(ring, scales, first, k_steps, k_block0, off_m, off_n, ROW0: gl.constexpr, ROWS: gl.constexpr,
-           COLS: gl.constexpr, acc_layout: gl.constexpr, PROMOTE: gl.constexpr, sync, CONSUMER: gl.constexpr,
+def issue(ring, counter, part, ROW0: gl.constexpr, ROWS: gl.constexpr):
+    """Wait for k-step `counter`'s slot, issue its wgmma into a fresh `part` (async)."""
+    s = ring.wait_ready(counter)
+    a = ring.a_bufs.index(s).slice(ROW0, ROWS, 0)
+    b = ring.b_bufs.index(s).permute((1, 0))  # K-major [BN, BK] slot as wgmma's [K, N] view
+    return warpgroup_mma(a, b, part, use_acc=False, is_async=True)
+
+
+@gluon.jit
+def retire(ring, scales, acc, part, counter, shift, ROW0: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr):
+    """k-step `counter`'s wgmma is done: promote `part` with its slot's scales (its b scale:
+    element (counter + shift) % 4 of the sb box, promoted_mainloop), free the slot."""
+    acc = scales.promote(acc, part, ring_index(counter, ring.STAGES), (counter + shift) % 4, ROW0, ROWS, COLS)
+    ring.release(counter)
+    return acc
+
+
+@gluon.jit
+def k_loop(ring, scales, first, k_steps, off_n, ROW0: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr,
+           acc_layout: gl.constexpr, PROMOTE: gl.constexpr, sync, CONSUMER: gl.constexpr,
            PINGPONG: gl.constexpr):
     """The tile's fp32 accumulator: promoted, or the 16-bit kernels' in-place mainloop (fast
     accumulation). Under PINGPONG the turn passes to the other consumer once the last wgmma
     is issued (promoted: once it is done)."""
     if PROMOTE:
-        acc = promoted_mainloop(ring, scales, first, k_steps, k_block0, off_m, off_n, ROW0, ROWS, COLS, acc_layout)
+        # counter + shift = the tile's sb phase + its K block (Fp8Scales.sb_phase)
+        acc = promoted_mainloop(ring, scales, first, k_steps, scales.sb_phase(off_n) - first, ROW0, ROWS, COLS,
+                                acc_layout)
         if PINGPONG:
             sync.pass_turn(CONSUMER)
     else:
@@ -249,7 +328,7 @@ def fp8_pingpong_consumer(ring, sched, epi, scales, sync, CONSUMER: gl.constexpr
         off_m, off_n = sched.tile_offsets(t)
         first = first_counter(j, sched.k_steps, 2, CONSUMER)
         sync.wait_turn(CONSUMER, j)
-        acc = k_loop(ring, scales, first, sched.k_steps, 0, off_m, off_n, 0, sched.BM, sched.BN, acc_layout, PROMOTE,
+        acc = k_loop(ring, scales, first, sched.k_steps, off_n, 0, sched.BM, sched.BN, acc_layout, PROMOTE,
                      sync, CONSUMER, True)
         store_tile(epi, scales, acc, CONSUMER, j, off_m, off_n)
     epi.drain()
@@ -263,14 +342,14 @@ def fp8_cooperative_consumer(ring, sched, epi, scales, CONSUMER: gl.constexpr, a
     for t in range(sched.local_tiles()):
         off_m, off_n = sched.tile_offsets(t)
         first = first_counter(t, sched.k_steps, 1, 0)  # both consumers read every k-step
-        acc = k_loop(ring, scales, first, sched.k_steps, 0, off_m, off_n, CONSUMER * ROWS, ROWS, sched.BN, acc_layout,
-                     PROMOTE, 0, CONSUMER, False)
+        acc = k_loop(ring, scales, first, sched.k_steps, off_n, CONSUMER * ROWS, ROWS, sched.BN, acc_layout, PROMOTE,
+                     0, CONSUMER, False)
         store_tile(epi, scales, acc, CONSUMER, t, off_m + CONSUMER * ROWS, off_n)
     epi.drain()
 
 
-@gluon.jit(do_not_specialize=["M", "N", "K", "sa_row", "sa_k", "sb_col", "sb_k"])
-def fp8_gemm(a_desc, b_desc, c_desc, bias, sa, sb, M, N, K, sa_row, sa_k, sb_col, sb_k,
+@gluon.jit(do_not_specialize=["M", "N", "K", "sa_row", "sb_col"])
+def fp8_gemm(a_desc, b_desc, c_desc, bias, sa, sb, M, N, K, sa_row, sb_col,
              SCALING: gl.constexpr, PROMOTE: gl.constexpr, SB_COLS: gl.constexpr,
              BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr,
              EPI_BUFS: gl.constexpr, PINGPONG: gl.constexpr, acc_layout: gl.constexpr,
@@ -288,8 +367,8 @@ def fp8_gemm(a_desc, b_desc, c_desc, bias, sa, sb, M, N, K, sa_row, sa_k, sb_col
     sched = TileScheduler.create(M, N, K, BM, BN, BK, GROUP_M, 1)
     ring = Ring.allocate(a_desc, b_desc, STAGES, RELEASERS)
     epi = Epilogue.allocate(c_desc, c_desc, gl.to_tensor(1.0), gl.to_tensor(0.0), False, 2, EPI_BUFS, bias, M, N, BIAS, ACTIVATION)
-    scales = Fp8Scales(sa, sb, sa_row, sa_k, sb_col, sb_k, M, N, SCALING, SB_COLS)
-    loader = TileLoader(a_desc, b_desc, True, True)
+    scales = Fp8Scales.allocate(sa, sb, sa_row, sb_col, M, N, STAGES, SCALING, SB_COLS)
+    loader = Fp8Loader(TileLoader(a_desc, b_desc, True, True), scales)
     if PINGPONG:
         sync = PhaseSync.allocate()
         gl.warp_specialize([

@@ -17,14 +17,18 @@ caller's b = W.t()), both fp8 and TMA-legal; scales fp32 in torch._scaled_mm's l
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ..runtime import compile as cc
 from ..runtime.device import sm_count
 from ..runtime.launcher import CachedLaunch
 from ..runtime.plan import Plan, bias_vector, device_index
 from ..runtime.spec import GemmSpec, bias_kind, scale_mode
-from .config import KernelConfig
+from .config import SMEM_LIMIT, KernelConfig
 from .fp8_kernel import SCALE_BLOCK as _SCALE_BLOCK, fp8_gemm
 
 SCALE_BLOCK = int(_SCALE_BLOCK.value)  # K elements per scale block and per promotion
@@ -32,6 +36,10 @@ from .launch import _descriptor, _schedule_kwargs, acc_layout
 
 #: fp32 registers a consumer thread may spend on accumulators (config.validate's bound)
 _ACC_REGS = 200
+#: fp32 elements of a 128×128 b-scale box (Fp8Scales): 128 bytes, so that every slot's box
+#: starts 128-byte aligned, as a TMA load's shared-memory destination must (CUDA programming
+#: guide, multi-dimensional TMA alignment); only its first 4 elements are read
+_SB_BOX = 32
 
 
 def select_fp8(M: int, N: int, K: int, promote: bool, sms: int) -> KernelConfig:
@@ -44,8 +52,19 @@ def select_fp8(M: int, N: int, K: int, promote: bool, sms: int) -> KernelConfig:
     return KernelConfig(128, 128, SCALE_BLOCK, schedule="cooperative")
 
 
-def check_fp8_config(config: KernelConfig, promote: bool, out_bytes: int):
-    """Derived of `config` for fp8 operands; ConfigError where the FP8 kernel cannot run it."""
+def scale_boxes(scaling: str, sb_cols: int, config: KernelConfig) -> tuple[int, int]:
+    """Bytes of the sa and sb boxes the block-wise scales add to each ring slot (Fp8Scales): an
+    sa box of block_m fp32, an sb box of _SB_BOX fp32 (128×128 b scales) or block_n (1×128);
+    (0, 0) for tensor- and row-wise."""
+    if scaling != "block":
+        return 0, 0
+    return 4 * config.block_m, 4 * (_SB_BOX if sb_cols == SCALE_BLOCK else config.block_n)
+
+
+def check_fp8_config(config: KernelConfig, promote: bool, out_bytes: int, boxes: tuple[int, int] = (0, 0)):
+    """Derived of `config` for fp8 operands; ConfigError where the FP8 kernel cannot run it.
+    `boxes` (scale_boxes) ride in every ring slot: derived stages are as many as still fit;
+    explicit stages must fit with them."""
     from ..errors import ConfigError
 
     d = config.derive(1, out_bytes)
@@ -57,7 +76,37 @@ def check_fp8_config(config: KernelConfig, promote: bool, out_bytes: int):
     if promote and 2 * d.acc_regs > _ACC_REGS:
         raise ConfigError(f"a promoted FP8 tile holds two accumulators: 2 × {d.acc_regs} fp32 registers per thread"
                           f" exceed {_ACC_REGS}")
+    scale_bytes = sum(boxes)
+    if any(b % 128 for b in boxes):
+        raise ConfigError(f"{config}: block-wise scale boxes of {boxes} bytes; each must be a multiple of 128 (TMA"
+                          " writes shared memory 128-byte aligned): block_m and block_n ≥ 32")
+    if scale_bytes:
+        fixed = d.shared_bytes - d.stages * d.stage_bytes
+        fit = (SMEM_LIMIT - fixed) // (d.stage_bytes + scale_bytes)
+        if config.stages is None and fit < d.stages:
+            d = dataclasses.replace(config, stages=fit).derive(1, out_bytes)
+        elif d.stages > fit:
+            raise ConfigError(f"shared memory: {d.stages} stages × ({d.stage_bytes} + {scale_bytes} B of block scales)"
+                              f" + {fixed} B exceed the {SMEM_LIMIT} B limit; at most {fit} stages fit")
     return d
+
+
+def block_scale_views(scale_a, scale_b, sb_cols: int):
+    """The block scales as the kernel's TMA reads them (Fp8Scales): scale_a's storage as
+    (K/128, M) rows and scale_b's as (N/128, K/128) rows (128×128) or (K/128, N) (1×128).
+    torch._scaled_mm's layouts are already K-major-by-M (scale_a strides (1, M)); a scale is
+    copied only where TMA cannot read it in place: a row of scale_a not a 16-byte multiple
+    (M % 4 ≠ 0: into a (K/128, M rounded up to 4) buffer), a base address off 16 bytes. The
+    decision depends on the plan's key only (M, the scales' strides and alignment)."""
+    sa = scale_a.t()
+    if sa.shape[1] % 4 or sa.data_ptr() % 16:
+        pad = torch.empty(sa.shape[0], -(-sa.shape[1] // 4) * 4, dtype=sa.dtype, device=sa.device)
+        sa = pad[:, :sa.shape[1]]
+        sa.copy_(scale_a.t())
+    sb = scale_b.t() if sb_cols == SCALE_BLOCK else scale_b
+    if sb.data_ptr() % 16:
+        sb = sb.clone(memory_format=torch.contiguous_format)
+    return sa, sb
 
 
 def prepare(a, w, out, scale_a, scale_b, scaling: str, promote: bool, sb_cols: int, config: KernelConfig, sms: int,
@@ -68,18 +117,29 @@ def prepare(a, w, out, scale_a, scale_b, scaling: str, promote: bool, sb_cols: i
     (block-wise: 128 for 128×128 blocks, 1 for 1×128)."""
     M, K = a.shape
     N = w.shape[0]
-    d = check_fp8_config(config, promote, out.element_size())
+    d = check_fp8_config(config, promote, out.element_size(), scale_boxes(scaling, sb_cols, config))
     a_desc = _descriptor(a, [d.block_m, d.block_k])
     b_desc = _descriptor(w, [d.block_n, d.block_k])
     c_desc = _descriptor(out, [d.consumer_m, d.epilogue_n])
     if scaling == "tensor":
-        strides = (0, 0, 0, 0)
+        sa, sb, strides = scale_a, scale_b, (0, 0)
     elif scaling == "row":
-        strides = (scale_a.stride(0), 0, scale_b.stride(1), 0)
+        sa, sb, strides = scale_a, scale_b, (scale_a.stride(0), scale_b.stride(1))
     else:
-        strides = (scale_a.stride(0), scale_a.stride(1), scale_b.stride(1), scale_b.stride(0))
+        sa, sb = block_scale_views(scale_a, scale_b, sb_cols)
+        flat = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
+        kb = K // SCALE_BLOCK
+        sa = TensorDescriptor(sa, [kb, M], [sa.stride(0), 1], [1, d.block_m], flat)
+        if sb_cols == SCALE_BLOCK:  # (N/128, K/128) rows seen as one row: the box at n_blk·stride + kb
+            row = sb.stride(0) if sb.shape[0] > 1 else kb
+            length = (sb.shape[0] - 1) * row + kb
+            strides = (0, row)
+            sb = TensorDescriptor(sb, [1, length], [-(-length // 4) * 4, 1], [1, _SB_BOX], flat)
+        else:
+            strides = (0, 0)
+            sb = TensorDescriptor(sb, [kb, N], [N, 1], [1, d.block_n], flat)
     bias_ptr = bias_vector(bias) if bias is not None else out  # never read without a bias
-    args = (a_desc, b_desc, c_desc, bias_ptr, scale_a, scale_b, M, N, K, *strides)
+    args = (a_desc, b_desc, c_desc, bias_ptr, sa, sb, M, N, K, *strides)
     kwargs = _schedule_kwargs(d)
     kwargs.pop("BN2"), kwargs.pop("acc_layout2")
     kwargs.update(SCALING=scaling, PROMOTE=bool(promote), SB_COLS=sb_cols, EPI_BUFS=d.epilogue_bufs,
@@ -106,8 +166,9 @@ class Fp8Plan(Plan):
         """out = act(scale(a @ b) + bias): a (M, K), b (K, N) as validated by the front end."""
         w = b.t()
         bias_v = bias_vector(bias) if bias is not None else None
+        sa, sb = block_scale_views(scale_a, scale_b, self.sb_cols) if self.scaling == "block" else (scale_a, scale_b)
         ptrs = (a.data_ptr(), w.data_ptr(), out.data_ptr(), (bias_v if bias_v is not None else out).data_ptr(),
-                scale_a.data_ptr(), scale_b.data_ptr())
+                sa.data_ptr(), sb.data_ptr())
         self.launch(self.device, ptrs, (), self._jit_args, a, w, out, scale_a, scale_b, bias)
 
     def _jit_args(self, a, w, out, scale_a, scale_b, bias):
@@ -125,7 +186,7 @@ def plan(spec: GemmSpec) -> Fp8Plan:
     device = device_index(spec.device)
     (M, N, K) = spec.mnk
     config = spec.config if spec.config is not None else select_fp8(M, N, K, promote, sm_count(device))
-    check_fp8_config(config, promote, spec.out_dtype.itemsize)
+    check_fp8_config(config, promote, spec.out_dtype.itemsize, scale_boxes(scaling, sb_cols, config))
     return Fp8Plan(device, scaling, sb_cols, promote, config, spec.epilogue.activation)
 
 
