@@ -75,7 +75,7 @@ def test_a_layer_builds_its_specs_once_per_signature(interpreted_kernels, counte
 
 
 @pytest.mark.parametrize("pointers", [True, False], ids=["base addresses", "views"])
-@pytest.mark.parametrize("shape, bias", [((6, 32), True), ((2, 3, 32), True), ((2, 3, 32), False)])
+@pytest.mark.parametrize("shape, bias", [((6, 32), True), ((2, 3, 32), True), ((2, 3, 32), False), ((32,), True)])
 def test_layer_plan_forward_and_backward_against_float64(interpreted_kernels, monkeypatch, shape, bias, pointers):
     """Both launch forms of a LayerPlan: from base addresses (the views made only for the
     JIT; the fixture's plan checks they sit at those addresses) and through plan.run."""

@@ -233,12 +233,13 @@ class HopperPlan(Plan):
 
     pointer_launch: bool  # set at construction: no copies, not batched, C not read, one kernel
 
-    def run_ptrs(self, a_ptr, b_ptr, out_ptr, bias_ptr, tensors):
-        def prepare():
-            a, b, out, bias = tensors()
-            return self._jit_args(a, b, out, None, 1.0, 0.0, bias)
+    def run_ptrs(self, a_ptr, b_ptr, out_ptr, bias_ptr, views, *inputs):
+        self.launch(self.device, (a_ptr, b_ptr, out_ptr, out_ptr, bias_ptr or out_ptr), (1.0, 0.0), self._jit_views,
+                    views, *inputs)
 
-        self.launch(self.device, (a_ptr, b_ptr, out_ptr, out_ptr, bias_ptr or out_ptr), (1.0, 0.0), prepare)
+    def _jit_views(self, views, *inputs):
+        a, b, out, bias = views(*inputs)
+        return self._jit_args(a, b, out, None, 1.0, 0.0, bias)
 
     def _launch(self, a, b, target, cin, alpha, beta, bias, bias_ptr):
         ptrs = (a.data_ptr(), b.data_ptr(), target.data_ptr(), (cin if cin is not None else target).data_ptr(), bias_ptr)
