@@ -191,24 +191,21 @@ class BoundLaunch:
             maps[ptr] = m
         return m
 
-    def args(self, ptrs, dyn=()) -> list:
-        """Kernel arguments as the C launcher takes them: each descriptor becomes
+    def __call__(self, grid, stream: int, ptrs, dyn=()) -> None:
+        """One launch. The kernel arguments as the C launcher takes them: each descriptor becomes
         [CUtensorMap, *shape, *strides] (zero padding), each pointer itself, then the scalars
         (pre, the per-call `dyn`, post)."""
-        out = self._template.copy()
+        args = self._template.copy()
         if dyn:
-            out[self._dyn:self._dyn] = dyn  # inserted: every slot sits before them
+            args[self._dyn:self._dyn] = dyn  # inserted: every slot sits before them
         for pos, maps, i in self._tma:
             ptr = ptrs[i]
             m = maps.get(ptr)
-            out[pos] = m if m is not None else self.tensor_map(i, ptr)
+            args[pos] = m if m is not None else self.tensor_map(i, ptr)
         for pos, i in self._ptr:
-            out[pos] = ptrs[i]
-        return out
-
-    def __call__(self, grid, stream: int, ptrs, dyn=()) -> None:
+            args[pos] = ptrs[i]
         gx, gy, gz = grid
-        self.direct.launch(gx, gy, gz, stream, *self._head, self.args(ptrs, dyn))
+        self.direct.launch(gx, gy, gz, stream, *self._head, args)
 
 
 def _is_descriptor(v) -> bool:
