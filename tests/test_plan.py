@@ -283,3 +283,23 @@ def test_split_plan_passes_bias_and_activation_to_the_kernel(hopper, monkeypatch
     with cc.offline("sm_90a"):
         fn, args, kwargs, grid = prep(*inputs)
     assert args[6].data_ptr() == bias.data_ptr() and kwargs["BIAS"] == "row" and kwargs["ACTIVATION"] == "gelu_tanh"
+
+
+@pytest.mark.parametrize("read, inplace, bias", [(False, False, False), (True, False, True), (True, True, False),
+                                                 (False, True, True)])
+def test_one_launch_passes_what_the_general_path_passes(read, inplace, bias):
+    """A Hopper plan without copies launches at once (HopperPlan.one_launch); the addresses,
+    scalars and JIT arguments are those of the general path (copies, then the launch)."""
+    calls = []
+    a, b, out = t(64, 32), t(32, 48), t(64, 48)
+    c = out if inplace else t(64, 48)
+    vec = t(48) if bias else None
+    for one in (True, False):
+        p = hopper_backend.HopperPlan(0, KernelConfig(128, 128, 64), False, False, False, False, read)
+        p.launch = lambda device, ptrs, dyn, prepare, *inputs: calls.append((device, ptrs, dyn, prepare.__func__, inputs))
+        p.one_launch = one
+        p.run(a, b, out, c, 1.5, 0.5 if read else 0.0, vec)
+    (*fast, fast_inputs), (*general, general_inputs) = calls
+    assert fast == general and len(fast_inputs) == len(general_inputs)
+    assert all(x is y for x, y in zip(fast_inputs, general_inputs))
+    assert fast[1][3] == (c if read else out).data_ptr()  # C's address where it is read
