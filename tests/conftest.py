@@ -51,8 +51,8 @@ def interpret_plans(setattr) -> None:
             epilogue = {} if bias is None and self.activation == "none" else dict(bias=bias, activation=self.activation)
             portable_gemm(a, b, out, alpha=alpha, beta=beta, c=c if self.reads_c else None, interpret=True, **epilogue)
 
-        def run_ptrs(self, a_ptr, b_ptr, out_ptr, bias_ptr, tensors):
-            a, b, out, bias = tensors()  # the views a JIT launch would get: at the given addresses
+        def run_ptrs(self, a_ptr, b_ptr, out_ptr, bias_ptr, views, *inputs):
+            a, b, out, bias = views(*inputs)  # the views a JIT launch would get: at the given addresses
             assert (a.data_ptr(), b.data_ptr(), out.data_ptr()) == (a_ptr, b_ptr, out_ptr)
             assert (bias.data_ptr() if bias is not None else 0) == bias_ptr
             self.run(a, b, out, None, 1.0, 0.0, bias)

@@ -10,7 +10,8 @@ import torch
 from pingpong.runtime import compile as cc
 from pingpong.hopper.config import KernelConfig
 from pingpong.hopper import launch as hl
-from pingpong.runtime.launcher import CachedLaunch, DirectLaunch, bind_jit_args, launch_key
+from pingpong.runtime.launcher import CachedLaunch, DirectLaunch, bind_jit_args, hooks_idle, launch_key, \
+    launch_ready
 
 
 def _operands(col_major_a: bool, with_c: bool, batch: tuple = ()):
@@ -122,6 +123,25 @@ def test_cached_launch_jits_once_then_launches_directly(monkeypatch):
     finally:
         knobs.runtime.launch_enter_hook.remove(print)
     assert len(k.launches) == 3 and len(calls) == 1
+
+
+def test_launch_ready_is_hooks_idle_and_the_launch_key(monkeypatch):
+    """The per-launch check reads what hooks_idle() and launch_key() read, in one call."""
+    from triton import knobs
+
+    key = launch_key()
+    assert launch_ready(key) and not launch_ready(None) and not launch_ready(key[:2] + ("other mode",))
+    with monkeypatch.context() as m:
+        m.setattr(knobs.runtime, "debug", not knobs.runtime.debug)
+        assert not launch_ready(key) and launch_ready(launch_key())
+    for chain in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook):
+        chain.add(print)
+        try:
+            assert not hooks_idle() and not launch_ready(key)
+        finally:
+            chain.remove(print)
+    monkeypatch.setattr(knobs.runtime, "launch_exit_hook", print)  # any other object there counts as a hook
+    assert not hooks_idle() and not launch_ready(key)
 
 
 def test_portable_direct_launch_passes_what_triton_passes(monkeypatch):

@@ -7,6 +7,7 @@ import torch
 import pingpong
 from pingpong import api
 from pingpong.runtime import plan, spec
+from pingpong import portable
 from pingpong.hopper import backend as hopper_backend
 from pingpong.hopper.config import KernelConfig
 from pingpong.runtime.addressing import addressable
@@ -283,3 +284,40 @@ def test_split_plan_passes_bias_and_activation_to_the_kernel(hopper, monkeypatch
     with cc.offline("sm_90a"):
         fn, args, kwargs, grid = prep(*inputs)
     assert args[6].data_ptr() == bias.data_ptr() and kwargs["BIAS"] == "row" and kwargs["ACTIVATION"] == "gelu_tanh"
+
+
+@pytest.mark.parametrize("read, inplace, bias", [(False, False, False), (True, False, True), (True, True, False),
+                                                 (False, True, True)])
+def test_one_launch_passes_what_the_general_path_passes(read, inplace, bias):
+    """A Hopper plan without copies launches at once (HopperPlan.one_launch); the addresses,
+    scalars and JIT arguments are those of the general path (copies, then the launch)."""
+    calls = []
+    a, b, out = t(64, 32), t(32, 48), t(64, 48)
+    c = out if inplace else t(64, 48)
+    vec = t(48) if bias else None
+    for one in (True, False):
+        p = hopper_backend.HopperPlan(0, KernelConfig(128, 128, 64), False, False, False, False, read)
+        p.launch = lambda device, ptrs, dyn, prepare, *inputs: calls.append((device, ptrs, dyn, prepare.__func__, inputs))
+        p.one_launch = one
+        p.run(a, b, out, c, 1.5, 0.5 if read else 0.0, vec)
+    (*fast, fast_inputs), (*general, general_inputs) = calls
+    assert fast == general and len(fast_inputs) == len(general_inputs)
+    assert all(x is y for x, y in zip(fast_inputs, general_inputs))
+    assert fast[1][3] == (c if read else out).data_ptr()  # C's address where it is read
+
+
+@pytest.mark.parametrize("make", [lambda: hopper_backend.HopperPlan(0, KernelConfig(128, 128, 64), False, False, False,
+                                                                    False, False),
+                                  lambda: portable.PortablePlan(0, False)], ids=["hopper", "portable"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_run_ptrs_makes_the_views_only_on_the_jit_path(monkeypatch, make, bias):
+    """A launch from base addresses hands the views function and its arguments down; they are
+    called only when the launch goes through Triton's JIT, and give the JIT its arguments."""
+    p, seen, launches = make(), [], []
+    monkeypatch.setattr(type(p), "_jit_args", lambda self, *args: seen.append(args) or "prepared")
+    p.launch = lambda device, ptrs, dyn, prepare, *inputs: launches.append((ptrs, dyn, prepare, inputs))
+    a, b, out, vec = t(64, 32), t(32, 48), t(64, 48), t(48) if bias else None
+    p.run_ptrs(11, 22, 33, 44 if bias else 0, lambda *tensors: tensors, a, b, out, vec)
+    [(ptrs, dyn, prepare, inputs)] = launches
+    assert ptrs == (11, 22, 33, 33, 44 if bias else 33) and dyn == (1.0, 0.0) and not seen
+    assert prepare(*inputs) == "prepared" and seen == [(a, b, out, None, 1.0, 0.0, vec)]

@@ -74,8 +74,31 @@ def test_a_layer_builds_its_specs_once_per_signature(interpreted_kernels, counte
     assert len(direct.LAYERS) == 1
 
 
+def test_a_layer_call_does_its_per_call_work_once(interpreted_kernels, counted, monkeypatch):
+    """After the first call: a grad-mode forward is one layer-plan lookup, one allocation,
+    one launch; its backward two allocations and two launches, no lookup; no spec built, nothing
+    validated; every allocation gets its sizes as ints (torch.empty parses a tuple slower)."""
+    layer = pingpong.nn.Linear(32, 24, dtype=f16)
+    x, g = randn(2, 5, 32).requires_grad_(), randn(2, 5, 24)
+    layer(x).backward(g)  # plans the layer: forward, then both gradients
+    lookups, launches, allocs = [], [], []
+    plan_class = plan.BACKENDS[0].plan_class
+    real_lookup, real_empty = direct.layer_plan, torch.empty
+    monkeypatch.setattr(direct, "layer_plan", lambda *args: lookups.append(args) or real_lookup(*args))
+    monkeypatch.setattr(plan_class, "run_ptrs", lambda self, *args: launches.append(args[:4]))  # recorded, not run
+    monkeypatch.setattr(plan_class, "run", lambda self, *args: launches.append(args))
+    monkeypatch.setattr(torch, "empty", lambda *args, **kw: allocs.append(args) or real_empty(*args, **kw))
+    before = dict(counted)
+    y = layer(x)
+    assert (len(lookups), len(launches), len(allocs)) == (1, 1, 1)
+    y.backward(g)
+    assert (len(lookups), len(launches), len(allocs)) == (1, 3, 3)
+    assert counted == before
+    assert all(type(n) is int for sizes in allocs for n in sizes), allocs
+
+
 @pytest.mark.parametrize("pointers", [True, False], ids=["base addresses", "views"])
-@pytest.mark.parametrize("shape, bias", [((6, 32), True), ((2, 3, 32), True), ((2, 3, 32), False)])
+@pytest.mark.parametrize("shape, bias", [((6, 32), True), ((2, 3, 32), True), ((2, 3, 32), False), ((32,), True)])
 def test_layer_plan_forward_and_backward_against_float64(interpreted_kernels, monkeypatch, shape, bias, pointers):
     """Both launch forms of a LayerPlan: from base addresses (the views made only for the
     JIT; the fixture's plan checks they sit at those addresses) and through plan.run."""

@@ -38,7 +38,7 @@ def _new_out(spec) -> torch.Tensor:
     a, b = spec.a.shape, spec.b.shape
     if len(a) == 2 and len(b) == 2:
         return torch.empty(a[0], b[1], dtype=spec.out_dtype, device=spec.a.device)
-    return torch.empty(spec_mod.result_shape(spec.a, spec.b), dtype=spec.out_dtype, device=spec.a.device)
+    return torch.empty(*spec_mod.result_shape(spec.a, spec.b), dtype=spec.out_dtype, device=spec.a.device)
 
 
 def gemm(a, b, c, alpha: float, beta: float, out_dtype, bias, activation, names=GEMM) -> torch.Tensor:
@@ -147,7 +147,7 @@ class LayerPlan:
     made only when a launch goes through Triton's JIT. Layers that do not fold (a
     non-contiguous N-D x) keep the general path (`folds` False)."""
 
-    __slots__ = ("folds", "x2_shape", "out2", "out_shape", "dtype", "device", "activation", "fwd", "fwd_ptrs",
+    __slots__ = ("folds", "x_shape", "w_shape", "x2_shape", "out2", "out_shape", "lead", "dtype", "device", "activation", "fwd", "fwd_ptrs",
                  "grad_key", "dx", "dw", "grad_ptrs", "bias_dtype")
 
     def __init__(self, x, weight, bias, activation):
@@ -157,6 +157,8 @@ class LayerPlan:
         self.x2_shape = (x.numel() // K if K else x.shape[:-1].numel(), K)
         self.out2 = (self.x2_shape[0], N)
         self.out_shape = (*x.shape[:-1], N)
+        self.x_shape, self.w_shape = tuple(x.shape), (N, K)  # dx's and dweight's: the inputs' own
+        self.lead = tuple(range(x.dim() - 1))  # the dims dbias sums over (none for a 1-D x: g is dbias)
         self.bias_dtype = None if bias is None else bias.dtype
         self.fwd = self.grad_key = self.dx = self.dw = None
         self.fwd_ptrs = self.grad_ptrs = False
@@ -168,16 +170,17 @@ class LayerPlan:
     def forward(self, x, weight, bias) -> torch.Tensor:
         if not self.folds:
             return gemm(x, weight.t(), None, 1.0, 0.0, None, bias, self.activation, LINEAR)
-        out = torch.empty(self.out_shape, dtype=self.dtype, device=self.device)
+        out = torch.empty(*self.out_shape, dtype=self.dtype, device=self.device)  # sizes as ints: parsed faster
         if self.fwd_ptrs:
             self.fwd.run_ptrs(x.data_ptr(), weight.data_ptr(), out.data_ptr(), 0 if bias is None else bias.data_ptr(),
-                              lambda: (x.view(self.x2_shape), weight.t(), out.view(self.out2), bias))
+                              _forward_views, self, x, weight, out, bias)
         else:
             self.fwd.run(x.view(self.x2_shape), weight.t(), out.view(self.out2), None, 1.0, 0.0, bias)
         return out
 
     def backward(self, g, x, weight, needs) -> tuple:
-        """(dx, dweight, dbias) for activation "none" on a folding layer."""
+        """(dx, dweight, dbias, None) for activation "none" on a folding layer: the gradients
+        of (x, weight, bias, the plan) as the autograd Function returns them."""
         if g.dtype != self.dtype:
             g = g.to(self.dtype)
         key = (g.shape, g.stride(), g.data_ptr() % 16 == 0)  # x and weight: the layer key fixed them
@@ -191,26 +194,42 @@ class LayerPlan:
         if self.grad_ptrs:  # g, x, weight contiguous row-major, all keyed
             gp = g.data_ptr()
             if needs[0]:
-                dx = torch.empty(x.shape, dtype=self.dtype, device=self.device)
-                self.dx.run_ptrs(gp, weight.data_ptr(), dx.data_ptr(), 0,
-                                 lambda: (g.view(self.out2), weight, dx.view(self.x2_shape), None))
+                dx = torch.empty(*self.x_shape, dtype=self.dtype, device=self.device)
+                self.dx.run_ptrs(gp, weight.data_ptr(), dx.data_ptr(), 0, _dx_views, self, g, weight, dx)
             if needs[1]:
-                dw = torch.empty(weight.shape, dtype=self.dtype, device=self.device)  # (N, K): the weight's layout
-                self.dw.run_ptrs(gp, x.data_ptr(), dw.data_ptr(), 0,
-                                 lambda: (g.view(self.out2).mT, x.view(self.x2_shape), dw, None))
+                dw = torch.empty(*self.w_shape, dtype=self.dtype, device=self.device)  # (N, K): the weight's layout
+                self.dw.run_ptrs(gp, x.data_ptr(), dw.data_ptr(), 0, _dw_views, self, g, x, dw)
         else:
             g2, x2 = g.reshape(self.out2), x.view(self.x2_shape)
             if needs[0]:
-                dx = torch.empty(self.x2_shape, dtype=self.dtype, device=g.device)
+                dx = torch.empty(*self.x2_shape, dtype=self.dtype, device=self.device)
                 self.dx.run(g2, weight, dx, None, 1.0, 0.0)
                 dx = dx.view(x.shape)
             if needs[1]:
-                dw = torch.empty(weight.shape, dtype=self.dtype, device=g.device)
+                dw = torch.empty(*self.w_shape, dtype=self.dtype, device=self.device)
                 self.dw.run(g2.mT, x2, dw, None, 1.0, 0.0)
-        if needs[2] and self.bias_dtype is not None:  # one reduction (16-bit sums accumulate in fp32)
-            g2 = g.view(self.out2) if self.grad_ptrs else g.reshape(self.out2)
-            dbias = g2.sum(0) if self.bias_dtype == g2.dtype else g2.sum(0, dtype=self.bias_dtype)
-        return dx, dw, dbias
+        if needs[2] and self.bias_dtype is not None:  # one reduction over g's leading dims (16-bit sums
+            # accumulate in fp32 and round once, as torch's addmm backward sums a bias's gradient)
+            if not self.lead:  # sum(()) would reduce every dim
+                dbias = g.to(self.bias_dtype, copy=True)
+            elif self.bias_dtype == self.dtype:
+                dbias = g.sum(self.lead)
+            else:
+                dbias = g.sum(self.lead, dtype=self.bias_dtype)
+        return dx, dw, dbias, None
+
+
+def _forward_views(lp, x, weight, out, bias):
+    """The tensors the forward kernel reads and writes (made only for a launch through the JIT)."""
+    return x.view(lp.x2_shape), weight.t(), out.view(lp.out2), bias
+
+
+def _dx_views(lp, g, weight, dx):
+    return g.view(lp.out2), weight, dx.view(lp.x2_shape), None
+
+
+def _dw_views(lp, g, x, dw):
+    return g.view(lp.out2).mT, x.view(lp.x2_shape), dw, None
 
 
 def _plan_of(a, b, c, out_dtype, bias, activation):

@@ -353,7 +353,7 @@ class _LayerFunction(torch.autograd.Function):
         x, w = ctx.saved_tensors
         if torch.is_grad_enabled() and (g.requires_grad or x.requires_grad or w.requires_grad):  # double backward
             return _backward_linear_generic(ctx, g, x, w)
-        return (*ctx.lp.backward(g, x, w, ctx.needs_input_grad), None)
+        return ctx.lp.backward(g, x, w, ctx.needs_input_grad)
 
 
 _RAW_LAYER_APPLY = torch._C._FunctionBase.__dict__["apply"].__get__(None, _LayerFunction)

@@ -193,7 +193,8 @@ class HopperPlan(Plan):
     are copied into 16-byte-aligned buffers; an output it cannot write is computed into one
     and copied back."""
 
-    __slots__ = ("config", "copy_a", "copy_b", "copy_c", "copy_out", "reads_c", "launch", "batched", "pointer_launch")
+    __slots__ = ("config", "copy_a", "copy_b", "copy_c", "copy_out", "reads_c", "launch", "batched", "one_launch",
+                 "pointer_launch")
 
     def __init__(self, device, config, copy_a, copy_b, copy_c, copy_out, read, activation="none", batched=False):
         self.device, self.config, self.reads_c, self.activation = device, config, read, activation
@@ -201,14 +202,16 @@ class HopperPlan(Plan):
         self.batched = batched
         self.path = "hopper-padded" if (copy_a or copy_b or copy_c or copy_out) else "hopper"
         self.launch = CachedLaunch(dynamic=("alpha", "beta"))
-        self.pointer_launch = type(self) is HopperPlan and not (copy_a or copy_b or copy_out or batched or read)
+        self.one_launch = type(self) is HopperPlan and not (copy_a or copy_b or copy_c or copy_out or batched)
+        self.pointer_launch = self.one_launch and not read
 
     def run(self, a, b, out, c, alpha, beta, bias=None):
-        if self.pointer_launch:  # no copies, not batched, C not read: the launch alone
+        if self.one_launch:  # no copies, not batched: the launch alone (C read where β·C is asked)
             op = out.data_ptr()
-            self.launch(self.device, (a.data_ptr(), b.data_ptr(), op, op, op if bias is None else
-                                      bias_vector(bias).data_ptr()), (alpha, beta), self._jit_args, a, b, out, None,
-                        alpha, beta, bias)
+            cin = c if self.reads_c else None
+            self.launch(self.device, (a.data_ptr(), b.data_ptr(), op, op if cin is None else cin.data_ptr(),
+                                      op if bias is None else bias_vector(bias).data_ptr()), (alpha, beta),
+                        self._jit_args, a, b, out, cin, alpha, beta, bias)
             return
         if self.batched:  # a shared operand: its one matrix (copied once, if at all)
             a, b = per_batch(a), per_batch(b)
@@ -233,12 +236,13 @@ class HopperPlan(Plan):
 
     pointer_launch: bool  # set at construction: no copies, not batched, C not read, one kernel
 
-    def run_ptrs(self, a_ptr, b_ptr, out_ptr, bias_ptr, tensors):
-        def prepare():
-            a, b, out, bias = tensors()
-            return self._jit_args(a, b, out, None, 1.0, 0.0, bias)
+    def run_ptrs(self, a_ptr, b_ptr, out_ptr, bias_ptr, views, *inputs):
+        self.launch(self.device, (a_ptr, b_ptr, out_ptr, out_ptr, bias_ptr or out_ptr), (1.0, 0.0), self._jit_views,
+                    views, *inputs)
 
-        self.launch(self.device, (a_ptr, b_ptr, out_ptr, out_ptr, bias_ptr or out_ptr), (1.0, 0.0), prepare)
+    def _jit_views(self, views, *inputs):
+        a, b, out, bias = views(*inputs)
+        return self._jit_args(a, b, out, None, 1.0, 0.0, bias)
 
     def _launch(self, a, b, target, cin, alpha, beta, bias, bias_ptr):
         ptrs = (a.data_ptr(), b.data_ptr(), target.data_ptr(), (cin if cin is not None else target).data_ptr(), bias_ptr)

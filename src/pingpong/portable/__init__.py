@@ -449,12 +449,13 @@ class PortablePlan(Plan):
     def pointer_launch(self) -> bool:
         return not self.reads_c
 
-    def run_ptrs(self, a_ptr, b_ptr, out_ptr, bias_ptr, tensors):
-        def jit():
-            a, b, out, bias = tensors()
-            return self._jit_args(a, b, out, None, 1.0, 0.0, bias)
+    def run_ptrs(self, a_ptr, b_ptr, out_ptr, bias_ptr, views, *inputs):
+        self.launch(self.device, (a_ptr, b_ptr, out_ptr, out_ptr, bias_ptr or out_ptr), (1.0, 0.0), self._jit_views,
+                    views, *inputs)
 
-        self.launch(self.device, (a_ptr, b_ptr, out_ptr, out_ptr, bias_ptr or out_ptr), (1.0, 0.0), jit)
+    def _jit_views(self, views, *inputs):
+        a, b, out, bias = views(*inputs)
+        return self._jit_args(a, b, out, None, 1.0, 0.0, bias)
 
     def _jit_args(self, a, b, out, c, alpha, beta, bias):
         return prepare(a, b, out, c, alpha, beta, bias, self.activation)

@@ -67,6 +67,16 @@ def launch_key() -> tuple:
     return (triton.__version__, bool(knobs.runtime.debug), str(knobs.compilation.instrumentation_mode))
 
 
+def launch_ready(key) -> bool:
+    """`hooks_idle() and key == launch_key()`: the check before every direct launch, in one
+    call (it runs once per launch, so the two bodies are read here without their calls)."""
+    rt = knobs.runtime
+    enter, exit_ = rt.launch_enter_hook, rt.launch_exit_hook
+    return ((enter is None or getattr(enter, "calls", None) == [])
+            and (exit_ is None or getattr(exit_, "calls", None) == [])
+            and key == (triton.__version__, bool(rt.debug), str(knobs.compilation.instrumentation_mode)))
+
+
 def enabled() -> bool:
     return os.environ.get("PINGPONG_DIRECT_LAUNCH", "1") != "0"
 
@@ -181,22 +191,21 @@ class BoundLaunch:
             maps[ptr] = m
         return m
 
-    def args(self, ptrs, dyn=()) -> list:
-        """Kernel arguments as the C launcher takes them: each descriptor becomes
+    def __call__(self, grid, stream: int, ptrs, dyn=()) -> None:
+        """One launch. The kernel arguments as the C launcher takes them: each descriptor becomes
         [CUtensorMap, *shape, *strides] (zero padding), each pointer itself, then the scalars
         (pre, the per-call `dyn`, post)."""
-        out = self._template[:self._dyn] + list(dyn) + self._template[self._dyn:] if dyn else self._template.copy()
+        args = self._template.copy()
+        if dyn:
+            args[self._dyn:self._dyn] = dyn  # inserted: every slot sits before them
         for pos, maps, i in self._tma:
             ptr = ptrs[i]
             m = maps.get(ptr)
-            out[pos] = m if m is not None else self.tensor_map(i, ptr)
+            args[pos] = m if m is not None else self.tensor_map(i, ptr)
         for pos, i in self._ptr:
-            out[pos] = ptrs[i]
-        return out
-
-    def __call__(self, grid, stream: int, ptrs, dyn=()) -> None:
+            args[pos] = ptrs[i]
         gx, gy, gz = grid
-        self.direct.launch(gx, gy, gz, stream, *self._head, self.args(ptrs, dyn))
+        self.direct.launch(gx, gy, gz, stream, *self._head, args)
 
 
 def _is_descriptor(v) -> bool:
@@ -244,7 +253,7 @@ class CachedLaunch:
 
     def __call__(self, device: int, ptrs, dyn, prepare, *inputs) -> None:
         bound = self.bound
-        if bound is not None and hooks_idle() and self.key == launch_key():
+        if bound is not None and launch_ready(self.key):
             if torch._C._cuda_getDevice() == device:
                 bound(self.grid, torch._C._cuda_getCurrentRawStream(device), ptrs, dyn)
             else:

@@ -108,10 +108,11 @@ class Plan:
     def run(self, a, b, out, c, alpha: float, beta: float, bias=None) -> None:
         raise NotImplementedError
 
-    def run_ptrs(self, a_ptr: int, b_ptr: int, out_ptr: int, bias_ptr: int, tensors) -> None:
+    def run_ptrs(self, a_ptr: int, b_ptr: int, out_ptr: int, bias_ptr: int, views, *inputs) -> None:
         """out = act(a@b + bias) from the tensors' base addresses (bias_ptr 0: none), for a
         caller whose key fixes every tensor's layout (pingpong.direct.LayerPlan);
-        `tensors()` -> (a, b, out, bias) is called only when the launch goes through the JIT."""
+        `views(*inputs)` -> (a, b, out, bias) is called only when the launch goes through the
+        JIT (a module-level function and its arguments: no closure made per call)."""
         raise NotImplementedError
 
 

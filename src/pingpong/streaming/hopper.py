@@ -32,7 +32,7 @@ from triton.language.core import _aggregate as aggregate
 
 from ..runtime.addressing import INT32_MAX
 from ..hopper.pipeline import Ring, ring_index
-from ..runtime.launcher import DirectLaunch, hooks_idle, launch_key
+from ..runtime.launcher import DirectLaunch, hooks_idle, launch_key, launch_ready
 from ..toolchain import KERNEL_OPTIONS
 from .grid_stride import tile_of, tiles_of_program
 
@@ -407,7 +407,7 @@ def launch(a, b, out, sms: int, cfg: StreamConfig = DEFAULT, device: int | None 
     n = a.numel()
     ptrs = (a.data_ptr(), b.data_ptr(), out.data_ptr())
     plan = cfg.plans.get((device, a.dtype, n, sms))
-    if plan is not None and hooks_idle() and plan[2] == launch_key():
+    if plan is not None and launch_ready(plan[2]):
         bound, grid, _ = plan
         bound(grid, torch._C._cuda_getCurrentRawStream(device), ptrs)
         return
