@@ -25,7 +25,7 @@ from ..runtime import plan as plan_mod
 from ..runtime.addressing import unaddressable
 from ..runtime.device import is_hopper, sm_count
 from ..runtime.launcher import CachedLaunch
-from ..runtime.plan import Plan, bias_vector, device_index
+from ..runtime.plan import LaunchedPlan, Plan, bias_vector, device_index
 from ..runtime.spec import GemmSpec, Operand
 from .config import KernelConfig, column_pieces
 from .launch import MAX_SPLIT_BLOCK, counter_count, per_batch, prepare, prepare_split, tma_orientation, \
@@ -188,7 +188,7 @@ def _layouts(a, b) -> str:
 # ----------------------------------------------------------------------------- plans
 
 
-class HopperPlan(Plan):
+class HopperPlan(LaunchedPlan):
     """The Gluon kernel (pingpong.hopper). Operands that TMA cannot read as they are stored
     are copied into 16-byte-aligned buffers; an output it cannot write is computed into one
     and copied back."""
@@ -235,14 +235,6 @@ class HopperPlan(Plan):
             out.copy_(target)
 
     pointer_launch: bool  # set at construction: no copies, not batched, C not read, one kernel
-
-    def run_ptrs(self, a_ptr, b_ptr, out_ptr, bias_ptr, views, *inputs):
-        self.launch(self.device, (a_ptr, b_ptr, out_ptr, out_ptr, bias_ptr or out_ptr), (1.0, 0.0), self._jit_views,
-                    views, *inputs)
-
-    def _jit_views(self, views, *inputs):
-        a, b, out, bias = views(*inputs)
-        return self._jit_args(a, b, out, None, 1.0, 0.0, bias)
 
     def _launch(self, a, b, target, cin, alpha, beta, bias, bias_ptr):
         ptrs = (a.data_ptr(), b.data_ptr(), target.data_ptr(), (cin if cin is not None else target).data_ptr(), bias_ptr)

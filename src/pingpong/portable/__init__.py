@@ -76,7 +76,7 @@ from ..runtime import spec as spec_mod
 from ..runtime.addressing import needs_int64
 from ..runtime.compile import SHARED_MEMORY_LIMIT, TARGETS, Launch, register
 from ..runtime.launcher import CachedLaunch
-from ..runtime.plan import Plan, bias_vector, device_index
+from ..runtime.plan import LaunchedPlan, bias_vector, device_index
 from ..toolchain import KERNEL_OPTIONS
 
 __all__ = ["portable_gemm", "prepare", "default_block", "default_stages", "gemm_kernel", "SUPPORTED_INPUTS", "SUPPORTED_OUTPUTS"]
@@ -428,7 +428,7 @@ def plan(spec: spec_mod.GemmSpec) -> "PortablePlan":
     return PortablePlan(device_index(spec.device), spec.epilogue.reads_c, spec.epilogue.activation)
 
 
-class PortablePlan(Plan):
+class PortablePlan(LaunchedPlan):
     """The plain-Triton kernel (any CUDA/ROCm GPU, any strides), launched like the Hopper
     kernel: Triton's JIT on the plan's first call, then directly (pingpong.runtime.launcher)."""
 
@@ -448,14 +448,6 @@ class PortablePlan(Plan):
     @property
     def pointer_launch(self) -> bool:
         return not self.reads_c
-
-    def run_ptrs(self, a_ptr, b_ptr, out_ptr, bias_ptr, views, *inputs):
-        self.launch(self.device, (a_ptr, b_ptr, out_ptr, out_ptr, bias_ptr or out_ptr), (1.0, 0.0), self._jit_views,
-                    views, *inputs)
-
-    def _jit_views(self, views, *inputs):
-        a, b, out, bias = views(*inputs)
-        return self._jit_args(a, b, out, None, 1.0, 0.0, bias)
 
     def _jit_args(self, a, b, out, c, alpha, beta, bias):
         return prepare(a, b, out, c, alpha, beta, bias, self.activation)

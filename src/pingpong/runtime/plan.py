@@ -116,6 +116,22 @@ class Plan:
         raise NotImplementedError
 
 
+class LaunchedPlan(Plan):
+    """A plan whose kernel launches through a bound direct launch: `self.launch`, a
+    runtime.launcher.CachedLaunch, with `_jit_args(a, b, out, c, alpha, beta, bias)` giving
+    the JIT's arguments on the launches that go through Triton."""
+
+    __slots__ = ()
+
+    def run_ptrs(self, a_ptr, b_ptr, out_ptr, bias_ptr, views, *inputs):
+        self.launch(self.device, (a_ptr, b_ptr, out_ptr, out_ptr, bias_ptr or out_ptr), (1.0, 0.0), self._jit_views,
+                    views, *inputs)
+
+    def _jit_views(self, views, *inputs):
+        a, b, out, bias = views(*inputs)
+        return self._jit_args(a, b, out, None, 1.0, 0.0, bias)
+
+
 class EmptyPlan(Plan):
     """M, N, K or the batch is 0: no kernel. The empty sum makes out = act(bias) + β·c (zeros
     without a bias and C; β = 0: C unread)."""
