@@ -44,7 +44,7 @@ import torch
 from torch import Tensor
 
 from .errors import PingpongError, check_tensor
-from .fp8 import FP8_DTYPES, FP8_OUT_DTYPES
+from .fp8 import FP8_DTYPES, FP8_OUT_DTYPES, _check_scale_tensor
 from .runtime import plan as plan_mod
 
 __all__ = ["scaled_grouped_mm", "check_scaled_grouped_mm"]
@@ -62,14 +62,6 @@ def _check_fp8(name: str, t, dims: int) -> None:
     if t.dtype not in FP8_DTYPES:
         raise PingpongError(f"{name}: dtype {t.dtype} is not supported; expected one of {FP8_DTYPES}"
                             " (quantize with pingpong.quantize_fp8)")
-
-
-def _check_scale(name: str, s, device) -> None:
-    check_tensor(name, s)
-    if s.dtype != torch.float32:
-        raise PingpongError(f"{name}: dtype {s.dtype} is not supported; scales are torch.float32")
-    if s.device != device:
-        raise PingpongError(f"{name}: on {s.device}; expected a's device {device}")
 
 
 def scale_kinds(a, b, scale_a, scale_b) -> tuple[str, str]:
@@ -148,8 +140,8 @@ def check_scaled_grouped_mm(a, b, scale_a, scale_b, offs, out_dtype, use_fast_ac
         raise PingpongError(f"offs: on {offs.device}; expected a's device {a.device} (offsets are read on the device)")
     if offs.shape[0] != G:
         raise PingpongError(f"offs: length {offs.shape[0]} must equal b's group count {G} (b.shape[0])")
-    _check_scale("scale_a", scale_a, a.device)
-    _check_scale("scale_b", scale_b, a.device)
+    _check_scale_tensor("scale_a", scale_a, a.device)
+    _check_scale_tensor("scale_b", scale_b, a.device)
     kinds = scale_kinds(a, b, scale_a, scale_b)
     if out_dtype not in FP8_OUT_DTYPES:
         raise PingpongError(f"out_dtype: expected one of {FP8_OUT_DTYPES}, got {out_dtype!r}")
