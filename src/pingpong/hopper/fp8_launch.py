@@ -4,7 +4,10 @@ descriptors, the constexprs from `Derived`, the persistent grid, and the offline
 Operands arrive validated (pingpong.fp8): A (M, K) row-major and W (N, K) row-major (the
 caller's b = W.t()), both fp8 and TMA-legal; scales fp32 in torch._scaled_mm's layouts.
 
-`select_fp8` picks the tile (one decision, made here):
+`select_fp8` picks the tile (one decision, made here): the tuning table's entry for this GPU,
+shape bucket and FP8 problem (`pingpong tune --dtype fp8`; table dtype `table.fp8_key`, e.g.
+"fp8e4m3-row"), found and vetted as select_config's (`select.tabled`) and checked by
+`check_fp8_config` (an entry the FP8 kernel cannot run falls back to the rule); else the rule:
 
     M ≤ 128        ping-pong 64×128×128 (64×64 when 128-column tiles fill less than 3/4 of
                    a wave): 64-row tiles waste the least of a skinny product, and the weight
@@ -28,11 +31,13 @@ from ..runtime.device import sm_count
 from ..runtime.launcher import CachedLaunch
 from ..runtime.plan import Plan, bias_vector, device_index
 from ..runtime.spec import GemmSpec, bias_kind, scale_mode
+from . import table as tables
 from .config import SMEM_LIMIT, KernelConfig
 from .fp8_kernel import SCALE_BLOCK as _SCALE_BLOCK, fp8_gemm
 
 SCALE_BLOCK = int(_SCALE_BLOCK.value)  # K elements per scale block and per promotion
 from .launch import _descriptor, _schedule_kwargs, acc_layout
+from .select import Device, tabled
 
 #: fp32 registers a consumer thread may spend on accumulators (config.validate's bound)
 _ACC_REGS = 200
@@ -42,14 +47,35 @@ _ACC_REGS = 200
 _SB_BOX = 32
 
 
-def select_fp8(M: int, N: int, K: int, promote: bool, sms: int) -> KernelConfig:
-    """The KernelConfig of an FP8 product (module docstring)."""
+#: torch's FP8 dtypes -> the kind in the tuning table's dtype key (table.fp8_key)
+FP8_KINDS = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
+
+
+def rule_fp8(M: int, N: int, K: int, promote: bool, sms: int) -> KernelConfig:
+    """The fixed rule's KernelConfig of an FP8 product (module docstring)."""
     if M <= 128:
         bn = 128 if -(-M // 64) * -(-N // 128) >= 0.75 * sms else 64
         return KernelConfig(64, bn, SCALE_BLOCK, schedule="pingpong")
     if not promote:
         return KernelConfig(128, 256, SCALE_BLOCK, schedule="cooperative")
     return KernelConfig(128, 128, SCALE_BLOCK, schedule="cooperative")
+
+
+def choose_fp8(M: int, N: int, K: int, promote: bool, sms: int, gpu: str | None = None, scaling: str = "tensor",
+               sb_cols: int = SCALE_BLOCK, out_bytes: int = 2, kind: str = "e4m3") -> tuple[KernelConfig, str]:
+    """(config, source) of an FP8 product: the tuning table of the GPU named `gpu` (None: no
+    table) for this problem (its dtype key: `fp8_key(kind, scaling, promote)`) where it has a
+    usable entry (source: its path), else the rule (source "rule")."""
+    rule = rule_fp8(M, N, K, promote, sms)
+    check = lambda c: check_fp8_config(c, promote, out_bytes, scale_boxes(scaling, sb_cols, c))  # noqa: E731
+    found = tabled(M, N, K, tables.fp8_key(kind, scaling, promote), "nt", Device(gpu, sms), rule, check)
+    return found or (rule, "rule")
+
+
+def select_fp8(M: int, N: int, K: int, promote: bool, sms: int, gpu: str | None = None, scaling: str = "tensor",
+               sb_cols: int = SCALE_BLOCK, out_bytes: int = 2, kind: str = "e4m3") -> KernelConfig:
+    """The KernelConfig of an FP8 product (module docstring; `choose_fp8` says where it came from)."""
+    return choose_fp8(M, N, K, promote, sms, gpu, scaling, sb_cols, out_bytes, kind)[0]
 
 
 def scale_boxes(scaling: str, sb_cols: int, config: KernelConfig) -> tuple[int, int]:
@@ -179,13 +205,18 @@ class Fp8Plan(Plan):
 def plan(spec: GemmSpec) -> Fp8Plan:
     """The Hopper backend's plan of a spec with FP8 scales (the front end validated them):
     the scale mode (the spec's one decision), the promotion (block-wise always; else unless
-    use_fast_accum), the tile (`select_fp8`, or the spec's explicit config, checked)."""
+    use_fast_accum), the tile (`select_fp8`: the GPU's tuning table, else the rule; or the
+    spec's explicit config), checked."""
     sc = spec.epilogue.scales
     scaling, sb_cols = scale_mode(spec.a, spec.b, sc.a, sc.b)
     promote = scaling == "block" or not sc.fast_accum
     device = device_index(spec.device)
     (M, N, K) = spec.mnk
-    config = spec.config if spec.config is not None else select_fp8(M, N, K, promote, sm_count(device))
+    if spec.config is not None:
+        config = spec.config
+    else:  # the GPU's tuning table for this FP8 problem, else the rule
+        config = select_fp8(M, N, K, promote, sm_count(device), Device.of(device).name, scaling, sb_cols,
+                            spec.out_dtype.itemsize, FP8_KINDS[spec.a.dtype])
     check_fp8_config(config, promote, spec.out_dtype.itemsize, scale_boxes(scaling, sb_cols, config))
     return Fp8Plan(device, scaling, sb_cols, promote, config, spec.epilogue.activation)
 

@@ -306,26 +306,41 @@ def idle_waves(config: KernelConfig, M: int, N: int, K: int, sms: int) -> float:
     return math.ceil(units / sms) * sms / units
 
 
+def tabled(M: int, N: int, K: int, dtype: str, layout: str, device: Device, fallback: KernelConfig,
+           check) -> tuple[KernelConfig, str] | None:
+    """(config, table path) of the active table's nearest entry in (M, N, K)'s bucket for this
+    table dtype and layout (module docstring), or None: no table or entry; `check(config)`
+    raises ConfigError (the entry cannot run this call: another output type, or for FP8 a config
+    the FP8 kernel does not take); or a near entry's tiles would idle more of the last wave, or
+    pad this shape more, than the tuned shape (× NEAR_SLACK; `fallback` is the untuned choice it
+    is compared with). The one lookup of select_config and of select_fp8."""
+    if device.name is None:
+        return None
+    table, where = tables.active(tables.TableKey.current(device.name, device.sms))
+    entry = table.nearest(M, N, K, dtype, layout) if table else None
+    if entry is None:
+        return None
+    tuned = KernelConfig(**entry["config"])
+    try:
+        check(tuned)
+    except ConfigError:
+        return None
+    exact = (entry["M"], entry["N"], entry["K"]) == (M, N, K)
+    if exact or (idle_waves(tuned, M, N, K, device.sms) <= NEAR_SLACK * idle_waves(fallback, M, N, K, device.sms)
+                 and tile_fill(tuned, M, N) * NEAR_SLACK >= tile_fill(tuned, entry["M"], entry["N"])):
+        return tuned, where
+    return None
+
+
 def choose(M: int, N: int, K: int, dtypes=("bf16", "bf16"), layouts: str = "nt",
            device=None) -> tuple[KernelConfig, str]:
     """(config, source): source is the tuning table's path, or "heuristic"."""
     dev = Device.of(device)
     in_name, out_name = (dtype_name(d) for d in dtypes)
     heuristic = heuristic_config(M, N, K, dev.sms, _BYTES[in_name])
-    if dev.name is not None:
-        table, where = tables.active(tables.TableKey.current(dev.name, dev.sms))
-        entry = table.nearest(M, N, K, in_name, layouts) if table else None
-        if entry is not None:
-            tuned = KernelConfig(**entry["config"])
-            exact = (entry["M"], entry["N"], entry["K"]) == (M, N, K)
-            try:
-                tuned.validate(_BYTES[in_name], _BYTES[out_name])
-                if exact or (idle_waves(tuned, M, N, K, dev.sms) <= NEAR_SLACK * idle_waves(heuristic, M, N, K, dev.sms)
-                             and tile_fill(tuned, M, N) * NEAR_SLACK >= tile_fill(tuned, entry["M"], entry["N"])):
-                    return tuned, where
-            except ConfigError:
-                pass  # tuned for another output type: the heuristic answers
-    return heuristic, "heuristic"
+    found = tabled(M, N, K, in_name, layouts, dev, heuristic,
+                   lambda c: c.validate(_BYTES[in_name], _BYTES[out_name]))  # tuned for another output type: no
+    return found or (heuristic, "heuristic")
 
 
 def select_config(M: int, N: int, K: int, dtypes=("bf16", "bf16"), layouts: str = "nt", device=None) -> KernelConfig:

@@ -16,6 +16,13 @@ same bucket are ranked by their log-distance to the asked shape; an entry for th
 operand layout beats one for another layout. (Selection may still set a near entry aside when
 its tiles would quantize badly on the asked shape: pingpong.hopper.select.)
 
+An entry's "dtype" names the problem it was measured for: "bf16" / "fp16" for the 16-bit GEMM
+(select_config), and for pingpong.scaled_mm a key that `fp8_key` makes of the FP8 kind, the
+scaling and the accumulation: "fp8e4m3-row" (promoted every 128 of K), "fp8e4m3-row-fast"
+(use_fast_accum), "fp8e4m3-tensor[-fast]", "fp8e4m3-block" (block-wise scales always promote;
+1×128 and 128×128 b scales share the key). Lookups match the key exactly, so a bf16 entry never
+answers an FP8 call, nor a promoted FP8 entry a fast one.
+
 The cache directory is $PINGPONG_CACHE_DIR if set, else platformdirs' user cache dir for
 "pingpong". Writers hold a file lock, re-read the table and merge their entries, and replace
 the file atomically, so concurrent `pingpong tune` runs do not lose each other's results.
@@ -65,6 +72,17 @@ class TableKey:
     @property
     def filename(self) -> str:
         return f"{re.sub(r'[^a-z0-9]+', '-', self.gpu.lower()).strip('-')}-{self.sms}sm-triton{self.triton}.json"
+
+
+def fp8_key(kind: str, scaling: str, promote: bool) -> str:
+    """The table dtype of an FP8 product (module docstring): kind "e4m3" / "e5m2", scaling
+    "tensor" / "row" / "block", promote False for use_fast_accum (tensor/row only)."""
+    return f"fp8{kind}-{scaling}" + ("" if promote else "-fast")
+
+
+def element_bytes(dtype: str) -> int:
+    """Bytes of one input element of an entry's dtype: 1 for an FP8 key, else 2."""
+    return 1 if str(dtype).startswith("fp8") else 2
 
 
 def bucket(x: int) -> int:
@@ -132,7 +150,7 @@ class Table:
             key = TableKey(**doc["key"])
             entries = list(doc["entries"])
             for e in entries:
-                KernelConfig(**e["config"]).validate()
+                KernelConfig(**e["config"]).validate(element_bytes(e["dtype"]))
                 [int(e[d]) for d in "MNK"], e["dtype"], e["layout"], e["out_dtype"]  # noqa: B018
         except (KeyError, TypeError, ConfigError) as e:
             raise ValueError(f"malformed table ({type(e).__name__}: {e})") from e

@@ -16,6 +16,16 @@ table that `select_config` reads (pingpong.hopper.table).
         reference on NaN-poisoned output (wrong: never timed) ─ timed (L2-flushed median)
     ──> best per shape ──> <cache dir>/tuning/<gpu>-<sms>sm.json (file-locked merge)
 
+--dtype fp8 tunes pingpong.scaled_mm instead (--scaling tensor|row|block, --fast-accum):
+the same loop over the configs the FP8 kernel runs (fp8_space: block_m 64/128 × block_n
+64/128/256, cooperative / ping-pong, group_m, stages, each passing check_fp8_config for that
+scaling and accumulation; the heuristic is select_fp8's rule, --quick a grid around its pick),
+on bench_fp8's quantized inputs (e4m3, bf16 output), checked against their float64 product
+and timed against torch._scaled_mm on the same tensors. Entries go under the table dtype
+`table.fp8_key` makes ("fp8e4m3-row", "fp8e4m3-row-fast", "fp8e4m3-block", ...; their
+cublas_us field is torch._scaled_mm's time), so bf16 and FP8 entries never answer each other;
+select_fp8 reads them. Not yet run on a GPU.
+
 Bad arguments (a shape that does not parse, a size ≤ 0, an unknown suite, a cache directory
 that cannot be written) print a message naming the option and exit 2 before anything is
 measured or written; so does a machine without a CUDA GPU. Optuna and tqdm are optional
@@ -37,13 +47,17 @@ from ..hopper.config import KernelConfig
 from ..errors import ConfigError, PingpongError
 from ..hopper import table as tables
 from ..hopper.scheduler import effective_splits
-from ..hopper.select import FEW_WIDTHS, MID_M, MID_WIDTHS, SMALL_TILE_K_BYTES, choose, heuristic_config
+from ..hopper.select import (DEFAULT_SMS, FEW_WIDTHS, MID_M, MID_WIDTHS, SMALL_TILE_K_BYTES, choose,
+                             heuristic_config)
 from .suites import SUITES, suite
 
 EXIT_USAGE = 2
 QUICK_REPS = 20
 REPS = 50
 DTYPES = {"bf16": 2, "fp16": 2}
+#: --dtype of the FP8 product (pingpong.scaled_mm)
+FP8 = "fp8"
+SCALINGS = ("tensor", "row", "block")
 LAYOUTS = ("nn", "nt", "tn", "tt")
 
 #: the factors of the searched space
@@ -57,6 +71,14 @@ K_BYTES = (128, SMALL_TILE_K_BYTES)
 CLUSTERS = (1, 2)
 #: swap-AB is searched for M up to this (beyond it the output's M side fills wgmma's 64 rows)
 SWAP_MAX_M = 256
+#: the FP8 space's factors (block_k is the FP8 kernel's one 128-deep K block; check_fp8_config
+#: keeps what it runs: one-piece tiles, so never 192, and two accumulators when promoted)
+FP8_TILES = tuple((bm, bn) for bm in (128, 64) for bn in (256, 192, 128, 64))
+FP8_GROUP_M = (1, 4, 8, 16)
+FP8_STAGES = (None, 3, 4, 6)  # None: as many as fit
+#: what the tuned FP8 inputs are (bench_fp8.make_fp8_inputs): W's scales in 128×128 blocks, bf16 out
+FP8_SB_COLS = 128
+FP8_OUT_BYTES = 2
 
 
 # --------------------------------------------------------------------------- arguments
@@ -73,6 +95,8 @@ class Settings:
     seed: int = 0
     show: bool = False
     clusters: bool = False  # also measure the 2-CTA cluster twins of the candidates
+    scaling: str = "row"  # --dtype fp8: tensor | row | block
+    fast_accum: bool = False  # --dtype fp8: use_fast_accum (tensor/row)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -82,7 +106,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clusters", action="store_true",
                    help="also measure every pairable candidate as a 2-CTA cluster (cluster_m=2, B multicast)")
     p.add_argument("--trials", type=int, default=40, help="configs measured per shape (default 40)")
-    p.add_argument("--dtype", default="bf16", help="bf16 (default) or fp16")
+    p.add_argument("--dtype", default="bf16", help="bf16 (default), fp16, or fp8 (pingpong.scaled_mm, e4m3)")
+    p.add_argument("--scaling", default=None, help="--dtype fp8: tensor, row (default) or block")
+    p.add_argument("--fast-accum", action="store_true", help="--dtype fp8: use_fast_accum=True (tensor/row)")
     p.add_argument("--layout", default="nt", help="A,B storage: nt (default, a @ wᵀ), nn, tn, tt")
     p.add_argument("--reps", type=int, default=None,
                    help=f"timed repetitions per config (default {REPS}, --quick {QUICK_REPS})")
@@ -112,15 +138,31 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         raise PingpongError("--shapes/--suite: nothing to tune; give --shapes M,N,K ... or --suite NAME")
     if args.trials < 1:
         raise PingpongError(f"--trials: {args.trials} must be ≥ 1")
-    if args.dtype not in DTYPES:
-        raise PingpongError(f"--dtype: {args.dtype!r} is not one of {', '.join(DTYPES)}")
+    if args.dtype not in (*DTYPES, FP8):
+        raise PingpongError(f"--dtype: {args.dtype!r} is not one of {', '.join((*DTYPES, FP8))}")
     if args.layout not in LAYOUTS:
         raise PingpongError(f"--layout: {args.layout!r} is not one of {', '.join(LAYOUTS)}")
+    scaling, fast = getattr(args, "scaling", None), bool(getattr(args, "fast_accum", False))
+    clusters = bool(getattr(args, "clusters", False))
+    if args.dtype != FP8:
+        if scaling is not None or fast:
+            raise PingpongError(f"--scaling/--fast-accum: FP8 options; add --dtype {FP8} (got --dtype {args.dtype})")
+    else:
+        scaling = "row" if scaling is None else scaling
+        if scaling not in SCALINGS:
+            raise PingpongError(f"--scaling: {scaling!r} is not one of {', '.join(SCALINGS)}")
+        if fast and scaling == "block":
+            raise PingpongError("--fast-accum: block-wise scales always promote (scaled_mm ignores the flag there);"
+                                " drop --fast-accum or use --scaling tensor|row")
+        if args.layout != "nt":
+            raise PingpongError(f"--layout: {args.layout!r}; FP8 operands are K-major, the layout is nt")
+        if clusters:
+            raise PingpongError("--clusters: the FP8 kernel runs no clusters")
     reps = args.reps if args.reps is not None else (QUICK_REPS if args.quick else REPS)
     if reps < 1:
         raise PingpongError(f"--reps: {reps} must be ≥ 1")
     return Settings(tuple(dict.fromkeys(shapes)), bool(args.quick), args.trials, args.dtype, args.layout, reps,
-                    args.seed, bool(args.show), bool(getattr(args, "clusters", False)))
+                    args.seed, bool(args.show), clusters, scaling or "row", fast)
 
 
 def check_cache_dir() -> str:
@@ -218,6 +260,78 @@ def dedupe(configs: Iterable[KernelConfig], M, N, K, in_bytes=2, out_bytes=2) ->
     return list(out)
 
 
+# --------------------------------------------------------------------------- the FP8 space
+
+
+def promoted(settings: Settings) -> bool:
+    """Whether the tuned FP8 product promotes (pingpong.fp8: block-wise always, else unless fast)."""
+    return settings.scaling == "block" or not settings.fast_accum
+
+
+def table_dtype(settings: Settings) -> str:
+    """The tuning table's dtype key of what this run measures (pingpong.hopper.table)."""
+    if settings.dtype != FP8:
+        return settings.dtype
+    return tables.fp8_key("e4m3", settings.scaling, promoted(settings))
+
+
+def fp8_check(config: KernelConfig, scaling: str, promote: bool):
+    """check_fp8_config for the tuned inputs (FP8_SB_COLS, FP8_OUT_BYTES): Derived or ConfigError."""
+    from ..hopper.fp8_launch import check_fp8_config, scale_boxes
+
+    return check_fp8_config(config, promote, FP8_OUT_BYTES, scale_boxes(scaling, FP8_SB_COLS, config))
+
+
+def fp8_valid(config: KernelConfig, scaling: str, promote: bool) -> bool:
+    try:
+        fp8_check(config, scaling, promote)
+    except ConfigError:
+        return False
+    return True
+
+
+def fp8_normalize(config: KernelConfig, M: int, N: int, K: int, scaling: str, promote: bool) -> KernelConfig:
+    """The FP8 config's canonical form for this shape: explicit stages equal to the derived
+    count are None, and group_m above the shape's tile rows is the tile rows (one raster band
+    either way: scheduler.tile_coords)."""
+    try:
+        derived = fp8_check(dataclasses.replace(config, stages=None), scaling, promote).stages
+    except ConfigError:
+        return config
+    return dataclasses.replace(config, stages=None if config.stages == derived else config.stages,
+                               group_m=max(1, min(config.group_m, -(-M // config.block_m))))
+
+
+def fp8_dedupe(configs: Iterable[KernelConfig], M, N, K, scaling: str, promote: bool) -> list[KernelConfig]:
+    """Valid FP8 configs only, in order, each canonical form once."""
+    out: dict[KernelConfig, None] = {}
+    for c in configs:
+        if fp8_valid(c, scaling, promote):
+            out.setdefault(fp8_normalize(c, M, N, K, scaling, promote))
+    return list(out)
+
+
+def fp8_space(M: int, N: int, K: int, scaling: str, promote: bool) -> list[KernelConfig]:
+    """Every FP8 config of the factors (FP8_TILES × SCHEDULES × FP8_GROUP_M × FP8_STAGES) that
+    check_fp8_config accepts for this scaling and accumulation, each canonical form once."""
+    from ..hopper.fp8_launch import SCALE_BLOCK
+
+    return fp8_dedupe((KernelConfig(bm, bn, SCALE_BLOCK, stages=st, schedule=sc, group_m=g)
+                       for (bm, bn), sc, g, st in itertools.product(FP8_TILES, SCHEDULES, FP8_GROUP_M, FP8_STAGES)),
+                      M, N, K, scaling, promote)
+
+
+def fp8_quick_grid(M: int, N: int, K: int, scaling: str, promote: bool, sms: int = DEFAULT_SMS) -> list[KernelConfig]:
+    """select_fp8's rule pick first, then its group_m ×⅛ and ×2, then every FP8 tile on both
+    schedules with the derived stages (the invalid ones drop out)."""
+    from ..hopper.fp8_launch import SCALE_BLOCK, rule_fp8
+
+    pick = rule_fp8(M, N, K, promote, sms)
+    grid = [pick, dataclasses.replace(pick, group_m=1), dataclasses.replace(pick, group_m=2 * pick.group_m),
+            *(KernelConfig(bm, bn, SCALE_BLOCK, schedule=sc) for sc in SCHEDULES for bm, bn in FP8_TILES)]
+    return fp8_dedupe(grid, M, N, K, scaling, promote)
+
+
 # --------------------------------------------------------------------------- search
 
 
@@ -231,32 +345,70 @@ class Result:
 Measure = Callable[[KernelConfig], Result]
 
 
+@dataclasses.dataclass(frozen=True)
+class Space:
+    """One shape's searched space, as `search` walks it (`shape_space`: the 16-bit GEMM's or FP8's)."""
+
+    first: KernelConfig  # the untuned choice (select's heuristic, select_fp8's rule): measured first
+    normalize: Callable[[KernelConfig], KernelConfig]  # canonical form: one candidate per distinct run
+    valid: Callable[[KernelConfig], bool]
+    quick: Callable[[], list[KernelConfig]]  # --quick's grid, valid and canonical
+    full: Callable[[], list[KernelConfig]]  # every valid canonical config
+    factors: dict  # name -> choices, Optuna's categorical factors ...
+    build: Callable[[dict], KernelConfig]  # ... and the config a trial's values name
+
+
+def shape_space(M: int, N: int, K: int, settings: Settings, sms: int = DEFAULT_SMS) -> Space:
+    """The Space of this run's product (settings.dtype) for one shape on a GPU of `sms` SMs."""
+    if settings.dtype == FP8:
+        from ..hopper.fp8_launch import SCALE_BLOCK, rule_fp8
+
+        sc, pr = settings.scaling, promoted(settings)
+
+        def build(p: dict) -> KernelConfig:
+            bm, bn = (int(x) for x in p["tile"].split("x"))
+            return KernelConfig(bm, bn, SCALE_BLOCK, stages=p["stages"], schedule=p["schedule"], group_m=p["group_m"])
+
+        return Space(rule_fp8(M, N, K, pr, sms), lambda c: fp8_normalize(c, M, N, K, sc, pr),
+                     lambda c: fp8_valid(c, sc, pr), lambda: fp8_quick_grid(M, N, K, sc, pr, sms),
+                     lambda: fp8_space(M, N, K, sc, pr),
+                     {"tile": [f"{bm}x{bn}" for bm, bn in FP8_TILES], "schedule": list(SCHEDULES),
+                      "group_m": list(FP8_GROUP_M), "stages": list(FP8_STAGES)}, build)
+    in_b = out_b = DTYPES[settings.dtype]
+    factors = {"tile": [f"{bm}x{bn}" for bm, bn in TILES], **({"swap_ab": [False, True]} if M <= SWAP_MAX_M else {}),
+               "k_bytes": list(K_BYTES), "schedule": list(SCHEDULES), "split_k": list(SPLITS),
+               **({"cluster_m": list(CLUSTERS)} if settings.clusters else {})}
+    return Space(heuristic_config(M, N, K, sms, in_b), lambda c: normalize(c, M, N, K), lambda c: valid(c, in_b, out_b),
+                 lambda: quick_grid(M, N, K, in_b, out_b, settings.clusters),
+                 lambda: space(M, N, K, in_b, out_b, settings.clusters), factors,
+                 lambda p: KernelConfig(**_trial_config(p, in_b)))
+
+
 def search(M: int, N: int, K: int, settings: Settings, measure: Measure, progress=None,
-           current: KernelConfig | None = None) -> list[Result]:
+           current: KernelConfig | None = None, sms: int = DEFAULT_SMS) -> list[Result]:
     """Measure the candidates of one shape (module docstring); returns every result, in order.
     `measure(config)` checks then times one config; `progress` (a tqdm-like bar) is updated
     once per measured config. `current`: the config the active table gives this shape, measured
     right after the heuristic's, so a search never ends worse than the table it started from."""
-    in_b, out_b = DTYPES[settings.dtype], DTYPES[settings.dtype]
-    first = normalize(heuristic_config(M, N, K, in_bytes=in_b), M, N, K)
+    sp = shape_space(M, N, K, settings, sms)
     results: dict[KernelConfig, Result] = {}
 
     def run(config: KernelConfig) -> Result:
-        config = normalize(config, M, N, K)
+        config = sp.normalize(config)
         if config not in results:
             results[config] = measure(config)
             if progress is not None:
                 progress.update(1)
         return results[config]
 
-    run(first)
+    run(sp.first)
     if current is not None:
         run(current)
     if settings.quick:
-        for c in quick_grid(M, N, K, in_b, out_b, settings.clusters):
+        for c in sp.quick():
             run(c)
         return list(results.values())
-    candidates = [c for c in space(M, N, K, in_b, out_b, settings.clusters) if c not in results]
+    candidates = [c for c in sp.full() if c not in results]
     budget = settings.trials - len(results)
     if len(candidates) <= budget:
         for c in candidates:
@@ -268,42 +420,35 @@ def search(M: int, N: int, K: int, settings: Settings, measure: Measure, progres
         for c in random.Random(settings.seed).sample(candidates, budget):
             run(c)
         return list(results.values())
-    optuna_search(optuna, M, N, K, settings, run, budget)
+    optuna_search(optuna, sp, settings.seed, run, budget)
     return list(results.values())
 
 
-def planned(M: int, N: int, K: int, settings: Settings) -> int:
+def planned(M: int, N: int, K: int, settings: Settings, sms: int = DEFAULT_SMS) -> int:
     """How many configs `search` measures for this shape (the progress bar's share)."""
-    in_b = out_b = DTYPES[settings.dtype]
-    first = normalize(heuristic_config(M, N, K, in_bytes=in_b), M, N, K)
+    sp = shape_space(M, N, K, settings, sms)
+    first = sp.normalize(sp.first)
     if settings.quick:
-        return len(set(quick_grid(M, N, K, in_b, out_b, settings.clusters)) | {first})
-    return min(settings.trials, len(set(space(M, N, K, in_b, out_b, settings.clusters)) | {first}))
+        return len(set(sp.quick()) | {first})
+    return min(settings.trials, len(set(sp.full()) | {first}))
 
 
-def optuna_search(optuna, M, N, K, settings: Settings, run: Callable[[KernelConfig], Result], budget: int) -> None:
-    """TPE over the factors; an invalid combination is pruned without running, a duplicate
-    returns its first measurement."""
+def optuna_search(optuna, sp: Space, seed: int, run: Callable[[KernelConfig], Result], budget: int) -> None:
+    """TPE over the space's factors; an invalid combination is pruned without running, a
+    duplicate returns its first measurement."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=settings.seed))
-    in_b = out_b = DTYPES[settings.dtype]
-    tiles = [f"{bm}x{bn}" for bm, bn in TILES]
+    study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=seed))
 
     def objective(trial):
-        trial.suggest_categorical("tile", tiles)
-        if M <= SWAP_MAX_M:
-            trial.suggest_categorical("swap_ab", [False, True])
-        for name, choices in (("k_bytes", K_BYTES), ("schedule", SCHEDULES), ("split_k", SPLITS)):
-            trial.suggest_categorical(name, list(choices))
-        if settings.clusters:
-            trial.suggest_categorical("cluster_m", list(CLUSTERS))
-        config = KernelConfig(**_trial_config(trial, in_b))
-        if not valid(config, in_b, out_b):
+        for name, choices in sp.factors.items():
+            trial.suggest_categorical(name, choices)
+        config = sp.build(trial.params)
+        if not sp.valid(config):
             raise optuna.TrialPruned()
         result = run(config)
         return result.ms if result.ms is not None else float("inf")
 
-    measured = lambda: len({normalize(KernelConfig(**_trial_config(t, in_b)), M, N, K)  # noqa: E731
+    measured = lambda: len({sp.normalize(sp.build(t.params))  # noqa: E731
                             for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE})
     for _ in range(20 * budget):  # pruned and duplicate trials cost no measurement
         if measured() >= budget:
@@ -311,11 +456,10 @@ def optuna_search(optuna, M, N, K, settings: Settings, run: Callable[[KernelConf
         study.optimize(objective, n_trials=1)
 
 
-def _trial_config(trial, in_bytes: int) -> dict:
-    bm, bn = (int(x) for x in trial.params["tile"].split("x"))
-    return dict(block_m=bm, block_n=bn, block_k=trial.params["k_bytes"] // in_bytes, schedule=trial.params["schedule"],
-                split_k=trial.params["split_k"], swap_ab=trial.params.get("swap_ab", False),
-                cluster_m=trial.params.get("cluster_m", 1))
+def _trial_config(params: dict, in_bytes: int) -> dict:
+    bm, bn = (int(x) for x in params["tile"].split("x"))
+    return dict(block_m=bm, block_n=bn, block_k=params["k_bytes"] // in_bytes, schedule=params["schedule"],
+                split_k=params["split_k"], swap_ab=params.get("swap_ab", False), cluster_m=params.get("cluster_m", 1))
 
 
 def best(results: list[Result]) -> Result | None:
@@ -328,7 +472,10 @@ def best(results: list[Result]) -> Result | None:
 
 def gpu_measure(M: int, N: int, K: int, settings: Settings) -> Measure:
     """A Measure on the current CUDA device: check on NaN-poisoned output, then time the call
-    as `matmul` makes it (its cached plan, direct launches), with the config forced."""
+    as `matmul` makes it (its cached plan, direct launches), with the config forced.
+    --dtype fp8: `fp8_gpu_measure`."""
+    if settings.dtype == FP8:
+        return fp8_gpu_measure(M, N, K, settings)
     import torch
 
     from ..api import _gemm_into
@@ -356,8 +503,50 @@ def gpu_measure(M: int, N: int, K: int, settings: Settings) -> Measure:
     return measure
 
 
-def cublas_ms(M: int, N: int, K: int, settings: Settings) -> float:
+def fp8_gpu_measure(M: int, N: int, K: int, settings: Settings) -> Measure:
+    """A Measure of pingpong.scaled_mm (its direct path, the config forced) on bench_fp8's
+    quantized inputs: checked against their float64 product on NaN-poisoned output (bench_fp8's
+    FP8_TOLERANCE), then timed."""
     import torch
+
+    from .. import fp8
+    from .bench_fp8 import FP8_TOLERANCE, make_fp8_inputs, reference
+    from .rows import rel_error
+    from .timing import time_callable
+
+    qa, qb, sa, sb = make_fp8_inputs(M, N, K, settings.scaling, "cuda", settings.seed)
+    ref = reference(qa, qb, sa, sb, settings.scaling)
+    call = lambda config: fp8.scaled_mm_direct(qa, qb, sa, sb, use_fast_accum=settings.fast_accum,  # noqa: E731
+                                               config=config)
+
+    def measure(config: KernelConfig) -> Result:
+        try:
+            torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")  # freed: the output's block
+            out = call(config)
+            torch.cuda.synchronize()
+        except Exception as e:  # a config that does not run is a result, not a crash
+            return Result(config, None, f"{type(e).__name__}: {e}".splitlines()[0][:100])
+        err = rel_error(out, ref)
+        del out
+        if not err <= FP8_TOLERANCE:
+            return Result(config, None, f"wrong result (rel. error {err:.2e})")
+        return Result(config, time_callable(lambda: call(config), settings.reps).median_ms)
+
+    return measure
+
+
+def cublas_ms(M: int, N: int, K: int, settings: Settings) -> float:
+    """The peer's time on the same inputs: torch.matmul (cuBLAS), or for --dtype fp8
+    torch._scaled_mm on the very tensors fp8_gpu_measure makes."""
+    import torch
+
+    if settings.dtype == FP8:
+        from .bench_fp8 import make_fp8_inputs
+        from .timing import time_callable
+
+        qa, qb, sa, sb = make_fp8_inputs(M, N, K, settings.scaling, "cuda", settings.seed)
+        return time_callable(lambda: torch._scaled_mm(qa, qb, sa, sb, out_dtype=torch.bfloat16,
+                                                      use_fast_accum=settings.fast_accum), settings.reps).median_ms
 
     from .bench import make_inputs, torch_dtype
     from .timing import time_callable
@@ -387,7 +576,8 @@ def _bar(total: int):
 
 
 def show(out=None) -> int:
-    """Print the table `select_config` uses on this GPU (or, without a GPU, every table found)."""
+    """Print the table `select_config` and `select_fp8` use on this GPU, 16-bit entries first,
+    then FP8 ones (or, without a GPU, every table found)."""
     out = out or sys.stdout
     if no_gpu_reason() is None:
         dev = current_device()
@@ -398,11 +588,14 @@ def show(out=None) -> int:
                   " the heuristic chooses every config", file=out)
             return 0
         print(f"# {where}\n# {key}", file=out)
-        for e in sorted(table.entries, key=lambda e: (e["M"], e["N"], e["K"])):
+        for e in sorted(table.entries, key=lambda e: (e["dtype"].startswith(FP8), e["M"], e["N"], e["K"])):
             c = KernelConfig(**e["config"])
+            fp8 = e["dtype"].startswith(FP8)  # its own factors, its own peer
+            how = (f"group_m={c.group_m} stages={c.stages or 'auto'}" if fp8 else
+                   f"split_k={c.split_k} swap_ab={c.swap_ab}")
             print(f"{e['M']}x{e['N']}x{e['K']} {e['dtype']} {e['layout']}: {c.block_m}x{c.block_n}x{c.block_k}"
-                  f" {c.schedule} split_k={c.split_k} swap_ab={c.swap_ab}  {e.get('us', float('nan')):.1f} us"
-                  f" (cuBLAS {e.get('cublas_us', float('nan')):.1f} us)", file=out)
+                  f" {c.schedule} {how}  {e.get('us', float('nan')):.1f} us"
+                  f" ({'torch._scaled_mm' if fp8 else 'cuBLAS'} {e.get('cublas_us', float('nan')):.1f} us)", file=out)
         return 0
     print("no CUDA GPU here: no table is active; tables found:", file=out)
     places = []
@@ -415,6 +608,19 @@ def show(out=None) -> int:
         for path in sorted(place.glob("*.json")) if place.is_dir() else ():
             print(f"  {path}", file=out)
     return 0
+
+
+def tabled_config(M: int, N: int, K: int, settings: Settings, dev) -> KernelConfig | None:
+    """The config the active table gives this shape for this run's product, or None (the
+    heuristic / the FP8 rule answers): what `search` measures second."""
+    if settings.dtype == FP8:
+        from ..hopper.fp8_launch import choose_fp8
+
+        config, source = choose_fp8(M, N, K, promoted(settings), dev.sms, dev.name, settings.scaling, FP8_SB_COLS,
+                                    FP8_OUT_BYTES, "e4m3")
+        return config if source != "rule" else None
+    config, source = choose(M, N, K, (settings.dtype, settings.dtype), settings.layout, dev)
+    return config if source != "heuristic" else None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -432,21 +638,22 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     dev = current_device()
     table = tables.Table(tables.TableKey.current(dev.name, dev.sms))
-    bar = _bar(sum(planned(M, N, K, settings) for M, N, K in settings.shapes))
+    dtype, out_dtype = table_dtype(settings), "bf16" if settings.dtype == FP8 else settings.dtype
+    untuned, peer = ("rule", "torch._scaled_mm") if settings.dtype == FP8 else ("heuristic", "cuBLAS")
+    bar = _bar(sum(planned(M, N, K, settings, dev.sms) for M, N, K in settings.shapes))
     for M, N, K in settings.shapes:
-        current, source = choose(M, N, K, (settings.dtype, settings.dtype), settings.layout, dev)
-        results = search(M, N, K, settings, gpu_measure(M, N, K, settings), bar,
-                         current if source != "heuristic" else None)
+        results = search(M, N, K, settings, gpu_measure(M, N, K, settings), bar, tabled_config(M, N, K, settings, dev),
+                         dev.sms)
         top = best(results)
         if top is None:
             print(f"pingpong tune: {M}x{N}x{K}: no config passed its check ({results[0].note})", file=sys.stderr)
             continue
         base = results[0]
         cub = cublas_ms(M, N, K, settings)
-        table.add(M, N, K, settings.dtype, settings.dtype, settings.layout, top.config, us=1e3 * top.ms,
+        table.add(M, N, K, dtype, out_dtype, settings.layout, top.config, us=1e3 * top.ms,
                   heuristic_us=1e3 * base.ms if base.ms else None, cublas_us=1e3 * cub, measured=len(results))
-        print(f"{M}x{N}x{K}: {top.config} {1e3 * top.ms:.1f} us (heuristic "
-              f"{1e3 * base.ms if base.ms else float('nan'):.1f} us, cuBLAS {1e3 * cub:.1f} us)", file=sys.stderr)
+        print(f"{M}x{N}x{K} {dtype}: {top.config} {1e3 * top.ms:.1f} us ({untuned} "
+              f"{1e3 * base.ms if base.ms else float('nan'):.1f} us, {peer} {1e3 * cub:.1f} us)", file=sys.stderr)
     if bar is not None:
         bar.close()
     if table.entries:
