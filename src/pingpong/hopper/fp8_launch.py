@@ -99,6 +99,8 @@ def check_fp8_config(config: KernelConfig, promote: bool, out_bytes: int, boxes:
                           f" split-K or swap-AB; got {config}")
     if d.block_k != SCALE_BLOCK:
         raise ConfigError(f"block_k={d.block_k}: the FP8 kernel's ring slot is one {SCALE_BLOCK}-deep K block")
+    if config.cluster_m != 1:
+        raise ConfigError(f"cluster_m={config.cluster_m}: the FP8 kernel runs one CTA per tile (no cluster multicast)")
     if promote and 2 * d.acc_regs > _ACC_REGS:
         raise ConfigError(f"a promoted FP8 tile holds two accumulators: 2 × {d.acc_regs} fp32 registers per thread"
                           f" exceed {_ACC_REGS}")
