@@ -30,6 +30,7 @@ import difflib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -58,7 +59,8 @@ def dump(out_dir: str, target: str, names: list[str]) -> None:
 
 
 def compile_tree(tree: str, out_dir: str, target: str, names: list[str]) -> None:
-    os.makedirs(out_dir, exist_ok=True)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    os.makedirs(out_dir)
     env = dict(os.environ, PYTHONPATH=os.path.join(tree, "src"), TRITON_CACHE_DIR=os.path.join(out_dir, "cache"))
     subprocess.run([sys.executable, HERE, "--dump", out_dir, "--target", target, "--kernels", ",".join(names)],
                    env=env, check=True)
@@ -108,7 +110,9 @@ def main() -> int:
     sha = subprocess.run(["git", "-C", REPO, "rev-parse", args.rev], check=True, capture_output=True,
                          text=True).stdout.strip()
     base_out, head_out = os.path.join(work, "base-" + sha[:12]), os.path.join(work, "head")
-    if not os.path.exists(os.path.join(base_out, "errors.json")):  # a kept base of this revision is reused
+    kept = os.path.exists(os.path.join(base_out, "errors.json"))
+    if not kept or (names and not all(os.path.exists(os.path.join(base_out, n + ".ptx")) for n in names)):
+        # a kept base of this revision is reused when it holds every kernel asked for
         base_tree = os.path.join(work, "tree-" + sha[:12])
         subprocess.run(["git", "-C", REPO, "worktree", "add", "--detach", base_tree, sha], check=True,
                        capture_output=True)
@@ -122,6 +126,7 @@ def main() -> int:
                                                                                   ("head", head_out))}
     kernels = sorted({f[:-4] for d in (base_out, head_out) for f in os.listdir(d) if f.endswith(".ptx")}
                      | set(errors["base"]) | set(errors["head"]))
+    kernels = [k for k in kernels if not names or k in names]
     bad, first_diff = 0, None
     print(f"\nPTX of {args.target} kernels, {args.rev} ({sha[:12]}) vs this working tree")
     print(f"{'kernel':34} {'lines':>7}  result")

@@ -185,7 +185,7 @@ def test_split_plan_launches_gemm_then_reduction_on_the_right_pointers(launches,
     with cc.offline("sm_90a"):
         fn, args, kwargs, grid = prep(*inputs)
         assert [d.base.data_ptr() for d in args[:2]] + [t.data_ptr() for t in args[2:7]] == list(ptrs)
-        assert kwargs["SWAP"] == p.config.swap_ab and kwargs["HAS_C"] == (c is not None and beta != 0)
+        assert kwargs["EPI"].SWAP == p.config.swap_ab and kwargs["EPI"].HAS_C == (c is not None and beta != 0)
         assert grid[0] <= 132
     ws, counters = inputs[6], inputs[7]
     splits = args[12]
@@ -260,9 +260,9 @@ def _simulate(a, b, out, c, alpha, beta, config, order):
         inside = ((off_r + i < R) & (off_c + j < C))
         r, col = (off_r + i).expand(ROWS, BN)[inside], (off_c + j).expand(ROWS, BN)[inside]
         y = al * total[inside]
-        if kw["HAS_C"]:
-            y = y + be * c_view[col * c_ld + r if kw["SWAP"] else r * c_ld + col].float()
-        out_view[col * out_ld + r if kw["SWAP"] else r * out_ld + col] = y.to(out_view.dtype)
+        if kw["EPI"].HAS_C:
+            y = y + be * c_view[col * c_ld + r if kw["EPI"].SWAP else r * c_ld + col].float()
+        out_view[col * out_ld + r if kw["EPI"].SWAP else r * out_ld + col] = y.to(out_view.dtype)
     return cnt
 
 

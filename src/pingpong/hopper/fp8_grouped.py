@@ -51,7 +51,7 @@ from triton.language.core import _aggregate as aggregate
 
 from ..runtime import compile as cc
 from .config import KernelConfig
-from .epilogue import Epilogue
+from .epilogue import Epilogue, EpilogueConstants
 from .fp8_kernel import SCALE_BLOCK as _SCALE_BLOCK
 from .fp8_launch import SCALE_BLOCK, check_fp8_config
 from .grouped import GroupedEpilogue, GroupedScheduler, group_pad
@@ -183,20 +183,21 @@ _RUNTIME_SCALARS = ["T", "N", "K", "G", "out_sr", "out_sc", "sa_row", "sb_g", "s
 
 @gluon.jit(do_not_specialize=_RUNTIME_SCALARS)
 def fp8_grouped_gemm(a_desc, b_desc, c_desc, out, offs, sa, sb, T, N, K, G, out_sr, out_sc, sa_row, sb_g, sb_col,
-                     PROMOTE: gl.constexpr, TMA_STORE: gl.constexpr, EPI_BUFS: gl.constexpr,
+                     PROMOTE: gl.constexpr, TMA_STORE: gl.constexpr, EPI: gl.constexpr,
                      BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
                      GROUP_M: gl.constexpr, G_PAD: gl.constexpr, PINGPONG: gl.constexpr, acc_layout: gl.constexpr,
                      CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, RELEASERS: gl.constexpr,
                      CONSUMER_WARPS: gl.constexpr, PRODUCER_WARPS: gl.constexpr):
-    """out = (a @ W[g]ᵀ)·sa·sb[g] per group of rows (module docstring)."""
+    """out = (a @ W[g]ᵀ)·sa·sb[g] per group of rows (module docstring). EPI: the TMA epilogue's
+    constexprs (EpilogueConstants; only its staging buffers: a plain store)."""
+    gl.static_assert(EPI.plain(), "this kernel's epilogue stores α·acc alone (no β·C, bias or activation)")
     gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
     gl.static_assert(RELEASERS == (1 if PINGPONG else 2), "ping-pong: one consumer frees a slot; cooperative: both")
     gl.static_assert(not PROMOTE or BK == _SCALE_BLOCK, "a promotion is one 128-deep ring slot")
     gl.static_assert(G_PAD >= 32, "the group table holds at least one element per lane")
     sched = GroupedScheduler.create(offs, G, T, N, K, BM, BN, BK, GROUP_M, G_PAD)
     ring = Ring.allocate(a_desc, b_desc, STAGES, RELEASERS)
-    tma_epi = Epilogue.allocate(c_desc, c_desc, gl.to_tensor(1.0), gl.to_tensor(0.0), False, 2, EPI_BUFS, out, T, N,
-                                "none", "none")
+    tma_epi = Epilogue.allocate(c_desc, c_desc, gl.to_tensor(1.0), gl.to_tensor(0.0), out, T, N, 2, EPI)
     epi = GroupedEpilogue(tma_epi, out, out_sr, out_sc, offs, T, N, TMA_STORE)
     scales = GroupedScales(sa, sb, sa_row, sb_g, sb_col, T, N)
     loader = TileLoader(a_desc, b_desc, True, True)
@@ -267,7 +268,7 @@ def prepare(a, w, out, offs, scale_a, scale_b, promote: bool, config: KernelConf
     kwargs.pop("BN2"), kwargs.pop("acc_layout2")
     g_pad = group_pad(G)
     consumer_regs, producer_regs = worker_regs(d.worker_regs, g_pad)
-    kwargs.update(PROMOTE=bool(promote), TMA_STORE=tma_store, EPI_BUFS=d.epilogue_bufs, G_PAD=g_pad,
+    kwargs.update(PROMOTE=bool(promote), TMA_STORE=tma_store, EPI=EpilogueConstants(BUFS=d.epilogue_bufs), G_PAD=g_pad,
                   CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs)
     args = (a_desc, b_desc, c_desc, out, offs, scale_a, scale_b, T, N, K, G, out.stride(0), out.stride(1),
             *scale_strides(scale_a, scale_b))

@@ -352,11 +352,12 @@ def fp8_cooperative_consumer(ring, sched, epi, scales, CONSUMER: gl.constexpr, a
 def fp8_gemm(a_desc, b_desc, c_desc, bias, sa, sb, M, N, K, sa_row, sb_col,
              SCALING: gl.constexpr, PROMOTE: gl.constexpr, SB_COLS: gl.constexpr,
              BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr,
-             EPI_BUFS: gl.constexpr, PINGPONG: gl.constexpr, acc_layout: gl.constexpr,
+             PINGPONG: gl.constexpr, acc_layout: gl.constexpr,
              CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, RELEASERS: gl.constexpr,
-             CONSUMER_WARPS: gl.constexpr, PRODUCER_WARPS: gl.constexpr, BIAS: gl.constexpr,
-             ACTIVATION: gl.constexpr):
-    """Ping-pong or cooperative FP8 GEMM (module docstring): out = act(scale(A·Bᵀ) + bias)."""
+             CONSUMER_WARPS: gl.constexpr, PRODUCER_WARPS: gl.constexpr, EPI: gl.constexpr):
+    """Ping-pong or cooperative FP8 GEMM (module docstring): out = act(scale(A·Bᵀ) + bias).
+    EPI: the epilogue's constexprs (EpilogueConstants: bias, activation, staging buffers; no
+    β·C, the scales take α's place)."""
     gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
     gl.static_assert(RELEASERS == (1 if PINGPONG else 2), "ping-pong: one consumer frees a slot; cooperative: both")
     gl.static_assert(SCALING == "tensor" or SCALING == "row" or SCALING == "block", "SCALING: tensor, row or block")
@@ -366,7 +367,9 @@ def fp8_gemm(a_desc, b_desc, c_desc, bias, sa, sb, M, N, K, sa_row, sb_col,
                      "128×128 b scales: a tile's columns share one scale per K block (BN divides 128)")
     sched = TileScheduler.create(M, N, K, BM, BN, BK, GROUP_M, 1)
     ring = Ring.allocate(a_desc, b_desc, STAGES, RELEASERS)
-    epi = Epilogue.allocate(c_desc, c_desc, gl.to_tensor(1.0), gl.to_tensor(0.0), False, 2, EPI_BUFS, bias, M, N, BIAS, ACTIVATION)
+    HAS_C: gl.constexpr = EPI.HAS_C
+    gl.static_assert(not HAS_C, "the FP8 GEMM reads no C (its epilogue: act(scale(acc) + bias))")
+    epi = Epilogue.allocate(c_desc, c_desc, gl.to_tensor(1.0), gl.to_tensor(0.0), bias, M, N, 2, EPI)
     scales = Fp8Scales.allocate(sa, sb, sa_row, sb_col, M, N, STAGES, SCALING, SB_COLS)
     loader = Fp8Loader(TileLoader(a_desc, b_desc, True, True), scales)
     if PINGPONG:

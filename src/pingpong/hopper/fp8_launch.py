@@ -32,6 +32,7 @@ from .config import SMEM_LIMIT, KernelConfig
 from .fp8_kernel import SCALE_BLOCK as _SCALE_BLOCK, fp8_gemm
 
 SCALE_BLOCK = int(_SCALE_BLOCK.value)  # K elements per scale block and per promotion
+from .epilogue import EpilogueConstants
 from .launch import _descriptor, _schedule_kwargs, acc_layout
 
 #: fp32 registers a consumer thread may spend on accumulators (config.validate's bound)
@@ -142,8 +143,8 @@ def prepare(a, w, out, scale_a, scale_b, scaling: str, promote: bool, sb_cols: i
     args = (a_desc, b_desc, c_desc, bias_ptr, sa, sb, M, N, K, *strides)
     kwargs = _schedule_kwargs(d)
     kwargs.pop("BN2"), kwargs.pop("acc_layout2")
-    kwargs.update(SCALING=scaling, PROMOTE=bool(promote), SB_COLS=sb_cols, EPI_BUFS=d.epilogue_bufs,
-                  BIAS=bias_kind(bias, M), ACTIVATION=activation, acc_layout=acc_layout(d))
+    kwargs.update(SCALING=scaling, PROMOTE=bool(promote), SB_COLS=sb_cols, acc_layout=acc_layout(d),
+                  EPI=EpilogueConstants(BIAS=bias_kind(bias, M), ACTIVATION=activation, BUFS=d.epilogue_bufs))
     units = -(-M // d.block_m) * -(-N // d.block_n)
     return fp8_gemm, args, kwargs, (max(1, min(sms, units)),)
 

@@ -66,7 +66,7 @@ from triton.language.core import _aggregate as aggregate
 
 from ..runtime import compile as cc
 from .config import KernelConfig
-from .epilogue import Epilogue
+from .epilogue import Epilogue, EpilogueConstants
 from .kernel import finish_mainloop, mainloop
 from .launch import _descriptor, _schedule_kwargs, _smem_layout, tma_orientation
 from .phase_sync import PhaseSync
@@ -242,7 +242,7 @@ _RUNTIME_SCALARS = ["M", "N", "T", "G"]
 
 
 @gluon.jit(do_not_specialize=_RUNTIME_SCALARS)
-def grouped_k_gemm(a_desc, b_desc, c_desc, offs, M, N, T, G, alpha, beta, EPI_BUFS: gl.constexpr,
+def grouped_k_gemm(a_desc, b_desc, c_desc, offs, M, N, T, G, alpha, beta, EPI: gl.constexpr,
                    BM: gl.constexpr, BN: gl.constexpr, BN2: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
                    GROUP_M: gl.constexpr, PINGPONG: gl.constexpr, acc_layout: gl.constexpr,
                    acc_layout2: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
@@ -255,8 +255,11 @@ def grouped_k_gemm(a_desc, b_desc, c_desc, offs, M, N, T, G, alpha, beta, EPI_BU
         producer  │ A x[s_g+k.., m..], B dY[s_g+k.., n..]  k < rows_g (ragged boxes: rows ≥ e_g read 0) │ ...
         consumer0 │ MMA ═══ (no k-step: zeros) │ TMA store out[g] tile │ (ping-pong: turns as the dense kernel)
         consumer1 │ wait turn │ MMA ═══════════ │ TMA store out[g'] tile │
+
+    EPI: the epilogue's constexprs (EpilogueConstants; only its staging buffers: a plain store).
     """
     gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
+    gl.static_assert(EPI.plain(), "this kernel's epilogue stores α·acc alone (no β·C, bias or activation)")
     gl.static_assert(BN2 == 0, "ragged-K products take one-piece tiles")
     gl.static_assert(RELEASERS == (1 if PINGPONG else 2), "ping-pong: one consumer frees a slot; cooperative: both")
     gl.static_assert(len(a_desc.block_type.shape) == 4, "A: a ragged (rank-4) descriptor")
@@ -264,7 +267,7 @@ def grouped_k_gemm(a_desc, b_desc, c_desc, offs, M, N, T, G, alpha, beta, EPI_BU
     gl.static_assert(len(c_desc.block_type.shape) == 3, "out: a rank-3 (group, row, column) descriptor")
     sched = RaggedKScheduler.create(offs, G, T, M, N, BM, BN, BK, GROUP_M)
     ring = Ring.allocate(a_desc, b_desc, STAGES, RELEASERS, 0, False)
-    epi = Epilogue.allocate(c_desc, c_desc, alpha, beta, False, 2, EPI_BUFS, offs, M, N, "none", "none")
+    epi = Epilogue.allocate(c_desc, c_desc, alpha, beta, offs, M, N, 2, EPI)
     loader = RaggedKLoader(a_desc, b_desc)
     if PINGPONG:
         sync = PhaseSync.allocate()
@@ -336,7 +339,7 @@ def prepare(x, b, out, offs, config: KernelConfig, sms: int):
     a_desc = ragged_descriptor(x, d.block_k, d.block_m)
     b_desc = ragged_descriptor(b, d.block_k, d.block_n)
     c_desc = _descriptor(out, [d.consumer_m, d.epilogue_n])  # rank 3: matrix g of out
-    kwargs = dict(_schedule_kwargs(d), EPI_BUFS=d.epilogue_bufs)
+    kwargs = dict(_schedule_kwargs(d), EPI=EpilogueConstants(BUFS=d.epilogue_bufs))
     args = (a_desc, b_desc, c_desc, offs, M, N, T, G, 1.0, 0.0)  # α = 1, β = 0
     units = G * -(-M // d.block_m) * -(-N // d.block_n)
     return grouped_k_gemm, args, kwargs, (max(1, min(sms, units)),)

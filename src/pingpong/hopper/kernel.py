@@ -185,18 +185,21 @@ def run_partitions(ring, sched, epi, loader, PINGPONG: gl.constexpr, BN2: gl.con
 
 
 @gluon.jit(do_not_specialize=_RUNTIME_SCALARS)
-def warp_specialized_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha, beta,
-                          HAS_C: gl.constexpr, A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr,
+def warp_specialized_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha, beta, batches, EPI: gl.constexpr,
+                          A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr,
                           BM: gl.constexpr, BN: gl.constexpr, BN2: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                          GROUP_M: gl.constexpr, EPI_BUFS: gl.constexpr, PINGPONG: gl.constexpr, acc_layout: gl.constexpr,
+                          GROUP_M: gl.constexpr, PINGPONG: gl.constexpr, acc_layout: gl.constexpr,
                           acc_layout2: gl.constexpr,
                           CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                           RELEASERS: gl.constexpr, CONSUMER_WARPS: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
-                          batches, BIAS: gl.constexpr, ACTIVATION: gl.constexpr, CLUSTER: gl.constexpr = 1):
+                          CLUSTER: gl.constexpr = 1):
     """Ping-pong or cooperative: producer warp + two consumer warpgroups (module docstring),
     one work unit per output tile (of every batch), the TMA epilogue. CLUSTER = 2: a 2-CTA
     cluster kernel (module docstring, CLUSTERS), BM is the pair's rows.
 
+    Arguments: the runtime ones first (descriptors, the bias pointer, sizes, α, β, batches),
+    then EPI, the epilogue's constexprs in one EpilogueConstants (β·C read, bias, activation,
+    staging buffers; pingpong.hopper.epilogue), then the tile's and the schedule's constexprs.
     RELEASERS and the worker warps come from config.SCHEDULE_FACTS.
     """
     gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
@@ -205,46 +208,47 @@ def warp_specialized_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha
     gl.static_assert(CLUSTER == 1 or BN2 == 0, "clusters: one-piece tiles (config.validate)")
     sched = TileScheduler.create(M, N, K, BM, BN, BK, GROUP_M, batches)
     ring = Ring.allocate(a_desc, b_desc, STAGES, RELEASERS, BN2, B_KMAJOR, CLUSTER)
-    epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, HAS_C, 2, EPI_BUFS, bias, M, N, BIAS, ACTIVATION)
+    epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, bias, M, N, 2, EPI)
     run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, A_KMAJOR, B_KMAJOR, BN2, CLUSTER > 1), PINGPONG, BN2, acc_layout,
                    acc_layout2, A_KMAJOR, B_KMAJOR, CONSUMER_WARPS, PRODUCER_WARPS, CONSUMER_REGS, PRODUCER_REGS)
 
 
 @gluon.jit(do_not_specialize=_SPLIT_RUNTIME_SCALARS)
 def split_k_gemm(a_desc, b_desc, ws, counters, out, cin, bias, M, N, K, alpha, beta, splits, split_stride16, ws_ld16,
-                 out_ld, c_ld, HAS_C: gl.constexpr, SWAP: gl.constexpr, A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr,
+                 out_ld, c_ld, EPI: gl.constexpr, A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr,
                  BM: gl.constexpr, BN: gl.constexpr, BN2: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
                  GROUP_M: gl.constexpr, PINGPONG: gl.constexpr, acc_layout: gl.constexpr, acc_layout2: gl.constexpr,
                  CONSUMER_REGS: gl.constexpr,
                  PRODUCER_REGS: gl.constexpr, RELEASERS: gl.constexpr, CONSUMER_WARPS: gl.constexpr,
-                 PRODUCER_WARPS: gl.constexpr, BIAS: gl.constexpr, ACTIVATION: gl.constexpr):
+                 PRODUCER_WARPS: gl.constexpr):
     """The same partitions over `splits` K-ranges per tile (SplitKScheduler), finished by the
     last split of each tile (SplitEpilogue, pingpong.hopper.fixup). The product is M × N as the
-    kernel sees it: Cᵀ (N_c × M_c of the caller's C) under SWAP, where out and C are read and
+    kernel sees it: Cᵀ (N_c × M_c of the caller's C) under EPI.SWAP, where out and C are read and
     written transposed. The workspace's strides come in 16-byte units (4 fp32), so the compiler
-    knows its rows are aligned and vectorizes the partials' loads and stores."""
+    knows its rows are aligned and vectorizes the partials' loads and stores. EPI: the
+    epilogue's constexprs (EpilogueConstants: HAS_C, SWAP, BIAS, ACTIVATION; BUFS unused)."""
     gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
     gl.static_assert(RELEASERS == (1 if PINGPONG else 2), "ping-pong: one consumer frees a slot; cooperative: both")
     sched = SplitKScheduler.create(M, N, K, splits, BM, BN, BK, GROUP_M)
     ring = Ring.allocate(a_desc, b_desc, STAGES, RELEASERS, BN2, B_KMAJOR)
     epi = SplitEpilogue(ws, split_stride16 * 4, ws_ld16 * 4, counters, out, out_ld, cin, c_ld, bias, alpha, beta, M, N, splits,
-                        HAS_C, SWAP, BIAS, ACTIVATION)
+                        EPI)
     run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, A_KMAJOR, B_KMAJOR, BN2), PINGPONG, BN2, acc_layout,
                    acc_layout2, A_KMAJOR, B_KMAJOR, CONSUMER_WARPS, PRODUCER_WARPS, CONSUMER_REGS, PRODUCER_REGS)
 
 
 @gluon.jit(do_not_specialize=_RUNTIME_SCALARS)
-def persistent_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha, beta,
-                    HAS_C: gl.constexpr, A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr,
+def persistent_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha, beta, batches, EPI: gl.constexpr,
+                    A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr,
                     BM: gl.constexpr, BN: gl.constexpr, BN2: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                    GROUP_M: gl.constexpr, EPI_BUFS: gl.constexpr, acc_layout: gl.constexpr, acc_layout2: gl.constexpr,
-                    batches, BIAS: gl.constexpr, ACTIVATION: gl.constexpr):
-    """The baseline: persistent, pipelined, not warp-specialized (module docstring)."""
+                    GROUP_M: gl.constexpr, acc_layout: gl.constexpr, acc_layout2: gl.constexpr):
+    """The baseline: persistent, pipelined, not warp-specialized (module docstring). Arguments
+    as warp_specialized_gemm's, without the schedule's."""
     gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
     gl.static_assert(BN2 == 0, "two-piece tiles run on the warp-specialized schedules (config.validate)")
     sched = TileScheduler.create(M, N, K, BM, BN, BK, GROUP_M, batches)
     ring = Ring.allocate(a_desc, b_desc, STAGES, 1)
-    epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, HAS_C, 1, EPI_BUFS, bias, M, N, BIAS, ACTIVATION)
+    epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, bias, M, N, 1, EPI)
     loader = TileLoader(a_desc, b_desc, A_KMAJOR, B_KMAJOR)
 
     total = sched.local_tiles() * sched.k_steps

@@ -26,6 +26,7 @@ from ..runtime.plan import bias_vector
 from ..runtime.spec import bias_kind
 from ..toolchain import KERNEL_OPTIONS
 from .config import KernelConfig, swizzle_width
+from .epilogue import EpilogueConstants
 from .kernel import persistent_gemm, split_k_gemm, warp_specialized_gemm
 from .scheduler import effective_splits
 
@@ -168,9 +169,9 @@ def _gemm_launch(a, b, out, c, alpha, beta, d, sms: int, bias=None, activation="
     cin_desc = _descriptor(c, c_box, c_cga) if has_c else c_desc
     units = -(-M // (d.cluster_m * d.block_m)) * -(-N // d.block_n) * batches  # pairs of tiles in a cluster
     bias_ptr = bias_vector(bias) if bias is not None else out  # never read without a bias
-    args = (a_desc, b_desc, c_desc, cin_desc, bias_ptr, M, N, K, float(alpha), float(beta))
-    common = dict(majors, HAS_C=has_c, EPI_BUFS=d.epilogue_bufs, batches=batches, BIAS=bias_kind(bias, M),
-                  ACTIVATION=activation)
+    args = (a_desc, b_desc, c_desc, cin_desc, bias_ptr, M, N, K, float(alpha), float(beta), batches)
+    epi = EpilogueConstants(HAS_C=has_c, BIAS=bias_kind(bias, M), ACTIVATION=activation, BUFS=d.epilogue_bufs)
+    common = dict(majors, EPI=epi)
     grid = (max(1, min(sms // d.cluster_m, units)),)  # programs = clusters: one CTA per SM
     if d.schedule == "persistent":
         return persistent_gemm, args, dict(common, **_tile_kwargs(d)), grid
@@ -233,7 +234,8 @@ def prepare_split(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, wor
     bias_ptr = bias_vector(bias) if bias is not None else out  # never read without a bias
     args = (a_desc, b_desc, workspace, counters, out, c if has_c else out, bias_ptr, ka.shape[0], kb.shape[1], K,
             float(alpha), float(beta), splits, block // 4, ld // 4, out.stride(0), c.stride(0) if has_c else 0)
-    kwargs = dict(majors, HAS_C=has_c, SWAP=d.swap_ab, BIAS=kind, ACTIVATION=activation, **_schedule_kwargs(d))
+    epi = EpilogueConstants(HAS_C=has_c, BIAS=kind, ACTIVATION=activation, SWAP=d.swap_ab)
+    kwargs = dict(majors, EPI=epi, **_schedule_kwargs(d))
     units = -(-ka.shape[0] // d.block_m) * -(-kb.shape[1] // d.block_n) * splits
     return split_k_gemm, args, kwargs, (max(1, min(sms, units)),)
 
