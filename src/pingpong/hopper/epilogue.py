@@ -137,7 +137,11 @@ class EpilogueConstants:
 
     Frozen and hashable: Triton's JIT keys a compiled kernel by the value (and its repr), so
     two equal bundles share one kernel. Runtime values (descriptors, pointers, α, β, sizes)
-    stay separate kernel arguments."""
+    stay separate kernel arguments.
+
+    In a kernel, `EPI.X` is the plain Python value, not a gl.constexpr: read a field as
+    `X: gl.constexpr = EPI.X` (a plain `x = EPI.X` would become a runtime tensor) or hand it
+    straight to a constexpr_function (the aggregates' __init__)."""
 
     HAS_C: bool = False  # β·C is read (β ≠ 0 and a C was given)
     BIAS: str = "none"  # "none" | "col" (N entries) | "row" (M entries)

@@ -340,8 +340,8 @@ def prepare(a, b, out, offs, config: KernelConfig, sms: int):
     assert a_kmajor, "A K-major: TMA boxes of an MN-major A would start at a group's (unaligned) row"
     tma_store = tma_orientation(out) == "row"  # else pointer stores only (a transposed out: 3-D × 2-D)
     c_desc = _descriptor(out if tma_store else out.t(), [d.consumer_m, d.epilogue_n])  # unused when not tma_store
-    kwargs = dict(_schedule_kwargs(d), TMA_STORE=tma_store, EPI=EpilogueConstants(BUFS=d.epilogue_bufs), A_KMAJOR=a_kmajor,
-                  B_KMAJOR=b_kmajor, G_PAD=group_pad(G))
+    kwargs = dict(_schedule_kwargs(d), TMA_STORE=tma_store, EPI=EpilogueConstants(BUFS=d.epilogue_bufs),
+                  A_KMAJOR=a_kmajor, B_KMAJOR=b_kmajor, G_PAD=group_pad(G))
     args = (a_desc, b_desc, c_desc, out, offs, T, N, K, G, out.stride(0), out.stride(1), 1.0, 0.0)  # α = 1, β = 0
     bound = (-(-T // d.block_m) + G) * -(-N // d.block_n)
     return grouped_gemm, args, kwargs, (max(1, min(sms, bound)),)
