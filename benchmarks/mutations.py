@@ -217,7 +217,7 @@ MUTATIONS = [
      "out = self._template[:self._dyn] + list(dyn) + self._template[self._dyn:] if dyn else self._template.copy()",
      "out = self._template.copy()", "tests/test_launcher.py"),
     ("Hopper bias never loaded", "src/pingpong/hopper/launch.py",
-     "batches=batches, BIAS=bias_kind(bias, M)", 'batches=batches, BIAS="none"',
+     "BIAS=bias_kind(bias, M), ACTIVATION=activation, BUFS=", 'BIAS="none", ACTIVATION=activation, BUFS=',
      "tests/test_fused.py -k hopper"),
     # -- two-piece tiles and shape selection (issue: the whole shape space)
     ("column pieces swapped (1/3 first)", "src/pingpong/hopper/config.py",

@@ -61,12 +61,13 @@ def test_gemm_direct_launch_passes_what_triton_passes(monkeypatch, col_major_a, 
     assert [m[1] for m in maps] == list(ptrs[:4])  # one CUtensorMap per descriptor, at its address
     assert [len(m[6]) for m in maps] == ([3, 2, 3, 3] if batch else [2] * 4)  # rank-3 batched, rank-2 shared
     assert ptrs[4] in args  # the bias pointer (never read without a bias)
-    epi = [x for x in args if isinstance(x, EpilogueConstants)]  # the epilogue's constexprs: one argument
-    assert epi == [EpilogueConstants(HAS_C=with_c, BIAS="col" if with_bias else "none",
-                                     ACTIVATION="gelu_tanh" if with_bias else "none", BUFS=epi[0].BUFS)]
+    cfg = [x for x in args if isinstance(x, hl.KernelConstants)]  # every constexpr: one argument
+    assert len(cfg) == 1 and (cfg[0].BM, cfg[0].BN, cfg[0].BK, cfg[0].PINGPONG) == (128, 128, 64, True)
+    assert cfg[0].EPI == EpilogueConstants(HAS_C=with_c, BIAS="col" if with_bias else "none",
+                                           ACTIVATION="gelu_tanh" if with_bias else "none", BUFS=cfg[0].EPI.BUFS)
 
 
-def test_epilogue_constants_key_a_kernel_by_value():
+def test_constexpr_bundles_key_a_kernel_by_value():
     """Triton's JIT keys a compiled kernel by (constexpr value, str of the specialization):
     equal bundles must be equal and hash alike, different ones must differ in both."""
     a = EpilogueConstants(HAS_C=True, BIAS="col", ACTIVATION="relu", BUFS=2)
@@ -79,6 +80,12 @@ def test_epilogue_constants_key_a_kernel_by_value():
     for bad in (dict(BIAS="both"), dict(ACTIVATION="tanh"), dict(BUFS=0), dict(HAS_C=1)):
         with pytest.raises(AssertionError):
             EpilogueConstants(**bad)
+    # the kernel's whole bundle (layouts included) keys alike from equal configs, and apart otherwise
+    d, d2 = KernelConfig(128, 128, 64).derive(), KernelConfig(128, 128, 64, stages=3).derive()
+    k, k2 = hl.kernel_constants(d, a), hl.kernel_constants(KernelConfig(128, 128, 64).derive(), b)
+    assert k == k2 and hash(k) == hash(k2) and repr(k) == repr(k2)
+    k3 = hl.kernel_constants(d2, a)
+    assert k3 != k and repr(k3) != repr(k)
 
 
 def test_bind_refuses_a_wrong_slot_count():

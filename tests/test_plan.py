@@ -284,7 +284,7 @@ def test_split_plan_passes_bias_and_activation_to_the_kernel(hopper, monkeypatch
     with cc.offline("sm_90a"):
         fn, args, kwargs, grid = prep(*inputs)
     assert args[6].data_ptr() == bias.data_ptr()
-    assert kwargs["EPI"].BIAS == "row" and kwargs["EPI"].ACTIVATION == "gelu_tanh"
+    assert kwargs["CFG"].EPI.BIAS == "row" and kwargs["CFG"].EPI.ACTIVATION == "gelu_tanh"
 
 
 @pytest.mark.parametrize("read, inplace, bias", [(False, False, False), (True, False, True), (True, True, False),
