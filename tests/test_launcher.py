@@ -77,9 +77,6 @@ def test_constexpr_bundles_key_a_kernel_by_value():
                   dataclasses.replace(a, BIAS="row"), dataclasses.replace(a, ACTIVATION="silu"),
                   dataclasses.replace(a, SWAP=True)):
         assert other != a and repr(other) != repr(a)
-    for bad in (dict(BIAS="both"), dict(ACTIVATION="tanh"), dict(BUFS=0), dict(HAS_C=1)):
-        with pytest.raises(AssertionError):
-            EpilogueConstants(**bad)
     # the kernel's whole bundle (layouts included) keys alike from equal configs, and apart otherwise
     d, d2 = KernelConfig(128, 128, 64).derive(), KernelConfig(128, 128, 64, stages=3).derive()
     k, k2 = hl.kernel_constants(d, a), hl.kernel_constants(KernelConfig(128, 128, 64).derive(), b)

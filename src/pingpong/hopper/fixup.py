@@ -125,7 +125,7 @@ class SplitEpilogue:
     @gluon.constexpr_function
     def __init__(self, ws, split_stride, ws_ld, counters, out, out_ld, cin, c_ld, bias, alpha, beta, R, C, splits,
                  EPI):
-        """EPI: the kernel's EpilogueConstants (pingpong.hopper.epilogue); its BUFS is unused here."""
+        """EPI: the kernel's CFG.EPI (EpilogueConstants, pingpong.hopper.epilogue); its BUFS is unused here."""
         self.ws = ws
         self.split_stride = split_stride
         self.ws_ld = ws_ld

@@ -1,5 +1,12 @@
 """Host side of the Hopper GEMM: TMA descriptors, the derived constexprs, the persistent grid.
 
+Every Hopper kernel takes its constexprs as one argument, CFG, a `KernelConstants` built
+here from a Derived (`kernel_constants(d, epi)`; `epi` the EpilogueConstants of the call), and
+its compile options from `launch_options(d)`:
+
+    fn, args, kwargs, grid = prepare(...)      kwargs = dict(CFG=KernelConstants(...), num_warps=..., ...)
+    fn[grid](*args, **kwargs)                  args: descriptors, pointers, sizes, α, β (runtime)
+
 `tma_orientation(t)` says whether a 2-D tensor can be described to TMA as it is stored (last
 stride 1 in one of its two orientations, the other stride 16-byte aligned, base 16-byte
 aligned). The plan (pingpong.runtime.plan) decides what to do with tensors that are not (a padded
