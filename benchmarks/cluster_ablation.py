@@ -24,20 +24,12 @@ from pingpong.tools.timing import time_callable
 
 
 @gluon.jit(do_not_specialize=k._RUNTIME_SCALARS)
-def pair_apart_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha, beta, HAS_C: gl.constexpr,
-                    A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
-                    BN2: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr,
-                    EPI_BUFS: gl.constexpr, PINGPONG: gl.constexpr, acc_layout: gl.constexpr,
-                    acc_layout2: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                    RELEASERS: gl.constexpr, CONSUMER_WARPS: gl.constexpr, PRODUCER_WARPS: gl.constexpr, batches,
-                    BIAS: gl.constexpr, ACTIVATION: gl.constexpr, CLUSTER: gl.constexpr = 1):
+def pair_apart_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha, beta, batches, CFG: gl.constexpr):
     """warp_specialized_gemm of a cluster config with the ring and loader of one CTA."""
-    sched = k.TileScheduler.create(M, N, K, BM, BN, BK, GROUP_M, batches)
-    ring = k.Ring.allocate(a_desc, b_desc, STAGES, RELEASERS, BN2, B_KMAJOR)
-    epi = k.Epilogue.allocate(c_desc, cin_desc, alpha, beta, HAS_C, 2, EPI_BUFS, bias, M, N, BIAS, ACTIVATION)
-    k.run_partitions(ring, sched, epi, k.TileLoader(a_desc, b_desc, A_KMAJOR, B_KMAJOR, BN2), PINGPONG, BN2,
-                     acc_layout, acc_layout2, A_KMAJOR, B_KMAJOR, CONSUMER_WARPS, PRODUCER_WARPS, CONSUMER_REGS,
-                     PRODUCER_REGS)
+    sched = k.TileScheduler.create(M, N, K, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M, batches)
+    ring = k.Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, CFG.B_KMAJOR)
+    epi = k.Epilogue.allocate(c_desc, cin_desc, alpha, beta, bias, M, N, 2, CFG.EPI)
+    k.run_partitions(ring, sched, epi, k.TileLoader(a_desc, b_desc, CFG.A_KMAJOR, CFG.B_KMAJOR, CFG.BN2), CFG)
 
 
 def launcher(a, w, out, config, apart=False):

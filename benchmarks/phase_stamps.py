@@ -58,11 +58,11 @@ PATCHES = {
         ("            (producer, (loader, ring, sched)),\n        ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])\n\n",
          "            (producer, (loader, ring, sched, epi.bias)),\n        ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])\n\n"),
         ("    sched = TileScheduler.create(M, N, K, BM, BN, BK, GROUP_M, batches)\n    ring = Ring.allocate(a_desc, b_desc, STAGES, RELEASERS, BN2, B_KMAJOR)\n"
-         "    epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, HAS_C, 2, EPI_BUFS, bias, M, N, BIAS, ACTIVATION)\n",
+         "    epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, bias, M, N, 2, CFG.EPI)\n",
          "    _stamp(bias, 0)\n    sched = TileScheduler.create(M, N, K, BM, BN, BK, GROUP_M, batches)\n"
          "    ring = Ring.allocate(a_desc, b_desc, STAGES, RELEASERS, BN2, B_KMAJOR)\n"
          "    _stamp(bias, 8)\n"
-         "    epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, HAS_C, 2, EPI_BUFS, bias, M, N, BIAS, ACTIVATION)\n"
+         "    epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, bias, M, N, 2, CFG.EPI)\n"
          "    _stamp(bias, 9)\n"),
         ("        sync = PhaseSync.allocate()\n", "        sync = PhaseSync.allocate()\n        _stamp(epi.bias, 10)\n"),
     ],

@@ -2,6 +2,8 @@
 launch hands Triton's C launcher exactly the arguments Triton's own launch path would, for
 a kernel with four TMA descriptors of different boxes, a bias pointer and per-call scalars α, β."""
 
+import dataclasses
+
 import pytest
 
 import fake_launcher
@@ -10,6 +12,7 @@ import torch
 from pingpong.runtime import compile as cc
 from pingpong.hopper.config import KernelConfig
 from pingpong.hopper import launch as hl
+from pingpong.hopper.epilogue import EpilogueConstants
 from pingpong.runtime.launcher import CachedLaunch, DirectLaunch, bind_jit_args, hooks_idle, launch_key, \
     launch_ready
 
@@ -58,6 +61,28 @@ def test_gemm_direct_launch_passes_what_triton_passes(monkeypatch, col_major_a, 
     assert [m[1] for m in maps] == list(ptrs[:4])  # one CUtensorMap per descriptor, at its address
     assert [len(m[6]) for m in maps] == ([3, 2, 3, 3] if batch else [2] * 4)  # rank-3 batched, rank-2 shared
     assert ptrs[4] in args  # the bias pointer (never read without a bias)
+    cfg = [x for x in args if isinstance(x, hl.KernelConstants)]  # every constexpr: one argument
+    assert len(cfg) == 1 and (cfg[0].BM, cfg[0].BN, cfg[0].BK, cfg[0].PINGPONG) == (128, 128, 64, True)
+    assert cfg[0].EPI == EpilogueConstants(HAS_C=with_c, BIAS="col" if with_bias else "none",
+                                           ACTIVATION="gelu_tanh" if with_bias else "none", BUFS=cfg[0].EPI.BUFS)
+
+
+def test_constexpr_bundles_key_a_kernel_by_value():
+    """Triton's JIT keys a compiled kernel by (constexpr value, str of the specialization):
+    equal bundles must be equal and hash alike, different ones must differ in both."""
+    a = EpilogueConstants(HAS_C=True, BIAS="col", ACTIVATION="relu", BUFS=2)
+    b = EpilogueConstants(HAS_C=True, BIAS="col", ACTIVATION="relu", BUFS=2)
+    assert a == b and hash(a) == hash(b) and repr(a) == repr(b)
+    for other in (dataclasses.replace(a, BUFS=1), dataclasses.replace(a, HAS_C=False),
+                  dataclasses.replace(a, BIAS="row"), dataclasses.replace(a, ACTIVATION="silu"),
+                  dataclasses.replace(a, SWAP=True)):
+        assert other != a and repr(other) != repr(a)
+    # the kernel's whole bundle (layouts included) keys alike from equal configs, and apart otherwise
+    d, d2 = KernelConfig(128, 128, 64).derive(), KernelConfig(128, 128, 64, stages=3).derive()
+    k, k2 = hl.kernel_constants(d, a), hl.kernel_constants(KernelConfig(128, 128, 64).derive(), b)
+    assert k == k2 and hash(k) == hash(k2) and repr(k) == repr(k2)
+    k3 = hl.kernel_constants(d2, a)
+    assert k3 != k and repr(k3) != repr(k)
 
 
 def test_bind_refuses_a_wrong_slot_count():

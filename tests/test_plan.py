@@ -283,7 +283,8 @@ def test_split_plan_passes_bias_and_activation_to_the_kernel(hopper, monkeypatch
     monkeypatch.setattr(hopper_backend, "sm_count", lambda index: 132)
     with cc.offline("sm_90a"):
         fn, args, kwargs, grid = prep(*inputs)
-    assert args[6].data_ptr() == bias.data_ptr() and kwargs["BIAS"] == "row" and kwargs["ACTIVATION"] == "gelu_tanh"
+    assert args[6].data_ptr() == bias.data_ptr()
+    assert kwargs["CFG"].EPI.BIAS == "row" and kwargs["CFG"].EPI.ACTIVATION == "gelu_tanh"
 
 
 @pytest.mark.parametrize("read, inplace, bias", [(False, False, False), (True, False, True), (True, True, False),

@@ -81,7 +81,7 @@ def test_kernel_calls_the_helpers_the_model_calls():
     coop = inspect.getsource(kernel.cooperative_consumer.fn)
     assert "first_counter(t, sched.k_steps, 1, 0)" in coop
     ws = inspect.getsource(kernel.warp_specialized_gemm.fn)
-    assert "Ring.allocate(a_desc, b_desc, STAGES, RELEASERS, BN2, B_KMAJOR, CLUSTER)" in ws
+    assert "Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, CFG.B_KMAJOR, CFG.CLUSTER)" in ws
     # the cluster model's premises (hopper_cluster): both CTAs' releases reach the leader's
     # pair barrier, the producer waits on it, and only the shared operand goes out multicast
     ring = inspect.getsource(pipeline.Ring.release.fn) + inspect.getsource(pipeline.Ring.acquire_empty.fn)
@@ -89,5 +89,5 @@ def test_kernel_calls_the_helpers_the_model_calls():
     assert "allocate_mbarrier(batch=STAGES, two_ctas=True)" in inspect.getsource(pipeline.Ring.allocate.fn)
     load = inspect.getsource(loader.TileLoader.load_b.fn)
     assert load.count("self.MULTICAST") == 2 and "MULTICAST" not in inspect.getsource(loader.TileLoader.load.fn)
-    assert "gl.static_assert(RELEASERS == (1 if PINGPONG else 2)" in ws  # the launcher's value is checked
+    assert "gl.static_assert(CFG.RELEASERS == (1 if CFG.PINGPONG else 2)" in ws  # the launcher's value is checked
     assert SCHEDULE_FACTS["cooperative"].releasers == 2 and SCHEDULE_FACTS["pingpong"].releasers == 1

@@ -128,7 +128,7 @@ def test_swap_ab_compiles_for_every_operand_layout(layout):
     counters = torch.zeros(counter_count(M, N, config), dtype=torch.int32)
     with cc.offline("sm_90a"):
         kernel, args, kwargs, grid = prepare_split(a, b, out, None, 1.0, 0.0, config, 132, ws, counters)
-        assert kwargs["A_KMAJOR"] == (layout[1] == "t") and kwargs["B_KMAJOR"] == (layout[0] == "n")
+        assert kwargs["CFG"].A_KMAJOR == (layout[1] == "t") and kwargs["CFG"].B_KMAJOR == (layout[0] == "n")
         ck = kernel.warmup(*args, grid=grid, **kwargs)
     assert "wgmma.mma_async" in ck.asm["ptx"] and ck.metadata.shared <= SMEM_LIMIT
 
@@ -185,7 +185,7 @@ def test_split_plan_launches_gemm_then_reduction_on_the_right_pointers(launches,
     with cc.offline("sm_90a"):
         fn, args, kwargs, grid = prep(*inputs)
         assert [d.base.data_ptr() for d in args[:2]] + [t.data_ptr() for t in args[2:7]] == list(ptrs)
-        assert kwargs["SWAP"] == p.config.swap_ab and kwargs["HAS_C"] == (c is not None and beta != 0)
+        assert kwargs["CFG"].EPI.SWAP == p.config.swap_ab and kwargs["CFG"].EPI.HAS_C == (c is not None and beta != 0)
         assert grid[0] <= 132
     ws, counters = inputs[6], inputs[7]
     splits = args[12]
@@ -217,18 +217,19 @@ def _simulate(a, b, out, c, alpha, beta, config, order):
     a_desc, b_desc, ws_t, cnt, out_t, c_t, _ = args[:7]  # _: the bias slot (no bias here)
     R, C, K, al, be, splits, stride16, ld16, out_ld, c_ld = args[7:17]
     stride, ld = stride16 * 4, ld16 * 4
-    BM, BN, BK = kw["BM"], kw["BN"], kw["BK"]
-    ROWS = BM // 2 if not kw["PINGPONG"] else BM  # rows of one consumer half (SCHEDULE_FACTS)
+    cfg = kw["CFG"]  # the kernel's constexprs (KernelConstants)
+    BM, BN, BK = cfg.BM, cfg.BN, cfg.BK
+    ROWS = BM // 2 if not cfg.PINGPONG else BM  # rows of one consumer half (SCHEDULE_FACTS)
     THREADS = 128
-    A = (a_desc.base if kw["A_KMAJOR"] else a_desc.base.t()).float()  # (R, K) as the kernel sees it
-    B = (b_desc.base.t() if kw["B_KMAJOR"] else b_desc.base).float()  # (K, C)
+    A = (a_desc.base if cfg.A_KMAJOR else a_desc.base.t()).float()  # (R, K) as the kernel sees it
+    B = (b_desc.base.t() if cfg.B_KMAJOR else b_desc.base).float()  # (K, C)
     pid_m, pid_n = cdiv(R, BM), cdiv(C, BN)
     tiles, per = pid_m * pid_n, cdiv(cdiv(K, BK), splits)
     halves = []
     for p in range(grid[0]):
         for t in range(tiles_of_program.fn(tiles * splits, p, grid[0])):
             tile, split = split_work.fn(p + t * grid[0], tiles)
-            tm, tn = tile_coords.fn(tile, pid_m, pid_n, kw["GROUP_M"])
+            tm, tn = tile_coords.fn(tile, pid_m, pid_n, cfg.GROUP_M)
             k0, k1 = split * per * BK, (split + 1) * per * BK
             for h in range(BM // ROWS):
                 halves.append((tm * BM + h * ROWS, tn * BN, split, k0, k1))
@@ -260,9 +261,9 @@ def _simulate(a, b, out, c, alpha, beta, config, order):
         inside = ((off_r + i < R) & (off_c + j < C))
         r, col = (off_r + i).expand(ROWS, BN)[inside], (off_c + j).expand(ROWS, BN)[inside]
         y = al * total[inside]
-        if kw["HAS_C"]:
-            y = y + be * c_view[col * c_ld + r if kw["SWAP"] else r * c_ld + col].float()
-        out_view[col * out_ld + r if kw["SWAP"] else r * out_ld + col] = y.to(out_view.dtype)
+        if cfg.EPI.HAS_C:
+            y = y + be * c_view[col * c_ld + r if cfg.EPI.SWAP else r * c_ld + col].float()
+        out_view[col * out_ld + r if cfg.EPI.SWAP else r * out_ld + col] = y.to(out_view.dtype)
     return cnt
 
 

@@ -31,7 +31,15 @@ TMA-legal with out's dtype (the API copies it otherwise). C may alias out (`gemm
 tile is read before its own store and tiles are disjoint. A batched output (rank-3
 descriptors, pingpong.hopper.batched) is stored into matrix `batch`; a C shared by every batch
 keeps a rank-2 descriptor.
+
+The epilogue's compile-time choices travel as one `EpilogueConstants`, `CFG.EPI` of the
+kernel's constexpr bundle (pingpong.hopper.launch.KernelConstants), built once by the host;
+the kernel hands it on and `Epilogue.allocate` (or `SplitEpilogue`, pingpong.hopper.fixup)
+unpacks it, in one place. A forked kernel that fuses its own epilogue adds a field here and
+reads it in its aggregate: no kernel signature or launcher changes.
 """
+
+import dataclasses
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -120,6 +128,31 @@ def activate(z, ACTIVATION: gl.constexpr):
     return z
 
 
+@dataclasses.dataclass(frozen=True)
+class EpilogueConstants:
+    """The epilogue's compile-time choices (CFG.EPI of the kernel's KernelConstants).
+
+    Frozen and hashable: Triton's JIT keys a compiled kernel by the value (and its repr), so
+    two equal bundles share one kernel. Runtime values (descriptors, pointers, α, β, sizes)
+    stay separate kernel arguments.
+
+    In a kernel, `EPI.X` is the plain Python value, not a gl.constexpr: read a field as
+    `X: gl.constexpr = EPI.X` (a plain `x = EPI.X` would become a runtime tensor) or hand it
+    straight to a constexpr_function (the aggregates' __init__). BIAS and ACTIVATION are
+    checked where they are used, at compile time (add_bias, activate)."""
+
+    HAS_C: bool = False  # β·C is read (β ≠ 0 and a C was given)
+    BIAS: str = "none"  # "none" | "col" (N entries) | "row" (M entries)
+    ACTIVATION: str = "none"  # pingpong.fused's table
+    BUFS: int = 1  # staging buffers per consumer of the TMA epilogue (KernelConfig.derive: epilogue_bufs)
+    SWAP: bool = False  # the split epilogue writes the result transposed (swap-AB, pingpong.hopper.fixup)
+
+    @gluon.constexpr_function
+    def plain(self):
+        """No β·C, bias or activation: the store of α·acc alone (grouped and FP8 kernels)."""
+        return not self.HAS_C and self.BIAS == "none" and self.ACTIVATION == "none"
+
+
 @aggregate
 class Epilogue:
     c_desc: tma.tensor_descriptor  # its box is one sub-tile: [consumer rows, EPI_N]
@@ -137,30 +170,34 @@ class Epilogue:
     ACTIVATION: gl.constexpr
 
     @gluon.constexpr_function
-    def __init__(self, c_desc, cin_desc, alpha, beta, staging, c_ready, HAS_C, BUFS, bias, M, N, BIAS, ACTIVATION):
+    def __init__(self, c_desc, cin_desc, alpha, beta, staging, c_ready, bias, M, N, EPI):
         self.c_desc = c_desc
         self.cin_desc = cin_desc
         self.alpha = alpha
         self.beta = beta
         self.staging = staging
         self.c_ready = c_ready
-        self.HAS_C = gl.constexpr(HAS_C)
-        self.BUFS = gl.constexpr(BUFS)
+        self.HAS_C = gl.constexpr(EPI.HAS_C)
+        self.BUFS = gl.constexpr(EPI.BUFS)
         self.bias = bias
         self.M = M
         self.N = N
-        self.BIAS = gl.constexpr(BIAS)
-        self.ACTIVATION = gl.constexpr(ACTIVATION)
+        self.BIAS = gl.constexpr(EPI.BIAS)
+        self.ACTIVATION = gl.constexpr(EPI.ACTIVATION)
 
     @gluon.jit
-    def allocate(c_desc, cin_desc, alpha, beta, HAS_C: gl.constexpr, COPIES: gl.constexpr, BUFS: gl.constexpr,
-                 bias, M, N, BIAS: gl.constexpr, ACTIVATION: gl.constexpr):
+    def allocate(c_desc, cin_desc, alpha, beta, bias, M, N, COPIES: gl.constexpr, EPI: gl.constexpr):
+        """The epilogue of COPIES consumer partitions, from the kernel's CFG.EPI (EpilogueConstants)."""
+        SWAP: gl.constexpr = EPI.SWAP
+        gl.static_assert(not SWAP, "the TMA epilogue stores untransposed (SWAP: SplitEpilogue)")
+        BUFS: gl.constexpr = EPI.BUFS
+        HAS_C: gl.constexpr = EPI.HAS_C
         staging = gl.allocate_shared_memory(c_desc.dtype, [COPIES * BUFS] + tile_shape(c_desc), tile_layout(c_desc))
         c_ready = allocate_barriers(COPIES)
         if HAS_C:  # only barriers that are used get initialized (pingpong.hopper.pipeline.Ring)
             for i in gl.static_range(COPIES):
                 mbarrier.init(c_ready.index(i), count=1)
-        return Epilogue(c_desc, cin_desc, alpha, beta, staging, c_ready, HAS_C, BUFS, bias, M, N, BIAS, ACTIVATION)
+        return Epilogue(c_desc, cin_desc, alpha, beta, staging, c_ready, bias, M, N, EPI)
 
     @gluon.jit
     def store(self, mma, COPY: gl.constexpr, tile_count, off_m, off_n, batch, split):

@@ -124,7 +124,8 @@ class SplitEpilogue:
 
     @gluon.constexpr_function
     def __init__(self, ws, split_stride, ws_ld, counters, out, out_ld, cin, c_ld, bias, alpha, beta, R, C, splits,
-                 HAS_C, SWAP, BIAS, ACTIVATION):
+                 EPI):
+        """EPI: the kernel's CFG.EPI (EpilogueConstants, pingpong.hopper.epilogue); its BUFS is unused here."""
         self.ws = ws
         self.split_stride = split_stride
         self.ws_ld = ws_ld
@@ -139,10 +140,10 @@ class SplitEpilogue:
         self.R = R
         self.C = C
         self.splits = splits
-        self.HAS_C = gl.constexpr(HAS_C)
-        self.SWAP = gl.constexpr(SWAP)
-        self.BIAS = gl.constexpr(BIAS)
-        self.ACTIVATION = gl.constexpr(ACTIVATION)
+        self.HAS_C = gl.constexpr(EPI.HAS_C)
+        self.SWAP = gl.constexpr(EPI.SWAP)
+        self.BIAS = gl.constexpr(EPI.BIAS)
+        self.ACTIVATION = gl.constexpr(EPI.ACTIVATION)
 
     @gluon.jit
     def store(self, mma, COPY: gl.constexpr, tile_count, off_r, off_c, batch, split):

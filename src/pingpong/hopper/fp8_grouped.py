@@ -43,6 +43,8 @@ Block-wise scales (1×128 for a, 128×128 per group for W) are not built: the fr
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -51,12 +53,12 @@ from triton.language.core import _aggregate as aggregate
 
 from ..runtime import compile as cc
 from .config import KernelConfig
-from .epilogue import Epilogue
+from .epilogue import Epilogue, EpilogueConstants
 from .fp8_kernel import SCALE_BLOCK as _SCALE_BLOCK
 from .fp8_launch import SCALE_BLOCK, check_fp8_config
 from .grouped import GroupedEpilogue, GroupedScheduler, group_pad
 from .kernel import finish_mainloop, mainloop, producer
-from .launch import _descriptor, _schedule_kwargs, acc_layout, tma_orientation
+from .launch import _descriptor, kernel_constants, launch_options, tma_orientation
 from .loader import TileLoader
 from .mma import MmaOp
 from .phase_sync import PhaseSync
@@ -183,36 +185,36 @@ _RUNTIME_SCALARS = ["T", "N", "K", "G", "out_sr", "out_sc", "sa_row", "sb_g", "s
 
 @gluon.jit(do_not_specialize=_RUNTIME_SCALARS)
 def fp8_grouped_gemm(a_desc, b_desc, c_desc, out, offs, sa, sb, T, N, K, G, out_sr, out_sc, sa_row, sb_g, sb_col,
-                     PROMOTE: gl.constexpr, TMA_STORE: gl.constexpr, EPI_BUFS: gl.constexpr,
-                     BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                     GROUP_M: gl.constexpr, G_PAD: gl.constexpr, PINGPONG: gl.constexpr, acc_layout: gl.constexpr,
-                     CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, RELEASERS: gl.constexpr,
-                     CONSUMER_WARPS: gl.constexpr, PRODUCER_WARPS: gl.constexpr):
-    """out = (a @ W[g]ᵀ)·sa·sb[g] per group of rows (module docstring)."""
-    gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
-    gl.static_assert(RELEASERS == (1 if PINGPONG else 2), "ping-pong: one consumer frees a slot; cooperative: both")
-    gl.static_assert(not PROMOTE or BK == _SCALE_BLOCK, "a promotion is one 128-deep ring slot")
+                     CFG: gl.constexpr, PROMOTE: gl.constexpr, TMA_STORE: gl.constexpr, G_PAD: gl.constexpr):
+    """out = (a @ W[g]ᵀ)·sa·sb[g] per group of rows (module docstring). CFG: the dense kernel's
+    constexprs (KernelConstants, pingpong.hopper.launch), its EPI a plain store; then the
+    promotion, whether out takes TMA stores and the group table's length."""
+    acc_layout: gl.constexpr = CFG.acc_layout
+    gl.static_assert(CFG.EPI.plain(), "this kernel's epilogue stores α·acc alone (no β·C, bias or activation)")
+    gl.static_assert(CFG.STAGES >= 2, "the ring needs at least 2 stages")
+    gl.static_assert(CFG.RELEASERS == (1 if CFG.PINGPONG else 2),
+                     "ping-pong: one consumer frees a slot; cooperative: both")
+    gl.static_assert(not PROMOTE or CFG.BK == _SCALE_BLOCK, "a promotion is one 128-deep ring slot")
     gl.static_assert(G_PAD >= 32, "the group table holds at least one element per lane")
-    sched = GroupedScheduler.create(offs, G, T, N, K, BM, BN, BK, GROUP_M, G_PAD)
-    ring = Ring.allocate(a_desc, b_desc, STAGES, RELEASERS)
-    tma_epi = Epilogue.allocate(c_desc, c_desc, gl.to_tensor(1.0), gl.to_tensor(0.0), False, 2, EPI_BUFS, out, T, N,
-                                "none", "none")
+    sched = GroupedScheduler.create(offs, G, T, N, K, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M, G_PAD)
+    ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS)
+    tma_epi = Epilogue.allocate(c_desc, c_desc, gl.to_tensor(1.0), gl.to_tensor(0.0), out, T, N, 2, CFG.EPI)
     epi = GroupedEpilogue(tma_epi, out, out_sr, out_sc, offs, T, N, TMA_STORE)
     scales = GroupedScales(sa, sb, sa_row, sb_g, sb_col, T, N)
     loader = TileLoader(a_desc, b_desc, True, True)
-    if PINGPONG:
+    if CFG.PINGPONG:
         sync = PhaseSync.allocate()
         gl.warp_specialize([
             (pingpong_consumer, (ring, sched, epi, scales, sync, 0, acc_layout, PROMOTE)),
             (pingpong_consumer, (ring, sched, epi, scales, sync, 1, acc_layout, PROMOTE)),
             (producer, (loader, ring, sched)),
-        ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
+        ], [CFG.CONSUMER_WARPS, CFG.PRODUCER_WARPS], [CFG.CONSUMER_REGS, CFG.PRODUCER_REGS])
     else:
         gl.warp_specialize([
             (cooperative_consumer, (ring, sched, epi, scales, 0, acc_layout, PROMOTE)),
             (cooperative_consumer, (ring, sched, epi, scales, 1, acc_layout, PROMOTE)),
             (producer, (loader, ring, sched)),
-        ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
+        ], [CFG.CONSUMER_WARPS, CFG.PRODUCER_WARPS], [CFG.CONSUMER_REGS, CFG.PRODUCER_REGS])
 
 
 # ----------------------------------------------------------------------------- host side
@@ -263,12 +265,11 @@ def prepare(a, w, out, offs, scale_a, scale_b, promote: bool, config: KernelConf
     b_desc = _descriptor(w, [d.block_n, d.block_k])  # rank 3: box [1, BN, BK] of matrix g
     tma_store = tma_orientation(out) == "row"
     c_desc = _descriptor(out if tma_store else out.t(), [d.consumer_m, d.epilogue_n])  # unused when not tma_store
-    kwargs = _schedule_kwargs(d)
-    kwargs.pop("BN2"), kwargs.pop("acc_layout2")
     g_pad = group_pad(G)
     consumer_regs, producer_regs = worker_regs(d.worker_regs, g_pad)
-    kwargs.update(PROMOTE=bool(promote), TMA_STORE=tma_store, EPI_BUFS=d.epilogue_bufs, G_PAD=g_pad,
-                  CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs)
+    cfg = dataclasses.replace(kernel_constants(d, EpilogueConstants(BUFS=d.epilogue_bufs)),
+                              CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs)
+    kwargs = dict(CFG=cfg, PROMOTE=bool(promote), TMA_STORE=tma_store, G_PAD=g_pad, **launch_options(d))
     args = (a_desc, b_desc, c_desc, out, offs, scale_a, scale_b, T, N, K, G, out.stride(0), out.stride(1),
             *scale_strides(scale_a, scale_b))
     bound = (-(-T // d.block_m) + G) * -(-N // d.block_n)

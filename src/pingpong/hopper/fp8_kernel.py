@@ -349,36 +349,40 @@ def fp8_cooperative_consumer(ring, sched, epi, scales, CONSUMER: gl.constexpr, a
 
 
 @gluon.jit(do_not_specialize=["M", "N", "K", "sa_row", "sb_col"])
-def fp8_gemm(a_desc, b_desc, c_desc, bias, sa, sb, M, N, K, sa_row, sb_col,
-             SCALING: gl.constexpr, PROMOTE: gl.constexpr, SB_COLS: gl.constexpr,
-             BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr,
-             EPI_BUFS: gl.constexpr, PINGPONG: gl.constexpr, acc_layout: gl.constexpr,
-             CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, RELEASERS: gl.constexpr,
-             CONSUMER_WARPS: gl.constexpr, PRODUCER_WARPS: gl.constexpr, BIAS: gl.constexpr,
-             ACTIVATION: gl.constexpr):
-    """Ping-pong or cooperative FP8 GEMM (module docstring): out = act(scale(A·Bᵀ) + bias)."""
+def fp8_gemm(a_desc, b_desc, c_desc, bias, sa, sb, M, N, K, sa_row, sb_col, CFG: gl.constexpr,
+             SCALING: gl.constexpr, PROMOTE: gl.constexpr, SB_COLS: gl.constexpr):
+    """Ping-pong or cooperative FP8 GEMM (module docstring): out = act(scale(A·Bᵀ) + bias).
+    CFG: the dense kernel's constexprs (KernelConstants, pingpong.hopper.launch; its EPI: bias,
+    activation, staging buffers, no β·C: the scales take α's place); then the scaling."""
+    BN: gl.constexpr = CFG.BN
+    BK: gl.constexpr = CFG.BK
+    STAGES: gl.constexpr = CFG.STAGES
+    acc_layout: gl.constexpr = CFG.acc_layout
     gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
-    gl.static_assert(RELEASERS == (1 if PINGPONG else 2), "ping-pong: one consumer frees a slot; cooperative: both")
+    gl.static_assert(CFG.RELEASERS == (1 if CFG.PINGPONG else 2),
+                     "ping-pong: one consumer frees a slot; cooperative: both")
     gl.static_assert(SCALING == "tensor" or SCALING == "row" or SCALING == "block", "SCALING: tensor, row or block")
     gl.static_assert(not PROMOTE or BK == SCALE_BLOCK, "a promotion (and a scale block) is one 128-deep ring slot")
     gl.static_assert(PROMOTE or SCALING != "block", "block scales are applied at the promotion")
     gl.static_assert(SCALING != "block" or SB_COLS == 1 or SB_COLS % BN == 0,
                      "128×128 b scales: a tile's columns share one scale per K block (BN divides 128)")
-    sched = TileScheduler.create(M, N, K, BM, BN, BK, GROUP_M, 1)
-    ring = Ring.allocate(a_desc, b_desc, STAGES, RELEASERS)
-    epi = Epilogue.allocate(c_desc, c_desc, gl.to_tensor(1.0), gl.to_tensor(0.0), False, 2, EPI_BUFS, bias, M, N, BIAS, ACTIVATION)
+    sched = TileScheduler.create(M, N, K, CFG.BM, BN, BK, CFG.GROUP_M, 1)
+    ring = Ring.allocate(a_desc, b_desc, STAGES, CFG.RELEASERS)
+    HAS_C: gl.constexpr = CFG.EPI.HAS_C
+    gl.static_assert(not HAS_C, "the FP8 GEMM reads no C (its epilogue: act(scale(acc) + bias))")
+    epi = Epilogue.allocate(c_desc, c_desc, gl.to_tensor(1.0), gl.to_tensor(0.0), bias, M, N, 2, CFG.EPI)
     scales = Fp8Scales.allocate(sa, sb, sa_row, sb_col, M, N, STAGES, SCALING, SB_COLS)
     loader = Fp8Loader(TileLoader(a_desc, b_desc, True, True), scales)
-    if PINGPONG:
+    if CFG.PINGPONG:
         sync = PhaseSync.allocate()
         gl.warp_specialize([
             (fp8_pingpong_consumer, (ring, sched, epi, scales, sync, 0, acc_layout, PROMOTE)),
             (fp8_pingpong_consumer, (ring, sched, epi, scales, sync, 1, acc_layout, PROMOTE)),
             (producer, (loader, ring, sched)),
-        ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
+        ], [CFG.CONSUMER_WARPS, CFG.PRODUCER_WARPS], [CFG.CONSUMER_REGS, CFG.PRODUCER_REGS])
     else:
         gl.warp_specialize([
             (fp8_cooperative_consumer, (ring, sched, epi, scales, 0, acc_layout, PROMOTE)),
             (fp8_cooperative_consumer, (ring, sched, epi, scales, 1, acc_layout, PROMOTE)),
             (producer, (loader, ring, sched)),
-        ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
+        ], [CFG.CONSUMER_WARPS, CFG.PRODUCER_WARPS], [CFG.CONSUMER_REGS, CFG.PRODUCER_REGS])

@@ -36,7 +36,8 @@ from .config import SMEM_LIMIT, KernelConfig
 from .fp8_kernel import SCALE_BLOCK as _SCALE_BLOCK, fp8_gemm
 
 SCALE_BLOCK = int(_SCALE_BLOCK.value)  # K elements per scale block and per promotion
-from .launch import _descriptor, _schedule_kwargs, acc_layout
+from .epilogue import EpilogueConstants
+from .launch import _descriptor, kernel_constants, launch_options
 from .select import Device, tabled
 
 #: fp32 registers a consumer thread may spend on accumulators (config.validate's bound)
@@ -168,10 +169,9 @@ def prepare(a, w, out, scale_a, scale_b, scaling: str, promote: bool, sb_cols: i
             sb = TensorDescriptor(sb, [kb, N], [N, 1], [1, d.block_n], flat)
     bias_ptr = bias_vector(bias) if bias is not None else out  # never read without a bias
     args = (a_desc, b_desc, c_desc, bias_ptr, sa, sb, M, N, K, *strides)
-    kwargs = _schedule_kwargs(d)
-    kwargs.pop("BN2"), kwargs.pop("acc_layout2")
-    kwargs.update(SCALING=scaling, PROMOTE=bool(promote), SB_COLS=sb_cols, EPI_BUFS=d.epilogue_bufs,
-                  BIAS=bias_kind(bias, M), ACTIVATION=activation, acc_layout=acc_layout(d))
+    epi = EpilogueConstants(BIAS=bias_kind(bias, M), ACTIVATION=activation, BUFS=d.epilogue_bufs)
+    kwargs = dict(CFG=kernel_constants(d, epi), SCALING=scaling, PROMOTE=bool(promote), SB_COLS=sb_cols,
+                  **launch_options(d))
     units = -(-M // d.block_m) * -(-N // d.block_n)
     return fp8_gemm, args, kwargs, (max(1, min(sms, units)),)
 

@@ -70,9 +70,9 @@ from triton.language.core import _aggregate as aggregate
 
 from ..runtime import compile as cc
 from .config import KernelConfig
-from .epilogue import Epilogue
+from .epilogue import Epilogue, EpilogueConstants
 from .kernel import run_partitions
-from .launch import _descriptor, _schedule_kwargs, operand_descriptor, tma_orientation
+from .launch import _descriptor, kernel_constants, launch_options, operand_descriptor, tma_orientation
 from .loader import TileLoader
 from .pipeline import Ring
 from .scheduler import tile_coords, tiles_of_program
@@ -260,13 +260,8 @@ _RUNTIME_SCALARS = ["T", "N", "K", "G", "out_sr", "out_sc"]
 
 
 @gluon.jit(do_not_specialize=_RUNTIME_SCALARS)
-def grouped_gemm(a_desc, b_desc, c_desc, out, offs, T, N, K, G, out_sr, out_sc, alpha, beta, TMA_STORE: gl.constexpr,
-                 EPI_BUFS: gl.constexpr,
-                 A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr,
-                 BM: gl.constexpr, BN: gl.constexpr, BN2: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                 GROUP_M: gl.constexpr, G_PAD: gl.constexpr, PINGPONG: gl.constexpr, acc_layout: gl.constexpr,
-                 acc_layout2: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                 RELEASERS: gl.constexpr, CONSUMER_WARPS: gl.constexpr, PRODUCER_WARPS: gl.constexpr):
+def grouped_gemm(a_desc, b_desc, c_desc, out, offs, T, N, K, G, out_sr, out_sc, alpha, beta, CFG: gl.constexpr,
+                 TMA_STORE: gl.constexpr, G_PAD: gl.constexpr):
     """out = a @ b per group of rows (α = 1, β = 0: the dense epilogue's scalars; module docstring): the dense kernel's producer warp and two
     consumer warpgroups (ping-pong or cooperative) over GroupedScheduler's units, B read from
     matrix `group` of its rank-3 descriptor, GroupedEpilogue's predicated stores.
@@ -275,18 +270,21 @@ def grouped_gemm(a_desc, b_desc, c_desc, out, offs, T, N, K, G, out_sr, out_sc, 
         producer  │ A rows [row, row+BM) · B[g] k0..kn │ next unit ...
         consumer0 │ MMA ═══════════ │ store rows < e_g │ (ping-pong: turns as the dense kernel)
         consumer1 │ wait turn │ MMA ═══════════ │ store rows < e_g' │
+
+    CFG: the dense kernel's constexprs (KernelConstants, pingpong.hopper.launch), its EPI a plain
+    store; then whether out takes TMA stores (TMA_STORE) and the group table's length (G_PAD).
     """
-    gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
-    gl.static_assert(BN2 == 0, "grouped products take one-piece tiles (a batch's B box fills one buffer)")
-    gl.static_assert(RELEASERS == (1 if PINGPONG else 2), "ping-pong: one consumer frees a slot; cooperative: both")
+    gl.static_assert(CFG.STAGES >= 2, "the ring needs at least 2 stages")
+    gl.static_assert(CFG.EPI.plain(), "this kernel's epilogue stores α·acc alone (no β·C, bias or activation)")
+    gl.static_assert(CFG.BN2 == 0, "grouped products take one-piece tiles (a batch's B box fills one buffer)")
+    gl.static_assert(CFG.RELEASERS == (1 if CFG.PINGPONG else 2),
+                     "ping-pong: one consumer frees a slot; cooperative: both")
     gl.static_assert(G_PAD >= 32, "the group table holds at least one element per lane")
-    sched = GroupedScheduler.create(offs, G, T, N, K, BM, BN, BK, GROUP_M, G_PAD)
-    ring = Ring.allocate(a_desc, b_desc, STAGES, RELEASERS, 0, B_KMAJOR)
-    tma_epi = Epilogue.allocate(c_desc, c_desc, alpha, beta, False, 2, EPI_BUFS, out, T, N, "none",
-                                "none")
+    sched = GroupedScheduler.create(offs, G, T, N, K, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M, G_PAD)
+    ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, 0, CFG.B_KMAJOR)
+    tma_epi = Epilogue.allocate(c_desc, c_desc, alpha, beta, out, T, N, 2, CFG.EPI)
     epi = GroupedEpilogue(tma_epi, out, out_sr, out_sc, offs, T, N, TMA_STORE)
-    run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, A_KMAJOR, B_KMAJOR, 0), PINGPONG, 0, acc_layout,
-                   acc_layout2, A_KMAJOR, B_KMAJOR, CONSUMER_WARPS, PRODUCER_WARPS, CONSUMER_REGS, PRODUCER_REGS)
+    run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, CFG.A_KMAJOR, CFG.B_KMAJOR, 0), CFG)
 
 
 # ----------------------------------------------------------------------------- host side
@@ -338,8 +336,8 @@ def prepare(a, b, out, offs, config: KernelConfig, sms: int):
     assert a_kmajor, "A K-major: TMA boxes of an MN-major A would start at a group's (unaligned) row"
     tma_store = tma_orientation(out) == "row"  # else pointer stores only (a transposed out: 3-D × 2-D)
     c_desc = _descriptor(out if tma_store else out.t(), [d.consumer_m, d.epilogue_n])  # unused when not tma_store
-    kwargs = dict(_schedule_kwargs(d), TMA_STORE=tma_store, EPI_BUFS=d.epilogue_bufs, A_KMAJOR=a_kmajor,
-                  B_KMAJOR=b_kmajor, G_PAD=group_pad(G))
+    cfg = kernel_constants(d, EpilogueConstants(BUFS=d.epilogue_bufs), a_kmajor, b_kmajor)
+    kwargs = dict(CFG=cfg, TMA_STORE=tma_store, G_PAD=group_pad(G), **launch_options(d))
     args = (a_desc, b_desc, c_desc, out, offs, T, N, K, G, out.stride(0), out.stride(1), 1.0, 0.0)  # α = 1, β = 0
     bound = (-(-T // d.block_m) + G) * -(-N // d.block_n)
     return grouped_gemm, args, kwargs, (max(1, min(sms, bound)),)

@@ -66,9 +66,9 @@ from triton.language.core import _aggregate as aggregate
 
 from ..runtime import compile as cc
 from .config import KernelConfig
-from .epilogue import Epilogue
+from .epilogue import Epilogue, EpilogueConstants
 from .kernel import finish_mainloop, mainloop
-from .launch import _descriptor, _schedule_kwargs, _smem_layout, tma_orientation
+from .launch import _descriptor, _smem_layout, kernel_constants, launch_options, tma_orientation
 from .phase_sync import PhaseSync
 from .pipeline import Ring
 from .scheduler import TileScheduler
@@ -242,11 +242,7 @@ _RUNTIME_SCALARS = ["M", "N", "T", "G"]
 
 
 @gluon.jit(do_not_specialize=_RUNTIME_SCALARS)
-def grouped_k_gemm(a_desc, b_desc, c_desc, offs, M, N, T, G, alpha, beta, EPI_BUFS: gl.constexpr,
-                   BM: gl.constexpr, BN: gl.constexpr, BN2: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                   GROUP_M: gl.constexpr, PINGPONG: gl.constexpr, acc_layout: gl.constexpr,
-                   acc_layout2: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                   RELEASERS: gl.constexpr, CONSUMER_WARPS: gl.constexpr, PRODUCER_WARPS: gl.constexpr):
+def grouped_k_gemm(a_desc, b_desc, c_desc, offs, M, N, T, G, alpha, beta, CFG: gl.constexpr):
     """out[g] = a[:, K_g] @ b[K_g, :] (α = 1, β = 0: the dense epilogue's scalars; module
     docstring): the dense kernel's producer warp and two consumer warpgroups (ping-pong or
     cooperative) over RaggedKScheduler's units, a unit's K loop its group's rows.
@@ -255,30 +251,36 @@ def grouped_k_gemm(a_desc, b_desc, c_desc, offs, M, N, T, G, alpha, beta, EPI_BU
         producer  │ A x[s_g+k.., m..], B dY[s_g+k.., n..]  k < rows_g (ragged boxes: rows ≥ e_g read 0) │ ...
         consumer0 │ MMA ═══ (no k-step: zeros) │ TMA store out[g] tile │ (ping-pong: turns as the dense kernel)
         consumer1 │ wait turn │ MMA ═══════════ │ TMA store out[g'] tile │
+
+    CFG: the dense kernel's constexprs (KernelConstants, pingpong.hopper.launch), its EPI a plain
+    store.
     """
-    gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
-    gl.static_assert(BN2 == 0, "ragged-K products take one-piece tiles")
-    gl.static_assert(RELEASERS == (1 if PINGPONG else 2), "ping-pong: one consumer frees a slot; cooperative: both")
+    gl.static_assert(CFG.STAGES >= 2, "the ring needs at least 2 stages")
+    gl.static_assert(CFG.EPI.plain(), "this kernel's epilogue stores α·acc alone (no β·C, bias or activation)")
+    gl.static_assert(CFG.BN2 == 0, "ragged-K products take one-piece tiles")
+    gl.static_assert(CFG.RELEASERS == (1 if CFG.PINGPONG else 2),
+                     "ping-pong: one consumer frees a slot; cooperative: both")
     gl.static_assert(len(a_desc.block_type.shape) == 4, "A: a ragged (rank-4) descriptor")
     gl.static_assert(len(b_desc.block_type.shape) == 4, "B: a ragged (rank-4) descriptor")
     gl.static_assert(len(c_desc.block_type.shape) == 3, "out: a rank-3 (group, row, column) descriptor")
-    sched = RaggedKScheduler.create(offs, G, T, M, N, BM, BN, BK, GROUP_M)
-    ring = Ring.allocate(a_desc, b_desc, STAGES, RELEASERS, 0, False)
-    epi = Epilogue.allocate(c_desc, c_desc, alpha, beta, False, 2, EPI_BUFS, offs, M, N, "none", "none")
+    sched = RaggedKScheduler.create(offs, G, T, M, N, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M)
+    ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, 0, False)
+    epi = Epilogue.allocate(c_desc, c_desc, alpha, beta, offs, M, N, 2, CFG.EPI)
     loader = RaggedKLoader(a_desc, b_desc)
-    if PINGPONG:
+    acc_layout: gl.constexpr = CFG.acc_layout
+    if CFG.PINGPONG:
         sync = PhaseSync.allocate()
         gl.warp_specialize([
             (pingpong_consumer, (ring, sched, epi, sync, 0, acc_layout)),
             (pingpong_consumer, (ring, sched, epi, sync, 1, acc_layout)),
             (producer, (loader, ring, sched)),
-        ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
+        ], [CFG.CONSUMER_WARPS, CFG.PRODUCER_WARPS], [CFG.CONSUMER_REGS, CFG.PRODUCER_REGS])
     else:
         gl.warp_specialize([
             (cooperative_consumer, (ring, sched, epi, 0, acc_layout)),
             (cooperative_consumer, (ring, sched, epi, 1, acc_layout)),
             (producer, (loader, ring, sched)),
-        ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
+        ], [CFG.CONSUMER_WARPS, CFG.PRODUCER_WARPS], [CFG.CONSUMER_REGS, CFG.PRODUCER_REGS])
 
 
 # ----------------------------------------------------------------------------- host side
@@ -336,7 +338,7 @@ def prepare(x, b, out, offs, config: KernelConfig, sms: int):
     a_desc = ragged_descriptor(x, d.block_k, d.block_m)
     b_desc = ragged_descriptor(b, d.block_k, d.block_n)
     c_desc = _descriptor(out, [d.consumer_m, d.epilogue_n])  # rank 3: matrix g of out
-    kwargs = dict(_schedule_kwargs(d), EPI_BUFS=d.epilogue_bufs)
+    kwargs = dict(CFG=kernel_constants(d, EpilogueConstants(BUFS=d.epilogue_bufs)), **launch_options(d))
     args = (a_desc, b_desc, c_desc, offs, M, N, T, G, 1.0, 0.0)  # α = 1, β = 0
     units = G * -(-M // d.block_m) * -(-N // d.block_n)
     return grouped_k_gemm, args, kwargs, (max(1, min(sms, units)),)

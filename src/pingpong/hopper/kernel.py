@@ -125,14 +125,13 @@ def producer(loader, ring, sched):
 
 
 @gluon.jit
-def pingpong_consumer(ring, sched, epi, sync, CONSUMER: gl.constexpr, BN2: gl.constexpr, acc_layout: gl.constexpr,
-                      acc_layout2: gl.constexpr, A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr):
+def pingpong_consumer(ring, sched, epi, sync, CONSUMER: gl.constexpr, CFG: gl.constexpr):
     """Consumer CONSUMER takes this program's tiles CONSUMER, CONSUMER+2, ... (PhaseSync turns)."""
     for j in range((sched.local_tiles() - CONSUMER + 1) // 2):
         first = first_counter(j, sched.k_steps, 2, CONSUMER)
         sync.wait_turn(CONSUMER, j)
-        mma = mainloop(ring, first, sched.k_steps, 0, sched.BM, sched.BN, BN2, acc_layout, acc_layout2, A_KMAJOR,
-                       B_KMAJOR)
+        mma = mainloop(ring, first, sched.k_steps, 0, sched.BM, sched.BN, CFG.BN2, CFG.acc_layout, CFG.acc_layout2,
+                       CFG.A_KMAJOR, CFG.B_KMAJOR)
         sync.pass_turn(CONSUMER)
         mma = finish_mainloop(mma, ring, first + sched.k_steps - 1)
         t = 2 * j + CONSUMER
@@ -142,14 +141,13 @@ def pingpong_consumer(ring, sched, epi, sync, CONSUMER: gl.constexpr, BN2: gl.co
 
 
 @gluon.jit
-def cooperative_consumer(ring, sched, epi, CONSUMER: gl.constexpr, BN2: gl.constexpr, acc_layout: gl.constexpr,
-                         acc_layout2: gl.constexpr, A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr):
+def cooperative_consumer(ring, sched, epi, CONSUMER: gl.constexpr, CFG: gl.constexpr):
     """Consumer CONSUMER computes rows [CONSUMER·BM/2, (CONSUMER+1)·BM/2) of every tile."""
     ROWS: gl.constexpr = sched.BM // 2
     for t in range(sched.local_tiles()):
         first = first_counter(t, sched.k_steps, 1, 0)  # both consumers read every k-step
-        mma = mainloop(ring, first, sched.k_steps, CONSUMER * ROWS, ROWS, sched.BN, BN2, acc_layout, acc_layout2,
-                       A_KMAJOR, B_KMAJOR)
+        mma = mainloop(ring, first, sched.k_steps, CONSUMER * ROWS, ROWS, sched.BN, CFG.BN2, CFG.acc_layout,
+                       CFG.acc_layout2, CFG.A_KMAJOR, CFG.B_KMAJOR)
         mma = finish_mainloop(mma, ring, first + sched.k_steps - 1)
         off_m, off_n = sched.tile_offsets(t)
         epi.store(mma, CONSUMER, t, off_m + CONSUMER * ROWS, off_n, sched.tile_batch(t), sched.split(t))
@@ -165,86 +163,81 @@ _SPLIT_RUNTIME_SCALARS = ["M", "N", "K", "splits", "split_stride16", "ws_ld16", 
 
 
 @gluon.jit
-def run_partitions(ring, sched, epi, loader, PINGPONG: gl.constexpr, BN2: gl.constexpr, acc_layout: gl.constexpr,
-                   acc_layout2: gl.constexpr, A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr, CONSUMER_WARPS: gl.constexpr,
-                   PRODUCER_WARPS: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
-    """The producer warp and the two consumer warpgroups of the PINGPONG or cooperative schedule."""
-    if PINGPONG:
+def run_partitions(ring, sched, epi, loader, CFG: gl.constexpr):
+    """The producer warp and the two consumer warpgroups of the ping-pong (CFG.PINGPONG) or
+    cooperative schedule; the partitions' warps and registers come from CFG."""
+    if CFG.PINGPONG:
         sync = PhaseSync.allocate()
         gl.warp_specialize([
-            (pingpong_consumer, (ring, sched, epi, sync, 0, BN2, acc_layout, acc_layout2, A_KMAJOR, B_KMAJOR)),
-            (pingpong_consumer, (ring, sched, epi, sync, 1, BN2, acc_layout, acc_layout2, A_KMAJOR, B_KMAJOR)),
+            (pingpong_consumer, (ring, sched, epi, sync, 0, CFG)),
+            (pingpong_consumer, (ring, sched, epi, sync, 1, CFG)),
             (producer, (loader, ring, sched)),
-        ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
+        ], [CFG.CONSUMER_WARPS, CFG.PRODUCER_WARPS], [CFG.CONSUMER_REGS, CFG.PRODUCER_REGS])
     else:
         gl.warp_specialize([
-            (cooperative_consumer, (ring, sched, epi, 0, BN2, acc_layout, acc_layout2, A_KMAJOR, B_KMAJOR)),
-            (cooperative_consumer, (ring, sched, epi, 1, BN2, acc_layout, acc_layout2, A_KMAJOR, B_KMAJOR)),
+            (cooperative_consumer, (ring, sched, epi, 0, CFG)),
+            (cooperative_consumer, (ring, sched, epi, 1, CFG)),
             (producer, (loader, ring, sched)),
-        ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
+        ], [CFG.CONSUMER_WARPS, CFG.PRODUCER_WARPS], [CFG.CONSUMER_REGS, CFG.PRODUCER_REGS])
 
 
 @gluon.jit(do_not_specialize=_RUNTIME_SCALARS)
-def warp_specialized_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha, beta,
-                          HAS_C: gl.constexpr, A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr,
-                          BM: gl.constexpr, BN: gl.constexpr, BN2: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                          GROUP_M: gl.constexpr, EPI_BUFS: gl.constexpr, PINGPONG: gl.constexpr, acc_layout: gl.constexpr,
-                          acc_layout2: gl.constexpr,
-                          CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                          RELEASERS: gl.constexpr, CONSUMER_WARPS: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
-                          batches, BIAS: gl.constexpr, ACTIVATION: gl.constexpr, CLUSTER: gl.constexpr = 1):
+def warp_specialized_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha, beta, batches, CFG: gl.constexpr):
     """Ping-pong or cooperative: producer warp + two consumer warpgroups (module docstring),
-    one work unit per output tile (of every batch), the TMA epilogue. CLUSTER = 2: a 2-CTA
-    cluster kernel (module docstring, CLUSTERS), BM is the pair's rows.
+    one work unit per output tile (of every batch), the TMA epilogue. CFG.CLUSTER = 2: a 2-CTA
+    cluster kernel (module docstring, CLUSTERS), CFG.BM is the pair's rows.
 
-    RELEASERS and the worker warps come from config.SCHEDULE_FACTS.
+    Arguments: the runtime ones (descriptors, the bias pointer, sizes, α, β, batches), then
+    CFG, every constexpr in one KernelConstants (pingpong.hopper.launch: tile, ring, schedule,
+    layouts, and CFG.EPI, the epilogue's EpilogueConstants). RELEASERS and the worker warps
+    come from config.SCHEDULE_FACTS.
     """
-    gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
-    gl.static_assert(RELEASERS == (1 if PINGPONG else 2), "ping-pong: one consumer frees a slot; cooperative: both")
-    gl.static_assert(CLUSTER == gl.num_ctas(), "CLUSTER is the launch's num_ctas")
-    gl.static_assert(CLUSTER == 1 or BN2 == 0, "clusters: one-piece tiles (config.validate)")
-    sched = TileScheduler.create(M, N, K, BM, BN, BK, GROUP_M, batches)
-    ring = Ring.allocate(a_desc, b_desc, STAGES, RELEASERS, BN2, B_KMAJOR, CLUSTER)
-    epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, HAS_C, 2, EPI_BUFS, bias, M, N, BIAS, ACTIVATION)
-    run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, A_KMAJOR, B_KMAJOR, BN2, CLUSTER > 1), PINGPONG, BN2, acc_layout,
-                   acc_layout2, A_KMAJOR, B_KMAJOR, CONSUMER_WARPS, PRODUCER_WARPS, CONSUMER_REGS, PRODUCER_REGS)
+    gl.static_assert(CFG.STAGES >= 2, "the ring needs at least 2 stages")
+    gl.static_assert(CFG.RELEASERS == (1 if CFG.PINGPONG else 2),
+                     "ping-pong: one consumer frees a slot; cooperative: both")
+    gl.static_assert(CFG.CLUSTER == gl.num_ctas(), "CLUSTER is the launch's num_ctas")
+    gl.static_assert(CFG.CLUSTER == 1 or CFG.BN2 == 0, "clusters: one-piece tiles (config.validate)")
+    sched = TileScheduler.create(M, N, K, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M, batches)
+    ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, CFG.B_KMAJOR, CFG.CLUSTER)
+    epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, bias, M, N, 2, CFG.EPI)
+    loader = TileLoader(a_desc, b_desc, CFG.A_KMAJOR, CFG.B_KMAJOR, CFG.BN2, CFG.CLUSTER > 1)
+    run_partitions(ring, sched, epi, loader, CFG)
 
 
 @gluon.jit(do_not_specialize=_SPLIT_RUNTIME_SCALARS)
 def split_k_gemm(a_desc, b_desc, ws, counters, out, cin, bias, M, N, K, alpha, beta, splits, split_stride16, ws_ld16,
-                 out_ld, c_ld, HAS_C: gl.constexpr, SWAP: gl.constexpr, A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr,
-                 BM: gl.constexpr, BN: gl.constexpr, BN2: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                 GROUP_M: gl.constexpr, PINGPONG: gl.constexpr, acc_layout: gl.constexpr, acc_layout2: gl.constexpr,
-                 CONSUMER_REGS: gl.constexpr,
-                 PRODUCER_REGS: gl.constexpr, RELEASERS: gl.constexpr, CONSUMER_WARPS: gl.constexpr,
-                 PRODUCER_WARPS: gl.constexpr, BIAS: gl.constexpr, ACTIVATION: gl.constexpr):
+                 out_ld, c_ld, CFG: gl.constexpr):
     """The same partitions over `splits` K-ranges per tile (SplitKScheduler), finished by the
     last split of each tile (SplitEpilogue, pingpong.hopper.fixup). The product is M × N as the
-    kernel sees it: Cᵀ (N_c × M_c of the caller's C) under SWAP, where out and C are read and
-    written transposed. The workspace's strides come in 16-byte units (4 fp32), so the compiler
-    knows its rows are aligned and vectorizes the partials' loads and stores."""
-    gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
-    gl.static_assert(RELEASERS == (1 if PINGPONG else 2), "ping-pong: one consumer frees a slot; cooperative: both")
-    sched = SplitKScheduler.create(M, N, K, splits, BM, BN, BK, GROUP_M)
-    ring = Ring.allocate(a_desc, b_desc, STAGES, RELEASERS, BN2, B_KMAJOR)
+    kernel sees it: Cᵀ (N_c × M_c of the caller's C) under CFG.EPI.SWAP, where out and C are
+    read and written transposed. The workspace's strides come in 16-byte units (4 fp32), so the
+    compiler knows its rows are aligned and vectorizes the partials' loads and stores. CFG: as
+    warp_specialized_gemm's (its EPI's BUFS unused: no staging)."""
+    gl.static_assert(CFG.STAGES >= 2, "the ring needs at least 2 stages")
+    gl.static_assert(CFG.RELEASERS == (1 if CFG.PINGPONG else 2),
+                     "ping-pong: one consumer frees a slot; cooperative: both")
+    gl.static_assert(CFG.CLUSTER == 1, "split-K / swap-AB units are not paired (config.validate)")
+    sched = SplitKScheduler.create(M, N, K, splits, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M)
+    ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, CFG.B_KMAJOR)
     epi = SplitEpilogue(ws, split_stride16 * 4, ws_ld16 * 4, counters, out, out_ld, cin, c_ld, bias, alpha, beta, M, N, splits,
-                        HAS_C, SWAP, BIAS, ACTIVATION)
-    run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, A_KMAJOR, B_KMAJOR, BN2), PINGPONG, BN2, acc_layout,
-                   acc_layout2, A_KMAJOR, B_KMAJOR, CONSUMER_WARPS, PRODUCER_WARPS, CONSUMER_REGS, PRODUCER_REGS)
+                        CFG.EPI)
+    run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, CFG.A_KMAJOR, CFG.B_KMAJOR, CFG.BN2), CFG)
 
 
 @gluon.jit(do_not_specialize=_RUNTIME_SCALARS)
-def persistent_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha, beta,
-                    HAS_C: gl.constexpr, A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr,
-                    BM: gl.constexpr, BN: gl.constexpr, BN2: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                    GROUP_M: gl.constexpr, EPI_BUFS: gl.constexpr, acc_layout: gl.constexpr, acc_layout2: gl.constexpr,
-                    batches, BIAS: gl.constexpr, ACTIVATION: gl.constexpr):
-    """The baseline: persistent, pipelined, not warp-specialized (module docstring)."""
+def persistent_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha, beta, batches, CFG: gl.constexpr):
+    """The baseline: persistent, pipelined, not warp-specialized (module docstring). Arguments
+    as warp_specialized_gemm's; CFG's schedule fields (PINGPONG, warps, registers) unused."""
+    STAGES: gl.constexpr = CFG.STAGES
+    BM: gl.constexpr = CFG.BM
+    A_KMAJOR: gl.constexpr = CFG.A_KMAJOR
+    B_KMAJOR: gl.constexpr = CFG.B_KMAJOR
     gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
-    gl.static_assert(BN2 == 0, "two-piece tiles run on the warp-specialized schedules (config.validate)")
-    sched = TileScheduler.create(M, N, K, BM, BN, BK, GROUP_M, batches)
+    gl.static_assert(CFG.BN2 == 0, "two-piece tiles run on the warp-specialized schedules (config.validate)")
+    gl.static_assert(CFG.CLUSTER == 1, "clusters run on the warp-specialized schedules (config.validate)")
+    sched = TileScheduler.create(M, N, K, BM, CFG.BN, CFG.BK, CFG.GROUP_M, batches)
     ring = Ring.allocate(a_desc, b_desc, STAGES, 1)
-    epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, HAS_C, 1, EPI_BUFS, bias, M, N, BIAS, ACTIVATION)
+    epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, bias, M, N, 1, CFG.EPI)
     loader = TileLoader(a_desc, b_desc, A_KMAJOR, B_KMAJOR)
 
     total = sched.local_tiles() * sched.k_steps
@@ -252,7 +245,7 @@ def persistent_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha, beta
     for _ in gl.static_range(STAGES - 1):
         produced = produce_step(loader, ring, sched, produced, total)
     for t in range(sched.local_tiles()):
-        mma = MmaOp.start(BM, BN, acc_layout)
+        mma = MmaOp.start(BM, CFG.BN, CFG.acc_layout)
         for k in range(sched.k_steps):
             c = t * sched.k_steps + k
             s = ring.wait_ready(c)

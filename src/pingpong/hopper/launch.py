@@ -1,5 +1,12 @@
 """Host side of the Hopper GEMM: TMA descriptors, the derived constexprs, the persistent grid.
 
+Every Hopper kernel takes its constexprs as one argument, CFG, a `KernelConstants` built
+here from a Derived (`kernel_constants(d, epi)`; `epi` the EpilogueConstants of the call), and
+its compile options from `launch_options(d)`:
+
+    fn, args, kwargs, grid = prepare(...)      kwargs = dict(CFG=KernelConstants(...), num_warps=..., ...)
+    fn[grid](*args, **kwargs)                  args: descriptors, pointers, sizes, α, β (runtime)
+
 `tma_orientation(t)` says whether a 2-D tensor can be described to TMA as it is stored (last
 stride 1 in one of its two orientations, the other stride 16-byte aligned, base 16-byte
 aligned). The plan (pingpong.runtime.plan) decides what to do with tensors that are not (a padded
@@ -14,7 +21,9 @@ multiple of 16 bytes, like every other TMA stride.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+from typing import Any
 
 import torch
 from triton.experimental.gluon import language as gl
@@ -25,7 +34,8 @@ from ..runtime import compile as cc
 from ..runtime.plan import bias_vector
 from ..runtime.spec import bias_kind
 from ..toolchain import KERNEL_OPTIONS
-from .config import KernelConfig, swizzle_width
+from .config import SCHEDULE_FACTS, KernelConfig, swizzle_width
+from .epilogue import EpilogueConstants
 from .kernel import persistent_gemm, split_k_gemm, warp_specialized_gemm
 from .scheduler import effective_splits
 
@@ -132,26 +142,65 @@ def _operands(a, b, d):
     a_rows = d.cluster_m * d.consumer_m if pair else d.block_m
     a_desc, a_kmajor = operand_descriptor(a, a_rows, d.block_k, True, "split" if pair else "")
     b_desc, b_kmajor = operand_descriptor(b.transpose(-1, -2), d.pieces[-1], d.block_k, True, "shared" if pair else "")
-    return a_desc, b_desc, dict(A_KMAJOR=a_kmajor, B_KMAJOR=b_kmajor)
+    return a_desc, b_desc, dict(a_kmajor=a_kmajor, b_kmajor=b_kmajor)
 
 
-def _tile_kwargs(d) -> dict:
-    """The constexprs every schedule takes: tile, ring depth, raster, accumulator layout, warps
-    (and pingpong's compile options). A 2-CTA cluster kernel describes the pair: its BM is
-    cluster_m·block_m rows, launched with num_ctas = cluster_m (CLUSTER only then, so a
-    cluster_m=1 launch is the same as before clusters existed; the kernel's CLUSTER is passed
-    by _gemm_launch)."""
-    pair = dict(num_ctas=d.cluster_m) if d.cluster_m > 1 else {}
-    return dict(BM=d.cluster_m * d.block_m, BN=d.block_n, BN2=d.block_n2, BK=d.block_k, STAGES=d.stages,
-                GROUP_M=d.group_m, acc_layout=acc_layout(d), acc_layout2=acc_layout(d, len(d.pieces) - 1),
-                num_warps=d.num_warps, **pair, **KERNEL_OPTIONS)
+@dataclasses.dataclass(frozen=True)
+class KernelConstants:
+    """Every constexpr of a Hopper kernel, as ONE kernel argument (CFG).
+
+    Built once per launch from a Derived (`kernel_constants`); the kernel reads `CFG.BM`,
+    `CFG.EPI`, ... (plain Python values: hand them to a function, or read them into
+    `X: gl.constexpr = CFG.X`; a plain `x = CFG.X` would become a runtime tensor). Frozen and
+    hashable: Triton's JIT keys the compiled kernel by its value and repr, as it would the
+    separate constexprs. Kernel-specific choices (FP8 scaling, grouped stores) stay their
+    own constexpr arguments after it."""
+
+    BM: int  # rows of the kernel's tile (a 2-CTA cluster: the pair's cluster_m·block_m rows)
+    BN: int
+    BK: int
+    STAGES: int  # ring slots
+    GROUP_M: int  # tile-rows per raster band
+    acc_layout: Any  # the wgmma accumulator layout (of the first column piece)
+    acc_layout2: Any  # the second column piece's (= acc_layout for a one-piece tile)
+    EPI: EpilogueConstants  # the epilogue's constexprs (pingpong.hopper.epilogue)
+    BN2: int = 0  # columns of the second column piece (config.column_pieces); 0: one piece
+    A_KMAJOR: bool = True  # storage order of the operand boxes
+    B_KMAJOR: bool = True
+    PINGPONG: bool = False  # the warp-specialized schedules' own (SCHEDULE_FACTS): unused by "persistent"
+    RELEASERS: int = 1
+    CONSUMER_WARPS: int = 0
+    PRODUCER_WARPS: int = 0
+    CONSUMER_REGS: int = 0
+    PRODUCER_REGS: int = 0
+    CLUSTER: int = 1  # CTAs per cluster (the launch's num_ctas)
 
 
-def _schedule_kwargs(d) -> dict:
-    """_tile_kwargs and the warp-specialized schedules' own (SCHEDULE_FACTS)."""
-    return dict(_tile_kwargs(d), PINGPONG=d.schedule == "pingpong", CONSUMER_REGS=d.worker_regs[0],
-                PRODUCER_REGS=d.worker_regs[1], RELEASERS=d.releasers, CONSUMER_WARPS=d.worker_warps[0],
-                PRODUCER_WARPS=d.worker_warps[1], maxnreg=d.maxnreg)
+def kernel_constants(d, epi: EpilogueConstants, a_kmajor: bool = True, b_kmajor: bool = True) -> KernelConstants:
+    """The kernel's CFG for derived config `d`: tile, ring depth, raster, accumulator layouts,
+    the schedule's warps and registers (SCHEDULE_FACTS), the epilogue's `epi`. A 2-CTA
+    cluster kernel describes the pair: its BM is cluster_m·block_m rows."""
+    ws = SCHEDULE_FACTS[d.schedule].warp_specialized
+    return KernelConstants(BM=d.cluster_m * d.block_m, BN=d.block_n, BK=d.block_k, STAGES=d.stages,
+                           GROUP_M=d.group_m, acc_layout=acc_layout(d),
+                           acc_layout2=acc_layout(d, len(d.pieces) - 1), EPI=epi, BN2=d.block_n2,
+                           A_KMAJOR=a_kmajor, B_KMAJOR=b_kmajor, PINGPONG=d.schedule == "pingpong",
+                           RELEASERS=d.releasers, CONSUMER_WARPS=d.worker_warps[0] if ws else 0,
+                           PRODUCER_WARPS=d.worker_warps[1] if ws else 0,
+                           CONSUMER_REGS=d.worker_regs[0] if ws else 0,
+                           PRODUCER_REGS=d.worker_regs[1] if ws else 0, CLUSTER=d.cluster_m)
+
+
+def launch_options(d) -> dict:
+    """The launch's compile options: warps of the default partition, the register cap of the
+    warp-specialized schedules (setmaxnreg needs it), CTAs per cluster (a pair only, so a
+    cluster_m=1 launch is the same as before clusters existed), KERNEL_OPTIONS."""
+    options = dict(num_warps=d.num_warps, **KERNEL_OPTIONS)
+    if SCHEDULE_FACTS[d.schedule].warp_specialized:
+        options["maxnreg"] = d.maxnreg
+    if d.cluster_m > 1:
+        options["num_ctas"] = d.cluster_m
+    return options
 
 
 def _gemm_launch(a, b, out, c, alpha, beta, d, sms: int, bias=None, activation="none", batches=1):
@@ -168,13 +217,11 @@ def _gemm_launch(a, b, out, c, alpha, beta, d, sms: int, bias=None, activation="
     cin_desc = _descriptor(c, c_box, c_cga) if has_c else c_desc
     units = -(-M // (d.cluster_m * d.block_m)) * -(-N // d.block_n) * batches  # pairs of tiles in a cluster
     bias_ptr = bias_vector(bias) if bias is not None else out  # never read without a bias
-    args = (a_desc, b_desc, c_desc, cin_desc, bias_ptr, M, N, K, float(alpha), float(beta))
-    common = dict(majors, HAS_C=has_c, EPI_BUFS=d.epilogue_bufs, batches=batches, BIAS=bias_kind(bias, M),
-                  ACTIVATION=activation)
+    args = (a_desc, b_desc, c_desc, cin_desc, bias_ptr, M, N, K, float(alpha), float(beta), batches)
+    epi = EpilogueConstants(HAS_C=has_c, BIAS=bias_kind(bias, M), ACTIVATION=activation, BUFS=d.epilogue_bufs)
+    kwargs = dict(CFG=kernel_constants(d, epi, **majors), **launch_options(d))
     grid = (max(1, min(sms // d.cluster_m, units)),)  # programs = clusters: one CTA per SM
-    if d.schedule == "persistent":
-        return persistent_gemm, args, dict(common, **_tile_kwargs(d)), grid
-    return warp_specialized_gemm, args, dict(common, **_schedule_kwargs(d), CLUSTER=d.cluster_m), grid
+    return (persistent_gemm if d.schedule == "persistent" else warp_specialized_gemm), args, kwargs, grid
 
 
 # ----------------------------------------------------------------------------- split-K / swap-AB
@@ -233,7 +280,8 @@ def prepare_split(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, wor
     bias_ptr = bias_vector(bias) if bias is not None else out  # never read without a bias
     args = (a_desc, b_desc, workspace, counters, out, c if has_c else out, bias_ptr, ka.shape[0], kb.shape[1], K,
             float(alpha), float(beta), splits, block // 4, ld // 4, out.stride(0), c.stride(0) if has_c else 0)
-    kwargs = dict(majors, HAS_C=has_c, SWAP=d.swap_ab, BIAS=kind, ACTIVATION=activation, **_schedule_kwargs(d))
+    epi = EpilogueConstants(HAS_C=has_c, BIAS=kind, ACTIVATION=activation, SWAP=d.swap_ab)
+    kwargs = dict(CFG=kernel_constants(d, epi, **majors), **launch_options(d))
     units = -(-ka.shape[0] // d.block_m) * -(-kb.shape[1] // d.block_n) * splits
     return split_k_gemm, args, kwargs, (max(1, min(sms, units)),)
 
