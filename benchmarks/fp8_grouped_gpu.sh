@@ -2,7 +2,7 @@
 # FP8 grouped GEMM on a Hopper GPU, one round: the GPU tests, one deliberate break of the
 # kernel (the group's scale row off by one: the tests must fail), the benchmark against
 # torch._scaled_grouped_mm. Logs under $OUT; a short summary last.
-#   TEST_S=140 MUT_S=60 BENCH_DEADLINE=60 FAST=0 TOKENS="512 4096" REPS=20
+#   TEST_S=140 MUT_S=60 BENCH_S=120 FAST=0 TOKENS="512 4096" REPS=100
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -21,7 +21,9 @@ if cmp -s "$F" "$OUT/.orig.py"; then echo "mutation: text not found" >> "$OUT/su
   echo "mutation (scale group off by one): pytest rc=$? (non-zero expected: killed)" >> "$OUT/summary.txt"
 fi
 cp "$OUT/.orig.py" "$F"; rm -f "$OUT/.orig.py"
-python benchmarks/fp8_grouped_bench.py --tokens ${TOKENS:-512 4096} --reps ${REPS:-20} --deadline ${BENCH_DEADLINE:-60} \
-  $([ "${FAST:-0}" != 0 ] && echo --fast) > "$OUT/bench.log" 2> "$OUT/bench.err"; echo "bench rc=$?" >> "$OUT/summary.txt"
+for FAST_FLAG in "" $([ "${FAST:-0}" != 0 ] && echo --fast-accum); do
+  timeout "${BENCH_S:-120}" python -m pingpong bench --op grouped --dtype fp8 $FAST_FLAG --tokens ${TOKENS:-512 4096} \
+    --reps ${REPS:-100} --json "$OUT/bench${FAST_FLAG:+-fast}.json" >> "$OUT/bench.log" 2>> "$OUT/bench.err"
+done; echo "bench rc=$?" >> "$OUT/summary.txt"
 cat "$OUT/env.txt"; tail -4 "$OUT/tests.log"; grep -E "passed|failed" "$OUT/mutation.log" | tail -2
 tail -5 "$OUT/bench.err"; cat "$OUT/bench.log"; cat "$OUT/summary.txt"

@@ -61,6 +61,47 @@ def test_validation_names_the_option(argv, option):
         settings(*argv)
 
 
+@pytest.mark.parametrize("argv, option", [
+    (["--op", "grouped", "--dtype", "fp16"], "--dtype"),            # grouped runs bf16 or fp8, not fp16
+    (["--op", "grouped", "--dtype", "fp8", "--products", "wgrad"], "--products"),  # no FP8 backward
+    (["--op", "grouped", "--dtype", "fp8", "--scaling", "block"], "--scaling"),    # block-wise not built
+])
+def test_grouped_options_refused_not_ignored(argv, option):
+    with pytest.raises(PingpongError, match=option):
+        settings(*argv)
+
+
+def test_grouped_fp8_dispatches_to_the_scaled_grouped_bench(monkeypatch):
+    """--op grouped --dtype fp8 times scaled_grouped_mm (bench_grouped_fp8), with the options
+    it was given; plain --op grouped the 16-bit grouped_mm bench."""
+    from pingpong.tools import bench_grouped, bench_grouped_fp8
+
+    calls = []
+    monkeypatch.setattr(bench, "no_gpu_reason", lambda: None)
+    monkeypatch.setattr(bench_grouped_fp8, "run", lambda *a: calls.append(("fp8", a)) or 0)
+    monkeypatch.setattr(bench_grouped, "run", lambda *a: calls.append(("bf16", a)) or 0)
+    assert bench.run(parse("--op", "grouped", "--dtype", "fp8", "--fast-accum", "--tokens", "512",
+                           "--models", "mixtral-8x7b", "--quick")) == 0
+    assert bench.run(parse("--op", "grouped", "--quick")) == 0
+    (kind, a), (kind2, _) = calls
+    assert (kind, kind2) == ("fp8", "bf16")
+    assert a[0] == ["mixtral-8x7b"] and a[1] == [512] and a[-1] is True  # models, tokens, fast accumulation
+
+
+def test_grouped_fp8_table():
+    from pingpong.tools.bench_grouped_fp8 import format_rows
+
+    ok = dict(status="ok", tf_ours=100.0, tf_torch=50.0, lo=1.9, hi=2.1)
+    rows = [dict(model="m", tokens=512, routing="balanced", fast=False, ratio=2.0, **ok),
+            dict(model="m", tokens=512, routing="zipf", fast=False, ratio=0.5, **ok),
+            dict(model="m", tokens=512, routing="zipf", fast=True, torch_fast=False, ratio=1.5, **ok),
+            dict(model="m", tokens=512, routing="balanced", fast=True, status="FAILED", rel_diff=0.5)]
+    text = format_rows(rows)
+    assert "promoted: geomean ratio (torch / ours) 1.000 over 2, min 0.500" in text
+    assert "fast: geomean ratio (torch / ours) 1.500 over 1" in text
+    assert "fast*" in text and "torch refused this accumulation mode" in text and "FAILED" in text
+
+
 def test_quick_allows_few_reps():
     assert settings("--quick").reps == bench.QUICK_REPS
     assert settings("--quick", "--reps", "3").reps == 3

@@ -100,7 +100,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reps", type=int, default=None, help=f"timed repetitions per kernel, ≥ {MIN_REPS} (default {MIN_REPS})")
     p.add_argument("--quick", action="store_true", help=f"smoke run: allows --reps < {MIN_REPS} (default {QUICK_REPS}); NOT for reporting")
     p.add_argument("--op", default="gemm", help="gemm (default), vector_add (streaming kernel) or grouped "
-                   "(grouped_mm vs torch._grouped_mm over the MoE suites, pingpong.tools.bench_grouped)")
+                   "(grouped_mm vs torch._grouped_mm over the MoE suites, pingpong.tools.bench_grouped; with "
+                   "--dtype fp8: scaled_grouped_mm vs torch._scaled_grouped_mm, the forward, row-wise scales)")
     p.add_argument("--models", nargs="+", help="--op grouped: MoE models (default: all of suites.MOE_MODELS)")
     p.add_argument("--tokens", nargs="+", type=int, help="--op grouped: token counts (default: suites.MOE_TOKENS)")
     p.add_argument("--products", nargs="+", help="--op grouped: forward, dgrad, wgrad (default: all three)")
@@ -135,6 +136,17 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         for m in getattr(args, "models", None) or ():
             if m not in MOE_MODELS:
                 raise PingpongError(f"--models: unknown model {m!r}; expected one of {', '.join(MOE_MODELS)}")
+        if args.dtype not in ("bf16", "fp8"):
+            raise PingpongError(f"--dtype: --op grouped runs bf16 (grouped_mm) or fp8 (scaled_grouped_mm), "
+                                f"got {args.dtype!r}")
+        if args.dtype == "fp8":  # scaled_grouped_mm: the MoE forward with row-wise scales
+            products = getattr(args, "products", None) or ["forward"]
+            if list(products) != ["forward"]:
+                raise PingpongError(f"--products: --op grouped --dtype fp8 times the forward product only "
+                                    f"(scaled_grouped_mm has no backward), got {' '.join(products)}")
+            if getattr(args, "scaling", "row") != "row":
+                raise PingpongError(f"--scaling: --op grouped --dtype fp8 takes row-wise scales only "
+                                    f"(block-wise scaled_grouped_mm is not built), got {args.scaling!r}")
     reps = args.reps if args.reps is not None else (QUICK_REPS if args.quick else MIN_REPS)
     if reps < 1 or (reps < MIN_REPS and not args.quick):
         raise PingpongError(f"--reps: {reps} is below {MIN_REPS}, the minimum for a reportable median (use --quick for a smoke run)")
@@ -467,6 +479,11 @@ def run(args: argparse.Namespace) -> int:
         from ..streaming import bench_vector_add
 
         return int(bench_vector_add(settings) or 0)
+    if settings.op == "grouped" and settings.dtype == "fp8":
+        from . import bench_grouped_fp8
+
+        return bench_grouped_fp8.run(getattr(args, "models", None), getattr(args, "tokens", None), settings.reps,
+                                     settings.rounds, settings.json, settings.seed, settings.fast_accum)
     if settings.op == "grouped":
         from . import bench_grouped
 

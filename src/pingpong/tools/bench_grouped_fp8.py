@@ -1,48 +1,53 @@
-"""pingpong.scaled_grouped_mm against torch._scaled_grouped_mm on the same quantized tensors:
-the MoE suites' forward products y = x · w[g]ᵀ (pingpong.tools.suites.MOE_MODELS: Mixtral
-8×(4096→14336), Qwen3-30B-A3B 128×(2048→768), DeepSeek-V3 256×(7168→2048)), balanced and
-Zipf routing, row-wise scales (x per token, w per expert and output column), bf16 out.
+"""`pingpong bench --op grouped --dtype fp8 [--fast-accum]`: pingpong.scaled_grouped_mm
+against torch._scaled_grouped_mm on the same quantized tensors, the MoE suites' forward
+products y = x · w[g]ᵀ (pingpong.tools.suites.MOE_MODELS: Mixtral 8×(4096→14336),
+Qwen3-30B-A3B 128×(2048→768), DeepSeek-V3 256×(7168→2048)), balanced and Zipf routing,
+row-wise scales (x per token, w per expert and output column), e4m3 in, bf16 out.
 
 Each case is checked first (ours against torch's, relative norm difference ≤ 1e-2 over the
-routed rows), then timed: median of ≥ reps L2-flushed repetitions (pingpong.tools.timing),
-`rounds` alternations of ours and torch's, ratio = torch's time / ours (> 1: ours faster),
-with the spread of the per-round ratios.
-
-    PYTHONPATH=src python benchmarks/fp8_grouped_bench.py [--tokens 512 4096] [--fast] [--deadline S]
+routed rows; the float64 checks are the GPU tests'), then timed: median of ≥ reps L2-flushed
+repetitions (pingpong.tools.timing), `rounds` alternations of ours and torch's, ratio =
+torch's time / ours (> 1: ours faster), with the spread of the per-round ratios. Where torch
+refuses the asked accumulation mode, its other one is timed and the row says so.
 """
 
 from __future__ import annotations
 
-import argparse
+import json
 import math
 import statistics
 import sys
-import time
 
-import torch
+from .suites import MOE_MODELS, MOE_TOKENS, moe_group_sizes
 
-import pingpong
-from pingpong.tools.suites import MOE_MODELS, moe_group_sizes
-from pingpong.tools.timing import time_callable
-
-E4M3 = torch.float8_e4m3fn
+ROUTINGS = ("balanced", "zipf")
 
 
-def case_tensors(model, tokens, routing, seed=0):
+def case_tensors(model: str, tokens: int, routing: str, seed: int = 0):
+    """(a, b, scale_a, scale_b, offs, group sizes) of one MoE forward product, on the GPU."""
+    import torch
+
     E, top_k, H, inter = MOE_MODELS[model]
     sizes = moe_group_sizes(tokens, E, top_k, routing)
     T = sum(sizes)
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    a = torch.randn(T, H, generator=gen, device="cuda").to(E4M3)
-    w = torch.randn(E, inter, H, generator=gen, device="cuda").to(E4M3)
+    e4m3 = torch.float8_e4m3fn
+    a = torch.randn(T, H, generator=gen, device="cuda").to(e4m3)
+    w = torch.randn(E, inter, H, generator=gen, device="cuda").to(e4m3)
     sa = torch.rand(T, generator=gen, device="cuda") * H ** -0.5 + 1e-3
     sb = torch.rand(E, inter, generator=gen, device="cuda") + 0.5
     offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
     return a, w.transpose(1, 2), sa, sb, offs, sizes
 
 
-def bench_case(model, tokens, routing, fast, reps, rounds):
-    a, b, sa, sb, offs, sizes = case_tensors(model, tokens, routing)
+def bench_case(model: str, tokens: int, routing: str, fast: bool, reps: int, rounds: int, seed: int = 0) -> dict:
+    import torch
+
+    import pingpong
+
+    from .timing import time_callable
+
+    a, b, sa, sb, offs, sizes = case_tensors(model, tokens, routing, seed)
     row = dict(model=model, tokens=tokens, routing=routing, fast=fast, rows=sum(sizes), largest=max(sizes),
                empty=sizes.count(0))
     ours_fn = lambda: pingpong.scaled_grouped_mm(a, b, sa, sb, offs, use_fast_accum=fast)  # noqa: E731
@@ -72,7 +77,7 @@ def bench_case(model, tokens, routing, fast, reps, rounds):
                 ratio=ms_t / ms_o, lo=min(per_round), hi=max(per_round))
 
 
-def table(rows) -> str:
+def format_rows(rows) -> str:
     head = (f"{'model':<14} {'tokens':>6} {'routing':<8} {'accum':<8} {'ours TF':>8} {'torch TF':>8} {'ratio':>6}"
             f" {'spread':>11}")
     lines = [head, "-" * len(head)]
@@ -95,34 +100,24 @@ def table(rows) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--models", nargs="+", default=list(MOE_MODELS))
-    p.add_argument("--tokens", nargs="+", type=int, default=[512, 4096])
-    p.add_argument("--fast", action="store_true", help="also use_fast_accum=True (after the promoted pass)")
-    p.add_argument("--reps", type=int, default=30)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--deadline", type=float, default=1e9, help="seconds: start no case after this")
-    args = p.parse_args()
-    print("device", torch.cuda.get_device_name(), "torch", torch.__version__, file=sys.stderr)
-    start, rows = time.time(), []
-    for fast in ((False, True) if args.fast else (False,)):
-        for model in args.models:
-            for tokens in args.tokens:
-                for routing in ("balanced", "zipf"):
-                    if time.time() - start > args.deadline:
-                        continue
-                    try:
-                        row = bench_case(model, tokens, routing, fast, args.reps, args.rounds)
-                    except Exception as e:  # reported; the run goes on
-                        row = dict(model=model, tokens=tokens, routing=routing, fast=fast,
-                                   status=f"ERROR {type(e).__name__}: {e}"[:200])
-                    rows.append(row)
-                    print(row, file=sys.stderr, flush=True)
-                    torch.cuda.empty_cache()
-    print(table(rows))
+def run(models=None, tokens=None, reps=100, rounds=3, json_path=None, seed=0, fast=False) -> int:
+    """Every (model, tokens, routing) case; rows to stderr as they finish, the table last;
+    `json_path` rewritten after each row. Exit 0 when every case is ok."""
+    import torch
+
+    cases = [(m, t, r) for m in (models or MOE_MODELS) for t in (tokens or MOE_TOKENS) for r in ROUTINGS]
+    rows = []
+    for i, (model, tok, routing) in enumerate(cases, 1):
+        try:
+            row = bench_case(model, tok, routing, fast, reps, rounds, seed)
+        except Exception as e:  # reported; the run goes on
+            row = dict(model=model, tokens=tok, routing=routing, fast=fast,
+                       status=f"ERROR: {type(e).__name__}: {e}"[:200])
+        rows.append(row)
+        print(f"[{i}/{len(cases)}] {row}", file=sys.stderr, flush=True)
+        if json_path:
+            with open(json_path, "w") as f:
+                json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f, indent=1)
+        torch.cuda.empty_cache()
+    print(format_rows(rows))
     return 0 if all(r.get("status") == "ok" for r in rows) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
