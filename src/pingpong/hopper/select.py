@@ -106,7 +106,8 @@ MID_M = 128
 #: 174; the previous rules' picks there: 0.819 of cuBLAS) and the 137-534-row shapes of runs
 #: 113-114: the model's picks reach 0.985 and 0.968 of the best measured config per shape. A
 #: split costs as much as 32 k-steps of one unit: the partials' traffic and the final sum
-#: (split-K rarely won there: 2 of 23 shapes).
+#: (split-K rarely won there: 2 of 23 shapes). benchmarks/midrows_fit.py re-scores and refits
+#: these constants on the measured sweeps (benchmarks/data/midrows_sweeps.json, or a new GPU's).
 MID_ROWS_MAX_M = 960
 MID_ROWS_SPLIT_STEPS = 32
 MID_ROWS_TILES = {KernelConfig(128, 256, 64): 1.0, KernelConfig(128, 192, 64): 0.9,
@@ -237,14 +238,24 @@ def split(config: KernelConfig, M: int, N: int, k_steps: int, sms: int) -> Kerne
 
 
 def mid_rows_config(M: int, N: int, k_steps: int, sms: int) -> KernelConfig:
-    """The mid-rows config: MID_ROWS_TILES and split count by the cost model above (K in
+    """The mid-rows config: MID_ROWS_TILES and split count of least `mid_rows_cost` (K in
     k_steps of SPLIT_STEP_K elements; splits of ≥ MIN_SPLIT_STEPS steps, ≤ MAX_SPLIT_K)."""
-    def cost(config: KernelConfig) -> float:
-        units = tile_count(config, M, N) * config.split_k
-        area = config.block_m * config.block_n / MID_ROWS_TILES[dataclasses.replace(config, split_k=1)]
-        return math.ceil(units / sms) * (k_steps / config.split_k + MID_ROWS_SPLIT_STEPS) * area
     splits = range(1, max(1, min(MAX_SPLIT_K, k_steps // MIN_SPLIT_STEPS)) + 1)
-    return min((dataclasses.replace(c, split_k=s) for c in MID_ROWS_TILES for s in splits), key=cost)
+    return min((dataclasses.replace(c, split_k=s) for c in MID_ROWS_TILES for s in splits),
+               key=lambda c: mid_rows_cost(c, M, N, k_steps, sms))
+
+
+def mid_rows_cost(config: KernelConfig, M: int, N: int, k_steps: int, sms: int, speeds=None,
+                  split_steps: float = None) -> float:
+    """The mid-rows model's time of `config` (module constants above): waves × one work unit's
+    k-steps plus a split's cost × the tile's area over its per-FLOP speed. `speeds` (by unsplit
+    config) and `split_steps` default to MID_ROWS_TILES and MID_ROWS_SPLIT_STEPS
+    (benchmarks/midrows_fit.py fits them to measured sweeps)."""
+    speeds = MID_ROWS_TILES if speeds is None else speeds
+    split_steps = MID_ROWS_SPLIT_STEPS if split_steps is None else split_steps
+    units = tile_count(config, M, N) * config.split_k
+    area = config.block_m * config.block_n / speeds[dataclasses.replace(config, split_k=1)]
+    return math.ceil(units / sms) * (k_steps / config.split_k + split_steps) * area
 
 
 def one_wave_tile(M: int, N: int, sms: int, widths: tuple[int, ...], block_k: int) -> KernelConfig | None:
