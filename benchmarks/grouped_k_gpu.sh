@@ -2,7 +2,7 @@
 # The ragged-K (weight gradient) kernel on a Hopper GPU: its GPU tests, the wgrad suite of
 # `pingpong bench --op grouped` against torch._grouped_mm, the tile sweep; logs under $OUT.
 #   TESTS=0 / BENCH=0 / SWEEP=0 / MUTANT=1 (an off-by-one at the K edge must fail the tests)
-#   TOKENS="128 2048 8192 16384" REPS=30 ROUNDS=2 SWEEP_CASES="deepseek-v3:2048:balanced ..."
+#   TOKENS="128 2048 8192 16384" REPS=30 ROUNDS=2 SWEEP_CASES="deepseek-v3:2048:balanced:wgrad ..."
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -26,6 +26,9 @@ if [ "${BENCH:-1}" != 0 ]; then
   echo "bench rc=$?"; cat "$OUT/bench.log"; tail -2 "$OUT/bench.err"
 fi
 if [ "${SWEEP:-1}" != 0 ]; then
-  timeout ${SWEEP_S:-80} python benchmarks/grouped_k_configs.py ${SWEEP_REPS:-20} ${SWEEP_CASES:-} > "$OUT/sweep.log" 2>&1
+  WGRAD_CASES=$(for m in mixtral-8x7b qwen3-30b-a3b deepseek-v3; do for t in 2048:balanced 16384:balanced 16384:zipf; do
+    echo "$m:$t:wgrad"; done; done)
+  timeout ${SWEEP_S:-80} python benchmarks/grouped_configs.py --reps ${SWEEP_REPS:-20} ${SWEEP_CASES:-$WGRAD_CASES} \
+    > "$OUT/sweep.log" 2>&1
   echo "sweep rc=$?"; cat "$OUT/sweep.log" | cut -c1-400
 fi
