@@ -11,16 +11,20 @@ Group g spans [offs[g-1], offs[g]) (offs[-1] of g = 0 is 0). bf16 or fp16 inputs
 fp32 accumulation, out_dtype None (the inputs'), the inputs' dtype or float32. Any operand may
 be a transposed view (b = w.transpose(1, 2) of (G, N, K) expert weights runs without a copy).
 
-Where each runs (`_compute`):
+Where each runs: a call builds one GemmSpec with `groups` (pingpong.runtime.spec.build_grouped),
+validated when it is new (`check`), and the plan registry (pingpong.runtime.plan) decides once
+per spec; `path_for` names the decision:
 
-    ragged rows, ragged columns   the Hopper grouped kernel (pingpong.hopper.grouped) on an sm_90
-                                  GPU when the operands are TMA-legal; 3-D × 2-D is the 2-D × 3-D
-                                  kernel on the transposed views, writing out transposed
-    ragged K                      the Hopper ragged-K kernel (pingpong.hopper.grouped_k) on an sm_90
-                                  GPU when x = aᵀ (T, M), b (T, N) and out are TMA-legal (an operand
+    ragged rows, ragged columns   the Hopper backend's ragged-rows kernel (pingpong.hopper.grouped)
+                                  on an sm_90 GPU when the operands (or their contiguous copies)
+                                  and the output are TMA-legal; 3-D × 2-D is the 2-D × 3-D kernel
+                                  on the transposed views, writing out transposed
+    ragged K                      the Hopper backend's ragged-K kernel (pingpong.hopper.grouped_k)
+                                  likewise: x = aᵀ (T, M), b (T, N) and out TMA-legal (an operand
                                   whose T is contiguous is copied first)
-    batched                       pingpong.matmul's batched path
-    no Hopper GPU / not TMA-legal the portable kernel
+    batched                       the dense batched product's plan (pingpong.matmul's)
+    any other GPU, or refused     the portable backend's grouped kernel (pingpong.portable.grouped)
+    empty output, no groups       "empty": no kernel (ragged K with K = 0: zeros)
 
 What is checked, and when. Before any work (PingpongError naming the argument): the
 tensors' dims, dtypes and devices, K against K, offs's presence, dtype (int32), dims (1-D),
@@ -52,68 +56,33 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from . import api as _api  # noqa: F401  (the backends register with the plan registry on import)
 from . import ops
+from . import portable
 from .portable import grouped as portable_grouped
-from .errors import PingpongError, check_tensor
+from .errors import PingpongError
 from .runtime import plan as plan_mod
-from .runtime.spec import check_input_dtype
+from .runtime import spec as spec_mod
+from .runtime.spec import BATCHED, COLS, RAGGED_K, ROWS  # noqa: F401  (the modes, by their names here too)
 
-__all__ = ["grouped_mm", "check", "check_offsets"]
-
-ROWS, COLS, RAGGED_K, BATCHED = "rows", "columns", "k", "batched"
+__all__ = ["grouped_mm", "check", "check_offsets", "path_for"]
 
 
 # ----------------------------------------------------------------------------- validation
 
 
-def _mode(a, b) -> str:
-    return {(2, 3): ROWS, (3, 2): COLS, (2, 2): RAGGED_K, (3, 3): BATCHED}[(a.dim(), b.dim())]
-
-
 def check(a, b, offs, out_dtype) -> tuple[str, tuple[int, ...], torch.dtype]:
     """(mode, result shape, result dtype) of grouped_mm(a, b, offs, out_dtype=out_dtype), or a
-    PingpongError naming the argument at fault. Reads shapes, dtypes and devices only."""
-    for name, t in (("a", a), ("b", b)):
-        check_tensor(name, t)
-        if t.dim() not in (2, 3):
-            raise PingpongError(f"{name}: expected a 2-D or 3-D tensor, got {t.dim()}-D with shape {tuple(t.shape)}")
-        check_input_dtype(name, t)
-    if a.dtype != b.dtype:
-        raise PingpongError(f"a and b must have the same dtype, got a {a.dtype} and b {b.dtype}")
-    if a.device != b.device:
-        raise PingpongError(f"a and b must be on the same device, got a on {a.device} and b on {b.device}")
-    if a.shape[-1] != b.shape[-2]:
-        raise PingpongError(f"b: its K ({b.shape[-2]}, b.shape[-2]) must equal a's ({a.shape[-1]}, a.shape[-1]); "
-                            f"a is {tuple(a.shape)}, b is {tuple(b.shape)}")
-    mode = _mode(a, b)
-    dtype = a.dtype if out_dtype is None else out_dtype
-    if dtype not in (a.dtype, torch.float32):
-        raise PingpongError(f"out_dtype: expected None, {a.dtype} (the inputs') or torch.float32, got {out_dtype}")
-    if mode == BATCHED:
-        if offs is not None:
-            raise PingpongError("offs: must be None for a 3-D × 3-D (batched) product, got a tensor")
-        if a.shape[0] != b.shape[0]:
-            raise PingpongError(f"b: group count {b.shape[0]} (b.shape[0]) must equal a's {a.shape[0]}")
-        return mode, (a.shape[0], a.shape[1], b.shape[2]), dtype
-    if offs is None:
-        raise PingpongError(f"offs: required for a {a.dim()}-D × {b.dim()}-D product (the groups' cumulative ends)")
-    check_tensor("offs", offs, "a 1-D int32 tensor")
-    if offs.dtype != torch.int32:
-        raise PingpongError(f"offs: dtype {offs.dtype}; expected torch.int32 (cumulative group ends)")
-    if offs.dim() != 1:
-        raise PingpongError(f"offs: expected a 1-D tensor, got shape {tuple(offs.shape)}")
-    if offs.device != a.device:
-        raise PingpongError(f"offs: on {offs.device}; expected a's device {a.device} (offsets are read on the device)")
-    G = offs.shape[0]
-    if mode == ROWS:
-        if b.shape[0] != G:
-            raise PingpongError(f"b: group count {b.shape[0]} (b.shape[0]) must equal offs's length {G}")
-        return mode, (a.shape[0], b.shape[2]), dtype
-    if mode == COLS:
-        if a.shape[0] != G:
-            raise PingpongError(f"a: group count {a.shape[0]} (a.shape[0]) must equal offs's length {G}")
-        return mode, (a.shape[1], b.shape[1]), dtype
-    return mode, (G, a.shape[0], b.shape[1]), dtype
+    PingpongError naming the argument at fault (pingpong.runtime.spec.validate_grouped).
+    Reads shapes, dtypes and devices only."""
+    return spec_mod.validate_grouped(a, b, offs, out_dtype)
+
+
+def check_gpu(device) -> None:
+    """Last of the checks of a call that runs (not of the fake implementation's, nor of the
+    interpreter's): a GPU tensor."""
+    if device.type != "cuda":
+        raise PingpongError(f"a and b are on {device}: pingpong runs on CUDA GPUs")
 
 
 def check_offsets(offs: Tensor, extent: int) -> None:
@@ -127,106 +96,43 @@ def check_offsets(offs: Tensor, extent: int) -> None:
 # ----------------------------------------------------------------------------- the computation
 
 
-def _hopper_rows(a, b, out, offs) -> bool:
-    """out[rows of g] = a[rows of g] @ b[g] on the Hopper kernel; False if it cannot run it."""
-    from .hopper import grouped as hg
-    from .runtime import device as dev
-    from .runtime.launcher import CachedLaunch
-
-    index = a.device.index if a.device.index is not None else torch.cuda.current_device()
-    if not dev.is_hopper(index):
-        return False
-    if not hg.legal(a, "row"):  # A K-major (pingpong.hopper.grouped.prepare)
-        a = a.contiguous()
-    if not hg.legal(b):
-        b = b.contiguous()
-    if not (hg.legal(a, "row") and hg.legal(b) and hg.legal(out)):
-        return False
-    T, N, G = a.shape[0], b.shape[2], b.shape[0]
-    config = hg.select_grouped_config(T, G, N)
-    # the bound launch of this call signature, in the plan cache (least recently used evicted:
-    # token counts vary call to call)
-    key = ("grouped", index, a.shape, a.stride(), b.shape, b.stride(), out.shape, out.stride(), a.dtype, out.dtype,
-           config)
-    launch = plan_mod.get(key)
-    if launch is None:
-        launch = plan_mod.store(key, CachedLaunch())
-    launch(index, (a.data_ptr(), b.data_ptr(), out.data_ptr(), out.data_ptr(), offs.data_ptr()), (), hg.prepare, a, b,
-           out, offs,
-           config, dev.sm_count(index))
-    return True
-
-
-def _hopper_ragged_k(a, b, out, offs) -> bool:
-    """out[g] = a[:, K_g] @ b[K_g, :] on the Hopper ragged-K kernel; False if it cannot run it.
-    The kernel reads x = aᵀ (T, M) and b (T, N) with T as the row dimension
-    (pingpong.hopper.grouped_k): the backward's a = x.t() and dY are read as they are; an
-    operand with T contiguous is copied once."""
-    from .hopper import grouped_k as hk
-    from .runtime import device as dev
-    from .runtime.launcher import CachedLaunch
-
-    index = a.device.index if a.device.index is not None else torch.cuda.current_device()
-    if not dev.is_hopper(index):
-        return False
-    x = a.t()
-    if not hk.legal_operand(x):
-        x = x.contiguous()
-    if not hk.legal_operand(b):
-        b = b.contiguous()
-    if not (hk.legal_operand(x) and hk.legal_operand(b) and hk.legal_out(out)):
-        return False
-    (T, M), N, G = x.shape, b.shape[1], out.shape[0]
-    config = hk.select_ragged_k_config(M, N, T, G)
-    key = ("grouped_k", index, x.shape, x.stride(), b.shape, b.stride(), out.shape, out.stride(), x.dtype, out.dtype,
-           config)
-    launch = plan_mod.get(key)
-    if launch is None:
-        launch = plan_mod.store(key, CachedLaunch())
-    launch(index, (x.data_ptr(), b.data_ptr(), out.data_ptr(), offs.data_ptr()), (), hk.prepare, x, b, out, offs,
-           config, dev.sm_count(index))
-    return True
-
-
-def _ragged_k(a, b, out, offs, interpret) -> None:
-    if out.numel() == 0:
-        return
-    if a.shape[1] == 0:  # no K at all: every group is empty
-        out.zero_()
-        return
-    if interpret or not _hopper_ragged_k(a, b, out, offs):
-        portable_grouped.grouped(a, b, out, offs, ragged_k=True, interpret=interpret)
-
-
-def _rows(a, b, out, offs, interpret) -> None:
-    if out.numel() == 0 or b.shape[0] == 0:
-        return
-    if interpret or not _hopper_rows(a, b, out, offs):
-        portable_grouped.grouped(a, b, out, offs, ragged_k=False, interpret=interpret)
+def _plan(a, b, offs, out_dtype, interpret=False):
+    """(spec, plan) of this call: the cached plan, validated when its spec is new (a hit
+    means the call is valid and its backend decided). `interpret`: the portable kernels under
+    Triton's interpreter (pingpong.portable.Interpreter, CPU tests; fp16/fp32 only), planned
+    afresh and not cached."""
+    spec = spec_mod.build_grouped(a, b, offs, out_dtype)
+    plan = None if interpret else plan_mod.get(spec)
+    if plan is None:
+        check(a, b, offs, out_dtype)
+        if interpret:
+            return spec, plan_mod.plan_for(spec, (portable.Interpreter,))
+        check_gpu(a.device)
+        plan = plan_mod.cached_plan(spec)
+    return spec, plan
 
 
 def _compute(a, b, offs, dtype, zero_tail=False, out=None, interpret=False) -> Tensor:
-    """The product into `out` (new, contiguous, when None). `interpret`: the portable kernel
-    under Triton's interpreter (CPU tests; fp16/fp32 only)."""
-    mode, shape, _ = check(a, b, offs, dtype)
-    if a.device.type != "cuda" and not interpret:
-        raise PingpongError(f"a and b are on {a.device}: pingpong runs on CUDA GPUs")
+    """The product into `out` (new, contiguous, when None; else a contiguous tensor of the
+    result, as the plan assumes). `interpret`: see `_plan`."""
+    spec, plan = _plan(a, b, offs, dtype, interpret)
+    (mode, count, _), dtype = spec.groups, spec.out_dtype
+    shape = spec_mod.grouped_shape(mode, a, b, count)
     if out is None:
         out = torch.empty(shape, dtype=dtype, device=a.device)
-    if mode == ROWS:
-        _rows(a, b, out, offs, interpret)
-        if zero_tail:
-            portable_grouped.zero_tail(out, offs, interpret)
-    elif mode == COLS:  # outᵀ (N_total, M) = bᵀ (N_total, K) · aᵀ (G, K, M): ragged rows, written transposed
-        _rows(b.t(), a.transpose(1, 2), out.t(), offs, interpret)
-        if zero_tail:
-            portable_grouped.zero_tail(out.t(), offs, interpret)
-    elif mode == RAGGED_K:
-        _ragged_k(a, b, out, offs, interpret)
-    else:
-        from . import api
-        out.copy_(torch.bmm(a, b) if interpret else api.matmul(a, b, out_dtype=dtype))
+    assert out.is_contiguous() and tuple(out.shape) == shape and out.dtype == dtype, "out: the result, contiguous"
+    plan.run(a, b, offs, out)
+    if zero_tail and mode in (ROWS, COLS):  # rows (columns) past offs[-1]
+        portable_grouped.zero_tail(spec_mod.ragged_view(mode, a, b, out)[2], offs, interpret)
     return out
+
+
+def path_for(a, b, offs=None, *, out_dtype=None) -> str:
+    """The path grouped_mm(a, b, offs, out_dtype=out_dtype) takes, the planned backend's (as
+    pingpong.path_for names them): "hopper", "hopper-padded" (an operand copied contiguous
+    first), "portable", or "empty" (no kernel); 3-D × 3-D: the dense batched product's path.
+    Validated as grouped_mm validates."""
+    return _plan(a, b, offs, out_dtype)[1].path
 
 
 # ----------------------------------------------------------------------------- public function and op
@@ -244,18 +150,19 @@ def grouped_mm(a: Tensor, b: Tensor, offs: Optional[Tensor] = None, *, out_dtype
     Returns:
         A new contiguous tensor (table); rows past offs[-1] of a ragged-row result are unset.
     """
-    _, _, dtype = check(a, b, offs, out_dtype)
-    return _route(a, b, offs, dtype, False)
+    return _route(a, b, offs, out_dtype, False)
 
 
-def _route(a, b, offs, dtype, zero_tail) -> Tensor:
-    """The op when autograd records the call or a tracer runs, else the kernel directly."""
+def _route(a, b, offs, out_dtype, zero_tail) -> Tensor:
+    """The op when autograd records the call or a tracer runs (validated first, on the global
+    shapes of DTensors), else the kernel directly (validated when its spec is new)."""
     plain = all(type(t) in (torch.Tensor, torch.nn.Parameter) for t in (a, b, offs) if t is not None)
     if not plain or torch.compiler.is_compiling() or (torch.is_grad_enabled() and (a.requires_grad or
                                                                                      b.requires_grad)):
+        _, _, dtype = check(a, b, offs, out_dtype)
         ops.check_sharded(torch.ops.pingpong.grouped_mm.default, a, b, offs, dtype, zero_tail)
         return grouped_mm_op(a, b, offs, dtype, zero_tail)
-    return _compute(a, b, offs, dtype, zero_tail)
+    return _compute(a, b, offs, out_dtype, zero_tail)
 
 
 @torch.library.custom_op("pingpong::grouped_mm", mutates_args=())
@@ -295,7 +202,7 @@ def _backward(ctx, g):
     _ensure_context(g)
     needs_a, needs_b = ctx.needs_input_grad[:2]
     g = g.to(a.dtype)
-    mode = _mode(a, b)
+    mode = spec_mod.grouped_mode(a, b)
     da = db = None
     if mode == BATCHED:
         da = _route(g, b.mT, None, a.dtype, False) if needs_a else None

@@ -1,7 +1,7 @@
 """The AMD backend: the AMD Gluon kernels (pingpong.amd; compiled and checked offline, never
 run here) where they apply: a ROCm GPU of a supported architecture, 2-D, no fused bias or
 activation, the dtypes and layout the kernel takes, spans its buffer instructions address.
-Everything else on ROCm takes the portable kernel."""
+Everything else on ROCm takes the portable kernel, grouped products (pingpong.grouped) too."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ ORDER = 1
 def can_implement(spec: GemmSpec) -> str | None:
     if torch.version.hip is None or spec.device.type == "cpu":
         return "not a ROCm GPU"
+    if spec.groups is not None:
+        return "no AMD grouped kernel: grouped products take the portable kernel"
     if len(spec.a.shape) != 2 or len(spec.b.shape) != 2:
         return "batched products take the portable kernel"
     if spec.epilogue.scales is not None:

@@ -4,10 +4,21 @@ and its plans (one kernel; split-K / swap-AB).
     can_implement(spec)   None, or why not: not an sm_90 GPU; a tensor the kernel cannot
                           address (TMA's coordinate and stride limits); an explicit config
                           the call cannot run (split-K / swap-AB / a two-piece tile batched,
-                          a split-K workspace beyond 32-bit offsets)
+                          a split-K workspace beyond 32-bit offsets); a grouped spec: an
+                          operand or the output the grouped kernel's TMA cannot take
     plan(spec)            KernelConfig (explicit, or select_config: table, heuristic), which
                           operands need a 16-byte-aligned copy (TMA's rule), the output
-                          target (out itself, or an aligned buffer + copy-back)
+                          target (out itself, or an aligned buffer + copy-back); a grouped
+                          spec: GroupedHopperPlan (the kernel, its tile, which operands are
+                          copied first)
+
+Grouped specs (pingpong.grouped): ragged rows and ragged columns (the transposed views,
+`spec.ragged_view`) run the ragged-rows kernel (pingpong.hopper.grouped: A K-major, B either
+way, out row-major, or column-major through pointer stores); ragged K the ragged-K kernel
+(pingpong.hopper.grouped_k: x = aᵀ (T, M) and b (T, N) row-major, out (G, M, N) row-major).
+An operand the kernel cannot read as stored is copied contiguous first when the copy can be
+read ("hopper-padded"); otherwise, or when the output cannot be written, the spec is refused
+and the portable kernel runs it.
 
 TMA's rule: the base and every non-unit stride are multiples of 16 bytes and one stride is 1.
 A tensor that breaks it is copied once into an aligned buffer ("hopper-padded").
@@ -25,8 +36,8 @@ from ..runtime import plan as plan_mod
 from ..runtime.addressing import unaddressable
 from ..runtime.device import is_hopper, sm_count
 from ..runtime.launcher import CachedLaunch
-from ..runtime.plan import LaunchedPlan, Plan, bias_vector, device_index
-from ..runtime.spec import GemmSpec, Operand
+from ..runtime.plan import GroupedPlan, LaunchedPlan, Plan, bias_vector, device_index
+from ..runtime.spec import COLS, RAGGED_K, GemmSpec, grouped_out, ragged_view
 from .config import KernelConfig, column_pieces
 from .launch import MAX_SPLIT_BLOCK, counter_count, per_batch, prepare, prepare_split, tma_orientation, \
     workspace_shape
@@ -41,30 +52,14 @@ CONFIGURABLE = True  # matmul_tiled's explicit KernelConfig configures this back
 # ----------------------------------------------------------------------------- TMA legality of a spec
 
 
-def _orientation(shape, strides, itemsize: int, aligned: bool) -> str | None:
-    """tma_orientation of a 2-D operand from its spec (pingpong.hopper.launch, on tensors)."""
-    if not aligned:
-        return None
-    (r, c), (sr, sc) = shape, strides
-    if sc == 1 and (sr * itemsize) % 16 == 0 and sr >= max(c, 1):
-        return "row"
-    if sr == 1 and (sc * itemsize) % 16 == 0 and sc >= max(r, 1):
-        return "col"
-    return None
-
-
 def tma_matrices(t) -> str | None:
     """TMA orientation of a 2-D operand, or of every matrix of a batched (3-D) one: its one
     matrix if the batches share it, else matrix 0 with a 16-byte-multiple batch stride.
     `t`: an Operand (a spec's) or a tensor."""
-    if not isinstance(t, Operand):
-        t = Operand(t.dtype, t.shape, t.stride(), t.device, t.data_ptr() % 16 == 0)
-    shape, st, size = t.shape, t.strides, t.dtype.itemsize
-    if len(shape) == 3:
-        if not (shape[0] == 1 or st[0] == 0) and (st[0] * size) % 16:
-            return None
-        shape, st = shape[1:], st[1:]
-    return _orientation(shape, st, size, t.aligned)
+    shape, st, size = t.shape, t.stride(), t.element_size()
+    if len(shape) == 3 and not (shape[0] == 1 or st[0] == 0) and (st[0] * size) % 16:
+        return None
+    return tma_orientation(t)
 
 
 def tma_copy(t: torch.Tensor, values: bool = True) -> torch.Tensor:
@@ -100,6 +95,8 @@ def can_implement(spec: GemmSpec) -> str | None:
     if not is_hopper(device_index(device)):
         return (f"{device} is not a Hopper GPU (sm_90)" + ("; matmul_tiled configures the Hopper kernel, this GPU"
                                                            " takes the portable path" if spec.config else ""))
+    if spec.groups is not None:
+        return _grouped_layout(spec)[-1]
     c = spec.c if spec.epilogue.reads_c or spec.inplace else None
     why = unaddressable("hopper", a=spec.a, b=spec.b, c=c)
     if why:
@@ -136,6 +133,8 @@ def _workspace_reason(spec: GemmSpec, config: KernelConfig) -> str | None:
 
 def plan(spec: GemmSpec) -> Plan:
     """The plan of a spec this backend can implement."""
+    if spec.groups is not None:
+        return _grouped_plan(spec)
     if spec.epilogue.scales is not None:
         from . import fp8_launch  # the FP8 kernel's module, compiled on first use
 
@@ -183,6 +182,80 @@ def one_kernel_config(config: KernelConfig) -> KernelConfig:
 def _layouts(a, b) -> str:
     """"nt" etc.: how a (M × K) and b (K × N) are stored, n = row-major, t = a transposed view."""
     return "".join("n" if t.stride(-1) == 1 else "t" for t in (a, b))
+
+
+# ----------------------------------------------------------------------------- grouped specs
+
+
+def _grouped_layout(spec: GemmSpec):
+    """(kernel module, a, b, out, copy_a, copy_b, why not) of a grouped spec on the Hopper
+    grouped kernels: a, b, out as the kernel takes them (Operands), each operand read as
+    stored when its TMA rule allows, else from a contiguous copy; why not (None: it runs) names
+    the user's argument that neither fits, or the output."""
+    mode = spec.groups.mode
+    if mode == RAGGED_K:  # the kernel reads x = aᵀ (T, M) and b (T, N), T the row dimension
+        from . import grouped_k as kernel
+
+        a, b, out = spec.a.mT, spec.b, grouped_out(spec)
+        a_fits = b_fits = kernel.legal_operand
+        out_fits, what = kernel.legal_out, "ragged-K kernel (T-contiguous rows of 16-byte multiples)"
+    else:
+        from . import grouped as kernel
+
+        a, b, out = ragged_view(mode, spec.a, spec.b, grouped_out(spec))
+        a_fits, b_fits = (lambda t: kernel.legal(t, "row")), kernel.legal  # A K-major (kernel.prepare)
+        out_fits, what = kernel.legal, "ragged-rows kernel (TMA: 16-byte-aligned rows)"
+    copy_a, copy_b = not a_fits(a), not b_fits(b)
+    names = ("b", "a") if mode == COLS else ("a", "b")  # ragged columns: the kernel's a is bᵀ
+    why = None
+    for name, t, fits in ((names[0], a.contiguous() if copy_a else a, a_fits),
+                          (names[1], b.contiguous() if copy_b else b, b_fits)):
+        if not fits(t):
+            user = getattr(spec, name)
+            why = (f"the Hopper {what} cannot read {name} (shape {tuple(user.shape)}, strides {user.strides}),"
+                   " even from a contiguous copy")
+            break
+    if why is None and not out_fits(out):
+        why = f"the Hopper {what} cannot write the {tuple(out.shape)} {spec.out_dtype} output"
+    return kernel, a, b, out, copy_a, copy_b, why
+
+
+def _grouped_plan(spec: GemmSpec) -> "GroupedHopperPlan":
+    kernel, a, b, out, copy_a, copy_b, _ = _grouped_layout(spec)
+    G = spec.groups.count
+    if spec.groups.mode == RAGGED_K:
+        (T, M), N = a.shape, b.shape[1]
+        config = kernel.select_ragged_k_config(M, N, T, G)
+    else:
+        T, N = out.shape
+        config = kernel.select_grouped_config(T, G, N)
+    return GroupedHopperPlan(device_index(spec.device), spec.groups.mode, kernel.prepare, config, copy_a, copy_b)
+
+
+class GroupedHopperPlan(GroupedPlan):
+    """A grouped product on a Hopper grouped kernel (`_grouped_layout`), launched through a
+    bound direct launch (Triton's JIT on the plan's first call). An operand TMA cannot read
+    as stored is copied contiguous first ("hopper-padded")."""
+
+    __slots__ = ("prepare", "config", "copy_a", "copy_b", "launch")
+
+    def __init__(self, device, mode, prepare, config, copy_a, copy_b):
+        self.device, self.mode, self.prepare, self.config, self.activation = device, mode, prepare, config, "none"
+        self.copy_a, self.copy_b = copy_a, copy_b
+        self.path = "hopper-padded" if copy_a or copy_b else "hopper"
+        self.launch = CachedLaunch()
+
+    def compute(self, a, b, out, offs):
+        if self.mode == RAGGED_K:
+            a = a.t()  # x (T, M): the backward's a = x.t() is read as it is
+        if self.copy_a:
+            a = a.contiguous()
+        if self.copy_b:
+            b = b.contiguous()
+        o = out.data_ptr()
+        ptrs = (a.data_ptr(), b.data_ptr(), o, offs.data_ptr()) if self.mode == RAGGED_K else \
+            (a.data_ptr(), b.data_ptr(), o, o, offs.data_ptr())
+        self.launch(self.device, ptrs, (), self.prepare, a, b, out, offs, self.config, sm_count(self.device))
 
 
 # ----------------------------------------------------------------------------- plans

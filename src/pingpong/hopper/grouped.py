@@ -310,13 +310,13 @@ def select_grouped_config(T: int, G: int, N: int) -> KernelConfig:
     return KernelConfig(64, 128, 64, schedule="pingpong")
 
 
-def legal(t: torch.Tensor, orientation: str | None = None) -> bool:
-    """t (2-D, or each matrix of a 3-D t) can be read by TMA as it is stored (2-D: in
-    `orientation`, "row" or "col", if given)."""
+def legal(t, orientation: str | None = None) -> bool:
+    """t (2-D, or each matrix of a 3-D t; a tensor or a spec's Operand) can be read by TMA as
+    it is stored (2-D: in `orientation`, "row" or "col", if given)."""
     if t.dim() == 2 and orientation:
         return tma_orientation(t) == orientation
     if t.dim() == 3:
-        ok = tma_orientation(t[0]) is not None and t.shape[0] > 0
+        ok = tma_orientation(t) is not None and t.shape[0] > 0
         return ok and (t.shape[0] == 1 or ((t.stride(0) * t.element_size()) % 16 == 0 and t.stride(0) > 0))
     return tma_orientation(t) is not None
 

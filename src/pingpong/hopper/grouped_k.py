@@ -296,14 +296,16 @@ def ragged_descriptor(t: torch.Tensor, box_rows: int, box_cols: int) -> TensorDe
                             [1, 1, box_rows, box_cols], layout)
 
 
-def legal_operand(t: torch.Tensor) -> bool:
-    """t (T, C) can be a ragged operand as stored: row-major (T the row), TMA-legal."""
+def legal_operand(t) -> bool:
+    """t (T, C) can be a ragged operand as stored: row-major (T the row), TMA-legal (a tensor
+    or a spec's Operand)."""
     return t.dim() == 2 and tma_orientation(t) == "row" and t.shape[0] <= RAGGED_ROWS.value
 
 
-def legal_out(out: torch.Tensor) -> bool:
-    """out (G, M, N): each matrix row-major and TMA-legal, a 16-byte multiple apart."""
-    return (out.dim() == 3 and out.shape[0] > 0 and tma_orientation(out[0]) == "row"
+def legal_out(out) -> bool:
+    """out (G, M, N): each matrix row-major and TMA-legal, a 16-byte multiple apart (a tensor
+    or a spec's Operand)."""
+    return (out.dim() == 3 and out.shape[0] > 0 and tma_orientation(out) == "row"
             and (out.shape[0] == 1 or ((out.stride(0) * out.element_size()) % 16 == 0 and out.stride(0) > 0)))
 
 

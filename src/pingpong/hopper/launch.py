@@ -7,7 +7,7 @@ its compile options from `launch_options(d)`:
     fn, args, kwargs, grid = prepare(...)      kwargs = dict(CFG=KernelConstants(...), num_warps=..., ...)
     fn[grid](*args, **kwargs)                  args: descriptors, pointers, sizes, α, β (runtime)
 
-`tma_orientation(t)` says whether a 2-D tensor can be described to TMA as it is stored (last
+`tma_orientation(t)` says whether a 2-D tensor (or a spec's Operand) can be described to TMA as it is stored (last
 stride 1 in one of its two orientations, the other stride 16-byte aligned, base 16-byte
 aligned). The plan (pingpong.runtime.plan) decides what to do with tensors that are not (a padded
 copy) and launches `prepare`'s kernel, first through Triton's JIT, then directly
@@ -32,7 +32,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from ..errors import ConfigError
 from ..runtime import compile as cc
 from ..runtime.plan import bias_vector
-from ..runtime.spec import bias_kind
+from ..runtime.spec import Operand, bias_kind
 from ..toolchain import KERNEL_OPTIONS
 from .config import SCHEDULE_FACTS, KernelConfig, swizzle_width
 from .epilogue import EpilogueConstants
@@ -42,14 +42,16 @@ from .scheduler import effective_splits
 _GL_DTYPE = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}
 
 
-def tma_orientation(t: torch.Tensor) -> str | None:
-    """"row" if t's last dim is contiguous, "col" if its first is, None if TMA cannot read it."""
-    elem = t.element_size()
-    if t.data_ptr() % 16:
+def tma_orientation(t) -> str | None:
+    """"row" if t's last dim is contiguous, "col" if its first is, None if TMA cannot read it.
+    `t`: a 2-D tensor, or a spec's Operand (pingpong.runtime.spec: the plans decide from it);
+    of a 3-D one, each matrix's (the batch stride is the caller's to check)."""
+    if not (t.aligned if type(t) is Operand else t.data_ptr() % 16 == 0):
         return None
-    if t.stride(1) == 1 and (t.stride(0) * elem) % 16 == 0 and t.stride(0) >= max(t.shape[1], 1):
+    (r, c), (sr, sc), elem = t.shape[-2:], t.stride()[-2:], t.element_size()
+    if sc == 1 and (sr * elem) % 16 == 0 and sr >= max(c, 1):
         return "row"
-    if t.stride(0) == 1 and (t.stride(1) * elem) % 16 == 0 and t.stride(1) >= max(t.shape[0], 1):
+    if sr == 1 and (sc * elem) % 16 == 0 and sc >= max(r, 1):
         return "col"
     return None
 

@@ -76,8 +76,9 @@ from ..runtime import spec as spec_mod
 from ..runtime.addressing import needs_int64
 from ..runtime.compile import SHARED_MEMORY_LIMIT, TARGETS, Launch, register
 from ..runtime.launcher import CachedLaunch
-from ..runtime.plan import LaunchedPlan, bias_vector, device_index
+from ..runtime.plan import LaunchedPlan, Plan, bias_vector, device_index
 from ..toolchain import KERNEL_OPTIONS
+from . import grouped
 
 __all__ = ["portable_gemm", "prepare", "default_block", "default_stages", "gemm_kernel", "SUPPORTED_INPUTS", "SUPPORTED_OUTPUTS"]
 
@@ -413,8 +414,8 @@ ORDER = 2  # asked last: it runs any call on any CUDA/ROCm GPU
 
 
 def can_implement(spec: spec_mod.GemmSpec) -> str | None:
-    """None for any unscaled call off the CPU (64-bit offsets where a span needs them; meta
-    tensors plan as a GPU's would)."""
+    """None for any unscaled call off the CPU, grouped ones included (64-bit offsets where a
+    span needs them; meta tensors plan as a GPU's would)."""
     if spec.device.type == "cpu":
         return "CPU tensors: the compiled kernel runs on GPUs (the interpreter is an explicit opt-in:" \
                " pingpong.portable.portable_gemm(a, b, out, interpret=True))"
@@ -424,7 +425,9 @@ def can_implement(spec: spec_mod.GemmSpec) -> str | None:
     return None
 
 
-def plan(spec: spec_mod.GemmSpec) -> "PortablePlan":
+def plan(spec: spec_mod.GemmSpec) -> "PortablePlan | grouped.GroupedPortablePlan":
+    if spec.groups is not None:
+        return grouped.GroupedPortablePlan(device_index(spec.device), spec.groups.mode)
     return PortablePlan(device_index(spec.device), spec.epilogue.reads_c, spec.epilogue.activation)
 
 
@@ -454,3 +457,37 @@ class PortablePlan(LaunchedPlan):
 
 
 plan_mod.register(sys.modules[__name__])
+
+
+# --------------------------------------------------------------------------- the interpreter as a backend
+
+
+class InterpretedPlan(Plan):
+    """portable_gemm under Triton's interpreter (CPU tensors fine)."""
+
+    __slots__ = ("reads_c",)
+
+    def __init__(self, read, activation="none"):
+        self.device, self.path, self.reads_c, self.activation = -1, "interpreted", read, activation
+
+    def run(self, a, b, out, c, alpha, beta, bias=None):
+        epilogue = {} if bias is None and self.activation == "none" else dict(bias=bias, activation=self.activation)
+        portable_gemm(a, b, out, alpha=alpha, beta=beta, c=c if self.reads_c else None, interpret=True, **epilogue)
+
+
+class Interpreter:
+    """The portable kernels under Triton's interpreter as a backend: any spec, CPU tensors
+    included. Never registered: an explicit opt-in, given to plan_for as the one backend to
+    ask (pingpong.grouped's `interpret`, the CPU tests')."""
+
+    NAME, ORDER = "interpreter", 3
+
+    @staticmethod
+    def can_implement(spec: spec_mod.GemmSpec) -> None:
+        return None
+
+    @staticmethod
+    def plan(spec: spec_mod.GemmSpec) -> Plan:
+        if spec.groups is not None:
+            return grouped.GroupedPortablePlan(-1, spec.groups.mode, interpret=True)
+        return InterpretedPlan(spec.epilogue.reads_c, spec.epilogue.activation)

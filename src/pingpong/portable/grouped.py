@@ -19,6 +19,9 @@ store. Ends past the operand are clipped to it; a decreasing offset makes its gr
 
 `zero_tail` writes zeros into the rows of out past offs[G-1] (ragged-row products), reading
 the end on the device: the gradients need them zero, torch._grouped_mm leaves them unset.
+
+`GroupedPortablePlan` is the portable backend's plan of a grouped spec (pingpong.portable.plan;
+under Triton's interpreter, pingpong.portable.Interpreter's).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..runtime.plan import GroupedPlan
+from ..runtime.spec import RAGGED_K
 from ..toolchain import KERNEL_OPTIONS
 
 
@@ -136,3 +141,17 @@ def zero_tail(out, offs, interpret: bool = False) -> torch.Tensor:
     kernel[(-(-M // BM), -(-N // BN))](out, offs, M, N, G, out.stride(0), out.stride(1), BM=BM, BN=BN,
                                        **({} if interpret else KERNEL_OPTIONS))
     return out
+
+
+class GroupedPortablePlan(GroupedPlan):
+    """A grouped product (ragged rows, or ragged K) on the portable kernel, any strides;
+    `interpret`: under Triton's interpreter."""
+
+    __slots__ = ("interpret",)
+
+    def __init__(self, device, mode, interpret=False):
+        self.device, self.mode, self.interpret, self.activation = device, mode, interpret, "none"
+        self.path = "interpreted" if interpret else "portable"
+
+    def compute(self, a, b, out, offs):
+        grouped(a, b, out, offs, ragged_k=self.mode == RAGGED_K, interpret=self.interpret)

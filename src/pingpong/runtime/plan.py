@@ -16,6 +16,14 @@ A spec holds everything validation and dispatch read, so a cache hit means the c
 and its decision known; only per-call values (addresses, α, β, overlap of an in-place output
 with the inputs) are checked again. `path_for` returns `plan.path`, the path `run` takes.
 The cache keeps PLAN_CACHE_SIZE plans, least recently used evicted.
+
+A grouped spec (`spec.groups`, pingpong.grouped_mm) goes the same way: the same cache (a
+grouped spec never equals a dense one: `groups` is in the key), the same backends, each of
+which answers for every spec it is asked about, grouped ones included (Hopper: its ragged-rows
+and ragged-K kernels; AMD: none; portable: any). Its plan is a GroupedPlan,
+run(a, b, offs, out). Decided here, before the backends: nothing to compute ("empty": an
+empty output, no groups of rows, or a K of 0, which gives zeros), and 3-D × 3-D, which is the
+dense batched product (the plan of the spec without `groups`).
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ import torch
 
 from ..errors import PingpongError
 from . import spec as spec_mod
-from .spec import GemmSpec, torch_activation
+from .spec import BATCHED, RAGGED_K, GemmSpec, torch_activation
 
 #: Plans kept (each a few hundred bytes plus its bound launch); least recently used evicted.
 PLAN_CACHE_SIZE = 1024
@@ -65,13 +73,21 @@ def store(key, plan: "Plan") -> "Plan":
     return plan
 
 
-def plan_for(spec: GemmSpec) -> "Plan":
-    """Decide, for a validated spec: the first backend that can implement it plans it (not cached)."""
-    (M, N, K), batches = spec.mnk, spec.batches
-    if 0 in (M, K, N, batches):
-        return EmptyPlan(device_index(spec.device), spec.epilogue.reads_c, spec.epilogue.activation)
+def plan_for(spec: GemmSpec, backends=None) -> "Plan":
+    """Decide, for a validated spec: the first backend (of `backends`, default the registry's)
+    that can implement it plans it (not cached)."""
+    if spec.groups is not None:
+        if spec.groups.mode == BATCHED:  # a batch of equal groups: the dense batched product
+            return BatchedPlan(plan_for(spec._replace(groups=None), backends))
+        empty = _empty_groups(spec)
+        if empty is not None:
+            return empty
+    else:
+        (M, N, K), batches = spec.mnk, spec.batches
+        if 0 in (M, K, N, batches):
+            return EmptyPlan(device_index(spec.device), spec.epilogue.reads_c, spec.epilogue.activation)
     reasons = []
-    for backend in BACKENDS:
+    for backend in BACKENDS if backends is None else backends:
         if spec.config is not None and not getattr(backend, "CONFIGURABLE", False):
             continue
         why = backend.can_implement(spec)
@@ -163,3 +179,56 @@ def bias_vector(bias: torch.Tensor | None) -> torch.Tensor | None:
         return bias
     v = bias.reshape(-1)
     return v if v.stride(0) == 1 or v.numel() <= 1 else v.contiguous()
+
+
+# ----------------------------------------------------------------------------- grouped plans
+
+
+class GroupedPlan(Plan):
+    """The plan of a grouped spec (pingpong.grouped): `run(a, b, offs, out)` writes the product
+    into out, a contiguous tensor of the result's shape (the spec's `grouped_out`). A
+    ragged-columns product (3-D × 2-D) is ragged rows on the transposed views, written
+    transposed (outᵀ = bᵀ · aᵀ, `spec.ragged_view`): `compute` gets those views."""
+
+    __slots__ = ("mode",)
+
+    def run(self, a, b, offs, out) -> None:
+        self.compute(*spec_mod.ragged_view(self.mode, a, b, out), offs)
+
+    def compute(self, a, b, out, offs) -> None:
+        raise NotImplementedError
+
+
+class EmptyGroupedPlan(GroupedPlan):
+    """Nothing to compute: an empty output or no groups (out is left as it is: rows past the
+    last group are unset anyway), or ragged K with K = 0 (every group empty: zeros)."""
+
+    __slots__ = ("zeros",)
+
+    def __init__(self, device, mode, zeros):
+        self.device, self.mode, self.zeros, self.path, self.activation = device, mode, zeros, "empty", "none"
+
+    def compute(self, a, b, out, offs):
+        if self.zeros:
+            out.zero_()
+
+
+def _empty_groups(spec: GemmSpec) -> "EmptyGroupedPlan | None":
+    mode, count, _ = spec.groups
+    if 0 in spec_mod.grouped_shape(mode, spec.a, spec.b, count) or (mode != RAGGED_K and count == 0):
+        return EmptyGroupedPlan(device_index(spec.device), mode, False)
+    if mode == RAGGED_K and spec.a.shape[1] == 0:
+        return EmptyGroupedPlan(device_index(spec.device), mode, True)
+    return None
+
+
+class BatchedPlan(GroupedPlan):
+    """3-D × 3-D: the dense batched product's plan (the spec without `groups`)."""
+
+    __slots__ = ("dense",)
+
+    def __init__(self, dense: Plan):
+        self.dense, self.mode, self.device, self.path, self.activation = dense, BATCHED, dense.device, dense.path, "none"
+
+    def compute(self, a, b, out, offs):
+        self.dense.run(a, b, out, None, 1.0, 0.0)

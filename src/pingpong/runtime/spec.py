@@ -16,6 +16,10 @@ and the plan cache's key. A leaf module (torch and pingpong.errors only): every 
                                               name (tensor / row / block) is `scale_mode`'s
       inplace          bool                   c is the output (gemm_)
       config           KernelConfig | None    an explicit Hopper config (matmul_tiled)
+      groups           GroupSpec | None       a grouped product (pingpong.grouped_mm); None: dense
+        mode           ROWS | COLS | RAGGED_K | BATCHED   from a's and b's dims (`grouped_mode`)
+        count          int                    G, the number of groups
+        offs           Operand | None         the groups' cumulative ends (None: batched)
 
 α and β are per-call launch scalars: a plan serves every value, so they are not in the key;
 the spec records what they decide (`reads_c`). The batch is in the operands' shapes
@@ -25,6 +29,11 @@ the validation below then names the bad argument.
 Validation (`validate`, `validate_nd`, `validate_linear`, `validate_inplace`) reports under
 the caller's argument names (`Names`: gemm says a/b/c, linear says x/weight), with a
 PingpongError naming the argument and what was expected, before any work.
+
+A grouped product (torch._grouped_mm's four forms) is one more kind of spec: `build_grouped`
+fills `groups` (c, the epilogue and the config are a dense call's only), `validate_grouped`
+checks its arguments under grouped_mm's names (a, b, offs, out_dtype). Its output is always
+a new contiguous tensor (`grouped_out`), so the backends decide from the spec alone.
 """
 
 from __future__ import annotations
@@ -93,12 +102,41 @@ class Operand(NamedTuple):
         """Bytes from the first element to past the last (0 if empty; strides ≥ 0)."""
         return 0 if self.numel() == 0 else self.dtype.itemsize * (1 + span(self))
 
+    @property
+    def mT(self) -> "Operand":
+        """The operand with its last two dims swapped (a tensor's .mT: a view, same base)."""
+        (r, c), (sr, sc) = self.shape[-2:], self.strides[-2:]
+        return _new(Operand, (self.dtype, torch.Size((*self.shape[:-2], c, r)), (*self.strides[:-2], sc, sr),
+                              self.device, self.aligned))
+
+    def contiguous(self) -> "Operand":
+        """The operand a tensor's .contiguous() gives: itself when already contiguous (torch's
+        rule: sizes of 1 and empty tensors ignore strides), else a new aligned row-major one."""
+        if self.numel() == 0 or all(n == 1 or st == want for n, st, want in
+                                    zip(self.shape, self.strides, row_major_strides(self.shape))):
+            return self
+        return fresh(self.dtype, self.shape, self.device)
+
 
 _new = tuple.__new__  # a NamedTuple built without its Python-level __new__ (host cost per call)
 
 
 def operand(t: torch.Tensor) -> Operand:
     return _new(Operand, (t.dtype, t.shape, t.stride(), t.device, t.data_ptr() % 16 == 0))
+
+
+def row_major_strides(shape) -> tuple:
+    """The strides of a new contiguous tensor of `shape`."""
+    strides, inner = [], 1
+    for n in reversed(tuple(shape)):
+        strides.append(inner)
+        inner *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def fresh(dtype: torch.dtype, shape, device) -> Operand:
+    """A new contiguous tensor's operand (the caching allocator's blocks are 16-byte aligned)."""
+    return _new(Operand, (dtype, torch.Size(shape), row_major_strides(shape), device, True))
 
 
 class ScaleSpec(NamedTuple):
@@ -121,6 +159,20 @@ NO_EPILOGUE = EpilogueSpec(False, None, "none", "none")
 C_EPILOGUE = EpilogueSpec(True, None, "none", "none")
 
 
+#: The grouped forms (torch._grouped_mm's), by (a.dim(), b.dim()): offs along a's rows, along
+#: b's columns, along K, or none (a batch of equal groups).
+ROWS, COLS, RAGGED_K, BATCHED = "rows", "columns", "k", "batched"
+GROUPED_MODES = {(2, 3): ROWS, (3, 2): COLS, (2, 2): RAGGED_K, (3, 3): BATCHED}
+
+
+class GroupSpec(NamedTuple):
+    """The groups of a grouped product (pingpong.grouped_mm)."""
+
+    mode: str  # ROWS | COLS | RAGGED_K | BATCHED
+    count: int  # G
+    offs: Operand | None  # (G,) int32 cumulative ends; None for BATCHED
+
+
 class GemmSpec(NamedTuple):
     a: Operand
     b: Operand
@@ -129,6 +181,7 @@ class GemmSpec(NamedTuple):
     epilogue: EpilogueSpec
     inplace: bool = False
     config: object = None
+    groups: GroupSpec | None = None
 
     @property
     def device(self) -> torch.device:
@@ -188,9 +241,51 @@ def build(a, b, c=None, beta: float = 0.0, out_dtype=None, bias=None, activation
             sc = None if scales is None else _new(ScaleSpec, (operand(scales[0]), operand(scales[1]), scales[2]))
             epi = EpilogueSpec(c is not None and beta != 0.0, ob_, bias_kind(ob_, a.shape[-2]),
                                "none" if activation is None else activation, sc)
-        return _new(GemmSpec, (oa, ob, oc, a.dtype if out_dtype is None else out_dtype, epi, inplace, config))
+        return _new(GemmSpec, (oa, ob, oc, a.dtype if out_dtype is None else out_dtype, epi, inplace, config, None))
     except (AttributeError, TypeError, RuntimeError, IndexError):
         return None
+
+
+def grouped_mode(a, b) -> str:
+    """The grouped form of a's and b's dims (validated 2-D or 3-D tensors or Operands)."""
+    return GROUPED_MODES[(len(a.shape), len(b.shape))]
+
+
+def build_grouped(a, b, offs, out_dtype) -> GemmSpec | None:
+    """The spec of one grouped_mm call, from its (possibly invalid) arguments; None when
+    they are not dense tensors of 2 or 3 dims (validate_grouped then names the argument)."""
+    try:
+        oa, ob = operand(a), operand(b)
+        mode = GROUPED_MODES[(len(oa.shape), len(ob.shape))]
+        oo = None if offs is None else operand(offs)
+        count = oa.shape[0] if mode == BATCHED else oo.shape[0]
+        groups = _new(GroupSpec, (mode, count, oo))
+        return _new(GemmSpec, (oa, ob, None, a.dtype if out_dtype is None else out_dtype, NO_EPILOGUE, False, None,
+                               groups))
+    except (AttributeError, TypeError, RuntimeError, IndexError, KeyError):
+        return None
+
+
+def grouped_shape(mode: str, a, b, count: int) -> tuple:
+    """The result's shape of a grouped product (pingpong.grouped's table) of `count` groups;
+    a, b: tensors or Operands."""
+    if mode == ROWS:
+        return (a.shape[0], b.shape[2])
+    if mode == COLS:
+        return (a.shape[1], b.shape[1])
+    return (count, a.shape[-2], b.shape[-1])
+
+
+def ragged_view(mode: str, a, b, out) -> tuple:
+    """(a, b, out) as the ragged-rows kernels take them: as given, or for ragged columns
+    (3-D × 2-D) the transposed views, written transposed (outᵀ = bᵀ · aᵀ); tensors or
+    Operands alike."""
+    return (b.mT, a.mT, out.mT) if mode == COLS else (a, b, out)
+
+
+def grouped_out(spec: GemmSpec) -> Operand:
+    """The output of a grouped spec: a new contiguous tensor of the result's shape."""
+    return fresh(spec.out_dtype, grouped_shape(spec.groups.mode, spec.a, spec.b, spec.groups.count), spec.device)
 
 
 # ----------------------------------------------------------------------------- validation
@@ -494,3 +589,47 @@ def validate_linear(x, weight, bias, activation, names: Names = LINEAR) -> str:
                             f" {names.b} on {weight.device}")
     check_bias(bias, 1, weight.shape[0], weight.device, names.bias, per_column=True)
     return check_activation(activation)
+
+
+def validate_grouped(a, b, offs, out_dtype) -> tuple[str, tuple, torch.dtype]:
+    """grouped_mm's contract (pingpong.grouped): (mode, result shape, result dtype), or a
+    PingpongError naming the argument at fault (a, b, offs, out_dtype). Reads shapes, dtypes
+    and devices only (the fake implementation validates through it too), never offs's values.
+    A spec is only cached after this passed, so an equal spec later needs no validation."""
+    for name, t in (("a", a), ("b", b)):
+        check_tensor(name, t)
+        if t.dim() not in (2, 3):
+            raise PingpongError(f"{name}: expected a 2-D or 3-D tensor, got {t.dim()}-D with shape {tuple(t.shape)}")
+        check_input_dtype(name, t)
+    if a.dtype != b.dtype:
+        raise PingpongError(f"a and b must have the same dtype, got a {a.dtype} and b {b.dtype}")
+    if a.device != b.device:
+        raise PingpongError(f"a and b must be on the same device, got a on {a.device} and b on {b.device}")
+    if a.shape[-1] != b.shape[-2]:
+        raise PingpongError(f"b: its K ({b.shape[-2]}, b.shape[-2]) must equal a's ({a.shape[-1]}, a.shape[-1]); "
+                            f"a is {tuple(a.shape)}, b is {tuple(b.shape)}")
+    mode = grouped_mode(a, b)
+    dtype = a.dtype if out_dtype is None else out_dtype
+    if dtype not in (a.dtype, torch.float32):
+        raise PingpongError(f"out_dtype: expected None, {a.dtype} (the inputs') or torch.float32, got {out_dtype}")
+    if mode == BATCHED:
+        if offs is not None:
+            raise PingpongError("offs: must be None for a 3-D × 3-D (batched) product, got a tensor")
+        if a.shape[0] != b.shape[0]:
+            raise PingpongError(f"b: group count {b.shape[0]} (b.shape[0]) must equal a's {a.shape[0]}")
+        return mode, grouped_shape(mode, a, b, a.shape[0]), dtype
+    if offs is None:
+        raise PingpongError(f"offs: required for a {a.dim()}-D × {b.dim()}-D product (the groups' cumulative ends)")
+    check_tensor("offs", offs, "a 1-D int32 tensor")
+    if offs.dtype != torch.int32:
+        raise PingpongError(f"offs: dtype {offs.dtype}; expected torch.int32 (cumulative group ends)")
+    if offs.dim() != 1:
+        raise PingpongError(f"offs: expected a 1-D tensor, got shape {tuple(offs.shape)}")
+    if offs.device != a.device:
+        raise PingpongError(f"offs: on {offs.device}; expected a's device {a.device} (offsets are read on the device)")
+    G = offs.shape[0]
+    if mode == ROWS and b.shape[0] != G:
+        raise PingpongError(f"b: group count {b.shape[0]} (b.shape[0]) must equal offs's length {G}")
+    if mode == COLS and a.shape[0] != G:
+        raise PingpongError(f"a: group count {a.shape[0]} (a.shape[0]) must equal offs's length {G}")
+    return mode, grouped_shape(mode, a, b, G), dtype
