@@ -15,6 +15,7 @@ import torch
 
 from pingpong import KernelConfig, grouped as gm
 from pingpong.hopper import grouped as hg, grouped_k as hk
+from pingpong.runtime import plan as plan_mod
 from pingpong.tools.bench_grouped import case_tensors, flops
 from pingpong.tools.timing import time_callable
 
@@ -31,11 +32,13 @@ DEFAULT_CASES = [f"{m}:{t}:balanced:{p}" for m, t in (("mixtral-8x7b", 4096), ("
 
 
 def force(product: str, cfg: KernelConfig) -> None:
-    """Make the product's kernel take `cfg` (its selection function replaced)."""
+    """Make the product's kernel take `cfg` (its selection function replaced, and the plans,
+    which keep the tile they were planned with, dropped)."""
     if product == "wgrad":
         hk.select_ragged_k_config = lambda *_, cfg=cfg: cfg
     else:
         hg.select_grouped_config = lambda *_, cfg=cfg: cfg
+    plan_mod.PLANS.clear()
 
 
 def main() -> None:

@@ -336,14 +336,17 @@ def test_ragged_k_descriptors_and_legality():
     assert grid == (min(132, G * 2 * 2),)
 
 
-def test_ragged_k_routes_to_hopper_only_on_hopper(monkeypatch):
-    """Without a Hopper GPU the ragged-K product goes to the portable kernel (interpreted here)."""
+def test_ragged_k_interpreted_asks_no_registered_backend(monkeypatch):
+    """The interpreter is an explicit opt-in: the ragged-K product runs the portable kernel
+    (interpreted) without asking the registry's backends (Hopper's can_implement)."""
+    from pingpong.hopper import backend as hopper_backend
+
     calls = []
-    monkeypatch.setattr(gm, "_hopper_ragged_k", lambda *a: calls.append(a) or False)
+    monkeypatch.setattr(hopper_backend, "can_implement", lambda s: calls.append(s))
     a, b = torch.randn(8, 40).half(), torch.randn(40, 16).half()
     offs = _offs([10, 0, 30])
     out = gm._compute(a, b, offs, torch.float32, interpret=True)
-    assert not calls, "the interpreter path never asks the Hopper kernel"
+    assert not calls, "the interpreter path never asks the Hopper backend"
     assert torch.allclose(out[0], a[:, :10].float() @ b[:10].float(), atol=1e-2) and (out[1] == 0).all()
     assert torch.allclose(out[2], a[:, 10:].float() @ b[10:].float(), atol=1e-2)
 

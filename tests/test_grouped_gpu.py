@@ -14,6 +14,7 @@ from fused_reference import check, matrix, new_seed, poisoned
 from pingpong import KernelConfig
 from pingpong import grouped as gm
 from pingpong.portable import grouped as portable_grouped
+from pingpong.runtime import plan as plan_mod
 from pingpong.hopper import grouped as hg
 
 pytestmark = pytest.mark.gpu
@@ -61,6 +62,7 @@ def hopper_only(monkeypatch):
 
 def use_config(monkeypatch, name):
     monkeypatch.setattr(hg, "select_grouped_config", lambda T, G, N: CONFIGS[name])
+    monkeypatch.setattr(plan_mod, "PLANS", type(plan_mod.PLANS)())  # a plan keeps the tile it was planned with
 
 
 @pytest.mark.parametrize("config", CONFIGS)

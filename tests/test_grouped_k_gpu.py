@@ -16,6 +16,7 @@ from pingpong import KernelConfig
 from pingpong import grouped as gm
 from pingpong.hopper import grouped_k as hk
 from pingpong.portable import grouped as portable_grouped
+from pingpong.runtime import plan as plan_mod
 
 pytestmark = pytest.mark.gpu
 BF16 = torch.bfloat16
@@ -44,6 +45,7 @@ def hopper_only(monkeypatch):
 
 def use_config(monkeypatch, name):
     monkeypatch.setattr(hk, "select_ragged_k_config", lambda M, N, T, G: CONFIGS[name])
+    monkeypatch.setattr(plan_mod, "PLANS", type(plan_mod.PLANS)())  # a plan keeps the tile it was planned with
 
 
 def operands(T, M, N, a_t, b_t, gen, dtype=BF16, tail_nan=0):
