@@ -50,8 +50,8 @@ CASES = {  # name: (spec, Hopper's answer: a path, or a phrase of its refusal)
     "rows, b = w.transpose(1, 2)": (lambda: gs(m(T, K), m(G, N, K).transpose(1, 2), offs(G)), "hopper"),
     "rows, b row-major, fp32 out": (lambda: gs(m(T, K), m(G, K, N), offs(G), torch.float32), "hopper"),
     "rows, a column-major": (lambda: gs(m(K, T).t(), m(G, K, N), offs(G)), "hopper-padded"),
-    "rows, b of 16-byte-odd group stride": (lambda: gs(m(T, K), m(G * K * N + 8).as_strided((G, K, N), (K * N + 4, N, 1)),
-                                                         offs(G)), "hopper-padded"),
+    "rows, b of 16-byte-odd group stride": (
+        lambda: gs(m(T, K), m(G * K * N + 8).as_strided((G, K, N), (K * N + 4, N, 1)), offs(G)), "hopper-padded"),
     "rows, K = 17": (lambda: gs(m(T, 17), m(G, 17, N), offs(G)), "cannot read a (shape (1000, 17)"),
     "rows, odd N": (lambda: gs(m(T, K), m(G, 47, K).transpose(1, 2), offs(G)), "cannot write the (1000, 47)"),
     "rows, odd N in b's rows": (lambda: gs(m(T, K), m(G, K, 47), offs(G)), "cannot read b (shape (8, 256, 47)"),

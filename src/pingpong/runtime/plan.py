@@ -228,7 +228,8 @@ class BatchedPlan(GroupedPlan):
     __slots__ = ("dense",)
 
     def __init__(self, dense: Plan):
-        self.dense, self.mode, self.device, self.path, self.activation = dense, BATCHED, dense.device, dense.path, "none"
+        self.dense, self.mode, self.device, self.path = dense, BATCHED, dense.device, dense.path
+        self.activation = "none"
 
     def compute(self, a, b, out, offs):
         self.dense.run(a, b, out, None, 1.0, 0.0)
