@@ -6,8 +6,8 @@ DeepSeek-V3 256×(7168→2048)), balanced and Zipf routing, e4m3 in, bf16 out.
 --scaling row (default): row-wise scales (x per token, w per expert and output column),
 against torch._scaled_grouped_mm on the same quantized tensors.
 
---scaling block: DeepSeek-V3's block-wise scales (x per token and 128-deep K block,
-quantize_fp8(x, "block"); w per 128×128 block of each expert, "block128x128"). torch has no
+--scaling block: DeepSeek-V3's block-wise scales (x per token and 128-deep K block, w per
+128×128 block of each expert; random positive values in quantize_fp8's layouts). torch has no
 block-wise grouped product on Hopper (torch._scaled_grouped_mm takes row-wise scales), so
 the peers are (a) our row-wise grouped kernel on the same shapes (row-wise scales of the
 same tensors, promoted accumulation: what block scaling costs over row scaling), and (b) a
@@ -93,24 +93,19 @@ def bench_case(model: str, tokens: int, routing: str, fast: bool, reps: int, rou
 
 def block_case_tensors(model: str, tokens: int, routing: str, seed: int = 0):
     """(a, b, (scale_a, scale_b) block-wise, (scale_a, scale_b) row-wise, offs, sizes) of one
-    MoE forward product: bf16 activations and weights quantized both ways (pingpong.quantize_fp8)."""
+    MoE forward product: random e4m3 operands (as case_tensors: the weights of DeepSeek-V3 are
+    3.8·10⁹ elements, past what one quantize_fp8 call indexes) and random positive scales in
+    the block-wise layouts (scale_a (T, K/128) outer-dim-major, scale_b (E, N/128, K/128)) and
+    the row-wise ones."""
     import torch
 
-    from ..quantize import quantize_fp8
-
     E, top_k, H, inter = MOE_MODELS[model]
-    sizes = moe_group_sizes(tokens, E, top_k, routing)
-    T = sum(sizes)
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    x = torch.randn(T, H, generator=gen, device="cuda", dtype=torch.bfloat16)
-    w = (torch.randn(E * inter, H, generator=gen, device="cuda") * H ** -0.5).to(torch.bfloat16)
-    a, sa = quantize_fp8(x, "block")  # (T, H/128), strides (1, T)
-    q, sb = quantize_fp8(w, "block128x128")  # (E·inter/128, H/128)
-    _, sa_row = quantize_fp8(x, "row")
-    _, sb_row = quantize_fp8(w, "row")
-    offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
-    b = q.view(E, inter, H).transpose(1, 2)
-    return (a, b, (sa, sb.view(E, inter // 128, H // 128)), (sa_row.view(T), sb_row.view(E, inter)), offs, sizes)
+    a, b, sa_row, sb_row, offs, sizes = case_tensors(model, tokens, routing, seed)
+    gen = torch.Generator(device="cuda").manual_seed(seed + 1)
+    T, kb = a.shape[0], H // 128
+    sa = (torch.rand(kb, T, generator=gen, device="cuda") * H ** -0.5 + 1e-3).t()
+    sb = torch.rand(E, inter // 128, kb, generator=gen, device="cuda") + 0.5
+    return a, b, (sa, sb), (sa_row, sb_row), offs, sizes
 
 
 def group_loop(a, b, sa, sb, sizes):
