@@ -11,11 +11,12 @@ against torch._scaled_grouped_mm on the same quantized tensors.
 block-wise grouped product on Hopper (torch._scaled_grouped_mm takes row-wise scales), so
 the peers are (a) our row-wise grouped kernel on the same shapes (row-wise scales of the
 same tensors, promoted accumulation: what block scaling costs over row scaling), and (b) a
-loop over the groups of pingpong.scaled_mm block-wise — or of torch._scaled_mm where this
-torch accepts block scales (tried on the first group; the row's "loop" column says which:
-"torch" or "pingpong"). The loop gets per-group scale tensors in the layout the dense call
-wants (scale_a's rows of the group, outer-dim-major), made before the timing; empty groups
-are skipped. use_fast_accum is ignored block-wise (the scales apply at the promotion).
+loop over the groups of torch._scaled_mm with block scales where this torch accepts them for
+every group (torch 2.11 does for the balanced MoE cases, run 231), else of pingpong.scaled_mm
+block-wise (the row's "loop" column says which: "torch" or "pingpong"). The loop gets
+per-group scale tensors in the layout the dense call wants (scale_a's rows of the group,
+outer-dim-major), made before the timing; empty groups are skipped. use_fast_accum is
+ignored block-wise (the scales apply at the promotion).
 
 Each case is checked first (row: ours against torch's; block: ours against the loop's
 result; relative norm difference ≤ 1e-2 over the routed rows; the float64 checks are the
@@ -110,7 +111,9 @@ def block_case_tensors(model: str, tokens: int, routing: str, seed: int = 0):
 
 def group_loop(a, b, sa, sb, sizes):
     """(name, fn) of the per-group loop of dense block-wise products: torch._scaled_mm where it
-    accepts block scales (tried on the first non-empty group), else pingpong.scaled_mm."""
+    accepts block scales for every group's shape (tried on each once: torch 2.11's cuBLAS path
+    refused some Zipf-routed group sizes with CUBLAS_STATUS_NOT_SUPPORTED, run 231), else
+    pingpong.scaled_mm for all of them."""
     import torch
 
     import pingpong
@@ -122,7 +125,9 @@ def group_loop(a, b, sa, sb, sizes):
             calls.append((a[start:start + n], b[g], s_a, sb[g].t()))
         start += n
     try:
-        torch._scaled_mm(*calls[0], out_dtype=torch.bfloat16)
+        for c in calls:
+            torch._scaled_mm(*c, out_dtype=torch.bfloat16)
+        torch.cuda.synchronize()
         name, mm = "torch", lambda x, w, s, t: torch._scaled_mm(x, w, s, t, out_dtype=torch.bfloat16)  # noqa: E731
     except (RuntimeError, ValueError, TypeError, NotImplementedError):
         name, mm = "pingpong", pingpong.scaled_mm
