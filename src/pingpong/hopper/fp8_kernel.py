@@ -57,6 +57,10 @@ COOPERATIVE: both consumers read every slot (RELEASERS = 2), each its 64-row hal
     consumer0 │ K loop t0 rows 0..63   │ scale, epi │ K loop t1 ...
     consumer1 │ K loop t0 rows 64..127 │ scale, epi │ K loop t1 ...
 
+The grouped FP8 kernel (pingpong.hopper.fp8_grouped) runs these partitions too
+(run_fp8_partitions) over its GroupedScheduler: `locate` gives each unit's group as the batch
+(b's matrix, the group's b scales), and its tiles start at any row (Fp8Scales.ANY_ROW).
+
 Split-K and swap-AB are not built for FP8 (pingpong.hopper.fp8_launch.select_fp8 says
 which tiles run instead).
 """
