@@ -64,7 +64,7 @@ def test_validation_names_the_option(argv, option):
 @pytest.mark.parametrize("argv, option", [
     (["--op", "grouped", "--dtype", "fp16"], "--dtype"),            # grouped runs bf16 or fp8, not fp16
     (["--op", "grouped", "--dtype", "fp8", "--products", "wgrad"], "--products"),  # no FP8 backward
-    (["--op", "grouped", "--dtype", "fp8", "--scaling", "block"], "--scaling"),    # block-wise not built
+    (["--op", "grouped", "--dtype", "fp8", "--scaling", "tensor"], "--scaling"),   # row- or block-wise only
 ])
 def test_grouped_options_refused_not_ignored(argv, option):
     with pytest.raises(PingpongError, match=option):
@@ -83,9 +83,23 @@ def test_grouped_fp8_dispatches_to_the_scaled_grouped_bench(monkeypatch):
     assert bench.run(parse("--op", "grouped", "--dtype", "fp8", "--fast-accum", "--tokens", "512",
                            "--models", "mixtral-8x7b", "--quick")) == 0
     assert bench.run(parse("--op", "grouped", "--quick")) == 0
-    (kind, a), (kind2, _) = calls
-    assert (kind, kind2) == ("fp8", "bf16")
-    assert a[0] == ["mixtral-8x7b"] and a[1] == [512] and a[-1] is True  # models, tokens, fast accumulation
+    assert bench.run(parse("--op", "grouped", "--dtype", "fp8", "--scaling", "block", "--quick")) == 0
+    (kind, a), (kind2, _), (kind3, a3) = calls
+    assert (kind, kind2, kind3) == ("fp8", "bf16", "fp8")
+    assert a[0] == ["mixtral-8x7b"] and a[1] == [512] and a[-2] is True  # models, tokens, fast accumulation
+    assert a[-1] == "row" and a3[-1] == "block"  # the scaling
+
+
+def test_grouped_fp8_block_table():
+    from pingpong.tools.bench_grouped_fp8 import format_block_rows
+
+    ok = dict(status="ok", tf_ours=100.0, ms_ours=1.0, row_spread=(0.8, 0.9), loop_spread=(2.0, 4.0), loop="pingpong")
+    rows = [dict(model="m", tokens=512, routing="balanced", ratio_row=0.8, ratio_loop=2.0, **ok),
+            dict(model="m", tokens=512, routing="zipf", ratio_row=0.9, ratio_loop=8.0, **ok),
+            dict(model="m", tokens=512, routing="zipf", status="FAILED", rel_diff=0.5)]
+    text = format_block_rows(rows)
+    assert "per-group loop / block-wise: geomean 4.000 over 2, min 2.000" in text
+    assert "row-wise grouped / block-wise: geomean 0.849 over 2, min 0.800" in text and "FAILED" in text
 
 
 def test_grouped_fp8_table():

@@ -64,10 +64,74 @@ def _bad():
         (dict(x, sb=torch.ones(G, N + 16)), r"scale_b: expected \(G, N\) = \(4, 512\)"),
         (dict(x, sb=torch.ones(N, G).t()), r"scale_b: \(G, N\) scales must be contiguous in N"),
         (dict(x, sb=torch.ones(G + 1)), "scale_b: expected"),
-        (dict(x, sa=torch.ones(T, K // 128)), "scale_a: .*block-wise FP8 grouped GEMM is not built"),
-        (dict(x, sb=torch.ones(G, N // 128, K // 128)), "scale_b: .*block-wise FP8 grouped GEMM is not built"),
+        (dict(x, sa=torch.ones(T, K // 128)), r"scale_b: scale_a \(300, 2\) looks block-wise .* \(4, 4, 2\)"),
+        (dict(x, sb=torch.ones(G, N // 128, K // 128)), r"scale_a: scale_b is block-wise, .* \(300, 2\) with strides"
+                                                        r" \(1, 300\)"),
         (dict(x, sa="1"), "scale_a: expected a torch.Tensor"),
     ]
+
+
+def block_operands(t=T, k=K, n=N, g=G):
+    """Operands with DeepSeek-V3's block scales: scale_a (T, K/128) outer-dim-major (as
+    quantize_fp8(x, "block") gives), scale_b (G, N/128, K/128)."""
+    x = operands(t, k, n, g)
+    return dict(x, sa=torch.ones(k // 128, t).t(), sb=torch.ones(g, n // 128, k // 128))
+
+
+def _bad_block():
+    x = block_operands()
+    kb, nb = K // 128, N // 128
+    return [
+        (dict(block_operands(k=144), sb=torch.ones(G, nb, 1)), "K=144: block-wise scales .* multiple of 128"),
+        (dict(block_operands(n=208), sb=torch.ones(G, 2, kb)), "N=208: block-wise scales .* multiple of 128"),
+        (dict(x, sb=torch.ones(G + 1, nb, kb)), r"scale_b: 5 groups of block scales .* offs has 4"),
+        (dict(x, sb=torch.ones(G - 1, nb, kb)), r"scale_b: 3 groups of block scales .* offs has 4"),
+        (dict(x, sb=torch.ones(G, nb, kb + 1)), r"scale_b: block-wise scales are \(G, N/128, K/128\) = \(4, 4, 2\)"),
+        (dict(x, sb=torch.ones(G, nb + 1, kb)), r"scale_b: block-wise scales are"),
+        (dict(x, sb=torch.ones(G, kb, nb).transpose(1, 2)), r"scale_b: .*contiguous in K/128 \(stride\(2\) = 1\)"),
+        (dict(x, sb=torch.ones(G, nb, kb, dtype=torch.float64)), "scale_b: dtype torch.float64"),
+        (dict(x, sa=torch.ones(T, kb)), r"scale_a: scale_b is block-wise.*got shape \(300, 2\) strides \(2, 1\)"),
+        (dict(x, sa=torch.ones(kb, T + 4).t()[:T]), r"scale_a: scale_b is block-wise.*strides \(1, 304\)"),
+        (dict(x, sa=torch.ones(kb, T + 1).t()), r"scale_a: scale_b is block-wise.*got shape \(301, 2\)"),
+        (dict(x, sa=torch.ones(T)), r"scale_a: scale_b is block-wise.*got shape \(300,\)"),
+        (dict(x, sa=torch.ones(kb, T).t().half()), "scale_a: dtype torch.float16"),
+        (dict(x, sa=torch.ones(T, kb), sb=torch.ones(G, N)), r"scale_b: scale_a \(300, 2\) looks block-wise"),
+    ]
+
+
+def test_block_scales_are_recognised():
+    assert check(**block_operands()) == ("block", "block")
+    assert check(**block_operands(k=128)) == ("block", "block")  # K/128 = 1: scale_a (T, 1)
+    assert check(**dict(block_operands(), sb=torch.ones(N // 128, K // 128).expand(G, -1, -1))) == ("block", "block")
+    assert check(**block_operands(), fast=True) == ("block", "block")  # promoted all the same (prepare)
+
+
+@pytest.mark.parametrize("i", range(len(_bad_block())))
+def test_bad_block_input_names_the_argument(i):
+    args, match = _bad_block()[i]
+    with pytest.raises(PingpongError, match=match):
+        check(**args)
+
+
+def test_block_scales_always_promote_and_read_through_tma():
+    """use_fast_accum=True with block scales still promotes (scaled_mm's choice: the scales
+    apply at the promotion); the scales become TMA descriptors of scale_a's (K/128, T) rows
+    (a copy padded to 4 rows where T % 4: 16-byte TMA rows) and scale_b's storage as one row."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    cfg = pingpong.KernelConfig(64, 128, 128, schedule="pingpong")
+    for t in (T, 301):
+        x = block_operands(t=t)
+        a, w, out = x["a"], x["b"].transpose(1, 2), torch.empty(t, N, dtype=torch.bfloat16)
+        fn, args, kwargs, grid = kernel.prepare(a, w, out, x["offs"], x["sa"], x["sb"], False, cfg, 132)
+        assert kwargs["PROMOTE"] is True and kwargs["SCALING"] == "block"
+        sa, sb = args[5], args[6]
+        assert isinstance(sa, TensorDescriptor) and isinstance(sb, TensorDescriptor)
+        assert list(sa.shape) == [K // 128, t] and sa.strides[0] == -(-t // 4) * 4 and sa.block_shape == [1, 128]
+        assert list(sb.shape) == [1, G * (N // 128) * (K // 128)] and sb.block_shape == [1, 32]
+        assert args[-3:] == (0, (N // 128) * (K // 128), K // 128)  # sa_row, sb_g, sb_col
+    view, _ = kernel.block_scale_views(x["sa"], x["sb"])
+    assert view.stride(0) == 304 and torch.equal(view, x["sa"].t())
 
 
 @pytest.mark.parametrize("i", range(len(_bad())))
@@ -104,6 +168,12 @@ def test_fake_gives_the_shape_and_compile_traces_the_op():
         assert out.shape == (T, N) and out.dtype == torch.float32
         with pytest.raises(PingpongError, match="scale_b"):
             torch.ops.pingpong.scaled_grouped_mm(x["a"], x["b"], x["sa"], torch.ones(3, 3), x["offs"], torch.bfloat16,
+                                                 False)
+        y = block_operands()
+        out = torch.ops.pingpong.scaled_grouped_mm(y["a"], y["b"], y["sa"], y["sb"], y["offs"], torch.bfloat16, True)
+        assert out.shape == (T, N) and out.dtype == torch.bfloat16
+        with pytest.raises(PingpongError, match="scale_b: 3 groups"):
+            torch.ops.pingpong.scaled_grouped_mm(y["a"], y["b"], y["sa"], y["sb"][:3], y["offs"], torch.bfloat16,
                                                  False)
 
     graphs = []
@@ -143,7 +213,7 @@ def test_tile_choice_scale_strides_and_registers():
 def test_kernel_compiles_offline_without_spills(name):
     """sm_90a, no GPU: fp8 (e4m3) wgmma, no local memory, shared memory within budget, TMA
     loads and the TMA store of whole tiles; promoted: every wgmma group waited to 0."""
-    config, groups, promote = kernel.OFFLINE_VARIANTS[name]
+    config, groups, promote, scaling = kernel.OFFLINE_VARIANTS[name]
     c = cc.compile_kernel(name, "sm_90a")
     f = c.facts()
     ptx = c.asm["ptx"]
@@ -156,10 +226,12 @@ def test_kernel_compiles_offline_without_spills(name):
     assert waits == ({"0"} if promote else {"0", "1"}), waits
 
 
-def test_direct_launch_passes_what_triton_passes(monkeypatch):
+@pytest.mark.parametrize("scaling", ["row", "block"])
+def test_direct_launch_passes_what_triton_passes(monkeypatch, scaling):
     """The front end's slot addresses (launch_ptrs) bound to the compiled kernel hand Triton's
     C launcher exactly what Triton's own launch would: descriptors of a, W, out at their
-    addresses, then out, offs and both scales as pointers, then the scalars."""
+    addresses, then out, offs and both scales as pointers (block-wise: descriptors of their
+    views, block_scale_views), then the scalars."""
     import fake_launcher
 
     from pingpong import fp8_grouped as fg
@@ -167,7 +239,10 @@ def test_direct_launch_passes_what_triton_passes(monkeypatch):
 
     a, w = torch.empty(T, K, dtype=E4M3), torch.empty(G, N, K, dtype=E4M3)
     out, offs = torch.empty(T, N, dtype=torch.bfloat16), torch.empty(G, dtype=torch.int32)
-    sa, sb = torch.empty(T), torch.empty(G, N)
+    if scaling == "block":
+        sa, sb = torch.empty(K // 128, T).t(), torch.empty(G, N // 128, K // 128)
+    else:
+        sa, sb = torch.empty(T), torch.empty(G, N)
     fn, args, kwargs, grid = kernel.prepare(a, w, out, offs, sa, sb, True,
                                             pingpong.KernelConfig(64, 128, 128, schedule="pingpong"), 132)
     with cc.offline("sm_90a"):
@@ -181,11 +256,14 @@ def test_direct_launch_passes_what_triton_passes(monkeypatch):
         values = [v.data_ptr() if isinstance(v, torch.Tensor) else v for v in values]
         compiled.run(*grid, 1, 1, 99, compiled.function, compiled.packed_metadata, None, None, None, *values)
         direct = DirectLaunch.from_kernel(compiled)
-        assert direct is not None and len(direct.encodings) == 3
-        ptrs = fg.launch_ptrs(a, w, out, offs, sa, sb)
+        block = scaling == "block"
+        assert direct is not None and len(direct.encodings) == (5 if block else 3)
+        ptrs = fg.launch_ptrs(a, w, out, offs, *(kernel.block_scale_views(sa, sb) if block else (sa, sb)))
         bind_jit_args(direct, fn, args, kwargs)((grid[0], 1, 1), 99, ptrs, ())
     theirs, ours = calls
     assert fake_launcher.parts(ours)[0] == fake_launcher.parts(theirs)[0]
     assert fake_launcher.parts(ours)[3] == fake_launcher.parts(theirs)[3]
     maps = [x for x in fake_launcher.parts(ours)[3] if isinstance(x, tuple) and x[:1] == ("map",)]
-    assert [m[1] for m in maps] == list(ptrs[:3]) and [len(m[6]) for m in maps] == [2, 3, 2]  # W: rank 3
+    tma = [0, 1, 2, 5, 6] if block else [0, 1, 2]
+    assert [m[1] for m in maps] == [ptrs[i] for i in tma]
+    assert [len(m[6]) for m in maps] == [2, 3, 2] + [2, 2] * block  # W: rank 3

@@ -4,7 +4,10 @@ dequantized operands: ragged groups of 0, 1, 17, 255 and 1000 rows on every tile
 (a scale of the wrong row, group or column fails), outputs poisoned with NaN (rows past the
 last end stay unwritten), norm and elementwise bounds no worse than torch._scaled_grouped_mm's
 own error on the same inputs (where torch has the op), tensor-wise scales, 256 and 300 groups,
-CUDA-graph replay with offsets changed between replays, torch.compile, bitwise repeatability."""
+CUDA-graph replay with offsets changed between replays, torch.compile, bitwise repeatability.
+Block-wise (DeepSeek-V3's 1×128 a scales, 128×128 b scales per group): the same ragged
+groups with every scale element different (2^±4), so a scale of the wrong row, K block,
+column block or group fails the elementwise bound; use_fast_accum ignored (promoted)."""
 
 import itertools
 import math
@@ -68,6 +71,28 @@ def case(sizes, K, N, seed, extra=7, tensor_wise=False):
     return a, w.transpose(1, 2), sa, sb, offsets(sizes)
 
 
+def block_case(sizes, K, N, seed, extra=7):
+    """(a, b, scale_a, scale_b, offs) with block scales: scale_a (T, K/128) outer-dim-major
+    (quantize_fp8(x, "block")'s layout), scale_b (G, N/128, K/128), every element its own."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    G, T = len(sizes), sum(sizes) + extra
+    a = torch.randn(T, K, generator=gen, device="cuda").to(E4M3)
+    w = torch.randn(G, N, K, generator=gen, device="cuda").to(E4M3)
+    sa = spread_scales((K // 128, T), gen).t()
+    sb = spread_scales((G, N // 128, K // 128), gen)
+    return a, w.transpose(1, 2), sa, sb, offsets(sizes)
+
+
+def dequantized(a, b, sa, sb, g, s, e):
+    """Group g's rows s..e-1 of a and its b[g], dequantized in float64."""
+    if sb.dim() == 3:  # block-wise: scale_a per (row, 128-deep K block), scale_b per 128×128 block of w[g]
+        x = a[s:e].double() * sa[s:e].double().repeat_interleave(128, 1)
+        return x, b[g].double() * sb[g].double().repeat_interleave(128, 0).repeat_interleave(128, 1).t()
+    sa_g = (sa if sa.numel() == 1 else sa[s:e]).double().reshape(-1, 1)
+    sb_g = (sb if sb.numel() == 1 else sb[g]).double().reshape(1, -1)
+    return a[s:e].double() * sa_g, b[g].double() * sb_g
+
+
 def reference(a, b, sa, sb, offs):
     """[(rows, float64 product of the dequantized operands)] per group; and |a|·|b| (the
     elementwise accumulation bound's scale)."""
@@ -76,17 +101,15 @@ def reference(a, b, sa, sb, offs):
     for g, (s, e) in enumerate(zip([0] + ends[:-1], ends)):
         if e <= s:
             continue
-        sa_g = (sa if sa.numel() == 1 else sa[s:e]).double().reshape(-1, 1)
-        sb_g = (sb if sb.numel() == 1 else sb[g]).double().reshape(1, -1)
-        x, w = a[s:e].double() * sa_g, b[g].double() * sb_g
+        x, w = dequantized(a, b, sa, sb, g, s, e)
         out.append((slice(s, e), x @ w, x.abs() @ w.abs()))
     return out
 
 
 def torch_result(a, b, sa, sb, offs, fast):
     """torch._scaled_grouped_mm on the same inputs, or None where this torch lacks it (or
-    refuses these scales)."""
-    if not hasattr(torch, "_scaled_grouped_mm"):
+    refuses these scales: block-wise ones)."""
+    if not hasattr(torch, "_scaled_grouped_mm") or sb.dim() == 3:
         return None
     try:
         return torch._scaled_grouped_mm(a, b, sa, sb, offs=offs, out_dtype=torch.bfloat16, use_fast_accum=fast)
@@ -106,7 +129,9 @@ def check(out, a, b, sa, sb, offs, fast, seed, tail_poisoned=True):
         assert torch.isfinite(got).all(), f"seed {seed}: non-finite (unwritten) rows in {rows}"
         err = (got - ref).abs()
         # one rounding to bf16 (2^-8 relative) + the accumulation: promoted, fp32 across 128-deep
-        # blocks; fast, the fp8 wgmma's reduced-precision accumulator over all of K
+        # blocks; fast, the fp8 wgmma's reduced-precision accumulator over all of K (block-wise
+        # scales always promote)
+        fast = fast and sb.dim() != 3
         allowed = 2.0 ** -8 * ref.abs() + 2.0 ** (-10 if fast else -12) * mag
         bad = (err > allowed)
         assert not bad.any(), (f"seed {seed}: rows {rows}: |out - ref| {err[bad].max().item():.3g} above the bound at"
@@ -221,3 +246,69 @@ def test_grad_is_refused_on_a_cached_signature():
     pingpong.scaled_grouped_mm(a, b, sa, sb, offs)
     with pytest.raises(pingpong.PingpongError, match="requires grad"):
         pingpong.scaled_grouped_mm(a, b, sa.clone().requires_grad_(), sb, offs)
+
+
+# ----------------------------------------------------------------------------- block-wise scales
+
+PROMOTED = [name for name, (_, fast) in CONFIGS.items() if not fast]
+
+
+@pytest.mark.parametrize("config", PROMOTED)
+@pytest.mark.parametrize("order", ["up", "down"])
+@pytest.mark.parametrize("fast", [False, True])
+def test_block_ragged_groups_every_tile(monkeypatch, config, order, fast):
+    """Block scales over groups of 0, 1, 17, 255, 1000 rows (starts at every row phase mod 4:
+    the sa box's gather), K = 640 (5 K blocks: the promoted loop's odd tail), N = 384 (3
+    column blocks); use_fast_accum=True promotes all the same (the promoted bound holds)."""
+    use_config(monkeypatch, config)
+    seed = new_seed()
+    sizes = SIZES[::-1] if order == "down" else SIZES
+    a, b, sa, sb, offs = block_case(sizes, 640, 384, seed)
+    out = run_into(poisoned(a.shape[0], 384), a, b, sa, sb, offs, fast)
+    check(out, a, b, sa, sb, offs, fast, seed)
+
+
+@pytest.mark.parametrize("groups", [256, 300])
+def test_block_many_groups(groups):
+    """256 experts (and 300: a 512-entry group table, fewer consumer registers), random sizes,
+    a quarter empty, block scales."""
+    seed = new_seed()
+    gen = torch.Generator().manual_seed(seed)
+    sizes = torch.randint(0, 40, (groups,), generator=gen)
+    sizes[torch.randperm(groups, generator=gen)[: groups // 4]] = 0
+    a, b, sa, sb, offs = block_case(sizes.tolist(), 512, 256, seed)
+    out = run_into(poisoned(a.shape[0], 256), a, b, sa, sb, offs, False)
+    check(out, a, b, sa, sb, offs, False, seed)
+
+
+def test_block_public_call_from_quantize_fp8():
+    """The user's path: bf16 x and (G, N, K) weights quantized by pingpong.quantize_fp8 ("block",
+    "block128x128"), T % 4 ≠ 0 (scale_a's rows copied to a padded buffer for TMA), bf16 and fp32
+    out; against float64 of the dequantized operands."""
+    seed = new_seed()
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    sizes, K, N = [130, 0, 77, 301], 384, 256
+    G, T = len(sizes), sum(sizes) + 5
+    x = torch.randn(T, K, generator=gen, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(G * N, K, generator=gen, device="cuda", dtype=torch.bfloat16)
+    a, sa = pingpong.quantize_fp8(x, "block")
+    q, sb = pingpong.quantize_fp8(w, "block128x128")
+    b, sb = q.view(G, N, K).transpose(1, 2), sb.view(G, N // 128, K // 128)
+    offs = offsets(sizes)
+    p = poisoned(T, N)
+    del p
+    out = pingpong.scaled_grouped_mm(a, b, sa, sb, offs)
+    assert out.shape == (T, N) and out.dtype == torch.bfloat16
+    check(out, a, b, sa, sb, offs, False, seed)
+    out32 = pingpong.scaled_grouped_mm(a, b, sa, sb, offs, out_dtype=torch.float32)
+    check(out32, a, b, sa, sb, offs, False, seed, tail_poisoned=False)
+
+
+def test_block_bitwise_repeatable():
+    seed = new_seed()
+    a, b, sa, sb, offs = block_case([500, 3, 0, 1200, 77], 1024, 768, seed)
+    end = int(offs[-1])
+    first = pingpong.scaled_grouped_mm(a, b, sa, sb, offs)[:end]
+    for _ in range(10):
+        assert torch.equal(pingpong.scaled_grouped_mm(a, b, sa, sb, offs)[:end], first), \
+            f"seed {seed}: results differ between runs"

@@ -9,26 +9,43 @@ torch._scaled_grouped_mm's conventions for the 2-D × 3-D (ragged rows) product.
     y[s_g : e_g] = (a[s_g : e_g] @ b[g]) · scale_a[s_g : e_g, None] · scale_b[g, None, :]
     (e_g = offs[g], s_g = e_{g-1}, s_0 = 0), fp32 accumulation, one cast to out_dtype
 
+Block-wise (DeepSeek-V3's recipe; K and N multiples of 128):
+
+    q_x, s_x = pingpong.quantize_fp8(x, "block")                   # (T, K/128), strides (1, T)
+    q_w, s_w = pingpong.quantize_fp8(w.reshape(G * N, K), "block128x128")   # (G·N/128, K/128)
+    y = pingpong.scaled_grouped_mm(q_x, q_w.view(G, N, K).transpose(1, 2), s_x,
+                                   s_w.view(G, N // 128, K // 128), offs)
+
+    y[r, n] = Σ_kb (a[r, kb-block] · b[g][kb-block, n]) · scale_a[r, kb] · scale_b[g, n // 128, kb]
+
 | argument | shape, layout                              | notes                                    |
 |----------|--------------------------------------------|------------------------------------------|
 | a        | (T, K) row-major, fp8 (e4m3fn or e5m2)     | the routed tokens, sorted by expert      |
 | b        | (G, K, N), K-major: w.transpose(1, 2) of   | refused, not copied, otherwise (a copy   |
 |          | row-major (G, N, K) expert weights         | per call costs as much as the product)   |
 | scale_a  | (T,) fp32 contiguous: row-wise             | or one element: tensor-wise              |
+|          | block: (T, K/128), strides (1, T)          | per token and 128-deep K block (1×128),  |
+|          |                                            | pingpong.scaled_mm's outer-dim-major     |
 | scale_b  | (G, N) fp32, stride(1) = 1: row-wise       | or (G,): one per group; or one element   |
+|          | block: (G, N/128, K/128), stride(2) = 1    | per 128×128 block of each expert's w     |
 | offs     | (G,) int32 contiguous, cumulative row ends | read on the device only                  |
 
-The kernel is pingpong.hopper.fp8_grouped (Hopper only). use_fast_accum as torch's: False
-(default) promotes every 128-deep K block into the fp32 accumulator, True lets the wgmmas
-accumulate in place. out_dtype bf16 (default, torch's only choice), fp16 or fp32.
+A 3-D scale_b names the block-wise mode; scale_a must then be block-wise too. The kernel is
+pingpong.hopper.fp8_grouped (Hopper only). use_fast_accum as torch's: False (default)
+promotes every 128-deep K block into the fp32 accumulator, True lets the wgmmas accumulate
+in place; block-wise scales are applied at the promotion, so block-wise always promotes and
+ignores the flag (pingpong.scaled_mm's choice). out_dtype bf16 (default, torch's only
+choice), fp16 or fp32.
 
 What is refused (PingpongError naming the argument, before any work): operands that are not
 fp8 of one kind, not 2-D / 3-D, not K-major, K or N not a multiple of 16, K mismatch,
 misaligned strides; scales of the wrong dtype (fp32 only), device, shape or strides;
-block-wise scales (2-D scale_a (T, K/128), 3-D scale_b: DeepSeek-V3's 1×128 / 128×128) —
-not built; offs not a 1-D contiguous int32 tensor on a's device, or of a length other than
-b's group count; an out_dtype or use_fast_accum of another kind; inputs that require grad
-(inference only: there is no backward); a device that is not a Hopper GPU.
+block-wise: K or N not a multiple of 128, scale_b's group count (shape[0]) other than offs'
+length, scale_a not (T, K/128) outer-dim-major, scale_b not (G, N/128, K/128) contiguous in
+K/128, a block-wise scale_a beside a row-wise scale_b; offs not a 1-D contiguous int32
+tensor on a's device, or of a length other than b's group count; an out_dtype or
+use_fast_accum of another kind; inputs that require grad (inference only: there is no
+backward); a device that is not a Hopper GPU.
 
 As grouped_mm: the host never reads offs (no sync; a CUDA graph replays the call with new
 offsets), rows past offs[-1] are not written, an end past T is clipped to T and a decreasing
@@ -46,10 +63,11 @@ from torch import Tensor
 from .errors import PingpongError, check_tensor
 from .fp8 import FP8_DTYPES, FP8_OUT_DTYPES, _check_scale_tensor
 from .runtime import plan as plan_mod
+from .runtime.spec import SCALE_BLOCK, check_block_scale_a
 
 __all__ = ["scaled_grouped_mm", "check_scaled_grouped_mm"]
 
-BLOCK = 128  # K elements of a block-wise scale (named in the refusal only)
+BLOCK = SCALE_BLOCK  # K (and N) elements of a block-wise scale's block
 
 
 # ----------------------------------------------------------------------------- validation
@@ -64,17 +82,42 @@ def _check_fp8(name: str, t, dims: int) -> None:
                             " (quantize with pingpong.quantize_fp8)")
 
 
+def _block_scale_kinds(T: int, K: int, N: int, G: int, scale_a, scale_b) -> tuple[str, str]:
+    """("block", "block") for DeepSeek-V3's scales (module docstring), checked: K and N
+    multiples of 128, scale_b (G, N/128, K/128) contiguous in K/128, scale_a (T, K/128) as
+    pingpong.scaled_mm's (spec.check_block_scale_a)."""
+    if K % BLOCK:
+        raise PingpongError(f"K={K}: block-wise scales (1×{BLOCK} of a, {BLOCK}×{BLOCK} of b) need K to be a multiple"
+                            f" of {BLOCK}")
+    if N % BLOCK:
+        raise PingpongError(f"N={N}: block-wise scales ({BLOCK}×{BLOCK} blocks of each expert's weight) need N to be"
+                            f" a multiple of {BLOCK}")
+    nb, kb = N // BLOCK, K // BLOCK
+    if scale_b.shape[0] != G:
+        raise PingpongError(f"scale_b: {scale_b.shape[0]} groups of block scales (scale_b.shape[0]), but offs has"
+                            f" {G} (one (N/{BLOCK}, K/{BLOCK}) block of scales per group)")
+    if tuple(scale_b.shape[1:]) != (nb, kb):
+        raise PingpongError(f"scale_b: block-wise scales are (G, N/{BLOCK}, K/{BLOCK}) = ({G}, {nb}, {kb}) (one per"
+                            f" {BLOCK}×{BLOCK} block of each expert's (N, K) weight), got shape {tuple(scale_b.shape)}")
+    if scale_b.stride(2) != 1 and kb > 1:
+        raise PingpongError(f"scale_b: block-wise scales must be contiguous in K/{BLOCK} (stride(2) = 1), got strides"
+                            f" {tuple(scale_b.stride())}")
+    check_block_scale_a(scale_a, T, kb)
+    return "block", "block"
+
+
 def scale_kinds(a, b, scale_a, scale_b) -> tuple[str, str]:
-    """("row" | "tensor", "row" | "group" | "tensor") of validated operands' scales, or a
-    PingpongError naming the scale (block-wise ones: not built)."""
+    """("row" | "tensor", "row" | "group" | "tensor") of validated operands' scales, or
+    ("block", "block") (a 3-D scale_b names the block-wise mode), or a PingpongError naming
+    the scale."""
     T, K = a.shape
     G, _, N = b.shape
-    if scale_a.dim() == 2 and scale_a.shape[0] == T and scale_a.numel() > 1 and scale_a.shape[1] > 1:
-        raise PingpongError(f"scale_a: shape {tuple(scale_a.shape)} looks block-wise (1×{BLOCK} blocks, (T, K/{BLOCK})):"
-                            " block-wise FP8 grouped GEMM is not built; use row-wise scales (T,) and (G, N)")
     if scale_b.dim() == 3:
-        raise PingpongError(f"scale_b: shape {tuple(scale_b.shape)} looks block-wise ({BLOCK}×{BLOCK} blocks per group):"
-                            " block-wise FP8 grouped GEMM is not built; use row-wise scales (T,) and (G, N)")
+        return _block_scale_kinds(T, K, N, G, scale_a, scale_b)
+    if scale_a.dim() == 2 and scale_a.numel() > 1 and scale_a.shape[1] > 1:
+        raise PingpongError(f"scale_b: scale_a {tuple(scale_a.shape)} looks block-wise (T, K/{BLOCK}); block-wise"
+                            f" scale_b is (G, N/{BLOCK}, K/{BLOCK}) = ({G}, {N // BLOCK}, {K // BLOCK}), got shape"
+                            f" {tuple(scale_b.shape)}")
     if scale_a.numel() == 1:
         ka = "tensor"
     elif scale_a.dim() == 1 and scale_a.shape[0] == T:
@@ -187,13 +230,15 @@ class _Fp8GroupedPlan:
         from .runtime.device import sm_count
 
         w = b.transpose(1, 2)  # (G, N, K) row-major: the kernel's view
-        self.launch(self.device, launch_ptrs(a, w, out, offs, scale_a, scale_b), (), kernel.prepare, a, w, out, offs,
+        sa, sb = kernel.block_scale_views(scale_a, scale_b) if scale_b.dim() == 3 else (scale_a, scale_b)
+        self.launch(self.device, launch_ptrs(a, w, out, offs, sa, sb), (), kernel.prepare, a, w, out, offs,
                     scale_a, scale_b, self.promote, self.config, sm_count(self.device))
 
 
 def launch_ptrs(a, w, out, offs, scale_a, scale_b) -> tuple[int, ...]:
     """The base address of each slot of the kernel's leading arguments (pingpong.hopper.
-    fp8_grouped.fp8_grouped_gemm: a, W, out as TMA descriptors; out, offs, scales as pointers)."""
+    fp8_grouped.fp8_grouped_gemm: a, W, out as TMA descriptors; out, offs as pointers; the
+    scales as pointers, or block-wise as TMA descriptors of their views, block_scale_views)."""
     return (a.data_ptr(), w.data_ptr(), out.data_ptr(), out.data_ptr(), offs.data_ptr(), scale_a.data_ptr(),
             scale_b.data_ptr())
 
@@ -213,10 +258,10 @@ def _plan(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum) -> _Fp8Groupe
         key = None
     plan = plan_mod.get(key)
     if plan is None:
-        check_scaled_grouped_mm(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum)
+        kinds = check_scaled_grouped_mm(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum)
         from .hopper.fp8_grouped import select_fp8_grouped_config
 
-        promote = not use_fast_accum
+        promote = kinds[0] == "block" or not use_fast_accum  # block scales apply at the promotion
         config = select_fp8_grouped_config(a.shape[0], b.shape[0], b.shape[2], promote)
         plan = plan_mod.store(key, _Fp8GroupedPlan(plan_mod.device_index(a.device), promote, config))
     else:
@@ -236,13 +281,14 @@ def scaled_grouped_mm_direct(a, b, scale_a, scale_b, offs, out_dtype=torch.bfloa
 
 def scaled_grouped_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, offs: Tensor, *,
                       out_dtype: torch.dtype = torch.bfloat16, use_fast_accum: bool = False) -> Tensor:
-    """FP8 grouped product, rows of group g times b[g], row-wise scaled (module docstring).
+    """FP8 grouped product, rows of group g times b[g], row- or block-wise scaled (module docstring).
 
     Args:
         a: (T, K) fp8 row-major, rows sorted by group.
         b: (G, K, N) fp8, the K-major view w.transpose(1, 2) of (G, N, K) weights.
         scale_a: (T,) fp32 per row (or one element). scale_b: (G, N) fp32 per group and column
-            (or (G,), or one element).
+            (or (G,), or one element). Block-wise: scale_a (T, K/128) strides (1, T), scale_b
+            (G, N/128, K/128).
         offs: (G,) int32 cumulative row ends on a's device.
     Returns:
         (T, N) out_dtype; rows past offs[-1] are unset.

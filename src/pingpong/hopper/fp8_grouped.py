@@ -1,44 +1,54 @@
 """FP8 grouped GEMM on Hopper (mixture-of-experts forward): ragged groups of rows, one
-persistent launch, row-wise (or tensor-wise) scales applied in the epilogue.
+persistent launch, row-wise (or tensor-wise) scales applied in the epilogue, or DeepSeek-V3's
+block-wise scales applied per 128-deep K block at the promotion.
 
     out[s_g : e_g, :] = (a[s_g : e_g, :] @ W[g]ᵀ) · sa[s_g : e_g, None] · sb[g, None, :]
+    block-wise:  out[r, n] = Σ_kb (a[r, kb] @ W[g][n, kb]ᵀ) · sa[r, kb] · sb[g, n/128, kb]
 
     a (T, K) e4m3 row-major, W (G, N, K) e4m3 row-major (the caller's b = W.transpose(1, 2)),
     offs (G,) int32 cumulative row ends read on the device, sa (T,) per row, sb (G, N) per
-    group and column (a zero stride: one value; tensor-wise is the same code), fp32 acc.
+    group and column (a zero stride: one value; tensor-wise is the same code), fp32 acc;
+    block-wise sa (T, K/128) outer-dim-major (its (K/128, T) rows), sb (G, N/128, K/128).
 
 Composed from parts, nothing copied: the 16-bit grouped kernel's GroupedScheduler (virtual
-m-tiles of every group laid end to end, the group of a unit found from offs on the device)
+m-tiles of every group laid end to end, the group of a unit found from offs on the device;
+`locate(t)` gives (group, first row, off_n), the dense TileScheduler's (batch, off_m, off_n))
 and GroupedEpilogue (TMA store of whole tiles, predicated pointer stores of rows < e_g of a
-group's cut last tile), pingpong.hopper.grouped; the dense kernels' Ring, TileLoader (B
-read from matrix g of its rank-3 descriptor), producer warp, PhaseSync and, without
-promotion, their mainloop (pingpong.hopper.kernel). What is new here is the consumer: the
-FP8 K loop with promotion, and GroupedScales between the K loop and the epilogue.
+group's cut last tile), pingpong.hopper.grouped; and the FP8 dense kernel's partitions
+(pingpong.hopper.fp8_kernel.run_fp8_partitions: the producer with Fp8Loader, the ping-pong
+and cooperative consumers with their promoted K loop, Fp8Scales), where the unit's group
+is the batch: it picks W's matrix, the group's b scales and the rows the epilogue stores.
+What is here: the kernel's constexpr contract, the host side (tile, scale views, launch).
 
     program p │ unit (g, vm, n) │ unit ...             (GroupedScheduler: p, p+P, p+2P, ...)
-    producer  │ A rows [row, row+BM) · W[g] k0..kn │ next unit ...            ring of STAGES
+    producer  │ A rows [row, row+BM) · W[g] k0..kn (block: + sa, sb boxes) │ next unit ...
     consumer0 │ K loop ═══════ │ ·sa[rows]·sb[g, cols] │ store rows < e_g │ K loop (unit +2) ...
     consumer1 │ wait turn      │ K loop ═══════ │ ·sa·sb[g'] │ store rows < e_g' │ ...
                 (ping-pong; cooperative: both consumers on every unit, 64-row halves)
 
-PROMOTED K LOOP (PROMOTE, the default: torch's use_fast_accum=False). fp8 wgmma accumulates
-with reduced precision, so every 128-deep ring slot (BK = 128) goes into a fresh wgmma
-accumulator `part`, added to the fp32 accumulator in registers:
+PROMOTED K LOOP (PROMOTE, the default: torch's use_fast_accum=False; block-wise always): the
+dense kernel's, two k-steps per iteration, every 128-deep ring slot into a fresh wgmma
+accumulator `part` added (block-wise: scaled) into the fp32 accumulator:
 
-    k-step │ wait ready(k) │ wgmma(slot k) -> part (fresh) │ wait(0) │ release(k) │ acc += part
+    k-step │ wait ready(k) │ wgmma(slot k) -> part │ wait(0) │ acc += part [· sa[rows, k]·sb[g, n/128, k]] │ release(k)
 
-Under ping-pong the turn passes once the last promotion is done; cooperatively the other
-warpgroup's wgmmas fill the tensor cores while one promotes. Without PROMOTE the wgmmas
-accumulate in place: the dense kernels' mainloop, one k-step in flight.
+Without PROMOTE the wgmmas accumulate in place: the dense kernels' mainloop.
 
-THE SCALES (GroupedScales, row-wise): after the K loop, the tile's rows' sa (masked past T)
-and its group's row of sb (masked past N) are loaded in the accumulator's row and column
-layouts (SliceLayouts: a few registers, no shared memory) and multiplied in, before the
-cast. Rows of the tile past e_g get the next group's sa (or 0 past T); they are never
+ROW-WISE SCALES (Fp8Scales.apply_outer, SCALING "row"): after the K loop, the tile's rows'
+sa (masked past T) and its group's row of sb (sb + g·sb_g + n·sb_col, masked past N), loaded
+in the accumulator's slice layouts and multiplied in before the cast.
+
+BLOCK-WISE SCALES (SCALING "block", Fp8Scales with ANY_ROW): K block kb's sa and sb travel in
+the ring slot with its A and B tiles (TMA, one ready barrier). A unit starts at its group's
+first row, any row of a, but a TMA box's innermost coordinate is 16-byte aligned: the sa box
+[1, 2·BM] starts at the 4-row boundary at or below the unit's row, and the consumers gather
+their rows from element off_m % 4 on; the sb box [1, 32] starts at the 4-element boundary at
+or below g·sb_g + n_blk·sb_col + kb, its element read by the same gather:
+
+    slot s │ A [BM, 128] │ W[g] [BN, 128] │ sa[kb, row0 - row0 % 4 ...] (2·BM) │ sb box (32) │
+
+Rows of a unit past e_g read the next group's a rows and sa (or 0 past T): garbage, never
 stored. Scale values are not checked (a device read would be a host sync).
-
-Block-wise scales (1×128 for a, 128×128 per group for W) are not built: the front end
-(pingpong.fp8_grouped) refuses them.
 """
 
 from __future__ import annotations
@@ -48,173 +58,48 @@ import dataclasses
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma, warpgroup_mma_wait
-from triton.language.core import _aggregate as aggregate
 
 from ..runtime import compile as cc
 from .config import KernelConfig
 from .epilogue import Epilogue, EpilogueConstants
-from .fp8_kernel import SCALE_BLOCK as _SCALE_BLOCK
-from .fp8_launch import SCALE_BLOCK, check_fp8_config
+from .fp8_kernel import SCALE_BLOCK as _SCALE_BLOCK, Fp8Scales, run_fp8_partitions
+from .fp8_launch import (SCALE_BLOCK, block_scale_a_view, block_scale_descriptors, check_fp8_config, sa_box,
+                         scale_boxes)
 from .grouped import GroupedEpilogue, GroupedScheduler, group_pad
-from .kernel import finish_mainloop, mainloop, producer
 from .launch import _descriptor, kernel_constants, launch_options, tma_orientation
 from .loader import TileLoader
-from .mma import MmaOp
-from .phase_sync import PhaseSync
-from .pipeline import Ring, first_counter
-
-
-# ----------------------------------------------------------------------------- the scales
-
-
-@aggregate
-class GroupedScales:
-    """sa[r] at sa + r·sa_row, sb[g, c] at sb + g·sb_g + c·sb_col (module docstring). A zero
-    stride repeats one value: tensor-wise a (sa_row = 0), one scale per group (sb_col = 0)."""
-
-    sa: gl.tensor
-    sb: gl.tensor
-    sa_row: gl.tensor
-    sb_g: gl.tensor
-    sb_col: gl.tensor
-    T: gl.tensor
-    N: gl.tensor
-
-    @gluon.constexpr_function
-    def __init__(self, sa, sb, sa_row, sb_g, sb_col, T, N):
-        self.sa = sa
-        self.sb = sb
-        self.sa_row = sa_row
-        self.sb_g = sb_g
-        self.sb_col = sb_col
-        self.T = T
-        self.N = N
-
-    @gluon.jit
-    def apply(self, acc, off_m, off_n, g):
-        """acc · sa[rows] · sb[g, cols] for the tile at (off_m, off_n) of group g."""
-        layout: gl.constexpr = acc.type.layout
-        rows = off_m + gl.arange(0, acc.shape[0], layout=gl.SliceLayout(1, layout))
-        cols = off_n + gl.arange(0, acc.shape[1], layout=gl.SliceLayout(0, layout))
-        sa = gl.load(self.sa + rows * self.sa_row, mask=rows < self.T, other=0.0)
-        sb = gl.load(self.sb + g * self.sb_g + cols * self.sb_col, mask=cols < self.N, other=0.0)
-        return acc * gl.expand_dims(sa, 1) * gl.expand_dims(sb, 0)
-
-
-# ----------------------------------------------------------------------------- the consumers
-
-
-@gluon.jit
-def promoted_k_loop(ring, first, k_steps, ROW0: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr,
-                    acc_layout: gl.constexpr):
-    """The promoted K loop (module docstring): each ring slot into a fresh `part`, added into
-    the fp32 accumulator; every slot released as soon as its wgmma is done. `part` is carried
-    through the loop as the wgmma's (ignored, use_acc=False) input so its registers are reused."""
-    acc = gl.zeros((ROWS, COLS), dtype=gl.float32, layout=acc_layout)
-    part = gl.zeros((ROWS, COLS), dtype=gl.float32, layout=acc_layout)
-    for k in range(k_steps):
-        s = ring.wait_ready(first + k)
-        a = ring.a_bufs.index(s).slice(ROW0, ROWS, 0)
-        b = ring.b_bufs.index(s).permute((1, 0))  # K-major [BN, BK] slot as wgmma's [K, N] view
-        part = warpgroup_mma(a, b, part, use_acc=False, is_async=True)
-        part = warpgroup_mma_wait(0, (part,))
-        ring.release(first + k)
-        acc = acc + part
-    return acc
-
-
-@gluon.jit
-def unit_k_loop(ring, first, k_steps, ROW0: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr,
-                acc_layout: gl.constexpr, PROMOTE: gl.constexpr, sync, CONSUMER: gl.constexpr, PINGPONG: gl.constexpr):
-    """One unit's fp32 accumulator, promoted or in place; under PINGPONG the turn passes to the
-    other consumer once the last wgmma is issued (promoted: once it is done)."""
-    if PROMOTE:
-        acc = promoted_k_loop(ring, first, k_steps, ROW0, ROWS, COLS, acc_layout)
-        if PINGPONG:
-            sync.pass_turn(CONSUMER)
-    else:
-        mma = mainloop(ring, first, k_steps, ROW0, ROWS, COLS, 0, acc_layout, acc_layout, True, True)
-        if PINGPONG:
-            sync.pass_turn(CONSUMER)
-        mma = finish_mainloop(mma, ring, first + k_steps - 1)
-        acc = mma.acc
-    return acc
-
-
-@gluon.jit
-def store_unit(epi, scales, acc, CONSUMER: gl.constexpr, count, off_m, off_n, g):
-    """Scale, then the grouped epilogue: rows < e_g of the tile (TMA when the tile is whole)."""
-    acc = scales.apply(acc, off_m, off_n, g)
-    epi.store(MmaOp(acc, gl.to_tensor(0), gl.to_tensor(True), 1), CONSUMER, count, off_m, off_n, g, 0)
-
-
-@gluon.jit
-def pingpong_consumer(ring, sched, epi, scales, sync, CONSUMER: gl.constexpr, acc_layout: gl.constexpr,
-                      PROMOTE: gl.constexpr):
-    """Consumer CONSUMER takes this program's units CONSUMER, CONSUMER+2, ... (PhaseSync turns)."""
-    for j in range((sched.local_tiles() - CONSUMER + 1) // 2):
-        t = 2 * j + CONSUMER
-        g, off_m, off_n = sched.locate(t)
-        first = first_counter(j, sched.k_steps, 2, CONSUMER)
-        sync.wait_turn(CONSUMER, j)
-        acc = unit_k_loop(ring, first, sched.k_steps, 0, sched.BM, sched.BN, acc_layout, PROMOTE, sync, CONSUMER,
-                          True)
-        store_unit(epi, scales, acc, CONSUMER, j, off_m, off_n, g)
-    epi.drain()
-
-
-@gluon.jit
-def cooperative_consumer(ring, sched, epi, scales, CONSUMER: gl.constexpr, acc_layout: gl.constexpr,
-                         PROMOTE: gl.constexpr):
-    """Consumer CONSUMER computes rows [CONSUMER·BM/2, (CONSUMER+1)·BM/2) of every unit."""
-    ROWS: gl.constexpr = sched.BM // 2
-    for t in range(sched.local_tiles()):
-        g, off_m, off_n = sched.locate(t)
-        first = first_counter(t, sched.k_steps, 1, 0)  # both consumers read every k-step
-        acc = unit_k_loop(ring, first, sched.k_steps, CONSUMER * ROWS, ROWS, sched.BN, acc_layout, PROMOTE, 0,
-                          CONSUMER, False)
-        store_unit(epi, scales, acc, CONSUMER, t, off_m + CONSUMER * ROWS, off_n, g)
-    epi.drain()
+from .pipeline import Ring
 
 
 # ----------------------------------------------------------------------------- the kernel
 
 _RUNTIME_SCALARS = ["T", "N", "K", "G", "out_sr", "out_sc", "sa_row", "sb_g", "sb_col"]
 
-
 @gluon.jit(do_not_specialize=_RUNTIME_SCALARS)
 def fp8_grouped_gemm(a_desc, b_desc, c_desc, out, offs, sa, sb, T, N, K, G, out_sr, out_sc, sa_row, sb_g, sb_col,
-                     CFG: gl.constexpr, PROMOTE: gl.constexpr, TMA_STORE: gl.constexpr, G_PAD: gl.constexpr):
-    """out = (a @ W[g]ᵀ)·sa·sb[g] per group of rows (module docstring). CFG: the dense kernel's
+                     CFG: gl.constexpr, PROMOTE: gl.constexpr, TMA_STORE: gl.constexpr, G_PAD: gl.constexpr,
+                     SCALING: gl.constexpr):
+    """out = (a @ W[g]ᵀ)·scales per group of rows (module docstring). CFG: the dense kernel's
     constexprs (KernelConstants, pingpong.hopper.launch), its EPI a plain store; then the
-    promotion, whether out takes TMA stores and the group table's length."""
-    acc_layout: gl.constexpr = CFG.acc_layout
+    promotion, whether out takes TMA stores, the group table's length and the scaling ("row":
+    sa, sb pointers, zero strides for one value; "block": their TMA descriptors)."""
     gl.static_assert(CFG.EPI.plain(), "this kernel's epilogue stores α·acc alone (no β·C, bias or activation)")
     gl.static_assert(CFG.STAGES >= 2, "the ring needs at least 2 stages")
     gl.static_assert(CFG.RELEASERS == (1 if CFG.PINGPONG else 2),
                      "ping-pong: one consumer frees a slot; cooperative: both")
     gl.static_assert(not PROMOTE or CFG.BK == _SCALE_BLOCK, "a promotion is one 128-deep ring slot")
+    gl.static_assert(SCALING == "row" or SCALING == "block", "SCALING: row (tensor-wise: zero strides) or block")
+    gl.static_assert(SCALING != "block" or (PROMOTE and _SCALE_BLOCK % CFG.BN == 0),
+                     "block scales are applied at the promotion; a tile's columns share one b scale (BN divides 128)")
+    gl.static_assert(SCALING != "block" or sa.block_type.shape[1] >= CFG.BM + 3,
+                     "an sa box starts up to 3 rows above its tile (Fp8Scales.ANY_ROW)")
     gl.static_assert(G_PAD >= 32, "the group table holds at least one element per lane")
     sched = GroupedScheduler.create(offs, G, T, N, K, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M, G_PAD)
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS)
     tma_epi = Epilogue.allocate(c_desc, c_desc, gl.to_tensor(1.0), gl.to_tensor(0.0), out, T, N, 2, CFG.EPI)
     epi = GroupedEpilogue(tma_epi, out, out_sr, out_sc, offs, T, N, TMA_STORE)
-    scales = GroupedScales(sa, sb, sa_row, sb_g, sb_col, T, N)
-    loader = TileLoader(a_desc, b_desc, True, True)
-    if CFG.PINGPONG:
-        sync = PhaseSync.allocate()
-        gl.warp_specialize([
-            (pingpong_consumer, (ring, sched, epi, scales, sync, 0, acc_layout, PROMOTE)),
-            (pingpong_consumer, (ring, sched, epi, scales, sync, 1, acc_layout, PROMOTE)),
-            (producer, (loader, ring, sched)),
-        ], [CFG.CONSUMER_WARPS, CFG.PRODUCER_WARPS], [CFG.CONSUMER_REGS, CFG.PRODUCER_REGS])
-    else:
-        gl.warp_specialize([
-            (cooperative_consumer, (ring, sched, epi, scales, 0, acc_layout, PROMOTE)),
-            (cooperative_consumer, (ring, sched, epi, scales, 1, acc_layout, PROMOTE)),
-            (producer, (loader, ring, sched)),
-        ], [CFG.CONSUMER_WARPS, CFG.PRODUCER_WARPS], [CFG.CONSUMER_REGS, CFG.PRODUCER_REGS])
+    scales = Fp8Scales.allocate(sa, sb, sa_row, sb_col, sb_g, T, N, CFG.STAGES, SCALING, _SCALE_BLOCK, True)
+    run_fp8_partitions(ring, sched, epi, scales, TileLoader(a_desc, b_desc, True, True), CFG, PROMOTE)
 
 
 # ----------------------------------------------------------------------------- host side
@@ -235,13 +120,25 @@ def select_fp8_grouped_config(T: int, G: int, N: int, promote: bool) -> KernelCo
 
 def scale_strides(scale_a: torch.Tensor, scale_b: torch.Tensor) -> tuple[int, int, int]:
     """(sa_row, sb_g, sb_col) of validated scales: sa (T,) or one element; sb (G, N), (G,) or
-    one element. A single element (any shape) reads with stride 0."""
+    one element. A single element (any shape) reads with stride 0. Block-wise (sb (G, N/128,
+    K/128)): (0, sb_g, sb_col) in fp32 elements of sb's storage (Fp8Scales' flat sb row)."""
+    if scale_b.dim() == 3:
+        return 0, scale_b.stride(0), scale_b.stride(1)
     sa_row = scale_a.stride(0) if scale_a.numel() > 1 else 0
     if scale_b.numel() == 1:
         return sa_row, 0, 0
     if scale_b.dim() == 1:  # (G,): one scale per group
         return sa_row, scale_b.stride(0), 0
     return sa_row, scale_b.stride(0), scale_b.stride(1)
+
+
+def block_scale_views(scale_a, scale_b):
+    """Block-wise scales as the kernel's TMA reads them: scale_a's (K/128, T) rows (copied only
+    where TMA cannot read them in place: pingpong.hopper.fp8_launch.block_scale_a_view) and
+    scale_b (G, N/128, K/128), contiguous in K/128, seen from its base (cloned if that base is
+    not 16-byte aligned). The front end's launch addresses and `prepare` both come from here."""
+    sb = scale_b if scale_b.data_ptr() % 16 == 0 else scale_b.clone(memory_format=torch.contiguous_format)
+    return block_scale_a_view(scale_a), sb
 
 
 def worker_regs(regs: tuple[int, int], g_pad: int) -> tuple[int, int]:
@@ -257,10 +154,13 @@ def worker_regs(regs: tuple[int, int], g_pad: int) -> tuple[int, int]:
 
 def prepare(a, w, out, offs, scale_a, scale_b, promote: bool, config: KernelConfig, sms: int):
     """(kernel, args, kwargs, grid): a (T, K) and W (G, N, K) fp8 row-major, TMA-legal; out (T,
-    N) row-major; offs (G,) int32 and the fp32 scales on the device (validated by the front end)."""
+    N) row-major; offs (G,) int32 and the fp32 scales on the device (validated by the front
+    end). A 3-D scale_b means block-wise (scale_a (T, K/128)): the promotion, always."""
     T, K = a.shape
     G, N, _ = w.shape
-    d = check_fp8_config(config, promote, out.element_size())
+    block = scale_b.dim() == 3
+    boxes = scale_boxes("block", SCALE_BLOCK, config, any_row=True) if block else (0, 0)
+    d = check_fp8_config(config, promote or block, out.element_size(), boxes)
     a_desc = _descriptor(a, [d.block_m, d.block_k])
     b_desc = _descriptor(w, [d.block_n, d.block_k])  # rank 3: box [1, BN, BK] of matrix g
     tma_store = tma_orientation(out) == "row"
@@ -269,8 +169,13 @@ def prepare(a, w, out, offs, scale_a, scale_b, promote: bool, config: KernelConf
     consumer_regs, producer_regs = worker_regs(d.worker_regs, g_pad)
     cfg = dataclasses.replace(kernel_constants(d, EpilogueConstants(BUFS=d.epilogue_bufs)),
                               CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs)
-    kwargs = dict(CFG=cfg, PROMOTE=bool(promote), TMA_STORE=tma_store, G_PAD=g_pad, **launch_options(d))
-    args = (a_desc, b_desc, c_desc, out, offs, scale_a, scale_b, T, N, K, G, out.stride(0), out.stride(1),
+    if block:
+        sa, sb = block_scale_descriptors(*block_scale_views(scale_a, scale_b), sa_box(d.block_m, any_row=True))
+    else:
+        sa, sb = scale_a, scale_b
+    kwargs = dict(CFG=cfg, PROMOTE=bool(promote or block), TMA_STORE=tma_store, G_PAD=g_pad,
+                  SCALING="block" if block else "row", **launch_options(d))
+    args = (a_desc, b_desc, c_desc, out, offs, sa, sb, T, N, K, G, out.stride(0), out.stride(1),
             *scale_strides(scale_a, scale_b))
     bound = (-(-T // d.block_m) + G) * -(-N // d.block_n)
     return fp8_grouped_gemm, args, kwargs, (max(1, min(sms, bound)),)
@@ -279,30 +184,36 @@ def prepare(a, w, out, offs, scale_a, scale_b, promote: bool, config: KernelConf
 # ----------------------------------------------------------------------------- offline compilation
 
 
-def _offline_builder(config: KernelConfig, G: int, promote: bool):
+def _offline_builder(config: KernelConfig, G: int, promote: bool, scaling: str):
     def build(target: str) -> cc.Launch:
         T, K, N = 4096, 1024, 1024
         a = torch.empty(T, K, dtype=torch.float8_e4m3fn)
         w = torch.empty(G, N, K, dtype=torch.float8_e4m3fn)
         out = torch.empty(T, N, dtype=torch.bfloat16)
         offs = torch.empty(G, dtype=torch.int32)
-        sa, sb = torch.empty(T), torch.empty(G, N)
+        if scaling == "block":
+            sa, sb = torch.empty(K // SCALE_BLOCK, T).t(), torch.empty(G, N // SCALE_BLOCK, K // SCALE_BLOCK)
+        else:
+            sa, sb = torch.empty(T), torch.empty(G, N)
         kernel, args, kwargs, grid = prepare(a, w, out, offs, sa, sb, promote, config, 132)
         return cc.Launch(kernel, args, kwargs, grid)
 
-    build.__doc__ = (f"Hopper FP8 grouped GEMM (ragged rows, {G} groups, row-wise scales), "
+    build.__doc__ = (f"Hopper FP8 grouped GEMM (ragged rows, {G} groups, {scaling}-wise scales), "
                      f"{'promoted' if promote else 'fast'} accumulation, {config.schedule} "
                      f"{config.block_m}×{config.block_n}×{config.block_k}")
     return build
 
 
-#: name -> (config, groups, promote) of the variants compiled offline (tests/test_fp8_grouped.py)
+#: name -> (config, groups, promote, scaling) of the variants compiled offline (tests/test_fp8_grouped.py)
 OFFLINE_VARIANTS = {
-    "fp8-grouped-cooperative": (KernelConfig(128, 128, 128, schedule="cooperative"), 8, True),
-    "fp8-grouped-pingpong": (KernelConfig(64, 128, 128, schedule="pingpong"), 256, True),
-    "fp8-grouped-cooperative-fast": (KernelConfig(128, 256, 128, schedule="cooperative"), 8, False),
-    "fp8-grouped-pingpong-fast": (KernelConfig(64, 256, 128, schedule="pingpong"), 128, False),
-    "fp8-grouped-cooperative-512": (KernelConfig(128, 128, 128, schedule="cooperative"), 512, True),
+    "fp8-grouped-cooperative": (KernelConfig(128, 128, 128, schedule="cooperative"), 8, True, "row"),
+    "fp8-grouped-pingpong": (KernelConfig(64, 128, 128, schedule="pingpong"), 256, True, "row"),
+    "fp8-grouped-cooperative-fast": (KernelConfig(128, 256, 128, schedule="cooperative"), 8, False, "row"),
+    "fp8-grouped-pingpong-fast": (KernelConfig(64, 256, 128, schedule="pingpong"), 128, False, "row"),
+    "fp8-grouped-cooperative-512": (KernelConfig(128, 128, 128, schedule="cooperative"), 512, True, "row"),
+    "fp8-grouped-block-cooperative": (KernelConfig(128, 128, 128, schedule="cooperative"), 8, True, "block"),
+    "fp8-grouped-block-pingpong": (KernelConfig(64, 128, 128, schedule="pingpong"), 256, True, "block"),
+    "fp8-grouped-block-cooperative-512": (KernelConfig(128, 128, 128, schedule="cooperative"), 512, True, "block"),
 }
-for _name, (_c, _g, _p) in OFFLINE_VARIANTS.items():
-    cc.register(_name, targets=("sm_90a",))(_offline_builder(_c, _g, _p))
+for _name, (_c, _g, _p, _s) in OFFLINE_VARIANTS.items():
+    cc.register(_name, targets=("sm_90a",))(_offline_builder(_c, _g, _p, _s))

@@ -57,6 +57,10 @@ COOPERATIVE: both consumers read every slot (RELEASERS = 2), each its 64-row hal
     consumer0 │ K loop t0 rows 0..63   │ scale, epi │ K loop t1 ...
     consumer1 │ K loop t0 rows 64..127 │ scale, epi │ K loop t1 ...
 
+The grouped FP8 kernel (pingpong.hopper.fp8_grouped) runs these partitions too
+(run_fp8_partitions) over its GroupedScheduler: `locate` gives each unit's group as the batch
+(b's matrix, the group's b scales), and its tiles start at any row (Fp8Scales.ANY_ROW).
+
 Split-K and swap-AB are not built for FP8 (pingpong.hopper.fp8_launch.select_fp8 says
 which tiles run instead).
 """
@@ -83,55 +87,66 @@ class Fp8Scales:
     """Where the scales are and how they apply (module docstring's table).
 
     Tensor- and row-wise: sa, sb are pointers, read once per tile (apply_outer); sa[m] at
-    sa + m·sa_row, sb[n] at sb + n·sb_col. Block-wise: sa, sb are the TMA descriptors of the
-    scales' K-major storage, staged by the producer into sa_bufs / sb_bufs beside each ring
-    slot (load) and read by the consumers from shared memory at the promotion (promote):
+    sa + m·sa_row, sb[n] of batch (group) g at sb + g·sb_g + n·sb_col. Block-wise: sa, sb are
+    the TMA descriptors of the scales' K-major storage, staged by the producer into sa_bufs /
+    sb_bufs beside each ring slot (load) and read by the consumers from shared memory at the
+    promotion (promote):
 
-        sa_desc   (K/128, M) fp32, box [1, BM]: sa[rows of the tile, kb]
-        sb_desc   SB_COLS = 128: the (N/128, K/128) storage seen as one row [1, ·] (its row
-                  stride sb_col), box [1, 32] from the 16-byte boundary at or below
-                  n_blk·sb_col + kb (a box's innermost coordinate must be 16-byte aligned):
-                  sb[kb, n_blk] is one of its first 4 elements (sb_phase); 128 bytes, so that
-                  each slot's box is 128-byte aligned as TMA writes shared memory
+        sa_desc   (K/128, M) fp32: sa[rows of the tile, kb]. Tiles at multiples of BM (the
+                  dense kernel): box [1, BM] at off_m. ANY_ROW (the grouped kernel, whose tiles
+                  start at any row): box [1, 2·BM] (a power of two ≥ BM + 3) from the 16-byte
+                  boundary at or below off_m; the tile's first row is element sa_phase = off_m % 4
+        sb_desc   SB_COLS = 128: the b scales' storage seen from its base as one row [1, ·]
+                  (row stride sb_col per 128 columns, sb_g per batch), box [1, 32] from the
+                  16-byte boundary at or below g·sb_g + n_blk·sb_col + kb (a box's innermost
+                  coordinate must be 16-byte aligned): sb[g, n_blk, kb] is one of its first 4
+                  elements (sb_phase); 128 bytes, so that each slot's box is 128-byte aligned
+                  as TMA writes shared memory
                   SB_COLS = 1: (K/128, N), box [1, BN]: sb[kb, columns of the tile]"""
 
     sa: gl.tensor | tma.tensor_descriptor  # pointers (tensor-/row-wise) or TMA descriptors (block-wise)
     sb: gl.tensor | tma.tensor_descriptor
     sa_row: gl.tensor
     sb_col: gl.tensor
+    sb_g: gl.tensor
     M: gl.tensor
     N: gl.tensor
     sa_bufs: gl.shared_memory_descriptor
     sb_bufs: gl.shared_memory_descriptor
     SCALING: gl.constexpr
     SB_COLS: gl.constexpr
+    ANY_ROW: gl.constexpr
 
     @gluon.constexpr_function
-    def __init__(self, sa, sb, sa_row, sb_col, M, N, sa_bufs, sb_bufs, SCALING, SB_COLS):
+    def __init__(self, sa, sb, sa_row, sb_col, sb_g, M, N, sa_bufs, sb_bufs, SCALING, SB_COLS, ANY_ROW):
         self.sa = sa
         self.sb = sb
         self.sa_row = sa_row
         self.sb_col = sb_col
+        self.sb_g = sb_g
         self.M = M
         self.N = N
         self.sa_bufs = sa_bufs
         self.sb_bufs = sb_bufs
         self.SCALING = gl.constexpr(SCALING)
         self.SB_COLS = gl.constexpr(SB_COLS)
+        self.ANY_ROW = gl.constexpr(ANY_ROW)
 
     @gluon.jit
-    def allocate(sa, sb, sa_row, sb_col, M, N, STAGES: gl.constexpr, SCALING: gl.constexpr, SB_COLS: gl.constexpr):
+    def allocate(sa, sb, sa_row, sb_col, sb_g, M, N, STAGES: gl.constexpr, SCALING: gl.constexpr,
+                 SB_COLS: gl.constexpr, ANY_ROW: gl.constexpr = False):
         """Block-wise: one sa box and one sb box per ring slot."""
         if SCALING == "block":
             gl.static_assert(sa.block_type.nbytes % 128 == 0 and sb.block_type.nbytes % 128 == 0,
                              "each slot's scale boxes must start 128-byte aligned (TMA's shared-memory"
                              " destinations): block_m and block_n ≥ 32")
+            gl.static_assert(not ANY_ROW or SB_COLS != 1, "tiles at any row: 128×128 b scales only (a gathered sb)")
             sa_bufs = gl.allocate_shared_memory(gl.float32, [STAGES] + sa.block_type.shape, sa.layout)
             sb_bufs = gl.allocate_shared_memory(gl.float32, [STAGES] + sb.block_type.shape, sb.layout)
         else:  # never read
             sa_bufs = gl.allocate_shared_memory(gl.float32, [1, 4], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
             sb_bufs = sa_bufs
-        return Fp8Scales(sa, sb, sa_row, sb_col, M, N, sa_bufs, sb_bufs, SCALING, SB_COLS)
+        return Fp8Scales(sa, sb, sa_row, sb_col, sb_g, M, N, sa_bufs, sb_bufs, SCALING, SB_COLS, ANY_ROW)
 
     @gluon.constexpr_function
     def nbytes(self):
@@ -141,50 +156,65 @@ class Fp8Scales:
         return 0
 
     @gluon.jit
-    def load(self, s, off_m, off_n, k, bar):
-        """Producer, block-wise: slot s's scales for K offset k (element units) -> sa_bufs[s], sb_bufs[s]."""
+    def load(self, s, off_m, off_n, k, bar, batch=0):
+        """Producer, block-wise: slot s's scales for K offset k (element units) of batch (group)
+        `batch` -> sa_bufs[s], sb_bufs[s]."""
         if self.SCALING == "block":
             kb = k // SCALE_BLOCK
-            tma.async_load(self.sa, [kb, off_m], bar, self.sa_bufs.index(s))
+            tma.async_load(self.sa, [kb, off_m - self.sa_phase(off_m)], bar, self.sa_bufs.index(s))
             if self.SB_COLS == 1:
                 tma.async_load(self.sb, [kb, off_n], bar, self.sb_bufs.index(s))
             else:
-                at = (off_n // self.SB_COLS) * self.sb_col + kb
+                at = batch * self.sb_g + (off_n // self.SB_COLS) * self.sb_col + kb
                 tma.async_load(self.sb, [0, at - at % 4], bar, self.sb_bufs.index(s))  # 16-byte aligned start
 
     @gluon.jit
-    def sb_phase(self, off_n):
+    def sa_phase(self, off_m):
+        """Where a tile's first row sits in its slot's sa box: off_m % 4 when tiles start at any
+        row (ANY_ROW: the box starts at the 16-byte boundary at or below off_m), else 0."""
+        if self.ANY_ROW:
+            phase = off_m % 4
+        else:
+            phase = 0
+        return phase
+
+    @gluon.jit
+    def sb_phase(self, off_n, batch=0):
         """Where a tile's first b scale sits in its slot's sb box (SB_COLS = 128): K block kb's is
         element (sb_phase + kb) % 4, as the producer starts each box at the 16-byte boundary at
         or below it (a TMA box's innermost coordinate must be 16-byte aligned, Triton's TMA
         notes; unaligned ones are the likely cause of runs 180-181's "illegal instruction",
         not yet confirmed on the GPU)."""
         if self.SCALING == "block" and self.SB_COLS != 1:
-            phase = ((off_n // self.SB_COLS) * self.sb_col) % 4
+            phase = (batch * self.sb_g + (off_n // self.SB_COLS) * self.sb_col) % 4
         else:
             phase = 0
         return phase
 
     @gluon.jit
-    def promote(self, acc, part, s, j, ROW0: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr):
+    def promote(self, acc, part, s, j, sa_phase, ROW0: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr):
         """acc + part, block-wise scaled by slot s's scales: part·(sa[m]·sb) (one factor per row,
         one FFMA per element; sb is element j of the slot's sb box) or, with one b scale per
-        column, (part·sb[n])·sa[m]."""
+        column, (part·sb[n])·sa[m]. ANY_ROW: the tile's rows start at element sa_phase of its sa
+        box; both scales are read by per-thread gathers from shared memory (a runtime offset)."""
         if self.SCALING == "block":
             layout: gl.constexpr = acc.type.layout
             flat: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
-            BM: gl.constexpr = self.sa_bufs.shape[2]
-            sa_row = self.sa_bufs.index(s).reinterpret(shape=[BM], layout=flat).slice(ROW0, ROWS)
-            sa = sa_row.load(gl.SliceLayout(1, layout))
-            if self.SB_COLS == 1:
-                BN: gl.constexpr = self.sb_bufs.shape[2]
-                sb = self.sb_bufs.index(s).reinterpret(shape=[BN], layout=flat).slice(0, COLS)
-                sb = sb.load(gl.SliceLayout(0, layout))
+            BOX: gl.constexpr = self.sa_bufs.shape[2]
+            sa_box = self.sa_bufs.index(s).reinterpret(shape=[BOX], layout=flat)
+            sb_box = self.sb_bufs.index(s).reinterpret(shape=[self.sb_bufs.shape[2]], layout=flat)
+            if self.ANY_ROW:  # runtime starts (a slice's is a constant multiple of its length): gathers
+                rows = self.rows(ROW0, ROWS, layout)
+                factor = sa_box.gather(sa_phase + rows, 0) * sb_box.gather(j + 0 * rows, 0)
+                acc = acc + part * gl.expand_dims(factor, 1)
+            elif self.SB_COLS == 1:
+                sa = sa_box.slice(ROW0, ROWS).load(gl.SliceLayout(1, layout))
+                sb = sb_box.slice(0, COLS).load(gl.SliceLayout(0, layout))
                 acc = acc + part * gl.expand_dims(sb, 0) * gl.expand_dims(sa, 1)
             else:
+                sa = sa_box.slice(ROW0, ROWS).load(gl.SliceLayout(1, layout))
                 four: gl.constexpr = gl.BlockedLayout([4], [32], [gl.num_warps()], [0])  # each thread: all 4
-                box = self.sb_bufs.index(s).reinterpret(shape=[self.sb_bufs.shape[2]], layout=flat).slice(0, 4)
-                sb = gl.sum(gl.where(gl.arange(0, 4, layout=four) == j, box.load(four), 0.0), axis=0)
+                sb = gl.sum(gl.where(gl.arange(0, 4, layout=four) == j, sb_box.slice(0, 4).load(four), 0.0), axis=0)
                 acc = acc + part * gl.expand_dims(sa * sb, 1)
         else:
             acc = acc + part
@@ -200,8 +230,9 @@ class Fp8Scales:
         return off_n + gl.arange(0, COLS, layout=gl.SliceLayout(0, layout))
 
     @gluon.jit
-    def apply_outer(self, acc, off_m, off_n):
-        """Tensor-wise acc·sa·sb, row-wise acc·sa[m]·sb[n]; block-wise scales are already in acc."""
+    def apply_outer(self, acc, off_m, off_n, batch=0):
+        """Tensor-wise acc·sa·sb, row-wise acc·sa[m]·sb[batch, n] (masked past M and N: rows and
+        columns never stored); block-wise scales are already in acc."""
         layout: gl.constexpr = acc.type.layout
         if self.SCALING == "tensor":
             acc = acc * (gl.load(self.sa) * gl.load(self.sb))
@@ -209,7 +240,7 @@ class Fp8Scales:
             rows = self.rows(off_m, acc.shape[0], layout)
             cols = self.cols(off_n, acc.shape[1], layout)
             sa = gl.load(self.sa + rows * self.sa_row, mask=rows < self.M, other=0.0)
-            sb = gl.load(self.sb + cols * self.sb_col, mask=cols < self.N, other=0.0)
+            sb = gl.load(self.sb + batch * self.sb_g + cols * self.sb_col, mask=cols < self.N, other=0.0)
             acc = acc * gl.expand_dims(sa, 1) * gl.expand_dims(sb, 0)
         return acc
 
@@ -235,11 +266,11 @@ class Fp8Loader:
                         + self.scales.nbytes())
         self.tiles.load_a(ring.a_bufs.index(s), off_m, k, bar, batch)
         self.tiles.load_b(ring.b_bufs.index(s), off_n, k, bar, batch)
-        self.scales.load(s, off_m, off_n, k, bar)
+        self.scales.load(s, off_m, off_n, k, bar, batch)
 
 
 @gluon.jit
-def promoted_mainloop(ring, scales, first, k_steps, shift, ROW0: gl.constexpr, ROWS: gl.constexpr,
+def promoted_mainloop(ring, scales, first, k_steps, shift, sa_phase, ROW0: gl.constexpr, ROWS: gl.constexpr,
                       COLS: gl.constexpr, acc_layout: gl.constexpr):
     """One consumer's K loop with promotion (module docstring): each ring slot (one 128-deep K
     block) is multiplied into a fresh wgmma accumulator `part`, which is added (block-wise:
@@ -257,19 +288,20 @@ def promoted_mainloop(ring, scales, first, k_steps, shift, ROW0: gl.constexpr, R
     p0 = gl.zeros((ROWS, COLS), dtype=gl.float32, layout=acc_layout)
     p1 = gl.zeros((ROWS, COLS), dtype=gl.float32, layout=acc_layout)
     for k in range(0, k_steps - 1, 2):
-        p0, acc = step(ring, scales, acc, p0, first + k, shift, ROW0, ROWS, COLS)
-        p1, acc = step(ring, scales, acc, p1, first + k + 1, shift, ROW0, ROWS, COLS)
+        p0, acc = step(ring, scales, acc, p0, first + k, shift, sa_phase, ROW0, ROWS, COLS)
+        p1, acc = step(ring, scales, acc, p1, first + k + 1, shift, sa_phase, ROW0, ROWS, COLS)
     if k_steps % 2:
-        p0, acc = step(ring, scales, acc, p0, first + k_steps - 1, shift, ROW0, ROWS, COLS)
+        p0, acc = step(ring, scales, acc, p0, first + k_steps - 1, shift, sa_phase, ROW0, ROWS, COLS)
     return acc
 
 
 @gluon.jit
-def step(ring, scales, acc, part, counter, shift, ROW0: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr):
+def step(ring, scales, acc, part, counter, shift, sa_phase, ROW0: gl.constexpr, ROWS: gl.constexpr,
+         COLS: gl.constexpr):
     """One promoted k-step: (part, acc + promoted part)."""
     part = issue(ring, counter, part, ROW0, ROWS)
     part = warpgroup_mma_wait(0, (part,))
-    return part, retire(ring, scales, acc, part, counter, shift, ROW0, ROWS, COLS)
+    return part, retire(ring, scales, acc, part, counter, shift, sa_phase, ROW0, ROWS, COLS)
 
 
 @gluon.jit
@@ -282,25 +314,28 @@ def issue(ring, counter, part, ROW0: gl.constexpr, ROWS: gl.constexpr):
 
 
 @gluon.jit
-def retire(ring, scales, acc, part, counter, shift, ROW0: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr):
+def retire(ring, scales, acc, part, counter, shift, sa_phase, ROW0: gl.constexpr, ROWS: gl.constexpr,
+           COLS: gl.constexpr):
     """k-step `counter`'s wgmma is done: promote `part` with its slot's scales (its b scale:
-    element (counter + shift) % 4 of the sb box, promoted_mainloop), free the slot."""
-    acc = scales.promote(acc, part, ring_index(counter, ring.STAGES), (counter + shift) % 4, ROW0, ROWS, COLS)
+    element (counter + shift) % 4 of the sb box; its rows from element sa_phase of the sa
+    box: Fp8Scales), free the slot."""
+    acc = scales.promote(acc, part, ring_index(counter, ring.STAGES), (counter + shift) % 4, sa_phase, ROW0, ROWS,
+                         COLS)
     ring.release(counter)
     return acc
 
 
 @gluon.jit
-def k_loop(ring, scales, first, k_steps, off_n, ROW0: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr,
-           acc_layout: gl.constexpr, PROMOTE: gl.constexpr, sync, CONSUMER: gl.constexpr,
+def k_loop(ring, scales, first, k_steps, batch, off_m, off_n, ROW0: gl.constexpr, ROWS: gl.constexpr,
+           COLS: gl.constexpr, acc_layout: gl.constexpr, PROMOTE: gl.constexpr, sync, CONSUMER: gl.constexpr,
            PINGPONG: gl.constexpr):
-    """The tile's fp32 accumulator: promoted, or the 16-bit kernels' in-place mainloop (fast
-    accumulation). Under PINGPONG the turn passes to the other consumer once the last wgmma
-    is issued (promoted: once it is done)."""
+    """The fp32 accumulator of the tile at (off_m, off_n) of batch (group) `batch`: promoted,
+    or the 16-bit kernels' in-place mainloop (fast accumulation). Under PINGPONG the turn
+    passes to the other consumer once the last wgmma is issued (promoted: once it is done)."""
     if PROMOTE:
         # counter + shift = the tile's sb phase + its K block (Fp8Scales.sb_phase)
-        acc = promoted_mainloop(ring, scales, first, k_steps, scales.sb_phase(off_n) - first, ROW0, ROWS, COLS,
-                                acc_layout)
+        acc = promoted_mainloop(ring, scales, first, k_steps, scales.sb_phase(off_n, batch) - first,
+                                scales.sa_phase(off_m), ROW0, ROWS, COLS, acc_layout)
         if PINGPONG:
             sync.pass_turn(CONSUMER)
     else:
@@ -313,10 +348,11 @@ def k_loop(ring, scales, first, k_steps, off_n, ROW0: gl.constexpr, ROWS: gl.con
 
 
 @gluon.jit
-def store_tile(epi, scales, acc, CONSUMER: gl.constexpr, count, off_m, off_n):
-    """The outer scales, then the shared epilogue (bias, activation, cast, TMA store)."""
-    acc = scales.apply_outer(acc, off_m, off_n)
-    epi.store(MmaOp(acc, gl.to_tensor(0), gl.to_tensor(True), 1), CONSUMER, count, off_m, off_n, 0, 0)
+def store_tile(epi, scales, acc, CONSUMER: gl.constexpr, count, batch, off_m, off_n):
+    """The outer scales, then the epilogue (dense: bias, activation, cast, TMA store; grouped:
+    the rows of group `batch`)."""
+    acc = scales.apply_outer(acc, off_m, off_n, batch)
+    epi.store(MmaOp(acc, gl.to_tensor(0), gl.to_tensor(True), 1), CONSUMER, count, off_m, off_n, batch, 0)
 
 
 @gluon.jit
@@ -324,13 +360,12 @@ def fp8_pingpong_consumer(ring, sched, epi, scales, sync, CONSUMER: gl.constexpr
                           PROMOTE: gl.constexpr):
     """Consumer CONSUMER takes this program's tiles CONSUMER, CONSUMER+2, ... (PhaseSync turns)."""
     for j in range((sched.local_tiles() - CONSUMER + 1) // 2):
-        t = 2 * j + CONSUMER
-        off_m, off_n = sched.tile_offsets(t)
+        batch, off_m, off_n = sched.locate(2 * j + CONSUMER)
         first = first_counter(j, sched.k_steps, 2, CONSUMER)
         sync.wait_turn(CONSUMER, j)
-        acc = k_loop(ring, scales, first, sched.k_steps, off_n, 0, sched.BM, sched.BN, acc_layout, PROMOTE,
-                     sync, CONSUMER, True)
-        store_tile(epi, scales, acc, CONSUMER, j, off_m, off_n)
+        acc = k_loop(ring, scales, first, sched.k_steps, batch, off_m, off_n, 0, sched.BM, sched.BN, acc_layout,
+                     PROMOTE, sync, CONSUMER, True)
+        store_tile(epi, scales, acc, CONSUMER, j, batch, off_m, off_n)
     epi.drain()
 
 
@@ -340,11 +375,11 @@ def fp8_cooperative_consumer(ring, sched, epi, scales, CONSUMER: gl.constexpr, a
     """Consumer CONSUMER computes rows [CONSUMER·BM/2, (CONSUMER+1)·BM/2) of every tile."""
     ROWS: gl.constexpr = sched.BM // 2
     for t in range(sched.local_tiles()):
-        off_m, off_n = sched.tile_offsets(t)
+        batch, off_m, off_n = sched.locate(t)
         first = first_counter(t, sched.k_steps, 1, 0)  # both consumers read every k-step
-        acc = k_loop(ring, scales, first, sched.k_steps, off_n, CONSUMER * ROWS, ROWS, sched.BN, acc_layout, PROMOTE,
-                     0, CONSUMER, False)
-        store_tile(epi, scales, acc, CONSUMER, t, off_m + CONSUMER * ROWS, off_n)
+        acc = k_loop(ring, scales, first, sched.k_steps, batch, off_m, off_n, CONSUMER * ROWS, ROWS, sched.BN,
+                     acc_layout, PROMOTE, 0, CONSUMER, False)
+        store_tile(epi, scales, acc, CONSUMER, t, batch, off_m + CONSUMER * ROWS, off_n)
     epi.drain()
 
 
@@ -357,7 +392,6 @@ def fp8_gemm(a_desc, b_desc, c_desc, bias, sa, sb, M, N, K, sa_row, sb_col, CFG:
     BN: gl.constexpr = CFG.BN
     BK: gl.constexpr = CFG.BK
     STAGES: gl.constexpr = CFG.STAGES
-    acc_layout: gl.constexpr = CFG.acc_layout
     gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
     gl.static_assert(CFG.RELEASERS == (1 if CFG.PINGPONG else 2),
                      "ping-pong: one consumer frees a slot; cooperative: both")
@@ -371,8 +405,18 @@ def fp8_gemm(a_desc, b_desc, c_desc, bias, sa, sb, M, N, K, sa_row, sb_col, CFG:
     HAS_C: gl.constexpr = CFG.EPI.HAS_C
     gl.static_assert(not HAS_C, "the FP8 GEMM reads no C (its epilogue: act(scale(acc) + bias))")
     epi = Epilogue.allocate(c_desc, c_desc, gl.to_tensor(1.0), gl.to_tensor(0.0), bias, M, N, 2, CFG.EPI)
-    scales = Fp8Scales.allocate(sa, sb, sa_row, sb_col, M, N, STAGES, SCALING, SB_COLS)
-    loader = Fp8Loader(TileLoader(a_desc, b_desc, True, True), scales)
+    scales = Fp8Scales.allocate(sa, sb, sa_row, sb_col, gl.to_tensor(0), M, N, STAGES, SCALING, SB_COLS)  # one batch
+    run_fp8_partitions(ring, sched, epi, scales, TileLoader(a_desc, b_desc, True, True), CFG, PROMOTE)
+
+
+@gluon.jit
+def run_fp8_partitions(ring, sched, epi, scales, tiles, CFG: gl.constexpr, PROMOTE: gl.constexpr):
+    """The producer warp (Fp8Loader: `tiles`' A and B boxes, block-wise the scales) and the
+    two consumer warpgroups, ping-pong or cooperative, over `sched`'s tiles: the dense kernel's
+    (TileScheduler) and the grouped one's (pingpong.hopper.fp8_grouped: GroupedScheduler,
+    whose `locate` gives each unit's group as the batch)."""
+    loader = Fp8Loader(tiles, scales)
+    acc_layout: gl.constexpr = CFG.acc_layout
     if CFG.PINGPONG:
         sync = PhaseSync.allocate()
         gl.warp_specialize([

@@ -79,13 +79,20 @@ def select_fp8(M: int, N: int, K: int, promote: bool, sms: int, gpu: str | None 
     return choose_fp8(M, N, K, promote, sms, gpu, scaling, sb_cols, out_bytes, kind)[0]
 
 
-def scale_boxes(scaling: str, sb_cols: int, config: KernelConfig) -> tuple[int, int]:
+def sa_box(block_m: int, any_row: bool = False) -> int:
+    """fp32 elements of a block-wise sa box (Fp8Scales): block_m, or where tiles start at any
+    row (the grouped kernel, ANY_ROW) 2·block_m: a TMA box is a power of two, and this one
+    starts at the 16-byte boundary up to 3 rows below the tile."""
+    return 2 * block_m if any_row else block_m
+
+
+def scale_boxes(scaling: str, sb_cols: int, config: KernelConfig, any_row: bool = False) -> tuple[int, int]:
     """Bytes of the sa and sb boxes the block-wise scales add to each ring slot (Fp8Scales): an
-    sa box of block_m fp32, an sb box of _SB_BOX fp32 (128×128 b scales) or block_n (1×128);
+    sa box (sa_box) of fp32, an sb box of _SB_BOX fp32 (128×128 b scales) or block_n (1×128);
     (0, 0) for tensor- and row-wise."""
     if scaling != "block":
         return 0, 0
-    return 4 * config.block_m, 4 * (_SB_BOX if sb_cols == SCALE_BLOCK else config.block_n)
+    return 4 * sa_box(config.block_m, any_row), 4 * (_SB_BOX if sb_cols == SCALE_BLOCK else config.block_n)
 
 
 def check_fp8_config(config: KernelConfig, promote: bool, out_bytes: int, boxes: tuple[int, int] = (0, 0)):
@@ -120,21 +127,38 @@ def check_fp8_config(config: KernelConfig, promote: bool, out_bytes: int, boxes:
     return d
 
 
-def block_scale_views(scale_a, scale_b, sb_cols: int):
-    """The block scales as the kernel's TMA reads them (Fp8Scales): scale_a's storage as
-    (K/128, M) rows and scale_b's as (N/128, K/128) rows (128×128) or (K/128, N) (1×128).
-    torch._scaled_mm's layouts are already K-major-by-M (scale_a strides (1, M)); a scale is
-    copied only where TMA cannot read it in place: a row of scale_a not a 16-byte multiple
-    (M % 4 ≠ 0: into a (K/128, M rounded up to 4) buffer), a base address off 16 bytes. The
-    decision depends on the plan's key only (M, the scales' strides and alignment)."""
+def block_scale_a_view(scale_a):
+    """scale_a (M, K/128) with strides (1, M) (torch._scaled_mm's outer-dim-major 1×128 a
+    scales) as the kernel's TMA reads it: its (K/128, M) rows. Copied only where TMA cannot
+    read it in place: a row not a 16-byte multiple (M % 4 ≠ 0: into a (K/128, M rounded up to
+    4) buffer), a base address off 16 bytes. The decision depends on the plan's key only (M,
+    the scale's strides and alignment)."""
     sa = scale_a.t()
     if sa.shape[1] % 4 or sa.data_ptr() % 16:
         pad = torch.empty(sa.shape[0], -(-sa.shape[1] // 4) * 4, dtype=sa.dtype, device=sa.device)
         sa = pad[:, :sa.shape[1]]
         sa.copy_(scale_a.t())
+    return sa
+
+
+def block_scale_views(scale_a, scale_b, sb_cols: int):
+    """The block scales as the kernel's TMA reads them (Fp8Scales): scale_a's storage as
+    (K/128, M) rows (block_scale_a_view) and scale_b's as (N/128, K/128) rows (128×128) or
+    (K/128, N) (1×128), cloned where its base address is off 16 bytes."""
     sb = scale_b.t() if sb_cols == SCALE_BLOCK else scale_b
     if sb.data_ptr() % 16:
         sb = sb.clone(memory_format=torch.contiguous_format)
+    return block_scale_a_view(scale_a), sb
+
+
+def block_scale_descriptors(sa, sb, sa_box: int):
+    """TMA descriptors of 128×128 block scales (Fp8Scales): sa, (K/128, M) rows (a row stride
+    that is a multiple of 4), box [1, sa_box]; sb, any rank with K/128 last and contiguous,
+    seen from its base as one row of fp32 long enough for its last element, box [1, _SB_BOX]."""
+    flat = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
+    sa = TensorDescriptor(sa, list(sa.shape), [sa.stride(0), 1], [1, sa_box], flat)
+    length = 1 + sum((n - 1) * st for n, st in zip(sb.shape, sb.stride()))
+    sb = TensorDescriptor(sb, [1, length], [-(-length // 4) * 4, 1], [1, _SB_BOX], flat)
     return sa, sb
 
 
@@ -156,16 +180,14 @@ def prepare(a, w, out, scale_a, scale_b, scaling: str, promote: bool, sb_cols: i
         sa, sb, strides = scale_a, scale_b, (scale_a.stride(0), scale_b.stride(1))
     else:
         sa, sb = block_scale_views(scale_a, scale_b, sb_cols)
-        flat = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
-        kb = K // SCALE_BLOCK
-        sa = TensorDescriptor(sa, [kb, M], [sa.stride(0), 1], [1, d.block_m], flat)
         if sb_cols == SCALE_BLOCK:  # (N/128, K/128) rows seen as one row: the box at n_blk·stride + kb
-            row = sb.stride(0) if sb.shape[0] > 1 else kb
-            length = (sb.shape[0] - 1) * row + kb
-            strides = (0, row)
-            sb = TensorDescriptor(sb, [1, length], [-(-length // 4) * 4, 1], [1, _SB_BOX], flat)
+            strides = (0, sb.stride(0) if sb.shape[0] > 1 else K // SCALE_BLOCK)
+            sa, sb = block_scale_descriptors(sa, sb, sa_box(d.block_m))
         else:
+            flat = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
+            kb = K // SCALE_BLOCK
             strides = (0, 0)
+            sa = TensorDescriptor(sa, [kb, M], [sa.stride(0), 1], [1, d.block_m], flat)
             sb = TensorDescriptor(sb, [kb, N], [N, 1], [1, d.block_n], flat)
     bias_ptr = bias_vector(bias) if bias is not None else out  # never read without a bias
     args = (a_desc, b_desc, c_desc, bias_ptr, sa, sb, M, N, K, *strides)

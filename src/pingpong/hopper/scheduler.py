@@ -106,9 +106,16 @@ class TileScheduler:
     @gluon.jit
     def tile_offsets(self, local_tile):
         """(off_m, off_n) of this program's `local_tile`-th tile inside its batch's matrix."""
-        _, tile_id = batch_and_tile(self.pid + local_tile * self.num_programs, self.tiles_per_batch)
+        _, off_m, off_n = self.locate(local_tile)
+        return off_m, off_n
+
+    @gluon.jit
+    def locate(self, local_tile):
+        """(batch, off_m, off_n) of this program's `local_tile`-th tile, in one call (as
+        pingpong.hopper.grouped.GroupedScheduler.locate: (group, first row, off_n))."""
+        batch, tile_id = batch_and_tile(self.pid + local_tile * self.num_programs, self.tiles_per_batch)
         pid_m, pid_n = tile_coords(tile_id, self.num_pid_m, self.num_pid_n, self.GROUP_M)
-        return pid_m * self.BM, pid_n * self.BN
+        return batch, pid_m * self.BM, pid_n * self.BN
 
     @gluon.jit
     def tile_batch(self, local_tile):

@@ -339,6 +339,19 @@ def _row_contiguous(t) -> bool:
     return (cols <= 1 or t.stride(1) == 1) and (rows <= 1 or t.stride(0) == cols)
 
 
+def check_block_scale_a(scale_a, M: int, kb: int) -> None:
+    """scale_a as the 1×128 block scales of an (M, K) a (kb = K/128 blocks per row): shape
+    (M, kb), strides (1, M), torch._scaled_mm's outer-dim-major layout (what quantize_fp8(x,
+    "block") gives; an empty one, M = 0, may have any strides); PingpongError naming scale_a
+    otherwise. scaled_mm's and
+    scaled_grouped_mm's block-wise modes both ask here."""
+    if tuple(scale_a.shape) != (M, kb) or (scale_a.stride(0) != 1 and M > 1) or \
+            (scale_a.stride(1) != M and kb > 1 and M > 0):
+        raise PingpongError(f"scale_a: scale_b is block-wise, so scale_a must be 1×128 blocks of shape ({M}, {kb})"
+                            f" with strides (1, {M}) (outer-dim-major: s.t() of a row-major ({kb}, {M}) s), got"
+                            f" shape {tuple(scale_a.shape)} strides {tuple(scale_a.stride())}")
+
+
 def scale_mode(a, b, scale_a, scale_b) -> tuple[str, int]:
     """(mode, sb_cols) of an FP8 product's scales (tensors or Operands of validated fp8 a, b):
     "tensor" | "row" | "block", and for block-wise how many columns share one b scale per K
@@ -369,10 +382,7 @@ def scale_mode(a, b, scale_a, scale_b) -> tuple[str, int]:
         if sb_cols == 1 and (scale_b.stride(1) != 1 and N > 1 or scale_b.stride(0) != N and kb > 1):
             raise PingpongError(f"scale_b: 1×128 block scales ({kb}, {N}) must be row-major, got strides"
                                 f" {tuple(scale_b.stride())}")
-        if sa != (M, kb) or (scale_a.stride(0) != 1 and M > 1) or (scale_a.stride(1) != M and kb > 1):
-            raise PingpongError(f"scale_a: scale_b is block-wise, so scale_a must be 1×128 blocks of shape ({M}, {kb})"
-                                f" with strides (1, {M}) (outer-dim-major: s.t() of a row-major ({kb}, {M}) s), got"
-                                f" shape {sa} strides {tuple(scale_a.stride())}")
+        check_block_scale_a(scale_a, M, kb)
         if K % SCALE_BLOCK:
             raise PingpongError(f"K={K}: block-wise scaling needs K to be a multiple of {SCALE_BLOCK}")
         return "block", sb_cols

@@ -139,14 +139,14 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         if args.dtype not in ("bf16", "fp8"):
             raise PingpongError(f"--dtype: --op grouped runs bf16 (grouped_mm) or fp8 (scaled_grouped_mm), "
                                 f"got {args.dtype!r}")
-        if args.dtype == "fp8":  # scaled_grouped_mm: the MoE forward with row-wise scales
+        if args.dtype == "fp8":  # scaled_grouped_mm: the MoE forward, row- or block-wise scales
             products = getattr(args, "products", None) or ["forward"]
             if list(products) != ["forward"]:
                 raise PingpongError(f"--products: --op grouped --dtype fp8 times the forward product only "
                                     f"(scaled_grouped_mm has no backward), got {' '.join(products)}")
-            if getattr(args, "scaling", "row") != "row":
-                raise PingpongError(f"--scaling: --op grouped --dtype fp8 takes row-wise scales only "
-                                    f"(block-wise scaled_grouped_mm is not built), got {args.scaling!r}")
+            if getattr(args, "scaling", "row") not in ("row", "block"):
+                raise PingpongError(f"--scaling: --op grouped --dtype fp8 takes row-wise or block-wise scales, "
+                                    f"got {args.scaling!r}")
     reps = args.reps if args.reps is not None else (QUICK_REPS if args.quick else MIN_REPS)
     if reps < 1 or (reps < MIN_REPS and not args.quick):
         raise PingpongError(f"--reps: {reps} is below {MIN_REPS}, the minimum for a reportable median (use --quick for a smoke run)")
@@ -483,7 +483,8 @@ def run(args: argparse.Namespace) -> int:
         from . import bench_grouped_fp8
 
         return bench_grouped_fp8.run(getattr(args, "models", None), getattr(args, "tokens", None), settings.reps,
-                                     settings.rounds, settings.json, settings.seed, settings.fast_accum)
+                                     settings.rounds, settings.json, settings.seed, settings.fast_accum,
+                                     settings.scaling)
     if settings.op == "grouped":
         from . import bench_grouped
 

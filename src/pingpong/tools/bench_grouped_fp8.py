@@ -1,14 +1,29 @@
-"""`pingpong bench --op grouped --dtype fp8 [--fast-accum]`: pingpong.scaled_grouped_mm
-against torch._scaled_grouped_mm on the same quantized tensors, the MoE suites' forward
-products y = x · w[g]ᵀ (pingpong.tools.suites.MOE_MODELS: Mixtral 8×(4096→14336),
-Qwen3-30B-A3B 128×(2048→768), DeepSeek-V3 256×(7168→2048)), balanced and Zipf routing,
-row-wise scales (x per token, w per expert and output column), e4m3 in, bf16 out.
+"""`pingpong bench --op grouped --dtype fp8 [--fast-accum] [--scaling row|block]`:
+pingpong.scaled_grouped_mm on the MoE suites' forward products y = x · w[g]ᵀ
+(pingpong.tools.suites.MOE_MODELS: Mixtral 8×(4096→14336), Qwen3-30B-A3B 128×(2048→768),
+DeepSeek-V3 256×(7168→2048)), balanced and Zipf routing, e4m3 in, bf16 out.
 
-Each case is checked first (ours against torch's, relative norm difference ≤ 1e-2 over the
-routed rows; the float64 checks are the GPU tests'), then timed: median of ≥ reps L2-flushed
-repetitions (pingpong.tools.timing), `rounds` alternations of ours and torch's, ratio =
-torch's time / ours (> 1: ours faster), with the spread of the per-round ratios. Where torch
-refuses the asked accumulation mode, its other one is timed and the row says so.
+--scaling row (default): row-wise scales (x per token, w per expert and output column),
+against torch._scaled_grouped_mm on the same quantized tensors.
+
+--scaling block: DeepSeek-V3's block-wise scales (x per token and 128-deep K block, w per
+128×128 block of each expert; random positive values in quantize_fp8's layouts). torch has no
+block-wise grouped product on Hopper (torch._scaled_grouped_mm takes row-wise scales), so
+the peers are (a) our row-wise grouped kernel on the same shapes (row-wise scales of the
+same tensors, promoted accumulation: what block scaling costs over row scaling), and (b) a
+loop over the groups of torch._scaled_mm with block scales where this torch accepts them for
+every group (torch 2.11 does for the balanced MoE cases, run 231), else of pingpong.scaled_mm
+block-wise (the row's "loop" column says which: "torch" or "pingpong"). The loop gets
+per-group scale tensors in the layout the dense call wants (scale_a's rows of the group,
+outer-dim-major), made before the timing; empty groups are skipped. use_fast_accum is
+ignored block-wise (the scales apply at the promotion).
+
+Each case is checked first (row: ours against torch's; block: ours against the loop's
+result; relative norm difference ≤ 1e-2 over the routed rows; the float64 checks are the
+GPU tests'), then timed: median of ≥ reps L2-flushed repetitions (pingpong.tools.timing),
+`rounds` alternations of ours and the peers, ratio = peer's time / ours (> 1: ours faster),
+with the spread of the per-round ratios. Where torch refuses the asked accumulation mode,
+its other one is timed and the row says so.
 """
 
 from __future__ import annotations
@@ -77,6 +92,103 @@ def bench_case(model: str, tokens: int, routing: str, fast: bool, reps: int, rou
                 ratio=ms_t / ms_o, lo=min(per_round), hi=max(per_round))
 
 
+def block_case_tensors(model: str, tokens: int, routing: str, seed: int = 0):
+    """(a, b, (scale_a, scale_b) block-wise, (scale_a, scale_b) row-wise, offs, sizes) of one
+    MoE forward product: random e4m3 operands (as case_tensors: the weights of DeepSeek-V3 are
+    3.8·10⁹ elements, past what one quantize_fp8 call indexes) and random positive scales in
+    the block-wise layouts (scale_a (T, K/128) outer-dim-major, scale_b (E, N/128, K/128)) and
+    the row-wise ones."""
+    import torch
+
+    E, top_k, H, inter = MOE_MODELS[model]
+    a, b, sa_row, sb_row, offs, sizes = case_tensors(model, tokens, routing, seed)
+    gen = torch.Generator(device="cuda").manual_seed(seed + 1)
+    T, kb = a.shape[0], H // 128
+    sa = (torch.rand(kb, T, generator=gen, device="cuda") * H ** -0.5 + 1e-3).t()
+    sb = torch.rand(E, inter // 128, kb, generator=gen, device="cuda") + 0.5
+    return a, b, (sa, sb), (sa_row, sb_row), offs, sizes
+
+
+def group_loop(a, b, sa, sb, sizes):
+    """(name, fn) of the per-group loop of dense block-wise products: torch._scaled_mm where it
+    accepts block scales for every group's shape (tried on each once: torch 2.11's cuBLAS path
+    refused some Zipf-routed group sizes with CUBLAS_STATUS_NOT_SUPPORTED, run 231), else
+    pingpong.scaled_mm for all of them."""
+    import torch
+
+    import pingpong
+
+    calls, start = [], 0
+    for g, n in enumerate(sizes):
+        if n:
+            s_a = sa[start:start + n].t().contiguous().t()  # (n, K/128), strides (1, n): the dense layout
+            calls.append((a[start:start + n], b[g], s_a, sb[g].t()))
+        start += n
+    try:
+        for c in calls:
+            torch._scaled_mm(*c, out_dtype=torch.bfloat16)
+        torch.cuda.synchronize()
+        name, mm = "torch", lambda x, w, s, t: torch._scaled_mm(x, w, s, t, out_dtype=torch.bfloat16)  # noqa: E731
+    except (RuntimeError, ValueError, TypeError, NotImplementedError):
+        name, mm = "pingpong", pingpong.scaled_mm
+    return name, lambda: [mm(*c) for c in calls]
+
+
+def bench_block_case(model: str, tokens: int, routing: str, reps: int, rounds: int, seed: int = 0) -> dict:
+    """Block-wise scaled_grouped_mm against our row-wise kernel and the per-group loop (module docstring)."""
+    import torch
+
+    import pingpong
+
+    from .timing import time_callable
+
+    a, b, (sa, sb), (sa_r, sb_r), offs, sizes = block_case_tensors(model, tokens, routing, seed)
+    loop_name, loop_fn = group_loop(a, b, sa, sb, sizes)
+    row = dict(model=model, tokens=tokens, routing=routing, fast=False, scaling="block", loop=loop_name,
+               rows=sum(sizes), largest=max(sizes), empty=sizes.count(0))
+    ours_fn = lambda: pingpong.scaled_grouped_mm(a, b, sa, sb, offs)  # noqa: E731
+    rowwise_fn = lambda: pingpong.scaled_grouped_mm(a, b, sa_r, sb_r, offs)  # noqa: E731
+    ours, theirs = ours_fn().float(), torch.cat(loop_fn()).float()
+    err = ((ours - theirs).norm() / theirs.norm().clamp_min(1e-30)).item()
+    row["rel_diff"] = err
+    if not err <= 1e-2:
+        return dict(row, status="FAILED")
+    del ours, theirs
+    t_o, t_r, t_l = [], [], []
+    for _ in range(rounds):
+        t_o.append(time_callable(ours_fn, reps).median_ms)
+        t_r.append(time_callable(rowwise_fn, reps).median_ms)
+        t_l.append(time_callable(loop_fn, reps).median_ms)
+    ms_o = statistics.median(t_o)
+    flop = 2.0 * sum(sizes) * a.shape[1] * b.shape[2]
+    return dict(row, status="ok", ms_ours=ms_o, ms_row=statistics.median(t_r), ms_loop=statistics.median(t_l),
+                tf_ours=flop / ms_o * 1e-9, ratio_row=statistics.median(t_r) / ms_o,
+                ratio_loop=statistics.median(t_l) / ms_o,
+                row_spread=(min(r / o for o, r in zip(t_o, t_r)), max(r / o for o, r in zip(t_o, t_r))),
+                loop_spread=(min(lp / o for o, lp in zip(t_o, t_l)), max(lp / o for o, lp in zip(t_o, t_l))))
+
+
+def format_block_rows(rows) -> str:
+    head = (f"{'model':<14} {'tokens':>6} {'routing':<8} {'ours TF':>8} {'ms':>8} {'row/ours':>8} {'spread':>11}"
+            f" {'loop':<8} {'loop/ours':>9} {'spread':>11}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        if r.get("status") != "ok":
+            lines.append(f"{r['model']:<14} {r['tokens']:>6} {r['routing']:<8} {r.get('status')} {r.get('rel_diff', '')}")
+            continue
+        (rl, rh), (ll, lh) = r["row_spread"], r["loop_spread"]
+        lines.append(f"{r['model']:<14} {r['tokens']:>6} {r['routing']:<8} {r['tf_ours']:>8.1f} {r['ms_ours']:>8.3f}"
+                     f" {r['ratio_row']:>8.3f} {rl:.3f}-{rh:.3f} {r['loop']:<8} {r['ratio_loop']:>9.3f}"
+                     f" {ll:.3f}-{lh:.3f}")
+    ok = [r for r in rows if r.get("status") == "ok"]
+    for key, what in (("ratio_row", "row-wise grouped / block-wise"), ("ratio_loop", "per-group loop / block-wise")):
+        sub = [r[key] for r in ok]
+        if sub:
+            lines.append(f"{what}: geomean {math.exp(sum(map(math.log, sub)) / len(sub)):.3f} over {len(sub)},"
+                         f" min {min(sub):.3f}")
+    return "\n".join(lines)
+
+
 def format_rows(rows) -> str:
     head = (f"{'model':<14} {'tokens':>6} {'routing':<8} {'accum':<8} {'ours TF':>8} {'torch TF':>8} {'ratio':>6}"
             f" {'spread':>11}")
@@ -100,16 +212,20 @@ def format_rows(rows) -> str:
     return "\n".join(lines)
 
 
-def run(models=None, tokens=None, reps=100, rounds=3, json_path=None, seed=0, fast=False) -> int:
+def run(models=None, tokens=None, reps=100, rounds=3, json_path=None, seed=0, fast=False, scaling="row") -> int:
     """Every (model, tokens, routing) case; rows to stderr as they finish, the table last;
-    `json_path` rewritten after each row. Exit 0 when every case is ok."""
+    `json_path` rewritten after each row. Exit 0 when every case is ok. `scaling` "row" or
+    "block" (module docstring)."""
     import torch
 
     cases = [(m, t, r) for m in (models or MOE_MODELS) for t in (tokens or MOE_TOKENS) for r in ROUTINGS]
     rows = []
     for i, (model, tok, routing) in enumerate(cases, 1):
         try:
-            row = bench_case(model, tok, routing, fast, reps, rounds, seed)
+            if scaling == "block":
+                row = bench_block_case(model, tok, routing, reps, rounds, seed)
+            else:
+                row = bench_case(model, tok, routing, fast, reps, rounds, seed)
         except Exception as e:  # reported; the run goes on
             row = dict(model=model, tokens=tok, routing=routing, fast=fast,
                        status=f"ERROR: {type(e).__name__}: {e}"[:200])
@@ -119,5 +235,5 @@ def run(models=None, tokens=None, reps=100, rounds=3, json_path=None, seed=0, fa
             with open(json_path, "w") as f:
                 json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f, indent=1)
         torch.cuda.empty_cache()
-    print(format_rows(rows))
+    print(format_block_rows(rows) if scaling == "block" else format_rows(rows))
     return 0 if all(r.get("status") == "ok" for r in rows) else 1
