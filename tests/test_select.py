@@ -27,11 +27,11 @@ def units(M, N, K, c):
     return -(-rows // c.block_m) * -(-cols // c.block_n) * c.split_k
 
 
-@pytest.mark.parametrize("M", [1, 7, 16])
+@pytest.mark.parametrize("M, width", [(1, 16), (7, 16), (16, 16), (17, 32), (32, 32)])
 @pytest.mark.parametrize("N, K", [(4096, 4096), (6144, 4096), (4096, 14336), (8192, 8192)])
-def test_decode_takes_swap_ab_with_enough_work_units(M, N, K):
+def test_decode_takes_swap_ab_with_enough_work_units(M, width, N, K):
     c = select_config(M, N, K, device=UNTUNED)
-    assert c.swap_ab and c.block_n == 16, "M on the wgmma N side, as narrow as fits"
+    assert c.swap_ab and c.block_n == width, "M on the wgmma N side, as narrow as fits"
     assert (c.block_m, c.schedule) == (64, "pingpong"), "N in 64-row tiles: twice the tiles of 128-row ones"
     # at least half the SMs stream a part of the weight (1×4096×4096: 64 tiles of N)
     assert units(M, N, K, c) >= 64, "half the SMs or more stream a part of the weight"
@@ -99,7 +99,7 @@ def test_few_tiles_take_64_row_ping_pong_tiles(M, N, K, width):
     (65, 6144, 96),
     (64, 4096, 32),   # 128 tiles of 64×32; 64×64 makes 64
     (33, 8192, 64),   # 128 tiles of 64×64; 64×96 makes 86, 64×32 256
-    (17, 6144, 64),   # 96 tiles of 64×64; 64×96 makes 64, 64×32 192
+    (40, 6144, 64),   # 96 tiles of 64×64; 64×96 makes 64, 64×32 192
     (100, 1000, 32),  # 2 × 32 = 64 tiles of 64×32: the most one wave holds
 ])
 def test_mid_size_m_takes_the_64_row_pingpong_tile_that_fills_one_wave(M, N, width):

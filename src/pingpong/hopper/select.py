@@ -17,7 +17,8 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count):
     |-------------------------------|-----------------------------------------------------|
     | < SPLIT_MIN_BYTES moved       | launch-bound, no split: > MID_M rows the few-tile   |
     |                               | rule below, else 128×128×64 cooperative             |
-    | M ≤ 16 (decode)               | swap-AB: 64 rows of N × 16 columns, ping-pong,      |
+    | M ≤ 32 (decode)               | swap-AB: 64 rows of N × 16 (M ≤ 16) or 32 columns,  |
+    |                               | ping-pong,                                          |
     |                               | 256 bytes of K a ring slot (SMALL_TILE_K_BYTES)     |
     | M ≤ 128, ≤ S tiles of 64×96   | 64×BN ping-pong, BN ∈ MID_WIDTHS (96, 64, 32) the   |
     |                               | width whose tiles fill most of one wave (with a     |
@@ -42,7 +43,7 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count):
     K, each split ≥ MIN_SPLIT_STEPS of them long,
     s ≤ MAX_SPLIT_K, and a larger s only where it wins by SPLIT_MARGIN
 
-Mid-size M (17..128 rows) streams the weight like decode does, but its rows fill a 64-row
+Mid-size M (33..128 rows) streams the weight like decode does, but its rows fill a 64-row
 wgmma. Its tiles run in one wave, each with a deep ring (5-9 slots of 128 K), and the width is the
 one that puts the most of them on the SMs (when K is long enough that the split rule above
 splits them anyway, at least MID_SPLIT_WIDTH wide): at N = 4096, 64 rows take 64×32 (128 tiles)
@@ -50,7 +51,7 @@ and 128 rows 64×64 (128 tiles); at N = 6144, 128 rows take 64×96 (128 tiles). 
 flushed, run 73: 128×4096×4096 0.982 of cuBLAS with 64×64 vs 0.902 with 64×96, 86 tiles;
 run 59: 64×96 0.938 at 64×4096×4096 vs 0.852 for swap-AB 64×64 split 2.)
 
-Decode (M ≤ 16) puts N on the wgmma's 64-row side, ping-pong, so that twice as many tiles as
+Decode (M ≤ 32) puts N on the wgmma's 64-row side, ping-pong, so that twice as many tiles as
 128-row ones stream the weight (H100, run 74: 16×6144×4096 0.976 vs 0.944, 1×4096×4096 1.034
 vs 1.018, 16×28672×4096 1.001 vs 0.979).
 
@@ -90,8 +91,11 @@ SPLIT_MARGIN = 0.95
 #: swap-AB (M on the wgmma N side, which can be 16..256) for up to this many rows, where the
 #: mid-size tile below does not fit one wave (and always for decode, M ≤ DECODE_M)
 SWAP_AB_MAX_M = 64
-#: up to this many rows swap-AB comes first (a 64-row tile would be three-quarters padding)
-DECODE_M = 16
+#: up to this many rows swap-AB comes first (a 64-row tile would be half padding or more):
+#: ping-pong, 64 rows of N × M rounded up to 16 or 32 columns (H100, run 223, ours/cuBLAS:
+#: 32×2048×2048 1.009 vs 0.862 for the mid-size 64×32 tile, 32×2048×5632 1.010 vs 0.895,
+#: 32×5632×2048 0.926 vs 0.833)
+DECODE_M = 32
 #: operands and result of fewer bytes (16-bit) than this take the one-kernel path: the split-K /
 #: swap-AB path costs a workspace, counters and pointer stores, host and GPU time that a
 #: problem reading < 4 MB (< 2 µs of HBM time) cannot earn back
@@ -208,7 +212,7 @@ def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS, in_bytes: i
         splits = min(sms // tile_count(wide, M, N), k_steps // MID_SPLIT_STEPS)
         return dataclasses.replace(wide, split_k=splits) if splits >= 2 else split(mid, M, N, k_steps, sms)
     if M <= DECODE_M:
-        config = KernelConfig(64, 16, small_k, schedule="pingpong", swap_ab=True)
+        config = KernelConfig(64, 16 if M <= 16 else 32, small_k, schedule="pingpong", swap_ab=True)
     elif M <= SWAP_AB_MAX_M:
         config = KernelConfig(128, 1 << math.ceil(math.log2(M)), 64, swap_ab=True)
     elif M <= MID_ROWS_MAX_M:  # tile and split count by one cost model; few unsplit tiles: FEW_WIDTHS
