@@ -31,7 +31,7 @@ import sys as _sys
 if "torch.distributed.tensor" in _sys.modules:  # DTensors may come: their sharding rules (pingpong.distributed)
     from . import distributed as _distributed  # noqa: F401
 
-__version__ = "0.1.0"
+from .toolchain import __version__
 
 __all__ = [
     "matmul", "gemm", "gemm_", "matmul_tiled", "path_for", "linear", "scaled_mm", "quantize_fp8", "grouped_mm",

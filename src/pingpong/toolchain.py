@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import re
 
+#: This package's version (pyproject's; `pingpong.__version__`, and part of a tuning table's key).
+__version__ = "0.1.0"
+
 #: Triton minor versions the CPU suite runs under in CI (pyproject: triton>=3.9,<3.10).
 TESTED = ("3.9",)
 

@@ -65,7 +65,7 @@ class TableKey:
     def current(cls, gpu: str, sms: int) -> "TableKey":
         import triton
 
-        from .. import __version__
+        from ..toolchain import __version__
 
         return cls(gpu, int(sms), __version__, minor(triton.__version__))
 
