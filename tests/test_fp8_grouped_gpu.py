@@ -190,15 +190,17 @@ def test_public_call_tensor_wise_and_per_group_scales(fast):
     check(out32, a, b, sa, sb, offs, fast, seed, tail_poisoned=False)
 
 
+@pytest.mark.parametrize("make", ["row", "block"])
 @pytest.mark.parametrize("groups", [256, 300])
-def test_many_groups(groups):
-    """DeepSeek-V3's 256 experts (and 300: a 512-entry group table) with random sizes, a
-    quarter of them empty: the producer's registers grow with the table (no spills)."""
+def test_many_groups(groups, make):
+    """DeepSeek-V3's 256 experts (and 300: a 512-entry group table, fewer consumer registers)
+    with random sizes, a quarter of them empty, row-wise and block-wise scales: the producer's
+    registers grow with the table (no spills)."""
     seed = new_seed()
     gen = torch.Generator().manual_seed(seed)
     sizes = torch.randint(0, 40, (groups,), generator=gen)
     sizes[torch.randperm(groups, generator=gen)[: groups // 4]] = 0
-    a, b, sa, sb, offs = case(sizes.tolist(), 512, 256, seed)
+    a, b, sa, sb, offs = (case if make == "row" else block_case)(sizes.tolist(), 512, 256, seed)
     out = run_into(poisoned(a.shape[0], 256), a, b, sa, sb, offs, False)
     check(out, a, b, sa, sb, offs, False, seed)
 
@@ -266,19 +268,6 @@ def test_block_ragged_groups_every_tile(monkeypatch, config, order, fast):
     a, b, sa, sb, offs = block_case(sizes, 640, 384, seed)
     out = run_into(poisoned(a.shape[0], 384), a, b, sa, sb, offs, fast)
     check(out, a, b, sa, sb, offs, fast, seed)
-
-
-@pytest.mark.parametrize("groups", [256, 300])
-def test_block_many_groups(groups):
-    """256 experts (and 300: a 512-entry group table, fewer consumer registers), random sizes,
-    a quarter empty, block scales."""
-    seed = new_seed()
-    gen = torch.Generator().manual_seed(seed)
-    sizes = torch.randint(0, 40, (groups,), generator=gen)
-    sizes[torch.randperm(groups, generator=gen)[: groups // 4]] = 0
-    a, b, sa, sb, offs = block_case(sizes.tolist(), 512, 256, seed)
-    out = run_into(poisoned(a.shape[0], 256), a, b, sa, sb, offs, False)
-    check(out, a, b, sa, sb, offs, False, seed)
 
 
 def test_block_public_call_from_quantize_fp8():
