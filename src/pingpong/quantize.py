@@ -51,31 +51,33 @@ BLOCK_TILE = (32, 1)
 def _row_kernel(x, q, s, M, K, sxm, sqm, FP8_MAX: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
                 ONE_READ: tl.constexpr):
     """Rows [pid·BLOCK_M, +BLOCK_M): amax per row, scale, cast."""
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # int64 (past 2³¹ elements)
     cols = tl.arange(0, BLOCK_K)
     rmask = rows < M
+    xr = x + rows * sxm  # each row's first element: the int64 multiply once per row, not per element
+    qr = q + rows * sqm
     if ONE_READ:
         mask = rmask[:, None] & (cols[None, :] < K)
-        v = tl.load(x + rows[:, None] * sxm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        v = tl.load(xr[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         amax = tl.maximum(tl.max(tl.abs(v), axis=1), 1e-12)
         scale = tl.fdiv(amax, tl.full(amax.shape, FP8_MAX, tl.float32), ieee_rounding=True)
         inv = tl.fdiv(tl.full(amax.shape, FP8_MAX, tl.float32), amax, ieee_rounding=True)
         qv = tl.clamp(v * inv[:, None], -FP8_MAX, FP8_MAX)
-        tl.store(q + rows[:, None] * sqm + cols[None, :], qv.to(q.dtype.element_ty), mask=mask)
+        tl.store(qr[:, None] + cols[None, :], qv.to(q.dtype.element_ty), mask=mask)
     else:
         amax = tl.zeros([BLOCK_M], dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             mask = rmask[:, None] & (k0 + cols[None, :] < K)
-            v = tl.load(x + rows[:, None] * sxm + k0 + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            v = tl.load(xr[:, None] + k0 + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             amax = tl.maximum(amax, tl.max(tl.abs(v), axis=1))
         amax = tl.maximum(amax, 1e-12)
         scale = tl.fdiv(amax, tl.full(amax.shape, FP8_MAX, tl.float32), ieee_rounding=True)
         inv = tl.fdiv(tl.full(amax.shape, FP8_MAX, tl.float32), amax, ieee_rounding=True)
         for k0 in range(0, K, BLOCK_K):
             mask = rmask[:, None] & (k0 + cols[None, :] < K)
-            v = tl.load(x + rows[:, None] * sxm + k0 + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            v = tl.load(xr[:, None] + k0 + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             qv = tl.clamp(v * inv[:, None], -FP8_MAX, FP8_MAX)
-            tl.store(q + rows[:, None] * sqm + k0 + cols[None, :], qv.to(q.dtype.element_ty), mask=mask)
+            tl.store(qr[:, None] + k0 + cols[None, :], qv.to(q.dtype.element_ty), mask=mask)
     tl.store(s + rows, scale, mask=rmask)
 
 
@@ -86,7 +88,7 @@ def _block_kernel(x, q, s, M, K, sxm, sqm, ssm, ssk, FP8_MAX: tl.constexpr, BLOC
     GROUP_K columns (1×128); GROUP_M = BLOCK_M: one scale per BLOCK_M × GROUP_K block (128×128,
     GROUPS = 1). Scale of group (m // GROUP_M, k // GROUP_K) at s + (m // GROUP_M)·ssm +
     (k // GROUP_K)·ssk."""
-    pid_m = tl.program_id(0)
+    pid_m = tl.program_id(0).to(tl.int64)  # row offsets past 2³¹ elements: int64, per row
     pid_k = tl.program_id(1)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_k * GROUPS * GROUP_K + tl.arange(0, GROUPS * GROUP_K)
@@ -98,7 +100,7 @@ def _block_kernel(x, q, s, M, K, sxm, sqm, ssm, ssk, FP8_MAX: tl.constexpr, BLOC
         scale = tl.fdiv(amax, tl.full(amax.shape, FP8_MAX, tl.float32), ieee_rounding=True)
         inv = tl.fdiv(tl.full(amax.shape, FP8_MAX, tl.float32), amax, ieee_rounding=True)
         qv = tl.reshape(tl.clamp(v3 * inv[:, :, None], -FP8_MAX, FP8_MAX), [BLOCK_M, GROUPS * GROUP_K])
-        groups = pid_k * GROUPS + tl.arange(0, GROUPS)
+        groups = pid_k.to(tl.int64) * GROUPS + tl.arange(0, GROUPS)  # × ssk = M
         tl.store(s + rows[:, None] * ssm + groups[None, :] * ssk, scale,
                  mask=(rows[:, None] < M) & (groups[None, :] * GROUP_K < K))
     else:
@@ -112,7 +114,7 @@ def _block_kernel(x, q, s, M, K, sxm, sqm, ssm, ssk, FP8_MAX: tl.constexpr, BLOC
 @triton.jit
 def _amax_kernel(x, partial, M, K, sxm, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
     """Tensor-wise pass 1: the amax of one BLOCK_M × BLOCK_K tile -> partial[program]."""
-    pid_m = tl.program_id(0)
+    pid_m = tl.program_id(0).to(tl.int64)  # row offsets past 2³¹ elements: int64, per row
     pid_k = tl.program_id(1)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
@@ -126,7 +128,7 @@ def _tensor_cast_kernel(x, q, s, partial, P, M, K, sxm, sqm, FP8_MAX: tl.constex
                         BLOCK_K: tl.constexpr, BLOCK_P: tl.constexpr):
     """Tensor-wise pass 2: amax = max of the P partials; program (0, 0) stores the scale;
     every program casts its tile."""
-    pid_m = tl.program_id(0)
+    pid_m = tl.program_id(0).to(tl.int64)  # row offsets past 2³¹ elements: int64, per row
     pid_k = tl.program_id(1)
     p = tl.arange(0, BLOCK_P)
     amax = tl.maximum(tl.max(tl.load(partial + p, mask=p < P, other=0.0), axis=0), 1e-12)
