@@ -49,7 +49,7 @@ BLOCK_TILE = (32, 1)
 
 @triton.jit
 def _row_kernel(x, q, s, M, K, sxm, sqm, FP8_MAX: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
-                ONE_READ: tl.constexpr):
+                ONE_READ: tl.constexpr, EVICT: tl.constexpr = ""):
     """Rows [pid·BLOCK_M, +BLOCK_M): amax per row, scale, cast."""
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # int64 (past 2³¹ elements)
     cols = tl.arange(0, BLOCK_K)
@@ -58,7 +58,7 @@ def _row_kernel(x, q, s, M, K, sxm, sqm, FP8_MAX: tl.constexpr, BLOCK_M: tl.cons
     qr = q + rows * sqm
     if ONE_READ:
         mask = rmask[:, None] & (cols[None, :] < K)
-        v = tl.load(xr[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        v = tl.load(xr[:, None] + cols[None, :], mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
         amax = tl.maximum(tl.max(tl.abs(v), axis=1), 1e-12)
         scale = tl.fdiv(amax, tl.full(amax.shape, FP8_MAX, tl.float32), ieee_rounding=True)
         inv = tl.fdiv(tl.full(amax.shape, FP8_MAX, tl.float32), amax, ieee_rounding=True)
@@ -82,18 +82,34 @@ def _row_kernel(x, q, s, M, K, sxm, sqm, FP8_MAX: tl.constexpr, BLOCK_M: tl.cons
 
 
 @triton.jit
+def _tile(nk, KMAJOR: tl.constexpr, REVERSE: tl.constexpr):
+    """(pid_m, pid_k) of this program: a (row tiles, nk) grid, or (KMAJOR) a 1-D grid walking
+    each row of tiles before the next (REVERSE: from the last tile)."""
+    if KMAJOR:
+        pid = tl.program_id(0)
+        if REVERSE:
+            pid = tl.num_programs(0) - 1 - pid
+        pid_m = pid // nk
+        pid_k = pid % nk
+    else:
+        pid_m = tl.program_id(0)
+        pid_k = tl.program_id(1)
+    return pid_m.to(tl.int64), pid_k  # int64: row offsets past 2³¹ elements, once per row
+
+
+@triton.jit
 def _block_kernel(x, q, s, M, K, sxm, sqm, ssm, ssk, FP8_MAX: tl.constexpr, BLOCK_M: tl.constexpr,
-                  GROUP_K: tl.constexpr, GROUP_M: tl.constexpr, GROUPS: tl.constexpr):
+                  GROUP_K: tl.constexpr, GROUP_M: tl.constexpr, GROUPS: tl.constexpr, KMAJOR: tl.constexpr = False,
+                  EVICT: tl.constexpr = ""):
     """One tile of BLOCK_M rows × GROUPS·GROUP_K columns. GROUP_M = 1: one scale per row and
     GROUP_K columns (1×128); GROUP_M = BLOCK_M: one scale per BLOCK_M × GROUP_K block (128×128,
     GROUPS = 1). Scale of group (m // GROUP_M, k // GROUP_K) at s + (m // GROUP_M)·ssm +
     (k // GROUP_K)·ssk."""
-    pid_m = tl.program_id(0).to(tl.int64)  # row offsets past 2³¹ elements: int64, per row
-    pid_k = tl.program_id(1)
+    pid_m, pid_k = _tile(tl.cdiv(K, GROUPS * GROUP_K), KMAJOR, False)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_k * GROUPS * GROUP_K + tl.arange(0, GROUPS * GROUP_K)
     mask = (rows[:, None] < M) & (cols[None, :] < K)
-    v = tl.load(x + rows[:, None] * sxm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    v = tl.load(x + rows[:, None] * sxm + cols[None, :], mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
     if GROUP_M == 1:
         v3 = tl.reshape(v, [BLOCK_M, GROUPS, GROUP_K])
         amax = tl.maximum(tl.max(tl.abs(v3), axis=2), 1e-12)
@@ -112,24 +128,25 @@ def _block_kernel(x, q, s, M, K, sxm, sqm, ssm, ssk, FP8_MAX: tl.constexpr, BLOC
 
 
 @triton.jit
-def _amax_kernel(x, partial, M, K, sxm, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+def _amax_kernel(x, partial, M, K, sxm, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, KMAJOR: tl.constexpr = False,
+                 EVICT: tl.constexpr = ""):
     """Tensor-wise pass 1: the amax of one BLOCK_M × BLOCK_K tile -> partial[program]."""
-    pid_m = tl.program_id(0).to(tl.int64)  # row offsets past 2³¹ elements: int64, per row
-    pid_k = tl.program_id(1)
+    nk = tl.cdiv(K, BLOCK_K)
+    pid_m, pid_k = _tile(nk, KMAJOR, False)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
     mask = (rows[:, None] < M) & (cols[None, :] < K)
-    v = tl.load(x + rows[:, None] * sxm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    tl.store(partial + pid_m * tl.num_programs(1) + pid_k, tl.max(tl.max(tl.abs(v), axis=1), axis=0))
+    v = tl.load(x + rows[:, None] * sxm + cols[None, :], mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
+    tl.store(partial + pid_m * nk + pid_k, tl.max(tl.max(tl.abs(v), axis=1), axis=0))
 
 
 @triton.jit
 def _tensor_cast_kernel(x, q, s, partial, P, M, K, sxm, sqm, FP8_MAX: tl.constexpr, BLOCK_M: tl.constexpr,
-                        BLOCK_K: tl.constexpr, BLOCK_P: tl.constexpr):
+                        BLOCK_K: tl.constexpr, BLOCK_P: tl.constexpr, KMAJOR: tl.constexpr = False,
+                        REVERSE: tl.constexpr = False, EVICT: tl.constexpr = ""):
     """Tensor-wise pass 2: amax = max of the P partials; program (0, 0) stores the scale;
     every program casts its tile."""
-    pid_m = tl.program_id(0).to(tl.int64)  # row offsets past 2³¹ elements: int64, per row
-    pid_k = tl.program_id(1)
+    pid_m, pid_k = _tile(tl.cdiv(K, BLOCK_K), KMAJOR, REVERSE)
     p = tl.arange(0, BLOCK_P)
     amax = tl.maximum(tl.max(tl.load(partial + p, mask=p < P, other=0.0), axis=0), 1e-12)
     scale = tl.fdiv(amax, tl.full(amax.shape, FP8_MAX, tl.float32), ieee_rounding=True)
@@ -137,7 +154,7 @@ def _tensor_cast_kernel(x, q, s, partial, P, M, K, sxm, sqm, FP8_MAX: tl.constex
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
     mask = (rows[:, None] < M) & (cols[None, :] < K)
-    v = tl.load(x + rows[:, None] * sxm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    v = tl.load(x + rows[:, None] * sxm + cols[None, :], mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
     qv = tl.clamp(v * inv, -FP8_MAX, FP8_MAX)
     tl.store(q + rows[:, None] * sqm + cols[None, :], qv.to(q.dtype.element_ty), mask=mask)
     if pid_m == 0 and pid_k == 0:
