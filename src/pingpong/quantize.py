@@ -45,6 +45,9 @@ MAX_ROW = 16384  # longest row held in registers by the one-read row kernel
 _EPS = 1e-12
 #: 1×128 blocks: (rows, 128-column groups) per program
 BLOCK_TILE = (32, 1)
+#: 2-D tiles walked along each row of tiles (1-D grid); x loaded with this L2 policy;
+#: tensor-wise's second pass from the last tile (temporary: run 240 picks, the rest goes)
+KMAJOR, EVICT, REVERSE = True, "evict_first", True
 
 
 @triton.jit
@@ -228,26 +231,29 @@ def quantize_direct(x: torch.Tensor, granularity: str = "row", dtype=torch.float
         bm = max(1, min(16, 4096 // bk)) if one else 1
         meta = {} if interpret else dict(num_warps=8 if bk * bm >= 4096 else 4, **KERNEL_OPTIONS)
         _row_kernel[(-(-M // bm),)](x, q, s, M, K, x.stride(0), q.stride(0), FP8_MAX=fmax,
-                                                          BLOCK_M=bm, BLOCK_K=bk, ONE_READ=one, **meta)
+                                    BLOCK_M=bm, BLOCK_K=bk, ONE_READ=one, EVICT=EVICT, **meta)
     elif granularity in ("block", "block128x128"):
         bm, groups = (128, 1) if granularity == "block128x128" else BLOCK_TILE
         groups = min(groups, K // 128) if K // 128 % groups == 0 else 1
         meta = {} if interpret else dict(num_warps=8 if bm * groups >= 64 else 4, **KERNEL_OPTIONS)
-        _block_kernel[(-(-M // bm), K // 128 // groups)](
+        nm, nk = -(-M // bm), K // 128 // groups
+        _block_kernel[(nm * nk,) if KMAJOR else (nm, nk)](
             x, q, s, M, K, x.stride(0), q.stride(0), s.stride(0), s.stride(1), FP8_MAX=fmax, BLOCK_M=bm, GROUP_K=128,
-            GROUP_M=1 if granularity == "block" else bm, GROUPS=groups, **meta)
+            GROUP_M=1 if granularity == "block" else bm, GROUPS=groups, KMAJOR=KMAJOR, EVICT=EVICT, **meta)
     else:
         bm, bk = 32, min(256, triton.next_power_of_2(K))
-        grid = (-(-M // bm), -(-K // bk))
-        P = grid[0] * grid[1]
+        nm, nk = -(-M // bm), -(-K // bk)
+        grid = (nm * nk,) if KMAJOR else (nm, nk)
+        P = nm * nk
         partial = torch.empty(P, dtype=torch.float32, device=x.device)
         meta = {} if interpret else dict(num_warps=8, **KERNEL_OPTIONS)
-        _amax_kernel[grid](x, partial, M, K, x.stride(0), BLOCK_M=bm, BLOCK_K=bk, **meta)
+        _amax_kernel[grid](x, partial, M, K, x.stride(0), BLOCK_M=bm, BLOCK_K=bk, KMAJOR=KMAJOR, EVICT=EVICT, **meta)
         if P > 8192:  # reduce the partials once more so each cast program reads few
             partial = partial.amax().reshape(1)
             P = 1
         _tensor_cast_kernel[grid](x, q, s, partial, P, M, K, x.stride(0), q.stride(0), FP8_MAX=fmax,
-                                                      BLOCK_M=bm, BLOCK_K=bk, BLOCK_P=triton.next_power_of_2(P), **meta)
+                                  BLOCK_M=bm, BLOCK_K=bk, BLOCK_P=triton.next_power_of_2(P), KMAJOR=KMAJOR,
+                                  REVERSE=REVERSE and KMAJOR, EVICT=EVICT, **meta)
     return q, s
 
 
