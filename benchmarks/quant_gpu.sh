@@ -12,6 +12,7 @@ sed -i 's/\.to(tl\.int64)//g' /tmp/q_old/pingpong/quantize.py
 T="python -m pytest -q -m gpu -p no:cacheprovider -rfE"
 ($T -n 4 tests/test_fp8_gpu.py -k quantize > "$OUT/tests.log" 2>&1; echo "options on: rc=$?" >> "$OUT/tests.log") &
 (PYTHONPATH=/tmp/q_flip:$PYTHONPATH $T -n 4 tests/test_fp8_gpu.py -k quantize > "$OUT/tests_off.log" 2>&1; echo "options off: rc=$?" >> "$OUT/tests_off.log") &
+wait  # (≤ 8 of the 7 GB tests at once, then the 4 below)
 for g in row block block128x128 tensor; do
   (PYTHONPATH=/tmp/q_old:$PYTHONPATH timeout 120 $T "tests/test_fp8_gpu.py::test_quantize_past_2_to_the_31_elements[$g]" > "/tmp/q_old_$g.log" 2>&1; echo "int32 offsets $g: rc=$?" >> "/tmp/q_old_$g.log") &
 done
