@@ -216,57 +216,102 @@ def test_fp8_kernel_compiles_to_fp8_wgmma_without_spills(kernel, shape):
 
 # ----------------------------------------------------------------------------- quantize under the interpreter
 
-_INTERPRETED = textwrap.dedent("""
-    import torch, pingpong
-    torch.manual_seed(0)
-    M, K = 70, 384
-    x = torch.randn(M, K) * torch.exp2(torch.randint(-4, 5, (M, 1)).float())
-    x = x * torch.exp2(torch.randint(-4, 5, (1, K // 128)).float()).repeat_interleave(128, 1)
-    for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+_CHECK = textwrap.dedent("""
+    import sys, torch, pingpong
+
+
+    def check(src, g, dtype):
+        M, K = src.shape
+        G = K // 128
         fmax = torch.finfo(dtype).max
+        q, s = pingpong.quantize_fp8(src, g, dtype)
+        xf = src.float()
+        if g == "row":
+            amax = xf.abs().amax(1, keepdim=True).expand(M, K)
+            assert s.shape == (M, 1)
+        elif g == "block":
+            amax = xf.view(M, G, 128).abs().amax(2).repeat_interleave(128, 1)
+            assert s.shape == (M, G) and s.stride() == (1, M)
+            s = s.repeat_interleave(128, 1)
+        elif g == "block128x128":
+            amax = xf.view(M, G, 128).abs().amax((0, 2)).repeat_interleave(128).expand(M, K)
+            assert s.shape == (1, G)
+            s = s.repeat_interleave(128, 1)
+        else:
+            amax = xf.abs().amax().expand(M, K)
+            assert s.shape == ()
+        assert torch.equal(s.expand(M, K), amax / fmax), g  # IEEE division, as torch's
+        xs = (xf * (fmax / amax)).clamp(-fmax, fmax)
+        want = xs.to(dtype).float()
+        got = q.float()
+        # Two flaws of Triton's interpreter's fp8 cast, the only differences allowed: a
+        # round-up into the next binade does not carry into the exponent (124.3 -> 64
+        # instead of 128 in e4m3), and ties round away from zero (84 -> 88, not 80)
+        # (and subnormals come out wrong: compared to within a few of their steps only)
+        sub = want.abs() <= 2 * torch.finfo(dtype).smallest_normal
+        assert ((got - want)[sub].abs() <= 4 * torch.finfo(dtype).smallest_normal).all(), (g, dtype)
+        bad = (got != want) & ~sub
+        rollover = (got * 2 == want) & (want.abs().log2() % 1 == 0)
+        tie = ((got + want) / 2 - xs).abs() <= 1e-6 * xs.abs()  # (its x·(1/s) is not torch's to the last bit)
+        assert (rollover | tie)[bad].all(), (g, dtype, got[bad & ~(rollover | tie)][:5], want[bad & ~(rollover | tie)][:5])
+        assert bad.float().mean() < 0.05, (g, dtype, bad.float().mean())
+
+
+    def spread(M, K):  # magnitudes 2^-4..2^4 across rows and across 128-column groups
+        x = torch.randn(M, K) * torch.exp2(torch.randint(-4, 5, (M, 1)).float())
+        return x * torch.exp2(torch.randint(-4, 5, (1, K // 128)).float()).repeat_interleave(128, 1)
+
+
+    torch.manual_seed(0)
+""")
+
+_INTERPRETED = _CHECK + textwrap.dedent("""
+    x = spread(70, 384)
+    for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
         for g in ("row", "block", "block128x128", "tensor"):
             for src in (x, x.half()):
-                q, s = pingpong.quantize_fp8(src, g, dtype)
-                xf = src.float()
-                if g == "row":
-                    amax = xf.abs().amax(1, keepdim=True).expand(M, K)
-                    assert s.shape == (M, 1)
-                elif g == "block":
-                    amax = xf.view(M, 3, 128).abs().amax(2).repeat_interleave(128, 1)
-                    assert s.shape == (M, 3) and s.stride() == (1, M)
-                    s = s.repeat_interleave(128, 1)
-                elif g == "block128x128":
-                    amax = xf.view(M, 3, 128).abs().amax((0, 2)).repeat_interleave(128).expand(M, K)
-                    assert s.shape == (1, 3)
-                    s = s.repeat_interleave(128, 1)
-                else:
-                    amax = xf.abs().amax().expand(M, K)
-                    assert s.shape == ()
-                assert torch.equal(s.expand(M, K), amax / fmax), g  # IEEE division, as torch's
-                xs = (xf * (fmax / amax)).clamp(-fmax, fmax)
-                want = xs.to(dtype).float()
-                got = q.float()
-                # Two flaws of Triton's interpreter's fp8 cast, the only differences allowed: a
-                # round-up into the next binade does not carry into the exponent (124.3 -> 64
-                # instead of 128 in e4m3), and ties round away from zero (84 -> 88, not 80)
-                # (and subnormals come out wrong: compared to within a few of their steps only)
-                sub = want.abs() <= 2 * torch.finfo(dtype).smallest_normal
-                assert ((got - want)[sub].abs() <= 4 * torch.finfo(dtype).smallest_normal).all(), (g, dtype)
-                bad = (got != want) & ~sub
-                rollover = (got * 2 == want) & (want.abs().log2() % 1 == 0)
-                tie = ((got + want) / 2 - xs).abs() <= 1e-6 * xs.abs()  # (its x·(1/s) is not torch's to the last bit)
-                assert (rollover | tie)[bad].all(), (g, dtype, got[bad & ~(rollover | tie)][:5], want[bad & ~(rollover | tie)][:5])
-                assert bad.float().mean() < 0.05, (g, dtype, bad.float().mean())
+                check(src, g, dtype)
     print("OK")
 """)
+
+# Rows 2^30 + 2^20 fp16 elements apart: the third starts at 2^31 + 2^21 elements, where an
+# int32 offset wraps negative. The storage is 4 GiB of address space of which only the three
+# rows' pages are ever touched (torch.empty does not write; the interpreter reads and writes
+# the tensors in place).
+_FAR_ROWS = _CHECK + textwrap.dedent("""
+    stride = (1 << 30) + (1 << 20)
+    try:
+        storage = torch.empty(2 * stride + 384, dtype=torch.float16)
+    except RuntimeError as e:
+        print("SKIP", e)
+        raise SystemExit(0)
+    x = storage.as_strided((3, 384), (stride, 1))
+    x.copy_(spread(3, 384))
+    for g in sys.argv[1:]:
+        check(x, g, torch.float8_e4m3fn)  # (the offsets do not depend on the fp8 kind)
+    print("OK")
+""")
+
+
+def interpreted(script, *args):
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    return subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True, timeout=120)
 
 
 def test_quantize_under_the_interpreter():
     """Scales exact (amax / FP8_MAX per group, torch's layouts); q equal to torch's cast of x / s
     but for the interpreter's two rounding flaws (the GPU test requires bitwise equality)."""
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    r = subprocess.run([sys.executable, "-c", _INTERPRETED], env=env, capture_output=True, text=True, timeout=120)
+    r = interpreted(_INTERPRETED)
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
+
+
+def test_quantize_reads_rows_past_2_to_the_31_elements():
+    """Every granularity's kernels read a row that starts 2^31 + 2^21 elements past x's first
+    (int64 row offsets; an int32 product wraps to a negative offset: a crash or garbage)."""
+    r = interpreted(_FAR_ROWS, "row", "block", "block128x128", "tensor")
+    if r.returncode == 0 and r.stdout.startswith("SKIP"):
+        pytest.skip(f"no 4 GiB of address space for the strided view: {r.stdout}")
+    assert r.returncode == 0 and "OK" in r.stdout, (r.returncode, r.stderr[-3000:])
 
 
 def test_bench_takes_fp8_and_names_a_bad_scaling():

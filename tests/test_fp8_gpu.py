@@ -132,6 +132,37 @@ def test_bias_activation_out_dtypes(out_dtype, activation):
     assert ((out.double() - want).abs() <= 8 * tol * want.abs() + 1e-2 * want.abs().max()).all()
 
 
+def torch_quantized(x, granularity, dtype, tensor_amax=None):
+    """torch's own (scale, q) of x's rows, the scale broadcast to x's shape (block128x128: x's
+    first row is a multiple of 128 from the tensor's; tensor: the whole tensor's amax given)."""
+    xf = x.float()
+    M, K = xf.shape
+    fmax = torch.finfo(dtype).max
+    if granularity == "tensor":
+        amax = (xf.abs().amax() if tensor_amax is None else tensor_amax.float()).expand_as(xf)
+    elif granularity == "row":
+        amax = xf.abs().amax(1, keepdim=True).expand_as(xf)
+    elif granularity == "block":
+        amax = xf.view(M, K // 128, 128).abs().amax(2).repeat_interleave(128, 1)
+    else:
+        pad = torch.zeros(-(-M // 128) * 128, K, device=x.device)
+        pad[:M] = xf.abs()
+        amax = pad.view(-1, 128, K // 128, 128).amax((1, 3)).repeat_interleave(128, 0)[:M].repeat_interleave(128, 1)
+    amax = amax.clamp_min(1e-12)
+    # correctly rounded quotients (torch's CUDA division by a scalar multiplies by the
+    # reciprocal; fp64 then one rounding to fp32 is the IEEE fp32 quotient)
+    return (amax.double() / fmax).float(), (xf * (fmax / amax.double()).float()).clamp(-fmax, fmax).to(dtype)
+
+
+def broadcast_scale(s, granularity, M, K):
+    """quantize_fp8's scale of M rows (from a multiple of 128 for block128x128) at x's shape."""
+    if granularity in ("tensor", "row"):
+        return s.expand(M, K)
+    if granularity == "block":
+        return s.repeat_interleave(128, 1)
+    return s.repeat_interleave(128, 0)[:M].repeat_interleave(128, 1)
+
+
 @pytest.mark.parametrize("granularity", ["tensor", "row", "block", "block128x128"])
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
 def test_quantize_is_torch_cast(granularity, dtype):
@@ -139,29 +170,34 @@ def test_quantize_is_torch_cast(granularity, dtype):
     gen = torch.Generator(device="cuda").manual_seed(1)
     x = spread(300, 1024, gen).bfloat16()
     q, s = pingpong.quantize_fp8(x, granularity, dtype)
-    fmax = torch.finfo(dtype).max
-    xf = x.float()
-    if granularity == "tensor":
-        amax, got = xf.abs().amax().clamp_min(1e-12).expand_as(xf), s.expand_as(xf)
-    elif granularity == "row":
-        assert s.shape == (300, 1) and s.is_contiguous()
-        amax, got = xf.abs().amax(1, keepdim=True).clamp_min(1e-12).expand_as(xf), s.expand_as(xf)
-    elif granularity == "block":
-        assert s.shape == (300, 8) and s.stride() == (1, 300)
-        amax = xf.view(300, 8, 128).abs().amax(2).clamp_min(1e-12).repeat_interleave(128, 1)
-        got = s.repeat_interleave(128, 1)
-    else:
-        assert s.shape == (3, 8)
-        pad = torch.zeros(384, 1024, device="cuda")
-        pad[:300] = xf.abs()
-        amax = pad.view(3, 128, 8, 128).amax((1, 3)).clamp_min(1e-12).repeat_interleave(128, 0)[:300]
-        amax = amax.repeat_interleave(128, 1)
-        got = s.repeat_interleave(128, 0)[:300].repeat_interleave(128, 1)
-    # correctly rounded quotients (torch's CUDA division by a scalar multiplies by the
-    # reciprocal; fp64 then one rounding to fp32 is the IEEE fp32 quotient)
-    assert torch.equal(got, (amax.double() / fmax).float())
-    want = (xf * (fmax / amax.double()).float()).clamp(-fmax, fmax).to(dtype)
-    assert torch.equal(q.view(torch.uint8), want.view(torch.uint8))
+    assert s.shape == {"tensor": (), "row": (300, 1), "block": (300, 8), "block128x128": (3, 8)}[granularity]
+    if granularity == "row":
+        assert s.is_contiguous()
+    if granularity == "block":
+        assert s.stride() == (1, 300)
+    want_s, want_q = torch_quantized(x, granularity, dtype)
+    assert torch.equal(broadcast_scale(s, granularity, 300, 1024), want_s)
+    assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8))
+
+
+@pytest.mark.parametrize("granularity", ["row", "block", "block128x128", "tensor"])
+def test_quantize_past_2_to_the_31_elements(granularity):
+    """(2^19 + 64, 4096) bf16, 2^31 + 2^18 elements (DeepSeek-V3's stacked expert weights are
+    3.8·10⁹): row 2^19 starts at element 2^31, where an int32 offset wraps. Rows at the start,
+    the middle and across the end (the last 320) are bitwise torch's; q's memory poisoned."""
+    M, K = (1 << 19) + 64, 4096
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    x = torch.randn(M, K, generator=gen, device="cuda", dtype=torch.bfloat16)
+    x *= torch.exp2(torch.randint(-4, 5, (M, 1), generator=gen, device="cuda").float()).bfloat16()
+    torch.empty(M * K, dtype=torch.uint8, device="cuda").fill_(0x7F)  # NaN; freed: q gets this memory
+    q, s = pingpong.quantize_fp8(x, granularity)
+    torch.cuda.synchronize()
+    tensor_amax = torch.maximum(x.amax(), -x.amin())
+    for r0, r1 in ((0, 256), ((1 << 18) - 128, (1 << 18) + 128), ((1 << 19) - 256, M)):  # from multiples of 128
+        want_s, want_q = torch_quantized(x[r0:r1], granularity, torch.float8_e4m3fn, tensor_amax)
+        rows = s if granularity == "tensor" else s[r0 // 128:-(-r1 // 128)] if granularity == "block128x128" else s[r0:r1]
+        assert torch.equal(broadcast_scale(rows, granularity, r1 - r0, K), want_s), (granularity, r0)
+        assert torch.equal(q[r0:r1].view(torch.uint8), want_q.view(torch.uint8)), (granularity, r0)
 
 
 @pytest.mark.parametrize("fp8", ["row", "block"])
