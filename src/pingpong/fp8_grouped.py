@@ -84,9 +84,15 @@ def check_scaled_grouped_mm(a, b, scale_a, scale_b, offs, out_dtype, use_fast_ac
     then, unless `device_checks` is False (the fake implementation), a CUDA device. Whether
     that GPU is a Hopper and the bases 16-byte aligned is the Hopper backend's answer."""
     kinds = fp8_spec.validate_scaled_grouped(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum)
-    if device_checks and a.device.type != "cuda":
-        raise PingpongError(f"a: pingpong.scaled_grouped_mm runs on a Hopper (sm_90) GPU, got a tensor on {a.device}")
+    if device_checks:
+        check_gpu(a.device)
     return kinds
+
+
+def check_gpu(device) -> None:
+    """Last of the checks of a call that runs (not of the fake implementation's): a GPU tensor."""
+    if device.type != "cuda":
+        raise PingpongError(f"a: pingpong.scaled_grouped_mm runs on a Hopper (sm_90) GPU, got a tensor on {device}")
 
 
 # ----------------------------------------------------------------------------- plan and launch
