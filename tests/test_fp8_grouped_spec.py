@@ -183,3 +183,15 @@ def test_the_fake_implementation_runs_the_same_validation(monkeypatch):
         with pytest.raises(PingpongError, match="offs: length 3 must equal b's group count 4"):
             torch.ops.pingpong.scaled_grouped_mm(a, b, sa, sb, offs[:3], torch.float16, False)
     assert out.shape == (T, N) and out.dtype == torch.float16 and len(seen) == 2
+
+
+def test_fp8_spec_is_a_leaf_beside_spec():
+    """fp8_spec imports torch, pingpong.errors and spec only (the layers above validate
+    through it; it asks none of them)."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(fp8_spec.__file__).read_text())
+    modules = {(n.level, n.module) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    modules |= {(0, a.name) for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert modules <= {(0, "__future__"), (0, "torch"), (2, "errors"), (1, "spec")}, modules
