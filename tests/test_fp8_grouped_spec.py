@@ -118,6 +118,8 @@ def test_fp8_grouped_bf16_grouped_and_dense_specs_are_different_keys():
     }
     assert base not in variants.values() and len(set(variants.values())) == len(variants)
     assert fp8_spec_of(a, b, "1", sb, offs) is None  # not a tensor: validation names it
+    assert fp8_spec_of(a, b, sa, sb, offs, fast=1) is None  # equal to True, not a bool: validation names it
+    assert spec.build(a, b[0], out_dtype=torch.bfloat16, scales=(sa, sb, 1)) is None  # scaled_mm's alike
 
 
 @pytest.fixture
@@ -159,6 +161,8 @@ def test_an_fp8_grouped_spec_is_validated_and_planned_once(fp8_runs):
     assert fp8_runs.validated == 1
     pingpong.scaled_grouped_mm(a, b, sa, sb, operands()[4], use_fast_accum=True)  # a new spec: validated
     assert fp8_runs.validated == 2 and len(plan.PLANS) == 2
+    with pytest.raises(PingpongError, match="use_fast_accum: expected a bool, got 1"):  # 1 == True: no hit
+        pingpong.scaled_grouped_mm(a, b, sa, sb, operands()[4], use_fast_accum=1)
 
 
 def test_a_refused_spec_caches_nothing(fp8_runs):

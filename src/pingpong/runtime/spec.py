@@ -242,6 +242,8 @@ def build(a, b, c=None, beta: float = 0.0, out_dtype=None, bias=None, activation
             epi = NO_EPILOGUE if c is None or beta == 0.0 else C_EPILOGUE
         else:
             ob_ = None if bias is None else operand(bias)
+            if scales is not None and type(scales[2]) is not bool:  # 1 == True: a hit would skip validation
+                return None
             sc = None if scales is None else _new(ScaleSpec, (operand(scales[0]), operand(scales[1]), scales[2]))
             epi = EpilogueSpec(c is not None and beta != 0.0, ob_, bias_kind(ob_, a.shape[-2]),
                                "none" if activation is None else activation, sc)
@@ -272,6 +274,8 @@ def build_grouped(a, b, offs, out_dtype, scales=None) -> GemmSpec | None:
             epi = NO_EPILOGUE
         else:
             x, y, fast = scales
+            if type(fast) is not bool:  # 1 == True: a hit would skip validation's refusal
+                return None
             epi = _new(EpilogueSpec, (False, None, "none", "none", _new(ScaleSpec, (
                 _new(Operand, (x.dtype, x.shape, x.stride(), x.device, x.data_ptr() % 16 == 0)),
                 _new(Operand, (y.dtype, y.shape, y.stride(), y.device, y.data_ptr() % 16 == 0)), fast))))
