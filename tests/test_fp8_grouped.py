@@ -228,13 +228,12 @@ def test_kernel_compiles_offline_without_spills(name):
 
 @pytest.mark.parametrize("scaling", ["row", "block"])
 def test_direct_launch_passes_what_triton_passes(monkeypatch, scaling):
-    """The front end's slot addresses (launch_ptrs) bound to the compiled kernel hand Triton's
+    """The plan's slot addresses (launch_ptrs) bound to the compiled kernel hand Triton's
     C launcher exactly what Triton's own launch would: descriptors of a, W, out at their
     addresses, then out, offs and both scales as pointers (block-wise: descriptors of their
     views, block_scale_views), then the scalars."""
     import fake_launcher
 
-    from pingpong import fp8_grouped as fg
     from pingpong.runtime.launcher import DirectLaunch, bind_jit_args
 
     a, w = torch.empty(T, K, dtype=E4M3), torch.empty(G, N, K, dtype=E4M3)
@@ -258,7 +257,7 @@ def test_direct_launch_passes_what_triton_passes(monkeypatch, scaling):
         direct = DirectLaunch.from_kernel(compiled)
         block = scaling == "block"
         assert direct is not None and len(direct.encodings) == (5 if block else 3)
-        ptrs = fg.launch_ptrs(a, w, out, offs, *(kernel.block_scale_views(sa, sb) if block else (sa, sb)))
+        ptrs = kernel.launch_ptrs(a, w, out, offs, *(kernel.block_scale_views(sa, sb) if block else (sa, sb)))
         bind_jit_args(direct, fn, args, kwargs)((grid[0], 1, 1), 99, ptrs, ())
     theirs, ours = calls
     assert fake_launcher.parts(ours)[0] == fake_launcher.parts(theirs)[0]

@@ -48,12 +48,11 @@ from torch import Tensor
 from . import fused, ops
 from .runtime import plan as _plan_mod
 from .runtime import spec as _spec
-from .errors import PingpongError, check_tensor
+from .runtime.fp8_spec import FP8_DTYPES, FP8_OUT_DTYPES, check_fp8, check_scale_tensor
+from .errors import PingpongError
 
 __all__ = ["scaled_mm", "scaling_of", "check_scales", "Float8Linear", "FP8_DTYPES", "FP8_OUT_DTYPES"]
 
-FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
-FP8_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 BLOCK = _spec.SCALE_BLOCK  # K (and N) elements per scale block
 
 
@@ -62,24 +61,11 @@ def _cdiv(a: int, b: int) -> int:
 
 
 def _check_operand(name: str, t, k_dim: int) -> None:
-    check_tensor(name, t)
-    if t.dim() != 2:
-        raise PingpongError(f"{name}: expected a 2-D tensor, got shape {tuple(t.shape)}")
-    if t.dtype not in FP8_DTYPES:
-        raise PingpongError(f"{name}: dtype {t.dtype} is not supported; expected one of {FP8_DTYPES}"
-                            " (quantize with pingpong.quantize_fp8)")
+    check_fp8(name, t, 2)
     if t.stride(k_dim) != 1 and t.shape[k_dim] > 1:
         want = "row-major (M, K)" if k_dim == 1 else "column-major (K, N), i.e. w.t() of a row-major (N, K) w"
         raise PingpongError(f"{name}: fp8 wgmma reads K-major operands only; expected {want}, got strides"
                             f" {tuple(t.stride())} (refused, not copied)")
-
-
-def _check_scale_tensor(name: str, s, device) -> None:
-    check_tensor(name, s)
-    if s.dtype != torch.float32:
-        raise PingpongError(f"{name}: dtype {s.dtype} is not supported; scales are torch.float32")
-    if s.device != device:
-        raise PingpongError(f"{name} must be on the operands' device ({device}), got {s.device}")
 
 
 def scaling_of(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor) -> tuple[str, int]:
@@ -112,8 +98,8 @@ def check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fas
                                 f" {t.stride(other)}")
     if b.device != a.device:
         raise PingpongError(f"b must be on a's device ({a.device}), got {b.device}")
-    _check_scale_tensor("scale_a", scale_a, a.device)
-    _check_scale_tensor("scale_b", scale_b, a.device)
+    check_scale_tensor("scale_a", scale_a, a.device)
+    check_scale_tensor("scale_b", scale_b, a.device)
     scaling, sb_cols = scaling_of(a, b, scale_a, scale_b)
     if out_dtype not in FP8_OUT_DTYPES:
         raise PingpongError(f"out_dtype: expected one of {FP8_OUT_DTYPES}, got {out_dtype!r}")

@@ -23,6 +23,8 @@ def can_implement(spec: GemmSpec) -> str | None:
     if torch.version.hip is None or spec.device.type == "cpu":
         return "not a ROCm GPU"
     if spec.groups is not None:
+        if spec.epilogue.scales is not None:
+            return "no AMD FP8 grouped kernel (scaled_grouped_mm runs on Hopper only)"
         return "no AMD grouped kernel: grouped products take the portable kernel"
     if len(spec.a.shape) != 2 or len(spec.b.shape) != 2:
         return "batched products take the portable kernel"

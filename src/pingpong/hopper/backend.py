@@ -5,12 +5,14 @@ and its plans (one kernel; split-K / swap-AB).
                           address (TMA's coordinate and stride limits); an explicit config
                           the call cannot run (split-K / swap-AB / a two-piece tile batched,
                           a split-K workspace beyond 32-bit offsets); a grouped spec: an
-                          operand or the output the grouped kernel's TMA cannot take
+                          operand or the output the grouped kernel's TMA cannot take; an FP8
+                          grouped spec (scales): a or b not 16-byte aligned
     plan(spec)            KernelConfig (explicit, or select_config: table, heuristic), which
                           operands need a 16-byte-aligned copy (TMA's rule), the output
                           target (out itself, or an aligned buffer + copy-back); a grouped
                           spec: GroupedHopperPlan (the kernel, its tile, which operands are
-                          copied first)
+                          copied first); an FP8 grouped spec: pingpong.hopper.fp8_grouped's
+                          Fp8GroupedPlan (its tile and promotion)
 
 Grouped specs (pingpong.grouped): ragged rows and ragged columns (the transposed views,
 `spec.ragged_view`) run the ragged-rows kernel (pingpong.hopper.grouped: A K-major, B either
@@ -96,7 +98,7 @@ def can_implement(spec: GemmSpec) -> str | None:
         return (f"{device} is not a Hopper GPU (sm_90)" + ("; matmul_tiled configures the Hopper kernel, this GPU"
                                                            " takes the portable path" if spec.config else ""))
     if spec.groups is not None:
-        return _grouped_layout(spec)[-1]
+        return _grouped_layout(spec)[-1] if spec.epilogue.scales is None else _fp8_grouped_reason(spec)
     c = spec.c if spec.epilogue.reads_c or spec.inplace else None
     why = unaddressable("hopper", a=spec.a, b=spec.b, c=c)
     if why:
@@ -134,6 +136,10 @@ def _workspace_reason(spec: GemmSpec, config: KernelConfig) -> str | None:
 def plan(spec: GemmSpec) -> Plan:
     """The plan of a spec this backend can implement."""
     if spec.groups is not None:
+        if spec.epilogue.scales is not None:
+            from . import fp8_grouped  # the FP8 grouped kernel's module, compiled on first use
+
+            return fp8_grouped.plan(spec)
         return _grouped_plan(spec)
     if spec.epilogue.scales is not None:
         from . import fp8_launch  # the FP8 kernel's module, compiled on first use
@@ -218,6 +224,18 @@ def _grouped_layout(spec: GemmSpec):
     if why is None and not out_fits(out):
         why = f"the Hopper {what} cannot write the {tuple(out.shape)} {spec.out_dtype} output"
     return kernel, a, b, out, copy_a, copy_b, why
+
+
+def _fp8_grouped_reason(spec: GemmSpec) -> str | None:
+    """Why the FP8 grouped kernel cannot take a validated FP8 grouped spec (pingpong.runtime.
+    fp8_spec: layouts and strides are the contract's), or None: its TMA reads a and W from
+    their bases, which must be 16-byte aligned (refused, not copied: a copy of a or of every
+    expert's weight per call would cost as much as the product)."""
+    for name in ("a", "b"):
+        if not getattr(spec, name).aligned:
+            return (f"{name}: base address must be 16-byte aligned (TMA) for the FP8 grouped kernel (refused, not"
+                    " copied)")
+    return None
 
 
 def _grouped_plan(spec: GemmSpec) -> "GroupedHopperPlan":

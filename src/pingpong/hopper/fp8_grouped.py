@@ -18,7 +18,8 @@ group's cut last tile), pingpong.hopper.grouped; and the FP8 dense kernel's part
 (pingpong.hopper.fp8_kernel.run_fp8_partitions: the producer with Fp8Loader, the ping-pong
 and cooperative consumers with their promoted K loop, Fp8Scales), where the unit's group
 is the batch: it picks W's matrix, the group's b scales and the rows the epilogue stores.
-What is here: the kernel's constexpr contract, the host side (tile, scale views, launch).
+What is here: the kernel's constexpr contract, the host side (tile, scale views, launch) and
+the Hopper backend's plan of an FP8 grouped spec (`plan`, Fp8GroupedPlan).
 
     program p │ unit (g, vm, n) │ unit ...             (GroupedScheduler: p, p+P, p+2P, ...)
     producer  │ A rows [row, row+BM) · W[g] k0..kn (block: + sa, sb boxes) │ next unit ...
@@ -60,6 +61,10 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from ..runtime import compile as cc
+from ..runtime.device import sm_count
+from ..runtime.fp8_spec import scale_kinds
+from ..runtime.launcher import CachedLaunch
+from ..runtime.plan import Plan, device_index
 from .config import KernelConfig
 from .epilogue import Epilogue, EpilogueConstants
 from .fp8_kernel import SCALE_BLOCK as _SCALE_BLOCK, Fp8Scales, run_fp8_partitions
@@ -179,6 +184,45 @@ def prepare(a, w, out, offs, scale_a, scale_b, promote: bool, config: KernelConf
             *scale_strides(scale_a, scale_b))
     bound = (-(-T // d.block_m) + G) * -(-N // d.block_n)
     return fp8_grouped_gemm, args, kwargs, (max(1, min(sms, bound)),)
+
+
+# ----------------------------------------------------------------------------- the plan
+
+
+def plan(spec) -> "Fp8GroupedPlan":
+    """The Hopper backend's plan of an FP8 grouped GemmSpec (validated: pingpong.runtime.
+    fp8_spec): the promotion (block-wise always, the scale kinds' one decision; else unless
+    use_fast_accum) and the tile (`select_fp8_grouped_config`)."""
+    sc = spec.epilogue.scales
+    promote = scale_kinds(spec.a, spec.b, sc.a, sc.b)[0] == "block" or not sc.fast_accum
+    (T, _), (G, _, N) = spec.a.shape, spec.b.shape
+    return Fp8GroupedPlan(device_index(spec.device), promote, select_fp8_grouped_config(T, G, N, promote))
+
+
+class Fp8GroupedPlan(Plan):
+    """One FP8 grouped spec on this kernel: its tile, promotion and bound direct launch
+    (Triton's JIT on the plan's first call). run(a, b, scale_a, scale_b, offs, out): b the
+    caller's (G, K, N) K-major view, out a new (T, N) row-major tensor."""
+
+    __slots__ = ("promote", "config", "launch")
+
+    def __init__(self, device, promote, config):
+        self.device, self.promote, self.config, self.path, self.activation = device, promote, config, "hopper", "none"
+        self.launch = CachedLaunch()
+
+    def run(self, a, b, scale_a, scale_b, offs, out) -> None:
+        w = b.transpose(1, 2)  # (G, N, K) row-major: the kernel's view
+        sa, sb = block_scale_views(scale_a, scale_b) if scale_b.dim() == 3 else (scale_a, scale_b)
+        self.launch(self.device, launch_ptrs(a, w, out, offs, sa, sb), (), prepare, a, w, out, offs, scale_a, scale_b,
+                    self.promote, self.config, sm_count(self.device))
+
+
+def launch_ptrs(a, w, out, offs, scale_a, scale_b) -> tuple[int, ...]:
+    """The base address of each slot of the kernel's leading arguments (fp8_grouped_gemm: a,
+    W, out as TMA descriptors; out, offs as pointers; the scales as pointers, or block-wise as
+    TMA descriptors of their views, block_scale_views)."""
+    return (a.data_ptr(), w.data_ptr(), out.data_ptr(), out.data_ptr(), offs.data_ptr(), scale_a.data_ptr(),
+            scale_b.data_ptr())
 
 
 # ----------------------------------------------------------------------------- offline compilation

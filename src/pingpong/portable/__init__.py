@@ -416,6 +416,8 @@ ORDER = 2  # asked last: it runs any call on any CUDA/ROCm GPU
 def can_implement(spec: spec_mod.GemmSpec) -> str | None:
     """None for any unscaled call off the CPU, grouped ones included (64-bit offsets where a
     span needs them; meta tensors plan as a GPU's would)."""
+    if spec.epilogue.scales is not None and spec.groups is not None:
+        return "no portable FP8 grouped kernel (scaled_grouped_mm runs on Hopper only)"
     if spec.device.type == "cpu":
         return "CPU tensors: the compiled kernel runs on GPUs (the interpreter is an explicit opt-in:" \
                " pingpong.portable.portable_gemm(a, b, out, interpret=True))"

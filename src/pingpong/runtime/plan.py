@@ -15,7 +15,8 @@
 A spec holds everything validation and dispatch read, so a cache hit means the call is valid
 and its decision known; only per-call values (addresses, α, β, overlap of an in-place output
 with the inputs) are checked again. `path_for` returns `plan.path`, the path `run` takes.
-The cache keeps PLAN_CACHE_SIZE plans, least recently used evicted.
+The cache keeps PLAN_CACHE_SIZE plans, least recently used evicted (by second chance: a hit
+only marks its plan, `store` passes over marked ones).
 
 A grouped spec (`spec.groups`, pingpong.grouped_mm) goes the same way: the same cache (a
 grouped spec never equals a dense one: `groups` is in the key), the same backends, each of
@@ -36,7 +37,7 @@ from ..errors import PingpongError
 from . import spec as spec_mod
 from .spec import BATCHED, RAGGED_K, GemmSpec, torch_activation
 
-#: Plans kept (each a few hundred bytes plus its bound launch); least recently used evicted.
+#: Plans kept (each a few hundred bytes plus its bound launch); least recently used evicted (`store`).
 PLAN_CACHE_SIZE = 1024
 
 PLANS: "collections.OrderedDict[GemmSpec, Plan]" = collections.OrderedDict()
@@ -53,7 +54,7 @@ def register(backend) -> None:
 
 
 def get(spec) -> "Plan | None":
-    """The cached plan of `spec` (moved to the recently used end), or None."""
+    """The cached plan of `spec` (marked used: `store`'s second chance), or None."""
     if spec is None:
         return None
     try:
@@ -61,14 +62,22 @@ def get(spec) -> "Plan | None":
     except TypeError:  # unhashable arguments (an activation list): validation reports them
         return None
     if p is not None:
-        PLANS.move_to_end(spec)
+        p.used = True
     return p
 
 
 def store(key, plan: "Plan") -> "Plan":
-    """Cache `plan`; the least recently used goes when full."""
-    if len(PLANS) >= PLAN_CACHE_SIZE:
-        PLANS.popitem(last=False)
+    """Cache `plan`; when full, the least recently used goes, by second chance (CLOCK): from
+    the oldest end, a plan used since it was stored or last passed over is moved to the recent
+    end and marked unused, the first unused one is evicted. A hit only marks its plan (one
+    lookup of the key: moving it would compare the nested spec with the stored one again)."""
+    while len(PLANS) >= PLAN_CACHE_SIZE:
+        old, p = PLANS.popitem(last=False)
+        if not p.used:
+            break
+        p.used = False
+        PLANS[old] = p
+    plan.used = False
     PLANS[key] = plan
     return plan
 
@@ -116,7 +125,8 @@ def device_index(device: torch.device) -> int:
 class Plan:
     """A dispatch decision. `path`: "hopper", "hopper-padded", "portable", "amd", "empty"."""
 
-    __slots__ = ("path", "device", "activation", "extents")  # extents: byte spans of a, b, c (in-place plans)
+    # extents: byte spans of a, b, c (in-place plans); used: hit since stored or last passed over (`store`)
+    __slots__ = ("path", "device", "activation", "extents", "used")
 
     #: True when `run_ptrs` works: one launch from base addresses, no copies, C not read
     pointer_launch = False

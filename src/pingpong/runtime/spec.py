@@ -11,9 +11,11 @@ and the plan cache's key. A leaf module (torch and pingpong.errors only): every 
         bias           Operand | None         per column (N,) / (1, N) or per row (M, 1)
         bias_kind      "none" | "col" | "row"
         activation     one of ACTIVATIONS     (the one list of them)
-        scales         ScaleSpec | None       FP8 dequantization (pingpong.scaled_mm): the two
-                                              scale operands and use_fast_accum; the mode they
-                                              name (tensor / row / block) is `scale_mode`'s
+        scales         ScaleSpec | None       FP8 dequantization (pingpong.scaled_mm, and with
+                                              groups scaled_grouped_mm): the two scale operands
+                                              and use_fast_accum; the mode they name (tensor /
+                                              row / block) is `scale_mode`'s (grouped:
+                                              fp8_spec.scale_kinds)
       inplace          bool                   c is the output (gemm_)
       config           KernelConfig | None    an explicit Hopper config (matmul_tiled)
       groups           GroupSpec | None       a grouped product (pingpong.grouped_mm); None: dense
@@ -33,7 +35,9 @@ PingpongError naming the argument and what was expected, before any work.
 A grouped product (torch._grouped_mm's four forms) is one more kind of spec: `build_grouped`
 fills `groups` (c, the epilogue and the config are a dense call's only), `validate_grouped`
 checks its arguments under grouped_mm's names (a, b, offs, out_dtype). Its output is always
-a new contiguous tensor (`grouped_out`), so the backends decide from the spec alone.
+a new contiguous tensor (`grouped_out`), so the backends decide from the spec alone. The FP8
+grouped product (pingpong.scaled_grouped_mm) is a grouped spec with `epilogue.scales`, as a
+dense scaled_mm's; its contract is pingpong.runtime.fp8_spec's `validate_scaled_grouped`.
 """
 
 from __future__ import annotations
@@ -238,6 +242,8 @@ def build(a, b, c=None, beta: float = 0.0, out_dtype=None, bias=None, activation
             epi = NO_EPILOGUE if c is None or beta == 0.0 else C_EPILOGUE
         else:
             ob_ = None if bias is None else operand(bias)
+            if scales is not None and type(scales[2]) is not bool:  # 1 == True: a hit would skip validation
+                return None
             sc = None if scales is None else _new(ScaleSpec, (operand(scales[0]), operand(scales[1]), scales[2]))
             epi = EpilogueSpec(c is not None and beta != 0.0, ob_, bias_kind(ob_, a.shape[-2]),
                                "none" if activation is None else activation, sc)
@@ -251,17 +257,29 @@ def grouped_mode(a, b) -> str:
     return GROUPED_MODES[(len(a.shape), len(b.shape))]
 
 
-def build_grouped(a, b, offs, out_dtype) -> GemmSpec | None:
+def build_grouped(a, b, offs, out_dtype, scales=None) -> GemmSpec | None:
     """The spec of one grouped_mm call, from its (possibly invalid) arguments; None when
-    they are not dense tensors of 2 or 3 dims (validate_grouped then names the argument)."""
-    try:
-        oa, ob = operand(a), operand(b)
-        mode = GROUPED_MODES[(len(oa.shape), len(ob.shape))]
-        oo = None if offs is None else operand(offs)
-        count = oa.shape[0] if mode == BATCHED else oo.shape[0]
-        groups = _new(GroupSpec, (mode, count, oo))
-        return _new(GemmSpec, (oa, ob, None, a.dtype if out_dtype is None else out_dtype, NO_EPILOGUE, False, None,
-                               groups))
+    they are not dense tensors of 2 or 3 dims (validate_grouped then names the argument).
+    `scales`: (scale_a, scale_b, use_fast_accum) of an FP8 grouped product
+    (pingpong.scaled_grouped_mm; fp8_spec.validate_scaled_grouped names its arguments)."""
+    try:  # `operand` written out: a call per tensor is a measurable part of a cache hit
+        sa, sb = a.shape, b.shape
+        oa = _new(Operand, (a.dtype, sa, a.stride(), a.device, a.data_ptr() % 16 == 0))
+        ob = _new(Operand, (b.dtype, sb, b.stride(), b.device, b.data_ptr() % 16 == 0))
+        mode = GROUPED_MODES[(len(sa), len(sb))]
+        oo = None if offs is None else _new(Operand, (offs.dtype, offs.shape, offs.stride(), offs.device,
+                                                      offs.data_ptr() % 16 == 0))
+        groups = _new(GroupSpec, (mode, sa[0] if mode == BATCHED else oo.shape[0], oo))
+        if scales is None:
+            epi = NO_EPILOGUE
+        else:
+            x, y, fast = scales
+            if type(fast) is not bool:  # 1 == True: a hit would skip validation's refusal
+                return None
+            epi = _new(EpilogueSpec, (False, None, "none", "none", _new(ScaleSpec, (
+                _new(Operand, (x.dtype, x.shape, x.stride(), x.device, x.data_ptr() % 16 == 0)),
+                _new(Operand, (y.dtype, y.shape, y.stride(), y.device, y.data_ptr() % 16 == 0)), fast))))
+        return _new(GemmSpec, (oa, ob, None, a.dtype if out_dtype is None else out_dtype, epi, False, None, groups))
     except (AttributeError, TypeError, RuntimeError, IndexError, KeyError):
         return None
 

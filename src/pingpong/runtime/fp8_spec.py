@@ -1,0 +1,168 @@
+"""The FP8 grouped product's contract (pingpong.scaled_grouped_mm), checked on its GemmSpec's
+arguments: a leaf beside pingpong.runtime.spec (torch, pingpong.errors and spec only), as
+spec.py's `validate_grouped` is grouped_mm's. One job: what a scaled grouped call may be,
+under its argument names (a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum), before
+any work, on any machine (the op's fake implementation validates through it too).
+
+    spec.build_grouped(a, b, offs, out_dtype, scales=(scale_a, scale_b, use_fast_accum))
+        the key: groups (ROWS, G, offs) and the scales in epilogue.scales (spec.ScaleSpec)
+    validate_scaled_grouped(...)   on a cache miss: PingpongError naming the argument, or the
+        scale kinds (`scale_kinds`: the one decision of the mode, which the Hopper backend's
+        plan asks again from the spec's Operands)
+
+What is not decided here: the device. A CUDA tensor is the front end's last check
+(pingpong.fp8_grouped); a Hopper GPU and 16-byte-aligned bases are the Hopper backend's
+answer (pingpong.hopper.backend.can_implement), and the portable and AMD backends refuse a
+scaled grouped spec with their reason.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import PingpongError, check_tensor
+from .spec import SCALE_BLOCK, check_block_scale_a
+
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+FP8_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+BLOCK = SCALE_BLOCK  # K (and N) elements of a block-wise scale's block
+
+
+def check_scale_tensor(name: str, s, device) -> None:
+    """An fp32 scale tensor on `device` (scaled_mm's and scaled_grouped_mm's)."""
+    check_tensor(name, s)
+    if s.dtype != torch.float32:
+        raise PingpongError(f"{name}: dtype {s.dtype} is not supported; scales are torch.float32")
+    if s.device != device:
+        raise PingpongError(f"{name} must be on the operands' device ({device}), got {s.device}")
+
+
+def check_fp8(name: str, t, dims: int) -> None:
+    """An fp8 tensor of `dims` dims (scaled_mm's and scaled_grouped_mm's operands)."""
+    check_tensor(name, t)
+    if t.dim() != dims:
+        raise PingpongError(f"{name}: expected a {dims}-D tensor, got shape {tuple(t.shape)}")
+    if t.dtype not in FP8_DTYPES:
+        raise PingpongError(f"{name}: dtype {t.dtype} is not supported; expected one of {FP8_DTYPES}"
+                            " (quantize with pingpong.quantize_fp8)")
+
+
+def _block_scale_kinds(T: int, K: int, N: int, G: int, scale_a, scale_b) -> tuple[str, str]:
+    """("block", "block") for DeepSeek-V3's scales (pingpong.fp8_grouped), checked: K and N
+    multiples of 128, scale_b (G, N/128, K/128) contiguous in K/128, scale_a (T, K/128) as
+    pingpong.scaled_mm's (spec.check_block_scale_a)."""
+    if K % BLOCK:
+        raise PingpongError(f"K={K}: block-wise scales (1×{BLOCK} of a, {BLOCK}×{BLOCK} of b) need K to be a multiple"
+                            f" of {BLOCK}")
+    if N % BLOCK:
+        raise PingpongError(f"N={N}: block-wise scales ({BLOCK}×{BLOCK} blocks of each expert's weight) need N to be"
+                            f" a multiple of {BLOCK}")
+    nb, kb = N // BLOCK, K // BLOCK
+    if scale_b.shape[0] != G:
+        raise PingpongError(f"scale_b: {scale_b.shape[0]} groups of block scales (scale_b.shape[0]), but offs has"
+                            f" {G} (one (N/{BLOCK}, K/{BLOCK}) block of scales per group)")
+    if tuple(scale_b.shape[1:]) != (nb, kb):
+        raise PingpongError(f"scale_b: block-wise scales are (G, N/{BLOCK}, K/{BLOCK}) = ({G}, {nb}, {kb}) (one per"
+                            f" {BLOCK}×{BLOCK} block of each expert's (N, K) weight), got shape {tuple(scale_b.shape)}")
+    if scale_b.stride(2) != 1 and kb > 1:
+        raise PingpongError(f"scale_b: block-wise scales must be contiguous in K/{BLOCK} (stride(2) = 1), got strides"
+                            f" {tuple(scale_b.stride())}")
+    check_block_scale_a(scale_a, T, kb)
+    return "block", "block"
+
+
+def scale_kinds(a, b, scale_a, scale_b) -> tuple[str, str]:
+    """("row" | "tensor", "row" | "group" | "tensor") of validated operands' scales, or
+    ("block", "block") (a 3-D scale_b names the block-wise mode), or a PingpongError naming
+    the scale. Tensors or a spec's Operands alike."""
+    T, K = a.shape
+    G, _, N = b.shape
+    if scale_b.dim() == 3:
+        return _block_scale_kinds(T, K, N, G, scale_a, scale_b)
+    if scale_a.dim() == 2 and scale_a.numel() > 1 and scale_a.shape[1] > 1:
+        raise PingpongError(f"scale_b: scale_a {tuple(scale_a.shape)} looks block-wise (T, K/{BLOCK}); block-wise"
+                            f" scale_b is (G, N/{BLOCK}, K/{BLOCK}) = ({G}, {N // BLOCK}, {K // BLOCK}), got shape"
+                            f" {tuple(scale_b.shape)}")
+    if scale_a.numel() == 1:
+        ka = "tensor"
+    elif scale_a.dim() == 1 and scale_a.shape[0] == T:
+        if scale_a.stride(0) != 1:
+            raise PingpongError(f"scale_a: must be contiguous, got stride {scale_a.stride(0)}")
+        ka = "row"
+    else:
+        raise PingpongError(f"scale_a: expected (T,) = ({T},) fp32 (one scale per row of a) or one element, got shape"
+                            f" {tuple(scale_a.shape)}")
+    if scale_b.numel() == 1:
+        kb = "tensor"
+    elif scale_b.dim() == 1 and scale_b.shape[0] == G:
+        kb = "group"
+    elif scale_b.dim() == 2 and tuple(scale_b.shape) == (G, N):
+        if scale_b.stride(1) != 1:
+            raise PingpongError(f"scale_b: (G, N) scales must be contiguous in N (stride(1) = 1), got strides"
+                                f" {tuple(scale_b.stride())}")
+        kb = "row"
+    else:
+        raise PingpongError(f"scale_b: expected (G, N) = ({G}, {N}) fp32 (one scale per group and column of b), (G,)"
+                            f" or one element, got shape {tuple(scale_b.shape)}")
+    return ka, kb
+
+
+def refuse_grad(*tensors) -> None:
+    """Inference only: PingpongError when autograd would need a backward (not in the spec:
+    checked on every call, cache hits included)."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        raise PingpongError("scaled_grouped_mm: an input requires grad, but the FP8 grouped product has no backward"
+                            " (inference only); detach the inputs or run under torch.no_grad()")
+
+
+def validate_scaled_grouped(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum) -> tuple[str, str]:
+    """scaled_grouped_mm's contract (pingpong.fp8_grouped's table): the scale kinds, or a
+    PingpongError naming the argument at fault. Reads shapes, dtypes, strides and devices only
+    (never offs's or the scales' values, never an address). A spec is only cached after this
+    passed, so an equal spec later needs no validation."""
+    check_fp8("a", a, 2)
+    if b is not None and isinstance(b, torch.Tensor) and b.dim() == 2:
+        raise PingpongError(f"b: expected a 3-D (G, K, N) tensor (2-D × 3-D, ragged rows: the MoE forward), got shape"
+                            f" {tuple(b.shape)}; the other grouped layouts are not built for FP8")
+    check_fp8("b", b, 3)
+    if a.dtype != b.dtype:
+        raise PingpongError(f"b: dtype {b.dtype} differs from a's {a.dtype}; mixed fp8 kinds are not supported")
+    if b.device != a.device:
+        raise PingpongError(f"b: on {b.device}; expected a's device {a.device}")
+    T, K = a.shape
+    G, Kb, N = b.shape
+    if Kb != K:
+        raise PingpongError(f"b: its K ({Kb}, b.shape[1]) must equal a's ({K}, a.shape[1]); a is {tuple(a.shape)},"
+                            f" b is {tuple(b.shape)}")
+    if K % 16 or K == 0:
+        raise PingpongError(f"K={K}: must be a positive multiple of 16 (16-byte TMA rows of fp8; torch's rule)")
+    if N % 16:
+        raise PingpongError(f"N={N}: must be a multiple of 16 (torch._scaled_grouped_mm's rule; 16-byte rows)")
+    if a.stride(1) != 1 and K > 1 or (T > 1 and (a.stride(0) % 16 or a.stride(0) < K)):
+        raise PingpongError(f"a: expected row-major (T, K) with a row stride that is a multiple of 16 and ≥ K, got"
+                            f" strides {tuple(a.stride())} (refused, not copied)")
+    if b.stride(1) != 1 or (N > 1 and (b.stride(2) % 16 or b.stride(2) < K)) or \
+            (G > 1 and (b.stride(0) % 16 or b.stride(0) <= 0)):
+        raise PingpongError(f"b: expected K-major (G, K, N), i.e. w.transpose(1, 2) of row-major (G, N, K) expert"
+                            f" weights (16-byte multiple strides), got strides {tuple(b.stride())}; fp8 wgmma reads"
+                            " K-major operands only (refused, not copied)")
+    check_tensor("offs", offs, "a 1-D int32 tensor")
+    if offs.dtype != torch.int32:
+        raise PingpongError(f"offs: dtype {offs.dtype}; expected torch.int32 (cumulative group ends)")
+    if offs.dim() != 1:
+        raise PingpongError(f"offs: expected a 1-D tensor, got shape {tuple(offs.shape)}")
+    if offs.stride(0) != 1 and offs.shape[0] > 1:
+        raise PingpongError(f"offs: must be contiguous, got stride {offs.stride(0)}")
+    if offs.device != a.device:
+        raise PingpongError(f"offs: on {offs.device}; expected a's device {a.device} (offsets are read on the device)")
+    if offs.shape[0] != G:
+        raise PingpongError(f"offs: length {offs.shape[0]} must equal b's group count {G} (b.shape[0])")
+    check_scale_tensor("scale_a", scale_a, a.device)
+    check_scale_tensor("scale_b", scale_b, a.device)
+    kinds = scale_kinds(a, b, scale_a, scale_b)
+    if out_dtype not in FP8_OUT_DTYPES:
+        raise PingpongError(f"out_dtype: expected one of {FP8_OUT_DTYPES}, got {out_dtype!r}")
+    if not isinstance(use_fast_accum, bool):
+        raise PingpongError(f"use_fast_accum: expected a bool, got {use_fast_accum!r}")
+    refuse_grad(a, b, scale_a, scale_b)
+    return kinds
