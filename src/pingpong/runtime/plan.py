@@ -15,7 +15,7 @@
 A spec holds everything validation and dispatch read, so a cache hit means the call is valid
 and its decision known; only per-call values (addresses, α, β, overlap of an in-place output
 with the inputs) are checked again. `path_for` returns `plan.path`, the path `run` takes.
-The cache keeps PLAN_CACHE_SIZE plans, least recently used evicted (by second chance: a hit
+The cache keeps PLAN_CACHE_SIZE plans; eviction approximates least recently used (second chance: a hit
 only marks its plan, `store` passes over marked ones).
 
 A grouped spec (`spec.groups`, pingpong.grouped_mm) goes the same way: the same cache (a
