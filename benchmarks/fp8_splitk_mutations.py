@@ -40,10 +40,10 @@ MUTATIONS = {
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("-k", default="split_matches and (tensor-200x528x1552-4 or block-77x144x1408-4)")  # kb0 = 3, 6, 9
-    p.add_argument("-n", default="0")
+    p.add_argument("-n", default="0", help="pytest-xdist workers per mutation (0: none)")
     args = p.parse_args()
-    caught = 0
-    for name, edits in MUTATIONS.items():
+    runs = {}
+    for name, edits in MUTATIONS.items():  # every mutation's tests at once (each in its own src copy)
         copy = pathlib.Path(tempfile.mkdtemp()) / "src"
         shutil.copytree(ROOT / "src", copy)
         for file, old, new in edits:
@@ -53,8 +53,11 @@ def main() -> int:
         env = dict(os.environ, PYTHONPATH=f"{copy}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
         cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "-x", "-k", args.k,
                "tests/test_fp8_splitk_gpu.py"] + (["-n", args.n] if args.n != "0" else [])
-        r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-        tail = [ln for ln in r.stdout.splitlines() if ln.startswith(("FAILED", "E  ")) or " passed" in ln or " failed" in ln]
+        runs[name] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    caught = 0
+    for name, r in runs.items():
+        out = r.communicate()[0]
+        tail = [ln for ln in out.splitlines() if ln.startswith(("FAILED", "E  ")) or " passed" in ln or " failed" in ln]
         caught += r.returncode != 0
         print(f"{'CAUGHT' if r.returncode else 'MISSED'}: {name}: " + " | ".join(tail[-3:])[:600], flush=True)
     print(f"{caught} of {len(MUTATIONS)} mutations caught")
