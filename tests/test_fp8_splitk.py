@@ -75,3 +75,52 @@ def test_split_kernel_compile_facts(kernel):
     assert tma_loads == (4 if kernel.startswith("fp8-block") else 2), tma_loads
     waits = set(re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx))
     assert waits == ({"0", "1"} if "fast" in kernel else {"0"}), waits
+
+
+@pytest.mark.parametrize("mode", ["tensor", "row", "block", "block1x128"])
+@pytest.mark.parametrize("split_k", [1, 4])
+def test_plan_pointers_follow_the_kernel_slots(monkeypatch, mode, split_k):
+    """The direct launch binds base addresses by position to the kernel's leading descriptors
+    and pointers (runtime.launcher.bind_jit_args): Fp8Plan.run_scaled's pointers must be those
+    of the arguments prepare gives that kernel, in order, split (workspace, counters) or not."""
+    import torch
+
+    from pingpong.hopper import fp8_launch
+    from pingpong.runtime.launcher import _is_descriptor
+
+    M, N, K = 200, 256, 4096
+    scaling, sb_cols = ("block", 1 if mode == "block1x128" else 128) if mode.startswith("block") else (mode, 128)
+    a = torch.empty(M, K, dtype=torch.float8_e4m3fn)
+    w = torch.empty(N, K, dtype=torch.float8_e4m3fn)
+    if scaling == "tensor":
+        sa, sb = torch.ones(()), torch.ones(())
+    elif scaling == "row":
+        sa, sb = torch.ones(M, 1), torch.ones(1, N)
+    else:
+        sa = torch.ones(K // 128, M).t()
+        sb = torch.ones(N // 128, K // 128).t() if sb_cols == 128 else torch.ones(K // 128, N)
+    bias = torch.ones(N, dtype=torch.bfloat16)
+    out = torch.empty(M, N, dtype=torch.bfloat16)
+    config = KC(128, 128, 128, split_k=split_k)
+    split = fp8_launch.fp8_splits(K, config) > 1
+    plan = fp8_launch.Fp8Plan(0, scaling, sb_cols, True, config, "none",
+                              *((fp8_launch.workspace_shape(M, N, K, config),
+                                 fp8_launch.counter_count(M, N, config)) if split else ()))
+    calls = []
+    monkeypatch.setattr(plan, "launch", lambda device, ptrs, dyn, prep, *inputs: calls.append((ptrs, prep, inputs)),
+                        raising=False)
+    monkeypatch.setattr(fp8_launch, "sm_count", lambda device: 132)
+    plan.run_scaled(a, w.t(), sa, sb, out, bias)
+    (ptrs, prep, inputs), = calls
+    kernel, args, kwargs, grid = prep(*inputs)
+    assert kernel is (fp8_launch.fp8_split_gemm if split else fp8_launch.fp8_gemm)
+    slots = []
+    for v in args:
+        if _is_descriptor(v):
+            slots.append(v.base.data_ptr())
+        elif hasattr(v, "data_ptr"):
+            slots.append(v.data_ptr())
+        else:
+            break
+    assert tuple(slots) == tuple(ptrs), (slots, ptrs)
+    assert len(slots) == (8 if split else 6)
