@@ -23,7 +23,9 @@ shape bucket and FP8 problem (`pingpong tune --dtype fp8`; table dtype `table.fp
     1024×1024×16384 (64 tiles, 128 k-steps) 2. A fast-accumulation product that splits takes
     128×128 tiles (the 128×256 split kernel with row-wise scales spills 8 bytes, offline). A
     split config runs fp8_split_gemm with an fp32 workspace and the stream's arrival counters
-    (the 16-bit SplitPlan's: pingpong.runtime.plan).
+    (the 16-bit SplitPlan's: pingpong.runtime.plan). As there, a problem moving fewer than
+    select.SPLIT_MIN_BYTES (fp8 operands, a 16-bit result) does not split: launch-bound, it
+    cannot earn the workspace and counters back.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from .epilogue import EpilogueConstants
 from .launch import MAX_SPLIT_BLOCK, _descriptor, counter_count, kernel_constants, launch_options, \
     workspace_reason, workspace_shape
 from .scheduler import effective_splits
-from .select import Device, split, tabled
+from .select import SPLIT_MIN_BYTES, Device, split, tabled
 
 #: fp32 registers a consumer thread may spend on accumulators (config.validate's bound)
 _ACC_REGS = 200
@@ -72,6 +74,8 @@ def rule_fp8(M: int, N: int, K: int, promote: bool, sms: int) -> KernelConfig:
         tile = KernelConfig(64, bn, SCALE_BLOCK, schedule="pingpong")
     else:
         tile = KernelConfig(128, 128 if promote else 256, SCALE_BLOCK, schedule="cooperative")
+    if M * K + N * K + 2 * M * N < SPLIT_MIN_BYTES:  # launch-bound: no workspace (module docstring)
+        return tile
     config = split(tile, M, N, k_steps, sms)
     if config.block_n == 256 and config.split_k > 1:  # split: 128×128 (module docstring)
         config = split(dataclasses.replace(tile, block_n=128), M, N, k_steps, sms)
