@@ -158,8 +158,8 @@ def test_selection_and_config_limits():
         check_fp8_config(pingpong.KernelConfig(128, 256, 128), True, 2)
     with pytest.raises(ConfigError, match="block_k"):
         check_fp8_config(pingpong.KernelConfig(128, 128, 64), True, 2)
-    with pytest.raises(ConfigError, match="split-K"):
-        check_fp8_config(pingpong.KernelConfig(128, 128, 128, split_k=2), True, 2)
+    with pytest.raises(ConfigError, match="swap-AB"):  # not built for FP8 (split-K is: test_fp8_splitk.py)
+        check_fp8_config(pingpong.KernelConfig(128, 128, 128, swap_ab=True), True, 2)
     with pytest.raises(ConfigError, match="cluster_m=2"):  # a hand-edited table entry must not reach the kernel
         check_fp8_config(pingpong.KernelConfig(128, 128, 128, cluster_m=2), True, 2)
     # block-wise scales ride in every ring slot: 128 fp32 of sa + a 128-byte sb box beside the
@@ -332,3 +332,45 @@ def test_requires_grad_is_refused_on_a_cached_signature_too():
     one = torch.tensor(1.0)
     with pytest.raises(PingpongError, match="requires grad"):
         pingpong.fp8.scaled_mm_direct(a.float().requires_grad_().to(E4M3), b, one, one)
+
+
+def test_bench_row_of_a_shape_the_peer_refuses(monkeypatch, capsys):
+    """torch._scaled_mm refusing a shape (block-wise at M = 1: CUBLAS_STATUS_NOT_SUPPORTED) is
+    the peer's status: ours still checked against the reference and timed, no ratio (the
+    geometric mean leaves the row out), exit status 0; a wrong result of ours still FAILS."""
+    import argparse
+
+    from pingpong import fp8
+    from pingpong.tools import bench, bench_fp8, timing
+    from pingpong.tools.rows import Row
+
+    ref = torch.randn(1, 256, dtype=torch.float64)
+    ours = {"out": ref.bfloat16()}
+    monkeypatch.setattr(bench_fp8, "make_fp8_inputs", lambda *a: (None,) * 4)
+    monkeypatch.setattr(bench_fp8, "reference", lambda *a: ref)
+    monkeypatch.setattr(fp8, "scaled_mm", lambda *a, **k: ours["out"])
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+
+    def refuse(*a, **k):
+        raise RuntimeError("CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling cublasLtMatmul")
+
+    monkeypatch.setattr(torch, "_scaled_mm", refuse)
+    timed = []
+    timer = lambda fn, reps: timed.append(fn) or timing.Timing(2.0, reps)  # noqa: E731
+    p = argparse.ArgumentParser()
+    bench.add_arguments(p)
+    st = bench.settings_from_args(p.parse_args(["--dtype", "fp8", "--scaling", "block", "--rounds", "2"]))
+    row = bench_fp8.bench_fp8_shape(1, 256, 512, st, "cpu", timer)
+    assert row.status == "peer-unsupported" and row.passed, row
+    assert row.ours_ms == 2.0 and row.cublas_ms is None and row.ratio is None and row.rel_err < 1e-2
+    assert len(timed) == 2, "ours timed once per round, the peer never"
+    assert "CUBLAS_STATUS_NOT_SUPPORTED" in capsys.readouterr().err
+    ok = Row(64, 64, 64, "fp8-block", "ok", 1e-3, 1.0, 2.0, 10, 10, 2.0, 2.0, 1, 2)
+    assert bench.geomean_ratio([row, ok]) == 2.0
+    assert "over 1 timed shape(s)" in bench.format_table([row, ok])
+    monkeypatch.setattr(bench, "no_gpu_reason", lambda: None)
+    monkeypatch.setattr(bench, "environment_header", lambda s: {})
+    monkeypatch.setattr(bench, "bench_shapes", lambda *a, **k: [row, ok])
+    assert bench.run(p.parse_args(["--dtype", "fp8", "--scaling", "block"])) == 0
+    ours["out"] = (ref * 1.5).bfloat16()  # ours wrong: FAILED whatever the peer does
+    assert bench_fp8.bench_fp8_shape(1, 256, 512, st, "cpu", timer).status == "FAILED"

@@ -38,11 +38,11 @@ from ..runtime import plan as plan_mod
 from ..runtime.addressing import unaddressable
 from ..runtime.device import is_hopper, sm_count
 from ..runtime.launcher import CachedLaunch
-from ..runtime.plan import GroupedPlan, LaunchedPlan, Plan, bias_vector, device_index
+from ..runtime.plan import GroupedPlan, LaunchedPlan, Plan, arrival_counters, bias_vector, device_index
 from ..runtime.spec import COLS, RAGGED_K, GemmSpec, grouped_out, ragged_view
 from .config import KernelConfig, column_pieces
-from .launch import MAX_SPLIT_BLOCK, counter_count, per_batch, prepare, prepare_split, tma_orientation, \
-    workspace_shape
+from .launch import counter_count, per_batch, prepare, prepare_split, tma_orientation, \
+    workspace_reason, workspace_shape
 from .scheduler import effective_splits
 from .select import select_config
 
@@ -118,19 +118,7 @@ def can_implement(spec: GemmSpec) -> str | None:
     if _one_kernel(spec) and len(column_pieces(config.block_n)) > 1:
         return (f"block_n={config.block_n} (two column pieces) runs 2-D products only; batched products take a"
                 " power-of-two block_n")
-    return _workspace_reason(spec, config)
-
-
-def _workspace_reason(spec: GemmSpec, config: KernelConfig) -> str | None:
-    if not (config.split_k > 1 or config.swap_ab):
-        return None
-    M, N, K = spec.mnk
-    splits = effective_splits(K, config.block_k, config.split_k)
-    rows, cols = workspace_shape(M, N, K, config)
-    if rows // splits * cols >= MAX_SPLIT_BLOCK:
-        return (f"split_k={config.split_k} needs {rows // splits * cols} fp32 workspace elements per split for this"
-                f" {M}×{N} output; at most {MAX_SPLIT_BLOCK - 1} fit")
-    return None
+    return workspace_reason(*spec.mnk, config)
 
 
 def plan(spec: GemmSpec) -> Plan:
@@ -154,7 +142,7 @@ def plan(spec: GemmSpec) -> Plan:
         config = select_config(batches * M, N, K, (a.dtype, out_dtype), _layouts(a, b), device)
         if _one_kernel(spec):
             config = one_kernel_config(config)
-        why = _workspace_reason(spec, config)
+        why = workspace_reason(*spec.mnk, config)
         if why:
             raise PingpongError(f"config: {why}")
     config.derive(a.element_size(), out_dtype.itemsize)  # validates
@@ -333,26 +321,6 @@ class HopperPlan(LaunchedPlan):
 
     def _jit_args(self, a, b, target, cin, alpha, beta, bias):
         return prepare(a, b, target, cin, alpha, beta, self.config, sm_count(self.device), bias, self.activation)
-
-
-#: (device, raw stream) -> that stream's arrival counters (int32, all zero between launches)
-_COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
-
-
-def arrival_counters(device: torch.device, n: int) -> torch.Tensor:
-    """`n` zeroed int32 counters for a split-K launch on `device`'s current stream.
-
-    The kernel leaves its counters at zero, so launches in one stream's order can all use that
-    stream's buffer (no fill per call); launches on different streams never share one. While
-    a CUDA graph is being captured the counters are a fresh zeroed tensor (the fill is part of
-    the graph), since a graph's replays may run beside anything."""
-    if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
-        return torch.zeros(n, dtype=torch.int32, device=device)
-    key = (device.index, torch._C._cuda_getCurrentRawStream(device.index))
-    buf = _COUNTERS.get(key)
-    if buf is None or buf.numel() < n:  # the old buffer is freed in its stream's order
-        buf = _COUNTERS[key] = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
-    return buf
 
 
 class SplitPlan(HopperPlan):

@@ -12,6 +12,11 @@ kernel, no waiting.
                  acc = ws[0] + ws[1] + ... + ws[SPLITS-1]       fixed order: bitwise repeatable
                  out = cast(act(α·acc + bias) + β·C) ──gl.store──> C (transposed under swap-AB)
 
+α is the kernel's `scale`: any aggregate with apply_outer(acc, off_r, off_c) applied once, to
+the sum: Alpha (one runtime factor, the 16-bit kernels) or the FP8 kernel's Fp8Scales
+(tensor- and row-wise scales are constant along K, so they scale the sum, not each partial;
+block-wise partials come scaled out of the K loop and apply_outer leaves them as they are).
+
 No unit ever waits for another, so no schedule of programs can deadlock. Which unit comes
 last changes from run to run; the sum does not: it is read back from the workspace in split
 order, the last unit's own partial included. A tile whose product has one split (SPLITS = 1,
@@ -29,7 +34,7 @@ launches in one stream's order reuse it, launches on different streams never sha
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.language.core import _aggregate as aggregate
+from triton.language.core import _aggregate as aggregate, base_value
 
 from .epilogue import activate, add_bias
 
@@ -102,6 +107,21 @@ def release_counter(counter, splits):
 
 
 @aggregate
+class Alpha:
+    """The 16-bit kernels' α as a SplitEpilogue scale: acc·α."""
+
+    alpha: gl.tensor
+
+    @gluon.constexpr_function
+    def __init__(self, alpha):
+        self.alpha = alpha
+
+    @gluon.jit
+    def apply_outer(self, acc, off_r, off_c):
+        return acc * self.alpha
+
+
+@aggregate
 class SplitEpilogue:
     ws: gl.tensor  # fp32 workspace: split s's partial (r, c) at ws + s·split_stride + r·ws_ld + c
     split_stride: gl.tensor
@@ -112,7 +132,7 @@ class SplitEpilogue:
     cin: gl.tensor  # C, laid out like out (read when HAS_C)
     c_ld: gl.tensor
     bias: gl.tensor
-    alpha: gl.tensor
+    scale: base_value  # Alpha or Fp8Scales (pingpong.hopper.fp8_kernel): apply_outer(acc, off_r, off_c) of the sum
     beta: gl.tensor
     R: gl.tensor  # the kernel's product is R × C (M × N, or N × M under swap-AB)
     C: gl.tensor
@@ -123,9 +143,10 @@ class SplitEpilogue:
     ACTIVATION: gl.constexpr
 
     @gluon.constexpr_function
-    def __init__(self, ws, split_stride, ws_ld, counters, out, out_ld, cin, c_ld, bias, alpha, beta, R, C, splits,
+    def __init__(self, ws, split_stride, ws_ld, counters, out, out_ld, cin, c_ld, bias, scale, beta, R, C, splits,
                  EPI):
-        """EPI: the kernel's CFG.EPI (EpilogueConstants, pingpong.hopper.epilogue); its BUFS is unused here."""
+        """EPI: the kernel's CFG.EPI (EpilogueConstants, pingpong.hopper.epilogue); its BUFS is unused here.
+        `scale`: α (module docstring), an Alpha or the FP8 kernel's Fp8Scales."""
         self.ws = ws
         self.split_stride = split_stride
         self.ws_ld = ws_ld
@@ -135,7 +156,7 @@ class SplitEpilogue:
         self.cin = cin
         self.c_ld = c_ld
         self.bias = bias
-        self.alpha = alpha
+        self.scale = scale
         self.beta = beta
         self.R = R
         self.C = C
@@ -201,10 +222,10 @@ class SplitEpilogue:
 
     @gluon.jit
     def store_result(self, acc, off_r, off_c):
-        """out = cast(act(α·acc + bias) + β·C) through pointers (pingpong.fused's order);
+        """out = cast(act(α·acc + bias) + β·C) through pointers (pingpong.fused's order; α: `scale`);
         SWAP: out and C hold the transpose of the R × C product, so the values are first
         rearranged to run along their rows (out's contiguous dimension)."""
-        y = activate(add_bias(acc * self.alpha, self.bias, off_r, off_c, self.R, self.C, self.BIAS), self.ACTIVATION)
+        y = activate(add_bias(self.scale.apply_outer(acc, off_r, off_c), self.bias, off_r, off_c, self.R, self.C, self.BIAS), self.ACTIVATION)
         if self.SWAP:
             y = gl.convert_layout(y, _coalesced(y.shape, 0, gl.num_warps()))
         rows, cols, inside = _indices(y, off_r, off_c, self.R, self.C)

@@ -61,8 +61,18 @@ The grouped FP8 kernel (pingpong.hopper.fp8_grouped) runs these partitions too
 (run_fp8_partitions) over its GroupedScheduler: `locate` gives each unit's group as the batch
 (b's matrix, the group's b scales), and its tiles start at any row (Fp8Scales.ANY_ROW).
 
-Split-K and swap-AB are not built for FP8 (pingpong.hopper.fp8_launch.select_fp8 says
-which tiles run instead).
+SPLIT-K (fp8_split_gemm; KernelConfig.split_k > 1): the same partitions over SplitKScheduler's
+units (a tile and a contiguous range of its K blocks each), as the 16-bit split_k_gemm
+(pingpong.hopper.kernel). A unit's K loop is the one above over its K blocks (block-wise: with
+those blocks' scales, so its partial is already scaled); its fp32 partial goes to the
+workspace; the last split of a tile to arrive sums the partials in split order and applies
+the rest once (SplitEpilogue, pingpong.hopper.fixup, with Fp8Scales as its α):
+
+    unit (tile t, split s) │ K blocks [s·S, (s+1)·S) │ ws[s] ← acc, arrive │ last: Σ ws[0..] in order
+                           │   → tensor/row scales → bias → activation → cast ──gl.store──> out
+
+Swap-AB is not built for FP8 (fp8_launch.check_fp8_config refuses it; select_fp8 says which
+tiles run instead).
 """
 
 from triton.experimental import gluon
@@ -71,12 +81,13 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 from triton.language.core import _aggregate as aggregate
 
 from .epilogue import Epilogue
+from .fixup import SplitEpilogue
 from .kernel import finish_mainloop, mainloop, producer
 from .loader import TileLoader
 from .mma import MmaOp
 from .phase_sync import PhaseSync
 from .pipeline import Ring, first_counter, ring_index
-from .scheduler import TileScheduler
+from .scheduler import SplitKScheduler, TileScheduler
 
 #: K elements per scale block (and per promotion): DeepSeek-V3's 1×128 / 128×128 blocks.
 SCALE_BLOCK = gl.constexpr(128)
@@ -326,15 +337,16 @@ def retire(ring, scales, acc, part, counter, shift, sa_phase, ROW0: gl.constexpr
 
 
 @gluon.jit
-def k_loop(ring, scales, first, k_steps, batch, off_m, off_n, ROW0: gl.constexpr, ROWS: gl.constexpr,
+def k_loop(ring, scales, first, k_steps, kb0, batch, off_m, off_n, ROW0: gl.constexpr, ROWS: gl.constexpr,
            COLS: gl.constexpr, acc_layout: gl.constexpr, PROMOTE: gl.constexpr, sync, CONSUMER: gl.constexpr,
            PINGPONG: gl.constexpr):
-    """The fp32 accumulator of the tile at (off_m, off_n) of batch (group) `batch`: promoted,
-    or the 16-bit kernels' in-place mainloop (fast accumulation). Under PINGPONG the turn
-    passes to the other consumer once the last wgmma is issued (promoted: once it is done)."""
+    """The fp32 accumulator of the tile at (off_m, off_n) of batch (group) `batch` over K blocks
+    kb0 .. kb0+k_steps-1 (kb0 > 0: a split-K unit): promoted, or the 16-bit kernels' in-place
+    mainloop (fast accumulation). Under PINGPONG the turn passes to the other consumer once
+    the last wgmma is issued (promoted: once it is done)."""
     if PROMOTE:
         # counter + shift = the tile's sb phase + its K block (Fp8Scales.sb_phase)
-        acc = promoted_mainloop(ring, scales, first, k_steps, scales.sb_phase(off_n, batch) - first,
+        acc = promoted_mainloop(ring, scales, first, k_steps, scales.sb_phase(off_n, batch) + kb0 - first,
                                 scales.sa_phase(off_m), ROW0, ROWS, COLS, acc_layout)
         if PINGPONG:
             sync.pass_turn(CONSUMER)
@@ -348,38 +360,41 @@ def k_loop(ring, scales, first, k_steps, batch, off_m, off_n, ROW0: gl.constexpr
 
 
 @gluon.jit
-def store_tile(epi, scales, acc, CONSUMER: gl.constexpr, count, batch, off_m, off_n):
+def store_tile(epi, scales, acc, CONSUMER: gl.constexpr, count, batch, off_m, off_n, split, SPLIT: gl.constexpr):
     """The outer scales, then the epilogue (dense: bias, activation, cast, TMA store; grouped:
-    the rows of group `batch`)."""
-    acc = scales.apply_outer(acc, off_m, off_n, batch)
-    epi.store(MmaOp(acc, gl.to_tensor(0), gl.to_tensor(True), 1), CONSUMER, count, off_m, off_n, batch, 0)
+    the rows of group `batch`). SPLIT: acc is split `split`'s partial and the split epilogue
+    (pingpong.hopper.fixup) applies the outer scales once, to the sum of the partials."""
+    if not SPLIT:
+        acc = scales.apply_outer(acc, off_m, off_n, batch)
+    epi.store(MmaOp(acc, gl.to_tensor(0), gl.to_tensor(True), 1), CONSUMER, count, off_m, off_n, batch, split)
 
 
 @gluon.jit
 def fp8_pingpong_consumer(ring, sched, epi, scales, sync, CONSUMER: gl.constexpr, acc_layout: gl.constexpr,
-                          PROMOTE: gl.constexpr):
+                          PROMOTE: gl.constexpr, SPLIT: gl.constexpr):
     """Consumer CONSUMER takes this program's tiles CONSUMER, CONSUMER+2, ... (PhaseSync turns)."""
     for j in range((sched.local_tiles() - CONSUMER + 1) // 2):
-        batch, off_m, off_n = sched.locate(2 * j + CONSUMER)
+        t = 2 * j + CONSUMER
+        batch, off_m, off_n = sched.locate(t)
         first = first_counter(j, sched.k_steps, 2, CONSUMER)
         sync.wait_turn(CONSUMER, j)
-        acc = k_loop(ring, scales, first, sched.k_steps, batch, off_m, off_n, 0, sched.BM, sched.BN, acc_layout,
-                     PROMOTE, sync, CONSUMER, True)
-        store_tile(epi, scales, acc, CONSUMER, j, batch, off_m, off_n)
+        acc = k_loop(ring, scales, first, sched.k_steps, sched.k_begin(t) // sched.BK, batch, off_m, off_n, 0,
+                     sched.BM, sched.BN, acc_layout, PROMOTE, sync, CONSUMER, True)
+        store_tile(epi, scales, acc, CONSUMER, j, batch, off_m, off_n, sched.split(t), SPLIT)
     epi.drain()
 
 
 @gluon.jit
 def fp8_cooperative_consumer(ring, sched, epi, scales, CONSUMER: gl.constexpr, acc_layout: gl.constexpr,
-                             PROMOTE: gl.constexpr):
+                             PROMOTE: gl.constexpr, SPLIT: gl.constexpr):
     """Consumer CONSUMER computes rows [CONSUMER·BM/2, (CONSUMER+1)·BM/2) of every tile."""
     ROWS: gl.constexpr = sched.BM // 2
     for t in range(sched.local_tiles()):
         batch, off_m, off_n = sched.locate(t)
         first = first_counter(t, sched.k_steps, 1, 0)  # both consumers read every k-step
-        acc = k_loop(ring, scales, first, sched.k_steps, batch, off_m, off_n, CONSUMER * ROWS, ROWS, sched.BN,
-                     acc_layout, PROMOTE, 0, CONSUMER, False)
-        store_tile(epi, scales, acc, CONSUMER, t, batch, off_m + CONSUMER * ROWS, off_n)
+        acc = k_loop(ring, scales, first, sched.k_steps, sched.k_begin(t) // sched.BK, batch, off_m, off_n,
+                     CONSUMER * ROWS, ROWS, sched.BN, acc_layout, PROMOTE, 0, CONSUMER, False)
+        store_tile(epi, scales, acc, CONSUMER, t, batch, off_m + CONSUMER * ROWS, off_n, sched.split(t), SPLIT)
     epi.drain()
 
 
@@ -389,44 +404,67 @@ def fp8_gemm(a_desc, b_desc, c_desc, bias, sa, sb, M, N, K, sa_row, sb_col, CFG:
     """Ping-pong or cooperative FP8 GEMM (module docstring): out = act(scale(A·Bᵀ) + bias).
     CFG: the dense kernel's constexprs (KernelConstants, pingpong.hopper.launch; its EPI: bias,
     activation, staging buffers, no β·C: the scales take α's place); then the scaling."""
-    BN: gl.constexpr = CFG.BN
-    BK: gl.constexpr = CFG.BK
-    STAGES: gl.constexpr = CFG.STAGES
-    gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
-    gl.static_assert(CFG.RELEASERS == (1 if CFG.PINGPONG else 2),
-                     "ping-pong: one consumer frees a slot; cooperative: both")
-    gl.static_assert(SCALING == "tensor" or SCALING == "row" or SCALING == "block", "SCALING: tensor, row or block")
-    gl.static_assert(not PROMOTE or BK == SCALE_BLOCK, "a promotion (and a scale block) is one 128-deep ring slot")
-    gl.static_assert(PROMOTE or SCALING != "block", "block scales are applied at the promotion")
-    gl.static_assert(SCALING != "block" or SB_COLS == 1 or SB_COLS % BN == 0,
-                     "128×128 b scales: a tile's columns share one scale per K block (BN divides 128)")
-    sched = TileScheduler.create(M, N, K, CFG.BM, BN, BK, CFG.GROUP_M, 1)
-    ring = Ring.allocate(a_desc, b_desc, STAGES, CFG.RELEASERS)
-    HAS_C: gl.constexpr = CFG.EPI.HAS_C
-    gl.static_assert(not HAS_C, "the FP8 GEMM reads no C (its epilogue: act(scale(acc) + bias))")
+    check_constants(CFG, SCALING, PROMOTE, SB_COLS)
+    sched = TileScheduler.create(M, N, K, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M, 1)
+    ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS)
     epi = Epilogue.allocate(c_desc, c_desc, gl.to_tensor(1.0), gl.to_tensor(0.0), bias, M, N, 2, CFG.EPI)
-    scales = Fp8Scales.allocate(sa, sb, sa_row, sb_col, gl.to_tensor(0), M, N, STAGES, SCALING, SB_COLS)  # one batch
+    scales = Fp8Scales.allocate(sa, sb, sa_row, sb_col, gl.to_tensor(0), M, N, CFG.STAGES, SCALING, SB_COLS)  # one batch
     run_fp8_partitions(ring, sched, epi, scales, TileLoader(a_desc, b_desc, True, True), CFG, PROMOTE)
 
 
+@gluon.jit(do_not_specialize=["M", "N", "K", "sa_row", "sb_col", "splits", "split_stride16", "ws_ld16", "out_ld"])
+def fp8_split_gemm(a_desc, b_desc, ws, counters, out, bias, sa, sb, M, N, K, sa_row, sb_col, splits, split_stride16,
+                   ws_ld16, out_ld, CFG: gl.constexpr, SCALING: gl.constexpr, PROMOTE: gl.constexpr,
+                   SB_COLS: gl.constexpr):
+    """Split-K FP8 GEMM (module docstring, SPLIT-K): fp8_gemm's partitions over `splits` K
+    ranges per tile (SplitKScheduler), each unit's fp32 partial into the workspace; the last
+    split of a tile sums them in split order and applies the outer scales, the bias, the
+    activation and the cast once (SplitEpilogue with the scales as its α, pingpong.hopper.fixup).
+    The arguments after fp8_gemm's pointers are split_k_gemm's (pingpong.hopper.kernel)."""
+    check_constants(CFG, SCALING, PROMOTE, SB_COLS)
+    gl.static_assert(not CFG.EPI.SWAP, "swap-AB is not built for FP8")
+    sched = SplitKScheduler.create(M, N, K, splits, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M)
+    ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS)
+    scales = Fp8Scales.allocate(sa, sb, sa_row, sb_col, gl.to_tensor(0), M, N, CFG.STAGES, SCALING, SB_COLS)
+    epi = SplitEpilogue(ws, split_stride16 * 4, ws_ld16 * 4, counters, out, out_ld, out, out_ld, bias, scales,
+                        gl.to_tensor(0.0), M, N, splits, CFG.EPI)
+    run_fp8_partitions(ring, sched, epi, scales, TileLoader(a_desc, b_desc, True, True), CFG, PROMOTE, True)
+
+
 @gluon.jit
-def run_fp8_partitions(ring, sched, epi, scales, tiles, CFG: gl.constexpr, PROMOTE: gl.constexpr):
+def check_constants(CFG: gl.constexpr, SCALING: gl.constexpr, PROMOTE: gl.constexpr, SB_COLS: gl.constexpr):
+    """The FP8 kernels' compile-time contract (fp8_gemm's and fp8_split_gemm's)."""
+    gl.static_assert(CFG.STAGES >= 2, "the ring needs at least 2 stages")
+    gl.static_assert(CFG.RELEASERS == (1 if CFG.PINGPONG else 2),
+                     "ping-pong: one consumer frees a slot; cooperative: both")
+    gl.static_assert(SCALING == "tensor" or SCALING == "row" or SCALING == "block", "SCALING: tensor, row or block")
+    gl.static_assert(not PROMOTE or CFG.BK == SCALE_BLOCK, "a promotion (and a scale block) is one 128-deep ring slot")
+    gl.static_assert(PROMOTE or SCALING != "block", "block scales are applied at the promotion")
+    gl.static_assert(SCALING != "block" or SB_COLS == 1 or SB_COLS % CFG.BN == 0,
+                     "128×128 b scales: a tile's columns share one scale per K block (BN divides 128)")
+    gl.static_assert(not CFG.EPI.HAS_C, "the FP8 GEMM reads no C (its epilogue: act(scale(acc) + bias))")
+
+
+@gluon.jit
+def run_fp8_partitions(ring, sched, epi, scales, tiles, CFG: gl.constexpr, PROMOTE: gl.constexpr,
+                       SPLIT: gl.constexpr = False):
     """The producer warp (Fp8Loader: `tiles`' A and B boxes, block-wise the scales) and the
     two consumer warpgroups, ping-pong or cooperative, over `sched`'s tiles: the dense kernel's
-    (TileScheduler) and the grouped one's (pingpong.hopper.fp8_grouped: GroupedScheduler,
-    whose `locate` gives each unit's group as the batch)."""
+    (TileScheduler), the grouped one's (pingpong.hopper.fp8_grouped: GroupedScheduler, whose
+    `locate` gives each unit's group as the batch) and the split kernel's (SPLIT:
+    SplitKScheduler's units into a SplitEpilogue, store_tile)."""
     loader = Fp8Loader(tiles, scales)
     acc_layout: gl.constexpr = CFG.acc_layout
     if CFG.PINGPONG:
         sync = PhaseSync.allocate()
         gl.warp_specialize([
-            (fp8_pingpong_consumer, (ring, sched, epi, scales, sync, 0, acc_layout, PROMOTE)),
-            (fp8_pingpong_consumer, (ring, sched, epi, scales, sync, 1, acc_layout, PROMOTE)),
+            (fp8_pingpong_consumer, (ring, sched, epi, scales, sync, 0, acc_layout, PROMOTE, SPLIT)),
+            (fp8_pingpong_consumer, (ring, sched, epi, scales, sync, 1, acc_layout, PROMOTE, SPLIT)),
             (producer, (loader, ring, sched)),
         ], [CFG.CONSUMER_WARPS, CFG.PRODUCER_WARPS], [CFG.CONSUMER_REGS, CFG.PRODUCER_REGS])
     else:
         gl.warp_specialize([
-            (fp8_cooperative_consumer, (ring, sched, epi, scales, 0, acc_layout, PROMOTE)),
-            (fp8_cooperative_consumer, (ring, sched, epi, scales, 1, acc_layout, PROMOTE)),
+            (fp8_cooperative_consumer, (ring, sched, epi, scales, 0, acc_layout, PROMOTE, SPLIT)),
+            (fp8_cooperative_consumer, (ring, sched, epi, scales, 1, acc_layout, PROMOTE, SPLIT)),
             (producer, (loader, ring, sched)),
         ], [CFG.CONSUMER_WARPS, CFG.PRODUCER_WARPS], [CFG.CONSUMER_REGS, CFG.PRODUCER_REGS])

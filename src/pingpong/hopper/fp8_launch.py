@@ -11,11 +11,21 @@ shape bucket and FP8 problem (`pingpong tune --dtype fp8`; table dtype `table.fp
 
     M ≤ 128        ping-pong 64×128×128 (64×64 when 128-column tiles fill less than 3/4 of
                    a wave): 64-row tiles waste the least of a skinny product, and the weight
-                   streams through the ring; split-K and swap-AB are not built for FP8
+                   streams through the ring; swap-AB is not built for FP8
     fast accum     cooperative 128×256×128 (tensor/row with use_fast_accum): one accumulator,
                    128 fp32 registers per consumer thread
     otherwise      cooperative 128×128×128: the promotion keeps a second accumulator (the
                    wgmma's `part`), and 2 × 64 registers fit where 2 × 128 would not
+
+    then split-K by the 16-bit kernels' cost model (select.split_count, select's docstring),
+    K counted in the FP8 kernel's k-steps (one 128-deep ring slot: 128 bytes of K, as a 64-deep
+    bf16 k-step): 512×512×65536 (16 tiles of 128×128, 512 k-steps) takes 8 splits,
+    1024×1024×16384 (64 tiles, 128 k-steps) 2. A fast-accumulation product that splits takes
+    128×128 tiles (the 128×256 split kernel with row-wise scales spills 8 bytes, offline). A
+    split config runs fp8_split_gemm with an fp32 workspace and the stream's arrival counters
+    (the 16-bit SplitPlan's: pingpong.runtime.plan). As there, a problem moving fewer than
+    select.SPLIT_MIN_BYTES (fp8 operands, a 16-bit result) does not split: launch-bound, it
+    cannot earn the workspace and counters back.
 """
 
 from __future__ import annotations
@@ -29,16 +39,19 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from ..runtime import compile as cc
 from ..runtime.device import sm_count
 from ..runtime.launcher import CachedLaunch
-from ..runtime.plan import Plan, bias_vector, device_index
+from ..errors import ConfigError
+from ..runtime.plan import Plan, arrival_counters, bias_vector, device_index
 from ..runtime.spec import GemmSpec, bias_kind, scale_mode
 from . import table as tables
 from .config import SMEM_LIMIT, KernelConfig
-from .fp8_kernel import SCALE_BLOCK as _SCALE_BLOCK, fp8_gemm
+from .fp8_kernel import SCALE_BLOCK as _SCALE_BLOCK, fp8_gemm, fp8_split_gemm
 
 SCALE_BLOCK = int(_SCALE_BLOCK.value)  # K elements per scale block and per promotion
 from .epilogue import EpilogueConstants
-from .launch import _descriptor, kernel_constants, launch_options
-from .select import Device, tabled
+from .launch import MAX_SPLIT_BLOCK, _descriptor, counter_count, kernel_constants, launch_options, \
+    workspace_reason, workspace_shape
+from .scheduler import effective_splits
+from .select import SPLIT_MIN_BYTES, Device, split, tabled
 
 #: fp32 registers a consumer thread may spend on accumulators (config.validate's bound)
 _ACC_REGS = 200
@@ -53,13 +66,20 @@ FP8_KINDS = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 
 
 def rule_fp8(M: int, N: int, K: int, promote: bool, sms: int) -> KernelConfig:
-    """The fixed rule's KernelConfig of an FP8 product (module docstring)."""
+    """The fixed rule's KernelConfig of an FP8 product (module docstring): the tile, then its
+    split count (select.split, K in k-steps of SCALE_BLOCK)."""
+    k_steps = -(-K // SCALE_BLOCK)
     if M <= 128:
         bn = 128 if -(-M // 64) * -(-N // 128) >= 0.75 * sms else 64
-        return KernelConfig(64, bn, SCALE_BLOCK, schedule="pingpong")
-    if not promote:
-        return KernelConfig(128, 256, SCALE_BLOCK, schedule="cooperative")
-    return KernelConfig(128, 128, SCALE_BLOCK, schedule="cooperative")
+        tile = KernelConfig(64, bn, SCALE_BLOCK, schedule="pingpong")
+    else:
+        tile = KernelConfig(128, 128 if promote else 256, SCALE_BLOCK, schedule="cooperative")
+    if M * K + N * K + 2 * M * N < SPLIT_MIN_BYTES:  # launch-bound: no workspace (module docstring)
+        return tile
+    config = split(tile, M, N, k_steps, sms)
+    if config.block_n == 256 and config.split_k > 1:  # split: 128×128 (module docstring)
+        config = split(dataclasses.replace(tile, block_n=128), M, N, k_steps, sms)
+    return config if workspace_reason(M, N, K, config) is None else tile
 
 
 def choose_fp8(M: int, N: int, K: int, promote: bool, sms: int, gpu: str | None = None, scaling: str = "tensor",
@@ -99,12 +119,10 @@ def check_fp8_config(config: KernelConfig, promote: bool, out_bytes: int, boxes:
     """Derived of `config` for fp8 operands; ConfigError where the FP8 kernel cannot run it.
     `boxes` (scale_boxes) ride in every ring slot: derived stages are as many as still fit;
     explicit stages must fit with them."""
-    from ..errors import ConfigError
-
     d = config.derive(1, out_bytes)
-    if d.schedule == "persistent" or d.workspace or d.block_n2:
+    if d.schedule == "persistent" or d.swap_ab or d.block_n2:
         raise ConfigError("the FP8 kernel runs one-piece tiles on the cooperative and ping-pong schedules, without"
-                          f" split-K or swap-AB; got {config}")
+                          f" swap-AB (not built for FP8; split-K is); got {config}")
     if d.block_k != SCALE_BLOCK:
         raise ConfigError(f"block_k={d.block_k}: the FP8 kernel's ring slot is one {SCALE_BLOCK}-deep K block")
     if config.cluster_m != 1:
@@ -162,18 +180,24 @@ def block_scale_descriptors(sa, sb, sa_box: int):
     return sa, sb
 
 
+def fp8_splits(K: int, config: KernelConfig) -> int:
+    """The K splits a config runs (scheduler.effective_splits): > 1 takes fp8_split_gemm."""
+    return effective_splits(K, SCALE_BLOCK, config.split_k)
+
+
 def prepare(a, w, out, scale_a, scale_b, scaling: str, promote: bool, sb_cols: int, config: KernelConfig, sms: int,
-            bias=None, activation: str = "none"):
+            bias=None, activation: str = "none", workspace=None, counters=None):
     """(kernel, args, kwargs, grid) for out = act(scale(a @ wᵀ) + bias).
 
     scaling "tensor" | "row" | "block"; sb_cols: columns sharing one b scale per K block
-    (block-wise: 128 for 128×128 blocks, 1 for 1×128)."""
+    (block-wise: 128 for 128×128 blocks, 1 for 1×128). More than one split (fp8_splits):
+    fp8_split_gemm, with `workspace` (fp32, at least launch.workspace_shape) and `counters`
+    (int32, at least launch.counter_count, all zero; zero again after the kernel)."""
     M, K = a.shape
     N = w.shape[0]
     d = check_fp8_config(config, promote, out.element_size(), scale_boxes(scaling, sb_cols, config))
     a_desc = _descriptor(a, [d.block_m, d.block_k])
     b_desc = _descriptor(w, [d.block_n, d.block_k])
-    c_desc = _descriptor(out, [d.consumer_m, d.epilogue_n])
     if scaling == "tensor":
         sa, sb, strides = scale_a, scale_b, (0, 0)
     elif scaling == "row":
@@ -190,12 +214,24 @@ def prepare(a, w, out, scale_a, scale_b, scaling: str, promote: bool, sb_cols: i
             sa = TensorDescriptor(sa, [kb, M], [sa.stride(0), 1], [1, d.block_m], flat)
             sb = TensorDescriptor(sb, [kb, N], [N, 1], [1, d.block_n], flat)
     bias_ptr = bias_vector(bias) if bias is not None else out  # never read without a bias
-    args = (a_desc, b_desc, c_desc, bias_ptr, sa, sb, M, N, K, *strides)
     epi = EpilogueConstants(BIAS=bias_kind(bias, M), ACTIVATION=activation, BUFS=d.epilogue_bufs)
     kwargs = dict(CFG=kernel_constants(d, epi), SCALING=scaling, PROMOTE=bool(promote), SB_COLS=sb_cols,
                   **launch_options(d))
-    units = -(-M // d.block_m) * -(-N // d.block_n)
-    return fp8_gemm, args, kwargs, (max(1, min(sms, units)),)
+    splits = fp8_splits(K, config)
+    units = -(-M // d.block_m) * -(-N // d.block_n) * splits
+    grid = (max(1, min(sms, units)),)
+    if splits == 1:
+        c_desc = _descriptor(out, [d.consumer_m, d.epilogue_n])
+        return fp8_gemm, (a_desc, b_desc, c_desc, bias_ptr, sa, sb, M, N, K, *strides), kwargs, grid
+    ws_rows, ld = workspace_shape(M, N, K, config)
+    block = ws_rows // splits * ld
+    assert block < MAX_SPLIT_BLOCK, "one split's workspace block must be 32-bit addressable"
+    assert workspace.dtype == torch.float32 and workspace.numel() >= ws_rows * ld
+    assert counters.dtype == torch.int32 and counters.numel() >= counter_count(M, N, config)
+    assert out.stride(1) == 1 or N <= 1, "out must be row-major"
+    args = (a_desc, b_desc, workspace, counters, out, bias_ptr, sa, sb, M, N, K, *strides, splits, block // 4,
+            ld // 4, out.stride(0))
+    return fp8_split_gemm, args, kwargs, grid
 
 
 # ----------------------------------------------------------------------------- the plan
@@ -203,13 +239,16 @@ def prepare(a, w, out, scale_a, scale_b, scaling: str, promote: bool, sb_cols: i
 
 class Fp8Plan(Plan):
     """One decided scaled_mm call signature (a GemmSpec with scales, planned by the Hopper
-    backend): the scale mode, the promotion, the config and a cached direct launch."""
+    backend): the scale mode, the promotion, the config and a cached direct launch; split
+    (`workspace` rows > 0): a fresh fp32 workspace from the caching allocator and the stream's
+    arrival counters per call, as the 16-bit SplitPlan (pingpong.hopper.backend)."""
 
-    __slots__ = ("scaling", "sb_cols", "promote", "config", "launch")
+    __slots__ = ("scaling", "sb_cols", "promote", "config", "launch", "workspace", "counters")
 
-    def __init__(self, device, scaling, sb_cols, promote, config, activation):
+    def __init__(self, device, scaling, sb_cols, promote, config, activation, workspace=(0, 0), counters=0):
         self.device, self.path, self.activation, self.extents = device, "hopper-fp8", activation, None
         self.scaling, self.sb_cols, self.promote, self.config = scaling, sb_cols, promote, config
+        self.workspace, self.counters = workspace, counters  # (rows, cols) fp32; int32 counters (0: unsplit)
         self.launch = CachedLaunch()
 
     def run_scaled(self, a, b, scale_a, scale_b, out, bias) -> None:
@@ -217,13 +256,20 @@ class Fp8Plan(Plan):
         w = b.t()
         bias_v = bias_vector(bias) if bias is not None else None
         sa, sb = block_scale_views(scale_a, scale_b, self.sb_cols) if self.scaling == "block" else (scale_a, scale_b)
-        ptrs = (a.data_ptr(), w.data_ptr(), out.data_ptr(), (bias_v if bias_v is not None else out).data_ptr(),
-                sa.data_ptr(), sb.data_ptr())
-        self.launch(self.device, ptrs, (), self._jit_args, a, w, out, scale_a, scale_b, bias)
+        bias_ptr = (bias_v if bias_v is not None else out).data_ptr()
+        if self.counters:
+            ws = torch.empty(self.workspace, dtype=torch.float32, device=out.device)
+            counters = arrival_counters(out.device, self.counters)
+            ptrs = (a.data_ptr(), w.data_ptr(), ws.data_ptr(), counters.data_ptr(), out.data_ptr(), bias_ptr,
+                    sa.data_ptr(), sb.data_ptr())
+        else:
+            ws = counters = None
+            ptrs = (a.data_ptr(), w.data_ptr(), out.data_ptr(), bias_ptr, sa.data_ptr(), sb.data_ptr())
+        self.launch(self.device, ptrs, (), self._jit_args, a, w, out, scale_a, scale_b, bias, ws, counters)
 
-    def _jit_args(self, a, w, out, scale_a, scale_b, bias):
+    def _jit_args(self, a, w, out, scale_a, scale_b, bias, ws, counters):
         return prepare(a, w, out, scale_a, scale_b, self.scaling, self.promote, self.sb_cols, self.config,
-                       sm_count(self.device), bias, self.activation)
+                       sm_count(self.device), bias, self.activation, ws, counters)
 
 
 def plan(spec: GemmSpec) -> Fp8Plan:
@@ -242,7 +288,13 @@ def plan(spec: GemmSpec) -> Fp8Plan:
         config = select_fp8(M, N, K, promote, sm_count(device), Device.of(device).name, scaling, sb_cols,
                             spec.out_dtype.itemsize, FP8_KINDS[spec.a.dtype])
     check_fp8_config(config, promote, spec.out_dtype.itemsize, scale_boxes(scaling, sb_cols, config))
-    return Fp8Plan(device, scaling, sb_cols, promote, config, spec.epilogue.activation)
+    why = workspace_reason(M, N, K, config)
+    if why:
+        raise ConfigError(why)
+    if fp8_splits(K, config) == 1:
+        return Fp8Plan(device, scaling, sb_cols, promote, config, spec.epilogue.activation)
+    return Fp8Plan(device, scaling, sb_cols, promote, config, spec.epilogue.activation,
+                   workspace_shape(M, N, K, config), counter_count(M, N, config))
 
 
 # ----------------------------------------------------------------------------- offline compilation
@@ -250,7 +302,7 @@ def plan(spec: GemmSpec) -> Fp8Plan:
 
 def _offline_builder(scaling: str, promote: bool, config: KernelConfig, sb_cols: int = 128, fusion: str = ""):
     def build(target: str) -> cc.Launch:
-        M, N, K = 512, 512, 1024
+        M, N, K = (512, 512, 1024) if config.split_k == 1 else (512, 512, 65536)
         a = torch.empty(M, K, dtype=torch.float8_e4m3fn)
         w = torch.empty(N, K, dtype=torch.float8_e4m3fn)
         out = torch.empty(M, N, dtype=torch.bfloat16)
@@ -263,13 +315,16 @@ def _offline_builder(scaling: str, promote: bool, config: KernelConfig, sb_cols:
             sa = torch.empty(kb, M).t()
             sb = torch.empty(-(-N // 128), kb).t() if sb_cols == 128 else torch.empty(kb, N)
         bias = torch.empty(N, dtype=torch.bfloat16) if fusion else None
+        workspace = torch.empty(workspace_shape(M, N, K, config), dtype=torch.float32)
+        counters = torch.zeros(counter_count(M, N, config), dtype=torch.int32)
         kernel, args, kwargs, grid = prepare(a, w, out, sa, sb, scaling, promote, sb_cols, config, 132, bias,
-                                             fusion or "none")
+                                             fusion or "none", workspace, counters)
         return cc.Launch(kernel, args, kwargs, grid)
 
     b = f"{config.block_m}×{config.block_n}×{config.block_k}"
     build.__doc__ = (f"Hopper FP8 GEMM (e4m3), {scaling}-wise scales, {'promoted' if promote else 'fast'} accumulation,"
-                     f" {config.schedule} {b}" + (f", bias + {fusion}" if fusion else ""))
+                     f" {config.schedule} {b}" + (f", bias + {fusion}" if fusion else "")
+                     + (f", split-K {config.split_k} (the last split sums the partials)" if config.split_k > 1 else ""))
     return build
 
 
@@ -283,6 +338,12 @@ OFFLINE_FP8_VARIANTS = {
     "fp8-block-1x128": ("block", True, KernelConfig(128, 128, 128), 1, ""),
     "fp8-block-pingpong": ("block", True, KernelConfig(64, 128, 128, schedule="pingpong"), 128, ""),
     "fp8-row-pingpong": ("row", True, KernelConfig(64, 64, 128, schedule="pingpong"), 128, ""),
+    "fp8-tensor-splitk": ("tensor", True, KernelConfig(128, 128, 128, split_k=8), 128, ""),
+    "fp8-row-splitk-gelu": ("row", True, KernelConfig(128, 128, 128, split_k=4), 128, "gelu_erf"),
+    "fp8-tensor-fast-splitk": ("tensor", False, KernelConfig(128, 256, 128, split_k=2), 128, ""),
+    "fp8-block-splitk": ("block", True, KernelConfig(128, 128, 128, split_k=4), 128, ""),
+    "fp8-block-1x128-splitk": ("block", True, KernelConfig(128, 128, 128, split_k=4), 1, ""),
+    "fp8-block-pingpong-splitk": ("block", True, KernelConfig(64, 128, 128, schedule="pingpong", split_k=2), 128, ""),
 }
 for _name, (_s, _p, _c, _sb, _f) in OFFLINE_FP8_VARIANTS.items():
     cc.register(_name, targets=("sm_90a",))(_offline_builder(_s, _p, _c, _sb, _f))

@@ -70,7 +70,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from .epilogue import Epilogue
-from .fixup import SplitEpilogue
+from .fixup import Alpha, SplitEpilogue
 from .loader import TileLoader
 from .mma import MmaOp
 from .phase_sync import PhaseSync
@@ -219,8 +219,8 @@ def split_k_gemm(a_desc, b_desc, ws, counters, out, cin, bias, M, N, K, alpha, b
     gl.static_assert(CFG.CLUSTER == 1, "split-K / swap-AB units are not paired (config.validate)")
     sched = SplitKScheduler.create(M, N, K, splits, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M)
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, CFG.B_KMAJOR)
-    epi = SplitEpilogue(ws, split_stride16 * 4, ws_ld16 * 4, counters, out, out_ld, cin, c_ld, bias, alpha, beta, M, N, splits,
-                        CFG.EPI)
+    epi = SplitEpilogue(ws, split_stride16 * 4, ws_ld16 * 4, counters, out, out_ld, cin, c_ld, bias, Alpha(alpha), beta,
+                        M, N, splits, CFG.EPI)
     run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, CFG.A_KMAJOR, CFG.B_KMAJOR, CFG.BN2), CFG)
 
 

@@ -244,6 +244,19 @@ def workspace_shape(M: int, N: int, K: int, config: KernelConfig) -> tuple[int, 
     return (splits if splits > 1 else 0) * -(-rows // d.block_m) * d.block_m, -(-cols // 4) * 4
 
 
+def workspace_reason(M: int, N: int, K: int, config: KernelConfig) -> str | None:
+    """Why a split-K config cannot run this M × N × K product (one split's workspace block
+    beyond 32-bit offsets), or None."""
+    if not (config.split_k > 1 or config.swap_ab):
+        return None
+    splits = effective_splits(K, config.block_k, config.split_k)
+    rows, cols = workspace_shape(M, N, K, config)
+    if rows // splits * cols >= MAX_SPLIT_BLOCK:
+        return (f"split_k={config.split_k} needs {rows // splits * cols} fp32 workspace elements per split for this"
+                f" {M}×{N} output; at most {MAX_SPLIT_BLOCK - 1} fit")
+    return None
+
+
 def counter_count(M: int, N: int, config: KernelConfig) -> int:
     """Arrival counters a split-K call needs: one per (tile, consumer half) of the kernel's product."""
     d = config.derive()

@@ -212,9 +212,15 @@ class SplitKScheduler:
 
     @gluon.jit
     def tile_offsets(self, local_tile):
+        _, off_m, off_n = self.locate(local_tile)
+        return off_m, off_n
+
+    @gluon.jit
+    def locate(self, local_tile):
+        """(batch 0, off_m, off_n) of this program's `local_tile`-th unit (TileScheduler.locate's form)."""
         tile, split = self.unit(local_tile)
         pid_m, pid_n = tile_coords(tile, self.num_pid_m, self.num_pid_n, self.GROUP_M)
-        return pid_m * self.BM, pid_n * self.BN
+        return 0, pid_m * self.BM, pid_n * self.BN
 
     @gluon.jit
     def k_begin(self, local_tile):

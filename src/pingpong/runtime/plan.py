@@ -122,6 +122,26 @@ def device_index(device: torch.device) -> int:
     return torch.cuda.current_device() if device.type == "cuda" else -1
 
 
+#: (device, raw stream) -> that stream's arrival counters (int32, all zero between launches)
+_COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
+
+
+def arrival_counters(device: torch.device, n: int) -> torch.Tensor:
+    """`n` zeroed int32 counters for a split-K launch on `device`'s current stream.
+
+    The kernel leaves its counters at zero, so launches in one stream's order can all use that
+    stream's buffer (no fill per call); launches on different streams never share one. While
+    a CUDA graph is being captured the counters are a fresh zeroed tensor (the fill is part of
+    the graph), since a graph's replays may run beside anything."""
+    if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+        return torch.zeros(n, dtype=torch.int32, device=device)
+    key = (device.index, torch._C._cuda_getCurrentRawStream(device.index))
+    buf = _COUNTERS.get(key)
+    if buf is None or buf.numel() < n:  # the old buffer is freed in its stream's order
+        buf = _COUNTERS[key] = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
+    return buf
+
+
 class Plan:
     """A dispatch decision. `path`: "hopper", "hopper-padded", "portable", "amd", "empty"."""
 

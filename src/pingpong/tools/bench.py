@@ -497,4 +497,4 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(rows, header))
     if settings.plot:
         write_plot(settings.plot, rows, f"{header['device']} — {settings.dtype} {settings.layout}")
-    return 0 if all(r.status == "ok" for r in rows) else 1
+    return 0 if all(r.passed for r in rows) else 1

@@ -9,6 +9,10 @@ A in 1×128, W in 128×128 blocks); ours and torch's run on those very tensors, 
 use_fast_accum as given (default False, torch's default). The check compares ours with a
 float64 product of the dequantized operands: ‖out − ref‖/‖ref‖ ≤ FP8_TOLERANCE (the bf16
 output's rounding is 2^-9; a wrong scale or block is orders of magnitude above).
+
+A shape torch._scaled_mm refuses (block-wise at M = 1: CUBLAS_STATUS_NOT_SUPPORTED) is the
+peer's failure, not ours: its row says PEER_UNSUPPORTED, ours is still checked and timed, the
+peer's message goes to stderr, and the geometric mean leaves the row out (no ratio).
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ def bench_fp8_shape(M, N, K, settings, device="cuda", timer=time_callable):
     import torch
 
     from .. import fp8
-    from .rows import Row, error_status, rel_error
+    from .rows import PEER_UNSUPPORTED, Row, error_status, rel_error
 
     scaling, fast = settings.scaling, settings.fast_accum
     path = f"fp8-{scaling}" + ("-fast" if fast else "")
@@ -77,24 +81,27 @@ def bench_fp8_shape(M, N, K, settings, device="cuda", timer=time_callable):
         return Row(M, N, K, path, error_status(e))
     ref = reference(qa, qb, sa, sb, scaling)
     err = rel_error(ours, ref)
+    peer = lambda: torch._scaled_mm(qa, qb, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast)  # noqa: E731
     try:
-        theirs = torch._scaled_mm(qa, qb, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast)
-        torch_err = rel_error(theirs, ref)
-    except Exception as e:
-        return Row(M, N, K, path, f"ERROR: torch._scaled_mm: {e}".splitlines()[0][:120], rel_err=err)
-    del ours, ref, theirs
+        torch_err = f"{rel_error(peer(), ref):.3e}"
+    except RuntimeError as e:  # the peer refuses this shape: ours is still checked and timed
+        torch_err, peer = f"refused ({str(e).splitlines()[0][:120]})", None
+    del ours, ref
     if not err <= FP8_TOLERANCE:
         return Row(M, N, K, path, "FAILED", rel_err=err)
-    print(f"{M}x{N}x{K} {path}: rel.err ours {err:.3e}, torch._scaled_mm {torch_err:.3e}", file=sys.stderr)
+    print(f"{M}x{N}x{K} {path}: rel.err ours {err:.3e}, torch._scaled_mm {torch_err}", file=sys.stderr)
     ours_t, theirs_t = [], []
     for _ in range(settings.rounds):
         ours_t.append(timer(lambda: fp8.scaled_mm(qa, qb, sa, sb, use_fast_accum=fast), settings.reps))
-        theirs_t.append(timer(lambda: torch._scaled_mm(qa, qb, sa, sb, out_dtype=torch.bfloat16,
-                                                       use_fast_accum=fast), settings.reps))
-    ratios = [c.median_ms / o.median_ms for o, c in zip(ours_t, theirs_t)]
+        if peer is not None:
+            theirs_t.append(timer(peer, settings.reps))
     med = lambda ts: statistics.median(t.median_ms for t in ts)  # noqa: E731
-    return Row(M, N, K, path, "ok", err, med(ours_t), med(theirs_t), sum(t.reps for t in ours_t),
-               sum(t.reps for t in theirs_t), min(ratios), max(ratios), 1, 2)
+    ours_reps = sum(t.reps for t in ours_t)
+    if peer is None:
+        return Row(M, N, K, path, PEER_UNSUPPORTED, err, med(ours_t), ours_reps=ours_reps, in_bytes=1, out_bytes=2)
+    ratios = [c.median_ms / o.median_ms for o, c in zip(ours_t, theirs_t)]
+    return Row(M, N, K, path, "ok", err, med(ours_t), med(theirs_t), ours_reps, sum(t.reps for t in theirs_t),
+               min(ratios), max(ratios), 1, 2)
 
 
 def bench_quantize(M: int, K: int, granularity: str, reps: int = 100, device="cuda") -> dict:

@@ -24,13 +24,18 @@ def tflops(M: int, N: int, K: int, ms: float) -> float:
     return 2.0 * M * N * K / (ms * 1e-3) / 1e12
 
 
+#: the status of a row whose peer (torch._scaled_mm) refused the shape: ours checked and timed, no ratio
+PEER_UNSUPPORTED = "peer-unsupported"
+
+
 @dataclasses.dataclass
 class Row:
     M: int
     N: int
     K: int
     path: str
-    status: str  # "ok" | "FAILED" (wrong result, not timed) | "ERROR: ..." (raised, not timed)
+    status: str  # "ok" | PEER_UNSUPPORTED (ours checked and timed, the peer refused the shape) | "FAILED"
+    # (wrong result, not timed) | "ERROR: ..." (raised, not timed)
     rel_err: float | None = None
     ours_ms: float | None = None
     cublas_ms: float | None = None
@@ -41,6 +46,11 @@ class Row:
     in_bytes: int = 2  # element sizes, for the bytes a bandwidth-bound row must move
     out_bytes: int = 2
     hbm_bytes_per_s: float | None = None  # the device's peak HBM bandwidth, when known
+
+    @property
+    def passed(self) -> bool:
+        """Ours ran and was right: "ok", or PEER_UNSUPPORTED (the run's exit status)."""
+        return self.status in ("ok", PEER_UNSUPPORTED)
 
     @property
     def shape(self) -> str:

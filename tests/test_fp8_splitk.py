@@ -1,0 +1,130 @@
+"""FP8 split-K on the CPU: the FP8 check takes split configs and refuses swap-AB; the rule's
+split counts (select.split_count with K in 128-deep FP8 k-steps); the split kernel's offline
+compile facts (no spills, shared memory in budget, pointer epilogue with arrival atomics)."""
+
+import re
+
+import pytest
+
+import pingpong
+from pingpong.errors import ConfigError
+from pingpong.hopper.config import SMEM_LIMIT
+from pingpong.hopper.fp8_launch import check_fp8_config, fp8_splits, rule_fp8, scale_boxes
+from pingpong.runtime import compile as cc
+
+KC = pingpong.KernelConfig
+
+
+@pytest.mark.parametrize("config", [KC(128, 128, 128, split_k=2), KC(128, 128, 128, split_k=8),
+                                    KC(64, 128, 128, schedule="pingpong", split_k=4), KC(128, 256, 128, split_k=3)])
+def test_split_configs_are_accepted(config):
+    promote = config.block_n == 128  # 128×256 holds one accumulator: fast accumulation only
+    for scaling in ("tensor", "row", "block") if promote else ("tensor", "row"):
+        d = check_fp8_config(config, promote, 2, scale_boxes(scaling, 128, config))
+        assert d.split_k == config.split_k and d.shared_bytes <= SMEM_LIMIT
+        assert d.epilogue_bytes == 0, "the split epilogue stores through pointers: no staging"
+
+
+@pytest.mark.parametrize("config, match", [
+    (KC(128, 128, 128, split_k=2, swap_ab=True), "swap-AB"),
+    (KC(128, 16, 128, swap_ab=True), "swap-AB"),
+    (KC(128, 128, 128, schedule="persistent", split_k=2), "warp-specialized"),
+    (KC(128, 192, 128, split_k=2), "one-piece"),
+    (KC(128, 128, 64, split_k=2), "block_k=64"),
+])
+def test_split_refusals(config, match):
+    with pytest.raises(ConfigError, match=match):
+        check_fp8_config(config, False, 2)
+
+
+def test_rule_splits_large_k_few_tile_shapes():
+    # 512×512×65536: 16 tiles of 128×128, K = 512 steps of 128; one wave holds 132 units:
+    # 8 splits (128 units, 64 + 4 steps each) beat 1 (512 + 4), 9..16 take two waves
+    assert rule_fp8(512, 512, 65536, True, 132) == KC(128, 128, 128, split_k=8)
+    # 1024×1024×16384: 64 tiles, 128 steps: 2 splits (128 units, 64 + 4) vs 3 (two waves)
+    assert rule_fp8(1024, 1024, 16384, True, 132) == KC(128, 128, 128, split_k=2)
+    # 64×4096×65536: 64 ping-pong tiles of 64×64 (64×128 fills less than 3/4 of a wave), 2 splits
+    assert rule_fp8(64, 4096, 65536, True, 132) == KC(64, 64, 128, schedule="pingpong", split_k=2)
+    # fast accumulation splits with the 128×128 tile (the 128×256 split kernel spills, row-wise)
+    assert rule_fp8(512, 512, 65536, False, 132) == KC(128, 128, 128, split_k=8)
+    # the tiles fill the GPU, or K is short: no split
+    assert rule_fp8(16384, 16384, 16384, True, 132).split_k == 1
+    assert rule_fp8(8192, 8192, 8192, False, 132) == KC(128, 256, 128)
+    assert rule_fp8(1024, 1024, 2048, True, 132).split_k == 1  # 16 steps: under 32 a split
+    # launch-bound (under 4 MiB moved: 16·8192 + 64·8192 + 2·16·64 bytes): no workspace, though
+    # the cost model alone would split its one 64×64 tile's 64 k-steps in 2
+    assert rule_fp8(16, 64, 8192, True, 132) == KC(64, 64, 128, schedule="pingpong")
+    assert rule_fp8(16, 64, 65536, True, 132).split_k > 1  # 5.2 MB: splits
+
+
+def test_splits_that_run():
+    """K not a multiple of split·128: every split gets ⌈steps / split⌉ steps, so fewer may run."""
+    assert fp8_splits(65536, KC(128, 128, 128, split_k=8)) == 8
+    assert fp8_splits(128 * 10, KC(128, 128, 128, split_k=4)) == 4  # 3 + 3 + 3 + 1 steps
+    assert fp8_splits(128 * 10, KC(128, 128, 128, split_k=8)) == 5  # 2 steps each
+    assert fp8_splits(100, KC(128, 128, 128, split_k=4)) == 1
+
+
+@pytest.mark.parametrize("kernel", ["fp8-tensor-splitk", "fp8-row-splitk-gelu", "fp8-tensor-fast-splitk",
+                                    "fp8-block-splitk", "fp8-block-1x128-splitk", "fp8-block-pingpong-splitk"])
+def test_split_kernel_compile_facts(kernel):
+    c = cc.compile_kernel(kernel, "sm_90a")
+    f, ptx = c.facts(), c.asm["ptx"]
+    assert f.spill_bytes == 0 and f.counts["LDL/STL"] == 0, "local-memory spills"
+    assert 0 < f.shared_bytes <= SMEM_LIMIT and f.warps == 12
+    assert len(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k32\.f32\.e4m3\.e4m3", ptx))) == 1
+    assert f.counts["UTMASTG"] == 0, "the split epilogue stores through pointers, no TMA store"
+    assert "atom.global" in ptx and "acq_rel" in ptx, "arrival counters (release by the splits, acquire by the last)"
+    tma_loads = len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cta\.global", ptx))
+    assert tma_loads == (4 if kernel.startswith("fp8-block") else 2), tma_loads
+    waits = set(re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx))
+    assert waits == ({"0", "1"} if "fast" in kernel else {"0"}), waits
+
+
+@pytest.mark.parametrize("mode", ["tensor", "row", "block", "block1x128"])
+@pytest.mark.parametrize("split_k", [1, 4])
+def test_plan_pointers_follow_the_kernel_slots(monkeypatch, mode, split_k):
+    """The direct launch binds base addresses by position to the kernel's leading descriptors
+    and pointers (runtime.launcher.bind_jit_args): Fp8Plan.run_scaled's pointers must be those
+    of the arguments prepare gives that kernel, in order, split (workspace, counters) or not."""
+    import torch
+
+    from pingpong.hopper import fp8_launch
+    from pingpong.runtime.launcher import _is_descriptor
+
+    M, N, K = 200, 256, 4096
+    scaling, sb_cols = ("block", 1 if mode == "block1x128" else 128) if mode.startswith("block") else (mode, 128)
+    a = torch.empty(M, K, dtype=torch.float8_e4m3fn)
+    w = torch.empty(N, K, dtype=torch.float8_e4m3fn)
+    if scaling == "tensor":
+        sa, sb = torch.ones(()), torch.ones(())
+    elif scaling == "row":
+        sa, sb = torch.ones(M, 1), torch.ones(1, N)
+    else:
+        sa = torch.ones(K // 128, M).t()
+        sb = torch.ones(N // 128, K // 128).t() if sb_cols == 128 else torch.ones(K // 128, N)
+    bias = torch.ones(N, dtype=torch.bfloat16)
+    out = torch.empty(M, N, dtype=torch.bfloat16)
+    config = KC(128, 128, 128, split_k=split_k)
+    split = fp8_launch.fp8_splits(K, config) > 1
+    plan = fp8_launch.Fp8Plan(0, scaling, sb_cols, True, config, "none",
+                              *((fp8_launch.workspace_shape(M, N, K, config),
+                                 fp8_launch.counter_count(M, N, config)) if split else ()))
+    calls = []
+    monkeypatch.setattr(plan, "launch", lambda device, ptrs, dyn, prep, *inputs: calls.append((ptrs, prep, inputs)),
+                        raising=False)
+    monkeypatch.setattr(fp8_launch, "sm_count", lambda device: 132)
+    plan.run_scaled(a, w.t(), sa, sb, out, bias)
+    (ptrs, prep, inputs), = calls
+    kernel, args, kwargs, grid = prep(*inputs)
+    assert kernel is (fp8_launch.fp8_split_gemm if split else fp8_launch.fp8_gemm)
+    slots = []
+    for v in args:
+        if _is_descriptor(v):
+            slots.append(v.base.data_ptr())
+        elif hasattr(v, "data_ptr"):
+            slots.append(v.data_ptr())
+        else:
+            break
+    assert tuple(slots) == tuple(ptrs), (slots, ptrs)
+    assert len(slots) == (8 if split else 6)
