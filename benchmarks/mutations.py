@@ -76,7 +76,7 @@ MUTATIONS = [
      "tests/test_reliability_detectors.py"),
     # -- TMA legality
     ("TMA base-alignment check removed", "src/pingpong/hopper/launch.py",
-     "if t.data_ptr() % 16:", "if False:",
+     "if not (t.aligned if type(t) is Operand else t.data_ptr() % 16 == 0):", "if False:",
      "tests/test_reliability_detectors.py"),
     # -- the schedule checker's truncated searches and its CLI
     ("truncated search not marked", "src/pingpong/schedule/checker.py",
