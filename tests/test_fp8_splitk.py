@@ -1,4 +1,4 @@
-"""FP8 split-K on the CPU: the FP8 check takes split configs and refuses swap-AB; the rule's
+"""FP8 split-K on the CPU: the FP8 check takes split configs (swap-AB: test_fp8_swap.py); the rule's
 split counts (select.split_count with K in 128-deep FP8 k-steps); the split kernel's offline
 compile facts (no spills, shared memory in budget, pointer epilogue with arrival atomics)."""
 
@@ -26,8 +26,6 @@ def test_split_configs_are_accepted(config):
 
 
 @pytest.mark.parametrize("config, match", [
-    (KC(128, 128, 128, split_k=2, swap_ab=True), "swap-AB"),
-    (KC(128, 16, 128, swap_ab=True), "swap-AB"),
     (KC(128, 128, 128, schedule="persistent", split_k=2), "warp-specialized"),
     (KC(128, 192, 128, split_k=2), "one-piece"),
     (KC(128, 128, 64, split_k=2), "block_k=64"),
