@@ -1,7 +1,8 @@
 """FP8 swap-AB on the CPU (the GPU side: test_fp8_swap_gpu.py): which configs the FP8 check
 takes and refuses, the launch's arguments (operands, sizes and scales exchanged: the kernel
-computes Cᵀ = W·Aᵀ), the plan's pointers, the rule's picks (unchanged: swap-AB is an explicit
-config until measured) and the swap kernels' offline compile facts."""
+computes Cᵀ = W·Aᵀ), the rule's picks (unchanged: swap-AB is an explicit
+config until measured) and the swap kernels' offline compile facts. The plan's pointers under
+swap-AB: test_fp8_splitk.test_plan_pointers_follow_the_kernel_slots."""
 
 import re
 
@@ -14,7 +15,6 @@ from pingpong.hopper import fp8_launch
 from pingpong.hopper.config import SMEM_LIMIT
 from pingpong.hopper.fp8_launch import check_fp8_config, scale_boxes, select_fp8
 from pingpong.runtime import compile as cc
-from pingpong.runtime.launcher import _is_descriptor
 
 KC = pingpong.KernelConfig
 
@@ -112,43 +112,6 @@ def test_without_swap_the_scales_stay():
     got = dict(zip(kernel.arg_names, args))
     assert kernel is fp8_launch.fp8_gemm and got["a_desc"].base is a and (got["M"], got["N"]) == (M, N)
     assert (got["sa_row"], got["sb_col"]) == (3, 7) and not kwargs["CFG"].EPI.SWAP
-
-
-@pytest.mark.parametrize("scaling", ["tensor", "row"])
-@pytest.mark.parametrize("split_k", [1, 4])
-def test_swap_plan_pointers_follow_the_kernel_slots(monkeypatch, scaling, split_k):
-    """The direct launch binds base addresses by position (runtime.launcher.bind_jit_args):
-    Fp8Plan.run_scaled's pointers under swap-AB are those prepare gives the split kernel, in
-    order: W, a, workspace, counters (empty stand-ins with one split), out, bias, scale_b, scale_a."""
-    M, N, K = 16, 256, 4096
-    a, w, sa, sb = _inputs(M, N, K, scaling)
-    bias = torch.ones(N, dtype=torch.bfloat16)
-    out = torch.empty(M, N, dtype=torch.bfloat16)
-    config = KC(64, 16, 128, schedule="pingpong", split_k=split_k, swap_ab=True)
-    split = fp8_launch.fp8_splits(K, config) > 1
-    plan = fp8_launch.Fp8Plan(0, scaling, 128, True, config, "none",
-                              *((fp8_launch.workspace_shape(M, N, K, config),
-                                 fp8_launch.counter_count(M, N, config)) if split else ()))
-    calls = []
-    monkeypatch.setattr(plan, "launch", lambda device, ptrs, dyn, prep, *inputs: calls.append((ptrs, prep, inputs)),
-                        raising=False)
-    monkeypatch.setattr(fp8_launch, "sm_count", lambda device: 132)
-    plan.run_scaled(a, w.t(), sa, sb, out, bias)
-    (ptrs, prep, inputs), = calls
-    kernel, args, kwargs, grid = prep(*inputs)
-    assert kernel is fp8_launch.fp8_split_gemm
-    slots = []
-    for v in args:
-        if _is_descriptor(v):
-            slots.append(v.base.data_ptr())
-        elif hasattr(v, "data_ptr"):
-            slots.append(v.data_ptr())
-        else:
-            break
-    assert tuple(slots) == tuple(ptrs), (slots, ptrs)
-    assert len(slots) == 8
-    assert slots[0] == w.data_ptr() and slots[1] == a.data_ptr()
-    assert slots[6] == sb.data_ptr() and slots[7] == sa.data_ptr()
 
 
 SWAP_KERNELS = {"fp8-tensor-swap": 16, "fp8-row-swap-gelu": 32, "fp8-tensor-fast-swap": 16, "fp8-row-swap-coop": 32,
