@@ -33,6 +33,10 @@ CONFIGS = {
     "pp64x16-split3": KC(64, 16, 128, schedule="pingpong", split_k=3, swap_ab=True),
     "coop128x32-split3": KC(128, 32, 128, split_k=3, swap_ab=True),
 }
+#: fast accumulation: the fp8 wgmma keeps about 14 bits of its running sum and truncates, a
+#: bias that grows with K (DeepSeek-V3 report: up to 2% relative at K = 4096); still far below
+#: a scale on the wrong row or column (rows differ by up to 2^±4)
+FAST_TOL = 4e-2
 
 
 def seed_of(*key) -> int:
@@ -50,7 +54,7 @@ def test_swap_matches_float64_and_repeats_bitwise(mode, name, fast):
             print(f"seed {seed}: {mode} {name} fast={fast} {M}x{N}x{K}")
             qa, qb, sa, sb, ref = operands(M, N, K, mode, seed)
             first = launch_poisoned(qa, qb, sa, sb, mode, config, fast)  # NaN out and workspace, counters at 0
-            bounded(first, ref, seed)
+            bounded(first, ref, seed, FAST_TOL if fast else 1e-2)
             for _ in range(2):
                 assert torch.equal(launch_poisoned(qa, qb, sa, sb, mode, config, fast), first), f"seed {seed}"
             for _ in range(2):  # the plan: JIT, then the direct launch (its pointers exchanged too)
