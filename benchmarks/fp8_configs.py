@@ -1,5 +1,6 @@
 """Block-wise (and row-wise) FP8 tiles compared in one process against torch._scaled_mm on the
-same tensors (GPU): which KernelConfig select_fp8 should take. One line per (shape, config)."""
+same tensors (GPU): which KernelConfig select_fp8 should take. One line per (shape, config).
+`measure` is shared with benchmarks/fp8_swap.py."""
 import statistics
 import sys
 
@@ -18,23 +19,34 @@ CONFIGS = {
     "pp64x64": KernelConfig(64, 64, 128, schedule="pingpong"),
 }
 SHAPES = [(8192, 8192, 8192), (2048, 28672, 8192), (128, 8192, 8192), (16, 8192, 8192)]
-for scaling in sys.argv[1:] or ["block"]:
-    for M, N, K in SHAPES:
-        qa, qb, sa, sb = make_fp8_inputs(M, N, K, scaling)
-        theirs = lambda: torch._scaled_mm(qa, qb, sa, sb, out_dtype=torch.bfloat16)  # noqa: E731
-        for name, cfg in CONFIGS.items():
-            if M > 128 and cfg.block_m == 64 and cfg.block_n == 64:
-                continue
-            ours = lambda: scaled_mm_direct(qa, qb, sa, sb, config=cfg)  # noqa: E731
-            try:
-                ours()
-            except Exception as e:  # noqa: BLE001
-                print(f"{scaling} {M}x{N}x{K} {name}: {type(e).__name__}: {e}"[:200], flush=True)
-                continue
-            ratios = []
-            for _ in range(2):
-                o, t = time_callable(ours, 100).median_ms, time_callable(theirs, 100).median_ms
-                ratios.append(t / o)
-            tf = 2 * M * N * K / (o * 1e-3) / 1e12
-            print(f"{scaling} {M}x{N}x{K} {name}: {tf:.0f} TFLOP/s, {statistics.median(ratios):.3f} of torch._scaled_mm",
-                  flush=True)
+
+
+def measure(scaling, M, N, K, configs):
+    """(name, config, µs, ratio to torch._scaled_mm) per (name, config) of `configs` that runs,
+    each printed as it is measured: the median of 2 alternated rounds of ≥ 100 repetitions."""
+    qa, qb, sa, sb = make_fp8_inputs(M, N, K, scaling)
+    theirs = lambda: torch._scaled_mm(qa, qb, sa, sb, out_dtype=torch.bfloat16)  # noqa: E731
+    for name, cfg in configs:
+        ours = lambda: scaled_mm_direct(qa, qb, sa, sb, config=cfg)  # noqa: E731
+        try:
+            ours()
+        except Exception as e:  # noqa: BLE001
+            print(f"{scaling} {M}x{N}x{K} {name}: {type(e).__name__}: {e}"[:200], flush=True)
+            continue
+        ratios, us = [], []
+        for _ in range(2):
+            o, t = time_callable(ours, 100).median_ms, time_callable(theirs, 100).median_ms
+            ratios.append(t / o)
+            us.append(o * 1e3)
+        r, u = statistics.median(ratios), statistics.median(us)
+        print(f"{scaling} {M}x{N}x{K} {name} ({cfg}): {2 * M * N * K / (u * 1e-6) / 1e12:.0f} TFLOP/s, {u:.1f} us,"
+              f" {r:.3f} of torch._scaled_mm", flush=True)
+        yield name, cfg, u, r
+
+
+if __name__ == "__main__":
+    for scaling in sys.argv[1:] or ["block"]:
+        for M, N, K in SHAPES:
+            configs = [(n, c) for n, c in CONFIGS.items() if not (M > 128 and c.block_m == 64 and c.block_n == 64)]
+            for _ in measure(scaling, M, N, K, configs):
+                pass

@@ -158,8 +158,9 @@ def test_selection_and_config_limits():
         check_fp8_config(pingpong.KernelConfig(128, 256, 128), True, 2)
     with pytest.raises(ConfigError, match="block_k"):
         check_fp8_config(pingpong.KernelConfig(128, 128, 64), True, 2)
-    with pytest.raises(ConfigError, match="swap-AB"):  # not built for FP8 (split-K is: test_fp8_splitk.py)
-        check_fp8_config(pingpong.KernelConfig(128, 128, 128, swap_ab=True), True, 2)
+    swap = pingpong.KernelConfig(128, 128, 128, swap_ab=True)  # built for tensor/row (test_fp8_swap.py)
+    with pytest.raises(ConfigError, match="swap-AB with block-wise scales"):
+        check_fp8_config(swap, True, 2, scale_boxes("block", 128, swap))
     with pytest.raises(ConfigError, match="cluster_m=2"):  # a hand-edited table entry must not reach the kernel
         check_fp8_config(pingpong.KernelConfig(128, 128, 128, cluster_m=2), True, 2)
     # block-wise scales ride in every ring slot: 128 fp32 of sa + a 128-byte sb box beside the

@@ -1,4 +1,4 @@
-"""FP8 split-K on the CPU: the FP8 check takes split configs and refuses swap-AB; the rule's
+"""FP8 split-K on the CPU: the FP8 check takes split configs (swap-AB: test_fp8_swap.py); the rule's
 split counts (select.split_count with K in 128-deep FP8 k-steps); the split kernel's offline
 compile facts (no spills, shared memory in budget, pointer epilogue with arrival atomics)."""
 
@@ -26,8 +26,6 @@ def test_split_configs_are_accepted(config):
 
 
 @pytest.mark.parametrize("config, match", [
-    (KC(128, 128, 128, split_k=2, swap_ab=True), "swap-AB"),
-    (KC(128, 16, 128, swap_ab=True), "swap-AB"),
     (KC(128, 128, 128, schedule="persistent", split_k=2), "warp-specialized"),
     (KC(128, 192, 128, split_k=2), "one-piece"),
     (KC(128, 128, 64, split_k=2), "block_k=64"),
@@ -81,12 +79,15 @@ def test_split_kernel_compile_facts(kernel):
     assert waits == ({"0", "1"} if "fast" in kernel else {"0"}), waits
 
 
-@pytest.mark.parametrize("mode", ["tensor", "row", "block", "block1x128"])
+@pytest.mark.parametrize("mode, swap", [("tensor", False), ("row", False), ("block", False), ("block1x128", False),
+                                        ("tensor", True), ("row", True)])
 @pytest.mark.parametrize("split_k", [1, 4])
-def test_plan_pointers_follow_the_kernel_slots(monkeypatch, mode, split_k):
+def test_plan_pointers_follow_the_kernel_slots(monkeypatch, mode, swap, split_k):
     """The direct launch binds base addresses by position to the kernel's leading descriptors
     and pointers (runtime.launcher.bind_jit_args): Fp8Plan.run_scaled's pointers must be those
-    of the arguments prepare gives that kernel, in order, split (workspace, counters) or not."""
+    of the arguments prepare gives that kernel, in order, split (workspace, counters) or not.
+    Swap-AB (always the split kernel; empty workspace and counters with one split): W, a, ...,
+    scale_b, scale_a."""
     import torch
 
     from pingpong.hopper import fp8_launch
@@ -99,13 +100,14 @@ def test_plan_pointers_follow_the_kernel_slots(monkeypatch, mode, split_k):
     if scaling == "tensor":
         sa, sb = torch.ones(()), torch.ones(())
     elif scaling == "row":
-        sa, sb = torch.ones(M, 1), torch.ones(1, N)
+        sa, sb = torch.ones(M, 1), torch.ones(N, 3).t()[:1]  # sb a strided (1, N) view
     else:
         sa = torch.ones(K // 128, M).t()
         sb = torch.ones(N // 128, K // 128).t() if sb_cols == 128 else torch.ones(K // 128, N)
     bias = torch.ones(N, dtype=torch.bfloat16)
     out = torch.empty(M, N, dtype=torch.bfloat16)
-    config = KC(128, 128, 128, split_k=split_k)
+    config = KC(64 if swap else 128, 16 if swap else 128, 128, schedule="pingpong" if swap else "cooperative",
+                split_k=split_k, swap_ab=swap)
     split = fp8_launch.fp8_splits(K, config) > 1
     plan = fp8_launch.Fp8Plan(0, scaling, sb_cols, True, config, "none",
                               *((fp8_launch.workspace_shape(M, N, K, config),
@@ -117,7 +119,7 @@ def test_plan_pointers_follow_the_kernel_slots(monkeypatch, mode, split_k):
     plan.run_scaled(a, w.t(), sa, sb, out, bias)
     (ptrs, prep, inputs), = calls
     kernel, args, kwargs, grid = prep(*inputs)
-    assert kernel is (fp8_launch.fp8_split_gemm if split else fp8_launch.fp8_gemm)
+    assert kernel is (fp8_launch.fp8_split_gemm if split or swap else fp8_launch.fp8_gemm)
     slots = []
     for v in args:
         if _is_descriptor(v):
@@ -127,4 +129,9 @@ def test_plan_pointers_follow_the_kernel_slots(monkeypatch, mode, split_k):
         else:
             break
     assert tuple(slots) == tuple(ptrs), (slots, ptrs)
-    assert len(slots) == (8 if split else 6)
+    assert len(slots) == (8 if split or swap else 6)
+    operands = (w, a) if swap else (a, w)
+    scales = (sb, sa) if swap else (sa, sb)
+    assert (slots[0], slots[1]) == tuple(t.data_ptr() for t in operands)
+    if not scaling == "block":
+        assert (slots[-2], slots[-1]) == tuple(t.data_ptr() for t in scales)

@@ -185,7 +185,6 @@ def test_a_bf16_entry_does_not_answer_select_fp8():
     (KernelConfig(128, 256, 128), "two 128-register accumulators"),
     (KernelConfig(64, 256, 128, schedule="pingpong"), "two 128-register accumulators"),
     (KernelConfig(128, 128, 64), "block_k 64"),
-    (KernelConfig(128, 128, 128, swap_ab=True), "swap-AB (split-K is built: test_fp8_splitk.py)"),
     (KernelConfig(128, 192, 128), "two column pieces"),
     (KernelConfig(128, 128, 128, schedule="persistent"), "persistent schedule"),
 ])

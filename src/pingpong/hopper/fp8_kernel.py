@@ -71,8 +71,18 @@ the rest once (SplitEpilogue, pingpong.hopper.fixup, with Fp8Scales as its α):
     unit (tile t, split s) │ K blocks [s·S, (s+1)·S) │ ws[s] ← acc, arrive │ last: Σ ws[0..] in order
                            │   → tensor/row scales → bias → activation → cast ──gl.store──> out
 
-Swap-AB is not built for FP8 (fp8_launch.check_fp8_config refuses it; select_fp8 says which
-tiles run instead).
+SWAP-AB (KernelConfig.swap_ab; tensor- and row-wise scales): fp8_split_gemm on the exchanged
+operands, Cᵀ = W·Aᵀ, so that N fills the wgmma's 64-row side and a decode batch's M ≤ 32 its
+16 or 32 columns. Both operands are K-major, so only their descriptors trade places, and
+the scales their roles (fp8_launch.kernel_operands: sa is scale_b, one per row = n; sb is
+scale_a, one per column = m); the kernel is unchanged, the pointer epilogue stores the
+transposed tile (SplitEpilogue's SWAP, shared with the 16-bit swap path), with one split
+or several:
+
+    A ring box  W[n0 : n0+BM, k]   (BM = 64 rows of N)     kernel product R × C = N × M
+    B ring box  A[m0 : m0+BN, k]   (BN = 16 or 32 of M)    out[m, n] ← acc[n - n0, m - m0]
+
+Block-wise scales do not swap (check_fp8_config says why).
 """
 
 from triton.experimental import gluon
@@ -420,9 +430,11 @@ def fp8_split_gemm(a_desc, b_desc, ws, counters, out, bias, sa, sb, M, N, K, sa_
     ranges per tile (SplitKScheduler), each unit's fp32 partial into the workspace; the last
     split of a tile sums them in split order and applies the outer scales, the bias, the
     activation and the cast once (SplitEpilogue with the scales as its α, pingpong.hopper.fixup).
-    The arguments after fp8_gemm's pointers are split_k_gemm's (pingpong.hopper.kernel)."""
+    The arguments after fp8_gemm's pointers are split_k_gemm's (pingpong.hopper.kernel). Under
+    CFG.EPI.SWAP (module docstring, SWAP-AB) the operands, M and N and the scales come exchanged
+    and the result is stored transposed."""
     check_constants(CFG, SCALING, PROMOTE, SB_COLS)
-    gl.static_assert(not CFG.EPI.SWAP, "swap-AB is not built for FP8")
+    gl.static_assert(not CFG.EPI.SWAP or SCALING != "block", "swap-AB: tensor- and row-wise scales only")
     sched = SplitKScheduler.create(M, N, K, splits, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M)
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS)
     scales = Fp8Scales.allocate(sa, sb, sa_row, sb_col, gl.to_tensor(0), M, N, CFG.STAGES, SCALING, SB_COLS)

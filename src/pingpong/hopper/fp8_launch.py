@@ -11,7 +11,9 @@ shape bucket and FP8 problem (`pingpong tune --dtype fp8`; table dtype `table.fp
 
     M ≤ 128        ping-pong 64×128×128 (64×64 when 128-column tiles fill less than 3/4 of
                    a wave): 64-row tiles waste the least of a skinny product, and the weight
-                   streams through the ring; swap-AB is not built for FP8
+                   streams through the ring. Swap-AB (N on the wgmma's 64-row side, M ≤ 32
+                   in 16 or 32 columns: the 16-bit rule's decode tile) is built for tensor- and
+                   row-wise scales, as an explicit config only until measured (`prepare`)
     fast accum     cooperative 128×256×128 (tensor/row with use_fast_accum): one accumulator,
                    128 fp32 registers per consumer thread
     otherwise      cooperative 128×128×128: the promotion keeps a second accumulator (the
@@ -41,14 +43,14 @@ from ..runtime.device import sm_count
 from ..runtime.launcher import CachedLaunch
 from ..errors import ConfigError
 from ..runtime.plan import Plan, arrival_counters, bias_vector, device_index
-from ..runtime.spec import GemmSpec, bias_kind, scale_mode
+from ..runtime.spec import GemmSpec, scale_mode
 from . import table as tables
 from .config import SMEM_LIMIT, KernelConfig
 from .fp8_kernel import SCALE_BLOCK as _SCALE_BLOCK, fp8_gemm, fp8_split_gemm
 
 SCALE_BLOCK = int(_SCALE_BLOCK.value)  # K elements per scale block and per promotion
 from .epilogue import EpilogueConstants
-from .launch import MAX_SPLIT_BLOCK, _descriptor, counter_count, kernel_constants, launch_options, \
+from .launch import MAX_SPLIT_BLOCK, _descriptor, counter_count, kernel_constants, launch_options, product_bias, \
     workspace_reason, workspace_shape
 from .scheduler import effective_splits
 from .select import SPLIT_MIN_BYTES, Device, split, tabled
@@ -120,9 +122,14 @@ def check_fp8_config(config: KernelConfig, promote: bool, out_bytes: int, boxes:
     `boxes` (scale_boxes) ride in every ring slot: derived stages are as many as still fit;
     explicit stages must fit with them."""
     d = config.derive(1, out_bytes)
-    if d.schedule == "persistent" or d.swap_ab or d.block_n2:
-        raise ConfigError("the FP8 kernel runs one-piece tiles on the cooperative and ping-pong schedules, without"
-                          f" swap-AB (not built for FP8; split-K is); got {config}")
+    if d.schedule == "persistent" or d.block_n2:
+        raise ConfigError("the FP8 kernel runs one-piece tiles on the cooperative and ping-pong schedules; got"
+                          f" {config}")
+    if d.swap_ab and any(boxes):
+        raise ConfigError(f"{config}: swap-AB with block-wise scales is not built: the swapped tile's rows are N,"
+                          " whose 128×128 b scales are one per 128 rows (the promotion reads one a scale per row),"
+                          " and its columns are M, whose 1×128 a scales would need a per-column box of block_n ≥ 32;"
+                          " use swap_ab=False (tensor- and row-wise scales swap)")
     if d.block_k != SCALE_BLOCK:
         raise ConfigError(f"block_k={d.block_k}: the FP8 kernel's ring slot is one {SCALE_BLOCK}-deep K block")
     if config.cluster_m != 1:
@@ -180,6 +187,16 @@ def block_scale_descriptors(sa, sb, sa_box: int):
     return sa, sb
 
 
+def kernel_operands(a, w, scale_a, scale_b, swap: bool):
+    """The kernel's (A, W, sa, sb) for out = a @ wᵀ: the caller's, or under swap-AB (Cᵀ = W·Aᵀ,
+    N on the wgmma's 64-row side) the operands exchanged and each scale transposed, so that the
+    kernel's sa is still one per row of its product and sb one per column: row-wise scale_b
+    (1, N) becomes the (N, 1) row scale, scale_a (M, 1) the (1, M) column scale; tensor-wise
+    scalars stay as they are. Both operands are K-major either way (fp8 wgmma reads no
+    transposed operand), so swapping is exchanging their descriptors."""
+    return (w, a, scale_b.t(), scale_a.t()) if swap else (a, w, scale_a, scale_b)
+
+
 def fp8_splits(K: int, config: KernelConfig) -> int:
     """The K splits a config runs (scheduler.effective_splits): > 1 takes fp8_split_gemm."""
     return effective_splits(K, SCALE_BLOCK, config.split_k)
@@ -190,12 +207,17 @@ def prepare(a, w, out, scale_a, scale_b, scaling: str, promote: bool, sb_cols: i
     """(kernel, args, kwargs, grid) for out = act(scale(a @ wᵀ) + bias).
 
     scaling "tensor" | "row" | "block"; sb_cols: columns sharing one b scale per K block
-    (block-wise: 128 for 128×128 blocks, 1 for 1×128). More than one split (fp8_splits):
-    fp8_split_gemm, with `workspace` (fp32, at least launch.workspace_shape) and `counters`
-    (int32, at least launch.counter_count, all zero; zero again after the kernel)."""
+    (block-wise: 128 for 128×128 blocks, 1 for 1×128). More than one split (fp8_splits) or
+    swap-AB: fp8_split_gemm (pointer epilogue; swap-AB stores the transposed tile, as the
+    16-bit swap path: fixup.SplitEpilogue), with `workspace` (fp32, at least
+    launch.workspace_shape) and `counters` (int32, at least launch.counter_count, all zero;
+    zero again after the kernel; neither is read with one split). Swap-AB runs the kernel on
+    kernel_operands: an R × C = N × M product."""
     M, K = a.shape
     N = w.shape[0]
     d = check_fp8_config(config, promote, out.element_size(), scale_boxes(scaling, sb_cols, config))
+    a, w, scale_a, scale_b = kernel_operands(a, w, scale_a, scale_b, d.swap_ab)
+    R, C = a.shape[0], w.shape[0]  # the kernel's product: M × N, or N × M under swap-AB
     a_desc = _descriptor(a, [d.block_m, d.block_k])
     b_desc = _descriptor(w, [d.block_n, d.block_k])
     if scaling == "tensor":
@@ -211,25 +233,26 @@ def prepare(a, w, out, scale_a, scale_b, scaling: str, promote: bool, sb_cols: i
             flat = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
             kb = K // SCALE_BLOCK
             strides = (0, 0)
-            sa = TensorDescriptor(sa, [kb, M], [sa.stride(0), 1], [1, d.block_m], flat)
-            sb = TensorDescriptor(sb, [kb, N], [N, 1], [1, d.block_n], flat)
+            sa = TensorDescriptor(sa, [kb, R], [sa.stride(0), 1], [1, d.block_m], flat)
+            sb = TensorDescriptor(sb, [kb, C], [C, 1], [1, d.block_n], flat)
     bias_ptr = bias_vector(bias) if bias is not None else out  # never read without a bias
-    epi = EpilogueConstants(BIAS=bias_kind(bias, M), ACTIVATION=activation, BUFS=d.epilogue_bufs)
+    epi = EpilogueConstants(BIAS=product_bias(bias, M, d.swap_ab), ACTIVATION=activation, BUFS=d.epilogue_bufs,
+                            SWAP=d.swap_ab)
     kwargs = dict(CFG=kernel_constants(d, epi), SCALING=scaling, PROMOTE=bool(promote), SB_COLS=sb_cols,
                   **launch_options(d))
     splits = fp8_splits(K, config)
-    units = -(-M // d.block_m) * -(-N // d.block_n) * splits
+    units = -(-R // d.block_m) * -(-C // d.block_n) * splits
     grid = (max(1, min(sms, units)),)
-    if splits == 1:
+    if splits == 1 and not d.swap_ab:  # the TMA epilogue
         c_desc = _descriptor(out, [d.consumer_m, d.epilogue_n])
-        return fp8_gemm, (a_desc, b_desc, c_desc, bias_ptr, sa, sb, M, N, K, *strides), kwargs, grid
+        return fp8_gemm, (a_desc, b_desc, c_desc, bias_ptr, sa, sb, R, C, K, *strides), kwargs, grid
     ws_rows, ld = workspace_shape(M, N, K, config)
     block = ws_rows // splits * ld
     assert block < MAX_SPLIT_BLOCK, "one split's workspace block must be 32-bit addressable"
     assert workspace.dtype == torch.float32 and workspace.numel() >= ws_rows * ld
-    assert counters.dtype == torch.int32 and counters.numel() >= counter_count(M, N, config)
+    assert counters.dtype == torch.int32 and (splits == 1 or counters.numel() >= counter_count(M, N, config))
     assert out.stride(1) == 1 or N <= 1, "out must be row-major"
-    args = (a_desc, b_desc, workspace, counters, out, bias_ptr, sa, sb, M, N, K, *strides, splits, block // 4,
+    args = (a_desc, b_desc, workspace, counters, out, bias_ptr, sa, sb, R, C, K, *strides, splits, block // 4,
             ld // 4, out.stride(0))
     return fp8_split_gemm, args, kwargs, grid
 
@@ -241,30 +264,36 @@ class Fp8Plan(Plan):
     """One decided scaled_mm call signature (a GemmSpec with scales, planned by the Hopper
     backend): the scale mode, the promotion, the config and a cached direct launch; split
     (`workspace` rows > 0): a fresh fp32 workspace from the caching allocator and the stream's
-    arrival counters per call, as the 16-bit SplitPlan (pingpong.hopper.backend)."""
+    arrival counters per call, as the 16-bit SplitPlan (pingpong.hopper.backend); swap-AB with
+    one split: the split kernel's pointer epilogue, with empty stand-ins for both."""
 
-    __slots__ = ("scaling", "sb_cols", "promote", "config", "launch", "workspace", "counters")
+    __slots__ = ("scaling", "sb_cols", "promote", "config", "launch", "workspace", "counters", "unused")
 
     def __init__(self, device, scaling, sb_cols, promote, config, activation, workspace=(0, 0), counters=0):
         self.device, self.path, self.activation, self.extents = device, "hopper-fp8", activation, None
         self.scaling, self.sb_cols, self.promote, self.config = scaling, sb_cols, promote, config
         self.workspace, self.counters = workspace, counters  # (rows, cols) fp32; int32 counters (0: unsplit)
-        self.launch = CachedLaunch()
+        self.launch, self.unused = CachedLaunch(), None
 
     def run_scaled(self, a, b, scale_a, scale_b, out, bias) -> None:
         """out = act(scale(a @ b) + bias): a (M, K), b (K, N) as validated by the front end."""
         w = b.t()
         bias_v = bias_vector(bias) if bias is not None else None
         sa, sb = block_scale_views(scale_a, scale_b, self.sb_cols) if self.scaling == "block" else (scale_a, scale_b)
+        first, second, sa, sb = kernel_operands(a, w, sa, sb, self.config.swap_ab)  # the kernel's argument order
         bias_ptr = (bias_v if bias_v is not None else out).data_ptr()
         if self.counters:
             ws = torch.empty(self.workspace, dtype=torch.float32, device=out.device)
             counters = arrival_counters(out.device, self.counters)
-            ptrs = (a.data_ptr(), w.data_ptr(), ws.data_ptr(), counters.data_ptr(), out.data_ptr(), bias_ptr,
-                    sa.data_ptr(), sb.data_ptr())
+        elif self.config.swap_ab:  # one split on the split kernel: neither is read; empty tensors made once
+            if self.unused is None:
+                self.unused = (torch.empty(0, dtype=torch.float32, device=out.device),
+                               torch.empty(0, dtype=torch.int32, device=out.device))
+            ws, counters = self.unused
         else:
             ws = counters = None
-            ptrs = (a.data_ptr(), w.data_ptr(), out.data_ptr(), bias_ptr, sa.data_ptr(), sb.data_ptr())
+        split = () if ws is None else (ws.data_ptr(), counters.data_ptr())
+        ptrs = (first.data_ptr(), second.data_ptr(), *split, out.data_ptr(), bias_ptr, sa.data_ptr(), sb.data_ptr())
         self.launch(self.device, ptrs, (), self._jit_args, a, w, out, scale_a, scale_b, bias, ws, counters)
 
     def _jit_args(self, a, w, out, scale_a, scale_b, bias, ws, counters):
@@ -291,7 +320,7 @@ def plan(spec: GemmSpec) -> Fp8Plan:
     why = workspace_reason(M, N, K, config)
     if why:
         raise ConfigError(why)
-    if fp8_splits(K, config) == 1:
+    if fp8_splits(K, config) == 1:  # swap-AB alone runs the split kernel with no workspace or counters
         return Fp8Plan(device, scaling, sb_cols, promote, config, spec.epilogue.activation)
     return Fp8Plan(device, scaling, sb_cols, promote, config, spec.epilogue.activation,
                    workspace_shape(M, N, K, config), counter_count(M, N, config))
@@ -324,7 +353,8 @@ def _offline_builder(scaling: str, promote: bool, config: KernelConfig, sb_cols:
     b = f"{config.block_m}×{config.block_n}×{config.block_k}"
     build.__doc__ = (f"Hopper FP8 GEMM (e4m3), {scaling}-wise scales, {'promoted' if promote else 'fast'} accumulation,"
                      f" {config.schedule} {b}" + (f", bias + {fusion}" if fusion else "")
-                     + (f", split-K {config.split_k} (the last split sums the partials)" if config.split_k > 1 else ""))
+                     + (f", split-K {config.split_k} (the last split sums the partials)" if config.split_k > 1 else "")
+                     + (", swap-AB (Cᵀ = W·Aᵀ, the transposed store)" if config.swap_ab else ""))
     return build
 
 
@@ -344,6 +374,12 @@ OFFLINE_FP8_VARIANTS = {
     "fp8-block-splitk": ("block", True, KernelConfig(128, 128, 128, split_k=4), 128, ""),
     "fp8-block-1x128-splitk": ("block", True, KernelConfig(128, 128, 128, split_k=4), 1, ""),
     "fp8-block-pingpong-splitk": ("block", True, KernelConfig(64, 128, 128, schedule="pingpong", split_k=2), 128, ""),
+    "fp8-tensor-swap": ("tensor", True, KernelConfig(64, 16, 128, schedule="pingpong", swap_ab=True), 128, ""),
+    "fp8-row-swap-gelu": ("row", True, KernelConfig(64, 32, 128, schedule="pingpong", swap_ab=True), 128, "gelu_erf"),
+    "fp8-tensor-fast-swap": ("tensor", False, KernelConfig(64, 16, 128, schedule="pingpong", swap_ab=True), 128, ""),
+    "fp8-row-swap-coop": ("row", True, KernelConfig(128, 32, 128, swap_ab=True), 128, ""),
+    "fp8-row-swap-splitk": ("row", True, KernelConfig(64, 16, 128, schedule="pingpong", split_k=4, swap_ab=True), 128,
+                            ""),
 }
 for _name, (_s, _p, _c, _sb, _f) in OFFLINE_FP8_VARIANTS.items():
     cc.register(_name, targets=("sm_90a",))(_offline_builder(_s, _p, _c, _sb, _f))

@@ -264,6 +264,13 @@ def counter_count(M: int, N: int, config: KernelConfig) -> int:
     return -(-rows // d.block_m) * (d.block_m // d.consumer_m) * -(-cols // d.block_n)
 
 
+def product_bias(bias, M: int, swap: bool) -> str:
+    """The bias's kind (runtime.spec.bias_kind of the caller's M × N) in the kernel's product:
+    transposed under swap-AB, so a per-column bias is per row there and the other way round."""
+    kind = bias_kind(bias, M)
+    return {"col": "row", "row": "col"}.get(kind, kind) if swap else kind
+
+
 def prepare_split(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, workspace: torch.Tensor,
                   counters: torch.Tensor, bias=None, activation="none"):
     """(kernel, args, kwargs, grid) of a split-K / swap-AB call: one launch.
@@ -289,9 +296,7 @@ def prepare_split(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, wor
     has_c = c is not None  # the plan passes C only when it is read (GemmSpec.epilogue.reads_c)
     assert not has_c or ((c.stride(1) == 1 or c.shape[1] <= 1) and c.dtype == out.dtype), "C: row-major, out's dtype"
     a_desc, b_desc, majors = _operands(ka, kb, d)
-    kind = bias_kind(bias, M)  # of the caller's M × N; the kernel's product is transposed under swap
-    if d.swap_ab:
-        kind = {"col": "row", "row": "col"}.get(kind, kind)
+    kind = product_bias(bias, M, d.swap_ab)
     bias_ptr = bias_vector(bias) if bias is not None else out  # never read without a bias
     args = (a_desc, b_desc, workspace, counters, out, c if has_c else out, bias_ptr, ka.shape[0], kb.shape[1], K,
             float(alpha), float(beta), splits, block // 4, ld // 4, out.stride(0), c.stride(0) if has_c else 0)

@@ -1,0 +1,132 @@
+"""FP8 swap-AB on the CPU (the GPU side: test_fp8_swap_gpu.py): which configs the FP8 check
+takes and refuses, the launch's arguments (operands, sizes and scales exchanged: the kernel
+computes Cᵀ = W·Aᵀ), the rule's picks (unchanged: swap-AB is an explicit
+config until measured) and the swap kernels' offline compile facts. The plan's pointers under
+swap-AB: test_fp8_splitk.test_plan_pointers_follow_the_kernel_slots."""
+
+import re
+
+import pytest
+import torch
+
+import pingpong
+from pingpong.errors import ConfigError
+from pingpong.hopper import fp8_launch
+from pingpong.hopper.config import SMEM_LIMIT
+from pingpong.hopper.fp8_launch import check_fp8_config, scale_boxes, select_fp8
+from pingpong.runtime import compile as cc
+
+KC = pingpong.KernelConfig
+
+SWAPS = [KC(64, 16, 128, schedule="pingpong", swap_ab=True), KC(64, 32, 128, schedule="pingpong", swap_ab=True),
+         KC(128, 16, 128, swap_ab=True), KC(128, 32, 128, swap_ab=True),
+         KC(64, 16, 128, schedule="pingpong", split_k=4, swap_ab=True), KC(128, 32, 128, split_k=2, swap_ab=True)]
+
+
+@pytest.mark.parametrize("config", SWAPS)
+@pytest.mark.parametrize("scaling", ["tensor", "row"])
+@pytest.mark.parametrize("promote", [True, False])
+@pytest.mark.parametrize("out_bytes", [2, 4])
+def test_swap_configs_are_accepted_for_tensor_and_row_scales(config, scaling, promote, out_bytes):
+    d = check_fp8_config(config, promote, out_bytes, scale_boxes(scaling, 128, config))
+    assert d.swap_ab and d.shared_bytes <= SMEM_LIMIT
+    assert d.epilogue_bufs == 0, "the swap epilogue stores through pointers: no TMA staging"
+
+
+@pytest.mark.parametrize("sb_cols", [128, 1])
+@pytest.mark.parametrize("config", [KC(64, 32, 128, schedule="pingpong", swap_ab=True),
+                                    KC(128, 128, 128, swap_ab=True)])
+def test_swap_with_block_scales_is_refused_with_the_reason(config, sb_cols):
+    with pytest.raises(ConfigError, match=r"swap-AB with block-wise scales is not built: the swapped tile's rows"
+                                          r" are N.*use swap_ab=False"):
+        check_fp8_config(config, True, 2, scale_boxes("block", sb_cols, config))
+
+
+@pytest.mark.parametrize("config, match", [
+    (KC(64, 16, 128, schedule="persistent", swap_ab=True), "warp-specialized"),
+    (KC(64, 16, 64, schedule="pingpong", swap_ab=True), "block_k=64"),
+    (KC(64, 16, 128, schedule="pingpong", swap_ab=True, cluster_m=2), "cluster_m=2"),
+])
+def test_other_swap_refusals(config, match):
+    with pytest.raises(ConfigError, match=match):
+        check_fp8_config(config, True, 2)
+
+
+def test_the_rule_never_picks_swap_ab():
+    """Not measured yet: the rule's decode picks are the ping-pong tiles over M."""
+    for M, N, K in [(1, 4096, 4096), (16, 6144, 4096), (1, 4096, 14336), (16, 28672, 4096), (32, 8192, 8192)]:
+        for promote in (True, False):
+            assert not select_fp8(M, N, K, promote, 132).swap_ab
+
+
+def _inputs(M, N, K, scaling):
+    """Operands, and scales that are views with distinct strides (a transposed or unexchanged
+    stride cannot pass for the right one)."""
+    a = torch.empty(M, K, dtype=torch.float8_e4m3fn)
+    w = torch.empty(N, K, dtype=torch.float8_e4m3fn)
+    if scaling == "tensor":
+        sa, sb = torch.ones(()), torch.ones(())
+    else:
+        sa = torch.ones(M, 3)[:, :1]  # (M, 1), stride(0) = 3
+        sb = torch.ones(N, 7).t()[:1]  # (1, N), stride(1) = 7
+    return a, w, sa, sb
+
+
+@pytest.mark.parametrize("scaling", ["tensor", "row"])
+@pytest.mark.parametrize("split_k", [1, 4])
+def test_swap_launch_exchanges_operands_sizes_and_scales(scaling, split_k):
+    """The kernel's product is N × M: its A box rows are W's, its B box rows a's; its sa (one per
+    row) is scale_b with scale_b's column stride, its sb (one per column) scale_a with scale_a's
+    row stride; the caller's per-column bias is per row; the store is transposed (SWAP)."""
+    M, N, K = 7, 320, 4096
+    a, w, sa, sb = _inputs(M, N, K, scaling)
+    out = torch.empty(M, N, dtype=torch.bfloat16)
+    bias = torch.ones(N, dtype=torch.bfloat16)
+    config = KC(64, 16, 128, schedule="pingpong", split_k=split_k, swap_ab=True)
+    ws = torch.empty(fp8_launch.workspace_shape(M, N, K, config), dtype=torch.float32)
+    counters = torch.zeros(fp8_launch.counter_count(M, N, config), dtype=torch.int32)
+    kernel, args, kwargs, grid = fp8_launch.prepare(a, w, out, sa, sb, scaling, True, 128, config, 132, bias, "relu",
+                                                    ws, counters)
+    assert kernel is fp8_launch.fp8_split_gemm
+    got = dict(zip(kernel.arg_names, args))
+    assert got["a_desc"].base is w and got["a_desc"].block_shape == [64, 128]
+    assert got["b_desc"].base is a and got["b_desc"].block_shape == [16, 128]
+    assert (got["M"], got["N"], got["K"]) == (N, M, K)
+    assert got["sa"].data_ptr() == sb.data_ptr() and got["sb"].data_ptr() == sa.data_ptr()
+    if scaling == "row":
+        assert (got["sa_row"], got["sb_col"]) == (7, 3)
+    assert got["out"] is out and got["out_ld"] == N
+    assert got["splits"] == split_k
+    epi = kwargs["CFG"].EPI
+    assert epi.SWAP and epi.BIAS == "row" and epi.ACTIVATION == "relu"
+    assert grid == (min(132, -(-N // 64) * -(-M // 16) * split_k),)
+
+
+def test_without_swap_the_scales_stay():
+    """The control: the same call unswapped runs the TMA kernel on the caller's order."""
+    M, N, K = 7, 320, 4096
+    a, w, sa, sb = _inputs(M, N, K, "row")
+    out = torch.empty(M, N, dtype=torch.bfloat16)
+    kernel, args, kwargs, _ = fp8_launch.prepare(a, w, out, sa, sb, "row", True, 128,
+                                                 KC(64, 64, 128, schedule="pingpong"), 132)
+    got = dict(zip(kernel.arg_names, args))
+    assert kernel is fp8_launch.fp8_gemm and got["a_desc"].base is a and (got["M"], got["N"]) == (M, N)
+    assert (got["sa_row"], got["sb_col"]) == (3, 7) and not kwargs["CFG"].EPI.SWAP
+
+
+SWAP_KERNELS = {"fp8-tensor-swap": 16, "fp8-row-swap-gelu": 32, "fp8-tensor-fast-swap": 16, "fp8-row-swap-coop": 32,
+                "fp8-row-swap-splitk": 16}
+
+
+@pytest.mark.parametrize("kernel", sorted(SWAP_KERNELS))
+def test_swap_kernel_compile_facts(kernel):
+    c = cc.compile_kernel(kernel, "sm_90a")
+    f, ptx = c.facts(), c.asm["ptx"]
+    assert f.spill_bytes == 0 and f.counts["LDL/STL"] == 0, "local-memory spills"
+    assert 0 < f.shared_bytes <= SMEM_LIMIT and f.warps == 12
+    shapes = set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k32\.f32\.e4m3\.e4m3", ptx))
+    assert shapes == {str(SWAP_KERNELS[kernel])}, shapes  # M on the wgmma's N side
+    assert f.counts["UTMASTG"] == 0, "the transposed tile goes out through pointers, no TMA store"
+    assert len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cta\.global", ptx)) == 2  # W and a boxes
+    waits = set(re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx))
+    assert waits == ({"0", "1"} if "fast" in kernel else {"0"}), waits

@@ -1,0 +1,111 @@
+"""FP8 swap-AB on a Hopper GPU (fp8_split_gemm on Cᵀ = W·Aᵀ, the transposed pointer store):
+tensor- and row-wise scales, decode batches M ∈ {1, 7, 16, 17, 32}, N and K off the tile
+multiples (N a multiple of 16 and K of 16: scaled_mm's rule), ping-pong and cooperative tiles
+with 16 and 32 columns of M, one split and three, promoted and fast accumulation; against a
+float64 product of the dequantized operands (norm and elementwise bounds), output and
+workspace poisoned with NaN, arrival counters back at zero, bitwise repeatable, and through the
+plan (JIT, then the direct launch whose pointers are exchanged too). Row scales differ by up to
+2^±4 between rows (test_fp8_gpu.spread), so a scale applied to the other operand's index fails."""
+
+import zlib
+
+import pytest
+import torch
+
+import pingpong
+from pingpong.errors import ConfigError
+from pingpong.fp8 import scaled_mm_direct
+
+from test_fp8_gpu import operands, poisoned_call
+from test_fp8_splitk_gpu import bounded, launch_poisoned
+
+pytestmark = pytest.mark.gpu
+
+KC = pingpong.KernelConfig
+MS = [1, 7, 16, 17, 32]
+#: N not a multiple of 64 (the last 64 rows of the swapped tile are partial), K not of 128
+#: (TMA zero-fills the last k-step): 4112 = 64·64 + 16, 1040 = 8·128 + 16
+SHAPES = [(4112, 1040), (336, 4096)]
+CONFIGS = {
+    "pp64x16": KC(64, 16, 128, schedule="pingpong", swap_ab=True),
+    "pp64x32": KC(64, 32, 128, schedule="pingpong", swap_ab=True),
+    "coop128x16": KC(128, 16, 128, swap_ab=True),
+    "pp64x16-split3": KC(64, 16, 128, schedule="pingpong", split_k=3, swap_ab=True),
+    "coop128x32-split3": KC(128, 32, 128, split_k=3, swap_ab=True),
+}
+#: fast accumulation: the fp8 wgmma keeps about 14 bits of its running sum and truncates, a
+#: bias that grows with K (DeepSeek-V3 report: up to 2% relative at K = 4096); still far below
+#: a scale on the wrong row or column (rows differ by up to 2^±4)
+FAST_TOL = 4e-2
+
+
+def seed_of(*key) -> int:
+    return zlib.crc32(repr(key).encode()) % 10000
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["promoted", "fast"])
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+@pytest.mark.parametrize("mode", ["tensor", "row"])
+def test_swap_matches_float64_and_repeats_bitwise(mode, name, fast):
+    config = CONFIGS[name]
+    for M in MS:
+        for N, K in SHAPES:
+            seed = seed_of(mode, name, fast, M, N, K)
+            print(f"seed {seed}: {mode} {name} fast={fast} {M}x{N}x{K}")
+            qa, qb, sa, sb, ref = operands(M, N, K, mode, seed)
+            first = launch_poisoned(qa, qb, sa, sb, mode, config, fast)  # NaN out and workspace, counters at 0
+            bounded(first, ref, seed, FAST_TOL if fast else 1e-2)
+            for _ in range(2):
+                assert torch.equal(launch_poisoned(qa, qb, sa, sb, mode, config, fast), first), f"seed {seed}"
+            for _ in range(2):  # the plan: JIT, then the direct launch (its pointers exchanged too)
+                got = poisoned_call(lambda: scaled_mm_direct(qa, qb, sa, sb, use_fast_accum=fast, config=config),
+                                    (M, N), torch.bfloat16)
+                assert torch.equal(got, first), f"seed {seed}: the plan's launch differs from the hand launch"
+
+
+@pytest.mark.parametrize("out_dtype, activation", [(torch.bfloat16, "gelu_erf"), (torch.float16, "silu"),
+                                                   (torch.float32, None)])
+@pytest.mark.parametrize("name", ["pp64x32", "pp64x16-split3"])
+def test_swap_bias_activation_out_dtypes(name, out_dtype, activation):
+    """The caller's per-column bias is per row of the swapped product; fp16/fp32 outputs."""
+    config = CONFIGS[name]
+    act = {None: lambda z: z, "gelu_erf": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}[activation]
+    tol = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-3}[out_dtype]
+    for M in MS:
+        N, K = 4112, 1040
+        seed = seed_of(name, str(out_dtype), activation, M)
+        print(f"seed {seed}: {name} {out_dtype} {activation} {M}x{N}x{K}")
+        qa, qb, sa, sb, ref = operands(M, N, K, "row", seed, magnitude=1 / 32)  # results within fp16's range
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        bias = (torch.randn(N, generator=gen, device="cuda") * ref.abs().mean().item()).bfloat16()
+        want = act(ref + bias.double())
+        call = lambda: scaled_mm_direct(qa, qb, sa, sb, bias=bias, out_dtype=out_dtype,  # noqa: E731
+                                        activation=activation, config=config)
+        out = poisoned_call(call, (M, N), out_dtype)
+        assert out.dtype == out_dtype and not out.isnan().any(), f"seed {seed}: NaN in the output"
+        assert ((out.double() - want).norm() / want.norm()).item() < tol, f"seed {seed}"
+        assert ((out.double() - want).abs() <= 8 * tol * want.abs() + 1e-2 * want.abs().max()).all(), f"seed {seed}"
+        assert torch.equal(poisoned_call(call, (M, N), out_dtype), out), f"seed {seed}: not bitwise repeatable"
+
+
+@pytest.mark.parametrize("mode", ["tensor", "row"])
+def test_swap_agrees_with_the_unswapped_kernel(mode):
+    """The same product by the rule's tile and by swap-AB: both within the float64 bounds, and
+    close to each other (a transposed store or scale would move whole rows or columns)."""
+    M, N, K = 17, 4112, 4096
+    seed = seed_of("agree", mode)
+    qa, qb, sa, sb, ref = operands(M, N, K, mode, seed)
+    plain = poisoned_call(lambda: scaled_mm_direct(qa, qb, sa, sb), (M, N), torch.bfloat16)
+    swapped = poisoned_call(lambda: scaled_mm_direct(qa, qb, sa, sb, config=CONFIGS["pp64x32"]), (M, N),
+                            torch.bfloat16)
+    bounded(plain, ref, seed)
+    bounded(swapped, ref, seed)
+    d = (swapped.double() - plain.double()).abs()
+    assert (d <= 2e-2 * ref.abs() + 1e-2 * ref.abs().max()).all(), f"seed {seed}"
+
+
+@pytest.mark.parametrize("mode", ["block", "block1x128"])
+def test_swap_with_block_scales_is_refused(mode):
+    qa, qb, sa, sb, _ = operands(16, 256, 1024, mode, 1)
+    with pytest.raises(ConfigError, match="swap-AB with block-wise scales is not built"):
+        scaled_mm_direct(qa, qb, sa, sb, config=CONFIGS["pp64x32"])
