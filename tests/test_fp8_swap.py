@@ -52,11 +52,20 @@ def test_other_swap_refusals(config, match):
         check_fp8_config(config, True, 2)
 
 
-def test_the_rule_never_picks_swap_ab():
-    """Not measured yet: the rule's decode picks are the ping-pong tiles over M."""
+@pytest.mark.parametrize("scaling", ["tensor", "row"])
+def test_decode_takes_swap_ab_unsplit(scaling):
+    """The measured decode shapes (H100, run 227: swap-AB ping-pong won every one, split 2 lost
+    9 of 10) take swap-AB, 16 columns up to 16 rows and 32 up to 32, unsplit."""
     for M, N, K in [(1, 4096, 4096), (16, 6144, 4096), (1, 4096, 14336), (16, 28672, 4096), (32, 8192, 8192)]:
         for promote in (True, False):
-            assert not select_fp8(M, N, K, promote, 132).swap_ab
+            c = select_fp8(M, N, K, promote, 132, scaling=scaling)
+            assert c == KC(64, 16 if M <= 16 else 32, 128, schedule="pingpong", swap_ab=True), (M, N, K, c)
+
+
+def test_no_swap_ab_for_block_scales_more_rows_or_few_tiles():
+    assert not select_fp8(16, 6144, 4096, True, 132, scaling="block").swap_ab  # block scales cannot swap
+    assert not select_fp8(33, 8192, 8192, True, 132, scaling="row").swap_ab  # past DECODE_M
+    assert not select_fp8(1, 1024, 65536, True, 132, scaling="row").swap_ab  # 16 tiles of N: not measured
 
 
 def _inputs(M, N, K, scaling):

@@ -33,9 +33,9 @@ def cache(tuning_cache):
 
 def runs_on_fp8_kernel(c: KernelConfig, scaling: str, promote: bool) -> None:
     """What the FP8 kernel takes (raises ConfigError otherwise), for bench_fp8's inputs: b scales
-    in 128×128 blocks, bf16 output."""
+    in 128×128 blocks, bf16 output (split-K and, for tensor/row scales, swap-AB included)."""
     check_fp8_config(c, promote, 2, scale_boxes(scaling, 128, c))
-    assert c.block_k == 128 and c.split_k == 1 and not c.swap_ab and c.cluster_m == 1, c
+    assert c.block_k == 128 and c.cluster_m == 1 and not (c.swap_ab and scaling == "block"), c
 
 
 def settings(**kw):
@@ -78,7 +78,7 @@ def test_fp8_normalize_merges_configs_that_run_alike():
 @pytest.mark.parametrize("M, N, K", SHAPES)
 def test_fp8_quick_grid_holds_select_fp8s_pick(scaling, promote, M, N, K):
     grid = tune.fp8_quick_grid(M, N, K, scaling, promote)
-    pick = select_fp8(M, N, K, promote, 132)
+    pick = select_fp8(M, N, K, promote, 132, scaling=scaling)
     assert tune.fp8_normalize(pick, M, N, K, scaling, promote) == grid[0]
     assert 3 <= len(grid) == len(set(grid)) <= 16
     for c in grid:
@@ -130,7 +130,9 @@ def test_fp8_budget_search_with_and_without_optuna(optuna, scaling, fast, monkey
 def test_fp8_small_space_is_brute_forced():
     gpu = FakeFp8GPU()
     tune.search(16, 8192, 8192, settings(trials=10_000), gpu)
-    assert set(gpu.measured) == set(tune.fp8_space(16, 8192, 8192, "row", True))
+    pick = tune.fp8_normalize(select_fp8(16, 8192, 8192, True, 132, scaling="row"), 16, 8192, 8192, "row", True)
+    assert pick.swap_ab  # the rule's decode tile: measured too, though the space holds no swap-AB tile
+    assert set(gpu.measured) == set(tune.fp8_space(16, 8192, 8192, "row", True)) | {pick}
 
 
 # ----------------------------------------------------------------------------- the table

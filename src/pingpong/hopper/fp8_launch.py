@@ -9,11 +9,18 @@ shape bucket and FP8 problem (`pingpong tune --dtype fp8`; table dtype `table.fp
 "fp8e4m3-row"), found and vetted as select_config's (`select.tabled`) and checked by
 `check_fp8_config` (an entry the FP8 kernel cannot run falls back to the rule); else the rule:
 
+    M ≤ 32, tensor- decode: swap-AB, ping-pong 64×16×128 (64×32 for 17–32 rows), unsplit: N on
+    or row-wise,   the wgmma's 64-row side, M in its 16 or 32 columns (the 16-bit rule's
+    N ≥ S/4 · 64   decode tile, select.DECODE_M). H100, run 227, ours/torch._scaled_mm, the
+                   previous pick → swap: tensor-wise 1×4096×4096 0.812 → 0.914, 16×6144×4096
+                   0.895 → 0.982, 1×4096×14336 0.816 → 1.039, 16×28672×4096 0.969 → 1.004,
+                   32×8192×8192 0.956 → 0.970; row-wise 1.115 → 1.291, 1.154 → 1.241, 1.358 →
+                   1.486, 1.057 → 1.083, 1.137 → 1.159; split 2 lost on 9 of the 10. Block-wise
+                   scales cannot swap (`check_fp8_config`); fewer than S/4 tiles of N were not
+                   measured and keep the tiles below (which split K)
     M ≤ 128        ping-pong 64×128×128 (64×64 when 128-column tiles fill less than 3/4 of
                    a wave): 64-row tiles waste the least of a skinny product, and the weight
-                   streams through the ring. Swap-AB (N on the wgmma's 64-row side, M ≤ 32
-                   in 16 or 32 columns: the 16-bit rule's decode tile) is built for tensor- and
-                   row-wise scales, as an explicit config only until measured (`prepare`)
+                   streams through the ring
     fast accum     cooperative 128×256×128 (tensor/row with use_fast_accum): one accumulator,
                    128 fp32 registers per consumer thread
     otherwise      cooperative 128×128×128: the promotion keeps a second accumulator (the
@@ -53,7 +60,7 @@ from .epilogue import EpilogueConstants
 from .launch import MAX_SPLIT_BLOCK, _descriptor, counter_count, kernel_constants, launch_options, product_bias, \
     workspace_reason, workspace_shape
 from .scheduler import effective_splits
-from .select import SPLIT_MIN_BYTES, Device, split, tabled
+from .select import DECODE_M, SPLIT_MIN_BYTES, Device, split, tabled
 
 #: fp32 registers a consumer thread may spend on accumulators (config.validate's bound)
 _ACC_REGS = 200
@@ -67,9 +74,11 @@ _SB_BOX = 32
 FP8_KINDS = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 
 
-def rule_fp8(M: int, N: int, K: int, promote: bool, sms: int) -> KernelConfig:
-    """The fixed rule's KernelConfig of an FP8 product (module docstring): the tile, then its
-    split count (select.split, K in k-steps of SCALE_BLOCK)."""
+def rule_fp8(M: int, N: int, K: int, promote: bool, sms: int, scaling: str = "tensor") -> KernelConfig:
+    """The fixed rule's KernelConfig of an FP8 product (module docstring): decode's swap-AB
+    tile, else the tile, then its split count (select.split, K in k-steps of SCALE_BLOCK)."""
+    if M <= DECODE_M and scaling != "block" and -(-N // 64) >= sms // 4:
+        return KernelConfig(64, 16 if M <= 16 else 32, SCALE_BLOCK, schedule="pingpong", swap_ab=True)
     k_steps = -(-K // SCALE_BLOCK)
     if M <= 128:
         bn = 128 if -(-M // 64) * -(-N // 128) >= 0.75 * sms else 64
@@ -89,7 +98,7 @@ def choose_fp8(M: int, N: int, K: int, promote: bool, sms: int, gpu: str | None 
     """(config, source) of an FP8 product: the tuning table of the GPU named `gpu` (None: no
     table) for this problem (its dtype key: `fp8_key(kind, scaling, promote)`) where it has a
     usable entry (source: its path), else the rule (source "rule")."""
-    rule = rule_fp8(M, N, K, promote, sms)
+    rule = rule_fp8(M, N, K, promote, sms, scaling)
     check = lambda c: check_fp8_config(c, promote, out_bytes, scale_boxes(scaling, sb_cols, c))  # noqa: E731
     found = tabled(M, N, K, tables.fp8_key(kind, scaling, promote), "nt", Device(gpu, sms), rule, check)
     return found or (rule, "rule")

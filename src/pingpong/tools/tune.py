@@ -326,7 +326,7 @@ def fp8_quick_grid(M: int, N: int, K: int, scaling: str, promote: bool, sms: int
     schedules with the derived stages (the invalid ones drop out)."""
     from ..hopper.fp8_launch import SCALE_BLOCK, rule_fp8
 
-    pick = rule_fp8(M, N, K, promote, sms)
+    pick = rule_fp8(M, N, K, promote, sms, scaling)
     grid = [pick, dataclasses.replace(pick, group_m=1), dataclasses.replace(pick, group_m=2 * pick.group_m),
             *(KernelConfig(bm, bn, SCALE_BLOCK, schedule=sc) for sc in SCHEDULES for bm, bn in FP8_TILES)]
     return fp8_dedupe(grid, M, N, K, scaling, promote)
@@ -369,7 +369,7 @@ def shape_space(M: int, N: int, K: int, settings: Settings, sms: int = DEFAULT_S
             bm, bn = (int(x) for x in p["tile"].split("x"))
             return KernelConfig(bm, bn, SCALE_BLOCK, stages=p["stages"], schedule=p["schedule"], group_m=p["group_m"])
 
-        return Space(rule_fp8(M, N, K, pr, sms), lambda c: fp8_normalize(c, M, N, K, sc, pr),
+        return Space(rule_fp8(M, N, K, pr, sms, sc), lambda c: fp8_normalize(c, M, N, K, sc, pr),
                      lambda c: fp8_valid(c, sc, pr), lambda: fp8_quick_grid(M, N, K, sc, pr, sms),
                      lambda: fp8_space(M, N, K, sc, pr),
                      {"tile": [f"{bm}x{bn}" for bm, bn in FP8_TILES], "schedule": list(SCHEDULES),
