@@ -329,3 +329,13 @@ def test_show_lists_fp8_entries(monkeypatch, capsys):
     assert code == 0 and "16x4096x4096 bf16 nt: 128x16x64 cooperative split_k=4 swap_ab=True  9.5 us" in out
     assert ("512x4096x4096 fp8e4m3-row-fast nt: 64x128x128 pingpong group_m=4 stages=auto  7.5 us"
             " (torch._scaled_mm 8.0 us)") in out
+
+
+@pytest.mark.parametrize("scaling, promote", PROBLEMS)
+def test_fp8_space_holds_split_k_and_decode_swap_ab(scaling, promote):
+    """Split-K everywhere; swap-AB for decode rows with tensor- or row-wise scales only."""
+    decode, wide = tune.fp8_space(16, 8192, 8192, scaling, promote), tune.fp8_space(512, 4096, 4096, scaling, promote)
+    assert {1, 2, 4, 8} <= {c.split_k for c in decode} and {1, 2} <= {c.split_k for c in wide}
+    assert any(c.swap_ab for c in decode) == (scaling != "block")
+    assert not any(c.swap_ab for c in wide)
+    assert all(c.block_n in (16, 32) for c in decode if c.swap_ab)

@@ -47,7 +47,7 @@ from ..hopper.config import KernelConfig
 from ..errors import ConfigError, PingpongError
 from ..hopper import table as tables
 from ..hopper.scheduler import effective_splits
-from ..hopper.select import (DEFAULT_SMS, FEW_WIDTHS, MID_M, MID_WIDTHS, SMALL_TILE_K_BYTES, choose,
+from ..hopper.select import (DECODE_M, DEFAULT_SMS, FEW_WIDTHS, MID_M, MID_WIDTHS, SMALL_TILE_K_BYTES, choose,
                              heuristic_config)
 from .suites import SUITES, suite
 
@@ -76,6 +76,12 @@ SWAP_MAX_M = 256
 FP8_TILES = tuple((bm, bn) for bm in (128, 64) for bn in (256, 192, 128, 64))
 FP8_GROUP_M = (1, 4, 8, 16)
 FP8_STAGES = (None, 3, 4, 6)  # None: as many as fit
+#: FP8 split counts (fp8_split_gemm: fp32 partials, the last split sums them)
+FP8_SPLITS = (1, 2, 4, 8)
+#: FP8 swap-AB tiles (N on the wgmma's 64 or 128 rows, M in 16 or 32 columns; a tile of these is
+#: always swapped), searched for M ≤ select.DECODE_M with tensor- or row-wise scales (block-wise
+#: scales cannot swap)
+FP8_SWAP_TILES = ((64, 16), (64, 32), (128, 16), (128, 32))
 #: what the tuned FP8 inputs are (bench_fp8.make_fp8_inputs): W's scales in 128×128 blocks, bf16 out
 FP8_SB_COLS = 128
 FP8_OUT_BYTES = 2
@@ -311,14 +317,27 @@ def fp8_dedupe(configs: Iterable[KernelConfig], M, N, K, scaling: str, promote: 
     return list(out)
 
 
+def fp8_tiles(M: int, scaling: str) -> tuple[tuple[int, int], ...]:
+    """The (block_m, block_n) tiles the FP8 search tries: FP8_TILES, and for decode rows with
+    tensor- or row-wise scales the swap-AB tiles FP8_SWAP_TILES (a tile of those is swapped:
+    `fp8_swapped`)."""
+    return FP8_TILES + (FP8_SWAP_TILES if M <= DECODE_M and scaling != "block" else ())
+
+
+def fp8_swapped(tile: tuple[int, int]) -> bool:
+    return tile in FP8_SWAP_TILES
+
+
 def fp8_space(M: int, N: int, K: int, scaling: str, promote: bool) -> list[KernelConfig]:
-    """Every FP8 config of the factors (FP8_TILES × SCHEDULES × FP8_GROUP_M × FP8_STAGES) that
-    check_fp8_config accepts for this scaling and accumulation, each canonical form once."""
+    """Every FP8 config of the factors (fp8_tiles × SCHEDULES × FP8_GROUP_M × FP8_STAGES ×
+    FP8_SPLITS) that check_fp8_config accepts for this scaling and accumulation, each canonical
+    form once."""
     from ..hopper.fp8_launch import SCALE_BLOCK
 
-    return fp8_dedupe((KernelConfig(bm, bn, SCALE_BLOCK, stages=st, schedule=sc, group_m=g)
-                       for (bm, bn), sc, g, st in itertools.product(FP8_TILES, SCHEDULES, FP8_GROUP_M, FP8_STAGES)),
-                      M, N, K, scaling, promote)
+    factors = itertools.product(fp8_tiles(M, scaling), SCHEDULES, FP8_GROUP_M, FP8_STAGES, FP8_SPLITS)
+    return fp8_dedupe((KernelConfig(*tile, SCALE_BLOCK, stages=st, schedule=sc, group_m=g, split_k=k,
+                                    swap_ab=fp8_swapped(tile))
+                       for tile, sc, g, st, k in factors), M, N, K, scaling, promote)
 
 
 def fp8_quick_grid(M: int, N: int, K: int, scaling: str, promote: bool, sms: int = DEFAULT_SMS) -> list[KernelConfig]:
@@ -367,13 +386,14 @@ def shape_space(M: int, N: int, K: int, settings: Settings, sms: int = DEFAULT_S
 
         def build(p: dict) -> KernelConfig:
             bm, bn = (int(x) for x in p["tile"].split("x"))
-            return KernelConfig(bm, bn, SCALE_BLOCK, stages=p["stages"], schedule=p["schedule"], group_m=p["group_m"])
+            return KernelConfig(bm, bn, SCALE_BLOCK, stages=p["stages"], schedule=p["schedule"], group_m=p["group_m"],
+                                split_k=p["split_k"], swap_ab=fp8_swapped((bm, bn)))
 
         return Space(rule_fp8(M, N, K, pr, sms, sc), lambda c: fp8_normalize(c, M, N, K, sc, pr),
                      lambda c: fp8_valid(c, sc, pr), lambda: fp8_quick_grid(M, N, K, sc, pr, sms),
                      lambda: fp8_space(M, N, K, sc, pr),
-                     {"tile": [f"{bm}x{bn}" for bm, bn in FP8_TILES], "schedule": list(SCHEDULES),
-                      "group_m": list(FP8_GROUP_M), "stages": list(FP8_STAGES)}, build)
+                     {"tile": [f"{bm}x{bn}" for bm, bn in fp8_tiles(M, sc)], "schedule": list(SCHEDULES),
+                      "group_m": list(FP8_GROUP_M), "stages": list(FP8_STAGES), "split_k": list(FP8_SPLITS)}, build)
     in_b = out_b = DTYPES[settings.dtype]
     factors = {"tile": [f"{bm}x{bn}" for bm, bn in TILES], **({"swap_ab": [False, True]} if M <= SWAP_MAX_M else {}),
                "k_bytes": list(K_BYTES), "schedule": list(SCHEDULES), "split_k": list(SPLITS),
