@@ -106,13 +106,6 @@ def test_block_scales_are_recognised():
     assert check(**block_operands(), fast=True) == ("block", "block")  # promoted all the same (prepare)
 
 
-@pytest.mark.parametrize("i", range(len(_bad_block())))
-def test_bad_block_input_names_the_argument(i):
-    args, match = _bad_block()[i]
-    with pytest.raises(PingpongError, match=match):
-        check(**args)
-
-
 def test_block_scales_always_promote_and_read_through_tma():
     """use_fast_accum=True with block scales still promotes (scaled_mm's choice: the scales
     apply at the promotion); the scales become TMA descriptors of scale_a's (K/128, T) rows
@@ -134,9 +127,10 @@ def test_block_scales_always_promote_and_read_through_tma():
     assert view.stride(0) == 304 and torch.equal(view, x["sa"].t())
 
 
-@pytest.mark.parametrize("i", range(len(_bad())))
+@pytest.mark.parametrize("i", range(len(_bad()) + len(_bad_block())))
 def test_bad_input_names_the_argument(i):
-    args, match = _bad()[i]
+    """Row-/tensor-wise cases, then block-wise ones."""
+    args, match = (_bad() + _bad_block())[i]
     with pytest.raises(PingpongError, match=match):
         check(**args)
 
