@@ -288,6 +288,16 @@ MUTATIONS = [
     ("the quick grid tries only the 64x96 mid-size tile", "src/pingpong/tools/tune.py",
      'grid += [KernelConfig(64, bn, 64, schedule="pingpong") for bn in MID_WIDTHS]',
      'grid += [KernelConfig(64, 96, 64, schedule="pingpong")]', "tests/test_tune.py"),
+    # -- the fourth session: FP8 split-K and swap-AB selection, the import layering
+    ("FP8 decode keeps the 64-row tiles", "src/pingpong/hopper/fp8_launch.py",
+     'if M <= DECODE_M and scaling != "block" and -(-N // 64) >= sms // 4:', "if False:", "tests/test_fp8_swap.py"),
+    ("FP8 swap-AB scales not exchanged", "src/pingpong/hopper/fp8_launch.py",
+     "return (w, a, scale_b.t(), scale_a.t()) if swap", "return (w, a, scale_a.t(), scale_b.t()) if swap",
+     "tests/test_fp8_swap.py"),
+    ("FP8 split-K never chosen", "src/pingpong/hopper/fp8_launch.py",
+     "    config = split(tile, M, N, k_steps, sms)", "    config = tile", "tests/test_fp8_splitk.py"),
+    ("tuning table reads the version through the package root", "src/pingpong/hopper/table.py",
+     "from ..toolchain import __version__", "from .. import __version__", "tests/test_imports.py"),
 ]
 
 
