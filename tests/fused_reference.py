@@ -5,6 +5,7 @@
                                                   torch's broadcasting of the bias
 """
 
+import itertools
 import math
 
 import torch
@@ -70,3 +71,8 @@ def new_seed():
     import random
 
     return random.randrange(2**31)
+
+
+def offsets(sizes, device="cpu"):
+    """grouped_mm's offs for groups of these sizes: int32 cumulative ends."""
+    return torch.tensor(list(itertools.accumulate(sizes)), dtype=torch.int32, device=device)

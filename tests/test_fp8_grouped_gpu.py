@@ -9,14 +9,13 @@ Block-wise (DeepSeek-V3's 1×128 a scales, 128×128 b scales per group): the sam
 groups with every scale element different (2^±4), so a scale of the wrong row, K block,
 column block or group fails the elementwise bound; use_fast_accum ignored (promoted)."""
 
-import itertools
 import math
 
 import pytest
 import torch
 
 import pingpong
-from fused_reference import new_seed
+from fused_reference import new_seed, offsets as group_ends
 from pingpong import KernelConfig
 from pingpong import fp8_grouped as fg
 from pingpong.hopper import fp8_grouped as kernel
@@ -48,7 +47,7 @@ def use_config(monkeypatch, name):
 
 
 def offsets(sizes):
-    return torch.tensor(list(itertools.accumulate(sizes)), dtype=torch.int32, device="cuda")
+    return group_ends(sizes, "cuda")
 
 
 def spread_scales(shape, gen):

@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 import torch
+from fused_reference import offsets
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import pingpong
@@ -16,8 +17,6 @@ from pingpong.hopper import grouped as hg
 from pingpong.hopper.scheduler import tile_coords, tiles_of_program
 
 
-def _offs(sizes):
-    return torch.tensor(list(itertools.accumulate(sizes)), dtype=torch.int32)
 
 
 # ----------------------------------------------------------------------------- scheduler enumeration
@@ -70,7 +69,7 @@ def test_select_config_by_mean_group():
 
 
 def _ab(T=32, K=16, N=24, G=4, dtype=torch.bfloat16):
-    return torch.randn(T, K, dtype=dtype), torch.randn(G, K, N, dtype=dtype), _offs([8] * G)
+    return torch.randn(T, K, dtype=dtype), torch.randn(G, K, N, dtype=dtype), offsets([8] * G)
 
 
 @pytest.mark.parametrize("change,match", [
@@ -105,7 +104,7 @@ def test_bad_out_dtype_and_cpu():
 
 
 def test_check_offsets_syncs_and_refuses_bad_values():
-    gm.check_offsets(_offs([0, 3, 0, 5]), 8)
+    gm.check_offsets(offsets([0, 3, 0, 5]), 8)
     for bad in ([3, 2], [-1, 4], [4, 9]):
         with pytest.raises(PingpongError, match="offs: expected non-decreasing"):
             gm.check_offsets(torch.tensor(bad, dtype=torch.int32), 8)
@@ -155,7 +154,7 @@ def _reference(a, b, offs, mode):
 def test_portable_kernel_interpreted(mode, transposed):
     torch.manual_seed(0)
     sizes = [0, 1, 17, 0, 21]
-    offs = _offs(sizes)
+    offs = offsets(sizes)
     total, K, N, G = sum(sizes), 24, 20, len(sizes)
     if mode == gm.ROWS:
         a, b = torch.randn(total + 3, K), torch.randn(G, K, N)
@@ -202,7 +201,7 @@ def test_gradients_interpreted(interpreted, mode):
     float64 autograd of the per-group reference; the last group ends before the extent."""
     torch.manual_seed(1)
     sizes = [5, 0, 18, 1]
-    offs, G, total, K, N = _offs(sizes), len(sizes), sum(sizes), 16, 12
+    offs, G, total, K, N = offsets(sizes), len(sizes), sum(sizes), 16, 12
     shapes = {gm.ROWS: ((total + 2, K), (G, K, N)), gm.COLS: ((G, 9, K), (K, total + 2)),
               gm.RAGGED_K: ((9, total + 2), (total + 2, N))}[mode]
     a = torch.randn(shapes[0]).half().requires_grad_()
@@ -224,7 +223,7 @@ def test_gradients_interpreted(interpreted, mode):
 def test_op_schema_fake_and_fullgraph_compile(interpreted):
     """opcheck (schema, fake tensors, autograd registration) and torch.compile(fullgraph=True):
     one graph node, the output shape from the shapes only."""
-    a, b, offs = torch.randn(40, 16).half(), torch.randn(4, 16, 8).half(), _offs([10, 0, 20, 10])
+    a, b, offs = torch.randn(40, 16).half(), torch.randn(4, 16, 8).half(), offsets([10, 0, 20, 10])
     torch.library.opcheck(gm.grouped_mm_op, (a, b, offs), test_utils=("test_schema", "test_faketensor",
                                                                        "test_autograd_registration"))
     f = torch.compile(lambda a, b, offs: pingpong.grouped_mm(a, b, offs) * 2, fullgraph=True, backend="eager")
@@ -344,7 +343,7 @@ def test_ragged_k_interpreted_asks_no_registered_backend(monkeypatch):
     calls = []
     monkeypatch.setattr(hopper_backend, "can_implement", lambda s: calls.append(s))
     a, b = torch.randn(8, 40).half(), torch.randn(40, 16).half()
-    offs = _offs([10, 0, 30])
+    offs = offsets([10, 0, 30])
     out = gm._compute(a, b, offs, torch.float32, interpret=True)
     assert not calls, "the interpreter path never asks the Hopper backend"
     assert torch.allclose(out[0], a[:, :10].float() @ b[:10].float(), atol=1e-2) and (out[1] == 0).all()

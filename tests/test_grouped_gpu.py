@@ -4,13 +4,12 @@ tile config of the Hopper grouped kernel, every storage order of a and b, the tr
 (3-D × 2-D) and ragged-K products, 256 groups, graph capture with offsets changed between
 replays, bitwise repeatability, and the gradients."""
 
-import itertools
 
 import pytest
 import torch
 
 import pingpong
-from fused_reference import check, matrix, new_seed, poisoned
+from fused_reference import check, matrix, new_seed, poisoned, offsets as group_ends
 from pingpong import KernelConfig
 from pingpong import grouped as gm
 from pingpong.portable import grouped as portable_grouped
@@ -28,7 +27,7 @@ CONFIGS = {
 
 
 def offsets(sizes):
-    return torch.tensor(list(itertools.accumulate(sizes)), dtype=torch.int32, device="cuda")
+    return group_ends(sizes, "cuda")
 
 
 def reference(a, b, offs, mode):

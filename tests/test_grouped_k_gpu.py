@@ -5,13 +5,12 @@ operand layout the backward produces, rows outside every group holding NaN (they
 be read), fp16 in / fp32 out with 256 groups, graph capture with offsets changed between
 replays, bitwise repeatability, and the gradients that take this path."""
 
-import itertools
 
 import pytest
 import torch
 
 import pingpong
-from fused_reference import check, matrix, new_seed, poisoned
+from fused_reference import check, matrix, new_seed, poisoned, offsets as group_ends
 from pingpong import KernelConfig
 from pingpong import grouped as gm
 from pingpong.hopper import grouped_k as hk
@@ -30,7 +29,7 @@ CONFIGS = {
 
 
 def offsets(sizes):
-    return torch.tensor(list(itertools.accumulate(sizes)), dtype=torch.int32, device="cuda")
+    return group_ends(sizes, "cuda")
 
 
 @pytest.fixture

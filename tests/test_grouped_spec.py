@@ -6,12 +6,12 @@ registry instead of deciding a backend itself."""
 
 import ast
 import collections
-import itertools
 import types
 from pathlib import Path
 
 import pytest
 import torch
+from fused_reference import offsets
 
 import pingpong
 from pingpong import PingpongError
@@ -168,8 +168,6 @@ def grouped_runs(monkeypatch):
     return runs
 
 
-def _offs(sizes):
-    return torch.tensor(list(itertools.accumulate(sizes)), dtype=torch.int32)
 
 
 def test_one_cache_holds_grouped_and_dense_plans_apart(grouped_runs):
@@ -187,12 +185,12 @@ def test_a_grouped_spec_is_validated_and_planned_once(grouped_runs, monkeypatch)
     monkeypatch.setattr(portable, "can_implement", lambda s: asked.append(s) or can_implement(s))
     x, w = torch.randn(30, 16).half(), torch.randn(3, 8, 16).half()
     for sizes in ([10, 0, 20], [5, 5, 5], [0, 0, 30]):  # the offsets' values are not in the key
-        gm.grouped_mm(x, w.transpose(1, 2), _offs(sizes))
+        gm.grouped_mm(x, w.transpose(1, 2), offsets(sizes))
     assert grouped_runs.validated == 1 and len(asked) == 1 and asked[0].groups.mode == gm.ROWS
     assert len(grouped_runs.grouped) == 3
     a, b, out, o = grouped_runs.grouped[0]
     assert a is x and b.shape == (3, 16, 8) and out.shape == (30, 8) and o.tolist() == [10, 10, 30]
-    gm.grouped_mm(torch.randn(3, 5, 16).half(), torch.randn(16, 30).half(), _offs([10, 0, 20]))  # ragged columns
+    gm.grouped_mm(torch.randn(3, 5, 16).half(), torch.randn(16, 30).half(), offsets([10, 0, 20]))  # ragged columns
     a, b, out, o = grouped_runs.grouped[-1]  # the plan runs ragged rows on the transposed views
     assert a.shape == (30, 16) and b.shape == (3, 16, 5) and out.shape == (30, 5) and out.stride() == (1, 30)
     assert grouped_runs.validated == 2
