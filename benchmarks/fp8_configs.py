@@ -1,6 +1,12 @@
 """Block-wise (and row-wise) FP8 tiles compared in one process against torch._scaled_mm on the
 same tensors (GPU): which KernelConfig select_fp8 should take. One line per (shape, config).
-`measure` is shared with benchmarks/fp8_swap.py."""
+`measure` is shared with benchmarks/fp8_swap.py.
+
+    python benchmarks/fp8_configs.py tensor row --shapes 16384,16384,16384 \
+        --configs cooperative:128x128x128 cooperative:128x128x128/c2 cooperative:128x64x128
+"""
+import argparse
+import os
 import statistics
 import sys
 
@@ -9,7 +15,12 @@ import torch
 from pingpong import KernelConfig
 from pingpong.fp8 import scaled_mm_direct
 from pingpong.tools.bench_fp8 import make_fp8_inputs
+from pingpong.hopper.fp8_launch import rule_fp8
+from pingpong.tools import bench
 from pingpong.tools.timing import time_callable
+
+sys.path.insert(0, os.path.dirname(__file__))
+from schedules import config_name, parse_config  # noqa: E402
 
 CONFIGS = {
     "coop128x128": KernelConfig(128, 128, 128),
@@ -44,9 +55,24 @@ def measure(scaling, M, N, K, configs):
         yield name, cfg, u, r
 
 
-if __name__ == "__main__":
-    for scaling in sys.argv[1:] or ["block"]:
-        for M, N, K in SHAPES:
-            configs = [(n, c) for n, c in CONFIGS.items() if not (M > 128 and c.block_m == 64 and c.block_n == 64)]
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("scalings", nargs="*", default=["block"], help="tensor / row / block")
+    p.add_argument("--shapes", nargs="+", type=bench.parse_shape, default=SHAPES)
+    p.add_argument("--configs", nargs="+", type=parse_config, default=None,
+                   help="explicit configs (benchmarks/schedules.py's notation, e.g. cooperative:128x128x128/c2);"
+                        " default: CONFIGS, and the FP8 rule's pick first")
+    args = p.parse_args(argv)
+    for scaling in args.scalings:
+        for M, N, K in args.shapes:
+            rule = rule_fp8(M, N, K, True, torch.cuda.get_device_properties(0).multi_processor_count, scaling)
+            if args.configs:
+                configs = [("rule", rule)] + [(config_name(c), c) for c in args.configs if c != rule]
+            else:
+                configs = [(n, c) for n, c in CONFIGS.items() if not (M > 128 and c.block_m == 64 and c.block_n == 64)]
             for _ in measure(scaling, M, N, K, configs):
                 pass
+
+
+if __name__ == "__main__":
+    main()

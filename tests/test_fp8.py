@@ -161,8 +161,10 @@ def test_selection_and_config_limits():
     swap = pingpong.KernelConfig(128, 128, 128, swap_ab=True)  # built for tensor/row (test_fp8_swap.py)
     with pytest.raises(ConfigError, match="swap-AB with block-wise scales"):
         check_fp8_config(swap, True, 2, scale_boxes("block", 128, swap))
-    with pytest.raises(ConfigError, match="cluster_m=2"):  # a hand-edited table entry must not reach the kernel
-        check_fp8_config(pingpong.KernelConfig(128, 128, 128, cluster_m=2), True, 2)
+    pair = pingpong.KernelConfig(128, 128, 128, cluster_m=2)  # tensor- and row-wise scales pair
+    assert check_fp8_config(pair, True, 2).cluster_m == 2
+    with pytest.raises(ConfigError, match="cluster_m=2 with block-wise scales"):  # a table entry must not reach it
+        check_fp8_config(pair, True, 2, scale_boxes("block", 128, pair))
     # block-wise scales ride in every ring slot: 128 fp32 of sa + a 128-byte sb box beside the
     # 2 × 128 × 128 fp8 bytes; as many stages as fit in 227 KB with them, and no more
     cfg = pingpong.KernelConfig(128, 128, 128)

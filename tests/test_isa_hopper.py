@@ -87,7 +87,8 @@ def test_cli_isa_prints_facts_and_lists_names(tmp_path):
     assert ok.returncode == 0 and "count setmaxnreg" in ok.stdout and "HGMMA" in dump.read_text()
 
 
-CLUSTER_KERNELS = ["pingpong-cluster", "pingpong-cluster-64", "pingpong-cluster-gelu", "cooperative-cluster"]
+CLUSTER_KERNELS = ["pingpong-cluster", "pingpong-cluster-64", "pingpong-cluster-gelu", "cooperative-cluster",
+                   "fp8-tensor-cluster", "fp8-row-cluster-gelu", "fp8-row-pingpong-cluster"]
 
 
 @pytest.mark.parametrize("kernel", CLUSTER_KERNELS)

@@ -87,7 +87,7 @@ Block-wise scales do not swap (check_fp8_config says why).
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import tma, warpgroup_mma, warpgroup_mma_wait
 from triton.language.core import _aggregate as aggregate
 
 from .epilogue import Epilogue
@@ -101,6 +101,13 @@ from .scheduler import SplitKScheduler, TileScheduler
 
 #: K elements per scale block (and per promotion): DeepSeek-V3's 1×128 / 128×128 blocks.
 SCALE_BLOCK = gl.constexpr(128)
+
+
+@gluon.constexpr_function
+def unused_layout(num_ctas):
+    """Shared layout of a placeholder allocation: in a cluster kernel every CTA holds its own
+    copy (the CTA bit moves no element)."""
+    return gl.SwizzledSharedLayout(1, 1, 1, [1, 0], [[0, 0]] if num_ctas > 1 else [])
 
 
 @aggregate
@@ -164,8 +171,8 @@ class Fp8Scales:
             gl.static_assert(not ANY_ROW or SB_COLS != 1, "tiles at any row: 128×128 b scales only (a gathered sb)")
             sa_bufs = gl.allocate_shared_memory(gl.float32, [STAGES] + sa.block_type.shape, sa.layout)
             sb_bufs = gl.allocate_shared_memory(gl.float32, [STAGES] + sb.block_type.shape, sb.layout)
-        else:  # never read
-            sa_bufs = gl.allocate_shared_memory(gl.float32, [1, 4], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+        else:  # never read (in a 2-CTA cluster, as every shared allocation, with the pair's CTA layout)
+            sa_bufs = gl.allocate_shared_memory(gl.float32, [1, 4], unused_layout(gl.num_ctas()))
             sb_bufs = sa_bufs
         return Fp8Scales(sa, sb, sa_row, sb_col, sb_g, M, N, sa_bufs, sb_bufs, SCALING, SB_COLS, ANY_ROW)
 
@@ -281,13 +288,8 @@ class Fp8Loader:
 
     @gluon.jit
     def load(self, ring, counter, off_m, off_n, k, batch=0):
-        s = ring.acquire_empty(counter)
-        bar = ring.ready.index(s)
-        mbarrier.expect(bar, self.tiles.a_desc.type.nbytes_per_cta + self.tiles.b_desc.type.nbytes_per_cta
-                        + self.scales.nbytes())
-        self.tiles.load_a(ring.a_bufs.index(s), off_m, k, bar, batch)
-        self.tiles.load_b(ring.b_bufs.index(s), off_n, k, bar, batch)
-        self.scales.load(s, off_m, off_n, k, bar, batch)
+        s = self.tiles.load(ring, counter, off_m, off_n, k, batch, self.scales.nbytes())
+        self.scales.load(s, off_m, off_n, k, ring.ready.index(s), batch)
 
 
 @gluon.jit
@@ -329,7 +331,10 @@ def step(ring, scales, acc, part, counter, shift, sa_phase, ROW0: gl.constexpr, 
 def issue(ring, counter, part, ROW0: gl.constexpr, ROWS: gl.constexpr):
     """Wait for k-step `counter`'s slot, issue its wgmma into a fresh `part` (async)."""
     s = ring.wait_ready(counter)
-    a = ring.a_bufs.index(s).slice(ROW0, ROWS, 0)
+    if ring.A_BOXES > 1:  # a cluster's cooperative consumer: its own A box is its rows
+        a = ring.a_box(s, ROW0 // ROWS)
+    else:
+        a = ring.a_bufs.index(s).slice(ROW0, ROWS, 0)
     b = ring.b_bufs.index(s).permute((1, 0))  # K-major [BN, BK] slot as wgmma's [K, N] view
     return warpgroup_mma(a, b, part, use_acc=False, is_async=True)
 
@@ -415,11 +420,14 @@ def fp8_gemm(a_desc, b_desc, c_desc, bias, sa, sb, M, N, K, sa_row, sb_col, CFG:
     CFG: the dense kernel's constexprs (KernelConstants, pingpong.hopper.launch; its EPI: bias,
     activation, staging buffers, no β·C: the scales take α's place); then the scaling."""
     check_constants(CFG, SCALING, PROMOTE, SB_COLS)
+    gl.static_assert(CFG.CLUSTER == gl.num_ctas(), "CLUSTER is the launch's num_ctas")
+    gl.static_assert(CFG.CLUSTER == 1 or SCALING != "block", "clusters: tensor- and row-wise scales only")
     sched = TileScheduler.create(M, N, K, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M, 1)
-    ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS)
+    ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, 0, True, CFG.CLUSTER)
     epi = Epilogue.allocate(c_desc, c_desc, gl.to_tensor(1.0), gl.to_tensor(0.0), bias, M, N, 2, CFG.EPI)
     scales = Fp8Scales.allocate(sa, sb, sa_row, sb_col, gl.to_tensor(0), M, N, CFG.STAGES, SCALING, SB_COLS)  # one batch
-    run_fp8_partitions(ring, sched, epi, scales, TileLoader(a_desc, b_desc, True, True), CFG, PROMOTE)
+    run_fp8_partitions(ring, sched, epi, scales, TileLoader(a_desc, b_desc, True, True, 0, CFG.CLUSTER > 1), CFG,
+                       PROMOTE)
 
 
 @gluon.jit(do_not_specialize=["M", "N", "K", "sa_row", "sb_col", "splits", "split_stride16", "ws_ld16", "out_ld"])

@@ -57,8 +57,8 @@ from .fp8_kernel import SCALE_BLOCK as _SCALE_BLOCK, fp8_gemm, fp8_split_gemm
 
 SCALE_BLOCK = int(_SCALE_BLOCK.value)  # K elements per scale block and per promotion
 from .epilogue import EpilogueConstants
-from .launch import MAX_SPLIT_BLOCK, _descriptor, counter_count, kernel_constants, launch_options, product_bias, \
-    workspace_reason, workspace_shape
+from .launch import MAX_SPLIT_BLOCK, counter_count, kernel_constants, launch_options, operand_descriptors, \
+    persistent_grid, product_bias, tile_descriptor, workspace_reason, workspace_shape
 from .scheduler import effective_splits
 from .select import DECODE_M, SPLIT_MIN_BYTES, Device, split, tabled
 
@@ -141,8 +141,10 @@ def check_fp8_config(config: KernelConfig, promote: bool, out_bytes: int, boxes:
                           " use swap_ab=False (tensor- and row-wise scales swap)")
     if d.block_k != SCALE_BLOCK:
         raise ConfigError(f"block_k={d.block_k}: the FP8 kernel's ring slot is one {SCALE_BLOCK}-deep K block")
-    if config.cluster_m != 1:
-        raise ConfigError(f"cluster_m={config.cluster_m}: the FP8 kernel runs one CTA per tile (no cluster multicast)")
+    if config.cluster_m != 1 and any(boxes):
+        raise ConfigError(f"cluster_m={config.cluster_m} with block-wise scales is not built (each CTA of the pair"
+                          " would stage its own rows' scale boxes); use cluster_m=1 (tensor- and row-wise scales"
+                          " pair)")
     if promote and 2 * d.acc_regs > _ACC_REGS:
         raise ConfigError(f"a promoted FP8 tile holds two accumulators: 2 × {d.acc_regs} fp32 registers per thread"
                           f" exceed {_ACC_REGS}")
@@ -227,8 +229,7 @@ def prepare(a, w, out, scale_a, scale_b, scaling: str, promote: bool, sb_cols: i
     d = check_fp8_config(config, promote, out.element_size(), scale_boxes(scaling, sb_cols, config))
     a, w, scale_a, scale_b = kernel_operands(a, w, scale_a, scale_b, d.swap_ab)
     R, C = a.shape[0], w.shape[0]  # the kernel's product: M × N, or N × M under swap-AB
-    a_desc = _descriptor(a, [d.block_m, d.block_k])
-    b_desc = _descriptor(w, [d.block_n, d.block_k])
+    a_desc, b_desc, _ = operand_descriptors(a, w.t(), d)  # both K-major (pingpong.fp8 copies them so)
     if scaling == "tensor":
         sa, sb, strides = scale_a, scale_b, (0, 0)
     elif scaling == "row":
@@ -250,11 +251,9 @@ def prepare(a, w, out, scale_a, scale_b, scaling: str, promote: bool, sb_cols: i
     kwargs = dict(CFG=kernel_constants(d, epi), SCALING=scaling, PROMOTE=bool(promote), SB_COLS=sb_cols,
                   **launch_options(d))
     splits = fp8_splits(K, config)
-    units = -(-R // d.block_m) * -(-C // d.block_n) * splits
-    grid = (max(1, min(sms, units)),)
+    grid = persistent_grid(R, C, d, sms, splits)
     if splits == 1 and not d.swap_ab:  # the TMA epilogue
-        c_desc = _descriptor(out, [d.consumer_m, d.epilogue_n])
-        return fp8_gemm, (a_desc, b_desc, c_desc, bias_ptr, sa, sb, R, C, K, *strides), kwargs, grid
+        return fp8_gemm, (a_desc, b_desc, tile_descriptor(out, d), bias_ptr, sa, sb, R, C, K, *strides), kwargs, grid
     ws_rows, ld = workspace_shape(M, N, K, config)
     block = ws_rows // splits * ld
     assert block < MAX_SPLIT_BLOCK, "one split's workspace block must be 32-bit addressable"
@@ -387,6 +386,9 @@ OFFLINE_FP8_VARIANTS = {
     "fp8-row-swap-gelu": ("row", True, KernelConfig(64, 32, 128, schedule="pingpong", swap_ab=True), 128, "gelu_erf"),
     "fp8-tensor-fast-swap": ("tensor", False, KernelConfig(64, 16, 128, schedule="pingpong", swap_ab=True), 128, ""),
     "fp8-row-swap-coop": ("row", True, KernelConfig(128, 32, 128, swap_ab=True), 128, ""),
+    "fp8-tensor-cluster": ("tensor", True, KernelConfig(128, 128, 128, cluster_m=2), 128, ""),
+    "fp8-row-cluster-gelu": ("row", True, KernelConfig(128, 128, 128, cluster_m=2), 128, "gelu_erf"),
+    "fp8-row-pingpong-cluster": ("row", True, KernelConfig(64, 128, 128, schedule="pingpong", cluster_m=2), 128, ""),
     "fp8-row-swap-splitk": ("row", True, KernelConfig(64, 16, 128, schedule="pingpong", split_k=4, swap_ab=True), 128,
                             ""),
 }

@@ -134,7 +134,7 @@ def prepare(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, bias=None
     return _gemm_launch(a, b, out, c, alpha, beta, d, sms, bias, activation, batches)
 
 
-def _operands(a, b, d):
+def operand_descriptors(a, b, d):
     """TMA descriptors and K-majorness of the kernel's A (rows × K) and B (K × cols).
     A two-piece B tile (d.pieces (2q, q)) is loaded as three boxes of q columns. A 2-CTA
     cluster's A box is one consumer's rows of the pair (cluster_m·consumer_m: all 2·block_m
@@ -205,24 +205,34 @@ def launch_options(d) -> dict:
     return options
 
 
+def tile_descriptor(t: torch.Tensor, d) -> TensorDescriptor:
+    """TMA descriptor of the output (or C) for the TMA epilogue: one epilogue sub-tile of
+    consumer_m × epilogue_n, in a 2-CTA cluster the pair's rows split over the two CTAs."""
+    return _descriptor(t, [d.cluster_m * d.consumer_m, d.epilogue_n], CGA_SPLIT_DIM0 if d.cluster_m > 1 else ())
+
+
+def persistent_grid(M: int, N: int, d, sms: int, units_per_tile: int = 1) -> tuple[int]:
+    """The persistent grid of an M × N product: one program per SM, a 2-CTA cluster's program
+    a pair of SMs taking the pair's tiles, never more programs than work units."""
+    units = -(-M // (d.cluster_m * d.block_m)) * -(-N // d.block_n) * units_per_tile
+    return (max(1, min(sms // d.cluster_m, units)),)
+
+
 def _gemm_launch(a, b, out, c, alpha, beta, d, sms: int, bias=None, activation="none", batches=1):
     """The one-kernel GEMM launch for derived config `d` (TMA epilogue into `out`)."""
     M, K = a.shape[-2:]
     N = b.shape[-1]
-    a_desc, b_desc, majors = _operands(a, b, d)
-    c_box = [d.cluster_m * d.consumer_m, d.epilogue_n]  # one epilogue sub-tile (of the pair: split over it)
-    c_cga = CGA_SPLIT_DIM0 if d.cluster_m > 1 else ()
-    c_desc = _descriptor(out, c_box, c_cga)
+    a_desc, b_desc, majors = operand_descriptors(a, b, d)
+    c_desc = tile_descriptor(out, d)
     has_c = c is not None  # the plan passes C only when it is read (GemmSpec.epilogue.reads_c)
     assert not has_c or (tma_orientation(c if c.dim() == 2 else c[0]) == "row" and c.dtype == out.dtype), \
         "C must be TMA-legal, out's dtype"
-    cin_desc = _descriptor(c, c_box, c_cga) if has_c else c_desc
-    units = -(-M // (d.cluster_m * d.block_m)) * -(-N // d.block_n) * batches  # pairs of tiles in a cluster
+    cin_desc = tile_descriptor(c, d) if has_c else c_desc
     bias_ptr = bias_vector(bias) if bias is not None else out  # never read without a bias
     args = (a_desc, b_desc, c_desc, cin_desc, bias_ptr, M, N, K, float(alpha), float(beta), batches)
     epi = EpilogueConstants(HAS_C=has_c, BIAS=bias_kind(bias, M), ACTIVATION=activation, BUFS=d.epilogue_bufs)
     kwargs = dict(CFG=kernel_constants(d, epi, **majors), **launch_options(d))
-    grid = (max(1, min(sms // d.cluster_m, units)),)  # programs = clusters: one CTA per SM
+    grid = persistent_grid(M, N, d, sms, batches)
     return (persistent_gemm if d.schedule == "persistent" else warp_specialized_gemm), args, kwargs, grid
 
 
@@ -295,7 +305,7 @@ def prepare_split(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, wor
     assert out.stride(1) == 1 or out.shape[1] <= 1, "out must be row-major"
     has_c = c is not None  # the plan passes C only when it is read (GemmSpec.epilogue.reads_c)
     assert not has_c or ((c.stride(1) == 1 or c.shape[1] <= 1) and c.dtype == out.dtype), "C: row-major, out's dtype"
-    a_desc, b_desc, majors = _operands(ka, kb, d)
+    a_desc, b_desc, majors = operand_descriptors(ka, kb, d)
     kind = product_bias(bias, M, d.swap_ab)
     bias_ptr = bias_vector(bias) if bias is not None else out  # never read without a bias
     args = (a_desc, b_desc, workspace, counters, out, c if has_c else out, bias_ptr, ka.shape[0], kb.shape[1], K,

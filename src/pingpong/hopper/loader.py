@@ -47,14 +47,16 @@ class TileLoader:
         self.MULTICAST = gl.constexpr(MULTICAST)
 
     @gluon.jit
-    def load(self, ring, counter, off_m, off_n, k, batch=0):
-        """Wait for the slot of k-step `counter` to be empty, then fill it with A and B tiles."""
+    def load(self, ring, counter, off_m, off_n, k, batch=0, extra_bytes: gl.constexpr = 0):
+        """Wait for the slot of k-step `counter` to be empty, then fill it with A and B tiles;
+        returns the slot. `extra_bytes`: what the caller loads into the slot besides (the FP8
+        kernel's block scales), counted on the same ready barrier."""
         s = ring.acquire_empty(counter)
         bar = ring.ready.index(s)
         B_BOXES: gl.constexpr = 3 if self.BN2 else 1
         # bytes landing in THIS CTA (a cluster's A box is split over the pair, B reaches both whole)
         mbarrier.expect(bar, ring.A_BOXES * self.a_desc.type.nbytes_per_cta
-                        + B_BOXES * self.b_desc.type.nbytes_per_cta)
+                        + B_BOXES * self.b_desc.type.nbytes_per_cta + extra_bytes)
         if ring.A_BOXES == 1:
             self.load_a(ring.a_bufs.index(s), off_m, k, bar, batch)
         else:  # a cluster's cooperative consumers' boxes (pipeline.Ring.allocate), one after the other
@@ -69,6 +71,7 @@ class TileLoader:
             self.load_b(ring.b2_bufs.index(s), off_n + 2 * self.BN2, k, bar, batch)
         else:
             self.load_b(ring.b_bufs.index(s), off_n, k, bar, batch)
+        return s
 
     @gluon.jit
     def load_a(self, dst, off_m, k, bar, batch):
