@@ -80,17 +80,39 @@ def rule_fp8(M: int, N: int, K: int, promote: bool, sms: int, scaling: str = "te
     if M <= DECODE_M and scaling != "block" and -(-N // 64) >= sms // 4:
         return KernelConfig(64, 16 if M <= 16 else 32, SCALE_BLOCK, schedule="pingpong", swap_ab=True)
     k_steps = -(-K // SCALE_BLOCK)
-    if M <= 128:
+    if M <= 64:
         bn = 128 if -(-M // 64) * -(-N // 128) >= 0.75 * sms else 64
         tile = KernelConfig(64, bn, SCALE_BLOCK, schedule="pingpong")
+    elif M <= 128:
+        tile = least_wave_time(M, N, sms, ((_NARROW, 1.0), (_MID, 1.0)))
     else:
         tile = KernelConfig(128, 128 if promote else 256, SCALE_BLOCK, schedule="cooperative")
     if M * K + N * K + 2 * M * N < SPLIT_MIN_BYTES:  # launch-bound: no workspace (module docstring)
-        return tile
+        return least_wave_time(M, N, sms, ((tile, 1.0), (_NARROW, NARROW_EFFICIENCY))) if tile == _SQUARE else tile
     config = split(tile, M, N, k_steps, sms)
     if config.block_n == 256 and config.split_k > 1:  # split: 128×128 (module docstring)
         config = split(dataclasses.replace(tile, block_n=128), M, N, k_steps, sms)
+    if config == _SQUARE:  # unsplit 128×128: or 128×64, where its waves take less time
+        config = least_wave_time(M, N, sms, ((config, 1.0), (_NARROW, NARROW_EFFICIENCY)))
     return config if workspace_reason(M, N, K, config) is None else tile
+
+
+#: the promoted cooperative tiles of the rule (module docstring) and the 64-row mid-size one
+_SQUARE = KernelConfig(128, 128, SCALE_BLOCK)
+_NARROW = KernelConfig(128, 64, SCALE_BLOCK)
+_MID = KernelConfig(64, 64, SCALE_BLOCK, schedule="pingpong")
+#: per-FLOP speed of the 128×64 tile against 128×128 where both have many waves (H100, run 261:
+#: 2048×4096×4096 834 vs 1251 TFLOP/s, 2048×6144×4096 868 vs 1290: about 2/3; 0.75 keeps 512 rows
+#: at N = 6144, 2 waves of 128×128 against 3 of 128×64, on 128×128, where both measured 0.92)
+NARROW_EFFICIENCY = 0.75
+
+
+def least_wave_time(M: int, N: int, sms: int, tiles) -> KernelConfig:
+    """The tile of `tiles` ((config, per-FLOP efficiency) pairs, preferred first) whose waves
+    take the least modelled time, ⌈tiles / S⌉ · BM·BN / efficiency: the persistent grid runs S
+    tiles at a time (wave quantization, pingpong.hopper.select); ties go to the earlier one."""
+    cost = lambda c, e: -(-(-(-M // c.block_m) * -(-N // c.block_n)) // sms) * c.block_m * c.block_n / e  # noqa: E731
+    return min(tiles, key=lambda t: cost(*t))[0]
 
 
 def choose_fp8(M: int, N: int, K: int, promote: bool, sms: int, gpu: str | None = None, scaling: str = "tensor",
