@@ -296,6 +296,16 @@ MUTATIONS = [
      "tests/test_fp8_swap.py"),
     ("FP8 split-K never chosen", "src/pingpong/hopper/fp8_launch.py",
      "    config = split(tile, M, N, k_steps, sms)", "    config = tile", "tests/test_fp8_splitk.py"),
+    # -- the fifth session: the FP8 tile by modelled wave time
+    ("FP8 wave model without the wave ceiling", "src/pingpong/hopper/fp8_launch.py",
+     "cost = lambda c, e: -(-(-(-M // c.block_m) * -(-N // c.block_n)) // sms) * c.block_m * c.block_n / e",
+     "cost = lambda c, e: -(-M // c.block_m) * -(-N // c.block_n) * c.block_m * c.block_n / e",
+     "tests/test_fp8.py"),
+    ("FP8 65-128 rows back on the 64-row rule", "src/pingpong/hopper/fp8_launch.py",
+     "    if M <= 64:", "    if M <= 128:", "tests/test_fp8.py"),
+    ("FP8 unsplit 128x128 never yields to 128x64", "src/pingpong/hopper/fp8_launch.py",
+     "config = least_wave_time(M, N, sms, ((config, 1.0), (_NARROW, NARROW_EFFICIENCY)))", "pass",
+     "tests/test_fp8.py"),
     ("tuning table reads the version through the package root", "src/pingpong/hopper/table.py",
      "from ..toolchain import __version__", "from .. import __version__", "tests/test_imports.py"),
 ]

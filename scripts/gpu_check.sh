@@ -28,7 +28,7 @@ tests/test_batched_gpu.py::test_batched_fused_epilogue tests/test_batched_gpu.py
 tests/test_epilogue_gpu.py::test_layouts tests/test_epilogue_gpu.py::test_portable_kernel_on_gpu
 tests/test_ops_gpu.py tests/test_plan_gpu.py tests/test_streaming_gpu.py::test_every_config
 tests/test_streaming_gpu.py::test_cuda_graph_capture tests/test_transformers_gpu.py::test_logits_match_the_torch_model
-$(ls tests/test_fp8_gpu.py tests/test_fp8_splitk_gpu.py tests/test_fp8_swap_gpu.py tests/test_grouped_gpu.py tests/test_grouped_k_gpu.py tests/test_fp8_grouped_gpu.py 2>/dev/null)"
+$(ls tests/test_fp8_gpu.py tests/test_fp8_splitk_gpu.py tests/test_fp8_swap_gpu.py tests/test_fp8_cluster_gpu.py tests/test_grouped_gpu.py tests/test_grouped_k_gpu.py tests/test_fp8_grouped_gpu.py 2>/dev/null)"
 if [ "${TIER:-full}" = quick ]; then
     TESTS=${TESTS:-$QUICK_TESTS}
     BENCH_SHAPES=${BENCH_SHAPES:-4096,4096,4096 8192,8192,8192}

@@ -14,8 +14,10 @@ import torch
 import pingpong
 from pingpong.errors import ConfigError, PingpongError
 from pingpong.fp8 import check_scaled_mm, scaling_of
-from pingpong.hopper.fp8_launch import check_fp8_config, scale_boxes, select_fp8
+from pingpong.hopper.fp8_launch import check_fp8_config, least_wave_time, rule_fp8, scale_boxes, select_fp8
 from pingpong.runtime import compile as cc
+
+KC = pingpong.KernelConfig
 
 E4M3 = torch.float8_e4m3fn
 M, N, K = 64, 256, 512
@@ -177,6 +179,34 @@ def test_selection_and_config_limits():
     narrow = pingpong.KernelConfig(64, 16, 128, schedule="pingpong")
     with pytest.raises(ConfigError, match="128-byte aligned"):
         check_fp8_config(narrow, True, 2, scale_boxes("block", 1, narrow))
+
+
+def test_rule_tile_by_modelled_wave_time():
+    """65-128 rows and unsplit 128×128 products take the tile whose waves of 132 SMs take the
+    least modelled time, ⌈tiles / 132⌉ · BM·BN / efficiency (128×64 at 3/4 of 128×128's
+    per-FLOP speed against 128×128; 1.0 among the mid-row tiles); ties keep the first."""
+    coop = lambda bn: KC(128, bn, 128)  # noqa: E731
+    pp64 = KC(64, 64, 128, schedule="pingpong")
+    # 128 rows, N = 6144: 96 tiles of 128×64 (1 wave, 8192) tie 192 of 64×64 (2 waves, 2·4096)
+    assert rule_fp8(128, 6144, 4096, True, 132) == coop(64)
+    # 128 rows, N = 28672: 448 tiles of 128×64 (4 waves: 32768) vs 896 of 64×64 (7: 28672)
+    assert rule_fp8(128, 28672, 4096, True, 132) == pp64
+    assert rule_fp8(96, 28672, 4096, True, 132) == pp64
+    # 64 rows keep the skinny rule: 64×128 where 128-column tiles fill 3/4 of a wave, else 64×64
+    assert rule_fp8(64, 28672, 4096, True, 132) == KC(64, 128, 128, schedule="pingpong")
+    assert rule_fp8(64, 4096, 4096, True, 132) == pp64
+    # 1024³: 64 tiles of 128×128 (one half-empty wave, 16384) vs 128 of 128×64 (8192 / 0.75)
+    assert rule_fp8(1024, 1024, 1024, True, 132) == coop(64)
+    # 512×6144: 192 tiles of 128×128 (2 waves, 32768) tie 384 of 128×64 (3 · 8192 / 0.75): square
+    assert rule_fp8(512, 6144, 4096, True, 132) == coop(128)
+    # many waves: 4096 tiles of 128×128 (32 waves) vs 8192 of 128×64 (63 waves / 0.75)
+    assert rule_fp8(8192, 8192, 8192, True, 132) == coop(128)
+    # the model itself, on a made-up GPU of 10 SMs: 300×300 is 9 tiles of 128×128 (1 wave,
+    # 16384) or 15 of 128×64 (2 waves, 2 · 8192 / e): 128×64 only where e > 1
+    tiles = lambda e: ((coop(128), 1.0), (coop(64), e))  # noqa: E731
+    assert least_wave_time(300, 300, 10, tiles(1.0)) == coop(128)  # a tie: the first
+    assert least_wave_time(300, 300, 10, tiles(1.01)) == coop(64)
+    assert least_wave_time(300, 300, 9, tiles(0.75)) == coop(128)
 
 
 def test_float8_linear_refuses_grad_and_bad_granularity():

@@ -18,13 +18,21 @@ shape bucket and FP8 problem (`pingpong tune --dtype fp8`; table dtype `table.fp
                    1.486, 1.057 → 1.083, 1.137 → 1.159; split 2 lost on 9 of the 10. Block-wise
                    scales cannot swap (`check_fp8_config`); fewer than S/4 tiles of N were not
                    measured and keep the tiles below (which split K)
-    M ≤ 128        ping-pong 64×128×128 (64×64 when 128-column tiles fill less than 3/4 of
+    M ≤ 64         ping-pong 64×128×128 (64×64 when 128-column tiles fill less than 3/4 of
                    a wave): 64-row tiles waste the least of a skinny product, and the weight
                    streams through the ring
+    65 ≤ M ≤ 128   cooperative 128×64×128 or ping-pong 64×64×128, whichever's waves take the
+                   less modelled time (`least_wave_time`; a tie keeps 128×64): one 128-row
+                   tile where N leaves few tiles, two 64-row ones where waves quantize better
+                   (H100 run 270, tensor-wise, against the 64×128 ping-pong tile of before:
+                   128×6144×4096 0.874 → 0.936, 128×28672×4096 0.989 at 64×64)
     fast accum     cooperative 128×256×128 (tensor/row with use_fast_accum): one accumulator,
                    128 fp32 registers per consumer thread
     otherwise      cooperative 128×128×128: the promotion keeps a second accumulator (the
-                   wgmma's `part`), and 2 × 64 registers fit where 2 × 128 would not
+                   wgmma's `part`), and 2 × 64 registers fit where 2 × 128 would not; an
+                   unsplit 128×128 yields to 128×64 where its waves take less modelled time,
+                   128×64 counted at NARROW_EFFICIENCY of 128×128's per-FLOP speed (1024³:
+                   one half-empty wave of 64 tiles against one of 128; run 270: 0.798 → 0.987)
 
     then split-K by the 16-bit kernels' cost model (select.split_count, select's docstring),
     K counted in the FP8 kernel's k-steps (one 128-deep ring slot: 128 bytes of K, as a 64-deep
@@ -101,9 +109,9 @@ def rule_fp8(M: int, N: int, K: int, promote: bool, sms: int, scaling: str = "te
 _SQUARE = KernelConfig(128, 128, SCALE_BLOCK)
 _NARROW = KernelConfig(128, 64, SCALE_BLOCK)
 _MID = KernelConfig(64, 64, SCALE_BLOCK, schedule="pingpong")
-#: per-FLOP speed of the 128×64 tile against 128×128 where both have many waves (H100, run 261:
-#: 2048×4096×4096 834 vs 1251 TFLOP/s, 2048×6144×4096 868 vs 1290: about 2/3; 0.75 keeps 512 rows
-#: at N = 6144, 2 waves of 128×128 against 3 of 128×64, on 128×128, where both measured 0.92)
+#: per-FLOP speed of the 128×64 tile against 128×128 where both have many waves: about 2/3 on
+#: an H100 (RESULTS.md run 271: 2048×4096×4096 and 2048×6144×4096); 0.75 keeps 512 rows at
+#: N = 6144, 2 waves of 128×128 against 3 of 128×64, on 128×128
 NARROW_EFFICIENCY = 0.75
 
 
