@@ -201,6 +201,18 @@ def test_rule_tile_by_modelled_wave_time():
     assert rule_fp8(512, 6144, 4096, True, 132) == coop(128)
     # many waves: 4096 tiles of 128×128 (32 waves) vs 8192 of 128×64 (63 waves / 0.75)
     assert rule_fp8(8192, 8192, 8192, True, 132) == coop(128)
+    # row-wise as tensor-wise; block-wise takes no 128×64 tile (its timing is bimodal):
+    # 128 rows keep the 64-row ping-pong tiles (96 tiles of 64×128 fill under 3/4 of a wave:
+    # 64×64), 1024³ keeps 128×128
+    assert rule_fp8(128, 6144, 4096, True, 132, "row") == coop(64)
+    assert rule_fp8(1024, 1024, 1024, True, 132, "row") == coop(64)
+    assert rule_fp8(128, 6144, 4096, True, 132, "block") == pp64
+    assert rule_fp8(128, 28672, 4096, True, 132, "block") == KC(64, 128, 128, schedule="pingpong")
+    assert rule_fp8(1024, 1024, 1024, True, 132, "block") == coop(128)
+    assert rule_fp8(1024, 1024, 4096, True, 132, "block") == coop(128)
+    # launch-bound (1.5 MB moved: no split): 16 tiles of 128×128 or 32 of 128×64, one wave each
+    assert rule_fp8(512, 512, 1024, True, 132) == coop(64)
+    assert rule_fp8(512, 512, 1024, True, 132, "block") == coop(128)
     # the model itself, on a made-up GPU of 10 SMs: 300×300 is 9 tiles of 128×128 (1 wave,
     # 16384) or 15 of 128×64 (2 waves, 2 · 8192 / e): 128×64 only where e > 1
     tiles = lambda e: ((coop(128), 1.0), (coop(64), e))  # noqa: E731

@@ -21,18 +21,27 @@ shape bucket and FP8 problem (`pingpong tune --dtype fp8`; table dtype `table.fp
     M ≤ 64         ping-pong 64×128×128 (64×64 when 128-column tiles fill less than 3/4 of
                    a wave): 64-row tiles waste the least of a skinny product, and the weight
                    streams through the ring
-    65 ≤ M ≤ 128   cooperative 128×64×128 or ping-pong 64×64×128, whichever's waves take the
-                   less modelled time (`least_wave_time`; a tie keeps 128×64): one 128-row
-                   tile where N leaves few tiles, two 64-row ones where waves quantize better
-                   (H100 run 270, tensor-wise, against the 64×128 ping-pong tile of before:
-                   128×6144×4096 0.874 → 0.936, 128×28672×4096 0.989 at 64×64)
+    65 ≤ M ≤ 128   tensor- and row-wise: cooperative 128×64×128 or ping-pong 64×64×128,
+                   whichever's waves take the less modelled time (`least_wave_time`; a tie
+                   keeps 128×64): one 128-row tile where N leaves few tiles, two 64-row ones
+                   where waves quantize better (H100 runs 225 → 270/271, the 64-row tiles of
+                   before → these: tensor-wise 128×6144×4096 0.877 → 0.936, 128×28672×4096
+                   0.932 → 0.989; row-wise 0.964 → 1.031, 0.942 → 1.000; H200 runs 229 →
+                   273, tensor-wise 0.790 → 0.958 and 0.885 → 0.854: the H200 prefers the
+                   64×128 tile at N = 28672). Block-wise keeps the M ≤ 64 tiles (below)
     fast accum     cooperative 128×256×128 (tensor/row with use_fast_accum): one accumulator,
                    128 fp32 registers per consumer thread
     otherwise      cooperative 128×128×128: the promotion keeps a second accumulator (the
-                   wgmma's `part`), and 2 × 64 registers fit where 2 × 128 would not; an
-                   unsplit 128×128 yields to 128×64 where its waves take less modelled time,
-                   128×64 counted at NARROW_EFFICIENCY of 128×128's per-FLOP speed (1024³:
-                   one half-empty wave of 64 tiles against one of 128; run 270: 0.798 → 0.987)
+                   wgmma's `part`), and 2 × 64 registers fit where 2 × 128 would not;
+                   tensor- and row-wise, an unsplit 128×128 yields to 128×64 where its waves
+                   take less modelled time, 128×64 counted at NARROW_EFFICIENCY of 128×128's
+                   per-FLOP speed (1024³: one half-empty wave of 64 tiles against one of
+                   128; tensor-wise H100 0.798 → 0.987, run 270; H200 0.819 → 1.011, run 273)
+
+    Block-wise scales take no 128×64 tile: its time is bimodal in the suite, not understood
+    (1024³: 0.53 and 0.99 of torch._scaled_mm in two rounds on the H100, run 271, 0.50 in both
+    on the H200, run 273; 128×6144×4096 0.68–1.14 on the H200), though one process timing it
+    against 128×128 alone found it faster (1.07–1.09 vs 0.98–1.04, run 272).
 
     then split-K by the 16-bit kernels' cost model (select.split_count, select's docstring),
     K counted in the FP8 kernel's k-steps (one 128-deep ring slot: 128 bytes of K, as a 64-deep
@@ -88,20 +97,24 @@ def rule_fp8(M: int, N: int, K: int, promote: bool, sms: int, scaling: str = "te
     if M <= DECODE_M and scaling != "block" and -(-N // 64) >= sms // 4:
         return KernelConfig(64, 16 if M <= 16 else 32, SCALE_BLOCK, schedule="pingpong", swap_ab=True)
     k_steps = -(-K // SCALE_BLOCK)
-    if M <= 64:
+    narrow = scaling != "block"  # block-wise takes no 128×64 tile (module docstring)
+    if M <= 64 or (M <= 128 and not narrow):
         bn = 128 if -(-M // 64) * -(-N // 128) >= 0.75 * sms else 64
         tile = KernelConfig(64, bn, SCALE_BLOCK, schedule="pingpong")
     elif M <= 128:
         tile = least_wave_time(M, N, sms, ((_NARROW, 1.0), (_MID, 1.0)))
     else:
         tile = KernelConfig(128, 128 if promote else 256, SCALE_BLOCK, schedule="cooperative")
+
+    def unsplit(c: KernelConfig) -> KernelConfig:  # an unsplit 128×128: or 128×64, where its waves take less time
+        return least_wave_time(M, N, sms, ((c, 1.0), (_NARROW, NARROW_EFFICIENCY))) if narrow and c == _SQUARE else c
+
     if M * K + N * K + 2 * M * N < SPLIT_MIN_BYTES:  # launch-bound: no workspace (module docstring)
-        return least_wave_time(M, N, sms, ((tile, 1.0), (_NARROW, NARROW_EFFICIENCY))) if tile == _SQUARE else tile
+        return unsplit(tile)
     config = split(tile, M, N, k_steps, sms)
     if config.block_n == 256 and config.split_k > 1:  # split: 128×128 (module docstring)
         config = split(dataclasses.replace(tile, block_n=128), M, N, k_steps, sms)
-    if config == _SQUARE:  # unsplit 128×128: or 128×64, where its waves take less time
-        config = least_wave_time(M, N, sms, ((config, 1.0), (_NARROW, NARROW_EFFICIENCY)))
+    config = unsplit(config)
     return config if workspace_reason(M, N, K, config) is None else tile
 
 
