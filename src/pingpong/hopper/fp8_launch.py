@@ -419,6 +419,7 @@ OFFLINE_FP8_VARIANTS = {
     "fp8-block-1x128": ("block", True, KernelConfig(128, 128, 128), 1, ""),
     "fp8-block-pingpong": ("block", True, KernelConfig(64, 128, 128, schedule="pingpong"), 128, ""),
     "fp8-row-pingpong": ("row", True, KernelConfig(64, 64, 128, schedule="pingpong"), 128, ""),
+    "fp8-tensor-narrow": ("tensor", True, KernelConfig(128, 64, 128), 128, ""),  # the rule's 128×64
     "fp8-tensor-splitk": ("tensor", True, KernelConfig(128, 128, 128, split_k=8), 128, ""),
     "fp8-row-splitk-gelu": ("row", True, KernelConfig(128, 128, 128, split_k=4), 128, "gelu_erf"),
     "fp8-tensor-fast-splitk": ("tensor", False, KernelConfig(128, 256, 128, split_k=2), 128, ""),
