@@ -32,9 +32,19 @@ CONFIGS = {
 SHAPES = [(8192, 8192, 8192), (2048, 28672, 8192), (128, 8192, 8192), (16, 8192, 8192)]
 
 
+def sm_clock() -> str:
+    """"MHz W": the SM clock and board power over NVML's last sample period (1/6 to 1 s: the
+    timing loop just run), which shows a power-limited clock; "?" where NVML is missing."""
+    try:
+        return f"{torch.cuda.clock_rate()} {torch.cuda.power_draw() // 1000}"
+    except Exception:  # noqa: BLE001 (no NVML bindings)
+        return "?"
+
+
 def measure(scaling, M, N, K, configs):
     """(name, config, µs, ratio to torch._scaled_mm) per (name, config) of `configs` that runs,
-    each printed as it is measured: the median of 2 alternated rounds of ≥ 100 repetitions."""
+    each printed as it is measured: the median of 2 alternated rounds of ≥ 100 repetitions,
+    with the SM clock and power after each timing loop (`sm_clock`)."""
     qa, qb, sa, sb = make_fp8_inputs(M, N, K, scaling)
     theirs = lambda: torch._scaled_mm(qa, qb, sa, sb, out_dtype=torch.bfloat16)  # noqa: E731
     for name, cfg in configs:
@@ -44,14 +54,17 @@ def measure(scaling, M, N, K, configs):
         except Exception as e:  # noqa: BLE001
             print(f"{scaling} {M}x{N}x{K} {name}: {type(e).__name__}: {e}"[:200], flush=True)
             continue
-        ratios, us = [], []
+        ratios, us, clocks = [], [], []
         for _ in range(2):
-            o, t = time_callable(ours, 100).median_ms, time_callable(theirs, 100).median_ms
+            o = time_callable(ours, 100).median_ms
+            clocks.append(sm_clock())
+            t = time_callable(theirs, 100).median_ms
+            clocks.append(sm_clock())
             ratios.append(t / o)
             us.append(o * 1e3)
         r, u = statistics.median(ratios), statistics.median(us)
         print(f"{scaling} {M}x{N}x{K} {name} ({cfg}): {2 * M * N * K / (u * 1e-6) / 1e12:.0f} TFLOP/s, {u:.1f} us,"
-              f" {r:.3f} of torch._scaled_mm", flush=True)
+              f" {r:.3f} of torch._scaled_mm; SM MHz, W after ours/torch: {' / '.join(clocks)}", flush=True)
         yield name, cfg, u, r
 
 
