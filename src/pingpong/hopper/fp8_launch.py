@@ -38,11 +38,6 @@ shape bucket and FP8 problem (`pingpong tune --dtype fp8`; table dtype `table.fp
                    per-FLOP speed (1024³: one half-empty wave of 64 tiles against one of
                    128; tensor-wise H100 0.798 → 0.987, run 270; H200 0.819 → 1.011, run 273)
 
-    Block-wise scales take no 128×64 tile: its time is bimodal in the suite, not understood
-    (1024³: 0.53 and 0.99 of torch._scaled_mm in two rounds on the H100, run 271, 0.50 in both
-    on the H200, run 273; 128×6144×4096 0.68–1.14 on the H200), though one process timing it
-    against 128×128 alone found it faster (1.07–1.09 vs 0.98–1.04, run 272).
-
     then split-K by the 16-bit kernels' cost model (select.split_count, select's docstring),
     K counted in the FP8 kernel's k-steps (one 128-deep ring slot: 128 bytes of K, as a 64-deep
     bf16 k-step): 512×512×65536 (16 tiles of 128×128, 512 k-steps) takes 8 splits,
@@ -52,6 +47,11 @@ shape bucket and FP8 problem (`pingpong tune --dtype fp8`; table dtype `table.fp
     (the 16-bit SplitPlan's: pingpong.runtime.plan). As there, a problem moving fewer than
     select.SPLIT_MIN_BYTES (fp8 operands, a 16-bit result) does not split: launch-bound, it
     cannot earn the workspace and counters back.
+
+    Block-wise scales take no 128×64 tile: its time is bimodal in the suite, not understood
+    (1024³: 0.53 and 0.99 of torch._scaled_mm in two rounds on the H100, run 271, 0.50 in both
+    on the H200, run 273; 128×6144×4096 0.68–1.14 on the H200), though one process timing it
+    against 128×128 alone found it faster (1.07–1.09 vs 0.98–1.04, run 272).
 """
 
 from __future__ import annotations
