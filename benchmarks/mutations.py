@@ -298,8 +298,8 @@ MUTATIONS = [
      "    config = split(tile, M, N, k_steps, sms)", "    config = tile", "tests/test_fp8_splitk.py"),
     # -- the fifth session: the FP8 tile by modelled wave time
     ("FP8 wave model without the wave ceiling", "src/pingpong/hopper/fp8_launch.py",
-     "cost = lambda c, e: -(-(-(-M // c.block_m) * -(-N // c.block_n)) // sms) * c.block_m * c.block_n / e",
-     "cost = lambda c, e: -(-M // c.block_m) * -(-N // c.block_n) * c.block_m * c.block_n / e",
+     "cost = lambda c, e: -(-tile_count(c, M, N) // sms) * c.block_m * c.block_n / e",
+     "cost = lambda c, e: tile_count(c, M, N) * c.block_m * c.block_n / e",
      "tests/test_fp8.py"),
     ("FP8 65-128 rows back on the 64-row rule", "src/pingpong/hopper/fp8_launch.py",
      "    if M <= 64 or (M <= 128 and not narrow):", "    if M <= 128:", "tests/test_fp8.py"),

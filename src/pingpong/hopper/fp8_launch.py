@@ -77,7 +77,7 @@ from .epilogue import EpilogueConstants
 from .launch import MAX_SPLIT_BLOCK, counter_count, kernel_constants, launch_options, operand_descriptors, \
     persistent_grid, product_bias, tile_descriptor, workspace_reason, workspace_shape
 from .scheduler import effective_splits
-from .select import DECODE_M, SPLIT_MIN_BYTES, Device, split, tabled
+from .select import DECODE_M, SPLIT_MIN_BYTES, Device, split, tabled, tile_count
 
 #: fp32 registers a consumer thread may spend on accumulators (config.validate's bound)
 _ACC_REGS = 200
@@ -132,7 +132,7 @@ def least_wave_time(M: int, N: int, sms: int, tiles) -> KernelConfig:
     """The tile of `tiles` ((config, per-FLOP efficiency) pairs, preferred first) whose waves
     take the least modelled time, ⌈tiles / S⌉ · BM·BN / efficiency: the persistent grid runs S
     tiles at a time (wave quantization, pingpong.hopper.select); ties go to the earlier one."""
-    cost = lambda c, e: -(-(-(-M // c.block_m) * -(-N // c.block_n)) // sms) * c.block_m * c.block_n / e  # noqa: E731
+    cost = lambda c, e: -(-tile_count(c, M, N) // sms) * c.block_m * c.block_n / e  # noqa: E731
     return min(tiles, key=lambda t: cost(*t))[0]
 
 
