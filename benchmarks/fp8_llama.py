@@ -6,6 +6,7 @@ both replayed from CUDA graphs; logits error of each against an fp32 copy.
 """
 
 import argparse
+import contextlib
 import copy
 
 import torch
@@ -23,6 +24,9 @@ def main():
     p.add_argument("--tokens", type=int, default=4096, help="batch 1 × this many tokens of prefill")
     p.add_argument("--fp8", default="row")
     p.add_argument("--eager-only", action="store_true", help="one eager forward of each model, errors only")
+    p.add_argument("--memo", action="store_true",
+                   help="also the FP8 model captured with an input memo (input_memo: an experiment)")
+    p.add_argument("--profile", action="store_true", help="also print each model's GPU time per kernel (an eager forward)")
     args = p.parse_args()
     cfg = transformers.LlamaConfig(vocab_size=32000, hidden_size=args.hidden, intermediate_size=args.intermediate,
                                    num_hidden_layers=args.layers, num_attention_heads=args.hidden // 128,
@@ -56,9 +60,13 @@ def main():
             return
     results = {}
     mode = "CUDA-graph replay"
-    for name, model in (("bf16 torch", bf16), (f"pingpong fp8 {args.fp8}", ours)):
+    models = [("bf16 torch", bf16, False), (f"pingpong fp8 {args.fp8}", ours, False)]
+    if args.memo:
+        models.append((f"pingpong fp8 {args.fp8} input memo", ours, True))
+    for name, model, memo in models:
         try:
-            g, out, static = graphed(model)  # the graph reads `static`: it must outlive the replays
+            with input_memo(memo):
+                g, out, static = graphed(model)  # the graph reads `static`: it must outlive the replays
             g.replay()
             fn = lambda g=g, static=static: g.replay()  # noqa: E731
         except RuntimeError as e:  # a forward that syncs cannot be captured: time it eagerly
@@ -82,6 +90,55 @@ def main():
     for n, (_, err) in results.items():
         t = sorted(times[n])[1]
         print(f"{n:24s} {t:8.3f} ms  speedup vs bf16 torch {base / t:.3f}  logits rel.err vs fp32 {err:.3e}")
+    if args.profile:
+        for name, model in (("bf16 torch", bf16), (f"pingpong fp8 {args.fp8}", ours)):
+            profile(name, model, ids)
+
+
+@contextlib.contextmanager
+def input_memo(on: bool):
+    """An experiment, not the library's behaviour: while on (for a capture), quantize_fp8 returns
+    the previous call's (q, scale) when asked again for the same tensor (same storage, shape,
+    strides and version counter; the memo holds it, so its memory cannot be reused meanwhile)
+    the same way: a Llama's q, k and v projections, and the MLP's gate and up, are fed one
+    tensor. pingpong.fp8 does not do this: across two CUDA graphs a memo made in one capture
+    would be read by the other's replay (`docs/design.md`, FP8)."""
+    import pingpong.quantize as qz
+
+    keep = qz.quantize_fp8
+    last = {}
+
+    def memo(x, granularity="row", dtype=torch.float8_e4m3fn):
+        key = (x.data_ptr(), x.shape, x.stride(), x.dtype, x._version, granularity, dtype)
+        if last.get("key") != key:
+            last.update(key=key, x=x, out=keep(x, granularity, dtype))
+        return last["out"]
+
+    if on:
+        qz.quantize_fp8 = memo
+    try:
+        yield
+    finally:
+        qz.quantize_fp8 = keep
+        last.clear()
+
+
+def profile(name, model, ids, rows=14):
+    """GPU time per kernel of one eager forward (after a warm-up), the longest first."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    with torch.no_grad():
+        model(ids)
+        torch.cuda.synchronize()
+        with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+            model(ids)
+            torch.cuda.synchronize()
+    events = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+    total = sum(e.self_device_time_total for e in events)
+    print(f"\n{name}: {total / 1e3:.3f} ms of kernels in one eager forward")
+    for e in sorted(events, key=lambda e: -e.self_device_time_total)[:rows]:
+        print(f"  {e.self_device_time_total / 1e3:8.3f} ms  {e.count:4d}×  {e.key[:110]}")
 
 
 if __name__ == "__main__":
