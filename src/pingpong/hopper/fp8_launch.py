@@ -51,7 +51,8 @@ shape bucket and FP8 problem (`pingpong tune --dtype fp8`; table dtype `table.fp
     Block-wise scales take no 128×64 tile: its time is bimodal in the suite, not understood
     (1024³: 0.53 and 0.99 of torch._scaled_mm in two rounds on the H100, run 271, 0.50 in both
     on the H200, run 273; 128×6144×4096 0.68–1.14 on the H200), though one process timing it
-    against 128×128 alone found it faster (1.07–1.09 vs 0.98–1.04, run 272).
+    against 128×128 alone found it faster (1.07–1.09 vs 0.98–1.04, run 272). On 128×128,
+    block-wise 1024³ measured 1.056 in the suite (run 274).
 """
 
 from __future__ import annotations
