@@ -185,8 +185,9 @@ def _(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum):
 
 # ----------------------------------------------------------------------------- the inference layer
 
-#: replace_linear(fp8=...) -> (activation granularity, weight granularity)
-GRANULARITIES = {"row": ("row", "row"), "block": ("block", "block128x128")}
+#: replace_linear(fp8=...) -> the quantize_fp8 granularities of (each input, the weight); not to be
+#: confused with quantize.GRANULARITIES, the granularities quantize_fp8 itself takes
+LAYER_SCALINGS = {"row": ("row", "row"), "block": ("block", "block128x128")}
 
 
 def fp8_unsupported_reason(layer: torch.nn.Linear, fp8: str) -> str | None:
@@ -209,12 +210,12 @@ class Float8Linear(torch.nn.Module):
         super().__init__()
         from .quantize import quantize_fp8
 
-        if fp8 not in GRANULARITIES:
-            raise PingpongError(f"fp8: expected one of {tuple(GRANULARITIES)}, got {fp8!r}")
+        if fp8 not in LAYER_SCALINGS:
+            raise PingpongError(f"fp8: expected one of {tuple(LAYER_SCALINGS)}, got {fp8!r}")
         self.fp8, self.fp8_dtype = fp8, dtype
         self.out_features, self.in_features = weight.shape
         with torch.no_grad():
-            q, s = quantize_fp8(weight.detach(), GRANULARITIES[fp8][1], dtype=dtype)
+            q, s = quantize_fp8(weight.detach(), LAYER_SCALINGS[fp8][1], dtype=dtype)
         self.register_buffer("weight_fp8", q)
         self.register_buffer("weight_scale", s)  # (N, 1) row-wise; (N/128, K/128) block-wise
         self.register_buffer("bias", None if bias is None else bias.detach().clone())
@@ -223,7 +224,7 @@ class Float8Linear(torch.nn.Module):
     def from_linear(cls, layer: torch.nn.Linear, fp8: str = "row") -> "Float8Linear":
         if not isinstance(layer, torch.nn.Linear):
             raise PingpongError(f"layer: expected a torch.nn.Linear, got {type(layer).__name__}")
-        reason = fp8_unsupported_reason(layer, fp8) if fp8 in GRANULARITIES else None
+        reason = fp8_unsupported_reason(layer, fp8) if fp8 in LAYER_SCALINGS else None
         if reason:
             raise PingpongError(f"layer: {reason}")
         return cls(layer.weight, layer.bias, fp8)
@@ -237,7 +238,7 @@ class Float8Linear(torch.nn.Module):
         if x.shape[-1] != self.in_features:
             raise PingpongError(f"x: last dim {x.shape[-1]} != in_features {self.in_features}")
         x2 = x.reshape(-1, self.in_features)
-        q, s = quantize_fp8(x2, GRANULARITIES[self.fp8][0], dtype=self.fp8_dtype)
+        q, s = quantize_fp8(x2, LAYER_SCALINGS[self.fp8][0], dtype=self.fp8_dtype)
         y = scaled_mm(q, self.weight_fp8.t(), s, self.weight_scale.t(), bias=self.bias, out_dtype=x.dtype)
         return y.reshape(*x.shape[:-1], self.out_features)
 

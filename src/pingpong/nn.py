@@ -93,10 +93,10 @@ def replace_linear(model: torch.nn.Module, *, include=None, fp8: str | None = No
     now, copies; activations per call).
     """
     if fp8 is not None:
-        from .fp8 import GRANULARITIES, fp8_unsupported_reason
+        from .fp8 import LAYER_SCALINGS, fp8_unsupported_reason
 
-        if fp8 not in GRANULARITIES:
-            raise PingpongError(f"fp8: expected None or one of {tuple(GRANULARITIES)}, got {fp8!r}")
+        if fp8 not in LAYER_SCALINGS:
+            raise PingpongError(f"fp8: expected None or one of {tuple(LAYER_SCALINGS)}, got {fp8!r}")
     if not isinstance(model, torch.nn.Module):
         raise PingpongError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
     if include is not None and not callable(include):
