@@ -419,3 +419,28 @@ def test_bench_row_of_a_shape_the_peer_refuses(monkeypatch, capsys):
     assert bench.run(p.parse_args(["--dtype", "fp8", "--scaling", "block"])) == 0
     ours["out"] = (ref * 1.5).bfloat16()  # ours wrong: FAILED whatever the peer does
     assert bench_fp8.bench_fp8_shape(1, 256, 512, st, "cpu", timer).status == "FAILED"
+
+
+# ----------------------------------------------------------------------------- the user's guide
+
+
+def test_fp8_guide_covers_every_granularity_and_layer_mode():
+    """docs/fp8.md names every granularity quantize_fp8 takes, every replace_linear fp8 mode and
+    every tuning-table key prefix, and its Python blocks parse."""
+    import ast
+    from pathlib import Path
+
+    from pingpong.fp8 import LAYER_SCALINGS
+    from pingpong.hopper.table import fp8_key
+    from pingpong.quantize import GRANULARITIES
+
+    text = (Path(__file__).parents[1] / "docs" / "fp8.md").read_text()
+    missing = [g for g in GRANULARITIES if f'`"{g}"`' not in text]
+    missing += [m for m in LAYER_SCALINGS if f'fp8="{m}"' not in text]
+    missing += [k for k in (fp8_key("e4m3", "row", True), fp8_key("e4m3", "row", False), fp8_key("e4m3", "block", True))
+                if f"`{k}`" not in text]
+    assert not missing, f"docs/fp8.md does not name {missing}"
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert blocks
+    for block in blocks:
+        ast.parse(block)
