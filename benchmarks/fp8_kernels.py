@@ -1,6 +1,7 @@
 """Which kernel torch._scaled_mm (cuBLASLt) runs for an FP8 shape, next to ours (GPU): the
-kernel names (cuBLAS's name its tile, cluster and schedule) and each one's GPU time, from
-torch.profiler over a few calls on the same quantized tensors.
+kernel names (cuBLAS's name its tile, cluster and schedule in their first 60 characters) and
+each one's GPU time per call, from breakdown.py's profile over 5 calls on the same quantized
+tensors.
 
     python benchmarks/fp8_kernels.py tensor row block --shapes 8192,8192,8192 16384,16384,16384
 """
@@ -9,25 +10,13 @@ import os
 import sys
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 from pingpong.fp8 import scaled_mm_direct
 from pingpong.tools import bench
 from pingpong.tools.bench_fp8 import make_fp8_inputs
 
 sys.path.insert(0, os.path.dirname(__file__))
-
-
-def kernels(fn, calls=5):
-    """[(name, µs per call)] of the GPU kernels `fn` launches, after one warm-up call."""
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    return [(e.key, e.self_device_time_total / calls) for e in prof.key_averages()
-            if e.device_type == torch.autograd.DeviceType.CUDA]
+from breakdown import profile_calls  # noqa: E402
 
 
 def main():
@@ -40,9 +29,9 @@ def main():
             qa, qb, sa, sb = make_fp8_inputs(M, N, K, scaling)
             for who, fn in (("torch", lambda: torch._scaled_mm(qa, qb, sa, sb, out_dtype=torch.bfloat16)),
                             ("ours", lambda: scaled_mm_direct(qa, qb, sa, sb))):
-                for name, us in kernels(fn):
+                for name, us in profile_calls(fn, 5)[0].items():
                     tf = 2 * M * N * K / (us * 1e-6) / 1e12
-                    print(f"{scaling} {M}x{N}x{K} {who}: {us:9.1f} us {tf:6.0f} TFLOP/s  {name[:150]}", flush=True)
+                    print(f"{scaling} {M}x{N}x{K} {who}: {us:9.1f} us {tf:6.0f} TFLOP/s  {name}", flush=True)
 
 
 if __name__ == "__main__":

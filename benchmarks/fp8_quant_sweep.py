@@ -22,8 +22,8 @@ import statistics
 
 import torch
 
-import pingpong
 from pingpong import quantize as qz
+from quant_common import alternated_times, check_bitwise
 
 DRY = os.environ.get("DRY") == "1"
 M, K = (256, 1024) if DRY else (8192, 8192)
@@ -43,27 +43,17 @@ for tag, mod in mods.items():
     for g, name in GRAN.items():
         s = qz._scale_like(x, name)
         cases[g + tag] = (s, lambda mod=mod, s=s, name=name: mod.launch(x, q, s, name), name)
-for key, (s, fn, name) in cases.items():
-    q.fill_(float("nan"))
-    s.fill_(float("nan"))
-    fn()
-    wq, ws = pingpong.quantize_fp8(x, name)
-    assert torch.equal(q.view(torch.uint8), wq.view(torch.uint8)) and torch.equal(s, ws), key
-    print(f"check {key}: bitwise equal to quantize_fp8", flush=True)
+check_bitwise(x, q, ((key, name, s, fn) for key, (s, fn, name) in cases.items()), verbose=True)
 if DRY:
     raise SystemExit(0)
 
 from pingpong.runtime.device import hbm_bandwidth  # noqa: E402
-from pingpong.tools.timing import time_callable  # noqa: E402
 
 peak = hbm_bandwidth(0)
 y = torch.empty_like(x)
 cases["torch copy bf16 -> bf16"] = (None, lambda: y.copy_(x), "copy")
 BYTES = {"tensor": 5, "copy": 4}
-times = {k: [] for k in cases}
-for r in range(ROUNDS):
-    for k, (_, fn, _) in (cases.items() if r % 2 == 0 else reversed(cases.items())):
-        times[k].append(time_callable(fn, 100).median_ms)
+times = alternated_times({k: fn for k, (_, fn, _) in cases.items()}, ROUNDS)
 print(f"peak {peak / 1e12:.3f} TB/s (hbm_bandwidth), {ROUNDS} rounds")
 print("| granularity | median µs | fraction of peak (min–max) |")
 print("|---|---|---|")

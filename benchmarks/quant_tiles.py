@@ -21,9 +21,9 @@ import torch
 import triton
 import triton.language as tl
 
-import pingpong
 from pingpong import quantize as qz
 from pingpong.toolchain import KERNEL_OPTIONS
+from quant_common import alternated_times, check_bitwise
 
 DRY = os.environ.get("DRY") == "1"
 M, K = (64, 1024) if DRY else (8192, 8192)
@@ -146,28 +146,18 @@ if not DRY:  # TMA descriptors: GPU only
 for bm, groups, w in ((1, 64, 8), (2, 32, 8), (4, 16, 8), (8, 8, 8), (16, 4, 8), (64, 1, 8), (32, 2, 8), (1, 64, 16)):
     if groups * 128 <= K:
         cases[f"1x128 tile {bm}x{groups * 128} {w}w"] = block("block", bm, groups, w)
-for bm, w in ((128, 4), (128, 16), (64, 4)):
-    if bm == 128:  # 128×128 groups need 128 rows per tile
-        cases[f"128x128 {w}w"] = block("block128x128", bm, 1, w)
+for w in (4, 16):  # 128×128 groups: 128 rows per tile
+    cases[f"128x128 {w}w"] = block("block128x128", 128, 1, w)
 
-for key, (name, s, fn) in cases.items():
-    q.fill_(float("nan"))
-    s.fill_(float("nan"))
-    fn()
-    wq, ws = pingpong.quantize_fp8(x, name)
-    assert torch.equal(q.view(torch.uint8), wq.view(torch.uint8)) and torch.equal(s, ws), key
+check_bitwise(x, q, ((key, name, s, fn) for key, (name, s, fn) in cases.items()))
 print(f"checked {len(cases)} variants: bitwise equal to quantize_fp8", flush=True)
 if DRY:
     raise SystemExit(0)
 
 from pingpong.runtime.device import hbm_bandwidth  # noqa: E402
-from pingpong.tools.timing import time_callable  # noqa: E402
 
 peak = hbm_bandwidth(0)
-times = {k: [] for k in cases}
-for r in range(ROUNDS):
-    for k, (_, _, fn) in (cases.items() if r % 2 == 0 else reversed(cases.items())):
-        times[k].append(time_callable(fn, 100).median_ms)
+times = alternated_times({k: fn for k, (_, _, fn) in cases.items()}, ROUNDS)
 print(f"peak {peak / 1e12:.3f} TB/s (hbm_bandwidth), {ROUNDS} rounds, ({M}, {K}) {DT}")
 print("| variant | median µs | fraction of peak (min–max) |")
 print("|---|---|---|")
