@@ -14,7 +14,8 @@ import torch
 import pingpong
 from pingpong.errors import ConfigError, PingpongError
 from pingpong.fp8 import check_scaled_mm, scaling_of
-from pingpong.hopper.fp8_launch import check_fp8_config, least_wave_time, rule_fp8, scale_boxes, select_fp8
+from pingpong.hopper.fp8_launch import check_fp8_config, kernel_scaling, least_wave_time, rule_fp8, scale_boxes, \
+    select_fp8
 from pingpong.runtime import compile as cc
 
 KC = pingpong.KernelConfig
@@ -219,6 +220,25 @@ def test_rule_tile_by_modelled_wave_time():
     assert least_wave_time(300, 300, 10, tiles(1.0)) == coop(128)  # a tie: the first
     assert least_wave_time(300, 300, 10, tiles(1.01)) == coop(64)
     assert least_wave_time(300, 300, 9, tiles(0.75)) == coop(128)
+
+
+def test_long_tensor_wise_products_take_the_row_kernel():
+    """Tensor-wise products of at least 2^40 multiply-adds on 132 SMs (the threshold scales with
+    the SM count) run the row-wise kernel with broadcast scalars; shorter ones, other scalings,
+    fast accumulation, split-K, swap-AB and cluster launches keep their own kernel."""
+    sq = KC(128, 128, 128)
+    assert kernel_scaling("tensor", 16384, 16384, 16384, sq, True, 132) == ("row", True)
+    assert kernel_scaling("tensor", 16384, 16384, 4096, sq, True, 132) == ("row", True)  # 2^40 exactly
+    assert kernel_scaling("tensor", 8192, 16384, 8191, sq, True, 132) == ("tensor", False)  # just below
+    assert kernel_scaling("tensor", 8192, 8192, 8192, sq, True, 132) == ("tensor", False)
+    assert kernel_scaling("tensor", 8192, 8192, 8192, sq, True, 33) == ("row", True)  # 2^39 on a quarter
+    assert kernel_scaling("tensor", 16384, 16384, 16384, KC(128, 256, 128), False, 132) == ("tensor", False)
+    assert kernel_scaling("tensor", 16384, 16384, 16384, KC(128, 128, 128, split_k=2), True, 132) \
+        == ("tensor", False)
+    assert kernel_scaling("tensor", 16384, 16384, 16384, KC(128, 128, 128, cluster_m=2), True, 132) \
+        == ("tensor", False)
+    for scaling in ("row", "block"):
+        assert kernel_scaling(scaling, 16384, 16384, 16384, sq, True, 132) == (scaling, False)
 
 
 def test_float8_linear_refuses_grad_and_bad_granularity():

@@ -71,6 +71,27 @@ def test_scaled_mm_matches_torch_accuracy(mode, shape, fast):
     check(out, theirs, ref, seed)
 
 
+@pytest.mark.parametrize("shape", [(512, 1024, 2048), (1000, 528, 1024), (77, 144, 384)])
+def test_tensor_scales_through_the_row_kernel(shape, monkeypatch):
+    """The long-product route (fp8_launch.kernel_scaling: tensor-wise scalars broadcast into
+    the row-wise kernel's vectors), forced on small shapes: as accurate as torch._scaled_mm,
+    and a second call with other scalars uses them (the vectors are made per call)."""
+    from pingpong.hopper import fp8_launch
+    from pingpong.runtime import plan
+
+    monkeypatch.setattr(fp8_launch, "LONG_WORK_PER_SM", 0)
+    monkeypatch.setattr(plan, "PLANS", type(plan.PLANS)())  # plans made here are not kept
+    M, N, K = shape
+    seed = hash(shape) % 1000
+    qa, qb, sa, sb, ref = operands(M, N, K, "tensor", seed)
+    for factor in (1.0, 3.0):
+        out = poisoned_call(lambda: pingpong.scaled_mm(qa, qb, sa * factor, sb), (M, N), torch.bfloat16)
+        theirs = torch._scaled_mm(qa, qb, sa * factor, sb, out_dtype=torch.bfloat16)
+        check(out, theirs, ref * factor, seed)
+    key = next(iter(plan.PLANS.values()))
+    assert (key.scaling, key.broadcast) == ("row", True), "the route under test did not run"
+
+
 @pytest.mark.parametrize("mode", ["tensor", "row", "block"])
 def test_a_scale_on_the_wrong_block_fails(mode):
     """The test's power: scales permuted along the dimension they index change the result far

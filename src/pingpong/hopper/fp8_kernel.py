@@ -258,12 +258,26 @@ class Fp8Scales:
         return off_n + gl.arange(0, COLS, layout=gl.SliceLayout(0, layout))
 
     @gluon.jit
-    def apply_outer(self, acc, off_m, off_n, batch=0):
-        """Tensor-wise acc·sa·sb, row-wise acc·sa[m]·sb[batch, n] (masked past M and N: rows and
-        columns never stored); block-wise scales are already in acc."""
+    def tensor_factor(self):
+        """Tensor-wise sa·sb (1 in the other modes). A consumer loads it once, before its first
+        tile, so that the load's latency (a DRAM round trip when the scales are cold) hides under
+        the K loop instead of delaying every tile's epilogue."""
+        if self.SCALING == "tensor":
+            factor = gl.load(self.sa) * gl.load(self.sb)
+        else:
+            factor = gl.to_tensor(1.0)
+        return factor
+
+    @gluon.jit
+    def apply_outer(self, acc, off_m, off_n, batch=0, factor=None):
+        """Tensor-wise acc·sa·sb (`factor`: tensor_factor, loaded earlier; None: loaded here),
+        row-wise acc·sa[m]·sb[batch, n] (masked past M and N: rows and columns never stored);
+        block-wise scales are already in acc."""
         layout: gl.constexpr = acc.type.layout
         if self.SCALING == "tensor":
-            acc = acc * (gl.load(self.sa) * gl.load(self.sb))
+            if factor is None:
+                factor = self.tensor_factor()
+            acc = acc * factor
         elif self.SCALING == "row":
             rows = self.rows(off_m, acc.shape[0], layout)
             cols = self.cols(off_n, acc.shape[1], layout)
@@ -375,12 +389,14 @@ def k_loop(ring, scales, first, k_steps, kb0, batch, off_m, off_n, ROW0: gl.cons
 
 
 @gluon.jit
-def store_tile(epi, scales, acc, CONSUMER: gl.constexpr, count, batch, off_m, off_n, split, SPLIT: gl.constexpr):
-    """The outer scales, then the epilogue (dense: bias, activation, cast, TMA store; grouped:
-    the rows of group `batch`). SPLIT: acc is split `split`'s partial and the split epilogue
-    (pingpong.hopper.fixup) applies the outer scales once, to the sum of the partials."""
+def store_tile(epi, scales, acc, CONSUMER: gl.constexpr, count, batch, off_m, off_n, split, SPLIT: gl.constexpr,
+               factor):
+    """The outer scales (tensor-wise: `factor`, Fp8Scales.tensor_factor), then the epilogue
+    (dense: bias, activation, cast, TMA store; grouped: the rows of group `batch`). SPLIT: acc
+    is split `split`'s partial and the split epilogue (pingpong.hopper.fixup) applies the outer
+    scales once, to the sum of the partials."""
     if not SPLIT:
-        acc = scales.apply_outer(acc, off_m, off_n, batch)
+        acc = scales.apply_outer(acc, off_m, off_n, batch, factor)
     epi.store(MmaOp(acc, gl.to_tensor(0), gl.to_tensor(True), 1), CONSUMER, count, off_m, off_n, batch, split)
 
 
@@ -388,6 +404,7 @@ def store_tile(epi, scales, acc, CONSUMER: gl.constexpr, count, batch, off_m, of
 def fp8_pingpong_consumer(ring, sched, epi, scales, sync, CONSUMER: gl.constexpr, acc_layout: gl.constexpr,
                           PROMOTE: gl.constexpr, SPLIT: gl.constexpr):
     """Consumer CONSUMER takes this program's tiles CONSUMER, CONSUMER+2, ... (PhaseSync turns)."""
+    factor = scales.tensor_factor()
     for j in range((sched.local_tiles() - CONSUMER + 1) // 2):
         t = 2 * j + CONSUMER
         batch, off_m, off_n = sched.locate(t)
@@ -395,7 +412,7 @@ def fp8_pingpong_consumer(ring, sched, epi, scales, sync, CONSUMER: gl.constexpr
         sync.wait_turn(CONSUMER, j)
         acc = k_loop(ring, scales, first, sched.k_steps, sched.k_begin(t) // sched.BK, batch, off_m, off_n, 0,
                      sched.BM, sched.BN, acc_layout, PROMOTE, sync, CONSUMER, True)
-        store_tile(epi, scales, acc, CONSUMER, j, batch, off_m, off_n, sched.split(t), SPLIT)
+        store_tile(epi, scales, acc, CONSUMER, j, batch, off_m, off_n, sched.split(t), SPLIT, factor)
     epi.drain()
 
 
@@ -404,12 +421,14 @@ def fp8_cooperative_consumer(ring, sched, epi, scales, CONSUMER: gl.constexpr, a
                              PROMOTE: gl.constexpr, SPLIT: gl.constexpr):
     """Consumer CONSUMER computes rows [CONSUMER·BM/2, (CONSUMER+1)·BM/2) of every tile."""
     ROWS: gl.constexpr = sched.BM // 2
+    factor = scales.tensor_factor()
     for t in range(sched.local_tiles()):
         batch, off_m, off_n = sched.locate(t)
         first = first_counter(t, sched.k_steps, 1, 0)  # both consumers read every k-step
         acc = k_loop(ring, scales, first, sched.k_steps, sched.k_begin(t) // sched.BK, batch, off_m, off_n,
                      CONSUMER * ROWS, ROWS, sched.BN, acc_layout, PROMOTE, 0, CONSUMER, False)
-        store_tile(epi, scales, acc, CONSUMER, t, batch, off_m + CONSUMER * ROWS, off_n, sched.split(t), SPLIT)
+        store_tile(epi, scales, acc, CONSUMER, t, batch, off_m + CONSUMER * ROWS, off_n, sched.split(t), SPLIT,
+                   factor)
     epi.drain()
 
 

@@ -48,6 +48,17 @@ shape bucket and FP8 problem (`pingpong tune --dtype fp8`; table dtype `table.fp
     select.SPLIT_MIN_BYTES (fp8 operands, a 16-bit result) does not split: launch-bound, it
     cannot earn the workspace and counters back.
 
+    Long tensor-wise products (promoted, one unsplit, unswapped launch; M·N·K at least
+    LONG_WORK_PER_SM per SM, 2^40 on 132 SMs) run the row-wise kernel, the two scalars
+    broadcast per call into (M, 1) and (1, N) vectors (`kernel_scaling`; two small copies):
+    the row-wise epilogue's per-row and per-column loads make these products faster, by an
+    effect of timing that is measured, not explained (H100, RESULTS.md run 283, ratio to
+    torch._scaled_mm, tensor-wise kernel → row-wise kernel: 16384³ 0.81 → 0.99, 16384×16384×8192
+    0.81 → 0.96, 16384×12288×8192 0.87 → 0.98, 12288×12288×8192 0.92 → 0.97; at and below
+    2^40: 8192×16384×8192 and 16384×16384×4096 within ±2%, 8192³ 0.98 → 0.93, 4096³ 0.98 →
+    0.91). A bias (also loaded per column in the epilogue) or a 2 µs pause before each
+    tile's store gives the same gain (run 284); docs/design.md, section FP8.
+
     Block-wise scales take no 128×64 tile: its time is bimodal in the suite, not understood
     (1024³: 0.53 and 0.99 of torch._scaled_mm in two rounds on the H100, run 271, 0.50 in both
     on the H200, run 273; 128×6144×4096 0.68–1.14 on the H200), though one process timing it
@@ -87,6 +98,10 @@ _ACC_REGS = 200
 #: guide, multi-dimensional TMA alignment); only its first 4 elements are read
 _SB_BOX = 32
 
+
+#: M·N·K per SM from which a tensor-wise product runs the row-wise kernel (module docstring,
+#: `kernel_scaling`): 2^40 on the H100's 132 SMs
+LONG_WORK_PER_SM = 2 ** 40 // 132
 
 #: torch's FP8 dtypes -> the kind in the tuning table's dtype key (table.fp8_key)
 FP8_KINDS = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
@@ -252,6 +267,18 @@ def kernel_operands(a, w, scale_a, scale_b, swap: bool):
     return (w, a, scale_b.t(), scale_a.t()) if swap else (a, w, scale_a, scale_b)
 
 
+def kernel_scaling(scaling: str, M: int, N: int, K: int, config: KernelConfig, promote: bool,
+                   sms: int) -> tuple[str, bool]:
+    """(the scaling the kernel runs, whether tensor-wise scalars are broadcast into row-wise
+    vectors per call): long tensor-wise products take the row-wise kernel (module docstring);
+    every other call its own scaling."""
+    long = M * N * K >= LONG_WORK_PER_SM * sms
+    if scaling == "tensor" and promote and long and fp8_splits(K, config) == 1 and not config.swap_ab \
+            and config.cluster_m == 1:
+        return "row", True
+    return scaling, False
+
+
 def fp8_splits(K: int, config: KernelConfig) -> int:
     """The K splits a config runs (scheduler.effective_splits): > 1 takes fp8_split_gemm."""
     return effective_splits(K, SCALE_BLOCK, config.split_k)
@@ -317,19 +344,26 @@ class Fp8Plan(Plan):
     backend): the scale mode, the promotion, the config and a cached direct launch; split
     (`workspace` rows > 0): a fresh fp32 workspace from the caching allocator and the stream's
     arrival counters per call, as the 16-bit SplitPlan (pingpong.hopper.backend); swap-AB with
-    one split: the split kernel's pointer epilogue, with empty stand-ins for both."""
+    one split: the split kernel's pointer epilogue, with empty stand-ins for both. `scaling`
+    is the kernel's (`kernel_scaling`); `broadcast`: tensor-wise scalars given to the row-wise
+    kernel as (M, 1) and (1, N) vectors, made per call."""
 
-    __slots__ = ("scaling", "sb_cols", "promote", "config", "launch", "workspace", "counters", "unused")
+    __slots__ = ("scaling", "sb_cols", "promote", "config", "launch", "workspace", "counters", "unused", "broadcast")
 
-    def __init__(self, device, scaling, sb_cols, promote, config, activation, workspace=(0, 0), counters=0):
+    def __init__(self, device, scaling, sb_cols, promote, config, activation, workspace=(0, 0), counters=0,
+                 broadcast=False):
         self.device, self.path, self.activation, self.extents = device, "hopper-fp8", activation, None
         self.scaling, self.sb_cols, self.promote, self.config = scaling, sb_cols, promote, config
+        self.broadcast = broadcast
         self.workspace, self.counters = workspace, counters  # (rows, cols) fp32; int32 counters (0: unsplit)
         self.launch, self.unused = CachedLaunch(), None
 
     def run_scaled(self, a, b, scale_a, scale_b, out, bias) -> None:
         """out = act(scale(a @ b) + bias): a (M, K), b (K, N) as validated by the front end."""
         w = b.t()
+        if self.broadcast:  # fresh vectors from the caching allocator: safe across streams and graphs
+            scale_a = scale_a.reshape(1, 1).expand(a.shape[0], 1).contiguous()
+            scale_b = scale_b.reshape(1, 1).expand(1, w.shape[0]).contiguous()
         bias_v = bias_vector(bias) if bias is not None else None
         sa, sb = block_scale_views(scale_a, scale_b, self.sb_cols) if self.scaling == "block" else (scale_a, scale_b)
         first, second, sa, sb = kernel_operands(a, w, sa, sb, self.config.swap_ab)  # the kernel's argument order
@@ -373,7 +407,8 @@ def plan(spec: GemmSpec) -> Fp8Plan:
     if why:
         raise ConfigError(why)
     if fp8_splits(K, config) == 1:  # swap-AB alone runs the split kernel with no workspace or counters
-        return Fp8Plan(device, scaling, sb_cols, promote, config, spec.epilogue.activation)
+        scaling, broadcast = kernel_scaling(scaling, M, N, K, config, promote, sm_count(device))
+        return Fp8Plan(device, scaling, sb_cols, promote, config, spec.epilogue.activation, broadcast=broadcast)
     return Fp8Plan(device, scaling, sb_cols, promote, config, spec.epilogue.activation,
                    workspace_shape(M, N, K, config), counter_count(M, N, config))
 
