@@ -211,6 +211,13 @@ def test_rule_tile_by_modelled_wave_time():
     assert rule_fp8(128, 28672, 4096, True, 132, "block") == KC(64, 128, 128, schedule="pingpong")
     assert rule_fp8(1024, 1024, 1024, True, 132, "block") == coop(128)
     assert rule_fp8(1024, 1024, 4096, True, 132, "block") == coop(128)
+    # long block-wise products (M·N·K ≥ 2^40 on 132 SMs): 4 stages, groups of 4 tile-rows
+    long_block = KC(128, 128, 128, stages=4, group_m=4)
+    assert rule_fp8(16384, 16384, 16384, True, 132, "block") == long_block
+    assert rule_fp8(16384, 16384, 4096, True, 132, "block") == long_block
+    assert rule_fp8(8192, 8192, 8192, True, 132, "block") == coop(128)
+    assert rule_fp8(8192, 8192, 8192, True, 33, "block") == long_block  # the threshold is per SM
+    assert rule_fp8(16384, 16384, 16384, True, 132) == coop(128)  # tensor-wise: kernel_scaling instead
     # launch-bound (1.5 MB moved: no split): 16 tiles of 128×128 or 32 of 128×64, one wave each
     assert rule_fp8(512, 512, 1024, True, 132) == coop(64)
     assert rule_fp8(512, 512, 1024, True, 132, "block") == coop(128)

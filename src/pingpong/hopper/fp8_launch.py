@@ -48,16 +48,20 @@ shape bucket and FP8 problem (`pingpong tune --dtype fp8`; table dtype `table.fp
     select.SPLIT_MIN_BYTES (fp8 operands, a 16-bit result) does not split: launch-bound, it
     cannot earn the workspace and counters back.
 
-    Long tensor-wise products (promoted, one unsplit, unswapped launch; M·N·K at least
-    LONG_WORK_PER_SM per SM, 2^40 on 132 SMs) run the row-wise kernel, the two scalars
-    broadcast per call into (M, 1) and (1, N) vectors (`kernel_scaling`; two small copies):
+    Long products (M·N·K at least LONG_WORK_PER_SM per SM, 2^40 on 132 SMs: `long_product`):
+    tensor-wise ones (promoted, one unsplit, unswapped launch) run the row-wise kernel, the
+    two scalars broadcast per call into (M, 1) and (1, N) vectors (`kernel_scaling`; two
+    small copies):
     the row-wise epilogue's per-row and per-column loads make these products faster, by an
     effect of timing that is measured, not explained (H100, RESULTS.md run 283, ratio to
     torch._scaled_mm, tensor-wise kernel → row-wise kernel: 16384³ 0.81 → 0.99, 16384×16384×8192
     0.81 → 0.96, 16384×12288×8192 0.87 → 0.98, 12288×12288×8192 0.92 → 0.97; at and below
     2^40: 8192×16384×8192 and 16384×16384×4096 within ±2%, 8192³ 0.98 → 0.93, 4096³ 0.98 →
     0.91). A bias (also loaded per column in the epilogue) or a 2 µs pause before each
-    tile's store gives the same gain (run 284); docs/design.md, section FP8.
+    tile's store gives the same gain (run 284); docs/design.md, section FP8. Long block-wise
+    products take 4 ring stages (5 fit) and groups of 4 tile-rows (not 8): 16384³ 0.874 →
+    0.951, 16384×16384×8192 0.862 → 0.931 (8192³, below the threshold: 0.950 → 0.938; run
+    286, where group 2, group 4 alone and 4 stages alone measured 0.87–0.90).
 
     Block-wise scales take no 128×64 tile: its time is bimodal in the suite, not understood
     (1024³: 0.53 and 0.99 of torch._scaled_mm in two rounds on the H100, run 271, 0.50 in both
@@ -99,8 +103,8 @@ _ACC_REGS = 200
 _SB_BOX = 32
 
 
-#: M·N·K per SM from which a tensor-wise product runs the row-wise kernel (module docstring,
-#: `kernel_scaling`): 2^40 on the H100's 132 SMs
+#: M·N·K per SM from which a product is long (`long_product`, module docstring): 2^40 on the
+#: H100's 132 SMs
 LONG_WORK_PER_SM = 2 ** 40 // 132
 
 #: torch's FP8 dtypes -> the kind in the tuning table's dtype key (table.fp8_key)
@@ -131,13 +135,24 @@ def rule_fp8(M: int, N: int, K: int, promote: bool, sms: int, scaling: str = "te
     if config.block_n == 256 and config.split_k > 1:  # split: 128×128 (module docstring)
         config = split(dataclasses.replace(tile, block_n=128), M, N, k_steps, sms)
     config = unsplit(config)
+    if scaling == "block" and config == _SQUARE and long_product(M, N, K, sms):
+        config = _LONG_BLOCK
     return config if workspace_reason(M, N, K, config) is None else tile
+
+
+def long_product(M: int, N: int, K: int, sms: int) -> bool:
+    """M·N·K at least LONG_WORK_PER_SM per SM (2^40 on 132 SMs): the long products whose
+    tensor-wise scales run the row-wise kernel (`kernel_scaling`) and whose block-wise ones
+    take _LONG_BLOCK (`rule_fp8`); module docstring."""
+    return M * N * K >= LONG_WORK_PER_SM * sms
 
 
 #: the promoted cooperative tiles of the rule (module docstring) and the 64-row mid-size one
 _SQUARE = KernelConfig(128, 128, SCALE_BLOCK)
 _NARROW = KernelConfig(128, 64, SCALE_BLOCK)
 _MID = KernelConfig(64, 64, SCALE_BLOCK, schedule="pingpong")
+#: block-wise long products (`long_product`): 4 ring stages and groups of 4 tile-rows
+_LONG_BLOCK = KernelConfig(128, 128, SCALE_BLOCK, stages=4, group_m=4)
 #: per-FLOP speed of the 128×64 tile against 128×128 where both have many waves: about 2/3 on
 #: an H100 (RESULTS.md run 271: 2048×4096×4096 and 2048×6144×4096); 0.75 keeps 512 rows at
 #: N = 6144, 2 waves of 128×128 against 3 of 128×64, on 128×128
@@ -272,9 +287,8 @@ def kernel_scaling(scaling: str, M: int, N: int, K: int, config: KernelConfig, p
     """(the scaling the kernel runs, whether tensor-wise scalars are broadcast into row-wise
     vectors per call): long tensor-wise products take the row-wise kernel (module docstring);
     every other call its own scaling."""
-    long = M * N * K >= LONG_WORK_PER_SM * sms
-    if scaling == "tensor" and promote and long and fp8_splits(K, config) == 1 and not config.swap_ab \
-            and config.cluster_m == 1:
+    if scaling == "tensor" and promote and long_product(M, N, K, sms) and fp8_splits(K, config) == 1 \
+            and not config.swap_ab and config.cluster_m == 1:
         return "row", True
     return scaling, False
 
