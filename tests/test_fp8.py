@@ -265,7 +265,8 @@ def test_float8_linear_refuses_grad_and_bad_granularity():
 
 @pytest.mark.parametrize("kernel, shape", [("fp8-block", "m64n128k32"), ("fp8-tensor-fast", "m64n256k32"),
                                            ("fp8-block-1x128", "m64n128k32"), ("fp8-row-pingpong", "m64n64k32"),
-                                           ("fp8-block-pingpong", "m64n128k32"), ("fp8-tensor-narrow", "m64n64k32")])
+                                           ("fp8-block-pingpong", "m64n128k32"), ("fp8-tensor-narrow", "m64n64k32"),
+                                           ("fp8-block-long", "m64n128k32")])
 def test_fp8_kernel_compiles_to_fp8_wgmma_without_spills(kernel, shape):
     c = cc.compile_kernel(kernel, "sm_90a")
     f = c.facts()

@@ -35,6 +35,20 @@ def test_split_refusals(config, match):
         check_fp8_config(config, False, 2)
 
 
+def test_workspace_of_a_config_that_fits_only_fp8_operands():
+    """4 stages of 128×128×128 fit in shared memory with 1-byte operands (32 KB a stage), not
+    with 2-byte ones: the split plan's workspace and counters are sized for the FP8 kernel."""
+    from pingpong import KernelConfig
+    from pingpong.hopper.launch import counter_count, workspace_reason, workspace_shape
+
+    config = KernelConfig(128, 128, 128, stages=4, split_k=2)
+    with pytest.raises(ConfigError, match="shared memory"):
+        workspace_shape(512, 512, 65536, config)  # as a bf16 config
+    assert workspace_shape(512, 512, 65536, config, 1) == (1024, 512)
+    assert counter_count(512, 512, config, 1) == 4 * 2 * 4  # tiles × consumer halves
+    assert workspace_reason(512, 512, 65536, config, 1) is None
+
+
 def test_rule_splits_large_k_few_tile_shapes():
     # 512×512×65536: 16 tiles of 128×128, K = 512 steps of 128; one wave holds 132 units:
     # 8 splits (128 units, 64 + 4 steps each) beat 1 (512 + 4), 9..16 take two waves

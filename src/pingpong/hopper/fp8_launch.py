@@ -137,7 +137,7 @@ def rule_fp8(M: int, N: int, K: int, promote: bool, sms: int, scaling: str = "te
     config = unsplit(config)
     if scaling == "block" and config == _SQUARE and long_product(M, N, K, sms):
         config = _LONG_BLOCK
-    return config if workspace_reason(M, N, K, config) is None else tile
+    return config if workspace_reason(M, N, K, config, 1) is None else tile
 
 
 def long_product(M: int, N: int, K: int, sms: int) -> bool:
@@ -339,11 +339,11 @@ def prepare(a, w, out, scale_a, scale_b, scaling: str, promote: bool, sb_cols: i
     grid = persistent_grid(R, C, d, sms, splits)
     if splits == 1 and not d.swap_ab:  # the TMA epilogue
         return fp8_gemm, (a_desc, b_desc, tile_descriptor(out, d), bias_ptr, sa, sb, R, C, K, *strides), kwargs, grid
-    ws_rows, ld = workspace_shape(M, N, K, config)
+    ws_rows, ld = workspace_shape(M, N, K, config, 1)
     block = ws_rows // splits * ld
     assert block < MAX_SPLIT_BLOCK, "one split's workspace block must be 32-bit addressable"
     assert workspace.dtype == torch.float32 and workspace.numel() >= ws_rows * ld
-    assert counters.dtype == torch.int32 and (splits == 1 or counters.numel() >= counter_count(M, N, config))
+    assert counters.dtype == torch.int32 and (splits == 1 or counters.numel() >= counter_count(M, N, config, 1))
     assert out.stride(1) == 1 or N <= 1, "out must be row-major"
     args = (a_desc, b_desc, workspace, counters, out, bias_ptr, sa, sb, R, C, K, *strides, splits, block // 4,
             ld // 4, out.stride(0))
@@ -417,14 +417,14 @@ def plan(spec: GemmSpec) -> Fp8Plan:
         config = select_fp8(M, N, K, promote, sm_count(device), Device.of(device).name, scaling, sb_cols,
                             spec.out_dtype.itemsize, FP8_KINDS[spec.a.dtype])
     check_fp8_config(config, promote, spec.out_dtype.itemsize, scale_boxes(scaling, sb_cols, config))
-    why = workspace_reason(M, N, K, config)
+    why = workspace_reason(M, N, K, config, 1)
     if why:
         raise ConfigError(why)
     if fp8_splits(K, config) == 1:  # swap-AB alone runs the split kernel with no workspace or counters
         scaling, broadcast = kernel_scaling(scaling, M, N, K, config, promote, sm_count(device))
         return Fp8Plan(device, scaling, sb_cols, promote, config, spec.epilogue.activation, broadcast=broadcast)
     return Fp8Plan(device, scaling, sb_cols, promote, config, spec.epilogue.activation,
-                   workspace_shape(M, N, K, config), counter_count(M, N, config))
+                   workspace_shape(M, N, K, config, 1), counter_count(M, N, config, 1))
 
 
 # ----------------------------------------------------------------------------- offline compilation
@@ -445,8 +445,8 @@ def _offline_builder(scaling: str, promote: bool, config: KernelConfig, sb_cols:
             sa = torch.empty(kb, M).t()
             sb = torch.empty(-(-N // 128), kb).t() if sb_cols == 128 else torch.empty(kb, N)
         bias = torch.empty(N, dtype=torch.bfloat16) if fusion else None
-        workspace = torch.empty(workspace_shape(M, N, K, config), dtype=torch.float32)
-        counters = torch.zeros(counter_count(M, N, config), dtype=torch.int32)
+        workspace = torch.empty(workspace_shape(M, N, K, config, 1), dtype=torch.float32)
+        counters = torch.zeros(counter_count(M, N, config, 1), dtype=torch.int32)
         kernel, args, kwargs, grid = prepare(a, w, out, sa, sb, scaling, promote, sb_cols, config, 132, bias,
                                              fusion or "none", workspace, counters)
         return cc.Launch(kernel, args, kwargs, grid)
@@ -467,6 +467,7 @@ OFFLINE_FP8_VARIANTS = {
     "fp8-row-fast": ("row", False, KernelConfig(128, 256, 128), 128, ""),
     "fp8-block": ("block", True, KernelConfig(128, 128, 128), 128, ""),
     "fp8-block-1x128": ("block", True, KernelConfig(128, 128, 128), 1, ""),
+    "fp8-block-long": ("block", True, _LONG_BLOCK, 128, ""),  # the rule's long block-wise products
     "fp8-block-pingpong": ("block", True, KernelConfig(64, 128, 128, schedule="pingpong"), 128, ""),
     "fp8-row-pingpong": ("row", True, KernelConfig(64, 64, 128, schedule="pingpong"), 128, ""),
     "fp8-tensor-narrow": ("tensor", True, KernelConfig(128, 64, 128), 128, ""),  # the rule's 128×64

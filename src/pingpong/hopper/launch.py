@@ -242,34 +242,36 @@ def _gemm_launch(a, b, out, c, alpha, beta, d, sms: int, bias=None, activation="
 MAX_SPLIT_BLOCK = 2**31
 
 
-def workspace_shape(M: int, N: int, K: int, config: KernelConfig) -> tuple[int, int]:
-    """(rows, cols) of the fp32 workspace a split-K call needs (0 rows: one split, none).
+def workspace_shape(M: int, N: int, K: int, config: KernelConfig, in_bytes: int = 2) -> tuple[int, int]:
+    """(rows, cols) of the fp32 workspace a split-K call needs (0 rows: one split, none);
+    in_bytes: the operands' element size (1 for FP8), for which `config` is derived.
 
     The kernel computes a rows' × cols' product (M × N, or N × M under swap_ab); each split
     owns rows' rounded up to block_m rows (a tile never crosses into the next split's block),
     and a row is padded to 16 bytes."""
-    d = config.derive()
+    d = config.derive(in_bytes)
     rows, cols = (N, M) if d.swap_ab else (M, N)
     splits = effective_splits(K, d.block_k, d.split_k)
     return (splits if splits > 1 else 0) * -(-rows // d.block_m) * d.block_m, -(-cols // 4) * 4
 
 
-def workspace_reason(M: int, N: int, K: int, config: KernelConfig) -> str | None:
+def workspace_reason(M: int, N: int, K: int, config: KernelConfig, in_bytes: int = 2) -> str | None:
     """Why a split-K config cannot run this M × N × K product (one split's workspace block
-    beyond 32-bit offsets), or None."""
+    beyond 32-bit offsets), or None (in_bytes: as workspace_shape)."""
     if not (config.split_k > 1 or config.swap_ab):
         return None
     splits = effective_splits(K, config.block_k, config.split_k)
-    rows, cols = workspace_shape(M, N, K, config)
+    rows, cols = workspace_shape(M, N, K, config, in_bytes)
     if rows // splits * cols >= MAX_SPLIT_BLOCK:
         return (f"split_k={config.split_k} needs {rows // splits * cols} fp32 workspace elements per split for this"
                 f" {M}×{N} output; at most {MAX_SPLIT_BLOCK - 1} fit")
     return None
 
 
-def counter_count(M: int, N: int, config: KernelConfig) -> int:
-    """Arrival counters a split-K call needs: one per (tile, consumer half) of the kernel's product."""
-    d = config.derive()
+def counter_count(M: int, N: int, config: KernelConfig, in_bytes: int = 2) -> int:
+    """Arrival counters a split-K call needs: one per (tile, consumer half) of the kernel's product
+    (in_bytes: as workspace_shape)."""
+    d = config.derive(in_bytes)
     rows, cols = (N, M) if d.swap_ab else (M, N)
     return -(-rows // d.block_m) * (d.block_m // d.consumer_m) * -(-cols // d.block_n)
 
