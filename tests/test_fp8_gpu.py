@@ -79,7 +79,7 @@ def test_tensor_scales_through_the_row_kernel(shape, monkeypatch):
     from pingpong.hopper import fp8_launch
     from pingpong.runtime import plan
 
-    monkeypatch.setattr(fp8_launch, "LONG_WORK_PER_SM", 0)
+    monkeypatch.setattr(fp8_launch, "LONG_WORK", 0)
     monkeypatch.setattr(plan, "PLANS", type(plan.PLANS)())  # plans made here are not kept
     M, N, K = shape
     seed = hash(shape) % 1000

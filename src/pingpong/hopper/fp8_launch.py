@@ -48,7 +48,8 @@ shape bucket and FP8 problem (`pingpong tune --dtype fp8`; table dtype `table.fp
     select.SPLIT_MIN_BYTES (fp8 operands, a 16-bit result) does not split: launch-bound, it
     cannot earn the workspace and counters back.
 
-    Long products (M·N·K at least LONG_WORK_PER_SM per SM, 2^40 on 132 SMs: `long_product`):
+    Long products (M·N·K at least LONG_WORK = 2^40 on LONG_SMS = 132 SMs, in proportion to
+    the SM count: `long_product`):
     tensor-wise ones (promoted, one unsplit, unswapped launch) run the row-wise kernel, the
     two scalars broadcast per call into (M, 1) and (1, N) vectors (`kernel_scaling`; two
     small copies):
@@ -103,9 +104,12 @@ _ACC_REGS = 200
 _SB_BOX = 32
 
 
-#: M·N·K per SM from which a product is long (`long_product`, module docstring): 2^40 on the
-#: H100's 132 SMs
-LONG_WORK_PER_SM = 2 ** 40 // 132
+#: M·N·K from which a product on LONG_SMS SMs is long (`long_product`, module docstring); on S
+#: SMs the threshold is LONG_WORK · S / LONG_SMS (the work each SM does)
+LONG_WORK, LONG_SMS = 2 ** 40, 132
+
+#: bytes of an fp8 operand element: what configs are derived for (config.derive, workspace sizes)
+FP8_BYTES = 1
 
 #: torch's FP8 dtypes -> the kind in the tuning table's dtype key (table.fp8_key)
 FP8_KINDS = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
@@ -137,14 +141,14 @@ def rule_fp8(M: int, N: int, K: int, promote: bool, sms: int, scaling: str = "te
     config = unsplit(config)
     if scaling == "block" and config == _SQUARE and long_product(M, N, K, sms):
         config = _LONG_BLOCK
-    return config if workspace_reason(M, N, K, config, 1) is None else tile
+    return config if workspace_reason(M, N, K, config, FP8_BYTES) is None else tile
 
 
 def long_product(M: int, N: int, K: int, sms: int) -> bool:
-    """M·N·K at least LONG_WORK_PER_SM per SM (2^40 on 132 SMs): the long products whose
+    """M·N·K at least LONG_WORK on LONG_SMS SMs, as much per SM on `sms`: the long products whose
     tensor-wise scales run the row-wise kernel (`kernel_scaling`) and whose block-wise ones
     take _LONG_BLOCK (`rule_fp8`); module docstring."""
-    return M * N * K >= LONG_WORK_PER_SM * sms
+    return M * N * K * LONG_SMS >= LONG_WORK * sms
 
 
 #: the promoted cooperative tiles of the rule (module docstring) and the 64-row mid-size one
@@ -204,7 +208,7 @@ def check_fp8_config(config: KernelConfig, promote: bool, out_bytes: int, boxes:
     """Derived of `config` for fp8 operands; ConfigError where the FP8 kernel cannot run it.
     `boxes` (scale_boxes) ride in every ring slot: derived stages are as many as still fit;
     explicit stages must fit with them."""
-    d = config.derive(1, out_bytes)
+    d = config.derive(FP8_BYTES, out_bytes)
     if d.schedule == "persistent" or d.block_n2:
         raise ConfigError("the FP8 kernel runs one-piece tiles on the cooperative and ping-pong schedules; got"
                           f" {config}")
@@ -230,7 +234,7 @@ def check_fp8_config(config: KernelConfig, promote: bool, out_bytes: int, boxes:
         fixed = d.shared_bytes - d.stages * d.stage_bytes
         fit = (SMEM_LIMIT - fixed) // (d.stage_bytes + scale_bytes)
         if config.stages is None and fit < d.stages:
-            d = dataclasses.replace(config, stages=fit).derive(1, out_bytes)
+            d = dataclasses.replace(config, stages=fit).derive(FP8_BYTES, out_bytes)
         elif d.stages > fit:
             raise ConfigError(f"shared memory: {d.stages} stages × ({d.stage_bytes} + {scale_bytes} B of block scales)"
                               f" + {fixed} B exceed the {SMEM_LIMIT} B limit; at most {fit} stages fit")
@@ -339,11 +343,12 @@ def prepare(a, w, out, scale_a, scale_b, scaling: str, promote: bool, sb_cols: i
     grid = persistent_grid(R, C, d, sms, splits)
     if splits == 1 and not d.swap_ab:  # the TMA epilogue
         return fp8_gemm, (a_desc, b_desc, tile_descriptor(out, d), bias_ptr, sa, sb, R, C, K, *strides), kwargs, grid
-    ws_rows, ld = workspace_shape(M, N, K, config, 1)
+    ws_rows, ld = workspace_shape(M, N, K, config, FP8_BYTES)
     block = ws_rows // splits * ld
     assert block < MAX_SPLIT_BLOCK, "one split's workspace block must be 32-bit addressable"
     assert workspace.dtype == torch.float32 and workspace.numel() >= ws_rows * ld
-    assert counters.dtype == torch.int32 and (splits == 1 or counters.numel() >= counter_count(M, N, config, 1))
+    assert counters.dtype == torch.int32 and (splits == 1
+                                              or counters.numel() >= counter_count(M, N, config, FP8_BYTES))
     assert out.stride(1) == 1 or N <= 1, "out must be row-major"
     args = (a_desc, b_desc, workspace, counters, out, bias_ptr, sa, sb, R, C, K, *strides, splits, block // 4,
             ld // 4, out.stride(0))
@@ -417,14 +422,14 @@ def plan(spec: GemmSpec) -> Fp8Plan:
         config = select_fp8(M, N, K, promote, sm_count(device), Device.of(device).name, scaling, sb_cols,
                             spec.out_dtype.itemsize, FP8_KINDS[spec.a.dtype])
     check_fp8_config(config, promote, spec.out_dtype.itemsize, scale_boxes(scaling, sb_cols, config))
-    why = workspace_reason(M, N, K, config, 1)
+    why = workspace_reason(M, N, K, config, FP8_BYTES)
     if why:
         raise ConfigError(why)
+    scaling, broadcast = kernel_scaling(scaling, M, N, K, config, promote, sm_count(device))
     if fp8_splits(K, config) == 1:  # swap-AB alone runs the split kernel with no workspace or counters
-        scaling, broadcast = kernel_scaling(scaling, M, N, K, config, promote, sm_count(device))
         return Fp8Plan(device, scaling, sb_cols, promote, config, spec.epilogue.activation, broadcast=broadcast)
     return Fp8Plan(device, scaling, sb_cols, promote, config, spec.epilogue.activation,
-                   workspace_shape(M, N, K, config, 1), counter_count(M, N, config, 1))
+                   workspace_shape(M, N, K, config, FP8_BYTES), counter_count(M, N, config, FP8_BYTES))
 
 
 # ----------------------------------------------------------------------------- offline compilation
@@ -445,8 +450,8 @@ def _offline_builder(scaling: str, promote: bool, config: KernelConfig, sb_cols:
             sa = torch.empty(kb, M).t()
             sb = torch.empty(-(-N // 128), kb).t() if sb_cols == 128 else torch.empty(kb, N)
         bias = torch.empty(N, dtype=torch.bfloat16) if fusion else None
-        workspace = torch.empty(workspace_shape(M, N, K, config, 1), dtype=torch.float32)
-        counters = torch.zeros(counter_count(M, N, config, 1), dtype=torch.int32)
+        workspace = torch.empty(workspace_shape(M, N, K, config, FP8_BYTES), dtype=torch.float32)
+        counters = torch.zeros(counter_count(M, N, config, FP8_BYTES), dtype=torch.int32)
         kernel, args, kwargs, grid = prepare(a, w, out, sa, sb, scaling, promote, sb_cols, config, 132, bias,
                                              fusion or "none", workspace, counters)
         return cc.Launch(kernel, args, kwargs, grid)
