@@ -7,9 +7,12 @@ Question: at 16384³ our tensor-wise kernel reads ~60% more from DRAM than cuBLA
 apart over ~124 tiles each, the tiles in flight stop sharing A and B panels in L2. One program
 per tile cannot drift: the next tile goes to whichever SM frees first.
 
-Mode "rowvec" (tensor-wise only): the library's grid, but the launch given to the row-wise
-kernel with the two scalars materialised as (M, 1) and (1, N) vectors per call (run 276: the
-row-wise kernel is ~23% faster at 16384³ on any data; stride-0 views did not help, run 278).
+Mode "rowvec" (tensor-wise only): the library's grid, and its long-product route forced on
+every shape (fp8_launch.LONG_WORK = 0: the row-wise kernel with the two scalars
+broadcast into (M, 1) and (1, N) vectors per call; run 276: the row-wise kernel is ~23% faster
+at 16384³ on any data; stride-0 views did not help, run 278). Every other mode turns the route
+off, so tensor-wise scales run the tensor-wise kernel there (as in runs 282–284, before the
+route existed).
 
 Mode "bias": the library's launch with a random bf16 bias of N (the epilogue loads it per
 column, as the row-wise kernel loads its scales): does a per-column load in the epilogue,
@@ -44,19 +47,6 @@ def grid(M, N, d, sms, units_per_tile=1):
 
 
 fl.persistent_grid = grid
-_run_scaled = fl.Fp8Plan.run_scaled
-
-
-def run_scaled(self, a, b, scale_a, scale_b, out, bias):
-    """The library's run_scaled; in MODE "rowvec" tensor-wise scales go to the row kernel."""
-    if MODE[0] == "rowvec" and scale_a.numel() == 1 and scale_b.numel() == 1:  # tensor-wise scales
-        self.scaling = "row"
-        scale_a = scale_a.reshape(1, 1).expand(a.shape[0], 1).contiguous()
-        scale_b = scale_b.reshape(1, 1).expand(1, b.shape[1]).contiguous()
-    return _run_scaled(self, a, b, scale_a, scale_b, out, bias)
-
-
-fl.Fp8Plan.run_scaled = run_scaled
 _direct = fp8_configs.scaled_mm_direct
 _BIAS = {}
 
@@ -84,7 +74,8 @@ def main(argv=None):
         for M, N, K in args.shapes:
             for mode in args.modes:
                 MODE[0] = mode
-                plan.PLANS.clear()  # the grid is bound into a plan's launch
+                fl.LONG_WORK = 0 if mode == "rowvec" else 1 << 62  # the route forced, or off
+                plan.PLANS.clear()  # the grid and the route are bound into a plan
                 cfg = fl.rule_fp8(M, N, K, True, torch.cuda.get_device_properties(0).multi_processor_count, scaling)
                 print(f"[{mode}]", end=" ", flush=True)
                 list(measure(scaling, M, N, K, [("rule", cfg)]))

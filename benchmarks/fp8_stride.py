@@ -4,8 +4,8 @@ At 16384³ (row stride 2^14 bytes) every line of a 128-row TMA box has the same 
 bits, and the ~16 CTAs sharing an A panel (8 sharing a B panel) read the same box at about the
 same time. If the L2 serves such power-of-two strides from few slices, a padded stride (same
 values, same shape, rows K + PAD bytes apart) is faster. Ours on contiguous operands, ours on
-padded copies and torch._scaled_mm on the contiguous ones, alternated (median of ROUNDS rounds
-of ≥ 100 L2-flushed repetitions).
+padded copies and torch._scaled_mm on the contiguous ones, alternated (quant_common: median of
+--rounds rounds of ≥ 100 L2-flushed repetitions, in forward and reversed order by turns).
 
     python benchmarks/fp8_stride.py block tensor --shapes 16384,16384,16384 8192,8192,8192 --pad 128
 """
@@ -17,7 +17,7 @@ import torch
 from pingpong.fp8 import scaled_mm_direct
 from pingpong.tools import bench
 from pingpong.tools.bench_fp8 import make_fp8_inputs
-from pingpong.tools.timing import time_callable
+from quant_common import alternated_times
 
 
 def padded(x: torch.Tensor, pad: int) -> torch.Tensor:
@@ -41,11 +41,7 @@ def main(argv=None):
                     "ours padded": lambda: scaled_mm_direct(pa, pb, sa, sb),
                     "torch": lambda: torch._scaled_mm(qa, qb, sa, sb, out_dtype=torch.bfloat16)}
             same = torch.equal(runs["ours"](), runs["ours padded"]())
-            times = {k: [] for k in runs}
-            for _ in range(args.rounds):
-                for name, fn in runs.items():
-                    times[name].append(time_callable(fn, 100).median_ms)
-            t = {k: statistics.median(v) for k, v in times.items()}
+            t = {k: statistics.median(v) for k, v in alternated_times(runs, args.rounds).items()}
             print(f"{scaling} {M}x{N}x{K} pad {args.pad}: ours {t['torch'] / t['ours']:.3f}, padded"
                   f" {t['torch'] / t['ours padded']:.3f} of torch._scaled_mm ({t['ours'] * 1e3:.0f} /"
                   f" {t['ours padded'] * 1e3:.0f} / {t['torch'] * 1e3:.0f} µs); bitwise equal: {same}", flush=True)
