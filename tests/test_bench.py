@@ -269,6 +269,25 @@ def test_quick_run_on_gpu(tmp_path, capsys):
     assert doc["header"]["WARNING"].startswith("--quick")
 
 
+@pytest.mark.gpu
+def test_timer_leaves_out_host_lag():
+    """A call whose host work (a 150 µs sleep) outlasts the L2 flush: the queued timer gives the
+    small kernel's GPU time; do_bench's own loop counts the host's lag (the reason for the spin)."""
+    import time
+
+    from triton.testing import do_bench
+
+    x = torch.randn(1024, device="cuda")
+
+    def slow_host():
+        time.sleep(150e-6)
+        x.mul_(1.0)
+
+    queued = timing.time_callable(slow_host, 100).median_ms
+    lagging = timing.time_callable(slow_host, 100, bench=do_bench).median_ms
+    assert queued < 0.05 and lagging > 0.08, (queued, lagging)
+
+
 # --------------------------------------------------------------------------- one shape, CPU stand-ins
 
 

@@ -3,7 +3,7 @@ of the same bytes, all measured in one process on one device (only ratios of one
 
 Bytes counted: the add reads a and b and writes out, 3 * n * itemsize. The copy moves a
 buffer of half that size, so it too reads + writes 3 * n * itemsize bytes. Times are the
-median of `triton.testing.do_bench` (which flushes L2 before every repetition).
+median of `pingpong.tools.timing.time_callable` (flushes L2 before every repetition).
 
     rows = run_vector_add_bench([2**20, 2**28], torch.float32, reps=100)
     print(format_table(rows))
@@ -27,7 +27,7 @@ from ..toolchain import KERNEL_OPTIONS
 
 
 def _median_ms(fn, reps: int) -> float:
-    """Median ms of at least `reps` L2-flushed do_bench repetitions: the GEMM bench's timer."""
+    """Median ms of at least `reps` L2-flushed repetitions: the GEMM bench's timer."""
     return time_callable(fn, reps).median_ms
 
 
@@ -181,7 +181,7 @@ def run_stream_sweep(configs: dict, sizes, dtypes, reps: int = 100, device: str 
     before the direct launch) and replayed from a CUDA graph ("cuda-graph": GPU time with
     the least launch overhead), then each config of `configs` ({name: StreamConfig}) through
     `hopper.launch` (no API checks), and torch.add again (drift). Each row: kernel, name,
-    correct (bitwise equal to torch.add), ms (do_bench median, L2 flushed), gbps, vs_torch
+    correct (bitwise equal to torch.add), ms (time_callable median, L2 flushed), gbps, vs_torch
     (the first torch.add's time / this time), vs_copy, host_us (host time per call)."""
     from . import hopper, portable
 
@@ -268,7 +268,7 @@ SWEEP_COLUMNS = (
 
 
 def format_sweep(rows: list[dict]) -> str:
-    """A fixed-width table of `run_stream_sweep` rows (us/call: the do_bench median; host us:
+    """A fixed-width table of `run_stream_sweep` rows (us/call: the time_callable median; host us:
     host time per call; a call costs about max(us/call, host us) back to back)."""
     if not rows:
         return "(no rows)"

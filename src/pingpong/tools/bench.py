@@ -8,8 +8,10 @@ The method (docs/design.md "Measuring"; docs/benchmarking.md has the long form):
   * each shape is checked before it is timed: ‖out − ref‖ / ‖ref‖ against an fp32 torch
     reference, our output written into a NaN-poisoned buffer; a shape that fails is reported
     FAILED and never timed;
-  * ``triton.testing.do_bench`` (flushes L2 before every repetition), median of at least
-    ``--reps`` (≥ 100) repetitions after warm-up; cuBLAS = ``torch.matmul`` on the same
+  * ``pingpong.tools.timing.queued_bench`` (do_bench's loop: flushes L2 before every
+    repetition, with a spin kernel before the flush, so that a slow host call does not count
+    as GPU time),
+    median of at least ``--reps`` (≥ 100) repetitions after warm-up; cuBLAS = ``torch.matmul`` on the same
     tensors in the same process, so the ratio ours/cuBLAS is the number that compares;
   * ``--rounds`` (default 3) alternates ours and cuBLAS that many times: the clock and power
     state drift within a run (cuBLAS at 8192³ read 628–675 TFLOP/s in one H200 process), so
@@ -349,11 +351,11 @@ def environment_header(settings: Settings) -> dict[str, Any]:
         "triton": triton.__version__,
         "python": platform.python_version(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "method": f"{settings.dtype} {settings.layout}, do_bench (L2 flushed) median of >= {settings.reps} reps, "
+        "method": f"{settings.dtype} {settings.layout}, queued_bench (L2 flushed) median of >= {settings.reps} reps, "
                   "cuBLAS = torch.matmul same tensors same process",
     }
     if settings.dtype == "fp8":
-        header["method"] = (f"fp8 e4m3 {settings.scaling}-wise scales, use_fast_accum={settings.fast_accum}, do_bench (L2"
+        header["method"] = (f"fp8 e4m3 {settings.scaling}-wise scales, use_fast_accum={settings.fast_accum}, queued_bench (L2"
                             f" flushed) median of >= {settings.reps} reps, baseline (cuBLAS column) = torch._scaled_mm"
                             " on the same quantized tensors, same process")
     if settings.quick:

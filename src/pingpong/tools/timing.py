@@ -1,8 +1,21 @@
 """GPU timing shared by the benchmarks (`pingpong.tools.bench`, `pingpong.streaming.bench`).
 
 One rule for every number the project reports: the median of at least `reps` repetitions of
-`triton.testing.do_bench`, which warms up first and flushes the L2 cache before every
-repetition. Only ratios of times taken in one process compare.
+`queued_bench` (triton.testing.do_bench's contract: warm up, flush the L2 cache before every
+repetition), each repetition's time taken by CUDA events around the call. Only ratios of times
+taken in one process compare.
+
+Why not do_bench itself: it records the start event right after the flush, so the GPU runs it as
+soon as the flush ends. If the host has not launched the call's kernel by then (do_bench's loop
+plus the call's host work take longer than the flush, ~60-80 µs on an H100/H200 host that is
+busy or slow), the GPU idles and the idle time is counted as the kernel's. That made small
+products read up to 2× slower in some processes and not in others (H200, RESULTS.md run 292:
+64×4096×4096 ours 18.2 µs flushed, 13.4 µs queued in the same process). queued_bench enqueues a
+spin kernel of QUEUE_US before each flush, so that the host is ahead of the GPU when the call
+launches: the time is the GPU's alone, for ours and the peer alike. The flush stays right
+before the start event, as in do_bench (a spin between the two left the GPU idle before the
+call and moved small products' times by ±0.5 µs: run 291). Host cost is measured apart
+(`pingpong.tools.overhead`, benchmarks/host_gap.py).
 """
 
 from __future__ import annotations
@@ -18,15 +31,63 @@ class Timing:
     reps: int  # repetitions actually timed (≥ requested)
 
 
+#: µs the GPU spins before each repetition's flush (module docstring): more
+#: than a slow host's loop and call (host_gap.py: 20-35 µs per FP8 call on the H200's host)
+QUEUE_US = 200.0
+#: SM clock the spin's cycle count assumes (the H100's and H200's maximum); a lower clock spins longer
+SPIN_MHZ = 1980
+
+
+def queued_bench(fn: Callable[[], Any], warmup: float = 25.0, rep: float = 100.0, return_mode: str = "all",
+                 queue_us: float = QUEUE_US) -> list[float]:
+    """triton.testing.do_bench's loop (warm up for `warmup` ms, then repetitions for about `rep`
+    ms, L2 flushed before each; return_mode "all": every repetition's ms) with a spin kernel of
+    `queue_us` before each flush (module docstring)."""
+    import torch
+    from triton import runtime
+
+    assert return_mode == "all", return_mode
+    driver = runtime.driver.active
+    fn()
+    torch.cuda.synchronize()
+    cache = driver.get_empty_cache_for_benchmark()
+    cycles = int(queue_us * SPIN_MHZ)
+
+    def once(start=None, end=None):
+        torch.cuda._sleep(cycles)
+        driver.clear_cache(cache)
+        if start is not None:
+            start.record()
+        fn()
+        if end is not None:
+            end.record()
+
+    probe = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+    probe[0].record()
+    for _ in range(5):
+        once()
+    probe[1].record()
+    torch.cuda.synchronize()
+    each_ms = probe[0].elapsed_time(probe[1]) / 5  # flush, spin and call
+    for _ in range(max(1, int(warmup / each_ms))):
+        once()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(max(1, int(rep / each_ms)))]
+    for start, end in events:
+        once(start, end)
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) for start, end in events]
+
+
 def time_callable(fn: Callable[[], Any], reps: int, *, bench: Callable | None = None, warmup_ms: float = 25.0) -> Timing:
     """Median of at least `reps` L2-flushed repetitions of `fn` after warm-up.
 
-    `triton.testing.do_bench` takes a time budget in ms, not a count; we ask for every
+    `queued_bench` (as do_bench) takes a time budget in ms, not a count; we ask for every
     repetition's time (``return_mode="all"``) and grow the budget until ≥ `reps` were taken.
-    `bench` replaces do_bench in tests.
+    `bench` replaces queued_bench in tests.
     """
     if bench is None:
-        from triton.testing import do_bench as bench
+        bench = queued_bench
     budget_ms = 100.0
     for _ in range(6):
         times = bench(fn, warmup=warmup_ms, rep=budget_ms, return_mode="all")
