@@ -183,23 +183,32 @@ def test_selection_and_config_limits():
 
 
 def test_rule_tile_by_modelled_wave_time():
-    """65-128 rows and unsplit 128×128 products take the tile whose waves of 132 SMs take the
-    least modelled time, ⌈tiles / 132⌉ · BM·BN / efficiency (128×64 at 3/4 of 128×128's
-    per-FLOP speed against 128×128; 1.0 among the mid-row tiles); ties keep the first."""
+    """65-128 rows (under a wave of 128×128 tiles) and unsplit 128×128 products take the tile
+    whose waves of 132 SMs take the least modelled time, ⌈tiles / 132⌉ · BM·BN / efficiency
+    (128×64 at 3/4 of 128×128's per-FLOP speed against 128×128; 1.0 among the mid-row tiles);
+    ties keep the first (128×64 before an unsplit 128×128)."""
     coop = lambda bn: KC(128, bn, 128)  # noqa: E731
     pp64 = KC(64, 64, 128, schedule="pingpong")
     # 128 rows, N = 6144: 96 tiles of 128×64 (1 wave, 8192) tie 192 of 64×64 (2 waves, 2·4096)
     assert rule_fp8(128, 6144, 4096, True, 132) == coop(64)
-    # 128 rows, N = 28672: 448 tiles of 128×64 (4 waves: 32768) vs 896 of 64×64 (7: 28672)
-    assert rule_fp8(128, 28672, 4096, True, 132) == pp64
-    assert rule_fp8(96, 28672, 4096, True, 132) == pp64
-    # 64 rows keep the skinny rule: 64×128 where 128-column tiles fill 3/4 of a wave, else 64×64
+    # 65-128 rows whose 128×128 tiles fill a wave take those, every scaling (N = 28672: 224)
+    assert rule_fp8(128, 28672, 4096, True, 132) == coop(128)
+    assert rule_fp8(96, 28672, 4096, True, 132) == coop(128)
+    assert rule_fp8(128, 28672, 4096, True, 132, "block") == coop(128)
+    assert rule_fp8(128, 16384, 4096, True, 132) != coop(128)  # 128 tiles: under a wave
+    # 64 rows keep the skinny rule: 64×128 where 128-column tiles fill 3/4 of a wave, else 64×64,
+    # and tensor- and row-wise 64×32 where its tiles fit one wave (N = 4096: 128 tiles)
     assert rule_fp8(64, 28672, 4096, True, 132) == KC(64, 128, 128, schedule="pingpong")
-    assert rule_fp8(64, 4096, 4096, True, 132) == pp64
+    assert rule_fp8(64, 6144, 4096, True, 132) == pp64  # 64×32: 192 tiles
+    assert rule_fp8(64, 4096, 4096, True, 132) == KC(64, 32, 128, schedule="pingpong")
+    assert rule_fp8(64, 4096, 4096, True, 132, "row") == KC(64, 32, 128, schedule="pingpong")
+    assert rule_fp8(64, 4096, 4096, True, 132, "block") == pp64
     # 1024³: 64 tiles of 128×128 (one half-empty wave, 16384) vs 128 of 128×64 (8192 / 0.75)
     assert rule_fp8(1024, 1024, 1024, True, 132) == coop(64)
-    # 512×6144: 192 tiles of 128×128 (2 waves, 32768) tie 384 of 128×64 (3 · 8192 / 0.75): square
-    assert rule_fp8(512, 6144, 4096, True, 132) == coop(128)
+    # 512×6144: 192 tiles of 128×128 (2 waves, 32768) tie 384 of 128×64 (3 · 8192 / 0.75): a
+    # tie goes to 128×64
+    assert rule_fp8(512, 6144, 4096, True, 132) == coop(64)
+    assert rule_fp8(512, 6144, 4096, True, 132, "block") == coop(128)
     # many waves: 4096 tiles of 128×128 (32 waves) vs 8192 of 128×64 (63 waves / 0.75)
     assert rule_fp8(8192, 8192, 8192, True, 132) == coop(128)
     # row-wise as tensor-wise; block-wise takes no 128×64 tile (its timing is bimodal):
@@ -208,7 +217,6 @@ def test_rule_tile_by_modelled_wave_time():
     assert rule_fp8(128, 6144, 4096, True, 132, "row") == coop(64)
     assert rule_fp8(1024, 1024, 1024, True, 132, "row") == coop(64)
     assert rule_fp8(128, 6144, 4096, True, 132, "block") == pp64
-    assert rule_fp8(128, 28672, 4096, True, 132, "block") == KC(64, 128, 128, schedule="pingpong")
     assert rule_fp8(1024, 1024, 1024, True, 132, "block") == coop(128)
     assert rule_fp8(1024, 1024, 4096, True, 132, "block") == coop(128)
     # long block-wise products (M·N·K ≥ 2^40 on 132 SMs): 4 stages, groups of 4 tile-rows

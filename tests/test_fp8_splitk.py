@@ -55,8 +55,13 @@ def test_rule_splits_large_k_few_tile_shapes():
     assert rule_fp8(512, 512, 65536, True, 132) == KC(128, 128, 128, split_k=8)
     # 1024×1024×16384: 64 tiles, 128 steps: 2 splits (128 units, 64 + 4) vs 3 (two waves)
     assert rule_fp8(1024, 1024, 16384, True, 132) == KC(128, 128, 128, split_k=2)
-    # 64×4096×65536: 64 ping-pong tiles of 64×64 (64×128 fills less than 3/4 of a wave), 2 splits
+    # 64×4096×65536: 64 ping-pong tiles of 64×64 (64×128 fills less than 3/4 of a wave), 2 splits;
+    # K long enough for 2 splits of ≥ 128 steps keeps 64×64 (not 64×32, which fits one wave)
     assert rule_fp8(64, 4096, 65536, True, 132) == KC(64, 64, 128, schedule="pingpong", split_k=2)
+    assert rule_fp8(64, 4096, 65536, True, 132, "block") == KC(64, 64, 128, schedule="pingpong", split_k=2)
+    # 64×4096×14336: 112 steps, too few for 2 such splits: 128 tiles of 64×32, unsplit (one wave)
+    assert rule_fp8(64, 4096, 14336, True, 132) == KC(64, 32, 128, schedule="pingpong")
+    assert rule_fp8(64, 4096, 32768, True, 132) == KC(64, 64, 128, schedule="pingpong", split_k=2)
     # fast accumulation splits with the 128×128 tile (the 128×256 split kernel spills, row-wise)
     assert rule_fp8(512, 512, 65536, False, 132) == KC(128, 128, 128, split_k=8)
     # the tiles fill the GPU, or K is short: no split
@@ -64,8 +69,8 @@ def test_rule_splits_large_k_few_tile_shapes():
     assert rule_fp8(8192, 8192, 8192, False, 132) == KC(128, 256, 128)
     assert rule_fp8(1024, 1024, 2048, True, 132).split_k == 1  # 16 steps: under 32 a split
     # launch-bound (under 4 MiB moved: 16·8192 + 64·8192 + 2·16·64 bytes): no workspace, though
-    # the cost model alone would split its one 64×64 tile's 64 k-steps in 2
-    assert rule_fp8(16, 64, 8192, True, 132) == KC(64, 64, 128, schedule="pingpong")
+    # the cost model alone would split its two 64×32 tiles' 64 k-steps in 2
+    assert rule_fp8(16, 64, 8192, True, 132) == KC(64, 32, 128, schedule="pingpong")
     assert rule_fp8(16, 64, 65536, True, 132).split_k > 1  # 5.2 MB: splits
 
 

@@ -19,9 +19,21 @@ shape bucket and FP8 problem (`pingpong tune --dtype fp8`; table dtype `table.fp
                    scales cannot swap (`check_fp8_config`); fewer than S/4 tiles of N were not
                    measured and keep the tiles below (which split K)
     M ≤ 64         ping-pong 64×128×128 (64×64 when 128-column tiles fill less than 3/4 of
-                   a wave): 64-row tiles waste the least of a skinny product, and the weight
-                   streams through the ring
-    65 ≤ M ≤ 128   tensor- and row-wise: cooperative 128×64×128 or ping-pong 64×64×128,
+                   a wave; tensor- and row-wise then 64×32 where its tiles fit one wave):
+                   64-row tiles waste the least of a skinny product, and the weight streams
+                   through the ring; 64×32 puts twice as many SMs on it where 64×64 tiles
+                   fill half a wave (N = 4096: 128 tiles, not 64; ours/torch._scaled_mm,
+                   64×64 → 64×32: 64×4096×4096 H100 0.942 → 0.966, H200 0.906 → 0.947;
+                   64×4096×14336, 64×64 split 2 → 64×32 unsplit, H100 0.912 → 0.969, H200
+                   0.900 → 0.947; RESULTS.md runs 293-295). As in the 16-bit mid-size rule
+                   (select.MID_SPLIT_STEPS), a K long enough to split 64×64 tiles into
+                   parts of ≥ 128 k-steps (2 here) keeps them: the narrower tile re-reads A
+                   twice as often (64×4096×65536, 64×64 split 2 → 64×32: H100 0.962 →
+                   0.960, H200 0.930 → 0.838, runs 294-295)
+    65 ≤ M ≤ 128   whose 128×128 tiles fill a wave (N ≥ 16896): cooperative 128×128×128,
+                   every scaling (128×28672×4096, against the 64-row tiles: tensor-wise H200
+                   0.854 → 0.970, H100 0.984 → 0.978; block-wise H100 0.937 → 0.986; runs
+                   293-294). Otherwise tensor- and row-wise: cooperative 128×64×128 or ping-pong 64×64×128,
                    whichever's waves take the less modelled time (`least_wave_time`; a tie
                    keeps 128×64): one 128-row tile where N leaves few tiles, two 64-row ones
                    where waves quantize better (H100 runs 225 → 270/271, the 64-row tiles of
@@ -36,7 +48,10 @@ shape bucket and FP8 problem (`pingpong tune --dtype fp8`; table dtype `table.fp
                    tensor- and row-wise, an unsplit 128×128 yields to 128×64 where its waves
                    take less modelled time, 128×64 counted at NARROW_EFFICIENCY of 128×128's
                    per-FLOP speed (1024³: one half-empty wave of 64 tiles against one of
-                   128; tensor-wise H100 0.798 → 0.987, run 270; H200 0.819 → 1.011, run 273)
+                   128; tensor-wise H100 0.798 → 0.987, run 270; H200 0.819 → 1.011, run 273);
+                   a tie goes to 128×64 (512×6144×4096, 2 waves of 128×128 against 3 of
+                   128×64: H100 0.917 → 0.930, run 294; 0.903 → 0.921, run 282; H200 0.868 →
+                   0.893, run 293)
 
     then split-K by the 16-bit kernels' cost model (select.split_count, select's docstring),
     K counted in the FP8 kernel's k-steps (one 128-deep ring slot: 128 bytes of K, as a 64-deep
@@ -94,7 +109,8 @@ from .epilogue import EpilogueConstants
 from .launch import MAX_SPLIT_BLOCK, counter_count, kernel_constants, launch_options, operand_descriptors, \
     persistent_grid, product_bias, tile_descriptor, workspace_reason, workspace_shape
 from .scheduler import effective_splits
-from .select import DECODE_M, SPLIT_MIN_BYTES, Device, split, tabled, tile_count
+from .select import DECODE_M, MID_SPLIT_STEPS, SPLIT_MIN_BYTES, Device, one_wave_tile, split, tabled, \
+    tile_count
 
 #: fp32 registers a consumer thread may spend on accumulators (config.validate's bound)
 _ACC_REGS = 200
@@ -122,16 +138,20 @@ def rule_fp8(M: int, N: int, K: int, promote: bool, sms: int, scaling: str = "te
         return KernelConfig(64, 16 if M <= 16 else 32, SCALE_BLOCK, schedule="pingpong", swap_ab=True)
     k_steps = -(-K // SCALE_BLOCK)
     narrow = scaling != "block"  # block-wise takes no 128×64 tile (module docstring)
-    if M <= 64 or (M <= 128 and not narrow):
+    if 64 < M <= 128 and tile_count(_SQUARE, M, N) >= sms:  # a wave of 128×128 tiles: those
+        tile = _SQUARE
+    elif M <= 64 or (M <= 128 and not narrow):
         bn = 128 if -(-M // 64) * -(-N // 128) >= 0.75 * sms else 64
         tile = KernelConfig(64, bn, SCALE_BLOCK, schedule="pingpong")
+        if narrow and bn == 64 and min(sms // tile_count(tile, M, N), k_steps // MID_SPLIT_STEPS) < 2:
+            tile = one_wave_tile(M, N, sms, (64, 32), SCALE_BLOCK) or tile  # unless a long K splits 64×64
     elif M <= 128:
         tile = least_wave_time(M, N, sms, ((_NARROW, 1.0), (_MID, 1.0)))
     else:
         tile = KernelConfig(128, 128 if promote else 256, SCALE_BLOCK, schedule="cooperative")
 
     def unsplit(c: KernelConfig) -> KernelConfig:  # an unsplit 128×128: or 128×64, where its waves take less time
-        return least_wave_time(M, N, sms, ((c, 1.0), (_NARROW, NARROW_EFFICIENCY))) if narrow and c == _SQUARE else c
+        return least_wave_time(M, N, sms, ((_NARROW, NARROW_EFFICIENCY), (c, 1.0))) if narrow and c == _SQUARE else c
 
     if M * K + N * K + 2 * M * N < SPLIT_MIN_BYTES:  # launch-bound: no workspace (module docstring)
         return unsplit(tile)
@@ -158,8 +178,8 @@ _MID = KernelConfig(64, 64, SCALE_BLOCK, schedule="pingpong")
 #: block-wise long products (`long_product`): 4 ring stages and groups of 4 tile-rows
 _LONG_BLOCK = KernelConfig(128, 128, SCALE_BLOCK, stages=4, group_m=4)
 #: per-FLOP speed of the 128×64 tile against 128×128 where both have many waves: about 2/3 on
-#: an H100 (RESULTS.md run 271: 2048×4096×4096 and 2048×6144×4096); 0.75 keeps 512 rows at
-#: N = 6144, 2 waves of 128×128 against 3 of 128×64, on 128×128
+#: an H100 (RESULTS.md run 271: 2048×4096×4096 and 2048×6144×4096); at 0.75, 512 rows at
+#: N = 6144 (2 waves of 128×128 against 3 of 128×64) tie, and the tie goes to 128×64 (`rule_fp8`)
 NARROW_EFFICIENCY = 0.75
 
 
