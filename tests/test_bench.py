@@ -269,6 +269,13 @@ def test_quick_run_on_gpu(tmp_path, capsys):
     assert doc["header"]["WARNING"].startswith("--quick")
 
 
+def test_spin_fills_short_calls_only():
+    """The queued timer's spin tops a short call up to QUEUE_US; a call as long gets none (a
+    near-idle GPU between repetitions would raise a power-limited kernel's clock)."""
+    assert timing.spin_us(13.0, 200.0) == 187.0
+    assert timing.spin_us(200.0, 200.0) == 0.0 and timing.spin_us(900.0, 200.0) == 0.0
+
+
 @pytest.mark.gpu
 def test_timer_leaves_out_host_lag():
     """A call whose host work (a 150 µs sleep) outlasts the L2 flush: the queued timer gives the

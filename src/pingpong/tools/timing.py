@@ -11,8 +11,10 @@ plus the call's host work take longer than the flush, ~60-80 µs on an H100/H200
 busy or slow), the GPU idles and the idle time is counted as the kernel's. That made small
 products read up to 2× slower in some processes and not in others (H200, RESULTS.md run 292:
 64×4096×4096 ours 18.2 µs flushed, 13.4 µs queued in the same process). queued_bench enqueues a
-spin kernel of QUEUE_US before each flush, so that the host is ahead of the GPU when the call
-launches: the time is the GPU's alone, for ours and the peer alike. The flush stays right
+spin kernel before each flush, so that the host is ahead of the GPU when the call launches: the
+time is the GPU's alone, for ours and the peer alike. The spin brings spin and call to QUEUE_US
+(`spin_us`): a call that long keeps the host ahead by itself and gets none, as a near-idle GPU
+between repetitions would lift a power-limited kernel's clock. The flush stays right
 before the start event, as in do_bench (a spin between the two left the GPU idle before the
 call and moved small products' times by ±0.5 µs: run 291). Host cost is measured apart
 (`pingpong.tools.overhead`, benchmarks/host_gap.py).
@@ -38,11 +40,20 @@ QUEUE_US = 200.0
 SPIN_MHZ = 1980
 
 
+def spin_us(call_us: float, queue_us: float = QUEUE_US) -> float:
+    """µs of spin before each flush for a call of `call_us` GPU µs: what brings spin and call to
+    `queue_us`. A call that long keeps the host ahead by itself, and a spin (a near-idle GPU)
+    would lower the average power and lift a power-limited peer's clock more than ours
+    (H100, block-wise 8192³: torch._scaled_mm 1000 → 870 µs, ours 1018 → 981 µs; run 297)."""
+    return max(0.0, queue_us - call_us)
+
+
 def queued_bench(fn: Callable[[], Any], warmup: float = 25.0, rep: float = 100.0, return_mode: str = "all",
                  queue_us: float = QUEUE_US) -> list[float]:
     """triton.testing.do_bench's loop (warm up for `warmup` ms, then repetitions for about `rep`
-    ms, L2 flushed before each; return_mode "all": every repetition's ms) with a spin kernel of
-    `queue_us` before each flush (module docstring)."""
+    ms, L2 flushed before each; return_mode "all": every repetition's ms) with a spin kernel
+    before each flush: `spin_us` of the call's GPU time, taken behind a spin of `queue_us`
+    (module docstring)."""
     import torch
     from triton import runtime
 
@@ -54,7 +65,8 @@ def queued_bench(fn: Callable[[], Any], warmup: float = 25.0, rep: float = 100.0
     cycles = int(queue_us * SPIN_MHZ)
 
     def once(start=None, end=None):
-        torch.cuda._sleep(cycles)
+        if cycles:
+            torch.cuda._sleep(cycles)
         driver.clear_cache(cache)
         if start is not None:
             start.record()
@@ -62,6 +74,11 @@ def queued_bench(fn: Callable[[], Any], warmup: float = 25.0, rep: float = 100.0
         if end is not None:
             end.record()
 
+    probe = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(5)]
+    for start, end in probe:  # the call's GPU time, behind the full spin
+        once(start, end)
+    torch.cuda.synchronize()
+    cycles = int(spin_us(min(s.elapsed_time(e) for s, e in probe) * 1e3, queue_us) * SPIN_MHZ)
     probe = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
     probe[0].record()
     for _ in range(5):
