@@ -14,7 +14,7 @@ products read up to 2× slower in some processes and not in others (H200, RESULT
 spin kernel before each flush, so that the host is ahead of the GPU when the call launches: the
 time is the GPU's alone, for ours and the peer alike. The spin brings spin and call to QUEUE_US
 (`spin_us`): a call that long keeps the host ahead by itself and gets none, as a near-idle GPU
-between repetitions would lift a power-limited kernel's clock. The flush stays right
+between repetitions would lift a power-limited kernel's clock (run 297). The flush stays right
 before the start event, as in do_bench (a spin between the two left the GPU idle before the
 call and moved small products' times by ±0.5 µs: run 291). Host cost is measured apart
 (`pingpong.tools.overhead`, benchmarks/host_gap.py).
@@ -33,8 +33,8 @@ class Timing:
     reps: int  # repetitions actually timed (≥ requested)
 
 
-#: µs the GPU spins before each repetition's flush (module docstring): more
-#: than a slow host's loop and call (host_gap.py: 20-35 µs per FP8 call on the H200's host)
+#: µs of spin and call before each repetition's flush (module docstring, `spin_us`): more than a
+#: slow host's loop and call (host_gap.py: 20-60 µs per FP8 call on the H100's and H200's hosts)
 QUEUE_US = 200.0
 #: SM clock the spin's cycle count assumes (the H100's and H200's maximum); a lower clock spins longer
 SPIN_MHZ = 1980
