@@ -162,8 +162,7 @@ def scaled_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, *, bias: O
     """act(a @ b · scales + bias) with torch._scaled_mm's operands and scale layouts (module
     docstring); fp32 accumulation, one cast to out_dtype. While torch.compile traces, the
     ``pingpong::scaled_mm`` op (a fake implementation gives the shape)."""
-    if torch.compiler.is_compiling() or any(type(t) not in (Tensor, torch.nn.Parameter)
-                                            for t in (a, b, scale_a, scale_b) if isinstance(t, Tensor)):
+    if ops.traced(a, b, scale_a, scale_b):
         ops.check_sharded(torch.ops.pingpong.scaled_mm.default, a, b, scale_a, scale_b, bias, out_dtype,
                           activation or "none", use_fast_accum)
         return torch.ops.pingpong.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation or "none",

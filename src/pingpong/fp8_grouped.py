@@ -66,6 +66,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from . import ops
 from .errors import PingpongError
 from .runtime import fp8_spec
 from .runtime import plan as plan_mod
@@ -136,8 +137,7 @@ def scaled_grouped_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, of
     Returns:
         (T, N) out_dtype; rows past offs[-1] are unset.
     """
-    if torch.compiler.is_compiling() or any(type(t) not in (Tensor, torch.nn.Parameter)
-                                            for t in (a, b, scale_a, scale_b, offs) if isinstance(t, Tensor)):
+    if ops.traced(a, b, scale_a, scale_b, offs):
         return torch.ops.pingpong.scaled_grouped_mm(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum)
     return scaled_grouped_mm_direct(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum)
 

@@ -72,6 +72,17 @@ def needs_op(a, b, c=None, d=None) -> bool:
             or torch.compiler.is_compiling())
 
 
+def traced(*tensors) -> bool:
+    """Whether an FP8 call (scaled_mm, scaled_grouped_mm) goes to its torch.library op:
+    compiling, or a tensor subclass (a tracer's, DTensor) among `tensors`; arguments that are not
+    tensors stay on the direct path, whose validation names them. Plain tensors cost a type
+    lookup each and the compile flag."""
+    for t in tensors:
+        if type(t) not in _PLAIN and isinstance(t, torch.Tensor):
+            return True
+    return torch.compiler.is_compiling()
+
+
 def _traced(a, b, c=None, d=None) -> bool:
     """Compiling, or a tracer's tensor subclass: the torch.library op (else the Function)."""
     plain = type(a) in _PLAIN and type(b) in _PLAIN and (c is None or type(c) in _PLAIN) and (d is None or type(d) in _PLAIN)

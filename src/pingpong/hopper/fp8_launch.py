@@ -398,15 +398,18 @@ class Fp8Plan(Plan):
         self.launch, self.unused = CachedLaunch(), None
 
     def run_scaled(self, a, b, scale_a, scale_b, out, bias) -> None:
-        """out = act(scale(a @ b) + bias): a (M, K), b (K, N) as validated by the front end."""
-        w = b.t()
+        """out = act(scale(a @ b) + bias): a (M, K), b (K, N) as validated by the front end.
+        The launch takes base addresses in the kernel's order (kernel_operands): W = bᵀ and a
+        tensor- or row-wise scale's transpose have the address of b and of the scale, so a hit
+        makes no view; `prepare` builds the kernel's tensors on the JIT path only."""
         if self.broadcast:  # fresh vectors from the caching allocator: safe across streams and graphs
             scale_a = scale_a.reshape(1, 1).expand(a.shape[0], 1).contiguous()
-            scale_b = scale_b.reshape(1, 1).expand(1, w.shape[0]).contiguous()
-        bias_v = bias_vector(bias) if bias is not None else None
+            scale_b = scale_b.reshape(1, 1).expand(1, b.shape[1]).contiguous()
         sa, sb = block_scale_views(scale_a, scale_b, self.sb_cols) if self.scaling == "block" else (scale_a, scale_b)
-        first, second, sa, sb = kernel_operands(a, w, sa, sb, self.config.swap_ab)  # the kernel's argument order
-        bias_ptr = (bias_v if bias_v is not None else out).data_ptr()
+        first, second, sa_ptr, sb_ptr = a.data_ptr(), b.data_ptr(), sa.data_ptr(), sb.data_ptr()
+        if self.config.swap_ab:  # kernel_operands: the operands exchanged, and the scales' roles
+            first, second, sa_ptr, sb_ptr = second, first, sb_ptr, sa_ptr
+        bias_ptr = (bias_vector(bias) if bias is not None else out).data_ptr()
         if self.counters:
             ws = torch.empty(self.workspace, dtype=torch.float32, device=out.device)
             counters = arrival_counters(out.device, self.counters)
@@ -418,11 +421,11 @@ class Fp8Plan(Plan):
         else:
             ws = counters = None
         split = () if ws is None else (ws.data_ptr(), counters.data_ptr())
-        ptrs = (first.data_ptr(), second.data_ptr(), *split, out.data_ptr(), bias_ptr, sa.data_ptr(), sb.data_ptr())
-        self.launch(self.device, ptrs, (), self._jit_args, a, w, out, scale_a, scale_b, bias, ws, counters)
+        ptrs = (first, second, *split, out.data_ptr(), bias_ptr, sa_ptr, sb_ptr)
+        self.launch(self.device, ptrs, (), self._jit_args, a, b, out, scale_a, scale_b, bias, ws, counters)
 
-    def _jit_args(self, a, w, out, scale_a, scale_b, bias, ws, counters):
-        return prepare(a, w, out, scale_a, scale_b, self.scaling, self.promote, self.sb_cols, self.config,
+    def _jit_args(self, a, b, out, scale_a, scale_b, bias, ws, counters):
+        return prepare(a, b.t(), out, scale_a, scale_b, self.scaling, self.promote, self.sb_cols, self.config,
                        sm_count(self.device), bias, self.activation, ws, counters)
 
 

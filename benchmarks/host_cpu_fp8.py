@@ -1,0 +1,96 @@
+"""Host cost of pingpong.scaled_mm's call path on the CPU, without a GPU: a cache hit down to
+Triton's C launcher, which is replaced by a no-op (the rest is the real code: GemmSpec, the plan
+cache, Fp8Plan.run_scaled, CachedLaunch, BoundLaunch and its argument list).
+
+    PYTHONPATH=src python benchmarks/host_cpu_fp8.py [--calls 5000] [--rounds 7] [--profile]
+
+Prints µs per call (the fastest of `rounds` loops of `calls` calls) per scaling and tile kind,
+next to an empty-tensor allocation (the output's `torch.empty`, which every call pays). CPU
+tensors stand in for CUDA ones; each call's plan is stored in the cache beforehand, as after a
+first (validated) call. Compare two trees by running this under each one's PYTHONPATH; the GPU
+host's µs are larger (benchmarks/host_gap.py measures them there), the Python is the same.
+"""
+
+import argparse
+import cProfile
+import pstats
+import sys
+
+import torch
+
+from pingpong import fp8
+from pingpong.hopper.config import KernelConfig
+from pingpong.hopper.fp8_launch import Fp8Plan
+from pingpong.runtime import launcher, plan, spec
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from host_cpu import per_call  # noqa: E402
+
+
+def stub_device() -> None:
+    """The CUDA device and stream queries answer 0 (a CPU process has neither)."""
+    torch._C._cuda_getDevice = lambda: 0
+    torch._C._cuda_getCurrentRawStream = lambda device: 0
+
+
+def bound_noop(tma: int, ptrs: int) -> launcher.BoundLaunch:
+    """A BoundLaunch of `tma` descriptors and `ptrs` pointers onto a no-op C launcher."""
+    direct = launcher.DirectLaunch.__new__(launcher.DirectLaunch)
+    direct.encodings = tuple((3, 1, 1, [128, 128]) for _ in range(tma))
+    direct.function, direct.cooperative, direct.pdl = 1, False, False
+    direct.packed, direct.annotations, direct.signature = (4, 1, 1, 1), ("a",), b"s"
+    direct.launch = lambda *args: None
+    direct.encode = lambda *args: object()
+    return direct.bind([("tma", [128, 128], [128, 1])] * tma + ["ptr"] * ptrs, pre=tuple(range(8)),
+                       post=tuple(range(4)))
+
+
+def planned(a, b, sa, sb, scaling: str, config: KernelConfig, split: bool = False):
+    """Store the plan of scaled_mm(a, b, sa, sb) in the cache, its launch bound to a no-op."""
+    p = Fp8Plan(0, scaling, 128, True, config, "none", workspace=(64, 4096) if split else (0, 0),
+                counters=64 if split else 0)
+    tma, ptrs = (2, 6) if (split or config.swap_ab) else (3, 3)
+    p.launch.bound, p.launch.grid, p.launch.key = bound_noop(tma, ptrs), (132, 1, 1), launcher.launch_key()
+    key = spec.build(a, b, out_dtype=torch.bfloat16, bias=None, activation=None, config=None, scales=(sa, sb, False))
+    plan.store(key, p)
+
+
+def cases():
+    e4m3 = torch.float8_e4m3fn
+    one = torch.tensor(1.0)
+    for name, M, scaling, config, split in (
+            ("tensor 64x4096x4096 (TMA epilogue)", 64, "tensor", KernelConfig(64, 32, 128, schedule="pingpong"), False),
+            ("tensor 1x4096x4096 (swap-AB)", 1, "tensor",
+             KernelConfig(64, 16, 128, schedule="pingpong", swap_ab=True), False),
+            ("row 64x4096x4096", 64, "row", KernelConfig(64, 32, 128, schedule="pingpong"), False),
+            ("tensor 64x4096x65536 (split 2)", 64, "tensor",
+             KernelConfig(64, 64, 128, schedule="pingpong", split_k=2), True)):
+        K = 65536 if split else 4096
+        a = torch.empty(M, K, dtype=e4m3)
+        b = torch.empty(4096, K, dtype=e4m3).t()
+        sa, sb = (one, one) if scaling == "tensor" else (torch.ones(M, 1), torch.ones(1, 4096))
+        planned(a, b, sa, sb, scaling, config, split)
+        yield name, (lambda a=a, b=b, sa=sa, sb=sb: fp8.scaled_mm(a, b, sa, sb)), M
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--calls", type=int, default=5000)
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--profile", action="store_true", help="also a cProfile of each case, by own time")
+    args = p.parse_args(argv)
+    stub_device()
+    print(f"pingpong.scaled_mm, cache hit, launch stubbed; µs per call (the fastest of {args.rounds} loops)")
+    for name, fn, M in cases():
+        fn()
+        empty = per_call(lambda: torch.empty(M, 4096, dtype=torch.bfloat16), args.calls, args.rounds)
+        print(f"{name:<38} {per_call(fn, args.calls, args.rounds):6.2f}   (its torch.empty alone {empty:5.2f})")
+        if args.profile:
+            prof = cProfile.Profile()
+            prof.runcall(lambda: [fn() for _ in range(args.calls)])
+            pstats.Stats(prof).sort_stats("tottime").print_stats(12)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
