@@ -303,7 +303,13 @@ def kernel_operands(a, w, scale_a, scale_b, swap: bool):
     (1, N) becomes the (N, 1) row scale, scale_a (M, 1) the (1, M) column scale; tensor-wise
     scalars stay as they are. Both operands are K-major either way (fp8 wgmma reads no
     transposed operand), so swapping is exchanging their descriptors."""
-    return (w, a, scale_b.t(), scale_a.t()) if swap else (a, w, scale_a, scale_b)
+    return kernel_order(a, w, scale_a.t(), scale_b.t(), True) if swap else (a, w, scale_a, scale_b)
+
+
+def kernel_order(a, w, sa, sb, swap: bool):
+    """(a, w, sa, sb) in the kernel's argument order (`kernel_operands`: under swap-AB the
+    operands exchanged, and the scales' roles); tensors or their base addresses alike."""
+    return (w, a, sb, sa) if swap else (a, w, sa, sb)
 
 
 def kernel_scaling(scaling: str, M: int, N: int, K: int, config: KernelConfig, promote: bool,
@@ -399,16 +405,15 @@ class Fp8Plan(Plan):
 
     def run_scaled(self, a, b, scale_a, scale_b, out, bias) -> None:
         """out = act(scale(a @ b) + bias): a (M, K), b (K, N) as validated by the front end.
-        The launch takes base addresses in the kernel's order (kernel_operands): W = bᵀ and a
+        The launch takes base addresses in the kernel's order (kernel_order): W = bᵀ and a
         tensor- or row-wise scale's transpose have the address of b and of the scale, so a hit
         makes no view; `prepare` builds the kernel's tensors on the JIT path only."""
         if self.broadcast:  # fresh vectors from the caching allocator: safe across streams and graphs
             scale_a = scale_a.reshape(1, 1).expand(a.shape[0], 1).contiguous()
             scale_b = scale_b.reshape(1, 1).expand(1, b.shape[1]).contiguous()
         sa, sb = block_scale_views(scale_a, scale_b, self.sb_cols) if self.scaling == "block" else (scale_a, scale_b)
-        first, second, sa_ptr, sb_ptr = a.data_ptr(), b.data_ptr(), sa.data_ptr(), sb.data_ptr()
-        if self.config.swap_ab:  # kernel_operands: the operands exchanged, and the scales' roles
-            first, second, sa_ptr, sb_ptr = second, first, sb_ptr, sa_ptr
+        first, second, sa_ptr, sb_ptr = kernel_order(a.data_ptr(), b.data_ptr(), sa.data_ptr(), sb.data_ptr(),
+                                                     self.config.swap_ab)
         bias_ptr = (bias_vector(bias) if bias is not None else out).data_ptr()
         if self.counters:
             ws = torch.empty(self.workspace, dtype=torch.float32, device=out.device)
