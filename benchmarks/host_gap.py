@@ -27,31 +27,27 @@ from pingpong.tools import bench
 from pingpong.tools.bench_fp8 import make_fp8_inputs
 from pingpong.tools.timing import SPIN_MHZ, time_callable
 
+from model_bench import graphed  # benchmarks/ is the script's directory, first on sys.path
+
 
 def graph_ms(fn, calls: int = 20, replays: int = 20) -> float:
+    """GPU ms per call of `calls` calls captured in one CUDA graph (model_bench.graphed)."""
     fn()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    g.replay()
+    replay = graphed(lambda: [fn() for _ in range(calls)])
+    replay()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(replays):
-        g.replay()
+        replay()
     end.record()
     torch.cuda.synchronize()
     return start.elapsed_time(end) / (calls * replays)
 
 
 def host_us(fn, calls: int = 200) -> float:
+    """Host µs per call, the calls enqueued behind a 30 ms spin kernel (streaming.bench's
+    _host_us does not spin: there the launch queue absorbs the calls instead)."""
     fn()
     torch.cuda.synchronize()
     torch.cuda._sleep(30000 * SPIN_MHZ)  # 30 ms: the GPU stays busy while the host enqueues
