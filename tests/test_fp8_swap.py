@@ -140,3 +140,5 @@ def test_swap_kernel_compile_facts(kernel):
     assert len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cta\.global", ptx)) == 2  # W and a boxes
     waits = set(re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx))
     assert waits == ({"0", "1"} if "fast" in kernel else {"0"}), waits
+    if "tensor" in kernel:  # each consumer loads sa and sb once, before its K loop, not again at its tail
+        assert len(re.findall(r"^\s*ld\.global\.b32 ", ptx, re.M)) == 2 * 2

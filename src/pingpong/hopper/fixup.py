@@ -141,6 +141,7 @@ class SplitEpilogue:
     SWAP: gl.constexpr  # out and C are stored transposed (swap-AB)
     BIAS: gl.constexpr  # "none" | "col" | "row", of the R × C product
     ACTIVATION: gl.constexpr
+    EPI: gl.constexpr  # the EpilogueConstants the four above come from (`with_scale` passes it on)
 
     @gluon.constexpr_function
     def __init__(self, ws, split_stride, ws_ld, counters, out, out_ld, cin, c_ld, bias, scale, beta, R, C, splits,
@@ -165,6 +166,14 @@ class SplitEpilogue:
         self.SWAP = gl.constexpr(EPI.SWAP)
         self.BIAS = gl.constexpr(EPI.BIAS)
         self.ACTIVATION = gl.constexpr(EPI.ACTIVATION)
+        self.EPI = gl.constexpr(EPI)
+
+    @gluon.jit
+    def with_scale(self, scale):
+        """This epilogue with α = `scale` (the FP8 consumers' tensor-wise sa·sb, loaded before
+        the K loop, pingpong.hopper.fp8_kernel.store_tile)."""
+        return SplitEpilogue(self.ws, self.split_stride, self.ws_ld, self.counters, self.out, self.out_ld, self.cin,
+                             self.c_ld, self.bias, scale, self.beta, self.R, self.C, self.splits, self.EPI)
 
     @gluon.jit
     def store(self, mma, COPY: gl.constexpr, tile_count, off_r, off_c, batch, split):

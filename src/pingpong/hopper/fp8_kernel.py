@@ -91,7 +91,7 @@ from triton.experimental.gluon.language.nvidia.hopper import tma, warpgroup_mma,
 from triton.language.core import _aggregate as aggregate
 
 from .epilogue import Epilogue
-from .fixup import SplitEpilogue
+from .fixup import Alpha, SplitEpilogue
 from .kernel import finish_mainloop, mainloop, producer
 from .loader import TileLoader
 from .mma import MmaOp
@@ -394,9 +394,12 @@ def store_tile(epi, scales, acc, CONSUMER: gl.constexpr, count, batch, off_m, of
     """The outer scales (tensor-wise: `factor`, Fp8Scales.tensor_factor), then the epilogue
     (dense: bias, activation, cast, TMA store; grouped: the rows of group `batch`). SPLIT: acc
     is split `split`'s partial and the split epilogue (pingpong.hopper.fixup) applies the outer
-    scales once, to the sum of the partials."""
+    scales once, to the sum of the partials (tensor-wise: `factor` as its α, so that the scales
+    are not loaded after the K loop, a memory round trip on the tile's critical path)."""
     if not SPLIT:
         acc = scales.apply_outer(acc, off_m, off_n, batch, factor)
+    elif scales.SCALING == "tensor":
+        epi = epi.with_scale(Alpha(factor))
     epi.store(MmaOp(acc, gl.to_tensor(0), gl.to_tensor(True), 1), CONSUMER, count, off_m, off_n, batch, split)
 
 
