@@ -290,9 +290,15 @@ def test_timer_leaves_out_host_lag():
         time.sleep(150e-6)
         x.mul_(1.0)
 
+    for _ in range(3):  # the control: do_bench shows the lag unless other processes keep the GPU busy
+        lagging = timing.time_callable(slow_host, 100, bench=do_bench).median_ms
+        if lagging > 0.08:
+            break
+    else:
+        pytest.skip(f"do_bench showed no host lag either ({lagging:.4f} ms: the GPU was busy with other"
+                    " processes' work), so this run cannot tell the timers apart")
     queued = timing.time_callable(slow_host, 100).median_ms
-    lagging = timing.time_callable(slow_host, 100, bench=do_bench).median_ms
-    assert queued < 0.05 and lagging > 0.08, (queued, lagging)
+    assert queued < 0.05, (queued, lagging)
 
 
 # --------------------------------------------------------------------------- one shape, CPU stand-ins

@@ -38,11 +38,12 @@ PROMOTED K LOOP (one consumer warpgroup; the other does the same on its tile or 
            │ release(k)
     two k-steps per loop iteration into two parts: ptxas then issues k+1's wgmma before k's
     promotion FFMAs (seen in the SASS; block-wise 1.014 of torch._scaled_mm vs 0.964 with one
-    k-step per iteration, RESULTS.md run 182).
+    k-step per iteration, RESULTS.md run 182). Ping-pong issues both K blocks' wgmmas before
+    waiting for the first (promoted_mainloop's PAIRED).
     cooperative: while this warpgroup promotes, the other's wgmmas (its 64-row half) keep the
     tensor cores busy. Ping-pong holds its turn through the whole promoted K loop, so there
-    the promotions are not overlapped; it runs M ≤ 128, where streaming the weight from HBM,
-    not the tensor cores, sets the pace.
+    only the second K block's wgmma runs under a promotion; it runs M ≤ 128, where streaming
+    the weight from HBM, not the tensor cores, sets the pace.
 
 PING-PONG (PINGPONG): consumer c takes the CTA's tiles c, c+2, ...; its K loop runs in its
 turn, the scales and the epilogue of its tile while the other consumer's K loop runs.
@@ -308,7 +309,7 @@ class Fp8Loader:
 
 @gluon.jit
 def promoted_mainloop(ring, scales, first, k_steps, shift, sa_phase, ROW0: gl.constexpr, ROWS: gl.constexpr,
-                      COLS: gl.constexpr, acc_layout: gl.constexpr):
+                      COLS: gl.constexpr, acc_layout: gl.constexpr, PAIRED: gl.constexpr):
     """One consumer's K loop with promotion (module docstring): each ring slot (one 128-deep K
     block) is multiplied into a fresh wgmma accumulator `part`, which is added (block-wise:
     scaled, Fp8Scales.promote) into the fp32 accumulator; then the slot is released.
@@ -319,14 +320,31 @@ def promoted_mainloop(ring, scales, first, k_steps, shift, sa_phase, ROW0: gl.co
     copies the in-flight part between loop iterations and then serializes every wgmma
     (C7514 "wgmma.mma_async instructions are serialized due to non wgmma instructions reading
     accumulator registers"), checked offline. The loop is unrolled by two instead (two parts,
-    straight-line code, distinct registers): ptxas interleaves the first part's promotion with
-    the second's wgmma issue."""
+    straight-line code, distinct registers, nothing in flight at the back edge):
+
+      PAIRED (ping-pong)   issue k, issue k+1, wait(1), promote k, release k, wait(0), promote k+1, ...
+      else (cooperative)   issue k, wait(0), promote k, release k, issue k+1, wait(0), ...
+                           (ptxas moves k+1's issue above k's promotion FFMAs)
+
+    Ping-pong holds its turn through the K loop, so nothing else hides a promotion there: with
+    both K blocks in flight (PAIRED), 64-row tiles ran 2-3% faster (H100, RESULTS.md run 308:
+    tensor-wise 128×4096×4096 0.955 → 0.978). In the cooperative schedule the other warpgroup's
+    wgmmas already run under a promotion, and holding slot k until k+1 has arrived cost the
+    large products up to 7% (block-wise 8192³ 0.905 → 0.840), so it keeps one block in flight."""
     acc = gl.zeros((ROWS, COLS), dtype=gl.float32, layout=acc_layout)
     p0 = gl.zeros((ROWS, COLS), dtype=gl.float32, layout=acc_layout)
     p1 = gl.zeros((ROWS, COLS), dtype=gl.float32, layout=acc_layout)
     for k in range(0, k_steps - 1, 2):
-        p0, acc = step(ring, scales, acc, p0, first + k, shift, sa_phase, ROW0, ROWS, COLS)
-        p1, acc = step(ring, scales, acc, p1, first + k + 1, shift, sa_phase, ROW0, ROWS, COLS)
+        if PAIRED:  # both K blocks' wgmmas in flight; k's promotion runs under k+1's wgmma
+            p0 = issue(ring, first + k, p0, ROW0, ROWS)
+            p1 = issue(ring, first + k + 1, p1, ROW0, ROWS)
+            p0, p1 = warpgroup_mma_wait(1, (p0, p1))
+            acc = retire(ring, scales, acc, p0, first + k, shift, sa_phase, ROW0, ROWS, COLS)
+            p1 = warpgroup_mma_wait(0, (p1,))
+            acc = retire(ring, scales, acc, p1, first + k + 1, shift, sa_phase, ROW0, ROWS, COLS)
+        else:
+            p0, acc = step(ring, scales, acc, p0, first + k, shift, sa_phase, ROW0, ROWS, COLS)
+            p1, acc = step(ring, scales, acc, p1, first + k + 1, shift, sa_phase, ROW0, ROWS, COLS)
     if k_steps % 2:
         p0, acc = step(ring, scales, acc, p0, first + k_steps - 1, shift, sa_phase, ROW0, ROWS, COLS)
     return acc
@@ -376,7 +394,7 @@ def k_loop(ring, scales, first, k_steps, kb0, batch, off_m, off_n, ROW0: gl.cons
     if PROMOTE:
         # counter + shift = the tile's sb phase + its K block (Fp8Scales.sb_phase)
         acc = promoted_mainloop(ring, scales, first, k_steps, scales.sb_phase(off_n, batch) + kb0 - first,
-                                scales.sa_phase(off_m), ROW0, ROWS, COLS, acc_layout)
+                                scales.sa_phase(off_m), ROW0, ROWS, COLS, acc_layout, PINGPONG)
         if PINGPONG:
             sync.pass_turn(CONSUMER)
     else:
