@@ -327,7 +327,7 @@ def promoted_mainloop(ring, scales, first, k_steps, shift, sa_phase, ROW0: gl.co
                            (ptxas moves k+1's issue above k's promotion FFMAs)
 
     Ping-pong holds its turn through the K loop, so nothing else hides a promotion there: with
-    both K blocks in flight (PAIRED), 64-row tiles ran 2-3% faster (H100, RESULTS.md run 308:
+    both K blocks in flight (PAIRED), 64-row tiles ran 2-3% faster (H100, RESULTS.md run 307:
     tensor-wise 128×4096×4096 0.955 → 0.978). In the cooperative schedule the other warpgroup's
     wgmmas already run under a promotion, and holding slot k until k+1 has arrived cost the
     large products up to 7% (block-wise 8192³ 0.905 → 0.840), so it keeps one block in flight."""
