@@ -38,12 +38,13 @@ PROMOTED K LOOP (one consumer warpgroup; the other does the same on its tile or 
            │ release(k)
     two k-steps per loop iteration into two parts: ptxas then issues k+1's wgmma before k's
     promotion FFMAs (seen in the SASS; block-wise 1.014 of torch._scaled_mm vs 0.964 with one
-    k-step per iteration, RESULTS.md run 182). Ping-pong issues both K blocks' wgmmas before
-    waiting for the first (promoted_mainloop's PAIRED).
+    k-step per iteration, RESULTS.md run 182). Ping-pong, and cooperative tiles of ≤ 64
+    columns, issue both K blocks' wgmmas before waiting for the first (`paired`).
     cooperative: while this warpgroup promotes, the other's wgmmas (its 64-row half) keep the
-    tensor cores busy. Ping-pong holds its turn through the whole promoted K loop, so there
-    only the second K block's wgmma runs under a promotion; it runs M ≤ 128, where streaming
-    the weight from HBM, not the tensor cores, sets the pace.
+    tensor cores busy (unless its 64-column wgmmas are too short: `paired`). Ping-pong holds
+    its turn through the whole promoted K loop, so there only the second K block's wgmma runs
+    under a promotion; it runs M ≤ 128, where streaming the weight from HBM, not the tensor
+    cores, sets the pace.
 
 PING-PONG (PINGPONG): consumer c takes the CTA's tiles c, c+2, ...; its K loop runs in its
 turn, the scales and the epilogue of its tile while the other consumer's K loop runs.
@@ -322,15 +323,18 @@ def promoted_mainloop(ring, scales, first, k_steps, shift, sa_phase, ROW0: gl.co
     accumulator registers"), checked offline. The loop is unrolled by two instead (two parts,
     straight-line code, distinct registers, nothing in flight at the back edge):
 
-      PAIRED (ping-pong)   issue k, issue k+1, wait(1), promote k, release k, wait(0), promote k+1, ...
-      else (cooperative)   issue k, wait(0), promote k, release k, issue k+1, wait(0), ...
-                           (ptxas moves k+1's issue above k's promotion FFMAs)
+      PAIRED      issue k, issue k+1, wait(1), promote k, release k, wait(0), promote k+1, ...
+      otherwise   issue k, wait(0), promote k, release k, issue k+1, wait(0), ...
+                  (ptxas moves k+1's issue above k's promotion FFMAs)
 
-    Ping-pong holds its turn through the K loop, so nothing else hides a promotion there: with
-    both K blocks in flight (PAIRED), 64-row tiles ran 2-3% faster (H100, RESULTS.md run 307:
-    tensor-wise 128×4096×4096 0.955 → 0.978). In the cooperative schedule the other warpgroup's
+    PAIRED (`paired`): ping-pong, and cooperative consumer tiles of ≤ 64 columns. Ping-pong holds
+    its turn through the K loop, so nothing else hides a promotion there: with both K blocks in
+    flight, 64-row tiles ran 2-3% faster (H100, RESULTS.md run 307: tensor-wise 128×4096×4096
+    0.955 → 0.978). A cooperative consumer's 64×64 wgmma is too short for the other
+    warpgroup's to hide its promotion: 128×64 tiles ran 1-4% faster (H200, run 311: 512×6144×4096
+    0.890 → 0.903, 1024³ 0.962 → 0.976). With 64×128 consumer tiles the other warpgroup's
     wgmmas already run under a promotion, and holding slot k until k+1 has arrived cost the
-    large products up to 7% (block-wise 8192³ 0.905 → 0.840), so it keeps one block in flight."""
+    large products up to 7% (run 307: block-wise 8192³ 0.905 → 0.840)."""
     acc = gl.zeros((ROWS, COLS), dtype=gl.float32, layout=acc_layout)
     p0 = gl.zeros((ROWS, COLS), dtype=gl.float32, layout=acc_layout)
     p1 = gl.zeros((ROWS, COLS), dtype=gl.float32, layout=acc_layout)
@@ -348,6 +352,13 @@ def promoted_mainloop(ring, scales, first, k_steps, shift, sa_phase, ROW0: gl.co
     if k_steps % 2:
         p0, acc = step(ring, scales, acc, p0, first + k_steps - 1, shift, sa_phase, ROW0, ROWS, COLS)
     return acc
+
+
+@gluon.constexpr_function
+def paired(PINGPONG, COLS):
+    """Whether a promoted K loop keeps two K blocks' wgmmas in flight (promoted_mainloop's
+    PAIRED): on ping-pong, and on cooperative consumer tiles of at most 64 columns."""
+    return PINGPONG or COLS <= 64
 
 
 @gluon.jit
@@ -394,7 +405,7 @@ def k_loop(ring, scales, first, k_steps, kb0, batch, off_m, off_n, ROW0: gl.cons
     if PROMOTE:
         # counter + shift = the tile's sb phase + its K block (Fp8Scales.sb_phase)
         acc = promoted_mainloop(ring, scales, first, k_steps, scales.sb_phase(off_n, batch) + kb0 - first,
-                                scales.sa_phase(off_m), ROW0, ROWS, COLS, acc_layout, PINGPONG)
+                                scales.sa_phase(off_m), ROW0, ROWS, COLS, acc_layout, paired(PINGPONG, COLS))
         if PINGPONG:
             sync.pass_turn(CONSUMER)
     else:
