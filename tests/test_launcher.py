@@ -202,3 +202,40 @@ def test_portable_direct_launch_passes_what_triton_passes(monkeypatch):
     t_args = [x.data_ptr() if isinstance(x, torch.Tensor) else x for x in t_args]
     assert head == t_head and tail == t_tail and args == t_args
     assert args[:5] == list(ptrs)
+
+
+@pytest.mark.parametrize("granularity, M, K", [("row", 40, 4096), ("row", 3, 20000), ("block", 40, 1024),
+                                               ("block128x128", 200, 512)])
+def test_quantize_direct_launch_passes_what_triton_passes(monkeypatch, granularity, M, K):
+    """quantize_fp8's row and block kernels (pingpong.quantize.launch's CachedLaunch): three
+    pointer slots (x, q, the scales), then the sizes, strides and constexprs as Triton's JIT
+    passes them."""
+    import torch
+
+    from pingpong import quantize
+
+    x = torch.empty(M, K, dtype=torch.bfloat16)
+    q = torch.empty(M, K, dtype=torch.float8_e4m3fn)
+    s = quantize._scale_like(x, granularity)
+    with cc.offline("sm_90a"):
+        from triton.runtime import driver
+
+        monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+        fn, args, kwargs, grid = quantize.prepare(x, q, s, granularity)
+        assert [id(t) for t in args[:3]] == [id(x), id(q), id(s)]  # the order of launch's addresses
+        kernel = fn.warmup(*args, grid=grid, **kwargs)
+        calls = fake_launcher.install(driver.active)
+        monkeypatch.setattr(kernel, "_run", None)
+        monkeypatch.setattr(kernel, "module", None)
+        values = list(args) + [kwargs[n] for n in fn.arg_names[len(args):]]
+        kernel.run(*grid, 1, 1, 99, kernel.function, kernel.packed_metadata, None, None, None, *values)
+        direct = DirectLaunch.from_kernel(kernel)
+        assert direct is not None and direct.encodings == ()
+        bound = bind_jit_args(direct, fn, args, kwargs)
+        ptrs = (x.data_ptr(), q.data_ptr(), s.data_ptr())
+        bound((grid[0], 1, 1), 99, ptrs)
+    theirs, ours = calls
+    (head, _, tail, args), (t_head, _, t_tail, t_args) = fake_launcher.parts(ours), fake_launcher.parts(theirs)
+    t_args = [x.data_ptr() if isinstance(x, torch.Tensor) else x for x in t_args]
+    assert head == t_head and tail == t_tail and args == t_args
+    assert args[:3] == list(ptrs) and args[3:5] == [M, K]

@@ -30,6 +30,10 @@ tensor-wise's second pass walks backward from where the first ended (the end of 
 0.85 of its 5 bytes per element instead of 0.82. Loading x with evict_first cost 0.5-1.5%.
 Offsets are int64 per row (x past 2³¹ elements: DeepSeek-V3's stacked expert weights).
 
+On a GPU the row and block kernels go through Triton's JIT once per call shape, then launch
+directly (`launch`: runtime.launcher.CachedLaunch, as the GEMM plans do); tensor-wise's two
+kernels stay on the JIT.
+
 The scales of "row" and "block" are scale_a's layout for an activation A (M, K); for a weight
 W (N, K), pass `scale.t()` as scale_b ((1, N) row-wise; (K/128, N/128) from "block128x128").
 """
@@ -41,6 +45,7 @@ import triton
 import triton.language as tl
 
 from .errors import PingpongError, check_tensor
+from .runtime.launcher import CachedLaunch
 from .toolchain import KERNEL_OPTIONS
 
 __all__ = ["quantize_fp8", "GRANULARITIES", "FP8_MAX"]
@@ -222,39 +227,70 @@ def quantize_direct(x: torch.Tensor, granularity: str = "row", dtype=torch.float
     return q, s
 
 
+#: Bound launches of the row and block kernels (`launch`), one per call shape; emptied when
+#: full (a model has few shapes, but the token count of its activations varies).
+LAUNCH_CACHE_SIZE = 1024
+_LAUNCHES: dict = {}
+
+
 def launch(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, granularity: str) -> None:
     """The kernels that write q and s (as quantize_direct allocates them) from a checked,
-    non-empty x (benchmarks/fp8_quant_sweep.py times this)."""
+    non-empty x (benchmarks/fp8_quant_sweep.py times this). On a GPU, the row and block
+    kernels go through Triton's JIT once per call shape and are launched directly after
+    (runtime.launcher.CachedLaunch, as the GEMMs' plans are): the JIT's binder costs more host
+    time than a quantization of a decode step's activations takes on the GPU."""
+    if granularity == "tensor":
+        _launch_tensor(x, q, s)
+    elif x.device.type == "cpu":  # the interpreter
+        fn, args, kwargs, grid = prepare(x, q, s, granularity, interpret=True)
+        fn[grid](*args, **kwargs)
+    else:
+        key = (granularity, x.dtype, q.dtype, *x.shape, x.stride(0), q.stride(0), *s.stride(), x.device.index)
+        cached = _LAUNCHES.get(key)
+        if cached is None:
+            if len(_LAUNCHES) >= LAUNCH_CACHE_SIZE:
+                _LAUNCHES.clear()
+            cached = _LAUNCHES[key] = CachedLaunch()
+        cached(x.device.index, (x.data_ptr(), q.data_ptr(), s.data_ptr()), (), prepare, x, q, s, granularity)
+
+
+def prepare(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, granularity: str, interpret: bool = False):
+    """(kernel, args, kwargs, grid) of the row or block kernel's JIT launch for `launch`
+    (interpret: no compile options, for Triton's CPU interpreter)."""
     M, K = x.shape
-    interpret = x.device.type == "cpu"
     fmax = FP8_MAX[q.dtype]
     if granularity == "row":
         one = K <= MAX_ROW
         bk = triton.next_power_of_2(K) if one else 4096
         bm = max(1, min(16, 4096 // bk)) if one else 1
         meta = {} if interpret else dict(num_warps=8 if bk * bm >= 4096 else 4, **KERNEL_OPTIONS)
-        _row_kernel[(-(-M // bm),)](x, q, s, M, K, x.stride(0), q.stride(0), FP8_MAX=fmax,
-                                    BLOCK_M=bm, BLOCK_K=bk, ONE_READ=one, **meta)
-    elif granularity in ("block", "block128x128"):
-        bm, groups = (128, 1) if granularity == "block128x128" else BLOCK_TILE
-        groups = min(groups, K // 128) if K // 128 % groups == 0 else 1
-        meta = {} if interpret else dict(num_warps=8 if bm * groups >= 64 else 4, **KERNEL_OPTIONS)
-        nm, nk = -(-M // bm), K // 128 // groups
-        _block_kernel[(nm * nk,)](
-            x, q, s, M, K, x.stride(0), q.stride(0), s.stride(0), s.stride(1), FP8_MAX=fmax, BLOCK_M=bm, GROUP_K=128,
-            GROUP_M=1 if granularity == "block" else bm, GROUPS=groups, **meta)
-    else:
-        bm, bk = 32, min(256, triton.next_power_of_2(K))
-        P = -(-M // bm) * -(-K // bk)
-        grid = (P,)
-        partial = torch.empty(P, dtype=torch.float32, device=x.device)
-        meta = {} if interpret else dict(num_warps=8, **KERNEL_OPTIONS)
-        _amax_kernel[grid](x, partial, M, K, x.stride(0), BLOCK_M=bm, BLOCK_K=bk, **meta)
-        if P > 8192:  # reduce the partials once more so each cast program reads few
-            partial = partial.amax().reshape(1)
-            P = 1
-        _tensor_cast_kernel[grid](x, q, s, partial, P, M, K, x.stride(0), q.stride(0), FP8_MAX=fmax,
-                                  BLOCK_M=bm, BLOCK_K=bk, BLOCK_P=triton.next_power_of_2(P), **meta)
+        return (_row_kernel, (x, q, s, M, K, x.stride(0), q.stride(0)),
+                dict(FP8_MAX=fmax, BLOCK_M=bm, BLOCK_K=bk, ONE_READ=one, **meta), (-(-M // bm),))
+    bm, groups = (128, 1) if granularity == "block128x128" else BLOCK_TILE
+    groups = min(groups, K // 128) if K // 128 % groups == 0 else 1
+    meta = {} if interpret else dict(num_warps=8 if bm * groups >= 64 else 4, **KERNEL_OPTIONS)
+    nm, nk = -(-M // bm), K // 128 // groups
+    return (_block_kernel, (x, q, s, M, K, x.stride(0), q.stride(0), s.stride(0), s.stride(1)),
+            dict(FP8_MAX=fmax, BLOCK_M=bm, GROUP_K=128, GROUP_M=1 if granularity == "block" else bm, GROUPS=groups,
+                 **meta), (nm * nk,))
+
+
+def _launch_tensor(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> None:
+    """Tensor-wise: the amax partials, then the cast (two launches through Triton's JIT)."""
+    M, K = x.shape
+    interpret = x.device.type == "cpu"
+    fmax = FP8_MAX[q.dtype]
+    bm, bk = 32, min(256, triton.next_power_of_2(K))
+    P = -(-M // bm) * -(-K // bk)
+    grid = (P,)
+    partial = torch.empty(P, dtype=torch.float32, device=x.device)
+    meta = {} if interpret else dict(num_warps=8, **KERNEL_OPTIONS)
+    _amax_kernel[grid](x, partial, M, K, x.stride(0), BLOCK_M=bm, BLOCK_K=bk, **meta)
+    if P > 8192:  # reduce the partials once more so each cast program reads few
+        partial = partial.amax().reshape(1)
+        P = 1
+    _tensor_cast_kernel[grid](x, q, s, partial, P, M, K, x.stride(0), q.stride(0), FP8_MAX=fmax,
+                              BLOCK_M=bm, BLOCK_K=bk, BLOCK_P=triton.next_power_of_2(P), **meta)
 
 
 def quantize_fp8(x: torch.Tensor, granularity: str = "row", dtype: torch.dtype = torch.float8_e4m3fn):
