@@ -17,7 +17,6 @@ alternated rounds:
 """
 import argparse
 import statistics
-import time
 
 import torch
 from triton.testing import do_bench
@@ -25,7 +24,7 @@ from triton.testing import do_bench
 import pingpong
 from pingpong.tools import bench
 from pingpong.tools.bench_fp8 import make_fp8_inputs
-from pingpong.tools.timing import SPIN_MHZ, time_callable
+from pingpong.tools.timing import call_us, time_callable
 
 from model_bench import graphed  # benchmarks/ is the script's directory, first on sys.path
 
@@ -46,17 +45,9 @@ def graph_ms(fn, calls: int = 20, replays: int = 20) -> float:
 
 
 def host_us(fn, calls: int = 200) -> float:
-    """Host µs per call, the calls enqueued behind a 30 ms spin kernel (streaming.bench's
-    _host_us does not spin: there the launch queue absorbs the calls instead)."""
+    """Host µs per call, the calls enqueued behind a 30 ms spin kernel (timing.call_us)."""
     fn()
-    torch.cuda.synchronize()
-    torch.cuda._sleep(30000 * SPIN_MHZ)  # 30 ms: the GPU stays busy while the host enqueues
-    t = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t = time.perf_counter() - t
-    torch.cuda.synchronize()
-    return t / calls * 1e6
+    return call_us(fn, calls, spin_ms=30)[0]
 
 
 def main(argv=None):

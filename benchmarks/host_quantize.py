@@ -11,25 +11,17 @@ two trees by running this under each one's PYTHONPATH, alternately.
 
 import argparse
 import statistics
-import time
 
 import torch
 
 import pingpong
 from pingpong.fp8 import Float8Linear
+from pingpong.tools.timing import call_us
 
 
 def per_call_us(fn, calls: int, rounds: int) -> float:
     fn()
-    times = []
-    for _ in range(rounds):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t) / calls * 1e6)
-    return statistics.median(times)
+    return statistics.median(call_us(fn, calls)[1] for _ in range(rounds))
 
 
 def main(argv=None) -> None:

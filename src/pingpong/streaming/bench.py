@@ -15,12 +15,11 @@ DEFAULT from one GPU run.
 """
 
 import statistics
-import time
 
 import torch
 import triton
 
-from ..tools.timing import time_callable
+from ..tools.timing import call_us, time_callable
 from ..runtime.device import is_hopper, sm_count
 from .api import kernel_path, vector_add
 from ..toolchain import KERNEL_OPTIONS
@@ -148,15 +147,9 @@ def bench_vector_add(settings) -> int:
 
 def _host_us(fn, calls: int = 100) -> float:
     """Host time per call (us): `calls` back-to-back launches timed without waiting for the
-    GPU (the launch queue absorbs them), after one synchronized call."""
+    GPU (the launch queue absorbs them), after one call."""
     fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t = time.perf_counter() - t0
-    torch.cuda.synchronize()
-    return t / calls * 1e6
+    return call_us(fn, calls)[0]
 
 
 def _graph(fn):

@@ -16,20 +16,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 
-
-def _time(fn, calls: int) -> tuple[float, float]:
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    t2 = time.perf_counter()
-    return (t1 - t0) / calls * 1e6, (t2 - t0) / calls * 1e6
+from .timing import call_us
 
 
 def ops(n: int) -> dict:
@@ -63,7 +53,7 @@ def measure(sizes, calls: int, rounds: int) -> list[dict]:
         samples = {name: [] for name in fns}
         for _ in range(rounds):
             for name, fn in fns.items():
-                samples[name].append(_time(fn, calls))
+                samples[name].append(call_us(fn, calls))
         ref_host = statistics.median(h for h, _ in samples["torch.matmul"])
         ref_wall = statistics.median(w for _, w in samples["torch.matmul"])
         for name, s in samples.items():

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import time
 from typing import Any, Callable
 
 
@@ -94,6 +95,26 @@ def queued_bench(fn: Callable[[], Any], warmup: float = 25.0, rep: float = 100.0
         once(start, end)
     torch.cuda.synchronize()
     return [start.elapsed_time(end) for start, end in events]
+
+
+def call_us(fn: Callable[[], Any], calls: int, spin_ms: float = 0.0) -> tuple[float, float]:
+    """(host µs, wall µs) per call of `calls` back-to-back calls, no synchronization between
+    them: host = until the loop returns (Python, validation, the launch), wall = until the GPU
+    is done (the larger of the host cost and the kernels). spin_ms > 0: a spin kernel of that
+    length is enqueued first, so the GPU stays busy while the host enqueues and a full launch
+    queue never holds the host back."""
+    import torch
+
+    torch.cuda.synchronize()
+    if spin_ms:
+        torch.cuda._sleep(int(spin_ms * 1e3 * SPIN_MHZ))
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    t2 = time.perf_counter()
+    return (t1 - t0) / calls * 1e6, (t2 - t0) / calls * 1e6
 
 
 def time_callable(fn: Callable[[], Any], reps: int, *, bench: Callable | None = None, warmup_ms: float = 25.0) -> Timing:
