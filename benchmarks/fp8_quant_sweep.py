@@ -41,7 +41,7 @@ if os.environ.get("QUANT_INT32"):
 cases = {}
 for tag, mod in mods.items():
     for g, name in GRAN.items():
-        s = qz._scale_like(x, name)
+        s = qz.scale_like(x, name)
         cases[g + tag] = (s, lambda mod=mod, s=s, name=name: mod.launch(x, q, s, name), name)
 check_bitwise(x, q, ((key, name, s, fn) for key, (s, fn, name) in cases.items()), verbose=True)
 if DRY:

@@ -94,20 +94,20 @@ sms = 4 if DRY else torch.cuda.get_device_properties(0).multi_processor_count
 
 
 def row(bm, warps):
-    s = qz._scale_like(x, "row")
+    s = qz.scale_like(x, "row")
     return "row", s, lambda: qz._row_kernel[(-(-M // bm),)](x, q, s, M, K, x.stride(0), q.stride(0), FP8_MAX=FMAX,
                                                           BLOCK_M=bm, BLOCK_K=BK, ONE_READ=True,
                                                           **META(num_warps=warps))
 
 
 def persistent(per_sm, warps, stages):
-    s = qz._scale_like(x, "row")
+    s = qz.scale_like(x, "row")
     return "row", s, lambda: _row_persistent[(sms * per_sm,)](x, q, s, M, K, x.stride(0), q.stride(0), FP8_MAX=FMAX,
                                                              BLOCK_K=BK, STAGES=stages, **META(num_warps=warps))
 
 
 def block(name, bm, groups, warps):
-    s = qz._scale_like(x, name)
+    s = qz.scale_like(x, name)
     nm, nk = -(-M // bm), K // 128 // groups
     return name, s, lambda: qz._block_kernel[(nm * nk,)](
         x, q, s, M, K, x.stride(0), q.stride(0), s.stride(0), s.stride(1), FP8_MAX=FMAX, BLOCK_M=bm, GROUP_K=128,
@@ -115,7 +115,7 @@ def block(name, bm, groups, warps):
 
 
 def row_cached(load_cm, store_cm):
-    s = qz._scale_like(x, "row")
+    s = qz.scale_like(x, "row")
     return "row", s, lambda: _row_cached[(M,)](x, q, s, M, K, x.stride(0), q.stride(0), FP8_MAX=FMAX, BLOCK_K=BK,
                                              LOAD_CM=load_cm, STORE_CM=store_cm, **META(num_warps=8))
 
@@ -123,16 +123,16 @@ def row_cached(load_cm, store_cm):
 def block_tma(bm, groups, per_sm, stages, warps):
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    s = qz._scale_like(x, "block")
+    s = qz.scale_like(x, "block")
     xd = TensorDescriptor.from_tensor(x, [bm, 128 * groups])
     qd = TensorDescriptor.from_tensor(q, [bm, 128 * groups])
     return "block", s, lambda: _block_tma[(sms * per_sm,)](xd, qd, s, M, K, s.stride(0), s.stride(1), FP8_MAX=FMAX,
                                                           BM=bm, G=groups, STAGES=stages, **META(num_warps=warps))
 
 
-cases = {"library row": ("row", qz._scale_like(x, "row"), None),
-         "library 1x128": ("block", qz._scale_like(x, "block"), None),
-         "library 128x128": ("block128x128", qz._scale_like(x, "block128x128"), None)}
+cases = {"library row": ("row", qz.scale_like(x, "row"), None),
+         "library 1x128": ("block", qz.scale_like(x, "block"), None),
+         "library 128x128": ("block128x128", qz.scale_like(x, "block128x128"), None)}
 cases = {k: (g, s, lambda g=g, s=s: qz.launch(x, q, s, g)) for k, (g, s, _) in cases.items()}
 for bm, w in ((1, 4), (1, 16), (2, 8), (2, 16), (4, 16)):
     cases[f"row {bm}x{K} {w}w"] = row(bm, w)

@@ -269,6 +269,33 @@ def test_float8_linear_refuses_grad_and_bad_granularity():
         pingpong.nn.replace_linear(torch.nn.Sequential(layer), fp8="tensorwise")
 
 
+def test_float8_linear_forgets_its_kept_launches_when_moved_or_copied():
+    """The input signatures' launches (Float8Linear._runs, taken on a GPU) hold views of the
+    layer's buffers and bound launches: a move (`_apply`) forgets them, and a copy or a pickle
+    starts without them; a run answers `holds` only while the layer's buffers are its own."""
+    import copy
+    import pickle
+
+    from pingpong.fp8 import Float8Linear, _LayerRun
+
+    layer = Float8Linear.__new__(Float8Linear)
+    torch.nn.Module.__init__(layer)
+    layer.fp8, layer.fp8_dtype, layer.in_features, layer.out_features = "row", torch.float8_e4m3fn, 32, 16
+    layer.register_buffer("weight_fp8", torch.zeros(16, 32))  # (fp8 storages do not pickle on every torch)
+    layer.register_buffer("weight_scale", torch.ones(16, 1))
+    layer.register_buffer("bias", None)
+    run = _LayerRun.__new__(_LayerRun)
+    run.weights = (layer.weight_fp8, layer.weight_scale, None)
+    layer._runs = {"signature": run}
+    assert run.holds(layer._buffers)
+    layer.weight_scale = torch.ones(16, 1)
+    assert not run.holds(layer._buffers), "a replaced buffer must send the call back through validation"
+    assert copy.deepcopy(layer)._runs == {} and pickle.loads(pickle.dumps(layer))._runs == {}
+    assert layer._runs, "copying must not empty the original's"
+    layer.to(torch.device("cpu"))
+    assert layer._runs == {}, "a move replaces the buffers the runs view"
+
+
 # ----------------------------------------------------------------------------- offline compile facts
 
 

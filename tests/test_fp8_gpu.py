@@ -3,6 +3,8 @@ operands, no worse than torch._scaled_mm on the same inputs; quantize_fp8 exactl
 Float8Linear and torch.compile. Scales are made strongly non-uniform (row magnitudes and 128-deep
 K blocks spread over 2^±4), so a scale applied to the wrong row, column or block fails."""
 
+import math
+
 import pytest
 import torch
 
@@ -222,6 +224,53 @@ def test_quantize_past_2_to_the_31_elements(granularity):
         rows = s if granularity == "tensor" else s[r0 // 128:-(-r1 // 128)] if granularity == "block128x128" else s[r0:r1]
         assert torch.equal(broadcast_scale(rows, granularity, r1 - r0, K), want_s), (granularity, r0)
         assert torch.equal(q[r0:r1].view(torch.uint8), want_q.view(torch.uint8)), (granularity, r0)
+
+
+def layer_reference(layer, x):
+    """The layer's product through the public functions (the first call's path), as its own
+    kept launches must give it, bitwise."""
+    q, s = pingpong.quantize_fp8(x.reshape(-1, layer.in_features), "row" if layer.fp8 == "row" else "block")
+    y = pingpong.scaled_mm(q, layer.weight_fp8.t(), s, layer.weight_scale.t(), bias=layer.bias, out_dtype=x.dtype)
+    return y.reshape(*x.shape[:-1], layer.out_features)
+
+
+@pytest.mark.parametrize("fp8", ["row", "block"])
+def test_float8_linear_keeps_each_input_signatures_launches(fp8, monkeypatch):
+    """After a first call per input signature, calls take the layer's kept launches (no
+    scaled_mm call), bitwise the public path's result on fresh inputs into NaN-poisoned memory:
+    3-D, 2-D with padded rows, 1-D inputs; inside a CUDA graph; after its weight buffer is
+    replaced and after a move to the CPU and back."""
+    seed = 11
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    lin = torch.nn.Linear(1024, 512).cuda().bfloat16()
+    layer = Float8Linear.from_linear(lin, fp8)
+    public = []
+    monkeypatch.setattr(pingpong.fp8, "scaled_mm", lambda *a, **k: public.append(1) or pingpong.scaled_mm(*a, **k))
+    fresh = lambda shape: spread(math.prod(shape[:-1]), shape[-1], gen).bfloat16().reshape(shape)  # noqa: E731
+    padded = lambda: fresh((33, 1152))[:, :1024]  # noqa: E731  rows 1152 apart
+    with torch.no_grad():
+        for make in (lambda: fresh((4, 33, 1024)), padded, lambda: fresh((1024,))):
+            public.clear()
+            for call in range(3):
+                x = make()
+                y = poisoned_call(lambda: layer(x), (x.numel() // 1024, 512), torch.bfloat16)
+                assert torch.equal(y, layer_reference(layer, x)), f"seed {seed}: shape {tuple(x.shape)} call {call}"
+            assert len(public) == 1, f"shape {tuple(x.shape)}: {len(public)} validated calls of 3; expected the first"
+        x = fresh((4, 33, 1024))
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            y = layer(x)
+        x.copy_(fresh((4, 33, 1024)))
+        y.fill_(float("nan"))
+        graph.replay()
+        assert torch.equal(y, layer_reference(layer, x)), f"seed {seed}: graph replay"
+        other = Float8Linear.from_linear(torch.nn.Linear(1024, 512).cuda().bfloat16(), fp8)
+        layer.weight_fp8, layer.weight_scale, layer.bias = other.weight_fp8, other.weight_scale, other.bias
+        x = fresh((4, 33, 1024))
+        assert torch.equal(layer(x), layer_reference(other, x)), f"seed {seed}: the replaced weights"
+        layer.cpu().cuda()
+        public.clear()
+        assert torch.equal(layer(x), layer_reference(other, x)) and len(public) == 1, "after a move"
 
 
 @pytest.mark.parametrize("fp8", ["row", "block"])

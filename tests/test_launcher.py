@@ -216,7 +216,7 @@ def test_quantize_direct_launch_passes_what_triton_passes(monkeypatch, granulari
 
     x = torch.empty(M, K, dtype=torch.bfloat16)
     q = torch.empty(M, K, dtype=torch.float8_e4m3fn)
-    s = quantize._scale_like(x, granularity)
+    s = quantize.scale_like(x, granularity)
     with cc.offline("sm_90a"):
         from triton.runtime import driver
 

@@ -39,7 +39,6 @@ applied at the promotion, so block-wise ignores the flag, as torch's backends ma
 
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import torch
@@ -199,11 +198,63 @@ def fp8_unsupported_reason(layer: torch.nn.Linear, fp8: str) -> str | None:
     return None
 
 
+class _LayerRun:
+    """A Float8Linear's eager call for one input signature (shape, strides, dtype, device), made
+    after a first call validated it: the quantize kernel's bound launch and the GEMM's plan,
+    the weight's views made once. Per call it allocates q, the scale and the output and
+    launches both kernels; the checks and the two cache keys of the public functions (which the
+    signature and the held weights already decide) are not made again. Held by the layer in
+    `_runs`; `holds` says whether the layer's weights are still the ones it was made with."""
+
+    __slots__ = ("weights", "b", "sb", "plan", "quant", "granularity", "dtype", "out_dtype", "M", "K", "N",
+                 "out_shape", "flat", "device")
+
+    def __init__(self, layer: "Float8Linear", x: Tensor, q: Tensor, s: Tensor, plan):
+        from .quantize import bound_launch
+
+        bufs = layer._buffers
+        self.weights = (bufs["weight_fp8"], bufs["weight_scale"], bufs["bias"])
+        self.b, self.sb = self.weights[0].t(), self.weights[1].t()
+        self.plan, self.granularity = plan, LAYER_SCALINGS[layer.fp8][0]
+        self.dtype, self.out_dtype = q.dtype, x.dtype
+        self.M, self.K = q.shape
+        self.N = layer.out_features
+        self.out_shape = (*x.shape[:-1], self.N)
+        self.flat, self.device = x.dim() == 2, x.device
+        self.quant = bound_launch(x.view(self.M, self.K), q, s, self.granularity)
+
+    def holds(self, buffers) -> bool:
+        w, ws, bias = self.weights
+        return buffers["weight_fp8"] is w and buffers["weight_scale"] is ws and buffers["bias"] is bias
+
+    def __call__(self, x: Tensor) -> Tensor:
+        from .quantize import prepare, scale_like
+
+        x2 = x if self.flat else x.view(self.M, self.K)
+        q = torch.empty(self.M, self.K, dtype=self.dtype, device=self.device)
+        s = scale_like(x2, self.granularity)
+        self.quant(self.device.index, (x2.data_ptr(), q.data_ptr(), s.data_ptr()), (), prepare, x2, q, s,
+                   self.granularity)
+        y = torch.empty(self.M, self.N, dtype=self.out_dtype, device=self.device)
+        self.plan.run_scaled(q, self.b, s, self.sb, y, self.weights[2])
+        return y if self.flat else y.view(self.out_shape)
+
+
 class Float8Linear(torch.nn.Module):
     """Inference nn.Linear on FP8: the weight is quantized once (at construction), each input
     per call (pingpong.quantize_fp8, row-wise or 1×128 blocks), then scaled_mm with the bias
     fused. Input of any leading shape (…, in_features), bf16/fp16; the output has its dtype.
-    An input that requires grad is refused (no backward yet), not silently detached."""
+    An input that requires grad is refused (no backward yet), not silently detached.
+
+    Eager calls on a GPU: the first call of each input signature (shape, strides, dtype,
+    device) goes through quantize_fp8 and scaled_mm, which validate it; the layer then keeps
+    that signature's launches (_LayerRun, up to RUNS) and the next calls take them, with the
+    host work of two launches and three allocations. Moving the layer (`.to`, `.cuda`, ...)
+    forgets them; so does replacing a buffer (weight_fp8, weight_scale, bias)."""
+
+    #: input signatures whose launches a layer keeps (a prefill's token counts vary: when full,
+    #: all are forgotten and the next calls validate again)
+    RUNS = 64
 
     def __init__(self, weight: Tensor, bias: Optional[Tensor], fp8: str = "row", dtype=torch.float8_e4m3fn):
         super().__init__()
@@ -218,6 +269,7 @@ class Float8Linear(torch.nn.Module):
         self.register_buffer("weight_fp8", q)
         self.register_buffer("weight_scale", s)  # (N, 1) row-wise; (N/128, K/128) block-wise
         self.register_buffer("bias", None if bias is None else bias.detach().clone())
+        self._runs: dict = {}
 
     @classmethod
     def from_linear(cls, layer: torch.nn.Linear, fp8: str = "row") -> "Float8Linear":
@@ -229,17 +281,35 @@ class Float8Linear(torch.nn.Module):
         return cls(layer.weight, layer.bias, fp8)
 
     def forward(self, x: Tensor) -> Tensor:
-        from .quantize import quantize_fp8
-
         if x.requires_grad and torch.is_grad_enabled():
             raise PingpongError("x: Float8Linear is inference-only and x requires grad; run under torch.no_grad()"
                                 " (or torch.inference_mode()), or keep a bf16 layer for training")
+        eager = type(x) is torch.Tensor and not torch.compiler.is_compiling()
+        if eager:
+            key = (x.shape, x.stride(), x.dtype, x.device)
+            run = self._runs.get(key)
+            if run is not None and run.holds(self._buffers):
+                return run(x)
         if x.shape[-1] != self.in_features:
             raise PingpongError(f"x: last dim {x.shape[-1]} != in_features {self.in_features}")
+        from .quantize import quantize_fp8
+
         x2 = x.reshape(-1, self.in_features)
         q, s = quantize_fp8(x2, LAYER_SCALINGS[self.fp8][0], dtype=self.fp8_dtype)
-        y = scaled_mm(q, self.weight_fp8.t(), s, self.weight_scale.t(), bias=self.bias, out_dtype=x.dtype)
+        b, sb = self.weight_fp8.t(), self.weight_scale.t()
+        y = scaled_mm(q, b, s, sb, bias=self.bias, out_dtype=x.dtype)
+        if eager and x.is_cuda and y.numel() and (x.dim() == 2 or x.is_contiguous()):  # x2: x or a view of it
+            if len(self._runs) >= self.RUNS:
+                self._runs.clear()
+            self._runs[key] = _LayerRun(self, x, q, s, _plan(q, b, s, sb, self.bias, x.dtype, None, False, None))
         return y.reshape(*x.shape[:-1], self.out_features)
+
+    def _apply(self, fn, recurse=True):
+        self._runs.clear()  # the runs hold views of the buffers that fn replaces
+        return super()._apply(fn, recurse)
+
+    def __getstate__(self):
+        return {**self.__dict__, "_runs": {}}  # launches and plans are per process; copies start without
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, fp8={self.fp8!r}"

@@ -202,7 +202,8 @@ def check_quantize(x, granularity, dtype, device_checks: bool = True) -> None:
         raise PingpongError("x: requires grad; quantize_fp8 has no backward (run under torch.no_grad())")
 
 
-def _scale_like(x: torch.Tensor, granularity: str) -> torch.Tensor:
+def scale_like(x: torch.Tensor, granularity: str) -> torch.Tensor:
+    """An uninitialized fp32 scale of a 2-D x's granularity, in the layout quantize_fp8 returns."""
     M, K = x.shape
     f32 = dict(dtype=torch.float32, device=x.device)
     if granularity == "tensor":
@@ -218,7 +219,7 @@ def quantize_direct(x: torch.Tensor, granularity: str = "row", dtype=torch.float
     check_quantize(x, granularity, dtype)
     M, K = x.shape
     q = torch.empty(M, K, dtype=dtype, device=x.device)
-    s = _scale_like(x, granularity)
+    s = scale_like(x, granularity)
     if M == 0 or K == 0:
         if s.numel():
             s.fill_(_EPS / FP8_MAX[dtype])
@@ -245,13 +246,21 @@ def launch(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, granularity: str) 
         fn, args, kwargs, grid = prepare(x, q, s, granularity, interpret=True)
         fn[grid](*args, **kwargs)
     else:
-        key = (granularity, x.dtype, q.dtype, *x.shape, x.stride(0), q.stride(0), *s.stride(), x.device.index)
-        cached = _LAUNCHES.get(key)
-        if cached is None:
-            if len(_LAUNCHES) >= LAUNCH_CACHE_SIZE:
-                _LAUNCHES.clear()
-            cached = _LAUNCHES[key] = CachedLaunch()
-        cached(x.device.index, (x.data_ptr(), q.data_ptr(), s.data_ptr()), (), prepare, x, q, s, granularity)
+        bound_launch(x, q, s, granularity)(x.device.index, (x.data_ptr(), q.data_ptr(), s.data_ptr()), (), prepare,
+                                           x, q, s, granularity)
+
+
+def bound_launch(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, granularity: str) -> CachedLaunch:
+    """The row or block kernel's CachedLaunch for this call shape (x, q and s on a GPU, as
+    `launch` takes them): called as launch(device, (x, q, s addresses), (), prepare, x, q, s,
+    granularity). Float8Linear keeps the one of each input shape it has seen."""
+    key = (granularity, x.dtype, q.dtype, *x.shape, x.stride(0), q.stride(0), *s.stride(), x.device.index)
+    cached = _LAUNCHES.get(key)
+    if cached is None:
+        if len(_LAUNCHES) >= LAUNCH_CACHE_SIZE:
+            _LAUNCHES.clear()
+        cached = _LAUNCHES[key] = CachedLaunch()
+    return cached
 
 
 def prepare(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, granularity: str, interpret: bool = False):
@@ -311,4 +320,4 @@ def _quantize_op(x: torch.Tensor, granularity: str, dtype: torch.dtype) -> tuple
 @_quantize_op.register_fake
 def _(x, granularity, dtype):
     check_quantize(x, granularity, dtype, device_checks=False)
-    return x.new_empty(x.shape, dtype=dtype), _scale_like(x, granularity)
+    return x.new_empty(x.shape, dtype=dtype), scale_like(x, granularity)
