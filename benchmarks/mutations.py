@@ -311,6 +311,13 @@ MUTATIONS = [
      'narrow = scaling != "block"', "narrow = True", "tests/test_fp8.py"),
     ("tuning table reads the version through the package root", "src/pingpong/hopper/table.py",
      "from ..toolchain import __version__", "from .. import __version__", "tests/test_imports.py"),
+    # -- Float8Linear's kept launches (their device side: tests/test_fp8_gpu.py)
+    ("Float8Linear keeps its launches across a move", "src/pingpong/fp8.py",
+     "        self._runs.clear()  # the runs hold views", "        pass  # the runs hold views", "tests/test_fp8.py"),
+    ("Float8Linear copies carry its launches", "src/pingpong/fp8.py",
+     '        return {**self.__dict__, "_runs": {}}', "        return dict(self.__dict__)", "tests/test_fp8.py"),
+    ("Float8Linear's run ignores a replaced scale", "src/pingpong/fp8.py",
+     ' and buffers["weight_scale"] is ws and', " and", "tests/test_fp8.py"),
 ]
 
 
