@@ -17,6 +17,7 @@ from pingpong.fp8 import check_scaled_mm, scaling_of
 from pingpong.hopper import fp8_launch
 from pingpong.hopper.fp8_launch import check_fp8_config, kernel_scaling, least_wave_time, rule_fp8, scale_boxes, \
     select_fp8
+from pingpong.hopper.config import SMEM_LIMIT
 from pingpong.runtime import compile as cc
 
 KC = pingpong.KernelConfig
@@ -325,6 +326,41 @@ def test_fp8_kernel_compiles_to_fp8_wgmma_without_spills(kernel, shape):
     config = fp8_launch.OFFLINE_FP8_VARIANTS[kernel][2]
     paired = config.schedule == "pingpong" or config.block_n <= 64
     assert waits == ({"0", "1"} if kernel.endswith("fast") or paired else {"0"}), waits
+
+
+@pytest.mark.parametrize("kernel", ["fp8-tensor-wide", "fp8-row-wide", "fp8-row-wide-fast"])
+def test_two_piece_fp8_tile_compiles_to_two_wgmmas_per_k_step(kernel):
+    """128×192 = 128 + 64 columns: per k-step three B boxes (two into the first piece's buffer)
+    beside A, two wgmma widths, no spills; promoted, each k-step's two wgmmas complete before
+    they are added in (wait(0) only: one set of parts); fast, one k-step (two groups) in
+    flight (wait(2))."""
+    c = cc.compile_kernel(kernel, "sm_90a")
+    f, ptx = c.facts(), c.asm["ptx"]
+    assert set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k\d+)\.f32\.e4m3\.e4m3", ptx)) == \
+        {"m64n128k32", "m64n64k32"}
+    assert f.spill_bytes == 0 and f.counts["LDL/STL"] == 0, "local-memory spills"
+    assert len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cta\.global", ptx)) == 4  # A, B as 3 boxes
+    assert f.shared_bytes <= SMEM_LIMIT and f.warps == 12
+    waits = set(re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx))
+    assert waits == ({"0", "2"} if kernel.endswith("fast") else {"0"}), waits
+
+
+@pytest.mark.parametrize("config", [KC(128, 192, 128), KC(128, 96, 128), KC(128, 192, 128, stages=3)])
+def test_two_piece_fp8_tiles_take_tensor_and_row_scales(config):
+    for scaling in ("tensor", "row"):
+        for promote in (True, False):
+            d = check_fp8_config(config, promote, 2, scale_boxes(scaling, 128, config))
+            assert d.block_n2 == config.block_n // 3 and d.shared_bytes <= SMEM_LIMIT
+
+
+@pytest.mark.parametrize("config, scaling", [
+    (KC(128, 192, 128), "block"), (KC(64, 192, 128, schedule="pingpong"), "tensor"),
+    (KC(128, 192, 128, split_k=2), "tensor"), (KC(128, 192, 128, swap_ab=True), "row"),
+])
+def test_two_piece_fp8_tiles_refused_elsewhere_with_the_reason(config, scaling):
+    with pytest.raises(ConfigError, match=r"block_n=192 \(two column pieces\) runs on the cooperative schedule,"
+                                          r" unsplit, without swap-AB or a cluster, with tensor- or row-wise scales"):
+        check_fp8_config(config, True, 2, scale_boxes(scaling, 128, config))
 
 
 # ----------------------------------------------------------------------------- quantize under the interpreter

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import pingpong
-from pingpong.fp8 import Float8Linear
+from pingpong.fp8 import Float8Linear, scaled_mm_direct
 from pingpong.tools.bench_fp8 import dequantized
 
 pytestmark = pytest.mark.gpu
@@ -71,6 +71,31 @@ def test_scaled_mm_matches_torch_accuracy(mode, shape, fast):
     except RuntimeError:  # a pair or shape cuBLASLt does not run (block-wise 77×144×384): the
         theirs = ref.bfloat16()  # exact product, rounded once, is the stricter yardstick
     check(out, theirs, ref, seed)
+
+
+@pytest.mark.parametrize("mode", ["tensor", "row"])
+@pytest.mark.parametrize("shape", [(512, 1536, 2048), (1000, 528, 1024), (77, 400, 384), (300, 6144, 256)])
+@pytest.mark.parametrize("fast", [False, True])
+def test_two_piece_tiles_match_torch_accuracy(mode, shape, fast):
+    """128×192 tiles (128 + 64 columns): a column piece's scales, bias or store off by its
+    offset fails the bounds (row scales over 2^±4 per column; N = 528 and 400 end inside the
+    second piece of the last tile); with a bias, GELU and each output dtype on one shape."""
+    M, N, K = shape
+    seed = hash((mode, shape, fast, "wide")) % 1000
+    qa, qb, sa, sb, ref = operands(M, N, K, mode, seed)
+    config = pingpong.KernelConfig(128, 192, 128)
+    out = poisoned_call(lambda: scaled_mm_direct(qa, qb, sa, sb, use_fast_accum=fast, config=config), (M, N),
+                        torch.bfloat16)
+    check(out, torch._scaled_mm(qa, qb, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast), ref, seed)
+    if shape == (1000, 528, 1024):
+        qa, qb, sa, sb, ref = operands(M, N, K, mode, seed, magnitude=1 / 64)  # within fp16's range
+        bias = (torch.randn(N, device="cuda") * ref.abs().mean()).bfloat16()  # as large as the product
+        want = torch.nn.functional.gelu(ref + bias.double())
+        for out_dtype in (torch.bfloat16, torch.float16, torch.float32):
+            got = poisoned_call(lambda: scaled_mm_direct(qa, qb, sa, sb, bias, out_dtype, "gelu_erf", fast, config),
+                                (M, N), out_dtype)
+            err = ((got.double() - want).norm() / want.norm()).item()
+            assert not got.isnan().any() and err < 0.01, f"seed {seed}: {out_dtype} rel.err {err:.3e}"
 
 
 @pytest.mark.parametrize("shape", [(512, 1024, 2048), (1000, 528, 1024), (77, 144, 384)])

@@ -28,7 +28,7 @@ def test_split_configs_are_accepted(config):
 
 @pytest.mark.parametrize("config, match", [
     (KC(128, 128, 128, schedule="persistent", split_k=2), "warp-specialized"),
-    (KC(128, 192, 128, split_k=2), "one-piece"),
+    (KC(128, 192, 128, split_k=2), "two column pieces"),
     (KC(128, 128, 64, split_k=2), "block_k=64"),
 ])
 def test_split_refusals(config, match):

@@ -395,41 +395,76 @@ def retire(ring, scales, acc, part, counter, shift, sa_phase, ROW0: gl.constexpr
 
 
 @gluon.jit
-def k_loop(ring, scales, first, k_steps, kb0, batch, off_m, off_n, ROW0: gl.constexpr, ROWS: gl.constexpr,
-           COLS: gl.constexpr, acc_layout: gl.constexpr, PROMOTE: gl.constexpr, sync, CONSUMER: gl.constexpr,
-           PINGPONG: gl.constexpr):
-    """The fp32 accumulator of the tile at (off_m, off_n) of batch (group) `batch` over K blocks
-    kb0 .. kb0+k_steps-1 (kb0 > 0: a split-K unit): promoted, or the 16-bit kernels' in-place
-    mainloop (fast accumulation). Under PINGPONG the turn passes to the other consumer once
-    the last wgmma is issued (promoted: once it is done)."""
-    if PROMOTE:
-        # counter + shift = the tile's sb phase + its K block (Fp8Scales.sb_phase)
-        acc = promoted_mainloop(ring, scales, first, k_steps, scales.sb_phase(off_n, batch) + kb0 - first,
-                                scales.sa_phase(off_m), ROW0, ROWS, COLS, acc_layout, paired(PINGPONG, COLS))
-        if PINGPONG:
-            sync.pass_turn(CONSUMER)
-    else:
-        mma = mainloop(ring, first, k_steps, ROW0, ROWS, COLS, 0, acc_layout, acc_layout, True, True)
-        if PINGPONG:
-            sync.pass_turn(CONSUMER)
-        mma = finish_mainloop(mma, ring, first + k_steps - 1)
-        acc = mma.acc
-    return acc
+def promoted_pieces(ring, first, k_steps, ROW0: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr,
+                    COLS2: gl.constexpr, acc_layout: gl.constexpr, acc_layout2: gl.constexpr):
+    """The promoted K loop of a two-piece tile (COLS = 2q + q, config.column_pieces;
+    tensor- and row-wise scales): each k-step issues both pieces' wgmmas into fresh parts
+    (MmaOp), waits for them and adds them into the two fp32 accumulators, then frees the slot.
+
+        k-step │ wait ready(k) │ wgmma(a, b) -> part, wgmma(a, b2) -> part2 │ wait(0) │
+               │ acc += part, acc2 += part2 │ release(k)
+
+    One set of parts (a 64×192 consumer tile's accumulators and parts fill 192 registers a
+    thread): nothing hides this warpgroup's additions but the other cooperative consumer's
+    wgmmas."""
+    parts = MmaOp.start(ROWS, COLS, acc_layout, COLS2, acc_layout2)
+    acc = gl.zeros((ROWS, COLS - COLS2), dtype=gl.float32, layout=acc_layout)
+    acc2 = gl.zeros((ROWS, COLS2), dtype=gl.float32, layout=acc_layout2)
+    for k in range(k_steps):
+        s = ring.wait_ready(first + k)
+        parts = MmaOp(parts.acc, parts.acc2, gl.to_tensor(False), 2).issue(ring, s, ROW0, ROWS, True, True)
+        parts = parts.wait(0)
+        acc = acc + parts.acc
+        acc2 = acc2 + parts.acc2
+        ring.release(first + k)
+    return MmaOp(acc, acc2, gl.to_tensor(True), 2)
 
 
 @gluon.jit
-def store_tile(epi, scales, acc, CONSUMER: gl.constexpr, count, batch, off_m, off_n, split, SPLIT: gl.constexpr,
+def k_loop(ring, scales, first, k_steps, kb0, batch, off_m, off_n, ROW0: gl.constexpr, ROWS: gl.constexpr,
+           COLS: gl.constexpr, COLS2: gl.constexpr, acc_layout: gl.constexpr, acc_layout2: gl.constexpr,
+           PROMOTE: gl.constexpr, sync, CONSUMER: gl.constexpr, PINGPONG: gl.constexpr):
+    """The fp32 accumulators (an MmaOp: one, or with COLS2 > 0 two column pieces) of the tile
+    at (off_m, off_n) of batch (group) `batch` over K blocks kb0 .. kb0+k_steps-1 (kb0 > 0: a
+    split-K unit): promoted, or the 16-bit kernels' in-place mainloop (fast accumulation).
+    Under PINGPONG the turn passes to the other consumer once the last wgmma is issued
+    (promoted: once it is done)."""
+    if PROMOTE:
+        if COLS2:
+            mma = promoted_pieces(ring, first, k_steps, ROW0, ROWS, COLS, COLS2, acc_layout, acc_layout2)
+        else:
+            # counter + shift = the tile's sb phase + its K block (Fp8Scales.sb_phase)
+            acc = promoted_mainloop(ring, scales, first, k_steps, scales.sb_phase(off_n, batch) + kb0 - first,
+                                    scales.sa_phase(off_m), ROW0, ROWS, COLS, acc_layout, paired(PINGPONG, COLS))
+            mma = MmaOp(acc, gl.to_tensor(0), gl.to_tensor(True), 1)
+        if PINGPONG:
+            sync.pass_turn(CONSUMER)
+    else:
+        mma = mainloop(ring, first, k_steps, ROW0, ROWS, COLS, COLS2, acc_layout, acc_layout2, True, True)
+        if PINGPONG:
+            sync.pass_turn(CONSUMER)
+        mma = finish_mainloop(mma, ring, first + k_steps - 1)
+    return mma
+
+
+@gluon.jit
+def store_tile(epi, scales, mma, CONSUMER: gl.constexpr, count, batch, off_m, off_n, split, SPLIT: gl.constexpr,
                factor):
-    """The outer scales (tensor-wise: `factor`, Fp8Scales.tensor_factor), then the epilogue
-    (dense: bias, activation, cast, TMA store; grouped: the rows of group `batch`). SPLIT: acc
-    is split `split`'s partial and the split epilogue (pingpong.hopper.fixup) applies the outer
-    scales once, to the sum of the partials (tensor-wise: `factor` as its α, so that the scales
-    are not loaded after the K loop, a memory round trip on the tile's critical path)."""
+    """The outer scales (tensor-wise: `factor`, Fp8Scales.tensor_factor) on each column piece
+    of `mma`, then the epilogue (dense: bias, activation, cast, TMA store; grouped: the rows of
+    group `batch`). SPLIT (one-piece tiles): the accumulator is split `split`'s partial and the
+    split epilogue (pingpong.hopper.fixup) applies the outer scales once, to the sum of the
+    partials (tensor-wise: `factor` as its α, so that the scales are not loaded after the K
+    loop, a memory round trip on the tile's critical path)."""
     if not SPLIT:
-        acc = scales.apply_outer(acc, off_m, off_n, batch, factor)
+        acc = scales.apply_outer(mma.acc, off_m, off_n, batch, factor)
+        acc2 = mma.acc2
+        if mma.PIECES == 2:
+            acc2 = scales.apply_outer(mma.acc2, off_m, off_n + mma.acc.shape[1], batch, factor)
+        mma = MmaOp(acc, acc2, mma.use_acc, mma.PIECES)
     elif scales.SCALING == "tensor":
         epi = epi.with_scale(Alpha(factor))
-    epi.store(MmaOp(acc, gl.to_tensor(0), gl.to_tensor(True), 1), CONSUMER, count, off_m, off_n, batch, split)
+    epi.store(mma, CONSUMER, count, off_m, off_n, batch, split)
 
 
 @gluon.jit
@@ -442,24 +477,26 @@ def fp8_pingpong_consumer(ring, sched, epi, scales, sync, CONSUMER: gl.constexpr
         batch, off_m, off_n = sched.locate(t)
         first = first_counter(j, sched.k_steps, 2, CONSUMER)
         sync.wait_turn(CONSUMER, j)
-        acc = k_loop(ring, scales, first, sched.k_steps, sched.k_begin(t) // sched.BK, batch, off_m, off_n, 0,
-                     sched.BM, sched.BN, acc_layout, PROMOTE, sync, CONSUMER, True)
-        store_tile(epi, scales, acc, CONSUMER, j, batch, off_m, off_n, sched.split(t), SPLIT, factor)
+        mma = k_loop(ring, scales, first, sched.k_steps, sched.k_begin(t) // sched.BK, batch, off_m, off_n, 0,
+                     sched.BM, sched.BN, 0, acc_layout, acc_layout, PROMOTE, sync, CONSUMER, True)
+        store_tile(epi, scales, mma, CONSUMER, j, batch, off_m, off_n, sched.split(t), SPLIT, factor)
     epi.drain()
 
 
 @gluon.jit
 def fp8_cooperative_consumer(ring, sched, epi, scales, CONSUMER: gl.constexpr, acc_layout: gl.constexpr,
-                             PROMOTE: gl.constexpr, SPLIT: gl.constexpr):
-    """Consumer CONSUMER computes rows [CONSUMER·BM/2, (CONSUMER+1)·BM/2) of every tile."""
+                             acc_layout2: gl.constexpr, BN2: gl.constexpr, PROMOTE: gl.constexpr,
+                             SPLIT: gl.constexpr):
+    """Consumer CONSUMER computes rows [CONSUMER·BM/2, (CONSUMER+1)·BM/2) of every tile (BN2 > 0:
+    its last BN2 columns a second piece)."""
     ROWS: gl.constexpr = sched.BM // 2
     factor = scales.tensor_factor()
     for t in range(sched.local_tiles()):
         batch, off_m, off_n = sched.locate(t)
         first = first_counter(t, sched.k_steps, 1, 0)  # both consumers read every k-step
-        acc = k_loop(ring, scales, first, sched.k_steps, sched.k_begin(t) // sched.BK, batch, off_m, off_n,
-                     CONSUMER * ROWS, ROWS, sched.BN, acc_layout, PROMOTE, 0, CONSUMER, False)
-        store_tile(epi, scales, acc, CONSUMER, t, batch, off_m + CONSUMER * ROWS, off_n, sched.split(t), SPLIT,
+        mma = k_loop(ring, scales, first, sched.k_steps, sched.k_begin(t) // sched.BK, batch, off_m, off_n,
+                     CONSUMER * ROWS, ROWS, sched.BN, BN2, acc_layout, acc_layout2, PROMOTE, 0, CONSUMER, False)
+        store_tile(epi, scales, mma, CONSUMER, t, batch, off_m + CONSUMER * ROWS, off_n, sched.split(t), SPLIT,
                    factor)
     epi.drain()
 
@@ -473,12 +510,14 @@ def fp8_gemm(a_desc, b_desc, c_desc, bias, sa, sb, M, N, K, sa_row, sb_col, CFG:
     check_constants(CFG, SCALING, PROMOTE, SB_COLS)
     gl.static_assert(CFG.CLUSTER == gl.num_ctas(), "CLUSTER is the launch's num_ctas")
     gl.static_assert(CFG.CLUSTER == 1 or SCALING != "block", "clusters: tensor- and row-wise scales only")
+    gl.static_assert(CFG.BN2 == 0 or (not CFG.PINGPONG and SCALING != "block" and CFG.CLUSTER == 1),
+                     "two-piece tiles: cooperative, one CTA, tensor- and row-wise scales (check_fp8_config)")
     sched = TileScheduler.create(M, N, K, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M, 1)
-    ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, 0, True, CFG.CLUSTER)
+    ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, True, CFG.CLUSTER)
     epi = Epilogue.allocate(c_desc, c_desc, gl.to_tensor(1.0), gl.to_tensor(0.0), bias, M, N, 2, CFG.EPI)
     scales = Fp8Scales.allocate(sa, sb, sa_row, sb_col, gl.to_tensor(0), M, N, CFG.STAGES, SCALING, SB_COLS)  # one batch
-    run_fp8_partitions(ring, sched, epi, scales, TileLoader(a_desc, b_desc, True, True, 0, CFG.CLUSTER > 1), CFG,
-                       PROMOTE)
+    run_fp8_partitions(ring, sched, epi, scales, TileLoader(a_desc, b_desc, True, True, CFG.BN2, CFG.CLUSTER > 1),
+                       CFG, PROMOTE)
 
 
 @gluon.jit(do_not_specialize=["M", "N", "K", "sa_row", "sb_col", "splits", "split_stride16", "ws_ld16", "out_ld"])
@@ -493,6 +532,7 @@ def fp8_split_gemm(a_desc, b_desc, ws, counters, out, bias, sa, sb, M, N, K, sa_
     CFG.EPI.SWAP (module docstring, SWAP-AB) the operands, M and N and the scales come exchanged
     and the result is stored transposed."""
     check_constants(CFG, SCALING, PROMOTE, SB_COLS)
+    gl.static_assert(CFG.BN2 == 0, "split and swap-AB units: one-piece tiles (check_fp8_config)")
     gl.static_assert(not CFG.EPI.SWAP or SCALING != "block", "swap-AB: tensor- and row-wise scales only")
     sched = SplitKScheduler.create(M, N, K, splits, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M)
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS)
@@ -534,8 +574,10 @@ def run_fp8_partitions(ring, sched, epi, scales, tiles, CFG: gl.constexpr, PROMO
             (producer, (loader, ring, sched)),
         ], [CFG.CONSUMER_WARPS, CFG.PRODUCER_WARPS], [CFG.CONSUMER_REGS, CFG.PRODUCER_REGS])
     else:
+        acc_layout2: gl.constexpr = CFG.acc_layout2
+        BN2: gl.constexpr = CFG.BN2
         gl.warp_specialize([
-            (fp8_cooperative_consumer, (ring, sched, epi, scales, 0, acc_layout, PROMOTE, SPLIT)),
-            (fp8_cooperative_consumer, (ring, sched, epi, scales, 1, acc_layout, PROMOTE, SPLIT)),
+            (fp8_cooperative_consumer, (ring, sched, epi, scales, 0, acc_layout, acc_layout2, BN2, PROMOTE, SPLIT)),
+            (fp8_cooperative_consumer, (ring, sched, epi, scales, 1, acc_layout, acc_layout2, BN2, PROMOTE, SPLIT)),
             (producer, (loader, ring, sched)),
         ], [CFG.CONSUMER_WARPS, CFG.PRODUCER_WARPS], [CFG.CONSUMER_REGS, CFG.PRODUCER_REGS])

@@ -150,8 +150,9 @@ def rule_fp8(M: int, N: int, K: int, promote: bool, sms: int, scaling: str = "te
     else:
         tile = KernelConfig(128, 128 if promote else 256, SCALE_BLOCK, schedule="cooperative")
 
-    def unsplit(c: KernelConfig) -> KernelConfig:  # an unsplit 128×128: or 128×64, where its waves take less time
-        return least_wave_time(M, N, sms, ((_NARROW, NARROW_EFFICIENCY), (c, 1.0))) if narrow and c == _SQUARE else c
+    def unsplit(c: KernelConfig) -> KernelConfig:  # an unsplit 128×128: or 128×64 / 128×192, where its waves take less time
+        return least_wave_time(M, N, sms, ((_NARROW, NARROW_EFFICIENCY), (c, 1.0), (_WIDE, WIDE_EFFICIENCY))) \
+            if narrow and c == _SQUARE else c
 
     if M * K + N * K + 2 * M * N < SPLIT_MIN_BYTES:  # launch-bound: no workspace (module docstring)
         return unsplit(tile)
@@ -174,6 +175,7 @@ def long_product(M: int, N: int, K: int, sms: int) -> bool:
 #: the promoted cooperative tiles of the rule (module docstring) and the 64-row mid-size one
 _SQUARE = KernelConfig(128, 128, SCALE_BLOCK)
 _NARROW = KernelConfig(128, 64, SCALE_BLOCK)
+_WIDE = KernelConfig(128, 192, SCALE_BLOCK)  # two column pieces: tensor- and row-wise scales
 _MID = KernelConfig(64, 64, SCALE_BLOCK, schedule="pingpong")
 #: block-wise long products (`long_product`): 4 ring stages and groups of 4 tile-rows
 _LONG_BLOCK = KernelConfig(128, 128, SCALE_BLOCK, stages=4, group_m=4)
@@ -181,6 +183,11 @@ _LONG_BLOCK = KernelConfig(128, 128, SCALE_BLOCK, stages=4, group_m=4)
 #: an H100 (RESULTS.md run 271: 2048×4096×4096 and 2048×6144×4096); at 0.75, 512 rows at
 #: N = 6144 (2 waves of 128×128 against 3 of 128×64) tie, and the tie goes to 128×64 (`rule_fp8`)
 NARROW_EFFICIENCY = 0.75
+#: per-FLOP speed of the 128×192 tile against 128×128: where their waves take the same modelled
+#: time, 128×128 was as fast or faster (H100, RESULTS.md run 316: 8192×6144×4096 tensor-wise
+#: 0.949 / 0.940 of torch, row-wise 0.979 / 1.027); where 128×128 leaves half a wave idle it
+#: wins (512×6144×4096: 1.046 vs 0.943)
+WIDE_EFFICIENCY = 0.95
 
 
 def least_wave_time(M: int, N: int, sms: int, tiles) -> KernelConfig:
@@ -229,9 +236,13 @@ def check_fp8_config(config: KernelConfig, promote: bool, out_bytes: int, boxes:
     `boxes` (scale_boxes) ride in every ring slot: derived stages are as many as still fit;
     explicit stages must fit with them."""
     d = config.derive(FP8_BYTES, out_bytes)
-    if d.schedule == "persistent" or d.block_n2:
-        raise ConfigError("the FP8 kernel runs one-piece tiles on the cooperative and ping-pong schedules; got"
-                          f" {config}")
+    if d.schedule == "persistent":
+        raise ConfigError(f"the FP8 kernel runs the cooperative and ping-pong schedules; got {config}")
+    if d.block_n2 and (d.schedule != "cooperative" or d.split_k > 1 or d.swap_ab or config.cluster_m > 1
+                       or any(boxes)):
+        raise ConfigError(f"block_n={d.block_n} (two column pieces) runs on the cooperative schedule, unsplit, without"
+                          f" swap-AB or a cluster, with tensor- or row-wise scales; got {config}"
+                          f"{' with block-wise scales' if any(boxes) else ''}")
     if d.swap_ab and any(boxes):
         raise ConfigError(f"{config}: swap-AB with block-wise scales is not built: the swapped tile's rows are N,"
                           " whose 128×128 b scales are one per 128 rows (the promotion reads one a scale per row),"
@@ -504,6 +515,9 @@ OFFLINE_FP8_VARIANTS = {
     "fp8-block-pingpong": ("block", True, KernelConfig(64, 128, 128, schedule="pingpong"), 128, ""),
     "fp8-row-pingpong": ("row", True, KernelConfig(64, 64, 128, schedule="pingpong"), 128, ""),
     "fp8-tensor-narrow": ("tensor", True, KernelConfig(128, 64, 128), 128, ""),  # the rule's 128×64
+    "fp8-tensor-wide": ("tensor", True, KernelConfig(128, 192, 128), 128, ""),  # two column pieces
+    "fp8-row-wide": ("row", True, KernelConfig(128, 192, 128), 128, ""),
+    "fp8-row-wide-fast": ("row", False, KernelConfig(128, 192, 128), 128, ""),
     "fp8-tensor-splitk": ("tensor", True, KernelConfig(128, 128, 128, split_k=8), 128, ""),
     "fp8-row-splitk-gelu": ("row", True, KernelConfig(128, 128, 128, split_k=4), 128, "gelu_erf"),
     "fp8-tensor-fast-splitk": ("tensor", False, KernelConfig(128, 256, 128, split_k=2), 128, ""),
