@@ -187,8 +187,8 @@ def test_selection_and_config_limits():
 def test_rule_tile_by_modelled_wave_time():
     """65-128 rows (under a wave of 128×128 tiles) and unsplit 128×128 products take the tile
     whose waves of 132 SMs take the least modelled time, ⌈tiles / 132⌉ · BM·BN / efficiency
-    (128×64 at 3/4 of 128×128's per-FLOP speed against 128×128; 1.0 among the mid-row tiles);
-    ties keep the first (128×64 before an unsplit 128×128)."""
+    (against 128×128: 128×64 at 3/4 of its per-FLOP speed, 128×192 at 0.95; 1.0 among the
+    mid-row tiles); ties keep the first (128×64, then 128×128, then 128×192)."""
     coop = lambda bn: KC(128, bn, 128)  # noqa: E731
     pp64 = KC(64, 64, 128, schedule="pingpong")
     # 128 rows, N = 6144: 96 tiles of 128×64 (1 wave, 8192) tie 192 of 64×64 (2 waves, 2·4096)
@@ -207,10 +207,18 @@ def test_rule_tile_by_modelled_wave_time():
     assert rule_fp8(64, 4096, 4096, True, 132, "block") == pp64
     # 1024³: 64 tiles of 128×128 (one half-empty wave, 16384) vs 128 of 128×64 (8192 / 0.75)
     assert rule_fp8(1024, 1024, 1024, True, 132) == coop(64)
-    # 512×6144: 192 tiles of 128×128 (2 waves, 32768) tie 384 of 128×64 (3 · 8192 / 0.75): a
-    # tie goes to 128×64
-    assert rule_fp8(512, 6144, 4096, True, 132) == coop(64)
+    # 512×6144: 192 tiles of 128×128 (2 waves, 32768) tie 384 of 128×64 (3 · 8192 / 0.75), and
+    # 128 of 128×192 take one wave (24576 / 0.95 = 25869): 128×192, for tensor- and row-wise
+    # scales (block-wise: no 128×64 or 128×192 tile)
+    assert rule_fp8(512, 6144, 4096, True, 132) == coop(192)
+    assert rule_fp8(512, 6144, 4096, True, 132, "row") == coop(192)
     assert rule_fp8(512, 6144, 4096, True, 132, "block") == coop(128)
+    # 768×4096: 192 of 128×128 (32768), 384 of 128×64 (3 · 10923), 132 of 128×192 (one wave)
+    assert rule_fp8(768, 4096, 4096, True, 132) == coop(192)
+    # where both fill their waves 128×128 keeps them: 512×28672 (896 tiles, 7 · 16384 =
+    # 114688 vs 600 of 128×192, 5 · 25869 = 129347), 2048×6144 (6 · 16384 vs 4 · 25869)
+    assert rule_fp8(512, 28672, 4096, True, 132) == coop(128)
+    assert rule_fp8(2048, 6144, 4096, True, 132) == coop(128)
     # many waves: 4096 tiles of 128×128 (32 waves) vs 8192 of 128×64 (63 waves / 0.75)
     assert rule_fp8(8192, 8192, 8192, True, 132) == coop(128)
     # row-wise as tensor-wise; block-wise takes no 128×64 tile (its timing is bimodal):

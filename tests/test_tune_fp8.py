@@ -55,7 +55,11 @@ def test_fp8_space_is_valid_deduplicated_and_spans_the_factors(scaling, promote,
         assert tune.fp8_normalize(c, M, N, K, scaling, promote) == c
     assert {c.schedule for c in space} == {"cooperative", "pingpong"}
     assert {c.block_m for c in space} == {64, 128}
-    assert {64, 128} <= {c.block_n for c in space} and 192 not in {c.block_n for c in space}  # one-piece tiles
+    widths = {c.block_n for c in space}
+    assert {64, 128} <= widths
+    # two column pieces (128×192) run cooperative and unsplit, with tensor- and row-wise scales
+    assert (192 in widths) == (scaling != "block")
+    assert all(c.schedule == "cooperative" and c.split_k == 1 and c.block_m == 128 for c in space if c.block_n == 192)
     assert len({c.stages for c in space}) >= 2
     if M >= 512:  # several tile rows: the raster's band height is a factor
         assert len({c.group_m for c in space}) >= 2
@@ -187,7 +191,7 @@ def test_a_bf16_entry_does_not_answer_select_fp8():
     (KernelConfig(128, 256, 128), "two 128-register accumulators"),
     (KernelConfig(64, 256, 128, schedule="pingpong"), "two 128-register accumulators"),
     (KernelConfig(128, 128, 64), "block_k 64"),
-    (KernelConfig(128, 192, 128), "two column pieces"),
+    (KernelConfig(64, 192, 128, schedule="pingpong"), "two column pieces on ping-pong"),
     (KernelConfig(128, 128, 128, schedule="persistent"), "persistent schedule"),
 ])
 def test_an_fp8_entry_the_kernel_cannot_run_falls_back_to_the_rule(bad, why):

@@ -51,7 +51,11 @@ shape bucket and FP8 problem (`pingpong tune --dtype fp8`; table dtype `table.fp
                    128; tensor-wise H100 0.798 → 0.987, run 270; H200 0.819 → 1.011, run 273);
                    a tie goes to 128×64 (512×6144×4096, 2 waves of 128×128 against 3 of
                    128×64: H100 0.917 → 0.930, run 294; 0.903 → 0.921, run 282; H200 0.868 →
-                   0.893, run 293)
+                   0.893, run 293); or to 128×192 (two column pieces, one set of parts:
+                   64×192 accumulators fit beside it) where its waves take less, counted at
+                   WIDE_EFFICIENCY (512×6144×4096: one wave of 128 tiles, H100 0.943 →
+                   1.046; 768×4096×4096 0.911 → 1.046; 3072×3072×4096 0.951 → 1.046, runs
+                   316-317)
 
     then split-K by the 16-bit kernels' cost model (select.split_count, select's docstring),
     K counted in the FP8 kernel's k-steps (one 128-deep ring slot: 128 bytes of K, as a 64-deep

@@ -73,7 +73,8 @@ CLUSTERS = (1, 2)
 #: swap-AB is searched for M up to this (beyond it the output's M side fills wgmma's 64 rows)
 SWAP_MAX_M = 256
 #: the FP8 space's factors (block_k is the FP8 kernel's one 128-deep K block; check_fp8_config
-#: keeps what it runs: one-piece tiles, so never 192, and two accumulators when promoted)
+#: keeps what it runs: 192 columns as two pieces on the unsplit cooperative schedule with tensor-
+#: and row-wise scales only, and two accumulators when promoted)
 FP8_TILES = tuple((bm, bn) for bm in (128, 64) for bn in (256, 192, 128, 64))
 FP8_GROUP_M = (1, 4, 8, 16)
 FP8_STAGES = (None, 3, 4, 6)  # None: as many as fit
