@@ -312,7 +312,9 @@ MUTATIONS = [
     ("tuning table reads the version through the package root", "src/pingpong/hopper/table.py",
      "from ..toolchain import __version__", "from .. import __version__", "tests/test_imports.py"),
     ("FP8 rule without the 128x192 tile", "src/pingpong/hopper/fp8_launch.py",
-     ", (_WIDE, WIDE_EFFICIENCY))", ")", "tests/test_fp8.py"),
+     " (_WIDE, WIDE_EFFICIENCY),\n", "\n", "tests/test_fp8.py"),
+    ("FP8 rule without the ping-pong 64x128 tile", "src/pingpong/hopper/fp8_launch.py",
+     ",\n                                           (_HALF, HALF_EFFICIENCY)))", "))", "tests/test_fp8.py"),
     # -- Float8Linear's kept launches (their device side: tests/test_fp8_gpu.py)
     ("Float8Linear keeps its launches across a move", "src/pingpong/fp8.py",
      "        self._runs.clear()  # the runs hold views", "        pass  # the runs hold views", "tests/test_fp8.py"),

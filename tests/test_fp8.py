@@ -187,8 +187,8 @@ def test_selection_and_config_limits():
 def test_rule_tile_by_modelled_wave_time():
     """65-128 rows (under a wave of 128×128 tiles) and unsplit 128×128 products take the tile
     whose waves of 132 SMs take the least modelled time, ⌈tiles / 132⌉ · BM·BN / efficiency
-    (against 128×128: 128×64 at 3/4 of its per-FLOP speed, 128×192 at 0.95; 1.0 among the
-    mid-row tiles); ties keep the first (128×64, then 128×128, then 128×192)."""
+    (against 128×128: 128×64 and ping-pong 64×128 at 3/4 of its per-FLOP speed, 128×192 at
+    0.95; 1.0 among the mid-row tiles); ties keep the first (128×64, 128×128, 128×192, 64×128)."""
     coop = lambda bn: KC(128, bn, 128)  # noqa: E731
     pp64 = KC(64, 64, 128, schedule="pingpong")
     # 128 rows, N = 6144: 96 tiles of 128×64 (1 wave, 8192) tie 192 of 64×64 (2 waves, 2·4096)
@@ -219,6 +219,16 @@ def test_rule_tile_by_modelled_wave_time():
     # 114688 vs 600 of 128×192, 5 · 25869 = 129347), 2048×6144 (6 · 16384 vs 4 · 25869)
     assert rule_fp8(512, 28672, 4096, True, 132) == coop(128)
     assert rule_fp8(2048, 6144, 4096, True, 132) == coop(128)
+    # ping-pong 64×128 at 0.75 where 128-row tiles leave a mostly empty last tile-row: 295×3072
+    # is 72 tiles of 128×128 (one wave, 16384) or 120 of 64×128 (one wave, 8192 / 0.75 = 10923;
+    # 128×64: 144 tiles, 2 waves); 778×5120 is 280 tiles of 128×128 (3 waves, 49152) or 520 of
+    # 64×128 (4 waves, 43691); ties keep the 128-row tile: 512×10240 (3 waves of 128×128,
+    # 49152, against 5 of 64×128, 54613)
+    half = KC(64, 128, 128, schedule="pingpong")
+    assert rule_fp8(295, 3072, 4096, True, 132) == half
+    assert rule_fp8(778, 5120, 13824, True, 132, "row") == half
+    assert rule_fp8(778, 5120, 13824, True, 132, "block") == coop(128)
+    assert rule_fp8(512, 10240, 4096, True, 132) == coop(128)
     # many waves: 4096 tiles of 128×128 (32 waves) vs 8192 of 128×64 (63 waves / 0.75)
     assert rule_fp8(8192, 8192, 8192, True, 132) == coop(128)
     # row-wise as tensor-wise; block-wise takes no 128×64 tile (its timing is bimodal):

@@ -55,7 +55,9 @@ shape bucket and FP8 problem (`pingpong tune --dtype fp8`; table dtype `table.fp
                    64×192 accumulators fit beside it) where its waves take less, counted at
                    WIDE_EFFICIENCY (512×6144×4096: one wave of 128 tiles, H100 0.943 →
                    1.046; 768×4096×4096 0.911 → 1.046; 3072×3072×4096 0.951 → 1.046, runs
-                   316-317)
+                   316-317); or to ping-pong 64×128, counted at HALF_EFFICIENCY, where a
+                   mostly empty last tile-row of 128 or a wave left idle costs more
+                   (160–800 rows off the suites, 3–20% faster on the H100, run 322)
 
     then split-K by the 16-bit kernels' cost model (select.split_count, select's docstring),
     K counted in the FP8 kernel's k-steps (one 128-deep ring slot: 128 bytes of K, as a 64-deep
@@ -154,9 +156,9 @@ def rule_fp8(M: int, N: int, K: int, promote: bool, sms: int, scaling: str = "te
     else:
         tile = KernelConfig(128, 128 if promote else 256, SCALE_BLOCK, schedule="cooperative")
 
-    def unsplit(c: KernelConfig) -> KernelConfig:  # an unsplit 128×128: or 128×64 / 128×192, where its waves take less time
-        return least_wave_time(M, N, sms, ((_NARROW, NARROW_EFFICIENCY), (c, 1.0), (_WIDE, WIDE_EFFICIENCY))) \
-            if narrow and c == _SQUARE else c
+    def unsplit(c: KernelConfig) -> KernelConfig:  # an unsplit 128×128, or another tile whose waves take less time
+        return least_wave_time(M, N, sms, ((_NARROW, NARROW_EFFICIENCY), (c, 1.0), (_WIDE, WIDE_EFFICIENCY),
+                                           (_HALF, HALF_EFFICIENCY))) if narrow and c == _SQUARE else c
 
     if M * K + N * K + 2 * M * N < SPLIT_MIN_BYTES:  # launch-bound: no workspace (module docstring)
         return unsplit(tile)
@@ -180,6 +182,7 @@ def long_product(M: int, N: int, K: int, sms: int) -> bool:
 _SQUARE = KernelConfig(128, 128, SCALE_BLOCK)
 _NARROW = KernelConfig(128, 64, SCALE_BLOCK)
 _WIDE = KernelConfig(128, 192, SCALE_BLOCK)  # two column pieces: tensor- and row-wise scales
+_HALF = KernelConfig(64, 128, SCALE_BLOCK, schedule="pingpong")  # a ragged last tile-row wastes half as much
 _MID = KernelConfig(64, 64, SCALE_BLOCK, schedule="pingpong")
 #: block-wise long products (`long_product`): 4 ring stages and groups of 4 tile-rows
 _LONG_BLOCK = KernelConfig(128, 128, SCALE_BLOCK, stages=4, group_m=4)
@@ -192,6 +195,11 @@ NARROW_EFFICIENCY = 0.75
 #: 0.949 / 0.940 of torch, row-wise 0.979 / 1.027); where 128×128 leaves half a wave idle it
 #: wins (512×6144×4096: 1.046 vs 0.943)
 WIDE_EFFICIENCY = 0.95
+#: per-FLOP speed of the ping-pong 64×128 tile against 128×128 above 128 rows: 0.70-0.76 in 18
+#: products of 160-3072 rows (H200, RESULTS.md run 321, measured against the modelled waves);
+#: at 0.75 it wins only where 128-row tiles leave a mostly empty last tile-row or wave
+#: (295×3072×4096 0.83 → 0.98 on the H200, 778×5120×13824 0.61 → 0.74 on the H100; runs 320-322)
+HALF_EFFICIENCY = 0.75
 
 
 def least_wave_time(M: int, N: int, sms: int, tiles) -> KernelConfig:
