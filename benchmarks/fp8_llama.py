@@ -3,6 +3,7 @@ bf16 (torch) against the same model after `pingpong.nn.replace_linear(model, fp8
 both replayed from CUDA graphs; logits error of each against an fp32 copy.
 
     PYTHONPATH=src python benchmarks/fp8_llama.py [--hidden 4096 --layers 4 --tokens 4096]
+    PYTHONPATH=src python benchmarks/fp8_llama.py --eager --tokens 1     # a decode-size eager forward
 """
 
 import argparse
@@ -27,6 +28,9 @@ def main():
     p.add_argument("--memo", action="store_true",
                    help="also the FP8 model captured with an input memo (input_memo: an experiment)")
     p.add_argument("--profile", action="store_true", help="also print each model's GPU time per kernel (an eager forward)")
+    p.add_argument("--eager", action="store_true",
+                   help="time eager forwards (wall µs per call back to back: the host's cost shows) instead of graph"
+                        " replays; with --tokens 1, a decode-size forward (no KV cache)")
     args = p.parse_args()
     cfg = transformers.LlamaConfig(vocab_size=32000, hidden_size=args.hidden, intermediate_size=args.intermediate,
                                    num_hidden_layers=args.layers, num_attention_heads=args.hidden // 128,
@@ -58,6 +62,8 @@ def main():
                 torch.cuda.synchronize()
                 print(name, "eager logits rel.err vs fp32", ((out.double() - want).norm() / want.norm()).item())
             return
+    if args.eager:
+        return time_eager(bf16, ours, ids, want, args)
     results = {}
     mode = "CUDA-graph replay"
     models = [("bf16 torch", bf16, False), (f"pingpong fp8 {args.fp8}", ours, False)]
@@ -93,6 +99,26 @@ def main():
     if args.profile:
         for name, model in (("bf16 torch", bf16), (f"pingpong fp8 {args.fp8}", ours)):
             profile(name, model, ids)
+
+
+def time_eager(bf16, ours, ids, want, args, calls=50):
+    """Wall ms per eager forward, back to back (timing.call_us), alternated rounds: on small
+    inputs the host's launches, not the kernels, set the pace."""
+    from pingpong.tools.timing import call_us
+
+    models = {"bf16 torch": bf16, f"pingpong fp8 {args.fp8}": ours}
+    times = {n: [] for n in models}
+    with torch.no_grad():
+        errs = {n: ((m(ids).logits.double() - want).norm() / want.norm()).item() for n, m in models.items()}
+        for _ in range(3):
+            for n, m in models.items():
+                times[n].append(call_us(lambda m=m: m(ids), calls)[1] / 1e3)
+    base = sorted(times["bf16 torch"])[1]
+    print(f"Llama hidden {args.hidden}, {args.layers} layers, eager forward of 1×{args.tokens} tokens (no KV cache),"
+          f" wall ms per call back to back")
+    for n in models:
+        t = sorted(times[n])[1]
+        print(f"{n:24s} {t:8.3f} ms  speedup vs bf16 torch {base / t:.3f}  logits rel.err vs fp32 {errs[n]:.3e}")
 
 
 @contextlib.contextmanager
