@@ -70,9 +70,12 @@ def test_rule_splits_large_k_few_tile_shapes():
     assert rule_fp8(8192, 8192, 8192, False, 132) == KC(128, 256, 128)
     assert rule_fp8(1024, 1024, 2048, True, 132).split_k == 1  # 16 steps: under 32 a split
     # launch-bound (under 4 MiB moved: 16·8192 + 64·8192 + 2·16·64 bytes): no workspace, though
-    # the cost model alone would split its two 64×32 tiles' 64 k-steps in 2
-    assert rule_fp8(16, 64, 8192, True, 132) == KC(64, 32, 128, schedule="pingpong")
+    # the cost model alone would split its 64 k-steps in 2 (tensor-wise: the swap-AB decode
+    # tile; block-wise: 64×64)
+    assert rule_fp8(16, 64, 8192, True, 132) == KC(64, 16, 128, schedule="pingpong", swap_ab=True)
+    assert rule_fp8(16, 64, 8192, True, 132, "block") == KC(64, 64, 128, schedule="pingpong")
     assert rule_fp8(16, 64, 65536, True, 132).split_k > 1  # 5.2 MB: splits
+    assert rule_fp8(16, 64, 65536, True, 132, "block").split_k > 1
 
 
 def test_splits_that_run():

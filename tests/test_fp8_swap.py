@@ -65,7 +65,21 @@ def test_decode_takes_swap_ab_unsplit(scaling):
 def test_no_swap_ab_for_block_scales_more_rows_or_few_tiles():
     assert not select_fp8(16, 6144, 4096, True, 132, scaling="block").swap_ab  # block scales cannot swap
     assert not select_fp8(33, 8192, 8192, True, 132, scaling="row").swap_ab  # past DECODE_M
-    assert not select_fp8(1, 1024, 65536, True, 132, scaling="row").swap_ab  # 16 tiles of N: not measured
+
+
+@pytest.mark.parametrize("scaling", ["tensor", "row"])
+def test_decode_with_few_tiles_of_n_swaps_and_splits_k(scaling):
+    """Under S/4 64-row tiles of N (H100 run 328: swap-AB won all 6 measured), the swap-AB tile
+    with the cost model's split count: 1×1024×65536 is 16 tiles and 512 k-steps, and 8 splits
+    (128 units, one wave of 64 + 4 steps) beat 1 (516) and 16 (two waves of 32 + 4: 72);
+    2×2048×10944 is 32 tiles of 86 steps, at most 2 splits of ≥ 32 (47 against 90); 16×64×8192
+    moves under 4 MiB (16·8192 + 64·8192 + 2·16·64 bytes): launch-bound, unsplit."""
+    pp = dict(schedule="pingpong", swap_ab=True)
+    assert select_fp8(1, 1024, 65536, True, 132, scaling=scaling) == KC(64, 16, 128, split_k=8, **pp)
+    assert select_fp8(2, 2048, 10944, True, 132, scaling=scaling) == KC(64, 16, 128, split_k=2, **pp)
+    assert select_fp8(32, 1024, 4096, True, 132, scaling=scaling) == KC(64, 32, 128, **pp)  # 16 tiles, 32 steps
+    assert select_fp8(16, 64, 8192, True, 132, scaling=scaling) == KC(64, 16, 128, **pp)  # launch-bound
+    assert not select_fp8(1, 1024, 65536, True, 132, scaling="block").swap_ab
 
 
 def _inputs(M, N, K, scaling):

@@ -109,3 +109,19 @@ def test_swap_with_block_scales_is_refused(mode):
     qa, qb, sa, sb, _ = operands(16, 256, 1024, mode, 1)
     with pytest.raises(ConfigError, match="swap-AB with block-wise scales is not built"):
         scaled_mm_direct(qa, qb, sa, sb, config=CONFIGS["pp64x32"])
+
+
+@pytest.mark.parametrize("mode", ["tensor", "row"])
+def test_rule_swaps_and_splits_few_tiles_of_n(mode):
+    """Decode batches over fewer than S/4 64-row tiles of N: the rule's swap-AB tile with K
+    split (fp8_launch.rule_fp8), through the public call, into NaN-poisoned outputs."""
+    from pingpong.hopper.fp8_launch import rule_fp8
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for M, N, K in [(2, 2048, 10944), (4, 1040, 14336), (1, 1024, 65536)]:
+        config = rule_fp8(M, N, K, True, sms, mode)
+        assert config.swap_ab and config.split_k > 1, config
+        seed = seed_of("rule", mode, M, N, K)
+        qa, qb, sa, sb, ref = operands(M, N, K, mode, seed)
+        out = poisoned_call(lambda: pingpong.scaled_mm(qa, qb, sa, sb), (M, N), torch.bfloat16)
+        bounded(out, ref, seed, 1e-2)

@@ -16,8 +16,12 @@ shape bucket and FP8 problem (`pingpong tune --dtype fp8`; table dtype `table.fp
                    0.895 → 0.982, 1×4096×14336 0.816 → 1.039, 16×28672×4096 0.969 → 1.004,
                    32×8192×8192 0.956 → 0.970; row-wise 1.115 → 1.291, 1.154 → 1.241, 1.358 →
                    1.486, 1.057 → 1.083, 1.137 → 1.159; split 2 lost on 9 of the 10. Block-wise
-                   scales cannot swap (`check_fp8_config`); fewer than S/4 tiles of N were not
-                   measured and keep the tiles below (which split K)
+                   scales cannot swap (`check_fp8_config`)
+    M ≤ 32, tensor- the same swap-AB tile, K split by the cost model below (few 64-row tiles of
+    or row-wise,   N leave SMs idle): H100 run 328, ours/torch, the previous pick (64×32, its
+    N < S/4 · 64   own splits) → swap: 2×2048×10944 0.845 → 0.980, 1×2048×8192 0.894 → 1.060,
+                   1×1536×8192 0.816 → 1.000, 8×2048×2048 0.916 → 0.959, 16×1024×4096 0.898
+                   → 0.924 (unsplit where launch-bound, as below)
     M ≤ 64         ping-pong 64×128×128 (64×64 when 128-column tiles fill less than 3/4 of
                    a wave; tensor- and row-wise then 64×32 where its tiles fit one wave):
                    64-row tiles waste the least of a skinny product, and the weight streams
@@ -140,9 +144,14 @@ FP8_KINDS = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 def rule_fp8(M: int, N: int, K: int, promote: bool, sms: int, scaling: str = "tensor") -> KernelConfig:
     """The fixed rule's KernelConfig of an FP8 product (module docstring): decode's swap-AB
     tile, else the tile, then its split count (select.split, K in k-steps of SCALE_BLOCK)."""
-    if M <= DECODE_M and scaling != "block" and -(-N // 64) >= sms // 4:
-        return KernelConfig(64, 16 if M <= 16 else 32, SCALE_BLOCK, schedule="pingpong", swap_ab=True)
     k_steps = -(-K // SCALE_BLOCK)
+    launch_bound = M * K + N * K + 2 * M * N < SPLIT_MIN_BYTES  # no workspace (module docstring)
+    if M <= DECODE_M and scaling != "block":
+        decode = KernelConfig(64, 16 if M <= 16 else 32, SCALE_BLOCK, schedule="pingpong", swap_ab=True)
+        if -(-N // 64) >= sms // 4 or launch_bound:
+            return decode
+        config = split(decode, M, N, k_steps, sms)  # few tiles of N: K split as the tiles' below
+        return config if workspace_reason(M, N, K, config, FP8_BYTES) is None else decode
     narrow = scaling != "block"  # block-wise takes no 128×64 tile (module docstring)
     if 64 < M <= 128 and tile_count(_SQUARE, M, N) >= sms:  # a wave of 128×128 tiles: those
         tile = _SQUARE
@@ -160,7 +169,7 @@ def rule_fp8(M: int, N: int, K: int, promote: bool, sms: int, scaling: str = "te
         return least_wave_time(M, N, sms, ((_NARROW, NARROW_EFFICIENCY), (c, 1.0), (_WIDE, WIDE_EFFICIENCY),
                                            (_HALF, HALF_EFFICIENCY))) if narrow and c == _SQUARE else c
 
-    if M * K + N * K + 2 * M * N < SPLIT_MIN_BYTES:  # launch-bound: no workspace (module docstring)
+    if launch_bound:
         return unsplit(tile)
     config = split(tile, M, N, k_steps, sms)
     if config.block_n == 256 and config.split_k > 1:  # split: 128×128 (module docstring)
