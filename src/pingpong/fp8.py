@@ -311,5 +311,8 @@ class Float8Linear(torch.nn.Module):
     def __getstate__(self):
         return {**self.__dict__, "_runs": {}}  # launches and plans are per process; copies start without
 
+    def __setstate__(self, state):
+        super().__setstate__({"_runs": {}, **state})  # a layer pickled before layers kept launches
+
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, fp8={self.fp8!r}"
