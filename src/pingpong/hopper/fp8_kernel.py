@@ -46,6 +46,14 @@ PROMOTED K LOOP (one consumer warpgroup; the other does the same on its tile or 
     under a promotion; it runs M ≤ 128, where streaming the weight from HBM, not the tensor
     cores, sets the pace.
 
+TWO-PIECE TILES (CFG.BN2 > 0: 128×192 = 128 + 64 columns; cooperative, unsplit, tensor- and
+row-wise): the producer loads B as three boxes into two buffers per slot (TileLoader), each
+k-step issues one wgmma per piece, and the promoted loop keeps one set of parts (the 64×192
+half's accumulators and parts fill 192 registers a thread: promoted_pieces):
+
+    k-step │ wait ready(k) │ wgmma(a, b) -> part, wgmma(a, b2) -> part2 │ wait(0) │
+           │ acc += part, acc2 += part2 │ release(k)       the epilogue: acc's columns, then acc2's
+
 PING-PONG (PINGPONG): consumer c takes the CTA's tiles c, c+2, ...; its K loop runs in its
 turn, the scales and the epilogue of its tile while the other consumer's K loop runs.
 
