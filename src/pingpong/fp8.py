@@ -45,6 +45,7 @@ import torch
 from torch import Tensor
 
 from . import fused, ops
+from . import quantize as _quantize
 from .runtime import plan as _plan_mod
 from .runtime import spec as _spec
 from .runtime.fp8_spec import FP8_DTYPES, FP8_OUT_DTYPES, check_fp8, check_scale_tensor
@@ -210,8 +211,6 @@ class _LayerRun:
                  "out_shape", "flat", "device")
 
     def __init__(self, layer: "Float8Linear", x: Tensor, q: Tensor, s: Tensor, plan):
-        from .quantize import bound_launch
-
         bufs = layer._buffers
         self.weights = (bufs["weight_fp8"], bufs["weight_scale"], bufs["bias"])
         self.b, self.sb = self.weights[0].t(), self.weights[1].t()
@@ -221,19 +220,17 @@ class _LayerRun:
         self.N = layer.out_features
         self.out_shape = (*x.shape[:-1], self.N)
         self.flat, self.device = x.dim() == 2, x.device
-        self.quant = bound_launch(x.view(self.M, self.K), q, s, self.granularity)
+        self.quant = _quantize.bound_launch(x.view(self.M, self.K), q, s, self.granularity)
 
     def holds(self, buffers) -> bool:
         w, ws, bias = self.weights
         return buffers["weight_fp8"] is w and buffers["weight_scale"] is ws and buffers["bias"] is bias
 
     def __call__(self, x: Tensor) -> Tensor:
-        from .quantize import prepare, scale_like
-
         x2 = x if self.flat else x.view(self.M, self.K)
         q = torch.empty(self.M, self.K, dtype=self.dtype, device=self.device)
-        s = scale_like(x2, self.granularity)
-        self.quant(self.device.index, (x2.data_ptr(), q.data_ptr(), s.data_ptr()), (), prepare, x2, q, s,
+        s = _quantize.scale_like(x2, self.granularity)
+        self.quant(self.device.index, (x2.data_ptr(), q.data_ptr(), s.data_ptr()), (), _quantize.prepare, x2, q, s,
                    self.granularity)
         y = torch.empty(self.M, self.N, dtype=self.out_dtype, device=self.device)
         self.plan.run_scaled(q, self.b, s, self.sb, y, self.weights[2])
@@ -258,14 +255,12 @@ class Float8Linear(torch.nn.Module):
 
     def __init__(self, weight: Tensor, bias: Optional[Tensor], fp8: str = "row", dtype=torch.float8_e4m3fn):
         super().__init__()
-        from .quantize import quantize_fp8
-
         if fp8 not in LAYER_SCALINGS:
             raise PingpongError(f"fp8: expected one of {tuple(LAYER_SCALINGS)}, got {fp8!r}")
         self.fp8, self.fp8_dtype = fp8, dtype
         self.out_features, self.in_features = weight.shape
         with torch.no_grad():
-            q, s = quantize_fp8(weight.detach(), LAYER_SCALINGS[fp8][1], dtype=dtype)
+            q, s = _quantize.quantize_fp8(weight.detach(), LAYER_SCALINGS[fp8][1], dtype=dtype)
         self.register_buffer("weight_fp8", q)
         self.register_buffer("weight_scale", s)  # (N, 1) row-wise; (N/128, K/128) block-wise
         self.register_buffer("bias", None if bias is None else bias.detach().clone())
@@ -292,10 +287,8 @@ class Float8Linear(torch.nn.Module):
                 return run(x)
         if x.shape[-1] != self.in_features:
             raise PingpongError(f"x: last dim {x.shape[-1]} != in_features {self.in_features}")
-        from .quantize import quantize_fp8
-
         x2 = x.reshape(-1, self.in_features)
-        q, s = quantize_fp8(x2, LAYER_SCALINGS[self.fp8][0], dtype=self.fp8_dtype)
+        q, s = _quantize.quantize_fp8(x2, LAYER_SCALINGS[self.fp8][0], dtype=self.fp8_dtype)
         b, sb = self.weight_fp8.t(), self.weight_scale.t()
         y = scaled_mm(q, b, s, sb, bias=self.bias, out_dtype=x.dtype)
         if eager and x.is_cuda and y.numel() and (x.dim() == 2 or x.is_contiguous()):  # x2: x or a view of it

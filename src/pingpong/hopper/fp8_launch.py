@@ -145,15 +145,12 @@ def rule_fp8(M: int, N: int, K: int, promote: bool, sms: int, scaling: str = "te
     """The fixed rule's KernelConfig of an FP8 product (module docstring): decode's swap-AB
     tile, else the tile, then its split count (select.split, K in k-steps of SCALE_BLOCK)."""
     k_steps = -(-K // SCALE_BLOCK)
-    launch_bound = M * K + N * K + 2 * M * N < SPLIT_MIN_BYTES  # no workspace (module docstring)
-    if M <= DECODE_M and scaling != "block":
-        decode = KernelConfig(64, 16 if M <= 16 else 32, SCALE_BLOCK, schedule="pingpong", swap_ab=True)
-        if -(-N // 64) >= sms // 4 or launch_bound:
-            return decode
-        config = split(decode, M, N, k_steps, sms)  # few tiles of N: K split as the tiles' below
-        return config if workspace_reason(M, N, K, config, FP8_BYTES) is None else decode
     narrow = scaling != "block"  # block-wise takes no 128×64 tile (module docstring)
-    if 64 < M <= 128 and tile_count(_SQUARE, M, N) >= sms:  # a wave of 128×128 tiles: those
+    if M <= DECODE_M and narrow:  # swap-AB: unsplit over many tiles of N, else split as every tile below
+        tile = KernelConfig(64, 16 if M <= 16 else 32, SCALE_BLOCK, schedule="pingpong", swap_ab=True)
+        if -(-N // 64) >= sms // 4:
+            return tile
+    elif 64 < M <= 128 and tile_count(_SQUARE, M, N) >= sms:  # a wave of 128×128 tiles: those
         tile = _SQUARE
     elif M <= 64 or (M <= 128 and not narrow):
         bn = 128 if -(-M // 64) * -(-N // 128) >= 0.75 * sms else 64
@@ -169,7 +166,7 @@ def rule_fp8(M: int, N: int, K: int, promote: bool, sms: int, scaling: str = "te
         return least_wave_time(M, N, sms, ((_NARROW, NARROW_EFFICIENCY), (c, 1.0), (_WIDE, WIDE_EFFICIENCY),
                                            (_HALF, HALF_EFFICIENCY))) if narrow and c == _SQUARE else c
 
-    if launch_bound:
+    if M * K + N * K + 2 * M * N < SPLIT_MIN_BYTES:  # launch-bound: no workspace (module docstring)
         return unsplit(tile)
     config = split(tile, M, N, k_steps, sms)
     if config.block_n == 256 and config.split_k > 1:  # split: 128×128 (module docstring)
@@ -259,8 +256,7 @@ def check_fp8_config(config: KernelConfig, promote: bool, out_bytes: int, boxes:
     d = config.derive(FP8_BYTES, out_bytes)
     if d.schedule == "persistent":
         raise ConfigError(f"the FP8 kernel runs the cooperative and ping-pong schedules; got {config}")
-    if d.block_n2 and (d.schedule != "cooperative" or d.split_k > 1 or d.swap_ab or config.cluster_m > 1
-                       or any(boxes)):
+    if d.block_n2 and (d.schedule != "cooperative" or d.split_k > 1 or d.swap_ab or any(boxes)):  # (clusters: validate)
         raise ConfigError(f"block_n={d.block_n} (two column pieces) runs on the cooperative schedule, unsplit, without"
                           f" swap-AB or a cluster, with tensor- or row-wise scales; got {config}"
                           f"{' with block-wise scales' if any(boxes) else ''}")
