@@ -315,6 +315,12 @@ MUTATIONS = [
      " (_WIDE, WIDE_EFFICIENCY),\n", "\n", "tests/test_fp8.py"),
     ("FP8 rule without the ping-pong 64x128 tile", "src/pingpong/hopper/fp8_launch.py",
      ",\n                                           (_HALF, HALF_EFFICIENCY)))", "))", "tests/test_fp8.py"),
+    ("FP8 decode over few tiles of N stays unsplit", "src/pingpong/hopper/fp8_launch.py",
+     "        if -(-N // 64) >= sms // 4:\n", "        if True:\n", "tests/test_fp8_swap.py"),
+    ("FP8 two-piece loop keeps a k-step in flight", "src/pingpong/hopper/fp8_kernel.py",
+     "        parts = parts.wait(0)\n", "        parts = parts.wait(1)\n", "tests/test_fp8.py"),
+    ("FP8 two-piece tiles accepted with block scales", "src/pingpong/hopper/fp8_launch.py",
+     "or d.swap_ab or any(boxes)", "or d.swap_ab", "tests/test_fp8.py"),
     # -- Float8Linear's kept launches (their device side: tests/test_fp8_gpu.py)
     ("Float8Linear keeps its launches across a move", "src/pingpong/fp8.py",
      "        self._runs.clear()  # the runs hold views", "        pass  # the runs hold views", "tests/test_fp8.py"),
