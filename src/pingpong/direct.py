@@ -41,16 +41,20 @@ def _new_out(spec) -> torch.Tensor:
     return torch.empty(*spec_mod.result_shape(spec.a, spec.b), dtype=spec.out_dtype, device=spec.a.device)
 
 
-def gemm(a, b, c, alpha: float, beta: float, out_dtype, bias, activation, names=GEMM) -> torch.Tensor:
-    """act(α·a@b + bias) + β·c into a new tensor (α, β already checked)."""
+def gemm(a, b, c, alpha: float, beta: float, out_dtype, bias, activation, names=GEMM, out=None) -> torch.Tensor:
+    """act(α·a@b + bias) + β·c into a new tensor (α, β already checked), or into `out`: a
+    contiguous tensor of the result's shape and dtype that the caller made (inductor's
+    generated code: pingpong.inductor)."""
     spec = spec_mod.build(a, b, c, beta, out_dtype, bias, activation)
     plan = plan_mod.get(spec)
     if plan is None:
         if not batching.native(a, b):  # torch.matmul's batching: fold, or one batched product
-            return batched_gemm(a, b, c, alpha, beta, out_dtype, bias, activation, names)
+            result = batched_gemm(a, b, c, alpha, beta, out_dtype, bias, activation, names)
+            return result if out is None else out.copy_(result)
         spec_mod.validate(spec, a, b, c, out_dtype, bias, activation, names)
         plan = plan_mod.cached_plan(spec)
-    out = _new_out(spec)
+    if out is None:
+        out = _new_out(spec)
     plan.run(a, b, out, c, alpha, beta, bias)
     return out
 
@@ -167,10 +171,12 @@ class LayerPlan:
             self.fwd = _plan_of(x2, weight.t(), None, x.dtype, bias, activation)
             self.fwd_ptrs = self.fwd.pointer_launch and (bias is None or bias.dim() == 1 and bias.stride(0) == 1)
 
-    def forward(self, x, weight, bias) -> torch.Tensor:
+    def forward(self, x, weight, bias, out=None) -> torch.Tensor:
+        """y, into a new tensor or into `out` (contiguous, the result's shape and dtype)."""
         if not self.folds:
-            return gemm(x, weight.t(), None, 1.0, 0.0, None, bias, self.activation, LINEAR)
-        out = torch.empty(*self.out_shape, dtype=self.dtype, device=self.device)  # sizes as ints: parsed faster
+            return gemm(x, weight.t(), None, 1.0, 0.0, None, bias, self.activation, LINEAR, out)
+        if out is None:
+            out = torch.empty(*self.out_shape, dtype=self.dtype, device=self.device)  # sizes as ints: parsed faster
         if self.fwd_ptrs:
             self.fwd.run_ptrs(x.data_ptr(), weight.data_ptr(), out.data_ptr(), 0 if bias is None else bias.data_ptr(),
                               _forward_views, self, x, weight, out, bias)
@@ -262,6 +268,6 @@ def layer_plan(x, weight, bias, activation) -> LayerPlan:
     return lp
 
 
-def linear(x, weight, bias, activation) -> torch.Tensor:
-    """`pingpong.linear` without the op machinery (eager, no autograd)."""
-    return layer_plan(x, weight, bias, activation).forward(x, weight, bias)
+def linear(x, weight, bias, activation, out=None) -> torch.Tensor:
+    """`pingpong.linear` without the op machinery (eager, no autograd); into `out` as `gemm`."""
+    return layer_plan(x, weight, bias, activation).forward(x, weight, bias, out)

@@ -48,7 +48,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import batching, direct
+from . import batching, direct, inductor
 from .errors import PingpongError
 from .runtime.spec import check_activation, torch_activation, validate_linear
 
@@ -181,6 +181,7 @@ def mm(a: Tensor, b: Tensor, out_dtype: Optional[torch.dtype] = None) -> Tensor:
 
 @mm.register_fake
 def _(a, b, out_dtype=None):
+    inductor.register()
     shape, dtype = batching.check(a, b, None, out_dtype)
     return a.new_empty(shape, dtype=dtype)
 
@@ -195,6 +196,7 @@ def gemm(a: Tensor, b: Tensor, c: Optional[Tensor] = None, alpha: float = 1.0, b
 
 @gemm.register_fake
 def _(a, b, c=None, alpha=1.0, beta=0.0, out_dtype=None, bias=None, activation=None):
+    inductor.register()
     shape, dtype = batching.check(a, b, c, out_dtype, bias, activation)
     return a.new_empty(shape, dtype=dtype)
 
@@ -219,6 +221,7 @@ def linear(x: Tensor, w: Tensor, bias: Optional[Tensor] = None, activation: Opti
 
 @linear.register_fake
 def _(x, w, bias=None, activation=None):
+    inductor.register()
     validate_linear(x, w, bias, activation)
     return x.new_empty(tuple(x.shape[:-1]) + (w.shape[0],))
 

@@ -1,0 +1,115 @@
+"""pingpong's ops in inductor's generated code: direct calls, as inductor calls cuBLAS.
+
+For torch's own `aten.mm` inductor's wrapper allocates the result and calls the library
+directly (`extern_kernels.mm(a, b, out=buf)`). A custom op it calls through the dispatcher
+instead (`torch.ops.pingpong.mm.default(a, b)`): the op's autograd and backend wrappers, a
+no-grad context and a new output, ~12 µs of Python per call before pingpong's own path.
+`register` gives inductor a lowering for each op below that emits the same kind of line:
+
+    graph (traced)                          inductor's Python wrapper (generated)
+    pingpong.linear(x, w, bias, act)   ──▶  buf3 = empty_strided_cuda((M, N), (N, 1), bf16)
+                                            extern_kernels.pingpong_linear(x, w, bias, act, out=buf3)
+                                                 └─ direct.linear(…, out=buf3): the cached
+                                                    LayerPlan (one dict lookup), one launch;
+                                                    a new signature is validated first, as
+                                                    the eager call is (errors name x, weight)
+
+What stays single-source: the op's fake implementation (shapes, dtypes, the trace-time
+refusals) and its autograd formulas (AOTAutograd traces them into the backward graph, whose
+pingpong ops are lowered here too). What the lowering adds is only the call: the output's
+layout is the fake implementation's (read from the node), inductor allocates it (and reuses
+buffers), the function writes into it. Under the C++ wrapper (AOTInductor), which cannot
+call Python, the ops keep inductor's default fallback (the dispatcher call).
+
+`register` runs from the ops' fake implementations, so it has run before inductor lowers a
+graph holding one of them, and before generated code loaded from inductor's cache calls
+one. `CALLS` counts the direct calls (tests read it to see the path was taken).
+"""
+
+from __future__ import annotations
+
+import collections
+
+import torch
+
+from . import direct
+
+__all__ = ["register", "CALLS", "KERNELS"]
+
+#: direct calls from generated code, per op name
+CALLS: collections.Counter = collections.Counter()
+
+
+def mm_out(a, b, *, out):
+    """pingpong::mm into inductor's buffer."""
+    CALLS["mm"] += 1
+    direct.gemm(a, b, None, 1.0, 0.0, out.dtype, None, None, out=out)
+
+
+def gemm_out(a, b, *optional, c: bool, bias: bool, alpha: float, beta: float, activation, out):
+    """pingpong::gemm into inductor's buffer; `optional` holds C and the bias where `c` and
+    `bias` say they were given (the generated call passes tensors positionally)."""
+    CALLS["gemm"] += 1
+    it = iter(optional)
+    c_t = next(it) if c else None
+    bias_t = next(it) if bias else None
+    direct.gemm(a, b, c_t, alpha, beta, out.dtype, bias_t, activation, out=out)
+
+
+def linear_out(x, w, *optional, bias: bool, activation, out):
+    """pingpong::linear into inductor's buffer."""
+    CALLS["linear"] += 1
+    direct.linear(x, w, optional[0] if bias else None, activation, out)
+
+
+#: op name → (the function the generated code calls, its tensor arguments, its other arguments)
+KERNELS = {
+    "mm": (mm_out, ("a", "b"), ()),
+    "gemm": (gemm_out, ("a", "b", "c", "bias"), ("alpha", "beta", "activation")),
+    "linear": (linear_out, ("x", "w", "bias"), ("activation",)),
+}
+
+_registered = False
+
+
+def register() -> None:
+    """Lower pingpong::mm, ::gemm and ::linear to direct calls (once per process)."""
+    global _registered
+    if _registered:
+        return
+    _registered = True
+    from torch._inductor import lowering
+    from torch._inductor.select_algorithm import extern_kernels
+
+    for name, (fn, tensors, others) in KERNELS.items():
+        setattr(extern_kernels, f"pingpong_{name}", fn)
+        op = getattr(torch.ops.pingpong, name).default
+        lowering.register_lowering(op, type_promotion_kind=None)(_lowering(op, f"pingpong_{name}", tensors, others))
+
+
+def _lowering(op, kernel: str, tensors: tuple, others: tuple):
+    """Inductor's lowering of `op`: an ExternKernelOut that calls extern_kernels.<kernel>."""
+    from torch._inductor import ir
+    from torch._inductor.lowering import fallback_handler
+    from torch._inductor.virtualized import V
+
+    fallback = fallback_handler(op, add_to_fallback_set=False)
+    schema = [arg.name for arg in op._schema.arguments]
+    defaults = {arg.name: arg.default_value for arg in op._schema.arguments if arg.has_default_value()}
+    optional = tensors[2:]
+
+    def lower(*args, **kwargs):
+        if V.graph.cpp_wrapper:
+            return fallback(*args, **kwargs)
+        bound = {**defaults, **dict(zip(schema, args)), **kwargs}
+        val = V.graph.current_node.meta["val"]
+        layout = ir.FixedLayout(val.device, val.dtype, ir.convert_shape_to_inductor(val.shape),
+                                ir.convert_shape_to_inductor(val.stride()))
+        inputs = [ir.ExternKernel.realize_input(bound[n]) for n in tensors if bound.get(n) is not None]
+        flags = {n: bound.get(n) is not None for n in optional}
+        consts = {n: bound[n] for n in others}
+        node = ir.ExternKernelOut(layout=layout, inputs=inputs, kwargs={**flags, **consts},
+                                  python_kernel_name=f"extern_kernels.{kernel}")
+        return ir.TensorBox.create(node)
+
+    return lower

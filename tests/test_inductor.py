@@ -1,0 +1,89 @@
+"""pingpong's ops under torch.compile's inductor on the CPU (pingpong.inductor): the generated
+code calls the plans directly (extern_kernels.pingpong_*, not the dispatcher), with the eager
+results, and refuses what the eager call refuses. Kernels: the portable kernel under Triton's
+interpreter (the `interpreted_kernels` fixture), fp16. The graphs hold only pingpong ops and
+views, so inductor compiles no C++ for them."""
+
+import pytest
+import torch
+from torch._inductor.utils import run_and_get_code
+
+import pingpong
+from pingpong import PingpongError, inductor
+
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.filterwarnings("ignore::UserWarning")]
+
+f16 = torch.float16
+
+
+def randn(*shape, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).to(f16)
+
+
+@pytest.fixture
+def fresh_compile(monkeypatch):
+    """No compiled code from an earlier test or process (inductor's caches off) and counters at 0."""
+    from torch._inductor import config
+
+    monkeypatch.setattr(config, "force_disable_caches", True)
+    torch._dynamo.reset()
+    inductor.CALLS.clear()
+    yield
+    torch._dynamo.reset()
+
+
+def products(a, b, c, w, bias):
+    y = pingpong.matmul(a, b)  # pingpong::mm
+    z = pingpong.gemm(a, b, c, alpha=0.5, beta=2.0, bias=bias[:16], activation="gelu_tanh")  # pingpong::gemm
+    return y, z, pingpong.linear(z, w, bias, "silu")  # pingpong::linear
+
+
+def inputs(seed):
+    return randn(64, 32, seed=seed), randn(16, 32, seed=seed + 1).t(), randn(64, 16, seed=seed + 2), \
+        randn(24, 16, seed=seed + 3), randn(24, seed=seed + 4)
+
+
+def test_generated_code_calls_the_plans_directly(interpreted_kernels, fresh_compile):
+    seed = 11
+    args = inputs(seed)
+    want = products(*args)
+    compiled = torch.compile(products, fullgraph=True, backend="inductor")
+    got, (code,) = run_and_get_code(compiled, *args)
+    assert "extern_kernels.pingpong_mm(" in code and "extern_kernels.pingpong_gemm(" in code, code
+    assert "extern_kernels.pingpong_linear(" in code and "torch.ops.pingpong" not in code, code
+    for g, w in zip(got, want):  # the same plans and kernels as the eager call: bitwise equal
+        torch.testing.assert_close(g, w, rtol=0, atol=0, msg=lambda m: f"seed {seed}: {m}")
+    calls = dict(inductor.CALLS)
+    compiled(*inputs(seed + 10))  # fresh inputs, the same compiled code
+    assert {k: v - calls[k] for k, v in inductor.CALLS.items()} == {"mm": 1, "gemm": 1, "linear": 1}
+
+
+def test_training_step_lowers_the_backward_ops_too(interpreted_kernels, fresh_compile):
+    seed = 12
+    x, w = randn(2, 16, 32, seed=seed).requires_grad_(), randn(24, 32, seed=seed + 1).requires_grad_()
+
+    def step(x, w):
+        return pingpong.linear(x, w)  # no bias: its gradient, a reduction, would compile C++
+
+    g = randn(2, 16, 24, seed=seed + 3)
+    want = torch.autograd.grad(step(x, w), (x, w), g)
+    got = torch.autograd.grad(torch.compile(step, fullgraph=True, backend="inductor")(x, w), (x, w), g)
+    for gg, ww in zip(got, want):
+        torch.testing.assert_close(gg, ww, rtol=0, atol=0, msg=lambda m: f"seed {seed}: {m}")
+    assert inductor.CALLS["linear"] == 1 and inductor.CALLS["mm"] == 2  # forward; dx and dweight
+
+
+def test_compiled_graph_refuses_what_the_eager_call_refuses(fresh_compile):
+    """CPU tensors: the fake implementation accepts them (it checks shapes and dtypes); the
+    first call refuses them as the eager call does, naming the argument, before any launch."""
+    x, w = randn(16, 32, seed=13), randn(24, 32, seed=14)
+    with pytest.raises(PingpongError) as eager:
+        pingpong.linear(x, w)
+    compiled = torch.compile(lambda x, w: pingpong.linear(x, w), fullgraph=True, backend="inductor")
+    for _ in range(2):  # a repeated call is refused too: nothing was cached
+        with pytest.raises(PingpongError) as got:
+            compiled(x, w)
+        assert str(got.value) == str(eager.value)
+    assert inductor.CALLS["linear"] == 2
