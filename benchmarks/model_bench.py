@@ -1,20 +1,29 @@
-"""A transformers Llama (12 layers, hidden 2048, random bf16 weights) with every nn.Linear
-swapped by `pingpong.nn.replace_linear`, against the same model on torch: eager and
-CUDA-graph-replayed, and the logits error of each against an fp32 copy.
+"""A transformers Llama (12 layers, hidden 2048, intermediate 8192, random bf16 weights) with
+every nn.Linear swapped by `pingpong.nn.replace_linear`, against the same model on torch, in
+each execution mode users run, and the logits error of each against an fp32 copy.
 
-    PYTHONPATH=src python benchmarks/model_bench.py [--layers 12] [--rounds 7] [--no-graphs]
+    PYTHONPATH=src python benchmarks/model_bench.py [--layers 12] [--rounds 7]
+        [--modes eager,graph,compiled,reduce-overhead,dynamic] [--workloads decode,prefill,train]
 
 Workloads (same tensors for both models):
     decode    forward of 32 sequences × 1 token (no KV cache: a decode-sized, host-bound call)
-    prefill   forward of 4 × 1024 tokens
-    train     forward + cross-entropy + backward + SGD step on 4 × 256 tokens
+    prefill   forward of 4 × 1024 tokens, no grad
+    train     forward + cross-entropy + backward + SGD step on 4 × 512 tokens
+Modes:
+    eager            the models as they are
+    graph            the eager forward captured once in a CUDA graph, then replayed
+    compiled         torch.compile(model) (default mode: inductor, static shapes)
+    reduce-overhead  torch.compile(model, mode="reduce-overhead") (CUDA graphs replay the step)
+    dynamic          torch.compile(model) after it saw two other sequence lengths (dynamo's
+                     automatic dynamic shapes); the recompilations the third length caused
+                     are counted (0 expected)
 
 Each workload is timed in alternating rounds (torch, pingpong, torch, ...), each round the
-mean of `--iters` back-to-back calls between two synchronizations; reported: the median per
-call of each and the ratio torch / pingpong (> 1: pingpong faster). "graph": the forward
-captured once in a CUDA graph, then replayed (kernels only, no host work).
-Logits: ‖logits − logits_fp32‖ / ‖logits_fp32‖ for the prefill input (bf16 models against an
-fp32 copy of the same weights). Needs the `test-model` extra (transformers).
+mean of `--iters` back-to-back calls between two synchronizations. Reported: the median ms per
+call of each, the median of the per-round ratios torch / pingpong (> 1: pingpong faster) with
+their range, and for compiled modes the host µs per GEMM call from torch.profiler (one
+profiled step, separate from the timing): `aten::mm`/`aten::addmm` in torch's compiled graph,
+`pingpong::*` in pingpong's. Needs the `test-model` extra (transformers).
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ from pingpong.tools import bench
 
 
 def llama(transformers, layers: int, dtype):
-    cfg = transformers.LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632,
+    cfg = transformers.LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=8192,
                                    num_hidden_layers=layers, num_attention_heads=16, num_key_value_heads=16,
                                    max_position_embeddings=2048, tie_word_embeddings=False)
     torch.manual_seed(0)
@@ -46,17 +55,6 @@ def per_call(fn, iters: int) -> float:
         fn()
     torch.cuda.synchronize()
     return (time.perf_counter() - t) / iters * 1e3
-
-
-def alternate(fns: dict, rounds: int, iters: int) -> dict:
-    """Median ms per call of each callable, timed in alternating rounds after one warm-up round."""
-    for fn in fns.values():
-        per_call(fn, 2)
-    times = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, fn in fns.items():
-            times[k].append(per_call(fn, iters))
-    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def graphed(fn):
@@ -73,14 +71,53 @@ def graphed(fn):
     return g.replay
 
 
+WORKLOADS = ("decode", "prefill", "train")
+MODES = ("eager", "graph", "compiled", "reduce-overhead", "dynamic")
+
+
+def ratios(fns: dict, rounds: int, iters: int) -> dict:
+    """Median ms per call of each callable, timed in alternating rounds after one warm-up
+    round, and the median and range of the per-round ratios torch / pingpong."""
+    for fn in fns.values():
+        per_call(fn, 2)
+    times = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            times[k].append(per_call(fn, iters))
+    r = sorted(t / p for t, p in zip(times["torch"], times["pingpong"]))
+    return {"torch": statistics.median(times["torch"]), "pingpong": statistics.median(times["pingpong"]),
+            "ratio": statistics.median(r), "lo": r[0], "hi": r[-1]}
+
+
+def host_us_per_gemm(fn) -> float:
+    """CPU µs per GEMM call (aten mm/addmm or pingpong::*) in one profiled call of fn."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    total = count = 0
+    for e in prof.key_averages():
+        if e.key in ("aten::mm", "aten::addmm", "aten::bmm") or e.key.startswith("pingpong::"):
+            total, count = total + e.cpu_time_total, count + e.count
+    return total / count if count else float("nan")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--iters", type=int, default=10)
-    p.add_argument("--no-graphs", action="store_true")
+    p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
+    p.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, of {', '.join(WORKLOADS)}")
     p.add_argument("--profile", action="store_true", help="torch.profiler's CPU table of one eager decode forward each")
     args = p.parse_args(argv)
+    modes, workloads = args.modes.split(","), args.workloads.split(",")
+    for name, got, known in (("--modes", modes, MODES), ("--workloads", workloads, WORKLOADS)):
+        if not set(got) <= set(known):
+            p.error(f"{name}: expected a comma-separated list of {', '.join(known)}, got {','.join(got)}")
     if bench.skipped_without_gpu():
         return 2
     try:
@@ -89,7 +126,7 @@ def main(argv=None) -> int:
         print("skipped: the test-model extra (transformers) is not installed", file=sys.stderr)
         return 2
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, transformers {transformers.__version__},"
-          f" Llama {args.layers} layers hidden 2048, bf16, rounds {args.rounds} × {args.iters} calls")
+          f" Llama {args.layers} layers hidden 2048 intermediate 8192, bf16, rounds {args.rounds} × {args.iters} calls")
     ref32 = llama(transformers, args.layers, torch.float32)
     theirs = copy.deepcopy(ref32).to(torch.bfloat16)
     ours = copy.deepcopy(theirs)
@@ -97,44 +134,65 @@ def main(argv=None) -> int:
     print(f"replaced {len(report.replaced)} layers, skipped {report.skipped}")
 
     g = torch.Generator(device="cuda").manual_seed(1)
-    decode = torch.randint(0, 32000, (32, 1), device="cuda", generator=g)
-    prefill = torch.randint(0, 32000, (4, 1024), device="cuda", generator=g)
-    train = torch.randint(0, 32000, (4, 256), device="cuda", generator=g)
+    ids = {"decode": torch.randint(0, 32000, (32, 1), device="cuda", generator=g),
+           "prefill": torch.randint(0, 32000, (4, 1024), device="cuda", generator=g),
+           "train": torch.randint(0, 32000, (4, 512), device="cuda", generator=g)}
+    others = [torch.randint(0, 32000, (4, n), device="cuda", generator=g) for n in (384, 448)]
 
-    def forward(model, ids):
+    def forward(model, x):
         def run():
             with torch.no_grad():
-                return model(input_ids=ids, use_cache=False).logits
+                return model(input_ids=x, use_cache=False).logits
         return run
 
-    def step(model):
+    def step(model, x):
         opt = torch.optim.SGD(model.parameters(), lr=1e-4)
 
         def run():
-            logits = model(input_ids=train, use_cache=False).logits
-            loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), train[:, 1:].flatten())
+            logits = model(input_ids=x, use_cache=False).logits
+            loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), x[:, 1:].flatten())
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
         return run
 
-    rows = []
-    for name, ids in (("decode 32×1", decode), ("prefill 4×1024", prefill)):
-        t = alternate({"torch": forward(theirs, ids), "pingpong": forward(ours, ids)}, args.rounds, args.iters)
-        rows.append((f"{name} eager", t))
-        if not args.no_graphs:
-            try:
-                t = alternate({"torch": graphed(forward(theirs, ids)), "pingpong": graphed(forward(ours, ids))},
-                              args.rounds, args.iters)
-                rows.append((f"{name} graph", t))
-            except Exception as e:  # noqa: BLE001  (reported, not hidden)
-                print(f"{name} graph: capture failed: {type(e).__name__}: {e}")
-    t = alternate({"torch": step(theirs), "pingpong": step(ours)}, args.rounds, max(args.iters // 2, 3))
-    rows.append(("train step 4×256 eager", t))
+    def runner(model, work, x):
+        return step(model, x) if work == "train" else forward(model, x)
 
-    print(f"{'workload':<26} {'torch ms':>10} {'pingpong ms':>12} {'torch/pingpong':>15}")
-    for name, t in rows:
-        print(f"{name:<26} {t['torch']:10.3f} {t['pingpong']:12.3f} {t['torch'] / t['pingpong']:15.3f}")
+    rows = []
+    for mode in modes:
+        for work in workloads:
+            if mode == "graph" and work == "train":
+                continue
+            fns, host = {}, {}
+            try:
+                for name, model in (("torch", theirs), ("pingpong", ours)):
+                    if mode in ("eager", "graph"):
+                        fn = runner(model, work, ids[work])
+                        fns[name] = graphed(fn) if mode == "graph" else fn
+                        continue
+                    torch._dynamo.reset()
+                    compiled = torch.compile(model, mode="reduce-overhead" if mode == "reduce-overhead" else None)
+                    if mode == "dynamic":
+                        for x in others:  # two other lengths: dynamo marks the length dynamic
+                            runner(compiled, work, x)()
+                    frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+                    fn = runner(compiled, work, ids[work])
+                    fn()
+                    if mode == "dynamic":
+                        host[f"{name} recompiles"] = torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames
+                    if mode != "reduce-overhead":  # graph replays: no host work per GEMM
+                        host[f"{name} host"] = host_us_per_gemm(fn)
+                    fns[name] = fn
+                iters = max(args.iters // 2, 3) if work == "train" else args.iters
+                t = ratios(fns, args.rounds, iters)
+            except Exception as e:  # noqa: BLE001  (reported, not hidden)
+                print(f"{mode} {work}: failed: {type(e).__name__}: {str(e)[:300]}")
+                continue
+            t.update(host)
+            rows.append((mode, work, t))
+            print(f"  {row(mode, work, t)}", flush=True)
+    torch._dynamo.reset()
 
     # the SGD steps above moved both bf16 models (equally, from the same weights); the error is
     # measured on fresh copies of the initial weights
@@ -142,37 +200,17 @@ def main(argv=None) -> int:
     ours = copy.deepcopy(theirs)
     pingpong.nn.replace_linear(ours)
     with torch.no_grad():
-        want = ref32(input_ids=prefill, use_cache=False).logits.double()
-        logits = {}
-        for name, model in (("torch bf16", theirs), ("pingpong bf16", ours)):
-            got = logits[name] = model(input_ids=prefill, use_cache=False).logits.double()
-            print(f"logits error {name:<14} ‖Δ‖/‖ref‖ = {((got - want).norm() / want.norm()).item():.5f}"
+        want = ref32(input_ids=ids["prefill"], use_cache=False).logits.double()
+        for name, model in (("torch bf16", theirs), ("pingpong bf16", ours), ("torch compiled", torch.compile(theirs)),
+                            ("pingpong compiled", torch.compile(ours))):
+            got = model(input_ids=ids["prefill"], use_cache=False).logits.double()
+            print(f"logits error {name:<18} ‖Δ‖/‖ref‖ = {((got - want).norm() / want.norm()).item():.5f}"
                   f"   max |Δ| = {(got - want).abs().max().item():.4f}")
-        d = logits["pingpong bf16"] - logits["torch bf16"]
-        print(f"pingpong vs torch bf16: ‖Δ‖/‖torch‖ = {(d.norm() / logits['torch bf16'].norm()).item():.5f},"
-              f" {(d != 0).double().mean().item():.3f} of the logits differ")
-    from pingpong.runtime import launcher
-
-    encoded = [0]
-    encode = launcher.BoundLaunch.tensor_map
-
-    def counting(self, i, ptr):
-        encoded[0] += 1
-        return encode(self, i, ptr)
-
-    launcher.BoundLaunch.tensor_map = counting
-    run = forward(ours, decode)
-    run()
-    encoded[0] = 0
-    for _ in range(5):
-        run()
-    launcher.BoundLaunch.tensor_map = encode
-    print(f"TMA descriptors encoded per eager decode forward (after one warm-up): {encoded[0] / 5:.1f}")
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
 
         for name, model in (("torch", theirs), ("pingpong", ours)):
-            run = forward(model, decode)
+            run = forward(model, ids["decode"])
             run()
             torch.cuda.synchronize()
             with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -181,7 +219,20 @@ def main(argv=None) -> int:
                 torch.cuda.synchronize()
             print(f"--- {name}: eager decode forward ×5, CPU self time")
             print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14, max_name_column_width=50))
+
+    print(f"\n{'mode':<16} {'workload':<8} {'torch ms':>9} {'pingpong ms':>11} {'torch/pp':>8} {'round range':>13}"
+          f" {'host µs/GEMM torch, pp':>22} {'recompiles':>10}")
+    for mode, work, t in rows:
+        print(row(mode, work, t))
     return 0
+
+
+def row(mode: str, work: str, t: dict) -> str:
+    """One line of the final table."""
+    host = f"{t['torch host']:.1f}, {t['pingpong host']:.1f}" if "torch host" in t else "-"
+    again = f"{t['torch recompiles']}, {t['pingpong recompiles']}" if "torch recompiles" in t else "-"
+    return (f"{mode:<16} {work:<8} {t['torch']:9.3f} {t['pingpong']:11.3f} {t['ratio']:8.3f}"
+            f" {t['lo']:6.3f}-{t['hi']:.3f} {host:>22} {again:>10}")
 
 
 if __name__ == "__main__":

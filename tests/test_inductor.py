@@ -56,8 +56,11 @@ def test_generated_code_calls_the_plans_directly(interpreted_kernels, fresh_comp
     for g, w in zip(got, want):  # the same plans and kernels as the eager call: bitwise equal
         torch.testing.assert_close(g, w, rtol=0, atol=0, msg=lambda m: f"seed {seed}: {m}")
     calls = dict(inductor.CALLS)
-    compiled(*inputs(seed + 10))  # fresh inputs, the same compiled code
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        compiled(*inputs(seed + 10))  # fresh inputs, the same compiled code
     assert {k: v - calls[k] for k, v in inductor.CALLS.items()} == {"mm": 1, "gemm": 1, "linear": 1}
+    seen = {e.key for e in prof.key_averages()}
+    assert {"pingpong::mm", "pingpong::gemm", "pingpong::linear"} <= seen, seen
 
 
 def test_training_step_lowers_the_backward_ops_too(interpreted_kernels, fresh_compile):

@@ -19,18 +19,24 @@ refusals) and its autograd formulas (AOTAutograd traces them into the backward g
 pingpong ops are lowered here too). What the lowering adds is only the call: the output's
 layout is the fake implementation's (read from the node), inductor allocates it (and reuses
 buffers), the function writes into it. Under the C++ wrapper (AOTInductor), which cannot
-call Python, the ops keep inductor's default fallback (the dispatcher call).
+call Python, the ops keep inductor's default fallback (the dispatcher call); so they do in
+a process started with PINGPONG_INDUCTOR_CALLS=dispatcher (the lowering uses inductor's
+internal IR: this is the way back should a torch release change it).
 
 `register` runs from the ops' fake implementations, so it has run before inductor lowers a
 graph holding one of them, and before generated code loaded from inductor's cache calls
-one. `CALLS` counts the direct calls (tests read it to see the path was taken).
+one. `CALLS` counts the direct calls (tests read it to see the path was taken); under
+torch.profiler each call shows as a `pingpong::<op>` range, as a dispatcher call would.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
+import os
 
 import torch
+from torch.autograd import profiler as torch_profiler
 
 from . import direct
 
@@ -40,25 +46,42 @@ __all__ = ["register", "CALLS", "KERNELS"]
 CALLS: collections.Counter = collections.Counter()
 
 
+def _seen(name: str):
+    """Count a direct call, and show it to torch.profiler as the dispatcher's call would
+    appear (a `pingpong::<name>` range) while a profiler records."""
+    label = f"pingpong::{name}"
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            CALLS[name] += 1
+            if torch_profiler._is_profiler_enabled:
+                with torch_profiler.record_function(label):
+                    return fn(*args, **kwargs)
+            return fn(*args, **kwargs)
+        return call
+    return wrap
+
+
+@_seen("mm")
 def mm_out(a, b, *, out):
     """pingpong::mm into inductor's buffer."""
-    CALLS["mm"] += 1
     direct.gemm(a, b, None, 1.0, 0.0, out.dtype, None, None, out=out)
 
 
+@_seen("gemm")
 def gemm_out(a, b, *optional, c: bool, bias: bool, alpha: float, beta: float, activation, out):
     """pingpong::gemm into inductor's buffer; `optional` holds C and the bias where `c` and
     `bias` say they were given (the generated call passes tensors positionally)."""
-    CALLS["gemm"] += 1
     it = iter(optional)
     c_t = next(it) if c else None
     bias_t = next(it) if bias else None
     direct.gemm(a, b, c_t, alpha, beta, out.dtype, bias_t, activation, out=out)
 
 
+@_seen("linear")
 def linear_out(x, w, *optional, bias: bool, activation, out):
     """pingpong::linear into inductor's buffer."""
-    CALLS["linear"] += 1
     direct.linear(x, w, optional[0] if bias else None, activation, out)
 
 
@@ -82,7 +105,9 @@ def register() -> None:
     from torch._inductor.select_algorithm import extern_kernels
 
     for name, (fn, tensors, others) in KERNELS.items():
-        setattr(extern_kernels, f"pingpong_{name}", fn)
+        setattr(extern_kernels, f"pingpong_{name}", fn)  # for code from inductor's cache, either way
+        if os.environ.get("PINGPONG_INDUCTOR_CALLS", "direct") == "dispatcher":  # inductor's default fallback
+            continue
         op = getattr(torch.ops.pingpong, name).default
         lowering.register_lowering(op, type_promotion_kind=None)(_lowering(op, f"pingpong_{name}", tensors, others))
 
