@@ -197,6 +197,35 @@ def test_split_plan_launches_gemm_then_reduction_on_the_right_pointers(launches,
     assert ptrs[0] == first.data_ptr() and ptrs[4] == target.data_ptr() and ptrs[6] == target.data_ptr()  # bias unread
 
 
+@pytest.mark.parametrize("x_shape, w_shape, bias", [((16, 1024), (4096, 1024), True), ((2, 8, 8192), (1024, 8192), False)])
+def test_layer_pointer_launch_launches_what_the_plan_run_does(launches, monkeypatch, x_shape, w_shape, bias):
+    """A layer on a split-K / swap-AB plan launches from base addresses (SplitPlan.run_ptrs):
+    the same pointers, scalars and JIT arguments as the plan's general run."""
+    import torch
+
+    from pingpong import direct
+    from pingpong.hopper import backend
+    from pingpong.runtime import plan, spec
+
+    monkeypatch.setattr(spec, "check_gpu", lambda device, names=None: None)
+    x, w = _bf16(*x_shape), _bf16(*w_shape)
+    b = _bf16(w_shape[0]) if bias else None
+    lp = direct.LayerPlan(x, w, b, "none")
+    assert isinstance(lp.fwd, backend.SplitPlan) and lp.fwd_ptrs
+    out = lp.forward(x, w, b)
+    lp.fwd.run(x.view(lp.x2_shape), w.t(), out.view(lp.out2), None, 1.0, 0.0, b)
+    (_, ptrs, dyn, prep, inputs), (_, want_ptrs, want_dyn, want_prep, want_inputs) = launches
+    assert dyn == want_dyn == (1.0, 0.0)
+    assert ptrs[:2] + ptrs[4:] == want_ptrs[:2] + want_ptrs[4:]  # workspace and counters: fresh per call
+    with cc.offline("sm_90a"):
+        (fn, args, kwargs, grid), (want_fn, want_args, want_kwargs, want_grid) = prep(*inputs), want_prep(*want_inputs)
+    assert fn is want_fn and grid == want_grid and kwargs == want_kwargs
+    tensors = lambda xs: [a.data_ptr() if isinstance(a, torch.Tensor) else a.base.data_ptr()  # noqa: E731
+                          if hasattr(a, "base") else a for a in xs]
+    assert tensors(args[:2]) + tensors(args[4:7]) == tensors(want_args[:2]) + tensors(want_args[4:7])
+    assert [d.base.data_ptr() for d in args[:2]] + [t.data_ptr() for t in args[2:7]] == list(ptrs)
+
+
 # ----------------------------------------------------------------------------- host geometry, simulated
 
 

@@ -334,7 +334,7 @@ class SplitPlan(HopperPlan):
 
     The output needs no TMA (the last split stores through pointers), only row-major."""
 
-    __slots__ = ("workspace", "counters", "unused")
+    __slots__ = ("workspace", "counters", "unused", "scratch_device")
 
     def __init__(self, device, config, copy_a, copy_b, copy_c, copy_out, read, workspace, counters,
                  activation="none"):
@@ -342,20 +342,35 @@ class SplitPlan(HopperPlan):
         self.workspace = workspace  # (rows, cols) of the fp32 workspace
         self.counters = counters  # number of int32 arrival counters (0: one split, none needed)
         self.unused = None
+        self.pointer_launch = not (copy_a or copy_b or copy_c or copy_out or read)
+        self.scratch_device = torch.device("cuda", device) if device >= 0 else torch.device("cpu")  # run_ptrs'
+
+    def _scratch(self, device) -> tuple:
+        """(workspace, arrival counters) of one launch on `device`."""
+        if self.counters:
+            return (torch.empty(self.workspace, dtype=torch.float32, device=device),
+                    arrival_counters(device, self.counters))
+        if self.unused is None:  # one split (swap-AB alone): neither is read; empty tensors made once
+            self.unused = (torch.empty(0, dtype=torch.float32, device=device),
+                           torch.empty(0, dtype=torch.int32, device=device))
+        return self.unused
 
     def _launch(self, a, b, target, cin, alpha, beta, bias, bias_ptr):
-        if self.counters:
-            ws = torch.empty(self.workspace, dtype=torch.float32, device=target.device)
-            counters = arrival_counters(target.device, self.counters)
-        else:  # one split (swap-AB alone): neither is read; empty tensors made once
-            if self.unused is None:
-                self.unused = (torch.empty(0, dtype=torch.float32, device=target.device),
-                               torch.empty(0, dtype=torch.int32, device=target.device))
-            ws, counters = self.unused
+        ws, counters = self._scratch(target.device)
         first, second = (b, a) if self.config.swap_ab else (a, b)  # the GEMM kernel's A and B
         self.launch(self.device, (first.data_ptr(), second.data_ptr(), ws.data_ptr(), counters.data_ptr(),
                                   target.data_ptr(), (cin if cin is not None else target).data_ptr(), bias_ptr),
                     (alpha, beta), self._jit_args, a, b, target, cin, alpha, beta, ws, counters, bias)
+
+    def run_ptrs(self, a_ptr, b_ptr, out_ptr, bias_ptr, views, *inputs):
+        ws, counters = self._scratch(self.scratch_device)
+        first, second = (b_ptr, a_ptr) if self.config.swap_ab else (a_ptr, b_ptr)
+        self.launch(self.device, (first, second, ws.data_ptr(), counters.data_ptr(), out_ptr, out_ptr,
+                                  bias_ptr or out_ptr), (1.0, 0.0), self._split_views, views, ws, counters, *inputs)
+
+    def _split_views(self, views, ws, counters, *inputs):
+        a, b, out, bias = views(*inputs)
+        return self._jit_args(a, b, out, None, 1.0, 0.0, ws, counters, bias)
 
     def _jit_args(self, a, b, target, cin, alpha, beta, ws, counters, bias):
         return prepare_split(a, b, target, cin, alpha, beta, self.config, sm_count(self.device), ws, counters, bias,
