@@ -159,7 +159,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
             import matplotlib  # noqa: F401  (the one optional dependency of the bench)
         except ImportError as e:
             raise PingpongError(f"--plot: needs matplotlib, which is not installed ({e}); "
-                                "pip install 'pingpong[plot]' (or pip install matplotlib)") from e
+                                "pip install matplotlib (the plot extra: pip install -e '.[plot]')") from e
     if args.rounds < 1:
         raise PingpongError(f"--rounds: {args.rounds} must be ≥ 1")
     scaling = getattr(args, "scaling", "row")
