@@ -32,11 +32,11 @@ _loading = False
 
 def _load() -> None:
     """The public API, imported on the first use of any of it."""
-    global _loading, gemm, gemm_, matmul, matmul_tiled, path_for, KernelConfig, nn, linear, grouped_mm
+    global _loading, gemm, gemm_, matmul, matmul_tiled, path_for, explain, KernelConfig, nn, linear, grouped_mm
     global vector_add, scaled_mm, scaled_grouped_mm, quantize_fp8
     _loading = True  # a submodule's `from . import x` probes this package's attributes meanwhile
     try:
-        from .api import gemm, gemm_, matmul, matmul_tiled, path_for
+        from .api import explain, gemm, gemm_, matmul, matmul_tiled, path_for
         from .hopper.config import KernelConfig
         from . import nn
         from .functional import linear
