@@ -10,7 +10,7 @@ def hopper_skip_reason():
     except ImportError:
         return "torch is not installed"
     if not torch.cuda.is_available():
-        return "no CUDA GPU on this machine (GPU tests run on Hopper via scripts/gpu_check.sh)"
+        return "no CUDA GPU here (GPU tests need a Hopper GPU: bash scripts/gpu_check.sh)"
     cap = torch.cuda.get_device_capability()
     if cap[0] != 9:
         return f"GPU is sm_{cap[0]}{cap[1]}, these tests need Hopper (sm_90)"
@@ -103,3 +103,9 @@ def portable_runs(monkeypatch):
     monkeypatch.setattr(plan, "PLANS", collections.OrderedDict())
     monkeypatch.setattr(direct, "LAYERS", collections.OrderedDict())
     yield runs
+
+
+def pytest_configure(config):
+    from pingpong.toolchain import silence_exit_report
+
+    silence_exit_report()  # no nanobind leak report from libtriton after the test summary

@@ -230,7 +230,7 @@ def test_json(tmp_path, rows):
 
 
 def test_png(tmp_path, rows):
-    pytest.importorskip("matplotlib")
+    pytest.importorskip("matplotlib", reason="needs matplotlib, the plot extra: pip install -e '.[plot]'")
     path = tmp_path / "r.png"
     bench.write_plot(str(path), rows, "test")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -420,7 +420,7 @@ def test_nan_is_never_within_tolerance():
 @pytest.mark.parametrize("option", ["--csv", "--json", "--plot"])
 def test_unwritable_output_fails_before_timing(option, tmp_path, monkeypatch, capsys):
     if option == "--plot":
-        pytest.importorskip("matplotlib")
+        pytest.importorskip("matplotlib", reason="needs matplotlib, the plot extra: pip install -e '.[plot]'")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # would time, if it got that far
     monkeypatch.setattr(bench, "bench_shapes", lambda *a, **k: pytest.fail("timed before checking the outputs"))
     for bad in (tmp_path / "no-such-dir" / "r.png", tmp_path):  # missing directory; a directory

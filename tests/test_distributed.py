@@ -293,7 +293,9 @@ def test_the_rule_table():
 
 
 def test_import_pingpong_after_torch_distributed_tensor_registers_the_rules():
-    code = ("import sys, torch.distributed.tensor, pingpong; "
+    """The API loads on its first use (`import pingpong` alone loads no torch): from then on the
+    sharding rules are registered."""
+    code = ("import sys, torch.distributed.tensor, pingpong; pingpong.matmul; "
             "assert 'pingpong.distributed' in sys.modules, 'the rules are not registered'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
@@ -303,6 +305,7 @@ def test_import_pingpong_does_not_load_torch_distributed_and_a_first_dtensor_cal
 import sys
 sys.path.insert(0, {HERE!r})
 import pingpong
+pingpong.matmul  # the API loaded before torch.distributed.tensor
 assert "torch.distributed.tensor" not in sys.modules and "pingpong.distributed" not in sys.modules
 import torch, torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore

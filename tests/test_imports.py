@@ -14,7 +14,7 @@ from pingpong.runtime import compile
 def test_cli_does_not_hide_an_import_error(monkeypatch):
     monkeypatch.setitem(cli.SUBCOMMANDS, "broken", ("pingpong.no_such_module", "a subcommand that fails to import"))
     with pytest.raises(ModuleNotFoundError, match="pingpong.no_such_module"):
-        cli.main(["--help"])
+        cli.main(["broken", "--help"])
 
 
 def test_kernel_registry_does_not_hide_an_import_error(monkeypatch):

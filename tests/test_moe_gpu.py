@@ -6,7 +6,7 @@ a training step whose expert-weight gradients match the eager model's."""
 import pytest
 import torch
 
-transformers = pytest.importorskip("transformers")
+transformers = pytest.importorskip("transformers", reason="needs transformers, the moe extra: pip install -e '.[moe]'")
 
 from pingpong import moe  # noqa: E402
 

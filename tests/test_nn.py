@@ -48,30 +48,20 @@ def test_replace_linear_skips_what_pingpong_cannot_run_with_a_reason():
                                 Scaled(8, 8, dtype=torch.float16))
     before = list(model)
     report = pingpong.nn.replace_linear(model)
-    assert report.replaced == []
-    assert "on cpu" in report.skipped["0"] and "pingpong runs on CUDA" in report.skipped["0"]
+    assert report.replaced == ["0"]  # still on the CPU: it runs on pingpong once moved to the GPU
+    assert isinstance(model[0], pingpong.nn.Linear) and model[0].weight is before[0].weight
     assert "weight dtype torch.float32" in report.skipped["1"]
     assert "Scaled is not a plain torch.nn.Linear" in report.skipped["2"]
-    assert list(model) == before
+    assert list(model)[1:] == before[1:]
+    with pytest.raises(PingpongError, match="on cpu: pingpong runs on CUDA"):  # on the CPU its forward says why
+        model[0](torch.randn(2, 8, dtype=torch.float16))
     root = pingpong.nn.replace_linear(torch.nn.Linear(4, 4))
     assert "the model itself" in root.skipped[""]
     with pytest.raises(PingpongError, match="model: expected a torch.nn.Module"):
         pingpong.nn.replace_linear([torch.nn.Linear(4, 4)])
 
 
-@pytest.fixture
-def cpu_allowed(monkeypatch, interpreted_kernels):
-    """Layers on the CPU count as runnable (the kernels run on the interpreter here)."""
-    original = pingpong.nn.unsupported_reason
-
-    def reason(layer):
-        r = original(layer)
-        return None if r is not None and "pingpong runs on CUDA" in r else r
-
-    monkeypatch.setattr(pingpong.nn, "unsupported_reason", reason)
-
-
-def test_replaced_model_computes_the_torch_model(cpu_allowed):
+def test_replaced_model_computes_the_torch_model(interpreted_kernels):
     model = small_model()
     x = torch.randn(2, 8, 32).half().requires_grad_()
     keys = list(model.state_dict())
@@ -97,7 +87,7 @@ def test_replaced_model_computes_the_torch_model(cpu_allowed):
         torch.testing.assert_close(g, w, rtol=1e-2, atol=1e-2 * w.abs().max().item())
 
 
-def test_compiled_model_with_pingpong_layers(cpu_allowed):
+def test_compiled_model_with_pingpong_layers(interpreted_kernels):
     """torch.compile(fullgraph=True) over a module with pingpong layers: the eager forward and
     gradients (aot_eager: the graph with the pingpong ops, run by the interpreter here)."""
     torch._dynamo.reset()

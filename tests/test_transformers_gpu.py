@@ -25,7 +25,7 @@ import torch
 import pingpong
 
 pytestmark = pytest.mark.gpu
-transformers = pytest.importorskip("transformers", reason="the test-model extra (pip install -e '.[test-model]')")
+transformers = pytest.importorskip("transformers", reason="needs transformers, the test-model extra: pip install -e '.[test-model]'")
 
 VOCAB, SEQ, BATCH, STEPS = 1000, 128, 8, 20
 

@@ -149,7 +149,7 @@ def test_space_is_valid_and_deduplicated():
 @pytest.mark.parametrize("optuna", [True, False])
 def test_budget_search_with_and_without_optuna(optuna, monkeypatch):
     if optuna:
-        pytest.importorskip("optuna")
+        pytest.importorskip("optuna", reason="needs optuna, the tune extra: pip install -e '.[tune]'")
     else:
         monkeypatch.setitem(sys.modules, "optuna", None)  # import optuna -> ImportError
     gpu = FakeGPU()

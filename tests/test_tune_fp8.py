@@ -122,7 +122,7 @@ def test_fp8_search_measures_the_rule_first_each_config_once():
 @pytest.mark.parametrize("scaling, fast", [("row", False), ("tensor", True), ("block", False)])
 def test_fp8_budget_search_with_and_without_optuna(optuna, scaling, fast, monkeypatch):
     if optuna:
-        pytest.importorskip("optuna")
+        pytest.importorskip("optuna", reason="needs optuna, the tune extra: pip install -e '.[tune]'")
     else:
         monkeypatch.setitem(sys.modules, "optuna", None)  # import optuna -> ImportError
     gpu = FakeFp8GPU(scaling, scaling == "block" or not fast)

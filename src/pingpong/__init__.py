@@ -8,33 +8,61 @@
     pingpong.matmul_tiled(a, b, pingpong.KernelConfig(128, 128, 64, schedule="pingpong"))
 
 See README.md for what runs where, and `pingpong --help` for the command line.
+
+`import pingpong` checks the Triton version and nothing more: torch and the kernels load on the
+first use of a public name (`pingpong.matmul`, `from pingpong import nn`, ...), all at once, so
+the command line's help and usage errors do not wait for torch.
 """
 
+from .errors import ConfigError, PingpongError, TargetError
+from .toolchain import UnsupportedTritonError, __version__
 from .toolchain import check as _check_triton
 
 TRITON = _check_triton()  # a clear UnsupportedTritonError here, not a compile error in a kernel
 
-from .api import gemm, gemm_, matmul, matmul_tiled, path_for
-from .hopper.config import KernelConfig
-from . import nn
-from .functional import linear
-from .grouped import grouped_mm
-from .errors import ConfigError, PingpongError, TargetError
-from .toolchain import UnsupportedTritonError
-from .streaming import vector_add
-from .fp8 import scaled_mm
-from .fp8_grouped import scaled_grouped_mm
-from .quantize import quantize_fp8
-
-import sys as _sys
-
-if "torch.distributed.tensor" in _sys.modules:  # DTensors may come: their sharding rules (pingpong.distributed)
-    from . import distributed as _distributed  # noqa: F401
-
-from .toolchain import __version__
-
 __all__ = [
-    "matmul", "gemm", "gemm_", "matmul_tiled", "path_for", "linear", "scaled_mm", "quantize_fp8", "grouped_mm",
-    "vector_add", "scaled_grouped_mm",
+    "matmul", "gemm", "gemm_", "matmul_tiled", "path_for", "explain", "linear", "scaled_mm", "quantize_fp8",
+    "grouped_mm", "vector_add", "scaled_grouped_mm",
     "KernelConfig", "ConfigError", "PingpongError", "TargetError", "UnsupportedTritonError",
 ]
+
+
+_loading = False
+
+
+def _load() -> None:
+    """The public API, imported on the first use of any of it."""
+    global _loading, gemm, gemm_, matmul, matmul_tiled, path_for, explain, KernelConfig, nn, linear, grouped_mm
+    global vector_add, scaled_mm, scaled_grouped_mm, quantize_fp8
+    _loading = True  # a submodule's `from . import x` probes this package's attributes meanwhile
+    try:
+        from .api import explain, gemm, gemm_, matmul, matmul_tiled, path_for
+        from .hopper.config import KernelConfig
+        from . import nn
+        from .functional import linear
+        from .grouped import grouped_mm
+        from .streaming import vector_add
+        from .fp8 import scaled_mm
+        from .fp8_grouped import scaled_grouped_mm
+        from .quantize import quantize_fp8
+
+        import sys
+
+        if "torch.distributed.tensor" in sys.modules:  # DTensors may come: their sharding rules
+            from . import distributed  # noqa: F401
+    finally:
+        _loading = False
+
+
+def __getattr__(name: str):
+    if _loading or name.startswith("__"):  # hasattr probes (__wrapped__, __path__ hooks, ...) load nothing
+        raise AttributeError(f"module 'pingpong' has no attribute {name!r}")
+    _load()
+    try:
+        return globals()[name]
+    except KeyError:
+        raise AttributeError(f"module 'pingpong' has no attribute {name!r}") from None
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__) | {"nn"})

@@ -52,6 +52,7 @@ import torch
 from . import direct
 from . import ops as _ops
 from .hopper.config import KernelConfig
+from .runtime import plan as plan_mod
 from .runtime.spec import INPUT_DTYPES, OUTPUT_DTYPES, check_scalar
 
 # the backends register themselves with the plan registry (pingpong.runtime.plan) on import
@@ -59,7 +60,7 @@ from .hopper import backend as _hopper_backend  # noqa: F401,E402
 from .amd import backend as _amd_backend  # noqa: F401,E402
 from . import portable as _portable_backend  # noqa: F401,E402
 
-__all__ = ["matmul", "gemm", "gemm_", "matmul_tiled", "path_for", "INPUT_DTYPES", "OUTPUT_DTYPES"]
+__all__ = ["matmul", "gemm", "gemm_", "matmul_tiled", "path_for", "explain", "INPUT_DTYPES", "OUTPUT_DTYPES"]
 
 
 def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out_dtype=None, bias=None, activation=None) -> torch.Tensor:
@@ -128,6 +129,14 @@ def path_for(a, b, c=None, *, beta=0.0, out_dtype=None, inplace=False, bias=None
     path_for(a, b, bias=v, activation=f)   gemm(a, b, bias=v, activation=f)
     """
     return direct.path_for(a, b, c, check_scalar("beta", beta), out_dtype, inplace, bias, activation)
+
+
+def explain(a, b, c=None, *, beta=0.0, out_dtype=None, inplace=False, bias=None, activation=None) -> dict:
+    """Which kernel the call runs, and why: the plan's {"path": as path_for, "config": its
+    KernelConfig (None where the backend has none), "why": where the config came from (the
+    heuristic, a tuning table, the one given) and which backends declined}. The arguments are
+    path_for's. Every new plan is also logged by the `pingpong` logger (PINGPONG_LOG=info)."""
+    return plan_mod.explain(direct.plan_of(a, b, c, check_scalar("beta", beta), out_dtype, inplace, bias, activation))
 
 
 _gemm_into = direct.gemm_into  # tests and benchmarks (pingpong.direct.gemm_into)

@@ -106,6 +106,11 @@ def matmul_tiled(a, b, config, out_dtype) -> torch.Tensor:
 
 
 def path_for(a, b, c, beta: float, out_dtype, inplace: bool, bias, activation) -> str:
+    return plan_of(a, b, c, beta, out_dtype, inplace, bias, activation).path
+
+
+def plan_of(a, b, c, beta: float, out_dtype, inplace: bool, bias, activation) -> plan_mod.Plan:
+    """The plan the same matmul/gemm (inplace: gemm_) call runs: the cached one, or a new one."""
     dtype = getattr(c, "dtype", None) if inplace else out_dtype
     spec = spec_mod.build(a, b, c, beta, dtype, bias, activation, inplace=inplace)
     plan = plan_mod.get(spec)
@@ -115,7 +120,7 @@ def path_for(a, b, c, beta: float, out_dtype, inplace: bool, bias, activation) -
         else:
             spec_mod.validate(spec, a, b, c, out_dtype, bias, activation)
         plan = plan_mod.cached_plan(spec)
-    return plan.path
+    return plan
 
 
 def gemm_into(out, a, b, c, alpha, beta, config, bias=None, activation=None) -> torch.Tensor:

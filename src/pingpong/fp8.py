@@ -156,12 +156,22 @@ def scaled_mm_direct(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16
     return out
 
 
-def scaled_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, *, bias: Optional[Tensor] = None,
-              out_dtype: torch.dtype = torch.bfloat16, activation: Optional[str] = None,
-              use_fast_accum: bool = False) -> Tensor:
+def scaled_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Optional[Tensor] = None,
+              scale_result: Optional[Tensor] = None, out_dtype: Optional[torch.dtype] = None,
+              use_fast_accum: bool = False, *, activation: Optional[str] = None) -> Tensor:
     """act(a @ b · scales + bias) with torch._scaled_mm's operands and scale layouts (module
     docstring); fp32 accumulation, one cast to out_dtype. While torch.compile traces, the
-    ``pingpong::scaled_mm`` op (a fake implementation gives the shape)."""
+    ``pingpong::scaled_mm`` op (a fake implementation gives the shape).
+
+    The arguments are torch._scaled_mm's, in its order (a, b, scale_a, scale_b, bias,
+    scale_result, out_dtype, use_fast_accum), and the fused `activation` after them. out_dtype
+    None is bf16 (torch's None would be an fp8 output, which pingpong does not write); for the
+    same reason scale_result, the scale of an fp8 output, must be None."""
+    if scale_result is not None:
+        raise PingpongError("scale_result: scales an fp8 output, and scaled_mm writes bf16, fp16 or fp32 "
+                            "(out_dtype); pass None")
+    if out_dtype is None:
+        out_dtype = torch.bfloat16
     if ops.traced(a, b, scale_a, scale_b):
         ops.check_sharded(torch.ops.pingpong.scaled_mm.default, a, b, scale_a, scale_b, bias, out_dtype,
                           activation or "none", use_fast_accum)
@@ -196,6 +206,8 @@ def fp8_unsupported_reason(layer: torch.nn.Linear, fp8: str) -> str | None:
         return f"in_features={k}, out_features={n}: FP8 needs multiples of 16"
     if fp8 == "block" and k % BLOCK:
         return f"in_features={k}: block-wise FP8 needs a multiple of {BLOCK}"
+    if not layer.weight.is_cuda:  # quantize_fp8 runs on the GPU
+        return f"weight on {layer.weight.device}: Float8Linear quantizes it at the swap, on the GPU; move the model first"
     return None
 
 

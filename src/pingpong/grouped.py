@@ -138,18 +138,22 @@ def path_for(a, b, offs=None, *, out_dtype=None) -> str:
 # ----------------------------------------------------------------------------- public function and op
 
 
-def grouped_mm(a: Tensor, b: Tensor, offs: Optional[Tensor] = None, *, out_dtype: Optional[torch.dtype] = None
-               ) -> Tensor:
+def grouped_mm(a: Tensor, b: Tensor, offs: Optional[Tensor] = None, bias: Optional[Tensor] = None,
+               out_dtype: Optional[torch.dtype] = None) -> Tensor:
     """The grouped product (module docstring table), torch._grouped_mm's conventions.
 
     Args:
         a: (T, K), (G, M, K) or (M, K_total); bf16/fp16 CUDA tensor, any row- or column-major strides.
         b: (G, K, N), (K, N_total), (K_total, N) or (G, K, N); a's dtype and device.
         offs: (G,) int32 on a's device, the groups' cumulative ends; None for 3-D × 3-D.
+        bias: None, as torch._grouped_mm takes it (a bias is refused there too).
         out_dtype: None (a's dtype), a's dtype or torch.float32.
     Returns:
         A new contiguous tensor (table); rows past offs[-1] of a ragged-row result are unset.
     """
+    if bias is not None:
+        raise PingpongError("bias: grouped_mm takes no bias (as torch._grouped_mm, whose bias must be None); "
+                            "add it to the result")
     return _route(a, b, offs, out_dtype, False)
 
 

@@ -1,7 +1,8 @@
 """Drop-in modules: `Linear` (nn.Linear on pingpong's kernel) and `replace_linear`.
 
-    model = transformers.AutoModelForCausalLM.from_config(cfg).cuda().bfloat16()
+    model = transformers.AutoModelForCausalLM.from_config(cfg).bfloat16()
     report = pingpong.nn.replace_linear(model)      # every nn.Linear pingpong can run, in place
+    model.cuda()                                      # the swapped layers run on pingpong there
     report.skipped                                    # {"lm_head": "weight dtype torch.float32 ..."}
 
 `Linear` subclasses nn.Linear: the same parameters (weight (out, in), bias (out,)), the same
@@ -73,9 +74,7 @@ def unsupported_reason(layer: torch.nn.Module) -> str | None:
     w = layer.weight
     if w.dtype not in INPUT_DTYPES:
         return f"weight dtype {w.dtype}: pingpong runs torch.bfloat16 / torch.float16"
-    if w.device.type != "cuda":
-        return f"weight on {w.device}: pingpong runs on CUDA/ROCm GPUs"
-    return None
+    return None  # any device: a model built on the CPU runs on pingpong once moved to the GPU
 
 
 class ReplaceReport(NamedTuple):
@@ -86,8 +85,10 @@ class ReplaceReport(NamedTuple):
 def replace_linear(model: torch.nn.Module, *, include=None, fp8: str | None = None) -> ReplaceReport:
     """Swap `model`'s nn.Linear layers for `Linear` in place (parameters shared, not copied).
 
-    Layers pingpong cannot run (`unsupported_reason`: fp32 weights, CPU, nn.Linear subclasses)
-    stay as they are and are listed in the report's `skipped` with the reason. `include`, a
+    Layers pingpong cannot run (`unsupported_reason`: fp32 weights, nn.Linear subclasses) stay as
+    they are and are listed in the report's `skipped` with the reason. The model may still be on
+    the CPU: the swapped layers run on pingpong once it is moved to the GPU (on the CPU their
+    forward raises PingpongError). `include`, a
     predicate on the qualified name, limits the swap to the layers it accepts. `fp8` "row" or
     "block": swap for inference `pingpong.fp8.Float8Linear` layers instead (weights quantized
     now, copies; activations per call).

@@ -48,13 +48,7 @@ def check(version: str | None = None) -> str:
     """The installed Triton's minor version; UnsupportedTritonError naming it and the tested
     range if it is not one of TESTED."""
     if version is None:
-        try:
-            import triton
-        except ImportError as e:
-            raise UnsupportedTritonError(
-                f"pingpong needs Triton {' or '.join(TESTED)} (pip install 'triton>={TESTED[0]},"
-                f"<{_next(TESTED[-1])}'); Triton is not installed ({e})") from e
-        version = triton.__version__
+        version = _installed()
     found = minor(version)
     if found not in TESTED:
         raise UnsupportedTritonError(
@@ -65,6 +59,60 @@ def check(version: str | None = None) -> str:
     return found
 
 
+def _installed() -> str:
+    """The Triton version: the imported module's, else the installed distribution's (read without
+    importing Triton, which takes a third of a second), else the module's after importing it."""
+    import sys
+
+    if "triton" in sys.modules:
+        return sys.modules["triton"].__version__
+    from importlib import metadata
+
+    try:
+        return metadata.version("triton")
+    except metadata.PackageNotFoundError:
+        pass
+    try:
+        import triton
+    except ImportError as e:
+        raise UnsupportedTritonError(
+            f"pingpong needs Triton {' or '.join(TESTED)} (pip install 'triton>={TESTED[0]},"
+            f"<{_next(TESTED[-1])}'); Triton is not installed ({e})") from e
+    return triton.__version__
+
+
 def _next(v: str) -> str:
     major, mnr = v.split(".")
     return f"{major}.{int(mnr) + 1}"
+
+
+_EXIT_REPORT_SILENCED = False
+
+
+def silence_exit_report() -> None:
+    """At interpreter exit, send stderr to /dev/null once Triton is loaded: libtriton's nanobind
+    teardown prints a known "leaked instances/functions" report there after the program's last
+    word, on every exit. Triton silences the same report in its own compile workers this way
+    (an atexit handler, registered once). For the command line and the test session."""
+    global _EXIT_REPORT_SILENCED
+    if _EXIT_REPORT_SILENCED:
+        return
+    import atexit
+
+    atexit.register(_silence_stderr_if_triton_loaded)
+    _EXIT_REPORT_SILENCED = True
+
+
+def _silence_stderr_if_triton_loaded() -> None:
+    import os
+    import sys
+
+    if "triton" not in sys.modules:
+        return
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed or broken stderr: nothing left to keep
+        pass
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)

@@ -44,7 +44,7 @@ from .config import KernelConfig, column_pieces
 from .launch import counter_count, per_batch, prepare, prepare_split, tma_orientation, \
     workspace_reason, workspace_shape
 from .scheduler import effective_splits
-from .select import select_config
+from .select import choose
 
 NAME = "hopper"
 ORDER = 0
@@ -137,11 +137,12 @@ def plan(spec: GemmSpec) -> Plan:
     out_dtype, read, activation = spec.out_dtype, spec.epilogue.reads_c, spec.epilogue.activation
     device = device_index(spec.device)
     (M, N, K), batches = spec.mnk, spec.batches
-    config = spec.config
+    config, source = spec.config, "the config given"
     if config is None:
-        config = select_config(batches * M, N, K, (a.dtype, out_dtype), _layouts(a, b), device)
+        config, source = choose(batches * M, N, K, (a.dtype, out_dtype), _layouts(a, b), device)
+        source = "the heuristic's config" if source == "heuristic" else f"the config tuned in {source}"
         if _one_kernel(spec):
-            config = one_kernel_config(config)
+            config, source = one_kernel_config(config), source + ", as one batched kernel"
         why = workspace_reason(*spec.mnk, config)
         if why:
             raise PingpongError(f"config: {why}")
@@ -151,12 +152,15 @@ def plan(spec: GemmSpec) -> Plan:
         splits = effective_splits(K, config.block_k, config.split_k)
         rows, cols = workspace_shape(M, N, K, config)
         row_major = lambda t: t.strides[1] == 1 or t.shape[1] <= 1  # noqa: E731
-        return SplitPlan(device, config, **copy_ab, copy_c=read and not row_major(c),
+        plan = SplitPlan(device, config, **copy_ab, copy_c=read and not row_major(c),
                          copy_out=spec.inplace and not row_major(c), workspace=(rows, cols),
                          counters=counter_count(M, N, config) if splits > 1 else 0, activation=activation)
-    out_legal = (tma_matrices(c) == "row") if spec.inplace else _fresh_row_major_legal(N, out_dtype)
-    return HopperPlan(device, config, **copy_ab, copy_c=read and tma_matrices(c) != "row", copy_out=not out_legal,
-                      activation=activation, batched=spec.batched)
+    else:
+        out_legal = (tma_matrices(c) == "row") if spec.inplace else _fresh_row_major_legal(N, out_dtype)
+        plan = HopperPlan(device, config, **copy_ab, copy_c=read and tma_matrices(c) != "row",
+                          copy_out=not out_legal, activation=activation, batched=spec.batched)
+    plan.why = source
+    return plan
 
 
 def one_kernel_config(config: KernelConfig) -> KernelConfig:

@@ -30,12 +30,36 @@ dense batched product (the plan of the spec without `groups`).
 from __future__ import annotations
 
 import collections
+import logging
+import os
 
 import torch
 
 from ..errors import PingpongError
 from . import spec as spec_mod
 from .spec import BATCHED, RAGGED_K, GemmSpec, torch_activation
+
+#: "Which kernel ran": each new plan (a cache miss, never a hit) is reported at INFO. Off unless
+#: logging is configured for it, or PINGPONG_LOG names a level (then a handler on stderr).
+LOG = logging.getLogger("pingpong")
+LOG_ENV = "PINGPONG_LOG"
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _log_from_env() -> None:
+    level = os.environ.get(LOG_ENV, "").strip().lower()
+    if not level:
+        return
+    if level not in LOG_LEVELS:
+        raise PingpongError(f"{LOG_ENV}: expected one of {', '.join(LOG_LEVELS)}, got {level!r}")
+    LOG.setLevel(level.upper())
+    if not LOG.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("pingpong: %(message)s"))
+        LOG.addHandler(handler)
+
+
+_log_from_env()
 
 #: Plans kept (each a few hundred bytes plus its bound launch); least recently used evicted (`store`).
 PLAN_CACHE_SIZE = 1024
@@ -84,10 +108,41 @@ def store(key, plan: "Plan") -> "Plan":
 
 def plan_for(spec: GemmSpec, backends=None) -> "Plan":
     """Decide, for a validated spec: the first backend (of `backends`, default the registry's)
-    that can implement it plans it (not cached)."""
+    that can implement it plans it (not cached). The plan's `why` says why that backend and,
+    where the backend says, where its config came from; the decision is logged (LOG, INFO)."""
+    plan = _decide(spec, backends)
+    if LOG.isEnabledFor(logging.INFO):
+        LOG.info("%s -> %s", describe_spec(spec), describe(plan))
+    return plan
+
+
+def describe_spec(spec: GemmSpec) -> str:
+    """The call a spec stands for, in one line: shape, dtypes, device."""
+    kind = "grouped " + spec.groups.mode if spec.groups is not None else "scaled_mm" if spec.epilogue.scales \
+        is not None else "gemm"
+    M, N, K = spec.mnk
+    batch = f"{spec.batches}×" if spec.batches > 1 else ""
+    dtypes = "->".join(str(d).removeprefix("torch.") for d in (spec.a.dtype, spec.out_dtype))
+    return f"{kind} {batch}{M}×{N}×{K} {dtypes} on {spec.device}"
+
+
+def explain(plan: "Plan") -> dict:
+    """What a plan runs: {"path", "config", "why"} (config: the KernelConfig, or None for a
+    backend without one)."""
+    plan = getattr(plan, "dense", plan)  # 3-D × 3-D grouped: the dense batched plan it runs
+    return {"path": plan.path, "config": getattr(plan, "config", None), "why": getattr(plan, "why", "")}
+
+
+def describe(plan: "Plan") -> str:
+    info = explain(plan)
+    config = f", {info['config']}" if info["config"] is not None else ""
+    return f"{info['path']}{config}" + (f" ({info['why']})" if info["why"] else "")
+
+
+def _decide(spec: GemmSpec, backends) -> "Plan":
     if spec.groups is not None:
         if spec.groups.mode == BATCHED:  # a batch of equal groups: the dense batched product
-            return BatchedPlan(plan_for(spec._replace(groups=None), backends))
+            return BatchedPlan(_decide(spec._replace(groups=None), backends))
         empty = _empty_groups(spec)
         if empty is not None:
             return empty
@@ -101,7 +156,9 @@ def plan_for(spec: GemmSpec, backends=None) -> "Plan":
             continue
         why = backend.can_implement(spec)
         if why is None:
-            return backend.plan(spec)
+            plan = backend.plan(spec)
+            plan.why = "; ".join(filter(None, [getattr(plan, "why", ""), *(f"not {r}" for r in reasons)]))
+            return plan
         reasons.append(f"{backend.NAME}: {why}")
     if spec.config is not None and len(reasons) == 1:  # matmul_tiled: the Hopper kernel's reason
         raise PingpongError(f"config: {reasons[0].split(': ', 1)[1]}")
@@ -145,8 +202,9 @@ def arrival_counters(device: torch.device, n: int) -> torch.Tensor:
 class Plan:
     """A dispatch decision. `path`: "hopper", "hopper-padded", "portable", "amd", "empty"."""
 
-    # extents: byte spans of a, b, c (in-place plans); used: hit since stored or last passed over (`store`)
-    __slots__ = ("path", "device", "activation", "extents", "used")
+    # extents: byte spans of a, b, c (in-place plans); used: hit since stored or last passed over (`store`);
+    # why: the decision's reasons, for `explain` and the log (plan_for)
+    __slots__ = ("path", "device", "activation", "extents", "used", "why")
 
     #: True when `run_ptrs` works: one launch from base addresses, no copies, C not read
     pointer_launch = False

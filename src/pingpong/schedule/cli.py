@@ -124,9 +124,9 @@ def _shape(x) -> str:
 
 def run(args) -> int:
     if args.list:
+        name_w, source_w = (max(len(getattr(e, f)) for e in SHIPPED.values()) for f in ("name", "source"))
         for e in SHIPPED.values():
-            claim = e.claim or "-"
-            print(f"{e.name:<24} {e.source:<36} expected {claim:<5} {e.summary}")
+            print(f"{e.name:<{name_w}}  {e.source:<{source_w}}  expected {e.claim or '-':<5} {e.summary}")
         return 0
     try:
         check_options(args)
@@ -196,3 +196,17 @@ def run(args) -> int:
     if violated:
         return EXIT_VIOLATION
     return EXIT_INCOMPLETE if incomplete else EXIT_SAFE
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m pingpong.schedule` (the same program as `pingpong check`)."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m pingpong.schedule",
+                                description="model-check synchronization schedules for races and deadlocks")
+    add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -97,7 +97,7 @@ def parse_shape(text: str) -> tuple[int, int, int]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shapes", nargs="+", metavar="M,N,K", help="problem sizes (default: 2048 4096 8192 16384 square)")
     p.add_argument("--suite", help="a named shape list (pingpong.tools.suites): llm, squares, largek, all, or random (drawn with --seed); adds to --shapes")
-    p.add_argument("--dtype", default="bf16", help="input/output type: bf16 (default) or fp16")
+    p.add_argument("--dtype", default="bf16", help="input/output type: bf16 (default), fp16, or fp8 (scaled_mm: --scaling, --fast-accum)")
     p.add_argument("--layout", default="nt", help="A,B storage: nt (default: B stored N×K, A·Bᵀ), nn, tn, tt")
     p.add_argument("--reps", type=int, default=None, help=f"timed repetitions per kernel, ≥ {MIN_REPS} (default {MIN_REPS})")
     p.add_argument("--quick", action="store_true", help=f"smoke run: allows --reps < {MIN_REPS} (default {QUICK_REPS}); NOT for reporting")
@@ -132,12 +132,22 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         raise PingpongError(f"--layout: {args.layout!r} is not one of {', '.join(LAYOUTS)}")
     if args.op not in ("gemm", "vector_add", "grouped"):
         raise PingpongError(f"--op: {args.op!r} is not one of gemm, vector_add, grouped")
+    for option in GROUPED_OPTIONS:
+        if getattr(args, option, None) and args.op != "grouped":
+            raise PingpongError(f"--{option}: applies to --op grouped only (got --op {args.op})")
     if args.op == "grouped":
-        from .suites import MOE_MODELS
+        from .suites import MOE_MODELS, MOE_PRODUCTS
 
         for m in getattr(args, "models", None) or ():
             if m not in MOE_MODELS:
                 raise PingpongError(f"--models: unknown model {m!r}; expected one of {', '.join(MOE_MODELS)}")
+        for t in getattr(args, "tokens", None) or ():
+            if t < 1:
+                raise PingpongError(f"--tokens: {t} is not a positive token count")
+        for product in getattr(args, "products", None) or ():
+            if product not in MOE_PRODUCTS:
+                raise PingpongError(f"--products: unknown product {product!r}; expected one of "
+                                    f"{', '.join(MOE_PRODUCTS)}")
         if args.dtype not in ("bf16", "fp8"):
             raise PingpongError(f"--dtype: --op grouped runs bf16 (grouped_mm) or fp8 (scaled_grouped_mm), "
                                 f"got {args.dtype!r}")
@@ -159,7 +169,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
             import matplotlib  # noqa: F401  (the one optional dependency of the bench)
         except ImportError as e:
             raise PingpongError(f"--plot: needs matplotlib, which is not installed ({e}); "
-                                "pip install 'pingpong[plot]' (or pip install matplotlib)") from e
+                                "pip install matplotlib (the plot extra: pip install -e '.[plot]')") from e
     if args.rounds < 1:
         raise PingpongError(f"--rounds: {args.rounds} must be ≥ 1")
     scaling = getattr(args, "scaling", "row")
@@ -172,6 +182,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                     fast_accum=bool(getattr(args, "fast_accum", False)))
 
 
+GROUPED_OPTIONS = ("models", "tokens", "products")  # options of --op grouped alone
 OUTPUT_OPTIONS = ("csv", "json", "plot")  # Settings fields that name a file the run writes
 
 
@@ -464,9 +475,14 @@ def bench_shapes(settings: Settings, api, header: dict[str, Any], device="cuda",
 
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "overhead", False):
+        try:
+            sizes = [str(parse_shape(s)[0]) for s in args.shapes or ()]
+        except PingpongError as e:
+            print(f"pingpong bench: {e}", file=sys.stderr)
+            return EXIT_USAGE
         from . import overhead
 
-        return overhead.main([] if args.shapes is None else ["--sizes", *(s.split(",")[0] for s in args.shapes)])
+        return overhead.main(["--sizes", *sizes] if sizes else [])
     try:
         settings = settings_from_args(args)
         check_outputs_writable(settings)

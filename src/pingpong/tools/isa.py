@@ -29,8 +29,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     registry = cc.kernels()
     if args.list or args.kernel is None:
-        for name, (targets, doc) in registry.items():
-            print(f"{name:<16} {','.join(targets):<32} {doc}")
+        rows = [(name, ",".join(targets), doc) for name, (targets, doc) in registry.items()]
+        name_w, target_w = (max(len(row[i]) for row in rows) for i in (0, 1))
+        for name, targets, doc in rows:
+            print(f"{name:<{name_w}}  {targets:<{target_w}}  {doc}".rstrip())
         return 0
     problem = (args.dump and _unwritable_file(args.dump)) or (args.dump_ir and _unwritable_dir(args.dump_ir))
     if problem:  # found before compiling, not after

@@ -9,7 +9,7 @@ table that `select_config` reads (pingpong.hopper.table).
                                runs 150–153)
             space ≤ --trials   every valid config of the space (brute force)
             otherwise          Optuna's TPE sampler over the space's factors (pip install
-                               pingpong[tune]); without Optuna, --trials configs of the space
+                               the tune extra); without Optuna, --trials configs of the space
                                in a seeded random order
         each candidate: validate() (invalid: skipped, never run) ─ de-duplicated (configs
         that run the same kernel the same way are measured once) ─ checked against a torch

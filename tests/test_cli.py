@@ -1,0 +1,117 @@
+"""The command line's manners: help and usage errors without torch, arguments checked before the
+device, a reader that goes away, no leak report at exit, aligned tables, `python -m` entries."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pingpong.tools.cli import main
+
+
+def _python(*args, **kwargs):
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300, **kwargs)
+
+
+def test_help_and_usage_errors_do_not_import_torch():
+    """What makes `pingpong --help` quick: torch (seconds to import) stays out; checked by what is
+    imported, not by a clock, so a slow machine cannot fail it."""
+    code = """if True:
+        import contextlib, io, sys
+        from pingpong.tools.cli import main
+        codes = []
+        for argv in (["--help"], ["frob"], ["bench", "--help"], ["check", "--help"],
+                     ["bench", "--op", "grouped", "--tokens", "-5"], ["bench", "--models", "bogus"]):
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                try:
+                    codes.append(main(argv))
+                except SystemExit as e:
+                    codes.append(e.code)
+        print(codes, sorted(m for m in ("torch", "triton") if m in sys.modules))
+    """
+    out = _python("-c", code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[0,", "2,", "0,", "0,", "2,", "2]", "[]"], out.stdout
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--op", "grouped", "--tokens", "-5"], "--tokens: -5 is not a positive token count"),
+    (["--op", "grouped", "--tokens", "0"], "--tokens: 0"),
+    (["--op", "grouped", "--products", "bogus"], "--products: unknown product 'bogus'"),
+    (["--models", "bogus"], "--models: applies to --op grouped only"),
+    (["--tokens", "16"], "--tokens: applies to --op grouped only"),
+    (["--overhead", "--shapes", "-5"], "--shapes: '-5'"),
+])
+def test_bench_arguments_are_checked_before_the_device(argv, message, capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a device check would pass: not reached
+    assert main(["bench", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "GPU" not in err
+
+
+def test_bench_help_names_every_dtype_it_takes(capsys):
+    from pingpong.tools import bench
+
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    options = text[text.index("options:"):]
+    dtype_help = options[options.index("--dtype DTYPE"):options.index("--layout LAYOUT")]
+    assert all(name in dtype_help for name in bench.DTYPES), dtype_help
+
+
+def test_a_reader_that_goes_away_ends_the_output_quietly():
+    """`pingpong check --list | head -1`: no BrokenPipeError traceback; the exit status of a tool
+    ended by SIGPIPE."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line
+    try:
+        out = subprocess.run([sys.executable, "-m", "pingpong", "check", "--list"], stdout=write,
+                             stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(write)
+    assert out.stderr == "" and out.returncode == 141
+
+
+def test_no_leak_report_at_exit():
+    """libtriton's nanobind teardown prints a leak report after a cold compile (`pingpong demo`,
+    `pingpong isa --kernel pingpong` with an empty Triton cache: 24 lines). What comes after the
+    program's last word is silenced, what comes before is kept: a late writer stands in for the
+    report (registered first, an atexit handler runs last)."""
+    code = """if True:
+        import atexit, os, sys
+        atexit.register(os.write, 2, b"nanobind: leaked 4 instances!")
+        from pingpong.tools.cli import main
+        code = main(["check", "simplified"])
+        import triton
+        print("the program's own message", file=sys.stderr)
+        sys.exit(code)
+    """
+    out = _python("-c", code)
+    assert out.returncode == 0 and "SAFE" in out.stdout
+    assert out.stderr == "the program's own message\n", out.stderr
+
+
+@pytest.mark.parametrize("command, anchor", [(["isa", "--list"], None), (["check", "--list"], "expected ")])
+def test_list_columns_are_aligned(command, anchor, capsys):
+    assert main(command) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) > 3
+
+    def column(line):  # where the second column (or the anchor) starts
+        if anchor:
+            return line.index(anchor)
+        first = line.index(" ")
+        return first + len(line[first:]) - len(line[first:].lstrip())
+
+    assert len({column(line) for line in lines}) == 1, lines
+
+
+def test_python_m_pingpong_schedule():
+    out = _python("-m", "pingpong.schedule", "simplified")
+    assert out.returncode == 0 and "SAFE" in out.stdout, out.stdout + out.stderr
+    out = _python("-m", "pingpong.schedule.cli", "--help")
+    assert out.returncode == 0 and out.stdout.startswith("usage: python -m pingpong.schedule"), out.stdout
