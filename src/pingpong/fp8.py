@@ -48,8 +48,8 @@ from . import fused, ops
 from . import quantize as _quantize
 from .runtime import plan as _plan_mod
 from .runtime import spec as _spec
-from .runtime.fp8_spec import FP8_DTYPES, FP8_OUT_DTYPES, check_fp8, check_scale_tensor
-from .errors import PingpongError
+from .runtime.fp8_spec import FP8_DTYPES, FP8_OUT_DTYPES, check_fp8, check_scale_tensor, refuse_grad
+from .errors import PingpongError, check_tensor
 
 __all__ = ["scaled_mm", "scaling_of", "check_scales", "Float8Linear", "FP8_DTYPES", "FP8_OUT_DTYPES"]
 
@@ -108,15 +108,19 @@ def check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fas
     act = fused.check_activation(activation)
     fused.check_bias(bias, M, N, a.device)
     if device_checks:
-        if a.device.type != "cuda":
-            raise PingpongError(f"a: pingpong.scaled_mm runs on a Hopper GPU, got a tensor on {a.device}")
-        for name, t in (("a", a), ("b", b)):
-            if t.data_ptr() % 16:
-                raise PingpongError(f"{name}: base address must be 16-byte aligned (TMA)")
-        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a, b, scale_a, scale_b, bias)):
-            raise PingpongError("scaled_mm: an input requires grad, but FP8 products have no backward here"
-                                " (inference only); detach the inputs or use torch.no_grad()")
+        check_gpu(a, b)
+        refuse_grad("scaled_mm", a, b, scale_a, scale_b, bias)
     return scaling, sb_cols, act
+
+
+def check_gpu(a, b) -> None:
+    """The checks of a call that runs (not of the fake implementation's): a GPU tensor, 16-byte
+    aligned bases."""
+    if a.device.type != "cuda":
+        raise PingpongError(f"a: pingpong.scaled_mm runs on a Hopper GPU, got a tensor on {a.device}")
+    for name, t in (("a", a), ("b", b)):
+        if t.data_ptr() % 16:
+            raise PingpongError(f"{name}: base address must be 16-byte aligned (TMA)")
 
 
 def check_scales(*scales: Tensor) -> None:
@@ -140,15 +144,14 @@ def _plan(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, c
     if plan is None:
         check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum)
         plan = _plan_mod.store(key, _plan_mod.plan_for(key))
+    else:  # the key holds all the check reads but requires_grad (docs/design.md: cache hits)
+        refuse_grad("scaled_mm", a, b, scale_a, scale_b, bias)
     return plan
 
 
 def scaled_mm_direct(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16, activation=None,
                      use_fast_accum=False, config=None) -> Tensor:
     """scaled_mm on the direct path (no dispatcher): validate (plan miss), launch."""
-    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)):
-        raise PingpongError("scaled_mm: an input requires grad, but FP8 products have no backward here"
-                            " (inference only); detach the inputs or use torch.no_grad()")
     plan = _plan(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, config)  # alignment: in the key
     out = torch.empty(a.shape[0], b.shape[1], dtype=out_dtype, device=a.device)
     if out.numel():
@@ -191,7 +194,10 @@ LAYER_SCALINGS = {"row": ("row", "row"), "block": ("block", "block128x128")}
 
 def fp8_unsupported_reason(layer: torch.nn.Linear, fp8: str) -> str | None:
     """Why Float8Linear cannot take `layer` with scaling `fp8`, or None."""
-    k, n = layer.in_features, layer.out_features
+    return _shape_reason(layer.out_features, layer.in_features, fp8)
+
+
+def _shape_reason(n: int, k: int, fp8: str) -> str | None:
     if k % 16 or n % 16:
         return f"in_features={k}, out_features={n}: FP8 needs multiples of 16"
     if fp8 == "block" and k % BLOCK:
@@ -237,6 +243,23 @@ class _LayerRun:
         return y if self.flat else y.view(self.out_shape)
 
 
+def _check_layer(weight, bias, fp8) -> None:
+    """Float8Linear's arguments, named, before the weight is quantized (quantize_fp8 checks
+    `dtype`)."""
+    if fp8 not in LAYER_SCALINGS:
+        raise PingpongError(f"fp8: expected one of {tuple(LAYER_SCALINGS)}, got {fp8!r}")
+    check_tensor("weight", weight)
+    if weight.dim() != 2:
+        raise PingpongError(f"weight: expected a 2-D (out_features, in_features) tensor, got shape"
+                            f" {tuple(weight.shape)}")
+    if weight.dtype not in _quantize.IN_DTYPES:
+        raise PingpongError(f"weight: dtype {weight.dtype} is not supported; expected one of {_quantize.IN_DTYPES}")
+    reason = _shape_reason(*weight.shape, fp8)
+    if reason:
+        raise PingpongError(f"weight: {reason}")
+    _spec.check_bias(bias, 1, weight.shape[0], weight.device, per_column=True)
+
+
 class Float8Linear(torch.nn.Module):
     """Inference nn.Linear on FP8: the weight is quantized once (at construction), each input
     per call (pingpong.quantize_fp8, row-wise or 1×128 blocks), then scaled_mm with the bias
@@ -255,8 +278,7 @@ class Float8Linear(torch.nn.Module):
 
     def __init__(self, weight: Tensor, bias: Optional[Tensor], fp8: str = "row", dtype=torch.float8_e4m3fn):
         super().__init__()
-        if fp8 not in LAYER_SCALINGS:
-            raise PingpongError(f"fp8: expected one of {tuple(LAYER_SCALINGS)}, got {fp8!r}")
+        _check_layer(weight, bias, fp8)
         self.fp8, self.fp8_dtype = fp8, dtype
         self.out_features, self.in_features = weight.shape
         with torch.no_grad():
@@ -276,10 +298,12 @@ class Float8Linear(torch.nn.Module):
         return cls(layer.weight, layer.bias, fp8)
 
     def forward(self, x: Tensor) -> Tensor:
+        eager = type(x) is torch.Tensor and not x.is_nested and not torch.compiler.is_compiling()
+        if not eager:
+            check_tensor("x", x)
         if x.requires_grad and torch.is_grad_enabled():
             raise PingpongError("x: Float8Linear is inference-only and x requires grad; run under torch.no_grad()"
                                 " (or torch.inference_mode()), or keep a bf16 layer for training")
-        eager = type(x) is torch.Tensor and not torch.compiler.is_compiling()
         if eager:
             key = (x.shape, x.stride(), x.dtype, x.device)
             run = self._runs.get(key)
