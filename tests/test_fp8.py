@@ -497,13 +497,6 @@ def test_bench_takes_fp8_and_names_a_bad_scaling():
         bench.settings_from_args(p.parse_args(["--dtype", "fp8", "--scaling", "col"]))
 
 
-def test_requires_grad_is_refused_on_a_cached_signature_too():
-    a, b = ops()
-    one = torch.tensor(1.0)
-    with pytest.raises(PingpongError, match="requires grad"):
-        pingpong.fp8.scaled_mm_direct(a.float().requires_grad_().to(E4M3), b, one, one)
-
-
 def test_bench_row_of_a_shape_the_peer_refuses(monkeypatch, capsys):
     """torch._scaled_mm refusing a shape (block-wise at M = 1: CUBLAS_STATUS_NOT_SUPPORTED) is
     the peer's status: ours still checked against the reference and timed, no ratio (the
