@@ -26,11 +26,14 @@ What is refused (PingpongError naming the argument, before any work):
   128, base addresses or row strides not 16-byte aligned;
 - a scale of the wrong dtype (fp32 only), device, shape or strides for the mode that
   scale_b's shape names;
-- inputs that require grad (no backward: FP8 training is a later step).
+- inputs that require grad (no backward: FP8 training is a later step), on every call (a
+  cached plan re-checks it: requires_grad is not in the plan's key).
 Scale *values* (finite, positive) are not checked on the call: every check reads device
 memory on the host, a sync that would stall the launch queue and break CUDA-graph capture.
-`check_scales` checks them on request (one sync); quantize_fp8 only produces finite,
-positive scales.
+`check_scales` checks them on request (one sync). quantize_fp8 gives finite, positive scales
+for finite input; a group holding ±inf gets an infinite scale (amax / FP8_MAX, amax clamped
+from below only, as torch's float8 recipes compute it), so the group dequantizes to non-finite
+values and the product shows the overflow rather than a finite, saturated wrong answer.
 
 use_fast_accum (torch's flag): False (default) promotes every 128-deep K block into the fp32
 accumulator; True lets the wgmmas accumulate in place (tensor/row only; block-wise scales are

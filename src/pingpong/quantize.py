@@ -5,7 +5,9 @@ wrong). Each kernel reads x once and writes q and the scales once: amax of the g
 amax / FP8_MAX (amax clamped to 1e-12 so a zero group gets a tiny finite positive scale), q =
 clamp(x · (FP8_MAX / amax), ±FP8_MAX) cast with round-to-nearest-even (the reciprocal once per
 group in IEEE division, then one multiply per element: the division per element cost 1.5% of
-the bandwidth; q is bitwise torch's `(x.float() * (FP8_MAX / amax)).to(dtype)`).
+the bandwidth; q is bitwise torch's `(x.float() * (FP8_MAX / amax)).to(dtype)`). amax is not
+clamped from above: a group holding ±inf gets scale = inf and dequantizes to non-finite values
+(torch's float8 recipes do the same; saturating would hide the overflow in a finite result).
 
     | granularity    | groups           | scale shape and layout              | passes over x      |
     |----------------|------------------|-------------------------------------|--------------------|
