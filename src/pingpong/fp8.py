@@ -209,7 +209,7 @@ def _shape_reason(n: int, k: int, fp8: str) -> str | None:
 
 
 class _LayerRun:
-    """A Float8Linear's eager call for one input signature (shape, strides, dtype, device), made
+    """A Float8Linear's eager call for one input signature (Float8Linear.signature), made
     after a first call validated it: the quantize kernel's bound launch and the GEMM's plan,
     the weight's views made once. Per call it allocates q, the scale and the output and
     launches both kernels; the checks and the two cache keys of the public functions (which the
@@ -269,8 +269,8 @@ class Float8Linear(torch.nn.Module):
     fused. Input of any leading shape (…, in_features), bf16/fp16; the output has its dtype.
     An input that requires grad is refused (no backward yet), not silently detached.
 
-    Eager calls on a GPU: the first call of each input signature (shape, strides, dtype,
-    device) goes through quantize_fp8 and scaled_mm, which validate it; the layer then keeps
+    Eager calls on a GPU: the first call of each input signature (`signature`: shape, strides,
+    dtype, device, base alignment) goes through quantize_fp8 and scaled_mm, which validate it; the layer then keeps
     that signature's launches (_LayerRun, up to RUNS) and the next calls take them, with the
     host work of two launches and three allocations. Moving the layer (`.to`, `.cuda`, ...)
     forgets them; so does replacing a buffer (weight_fp8, weight_scale, bias)."""
@@ -308,7 +308,7 @@ class Float8Linear(torch.nn.Module):
             raise PingpongError("x: Float8Linear is inference-only and x requires grad; run under torch.no_grad()"
                                 " (or torch.inference_mode()), or keep a bf16 layer for training")
         if eager:
-            key = (x.shape, x.stride(), x.dtype, x.device)
+            key = self.signature(x)
             run = self._runs.get(key)
             if run is not None and run.holds(self._buffers):
                 return run(x)
@@ -323,6 +323,13 @@ class Float8Linear(torch.nn.Module):
                 self._runs.clear()
             self._runs[key] = _LayerRun(self, x, q, s, _plan(q, b, s, sb, self.bias, x.dtype, None, False, None))
         return y.reshape(*x.shape[:-1], self.out_features)
+
+    @staticmethod
+    def signature(x: Tensor) -> tuple:
+        """The key of a kept run: everything of x that its quantize launch and GEMM plan depend on
+        (shape, strides, dtype, device, a 16-byte-aligned base: Triton specializes pointers on it).
+        The layer's own fp8 dtype and weights are fixed (`_LayerRun.holds`)."""
+        return x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16 == 0
 
     def _apply(self, fn, recurse=True):
         self._runs.clear()  # the runs hold views of the buffers that fn replaces

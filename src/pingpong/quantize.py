@@ -256,13 +256,21 @@ def bound_launch(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, granularity:
     """The row or block kernel's CachedLaunch for this call shape (x, q and s on a GPU, as
     `launch` takes them): called as launch(device, (x, q, s addresses), (), prepare, x, q, s,
     granularity). Float8Linear keeps the one of each input shape it has seen."""
-    key = (granularity, x.dtype, q.dtype, *x.shape, x.stride(0), q.stride(0), *s.stride(), x.device.index)
+    key = launch_key(x, q, s, granularity)
     cached = _LAUNCHES.get(key)
     if cached is None:
         if len(_LAUNCHES) >= LAUNCH_CACHE_SIZE:
             _LAUNCHES.clear()
         cached = _LAUNCHES[key] = CachedLaunch()
     return cached
+
+
+def launch_key(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, granularity: str) -> tuple:
+    """What the compiled row or block kernel depends on: the granularity, x's dtype (bf16 or
+    fp16 loads), q's (e4m3 or e5m2: FP8_MAX and the cast), the shapes and strides, the device,
+    and whether each base is 16-byte aligned (Triton specializes pointers on it)."""
+    return (granularity, x.dtype, q.dtype, *x.shape, x.stride(0), q.stride(0), *s.stride(), x.device.index,
+            x.data_ptr() % 16 == 0, q.data_ptr() % 16 == 0, s.data_ptr() % 16 == 0)
 
 
 def prepare(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, granularity: str, interpret: bool = False):
