@@ -330,7 +330,7 @@ MUTATIONS = [
      ' and buffers["weight_scale"] is ws and', " and", "tests/test_fp8.py"),
     # -- validation on every path, launch keys and guards as functions (issue 44)
     ("scaled_mm plan hit skips the requires-grad check", "src/pingpong/fp8.py",
-     '        refuse_grad("scaled_mm", a, b, scale_a, scale_b, bias)\n    return plan', "    return plan",
+     '        refuse_grad("scaled_mm", a, b, scale_a, scale_b, bias)\n    return plan', "        pass\n    return plan",
      "tests/test_reliability_cache_hits.py"),
     ("FP8 requires-grad check skips scale_a", "src/pingpong/runtime/fp8_spec.py",
      "b.requires_grad or scale_a.requires_grad or", "b.requires_grad or", "tests/test_reliability_cache_hits.py"),
