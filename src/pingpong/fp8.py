@@ -246,11 +246,13 @@ class _LayerRun:
         return y if self.flat else y.view(self.out_shape)
 
 
-def _check_layer(weight, bias, fp8) -> None:
-    """Float8Linear's arguments, named, before the weight is quantized (quantize_fp8 checks
-    `dtype`)."""
-    if fp8 not in LAYER_SCALINGS:
+def _check_layer(weight, bias, fp8, dtype) -> None:
+    """Float8Linear's arguments, named, before the weight is quantized (what quantize_fp8 then
+    refuses, e.g. the device, is about the weight: Float8Linear names it so)."""
+    if not isinstance(fp8, str) or fp8 not in LAYER_SCALINGS:
         raise PingpongError(f"fp8: expected one of {tuple(LAYER_SCALINGS)}, got {fp8!r}")
+    if dtype not in tuple(_quantize.FP8_MAX):
+        raise PingpongError(f"dtype: expected one of {tuple(_quantize.FP8_MAX)}, got {dtype!r}")
     check_tensor("weight", weight)
     if weight.dim() != 2:
         raise PingpongError(f"weight: expected a 2-D (out_features, in_features) tensor, got shape"
@@ -281,11 +283,14 @@ class Float8Linear(torch.nn.Module):
 
     def __init__(self, weight: Tensor, bias: Optional[Tensor], fp8: str = "row", dtype=torch.float8_e4m3fn):
         super().__init__()
-        _check_layer(weight, bias, fp8)
+        _check_layer(weight, bias, fp8, dtype)
         self.fp8, self.fp8_dtype = fp8, dtype
         self.out_features, self.in_features = weight.shape
-        with torch.no_grad():
-            q, s = _quantize.quantize_fp8(weight.detach(), LAYER_SCALINGS[fp8][1], dtype=dtype)
+        try:
+            with torch.no_grad():
+                q, s = _quantize.quantize_fp8(weight.detach(), LAYER_SCALINGS[fp8][1], dtype=dtype)
+        except PingpongError as e:  # quantize's "x" is the weight here
+            raise PingpongError(f"weight: {str(e).removeprefix('x: ')}") from None
         self.register_buffer("weight_fp8", q)
         self.register_buffer("weight_scale", s)  # (N, 1) row-wise; (N/128, K/128) block-wise
         self.register_buffer("bias", None if bias is None else bias.detach().clone())
@@ -295,7 +300,7 @@ class Float8Linear(torch.nn.Module):
     def from_linear(cls, layer: torch.nn.Linear, fp8: str = "row") -> "Float8Linear":
         if not isinstance(layer, torch.nn.Linear):
             raise PingpongError(f"layer: expected a torch.nn.Linear, got {type(layer).__name__}")
-        reason = fp8_unsupported_reason(layer, fp8) if fp8 in LAYER_SCALINGS else None
+        reason = fp8_unsupported_reason(layer, fp8) if isinstance(fp8, str) and fp8 in LAYER_SCALINGS else None
         if reason:
             raise PingpongError(f"layer: {reason}")
         return cls(layer.weight, layer.bias, fp8)
