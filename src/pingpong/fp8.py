@@ -147,7 +147,7 @@ def _plan(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, c
     if plan is None:
         check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum)
         plan = _plan_mod.store(key, _plan_mod.plan_for(key))
-    else:  # the key holds all the check reads but requires_grad (docs/design.md: cache hits)
+    else:  # the key holds everything the check reads but requires_grad (docs/design.md)
         refuse_grad("scaled_mm", a, b, scale_a, scale_b, bias)
     return plan
 
@@ -272,8 +272,9 @@ class Float8Linear(torch.nn.Module):
     An input that requires grad is refused (no backward yet), not silently detached.
 
     Eager calls on a GPU: the first call of each input signature (`signature`: shape, strides,
-    dtype, device, base alignment) goes through quantize_fp8 and scaled_mm, which validate it; the layer then keeps
-    that signature's launches (_LayerRun, up to RUNS) and the next calls take them, with the
+    dtype, device, base alignment) goes through quantize_fp8 and scaled_mm, which validate it;
+    the layer then keeps that signature's launches (_LayerRun, up to RUNS) and the next calls
+    take them (requires_grad, not in the signature, is checked on every call), with the
     host work of two launches and three allocations. Moving the layer (`.to`, `.cuda`, ...)
     forgets them; so does replacing a buffer (weight_fp8, weight_scale, bias)."""
 
