@@ -51,6 +51,7 @@ import torch
 
 from . import direct
 from . import ops as _ops
+from .errors import PingpongError
 from .hopper.config import KernelConfig
 from .runtime import plan as plan_mod
 from .runtime.spec import INPUT_DTYPES, OUTPUT_DTYPES, check_scalar
@@ -128,6 +129,8 @@ def path_for(a, b, c=None, *, beta=0.0, out_dtype=None, inplace=False, bias=None
     path_for(a, b, c, beta=β, inplace=True) gemm_(c, a, b, beta=β)  (validated as gemm_ validates)
     path_for(a, b, bias=v, activation=f)   gemm(a, b, bias=v, activation=f)
     """
+    if not isinstance(inplace, bool):  # "no" is truthy: it would be validated and planned as in place
+        raise PingpongError(f"inplace: expected a bool, got {inplace!r}")
     return direct.path_for(a, b, c, check_scalar("beta", beta), out_dtype, inplace, bias, activation)
 
 

@@ -104,7 +104,7 @@ def plan(a_shape, a_stride, b_shape, b_stride, fold: bool = True) -> BatchPlan:
     (M, K), (Kb, N) = a_shape[-2:], b_shape[-2:]
     if K != Kb:
         raise PingpongError(
-            f"shape mismatch: a is {tuple(a_shape)} and b is {tuple(b_shape)}; a.shape[-1] must equal b.shape[-2]"
+            f"a and b: shape mismatch, a is {tuple(a_shape)} and b is {tuple(b_shape)}; a.shape[-1] must equal b.shape[-2]"
         )
     batch = _broadcast(a_shape[:-2], b_shape[:-2])
     out_shape = batch + (M, N)
@@ -179,4 +179,5 @@ def native(a, b) -> bool:
     2-D (or not 2-D matrices at all: the API's validation reports them), or both 3-D with
     one batch size (the batched kernel)."""
     da, db = getattr(a, "ndim", 2), getattr(b, "ndim", 2)
-    return (da <= 2 and db <= 2) or (da == db == 3 and a.shape[0] == b.shape[0])
+    return (da <= 2 and db <= 2) or (da == db == 3 and not getattr(a, "is_nested", False)
+                                     and not getattr(b, "is_nested", False) and a.shape[0] == b.shape[0])

@@ -120,6 +120,9 @@ def plan_of(a, b, c, beta: float, out_dtype, inplace: bool, bias, activation) ->
         else:
             spec_mod.validate(spec, a, b, c, out_dtype, bias, activation)
         plan = plan_mod.cached_plan(spec)
+    elif inplace:  # as gemm_ on a hit: addresses are not in the key
+        spec_mod.check_no_alias_fast(c, a, b, plan.extents)
+        spec_mod.check_bias_not_in(c, bias)
     return plan
 
 

@@ -14,8 +14,8 @@ class TargetError(PingpongError):
 
 
 def check_tensor(name: str, t, expected: str = "a torch.Tensor") -> None:
-    """PingpongError naming `name` unless `t` is a dense (strided) torch.Tensor: the one check
-    of what every tensor argument is, before anything reads its strides or data."""
+    """PingpongError naming `name` unless `t` is a dense (strided, not nested) torch.Tensor: the
+    one check of what every tensor argument is, before anything reads its shape, strides or data."""
     import torch
 
     if not isinstance(t, torch.Tensor):
@@ -23,3 +23,5 @@ def check_tensor(name: str, t, expected: str = "a torch.Tensor") -> None:
     if t.layout is not torch.strided:
         kind = "sparse tensors" if "sparse" in str(t.layout) else "tensors of this layout"
         raise PingpongError(f"{name}: {kind} are not supported (layout {t.layout}); pass a dense tensor")
+    if t.is_nested:  # a strided nested tensor has no sizes: torch raises on .shape
+        raise PingpongError(f"{name}: nested tensors are not supported; pass a dense tensor (e.g. padded)")

@@ -26,11 +26,14 @@ What is refused (PingpongError naming the argument, before any work):
   128, base addresses or row strides not 16-byte aligned;
 - a scale of the wrong dtype (fp32 only), device, shape or strides for the mode that
   scale_b's shape names;
-- inputs that require grad (no backward: FP8 training is a later step).
+- inputs that require grad (no backward: FP8 training is a later step), on every call (a
+  cached plan re-checks it: requires_grad is not in the plan's key).
 Scale *values* (finite, positive) are not checked on the call: every check reads device
 memory on the host, a sync that would stall the launch queue and break CUDA-graph capture.
-`check_scales` checks them on request (one sync); quantize_fp8 only produces finite,
-positive scales.
+`check_scales` checks them on request (one sync). quantize_fp8 gives finite, positive scales
+for finite input; a group holding ±inf gets an infinite scale (amax / FP8_MAX, amax clamped
+from below only, as torch's float8 recipes compute it), so the group dequantizes to non-finite
+values and the product shows the overflow rather than a finite, saturated wrong answer.
 
 use_fast_accum (torch's flag): False (default) promotes every 128-deep K block into the fp32
 accumulator; True lets the wgmmas accumulate in place (tensor/row only; block-wise scales are
@@ -48,8 +51,8 @@ from . import fused, ops
 from . import quantize as _quantize
 from .runtime import plan as _plan_mod
 from .runtime import spec as _spec
-from .runtime.fp8_spec import FP8_DTYPES, FP8_OUT_DTYPES, check_fp8, check_scale_tensor
-from .errors import PingpongError
+from .runtime.fp8_spec import FP8_DTYPES, FP8_OUT_DTYPES, check_fp8, check_scale_tensor, refuse_grad
+from .errors import PingpongError, check_tensor
 
 __all__ = ["scaled_mm", "scaling_of", "check_scales", "Float8Linear", "FP8_DTYPES", "FP8_OUT_DTYPES"]
 
@@ -108,15 +111,19 @@ def check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fas
     act = fused.check_activation(activation)
     fused.check_bias(bias, M, N, a.device)
     if device_checks:
-        if a.device.type != "cuda":
-            raise PingpongError(f"a: pingpong.scaled_mm runs on a Hopper GPU, got a tensor on {a.device}")
-        for name, t in (("a", a), ("b", b)):
-            if t.data_ptr() % 16:
-                raise PingpongError(f"{name}: base address must be 16-byte aligned (TMA)")
-        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a, b, scale_a, scale_b, bias)):
-            raise PingpongError("scaled_mm: an input requires grad, but FP8 products have no backward here"
-                                " (inference only); detach the inputs or use torch.no_grad()")
+        check_gpu(a, b)
+        refuse_grad("scaled_mm", a, b, scale_a, scale_b, bias)
     return scaling, sb_cols, act
+
+
+def check_gpu(a, b) -> None:
+    """The checks of a call that runs (not of the fake implementation's): a GPU tensor, 16-byte
+    aligned bases."""
+    if a.device.type != "cuda":
+        raise PingpongError(f"a: pingpong.scaled_mm runs on a Hopper GPU, got a tensor on {a.device}")
+    for name, t in (("a", a), ("b", b)):
+        if t.data_ptr() % 16:
+            raise PingpongError(f"{name}: base address must be 16-byte aligned (TMA)")
 
 
 def check_scales(*scales: Tensor) -> None:
@@ -140,15 +147,14 @@ def _plan(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, c
     if plan is None:
         check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum)
         plan = _plan_mod.store(key, _plan_mod.plan_for(key))
+    else:  # the key holds everything the check reads but requires_grad (docs/design.md)
+        refuse_grad("scaled_mm", a, b, scale_a, scale_b, bias)
     return plan
 
 
 def scaled_mm_direct(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16, activation=None,
                      use_fast_accum=False, config=None) -> Tensor:
     """scaled_mm on the direct path (no dispatcher): validate (plan miss), launch."""
-    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)):
-        raise PingpongError("scaled_mm: an input requires grad, but FP8 products have no backward here"
-                            " (inference only); detach the inputs or use torch.no_grad()")
     plan = _plan(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, config)  # alignment: in the key
     out = torch.empty(a.shape[0], b.shape[1], dtype=out_dtype, device=a.device)
     if out.numel():
@@ -201,7 +207,10 @@ LAYER_SCALINGS = {"row": ("row", "row"), "block": ("block", "block128x128")}
 
 def fp8_unsupported_reason(layer: torch.nn.Linear, fp8: str) -> str | None:
     """Why Float8Linear cannot take `layer` with scaling `fp8`, or None."""
-    k, n = layer.in_features, layer.out_features
+    return _shape_reason(layer.out_features, layer.in_features, fp8)
+
+
+def _shape_reason(n: int, k: int, fp8: str) -> str | None:
     if k % 16 or n % 16:
         return f"in_features={k}, out_features={n}: FP8 needs multiples of 16"
     if fp8 == "block" and k % BLOCK:
@@ -212,7 +221,7 @@ def fp8_unsupported_reason(layer: torch.nn.Linear, fp8: str) -> str | None:
 
 
 class _LayerRun:
-    """A Float8Linear's eager call for one input signature (shape, strides, dtype, device), made
+    """A Float8Linear's eager call for one input signature (Float8Linear.signature), made
     after a first call validated it: the quantize kernel's bound launch and the GEMM's plan,
     the weight's views made once. Per call it allocates q, the scale and the output and
     launches both kernels; the checks and the two cache keys of the public functions (which the
@@ -249,15 +258,35 @@ class _LayerRun:
         return y if self.flat else y.view(self.out_shape)
 
 
+def _check_layer(weight, bias, fp8, dtype) -> None:
+    """Float8Linear's arguments, named, before the weight is quantized (what quantize_fp8 then
+    refuses, e.g. the device, is about the weight: Float8Linear names it so)."""
+    if not isinstance(fp8, str) or fp8 not in LAYER_SCALINGS:
+        raise PingpongError(f"fp8: expected one of {tuple(LAYER_SCALINGS)}, got {fp8!r}")
+    if dtype not in tuple(_quantize.FP8_MAX):
+        raise PingpongError(f"dtype: expected one of {tuple(_quantize.FP8_MAX)}, got {dtype!r}")
+    check_tensor("weight", weight)
+    if weight.dim() != 2:
+        raise PingpongError(f"weight: expected a 2-D (out_features, in_features) tensor, got shape"
+                            f" {tuple(weight.shape)}")
+    if weight.dtype not in _quantize.IN_DTYPES:
+        raise PingpongError(f"weight: dtype {weight.dtype} is not supported; expected one of {_quantize.IN_DTYPES}")
+    reason = _shape_reason(*weight.shape, fp8)
+    if reason:
+        raise PingpongError(f"weight: {reason}")
+    _spec.check_bias(bias, 1, weight.shape[0], weight.device, per_column=True)
+
+
 class Float8Linear(torch.nn.Module):
     """Inference nn.Linear on FP8: the weight is quantized once (at construction), each input
     per call (pingpong.quantize_fp8, row-wise or 1×128 blocks), then scaled_mm with the bias
     fused. Input of any leading shape (…, in_features), bf16/fp16; the output has its dtype.
     An input that requires grad is refused (no backward yet), not silently detached.
 
-    Eager calls on a GPU: the first call of each input signature (shape, strides, dtype,
-    device) goes through quantize_fp8 and scaled_mm, which validate it; the layer then keeps
-    that signature's launches (_LayerRun, up to RUNS) and the next calls take them, with the
+    Eager calls on a GPU: the first call of each input signature (`signature`: shape, strides,
+    dtype, device, base alignment) goes through quantize_fp8 and scaled_mm, which validate it;
+    the layer then keeps that signature's launches (_LayerRun, up to RUNS) and the next calls
+    take them (requires_grad, not in the signature, is checked on every call), with the
     host work of two launches and three allocations. Moving the layer (`.to`, `.cuda`, ...)
     forgets them; so does replacing a buffer (weight_fp8, weight_scale, bias)."""
 
@@ -267,12 +296,14 @@ class Float8Linear(torch.nn.Module):
 
     def __init__(self, weight: Tensor, bias: Optional[Tensor], fp8: str = "row", dtype=torch.float8_e4m3fn):
         super().__init__()
-        if fp8 not in LAYER_SCALINGS:
-            raise PingpongError(f"fp8: expected one of {tuple(LAYER_SCALINGS)}, got {fp8!r}")
+        _check_layer(weight, bias, fp8, dtype)
         self.fp8, self.fp8_dtype = fp8, dtype
         self.out_features, self.in_features = weight.shape
-        with torch.no_grad():
-            q, s = _quantize.quantize_fp8(weight.detach(), LAYER_SCALINGS[fp8][1], dtype=dtype)
+        try:
+            with torch.no_grad():
+                q, s = _quantize.quantize_fp8(weight.detach(), LAYER_SCALINGS[fp8][1], dtype=dtype)
+        except PingpongError as e:  # quantize's "x" is the weight here
+            raise PingpongError(f"weight: {str(e).removeprefix('x: ')}") from None
         self.register_buffer("weight_fp8", q)
         self.register_buffer("weight_scale", s)  # (N, 1) row-wise; (N/128, K/128) block-wise
         self.register_buffer("bias", None if bias is None else bias.detach().clone())
@@ -282,18 +313,20 @@ class Float8Linear(torch.nn.Module):
     def from_linear(cls, layer: torch.nn.Linear, fp8: str = "row") -> "Float8Linear":
         if not isinstance(layer, torch.nn.Linear):
             raise PingpongError(f"layer: expected a torch.nn.Linear, got {type(layer).__name__}")
-        reason = fp8_unsupported_reason(layer, fp8) if fp8 in LAYER_SCALINGS else None
+        reason = fp8_unsupported_reason(layer, fp8) if isinstance(fp8, str) and fp8 in LAYER_SCALINGS else None
         if reason:
             raise PingpongError(f"layer: {reason}")
         return cls(layer.weight, layer.bias, fp8)
 
     def forward(self, x: Tensor) -> Tensor:
+        eager = type(x) is torch.Tensor and not x.is_nested and not torch.compiler.is_compiling()
+        if not eager:
+            check_tensor("x", x)
         if x.requires_grad and torch.is_grad_enabled():
             raise PingpongError("x: Float8Linear is inference-only and x requires grad; run under torch.no_grad()"
                                 " (or torch.inference_mode()), or keep a bf16 layer for training")
-        eager = type(x) is torch.Tensor and not torch.compiler.is_compiling()
         if eager:
-            key = (x.shape, x.stride(), x.dtype, x.device)
+            key = self.signature(x)
             run = self._runs.get(key)
             if run is not None and run.holds(self._buffers):
                 return run(x)
@@ -308,6 +341,13 @@ class Float8Linear(torch.nn.Module):
                 self._runs.clear()
             self._runs[key] = _LayerRun(self, x, q, s, _plan(q, b, s, sb, self.bias, x.dtype, None, False, None))
         return y.reshape(*x.shape[:-1], self.out_features)
+
+    @staticmethod
+    def signature(x: Tensor) -> tuple:
+        """The key of a kept run: everything of x that its quantize launch and GEMM plan depend on
+        (shape, strides, dtype, device, a 16-byte-aligned base: Triton specializes pointers on it).
+        The layer's own fp8 dtype and weights are fixed (`_LayerRun.holds`)."""
+        return x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16 == 0
 
     def _apply(self, fn, recurse=True):
         self._runs.clear()  # the runs hold views of the buffers that fn replaces

@@ -110,7 +110,7 @@ def _plan(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum):
         check_scaled_grouped_mm(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum)
         plan = plan_mod.cached_plan(spec)
     else:
-        fp8_spec.refuse_grad(a, b, scale_a, scale_b)
+        fp8_spec.refuse_grad("scaled_grouped_mm", a, b, scale_a, scale_b)
     return plan
 
 

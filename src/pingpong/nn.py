@@ -96,7 +96,7 @@ def replace_linear(model: torch.nn.Module, *, include=None, fp8: str | None = No
     if fp8 is not None:
         from .fp8 import LAYER_SCALINGS, fp8_unsupported_reason
 
-        if fp8 not in LAYER_SCALINGS:
+        if not isinstance(fp8, str) or fp8 not in LAYER_SCALINGS:
             raise PingpongError(f"fp8: expected None or one of {tuple(LAYER_SCALINGS)}, got {fp8!r}")
     if not isinstance(model, torch.nn.Module):
         raise PingpongError(f"model: expected a torch.nn.Module, got {type(model).__name__}")

@@ -5,7 +5,9 @@ wrong). Each kernel reads x once and writes q and the scales once: amax of the g
 amax / FP8_MAX (amax clamped to 1e-12 so a zero group gets a tiny finite positive scale), q =
 clamp(x · (FP8_MAX / amax), ±FP8_MAX) cast with round-to-nearest-even (the reciprocal once per
 group in IEEE division, then one multiply per element: the division per element cost 1.5% of
-the bandwidth; q is bitwise torch's `(x.float() * (FP8_MAX / amax)).to(dtype)`).
+the bandwidth; q is bitwise torch's `(x.float() * (FP8_MAX / amax)).to(dtype)`). amax is not
+clamped from above: a group holding ±inf gets scale = inf and dequantizes to non-finite values
+(torch's float8 recipes do the same; saturating would hide the overflow in a finite result).
 
     | granularity    | groups           | scale shape and layout              | passes over x      |
     |----------------|------------------|-------------------------------------|--------------------|
@@ -254,13 +256,21 @@ def bound_launch(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, granularity:
     """The row or block kernel's CachedLaunch for this call shape (x, q and s on a GPU, as
     `launch` takes them): called as launch(device, (x, q, s addresses), (), prepare, x, q, s,
     granularity). Float8Linear keeps the one of each input shape it has seen."""
-    key = (granularity, x.dtype, q.dtype, *x.shape, x.stride(0), q.stride(0), *s.stride(), x.device.index)
+    key = launch_key(x, q, s, granularity)
     cached = _LAUNCHES.get(key)
     if cached is None:
         if len(_LAUNCHES) >= LAUNCH_CACHE_SIZE:
             _LAUNCHES.clear()
         cached = _LAUNCHES[key] = CachedLaunch()
     return cached
+
+
+def launch_key(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, granularity: str) -> tuple:
+    """What the compiled row or block kernel depends on: the granularity, x's dtype (bf16 or
+    fp16 loads), q's (e4m3 or e5m2: FP8_MAX and the cast), the shapes and strides, the device,
+    and whether each base is 16-byte aligned (Triton specializes pointers on it)."""
+    return (granularity, x.dtype, q.dtype, *x.shape, x.stride(0), q.stride(0), *s.stride(), x.device.index,
+            x.data_ptr() % 16 == 0, q.data_ptr() % 16 == 0, s.data_ptr() % 16 == 0)
 
 
 def prepare(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, granularity: str, interpret: bool = False):

@@ -336,12 +336,15 @@ def _validate(a, b, out, c, alpha, beta, bias, activation, block, interpret) -> 
         raise PingpongError(f"out: expected shape {shape} (the result's), got {tuple(out.shape)}")
     spec_mod.check_bias(bias, shape[-2], shape[-1], a.device)
     spec_mod.check_activation(activation)
-    if block is not None and not (len(tuple(block)) == 3 and all(
+    if block is not None and not (isinstance(block, (tuple, list)) and len(block) == 3 and all(
             isinstance(x, int) and x >= MIN_TILE and x & (x - 1) == 0 for x in block)):
         raise PingpongError(f"block: expected (BM, BN, BK), each a power of two >= {MIN_TILE}, got {block!r}")
     if not interpret and a.device.type != "cuda":
         raise PingpongError(f"a and b are on {a.device}: the compiled kernel runs on GPUs; interpret=True runs "
                             "Triton's interpreter")
+    if interpret and a.dtype == torch.bfloat16:
+        raise PingpongError("a and b: bfloat16 inputs are computed wrongly by Triton's interpreter (interpret=True);"
+                            " use float16 or float32 (a bf16 out, c or bias is fine)")
     spec_mod.check_inplace_target(out, "out")
     spec_mod.check_no_alias(out, a, b, "out")
     spec_mod.check_bias_not_in(out, bias, "out")

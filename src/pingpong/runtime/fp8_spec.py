@@ -107,12 +107,19 @@ def scale_kinds(a, b, scale_a, scale_b) -> tuple[str, str]:
     return ka, kb
 
 
-def refuse_grad(*tensors) -> None:
-    """Inference only: PingpongError when autograd would need a backward (not in the spec:
-    checked on every call, cache hits included)."""
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        raise PingpongError("scaled_grouped_mm: an input requires grad, but the FP8 grouped product has no backward"
-                            " (inference only); detach the inputs or run under torch.no_grad()")
+#: the FP8 products' tensor arguments, in `refuse_grad`'s order
+GRAD_NAMES = ("a", "b", "scale_a", "scale_b", "bias")
+
+
+def refuse_grad(op: str, a, b, scale_a, scale_b, bias=None) -> None:
+    """Inference only: PingpongError naming the first argument that requires grad while grad
+    mode is on (FP8 products have no backward). Not in the spec: checked on every call, cache
+    hits included (scaled_mm's and scaled_grouped_mm's)."""
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or scale_a.requires_grad or
+                                    scale_b.requires_grad or (bias is not None and bias.requires_grad)):
+        name = next(n for n, t in zip(GRAD_NAMES, (a, b, scale_a, scale_b, bias)) if t is not None and t.requires_grad)
+        raise PingpongError(f"{name}: requires grad, but {op} has no backward (FP8 products are inference only);"
+                            " detach it or run under torch.no_grad()")
 
 
 def validate_scaled_grouped(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum) -> tuple[str, str]:
@@ -164,5 +171,5 @@ def validate_scaled_grouped(a, b, scale_a, scale_b, offs, out_dtype, use_fast_ac
         raise PingpongError(f"out_dtype: expected one of {FP8_OUT_DTYPES}, got {out_dtype!r}")
     if not isinstance(use_fast_accum, bool):
         raise PingpongError(f"use_fast_accum: expected a bool, got {use_fast_accum!r}")
-    refuse_grad(a, b, scale_a, scale_b)
+    refuse_grad("scaled_grouped_mm", a, b, scale_a, scale_b)
     return kinds

@@ -425,7 +425,7 @@ def check_operands(a, b, names: Names = GEMM, dtypes=INPUT_DTYPES, nd: bool = Fa
     if a.dtype != b.dtype:
         raise PingpongError(f"{na} and {nb} must have the same dtype, got {na} {a.dtype} and {nb} {b.dtype}")
     if a.shape[-1] != b.shape[-2]:
-        raise PingpongError(f"shape mismatch: {na} is {tuple(a.shape)} and {nb} is {tuple(b.shape)};"
+        raise PingpongError(f"{na} and {nb}: shape mismatch, {na} is {tuple(a.shape)} and {nb} is {tuple(b.shape)};"
                             f" {na}.shape[-1] must equal {nb}.shape[-2]")
     if not nd and a.dim() == b.dim() == 3 and 1 != a.shape[0] != b.shape[0] != 1:
         raise PingpongError(f"{na} and {nb}: batch sizes {a.shape[0]} ({na}) and {b.shape[0]} ({nb}) differ (each"

@@ -15,7 +15,7 @@ import os
 import torch
 
 from ..runtime.device import is_hopper, sm_count
-from ..errors import PingpongError
+from ..errors import PingpongError, check_tensor
 from . import hopper, portable
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -34,8 +34,8 @@ def interpreter_enabled() -> bool:
 
 def _check(a, b, out):
     for name, t in (("a", a), ("b", b), ("out", out)):
-        if (t is not None or name != "out") and not isinstance(t, torch.Tensor):
-            raise PingpongError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        if t is not None or name != "out":
+            check_tensor(name, t)
     dtype = a.dtype
     if dtype not in DTYPES:
         raise PingpongError(f"a: dtype {dtype} is not supported; expected one of float32, bfloat16, float16")

@@ -94,6 +94,12 @@ def moe_group_sizes(tokens: int, experts: int, top_k: int, routing: str) -> list
     """Rows per expert of `tokens` tokens routed to `top_k` experts each: "balanced" (equal,
     the remainder to the first experts) or "zipf" (expert i's share ∝ 1/(i+1)^ZIPF_EXPONENT,
     at most `tokens` rows each: a token picks an expert once). Sums to tokens·top_k."""
+    for name, v, least in (("tokens", tokens, 0), ("experts", experts, 1), ("top_k", top_k, 1)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < least:
+            raise PingpongError(f"{name}: expected an int ≥ {least}, got {v!r}")
+    if top_k > experts:
+        raise PingpongError(f"top_k: {top_k} experts per token, but there are only {experts} (a token picks an expert"
+                            " once)")
     total = tokens * top_k
     if routing == "balanced":
         return [total // experts + (i < total % experts) for i in range(experts)]
