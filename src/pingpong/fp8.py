@@ -207,7 +207,10 @@ LAYER_SCALINGS = {"row": ("row", "row"), "block": ("block", "block128x128")}
 
 def fp8_unsupported_reason(layer: torch.nn.Linear, fp8: str) -> str | None:
     """Why Float8Linear cannot take `layer` with scaling `fp8`, or None."""
-    return _shape_reason(layer.out_features, layer.in_features, fp8)
+    why = _shape_reason(layer.out_features, layer.in_features, fp8)
+    if why is None and not layer.weight.is_cuda:  # quantize_fp8 runs on the GPU
+        why = f"weight on {layer.weight.device}: Float8Linear quantizes it at the swap, on the GPU; move the model first"
+    return why
 
 
 def _shape_reason(n: int, k: int, fp8: str) -> str | None:
@@ -215,8 +218,6 @@ def _shape_reason(n: int, k: int, fp8: str) -> str | None:
         return f"in_features={k}, out_features={n}: FP8 needs multiples of 16"
     if fp8 == "block" and k % BLOCK:
         return f"in_features={k}: block-wise FP8 needs a multiple of {BLOCK}"
-    if not layer.weight.is_cuda:  # quantize_fp8 runs on the GPU
-        return f"weight on {layer.weight.device}: Float8Linear quantizes it at the swap, on the GPU; move the model first"
     return None
 
 
