@@ -390,6 +390,17 @@ MUTATIONS = [
     ("FP8 grouped takes expanded expert weights", "src/pingpong/runtime/fp8_spec.py",
      "b.stride(0) % 16 or b.stride(0) <= 0", "b.stride(0) % 16 or b.stride(0) < 0",
      "tests/test_reliability_launch_keys.py"),
+    # -- inductor's direct calls (pingpong.inductor) and the split plan's pointer launch
+    ("inductor's gemm call drops the bias", "src/pingpong/inductor.py",
+     "direct.gemm(a, b, c_t, alpha, beta, out.dtype, bias_t, activation, out=out)",
+     "direct.gemm(a, b, c_t, alpha, beta, out.dtype, None, activation, out=out)",
+     "tests/test_inductor.py"),
+    ("inductor lowering always falls back", "src/pingpong/inductor.py",
+     "if V.graph.cpp_wrapper:", "if True:",
+     "tests/test_inductor.py"),
+    ("split plan's pointer launch keeps A, B under swap-AB", "src/pingpong/hopper/backend.py",
+     "first, second = (b_ptr, a_ptr) if self.config.swap_ab else (a_ptr, b_ptr)", "first, second = (a_ptr, b_ptr)",
+     "tests/test_splitk.py"),
 ]
 
 
