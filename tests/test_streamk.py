@@ -67,11 +67,11 @@ def test_units_cover_every_k_step_once_random_shapes():
 
 
 @pytest.mark.parametrize("tiles, k_steps, sms, expect", [
-    (160, 128, 132, (132, 0, 132)),  # 589×8192, 128×256: 28 tiles in the last wave, all 160 streamed
+    (160, 128, 132, (132, 132, 132)),  # 589×8192, 128×256: one wave, the 28 tiles of the last streamed
     (36, 112, 132, (132, 0, 132)),  # 124×9216×7168: fewer tiles than SMs, all streamed
     (264, 64, 132, (132, 264, 1)),  # whole waves: data-parallel
     (200, 64, 132, (132, 200, 1)),  # the last wave at least half full: data-parallel
-    (300, 48, 132, (132, 132, 132)),  # 36 tiles over: the last full wave and the partial one streamed
+    (100, 64, 132, (100, 100, 1)),  # one wave, at least half full: data-parallel
     (3, 2, 132, (1, 0, 1)),  # 6 k-steps: one streaming program (MIN_STREAM_STEPS)
 ])
 def test_hybrid_split(tiles, k_steps, sms, expect):
@@ -79,11 +79,14 @@ def test_hybrid_split(tiles, k_steps, sms, expect):
     check(tiles, k_steps, sms)
 
 
-def test_a_tile_is_shared_by_at_most_two_programs_when_a_full_wave_is_streamed():
-    """With a full wave streamed besides the partial one, every share is longer than a tile."""
-    for tiles in range(133, 400, 7):
-        if sk.stream_k_split(tiles, 100, 132)[2] > 1:
-            assert sk.stream_parts(tiles, 100, 132) == 2
+def test_parts_per_tile_follow_from_the_share_length():
+    """A tile of S k-steps meets at most ⌈(S − 1) / q⌉ + 1 shares of q (or q + 1) k-steps."""
+    for tiles in range(1, 400, 7):
+        for k_steps in (1, 9, 64, 100):
+            programs, dp, streamers = sk.stream_k_split(tiles, k_steps, 132)
+            q = (tiles - dp) * k_steps // streamers
+            if q:
+                assert sk.stream_parts(tiles, k_steps, 132) <= -(-(k_steps - 1) // q) + 1
 
 
 def test_streaming_shares_are_at_least_min_stream_steps():
@@ -95,11 +98,11 @@ def test_streaming_shares_are_at_least_min_stream_steps():
 
 def test_workspace_has_a_slot_per_sharing_program():
     cfg = KernelConfig(128, 256, 64, stream_k=True)
-    assert partial_slots(589, 8192, 8192, cfg, sms=132) == 2
-    assert workspace_shape(589, 8192, 8192, cfg, sms=132) == (2 * 640, 8192)
+    assert partial_slots(589, 8192, 8192, cfg, sms=132) == 6  # 28 tiles of 128 k-steps, shares of 27
+    assert workspace_shape(589, 8192, 8192, cfg, sms=132) == (6 * 640, 8192)
     assert workspace_shape(256, 132 * 256, 1024, cfg, sms=132) == (0, 132 * 256)  # whole waves: no partials
     assert workspace_reason(589, 8192, 8192, cfg, sms=132) is None
-    why = workspace_reason(131072, 16640, 512, KernelConfig(128, 128, 64, stream_k=True), sms=132)
+    why = workspace_reason(131072, 16640, 4096, KernelConfig(128, 128, 64, stream_k=True), sms=132)
     assert why is not None and "stream_k=True" in why
 
 
