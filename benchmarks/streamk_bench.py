@@ -25,9 +25,7 @@ def candidates():
 
     return {
         "sk 128x256": KernelConfig(128, 256, 64, stream_k=True),
-        "sk 128x192": KernelConfig(128, 192, 64, stream_k=True),
         "sk 128x128": KernelConfig(128, 128, 64, stream_k=True),
-        "sk pp 64x256": KernelConfig(64, 256, 64, schedule="pingpong", stream_k=True),
         "sk pp 64x128": KernelConfig(64, 128, 64, schedule="pingpong", stream_k=True),
     }
 

@@ -27,6 +27,9 @@ Cᵀ = Bᵀ·Aᵀ under swap-AB), so the epilogue needs no TMA descriptor or sta
 shared memory is all ring stages. Per element it costs a little more than the TMA store;
 split-K and swap-AB are chosen where the output is small next to the operands.
 
+Stream-K (StreamKEpilogue) runs the same fix-up with SPLITS per tile: the programs that share
+the tile's k-steps, each writing the slot of its position along K (StreamKScheduler.split).
+
 The arrival counters are int32, one per (tile, consumer half), zero before the launch and
 zero again after it, so the plan keeps one buffer per stream (pingpong.runtime.plan.arrival_counters):
 launches in one stream's order reuse it, launches on different streams never share one.

@@ -39,6 +39,10 @@ fills the 64-row wgmma side and the result is written transposed.
               │ MMA k-steps [0, S) │ ws[0] ← acc, arrive  │ MMA [S, 2S) │ ws[1] ← acc, arrive, last:
               │                                            │   out = cast(act(α·(ws[0] + ws[1] + ...) + bias) + β·C)
 
+STREAM-K (stream_k_gemm; KernelConfig.stream_k): the same partitions and fix-up over
+StreamKScheduler's units: whole waves of tiles data-parallel, the last wave's k-steps shared
+evenly; a unit's K range varies, so each consumer's ring counter is the scheduler's first_step.
+
 CLUSTERS (KernelConfig.cluster_m=2; CLUSTER = 2, launched with num_ctas=2): one
 program is a pair of CTAs on two SMs of one GPC, and the kernel describes the pair (Triton's
 CTA layouts: BM is the pair's 2·block_m rows, A's box and the accumulator split over the two
