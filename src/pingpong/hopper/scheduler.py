@@ -303,8 +303,9 @@ def stream_owner(step, programs, total):
 
 @gluon.jit
 def stream_units(begin, end, k_steps):
-    """Units of the share [begin, end): the streamed tiles it touches (0 if empty)."""
-    return min(end - begin, (end + k_steps - 1) // k_steps - begin // k_steps)
+    """Units of the share [begin, end): the streamed tiles it touches (an empty share is a
+    non-streaming program's, at total, a multiple of k_steps: 0)."""
+    return (end + k_steps - 1) // k_steps - begin // k_steps
 
 
 @gluon.jit
