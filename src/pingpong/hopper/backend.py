@@ -41,10 +41,9 @@ from ..runtime.launcher import CachedLaunch
 from ..runtime.plan import GroupedPlan, LaunchedPlan, Plan, arrival_counters, bias_vector, device_index
 from ..runtime.spec import COLS, RAGGED_K, GemmSpec, grouped_out, ragged_view
 from .config import KernelConfig, column_pieces
-from .launch import counter_count, per_batch, prepare, prepare_split, tma_orientation, \
+from .launch import counter_count, partial_slots, per_batch, prepare, prepare_split, tma_orientation, \
     workspace_reason, workspace_shape
-from .scheduler import effective_splits
-from .select import choose
+from .select import DEFAULT_SMS, choose
 
 NAME = "hopper"
 ORDER = 0
@@ -109,16 +108,16 @@ def can_implement(spec: GemmSpec) -> str | None:
     config = spec.config
     if config is None:
         return None
-    if _one_kernel(spec) and (config.split_k > 1 or config.swap_ab):
-        return (f"split_k={config.split_k}, swap_ab={config.swap_ab} run 2-D products only; batched products take"
-                " split_k=1, swap_ab=False")
+    if _one_kernel(spec) and (config.split_k > 1 or config.swap_ab or config.stream_k):
+        return (f"split_k={config.split_k}, swap_ab={config.swap_ab}, stream_k={config.stream_k} run 2-D products"
+                " only; batched products take split_k=1, swap_ab=False, stream_k=False")
     if _one_kernel(spec) and config.cluster_m > 1:
         return (f"cluster_m={config.cluster_m} (2-CTA clusters) runs 2-D products only; batched products take"
                 " cluster_m=1")
     if _one_kernel(spec) and len(column_pieces(config.block_n)) > 1:
         return (f"block_n={config.block_n} (two column pieces) runs 2-D products only; batched products take a"
                 " power-of-two block_n")
-    return workspace_reason(*spec.mnk, config)
+    return workspace_reason(*spec.mnk, config, sms=_stream_sms(config, device_index(device)))
 
 
 def plan(spec: GemmSpec) -> Plan:
@@ -143,14 +142,14 @@ def plan(spec: GemmSpec) -> Plan:
         source = "the heuristic's config" if source == "heuristic" else f"the config tuned in {source}"
         if _one_kernel(spec):
             config, source = one_kernel_config(config), source + ", as one batched kernel"
-        why = workspace_reason(*spec.mnk, config)
+        why = workspace_reason(*spec.mnk, config, sms=_stream_sms(config, device))
         if why:
             raise PingpongError(f"config: {why}")
-    config.derive(a.element_size(), out_dtype.itemsize)  # validates
+    d = config.derive(a.element_size(), out_dtype.itemsize)  # validates
     copy_ab = dict(copy_a=tma_matrices(a) is None, copy_b=tma_matrices(b) is None, read=read)
-    if config.split_k > 1 or config.swap_ab:  # C and out go through pointers: row-major suffices
-        splits = effective_splits(K, config.block_k, config.split_k)
-        rows, cols = workspace_shape(M, N, K, config)
+    if d.workspace:  # split-K / swap-AB / stream-K: C and out go through pointers, row-major suffices
+        splits = partial_slots(M, N, K, config, sms=_stream_sms(config, device))
+        rows, cols = workspace_shape(M, N, K, config, sms=_stream_sms(config, device))
         row_major = lambda t: t.strides[1] == 1 or t.shape[1] <= 1  # noqa: E731
         plan = SplitPlan(device, config, **copy_ab, copy_c=read and not row_major(c),
                          copy_out=spec.inplace and not row_major(c), workspace=(rows, cols),
@@ -164,8 +163,8 @@ def plan(spec: GemmSpec) -> Plan:
 
 
 def one_kernel_config(config: KernelConfig) -> KernelConfig:
-    """A config of the one-kernel path for a batched call (the split-K / swap-AB launches
-    and their workspace are 2-D): split-K dropped; swap-AB (chosen for M ≤ 64) replaced by
+    """A config of the one-kernel path for a batched call (the split-K / swap-AB / stream-K
+    launches and their workspace are 2-D): split-K and stream-K dropped; swap-AB (chosen for M ≤ 64) replaced by
     the heuristic's small-problem tile; a two-piece tile narrowed to its first piece (a
     batch's B box cannot be loaded into part of a buffer: Triton 3.6 could not reshape a
     slice; not re-tried under 3.9); a 2-CTA cluster run on one CTA.
@@ -174,7 +173,13 @@ def one_kernel_config(config: KernelConfig) -> KernelConfig:
     if config.swap_ab:
         return KernelConfig(128, 128, 64)
     pieces = column_pieces(config.block_n)
-    return dataclasses.replace(config, split_k=1, block_n=pieces[0], cluster_m=1)  # clusters: 2-D only
+    return dataclasses.replace(config, split_k=1, block_n=pieces[0], cluster_m=1, stream_k=False)  # 2-D only
+
+
+def _stream_sms(config: KernelConfig, device: int) -> int:
+    """The SMs a stream-K launch divides its work between (its workspace depends on them; the
+    other configs' does not, and they ask no device)."""
+    return sm_count(device) if config.stream_k else DEFAULT_SMS
 
 
 def _layouts(a, b) -> str:
@@ -328,7 +333,7 @@ class HopperPlan(LaunchedPlan):
 
 
 class SplitPlan(HopperPlan):
-    """A split-K / swap-AB config (KernelConfig.split_k > 1 or swap_ab): the same copies as
+    """A split-K / swap-AB / stream-K config (KernelConfig.split_k > 1, swap_ab or stream_k): the same copies as
     HopperPlan, then one launch (pingpong.hopper.fixup) with a fresh fp32 workspace from the
     caching allocator and the stream's arrival counters, so calls on different streams share
     neither:

@@ -25,10 +25,14 @@ Work decomposition (pingpong.hopper.scheduler), orthogonal to the schedule:
                   to a workspace [S, rows, cols] and the last split of each tile to finish sums
                   them in split order (bitwise repeatable), applies α, β·C and the cast, in the
                   same kernel (pingpong.hopper.fixup)
+    stream_k      whole waves of tiles data-parallel, the k-steps of the rest (the last wave
+                  and the full one before it) divided evenly between the programs; a tile
+                  shared by several is finished as a split-K tile is, its partials summed in
+                  K order (pingpong.hopper.scheduler.StreamKScheduler)
     swap_ab       the kernel computes Cᵀ = Bᵀ·Aᵀ: N on the wgmma M side (block_m tiles N),
                   M on the wgmma N side (block_n = 16..64 fits a decode batch); the result is
                   written to C transposed, through pointers
-    Both store through pointers, not TMA: no epilogue staging (swap-AB budgets the compiler's
+    All three store through pointers, not TMA: no epilogue staging (swap-AB budgets the compiler's
     scratch for turning each result tile around), the rest of the shared memory is ring.
 
 `validate()` (called by `derive`) raises ConfigError naming the violated constraint.
@@ -134,6 +138,7 @@ class Derived:
     block_n2: int = 0  # columns of the second column piece (block_n = 3·2^k); 0: one piece
     instr_shape2: tuple = ()  # the second piece's wgmma shape (= instr_shape without one)
     cluster_m: int = 1  # CTAs per cluster along M: the kernel's tile is cluster_m·block_m rows
+    stream_k: bool = False
 
     @property
     def pieces(self) -> tuple:
@@ -142,8 +147,9 @@ class Derived:
 
     @property
     def workspace(self) -> bool:
-        """The split-K / swap-AB kernel (pingpong.hopper.fixup): pointer epilogue, workspace when split."""
-        return self.split_k > 1 or self.swap_ab
+        """The split-K / swap-AB / stream-K kernels (pingpong.hopper.fixup): pointer epilogue,
+        workspace when split."""
+        return self.split_k > 1 or self.swap_ab or self.stream_k
 
     @property
     def total_warps(self) -> int:
@@ -204,6 +210,9 @@ class KernelConfig:
         tile once, multicast into both CTAs' shared memory (pingpong.hopper.pipeline); the
         persistent grid counts pairs. Warp-specialized schedules (CLUSTER_SCHEDULES), one K
         split, no swap, one column piece; unbatched products.
+    stream_k: stream-K work units (module docstring) instead of one per tile: the K splits are
+        the scheduler's, so split_k = 1; no swap_ab, no cluster; warp-specialized schedules,
+        16-bit operands, unbatched products.
     """
 
     block_m: int = 128
@@ -217,6 +226,7 @@ class KernelConfig:
     split_k: int = 1
     swap_ab: bool = False
     cluster_m: int = 1
+    stream_k: bool = False
 
     def derive(self, in_bytes: int = 2, out_bytes: int = 2) -> Derived:
         """Validate and derive everything else; raises ConfigError naming the constraint.
@@ -251,6 +261,13 @@ class KernelConfig:
                 f"split_k={self.split_k}, swap_ab={self.swap_ab}: split-K and swap-AB run on the warp-specialized"
                 f" schedules (cooperative, pingpong), not {self.schedule!r}"
             )
+        if type(self.stream_k) is not bool:
+            raise ConfigError(f"stream_k must be a bool, got {self.stream_k!r}")
+        if self.stream_k and (self.split_k > 1 or self.swap_ab
+                              or not SCHEDULE_FACTS[self.schedule].warp_specialized):
+            raise ConfigError(f"stream_k=True divides K itself and runs on the warp-specialized schedules (cooperative,"
+                              f" pingpong): it takes split_k=1, swap_ab=False, not split_k={self.split_k},"
+                              f" swap_ab={self.swap_ab}, schedule={self.schedule!r}")
         if not _is_int(self.cluster_m) or self.cluster_m not in CLUSTER_SIZES:
             raise ConfigError(f"cluster_m must be an int in {CLUSTER_SIZES} (CTAs per cluster along M), got"
                               f" {self.cluster_m!r}")
@@ -258,16 +275,18 @@ class KernelConfig:
             if self.schedule not in CLUSTER_SCHEDULES:
                 raise ConfigError(f"cluster_m={self.cluster_m} runs on the {' / '.join(CLUSTER_SCHEDULES)} schedule,"
                                   f" not {self.schedule!r}")
-            if self.split_k > 1 or self.swap_ab:
+            if self.split_k > 1 or self.swap_ab or self.stream_k:
                 raise ConfigError(f"cluster_m={self.cluster_m} cannot pair split_k={self.split_k} /"
-                                  f" swap_ab={self.swap_ab} work units (their epilogue stores through pointers);"
-                                  " use cluster_m=1")
+                                  f" swap_ab={self.swap_ab} / stream_k={self.stream_k} work units (their epilogue"
+                                  " stores through pointers); use cluster_m=1")
             if len(column_pieces(bn)) != 1:
                 raise ConfigError(f"cluster_m={self.cluster_m} needs a one-piece tile: block_n={bn} is two column"
                                   " pieces")
         if not _is_int(in_bytes) or in_bytes not in (1, 2):
             raise ConfigError(f"operands must be 16-bit (bf16/fp16) or 8-bit (fp8, pingpong.hopper.fp8_kernel) for"
                               f" wgmma here, got {in_bytes}-byte elements")
+        if self.stream_k and in_bytes != 2:
+            raise ConfigError("stream_k=True runs 16-bit (bf16/fp16) operands; FP8 takes split_k")
         if not _is_int(out_bytes) or out_bytes not in (2, 4):
             raise ConfigError(f"output elements must be 2 or 4 bytes, got {out_bytes}")
         consumers, cm, cn = _consumer_tile(self)
@@ -360,7 +379,7 @@ def _epilogue(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> tuple[int, in
     """(epilogue_n, staging buffers per consumer, staging bytes): the chosen or derived
     sub-tile width and what its buffers take from shared memory."""
     consumers, cm, cn = _consumer_tile(cfg)
-    if cfg.split_k > 1 or cfg.swap_ab:  # the pointer epilogue of pingpong.hopper.fixup: no staging;
+    if cfg.split_k > 1 or cfg.swap_ab or cfg.stream_k:  # the pointer epilogue of pingpong.hopper.fixup: no staging;
         # swap-AB rearranges each consumer's fp32 result through the compiler's scratch (at most a tile)
         return cn, 0, consumers * cm * cn * 4 if cfg.swap_ab else 0
     # one buffer for a whole tile; else 2, or one per sub-tile when their count is odd (a
@@ -444,4 +463,5 @@ def _derive(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> Derived:
         block_n2=pieces[1] if len(pieces) > 1 else 0,
         instr_shape2=(16, cfg.instr_n or _instr_n(pieces[-1]), WGMMA_K_BYTES // in_bytes) if len(pieces) > 1 else (),
         cluster_m=cfg.cluster_m,
+        stream_k=cfg.stream_k,
     )

@@ -27,6 +27,9 @@ Cᵀ = Bᵀ·Aᵀ under swap-AB), so the epilogue needs no TMA descriptor or sta
 shared memory is all ring stages. Per element it costs a little more than the TMA store;
 split-K and swap-AB are chosen where the output is small next to the operands.
 
+Stream-K (StreamKEpilogue) runs the same fix-up with SPLITS per tile: the programs that share
+the tile's k-steps, each writing the slot of its position along K (StreamKScheduler.split).
+
 The arrival counters are int32, one per (tile, consumer half), zero before the launch and
 zero again after it, so the plan keeps one buffer per stream (pingpong.runtime.plan.arrival_counters):
 launches in one stream's order reuse it, launches on different streams never share one.
@@ -180,23 +183,30 @@ class SplitEpilogue:
         """The unit's partial in (MmaOp `mma`: one accumulator, or two column pieces side by
         side), and, if it completes its tile half, the result out (module docstring). COPY,
         tile_count and batch are the TMA epilogue's; unused here."""
+        self.store_part(mma, off_r, off_c, split, self.splits)
+
+    @gluon.jit
+    def store_part(self, mma, off_r, off_c, slot, parts):
+        """`store` of a unit whose tile is finished from `parts` partials, this one the
+        slot-th in the sum's order (split-K: slot = split, parts = splits; stream-K: per tile,
+        StreamKEpilogue)."""
         ROWS: gl.constexpr = mma.acc.shape[0]
         COLS: gl.constexpr = mma.acc.shape[1]
         COLS2: gl.constexpr = mma.acc2.shape[1] if mma.PIECES == 2 else 0
-        if self.splits == 1:
+        if parts == 1:
             self.store_result(mma.acc, off_r, off_c)
             if COLS2:
                 self.store_result(mma.acc2, off_r, off_c + COLS)
         else:
-            self.store_partial(mma.acc, off_r, off_c, split)
+            self.store_partial(mma.acc, off_r, off_c, slot)
             if COLS2:
-                self.store_partial(mma.acc2, off_r, off_c + COLS, split)
+                self.store_partial(mma.acc2, off_r, off_c + COLS, slot)
             counter = self.counters + (off_r // ROWS) * gl.cdiv(self.C, COLS + COLS2) + off_c // (COLS + COLS2)
-            if arrive(counter, self.splits * 32 * gl.num_warps()):
-                release_counter(counter, self.splits)
-                self.sum_and_store(off_r, off_c, ROWS, COLS)
+            if arrive(counter, parts * 32 * gl.num_warps()):
+                release_counter(counter, parts)
+                self.sum_and_store(off_r, off_c, ROWS, COLS, parts)
                 if COLS2:
-                    self.sum_and_store(off_r, off_c + COLS, ROWS, COLS2)
+                    self.sum_and_store(off_r, off_c + COLS, ROWS, COLS2, parts)
 
     @gluon.jit
     def store_partial(self, acc, off_r, off_c, split):
@@ -206,8 +216,8 @@ class SplitEpilogue:
         gl.store(self.ws + split.to(gl.int64) * self.split_stride + offs, acc, mask=inside)
 
     @gluon.jit
-    def sum_and_store(self, off_r, off_c, ROWS: gl.constexpr, COLS: gl.constexpr):
-        """Σ of every split's partial of the ROWS × COLS tile half at (off_r, off_c), in split
+    def sum_and_store(self, off_r, off_c, ROWS: gl.constexpr, COLS: gl.constexpr, parts):
+        """Σ of the `parts` partials of the ROWS × COLS tile half at (off_r, off_c), in split
         order, chunk by chunk of rows (coalesced reads, few registers), each chunk stored.
 
         This runs on the kernel's tail, so its cost is its memory round trips: the partials of
@@ -220,11 +230,11 @@ class SplitEpilogue:
             chunk = gl.zeros([CH, COLS], gl.float32, layout)
             rows, cols, inside = _workspace_indices(chunk, off_r + i * CH, off_c, self.ws_ld)
             part = self.ws + (gl.expand_dims(rows * self.ws_ld, 1) + gl.expand_dims(cols, 0))
-            for s in range(0, self.splits, 4):  # fixed order: bitwise repeatable
+            for s in range(0, parts, 4):  # fixed order: bitwise repeatable
                 p0 = gl.load(part, mask=inside, other=0.0)  # four splits' loads in flight together
-                p1 = gl.load(part + self.split_stride, mask=inside & (s + 1 < self.splits), other=0.0)
-                p2 = gl.load(part + 2 * self.split_stride, mask=inside & (s + 2 < self.splits), other=0.0)
-                p3 = gl.load(part + 3 * self.split_stride, mask=inside & (s + 3 < self.splits), other=0.0)
+                p1 = gl.load(part + self.split_stride, mask=inside & (s + 1 < parts), other=0.0)
+                p2 = gl.load(part + 2 * self.split_stride, mask=inside & (s + 2 < parts), other=0.0)
+                p3 = gl.load(part + 3 * self.split_stride, mask=inside & (s + 3 < parts), other=0.0)
                 chunk = (((chunk + p0) + p1) + p2) + p3
                 part += 4 * self.split_stride  # pointer steps: no 32-bit product of split and stride
             self.store_result(chunk, off_r + i * CH, off_c)
@@ -253,4 +263,28 @@ class SplitEpilogue:
     @gluon.jit
     def drain(self):
         """Nothing in flight: every store above is a plain global store."""
+        pass
+
+
+@aggregate
+class StreamKEpilogue:
+    """The stream-K kernel's epilogue: SplitEpilogue with the parts counted per tile. The
+    scheduler's split(t) is the unit's (slot, parts) (pingpong.hopper.scheduler.StreamKScheduler):
+    a data-parallel tile (parts 1) is stored directly; a tile shared by `parts` programs has
+    its partials summed in K order by the last of them to arrive, as a split-K tile's splits
+    are (module docstring). The workspace holds the most parts of any tile."""
+
+    part: SplitEpilogue
+
+    @gluon.constexpr_function
+    def __init__(self, part):
+        self.part = part
+
+    @gluon.jit
+    def store(self, mma, COPY: gl.constexpr, tile_count, off_r, off_c, batch, split):
+        slot, parts = split
+        self.part.store_part(mma, off_r, off_c, slot, parts)
+
+    @gluon.jit
+    def drain(self):
         pass

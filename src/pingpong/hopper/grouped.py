@@ -189,6 +189,14 @@ class GroupedScheduler:
         return 0
 
     @gluon.jit
+    def unit_steps(self, local_tile):
+        return self.k_steps
+
+    @gluon.jit
+    def first_step(self, local_tile):
+        return local_tile * self.k_steps
+
+    @gluon.jit
     def split(self, local_tile):
         return 0
 

@@ -39,6 +39,10 @@ fills the 64-row wgmma side and the result is written transposed.
               │ MMA k-steps [0, S) │ ws[0] ← acc, arrive  │ MMA [S, 2S) │ ws[1] ← acc, arrive, last:
               │                                            │   out = cast(act(α·(ws[0] + ws[1] + ...) + bias) + β·C)
 
+STREAM-K (stream_k_gemm; KernelConfig.stream_k): the same partitions and fix-up over
+StreamKScheduler's units: whole waves of tiles data-parallel, the last wave's k-steps shared
+evenly; a unit's K range varies, so each consumer's ring counter is the scheduler's first_step.
+
 CLUSTERS (KernelConfig.cluster_m=2; CLUSTER = 2, launched with num_ctas=2): one
 program is a pair of CTAs on two SMs of one GPC, and the kernel describes the pair (Triton's
 CTA layouts: BM is the pair's 2·block_m rows, A's box and the accumulator split over the two
@@ -70,12 +74,12 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from .epilogue import Epilogue
-from .fixup import Alpha, SplitEpilogue
+from .fixup import Alpha, SplitEpilogue, StreamKEpilogue
 from .loader import TileLoader
 from .mma import MmaOp
 from .phase_sync import PhaseSync
-from .pipeline import Ring, first_counter
-from .scheduler import SplitKScheduler, TileScheduler
+from .pipeline import Ring
+from .scheduler import SplitKScheduler, StreamKScheduler, TileScheduler
 
 
 # ----------------------------------------------------------------------------- shared steps
@@ -116,7 +120,7 @@ def producer(loader, ring, sched):
         off_m, off_n = sched.tile_offsets(t)
         k0 = sched.k_begin(t)
         batch = sched.tile_batch(t)
-        for k in range(sched.k_steps):
+        for k in range(sched.unit_steps(t)):
             loader.load(ring, counter, off_m, off_n, k0 + k * sched.BK, batch)
             counter += 1
 
@@ -128,13 +132,14 @@ def producer(loader, ring, sched):
 def pingpong_consumer(ring, sched, epi, sync, CONSUMER: gl.constexpr, CFG: gl.constexpr):
     """Consumer CONSUMER takes this program's tiles CONSUMER, CONSUMER+2, ... (PhaseSync turns)."""
     for j in range((sched.local_tiles() - CONSUMER + 1) // 2):
-        first = first_counter(j, sched.k_steps, 2, CONSUMER)
+        t = 2 * j + CONSUMER
+        first = sched.first_step(t)
+        steps = sched.unit_steps(t)
         sync.wait_turn(CONSUMER, j)
-        mma = mainloop(ring, first, sched.k_steps, 0, sched.BM, sched.BN, CFG.BN2, CFG.acc_layout, CFG.acc_layout2,
+        mma = mainloop(ring, first, steps, 0, sched.BM, sched.BN, CFG.BN2, CFG.acc_layout, CFG.acc_layout2,
                        CFG.A_KMAJOR, CFG.B_KMAJOR)
         sync.pass_turn(CONSUMER)
-        mma = finish_mainloop(mma, ring, first + sched.k_steps - 1)
-        t = 2 * j + CONSUMER
+        mma = finish_mainloop(mma, ring, first + steps - 1)
         off_m, off_n = sched.tile_offsets(t)
         epi.store(mma, CONSUMER, j, off_m, off_n, sched.tile_batch(t), sched.split(t))
     epi.drain()
@@ -145,10 +150,11 @@ def cooperative_consumer(ring, sched, epi, CONSUMER: gl.constexpr, CFG: gl.const
     """Consumer CONSUMER computes rows [CONSUMER·BM/2, (CONSUMER+1)·BM/2) of every tile."""
     ROWS: gl.constexpr = sched.BM // 2
     for t in range(sched.local_tiles()):
-        first = first_counter(t, sched.k_steps, 1, 0)  # both consumers read every k-step
-        mma = mainloop(ring, first, sched.k_steps, CONSUMER * ROWS, ROWS, sched.BN, CFG.BN2, CFG.acc_layout,
+        first = sched.first_step(t)  # both consumers read every k-step
+        steps = sched.unit_steps(t)
+        mma = mainloop(ring, first, steps, CONSUMER * ROWS, ROWS, sched.BN, CFG.BN2, CFG.acc_layout,
                        CFG.acc_layout2, CFG.A_KMAJOR, CFG.B_KMAJOR)
-        mma = finish_mainloop(mma, ring, first + sched.k_steps - 1)
+        mma = finish_mainloop(mma, ring, first + steps - 1)
         off_m, off_n = sched.tile_offsets(t)
         epi.store(mma, CONSUMER, t, off_m + CONSUMER * ROWS, off_n, sched.tile_batch(t), sched.split(t))
     epi.drain()
@@ -160,6 +166,7 @@ def cooperative_consumer(ring, sched, epi, CONSUMER: gl.constexpr, CFG: gl.const
 # and the parts hold them as tensors).
 _RUNTIME_SCALARS = ["M", "N", "K", "batches"]
 _SPLIT_RUNTIME_SCALARS = ["M", "N", "K", "splits", "split_stride16", "ws_ld16", "out_ld", "c_ld"]
+_STREAM_RUNTIME_SCALARS = ["M", "N", "K", "dp_tiles", "streamers", "split_stride16", "ws_ld16", "out_ld", "c_ld"]
 
 
 @gluon.jit
@@ -221,6 +228,25 @@ def split_k_gemm(a_desc, b_desc, ws, counters, out, cin, bias, M, N, K, alpha, b
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, CFG.B_KMAJOR)
     epi = SplitEpilogue(ws, split_stride16 * 4, ws_ld16 * 4, counters, out, out_ld, cin, c_ld, bias, Alpha(alpha), beta,
                         M, N, splits, CFG.EPI)
+    run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, CFG.A_KMAJOR, CFG.B_KMAJOR, CFG.BN2), CFG)
+
+
+@gluon.jit(do_not_specialize=_STREAM_RUNTIME_SCALARS)
+def stream_k_gemm(a_desc, b_desc, ws, counters, out, cin, bias, M, N, K, alpha, beta, dp_tiles, streamers,
+                  split_stride16, ws_ld16, out_ld, c_ld, CFG: gl.constexpr):
+    """The same partitions over StreamKScheduler's units: the first dp_tiles tiles whole, the
+    rest's k-steps shared evenly by `streamers` programs; a shared tile is finished by the last
+    of its programs to arrive (StreamKEpilogue: SplitEpilogue's fix-up, its parts per tile; the
+    workspace's slots as split_k_gemm's splits). Arguments as split_k_gemm's, but for the
+    decomposition (pingpong.hopper.scheduler.stream_k_split) instead of `splits`."""
+    gl.static_assert(CFG.STAGES >= 2, "the ring needs at least 2 stages")
+    gl.static_assert(CFG.RELEASERS == (1 if CFG.PINGPONG else 2),
+                     "ping-pong: one consumer frees a slot; cooperative: both")
+    gl.static_assert(CFG.CLUSTER == 1 and not CFG.EPI.SWAP, "stream-K units are not paired nor swapped (config.validate)")
+    sched = StreamKScheduler.create(M, N, K, dp_tiles, streamers, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M)
+    ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, CFG.B_KMAJOR)
+    epi = StreamKEpilogue(SplitEpilogue(ws, split_stride16 * 4, ws_ld16 * 4, counters, out, out_ld, cin, c_ld, bias,
+                                        Alpha(alpha), beta, M, N, streamers, CFG.EPI))  # (its splits: unused)
     run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, CFG.A_KMAJOR, CFG.B_KMAJOR, CFG.BN2), CFG)
 
 

@@ -36,8 +36,8 @@ from ..runtime.spec import Operand, bias_kind
 from ..toolchain import KERNEL_OPTIONS
 from .config import SCHEDULE_FACTS, KernelConfig, swizzle_width
 from .epilogue import EpilogueConstants
-from .kernel import persistent_gemm, split_k_gemm, warp_specialized_gemm
-from .scheduler import effective_splits
+from .kernel import persistent_gemm, split_k_gemm, stream_k_gemm, warp_specialized_gemm
+from .scheduler import effective_splits, stream_k_split, stream_parts
 
 _GL_DTYPE = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}
 
@@ -242,28 +242,39 @@ def _gemm_launch(a, b, out, c, alpha, beta, d, sms: int, bias=None, activation="
 MAX_SPLIT_BLOCK = 2**31
 
 
-def workspace_shape(M: int, N: int, K: int, config: KernelConfig, in_bytes: int = 2) -> tuple[int, int]:
-    """(rows, cols) of the fp32 workspace a split-K call needs (0 rows: one split, none);
-    in_bytes: the operands' element size (1 for FP8), for which `config` is derived.
+def partial_slots(M: int, N: int, K: int, config: KernelConfig, in_bytes: int = 2, sms: int = 132) -> int:
+    """Partial tiles one output tile may be summed from: split-K's splits, or under stream_k
+    the most programs sharing one tile on `sms` SMs (scheduler.stream_parts); 1: none."""
+    d = config.derive(in_bytes)
+    if d.stream_k:
+        return stream_parts(-(-M // d.block_m) * -(-N // d.block_n), -(-K // d.block_k), sms)
+    return effective_splits(K, d.block_k, d.split_k)
 
-    The kernel computes a rows' × cols' product (M × N, or N × M under swap_ab); each split
-    owns rows' rounded up to block_m rows (a tile never crosses into the next split's block),
-    and a row is padded to 16 bytes."""
+
+def workspace_shape(M: int, N: int, K: int, config: KernelConfig, in_bytes: int = 2, sms: int = 132) -> tuple[int, int]:
+    """(rows, cols) of the fp32 workspace a split-K / stream-K call needs (0 rows: no partials);
+    in_bytes: the operands' element size (1 for FP8), for which `config` is derived; sms: the
+    SMs a stream-K launch runs on.
+
+    The kernel computes a rows' × cols' product (M × N, or N × M under swap_ab); each slot
+    (split) owns rows' rounded up to block_m rows (a tile never crosses into the next slot's
+    block), and a row is padded to 16 bytes."""
     d = config.derive(in_bytes)
     rows, cols = (N, M) if d.swap_ab else (M, N)
-    splits = effective_splits(K, d.block_k, d.split_k)
-    return (splits if splits > 1 else 0) * -(-rows // d.block_m) * d.block_m, -(-cols // 4) * 4
+    slots = partial_slots(M, N, K, config, in_bytes, sms)
+    return (slots if slots > 1 else 0) * -(-rows // d.block_m) * d.block_m, -(-cols // 4) * 4
 
 
-def workspace_reason(M: int, N: int, K: int, config: KernelConfig, in_bytes: int = 2) -> str | None:
-    """Why a split-K config cannot run this M × N × K product (one split's workspace block
-    beyond 32-bit offsets), or None (in_bytes: as workspace_shape)."""
-    if not (config.split_k > 1 or config.swap_ab):
+def workspace_reason(M: int, N: int, K: int, config: KernelConfig, in_bytes: int = 2, sms: int = 132) -> str | None:
+    """Why a split-K / stream-K config cannot run this M × N × K product (one slot's workspace
+    block beyond 32-bit offsets), or None (in_bytes, sms: as workspace_shape)."""
+    if not (config.split_k > 1 or config.swap_ab or config.stream_k):
         return None
-    splits = effective_splits(K, config.block_k, config.split_k)
-    rows, cols = workspace_shape(M, N, K, config, in_bytes)
-    if rows // splits * cols >= MAX_SPLIT_BLOCK:
-        return (f"split_k={config.split_k} needs {rows // splits * cols} fp32 workspace elements per split for this"
+    rows, cols = workspace_shape(M, N, K, config, in_bytes, sms)
+    slots = partial_slots(M, N, K, config, in_bytes, sms)
+    if rows // max(slots, 1) * cols >= MAX_SPLIT_BLOCK:
+        what = "stream_k=True" if config.stream_k else f"split_k={config.split_k}"
+        return (f"{what} needs {rows // slots * cols} fp32 workspace elements per partial tile slot for this"
                 f" {M}×{N} output; at most {MAX_SPLIT_BLOCK - 1} fit")
     return None
 
@@ -285,10 +296,13 @@ def product_bias(bias, M: int, swap: bool) -> str:
 
 def prepare_split(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, workspace: torch.Tensor,
                   counters: torch.Tensor, bias=None, activation="none"):
-    """(kernel, args, kwargs, grid) of a split-K / swap-AB call: one launch.
+    """(kernel, args, kwargs, grid) of a split-K / swap-AB / stream-K call: one launch.
 
         splits × tiles work units ──fp32 partials──> workspace
         the last split of each tile ──Σ splits in order, α, bias, act, β·C, cast (transpose)──> out
+
+    Stream-K (config.stream_k): the units of scheduler.stream_k_split on `sms` SMs; a tile
+    shared by several programs is finished as a split tile is.
 
     `workspace`: fp32, at least workspace_shape(...) (values unused); `counters`: int32, at
     least counter_count(...), all zero (they are zero again after the kernel); with one split
@@ -298,8 +312,8 @@ def prepare_split(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, wor
     N = b.shape[1]
     d = config.derive(a.element_size(), out.element_size())
     ka, kb = (b.t(), a.t()) if d.swap_ab else (a, b)  # swap: Cᵀ (N × M) = bᵀ (N × K) · aᵀ (K × M)
-    splits = effective_splits(K, d.block_k, d.split_k)
-    ws_rows, ld = workspace_shape(M, N, K, config)
+    splits = partial_slots(M, N, K, config, sms=sms)
+    ws_rows, ld = workspace_shape(M, N, K, config, sms=sms)
     block = ws_rows // splits * ld if splits > 1 else 0
     assert block < MAX_SPLIT_BLOCK, "one split's workspace block must be 32-bit addressable"
     assert workspace.dtype == torch.float32 and workspace.numel() >= ws_rows * ld
@@ -310,12 +324,17 @@ def prepare_split(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, wor
     a_desc, b_desc, majors = operand_descriptors(ka, kb, d)
     kind = product_bias(bias, M, d.swap_ab)
     bias_ptr = bias_vector(bias) if bias is not None else out  # never read without a bias
+    tiles = -(-ka.shape[0] // d.block_m) * -(-kb.shape[1] // d.block_n)
+    if d.stream_k:
+        programs, dp_tiles, streamers = stream_k_split(tiles, -(-K // d.block_k), sms)
+        kernel, grid, decomposition = stream_k_gemm, programs, (dp_tiles, streamers)
+    else:
+        kernel, grid, decomposition = split_k_gemm, max(1, min(sms, tiles * splits)), (splits,)
     args = (a_desc, b_desc, workspace, counters, out, c if has_c else out, bias_ptr, ka.shape[0], kb.shape[1], K,
-            float(alpha), float(beta), splits, block // 4, ld // 4, out.stride(0), c.stride(0) if has_c else 0)
+            float(alpha), float(beta), *decomposition, block // 4, ld // 4, out.stride(0), c.stride(0) if has_c else 0)
     epi = EpilogueConstants(HAS_C=has_c, BIAS=kind, ACTIVATION=activation, SWAP=d.swap_ab)
     kwargs = dict(CFG=kernel_constants(d, epi, **majors), **launch_options(d))
-    units = -(-ka.shape[0] // d.block_m) * -(-kb.shape[1] // d.block_n) * splits
-    return split_k_gemm, args, kwargs, (max(1, min(sms, units)),)
+    return kernel, args, kwargs, (grid,)
 
 
 # ----------------------------------------------------------------------------- offline compilation
@@ -371,7 +390,7 @@ def _offline_split_builder(config: KernelConfig, shape: tuple[int, int, int], do
         a = torch.empty(M, K, dtype=torch.bfloat16)
         w = torch.empty(N, K, dtype=torch.bfloat16)
         out = torch.empty(M, N, dtype=torch.bfloat16)
-        workspace = torch.empty(workspace_shape(M, N, K, config), dtype=torch.float32)
+        workspace = torch.empty(workspace_shape(M, N, K, config, sms=132), dtype=torch.float32)
         counters = torch.zeros(counter_count(M, N, config), dtype=torch.int32)
         kernel, args, kwargs, grid = prepare_split(a, w.t(), out, out, 1.0, 1.0, config, 132, workspace, counters)
         return cc.Launch(kernel, args, kwargs, grid)
@@ -394,6 +413,12 @@ OFFLINE_SPLIT_VARIANTS = {
                         "Hopper GEMM, swap-AB, ping-pong 64×16×128 (select's decode tile), one split"),
     "splitk_192": (KernelConfig(128, 192, 64, schedule="cooperative", split_k=2), (512, 6144, 4096),
                    "Hopper GEMM, split-K 2, cooperative 128×192×64 (two column pieces, 128 + 64)"),
+    "streamk": (KernelConfig(128, 128, 64, stream_k=True), (589, 8192, 8192),
+                "Hopper GEMM, stream-K, cooperative 128×128×64 (the last wave and one more streamed)"),
+    "streamk_pingpong": (KernelConfig(64, 128, 64, schedule="pingpong", stream_k=True), (800, 3072, 3072),
+                         "Hopper GEMM, stream-K, ping-pong 64×128×64 (the last wave and one more streamed)"),
+    "streamk_192": (KernelConfig(128, 192, 64, stream_k=True), (124, 9216, 7168),
+                    "Hopper GEMM, stream-K, cooperative 128×192×64 (two column pieces; fewer tiles than SMs)"),
 }
 for _name, (_config, _shape, _doc) in OFFLINE_SPLIT_VARIANTS.items():
     cc.register(_name, targets=("sm_90a",))(_offline_split_builder(_config, _shape, _doc))

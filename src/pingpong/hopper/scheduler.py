@@ -2,15 +2,18 @@
 
 Every scheduler is an aggregate with the same interface, so a kernel takes either:
 
-    k_steps                 k-steps of one work unit (the same for every unit)
     local_tiles()           work units of this program
     tile_offsets(t)         (off_m, off_n) of the output tile of the program's t-th unit
     k_begin(t)              first K element the unit reads
+    unit_steps(t)           k-steps of the unit
+    first_step(t)           k-steps of the program's units before it (its first ring counter)
     tile_batch(t)           the matrix of a batched product the unit belongs to (0 if unbatched)
-    split(t)                the unit's K split (0 when a unit runs the whole K loop)
+    split(t)                the unit's K split (0 when a unit runs the whole K loop); stream-K:
+                            (slot, parts) of its tile's fix-up
 
 TileScheduler (data-parallel): one unit per output tile, the whole K loop. SplitKScheduler:
-SPLITS units per tile (module end). Each kernel names the one it runs.
+SPLITS units per tile. StreamKScheduler: whole waves of tiles, then the remaining tiles' k-steps
+divided evenly between the programs (module end). Each kernel names the one it runs.
 
 Program p of G takes tiles p, p+G, p+2G, ... of a *grouped* raster: tiles are numbered
 column-major inside bands of GROUP_M tile-rows, so the ~G tiles in flight at once share few
@@ -129,6 +132,14 @@ class TileScheduler:
         return 0
 
     @gluon.jit
+    def unit_steps(self, local_tile):
+        return self.k_steps
+
+    @gluon.jit
+    def first_step(self, local_tile):
+        return local_tile * self.k_steps
+
+    @gluon.jit
     def split(self, local_tile):
         """Every unit is the whole K loop: split 0."""
         return 0
@@ -228,6 +239,14 @@ class SplitKScheduler:
         return split * self.k_steps * self.BK
 
     @gluon.jit
+    def unit_steps(self, local_tile):
+        return self.k_steps
+
+    @gluon.jit
+    def first_step(self, local_tile):
+        return local_tile * self.k_steps
+
+    @gluon.jit
     def tile_batch(self, local_tile):
         """Split-K units are never batched (the plan keeps batched products off split-K)."""
         return 0
@@ -237,3 +256,206 @@ class SplitKScheduler:
         """The K split (0 .. SPLITS-1) of this program's `local_tile`-th unit."""
         tile, split = self.unit(local_tile)
         return split
+
+
+# ----------------------------------------------------------------------------- stream-K
+
+#: a streaming program's share of the streamed k-steps is at least this many: a shorter
+#: remainder is streamed by fewer programs (each share pays a partial tile's store and sum)
+MIN_STREAM_STEPS = 8
+
+
+def stream_k_split(tiles: int, k_steps: int, sms: int) -> tuple[int, int, int]:
+    """(programs, data-parallel tiles, streaming programs) of a stream-K launch of `tiles`
+    output tiles of `k_steps` k-steps each on `sms` SMs (StreamKScheduler).
+
+    Data-parallel when the last wave is at least half full (or full); else the whole waves
+    stay data-parallel and only the last, partial wave's tiles are streamed. (Streaming a
+    full wave more would give each program more than a tile's k-steps, but programs that
+    share a B column panel would then read it at different K offsets at the same time, and
+    the panel is no longer shared in L2: 589×8192×8192 streamed whole ran 1.7× slower than
+    data-parallel.) Streaming programs get at least MIN_STREAM_STEPS k-steps each."""
+    rest = tiles % sms  # tiles of the last wave
+    if rest == 0 or 2 * rest >= sms:
+        return min(sms, tiles), tiles, 1
+    dp = tiles - rest
+    streaming = max(1, min(sms, rest * k_steps // MIN_STREAM_STEPS))
+    return (sms if dp else streaming), dp, streaming
+
+
+@gluon.jit
+def stream_bound(p, programs, total):
+    """The first streamed k-step of program `p` when `programs` divide `total` k-steps
+    evenly (the first `total % programs` programs one more); p = programs: total."""
+    return p * (total // programs) + min(p, total % programs)
+
+
+@gluon.jit
+def stream_owner(step, programs, total):
+    """The streaming program whose share holds streamed k-step `step` (stream_bound's inverse)."""
+    per = max(total // programs, 1)  # (≥ 1 whenever a program streams; no division by 0 otherwise)
+    big = (total % programs) * (per + 1)  # the programs of one more k-step end here
+    owner = step // (per + 1)
+    if step >= big:
+        owner = total % programs + (step - big) // per
+    return owner
+
+
+@gluon.jit
+def stream_units(begin, end, k_steps):
+    """Units of the share [begin, end): the streamed tiles it touches (an empty share is a
+    non-streaming program's, at total, a multiple of k_steps: 0)."""
+    return (end + k_steps - 1) // k_steps - begin // k_steps
+
+
+@gluon.jit
+def stream_unit(begin, end, u, k_steps):
+    """(streamed tile, first, end) of unit `u` of the share [begin, end): the share cut at
+    tile boundaries; the unit runs the tile's k-steps [first, end) - tile·k_steps."""
+    tile = begin // k_steps + u
+    return tile, max(begin, tile * k_steps), min(end, tile * k_steps + k_steps)
+
+
+@aggregate
+class StreamKScheduler:
+    """Stream-K (hybrid): the first DP tiles are data-parallel (program p takes tiles p, p+G,
+    ... of them, the whole K loop each); the k-steps of the remaining tiles are one streamed
+    sequence, tile after tile, divided evenly between the first P programs (stream_bound):
+
+        streamed k-steps  │ tile DP          │ tile DP+1        │ tile DP+2        │ ...
+        shares            │ program 0          │ program 1          │ program 2       ...
+        units             │ p0 u0            │p0│ p1 u0         │p1│ p2 u0    ...
+
+    A program's units: its share cut at tile boundaries (streamed units first), then its
+    data-parallel tiles. A tile whose k-steps lie in one share is stored directly (parts 1);
+    one shared by `parts` programs is finished by the last of them to arrive, which sums the
+    partials in K order (slot 0 first; pingpong.hopper.fixup). The host picks DP and P
+    (stream_k_split); units differ in K range, so the ring counters are sums (first_step).
+    """
+
+    pid: gl.tensor
+    num_programs: gl.tensor
+    num_pid_m: gl.tensor
+    num_pid_n: gl.tensor
+    k_steps: gl.tensor  # k-steps of one whole tile
+    dp_tiles: gl.tensor
+    streamers: gl.tensor  # P: programs sharing the streamed k-steps
+    total: gl.tensor  # streamed k-steps
+    begin: gl.tensor  # this program's share [begin, end)
+    end: gl.tensor
+    units: gl.tensor  # this program's streamed units
+    BM: gl.constexpr
+    BN: gl.constexpr
+    BK: gl.constexpr
+    GROUP_M: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, pid, num_programs, num_pid_m, num_pid_n, k_steps, dp_tiles, streamers, total, begin, end,
+                 units, BM, BN, BK, GROUP_M):
+        self.pid = pid
+        self.num_programs = num_programs
+        self.num_pid_m = num_pid_m
+        self.num_pid_n = num_pid_n
+        self.k_steps = k_steps
+        self.dp_tiles = dp_tiles
+        self.streamers = streamers
+        self.total = total
+        self.begin = begin
+        self.end = end
+        self.units = units
+        self.BM = gl.constexpr(BM)
+        self.BN = gl.constexpr(BN)
+        self.BK = gl.constexpr(BK)
+        self.GROUP_M = gl.constexpr(GROUP_M)
+
+    @gluon.jit
+    def create(M, N, K, dp_tiles, streamers, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
+               GROUP_M: gl.constexpr):
+        pid = gl.program_id(0)
+        num_pid_m = gl.cdiv(M, BM)
+        num_pid_n = gl.cdiv(N, BN)
+        k_steps = gl.cdiv(K, BK)
+        total = (num_pid_m * num_pid_n - dp_tiles) * k_steps
+        begin = stream_bound(min(pid, streamers), streamers, total)
+        end = stream_bound(min(pid + 1, streamers), streamers, total)
+        return StreamKScheduler(pid, gl.num_programs(0), num_pid_m, num_pid_n, k_steps, dp_tiles, streamers, total,
+                                begin, end, stream_units(begin, end, k_steps), BM, BN, BK, GROUP_M)
+
+    @gluon.jit
+    def local_tiles(self):
+        return self.units + tiles_of_program(self.dp_tiles, self.pid, self.num_programs)
+
+    @gluon.jit
+    def unit(self, local_tile):
+        """(tile id, first k-step inside the tile, k-steps, first streamed k-step) of this
+        program's `local_tile`-th unit (a data-parallel tile: its whole K loop, streamed -1)."""
+        tile, first, last = stream_unit(self.begin, self.end, local_tile, self.k_steps)
+        tile_id = self.dp_tiles + tile
+        k0 = first - tile * self.k_steps
+        steps = last - first
+        if local_tile >= self.units:
+            tile_id = self.pid + (local_tile - self.units) * self.num_programs
+            k0 = 0
+            steps = self.k_steps
+            first = -1
+        return tile_id, k0, steps, first
+
+    @gluon.jit
+    def tile_offsets(self, local_tile):
+        _, off_m, off_n = self.locate(local_tile)
+        return off_m, off_n
+
+    @gluon.jit
+    def locate(self, local_tile):
+        """(batch 0, off_m, off_n) of this program's `local_tile`-th unit."""
+        tile_id, k0, steps, first = self.unit(local_tile)
+        pid_m, pid_n = tile_coords(tile_id, self.num_pid_m, self.num_pid_n, self.GROUP_M)
+        return 0, pid_m * self.BM, pid_n * self.BN
+
+    @gluon.jit
+    def k_begin(self, local_tile):
+        tile_id, k0, steps, first = self.unit(local_tile)
+        return k0 * self.BK
+
+    @gluon.jit
+    def unit_steps(self, local_tile):
+        tile_id, k0, steps, first = self.unit(local_tile)
+        return steps
+
+    @gluon.jit
+    def first_step(self, local_tile):
+        """Streamed units run the share's k-steps in order; the data-parallel tiles follow."""
+        tile, first, last = stream_unit(self.begin, self.end, local_tile, self.k_steps)
+        step = first - self.begin
+        if local_tile >= self.units:
+            step = self.end - self.begin + (local_tile - self.units) * self.k_steps
+        return step
+
+    @gluon.jit
+    def tile_batch(self, local_tile):
+        """Stream-K runs unbatched products."""
+        return 0
+
+    @gluon.jit
+    def split(self, local_tile):
+        """(slot, parts) of the unit's tile fix-up: the tile's k-steps are shared by `parts`
+        programs (the owners of its first and last k-step and those between), and the unit's
+        partial is the slot-th along K; a data-parallel tile (0, 1)."""
+        tile, first, last = stream_unit(self.begin, self.end, local_tile, self.k_steps)
+        head = stream_owner(tile * self.k_steps, self.streamers, self.total)
+        slot = stream_owner(first, self.streamers, self.total) - head
+        parts = stream_owner(tile * self.k_steps + self.k_steps - 1, self.streamers, self.total) - head + 1
+        if local_tile >= self.units:
+            slot = 0
+            parts = 1
+        return slot, parts
+
+
+def stream_parts(tiles: int, k_steps: int, sms: int) -> int:
+    """The most programs that share one tile's k-steps in a stream-K launch (the workspace's
+    slots; 1: every tile data-parallel)."""
+    _, dp, streaming = stream_k_split(tiles, k_steps, sms)
+    total = (tiles - dp) * k_steps
+    owner = stream_owner.fn
+    return max((owner(t * k_steps + k_steps - 1, streaming, total) - owner(t * k_steps, streaming, total) + 1
+                for t in range(tiles - dp)), default=1)

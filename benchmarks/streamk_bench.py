@@ -1,0 +1,94 @@
+"""Stream-K against the current pick and cuBLAS on mid-row shapes, alternated rounds in one
+process (pingpong.tools.timing: L2 flushed, median of ≥ REPS repetitions per round; the
+reported number is the median over rounds).
+
+    PYTHONPATH=src python benchmarks/streamk_bench.py [--rounds 3] [--json out.json] [M×N×K ...]
+
+For each shape: `pick` (select_config on this GPU: its table or the heuristic), the stream-K
+configs of CANDIDATES, and torch.matmul on the same tensors (bf16, layout nt: b = wᵀ). Every
+config's output is checked against cuBLAS's first (relative Frobenius error) before timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+
+SHAPES = [(589, 8192, 8192), (124, 9216, 7168), (284, 40960, 7168), (800, 3072, 3072), (1922, 3584, 3584)]
+REPS = 30
+
+
+def candidates():
+    from pingpong import KernelConfig
+
+    return {
+        "sk 128x256": KernelConfig(128, 256, 64, stream_k=True),
+        "sk 128x128": KernelConfig(128, 128, 64, stream_k=True),
+        "sk pp 64x128": KernelConfig(64, 128, 64, schedule="pingpong", stream_k=True),
+    }
+
+
+def main(argv=None) -> int:
+    import torch
+    import triton
+
+    from pingpong.api import _gemm_into
+    from pingpong.hopper.select import choose
+    from pingpong.tools.bench import make_inputs, sm_clock
+    from pingpong.tools.timing import time_callable
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("shapes", nargs="*", help="M×N×K (default: the issue's mid-row shapes)")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--json")
+    args = p.parse_args(argv)
+    shapes = [tuple(int(x) for x in s.replace("x", "×").split("×")) for s in args.shapes] or SHAPES
+    dev = torch.cuda.current_device()
+    header = {"device": torch.cuda.get_device_name(dev), "torch": torch.__version__, "triton": triton.__version__,
+              "SM clock": sm_clock(dev), "method": f"bf16 nt, queued_bench median of >= {REPS} reps per round,"
+              f" median of {args.rounds} alternated rounds"}
+    print(header, flush=True)
+    calls = {}
+    for M, N, K in shapes:
+        a, b = make_inputs(M, N, K, torch.bfloat16, "nt", device="cuda")
+        ref = torch.matmul(a, b)
+        pick, source = choose(M, N, K, device=dev)
+        configs = {f"pick ({'table' if source != 'heuristic' else 'heuristic'})": pick, **candidates()}
+        row = {"cuBLAS": lambda a=a, b=b: torch.matmul(a, b)}
+        for name, config in configs.items():
+            out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
+            fn = lambda out=out, a=a, b=b, config=config: _gemm_into(out, a, b, None, 1.0, 0.0, config)  # noqa: E731
+            fn()
+            err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+            if not err < 1e-2:
+                print(f"{M}×{N}×{K} {name}: relative error {err:.3g}, not timed", flush=True)
+                continue
+            row[name] = fn
+        calls[(M, N, K)] = (row, {name: str(c) for name, c in configs.items()})
+    times = {shape: {name: [] for name in row} for shape, (row, _) in calls.items()}
+    for r in range(args.rounds):
+        for shape, (row, _) in calls.items():
+            for name, fn in row.items():
+                times[shape][name].append(time_callable(fn, REPS).median_ms * 1e3)
+        print(f"round {r + 1} done", flush=True)
+    results = []
+    for (M, N, K), per in times.items():
+        cublas = statistics.median(per["cuBLAS"])
+        line = [f"{M}×{N}×{K}", f"cuBLAS {cublas:.1f} µs"]
+        for name, ts in per.items():
+            if name != "cuBLAS":
+                us = statistics.median(ts)
+                line.append(f"{name} {us:.1f} µs ({cublas / us:.3f})")
+        print(" | ".join(line), flush=True)
+        results.append({"shape": [M, N, K], "us": {n: statistics.median(ts) for n, ts in per.items()},
+                        "rounds_us": per, "configs": calls[(M, N, K)][1]})
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"header": header, "results": results}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""GPU correctness of the stream-K kernel (marker `gpu`).
+
+Every check: random normal inputs, the output and the fp32 workspace poisoned with NaN before
+the run, compared with a float64 reference (tests/fused_reference.py's bounds); the arrival
+counters must come back to zero. The launches are built by hand on the real SM count and on
+small grids (7, 20 programs), so that the same shapes run all-streamed, hybrid (whole
+data-parallel waves + a streamed remainder) and data-parallel decompositions.
+"""
+
+import itertools
+
+import pytest
+import torch
+
+from fused_reference import check, new_seed, reference
+from pingpong import KernelConfig
+from pingpong.api import _gemm_into
+from pingpong.hopper.launch import counter_count, prepare_split, workspace_shape
+from pingpong.hopper.scheduler import stream_k_split
+
+pytestmark = pytest.mark.gpu
+
+VARIANTS = {
+    "coop128x128": KernelConfig(128, 128, 64, stream_k=True),
+    "coop128x256": KernelConfig(128, 256, 64, stream_k=True),
+    "pingpong64x128": KernelConfig(64, 128, 64, schedule="pingpong", stream_k=True),
+    "coop128x192": KernelConfig(128, 192, 64, stream_k=True),  # two column pieces (128 + 64)
+}
+ROWS = (1, 17, 255, 777, 4097)
+#: (N, K): K never a multiple of 64 (but of 8: these launches are built by hand, on TMA-legal
+#: operands; K = 4097 goes through the API's padded copies in test_all_layouts_through_the_api)
+NK = ((1000, 1000), (256, 4104), (4000, 776))
+
+
+def sms():
+    return torch.cuda.get_device_properties(0).multi_processor_count
+
+
+def operand(rows, cols, dtype, col_major):
+    if col_major:
+        return torch.randn(cols, rows, device="cuda").to(dtype).t()
+    return torch.randn(rows, cols, device="cuda").to(dtype)
+
+
+def launch(a, b, config, programs, out_dtype=None, c=None, alpha=1.0, beta=0.0, bias=None, activation="none"):
+    """The stream-K launch by hand on `programs` SMs: out and workspace NaN, counters zero and
+    back to zero."""
+    M, K = a.shape
+    N = b.shape[1]
+    out = torch.full((M, N), float("nan"), dtype=out_dtype or a.dtype, device="cuda")
+    ws = torch.full(workspace_shape(M, N, K, config, sms=programs), float("nan"), device="cuda")
+    counters = torch.zeros(counter_count(M, N, config), dtype=torch.int32, device="cuda")
+    kernel, args, kwargs, grid = prepare_split(a, b, out, c, alpha, beta, config, programs, ws, counters, bias,
+                                               activation)
+    kernel[grid](*args, **kwargs)
+    assert not counters.any(), f"arrival counters left at {counters.unique().tolist()}"
+    return out
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("m", ROWS)
+def test_odd_shapes_every_decomposition(variant, m):
+    config = VARIANTS[variant]
+    for (n, k), programs in itertools.product(NK, (sms(), 7, 20)):
+        seed = new_seed()
+        torch.manual_seed(seed)
+        a, b = operand(m, k, torch.bfloat16, False), operand(k, n, torch.bfloat16, True)
+        out = launch(a, b, config, programs)
+        check(out, reference(a, b), k, f"{seed} ({m}×{n}×{k} on {programs} programs)")
+
+
+def test_the_rows_streamed_are_hybrid_somewhere():
+    """The shapes above do run every kind of decomposition (guards the test's own coverage)."""
+    kinds = set()
+    for cfg, m, (n, k), p in itertools.product(VARIANTS.values(), ROWS, NK, (sms(), 7, 20)):
+        tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
+        programs, dp, streamers = stream_k_split(tiles, -(-k // 64), p)
+        kinds.add("dp" if dp == tiles else ("hybrid" if dp else "streamed"))
+    assert kinds == {"dp", "hybrid", "streamed"}
+
+
+@pytest.mark.parametrize("a_col,b_col", list(itertools.product((False, True), repeat=2)))
+@pytest.mark.parametrize("m,n,k", [(17, 4000, 777), (777, 1000, 4097)])
+def test_all_layouts_through_the_api(a_col, b_col, m, n, k):
+    seed = new_seed()
+    torch.manual_seed(seed)
+    a, b = operand(m, k, torch.bfloat16, a_col), operand(k, n, torch.bfloat16, b_col)
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    _gemm_into(out, a, b, None, 1.0, 0.0, VARIANTS["coop128x128"])
+    check(out, reference(a, b), k, seed)
+
+
+@pytest.mark.parametrize("variant", ["coop128x128", "pingpong64x128"])
+@pytest.mark.parametrize("dtype, out_dtype, bias_kind, activation", [
+    (torch.bfloat16, torch.bfloat16, "col", "gelu_erf"), (torch.bfloat16, torch.float32, "row", "relu"),
+    (torch.float16, torch.float16, None, "silu")])
+def test_alpha_beta_bias_activation(variant, dtype, out_dtype, bias_kind, activation):
+    seed = new_seed()
+    torch.manual_seed(seed)
+    m, n, k = 255, 4000, 776  # K: a multiple of 8 (TMA-legal rows for the hand-built launch), not of 64
+    a, b = operand(m, k, dtype, False), operand(k, n, dtype, True)
+    c = torch.randn(m, n, device="cuda").to(out_dtype)
+    bias = None if bias_kind is None else torch.randn(n if bias_kind == "col" else m, device="cuda").to(out_dtype)
+    if bias_kind == "row":
+        bias = bias.view(m, 1)
+    for programs in (sms(), 20):
+        out = launch(a, b, VARIANTS[variant], programs, out_dtype, c, 1.5, -0.75, bias, activation)
+        ref = reference(a, b, alpha=1.5, beta=-0.75, c=c, bias=bias, activation=activation)
+        check(out, ref, k, seed)
+
+
+@pytest.mark.parametrize("variant", ["coop128x256", "pingpong64x128"])
+def test_bitwise_repeatable(variant):
+    """The fix-up sums partials in K order whichever program arrives last: 20 runs agree bit for bit."""
+    seed = new_seed()
+    torch.manual_seed(seed)
+    m, n, k = 589, 3072, 3000
+    a, b = operand(m, k, torch.bfloat16, False), operand(k, n, torch.bfloat16, True)
+    first = launch(a, b, VARIANTS[variant], sms())
+    check(first, reference(a, b), k, seed)
+    for _ in range(19):
+        assert torch.equal(launch(a, b, VARIANTS[variant], sms()), first), f"seed {seed}"
