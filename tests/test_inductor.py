@@ -96,9 +96,10 @@ def test_dynamic_shapes_take_the_direct_calls(interpreted_kernels, fresh_compile
     """dynamic=True: one graph for every row count, its calls direct, results as eager."""
     w, bias = randn(24, 32, seed=21), randn(24, seed=22)
     compiled = torch.compile(lambda x: pingpong.linear(x, w, bias, "silu"), dynamic=True, backend="inductor")
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     for rows in (16, 40, 9):
         x = randn(rows, 32, seed=rows)
         torch.testing.assert_close(compiled(x), pingpong.linear(x, w, bias, "silu"), rtol=0, atol=0,
                                    msg=lambda m: f"rows {rows}: {m}")
     assert inductor.CALLS["linear"] == 3
-    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs == 1
