@@ -66,6 +66,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import pingpong
+import pingpong.distributed  # noqa: F401  (the sharding rules, before torch.compile traces a pingpong op on DTensors)
 
 TP_PLAN = {"self_attn.q_proj": "col", "self_attn.k_proj": "col", "self_attn.v_proj": "col", "self_attn.o_proj": "row",
            "mlp.gate_proj": "col", "mlp.up_proj": "col", "mlp.down_proj": "row"}
