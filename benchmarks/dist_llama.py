@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import math
 import os
@@ -621,7 +622,8 @@ def main(argv=None) -> int:
         interpret_plans(setattr)
     import torch._dynamo
 
-    torch._dynamo.config.cache_size_limit = 64  # the pair's variants of one block's code
+    limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+    setattr(torch._dynamo.config, limit, 64)  # a row's variants of one block's code, with room
     rank, world, device = setup(args.cpu_smoke)
     env = Env(rank, world, device, torch.float16 if args.cpu_smoke else torch.bfloat16, args.backend)
     arch, c = Arch(args.arch), config(args)
@@ -631,6 +633,7 @@ def main(argv=None) -> int:
                 date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), args=vars(args))
     env.log("run", info)
     rows = []
+    paths = [p for p in (args.json, os.environ.get("OUT") and os.path.join(os.environ["OUT"], "dist_llama.json")) if p]
     for workload in args.workloads.split(","):
         if workload == "2d-train" and "2d" not in meshes:
             continue
@@ -644,16 +647,17 @@ def main(argv=None) -> int:
                 env.log(f"{workload} {mode} error", row["error"])
             row["wall_s"] = round(time.time() - t0, 1)
             rows.append(row)
+            if rank == 0:  # after every row: a run stopped by its time limit keeps the rows it made
+                for path in paths:
+                    with open(path, "w") as f:
+                        json.dump(dict(info, rows=rows), f, indent=1, default=str)
             torch._dynamo.reset()
+            gc.collect()
             if device.type == "cuda":
                 torch.cuda.empty_cache()
             sync(env)
     failed = [r for r in rows if "error" in r or not r.get("check", {"ok": True})["ok"]]
     if rank == 0:
-        result = dict(info, rows=rows)
-        for path in filter(None, (args.json, os.environ.get("OUT") and os.path.join(os.environ["OUT"], "dist_llama.json"))):
-            with open(path, "w") as f:
-                json.dump(result, f, indent=1, default=str)
         print(f"\n{world} × {info['device']}, torch {torch.__version__}, {args.arch} hidden {c.hidden}, {c.layers} layers,"
               f" batch {args.batch} × seq {args.seq}, decode {args.decode_batch} × 1 after {args.seq};"
               " ratio = torch ms / pingpong ms (> 1: pingpong faster), median of rounds; IQR of the per-round ratio")
