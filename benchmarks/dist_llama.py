@@ -24,8 +24,9 @@ Workloads (--workloads; 2d-train only where the world size is even and ≥ 4):
 - fsdp2-train: fully_shard per block and at the root, fp32 master weights, bf16 compute
   (MixedPrecisionPolicy), a different batch on each rank;
 - 2d-train: TP inside pairs of ranks (mesh dim "tp" = 2), FSDP2 across them ("dp").
-Modes (--modes): eager, and compiled: each block torch.compile'd (default mode, static
-shapes), the embedding, final norm and lm_head eager; FSDP2 wraps the compiled blocks.
+Modes (--modes): eager, and compiled: each block compiled in place (`block.compile()`,
+default mode, static shapes) after TP and FSDP2 were applied; the embedding, final norm and
+lm_head eager.
 
 Checks, before timing, for each workload and mode (torch's model and pingpong's built alike
 from one seed): prefill and decode logits against a float32 copy of the unsharded model, the
@@ -177,15 +178,14 @@ class Llama(nn.Module):
 
     def forward(self, ids, cache=None, pos: int = 0, eager: bool = False):
         """Logits of ids (B, T) at positions pos..pos+T; `cache` a list of (k, v) per layer;
-        `eager`: a compiled block runs its original module (a prompt filling the cache)."""
+        `eager`: compiled blocks run uncompiled (a prompt filling the cache)."""
         T = ids.shape[1]
         if T > 1 and pos:
             raise ValueError("pos: several tokens start at position 0 (the causal mask assumes it)")
         x = self.embed_tokens(ids)
         cos, sin = self.cos[pos:pos + T], self.sin[pos:pos + T]
-        for i, layer in enumerate(self.layers):
-            layer = getattr(layer, "_orig_mod", layer) if eager else layer
-            x = layer(x, cos, sin, None if cache is None else cache[i], pos)
+        for i, layer in enumerate(self.layers):  # TP puts no hook on a block itself: forward is the eager call
+            x = (layer.forward if eager else layer)(x, cos, sin, None if cache is None else cache[i], pos)
         return self.lm_head(self.norm(x))
 
     def make_cache(self, batch, length, tp: int):
@@ -282,13 +282,10 @@ def tensor_parallel(blocks, mesh):
         parallelize_module(block, mesh, {k: style[v]() for k, v in TP_PLAN.items()})
 
 
-def compile_blocks(blocks, backend):
-    for i, block in enumerate(blocks):
-        blocks[i] = torch.compile(block, backend=backend, dynamic=False)
-
-
 def make_model(arch, c, workload, compiled, pingpong_layers, meshes, env):
-    """One model of a pair: replace, then TP, then compile the blocks, then FSDP2."""
+    """One model of a pair: replace, then TP, then FSDP2, then each block compiled in place
+    (FSDP2's hooks on a block run inside its compiled call; wrapping compiled blocks in FSDP2
+    instead fails in inductor on torch 2.13 for the 2-D mesh, torch's own model too)."""
     sharded = workload in ("fsdp2-train", "2d-train")
     model = arch.build(c, env.device, torch.float32 if sharded else env.dtype)
     if pingpong_layers:
@@ -298,8 +295,6 @@ def make_model(arch, c, workload, compiled, pingpong_layers, meshes, env):
         tensor_parallel(blocks, meshes["tp"])
     elif workload == "2d-train":
         tensor_parallel(blocks, meshes["2d"]["tp"])
-    if compiled:
-        compile_blocks(blocks, env.backend)
     if sharded:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -308,6 +303,9 @@ def make_model(arch, c, workload, compiled, pingpong_layers, meshes, env):
         for block in blocks:
             fully_shard(block, mesh=mesh, mp_policy=policy)
         fully_shard(model, mesh=mesh, mp_policy=policy)
+    if compiled:
+        for block in blocks:
+            block.compile(backend=env.backend, dynamic=False)
     return model
 
 
