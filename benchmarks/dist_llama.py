@@ -1,7 +1,7 @@
 """Tensor parallelism, FSDP2 and 2-D (FSDP2 × TP) under torchrun: a Llama with pingpong Linears
 against the same model on torch, eager and compiled, each pair checked before it is timed.
 
-    torchrun --nproc-per-node 2 benchmarks/dist_llama.py --quick           # hidden 2048, ~3 min on 2 H100s
+    torchrun --nproc-per-node 2 benchmarks/dist_llama.py --quick           # hidden 2048, a few minutes
     torchrun --nproc-per-node 2 benchmarks/dist_llama.py --hidden 4096     # the target size
     torchrun --nproc-per-node 4 benchmarks/dist_llama.py --quick           # adds 2-D on a 2 × 2 mesh
     torchrun --nproc-per-node 2 benchmarks/dist_llama.py --cpu-smoke       # CPU, gloo, tiny, interpreted kernels
@@ -26,7 +26,8 @@ Workloads (--workloads; 2d-train only where the world size is even and ≥ 4):
 - 2d-train: TP inside pairs of ranks (mesh dim "tp" = 2), FSDP2 across them ("dp").
 Modes (--modes): eager, and compiled: each block compiled in place (`block.compile()`,
 default mode, static shapes) after TP and FSDP2 were applied; the embedding, final norm and
-lm_head eager.
+lm_head eager. Every compiled row runs before the eager ones (torch 2.13's inductor fails on
+a compiled 2-D model after an eager 2-D run, torch's model too).
 
 Checks, before timing, for each workload and mode (torch's model and pingpong's built alike
 from one seed): prefill and decode logits against a float32 copy of the unsharded model, the
@@ -73,7 +74,7 @@ import pingpong.distributed  # noqa: F401  (the sharding rules, before torch.com
 TP_PLAN = {"self_attn.q_proj": "col", "self_attn.k_proj": "col", "self_attn.v_proj": "col", "self_attn.o_proj": "row",
            "mlp.gate_proj": "col", "mlp.up_proj": "col", "mlp.down_proj": "row"}
 WORKLOADS = ("tp-prefill", "tp-decode", "tp-train", "fsdp2-train", "2d-train")
-MODES = ("eager", "compiled")
+MODES = ("compiled", "eager")
 
 
 # ----------------------------------------------------------------------------- the model
@@ -283,9 +284,7 @@ def tensor_parallel(blocks, mesh):
 
 
 def make_model(arch, c, workload, compiled, pingpong_layers, meshes, env):
-    """One model of a pair: replace, then TP, then FSDP2, then each block compiled in place
-    (FSDP2's hooks on a block run inside its compiled call; wrapping compiled blocks in FSDP2
-    instead fails in inductor on torch 2.13 for the 2-D mesh, torch's own model too)."""
+    """One model of a pair: replace, then TP, then FSDP2, then each block compiled in place."""
     sharded = workload in ("fsdp2-train", "2d-train")
     model = arch.build(c, env.device, torch.float32 if sharded else env.dtype)
     if pingpong_layers:
@@ -632,10 +631,12 @@ def main(argv=None) -> int:
     env.log("run", info)
     rows = []
     paths = [p for p in (args.json, os.environ.get("OUT") and os.path.join(os.environ["OUT"], "dist_llama.json")) if p]
-    for workload in args.workloads.split(","):
-        if workload == "2d-train" and "2d" not in meshes:
-            continue
-        for mode in args.modes.split(","):
+    # every compiled row before any eager one: on torch 2.13 a compiled 2-D model (torch's too)
+    # fails in inductor (device_mesh._get_submesh is not an OpOverload) after an eager 2-D run
+    for mode in args.modes.split(","):
+        for workload in args.workloads.split(","):
+            if workload == "2d-train" and "2d" not in meshes:
+                continue
             t0 = time.time()
             try:
                 row = run_row(arch, c, workload, mode, meshes, env, args)
@@ -659,7 +660,7 @@ def main(argv=None) -> int:
         print(f"\n{world} × {info['device']}, torch {torch.__version__}, {args.arch} hidden {c.hidden}, {c.layers} layers,"
               f" batch {args.batch} × seq {args.seq}, decode {args.decode_batch} × 1 after {args.seq};"
               " ratio = torch ms / pingpong ms (> 1: pingpong faster), median of rounds; IQR of the per-round ratio")
-        print(table(rows), flush=True)
+        print(table(sorted(rows, key=lambda r: (WORKLOADS.index(r["workload"]), MODES.index(r["mode"])))), flush=True)
     dist.destroy_process_group()
     return 1 if failed else 0
 
