@@ -89,7 +89,6 @@ class Config:
     heads: int = 16
     kv_heads: int = 8
     max_pos: int = 4096
-    qkv_bias: bool = False
 
     @property
     def head_dim(self) -> int:
@@ -120,9 +119,9 @@ class Attention(nn.Module):
     def __init__(self, c: Config):
         super().__init__()
         self.head_dim = c.head_dim
-        self.q_proj = nn.Linear(c.hidden, c.heads * c.head_dim, bias=c.qkv_bias)
-        self.k_proj = nn.Linear(c.hidden, c.kv_heads * c.head_dim, bias=c.qkv_bias)
-        self.v_proj = nn.Linear(c.hidden, c.kv_heads * c.head_dim, bias=c.qkv_bias)
+        self.q_proj = nn.Linear(c.hidden, c.heads * c.head_dim, bias=False)
+        self.k_proj = nn.Linear(c.hidden, c.kv_heads * c.head_dim, bias=False)
+        self.v_proj = nn.Linear(c.hidden, c.kv_heads * c.head_dim, bias=False)
         self.o_proj = nn.Linear(c.heads * c.head_dim, c.hidden, bias=False)
 
     def forward(self, x, cos, sin, cache=None, pos: int = 0):
