@@ -1,104 +1,322 @@
-"""pingpong under torch.distributed with a transformers Llama (random weights, nothing is
-downloaded): tensor parallelism (parallelize_module, ColwiseParallel / RowwiseParallel) and
-FSDP2 (fully_shard), the model with pingpong Linears against the same model on torch.
+"""Tensor parallelism, FSDP2 and 2-D (FSDP2 × TP) under torchrun: a Llama with pingpong Linears
+against the same model on torch, eager and compiled, each pair checked before it is timed.
 
-    torchrun --nproc-per-node 2 benchmarks/dist_llama.py       # the 2-GPU targets (hidden 4096)
-    python benchmarks/dist_llama.py                              # one GPU: world size 1
-    python benchmarks/dist_llama.py --cpu-smoke                  # CPU, gloo, tiny, interpreted kernels
+    torchrun --nproc-per-node 2 benchmarks/dist_llama.py --quick           # hidden 2048, a few minutes
+    torchrun --nproc-per-node 2 benchmarks/dist_llama.py --hidden 4096     # the target size
+    torchrun --nproc-per-node 4 benchmarks/dist_llama.py --quick           # adds 2-D on a 2 × 2 mesh
+    torchrun --nproc-per-node 2 benchmarks/dist_llama.py --cpu-smoke       # CPU, gloo, tiny, interpreted kernels
 
-For each mode (tp, fsdp2) rank 0 prints, and writes to --json:
-- correctness: TP logits against a float32 copy of the model (pingpong's error at most 1.5x
-  torch's + 1e-3, test_transformers_gpu.py's bound), and the training loss curves of the two
-  models on the same learnable batches (every step within 2% of torch's);
-- time: prefill (forward, no grad) and one training step (forward, backward, AdamW), torch's
-  time over pingpong's (> 1: pingpong faster), in alternating rounds in one process. Every rank
-  runs the same fixed number of repetitions (the collectives need it; triton's do_bench picks
-  its own count), timed with CUDA events after a barrier.
+Model: `Llama` below (RMSNorm, rotary attention with grouped KV heads through
+F.scaled_dot_product_attention, SwiGLU MLP; nn.Linear q/k/v/o and gate/up/down named as in
+transformers), random weights, nothing downloaded and no package beyond torch. `--arch
+hf-llama` / `hf-qwen2` take transformers' LlamaForCausalLM / Qwen2ForCausalLM (sharded q/k/v
+biases) of the same sizes instead, when transformers is installed. pingpong's model: every
+nn.Linear swapped for pingpong.nn.Linear (parameters shared) before parallelizing.
 
-Order: pingpong.nn.replace_linear first, then parallelize_module / fully_shard
-(docs/distributed.md). FSDP2 keeps fp32 master weights and computes in bf16
-(MixedPrecisionPolicy); replace_linear skips fp32 layers, so the script swaps them with
-pingpong.nn.Linear.from_linear.
+Workloads (--workloads; 2d-train only where the world size is even and ≥ 4):
+- tp-prefill: forward without grad of (batch, seq) tokens, TP over all ranks (q/k/v/gate/up
+  ColwiseParallel, o/down RowwiseParallel);
+- tp-decode: forward of one token for each of --decode-batch sequences against a KV cache
+  holding --seq tokens (the model's own cache: each rank holds its heads; the step rewrites the
+  same slot, so every step is alike; hf-* archs: transformers' DynamicCache, cropped back after
+  each step, eager only);
+- tp-train: forward, backward and AdamW on bf16 parameters;
+- fsdp2-train: fully_shard per block and at the root, fp32 master weights, bf16 compute
+  (MixedPrecisionPolicy), a different batch on each rank;
+- 2d-train: TP inside pairs of ranks (mesh dim "tp" = 2), FSDP2 across them ("dp").
+Modes (--modes): eager, and compiled: each block compiled in place (`block.compile()`,
+default mode, static shapes) after TP and FSDP2 were applied; the embedding, final norm and
+lm_head eager. Every compiled row runs before the eager ones (torch 2.13's inductor fails on
+a compiled 2-D model after an eager 2-D run, torch's model too).
+
+Checks, before timing, for each workload and mode (torch's model and pingpong's built alike
+from one seed): prefill and decode logits against a float32 copy of the unsharded model, the
+error of pingpong's at most 1.5 × torch's + 1e-3; training loss curves over --steps steps,
+each step within 2% of torch's and the loss falling (these steps are also the warm-up and
+compile). A failed check is flagged in the table and the exit status, the row still timed.
+
+Timing: after 3 warm-up calls of each model, --rounds rounds; each round times torch's model
+and pingpong's (the order flips every round), each after a barrier and a device synchronize,
+over a fixed repetition count chosen from the warm-up so that one timing lasts about
+--round-ms (the same count on every rank); a round's time is the slowest rank's. The table
+gives the median of the per-round ratio torch / pingpong (> 1: pingpong faster) and its
+interquartile range as a percentage of the median. Beside them, per step, measured on separate
+steps: GPU ms, the profiler's sum of kernel time excluding NCCL (communication kernels are in
+the JSON as nccl_ms), and host ms, the CPU time to issue one step with the GPU idle at its
+start: a step whose host ms reaches its wall ms is host-bound.
+
+Output: one table printed last by rank 0; the rows as JSON in --json, and in
+$OUT/dist_llama.json when OUT is set.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
+import datetime
+import gc
 import json
+import math
 import os
 import statistics
 import sys
 import time
 import traceback
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch import nn
 
 import pingpong
+import pingpong.distributed  # noqa: F401  (the sharding rules, before torch.compile traces a pingpong op on DTensors)
 
 TP_PLAN = {"self_attn.q_proj": "col", "self_attn.k_proj": "col", "self_attn.v_proj": "col", "self_attn.o_proj": "row",
            "mlp.gate_proj": "col", "mlp.up_proj": "col", "mlp.down_proj": "row"}
+WORKLOADS = ("tp-prefill", "tp-decode", "tp-train", "fsdp2-train", "2d-train")
+MODES = ("compiled", "eager")
 
 
-def setup(cpu: bool):
-    if "RANK" not in os.environ:  # one process: world size 1
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="29561")
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if cpu:
-        dist.init_process_group("gloo")
-        device = torch.device("cpu")
-    else:
-        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
-        torch.cuda.set_device(device)
-        dist.init_process_group("nccl", device_id=device)
-    from torch.distributed.device_mesh import init_device_mesh
-
-    return rank, world, device, init_device_mesh(device.type, (world,))
+# ----------------------------------------------------------------------------- the model
 
 
-def config(smoke: bool):
-    import transformers
+@dataclass(frozen=True)
+class Config:
+    vocab: int = 1024
+    hidden: int = 2048
+    inter: int = 5632
+    layers: int = 4
+    heads: int = 16
+    kv_heads: int = 8
+    max_pos: int = 4096
 
-    if smoke:
-        return transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16,
-                                        tie_word_embeddings=False)
-    return transformers.LlamaConfig(vocab_size=1000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=2,
-                                    num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=4096,
-                                    tie_word_embeddings=False)
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
 
 
-def build(cfg, device, dtype, seed=0):
-    import transformers
+def rope(x, cos, sin):
+    """Rotary embedding of x (B, H, T, D) at the positions of cos / sin (T, D), in fp32."""
+    h = x.float()
+    x1, x2 = h.chunk(2, -1)
+    return (h * cos + torch.cat((-x2, x1), -1) * sin).to(x.dtype)
 
-    torch.manual_seed(seed)  # the same weights on every rank
-    with torch.device(device):
-        model = transformers.LlamaForCausalLM(cfg)
-    return model.to(dtype)
+
+class RMSNorm(nn.Module):
+    def __init__(self, n, eps=1e-5):
+        super().__init__()
+        self.weight, self.eps = nn.Parameter(torch.ones(n)), eps
+
+    def forward(self, x):
+        h = x.float()
+        return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight.float()).to(x.dtype)
+
+
+class Attention(nn.Module):
+    """Heads found from the projections' widths (-1 in the views): under TP each rank runs its
+    own heads."""
+
+    def __init__(self, c: Config):
+        super().__init__()
+        self.head_dim = c.head_dim
+        self.q_proj = nn.Linear(c.hidden, c.heads * c.head_dim, bias=False)
+        self.k_proj = nn.Linear(c.hidden, c.kv_heads * c.head_dim, bias=False)
+        self.v_proj = nn.Linear(c.hidden, c.kv_heads * c.head_dim, bias=False)
+        self.o_proj = nn.Linear(c.heads * c.head_dim, c.hidden, bias=False)
+
+    def forward(self, x, cos, sin, cache=None, pos: int = 0):
+        B, T, _ = x.shape
+        q, k, v = (p(x).view(B, T, -1, self.head_dim).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
+        if cache is not None:  # a prompt at position 0, or one token after the cached ones
+            ck, cv = cache
+            ck[:, :, pos:pos + T] = k
+            cv[:, :, pos:pos + T] = v
+            k, v = ck[:, :, :pos + T], cv[:, :, :pos + T]
+        rep = q.shape[1] // k.shape[1]
+        if rep > 1:
+            k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)
+        return self.o_proj(o.transpose(1, 2).reshape(B, T, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, c: Config):
+        super().__init__()
+        self.gate_proj = nn.Linear(c.hidden, c.inter, bias=False)
+        self.up_proj = nn.Linear(c.hidden, c.inter, bias=False)
+        self.down_proj = nn.Linear(c.inter, c.hidden, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    def __init__(self, c: Config):
+        super().__init__()
+        self.input_layernorm, self.self_attn = RMSNorm(c.hidden), Attention(c)
+        self.post_attention_layernorm, self.mlp = RMSNorm(c.hidden), MLP(c)
+
+    def forward(self, x, cos, sin, cache=None, pos: int = 0):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, pos)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Llama(nn.Module):
+    def __init__(self, c: Config):
+        super().__init__()
+        self.config = c
+        self.embed_tokens = nn.Embedding(c.vocab, c.hidden)
+        self.layers = nn.ModuleList(Block(c) for _ in range(c.layers))
+        self.norm = RMSNorm(c.hidden)
+        self.lm_head = nn.Linear(c.hidden, c.vocab, bias=False)
+        inv = 1.0 / 10000.0 ** (torch.arange(0, c.head_dim, 2, dtype=torch.float32) / c.head_dim)
+        freqs = torch.outer(torch.arange(c.max_pos, dtype=torch.float32), inv)
+        emb = torch.cat((freqs, freqs), -1)
+        self.register_buffer("cos", emb.cos(), persistent=False)
+        self.register_buffer("sin", emb.sin(), persistent=False)
+
+    def forward(self, ids, cache=None, pos: int = 0, eager: bool = False):
+        """Logits of ids (B, T) at positions pos..pos+T; `cache` a list of (k, v) per layer;
+        `eager`: compiled blocks run uncompiled (a prompt filling the cache)."""
+        T = ids.shape[1]
+        if T > 1 and pos:
+            raise ValueError("pos: several tokens start at position 0 (the causal mask assumes it)")
+        x = self.embed_tokens(ids)
+        cos, sin = self.cos[pos:pos + T], self.sin[pos:pos + T]
+        for i, layer in enumerate(self.layers):  # TP puts no hook on a block itself: forward is the eager call
+            x = (layer.forward if eager else layer)(x, cos, sin, None if cache is None else cache[i], pos)
+        return self.lm_head(self.norm(x))
+
+    def make_cache(self, batch, length, tp: int):
+        c, w = self.config, self.lm_head.weight
+        shape = (batch, c.kv_heads // tp, length, c.head_dim)
+        return [(torch.zeros(shape, dtype=w.dtype, device=w.device), torch.zeros(shape, dtype=w.dtype, device=w.device))
+                for _ in range(c.layers)]
+
+
+class Arch:
+    """The model family: the own Llama, or a transformers model of the same sizes."""
+
+    def __init__(self, name: str):
+        self.name = name
+        if name != "llama":
+            import transformers  # noqa: F401  (fails here, before any model is built)
+
+    def build(self, c: Config, device, dtype, seed=0):
+        torch.manual_seed(seed)  # the same weights on every rank, in every copy
+        with torch.device(device):
+            if self.name == "llama":
+                model = Llama(c)
+            else:
+                import transformers
+
+                kind = {"hf-llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+                        "hf-qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM)}[self.name]
+                cfg = kind[0](vocab_size=c.vocab, hidden_size=c.hidden, intermediate_size=c.inter,
+                              num_hidden_layers=c.layers, num_attention_heads=c.heads, num_key_value_heads=c.kv_heads,
+                              max_position_embeddings=c.max_pos, tie_word_embeddings=False, attn_implementation="sdpa")
+                model = kind[1](cfg)
+        return model.to(dtype)
+
+    def blocks(self, model) -> nn.ModuleList:
+        return model.layers if self.name == "llama" else model.model.layers
+
+    def logits(self, model, ids):
+        return model(ids) if self.name == "llama" else model(ids, use_cache=False).logits
+
+    def loss(self, model, ids):
+        if self.name != "llama":
+            return model(ids, labels=ids, use_cache=False).loss
+        logits = model(ids)
+        return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten())
+
+    def decoder(self, model, prompt, tp: int, compiled: bool):
+        """step(token) -> the last position's logits, after the prompt filled the cache; None
+        where this arch does not decode in this mode."""
+        L = prompt.shape[1]
+        if self.name == "llama":
+            cache = model.make_cache(prompt.shape[0], L + 1, tp)
+            with torch.no_grad():
+                model(prompt, cache, 0, eager=True)
+
+            def step(tok):
+                return model(tok, cache, L)[:, -1]
+
+            return step
+        if compiled:
+            return None  # transformers' DynamicCache in a compiled block: not run here
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        with torch.no_grad():
+            model(prompt, past_key_values=cache, use_cache=True)
+
+        def step(tok):
+            out = model(tok, past_key_values=cache, use_cache=True).logits[:, -1]
+            cache.crop(L)
+            return out
+
+        return step
+
+
+# ----------------------------------------------------------------------------- building the pairs
 
 
 def swap(model) -> int:
     """Every nn.Linear of `model` as a pingpong Linear (parameters shared), any dtype."""
     n = 0
     for name, m in list(model.named_modules()):
-        if type(m) is torch.nn.Linear:
+        if type(m) is nn.Linear:
             parent, _, attr = name.rpartition(".")
             setattr(model.get_submodule(parent), attr, pingpong.nn.Linear.from_linear(m))
             n += 1
     return n
 
 
-def parallelize(model, mesh):
+def tensor_parallel(blocks, mesh):
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     style = {"col": ColwiseParallel, "row": RowwiseParallel}
-    for i in range(len(model.model.layers)):
-        parallelize_module(model.model.layers[i], mesh, {k: style[v]() for k, v in TP_PLAN.items()})
+    for block in blocks:
+        parallelize_module(block, mesh, {k: style[v]() for k, v in TP_PLAN.items()})
 
 
-def batches(n, vocab, batch, seq, device, seed=1):
+def make_model(arch, c, workload, compiled, pingpong_layers, meshes, env):
+    """One model of a pair: replace, then TP, then FSDP2, then each block compiled in place."""
+    sharded = workload in ("fsdp2-train", "2d-train")
+    model = arch.build(c, env.device, torch.float32 if sharded else env.dtype)
+    if pingpong_layers:
+        swap(model)
+    blocks = arch.blocks(model)
+    if workload.startswith("tp-"):
+        tensor_parallel(blocks, meshes["tp"])
+    elif workload == "2d-train":
+        tensor_parallel(blocks, meshes["2d"]["tp"])
+    if sharded:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        mesh = meshes["dp"] if workload == "fsdp2-train" else meshes["2d"]["dp"]
+        policy = MixedPrecisionPolicy(param_dtype=env.dtype, reduce_dtype=torch.float32)
+        for block in blocks:
+            fully_shard(block, mesh=mesh, mp_policy=policy)
+        fully_shard(model, mesh=mesh, mp_policy=policy)
+    if compiled:
+        for block in blocks:
+            block.compile(backend=env.backend, dynamic=False)
+    return model
+
+
+def adamw(model, lr, workload):
+    """AdamW. foreach=False where the parameters mix DTensors of a TP mesh with plain tensors
+    or meshes (TP, 2-D), which torch's foreach kernels refuse; fp16 parameters (CPU smoke) take
+    an eps fp16 can hold."""
+    fp16 = next(model.parameters()).dtype == torch.float16
+    return torch.optim.AdamW(model.parameters(), lr=lr, eps=1e-4 if fp16 else 1e-8,
+                             foreach=None if workload == "fsdp2-train" else False)
+
+
+def tokens(n, vocab, batch, seq, device, seed):
     """Learnable sequences: a random start, then each token the previous + 7 (mod vocab)."""
     g = torch.Generator(device=device).manual_seed(seed)
     steps = torch.arange(seq, device=device) * 7
@@ -109,180 +327,342 @@ def rel(x, ref):
     return ((x.double() - ref.double()).norm() / ref.double().norm()).item()
 
 
-def adamw(model, lr):
-    """AdamW; fp16 parameters (the CPU smoke test) take an eps fp16 can hold."""
-    fp16 = next(model.parameters()).dtype == torch.float16
-    # foreach=False: a TP model mixes DTensor (parallelized) and plain parameters, which torch
-    # 2.11's foreach kernels refuse (torch's model as much as pingpong's)
-    return torch.optim.AdamW(model.parameters(), lr=lr, eps=1e-4 if fp16 else 1e-8, foreach=False)
+# ----------------------------------------------------------------------------- one row
 
 
-def train(model, data, lr=1e-3):
-    opt = adamw(model, lr)
-    losses = []
-    for ids in data:
-        loss = model(ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(loss.item())
-    return losses
+def check_and_steps(arch, c, workload, compiled, meshes, env, args):
+    """Both models of a row, checked; returns ({name: step function}, check dict)."""
+    pair = {name: make_model(arch, c, workload, compiled, name == "pingpong", meshes, env)
+            for name in ("torch", "pingpong")}
+    tp = meshes["tp"].size()
+    check = {}
+    if workload in ("tp-prefill", "tp-decode"):
+        ref = arch.build(c, env.device, torch.float32)
+        if workload == "tp-prefill":
+            (ids,) = tokens(1, c.vocab, args.batch, args.seq, env.device, seed=7)
+            with torch.no_grad():
+                want = arch.logits(ref, ids)
+                for name, m in pair.items():
+                    check[f"logits_err_{name}"] = rel(arch.logits(m, ids), want)
+
+            def step_of(name):
+                def step():
+                    with torch.no_grad():
+                        arch.logits(pair[name], ids)
+                return step
+        else:
+            (ids,) = tokens(1, c.vocab, args.decode_batch, args.seq + 1, env.device, seed=9)
+            prompt, tok = ids[:, :-1], ids[:, -1:]
+            with torch.no_grad():
+                want = arch.logits(ref, ids)[:, -1]
+                decoders = {name: arch.decoder(m, prompt, tp, compiled) for name, m in pair.items()}
+                if decoders["torch"] is None:
+                    return None, {"skipped": "transformers' DynamicCache is not compiled by this benchmark"}
+                for name, step in decoders.items():
+                    check[f"logits_err_{name}"] = rel(step(tok), want)
+
+            def step_of(name):
+                def step():
+                    with torch.no_grad():
+                        decoders[name](tok)
+                return step
+        del ref
+        check["ok"] = check["logits_err_pingpong"] <= 1.5 * check["logits_err_torch"] + 1e-3
+        return {name: step_of(name) for name in pair}, check
+
+    dp_rank = 0 if workload == "tp-train" else (
+        meshes["dp"].get_local_rank() if workload == "fsdp2-train" else meshes["2d"]["dp"].get_local_rank())
+    data = tokens(args.steps, c.vocab, args.batch, args.seq, env.device, seed=1 + dp_rank)
+    steps = {}
+    for name, m in pair.items():
+        opt = adamw(m, 1e-3, workload)
+        losses = []
+        for ids in data:
+            loss = arch.loss(m, ids)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+        check[f"loss_{name}"] = [round(v, 4) for v in losses]
+        ids = data[0]
+
+        def step(m=m, opt=opt, ids=ids):
+            arch.loss(m, ids).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        steps[name] = step
+    want, got = check["loss_torch"], check["loss_pingpong"]
+    check["ok"] = all(abs(g - w) <= 0.02 * w for w, g in zip(want, got)) and got[-1] < got[0]
+    return steps, check
 
 
-def timed(fn, reps, device) -> float:
-    """Median ms of `reps` calls after 2 warm-up calls; the same count on every rank."""
-    for _ in range(2):
-        fn()
-    if device.type != "cuda":
-        samples = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            samples.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(samples)
+def all_ranks_ok(ok: bool, env) -> bool:
+    t = torch.tensor([1 if ok else 0], device=env.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return bool(t.item())
+
+
+def sync(env):
     dist.barrier()
-    torch.cuda.synchronize()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for start, end in events:
-        start.record()
+    if env.device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, reps, env) -> float:
+    """ms per call over `reps` back-to-back calls, started after a barrier and a synchronize."""
+    sync(env)
+    if env.device.type != "cuda":
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        return (time.perf_counter() - t0) * 1e3 / reps
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
         fn()
-        end.record()
+    end.record()
     torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in events)
+    return start.elapsed_time(end) / reps
 
 
-def compare_times(fns: dict, rounds, reps, device) -> dict:
-    """Alternating rounds (the order flips each round); torch/pingpong per round, median."""
-    times = {name: [] for name in fns}
-    for r in range(rounds):
-        for name in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
-            times[name].append(timed(fns[name], reps, device))
-    ratios = [t / p for t, p in zip(times["torch"], times["pingpong"])]
-    return dict(torch_ms=[round(t, 4) for t in times["torch"]], pingpong_ms=[round(t, 4) for t in times["pingpong"]],
-                ratio_torch_over_pingpong=round(statistics.median(ratios), 4))
+def quartiles(xs):
+    q1, q2, q3 = statistics.quantiles(xs, n=4, method="inclusive")
+    return q1, q2, q3
 
 
-def step_fn(model, ids):
-    opt = adamw(model, 1e-5)
+def compare(steps: dict, args, env) -> dict:
+    """Alternating rounds of the pair (warm-up outside): per-round ms (the slowest rank's) and
+    the ratio torch / pingpong's median and interquartile range."""
+    names = ("torch", "pingpong")
+    per_call = []
+    for name in names:
+        for _ in range(3):
+            steps[name]()
+        per_call.append(timed(steps[name], 2, env))
+    t = torch.tensor([max(per_call)], dtype=torch.float64, device=env.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    reps = max(1, min(args.max_reps, math.ceil(args.round_ms / max(t.item(), 1e-3))))
+    ms = torch.zeros(args.rounds, 2, dtype=torch.float64)
+    for r in range(args.rounds):
+        for i in ((0, 1) if r % 2 == 0 else (1, 0)):
+            ms[r, i] = timed(steps[names[i]], reps, env)
+    ms = ms.to(env.device)
+    dist.all_reduce(ms, op=dist.ReduceOp.MAX)  # a round takes as long as its slowest rank
+    ms = ms.cpu()
+    ratios = (ms[:, 0] / ms[:, 1]).tolist()
+    q1, med, q3 = quartiles(ratios)
+    return dict(reps=reps, rounds=args.rounds, torch_ms=statistics.median(ms[:, 0].tolist()),
+                pingpong_ms=statistics.median(ms[:, 1].tolist()), ratio=med, iqr_pct=100 * (q3 - q1) / med,
+                ratios=[round(x, 4) for x in ratios])
 
-    def step():
-        model(ids, labels=ids).loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
 
-    return step
+def per_step(fn, env, n=3) -> dict:
+    """Outside the timed rounds: host ms (the CPU's time to issue one step, GPU idle at its
+    start; median of n) and, on CUDA, the profiler's kernel time per step (NCCL apart)."""
+    host = []
+    for _ in range(n):
+        sync(env)
+        t0 = time.perf_counter()
+        fn()
+        host.append((time.perf_counter() - t0) * 1e3)
+    out = dict(host_ms=statistics.median(host))
+    if env.device.type == "cuda":
+        from torch.autograd import DeviceType
+        from torch.profiler import ProfilerActivity, profile
 
-
-def run_tp(cfg, mesh, device, dtype, args, log):
-    ref32 = build(cfg, device, torch.float32)
-    theirs = copy.deepcopy(ref32).to(dtype)
-    ours = copy.deepcopy(theirs)
-    report = pingpong.nn.replace_linear(ours)  # replace first, then parallelize
-    if device.type != "cuda":
-        swap(ours)  # CPU layers are skipped by replace_linear: the smoke test swaps them itself
-    else:
-        assert not report.skipped, report.skipped
-    parallelize(theirs, mesh)
-    parallelize(ours, mesh)
-    out = {}
-    (ids,) = batches(1, cfg.vocab_size, args.batch, args.seq, device, seed=7)
-    with torch.no_grad():
-        want = ref32(ids).logits
-        out["logits_rel_err_torch"] = rel(theirs(ids).logits, want)
-        out["logits_rel_err_pingpong"] = rel(ours(ids).logits, want)
-    del ref32
-    out["logits_ok"] = out["logits_rel_err_pingpong"] <= 1.5 * out["logits_rel_err_torch"] + 1e-3
-    data = batches(args.steps, cfg.vocab_size, args.batch, args.seq, device)
-    want_l, got_l = train(copy.deepcopy(theirs), data), train(copy.deepcopy(ours), data)
-    out["loss_torch"], out["loss_pingpong"] = want_l, got_l
-    out["loss_ok"] = all(abs(g - w) <= 0.02 * w for w, g in zip(want_l, got_l)) and got_l[-1] < want_l[0]
-    log("tp correctness", out)
-    if args.rounds:
-        def prefill(m):
-            def f():
-                with torch.no_grad():
-                    m(ids)
-            return f
-
-        out["prefill"] = compare_times({"torch": prefill(theirs), "pingpong": prefill(ours)}, args.rounds, args.reps, device)
-        log("tp prefill", out["prefill"])
-        out["train_step"] = compare_times({"torch": step_fn(theirs, ids), "pingpong": step_fn(ours, ids)},
-                                          args.rounds, args.reps, device)
-        log("tp train step", out["train_step"])
+        sync(env)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(n):
+                fn()
+            torch.cuda.synchronize()
+        kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+        nccl = sum(e.time_range.elapsed_us() for e in kernels if "nccl" in e.name.lower())
+        out["gpu_ms"] = (sum(e.time_range.elapsed_us() for e in kernels) - nccl) / n / 1e3
+        out["nccl_ms"] = nccl / n / 1e3
     return out
 
 
-def run_fsdp2(cfg, mesh, device, dtype, args, log):
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+def run_row(arch, c, workload, mode, meshes, env, args) -> dict:
+    from torch._dynamo.utils import counters
 
-    policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
-    models = {}
-    for name in ("torch", "pingpong"):
-        m = build(cfg, device, torch.float32)
-        if name == "pingpong":
-            assert swap(m) == 7 * cfg.num_hidden_layers + 1
-        for layer in m.model.layers:
-            fully_shard(layer, mesh=mesh, mp_policy=policy)
-        fully_shard(m, mesh=mesh, mp_policy=policy)
-        models[name] = m
-    data = batches(args.steps, cfg.vocab_size, args.batch, args.seq, device)
-    out = {}
-    want_l, got_l = train(models["torch"], data), train(models["pingpong"], data)
-    out["loss_torch"], out["loss_pingpong"] = want_l, got_l
-    out["loss_ok"] = all(abs(g - w) <= 0.02 * w for w, g in zip(want_l, got_l)) and got_l[-1] < 0.85 * got_l[0]
-    log("fsdp2 correctness", out)
-    if args.rounds:
-        (ids,) = batches(1, cfg.vocab_size, args.batch, args.seq, device, seed=3)
-        out["train_step"] = compare_times({n: step_fn(m, ids) for n, m in models.items()}, args.rounds, args.reps, device)
-        log("fsdp2 train step", out["train_step"])
+    row = dict(workload=workload, mode=mode)
+    counters.clear()
+    steps, check = check_and_steps(arch, c, workload, mode == "compiled", meshes, env, args)
+    if steps is None:
+        row.update(check)
+        return row
+    check["ok"] = all_ranks_ok(check["ok"], env)
+    row["check"] = check
+    env.log(f"{workload} {mode} check", check)
+    row.update(compare(steps, args, env))
+    row["per_step"] = {name: per_step(fn, env) for name, fn in steps.items()}
+    if mode == "compiled":
+        row["graph_breaks"] = sum(counters["graph_break"].values())
+        row["graphs"] = counters["stats"]["unique_graphs"]
+    env.log(f"{workload} {mode}", {k: v for k, v in row.items() if k != "check"})
+    return row
+
+
+# ----------------------------------------------------------------------------- the table
+
+
+def table(rows) -> str:
+    def f(x, d=3):
+        return "-" if x is None else f"{x:.{d}f}"
+
+    head = ("workload", "mode", "torch ms", "pingpong ms", "ratio", "IQR %", "GPU ms t/p", "host ms t/p", "check")
+    lines = []
+    for r in rows:
+        ps = r.get("per_step", {})
+        t, p = ps.get("torch", {}), ps.get("pingpong", {})
+        note = r.get("error_line") or r.get("skipped") or ("ok" if r.get("check", {}).get("ok") else "FAILED")
+        if r.get("graph_breaks"):
+            note += f", {r['graph_breaks']} graph breaks"
+        lines.append((r["workload"], r["mode"], f(r.get("torch_ms")), f(r.get("pingpong_ms")), f(r.get("ratio")),
+                      f(r.get("iqr_pct"), 2), f"{f(t.get('gpu_ms'))}/{f(p.get('gpu_ms'))}",
+                      f"{f(t.get('host_ms'))}/{f(p.get('host_ms'))}", note))
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]
+    fmt = lambda cells: " | ".join(str(x).ljust(w) for x, w in zip(cells, widths))  # noqa: E731
+    return "\n".join([fmt(head), "-+-".join("-" * w for w in widths), *map(fmt, lines)])
+
+
+# ----------------------------------------------------------------------------- main
+
+
+class Env:
+    def __init__(self, rank, world, device, dtype, backend):
+        self.rank, self.world, self.device, self.dtype, self.backend = rank, world, device, dtype, backend
+
+    def log(self, what, obj):
+        if self.rank == 0:
+            print(f"[{what}] {json.dumps(obj, default=str)}", flush=True)
+
+
+def setup(cpu: bool):
+    if "RANK" not in os.environ:  # one process: world size 1
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="29561")
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    timeout = datetime.timedelta(minutes=5)  # a rank left waiting ends the run, not the machine's time
+    if cpu:
+        dist.init_process_group("gloo", timeout=timeout)
+        return rank, world, torch.device("cpu")
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+    torch.cuda.set_device(device)
+    dist.init_process_group("nccl", device_id=device, timeout=timeout)
+    return rank, world, device
+
+
+def meshes_for(world, device):
+    from torch.distributed.device_mesh import init_device_mesh
+
+    one = init_device_mesh(device.type, (world,))
+    out = {"tp": one, "dp": one}
+    if world >= 4 and world % 2 == 0:
+        out["2d"] = init_device_mesh(device.type, (world // 2, 2), mesh_dim_names=("dp", "tp"))
     return out
 
 
-def main(argv=None):
+def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="hidden 2048 (unless --hidden), 4 steps, 15 rounds of ~40 ms")
     p.add_argument("--cpu-smoke", action="store_true", help="CPU, gloo, tiny model, interpreted kernels (fp16)")
-    p.add_argument("--modes", default="tp,fsdp2")
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--seq", type=int, default=2048)
-    p.add_argument("--steps", type=int, default=8)
-    p.add_argument("--rounds", type=int, default=4)
-    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--arch", default="llama", choices=("llama", "hf-llama", "hf-qwen2"))
+    p.add_argument("--hidden", type=int, default=None, help="2048 or 4096 (the target); the other sizes follow")
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--workloads", default=",".join(WORKLOADS))
+    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--batch", type=int, default=2, help="sequences per step (prefill, training)")
+    p.add_argument("--seq", type=int, default=2048, help="tokens per sequence; the decode's cached context")
+    p.add_argument("--decode-batch", type=int, default=8)
+    p.add_argument("--steps", type=int, default=None, help="training steps of the loss-curve check")
+    p.add_argument("--rounds", type=int, default=None)
+    p.add_argument("--round-ms", type=float, default=None, help="target length of one timing")
+    p.add_argument("--max-reps", type=int, default=200)
+    p.add_argument("--backend", default="inductor", help="torch.compile backend of the compiled mode")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
-    smoke = args.cpu_smoke
-    if smoke:
-        args.seq, args.rounds, args.reps = min(args.seq, 16), min(args.rounds, 1), min(args.reps, 2)
+    for name in args.workloads.split(","):
+        if name not in WORKLOADS:
+            p.error(f"--workloads: {name!r} is not one of {WORKLOADS}")
+    for name in args.modes.split(","):
+        if name not in MODES:
+            p.error(f"--modes: {name!r} is not one of {MODES}")
+    if args.hidden not in (None, 2048, 4096):
+        p.error(f"--hidden: 2048 or 4096, got {args.hidden}")
+    quick = args.quick or args.cpu_smoke
+    args.steps = args.steps or (4 if quick else 8)
+    args.rounds = args.rounds or (15 if quick else 30)
+    args.round_ms = args.round_ms or (40.0 if quick else 100.0)
+    if args.cpu_smoke:
+        args.seq, args.decode_batch, args.batch = min(args.seq, 16), 2, 2
+        args.rounds, args.round_ms = min(args.rounds, 3), min(args.round_ms, 1.0)
+    return args
+
+
+def config(args) -> Config:
+    if args.cpu_smoke:
+        return Config(vocab=64, hidden=64, inter=128, layers=2, heads=8, kv_heads=4, max_pos=64)
+    hidden = args.hidden or (2048 if args.quick else 4096)
+    if hidden == 4096:
+        return Config(hidden=4096, inter=14336, layers=args.layers, heads=32, kv_heads=8)
+    return Config(layers=args.layers)
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    if args.cpu_smoke:
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
         from conftest import interpret_plans
 
         interpret_plans(setattr)
-    rank, world, device, mesh = setup(smoke)
-    dtype = torch.float16 if smoke else torch.bfloat16
+    import torch._dynamo
 
-    def log(what, obj):
-        if rank == 0:
-            print(f"[{what}] {json.dumps(obj)}", flush=True)
-
-    results = dict(world=world, torch=torch.__version__, device=torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-                   date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), args=vars(args))
-    cfg = config(smoke)
+    limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+    setattr(torch._dynamo.config, limit, 64)  # a row's variants of one block's code, with room
+    rank, world, device = setup(args.cpu_smoke)
+    env = Env(rank, world, device, torch.float16 if args.cpu_smoke else torch.bfloat16, args.backend)
+    arch, c = Arch(args.arch), config(args)
+    meshes = meshes_for(world, device)
+    info = dict(world=world, torch=torch.__version__, arch=args.arch, config=asdict(c),
+                device=torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+                date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), args=vars(args))
+    env.log("run", info)
+    rows = []
+    paths = [p for p in (args.json, os.environ.get("OUT") and os.path.join(os.environ["OUT"], "dist_llama.json")) if p]
+    # every compiled row before any eager one: on torch 2.13 a compiled 2-D model (torch's too)
+    # fails in inductor (device_mesh._get_submesh is not an OpOverload) after an eager 2-D run
     for mode in args.modes.split(","):
-        t0 = time.time()
-        try:
-            results[mode] = {"tp": run_tp, "fsdp2": run_fsdp2}[mode](cfg, mesh, device, dtype, args, log)
-        except Exception:  # the other mode still runs; the error is in the results
-            results[mode] = {"error": traceback.format_exc()}
-            log(f"{mode} error", results[mode])
-        results[mode]["wall_s"] = round(time.time() - t0, 1)
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+        for workload in args.workloads.split(","):
+            if workload == "2d-train" and "2d" not in meshes:
+                continue
+            t0 = time.time()
+            try:
+                row = run_row(arch, c, workload, mode, meshes, env, args)
+            except Exception as e:  # the other rows still run; the error is in the results
+                row = dict(workload=workload, mode=mode, error=traceback.format_exc(),
+                           error_line=f"ERROR {type(e).__name__}: {str(e).splitlines()[0][:80] if str(e) else ''}")
+                env.log(f"{workload} {mode} error", row["error"])
+            row["wall_s"] = round(time.time() - t0, 1)
+            rows.append(row)
+            if rank == 0:  # after every row: a run stopped by its time limit keeps the rows it made
+                for path in paths:
+                    with open(path, "w") as f:
+                        json.dump(dict(info, rows=rows), f, indent=1, default=str)
+            torch._dynamo.reset()
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            sync(env)
+    failed = [r for r in rows if "error" in r or not r.get("check", {"ok": True})["ok"]]
     if rank == 0:
-        print(json.dumps(results, indent=1))
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(results, f, indent=1)
+        print(f"\n{world} × {info['device']}, torch {torch.__version__}, {args.arch} hidden {c.hidden}, {c.layers} layers,"
+              f" batch {args.batch} × seq {args.seq}, decode {args.decode_batch} × 1 after {args.seq};"
+              " ratio = torch ms / pingpong ms (> 1: pingpong faster), median of rounds; IQR of the per-round ratio")
+        print(table(sorted(rows, key=lambda r: (WORKLOADS.index(r["workload"]), MODES.index(r["mode"])))), flush=True)
     dist.destroy_process_group()
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -235,6 +235,61 @@ def test_placements_on_a_2d_mesh_follow_torch(mesh, runs):
     assert runs
 
 
+def test_a_compiled_tensor_parallel_model_keeps_the_rules_in_one_graph(mesh, runs):
+    """torch.compile (fullgraph, AOT autograd) of a ColwiseParallel / RowwiseParallel MLP of
+    pingpong Linears: one graph, no break; the traced forward runs pingpong.linear on each rank's
+    shard (weights (8, 8) of (16, 8) Shard(0) and (8, 16) Shard(1)), the row layer's bias
+    divided over the ranks (a Partial addend) and one all-reduce after it, no other collective;
+    the backward runs pingpong.mm on the shards with no collective; values as eager's."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._dynamo.utils import counters
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    import pingpong
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(pingpong.nn.Linear(8, 16, activation="relu", dtype=torch.float16),
+                                pingpong.nn.Linear(16, 8, dtype=torch.float16))
+    parallelize_module(model, mesh, {"0": ColwiseParallel(), "1": RowwiseParallel()})
+    x = torch.randn(2, 3, 8).half()
+    want = model(x)
+    want.float().sum().backward()
+    want_grads = [p.grad.to_local().clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+
+    graphs = []
+
+    def grab(gm, example_inputs):
+        graphs.append(gm)
+        return make_boxed_func(gm.forward)
+
+    torch._dynamo.reset()
+    counters.clear()
+    got = torch.compile(model, backend=aot_autograd(fw_compiler=grab, bw_compiler=grab), fullgraph=True)(x)
+    got.float().sum().backward()
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert len(graphs) == 2, f"{len(graphs)} graphs (a forward and a backward expected)"
+
+    def calls(gm):
+        return [(str(n.target), [tuple(a.meta["val"].shape) for a in n.args
+                                 if isinstance(a, torch.fx.Node) and isinstance(a.meta.get("val"), torch.Tensor)])
+                for n in gm.graph.nodes if n.op == "call_function"]
+
+    forward, backward = map(calls, graphs)
+    assert [s for t, s in forward if t == "pingpong.linear.default"] == [[(2, 3, 8), (8, 8), (8,)]] * 2, forward
+    assert [t for t, _ in forward if "_c10d_functional" in t and "wait" not in t] == [
+        "_c10d_functional.all_reduce.default"], forward
+    assert ("aten.div.Tensor", [(8,)]) in forward, forward  # the Partial bias: b / 2 on each rank
+    grads = [s for t, s in backward if t == "pingpong.mm.default"]
+    assert len(grads) == 3 and all(max(max(shape) for shape in s) <= 8 for s in grads), backward
+    assert not [t for t, _ in backward if "_c10d_functional" in t], backward
+    torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
+    for p, g in zip(model.parameters(), want_grads):
+        torch.testing.assert_close(p.grad.to_local(), g, rtol=1e-3, atol=1e-3)
+    assert runs
+
+
 def test_parallelize_then_replace_is_refused(mesh):
     from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
 
