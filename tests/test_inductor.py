@@ -23,14 +23,14 @@ def randn(*shape, seed):
 
 
 @pytest.fixture
-def fresh_compile(monkeypatch):
+def fresh_compile():
     """No compiled code from an earlier test or process (inductor's caches off) and counters at 0."""
     from torch._inductor import config
 
-    monkeypatch.setattr(config, "force_disable_caches", True)
     torch._dynamo.reset()
     inductor.CALLS.clear()
-    yield
+    with config.patch(force_disable_caches=True):
+        yield
     torch._dynamo.reset()
 
 

@@ -7,7 +7,7 @@ import inspect
 import pytest
 
 from pingpong.hopper.config import SCHEDULE_FACTS
-from pingpong.hopper import epilogue, kernel, loader, pipeline
+from pingpong.hopper import epilogue, kernel, loader, pipeline, scheduler
 from pingpong.schedule import check
 from pingpong.schedule.schedules import hopper
 
@@ -79,7 +79,9 @@ def test_kernel_calls_the_helpers_the_model_calls():
                  "tma.store_wait(stores_left_in_flight(self.BUFS))"):
         assert call in store, call
     coop = inspect.getsource(kernel.cooperative_consumer.fn)
-    assert "first_counter(t, sched.k_steps, 1, 0)" in coop
+    assert "first = sched.first_step(t)" in coop  # the data-parallel schedulers' first_step is the model's helper
+    for sched in (scheduler.TileScheduler, scheduler.SplitKScheduler):
+        assert "first_counter(local_tile, self.k_steps, 1, 0)" in inspect.getsource(sched.first_step.fn)
     ws = inspect.getsource(kernel.warp_specialized_gemm.fn)
     assert "Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, CFG.B_KMAJOR, CFG.CLUSTER)" in ws
     # the cluster model's premises (hopper_cluster): both CTAs' releases reach the leader's

@@ -39,6 +39,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.language.core import _aggregate as aggregate
 
+from .pipeline import first_counter
+
 
 @gluon.jit
 def tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
@@ -137,7 +139,7 @@ class TileScheduler:
 
     @gluon.jit
     def first_step(self, local_tile):
-        return local_tile * self.k_steps
+        return first_counter(local_tile, self.k_steps, 1, 0)  # the schedule model's helper
 
     @gluon.jit
     def split(self, local_tile):
@@ -244,7 +246,7 @@ class SplitKScheduler:
 
     @gluon.jit
     def first_step(self, local_tile):
-        return local_tile * self.k_steps
+        return first_counter(local_tile, self.k_steps, 1, 0)  # the schedule model's helper
 
     @gluon.jit
     def tile_batch(self, local_tile):
