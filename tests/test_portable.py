@@ -12,6 +12,7 @@ import torch
 import triton.language as tl
 from triton.runtime.jit import JITFunction
 
+from closeness import NORM_BOUND, rel_norm
 from pingpong import portable
 from pingpong.portable import default_block, default_stages, portable_gemm
 
@@ -29,11 +30,6 @@ def operand(rows, cols, dtype, transposed, gen):
     return torch.randn(rows, cols, generator=gen).to(dtype)
 
 
-def rel_err(out, ref):
-    den = ref.norm().item()
-    return (out.double() - ref).norm().item() / (den if den > 0 else 1.0)
-
-
 def run_case(M, N, K, dtype, layout, *, alpha=1.0, beta=0.0, with_c=False, out_dtype=None, block=None, seed=0):
     gen = torch.Generator().manual_seed(seed)
     a = operand(M, K, dtype, layout[0] == "t", gen)
@@ -47,22 +43,19 @@ def run_case(M, N, K, dtype, layout, *, alpha=1.0, beta=0.0, with_c=False, out_d
     return out, ref
 
 
-TOL = {torch.float16: 2e-3, torch.float32: 1e-5}
-
-
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_interpreter_matches_torch_all_layouts(dtype, layout):
     for M, N, K in itertools.product(SIZES, SIZES, SIZES):
         out, ref = run_case(M, N, K, dtype, layout, seed=M * 10000 + N * 100 + K)
         assert not out.isnan().any(), f"{layout} {M}x{N}x{K}: unwritten elements"
-        assert rel_err(out, ref) < TOL[dtype], f"{layout} {M}x{N}x{K}"
+        assert rel_norm(out, ref) < NORM_BOUND[dtype], f"{layout} {M}x{N}x{K}"
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_alpha_beta_with_c(layout):
     out, ref = run_case(33, 17, 33, torch.float32, layout, alpha=2.5, beta=-0.75, with_c=True)
-    assert rel_err(out, ref) < 1e-5
+    assert rel_norm(out, ref) < 1e-5
 
 
 def test_beta_zero_never_reads_c():
@@ -71,7 +64,7 @@ def test_beta_zero_never_reads_c():
     c = torch.full((17, 17), float("nan"))
     out = torch.full((17, 17), float("nan"))
     portable_gemm(a, b, out, alpha=1.0, beta=0.0, c=c, interpret=True)
-    assert rel_err(out, a.double() @ b.double()) < 1e-5
+    assert rel_norm(out, a.double() @ b.double()) < 1e-5
 
 
 def test_out_may_be_c_in_place():
@@ -79,7 +72,7 @@ def test_out_may_be_c_in_place():
     a, b, c = (torch.randn(s, generator=gen) for s in ((33, 17), (17, 33), (33, 33)))
     ref = 0.5 * (a.double() @ b.double()) + 2.0 * c.double()
     portable_gemm(a, b, c, alpha=0.5, beta=2.0, c=c, interpret=True)
-    assert rel_err(c, ref) < 1e-5
+    assert rel_norm(c, ref) < 1e-5
 
 
 @pytest.mark.parametrize("with_c", [False, True])
@@ -99,12 +92,12 @@ def test_many_tiles_grouped_raster_and_strided_out():
     c = torch.randn(M, 2 * N, generator=gen)[:, ::2]
     out = torch.full((N, M), float("nan")).t()
     portable_gemm(a, b, out, alpha=1.0, beta=1.0, c=c, block=(16, 16, 16), interpret=True)
-    assert rel_err(out, a.double() @ b.double() + c.double()) < 1e-5
+    assert rel_norm(out, a.double() @ b.double() + c.double()) < 1e-5
 
 
 def test_fp16_inputs_fp32_output():
     out, ref = run_case(33, 33, 33, torch.float16, "tn", out_dtype=torch.float32)
-    assert out.dtype == torch.float32 and rel_err(out, ref) < 1e-3
+    assert out.dtype == torch.float32 and rel_norm(out, ref) < 1e-3
 
 
 def test_kernel_calls_no_jit_helpers():
@@ -190,4 +183,4 @@ def test_compiled_kernel_on_gpu_bf16(layout):
     a, b, c = op(M, K, layout[0] == "t"), op(K, N, layout[1] == "t"), op(M, N, False)
     out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
     portable_gemm(a, b, out, alpha=1.5, beta=0.5, c=c)
-    assert rel_err(out, 1.5 * (a.double() @ b.double()) + 0.5 * c.double()) < 1e-2
+    assert rel_norm(out, 1.5 * (a.double() @ b.double()) + 0.5 * c.double()) < 1e-2
