@@ -121,6 +121,7 @@ def test_python_m_pingpong_schedule():
 # The command line: `pingpong check` compares the shipped schedules with their expected verdicts;
 # option values are checked by argparse.
 
+@pytest.mark.slow
 def test_check_without_arguments_compares_with_the_expected_verdicts(capsys):
     from pingpong.tools.cli import main
 
@@ -130,6 +131,7 @@ def test_check_without_arguments_compares_with_the_expected_verdicts(capsys):
     assert "optimized" in out and "expected RACE" in out
 
 
+@pytest.mark.slow
 def test_check_without_arguments_fails_on_an_unexpected_verdict(capsys, monkeypatch):
     import dataclasses
 
@@ -143,6 +145,7 @@ def test_check_without_arguments_fails_on_an_unexpected_verdict(capsys, monkeypa
     assert "expected RACE, found SAFE: UNEXPECTED" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_check_without_arguments_shows_the_trace_of_an_unexpected_violation(capsys, monkeypatch):
     import dataclasses
 

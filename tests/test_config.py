@@ -212,6 +212,7 @@ def _facts(kernel):
     return cc.compile_kernel(kernel, "sm_90a").facts()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel, block", [("persistent", (128, 256, 64)), ("cooperative", (128, 256, 64)),
                                            ("pingpong", (128, 128, 64))])
 def test_budget_covers_what_the_compiler_allocates(kernel, block):

@@ -108,6 +108,7 @@ def hog_facts(target):
     return cc.Compiled("register_hog", target, dict(ck.asm), ck.metadata).facts()
 
 
+@pytest.mark.slow
 def test_spill_detector_sees_local_memory_on_hopper():
     f = hog_facts("sm_90a")
     assert f.spill_bytes > 0, "cuobjdump's STACK/LOCAL bytes not read"
@@ -115,6 +116,7 @@ def test_spill_detector_sees_local_memory_on_hopper():
     assert f.registers <= 64
 
 
+@pytest.mark.slow
 def test_spill_detector_sees_scratch_on_cdna():
     f = hog_facts("gfx942")
     assert f.extra["scratch bytes"] > 0, "the scratch (private segment) size is not read"

@@ -148,6 +148,7 @@ def facts():
     return get
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["gfx942", "gfx950"])
 def test_compiles_for_cdna_with_mfma(facts, target):
     f = facts(target)
@@ -155,12 +156,14 @@ def test_compiles_for_cdna_with_mfma(facts, target):
     assert f.spill_bytes == 0 and f.shared_bytes <= f.shared_limit
 
 
+@pytest.mark.slow
 def test_compiles_for_rdna_with_wmma(facts):
     f = facts("gfx1151")
     assert f.counts["wmma"] > 0 and f.counts["mfma"] == 0
     assert f.spill_bytes == 0 and f.shared_bytes <= f.shared_limit
 
 
+@pytest.mark.slow
 def test_compiles_for_hopper_without_spills(facts):
     f = facts("sm_90a")
     assert f.spill_bytes == 0 and f.counts["LDL/STL"] == 0

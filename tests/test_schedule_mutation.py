@@ -14,6 +14,7 @@ REPORTED = {"RACE", "STALE READ", "DEADLOCK", "COUNTER MISUSE"}
 K_ITERS = {"hopper_cooperative": 1, "hopper_coop_cluster": 1}  # the cooperative pair: 6 concurrent groups
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SAFE)
 def test_every_single_deletion_is_safe_or_reported(name):
     s = build(name, K_ITERS.get(name, 2))
