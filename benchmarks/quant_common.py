@@ -1,4 +1,4 @@
-"""What benchmarks/fp8_quant_sweep.py, quant_tiles.py and fp8_stride.py share: the bitwise check
+"""What benchmarks/fp8_quant_sweep.py and quant_tiles.py share: the bitwise check
 of each variant against quantize_fp8 (outputs poisoned first), and alternated timing rounds."""
 import torch
 

@@ -11,6 +11,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from closeness import ATOL_PER_K, NORM_BOUND, RTOL, assert_close
+
 ACTIVATIONS = {
     "none": lambda z: z,
     "relu": F.relu,
@@ -18,13 +20,6 @@ ACTIVATIONS = {
     "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
     "silu": F.silu,
 }
-
-#: ‖out − ref‖ / ‖ref‖ per output dtype.
-NORM_BOUND = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-5}
-#: Elementwise: |out − ref| ≤ RTOL·|ref| + ATOL_PER_K·(K + 1): one rounding to the output
-#: dtype, plus fp32 accumulation over K unit-normal products.
-RTOL = {torch.bfloat16: 2**-7, torch.float16: 2**-10, torch.float32: 2**-20}
-ATOL_PER_K = 2e-6
 
 
 def reference(a, b, *, alpha=1.0, beta=0.0, c=None, bias=None, activation="none"):
@@ -38,20 +33,10 @@ def reference(a, b, *, alpha=1.0, beta=0.0, c=None, bias=None, activation="none"
 
 
 def check(out, ref, k, seed):
-    """Both bounds; NaN (an unwritten, poisoned element) never passes."""
-    got = out.double()
-    ref = ref.to(got.device)
-    assert got.shape == ref.shape, f"shape {tuple(got.shape)} != {tuple(ref.shape)} (seed {seed})"
-    assert torch.isfinite(got).all(), f"non-finite output: unwritten or overflowed elements (seed {seed})"
-    err = (got - ref).abs()
-    norm = (err.norm() / ref.norm().clamp_min(1e-30)).item()
-    assert norm < NORM_BOUND[out.dtype], f"relative norm error {norm:.3g} (seed {seed})"
-    allowed = RTOL[out.dtype] * ref.abs() + ATOL_PER_K * (k + 1)
-    worst = (err - allowed).flatten().argmax().item()
-    assert (err <= allowed).all(), (
-        f"elementwise: |out - ref| = {err.flatten()[worst].item():.3g} > {allowed.flatten()[worst].item():.3g}"
-        f" at flat index {worst} (ref {ref.flatten()[worst].item():.4g}, seed {seed})"
-    )
+    """The fused bounds: closeness.NORM_BOUND, and RTOL·|ref| + ATOL_PER_K·(K + 1) elementwise."""
+    ref = ref.double().to(out.device)
+    assert_close(out, ref, norm=NORM_BOUND[out.dtype], allowed=RTOL[out.dtype] * ref.abs() + ATOL_PER_K * (k + 1),
+                 what=f"seed {seed}")
 
 
 def matrix(batch, rows, cols, dtype, transposed, gen, device="cpu"):

@@ -12,6 +12,8 @@ import pytest
 from pingpong.runtime import compile as cc
 from pingpong.amd.config import TARGETS, KernelConfig
 
+pytestmark = pytest.mark.slow  # offline compiles
+
 CDNA = ("gfx950", "gfx942")
 # the registered CDNA ping-pong builds and their operand type (config.KernelConfig.dtype)
 PINGPONG = {"cdna_pingpong": "bf16", "cdna_pingpong_fp8": "fp8"}

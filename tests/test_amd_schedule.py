@@ -86,6 +86,7 @@ def test_loop_waits_are_tight(target):
     assert verdicts == [False, False, True, False]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", CDNA)
 def test_isa_waits_match_the_checked_schedule(target):
     # Triton 3.9 lowers wait_group to LLVM async marks, and LLVM emits no s_waitcnt for a wait
@@ -95,6 +96,7 @@ def test_isa_waits_match_the_checked_schedule(target):
     assert isa == vmcnt_sequence(model(target), "loop", emitted=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", CDNA)
 def test_only_the_slack_wait_is_left_out_of_the_isa(target):
     """The waits the ISA omits are exactly those the model shows cannot block: the one before
@@ -139,6 +141,7 @@ def _isa_phases(loop):
             for p in parts]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", CDNA)
 def test_isa_loop_phases_match_the_checked_schedule(target):
     """Per barrier phase of the loop, the ISA issues the DMA loads and waits of the model."""

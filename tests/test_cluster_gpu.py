@@ -10,7 +10,8 @@ import torch
 
 from pingpong import KernelConfig
 from test_epilogue_gpu import run_case
-from test_gemm_gpu import BOUND, operand, rel_err, run
+from closeness import GEMM_BOUND, rel_err
+from test_gemm_gpu import operand, run
 
 pytestmark = pytest.mark.gpu
 
@@ -46,7 +47,7 @@ def test_odd_shapes(name, m, n, k, gen):
     b = operand(k, n, torch.bfloat16, True, gen)
     ref = a.double() @ b.double()
     for out in twice(a, b, CLUSTERS[name]):
-        assert rel_err(out, ref) < BOUND[torch.bfloat16], (name, m, n, k)
+        assert rel_err(out, ref) < GEMM_BOUND[torch.bfloat16], (name, m, n, k)
 
 
 @pytest.mark.parametrize("name", CLUSTERS)
@@ -57,7 +58,7 @@ def test_layouts(name, a_col, b_col, dtype, gen):
     b = operand(1500, 700, dtype, b_col, gen)
     ref = a.double() @ b.double()
     for out in twice(a, b, CLUSTERS[name]):
-        assert rel_err(out, ref) < BOUND[dtype], (name, a_col, b_col, dtype)
+        assert rel_err(out, ref) < GEMM_BOUND[dtype], (name, a_col, b_col, dtype)
 
 
 @pytest.mark.parametrize("name", ["pingpong-128x128", "pingpong-64x256", "cooperative-128x256"])

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import pingpong
+from closeness import rel_norm
 from pingpong import inductor
 
 pytestmark = pytest.mark.gpu
@@ -28,10 +29,6 @@ def llama(dtype):
         num_key_value_heads=4, max_position_embeddings=256, tie_word_embeddings=False)
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(cfg).to(device="cuda", dtype=dtype)
-
-
-def rel(x, ref):
-    return ((x.double() - ref.double()).norm() / ref.double().norm()).item()
 
 
 def ids(batch, seq, seed):
@@ -57,11 +54,11 @@ def test_compiled_logits(models, mode):
     x = ids(4, 128, seed=1)
     with torch.no_grad():
         want = ref32(x).logits
-        torch_err = rel(torch.compile(theirs, mode=mode)(x).logits, want)
+        torch_err = rel_norm(torch.compile(theirs, mode=mode)(x).logits, want)
         compiled = torch.compile(ours, mode=mode)
         for _ in range(3):  # reduce-overhead: warm-up, record, replay
             got = compiled(x).logits.clone()
-    ours_err = rel(got, want)
+    ours_err = rel_norm(got, want)
     print(f"mode {mode}: logits vs float32: torch {torch_err:.2e}, pingpong {ours_err:.2e}, calls {dict(inductor.CALLS)}")
     assert ours_err <= 1.5 * torch_err + 1e-3
     assert inductor.CALLS["linear"] > 0  # the direct path, not the dispatcher
@@ -83,8 +80,8 @@ def test_compiled_training_step_gradients(models, mode):
     theirs_g = grads(theirs, torch.compile(theirs, mode=mode))
     ours_g = grads(ours, torch.compile(ours, mode=mode))
     for name, ref in want.items():
-        bound = 1.5 * rel(theirs_g[name], ref) + 1e-3
-        assert rel(ours_g[name], ref) <= bound, (name, rel(ours_g[name], ref), bound)
+        bound = 1.5 * rel_norm(theirs_g[name], ref) + 1e-3
+        assert rel_norm(ours_g[name], ref) <= bound, (name, rel_norm(ours_g[name], ref), bound)
     assert inductor.CALLS["mm"] > 0
 
 
@@ -98,7 +95,7 @@ def test_dynamic_lengths_compile_once_more_at_most(models):
         x = ids(2, seq, seed=seq)
         with torch.no_grad():
             want = ref32(x).logits
-            err, torch_err = rel(compiled(x).logits, want), rel(theirs(x).logits, want)
+            err, torch_err = rel_norm(compiled(x).logits, want), rel_norm(theirs(x).logits, want)
         counts.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
         assert err <= 1.5 * torch_err + 1e-3, (seq, err, torch_err)
     assert counts[2] == counts[1], counts  # the third length reused the dynamic graph

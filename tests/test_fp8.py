@@ -321,6 +321,7 @@ def test_float8_linear_forgets_its_kept_launches_when_moved_or_copied():
 # ----------------------------------------------------------------------------- offline compile facts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel, shape", [("fp8-block", "m64n128k32"), ("fp8-tensor-fast", "m64n256k32"),
                                            ("fp8-block-1x128", "m64n128k32"), ("fp8-row-pingpong", "m64n64k32"),
                                            ("fp8-block-pingpong", "m64n128k32"), ("fp8-tensor-narrow", "m64n64k32"),
@@ -349,6 +350,7 @@ def test_fp8_kernel_compiles_to_fp8_wgmma_without_spills(kernel, shape):
     assert waits == ({"0", "1"} if kernel.endswith("fast") or paired else {"0"}), waits
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel", ["fp8-tensor-wide", "fp8-row-wide", "fp8-row-wide-fast"])
 def test_two_piece_fp8_tile_compiles_to_two_wgmmas_per_k_step(kernel):
     """128×192 = 128 + 64 columns: per k-step three B boxes (two into the first piece's buffer)
@@ -487,6 +489,7 @@ def interpreted(script, *args):
     return subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_quantize_under_the_interpreter():
     """Scales exact (amax / FP8_MAX per group, torch's layouts); q equal to torch's cast of x / s
     but for the interpreter's two rounding flaws (the GPU test requires bitwise equality). A
@@ -495,6 +498,7 @@ def test_quantize_under_the_interpreter():
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_quantize_reads_rows_past_2_to_the_31_elements():
     """Every granularity's kernels read a row that starts 2^31 + 2^21 elements past x's first
     (int64 row offsets; an int32 product wraps to a negative offset: a crash or garbage)."""

@@ -203,6 +203,7 @@ def test_tile_choice_scale_strides_and_registers():
         assert 8 * c + 4 * p == 8 * 232 + 4 * 40 and c % 8 == 0 and p % 8 == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(kernel.OFFLINE_VARIANTS))
 def test_kernel_compiles_offline_without_spills(name):
     """sm_90a, no GPU: fp8 (e4m3) wgmma, no local memory, shared memory within budget, TMA

@@ -86,6 +86,7 @@ def test_splits_that_run():
     assert fp8_splits(100, KC(128, 128, 128, split_k=4)) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel", ["fp8-tensor-splitk", "fp8-row-splitk-gelu", "fp8-tensor-fast-splitk",
                                     "fp8-block-splitk", "fp8-block-1x128-splitk", "fp8-block-pingpong-splitk"])
 def test_split_kernel_compile_facts(kernel):

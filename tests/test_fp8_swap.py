@@ -142,6 +142,7 @@ SWAP_KERNELS = {"fp8-tensor-swap": 16, "fp8-row-swap-gelu": 32, "fp8-tensor-fast
                 "fp8-row-swap-splitk": 16}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel", sorted(SWAP_KERNELS))
 def test_swap_kernel_compile_facts(kernel):
     c = cc.compile_kernel(kernel, "sm_90a")

@@ -228,6 +228,7 @@ def compiled(kernel):
     return cc.compile_kernel(kernel, "sm_90a")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel", ("cooperative-gelu", "pingpong-batched"))
 def test_hopper_variants_compile_without_spills(kernel):
     f = compiled(kernel).facts()
@@ -236,6 +237,7 @@ def test_hopper_variants_compile_without_spills(kernel):
     assert 0 < f.shared_bytes <= SMEM_LIMIT
 
 
+@pytest.mark.slow
 def test_hopper_fused_epilogue_reads_bias_and_computes_gelu():
     fused_ptx = compiled("cooperative-gelu").asm["ptx"]
     plain_ptx = compiled("cooperative").asm["ptx"]
@@ -244,6 +246,7 @@ def test_hopper_fused_epilogue_reads_bias_and_computes_gelu():
     assert "ex2.approx" in fused_ptx and "ex2.approx" not in plain_ptx, "gelu's exp"
 
 
+@pytest.mark.slow
 def test_hopper_batched_uses_rank3_tma():
     ptx = compiled("pingpong-batched").asm["ptx"]
     assert re.search(r"cp\.async\.bulk\.tensor\.3d\.shared::(?:cluster|cta)\.global", ptx), "rank-3 TMA loads"

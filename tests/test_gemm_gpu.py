@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import pingpong
+from closeness import GEMM_BOUND, rel_err
 from pingpong import KernelConfig
 from pingpong.api import _gemm_into
 
@@ -32,21 +33,6 @@ SCHEDULES = {
     "pingpong-64x32x128": KernelConfig(64, 32, 128, schedule="pingpong"),
     "pingpong-96x128": KernelConfig(64, 96, 128, schedule="pingpong"),
 }
-BOUND = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-4}
-
-
-def rel_err(out, ref):
-    """max(norm-wise relative error, elementwise error scaled by |ref| + rms(ref))."""
-    out = out.double()
-    if not torch.isfinite(out).all():
-        return float("inf")
-    diff = (out - ref).abs()
-    norm = (diff.norm() / ref.norm().clamp_min(1e-30)).item()
-    rms = ref.pow(2).mean().sqrt().clamp_min(1e-30) if ref.numel() else 1.0
-    elem = (diff / (ref.abs() + rms)).max().item() if ref.numel() else 0.0
-    return max(norm, elem)
-
-
 def operand(rows, cols, dtype, col_major, gen):
     """A (rows, cols) tensor, stored row-major or as the transpose of a row-major tensor."""
     if col_major:
@@ -79,7 +65,7 @@ def test_odd_shapes_transpose_b(schedule, m, n, k, gen):
     a = operand(m, k, torch.bfloat16, False, gen)
     b = operand(k, n, torch.bfloat16, True, gen)  # b = w.t(): the headline layout
     out = run(a, b, SCHEDULES[schedule])
-    assert rel_err(out, a.double() @ b.double()) < BOUND[torch.bfloat16]
+    assert rel_err(out, a.double() @ b.double()) < GEMM_BOUND[torch.bfloat16]
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -91,7 +77,7 @@ def test_layouts_and_dtypes(schedule, a_col, b_col, dtype, gen):
     for out_dtype in (dtype, torch.float32):
         out = run(a, b, SCHEDULES[schedule], out_dtype=out_dtype)
         assert out.dtype == out_dtype
-        assert rel_err(out, a.double() @ b.double()) < BOUND[out_dtype if dtype == torch.bfloat16 else torch.float16]
+        assert rel_err(out, a.double() @ b.double()) < GEMM_BOUND[out_dtype if dtype == torch.bfloat16 else torch.float16]
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -102,7 +88,7 @@ def test_alpha_beta(schedule, out_dtype, gen):
     c = torch.randn(m, n, device="cuda", generator=gen).to(out_dtype)
     out = run(a, b, SCHEDULES[schedule], out_dtype=out_dtype, c=c, alpha=1.5, beta=-0.75)
     ref = 1.5 * (a.double() @ b.double()) - 0.75 * c.double()
-    assert rel_err(out, ref) < BOUND[out_dtype if out_dtype == torch.float32 else torch.bfloat16]
+    assert rel_err(out, ref) < GEMM_BOUND[out_dtype if out_dtype == torch.float32 else torch.bfloat16]
 
 
 EPILOGUES = [KernelConfig(128, 256, 64, schedule="cooperative", epilogue_n=e) for e in (256, 128, 32)] + [
@@ -120,7 +106,7 @@ def test_epilogue_subtiles(config, out_dtype, gen):
     c = torch.randn(m, n, device="cuda", generator=gen).to(out_dtype)
     out = run(a, b, config, out_dtype=out_dtype, c=c, alpha=0.5, beta=2.0)
     ref = 0.5 * (a.double() @ b.double()) + 2.0 * c.double()
-    assert rel_err(out, ref) < BOUND[out_dtype if out_dtype == torch.float32 else torch.bfloat16]
+    assert rel_err(out, ref) < GEMM_BOUND[out_dtype if out_dtype == torch.float32 else torch.bfloat16]
 
 
 def test_public_api_paths(gen):

@@ -258,6 +258,7 @@ def test_bench_grouped_refuses_unknown_model():
     assert bench.settings_from_args(p.parse_args(["--op", "grouped", "--models", "deepseek-v3"])).op == "grouped"
 
 
+@pytest.mark.slow
 def test_grouped_kernels_compile_offline():
     """sm_90a, no GPU: both registered grouped kernels compile without spills, in the shared
     memory budget, with TMA loads and the TMA store of full tiles."""
@@ -350,6 +351,7 @@ def test_ragged_k_interpreted_asks_no_registered_backend(monkeypatch):
     assert torch.allclose(out[2], a[:, 10:].float() @ b[10:].float(), atol=1e-2)
 
 
+@pytest.mark.slow
 def test_grouped_k_kernels_compile_offline():
     """sm_90a, no GPU: the ragged-K kernels compile without spills, in the shared memory
     budget, with rank-4 (ragged) TMA loads, MN-major wgmma operands and the TMA store."""

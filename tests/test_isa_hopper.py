@@ -10,6 +10,8 @@ import pytest
 from pingpong.runtime import compile as cc
 from pingpong.hopper.config import SMEM_LIMIT
 
+pytestmark = pytest.mark.slow  # offline compiles
+
 
 @functools.lru_cache(maxsize=None)
 def facts(kernel):

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import pingpong
+from closeness import AUTOGRAD_ELEM, AUTOGRAD_NORM, assert_close
 from pingpong import PingpongError, ops
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # triton 3.6 interpreter + numpy
@@ -111,12 +112,9 @@ def grads64(fn, inputs, g):
     return y, torch.autograd.grad(y, [t for t in xs if t is not None], g.double())
 
 
-def assert_close64(got, ref, seed, what, norm_tol=2e-3, elem_tol=1e-2):
-    """Both bounds: relative Frobenius error, and every element within elem_tol·max|ref|."""
-    err = (got.double() - ref).abs()
-    rel = (err.norm() / ref.norm().clamp_min(1e-30)).item()
-    worst = (err.max() / ref.abs().max().clamp_min(1e-30)).item()
-    assert rel <= norm_tol and worst <= elem_tol, f"{what}: rel norm {rel:.2e}, worst {worst:.2e} (seed {seed})"
+def assert_close64(got, ref, seed, what, norm_tol=AUTOGRAD_NORM, elem_tol=AUTOGRAD_ELEM):
+    """closeness.assert_close with every element within elem_tol·max|ref|."""
+    assert_close(got, ref, norm=norm_tol, allowed=elem_tol * ref.abs().max().clamp_min(1e-30), what=f"{what} (seed {seed})")
 
 
 LAYOUTS = {  # (M, K) a and (K, N) b in the four orientations

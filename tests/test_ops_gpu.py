@@ -2,7 +2,7 @@
 layouts, α/β/out_dtype, batched and broadcast shapes and every activation; opcheck of each op on
 CUDA; torch.compile(fullgraph=True) with inductor; eager inference bypasses the op machinery.
 
-Errors are measured as in test_gemm_gpu (`rel_err`: the larger of the norm-wise relative error
+Errors are measured by `closeness.rel_err` (the larger of the norm-wise relative error
 and the elementwise error scaled by |ref| + rms(ref)); bf16 bound 1e-2 for one GEMM (its
 output is rounded once to bf16: 2^-8 relative). Gradients through an activation have two
 roundings (dL/dz is rounded to bf16 before its GEMM), hence 2e-2.
@@ -16,7 +16,8 @@ import torch.nn.functional as F
 
 import pingpong
 from pingpong import PingpongError, ops
-from test_gemm_gpu import BOUND, operand, rel_err
+from closeness import GEMM_BOUND, rel_err
+from test_gemm_gpu import operand
 
 pytestmark = pytest.mark.gpu
 
@@ -54,13 +55,13 @@ def test_gemm_gradients_four_layouts(a_col, b_col, out_dtype, gen):
     g = randn(M, N, gen=gen, dtype=out_dtype)
     got = torch.autograd.grad(y, (a, b, c), g)
     ref_y, ref = grads64(lambda a, b, c: 1.5 * a @ b - 0.5 * c, (a, b, c), g.to(bf).to(out_dtype))
-    assert rel_err(y, ref_y) < BOUND[out_dtype]
+    assert rel_err(y, ref_y) < GEMM_BOUND[out_dtype]
     for name, x, r, t in zip("abc", got, ref, (a, b, c)):
         assert x.dtype == t.dtype and x.shape == t.shape, name
         if name != "c":  # dA, dB see the bf16-rounded output gradient (the kernels' inputs)
-            assert rel_err(x, r) < BOUND[bf], name
+            assert rel_err(x, r) < GEMM_BOUND[bf], name
         else:
-            assert rel_err(x, -0.5 * g.double()) < BOUND[out_dtype], name
+            assert rel_err(x, -0.5 * g.double()) < GEMM_BOUND[out_dtype], name
 
 
 SHAPES = [
@@ -80,13 +81,13 @@ def test_batched_and_broadcast_forward_and_gradients(a_shape, b_shape, gen):
     y = pingpong.matmul(a, b)
     ref_y = a.double() @ b.double()
     assert y.shape == ref_y.shape and direct.shape == ref_y.shape
-    assert rel_err(direct, ref_y) < BOUND[bf] and rel_err(y, ref_y) < BOUND[bf]
+    assert rel_err(direct, ref_y) < GEMM_BOUND[bf] and rel_err(y, ref_y) < GEMM_BOUND[bf]
     g = randn(*y.shape, gen=gen)
     got = torch.autograd.grad(y, (a, b), g)
     _, ref = grads64(torch.matmul, (a, b), g)
     for name, x, r, t in zip("ab", got, ref, (a, b)):
         assert x.shape == t.shape and x.dtype == t.dtype, name
-        assert rel_err(x, r) < BOUND[bf], name
+        assert rel_err(x, r) < GEMM_BOUND[bf], name
 
 
 @pytest.mark.parametrize("activation", list(TORCH_ACTIVATIONS))
@@ -102,9 +103,9 @@ def test_linear_every_activation(activation, with_bias, gen):
     act = TORCH_ACTIVATIONS[activation]
     g = randn(*y.shape, gen=gen)
     ref_y, ref = grads64(lambda x, w, *b: act(F.linear(x, w, *b)), inputs, g)
-    assert rel_err(y, ref_y) < BOUND[bf] and rel_err(direct, ref_y) < BOUND[bf]
+    assert rel_err(y, ref_y) < GEMM_BOUND[bf] and rel_err(direct, ref_y) < GEMM_BOUND[bf]
     got = torch.autograd.grad(y, inputs, g)
-    bound = BOUND[bf] if activation is None else ACT_BOUND
+    bound = GEMM_BOUND[bf] if activation is None else ACT_BOUND
     for name, t, r, src in zip(("dx", "dw", "dbias"), got, ref, inputs):
         assert t.shape == src.shape and t.dtype == src.dtype, name
         assert rel_err(t, r) < bound, name
@@ -123,9 +124,9 @@ def test_nn_linear_training_matches_torch(gen):
     ref64.load_state_dict(ref.state_dict())
     y64 = ref64(x.double())
     y64.backward(g.double())
-    assert rel_err(y, y64.detach()) < BOUND[bf]
-    assert rel_err(ours.weight.grad, ref64.weight.grad) < BOUND[bf]
-    assert rel_err(ours.bias.grad, ref64.bias.grad) < BOUND[bf]
+    assert rel_err(y, y64.detach()) < GEMM_BOUND[bf]
+    assert rel_err(ours.weight.grad, ref64.weight.grad) < GEMM_BOUND[bf]
+    assert rel_err(ours.bias.grad, ref64.bias.grad) < GEMM_BOUND[bf]
 
 
 def test_opcheck_every_op(gen):
@@ -191,6 +192,6 @@ def test_gemm_inplace_on_tracked_tensors(gen):
         pingpong.gemm_(p, a, b)
     with torch.no_grad():
         pingpong.gemm_(c, a, b, beta=1.0)
-    assert rel_err(c, a.double() @ b.double() + before.double()) < BOUND[bf]
+    assert rel_err(c, a.double() @ b.double() + before.double()) < GEMM_BOUND[bf]
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         loss.backward()

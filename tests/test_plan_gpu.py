@@ -8,7 +8,7 @@ import torch
 import pingpong
 from pingpong.runtime import plan
 
-from test_gemm_gpu import rel_err
+from closeness import rel_err
 
 pytestmark = pytest.mark.gpu
 BF16 = torch.bfloat16

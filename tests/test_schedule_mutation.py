@@ -10,10 +10,11 @@ SAFE = [n for n, e in SHIPPED.items() if e.claim == "SAFE"]
 REPORTED = {"RACE", "STALE READ", "DEADLOCK", "COUNTER MISUSE"}
 #: K-iterations per schedule (default 2). The cooperative model's two concurrent consumers
 #: with the full β·C epilogue make each check ~0.5 s at 2; at 1 its 50 deletions take ~3 s
-#: (ring slots are then not refilled: test_reliability_schedule_models covers refills).
+#: (ring slots are then not refilled: test_schedule covers refills).
 K_ITERS = {"hopper_cooperative": 1, "hopper_coop_cluster": 1}  # the cooperative pair: 6 concurrent groups
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SAFE)
 def test_every_single_deletion_is_safe_or_reported(name):
     s = build(name, K_ITERS.get(name, 2))

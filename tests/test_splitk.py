@@ -96,6 +96,7 @@ def facts(kernel):
 KNOWN_SPILLS = {("splitk_192", "3.9"): 24, ("streamk_192", "3.9"): 24}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel", list(OFFLINE_SPLIT_VARIANTS))
 def test_split_gemm_variants_compile_with_their_facts(kernel):
     f = facts(kernel)
@@ -112,6 +113,7 @@ def test_split_gemm_variants_compile_with_their_facts(kernel):
     assert f.counts["setmaxnreg"] > 0 and f.warps == 12, "producer warp + two consumer warpgroups"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["nn", "tn", "tt"])
 def test_swap_ab_compiles_for_every_operand_layout(layout):
     """Swap-AB turns A into the kernel's B: the MN-major (transposed) operand paths compile too."""

@@ -10,6 +10,7 @@ import itertools
 import pytest
 import torch
 
+from closeness import GEMM_BOUND, ROUNDING, SPLIT_ACCUM, assert_close
 from pingpong import KernelConfig
 from pingpong.api import _gemm_into
 from pingpong.hopper.launch import counter_count, prepare_split, workspace_shape
@@ -35,9 +36,6 @@ VARIANTS = {
     "swap48-splitk3": KernelConfig(128, 48, 64, split_k=3, swap_ab=True),
 }
 ODD = (1, 17, 255, 1000, 4097)
-#: relative rounding of one output element (bf16: half an ulp is 2^-9; fp16 2^-12; fp32 2^-24), doubled
-ROUNDING = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float32: 2.0**-23}
-NORM_BOUND = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-4}
 
 
 @pytest.fixture
@@ -54,22 +52,16 @@ def operand(rows, cols, dtype, col_major):
 
 
 def check(out, a, b, seed, c=None, alpha=1.0, beta=0.0):
-    """Norm bound and elementwise bound against float64: |out − ref| ≤ rounding·|ref| +
-    2^-16·(|α|·|a|@|b| + |β·c|) (fp32 accumulation over K in any split order; a missing
-    k-step or a misplaced partial is far above both)."""
+    """Norm bound and elementwise bound against float64: |out − ref| ≤ ROUNDING·|ref| +
+    SPLIT_ACCUM·(|α|·|a|@|b| + |β·c|) (closeness; a missing k-step or a misplaced partial is
+    far above both)."""
     ref = alpha * (a.double() @ b.double())
     mag = abs(alpha) * (a.double().abs() @ b.double().abs())
     if c is not None and beta != 0.0:
         ref = ref + beta * c.double()
         mag = mag + abs(beta) * c.double().abs()
-    o = out.double()
-    assert torch.isfinite(o).all(), f"non-finite output (poison left or NaN), seed {seed}"
-    rel = ((o - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-    assert rel < NORM_BOUND[out.dtype], f"‖out − ref‖/‖ref‖ = {rel:.2e}, seed {seed}"
-    excess = (o - ref).abs() - (ROUNDING[out.dtype] * ref.abs() + 2.0**-16 * mag + 1e-30)
-    worst = excess.argmax()
-    assert excess.max() <= 0, (f"elementwise bound broken at {divmod(worst.item(), out.shape[1])}: "
-                               f"{o.view(-1)[worst].item()} vs {ref.view(-1)[worst].item()}, seed {seed}")
+    assert_close(out, ref, norm=GEMM_BOUND[out.dtype],
+                 allowed=ROUNDING[out.dtype] * ref.abs() + SPLIT_ACCUM * mag + 1e-30, what=f"seed {seed}")
 
 
 def run(a, b, config, out_dtype=None, c=None, alpha=1.0, beta=0.0):

@@ -10,6 +10,8 @@ import fake_launcher
 from pingpong.runtime import compile as cc
 from pingpong.streaming import gfx942, hopper
 
+pytestmark = pytest.mark.slow  # offline compiles
+
 
 def _compile(build, target):
     with cc.offline(target):

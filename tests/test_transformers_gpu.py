@@ -23,6 +23,7 @@ import pytest
 import torch
 
 import pingpong
+from closeness import rel_norm
 
 pytestmark = pytest.mark.gpu
 transformers = pytest.importorskip("transformers", reason="needs transformers, the test-model extra: pip install -e '.[test-model]'")
@@ -43,10 +44,6 @@ def batches(n, seed=1):
     g = torch.Generator(device="cuda").manual_seed(seed)
     steps = torch.arange(SEQ, device="cuda") * 7
     return [(torch.randint(0, VOCAB, (BATCH, 1), device="cuda", generator=g) + steps) % VOCAB for _ in range(n)]
-
-
-def rel(x, ref):
-    return ((x.double() - ref.double()).norm() / ref.double().norm()).item()
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +68,8 @@ def test_logits_match_the_torch_model(models):
     (ids,) = batches(1, seed=7)
     with torch.no_grad():
         want = ref32(ids).logits
-        torch_err = rel(theirs(ids).logits, want)
-        ours_err = rel(ours(ids).logits, want)
+        torch_err = rel_norm(theirs(ids).logits, want)
+        ours_err = rel_norm(ours(ids).logits, want)
     print(f"logits vs float32 model: torch bf16 {torch_err:.2e}, pingpong bf16 {ours_err:.2e}")
     assert ours_err <= 1.5 * torch_err + 1e-3
 

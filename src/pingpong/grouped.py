@@ -196,8 +196,8 @@ _THREAD = threading.local()
 def _ensure_context(t: Tensor) -> None:
     """Make the CUDA context current on this thread (once per thread): the autograd engine
     runs a backward on a thread of its own, and when a grouped product is the first CUDA work
-    there, creating its TMA descriptors (a driver call) fails with "invalid device context"
-    (RESULTS.md run 142). One tiny fill through the runtime API makes the context current."""
+    there, creating its TMA descriptors (a driver call) fails with "invalid device context".
+    One tiny fill through the runtime API makes the context current."""
     if t.is_cuda and not getattr(_THREAD, "ready", False):
         torch.zeros((), device=t.device)
         _THREAD.ready = True

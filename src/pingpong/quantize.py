@@ -27,7 +27,7 @@ mostly from L2).
 
 Tiles smaller than a row are numbered along each row of tiles first (a 1-D grid), so the
 programs in flight read a few whole rows, not a 256-byte piece of each of thousands of rows:
-0.82 of peak HBM bandwidth on (8192, 8192) bf16 instead of 0.77 (1×128 and 128×128, run 240);
+0.82 of peak HBM bandwidth on (8192, 8192) bf16 instead of 0.77 (1×128 and 128×128);
 tensor-wise's second pass walks backward from where the first ended (the end of x still in L2):
 0.85 of its 5 bytes per element instead of 0.82. Loading x with evict_first cost 0.5-1.5%.
 Offsets are int64 per row (x past 2³¹ elements: DeepSeek-V3's stacked expert weights).

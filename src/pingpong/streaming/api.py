@@ -20,11 +20,9 @@ from . import hopper, portable
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
-#: Below this many elements Hopper runs the portable kernel too. Measured on an H200 (RESULTS.md,
-#: run 16, 10 alternating rounds): at 2**20 the TMA kernel is latency-bound (barrier init, TMA
-#: round trip, shared-memory pass, TMA store per tile) at 0.955 (fp32) / 0.903 (bf16) of
-#: torch.add, the plain kernel at 1.000 / 0.970; at 2**22 0.980 vs 0.996; at 2**24 (run 13)
-#: 0.987 vs 0.992; at 2**28 the TMA kernel leads, 1.006 vs 1.000.
+#: Below this many elements Hopper runs the portable kernel too: there the TMA kernel is
+#: latency-bound (barrier init, TMA round trip, shared-memory pass, TMA store per tile) and the
+#: plain kernel is as fast or faster; from 2**28 the TMA kernel leads (docs/streaming.md).
 TMA_MIN_ELEMENTS = 2**25
 
 

@@ -12,7 +12,7 @@ block-wise grouped product on Hopper (torch._scaled_grouped_mm takes row-wise sc
 the peers are (a) our row-wise grouped kernel on the same shapes (row-wise scales of the
 same tensors, promoted accumulation: what block scaling costs over row scaling), and (b) a
 loop over the groups of torch._scaled_mm with block scales where this torch accepts them for
-every group (torch 2.11 does for the balanced MoE cases, run 231), else of pingpong.scaled_mm
+every group (torch 2.11 does for the balanced MoE cases), else of pingpong.scaled_mm
 block-wise (the row's "loop" column says which: "torch" or "pingpong"). The loop gets
 per-group scale tensors in the layout the dense call wants (scale_a's rows of the group,
 outer-dim-major), made before the timing; empty groups are skipped. use_fast_accum is
@@ -112,7 +112,7 @@ def block_case_tensors(model: str, tokens: int, routing: str, seed: int = 0):
 def group_loop(a, b, sa, sb, sizes):
     """(name, fn) of the per-group loop of dense block-wise products: torch._scaled_mm where it
     accepts block scales for every group's shape (tried on each once: torch 2.11's cuBLAS path
-    refused some Zipf-routed group sizes with CUBLAS_STATUS_NOT_SUPPORTED, run 231), else
+    refused some Zipf-routed group sizes with CUBLAS_STATUS_NOT_SUPPORTED), else
     pingpong.scaled_mm for all of them."""
     import torch
 

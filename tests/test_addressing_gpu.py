@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import pingpong
+from closeness import assert_close
 from pingpong.portable import portable_gemm
 
 
@@ -19,11 +20,7 @@ def _strided(shape, strides, dtype):
 
 
 def _check(out, ref, seed, tol):
-    err = (out.double() - ref).abs()
-    assert torch.isfinite(out).all(), f"seed {seed}: unwritten outputs"
-    assert (out.double() - ref).norm() <= tol * ref.norm(), f"seed {seed}: norm error"
-    scale = ref.abs() + ref.pow(2).mean().sqrt()
-    assert (err / scale).max() <= 10 * tol, f"seed {seed}: elementwise error {(err / scale).max().item()}"
+    assert_close(out, ref, norm=tol, allowed=10 * tol * (ref.abs() + ref.pow(2).mean().sqrt()), what=f"seed {seed}")
 
 
 @pytest.mark.gpu
