@@ -7,93 +7,50 @@ caller's b = W.t()), both fp8 and TMA-legal; scales fp32 in torch._scaled_mm's l
 `select_fp8` picks the tile (one decision, made here): the tuning table's entry for this GPU,
 shape bucket and FP8 problem (`pingpong tune --dtype fp8`; table dtype `table.fp8_key`, e.g.
 "fp8e4m3-row"), found and vetted as select_config's (`select.tabled`) and checked by
-`check_fp8_config` (an entry the FP8 kernel cannot run falls back to the rule); else the rule:
+`check_fp8_config` (an entry the FP8 kernel cannot run falls back to the rule); else the rule,
+`rule_fp8` (S SMs; the measurements behind each choice: docs/design.md, FP8):
 
-    M ≤ 32, tensor- decode: swap-AB, ping-pong 64×16×128 (64×32 for 17–32 rows), unsplit: N on
-    or row-wise,   the wgmma's 64-row side, M in its 16 or 32 columns (the 16-bit rule's
-    N ≥ S/4 · 64   decode tile, select.DECODE_M). H100, run 227, ours/torch._scaled_mm, the
-                   previous pick → swap: tensor-wise 1×4096×4096 0.812 → 0.914, 16×6144×4096
-                   0.895 → 0.982, 1×4096×14336 0.816 → 1.039, 16×28672×4096 0.969 → 1.004,
-                   32×8192×8192 0.956 → 0.970; row-wise 1.115 → 1.291, 1.154 → 1.241, 1.358 →
-                   1.486, 1.057 → 1.083, 1.137 → 1.159; split 2 lost on 9 of the 10. Block-wise
-                   scales cannot swap (`check_fp8_config`)
-    M ≤ 32, tensor- the same swap-AB tile, K split by the cost model below (few 64-row tiles of
-    or row-wise,   N leave SMs idle): H100 run 328, ours/torch, the previous pick (64×32, its
-    N < S/4 · 64   own splits) → swap: 2×2048×10944 0.845 → 0.980, 1×2048×8192 0.894 → 1.060,
-                   1×1536×8192 0.816 → 1.000, 8×2048×2048 0.916 → 0.959, 16×1024×4096 0.898
-                   → 0.924 (unsplit where launch-bound, as below)
-    M ≤ 64         ping-pong 64×128×128 (64×64 when 128-column tiles fill less than 3/4 of
-                   a wave; tensor- and row-wise then 64×32 where its tiles fit one wave):
-                   64-row tiles waste the least of a skinny product, and the weight streams
-                   through the ring; 64×32 puts twice as many SMs on it where 64×64 tiles
-                   fill half a wave (N = 4096: 128 tiles, not 64; ours/torch._scaled_mm,
-                   64×64 → 64×32: 64×4096×4096 H100 0.942 → 0.966, H200 0.906 → 0.947;
-                   64×4096×14336, 64×64 split 2 → 64×32 unsplit, H100 0.912 → 0.969, H200
-                   0.900 → 0.947; RESULTS.md runs 293-295). As in the 16-bit mid-size rule
-                   (select.MID_SPLIT_STEPS), a K long enough to split 64×64 tiles into
-                   parts of ≥ 128 k-steps (2 here) keeps them: the narrower tile re-reads A
-                   twice as often (64×4096×65536, 64×64 split 2 → 64×32: H100 0.962 →
-                   0.960, H200 0.930 → 0.838, runs 294-295)
-    65 ≤ M ≤ 128   whose 128×128 tiles fill a wave (N ≥ 16896): cooperative 128×128×128,
-                   every scaling (128×28672×4096, against the 64-row tiles: tensor-wise H200
-                   0.854 → 0.970, H100 0.984 → 0.978; block-wise H100 0.937 → 0.986; runs
-                   293-294). Otherwise tensor- and row-wise: cooperative 128×64×128 or ping-pong 64×64×128,
-                   whichever's waves take the less modelled time (`least_wave_time`; a tie
-                   keeps 128×64): one 128-row tile where N leaves few tiles, two 64-row ones
-                   where waves quantize better (H100 runs 225 → 270/271, the 64-row tiles of
-                   before → these: tensor-wise 128×6144×4096 0.877 → 0.936, 128×28672×4096
-                   0.932 → 0.989; row-wise 0.964 → 1.031, 0.942 → 1.000; H200 runs 229 →
-                   273, tensor-wise 0.790 → 0.958 and 0.885 → 0.854: the H200 prefers the
-                   64×128 tile at N = 28672). Block-wise keeps the M ≤ 64 tiles (below)
-    fast accum     cooperative 128×256×128 (tensor/row with use_fast_accum): one accumulator,
-                   128 fp32 registers per consumer thread
-    otherwise      cooperative 128×128×128: the promotion keeps a second accumulator (the
-                   wgmma's `part`), and 2 × 64 registers fit where 2 × 128 would not;
-                   tensor- and row-wise, an unsplit 128×128 yields to 128×64 where its waves
-                   take less modelled time, 128×64 counted at NARROW_EFFICIENCY of 128×128's
-                   per-FLOP speed (1024³: one half-empty wave of 64 tiles against one of
-                   128; tensor-wise H100 0.798 → 0.987, run 270; H200 0.819 → 1.011, run 273);
-                   a tie goes to 128×64 (512×6144×4096, 2 waves of 128×128 against 3 of
-                   128×64: H100 0.917 → 0.930, run 294; 0.903 → 0.921, run 282; H200 0.868 →
-                   0.893, run 293); or to 128×192 (two column pieces, one set of parts:
-                   64×192 accumulators fit beside it) where its waves take less, counted at
-                   WIDE_EFFICIENCY (512×6144×4096: one wave of 128 tiles, H100 0.943 →
-                   1.046; 768×4096×4096 0.911 → 1.046; 3072×3072×4096 0.951 → 1.046, runs
-                   316-317); or to ping-pong 64×128, counted at HALF_EFFICIENCY, where a
-                   mostly empty last tile-row of 128 or a wave left idle costs more
-                   (160–800 rows off the suites, 3–20% faster on the H100, run 322)
+    M ≤ 32,         swap-AB ping-pong 64×16×128 (64×32 above 16 rows): N on the wgmma's 64-row
+    tensor/row      side, M in its 16 or 32 columns (select.DECODE_M). Unsplit where N makes
+                    ≥ S/4 64-row tiles; else K is split as below (few tiles leave SMs idle).
+                    Block-wise scales cannot swap (`check_fp8_config`).
+    65–128 rows,    cooperative 128×128×128 where its tiles fill a wave, every scaling.
+    M ≤ 64          ping-pong 64×128×128, or 64×64 where 128-column tiles fill less than 3/4
+    (block: ≤ 128)  of a wave: 64-row tiles waste the least of a skinny product and stream the
+                    weight through the ring. Tensor/row: 64×32 where its tiles fit one wave
+                    (twice the SMs on the weight), unless K splits 64×64 tiles into parts of
+                    ≥ select.MID_SPLIT_STEPS k-steps (the narrower tile re-reads A twice as often).
+    65–128 rows,    cooperative 128×64 or ping-pong 64×64, whichever's waves take the less
+    tensor/row      modelled time (`least_wave_time`; a tie keeps 128×64).
+    more rows       cooperative 128×128×128, promoted: the second accumulator (the wgmma's
+                    `part`) fits as 2 × 64 registers, not 2 × 128; with use_fast_accum
+                    (tensor/row) 128×256, one accumulator of 128 registers.
 
-    then split-K by the 16-bit kernels' cost model (select.split_count, select's docstring),
+    Then split-K by the 16-bit kernels' cost model (select.split_count, select's docstring),
     K counted in the FP8 kernel's k-steps (one 128-deep ring slot: 128 bytes of K, as a 64-deep
     bf16 k-step): 512×512×65536 (16 tiles of 128×128, 512 k-steps) takes 8 splits,
-    1024×1024×16384 (64 tiles, 128 k-steps) 2. A fast-accumulation product that splits takes
-    128×128 tiles (the 128×256 split kernel with row-wise scales spills 8 bytes, offline). A
-    split config runs fp8_split_gemm with an fp32 workspace and the stream's arrival counters
-    (the 16-bit SplitPlan's: pingpong.runtime.plan). As there, a problem moving fewer than
+    1024×1024×16384 (64 tiles, 128 k-steps) 2. A split 128×256 tile becomes 128×128 (the
+    128×256 split kernel spills with row-wise scales, offline). A split config runs
+    fp8_split_gemm with an fp32 workspace and the stream's arrival counters (the 16-bit
+    SplitPlan's: pingpong.runtime.plan). As there, a problem moving fewer than
     select.SPLIT_MIN_BYTES (fp8 operands, a 16-bit result) does not split: launch-bound, it
-    cannot earn the workspace and counters back.
+    cannot earn the workspace and counters back; nor does one whose workspace is too large.
+
+    An unsplit 128×128 with tensor- or row-wise scales yields to the tile whose waves take the
+    least modelled time, each counted at its per-FLOP speed against 128×128: 128×64
+    (NARROW_EFFICIENCY; ties go to it), 128×192 (WIDE_EFFICIENCY: two column pieces, one set of
+    parts, so the 64×192 accumulators fit) where 128×128 leaves much of its last wave idle, or
+    ping-pong 64×128 (HALF_EFFICIENCY) where a mostly empty last tile-row of 128 costs more.
 
     Long products (M·N·K at least LONG_WORK = 2^40 on LONG_SMS = 132 SMs, in proportion to
-    the SM count: `long_product`):
-    tensor-wise ones (promoted, one unsplit, unswapped launch) run the row-wise kernel, the
-    two scalars broadcast per call into (M, 1) and (1, N) vectors (`kernel_scaling`; two
-    small copies):
-    the row-wise epilogue's per-row and per-column loads make these products faster, by an
-    effect of timing that is measured, not explained (H100, RESULTS.md run 283, ratio to
-    torch._scaled_mm, tensor-wise kernel → row-wise kernel: 16384³ 0.81 → 0.99, 16384×16384×8192
-    0.81 → 0.96, 16384×12288×8192 0.87 → 0.98, 12288×12288×8192 0.92 → 0.97; at and below
-    2^40: 8192×16384×8192 and 16384×16384×4096 within ±2%, 8192³ 0.98 → 0.93, 4096³ 0.98 →
-    0.91). A bias (also loaded per column in the epilogue) or a 2 µs pause before each
-    tile's store gives the same gain (run 284); docs/design.md, section FP8. Long block-wise
-    products take 4 ring stages (5 fit) and groups of 4 tile-rows (not 8): 16384³ 0.874 →
-    0.951, 16384×16384×8192 0.862 → 0.931 (8192³, below the threshold: 0.950 → 0.938; run
-    286, where group 2, group 4 alone and 4 stages alone measured 0.87–0.90).
+    the SM count: `long_product`): tensor-wise ones (promoted, one unsplit, unswapped launch)
+    run the row-wise kernel, the two scalars broadcast per call into (M, 1) and (1, N) vectors
+    (`kernel_scaling`; two small copies): the row-wise epilogue's per-row and per-column loads
+    pause each tile's store, which makes these products faster by an effect of timing that is
+    measured, not explained. Long block-wise products take 4 ring stages (5 fit) and groups of
+    4 tile-rows (not 8), `_LONG_BLOCK`.
 
-    Block-wise scales take no 128×64 tile: its time is bimodal in the suite, not understood
-    (1024³: 0.53 and 0.99 of torch._scaled_mm in two rounds on the H100, run 271, 0.50 in both
-    on the H200, run 273; 128×6144×4096 0.68–1.14 on the H200), though one process timing it
-    against 128×128 alone found it faster (1.07–1.09 vs 0.98–1.04, run 272). On 128×128,
-    block-wise 1024³ measured 1.056 in the suite (run 274).
+    Block-wise scales take no 128×64 tile: its time was bimodal in the suites, not understood.
 """
 
 from __future__ import annotations
@@ -192,19 +149,15 @@ _HALF = KernelConfig(64, 128, SCALE_BLOCK, schedule="pingpong")  # a ragged last
 _MID = KernelConfig(64, 64, SCALE_BLOCK, schedule="pingpong")
 #: block-wise long products (`long_product`): 4 ring stages and groups of 4 tile-rows
 _LONG_BLOCK = KernelConfig(128, 128, SCALE_BLOCK, stages=4, group_m=4)
-#: per-FLOP speed of the 128×64 tile against 128×128 where both have many waves: about 2/3 on
-#: an H100 (RESULTS.md run 271: 2048×4096×4096 and 2048×6144×4096); at 0.75, 512 rows at
-#: N = 6144 (2 waves of 128×128 against 3 of 128×64) tie, and the tie goes to 128×64 (`rule_fp8`)
+#: per-FLOP speed of the 128×64 tile against 128×128 in the wave model (docs/design.md, FP8):
+#: at 0.75, 512 rows at N = 6144 (2 waves of 128×128 against 3 of 128×64) tie, and the tie goes
+#: to 128×64 (`rule_fp8`)
 NARROW_EFFICIENCY = 0.75
-#: per-FLOP speed of the 128×192 tile against 128×128: where their waves take the same modelled
-#: time, 128×128 was as fast or faster (H100, RESULTS.md run 316: 8192×6144×4096 tensor-wise
-#: 0.949 / 0.940 of torch, row-wise 0.979 / 1.027); where 128×128 leaves half a wave idle it
-#: wins (512×6144×4096: 1.046 vs 0.943)
+#: per-FLOP speed of the 128×192 tile against 128×128: where both fill their waves alike,
+#: 128×128 keeps the product; where 128×128 leaves much of its last wave idle, 128×192 wins
 WIDE_EFFICIENCY = 0.95
-#: per-FLOP speed of the ping-pong 64×128 tile against 128×128 above 128 rows: 0.70-0.76 in 18
-#: products of 160-3072 rows (H200, RESULTS.md run 321, measured against the modelled waves);
-#: at 0.75 it wins only where 128-row tiles leave a mostly empty last tile-row or wave
-#: (295×3072×4096 0.83 → 0.98 on the H200, 778×5120×13824 0.61 → 0.74 on the H100; runs 320-322)
+#: per-FLOP speed of the ping-pong 64×128 tile against 128×128 above 128 rows: it wins only
+#: where 128-row tiles leave a mostly empty last tile-row or wave
 HALF_EFFICIENCY = 0.75
 
 
