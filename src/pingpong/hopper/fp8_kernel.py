@@ -25,8 +25,8 @@ accumulation; tensor/row only) the wgmmas accumulate in place, the 16-bit kernel
 BLOCK SCALES IN THE RING: K block kb's scales travel with its A and B tiles, loaded by the
 producer with TMA into the slot's sa and sb boxes and counted on the slot's ready barrier,
 so a consumer reads them from shared memory once its wgmma is done, never from global
-memory in the K loop (the previous loop loaded them from global memory one k-step ahead:
-0.86 of torch._scaled_mm, RESULTS.md runs 132-133 and 180; this one 1.01, run 182):
+memory in the K loop (a loop that loaded them from global memory into registers one k-step
+ahead ran well behind this one: docs/design.md, FP8):
 
     slot s   │ A tile [BM, 128] │ B tile [BN, 128] │ sa[kb, off_m : off_m+BM] │ sb box
              ╰──────────── one ready[s] barrier: expect(A + B + sa + sb bytes) ───────╯
@@ -37,8 +37,8 @@ PROMOTED K LOOP (one consumer warpgroup; the other does the same on its tile or 
            │ acc += part · (sa[rows, k] · sb[k])    (shared memory; tensor/row: acc += part)
            │ release(k)
     two k-steps per loop iteration into two parts: ptxas then issues k+1's wgmma before k's
-    promotion FFMAs (seen in the SASS; block-wise 1.014 of torch._scaled_mm vs 0.964 with one
-    k-step per iteration, RESULTS.md run 182). Ping-pong, and cooperative tiles of ≤ 64
+    promotion FFMAs (seen in the SASS; faster than one k-step per iteration: docs/design.md,
+    FP8). Ping-pong, and cooperative tiles of ≤ 64
     columns, issue both K blocks' wgmmas before waiting for the first (`paired`).
     cooperative: while this warpgroup promotes, the other's wgmmas (its 64-row half) keep the
     tensor cores busy (unless its 64-column wgmmas are too short: `paired`). Ping-pong holds
@@ -221,8 +221,8 @@ class Fp8Scales:
         """Where a tile's first b scale sits in its slot's sb box (SB_COLS = 128): K block kb's is
         element (sb_phase + kb) % 4, as the producer starts each box at the 16-byte boundary at
         or below it (a TMA box's innermost coordinate must be 16-byte aligned, Triton's TMA
-        notes; unaligned ones are the likely cause of runs 180-181's "illegal instruction",
-        not yet confirmed on the GPU)."""
+        notes; unaligned ones are the likely cause of the "illegal instruction" an earlier
+        loop faulted with, docs/design.md, FP8)."""
         if self.SCALING == "block" and self.SB_COLS != 1:
             phase = (batch * self.sb_g + (off_n // self.SB_COLS) * self.sb_col) % 4
         else:
@@ -337,12 +337,11 @@ def promoted_mainloop(ring, scales, first, k_steps, shift, sa_phase, ROW0: gl.co
 
     PAIRED (`paired`): ping-pong, and cooperative consumer tiles of ≤ 64 columns. Ping-pong holds
     its turn through the K loop, so nothing else hides a promotion there: with both K blocks in
-    flight, 64-row tiles ran 2-3% faster (H100, RESULTS.md run 307: tensor-wise 128×4096×4096
-    0.955 → 0.978). A cooperative consumer's 64×64 wgmma is too short for the other
-    warpgroup's to hide its promotion: 128×64 tiles ran 1-4% faster (H200, run 311: 512×6144×4096
-    0.890 → 0.903, 1024³ 0.962 → 0.976). With 64×128 consumer tiles the other warpgroup's
-    wgmmas already run under a promotion, and holding slot k until k+1 has arrived cost the
-    large products up to 7% (run 307: block-wise 8192³ 0.905 → 0.840)."""
+    flight, k's promotion runs under k+1's wgmma. A cooperative consumer's 64×64 wgmma is too
+    short for the other warpgroup's to hide its promotion, so 128×64 tiles pair too. With 64×128
+    consumer tiles the other warpgroup's wgmmas already run under a promotion, and holding slot
+    k until k+1 has arrived only keeps it from the producer longer, which slows the large
+    products (the measurements: docs/design.md, FP8)."""
     acc = gl.zeros((ROWS, COLS), dtype=gl.float32, layout=acc_layout)
     p0 = gl.zeros((ROWS, COLS), dtype=gl.float32, layout=acc_layout)
     p1 = gl.zeros((ROWS, COLS), dtype=gl.float32, layout=acc_layout)
