@@ -87,9 +87,9 @@ WGMMA_MAX_N = 256
 MAX_REGS_PER_THREAD = 255
 BARRIER_BYTES = 8
 #: Deepest ring: the fixed shared-memory term below budgets ready/empty barriers for this many.
-#: Small tiles stream their operands from HBM (the weight of a skinny product is read once):
-#: with L2 flushed, 64×96 ping-pong at 128×4096×4096 runs 0.775 of cuBLAS with 6 stages and
-#: 0.932 with 10 (H100, RESULTS.md run 59); large tiles fit 3-6 stages whatever the cap.
+#: Small tiles stream their operands from HBM (the weight of a skinny product is read once),
+#: where the bytes in flight hide the latency, so they take as many stages as fit up to this
+#: (docs/design.md, "Ring depth"); large tiles fit 3-6 stages whatever the cap.
 MAX_STAGES = 12
 #: Bands taller than this many tile-rows gain no L2 reuse; the bound also keeps the raster's
 #: GROUP_M · tiles_n product far inside int32 (pingpong.hopper.scheduler.tile_coords).
@@ -100,8 +100,8 @@ MAX_GROUP_M = 256
 #: cooperative, pingpong); 1 KB covers that with room, and tests compare it with the compiler.
 _FIXED_BYTES = 1024
 assert _FIXED_BYTES >= 3 * MAX_STAGES * BARRIER_BYTES + 4 * BARRIER_BYTES  # + a cluster's pair_empty
-#: The derived epilogue stays whole-tile while the ring still gets this many stages (measured,
-#: H200 8192³: 3 vs 4 stages made no difference, but narrow sub-tiles cost 1-3%).
+#: The derived epilogue stays whole-tile while the ring still gets this many stages: a deeper
+#: ring does not pay for the narrower sub-tiles' extra store waits (docs/design.md, "Ring depth").
 SUBTILE_BELOW_STAGES = 3
 
 
