@@ -37,8 +37,8 @@ T). Every output row depends on its own A row only, so those rows' results are g
 harmless: they are never stored. (The alternatives: device-side TMA descriptors per group
 cost a descriptor write + fence per tile and a global scratch; DeepGEMM's padding to BM
 changes the caller's layout. See docs/design.md "Grouped GEMM".) A is read K-major only: an
-MN-major A box would start at a group's row in its contiguous dimension (the kernel died with
-"illegal instruction", RESULTS.md run 140), so the caller copies such an A.
+MN-major A box would start at a group's row in its contiguous dimension, which faults with an
+"illegal instruction", so the caller copies such an A.
 
 GroupedEpilogue (the Epilogue interface, `store(mma, COPY, tile_count, off_m, off_n, batch,
 split)`; `batch` is the group):
@@ -47,9 +47,10 @@ split)`; `batch` is the group):
                                     asynchronously, overlapping the next tile's mainloop
     off_m + rows > e_g   (cut)      predicated pointer stores of rows < e_g from registers
 
-Storing every tile through pointers ran at 0.48–0.98 of torch._grouped_mm, the TMA store of
-full tiles at 0.94–1.09 (runs 140, 141). The output strides are arguments: a column-major
-out (3-D × 2-D products, the kernel on transposed views) takes the pointer path for every tile.
+Only the cut tile takes pointers: the consumers wait on pointer stores, while a TMA store
+drains under the next tile's mainloop (docs/design.md "Grouped GEMM"). The output strides are
+arguments: a column-major out (3-D × 2-D products, the kernel on transposed views) takes the
+pointer path for every tile.
 
 Bad offsets (device data, not checked on the host): an end past T is clipped to T; a
 decreasing offset makes that group empty (and the next group starts at the smaller value,
@@ -305,11 +306,9 @@ def group_pad(G: int) -> int:
 
 def select_grouped_config(T: int, G: int, N: int) -> KernelConfig:
     """The tile of a ragged product from what the host knows (T rows over G groups, N): the
-    mean group's rows decide the tile height (a tile's rows past its group's end are wasted).
-    Measured on an H100 against torch._grouped_mm at 4096 tokens (RESULTS.md run 141): mean
-    ≥ 192 rows: cooperative 128×256 (Mixtral forward 1.046, Qwen3 forward 1.013, dgrad 1.038);
-    fewer: ping-pong 64×256 (DeepSeek-V3, 128 rows per expert: forward 0.952 where cooperative
-    128×128 read 0.837, dgrad 1.066); N < 256: 64×128."""
+    mean group's rows decide the tile height (a tile's rows past its group's end are wasted):
+    mean ≥ 192 rows: cooperative 128×256; fewer: ping-pong 64×256, whose 64-row tiles waste half
+    as much of a short group's last tile; N < 256: 64×128 (docs/design.md "Grouped GEMM")."""
     mean = T / max(G, 1)
     if mean >= 192 and N >= 256:
         return KernelConfig(128, 256, 64, schedule="cooperative")
