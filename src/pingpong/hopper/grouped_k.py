@@ -12,7 +12,7 @@ and dY (T, N) row-major, which is how the backward passes them (a = x.t(), a vie
 box is [BK, BM] (MN-major; wgmma reads it through a transposed view), the B box [BK, BN]
 (MN-major). An operand whose T is the contiguous dimension is copied by the caller
 (pingpong.grouped): a box starting at a group's row inside the contiguous dimension is what
-TMA cannot start at (RESULTS.md run 140), and the ragged descriptor below cannot be ragged
+TMA cannot start at (it faults with an "illegal instruction"), and the ragged descriptor below cannot be ragged
 in the contiguous dimension.
 
 The parts are the dense kernel's (Ring, MmaOp, `mainloop` / `finish_mainloop`, PhaseSync,
@@ -311,16 +311,12 @@ def legal_out(out) -> bool:
 
 def select_ragged_k_config(M: int, N: int, T: int, G: int) -> KernelConfig:
     """The tile of a ragged-K product from what the host knows (T rows over G groups, not
-    their sizes). Measured on an H100 against torch._grouped_mm (RESULTS.md runs 190-191,
-    wgrad; ratios cooperative 128×256 / cooperative 128×128 / ping-pong 64×256):
+    their sizes; docs/design.md "Grouped GEMM"):
 
-        > 128 rows per group   Mixtral 16384 tokens 0.996 / 0.738 / 0.665, Qwen3 8192 1.158 /
-                               1.019 / 0.866, DeepSeek-V3 8192 1.149 / 1.115 / 0.953: 128×256
-        ≤ 128 rows per group   a unit is one or two k-steps, its store dominates: DeepSeek-V3
-                               128 tokens 0.932 / 0.942 / 0.912, Mixtral 128 0.968 / 0.994 / 0.959,
-                               Qwen3 2048 zipf 1.099 / 1.135 / 1.032: 128×128 (ping-pong won
-                               only Qwen3 2048 balanced, 1.209 against 1.072)
-    N < 256: 128×128."""
+        > 128 rows per group   cooperative 128×256: long K loops, the widest tile
+        ≤ 128 rows per group   cooperative 128×128: a unit is one or two k-steps and its store
+                               dominates, so smaller tiles spread the stores over more units
+        N < 256                cooperative 128×128"""
     if N >= 256 and T > 128 * max(G, 1):
         return KernelConfig(128, 256, 64, schedule="cooperative")
     return KernelConfig(128, 128, 64, schedule="cooperative")
