@@ -313,9 +313,10 @@ def select_ragged_k_config(M: int, N: int, T: int, G: int) -> KernelConfig:
     """The tile of a ragged-K product from what the host knows (T rows over G groups, not
     their sizes; docs/design.md "Grouped GEMM"):
 
-        > 128 rows per group   cooperative 128×256: long K loops, the widest tile
+        > 128 rows per group   cooperative 128×256: K loops long enough for the wide tile's
+                               reuse of each A box to pay
         ≤ 128 rows per group   cooperative 128×128: a unit is one or two k-steps and its store
-                               dominates, so smaller tiles spread the stores over more units
+                               dominates, which a wider tile does not shorten
         N < 256                cooperative 128×128"""
     if N >= 256 and T > 128 * max(G, 1):
         return KernelConfig(128, 256, 64, schedule="cooperative")
