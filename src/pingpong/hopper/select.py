@@ -47,13 +47,12 @@ Mid-size M (33..128 rows) streams the weight like decode does, but its rows fill
 wgmma. Its tiles run in one wave, each with a deep ring (5-9 slots of 128 K), and the width is the
 one that puts the most of them on the SMs (when K is long enough that the split rule above
 splits them anyway, at least MID_SPLIT_WIDTH wide): at N = 4096, 64 rows take 64×32 (128 tiles)
-and 128 rows 64×64 (128 tiles); at N = 6144, 128 rows take 64×96 (128 tiles). (H100, L2
-flushed, run 73: 128×4096×4096 0.982 of cuBLAS with 64×64 vs 0.902 with 64×96, 86 tiles;
-run 59: 64×96 0.938 at 64×4096×4096 vs 0.852 for swap-AB 64×64 split 2.)
+and 128 rows 64×64 (128 tiles); at N = 6144, 128 rows take 64×96 (128 tiles). The
+measurements behind this and the constants below: docs/design.md, "Where hopper/select.py's
+constants come from".
 
 Decode (M ≤ 32) puts N on the wgmma's 64-row side, ping-pong, so that twice as many tiles as
-128-row ones stream the weight (H100, run 74: 16×6144×4096 0.976 vs 0.944, 1×4096×4096 1.034
-vs 1.018, 16×28672×4096 1.001 vs 0.979).
+128-row ones stream the weight.
 
 The width rule is wave quantization: the persistent grid runs S tiles at a time, so a tile
 count just above a multiple of S wastes most of a wave. 512×6144 makes 96 tiles of 128×256
@@ -81,8 +80,7 @@ from ..errors import ConfigError
 from . import table as tables
 
 #: a split is worth its fp32 partial tile and the final sum only with at least this many
-#: k-steps (32 × 64 = 2048 of K; measured on an H100, run 23-25: 1024³ split in 2 × 8 k-steps ran
-#: at 0.58 of cuBLAS, unsplit at 0.78-0.84)
+#: k-steps (32 × 64 = 2048 of K): shorter parts cost more in partials than the extra SMs earn
 MIN_SPLIT_STEPS = 32
 #: k-steps' worth of time a work unit costs beyond its k-steps (fill, drain, epilogue)
 SPLIT_OVERHEAD_STEPS = 4
@@ -92,9 +90,7 @@ SPLIT_MARGIN = 0.95
 #: mid-size tile below does not fit one wave (and always for decode, M ≤ DECODE_M)
 SWAP_AB_MAX_M = 64
 #: up to this many rows swap-AB comes first (a 64-row tile would be half padding or more):
-#: ping-pong, 64 rows of N × M rounded up to 16 or 32 columns (H100, run 223, ours/cuBLAS:
-#: 32×2048×2048 1.009 vs 0.862 for the mid-size 64×32 tile, 32×2048×5632 1.010 vs 0.895,
-#: 32×5632×2048 0.926 vs 0.833)
+#: ping-pong, 64 rows of N × M rounded up to 16 or 32 columns
 DECODE_M = 32
 #: operands and result of fewer bytes (16-bit) than this take the one-kernel path: the split-K /
 #: swap-AB path costs a workspace, counters and pointer stores, host and GPU time that a
@@ -106,12 +102,10 @@ MID_M = 128
 #: MID_ROWS_TILES and split count s ≥ 1 of least modelled time
 #:     ⌈tiles·s / S⌉ · (k_steps / s + MID_ROWS_SPLIT_STEPS) · BM·BN / efficiency
 #: (waves × one work unit's time; a unit's time is its area over the tile's per-FLOP speed).
-#: Fitted on 23 shapes of 201-947 rows (random suite seeds 1-2, 12 configs each, H100, run
-#: 174; the previous rules' picks there: 0.819 of cuBLAS) and the 137-534-row shapes of runs
-#: 113-114: the model's picks reach 0.985 and 0.968 of the best measured config per shape. A
-#: split costs as much as 32 k-steps of one unit: the partials' traffic and the final sum
-#: (split-K rarely won there: 2 of 23 shapes). benchmarks/midrows_fit.py re-scores and refits
-#: these constants on the measured sweeps (benchmarks/data/midrows_sweeps.json, or a new GPU's).
+#: The speeds are fitted to measured sweeps of 137-947-row shapes; a split costs as much as 32
+#: k-steps of one unit: the partials' traffic and the final sum. benchmarks/midrows_fit.py
+#: re-scores and refits these constants on the measured sweeps
+#: (benchmarks/data/midrows_sweeps.json, or a new GPU's).
 MID_ROWS_MAX_M = 960
 MID_ROWS_SPLIT_STEPS = 32
 MID_ROWS_TILES = {KernelConfig(128, 256, 64): 1.0, KernelConfig(128, 192, 64): 0.9,
@@ -121,41 +115,30 @@ MID_ROWS_TILES = {KernelConfig(128, 256, 64): 1.0, KernelConfig(128, 192, 64): 0
 MID_WIDTHS = (96, 64, 32)
 #: with a long K the mid-size tile is at least MID_SPLIT_WIDTH wide and split into as many parts
 #: of ≥ MID_SPLIT_STEPS k-steps as one wave holds (when that is ≥ 2): the splits fill the SMs,
-#: and a narrower tile only re-reads A more often (H100, L2 flushed,
-#: runs 82-84, ours/cuBLAS: 100×1000×65536 64×64 split 4 0.959 vs 64×32 split 2 0.642;
-#: 100×2000×16384 64×64 split 2 0.972 vs 64×32 0.752; 128×2048×16384 0.986 vs 0.907;
-#: 48×3000×30000 0.971 vs 0.844; but 64×4096×14336, 112 k-steps a split, 0.975 vs 1.008)
+#: and a narrower tile only re-reads A more often
 MID_SPLIT_WIDTH = 64
 MID_SPLIT_STEPS = 128
-#: relative per-FLOP speed of a 128-row tile by width, for the wave rule (H100, run 51, kernel
-#: time: 8192³ 128×256 1515 µs, 128×192 1540, 128×128 1699; 192 = 128 + 64 column pieces)
+#: relative per-FLOP speed of a 128-row tile by width, for the wave rule, from kernel times at
+#: 8192³ (many k-steps per CTA: operand traffic per FLOP decides; 192 = 128 + 64 column pieces)
 TILE_EFFICIENCY = {256: 1.0, 192: 0.97, 128: 0.9}
 #: ... but in short CTAs the narrower tiles keep up: a CTA is short when the 128×256 tiling
 #: gives it at most SHORT_CTA_STEPS k-steps (its waves × the K loop), and then the fixed costs
-#: (ring fill, the last epilogue) weigh more than the operand traffic per FLOP (H100, L2
-#: flushed, RESULTS.md run 96, ours/cuBLAS 128×128 vs 128×256: 2048³ 0.951 vs 0.935,
-#: 512×8192×4096 0.947 vs 0.911, 2560³ 0.883 vs 0.854, 1024×8192×2048 1.001 vs 0.978; at 128
-#: k-steps, 2048×4096×4096, the tuner keeps 128×256)
+#: (ring fill, the last epilogue) weigh more than the operand traffic per FLOP
 SHORT_TILE_EFFICIENCY = {256: 0.97, 192: 1.0, 128: 1.0}
 SHORT_CTA_STEPS = 96
 #: few tiles (128×128 ones fill at most half a wave and K does not split, or a launch-bound
 #: problem of more than MID_M rows): the 64-row ping-pong tile of these widths whose tiles fill
-#: the most of one wave (H100, L2 flushed, runs 96-97, ours/cuBLAS vs 128×128 cooperative:
-#: 1024³ 64×128 0.927 vs 0.787, 896³ 0.933 vs 0.742, 1024×1024×2048 0.954 vs 0.708;
-#: 512×1024×1024 64×64 0.948 vs 0.695, 512³ 0.892 vs 0.784)
+#: the most of one wave: twice the tiles of 128-row ones, so fewer SMs idle
 FEW_WIDTHS = (128, 64)
 #: a near shape's tuned config may idle this much more of its last wave than the heuristic's
 NEAR_SLACK = 1.1
 #: epilogue sub-tile of 128×192 tiles that fit one wave: 4 KB of staging per sub-tile instead
 #: of 8 buys the ring a 5th stage, and with one tile per SM nothing else hides the ring's
-#: start (H100, L2 flushed, run 65: 512×6144×4096 0.956 of cuBLAS vs 0.882 with 64 columns,
-#: 1536³ 0.842 vs 0.805; but 3000³, 2.9 waves, 0.618 vs 0.646, and 8192³ 1.001 vs 1.025)
+#: start (with more waves earlier tiles' work hides it, and wider sub-tiles are faster)
 ONE_WAVE_EPILOGUE_N = 32
 #: the mid-size and decode tiles load this many bytes of K per ring slot (block_k 128 for 16-bit
-#: inputs): two 64-element k-steps a slot, so half the mbarriers to initialize (~110 cycles a
-#: stage before the first load, RESULTS.md run 87) and half the waits per byte (H100, L2
-#: flushed, run 89: 64×4096×4096 ping-pong 64×32 1.004 of cuBLAS vs 0.954 with block_k 64;
-#: 128×4096×4096 64×64 0.978 vs 0.956; 16×6144×4096 swap-AB 64×16 0.977 vs 0.950)
+#: inputs): two 64-element k-steps a slot, so half the mbarriers to initialize before the
+#: first load and half the waits per byte, with the same bytes in flight
 SMALL_TILE_K_BYTES = 256
 #: the split rules count K in steps of this many elements, whatever the config's block_k
 SPLIT_STEP_K = 64
