@@ -16,14 +16,15 @@ Which path a public call takes (`needs_op`, then `route_gemm` / `route_linear`):
                                         fake-tensor checks, no autograd wrapper
     eager, autograd records the call    a torch.autograd.Function around the direct call
     (grad mode on, an input requires    (cheaper on the host than the op's Python autograd
-    grad)                               wrapper; see the timings below)
+    grad)                               wrapper; see below)
     torch.compile / export tracing, or  the torch.library op: one graph node per call; its
     a tensor subclass (a tracer's fake  fake implementation gives the output's shape, dtype
     or functional tensors)              and strides (contiguous row-major, as the kernels
                                         write it); its autograd is the same formulas
 
-Host time of one `matmul` call, measured on a CPU with the kernel launch stubbed out: 3.3 µs
-without autograd, 8.2 µs through the Function, 23 µs through the op with its autograd.
+On the host the direct call costs the least, the Function more, and the op with its Python
+autograd wrapper several times as much (benchmarks/host_cpu.py measures the call path on a
+CPU, the kernel launch stubbed out).
 
 `linear` under eager autograd takes the thinnest Function (`_LayerFunction`) when it can (no
 activation, x folds into 2-D): it saves x and weight and calls the layer's cached plan
@@ -266,7 +267,8 @@ def _bias_grad(gz, bias) -> Tensor:
     """dbias: gz summed over what the bias is broadcast along (rows, columns, batches), in the
     bias's dtype. torch's CUDA sum accumulates 16-bit inputs in fp32 and rounds once, so no
     fp32 copy of gz is made (a (8192, 14336) gradient is 470 MB in fp32); asking for an fp32
-    result of a 16-bit sum costs ~0.2 ms of host time per call (RESULTS.md run 46)."""
+    result of a 16-bit sum costs many times the plain sum's host time (docs/design.md, the layer
+    path)."""
     lead = gz.dim() - bias.dim()
     dims = [*range(lead), *(lead + i for i, n in enumerate(bias.shape) if n == 1 and gz.shape[lead + i] != 1)]
     if not dims:
@@ -375,7 +377,7 @@ _RAW_LAYER_APPLY = torch._C._FunctionBase.__dict__["apply"].__get__(None, _Layer
 
 def _layer_apply(x, w, bias, lp) -> Tensor:
     """_LayerFunction.apply for plain tensors: torch's Function.apply adds a Python pass over
-    the arguments for functorch's wrappers (~1.3 µs a call); without functorch transforms
+    the arguments for functorch's wrappers; without functorch transforms
     active, and with plain tensors (the callers checked), the C-level apply is the same call."""
     if torch._C._are_functorch_transforms_active():
         return _LayerFunction.apply(x, w, bias, lp)
