@@ -125,9 +125,6 @@ def test_the_check_sees_a_missing_name():
 
 #: "run 123", "runs 7-13", "RESULTS.md run 5": a measurement cited by number.
 RUN_CITATION = re.compile(r"\bRESULTS\.md,? runs? \d+|\bruns? \d+(?:\s*[-–]\s*\d+)?(?=\s*[);,.:]|\s*$)", re.M)
-#: Still citing runs, to be cleaned by their owners' branches; the list only shrinks.
-KNOWN_CITING = {"hopper/config.py", "hopper/fp8_kernel.py", "hopper/fp8_launch.py", "hopper/grouped.py",
-                "hopper/grouped_k.py", "hopper/select.py", "ops.py"}
 
 
 def test_no_source_file_cites_a_run():
@@ -138,8 +135,7 @@ def test_no_source_file_cites_a_run():
         hits = RUN_CITATION.findall(path.read_text())
         if hits:
             citing[path.relative_to(SRC / "pingpong").as_posix()] = hits
-    new = {f: hits for f, hits in citing.items() if f not in KNOWN_CITING}
-    assert not new, f"run citations in source files: {new}"
+    assert not citing, f"run citations in source files: {citing}"
 
 
 def test_the_run_citation_pattern():
