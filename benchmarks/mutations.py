@@ -198,7 +198,7 @@ MUTATIONS = [
     ("swap-AB keeps the caller's bias orientation", "src/pingpong/hopper/launch.py",
      'return {"col": "row", "row": "col"}.get(kind, kind) if swap else kind', "return kind", "tests/test_plan.py"),
     ("split strides passed in bytes/4 twice", "src/pingpong/hopper/launch.py",
-     "splits, block // 4, ld // 4,", "splits, block // 16, ld // 16,", "tests/test_splitk.py"),
+     "*decomposition, block // 4, ld // 4,", "*decomposition, block // 16, ld // 16,", "tests/test_splitk.py"),
     ("counters for one consumer half only", "src/pingpong/hopper/launch.py",
      "* (d.block_m // d.consumer_m) *", "*", "tests/test_splitk.py"),
     ("batched call kept on split-K", "src/pingpong/hopper/backend.py",
