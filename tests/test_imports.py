@@ -82,3 +82,11 @@ def test_version_is_pyprojects():
     if not pyproject.exists():
         pytest.skip("not a source checkout")
     assert re.search(r'^version = "([^"]+)"', pyproject.read_text(), re.M).group(1) == pingpong.__version__
+
+
+@pytest.mark.parametrize("module", ["pingpong.fp8", "pingpong.ops", "pingpong.distributed", "pingpong.grouped"])
+def test_a_submodule_imports_first(module):
+    """`import pingpong` loads the API lazily; a submodule imported before anything else (as
+    `from pingpong.fp8 import Float8Linear` or `import pingpong.distributed` do) must not make
+    the package load the API around the module still being initialized."""
+    subprocess.run([sys.executable, "-c", f"import {module}"], check=True)

@@ -54,8 +54,21 @@ def _load() -> None:
         _loading = False
 
 
+#: what `_load` defines: a use of any of these loads the API
+_API = frozenset(__all__) | {"nn"}
+
+
 def __getattr__(name: str):
-    if _loading or name.startswith("__"):  # hasattr probes (__wrapped__, __path__ hooks, ...) load nothing
+    """A public name loads the API; a submodule's name (`from . import fused` inside a submodule
+    imported first, `pingpong.fp8`) imports that submodule alone, as a package without this hook
+    would: loading the API there would import the very module still being initialized."""
+    if _loading or name.startswith("__") or name not in _API:  # hasattr probes load nothing
+        if not (_loading or name.startswith("__")):
+            import importlib
+            import importlib.util
+
+            if importlib.util.find_spec(f"{__name__}.{name}") is not None:
+                return importlib.import_module(f"{__name__}.{name}")
         raise AttributeError(f"module 'pingpong' has no attribute {name!r}")
     _load()
     try:

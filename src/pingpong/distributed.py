@@ -54,7 +54,7 @@ import torch
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor.experimental import register_sharding
 
-from . import batching, fused
+from . import batching, fp8, fused, grouped, ops  # noqa: F401  (fp8, grouped, ops define the ops the rules are for)
 from .runtime.spec import validate_linear
 from .errors import PingpongError
 

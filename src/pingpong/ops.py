@@ -43,6 +43,7 @@ bias fused). `linear`'s relu reads the saved output instead (y > 0 exactly where
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import Optional
 
@@ -99,15 +100,16 @@ def is_dtensor(t) -> bool:
 
 def check_sharded(op, *args) -> None:
     """A call of `op` (an OpOverload) with DTensor arguments: pingpong.distributed's sharding
-    rules registered (imported on the first such call) and its checks, before any work. Costs a
+    rules registered (loaded on the first such call) and its checks, before any work. Costs a
     dict lookup when torch.distributed.tensor is not loaded; skipped while torch.compile traces
-    (the rules must be imported before: pingpong.distributed's docstring)."""
+    (the rules must be imported before: pingpong.distributed's docstring). The rules module
+    depends on this one (its rules are for these ops), so it is loaded by name, as a plugin:
+    this module never imports it."""
     if torch.compiler.is_compiling():
         return
     if any(is_dtensor(t) for t in args):
-        from . import distributed
-
-        distributed.check(op, *args)
+        rules = sys.modules.get(f"{__package__}.distributed") or importlib.import_module(f"{__package__}.distributed")
+        rules.check(op, *args)
 
 
 def route_gemm(a, b, c, alpha, beta, out_dtype, bias=None, activation=None) -> Tensor:
