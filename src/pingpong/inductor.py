@@ -25,7 +25,8 @@ internal IR: this is the way back should a torch release change it).
 
 `register` runs from the ops' fake implementations, so it has run before inductor lowers a
 graph holding one of them, and before generated code loaded from inductor's cache calls
-one. `CALLS` counts the direct calls (tests read it to see the path was taken); under
+one. That cache outlives a pingpong upgrade (its key does not see these lowerings), so the
+functions' names and arguments are a stable interface: change them only under a new name. `CALLS` counts the direct calls (tests read it to see the path was taken); under
 torch.profiler each call shows as a `pingpong::<op>` range, as a dispatcher call would.
 """
 
