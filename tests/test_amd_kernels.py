@@ -244,14 +244,14 @@ def test_fp8_scale_modes_read_their_scales(target, scales, has_c):
 def test_fp8_scales_are_checked():
     import torch
 
-    from pingpong.amd.cdna_pingpong import scale_mode
+    from pingpong.amd.cdna_pingpong import launch_scale_mode
     from pingpong.errors import PingpongError
 
     one = torch.ones(1)
-    assert scale_mode(None, None, 4, 8) == "none"
-    assert scale_mode(one, one, 4, 8) == "tensor"
-    assert scale_mode(torch.ones(4), torch.ones(8), 4, 8) == "row"
+    assert launch_scale_mode(None, None, 4, 8) == "none"
+    assert launch_scale_mode(one, one, 4, 8) == "tensor"
+    assert launch_scale_mode(torch.ones(4), torch.ones(8), 4, 8) == "row"
     for sa, sb, what in ((one, None, "both or neither"), (torch.ones(8), torch.ones(4), "row-wise"),
                          (one.double(), one, "float32")):
         with pytest.raises(PingpongError, match=what):
-            scale_mode(sa, sb, 4, 8)
+            launch_scale_mode(sa, sb, 4, 8)

@@ -358,9 +358,11 @@ def gemm_args(a, b, out, c, alpha, beta, M, N, K) -> tuple:
             float(alpha), float(beta), c is not None)
 
 
-def scale_mode(scale_a, scale_b, M: int, N: int) -> str:
-    """The Scales mode of fp32 scale tensors: both None, both one element (tensor-wise), or
-    scale_a of M elements and scale_b of N (row-wise); anything else is refused."""
+def launch_scale_mode(scale_a, scale_b, M: int, N: int) -> str:
+    """The Scales mode of launch_args' fp32 scale tensors: both None, both one element
+    (tensor-wise), or scale_a of M elements and scale_b of N (row-wise); anything else is
+    refused. The kernel's own argument check for the offline builds, not a public product's
+    decision: that is runtime.spec.scale_mode, and the AMD backend refuses scaled specs."""
     if scale_a is None and scale_b is None:
         return "none"
     if scale_a is None or scale_b is None:
@@ -378,11 +380,11 @@ def scale_mode(scale_a, scale_b, M: int, N: int) -> str:
 
 def launch_args(a, b, out, c, alpha, beta, config: CdnaConfig, scale_a=None, scale_b=None):
     """(args, kwargs, grid) for cdna_pingpong_gemm: a (M,K), b (N,K), out (M,N), c optional;
-    fp8 a and b take fp32 scales (scale_mode)."""
+    fp8 a and b take fp32 scales (launch_scale_mode)."""
     d = config.derive()
     M, K = a.shape
     N = b.shape[0]
-    mode = scale_mode(scale_a, scale_b, M, N)
+    mode = launch_scale_mode(scale_a, scale_b, M, N)
     cin = c if c is not None else out
     sa, sb = (scale_a, scale_b) if mode != "none" else (cin, cin)  # unread without SCALES
     args = (a, b, out, cin, sa, sb, M, N, K, a.stride(0), b.stride(0), out.stride(0), cin.stride(0),
