@@ -68,7 +68,7 @@ from ..errors import ConfigError
 from ..runtime.plan import Plan, arrival_counters, bias_vector, device_index
 from ..runtime.spec import SCALE_BLOCK, GemmSpec, scale_mode
 from . import table as tables
-from .config import SMEM_LIMIT, KernelConfig
+from .config import MAX_ACC_REGS, SMEM_LIMIT, KernelConfig
 from .fp8_kernel import fp8_gemm, fp8_split_gemm
 from .epilogue import EpilogueConstants
 from .launch import MAX_SPLIT_BLOCK, counter_count, kernel_constants, launch_options, operand_descriptors, \
@@ -77,8 +77,6 @@ from .scheduler import effective_splits
 from .select import DECODE_M, MID_SPLIT_STEPS, SPLIT_MIN_BYTES, Device, one_wave_tile, split, tabled, \
     tile_count
 
-#: fp32 registers a consumer thread may spend on accumulators (config.validate's bound)
-_ACC_REGS = 200
 #: fp32 elements of a 128×128 b-scale box (Fp8Scales): 128 bytes, so that every slot's box
 #: starts 128-byte aligned, as a TMA load's shared-memory destination must (CUDA programming
 #: guide, multi-dimensional TMA alignment); only its first 4 elements are read
@@ -222,9 +220,9 @@ def check_fp8_config(config: KernelConfig, promote: bool, out_bytes: int, boxes:
         raise ConfigError(f"cluster_m={config.cluster_m} with block-wise scales is not built (each CTA of the pair"
                           " would stage its own rows' scale boxes); use cluster_m=1 (tensor- and row-wise scales"
                           " pair)")
-    if promote and 2 * d.acc_regs > _ACC_REGS:
+    if promote and 2 * d.acc_regs > MAX_ACC_REGS:
         raise ConfigError(f"a promoted FP8 tile holds two accumulators: 2 × {d.acc_regs} fp32 registers per thread"
-                          f" exceed {_ACC_REGS}")
+                          f" exceed {MAX_ACC_REGS}")
     scale_bytes = sum(boxes)
     if any(b % 128 for b in boxes):
         raise ConfigError(f"{config}: block-wise scale boxes of {boxes} bytes; each must be a multiple of 128 (TMA"
