@@ -4,18 +4,18 @@ import pytest
 
 from pingpong.tools import isa
 from pingpong.amd import select_kernel
-from pingpong.amd.config import KernelConfig, WmmaConfig
+from pingpong.amd.config import CdnaConfig, WmmaConfig
 from pingpong.errors import ConfigError
 
 
 @pytest.mark.parametrize("config, reason", [
-    (KernelConfig("gfx942", (256, 256, 64)), "lds"),
-    (KernelConfig("gfx950", (256, 256, 128)), "lds"),
-    (KernelConfig("gfx950", (256, 256, 64), waves_per_group=16), "waves"),
-    (KernelConfig("gfx950", (512, 256, 32)), "registers"),
-    (KernelConfig("gfx950", (256, 256, 64), stages=3), "stages"),
-    (KernelConfig("gfx1151"), "target"),
-    (KernelConfig("gfx900"), "target"),
+    (CdnaConfig("gfx942", (256, 256, 64)), "lds"),
+    (CdnaConfig("gfx950", (256, 256, 128)), "lds"),
+    (CdnaConfig("gfx950", (256, 256, 64), waves_per_group=16), "waves"),
+    (CdnaConfig("gfx950", (512, 256, 32)), "registers"),
+    (CdnaConfig("gfx950", (256, 256, 64), stages=3), "stages"),
+    (CdnaConfig("gfx1151"), "target"),
+    (CdnaConfig("gfx900"), "target"),
     (WmmaConfig("gfx1151", (128, 64, 16), pad=8, stages=2, warps=(4, 3)), "block"),
     (WmmaConfig("gfx1151", (512, 512, 32)), "lds"),
     (WmmaConfig("gfx950"), "target"),
@@ -27,7 +27,7 @@ def test_validate_names_the_violated_constraint(config, reason):
 
 def test_defaults_validate():
     for t in ("gfx942", "gfx950"):
-        KernelConfig.for_target(t).validate()
+        CdnaConfig.for_target(t).validate()
     WmmaConfig().validate()
 
 

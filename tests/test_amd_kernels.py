@@ -10,12 +10,12 @@ import re
 import pytest
 
 from pingpong.runtime import compile as cc
-from pingpong.amd.config import TARGETS, KernelConfig
+from pingpong.amd.config import TARGETS, CdnaConfig
 
 pytestmark = pytest.mark.slow  # offline compiles
 
 CDNA = ("gfx950", "gfx942")
-# the registered CDNA ping-pong builds and their operand type (config.KernelConfig.dtype)
+# the registered CDNA ping-pong builds and their operand type (config.CdnaConfig.dtype)
 PINGPONG = {"cdna_pingpong": "bf16", "cdna_pingpong_fp8": "fp8"}
 
 
@@ -46,7 +46,7 @@ def mfma_sites() -> int:
 @pytest.mark.parametrize("kernel", PINGPONG)
 @pytest.mark.parametrize("target", CDNA)
 def test_pingpong_waves_and_budgets(target, kernel):
-    d = KernelConfig.for_target(target, PINGPONG[kernel]).derive()
+    d = CdnaConfig.for_target(target, PINGPONG[kernel]).derive()
     f = facts(kernel, target)
     assert (f.warps, f.threads) == (8, 512) == (d.waves, d.threads)
     assert f.shared_bytes == d.lds_bytes <= TARGETS[target].lds_bytes
@@ -82,7 +82,7 @@ def test_pingpong_epilogue_variants_have_no_scratch(target, out_dtype, has_c):
     c = variant(target, out_dtype, has_c)
     f = c.facts()
     assert f.spill_bytes == 0, "scratch spills"
-    assert f.registers + f.extra["agprs"] <= KernelConfig.for_target(target).reg_budget()
+    assert f.registers + f.extra["agprs"] <= CdnaConfig.for_target(target).reg_budget()
     c_loads = re.findall(r"\bbuffer_load_\w+\b(?!.*\blds\b)", c.isa)  # loads into registers: C only
     assert bool(c_loads) == has_c
 
@@ -93,13 +93,13 @@ def test_pingpong_epilogue_split_moves_no_data(target):
     c = compiled("cdna_pingpong", target)
     assert not re.search(r"\bds_write|\bds_store", c.isa)
     assert "convert_layout" not in c.asm["ttgir"]
-    assert KernelConfig.for_target(target).derive().epilogue_chunks == 4
+    assert CdnaConfig.for_target(target).derive().epilogue_chunks == 4
 
 
 @pytest.mark.parametrize("kernel", PINGPONG)
 @pytest.mark.parametrize("target", CDNA)
 def test_pingpong_mfma_and_direct_to_lds(target, kernel):
-    d = KernelConfig.for_target(target, PINGPONG[kernel]).derive()
+    d = CdnaConfig.for_target(target, PINGPONG[kernel]).derive()
     f = facts(kernel, target)
     assert f.counts["mfma"] == mfma_sites() * d.mfma_per_k_step
     mfma = re.findall(r"\bv_mfma_\w+", compiled(kernel, target).isa)
@@ -115,7 +115,7 @@ def test_pingpong_mfma_and_direct_to_lds(target, kernel):
 @pytest.mark.parametrize("kernel", PINGPONG)
 @pytest.mark.parametrize("target", CDNA)
 def test_pingpong_schedule_in_the_isa(target, kernel):
-    d = KernelConfig.for_target(target, PINGPONG[kernel]).derive()
+    d = CdnaConfig.for_target(target, PINGPONG[kernel]).derive()
     f = facts(kernel, target)
     assert f.extra["loop s_barrier"] == d.main_loop_barriers
     # the schedule's waits minus those already satisfied, which LLVM (Triton 3.9) does not emit:
@@ -133,7 +133,7 @@ def test_pingpong_schedule_in_the_isa(target, kernel):
 @pytest.mark.parametrize("target", CDNA)
 def test_pingpong_stagger_is_a_per_group_branch(target):
     isa = compiled("cdna_pingpong", target).isa
-    d = KernelConfig.for_target(target).derive()
+    d = CdnaConfig.for_target(target).derive()
     group_threads = d.waves_per_group * TARGETS[target].wave_size
     stagger = re.findall(rf"s_cmp_ge_u32 s\d+, {group_threads}\s+s_cbranch_scc(\d) \S+\s+s_barrier", isa)
     assert stagger == ["0", "1"], "group 1 barriers first (scc0 skips group 0), group 0 re-syncs last"
@@ -141,7 +141,7 @@ def test_pingpong_stagger_is_a_per_group_branch(target):
 
 @pytest.mark.parametrize("target", CDNA)
 def test_pingpong_swizzle_is_derived_from_the_load_subtile(target):
-    d = KernelConfig.for_target(target).derive()
+    d = CdnaConfig.for_target(target).derive()
     bits, base, shift = d.swizzle
     assert d.subtile_rows * (d.subtile_cols // d.load_width) == TARGETS[target].wave_size
     assert (1 << base) == d.subtile_cols // 2 and (1 << shift) == d.subtile_rows
@@ -152,9 +152,9 @@ def test_pingpong_swizzle_is_derived_from_the_load_subtile(target):
 
 
 def test_gfx942_config_fits_its_lds():
-    d = KernelConfig.for_target("gfx942").derive()
+    d = CdnaConfig.for_target("gfx942").derive()
     assert d.block_k == 32 and d.lds_bytes == 64 * 1024
-    assert KernelConfig.for_target("gfx950").derive().block_k == 64
+    assert CdnaConfig.for_target("gfx950").derive().block_k == 64
 
 
 def test_wmma_layout_gives_each_wave_a_contiguous_block():
@@ -205,8 +205,8 @@ def test_wmma_kernel():
 def test_fp8_config_is_the_bf16_one_in_bytes(target):
     """An fp8 stage holds the same bytes as a bf16 one (twice the K), so the DMA counts per
     wave, and with them the schedule's vmcnt waits and the race model's, are the same."""
-    bf16 = KernelConfig.for_target(target, "bf16").derive()
-    fp8 = KernelConfig.for_target(target, "fp8").derive()
+    bf16 = CdnaConfig.for_target(target, "bf16").derive()
+    fp8 = CdnaConfig.for_target(target, "fp8").derive()
     assert fp8.block_k * fp8.elem_bytes == bf16.block_k * bf16.elem_bytes
     assert fp8.lds_bytes == bf16.lds_bytes and fp8.swizzle[0] == bf16.swizzle[0]
     assert fp8.load_width * fp8.elem_bytes == TARGETS[target].dma_bytes
@@ -235,7 +235,7 @@ def test_fp8_scale_modes_read_their_scales(target, scales, has_c):
     c = fp8_variant(target, scales, has_c)
     assert c.facts().spill_bytes == 0, "scratch spills"
     ttgir = c.asm["ttgir"]
-    chunks = KernelConfig.for_target(target, "fp8").derive().epilogue_chunks
+    chunks = CdnaConfig.for_target(target, "fp8").derive().epilogue_chunks
     vector_loads = len(re.findall(r"amdg\.buffer_load %scale_[ab]\b", ttgir))
     assert vector_loads == (2 * chunks if scales == "row" else 0)
     assert (len(re.findall(r"tt\.load %scale_[ab]\b", ttgir)) > 0) == (scales == "tensor")
@@ -244,14 +244,14 @@ def test_fp8_scale_modes_read_their_scales(target, scales, has_c):
 def test_fp8_scales_are_checked():
     import torch
 
-    from pingpong.amd.cdna_pingpong import scale_mode
+    from pingpong.amd.cdna_pingpong import launch_scale_mode
     from pingpong.errors import PingpongError
 
     one = torch.ones(1)
-    assert scale_mode(None, None, 4, 8) == "none"
-    assert scale_mode(one, one, 4, 8) == "tensor"
-    assert scale_mode(torch.ones(4), torch.ones(8), 4, 8) == "row"
+    assert launch_scale_mode(None, None, 4, 8) == "none"
+    assert launch_scale_mode(one, one, 4, 8) == "tensor"
+    assert launch_scale_mode(torch.ones(4), torch.ones(8), 4, 8) == "row"
     for sa, sb, what in ((one, None, "both or neither"), (torch.ones(8), torch.ones(4), "row-wise"),
                          (one.double(), one, "float32")):
         with pytest.raises(PingpongError, match=what):
-            scale_mode(sa, sb, 4, 8)
+            launch_scale_mode(sa, sb, 4, 8)

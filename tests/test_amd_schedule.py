@@ -7,7 +7,7 @@ import re
 import pytest
 
 from pingpong.runtime import compile as cc
-from pingpong.amd.config import KernelConfig
+from pingpong.amd.config import CdnaConfig
 from pingpong.amd.buffers import storage_half, storage_row
 from pingpong.amd.schedule_model import cdna_pingpong, emitted_ops, sharing, vmcnt_sequence
 from pingpong.schedule import check
@@ -104,7 +104,7 @@ def test_only_the_slack_wait_is_left_out_of_the_isa(target):
     only loop wait whose loosening is safe (test_loop_waits_are_tight). The derived config
     gives the same ISA waits."""
     s = model(target)
-    d = KernelConfig.for_target(target).derive()
+    d = CdnaConfig.for_target(target).derive()
     assert vmcnt_sequence(s, "loop") == d.main_loop_vmcnt
     waits = [op for op in s.group("WG0").ops if op.kind == "wait" and op.counter == "vmcnt" and op.where == "loop"]
     kept = set(map(id, emitted_ops(s, "WG0")))
@@ -115,7 +115,7 @@ def test_only_the_slack_wait_is_left_out_of_the_isa(target):
 @pytest.mark.parametrize("target", CDNA)
 def test_loop_keeps_loads_in_flight_across_barriers(target):
     """Loads stay in flight across barriers: non-zero vmcnt in the main loop (A1 across S2, A0 across S4)."""
-    d = KernelConfig.for_target(target).derive()
+    d = CdnaConfig.for_target(target).derive()
     assert d.main_loop_vmcnt == (d.a_loads, 0, d.a_loads, 0) and d.a_loads > 0
     assert max(vmcnt_sequence(model(target), "loop")) == d.a_loads
 

@@ -315,7 +315,8 @@ def test_the_rule_table():
                      *[(Partial(op), p) for op in d.LINEAR_REDUCE_OPS for p in ((Partial(op), R), (R, Partial(op)))]]
     relu = d._gemm_layout(*shaped, bias=torch.empty(4, device="meta"), activation="relu")
     assert [(o, i["bias"]) for o, i in d.rules(relu)] == [(R, R), (S(0), R), (S(1), S(0))]
-    grouped = d.Layout("mn", {"a": d.Operand("mk"), "b": d.Operand("gkn"), "offs": d.Operand("g", d.WHOLE)}, whole="mg")
+    grouped = d.Layout("mn", {"a": d.OperandDims("mk"), "b": d.OperandDims("gkn"), "offs": d.OperandDims("g", d.WHOLE)},
+                       whole="mg")
     for out, ins in d.rules(grouped):
         assert out != S(0) and ins["offs"] == R and ins["b"] != S(0), (out, ins)
     # grouped_mm's registered layouts: the offsets' concatenated dim and the group dim never split

@@ -16,7 +16,7 @@
 For "batched", each operand is `expand`ed to the broadcast batch (stride 0 along the dims it
 broadcasts) and its batch dims are merged into one; that is a view whenever the batch strides
 merge (always for a single batch dim, for a broadcast operand, and for contiguous batches), else
-that operand is copied (`Operand.stride is None`). The output is a new contiguous tensor of
+that operand is copied (`KernelOperand.stride is None`). The output is a new contiguous tensor of
 shape `out_shape`; "fold" and "batched" write it through a 2-D/3-D view of the same memory.
 
 c (gemm's β·c) has the output's shape, or (M, N) shared by the batches (read through a
@@ -37,11 +37,12 @@ import torch
 from .errors import PingpongError
 from .runtime.spec import validate_nd
 
-__all__ = ["Operand", "BatchPlan", "plan", "operand_view", "plan_for", "out_shape", "check", "run", "per_row", "native"]
+__all__ = ["KernelOperand", "BatchPlan", "plan", "operand_view", "plan_for", "out_shape", "check", "run", "per_row",
+           "native"]
 
 
 @dataclass(frozen=True)
-class Operand:
+class KernelOperand:
     """How one operand enters the kernel: its 2-D/3-D shape and, for a view, its strides."""
 
     shape: tuple[int, ...]
@@ -53,8 +54,8 @@ class BatchPlan:
     kind: str  # "mm" | "fold" | "batched"
     batch: tuple[int, ...]  # the broadcast batch shape (the output's leading dims)
     out_shape: tuple[int, ...]  # batch + (M, N)
-    a: Operand
-    b: Operand
+    a: KernelOperand
+    b: KernelOperand
     out: tuple[int, ...]  # the kernel's view of the output: (M, N), (B·M, N) or (B, M, N)
 
 
@@ -109,20 +110,21 @@ def plan(a_shape, a_stride, b_shape, b_stride, fold: bool = True) -> BatchPlan:
     batch = _broadcast(a_shape[:-2], b_shape[:-2])
     out_shape = batch + (M, N)
     if len(a_shape) == 2 and len(b_shape) == 2:
-        return BatchPlan("mm", (), out_shape, Operand((M, K), tuple(a_stride)), Operand((K, N), tuple(b_stride)), (M, N))
+        return BatchPlan("mm", (), out_shape, KernelOperand((M, K), tuple(a_stride)),
+                         KernelOperand((K, N), tuple(b_stride)), (M, N))
     if fold and math.prod(b_shape[:-2]) == 1:
         rows = _merged_stride(a_shape[:-1], a_stride[:-1])
         if rows is not None:
             BM = math.prod(a_shape[:-1])
-            a = Operand((BM, K), (rows, a_stride[-1]))
-            b = Operand((K, N), tuple(b_stride[-2:]))
+            a = KernelOperand((BM, K), (rows, a_stride[-1]))
+            b = KernelOperand((K, N), tuple(b_stride[-2:]))
             return BatchPlan("fold", batch, out_shape, a, b, (BM, N))
     B = math.prod(batch)
     operands = []
     for shape, stride in ((a_shape, a_stride), (b_shape, b_stride)):
         sb = _merged_stride(batch, _expanded_strides(shape, stride, batch))
         matrix = tuple(shape[-2:])
-        operands.append(Operand((B,) + matrix, None if sb is None else (sb,) + tuple(stride[-2:])))
+        operands.append(KernelOperand((B,) + matrix, None if sb is None else (sb,) + tuple(stride[-2:])))
     return BatchPlan("batched", batch, out_shape, operands[0], operands[1], (B, M, N))
 
 
@@ -134,7 +136,7 @@ def plan_for(a: torch.Tensor, b: torch.Tensor, fold: bool = True) -> BatchPlan:
         return plan.__wrapped__(*args)
 
 
-def operand_view(t: torch.Tensor, op: Operand, batch: tuple[int, ...]) -> torch.Tensor:
+def operand_view(t: torch.Tensor, op: KernelOperand, batch: tuple[int, ...]) -> torch.Tensor:
     """`t` as the kernel sees it: a strided view, or (stride None) a contiguous copy."""
     if op.stride is not None:
         return t.as_strided(op.shape, op.stride)

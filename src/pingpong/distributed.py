@@ -58,7 +58,7 @@ from . import batching, fp8, fused, grouped, ops  # noqa: F401  (fp8, grouped, o
 from .runtime.spec import validate_linear
 from .errors import PingpongError
 
-__all__ = ["FACTOR", "ADDEND", "WHOLE", "Operand", "Layout", "register", "rules", "check", "product", "follow",
+__all__ = ["FACTOR", "ADDEND", "WHOLE", "OperandDims", "Layout", "register", "rules", "check", "product", "follow",
            "LAYOUTS"]
 
 FACTOR, ADDEND, WHOLE = "factor", "addend", "whole"
@@ -67,7 +67,7 @@ _BATCH_LETTERS = string.ascii_uppercase  # batch dims; m, n, k name the matrix d
 
 
 @dataclass(frozen=True)
-class Operand:
+class OperandDims:
     """One tensor argument: `dims` has one symbol per dim (a letter names an index of the
     product, "1" a dim of size 1 that broadcasts); `role` is FACTOR (multiplied into the product:
     a, b, x, w, scales), ADDEND (added to it: c, bias; it follows the output's placement) or
@@ -81,12 +81,12 @@ class Operand:
 class Layout:
     """How one call's tensors index the product. `out`: the output's dims (an in-place op's
     written argument is an ADDEND with the output's dims); `operands`: tensor argument name ->
-    Operand (absent optional tensors left out); `linear`: the result is linear in the product
+    OperandDims (absent optional tensors left out); `linear`: the result is linear in the product
     (no activation), so contracted letters may be split (a Partial() result) and an operand may
     be Partial; `whole`: letters never split."""
 
     out: str
-    operands: dict[str, Operand]
+    operands: dict[str, OperandDims]
     linear: bool = True
     whole: str = ""
     activation: str = field(default="none", compare=False)  # for messages
@@ -123,11 +123,11 @@ def follow(out: str, shape) -> str:
 
 def _gemm_layout(a, b, c=None, alpha=1.0, beta=0.0, out_dtype=None, bias=None, activation=None) -> Layout:
     a_dims, b_dims, out = product(tuple(a.shape), tuple(b.shape))
-    operands = {"a": Operand(a_dims), "b": Operand(b_dims)}
+    operands = {"a": OperandDims(a_dims), "b": OperandDims(b_dims)}
     if c is not None:
-        operands["c"] = Operand(follow(out, c.shape), ADDEND)
+        operands["c"] = OperandDims(follow(out, c.shape), ADDEND)
     if bias is not None:
-        operands["bias"] = Operand(follow(out, bias.shape), ADDEND)
+        operands["bias"] = OperandDims(follow(out, bias.shape), ADDEND)
     act = fused.check_activation(activation)
     return Layout(out, operands, linear=act == "none", activation=act)
 
@@ -138,9 +138,9 @@ def _mm_layout(a, b, out_dtype=None) -> Layout:
 
 def _linear_layout(x, w, bias=None, activation=None) -> Layout:
     lead = _BATCH_LETTERS[:x.dim() - 1]
-    operands = {"x": Operand(_dims(x.shape[:-1], lead) + "k"), "w": Operand("nk")}
+    operands = {"x": OperandDims(_dims(x.shape[:-1], lead) + "k"), "w": OperandDims("nk")}
     if bias is not None:
-        operands["bias"] = Operand("n", ADDEND)
+        operands["bias"] = OperandDims("n", ADDEND)
     act = fused.check_activation(activation)
     return Layout(lead + "n", operands, linear=act == "none", activation=act)
 
@@ -364,12 +364,13 @@ def _scaled_mm_layout(a, b, scale_a, scale_b, bias=None, out_dtype=None, activat
     (K/128, N/128) kn: a block grid is split only where it follows the operand dim one to one
     (K never; N only for 1×128 scales of b, N whole columns)."""
     (M, K), N = tuple(a.shape), b.shape[1]
-    operands = {"a": Operand("mk"), "b": Operand("kn"), "scale_a": Operand(_scale_dims(scale_a, "m", "k", M, K)),
-                "scale_b": Operand(_scale_dims(scale_b, "k", "n", K, N))}
+    operands = {"a": OperandDims("mk"), "b": OperandDims("kn"),
+                "scale_a": OperandDims(_scale_dims(scale_a, "m", "k", M, K)),
+                "scale_b": OperandDims(_scale_dims(scale_b, "k", "n", K, N))}
     blocks = "k" in operands["scale_a"].dims + operands["scale_b"].dims
     whole = ("k" if blocks else "") + ("n" if blocks and scale_b.shape[-1] != N else "")
     if bias is not None:
-        operands["bias"] = Operand(follow("mn", bias.shape), ADDEND)
+        operands["bias"] = OperandDims(follow("mn", bias.shape), ADDEND)
     act = fused.check_activation(activation)
     return Layout("mn", operands, linear=act == "none", whole=whole, activation=act)
 
@@ -378,13 +379,13 @@ def _grouped_layout(a, b, offs=None, out_dtype=None, zero_tail=False) -> Layout:
     """The four forms of grouped_mm (pingpong.grouped): the offsets index a concatenated dim,
     which is never split (nor is the group dim beside it); equal groups (3-D × 3-D) are a batch."""
     if offs is None:
-        return Layout("Amn", {"a": Operand("Amk"), "b": Operand("Akn")})
-    index = {"offs": Operand("g", WHOLE)}
+        return Layout("Amn", {"a": OperandDims("Amk"), "b": OperandDims("Akn")})
+    index = {"offs": OperandDims("g", WHOLE)}
     if a.dim() == 2 and b.dim() == 3:  # ragged rows: the MoE forward and dX
-        return Layout("mn", {"a": Operand("mk"), "b": Operand("gkn"), **index}, whole="mg")
+        return Layout("mn", {"a": OperandDims("mk"), "b": OperandDims("gkn"), **index}, whole="mg")
     if a.dim() == 3:  # ragged columns
-        return Layout("mn", {"a": Operand("gmk"), "b": Operand("kn"), **index}, whole="gn")
-    return Layout("gmn", {"a": Operand("mk"), "b": Operand("kn"), **index}, whole="gk")  # ragged K: dW
+        return Layout("mn", {"a": OperandDims("gmk"), "b": OperandDims("kn"), **index}, whole="gn")
+    return Layout("gmn", {"a": OperandDims("mk"), "b": OperandDims("kn"), **index}, whole="gk")  # ragged K: dW
 
 
 def fake_check(op) -> Callable[..., None]:

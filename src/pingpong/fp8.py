@@ -56,9 +56,6 @@ from .errors import PingpongError, check_tensor
 
 __all__ = ["scaled_mm", "scaling_of", "check_scales", "Float8Linear", "FP8_DTYPES", "FP8_OUT_DTYPES"]
 
-BLOCK = _spec.SCALE_BLOCK  # K (and N) elements per scale block
-
-
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -216,8 +213,8 @@ def fp8_unsupported_reason(layer: torch.nn.Linear, fp8: str) -> str | None:
 def _shape_reason(n: int, k: int, fp8: str) -> str | None:
     if k % 16 or n % 16:
         return f"in_features={k}, out_features={n}: FP8 needs multiples of 16"
-    if fp8 == "block" and k % BLOCK:
-        return f"in_features={k}: block-wise FP8 needs a multiple of {BLOCK}"
+    if fp8 == "block" and k % _spec.SCALE_BLOCK:
+        return f"in_features={k}: block-wise FP8 needs a multiple of {_spec.SCALE_BLOCK}"
     return None
 
 

@@ -48,6 +48,7 @@ import triton.language as tl
 
 from .errors import PingpongError, check_tensor
 from .runtime.launcher import CachedLaunch
+from .runtime.spec import SCALE_BLOCK
 from .toolchain import KERNEL_OPTIONS
 
 __all__ = ["quantize_fp8", "GRANULARITIES", "FP8_MAX"]
@@ -188,8 +189,8 @@ def check_quantize(x, granularity, dtype, device_checks: bool = True) -> None:
         raise PingpongError(f"x: dtype {x.dtype} is not supported; expected one of {IN_DTYPES}")
     if x.stride(1) != 1 and x.shape[1] > 1:
         raise PingpongError(f"x: rows must be contiguous (stride 1 along the last dim), got strides {tuple(x.stride())}")
-    if granularity in ("block", "block128x128") and x.shape[1] % 128:
-        raise PingpongError(f"x: {granularity} scales need K (= {x.shape[1]}) to be a multiple of 128")
+    if granularity in ("block", "block128x128") and x.shape[1] % SCALE_BLOCK:
+        raise PingpongError(f"x: {granularity} scales need K (= {x.shape[1]}) to be a multiple of {SCALE_BLOCK}")
     if not device_checks:
         return
     if x.device.type == "cpu":
@@ -213,8 +214,8 @@ def scale_like(x: torch.Tensor, granularity: str) -> torch.Tensor:
     if granularity == "row":
         return torch.empty(M, 1, **f32)
     if granularity == "block":
-        return torch.empty(K // 128, M, **f32).t()  # (M, K/128), outer-dim-major (torch's 1×128 layout)
-    return torch.empty(-(-M // 128), K // 128, **f32)
+        return torch.empty(K // SCALE_BLOCK, M, **f32).t()  # (M, K/128), outer-dim-major (torch's 1×128 layout)
+    return torch.empty(-(-M // SCALE_BLOCK), K // SCALE_BLOCK, **f32)
 
 
 def quantize_direct(x: torch.Tensor, granularity: str = "row", dtype=torch.float8_e4m3fn):
@@ -285,13 +286,14 @@ def prepare(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, granularity: str,
         meta = {} if interpret else dict(num_warps=8 if bk * bm >= 4096 else 4, **KERNEL_OPTIONS)
         return (_row_kernel, (x, q, s, M, K, x.stride(0), q.stride(0)),
                 dict(FP8_MAX=fmax, BLOCK_M=bm, BLOCK_K=bk, ONE_READ=one, **meta), (-(-M // bm),))
-    bm, groups = (128, 1) if granularity == "block128x128" else BLOCK_TILE
-    groups = min(groups, K // 128) if K // 128 % groups == 0 else 1
+    bm, groups = (SCALE_BLOCK, 1) if granularity == "block128x128" else BLOCK_TILE
+    kb = K // SCALE_BLOCK
+    groups = min(groups, kb) if kb % groups == 0 else 1
     meta = {} if interpret else dict(num_warps=8 if bm * groups >= 64 else 4, **KERNEL_OPTIONS)
-    nm, nk = -(-M // bm), K // 128 // groups
+    nm, nk = -(-M // bm), kb // groups
     return (_block_kernel, (x, q, s, M, K, x.stride(0), q.stride(0), s.stride(0), s.stride(1)),
-            dict(FP8_MAX=fmax, BLOCK_M=bm, GROUP_K=128, GROUP_M=1 if granularity == "block" else bm, GROUPS=groups,
-                 **meta), (nm * nk,))
+            dict(FP8_MAX=fmax, BLOCK_M=bm, GROUP_K=SCALE_BLOCK, GROUP_M=1 if granularity == "block" else bm,
+                 GROUPS=groups, **meta), (nm * nk,))
 
 
 def _launch_tensor(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> None:

@@ -7,5 +7,5 @@ Importing this package registers both with pingpong.runtime.compile (`pingpong i
 """
 
 from . import cdna_pingpong, rdna_wmma  # noqa: F401  (register the kernels)
-from .config import KernelConfig, WmmaConfig  # noqa: F401
+from .config import CdnaConfig, WmmaConfig  # noqa: F401
 from .dispatch import gemm, select_kernel  # noqa: F401,E402

@@ -60,7 +60,7 @@ def load_layout(LOAD_WIDTH, SUB_ROWS, WAVES_PER_GROUP):
 
 @gluon.constexpr_function
 def lds_layout(VEC, PER_PHASE, MAX_PHASE):
-    """The swizzled LDS layout derived in KernelConfig (from the load subtile)."""
+    """The swizzled LDS layout derived in CdnaConfig (from the load subtile)."""
     return gl.SwizzledSharedLayout(VEC, PER_PHASE, MAX_PHASE, [4, 3, 2, 1, 0])
 
 

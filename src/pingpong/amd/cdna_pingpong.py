@@ -14,9 +14,10 @@ Status — what has been verified and what has not:
   * NOT verified: it has never been executed. No AMD GPU was available to this project, so
     numerical correctness and speed on MI300X / MI355X are unknown.
 
-Parts (same names as the Hopper kernel): KernelConfig (config.py) derives every number;
-Buffers / TileLoader (buffers.py) own the LDS double buffer and the global→LDS loads; MmaOp
-(mma.py) owns the accumulator and the MFMAs; `schedule` below is orchestration only.
+Parts (as the Hopper kernel's; CdnaConfig in KernelConfig's place): CdnaConfig (config.py)
+derives every number; Buffers / TileLoader (buffers.py) own the LDS double buffer and the
+global→LDS loads; MmaOp (mma.py) owns the accumulator and the MFMAs; `schedule` below is
+orchestration only.
 
 Direct-to-LDS loads, per target:
   * gfx950: `gl.amd.cdna4.async_copy.buffer_load_to_shared` lowers to
@@ -25,7 +26,7 @@ Direct-to-LDS loads, per target:
     wider LDS DMA, Triton refuses > 4 bytes there): subtile 16×8, swizzle Swizzle(1,2,4).
     It is used as is (tried first; no fallback to buffer_load + ds_write was needed). Four
     times as many DMA instructions per byte as gfx950.
-  * gfx942 LDS is 64 KB: KernelConfig.for_target picks BK = 32, so the two stages of A and B
+  * gfx942 LDS is 64 KB: CdnaConfig.for_target picks BK = 32, so the two stages of A and B
     take 2·(256+256)·32·2 B = 64 KB. gfx950 keeps BK = 64 (128 KB of 160 KB).
 
 Waves and the stagger. 8 waves = 2 groups of 4; wave w computes 128×64 outputs, 8×4 MFMA tiles
@@ -127,7 +128,7 @@ from ..runtime import compile as cc
 from ..toolchain import KERNEL_OPTIONS
 from .buffers import Buffers, TileLoader, lds_layout, load_layout, mma_view
 from ..errors import PingpongError
-from .config import TARGETS, KernelConfig
+from .config import TARGETS, CdnaConfig
 from .mma import MmaOp, mfma_layout
 
 
@@ -275,7 +276,7 @@ def store_tile(acc, c_ptr, cin_ptr, scales, off_m, off_n, M, N, stride_cm, strid
     runs out of the 256 VGPRs that 2 waves per SIMD allow (measured with older Triton (3.6):
     gfx942, bf16 out: 36 bytes of scratch; with beta·C: 1.2-1.5 KB on both targets, docs/amd.md). Chunk by chunk, only one
     chunk's temporaries are live: no scratch on either target, for bf16 and fp32 out, with
-    and without C. KernelConfig derives COL_CHUNKS = the wave's 16-column MFMA tiles (4),
+    and without C. CdnaConfig derives COL_CHUNKS = the wave's 16-column MFMA tiles (4),
     the finest split in which every lane still holds all chunks (`column_halves`).
     """
     gl.static_assert(COL_CHUNKS == 1 or COL_CHUNKS == 2 or COL_CHUNKS == 4, "COL_CHUNKS must be 1, 2 or 4")
@@ -340,7 +341,7 @@ def cdna_pingpong_gemm(a_ptr, b_ptr, c_ptr, cin_ptr, scale_a, scale_b, M, N, K, 
                EPILOGUE_CHUNKS)
 
 
-def kernel_constexprs(config: KernelConfig) -> dict:
+def kernel_constexprs(config: CdnaConfig) -> dict:
     """The kernel's constexpr arguments, all taken from the derived config."""
     d = config.derive()
     return dict(BM=d.block_m, BN=d.block_n, BK=d.block_k, WAVES_PER_GROUP=d.waves_per_group,
@@ -357,9 +358,11 @@ def gemm_args(a, b, out, c, alpha, beta, M, N, K) -> tuple:
             float(alpha), float(beta), c is not None)
 
 
-def scale_mode(scale_a, scale_b, M: int, N: int) -> str:
-    """The Scales mode of fp32 scale tensors: both None, both one element (tensor-wise), or
-    scale_a of M elements and scale_b of N (row-wise); anything else is refused."""
+def launch_scale_mode(scale_a, scale_b, M: int, N: int) -> str:
+    """The Scales mode of launch_args' fp32 scale tensors: both None, both one element
+    (tensor-wise), or scale_a of M elements and scale_b of N (row-wise); anything else is
+    refused. The kernel's own argument check for the offline builds, not a public product's
+    decision: that is runtime.spec.scale_mode, and the AMD backend refuses scaled specs."""
     if scale_a is None and scale_b is None:
         return "none"
     if scale_a is None or scale_b is None:
@@ -375,13 +378,13 @@ def scale_mode(scale_a, scale_b, M: int, N: int) -> str:
                         f"got {scale_a.numel()} and {scale_b.numel()}")
 
 
-def launch_args(a, b, out, c, alpha, beta, config: KernelConfig, scale_a=None, scale_b=None):
+def launch_args(a, b, out, c, alpha, beta, config: CdnaConfig, scale_a=None, scale_b=None):
     """(args, kwargs, grid) for cdna_pingpong_gemm: a (M,K), b (N,K), out (M,N), c optional;
-    fp8 a and b take fp32 scales (scale_mode)."""
+    fp8 a and b take fp32 scales (launch_scale_mode)."""
     d = config.derive()
     M, K = a.shape
     N = b.shape[0]
-    mode = scale_mode(scale_a, scale_b, M, N)
+    mode = launch_scale_mode(scale_a, scale_b, M, N)
     cin = c if c is not None else out
     sa, sb = (scale_a, scale_b) if mode != "none" else (cin, cin)  # unread without SCALES
     args = (a, b, out, cin, sa, sb, M, N, K, a.stride(0), b.stride(0), out.stride(0), cin.stride(0),
@@ -390,7 +393,7 @@ def launch_args(a, b, out, c, alpha, beta, config: KernelConfig, scale_a=None, s
     return args, dict(kernel_constexprs(config), **compile_options(config)), grid
 
 
-def compile_options(config: KernelConfig) -> dict:
+def compile_options(config: CdnaConfig) -> dict:
     """Triton compile options of the kernel: its waves, the AGPRs LLVM may allocate (none:
     without the attribute LLVM reserves half of the 256 registers for AGPRs and the kernel
     spills; module docstring, Registers), and pingpong's own (toolchain.KERNEL_OPTIONS)."""
@@ -405,7 +408,7 @@ def build(target: str, out_dtype=torch.bfloat16, has_c: bool = False, dtype: str
     """CDNA 8-wave ping-pong GEMM (bf16, 256x256 tile, direct-to-LDS, stagger). The registered
     build writes bf16 without C; tests also compile the fp32-out and beta·C variants, and the
     fp8 ones (`build_fp8`) with each scale mode."""
-    config = KernelConfig.for_target(target, dtype)
+    config = CdnaConfig.for_target(target, dtype)
     M = N = K = 512
     operand = getattr(torch, TARGETS[target].fp8_dtype) if dtype == "fp8" else torch.bfloat16
     a = torch.empty(M, K, dtype=operand)

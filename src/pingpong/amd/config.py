@@ -1,8 +1,8 @@
-"""KernelConfig for the AMD kernels: what a user chooses, and everything derived from it.
+"""The AMD kernels' configs: what a user chooses, and everything derived from it.
 
-Two kernel families, one config each (the CDNA one mirrors the Hopper KernelConfig's role):
+Two kernel families, one config each (CdnaConfig has the role of the Hopper KernelConfig):
 
-    KernelConfig(target, block)          CDNA ping-pong, gfx942 / gfx950
+    CdnaConfig(target, block)            CDNA ping-pong, gfx942 / gfx950
         │ derive()  -> CdnaDerived
         ▼
     waves and groups · MFMA shape and count per K-step · direct-to-LDS width · the 16-row
@@ -125,7 +125,7 @@ def emitted_waits(issued: tuple, waits: tuple, in_flight: int = 0) -> tuple:
 
 @dataclasses.dataclass(frozen=True)
 class CdnaDerived:
-    """Everything that follows from a CDNA KernelConfig (one source of truth)."""
+    """Everything that follows from a CdnaConfig (one source of truth)."""
 
     target: str
     dtype: str  # operands: "bf16" or "fp8"
@@ -169,7 +169,7 @@ class CdnaDerived:
 
 
 @dataclasses.dataclass(frozen=True)
-class KernelConfig:
+class CdnaConfig:
     """The CDNA ping-pong's choices. Defaults: 256×256×64 (8 waves, 128×64 each); gfx942 halves BK.
 
     dtype "bf16" or "fp8" (the target's e4m3: TargetSpec.fp8_dtype). Everything sized in bytes
@@ -184,7 +184,7 @@ class KernelConfig:
     dtype: str = "bf16"
 
     @classmethod
-    def for_target(cls, target: str, dtype: str = "bf16") -> "KernelConfig":
+    def for_target(cls, target: str, dtype: str = "bf16") -> "CdnaConfig":
         """The default config that fits `target`: 128-byte K rows (BK = 64 bf16, 128 fp8), halved
         until the stages fit the LDS (gfx942's 64 KB: BK = 32 bf16, 64 fp8)."""
         spec = target_spec(target)

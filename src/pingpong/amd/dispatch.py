@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..errors import PingpongError
 from . import cdna_pingpong, rdna_wmma
-from .config import KernelConfig, WmmaConfig
+from .config import CdnaConfig, WmmaConfig
 
 CDNA_PINGPONG_ARCHS = ("gfx942", "gfx950")
 
@@ -40,7 +40,7 @@ def accepts(a, b, out_dtype) -> bool:
 
     name = select_kernel(_device_arch(a))
     if name == "cdna_pingpong":
-        width = KernelConfig.for_target(_device_arch(a).split(":")[0]).derive().load_width
+        width = CdnaConfig.for_target(_device_arch(a).split(":")[0]).derive().load_width
         return (a.dtype == b.dtype == torch.bfloat16 and a.stride(1) == 1 and b.stride(0) == 1
                 and a.shape[1] % width == 0 and out_dtype in (torch.bfloat16, torch.float32))
     if name == "rdna_wmma":
@@ -69,7 +69,7 @@ def gemm(a, b, out, *, alpha=1.0, beta=0.0, c=None) -> None:
         return None
     base = arch.split(":")[0]
     if name == "cdna_pingpong":
-        config = KernelConfig.for_target(base)
+        config = CdnaConfig.for_target(base)
         width = config.derive().load_width
         if a.dtype != torch.bfloat16 or b.dtype != torch.bfloat16:
             raise PingpongError("dtype: the CDNA ping-pong takes bf16 a and b")

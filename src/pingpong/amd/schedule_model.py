@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 
 from ..schedule import ScheduleBuilder
-from .config import KernelConfig
+from .config import CdnaConfig
 
 GROUPS = ("WG0", "WG1")
 
@@ -57,7 +57,7 @@ def sharing(target: str) -> dict:
     from .buffers import load_layout, storage_half
     from .mma import mfma_layout
 
-    d = KernelConfig.for_target(target).derive()
+    d = CdnaConfig.for_target(target).derive()
     ctx = ir.context()
     ir.load_dialects(ctx)
     builder = gluon_ir.GluonOpBuilder(ctx)
@@ -88,7 +88,7 @@ def cdna_pingpong(target: str = "gfx950", pairs: int = 3, share: dict | None = N
     """The kernel's schedule for `pairs` K-step pairs (pairs-1 loop iterations). Which group
     loads and reads which half comes from `sharing(target)` (the kernel's layouts) unless
     `share` overrides it (tests)."""
-    d = KernelConfig.for_target(target).derive()
+    d = CdnaConfig.for_target(target).derive()
     share = share or sharing(target)
     b = ScheduleBuilder(f"cdna_pingpong_{target}", cdna_pingpong.__doc__)
     for s in (0, 1):

@@ -85,6 +85,8 @@ WGMMA_M = 64  # rows of one wgmma per warpgroup
 WGMMA_K_BYTES = 32  # one wgmma consumes 32 bytes of K (k16 for 16-bit inputs)
 WGMMA_MAX_N = 256
 MAX_REGS_PER_THREAD = 255
+#: fp32 accumulator registers a consumer thread may hold (the rest of MAX_REGS_PER_THREAD: addresses)
+MAX_ACC_REGS = 200
 BARRIER_BYTES = 8
 #: Deepest ring: the fixed shared-memory term below budgets ready/empty barriers for this many.
 #: Small tiles stream their operands from HBM (the weight of a skinny product is read once),
@@ -327,10 +329,10 @@ class KernelConfig:
                 raise ConfigError(f"{name}={v} exceeds the TMA box limit of 256 elements per dimension")
         threads = _consumer_threads(self, cm)
         acc = cm * cn // threads
-        if acc > 200:
+        if acc > MAX_ACC_REGS:
             raise ConfigError(
                 f"accumulator needs {acc} fp32 registers per thread (consumer tile {cm}×{cn} over {threads} threads);"
-                f" at most 200 fit beside addresses within {MAX_REGS_PER_THREAD} registers"
+                f" at most {MAX_ACC_REGS} fit beside addresses within {MAX_REGS_PER_THREAD} registers"
             )
         stage, fixed = _budget(self, in_bytes, out_bytes)
         epi = fixed - _FIXED_BYTES

@@ -65,11 +65,11 @@ from ..runtime.device import sm_count
 from ..runtime.fp8_spec import scale_kinds
 from ..runtime.launcher import CachedLaunch
 from ..runtime.plan import Plan, device_index
+from ..runtime.spec import SCALE_BLOCK
 from .config import KernelConfig
 from .epilogue import Epilogue, EpilogueConstants
 from .fp8_kernel import SCALE_BLOCK as _SCALE_BLOCK, Fp8Scales, run_fp8_partitions
-from .fp8_launch import (SCALE_BLOCK, block_scale_a_view, block_scale_descriptors, check_fp8_config, sa_box,
-                         scale_boxes)
+from .fp8_launch import block_scale_a_view, block_scale_descriptors, check_fp8_config, sa_box, scale_boxes
 from .grouped import GroupedEpilogue, GroupedScheduler, group_pad
 from .launch import _descriptor, kernel_constants, launch_options, tma_orientation
 from .loader import TileLoader
@@ -250,14 +250,15 @@ def _offline_builder(config: KernelConfig, G: int, promote: bool, scaling: str):
 
 #: name -> (config, groups, promote, scaling) of the variants compiled offline (tests/test_fp8_grouped.py)
 OFFLINE_VARIANTS = {
-    "fp8-grouped-cooperative": (KernelConfig(128, 128, 128, schedule="cooperative"), 8, True, "row"),
-    "fp8-grouped-pingpong": (KernelConfig(64, 128, 128, schedule="pingpong"), 256, True, "row"),
-    "fp8-grouped-cooperative-fast": (KernelConfig(128, 256, 128, schedule="cooperative"), 8, False, "row"),
-    "fp8-grouped-pingpong-fast": (KernelConfig(64, 256, 128, schedule="pingpong"), 128, False, "row"),
-    "fp8-grouped-cooperative-512": (KernelConfig(128, 128, 128, schedule="cooperative"), 512, True, "row"),
-    "fp8-grouped-block-cooperative": (KernelConfig(128, 128, 128, schedule="cooperative"), 8, True, "block"),
-    "fp8-grouped-block-pingpong": (KernelConfig(64, 128, 128, schedule="pingpong"), 256, True, "block"),
-    "fp8-grouped-block-cooperative-512": (KernelConfig(128, 128, 128, schedule="cooperative"), 512, True, "block"),
+    "fp8-grouped-cooperative": (KernelConfig(128, 128, SCALE_BLOCK, schedule="cooperative"), 8, True, "row"),
+    "fp8-grouped-pingpong": (KernelConfig(64, 128, SCALE_BLOCK, schedule="pingpong"), 256, True, "row"),
+    "fp8-grouped-cooperative-fast": (KernelConfig(128, 256, SCALE_BLOCK, schedule="cooperative"), 8, False, "row"),
+    "fp8-grouped-pingpong-fast": (KernelConfig(64, 256, SCALE_BLOCK, schedule="pingpong"), 128, False, "row"),
+    "fp8-grouped-cooperative-512": (KernelConfig(128, 128, SCALE_BLOCK, schedule="cooperative"), 512, True, "row"),
+    "fp8-grouped-block-cooperative": (KernelConfig(128, 128, SCALE_BLOCK, schedule="cooperative"), 8, True, "block"),
+    "fp8-grouped-block-pingpong": (KernelConfig(64, 128, SCALE_BLOCK, schedule="pingpong"), 256, True, "block"),
+    "fp8-grouped-block-cooperative-512": (KernelConfig(128, 128, SCALE_BLOCK, schedule="cooperative"), 512, True,
+                                          "block"),
 }
 for _name, (_c, _g, _p, _s) in OFFLINE_VARIANTS.items():
     cc.register(_name, targets=("sm_90a",))(_offline_builder(_c, _g, _p, _s))

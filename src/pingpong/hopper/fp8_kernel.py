@@ -100,6 +100,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import tma, warpgroup_mma, warpgroup_mma_wait
 from triton.language.core import _aggregate as aggregate
 
+from ..runtime.spec import SCALE_BLOCK as _SCALE_BLOCK
 from .epilogue import Epilogue
 from .fixup import Alpha, SplitEpilogue
 from .kernel import finish_mainloop, mainloop, producer
@@ -109,8 +110,8 @@ from .phase_sync import PhaseSync
 from .pipeline import Ring, first_counter, ring_index
 from .scheduler import SplitKScheduler, TileScheduler
 
-#: K elements per scale block (and per promotion): DeepSeek-V3's 1×128 / 128×128 blocks.
-SCALE_BLOCK = gl.constexpr(128)
+#: K elements per scale block (and per promotion; runtime.spec.SCALE_BLOCK) as the kernels read it.
+SCALE_BLOCK = gl.constexpr(_SCALE_BLOCK)
 
 
 @gluon.constexpr_function

@@ -66,12 +66,10 @@ from ..runtime.device import sm_count
 from ..runtime.launcher import CachedLaunch
 from ..errors import ConfigError
 from ..runtime.plan import Plan, arrival_counters, bias_vector, device_index
-from ..runtime.spec import GemmSpec, scale_mode
+from ..runtime.spec import SCALE_BLOCK, GemmSpec, scale_mode
 from . import table as tables
-from .config import SMEM_LIMIT, KernelConfig
-from .fp8_kernel import SCALE_BLOCK as _SCALE_BLOCK, fp8_gemm, fp8_split_gemm
-
-SCALE_BLOCK = int(_SCALE_BLOCK.value)  # K elements per scale block and per promotion
+from .config import MAX_ACC_REGS, SMEM_LIMIT, KernelConfig
+from .fp8_kernel import fp8_gemm, fp8_split_gemm
 from .epilogue import EpilogueConstants
 from .launch import MAX_SPLIT_BLOCK, counter_count, kernel_constants, launch_options, operand_descriptors, \
     persistent_grid, product_bias, tile_descriptor, workspace_reason, workspace_shape
@@ -79,8 +77,6 @@ from .scheduler import effective_splits
 from .select import DECODE_M, MID_SPLIT_STEPS, SPLIT_MIN_BYTES, Device, one_wave_tile, split, tabled, \
     tile_count
 
-#: fp32 registers a consumer thread may spend on accumulators (config.validate's bound)
-_ACC_REGS = 200
 #: fp32 elements of a 128×128 b-scale box (Fp8Scales): 128 bytes, so that every slot's box
 #: starts 128-byte aligned, as a TMA load's shared-memory destination must (CUDA programming
 #: guide, multi-dimensional TMA alignment); only its first 4 elements are read
@@ -224,9 +220,9 @@ def check_fp8_config(config: KernelConfig, promote: bool, out_bytes: int, boxes:
         raise ConfigError(f"cluster_m={config.cluster_m} with block-wise scales is not built (each CTA of the pair"
                           " would stage its own rows' scale boxes); use cluster_m=1 (tensor- and row-wise scales"
                           " pair)")
-    if promote and 2 * d.acc_regs > _ACC_REGS:
+    if promote and 2 * d.acc_regs > MAX_ACC_REGS:
         raise ConfigError(f"a promoted FP8 tile holds two accumulators: 2 × {d.acc_regs} fp32 registers per thread"
-                          f" exceed {_ACC_REGS}")
+                          f" exceed {MAX_ACC_REGS}")
     scale_bytes = sum(boxes)
     if any(b % 128 for b in boxes):
         raise ConfigError(f"{config}: block-wise scale boxes of {boxes} bytes; each must be a multiple of 128 (TMA"
@@ -444,7 +440,7 @@ def plan(spec: GemmSpec) -> Fp8Plan:
 # ----------------------------------------------------------------------------- offline compilation
 
 
-def _offline_builder(scaling: str, promote: bool, config: KernelConfig, sb_cols: int = 128, fusion: str = ""):
+def _offline_builder(scaling: str, promote: bool, config: KernelConfig, sb_cols: int = SCALE_BLOCK, fusion: str = ""):
     def build(target: str) -> cc.Launch:
         M, N, K = (512, 512, 1024) if config.split_k == 1 else (512, 512, 65536)
         a = torch.empty(M, K, dtype=torch.float8_e4m3fn)
@@ -457,7 +453,7 @@ def _offline_builder(scaling: str, promote: bool, config: KernelConfig, sb_cols:
             sa, sb = torch.empty(M, 1), torch.empty(1, N)
         else:
             sa = torch.empty(kb, M).t()
-            sb = torch.empty(-(-N // 128), kb).t() if sb_cols == 128 else torch.empty(kb, N)
+            sb = torch.empty(-(-N // SCALE_BLOCK), kb).t() if sb_cols == SCALE_BLOCK else torch.empty(kb, N)
         bias = torch.empty(N, dtype=torch.bfloat16) if fusion else None
         workspace = torch.empty(workspace_shape(M, N, K, config, FP8_BYTES), dtype=torch.float32)
         counters = torch.zeros(counter_count(M, N, config, FP8_BYTES), dtype=torch.int32)
@@ -475,34 +471,40 @@ def _offline_builder(scaling: str, promote: bool, config: KernelConfig, sb_cols:
 
 #: name -> (scaling, promote, config, sb_cols, fusion) of the FP8 variants compiled offline
 OFFLINE_FP8_VARIANTS = {
-    "fp8-tensor": ("tensor", True, KernelConfig(128, 128, 128), 128, ""),
-    "fp8-tensor-fast": ("tensor", False, KernelConfig(128, 256, 128), 128, ""),
-    "fp8-row": ("row", True, KernelConfig(128, 128, 128), 128, "gelu_erf"),
-    "fp8-row-fast": ("row", False, KernelConfig(128, 256, 128), 128, ""),
-    "fp8-block": ("block", True, KernelConfig(128, 128, 128), 128, ""),
-    "fp8-block-1x128": ("block", True, KernelConfig(128, 128, 128), 1, ""),
-    "fp8-block-long": ("block", True, _LONG_BLOCK, 128, ""),  # the rule's long block-wise products
-    "fp8-block-pingpong": ("block", True, KernelConfig(64, 128, 128, schedule="pingpong"), 128, ""),
-    "fp8-row-pingpong": ("row", True, KernelConfig(64, 64, 128, schedule="pingpong"), 128, ""),
-    "fp8-tensor-narrow": ("tensor", True, KernelConfig(128, 64, 128), 128, ""),  # the rule's 128×64
-    "fp8-tensor-wide": ("tensor", True, KernelConfig(128, 192, 128), 128, ""),  # two column pieces
-    "fp8-row-wide": ("row", True, KernelConfig(128, 192, 128), 128, ""),
-    "fp8-row-wide-fast": ("row", False, KernelConfig(128, 192, 128), 128, ""),
-    "fp8-tensor-splitk": ("tensor", True, KernelConfig(128, 128, 128, split_k=8), 128, ""),
-    "fp8-row-splitk-gelu": ("row", True, KernelConfig(128, 128, 128, split_k=4), 128, "gelu_erf"),
-    "fp8-tensor-fast-splitk": ("tensor", False, KernelConfig(128, 256, 128, split_k=2), 128, ""),
-    "fp8-block-splitk": ("block", True, KernelConfig(128, 128, 128, split_k=4), 128, ""),
-    "fp8-block-1x128-splitk": ("block", True, KernelConfig(128, 128, 128, split_k=4), 1, ""),
-    "fp8-block-pingpong-splitk": ("block", True, KernelConfig(64, 128, 128, schedule="pingpong", split_k=2), 128, ""),
-    "fp8-tensor-swap": ("tensor", True, KernelConfig(64, 16, 128, schedule="pingpong", swap_ab=True), 128, ""),
-    "fp8-row-swap-gelu": ("row", True, KernelConfig(64, 32, 128, schedule="pingpong", swap_ab=True), 128, "gelu_erf"),
-    "fp8-tensor-fast-swap": ("tensor", False, KernelConfig(64, 16, 128, schedule="pingpong", swap_ab=True), 128, ""),
-    "fp8-row-swap-coop": ("row", True, KernelConfig(128, 32, 128, swap_ab=True), 128, ""),
-    "fp8-tensor-cluster": ("tensor", True, KernelConfig(128, 128, 128, cluster_m=2), 128, ""),
-    "fp8-row-cluster-gelu": ("row", True, KernelConfig(128, 128, 128, cluster_m=2), 128, "gelu_erf"),
-    "fp8-row-pingpong-cluster": ("row", True, KernelConfig(64, 128, 128, schedule="pingpong", cluster_m=2), 128, ""),
-    "fp8-row-swap-splitk": ("row", True, KernelConfig(64, 16, 128, schedule="pingpong", split_k=4, swap_ab=True), 128,
-                            ""),
+    "fp8-tensor": ("tensor", True, KernelConfig(128, 128, SCALE_BLOCK), SCALE_BLOCK, ""),
+    "fp8-tensor-fast": ("tensor", False, KernelConfig(128, 256, SCALE_BLOCK), SCALE_BLOCK, ""),
+    "fp8-row": ("row", True, KernelConfig(128, 128, SCALE_BLOCK), SCALE_BLOCK, "gelu_erf"),
+    "fp8-row-fast": ("row", False, KernelConfig(128, 256, SCALE_BLOCK), SCALE_BLOCK, ""),
+    "fp8-block": ("block", True, KernelConfig(128, 128, SCALE_BLOCK), SCALE_BLOCK, ""),
+    "fp8-block-1x128": ("block", True, KernelConfig(128, 128, SCALE_BLOCK), 1, ""),
+    "fp8-block-long": ("block", True, _LONG_BLOCK, SCALE_BLOCK, ""),  # the rule's long block-wise products
+    "fp8-block-pingpong": ("block", True, KernelConfig(64, 128, SCALE_BLOCK, schedule="pingpong"), SCALE_BLOCK, ""),
+    "fp8-row-pingpong": ("row", True, KernelConfig(64, 64, SCALE_BLOCK, schedule="pingpong"), SCALE_BLOCK, ""),
+    "fp8-tensor-narrow": ("tensor", True, KernelConfig(128, 64, SCALE_BLOCK), SCALE_BLOCK, ""),  # the rule's 128×64
+    "fp8-tensor-wide": ("tensor", True, KernelConfig(128, 192, SCALE_BLOCK), SCALE_BLOCK, ""),  # two column pieces
+    "fp8-row-wide": ("row", True, KernelConfig(128, 192, SCALE_BLOCK), SCALE_BLOCK, ""),
+    "fp8-row-wide-fast": ("row", False, KernelConfig(128, 192, SCALE_BLOCK), SCALE_BLOCK, ""),
+    "fp8-tensor-splitk": ("tensor", True, KernelConfig(128, 128, SCALE_BLOCK, split_k=8), SCALE_BLOCK, ""),
+    "fp8-row-splitk-gelu": ("row", True, KernelConfig(128, 128, SCALE_BLOCK, split_k=4), SCALE_BLOCK, "gelu_erf"),
+    "fp8-tensor-fast-splitk": ("tensor", False, KernelConfig(128, 256, SCALE_BLOCK, split_k=2), SCALE_BLOCK, ""),
+    "fp8-block-splitk": ("block", True, KernelConfig(128, 128, SCALE_BLOCK, split_k=4), SCALE_BLOCK, ""),
+    "fp8-block-1x128-splitk": ("block", True, KernelConfig(128, 128, SCALE_BLOCK, split_k=4), 1, ""),
+    "fp8-block-pingpong-splitk": ("block", True, KernelConfig(64, 128, SCALE_BLOCK, schedule="pingpong", split_k=2),
+                                  SCALE_BLOCK, ""),
+    "fp8-tensor-swap": ("tensor", True, KernelConfig(64, 16, SCALE_BLOCK, schedule="pingpong", swap_ab=True),
+                        SCALE_BLOCK, ""),
+    "fp8-row-swap-gelu": ("row", True, KernelConfig(64, 32, SCALE_BLOCK, schedule="pingpong", swap_ab=True),
+                          SCALE_BLOCK, "gelu_erf"),
+    "fp8-tensor-fast-swap": ("tensor", False, KernelConfig(64, 16, SCALE_BLOCK, schedule="pingpong", swap_ab=True),
+                             SCALE_BLOCK, ""),
+    "fp8-row-swap-coop": ("row", True, KernelConfig(128, 32, SCALE_BLOCK, swap_ab=True), SCALE_BLOCK, ""),
+    "fp8-tensor-cluster": ("tensor", True, KernelConfig(128, 128, SCALE_BLOCK, cluster_m=2), SCALE_BLOCK, ""),
+    "fp8-row-cluster-gelu": ("row", True, KernelConfig(128, 128, SCALE_BLOCK, cluster_m=2), SCALE_BLOCK, "gelu_erf"),
+    "fp8-row-pingpong-cluster": ("row", True, KernelConfig(64, 128, SCALE_BLOCK, schedule="pingpong", cluster_m=2),
+                                 SCALE_BLOCK, ""),
+    "fp8-row-swap-splitk": ("row", True,
+                            KernelConfig(64, 16, SCALE_BLOCK, schedule="pingpong", split_k=4, swap_ab=True),
+                            SCALE_BLOCK, ""),
 }
 for _name, (_s, _p, _c, _sb, _f) in OFFLINE_FP8_VARIANTS.items():
     cc.register(_name, targets=("sm_90a",))(_offline_builder(_s, _p, _c, _sb, _f))

@@ -73,7 +73,7 @@ from ..runtime import compile as cc
 from .config import KernelConfig
 from .epilogue import Epilogue, EpilogueConstants
 from .kernel import run_partitions
-from .launch import _descriptor, kernel_constants, launch_options, operand_descriptor, tma_orientation
+from .launch import _descriptor, kernel_constants, launch_options, operand_descriptor, tma_groups, tma_orientation
 from .loader import TileLoader
 from .pipeline import Ring
 from .scheduler import tile_coords, tiles_of_program
@@ -323,8 +323,7 @@ def legal(t, orientation: str | None = None) -> bool:
     if t.dim() == 2 and orientation:
         return tma_orientation(t) == orientation
     if t.dim() == 3:
-        ok = tma_orientation(t) is not None and t.shape[0] > 0
-        return ok and (t.shape[0] == 1 or ((t.stride(0) * t.element_size()) % 16 == 0 and t.stride(0) > 0))
+        return tma_orientation(t) is not None and tma_groups(t)
     return tma_orientation(t) is not None
 
 

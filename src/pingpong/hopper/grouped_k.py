@@ -68,7 +68,7 @@ from ..runtime import compile as cc
 from .config import KernelConfig
 from .epilogue import Epilogue, EpilogueConstants
 from .kernel import finish_mainloop, mainloop
-from .launch import _descriptor, _smem_layout, kernel_constants, launch_options, tma_orientation
+from .launch import _descriptor, _smem_layout, kernel_constants, launch_options, tma_groups, tma_orientation
 from .phase_sync import PhaseSync
 from .pipeline import Ring
 from .scheduler import TileScheduler
@@ -305,8 +305,7 @@ def legal_operand(t) -> bool:
 def legal_out(out) -> bool:
     """out (G, M, N): each matrix row-major and TMA-legal, a 16-byte multiple apart (a tensor
     or a spec's Operand)."""
-    return (out.dim() == 3 and out.shape[0] > 0 and tma_orientation(out) == "row"
-            and (out.shape[0] == 1 or ((out.stride(0) * out.element_size()) % 16 == 0 and out.stride(0) > 0)))
+    return out.dim() == 3 and tma_orientation(out) == "row" and tma_groups(out)
 
 
 def select_ragged_k_config(M: int, N: int, T: int, G: int) -> KernelConfig:

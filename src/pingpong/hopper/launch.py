@@ -56,6 +56,12 @@ def tma_orientation(t) -> str | None:
     return None
 
 
+def tma_groups(t) -> bool:
+    """A 3-D t's matrices (groups) are TMA-addressable one after another: at least one, and
+    several a positive 16-byte multiple apart (each matrix's own legality: tma_orientation)."""
+    return t.shape[0] > 0 and (t.shape[0] == 1 or ((t.stride(0) * t.element_size()) % 16 == 0 and t.stride(0) > 0))
+
+
 @functools.lru_cache(maxsize=None)
 def _smem_layout(row_bytes: int, element_bits: int, rank: int = 2, cga: tuple = ()) -> gl.NVMMASharedLayout:
     if not cga:

@@ -25,7 +25,6 @@ from .spec import SCALE_BLOCK, check_block_scale_a
 
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 FP8_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-BLOCK = SCALE_BLOCK  # K (and N) elements of a block-wise scale's block
 
 
 def check_scale_tensor(name: str, s, device) -> None:
@@ -51,21 +50,21 @@ def _block_scale_kinds(T: int, K: int, N: int, G: int, scale_a, scale_b) -> tupl
     """("block", "block") for DeepSeek-V3's scales (pingpong.fp8_grouped), checked: K and N
     multiples of 128, scale_b (G, N/128, K/128) contiguous in K/128, scale_a (T, K/128) as
     pingpong.scaled_mm's (spec.check_block_scale_a)."""
-    if K % BLOCK:
-        raise PingpongError(f"K={K}: block-wise scales (1×{BLOCK} of a, {BLOCK}×{BLOCK} of b) need K to be a multiple"
-                            f" of {BLOCK}")
-    if N % BLOCK:
-        raise PingpongError(f"N={N}: block-wise scales ({BLOCK}×{BLOCK} blocks of each expert's weight) need N to be"
-                            f" a multiple of {BLOCK}")
-    nb, kb = N // BLOCK, K // BLOCK
+    B = SCALE_BLOCK
+    if K % B:
+        raise PingpongError(f"K={K}: block-wise scales (1×{B} of a, {B}×{B} of b) need K to be a multiple of {B}")
+    if N % B:
+        raise PingpongError(f"N={N}: block-wise scales ({B}×{B} blocks of each expert's weight) need N to be a"
+                            f" multiple of {B}")
+    nb, kb = N // B, K // B
     if scale_b.shape[0] != G:
         raise PingpongError(f"scale_b: {scale_b.shape[0]} groups of block scales (scale_b.shape[0]), but offs has"
-                            f" {G} (one (N/{BLOCK}, K/{BLOCK}) block of scales per group)")
+                            f" {G} (one (N/{B}, K/{B}) block of scales per group)")
     if tuple(scale_b.shape[1:]) != (nb, kb):
-        raise PingpongError(f"scale_b: block-wise scales are (G, N/{BLOCK}, K/{BLOCK}) = ({G}, {nb}, {kb}) (one per"
-                            f" {BLOCK}×{BLOCK} block of each expert's (N, K) weight), got shape {tuple(scale_b.shape)}")
+        raise PingpongError(f"scale_b: block-wise scales are (G, N/{B}, K/{B}) = ({G}, {nb}, {kb}) (one per {B}×{B}"
+                            f" block of each expert's (N, K) weight), got shape {tuple(scale_b.shape)}")
     if scale_b.stride(2) != 1 and kb > 1:
-        raise PingpongError(f"scale_b: block-wise scales must be contiguous in K/{BLOCK} (stride(2) = 1), got strides"
+        raise PingpongError(f"scale_b: block-wise scales must be contiguous in K/{B} (stride(2) = 1), got strides"
                             f" {tuple(scale_b.stride())}")
     check_block_scale_a(scale_a, T, kb)
     return "block", "block"
@@ -80,9 +79,9 @@ def scale_kinds(a, b, scale_a, scale_b) -> tuple[str, str]:
     if scale_b.dim() == 3:
         return _block_scale_kinds(T, K, N, G, scale_a, scale_b)
     if scale_a.dim() == 2 and scale_a.numel() > 1 and scale_a.shape[1] > 1:
-        raise PingpongError(f"scale_b: scale_a {tuple(scale_a.shape)} looks block-wise (T, K/{BLOCK}); block-wise"
-                            f" scale_b is (G, N/{BLOCK}, K/{BLOCK}) = ({G}, {N // BLOCK}, {K // BLOCK}), got shape"
-                            f" {tuple(scale_b.shape)}")
+        B = SCALE_BLOCK
+        raise PingpongError(f"scale_b: scale_a {tuple(scale_a.shape)} looks block-wise (T, K/{B}); block-wise"
+                            f" scale_b is (G, N/{B}, K/{B}) = ({G}, {N // B}, {K // B}), got shape {tuple(scale_b.shape)}")
     if scale_a.numel() == 1:
         ka = "tensor"
     elif scale_a.dim() == 1 and scale_a.shape[0] == T:

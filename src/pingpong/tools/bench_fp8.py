@@ -49,13 +49,15 @@ def dequantized(q, s, scaling: str, operand: str):
     """float64 values of q·s for A (M, K) or W (N, K) (`operand` "a" / "w", s as quantize gave it)."""
     import torch
 
+    from ..runtime.spec import SCALE_BLOCK
+
     x = q.double()
     if scaling == "tensor" or scaling == "row":
         return x * s.double()
     if operand == "a":  # (M, K/128)
-        return x * s.double().repeat_interleave(128, 1)
+        return x * s.double().repeat_interleave(SCALE_BLOCK, 1)
     rows, cols = x.shape
-    return x * s.double().repeat_interleave(128, 0)[:rows].repeat_interleave(128, 1)[:, :cols]
+    return x * s.double().repeat_interleave(SCALE_BLOCK, 0)[:rows].repeat_interleave(SCALE_BLOCK, 1)[:, :cols]
 
 
 def reference(qa, qb, sa, sb, scaling: str):

@@ -100,12 +100,14 @@ def block_case_tensors(model: str, tokens: int, routing: str, seed: int = 0):
     the row-wise ones."""
     import torch
 
+    from ..runtime.spec import SCALE_BLOCK
+
     E, top_k, H, inter = MOE_MODELS[model]
     a, b, sa_row, sb_row, offs, sizes = case_tensors(model, tokens, routing, seed)
     gen = torch.Generator(device="cuda").manual_seed(seed + 1)
-    T, kb = a.shape[0], H // 128
+    T, kb = a.shape[0], H // SCALE_BLOCK
     sa = (torch.rand(kb, T, generator=gen, device="cuda") * H ** -0.5 + 1e-3).t()
-    sb = torch.rand(E, inter // 128, kb, generator=gen, device="cuda") + 0.5
+    sb = torch.rand(E, inter // SCALE_BLOCK, kb, generator=gen, device="cuda") + 0.5
     return a, b, (sa, sb), (sa_row, sb_row), offs, sizes
 
 

@@ -47,6 +47,7 @@ from ..hopper.config import KernelConfig
 from ..errors import ConfigError, PingpongError
 from ..hopper import table as tables
 from ..hopper.scheduler import effective_splits
+from ..runtime.spec import SCALE_BLOCK
 from ..hopper.select import (DECODE_M, DEFAULT_SMS, FEW_WIDTHS, MID_M, MID_WIDTHS, SMALL_TILE_K_BYTES, choose,
                              heuristic_config)
 from .suites import SUITES, suite
@@ -84,7 +85,7 @@ FP8_SPLITS = (1, 2, 4, 8)
 #: scales cannot swap)
 FP8_SWAP_TILES = ((64, 16), (64, 32), (128, 16), (128, 32))
 #: what the tuned FP8 inputs are (bench_fp8.make_fp8_inputs): W's scales in 128×128 blocks, bf16 out
-FP8_SB_COLS = 128
+FP8_SB_COLS = SCALE_BLOCK
 FP8_OUT_BYTES = 2
 
 
@@ -333,8 +334,7 @@ def fp8_space(M: int, N: int, K: int, scaling: str, promote: bool) -> list[Kerne
     """Every FP8 config of the factors (fp8_tiles × SCHEDULES × FP8_GROUP_M × FP8_STAGES ×
     FP8_SPLITS) that check_fp8_config accepts for this scaling and accumulation, each canonical
     form once."""
-    from ..hopper.fp8_launch import SCALE_BLOCK
-
+    
     factors = itertools.product(fp8_tiles(M, scaling), SCHEDULES, FP8_GROUP_M, FP8_STAGES, FP8_SPLITS)
     return fp8_dedupe((KernelConfig(*tile, SCALE_BLOCK, stages=st, schedule=sc, group_m=g, split_k=k,
                                     swap_ab=fp8_swapped(tile))
@@ -344,7 +344,7 @@ def fp8_space(M: int, N: int, K: int, scaling: str, promote: bool) -> list[Kerne
 def fp8_quick_grid(M: int, N: int, K: int, scaling: str, promote: bool, sms: int = DEFAULT_SMS) -> list[KernelConfig]:
     """select_fp8's rule pick first, then its group_m ×⅛ and ×2, then every FP8 tile on both
     schedules with the derived stages (the invalid ones drop out)."""
-    from ..hopper.fp8_launch import SCALE_BLOCK, rule_fp8
+    from ..hopper.fp8_launch import rule_fp8
 
     pick = rule_fp8(M, N, K, promote, sms, scaling)
     grid = [pick, dataclasses.replace(pick, group_m=1), dataclasses.replace(pick, group_m=2 * pick.group_m),
@@ -381,7 +381,7 @@ class Space:
 def shape_space(M: int, N: int, K: int, settings: Settings, sms: int = DEFAULT_SMS) -> Space:
     """The Space of this run's product (settings.dtype) for one shape on a GPU of `sms` SMs."""
     if settings.dtype == FP8:
-        from ..hopper.fp8_launch import SCALE_BLOCK, rule_fp8
+        from ..hopper.fp8_launch import rule_fp8
 
         sc, pr = settings.scaling, promoted(settings)
 
