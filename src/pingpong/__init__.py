@@ -62,19 +62,20 @@ def __getattr__(name: str):
     """A public name loads the API; a submodule's name (`from . import fused` inside a submodule
     imported first, `pingpong.fp8`) imports that submodule alone, as a package without this hook
     would: loading the API there would import the very module still being initialized."""
-    if _loading or name.startswith("__") or name not in _API:  # hasattr probes load nothing
-        if not (_loading or name.startswith("__")):
-            import importlib
-            import importlib.util
+    missing = AttributeError(f"module 'pingpong' has no attribute {name!r}")
+    if _loading or name.startswith("__"):  # hasattr probes load nothing
+        raise missing
+    if name in _API:
+        _load()
+        if name in globals():
+            return globals()[name]
+        raise missing
+    import importlib
+    import importlib.util
 
-            if importlib.util.find_spec(f"{__name__}.{name}") is not None:
-                return importlib.import_module(f"{__name__}.{name}")
-        raise AttributeError(f"module 'pingpong' has no attribute {name!r}")
-    _load()
-    try:
-        return globals()[name]
-    except KeyError:
-        raise AttributeError(f"module 'pingpong' has no attribute {name!r}") from None
+    if importlib.util.find_spec(f"{__name__}.{name}") is None:
+        raise missing
+    return importlib.import_module(f"{__name__}.{name}")
 
 
 def __dir__():
