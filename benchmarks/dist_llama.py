@@ -36,11 +36,15 @@ each step within 2% of torch's and the loss falling (these steps are also the wa
 compile). A failed check is flagged in the table and the exit status, the row still timed.
 
 Timing: after 3 warm-up calls of each model, --rounds rounds; each round times torch's model
-and pingpong's (the order flips every round), each after a barrier and a device synchronize,
+and pingpong's (the order flips every round), each after one untimed call of the same model
+(else the model timed second in a round, its host caches cold, is ~30% slower when the step is
+host-bound) and a barrier and a device synchronize,
 over a fixed repetition count chosen from the warm-up so that one timing lasts about
 --round-ms (the same count on every rank); a round's time is the slowest rank's. The table
-gives the median of the per-round ratio torch / pingpong (> 1: pingpong faster) and its
-interquartile range as a percentage of the median. Beside them, per step, measured on separate
+gives the median over pairs of rounds (one of each order) of the pair's ratio torch / pingpong
+(> 1: pingpong faster; the geometric mean of its two rounds) and its interquartile range as a
+percentage of the median; the JSON keeps every round's ratio, and as position_effect the median
+time of the model timed first in a round over the one timed second. Beside them, per step, measured on separate
 steps: GPU ms, the profiler's sum of kernel time excluding NCCL (communication kernels are in
 the JSON as nccl_ms), and host ms, the CPU time to issue one step with the GPU idle at its
 start: a step whose host ms reaches its wall ms is host-bound.
@@ -410,7 +414,10 @@ def sync(env):
 
 
 def timed(fn, reps, env) -> float:
-    """ms per call over `reps` back-to-back calls, started after a barrier and a synchronize."""
+    """ms per call over `reps` back-to-back calls, after one untimed call (the host's caches
+    then hold this model, not the other: a host-bound step runs ~30% slower right after the
+    other model's) and a barrier and a synchronize."""
+    fn()
     sync(env)
     if env.device.type != "cuda":
         t0 = time.perf_counter()
@@ -451,10 +458,15 @@ def compare(steps: dict, args, env) -> dict:
     dist.all_reduce(ms, op=dist.ReduceOp.MAX)  # a round takes as long as its slowest rank
     ms = ms.cpu()
     ratios = (ms[:, 0] / ms[:, 1]).tolist()
-    q1, med, q3 = quartiles(ratios)
+    # rounds in pairs (torch first, then pingpong first): the pair's geometric mean cancels
+    # whatever the position in a round costs (compiled TP training steps: the model timed first
+    # ran up to 30% slower, whichever it was)
+    pairs = [math.sqrt(ratios[i] * ratios[i + 1]) for i in range(0, len(ratios) - 1, 2)]
+    q1, med, q3 = quartiles(pairs)
+    first = [ratios[i] if i % 2 == 0 else 1 / ratios[i] for i in range(len(ratios))]
     return dict(reps=reps, rounds=args.rounds, torch_ms=statistics.median(ms[:, 0].tolist()),
                 pingpong_ms=statistics.median(ms[:, 1].tolist()), ratio=med, iqr_pct=100 * (q3 - q1) / med,
-                ratios=[round(x, 4) for x in ratios])
+                position_effect=statistics.median(first), ratios=[round(x, 4) for x in ratios])
 
 
 def per_step(fn, env, n=3) -> dict:
@@ -476,7 +488,9 @@ def per_step(fn, env, n=3) -> dict:
             for _ in range(n):
                 fn()
             torch.cuda.synchronize()
-        kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+        # kernels only: a record_function range (pingpong's `pingpong::<op>`) also appears on
+        # the device as a user annotation spanning its kernels, and would count them twice
+        kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA and not e.is_user_annotation]
         nccl = sum(e.time_range.elapsed_us() for e in kernels if "nccl" in e.name.lower())
         out["gpu_ms"] = (sum(e.time_range.elapsed_us() for e in kernels) - nccl) / n / 1e3
         out["nccl_ms"] = nccl / n / 1e3
@@ -565,7 +579,7 @@ def meshes_for(world, device):
 
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="hidden 2048 (unless --hidden), 4 steps, 15 rounds of ~40 ms")
+    p.add_argument("--quick", action="store_true", help="hidden 2048 (unless --hidden), 4 steps, 16 rounds of ~40 ms")
     p.add_argument("--cpu-smoke", action="store_true", help="CPU, gloo, tiny model, interpreted kernels (fp16)")
     p.add_argument("--arch", default="llama", choices=("llama", "hf-llama", "hf-qwen2"))
     p.add_argument("--hidden", type=int, default=None, help="2048 or 4096 (the target); the other sizes follow")
@@ -592,11 +606,12 @@ def parse(argv):
         p.error(f"--hidden: 2048 or 4096, got {args.hidden}")
     quick = args.quick or args.cpu_smoke
     args.steps = args.steps or (4 if quick else 8)
-    args.rounds = args.rounds or (15 if quick else 30)
+    args.rounds = args.rounds or (16 if quick else 30)
     args.round_ms = args.round_ms or (40.0 if quick else 100.0)
     if args.cpu_smoke:
         args.seq, args.decode_batch, args.batch = min(args.seq, 16), 2, 2
-        args.rounds, args.round_ms = min(args.rounds, 3), min(args.round_ms, 1.0)
+        args.rounds, args.round_ms = min(args.rounds, 4), min(args.round_ms, 1.0)
+    args.rounds = max(4, args.rounds + args.rounds % 2)  # whole pairs of rounds, at least two
     return args
 
 
