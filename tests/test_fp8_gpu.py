@@ -4,6 +4,7 @@ Float8Linear and torch.compile. Scales are made strongly non-uniform (row magnit
 K blocks spread over 2^±4), so a scale applied to the wrong row, column or block fails."""
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -72,6 +73,9 @@ def test_scaled_mm_matches_torch_accuracy(mode, shape, fast):
         theirs = torch._scaled_mm(qa, qb, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast)
     except RuntimeError:  # a pair or shape cuBLASLt does not run (block-wise 77×144×384): the
         theirs = ref.bfloat16()  # exact product, rounded once, is the stricter yardstick
+    if theirs.isnan().any():  # cuBLASLt's block-wise result had NaNs (200×1536×256, torch 2.11)
+        warnings.warn(f"seed {seed}: torch._scaled_mm returned NaN for {mode} {shape}; compared with the exact product")
+        theirs = ref.bfloat16()
     check(out, theirs, ref, seed)
 
 
