@@ -35,16 +35,15 @@ error of pingpong's at most 1.5 × torch's + 1e-3; training loss curves over --s
 each step within 2% of torch's and the loss falling (these steps are also the warm-up and
 compile). A failed check is flagged in the table and the exit status, the row still timed.
 
-Timing: after 3 warm-up calls of each model, --rounds rounds; each round times torch's model
-and pingpong's (the order flips every round), each after one untimed call of the same model
-(else the model timed second in a round, its host caches cold, is ~30% slower when the step is
-host-bound) and a barrier and a device synchronize,
-over a fixed repetition count chosen from the warm-up so that one timing lasts about
---round-ms (the same count on every rank); a round's time is the slowest rank's. The table
-gives the median over pairs of rounds (one of each order) of the pair's ratio torch / pingpong
-(> 1: pingpong faster; the geometric mean of its two rounds) and its interquartile range as a
-percentage of the median; the JSON keeps every round's ratio, and as position_effect the median
-time of the model timed first in a round over the one timed second. Beside them, per step, measured on separate
+Timing: after 3 warm-up calls of each model, --rounds rounds (`pingpong.tools.timing.alternated`:
+the order flips every round, the garbage collector is off while timing); each timing is one
+untimed call, a barrier and a device synchronize, then a fixed repetition count chosen from the
+warm-up so that one timing lasts about --round-ms (the same count on every rank); a round's
+time is the slowest rank's. The table gives the median over pairs of rounds (one of each order)
+of the pair's ratio torch / pingpong (> 1: pingpong faster; the geometric mean of its two
+rounds) and its interquartile range as a percentage of the median; the JSON keeps every round's
+ratio, and as position_effect the median time of the model timed first in a round over the one
+timed second. Beside them, per step, measured on separate
 steps: GPU ms, the profiler's sum of kernel time excluding NCCL (communication kernels are in
 the JSON as nccl_ms), and host ms, the CPU time to issue one step with the GPU idle at its
 start: a step whose host ms reaches its wall ms is host-bound.
@@ -74,6 +73,7 @@ from torch import nn
 
 import pingpong
 import pingpong.distributed  # noqa: F401  (the sharding rules, before torch.compile traces a pingpong op on DTensors)
+from pingpong.tools.timing import alternated, summarize
 
 TP_PLAN = {"self_attn.q_proj": "col", "self_attn.k_proj": "col", "self_attn.v_proj": "col", "self_attn.o_proj": "row",
            "mlp.gate_proj": "col", "mlp.up_proj": "col", "mlp.down_proj": "row"}
@@ -414,9 +414,8 @@ def sync(env):
 
 
 def timed(fn, reps, env) -> float:
-    """ms per call over `reps` back-to-back calls, after one untimed call (the host's caches
-    then hold this model, not the other: a host-bound step runs ~30% slower right after the
-    other model's) and a barrier and a synchronize."""
+    """ms per call over `reps` back-to-back calls, after one untimed call and a barrier and a
+    synchronize."""
     fn()
     sync(env)
     if env.device.type != "cuda":
@@ -433,11 +432,6 @@ def timed(fn, reps, env) -> float:
     return start.elapsed_time(end) / reps
 
 
-def quartiles(xs):
-    q1, q2, q3 = statistics.quantiles(xs, n=4, method="inclusive")
-    return q1, q2, q3
-
-
 def compare(steps: dict, args, env) -> dict:
     """Alternating rounds of the pair (warm-up outside): per-round ms (the slowest rank's) and
     the ratio torch / pingpong's median and interquartile range."""
@@ -450,23 +444,15 @@ def compare(steps: dict, args, env) -> dict:
     t = torch.tensor([max(per_call)], dtype=torch.float64, device=env.device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     reps = max(1, min(args.max_reps, math.ceil(args.round_ms / max(t.item(), 1e-3))))
-    ms = torch.zeros(args.rounds, 2, dtype=torch.float64)
-    for r in range(args.rounds):
-        for i in ((0, 1) if r % 2 == 0 else (1, 0)):
-            ms[r, i] = timed(steps[names[i]], reps, env)
-    ms = ms.to(env.device)
+    paired = alternated(lambda: timed(steps["torch"], reps, env), lambda: timed(steps["pingpong"], reps, env),
+                        args.rounds)
+    ms = torch.tensor(paired.times, dtype=torch.float64, device=env.device)
     dist.all_reduce(ms, op=dist.ReduceOp.MAX)  # a round takes as long as its slowest rank
-    ms = ms.cpu()
-    ratios = (ms[:, 0] / ms[:, 1]).tolist()
-    # rounds in pairs (torch first, then pingpong first): the pair's geometric mean cancels
-    # whatever the position in a round costs (compiled TP training steps: the model timed first
-    # ran up to 30% slower, whichever it was)
-    pairs = [math.sqrt(ratios[i] * ratios[i + 1]) for i in range(0, len(ratios) - 1, 2)]
-    q1, med, q3 = quartiles(pairs)
-    first = [ratios[i] if i % 2 == 0 else 1 / ratios[i] for i in range(len(ratios))]
-    return dict(reps=reps, rounds=args.rounds, torch_ms=statistics.median(ms[:, 0].tolist()),
-                pingpong_ms=statistics.median(ms[:, 1].tolist()), ratio=med, iqr_pct=100 * (q3 - q1) / med,
-                position_effect=statistics.median(first), ratios=[round(x, 4) for x in ratios])
+    paired = summarize(ms.cpu().tolist())
+    return dict(reps=reps, rounds=len(paired.times), torch_ms=statistics.median(t for t, _ in paired.times),
+                pingpong_ms=statistics.median(p for _, p in paired.times), ratio=paired.ratio,
+                iqr_pct=paired.iqr_pct, position_effect=paired.position_effect,
+                ratios=[round(t / p, 4) for t, p in paired.times])
 
 
 def per_step(fn, env, n=3) -> dict:

@@ -18,10 +18,11 @@ Modes:
                      automatic dynamic shapes); the recompilations the third length caused
                      are counted (0 expected)
 
-Each workload is timed in alternating rounds (torch, pingpong, torch, ...), each round the
-mean of `--iters` back-to-back calls between two synchronizations. Reported: the median ms per
-call of each, the median of the per-round ratios torch / pingpong (> 1: pingpong faster) with
-their range, and for compiled modes the host µs per GEMM call from torch.profiler (one
+Each workload is timed in rounds whose order flips every round (torch then pingpong, then
+pingpong then torch, ...; `pingpong.tools.timing.alternated`, garbage collector off while
+timing), each timing the mean of `--iters` back-to-back calls between two synchronizations.
+Reported: the median ms per call of each, the median over pairs of rounds (one of each order)
+of the pair's ratio torch / pingpong (> 1: pingpong faster) with the pairs' range, and for compiled modes the host µs per GEMM call from torch.profiler (one
 profiled step, separate from the timing): `aten::mm`/`aten::addmm` in torch's compiled graph,
 `pingpong::*` in pingpong's. Needs the `test-model` extra (transformers).
 """
@@ -38,6 +39,7 @@ import torch
 
 import pingpong
 from pingpong.tools import bench
+from pingpong.tools.timing import alternated
 
 
 def llama(transformers, layers: int, dtype):
@@ -76,17 +78,14 @@ MODES = ("eager", "graph", "compiled", "reduce-overhead", "dynamic")
 
 
 def ratios(fns: dict, rounds: int, iters: int) -> dict:
-    """Median ms per call of each callable, timed in alternating rounds after one warm-up
-    round, and the median and range of the per-round ratios torch / pingpong."""
+    """Median ms per call of each callable after one warm-up call each, timed in rounds whose
+    order flips every round (`pingpong.tools.timing.alternated`), and the median and range over
+    pairs of rounds of the ratio torch / pingpong."""
     for fn in fns.values():
         per_call(fn, 2)
-    times = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, fn in fns.items():
-            times[k].append(per_call(fn, iters))
-    r = sorted(t / p for t, p in zip(times["torch"], times["pingpong"]))
-    return {"torch": statistics.median(times["torch"]), "pingpong": statistics.median(times["pingpong"]),
-            "ratio": statistics.median(r), "lo": r[0], "hi": r[-1]}
+    p = alternated(lambda: per_call(fns["torch"], iters), lambda: per_call(fns["pingpong"], iters), rounds)
+    return {"torch": statistics.median(t for t, _ in p.times), "pingpong": statistics.median(q for _, q in p.times),
+            "ratio": p.ratio, "lo": p.lo, "hi": p.hi}
 
 
 def host_us_per_gemm(fn) -> float:

@@ -459,3 +459,28 @@ def test_a_failing_shape_is_reported_and_rows_are_written_as_they_finish(tmp_pat
     got = list(csv.DictReader(csv_path.open()))
     assert [r["status"].split(":")[0] for r in got] == ["ok", "ERROR", "ok"]
     assert len(json.loads(json_path.read_text())["rows"]) == 3
+
+
+@pytest.mark.parametrize("position", [1.0, 1.3, 0.7])
+def test_alternated_rounds_cancel_the_position_in_a_round(position):
+    """Two workloads of 10 and 12 units, whichever is timed first in its round costing
+    `position` times more: the order flips every round (a b, b a, ...), the pair ratio is the
+    true 10/12 with no spread, and the position's factor is reported. Timing the rounds in one
+    order, or summarizing single rounds, reads the position into the ratio."""
+    import gc
+
+    order, gc_off = [], []
+
+    def timed(name, value):
+        def run():
+            order.append(name)
+            gc_off.append(not gc.isenabled())
+            return value * (position if len(order) % 2 == 1 else 1.0)
+        return run
+
+    p = timing.alternated(timed("a", 10.0), timed("b", 12.0), rounds=7)
+    assert "".join(order) == "abba" * 4  # rounded up to whole pairs
+    assert all(gc_off) and gc.isenabled()
+    assert math.isclose(p.ratio, 10 / 12) and math.isclose(p.lo, p.hi) and p.iqr_pct < 1e-9
+    assert math.isclose(p.position_effect, position)
+    assert len(p.times) == 8 and math.isclose(p.times[1][1], 12.0 * position)

@@ -134,3 +134,55 @@ def time_callable(fn: Callable[[], Any], reps: int, *, bench: Callable | None = 
         per_rep = max(budget_ms / max(len(times), 1), 1e-3)
         budget_ms = per_rep * reps * 1.25 + 1.0
     raise RuntimeError(f"could not time {reps} repetitions (last run gave {len(times)})")
+
+
+@dataclasses.dataclass
+class Paired:
+    """Two workloads timed in alternated rounds (`alternated`): each round's times, and the
+    ratio first / second summarized over pairs of rounds (one round of each order)."""
+
+    times: list[tuple[float, float]]  # per round, (first workload, second workload), in its units
+    ratio: float  # median over pairs of rounds of the pair's geometric-mean ratio
+    lo: float  # the pair ratios' range
+    hi: float
+    iqr_pct: float  # their interquartile range, % of the median
+    position_effect: float  # median over pairs of a workload's time when timed first in its round / second
+
+
+def alternated(time_a: Callable[[], float], time_b: Callable[[], float], rounds: int) -> Paired:
+    """Time two workloads in `rounds` rounds (rounded up to whole pairs), the order flipped every
+    round (a b, b a, a b, ...), Python's garbage collector collected before and off during each
+    timing (as `timeit` does). `time_a()` / `time_b()` each run and time one measurement.
+
+    Why pairs: a host-bound workload can run slower (or faster) for being timed first in its
+    round (seen at up to 30% on a compiled training step); one round of each order cancels
+    whatever the position costs, so the pair's ratio is the estimate and the spread of pairs
+    its noise."""
+    import gc
+
+    rounds = max(2, rounds + rounds % 2)
+    times = []
+    for r in range(rounds):
+        got = {}
+        for name, fn in (("a", time_a), ("b", time_b)) if r % 2 == 0 else (("b", time_b), ("a", time_a)):
+            gc.collect()
+            gc.disable()
+            try:
+                got[name] = fn()
+            finally:
+                gc.enable()
+        times.append((got["a"], got["b"]))
+    return summarize(times)
+
+
+def summarize(times: list[tuple[float, float]]) -> Paired:
+    """`Paired` of per-round times taken in flipped order (round 0: a first), e.g. `alternated`'s
+    after a reduction over ranks."""
+    import math
+
+    per_round = [a / b for a, b in times]
+    pairs = sorted(math.sqrt(per_round[i] * per_round[i + 1]) for i in range(0, len(times) - 1, 2))
+    q1, med, q3 = statistics.quantiles(pairs, n=4, method="inclusive") if len(pairs) > 1 else (pairs[0],) * 3
+    # (a first / b second) / (a second / b first) = the position's factor, squared
+    position = statistics.median(math.sqrt(per_round[i] / per_round[i + 1]) for i in range(0, len(times) - 1, 2))
+    return Paired([tuple(t) for t in times], med, pairs[0], pairs[-1], 100 * (q3 - q1) / med, position)
