@@ -239,8 +239,8 @@ _LAUNCHES: dict = {}
 
 def launch(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, granularity: str) -> None:
     """The kernels that write q and s (as quantize_direct allocates them) from a checked,
-    non-empty x (benchmarks/fp8_quant_sweep.py times this). On a GPU, the row and block
-    kernels go through Triton's JIT once per call shape and are launched directly after
+    non-empty x. On a GPU, the row and block kernels go through Triton's JIT once per call
+    shape and are launched directly after
     (runtime.launcher.CachedLaunch, as the GEMMs' plans are): the JIT's binder costs more host
     time than a quantization of a decode step's activations takes on the GPU."""
     if granularity == "tensor":
