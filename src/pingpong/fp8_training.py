@@ -197,6 +197,9 @@ def _setup(ctx, inputs, output) -> None:
 
 def _backward(ctx, grad):
     x, weight, bias = ctx.saved_tensors
+    if torch.is_grad_enabled() and (grad.requires_grad or x.requires_grad or weight.requires_grad):
+        raise PingpongError("fp8_linear: double backward (create_graph=True) is not supported: the FP8 gradient"
+                            " products are not differentiable")
     needs = ctx.needs_input_grad
     recipe = RECIPES[ctx.recipe]
     N, K = weight.shape
