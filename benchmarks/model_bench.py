@@ -4,6 +4,12 @@ each execution mode users run, and the logits error of each against an fp32 copy
 
     PYTHONPATH=src python benchmarks/model_bench.py [--layers 12] [--rounds 7]
         [--modes eager,graph,compiled,reduce-overhead,dynamic] [--workloads decode,prefill,train]
+        [--fp8 tensor|row|row_gw_hp]
+
+`--fp8 RECIPE`: pingpong's model is swapped by `replace_linear(model, fp8=RECIPE,
+training=True)` instead (pingpong.fp8_training: FP8 forward and gradients; the logits error
+is then FP8's). `--modes compiled --workloads train --fp8 row` times FP8 training steps against
+the bf16 torch model.
 
 Workloads (same tensors for both models):
     decode    forward of 32 sequences × 1 token (no KV cache: a decode-sized, host-bound call)
@@ -111,6 +117,8 @@ def main(argv=None) -> int:
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
     p.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, of {', '.join(WORKLOADS)}")
+    p.add_argument("--fp8", default=None, help="swap for FP8 training layers with this recipe (tensor, row,"
+                   " row_gw_hp)")
     p.add_argument("--profile", action="store_true", help="torch.profiler's CPU table of one eager decode forward each")
     args = p.parse_args(argv)
     modes, workloads = args.modes.split(","), args.workloads.split(",")
@@ -129,7 +137,8 @@ def main(argv=None) -> int:
     ref32 = llama(transformers, args.layers, torch.float32)
     theirs = copy.deepcopy(ref32).to(torch.bfloat16)
     ours = copy.deepcopy(theirs)
-    report = pingpong.nn.replace_linear(ours)
+    report = pingpong.nn.replace_linear(ours, **({} if args.fp8 is None else dict(fp8=args.fp8, training=True)))
+    print(f"fp8 {args.fp8}: " if args.fp8 else "", end="")
     print(f"replaced {len(report.replaced)} layers, skipped {report.skipped}")
 
     g = torch.Generator(device="cuda").manual_seed(1)

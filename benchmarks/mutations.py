@@ -403,6 +403,27 @@ MUTATIONS = [
     ("split plan's pointer launch keeps A, B under swap-AB", "src/pingpong/hopper/backend.py",
      "first, second = (b_ptr, a_ptr) if self.config.swap_ab else (a_ptr, b_ptr)", "first, second = (a_ptr, b_ptr)",
      "tests/test_splitk.py"),
+    # -- FP8 training: each product quantized along its own contraction
+    ("FP8 dW: X scaled per token along K (the forward's axis)", "src/pingpong/fp8_training.py",
+     "qx, sx = quantize_fp8(tokens_last(x2), granularity, GRAD_DTYPE)",
+     "qx, sx = quantize_fp8(x2, granularity, GRAD_DTYPE)", "tests/test_fp8_training.py"),
+    ("FP8 dW: dY scaled per token along N (the forward's axis)", "src/pingpong/fp8_training.py",
+     "qg, sg = quantize_fp8(tokens_last(g2), granularity, GRAD_DTYPE)",
+     "qg, sg = quantize_fp8(g2, granularity, GRAD_DTYPE)", "tests/test_fp8_training.py"),
+    ("FP8 dW: tokens not padded to 16", "src/pingpong/fp8_training.py",
+     "    Mp = max(TOKEN_PAD, -(-M // TOKEN_PAD) * TOKEN_PAD)", "    Mp = M", "tests/test_fp8_training.py"),
+    ("FP8 dW: padding left unwritten", "src/pingpong/fp8_training.py",
+     "    out[:, M:].zero_()\n", "", "tests/test_fp8_training.py"),
+    ("FP8 dX: W scaled per row along K (the forward's axis)", "src/pingpong/fp8_training.py",
+     "quantize_fp8(weight.t().contiguous(), granularity, GRAD_DTYPE)",
+     "quantize_fp8(weight, granularity, GRAD_DTYPE)", "tests/test_fp8_training.py"),
+    ("FP8 dW: scale_b along the wrong columns", "src/pingpong/fp8_training.py",
+     "return scaled_mm(qg, qx.t(), sg, sx.t(), out_dtype=dtype)",
+     "return scaled_mm(qg, qx.t(), sg, sx.t().flip(1).contiguous(), out_dtype=dtype)", "tests/test_fp8_training.py"),
+    ("FP8 training gw_hp takes the FP8 weight gradient", "src/pingpong/fp8_training.py",
+     "        if recipe.fp8_weight_grad:\n", "        if True:\n", "tests/test_fp8_training.py"),
+    ("FP8 training: refuse_grad lets quantize_fp8 through", "src/pingpong/quantize.py",
+     '    refuse_grad("quantize_fp8", x, names=("x",))\n', "", "tests/test_fp8_training.py"),
 ]
 
 

@@ -493,7 +493,7 @@ CACHE_CASES = [
      "out: partially overlaps a"),
     ("vector_add nested", lambda: pingpong.vector_add(nested(), nested()), None, "a: nested tensors"),
     ("Float8Linear x requires grad", lambda: layer()(h(4, 64, grad=True)), lambda: layer()(h(4, 64)),
-     "x: Float8Linear is inference-only"),
+     "x: requires grad, but Float8Linear is inference only"),
     ("Float8Linear x None", lambda: layer()(None), None, "x: expected a torch.Tensor"),
 ]
 

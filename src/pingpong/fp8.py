@@ -26,8 +26,9 @@ What is refused (PingpongError naming the argument, before any work):
   128, base addresses or row strides not 16-byte aligned;
 - a scale of the wrong dtype (fp32 only), device, shape or strides for the mode that
   scale_b's shape names;
-- inputs that require grad (no backward: FP8 training is a later step), on every call (a
-  cached plan re-checks it: requires_grad is not in the plan's key).
+- inputs that require grad (no backward through FP8 operands: FP8 training differentiates
+  the high-precision inputs, pingpong.fp8_training), on every call (a cached plan re-checks
+  it: requires_grad is not in the plan's key; runtime.fp8_spec.refuse_grad decides it).
 Scale *values* (finite, positive) are not checked on the call: every check reads device
 memory on the host, a sync that would stall the launch queue and break CUDA-graph capture.
 `check_scales` checks them on request (one sync). quantize_fp8 gives finite, positive scales
@@ -204,14 +205,16 @@ LAYER_SCALINGS = {"row": ("row", "row"), "block": ("block", "block128x128")}
 
 def fp8_unsupported_reason(layer: torch.nn.Linear, fp8: str) -> str | None:
     """Why Float8Linear cannot take `layer` with scaling `fp8`, or None."""
-    why = _shape_reason(layer.out_features, layer.in_features, fp8)
+    why = shape_reason(layer.out_features, layer.in_features, fp8)
     if why is None and not layer.weight.is_cuda:  # quantize_fp8 runs on the GPU
         why = f"weight on {layer.weight.device}: Float8Linear quantizes it at the swap, on the GPU; move the model first"
     return why
 
 
-def _shape_reason(n: int, k: int, fp8: str) -> str | None:
-    if k % 16 or n % 16:
+def shape_reason(n: int, k: int, fp8: str) -> str | None:
+    """Why FP8 with scaling `fp8` cannot take an (n, k) weight (out_features, in_features), or
+    None: scaled_mm's K and N rules (the inference layer's and the training recipes')."""
+    if k <= 0 or k % 16 or n % 16:
         return f"in_features={k}, out_features={n}: FP8 needs multiples of 16"
     if fp8 == "block" and k % _spec.SCALE_BLOCK:
         return f"in_features={k}: block-wise FP8 needs a multiple of {_spec.SCALE_BLOCK}"
@@ -269,7 +272,7 @@ def _check_layer(weight, bias, fp8, dtype) -> None:
                             f" {tuple(weight.shape)}")
     if weight.dtype not in _quantize.IN_DTYPES:
         raise PingpongError(f"weight: dtype {weight.dtype} is not supported; expected one of {_quantize.IN_DTYPES}")
-    reason = _shape_reason(*weight.shape, fp8)
+    reason = shape_reason(*weight.shape, fp8)
     if reason:
         raise PingpongError(f"weight: {reason}")
     _spec.check_bias(bias, 1, weight.shape[0], weight.device, per_column=True)
@@ -279,7 +282,8 @@ class Float8Linear(torch.nn.Module):
     """Inference nn.Linear on FP8: the weight is quantized once (at construction), each input
     per call (pingpong.quantize_fp8, row-wise or 1×128 blocks), then scaled_mm with the bias
     fused. Input of any leading shape (…, in_features), bf16/fp16; the output has its dtype.
-    An input that requires grad is refused (no backward yet), not silently detached.
+    An input that requires grad is refused (runtime.fp8_spec.refuse_grad), not silently
+    detached: the trainable FP8 layer is pingpong.nn.Float8TrainingLinear.
 
     Eager calls on a GPU: the first call of each input signature (`signature`: shape, strides,
     dtype, device, base alignment) goes through quantize_fp8 and scaled_mm, which validate it;
@@ -320,9 +324,7 @@ class Float8Linear(torch.nn.Module):
         eager = type(x) is torch.Tensor and not x.is_nested and not torch.compiler.is_compiling()
         if not eager:
             check_tensor("x", x)
-        if x.requires_grad and torch.is_grad_enabled():
-            raise PingpongError("x: Float8Linear is inference-only and x requires grad; run under torch.no_grad()"
-                                " (or torch.inference_mode()), or keep a bf16 layer for training")
+        refuse_grad("Float8Linear", x, names=("x",))
         if eager:
             key = self.signature(x)
             run = self._runs.get(key)

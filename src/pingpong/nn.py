@@ -10,6 +10,10 @@ state_dict keys and `isinstance(m, nn.Linear)`; forward is `pingpong.linear(x, w
 activation)` (bias and activation fused in the GEMM's epilogue; autograd through the
 ``pingpong::linear`` op). `from_linear` shares the layer's Parameter objects (no copy): tied
 weights stay tied and an optimizer built before the swap still updates them.
+
+`Float8TrainingLinear` is the same drop-in with an FP8 forward and FP8 gradients
+(pingpong.fp8_training's recipes); `replace_linear(model, fp8="row", training=True)` swaps a
+model for it. `Float8Linear` is the inference layer (quantized weight buffers, no backward).
 """
 
 from __future__ import annotations
@@ -18,12 +22,12 @@ from typing import NamedTuple
 
 import torch
 
-from . import ops
+from . import fp8_training, ops
 from .errors import PingpongError
-from .fp8 import Float8Linear
+from .fp8 import LAYER_SCALINGS, Float8Linear, fp8_unsupported_reason
 from .runtime.spec import INPUT_DTYPES, check_activation
 
-__all__ = ["Linear", "Float8Linear", "replace_linear", "ReplaceReport", "unsupported_reason"]
+__all__ = ["Linear", "Float8Linear", "Float8TrainingLinear", "replace_linear", "ReplaceReport", "unsupported_reason"]
 
 
 class Linear(torch.nn.Linear):
@@ -41,19 +45,53 @@ class Linear(torch.nn.Linear):
     @classmethod
     def from_linear(cls, layer: torch.nn.Linear, activation: str | None = None) -> "Linear":
         """A pingpong Linear holding `layer`'s own Parameters (shared, not copied)."""
-        if not isinstance(layer, torch.nn.Linear):
-            raise PingpongError(f"layer: expected a torch.nn.Linear, got {type(layer).__name__}")
-        if _parallelized(layer):
-            raise PingpongError(f"layer: {_PARALLELIZED}")
-        new = cls(layer.in_features, layer.out_features, layer.bias is not None, device="meta",
-                  dtype=layer.weight.dtype, activation=activation)
-        new.weight = layer.weight
-        new.bias = layer.bias
-        new.train(layer.training)
-        return new
+        return _sharing(cls, layer, activation=activation)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + (f", activation={self.activation!r}" if self.activation else "")
+
+
+class Float8TrainingLinear(torch.nn.Linear):
+    """nn.Linear trained in FP8: forward, data and weight gradients as FP8 GEMMs with dynamic
+    scales (`pingpong.fp8_training.fp8_linear`, `recipe` one of its RECIPES or torchao's names).
+    The parameters are nn.Linear's, in their own precision (the optimizer's); each call quantizes
+    what it multiplies. in_features and out_features must be multiples of 16 (PingpongError
+    naming them at construction)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None,
+                 recipe: str = "row"):
+        recipe = fp8_training.recipe_name(recipe)
+        why = fp8_training.training_shape_reason(out_features, in_features)
+        if why:
+            raise PingpongError(why)  # names in_features and out_features with their values
+        super().__init__(in_features, out_features, bias, device, dtype)
+        self.recipe = recipe
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return fp8_training.fp8_linear(x, self.weight, self.bias, self.recipe)
+
+    @classmethod
+    def from_linear(cls, layer: torch.nn.Linear, recipe: str = "row") -> "Float8TrainingLinear":
+        """An FP8 training layer holding `layer`'s own Parameters (shared, not copied)."""
+        return _sharing(cls, layer, recipe=recipe)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", recipe={self.recipe!r}"
+
+
+def _sharing(cls, layer, **options):
+    """A `cls` layer (Linear or Float8TrainingLinear) holding `layer`'s Parameters: built on the
+    meta device, then given the layer's weight and bias (tied weights stay tied)."""
+    if not isinstance(layer, torch.nn.Linear):
+        raise PingpongError(f"layer: expected a torch.nn.Linear, got {type(layer).__name__}")
+    if _parallelized(layer):
+        raise PingpongError(f"layer: {_PARALLELIZED}")
+    new = cls(layer.in_features, layer.out_features, layer.bias is not None, device="meta",
+              dtype=layer.weight.dtype, **options)
+    new.weight = layer.weight
+    new.bias = layer.bias
+    new.train(layer.training)
+    return new
 
 
 _PARALLELIZED = ("its parameters are DTensors: parallelize_module or fully_shard already ran, and their hooks stay on"
@@ -82,7 +120,8 @@ class ReplaceReport(NamedTuple):
     skipped: dict[str, str]  # qualified name -> why it was left as it was
 
 
-def replace_linear(model: torch.nn.Module, *, include=None, fp8: str | None = None) -> ReplaceReport:
+def replace_linear(model: torch.nn.Module, *, include=None, fp8: str | None = None,
+                   training: bool = False) -> ReplaceReport:
     """Swap `model`'s nn.Linear layers for `Linear` in place (parameters shared, not copied).
 
     Layers pingpong cannot run (`unsupported_reason`: fp32 weights, nn.Linear subclasses) stay as
@@ -91,13 +130,11 @@ def replace_linear(model: torch.nn.Module, *, include=None, fp8: str | None = No
     forward raises PingpongError). `include`, a
     predicate on the qualified name, limits the swap to the layers it accepts. `fp8` "row" or
     "block": swap for inference `pingpong.fp8.Float8Linear` layers instead (weights quantized
-    now, copies; activations per call).
+    now, copies; activations per call). `training=True` with `fp8` a training recipe ("tensor",
+    "row", "row_gw_hp" or torchao's names): `Float8TrainingLinear` layers (parameters shared;
+    layers whose features are not multiples of 16 are skipped with the reason).
     """
-    if fp8 is not None:
-        from .fp8 import LAYER_SCALINGS, fp8_unsupported_reason
-
-        if not isinstance(fp8, str) or fp8 not in LAYER_SCALINGS:
-            raise PingpongError(f"fp8: expected None or one of {tuple(LAYER_SCALINGS)}, got {fp8!r}")
+    make, fp8_reason = _swap_for(fp8, training)
     if not isinstance(model, torch.nn.Module):
         raise PingpongError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
     if include is not None and not callable(include):
@@ -106,19 +143,39 @@ def replace_linear(model: torch.nn.Module, *, include=None, fp8: str | None = No
                             f" {type(include).__name__}")
     replaced, skipped, swapped = [], {}, {}  # swapped: id(old) -> new, so a layer shared by two
     for name, module in list(model.named_modules(remove_duplicate=False)):  # parents stays shared
-        if not isinstance(module, torch.nn.Linear) or isinstance(module, Linear):
+        if not isinstance(module, torch.nn.Linear) or isinstance(module, (Linear, Float8TrainingLinear)):
             continue
         if include is not None and not include(name):
             continue
         reason = "the model itself is the layer: use pingpong.nn.Linear.from_linear" if name == "" else unsupported_reason(module)
-        if reason is None and fp8 is not None:
-            reason = fp8_unsupported_reason(module, fp8)
+        if reason is None:
+            reason = fp8_reason(module)
         if reason is not None:
             skipped[name] = reason
             continue
         if id(module) not in swapped:
-            swapped[id(module)] = Float8Linear.from_linear(module, fp8) if fp8 else Linear.from_linear(module)
+            swapped[id(module)] = make(module)
         parent_name, _, attr = name.rpartition(".")
         setattr(model.get_submodule(parent_name), attr, swapped[id(module)])
         replaced.append(name)
     return ReplaceReport(replaced, skipped)
+
+
+def _swap_for(fp8, training):
+    """replace_linear's (new layer of an nn.Linear, why a layer cannot be swapped or None) for its
+    `fp8` and `training` arguments, checked (PingpongError naming them)."""
+    if not isinstance(training, bool):
+        raise PingpongError(f"training: expected a bool, got {training!r}")
+    if training:
+        if fp8 is None:
+            raise PingpongError("training: True swaps for FP8 training layers and needs fp8= one of"
+                                f" {tuple(fp8_training.RECIPES)}; pingpong.nn.Linear layers (fp8=None) train as they are")
+        recipe = fp8_training.recipe_name(fp8, "fp8")
+        return (lambda m: Float8TrainingLinear.from_linear(m, recipe),
+                lambda m: fp8_training.training_shape_reason(m.out_features, m.in_features))
+    if fp8 is None:
+        return Linear.from_linear, lambda m: None
+    if not isinstance(fp8, str) or fp8 not in LAYER_SCALINGS:
+        raise PingpongError(f"fp8: expected None or one of {tuple(LAYER_SCALINGS)} (training=True: one of"
+                            f" {tuple(fp8_training.RECIPES)}), got {fp8!r}")
+    return lambda m: Float8Linear.from_linear(m, fp8), lambda m: fp8_unsupported_reason(m, fp8)

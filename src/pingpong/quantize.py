@@ -47,6 +47,7 @@ import triton
 import triton.language as tl
 
 from .errors import PingpongError, check_tensor
+from .runtime.fp8_spec import refuse_grad
 from .runtime.launcher import CachedLaunch
 from .runtime.spec import SCALE_BLOCK
 from .toolchain import KERNEL_OPTIONS
@@ -201,8 +202,7 @@ def check_quantize(x, granularity, dtype, device_checks: bool = True) -> None:
             raise PingpongError("x: bfloat16 on the CPU (Triton's interpreter) is computed wrongly; use float16/float32")
     elif x.device.type != "cuda":
         raise PingpongError(f"x: on {x.device}; quantize_fp8 runs on CUDA/ROCm GPUs")
-    if x.requires_grad and torch.is_grad_enabled():
-        raise PingpongError("x: requires grad; quantize_fp8 has no backward (run under torch.no_grad())")
+    refuse_grad("quantize_fp8", x, names=("x",))
 
 
 def scale_like(x: torch.Tensor, granularity: str) -> torch.Tensor:

@@ -106,19 +106,24 @@ def scale_kinds(a, b, scale_a, scale_b) -> tuple[str, str]:
     return ka, kb
 
 
-#: the FP8 products' tensor arguments, in `refuse_grad`'s order
+#: the FP8 products' tensor arguments, in `refuse_grad`'s default order
 GRAD_NAMES = ("a", "b", "scale_a", "scale_b", "bias")
 
 
-def refuse_grad(op: str, a, b, scale_a, scale_b, bias=None) -> None:
-    """Inference only: PingpongError naming the first argument that requires grad while grad
-    mode is on (FP8 products have no backward). Not in the spec: checked on every call, cache
-    hits included (scaled_mm's and scaled_grouped_mm's)."""
-    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or scale_a.requires_grad or
-                                    scale_b.requires_grad or (bias is not None and bias.requires_grad)):
-        name = next(n for n, t in zip(GRAD_NAMES, (a, b, scale_a, scale_b, bias)) if t is not None and t.requires_grad)
-        raise PingpongError(f"{name}: requires grad, but {op} has no backward (FP8 products are inference only);"
-                            " detach it or run under torch.no_grad()")
+def refuse_grad(op: str, *tensors, names=GRAD_NAMES) -> None:
+    """The one decision of what differentiates through FP8: not the FP8 operands. scaled_mm,
+    scaled_grouped_mm, quantize_fp8 and the inference Float8Linear have no backward, so an
+    argument that requires grad while grad mode is on is a PingpongError naming it (`names`,
+    in `tensors`' order). FP8 training differentiates the high-precision inputs instead
+    (pingpong.fp8_training: its forward and gradient GEMMs quantize inside, where no grad is
+    recorded). Not in any spec: checked on every call, cache hits included."""
+    if torch.is_grad_enabled():
+        for name, t in zip(names, tensors):
+            if t is not None and t.requires_grad:
+                raise PingpongError(f"{name}: requires grad, but {op} is inference only (no backward through FP8"
+                                    " operands); for FP8 training use pingpong.fp8_training.fp8_linear or"
+                                    " pingpong.nn.replace_linear(model, fp8=\"row\", training=True), else detach it"
+                                    " or run under torch.no_grad()")
 
 
 def validate_scaled_grouped(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum) -> tuple[str, str]:

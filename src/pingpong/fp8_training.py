@@ -1,0 +1,246 @@
+"""FP8 training: `fp8_linear`, y = x·Wᵀ + bias differentiable in x, W and bias, with the forward
+and both gradient GEMMs in FP8 (pingpong.quantize_fp8, then pingpong.scaled_mm). While
+torch.compile traces, the ``pingpong::fp8_linear`` op (a fake implementation gives the shape;
+its autograd formula, registered once below, records quantize_fp8 and scaled_mm ops into the
+backward graph). The layer is pingpong.nn.Float8TrainingLinear.
+
+The three products of a linear layer, x (M, K) with M tokens, W (N, K), dY (M, N):
+
+    forward        Y  = X · Wᵀ    (M, N)   contracts K
+    data grad      dX = dY · W    (M, K)   contracts N
+    weight grad    dW = dYᵀ · X   (N, K)   contracts M (tokens)
+
+A scale must be constant along the axis its product contracts (it factors out of the sum), so
+each operand is quantized along the contraction of the product it feeds. Row-wise:
+
+    | product | a (row-major, scale (rows, 1))        | b (column-major, scale (1, cols))        |
+    |---------|---------------------------------------|------------------------------------------|
+    | Y       | X per token, along K: (M, 1)          | W per output row, along K: (1, N)        |
+    | dX      | dY per token, along N: (M, 1)         | W per input column, along N: (1, K)      |
+    | dW      | dYᵀ per output column, along M: (N, 1)| X per input column, along M: (1, K)      |
+
+X's forward scales (one per token) are not valid for dW, whose sum runs over the tokens: there
+X is quantized again, one scale per column along the tokens, and dY likewise. quantize_fp8
+reads rows and scaled_mm reads both operands K-major, so "per column" means: copy the
+transpose, then quantize its rows. The copies (all in the inputs' precision, each once):
+
+- dX: Wᵀ (K, N), so W is scaled along N (its rows become K-major b = (Wᵀ)ᵀ);
+- dW: dYᵀ (N, M') and Xᵀ (K, M'), with the tokens padded by zeros to M' = a multiple of 16
+  (at least 16): scaled_mm's K must be one (16-byte fp8 rows), and zeros change neither a
+  sum nor an amax, so any M (1, 17, 777) trains.
+
+Tensor-wise takes the same operands and copies with one scale per tensor (the copies then only
+serve the K-major layouts). Block-wise training is not built.
+
+Recipes (RECIPES; torchao's names are accepted too):
+
+    | recipe      | torchao             | Y, dX       | dW                                   |
+    |-------------|---------------------|-------------|--------------------------------------|
+    | "tensor"    | "tensorwise"        | tensor-wise | FP8, tensor-wise                     |
+    | "row"       | "rowwise"           | row-wise    | FP8, row-wise along the tokens       |
+    | "row_gw_hp" | "rowwise_with_gw_hp"| row-wise    | the inputs' precision (pingpong's bf16 GEMM), no copies |
+
+Formats: every FP8 operand, gradients included, is e4m3 (GRAD_DTYPE). The e5m2 tradition for
+gradients comes from delayed scaling, where a stale amax needs the range; here every scale is
+computed from the tensor it scales, at the call (on the device: no host sync), and row-wise
+gives each row or column its own range, so e4m3's extra mantissa bit halves the rounding error
+at no risk of overflow. pingpong's kernel also takes one FP8 kind per product: an e5m2 dY would
+force W and X into e5m2 too. torchao's recipes use e4m3 for all three by default as well.
+Every GEMM promotes its fp32 accumulator every 128 K (use_fast_accum=False): pingpong's
+row-wise kernel needs no fast accumulation to be fast (torchao's row-wise recipes turn it on).
+Where this differs from torchao's "rowwise_with_gw_hp": torchao scales W tensor-wise for dX;
+here W is scaled per column along N, the contraction, at the cost of the Wᵀ copy "row" pays.
+
+Gradients have the inputs' dtypes (dX: x's, dW: W's, dbias: the bias's). What the recipe cannot
+serve (in_features or out_features not a multiple of 16, in_features 0) is a PingpongError
+naming the argument before any work; so is a double backward (the gradient GEMMs are not
+differentiable: quantize_fp8 refuses a gradient that requires grad).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import torch
+from torch import Tensor
+
+from . import ops
+from .errors import PingpongError, check_tensor
+from .fp8 import scaled_mm, shape_reason
+from .quantize import IN_DTYPES, quantize_fp8
+from .runtime.spec import check_bias
+
+__all__ = ["fp8_linear", "RECIPES", "TORCHAO_NAMES", "recipe_name", "training_shape_reason", "GRAD_DTYPE"]
+
+#: the FP8 format of every operand: forward and gradients (module docstring, "Formats")
+GRAD_DTYPE = torch.float8_e4m3fn
+#: the token dim of dW's operands is padded to a multiple of this (scaled_mm's K rule)
+TOKEN_PAD = 16
+
+
+class Recipe(NamedTuple):
+    granularity: str  # quantize_fp8's granularity of every FP8 operand
+    fp8_weight_grad: bool  # dW as an FP8 GEMM; False: in the inputs' precision (pingpong's GEMM)
+    torchao: str  # torchao's name of the recipe
+
+
+RECIPES = {"tensor": Recipe("tensor", True, "tensorwise"), "row": Recipe("row", True, "rowwise"),
+           "row_gw_hp": Recipe("row", False, "rowwise_with_gw_hp")}
+TORCHAO_NAMES = {r.torchao: name for name, r in RECIPES.items()}
+
+
+def recipe_name(recipe, argument: str = "recipe") -> str:
+    """The recipe's name in RECIPES (torchao's names map to ours), or PingpongError naming the
+    argument that gave it."""
+    if isinstance(recipe, str):
+        if recipe in RECIPES:
+            return recipe
+        if recipe in TORCHAO_NAMES:
+            return TORCHAO_NAMES[recipe]
+    extra = ("; block-wise FP8 training is not built (its inference layer: replace_linear(model, fp8=\"block\"))"
+             if recipe == "block" else "")
+    raise PingpongError(f"{argument}: expected one of {(*RECIPES, *TORCHAO_NAMES)}, got {recipe!r}{extra}")
+
+
+def training_shape_reason(out_features: int, in_features: int) -> str | None:
+    """Why no FP8 training recipe can take an (out_features, in_features) weight, or None."""
+    return shape_reason(out_features, in_features, "row")
+
+
+def check_fp8_linear(x, weight, bias, recipe: str) -> None:
+    """fp8_linear's arguments (recipe already named by `recipe_name`): PingpongError naming the
+    argument. Shapes, dtypes, strides and devices only: the fake implementation's check too.
+    The device itself is quantize_fp8's first check (a GPU), before any work."""
+    check_tensor("x", x)
+    check_tensor("weight", weight)
+    if weight.dim() != 2:
+        raise PingpongError(f"weight: expected a 2-D (out_features, in_features) tensor, got shape"
+                            f" {tuple(weight.shape)}")
+    N, K = weight.shape
+    why = training_shape_reason(N, K)
+    if why:
+        raise PingpongError(f"weight: {why} (recipe {recipe!r})")
+    if x.dim() < 1 or x.shape[-1] != K:
+        raise PingpongError(f"x: last dim must be in_features = {K} (weight.shape[1]), got shape {tuple(x.shape)}")
+    if x.dtype not in IN_DTYPES:
+        raise PingpongError(f"x: dtype {x.dtype} is not supported; expected one of {IN_DTYPES}")
+    if weight.dtype != x.dtype:
+        raise PingpongError(f"weight: dtype {weight.dtype} differs from x's {x.dtype}")
+    if weight.device != x.device:
+        raise PingpongError(f"weight: on {weight.device}; expected x's device {x.device}")
+    if weight.stride(1) != 1:
+        raise PingpongError(f"weight: rows must be contiguous (stride 1 along in_features), got strides"
+                            f" {tuple(weight.stride())}")
+    check_bias(bias, 1, N, x.device, per_column=True)
+
+
+def fp8_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, recipe: str = "row") -> Tensor:
+    """F.linear(x, weight, bias) in FP8 with the recipe's scales (module docstring), differentiable
+    in x, weight and bias. x (…, K) and weight (N, K) of one dtype (bf16, fp16 or fp32); the
+    output has x's dtype. Without autograd (no input requires grad, or grad mode off) it is the
+    forward alone: two quantizations and one scaled_mm."""
+    recipe = recipe_name(recipe)
+    if ops.traced(x, weight, bias):
+        return torch.ops.pingpong.fp8_linear(x, weight, bias, recipe)
+    check_fp8_linear(x, weight, bias, recipe)
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
+                                    (bias is not None and bias.requires_grad)):
+        return _Fp8LinearFunction.apply(x, weight, bias, recipe)
+    return _forward(x, weight, bias, recipe)
+
+
+# ----------------------------------------------------------------------------- the three products
+
+
+def _forward(x, weight, bias, recipe: str) -> Tensor:
+    """Y = X·Wᵀ + bias: X per token and W per output row, both along K (no copies)."""
+    g = RECIPES[recipe].granularity
+    N, K = weight.shape
+    qx, sx = quantize_fp8(x.reshape(-1, K), g, GRAD_DTYPE)
+    qw, sw = quantize_fp8(weight, g, GRAD_DTYPE)
+    y = scaled_mm(qx, qw.t(), sx, sw.t(), bias=bias, out_dtype=x.dtype)
+    return y.view(*x.shape[:-1], N)
+
+
+def _data_grad(g2, weight, granularity: str, dtype) -> Tensor:
+    """dX = dY·W (M, K): dY per token along N; W per column along N, from Wᵀ (K, N) (a copy:
+    quantize_fp8 reads rows, and b must be N-major)."""
+    qg, sg = quantize_fp8(g2, granularity, GRAD_DTYPE)
+    qwt, swt = quantize_fp8(weight.t().contiguous(), granularity, GRAD_DTYPE)
+    return scaled_mm(qg, qwt.t(), sg, swt.t(), out_dtype=dtype)
+
+
+def tokens_last(t: Tensor) -> Tensor:
+    """tᵀ (C, M') of a (M, C) t, contiguous, the tokens padded with zeros to M' (a multiple of
+    TOKEN_PAD, at least one): the weight gradient's operands, quantized along the tokens (a copy)."""
+    M, C = t.shape
+    Mp = max(TOKEN_PAD, -(-M // TOKEN_PAD) * TOKEN_PAD)
+    out = t.new_empty(C, Mp)
+    out[:, :M].copy_(t.t())
+    out[:, M:].zero_()
+    return out
+
+
+def _weight_grad(g2, x2, granularity: str, dtype) -> Tensor:
+    """dW = dYᵀ·X (N, K), contracting the tokens: dYᵀ per output column and X per input column,
+    both along the tokens (tokens_last: two copies)."""
+    qg, sg = quantize_fp8(tokens_last(g2), granularity, GRAD_DTYPE)  # (N, M') e4m3, (N, 1)
+    qx, sx = quantize_fp8(tokens_last(x2), granularity, GRAD_DTYPE)  # (K, M') e4m3, (K, 1)
+    return scaled_mm(qg, qx.t(), sg, sx.t(), out_dtype=dtype)
+
+
+def _setup(ctx, inputs, output) -> None:
+    x, weight, bias, recipe = inputs
+    ctx.save_for_backward(x, weight, bias)  # the high-precision inputs: each product re-quantizes
+    ctx.recipe = recipe
+
+
+def _backward(ctx, grad):
+    x, weight, bias = ctx.saved_tensors
+    if torch.is_grad_enabled() and (grad.requires_grad or x.requires_grad or weight.requires_grad):
+        raise PingpongError("fp8_linear: double backward (create_graph=True) is not supported: the FP8 gradient"
+                            " products are not differentiable")
+    needs = ctx.needs_input_grad
+    recipe = RECIPES[ctx.recipe]
+    N, K = weight.shape
+    g2 = grad.reshape(-1, N).contiguous()  # (a broadcast gradient, e.g. of y.sum(), has stride 0)
+    dx = dw = dbias = None
+    if needs[0]:
+        dx = _data_grad(g2, weight, recipe.granularity, x.dtype).view(x.shape)
+    if needs[1]:
+        x2 = x.reshape(-1, K)
+        if recipe.fp8_weight_grad:
+            dw = _weight_grad(g2, x2, recipe.granularity, weight.dtype)
+        else:
+            dw = ops._gemm(g2.mT, x2, out_dtype=weight.dtype)  # (N, K) row-major: the weight's layout
+    if bias is not None and needs[2]:
+        dbias = ops._bias_grad(g2, bias)
+    return dx, dw, dbias, None
+
+
+@torch.library.custom_op("pingpong::fp8_linear", mutates_args=())
+def _fp8_linear_op(x: Tensor, weight: Tensor, bias: Optional[Tensor], recipe: str) -> Tensor:
+    with torch.no_grad():
+        return _forward(x, weight, bias, recipe)
+
+
+@_fp8_linear_op.register_fake
+def _(x, weight, bias, recipe):
+    check_fp8_linear(x, weight, bias, recipe_name(recipe))
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+_fp8_linear_op.register_autograd(_backward, setup_context=_setup)
+
+
+class _Fp8LinearFunction(torch.autograd.Function):
+    """Eager autograd around the forward (the same formulas as the pingpong::fp8_linear op:
+    cheaper on the host than the op's Python autograd wrapper, pingpong.ops)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, recipe):
+        out = _forward(x, weight, bias, recipe)
+        _setup(ctx, (x, weight, bias, recipe), out)
+        return out
+
+    backward = staticmethod(_backward)

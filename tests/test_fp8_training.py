@@ -1,0 +1,391 @@
+"""FP8 training on the CPU (pingpong.fp8_training, pingpong.nn.Float8TrainingLinear).
+
+The whole call path runs as on a GPU (validation, quantize_fp8's and scaled_mm's front ends,
+their plan caches, the autograd Function and the torch.library op) with the two kernels
+replaced at their launch (`fp8_kernels`): quantize_fp8's launch by torch's cast (the kernel's
+own formula, which tests/test_fp8.py checks against the kernel under Triton's interpreter), and
+the scaled plan by a float64 product of the dequantized operands, which records every launched
+product (operands, scales). So the tests see each product's shapes, layouts and scale values,
+and compare the forward and both gradients with float64 products of the unquantized inputs,
+within bounds derived from e4m3's precision. fp16 (Triton's interpreter, which runs the bf16
+weight gradient of "row_gw_hp", is wrong for bf16)."""
+
+import collections
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import pingpong
+from pingpong import PingpongError, fp8, fp8_training, quantize
+from pingpong.fp8_training import RECIPES, TORCHAO_NAMES
+from pingpong.runtime import plan
+
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.filterwarnings("ignore::UserWarning")]
+
+F16, E4M3 = torch.float16, torch.float8_e4m3fn
+FMAX = 448.0
+#: e4m3 rounding: relative half-ulp of a normal (3 mantissa bits), and half the subnormal step
+#: (2^-9) in units of the group's scale
+REL, SUB = 2.0**-4, 2.0**-10
+
+
+def _cast(x, q, s, granularity):
+    """quantize_fp8's kernels' formula (pingpong.quantize): amax / FP8_MAX, one reciprocal."""
+    xf = x.float()
+    fmax = quantize.FP8_MAX[q.dtype]
+    if granularity == "row":
+        amax = xf.abs().amax(1, keepdim=True).clamp_min(1e-12)
+    elif granularity == "tensor":
+        amax = xf.abs().amax().clamp_min(1e-12)
+    else:
+        raise NotImplementedError(granularity)
+    s.copy_((amax / fmax).reshape(s.shape))
+    q.copy_((xf * (fmax / amax)).clamp(-fmax, fmax).to(q.dtype))
+
+
+class RecordedPlan(plan.Plan):
+    """A scaled plan whose run is the float64 product of the dequantized operands, recorded."""
+    __slots__ = ()
+    runs: list = []
+
+    def __init__(self):
+        self.device, self.path, self.activation, self.extents = -1, "recorded", "none", None
+
+    def run_scaled(self, a, b, scale_a, scale_b, out, bias):
+        self.runs.append((a.clone(), b.clone(), scale_a.clone(), scale_b.clone()))
+        y = (a.double() * scale_a.double()) @ (b.double() * scale_b.double())
+        out.copy_(y if bias is None else y + bias.double())
+
+
+@pytest.fixture
+def fp8_kernels(interpreted_kernels, monkeypatch):
+    """The two FP8 kernels replaced at their launch (module docstring); bf16/fp16 GEMMs on the
+    portable kernel under Triton's interpreter. Returns the list of scaled products run."""
+    import types
+
+    recorded = types.SimpleNamespace(NAME="recorded", ORDER=-1, plan=lambda s: RecordedPlan(),
+                                     can_implement=lambda s: None if s.epilogue.scales is not None else "unscaled")
+    monkeypatch.setattr(plan, "BACKENDS", [recorded, *plan.BACKENDS])
+    monkeypatch.setattr(fp8, "check_gpu", lambda a, b: None)
+    monkeypatch.setattr(quantize, "interpreter_enabled", lambda: True)
+    monkeypatch.setattr(quantize, "launch", _cast)
+    monkeypatch.setattr(RecordedPlan, "runs", [])
+    return RecordedPlan.runs
+
+
+def spread(rows, cols, gen):
+    """Normal values whose rows and columns differ in magnitude by up to 2^±2 (16× between two
+    rows), so a scale taken along the wrong axis is far off; fp16 products stay finite."""
+    x = torch.randn(rows, cols, generator=gen, dtype=torch.float64)
+    r = torch.exp2(torch.randint(-2, 3, (rows, 1), generator=gen).double())
+    c = torch.exp2(torch.randint(-2, 3, (1, cols), generator=gen).double())
+    return x * r * c
+
+
+def amax_scale(t, dim):
+    """The scale of each group of t along `dim` (None: the whole tensor), in float64."""
+    t = t.double().abs()
+    return (t.amax() if dim is None else t.amax(dim)) / FMAX
+
+
+def bound(a, b, sa, sb):
+    """Elementwise bound on |fp8 product − a@b| from e4m3 rounding of each operand: |Δa| ≤
+    max(REL·|a|, SUB·sa) per element (sa broadcast as a's groups), the same for b; plus the
+    output's fp16 rounding."""
+    da = torch.maximum(REL * a.abs(), SUB * sa)
+    db = torch.maximum(REL * b.abs(), SUB * sb)
+    ref = a @ b
+    return da @ b.abs() + a.abs() @ db + da @ db + 2.0**-10 * ref.abs() + 1e-6
+
+
+def check_close(got, ref, allowed, what):
+    got = got.double()
+    assert got.shape == ref.shape, f"{what}: shape {tuple(got.shape)} != {tuple(ref.shape)}"
+    assert torch.isfinite(got).all(), f"{what}: non-finite"
+    err = (got - ref).abs()
+    assert (err <= allowed).all(), f"{what}: |err| {(err - allowed).max().item():.3g} past the e4m3 bound"
+    rel = (err.norm() / ref.norm()).item()
+    assert rel < 0.08, f"{what}: relative norm error {rel:.3g}"
+
+
+def run_layer(recipe, M, seed, bias=True):
+    """x (M, K) → Float8TrainingLinear(K, N) → y, then y.backward(g): (layer, x, g, y)."""
+    K, N = 64, 48
+    gen = torch.Generator().manual_seed(seed)
+    layer = pingpong.nn.Float8TrainingLinear(K, N, bias=bias, dtype=F16, recipe=recipe)
+    with torch.no_grad():
+        layer.weight.copy_(spread(N, K, gen))
+        if bias:
+            layer.bias.copy_(torch.randn(N, generator=gen))
+    x = spread(M, K, gen).to(F16).requires_grad_()
+    g = spread(M, N, gen).to(F16)
+    y = layer(x)
+    y.backward(g)
+    return layer, x, g, y
+
+
+RECIPE_IDS = list(RECIPES)
+
+
+@pytest.mark.parametrize("recipe", RECIPE_IDS)
+@pytest.mark.parametrize("M", [1, 17, 40])
+def test_forward_and_gradients_against_float64(fp8_kernels, recipe, M):
+    """y, dX, dW, dbias against float64 products of the fp16 inputs, each within the bound
+    that e4m3 rounding (with the recipe's scales along each product's contraction) allows."""
+    seed = 1000 * M + RECIPE_IDS.index(recipe)
+    layer, x, g, y = run_layer(recipe, M, seed)
+    X, W, G = x.detach().double(), layer.weight.detach().double(), g.double()
+    row = RECIPES[recipe].granularity == "row"
+    what = f"{recipe} M={M} seed {seed}"
+    assert y.dtype == x.grad.dtype == F16 and layer.weight.grad.dtype == layer.bias.grad.dtype == F16
+    # Y = X·Wᵀ: X per token, W per output row, both along K
+    sx, sw = (amax_scale(X, 1)[:, None], amax_scale(W, 1)[None, :]) if row else (amax_scale(X, None),) * 2
+    sw = sw if row else amax_scale(W, None)
+    ref = X @ W.t() + layer.bias.detach().double()
+    check_close(y, ref, bound(X, W.t(), sx, sw), f"{what}: y")
+    # dX = dY·W: dY per token and W per input column, along N
+    sg, swc = (amax_scale(G, 1)[:, None], amax_scale(W, 0)[None, :]) if row else (amax_scale(G, None),
+                                                                                  amax_scale(W, None))
+    check_close(x.grad, G @ W, bound(G, W, sg, swc), f"{what}: dX")
+    # dW = dYᵀ·X: dY per output column and X per input column, along the tokens
+    if RECIPES[recipe].fp8_weight_grad:
+        sgc, sxc = (amax_scale(G, 0)[:, None], amax_scale(X, 0)[None, :]) if row else (amax_scale(G, None),
+                                                                                       amax_scale(X, None))
+        allowed = bound(G.t(), X, sgc, sxc)
+    else:  # the inputs' precision: fp16 products, fp32 accumulation, one fp16 rounding
+        allowed = 2.0**-10 * (G.t().abs() @ X.abs()) + 1e-6
+    check_close(layer.weight.grad, G.t() @ X, allowed, f"{what}: dW")
+    torch.testing.assert_close(layer.bias.grad.double(), G.sum(0), rtol=2e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("recipe", RECIPE_IDS)
+def test_each_product_scales_along_its_contraction(fp8_kernels, recipe):
+    """The launched products, in order (forward, dX, dW): operand shapes and layouts (a
+    row-major, b column-major, tokens padded to 16 with zeros for dW) and scale values equal
+    to amax / 448 of the unquantized operand along the axis the product contracts."""
+    M, K, N = 17, 64, 48
+    layer, x, g, _ = run_layer(recipe, M, seed=7)
+    X, W, G = x.detach().float(), layer.weight.detach().float(), g.float()
+    row = RECIPES[recipe].granularity == "row"
+    fp8_weight_grad = RECIPES[recipe].fp8_weight_grad
+    assert len(fp8_kernels) == (3 if fp8_weight_grad else 2)
+    Mp = 32  # 17 tokens padded to a multiple of 16
+    products = [("forward", (M, K), (K, N), X, 1, W, 1),  # (name, a shape, b shape, A, axis, B, axis)
+                ("dX", (M, N), (N, K), G, 1, W, 0),
+                ("dW", (N, Mp), (Mp, K), G, 0, X, 0)][:len(fp8_kernels)]
+    for (name, a_shape, b_shape, A, a_axis, B, b_axis), (a, b, sa, sb) in zip(products, fp8_kernels):
+        assert a.dtype == b.dtype == E4M3, name
+        assert tuple(a.shape) == a_shape and a.stride(1) == 1, (name, a.shape, a.stride())
+        assert tuple(b.shape) == b_shape and b.stride(0) == 1, (name, b.shape, b.stride())
+        if row:
+            assert tuple(sa.shape) == (a_shape[0], 1) and tuple(sb.shape) == (1, b_shape[1]), name
+            want_a = A.abs().amax(a_axis) / FMAX
+            want_b = B.abs().amax(b_axis) / FMAX
+            torch.testing.assert_close(sa.flatten(), want_a, rtol=0, atol=0, msg=f"{name}: scale_a axis")
+            torch.testing.assert_close(sb.flatten(), want_b, rtol=0, atol=0, msg=f"{name}: scale_b axis")
+        else:
+            assert sa.numel() == sb.numel() == 1, name
+            torch.testing.assert_close(sa.reshape(()), A.abs().max() / FMAX, rtol=0, atol=0, msg=name)
+            torch.testing.assert_close(sb.reshape(()), B.abs().max() / FMAX, rtol=0, atol=0, msg=name)
+        if name == "dW":  # the padded tokens are zeros, in both operands
+            assert not a[:, M:].float().any() and not b[M:].float().any()
+
+
+def test_recipe_table_and_torchao_names():
+    """Every recipe has its torchao name (both spellings accepted, the same layer), block-wise
+    is refused with where to go, and docs/fp8.md names every recipe and torchao name."""
+    for name, recipe in RECIPES.items():
+        assert fp8_training.recipe_name(recipe.torchao) == fp8_training.recipe_name(name) == name
+    assert fp8_training.GRAD_DTYPE == E4M3  # the format docs/fp8.md states for every gradient
+    with pytest.raises(PingpongError, match="recipe: expected one of.*block-wise FP8 training is not built"):
+        fp8_training.recipe_name("block")
+    text = (Path(__file__).parents[1] / "docs" / "fp8.md").read_text()
+    missing = [n for n in (*RECIPES, *TORCHAO_NAMES) if f'"{n}"' not in text]
+    assert not missing, f"docs/fp8.md does not name the training recipes {missing}"
+
+
+def test_no_input_requiring_grad_is_the_forward_alone(fp8_kernels):
+    layer = pingpong.nn.Float8TrainingLinear(32, 16, dtype=F16)
+    x = torch.randn(5, 3, 32).to(F16)
+    with torch.no_grad():
+        y = layer(x)
+    assert y.shape == (5, 3, 16) and y.grad_fn is None and len(fp8_kernels) == 1
+
+
+def test_double_backward_is_refused(fp8_kernels):
+    """The FP8 gradient products are not differentiable: create_graph=True is a PingpongError,
+    not gradients that silently lack their graph."""
+    layer = pingpong.nn.Float8TrainingLinear(32, 16, dtype=F16)
+    x = torch.randn(4, 32).to(F16).requires_grad_()
+    with pytest.raises(PingpongError, match="double backward"):
+        torch.autograd.grad(layer(x).sum(), x, create_graph=True)
+
+
+# ----------------------------------------------------------------------------- bad input, before any work
+
+
+@pytest.mark.parametrize("make, needle", [
+    (lambda: pingpong.nn.Float8TrainingLinear(20, 32), "in_features=20, out_features=32: FP8 needs multiples of 16"),
+    (lambda: pingpong.nn.Float8TrainingLinear(32, 24), "out_features=24"),
+    (lambda: pingpong.nn.Float8TrainingLinear(32, 32, recipe="block"), "recipe: .*block-wise FP8 training"),
+    (lambda: pingpong.nn.Float8TrainingLinear(32, 32, recipe="rowwise_hp"), "recipe: expected one of"),
+])
+def test_layer_construction_names_what_the_recipe_cannot_serve(make, needle):
+    with pytest.raises(PingpongError, match=needle):
+        make()
+
+
+W32 = lambda: torch.randn(16, 32).to(F16)  # noqa: E731
+
+
+@pytest.mark.parametrize("args, needle", [
+    ((torch.randn(4, 32).to(F16), torch.randn(16, 24).to(F16)), "weight: in_features=24"),
+    ((torch.randn(4, 32).to(F16), torch.randn(20, 32).to(F16)), "weight: .*out_features=20"),
+    ((torch.randn(4, 16).to(F16), W32()), r"x: last dim must be in_features = 32"),
+    ((torch.randn(4, 32), W32()), "weight: dtype torch.float16 differs from x's torch.float32"),
+    ((torch.randn(4, 32).to(torch.int32), W32()), "x: dtype torch.int32"),
+    ((torch.randn(4, 32).to(F16), torch.randn(32, 16).to(F16).t()), "weight: rows must be contiguous"),
+    ((torch.randn(4, 32).to(F16), W32(), torch.ones(15).to(F16)), r"bias: expected shape \(16,\)"),
+    ((torch.randn(4, 32).to(F16), torch.randn(16, 32, 1).to(F16)), "weight: expected a 2-D"),
+    ((None, W32()), "x: expected a torch.Tensor"),
+])
+@pytest.mark.parametrize("grad", [False, True])
+def test_fp8_linear_names_the_argument_before_any_work(fp8_kernels, args, needle, grad):
+    if grad and args[0] is not None and args[0].is_floating_point():
+        args = (args[0].requires_grad_(), *args[1:])
+    with pytest.raises(PingpongError, match=needle):
+        fp8_training.fp8_linear(*args)
+    assert fp8_kernels == [], "a refused call ran a product"
+
+
+def test_fp8_linear_on_the_cpu_says_so_before_any_work():
+    """Without the test's kernels: the first check of the first kernel (quantize_fp8's device)."""
+    x = torch.randn(4, 32).to(F16).requires_grad_()
+    with pytest.raises(PingpongError, match="x: on cpu; quantize_fp8 runs on a GPU"):
+        fp8_training.fp8_linear(x, W32())
+
+
+def test_inference_refusals_point_at_the_training_path(fp8_kernels):
+    """One decision (runtime.fp8_spec.refuse_grad) behind every FP8 refusal of grad, and each
+    names the argument and the training path."""
+    from pingpong.fp8 import Float8Linear
+
+    x = torch.randn(8, 32).to(F16).requires_grad_()
+    with pytest.raises(PingpongError, match=r"x: requires grad, but quantize_fp8 is inference only.*training=True"):
+        pingpong.quantize_fp8(x)
+    layer = Float8Linear.__new__(Float8Linear)
+    torch.nn.Module.__init__(layer)
+    with pytest.raises(PingpongError, match=r"x: requires grad, but Float8Linear is inference only.*fp8_linear"):
+        layer(x)
+    a, b = torch.zeros(16, 32).to(E4M3), torch.zeros(16, 32).to(E4M3).t()
+    with pytest.raises(PingpongError, match=r"scale_b: requires grad, but scaled_mm is inference only"):
+        pingpong.scaled_mm(a, b, torch.tensor(1.0), torch.tensor(1.0, requires_grad=True))
+
+
+# ----------------------------------------------------------------------------- replace_linear
+
+
+def test_replace_linear_for_training_skips_with_the_reason():
+    class Scaled(torch.nn.Linear):
+        pass
+
+    model = torch.nn.Sequential(torch.nn.Linear(32, 48, dtype=F16), torch.nn.Linear(48, 20, dtype=F16),
+                                torch.nn.Linear(48, 48), Scaled(48, 48, dtype=F16))
+    model[1] = torch.nn.Linear(48, 20, dtype=F16)
+    w0 = model[0].weight
+    report = pingpong.nn.replace_linear(model, fp8="rowwise", training=True)  # torchao's name
+    assert report.replaced == ["0"] and isinstance(model[0], pingpong.nn.Float8TrainingLinear)
+    assert model[0].weight is w0 and model[0].recipe == "row" and "recipe='row'" in repr(model[0])
+    assert "out_features=20: FP8 needs multiples of 16" in report.skipped["1"]
+    assert "weight dtype torch.float32" in report.skipped["2"]
+    assert "Scaled is not a plain torch.nn.Linear" in report.skipped["3"]
+    again = pingpong.nn.replace_linear(model, fp8="row", training=True)
+    assert again.replaced == [] and "0" not in again.skipped  # already pingpong's
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(fp8="block", training=True), "fp8: .*block-wise FP8 training is not built"),
+    (dict(fp8="col", training=True), "fp8: expected one of"),
+    (dict(training=True), "training: True .* needs fp8="),
+    (dict(fp8="row", training="yes"), "training: expected a bool"),
+    (dict(fp8="row_gw_hp"), r"fp8: expected None or one of \('row', 'block'\) \(training=True"),
+])
+def test_replace_linear_names_bad_training_arguments(kwargs, needle):
+    with pytest.raises(PingpongError, match=needle):
+        pingpong.nn.replace_linear(torch.nn.Sequential(torch.nn.Linear(32, 32, dtype=F16)), **kwargs)
+
+
+# ----------------------------------------------------------------------------- torch.compile
+
+
+def graphs_of(fn, *args):
+    """fn compiled (fullgraph, AOTAutograd without inductor): its result and the forward and
+    backward FX graphs."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    graphs = {}
+
+    def keep(kind):
+        def compiler(gm, example_inputs):
+            graphs[kind] = gm
+            return make_boxed_func(gm.forward)
+        return compiler
+
+    backend = aot_autograd(fw_compiler=keep("forward"), bw_compiler=keep("backward"))
+    torch._dynamo.reset()
+    try:
+        out = torch.compile(fn, fullgraph=True, backend=backend)(*args)
+        out.backward()
+    finally:
+        torch._dynamo.reset()
+    return graphs
+
+
+def pingpong_nodes(gm, name):
+    return [n for n in gm.graph.nodes if n.op == "call_function" and f"pingpong.{name}" in str(n.target)]
+
+
+@pytest.mark.parametrize("recipe", RECIPE_IDS)
+def test_compile_records_the_op_and_the_backward_products(fp8_kernels, recipe):
+    """Under torch.compile the forward is one pingpong::fp8_linear node (its fake implementation
+    gives the shape); the backward graph holds the gradient products as pingpong ops, whose fake
+    implementations checked their operands and scales (shapes below); the compiled gradients
+    equal the eager ones."""
+    torch.manual_seed(3)
+    M, K, N = 17, 64, 48
+    layer = pingpong.nn.Float8TrainingLinear(K, N, dtype=F16, recipe=recipe)
+    x = torch.randn(M, K).to(F16)
+
+    def step(x):
+        return (layer(x).float() ** 2).sum()
+
+    step(x).backward()
+    eager = layer.weight.grad.clone(), layer.bias.grad.clone()
+    layer.zero_grad()
+    graphs = graphs_of(step, x)
+    assert len(pingpong_nodes(graphs["forward"], "fp8_linear")) == 1
+    mms = pingpong_nodes(graphs["backward"], "scaled_mm")
+    quants = pingpong_nodes(graphs["backward"], "quantize_fp8")
+    if RECIPES[recipe].fp8_weight_grad:  # dW alone (x needs no gradient): two quantizations, one product
+        assert len(mms) == 1 and len(quants) == 2, (len(mms), len(quants))
+        assert tuple(mms[0].meta["val"].shape) == (N, K)
+        assert sorted(tuple(q.meta["val"][0].shape) for q in quants) == sorted([(K, 32), (N, 32)])  # tokens last, padded
+    else:
+        assert mms == [] and quants == [] and pingpong_nodes(graphs["backward"], "mm"), "dW on the bf16 GEMM"
+    torch.testing.assert_close(layer.weight.grad, eager[0], rtol=0, atol=0)
+    torch.testing.assert_close(layer.bias.grad, eager[1], rtol=0, atol=0)
+
+
+def test_fake_implementation_refuses_what_the_recipe_cannot_serve():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        x, w = torch.empty(5, 3, 32, dtype=F16), torch.empty(48, 32, dtype=F16)
+        y = torch.ops.pingpong.fp8_linear(x, w, None, "row")
+        assert y.shape == (5, 3, 48) and y.dtype == F16
+        with pytest.raises(PingpongError, match="weight: in_features=24"):
+            torch.ops.pingpong.fp8_linear(torch.empty(5, 24, dtype=F16), torch.empty(48, 24, dtype=F16), None, "row")
