@@ -581,6 +581,8 @@ def parse(argv):
     p.add_argument("--max-reps", type=int, default=200)
     p.add_argument("--backend", default="inductor", help="torch.compile backend of the compiled mode")
     p.add_argument("--json", default=None)
+    p.add_argument("--sm-carveout", type=int, default=None, help="torch's SM carveout for both models (SMs kept from"
+                   " the GEMMs for NCCL: torch._C._set_sm_carveout_experimental); unset by default")
     args = p.parse_args(argv)
     for name in args.workloads.split(","):
         if name not in WORKLOADS:
@@ -619,6 +621,7 @@ def main(argv=None) -> int:
         interpret_plans(setattr)
     import torch._dynamo
 
+    torch._C._set_sm_carveout_experimental(args.sm_carveout)  # both models' GEMMs alike; in the JSON's args
     limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
     setattr(torch._dynamo.config, limit, 64)  # a row's variants of one block's code, with room
     rank, world, device = setup(args.cpu_smoke)

@@ -40,7 +40,7 @@ def stub_launches() -> None:
 
     def plan_of(s):
         p = hopper.HopperPlan(0, KernelConfig(128, 128, 64), False, False, False, False, s.epilogue.reads_c,
-                              s.epilogue.activation)
+                              s.epilogue.activation, sms=132)
         p.launch.bound = direct_launch.bind([("tma", [64, 64], [64, 1])] * 4 + ["ptr"], pre=tuple(range(6)),
                                             post=tuple(range(7)))
         p.launch.grid, p.launch.key = (4, 1, 1), launcher.launch_key()

@@ -48,7 +48,7 @@ def bound_noop(tma: int, ptrs: int) -> launcher.BoundLaunch:
 def planned(a, b, sa, sb, scaling: str, config: KernelConfig, split: bool = False):
     """Store the plan of scaled_mm(a, b, sa, sb) in the cache, its launch bound to a no-op."""
     p = Fp8Plan(0, scaling, 128, True, config, "none", workspace=(64, 4096) if split else (0, 0),
-                counters=64 if split else 0)
+                counters=64 if split else 0, sms=132)
     tma, ptrs = (2, 6) if (split or config.swap_ab) else (3, 3)
     p.launch.bound, p.launch.grid, p.launch.key = bound_noop(tma, ptrs), (132, 1, 1), launcher.launch_key()
     key = spec.build(a, b, out_dtype=torch.bfloat16, bias=None, activation=None, config=None, scales=(sa, sb, False))

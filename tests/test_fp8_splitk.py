@@ -138,11 +138,10 @@ def test_plan_pointers_follow_the_kernel_slots(monkeypatch, mode, swap, split_k)
     split = fp8_launch.fp8_splits(K, config) > 1
     plan = fp8_launch.Fp8Plan(0, scaling, sb_cols, True, config, "none",
                               *((fp8_launch.workspace_shape(M, N, K, config),
-                                 fp8_launch.counter_count(M, N, config)) if split else ()))
+                                 fp8_launch.counter_count(M, N, config)) if split else ()), sms=132)
     calls = []
     monkeypatch.setattr(plan, "launch", lambda device, ptrs, dyn, prep, *inputs: calls.append((ptrs, prep, inputs)),
                         raising=False)
-    monkeypatch.setattr(fp8_launch, "sm_count", lambda device: 132)
     plan.run_scaled(a, w.t(), sa, sb, out, bias)
     (ptrs, prep, inputs), = calls
     kernel, args, kwargs, grid = prep(*inputs)

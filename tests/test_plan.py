@@ -285,7 +285,6 @@ def test_split_plan_passes_bias_and_activation_to_the_kernel(hopper, monkeypatch
     assert ptrs[6] == bias.data_ptr()
     from pingpong.runtime import compile as cc
 
-    monkeypatch.setattr(hopper_backend, "sm_count", lambda index: 132)
     with cc.offline("sm_90a"):
         fn, args, kwargs, grid = prep(*inputs)
     assert args[6].data_ptr() == bias.data_ptr()
@@ -302,7 +301,7 @@ def test_one_launch_passes_what_the_general_path_passes(read, inplace, bias):
     c = out if inplace else t(64, 48)
     vec = t(48) if bias else None
     for one in (True, False):
-        p = hopper_backend.HopperPlan(0, KernelConfig(128, 128, 64), False, False, False, False, read)
+        p = hopper_backend.HopperPlan(0, KernelConfig(128, 128, 64), False, False, False, False, read, sms=132)
         p.launch = lambda device, ptrs, dyn, prepare, *inputs: calls.append((device, ptrs, dyn, prepare.__func__, inputs))
         p.one_launch = one
         p.run(a, b, out, c, 1.5, 0.5 if read else 0.0, vec)
@@ -313,7 +312,7 @@ def test_one_launch_passes_what_the_general_path_passes(read, inplace, bias):
 
 
 @pytest.mark.parametrize("make", [lambda: hopper_backend.HopperPlan(0, KernelConfig(128, 128, 64), False, False, False,
-                                                                    False, False),
+                                                                    False, False, sms=132),
                                   lambda: portable.PortablePlan(0, False)], ids=["hopper", "portable"])
 @pytest.mark.parametrize("bias", [True, False])
 def test_run_ptrs_makes_the_views_only_on_the_jit_path(monkeypatch, make, bias):

@@ -144,7 +144,6 @@ def launches(monkeypatch):
     from pingpong.hopper import backend as hopper_backend
 
     monkeypatch.setattr(hopper_backend, "is_hopper", lambda device: True)
-    monkeypatch.setattr(hopper_backend, "sm_count", lambda device: 132)
     calls = []
     monkeypatch.setattr(hopper_backend.CachedLaunch, "__call__",
                         lambda self, device, ptrs, dyn, prep, *inputs: calls.append((self, ptrs, dyn, prep, inputs)))

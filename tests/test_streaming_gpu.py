@@ -9,7 +9,8 @@ import torch
 
 from pingpong.errors import PingpongError
 from pingpong.streaming import hopper, vector_add
-from pingpong.streaming.api import TMA_MIN_ELEMENTS, kernel_path, sm_count
+from pingpong.runtime.device import sm_count
+from pingpong.streaming.api import TMA_MIN_ELEMENTS, kernel_path
 
 pytestmark = pytest.mark.gpu
 

@@ -230,8 +230,7 @@ def test_the_fp8_plan_takes_its_config_from_the_table(monkeypatch):
     the call (CPU tensors; the device facts faked)."""
     tuned = KernelConfig(64, 64, 128, schedule="pingpong", group_m=1)
     write([(512, 4096, 4096, "fp8e4m3-row", tuned), (512, 4096, 4096, "fp8e4m3-block", tuned)])
-    monkeypatch.setattr(fp8_launch, "sm_count", lambda device: 132)
-    monkeypatch.setattr(fp8_launch.Device, "of", classmethod(lambda cls, device: H100))
+    monkeypatch.setattr(fp8_launch.Device, "of", classmethod(lambda cls, device, carveout=None: H100))
 
     def planned(dtype=torch.float8_e4m3fn, fast=False, out=torch.bfloat16, block=False):
         a = torch.zeros(512, 4096, dtype=dtype)

@@ -9,9 +9,13 @@ Functions (pingpong.ops) call these too.
              ─▶ spec.validate*(...) (errors under the caller's names) ─▶ plan_for(spec), cached
 
     linear                                        a LayerPlan per call signature (x, weight,
-        LAYERS hit ─▶ forward: one launch          bias, activation): the forward plan and, on
-                      backward: two launches       the first backward, the dx and dweight plans
-                      and one bias reduction       (pingpong.ops' autograd Function calls them)
+        LAYERS hit ─▶ forward: one launch          bias, activation, SM carveout): the forward
+                      backward: two launches       plan and, on the first backward, the dx and
+                      and one bias reduction       dweight plans (pingpong.ops' autograd
+                                                   Function calls them)
+
+Every key holds torch's SM carveout at the call (pingpong.runtime.device), so a plan's
+persistent grid is never reused under another carveout.
 
 Imports: runtime, batching, errors; nothing of the front end above it (ops, api,
 functional, nn import this module, never the other way).
@@ -27,7 +31,7 @@ from . import batching
 from .errors import PingpongError
 from .runtime import plan as plan_mod
 from .runtime import spec as spec_mod
-from .runtime.spec import GEMM, LINEAR, operand
+from .runtime.spec import GEMM, LINEAR, operand, sm_carveout
 
 __all__ = ["gemm", "gemm_", "matmul_tiled", "path_for", "gemm_into", "linear", "layer_plan", "LayerPlan", "LAYERS"]
 
@@ -197,8 +201,8 @@ class LayerPlan:
         of (x, weight, bias, the plan) as the autograd Function returns them."""
         if g.dtype != self.dtype:
             g = g.to(self.dtype)
-        key = (g.shape, g.stride(), g.data_ptr() % 16 == 0)  # x and weight: the layer key fixed them
-        if key != self.grad_key:  # the first backward (or a gradient of another layout)
+        key = (g.shape, g.stride(), g.data_ptr() % 16 == 0, sm_carveout())  # x and weight: the layer key fixed them
+        if key != self.grad_key:  # the first backward (or a gradient of another layout, or another SM carveout)
             g2, x2 = g.reshape(self.out2), x.view(self.x2_shape)
             self.dx = _plan_of(g2, weight, None, self.dtype, None, "none")
             self.dw = _plan_of(g2.mT, x2, None, self.dtype, None, "none")
@@ -259,7 +263,7 @@ def layer_plan(x, weight, bias, activation) -> LayerPlan:
                (weight.dtype, weight.shape, weight.stride(), weight.device, weight.data_ptr() % 16 == 0),
                None if bias is None else (bias.dtype, bias.shape, bias.stride(), bias.device,
                                           bias.data_ptr() % 16 == 0),
-               activation)
+               activation, sm_carveout())  # the carveout: the SMs its plans' grids span
         lp = LAYERS.get(key)
     except (AttributeError, TypeError, RuntimeError):
         key = lp = None

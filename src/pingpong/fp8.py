@@ -345,9 +345,10 @@ class Float8Linear(torch.nn.Module):
     @staticmethod
     def signature(x: Tensor) -> tuple:
         """The key of a kept run: everything of x that its quantize launch and GEMM plan depend on
-        (shape, strides, dtype, device, a 16-byte-aligned base: Triton specializes pointers on it).
-        The layer's own fp8 dtype and weights are fixed (`_LayerRun.holds`)."""
-        return x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16 == 0
+        (shape, strides, dtype, device, a 16-byte-aligned base: Triton specializes pointers on it),
+        and torch's SM carveout (the SMs the GEMM's persistent grid spans). The layer's own fp8
+        dtype and weights are fixed (`_LayerRun.holds`)."""
+        return x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16 == 0, _spec.sm_carveout()
 
     def _apply(self, fn, recurse=True):
         self._runs.clear()  # the runs hold views of the buffers that fn replaces

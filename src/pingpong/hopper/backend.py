@@ -36,14 +36,14 @@ import torch
 from ..errors import PingpongError
 from ..runtime import plan as plan_mod
 from ..runtime.addressing import unaddressable
-from ..runtime.device import is_hopper, sm_count
+from ..runtime.device import is_hopper
 from ..runtime.launcher import CachedLaunch
 from ..runtime.plan import GroupedPlan, LaunchedPlan, Plan, arrival_counters, bias_vector, device_index
 from ..runtime.spec import COLS, RAGGED_K, GemmSpec, grouped_out, ragged_view
 from .config import KernelConfig, column_pieces
 from .launch import counter_count, partial_slots, per_batch, prepare, prepare_split, tma_orientation, \
     workspace_reason, workspace_shape
-from .select import DEFAULT_SMS, choose
+from .select import DEFAULT_SMS, Device, choose
 
 NAME = "hopper"
 ORDER = 0
@@ -117,7 +117,7 @@ def can_implement(spec: GemmSpec) -> str | None:
     if _one_kernel(spec) and len(column_pieces(config.block_n)) > 1:
         return (f"block_n={config.block_n} (two column pieces) runs 2-D products only; batched products take a"
                 " power-of-two block_n")
-    return workspace_reason(*spec.mnk, config, sms=_stream_sms(config, device_index(device)))
+    return workspace_reason(*spec.mnk, config, sms=_stream_sms(config, spec))
 
 
 def plan(spec: GemmSpec) -> Plan:
@@ -135,29 +135,31 @@ def plan(spec: GemmSpec) -> Plan:
     a, b, c = spec.a, spec.b, spec.c
     out_dtype, read, activation = spec.out_dtype, spec.epilogue.reads_c, spec.epilogue.activation
     device = device_index(spec.device)
+    gpu = Device.of(device, spec.carveout)  # the SMs the launch spans: the GPU's less torch's carveout
     (M, N, K), batches = spec.mnk, spec.batches
     config, source = spec.config, "the config given"
     if config is None:
-        config, source = choose(batches * M, N, K, (a.dtype, out_dtype), _layouts(a, b), device)
+        config, source = choose(batches * M, N, K, (a.dtype, out_dtype), _layouts(a, b), gpu)
         source = "the heuristic's config" if source == "heuristic" else f"the config tuned in {source}"
         if _one_kernel(spec):
             config, source = one_kernel_config(config), source + ", as one batched kernel"
-        why = workspace_reason(*spec.mnk, config, sms=_stream_sms(config, device))
+        why = workspace_reason(*spec.mnk, config, sms=_stream_sms(config, spec, gpu))
         if why:
             raise PingpongError(f"config: {why}")
     d = config.derive(a.element_size(), out_dtype.itemsize)  # validates
     copy_ab = dict(copy_a=tma_matrices(a) is None, copy_b=tma_matrices(b) is None, read=read)
     if d.workspace:  # split-K / swap-AB / stream-K: C and out go through pointers, row-major suffices
-        splits = partial_slots(M, N, K, config, sms=_stream_sms(config, device))
-        rows, cols = workspace_shape(M, N, K, config, sms=_stream_sms(config, device))
+        splits = partial_slots(M, N, K, config, sms=_stream_sms(config, spec, gpu))
+        rows, cols = workspace_shape(M, N, K, config, sms=_stream_sms(config, spec, gpu))
         row_major = lambda t: t.strides[1] == 1 or t.shape[1] <= 1  # noqa: E731
         plan = SplitPlan(device, config, **copy_ab, copy_c=read and not row_major(c),
                          copy_out=spec.inplace and not row_major(c), workspace=(rows, cols),
-                         counters=counter_count(M, N, config) if splits > 1 else 0, activation=activation)
+                         counters=counter_count(M, N, config) if splits > 1 else 0, activation=activation,
+                         sms=gpu.sms)
     else:
         out_legal = (tma_matrices(c) == "row") if spec.inplace else _fresh_row_major_legal(N, out_dtype)
         plan = HopperPlan(device, config, **copy_ab, copy_c=read and tma_matrices(c) != "row",
-                          copy_out=not out_legal, activation=activation, batched=spec.batched)
+                          copy_out=not out_legal, activation=activation, batched=spec.batched, sms=gpu.sms)
     plan.why = source
     return plan
 
@@ -176,10 +178,13 @@ def one_kernel_config(config: KernelConfig) -> KernelConfig:
     return dataclasses.replace(config, split_k=1, block_n=pieces[0], cluster_m=1, stream_k=False)  # 2-D only
 
 
-def _stream_sms(config: KernelConfig, device: int) -> int:
+def _stream_sms(config: KernelConfig, spec: GemmSpec, gpu: Device | None = None) -> int:
     """The SMs a stream-K launch divides its work between (its workspace depends on them; the
-    other configs' does not, and they ask no device)."""
-    return sm_count(device) if config.stream_k else DEFAULT_SMS
+    other configs' does not, and they ask no device): `gpu`'s, else the spec's device's under
+    its carveout."""
+    if not config.stream_k:
+        return DEFAULT_SMS
+    return (gpu or Device.of(device_index(spec.device), spec.carveout)).sms
 
 
 def _layouts(a, b) -> str:
@@ -244,18 +249,22 @@ def _grouped_plan(spec: GemmSpec) -> "GroupedHopperPlan":
     else:
         T, N = out.shape
         config = kernel.select_grouped_config(T, G, N)
-    return GroupedHopperPlan(device_index(spec.device), spec.groups.mode, kernel.prepare, config, copy_a, copy_b)
+    device = device_index(spec.device)
+    return GroupedHopperPlan(device, spec.groups.mode, kernel.prepare, config, copy_a, copy_b,
+                             Device.of(device, spec.carveout).sms)
 
 
 class GroupedHopperPlan(GroupedPlan):
     """A grouped product on a Hopper grouped kernel (`_grouped_layout`), launched through a
     bound direct launch (Triton's JIT on the plan's first call). An operand TMA cannot read
-    as stored is copied contiguous first ("hopper-padded")."""
+    as stored is copied contiguous first ("hopper-padded"). `sms`: the SMs its persistent grid
+    spans (the GPU's less torch's SM carveout when planned)."""
 
-    __slots__ = ("prepare", "config", "copy_a", "copy_b", "launch")
+    __slots__ = ("prepare", "config", "copy_a", "copy_b", "launch", "sms")
 
-    def __init__(self, device, mode, prepare, config, copy_a, copy_b):
+    def __init__(self, device, mode, prepare, config, copy_a, copy_b, sms):
         self.device, self.mode, self.prepare, self.config, self.activation = device, mode, prepare, config, "none"
+        self.sms = sms
         self.copy_a, self.copy_b = copy_a, copy_b
         self.path = "hopper-padded" if copy_a or copy_b else "hopper"
         self.launch = CachedLaunch()
@@ -270,7 +279,7 @@ class GroupedHopperPlan(GroupedPlan):
         o = out.data_ptr()
         ptrs = (a.data_ptr(), b.data_ptr(), o, offs.data_ptr()) if self.mode == RAGGED_K else \
             (a.data_ptr(), b.data_ptr(), o, o, offs.data_ptr())
-        self.launch(self.device, ptrs, (), self.prepare, a, b, out, offs, self.config, sm_count(self.device))
+        self.launch(self.device, ptrs, (), self.prepare, a, b, out, offs, self.config, self.sms)
 
 
 # ----------------------------------------------------------------------------- plans
@@ -279,13 +288,15 @@ class GroupedHopperPlan(GroupedPlan):
 class HopperPlan(LaunchedPlan):
     """The Gluon kernel (pingpong.hopper). Operands that TMA cannot read as they are stored
     are copied into 16-byte-aligned buffers; an output it cannot write is computed into one
-    and copied back."""
+    and copied back. `sms`: the SMs its persistent grid spans (the GPU's less torch's SM
+    carveout when planned: the carveout is in the plan's key)."""
 
     __slots__ = ("config", "copy_a", "copy_b", "copy_c", "copy_out", "reads_c", "launch", "batched", "one_launch",
-                 "pointer_launch")
+                 "pointer_launch", "sms")
 
-    def __init__(self, device, config, copy_a, copy_b, copy_c, copy_out, read, activation="none", batched=False):
-        self.device, self.config, self.reads_c, self.activation = device, config, read, activation
+    def __init__(self, device, config, copy_a, copy_b, copy_c, copy_out, read, activation="none", batched=False, *,
+                 sms):
+        self.device, self.config, self.reads_c, self.activation, self.sms = device, config, read, activation, sms
         self.copy_a, self.copy_b, self.copy_c, self.copy_out = copy_a, copy_b, copy_c, copy_out
         self.batched = batched
         self.path = "hopper-padded" if (copy_a or copy_b or copy_c or copy_out) else "hopper"
@@ -329,7 +340,7 @@ class HopperPlan(LaunchedPlan):
         self.launch(self.device, ptrs, (alpha, beta), self._jit_args, a, b, target, cin, alpha, beta, bias)
 
     def _jit_args(self, a, b, target, cin, alpha, beta, bias):
-        return prepare(a, b, target, cin, alpha, beta, self.config, sm_count(self.device), bias, self.activation)
+        return prepare(a, b, target, cin, alpha, beta, self.config, self.sms, bias, self.activation)
 
 
 class SplitPlan(HopperPlan):
@@ -346,8 +357,8 @@ class SplitPlan(HopperPlan):
     __slots__ = ("workspace", "counters", "unused", "scratch_device")
 
     def __init__(self, device, config, copy_a, copy_b, copy_c, copy_out, read, workspace, counters,
-                 activation="none"):
-        super().__init__(device, config, copy_a, copy_b, copy_c, copy_out, read, activation)
+                 activation="none", *, sms):
+        super().__init__(device, config, copy_a, copy_b, copy_c, copy_out, read, activation, sms=sms)
         self.workspace = workspace  # (rows, cols) of the fp32 workspace
         self.counters = counters  # number of int32 arrival counters (0: one split, none needed)
         self.unused = None
@@ -382,7 +393,7 @@ class SplitPlan(HopperPlan):
         return self._jit_args(a, b, out, None, 1.0, 0.0, ws, counters, bias)
 
     def _jit_args(self, a, b, target, cin, alpha, beta, ws, counters, bias):
-        return prepare_split(a, b, target, cin, alpha, beta, self.config, sm_count(self.device), ws, counters, bias,
+        return prepare_split(a, b, target, cin, alpha, beta, self.config, self.sms, ws, counters, bias,
                              self.activation)
 
 

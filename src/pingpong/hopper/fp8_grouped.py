@@ -61,7 +61,6 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from ..runtime import compile as cc
-from ..runtime.device import sm_count
 from ..runtime.fp8_spec import scale_kinds
 from ..runtime.launcher import CachedLaunch
 from ..runtime.plan import Plan, device_index
@@ -74,6 +73,7 @@ from .grouped import GroupedEpilogue, GroupedScheduler, group_pad
 from .launch import _descriptor, kernel_constants, launch_options, tma_orientation
 from .loader import TileLoader
 from .pipeline import Ring
+from .select import Device
 
 
 # ----------------------------------------------------------------------------- the kernel
@@ -196,25 +196,28 @@ def plan(spec) -> "Fp8GroupedPlan":
     sc = spec.epilogue.scales
     promote = scale_kinds(spec.a, spec.b, sc.a, sc.b)[0] == "block" or not sc.fast_accum
     (T, _), (G, _, N) = spec.a.shape, spec.b.shape
-    return Fp8GroupedPlan(device_index(spec.device), promote, select_fp8_grouped_config(T, G, N, promote))
+    device = device_index(spec.device)
+    return Fp8GroupedPlan(device, promote, select_fp8_grouped_config(T, G, N, promote),
+                          Device.of(device, spec.carveout).sms)
 
 
 class Fp8GroupedPlan(Plan):
     """One FP8 grouped spec on this kernel: its tile, promotion and bound direct launch
     (Triton's JIT on the plan's first call). run(a, b, scale_a, scale_b, offs, out): b the
-    caller's (G, K, N) K-major view, out a new (T, N) row-major tensor."""
+    caller's (G, K, N) K-major view, out a new (T, N) row-major tensor. `sms`: the SMs its
+    persistent grid spans (the GPU's less torch's SM carveout when planned)."""
 
-    __slots__ = ("promote", "config", "launch")
+    __slots__ = ("promote", "config", "launch", "sms")
 
-    def __init__(self, device, promote, config):
+    def __init__(self, device, promote, config, sms):
         self.device, self.promote, self.config, self.path, self.activation = device, promote, config, "hopper", "none"
-        self.launch = CachedLaunch()
+        self.launch, self.sms = CachedLaunch(), sms
 
     def run(self, a, b, scale_a, scale_b, offs, out) -> None:
         w = b.transpose(1, 2)  # (G, N, K) row-major: the kernel's view
         sa, sb = block_scale_views(scale_a, scale_b) if scale_b.dim() == 3 else (scale_a, scale_b)
         self.launch(self.device, launch_ptrs(a, w, out, offs, sa, sb), (), prepare, a, w, out, offs, scale_a, scale_b,
-                    self.promote, self.config, sm_count(self.device))
+                    self.promote, self.config, self.sms)
 
 
 def launch_ptrs(a, w, out, offs, scale_a, scale_b) -> tuple[int, ...]:

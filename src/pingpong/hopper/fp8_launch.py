@@ -62,7 +62,6 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ..runtime import compile as cc
-from ..runtime.device import sm_count
 from ..runtime.launcher import CachedLaunch
 from ..errors import ConfigError
 from ..runtime.plan import Plan, arrival_counters, bias_vector, device_index
@@ -166,20 +165,22 @@ def least_wave_time(M: int, N: int, sms: int, tiles) -> KernelConfig:
 
 
 def choose_fp8(M: int, N: int, K: int, promote: bool, sms: int, gpu: str | None = None, scaling: str = "tensor",
-               sb_cols: int = SCALE_BLOCK, out_bytes: int = 2, kind: str = "e4m3") -> tuple[KernelConfig, str]:
+               sb_cols: int = SCALE_BLOCK, out_bytes: int = 2, kind: str = "e4m3",
+               carveout: int = 0) -> tuple[KernelConfig, str]:
     """(config, source) of an FP8 product: the tuning table of the GPU named `gpu` (None: no
     table) for this problem (its dtype key: `fp8_key(kind, scaling, promote)`) where it has a
-    usable entry (source: its path), else the rule (source "rule")."""
+    usable entry (source: its path), else the rule (source "rule"). `sms`: the SMs the launch
+    spans, the GPU's less torch's SM carveout `carveout` (select.Device)."""
     rule = rule_fp8(M, N, K, promote, sms, scaling)
     check = lambda c: check_fp8_config(c, promote, out_bytes, scale_boxes(scaling, sb_cols, c))  # noqa: E731
-    found = tabled(M, N, K, tables.fp8_key(kind, scaling, promote), "nt", Device(gpu, sms), rule, check)
+    found = tabled(M, N, K, tables.fp8_key(kind, scaling, promote), "nt", Device(gpu, sms, carveout), rule, check)
     return found or (rule, "rule")
 
 
 def select_fp8(M: int, N: int, K: int, promote: bool, sms: int, gpu: str | None = None, scaling: str = "tensor",
-               sb_cols: int = SCALE_BLOCK, out_bytes: int = 2, kind: str = "e4m3") -> KernelConfig:
+               sb_cols: int = SCALE_BLOCK, out_bytes: int = 2, kind: str = "e4m3", carveout: int = 0) -> KernelConfig:
     """The KernelConfig of an FP8 product (module docstring; `choose_fp8` says where it came from)."""
-    return choose_fp8(M, N, K, promote, sms, gpu, scaling, sb_cols, out_bytes, kind)[0]
+    return choose_fp8(M, N, K, promote, sms, gpu, scaling, sb_cols, out_bytes, kind, carveout)[0]
 
 
 def sa_box(block_m: int, any_row: bool = False) -> int:
@@ -368,13 +369,15 @@ class Fp8Plan(Plan):
     arrival counters per call, as the 16-bit SplitPlan (pingpong.hopper.backend); swap-AB with
     one split: the split kernel's pointer epilogue, with empty stand-ins for both. `scaling`
     is the kernel's (`kernel_scaling`); `broadcast`: tensor-wise scalars given to the row-wise
-    kernel as (M, 1) and (1, N) vectors, made per call."""
+    kernel as (M, 1) and (1, N) vectors, made per call. `sms`: the SMs its persistent grid
+    spans (the GPU's less torch's SM carveout when planned)."""
 
-    __slots__ = ("scaling", "sb_cols", "promote", "config", "launch", "workspace", "counters", "unused", "broadcast")
+    __slots__ = ("scaling", "sb_cols", "promote", "config", "launch", "workspace", "counters", "unused", "broadcast",
+                 "sms")
 
     def __init__(self, device, scaling, sb_cols, promote, config, activation, workspace=(0, 0), counters=0,
-                 broadcast=False):
-        self.device, self.path, self.activation, self.extents = device, "hopper-fp8", activation, None
+                 broadcast=False, *, sms):
+        self.device, self.path, self.activation, self.extents, self.sms = device, "hopper-fp8", activation, None, sms
         self.scaling, self.sb_cols, self.promote, self.config = scaling, sb_cols, promote, config
         self.broadcast = broadcast
         self.workspace, self.counters = workspace, counters  # (rows, cols) fp32; int32 counters (0: unsplit)
@@ -408,7 +411,7 @@ class Fp8Plan(Plan):
 
     def _jit_args(self, a, b, out, scale_a, scale_b, bias, ws, counters):
         return prepare(a, b.t(), out, scale_a, scale_b, self.scaling, self.promote, self.sb_cols, self.config,
-                       sm_count(self.device), bias, self.activation, ws, counters)
+                       self.sms, bias, self.activation, ws, counters)
 
 
 def plan(spec: GemmSpec) -> Fp8Plan:
@@ -420,21 +423,23 @@ def plan(spec: GemmSpec) -> Fp8Plan:
     scaling, sb_cols = scale_mode(spec.a, spec.b, sc.a, sc.b)
     promote = scaling == "block" or not sc.fast_accum
     device = device_index(spec.device)
+    gpu = Device.of(device, spec.carveout)  # the SMs the launch spans: the GPU's less torch's carveout
     (M, N, K) = spec.mnk
     if spec.config is not None:
         config = spec.config
     else:  # the GPU's tuning table for this FP8 problem, else the rule
-        config = select_fp8(M, N, K, promote, sm_count(device), Device.of(device).name, scaling, sb_cols,
-                            spec.out_dtype.itemsize, FP8_KINDS[spec.a.dtype])
+        config = select_fp8(M, N, K, promote, gpu.sms, gpu.name, scaling, sb_cols, spec.out_dtype.itemsize,
+                            FP8_KINDS[spec.a.dtype], gpu.carveout)
     check_fp8_config(config, promote, spec.out_dtype.itemsize, scale_boxes(scaling, sb_cols, config))
     why = workspace_reason(M, N, K, config, FP8_BYTES)
     if why:
         raise ConfigError(why)
-    scaling, broadcast = kernel_scaling(scaling, M, N, K, config, promote, sm_count(device))
+    scaling, broadcast = kernel_scaling(scaling, M, N, K, config, promote, gpu.sms)
     if fp8_splits(K, config) == 1:  # swap-AB alone runs the split kernel with no workspace or counters
-        return Fp8Plan(device, scaling, sb_cols, promote, config, spec.epilogue.activation, broadcast=broadcast)
+        return Fp8Plan(device, scaling, sb_cols, promote, config, spec.epilogue.activation, broadcast=broadcast,
+                       sms=gpu.sms)
     return Fp8Plan(device, scaling, sb_cols, promote, config, spec.epilogue.activation,
-                   workspace_shape(M, N, K, config, FP8_BYTES), counter_count(M, N, config, FP8_BYTES))
+                   workspace_shape(M, N, K, config, FP8_BYTES), counter_count(M, N, config, FP8_BYTES), sms=gpu.sms)
 
 
 # ----------------------------------------------------------------------------- offline compilation

@@ -1,7 +1,9 @@
 """Which KernelConfig a GEMM runs with: `select_config(M, N, K, dtypes, layouts, device)`.
 
     tuning table for this GPU (pingpong.hopper.table) has an entry in (M, N, K)'s bucket?
-        yes, for this very shape ─> its config (if it is valid for these element sizes)
+        yes, for this very shape ─> its config (if it is valid for these element sizes);
+                                    under torch's SM carveout it counts as a near shape
+                                    (the table's timings had every SM; the waves do not)
         yes, for a near shape    ─> its config, unless on this shape it idles more of the last
                                     wave than the heuristic's does (× NEAR_SLACK): a tile
                                     width tuned for 6144 columns (128 tiles of 128×192) is
@@ -11,7 +13,7 @@
                                     tuned at M = 64 are full there but 2/3 empty at M = 86
         no                       ─> the heuristic below
 
-The heuristic, for shapes nobody tuned (S = the GPU's SM count):
+The heuristic, for shapes nobody tuned (S = the GPU's SM count, less torch's SM carveout):
 
     | case                          | config                                              |
     |-------------------------------|-----------------------------------------------------|
@@ -151,27 +153,31 @@ _NAMES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "f
 
 @dataclasses.dataclass(frozen=True)
 class Device:
-    """The facts of a GPU that selection reads. name None: no tuning table applies."""
+    """The facts of a GPU that selection reads. name None: no tuning table applies. sms: the
+    SMs a launch spans (the persistent grid, the waves selection counts): the GPU's less
+    torch's SM carveout `carveout` (pingpong.runtime.device), whose tables stay the GPU's
+    (sms + carveout; `tabled`)."""
 
     name: str | None = None
     sms: int = DEFAULT_SMS
+    carveout: int = 0
 
     @classmethod
-    def of(cls, device) -> "Device":
-        """Device(...) as given, or the facts of a CUDA device (index or torch.device); None →
+    def of(cls, device, carveout: int | None = None) -> "Device":
+        """Device(...) as given, or the facts of a CUDA device (index or torch.device) under
+        torch's SM carveout `carveout` (None: none; PingpongError when it leaves no SM); None →
         the default (no table, DEFAULT_SMS)."""
         if device is None or isinstance(device, Device):
             return device or cls()
         import torch
 
+        from ..runtime.device import carveout_sms, launch_sms
+
         if not torch.cuda.is_available():  # plans built without a GPU (tests): the default facts
-            return cls()
-
-        from ..runtime.device import sm_count
-
+            return cls(None, carveout_sms(DEFAULT_SMS, carveout), carveout or 0)
         index = device if isinstance(device, int) else (device.index if device.index is not None
                                                         else torch.cuda.current_device())
-        return cls(torch.cuda.get_device_name(index), sm_count(index))
+        return cls(torch.cuda.get_device_name(index), launch_sms(index, carveout), carveout or 0)
 
 
 def dtype_name(dtype) -> str:
@@ -314,7 +320,7 @@ def tabled(M: int, N: int, K: int, dtype: str, layout: str, device: Device, fall
     is compared with). The one lookup of select_config and of select_fp8."""
     if device.name is None:
         return None
-    table, where = tables.active(tables.TableKey.current(device.name, device.sms))
+    table, where = tables.active(tables.TableKey.current(device.name, device.sms + device.carveout))
     entry = table.nearest(M, N, K, dtype, layout) if table else None
     if entry is None:
         return None
@@ -323,7 +329,8 @@ def tabled(M: int, N: int, K: int, dtype: str, layout: str, device: Device, fall
         check(tuned)
     except ConfigError:
         return None
-    exact = (entry["M"], entry["N"], entry["K"]) == (M, N, K)
+    # under a carveout an exact entry is near: it was measured on all the GPU's SMs
+    exact = (entry["M"], entry["N"], entry["K"]) == (M, N, K) and not device.carveout
     if exact or (idle_waves(tuned, M, N, K, device.sms) <= NEAR_SLACK * idle_waves(fallback, M, N, K, device.sms)
                  and tile_fill(tuned, M, N) * NEAR_SLACK >= tile_fill(tuned, entry["M"], entry["N"])):
         return tuned, where

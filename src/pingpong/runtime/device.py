@@ -1,14 +1,48 @@
-"""Facts about a GPU that the launch paths read on every call, queried once per device."""
+"""Facts about a GPU that the launch paths read on every call, queried once per device.
+
+The persistent kernels (Hopper GEMM, FP8, grouped, the streaming add) launch one program per
+SM they may use: `launch_sms`, the device's SMs less torch's SM carveout. The carveout
+(`torch._C._set_sm_carveout_experimental(n)`; None: unset) is what torch's own matmuls honor
+(cuBLASLt targets SMs − n, its CUTLASS kernels size their grids so, inductor's persistent
+templates read it; on ROCm torch runs cuBLASLt on a CU-masked stream): SMs left to kernels
+that run beside the GEMM, such as NCCL's all-gathers and reduce-scatters under FSDP2. Without
+it a persistent CTA whose SM is held waits for it, and the GEMM's tail grows by that wait.
+pingpong.runtime.spec's `sm_carveout()` reads it (a C getter, tens of ns) once per call into
+the key of every plan cache (GemmSpec.carveout, the layer key), so a plan made under one
+carveout never serves another.
+"""
 
 import functools
 
 import torch
 
+from ..errors import PingpongError
+
+#: what sets torch's SM carveout, for messages
+CARVEOUT_SETTER = "torch._C._set_sm_carveout_experimental"
+
 
 @functools.lru_cache(maxsize=None)
 def sm_count(device_index: int) -> int:
-    """Number of SMs (CUs on ROCm) of a device: the persistent grid."""
+    """Number of SMs (CUs on ROCm) of a device: the persistent grid without a carveout."""
     return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def carveout_sms(sms: int, carveout: int | None) -> int:
+    """The SMs of `sms` left under torch's SM carveout `carveout` (None: all of them);
+    PingpongError naming torch's setting when it is negative or leaves no SM."""
+    if carveout is None:
+        return sms
+    if not 0 <= carveout < sms:
+        raise PingpongError(f"SM carveout ({CARVEOUT_SETTER}): {carveout} must be at least 0 and below the GPU's"
+                            f" {sms} SMs; set it to a value in [0, {sms - 1}] or to None")
+    return sms - carveout
+
+
+@functools.lru_cache(maxsize=None)
+def launch_sms(device_index: int, carveout: int | None) -> int:
+    """The SMs a persistent grid on the device spans under `carveout` (`carveout_sms`)."""
+    return carveout_sms(sm_count(device_index), carveout)
 
 
 @functools.lru_cache(maxsize=None)

@@ -37,6 +37,7 @@ import torch
 
 from ..errors import PingpongError
 from . import spec as spec_mod
+from .device import launch_sms
 from .spec import BATCHED, RAGGED_K, GemmSpec, torch_activation
 
 #: "Which kernel ran": each new plan (a cache miss, never a hit) is reported at INFO. Off unless
@@ -108,8 +109,11 @@ def store(key, plan: "Plan") -> "Plan":
 
 def plan_for(spec: GemmSpec, backends=None) -> "Plan":
     """Decide, for a validated spec: the first backend (of `backends`, default the registry's)
-    that can implement it plans it (not cached). The plan's `why` says why that backend and,
+    that can implement it plans it (not cached); a spec under an SM carveout that leaves the
+    GPU no SM is refused first (PingpongError naming torch's setting). The plan's `why` says why that backend and,
     where the backend says, where its config came from; the decision is logged (LOG, INFO)."""
+    if spec.carveout is not None and spec.device.type == "cuda":  # every path: torch's carveout leaves an SM
+        launch_sms(device_index(spec.device), spec.carveout)
     plan = _decide(spec, backends)
     if LOG.isEnabledFor(logging.INFO):
         LOG.info("%s -> %s", describe_spec(spec), describe(plan))

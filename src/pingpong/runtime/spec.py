@@ -22,6 +22,9 @@ and the plan cache's key. A leaf module (torch and pingpong.errors only): every 
         mode           ROWS | COLS | RAGGED_K | BATCHED   from a's and b's dims (`grouped_mode`)
         count          int                    G, the number of groups
         offs           Operand | None         the groups' cumulative ends (None: batched)
+      carveout         int | None             torch's SM carveout when the call was made
+                                              (pingpong.runtime.device): the SMs a
+                                              persistent grid spans, so part of the key
 
 α and β are per-call launch scalars: a plan serves every value, so they are not in the key;
 the spec records what they decide (`reads_c`). The batch is in the operands' shapes
@@ -56,6 +59,9 @@ BIAS_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 #: The fused epilogue's activations: the one list (pingpong.fused documents them; the kernels
 #: branch on the name as a constexpr).
 ACTIVATIONS = ("none", "relu", "gelu_erf", "gelu_tanh", "silu")
+#: torch's SM carveout (torch._C._set_sm_carveout_experimental: SMs kept free of matmuls; None:
+#: unset), read once per call into every plan key: a C getter (pingpong.runtime.device)
+sm_carveout = torch._C._get_sm_carveout_experimental
 
 
 def torch_activation(activation: str):
@@ -186,6 +192,7 @@ class GemmSpec(NamedTuple):
     inplace: bool = False
     config: object = None
     groups: GroupSpec | None = None
+    carveout: int | None = None  # torch's SM carveout (None: unset)
 
     @property
     def device(self) -> torch.device:
@@ -247,7 +254,8 @@ def build(a, b, c=None, beta: float = 0.0, out_dtype=None, bias=None, activation
             sc = None if scales is None else _new(ScaleSpec, (operand(scales[0]), operand(scales[1]), scales[2]))
             epi = EpilogueSpec(c is not None and beta != 0.0, ob_, bias_kind(ob_, a.shape[-2]),
                                "none" if activation is None else activation, sc)
-        return _new(GemmSpec, (oa, ob, oc, a.dtype if out_dtype is None else out_dtype, epi, inplace, config, None))
+        return _new(GemmSpec, (oa, ob, oc, a.dtype if out_dtype is None else out_dtype, epi, inplace, config, None,
+                               sm_carveout()))
     except (AttributeError, TypeError, RuntimeError, IndexError):
         return None
 
@@ -279,7 +287,8 @@ def build_grouped(a, b, offs, out_dtype, scales=None) -> GemmSpec | None:
             epi = _new(EpilogueSpec, (False, None, "none", "none", _new(ScaleSpec, (
                 _new(Operand, (x.dtype, x.shape, x.stride(), x.device, x.data_ptr() % 16 == 0)),
                 _new(Operand, (y.dtype, y.shape, y.stride(), y.device, y.data_ptr() % 16 == 0)), fast))))
-        return _new(GemmSpec, (oa, ob, None, a.dtype if out_dtype is None else out_dtype, epi, False, None, groups))
+        return _new(GemmSpec, (oa, ob, None, a.dtype if out_dtype is None else out_dtype, epi, False, None, groups,
+                               sm_carveout()))
     except (AttributeError, TypeError, RuntimeError, IndexError, KeyError):
         return None
 

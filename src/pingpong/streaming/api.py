@@ -14,7 +14,8 @@ import os
 
 import torch
 
-from ..runtime.device import is_hopper, sm_count
+from ..runtime.device import is_hopper, launch_sms
+from ..runtime.spec import sm_carveout
 from ..errors import PingpongError, check_tensor
 from . import hopper, portable
 
@@ -131,7 +132,6 @@ def _launch(index, a, b, out):
     takes the tensors as they are (only base address and numel matter); the portable one
     gets flat views."""
     if is_hopper(index) and _tma_ok(a, b, out):
-        sms = sm_count(index)
-        hopper.launch(a, b, out, sms, hopper.DEFAULT, index)
+        hopper.launch(a, b, out, launch_sms(index, sm_carveout()), hopper.DEFAULT, index)  # less torch's SM carveout
     else:
         portable.launch(a.view(-1), b.view(-1), out.view(-1))
