@@ -130,6 +130,7 @@ class GroupedScheduler:
     BK: gl.constexpr
     GROUP_M: gl.constexpr
     G_PAD: gl.constexpr
+    RAGGED_K: gl.constexpr
 
     @gluon.constexpr_function
     def __init__(self, pid, num_programs, offs, G, T, num_pid_n, total_m, num_tiles, k_steps, BM, BN, BK, GROUP_M,
@@ -148,6 +149,7 @@ class GroupedScheduler:
         self.BK = gl.constexpr(BK)
         self.GROUP_M = gl.constexpr(GROUP_M)
         self.G_PAD = gl.constexpr(G_PAD)
+        self.RAGGED_K = gl.constexpr(False)
 
     @gluon.jit
     def create(offs, G, T, N, K, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr,

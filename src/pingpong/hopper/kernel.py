@@ -1,6 +1,22 @@
 """The Hopper GEMM kernels: orchestration only. Each schedule is a short function that reads
 top-down; the parts (Ring, TileLoader, MmaOp, Epilogue, TileScheduler, PhaseSync) do the work.
 
+ONE SKELETON. Every warp-specialized Hopper kernel (these, the FP8 ones of
+pingpong.hopper.fp8_kernel, the grouped ones of pingpong.hopper.grouped, fp8_grouped and
+grouped_k) is `run_partitions`: one producer and one consumer function per schedule, with
+the parts that differ passed in as aggregates:
+
+    run_partitions(ring, sched, epi, loader, kloop, CFG)
+        producer   (loader, ring, sched)      loader.load per k-step of every unit of sched
+        consumer   (ring, sched, epi, kloop)  per unit: kloop.locate │ [ping-pong: wait turn] │
+                                              kloop.run (K loop; passes the turn) │ kloop.store → epi
+    sched   TileScheduler, SplitKScheduler, StreamKScheduler (pingpong.hopper.scheduler),
+            GroupedScheduler, RaggedKScheduler (RAGGED_K: k-steps counted unit by unit)
+    kloop   PlainKLoop (wgmmas accumulate in place), fp8_kernel.Fp8KLoop (promoted, paired or
+            plain; the outer scales at the store)
+    loader  TileLoader, fp8_kernel.Fp8Loader (+ block scales), grouped_k.RaggedKLoader
+    epi     Epilogue, fixup.SplitEpilogue / StreamKEpilogue, grouped.GroupedEpilogue
+
 PING-PONG (schedule="pingpong"): one producer warp, two consumer warpgroups, each consumer
 owns whole output tiles and they take turns on the tensor cores.
 
@@ -115,15 +131,23 @@ def finish_mainloop(mma, ring, last):
 
 @gluon.jit
 def producer(loader, ring, sched):
-    """The TMA warp: every k-step of every work unit of this program, in order, into the ring."""
+    """The TMA warp: every k-step of every work unit of this program, in order, into the ring
+    (RAGGED_K: the unit's K range as the scheduler reads it from device data, k-steps past its
+    end zero-filled by the loader's ragged boxes)."""
     counter = 0
     for t in range(sched.local_tiles()):
         off_m, off_n = sched.tile_offsets(t)
-        k0 = sched.k_begin(t)
-        batch = sched.tile_batch(t)
-        for k in range(sched.unit_steps(t)):
-            loader.load(ring, counter, off_m, off_n, k0 + k * sched.BK, batch)
-            counter += 1
+        if sched.RAGGED_K:
+            start, rows, steps = sched.k_range(t)
+            for k in range(steps):
+                loader.load(ring, counter, off_m, off_n, start, rows, k * sched.BK)
+                counter += 1
+        else:
+            k0 = sched.k_begin(t)
+            batch = sched.tile_batch(t)
+            for k in range(sched.unit_steps(t)):
+                loader.load(ring, counter, off_m, off_n, k0 + k * sched.BK, batch)
+                counter += 1
 
 
 # ----------------------------------------------------------------------------- K loops
@@ -173,19 +197,25 @@ class PlainKLoop:
 
     @gluon.jit
     def accumulate(self, ring, first, steps, ROW0: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr, sync,
-                   CONSUMER: gl.constexpr, PINGPONG: gl.constexpr):
-        """k-steps first .. first+steps-1 into ROWS × COLS accumulators (rows ROW0.. of the A tile)."""
+                   CONSUMER: gl.constexpr, PINGPONG: gl.constexpr, MAY_BE_EMPTY: gl.constexpr = False):
+        """k-steps first .. first+steps-1 into ROWS × COLS accumulators (rows ROW0.. of the A
+        tile). MAY_BE_EMPTY: a unit of no k-step issues no wgmma, holds no slot, and gives zeros."""
         mma = mainloop(ring, first, steps, ROW0, ROWS, COLS, self.COLS2, self.acc_layout, self.acc_layout2,
                        self.A_KMAJOR, self.B_KMAJOR)
         if PINGPONG:
             sync.pass_turn(CONSUMER)
-        return finish_mainloop(mma, ring, first + steps - 1)
+        if MAY_BE_EMPTY:
+            if steps > 0:
+                mma = finish_mainloop(mma, ring, first + steps - 1)
+        else:
+            mma = finish_mainloop(mma, ring, first + steps - 1)
+        return mma
 
     @gluon.jit
     def run(self, ring, sched, t, unit, ROW0: gl.constexpr, ROWS: gl.constexpr, sync, CONSUMER: gl.constexpr,
             PINGPONG: gl.constexpr):
         first, steps = unit
-        return self.accumulate(ring, first, steps, ROW0, ROWS, sched.BN, sync, CONSUMER, PINGPONG)
+        return self.accumulate(ring, first, steps, ROW0, ROWS, sched.BN, sync, CONSUMER, PINGPONG, sched.RAGGED_K)
 
     @gluon.jit
     def store(self, epi, sched, mma, factor, CONSUMER: gl.constexpr, count, t, unit, ROW0: gl.constexpr):
@@ -199,28 +229,55 @@ class PlainKLoop:
 @gluon.jit
 def pingpong_consumer(ring, sched, epi, kloop, sync, CONSUMER: gl.constexpr):
     """Consumer CONSUMER takes this program's units CONSUMER, CONSUMER+2, ... (PhaseSync turns),
-    each through the K-loop variant `kloop` (PlainKLoop's docstring)."""
+    each through the K-loop variant `kloop` (PlainKLoop's docstring). RAGGED_K: it walks every
+    unit, adding up the k-steps of the other consumer's to find its ring position."""
     factor = kloop.outer_factor()
-    for j in range((sched.local_tiles() - CONSUMER + 1) // 2):
-        t = 2 * j + CONSUMER
-        unit = kloop.locate(sched, t)
-        sync.wait_turn(CONSUMER, j)
-        mma = kloop.run(ring, sched, t, unit, 0, sched.BM, sync, CONSUMER, True)
-        kloop.store(epi, sched, mma, factor, CONSUMER, j, t, unit, 0)
+    if sched.RAGGED_K:
+        first = 0
+        for t in range(sched.local_tiles()):
+            steps = sched.unit_steps(t)
+            if t % 2 == CONSUMER:
+                pingpong_unit(ring, sched, epi, kloop, sync, factor, CONSUMER, t, t // 2, (first, steps))
+            first += steps
+    else:
+        for j in range((sched.local_tiles() - CONSUMER + 1) // 2):
+            t = 2 * j + CONSUMER
+            pingpong_unit(ring, sched, epi, kloop, sync, factor, CONSUMER, t, j, kloop.locate(sched, t))
     epi.drain()
+
+
+@gluon.jit
+def pingpong_unit(ring, sched, epi, kloop, sync, factor, CONSUMER: gl.constexpr, t, j, unit):
+    """The consumer's j-th unit (the program's t-th): its K loop in its turn, then its epilogue."""
+    sync.wait_turn(CONSUMER, j)
+    mma = kloop.run(ring, sched, t, unit, 0, sched.BM, sync, CONSUMER, True)
+    kloop.store(epi, sched, mma, factor, CONSUMER, j, t, unit, 0)
 
 
 @gluon.jit
 def cooperative_consumer(ring, sched, epi, kloop, CONSUMER: gl.constexpr):
     """Consumer CONSUMER computes rows [CONSUMER·BM/2, (CONSUMER+1)·BM/2) of every unit (both
-    consumers read every k-step)."""
+    consumers read every k-step; RAGGED_K: the ring position a running sum of k-steps)."""
     ROWS: gl.constexpr = sched.BM // 2
     factor = kloop.outer_factor()
-    for t in range(sched.local_tiles()):
-        unit = kloop.locate(sched, t)
-        mma = kloop.run(ring, sched, t, unit, CONSUMER * ROWS, ROWS, 0, CONSUMER, False)
-        kloop.store(epi, sched, mma, factor, CONSUMER, t, t, unit, CONSUMER * ROWS)
+    if sched.RAGGED_K:
+        first = 0
+        for t in range(sched.local_tiles()):
+            steps = sched.unit_steps(t)
+            cooperative_unit(ring, sched, epi, kloop, factor, CONSUMER, t, (first, steps))
+            first += steps
+    else:
+        for t in range(sched.local_tiles()):
+            cooperative_unit(ring, sched, epi, kloop, factor, CONSUMER, t, kloop.locate(sched, t))
     epi.drain()
+
+
+@gluon.jit
+def cooperative_unit(ring, sched, epi, kloop, factor, CONSUMER: gl.constexpr, t, unit):
+    """The consumer's rows of the program's t-th unit: its K loop, then its epilogue."""
+    ROWS: gl.constexpr = sched.BM // 2
+    mma = kloop.run(ring, sched, t, unit, CONSUMER * ROWS, ROWS, 0, CONSUMER, False)
+    kloop.store(epi, sched, mma, factor, CONSUMER, t, t, unit, CONSUMER * ROWS)
 
 
 # ----------------------------------------------------------------------------- kernels
