@@ -7,8 +7,9 @@ The same parts as the 16-bit kernels (pingpong.hopper.kernel): the producer warp
 Ring (Fp8Loader: TileLoader's A and B boxes, and block-wise the slot's scales), the
 TileScheduler hands out tiles, the two consumer warpgroups run the ping-pong (PhaseSync
 turns) or cooperative (64-row halves) schedule, the Epilogue adds the bias, applies the
-activation, casts and stores through TMA. What is new is the consumer's K loop and where the
-scales go (Fp8Scales):
+activation, casts and stores through TMA; the partitions are the 16-bit kernels' skeleton
+(run_partitions). What is new is the consumer's K loop (Fp8KLoop, the K-loop variant the
+skeleton's consumers call) and where the scales go (Fp8Scales):
 
     SCALING   scale_a          scale_b              applied
     tensor    one fp32          one fp32             acc · sa · sb before the epilogue
