@@ -267,7 +267,9 @@ def test_kernel_calls_the_helpers_the_model_calls():
                  "tma.store_wait(stores_left_in_flight(self.BUFS))"):
         assert call in store, call
     coop = inspect.getsource(kernel.cooperative_consumer.fn)
-    assert "first = sched.first_step(t)" in coop  # the data-parallel schedulers' first_step is the model's helper
+    assert "kloop.locate(sched, t)" in coop  # the unit's first ring counter: the K loop's locate, which asks
+    assert "sched.first_step(t)" in inspect.getsource(kernel.PlainKLoop.locate.fn)  # the data-parallel schedulers'
+    # first_step, the model's helper
     for sched in (scheduler.TileScheduler, scheduler.SplitKScheduler):
         assert "first_counter(local_tile, self.k_steps, 1, 0)" in inspect.getsource(sched.first_step.fn)
     ws = inspect.getsource(kernel.warp_specialized_gemm.fn)

@@ -7,8 +7,9 @@ The same parts as the 16-bit kernels (pingpong.hopper.kernel): the producer warp
 Ring (Fp8Loader: TileLoader's A and B boxes, and block-wise the slot's scales), the
 TileScheduler hands out tiles, the two consumer warpgroups run the ping-pong (PhaseSync
 turns) or cooperative (64-row halves) schedule, the Epilogue adds the bias, applies the
-activation, casts and stores through TMA. What is new is the consumer's K loop and where the
-scales go (Fp8Scales):
+activation, casts and stores through TMA; the partitions are the 16-bit kernels' skeleton
+(run_partitions). What is new is the consumer's K loop (Fp8KLoop, the K-loop variant the
+skeleton's consumers call) and where the scales go (Fp8Scales):
 
     SCALING   scale_a          scale_b              applied
     tensor    one fp32          one fp32             acc · sa · sb before the epilogue
@@ -103,11 +104,10 @@ from triton.language.core import _aggregate as aggregate
 from ..runtime.spec import SCALE_BLOCK as _SCALE_BLOCK
 from .epilogue import Epilogue
 from .fixup import Alpha, SplitEpilogue
-from .kernel import finish_mainloop, mainloop, producer
+from .kernel import PlainKLoop, run_partitions
 from .loader import TileLoader
 from .mma import MmaOp
-from .phase_sync import PhaseSync
-from .pipeline import Ring, first_counter, ring_index
+from .pipeline import Ring, ring_index
 from .scheduler import SplitKScheduler, TileScheduler
 
 #: K elements per scale block (and per promotion; runtime.spec.SCALE_BLOCK) as the kernels read it.
@@ -428,31 +428,67 @@ def promoted_pieces(ring, first, k_steps, ROW0: gl.constexpr, ROWS: gl.constexpr
     return MmaOp(acc, acc2, gl.to_tensor(True), 2)
 
 
-@gluon.jit
-def k_loop(ring, scales, first, k_steps, kb0, batch, off_m, off_n, ROW0: gl.constexpr, ROWS: gl.constexpr,
-           COLS: gl.constexpr, COLS2: gl.constexpr, acc_layout: gl.constexpr, acc_layout2: gl.constexpr,
-           PROMOTE: gl.constexpr, sync, CONSUMER: gl.constexpr, PINGPONG: gl.constexpr):
-    """The fp32 accumulators (an MmaOp: one, or with COLS2 > 0 two column pieces) of the tile
-    at (off_m, off_n) of batch (group) `batch` over K blocks kb0 .. kb0+k_steps-1 (kb0 > 0: a
-    split-K unit): promoted, or the 16-bit kernels' in-place mainloop (fast accumulation).
-    Under PINGPONG the turn passes to the other consumer once the last wgmma is issued
-    (promoted: once it is done)."""
-    if PROMOTE:
-        if COLS2:
-            mma = promoted_pieces(ring, first, k_steps, ROW0, ROWS, COLS, COLS2, acc_layout, acc_layout2)
+@aggregate
+class Fp8KLoop:
+    """The FP8 consumers' K-loop variant (the interface of pingpong.hopper.kernel.PlainKLoop):
+    a unit is located before the consumer's turn, as (batch or group, off_m, off_n, first ring
+    counter), since the promotion reads the tile's scale phases; its K loop is promoted
+    (PROMOTE: promoted_mainloop, paired on ping-pong, or promoted_pieces) or the plain one
+    (fast accumulation); the outer scales go on at the store (store_tile, SPLIT: into a
+    SplitEpilogue), with the tensor-wise factor read once per consumer."""
+
+    scales: Fp8Scales
+    plain: PlainKLoop
+    PROMOTE: gl.constexpr
+    SPLIT: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, scales, plain, PROMOTE, SPLIT):
+        self.scales = scales
+        self.plain = plain
+        self.PROMOTE = gl.constexpr(PROMOTE)
+        self.SPLIT = gl.constexpr(SPLIT)
+
+    @gluon.jit
+    def outer_factor(self):
+        return self.scales.tensor_factor()
+
+    @gluon.jit
+    def locate(self, sched, t):
+        batch, off_m, off_n = sched.locate(t)
+        return batch, off_m, off_n, sched.first_step(t)
+
+    @gluon.jit
+    def run(self, ring, sched, t, unit, ROW0: gl.constexpr, ROWS: gl.constexpr, sync, CONSUMER: gl.constexpr,
+            PINGPONG: gl.constexpr):
+        """The fp32 accumulators (an MmaOp: one, or with COLS2 > 0 two column pieces) of the
+        unit's tile over its K blocks kb0 .. kb0+k_steps-1 (kb0 > 0: a split-K unit). Under
+        PINGPONG the turn passes to the other consumer once the last wgmma is issued
+        (promoted: once it is done)."""
+        batch, off_m, off_n, first = unit
+        kb0 = sched.k_begin(t) // sched.BK
+        COLS2: gl.constexpr = self.plain.COLS2
+        if self.PROMOTE:
+            if COLS2:
+                mma = promoted_pieces(ring, first, sched.k_steps, ROW0, ROWS, sched.BN, COLS2, self.plain.acc_layout,
+                                      self.plain.acc_layout2)
+            else:
+                # counter + shift = the tile's sb phase + its K block (Fp8Scales.sb_phase)
+                acc = promoted_mainloop(ring, self.scales, first, sched.k_steps,
+                                        self.scales.sb_phase(off_n, batch) + kb0 - first, self.scales.sa_phase(off_m),
+                                        ROW0, ROWS, sched.BN, self.plain.acc_layout, paired(PINGPONG, sched.BN))
+                mma = MmaOp(acc, gl.to_tensor(0), gl.to_tensor(True), 1)
+            if PINGPONG:
+                sync.pass_turn(CONSUMER)
         else:
-            # counter + shift = the tile's sb phase + its K block (Fp8Scales.sb_phase)
-            acc = promoted_mainloop(ring, scales, first, k_steps, scales.sb_phase(off_n, batch) + kb0 - first,
-                                    scales.sa_phase(off_m), ROW0, ROWS, COLS, acc_layout, paired(PINGPONG, COLS))
-            mma = MmaOp(acc, gl.to_tensor(0), gl.to_tensor(True), 1)
-        if PINGPONG:
-            sync.pass_turn(CONSUMER)
-    else:
-        mma = mainloop(ring, first, k_steps, ROW0, ROWS, COLS, COLS2, acc_layout, acc_layout2, True, True)
-        if PINGPONG:
-            sync.pass_turn(CONSUMER)
-        mma = finish_mainloop(mma, ring, first + k_steps - 1)
-    return mma
+            mma = self.plain.accumulate(ring, first, sched.k_steps, ROW0, ROWS, sched.BN, sync, CONSUMER, PINGPONG)
+        return mma
+
+    @gluon.jit
+    def store(self, epi, sched, mma, factor, CONSUMER: gl.constexpr, count, t, unit, ROW0: gl.constexpr):
+        batch, off_m, off_n, first = unit
+        store_tile(epi, self.scales, mma, CONSUMER, count, batch, off_m + ROW0, off_n, sched.split(t), self.SPLIT,
+                   factor)
 
 
 @gluon.jit
@@ -473,40 +509,6 @@ def store_tile(epi, scales, mma, CONSUMER: gl.constexpr, count, batch, off_m, of
     elif scales.SCALING == "tensor":
         epi = epi.with_scale(Alpha(factor))
     epi.store(mma, CONSUMER, count, off_m, off_n, batch, split)
-
-
-@gluon.jit
-def fp8_pingpong_consumer(ring, sched, epi, scales, sync, CONSUMER: gl.constexpr, acc_layout: gl.constexpr,
-                          PROMOTE: gl.constexpr, SPLIT: gl.constexpr):
-    """Consumer CONSUMER takes this program's tiles CONSUMER, CONSUMER+2, ... (PhaseSync turns)."""
-    factor = scales.tensor_factor()
-    for j in range((sched.local_tiles() - CONSUMER + 1) // 2):
-        t = 2 * j + CONSUMER
-        batch, off_m, off_n = sched.locate(t)
-        first = first_counter(j, sched.k_steps, 2, CONSUMER)
-        sync.wait_turn(CONSUMER, j)
-        mma = k_loop(ring, scales, first, sched.k_steps, sched.k_begin(t) // sched.BK, batch, off_m, off_n, 0,
-                     sched.BM, sched.BN, 0, acc_layout, acc_layout, PROMOTE, sync, CONSUMER, True)
-        store_tile(epi, scales, mma, CONSUMER, j, batch, off_m, off_n, sched.split(t), SPLIT, factor)
-    epi.drain()
-
-
-@gluon.jit
-def fp8_cooperative_consumer(ring, sched, epi, scales, CONSUMER: gl.constexpr, acc_layout: gl.constexpr,
-                             acc_layout2: gl.constexpr, BN2: gl.constexpr, PROMOTE: gl.constexpr,
-                             SPLIT: gl.constexpr):
-    """Consumer CONSUMER computes rows [CONSUMER·BM/2, (CONSUMER+1)·BM/2) of every tile (BN2 > 0:
-    its last BN2 columns a second piece)."""
-    ROWS: gl.constexpr = sched.BM // 2
-    factor = scales.tensor_factor()
-    for t in range(sched.local_tiles()):
-        batch, off_m, off_n = sched.locate(t)
-        first = first_counter(t, sched.k_steps, 1, 0)  # both consumers read every k-step
-        mma = k_loop(ring, scales, first, sched.k_steps, sched.k_begin(t) // sched.BK, batch, off_m, off_n,
-                     CONSUMER * ROWS, ROWS, sched.BN, BN2, acc_layout, acc_layout2, PROMOTE, 0, CONSUMER, False)
-        store_tile(epi, scales, mma, CONSUMER, t, batch, off_m + CONSUMER * ROWS, off_n, sched.split(t), SPLIT,
-                   factor)
-    epi.drain()
 
 
 @gluon.jit(do_not_specialize=["M", "N", "K", "sa_row", "sb_col"])
@@ -567,25 +569,11 @@ def check_constants(CFG: gl.constexpr, SCALING: gl.constexpr, PROMOTE: gl.conste
 @gluon.jit
 def run_fp8_partitions(ring, sched, epi, scales, tiles, CFG: gl.constexpr, PROMOTE: gl.constexpr,
                        SPLIT: gl.constexpr = False):
-    """The producer warp (Fp8Loader: `tiles`' A and B boxes, block-wise the scales) and the
-    two consumer warpgroups, ping-pong or cooperative, over `sched`'s tiles: the dense kernel's
-    (TileScheduler), the grouped one's (pingpong.hopper.fp8_grouped: GroupedScheduler, whose
-    `locate` gives each unit's group as the batch) and the split kernel's (SPLIT:
-    SplitKScheduler's units into a SplitEpilogue, store_tile)."""
-    loader = Fp8Loader(tiles, scales)
-    acc_layout: gl.constexpr = CFG.acc_layout
-    if CFG.PINGPONG:
-        sync = PhaseSync.allocate()
-        gl.warp_specialize([
-            (fp8_pingpong_consumer, (ring, sched, epi, scales, sync, 0, acc_layout, PROMOTE, SPLIT)),
-            (fp8_pingpong_consumer, (ring, sched, epi, scales, sync, 1, acc_layout, PROMOTE, SPLIT)),
-            (producer, (loader, ring, sched)),
-        ], [CFG.CONSUMER_WARPS, CFG.PRODUCER_WARPS], [CFG.CONSUMER_REGS, CFG.PRODUCER_REGS])
-    else:
-        acc_layout2: gl.constexpr = CFG.acc_layout2
-        BN2: gl.constexpr = CFG.BN2
-        gl.warp_specialize([
-            (fp8_cooperative_consumer, (ring, sched, epi, scales, 0, acc_layout, acc_layout2, BN2, PROMOTE, SPLIT)),
-            (fp8_cooperative_consumer, (ring, sched, epi, scales, 1, acc_layout, acc_layout2, BN2, PROMOTE, SPLIT)),
-            (producer, (loader, ring, sched)),
-        ], [CFG.CONSUMER_WARPS, CFG.PRODUCER_WARPS], [CFG.CONSUMER_REGS, CFG.PRODUCER_REGS])
+    """The Hopper skeleton (pingpong.hopper.kernel.run_partitions) with FP8's producer loads
+    (Fp8Loader: `tiles`' A and B boxes, block-wise the scales) and K loop (Fp8KLoop), over
+    `sched`'s units: the dense kernel's (TileScheduler), the grouped one's
+    (pingpong.hopper.fp8_grouped: GroupedScheduler, whose `locate` gives each unit's group as
+    the batch) and the split kernel's (SPLIT: SplitKScheduler's units into a SplitEpilogue,
+    store_tile)."""
+    kloop = Fp8KLoop(scales, PlainKLoop.of(CFG), PROMOTE, SPLIT)
+    run_partitions(ring, sched, epi, Fp8Loader(tiles, scales), kloop, CFG)

@@ -72,7 +72,7 @@ from triton.language.core import _aggregate as aggregate
 from ..runtime import compile as cc
 from .config import KernelConfig
 from .epilogue import Epilogue, EpilogueConstants
-from .kernel import run_partitions
+from .kernel import PlainKLoop, run_partitions
 from .launch import _descriptor, kernel_constants, launch_options, operand_descriptor, tma_groups, tma_orientation
 from .loader import TileLoader
 from .pipeline import Ring
@@ -130,6 +130,7 @@ class GroupedScheduler:
     BK: gl.constexpr
     GROUP_M: gl.constexpr
     G_PAD: gl.constexpr
+    RAGGED_K: gl.constexpr
 
     @gluon.constexpr_function
     def __init__(self, pid, num_programs, offs, G, T, num_pid_n, total_m, num_tiles, k_steps, BM, BN, BK, GROUP_M,
@@ -148,6 +149,7 @@ class GroupedScheduler:
         self.BK = gl.constexpr(BK)
         self.GROUP_M = gl.constexpr(GROUP_M)
         self.G_PAD = gl.constexpr(G_PAD)
+        self.RAGGED_K = gl.constexpr(False)
 
     @gluon.jit
     def create(offs, G, T, N, K, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr,
@@ -293,7 +295,7 @@ def grouped_gemm(a_desc, b_desc, c_desc, out, offs, T, N, K, G, out_sr, out_sc, 
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, 0, CFG.B_KMAJOR)
     tma_epi = Epilogue.allocate(c_desc, c_desc, alpha, beta, out, T, N, 2, CFG.EPI)
     epi = GroupedEpilogue(tma_epi, out, out_sr, out_sc, offs, T, N, TMA_STORE)
-    run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, CFG.A_KMAJOR, CFG.B_KMAJOR, 0), CFG)
+    run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, CFG.A_KMAJOR, CFG.B_KMAJOR, 0), PlainKLoop.of(CFG), CFG)
 
 
 # ----------------------------------------------------------------------------- host side

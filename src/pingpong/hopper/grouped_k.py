@@ -15,8 +15,9 @@ box is [BK, BM] (MN-major; wgmma reads it through a transposed view), the B box 
 TMA cannot start at (it faults with an "illegal instruction"), and the ragged descriptor below cannot be ragged
 in the contiguous dimension.
 
-The parts are the dense kernel's (Ring, MmaOp, `mainloop` / `finish_mainloop`, PhaseSync,
-Epilogue, TileScheduler); three are new:
+The parts are the dense kernel's (its warp-specialized skeleton `run_partitions` with the plain
+K loop PlainKLoop, Ring, MmaOp, PhaseSync, Epilogue, TileScheduler); three are new, and the
+scheduler's RAGGED_K tells the skeleton's partitions to count every unit's k-steps:
 
 RaggedKScheduler. Every group has the same ceil(M/BM)·ceil(N/BN) output tiles, so the units
 are TileScheduler's batched units with the group as the batch: G·tiles units, group after
@@ -67,9 +68,8 @@ from triton.language.core import _aggregate as aggregate
 from ..runtime import compile as cc
 from .config import KernelConfig
 from .epilogue import Epilogue, EpilogueConstants
-from .kernel import finish_mainloop, mainloop
+from .kernel import PlainKLoop, run_partitions
 from .launch import _descriptor, _smem_layout, kernel_constants, launch_options, tma_groups, tma_orientation
-from .phase_sync import PhaseSync
 from .pipeline import Ring
 from .scheduler import TileScheduler
 
@@ -115,6 +115,7 @@ class RaggedKScheduler:
     BM: gl.constexpr
     BN: gl.constexpr
     BK: gl.constexpr
+    RAGGED_K: gl.constexpr
 
     @gluon.constexpr_function
     def __init__(self, tiles, offs, T, BM, BN, BK):
@@ -124,6 +125,7 @@ class RaggedKScheduler:
         self.BM = gl.constexpr(BM)
         self.BN = gl.constexpr(BN)
         self.BK = gl.constexpr(BK)
+        self.RAGGED_K = gl.constexpr(True)
 
     @gluon.jit
     def create(offs, G, T, M, N, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr):
@@ -148,6 +150,16 @@ class RaggedKScheduler:
         """(first row, rows, k-steps) of the unit's group's K range."""
         start, rows = group_k_range(self.offs, self.tile_batch(local_tile), self.T)
         return start, rows, k_steps_of(rows, self.BK)
+
+    @gluon.jit
+    def unit_steps(self, local_tile):
+        start, rows, steps = self.k_range(local_tile)
+        return steps
+
+    @gluon.jit
+    def split(self, local_tile):
+        """Every unit is its group's whole K range."""
+        return 0
 
 
 # ----------------------------------------------------------------------------- loads
@@ -176,64 +188,6 @@ class RaggedKLoader:
         b_dst = ring.b_bufs.index(s)
         tma.async_load(self.a_desc, [c0, c1, c2, off_m], bar, a_dst.reshape([1, 1] + a_dst.shape))
         tma.async_load(self.b_desc, [c0, c1, c2, off_n], bar, b_dst.reshape([1, 1] + b_dst.shape))
-
-
-# ----------------------------------------------------------------------------- partitions
-
-
-@gluon.jit
-def producer(loader, ring, sched):
-    """The TMA warp: every k-step of every unit of this program, in order, into the ring."""
-    counter = 0
-    for t in range(sched.local_tiles()):
-        off_m, off_n = sched.tile_offsets(t)
-        start, rows, steps = sched.k_range(t)
-        for k in range(steps):
-            loader.load(ring, counter, off_m, off_n, start, rows, k * sched.BK)
-            counter += 1
-
-
-@gluon.jit
-def drain_unit(mma, ring, first, steps):
-    """finish_mainloop for a unit of `steps` k-steps from ring counter `first`; a unit with
-    none (an empty group) issued no wgmma and holds no slot."""
-    if steps > 0:
-        mma = finish_mainloop(mma, ring, first + steps - 1)
-    return mma
-
-
-@gluon.jit
-def pingpong_consumer(ring, sched, epi, sync, CONSUMER: gl.constexpr, acc_layout: gl.constexpr):
-    """Consumer CONSUMER computes the program's units CONSUMER, CONSUMER+2, ... (PhaseSync
-    turns) and counts the k-steps of the other's units to find its ring position."""
-    first = 0
-    for t in range(sched.local_tiles()):
-        start, rows, steps = sched.k_range(t)
-        if t % 2 == CONSUMER:
-            j = t // 2
-            sync.wait_turn(CONSUMER, j)
-            mma = mainloop(ring, first, steps, 0, sched.BM, sched.BN, 0, acc_layout, acc_layout, False, False)
-            sync.pass_turn(CONSUMER)
-            mma = drain_unit(mma, ring, first, steps)
-            off_m, off_n = sched.tile_offsets(t)
-            epi.store(mma, CONSUMER, j, off_m, off_n, sched.tile_batch(t), 0)
-        first += steps
-    epi.drain()
-
-
-@gluon.jit
-def cooperative_consumer(ring, sched, epi, CONSUMER: gl.constexpr, acc_layout: gl.constexpr):
-    """Consumer CONSUMER computes rows [CONSUMER·BM/2, (CONSUMER+1)·BM/2) of every unit."""
-    ROWS: gl.constexpr = sched.BM // 2
-    first = 0
-    for t in range(sched.local_tiles()):
-        start, rows, steps = sched.k_range(t)
-        mma = mainloop(ring, first, steps, CONSUMER * ROWS, ROWS, sched.BN, 0, acc_layout, acc_layout, False, False)
-        mma = drain_unit(mma, ring, first, steps)
-        off_m, off_n = sched.tile_offsets(t)
-        epi.store(mma, CONSUMER, t, off_m + CONSUMER * ROWS, off_n, sched.tile_batch(t), 0)
-        first += steps
-    epi.drain()
 
 
 # ----------------------------------------------------------------------------- the kernel
@@ -267,20 +221,8 @@ def grouped_k_gemm(a_desc, b_desc, c_desc, offs, M, N, T, G, alpha, beta, CFG: g
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, 0, False)
     epi = Epilogue.allocate(c_desc, c_desc, alpha, beta, offs, M, N, 2, CFG.EPI)
     loader = RaggedKLoader(a_desc, b_desc)
-    acc_layout: gl.constexpr = CFG.acc_layout
-    if CFG.PINGPONG:
-        sync = PhaseSync.allocate()
-        gl.warp_specialize([
-            (pingpong_consumer, (ring, sched, epi, sync, 0, acc_layout)),
-            (pingpong_consumer, (ring, sched, epi, sync, 1, acc_layout)),
-            (producer, (loader, ring, sched)),
-        ], [CFG.CONSUMER_WARPS, CFG.PRODUCER_WARPS], [CFG.CONSUMER_REGS, CFG.PRODUCER_REGS])
-    else:
-        gl.warp_specialize([
-            (cooperative_consumer, (ring, sched, epi, 0, acc_layout)),
-            (cooperative_consumer, (ring, sched, epi, 1, acc_layout)),
-            (producer, (loader, ring, sched)),
-        ], [CFG.CONSUMER_WARPS, CFG.PRODUCER_WARPS], [CFG.CONSUMER_REGS, CFG.PRODUCER_REGS])
+    # (the ragged operands are MN-major, whatever CFG's default majors say)
+    run_partitions(ring, sched, epi, loader, PlainKLoop(0, CFG.acc_layout, CFG.acc_layout, False, False), CFG)
 
 
 # ----------------------------------------------------------------------------- host side

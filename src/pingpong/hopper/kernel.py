@@ -1,6 +1,22 @@
 """The Hopper GEMM kernels: orchestration only. Each schedule is a short function that reads
 top-down; the parts (Ring, TileLoader, MmaOp, Epilogue, TileScheduler, PhaseSync) do the work.
 
+ONE SKELETON. Every warp-specialized Hopper kernel (these, the FP8 ones of
+pingpong.hopper.fp8_kernel, the grouped ones of pingpong.hopper.grouped, fp8_grouped and
+grouped_k) is `run_partitions`: one producer and one consumer function per schedule, with
+the parts that differ passed in as aggregates:
+
+    run_partitions(ring, sched, epi, loader, kloop, CFG)
+        producer   (loader, ring, sched)      loader.load per k-step of every unit of sched
+        consumer   (ring, sched, epi, kloop)  per unit: kloop.locate │ [ping-pong: wait turn] │
+                                              kloop.run (K loop; passes the turn) │ kloop.store → epi
+    sched   TileScheduler, SplitKScheduler, StreamKScheduler (pingpong.hopper.scheduler),
+            GroupedScheduler, RaggedKScheduler (RAGGED_K: k-steps counted unit by unit)
+    kloop   PlainKLoop (wgmmas accumulate in place), fp8_kernel.Fp8KLoop (promoted, paired or
+            plain; the outer scales at the store)
+    loader  TileLoader, fp8_kernel.Fp8Loader (+ block scales), grouped_k.RaggedKLoader
+    epi     Epilogue, fixup.SplitEpilogue / StreamKEpilogue, grouped.GroupedEpilogue
+
 PING-PONG (schedule="pingpong"): one producer warp, two consumer warpgroups, each consumer
 owns whole output tiles and they take turns on the tensor cores.
 
@@ -72,6 +88,7 @@ second's:
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.language.core import _aggregate as aggregate
 
 from .epilogue import Epilogue
 from .fixup import Alpha, SplitEpilogue, StreamKEpilogue
@@ -114,50 +131,153 @@ def finish_mainloop(mma, ring, last):
 
 @gluon.jit
 def producer(loader, ring, sched):
-    """The TMA warp: every k-step of every work unit of this program, in order, into the ring."""
+    """The TMA warp: every k-step of every work unit of this program, in order, into the ring
+    (RAGGED_K: the unit's K range as the scheduler reads it from device data, k-steps past its
+    end zero-filled by the loader's ragged boxes)."""
     counter = 0
     for t in range(sched.local_tiles()):
         off_m, off_n = sched.tile_offsets(t)
-        k0 = sched.k_begin(t)
-        batch = sched.tile_batch(t)
-        for k in range(sched.unit_steps(t)):
-            loader.load(ring, counter, off_m, off_n, k0 + k * sched.BK, batch)
-            counter += 1
+        if sched.RAGGED_K:
+            start, rows, steps = sched.k_range(t)
+            for k in range(steps):
+                loader.load(ring, counter, off_m, off_n, start, rows, k * sched.BK)
+                counter += 1
+        else:
+            k0 = sched.k_begin(t)
+            batch = sched.tile_batch(t)
+            for k in range(sched.unit_steps(t)):
+                loader.load(ring, counter, off_m, off_n, k0 + k * sched.BK, batch)
+                counter += 1
+
+
+# ----------------------------------------------------------------------------- K loops
+
+
+@aggregate
+class PlainKLoop:
+    """The 16-bit kernels' K loop (and FP8's with fast accumulation): the wgmmas accumulate in
+    place (mainloop). A K-loop variant is what the skeleton's consumers (below) call at four
+    points of every unit; its unit record is whatever `locate` returns:
+
+        outer_factor()                                       once per consumer, before its first unit
+        locate(sched, t)                  -> unit            before the consumer's turn
+        run(ring, sched, t, unit, ROW0, ROWS, sync, C, PP)   -> MmaOp, drained, slots released (PP: the
+                                                               turn passed once the last wgmma is issued)
+        store(epi, sched, mma, factor, C, count, t, unit, ROW0)   the epilogue
+
+    Here the unit is (first ring counter, k-steps); the tile's place is asked of the scheduler
+    after the K loop, when the epilogue needs it. The FP8 variant: fp8_kernel.Fp8KLoop."""
+
+    COLS2: gl.constexpr
+    acc_layout: gl.constexpr
+    acc_layout2: gl.constexpr
+    A_KMAJOR: gl.constexpr
+    B_KMAJOR: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, COLS2, acc_layout, acc_layout2, A_KMAJOR, B_KMAJOR):
+        self.COLS2 = gl.constexpr(COLS2)
+        self.acc_layout = gl.constexpr(acc_layout)
+        self.acc_layout2 = gl.constexpr(acc_layout2)
+        self.A_KMAJOR = gl.constexpr(A_KMAJOR)
+        self.B_KMAJOR = gl.constexpr(B_KMAJOR)
+
+    @gluon.jit
+    def of(CFG: gl.constexpr):
+        """The K loop of a kernel's constants (KernelConstants): its pieces, layouts, majors."""
+        return PlainKLoop(CFG.BN2, CFG.acc_layout, CFG.acc_layout2, CFG.A_KMAJOR, CFG.B_KMAJOR)
+
+    @gluon.jit
+    def outer_factor(self):
+        return gl.to_tensor(1.0)  # (unused: no scales)
+
+    @gluon.jit
+    def locate(self, sched, t):
+        return sched.first_step(t), sched.unit_steps(t)
+
+    @gluon.jit
+    def accumulate(self, ring, first, steps, ROW0: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr, sync,
+                   CONSUMER: gl.constexpr, PINGPONG: gl.constexpr, MAY_BE_EMPTY: gl.constexpr = False):
+        """k-steps first .. first+steps-1 into ROWS × COLS accumulators (rows ROW0.. of the A
+        tile). MAY_BE_EMPTY: a unit of no k-step issues no wgmma, holds no slot, and gives zeros."""
+        mma = mainloop(ring, first, steps, ROW0, ROWS, COLS, self.COLS2, self.acc_layout, self.acc_layout2,
+                       self.A_KMAJOR, self.B_KMAJOR)
+        if PINGPONG:
+            sync.pass_turn(CONSUMER)
+        if MAY_BE_EMPTY:
+            if steps > 0:
+                mma = finish_mainloop(mma, ring, first + steps - 1)
+        else:
+            mma = finish_mainloop(mma, ring, first + steps - 1)
+        return mma
+
+    @gluon.jit
+    def run(self, ring, sched, t, unit, ROW0: gl.constexpr, ROWS: gl.constexpr, sync, CONSUMER: gl.constexpr,
+            PINGPONG: gl.constexpr):
+        first, steps = unit
+        return self.accumulate(ring, first, steps, ROW0, ROWS, sched.BN, sync, CONSUMER, PINGPONG, sched.RAGGED_K)
+
+    @gluon.jit
+    def store(self, epi, sched, mma, factor, CONSUMER: gl.constexpr, count, t, unit, ROW0: gl.constexpr):
+        off_m, off_n = sched.tile_offsets(t)
+        epi.store(mma, CONSUMER, count, off_m + ROW0, off_n, sched.tile_batch(t), sched.split(t))
 
 
 # ----------------------------------------------------------------------------- consumers
 
 
 @gluon.jit
-def pingpong_consumer(ring, sched, epi, sync, CONSUMER: gl.constexpr, CFG: gl.constexpr):
-    """Consumer CONSUMER takes this program's tiles CONSUMER, CONSUMER+2, ... (PhaseSync turns)."""
-    for j in range((sched.local_tiles() - CONSUMER + 1) // 2):
-        t = 2 * j + CONSUMER
-        first = sched.first_step(t)
-        steps = sched.unit_steps(t)
-        sync.wait_turn(CONSUMER, j)
-        mma = mainloop(ring, first, steps, 0, sched.BM, sched.BN, CFG.BN2, CFG.acc_layout, CFG.acc_layout2,
-                       CFG.A_KMAJOR, CFG.B_KMAJOR)
-        sync.pass_turn(CONSUMER)
-        mma = finish_mainloop(mma, ring, first + steps - 1)
-        off_m, off_n = sched.tile_offsets(t)
-        epi.store(mma, CONSUMER, j, off_m, off_n, sched.tile_batch(t), sched.split(t))
+def pingpong_consumer(ring, sched, epi, kloop, sync, CONSUMER: gl.constexpr):
+    """Consumer CONSUMER takes this program's units CONSUMER, CONSUMER+2, ... (PhaseSync turns),
+    each through the K-loop variant `kloop` (PlainKLoop's docstring). RAGGED_K: it walks every
+    unit, adding up the k-steps of the other consumer's to find its ring position."""
+    factor = kloop.outer_factor()
+    if sched.RAGGED_K:
+        first = 0
+        for t in range(sched.local_tiles()):
+            steps = sched.unit_steps(t)
+            if t % 2 == CONSUMER:
+                pingpong_unit(ring, sched, epi, kloop, sync, factor, CONSUMER, t, t // 2, (first, steps))
+            first += steps
+    else:
+        for j in range((sched.local_tiles() - CONSUMER + 1) // 2):
+            t = 2 * j + CONSUMER
+            pingpong_unit(ring, sched, epi, kloop, sync, factor, CONSUMER, t, j, kloop.locate(sched, t))
     epi.drain()
 
 
 @gluon.jit
-def cooperative_consumer(ring, sched, epi, CONSUMER: gl.constexpr, CFG: gl.constexpr):
-    """Consumer CONSUMER computes rows [CONSUMER·BM/2, (CONSUMER+1)·BM/2) of every tile."""
+def pingpong_unit(ring, sched, epi, kloop, sync, factor, CONSUMER: gl.constexpr, t, j, unit):
+    """The consumer's j-th unit (the program's t-th): its K loop in its turn, then its epilogue."""
+    sync.wait_turn(CONSUMER, j)
+    mma = kloop.run(ring, sched, t, unit, 0, sched.BM, sync, CONSUMER, True)
+    kloop.store(epi, sched, mma, factor, CONSUMER, j, t, unit, 0)
+
+
+@gluon.jit
+def cooperative_consumer(ring, sched, epi, kloop, CONSUMER: gl.constexpr):
+    """Consumer CONSUMER computes rows [CONSUMER·BM/2, (CONSUMER+1)·BM/2) of every unit (both
+    consumers read every k-step; RAGGED_K: the ring position a running sum of k-steps)."""
     ROWS: gl.constexpr = sched.BM // 2
-    for t in range(sched.local_tiles()):
-        first = sched.first_step(t)  # both consumers read every k-step
-        steps = sched.unit_steps(t)
-        mma = mainloop(ring, first, steps, CONSUMER * ROWS, ROWS, sched.BN, CFG.BN2, CFG.acc_layout,
-                       CFG.acc_layout2, CFG.A_KMAJOR, CFG.B_KMAJOR)
-        mma = finish_mainloop(mma, ring, first + steps - 1)
-        off_m, off_n = sched.tile_offsets(t)
-        epi.store(mma, CONSUMER, t, off_m + CONSUMER * ROWS, off_n, sched.tile_batch(t), sched.split(t))
+    factor = kloop.outer_factor()
+    if sched.RAGGED_K:
+        first = 0
+        for t in range(sched.local_tiles()):
+            steps = sched.unit_steps(t)
+            cooperative_unit(ring, sched, epi, kloop, factor, CONSUMER, t, (first, steps))
+            first += steps
+    else:
+        for t in range(sched.local_tiles()):
+            cooperative_unit(ring, sched, epi, kloop, factor, CONSUMER, t, kloop.locate(sched, t))
     epi.drain()
+
+
+@gluon.jit
+def cooperative_unit(ring, sched, epi, kloop, factor, CONSUMER: gl.constexpr, t, unit):
+    """The consumer's rows of the program's t-th unit: its K loop, then its epilogue."""
+    ROWS: gl.constexpr = sched.BM // 2
+    mma = kloop.run(ring, sched, t, unit, CONSUMER * ROWS, ROWS, 0, CONSUMER, False)
+    kloop.store(epi, sched, mma, factor, CONSUMER, t, t, unit, CONSUMER * ROWS)
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -170,20 +290,23 @@ _STREAM_RUNTIME_SCALARS = ["M", "N", "K", "dp_tiles", "streamers", "split_stride
 
 
 @gluon.jit
-def run_partitions(ring, sched, epi, loader, CFG: gl.constexpr):
-    """The producer warp and the two consumer warpgroups of the ping-pong (CFG.PINGPONG) or
-    cooperative schedule; the partitions' warps and registers come from CFG."""
+def run_partitions(ring, sched, epi, loader, kloop, CFG: gl.constexpr):
+    """The warp-specialized skeleton of every Hopper GEMM: the producer warp (`loader`'s loads
+    of `sched`'s units into the ring) and the two consumer warpgroups of the ping-pong
+    (CFG.PINGPONG) or cooperative schedule, each unit's K loop the variant `kloop` (PlainKLoop,
+    fp8_kernel.Fp8KLoop), its result into `epi`; the partitions' warps and registers come from
+    CFG."""
     if CFG.PINGPONG:
         sync = PhaseSync.allocate()
         gl.warp_specialize([
-            (pingpong_consumer, (ring, sched, epi, sync, 0, CFG)),
-            (pingpong_consumer, (ring, sched, epi, sync, 1, CFG)),
+            (pingpong_consumer, (ring, sched, epi, kloop, sync, 0)),
+            (pingpong_consumer, (ring, sched, epi, kloop, sync, 1)),
             (producer, (loader, ring, sched)),
         ], [CFG.CONSUMER_WARPS, CFG.PRODUCER_WARPS], [CFG.CONSUMER_REGS, CFG.PRODUCER_REGS])
     else:
         gl.warp_specialize([
-            (cooperative_consumer, (ring, sched, epi, 0, CFG)),
-            (cooperative_consumer, (ring, sched, epi, 1, CFG)),
+            (cooperative_consumer, (ring, sched, epi, kloop, 0)),
+            (cooperative_consumer, (ring, sched, epi, kloop, 1)),
             (producer, (loader, ring, sched)),
         ], [CFG.CONSUMER_WARPS, CFG.PRODUCER_WARPS], [CFG.CONSUMER_REGS, CFG.PRODUCER_REGS])
 
@@ -208,7 +331,7 @@ def warp_specialized_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, CFG.B_KMAJOR, CFG.CLUSTER)
     epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, bias, M, N, 2, CFG.EPI)
     loader = TileLoader(a_desc, b_desc, CFG.A_KMAJOR, CFG.B_KMAJOR, CFG.BN2, CFG.CLUSTER > 1)
-    run_partitions(ring, sched, epi, loader, CFG)
+    run_partitions(ring, sched, epi, loader, PlainKLoop.of(CFG), CFG)
 
 
 @gluon.jit(do_not_specialize=_SPLIT_RUNTIME_SCALARS)
@@ -228,7 +351,8 @@ def split_k_gemm(a_desc, b_desc, ws, counters, out, cin, bias, M, N, K, alpha, b
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, CFG.B_KMAJOR)
     epi = SplitEpilogue(ws, split_stride16 * 4, ws_ld16 * 4, counters, out, out_ld, cin, c_ld, bias, Alpha(alpha), beta,
                         M, N, splits, CFG.EPI)
-    run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, CFG.A_KMAJOR, CFG.B_KMAJOR, CFG.BN2), CFG)
+    run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, CFG.A_KMAJOR, CFG.B_KMAJOR, CFG.BN2),
+                   PlainKLoop.of(CFG), CFG)
 
 
 @gluon.jit(do_not_specialize=_STREAM_RUNTIME_SCALARS)
@@ -247,7 +371,8 @@ def stream_k_gemm(a_desc, b_desc, ws, counters, out, cin, bias, M, N, K, alpha, 
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, CFG.B_KMAJOR)
     epi = StreamKEpilogue(SplitEpilogue(ws, split_stride16 * 4, ws_ld16 * 4, counters, out, out_ld, cin, c_ld, bias,
                                         Alpha(alpha), beta, M, N, streamers, CFG.EPI))  # (its splits: unused)
-    run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, CFG.A_KMAJOR, CFG.B_KMAJOR, CFG.BN2), CFG)
+    run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, CFG.A_KMAJOR, CFG.B_KMAJOR, CFG.BN2),
+                   PlainKLoop.of(CFG), CFG)
 
 
 @gluon.jit(do_not_specialize=_RUNTIME_SCALARS)

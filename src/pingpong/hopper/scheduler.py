@@ -10,6 +10,9 @@ Every scheduler is an aggregate with the same interface, so a kernel takes eithe
     tile_batch(t)           the matrix of a batched product the unit belongs to (0 if unbatched)
     split(t)                the unit's K split (0 when a unit runs the whole K loop); stream-K:
                             (slot, parts) of its tile's fix-up
+    RAGGED_K                (constexpr) the units' k-steps are device data (the ragged-K grouped
+                            kernel, pingpong.hopper.grouped_k): first_step has no closed form, so
+                            the partitions count them unit by unit, and a unit may have none
 
 TileScheduler (data-parallel): one unit per output tile, the whole K loop. SplitKScheduler:
 SPLITS units per tile. StreamKScheduler: whole waves of tiles, then the remaining tiles' k-steps
@@ -79,6 +82,7 @@ class TileScheduler:
     BN: gl.constexpr
     BK: gl.constexpr
     GROUP_M: gl.constexpr
+    RAGGED_K: gl.constexpr
 
     @gluon.constexpr_function
     def __init__(self, pid, num_programs, num_pid_m, num_pid_n, num_tiles, k_steps, tiles_per_batch, BM, BN, BK,
@@ -94,6 +98,7 @@ class TileScheduler:
         self.BN = gl.constexpr(BN)
         self.BK = gl.constexpr(BK)
         self.GROUP_M = gl.constexpr(GROUP_M)
+        self.RAGGED_K = gl.constexpr(False)
 
     @gluon.jit
     def create(M, N, K, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr, batches=1):
@@ -191,6 +196,7 @@ class SplitKScheduler:
     BN: gl.constexpr
     BK: gl.constexpr
     GROUP_M: gl.constexpr
+    RAGGED_K: gl.constexpr
 
     @gluon.constexpr_function
     def __init__(self, pid, num_programs, num_pid_m, num_pid_n, num_tiles, num_units, k_steps, BM, BN, BK, GROUP_M):
@@ -205,6 +211,7 @@ class SplitKScheduler:
         self.BN = gl.constexpr(BN)
         self.BK = gl.constexpr(BK)
         self.GROUP_M = gl.constexpr(GROUP_M)
+        self.RAGGED_K = gl.constexpr(False)
 
     @gluon.jit
     def create(M, N, K, splits, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr):
@@ -350,6 +357,7 @@ class StreamKScheduler:
     BN: gl.constexpr
     BK: gl.constexpr
     GROUP_M: gl.constexpr
+    RAGGED_K: gl.constexpr
 
     @gluon.constexpr_function
     def __init__(self, pid, num_programs, num_pid_m, num_pid_n, k_steps, dp_tiles, streamers, total, begin, end,
@@ -369,6 +377,7 @@ class StreamKScheduler:
         self.BN = gl.constexpr(BN)
         self.BK = gl.constexpr(BK)
         self.GROUP_M = gl.constexpr(GROUP_M)
+        self.RAGGED_K = gl.constexpr(False)
 
     @gluon.jit
     def create(M, N, K, dp_tiles, streamers, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,

@@ -1,0 +1,41 @@
+"""Every warp-specialized Hopper kernel runs one skeleton (pingpong.hopper.kernel.run_partitions):
+the partitions are written once, the variants are the aggregates passed in."""
+
+import ast
+import inspect
+from pathlib import Path
+
+import pingpong.hopper as hopper_pkg
+from pingpong.hopper import fp8_grouped, fp8_kernel, grouped, grouped_k, kernel
+
+HOPPER = Path(hopper_pkg.__file__).parent
+
+
+def calls(source: str, name: str) -> int:
+    """Calls of a function or method called `name` in `source`."""
+    return sum(1 for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
+               and getattr(node.func, "attr", getattr(node.func, "id", None)) == name)
+
+
+def test_warp_specialize_is_called_only_by_the_skeleton():
+    sites = {p.name: calls(p.read_text(), "warp_specialize") for p in sorted(HOPPER.glob("*.py"))}
+    assert {name: n for name, n in sites.items() if n} == {"kernel.py": 2}  # ping-pong and cooperative
+    assert calls(inspect.getsource(kernel.run_partitions.fn), "warp_specialize") == 2
+
+
+def test_every_warp_specialized_kernel_runs_the_skeleton():
+    kernels = [kernel.warp_specialized_gemm, kernel.split_k_gemm, kernel.stream_k_gemm, grouped.grouped_gemm,
+               grouped_k.grouped_k_gemm, fp8_kernel.fp8_gemm, fp8_kernel.fp8_split_gemm,
+               fp8_grouped.fp8_grouped_gemm]
+    for k in kernels:
+        source = inspect.getsource(k.fn)
+        assert calls(source, "run_partitions") + calls(source, "run_fp8_partitions") == 1, k.fn.__name__
+    assert calls(inspect.getsource(fp8_kernel.run_fp8_partitions.fn), "run_partitions") == 1
+
+
+def test_one_consumer_function_per_schedule():
+    """A consumer partition: a `*_consumer` function of the ring (phase_sync.other_consumer is arithmetic)."""
+    consumers = sorted(f"{p.stem}.{node.name}" for p in HOPPER.glob("*.py") for node in ast.parse(p.read_text()).body
+                       if isinstance(node, ast.FunctionDef) and node.name.endswith("_consumer")
+                       and "ring" in [a.arg for a in node.args.args])
+    assert consumers == ["kernel.cooperative_consumer", "kernel.pingpong_consumer"]
