@@ -43,7 +43,7 @@ from ..runtime.spec import COLS, RAGGED_K, GemmSpec, grouped_out, ragged_view
 from .config import KernelConfig, column_pieces
 from .launch import counter_count, partial_slots, per_batch, prepare, prepare_split, tma_orientation, \
     workspace_reason, workspace_shape
-from .select import DEFAULT_SMS, choose
+from .select import DEFAULT_SMS, choose, stream_k_note
 
 NAME = "hopper"
 ORDER = 0
@@ -159,6 +159,8 @@ def plan(spec: GemmSpec) -> Plan:
         plan = HopperPlan(device, config, **copy_ab, copy_c=read and tma_matrices(c) != "row",
                           copy_out=not out_legal, activation=activation, batched=spec.batched)
     plan.why = source
+    plan.stream_k = stream_k_note(M, N, K, config, sm_count(device) if device >= 0 else DEFAULT_SMS,
+                                  a.element_size(), out_dtype.itemsize, batches)
     return plan
 
 
