@@ -30,7 +30,8 @@ counters must be 0 again at the end (the plan reuses them launch after launch):
 Ping-pong: consumer c runs the program's units c, c + 2, ... (kernel.pingpong_consumer), one
 counter per tile. Cooperative: both consumers run every unit, each its half of the rows, one
 counter and one workspace block per (tile, half): the halves share nothing, so `halves`
-picks which are modelled (both by default; one is the same protocol at half the state space).
+picks which are modelled (half 0 by default: the other is the same protocol on other names,
+and both together multiply the states; tests check both on a small launch).
 The mainloop's ring is the business of the hopper_* models; it is left out here, which only
 adds interleavings (the producer can delay a unit, never order two consumers' fix-ups).
 
@@ -106,8 +107,8 @@ def streamk_fixup(tiles: int = 7, k_steps: int = 12, sms: int = 5, schedule: str
     """The fix-up protocol of a stream-K launch of `tiles` tiles of `k_steps` k-steps on `sms`
     SMs (module docstring; `program_units` says who runs what). The default, 7 tiles of 12
     k-steps on 5 SMs, is a hybrid: one data-parallel wave of 5 tiles, then the 24 k-steps of
-    tiles 5 and 6 shared by 3 programs, 8 each: program 1 finishes or not tile 5 (slot 1 of 2)
-    and starts tile 6 (slot 0 of 2). `halves`: the cooperative row halves modelled (default:
+    tiles 5 and 6 shared by 3 programs, 8 each: program 1 arrives on tile 5 (slot 1 of 2,
+    perhaps the last) and then starts tile 6 (slot 0 of 2). `halves`: the cooperative row halves modelled (default:
     half 0). `variant`: one of VARIANTS."""
     from pingpong.hopper.config import SCHEDULE_FACTS
 
