@@ -34,6 +34,7 @@ def test_a_new_plan_is_logged_once_with_backend_config_and_why(caplog):
     info = plan.explain(p)
     assert info["path"] == "hopper" and isinstance(info["config"], pingpong.KernelConfig)
     assert info["why"] == "the heuristic's config; not amd: not an AMD GPU"
+    assert info["stream_k"].startswith("stream-K (not selected) would run ")
 
 
 def test_explain_and_the_log_follow_the_cache(interpreted_kernels, caplog):
@@ -44,7 +45,7 @@ def test_explain_and_the_log_follow_the_cache(interpreted_kernels, caplog):
         pingpong.matmul(a, b)
         info = pingpong.explain(a, b)
     assert len([r for r in caplog.records if r.name == "pingpong"]) == 1
-    assert info == {"path": "interpreted", "config": None, "why": ""}
+    assert info == {"path": "interpreted", "config": None, "why": "", "stream_k": None}
     assert pingpong.explain(a, b)["path"] == pingpong.path_for(a, b)
 
 

@@ -127,3 +127,74 @@ def test_stream_k_configs_use_the_pointer_epilogue():
     d = KernelConfig(128, 256, 64, stream_k=True).derive()
     assert d.workspace and d.stream_k and d.epilogue_bytes == 0
     assert any(c.stream_k for c, _, _ in OFFLINE_SPLIT_VARIANTS.values())
+
+
+# ----------------------------------------------------------------------------- the hybrid's decision
+
+
+@pytest.mark.parametrize("tiles, k_steps, sms, kind, dp, splits, words", [
+    (264, 64, 132, "data-parallel", 264, 1, "whole waves"),
+    (200, 64, 132, "data-parallel", 200, 1, "68/132 full (at least half)"),
+    (160, 128, 132, "stream-k", 132, 1, "28/132 full (under half); 132 tiles data-parallel"),
+    (36, 112, 132, "stream-k", 0, 1, "streamed by 132 programs, 30-31 each"),
+    (33, 16, 132, "split-k", 0, 2, "split-K with 2 splits"),
+    (2, 64, 8, "split-k", 0, 4, "4 equal units a tile"),
+    (3, 8, 132, "data-parallel", 0, 1, "whole tiles, no fix-up"),  # 24 k-steps: 3 programs, 8 each
+])
+def test_stream_k_choice_rule(tiles, k_steps, sms, kind, dp, splits, words):
+    c = sk.stream_k_choice(tiles, k_steps, sms)
+    assert (c.kind, c.dp_tiles, c.splits) == (kind, dp, splits)
+    assert words in c.reason
+
+
+def test_stream_k_choice_agrees_with_the_units_it_describes():
+    """Over random launches, the kind is what the kernel's units are: data-parallel exactly when no
+    tile is shared; split-K exactly when every tile is streamed in `splits` equal, aligned units."""
+    rng = random.Random(3939)
+    seen = set()
+    for _ in range(400):
+        tiles, k_steps, sms = rng.randint(1, 300), rng.randint(1, 80), rng.choice((1, 4, 8, 66, 132))
+        c = sk.stream_k_choice(tiles, k_steps, sms)
+        seen.add(c.kind)
+        programs, dp, streamers, us = units(tiles, k_steps, sms)
+        assert (c.programs, c.dp_tiles, c.streamers) == (programs, dp, streamers), (tiles, k_steps, sms)
+        shared = [u for u in us if u[6] > 1]
+        last = tiles % sms
+        if last == 0 or 2 * last >= sms:
+            assert c.kind == "data-parallel"
+        assert (c.kind == "data-parallel") == (not shared), (tiles, k_steps, sms, c)
+        even = dp == 0 and bool(shared) and all(
+            u[6] == c.splits and u[4] == k_steps // c.splits and u[3] == u[5] * u[4] for u in us)
+        assert (c.kind == "split-k") == even, (tiles, k_steps, sms, c)
+        if c.kind == "split-k":
+            assert sk.effective_splits(k_steps * 64, 64, c.splits) == c.splits  # the split-K kernel's own units
+    assert seen == {"data-parallel", "split-k", "stream-k"}
+
+
+@pytest.mark.parametrize("args, name", [((0, 4, 132), "tiles"), ((4, 0, 132), "k_steps"), ((4, 4, 1.5), "sms")])
+def test_stream_k_choice_names_its_bad_argument(args, name):
+    with pytest.raises(ConfigError, match=f"{name} must be an int >= 1"):
+        sk.stream_k_choice(*args)
+
+
+def test_stream_k_note_says_what_stream_k_would_do_and_why_not():
+    from pingpong.hopper.select import stream_k_note
+
+    note = stream_k_note(589, 8192, 8192, KernelConfig(128, 256, 64), 132)
+    assert note.startswith("stream-K (not selected) would run stream-k: 160 tiles on 132 SMs")
+    assert stream_k_note(589, 8192, 8192, KernelConfig(128, 256, 64, stream_k=True), 132).startswith(
+        "stream-K (this config) would run stream-k")
+    assert "swap_ab=False" in stream_k_note(16, 4096, 4096, KernelConfig(64, 16, 128, schedule="pingpong",
+                                                                         swap_ab=True), 132)
+    assert "16-bit" in stream_k_note(589, 8192, 8192, KernelConfig(128, 256, 64), 132, in_bytes=1)
+    assert "2-D products only" in stream_k_note(589, 8192, 8192, KernelConfig(128, 256, 64), 132, batches=4)
+
+
+def test_default_selection_never_picks_stream_k():
+    """Stream-K is opt-in until measurements say where it wins: the heuristic never selects it."""
+    from pingpong.hopper.select import heuristic_config
+
+    rng = random.Random(39)
+    for _ in range(200):
+        M, N, K = rng.randint(1, 9000), rng.randint(16, 20000), rng.randint(16, 20000)
+        assert not heuristic_config(M, N, K).stream_k

@@ -137,8 +137,9 @@ def path_for(a, b, c=None, *, beta=0.0, out_dtype=None, inplace=False, bias=None
 def explain(a, b, c=None, *, beta=0.0, out_dtype=None, inplace=False, bias=None, activation=None) -> dict:
     """Which kernel the call runs, and why: the plan's {"path": as path_for, "config": its
     KernelConfig (None where the backend has none), "why": where the config came from (the
-    heuristic, a tuning table, the one given) and which backends declined}. The arguments are
-    path_for's. Every new plan is also logged by the `pingpong` logger (PINGPONG_LOG=info)."""
+    heuristic, a tuning table, the one given) and which backends declined, "stream_k": what
+    stream-K would do with the config's tile (None off the Hopper 16-bit kernel; stream-K runs
+    only where a KernelConfig asks for it)}. The arguments are path_for's. Every new plan is also logged by the `pingpong` logger (PINGPONG_LOG=info)."""
     return plan_mod.explain(direct.plan_of(a, b, c, check_scalar("beta", beta), out_dtype, inplace, bias, activation))
 
 

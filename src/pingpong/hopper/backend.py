@@ -43,7 +43,7 @@ from ..runtime.spec import COLS, RAGGED_K, GemmSpec, grouped_out, ragged_view
 from .config import KernelConfig, column_pieces
 from .launch import counter_count, partial_slots, per_batch, prepare, prepare_split, tma_orientation, \
     workspace_reason, workspace_shape
-from .select import DEFAULT_SMS, Device, choose
+from .select import DEFAULT_SMS, Device, choose, stream_k_note
 
 NAME = "hopper"
 ORDER = 0
@@ -161,6 +161,8 @@ def plan(spec: GemmSpec) -> Plan:
         plan = HopperPlan(device, config, **copy_ab, copy_c=read and tma_matrices(c) != "row",
                           copy_out=not out_legal, activation=activation, batched=spec.batched, sms=gpu.sms)
     plan.why = source
+    plan.stream_k = stream_k_note(M, N, K, config, gpu.sms,
+                                  a.element_size(), out_dtype.itemsize, batches)
     return plan
 
 

@@ -38,10 +38,13 @@ the id above), all in one persistent grid: `tile_batch` and `tile_offsets` split
 Python and check the raster is a permutation of all tiles of all batches.
 """
 
+from typing import NamedTuple
+
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.language.core import _aggregate as aggregate
 
+from ..errors import ConfigError
 from .pipeline import first_counter
 
 
@@ -470,3 +473,55 @@ def stream_parts(tiles: int, k_steps: int, sms: int) -> int:
     owner = stream_owner.fn
     return max((owner(t * k_steps + k_steps - 1, streaming, total) - owner(t * k_steps, streaming, total) + 1
                 for t in range(tiles - dp)), default=1)
+
+
+class StreamKChoice(NamedTuple):
+    """What the stream-K hybrid does with a launch (stream_k_choice)."""
+
+    kind: str  # "data-parallel" | "split-k" | "stream-k"
+    programs: int
+    dp_tiles: int
+    streamers: int
+    splits: int  # "split-k": the splits per tile that give the same units; else 1
+    reason: str
+
+
+def stream_k_choice(tiles: int, k_steps: int, sms: int) -> StreamKChoice:
+    """The hybrid's decision for `tiles` output tiles of `k_steps` k-steps on `sms` SMs, and why
+    (stream_k_split's rule):
+
+        the last wave is full or at least half full           -> data-parallel
+        otherwise its tiles' k-steps are streamed, at least MIN_STREAM_STEPS a program:
+          no tile shared (every share whole tiles)            -> data-parallel (no fix-up)
+          every tile streamed, split evenly at tile bounds    -> split-K with that many splits
+            (the same units, without per-unit K ranges)
+          else                                                -> stream-K
+
+    Pure arithmetic: nothing here selects a config (pingpong.hopper.select does)."""
+    for name, v in (("tiles", tiles), ("k_steps", k_steps), ("sms", sms)):
+        if type(v) is not int or v < 1:
+            raise ConfigError(f"{name} must be an int >= 1, got {v!r}")
+    programs, dp, streamers = stream_k_split(tiles, k_steps, sms)
+    rest = tiles - dp
+    last = tiles % sms
+    wave = (f"{_n(tiles, 'tile')} on {sms} SMs: " + ("whole waves" if last == 0 else
+            f"the last wave {last}/{sms} full" + (" (at least half)" if 2 * last >= sms else " (under half)")))
+    if rest == 0:
+        return StreamKChoice("data-parallel", programs, dp, 1, 1, wave)
+    total = rest * k_steps
+    share = f"{total // streamers}" + (f"-{total // streamers + 1}" if total % streamers else "")
+    least = f" (at least {MIN_STREAM_STEPS})" if total // streamers >= MIN_STREAM_STEPS else ""
+    streamed = (f"{f'{dp} tiles data-parallel, ' if dp else ''}the k-steps of the last {_n(rest, 'tile')}, {total},"
+                f" streamed by {_n(streamers, 'program')}, {share} each{least}")
+    parts = stream_parts(tiles, k_steps, sms)
+    if parts == 1:
+        return StreamKChoice("data-parallel", programs, dp, streamers, 1, f"{wave}; {streamed}: whole tiles, no fix-up")
+    splits = streamers // rest
+    if dp == 0 and streamers % rest == 0 and k_steps % splits == 0:
+        return StreamKChoice("split-k", programs, dp, streamers, splits,
+                             f"{wave}; {streamed}: {splits} equal units a tile, split-K with {splits} splits")
+    return StreamKChoice("stream-k", programs, dp, streamers, 1, f"{wave}; {streamed}; up to {parts} programs share a tile")
+
+
+def _n(n: int, what: str) -> str:
+    return f"{n} {what}" + ("s" if n != 1 else "")

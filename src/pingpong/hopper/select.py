@@ -77,7 +77,7 @@ import dataclasses
 import math
 
 from .config import MAX_SPLIT_K, KernelConfig
-from .scheduler import effective_splits
+from .scheduler import effective_splits, stream_k_choice
 from ..errors import ConfigError
 from . import table as tables
 
@@ -273,6 +273,21 @@ def tile_count(config: KernelConfig, M: int, N: int) -> int:
     """Output tiles of an M × N product under `config` (its transpose's under swap-AB)."""
     rows, cols = (N, M) if config.swap_ab else (M, N)
     return math.ceil(rows / config.block_m) * math.ceil(cols / config.block_n)
+
+
+def stream_k_note(M: int, N: int, K: int, config: KernelConfig, sms: int, in_bytes: int = 2, out_bytes: int = 2,
+                  batches: int = 1) -> str:
+    """What stream-K (KernelConfig.stream_k) would do for an M × N × K product with `config`'s
+    tile on `sms` SMs, in one line (pingpong.explain's "stream_k"; scheduler.stream_k_choice
+    decides). Nothing here selects it: no measurement yet says where it wins."""
+    if batches > 1:
+        return "stream-K runs 2-D products only"
+    try:
+        dataclasses.replace(config, stream_k=True, split_k=1).derive(in_bytes, out_bytes)
+    except ConfigError as e:
+        return f"stream-K cannot run this tile: {e}"
+    c = stream_k_choice(tile_count(config, M, N), -(-K // config.block_k), sms)
+    return f"stream-K {'(this config)' if config.stream_k else '(not selected)'} would run {c.kind}: {c.reason}"
 
 
 def tile_width(M: int, N: int, k_steps: int, sms: int) -> int:

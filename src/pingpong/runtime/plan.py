@@ -131,10 +131,12 @@ def describe_spec(spec: GemmSpec) -> str:
 
 
 def explain(plan: "Plan") -> dict:
-    """What a plan runs: {"path", "config", "why"} (config: the KernelConfig, or None for a
-    backend without one)."""
+    """What a plan runs: {"path", "config", "why", "stream_k"} (config: the KernelConfig, or
+    None for a backend without one; stream_k: what stream-K would do with the config's tile,
+    where the backend says (the Hopper 16-bit kernel), else None)."""
     plan = getattr(plan, "dense", plan)  # 3-D × 3-D grouped: the dense batched plan it runs
-    return {"path": plan.path, "config": getattr(plan, "config", None), "why": getattr(plan, "why", "")}
+    return {"path": plan.path, "config": getattr(plan, "config", None), "why": getattr(plan, "why", ""),
+            "stream_k": getattr(plan, "stream_k", None)}
 
 
 def describe(plan: "Plan") -> str:
@@ -207,8 +209,9 @@ class Plan:
     """A dispatch decision. `path`: "hopper", "hopper-padded", "portable", "amd", "empty"."""
 
     # extents: byte spans of a, b, c (in-place plans); used: hit since stored or last passed over (`store`);
-    # why: the decision's reasons, for `explain` and the log (plan_for)
-    __slots__ = ("path", "device", "activation", "extents", "used", "why")
+    # why: the decision's reasons, for `explain` and the log (plan_for); stream_k: what stream-K would do
+    # (the Hopper backend sets it, for `explain`)
+    __slots__ = ("path", "device", "activation", "extents", "used", "why", "stream_k")
 
     #: True when `run_ptrs` works: one launch from base addresses, no copies, C not read
     pointer_launch = False

@@ -13,7 +13,10 @@ Semantics (AMD s_waitcnt and s_barrier as the CDNA3 ISA defines them; the PTX mb
 * Barrier ``B``: a group standing at its k-th ``B`` has arrived there; it passes when every
   participant has arrived k times or has exited (CDNA3 ``s_barrier``). A barrier in one
   group's program only (a stagger) therefore shifts that group by one phase.
-* Atomic counters: ``signal`` adds, ``await`` spins until the value is reached.
+* Atomic counters: ``signal`` adds, ``await`` spins until the value is reached; ``if_last``
+  adds and branches on the sum: the group that brings the counter to its total runs the
+  block, the others skip it (the fix-up's last arrival; the add is one step, so exactly one
+  group reaches the total).
 * mbarriers: a phase completes when the pending arrivals reach 0 and the expected
   transaction bytes have landed (tx = 0); then the phase bit flips and arrivals re-arm.
   ``wait(parity)`` passes once the phase with that parity has completed, so a fresh
@@ -141,8 +144,18 @@ class _Program:
         self.atomic_max = dict(sched.atomics)
         for ops in self.ops:
             for op in ops:
-                if op.kind == "signal":
-                    self.atomic_max[op.sync] += op.value
+                if op.kind in ("signal", "if_last"):
+                    self.atomic_max[op.sync] += max(op.value, 0)
+        # skip[a][pc]: where group a goes on from the if_last at pc when it did not arrive last
+        self.skip = []
+        for ops in self.ops:
+            open_, skip = [], {}
+            for i, op in enumerate(ops):
+                if op.kind == "if_last":
+                    open_.append(i)
+                elif op.kind == "end_if":
+                    skip[open_.pop()] = i + 1
+            self.skip.append(skip)
         self.mbar_names = list(sched.mbarriers)
         self.mbar_slot = {n: k for k, n in enumerate(self.mbar_names)}
         self.tagged = any(op.want is not None or op.data is not None for ops in self.ops for op in ops)
@@ -334,6 +347,7 @@ def _successors(P: _Program, st, reduce: bool = True):
         note = ""
         nf, ns, nat, nmb, ntma, ncont = fifos, syncp, atomics, mbars, tma, contents
         local = False
+        last = True  # if_last: whether this group's add completes the count
         if k == "barrier":
             o = P.ordinal[a][pc]
             ok = all(pcs[p] >= len(P.ops[p]) or P.arrivals[p][op.sync][pcs[p]] >= o for p in P.bar_parts[op.sync])
@@ -384,6 +398,13 @@ def _successors(P: _Program, st, reduce: bool = True):
             s = P.atomic_slot[op.sync]
             nat = _set(atomics, s, atomics[s] + op.value)
             note = f"{op.sync}={nat[s]}"
+        elif k == "if_last":
+            s = P.atomic_slot[op.sync]
+            nat = _set(atomics, s, atomics[s] + op.value)
+            last = atomics[s] < op.n <= nat[s]
+            note = f"{op.sync}={nat[s]}, " + ("last" if last else "not last")
+        elif k == "end_if":
+            local = True
         elif k in ("arrive", "expect"):
             s = P.mbar_slot[op.sync]
             pending, tx, phases = mbars[s]
@@ -404,7 +425,7 @@ def _successors(P: _Program, st, reduce: bool = True):
         if syncp[a] or k == "write":
             ns = _set(syncp, a, (pc,) if k == "write" else ())
             local = False
-        npc = pc + 1
+        npc = P.skip[a][pc] if k == "if_last" and not last else pc + 1
         if npc < len(P.ops[a]) and P.ops[a][npc].kind == "barrier" and ns[a]:
             ns = _set(ns, a, ())  # arriving at a barrier ends the group's previous step
         ev = Event(a, pc, False, note, local and viol is None)

@@ -12,16 +12,22 @@ Operations (``Op.kind``):
     load      async write of ``bufs`` (global -> LDS/smem), +n on an in-order counter (vmcnt)
     read      async read of ``bufs`` (LDS -> registers), +n on a counter (lgkmcnt)
     store     async global store, +n on a counter; reads ``bufs`` if given (TMA store of staging)
+    gstore    async global store that writes ``bufs`` (a workspace or output tile in global
+              memory), +n on a counter (st.global)
     mma       matrix multiply; from registers (no bufs) or async from ``bufs`` on a counter (wgmma)
     write     synchronous write of ``bufs`` (st.shared of the epilogue staging tile)
     wait      wait until ``counter`` <= value (s_waitcnt, warpgroup_mma_wait, tma.store_wait)
     barrier   workgroup barrier ``sync`` (all participants; appears in some programs only = stagger)
-    signal    atomic add to counter ``sync`` (PingPongSync signal_a/signal_b)
+    signal    atomic add to counter ``sync`` (PingPongSync signal_a/signal_b); may be negative
     await     spin until atomic ``sync`` >= value (PingPongSync wait_a/wait_b)
     arrive    mbarrier arrive (count ``value``)
     expect    mbarrier arrive + expect-tx of ``value`` bytes (Gluon ``mbarrier.expect``)
     tma_load  async write of ``bufs`` whose ``value`` bytes complete-tx on mbarrier ``sync``
     mwait     wait on mbarrier ``sync`` for parity ``value``
+    if_last   atomic add of ``value`` to counter ``sync``; the group runs the ops up to the
+              matching ``end_if`` only when its add brought the counter to ``n`` (it arrived
+              last: the split-K / stream-K fix-up), else it goes on after the ``end_if``
+    end_if    the end of an ``if_last`` block (no effect)
 
 Every op has a ``label`` for timelines; ``where`` says which loop iteration/step it is in;
 ``critical`` says why the op is needed (mutation tests: deleting it must be reported).
@@ -34,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from .errors import ScheduleError
 
 #: op kinds that issue an asynchronous access tracked by an in-order per-wave counter
-COUNTED = ("load", "read", "store", "mma")
+COUNTED = ("load", "read", "store", "gstore", "mma")
 #: op kinds that block until something another group (or the hardware) does
 BLOCKING = ("barrier", "await", "mwait")
 #: the ops a mutation test may delete: waits and barriers of every sort
@@ -62,7 +68,7 @@ class Op:
 
     @property
     def writes(self) -> bool:
-        return self.kind in ("load", "write", "tma_load")
+        return self.kind in ("load", "write", "tma_load", "gstore")
 
     @property
     def accesses(self) -> bool:
@@ -82,6 +88,8 @@ def describe(op: Op) -> str:
         return f"LDS→ {b} (+{op.n} {op.counter})"
     if k == "store":
         return f"store {b or 'C'} (+{op.n} {op.counter})"
+    if k == "gstore":
+        return f"st.global {b} (+{op.n} {op.counter})"
     if k == "mma":
         return f"mma {b} (+{op.n} {op.counter})" if op.counter else "mma"
     if k == "write":
@@ -102,6 +110,8 @@ def describe(op: Op) -> str:
         return f"TMA {b} → {op.sync} ({op.value} B)"
     if k == "mwait":
         return f"wait {op.sync} parity {op.value}"
+    if k == "if_last":
+        return f"{op.sync} += {op.value}; if it reached {op.n}:"
     return k
 
 
@@ -183,6 +193,7 @@ def validate(s: Schedule) -> Schedule:
         def bad(i, why):
             return ScheduleError(f"schedule {s.name!r}, {s.position(gi, i)}: {why}")
 
+        depth = 0  # if_last blocks open
         for i, op in enumerate(g.ops):
             for b in op.bufs:
                 if b not in buffers:
@@ -204,15 +215,19 @@ def validate(s: Schedule) -> Schedule:
                 if cap is not None and op.value > cap:
                     raise bad(i, f"{op.counter} is at most {cap} in hardware, cannot wait for {op.value}")
             elif op.kind == "barrier":
+                if depth:
+                    raise bad(i, "a barrier inside an if_last block (its arrivals would depend on the branch)")
                 if op.sync not in s.barriers:
                     raise bad(i, f"unknown barrier {op.sync!r}")
                 if g.name not in s.barriers[op.sync]:
                     raise bad(i, f"group {g.name!r} is not a participant of barrier {op.sync!r}")
-            elif op.kind in ("signal", "await"):
+            elif op.kind in ("signal", "await", "if_last"):
                 if op.sync not in s.atomics:
                     raise bad(i, f"unknown atomic counter {op.sync!r}")
-                if op.value < 0:
+                if op.kind == "await" and op.value < 0:
                     raise bad(i, f"negative count {op.value}")
+                if op.kind == "if_last":
+                    depth += 1
             elif op.kind in ("arrive", "expect", "tma_load", "mwait"):
                 if op.sync not in s.mbarriers:
                     raise bad(i, f"unknown mbarrier {op.sync!r}")
@@ -222,10 +237,16 @@ def validate(s: Schedule) -> Schedule:
                     raise bad(i, f"arrival count {op.value} must be >= 1")
                 if op.kind in ("expect", "tma_load") and op.value < 1:
                     raise bad(i, f"byte count {op.value} must be >= 1")
+            elif op.kind == "end_if":
+                if not depth:
+                    raise bad(i, "end_if without an if_last")
+                depth -= 1
             elif op.kind == "write":
                 pass
             else:
                 raise bad(i, f"unknown operation kind {op.kind!r}")
+        if depth:
+            raise ScheduleError(f"schedule {s.name!r}: group {g.name!r} has {depth} if_last without its end_if")
     return s
 
 
@@ -257,6 +278,10 @@ class GroupBuilder:
     def store(self, buf=(), n=1, counter="vmcnt", want=None, label=""):
         return self._add(kind="store", bufs=_t(buf), n=n, counter=counter, want=want, label=label)
 
+    def gstore(self, buf, n=1, counter="st.global", data=None, label="", critical=""):
+        return self._add(kind="gstore", bufs=_t(buf), n=n, counter=counter, data=data, label=label,
+                         critical=critical)
+
     def mma(self, bufs=(), counter=None, n=1, want=None, label=""):
         return self._add(kind="mma", bufs=_t(bufs), counter=counter, n=n, want=want, label=label)
 
@@ -275,6 +300,15 @@ class GroupBuilder:
 
     def await_(self, atomic, threshold, label="", critical=""):
         return self._add(kind="await", sync=atomic, value=threshold, label=label, critical=critical)
+
+    def if_last(self, atomic, total, amount=None, label=""):
+        """Add ``amount`` (default: ``count``, every thread of the group 1) to ``atomic``; the
+        ops up to the matching end_if run only if that brought it to ``total``."""
+        return self._add(kind="if_last", sync=atomic, value=self.count if amount is None else amount, n=total,
+                         label=label)
+
+    def end_if(self):
+        return self._add(kind="end_if")
 
     # mbarriers and TMA (Hopper)
     def arrive(self, mbar, count=1, label="", critical=""):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from . import amd, hopper
+from . import amd, hopper, streamk
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,21 @@ SHIPPED = {
            "pair_empty counts only the leader's releases", default_k=1),
         _e("hopper_coop_no_c_wait", lambda k=2: hopper.hopper_cooperative(k, variant="no_c_wait"),
            "pingpong.hopper, broken", "RACE", "C read without waiting for c_ready"),
+        # stream-K's fix-up has no K loop to unroll (the ring is the hopper_* models'): a launch
+        # of 7 tiles of 12 k-steps on 5 SMs, whatever K-iteration count is asked for
+        _e("streamk_cooperative", lambda k=1: streamk.streamk_fixup(),
+           "pingpong.hopper stream-K fix-up (fixup.py)", "SAFE",
+           "7 tiles on 5 SMs: a data-parallel wave, 2 tiles streamed by 3 programs; the last to arrive sums",
+           default_k=1),
+        _e("streamk_pingpong", lambda k=1: streamk.streamk_fixup(5, 24, 4, schedule="pingpong"),
+           "pingpong.hopper stream-K fix-up, ping-pong", "SAFE",
+           "5 tiles on 4 SMs, the fifth shared by 3 programs; consumers alternate units", default_k=1),
+        _e("streamk_early_arrival", lambda k=1: streamk.streamk_fixup(variant="early_arrival"),
+           "pingpong.hopper stream-K fix-up, broken", "RACE",
+           "a unit arrives before its partial's stores completed (no release)", default_k=1),
+        _e("streamk_unchecked_sum", lambda k=1: streamk.streamk_fixup(variant="unchecked_sum"),
+           "pingpong.hopper stream-K fix-up, broken", "RACE",
+           "slot 0 sums the partials without checking that every other unit arrived", default_k=1),
     ]
 }
 
