@@ -23,7 +23,12 @@ Workloads (--workloads; 2d-train only where the world size is even and ≥ 4):
 - tp-train: forward, backward and AdamW on bf16 parameters;
 - fsdp2-train: fully_shard per block and at the root, fp32 master weights, bf16 compute
   (MixedPrecisionPolicy), a different batch on each rank;
-- 2d-train: TP inside pairs of ranks (mesh dim "tp" = 2), FSDP2 across them ("dp").
+- 2d-train: TP inside pairs of ranks (mesh dim "tp" = 2), FSDP2 across them ("dp"), fp32
+  master weights and bf16 compute as fsdp2-train. torch 2.11's FSDP2 hands the TP Linears their
+  unsharded weight as a bf16 tensor in the fp32 parameter's DTensor spec (fixed in torch 2.13;
+  the JSON's fsdp2_tp_spec_fixed says which this torch is); pingpong's Linears rebuild that
+  parameter's spec (pingpong.distributed.respec), torch's ops do not read it: both models keep
+  the same parameters and policy.
 Modes (--modes): eager, and compiled: each block compiled in place (`block.compile()`,
 default mode, static shapes) after TP and FSDP2 were applied; the embedding, final norm and
 lm_head eager. Every compiled row runs before the eager ones (torch 2.13's inductor fails on
@@ -624,7 +629,10 @@ def main(argv=None) -> int:
     env = Env(rank, world, device, torch.float16 if args.cpu_smoke else torch.bfloat16, args.backend)
     arch, c = Arch(args.arch), config(args)
     meshes = meshes_for(world, device)
+    from torch.distributed.fsdp._fully_shard._fsdp_param import FSDPParam
+
     info = dict(world=world, torch=torch.__version__, arch=args.arch, config=asdict(c),
+                fsdp2_tp_spec_fixed=hasattr(FSDPParam, "_get_unsharded_dtensor_spec"),
                 device=torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                 date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), args=vars(args))
     env.log("run", info)
