@@ -51,7 +51,8 @@ the JSON as nccl_ms), and host ms, the CPU time to issue one step with the GPU i
 start: a step whose host ms reaches its wall ms is host-bound.
 
 Output: one table printed last by rank 0; the rows as JSON in --json, and in
-$OUT/dist_llama.json when OUT is set.
+$OUT/dist_llama.json when OUT is set. --host-profile: for each eager row, rank 0's cProfile of
+one step of each model (where a host-bound step's time goes), host_profile-<row>-<model>.txt.
 """
 
 from __future__ import annotations
@@ -488,6 +489,26 @@ def per_step(fn, env, n=3) -> dict:
     return out
 
 
+def host_profile(fn, env, tag) -> None:
+    """--host-profile: rank 0's cProfile of one step (GPU idle at its start), the 40 functions of
+    most own time and of most cumulative time, in host_profile-<tag>.txt (in $OUT when set)."""
+    import cProfile
+    import io
+    import pstats
+
+    sync(env)
+    prof = cProfile.Profile()
+    prof.runcall(fn)
+    sync(env)
+    if env.rank != 0:
+        return
+    text = io.StringIO()
+    for order in ("tottime", "cumulative"):
+        pstats.Stats(prof, stream=text).sort_stats(order).print_stats(40)
+    with open(os.path.join(os.environ.get("OUT", "."), f"host_profile-{tag}.txt"), "w") as f:
+        f.write(text.getvalue())
+
+
 def run_row(arch, c, workload, mode, meshes, env, args) -> dict:
     from torch._dynamo.utils import counters
 
@@ -502,6 +523,9 @@ def run_row(arch, c, workload, mode, meshes, env, args) -> dict:
     env.log(f"{workload} {mode} check", check)
     row.update(compare(steps, args, env))
     row["per_step"] = {name: per_step(fn, env) for name, fn in steps.items()}
+    if args.host_profile and mode == "eager":
+        for name, fn in steps.items():
+            host_profile(fn, env, f"{workload}-{mode}-{name}")
     if mode == "compiled":
         row["graph_breaks"] = sum(counters["graph_break"].values())
         row["graphs"] = counters["stats"]["unique_graphs"]
@@ -586,6 +610,8 @@ def parse(argv):
     p.add_argument("--max-reps", type=int, default=200)
     p.add_argument("--backend", default="inductor", help="torch.compile backend of the compiled mode")
     p.add_argument("--json", default=None)
+    p.add_argument("--host-profile", action="store_true",
+                   help="eager rows: rank 0's cProfile of one step of each model, host_profile-*.txt ($OUT or .)")
     args = p.parse_args(argv)
     for name in args.workloads.split(","):
         if name not in WORKLOADS:
