@@ -23,7 +23,12 @@ Workloads (--workloads; 2d-train only where the world size is even and ≥ 4):
 - tp-train: forward, backward and AdamW on bf16 parameters;
 - fsdp2-train: fully_shard per block and at the root, fp32 master weights, bf16 compute
   (MixedPrecisionPolicy), a different batch on each rank;
-- 2d-train: TP inside pairs of ranks (mesh dim "tp" = 2), FSDP2 across them ("dp").
+- 2d-train: TP inside pairs of ranks (mesh dim "tp" = 2), FSDP2 across them ("dp"), fp32
+  master weights and bf16 compute as fsdp2-train. torch 2.11's FSDP2 hands the TP Linears their
+  unsharded weight as a bf16 tensor in the fp32 parameter's DTensor spec (fixed in torch 2.13;
+  the JSON's fsdp2_tp_spec_fixed says which this torch is); pingpong's Linears rebuild that
+  parameter's spec (pingpong.distributed.respec), torch's ops do not read it: both models keep
+  the same parameters and policy.
 Modes (--modes): eager, and compiled: each block compiled in place (`block.compile()`,
 default mode, static shapes) after TP and FSDP2 were applied; the embedding, final norm and
 lm_head eager. Every compiled row runs before the eager ones (torch 2.13's inductor fails on
@@ -49,7 +54,8 @@ the JSON as nccl_ms), and host ms, the CPU time to issue one step with the GPU i
 start: a step whose host ms reaches its wall ms is host-bound.
 
 Output: one table printed last by rank 0; the rows as JSON in --json, and in
-$OUT/dist_llama.json when OUT is set.
+$OUT/dist_llama.json when OUT is set. --host-profile: for each eager row, rank 0's cProfile of
+one step of each model (where a host-bound step's time goes), host_profile-<row>-<model>.txt.
 """
 
 from __future__ import annotations
@@ -483,6 +489,26 @@ def per_step(fn, env, n=3) -> dict:
     return out
 
 
+def host_profile(fn, env, tag) -> None:
+    """--host-profile: rank 0's cProfile of one step (GPU idle at its start), the 40 functions of
+    most own time and of most cumulative time, in host_profile-<tag>.txt (in $OUT when set)."""
+    import cProfile
+    import io
+    import pstats
+
+    sync(env)
+    prof = cProfile.Profile()
+    prof.runcall(fn)
+    sync(env)
+    if env.rank != 0:
+        return
+    text = io.StringIO()
+    for order in ("tottime", "cumulative"):
+        pstats.Stats(prof, stream=text).sort_stats(order).print_stats(40)
+    with open(os.path.join(os.environ.get("OUT", "."), f"host_profile-{tag}.txt"), "w") as f:
+        f.write(text.getvalue())
+
+
 def run_row(arch, c, workload, mode, meshes, env, args) -> dict:
     from torch._dynamo.utils import counters
 
@@ -497,6 +523,9 @@ def run_row(arch, c, workload, mode, meshes, env, args) -> dict:
     env.log(f"{workload} {mode} check", check)
     row.update(compare(steps, args, env))
     row["per_step"] = {name: per_step(fn, env) for name, fn in steps.items()}
+    if args.host_profile and mode == "eager":
+        for name, fn in steps.items():
+            host_profile(fn, env, f"{workload}-{mode}-{name}")
     if mode == "compiled":
         row["graph_breaks"] = sum(counters["graph_break"].values())
         row["graphs"] = counters["stats"]["unique_graphs"]
@@ -583,6 +612,8 @@ def parse(argv):
     p.add_argument("--json", default=None)
     p.add_argument("--sm-carveout", type=int, default=None, help="torch's SM carveout for both models (SMs kept from"
                    " the GEMMs for NCCL: torch._C._set_sm_carveout_experimental); unset by default")
+    p.add_argument("--host-profile", action="store_true",
+                   help="eager rows: rank 0's cProfile of one step of each model, host_profile-*.txt ($OUT or .)")
     args = p.parse_args(argv)
     for name in args.workloads.split(","):
         if name not in WORKLOADS:
@@ -628,7 +659,10 @@ def main(argv=None) -> int:
     env = Env(rank, world, device, torch.float16 if args.cpu_smoke else torch.bfloat16, args.backend)
     arch, c = Arch(args.arch), config(args)
     meshes = meshes_for(world, device)
+    from torch.distributed.fsdp._fully_shard._fsdp_param import FSDPParam
+
     info = dict(world=world, torch=torch.__version__, arch=args.arch, config=asdict(c),
+                fsdp2_tp_spec_fixed=hasattr(FSDPParam, "_get_unsharded_dtensor_spec"),
                 device=torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                 date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), args=vars(args))
     env.log("run", info)

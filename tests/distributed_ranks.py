@@ -213,26 +213,71 @@ def scenario_fsdp2(mesh, rank, runs):
             if isinstance(layer, torch.nn.Linear):
                 fully_shard(layer, mesh=mesh, mp_policy=policy)
         fully_shard(model, mesh=mesh, mp_policy=policy)
-        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-        losses = []
-        gen = torch.Generator().manual_seed(1000 + rank)  # each rank its own batch of one task
-        teacher = torch.randn(8, 8, generator=torch.Generator().manual_seed(999)) / 3
-        x = torch.randn(16, 8, generator=gen)
-        target = torch.tanh(x @ teacher)
-        for step in range(8):
-            loss = F.mse_loss(model(x).float(), target)
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            losses.append(loss.item())
-        curves.append(losses)
+        curves.append(_train(model, 1000 + rank, 8))  # each rank its own batch of one task
         kernel_runs.append(len(runs) - start)
     assert kernel_runs[0] == 0 < kernel_runs[1], f"pingpong kernel runs (torch model, pingpong model): {kernel_runs}"
-    theirs, mine = curves
+    return _curves_agree(*curves)
+
+
+def _train(model, data_seed, steps, foreach=None) -> list[float]:
+    """Adam on a batch of the tanh-teacher task (x from data_seed): the loss of each step."""
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2, foreach=foreach)
+    teacher = torch.randn(8, 8, generator=torch.Generator().manual_seed(999)) / 3
+    x = torch.randn(16, 8, generator=torch.Generator().manual_seed(data_seed))
+    target = torch.tanh(x @ teacher)
+    losses = []
+    for step in range(steps):
+        loss = F.mse_loss(model(x).float(), target)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+def _curves_agree(theirs, mine) -> str:
+    """torch's and pingpong's loss curves step by step within 0.2%, pingpong's falling."""
     for step, (l_pp, l_ref) in enumerate(zip(mine, theirs)):
         assert abs(l_pp - l_ref) <= 2e-3 * abs(l_ref) + 1e-4, f"step {step}: pingpong {mine} vs torch {theirs}"
     assert mine[-1] < 0.7 * mine[0], f"loss does not fall: {mine}"
     return "losses pingpong " + " ".join(f"{l:.4f}" for l in mine) + " / torch " + " ".join(f"{l:.4f}" for l in theirs)
+
+
+def scenario_fsdp2_tp_stale_spec(mesh, rank, runs):
+    """FSDP2 × TP (a 1 × 2 mesh: FSDP2 over "dp" of one rank, TP over the two) with fp32 master
+    weights and fp16 compute, with torch 2.11's FSDP2 behaviour restored where torch has the fix
+    (the unsharded TP parameter keeps the fp32 parameter's spec around its fp16 local tensor):
+    pingpong's Linears see the stale spec, rebuild it (pingpong.distributed.respec), and train as
+    torch's model does on the same data and seed."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp._fully_shard._fsdp_param import FSDPParam
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    import pingpong.distributed
+
+    mesh2 = init_device_mesh("cpu", (1, WORLD), mesh_dim_names=("dp", "tp"))
+    policy = MixedPrecisionPolicy(param_dtype=torch.float16, reduce_dtype=torch.float32)
+    fixed = FSDPParam.__dict__.get("_get_unsharded_dtensor_spec")
+    if fixed is not None:  # torch 2.11: the all-gathered fp16 tensor in the fp32 parameter's spec
+        FSDPParam._get_unsharded_dtensor_spec = lambda self, unsharded: self._unsharded_dtensor_spec
+    curves, stale_seen = [], []
+    try:
+        for model in _mlp_pair(41, torch.float32, act_fused=True):
+            names = [n for n, m in model.named_children() if isinstance(m, torch.nn.Linear)]
+            linears = [model.get_submodule(n) for n in names]
+            parallelize_module(model, mesh2["tp"], {names[0]: ColwiseParallel(), names[1]: RowwiseParallel()})
+            for layer in linears:
+                fully_shard(layer, mesh=mesh2["dp"], mp_policy=policy)
+                layer.register_forward_pre_hook(
+                    lambda m, args: stale_seen.append(pingpong.distributed.stale(m.weight)))
+            fully_shard(model, mesh=mesh2["dp"], mp_policy=policy)
+            curves.append(_train(model, 1000, 6, foreach=False))  # one batch: the TP ranks see the same x
+    finally:
+        if fixed is not None:
+            FSDPParam._get_unsharded_dtensor_spec = fixed
+    assert stale_seen and all(stale_seen), f"the stale spec was not reproduced: {stale_seen}"
+    return _curves_agree(*curves)
 
 
 def scenario_grouped(mesh, rank, runs):

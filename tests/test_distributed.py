@@ -26,6 +26,7 @@ if not torch.distributed.is_available():
 import torch.distributed as dist  # noqa: E402
 
 import distributed_ranks  # noqa: E402
+from distributed_ranks import assert_close64  # noqa: E402
 from conftest import interpret_plans  # noqa: E402
 from pingpong import PingpongError  # noqa: E402
 
@@ -288,6 +289,106 @@ def test_a_compiled_tensor_parallel_model_keeps_the_rules_in_one_graph(mesh, run
     for p, g in zip(model.parameters(), want_grads):
         torch.testing.assert_close(p.grad.to_local(), g, rtol=1e-3, atol=1e-3)
     assert runs
+
+
+def stale_parameter(mesh, shape, placement, seed):
+    """A Parameter as torch 2.11's FSDP2 leaves a TP parameter under a param_dtype policy: an
+    fp16 local tensor in the spec of the fp32 parameter (tensor_meta dtype float32)."""
+    from torch.distributed.tensor import DTensor
+
+    fp32 = dt(mesh, shape, placement, seed, torch.float32)
+    return torch.nn.Parameter(DTensor(fp32.to_local().half(), fp32._spec, requires_grad=False))
+
+
+def test_a_stale_spec_parameter_is_rebuilt_and_any_other_stale_dtensor_is_refused(mesh, runs):
+    """A DTensor whose spec says float32 around an fp16 local tensor: a Parameter (FSDP2 × TP
+    on torch 2.11) is rebuilt from its local tensor by pingpong.linear, forward and backward
+    (values of the local product, in float64); any other such DTensor, and gemm_'s written c,
+    get the PingpongError naming the argument and the cause, before any work, every time."""
+    from torch.distributed.tensor import Replicate, Shard
+
+    import pingpong
+    from pingpong import distributed
+
+    w = stale_parameter(mesh, (8, 6), Shard(0), 1)
+    assert distributed.stale(w) and w._spec.tensor_meta.dtype == torch.float32
+    x = dt(mesh, (3, 6), Replicate(), 2).requires_grad_()
+    for bad in range(2):  # the second call hits the check's cache: still refused
+        with pytest.raises(PingpongError, match=r"w: a DTensor whose local tensor is torch.float16 while its spec says"
+                                                r" torch.float32: torch 2.11's FSDP2 .* pingpong.linear rebuilds such a"
+                                                r" DTensor .* only where it is a Parameter, and w is not one. Fixes: torch"
+                                                r" 2.13"):
+            pingpong.linear(x, w.detach())
+        with pytest.raises(PingpongError, match=r"c: a DTensor whose local tensor is torch.float16 while its spec says"
+                                                r" torch.float32.* pingpong.gemm_ does not rebuild it"):
+            pingpong.gemm_(stale_parameter(mesh, (3, 8), Shard(1), 3).detach(), x.detach(), w.detach().t())
+    assert runs == []
+    g = torch.randn(3, 4, generator=torch.Generator().manual_seed(4)).half()  # this rank's columns of dy
+    for call in range(2):
+        y = pingpong.linear(x, w)
+        assert y.placements == (Shard(1),) and y.dtype == torch.float16 and runs
+        x64, w64 = x.to_local().double(), w.to_local().double()
+        assert_close64(y.to_local(), x64 @ w64.T, f"y, call {call}")
+        y.backward(dt(mesh, (3, 8), Shard(1), 4))
+        assert_close64(w.grad.to_local(), g.double().T @ x64, f"dw, call {call}")
+        w.grad = x.grad = None
+
+
+def test_a_compiled_layer_rebuilds_a_stale_spec_parameter(mesh, runs):
+    """torch.compile (fullgraph) of a pingpong Linear whose weight is a stale-spec Parameter:
+    the parameter enters the graph with the float32 spec, is rebuilt in the graph, and the
+    compiled forward and backward give eager's values."""
+    from torch.distributed.tensor import Replicate, Shard
+
+    import pingpong
+
+    layer = pingpong.nn.Linear(6, 8, bias=False, activation="relu", dtype=torch.float16)
+    layer.weight = stale_parameter(mesh, (8, 6), Shard(0), 1)
+    x = dt(mesh, (3, 6), Replicate(), 2)
+    want = layer(x)
+    want.backward(torch.ones_like(want))
+    want_grad, layer.weight.grad = layer.weight.grad.to_local().clone(), None
+    torch._dynamo.reset()
+    got = torch.compile(layer, backend="aot_eager", fullgraph=True)(x)
+    got.backward(torch.ones_like(got))
+    torch.testing.assert_close(got.to_local(), want.to_local(), rtol=0, atol=0)
+    torch.testing.assert_close(layer.weight.grad.to_local(), want_grad, rtol=0, atol=0)
+    assert got.placements == (Shard(1),) and runs
+
+
+def test_the_check_cache_refuses_what_it_did_not_pass(mesh, runs, monkeypatch):
+    """pingpong.distributed.check remembers a call that passed (a call alike costs one lookup,
+    the full checks do not run again); a call that differs in any checked respect (dtype,
+    placement under an activation, mesh, a plain tensor mixed in, the activation) is checked
+    in full and refused, every time, before any work."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+
+    import pingpong
+    from pingpong import distributed
+
+    full = []
+    monkeypatch.setattr(distributed, "_check", lambda *a, _c=distributed._check: (full.append(1), _c(*a))[1])
+    x, w = dt(mesh, (3, 6), Replicate(), 1), dt(mesh, (4, 6), Shard(0), 2)
+    pingpong.linear(x, w, activation="relu")
+    checked = len(full)
+    pingpong.linear(dt(mesh, (3, 6), Replicate(), 3), dt(mesh, (4, 6), Shard(0), 4), activation="relu")
+    assert len(full) == checked, "a call alike was checked again"
+    before = len(runs)
+    bad = {
+        "a dtype": ((dt(mesh, (3, 6), Replicate(), 1, torch.float32), w, "relu"), r"x: dtype torch.float32"),
+        "a K split under an activation": ((dt(mesh, (3, 6), Shard(1), 1), dt(mesh, (4, 6), Shard(1), 2), "relu"),
+                                          r"x: placement Shard\(dim=1\) .* splits the contracted dim"),
+        "another mesh": ((x, DTensor.from_local(torch.randn(4, 6).half(), init_device_mesh("cpu", (1, 2)),
+                                                [Replicate(), Shard(0)], run_check=False), "relu"), r"one DeviceMesh"),
+        "a plain tensor": ((x, torch.randn(4, 6).half(), "relu"), r"w: a plain torch.Tensor mixed"),
+        "an activation": ((x, w, "tanh"), r"activation"),
+    }
+    for what, (args, match) in bad.items():
+        for _ in range(2):
+            with pytest.raises(PingpongError, match=match):
+                pingpong.linear(*args[:2], activation=args[2])
+    assert len(runs) == before, "a refused call ran the kernel"
 
 
 def test_parallelize_then_replace_is_refused(mesh):

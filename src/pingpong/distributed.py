@@ -58,8 +58,8 @@ from . import batching, fp8, fused, grouped, ops  # noqa: F401  (fp8, grouped, o
 from .runtime.spec import validate_linear
 from .errors import PingpongError
 
-__all__ = ["FACTOR", "ADDEND", "WHOLE", "OperandDims", "Layout", "register", "rules", "check", "product", "follow",
-           "LAYOUTS"]
+__all__ = ["FACTOR", "ADDEND", "WHOLE", "OperandDims", "Layout", "register", "rules", "check", "checked", "stale", "respec",
+           "product", "follow", "LAYOUTS"]
 
 FACTOR, ADDEND, WHOLE = "factor", "addend", "whole"
 LINEAR_REDUCE_OPS = tuple(getattr(Partial, "LINEAR_REDUCE_OPS", ("sum",)))  # Partial kinds a product is linear in
@@ -255,12 +255,74 @@ def _mesh(mesh) -> str:
     return f"the {mesh.device_type} mesh of ranks {mesh.mesh.tolist()}{names}"
 
 
+_PASSED: dict = {}  # a call's key (_key) -> the positions of its stale DTensors, once it passed the checks
+_PASSED_MAX = 4096
+
+
 def check(op, *args, **kwargs) -> None:
     """PingpongError before any work (no redistribution, no kernel) for a call of a registered
-    op whose tensors include a DTensor: a plain tensor mixed in (where DTensor refuses it too),
-    two meshes, the op's own argument errors (global shapes), and placements the rule does not
-    take: an operand split along the contracted dim or Partial under an activation, and an
-    in-place output whose placement the product cannot take."""
+    op whose tensors include a DTensor: a DTensor whose spec misstates its local dtype (`stale`),
+    a plain tensor mixed in (where DTensor refuses it too), two meshes, the op's own argument
+    errors (global shapes), and placements the rule does not take: an operand split along the
+    contracted dim or Partial under an activation, and an in-place output whose placement the
+    product cannot take.
+
+    A call that passed is remembered by its key (`_key`: the op, each DTensor's spec, local
+    dtype and device, each plain tensor's metadata and each other argument's type and value:
+    all that the checks read), so a call alike costs one lookup, as DTensor caches its
+    sharding per call; any other call is checked in full, so a refused call is refused every
+    time."""
+    key = _key(op, args, kwargs)
+    if key is not None and _PASSED.get(key) == ():
+        return
+    _check(op, args, kwargs)
+    _remember(key, ())
+
+
+def checked(op, args: tuple) -> tuple:
+    """`args` of a call of `op` by pingpong.ops' routes (matmul, gemm, linear): each stale
+    DTensor rebuilt (`respec`), then `check`ed; a call alike costs one lookup. While
+    torch.compile traces, only rebuilt (the checks are not traced)."""
+    if torch.compiler.is_compiling():
+        return respec(args)
+    key = _key(op, args, {})
+    positions = _PASSED.get(key) if key is not None else None
+    if positions is None:
+        fixed = respec(args)
+        positions = tuple(i for i, (t, f) in enumerate(zip(args, fixed)) if t is not f)
+        _check(op, fixed, {})
+        _remember(key, positions)
+        return fixed
+    return respec(args) if positions else args
+
+
+def _remember(key, positions: tuple) -> None:
+    if key is not None:
+        if len(_PASSED) >= _PASSED_MAX:
+            _PASSED.clear()
+        _PASSED[key] = positions
+
+
+def _key(op, args, kwargs) -> tuple | None:
+    """The call's key, or None when an argument does not hash (that call is checked every time)."""
+    key = (op, *map(_token, args), *(x for k, v in kwargs.items() for x in (k, _token(v))))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _token(v):
+    """What `check` reads of one argument, hashable."""
+    if isinstance(v, DTensor):
+        return type(v), v._spec, v._local_tensor.dtype, v.device
+    if isinstance(v, torch.Tensor):
+        return type(v), v.shape, v.stride(), v.dtype, v.device, _implicit_replication()
+    return type(v), v
+
+
+def _check(op, args, kwargs) -> None:
     reg = LAYOUTS[op]
     bound = dict(zip(reg.names, args), **kwargs)
     tensors = {n: v for n, v in bound.items() if isinstance(v, torch.Tensor)}
@@ -269,6 +331,9 @@ def check(op, *args, **kwargs) -> None:
         return
     first, ref = next(iter(dtensors.items()))
     name = op.name().replace("::", ".")
+    for n, t in dtensors.items():
+        if stale(t):
+            raise PingpongError(_stale_message(n, t, op, name))
     for n, t in tensors.items():
         if not isinstance(t, DTensor) and t.numel() != 1 and not _implicit_replication():
             raise PingpongError(
@@ -293,6 +358,62 @@ def check(op, *args, **kwargs) -> None:
                 _check_written(name, n, lay, mesh_dim, p)
             elif operand.role == FACTOR and not lay.linear:
                 _check_complete(name, n, operand, lay, mesh_dim, p)
+
+
+# ----------------------------------------------------------------------------- a spec that misstates the dtype
+
+
+def stale(t) -> bool:
+    """Whether DTensor t's spec (its tensor_meta) gives another dtype than its local tensor has.
+    torch 2.11's FSDP2 makes such DTensors: the unsharded parameter of a tensor-parallel module
+    under MixedPrecisionPolicy(param_dtype=...) is the param_dtype all-gather output wrapped in
+    the fp32 parameter's spec (pytorch/pytorch#183805 fixed it: torch 2.13 has the fix). DTensor
+    propagates the spec's dtype, so pingpong's checks and its ops' fake implementation (the
+    output's metadata) see float32 while every rank holds the bf16 tensor the kernel reads."""
+    meta = t._spec.tensor_meta
+    return meta is not None and meta.dtype != t._local_tensor.dtype
+
+
+class _Respec(torch.autograd.Function):
+    """t with its spec's dtype that of its local tensor (the same local tensor, mesh,
+    placements, global shape and stride); the gradient passes through unchanged, so autograd
+    casts it to t's dtype as it does for torch's own ops on t."""
+
+    @staticmethod
+    def forward(ctx, t):
+        return DTensor.from_local(t.to_local(), t.device_mesh, t.placements, run_check=False, shape=t.shape,
+                                  stride=t.stride())
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def respec(args: tuple) -> tuple:
+    """`args` with each `stale` DTensor Parameter rebuilt from its local tensor (`_Respec`):
+    the truth (what every rank holds and the kernel reads) becomes what DTensor propagates.
+    Narrow on purpose: a Parameter (where FSDP2 makes them: its unsharded parameters), an
+    out-of-place operand of pingpong.ops' routes of matmul, gemm and linear (so
+    pingpong.nn.Linear under FSDP2 × TP trains on torch 2.11 as torch's nn.Linear does, whose
+    ops leave the float32 spec unread); any other stale DTensor gets `check`'s PingpongError.
+    Traced by torch.compile too: a compiled block's parameters enter its graph as they are, and
+    torch.compile reads a graph input's spec (not an intermediate's: hence Parameters only)."""
+    return tuple(_Respec.apply(t) if isinstance(t, DTensor) and isinstance(t, torch.nn.Parameter) and stale(t) else t
+                 for t in args)
+
+
+def _stale_message(n, t, op, name) -> str:
+    if op in (torch.ops.pingpong.mm.default, torch.ops.pingpong.gemm.default, torch.ops.pingpong.linear.default):
+        which = f"{name} rebuilds such a DTensor from its local tensor only where it is a Parameter, and {n} is not one"
+    else:
+        which = (f"{name} does not rebuild it (pingpong.matmul, gemm, linear and pingpong.nn.Linear rebuild such a"
+                 " Parameter from its local tensor)")
+    return (f"{n}: a DTensor whose local tensor is {t._local_tensor.dtype} while its spec says"
+            f" {t._spec.tensor_meta.dtype}: torch 2.11's FSDP2 builds a tensor-parallel parameter's unsharded DTensor"
+            " this way under MixedPrecisionPolicy(param_dtype=...) (FSDP2 × TP; fixed in torch 2.13,"
+            f" pytorch/pytorch#183805); {which}. Fixes: torch 2.13 or later; or parameters already in the compute"
+            f" dtype (model.to(torch.bfloat16), no param_dtype); or DTensor.from_local({n}.to_local(), {n}.device_mesh,"
+            f" {n}.placements, shape={n}.shape, stride={n}.stride())")
 
 
 def _check_complete(name, n, operand, lay, mesh_dim, p) -> None:

@@ -54,7 +54,7 @@ from . import batching, direct, inductor
 from .errors import PingpongError
 from .runtime.spec import check_activation, torch_activation, validate_linear
 
-__all__ = ["needs_op", "route_gemm", "route_linear", "call_linear", "check_sharded", "is_dtensor",
+__all__ = ["needs_op", "route_gemm", "route_linear", "call_linear", "check_sharded", "sharded", "is_dtensor",
            "check_not_differentiated", "mm", "gemm", "gemm_", "linear", "activation_forward", "activation_backward"]
 
 _PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
@@ -102,14 +102,26 @@ def check_sharded(op, *args) -> None:
     """A call of `op` (an OpOverload) with DTensor arguments: pingpong.distributed's sharding
     rules registered (loaded on the first such call) and its checks, before any work. Costs a
     dict lookup when torch.distributed.tensor is not loaded; skipped while torch.compile traces
-    (the rules must be imported before: pingpong.distributed's docstring). The rules module
-    depends on this one (its rules are for these ops), so it is loaded by name, as a plugin:
-    this module never imports it."""
+    (the rules must be imported before: pingpong.distributed's docstring)."""
     if torch.compiler.is_compiling():
         return
     if any(is_dtensor(t) for t in args):
-        rules = sys.modules.get(f"{__package__}.distributed") or importlib.import_module(f"{__package__}.distributed")
-        rules.check(op, *args)
+        _rules().check(op, *args)
+
+
+def sharded(op, *args) -> tuple:
+    """`check_sharded` for the routes below: returns `args`, a DTensor whose spec misstates its
+    local tensor's dtype rebuilt first (pingpong.distributed.checked; also while torch.compile
+    traces, where the checks are skipped)."""
+    if any(is_dtensor(t) for t in args):
+        return _rules().checked(op, args)
+    return args
+
+
+def _rules():
+    """pingpong.distributed, which depends on this module (its rules are for these ops): loaded
+    by name, as a plugin; this module never imports it."""
+    return sys.modules.get(f"{__package__}.distributed") or importlib.import_module(f"{__package__}.distributed")
 
 
 def route_gemm(a, b, c, alpha, beta, out_dtype, bias=None, activation=None) -> Tensor:
@@ -117,9 +129,10 @@ def route_gemm(a, b, c, alpha, beta, out_dtype, bias=None, activation=None) -> T
     product), else the autograd Function."""
     if _traced(a, b, c, bias):
         if c is None and alpha == 1.0 and bias is None and activation in (None, "none"):
-            check_sharded(torch.ops.pingpong.mm.default, a, b, out_dtype)
+            a, b, _ = sharded(torch.ops.pingpong.mm.default, a, b, out_dtype)
             return mm(a, b, out_dtype)
-        check_sharded(torch.ops.pingpong.gemm.default, a, b, c, alpha, beta, out_dtype, bias, activation)
+        a, b, c, _, _, _, bias, _ = sharded(torch.ops.pingpong.gemm.default, a, b, c, alpha, beta, out_dtype, bias,
+                                            activation)
         return gemm(a, b, c, alpha, beta, out_dtype, bias, activation)
     return _GemmFunction.apply(a, b, c, alpha, beta, out_dtype, bias, activation)
 
@@ -128,7 +141,7 @@ def route_linear(x, w, bias, activation) -> Tensor:
     """A `linear` call that left the direct path: the op when traced, else the Function (the
     thin one on the layer's cached plan when it can: no activation, x folds into 2-D)."""
     if _traced(x, w, bias):
-        check_sharded(torch.ops.pingpong.linear.default, x, w, bias, activation)
+        x, w, bias, _ = sharded(torch.ops.pingpong.linear.default, x, w, bias, activation)
         return linear(x, w, bias, activation)
     lp = direct.layer_plan(x, w, bias, activation)
     if lp.folds and lp.activation == "none":
@@ -315,16 +328,24 @@ def _setup_linear(ctx, inputs, output):
 def _backward_linear(ctx, g):
     x, w, bias, y = ctx.saved_tensors
     needs = ctx.needs_input_grad
-    x2 = x.reshape(-1, x.shape[-1])
-    g2 = g.reshape(-1, g.shape[-1])
+    g2 = _rows(g)
     if ctx.activation != "none":
-        saved = y.reshape(g2.shape) if ctx.activation == "relu" else _preactivation(x2, w.t(), 1.0, bias)
+        saved = _rows(y) if ctx.activation == "relu" else _preactivation(_rows(x), w.t(), 1.0, bias)
         g2 = activation_backward(ctx.activation, g2, saved)
     dbias = _bias_grad(g2, bias) if bias is not None and needs[2] else None
     g2 = g2.to(x.dtype)
-    dx = _gemm(g2, w).view(x.shape) if needs[0] else None
-    dw = _gemm(g2.mT, x2) if needs[1] else None  # (N, K) row-major: the weight's own layout
+    dx = _unrows(_gemm(g2, w), x) if needs[0] else None
+    dw = _gemm(g2.mT, _rows(x)) if needs[1] else None  # (N, K) row-major: the weight's own layout
     return dx, dw, dbias, None
+
+
+def _rows(t) -> Tensor:
+    """t as (rows, its last dim); t itself when 2-D (on a DTensor every view is a dispatch)."""
+    return t if t.dim() == 2 else t.reshape(-1, t.shape[-1])
+
+
+def _unrows(t, like) -> Tensor:
+    return t if like.dim() == 2 else t.view(like.shape)
 
 
 mm.register_autograd(_backward_mm, setup_context=_setup_mm)
@@ -387,10 +408,10 @@ def _layer_apply(x, w, bias, lp) -> Tensor:
 
 
 def _backward_linear_generic(ctx, g, x, w):
-    g2 = g.reshape(-1, g.shape[-1]).to(x.dtype)
+    g2 = _rows(g).to(x.dtype)
     needs = ctx.needs_input_grad
-    dx = _gemm(g2, w).view(x.shape) if needs[0] else None
-    dw = _gemm(g2.mT, x.reshape(-1, x.shape[-1])) if needs[1] else None
+    dx = _unrows(_gemm(g2, w), x) if needs[0] else None
+    dw = _gemm(g2.mT, _rows(x)) if needs[1] else None
     dbias = g2.sum(0) if needs[2] else None
     return dx, dw, dbias, None
 
