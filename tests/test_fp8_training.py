@@ -21,6 +21,7 @@ import pingpong
 from pingpong import PingpongError, fp8, fp8_training, quantize
 from pingpong.fp8_training import RECIPES, TORCHAO_NAMES
 from pingpong.runtime import plan
+from fp8_groups import PRODUCT_GROUPS, QUANT_GROUPS, group_amax, per_element, scales_of
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
               pytest.mark.filterwarnings("ignore::UserWarning")]
@@ -30,30 +31,6 @@ FMAX = 448.0
 #: e4m3 rounding: relative half-ulp of a normal (3 mantissa bits), and half the subnormal step
 #: (2^-9) in units of the group's scale
 REL, SUB = 2.0**-4, 2.0**-10
-
-
-#: quantize_fp8's granularities as groups (rows, columns) of the tensor it quantizes; -1: the whole axis
-QUANT_GROUPS = {"tensor": (-1, -1), "row": (1, -1), "block": (1, 128), "block128x128": (128, 128)}
-
-
-def group_amax(t, group):
-    """amax of each (rows, cols) group of a 2-D t (-1: the whole axis; partial groups at the
-    ends), as a (row groups, column groups) tensor of t's dtype."""
-    R, C = t.shape
-    gr, gc = (R if group[0] == -1 else group[0]), (C if group[1] == -1 else group[1])
-    padded = t.new_zeros(-(-R // gr) * gr, -(-C // gc) * gc)
-    padded[:R, :C] = t.abs()
-    return padded.view(padded.shape[0] // gr, gr, padded.shape[1] // gc, gc).amax((1, 3))
-
-
-def per_element(s, shape):
-    """A group scale (scalar, per row or column, or per 128-block along an axis) expanded to
-    every element of a `shape` operand, in float64."""
-    s = s.double().reshape(s.shape if s.dim() == 2 else (1, 1))
-    for d in (0, 1):
-        if s.shape[d] not in (1, shape[d]):
-            s = s.repeat_interleave(128, d).narrow(d, 0, shape[d])
-    return s.expand(shape)
 
 
 def _cast(x, q, s, granularity):
@@ -105,23 +82,9 @@ def spread(rows, cols, gen):
     return x * r * c
 
 
-#: each product's operands, a (rows, contraction) and b (contraction, columns), as
-#: Y = X·Wᵀ, dX = dY·W, dW = dYᵀ·X, and the (rows, cols) groups one scale covers in each (-1: the
-#: whole axis): written from the recipes' definition, not read from pingpong
-PRODUCT_GROUPS = {
-    "tensor": {"Y": ((-1, -1), (-1, -1)), "dX": ((-1, -1), (-1, -1)), "dW": ((-1, -1), (-1, -1))},
-    "row": {"Y": ((1, -1), (-1, 1)), "dX": ((1, -1), (-1, 1)), "dW": ((1, -1), (-1, 1))},
-    "block": {"Y": ((1, 128), (128, 128)), "dX": ((1, 128), (128, 128)), "dW": ((1, 128), (128, 1))},
-}
-PRODUCT_GROUPS["row_gw_hp"] = PRODUCT_GROUPS["row"]
 #: (in_features, out_features) of the layers under test: block-wise needs multiples of 128, and
 #: two blocks along each so that a block on the wrong axis or transposed is caught
 FEATURES = {"block": (384, 256)}
-
-
-def scales_of(t, group):
-    """float64 scale of every element of t: amax / 448 of its group."""
-    return per_element(group_amax(t.double(), group) / FMAX, t.shape)
 
 
 def bound(a, b, sa, sb):
