@@ -462,6 +462,14 @@ _INTERPRETED = _CHECK + textwrap.dedent("""
                         assert v == float("inf") and not torch.isfinite(group).any(), (g, i, j, v)
                     else:
                         assert 0 < v < float("inf") and torch.isfinite(group).all(), (g, i, j, v)
+
+    # 128×128 blocks of W and of Wᵀ hold the same values: the same quantization, transposed,
+    # bitwise (FP8 training's block-wise data gradient reuses W's instead of quantizing Wᵀ)
+    w = spread(256, 384)
+    for src in (w, w.half()):
+        q, s = pingpong.quantize_fp8(src, "block128x128")
+        qt, st = pingpong.quantize_fp8(src.t().contiguous(), "block128x128")
+        assert torch.equal(qt.view(torch.uint8), q.t().view(torch.uint8)) and torch.equal(st, s.t()), src.dtype
     print("OK")
 """)
 

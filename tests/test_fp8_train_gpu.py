@@ -18,12 +18,12 @@ import torch
 
 import pingpong
 from closeness import assert_close, rel_norm
+from fp8_groups import PRODUCT_GROUPS, QUANT_GROUPS, per_element, scales_of
 from pingpong.fp8_training import RECIPES
 
 pytestmark = pytest.mark.gpu
 
 BF16 = torch.bfloat16
-FMAX = 448.0
 RECIPE_IDS = list(RECIPES)
 
 
@@ -41,23 +41,25 @@ def poison():
 
 
 def dequantized_along(t, granularity, dim):
-    """float64 values of t quantized by quantize_fp8 with one scale per slice along `dim` (1:
-    per row, along the columns; 0: per column, along the rows; tensor-wise: one)."""
-    src = t if dim == 1 else t.t().contiguous()
-    q, s = pingpong.quantize_fp8(src, granularity)
-    d = q.double() * s.double()
+    """float64 values of t quantized by quantize_fp8 with one scale per group along `dim` (1:
+    per row, or 1×128 block of a row, along the columns; 0: the same along the rows, from tᵀ;
+    tensor-wise: one; "block128x128": 128×128 blocks of t, or of tᵀ). Block-wise, the quantized
+    axis is padded with zeros to a multiple of 128 (zeros change no amax), as dW's tokens are."""
+    src = t if dim == 1 else t.t()
+    R, C = src.shape
+    if QUANT_GROUPS[granularity][1] == 128:
+        src = torch.nn.functional.pad(src, (0, -C % 128))
+    q, s = pingpong.quantize_fp8(src.contiguous(), granularity)
+    d = (q.double() * per_element(s, q.shape))[:, :C]
     return d if dim == 1 else d.t()
 
 
-def e4m3_bound(a, b, granularity):
-    """|fp8 product − a@b| elementwise, from e4m3 rounding of a (scaled per row, or one scale)
-    and b (per column): |Δ| ≤ max(2^-4·|v|, 2^-10·s) per element (a normal's relative half-ulp;
-    half the subnormal step 2^-9 in units of the group's scale s = amax / 448); plus bf16
-    output rounding and fp32 accumulation."""
-    if granularity == "row":
-        sa, sb = a.abs().amax(1, keepdim=True) / FMAX, b.abs().amax(0, keepdim=True) / FMAX
-    else:
-        sa, sb = a.abs().max() / FMAX, b.abs().max() / FMAX
+def e4m3_bound(a, b, groups):
+    """|fp8 product − a@b| elementwise, from e4m3 rounding of a and b with scales over `groups`
+    (fp8_groups.PRODUCT_GROUPS): |Δ| ≤ max(2^-4·|v|, 2^-10·s) per element (a normal's relative
+    half-ulp; half the subnormal step 2^-9 in units of the group's scale s = amax / 448); plus
+    bf16 output rounding and fp32 accumulation."""
+    sa, sb = scales_of(a, groups[0]), scales_of(b, groups[1])
     da = torch.maximum(2.0**-4 * a.abs(), 2.0**-10 * sa)
     db = torch.maximum(2.0**-4 * b.abs(), 2.0**-10 * sb)
     return da @ b.abs() + a.abs() @ db + da @ db + 2.0**-8 * (a @ b).abs() + 2.0**-11 * (a.abs() @ b.abs())
@@ -77,7 +79,7 @@ def close_to_dequantized(got, a, b, what, bias=None):
 @pytest.mark.parametrize("M", [1, 17, 777])
 def test_forward_and_gradients_against_float64(recipe, M):
     seed = 31 * M + RECIPE_IDS.index(recipe)
-    K, N = 528, 400  # multiples of 16, not of 128
+    K, N = (640, 384) if recipe == "block" else (528, 400)  # multiples of 16, not of 128 (block-wise: of 128, not 256)
     gen = torch.Generator(device="cuda").manual_seed(seed)
     layer = pingpong.nn.Float8TrainingLinear(K, N, dtype=BF16, device="cuda", recipe=recipe)
     with torch.no_grad():
@@ -91,20 +93,21 @@ def test_forward_and_gradients_against_float64(recipe, M):
     y.backward(g)
     what = f"{recipe} M={M} seed {seed}"
     X, W, G, b = x.detach(), layer.weight.detach(), g, layer.bias.detach().double()
-    gr = RECIPES[recipe].granularity
+    gr, wg, groups = RECIPES[recipe].granularity, RECIPES[recipe].weight, PRODUCT_GROUPS[recipe]
     assert y.dtype == x.grad.dtype == layer.weight.grad.dtype == layer.bias.grad.dtype == BF16
 
-    close_to_dequantized(y, dequantized_along(X, gr, 1), dequantized_along(W, gr, 1).t(), f"{what}: y", bias=b)
-    close_to_dequantized(x.grad, dequantized_along(G, gr, 1), dequantized_along(W, gr, 0), f"{what}: dX")
+    # (block-wise, dX's W is quantize_fp8 of Wᵀ here: pingpong transposes W's 128×128 quantization)
+    close_to_dequantized(y, dequantized_along(X, gr, 1), dequantized_along(W, wg, 1).t(), f"{what}: y", bias=b)
+    close_to_dequantized(x.grad, dequantized_along(G, gr, 1), dequantized_along(W, wg, 0), f"{what}: dX")
     if RECIPES[recipe].fp8_weight_grad:
         close_to_dequantized(layer.weight.grad, dequantized_along(G, gr, 0).t(), dequantized_along(X, gr, 0),
                              f"{what}: dW")
     Xd, Wd, Gd = X.double(), W.double(), G.double()
-    assert_close(y.double() - b, Xd @ Wd.t(), norm=0.08, allowed=e4m3_bound(Xd, Wd.t(), gr) + 2.0**-8 * b.abs(),
+    assert_close(y.double() - b, Xd @ Wd.t(), norm=0.08, allowed=e4m3_bound(Xd, Wd.t(), groups["Y"]) + 2.0**-8 * b.abs(),
                  what=f"{what}: y vs unquantized")
-    assert_close(x.grad, Gd @ Wd, norm=0.08, allowed=e4m3_bound(Gd, Wd, gr), what=f"{what}: dX vs unquantized")
+    assert_close(x.grad, Gd @ Wd, norm=0.08, allowed=e4m3_bound(Gd, Wd, groups["dX"]), what=f"{what}: dX vs unquantized")
     if RECIPES[recipe].fp8_weight_grad:
-        allowed = e4m3_bound(Gd.t(), Xd, gr)
+        allowed = e4m3_bound(Gd.t(), Xd, groups["dW"])
     else:  # bf16 operands, fp32 accumulation, one bf16 rounding
         allowed = 2.0**-8 * (Gd.t() @ Xd).abs() + 2.0**-14 * (Gd.t().abs() @ Xd.abs())
     assert_close(layer.weight.grad, Gd.t() @ Xd, norm=0.08, allowed=allowed, what=f"{what}: dW vs unquantized")
@@ -159,8 +162,9 @@ def test_loss_curve_within_one_percent_of_bf16():
         model = torch.nn.Sequential(torch.nn.Linear(D, H), torch.nn.GELU(), torch.nn.Linear(H, H), torch.nn.GELU(),
                                     torch.nn.Linear(H, C)).cuda().to(BF16)
         model.load_state_dict(state)
-        if recipe is not None:
-            assert len(pingpong.nn.replace_linear(model, fp8=recipe, training=True).replaced) == 3
+        if recipe is not None:  # block-wise: the 16-class head is not a multiple of 128, stays bf16
+            report = pingpong.nn.replace_linear(model, fp8=recipe, training=True)
+            assert report.replaced == (["0", "2"] if recipe == "block" else ["0", "2", "4"]), report
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
         losses = []
         for x, y in batches:

@@ -21,6 +21,7 @@ import pingpong
 from pingpong import PingpongError, fp8, fp8_training, quantize
 from pingpong.fp8_training import RECIPES, TORCHAO_NAMES
 from pingpong.runtime import plan
+from fp8_groups import PRODUCT_GROUPS, QUANT_GROUPS, group_amax, per_element, scales_of
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
               pytest.mark.filterwarnings("ignore::UserWarning")]
@@ -36,14 +37,10 @@ def _cast(x, q, s, granularity):
     """quantize_fp8's kernels' formula (pingpong.quantize): amax / FP8_MAX, one reciprocal."""
     xf = x.float()
     fmax = quantize.FP8_MAX[q.dtype]
-    if granularity == "row":
-        amax = xf.abs().amax(1, keepdim=True).clamp_min(1e-12)
-    elif granularity == "tensor":
-        amax = xf.abs().amax().clamp_min(1e-12)
-    else:
-        raise NotImplementedError(granularity)
+    amax = group_amax(xf, QUANT_GROUPS[granularity]).clamp_min(1e-12)
     s.copy_((amax / fmax).reshape(s.shape))
-    q.copy_((xf * (fmax / amax)).clamp(-fmax, fmax).to(q.dtype))
+    inv = per_element(fmax / amax, xf.shape).float()
+    q.copy_((xf * inv).clamp(-fmax, fmax).to(q.dtype))
 
 
 class RecordedPlan(plan.Plan):
@@ -56,7 +53,7 @@ class RecordedPlan(plan.Plan):
 
     def run_scaled(self, a, b, scale_a, scale_b, out, bias):
         self.runs.append((a.clone(), b.clone(), scale_a.clone(), scale_b.clone()))
-        y = (a.double() * scale_a.double()) @ (b.double() * scale_b.double())
+        y = (a.double() * per_element(scale_a, a.shape)) @ (b.double() * per_element(scale_b, b.shape))
         out.copy_(y if bias is None else y + bias.double())
 
 
@@ -85,10 +82,9 @@ def spread(rows, cols, gen):
     return x * r * c
 
 
-def amax_scale(t, dim):
-    """The scale of each group of t along `dim` (None: the whole tensor), in float64."""
-    t = t.double().abs()
-    return (t.amax() if dim is None else t.amax(dim)) / FMAX
+#: (in_features, out_features) of the layers under test: block-wise needs multiples of 128, and
+#: two blocks along each so that a block on the wrong axis or transposed is caught
+FEATURES = {"block": (384, 256)}
 
 
 def bound(a, b, sa, sb):
@@ -113,7 +109,7 @@ def check_close(got, ref, allowed, what):
 
 def run_layer(recipe, M, seed, bias=True):
     """x (M, K) → Float8TrainingLinear(K, N) → y, then y.backward(g): (layer, x, g, y)."""
-    K, N = 64, 48
+    K, N = FEATURES.get(recipe, (64, 48))
     gen = torch.Generator().manual_seed(seed)
     layer = pingpong.nn.Float8TrainingLinear(K, N, bias=bias, dtype=F16, recipe=recipe)
     with torch.no_grad():
@@ -131,77 +127,76 @@ RECIPE_IDS = list(RECIPES)
 
 
 @pytest.mark.parametrize("recipe", RECIPE_IDS)
-@pytest.mark.parametrize("M", [1, 17, 40])
+@pytest.mark.parametrize("M", [1, 17, 200])
 def test_forward_and_gradients_against_float64(fp8_kernels, recipe, M):
     """y, dX, dW, dbias against float64 products of the fp16 inputs, each within the bound
     that e4m3 rounding (with the recipe's scales along each product's contraction) allows."""
     seed = 1000 * M + RECIPE_IDS.index(recipe)
     layer, x, g, y = run_layer(recipe, M, seed)
     X, W, G = x.detach().double(), layer.weight.detach().double(), g.double()
-    row = RECIPES[recipe].granularity == "row"
+    groups = PRODUCT_GROUPS[recipe]
     what = f"{recipe} M={M} seed {seed}"
     assert y.dtype == x.grad.dtype == F16 and layer.weight.grad.dtype == layer.bias.grad.dtype == F16
-    # Y = X·Wᵀ: X per token, W per output row, both along K
-    sx, sw = (amax_scale(X, 1)[:, None], amax_scale(W, 1)[None, :]) if row else (amax_scale(X, None),) * 2
-    sw = sw if row else amax_scale(W, None)
-    ref = X @ W.t() + layer.bias.detach().double()
-    check_close(y, ref, bound(X, W.t(), sx, sw), f"{what}: y")
-    # dX = dY·W: dY per token and W per input column, along N
-    sg, swc = (amax_scale(G, 1)[:, None], amax_scale(W, 0)[None, :]) if row else (amax_scale(G, None),
-                                                                                  amax_scale(W, None))
-    check_close(x.grad, G @ W, bound(G, W, sg, swc), f"{what}: dX")
-    # dW = dYᵀ·X: dY per output column and X per input column, along the tokens
+
+    def allowed(name, a, b):
+        ga, gb = groups[name]
+        return bound(a, b, scales_of(a, ga), scales_of(b, gb))
+
+    check_close(y, X @ W.t() + layer.bias.detach().double(), allowed("Y", X, W.t()), f"{what}: y")
+    check_close(x.grad, G @ W, allowed("dX", G, W), f"{what}: dX")
     if RECIPES[recipe].fp8_weight_grad:
-        sgc, sxc = (amax_scale(G, 0)[:, None], amax_scale(X, 0)[None, :]) if row else (amax_scale(G, None),
-                                                                                       amax_scale(X, None))
-        allowed = bound(G.t(), X, sgc, sxc)
+        dw_allowed = allowed("dW", G.t(), X)
     else:  # the inputs' precision: fp16 products, fp32 accumulation, one fp16 rounding
-        allowed = 2.0**-10 * (G.t().abs() @ X.abs()) + 1e-6
-    check_close(layer.weight.grad, G.t() @ X, allowed, f"{what}: dW")
+        dw_allowed = 2.0**-10 * (G.t().abs() @ X.abs()) + 1e-6
+    check_close(layer.weight.grad, G.t() @ X, dw_allowed, f"{what}: dW")
     torch.testing.assert_close(layer.bias.grad.double(), G.sum(0), rtol=2e-3, atol=1e-3)
 
 
 @pytest.mark.parametrize("recipe", RECIPE_IDS)
-def test_each_product_scales_along_its_contraction(fp8_kernels, recipe):
+@pytest.mark.parametrize("M", [17, 200])
+def test_each_product_scales_along_its_contraction(fp8_kernels, recipe, M):
     """The launched products, in order (forward, dX, dW): operand shapes and layouts (a
-    row-major, b column-major, tokens padded to 16 with zeros for dW) and scale values equal
-    to amax / 448 of the unquantized operand along the axis the product contracts."""
-    M, K, N = 17, 64, 48
-    layer, x, g, _ = run_layer(recipe, M, seed=7)
+    row-major, b column-major, tokens padded with zeros for dW to 16, or 128 block-wise: the
+    kernel's K rule) and scale shapes and values equal to amax / 448 of the unquantized
+    operand's group along the axis the product contracts (PRODUCT_GROUPS)."""
+    layer, x, g, _ = run_layer(recipe, M, seed=7 + M)
     X, W, G = x.detach().float(), layer.weight.detach().float(), g.float()
-    row = RECIPES[recipe].granularity == "row"
+    N, K = W.shape
     fp8_weight_grad = RECIPES[recipe].fp8_weight_grad
     assert len(fp8_kernels) == (3 if fp8_weight_grad else 2)
-    Mp = 32  # 17 tokens padded to a multiple of 16
-    products = [("forward", (M, K), (K, N), X, 1, W, 1),  # (name, a shape, b shape, A, axis, B, axis)
-                ("dX", (M, N), (N, K), G, 1, W, 0),
-                ("dW", (N, Mp), (Mp, K), G, 0, X, 0)][:len(fp8_kernels)]
-    for (name, a_shape, b_shape, A, a_axis, B, b_axis), (a, b, sa, sb) in zip(products, fp8_kernels):
+    pad = 128 if recipe == "block" else 16
+    Mp = -(-M // pad) * pad
+    Gt, Xp = G.new_zeros(N, Mp), X.new_zeros(Mp, K)
+    Gt[:, :M], Xp[:M] = G.t(), X
+    products = [("Y", X, W.t()), ("dX", G, W), ("dW", Gt, Xp)][:len(fp8_kernels)]  # (name, A, B)
+    for (name, A, B), (a, b, sa, sb) in zip(products, fp8_kernels):
+        ga, gb = PRODUCT_GROUPS[recipe][name]
         assert a.dtype == b.dtype == E4M3, name
-        assert tuple(a.shape) == a_shape and a.stride(1) == 1, (name, a.shape, a.stride())
-        assert tuple(b.shape) == b_shape and b.stride(0) == 1, (name, b.shape, b.stride())
-        if row:
-            assert tuple(sa.shape) == (a_shape[0], 1) and tuple(sb.shape) == (1, b_shape[1]), name
-            want_a = A.abs().amax(a_axis) / FMAX
-            want_b = B.abs().amax(b_axis) / FMAX
-            torch.testing.assert_close(sa.flatten(), want_a, rtol=0, atol=0, msg=f"{name}: scale_a axis")
-            torch.testing.assert_close(sb.flatten(), want_b, rtol=0, atol=0, msg=f"{name}: scale_b axis")
-        else:
-            assert sa.numel() == sb.numel() == 1, name
-            torch.testing.assert_close(sa.reshape(()), A.abs().max() / FMAX, rtol=0, atol=0, msg=name)
-            torch.testing.assert_close(sb.reshape(()), B.abs().max() / FMAX, rtol=0, atol=0, msg=name)
+        assert a.shape == A.shape and a.stride(1) == 1, (name, a.shape, a.stride())
+        assert b.shape == B.shape and b.stride(0) == 1, (name, b.shape, b.stride())
+        for scale, T, group, which in ((sa, A, ga, "scale_a"), (sb, B, gb, "scale_b")):
+            want = group_amax(T, group) / FMAX
+            if want.numel() == 1:
+                assert scale.numel() == 1, (name, which, scale.shape)
+            else:
+                assert scale.shape == want.shape, (name, which, tuple(scale.shape), tuple(want.shape))
+            torch.testing.assert_close(scale.reshape(want.shape), want, rtol=0, atol=0, msg=f"{name}: {which} axis")
         if name == "dW":  # the padded tokens are zeros, in both operands
             assert not a[:, M:].float().any() and not b[M:].float().any()
 
 
 def test_recipe_table_and_torchao_names():
-    """Every recipe has its torchao name (both spellings accepted, the same layer), block-wise
-    is refused with where to go, and docs/fp8.md names every recipe and torchao name."""
+    """Every recipe with a torchao name answers to both spellings (the same layer); block-wise
+    (DeepSeek-V3's, none in torchao's float8 training) to its own; docs/fp8.md names every
+    recipe and torchao name."""
     for name, recipe in RECIPES.items():
-        assert fp8_training.recipe_name(recipe.torchao) == fp8_training.recipe_name(name) == name
+        assert fp8_training.recipe_name(name) == name
+        if recipe.torchao is not None:
+            assert fp8_training.recipe_name(recipe.torchao) == name
+    assert RECIPES["block"].torchao is None and RECIPES["block"].fp8_weight_grad
     assert fp8_training.GRAD_DTYPE == E4M3  # the format docs/fp8.md states for every gradient
-    with pytest.raises(PingpongError, match="recipe: expected one of.*block-wise FP8 training is not built"):
-        fp8_training.recipe_name("block")
+    with pytest.raises(PingpongError, match="recipe: expected one of"):
+        fp8_training.recipe_name("blockwise")
     text = (Path(__file__).parents[1] / "docs" / "fp8.md").read_text()
     missing = [n for n in (*RECIPES, *TORCHAO_NAMES) if f'"{n}"' not in text]
     assert not missing, f"docs/fp8.md does not name the training recipes {missing}"
@@ -230,7 +225,10 @@ def test_double_backward_is_refused(fp8_kernels):
 @pytest.mark.parametrize("make, needle", [
     (lambda: pingpong.nn.Float8TrainingLinear(20, 32), "in_features=20, out_features=32: FP8 needs multiples of 16"),
     (lambda: pingpong.nn.Float8TrainingLinear(32, 24), "out_features=24"),
-    (lambda: pingpong.nn.Float8TrainingLinear(32, 32, recipe="block"), "recipe: .*block-wise FP8 training"),
+    (lambda: pingpong.nn.Float8TrainingLinear(32, 32, recipe="block"),
+     "in_features=32, out_features=32: block-wise FP8 training needs multiples of 128"),
+    (lambda: pingpong.nn.Float8TrainingLinear(384, 144, recipe="block"), r"out_features=144: block-wise"),
+    (lambda: pingpong.nn.Float8TrainingLinear(400, 256, recipe="block"), r"^in_features=400: block-wise"),
     (lambda: pingpong.nn.Float8TrainingLinear(32, 32, recipe="rowwise_hp"), "recipe: expected one of"),
 ])
 def test_layer_construction_names_what_the_recipe_cannot_serve(make, needle):
@@ -251,6 +249,9 @@ W32 = lambda: torch.randn(16, 32).to(F16)  # noqa: E731
     ((torch.randn(4, 32).to(F16), W32(), torch.ones(15).to(F16)), r"bias: expected shape \(16,\)"),
     ((torch.randn(4, 32).to(F16), torch.randn(16, 32, 1).to(F16)), "weight: expected a 2-D"),
     ((None, W32()), "x: expected a torch.Tensor"),
+    ((torch.randn(4, 32).to(F16), W32(), None, "block"), "weight: in_features=32, out_features=16: block-wise"),
+    ((torch.randn(4, 384).to(F16), torch.randn(144, 384).to(F16), None, "block"), "weight: out_features=144: block"),
+    ((torch.randn(4, 400).to(F16), torch.randn(256, 400).to(F16), None, "block"), "weight: in_features=400: block"),
 ])
 @pytest.mark.parametrize("grad", [False, True])
 def test_fp8_linear_names_the_argument_before_any_work(fp8_kernels, args, needle, grad):
@@ -306,8 +307,19 @@ def test_replace_linear_for_training_skips_with_the_reason():
     assert again.replaced == [] and "0" not in again.skipped  # already pingpong's
 
 
+def test_replace_linear_block_skips_features_not_multiples_of_128():
+    model = torch.nn.Sequential(torch.nn.Linear(384, 256, dtype=F16), torch.nn.Linear(256, 144, dtype=F16),
+                                torch.nn.Linear(144, 256, dtype=F16), torch.nn.Linear(256, 128, dtype=F16))
+    report = pingpong.nn.replace_linear(model, fp8="block", training=True)
+    assert report.replaced == ["0", "3"] and model[3].recipe == "block"
+    assert report.skipped == {"1": "out_features=144: block-wise FP8 training needs multiples of 128 (in_features"
+                                   " is the forward's contraction, out_features the data gradient's)",
+                              "2": "in_features=144: block-wise FP8 training needs multiples of 128 (in_features"
+                                   " is the forward's contraction, out_features the data gradient's)"}
+
+
 @pytest.mark.parametrize("kwargs, needle", [
-    (dict(fp8="block", training=True), "fp8: .*block-wise FP8 training is not built"),
+    (dict(fp8="blockwise", training=True), "fp8: expected one of"),
     (dict(fp8="col", training=True), "fp8: expected one of"),
     (dict(training=True), "training: True .* needs fp8="),
     (dict(fp8="row", training="yes"), "training: expected a bool"),
@@ -356,7 +368,8 @@ def test_compile_records_the_op_and_the_backward_products(fp8_kernels, recipe):
     implementations checked their operands and scales (shapes below); the compiled gradients
     equal the eager ones."""
     torch.manual_seed(3)
-    M, K, N = 17, 64, 48
+    M, (K, N) = 17, FEATURES.get(recipe, (64, 48))
+    Mp = 128 if recipe == "block" else 32  # 17 tokens padded for dW (scaled_mm's K rule)
     layer = pingpong.nn.Float8TrainingLinear(K, N, dtype=F16, recipe=recipe)
     x = torch.randn(M, K).to(F16)
 
@@ -373,7 +386,7 @@ def test_compile_records_the_op_and_the_backward_products(fp8_kernels, recipe):
     if RECIPES[recipe].fp8_weight_grad:  # dW alone (x needs no gradient): two quantizations, one product
         assert len(mms) == 1 and len(quants) == 2, (len(mms), len(quants))
         assert tuple(mms[0].meta["val"].shape) == (N, K)
-        assert sorted(tuple(q.meta["val"][0].shape) for q in quants) == sorted([(K, 32), (N, 32)])  # tokens last, padded
+        assert sorted(tuple(q.meta["val"][0].shape) for q in quants) == sorted([(K, Mp), (N, Mp)])  # tokens last, padded
     else:
         assert mms == [] and quants == [] and pingpong_nodes(graphs["backward"], "mm"), "dW on the bf16 GEMM"
     torch.testing.assert_close(layer.weight.grad, eager[0], rtol=0, atol=0)

@@ -30,7 +30,28 @@ transpose, then quantize its rows. The copies (all in the inputs' precision, eac
   sum nor an amax, so any M (1, 17, 777) trains.
 
 Tensor-wise takes the same operands and copies with one scale per tensor (the copies then only
-serve the K-major layouts). Block-wise training is not built.
+serve the K-major layouts).
+
+Block-wise (DeepSeek-V3): activations and gradients in 1×128 blocks along the contraction, the
+weight in 128×128 blocks (quantize_fp8's "block" and "block128x128"):
+
+    | product | a: 1×128 blocks of                  | b                                          |
+    |---------|-------------------------------------|--------------------------------------------|
+    | Y       | X along K: (M, K/128)               | W, 128×128: (K/128, N/128)                 |
+    | dX      | dY along N: (M, N/128)              | W, 128×128, transposed: (N/128, K/128)     |
+    | dW      | dYᵀ along the tokens: (N, M'/128)   | X along the tokens, 1×128 of Xᵀ: (M'/128, K) |
+
+A 128×128 block is the same set of values in W and in Wᵀ, so its amax, its scale and every
+cast value are too: quantize_fp8(Wᵀ, "block128x128") is (qᵀ, sᵀ) of quantize_fp8(W,
+"block128x128"), bitwise. So dX needs no quantization of Wᵀ: the backward quantizes W as the
+forward does (only the high-precision inputs are saved) and transposes the result, an fp8 copy
+of qᵀ (the kernel reads b N-major) and sᵀ made contiguous (sᵀ.t() is then scale_b's
+outer-dim-major layout), instead of copying Wᵀ in the inputs' precision and quantizing that.
+dW contracts the tokens, so X and dY are quantized again in 1×128 blocks of their transposes
+(128 tokens × 1 column of the originals), the tokens padded with zeros to M' = a multiple of 128
+(block-wise K, here the tokens, must be one); the forward's 1×128 blocks along K are not
+valid there. in_features and out_features must both be multiples of 128: each is the
+contraction of one product (K of the forward, N of dX); the tokens (M) may be anything.
 
 Recipes (RECIPES; torchao's names are accepted too):
 
@@ -39,6 +60,7 @@ Recipes (RECIPES; torchao's names are accepted too):
     | "tensor"    | "tensorwise"        | tensor-wise | FP8, tensor-wise                     |
     | "row"       | "rowwise"           | row-wise    | FP8, row-wise along the tokens       |
     | "row_gw_hp" | "rowwise_with_gw_hp"| row-wise    | the inputs' precision (pingpong's bf16 GEMM), no copies |
+    | "block"     | (none)              | 1×128 × 128×128 | FP8, 1×128 × 1×128 along the tokens |
 
 Formats: every FP8 operand, gradients included, is e4m3 (GRAD_DTYPE). The e5m2 tradition for
 gradients comes from delayed scaling, where a stale amax needs the range; here every scale is
@@ -52,7 +74,7 @@ Where this differs from torchao's "rowwise_with_gw_hp": torchao scales W tensor-
 here W is scaled per column along N, the contraction, at the cost of the Wᵀ copy "row" pays.
 
 Gradients have the inputs' dtypes (dX: x's, dW: W's, dbias: the bias's). What the recipe cannot
-serve (in_features or out_features not a multiple of 16, in_features 0) is a PingpongError
+serve (in_features or out_features not a multiple of 16, of 128 for "block", in_features 0) is a PingpongError
 naming the argument before any work; so is a double backward (the gradient GEMMs are not
 differentiable: quantize_fp8 refuses a gradient that requires grad).
 """
@@ -68,7 +90,7 @@ from . import ops
 from .errors import PingpongError, check_tensor
 from .fp8 import scaled_mm, shape_reason
 from .quantize import IN_DTYPES, quantize_fp8
-from .runtime.spec import check_bias
+from .runtime.spec import SCALE_BLOCK, check_bias
 
 __all__ = ["fp8_linear", "RECIPES", "TORCHAO_NAMES", "recipe_name", "training_shape_reason", "GRAD_DTYPE"]
 
@@ -79,14 +101,16 @@ TOKEN_PAD = 16
 
 
 class Recipe(NamedTuple):
-    granularity: str  # quantize_fp8's granularity of every FP8 operand
+    granularity: str  # quantize_fp8's granularity of the activations and gradients (and tokens-last copies)
+    weight: str  # quantize_fp8's granularity of the weight
     fp8_weight_grad: bool  # dW as an FP8 GEMM; False: in the inputs' precision (pingpong's GEMM)
-    torchao: str  # torchao's name of the recipe
+    torchao: Optional[str]  # torchao's name of the recipe (None: torchao's float8 training has none)
 
 
-RECIPES = {"tensor": Recipe("tensor", True, "tensorwise"), "row": Recipe("row", True, "rowwise"),
-           "row_gw_hp": Recipe("row", False, "rowwise_with_gw_hp")}
-TORCHAO_NAMES = {r.torchao: name for name, r in RECIPES.items()}
+RECIPES = {"tensor": Recipe("tensor", "tensor", True, "tensorwise"), "row": Recipe("row", "row", True, "rowwise"),
+           "row_gw_hp": Recipe("row", "row", False, "rowwise_with_gw_hp"),
+           "block": Recipe("block", "block128x128", True, None)}
+TORCHAO_NAMES = {r.torchao: name for name, r in RECIPES.items() if r.torchao}
 
 
 def recipe_name(recipe, argument: str = "recipe") -> str:
@@ -97,14 +121,21 @@ def recipe_name(recipe, argument: str = "recipe") -> str:
             return recipe
         if recipe in TORCHAO_NAMES:
             return TORCHAO_NAMES[recipe]
-    extra = ("; block-wise FP8 training is not built (its inference layer: replace_linear(model, fp8=\"block\"))"
-             if recipe == "block" else "")
-    raise PingpongError(f"{argument}: expected one of {(*RECIPES, *TORCHAO_NAMES)}, got {recipe!r}{extra}")
+    raise PingpongError(f"{argument}: expected one of {(*RECIPES, *TORCHAO_NAMES)}, got {recipe!r}")
 
 
-def training_shape_reason(out_features: int, in_features: int) -> str | None:
-    """Why no FP8 training recipe can take an (out_features, in_features) weight, or None."""
-    return shape_reason(out_features, in_features, "row")
+def training_shape_reason(out_features: int, in_features: int, recipe: str = "row") -> str | None:
+    """Why the FP8 training recipe (a name in RECIPES) cannot take an (out_features, in_features)
+    weight, or None. Block-wise: both multiples of 128, each the contraction of one product."""
+    why = shape_reason(out_features, in_features, "row")
+    if why or RECIPES[recipe].granularity != "block":
+        return why
+    bad = [f"{name}={n}" for name, n in (("in_features", in_features), ("out_features", out_features))
+           if n % SCALE_BLOCK]
+    if bad:
+        return (f"{', '.join(bad)}: block-wise FP8 training needs multiples of {SCALE_BLOCK} (in_features is the"
+                f" forward's contraction, out_features the data gradient's)")
+    return None
 
 
 def check_fp8_linear(x, weight, bias, recipe: str) -> None:
@@ -117,7 +148,7 @@ def check_fp8_linear(x, weight, bias, recipe: str) -> None:
         raise PingpongError(f"weight: expected a 2-D (out_features, in_features) tensor, got shape"
                             f" {tuple(weight.shape)}")
     N, K = weight.shape
-    why = training_shape_reason(N, K)
+    why = training_shape_reason(N, K, recipe)
     if why:
         raise PingpongError(f"weight: {why} (recipe {recipe!r})")
     if x.dim() < 1 or x.shape[-1] != K:
@@ -153,28 +184,34 @@ def fp8_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, recipe:
 
 
 def _forward(x, weight, bias, recipe: str) -> Tensor:
-    """Y = X·Wᵀ + bias: X per token and W per output row, both along K (no copies)."""
-    g = RECIPES[recipe].granularity
+    """Y = X·Wᵀ + bias: X per token (or 1×128 block) and W per output row (or 128×128 block),
+    both along K (no copies)."""
+    r = RECIPES[recipe]
     N, K = weight.shape
-    qx, sx = quantize_fp8(x.reshape(-1, K), g, GRAD_DTYPE)
-    qw, sw = quantize_fp8(weight, g, GRAD_DTYPE)
+    qx, sx = quantize_fp8(x.reshape(-1, K), r.granularity, GRAD_DTYPE)
+    qw, sw = quantize_fp8(weight, r.weight, GRAD_DTYPE)
     y = scaled_mm(qx, qw.t(), sx, sw.t(), bias=bias, out_dtype=x.dtype)
     return y.view(*x.shape[:-1], N)
 
 
-def _data_grad(g2, weight, granularity: str, dtype) -> Tensor:
-    """dX = dY·W (M, K): dY per token along N; W per column along N, from Wᵀ (K, N) (a copy:
-    quantize_fp8 reads rows, and b must be N-major)."""
-    qg, sg = quantize_fp8(g2, granularity, GRAD_DTYPE)
-    qwt, swt = quantize_fp8(weight.t().contiguous(), granularity, GRAD_DTYPE)
+def _data_grad(g2, weight, recipe: Recipe, dtype) -> Tensor:
+    """dX = dY·W (M, K): dY per token (or 1×128 block) along N; W per column along N, from Wᵀ
+    (K, N) (a copy: quantize_fp8 reads rows, and b must be N-major). 128×128 blocks: W's own
+    quantization transposed (module docstring), an fp8 copy."""
+    qg, sg = quantize_fp8(g2, recipe.granularity, GRAD_DTYPE)
+    if recipe.weight == "block128x128":
+        qw, sw = quantize_fp8(weight, recipe.weight, GRAD_DTYPE)
+        qwt, swt = qw.t().contiguous(), sw.t().contiguous()
+    else:
+        qwt, swt = quantize_fp8(weight.t().contiguous(), recipe.weight, GRAD_DTYPE)
     return scaled_mm(qg, qwt.t(), sg, swt.t(), out_dtype=dtype)
 
 
-def tokens_last(t: Tensor) -> Tensor:
+def tokens_last(t: Tensor, pad: int = TOKEN_PAD) -> Tensor:
     """tᵀ (C, M') of a (M, C) t, contiguous, the tokens padded with zeros to M' (a multiple of
-    TOKEN_PAD, at least one): the weight gradient's operands, quantized along the tokens (a copy)."""
+    `pad`, at least one): the weight gradient's operands, quantized along the tokens (a copy)."""
     M, C = t.shape
-    Mp = max(TOKEN_PAD, -(-M // TOKEN_PAD) * TOKEN_PAD)
+    Mp = max(pad, -(-M // pad) * pad)
     out = t.new_empty(C, Mp)
     out[:, :M].copy_(t.t())
     out[:, M:].zero_()
@@ -182,10 +219,12 @@ def tokens_last(t: Tensor) -> Tensor:
 
 
 def _weight_grad(g2, x2, granularity: str, dtype) -> Tensor:
-    """dW = dYᵀ·X (N, K), contracting the tokens: dYᵀ per output column and X per input column,
-    both along the tokens (tokens_last: two copies)."""
-    qg, sg = quantize_fp8(tokens_last(g2), granularity, GRAD_DTYPE)  # (N, M') e4m3, (N, 1)
-    qx, sx = quantize_fp8(tokens_last(x2), granularity, GRAD_DTYPE)  # (K, M') e4m3, (K, 1)
+    """dW = dYᵀ·X (N, K), contracting the tokens: dYᵀ per output column and X per input column
+    (block-wise: per 128 tokens of each), both along the tokens (tokens_last: two copies, the
+    tokens padded to 16, or 128 block-wise: scaled_mm's K rule)."""
+    pad = SCALE_BLOCK if granularity == "block" else TOKEN_PAD
+    qg, sg = quantize_fp8(tokens_last(g2, pad), granularity, GRAD_DTYPE)  # (N, M') e4m3, (N, 1) | (N, M'/128)
+    qx, sx = quantize_fp8(tokens_last(x2, pad), granularity, GRAD_DTYPE)  # (K, M') e4m3, (K, 1) | (K, M'/128)
     return scaled_mm(qg, qx.t(), sg, sx.t(), out_dtype=dtype)
 
 
@@ -206,7 +245,7 @@ def _backward(ctx, grad):
     g2 = grad.reshape(-1, N).contiguous()  # (a broadcast gradient, e.g. of y.sum(), has stride 0)
     dx = dw = dbias = None
     if needs[0]:
-        dx = _data_grad(g2, weight, recipe.granularity, x.dtype).view(x.shape)
+        dx = _data_grad(g2, weight, recipe, x.dtype).view(x.shape)
     if needs[1]:
         x2 = x.reshape(-1, K)
         if recipe.fp8_weight_grad:

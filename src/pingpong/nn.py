@@ -55,13 +55,13 @@ class Float8TrainingLinear(torch.nn.Linear):
     """nn.Linear trained in FP8: forward, data and weight gradients as FP8 GEMMs with dynamic
     scales (`pingpong.fp8_training.fp8_linear`, `recipe` one of its RECIPES or torchao's names).
     The parameters are nn.Linear's, in their own precision (the optimizer's); each call quantizes
-    what it multiplies. in_features and out_features must be multiples of 16 (PingpongError
-    naming them at construction)."""
+    what it multiplies. in_features and out_features must be multiples of 16, of 128 for the
+    "block" recipe (PingpongError naming them at construction)."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None,
                  recipe: str = "row"):
         recipe = fp8_training.recipe_name(recipe)
-        why = fp8_training.training_shape_reason(out_features, in_features)
+        why = fp8_training.training_shape_reason(out_features, in_features, recipe)
         if why:
             raise PingpongError(why)  # names in_features and out_features with their values
         super().__init__(in_features, out_features, bias, device, dtype)
@@ -131,8 +131,9 @@ def replace_linear(model: torch.nn.Module, *, include=None, fp8: str | None = No
     predicate on the qualified name, limits the swap to the layers it accepts. `fp8` "row" or
     "block": swap for inference `pingpong.fp8.Float8Linear` layers instead (weights quantized
     now, copies; activations per call). `training=True` with `fp8` a training recipe ("tensor",
-    "row", "row_gw_hp" or torchao's names): `Float8TrainingLinear` layers (parameters shared;
-    layers whose features are not multiples of 16 are skipped with the reason).
+    "row", "row_gw_hp", "block" or torchao's names): `Float8TrainingLinear` layers (parameters
+    shared; layers whose features are not multiples of 16, of 128 for "block", are skipped with
+    the reason).
     """
     make, fp8_reason = _swap_for(fp8, training)
     if not isinstance(model, torch.nn.Module):
@@ -172,7 +173,7 @@ def _swap_for(fp8, training):
                                 f" {tuple(fp8_training.RECIPES)}; pingpong.nn.Linear layers (fp8=None) train as they are")
         recipe = fp8_training.recipe_name(fp8, "fp8")
         return (lambda m: Float8TrainingLinear.from_linear(m, recipe),
-                lambda m: fp8_training.training_shape_reason(m.out_features, m.in_features))
+                lambda m: fp8_training.training_shape_reason(m.out_features, m.in_features, recipe))
     if fp8 is None:
         return Linear.from_linear, lambda m: None
     if not isinstance(fp8, str) or fp8 not in LAYER_SCALINGS:
