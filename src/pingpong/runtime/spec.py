@@ -27,7 +27,9 @@ and the plan cache's key. A leaf module (torch and pingpong.errors only): every 
                                               persistent grid spans, so part of the key
 
 α and β are per-call launch scalars: a plan serves every value, so they are not in the key;
-the spec records what they decide (`reads_c`). The batch is in the operands' shapes
+the spec records what they decide (`reads_c`). The values of the epilogue's operands (C, α, β,
+bias, the scales, a grouped product's offs) travel together as one EpilogueArgs, the argument
+of every plan's `run(a, b, out, args)`. The batch is in the operands' shapes
 (`batches`). A spec is only built from tensors; `build` returns None for anything else and
 the validation below then names the bad argument.
 
@@ -167,6 +169,26 @@ class EpilogueSpec(NamedTuple):
 
 NO_EPILOGUE = EpilogueSpec(False, None, "none", "none")
 C_EPILOGUE = EpilogueSpec(True, None, "none", "none")
+
+
+class EpilogueArgs(NamedTuple):
+    """The values of one call's operands besides A and B: what `Plan.run(a, b, out, args)`
+    reads (CUTLASS's fusion arguments). The spec's `epilogue` describes them (layouts, whether
+    C is read, the activation); these are the per-call tensors and scalars, in one object from
+    the front end to the launch, so a new operand is one field here, its check, and the
+    kernel's use of it."""
+
+    c: torch.Tensor | None = None  # read where epilogue.reads_c (β ≠ 0)
+    alpha: float = 1.0
+    beta: float = 0.0
+    bias: torch.Tensor | None = None  # per column or per row (epilogue.bias_kind)
+    scale_a: torch.Tensor | None = None  # FP8 dequantization (epilogue.scales)
+    scale_b: torch.Tensor | None = None
+    offs: torch.Tensor | None = None  # a grouped product's cumulative group ends (spec.groups)
+
+
+#: No epilogue operand: out = a @ b (a constant: no object made per call).
+NO_ARGS = EpilogueArgs()
 
 
 #: The grouped forms (torch._grouped_mm's), by (a.dim(), b.dim()): offs along a's rows, along
