@@ -584,16 +584,23 @@ def check_bias_not_in(c, bias, name: str = "c") -> None:
 # ----------------------------------------------------------------------------- the validation paths
 
 
+def check_epilogue(c, bias, activation, shape, dtype, device, names: Names = GEMM, shared_ok: bool = True) -> str:
+    """The epilogue's operands of a result of `shape` and `dtype` on `device`, for every dense
+    validation path (validate, validate_inplace, validate_nd): C (`shared_ok`: a batched
+    result also takes an (M, N) C), the bias, the activation, whose name it returns. An
+    operand added to EpilogueArgs gets its check here."""
+    if c is not None:
+        check_c(c, shape, dtype, device, names.c, shared_ok=shared_ok, names=names)
+    check_bias(bias, shape[-2], shape[-1], device, names.bias)
+    return check_activation(activation)
+
+
 def validate(spec: GemmSpec | None, a, b, c, out_dtype, bias, activation, names: Names = GEMM) -> None:
     """gemm / path_for: the arguments behind `spec` (2-D, or 3-D batched), then the device.
     A spec is only cached after this passed, so an equal spec later needs no validation."""
     check_operands(a, b, names)
     dtype = check_out_dtype(out_dtype, a.dtype)
-    shape = result_shape(a, b)
-    if c is not None:
-        check_c(c, shape, dtype, a.device, names.c, shared_ok=True, names=names)
-    check_bias(bias, shape[-2], shape[-1], a.device, names.bias)
-    check_activation(activation)
+    check_epilogue(c, bias, activation, result_shape(a, b), dtype, a.device, names)
     check_gpu(a.device, names)
 
 
@@ -603,10 +610,8 @@ def validate_inplace(spec: GemmSpec | None, c, a, b, bias, activation, names: Na
     check_operands(a, b, names)
     if isinstance(c, torch.Tensor) and c.dtype not in OUTPUT_DTYPES:
         raise PingpongError(f"{names.c}: dtype {c.dtype} is not supported; expected one of {OUTPUT_DTYPES}")
-    shape = result_shape(a, b)
-    check_c(c, shape, getattr(c, "dtype", None), a.device, names.c, names=names)
-    check_bias(bias, shape[-2], shape[-1], a.device, names.bias)
-    check_activation(activation)
+    check_tensor(names.c, c)
+    check_epilogue(c, bias, activation, result_shape(a, b), c.dtype, a.device, names, shared_ok=False)
     check_inplace_target(c, names.c)
     check_gpu(a.device, names)
     check_no_alias(c, a, b, names.c, names)
@@ -620,10 +625,7 @@ def validate_nd(a, b, c, out_dtype, bias=None, activation=None, names: Names = G
     check_operands(a, b, names, nd=True)
     dtype = check_out_dtype(out_dtype, a.dtype)
     shape = out_shape(a, b)
-    if c is not None:
-        check_c(c, shape, dtype, a.device, names.c, shared_ok=True, names=names)
-    check_bias(bias, shape[-2], shape[-1], a.device, names.bias)
-    return shape, dtype, check_activation(activation)
+    return shape, dtype, check_epilogue(c, bias, activation, shape, dtype, a.device, names)
 
 
 def validate_linear(x, weight, bias, activation, names: Names = LINEAR) -> str:
