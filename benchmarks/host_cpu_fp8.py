@@ -1,6 +1,6 @@
 """Host cost of pingpong.scaled_mm's call path on the CPU, without a GPU: a cache hit down to
 Triton's C launcher, which is replaced by a no-op (the rest is the real code: GemmSpec, the plan
-cache, Fp8Plan.run_scaled, CachedLaunch, BoundLaunch and its argument list).
+cache, Fp8Plan.run, CachedLaunch, BoundLaunch and its argument list).
 
     PYTHONPATH=src python benchmarks/host_cpu_fp8.py [--calls 5000] [--rounds 7] [--profile]
 

@@ -47,7 +47,8 @@ def interpret_plans(setattr) -> None:
 
         pointer_launch = True  # as a Hopper plan without copies: LayerPlan launches from base addresses
 
-        def run(self, a, b, out, c, alpha, beta, bias=None):
+        def run(self, a, b, out, args=spec.NO_ARGS):
+            c, alpha, beta, bias = args.c, args.alpha, args.beta, args.bias
             epilogue = {} if bias is None and self.activation == "none" else dict(bias=bias, activation=self.activation)
             portable_gemm(a, b, out, alpha=alpha, beta=beta, c=c if self.reads_c else None, interpret=True, **epilogue)
 
@@ -55,7 +56,7 @@ def interpret_plans(setattr) -> None:
             a, b, out, bias = views(*inputs)  # the views a JIT launch would get: at the given addresses
             assert (a.data_ptr(), b.data_ptr(), out.data_ptr()) == (a_ptr, b_ptr, out_ptr)
             assert (bias.data_ptr() if bias is not None else 0) == bias_ptr
-            self.run(a, b, out, None, 1.0, 0.0, bias)
+            self.run(a, b, out, spec.EpilogueArgs(bias=bias))
 
     interpreted = types.SimpleNamespace(
         NAME="interpreted", ORDER=0, can_implement=lambda s: None,

@@ -156,13 +156,13 @@ def test_fp8_and_grouped_plans_span_the_sms_the_carveout_leaves(monkeypatch, car
     ba, bw = _bf16(T, 256), _bf16(G, N, 256)
     cases = {
         "scaled_mm": (lambda: fp8_spec(M, N, K),
-                      lambda p: p.run_scaled(a, w.t(), sa, sb.t(), torch.empty(M, N, dtype=BF16), None)),
+                      lambda p: p.run(a, w.t(), torch.empty(M, N, dtype=BF16), spec.EpilogueArgs(scale_a=sa, scale_b=sb.t()))),
         "scaled_grouped_mm": (
             lambda: spec.build_grouped(ga, gw.transpose(1, 2), goffs, BF16, (torch.ones(T), torch.ones(G, N), False)),
-            lambda p: p.run(ga, gw.transpose(1, 2), torch.ones(T), torch.ones(G, N), goffs,
-                            torch.empty(T, N, dtype=BF16))),
+            lambda p: p.run(ga, gw.transpose(1, 2), torch.empty(T, N, dtype=BF16),
+                            spec.EpilogueArgs(scale_a=torch.ones(T), scale_b=torch.ones(G, N), offs=goffs))),
         "grouped_mm": (lambda: spec.build_grouped(ba, bw.transpose(1, 2), goffs, BF16),
-                       lambda p: p.run(ba, bw.transpose(1, 2), goffs, torch.empty(T, N, dtype=BF16))),
+                       lambda p: p.run(ba, bw.transpose(1, 2), torch.empty(T, N, dtype=BF16), spec.EpilogueArgs(offs=goffs))),
     }
     kinds = {"scaled_mm": fp8_launch.Fp8Plan, "scaled_grouped_mm": fp8_grouped.Fp8GroupedPlan,
              "grouped_mm": hopper_backend.GroupedHopperPlan}

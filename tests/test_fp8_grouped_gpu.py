@@ -20,6 +20,7 @@ from pingpong import KernelConfig
 from pingpong import fp8_grouped as fg
 from pingpong.hopper import fp8_grouped as kernel
 from pingpong.runtime import plan as plan_mod
+from pingpong.runtime.spec import EpilogueArgs
 
 pytestmark = pytest.mark.gpu
 E4M3 = torch.float8_e4m3fn
@@ -151,7 +152,7 @@ def check(out, a, b, sa, sb, offs, fast, seed, tail_poisoned=True):
 
 def run_into(out, a, b, sa, sb, offs, fast):
     """The kernel into a given (poisoned) out, through the front end's plan."""
-    fg._plan(a, b, sa, sb, offs, out.dtype, fast).run(a, b, sa, sb, offs, out)
+    fg._plan(a, b, sa, sb, offs, out.dtype, fast).run(a, b, out, EpilogueArgs(scale_a=sa, scale_b=sb, offs=offs))
     return out
 
 

@@ -152,8 +152,9 @@ def test_an_fp8_grouped_spec_is_validated_and_planned_once(fp8_runs):
             out = pingpong.scaled_grouped_mm(a, b, sa, sb, torch.tensor(ends, dtype=torch.int32))
             assert out.shape == (T, N) and out.dtype == torch.bfloat16
     assert fp8_runs.validated == 1 and fp8_runs.asked == 1 and len(fp8_runs.runs) == 3
-    ra, rb, rsa, rsb, roffs, rout = fp8_runs.runs[0]
-    assert ra is a and rb is b and rsa is sa and rsb is sb and roffs.tolist() == [10, 10, 200, 300]
+    ra, rb, rout, args = fp8_runs.runs[0]
+    assert ra is a and rb is b and args.scale_a is sa and args.scale_b is sb
+    assert args.offs.tolist() == [10, 10, 200, 300] and rout.shape == (T, N)
     (key,) = plan.PLANS
     assert key.groups.mode == spec.ROWS and key.epilogue.scales is not None
     with pytest.raises(PingpongError, match="requires grad.*inference only"):  # a hit still refuses grad

@@ -12,6 +12,7 @@ from pingpong.hopper.config import SMEM_LIMIT
 from pingpong.hopper import fp8_launch
 from pingpong.hopper.fp8_launch import check_fp8_config, fp8_splits, rule_fp8, scale_boxes
 from pingpong.runtime import compile as cc
+from pingpong.runtime.spec import EpilogueArgs
 
 KC = pingpong.KernelConfig
 
@@ -112,7 +113,7 @@ def test_split_kernel_compile_facts(kernel):
 @pytest.mark.parametrize("split_k", [1, 4])
 def test_plan_pointers_follow_the_kernel_slots(monkeypatch, mode, swap, split_k):
     """The direct launch binds base addresses by position to the kernel's leading descriptors
-    and pointers (runtime.launcher.bind_jit_args): Fp8Plan.run_scaled's pointers must be those
+    and pointers (runtime.launcher.bind_jit_args): Fp8Plan.run's pointers must be those
     of the arguments prepare gives that kernel, in order, split (workspace, counters) or not.
     Swap-AB (always the split kernel; empty workspace and counters with one split): W, a, ...,
     scale_b, scale_a."""
@@ -142,7 +143,7 @@ def test_plan_pointers_follow_the_kernel_slots(monkeypatch, mode, swap, split_k)
     calls = []
     monkeypatch.setattr(plan, "launch", lambda device, ptrs, dyn, prep, *inputs: calls.append((ptrs, prep, inputs)),
                         raising=False)
-    plan.run_scaled(a, w.t(), sa, sb, out, bias)
+    plan.run(a, w.t(), out, EpilogueArgs(bias=bias, scale_a=sa, scale_b=sb))
     (ptrs, prep, inputs), = calls
     kernel, args, kwargs, grid = prep(*inputs)
     assert kernel is (fp8_launch.fp8_split_gemm if split or swap else fp8_launch.fp8_gemm)

@@ -51,7 +51,8 @@ class RecordedPlan(plan.Plan):
     def __init__(self):
         self.device, self.path, self.activation, self.extents = -1, "recorded", "none", None
 
-    def run_scaled(self, a, b, scale_a, scale_b, out, bias):
+    def run(self, a, b, out, args):
+        scale_a, scale_b, bias = args.scale_a, args.scale_b, args.bias
         self.runs.append((a.clone(), b.clone(), scale_a.clone(), scale_b.clone()))
         y = (a.double() * per_element(scale_a, a.shape)) @ (b.double() * per_element(scale_b, b.shape))
         out.copy_(y if bias is None else y + bias.double())

@@ -168,9 +168,9 @@ def api_on_interpreter(monkeypatch):
     from pingpong import direct
     from pingpong.runtime import plan, spec
 
-    def run(self, a, b, out, c, alpha, beta, bias=None):
-        portable.portable_gemm(a, b, out, alpha=alpha, beta=beta, c=c if self.reads_c else None, bias=bias,
-                               activation=self.activation, interpret=True)
+    def run(self, a, b, out, args=spec.NO_ARGS):
+        portable.portable_gemm(a, b, out, alpha=args.alpha, beta=args.beta, c=args.c if self.reads_c else None,
+                               bias=args.bias, activation=self.activation, interpret=True)
 
     monkeypatch.setattr(spec, "check_gpu", lambda device, names=None: None)
     monkeypatch.setattr(plan, "BACKENDS", [portable])

@@ -115,7 +115,7 @@ def test_the_registry_decides_empty_and_batched(hopper):
                     (e(M, T), e(T, N), e(0)), (e(M, 0), e(0, N), e(G))):
         p = plan.plan_for(gs(a, b, o))
         out = torch.full(spec.grouped_shape(spec.grouped_mode(a, b), a, b, o.shape[0]), float("nan"))
-        p.run(a, b, o, out)
+        p.run(a, b, out, spec.EpilogueArgs(offs=o))
         assert p.path == "empty"
         assert (out == 0).all() if a.shape[1] == 0 else out.isnan().all()  # ragged K of K = 0: zeros
     batched = gs(m(G, M, K), m(G, N, K).transpose(1, 2), None)
@@ -176,7 +176,7 @@ def test_one_cache_holds_grouped_and_dense_plans_apart(grouped_runs):
     assert len(plan.PLANS) == 2 and sorted(k.groups is None for k in plan.PLANS) == [False, True]
     gm.grouped_mm(a, b)  # 3-D × 3-D: the grouped plan's dense plan runs, into the new output
     (args,) = grouped_runs.dense
-    assert args[0] is a and args[1] is b and args[2].shape == (4, 8, 8) and args[3:] == (None, 1.0, 0.0)
+    assert args[0] is a and args[1] is b and args[2].shape == (4, 8, 8) and args[3:] == ()  # no epilogue operand
 
 
 def test_a_grouped_spec_is_validated_and_planned_once(grouped_runs, monkeypatch):

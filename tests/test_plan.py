@@ -99,7 +99,7 @@ def test_path_is_the_executed_path(hopper, case):
     p = build(a, b, c, beta, BF16, inplace, None)
     out = c if inplace else torch.empty(spec.result_shape(a, b), dtype=BF16)
     before = out.clone()
-    p.run(a, b, out, c, 1.0, beta)
+    p.run(a, b, out, spec.EpilogueArgs(c, 1.0, beta))
     (a_k, b_k, target, cin, _, _, _), = hopper
     (ptrs,) = hopper.ptrs  # a direct launch reads and writes the very tensors the JIT launch was given
     assert ptrs[:4] == (a_k.data_ptr(), b_k.data_ptr(), target.data_ptr(),
@@ -131,7 +131,7 @@ def test_empty_problems_plan_no_kernel(hopper):
     assert p.path == "empty"
     c = t(4, 8)
     out = torch.full((4, 8), float("nan"), dtype=BF16)
-    build(t(4, 0), t(0, 8), c, 0.5, BF16, False, None).run(t(4, 0), t(0, 8), out, c, 1.0, 0.5)
+    build(t(4, 0), t(0, 8), c, 0.5, BF16, False, None).run(t(4, 0), t(0, 8), out, spec.EpilogueArgs(c, 1.0, 0.5))
     assert torch.equal(out, (c.float() * 0.5).to(BF16)) and not hopper
 
 
@@ -143,7 +143,7 @@ def test_empty_k_with_bias_and_activation_is_act_of_bias_plus_residual(hopper):
     for bias in (torch.randn(8), torch.randn(4, 1)):
         out = torch.full((2, 4, 8), float("nan"))
         p = build(t(2, 4, 0), t(0, 8), c, 0.5, torch.float32, False, None, bias, "silu")
-        p.run(t(2, 4, 0), t(0, 8), out, c, 1.0, 0.5, bias)
+        p.run(t(2, 4, 0), t(0, 8), out, spec.EpilogueArgs(c, 1.0, 0.5, bias))
         assert p.path == "empty" and not hopper
         torch.testing.assert_close(out, F.silu(bias.expand(2, 4, 8)) + 0.5 * c)
 
@@ -280,7 +280,7 @@ def test_split_plan_passes_bias_and_activation_to_the_kernel(hopper, monkeypatch
     a, w, bias = t(16, 1024), t(2048, 1024), t(2048)
     p = build(a, w.t(), None, 0.0, BF16, False, None, bias, "gelu_tanh")
     assert isinstance(p, hopper_backend.SplitPlan) and p.config.swap_ab
-    p.run(a, w.t(), torch.empty(16, 2048, dtype=BF16), None, 1.0, 0.0, bias)
+    p.run(a, w.t(), torch.empty(16, 2048, dtype=BF16), spec.EpilogueArgs(bias=bias))
     ((ptrs, prep, inputs),) = calls
     assert ptrs[6] == bias.data_ptr()
     from pingpong.runtime import compile as cc
@@ -304,7 +304,7 @@ def test_one_launch_passes_what_the_general_path_passes(read, inplace, bias):
         p = hopper_backend.HopperPlan(0, KernelConfig(128, 128, 64), False, False, False, False, read, sms=132)
         p.launch = lambda device, ptrs, dyn, prepare, *inputs: calls.append((device, ptrs, dyn, prepare.__func__, inputs))
         p.one_launch = one
-        p.run(a, b, out, c, 1.5, 0.5 if read else 0.0, vec)
+        p.run(a, b, out, spec.EpilogueArgs(c, 1.5, 0.5 if read else 0.0, vec))
     (*fast, fast_inputs), (*general, general_inputs) = calls
     assert fast == general and len(fast_inputs) == len(general_inputs)
     assert all(x is y for x, y in zip(fast_inputs, general_inputs))
@@ -367,8 +367,6 @@ class _Recorded(plan.Plan):
 
     def run(self, *args):
         self.runs.append(args)
-
-    run_scaled = run
 
 
 @pytest.fixture
@@ -520,3 +518,59 @@ def test_scaled_mm_repeat_keeps_the_gradient_refused_not_dropped(recorded):
         scaled(scale_a_grad=True)
     with torch.no_grad():  # nothing records: accepted
         scaled(scale_a_grad=True)
+
+
+def _plan_classes() -> list:
+    """Every Plan class of the package (each backend imported), subclasses included."""
+    import pingpong.amd.backend  # noqa: F401
+    import pingpong.hopper.fp8_grouped  # noqa: F401
+    import pingpong.hopper.fp8_launch  # noqa: F401
+
+    found, todo = [], [plan.Plan]
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo.extend(cls.__subclasses__())
+    return [c for c in found if c.__module__.startswith("pingpong.")]
+
+
+def test_every_plan_runs_through_one_entry_point():
+    """A reader follows any operand from the front end to the launch through one call,
+    plan.run(a, b, out, args): every plan takes its epilogue operands (C, α, β, bias, scales,
+    offs) as one EpilogueArgs, none positionally, and no plan has an entry of its own."""
+    import inspect
+
+    classes = _plan_classes()
+    assert {"Fp8Plan", "Fp8GroupedPlan", "HopperPlan", "SplitPlan", "PortablePlan", "AmdPlan", "EmptyPlan",
+            "GroupedHopperPlan"} <= {c.__name__ for c in classes}
+    for cls in classes:
+        params = list(inspect.signature(cls.run).parameters)
+        assert params == ["self", "a", "b", "out", "args"], (cls.__name__, params)
+        assert not [n for n in vars(cls) if n.startswith("run_") and n != "run_ptrs"], cls.__name__
+
+
+def test_epilogue_args_reach_the_launch_by_name():
+    """The operands of EpilogueArgs reach the launch whichever field they sit in: a scaled
+    product's scales and bias and a grouped product's offs, by address, in their slots."""
+    from pingpong.hopper import fp8_grouped as hfg
+    from pingpong.hopper import fp8_launch
+
+    calls = []
+    E4 = torch.float8_e4m3fn
+    a, w, bias = torch.randn(64, 128).to(E4), torch.randn(96, 128).to(E4), torch.randn(96)
+    sa, sb = torch.rand(64, 1) + 0.5, torch.rand(1, 96) + 0.5
+    p = fp8_launch.Fp8Plan(0, "row", 1, True, KernelConfig(128, 128, 128), "none", sms=132)
+    p.launch = lambda device, ptrs, dyn, prepare, *inputs: calls.append(ptrs)
+    p.run(a, w.t(), torch.empty(64, 96, dtype=torch.bfloat16), spec.EpilogueArgs(bias=bias, scale_a=sa, scale_b=sb))
+    (ptrs,) = calls
+    assert ptrs[-3:] == (bias.data_ptr(), sa.data_ptr(), sb.data_ptr())
+    G, T = 4, 64
+    ga, gw, offs = torch.randn(T, 128).to(E4), torch.randn(G, 96, 128).to(E4), torch.tensor([8, 16, 40, 64],
+                                                                                            dtype=torch.int32)
+    gsa, gsb = torch.rand(T) + 0.5, torch.rand(G, 96) + 0.5
+    gp = hfg.Fp8GroupedPlan(0, True, KernelConfig(128, 128, 128), 132)
+    gp.launch = p.launch
+    gout = torch.empty(T, 96, dtype=torch.bfloat16)
+    gp.run(ga, gw.transpose(1, 2), gout, spec.EpilogueArgs(scale_a=gsa, scale_b=gsb, offs=offs))
+    assert calls[1] == (ga.data_ptr(), gw.data_ptr(), gout.data_ptr(), gout.data_ptr(), offs.data_ptr(),
+                        gsa.data_ptr(), gsb.data_ptr())

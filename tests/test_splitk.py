@@ -10,6 +10,7 @@ import triton
 
 from pingpong import ConfigError, KernelConfig
 from pingpong.runtime import compile as cc
+from pingpong.runtime.spec import EpilogueArgs
 from pingpong import toolchain
 from pingpong.hopper.config import SCHEDULE_FACTS, SMEM_LIMIT
 from pingpong.hopper.launch import OFFLINE_SPLIT_VARIANTS, counter_count, prepare_split, workspace_shape
@@ -177,7 +178,7 @@ def test_split_plan_launches_gemm_then_reduction_on_the_right_pointers(launches,
     p = plan.plan_for(spec.build(a, b, c, beta, torch.bfloat16, inplace=inplace))
     assert isinstance(p, backend.SplitPlan) and (p.config.swap_ab or p.config.split_k > 1)
     out = c if inplace else torch.empty(a.shape[0], b.shape[1], dtype=torch.bfloat16)
-    p.run(a, b, out, c, 1.0, beta)
+    p.run(a, b, out, EpilogueArgs(c, 1.0, beta))
     ((gemm, ptrs, dyn, prep, inputs),) = launches  # one launch: the last split of each tile finishes it
     assert gemm is p.launch and dyn == (1.0, beta)
     # b with 4095-element rows and a column-major c need aligned copies; the output never
@@ -214,7 +215,7 @@ def test_layer_pointer_launch_launches_what_the_plan_run_does(launches, monkeypa
     lp = direct.LayerPlan(x, w, b, "none")
     assert isinstance(lp.fwd, backend.SplitPlan) and lp.fwd_ptrs
     out = lp.forward(x, w, b)
-    lp.fwd.run(x.view(lp.x2_shape), w.t(), out.view(lp.out2), None, 1.0, 0.0, b)
+    lp.fwd.run(x.view(lp.x2_shape), w.t(), out.view(lp.out2), EpilogueArgs(bias=b))
     (_, ptrs, dyn, prep, inputs), (_, want_ptrs, want_dyn, want_prep, want_inputs) = launches
     assert dyn == want_dyn == (1.0, 0.0)
     assert ptrs[:2] + ptrs[4:] == want_ptrs[:2] + want_ptrs[4:]  # workspace and counters: fresh per call

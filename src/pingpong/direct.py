@@ -31,7 +31,7 @@ from . import batching
 from .errors import PingpongError
 from .runtime import plan as plan_mod
 from .runtime import spec as spec_mod
-from .runtime.spec import GEMM, LINEAR, operand, sm_carveout
+from .runtime.spec import GEMM, LINEAR, NO_ARGS, EpilogueArgs, operand, sm_carveout
 
 __all__ = ["gemm", "gemm_", "matmul_tiled", "path_for", "gemm_into", "linear", "layer_plan", "LayerPlan", "LAYERS"]
 
@@ -59,7 +59,8 @@ def gemm(a, b, c, alpha: float, beta: float, out_dtype, bias, activation, names=
         plan = plan_mod.cached_plan(spec)
     if out is None:
         out = _new_out(spec)
-    plan.run(a, b, out, c, alpha, beta, bias)
+    # a plain product passes the constant: no object made per call (host cost)
+    plan.run(a, b, out, NO_ARGS if c is None and bias is None and alpha == 1.0 else EpilogueArgs(c, alpha, beta, bias))
     return out
 
 
@@ -86,7 +87,7 @@ def gemm_(c, a, b, alpha: float, beta: float, bias, activation) -> torch.Tensor:
     else:
         spec_mod.check_no_alias_fast(c, a, b, plan.extents)  # addresses change from call to call
         spec_mod.check_bias_not_in(c, bias)
-    plan.run(a, b, c, c, alpha, beta, bias)
+    plan.run(a, b, c, EpilogueArgs(c, alpha, beta, bias))
     torch.autograd.graph.increment_version(c)  # a backward that saved c must not read the new values
     return c
 
@@ -105,7 +106,7 @@ def matmul_tiled(a, b, config, out_dtype) -> torch.Tensor:
         spec_mod.check_gpu(a.device)
         plan = plan_mod.cached_plan(spec)
     out = _new_out(spec)
-    plan.run(a, b, out, None, 1.0, 0.0)
+    plan.run(a, b, out)
     return out
 
 
@@ -139,7 +140,7 @@ def gemm_into(out, a, b, c, alpha, beta, config, bias=None, activation=None) -> 
     if plan is None:
         spec_mod.validate(spec, a, b, c, out.dtype, bias, activation)
         plan = plan_mod.cached_plan(spec)
-    plan.run(a, b, out, c, float(alpha), float(beta), bias)
+    plan.run(a, b, out, EpilogueArgs(c, float(alpha), float(beta), bias))
     return out
 
 
@@ -193,7 +194,8 @@ class LayerPlan:
             self.fwd.run_ptrs(x.data_ptr(), weight.data_ptr(), out.data_ptr(), 0 if bias is None else bias.data_ptr(),
                               _forward_views, self, x, weight, out, bias)
         else:
-            self.fwd.run(x.view(self.x2_shape), weight.t(), out.view(self.out2), None, 1.0, 0.0, bias)
+            self.fwd.run(x.view(self.x2_shape), weight.t(), out.view(self.out2),
+                         NO_ARGS if bias is None else EpilogueArgs(bias=bias))
         return out
 
     def backward(self, g, x, weight, needs) -> tuple:
@@ -221,11 +223,11 @@ class LayerPlan:
             g2, x2 = g.reshape(self.out2), x.view(self.x2_shape)
             if needs[0]:
                 dx = torch.empty(*self.x2_shape, dtype=self.dtype, device=self.device)
-                self.dx.run(g2, weight, dx, None, 1.0, 0.0)
+                self.dx.run(g2, weight, dx)
                 dx = dx.view(x.shape)
             if needs[1]:
                 dw = torch.empty(*self.w_shape, dtype=self.dtype, device=self.device)
-                self.dw.run(g2.mT, x2, dw, None, 1.0, 0.0)
+                self.dw.run(g2.mT, x2, dw)
         if needs[2] and self.bias_dtype is not None:  # one reduction over g's leading dims (16-bit sums
             # accumulate in fp32 and round once, as torch's addmm backward sums a bias's gradient)
             if not self.lead:  # sum(()) would reduce every dim

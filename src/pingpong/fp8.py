@@ -156,7 +156,7 @@ def scaled_mm_direct(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16
     plan = _plan(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, config)  # alignment: in the key
     out = torch.empty(a.shape[0], b.shape[1], dtype=out_dtype, device=a.device)
     if out.numel():
-        plan.run_scaled(a, b, scale_a, scale_b, out, bias)
+        plan.run(a, b, out, _spec.EpilogueArgs(bias=bias, scale_a=scale_a, scale_b=scale_b))
     return out
 
 
@@ -255,7 +255,7 @@ class _LayerRun:
         self.quant(self.device.index, (x2.data_ptr(), q.data_ptr(), s.data_ptr()), (), _quantize.prepare, x2, q, s,
                    self.granularity)
         y = torch.empty(self.M, self.N, dtype=self.out_dtype, device=self.device)
-        self.plan.run_scaled(q, self.b, s, self.sb, y, self.weights[2])
+        self.plan.run(q, self.b, y, _spec.EpilogueArgs(bias=self.weights[2], scale_a=s, scale_b=self.sb))
         return y if self.flat else y.view(self.out_shape)
 
 

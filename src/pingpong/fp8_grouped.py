@@ -119,7 +119,7 @@ def scaled_grouped_mm_direct(a, b, scale_a, scale_b, offs, out_dtype=torch.bfloa
     plan = _plan(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum)
     out = torch.empty(a.shape[0], b.shape[2], dtype=out_dtype, device=a.device)
     if out.numel() and b.shape[0]:
-        plan.run(a, b, scale_a, scale_b, offs, out)
+        plan.run(a, b, out, spec_mod.EpilogueArgs(scale_a=scale_a, scale_b=scale_b, offs=offs))
     return out
 
 

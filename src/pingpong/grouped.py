@@ -121,7 +121,7 @@ def _compute(a, b, offs, dtype, zero_tail=False, out=None, interpret=False) -> T
     if out is None:
         out = torch.empty(shape, dtype=dtype, device=a.device)
     assert out.is_contiguous() and tuple(out.shape) == shape and out.dtype == dtype, "out: the result, contiguous"
-    plan.run(a, b, offs, out)
+    plan.run(a, b, out, spec_mod.EpilogueArgs(offs=offs))
     if zero_tail and mode in (ROWS, COLS):  # rows (columns) past offs[-1]
         portable_grouped.zero_tail(spec_mod.ragged_view(mode, a, b, out)[2], offs, interpret)
     return out

@@ -12,7 +12,7 @@ import torch
 from ..runtime import plan as plan_mod
 from ..runtime.addressing import unaddressable
 from ..runtime.plan import Plan, device_index
-from ..runtime.spec import GemmSpec
+from ..runtime.spec import NO_ARGS, GemmSpec
 from . import dispatch
 
 NAME = "amd"
@@ -58,8 +58,8 @@ class AmdPlan(Plan):
     def __init__(self, device, read):
         self.device, self.reads_c, self.path, self.activation = device, read, "amd", "none"
 
-    def run(self, a, b, out, c, alpha, beta, bias=None):
-        dispatch.gemm(a, b, out, alpha=alpha, beta=beta, c=c if self.reads_c else None)
+    def run(self, a, b, out, args=NO_ARGS):
+        dispatch.gemm(a, b, out, alpha=args.alpha, beta=args.beta, c=args.c if self.reads_c else None)
 
 
 plan_mod.register(sys.modules[__name__])

@@ -39,7 +39,7 @@ from ..runtime.addressing import unaddressable
 from ..runtime.device import is_hopper
 from ..runtime.launcher import CachedLaunch
 from ..runtime.plan import GroupedPlan, LaunchedPlan, Plan, arrival_counters, bias_vector, device_index
-from ..runtime.spec import COLS, RAGGED_K, GemmSpec, grouped_out, ragged_view
+from ..runtime.spec import COLS, NO_ARGS, RAGGED_K, GemmSpec, grouped_out, ragged_view
 from .config import KernelConfig, column_pieces
 from .launch import counter_count, partial_slots, per_batch, prepare, prepare_split, tma_orientation, \
     workspace_reason, workspace_shape
@@ -306,7 +306,8 @@ class HopperPlan(LaunchedPlan):
         self.one_launch = type(self) is HopperPlan and not (copy_a or copy_b or copy_c or copy_out or batched)
         self.pointer_launch = self.one_launch and not read
 
-    def run(self, a, b, out, c, alpha, beta, bias=None):
+    def run(self, a, b, out, args=NO_ARGS):
+        c, alpha, beta, bias = args.c, args.alpha, args.beta, args.bias
         if self.one_launch:  # no copies, not batched: the launch alone (C read where β·C is asked)
             op = out.data_ptr()
             cin = c if self.reads_c else None

@@ -64,7 +64,7 @@ from ..runtime import compile as cc
 from ..runtime.fp8_spec import scale_kinds
 from ..runtime.launcher import CachedLaunch
 from ..runtime.plan import Plan, device_index
-from ..runtime.spec import SCALE_BLOCK
+from ..runtime.spec import NO_ARGS, SCALE_BLOCK
 from .config import KernelConfig
 from .epilogue import Epilogue, EpilogueConstants
 from .fp8_kernel import SCALE_BLOCK as _SCALE_BLOCK, Fp8Scales, run_fp8_partitions
@@ -203,8 +203,8 @@ def plan(spec) -> "Fp8GroupedPlan":
 
 class Fp8GroupedPlan(Plan):
     """One FP8 grouped spec on this kernel: its tile, promotion and bound direct launch
-    (Triton's JIT on the plan's first call). run(a, b, scale_a, scale_b, offs, out): b the
-    caller's (G, K, N) K-major view, out a new (T, N) row-major tensor. `sms`: the SMs its
+    (Triton's JIT on the plan's first call). run(a, b, out, args): b the caller's (G, K, N)
+    K-major view, out a new (T, N) row-major tensor, args.scale_a, args.scale_b, args.offs. `sms`: the SMs its
     persistent grid spans (the GPU's less torch's SM carveout when planned)."""
 
     __slots__ = ("promote", "config", "launch", "sms")
@@ -213,7 +213,8 @@ class Fp8GroupedPlan(Plan):
         self.device, self.promote, self.config, self.path, self.activation = device, promote, config, "hopper", "none"
         self.launch, self.sms = CachedLaunch(), sms
 
-    def run(self, a, b, scale_a, scale_b, offs, out) -> None:
+    def run(self, a, b, out, args=NO_ARGS) -> None:
+        scale_a, scale_b, offs = args.scale_a, args.scale_b, args.offs
         w = b.transpose(1, 2)  # (G, N, K) row-major: the kernel's view
         sa, sb = block_scale_views(scale_a, scale_b) if scale_b.dim() == 3 else (scale_a, scale_b)
         self.launch(self.device, launch_ptrs(a, w, out, offs, sa, sb), (), prepare, a, w, out, offs, scale_a, scale_b,

@@ -65,7 +65,7 @@ from ..runtime import compile as cc
 from ..runtime.launcher import CachedLaunch
 from ..errors import ConfigError
 from ..runtime.plan import Plan, arrival_counters, bias_vector, device_index
-from ..runtime.spec import SCALE_BLOCK, GemmSpec, scale_mode
+from ..runtime.spec import NO_ARGS, SCALE_BLOCK, GemmSpec, scale_mode
 from . import table as tables
 from .config import MAX_ACC_REGS, SMEM_LIMIT, KernelConfig
 from .fp8_kernel import fp8_gemm, fp8_split_gemm
@@ -383,11 +383,13 @@ class Fp8Plan(Plan):
         self.workspace, self.counters = workspace, counters  # (rows, cols) fp32; int32 counters (0: unsplit)
         self.launch, self.unused = CachedLaunch(), None
 
-    def run_scaled(self, a, b, scale_a, scale_b, out, bias) -> None:
-        """out = act(scale(a @ b) + bias): a (M, K), b (K, N) as validated by the front end.
+    def run(self, a, b, out, args=NO_ARGS) -> None:
+        """out = act(scale(a @ b) + bias): a (M, K), b (K, N) as validated by the front end,
+        the scales and the bias from `args`.
         The launch takes base addresses in the kernel's order (kernel_order): W = bᵀ and a
         tensor- or row-wise scale's transpose have the address of b and of the scale, so a hit
         makes no view; `prepare` builds the kernel's tensors on the JIT path only."""
+        scale_a, scale_b, bias = args.scale_a, args.scale_b, args.bias
         if self.broadcast:  # fresh vectors from the caching allocator: safe across streams and graphs
             scale_a = scale_a.reshape(1, 1).expand(a.shape[0], 1).contiguous()
             scale_b = scale_b.reshape(1, 1).expand(1, b.shape[1]).contiguous()

@@ -77,6 +77,7 @@ from ..runtime.addressing import needs_int64
 from ..runtime.compile import SHARED_MEMORY_LIMIT, TARGETS, Launch, register
 from ..runtime.launcher import CachedLaunch
 from ..runtime.plan import LaunchedPlan, Plan, bias_vector, device_index
+from ..runtime.spec import NO_ARGS
 from ..toolchain import KERNEL_OPTIONS
 from . import grouped
 
@@ -446,7 +447,8 @@ class PortablePlan(LaunchedPlan):
         self.device, self.reads_c, self.path, self.activation = device, read, "portable", activation
         self.launch = CachedLaunch(dynamic=("alpha", "beta"))
 
-    def run(self, a, b, out, c, alpha, beta, bias=None):
+    def run(self, a, b, out, args=NO_ARGS):
+        c, alpha, beta, bias = args.c, args.alpha, args.beta, args.bias
         cin = c if self.reads_c else out  # never read without C
         vec = None if bias is None else bias_vector(bias)
         ptrs = (a.data_ptr(), b.data_ptr(), cin.data_ptr(), out.data_ptr(), (out if vec is None else vec).data_ptr())
@@ -475,7 +477,8 @@ class InterpretedPlan(Plan):
     def __init__(self, read, activation="none"):
         self.device, self.path, self.reads_c, self.activation = -1, "interpreted", read, activation
 
-    def run(self, a, b, out, c, alpha, beta, bias=None):
+    def run(self, a, b, out, args=NO_ARGS):
+        c, alpha, beta, bias = args.c, args.alpha, args.beta, args.bias
         epilogue = {} if bias is None and self.activation == "none" else dict(bias=bias, activation=self.activation)
         portable_gemm(a, b, out, alpha=alpha, beta=beta, c=c if self.reads_c else None, interpret=True, **epilogue)
 

@@ -10,7 +10,12 @@
         │                   backend.can_implement(spec) -> None | why not
         │                   backend.plan(spec)         -> a Plan (path, config, copies, launch)
         ▼                 (a refused call caches nothing; no backend: PingpongError with
-    plan.run(a, b, out, c, α, β, bias)                   every backend's reason)
+    plan.run(a, b, out, args)                           every backend's reason)
+
+Every plan runs through that one entry point: `args`, an EpilogueArgs (pingpong.runtime.spec),
+holds the call's operands besides A and B (C, α, β, bias, FP8 scales, group offsets), the
+values of what the spec's `epilogue` and `groups` describe; a plan reads the fields its spec
+asks for. `run_ptrs` is the one other entry: the pointer launch of a LayerPlan.
 
 A spec holds everything validation and dispatch read, so a cache hit means the call is valid
 and its decision known; only per-call values (addresses, α, β, overlap of an in-place output
@@ -22,7 +27,7 @@ A grouped spec (`spec.groups`, pingpong.grouped_mm) goes the same way: the same 
 grouped spec never equals a dense one: `groups` is in the key), the same backends, each of
 which answers for every spec it is asked about, grouped ones included (Hopper: its ragged-rows
 and ragged-K kernels; AMD: none; portable: any). Its plan is a GroupedPlan,
-run(a, b, offs, out). Decided here, before the backends: nothing to compute ("empty": an
+run(a, b, out, args) with args.offs. Decided here, before the backends: nothing to compute ("empty": an
 empty output, no groups of rows, or a K of 0, which gives zeros), and 3-D × 3-D, which is the
 dense batched product (the plan of the spec without `groups`).
 """
@@ -38,7 +43,7 @@ import torch
 from ..errors import PingpongError
 from . import spec as spec_mod
 from .device import launch_sms
-from .spec import BATCHED, RAGGED_K, GemmSpec, torch_activation
+from .spec import BATCHED, NO_ARGS, RAGGED_K, EpilogueArgs, GemmSpec, torch_activation
 
 #: "Which kernel ran": each new plan (a cache miss, never a hit) is reported at INFO. Off unless
 #: logging is configured for it, or PINGPONG_LOG names a level (then a handler on stderr).
@@ -216,7 +221,10 @@ class Plan:
     #: True when `run_ptrs` works: one launch from base addresses, no copies, C not read
     pointer_launch = False
 
-    def run(self, a, b, out, c, alpha: float, beta: float, bias=None) -> None:
+    def run(self, a, b, out, args: EpilogueArgs = NO_ARGS) -> None:
+        """out = the product of a and b with the epilogue the spec describes, reading its
+        operands from `args` (a dense product: act(α·a@b + bias) + β·C; scaled: with
+        args.scale_a, args.scale_b; grouped: args.offs)."""
         raise NotImplementedError
 
     def run_ptrs(self, a_ptr: int, b_ptr: int, out_ptr: int, bias_ptr: int, views, *inputs) -> None:
@@ -252,9 +260,10 @@ class EmptyPlan(Plan):
     def __init__(self, device, read, activation="none"):
         self.device, self.reads_c, self.path, self.activation = device, read, "empty", activation
 
-    def run(self, a, b, out, c, alpha, beta, bias=None):
+    def run(self, a, b, out, args=NO_ARGS):
         if out.numel() == 0:
             return
+        bias = args.bias
         if bias is None and self.activation == "none" and not self.reads_c:
             out.zero_()
             return
@@ -262,7 +271,7 @@ class EmptyPlan(Plan):
         if bias is not None:
             y = torch_activation(self.activation)(y + bias.float())
         if self.reads_c:
-            y = y + c.float() * beta
+            y = y + args.c.float() * args.beta
         out.copy_(y)
 
 
@@ -280,15 +289,15 @@ def bias_vector(bias: torch.Tensor | None) -> torch.Tensor | None:
 
 
 class GroupedPlan(Plan):
-    """The plan of a grouped spec (pingpong.grouped): `run(a, b, offs, out)` writes the product
+    """The plan of a grouped spec (pingpong.grouped): `run(a, b, out, args)` writes the product
     into out, a contiguous tensor of the result's shape (the spec's `grouped_out`). A
     ragged-columns product (3-D × 2-D) is ragged rows on the transposed views, written
     transposed (outᵀ = bᵀ · aᵀ, `spec.ragged_view`): `compute` gets those views."""
 
     __slots__ = ("mode",)
 
-    def run(self, a, b, offs, out) -> None:
-        self.compute(*spec_mod.ragged_view(self.mode, a, b, out), offs)
+    def run(self, a, b, out, args=NO_ARGS) -> None:
+        self.compute(*spec_mod.ragged_view(self.mode, a, b, out), args.offs)
 
     def compute(self, a, b, out, offs) -> None:
         raise NotImplementedError
@@ -327,4 +336,4 @@ class BatchedPlan(GroupedPlan):
         self.activation = "none"
 
     def compute(self, a, b, out, offs):
-        self.dense.run(a, b, out, None, 1.0, 0.0)
+        self.dense.run(a, b, out)

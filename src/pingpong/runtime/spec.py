@@ -27,7 +27,9 @@ and the plan cache's key. A leaf module (torch and pingpong.errors only): every 
                                               persistent grid spans, so part of the key
 
 α and β are per-call launch scalars: a plan serves every value, so they are not in the key;
-the spec records what they decide (`reads_c`). The batch is in the operands' shapes
+the spec records what they decide (`reads_c`). The values of the epilogue's operands (C, α, β,
+bias, the scales, a grouped product's offs) travel together as one EpilogueArgs, the argument
+of every plan's `run(a, b, out, args)`. The batch is in the operands' shapes
 (`batches`). A spec is only built from tensors; `build` returns None for anything else and
 the validation below then names the bad argument.
 
@@ -167,6 +169,26 @@ class EpilogueSpec(NamedTuple):
 
 NO_EPILOGUE = EpilogueSpec(False, None, "none", "none")
 C_EPILOGUE = EpilogueSpec(True, None, "none", "none")
+
+
+class EpilogueArgs(NamedTuple):
+    """The values of one call's operands besides A and B: what `Plan.run(a, b, out, args)`
+    reads (CUTLASS's fusion arguments). The spec's `epilogue` describes them (layouts, whether
+    C is read, the activation); these are the per-call tensors and scalars, in one object from
+    the front end to the launch, so a new operand is one field here, its check, and the
+    kernel's use of it."""
+
+    c: torch.Tensor | None = None  # read where epilogue.reads_c (β ≠ 0)
+    alpha: float = 1.0
+    beta: float = 0.0
+    bias: torch.Tensor | None = None  # per column or per row (epilogue.bias_kind)
+    scale_a: torch.Tensor | None = None  # FP8 dequantization (epilogue.scales)
+    scale_b: torch.Tensor | None = None
+    offs: torch.Tensor | None = None  # a grouped product's cumulative group ends (spec.groups)
+
+
+#: No epilogue operand: out = a @ b (a constant: no object made per call).
+NO_ARGS = EpilogueArgs()
 
 
 #: The grouped forms (torch._grouped_mm's), by (a.dim(), b.dim()): offs along a's rows, along
@@ -562,16 +584,23 @@ def check_bias_not_in(c, bias, name: str = "c") -> None:
 # ----------------------------------------------------------------------------- the validation paths
 
 
+def check_epilogue(c, bias, activation, shape, dtype, device, names: Names = GEMM, shared_ok: bool = True) -> str:
+    """The epilogue's operands of a result of `shape` and `dtype` on `device`, for every dense
+    validation path (validate, validate_inplace, validate_nd): C (`shared_ok`: a batched
+    result also takes an (M, N) C), the bias, the activation, whose name it returns. An
+    operand added to EpilogueArgs gets its check here."""
+    if c is not None:
+        check_c(c, shape, dtype, device, names.c, shared_ok=shared_ok, names=names)
+    check_bias(bias, shape[-2], shape[-1], device, names.bias)
+    return check_activation(activation)
+
+
 def validate(spec: GemmSpec | None, a, b, c, out_dtype, bias, activation, names: Names = GEMM) -> None:
     """gemm / path_for: the arguments behind `spec` (2-D, or 3-D batched), then the device.
     A spec is only cached after this passed, so an equal spec later needs no validation."""
     check_operands(a, b, names)
     dtype = check_out_dtype(out_dtype, a.dtype)
-    shape = result_shape(a, b)
-    if c is not None:
-        check_c(c, shape, dtype, a.device, names.c, shared_ok=True, names=names)
-    check_bias(bias, shape[-2], shape[-1], a.device, names.bias)
-    check_activation(activation)
+    check_epilogue(c, bias, activation, result_shape(a, b), dtype, a.device, names)
     check_gpu(a.device, names)
 
 
@@ -581,10 +610,8 @@ def validate_inplace(spec: GemmSpec | None, c, a, b, bias, activation, names: Na
     check_operands(a, b, names)
     if isinstance(c, torch.Tensor) and c.dtype not in OUTPUT_DTYPES:
         raise PingpongError(f"{names.c}: dtype {c.dtype} is not supported; expected one of {OUTPUT_DTYPES}")
-    shape = result_shape(a, b)
-    check_c(c, shape, getattr(c, "dtype", None), a.device, names.c, names=names)
-    check_bias(bias, shape[-2], shape[-1], a.device, names.bias)
-    check_activation(activation)
+    check_tensor(names.c, c)
+    check_epilogue(c, bias, activation, result_shape(a, b), c.dtype, a.device, names, shared_ok=False)
     check_inplace_target(c, names.c)
     check_gpu(a.device, names)
     check_no_alias(c, a, b, names.c, names)
@@ -598,10 +625,7 @@ def validate_nd(a, b, c, out_dtype, bias=None, activation=None, names: Names = G
     check_operands(a, b, names, nd=True)
     dtype = check_out_dtype(out_dtype, a.dtype)
     shape = out_shape(a, b)
-    if c is not None:
-        check_c(c, shape, dtype, a.device, names.c, shared_ok=True, names=names)
-    check_bias(bias, shape[-2], shape[-1], a.device, names.bias)
-    return shape, dtype, check_activation(activation)
+    return shape, dtype, check_epilogue(c, bias, activation, shape, dtype, a.device, names)
 
 
 def validate_linear(x, weight, bias, activation, names: Names = LINEAR) -> str:
