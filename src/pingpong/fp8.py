@@ -88,10 +88,12 @@ def check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fas
         raise PingpongError(f"b: dtype {b.dtype} differs from a's {a.dtype}; mixed fp8 kinds are not supported")
     M, K = a.shape
     N = b.shape[1]
-    if K % 16 or K == 0:
-        raise PingpongError(f"K={K}: must be a positive multiple of 16 (16-byte TMA rows of fp8; torch's rule)")
-    if N % 16:
-        raise PingpongError(f"N={N}: must be a multiple of 16 (torch._scaled_mm's rule; 16-byte output rows)")
+    if K % _spec.FP8_MULTIPLE or K == 0:
+        raise PingpongError(f"K={K}: must be a positive multiple of {_spec.FP8_MULTIPLE} (16-byte TMA rows of fp8;"
+                            " torch's rule)")
+    if N % _spec.FP8_MULTIPLE:
+        raise PingpongError(f"N={N}: must be a multiple of {_spec.FP8_MULTIPLE} (torch._scaled_mm's rule; 16-byte"
+                            " output rows)")
     for name, t, k_dim in (("a", a, 1), ("b", b, 0)):
         other = 1 - k_dim
         if t.shape[other] > 1 and (t.stride(other) % 16 or t.stride(other) < t.shape[k_dim]):
@@ -214,8 +216,8 @@ def fp8_unsupported_reason(layer: torch.nn.Linear, fp8: str) -> str | None:
 def shape_reason(n: int, k: int, fp8: str) -> str | None:
     """Why FP8 with scaling `fp8` cannot take an (n, k) weight (out_features, in_features), or
     None: scaled_mm's K and N rules (the inference layer's and the training recipes')."""
-    if k <= 0 or k % 16 or n % 16:
-        return f"in_features={k}, out_features={n}: FP8 needs multiples of 16"
+    if k <= 0 or k % _spec.FP8_MULTIPLE or n % _spec.FP8_MULTIPLE:
+        return f"in_features={k}, out_features={n}: FP8 needs multiples of {_spec.FP8_MULTIPLE}"
     if fp8 == "block" and k % _spec.SCALE_BLOCK:
         return f"in_features={k}: block-wise FP8 needs a multiple of {_spec.SCALE_BLOCK}"
     return None

@@ -90,14 +90,14 @@ from . import ops
 from .errors import PingpongError, check_tensor
 from .fp8 import scaled_mm, shape_reason
 from .quantize import IN_DTYPES, quantize_fp8
-from .runtime.spec import SCALE_BLOCK, check_bias
+from .runtime.spec import FP8_MULTIPLE, SCALE_BLOCK, check_bias
 
 __all__ = ["fp8_linear", "RECIPES", "TORCHAO_NAMES", "recipe_name", "training_shape_reason", "GRAD_DTYPE"]
 
 #: the FP8 format of every operand: forward and gradients (module docstring, "Formats")
 GRAD_DTYPE = torch.float8_e4m3fn
 #: the token dim of dW's operands is padded to a multiple of this (scaled_mm's K rule)
-TOKEN_PAD = 16
+TOKEN_PAD = FP8_MULTIPLE
 
 
 class Recipe(NamedTuple):

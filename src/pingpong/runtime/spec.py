@@ -379,6 +379,7 @@ def check_out_dtype(out_dtype, default: torch.dtype) -> torch.dtype:
 
 
 SCALE_BLOCK = 128  # K (and N) elements per FP8 scale block
+FP8_MULTIPLE = 16  # FP8 products' K and N are multiples of it (16-byte fp8 rows for TMA; torch's rule)
 
 
 def _row_contiguous(t) -> bool:

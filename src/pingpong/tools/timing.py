@@ -23,6 +23,8 @@ call and moved small products' times by ±0.5 µs). Host cost is measured apart
 from __future__ import annotations
 
 import dataclasses
+import gc
+import math
 import statistics
 import time
 from typing import Any, Callable
@@ -158,8 +160,6 @@ def alternated(time_a: Callable[[], float], time_b: Callable[[], float], rounds:
     round (seen at up to 30% on a compiled training step); one round of each order cancels
     whatever the position costs, so the pair's ratio is the estimate and the spread of pairs
     its noise."""
-    import gc
-
     rounds = max(2, rounds + rounds % 2)
     times = []
     for r in range(rounds):
@@ -178,8 +178,6 @@ def alternated(time_a: Callable[[], float], time_b: Callable[[], float], rounds:
 def summarize(times: list[tuple[float, float]]) -> Paired:
     """`Paired` of per-round times taken in flipped order (round 0: a first), e.g. `alternated`'s
     after a reduction over ranks."""
-    import math
-
     per_round = [a / b for a, b in times]
     pairs = sorted(math.sqrt(per_round[i] * per_round[i + 1]) for i in range(0, len(times) - 1, 2))
     q1, med, q3 = statistics.quantiles(pairs, n=4, method="inclusive") if len(pairs) > 1 else (pairs[0],) * 3
