@@ -28,9 +28,11 @@ Each workload is timed in rounds whose order flips every round (torch then pingp
 pingpong then torch, ...; `pingpong.tools.timing.alternated`, garbage collector off while
 timing), each timing the mean of `--iters` back-to-back calls between two synchronizations.
 Reported: the median ms per call of each, the median over pairs of rounds (one of each order)
-of the pair's ratio torch / pingpong (> 1: pingpong faster) with the pairs' range, and for compiled modes the host µs per GEMM call from torch.profiler (one
-profiled step, separate from the timing): `aten::mm`/`aten::addmm` in torch's compiled graph,
-`pingpong::*` in pingpong's. Needs the `test-model` extra (transformers).
+of the pair's ratio torch / pingpong (> 1: pingpong faster) with the pairs' range, and for
+compiled modes, from torch.profiler on calls separate from the timing: the host µs per GEMM
+call (`aten::mm`/`aten::addmm` in torch's compiled graph, `pingpong::*` in pingpong's) and the
+GPU kernel ms per call (all kernels / the GEMM kernels), which says whether a gap is the
+host's or the kernels'. Needs the `test-model` extra (transformers).
 """
 
 from __future__ import annotations
@@ -108,6 +110,29 @@ def host_us_per_gemm(fn) -> float:
         if e.key in ("aten::mm", "aten::addmm", "aten::bmm") or e.key.startswith("pingpong::"):
             total, count = total + e.cpu_time_total, count + e.count
     return total / count if count else float("nan")
+
+
+GEMM_KERNELS = ("gemm", "xmma", "cutlass", "wgmma", "sm90_", "splitk", "split_k")
+
+
+def gpu_ms(fn) -> tuple[float, float]:
+    """GPU kernel ms of one call of fn (torch.profiler, CUDA activity; a call separate from the
+    timing and from the host profile): all kernels, and those whose name says GEMM (cuBLAS's
+    and pingpong's kernels)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    total = gemm = 0.0
+    for e in prof.key_averages():
+        us = e.self_device_time_total
+        total += us
+        if any(k in e.key.lower() for k in GEMM_KERNELS):
+            gemm += us
+    return total / 1e3, gemm / 1e3
 
 
 def main(argv=None) -> int:
@@ -191,6 +216,7 @@ def main(argv=None) -> int:
                         host[f"{name} recompiles"] = torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames
                     if mode != "reduce-overhead":  # graph replays: no host work per GEMM
                         host[f"{name} host"] = host_us_per_gemm(fn)
+                        host[f"{name} gpu"] = gpu_ms(fn)
                     fns[name] = fn
                 iters = max(args.iters // 2, 3) if work == "train" else args.iters
                 t = ratios(fns, args.rounds, iters)
@@ -229,7 +255,7 @@ def main(argv=None) -> int:
             print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14, max_name_column_width=50))
 
     print(f"\n{'mode':<16} {'workload':<8} {'torch ms':>9} {'pingpong ms':>11} {'torch/pp':>8} {'round range':>13}"
-          f" {'host µs/GEMM torch, pp':>22} {'recompiles':>10}")
+          f" {'host µs/GEMM torch, pp':>22} {'GPU ms all/GEMM torch; pp':>27} {'recompiles':>10}")
     for mode, work, t in rows:
         print(row(mode, work, t))
     return 0
@@ -238,9 +264,11 @@ def main(argv=None) -> int:
 def row(mode: str, work: str, t: dict) -> str:
     """One line of the final table."""
     host = f"{t['torch host']:.1f}, {t['pingpong host']:.1f}" if "torch host" in t else "-"
+    gpu = (f"{t['torch gpu'][0]:.2f}/{t['torch gpu'][1]:.2f}; {t['pingpong gpu'][0]:.2f}/{t['pingpong gpu'][1]:.2f}"
+           if "torch gpu" in t else "-")
     again = f"{t['torch recompiles']}, {t['pingpong recompiles']}" if "torch recompiles" in t else "-"
     return (f"{mode:<16} {work:<8} {t['torch']:9.3f} {t['pingpong']:11.3f} {t['ratio']:8.3f}"
-            f" {t['lo']:6.3f}-{t['hi']:.3f} {host:>22} {again:>10}")
+            f" {t['lo']:6.3f}-{t['hi']:.3f} {host:>22} {gpu:>27} {again:>10}")
 
 
 if __name__ == "__main__":

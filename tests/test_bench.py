@@ -297,7 +297,8 @@ def test_timer_leaves_out_host_lag():
     else:
         pytest.skip(f"do_bench showed no host lag either ({lagging:.4f} ms: the GPU was busy with other"
                     " processes' work), so this run cannot tell the timers apart")
-    queued = timing.time_callable(slow_host, 100).median_ms
+    # best of 3: other processes' kernels on a shared GPU (pytest-xdist workers) only add time
+    queued = min(timing.time_callable(slow_host, 100).median_ms for _ in range(3))
     assert queued < 0.05, (queued, lagging)
 
 
