@@ -47,7 +47,7 @@ def stub_launches() -> None:
         return p
 
     spec.check_gpu = lambda device, names=None: None
-    plan.BACKENDS[:] = [types.SimpleNamespace(NAME="stub", ORDER=0, can_implement=lambda s: None, plan=plan_of)]
+    plan.BACKENDS = [types.SimpleNamespace(NAME="stub", can_implement=lambda s: None, plan=plan_of)]
     plan.PLANS.clear()
     direct.LAYERS.clear()
 

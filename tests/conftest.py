@@ -59,7 +59,7 @@ def interpret_plans(setattr) -> None:
             self.run(a, b, out, spec.EpilogueArgs(bias=bias))
 
     interpreted = types.SimpleNamespace(
-        NAME="interpreted", ORDER=0, can_implement=lambda s: None,
+        NAME="interpreted", can_implement=lambda s: None,
         plan=lambda s: InterpretedPlan(s.epilogue.reads_c, s.epilogue.activation), plan_class=InterpretedPlan)
     setattr(spec, "check_gpu", lambda device, names=None: None)
     setattr(plan, "PLANS", collections.OrderedDict())

@@ -347,11 +347,11 @@ def test_bench_shape_checks_before_timing(mode, status):
 
 
 def test_vector_add_runs_the_streaming_bench(monkeypatch):
-    import pingpong.streaming as streaming
+    from pingpong.streaming import bench as streaming_bench
 
     got = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(streaming, "bench_vector_add", lambda s: got.append(s.op) or 1)
+    monkeypatch.setattr(streaming_bench, "bench_vector_add", lambda s: got.append(s.op) or 1)
     assert bench.run(parse("--op", "vector_add", "--quick")) == 1 and got == ["vector_add"]
 
 

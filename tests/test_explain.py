@@ -18,7 +18,7 @@ def _spec(M=256, N=384, K=512):
 
 
 def _backend(name, why=None, plan_=None):
-    return types.SimpleNamespace(NAME=name, ORDER=0, can_implement=lambda s: why, plan=plan_)
+    return types.SimpleNamespace(NAME=name, can_implement=lambda s: why, plan=plan_)
 
 
 def test_a_new_plan_is_logged_once_with_backend_config_and_why(caplog):

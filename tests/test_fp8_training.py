@@ -64,7 +64,7 @@ def fp8_kernels(interpreted_kernels, monkeypatch):
     portable kernel under Triton's interpreter. Returns the list of scaled products run."""
     import types
 
-    recorded = types.SimpleNamespace(NAME="recorded", ORDER=-1, plan=lambda s: RecordedPlan(),
+    recorded = types.SimpleNamespace(NAME="recorded", plan=lambda s: RecordedPlan(),
                                      can_implement=lambda s: None if s.epilogue.scales is not None else "unscaled")
     monkeypatch.setattr(plan, "BACKENDS", [recorded, *plan.BACKENDS])
     monkeypatch.setattr(fp8, "check_gpu", lambda a, b: None)

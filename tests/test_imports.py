@@ -47,10 +47,8 @@ def _imports(path, name: str, modules: set) -> set:
     return (found & modules) - {name}
 
 
-def test_no_import_cycle():
-    """The layers import downwards only (front end → runtime → backends; tools on top): no
-    module reaches itself again through its imports, function-local ones included (a cycle
-    held together by a deferred import is still a cycle)."""
+def _graph() -> dict:
+    """Every module of the package -> the pingpong modules it imports (`_imports`)."""
     import pathlib
 
     import pingpong
@@ -60,7 +58,13 @@ def test_no_import_cycle():
     for path in root.rglob("*.py"):
         parts = ("pingpong",) + path.relative_to(root).with_suffix("").parts
         paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    graph = {name: _imports(path, name, set(paths)) for name, path in paths.items()}
+    return {name: _imports(path, name, set(paths)) for name, path in paths.items()}
+
+
+def test_no_import_cycle():
+    """No module reaches itself again through its imports, function-local ones included (a
+    cycle held together by a deferred import is still a cycle)."""
+    graph = _graph()
     for start in graph:  # depth-first from each module: a path back to it is a cycle
         stack, seen = [(start, (start,))], set()
         while stack:
@@ -70,6 +74,90 @@ def test_no_import_cycle():
                 if nxt not in seen:
                     seen.add(nxt)
                     stack.append((nxt, trail + (nxt,)))
+
+
+#: The layers, lowest first (docs/design.md "The layers"). A module imports its own layer and the
+#: ones below, never one above. An entry is a module, or "pkg.*": a package and all under it; the
+#: most specific entry decides. Every module has one: a new module is given its layer here.
+LAYERS = (
+    ("leaves", ("pingpong.errors", "pingpong.toolchain")),
+    ("runtime", ("pingpong.runtime.*",)),
+    # the schedule checker's vocabulary, which the kernels' schedules are written in
+    ("schedule model", ("pingpong.schedule", "pingpong.schedule.model", "pingpong.schedule.checker",
+                        "pingpong.schedule.errors", "pingpong.schedule.timeline")),
+    # the kernels and their host side; each GEMM backend is named in runtime.plan.BACKEND_MODULES
+    ("backends", ("pingpong.hopper.*", "pingpong.amd.*", "pingpong.portable.*", "pingpong.streaming.hopper",
+                  "pingpong.streaming.portable", "pingpong.streaming.gfx942", "pingpong.streaming.grid_stride",
+                  "pingpong.streaming.offline")),
+    # torch integration under the functions: the torch.library ops, their autograd and lowering
+    ("torch ops", ("pingpong.ops", "pingpong.direct", "pingpong.inductor", "pingpong.batching")),
+    ("public API", ("pingpong.api", "pingpong.functional", "pingpong.grouped", "pingpong.fp8", "pingpong.fp8_grouped",
+                    "pingpong.quantize", "pingpong.fused", "pingpong.streaming", "pingpong.streaming.api")),
+    # torch integration built on the functions, as torch.nn on torch.nn.functional
+    ("torch modules", ("pingpong.nn", "pingpong.distributed", "pingpong.moe", "pingpong.fp8_training")),
+    ("package", ("pingpong",)),  # the lazy front door: every public name
+    ("tools", ("pingpong.__main__", "pingpong.tools.*", "pingpong.schedule.*", "pingpong.streaming.bench",
+               "pingpong.streaming.__main__")),
+)
+
+#: (importer, imported) pairs let through against the layers, each with its reason. Empty: keep it so.
+ALLOWED: dict = {}
+
+
+def _layer(name: str) -> int:
+    """The index in LAYERS of `name`'s most specific entry."""
+    best = None
+    for rank, (_, entries) in enumerate(LAYERS):
+        for entry in entries:
+            package = entry.removesuffix(".*")
+            exact = entry == name
+            under = entry.endswith(".*") and (name == package or name.startswith(package + "."))
+            if exact or under:
+                key = (exact, len(package))
+                if best is None or key > best[0]:
+                    best = (key, rank)
+    assert best is not None, f"{name} has no layer: give it one in LAYERS (tests/test_imports.py)"
+    return best[1]
+
+
+def test_imports_go_down_the_layers():
+    """The direction, as the cycle test checks cycles: the runtime never imports the torch ops,
+    a backend never the public API, nothing but the tools imports a tool; function-local imports
+    count. The runtime asks the backends by name (BACKEND_MODULES), not by an import."""
+    graph = _graph()
+    against = sorted(f"{name} ({LAYERS[_layer(name)][0]}) imports {dep} ({LAYERS[_layer(dep)][0]})"
+                     for name, deps in graph.items() for dep in deps
+                     if _layer(dep) > _layer(name) and (name, dep) not in ALLOWED)
+    assert not against, "imports against the layers:\n" + "\n".join(against)
+    assert not set(ALLOWED) - {(n, d) for n, deps in graph.items() for d in deps}, "an ALLOWED pair no longer imports"
+
+
+def test_the_backend_list_names_backends():
+    """Each entry of the runtime's backend list is a module of the backends layer (the order
+    they are asked in shows in the refusal's message: tests/test_spec.py)."""
+    from pingpong.runtime import plan
+
+    graph = _graph()
+    assert plan.BACKEND_MODULES
+    for name in plan.BACKEND_MODULES:
+        assert name in graph and LAYERS[_layer(name)][0] == "backends", name
+
+
+def test_a_backend_that_fails_to_import_is_named(monkeypatch):
+    from pingpong.runtime import plan
+
+    monkeypatch.setattr(plan, "BACKEND_MODULES", plan.BACKEND_MODULES + ("pingpong.no_such_backend",))
+    monkeypatch.setattr(plan, "BACKENDS", None)
+    with pytest.raises(ModuleNotFoundError, match="the backend pingpong.no_such_backend .*cannot be imported"):
+        plan.backends()
+    assert plan.BACKENDS is None, "nothing half-loaded is kept"
+
+
+def test_import_pingpong_loads_no_backend():
+    code = ("import sys, pingpong, pingpong.api; "
+            "assert not [m for m in sys.modules if m.startswith(('pingpong.hopper.backend', 'pingpong.amd', "
+            "'pingpong.portable'))], sorted(m for m in sys.modules if m.startswith('pingpong'))")
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_version_is_pyprojects():

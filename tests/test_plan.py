@@ -374,7 +374,7 @@ def recorded(monkeypatch):
     """Every public op plans and 'runs' CPU tensors: the GPU-only checks lifted, one backend
     whose plans record their runs, quantize_fp8's launch recorded; caches of the test's own."""
     runs = []
-    backend = types.SimpleNamespace(NAME="recorded", ORDER=0, CONFIGURABLE=True, can_implement=lambda s: None,
+    backend = types.SimpleNamespace(NAME="recorded", CONFIGURABLE=True, can_implement=lambda s: None,
                                     plan=lambda s: _Recorded(runs))
     for mod in (spec, grouped):
         monkeypatch.setattr(mod, "check_gpu", lambda *a, **k: None)

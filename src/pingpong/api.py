@@ -56,11 +56,6 @@ from .hopper.config import KernelConfig
 from .runtime import plan as plan_mod
 from .runtime.spec import INPUT_DTYPES, OUTPUT_DTYPES, check_scalar
 
-# the backends register themselves with the plan registry (pingpong.runtime.plan) on import
-from .hopper import backend as _hopper_backend  # noqa: F401,E402
-from .amd import backend as _amd_backend  # noqa: F401,E402
-from . import portable as _portable_backend  # noqa: F401,E402
-
 __all__ = ["matmul", "gemm", "gemm_", "matmul_tiled", "path_for", "explain", "INPUT_DTYPES", "OUTPUT_DTYPES"]
 
 

@@ -5,18 +5,14 @@ Everything else on ROCm takes the portable kernel, grouped products (pingpong.gr
 
 from __future__ import annotations
 
-import sys
-
 import torch
 
-from ..runtime import plan as plan_mod
 from ..runtime.addressing import unaddressable
 from ..runtime.plan import Plan, device_index
 from ..runtime.spec import NO_ARGS, GemmSpec
 from . import dispatch
 
 NAME = "amd"
-ORDER = 1
 
 
 def can_implement(spec: GemmSpec) -> str | None:
@@ -60,6 +56,3 @@ class AmdPlan(Plan):
 
     def run(self, a, b, out, args=NO_ARGS):
         dispatch.gemm(a, b, out, alpha=args.alpha, beta=args.beta, c=args.c if self.reads_c else None)
-
-
-plan_mod.register(sys.modules[__name__])

@@ -29,12 +29,10 @@ A tensor that breaks it is copied once into an aligned buffer ("hopper-padded").
 from __future__ import annotations
 
 import dataclasses
-import sys
 
 import torch
 
 from ..errors import PingpongError
-from ..runtime import plan as plan_mod
 from ..runtime.addressing import unaddressable
 from ..runtime.device import is_hopper
 from ..runtime.launcher import CachedLaunch
@@ -46,7 +44,6 @@ from .launch import counter_count, partial_slots, per_batch, prepare, prepare_sp
 from .select import DEFAULT_SMS, Device, choose, stream_k_note
 
 NAME = "hopper"
-ORDER = 0
 CONFIGURABLE = True  # matmul_tiled's explicit KernelConfig configures this backend
 
 
@@ -398,6 +395,3 @@ class SplitPlan(HopperPlan):
     def _jit_args(self, a, b, target, cin, alpha, beta, ws, counters, bias):
         return prepare_split(a, b, target, cin, alpha, beta, self.config, self.sms, ws, counters, bias,
                              self.activation)
-
-
-plan_mod.register(sys.modules[__name__])

@@ -68,10 +68,7 @@ import torch
 import triton
 import triton.language as tl
 
-import sys
-
 from ..errors import PingpongError, check_tensor
-from ..runtime import plan as plan_mod
 from ..runtime import spec as spec_mod
 from ..runtime.addressing import needs_int64
 from ..runtime.compile import SHARED_MEMORY_LIMIT, TARGETS, Launch, register
@@ -413,8 +410,7 @@ def build(target_name: str) -> Launch:
 
 # --------------------------------------------------------------------------- the backend
 
-NAME = "portable"
-ORDER = 2  # asked last: it runs any call on any CUDA/ROCm GPU
+NAME = "portable"  # asked last (runtime.plan.BACKEND_MODULES): it runs any call on any CUDA/ROCm GPU
 
 
 def can_implement(spec: spec_mod.GemmSpec) -> str | None:
@@ -463,8 +459,6 @@ class PortablePlan(LaunchedPlan):
         return prepare(a, b, out, c, alpha, beta, bias, self.activation)
 
 
-plan_mod.register(sys.modules[__name__])
-
 
 # --------------------------------------------------------------------------- the interpreter as a backend
 
@@ -485,10 +479,10 @@ class InterpretedPlan(Plan):
 
 class Interpreter:
     """The portable kernels under Triton's interpreter as a backend: any spec, CPU tensors
-    included. Never registered: an explicit opt-in, given to plan_for as the one backend to
-    ask (pingpong.grouped's `interpret`, the CPU tests')."""
+    included. Not in pingpong.runtime.plan.BACKEND_MODULES: an explicit opt-in, given to
+    plan_for as the one backend to ask (pingpong.grouped's `interpret`, the CPU tests')."""
 
-    NAME, ORDER = "interpreter", 3
+    NAME = "interpreter"
 
     @staticmethod
     def can_implement(spec: spec_mod.GemmSpec) -> None:

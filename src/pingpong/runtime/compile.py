@@ -164,7 +164,7 @@ KERNEL_MODULES = (
     "pingpong.hopper.grouped_k",
     "pingpong.portable",
     "pingpong.amd",
-    "pingpong.streaming",
+    "pingpong.streaming.offline",
     "pingpong.hopper.fp8_grouped",
 )
 

@@ -1,4 +1,4 @@
-"""The call plan: a cache of plans keyed by GemmSpec, and the registry of backends.
+"""The call plan: a cache of plans keyed by GemmSpec, and the list of backends.
 
     public function (api.py, functional.py)
         │ spec.build(...)           a GemmSpec (pingpong.runtime.spec): operands' dtypes,
@@ -6,7 +6,7 @@
         │                           the epilogue (C read?, bias, activation); in place; config
         ▼
     get(spec) ──miss──▶ the caller validates (spec.validate*), then plan_for(spec) asks the
-        │                 registered backends in order (hopper, amd, portable):
+        │                 backends in BACKEND_MODULES' order (hopper, amd, portable):
         │                   backend.can_implement(spec) -> None | why not
         │                   backend.plan(spec)         -> a Plan (path, config, copies, launch)
         ▼                 (a refused call caches nothing; no backend: PingpongError with
@@ -35,6 +35,7 @@ dense batched product (the plan of the spec without `groups`).
 from __future__ import annotations
 
 import collections
+import importlib
 import logging
 import os
 
@@ -72,15 +73,30 @@ PLAN_CACHE_SIZE = 1024
 
 PLANS: "collections.OrderedDict[GemmSpec, Plan]" = collections.OrderedDict()
 
-#: The backends, in the order they are asked (each a module or object with NAME,
-#: can_implement(spec) and plan(spec)); filled by `register` as each backend is imported.
-BACKENDS: list = []
+#: The backends, in the order plan_for asks them: each module has NAME, can_implement(spec) and
+#: plan(spec) (and CONFIGURABLE when matmul_tiled's explicit config applies to it). Named, not
+#: imported: the backends build on this module (Plan, the spec), so they load on the first plan
+#: (`backends`), and `import pingpong` stays light.
+BACKEND_MODULES = ("pingpong.hopper.backend", "pingpong.amd.backend", "pingpong.portable")
+
+#: The loaded BACKEND_MODULES (`backends`); None until the first plan. Tests put their own list here.
+BACKENDS: "list | None" = None
 
 
-def register(backend) -> None:
-    """Add `backend` to the registry (lower `backend.ORDER` asked first; re-registering a NAME
-    replaces it)."""
-    BACKENDS[:] = sorted([b for b in BACKENDS if b.NAME != backend.NAME] + [backend], key=lambda b: b.ORDER)
+def backends() -> list:
+    """The backends plan_for asks, in order: BACKEND_MODULES, imported on the first call (an
+    import error names the backend and propagates: a missing backend is never skipped)."""
+    global BACKENDS
+    if BACKENDS is None:
+        loaded = []
+        for name in BACKEND_MODULES:
+            try:
+                loaded.append(importlib.import_module(name))
+            except ImportError as e:
+                raise type(e)(f"the backend {name} (pingpong.runtime.plan.BACKEND_MODULES) cannot be imported: {e}",
+                              name=e.name) from e
+        BACKENDS = loaded
+    return BACKENDS
 
 
 def get(spec) -> "Plan | None":
@@ -112,14 +128,14 @@ def store(key, plan: "Plan") -> "Plan":
     return plan
 
 
-def plan_for(spec: GemmSpec, backends=None) -> "Plan":
-    """Decide, for a validated spec: the first backend (of `backends`, default the registry's)
+def plan_for(spec: GemmSpec, asked=None) -> "Plan":
+    """Decide, for a validated spec: the first backend (of `asked`, default `backends()`)
     that can implement it plans it (not cached); a spec under an SM carveout that leaves the
     GPU no SM is refused first (PingpongError naming torch's setting). The plan's `why` says why that backend and,
     where the backend says, where its config came from; the decision is logged (LOG, INFO)."""
     if spec.carveout is not None and spec.device.type == "cuda":  # every path: torch's carveout leaves an SM
         launch_sms(device_index(spec.device), spec.carveout)
-    plan = _decide(spec, backends)
+    plan = _decide(spec, asked)
     if LOG.isEnabledFor(logging.INFO):
         LOG.info("%s -> %s", describe_spec(spec), describe(plan))
     return plan
@@ -150,10 +166,10 @@ def describe(plan: "Plan") -> str:
     return f"{info['path']}{config}" + (f" ({info['why']})" if info["why"] else "")
 
 
-def _decide(spec: GemmSpec, backends) -> "Plan":
+def _decide(spec: GemmSpec, asked) -> "Plan":
     if spec.groups is not None:
         if spec.groups.mode == BATCHED:  # a batch of equal groups: the dense batched product
-            return BatchedPlan(_decide(spec._replace(groups=None), backends))
+            return BatchedPlan(_decide(spec._replace(groups=None), asked))
         empty = _empty_groups(spec)
         if empty is not None:
             return empty
@@ -162,7 +178,7 @@ def _decide(spec: GemmSpec, backends) -> "Plan":
         if 0 in (M, K, N, batches):
             return EmptyPlan(device_index(spec.device), spec.epilogue.reads_c, spec.epilogue.activation)
     reasons = []
-    for backend in BACKENDS if backends is None else backends:
+    for backend in backends() if asked is None else asked:
         if spec.config is not None and not getattr(backend, "CONFIGURABLE", False):
             continue
         why = backend.can_implement(spec)

@@ -3,10 +3,11 @@
     vector_add(a, b, out=None)   Hopper: Gluon TMA kernel (hopper.py); other GPUs: portable
                                  Triton kernel (portable.py); gfx942: the hand-written GCN
                                  design in Gluon, compiled offline (gfx942.py, `pingpong isa`).
+
+The benchmark (bench.py, `pingpong bench --op vector_add`) is a tool: import it as
+pingpong.streaming.bench (the kernels never import the tools).
 """
 
-from . import offline  # noqa: F401  (registers the kernels for `pingpong isa`)
 from .api import kernel_path, vector_add
-from .bench import bench_vector_add, format_table, run_vector_add_bench
 
-__all__ = ["vector_add", "kernel_path", "run_vector_add_bench", "format_table", "bench_vector_add"]
+__all__ = ["vector_add", "kernel_path"]
