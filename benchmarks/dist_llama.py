@@ -79,7 +79,7 @@ from torch import nn
 
 import pingpong
 import pingpong.distributed  # noqa: F401  (the sharding rules, before torch.compile traces a pingpong op on DTensors)
-from pingpong.tools.timing import alternated, summarize
+from pingpong.tools.timing import alternated, kernel_us, summarize
 
 TP_PLAN = {"self_attn.q_proj": "col", "self_attn.k_proj": "col", "self_attn.v_proj": "col", "self_attn.o_proj": "row",
            "mlp.gate_proj": "col", "mlp.up_proj": "col", "mlp.down_proj": "row"}
@@ -480,20 +480,11 @@ def per_step(fn, env, n=3) -> dict:
         host.append((time.perf_counter() - t0) * 1e3)
     out = dict(host_ms=statistics.median(host))
     if env.device.type == "cuda":
-        from torch.autograd import DeviceType
-        from torch.profiler import ProfilerActivity, profile
-
         sync(env)
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            for _ in range(n):
-                fn()
-            torch.cuda.synchronize()
-        # kernels only: a record_function range (pingpong's `pingpong::<op>`) also appears on
-        # the device as a user annotation spanning its kernels, and would count them twice
-        kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA and not e.is_user_annotation]
-        nccl = sum(e.time_range.elapsed_us() for e in kernels if "nccl" in e.name.lower())
-        out["gpu_ms"] = (sum(e.time_range.elapsed_us() for e in kernels) - nccl) / n / 1e3
-        out["nccl_ms"] = nccl / n / 1e3
+        kernels = kernel_us(fn, n)
+        nccl = sum(us for name, us in kernels.items() if "nccl" in name.lower())
+        out["gpu_ms"] = (sum(kernels.values()) - nccl) / 1e3
+        out["nccl_ms"] = nccl / 1e3
     return out
 
 

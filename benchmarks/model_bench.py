@@ -47,7 +47,7 @@ import torch
 
 import pingpong
 from pingpong.tools import bench
-from pingpong.tools.timing import alternated
+from pingpong.tools.timing import alternated, kernel_us
 
 
 def llama(transformers, layers: int, dtype):
@@ -116,23 +116,12 @@ GEMM_KERNELS = ("gemm", "xmma", "cutlass", "wgmma", "sm90_", "splitk", "split_k"
 
 
 def gpu_ms(fn) -> tuple[float, float]:
-    """GPU kernel ms of one call of fn (torch.profiler, CUDA activity; a call separate from the
-    timing and from the host profile): all kernels, and those whose name says GEMM (cuBLAS's
-    and pingpong's kernels)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    total = gemm = 0.0
-    for e in prof.key_averages():
-        us = e.self_device_time_total
-        total += us
-        if any(k in e.key.lower() for k in GEMM_KERNELS):
-            gemm += us
-    return total / 1e3, gemm / 1e3
+    """GPU kernel ms of one call of fn (torch.profiler; a call separate from the timing and
+    from the host profile): all kernels, and those whose name says GEMM (cuBLAS's and
+    pingpong's)."""
+    kernels = kernel_us(fn)
+    gemm = sum(us for name, us in kernels.items() if any(k in name.lower() for k in GEMM_KERNELS))
+    return sum(kernels.values()) / 1e3, gemm / 1e3
 
 
 def main(argv=None) -> int:

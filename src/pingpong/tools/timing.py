@@ -184,3 +184,25 @@ def summarize(times: list[tuple[float, float]]) -> Paired:
     # (a first / b second) / (a second / b first) = the position's factor, squared
     position = statistics.median(math.sqrt(per_round[i] / per_round[i + 1]) for i in range(0, len(times) - 1, 2))
     return Paired([tuple(t) for t in times], med, pairs[0], pairs[-1], 100 * (q3 - q1) / med, position)
+
+
+def kernel_us(fn: Callable[[], Any], calls: int = 1) -> dict[str, float]:
+    """GPU kernel µs per call of fn, by kernel name, from torch.profiler (CUDA activity) over
+    `calls` calls after one unprofiled call. Kernels only: a record_function range (pingpong's
+    `pingpong::<op>`) also appears on the device as a user annotation spanning its kernels and
+    would count them twice."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    out: dict[str, float] = {}
+    for e in prof.events():
+        if e.device_type == DeviceType.CUDA and not e.is_user_annotation:
+            out[e.name] = out.get(e.name, 0.0) + e.time_range.elapsed_us() / calls
+    return out
