@@ -27,8 +27,10 @@ Cᵀ = Bᵀ·Aᵀ under swap-AB), so the epilogue needs no TMA descriptor or sta
 shared memory is all ring stages. Per element it costs a little more than the TMA store;
 split-K and swap-AB are chosen where the output is small next to the operands.
 
-Stream-K (StreamKEpilogue) runs the same fix-up with SPLITS per tile: the programs that share
-the tile's k-steps, each writing the slot of its position along K (StreamKScheduler.split).
+Stream-K (StreamKEpilogue) stores whole-tile units through the TMA epilogue and runs this
+fix-up for shared tiles only, with SPLITS per tile (the programs that share the tile's
+k-steps, each the slot of its position along K: StreamKScheduler.split); its last arriver
+keeps its own partial in registers (fix_up, sum_into).
 
 The arrival counters are int32, one per (tile, consumer half), zero before the launch and
 zero again after it, so the plan keeps one buffer per stream (pingpong.runtime.plan.arrival_counters):
@@ -194,9 +196,8 @@ class SplitEpilogue:
 
     @gluon.jit
     def store_part(self, mma, off_r, off_c, slot, parts):
-        """`store` of a unit whose tile is finished from `parts` partials, this one the
-        slot-th in the sum's order (split-K: slot = split, parts = splits; stream-K: per tile,
-        StreamKEpilogue)."""
+        """`store` of a split-K unit whose tile is finished from `parts` partials (the splits),
+        this one the slot-th in the sum's order (stream-K's: fix_up)."""
         ROWS: gl.constexpr = mma.acc.shape[0]
         COLS: gl.constexpr = mma.acc.shape[1]
         COLS2: gl.constexpr = mma.acc2.shape[1] if mma.PIECES == 2 else 0

@@ -55,9 +55,16 @@ fills the 64-row wgmma side and the result is written transposed.
               │ MMA k-steps [0, S) │ ws[0] ← acc, arrive  │ MMA [S, 2S) │ ws[1] ← acc, arrive, last:
               │                                            │   out = cast(act(α·(ws[0] + ws[1] + ...) + bias) + β·C)
 
-STREAM-K (stream_k_gemm; KernelConfig.stream_k): the same partitions and fix-up over
-StreamKScheduler's units: whole waves of tiles data-parallel, the last wave's k-steps shared
-evenly; a unit's K range varies, so each consumer's ring counter is the scheduler's first_step.
+STREAM-K (stream_k_gemm; KernelConfig.stream_k; FP8: fp8_kernel.fp8_stream_gemm): the same
+partitions over StreamKScheduler's units: whole waves of tiles data-parallel, the last wave's
+k-steps shared evenly; a unit's K range varies, so each consumer's ring counter is the
+scheduler's first_step. A unit holding its whole tile goes out through the TMA epilogue; a
+shared tile's units through the fix-up (StreamKEpilogue), the last to arrive summing in K
+order with its own partial in registers:
+
+    program p │ tail of tile t (slot 1 of 2) │ whole tile t+1          │ head of tile t+2 (slot 0) │ dp tiles
+              │ MMA │ ws[1] ← acc, arrive     │ MMA │ epi ──TMA──> out  │ MMA │ all others in? ─ yes:  │ MMA │ epi
+              │                              │                        │   Σ (ws[1..], own acc) → out │
 
 CLUSTERS (KernelConfig.cluster_m=2; CLUSTER = 2, launched with num_ctas=2): one
 program is a pair of CTAs on two SMs of one GPC, and the kernel describes the pair (Triton's
