@@ -4,7 +4,6 @@ the facts its design promises."""
 
 import functools
 import itertools
-import re
 
 import pytest
 import triton
