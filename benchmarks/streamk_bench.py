@@ -2,11 +2,14 @@
 process (pingpong.tools.timing: L2 flushed, median of ≥ REPS repetitions per round; the
 reported number is the median over rounds).
 
-    PYTHONPATH=src python benchmarks/streamk_bench.py [--rounds 3] [--json out.json] [M×N×K ...]
+    PYTHONPATH=src python benchmarks/streamk_bench.py [--rounds 3] [--fp8 row] [--json out.json] [M×N×K ...]
 
 For each shape: `pick` (select_config on this GPU: its table or the heuristic), the stream-K
-configs of CANDIDATES, and torch.matmul on the same tensors (bf16, layout nt: b = wᵀ). Every
-config's output is checked against cuBLAS's first (relative Frobenius error) before timing.
+configs of `candidates`, and torch.matmul on the same tensors (bf16, layout nt: b = wᵀ).
+--fp8 SCALING (tensor | row | block) adds a second row per shape: the FP8 pick (select_fp8),
+the FP8 stream-K configs and torch._scaled_mm on the same quantized operands (baseline of
+that row's ratios). Every config's output is checked against its baseline first (relative
+Frobenius error) before timing.
 """
 
 from __future__ import annotations
@@ -30,6 +33,37 @@ def candidates():
     }
 
 
+def fp8_candidates():
+    from pingpong import KernelConfig
+
+    return {
+        "sk 128x128": KernelConfig(128, 128, 128, stream_k=True),
+        "sk pp 64x128": KernelConfig(64, 128, 128, schedule="pingpong", stream_k=True),
+    }
+
+
+def fp8_row(M, N, K, scaling, dev):
+    """(calls, configs) of one FP8 row: torch._scaled_mm first (the row's baseline), the pick, stream-K."""
+    import torch
+
+    import pingpong
+    from pingpong.fp8 import scaled_mm_direct
+    from pingpong.hopper.fp8_launch import select_fp8
+
+    gran = {"tensor": ("tensor", "tensor"), "row": ("row", "row"), "block": ("block", "block128x128")}[scaling]
+    a = torch.randn(M, K, device="cuda").bfloat16()
+    w = torch.randn(N, K, device="cuda").bfloat16()
+    qa, sa = pingpong.quantize_fp8(a, gran[0])
+    qw, sw = pingpong.quantize_fp8(w, gran[1])
+    qb, sb = qw.t(), sw.t()
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    pick = select_fp8(M, N, K, True, sms, torch.cuda.get_device_name(dev), scaling)
+    base = {"torch._scaled_mm": lambda: torch._scaled_mm(qa, qb, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)}
+    configs = {f"fp8 {scaling} pick": pick, **{f"fp8 {n}": c for n, c in fp8_candidates().items()}}
+    fns = {n: (lambda c=c: scaled_mm_direct(qa, qb, sa, sb, config=c)) for n, c in configs.items()}
+    return base, fns, configs
+
+
 def main(argv=None) -> int:
     import torch
     import triton
@@ -43,6 +77,7 @@ def main(argv=None) -> int:
     p.add_argument("shapes", nargs="*", help="M×N×K (default: the issue's mid-row shapes)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--json")
+    p.add_argument("--fp8", choices=("tensor", "row", "block"), help="also FP8 with these scales vs torch._scaled_mm")
     args = p.parse_args(argv)
     shapes = [tuple(int(x) for x in s.replace("x", "×").split("×")) for s in args.shapes] or SHAPES
     dev = torch.cuda.current_device()
@@ -67,6 +102,22 @@ def main(argv=None) -> int:
                 continue
             row[name] = fn
         calls[(M, N, K)] = (row, {name: str(c) for name, c in configs.items()})
+        if args.fp8:
+            base, fns, fconfigs = fp8_row(M, N, K, args.fp8, dev)
+            row8 = dict(base)
+            want = next(iter(base.values()))().float()
+            for name, fn in fns.items():
+                try:
+                    got = fn().float()
+                except Exception as e:  # noqa: BLE001 (a config this shape cannot take: say so, time the rest)
+                    print(f"{M}×{N}×{K} {name}: {e}", flush=True)
+                    continue
+                err = ((got - want).norm() / want.norm()).item()
+                if err < 1e-2:
+                    row8[name] = fn
+                else:
+                    print(f"{M}×{N}×{K} {name}: relative error {err:.3g}, not timed", flush=True)
+            calls[(M, N, K, "fp8")] = (row8, {name: str(c) for name, c in fconfigs.items()})
     times = {shape: {name: [] for name in row} for shape, (row, _) in calls.items()}
     for r in range(args.rounds):
         for shape, (row, _) in calls.items():
@@ -74,16 +125,19 @@ def main(argv=None) -> int:
                 times[shape][name].append(time_callable(fn, REPS).median_ms * 1e3)
         print(f"round {r + 1} done", flush=True)
     results = []
-    for (M, N, K), per in times.items():
-        cublas = statistics.median(per["cuBLAS"])
-        line = [f"{M}×{N}×{K}", f"cuBLAS {cublas:.1f} µs"]
+    for key, per in times.items():
+        M, N, K = key[:3]
+        baseline = next(iter(per))  # cuBLAS, or torch._scaled_mm on an FP8 row
+        cublas = statistics.median(per[baseline])
+        line = [f"{M}×{N}×{K}" + (" fp8" if len(key) > 3 else ""), f"{baseline} {cublas:.1f} µs"]
         for name, ts in per.items():
-            if name != "cuBLAS":
+            if name != baseline:
                 us = statistics.median(ts)
                 line.append(f"{name} {us:.1f} µs ({cublas / us:.3f})")
         print(" | ".join(line), flush=True)
-        results.append({"shape": [M, N, K], "us": {n: statistics.median(ts) for n, ts in per.items()},
-                        "rounds_us": per, "configs": calls[(M, N, K)][1]})
+        results.append({"shape": [M, N, K], "fp8": args.fp8 if len(key) > 3 else None,
+                        "us": {n: statistics.median(ts) for n, ts in per.items()},
+                        "rounds_us": per, "configs": calls[key][1]})
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"header": header, "results": results}, f, indent=1)

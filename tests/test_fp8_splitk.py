@@ -162,3 +162,21 @@ def test_plan_pointers_follow_the_kernel_slots(monkeypatch, mode, swap, split_k)
     assert (slots[0], slots[1]) == tuple(t.data_ptr() for t in operands)
     if not scaling == "block":
         assert (slots[-2], slots[-1]) == tuple(t.data_ptr() for t in scales)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel", [k for k, v in fp8_launch.OFFLINE_FP8_VARIANTS.items() if v[2].stream_k])
+def test_stream_kernel_compile_facts(kernel):
+    """FP8 stream-K: whole tiles through the TMA epilogue, shared ones through the arrival
+    counters; spills bounded, the shared memory the derived budget."""
+    c = cc.compile_kernel(kernel, "sm_90a")
+    f, ptx = c.facts(), c.asm["ptx"]
+    allowed = {"fp8-tensor-fast-streamk": 8}.get(kernel, 0)  # 128×256: loop-invariant values, outside the K loop
+    assert f.spill_bytes <= allowed, "local-memory spills"
+    assert 0 < f.shared_bytes <= SMEM_LIMIT and f.warps == 12
+    assert f.counts["UTMASTG"] > 0, "whole tiles: the TMA store"
+    assert "atom.global" in ptx and "acq_rel" in ptx and "acquire" in ptx, "arrival counting"
+    scaling, promote, config, sb_cols, _ = fp8_launch.OFFLINE_FP8_VARIANTS[kernel]
+    d = fp8_launch.check_fp8_config(config, promote, 2, fp8_launch.scale_boxes(scaling, sb_cols, config))
+    assert d.shared_bytes - 1024 <= f.shared_bytes <= d.shared_bytes + sum(fp8_launch.scale_boxes(
+        scaling, sb_cols, config)) * d.stages

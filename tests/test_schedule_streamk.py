@@ -88,14 +88,16 @@ def test_model_follows_the_kernel_scheduler(monkeypatch):
 
 def test_kernel_runs_the_protocol_the_model_models():
     """The model's premises, read off the kernel source."""
-    part = inspect.getsource(fixup.SplitEpilogue.store_part.fn)
-    order = ["self.store_partial(mma.acc, off_r, off_c, slot)", "if arrive(counter, parts * 32 * gl.num_warps()):",
-             "release_counter(counter, parts)", "self.sum_and_store(off_r, off_c, ROWS, COLS, parts)"]
+    part = inspect.getsource(fixup.SplitEpilogue.fix_up.fn)
+    order = ["last = published(counter, arrived * THREADS)", "if not last:",
+             "self.store_partial(mma.acc, off_r, off_c, slot)", "last = arrive(counter, parts * THREADS)",
+             "if last:", "release_counter(counter, arrived)", "self.sum_into(mma.acc, off_r, off_c, slot, parts)"]
     assert all(s in part for s in order) and [part.index(s) for s in order] == sorted(part.index(s) for s in order)
     assert 'sem="acq_rel"' in inspect.getsource(fixup.arrive.fn)
     assert 'sem="acquire"' in inspect.getsource(fixup.release_counter.fn)
-    assert "for s in range(0, parts, 4):  # fixed order" in inspect.getsource(fixup.SplitEpilogue.sum_and_store.fn)
-    assert "self.part.store_part(mma, off_r, off_c, slot, parts)" in inspect.getsource(fixup.StreamKEpilogue.store.fn)
+    assert 'sem="acquire"' in inspect.getsource(fixup.published.fn)
+    assert "for s in range(parts):  # fixed order" in inspect.getsource(fixup.SplitEpilogue.sum_into.fn)
+    assert "self.part.fix_up(mma, off_r, off_c, slot, parts)" in inspect.getsource(fixup.StreamKEpilogue.store.fn)
     assert "t = 2 * j + CONSUMER" in inspect.getsource(kernel.pingpong_consumer.fn)
     assert "sched.split(t)" in inspect.getsource(kernel.PlainKLoop.store.fn)
     assert "for t in range(sched.local_tiles()):" in inspect.getsource(kernel.cooperative_consumer.fn)

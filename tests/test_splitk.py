@@ -89,22 +89,30 @@ def facts(kernel):
     return cc.compile_kernel(kernel, "sm_90a").facts()
 
 
-#: Spills a compiler is known to add, in bytes, by (kernel, Triton minor). Triton 3.9 assembles
+#: Spills a compiler is known to add, in bytes, by (kernel, Triton minor); the stream-K
+#: kernels' too (loop-invariant values stored at the partition's start, reloaded by the
+#: fix-up's sums after the arrival atomics: read off the SASS, not yet checked by a test). Triton 3.9 assembles
 #: sm_90a with CUDA 13's ptxas, which keeps six loop-invariant values of the two-piece split
 #: kernel's consumers (tile coordinates, epilogue addresses) in local memory: 24 bytes, stored
 #: once per kernel and reloaded once per tile, outside the mainloop (none under 3.8's ptxas).
 #: Anything beyond the bound fails.
-KNOWN_SPILLS = {("splitk_192", "3.9"): 24, ("streamk_192", "3.9"): 24}
+KNOWN_SPILLS = {("splitk_192", "3.9"): 24, ("streamk", "3.9"): 24, ("streamk_pingpong", "3.9"): 24, ("streamk_192", "3.9"): 8, ("streamk_256", "3.9"): 48}
+
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kernel", list(OFFLINE_SPLIT_VARIANTS))
 def test_split_gemm_variants_compile_with_their_facts(kernel):
     f = facts(kernel)
+    stream = OFFLINE_SPLIT_VARIANTS[kernel][0].stream_k
     assert f.counts["HGMMA"] > 0 and f.counts["wgmma"] > 0, "tensor-core wgmma missing"
-    assert f.counts["UTMALDG"] > 0 and f.counts["UTMASTG"] == 0, "TMA loads; the result goes out through pointers"
+    if stream:  # whole tiles through the TMA epilogue, the fix-up's sums through pointers
+        assert f.counts["UTMALDG"] > 0 and f.counts["UTMASTG"] > 0, "TMA loads and the whole tiles' TMA stores"
+    else:
+        assert f.counts["UTMALDG"] > 0 and f.counts["UTMASTG"] == 0, "TMA loads; the result goes out through pointers"
+        assert f.counts["ld_v4"] > 0, "vectorized workspace reads (16-byte rows)"
     assert f.counts["atom_acq_rel"] > 0 and f.counts["atom_acquire"] > 0, "arrival counting: release, then acquire"
-    assert f.counts["ld_v4"] > 0 and f.counts["st_v2"] > 0, "vectorized workspace traffic (16-byte rows)"
+    assert f.counts["st_v2"] > 0, "vectorized workspace stores"
     allowed = KNOWN_SPILLS.get((kernel, toolchain.minor(triton.__version__)), 0)
     assert f.spill_bytes <= allowed and (allowed or f.counts["LDL/STL"] == 0), "local-memory spills"
     assert 0 < f.shared_bytes <= SMEM_LIMIT

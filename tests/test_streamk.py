@@ -1,7 +1,8 @@
 """Stream-K on the CPU: the scheduler's unit arithmetic (its `.fn`s, as the kernel runs them)
 covers every k-step of every tile exactly once with a consistent fix-up order, the hybrid
 split follows its rule, and bad configs are refused. (The offline compile facts of the
-stream-K kernels are tests/test_splitk.py's, over OFFLINE_SPLIT_VARIANTS.)"""
+stream-K kernels are tests/test_splitk.py's over OFFLINE_SPLIT_VARIANTS, and
+tests/test_fp8_splitk.py's over the FP8 ones.)"""
 
 import random
 
@@ -58,12 +59,45 @@ def check(tiles, k_steps, sms):
     return programs, dp, streamers, max((u[6] for u in us), default=1)
 
 
+def whole_counts(tiles, k_steps, sms):
+    """For every unit of parts 1: its number among the TMA-stored units of its consumer, as
+    StreamKScheduler.whole_before gives it (ping-pong: consumer u % 2; cooperative: every
+    unit), against counting them one by one."""
+    from pingpong.schedule.schedules.streamk import in_python
+
+    whole_before = in_python(sk.StreamKScheduler.whole_before)  # its body, residues_in's inlined
+    programs, dp, streamers, us = units(tiles, k_steps, sms)
+    total = (tiles - dp) * k_steps
+    for pid in range(programs):
+        mine = sorted((u for u in us if u[0] == pid), key=lambda u: u[1])
+        begin = sk.stream_bound.fn(min(pid, streamers), streamers, total)
+        end = sk.stream_bound.fn(min(pid + 1, streamers), streamers, total)
+        n = sk.stream_units.fn(begin, end, k_steps)
+        fields = dict(begin=begin, end=end, k_steps=k_steps, units=n)
+        sched = type("S", (), fields)()
+        for every, first in ((1, 0), (2, 0), (2, 1)):
+            seen = 0
+            for u in mine[first::every]:
+                if u[6] == 1:
+                    got = whole_before(sched, u[1], every, first)
+                    assert got == seen, (tiles, k_steps, sms, pid, u, every, first)
+                    seen += 1
+
+
 def test_units_cover_every_k_step_once_random_shapes():
     rng = random.Random(39)
     for _ in range(150):
         tiles, k_steps, sms = rng.randint(1, 400), rng.randint(1, 70), rng.choice((1, 2, 7, 66, 78, 114, 132))
         programs, dp, streamers, parts = check(tiles, k_steps, sms)
         assert parts == sk.stream_parts(tiles, k_steps, sms)
+        whole_counts(tiles, k_steps, sms)
+
+
+def test_whole_units_are_numbered_per_consumer():
+    """The TMA epilogue's tile count (its C barrier's parity) of each whole unit: on launches
+    where shares hold whole tiles between partial ones (few tiles of few k-steps)."""
+    for tiles, k_steps, sms in ((7, 12, 5), (40, 3, 8), (9, 2, 4), (1, 24, 8), (160, 128, 132), (31, 9, 7)):
+        whole_counts(tiles, k_steps, sms)
 
 
 @pytest.mark.parametrize("tiles, k_steps, sms, expect", [
@@ -118,14 +152,34 @@ def test_bad_stream_k_configs_name_the_constraint(fields, words):
         KernelConfig(**fields).derive()
 
 
-def test_stream_k_takes_16_bit_operands_only():
-    with pytest.raises(ConfigError, match="16-bit"):
-        KernelConfig(128, 128, 128, stream_k=True).derive(in_bytes=1)
+@pytest.mark.parametrize("config, promote, boxes, words", [
+    (KernelConfig(128, 192, 128, stream_k=True), True, (0, 0), "two column pieces"),
+    (KernelConfig(128, 128, 64, stream_k=True), True, (0, 0), "block_k=64"),
+    (KernelConfig(128, 128, 128, stream_k=True, cluster_m=2), True, (0, 0), "cluster_m=1"),
+    (KernelConfig(64, 16, 128, schedule="pingpong", stream_k=True, swap_ab=True), True, (0, 0), "swap_ab=False"),
+])
+def test_fp8_stream_k_configs_name_the_constraint(config, promote, boxes, words):
+    from pingpong.hopper.fp8_launch import check_fp8_config
+
+    with pytest.raises(ConfigError, match=words):
+        check_fp8_config(config, promote, 2, boxes)
 
 
-def test_stream_k_configs_use_the_pointer_epilogue():
+def test_fp8_stream_k_takes_every_scaling():
+    from pingpong.hopper.fp8_launch import check_fp8_config, scale_boxes
+
+    for scaling, sb_cols in (("tensor", 128), ("row", 128), ("block", 128), ("block", 1)):
+        config = KernelConfig(128, 128, 128, stream_k=True)
+        d = check_fp8_config(config, True, 2, scale_boxes(scaling, sb_cols, config))
+        assert d.stream_k and d.epilogue_bytes > 0
+
+
+def test_stream_k_configs_stage_the_tma_epilogue():
+    """Whole-tile units store through the data-parallel kernel's TMA epilogue: the same staging."""
     d = KernelConfig(128, 256, 64, stream_k=True).derive()
-    assert d.workspace and d.stream_k and d.epilogue_bytes == 0
+    dp = KernelConfig(128, 256, 64).derive()
+    assert d.workspace and d.stream_k and (d.epilogue_bytes, d.epilogue_bufs, d.stages) == \
+        (dp.epilogue_bytes, dp.epilogue_bufs, dp.stages)
     assert any(c.stream_k for c, _, _ in OFFLINE_SPLIT_VARIANTS.values())
 
 
@@ -186,7 +240,7 @@ def test_stream_k_note_says_what_stream_k_would_do_and_why_not():
         "stream-K (this config) would run stream-k")
     assert "swap_ab=False" in stream_k_note(16, 4096, 4096, KernelConfig(64, 16, 128, schedule="pingpong",
                                                                          swap_ab=True), 132)
-    assert "16-bit" in stream_k_note(589, 8192, 8192, KernelConfig(128, 256, 64), 132, in_bytes=1)
+    assert "would run" in stream_k_note(589, 8192, 8192, KernelConfig(128, 128, 128), 132, in_bytes=1)
     assert "2-D products only" in stream_k_note(589, 8192, 8192, KernelConfig(128, 256, 64), 132, batches=4)
 
 
@@ -198,3 +252,75 @@ def test_default_selection_never_picks_stream_k():
     for _ in range(200):
         M, N, K = rng.randint(1, 9000), rng.randint(16, 20000), rng.randint(16, 20000)
         assert not heuristic_config(M, N, K).stream_k
+
+
+def _slots(args):
+    """Base addresses of a launch's leading descriptors and pointers (launcher.bind_jit_args's slots)."""
+    from pingpong.runtime.launcher import _is_descriptor
+
+    slots = []
+    for v in args:
+        if _is_descriptor(v):
+            slots.append(v.base.data_ptr())
+        elif hasattr(v, "data_ptr"):
+            slots.append(v.data_ptr())
+        else:
+            break
+    return tuple(slots)
+
+
+@pytest.mark.parametrize("reads_c", [False, True])
+def test_plan_pointers_follow_the_stream_k_kernel_slots(monkeypatch, reads_c):
+    """SplitPlan's base addresses are the stream-K kernel's leading arguments, its two TMA
+    epilogue descriptors (out, C) after the pointers."""
+    import torch
+
+    from pingpong.hopper.backend import SplitPlan
+    from pingpong.hopper.launch import counter_count, stream_k_gemm
+    from pingpong.runtime.spec import EpilogueArgs
+
+    M, N, K = 589, 1024, 4096
+    config = KernelConfig(128, 128, 64, stream_k=True)
+    a, b = torch.empty(M, K, dtype=torch.bfloat16), torch.empty(N, K, dtype=torch.bfloat16).t()
+    out, c = torch.empty(M, N, dtype=torch.bfloat16), torch.empty(M, N, dtype=torch.bfloat16)
+    plan = SplitPlan(-1, config, False, False, False, False, reads_c, workspace_shape(M, N, K, config, sms=132),
+                     counter_count(M, N, config), sms=132)
+    calls = []
+    monkeypatch.setattr(plan, "launch", lambda device, ptrs, dyn, prep, *inputs: calls.append((ptrs, prep, inputs)),
+                        raising=False)
+    plan.run(a, b, out, EpilogueArgs(c=c if reads_c else None, alpha=1.0, beta=0.5 if reads_c else 0.0))
+    (ptrs, prep, inputs), = calls
+    kernel, args, kwargs, grid = prep(*inputs)
+    assert kernel is stream_k_gemm and _slots(args) == tuple(ptrs) and len(ptrs) == 9
+    assert ptrs[-2:] == (out.data_ptr(), (c if reads_c else out).data_ptr())
+
+
+@pytest.mark.parametrize("scaling, sb_cols", [("tensor", 128), ("row", 128), ("block", 128), ("block", 1)])
+def test_fp8_plan_pointers_follow_the_stream_k_kernel_slots(monkeypatch, scaling, sb_cols):
+    import torch
+
+    from pingpong.hopper import fp8_launch
+    from pingpong.runtime.spec import EpilogueArgs
+
+    M, N, K = 200, 512, 4096
+    a, w = torch.empty(M, K, dtype=torch.float8_e4m3fn), torch.empty(N, K, dtype=torch.float8_e4m3fn)
+    if scaling == "tensor":
+        sa, sb = torch.ones(()), torch.ones(())
+    elif scaling == "row":
+        sa, sb = torch.ones(M, 1), torch.ones(1, N)
+    else:
+        sa = torch.ones(K // 128, M).t()
+        sb = torch.ones(N // 128, K // 128).t() if sb_cols == 128 else torch.ones(K // 128, N)
+    out = torch.empty(M, N, dtype=torch.bfloat16)
+    config = KernelConfig(128, 128, 128, stream_k=True)
+    plan = fp8_launch.Fp8Plan(0, scaling, sb_cols, True, config, "none",
+                              fp8_launch.workspace_shape(M, N, K, config, 1, 132),
+                              fp8_launch.counter_count(M, N, config, 1), sms=132)
+    calls = []
+    monkeypatch.setattr(plan, "launch", lambda device, ptrs, dyn, prep, *inputs: calls.append((ptrs, prep, inputs)),
+                        raising=False)
+    plan.run(a, w.t(), out, EpilogueArgs(bias=torch.ones(N, dtype=torch.bfloat16), scale_a=sa, scale_b=sb))
+    (ptrs, prep, inputs), = calls
+    kernel, args, kwargs, grid = prep(*inputs)
+    assert kernel is fp8_launch.fp8_stream_gemm and _slots(args) == tuple(ptrs) and len(ptrs) == 9
+    assert grid == (fp8_launch.stream_k_split(8, 32, 132)[0],)

@@ -1,4 +1,4 @@
-"""GPU correctness of the stream-K kernel (marker `gpu`).
+"""GPU correctness of the stream-K kernels, bf16/fp16 and FP8 (marker `gpu`).
 
 Every check: random normal inputs, the output and the fp32 workspace poisoned with NaN before
 the run, compared with a float64 reference (tests/fused_reference.py's bounds); the arrival
@@ -120,3 +120,122 @@ def test_bitwise_repeatable(variant):
     check(first, reference(a, b), k, seed)
     for _ in range(19):
         assert torch.equal(launch(a, b, VARIANTS[variant], sms()), first), f"seed {seed}"
+
+
+# ----------------------------------------------------------------------------- the TMA epilogue of whole units
+
+
+@pytest.mark.parametrize("variant", ["coop128x256", "pingpong64x128", "coop128x192"])
+def test_whole_units_and_fixups_in_one_launch_with_beta_c(variant):
+    """Few tiles of few k-steps on 7 programs: shares hold whole tiles (TMA stores, β·C read
+    through TMA, the C barrier's parity counted per consumer) between shared ones (fix-ups)."""
+    seed = new_seed()
+    torch.manual_seed(seed)
+    config = VARIANTS[variant]
+    m, n, k = 777, 1000, 520  # 9 k-steps a tile
+    a, b = operand(m, k, torch.bfloat16, False), operand(k, n, torch.bfloat16, True)
+    c = torch.randn(m, n, device="cuda").bfloat16()
+    for programs in (7, 20, sms()):
+        out = launch(a, b, config, programs, None, c, 0.5, 2.0)
+        check(out, reference(a, b, alpha=0.5, beta=2.0, c=c), k, f"{seed} on {programs} programs")
+
+
+# ----------------------------------------------------------------------------- FP8 stream-K
+
+FP8_VARIANTS = {
+    "coop128x128": KernelConfig(128, 128, 128, stream_k=True),
+    "pingpong64x128": KernelConfig(64, 128, 128, schedule="pingpong", stream_k=True),
+}
+#: N a multiple of 16; K a multiple of 16 not of 128 (tensor/row: the last k-step zero-filled),
+#: of 128 for block-wise scales (a k-step is one scale block)
+FP8_NK = {"tensor": (1040, 1552), "row": (1040, 1552), "block": (528, 1408), "block1x128": (528, 1408)}
+
+
+def fp8_launch_poisoned(qa, qb, sa, sb, mode, config, programs, fast=False, bias=None, activation="none"):
+    """fp8_stream_gemm by hand on `programs` SMs: output and workspace NaN, counters back at zero."""
+    from pingpong.hopper import fp8_launch
+
+    M, K = qa.shape
+    N = qb.shape[1]
+    scaling = "block" if mode.startswith("block") else mode
+    out = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
+    ws = torch.full(workspace_shape(M, N, K, config, 1, programs), float("nan"), device="cuda")
+    counters = torch.zeros(counter_count(M, N, config, 1), dtype=torch.int32, device="cuda")
+    kernel, args, kwargs, grid = fp8_launch.prepare(qa, qb.t(), out, sa, sb, scaling, not fast,
+                                                    1 if mode == "block1x128" else 128, config, programs, bias,
+                                                    activation, ws, counters)
+    assert kernel is fp8_launch.fp8_stream_gemm
+    kernel[grid](*args, **kwargs)
+    torch.cuda.synchronize()
+    assert not counters.any(), f"arrival counters left at {counters.unique().tolist()}"
+    return out
+
+
+def fp8_bounded(out, ref, seed, tol=1e-2):
+    from closeness import assert_close
+
+    ref = ref.double()
+    assert not out.isnan().any(), f"seed {seed}: NaN left (a tile never stored)"
+    assert_close(out, ref, norm=tol, allowed=8 * tol * ref.abs() + 1e-2 * ref.abs().max(), what=f"seed {seed}")
+
+
+@pytest.mark.parametrize("variant", FP8_VARIANTS)
+@pytest.mark.parametrize("mode", ["tensor", "row", "block", "block1x128"])
+@pytest.mark.parametrize("m", ROWS)
+def test_fp8_every_scaling_odd_rows_every_decomposition(variant, mode, m):
+    from test_fp8_gpu import operands
+
+    n, k = FP8_NK[mode]
+    seed = new_seed()
+    qa, qb, sa, sb, ref = operands(m, n, k, mode, seed)
+    for programs in (sms(), 7, 20):
+        out = fp8_launch_poisoned(qa, qb, sa, sb, mode, FP8_VARIANTS[variant], programs)
+        fp8_bounded(out, ref, f"{seed} ({m}×{n}×{k} {mode} on {programs} programs)")
+
+
+@pytest.mark.parametrize("mode", ["tensor", "row"])
+def test_fp8_fast_accumulation(mode):
+    from test_fp8_gpu import operands
+
+    seed = new_seed()
+    qa, qb, sa, sb, ref = operands(255, 1040, 1552, mode, seed)
+    for programs in (sms(), 20):
+        out = fp8_launch_poisoned(qa, qb, sa, sb, mode, KernelConfig(128, 256, 128, stream_k=True), programs, True)
+        fp8_bounded(out, ref, seed)
+
+
+@pytest.mark.parametrize("mode", ["tensor", "row", "block"])
+def test_fp8_bias_activation(mode):
+    """The outer scales, then the bias and the activation, on whole units and on fix-ups alike."""
+    from test_fp8_gpu import operands
+
+    seed = new_seed()
+    m, (n, k) = 777, FP8_NK[mode]
+    qa, qb, sa, sb, ref = operands(m, n, k, mode, seed)
+    bias = torch.randn(n, device="cuda").bfloat16()
+    want = torch.nn.functional.gelu(ref.double() + bias.double())
+    for programs in (sms(), 7):
+        out = fp8_launch_poisoned(qa, qb, sa, sb, mode, FP8_VARIANTS["coop128x128"], programs, bias=bias,
+                                  activation="gelu_erf")
+        fp8_bounded(out, want, seed)
+
+
+@pytest.mark.parametrize("variant", FP8_VARIANTS)
+@pytest.mark.parametrize("mode", ["tensor", "row", "block", "block1x128"])
+def test_fp8_bitwise_repeatable_and_through_the_plan(variant, mode):
+    """20 runs agree bit for bit (the fix-up's sum in K order whoever is last, its own partial
+    in registers or not); the plan's launch (JIT, then direct) gives the same bits."""
+    from pingpong.fp8 import scaled_mm_direct
+    from test_fp8_gpu import operands, poisoned_call
+
+    seed = new_seed()
+    m, (n, k) = 589, FP8_NK[mode]
+    qa, qb, sa, sb, ref = operands(m, n, k, mode, seed)
+    config = FP8_VARIANTS[variant]
+    first = fp8_launch_poisoned(qa, qb, sa, sb, mode, config, sms())
+    fp8_bounded(first, ref, seed)
+    for _ in range(19):
+        assert torch.equal(fp8_launch_poisoned(qa, qb, sa, sb, mode, config, sms()), first), f"seed {seed}"
+    for _ in range(2):
+        got = poisoned_call(lambda: scaled_mm_direct(qa, qb, sa, sb, config=config), (m, n), torch.bfloat16)
+        assert torch.equal(got, first), f"seed {seed}: the plan's launch differs from the hand launch"

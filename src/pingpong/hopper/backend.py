@@ -148,9 +148,13 @@ def plan(spec: GemmSpec) -> Plan:
     if d.workspace:  # split-K / swap-AB / stream-K: C and out go through pointers, row-major suffices
         splits = partial_slots(M, N, K, config, sms=_stream_sms(config, spec, gpu))
         rows, cols = workspace_shape(M, N, K, config, sms=_stream_sms(config, spec, gpu))
-        row_major = lambda t: t.strides[1] == 1 or t.shape[1] <= 1  # noqa: E731
-        plan = SplitPlan(device, config, **copy_ab, copy_c=read and not row_major(c),
-                         copy_out=spec.inplace and not row_major(c), workspace=(rows, cols),
+        if d.stream_k:  # whole tiles through the TMA epilogue: out and C as HopperPlan's
+            copy_c = read and tma_matrices(c) != "row"
+            copy_out = not ((tma_matrices(c) == "row") if spec.inplace else _fresh_row_major_legal(N, out_dtype))
+        else:
+            row_major = lambda t: t.strides[1] == 1 or t.shape[1] <= 1  # noqa: E731
+            copy_c, copy_out = read and not row_major(c), spec.inplace and not row_major(c)
+        plan = SplitPlan(device, config, **copy_ab, copy_c=copy_c, copy_out=copy_out, workspace=(rows, cols),
                          counters=counter_count(M, N, config) if splits > 1 else 0, activation=activation,
                          sms=gpu.sms)
     else:
@@ -352,7 +356,8 @@ class SplitPlan(HopperPlan):
         GEMM   a, b ──work units──> workspace (fp32 partials; swap-AB: of Cᵀ = bᵀ·aᵀ)
                the last split of each tile ──Σ splits in order, α, bias, act, β·C, cast──> out
 
-    The output needs no TMA (the last split stores through pointers), only row-major."""
+    The output needs no TMA (the last split stores through pointers), only row-major; under
+    stream-K whole tiles go out through TMA, so out and C are TMA-legal (copied otherwise)."""
 
     __slots__ = ("workspace", "counters", "unused", "scratch_device")
 
@@ -378,15 +383,21 @@ class SplitPlan(HopperPlan):
     def _launch(self, a, b, target, cin, alpha, beta, bias, bias_ptr):
         ws, counters = self._scratch(target.device)
         first, second = (b, a) if self.config.swap_ab else (a, b)  # the GEMM kernel's A and B
-        self.launch(self.device, (first.data_ptr(), second.data_ptr(), ws.data_ptr(), counters.data_ptr(),
-                                  target.data_ptr(), (cin if cin is not None else target).data_ptr(), bias_ptr),
+        out_c = (target.data_ptr(), (cin if cin is not None else target).data_ptr())
+        self.launch(self.device, (first.data_ptr(), second.data_ptr(), ws.data_ptr(), counters.data_ptr(), *out_c,
+                                  bias_ptr, *self._tiles(*out_c)),
                     (alpha, beta), self._jit_args, a, b, target, cin, alpha, beta, ws, counters, bias)
+
+    def _tiles(self, out_ptr, c_ptr) -> tuple:
+        """The stream-K kernel's TMA epilogue descriptors' bases (out, C) after the pointers; none else."""
+        return (out_ptr, c_ptr) if self.config.stream_k else ()
 
     def run_ptrs(self, a_ptr, b_ptr, out_ptr, bias_ptr, views, *inputs):
         ws, counters = self._scratch(self.scratch_device)
         first, second = (b_ptr, a_ptr) if self.config.swap_ab else (a_ptr, b_ptr)
         self.launch(self.device, (first, second, ws.data_ptr(), counters.data_ptr(), out_ptr, out_ptr,
-                                  bias_ptr or out_ptr), (1.0, 0.0), self._split_views, views, ws, counters, *inputs)
+                                  bias_ptr or out_ptr, *self._tiles(out_ptr, out_ptr)), (1.0, 0.0), self._split_views,
+                    views, ws, counters, *inputs)
 
     def _split_views(self, views, ws, counters, *inputs):
         a, b, out, bias = views(*inputs)

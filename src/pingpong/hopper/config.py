@@ -25,15 +25,17 @@ Work decomposition (pingpong.hopper.scheduler), orthogonal to the schedule:
                   to a workspace [S, rows, cols] and the last split of each tile to finish sums
                   them in split order (bitwise repeatable), applies α, β·C and the cast, in the
                   same kernel (pingpong.hopper.fixup)
-    stream_k      whole waves of tiles data-parallel, the k-steps of the rest (the last wave
-                  and the full one before it) divided evenly between the programs; a tile
-                  shared by several is finished as a split-K tile is, its partials summed in
-                  K order (pingpong.hopper.scheduler.StreamKScheduler)
+    stream_k      whole waves of tiles data-parallel, the k-steps of the rest (the last,
+                  partial wave) divided evenly between the programs; a unit holding a whole
+                  tile is stored through the TMA epilogue, a tile shared by several is
+                  finished as a split-K tile is, its partials summed in K order
+                  (pingpong.hopper.scheduler.StreamKScheduler, pingpong.hopper.fixup)
     swap_ab       the kernel computes Cᵀ = Bᵀ·Aᵀ: N on the wgmma M side (block_m tiles N),
                   M on the wgmma N side (block_n = 16..64 fits a decode batch); the result is
                   written to C transposed, through pointers
-    All three store through pointers, not TMA: no epilogue staging (swap-AB budgets the compiler's
-    scratch for turning each result tile around), the rest of the shared memory is ring.
+    Split-K and swap-AB store through pointers, not TMA: no epilogue staging (swap-AB budgets the
+    compiler's scratch for turning each result tile around), the rest of the shared memory is
+    ring. Stream-K stages as the data-parallel kernel does (its fix-up's stores: pointers).
 
 `validate()` (called by `derive`) raises ConfigError naming the violated constraint.
 """
@@ -287,8 +289,6 @@ class KernelConfig:
         if not _is_int(in_bytes) or in_bytes not in (1, 2):
             raise ConfigError(f"operands must be 16-bit (bf16/fp16) or 8-bit (fp8, pingpong.hopper.fp8_kernel) for"
                               f" wgmma here, got {in_bytes}-byte elements")
-        if self.stream_k and in_bytes != 2:
-            raise ConfigError("stream_k=True runs 16-bit (bf16/fp16) operands; FP8 takes split_k")
         if not _is_int(out_bytes) or out_bytes not in (2, 4):
             raise ConfigError(f"output elements must be 2 or 4 bytes, got {out_bytes}")
         consumers, cm, cn = _consumer_tile(self)
@@ -381,7 +381,7 @@ def _epilogue(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> tuple[int, in
     """(epilogue_n, staging buffers per consumer, staging bytes): the chosen or derived
     sub-tile width and what its buffers take from shared memory."""
     consumers, cm, cn = _consumer_tile(cfg)
-    if cfg.split_k > 1 or cfg.swap_ab or cfg.stream_k:  # the pointer epilogue of pingpong.hopper.fixup: no staging;
+    if cfg.split_k > 1 or cfg.swap_ab:  # the pointer epilogue of pingpong.hopper.fixup: no staging;
         # swap-AB rearranges each consumer's fp32 result through the compiler's scratch (at most a tile)
         return cn, 0, consumers * cm * cn * 4 if cfg.swap_ab else 0
     # one buffer for a whole tile; else 2, or one per sub-tile when their count is odd (a

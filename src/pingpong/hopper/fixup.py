@@ -27,8 +27,10 @@ Cᵀ = Bᵀ·Aᵀ under swap-AB), so the epilogue needs no TMA descriptor or sta
 shared memory is all ring stages. Per element it costs a little more than the TMA store;
 split-K and swap-AB are chosen where the output is small next to the operands.
 
-Stream-K (StreamKEpilogue) runs the same fix-up with SPLITS per tile: the programs that share
-the tile's k-steps, each writing the slot of its position along K (StreamKScheduler.split).
+Stream-K (StreamKEpilogue) stores whole-tile units through the TMA epilogue and runs this
+fix-up for shared tiles only, with SPLITS per tile (the programs that share the tile's
+k-steps, each the slot of its position along K: StreamKScheduler.split); its last arriver
+keeps its own partial in registers (fix_up, sum_into).
 
 The arrival counters are int32, one per (tile, consumer half), zero before the launch and
 zero again after it, so the plan keeps one buffer per stream (pingpong.runtime.plan.arrival_counters):
@@ -39,7 +41,9 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.language.core import _aggregate as aggregate, base_value
 
-from .epilogue import activate, add_bias
+from .epilogue import Epilogue, activate, add_bias, column_halves
+from .mma import MmaOp
+from .scheduler import StreamKScheduler
 
 
 @gluon.constexpr_function
@@ -63,6 +67,11 @@ def _coalesced(shape, FAST, num_warps):
 def _chunk_rows(ROWS, COLS):
     """Rows of one chunk of the final sum: about 16 fp32 per thread of a warpgroup."""
     return max(1, min(ROWS, 2048 // COLS))
+
+
+#: columns of the stream-K fix-up's sums (SplitEpilogue.sum_into): a 64-row sub-tile of them is
+#: 16 fp32 a thread, its sum and one partial beside a 128×256 tile's accumulator
+SUM_COLS = gl.constexpr(32)
 
 
 @gluon.jit
@@ -187,9 +196,8 @@ class SplitEpilogue:
 
     @gluon.jit
     def store_part(self, mma, off_r, off_c, slot, parts):
-        """`store` of a unit whose tile is finished from `parts` partials, this one the
-        slot-th in the sum's order (split-K: slot = split, parts = splits; stream-K: per tile,
-        StreamKEpilogue)."""
+        """`store` of a split-K unit whose tile is finished from `parts` partials (the splits),
+        this one the slot-th in the sum's order (stream-K's: fix_up)."""
         ROWS: gl.constexpr = mma.acc.shape[0]
         COLS: gl.constexpr = mma.acc.shape[1]
         COLS2: gl.constexpr = mma.acc2.shape[1] if mma.PIECES == 2 else 0
@@ -207,6 +215,51 @@ class SplitEpilogue:
                 self.sum_and_store(off_r, off_c, ROWS, COLS, parts)
                 if COLS2:
                     self.sum_and_store(off_r, off_c + COLS, ROWS, COLS2, parts)
+
+    @gluon.jit
+    def fix_up(self, mma, off_r, off_c, slot, parts):
+        """A stream-K unit of slot `slot` of a tile of `parts` > 1 partials (StreamKEpilogue's
+        drawing): the last to arrive keeps its partial in registers and adds the others'."""
+        ROWS: gl.constexpr = mma.acc.shape[0]
+        COLS: gl.constexpr = mma.acc.shape[1]
+        COLS2: gl.constexpr = mma.acc2.shape[1] if mma.PIECES == 2 else 0
+        THREADS: gl.constexpr = 32 * gl.num_warps()
+        counter = self.counters + (off_r // ROWS) * gl.cdiv(self.C, COLS + COLS2) + off_c // (COLS + COLS2)
+        arrived = parts - 1
+        last = published(counter, arrived * THREADS)
+        if not last:
+            self.store_partial(mma.acc, off_r, off_c, slot)
+            if COLS2:
+                self.store_partial(mma.acc2, off_r, off_c + COLS, slot)
+            last = arrive(counter, parts * THREADS)
+            arrived = parts
+        if last:
+            release_counter(counter, arrived)
+            self.sum_into(mma.acc, off_r, off_c, slot, parts)
+            if COLS2:
+                self.sum_into(mma.acc2, off_r, off_c + COLS, slot, parts)
+
+    @gluon.jit
+    def sum_into(self, x, off_r, off_c, slot, parts):
+        """Σ over the slots in order of the tile's partials at (off_r, off_c), x (this unit's,
+        in registers) as slot `slot`, the others read from the workspace; stored (store_result).
+        Column halves (register renames, epilogue.column_halves) down to SUM_COLS columns, so
+        that a sum, one partial and their 32-bit offsets fit beside the accumulator."""
+        HALF: gl.constexpr = x.shape[1] // 2
+        if x.shape[1] > SUM_COLS:
+            left, right = column_halves(x)
+            self.sum_into(left, off_r, off_c, slot, parts)
+            self.sum_into(right, off_r, off_c + HALF, slot, parts)
+        else:
+            rows, cols, inside = _workspace_indices(x, off_r, off_c, self.ws_ld)
+            offs = gl.expand_dims(rows * self.ws_ld, 1) + gl.expand_dims(cols, 0)
+            base = self.ws
+            total = gl.zeros_like(x)
+            for s in range(parts):  # fixed order: bitwise repeatable
+                p = gl.load(base + offs, mask=inside & (s != slot), other=0.0)
+                total = total + gl.where(s == slot, x, p)
+                base += self.split_stride  # pointer steps: no 32-bit product of slot and stride
+            self.store_result(total, off_r, off_c)
 
     @gluon.jit
     def store_partial(self, acc, off_r, off_c, split):
@@ -266,25 +319,74 @@ class SplitEpilogue:
         pass
 
 
+@gluon.jit
+def published(counter, expected):
+    """Every thread reads `counter` (an acquire: the stores released by the arrivals it counts
+    are visible to it after); True on every thread of the warpgroup when each read `expected`
+    (the others' arrivals all in: this unit is the tile's last, and knows it before storing)."""
+    layout: gl.constexpr = _one_per_thread(gl.num_warps())
+    zeros = gl.full([32 * gl.num_warps()], 0, gl.int32, layout)
+    seen = gl.atomic_add(counter + zeros, zeros, sem="acquire", scope="gpu")
+    return gl.min(seen, axis=0) == expected
+
+
 @aggregate
 class StreamKEpilogue:
-    """The stream-K kernel's epilogue: SplitEpilogue with the parts counted per tile. The
-    scheduler's split(t) is the unit's (slot, parts) (pingpong.hopper.scheduler.StreamKScheduler):
-    a data-parallel tile (parts 1) is stored directly; a tile shared by `parts` programs has
-    its partials summed in K order by the last of them to arrive, as a split-K tile's splits
-    are (module docstring). The workspace holds the most parts of any tile."""
+    """The stream-K kernels' epilogue. A unit of parts 1 (a data-parallel tile, or a share
+    that holds a whole tile) goes out through the data-parallel kernel's TMA epilogue (`tile`,
+    its α 1: the scale goes on first, as `part`'s); only a tile shared by `parts` programs
+    takes the fix-up (`fix_up`), summed in K order by the last of them to arrive:
 
+        unit of slot s, parts P > 1 (its accumulator in registers)
+        all P - 1 others arrived? (published: acquire-read the tile's counter)
+          yes ─> this unit is last: it writes no slot of its own;  counter -= (P-1)·THREADS
+          no  ─> ws[s] ← acc; arrive (acq_rel); last? ─> counter -= P·THREADS
+        last ─> per column sub-tile: Σ_{j < P} (j == s ? acc : ws[j]), in slot order (the
+                same order and values whoever is last: bitwise repeatable);
+                out = cast(act(scale(Σ) + bias) + β·C) ──gl.store──> out
+
+    The first check costs one read of the counter and saves the last unit's partial store
+    and load where the others are done before it (the tile's slot 0, its first k-steps, is
+    the end of a program's share: usually the last). `sched` and PINGPONG number the TMA
+    epilogue's tiles per consumer (StreamKScheduler.whole_before). The workspace holds the
+    most parts of any tile."""
+
+    tile: Epilogue
     part: SplitEpilogue
+    sched: StreamKScheduler
+    PINGPONG: gl.constexpr
 
     @gluon.constexpr_function
-    def __init__(self, part):
+    def __init__(self, tile, part, sched, PINGPONG):
+        self.tile = tile
         self.part = part
+        self.sched = sched
+        self.PINGPONG = gl.constexpr(PINGPONG)
+
+    @gluon.jit
+    def with_scale(self, scale):
+        """This epilogue with `scale` as α (SplitEpilogue.with_scale: the FP8 tensor-wise factor)."""
+        return StreamKEpilogue(self.tile, self.part.with_scale(scale), self.sched, self.PINGPONG)
 
     @gluon.jit
     def store(self, mma, COPY: gl.constexpr, tile_count, off_r, off_c, batch, split):
+        """The unit's result (parts 1) or partial (kernel's PlainKLoop.store interface);
+        tile_count: the consumer's units before (ping-pong: its j-th, the program's 2j + COPY)."""
         slot, parts = split
-        self.part.store_part(mma, off_r, off_c, slot, parts)
+        if parts == 1:
+            if self.PINGPONG:
+                whole = self.sched.whole_before(2 * tile_count + COPY, 2, COPY)
+            else:
+                whole = self.sched.whole_before(tile_count, 1, 0)
+            COLS: gl.constexpr = mma.acc.shape[1]
+            acc = self.part.scale.apply_outer(mma.acc, off_r, off_c)
+            acc2 = mma.acc2
+            if mma.PIECES == 2:
+                acc2 = self.part.scale.apply_outer(mma.acc2, off_r, off_c + COLS)
+            self.tile.store(MmaOp(acc, acc2, mma.use_acc, mma.PIECES), COPY, whole, off_r, off_c, batch, 0)
+        else:
+            self.part.fix_up(mma, off_r, off_c, slot, parts)
 
     @gluon.jit
     def drain(self):
-        pass
+        self.tile.drain()

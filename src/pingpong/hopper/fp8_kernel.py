@@ -82,6 +82,16 @@ the rest once (SplitEpilogue, pingpong.hopper.fixup, with Fp8Scales as its α):
     unit (tile t, split s) │ K blocks [s·S, (s+1)·S) │ ws[s] ← acc, arrive │ last: Σ ws[0..] in order
                            │   → tensor/row scales → bias → activation → cast ──gl.store──> out
 
+STREAM-K (fp8_stream_gemm; KernelConfig.stream_k): the same partitions over StreamKScheduler's
+units (pingpong.hopper.kernel, STREAM-K). A k-step is one 128-deep scale block, so every
+split of a tile's K falls on a scale-block boundary: a unit's promoted partial holds whole
+blocks, block-wise already scaled, and the fix-up adds fp32 partials as split-K's does.
+Whole-tile units take the TMA epilogue (outer scales first), shared tiles the fix-up:
+
+    whole unit  │ K blocks of the tile │ tensor/row scales → bias → act → cast ──TMA──> out
+    shared tile │ unit s: its K blocks │ last to arrive: Σ partials in K order (its own in
+                │                      │   registers) → scales → bias → act → cast ──gl.store──> out
+
 SWAP-AB (KernelConfig.swap_ab; tensor- and row-wise scales): fp8_split_gemm on the exchanged
 operands, Cᵀ = W·Aᵀ, so that N fills the wgmma's 64-row side and a decode batch's M ≤ 32 its
 16 or 32 columns. Both operands are K-major, so only their descriptors trade places, and
@@ -104,11 +114,11 @@ from triton.language.core import _aggregate as aggregate
 from ..runtime.spec import SCALE_BLOCK as _SCALE_BLOCK
 from .epilogue import Epilogue
 from .fixup import Alpha, SplitEpilogue
-from .kernel import PlainKLoop, run_partitions
+from .kernel import PlainKLoop, run_partitions, stream_k_epilogue
 from .loader import TileLoader
 from .mma import MmaOp
 from .pipeline import Ring, ring_index
-from .scheduler import SplitKScheduler, TileScheduler
+from .scheduler import SplitKScheduler, StreamKScheduler, TileScheduler
 
 #: K elements per scale block (and per promotion; runtime.spec.SCALE_BLOCK) as the kernels read it.
 SCALE_BLOCK = gl.constexpr(_SCALE_BLOCK)
@@ -462,26 +472,27 @@ class Fp8KLoop:
     def run(self, ring, sched, t, unit, ROW0: gl.constexpr, ROWS: gl.constexpr, sync, CONSUMER: gl.constexpr,
             PINGPONG: gl.constexpr):
         """The fp32 accumulators (an MmaOp: one, or with COLS2 > 0 two column pieces) of the
-        unit's tile over its K blocks kb0 .. kb0+k_steps-1 (kb0 > 0: a split-K unit). Under
+        unit's tile over its K blocks kb0 .. kb0+steps-1 (kb0 > 0: a split-K or stream-K unit). Under
         PINGPONG the turn passes to the other consumer once the last wgmma is issued
         (promoted: once it is done)."""
         batch, off_m, off_n, first = unit
         kb0 = sched.k_begin(t) // sched.BK
+        steps = sched.unit_steps(t)
         COLS2: gl.constexpr = self.plain.COLS2
         if self.PROMOTE:
             if COLS2:
-                mma = promoted_pieces(ring, first, sched.k_steps, ROW0, ROWS, sched.BN, COLS2, self.plain.acc_layout,
+                mma = promoted_pieces(ring, first, steps, ROW0, ROWS, sched.BN, COLS2, self.plain.acc_layout,
                                       self.plain.acc_layout2)
             else:
                 # counter + shift = the tile's sb phase + its K block (Fp8Scales.sb_phase)
-                acc = promoted_mainloop(ring, self.scales, first, sched.k_steps,
+                acc = promoted_mainloop(ring, self.scales, first, steps,
                                         self.scales.sb_phase(off_n, batch) + kb0 - first, self.scales.sa_phase(off_m),
                                         ROW0, ROWS, sched.BN, self.plain.acc_layout, paired(PINGPONG, sched.BN))
                 mma = MmaOp(acc, gl.to_tensor(0), gl.to_tensor(True), 1)
             if PINGPONG:
                 sync.pass_turn(CONSUMER)
         else:
-            mma = self.plain.accumulate(ring, first, sched.k_steps, ROW0, ROWS, sched.BN, sync, CONSUMER, PINGPONG)
+            mma = self.plain.accumulate(ring, first, steps, ROW0, ROWS, sched.BN, sync, CONSUMER, PINGPONG)
         return mma
 
     @gluon.jit
@@ -549,6 +560,28 @@ def fp8_split_gemm(a_desc, b_desc, ws, counters, out, bias, sa, sb, M, N, K, sa_
     scales = Fp8Scales.allocate(sa, sb, sa_row, sb_col, gl.to_tensor(0), M, N, CFG.STAGES, SCALING, SB_COLS)
     epi = SplitEpilogue(ws, split_stride16 * 4, ws_ld16 * 4, counters, out, out_ld, out, out_ld, bias, scales,
                         gl.to_tensor(0.0), M, N, splits, CFG.EPI)
+    run_fp8_partitions(ring, sched, epi, scales, TileLoader(a_desc, b_desc, True, True), CFG, PROMOTE, True)
+
+
+@gluon.jit(do_not_specialize=["M", "N", "K", "sa_row", "sb_col", "dp_tiles", "streamers", "split_stride16",
+                                "ws_ld16", "out_ld"])
+def fp8_stream_gemm(a_desc, b_desc, ws, counters, out, bias, c_desc, sa, sb, M, N, K, sa_row, sb_col, dp_tiles,
+                    streamers, split_stride16, ws_ld16, out_ld, CFG: gl.constexpr, SCALING: gl.constexpr,
+                    PROMOTE: gl.constexpr, SB_COLS: gl.constexpr):
+    """Stream-K FP8 GEMM (module docstring, STREAM-K): fp8_gemm's partitions over
+    StreamKScheduler's units (pingpong.hopper.kernel.stream_k_gemm): a unit holding its whole
+    tile goes out through the TMA epilogue (c_desc), its outer scales applied first; a tile
+    shared by several programs is finished by the last to arrive, which applies them once to
+    the sum (StreamKEpilogue, the scales as its α). Arguments: fp8_split_gemm's, c_desc added,
+    the decomposition (scheduler.stream_k_split) instead of `splits`."""
+    check_constants(CFG, SCALING, PROMOTE, SB_COLS)
+    gl.static_assert(CFG.BN2 == 0 and CFG.CLUSTER == 1 and not CFG.EPI.SWAP,
+                     "stream-K units: one-piece tiles, one CTA, unswapped (check_fp8_config)")
+    sched = StreamKScheduler.create(M, N, K, dp_tiles, streamers, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M)
+    ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS)
+    scales = Fp8Scales.allocate(sa, sb, sa_row, sb_col, gl.to_tensor(0), M, N, CFG.STAGES, SCALING, SB_COLS)
+    epi = stream_k_epilogue(sched, c_desc, c_desc, ws, split_stride16, ws_ld16, counters, out, out_ld, out, out_ld,
+                            bias, scales, gl.to_tensor(0.0), M, N, streamers, CFG)
     run_fp8_partitions(ring, sched, epi, scales, TileLoader(a_desc, b_desc, True, True), CFG, PROMOTE, True)
 
 

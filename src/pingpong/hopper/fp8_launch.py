@@ -68,11 +68,11 @@ from ..runtime.plan import Plan, arrival_counters, bias_vector, device_index
 from ..runtime.spec import NO_ARGS, SCALE_BLOCK, GemmSpec, scale_mode
 from . import table as tables
 from .config import MAX_ACC_REGS, SMEM_LIMIT, KernelConfig
-from .fp8_kernel import fp8_gemm, fp8_split_gemm
+from .fp8_kernel import fp8_gemm, fp8_split_gemm, fp8_stream_gemm
 from .epilogue import EpilogueConstants
 from .launch import MAX_SPLIT_BLOCK, counter_count, kernel_constants, launch_options, operand_descriptors, \
-    persistent_grid, product_bias, tile_descriptor, workspace_reason, workspace_shape
-from .scheduler import effective_splits
+    partial_slots, persistent_grid, product_bias, tile_descriptor, workspace_reason, workspace_shape
+from .scheduler import effective_splits, stream_k_split
 from .select import DECODE_M, MID_SPLIT_STEPS, SPLIT_MIN_BYTES, Device, one_wave_tile, split, tabled, \
     tile_count
 
@@ -206,9 +206,9 @@ def check_fp8_config(config: KernelConfig, promote: bool, out_bytes: int, boxes:
     d = config.derive(FP8_BYTES, out_bytes)
     if d.schedule == "persistent":
         raise ConfigError(f"the FP8 kernel runs the cooperative and ping-pong schedules; got {config}")
-    if d.block_n2 and (d.schedule != "cooperative" or d.split_k > 1 or d.swap_ab or any(boxes)):  # (clusters: validate)
+    if d.block_n2 and (d.schedule != "cooperative" or d.split_k > 1 or d.swap_ab or d.stream_k or any(boxes)):
         raise ConfigError(f"block_n={d.block_n} (two column pieces) runs on the cooperative schedule, unsplit, without"
-                          f" swap-AB or a cluster, with tensor- or row-wise scales; got {config}"
+                          f" swap-AB, stream-K or a cluster, with tensor- or row-wise scales; got {config}"
                           f"{' with block-wise scales' if any(boxes) else ''}")
     if d.swap_ab and any(boxes):
         raise ConfigError(f"{config}: swap-AB with block-wise scales is not built: the swapped tile's rows are N,"
@@ -345,6 +345,16 @@ def prepare(a, w, out, scale_a, scale_b, scaling: str, promote: bool, sb_cols: i
                   **launch_options(d))
     splits = fp8_splits(K, config)
     grid = persistent_grid(R, C, d, sms, splits)
+    if d.stream_k:  # whole tiles through the TMA epilogue, shared ones through the fix-up
+        programs, dp_tiles, streamers = stream_k_split(tile_count(config, M, N), -(-K // SCALE_BLOCK), sms)
+        ws_rows, ld = workspace_shape(M, N, K, config, FP8_BYTES, sms)
+        slots = partial_slots(M, N, K, config, FP8_BYTES, sms)
+        assert workspace.dtype == torch.float32 and workspace.numel() >= ws_rows * ld
+        assert counters.dtype == torch.int32 and (slots == 1 or counters.numel() >= counter_count(M, N, config, FP8_BYTES))
+        block = ws_rows // slots * ld if slots > 1 else 0
+        args = (a_desc, b_desc, workspace, counters, out, bias_ptr, tile_descriptor(out, d), sa, sb, R, C, K, *strides,
+                dp_tiles, streamers, block // 4, ld // 4, out.stride(0))
+        return fp8_stream_gemm, args, kwargs, (programs,)
     if splits == 1 and not d.swap_ab:  # the TMA epilogue
         return fp8_gemm, (a_desc, b_desc, tile_descriptor(out, d), bias_ptr, sa, sb, R, C, K, *strides), kwargs, grid
     ws_rows, ld = workspace_shape(M, N, K, config, FP8_BYTES)
@@ -400,7 +410,7 @@ class Fp8Plan(Plan):
         if self.counters:
             ws = torch.empty(self.workspace, dtype=torch.float32, device=out.device)
             counters = arrival_counters(out.device, self.counters)
-        elif self.config.swap_ab:  # one split on the split kernel: neither is read; empty tensors made once
+        elif self.config.swap_ab or self.config.stream_k:  # neither read (one split; no shared tile): made once
             if self.unused is None:
                 self.unused = (torch.empty(0, dtype=torch.float32, device=out.device),
                                torch.empty(0, dtype=torch.int32, device=out.device))
@@ -408,7 +418,8 @@ class Fp8Plan(Plan):
         else:
             ws = counters = None
         split = () if ws is None else (ws.data_ptr(), counters.data_ptr())
-        ptrs = (first, second, *split, out.data_ptr(), bias_ptr, sa_ptr, sb_ptr)
+        tile = (out.data_ptr(),) if self.config.stream_k else ()  # the stream-K kernel's TMA epilogue
+        ptrs = (first, second, *split, out.data_ptr(), bias_ptr, *tile, sa_ptr, sb_ptr)
         self.launch(self.device, ptrs, (), self._jit_args, a, b, out, scale_a, scale_b, bias, ws, counters)
 
     def _jit_args(self, a, b, out, scale_a, scale_b, bias, ws, counters):
@@ -433,10 +444,15 @@ def plan(spec: GemmSpec) -> Fp8Plan:
         config = select_fp8(M, N, K, promote, gpu.sms, gpu.name, scaling, sb_cols, spec.out_dtype.itemsize,
                             FP8_KINDS[spec.a.dtype], gpu.carveout)
     check_fp8_config(config, promote, spec.out_dtype.itemsize, scale_boxes(scaling, sb_cols, config))
-    why = workspace_reason(M, N, K, config, FP8_BYTES)
+    why = workspace_reason(M, N, K, config, FP8_BYTES, gpu.sms)
     if why:
         raise ConfigError(why)
     scaling, broadcast = kernel_scaling(scaling, M, N, K, config, promote, gpu.sms)
+    if config.stream_k:  # the workspace and counters of the launch's decomposition (none when no tile is shared)
+        slots = partial_slots(M, N, K, config, FP8_BYTES, gpu.sms)
+        return Fp8Plan(device, scaling, sb_cols, promote, config, spec.epilogue.activation,
+                       workspace_shape(M, N, K, config, FP8_BYTES, gpu.sms),
+                       counter_count(M, N, config, FP8_BYTES) if slots > 1 else 0, sms=gpu.sms)
     if fp8_splits(K, config) == 1:  # swap-AB alone runs the split kernel with no workspace or counters
         return Fp8Plan(device, scaling, sb_cols, promote, config, spec.epilogue.activation, broadcast=broadcast,
                        sms=gpu.sms)
@@ -450,6 +466,8 @@ def plan(spec: GemmSpec) -> Fp8Plan:
 def _offline_builder(scaling: str, promote: bool, config: KernelConfig, sb_cols: int = SCALE_BLOCK, fusion: str = ""):
     def build(target: str) -> cc.Launch:
         M, N, K = (512, 512, 1024) if config.split_k == 1 else (512, 512, 65536)
+        if config.stream_k:  # a hybrid: a data-parallel wave, the last streamed, shared tiles
+            M, N, K = 589, 4096, 8192
         a = torch.empty(M, K, dtype=torch.float8_e4m3fn)
         w = torch.empty(N, K, dtype=torch.float8_e4m3fn)
         out = torch.empty(M, N, dtype=torch.bfloat16)
@@ -462,7 +480,7 @@ def _offline_builder(scaling: str, promote: bool, config: KernelConfig, sb_cols:
             sa = torch.empty(kb, M).t()
             sb = torch.empty(-(-N // SCALE_BLOCK), kb).t() if sb_cols == SCALE_BLOCK else torch.empty(kb, N)
         bias = torch.empty(N, dtype=torch.bfloat16) if fusion else None
-        workspace = torch.empty(workspace_shape(M, N, K, config, FP8_BYTES), dtype=torch.float32)
+        workspace = torch.empty(workspace_shape(M, N, K, config, FP8_BYTES, 132), dtype=torch.float32)
         counters = torch.zeros(counter_count(M, N, config, FP8_BYTES), dtype=torch.int32)
         kernel, args, kwargs, grid = prepare(a, w, out, sa, sb, scaling, promote, sb_cols, config, 132, bias,
                                              fusion or "none", workspace, counters)
@@ -472,7 +490,8 @@ def _offline_builder(scaling: str, promote: bool, config: KernelConfig, sb_cols:
     build.__doc__ = (f"Hopper FP8 GEMM (e4m3), {scaling}-wise scales, {'promoted' if promote else 'fast'} accumulation,"
                      f" {config.schedule} {b}" + (f", bias + {fusion}" if fusion else "")
                      + (f", split-K {config.split_k} (the last split sums the partials)" if config.split_k > 1 else "")
-                     + (", swap-AB (Cᵀ = W·Aᵀ, the transposed store)" if config.swap_ab else ""))
+                     + (", swap-AB (Cᵀ = W·Aᵀ, the transposed store)" if config.swap_ab else "")
+                     + (", stream-K (whole tiles through TMA, shared ones fixed up)" if config.stream_k else ""))
     return build
 
 
@@ -509,6 +528,15 @@ OFFLINE_FP8_VARIANTS = {
     "fp8-row-cluster-gelu": ("row", True, KernelConfig(128, 128, SCALE_BLOCK, cluster_m=2), SCALE_BLOCK, "gelu_erf"),
     "fp8-row-pingpong-cluster": ("row", True, KernelConfig(64, 128, SCALE_BLOCK, schedule="pingpong", cluster_m=2),
                                  SCALE_BLOCK, ""),
+    "fp8-tensor-streamk": ("tensor", True, KernelConfig(128, 128, SCALE_BLOCK, stream_k=True), SCALE_BLOCK, ""),
+    "fp8-row-streamk-gelu": ("row", True, KernelConfig(128, 128, SCALE_BLOCK, stream_k=True), SCALE_BLOCK,
+                             "gelu_erf"),
+    "fp8-block-streamk": ("block", True, KernelConfig(128, 128, SCALE_BLOCK, stream_k=True), SCALE_BLOCK, ""),
+    "fp8-block-1x128-streamk": ("block", True, KernelConfig(128, 128, SCALE_BLOCK, stream_k=True), 1, ""),
+    "fp8-row-pingpong-streamk": ("row", True, KernelConfig(64, 128, SCALE_BLOCK, schedule="pingpong", stream_k=True),
+                                 SCALE_BLOCK, ""),
+    "fp8-tensor-fast-streamk": ("tensor", False, KernelConfig(128, 256, SCALE_BLOCK, stream_k=True), SCALE_BLOCK,
+                                ""),
     "fp8-row-swap-splitk": ("row", True,
                             KernelConfig(64, 16, SCALE_BLOCK, schedule="pingpong", split_k=4, swap_ab=True),
                             SCALE_BLOCK, ""),

@@ -55,9 +55,16 @@ fills the 64-row wgmma side and the result is written transposed.
               │ MMA k-steps [0, S) │ ws[0] ← acc, arrive  │ MMA [S, 2S) │ ws[1] ← acc, arrive, last:
               │                                            │   out = cast(act(α·(ws[0] + ws[1] + ...) + bias) + β·C)
 
-STREAM-K (stream_k_gemm; KernelConfig.stream_k): the same partitions and fix-up over
-StreamKScheduler's units: whole waves of tiles data-parallel, the last wave's k-steps shared
-evenly; a unit's K range varies, so each consumer's ring counter is the scheduler's first_step.
+STREAM-K (stream_k_gemm; KernelConfig.stream_k; FP8: fp8_kernel.fp8_stream_gemm): the same
+partitions over StreamKScheduler's units: whole waves of tiles data-parallel, the last wave's
+k-steps shared evenly; a unit's K range varies, so each consumer's ring counter is the
+scheduler's first_step. A unit holding its whole tile goes out through the TMA epilogue; a
+shared tile's units through the fix-up (StreamKEpilogue), the last to arrive summing in K
+order with its own partial in registers:
+
+    program p │ tail of tile t (slot 1 of 2) │ whole tile t+1          │ head of tile t+2 (slot 0) │ dp tiles
+              │ MMA │ ws[1] ← acc, arrive     │ MMA │ epi ──TMA──> out  │ MMA │ all others in? ─ yes:  │ MMA │ epi
+              │                              │                        │   Σ (ws[1..], own acc) → out │
 
 CLUSTERS (KernelConfig.cluster_m=2; CLUSTER = 2, launched with num_ctas=2): one
 program is a pair of CTAs on two SMs of one GPC, and the kernel describes the pair (Triton's
@@ -356,12 +363,14 @@ def split_k_gemm(a_desc, b_desc, ws, counters, out, cin, bias, M, N, K, alpha, b
 
 
 @gluon.jit(do_not_specialize=_STREAM_RUNTIME_SCALARS)
-def stream_k_gemm(a_desc, b_desc, ws, counters, out, cin, bias, M, N, K, alpha, beta, dp_tiles, streamers,
-                  split_stride16, ws_ld16, out_ld, c_ld, CFG: gl.constexpr):
+def stream_k_gemm(a_desc, b_desc, ws, counters, out, cin, bias, c_desc, cin_desc, M, N, K, alpha, beta, dp_tiles,
+                  streamers, split_stride16, ws_ld16, out_ld, c_ld, CFG: gl.constexpr):
     """The same partitions over StreamKScheduler's units: the first dp_tiles tiles whole, the
-    rest's k-steps shared evenly by `streamers` programs; a shared tile is finished by the last
-    of its programs to arrive (StreamKEpilogue: SplitEpilogue's fix-up, its parts per tile; the
-    workspace's slots as split_k_gemm's splits). Arguments as split_k_gemm's, but for the
+    rest's k-steps shared evenly by `streamers` programs. A unit that holds its whole tile is
+    stored through the TMA epilogue (c_desc, cin_desc: warp_specialized_gemm's); a shared
+    tile is finished by the last of its programs to arrive (StreamKEpilogue,
+    pingpong.hopper.fixup: the pointer fix-up, out and cin as split_k_gemm's, the workspace's
+    slots as its splits). Arguments as split_k_gemm's, the two descriptors added, and the
     decomposition (pingpong.hopper.scheduler.stream_k_split) instead of `splits`."""
     gl.static_assert(CFG.STAGES >= 2, "the ring needs at least 2 stages")
     gl.static_assert(CFG.RELEASERS == (1 if CFG.PINGPONG else 2),
@@ -369,10 +378,21 @@ def stream_k_gemm(a_desc, b_desc, ws, counters, out, cin, bias, M, N, K, alpha, 
     gl.static_assert(CFG.CLUSTER == 1 and not CFG.EPI.SWAP, "stream-K units are not paired nor swapped (config.validate)")
     sched = StreamKScheduler.create(M, N, K, dp_tiles, streamers, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M)
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, CFG.B_KMAJOR)
-    epi = StreamKEpilogue(SplitEpilogue(ws, split_stride16 * 4, ws_ld16 * 4, counters, out, out_ld, cin, c_ld, bias,
-                                        Alpha(alpha), beta, M, N, streamers, CFG.EPI))  # (its splits: unused)
+    epi = stream_k_epilogue(sched, c_desc, cin_desc, ws, split_stride16, ws_ld16, counters, out, out_ld, cin, c_ld,
+                            bias, Alpha(alpha), beta, M, N, streamers, CFG)
     run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, CFG.A_KMAJOR, CFG.B_KMAJOR, CFG.BN2),
                    PlainKLoop.of(CFG), CFG)
+
+
+@gluon.jit
+def stream_k_epilogue(sched, c_desc, cin_desc, ws, split_stride16, ws_ld16, counters, out, out_ld, cin, c_ld, bias,
+                      scale, beta, M, N, streamers, CFG: gl.constexpr):
+    """The stream-K kernels' StreamKEpilogue: the TMA epilogue (α 1: `scale`, an Alpha or the
+    FP8 kernel's Fp8Scales, goes on first) and the fix-up (its splits unused)."""
+    tile = Epilogue.allocate(c_desc, cin_desc, gl.to_tensor(1.0), beta, bias, M, N, 2, CFG.EPI)
+    part = SplitEpilogue(ws, split_stride16 * 4, ws_ld16 * 4, counters, out, out_ld, cin, c_ld, bias, scale, beta, M,
+                         N, streamers, CFG.EPI)
+    return StreamKEpilogue(tile, part, sched, CFG.PINGPONG)
 
 
 @gluon.jit(do_not_specialize=_RUNTIME_SCALARS)

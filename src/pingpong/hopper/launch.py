@@ -307,8 +307,9 @@ def prepare_split(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, wor
         splits × tiles work units ──fp32 partials──> workspace
         the last split of each tile ──Σ splits in order, α, bias, act, β·C, cast (transpose)──> out
 
-    Stream-K (config.stream_k): the units of scheduler.stream_k_split on `sms` SMs; a tile
-    shared by several programs is finished as a split tile is.
+    Stream-K (config.stream_k): the units of scheduler.stream_k_split on `sms` SMs; a unit
+    holding a whole tile is stored through TMA (out and c then TMA-legal, as `prepare`'s), a
+    tile shared by several programs is finished as a split tile is.
 
     `workspace`: fp32, at least workspace_shape(...) (values unused); `counters`: int32, at
     least counter_count(...), all zero (they are zero again after the kernel); with one split
@@ -331,14 +332,20 @@ def prepare_split(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, wor
     kind = product_bias(bias, M, d.swap_ab)
     bias_ptr = bias_vector(bias) if bias is not None else out  # never read without a bias
     tiles = -(-ka.shape[0] // d.block_m) * -(-kb.shape[1] // d.block_n)
-    if d.stream_k:
+    if d.stream_k:  # whole tiles through the TMA epilogue: out and C TMA-legal, as prepare's
         programs, dp_tiles, streamers = stream_k_split(tiles, -(-K // d.block_k), sms)
         kernel, grid, decomposition = stream_k_gemm, programs, (dp_tiles, streamers)
+        assert tma_orientation(out) == "row" and (not has_c or tma_orientation(c) == "row"), "out, C: TMA-legal"
+        c_desc = tile_descriptor(out, d)
+        descriptors = (c_desc, tile_descriptor(c, d) if has_c else c_desc)
     else:
         kernel, grid, decomposition = split_k_gemm, max(1, min(sms, tiles * splits)), (splits,)
-    args = (a_desc, b_desc, workspace, counters, out, c if has_c else out, bias_ptr, ka.shape[0], kb.shape[1], K,
-            float(alpha), float(beta), *decomposition, block // 4, ld // 4, out.stride(0), c.stride(0) if has_c else 0)
-    epi = EpilogueConstants(HAS_C=has_c, BIAS=kind, ACTIVATION=activation, SWAP=d.swap_ab)
+        descriptors = ()
+    args = (a_desc, b_desc, workspace, counters, out, c if has_c else out, bias_ptr, *descriptors, ka.shape[0],
+            kb.shape[1], K, float(alpha), float(beta), *decomposition, block // 4, ld // 4, out.stride(0),
+            c.stride(0) if has_c else 0)
+    epi = EpilogueConstants(HAS_C=has_c, BIAS=kind, ACTIVATION=activation, SWAP=d.swap_ab,
+                            BUFS=d.epilogue_bufs if d.stream_k else 1)  # (staging: stream-K's TMA epilogue)
     kwargs = dict(CFG=kernel_constants(d, epi, **majors), **launch_options(d))
     return kernel, args, kwargs, (grid,)
 
@@ -420,9 +427,11 @@ OFFLINE_SPLIT_VARIANTS = {
     "splitk_192": (KernelConfig(128, 192, 64, schedule="cooperative", split_k=2), (512, 6144, 4096),
                    "Hopper GEMM, split-K 2, cooperative 128×192×64 (two column pieces, 128 + 64)"),
     "streamk": (KernelConfig(128, 128, 64, stream_k=True), (589, 8192, 8192),
-                "Hopper GEMM, stream-K, cooperative 128×128×64 (the last wave and one more streamed)"),
+                "Hopper GEMM, stream-K, cooperative 128×128×64 (a data-parallel wave, the last streamed)"),
+    "streamk_256": (KernelConfig(128, 256, 64, stream_k=True), (589, 8192, 8192),
+                    "Hopper GEMM, stream-K, cooperative 128×256×64 (a data-parallel wave, the last streamed)"),
     "streamk_pingpong": (KernelConfig(64, 128, 64, schedule="pingpong", stream_k=True), (800, 3072, 3072),
-                         "Hopper GEMM, stream-K, ping-pong 64×128×64 (the last wave and one more streamed)"),
+                         "Hopper GEMM, stream-K, ping-pong 64×128×64 (a data-parallel wave, the last streamed)"),
     "streamk_192": (KernelConfig(128, 192, 64, stream_k=True), (124, 9216, 7168),
                     "Hopper GEMM, stream-K, cooperative 128×192×64 (two column pieces; fewer tiles than SMs)"),
 }

@@ -328,6 +328,12 @@ def stream_unit(begin, end, u, k_steps):
     return tile, max(begin, tile * k_steps), min(end, tile * k_steps + k_steps)
 
 
+@gluon.jit
+def residues_in(a, b, r, EVERY: gl.constexpr):
+    """How many x in [a, b) have x % EVERY == r (0 ≤ a, 0 ≤ r < EVERY; none when b ≤ a)."""
+    return max((b - r + EVERY - 1) // EVERY - (a - r + EVERY - 1) // EVERY, 0)
+
+
 @aggregate
 class StreamKScheduler:
     """Stream-K (hybrid): the first DP tiles are data-parallel (program p takes tiles p, p+G,
@@ -449,6 +455,18 @@ class StreamKScheduler:
     def tile_batch(self, local_tile):
         """Stream-K runs unbatched products."""
         return 0
+
+    @gluon.jit
+    def whole_before(self, local_tile, EVERY: gl.constexpr, FIRST: gl.constexpr):
+        """Units of parts 1 (stored whole, through the TMA epilogue) among this program's units
+        FIRST, FIRST + EVERY, ... before `local_tile` (a consumer's: ping-pong EVERY = 2,
+        FIRST = the consumer; cooperative 1, 0): the streamed units that hold a whole tile, the
+        run [lo, hi) of the share's units (all but a partial first and last one), then every
+        data-parallel tile."""
+        lo = (self.begin + self.k_steps - 1) // self.k_steps - self.begin // self.k_steps
+        hi = self.end // self.k_steps - self.begin // self.k_steps
+        return (residues_in(lo, min(hi, local_tile), FIRST, EVERY)
+                + residues_in(self.units, local_tile, FIRST, EVERY))
 
     @gluon.jit
     def split(self, local_tile):

@@ -5,19 +5,24 @@ Which units each consumer warpgroup runs, and each unit's tile and (slot, parts)
 StreamKScheduler's own `create`, `local_tiles`, `unit` and `split`, run in plain Python
 (`in_python`: a gluon function's body, the gluon functions it calls likewise) on the host's
 decomposition (scheduler.stream_k_split, as the launcher calls it). The arrival count is
-SplitEpilogue.store_part's `arrive(counter, parts · 32 · num_warps)`, every thread adding 1,
-with the consumer warps of config.SCHEDULE_FACTS. One group per consumer warpgroup:
+SplitEpilogue.fix_up's `arrive(counter, parts · THREADS)`, every thread adding 1, with the
+consumer warps of config.SCHEDULE_FACTS. One group per consumer warpgroup:
 
     unit of a tile with parts = 1 (data-parallel, or a share that holds the whole tile)
-        st.global out t                                         (store_result)
+        st.global out t                                         (the TMA epilogue's store)
     unit of slot s of a tile with parts > 1
         st.global ws[s] t                                       (store_partial: the partial)
         wait st.global 0          arrive is acq_rel: the partial's stores are released before it
         if arrivals t += threads reaches parts · threads:      (arrive: this warpgroup is last)
             arrivals t -= parts · threads                       (release_counter: acquire; back to 0)
-            ld.global ws[0] t, ws[1] t, ..., ws[parts-1] t     (sum_and_store: slot order, fixed)
+            ld.global ws[0] t, ws[1] t, ..., ws[parts-1] t     (sum_into: slot order, fixed)
             st.global out t
         end
+
+Not modelled: fix_up's first step, `published` (an acquire read of the counter; a unit that
+sees every other part arrived is last, skips its own partial's store and arrival, and sums
+with its partial in registers). It needs a branch with an else, which the model has not; the
+path modelled is the one every unit takes when that read comes too early.
 
 No unit waits for another (fixup.py): the last to arrive finishes the tile. Every partial
 carries its (tile, slot) as data and the sum expects it, so a sum that reads a slot before
@@ -166,7 +171,7 @@ def streamk_fixup(tiles: int = 7, k_steps: int = 12, sms: int = 5, schedule: str
                 else:
                     g.if_last(counter, parts * threads, label=f"arrive on {counter}; last of {parts}?")
                 g.signal(counter, -parts * threads, label=f"release_counter {counter} (acquire)")
-                for s in range(parts):  # SplitEpilogue.sum_and_store: slot order
+                for s in range(parts):  # SplitEpilogue.sum_into: slot order
                     g.read(ws[s], counter="ld.global", want=f"{here} slot {s}", label=f"sum += ld.global {ws[s]}")
                 g.gstore(out, label=f"st.global sum → {out}")
                 if variant != "unchecked_sum":
