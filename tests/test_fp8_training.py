@@ -43,6 +43,17 @@ def _cast(x, q, s, granularity):
     q.copy_((xf * inv).clamp(-fmax, fmax).to(q.dtype))
 
 
+def _cast_pair(x, q, s, qt, st, granularity, rows, cols):
+    """quantize_fp8_pair's kernels' results by the unfused route: _cast of x, and of xᵀ with the
+    rows padded by zeros (tests/test_quantize_pair.py checks the kernels against quantize_fp8)."""
+    if rows:
+        _cast(x, q, s, granularity)
+    if cols:
+        xt = x.new_zeros(qt.shape)
+        xt[:, :x.shape[0]] = x.t()
+        _cast(xt, qt, st, granularity)
+
+
 class RecordedPlan(plan.Plan):
     """A scaled plan whose run is the float64 product of the dequantized operands, recorded."""
     __slots__ = ()
@@ -70,6 +81,7 @@ def fp8_kernels(interpreted_kernels, monkeypatch):
     monkeypatch.setattr(fp8, "check_gpu", lambda a, b: None)
     monkeypatch.setattr(quantize, "interpreter_enabled", lambda: True)
     monkeypatch.setattr(quantize, "launch", _cast)
+    monkeypatch.setattr(quantize, "launch_pair", _cast_pair)
     monkeypatch.setattr(RecordedPlan, "runs", [])
     return RecordedPlan.runs
 
@@ -381,15 +393,21 @@ def test_compile_records_the_op_and_the_backward_products(fp8_kernels, recipe):
     eager = layer.weight.grad.clone(), layer.bias.grad.clone()
     layer.zero_grad()
     graphs = graphs_of(step, x)
-    assert len(pingpong_nodes(graphs["forward"], "fp8_linear")) == 1
+    forward = pingpong_nodes(graphs["forward"], "fp8_linear")
+    assert len(forward) == 1
     mms = pingpong_nodes(graphs["backward"], "scaled_mm")
     quants = pingpong_nodes(graphs["backward"], "quantize_fp8")
-    if RECIPES[recipe].fp8_weight_grad:  # dW alone (x needs no gradient): two quantizations, one product
-        assert len(mms) == 1 and len(quants) == 2, (len(mms), len(quants))
+    y, qxt, sxt, qwt, swt = forward[0].meta["val"]  # pingpong::fp8_linear_train: y and the backward's operands
+    assert tuple(y.shape) == (M, N) and qwt.numel() == swt.numel() == 0  # x needs no gradient: no Wᵀ
+    if RECIPES[recipe].fp8_weight_grad:  # dW alone: dY's pair (its transpose only), one product
+        assert len(mms) == 1 and len(quants) == 1, (len(mms), len(quants))
         assert tuple(mms[0].meta["val"].shape) == (N, K)
-        assert sorted(tuple(q.meta["val"][0].shape) for q in quants) == sorted([(K, Mp), (N, Mp)])  # tokens last, padded
+        assert tuple(qxt.shape) == (K, Mp) and qxt.dtype == torch.float8_e4m3fn  # X's, from the forward
+        q, s, qt, st = quants[0].meta["val"]
+        assert q.numel() == 0 and tuple(qt.shape) == (N, Mp)  # tokens last, padded
     else:
-        assert mms == [] and quants == [] and pingpong_nodes(graphs["backward"], "mm"), "dW on the bf16 GEMM"
+        assert qxt.numel() == 0 and mms == [] and quants == [], "no FP8 operands for a bf16 dW"
+        assert pingpong_nodes(graphs["backward"], "mm"), "dW on the bf16 GEMM"
     torch.testing.assert_close(layer.weight.grad, eager[0], rtol=0, atol=0)
     torch.testing.assert_close(layer.bias.grad, eager[1], rtol=0, atol=0)
 

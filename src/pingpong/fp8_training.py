@@ -89,7 +89,7 @@ from torch import Tensor
 from . import ops
 from .errors import PingpongError, check_tensor
 from .fp8 import scaled_mm, shape_reason
-from .quantize import IN_DTYPES, quantize_fp8
+from .quantize import IN_DTYPES, pair_like, quantize_fp8_pair
 from .runtime.spec import FP8_MULTIPLE, SCALE_BLOCK, check_bias
 
 __all__ = ["fp8_linear", "RECIPES", "TORCHAO_NAMES", "recipe_name", "training_shape_reason", "GRAD_DTYPE"]
@@ -172,95 +172,95 @@ def fp8_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, recipe:
     forward alone: two quantizations and one scaled_mm."""
     recipe = recipe_name(recipe)
     if ops.traced(x, weight, bias):
+        if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
+                                        (bias is not None and bias.requires_grad)):
+            return torch.ops.pingpong.fp8_linear_train(x, weight, bias, recipe, *_wanted(x, weight, recipe))[0]
         return torch.ops.pingpong.fp8_linear(x, weight, bias, recipe)
     check_fp8_linear(x, weight, bias, recipe)
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
                                     (bias is not None and bias.requires_grad)):
-        return _Fp8LinearFunction.apply(x, weight, bias, recipe)
-    return _forward(x, weight, bias, recipe)
+        return _Fp8LinearFunction.apply(x, weight, bias, recipe, *_wanted(x, weight, recipe))
+    return _forward(x, weight, bias, recipe)[0]
+
+
+def _wanted(x, weight, recipe: str) -> tuple[bool, bool]:
+    """The one decision of which transposed FP8 operands the forward makes for the backward:
+    (X along the tokens: dW is an FP8 product of the recipe and W needs a gradient; W along N:
+    x needs a gradient)."""
+    return weight.requires_grad and RECIPES[recipe].fp8_weight_grad, x.requires_grad
 
 
 # ----------------------------------------------------------------------------- the three products
 
 
-def _forward(x, weight, bias, recipe: str) -> Tensor:
+def _pads(recipe: Recipe) -> tuple[int, int]:
+    """The padding of (the tokens of X's and dY's transposed copies, W's transposed copy's
+    out_features): scaled_mm's K rule (16, or 128 block-wise) — for W a no-op, as its rows are
+    already multiples."""
+    return (SCALE_BLOCK, SCALE_BLOCK) if recipe.granularity == "block" else (TOKEN_PAD, TOKEN_PAD)
+
+
+def _forward(x, weight, bias, recipe: str, x_cols: bool = False, w_cols: bool = False):
     """Y = X·Wᵀ + bias: X per token (or 1×128 block) and W per output row (or 128×128 block),
-    both along K (no copies)."""
+    both along K; with x_cols (dW will be FP8) X's dW operand and with w_cols (dX is wanted) W's
+    dX operand, from the same quantize_fp8_pair passes. Returns (y, qxt, sxt, qwt, swt) (the
+    ones not asked for empty)."""
     r = RECIPES[recipe]
     N, K = weight.shape
-    qx, sx = quantize_fp8(x.reshape(-1, K), r.granularity, GRAD_DTYPE)
-    qw, sw = quantize_fp8(weight, r.weight, GRAD_DTYPE)
+    pad_x, pad_w = _pads(r)
+    qx, sx, qxt, sxt = quantize_fp8_pair(x.reshape(-1, K), r.granularity, GRAD_DTYPE, pad_x, cols=x_cols)
+    qw, sw, qwt, swt = quantize_fp8_pair(weight, r.weight, GRAD_DTYPE, pad_w, cols=w_cols)
     y = scaled_mm(qx, qw.t(), sx, sw.t(), bias=bias, out_dtype=x.dtype)
-    return y.view(*x.shape[:-1], N)
+    return y.view(*x.shape[:-1], N), qxt, sxt, qwt, swt
 
 
-def _data_grad(g2, weight, recipe: Recipe, dtype) -> Tensor:
-    """dX = dY·W (M, K): dY per token (or 1×128 block) along N; W per column along N, from Wᵀ
-    (K, N) (a copy: quantize_fp8 reads rows, and b must be N-major). 128×128 blocks: W's own
-    quantization transposed (module docstring), an fp8 copy."""
-    qg, sg = quantize_fp8(g2, recipe.granularity, GRAD_DTYPE)
-    if recipe.weight == "block128x128":
-        qw, sw = quantize_fp8(weight, recipe.weight, GRAD_DTYPE)
-        qwt, swt = qw.t().contiguous(), sw.t().contiguous()
-    else:
-        qwt, swt = quantize_fp8(weight.t().contiguous(), recipe.weight, GRAD_DTYPE)
-    return scaled_mm(qg, qwt.t(), sg, swt.t(), out_dtype=dtype)
-
-
-def tokens_last(t: Tensor, pad: int = TOKEN_PAD) -> Tensor:
-    """tᵀ (C, M') of a (M, C) t, contiguous, the tokens padded with zeros to M' (a multiple of
-    `pad`, at least one): the weight gradient's operands, quantized along the tokens (a copy)."""
-    M, C = t.shape
-    Mp = max(pad, -(-M // pad) * pad)
-    out = t.new_empty(C, Mp)
-    out[:, :M].copy_(t.t())
-    out[:, M:].zero_()
-    return out
-
-
-def _weight_grad(g2, x2, granularity: str, dtype) -> Tensor:
-    """dW = dYᵀ·X (N, K), contracting the tokens: dYᵀ per output column and X per input column
-    (block-wise: per 128 tokens of each), both along the tokens (tokens_last: two copies, the
-    tokens padded to 16, or 128 block-wise: scaled_mm's K rule)."""
-    pad = SCALE_BLOCK if granularity == "block" else TOKEN_PAD
-    qg, sg = quantize_fp8(tokens_last(g2, pad), granularity, GRAD_DTYPE)  # (N, M') e4m3, (N, 1) | (N, M'/128)
-    qx, sx = quantize_fp8(tokens_last(x2, pad), granularity, GRAD_DTYPE)  # (K, M') e4m3, (K, 1) | (K, M'/128)
-    return scaled_mm(qg, qx.t(), sg, sx.t(), out_dtype=dtype)
+def _backward_products(g2, qxt, sxt, qwt, swt, recipe: Recipe, data_grad: bool, weight_grad: bool, dtypes):
+    """dX = dY·W (M, K) and dW = dYᵀ·X (N, K) in FP8 from one quantize_fp8_pair of dY: dY along
+    N (rows) for dX, against W along N (qwt (K, N), b = qwtᵀ N-major); dYᵀ along the tokens
+    (cols, (N, M')) for dW, against X along the tokens (qxt (K, M'), b = qxtᵀ)."""
+    qg, sg, qgt, sgt = quantize_fp8_pair(g2, recipe.granularity, GRAD_DTYPE, _pads(recipe)[0], rows=data_grad,
+                                         cols=weight_grad)
+    dx = scaled_mm(qg, qwt.t(), sg, swt.t(), out_dtype=dtypes[0]) if data_grad else None
+    dw = scaled_mm(qgt, qxt.t(), sgt, sxt.t(), out_dtype=dtypes[1]) if weight_grad else None
+    return dx, dw
 
 
 def _setup(ctx, inputs, output) -> None:
-    x, weight, bias, recipe = inputs
-    ctx.save_for_backward(x, weight, bias)  # the high-precision inputs: each product re-quantizes
-    ctx.recipe = recipe
+    """Saves what the backward reads: the FP8 operands the forward made (X's and W's transposed
+    copies), and x itself only for a high-precision dW; neither x nor W otherwise."""
+    x, weight, bias, recipe, x_cols, w_cols = inputs
+    _, qxt, sxt, qwt, swt = output
+    ctx.mark_non_differentiable(*output[1:])
+    keep_x = weight.requires_grad and not RECIPES[recipe].fp8_weight_grad
+    ctx.save_for_backward(x if keep_x else None, bias, qxt, sxt, qwt, swt)
+    ctx.recipe, ctx.x_cols, ctx.w_cols = recipe, x_cols, w_cols
+    ctx.shapes, ctx.dtypes = (x.shape, weight.shape), (x.dtype, weight.dtype)
 
 
-def _backward(ctx, grad):
-    x, weight, bias = ctx.saved_tensors
-    if torch.is_grad_enabled() and (grad.requires_grad or x.requires_grad or weight.requires_grad):
+def _backward(ctx, grad, *_):
+    x, bias, qxt, sxt, qwt, swt = ctx.saved_tensors
+    if torch.is_grad_enabled():  # (in a backward only under create_graph=True)
         raise PingpongError("fp8_linear: double backward (create_graph=True) is not supported: the FP8 gradient"
                             " products are not differentiable")
     needs = ctx.needs_input_grad
     recipe = RECIPES[ctx.recipe]
-    N, K = weight.shape
+    x_shape, (N, K) = ctx.shapes
     g2 = grad.reshape(-1, N).contiguous()  # (a broadcast gradient, e.g. of y.sum(), has stride 0)
+    data_grad, weight_grad = needs[0] and ctx.w_cols, needs[1] and ctx.x_cols
     dx = dw = dbias = None
-    if needs[0]:
-        dx = _data_grad(g2, weight, recipe, x.dtype).view(x.shape)
-    if needs[1]:
-        x2 = x.reshape(-1, K)
-        if recipe.fp8_weight_grad:
-            dw = _weight_grad(g2, x2, recipe.granularity, weight.dtype)
-        else:
-            dw = ops._gemm(g2.mT, x2, out_dtype=weight.dtype)  # (N, K) row-major: the weight's layout
+    if data_grad or weight_grad:
+        dx, dw = _backward_products(g2, qxt, sxt, qwt, swt, recipe, data_grad, weight_grad, ctx.dtypes)
+        dx = None if dx is None else dx.view(x_shape)
+    if needs[1] and not recipe.fp8_weight_grad:
+        dw = ops._gemm(g2.mT, x.reshape(-1, K), out_dtype=ctx.dtypes[1])  # (N, K) row-major: the weight's layout
     if bias is not None and needs[2]:
         dbias = ops._bias_grad(g2, bias)
-    return dx, dw, dbias, None
+    return dx, dw, dbias, None, None, None
 
 
 @torch.library.custom_op("pingpong::fp8_linear", mutates_args=())
 def _fp8_linear_op(x: Tensor, weight: Tensor, bias: Optional[Tensor], recipe: str) -> Tensor:
-    with torch.no_grad():
-        return _forward(x, weight, bias, recipe)
+    return _forward(x, weight, bias, recipe)[0]
 
 
 @_fp8_linear_op.register_fake
@@ -269,17 +269,34 @@ def _(x, weight, bias, recipe):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
-_fp8_linear_op.register_autograd(_backward, setup_context=_setup)
+@torch.library.custom_op("pingpong::fp8_linear_train", mutates_args=())
+def _fp8_linear_train_op(x: Tensor, weight: Tensor, bias: Optional[Tensor], recipe: str, x_cols: bool,
+                         w_cols: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    with torch.no_grad():
+        return _forward(x, weight, bias, recipe, x_cols, w_cols)
+
+
+@_fp8_linear_train_op.register_fake
+def _(x, weight, bias, recipe, x_cols, w_cols):
+    r = RECIPES[recipe_name(recipe)]
+    check_fp8_linear(x, weight, bias, recipe_name(recipe))
+    (N, K), pad_x, pad_w = weight.shape, *_pads(r)
+    y = x.new_empty((*x.shape[:-1], N))
+    return (y, *pair_like(x.reshape(-1, K), r.granularity, GRAD_DTYPE, pad_x, False, x_cols)[2:],
+            *pair_like(weight, r.weight, GRAD_DTYPE, pad_w, False, w_cols)[2:])
+
+
+_fp8_linear_train_op.register_autograd(_backward, setup_context=_setup)
 
 
 class _Fp8LinearFunction(torch.autograd.Function):
-    """Eager autograd around the forward (the same formulas as the pingpong::fp8_linear op:
-    cheaper on the host than the op's Python autograd wrapper, pingpong.ops)."""
+    """Eager autograd around the forward (the same formulas as the pingpong::fp8_linear_train
+    op: cheaper on the host than the op's Python autograd wrapper, pingpong.ops)."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, recipe):
-        out = _forward(x, weight, bias, recipe)
-        _setup(ctx, (x, weight, bias, recipe), out)
-        return out
+    def forward(ctx, x, weight, bias, recipe, x_cols, w_cols):
+        out = _forward(x, weight, bias, recipe, x_cols, w_cols)
+        _setup(ctx, (x, weight, bias, recipe, x_cols, w_cols), out)
+        return out[0]
 
     backward = staticmethod(_backward)

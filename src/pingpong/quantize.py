@@ -235,8 +235,9 @@ def _pair_cast_kernel(x, q, s, qt, st, ramax, camax, M, MP, K, sxm, sqm, sqtk, s
         scale, inv = _scale_inv(tl.load(ramax), FP8_MAX)
         qr = tl.clamp(v * inv, -FP8_MAX, FP8_MAX)
         qc = qr
-        if first:
+        if ROWS and first:
             tl.store(s, scale)
+        if COLS and first:
             tl.store(st, scale)
     elif MODE == 1:
         if ROWS:
