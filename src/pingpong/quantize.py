@@ -479,7 +479,10 @@ def quantize_pair_direct(x, granularity="row", dtype=torch.float8_e4m3fn, pad=16
             t.fill_(_EPS / FP8_MAX[dtype])
         qt.zero_()
         return q, s, qt, st
-    launch_pair(x, q, s, qt, st, granularity, rows, cols)
+    if cols:
+        launch_pair(x, q, s, qt, st, granularity, rows, cols)
+    else:  # one axis: quantize_fp8's own kernels (one read for "row")
+        launch(x, q, s, granularity)
     return q, s, qt, st
 
 
