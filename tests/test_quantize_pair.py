@@ -109,6 +109,7 @@ _CHECK = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_pair_under_the_interpreter_equals_the_unfused_route():
     """Bitwise (q, s, qt, st) against quantize_fp8 of x and of xᵀ padded, under Triton's
     interpreter (module docstring); the scales along the right axes; the padding zeros."""
@@ -152,6 +153,7 @@ def test_pair_fake_shapes(granularity):
         assert st.stride() == quantize.scale_like(xt, granularity).stride()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("granularity", GRANULARITIES)
 def test_pair_kernels_compile_for_sm90_without_spills(granularity):
     from pingpong.runtime import compile as cc
@@ -206,7 +208,7 @@ def test_pair_on_the_gpu_equals_the_unfused_route(granularity, M, K):
     pad = 128 if granularity.startswith("block") else 16
     want = _gpu_unfused(x, granularity, pad)
     for rows, cols in ((True, True), (True, False), (False, True)):
-        torch.full((256 << 20,), float("nan"), device="cuda")  # freed: the outputs land on NaN
+        torch.full((64 << 20,), float("nan"), device="cuda")  # freed: the outputs land on NaN
         got = quantize_fp8_pair(x, granularity, E4M3, pad, rows, cols)
         for name, a, b, on in zip(("q", "s", "qt", "st"), got, want, (rows, rows, cols, cols)):
             what = f"{granularity} M={M} K={K} rows={rows} cols={cols} {name} seed {seed}"
