@@ -171,11 +171,11 @@ def test_pair_kernels_compile_for_sm90_without_spills(granularity):
             compiled.append(quantize._pair_amax_kernel.warmup(
                 x, amax, amax[M:], M, K, K, TENSOR=mode == 0, ROWS=True, COLS=True, BLOCK_M=bm, BLOCK_K=bk,
                 num_warps=8, grid=(1,), **KERNEL_OPTIONS))
-        bm, bk = quantize.PAIR_CAST_TILE if mode < 2 else (128, 128)
+        bm, bk = quantize.PAIR_CAST_TILE
         ss, sst = (s.stride() if s.dim() == 2 else (0, 0)), (st.stride() if st.dim() == 2 else (0, 0))
         compiled.append(quantize._pair_cast_kernel.warmup(
             x, q, s, qt, st, amax, amax[M:], M, qt.shape[1], K, K, K, qt.shape[1], *ss, *sst, FP8_MAX=448.0,
-            MODE=mode, ROWS=True, COLS=True, BLOCK_M=bm, BLOCK_K=bk, num_warps=8 if mode < 2 else 16, grid=(1,),
+            MODE=mode, ROWS=True, COLS=True, BLOCK_M=bm, BLOCK_K=bk, num_warps=quantize.PAIR_CAST_WARPS, grid=(1,),
             **KERNEL_OPTIONS))
     for ck in compiled:
         facts = cc.Compiled("pair", "sm_90a", dict(ck.asm), ck.metadata).facts()

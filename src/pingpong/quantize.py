@@ -437,9 +437,10 @@ def quantize_fp8(x: torch.Tensor, granularity: str = "row", dtype: torch.dtype =
     return quantize_direct(x, granularity, dtype)
 
 
-#: quantize_fp8_pair's tiles (rows, columns): the amax pass, and the cast of "tensor" and "row"
-#: (block-wise casts take 128 × 128, one block or one 128-row piece of 1×128 groups)
-PAIR_AMAX_TILE, PAIR_CAST_TILE = (32, 256), (64, 128)
+#: quantize_fp8_pair's tiles (rows, columns): the amax pass; the cast, 128 × 128 in every mode (the
+#: block-wise groups need it; q's rows and qt's are then 128 bytes each), in 16 warps (the fp32
+#: tile and both casts of it in ~63 registers, ~123 block-wise; no spills)
+PAIR_AMAX_TILE, PAIR_CAST_TILE, PAIR_CAST_WARPS = (32, 256), (SCALE_BLOCK, SCALE_BLOCK), 16
 _PAIR_MODES = {"tensor": 0, "row": 1, "block": 2, "block128x128": 3}
 
 
@@ -502,11 +503,10 @@ def launch_pair(x, q, s, qt, st, granularity, rows, cols) -> None:
         _pair_amax_kernel[(-(-M // bm) * -(-K // bk),)](
             x, amax, amax[M:], M, K, x.stride(0), TENSOR=mode == 0, ROWS=rows, COLS=cols,
             BLOCK_M=bm, BLOCK_K=bk, **meta)
-    bm, bk = PAIR_CAST_TILE if mode < 2 else (SCALE_BLOCK, SCALE_BLOCK)
+    bm, bk = PAIR_CAST_TILE
     sq = (q.stride(0), *s.stride()) if rows and s.dim() == 2 else (K, 0, 0)
     sqt = (qt.stride(0), *st.stride()) if cols and st.dim() == 2 else (Mp, 0, 0)
-    # block-wise: a 128 × 128 fp32 tile and both casts of it; 16 warps keep it in ~123 registers
-    meta = {} if interpret else dict(num_warps=8 if mode < 2 else 16, **KERNEL_OPTIONS)
+    meta = {} if interpret else dict(num_warps=PAIR_CAST_WARPS, **KERNEL_OPTIONS)
     _pair_cast_kernel[(-(-Mp // bm) * -(-K // bk),)](
         x, q, s, qt, st, amax, amax[M:] if mode == 1 else amax, M, Mp, K, x.stride(0), sq[0], sqt[0], sq[1], sq[2],
         sqt[1], sqt[2], FP8_MAX=FP8_MAX[q.dtype], MODE=mode, ROWS=rows, COLS=cols, BLOCK_M=bm, BLOCK_K=bk, **meta)
