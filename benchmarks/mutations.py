@@ -434,6 +434,9 @@ MUTATIONS = [
     ("FP8 training gw_hp quantizes X for an FP8 dW", "src/pingpong/fp8_training.py",
      "return weight.requires_grad and RECIPES[recipe].fp8_weight_grad, x.requires_grad",
      "return weight.requires_grad, x.requires_grad", "tests/test_fp8_training.py"),
+    ("FP8 training saves x for an FP8 dW", "src/pingpong/fp8_training.py",
+     "    keep_x = weight.requires_grad and not RECIPES[recipe].fp8_weight_grad", "    keep_x = True",
+     "tests/test_fp8_training.py"),
     ("FP8 training: refuse_grad lets quantize_fp8 through", "src/pingpong/quantize.py",
      '    refuse_grad("quantize_fp8", x, names=("x",))\n', "", "tests/test_fp8_training.py"),
 ]

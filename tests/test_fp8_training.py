@@ -198,6 +198,21 @@ def test_each_product_scales_along_its_contraction(fp8_kernels, recipe, M):
             assert not a[:, M:].float().any() and not b[M:].float().any()
 
 
+@pytest.mark.parametrize("recipe", RECIPE_IDS)
+def test_forward_saves_the_fp8_transposes_not_x_and_w(fp8_kernels, recipe):
+    """What the forward keeps for the backward (one quantize_fp8_pair per operand): X's and W's
+    FP8 transposes (X's only for an FP8 dW), x itself only for "row_gw_hp"'s bf16 dW, never W."""
+    layer, x, g, y = run_layer(recipe, 17, seed=5, bias=False)
+    saved = [t for t in layer(x).grad_fn.saved_tensors if t is not None and t.numel()]  # (empty: not asked for)
+    N, K = layer.weight.shape
+    Mp = 128 if recipe == "block" else 32
+    fp8_shapes = sorted(tuple(t.shape) for t in saved if t.dtype == E4M3)
+    want = [(K, Mp), (K, N)] if RECIPES[recipe].fp8_weight_grad else [(K, N)]
+    assert fp8_shapes == sorted(want), fp8_shapes
+    wide = [tuple(t.shape) for t in saved if t.dtype == F16]
+    assert wide == ([] if RECIPES[recipe].fp8_weight_grad else [tuple(x.shape)]), wide
+
+
 def test_recipe_table_and_torchao_names():
     """Every recipe with a torchao name answers to both spellings (the same layer); block-wise
     (DeepSeek-V3's, none in torchao's float8 training) to its own; docs/fp8.md names every
