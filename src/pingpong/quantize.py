@@ -276,7 +276,8 @@ def _pair_cast_kernel(x, q, s, qt, st, ramax, camax, M, MP, K, sxm, sqm, sqtk, s
         tl.store(q + rows[:, None] * sqm + cols[None, :], qr.to(q.dtype.element_ty),
                  mask=(rows[:, None] < M) & (cols[None, :] < K))
     if COLS:
-        tl.store(qt + cols[:, None] * sqtk + rows[None, :], tl.trans(qc.to(qt.dtype.element_ty)),
+        # int64: qt (K, M') past 2³¹ elements (K·M' of 16384 × 131072 tokens, stacked experts' Wᵀ)
+        tl.store(qt + cols.to(tl.int64)[:, None] * sqtk + rows[None, :], tl.trans(qc.to(qt.dtype.element_ty)),
                  mask=(cols[:, None] < K) & (rows[None, :] < MP))
 
 
