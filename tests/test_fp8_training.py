@@ -43,6 +43,17 @@ def _cast(x, q, s, granularity):
     q.copy_((xf * inv).clamp(-fmax, fmax).to(q.dtype))
 
 
+def _cast_pair(x, q, s, qt, st, granularity, rows, cols):
+    """quantize_fp8_pair's kernels' results by the unfused route: _cast of x, and of xᵀ with the
+    rows padded by zeros (tests/test_quantize_pair.py checks the kernels against quantize_fp8)."""
+    if rows:
+        _cast(x, q, s, granularity)
+    if cols:
+        xt = x.new_zeros(qt.shape)
+        xt[:, :x.shape[0]] = x.t()
+        _cast(xt, qt, st, granularity)
+
+
 class RecordedPlan(plan.Plan):
     """A scaled plan whose run is the float64 product of the dequantized operands, recorded."""
     __slots__ = ()
@@ -70,6 +81,7 @@ def fp8_kernels(interpreted_kernels, monkeypatch):
     monkeypatch.setattr(fp8, "check_gpu", lambda a, b: None)
     monkeypatch.setattr(quantize, "interpreter_enabled", lambda: True)
     monkeypatch.setattr(quantize, "launch", _cast)
+    monkeypatch.setattr(quantize, "launch_pair", _cast_pair)
     monkeypatch.setattr(RecordedPlan, "runs", [])
     return RecordedPlan.runs
 
@@ -184,6 +196,21 @@ def test_each_product_scales_along_its_contraction(fp8_kernels, recipe, M):
             torch.testing.assert_close(scale.reshape(want.shape), want, rtol=0, atol=0, msg=f"{name}: {which} axis")
         if name == "dW":  # the padded tokens are zeros, in both operands
             assert not a[:, M:].float().any() and not b[M:].float().any()
+
+
+@pytest.mark.parametrize("recipe", RECIPE_IDS)
+def test_forward_saves_the_fp8_transposes_not_x_and_w(fp8_kernels, recipe):
+    """What the forward keeps for the backward (one quantize_fp8_pair per operand): X's and W's
+    FP8 transposes (X's only for an FP8 dW), x itself only for "row_gw_hp"'s bf16 dW, never W."""
+    layer, x, g, y = run_layer(recipe, 17, seed=5, bias=False)
+    saved = [t for t in layer(x).grad_fn.saved_tensors if t is not None and t.numel()]  # (empty: not asked for)
+    N, K = layer.weight.shape
+    Mp = 128 if recipe == "block" else 32
+    fp8_shapes = sorted(tuple(t.shape) for t in saved if t.dtype == E4M3)
+    want = [(K, Mp), (K, N)] if RECIPES[recipe].fp8_weight_grad else [(K, N)]
+    assert fp8_shapes == sorted(want), fp8_shapes
+    wide = [tuple(t.shape) for t in saved if t.dtype == F16]
+    assert wide == ([] if RECIPES[recipe].fp8_weight_grad else [tuple(x.shape)]), wide
 
 
 def test_recipe_table_and_torchao_names():
@@ -381,15 +408,21 @@ def test_compile_records_the_op_and_the_backward_products(fp8_kernels, recipe):
     eager = layer.weight.grad.clone(), layer.bias.grad.clone()
     layer.zero_grad()
     graphs = graphs_of(step, x)
-    assert len(pingpong_nodes(graphs["forward"], "fp8_linear")) == 1
+    forward = pingpong_nodes(graphs["forward"], "fp8_linear")
+    assert len(forward) == 1
     mms = pingpong_nodes(graphs["backward"], "scaled_mm")
     quants = pingpong_nodes(graphs["backward"], "quantize_fp8")
-    if RECIPES[recipe].fp8_weight_grad:  # dW alone (x needs no gradient): two quantizations, one product
-        assert len(mms) == 1 and len(quants) == 2, (len(mms), len(quants))
+    y, qxt, sxt, qwt, swt = forward[0].meta["val"]  # pingpong::fp8_linear_train: y and the backward's operands
+    assert tuple(y.shape) == (M, N) and qwt.numel() == swt.numel() == 0  # x needs no gradient: no Wᵀ
+    if RECIPES[recipe].fp8_weight_grad:  # dW alone: dY's pair (its transpose only), one product
+        assert len(mms) == 1 and len(quants) == 1, (len(mms), len(quants))
         assert tuple(mms[0].meta["val"].shape) == (N, K)
-        assert sorted(tuple(q.meta["val"][0].shape) for q in quants) == sorted([(K, Mp), (N, Mp)])  # tokens last, padded
+        assert tuple(qxt.shape) == (K, Mp) and qxt.dtype == torch.float8_e4m3fn  # X's, from the forward
+        q, s, qt, st = quants[0].meta["val"]
+        assert q.numel() == 0 and tuple(qt.shape) == (N, Mp)  # tokens last, padded
     else:
-        assert mms == [] and quants == [] and pingpong_nodes(graphs["backward"], "mm"), "dW on the bf16 GEMM"
+        assert qxt.numel() == 0 and mms == [] and quants == [], "no FP8 operands for a bf16 dW"
+        assert pingpong_nodes(graphs["backward"], "mm"), "dW on the bf16 GEMM"
     torch.testing.assert_close(layer.weight.grad, eager[0], rtol=0, atol=0)
     torch.testing.assert_close(layer.bias.grad, eager[1], rtol=0, atol=0)
 

@@ -1,8 +1,10 @@
 """FP8 training: `fp8_linear`, y = x·Wᵀ + bias differentiable in x, W and bias, with the forward
-and both gradient GEMMs in FP8 (pingpong.quantize_fp8, then pingpong.scaled_mm). While
-torch.compile traces, the ``pingpong::fp8_linear`` op (a fake implementation gives the shape;
-its autograd formula, registered once below, records quantize_fp8 and scaled_mm ops into the
-backward graph). The layer is pingpong.nn.Float8TrainingLinear.
+and both gradient GEMMs in FP8 (pingpong.quantize.quantize_fp8_pair, then pingpong.scaled_mm).
+While torch.compile traces, the ``pingpong::fp8_linear_train`` op (with grad: its outputs are
+y and the backward's FP8 operands, its autograd formula, registered once below, records
+quantize_fp8_pair and scaled_mm ops into the backward graph) or ``pingpong::fp8_linear`` (the
+forward alone); fake implementations give the shapes. The layer is
+pingpong.nn.Float8TrainingLinear.
 
 The three products of a linear layer, x (M, K) with M tokens, W (N, K), dY (M, N):
 
@@ -20,17 +22,39 @@ each operand is quantized along the contraction of the product it feeds. Row-wis
     | dW      | dYᵀ per output column, along M: (N, 1)| X per input column, along M: (1, K)      |
 
 X's forward scales (one per token) are not valid for dW, whose sum runs over the tokens: there
-X is quantized again, one scale per column along the tokens, and dY likewise. quantize_fp8
-reads rows and scaled_mm reads both operands K-major, so "per column" means: copy the
-transpose, then quantize its rows. The copies (all in the inputs' precision, each once):
+X is quantized again, one scale per column along the tokens, and dY likewise; W is quantized
+along K for Y and along N for dX. scaled_mm reads both operands K-major, so "per column" means
+the transpose, quantized along its rows. Each operand goes through one quantize_fp8_pair
+(pingpong.quantize), which writes both from the same reads of the tensor: q along the rows as
+quantize_fp8 gives it, and qt, the transpose quantized along its rows, bitwise
+quantize_fp8(transpose): no transposed copy in the inputs' precision is made.
 
-- dX: Wᵀ (K, N), so W is scaled along N (its rows become K-major b = (Wᵀ)ᵀ);
-- dW: dYᵀ (N, M') and Xᵀ (K, M'), with the tokens padded by zeros to M' = a multiple of 16
-  (at least 16): scaled_mm's K must be one (16-byte fp8 rows), and zeros change neither a
-  sum nor an amax, so any M (1, 17, 777) trains.
+- X, in the forward: q for Y, and qt = Xᵀ (K, M') for dW, the tokens padded by zeros to M' =
+  a multiple of 16 (at least 16): scaled_mm's K must be one (16-byte fp8 rows), and zeros
+  change neither a sum nor an amax, so any M (1, 17, 777) trains;
+- W, in the forward: q for Y, qt = Wᵀ (K, N) for dX;
+- dY, in the backward: q for dX, qt = dYᵀ (N, M') for dW.
 
-Tensor-wise takes the same operands and copies with one scale per tensor (the copies then only
-serve the K-major layouts).
+The forward saves X's and W's qt (and their scales) for the backward, not x and W: 1 byte per
+element of x instead of 2, and 1 per element of W more (held from the forward to the backward).
+`_wanted` decides which outputs each call needs (the one decision per recipe): X's qt only when
+dW is an FP8 product and W needs a gradient, W's only when x needs one; dY's q only for dX, its
+qt only for an FP8 dW.
+
+What the quantization of one step moves, in bytes per element of each operand (bf16 in, e4m3
+out), against the route of a separate transposed copy (read 2, write 2) and two quantize_fp8
+calls (row: read 2, write 1; tensor-wise: read 2 twice, write 1); quantize_fp8_pair's reads are
+argued in pingpong.quantize (two for "row" and "tensor", one block-wise):
+
+    | recipe    | X (fwd + dW)          | W (fwd + dX)         | dY (dX + dW)          |
+    |-----------|-----------------------|----------------------|-----------------------|
+    | tensor    | 6 (was 14: 5 + 4 + 5) | 6 (was 14)           | 6 (was 14)            |
+    | row       | 6 (was 10: 3 + 4 + 3) | 6 (was 10)           | 6 (was 10)            |
+    | row_gw_hp | 3 (q alone, as was)   | 6 (was 10)           | 3 (q alone, as was)   |
+    | block     | 4 (was 10)            | 4 (was 8: 3 + 3 + 2) | 4 (was 10)            |
+
+Tensor-wise takes the same operands with one scale per tensor (qt then only serves the K-major
+layouts).
 
 Block-wise (DeepSeek-V3): activations and gradients in 1×128 blocks along the contraction, the
 weight in 128×128 blocks (quantize_fp8's "block" and "block128x128"):
@@ -43,15 +67,14 @@ weight in 128×128 blocks (quantize_fp8's "block" and "block128x128"):
 
 A 128×128 block is the same set of values in W and in Wᵀ, so its amax, its scale and every
 cast value are too: quantize_fp8(Wᵀ, "block128x128") is (qᵀ, sᵀ) of quantize_fp8(W,
-"block128x128"), bitwise. So dX needs no quantization of Wᵀ: the backward quantizes W as the
-forward does (only the high-precision inputs are saved) and transposes the result, an fp8 copy
-of qᵀ (the kernel reads b N-major) and sᵀ made contiguous (sᵀ.t() is then scale_b's
-outer-dim-major layout), instead of copying Wᵀ in the inputs' precision and quantizing that.
-dW contracts the tokens, so X and dY are quantized again in 1×128 blocks of their transposes
-(128 tokens × 1 column of the originals), the tokens padded with zeros to M' = a multiple of 128
-(block-wise K, here the tokens, must be one); the forward's 1×128 blocks along K are not
-valid there. in_features and out_features must both be multiples of 128: each is the
-contraction of one product (K of the forward, N of dX); the tokens (M) may be anything.
+"block128x128"), bitwise. So W's pair is one pass writing q and qᵀ (the kernel reads b
+N-major) with the same scales, sᵀ contiguous (sᵀ.t() is then scale_b's outer-dim-major
+layout). dW contracts the tokens, so X and dY are quantized again in 1×128 blocks of their
+transposes (128 tokens × 1 column of the originals; one 128×128 tile holds both kinds of
+group, so one read), the tokens padded with zeros to M' = a multiple of 128 (block-wise K,
+here the tokens, must be one); the forward's 1×128 blocks along K are not valid there.
+in_features and out_features must both be multiples of 128: each is the contraction of one
+product (K of the forward, N of dX); the tokens (M) may be anything.
 
 Recipes (RECIPES; torchao's names are accepted too):
 
@@ -59,7 +82,7 @@ Recipes (RECIPES; torchao's names are accepted too):
     |-------------|---------------------|-------------|--------------------------------------|
     | "tensor"    | "tensorwise"        | tensor-wise | FP8, tensor-wise                     |
     | "row"       | "rowwise"           | row-wise    | FP8, row-wise along the tokens       |
-    | "row_gw_hp" | "rowwise_with_gw_hp"| row-wise    | the inputs' precision (pingpong's bf16 GEMM), no copies |
+    | "row_gw_hp" | "rowwise_with_gw_hp"| row-wise    | the inputs' precision (pingpong's bf16 GEMM) |
     | "block"     | (none)              | 1×128 × 128×128 | FP8, 1×128 × 1×128 along the tokens |
 
 Formats: every FP8 operand, gradients included, is e4m3 (GRAD_DTYPE). The e5m2 tradition for
@@ -71,7 +94,7 @@ force W and X into e5m2 too. torchao's recipes use e4m3 for all three by default
 Every GEMM promotes its fp32 accumulator every 128 K (use_fast_accum=False): pingpong's
 row-wise kernel needs no fast accumulation to be fast (torchao's row-wise recipes turn it on).
 Where this differs from torchao's "rowwise_with_gw_hp": torchao scales W tensor-wise for dX;
-here W is scaled per column along N, the contraction, at the cost of the Wᵀ copy "row" pays.
+here W is scaled per column along N, the contraction, from the same pair of W as "row" (no copy).
 
 Gradients have the inputs' dtypes (dX: x's, dW: W's, dbias: the bias's). What the recipe cannot
 serve (in_features or out_features not a multiple of 16, of 128 for "block", in_features 0) is a PingpongError
@@ -89,7 +112,7 @@ from torch import Tensor
 from . import ops
 from .errors import PingpongError, check_tensor
 from .fp8 import scaled_mm, shape_reason
-from .quantize import IN_DTYPES, quantize_fp8
+from .quantize import IN_DTYPES, pair_like, quantize_fp8_pair
 from .runtime.spec import FP8_MULTIPLE, SCALE_BLOCK, check_bias
 
 __all__ = ["fp8_linear", "RECIPES", "TORCHAO_NAMES", "recipe_name", "training_shape_reason", "GRAD_DTYPE"]
@@ -101,7 +124,7 @@ TOKEN_PAD = FP8_MULTIPLE
 
 
 class Recipe(NamedTuple):
-    granularity: str  # quantize_fp8's granularity of the activations and gradients (and tokens-last copies)
+    granularity: str  # quantize_fp8's granularity of the activations and gradients (and their transposes)
     weight: str  # quantize_fp8's granularity of the weight
     fp8_weight_grad: bool  # dW as an FP8 GEMM; False: in the inputs' precision (pingpong's GEMM)
     torchao: Optional[str]  # torchao's name of the recipe (None: torchao's float8 training has none)
@@ -172,95 +195,93 @@ def fp8_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, recipe:
     forward alone: two quantizations and one scaled_mm."""
     recipe = recipe_name(recipe)
     if ops.traced(x, weight, bias):
+        if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
+                                        (bias is not None and bias.requires_grad)):
+            return torch.ops.pingpong.fp8_linear_train(x, weight, bias, recipe, *_wanted(x, weight, recipe))[0]
         return torch.ops.pingpong.fp8_linear(x, weight, bias, recipe)
     check_fp8_linear(x, weight, bias, recipe)
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
                                     (bias is not None and bias.requires_grad)):
-        return _Fp8LinearFunction.apply(x, weight, bias, recipe)
-    return _forward(x, weight, bias, recipe)
+        return _Fp8LinearFunction.apply(x, weight, bias, recipe, *_wanted(x, weight, recipe))
+    return _forward(x, weight, bias, recipe)[0]
+
+
+def _wanted(x, weight, recipe: str) -> tuple[bool, bool]:
+    """The one decision of which transposed FP8 operands the forward makes for the backward:
+    (X along the tokens: dW is an FP8 product of the recipe and W needs a gradient; W along N:
+    x needs a gradient)."""
+    return weight.requires_grad and RECIPES[recipe].fp8_weight_grad, x.requires_grad
 
 
 # ----------------------------------------------------------------------------- the three products
 
 
-def _forward(x, weight, bias, recipe: str) -> Tensor:
+def _pad(recipe: Recipe) -> int:
+    """The padding of the tokens of X's and dY's transposes (and of W's out_features, a no-op:
+    they are multiples already): scaled_mm's K rule, 16, or 128 block-wise."""
+    return SCALE_BLOCK if recipe.granularity == "block" else TOKEN_PAD
+
+
+def _forward(x, weight, bias, recipe: str, x_cols: bool = False, w_cols: bool = False):
     """Y = X·Wᵀ + bias: X per token (or 1×128 block) and W per output row (or 128×128 block),
-    both along K (no copies)."""
+    both along K; with x_cols (dW will be FP8) X's dW operand and with w_cols (dX is wanted) W's
+    dX operand, from the same quantize_fp8_pair passes. Returns (y, qxt, sxt, qwt, swt) (the
+    ones not asked for empty)."""
     r = RECIPES[recipe]
     N, K = weight.shape
-    qx, sx = quantize_fp8(x.reshape(-1, K), r.granularity, GRAD_DTYPE)
-    qw, sw = quantize_fp8(weight, r.weight, GRAD_DTYPE)
+    qx, sx, qxt, sxt = quantize_fp8_pair(x.reshape(-1, K), r.granularity, GRAD_DTYPE, _pad(r), cols=x_cols)
+    qw, sw, qwt, swt = quantize_fp8_pair(weight, r.weight, GRAD_DTYPE, _pad(r), cols=w_cols)
     y = scaled_mm(qx, qw.t(), sx, sw.t(), bias=bias, out_dtype=x.dtype)
-    return y.view(*x.shape[:-1], N)
+    return y.view(*x.shape[:-1], N), qxt, sxt, qwt, swt
 
 
-def _data_grad(g2, weight, recipe: Recipe, dtype) -> Tensor:
-    """dX = dY·W (M, K): dY per token (or 1×128 block) along N; W per column along N, from Wᵀ
-    (K, N) (a copy: quantize_fp8 reads rows, and b must be N-major). 128×128 blocks: W's own
-    quantization transposed (module docstring), an fp8 copy."""
-    qg, sg = quantize_fp8(g2, recipe.granularity, GRAD_DTYPE)
-    if recipe.weight == "block128x128":
-        qw, sw = quantize_fp8(weight, recipe.weight, GRAD_DTYPE)
-        qwt, swt = qw.t().contiguous(), sw.t().contiguous()
-    else:
-        qwt, swt = quantize_fp8(weight.t().contiguous(), recipe.weight, GRAD_DTYPE)
-    return scaled_mm(qg, qwt.t(), sg, swt.t(), out_dtype=dtype)
-
-
-def tokens_last(t: Tensor, pad: int = TOKEN_PAD) -> Tensor:
-    """tᵀ (C, M') of a (M, C) t, contiguous, the tokens padded with zeros to M' (a multiple of
-    `pad`, at least one): the weight gradient's operands, quantized along the tokens (a copy)."""
-    M, C = t.shape
-    Mp = max(pad, -(-M // pad) * pad)
-    out = t.new_empty(C, Mp)
-    out[:, :M].copy_(t.t())
-    out[:, M:].zero_()
-    return out
-
-
-def _weight_grad(g2, x2, granularity: str, dtype) -> Tensor:
-    """dW = dYᵀ·X (N, K), contracting the tokens: dYᵀ per output column and X per input column
-    (block-wise: per 128 tokens of each), both along the tokens (tokens_last: two copies, the
-    tokens padded to 16, or 128 block-wise: scaled_mm's K rule)."""
-    pad = SCALE_BLOCK if granularity == "block" else TOKEN_PAD
-    qg, sg = quantize_fp8(tokens_last(g2, pad), granularity, GRAD_DTYPE)  # (N, M') e4m3, (N, 1) | (N, M'/128)
-    qx, sx = quantize_fp8(tokens_last(x2, pad), granularity, GRAD_DTYPE)  # (K, M') e4m3, (K, 1) | (K, M'/128)
-    return scaled_mm(qg, qx.t(), sg, sx.t(), out_dtype=dtype)
+def _backward_products(g2, qxt, sxt, qwt, swt, recipe: Recipe, data_grad: bool, weight_grad: bool, dtypes):
+    """dX = dY·W (M, K) and dW = dYᵀ·X (N, K) in FP8 from one quantize_fp8_pair of dY: dY along
+    N (rows) for dX, against W along N (qwt (K, N), b = qwtᵀ N-major); dYᵀ along the tokens
+    (cols, (N, M')) for dW, against X along the tokens (qxt (K, M'), b = qxtᵀ)."""
+    qg, sg, qgt, sgt = quantize_fp8_pair(g2, recipe.granularity, GRAD_DTYPE, _pad(recipe), rows=data_grad,
+                                         cols=weight_grad)
+    dx = scaled_mm(qg, qwt.t(), sg, swt.t(), out_dtype=dtypes[0]) if data_grad else None
+    dw = scaled_mm(qgt, qxt.t(), sgt, sxt.t(), out_dtype=dtypes[1]) if weight_grad else None
+    return dx, dw
 
 
 def _setup(ctx, inputs, output) -> None:
-    x, weight, bias, recipe = inputs
-    ctx.save_for_backward(x, weight, bias)  # the high-precision inputs: each product re-quantizes
-    ctx.recipe = recipe
+    """Saves what the backward reads: the FP8 operands the forward made (X's and W's
+    transposes), and x itself only for a high-precision dW; neither x nor W otherwise."""
+    x, weight, bias, recipe, x_cols, w_cols = inputs
+    _, qxt, sxt, qwt, swt = output
+    ctx.mark_non_differentiable(*output[1:])
+    keep_x = weight.requires_grad and not RECIPES[recipe].fp8_weight_grad
+    ctx.save_for_backward(x if keep_x else None, bias, qxt, sxt, qwt, swt)
+    ctx.recipe, ctx.x_cols, ctx.w_cols = recipe, x_cols, w_cols
+    ctx.shapes, ctx.dtypes = (x.shape, weight.shape), (x.dtype, weight.dtype)
 
 
-def _backward(ctx, grad):
-    x, weight, bias = ctx.saved_tensors
-    if torch.is_grad_enabled() and (grad.requires_grad or x.requires_grad or weight.requires_grad):
+def _backward(ctx, grad, *_):
+    x, bias, qxt, sxt, qwt, swt = ctx.saved_tensors
+    if torch.is_grad_enabled():  # (in a backward only under create_graph=True)
         raise PingpongError("fp8_linear: double backward (create_graph=True) is not supported: the FP8 gradient"
                             " products are not differentiable")
     needs = ctx.needs_input_grad
     recipe = RECIPES[ctx.recipe]
-    N, K = weight.shape
+    x_shape, (N, K) = ctx.shapes
     g2 = grad.reshape(-1, N).contiguous()  # (a broadcast gradient, e.g. of y.sum(), has stride 0)
+    data_grad, weight_grad = needs[0] and ctx.w_cols, needs[1] and ctx.x_cols
     dx = dw = dbias = None
-    if needs[0]:
-        dx = _data_grad(g2, weight, recipe, x.dtype).view(x.shape)
-    if needs[1]:
-        x2 = x.reshape(-1, K)
-        if recipe.fp8_weight_grad:
-            dw = _weight_grad(g2, x2, recipe.granularity, weight.dtype)
-        else:
-            dw = ops._gemm(g2.mT, x2, out_dtype=weight.dtype)  # (N, K) row-major: the weight's layout
+    if data_grad or weight_grad:
+        dx, dw = _backward_products(g2, qxt, sxt, qwt, swt, recipe, data_grad, weight_grad, ctx.dtypes)
+        dx = None if dx is None else dx.view(x_shape)
+    if needs[1] and not recipe.fp8_weight_grad:
+        dw = ops._gemm(g2.mT, x.reshape(-1, K), out_dtype=ctx.dtypes[1])  # (N, K) row-major: the weight's layout
     if bias is not None and needs[2]:
         dbias = ops._bias_grad(g2, bias)
-    return dx, dw, dbias, None
+    return dx, dw, dbias, None, None, None
 
 
 @torch.library.custom_op("pingpong::fp8_linear", mutates_args=())
 def _fp8_linear_op(x: Tensor, weight: Tensor, bias: Optional[Tensor], recipe: str) -> Tensor:
-    with torch.no_grad():
-        return _forward(x, weight, bias, recipe)
+    return _forward(x, weight, bias, recipe)[0]
 
 
 @_fp8_linear_op.register_fake
@@ -269,17 +290,34 @@ def _(x, weight, bias, recipe):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
-_fp8_linear_op.register_autograd(_backward, setup_context=_setup)
+@torch.library.custom_op("pingpong::fp8_linear_train", mutates_args=())
+def _fp8_linear_train_op(x: Tensor, weight: Tensor, bias: Optional[Tensor], recipe: str, x_cols: bool,
+                         w_cols: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    with torch.no_grad():
+        return _forward(x, weight, bias, recipe, x_cols, w_cols)
+
+
+@_fp8_linear_train_op.register_fake
+def _(x, weight, bias, recipe, x_cols, w_cols):
+    r = RECIPES[recipe_name(recipe)]
+    check_fp8_linear(x, weight, bias, recipe_name(recipe))
+    N, K = weight.shape
+    y = x.new_empty((*x.shape[:-1], N))
+    return (y, *pair_like(x.reshape(-1, K), r.granularity, GRAD_DTYPE, _pad(r), False, x_cols)[2:],
+            *pair_like(weight, r.weight, GRAD_DTYPE, _pad(r), False, w_cols)[2:])
+
+
+_fp8_linear_train_op.register_autograd(_backward, setup_context=_setup)
 
 
 class _Fp8LinearFunction(torch.autograd.Function):
-    """Eager autograd around the forward (the same formulas as the pingpong::fp8_linear op:
-    cheaper on the host than the op's Python autograd wrapper, pingpong.ops)."""
+    """Eager autograd around the forward (the same formulas as the pingpong::fp8_linear_train
+    op: cheaper on the host than the op's Python autograd wrapper, pingpong.ops)."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, recipe):
-        out = _forward(x, weight, bias, recipe)
-        _setup(ctx, (x, weight, bias, recipe), out)
-        return out
+    def forward(ctx, x, weight, bias, recipe, x_cols, w_cols):
+        out = _forward(x, weight, bias, recipe, x_cols, w_cols)
+        _setup(ctx, (x, weight, bias, recipe, x_cols, w_cols), out)
+        return out[0]
 
     backward = staticmethod(_backward)

@@ -38,6 +38,28 @@ kernels stay on the JIT.
 
 The scales of "row" and "block" are scale_a's layout for an activation A (M, K); for a weight
 W (N, K), pass `scale.t()` as scale_b ((1, N) row-wise; (K/128, N/128) from "block128x128").
+
+`quantize_fp8_pair` quantizes x (M, K) along both axes for training, where each operand feeds two
+products that contract different axes (pingpong.fp8_training): q (M, K) scaled along K as
+quantize_fp8(x) gives it, and qt (K, M') scaled along M and already transposed, the M axis padded
+with zeros to M' (a multiple of `pad`) — bitwise quantize_fp8(xᵀ padded) — so the second product
+needs no transpose copy. Reads of x (bf16: 2 bytes an element read, 1 per fp8 output written):
+
+    | granularity    | q along K, qt along M          | reads of x | unfused (copy xᵀ, quantize both) |
+    |----------------|--------------------------------|------------|----------------------------------|
+    | "tensor"       | one scale for both             | 2          | 5 (2 + copy + 2), 2 more writes  |
+    | "row"          | per row of x, per column of x  | 2          | 3 (1 + copy + 1), 2 more writes  |
+    | "block"        | 1×128 along K, 1×128 along M   | 1          | 3 (1 + copy + 1), 2 more writes  |
+    | "block128x128" | the same 128×128 blocks        | 1          | 2 (quantize, then an fp8 copy)   |
+
+"row" and "tensor" cannot do with fewer than two reads: an element's cast needs its row's and its
+column's amax (or the whole tensor's), and a column's amax is known only after every row has
+been read — the grid-wide wait tensor-wise meets (above). So: one amax pass (row and column
+maxima of each tile together, `tl.atomic_max` into zeroed fp32 vectors: max is exact, so the
+order of the atomics changes nothing), then one cast pass that writes q and qt from the same
+registers (qt through tl.trans), its second read of x partly from L2. Block-wise both groups of
+an element lie inside one 128×128 tile (its 1×128 row pieces and its 128×1 column pieces), so
+one program reads the tile once and writes both. Scales stay on the device (no host sync).
 """
 
 from __future__ import annotations
@@ -52,7 +74,7 @@ from .runtime.launcher import CachedLaunch
 from .runtime.spec import SCALE_BLOCK
 from .toolchain import KERNEL_OPTIONS
 
-__all__ = ["quantize_fp8", "GRANULARITIES", "FP8_MAX"]
+__all__ = ["quantize_fp8", "quantize_fp8_pair", "GRANULARITIES", "FP8_MAX"]
 
 GRANULARITIES = ("tensor", "row", "block", "block128x128")
 FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
@@ -168,6 +190,97 @@ def _tensor_cast_kernel(x, q, s, partial, P, M, K, sxm, sqm, FP8_MAX: tl.constex
         tl.store(s, scale)
 
 
+@triton.jit
+def _pair_amax_kernel(x, ramax, camax, M, K, sxm, TENSOR: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """quantize_fp8_pair's pass 1 ("tensor", "row"): the maxima of |x| over one tile, per row
+    into ramax[row] and per column into camax[column] (TENSOR: the tile's into ramax[0])."""
+    pid_m, pid_k = _tile(tl.cdiv(K, BLOCK_K), False)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    mask = (rows[:, None] < M) & (cols[None, :] < K)
+    a = tl.abs(tl.load(x + rows[:, None] * sxm + cols[None, :], mask=mask, other=0.0).to(tl.float32))
+    if TENSOR:
+        tl.atomic_max(ramax, tl.max(tl.max(a, axis=1), axis=0))
+    else:
+        if ROWS:
+            tl.atomic_max(ramax + rows, tl.max(a, axis=1), mask=rows < M)
+        if COLS:
+            tl.atomic_max(camax + cols, tl.max(a, axis=0), mask=cols < K)
+
+
+@triton.jit
+def _scale_inv(amax, FP8_MAX: tl.constexpr):
+    """(scale, 1 / scale) of a group's amax, as every kernel here computes them."""
+    amax = tl.maximum(amax, 1e-12)
+    return (tl.fdiv(amax, tl.full(amax.shape, FP8_MAX, tl.float32), ieee_rounding=True),
+            tl.fdiv(tl.full(amax.shape, FP8_MAX, tl.float32), amax, ieee_rounding=True))
+
+
+@triton.jit
+def _pair_cast_kernel(x, q, s, qt, st, ramax, camax, M, MP, K, sxm, sqm, sqtk, ssm, ssk, sstk, sstm,
+                      FP8_MAX: tl.constexpr, MODE: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """quantize_fp8_pair's cast of one BLOCK_M × BLOCK_K tile of x, rows [0, MP) (rows past M
+    read as zeros: qt's padding): q (M, K) scaled along K and qt (K, MP) scaled along M, both
+    from one load. MODE 0 "tensor", 1 "row" (amaxes from pass 1); 2 "block" (1×128 along K and
+    128×1 along M, the tile 128 rows high), 3 "block128x128" (the tile is the block): no pass 1."""
+    pid_m, pid_k = _tile(tl.cdiv(K, BLOCK_K), False)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    v = tl.load(x + rows[:, None] * sxm + cols[None, :], mask=(rows[:, None] < M) & (cols[None, :] < K),
+                other=0.0).to(tl.float32)
+    first = (pid_m == 0) & (pid_k == 0)
+    if MODE == 0:
+        scale, inv = _scale_inv(tl.load(ramax), FP8_MAX)
+        qr = tl.clamp(v * inv, -FP8_MAX, FP8_MAX)
+        qc = qr
+        if ROWS and first:
+            tl.store(s, scale)
+        if COLS and first:
+            tl.store(st, scale)
+    elif MODE == 1:
+        if ROWS:
+            rscale, rinv = _scale_inv(tl.load(ramax + rows, mask=rows < M, other=0.0), FP8_MAX)
+            qr = tl.clamp(v * rinv[:, None], -FP8_MAX, FP8_MAX)
+            if pid_k == 0:
+                tl.store(s + rows * ssm, rscale, mask=rows < M)
+        if COLS:
+            cscale, cinv = _scale_inv(tl.load(camax + cols, mask=cols < K, other=0.0), FP8_MAX)
+            qc = tl.clamp(v * cinv[None, :], -FP8_MAX, FP8_MAX)
+            if pid_m == 0:
+                tl.store(st + cols * sstk, cscale, mask=cols < K)
+    elif MODE == 2:
+        a = tl.abs(v)
+        if ROWS:
+            GROUPS: tl.constexpr = BLOCK_K // 128
+            rscale, rinv = _scale_inv(tl.max(tl.reshape(a, [BLOCK_M, GROUPS, 128]), axis=2), FP8_MAX)
+            qr = tl.reshape(tl.clamp(tl.reshape(v, [BLOCK_M, GROUPS, 128]) * rinv[:, :, None], -FP8_MAX, FP8_MAX),
+                            [BLOCK_M, BLOCK_K])
+            groups = pid_k.to(tl.int64) * GROUPS + tl.arange(0, GROUPS)
+            tl.store(s + rows[:, None] * ssm + groups[None, :] * ssk, rscale,
+                     mask=(rows[:, None] < M) & (groups[None, :] * 128 < K))
+        if COLS:
+            cscale, cinv = _scale_inv(tl.max(a, axis=0), FP8_MAX)
+            qc = tl.clamp(v * cinv[None, :], -FP8_MAX, FP8_MAX)
+            tl.store(st + cols * sstk + pid_m * sstm, cscale, mask=cols < K)
+    else:
+        scale, inv = _scale_inv(tl.max(tl.max(tl.abs(v), axis=1), axis=0), FP8_MAX)
+        qr = tl.clamp(v * inv, -FP8_MAX, FP8_MAX)
+        qc = qr
+        if ROWS and pid_m * BLOCK_M < M:
+            tl.store(s + pid_m * ssm + pid_k * ssk, scale)
+        if COLS:
+            tl.store(st + pid_k * sstk + pid_m * sstm, scale)
+    if ROWS:
+        tl.store(q + rows[:, None] * sqm + cols[None, :], qr.to(q.dtype.element_ty),
+                 mask=(rows[:, None] < M) & (cols[None, :] < K))
+    if COLS:
+        # int64: qt (K, M') past 2³¹ elements (K·M' of 16384 × 131072 tokens, stacked experts' Wᵀ)
+        tl.store(qt + cols.to(tl.int64)[:, None] * sqtk + rows[None, :], tl.trans(qc.to(qt.dtype.element_ty)),
+                 mask=(cols[:, None] < K) & (rows[None, :] < MP))
+
+
 def interpreter_enabled() -> bool:
     """Triton's interpreter is on (TRITON_INTERPRET=1 before triton is imported): CPU tensors
     run there (the kernels call triton.language's own jit functions, tl.max, which only the
@@ -205,9 +318,10 @@ def check_quantize(x, granularity, dtype, device_checks: bool = True) -> None:
     refuse_grad("quantize_fp8", x, names=("x",))
 
 
-def scale_like(x: torch.Tensor, granularity: str) -> torch.Tensor:
-    """An uninitialized fp32 scale of a 2-D x's granularity, in the layout quantize_fp8 returns."""
-    M, K = x.shape
+def scale_like(x: torch.Tensor, granularity: str, shape=None) -> torch.Tensor:
+    """An uninitialized fp32 scale of a 2-D x's granularity (or of an x of `shape` on x's
+    device), in the layout quantize_fp8 returns."""
+    M, K = x.shape if shape is None else shape
     f32 = dict(dtype=torch.float32, device=x.device)
     if granularity == "tensor":
         return torch.empty((), **f32)
@@ -322,6 +436,106 @@ def quantize_fp8(x: torch.Tensor, granularity: str = "row", dtype: torch.dtype =
                                                                                         torch.nn.Parameter)):
         return torch.ops.pingpong.quantize_fp8(x, granularity, dtype)
     return quantize_direct(x, granularity, dtype)
+
+
+#: quantize_fp8_pair's tiles (rows, columns): the amax pass; the cast, 128 × 128 in every mode (the
+#: block-wise groups need it; q's rows and qt's are then 128 bytes each), in 16 warps (the fp32
+#: tile and both casts of it in ~63 registers, ~123 block-wise; no spills)
+PAIR_AMAX_TILE, PAIR_CAST_TILE, PAIR_CAST_WARPS = (32, 256), (SCALE_BLOCK, SCALE_BLOCK), 16
+_PAIR_MODES = {"tensor": 0, "row": 1, "block": 2, "block128x128": 3}
+
+
+def padded_rows(M: int, pad: int) -> int:
+    """M' = M rounded up to a multiple of pad, at least one pad."""
+    return max(pad, -(-M // pad) * pad)
+
+
+def check_pair(x, granularity, dtype, pad, rows, cols, device_checks: bool = True) -> None:
+    check_quantize(x, granularity, dtype, device_checks)
+    if not isinstance(pad, int) or isinstance(pad, bool) or pad < 1:
+        raise PingpongError(f"pad: expected a positive int, got {pad!r}")
+    if granularity in ("block", "block128x128") and pad % SCALE_BLOCK:
+        raise PingpongError(f"pad: {granularity} scales along the rows need pad (= {pad}) to be a multiple of"
+                            f" {SCALE_BLOCK}")
+    if not (rows or cols):
+        raise PingpongError("rows, cols: at least one output must be asked for")
+
+
+def pair_like(x, granularity, dtype, pad, rows, cols):
+    """quantize_fp8_pair's outputs, uninitialized: (q, s, qt, st), the ones not asked for empty."""
+    M, K = x.shape
+    Mp = padded_rows(M, pad)
+    none = torch.empty(0, dtype=torch.float32, device=x.device)
+    q, s = ((x.new_empty(M, K, dtype=dtype), scale_like(x, granularity)) if rows else
+            (none.to(dtype), none))
+    qt, st = ((x.new_empty(K, Mp, dtype=dtype), scale_like(x, granularity, (K, Mp))) if cols else
+              (none.to(dtype), none.clone()))
+    return q, s, qt, st
+
+
+def quantize_pair_direct(x, granularity="row", dtype=torch.float8_e4m3fn, pad=16, rows=True, cols=True):
+    check_pair(x, granularity, dtype, pad, rows, cols)
+    q, s, qt, st = pair_like(x, granularity, dtype, pad, rows, cols)
+    if x.numel() == 0:  # nothing to read: the scales of empty (or zero-padding) groups, qt all padding
+        for t in (s, st):
+            t.fill_(_EPS / FP8_MAX[dtype])
+        qt.zero_()
+        return q, s, qt, st
+    if cols:
+        launch_pair(x, q, s, qt, st, granularity, rows, cols)
+    else:  # one axis: quantize_fp8's own kernels (one read for "row")
+        launch(x, q, s, granularity)
+    return q, s, qt, st
+
+
+def launch_pair(x, q, s, qt, st, granularity, rows, cols) -> None:
+    """quantize_fp8_pair's kernels on a checked, non-empty x and its outputs (pair_like): for
+    "tensor" and "row" the amax pass into one zeroed buffer, then the cast; block-wise the cast
+    alone. Through Triton's JIT (the interpreter for CPU tensors)."""
+    M, K = x.shape
+    Mp = qt.shape[1] if cols else M
+    mode = _PAIR_MODES[granularity]
+    interpret = x.device.type == "cpu"
+    amax = x  # (unread by the block-wise cast)
+    if mode < 2:
+        amax = torch.zeros(M + K if mode else 1, dtype=torch.float32, device=x.device)
+        bm, bk = PAIR_AMAX_TILE
+        meta = {} if interpret else dict(num_warps=8, **KERNEL_OPTIONS)
+        _pair_amax_kernel[(-(-M // bm) * -(-K // bk),)](
+            x, amax, amax[M:], M, K, x.stride(0), TENSOR=mode == 0, ROWS=rows, COLS=cols,
+            BLOCK_M=bm, BLOCK_K=bk, **meta)
+    bm, bk = PAIR_CAST_TILE
+    sq = (q.stride(0), *s.stride()) if rows and s.dim() == 2 else (K, 0, 0)
+    sqt = (qt.stride(0), *st.stride()) if cols and st.dim() == 2 else (Mp, 0, 0)
+    meta = {} if interpret else dict(num_warps=PAIR_CAST_WARPS, **KERNEL_OPTIONS)
+    _pair_cast_kernel[(-(-Mp // bm) * -(-K // bk),)](
+        x, q, s, qt, st, amax, amax[M:] if mode == 1 else amax, M, Mp, K, x.stride(0), sq[0], sqt[0], sq[1], sq[2],
+        sqt[1], sqt[2], FP8_MAX=FP8_MAX[q.dtype], MODE=mode, ROWS=rows, COLS=cols, BLOCK_M=bm, BLOCK_K=bk, **meta)
+
+
+def quantize_fp8_pair(x: torch.Tensor, granularity: str = "row", dtype: torch.dtype = torch.float8_e4m3fn,
+                      pad: int = 16, rows: bool = True, cols: bool = True):
+    """(q, s, qt, st) of a 2-D x (M, K) (module docstring, the pair table): (q, s) =
+    quantize_fp8(x, granularity, dtype); (qt, st) = quantize_fp8(xᵀ with M padded by zeros to M',
+    granularity, dtype): qt (K, M') contiguous, scaled along M — bitwise both, in fewer reads of
+    x. "block" and "block128x128" need pad a multiple of 128. rows / cols False: that pair is
+    not computed (empty tensors). While torch.compile traces, the ``pingpong::quantize_fp8_pair`` op."""
+    if torch.compiler.is_compiling() or (isinstance(x, torch.Tensor) and type(x) not in (torch.Tensor,
+                                                                                        torch.nn.Parameter)):
+        return torch.ops.pingpong.quantize_fp8_pair(x, granularity, dtype, pad, rows, cols)
+    return quantize_pair_direct(x, granularity, dtype, pad, rows, cols)
+
+
+@torch.library.custom_op("pingpong::quantize_fp8_pair", mutates_args=())
+def _quantize_pair_op(x: torch.Tensor, granularity: str, dtype: torch.dtype, pad: int, rows: bool,
+                      cols: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    return quantize_pair_direct(x, granularity, dtype, pad, rows, cols)
+
+
+@_quantize_pair_op.register_fake
+def _(x, granularity, dtype, pad, rows, cols):
+    check_pair(x, granularity, dtype, pad, rows, cols, device_checks=False)
+    return pair_like(x, granularity, dtype, pad, rows, cols)
 
 
 @torch.library.custom_op("pingpong::quantize_fp8", mutates_args=())

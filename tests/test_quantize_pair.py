@@ -1,0 +1,220 @@
+"""quantize_fp8_pair (pingpong.quantize): both axes of one operand, for FP8 training.
+
+The contract is bitwise: (q, s) = quantize_fp8(x) and (qt, st) = quantize_fp8(xᵀ with the rows
+padded by zeros to M'), the unfused route fp8_training took before. Checked
+
+- on the CPU, the kernels under Triton's interpreter against quantize_fp8 under the same
+  interpreter (its fp8 cast's flaws are then the same on both sides), every granularity, odd row
+  counts, zero rows and columns, outputs poisoned with NaN first, each output alone; the scales
+  also exactly amax / FP8_MAX of torch's group maxima;
+- offline for sm_90a: every kernel compiles without spills;
+- on a GPU (marked gpu): bf16, rows 1, 17, 777, K 128..16384, bitwise against quantize_fp8 and
+  the transposed copy, outputs NaN-poisoned.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from pingpong import PingpongError, quantize
+from pingpong.quantize import GRANULARITIES, quantize_fp8_pair
+
+E4M3 = torch.float8_e4m3fn
+
+_CHECK = textwrap.dedent("""
+    import sys, torch
+    from pingpong import quantize as Q
+
+    NAN = {torch.float8_e4m3fn: 0x7F, torch.float8_e5m2: 0x7F}  # a NaN byte of each fp8 kind
+
+
+    def unfused(x, g, dtype, pad):
+        M, K = x.shape
+        xt = x.new_zeros(K, Q.padded_rows(M, pad))
+        xt[:, :M] = x.t()
+        return (*Q.quantize_fp8(x, g, dtype), *Q.quantize_fp8(xt, g, dtype))
+
+
+    def bits(t):
+        return t.view(torch.uint8) if t.element_size() == 1 else t
+
+
+    def group_amax(t, rows, cols):  # amax of each (rows, cols) group (-1: the whole axis)
+        R, C = t.shape
+        rows, cols = (R if rows == -1 else rows), (C if cols == -1 else cols)
+        p = t.new_zeros(-(-R // rows) * rows, -(-C // cols) * cols)
+        p[:R, :C] = t.abs()
+        return p.view(p.shape[0] // rows, rows, p.shape[1] // cols, cols).amax((1, 3))
+
+
+    GROUPS = {"tensor": (-1, -1), "row": (1, -1), "block": (1, 128), "block128x128": (128, 128)}
+
+
+    def check(x, g, dtype, pad, rows=True, cols=True):
+        what = (g, tuple(x.shape), x.dtype, dtype, pad, rows, cols)
+        q, s, qt, st = Q.pair_like(x, g, dtype, pad, rows, cols)
+        for t in (q, qt):
+            t.view(torch.uint8).fill_(NAN[dtype])
+        for t in (s, st):
+            t.fill_(float("nan"))
+        if x.numel():
+            Q.launch_pair(x, q, s, qt, st, g, rows, cols)
+        else:
+            q, s, qt, st = Q.quantize_fp8_pair(x, g, dtype, pad, rows, cols)
+        want = unfused(x, g, dtype, pad)
+        fmax = Q.FP8_MAX[dtype]
+        for name, got, ref, on in (("q", q, want[0], rows), ("s", s, want[1], rows), ("qt", qt, want[2], cols),
+                                   ("st", st, want[3], cols)):
+            if not on:
+                assert got.numel() == 0, (what, name)
+                continue
+            assert got.shape == ref.shape and got.stride() == ref.stride(), (what, name, got.shape, ref.shape,
+                                                                             got.stride(), ref.stride())
+            assert torch.equal(bits(got), bits(ref)), (what, name)
+        if rows and x.numel():  # the scales, exactly, from torch's maxima along the right axis
+            amax = group_amax(x.float(), *GROUPS[g]).clamp_min(1e-12)
+            assert torch.equal(s.reshape(amax.shape), amax / fmax), (what, "s axis")
+        if cols and x.numel():
+            xt = x.new_zeros(qt.shape)
+            xt[:, :x.shape[0]] = x.t()
+            amax = group_amax(xt.float(), *GROUPS[g]).clamp_min(1e-12)
+            assert torch.equal(st.reshape(amax.shape), amax / fmax), (what, "st axis")
+            assert not qt[:, x.shape[0]:].float().any(), (what, "padding")
+
+
+    torch.manual_seed(int(sys.argv[1]))
+    print("seed", sys.argv[1])
+    for g in ("tensor", "row", "block", "block128x128"):
+        pad = 128 if g.startswith("block") else 16
+        for M in (1, 17, 200):
+            for K in (128, 384):
+                x = torch.randn(M, K) * torch.exp2(torch.randint(-4, 5, (M, 1)).float())
+                x = x * torch.exp2(torch.randint(-4, 5, (1, K)).float())
+                x[M // 2] = 0  # a zero row
+                x[:, 5] = 0  # a zero column
+                for src in (x, x.half()):
+                    check(src, g, torch.float8_e4m3fn, pad)
+        x = torch.randn(17, 256).half()
+        check(x, g, torch.float8_e5m2, pad)
+        check(x, g, torch.float8_e4m3fn, 2 * pad)  # more padding than one group
+        check(x, g, torch.float8_e4m3fn, pad, rows=False)
+        check(x, g, torch.float8_e4m3fn, pad, cols=False)
+        check(torch.zeros(17, 256).half(), g, torch.float8_e4m3fn, pad)  # amax 0 everywhere
+        check(torch.zeros(0, 256).half(), g, torch.float8_e4m3fn, pad)  # no rows: qt all padding
+    print("OK")
+""")
+
+
+@pytest.mark.slow
+def test_pair_under_the_interpreter_equals_the_unfused_route():
+    """Bitwise (q, s, qt, st) against quantize_fp8 of x and of xᵀ padded, under Triton's
+    interpreter (module docstring); the scales along the right axes; the padding zeros."""
+    seed = 40
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    r = subprocess.run([sys.executable, "-c", _CHECK, str(seed)], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0 and "OK" in r.stdout, f"seed {seed}: {r.stderr[-3000:]}"
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(granularity="col"), "granularity: expected one of"),
+    (dict(pad=0), "pad: expected a positive int, got 0"),
+    (dict(pad=True), "pad: expected a positive int"),
+    (dict(granularity="block", pad=16), r"pad: block scales along the rows need pad \(= 16\) to be a multiple of 128"),
+    (dict(granularity="block128x128", pad=64), "pad: block128x128"),
+    (dict(rows=False, cols=False), "rows, cols: at least one output"),
+    (dict(dtype=torch.float16), "dtype: expected one of"),
+])
+def test_pair_names_the_bad_argument_before_any_work(monkeypatch, kwargs, needle):
+    monkeypatch.setattr(quantize, "interpreter_enabled", lambda: True)
+    monkeypatch.setattr(quantize, "launch_pair", lambda *a: pytest.fail("launched"))
+    args = dict(granularity="row", dtype=E4M3, pad=16, rows=True, cols=True) | kwargs
+    with pytest.raises(PingpongError, match=needle):
+        quantize_fp8_pair(torch.randn(4, 256).half(), **args)
+
+
+@pytest.mark.parametrize("granularity", GRANULARITIES)
+def test_pair_fake_shapes(granularity):
+    """The op's fake implementation: the shapes and layouts quantize_fp8 gives x and xᵀ padded."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    pad = 128 if granularity.startswith("block") else 16
+    with FakeTensorMode():
+        x = torch.empty(17, 256, dtype=torch.bfloat16)
+        q, s, qt, st = torch.ops.pingpong.quantize_fp8_pair(x, granularity, E4M3, pad, True, True)
+        xt = torch.empty(256, pad * (-(-17 // pad)), dtype=torch.bfloat16)
+        assert q.shape == x.shape and qt.shape == xt.shape and qt.stride() == (xt.shape[1], 1)
+        assert s.shape == quantize.scale_like(x, granularity).shape
+        assert st.shape == quantize.scale_like(xt, granularity).shape
+        assert st.stride() == quantize.scale_like(xt, granularity).stride()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("granularity", GRANULARITIES)
+def test_pair_kernels_compile_for_sm90_without_spills(granularity):
+    from pingpong.runtime import compile as cc
+    from pingpong.toolchain import KERNEL_OPTIONS
+
+    M, K = 777, 4096
+    x = torch.empty(M, K, dtype=torch.bfloat16)
+    pad = 128 if granularity.startswith("block") else 16
+    q, s, qt, st = quantize.pair_like(x, granularity, E4M3, pad, True, True)
+    mode, amax = quantize._PAIR_MODES[granularity], torch.empty(M + K)
+    with cc.offline("sm_90a"):
+        compiled = []
+        if mode < 2:
+            bm, bk = quantize.PAIR_AMAX_TILE
+            compiled.append(quantize._pair_amax_kernel.warmup(
+                x, amax, amax[M:], M, K, K, TENSOR=mode == 0, ROWS=True, COLS=True, BLOCK_M=bm, BLOCK_K=bk,
+                num_warps=8, grid=(1,), **KERNEL_OPTIONS))
+        bm, bk = quantize.PAIR_CAST_TILE
+        ss, sst = (s.stride() if s.dim() == 2 else (0, 0)), (st.stride() if st.dim() == 2 else (0, 0))
+        compiled.append(quantize._pair_cast_kernel.warmup(
+            x, q, s, qt, st, amax, amax[M:], M, qt.shape[1], K, K, K, qt.shape[1], *ss, *sst, FP8_MAX=448.0,
+            MODE=mode, ROWS=True, COLS=True, BLOCK_M=bm, BLOCK_K=bk, num_warps=quantize.PAIR_CAST_WARPS, grid=(1,),
+            **KERNEL_OPTIONS))
+    for ck in compiled:
+        facts = cc.Compiled("pair", "sm_90a", dict(ck.asm), ck.metadata).facts()
+        assert facts.spill_bytes == 0, (granularity, facts.table())
+
+
+# ----------------------------------------------------------------------------- GPU
+
+
+def _gpu_unfused(x, g, pad):
+    M, K = x.shape
+    xt = x.new_zeros(K, quantize.padded_rows(M, pad))
+    xt[:, :M] = x.t()
+    return (*quantize.quantize_fp8(x, g), *quantize.quantize_fp8(xt, g))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("granularity", GRANULARITIES)
+@pytest.mark.parametrize("M", [1, 17, 777])
+@pytest.mark.parametrize("K", [128, 4096, 16384])
+def test_pair_on_the_gpu_equals_the_unfused_route(granularity, M, K):
+    """bf16 rows spread over 2^±4, a zero row and a zero column, outputs NaN-poisoned (the
+    caching allocator's next blocks): bitwise the unfused route, each output alone too."""
+    seed = 7 * M + K
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(M, K, generator=gen, device="cuda") * torch.exp2(
+        torch.randint(-4, 5, (M, 1), generator=gen, device="cuda").float())
+    x = x.to(torch.bfloat16)
+    x[M // 2], x[:, 3] = 0, 0
+    pad = 128 if granularity.startswith("block") else 16
+    want = _gpu_unfused(x, granularity, pad)
+    for rows, cols in ((True, True), (True, False), (False, True)):
+        torch.full((64 << 20,), float("nan"), device="cuda")  # freed: the outputs land on NaN
+        got = quantize_fp8_pair(x, granularity, E4M3, pad, rows, cols)
+        for name, a, b, on in zip(("q", "s", "qt", "st"), got, want, (rows, rows, cols, cols)):
+            what = f"{granularity} M={M} K={K} rows={rows} cols={cols} {name} seed {seed}"
+            if not on:
+                assert a.numel() == 0, what
+                continue
+            assert a.shape == b.shape and a.stride() == b.stride(), what
+            ab, bb = (a.view(torch.uint8), b.view(torch.uint8)) if a.element_size() == 1 else (a, b)
+            assert torch.equal(ab, bb), f"{what}: {(ab != bb).sum().item()} differ"
