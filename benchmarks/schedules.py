@@ -20,7 +20,8 @@ def config_name(c: KernelConfig) -> str:
     return (f"{c.schedule}:{c.block_m}x{c.block_n}x{c.block_k}" + (f"/s{c.stages}" if c.stages else "")
             + f"/g{c.group_m}" + (f"/e{c.epilogue_n}" if c.epilogue_n else "")
             + (f"/n{c.instr_n}" if c.instr_n else "") + (f"/k{c.split_k}" if c.split_k > 1 else "")
-            + ("/swap" if c.swap_ab else "") + (f"/c{c.cluster_m}" if c.cluster_m > 1 else ""))
+            + ("/swap" if c.swap_ab else "") + (f"/c{c.cluster_m}" if c.cluster_m > 1 else "")
+            + ("/sk" if c.stream_k else ""))
 
 
 def config_api(config: KernelConfig):
@@ -30,18 +31,19 @@ def config_api(config: KernelConfig):
 
 
 def parse_config(text: str) -> KernelConfig:
-    """SCHEDULE:BMxBNxBK[/sSTAGES][/gGROUP_M][/eEPILOGUE_N][/nINSTR_N][/kSPLIT_K][/swap][/cCLUSTER_M],
-    e.g. pingpong:128x128x64/s4/g8/e32, cooperative:128x16x64/k2/swap or pingpong:128x128x64/c2."""
+    """SCHEDULE:BMxBNxBK[/sSTAGES][/gGROUP_M][/eEPILOGUE_N][/nINSTR_N][/kSPLIT_K][/swap][/cCLUSTER_M][/sk],
+    e.g. pingpong:128x128x64/s4/g8/e32, cooperative:128x16x64/k2/swap, pingpong:128x128x64/c2 or
+    cooperative:128x128x64/sk (stream-K)."""
     m = re.fullmatch(r"(\w+):(\d+)x(\d+)x(\d+)(?:/s(\d+))?(?:/g(\d+))?(?:/e(\d+))?(?:/n(\d+))?(?:/k(\d+))?"
-                     r"(/swap)?(?:/c(\d+))?", text)
+                     r"(/swap)?(?:/c(\d+))?(/sk)?", text)
     if not m:
         raise argparse.ArgumentTypeError(
-            f"--configs: expected SCHEDULE:BMxBNxBK[/sS][/gG][/eE][/nN][/kSPLIT][/swap], got {text!r}")
-    sched, bm, bn, bk, stages, group, epi, instr, split, swap, cluster = m.groups()
+            f"--configs: expected SCHEDULE:BMxBNxBK[/sS][/gG][/eE][/nN][/kSPLIT][/swap][/cC][/sk], got {text!r}")
+    sched, bm, bn, bk, stages, group, epi, instr, split, swap, cluster, stream = m.groups()
     return KernelConfig(int(bm), int(bn), int(bk), stages=int(stages) if stages else None, schedule=sched,
                         group_m=int(group) if group else 8, epilogue_n=int(epi) if epi else None,
                         instr_n=int(instr) if instr else None, split_k=int(split) if split else 1,
-                        swap_ab=bool(swap), cluster_m=int(cluster) if cluster else 1)
+                        swap_ab=bool(swap), cluster_m=int(cluster) if cluster else 1, stream_k=bool(stream))
 
 
 def main(argv=None) -> int:
