@@ -1,20 +1,22 @@
-"""A transformers Llama (12 layers, hidden 2048, intermediate 8192, random bf16 weights) with
+"""A transformers Llama (by default 12 layers, hidden 2048, intermediate 8192, random bf16 weights) with
 every nn.Linear swapped by `pingpong.nn.replace_linear`, against the same model on torch, in
 each execution mode users run, and the logits error of each against an fp32 copy.
 
-    PYTHONPATH=src python benchmarks/model_bench.py [--layers 12] [--rounds 7]
+    PYTHONPATH=src python benchmarks/model_bench.py [--layers 12] [--rounds 7] [--hidden 2048
+        --intermediate 8192 --heads 16 --kv-heads 16 --train-seq 512]
         [--modes eager,graph,compiled,reduce-overhead,dynamic] [--workloads decode,prefill,train]
         [--fp8 tensor|row|row_gw_hp]
 
 `--fp8 RECIPE`: pingpong's model is swapped by `replace_linear(model, fp8=RECIPE,
 training=True)` instead (pingpong.fp8_training: FP8 forward and gradients; the logits error
 is then FP8's). `--modes compiled --workloads train --fp8 row` times FP8 training steps against
-the bf16 torch model.
+the bf16 torch model; a Llama-3-8B-shaped stack at 4 × 2048 tokens: `--hidden 4096
+--intermediate 14336 --heads 32 --kv-heads 8 --layers 4 --train-seq 2048`.
 
 Workloads (same tensors for both models):
     decode    forward of 32 sequences × 1 token (no KV cache: a decode-sized, host-bound call)
     prefill   forward of 4 × 1024 tokens, no grad
-    train     forward + cross-entropy + backward + SGD step on 4 × 512 tokens
+    train     forward + cross-entropy + backward + SGD step on 4 × --train-seq tokens
 Modes:
     eager            the models as they are
     graph            the eager forward captured once in a CUDA graph, then replayed
@@ -50,10 +52,11 @@ from pingpong.tools import bench
 from pingpong.tools.timing import alternated, kernel_us
 
 
-def llama(transformers, layers: int, dtype):
-    cfg = transformers.LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=8192,
-                                   num_hidden_layers=layers, num_attention_heads=16, num_key_value_heads=16,
-                                   max_position_embeddings=2048, tie_word_embeddings=False)
+def llama(transformers, args, dtype):
+    cfg = transformers.LlamaConfig(vocab_size=32000, hidden_size=args.hidden, intermediate_size=args.intermediate,
+                                   num_hidden_layers=args.layers, num_attention_heads=args.heads,
+                                   num_key_value_heads=args.kv_heads, max_position_embeddings=max(2048, args.train_seq),
+                                   tie_word_embeddings=False)
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(cfg).to(device="cuda", dtype=dtype).eval()
 
@@ -127,6 +130,11 @@ def gpu_ms(fn) -> tuple[float, float]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--layers", type=int, default=12)
+    p.add_argument("--hidden", type=int, default=2048)
+    p.add_argument("--intermediate", type=int, default=8192)
+    p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--kv-heads", type=int, default=16)
+    p.add_argument("--train-seq", type=int, default=512, help="the train workload's tokens per sequence (batch 4)")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
@@ -147,8 +155,9 @@ def main(argv=None) -> int:
         print("skipped: the test-model extra (transformers) is not installed", file=sys.stderr)
         return 2
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, transformers {transformers.__version__},"
-          f" Llama {args.layers} layers hidden 2048 intermediate 8192, bf16, rounds {args.rounds} × {args.iters} calls")
-    ref32 = llama(transformers, args.layers, torch.float32)
+          f" Llama {args.layers} layers hidden {args.hidden} intermediate {args.intermediate} heads {args.heads}/{args.kv_heads},"
+          f" train 4 × {args.train_seq}, bf16, rounds {args.rounds} × {args.iters} calls")
+    ref32 = llama(transformers, args, torch.float32)
     theirs = copy.deepcopy(ref32).to(torch.bfloat16)
     ours = copy.deepcopy(theirs)
     report = pingpong.nn.replace_linear(ours, **({} if args.fp8 is None else dict(fp8=args.fp8, training=True)))
@@ -158,7 +167,7 @@ def main(argv=None) -> int:
     g = torch.Generator(device="cuda").manual_seed(1)
     ids = {"decode": torch.randint(0, 32000, (32, 1), device="cuda", generator=g),
            "prefill": torch.randint(0, 32000, (4, 1024), device="cuda", generator=g),
-           "train": torch.randint(0, 32000, (4, 512), device="cuda", generator=g)}
+           "train": torch.randint(0, 32000, (4, args.train_seq), device="cuda", generator=g)}
     others = [torch.randint(0, 32000, (4, n), device="cuda", generator=g) for n in (384, 448)]
 
     def forward(model, x):
