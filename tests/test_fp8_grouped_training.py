@@ -164,6 +164,33 @@ def test_each_product_scales_along_its_contraction(kernels, shape):
         torch.testing.assert_close(sb, want, rtol=0, atol=0, msg=f"{name}: scale_b axis")
 
 
+@pytest.mark.parametrize("shape", [(2, 256, 384), (3, 256, 256)])
+def test_block_wise_forward_and_data_gradient(kernels, shape):
+    """The block-wise products (1×128 activations, 128×128 weights; no grouped recipe serves
+    them yet: "block" promises an FP8 weight gradient): y and dX against float64 within the
+    e4m3 bound of their blocks, and each launch's scales the amax / 448 of its blocks along the
+    contraction, scale_b of dX the forward's 128×128 grid transposed."""
+    G, N, K = shape
+    gen = torch.Generator().manual_seed(11)
+    sizes = [0, 17, 130][:G] if G == 3 else [1, 200]
+    T = sum(sizes)
+    w, x, g = spread(G, N, K, gen=gen).to(F16), spread(T, K, gen=gen).to(F16), spread(T, N, gen=gen).to(F16)
+    offs = torch.tensor(sizes, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    y, dx = fgt._forward(x, w, offs, "block"), fgt._data_grad(g, w, offs, "block", F16)
+    X, W, Gd = x.double(), w.double(), g.double()
+    for name, got, A, B in (("Y", y, X, W.transpose(1, 2)), ("dX", dx, Gd, W)):
+        ref, ok = torch.zeros(T, B.shape[2], dtype=torch.float64), torch.zeros(T, B.shape[2], dtype=torch.float64)
+        for gi, (s, e) in enumerate(group_bounds(offs, T)):
+            ref[s:e] = A[s:e] @ B[gi]
+            ok[s:e] = bound(A[s:e], B[gi], scales_of(A[s:e], (1, 128)), scales_of(B[gi], (128, 128)))
+        check_close(got, ref, ok, f"block {shape} {name}")
+    for (name, A, B), (a, b, sa, sb, _) in zip((("Y", X, W.transpose(1, 2)), ("dX", Gd, W)), kernels):
+        assert b.shape == B.shape and b.stride(1) == 1 and sa.stride(0) == 1, name
+        torch.testing.assert_close(sa, group_amax(A.float(), (1, 128)) / FMAX, rtol=0, atol=0, msg=f"{name}: scale_a")
+        want = torch.stack([group_amax(B[i].float(), (128, 128)).t() for i in range(G)]) / FMAX
+        torch.testing.assert_close(sb, want, rtol=0, atol=0, msg=f"{name}: scale_b blocks")
+
+
 def test_recipes_are_the_dense_tables_with_a_high_precision_weight_gradient():
     """The grouped path serves the dense recipes whose dW is in the inputs' precision, by
     either name; the others (FP8 dW) and unknown names are refused naming the argument."""
