@@ -19,7 +19,7 @@ from pingpong import PingpongError, fp8_grouped, fp8_grouped_training as fgt, gr
 from pingpong.fp8_training import RECIPES
 from pingpong.runtime import plan
 from fp8_groups import group_amax, per_element, scales_of
-from test_fp8_training import _cast, bound
+from test_fp8_training import RecordedPlan, _cast, bound, check_close
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
               pytest.mark.filterwarnings("ignore::UserWarning")]
@@ -38,15 +38,12 @@ def group_bounds(offs, T):
     return out
 
 
-class RecordedGroupedPlan(plan.Plan):
+class RecordedGroupedPlan(RecordedPlan):
     """scaled_grouped_mm's plan as a per-group float64 product of the dequantized operands,
     scales read in the kernel's layouts (row: scale_a (T,), scale_b (G, N); block: scale_a
     (T, K/128), scale_b (G, N/128, K/128)); every launch recorded."""
     __slots__ = ()
     runs: list = []
-
-    def __init__(self):
-        self.device, self.path, self.activation, self.extents = -1, "recorded", "none", None
 
     def run(self, a, b, out, args):
         sa, sb, offs = args.scale_a, args.scale_b, args.offs
@@ -102,16 +99,6 @@ def run(shape, sizes, seed, recipe="row_gw_hp", tail=3):
     y = fgt.fp8_grouped_linear(x, w, offs, recipe)
     y.backward(g)
     return x, w, g, y, offs
-
-
-def check_close(got, ref, allowed, what):
-    got = got.double()
-    assert got.shape == ref.shape, f"{what}: shape {tuple(got.shape)} != {tuple(ref.shape)}"
-    assert torch.isfinite(got).all(), f"{what}: non-finite"
-    err = (got - ref).abs()
-    assert (err <= allowed).all(), f"{what}: |err| {(err - allowed).max().item():.3g} past the e4m3 bound"
-    rel = (err.norm() / ref.norm()).item()
-    assert rel < 0.08, f"{what}: relative norm error {rel:.3g}"
 
 
 @pytest.mark.parametrize("recipe", fgt.GROUPED_RECIPES)

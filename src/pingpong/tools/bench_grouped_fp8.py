@@ -179,24 +179,33 @@ def bench_block_case(model: str, tokens: int, routing: str, reps: int, rounds: i
                 loop_spread=(min(lp / o for o, lp in zip(t_o, t_l)), max(lp / o for o, lp in zip(t_o, t_l))))
 
 
+def _case(r) -> str:
+    """A row's first columns: model, tokens, routing."""
+    return f"{r['model']:<14} {r['tokens']:>6} {r['routing']:<8}"
+
+
+def _stats(values) -> str:
+    """geomean, count and min of ratios, as the tables' summary lines give them."""
+    return f"{math.exp(sum(map(math.log, values)) / len(values)):.3f} over {len(values)}, min {min(values):.3f}"
+
+
 def format_block_rows(rows) -> str:
     head = (f"{'model':<14} {'tokens':>6} {'routing':<8} {'ours TF':>8} {'ms':>8} {'row/ours':>8} {'spread':>11}"
             f" {'loop':<8} {'loop/ours':>9} {'spread':>11}")
     lines = [head, "-" * len(head)]
     for r in rows:
         if r.get("status") != "ok":
-            lines.append(f"{r['model']:<14} {r['tokens']:>6} {r['routing']:<8} {r.get('status')} {r.get('rel_diff', '')}")
+            lines.append(f"{_case(r)} {r.get('status')} {r.get('rel_diff', '')}")
             continue
         (rl, rh), (ll, lh) = r["row_spread"], r["loop_spread"]
-        lines.append(f"{r['model']:<14} {r['tokens']:>6} {r['routing']:<8} {r['tf_ours']:>8.1f} {r['ms_ours']:>8.3f}"
+        lines.append(f"{_case(r)} {r['tf_ours']:>8.1f} {r['ms_ours']:>8.3f}"
                      f" {r['ratio_row']:>8.3f} {rl:.3f}-{rh:.3f} {r['loop']:<8} {r['ratio_loop']:>9.3f}"
                      f" {ll:.3f}-{lh:.3f}")
     ok = [r for r in rows if r.get("status") == "ok"]
     for key, what in (("ratio_row", "row-wise grouped / block-wise"), ("ratio_loop", "per-group loop / block-wise")):
         sub = [r[key] for r in ok]
         if sub:
-            lines.append(f"{what}: geomean {math.exp(sum(map(math.log, sub)) / len(sub)):.3f} over {len(sub)},"
-                         f" min {min(sub):.3f}")
+            lines.append(f"{what}: geomean {_stats(sub)}")
     return "\n".join(lines)
 
 
@@ -207,17 +216,15 @@ def format_rows(rows) -> str:
     for r in rows:
         acc = ("fast" if r["fast"] else "promoted") + ("*" if r.get("torch_fast", r["fast"]) != r["fast"] else "")
         if r.get("status") != "ok":
-            lines.append(f"{r['model']:<14} {r['tokens']:>6} {r['routing']:<8} {acc:<8} {r.get('status')}"
-                         f" {r.get('rel_diff', '')}")
+            lines.append(f"{_case(r)} {acc:<8} {r.get('status')} {r.get('rel_diff', '')}")
             continue
-        lines.append(f"{r['model']:<14} {r['tokens']:>6} {r['routing']:<8} {acc:<8} {r['tf_ours']:>8.1f}"
+        lines.append(f"{_case(r)} {acc:<8} {r['tf_ours']:>8.1f}"
                      f" {r['tf_torch']:>8.1f} {r['ratio']:>6.3f} {r['lo']:.3f}-{r['hi']:.3f}")
     ok = [r for r in rows if r.get("status") == "ok"]
     for fast in (False, True):
         sub = [r["ratio"] for r in ok if r["fast"] == fast]
         if sub:
-            lines.append(f"{'fast' if fast else 'promoted'}: geomean ratio (torch / ours) "
-                         f"{math.exp(sum(map(math.log, sub)) / len(sub)):.3f} over {len(sub)}, min {min(sub):.3f}")
+            lines.append(f"{'fast' if fast else 'promoted'}: geomean ratio (torch / ours) {_stats(sub)}")
     if any(r.get("torch_fast", r["fast"]) != r["fast"] for r in ok):
         lines.append("*: torch refused this accumulation mode; its other one was timed")
     return "\n".join(lines)
@@ -227,18 +234,26 @@ def run(models=None, tokens=None, reps=100, rounds=3, json_path=None, seed=0, fa
     """Every (model, tokens, routing) case; rows to stderr as they finish, the table last;
     `json_path` rewritten after each row. Exit 0 when every case is ok. `scaling` "row" or
     "block" (module docstring)."""
+    cases = [(m, t, r) for m in (models or MOE_MODELS) for t in (tokens or MOE_TOKENS) for r in ROUTINGS]
+    if scaling == "block":
+        return _run_cases(cases, lambda m, t, r: bench_block_case(m, t, r, reps, rounds, seed), format_block_rows,
+                          json_path, fast=fast)
+    return _run_cases(cases, lambda m, t, r: bench_case(m, t, r, fast, reps, rounds, seed), format_rows, json_path,
+                      fast=fast)
+
+
+def _run_cases(cases, measure, table, json_path, **fields) -> int:
+    """measure(model, tokens, routing) of each case (an exception is the case's ERROR row, with
+    `fields`); rows to stderr as they finish, table(rows) last; `json_path` rewritten after each
+    row. Exit 0 when every case is ok."""
     import torch
 
-    cases = [(m, t, r) for m in (models or MOE_MODELS) for t in (tokens or MOE_TOKENS) for r in ROUTINGS]
     rows = []
     for i, (model, tok, routing) in enumerate(cases, 1):
         try:
-            if scaling == "block":
-                row = bench_block_case(model, tok, routing, reps, rounds, seed)
-            else:
-                row = bench_case(model, tok, routing, fast, reps, rounds, seed)
+            row = measure(model, tok, routing)
         except Exception as e:  # reported; the run goes on
-            row = dict(model=model, tokens=tok, routing=routing, fast=fast,
+            row = dict(model=model, tokens=tok, routing=routing, **fields,
                        status=f"ERROR: {type(e).__name__}: {e}"[:200])
         rows.append(row)
         print(f"[{i}/{len(cases)}] {row}", file=sys.stderr, flush=True)
@@ -246,9 +261,8 @@ def run(models=None, tokens=None, reps=100, rounds=3, json_path=None, seed=0, fa
             with open(json_path, "w") as f:
                 json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f, indent=1)
         torch.cuda.empty_cache()
-    print(format_block_rows(rows) if scaling == "block" else format_rows(rows))
+    print(table(rows))
     return 0 if all(r.get("status") == "ok" for r in rows) else 1
-
 
 #: --products train's defaults: the DeepSeek-V3- and Qwen3-30B-A3B-shaped experts at 8192 tokens
 TRAIN_MODELS, TRAIN_TOKENS = ("qwen3-30b-a3b", "deepseek-v3"), (8192,)
@@ -333,36 +347,20 @@ def format_training_rows(rows) -> str:
     lines = [head, "-" * len(head)]
     for r in rows:
         if r.get("status") != "ok":
-            lines.append(f"{r['model']:<14} {r['tokens']:>6} {r['routing']:<8} {r.get('status')} {r.get('rel_diff', '')}")
+            lines.append(f"{_case(r)} {r.get('status')} {r.get('rel_diff', '')}")
             continue
-        lines.append(f"{r['model']:<14} {r['tokens']:>6} {r['routing']:<8} {r['rows']:>6} {r['ms_bf16']:>8.3f}"
+        lines.append(f"{_case(r)} {r['rows']:>6} {r['ms_bf16']:>8.3f}"
                      f" {r['ms_fp8']:>8.3f} {r['tf_bf16']:>8.1f} {r['tf_fp8']:>8.1f} {r['ratio']:>8.3f}"
                      f" {r['lo']:.3f}-{r['hi']:.3f}")
     ratios = [r["ratio"] for r in rows if r.get("status") == "ok"]
     if ratios:
-        lines.append(f"MoE experts forward + backward, FP8 row_gw_hp vs bf16 grouped_mm: geomean "
-                     f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f} over {len(ratios)}, min {min(ratios):.3f}")
+        lines.append(f"MoE experts forward + backward, FP8 row_gw_hp vs bf16 grouped_mm: geomean {_stats(ratios)}")
     return "\n".join(lines)
 
 
 def run_training(models=None, tokens=None, reps=20, rounds=3, json_path=None, seed=0) -> int:
-    """--products train: every (model, tokens, routing) case of `bench_training_case`; rows to
-    stderr as they finish, one table last; `json_path` rewritten after each row. Exit 0 when
-    every case is ok."""
-    import torch
-
+    """--products train: every (model, tokens, routing) case of `bench_training_case`, one table
+    last (`_run_cases`). Exit 0 when every case is ok."""
     cases = [(m, t, r) for m in (models or TRAIN_MODELS) for t in (tokens or TRAIN_TOKENS) for r in ROUTINGS]
-    rows = []
-    for i, (model, tok, routing) in enumerate(cases, 1):
-        try:
-            row = bench_training_case(model, tok, routing, reps, rounds, seed)
-        except Exception as e:  # reported; the run goes on
-            row = dict(model=model, tokens=tok, routing=routing, status=f"ERROR: {type(e).__name__}: {e}"[:200])
-        rows.append(row)
-        print(f"[{i}/{len(cases)}] {row}", file=sys.stderr, flush=True)
-        if json_path:
-            with open(json_path, "w") as f:
-                json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f, indent=1)
-        torch.cuda.empty_cache()
-    print(format_training_rows(rows))
-    return 0 if all(r.get("status") == "ok" for r in rows) else 1
+    return _run_cases(cases, lambda m, t, r: bench_training_case(m, t, r, reps, rounds, seed), format_training_rows,
+                      json_path)
