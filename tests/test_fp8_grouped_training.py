@@ -339,3 +339,30 @@ def test_use_pingpong_experts_names_what_fp8_cannot_serve(monkeypatch, kw, needl
     with pytest.raises(PingpongError, match=needle):
         moe.use_pingpong_experts(model, **kw)
     assert not hasattr(model.layers[0].experts, moe.FP8_ATTRIBUTE)
+
+
+def test_compile_records_the_op_and_the_backward_products(kernels):
+    """Under torch.compile the forward is one pingpong::fp8_grouped_linear node; the backward
+    graph holds dX's FP8 grouped product and dW's ragged-K grouped_mm as pingpong ops (their fake
+    implementations checked the operands); the compiled gradients equal the eager ones."""
+    from test_fp8_training import graphs_of, pingpong_nodes
+
+    gen = torch.Generator().manual_seed(4)
+    w = spread(3, 48, 64, gen=gen).to(F16).requires_grad_()
+    x = spread(40, 64, gen=gen).to(F16).requires_grad_()
+    offs = torch.tensor([7, 7, 33], dtype=torch.int32)
+
+    def step(x, w):
+        return (fgt.fp8_grouped_linear(x, w, offs).float() ** 2).sum()
+
+    step(x, w).backward()
+    eager = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    graphs = graphs_of(step, x, w)
+    assert len(pingpong_nodes(graphs["forward"], "fp8_grouped_linear")) == 1
+    mms = pingpong_nodes(graphs["backward"], "scaled_grouped_mm")
+    assert len(mms) == 1 and tuple(mms[0].meta["val"].shape) == (40, 64)
+    dws = pingpong_nodes(graphs["backward"], "grouped_mm")
+    assert [tuple(n.meta["val"].shape) for n in dws if "scaled" not in str(n.target)] == [(3, 48, 64)]
+    torch.testing.assert_close(x.grad, eager[0], rtol=0, atol=0)
+    torch.testing.assert_close(w.grad, eager[1], rtol=0, atol=0)

@@ -52,7 +52,6 @@ from .errors import PingpongError, check_tensor
 from .fp8_grouped import scaled_grouped_mm
 from .fp8_training import GRAD_DTYPE, RECIPES, recipe_name, training_shape_reason
 from .grouped import grouped_mm
-from .portable import grouped as portable_grouped
 from .quantize import quantize_fp8
 from .runtime.spec import SCALE_BLOCK
 
@@ -164,7 +163,16 @@ def _data_grad(g, weight, offs, recipe: str, dtype) -> Tensor:
         q, s = quantize_fp8(weight.transpose(1, 2).reshape(G * K, N), r.weight, GRAD_DTYPE)  # Wᵀ: a copy
         qwt, swt = q.view(G, K, N), s.view(G, K)
     dx = scaled_grouped_mm(qg, qwt.transpose(1, 2), _activation_scale(sg, r.granularity), swt, offs, out_dtype=dtype)
-    return portable_grouped.zero_tail(dx, offs, interpret=dx.device.type == "cpu")
+    return _zero_tail(dx, offs)
+
+
+def _zero_tail(dx: Tensor, offs: Tensor) -> Tensor:
+    """dx's rows at and past offs[-1] set to zero, in torch ops (read on the device, no sync; the
+    backward's graph under torch.compile records them, where a raw kernel launch cannot be)."""
+    if offs.shape[0] == 0:
+        return dx.zero_()
+    rows = torch.arange(dx.shape[0], device=dx.device, dtype=offs.dtype)
+    return dx.masked_fill_((rows >= offs[-1])[:, None], 0)
 
 
 def _weight_grad(g, x, offs, dtype) -> Tensor:
