@@ -26,18 +26,22 @@ inputs' precision, quantized along its rows (N): the dense "row" recipe's copy; 
 change every step, so no copy can be kept between calls. Block-wise (1×128 activations,
 128×128 weights, DeepSeek-V3), a 128×128 block is the same set of values in W_g and W_gᵀ, so
 dX reuses W's forward quantization transposed: an fp8 copy of qᵀ (half the bytes) and the
-small grid of scales, transposed contiguous to (G, K/128, N/128).
+small grid of scales, transposed contiguous to (G, K/128, N/128). No grouped recipe selects
+the block-wise products yet ("block" promises an FP8 weight gradient); they are tested alone.
 
-The weight gradient contracts each expert's tokens, a ragged K. An FP8 one needs the tokens of
-every group quantized along themselves (per group and column), each group's tokens padded to
-the kernel's K rule, and an FP8 ragged-K kernel: none is built, so the grouped recipes are the
-dense table's recipes whose weight gradient is in the inputs' precision (GROUPED_RECIPES:
+The weight gradient contracts each expert's tokens, a ragged K. An FP8 one needs dYᵀ and Xᵀ
+with the tokens contiguous (fp8 wgmma reads K-major only), each expert's tokens quantized
+along themselves (one scale per expert and column) and padded on the device to the kernel's K
+rule, and a kernel whose K is ragged along the contiguous dimension: the bf16 ragged-K kernel
+(pingpong.hopper.grouped_k) reads the tokens as rows, and its ragged TMA descriptor cannot be
+ragged in the contiguous dimension. None is built, so the grouped recipes are the dense
+table's recipes whose weight gradient is in the inputs' precision (GROUPED_RECIPES:
 "row_gw_hp", torchao's "rowwise_with_gw_hp"; the others are refused naming the recipe).
 
 Rows of the output past offs[-1] are not written (as grouped_mm's forward); dX sets them to
 zero. What the recipe cannot serve (K or N not a multiple of 16, of 128 block-wise), x not
-(T, K) bf16/fp16 with contiguous rows, a weight of another dtype or device or without
-contiguous rows, offs not (G,) int32 on x's device, a recipe with an FP8 weight gradient:
+(T, K) bf16/fp16 with contiguous rows, a weight of another dtype or device or not a
+contiguous (G, N, K), offs not (G,) int32 on x's device, a recipe with an FP8 weight gradient:
 PingpongError naming the argument before any work; so is a double backward.
 """
 
