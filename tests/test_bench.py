@@ -65,6 +65,10 @@ def test_validation_names_the_option(argv, option):
     (["--op", "grouped", "--dtype", "fp16"], "--dtype"),            # grouped runs bf16 or fp8, not fp16
     (["--op", "grouped", "--dtype", "fp8", "--products", "wgrad"], "--products"),  # no FP8 backward
     (["--op", "grouped", "--dtype", "fp8", "--scaling", "tensor"], "--scaling"),   # row- or block-wise only
+    (["--op", "grouped", "--products", "train"], "--products: train .* needs --dtype fp8"),
+    (["--op", "grouped", "--dtype", "fp8", "--products", "train", "forward"], "--products"),  # one of them
+    (["--op", "grouped", "--dtype", "fp8", "--products", "train", "--scaling", "block"], "--scaling"),  # row_gw_hp
+    (["--op", "grouped", "--dtype", "fp8", "--products", "train", "--fast-accum"], "--fast-accum"),
 ])
 def test_grouped_options_refused_not_ignored(argv, option):
     with pytest.raises(PingpongError, match=option):
@@ -88,6 +92,32 @@ def test_grouped_fp8_dispatches_to_the_scaled_grouped_bench(monkeypatch):
     assert (kind, kind2, kind3) == ("fp8", "bf16", "fp8")
     assert a[0] == ["mixtral-8x7b"] and a[1] == [512] and a[-2] is True  # models, tokens, fast accumulation
     assert a[-1] == "row" and a3[-1] == "block"  # the scaling
+
+
+def test_grouped_fp8_train_dispatches_to_the_training_bench(monkeypatch):
+    """--op grouped --dtype fp8 --products train times an MoE block's forward + backward
+    (bench_grouped_fp8.run_training) with the models and tokens given."""
+    from pingpong.tools import bench_grouped_fp8
+
+    calls = []
+    monkeypatch.setattr(bench, "no_gpu_reason", lambda: None)
+    monkeypatch.setattr(bench_grouped_fp8, "run_training", lambda *a: calls.append(a) or 0)
+    monkeypatch.setattr(bench_grouped_fp8, "run", lambda *a: pytest.fail("the forward bench ran"))
+    assert bench.run(parse("--op", "grouped", "--dtype", "fp8", "--products", "train", "--models", "deepseek-v3",
+                           "--tokens", "8192", "--rounds", "2", "--quick")) == 0
+    (a,) = calls
+    assert a[:2] == (["deepseek-v3"], [8192]) and a[3] == 2  # models, tokens, reps, rounds
+
+
+def test_grouped_fp8_train_table():
+    from pingpong.tools.bench_grouped_fp8 import format_training_rows
+
+    ok = dict(status="ok", rows=65536, ms_bf16=2.0, ms_fp8=1.0, tf_bf16=300.0, tf_fp8=600.0, lo=1.9, hi=2.1)
+    rows = [dict(model="m", tokens=8192, routing="balanced", ratio=2.0, **ok),
+            dict(model="m", tokens=8192, routing="zipf", ratio=0.5, **ok),
+            dict(model="m", tokens=8192, routing="zipf", status="FAILED", rel_diff=0.5)]
+    text = format_training_rows(rows)
+    assert "FP8 row_gw_hp vs bf16 grouped_mm: geomean 1.000 over 2, min 0.500" in text and "FAILED" in text
 
 
 def test_grouped_fp8_block_table():

@@ -94,7 +94,8 @@ LAYERS = (
     ("public API", ("pingpong.api", "pingpong.functional", "pingpong.grouped", "pingpong.fp8", "pingpong.fp8_grouped",
                     "pingpong.quantize", "pingpong.fused", "pingpong.streaming", "pingpong.streaming.api")),
     # torch integration built on the functions, as torch.nn on torch.nn.functional
-    ("torch modules", ("pingpong.nn", "pingpong.distributed", "pingpong.moe", "pingpong.fp8_training")),
+    ("torch modules", ("pingpong.nn", "pingpong.distributed", "pingpong.moe", "pingpong.fp8_training",
+                       "pingpong.fp8_grouped_training")),
     ("package", ("pingpong",)),  # the lazy front door: every public name
     ("tools", ("pingpong.__main__", "pingpong.tools.*", "pingpong.schedule.*", "pingpong.streaming.bench",
                "pingpong.streaming.__main__")),

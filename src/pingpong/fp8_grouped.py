@@ -44,8 +44,9 @@ block-wise: K or N not a multiple of 128, scale_b's group count (shape[0]) other
 length, scale_a not (T, K/128) outer-dim-major, scale_b not (G, N/128, K/128) contiguous in
 K/128, a block-wise scale_a beside a row-wise scale_b; offs not a 1-D contiguous int32
 tensor on a's device, or of a length other than b's group count; an out_dtype or
-use_fast_accum of another kind; inputs that require grad (inference only: there is no
-backward); a device that is not a Hopper GPU.
+use_fast_accum of another kind; inputs that require grad (the FP8 operands have no
+backward: MoE experts train through pingpong.fp8_grouped_training.fp8_grouped_linear, which
+quantizes inside); a device that is not a Hopper GPU.
 
 Where it runs: a call builds one grouped GemmSpec with its scales in the epilogue
 (pingpong.runtime.spec.build_grouped), the plan cache's key; a new spec is validated once

@@ -23,15 +23,28 @@ per-expert loop, "grouped_mm" torch._grouped_mm). We register `experts_forward` 
 "pingpong" and select it with `model.set_experts_implementation("pingpong")` (or the
 config's `_experts_implementation` where that method is missing). Nothing else of the model
 changes: the router, the shared experts and the rest run as before.
+
+FP8 (`use_pingpong_experts(model, fp8="row_gw_hp")`, for training and inference): both
+projections go through pingpong.fp8_grouped_training.fp8_grouped_linear instead of grouped_mm,
+the forward and the data gradient as FP8 grouped products with the recipe's scales, the weight
+gradient in the parameters' precision (that module's docstring). The recipe is checked, and
+every experts module's shapes against it (K and N multiples of 16, of 128 block-wise), before
+anything of the model changes; the chosen recipe is kept on each experts module (FP8_ATTRIBUTE),
+and `fp8=None` takes it off again.
 """
 
 from __future__ import annotations
 
 import torch
 
+from .errors import PingpongError
+from .fp8_grouped_training import fp8_grouped_linear, grouped_recipe
+from .fp8_training import training_shape_reason
 from .grouped import grouped_mm
 
 IMPLEMENTATION = "pingpong"
+#: the FP8 recipe of an experts module (a name in fp8_grouped_training.GROUPED_RECIPES), or absent: bf16
+FP8_ATTRIBUTE = "pingpong_fp8"
 
 
 def routing(top_k_index: torch.Tensor, top_k_weights: torch.Tensor, num_experts: int):
@@ -57,8 +70,15 @@ def experts_forward(experts: torch.nn.Module, hidden_states: torch.Tensor, top_k
     num_experts = gate_up_w.shape[0]
     _, tokens, weights, offs = routing(top_k_index, top_k_weights, num_experts)
     transposed = getattr(experts, "experts_are_transposed", False)  # (E, H, 2I) / (E, I, H) as stored
+    recipe = getattr(experts, FP8_ATTRIBUTE, None)
+
+    def project(inp, w):
+        if recipe is None:
+            return grouped_mm(inp, w if transposed else w.transpose(1, 2), offs)
+        return fp8_grouped_linear(inp, w.transpose(1, 2).contiguous() if transposed else w, offs, recipe)
+
     x = hidden_states[tokens]
-    gate_up = grouped_mm(x, gate_up_w if transposed else gate_up_w.transpose(1, 2), offs)
+    gate_up = project(x, gate_up_w)
     expert_of_pair = None
     if getattr(experts, "gate_up_proj_bias", None) is not None:
         expert_of_pair = torch.searchsorted(offs, torch.arange(x.shape[0], device=x.device, dtype=torch.int32),
@@ -69,7 +89,7 @@ def experts_forward(experts: torch.nn.Module, hidden_states: torch.Tensor, top_k
     else:
         gate, up = gate_up.chunk(2, dim=-1)
         h = experts.act_fn(gate) * up
-    y = grouped_mm(h.contiguous(), down_w if transposed else down_w.transpose(1, 2), offs)
+    y = project(h.contiguous(), down_w)
     if getattr(experts, "down_proj_bias", None) is not None:
         if expert_of_pair is None:
             expert_of_pair = torch.searchsorted(offs, torch.arange(x.shape[0], device=x.device, dtype=torch.int32),
@@ -86,9 +106,47 @@ def register() -> None:
     ExpertsInterface.register(IMPLEMENTATION, experts_forward)
 
 
-def use_pingpong_experts(model, implementation: str = IMPLEMENTATION):
+def experts_modules(model):
+    """(name, module) of every experts module of the model: stacked 3-D gate_up_proj and down_proj."""
+    return [(name, m) for name, m in model.named_modules()
+            if getattr(getattr(m, "gate_up_proj", None), "dim", lambda: 0)() == 3
+            and getattr(getattr(m, "down_proj", None), "dim", lambda: 0)() == 3]
+
+
+def check_fp8_experts(model, fp8, implementation: str):
+    """fp8's recipe name (None: bf16), every experts module's weight shapes checked against it
+    (fp8_grouped_training.training_shape_reason: K and N): PingpongError naming the argument and
+    the layer. Dtypes and devices are the call's checks (a model may be cast after this)."""
+    if fp8 is None:
+        return None
+    recipe = grouped_recipe(fp8, "fp8")
+    if implementation != IMPLEMENTATION:
+        raise PingpongError(f"fp8: runs on the {IMPLEMENTATION!r} implementation, got implementation={implementation!r}")
+    found = experts_modules(model)
+    if not found:
+        raise PingpongError("model: no experts module (stacked 3-D gate_up_proj and down_proj) to run in FP8")
+    for name, m in found:
+        transposed = getattr(m, "experts_are_transposed", False)
+        for pname in ("gate_up_proj", "down_proj"):
+            E, N, K = getattr(m, pname).shape
+            N, K = (K, N) if transposed else (N, K)  # (E, N, K) as fp8_grouped_linear takes it
+            why = training_shape_reason(N, K, recipe)
+            if why:
+                raise PingpongError(f"fp8: {name}.{pname} (E, N, K) = {(E, N, K)} cannot run recipe {recipe!r}: {why}")
+    return recipe
+
+
+def use_pingpong_experts(model, implementation: str = IMPLEMENTATION, fp8=None):
     """Compute every MoE layer of a transformers model with `implementation` ("pingpong", or
-    back to "eager" / "grouped_mm"); returns the model."""
+    back to "eager" / "grouped_mm"); returns the model. `fp8`: a recipe of
+    pingpong.fp8_grouped_training.GROUPED_RECIPES ("row_gw_hp") runs the experts' products in
+    FP8 (module docstring), trainable; None: bf16 (grouped_mm). Checked before any change."""
+    recipe = check_fp8_experts(model, fp8, implementation)
+    for _, m in experts_modules(model):
+        if recipe is None:
+            m.__dict__.pop(FP8_ATTRIBUTE, None)
+        else:
+            setattr(m, FP8_ATTRIBUTE, recipe)
     register()
     try:
         model.set_experts_implementation(implementation)

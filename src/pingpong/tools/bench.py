@@ -106,7 +106,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "--dtype fp8: scaled_grouped_mm vs torch._scaled_grouped_mm, the forward, row-wise scales)")
     p.add_argument("--models", nargs="+", help="--op grouped: MoE models (default: all of suites.MOE_MODELS)")
     p.add_argument("--tokens", nargs="+", type=int, help="--op grouped: token counts (default: suites.MOE_TOKENS)")
-    p.add_argument("--products", nargs="+", help="--op grouped: forward, dgrad, wgrad (default: all three)")
+    p.add_argument("--products", nargs="+", help="--op grouped: forward, dgrad, wgrad (default: all three); with "
+                   "--dtype fp8: forward (default) or train (an MoE block's experts forward + backward, FP8 training"
+                   " vs bf16)")
     p.add_argument("--csv", metavar="FILE", help="write the rows as CSV")
     p.add_argument("--json", metavar="FILE", help="write header, rows and geometric mean as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="plot TFLOP/s ours vs cuBLAS and the ratio (needs matplotlib)")
@@ -145,17 +147,25 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
             if t < 1:
                 raise PingpongError(f"--tokens: {t} is not a positive token count")
         for product in getattr(args, "products", None) or ():
-            if product not in MOE_PRODUCTS:
+            if product not in (*MOE_PRODUCTS, "train"):
                 raise PingpongError(f"--products: unknown product {product!r}; expected one of "
-                                    f"{', '.join(MOE_PRODUCTS)}")
+                                    f"{', '.join(MOE_PRODUCTS)} (or train, with --dtype fp8)")
         if args.dtype not in ("bf16", "fp8"):
             raise PingpongError(f"--dtype: --op grouped runs bf16 (grouped_mm) or fp8 (scaled_grouped_mm), "
                                 f"got {args.dtype!r}")
+        if "train" in (getattr(args, "products", None) or ()) and args.dtype != "fp8":
+            raise PingpongError("--products: train (FP8 training against bf16) needs --dtype fp8")
         if args.dtype == "fp8":  # scaled_grouped_mm: the MoE forward, row- or block-wise scales
-            products = getattr(args, "products", None) or ["forward"]
-            if list(products) != ["forward"]:
-                raise PingpongError(f"--products: --op grouped --dtype fp8 times the forward product only "
-                                    f"(scaled_grouped_mm has no backward), got {' '.join(products)}")
+            products = list(getattr(args, "products", None) or ["forward"])
+            if products not in (["forward"], ["train"]):
+                raise PingpongError(f"--products: --op grouped --dtype fp8 times the forward product (scaled_grouped_mm)"
+                                    f" or train (an MoE block's experts forward + backward, FP8 training against"
+                                    f" bf16), one of them; got {' '.join(products)}")
+            for option, value, default in (("scaling", getattr(args, "scaling", "row"), "row"),
+                                           ("fast-accum", getattr(args, "fast_accum", False), False)):
+                if products == ["train"] and value != default:
+                    raise PingpongError(f"--{option}: --products train runs the row_gw_hp recipe (row-wise scales,"
+                                        f" promoted accumulation), got {value!r}")
             if getattr(args, "scaling", "row") not in ("row", "block"):
                 raise PingpongError(f"--scaling: --op grouped --dtype fp8 takes row-wise or block-wise scales, "
                                     f"got {args.scaling!r}")
@@ -500,6 +510,9 @@ def run(args: argparse.Namespace) -> int:
     if settings.op == "grouped" and settings.dtype == "fp8":
         from . import bench_grouped_fp8
 
+        if getattr(args, "products", None) == ["train"]:
+            return bench_grouped_fp8.run_training(getattr(args, "models", None), getattr(args, "tokens", None),
+                                                  settings.reps, settings.rounds, settings.json, settings.seed)
         return bench_grouped_fp8.run(getattr(args, "models", None), getattr(args, "tokens", None), settings.reps,
                                      settings.rounds, settings.json, settings.seed, settings.fast_accum,
                                      settings.scaling)

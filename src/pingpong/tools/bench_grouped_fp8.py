@@ -18,6 +18,15 @@ per-group scale tensors in the layout the dense call wants (scale_a's rows of th
 outer-dim-major), made before the timing; empty groups are skipped. use_fast_accum is
 ignored block-wise (the scales apply at the promotion).
 
+--products train: an MoE block's experts, forward and backward (gate_up = x·w1[g]ᵀ, h =
+silu(gate)·up, y = h·w2[g]ᵀ, then y.backward(dY): dX, dw1, dw2), with
+pingpong.fp8_grouped_training.fp8_grouped_linear (row-wise, bf16 weight gradient: "row_gw_hp")
+against the same block on pingpong.grouped_mm in bf16 (`run_training`; default: Qwen3-30B-A3B
+and DeepSeek-V3 at 8192 tokens). The routed rows come sorted (the permutation and the routing
+weights are the same work in both and left out); FP8's time includes every quantization
+(x, dY, both weights, the weights' transposed copies for dX). Checked first: y, dX and dw2
+of FP8 against bf16's, relative norm difference ≤ 0.1 (two e4m3 products in a row: ~6%).
+
 Each case is checked first (row: ours against torch's; block: ours against the loop's
 result; relative norm difference ≤ 1e-2 over the routed rows; the float64 checks are the
 GPU tests'), then timed: median of ≥ reps L2-flushed repetitions (pingpong.tools.timing),
@@ -170,24 +179,33 @@ def bench_block_case(model: str, tokens: int, routing: str, reps: int, rounds: i
                 loop_spread=(min(lp / o for o, lp in zip(t_o, t_l)), max(lp / o for o, lp in zip(t_o, t_l))))
 
 
+def _case(r) -> str:
+    """A row's first columns: model, tokens, routing."""
+    return f"{r['model']:<14} {r['tokens']:>6} {r['routing']:<8}"
+
+
+def _stats(values) -> str:
+    """geomean, count and min of ratios, as the tables' summary lines give them."""
+    return f"{math.exp(sum(map(math.log, values)) / len(values)):.3f} over {len(values)}, min {min(values):.3f}"
+
+
 def format_block_rows(rows) -> str:
     head = (f"{'model':<14} {'tokens':>6} {'routing':<8} {'ours TF':>8} {'ms':>8} {'row/ours':>8} {'spread':>11}"
             f" {'loop':<8} {'loop/ours':>9} {'spread':>11}")
     lines = [head, "-" * len(head)]
     for r in rows:
         if r.get("status") != "ok":
-            lines.append(f"{r['model']:<14} {r['tokens']:>6} {r['routing']:<8} {r.get('status')} {r.get('rel_diff', '')}")
+            lines.append(f"{_case(r)} {r.get('status')} {r.get('rel_diff', '')}")
             continue
         (rl, rh), (ll, lh) = r["row_spread"], r["loop_spread"]
-        lines.append(f"{r['model']:<14} {r['tokens']:>6} {r['routing']:<8} {r['tf_ours']:>8.1f} {r['ms_ours']:>8.3f}"
+        lines.append(f"{_case(r)} {r['tf_ours']:>8.1f} {r['ms_ours']:>8.3f}"
                      f" {r['ratio_row']:>8.3f} {rl:.3f}-{rh:.3f} {r['loop']:<8} {r['ratio_loop']:>9.3f}"
                      f" {ll:.3f}-{lh:.3f}")
     ok = [r for r in rows if r.get("status") == "ok"]
     for key, what in (("ratio_row", "row-wise grouped / block-wise"), ("ratio_loop", "per-group loop / block-wise")):
         sub = [r[key] for r in ok]
         if sub:
-            lines.append(f"{what}: geomean {math.exp(sum(map(math.log, sub)) / len(sub)):.3f} over {len(sub)},"
-                         f" min {min(sub):.3f}")
+            lines.append(f"{what}: geomean {_stats(sub)}")
     return "\n".join(lines)
 
 
@@ -198,17 +216,15 @@ def format_rows(rows) -> str:
     for r in rows:
         acc = ("fast" if r["fast"] else "promoted") + ("*" if r.get("torch_fast", r["fast"]) != r["fast"] else "")
         if r.get("status") != "ok":
-            lines.append(f"{r['model']:<14} {r['tokens']:>6} {r['routing']:<8} {acc:<8} {r.get('status')}"
-                         f" {r.get('rel_diff', '')}")
+            lines.append(f"{_case(r)} {acc:<8} {r.get('status')} {r.get('rel_diff', '')}")
             continue
-        lines.append(f"{r['model']:<14} {r['tokens']:>6} {r['routing']:<8} {acc:<8} {r['tf_ours']:>8.1f}"
+        lines.append(f"{_case(r)} {acc:<8} {r['tf_ours']:>8.1f}"
                      f" {r['tf_torch']:>8.1f} {r['ratio']:>6.3f} {r['lo']:.3f}-{r['hi']:.3f}")
     ok = [r for r in rows if r.get("status") == "ok"]
     for fast in (False, True):
         sub = [r["ratio"] for r in ok if r["fast"] == fast]
         if sub:
-            lines.append(f"{'fast' if fast else 'promoted'}: geomean ratio (torch / ours) "
-                         f"{math.exp(sum(map(math.log, sub)) / len(sub)):.3f} over {len(sub)}, min {min(sub):.3f}")
+            lines.append(f"{'fast' if fast else 'promoted'}: geomean ratio (torch / ours) {_stats(sub)}")
     if any(r.get("torch_fast", r["fast"]) != r["fast"] for r in ok):
         lines.append("*: torch refused this accumulation mode; its other one was timed")
     return "\n".join(lines)
@@ -218,18 +234,26 @@ def run(models=None, tokens=None, reps=100, rounds=3, json_path=None, seed=0, fa
     """Every (model, tokens, routing) case; rows to stderr as they finish, the table last;
     `json_path` rewritten after each row. Exit 0 when every case is ok. `scaling` "row" or
     "block" (module docstring)."""
+    cases = [(m, t, r) for m in (models or MOE_MODELS) for t in (tokens or MOE_TOKENS) for r in ROUTINGS]
+    if scaling == "block":
+        return _run_cases(cases, lambda m, t, r: bench_block_case(m, t, r, reps, rounds, seed), format_block_rows,
+                          json_path, fast=fast)
+    return _run_cases(cases, lambda m, t, r: bench_case(m, t, r, fast, reps, rounds, seed), format_rows, json_path,
+                      fast=fast)
+
+
+def _run_cases(cases, measure, table, json_path, **fields) -> int:
+    """measure(model, tokens, routing) of each case (an exception is the case's ERROR row, with
+    `fields`); rows to stderr as they finish, table(rows) last; `json_path` rewritten after each
+    row. Exit 0 when every case is ok."""
     import torch
 
-    cases = [(m, t, r) for m in (models or MOE_MODELS) for t in (tokens or MOE_TOKENS) for r in ROUTINGS]
     rows = []
     for i, (model, tok, routing) in enumerate(cases, 1):
         try:
-            if scaling == "block":
-                row = bench_block_case(model, tok, routing, reps, rounds, seed)
-            else:
-                row = bench_case(model, tok, routing, fast, reps, rounds, seed)
+            row = measure(model, tok, routing)
         except Exception as e:  # reported; the run goes on
-            row = dict(model=model, tokens=tok, routing=routing, fast=fast,
+            row = dict(model=model, tokens=tok, routing=routing, **fields,
                        status=f"ERROR: {type(e).__name__}: {e}"[:200])
         rows.append(row)
         print(f"[{i}/{len(cases)}] {row}", file=sys.stderr, flush=True)
@@ -237,5 +261,106 @@ def run(models=None, tokens=None, reps=100, rounds=3, json_path=None, seed=0, fa
             with open(json_path, "w") as f:
                 json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f, indent=1)
         torch.cuda.empty_cache()
-    print(format_block_rows(rows) if scaling == "block" else format_rows(rows))
+    print(table(rows))
     return 0 if all(r.get("status") == "ok" for r in rows) else 1
+
+#: --products train's defaults: the DeepSeek-V3- and Qwen3-30B-A3B-shaped experts at 8192 tokens
+TRAIN_MODELS, TRAIN_TOKENS = ("qwen3-30b-a3b", "deepseek-v3"), (8192,)
+
+
+def train_case_tensors(model: str, tokens: int, routing: str, seed: int = 0):
+    """(x, w1, w2, dY, offs, sizes): the routed rows (T, H) sorted by expert, the experts' gate-up
+    (E, 2I, H) and down (E, H, I) weights (transformers' layout), all bf16 and requiring grad
+    but dY."""
+    import torch
+
+    E, top_k, H, inter = MOE_MODELS[model]
+    sizes = moe_group_sizes(tokens, E, top_k, routing)
+    T = sum(sizes)
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    bf16 = dict(device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(T, H, generator=gen, **bf16).requires_grad_()
+    w1 = (torch.randn(E, 2 * inter, H, generator=gen, **bf16) * H ** -0.5).requires_grad_()
+    w2 = (torch.randn(E, H, inter, generator=gen, **bf16) * inter ** -0.5).requires_grad_()
+    g = torch.randn(T, H, generator=gen, **bf16)
+    offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
+    return x, w1, w2, g, offs, sizes
+
+
+def _rel_diff(a, b) -> float:
+    """‖a − b‖ / ‖b‖ in fp32, a slab of rows at a time (DeepSeek-V3's expert gradients are 7.5·10⁹
+    elements: no fp32 copy of the whole)."""
+    num = den = 0.0
+    for x, y in zip(a.flatten(0, -2).split(1 << 14), b.flatten(0, -2).split(1 << 14)):
+        y = y.float()
+        num += (x.float() - y).square().sum().item()
+        den += y.square().sum().item()
+    return (num / max(den, 1e-60)) ** 0.5
+
+
+def bench_training_case(model: str, tokens: int, routing: str, reps: int, rounds: int, seed: int = 0) -> dict:
+    """The experts' forward + backward, FP8 ("row_gw_hp") against bf16 grouped_mm (module docstring)."""
+    import torch
+    import torch.nn.functional as F
+
+    import pingpong
+    from pingpong.fp8_grouped_training import fp8_grouped_linear
+
+    from .timing import time_callable
+
+    x, w1, w2, g, offs, sizes = train_case_tensors(model, tokens, routing, seed)
+    row = dict(model=model, tokens=tokens, routing=routing, rows=sum(sizes), largest=max(sizes),
+               empty=sizes.count(0))
+    products = {"bf16": lambda a, w: pingpong.grouped_mm(a, w.transpose(1, 2), offs),
+                "fp8": lambda a, w: fp8_grouped_linear(a, w, offs, "row_gw_hp")}
+
+    def step(project):
+        x.grad = w1.grad = w2.grad = None
+        gate, up = project(x, w1).chunk(2, dim=-1)
+        y = project((F.silu(gate) * up).contiguous(), w2)
+        y.backward(g)
+        return y
+
+    got = {}
+    for name, project in products.items():
+        y = step(project)
+        got[name] = [t.detach().clone() for t in (y, x.grad, w2.grad)]
+    row["rel_diff"] = max(_rel_diff(a, b) for a, b in zip(got["fp8"], got["bf16"]))
+    del got
+    x.grad = w1.grad = w2.grad = None
+    if not row["rel_diff"] <= 1e-1:
+        return dict(row, status="FAILED")
+    t_b, t_f = [], []
+    for _ in range(rounds):
+        t_b.append(time_callable(lambda: step(products["bf16"]), reps).median_ms)
+        t_f.append(time_callable(lambda: step(products["fp8"]), reps).median_ms)
+    ms_b, ms_f = statistics.median(t_b), statistics.median(t_f)
+    flop = 3 * 2.0 * sum(sizes) * (w1.shape[1] * w1.shape[2] + w2.shape[1] * w2.shape[2])  # 3 products each
+    per_round = [b / f for b, f in zip(t_b, t_f)]
+    return dict(row, status="ok", ms_bf16=ms_b, ms_fp8=ms_f, tf_bf16=flop / ms_b * 1e-9, tf_fp8=flop / ms_f * 1e-9,
+                ratio=ms_b / ms_f, lo=min(per_round), hi=max(per_round))
+
+
+def format_training_rows(rows) -> str:
+    head = (f"{'model':<14} {'tokens':>6} {'routing':<8} {'rows':>6} {'bf16 ms':>8} {'fp8 ms':>8} {'bf16 TF':>8}"
+            f" {'fp8 TF':>8} {'bf16/fp8':>8} {'spread':>11}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        if r.get("status") != "ok":
+            lines.append(f"{_case(r)} {r.get('status')} {r.get('rel_diff', '')}")
+            continue
+        lines.append(f"{_case(r)} {r['rows']:>6} {r['ms_bf16']:>8.3f}"
+                     f" {r['ms_fp8']:>8.3f} {r['tf_bf16']:>8.1f} {r['tf_fp8']:>8.1f} {r['ratio']:>8.3f}"
+                     f" {r['lo']:.3f}-{r['hi']:.3f}")
+    ratios = [r["ratio"] for r in rows if r.get("status") == "ok"]
+    if ratios:
+        lines.append(f"MoE experts forward + backward, FP8 row_gw_hp vs bf16 grouped_mm: geomean {_stats(ratios)}")
+    return "\n".join(lines)
+
+
+def run_training(models=None, tokens=None, reps=20, rounds=3, json_path=None, seed=0) -> int:
+    """--products train: every (model, tokens, routing) case of `bench_training_case`, one table
+    last (`_run_cases`). Exit 0 when every case is ok."""
+    cases = [(m, t, r) for m in (models or TRAIN_MODELS) for t in (tokens or TRAIN_TOKENS) for r in ROUTINGS]
+    return _run_cases(cases, lambda m, t, r: bench_training_case(m, t, r, reps, rounds, seed), format_training_rows,
+                      json_path)

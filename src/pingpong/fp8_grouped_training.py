@@ -1,0 +1,222 @@
+"""FP8 training of mixture-of-experts experts: `fp8_grouped_linear`, Y_g = X_g·W_gᵀ for the
+tokens X_g routed to expert g, differentiable in x and the stacked expert weights, the forward
+and the data gradient as FP8 grouped products (pingpong.scaled_grouped_mm), the weight
+gradient in the inputs' precision (pingpong.grouped_mm's ragged-K kernel). While autograd
+records or torch.compile traces, the ``pingpong::fp8_grouped_linear`` op (a fake
+implementation gives the shape; its autograd formula is registered once below). pingpong.moe
+runs a transformers model's experts through it (`use_pingpong_experts(model, fp8=...)`).
+
+x (T, K): the routed tokens sorted by expert; weight (G, N, K): the experts' stacked weights
+(transformers' layout: gate_up_proj (E, 2I, H), down_proj (E, H, I)); offs (G,) int32, the
+cumulative row ends (pingpong.grouped's convention; read on the device only, no host sync).
+The three products, per group g:
+
+    | product | per group         | contracts   | a (scale per row)             | b (scale per column)               |
+    |---------|-------------------|-------------|-------------------------------|------------------------------------|
+    | Y       | X_g · W_gᵀ (T_g,N)| K           | X per token, along K: (T,)    | W_g per output row, along K: (G, N)|
+    | dX      | dY_g · W_g (T_g,K)| N           | dY per token, along N: (T,)   | W_g per column, along N: (G, K)    |
+    | dW      | dY_gᵀ · X_g (N,K) | T_g (tokens)| the inputs' precision: grouped_mm(dYᵀ, X, offs), ragged K     |
+
+Each operand is quantized along the contraction of the product it feeds, as
+pingpong.fp8_training's dense recipes are (its RECIPES table, GRAD_DTYPE e4m3 for every
+operand, dynamic scales from quantize_fp8 on the device). The FP8 grouped kernel reads b
+K-major only (fp8 wgmma takes no transposed operand), so dX's b, W_g read along N, must be
+stored N-contiguous: Wᵀ (G, K, N). Row-wise that is one copy of Wᵀ per backward in the
+inputs' precision, quantized along its rows (N): the dense "row" recipe's copy; the weights
+change every step, so no copy can be kept between calls. Block-wise (1×128 activations,
+128×128 weights, DeepSeek-V3), a 128×128 block is the same set of values in W_g and W_gᵀ, so
+dX reuses W's forward quantization transposed: an fp8 copy of qᵀ (half the bytes) and the
+small grid of scales, transposed contiguous to (G, K/128, N/128). No grouped recipe selects
+the block-wise products yet ("block" promises an FP8 weight gradient); they are tested alone.
+
+The weight gradient contracts each expert's tokens, a ragged K. An FP8 one needs dYᵀ and Xᵀ
+with the tokens contiguous (fp8 wgmma reads K-major only), each expert's tokens quantized
+along themselves (one scale per expert and column) and padded on the device to the kernel's K
+rule, and a kernel whose K is ragged along the contiguous dimension: the bf16 ragged-K kernel
+(pingpong.hopper.grouped_k) reads the tokens as rows, and its ragged TMA descriptor cannot be
+ragged in the contiguous dimension. None is built, so the grouped recipes are the dense
+table's recipes whose weight gradient is in the inputs' precision (GROUPED_RECIPES:
+"row_gw_hp", torchao's "rowwise_with_gw_hp"; the others are refused naming the recipe).
+
+Rows of the output past offs[-1] are not written (as grouped_mm's forward); dX sets them to
+zero. What the recipe cannot serve (K or N not a multiple of 16, of 128 block-wise), x not
+(T, K) bf16/fp16 with contiguous rows, a weight of another dtype or device or not a
+contiguous (G, N, K), offs not (G,) int32 on x's device, a recipe with an FP8 weight gradient:
+PingpongError naming the argument before any work; so is a double backward.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from . import grouped as grouped_mod
+from . import ops
+from .errors import PingpongError, check_tensor
+from .fp8_grouped import scaled_grouped_mm
+from .fp8_training import GRAD_DTYPE, RECIPES, recipe_name, training_shape_reason
+from .grouped import grouped_mm
+from .quantize import quantize_fp8
+from .runtime.spec import SCALE_BLOCK
+
+__all__ = ["fp8_grouped_linear", "GROUPED_RECIPES", "grouped_recipe", "check_fp8_grouped_linear"]
+
+#: the recipes of pingpong.fp8_training whose weight gradient is in the inputs' precision: what
+#: the grouped path serves (module docstring)
+GROUPED_RECIPES = tuple(name for name, r in RECIPES.items() if not r.fp8_weight_grad)
+#: x's dtypes: the FP8 products' outputs and grouped_mm's inputs (the weight gradient) alike
+DTYPES = (torch.bfloat16, torch.float16)
+
+
+def grouped_recipe(recipe, argument: str = "recipe") -> str:
+    """The recipe's name in RECIPES if the grouped path serves it (GROUPED_RECIPES), else a
+    PingpongError naming the argument."""
+    name = recipe_name(recipe, argument)
+    if name not in GROUPED_RECIPES:
+        raise PingpongError(f"{argument}: recipe {recipe!r} computes the weight gradient in FP8, which the grouped"
+                            f" (MoE) path does not: its ragged-K FP8 product is not built; use one of"
+                            f" {GROUPED_RECIPES} (FP8 forward and data gradient, the weight gradient in the"
+                            " inputs' precision)")
+    return name
+
+
+def check_fp8_grouped_linear(x, weight, offs, recipe: str) -> None:
+    """fp8_grouped_linear's arguments (recipe already named by `grouped_recipe`): PingpongError
+    naming the argument. Shapes, dtypes, strides and devices only (the fake implementation's
+    check too); the device itself is quantize_fp8's first check."""
+    check_tensor("x", x)
+    check_tensor("weight", weight)
+    if weight.dim() != 3:
+        raise PingpongError(f"weight: expected a 3-D (G, N, K) tensor of stacked expert weights, got shape"
+                            f" {tuple(weight.shape)}")
+    G, N, K = weight.shape
+    why = training_shape_reason(N, K, recipe)
+    if why:
+        raise PingpongError(f"weight: {why} (recipe {recipe!r}; weight is (G, N, K) = {tuple(weight.shape)})")
+    if x.dim() != 2 or x.shape[1] != K:
+        raise PingpongError(f"x: expected (T, K) with K = {K} (weight.shape[2]), got shape {tuple(x.shape)}")
+    if x.dtype not in DTYPES:
+        raise PingpongError(f"x: dtype {x.dtype} is not supported; expected one of {DTYPES}")
+    if x.stride(1) != 1 and K > 1:
+        raise PingpongError(f"x: rows must be contiguous (stride 1 along K), got strides {tuple(x.stride())}")
+    if weight.dtype != x.dtype:
+        raise PingpongError(f"weight: dtype {weight.dtype} differs from x's {x.dtype}")
+    if weight.device != x.device:
+        raise PingpongError(f"weight: on {weight.device}; expected x's device {x.device}")
+    if not weight.is_contiguous():
+        raise PingpongError(f"weight: expected a contiguous (G, N, K) tensor, got strides {tuple(weight.stride())}"
+                            " (a transposed (G, K, N) storage: pass weight.transpose(1, 2).contiguous())")
+    check_tensor("offs", offs, "a 1-D int32 tensor")
+    if offs.dtype != torch.int32 or offs.dim() != 1 or offs.shape[0] != G:
+        raise PingpongError(f"offs: expected a 1-D int32 tensor of G = {G} cumulative row ends, got"
+                            f" {offs.dtype} of shape {tuple(offs.shape)}")
+    if offs.device != x.device:
+        raise PingpongError(f"offs: on {offs.device}; expected x's device {x.device} (read on the device)")
+
+
+def fp8_grouped_linear(x: Tensor, weight: Tensor, offs: Tensor, recipe: str = "row_gw_hp") -> Tensor:
+    """(T, N): rows of group g are x[rows of g] · weight[g]ᵀ, in FP8 with the recipe's scales
+    (module docstring); differentiable in x and weight. Without autograd (no input requires
+    grad, or grad mode off) it is the forward alone: two quantizations and one grouped product."""
+    recipe = grouped_recipe(recipe)
+    check_fp8_grouped_linear(x, weight, offs, recipe)
+    if ops.traced(x, weight, offs) or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
+        return torch.ops.pingpong.fp8_grouped_linear(x, weight, offs, recipe)
+    return _forward(x, weight, offs, recipe)
+
+
+# ----------------------------------------------------------------------------- the products
+
+
+def _quantize_weight(weight: Tensor, granularity: str):
+    """(q (G, N, K), scale) of the stacked weights along K: row-wise (G, N); 128×128 blocks
+    (G, N/128, K/128) (N a multiple of 128: no block spans two experts)."""
+    G, N, K = weight.shape
+    q, s = quantize_fp8(weight.reshape(G * N, K), granularity, GRAD_DTYPE)
+    s = s.view(G, N) if granularity == "row" else s.view(G, N // SCALE_BLOCK, K // SCALE_BLOCK)
+    return q.view(G, N, K), s
+
+
+def _activation_scale(s: Tensor, granularity: str) -> Tensor:
+    """quantize_fp8's scale of a (T, C) activation as scaled_grouped_mm's scale_a: (T,) row-wise;
+    block-wise (T, C/128) outer-dim-major, as returned."""
+    return s.view(-1) if granularity == "row" else s
+
+
+def _forward(x, weight, offs, recipe: str) -> Tensor:
+    """Y = X_g·W_gᵀ: X per token (1×128 blocks) and W per output row (128×128 blocks), both along
+    K (no copies: b is W's K-major view)."""
+    r = RECIPES[recipe]
+    qx, sx = quantize_fp8(x, r.granularity, GRAD_DTYPE)
+    qw, sw = _quantize_weight(weight, r.weight)
+    return scaled_grouped_mm(qx, qw.transpose(1, 2), _activation_scale(sx, r.granularity), sw, offs,
+                             out_dtype=x.dtype)
+
+
+def _data_grad(g, weight, offs, recipe: str, dtype) -> Tensor:
+    """dX = dY_g·W_g (T, K), contracting N: dY per token (1×128 blocks) along N; W_g per column
+    along N from Wᵀ (G, K, N) (a copy in the inputs' precision), or block-wise W's 128×128
+    quantization transposed (an fp8 copy). Rows past offs[-1] set to zero."""
+    r = RECIPES[recipe]
+    G, N, K = weight.shape
+    qg, sg = quantize_fp8(g, r.granularity, GRAD_DTYPE)
+    if r.weight == "block128x128":
+        qw, sw = _quantize_weight(weight, r.weight)
+        qwt, swt = qw.transpose(1, 2).contiguous(), sw.transpose(1, 2).contiguous()  # (G, K, N), (G, K/128, N/128)
+    else:
+        q, s = quantize_fp8(weight.transpose(1, 2).reshape(G * K, N), r.weight, GRAD_DTYPE)  # Wᵀ: a copy
+        qwt, swt = q.view(G, K, N), s.view(G, K)
+    dx = scaled_grouped_mm(qg, qwt.transpose(1, 2), _activation_scale(sg, r.granularity), swt, offs, out_dtype=dtype)
+    return _zero_tail(dx, offs)
+
+
+def _zero_tail(dx: Tensor, offs: Tensor) -> Tensor:
+    """dx's rows at and past offs[-1] set to zero, in torch ops (read on the device, no sync; the
+    backward's graph under torch.compile records them, where a raw kernel launch cannot be)."""
+    if offs.shape[0] == 0:
+        return dx.zero_()
+    rows = torch.arange(dx.shape[0], device=dx.device, dtype=offs.dtype)
+    return dx.masked_fill_((rows >= offs[-1])[:, None], 0)
+
+
+def _weight_grad(g, x, offs, dtype) -> Tensor:
+    """dW_g = dY_gᵀ·X_g (G, N, K), contracting each expert's tokens: grouped_mm's ragged-K
+    product in the inputs' precision (an empty group gives zeros)."""
+    return grouped_mm(g.t(), x, offs, out_dtype=dtype)
+
+
+# ----------------------------------------------------------------------------- op and autograd
+
+
+@torch.library.custom_op("pingpong::fp8_grouped_linear", mutates_args=())
+def _fp8_grouped_linear_op(x: Tensor, weight: Tensor, offs: Tensor, recipe: str) -> Tensor:
+    with torch.no_grad():
+        return _forward(x, weight, offs, recipe)
+
+
+@_fp8_grouped_linear_op.register_fake
+def _(x, weight, offs, recipe):
+    check_fp8_grouped_linear(x, weight, offs, grouped_recipe(recipe))
+    return x.new_empty((x.shape[0], weight.shape[1]))
+
+
+def _setup(ctx, inputs, output) -> None:
+    x, weight, offs, recipe = inputs
+    ctx.save_for_backward(x, weight, offs)  # the high-precision inputs: each product quantizes its own
+    ctx.recipe = recipe
+
+
+def _backward(ctx, grad):
+    x, weight, offs = ctx.saved_tensors
+    if torch.is_grad_enabled() and (grad.requires_grad or x.requires_grad or weight.requires_grad):
+        raise PingpongError("fp8_grouped_linear: double backward (create_graph=True) is not supported: the FP8"
+                            " gradient products are not differentiable")
+    grouped_mod._ensure_context(grad)
+    g = grad.to(x.dtype).contiguous()  # (T, N); a broadcast gradient has stride 0
+    needs_x, needs_w = ctx.needs_input_grad[:2]
+    dx = _data_grad(g, weight, offs, ctx.recipe, x.dtype) if needs_x else None
+    dw = _weight_grad(g, x, offs, weight.dtype) if needs_w else None
+    return dx, dw, None, None
+
+
+_fp8_grouped_linear_op.register_autograd(_backward, setup_context=_setup)

@@ -1,0 +1,368 @@
+"""FP8 MoE experts training on the CPU (pingpong.fp8_grouped_training, pingpong.moe's fp8 option).
+
+The whole call path runs as on a GPU (validation, quantize_fp8's and scaled_grouped_mm's front
+ends and plan caches, the torch.library op and its autograd, grouped_mm's ragged-K weight
+gradient) with the kernels replaced (`kernels`): quantize_fp8's launch by torch's cast of the
+kernel's formula (tests/test_fp8_training.py's), the FP8 grouped plan by a per-group float64
+product of the dequantized operands that reads the scales in scaled_grouped_mm's layouts and
+records each launch, grouped_mm on its portable kernel under Triton's interpreter. So the
+tests see each product's operands and scale values, and compare the forward and both
+gradients with float64 products of the unquantized inputs within bounds derived from e4m3's
+precision. fp16 (Triton's interpreter is wrong for bf16)."""
+
+import types
+
+import pytest
+import torch
+
+from pingpong import PingpongError, fp8_grouped, fp8_grouped_training as fgt, grouped as gm, moe, quantize
+from pingpong.fp8_training import RECIPES
+from pingpong.runtime import plan
+from fp8_groups import group_amax, per_element, scales_of
+from test_fp8_training import RecordedPlan, _cast, bound, check_close
+
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.filterwarnings("ignore::UserWarning")]
+
+F16, E4M3 = torch.float16, torch.float8_e4m3fn
+FMAX = 448.0
+
+
+def group_bounds(offs, T):
+    """(start, end) rows of each group, as the kernels clip them."""
+    start, out = 0, []
+    for end in offs.tolist():
+        end = min(max(end, start), T)
+        out.append((start, end))
+        start = end
+    return out
+
+
+class RecordedGroupedPlan(RecordedPlan):
+    """scaled_grouped_mm's plan as a per-group float64 product of the dequantized operands,
+    scales read in the kernel's layouts (row: scale_a (T,), scale_b (G, N); block: scale_a
+    (T, K/128), scale_b (G, N/128, K/128)); every launch recorded."""
+    __slots__ = ()
+    runs: list = []
+
+    def run(self, a, b, out, args):
+        sa, sb, offs = args.scale_a, args.scale_b, args.offs
+        self.runs.append((a.clone(), b.clone(), sa.clone(), sb.clone(), offs.clone()))
+        T, K = a.shape
+        N = b.shape[2]
+        for g, (s, e) in enumerate(group_bounds(offs, T)):
+            rows = sa[s:e].double().reshape(-1, 1) if sa.dim() == 1 else per_element(sa[s:e], (e - s, K))
+            cols = sb[g].double().reshape(1, N) if sb.dim() == 2 else per_element(sb[g].t(), (K, N))
+            out[s:e] = ((a[s:e].double() * rows) @ (b[g].double() * cols)).to(out.dtype)
+
+
+@pytest.fixture
+def kernels(interpreted_kernels, monkeypatch):
+    """The kernels replaced (module docstring); returns the list of FP8 grouped products run."""
+    recorded = types.SimpleNamespace(NAME="recorded", plan=lambda s: RecordedGroupedPlan(),
+                                     can_implement=lambda s: None if s.epilogue.scales is not None else "unscaled")
+    monkeypatch.setattr(plan, "BACKENDS", [recorded, *plan.BACKENDS])
+    monkeypatch.setattr(fp8_grouped, "check_gpu", lambda device: None)
+    monkeypatch.setattr(quantize, "interpreter_enabled", lambda: True)
+    monkeypatch.setattr(quantize, "launch", _cast)
+    compute = gm._compute
+    monkeypatch.setattr(gm, "_compute", lambda *a, **kw: compute(*a, **dict(kw, interpret=True)))
+    monkeypatch.setattr(RecordedGroupedPlan, "runs", [])
+    return RecordedGroupedPlan.runs
+
+
+def spread(*shape, gen):
+    """Normal values whose rows and columns (of the last two dims) differ in magnitude by up to
+    16×, so a scale taken along the wrong axis is far off."""
+    x = torch.randn(*shape, generator=gen, dtype=torch.float64)
+    r = torch.exp2(torch.randint(-2, 3, (*shape[:-1], 1), generator=gen).double())
+    c = torch.exp2(torch.randint(-2, 3, (*shape[:-2], 1, shape[-1]), generator=gen).double())
+    return x * r * c
+
+
+#: (G, N, K) of the expert weights: a rectangular one, and a square one (a scale along the wrong
+#: axis has the right shape there, so only its values can catch it)
+SHAPES = {"rect": (4, 48, 64), "square": (4, 64, 64)}
+#: rows per expert; the extra rows past offs[-1] (`tail`) belong to no expert
+SIZES = {"odd": [0, 1, 17, 30], "one": [0, 0, 5, 0]}
+
+
+def run(shape, sizes, seed, recipe="row_gw_hp", tail=3):
+    """x (T, K), weight (G, N, K) → fp8_grouped_linear → y, y.backward(g): (x, w, g, y, offs)."""
+    G, N, K = SHAPES[shape]
+    gen = torch.Generator().manual_seed(seed)
+    T = sum(sizes) + tail
+    w = spread(G, N, K, gen=gen).to(F16).requires_grad_()
+    x = spread(T, K, gen=gen).to(F16).requires_grad_()
+    g = spread(T, N, gen=gen).to(F16)
+    offs = torch.tensor(sizes, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    y = fgt.fp8_grouped_linear(x, w, offs, recipe)
+    y.backward(g)
+    return x, w, g, y, offs
+
+
+@pytest.mark.parametrize("recipe", fgt.GROUPED_RECIPES)
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("sizes", list(SIZES))
+def test_forward_and_gradients_against_float64(kernels, recipe, shape, sizes):
+    """y, dX, dW against per-expert float64 products of the fp16 inputs: y and dX within the
+    bound e4m3 rounding allows with the recipe's scales along each contraction, dW within fp16's
+    (the weight gradient is in the inputs' precision); dX's rows past offs[-1] zero; empty
+    experts get a zero dW."""
+    seed = 100 * list(SHAPES).index(shape) + list(SIZES).index(sizes)
+    x, w, g, y, offs = run(shape, SIZES[sizes], seed, recipe)
+    what = f"{recipe} {shape} {sizes} seed {seed}"
+    X, W, Gd = x.detach().double(), w.detach().double(), g.double()
+    assert y.dtype == x.grad.dtype == w.grad.dtype == F16 and w.grad.shape == w.shape
+    bounds = group_bounds(offs, X.shape[0])
+    routed = bounds[-1][1]
+    y_ref, y_ok, dx_ref, dx_ok = (torch.zeros(routed, c, dtype=torch.float64) for c in (W.shape[1], W.shape[1],
+                                                                                     W.shape[2], W.shape[2]))
+    dw_ref, dw_ok = torch.zeros_like(W), torch.zeros_like(W)
+    for gi, (s, e) in enumerate(bounds):
+        Xg, Gg, Wg = X[s:e], Gd[s:e], W[gi]
+        y_ref[s:e], dx_ref[s:e], dw_ref[gi] = Xg @ Wg.t(), Gg @ Wg, Gg.t() @ Xg
+        y_ok[s:e] = bound(Xg, Wg.t(), scales_of(Xg, (1, -1)), scales_of(Wg.t(), (-1, 1)))
+        dx_ok[s:e] = bound(Gg, Wg, scales_of(Gg, (1, -1)), scales_of(Wg, (-1, 1)))
+        dw_ok[gi] = 2.0**-10 * (Gg.t().abs() @ Xg.abs()) + 1e-6
+    check_close(y[:routed], y_ref, y_ok, f"{what}: y")
+    check_close(x.grad[:routed], dx_ref, dx_ok, f"{what}: dX")
+    assert not x.grad[routed:].any(), f"{what}: dX rows past offs[-1] not zero"
+    check_close(w.grad, dw_ref, dw_ok, f"{what}: dW")
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_each_product_scales_along_its_contraction(kernels, shape):
+    """The launched FP8 products, in order (forward, dX): fp8 operands, a row-major, b K-major
+    (stride 1 along the contraction), scale_a per row of a and scale_b per group and column of
+    b, each amax / 448 of the unquantized operand along the axis the product contracts."""
+    x, w, g, _, offs = run(shape, SIZES["odd"], seed=7)
+    X, W, Gd = x.detach().float(), w.detach().float(), g.float()
+    G, N, K = W.shape
+    assert len(kernels) == 2
+    products = [("Y", X, W.transpose(1, 2)), ("dX", Gd, W)]  # (name, A (T, C), B (G, C, D))
+    for (name, A, B), (a, b, sa, sb, o) in zip(products, kernels):
+        assert a.dtype == b.dtype == E4M3, name
+        assert a.shape == A.shape and a.stride(1) == 1, (name, a.shape, a.stride())
+        assert b.shape == B.shape and b.stride(1) == 1, (name, b.shape, b.stride())
+        assert torch.equal(o, offs)
+        torch.testing.assert_close(sa, group_amax(A, (1, -1)).view(-1) / FMAX, rtol=0, atol=0, msg=f"{name}: scale_a")
+        want = torch.stack([group_amax(B[i], (-1, 1)).view(-1) for i in range(G)]) / FMAX
+        torch.testing.assert_close(sb, want, rtol=0, atol=0, msg=f"{name}: scale_b axis")
+
+
+@pytest.mark.parametrize("shape", [(2, 256, 384), (3, 256, 256)])
+def test_block_wise_forward_and_data_gradient(kernels, shape):
+    """The block-wise products (1×128 activations, 128×128 weights; no grouped recipe serves
+    them yet: "block" promises an FP8 weight gradient): y and dX against float64 within the
+    e4m3 bound of their blocks, and each launch's scales the amax / 448 of its blocks along the
+    contraction, scale_b of dX the forward's 128×128 grid transposed."""
+    G, N, K = shape
+    gen = torch.Generator().manual_seed(11)
+    sizes = [0, 17, 130][:G] if G == 3 else [1, 200]
+    T = sum(sizes)
+    w, x, g = spread(G, N, K, gen=gen).to(F16), spread(T, K, gen=gen).to(F16), spread(T, N, gen=gen).to(F16)
+    offs = torch.tensor(sizes, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    y, dx = fgt._forward(x, w, offs, "block"), fgt._data_grad(g, w, offs, "block", F16)
+    X, W, Gd = x.double(), w.double(), g.double()
+    for name, got, A, B in (("Y", y, X, W.transpose(1, 2)), ("dX", dx, Gd, W)):
+        ref, ok = torch.zeros(T, B.shape[2], dtype=torch.float64), torch.zeros(T, B.shape[2], dtype=torch.float64)
+        for gi, (s, e) in enumerate(group_bounds(offs, T)):
+            ref[s:e] = A[s:e] @ B[gi]
+            ok[s:e] = bound(A[s:e], B[gi], scales_of(A[s:e], (1, 128)), scales_of(B[gi], (128, 128)))
+        check_close(got, ref, ok, f"block {shape} {name}")
+    for (name, A, B), (a, b, sa, sb, _) in zip((("Y", X, W.transpose(1, 2)), ("dX", Gd, W)), kernels):
+        assert b.shape == B.shape and b.stride(1) == 1 and sa.stride(0) == 1, name
+        torch.testing.assert_close(sa, group_amax(A.float(), (1, 128)) / FMAX, rtol=0, atol=0, msg=f"{name}: scale_a")
+        want = torch.stack([group_amax(B[i].float(), (128, 128)).t() for i in range(G)]) / FMAX
+        torch.testing.assert_close(sb, want, rtol=0, atol=0, msg=f"{name}: scale_b blocks")
+
+
+def test_recipes_are_the_dense_tables_with_a_high_precision_weight_gradient():
+    """The grouped path serves the dense recipes whose dW is in the inputs' precision, by
+    either name; the others (FP8 dW) and unknown names are refused naming the argument."""
+    assert fgt.GROUPED_RECIPES == tuple(n for n, r in RECIPES.items() if not r.fp8_weight_grad)
+    assert "row_gw_hp" in fgt.GROUPED_RECIPES
+    assert fgt.grouped_recipe("rowwise_with_gw_hp") == "row_gw_hp"
+    for name, r in RECIPES.items():
+        if r.fp8_weight_grad:
+            with pytest.raises(PingpongError, match=f"fp8: recipe '{name}' computes the weight gradient in FP8"):
+                fgt.grouped_recipe(name, "fp8")
+    with pytest.raises(PingpongError, match="recipe: expected one of"):
+        fgt.grouped_recipe("bogus")
+
+
+def _bad():
+    x, w, offs = torch.zeros(40, 64, dtype=F16), torch.zeros(4, 48, 64, dtype=F16), torch.tensor([10, 20, 30, 40],
+                                                                                                  dtype=torch.int32)
+    return [
+        (dict(x=torch.zeros(40, 24, dtype=F16), weight=torch.zeros(4, 48, 24, dtype=F16)), "weight: in_features=24"),
+        (dict(weight=torch.zeros(4, 40, 64, dtype=F16)), "weight: .*out_features=40"),
+        (dict(weight=w[0]), "weight: expected a 3-D"),
+        (dict(weight=torch.zeros(4, 64, 48, dtype=F16).transpose(1, 2)), "weight: expected a contiguous"),
+        (dict(weight=w.float()), "weight: dtype torch.float32 differs"),
+        (dict(x=x.float(), weight=w.float()), "x: dtype torch.float32 is not supported"),
+        (dict(x=x[:, :32]), r"x: expected \(T, K\) with K = 64"),
+        (dict(x=torch.zeros(64, 40, dtype=F16).t()), "x: rows must be contiguous"),
+        (dict(x=x[None]), r"x: expected \(T, K\)"),
+        (dict(offs=offs.long()), "offs: expected a 1-D int32"),
+        (dict(offs=offs[:3]), "offs: expected a 1-D int32 tensor of G = 4"),
+        (dict(offs=[10, 20, 30, 40]), "offs: expected a 1-D int32 tensor"),
+        (dict(recipe="row"), "recipe: recipe 'row' computes the weight gradient in FP8"),
+        (dict(recipe="block"), "recipe: recipe 'block' computes the weight gradient in FP8"),
+        (dict(recipe="rows"), "recipe: expected one of"),
+    ], dict(x=x, weight=w, offs=offs)
+
+
+@pytest.mark.parametrize("i", range(len(_bad()[0])))
+@pytest.mark.parametrize("grad", [False, True])
+def test_bad_arguments_are_named_before_any_work(monkeypatch, i, grad):
+    """PingpongError naming the argument; nothing quantized or launched (eager, and the op's
+    path when an input requires grad)."""
+    monkeypatch.setattr(fgt, "quantize_fp8", lambda *a, **k: pytest.fail("quantized before the refusal"))
+    change, needle = _bad()[0][i]
+    args = dict(_bad()[1], **change)
+    if grad:
+        for k in ("x", "weight"):
+            if args[k].dtype.is_floating_point and args[k].is_leaf:
+                args[k] = args[k].clone().requires_grad_()
+    with pytest.raises(PingpongError, match=needle):
+        fgt.fp8_grouped_linear(**args)
+
+
+def test_fake_implementation_gives_the_shape_and_refuses():
+    """The op's fake implementation: (T, N) of x's dtype on meta tensors, and the same refusals."""
+    x, w = torch.empty(33, 64, dtype=torch.bfloat16, device="meta"), torch.empty(4, 48, 64, dtype=torch.bfloat16,
+                                                                                   device="meta")
+    offs = torch.empty(4, dtype=torch.int32, device="meta")
+    y = torch.ops.pingpong.fp8_grouped_linear(x, w, offs, "row_gw_hp")
+    assert y.shape == (33, 48) and y.dtype == torch.bfloat16 and y.device.type == "meta"
+    with pytest.raises(PingpongError, match="weight: .*out_features=40"):
+        torch.ops.pingpong.fp8_grouped_linear(x, torch.empty(4, 40, 64, dtype=torch.bfloat16, device="meta"), offs,
+                                              "row_gw_hp")
+    with pytest.raises(PingpongError, match="recipe 'row' computes"):
+        torch.ops.pingpong.fp8_grouped_linear(x, w, offs, "row")
+
+
+def test_without_grad_it_is_the_forward_alone(kernels):
+    x, w = torch.randn(20, 64, dtype=F16), torch.randn(2, 48, 64, dtype=F16)
+    y = fgt.fp8_grouped_linear(x, w, torch.tensor([5, 20], dtype=torch.int32))
+    assert y.shape == (20, 48) and not y.requires_grad and len(kernels) == 1
+
+
+def test_weight_gradient_alone_runs_no_data_gradient(kernels):
+    x, w = torch.randn(20, 64, dtype=F16), torch.randn(2, 48, 64, dtype=F16, requires_grad=True)
+    fgt.fp8_grouped_linear(x, w, torch.tensor([5, 20], dtype=torch.int32)).sum().backward()
+    assert len(kernels) == 1 and w.grad.shape == w.shape and x.grad is None
+
+
+def test_double_backward_is_refused(kernels):
+    x = torch.randn(20, 64, dtype=F16, requires_grad=True)
+    w = torch.randn(2, 48, 64, dtype=F16, requires_grad=True)
+    y = fgt.fp8_grouped_linear(x, w, torch.tensor([5, 20], dtype=torch.int32))
+    with pytest.raises(PingpongError, match="double backward"):
+        torch.autograd.grad(y.sum(), x, create_graph=True)
+
+
+# ----------------------------------------------------------------------------- pingpong.moe
+
+
+class Experts(torch.nn.Module):
+    """transformers' experts module layout: gate_up_proj (E, 2I, H), down_proj (E, H, I), act_fn."""
+
+    def __init__(self, E, H, inter, gen, transposed=False):
+        super().__init__()
+        gu = torch.randn(E, 2 * inter, H, generator=gen) / H**0.5
+        dn = torch.randn(E, H, inter, generator=gen) / inter**0.5
+        if transposed:
+            gu, dn = gu.transpose(1, 2).contiguous(), dn.transpose(1, 2).contiguous()
+            self.experts_are_transposed = True
+        self.gate_up_proj = torch.nn.Parameter(gu.to(F16))
+        self.down_proj = torch.nn.Parameter(dn.to(F16))
+        self.act_fn = torch.nn.SiLU()
+
+
+class Model(torch.nn.Module):
+    def __init__(self, **kw):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.Module()])
+        self.layers[0].experts = Experts(**kw)
+
+
+def _moe_grads(model, x, idx, wts):
+    x = x.clone().requires_grad_()
+    out = moe.experts_forward(model.layers[0].experts, x, idx, wts)
+    out.float().pow(2).mean().backward()
+    grads = [x.grad] + [p.grad for p in model.parameters()]
+    for p in model.parameters():
+        p.grad = None
+    return out, grads
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_moe_experts_in_fp8_track_the_bf16_path(kernels, monkeypatch, transposed):
+    """pingpong.moe's experts with fp8="row_gw_hp" against the same experts on grouped_mm: the
+    output and every gradient (x, gate_up_proj, down_proj) within FP8's error; the FP8 products
+    ran (forward: 2, backward: 2 data gradients)."""
+    monkeypatch.setattr(moe, "register", lambda: None)  # transformers' registry is not needed here
+    gen = torch.Generator().manual_seed(3)
+    E, H, inter, T, k = 4, 64, 32, 37, 2
+    model = Model(E=E, H=H, inter=inter, gen=gen, transposed=transposed)
+    x = (torch.randn(T, H, generator=gen)).to(F16)
+    idx = torch.stack([torch.randperm(E, generator=gen)[:k] for _ in range(T)])
+    wts = torch.rand(T, k, generator=gen).to(F16)
+    ref, ref_grads = _moe_grads(model, x, idx, wts)
+    assert not kernels
+    moe.use_pingpong_experts(model, fp8="rowwise_with_gw_hp")
+    assert getattr(model.layers[0].experts, moe.FP8_ATTRIBUTE) == "row_gw_hp"
+    out, grads = _moe_grads(model, x, idx, wts)
+    assert len(kernels) == 4
+    for what, got, want in [("out", out, ref), *zip(("dx", "d gate_up", "d down"), grads, ref_grads)]:
+        rel = ((got.double() - want.double()).norm() / want.double().norm()).item()
+        assert rel < 0.1, f"{what}: relative difference {rel:.3g} from the bf16 path"
+    moe.use_pingpong_experts(model)
+    assert not hasattr(model.layers[0].experts, moe.FP8_ATTRIBUTE)
+
+
+@pytest.mark.parametrize("kw, needle", [
+    (dict(fp8="row"), "fp8: recipe 'row' computes the weight gradient in FP8"),
+    (dict(fp8="bogus"), "fp8: expected one of"),
+    (dict(fp8="row_gw_hp", implementation="eager"), "fp8: runs on the 'pingpong' implementation"),
+    (dict(fp8="row_gw_hp", inter=20), r"fp8: layers.0.experts.gate_up_proj \(E, N, K\) = \(4, 40, 64\).*"
+                                      "out_features=40"),
+])
+def test_use_pingpong_experts_names_what_fp8_cannot_serve(monkeypatch, kw, needle):
+    """Refused before anything of the model changes (transformers is not even imported)."""
+    monkeypatch.setattr(moe, "register", lambda: pytest.fail("registered before the refusal"))
+    inter = kw.pop("inter", 32)
+    model = Model(E=4, H=64, inter=inter, gen=torch.Generator().manual_seed(0))
+    with pytest.raises(PingpongError, match=needle):
+        moe.use_pingpong_experts(model, **kw)
+    assert not hasattr(model.layers[0].experts, moe.FP8_ATTRIBUTE)
+
+
+def test_compile_records_the_op_and_the_backward_products(kernels):
+    """Under torch.compile the forward is one pingpong::fp8_grouped_linear node; the backward
+    graph holds dX's FP8 grouped product and dW's ragged-K grouped_mm as pingpong ops (their fake
+    implementations checked the operands); the compiled gradients equal the eager ones."""
+    from test_fp8_training import graphs_of, pingpong_nodes
+
+    gen = torch.Generator().manual_seed(4)
+    w = spread(3, 48, 64, gen=gen).to(F16).requires_grad_()
+    x = spread(40, 64, gen=gen).to(F16).requires_grad_()
+    offs = torch.tensor([7, 7, 33], dtype=torch.int32)
+
+    def step(x, w):
+        return (fgt.fp8_grouped_linear(x, w, offs).float() ** 2).sum()
+
+    step(x, w).backward()
+    eager = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    graphs = graphs_of(step, x, w)
+    assert len(pingpong_nodes(graphs["forward"], "fp8_grouped_linear")) == 1
+    mms = pingpong_nodes(graphs["backward"], "scaled_grouped_mm")
+    assert len(mms) == 1 and tuple(mms[0].meta["val"].shape) == (40, 64)
+    dws = pingpong_nodes(graphs["backward"], "grouped_mm")
+    assert [tuple(n.meta["val"].shape) for n in dws if "scaled" not in str(n.target)] == [(3, 48, 64)]
+    torch.testing.assert_close(x.grad, eager[0], rtol=0, atol=0)
+    torch.testing.assert_close(w.grad, eager[1], rtol=0, atol=0)
