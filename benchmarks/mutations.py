@@ -404,6 +404,17 @@ MUTATIONS = [
      'if os.environ.get("PINGPONG_INDUCTOR_CALLS", "direct") == "dispatcher":',
      'if name not in ("mm", "gemm", "linear"):',
      "tests/test_inductor.py"),
+    ("layer key drops x's strides", "src/pingpong/direct.py",
+     "key = (x.dtype, x.shape, x.stride(), x.device, x.data_ptr() % 16 == 0,\n"
+     "                   weight.dtype, weight.shape, weight.stride(), weight.device, weight.data_ptr() % 16 == 0,\n"
+     "                   activation, sm_carveout())",
+     "key = (x.dtype, x.shape, x.device, x.data_ptr() % 16 == 0,\n"
+     "                   weight.dtype, weight.shape, weight.stride(), weight.device, weight.data_ptr() % 16 == 0,\n"
+     "                   activation, sm_carveout())",
+     "tests/test_api_validation.py"),
+    ("layer cache hit not marked used", "src/pingpong/direct.py",
+     "lp.used = True  # the cache's second chance", "pass  # the cache's second chance",
+     "tests/test_api_validation.py"),
     ("inductor's fp8_linear call drops the bias", "src/pingpong/fp8_training.py",
      "_forward(x, weight, optional[0] if bias else None, recipe, out)", "_forward(x, weight, None, recipe, out)",
      "tests/test_fp8_training.py"),
