@@ -357,17 +357,19 @@ def test_layer_cache_evicts_the_least_recently_used(portable_runs, monkeypatch):
     assert layers[0] in kept and layers[1] not in kept and layers[2] in kept and len(kept) == 3
 
 
-@pytest.mark.parametrize("change", ["x strides", "weight strides", "bias", "bias strides", "x alignment", "activation"])
-def test_layer_key_holds_every_layout(portable_runs, change):
+@pytest.mark.parametrize("change, with_bias", [
+    *((c, b) for c in ("x strides", "weight strides", "bias", "x alignment", "activation") for b in (True, False)),
+    ("bias strides", True)])
+def test_layer_key_holds_every_layout(portable_runs, change, with_bias):
     """A LayerPlan is reused only for a call of the same layouts: each field of its key changed
-    alone gives another plan."""
+    alone gives another plan (a layer with a bias or without: two kinds of key)."""
     from pingpong import direct
 
-    x, w, bias = t(4, 8), t(16, 8), t(16)
+    x, w, bias = t(4, 8), t(16, 8), (t(16) if with_bias else None)
     base = direct.layer_plan(x, w, bias, None)
     other = {"x strides": lambda: (t(8, 4).t(), w, bias, None),
              "weight strides": lambda: (x, t(8, 16).t(), bias, None),
-             "bias": lambda: (x, w, None, None),
+             "bias": lambda: (x, w, None, None) if with_bias else (x, w, t(16), None),
              "bias strides": lambda: (x, w, t(16, 2)[:, 0], None),
              "x alignment": lambda: (t(4 * 8 + 1)[1:].view(4, 8), w, bias, None),
              "activation": lambda: (x, w, bias, "relu")}[change]()
