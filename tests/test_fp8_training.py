@@ -440,10 +440,11 @@ def test_fake_implementation_refuses_what_the_recipe_cannot_serve():
 
 @pytest.mark.parametrize("recipe", ["row", "row_gw_hp"])
 def test_inductor_calls_the_forward_and_the_gradient_products_directly(fp8_kernels, recipe):
-    """Compiled by inductor (CPU): the forward (pingpong::fp8_linear) and the gradient
-    products (pingpong::scaled_mm, or pingpong::mm for a high-precision dW) are direct calls
-    from the generated code (pingpong.inductor, counted), with the eager gradients bitwise;
-    no graph break (fullgraph)."""
+    """Compiled by inductor (CPU): the inference forward (pingpong::fp8_linear) and the
+    training step's gradient products (pingpong::scaled_mm, or pingpong::mm for a
+    high-precision dW) are direct calls from the generated code (pingpong.inductor, counted),
+    with the eager results bitwise; no graph break (fullgraph). The training forward
+    (pingpong::fp8_linear_train) and quantize_fp8_pair have several outputs: dispatcher calls."""
     from torch._inductor import config
 
     from pingpong import inductor
@@ -456,17 +457,24 @@ def test_inductor_calls_the_forward_and_the_gradient_products_directly(fp8_kerne
     params = (x, layer.weight, layer.bias)
     want_y = layer(x)
     want = torch.autograd.grad(want_y, params, g)
+    with torch.no_grad():
+        want_inference = layer(x)
     torch._dynamo.reset()
     inductor.CALLS.clear()
     try:
         with config.patch(force_disable_caches=True):
-            y = torch.compile(layer, fullgraph=True, backend="inductor")(x)
+            compiled = torch.compile(layer, fullgraph=True, backend="inductor")
+            with torch.no_grad():
+                inference = compiled(x)
+            assert dict(inductor.CALLS) == {"fp8_linear": 1}
+            inductor.CALLS.clear()
+            y = compiled(x)
             got = torch.autograd.grad(y, params, g)
     finally:
         torch._dynamo.reset()
+    torch.testing.assert_close(inference, want_inference, rtol=0, atol=0)
     torch.testing.assert_close(y, want_y, rtol=0, atol=0)
     for name, gg, ww in zip(("x", "weight", "bias"), got, want):
         torch.testing.assert_close(gg, ww, rtol=0, atol=0, msg=lambda m: f"{recipe} d{name}: {m}")
-    want_calls = {"fp8_linear": 1, "scaled_mm": 2} if RECIPES[recipe].fp8_weight_grad else \
-        {"fp8_linear": 1, "scaled_mm": 1, "mm": 1}
+    want_calls = {"scaled_mm": 2} if RECIPES[recipe].fp8_weight_grad else {"scaled_mm": 1, "mm": 1}
     assert dict(inductor.CALLS) == want_calls

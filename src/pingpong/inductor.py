@@ -6,9 +6,10 @@ instead (`torch.ops.pingpong.mm.default(a, b)`): the op's autograd and backend w
 no-grad context and a new output, ~12 µs of Python per call before pingpong's own path.
 `register` gives inductor a lowering for each op in KERNELS that emits the same kind of line.
 One table, filled by `lowered` beside each op: mm, gemm and linear here, scaled_mm (pingpong.fp8),
-fp8_linear's forward (pingpong.fp8_training), grouped_mm and scaled_grouped_mm; each function
-is the op's own direct path writing into inductor's buffer (the plan cache's lookup, the
-validation on a miss, as eagerly). quantize_fp8 (two outputs) keeps the dispatcher call.
+fp8_linear (pingpong.fp8_training), grouped_mm and scaled_grouped_mm; each function is the op's
+own direct path writing into inductor's buffer (the plan cache's lookup, the validation on a
+miss, as eagerly). The ops with several outputs (fp8_linear_train, quantize_fp8,
+quantize_fp8_pair) keep the dispatcher call: an ExternKernelOut writes one buffer.
 
     graph (traced)                          inductor's Python wrapper (generated)
     pingpong.linear(x, w, bias, act)   ──▶  buf3 = empty_strided_cuda((M, N), (N, 1), bf16)
