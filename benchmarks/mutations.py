@@ -400,6 +400,30 @@ MUTATIONS = [
     ("inductor lowering always falls back", "src/pingpong/inductor.py",
      "if V.graph.cpp_wrapper:", "if True:",
      "tests/test_inductor.py"),
+    ("inductor lowers only the dense ops", "src/pingpong/inductor.py",
+     'if os.environ.get("PINGPONG_INDUCTOR_CALLS", "direct") == "dispatcher":',
+     'if name not in ("mm", "gemm", "linear"):',
+     "tests/test_inductor.py"),
+    ("layer key drops x's strides", "src/pingpong/direct.py",
+     "key = (x.dtype, x.shape, x.stride(), x.device, x.data_ptr() % 16 == 0,\n"
+     "                   weight.dtype, weight.shape, weight.stride(), weight.device, weight.data_ptr() % 16 == 0,\n"
+     "                   activation, sm_carveout())",
+     "key = (x.dtype, x.shape, x.device, x.data_ptr() % 16 == 0,\n"
+     "                   weight.dtype, weight.shape, weight.stride(), weight.device, weight.data_ptr() % 16 == 0,\n"
+     "                   activation, sm_carveout())",
+     "tests/test_api_validation.py"),
+    ("layer cache hit not marked used", "src/pingpong/direct.py",
+     "lp.used = True  # the cache's second chance", "pass  # the cache's second chance",
+     "tests/test_api_validation.py"),
+    ("inductor's fp8_linear call drops the bias", "src/pingpong/fp8_training.py",
+     "_forward(x, weight, optional[0] if bias else None, recipe, out=out)", "_forward(x, weight, None, recipe, out=out)",
+     "tests/test_fp8_training.py"),
+    ("inductor's scaled_mm call launches unvalidated", "src/pingpong/fp8.py",
+     "scaled_mm_direct(a, b, scale_a, scale_b, optional[0] if bias else None, out.dtype, activation, use_fast_accum,\n"
+     "                     out=out)",
+     "_plan_mod.plan_for(_spec.build(a, b, out_dtype=out.dtype, scales=(scale_a, scale_b, use_fast_accum)))"
+     ".run(a, b, out, _spec.EpilogueArgs(scale_a=scale_a, scale_b=scale_b))",
+     "tests/test_inductor.py"),
     ("split plan's pointer launch keeps A, B under swap-AB", "src/pingpong/hopper/backend.py",
      "first, second = (b_ptr, a_ptr) if self.config.swap_ab else (a_ptr, b_ptr)", "first, second = (a_ptr, b_ptr)",
      "tests/test_splitk.py"),

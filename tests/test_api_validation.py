@@ -341,6 +341,42 @@ def test_plan_cache_evicts_the_least_recently_used(portable_runs, monkeypatch):
     assert keys[0] in plan.PLANS and keys[1] not in plan.PLANS and keys[2] in plan.PLANS
 
 
+def test_layer_cache_evicts_the_least_recently_used(portable_runs, monkeypatch):
+    """pingpong.direct's LayerPlans: a hit marks its plan used (no reordering), so a full cache
+    evicts the least recently used one."""
+    from pingpong import direct
+
+    monkeypatch.setattr(direct, "LAYER_CACHE_SIZE", 3)
+    w = t(16, 8)
+    xs = [t(m, 8) for m in (4, 5, 6)]
+    layers = [direct.layer_plan(x, w, None, None) for x in xs]
+    assert list(direct.LAYERS.values()) == layers
+    assert direct.layer_plan(xs[0], w, None, None) is layers[0]  # a hit: now the most recent
+    direct.layer_plan(t(7, 8), w, None, None)  # evicts xs[1]'s, the least recently used
+    kept = list(direct.LAYERS.values())
+    assert layers[0] in kept and layers[1] not in kept and layers[2] in kept and len(kept) == 3
+
+
+@pytest.mark.parametrize("change, with_bias", [
+    *((c, b) for c in ("x strides", "weight strides", "bias", "x alignment", "activation") for b in (True, False)),
+    ("bias strides", True)])
+def test_layer_key_holds_every_layout(portable_runs, change, with_bias):
+    """A LayerPlan is reused only for a call of the same layouts: each field of its key changed
+    alone gives another plan (a layer with a bias or without: two kinds of key)."""
+    from pingpong import direct
+
+    x, w, bias = t(4, 8), t(16, 8), (t(16) if with_bias else None)
+    base = direct.layer_plan(x, w, bias, None)
+    other = {"x strides": lambda: (t(8, 4).t(), w, bias, None),
+             "weight strides": lambda: (x, t(8, 16).t(), bias, None),
+             "bias": lambda: (x, w, None, None) if with_bias else (x, w, t(16), None),
+             "bias strides": lambda: (x, w, t(16, 2)[:, 0], None),
+             "x alignment": lambda: (t(4 * 8 + 1)[1:].view(4, 8), w, bias, None),
+             "activation": lambda: (x, w, bias, "relu")}[change]()
+    assert direct.layer_plan(*other) is not base
+    assert direct.layer_plan(x, w, bias, None) is base
+
+
 # ----------------------------------------------------------------------------- mutation guards
 
 

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import pingpong
+from pingpong import inductor
 from closeness import assert_close, rel_norm
 from fp8_groups import PRODUCT_GROUPS, QUANT_GROUPS, per_element, scales_of
 from pingpong.fp8_training import RECIPES
@@ -133,7 +134,13 @@ def test_compiled_training_step_equals_eager(recipe):
         return [x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
 
     eager = grads(step)
+    torch._dynamo.reset()
+    inductor.CALLS.clear()
     compiled = grads(torch.compile(step, fullgraph=True))
+    # inductor calls the gradient products directly (pingpong.inductor; the forward,
+    # pingpong::fp8_linear_train, has several outputs: a dispatcher call)
+    want_calls = {"scaled_mm": 4} if RECIPES[recipe].fp8_weight_grad else {"scaled_mm": 2, "mm": 2}
+    assert dict(inductor.CALLS) == want_calls, (recipe, dict(inductor.CALLS))
     for name, e, c in zip(["x"] + [n for n, _ in model.named_parameters()], eager, compiled):
         # inductor fuses the loss and GELU in its own order: a bf16 ulp of dY may flip an e4m3
         # rounding, so the compiled gradients are compared norm-wise

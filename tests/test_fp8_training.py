@@ -436,3 +436,45 @@ def test_fake_implementation_refuses_what_the_recipe_cannot_serve():
         assert y.shape == (5, 3, 48) and y.dtype == F16
         with pytest.raises(PingpongError, match="weight: in_features=24"):
             torch.ops.pingpong.fp8_linear(torch.empty(5, 24, dtype=F16), torch.empty(48, 24, dtype=F16), None, "row")
+
+
+@pytest.mark.parametrize("recipe", ["row", "row_gw_hp"])
+def test_inductor_calls_the_forward_and_the_gradient_products_directly(fp8_kernels, recipe):
+    """Compiled by inductor (CPU): the inference forward (pingpong::fp8_linear) and the
+    training step's gradient products (pingpong::scaled_mm, or pingpong::mm for a
+    high-precision dW) are direct calls from the generated code (pingpong.inductor, counted),
+    with the eager results bitwise; no graph break (fullgraph). The training forward
+    (pingpong::fp8_linear_train) and quantize_fp8_pair have several outputs: dispatcher calls."""
+    from torch._inductor import config
+
+    from pingpong import inductor
+
+    torch.manual_seed(5)
+    M, K, N = 17, 64, 48
+    layer = pingpong.nn.Float8TrainingLinear(K, N, dtype=F16, recipe=recipe)
+    x = torch.randn(M, K).to(F16).requires_grad_()
+    g = torch.randn(M, N).to(F16)
+    params = (x, layer.weight, layer.bias)
+    want_y = layer(x)
+    want = torch.autograd.grad(want_y, params, g)
+    with torch.no_grad():
+        want_inference = layer(x)
+    torch._dynamo.reset()
+    inductor.CALLS.clear()
+    try:
+        with config.patch(force_disable_caches=True):
+            compiled = torch.compile(layer, fullgraph=True, backend="inductor")
+            with torch.no_grad():
+                inference = compiled(x)
+            assert dict(inductor.CALLS) == {"fp8_linear": 1}
+            inductor.CALLS.clear()
+            y = compiled(x)
+            got = torch.autograd.grad(y, params, g)
+    finally:
+        torch._dynamo.reset()
+    torch.testing.assert_close(inference, want_inference, rtol=0, atol=0)
+    torch.testing.assert_close(y, want_y, rtol=0, atol=0)
+    for name, gg, ww in zip(("x", "weight", "bias"), got, want):
+        torch.testing.assert_close(gg, ww, rtol=0, atol=0, msg=lambda m: f"{recipe} d{name}: {m}")
+    want_calls = {"scaled_mm": 2} if RECIPES[recipe].fp8_weight_grad else {"scaled_mm": 1, "mm": 1}
+    assert dict(inductor.CALLS) == want_calls

@@ -103,3 +103,65 @@ def test_dynamic_shapes_take_the_direct_calls(interpreted_kernels, fresh_compile
                                    msg=lambda m: f"rows {rows}: {m}")
     assert inductor.CALLS["linear"] == 3
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs == 1
+
+
+# ----------------------------------------------------------------------------- grouped and FP8 ops
+
+
+def test_grouped_training_step_calls_the_plans_directly(monkeypatch, fresh_compile):
+    """grouped_mm forward and its two gradient products (themselves grouped_mm, the tails
+    zeroed) are direct calls in the compiled forward and backward, with the eager results
+    (the portable kernel under Triton's interpreter); no graph break (fullgraph)."""
+    from fused_reference import offsets
+    from pingpong import grouped as gm
+
+    compute = gm._compute
+    monkeypatch.setattr(gm, "_compute", lambda *args, **kw: compute(*args, **dict(kw, interpret=True)))
+    seed = 31
+    offs = offsets([5, 0, 18, 1])
+    a, b = randn(26, 16, seed=seed).requires_grad_(), randn(4, 16, 12, seed=seed + 1).requires_grad_()
+    g = randn(26, 12, seed=seed + 2)
+    g[24:] = 0  # rows past offs[-1] are unset in the forward: out of the gradient
+
+    def step(a, b):
+        return pingpong.grouped_mm(a, b, offs)
+
+    out = step(a, b)
+    want = torch.autograd.grad(out, (a, b), g)
+    inductor.CALLS.clear()
+    got_out = torch.compile(step, fullgraph=True, backend="inductor")(a, b)
+    got = torch.autograd.grad(got_out, (a, b), g)
+    torch.testing.assert_close(got_out[:24], out[:24], rtol=0, atol=0, msg=lambda m: f"seed {seed}: {m}")
+    for gg, ww in zip(got, want):
+        torch.testing.assert_close(gg, ww, rtol=0, atol=0, msg=lambda m: f"seed {seed}: {m}")
+    assert dict(inductor.CALLS) == {"grouped_mm": 3}  # forward; dA and dB
+
+
+def fp8_operands(M=32, K=64, N=48):
+    a = torch.randn(M, K, generator=torch.Generator().manual_seed(41)).to(torch.float8_e4m3fn)
+    w = torch.randn(N, K, generator=torch.Generator().manual_seed(42)).to(torch.float8_e4m3fn)
+    return a, w.t(), torch.rand(M, 1) + 0.5, torch.rand(1, N) + 0.5
+
+
+@pytest.mark.parametrize("op, needle, call", [
+    ("scaled_mm", "^a: pingpong.scaled_mm runs on a Hopper GPU", lambda a, b, sa, sb: pingpong.scaled_mm(a, b, sa, sb, out_dtype=torch.float32)),
+    ("grouped_mm", "^a and b are on cpu", lambda a, b, sa, sb: pingpong.grouped_mm(a.half(), b.half().unsqueeze(0).repeat(2, 1, 1),
+                                                           torch.tensor([10, 32], dtype=torch.int32))),
+    ("scaled_grouped_mm", "^a: pingpong.scaled_grouped_mm runs on a Hopper", lambda a, b, sa, sb: pingpong.scaled_grouped_mm(
+        a, b.t().unsqueeze(0).repeat(2, 1, 1).transpose(1, 2), sa.view(-1), sb.repeat(2, 1),
+        torch.tensor([10, 32], dtype=torch.int32))),
+    ("fp8_linear", "^x: ", lambda a, b, sa, sb: pingpong.fp8_training.fp8_linear(a.half(), b.t().half())),
+])
+def test_compiled_fp8_and_grouped_refuse_what_the_eager_call_refuses(fresh_compile, op, needle, call):
+    """CPU tensors: each op's fake implementation accepts them (shapes, dtypes, strides); its
+    direct call from the compiled code refuses them as the eager call does, naming the argument,
+    on every call (nothing cached)."""
+    args = fp8_operands()
+    with pytest.raises(PingpongError, match=needle) as eager:
+        call(*args)
+    compiled = torch.compile(call, fullgraph=True, backend="inductor")
+    for _ in range(2):
+        with pytest.raises(PingpongError) as got:
+            compiled(*args)
+        assert str(got.value) == str(eager.value)
+    assert inductor.CALLS[op] == 2

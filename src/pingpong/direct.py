@@ -146,7 +146,7 @@ def gemm_into(out, a, b, c, alpha, beta, config, bias=None, activation=None) -> 
 
 # ----------------------------------------------------------------------------- layers
 
-#: LayerPlans kept; least recently used evicted.
+#: LayerPlans kept; least recently used evicted (second chance: runtime.plan.remember).
 LAYER_CACHE_SIZE = 1024
 LAYERS: "collections.OrderedDict[tuple, LayerPlan]" = collections.OrderedDict()
 
@@ -165,7 +165,7 @@ class LayerPlan:
     non-contiguous N-D x) keep the general path (`folds` False)."""
 
     __slots__ = ("folds", "x_shape", "w_shape", "x2_shape", "out2", "out_shape", "lead", "dtype", "device", "activation", "fwd", "fwd_ptrs",
-                 "grad_key", "dx", "dw", "grad_ptrs", "bias_dtype")
+                 "grad_key", "dx", "dw", "grad_ptrs", "bias_dtype", "used")
 
     def __init__(self, x, weight, bias, activation):
         K, N = weight.shape[1], weight.shape[0]
@@ -260,25 +260,28 @@ def _plan_of(a, b, c, out_dtype, bias, activation):
 
 def layer_plan(x, weight, bias, activation) -> LayerPlan:
     """The LayerPlan of this call's signature; validated (errors name x, weight, bias) on a miss."""
-    try:  # the key: plain tuples of what a plan depends on (an Operand's fields)
-        key = ((x.dtype, x.shape, x.stride(), x.device, x.data_ptr() % 16 == 0),
-               (weight.dtype, weight.shape, weight.stride(), weight.device, weight.data_ptr() % 16 == 0),
-               None if bias is None else (bias.dtype, bias.shape, bias.stride(), bias.device,
-                                          bias.data_ptr() % 16 == 0),
-               activation, sm_carveout())  # the carveout: the SMs its plans' grids span
+    try:  # the key: one flat tuple of what a plan depends on (an Operand's fields; without a
+        # bias it is 4 shorter, so the two kinds never compare equal)
+        if bias is None:
+            key = (x.dtype, x.shape, x.stride(), x.device, x.data_ptr() % 16 == 0,
+                   weight.dtype, weight.shape, weight.stride(), weight.device, weight.data_ptr() % 16 == 0,
+                   activation, sm_carveout())  # the carveout: the SMs its plans' grids span
+        else:
+            key = (x.dtype, x.shape, x.stride(), x.device, x.data_ptr() % 16 == 0,
+                   weight.dtype, weight.shape, weight.stride(), weight.device, weight.data_ptr() % 16 == 0,
+                   activation, sm_carveout(), bias.dtype, bias.shape, bias.stride(), bias.device,
+                   bias.data_ptr() % 16 == 0)
         lp = LAYERS.get(key)
     except (AttributeError, TypeError, RuntimeError):
         key = lp = None
     if lp is not None:
-        LAYERS.move_to_end(key)
+        lp.used = True  # the cache's second chance (runtime.plan.remember)
         return lp
     act = spec_mod.validate_linear(x, weight, bias, activation)
     spec_mod.check_gpu(x.device, LINEAR)
     lp = LayerPlan(x, weight, bias, act)
     if key is not None:
-        if len(LAYERS) >= LAYER_CACHE_SIZE:
-            LAYERS.popitem(last=False)
-        LAYERS[key] = lp
+        plan_mod.remember(LAYERS, key, lp, LAYER_CACHE_SIZE)
     return lp
 
 

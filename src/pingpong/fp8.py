@@ -48,7 +48,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import fused, ops
+from . import fused, inductor, ops
 from . import quantize as _quantize
 from .runtime import plan as _plan_mod
 from .runtime import spec as _spec
@@ -153,10 +153,12 @@ def _plan(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, c
 
 
 def scaled_mm_direct(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16, activation=None,
-                     use_fast_accum=False, config=None) -> Tensor:
-    """scaled_mm on the direct path (no dispatcher): validate (plan miss), launch."""
+                     use_fast_accum=False, config=None, out=None) -> Tensor:
+    """scaled_mm on the direct path (no dispatcher): validate (plan miss), launch; into a new
+    tensor, or into `out` (contiguous (M, N) of out_dtype: inductor's buffer)."""
     plan = _plan(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, config)  # alignment: in the key
-    out = torch.empty(a.shape[0], b.shape[1], dtype=out_dtype, device=a.device)
+    if out is None:
+        out = torch.empty(a.shape[0], b.shape[1], dtype=out_dtype, device=a.device)
     if out.numel():
         plan.run(a, b, out, _spec.EpilogueArgs(bias=bias, scale_a=scale_a, scale_b=scale_b))
     return out
@@ -194,8 +196,16 @@ def _scaled_mm_op(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: 
 
 @_scaled_mm_op.register_fake
 def _(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum):
+    inductor.register()
     check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, device_checks=False)
     return a.new_empty((a.shape[0], b.shape[1]), dtype=out_dtype)
+
+
+@inductor.lowered("scaled_mm")
+def scaled_mm_out(a, b, scale_a, scale_b, *optional, bias: bool, activation, use_fast_accum, out):
+    """pingpong::scaled_mm into inductor's buffer (pingpong.inductor)."""
+    scaled_mm_direct(a, b, scale_a, scale_b, optional[0] if bias else None, out.dtype, activation, use_fast_accum,
+                     out=out)
 
 
 # ----------------------------------------------------------------------------- the inference layer

@@ -67,7 +67,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from . import ops
+from . import inductor, ops
 from .errors import PingpongError
 from .runtime import fp8_spec
 from .runtime import plan as plan_mod
@@ -115,10 +115,13 @@ def _plan(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum):
     return plan
 
 
-def scaled_grouped_mm_direct(a, b, scale_a, scale_b, offs, out_dtype=torch.bfloat16, use_fast_accum=False) -> Tensor:
-    """The product on the direct path (no dispatcher): validate (plan miss), launch."""
+def scaled_grouped_mm_direct(a, b, scale_a, scale_b, offs, out_dtype=torch.bfloat16, use_fast_accum=False,
+                             out=None) -> Tensor:
+    """The product on the direct path (no dispatcher): validate (plan miss), launch; into
+    `out` (contiguous (T, N) of out_dtype: inductor's buffer) when given."""
     plan = _plan(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum)
-    out = torch.empty(a.shape[0], b.shape[2], dtype=out_dtype, device=a.device)
+    if out is None:
+        out = torch.empty(a.shape[0], b.shape[2], dtype=out_dtype, device=a.device)
     if out.numel() and b.shape[0]:
         plan.run(a, b, out, spec_mod.EpilogueArgs(scale_a=scale_a, scale_b=scale_b, offs=offs))
     return out
@@ -151,5 +154,12 @@ def _scaled_grouped_mm_op(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor
 
 @_scaled_grouped_mm_op.register_fake
 def _(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum):
+    inductor.register()
     check_scaled_grouped_mm(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum, device_checks=False)
     return a.new_empty((a.shape[0], b.shape[2]), dtype=out_dtype)
+
+
+@inductor.lowered("scaled_grouped_mm")
+def scaled_grouped_mm_out(a, b, scale_a, scale_b, offs, *, use_fast_accum: bool, out):
+    """pingpong::scaled_grouped_mm into inductor's buffer (pingpong.inductor)."""
+    scaled_grouped_mm_direct(a, b, scale_a, scale_b, offs, out.dtype, use_fast_accum, out)

@@ -109,9 +109,9 @@ from typing import NamedTuple, Optional
 import torch
 from torch import Tensor
 
-from . import ops
+from . import inductor, ops
 from .errors import PingpongError, check_tensor
-from .fp8 import scaled_mm, shape_reason
+from .fp8 import scaled_mm, scaled_mm_direct, shape_reason
 from .quantize import IN_DTYPES, pair_like, quantize_fp8_pair
 from .runtime.spec import FP8_MULTIPLE, SCALE_BLOCK, check_bias
 
@@ -222,15 +222,19 @@ def _pad(recipe: Recipe) -> int:
     return SCALE_BLOCK if recipe.granularity == "block" else TOKEN_PAD
 
 
-def _forward(x, weight, bias, recipe: str, x_cols: bool = False, w_cols: bool = False):
+def _forward(x, weight, bias, recipe: str, x_cols: bool = False, w_cols: bool = False, out=None):
     """Y = X·Wᵀ + bias: X per token (or 1×128 block) and W per output row (or 128×128 block),
     both along K; with x_cols (dW will be FP8) X's dW operand and with w_cols (dX is wanted) W's
     dX operand, from the same quantize_fp8_pair passes. Returns (y, qxt, sxt, qwt, swt) (the
-    ones not asked for empty)."""
+    ones not asked for empty); Y into `out` (contiguous, Y's shape and dtype: inductor's
+    buffer) when given."""
     r = RECIPES[recipe]
     N, K = weight.shape
     qx, sx, qxt, sxt = quantize_fp8_pair(x.reshape(-1, K), r.granularity, GRAD_DTYPE, _pad(r), cols=x_cols)
     qw, sw, qwt, swt = quantize_fp8_pair(weight, r.weight, GRAD_DTYPE, _pad(r), cols=w_cols)
+    if out is not None:
+        scaled_mm_direct(qx, qw.t(), sx, sw.t(), bias, x.dtype, out=out.view(-1, N))
+        return out, qxt, sxt, qwt, swt
     y = scaled_mm(qx, qw.t(), sx, sw.t(), bias=bias, out_dtype=x.dtype)
     return y.view(*x.shape[:-1], N), qxt, sxt, qwt, swt
 
@@ -286,6 +290,7 @@ def _fp8_linear_op(x: Tensor, weight: Tensor, bias: Optional[Tensor], recipe: st
 
 @_fp8_linear_op.register_fake
 def _(x, weight, bias, recipe):
+    inductor.register()
     check_fp8_linear(x, weight, bias, recipe_name(recipe))
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
@@ -299,6 +304,7 @@ def _fp8_linear_train_op(x: Tensor, weight: Tensor, bias: Optional[Tensor], reci
 
 @_fp8_linear_train_op.register_fake
 def _(x, weight, bias, recipe, x_cols, w_cols):
+    inductor.register()
     r = RECIPES[recipe_name(recipe)]
     check_fp8_linear(x, weight, bias, recipe_name(recipe))
     N, K = weight.shape
@@ -308,6 +314,12 @@ def _(x, weight, bias, recipe, x_cols, w_cols):
 
 
 _fp8_linear_train_op.register_autograd(_backward, setup_context=_setup)
+
+
+@inductor.lowered("fp8_linear")
+def fp8_linear_out(x, weight, *optional, bias: bool, recipe, out):
+    """pingpong::fp8_linear (the forward alone) into inductor's buffer (pingpong.inductor)."""
+    _forward(x, weight, optional[0] if bias else None, recipe, out=out)
 
 
 class _Fp8LinearFunction(torch.autograd.Function):

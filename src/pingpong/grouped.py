@@ -57,7 +57,7 @@ import torch
 from torch import Tensor
 
 from . import api as _api  # noqa: F401  (the backends register with the plan registry on import)
-from . import ops
+from . import inductor, ops
 from . import portable
 from .portable import grouped as portable_grouped
 from .errors import PingpongError
@@ -181,6 +181,7 @@ def grouped_mm_op(a: Tensor, b: Tensor, offs: Optional[Tensor] = None, out_dtype
 
 @grouped_mm_op.register_fake
 def _(a, b, offs=None, out_dtype=None, zero_tail=False):
+    inductor.register()
     _, shape, dtype = check(a, b, offs, out_dtype)
     return a.new_empty(shape, dtype=dtype)
 
@@ -223,3 +224,9 @@ def _backward(ctx, g):
 
 
 grouped_mm_op.register_autograd(_backward, setup_context=_setup)
+
+
+@inductor.lowered("grouped_mm")
+def grouped_mm_out(a, b, *optional, offs: bool, zero_tail: bool, out):
+    """pingpong::grouped_mm into inductor's buffer (pingpong.inductor)."""
+    _compute(a, b, optional[0] if offs else None, out.dtype, zero_tail, out)

@@ -4,7 +4,12 @@ For torch's own `aten.mm` inductor's wrapper allocates the result and calls the 
 directly (`extern_kernels.mm(a, b, out=buf)`). A custom op it calls through the dispatcher
 instead (`torch.ops.pingpong.mm.default(a, b)`): the op's autograd and backend wrappers, a
 no-grad context and a new output, ~12 µs of Python per call before pingpong's own path.
-`register` gives inductor a lowering for each op below that emits the same kind of line:
+`register` gives inductor a lowering for each op in KERNELS that emits the same kind of line.
+One table, filled by `lowered` beside each op: mm, gemm and linear here, scaled_mm (pingpong.fp8),
+fp8_linear (pingpong.fp8_training), grouped_mm and scaled_grouped_mm; each function is the op's
+own direct path writing into inductor's buffer (the plan cache's lookup, the validation on a
+miss, as eagerly). The ops with several outputs (fp8_linear_train, quantize_fp8,
+quantize_fp8_pair) keep the dispatcher call: an ExternKernelOut writes one buffer.
 
     graph (traced)                          inductor's Python wrapper (generated)
     pingpong.linear(x, w, bias, act)   ──▶  buf3 = empty_strided_cuda((M, N), (N, 1), bf16)
@@ -25,8 +30,10 @@ internal IR: this is the way back should a torch release change it).
 
 `register` runs from the ops' fake implementations, so it has run before inductor lowers a
 graph holding one of them, and before generated code loaded from inductor's cache calls
-one. That cache outlives a pingpong upgrade (its key does not see these lowerings), so the
-functions' names and arguments are a stable interface: change them only under a new name. `CALLS` counts the direct calls (tests read it to see the path was taken); under
+one (an op module imported later lowers its op as `lowered` adds it). That cache outlives a
+pingpong upgrade (its key does not see these lowerings), so the functions' names and
+arguments are a stable interface: change them only under a new name.
+`CALLS` counts the direct calls (tests read it to see the path was taken); under
 torch.profiler each call shows as a `pingpong::<op>` range, as a dispatcher call would.
 """
 
@@ -41,15 +48,26 @@ from torch.autograd import profiler as torch_profiler
 
 from . import direct
 
-__all__ = ["register", "CALLS", "KERNELS"]
+__all__ = ["register", "lowered", "CALLS", "KERNELS"]
 
 #: direct calls from generated code, per op name
 CALLS: collections.Counter = collections.Counter()
 
+#: op name → the function the generated code calls (`lowered` fills it, each op's module
+#: beside the op; the arguments follow from the op's schema: `_lowering`)
+KERNELS: dict = {}
+_pending: list = []  # names of KERNELS not yet lowered (`register` lowers them)
+_registered = False  # whether `register` ran (an op module imported later lowers its op at once)
 
-def _seen(name: str):
-    """Count a direct call, and show it to torch.profiler as the dispatcher's call would
-    appear (a `pingpong::<name>` range) while a profiler records."""
+
+def lowered(name: str):
+    """Make the decorated function the direct call of pingpong::<name> in inductor's code.
+
+    It is called as fn(*required tensors, *the optional tensors given, <optional>=bool for
+    each optional tensor, <the other arguments but out_dtype>, out=buffer), in the schema's
+    order (out_dtype is out's dtype), and writes the result into `out`. Each call is counted
+    in CALLS and shows to torch.profiler as a `pingpong::<name>` range, as a dispatcher call
+    would."""
     label = f"pingpong::{name}"
 
     def wrap(fn):
@@ -60,17 +78,21 @@ def _seen(name: str):
                 with torch_profiler.record_function(label):
                     return fn(*args, **kwargs)
             return fn(*args, **kwargs)
+        KERNELS[name] = call
+        _pending.append(name)
+        if _registered:  # an op module imported after the first lowering
+            register()
         return call
     return wrap
 
 
-@_seen("mm")
+@lowered("mm")
 def mm_out(a, b, *, out):
     """pingpong::mm into inductor's buffer."""
     direct.gemm(a, b, None, 1.0, 0.0, out.dtype, None, None, out=out)
 
 
-@_seen("gemm")
+@lowered("gemm")
 def gemm_out(a, b, *optional, c: bool, bias: bool, alpha: float, beta: float, activation, out):
     """pingpong::gemm into inductor's buffer; `optional` holds C and the bias where `c` and
     `bias` say they were given (the generated call passes tensors positionally)."""
@@ -80,41 +102,34 @@ def gemm_out(a, b, *optional, c: bool, bias: bool, alpha: float, beta: float, ac
     direct.gemm(a, b, c_t, alpha, beta, out.dtype, bias_t, activation, out=out)
 
 
-@_seen("linear")
+@lowered("linear")
 def linear_out(x, w, *optional, bias: bool, activation, out):
     """pingpong::linear into inductor's buffer."""
     direct.linear(x, w, optional[0] if bias else None, activation, out)
 
 
-#: op name → (the function the generated code calls, its tensor arguments, its other arguments)
-KERNELS = {
-    "mm": (mm_out, ("a", "b"), ()),
-    "gemm": (gemm_out, ("a", "b", "c", "bias"), ("alpha", "beta", "activation")),
-    "linear": (linear_out, ("x", "w", "bias"), ("activation",)),
-}
-
-_registered = False
-
-
 def register() -> None:
-    """Lower pingpong::mm, ::gemm and ::linear to direct calls (once per process)."""
+    """Lower every op of KERNELS not lowered yet to its direct call (the ops' fake
+    implementations call this: cheap once done)."""
     global _registered
-    if _registered:
+    if _registered and not _pending:
         return
     _registered = True
     from torch._inductor import lowering
     from torch._inductor.select_algorithm import extern_kernels
 
-    for name, (fn, tensors, others) in KERNELS.items():
-        setattr(extern_kernels, f"pingpong_{name}", fn)  # for code from inductor's cache, either way
+    while _pending:
+        name = _pending.pop()
+        setattr(extern_kernels, f"pingpong_{name}", KERNELS[name])  # for code from inductor's cache, either way
         if os.environ.get("PINGPONG_INDUCTOR_CALLS", "direct") == "dispatcher":  # inductor's default fallback
             continue
         op = getattr(torch.ops.pingpong, name).default
-        lowering.register_lowering(op, type_promotion_kind=None)(_lowering(op, f"pingpong_{name}", tensors, others))
+        lowering.register_lowering(op, type_promotion_kind=None)(_lowering(op, f"pingpong_{name}"))
 
 
-def _lowering(op, kernel: str, tensors: tuple, others: tuple):
-    """Inductor's lowering of `op`: an ExternKernelOut that calls extern_kernels.<kernel>."""
+def _lowering(op, kernel: str):
+    """Inductor's lowering of `op`: an ExternKernelOut that calls extern_kernels.<kernel>
+    with the arguments `lowered` names, read from the op's schema."""
     from torch._inductor import ir
     from torch._inductor.lowering import fallback_handler
     from torch._inductor.virtualized import V
@@ -122,7 +137,10 @@ def _lowering(op, kernel: str, tensors: tuple, others: tuple):
     fallback = fallback_handler(op, add_to_fallback_set=False)
     schema = [arg.name for arg in op._schema.arguments]
     defaults = {arg.name: arg.default_value for arg in op._schema.arguments if arg.has_default_value()}
-    optional = tensors[2:]
+    kinds = {arg.name: str(arg.type) for arg in op._schema.arguments}
+    tensors = [n for n in schema if kinds[n] == "Tensor"]
+    optional = [n for n in schema if kinds[n] == "Optional[Tensor]"]
+    others = [n for n in schema if "Tensor" not in kinds[n] and n != "out_dtype"]
 
     def lower(*args, **kwargs):
         if V.graph.cpp_wrapper:
@@ -131,7 +149,8 @@ def _lowering(op, kernel: str, tensors: tuple, others: tuple):
         val = V.graph.current_node.meta["val"]
         layout = ir.FixedLayout(val.device, val.dtype, ir.convert_shape_to_inductor(val.shape),
                                 ir.convert_shape_to_inductor(val.stride()))
-        inputs = [ir.ExternKernel.realize_input(bound[n]) for n in tensors if bound.get(n) is not None]
+        given = [n for n in optional if bound.get(n) is not None]
+        inputs = [ir.ExternKernel.realize_input(bound[n]) for n in (*tensors, *given)]
         flags = {n: bound.get(n) is not None for n in optional}
         consts = {n: bound[n] for n in others}
         node = ir.ExternKernelOut(layout=layout, inputs=inputs, kwargs={**flags, **consts},

@@ -113,19 +113,26 @@ def get(spec) -> "Plan | None":
 
 
 def store(key, plan: "Plan") -> "Plan":
-    """Cache `plan`; when full, the least recently used goes, by second chance (CLOCK): from
-    the oldest end, a plan used since it was stored or last passed over is moved to the recent
-    end and marked unused, the first unused one is evicted. A hit only marks its plan (one
-    lookup of the key: moving it would compare the nested spec with the stored one again)."""
-    while len(PLANS) >= PLAN_CACHE_SIZE:
-        old, p = PLANS.popitem(last=False)
-        if not p.used:
+    """Cache `plan` in PLANS (`remember`)."""
+    return remember(PLANS, key, plan, PLAN_CACHE_SIZE)
+
+
+def remember(cache: collections.OrderedDict, key, value, size: int):
+    """Cache `value` (an object with a `used` flag, which a hit sets); when `cache` holds
+    `size`, the least recently used goes, by second chance (CLOCK): from the oldest end, a value
+    used since it was stored or last passed over is moved to the recent end and marked unused,
+    the first unused one is evicted. A hit only marks its value (one lookup of the key: moving
+    it would hash the key and compare it with the stored one again). PLANS and
+    pingpong.direct's LayerPlans."""
+    while len(cache) >= size:
+        old, v = cache.popitem(last=False)
+        if not v.used:
             break
-        p.used = False
-        PLANS[old] = p
-    plan.used = False
-    PLANS[key] = plan
-    return plan
+        v.used = False
+        cache[old] = v
+    value.used = False
+    cache[key] = value
+    return value
 
 
 def plan_for(spec: GemmSpec, asked=None) -> "Plan":
