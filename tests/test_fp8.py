@@ -379,10 +379,11 @@ def test_two_piece_fp8_tiles_take_tensor_and_row_scales(config):
 @pytest.mark.parametrize("config, scaling", [
     (KC(128, 192, 128), "block"), (KC(64, 192, 128, schedule="pingpong"), "tensor"),
     (KC(128, 192, 128, split_k=2), "tensor"), (KC(128, 192, 128, swap_ab=True), "row"),
+    (KC(128, 192, 128, stream_k=True), "row"),
 ])
 def test_two_piece_fp8_tiles_refused_elsewhere_with_the_reason(config, scaling):
     with pytest.raises(ConfigError, match=r"block_n=192 \(two column pieces\) runs on the cooperative schedule,"
-                                          r" unsplit, without swap-AB or a cluster, with tensor- or row-wise scales"):
+                                          r" unsplit, without swap-AB, stream-K or a cluster, with tensor- or row-wise scales"):
         check_fp8_config(config, True, 2, scale_boxes(scaling, 128, config))
 
 
