@@ -248,22 +248,32 @@ def _is_descriptor(v) -> bool:
     return hasattr(v, "block_shape") and hasattr(v, "strides") and hasattr(v, "base")
 
 
+def flat_arguments(fn, args, kwargs=None) -> tuple[list, list]:
+    """(names, values) of a JIT launch `fn[grid](*args, **kwargs)` as the kernel's parameters
+    (constexprs included): a tuple argument (not a constexpr) becomes its fields in order, its
+    None fields dropped, each named `arg.field` (NamedTuple) or `arg.i`."""
+    kwargs = kwargs or {}
+    names, values = [], []
+    for i, n in enumerate(fn.arg_names):
+        v = args[i] if i < len(args) else kwargs[n] if n in kwargs else fn.params[i].default
+        if isinstance(v, tuple) and not getattr(fn.params[i], "is_constexpr", False):
+            assert not any(isinstance(x, tuple) for x in v), "one level of tuple arguments"
+            fields = getattr(v, "_fields", range(len(v)))
+            names += [f"{n}.{f}" for f, x in zip(fields, v) if x is not None]
+            values += _flatten(v, [])
+        else:
+            names.append(n)
+            values.append(v)
+    return names, values
+
+
 def bind_jit_args(direct: DirectLaunch, fn, args, kwargs, dynamic=()) -> BoundLaunch:
     """Bind `direct` to the arguments a JIT launch `fn[grid](*args, **kwargs)` was given:
     leading TMA descriptors become "tma" slots and leading tensors "ptr" slots (their
     addresses are passed per launch), the rest are scalars in the kernel's parameter order,
     the names in `dynamic` (consecutive) passed per launch. A tuple argument counts as its
-    fields (module docstring), named `arg.i`."""
-    values, names = [], []
-    for i, n in enumerate(fn.arg_names):
-        v = args[i] if i < len(args) else kwargs[n] if n in kwargs else fn.params[i].default
-        if isinstance(v, tuple) and not getattr(fn.params[i], "is_constexpr", False):
-            fields = _flatten(v, [])
-            values += fields
-            names += [f"{n}.{j}" for j in range(len(fields))]
-        else:
-            values.append(v)
-            names.append(n)
+    fields (module docstring, `flat_arguments`)."""
+    names, values = flat_arguments(fn, args, kwargs)
     slots = []
     for v in values:
         if _is_descriptor(v):
