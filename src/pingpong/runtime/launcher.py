@@ -251,7 +251,9 @@ def _is_descriptor(v) -> bool:
 def flat_arguments(fn, args, kwargs=None) -> tuple[list, list]:
     """(names, values) of a JIT launch `fn[grid](*args, **kwargs)` as the kernel's parameters
     (constexprs included): a tuple argument (not a constexpr) becomes its fields in order, its
-    None fields dropped, each named `arg.field` (NamedTuple) or `arg.i`."""
+    None fields dropped, each named `arg.field` (NamedTuple) or `arg.i`. Its other fields are
+    runtime values (tensors, descriptors, scalars): `flat_annotations` drops a tuple's
+    constexprs, which only its None fields are."""
     kwargs = kwargs or {}
     names, values = [], []
     for i, n in enumerate(fn.arg_names):
