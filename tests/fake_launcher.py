@@ -2,11 +2,22 @@
 
 import types
 
+ARG_CONSTEXPR, ARG_KERNEL, ARG_TUPLE = 0, 1, 2  # the C launcher's annotation types
+
+
+class KernelArg(types.SimpleNamespace):
+    """A readable stand-in for the C module's PyKernelArg (nested_tuple, type)."""
+
+    def __init__(self, nested_tuple=None, type=None):
+        super().__init__(nested_tuple=nested_tuple, type=type)
+
 
 class FakeLauncher:
     """Triton's CudaLauncher minus the C module: `launch` is Triton's own
     wrap_handle_tensordesc around a recorder (`calls`). The C module's argument annotations
-    and packed signature are stand-in tokens (the C launcher only passes them through)."""
+    and packed signature are stand-in tokens (the C launcher only passes them through), or,
+    with `annotations(monkeypatch)` applied, the annotations Triton builds, readable stand-ins
+    (then `parts` packs the kernel arguments by them, as the C launcher does)."""
 
     calls: list = []
 
@@ -18,7 +29,13 @@ class FakeLauncher:
         self.global_scratch_size = self.profile_scratch_size = 0
         self.launch_cooperative_grid, self.launch_pdl, self.num_ctas = False, False, getattr(metadata, "num_ctas", 1)
         self.gsan_enabled = False
+        from triton.backends.driver import expand_signature
+        from triton.backends.nvidia import driver as nv
+
         self.arg_annotations, self.kernel_signature = ("annotations",), b"signature"
+        if nv.PyKernelArg is KernelArg:  # as CudaLauncher
+            self.arg_annotations = nv.annotate_arguments(expand_signature(src.signature.values(),
+                                                                          metadata.tensordesc_meta, "nvTmaDesc"))
 
     def __call__(self, gridX, gridY, gridZ, stream, function, kernel_metadata, launch_metadata, enter_hook,
                  exit_hook, *args):
@@ -41,8 +58,32 @@ def install(driver):
     return FakeLauncher.calls
 
 
+def annotations(monkeypatch):
+    """Make Triton's annotate_arguments build readable KernelArgs (restored by `monkeypatch`)."""
+    from triton.backends.nvidia import driver as nv
+
+    for name, value in (("PyKernelArg", KernelArg), ("ARG_CONSTEXPR", ARG_CONSTEXPR), ("ARG_KERNEL", ARG_KERNEL),
+                        ("ARG_TUPLE", ARG_TUPLE)):
+        monkeypatch.setattr(nv, name, value)
+
+
+def _pack(annotations, args, out):
+    """The parameters the C launcher packs: constexprs skipped, tuples by their own annotations."""
+    for a, v in zip(annotations, args, strict=True):
+        if a.type == ARG_TUPLE:
+            _pack(a.nested_tuple, v, out)
+        elif a.type == ARG_KERNEL:
+            out.append(v)
+    return out
+
+
 def parts(call):
     """One recorded C-launch call as (head, hooks, tail, kernel_args): head = grid, stream,
     function, cooperative, pdl, packed metadata; hooks = launch metadata, enter and exit
-    hooks; tail = both scratch buffers, argument annotations, packed signature."""
-    return call[:8], call[8:11], call[11:15], list(call[15])
+    hooks; tail = both scratch buffers, argument annotations, packed signature. With readable
+    annotations (`annotations`), tail drops them and kernel_args are the packed parameters,
+    so a launch with nested (tuple) arguments compares with its flat twin."""
+    head, hooks, tail, args = call[:8], call[8:11], call[11:15], list(call[15])
+    if tail[2] and isinstance(tail[2][0], KernelArg):
+        return head, hooks, tail[:2] + tail[3:], _pack(tail[2], args, [])
+    return head, hooks, tail, args

@@ -15,6 +15,7 @@ from pingpong.hopper import fp8_launch
 from pingpong.hopper.config import SMEM_LIMIT
 from pingpong.hopper.fp8_launch import check_fp8_config, scale_boxes, select_fp8
 from pingpong.runtime import compile as cc
+from pingpong.runtime.launcher import flat_arguments
 
 KC = pingpong.KernelConfig
 
@@ -111,15 +112,15 @@ def test_swap_launch_exchanges_operands_sizes_and_scales(scaling, split_k):
     kernel, args, kwargs, grid = fp8_launch.prepare(a, w, out, sa, sb, scaling, True, 128, config, 132, bias, "relu",
                                                     ws, counters)
     assert kernel is fp8_launch.fp8_split_gemm
-    got = dict(zip(kernel.arg_names, args))
+    got = dict(zip(*flat_arguments(kernel, args)))  # the epilogue operands as ops.<field>
     same = lambda t, u: (t.data_ptr(), t.shape, t.stride()) == (u.data_ptr(), u.shape, u.stride())  # noqa: E731
     assert same(got["a_desc"].base, w) and got["a_desc"].block_shape == [64, 128]
     assert same(got["b_desc"].base, a) and got["b_desc"].block_shape == [16, 128]
     assert (got["M"], got["N"], got["K"]) == (N, M, K)
-    assert got["sa"].data_ptr() == sb.data_ptr() and got["sb"].data_ptr() == sa.data_ptr()
+    assert got["ops.sa"].data_ptr() == sb.data_ptr() and got["ops.sb"].data_ptr() == sa.data_ptr()
     if scaling == "row":
         assert (got["sa_row"], got["sb_col"]) == (7, 3)
-    assert got["out"] is out and got["out_ld"] == N
+    assert got["ops.out"] is out and got["out_ld"] == N
     assert got["splits"] == split_k
     epi = kwargs["CFG"].EPI
     assert epi.SWAP and epi.BIAS == "row" and epi.ACTIVATION == "relu"
@@ -133,7 +134,7 @@ def test_without_swap_the_scales_stay():
     out = torch.empty(M, N, dtype=torch.bfloat16)
     kernel, args, kwargs, _ = fp8_launch.prepare(a, w, out, sa, sb, "row", True, 128,
                                                  KC(64, 64, 128, schedule="pingpong"), 132)
-    got = dict(zip(kernel.arg_names, args))
+    got = dict(zip(*flat_arguments(kernel, args)))  # the epilogue operands as ops.<field>
     assert kernel is fp8_launch.fp8_gemm and got["a_desc"].base is a and (got["M"], got["N"]) == (M, N)
     assert (got["sa_row"], got["sb_col"]) == (3, 7) and not kwargs["CFG"].EPI.SWAP
 

@@ -16,7 +16,7 @@ from pingpong.fp8 import Float8Linear
 from pingpong.fp8_grouped import check_scaled_grouped_mm
 from pingpong.hopper import launch as hl, table as tables
 from pingpong.hopper.config import KernelConfig
-from pingpong.hopper.epilogue import EpilogueConstants
+from pingpong.hopper.epilogue import EpilogueConstants, EpilogueOperands
 from pingpong.hopper.select import choose
 from pingpong.runtime import compile as cc
 from pingpong.runtime.launcher import CachedLaunch, DirectLaunch, bind_jit_args, hooks_idle, launch_key, \
@@ -42,16 +42,9 @@ def test_gemm_direct_launch_passes_what_triton_passes(monkeypatch, col_major_a, 
     config = KernelConfig(128, 128, 64, schedule="pingpong")
     fn, args, kwargs, grid = hl.prepare(a, b, out, c, 1.5, 0.25 if with_c else 0.0, config, sms=132, bias=bias,
                                         activation="gelu_tanh" if with_bias else "none")
+    assert isinstance(args[2], EpilogueOperands)  # the epilogue's tensors: one argument
     with cc.offline("sm_90a"):
-        from triton.runtime import driver
-
-        kernel = fn.warmup(*args, grid=grid, **kwargs)
-        calls = fake_launcher.install(driver.active)
-        monkeypatch.setattr(kernel, "_run", None)
-        monkeypatch.setattr(kernel, "module", None)
-        values = list(args) + [kwargs[n] for n in fn.arg_names[len(args):]]
-        values = [v.data_ptr() if isinstance(v, torch.Tensor) else v for v in values]  # as Triton's C launcher reads them
-        kernel.run(*grid, 1, 1, 99, kernel.function, kernel.packed_metadata, None, None, None, *values)
+        calls, kernel = _run_as_triton(monkeypatch, fn, args, kwargs, grid)
         direct = DirectLaunch.from_kernel(kernel)
         assert direct is not None and len(direct.encodings) == 4
         bound = bind_jit_args(direct, fn, args, kwargs, dynamic=("alpha", "beta"))
@@ -67,10 +60,83 @@ def test_gemm_direct_launch_passes_what_triton_passes(monkeypatch, col_major_a, 
     assert [m[1] for m in maps] == list(ptrs[:4])  # one CUtensorMap per descriptor, at its address
     assert [len(m[6]) for m in maps] == ([3, 2, 3, 3] if batch else [2] * 4)  # rank-3 batched, rank-2 shared
     assert ptrs[4] in args  # the bias pointer (never read without a bias)
-    cfg = [x for x in args if isinstance(x, hl.KernelConstants)]  # every constexpr: one argument
+    cfg = [x for x in ours[15] if isinstance(x, hl.KernelConstants)]  # every constexpr: one argument (unpacked)
     assert len(cfg) == 1 and (cfg[0].BM, cfg[0].BN, cfg[0].BK, cfg[0].PINGPONG) == (128, 128, 64, True)
     assert cfg[0].EPI == EpilogueConstants(HAS_C=with_c, BIAS="col" if with_bias else "none",
                                            ACTIVATION="gelu_tanh" if with_bias else "none", BUFS=cfg[0].EPI.BUFS)
+
+
+def _c_args(v):
+    """A launch argument as Triton's C launcher reads it: a tensor as its address, a tuple's fields likewise."""
+    if isinstance(v, tuple):
+        return type(v)(*map(_c_args, v)) if hasattr(v, "_fields") else tuple(map(_c_args, v))
+    return v.data_ptr() if isinstance(v, torch.Tensor) else v
+
+
+def _run_as_triton(monkeypatch, fn, args, kwargs, grid):
+    """Compile offline, then launch once as Triton's own path does, into the fake launcher:
+    (recorded calls, the compiled kernel)."""
+    from triton.runtime import driver
+
+    fake_launcher.annotations(monkeypatch)
+    kernel = fn.warmup(*args, grid=grid, **kwargs)
+    calls = fake_launcher.install(driver.active)
+    monkeypatch.setattr(kernel, "_run", None)
+    monkeypatch.setattr(kernel, "module", None)
+    values = list(args) + [kwargs[n] for n in fn.arg_names[len(args):]]
+    kernel.run(*grid, 1, 1, 99, kernel.function, kernel.packed_metadata, None, None, None, *map(_c_args, values))
+    return calls, kernel
+
+
+@pytest.mark.parametrize("stream_k, with_c, with_bias", [(True, True, True), (False, False, True), (True, False, False)])
+def test_split_direct_launch_binds_the_epilogue_operands_flat(monkeypatch, stream_k, with_c, with_bias):
+    """The split-K / stream-K launch: `ops` (out, C, bias pointers; stream-K's two tile
+    descriptors) sits after the workspace and counters; the plan's pointer tuple lists its
+    fields there (hopper.backend.SplitPlan), and the direct launch packs what Triton packs."""
+    a, b, out, c = _operands(False, with_c)
+    bias = torch.empty(out.shape[-1], dtype=torch.bfloat16) if with_bias else None
+    config = KernelConfig(128, 128, 64, stream_k=True) if stream_k else KernelConfig(128, 128, 64, split_k=2)
+    M, K, N = a.shape[0], a.shape[1], b.shape[1]
+    ws = torch.empty(hl.workspace_shape(M, N, K, config, sms=132), dtype=torch.float32)
+    counters = torch.zeros(max(1, hl.counter_count(M, N, config)), dtype=torch.int32)
+    fn, args, kwargs, grid = hl.prepare_split(a, b, out, c, 1.5, 0.25 if with_c else 0.0, config, 132, ws, counters,
+                                              bias)
+    ops = args[4]
+    assert isinstance(ops, EpilogueOperands) and ops.out is out and ops.cin is (c if with_c else out)
+    assert (ops.tile_out is not None) == stream_k and ops.sa is None
+    with cc.offline("sm_90a"):
+        calls, kernel = _run_as_triton(monkeypatch, fn, args, kwargs, grid)
+        direct = DirectLaunch.from_kernel(kernel)
+        assert direct is not None and len(direct.encodings) == (4 if stream_k else 2)
+        bound = bind_jit_args(direct, fn, args, kwargs, dynamic=("alpha", "beta"))
+        cin = c if with_c else out
+        tiles = (out.data_ptr(), cin.data_ptr()) if stream_k else ()
+        ptrs = (a.data_ptr(), b.data_ptr(), ws.data_ptr(), counters.data_ptr(), out.data_ptr(), cin.data_ptr(),
+                (bias if with_bias else out).data_ptr(), *tiles)  # SplitPlan._launch's order
+        bound((grid[0], 1, 1), 99, ptrs, (1.5, 0.25 if with_c else 0.0))
+    theirs, ours = calls
+    (head, _, tail, args_), (t_head, _, t_tail, t_args) = fake_launcher.parts(ours), fake_launcher.parts(theirs)
+    assert head == t_head and tail == t_tail and args_ == t_args
+    assert [m[1] for m in args_ if isinstance(m, tuple) and m[:1] == ("map",)] == [ptrs[0], ptrs[1], *tiles]
+
+
+def test_bind_flattens_a_tuple_argument_by_its_fields():
+    """A NamedTuple argument binds as its fields in order, None fields dropped (no kernel
+    parameter), named arg.i; the dynamic scalars after it still found by name."""
+    direct = DirectLaunch.__new__(DirectLaunch)
+    direct.encodings = ()
+    direct.function, direct.cooperative, direct.pdl, direct.packed = 1, False, False, None
+    direct.annotations, direct.signature = (), b""
+
+    class _Fn:
+        arg_names = ["x", "ops", "n", "alpha", "CFG"]
+        params = [type("P", (), {"is_constexpr": n == "CFG", "default": None})() for n in arg_names]
+
+    t = torch.empty(4)
+    ops = EpilogueOperands(out=t, cin=None, bias=t)
+    bound = bind_jit_args(direct, _Fn, (t, ops, 7, 2.0), dict(CFG="cfg"), dynamic=("alpha",))
+    assert bound.slots == [None, None, None] and bound._template == [None, None, None, 7, "cfg"]
+    assert bound._dyn == 4
 
 
 def test_constexpr_bundles_key_a_kernel_by_value():

@@ -287,7 +287,7 @@ def test_split_plan_passes_bias_and_activation_to_the_kernel(hopper, monkeypatch
 
     with cc.offline("sm_90a"):
         fn, args, kwargs, grid = prep(*inputs)
-    assert args[6].data_ptr() == bias.data_ptr()
+    assert args[4].bias.data_ptr() == bias.data_ptr()  # the epilogue operands (hopper.epilogue.EpilogueOperands)
     assert kwargs["CFG"].EPI.BIAS == "row" and kwargs["CFG"].EPI.ACTIVATION == "gelu_tanh"
 
 

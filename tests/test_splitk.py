@@ -11,6 +11,7 @@ import triton
 from pingpong import ConfigError, KernelConfig
 from pingpong.runtime import compile as cc
 from pingpong.runtime.spec import EpilogueArgs
+from pingpong.runtime.launcher import flat_arguments
 from pingpong import toolchain
 from pingpong.hopper.config import SCHEDULE_FACTS, SMEM_LIMIT
 from pingpong.hopper.launch import OFFLINE_SPLIT_VARIANTS, counter_count, prepare_split, workspace_shape
@@ -194,6 +195,7 @@ def test_split_plan_launches_gemm_then_reduction_on_the_right_pointers(launches,
     assert p.path == ("hopper-padded" if case in ("decode nn odd N", "in place, column-major c") else "hopper")
     with cc.offline("sm_90a"):
         fn, args, kwargs, grid = prep(*inputs)
+        args = flat_arguments(fn, args)[1]  # the epilogue operands' fields where they stand
         assert [d.base.data_ptr() for d in args[:2]] + [t.data_ptr() for t in args[2:7]] == list(ptrs)
         assert kwargs["CFG"].EPI.SWAP == p.config.swap_ab and kwargs["CFG"].EPI.HAS_C == (c is not None and beta != 0)
         assert grid[0] <= 132
@@ -229,6 +231,7 @@ def test_layer_pointer_launch_launches_what_the_plan_run_does(launches, monkeypa
     assert ptrs[:2] + ptrs[4:] == want_ptrs[:2] + want_ptrs[4:]  # workspace and counters: fresh per call
     with cc.offline("sm_90a"):
         (fn, args, kwargs, grid), (want_fn, want_args, want_kwargs, want_grid) = prep(*inputs), want_prep(*want_inputs)
+        args, want_args = flat_arguments(fn, args)[1], flat_arguments(want_fn, want_args)[1]
     assert fn is want_fn and grid == want_grid and kwargs == want_kwargs
     tensors = lambda xs: [a.data_ptr() if isinstance(a, torch.Tensor) else a.base.data_ptr()  # noqa: E731
                           if hasattr(a, "base") else a for a in xs]
@@ -253,6 +256,7 @@ def _simulate(a, b, out, c, alpha, beta, config, order):
     ws = torch.full(workspace_shape(M, N, K, config), float("nan")).view(-1)
     counters = torch.zeros(counter_count(M, N, config), dtype=torch.int32)
     fn, args, kw, grid = prepare_split(a, b, out, c, alpha, beta, config, 132, ws, counters)
+    args = flat_arguments(fn, args)[1]
     a_desc, b_desc, ws_t, cnt, out_t, c_t, _ = args[:7]  # _: the bias slot (no bias here)
     R, C, K, al, be, splits, stride16, ld16, out_ld, c_ld = args[7:17]
     stride, ld = stride16 * 4, ld16 * 4

@@ -340,6 +340,7 @@ class HopperPlan(LaunchedPlan):
     pointer_launch: bool  # set at construction: no copies, not batched, C not read, one kernel
 
     def _launch(self, a, b, target, cin, alpha, beta, bias, bias_ptr):
+        # A, B, then the kernel's EpilogueOperands fields in order (out, C, bias: launch.epilogue_operands)
         ptrs = (a.data_ptr(), b.data_ptr(), target.data_ptr(), (cin if cin is not None else target).data_ptr(), bias_ptr)
         self.launch(self.device, ptrs, (alpha, beta), self._jit_args, a, b, target, cin, alpha, beta, bias)
 
@@ -389,7 +390,8 @@ class SplitPlan(HopperPlan):
                     (alpha, beta), self._jit_args, a, b, target, cin, alpha, beta, ws, counters, bias)
 
     def _tiles(self, out_ptr, c_ptr) -> tuple:
-        """The stream-K kernel's TMA epilogue descriptors' bases (out, C) after the pointers; none else."""
+        """The stream-K kernel's TMA epilogue descriptors' bases (out, C) after the pointers
+        (EpilogueOperands' tile_out, tile_cin after out, cin, bias); none else."""
         return (out_ptr, c_ptr) if self.config.stream_k else ()
 
     def run_ptrs(self, a_ptr, b_ptr, out_ptr, bias_ptr, views, *inputs):

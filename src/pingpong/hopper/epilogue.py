@@ -35,11 +35,14 @@ keeps a rank-2 descriptor.
 The epilogue's compile-time choices travel as one `EpilogueConstants`, `CFG.EPI` of the
 kernel's constexpr bundle (pingpong.hopper.launch.KernelConstants), built once by the host;
 the kernel hands it on and `Epilogue.allocate` (or `SplitEpilogue`, pingpong.hopper.fixup)
-unpacks it, in one place. A forked kernel that fuses its own epilogue adds a field here and
-reads it in its aggregate: no kernel signature or launcher changes.
+unpacks it, in one place. Its tensors travel the same way: one `EpilogueOperands` kernel
+argument (`ops`: out, C, the bias, stream-K's tile descriptors, FP8's scales), built once by
+the host. A forked kernel that fuses its own epilogue adds a field to each and reads it in its
+aggregate: no kernel signature or launcher changes.
 """
 
 import dataclasses
+from typing import Any, NamedTuple
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -153,6 +156,32 @@ class EpilogueConstants:
         return not self.HAS_C and self.BIAS == "none" and self.ACTIVATION == "none"
 
 
+class EpilogueOperands(NamedTuple):
+    """The tensors a kernel's epilogue reads and writes, as ONE kernel argument (`ops`).
+
+    Built by the host once per launch (pingpong.hopper.launch.epilogue_operands) and handed
+    to the entry points whole; the epilogue's constructors (`Epilogue.of`,
+    fixup.SplitEpilogue.of, kernel.stream_k_epilogue) read it in one place each. Triton passes
+    a NamedTuple as its fields, flattened in this order, and a field left None is no kernel
+    parameter at all (a constexpr None), so each kernel declares exactly the pointers it uses
+    and a new field appended here changes no existing kernel. The direct launch
+    (pingpong.runtime.launcher) binds the flattened fields: its pointer tuples list them in
+    this order, None fields skipped. Inside a kernel, `ops.bias` etc. are the values (a
+    Gluon aggregate cannot be built on the host; its fields would be type-checked there).
+
+    A new operand: a field here, its value in `epilogue_operands`, its use in the epilogue
+    (a field of Epilogue / SplitEpilogue, read in their `of`, and the math), and its base
+    address in the plans' direct-launch pointer tuples."""
+
+    out: Any = None  # the result as the epilogue writes it: TMA descriptor (Epilogue) or pointer (SplitEpilogue)
+    cin: Any = None  # C, as `out` (the plan passes out when C is not read; None where no kernel parameter is kept)
+    bias: Any = None  # the bias vector (out stands in when there is none: never read)
+    tile_out: Any = None  # stream-K: the TMA descriptors of its whole tiles, next to the fix-up's pointers
+    tile_cin: Any = None
+    sa: Any = None  # FP8: the dequantization scales (pointers or TMA descriptors, pingpong.hopper.fp8_kernel)
+    sb: Any = None
+
+
 @aggregate
 class Epilogue:
     c_desc: tma.tensor_descriptor  # its box is one sub-tile: [consumer rows, EPI_N]
@@ -198,6 +227,16 @@ class Epilogue:
             for i in gl.static_range(COPIES):
                 mbarrier.init(c_ready.index(i), count=1)
         return Epilogue(c_desc, cin_desc, alpha, beta, staging, c_ready, bias, M, N, EPI)
+
+    @gluon.jit
+    def of(ops, alpha, beta, M, N, COPIES: gl.constexpr, EPI: gl.constexpr):
+        """`allocate` from a kernel's EpilogueOperands: out and cin its TMA descriptors (no
+        cin: out stands in, never read)."""
+        if ops.cin is None:
+            epi = Epilogue.allocate(ops.out, ops.out, alpha, beta, ops.bias, M, N, COPIES, EPI)
+        else:
+            epi = Epilogue.allocate(ops.out, ops.cin, alpha, beta, ops.bias, M, N, COPIES, EPI)
+        return epi
 
     @gluon.jit
     def store(self, mma, COPY: gl.constexpr, tile_count, off_m, off_n, batch, split):

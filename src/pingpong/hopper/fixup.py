@@ -181,6 +181,18 @@ class SplitEpilogue:
         self.EPI = gl.constexpr(EPI)
 
     @gluon.jit
+    def of(ops, ws, split_stride, ws_ld, counters, out_ld, c_ld, scale, beta, R, C, splits, EPI: gl.constexpr):
+        """The split epilogue of a kernel's EpilogueOperands (pingpong.hopper.epilogue): out and
+        cin its pointers (no cin: out stands in, never read); the rest as __init__'s."""
+        if ops.cin is None:
+            epi = SplitEpilogue(ws, split_stride, ws_ld, counters, ops.out, out_ld, ops.out, c_ld, ops.bias, scale,
+                                beta, R, C, splits, EPI)
+        else:
+            epi = SplitEpilogue(ws, split_stride, ws_ld, counters, ops.out, out_ld, ops.cin, c_ld, ops.bias, scale,
+                                beta, R, C, splits, EPI)
+        return epi
+
+    @gluon.jit
     def with_scale(self, scale):
         """This epilogue with α = `scale` (the FP8 consumers' tensor-wise sa·sb, loaded before
         the K loop, pingpong.hopper.fp8_kernel.store_tile)."""

@@ -523,10 +523,11 @@ def store_tile(epi, scales, mma, CONSUMER: gl.constexpr, count, batch, off_m, of
 
 
 @gluon.jit(do_not_specialize=["M", "N", "K", "sa_row", "sb_col"])
-def fp8_gemm(a_desc, b_desc, c_desc, bias, sa, sb, M, N, K, sa_row, sb_col, CFG: gl.constexpr,
+def fp8_gemm(a_desc, b_desc, ops, M, N, K, sa_row, sb_col, CFG: gl.constexpr,
              SCALING: gl.constexpr, PROMOTE: gl.constexpr, SB_COLS: gl.constexpr):
     """Ping-pong or cooperative FP8 GEMM (module docstring): out = act(scale(A·Bᵀ) + bias).
-    CFG: the dense kernel's constexprs (KernelConstants, pingpong.hopper.launch; its EPI: bias,
+    `ops` (EpilogueOperands, pingpong.hopper.epilogue): out's TMA descriptor, the bias, the
+    scales sa, sb (no C). CFG: the dense kernel's constexprs (KernelConstants, pingpong.hopper.launch; its EPI: bias,
     activation, staging buffers, no β·C: the scales take α's place); then the scaling."""
     check_constants(CFG, SCALING, PROMOTE, SB_COLS)
     gl.static_assert(CFG.CLUSTER == gl.num_ctas(), "CLUSTER is the launch's num_ctas")
@@ -535,21 +536,21 @@ def fp8_gemm(a_desc, b_desc, c_desc, bias, sa, sb, M, N, K, sa_row, sb_col, CFG:
                      "two-piece tiles: cooperative, one CTA, tensor- and row-wise scales (check_fp8_config)")
     sched = TileScheduler.create(M, N, K, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M, 1)
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, True, CFG.CLUSTER)
-    epi = Epilogue.allocate(c_desc, c_desc, gl.to_tensor(1.0), gl.to_tensor(0.0), bias, M, N, 2, CFG.EPI)
-    scales = Fp8Scales.allocate(sa, sb, sa_row, sb_col, gl.to_tensor(0), M, N, CFG.STAGES, SCALING, SB_COLS)  # one batch
+    epi = Epilogue.of(ops, gl.to_tensor(1.0), gl.to_tensor(0.0), M, N, 2, CFG.EPI)
+    scales = Fp8Scales.allocate(ops.sa, ops.sb, sa_row, sb_col, gl.to_tensor(0), M, N, CFG.STAGES, SCALING, SB_COLS)  # one batch
     run_fp8_partitions(ring, sched, epi, scales, TileLoader(a_desc, b_desc, True, True, CFG.BN2, CFG.CLUSTER > 1),
                        CFG, PROMOTE)
 
 
 @gluon.jit(do_not_specialize=["M", "N", "K", "sa_row", "sb_col", "splits", "split_stride16", "ws_ld16", "out_ld"])
-def fp8_split_gemm(a_desc, b_desc, ws, counters, out, bias, sa, sb, M, N, K, sa_row, sb_col, splits, split_stride16,
-                   ws_ld16, out_ld, CFG: gl.constexpr, SCALING: gl.constexpr, PROMOTE: gl.constexpr,
+def fp8_split_gemm(a_desc, b_desc, ws, counters, ops, M, N, K, sa_row, sb_col, splits, split_stride16, ws_ld16, out_ld,
+                   CFG: gl.constexpr, SCALING: gl.constexpr, PROMOTE: gl.constexpr,
                    SB_COLS: gl.constexpr):
     """Split-K FP8 GEMM (module docstring, SPLIT-K): fp8_gemm's partitions over `splits` K
     ranges per tile (SplitKScheduler), each unit's fp32 partial into the workspace; the last
     split of a tile sums them in split order and applies the outer scales, the bias, the
     activation and the cast once (SplitEpilogue with the scales as its α, pingpong.hopper.fixup).
-    The arguments after fp8_gemm's pointers are split_k_gemm's (pingpong.hopper.kernel). Under
+    `ops`: fp8_gemm's with out's pointer; the other arguments split_k_gemm's (pingpong.hopper.kernel). Under
     CFG.EPI.SWAP (module docstring, SWAP-AB) the operands, M and N and the scales come exchanged
     and the result is stored transposed."""
     check_constants(CFG, SCALING, PROMOTE, SB_COLS)
@@ -557,31 +558,30 @@ def fp8_split_gemm(a_desc, b_desc, ws, counters, out, bias, sa, sb, M, N, K, sa_
     gl.static_assert(not CFG.EPI.SWAP or SCALING != "block", "swap-AB: tensor- and row-wise scales only")
     sched = SplitKScheduler.create(M, N, K, splits, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M)
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS)
-    scales = Fp8Scales.allocate(sa, sb, sa_row, sb_col, gl.to_tensor(0), M, N, CFG.STAGES, SCALING, SB_COLS)
-    epi = SplitEpilogue(ws, split_stride16 * 4, ws_ld16 * 4, counters, out, out_ld, out, out_ld, bias, scales,
-                        gl.to_tensor(0.0), M, N, splits, CFG.EPI)
+    scales = Fp8Scales.allocate(ops.sa, ops.sb, sa_row, sb_col, gl.to_tensor(0), M, N, CFG.STAGES, SCALING, SB_COLS)
+    epi = SplitEpilogue.of(ops, ws, split_stride16 * 4, ws_ld16 * 4, counters, out_ld, out_ld, scales, gl.to_tensor(0.0),
+                           M, N, splits, CFG.EPI)
     run_fp8_partitions(ring, sched, epi, scales, TileLoader(a_desc, b_desc, True, True), CFG, PROMOTE, True)
 
 
 @gluon.jit(do_not_specialize=["M", "N", "K", "sa_row", "sb_col", "dp_tiles", "streamers", "split_stride16",
                                 "ws_ld16", "out_ld"])
-def fp8_stream_gemm(a_desc, b_desc, ws, counters, out, bias, c_desc, sa, sb, M, N, K, sa_row, sb_col, dp_tiles,
-                    streamers, split_stride16, ws_ld16, out_ld, CFG: gl.constexpr, SCALING: gl.constexpr,
+def fp8_stream_gemm(a_desc, b_desc, ws, counters, ops, M, N, K, sa_row, sb_col, dp_tiles, streamers, split_stride16, ws_ld16, out_ld, CFG: gl.constexpr, SCALING: gl.constexpr,
                     PROMOTE: gl.constexpr, SB_COLS: gl.constexpr):
     """Stream-K FP8 GEMM (module docstring, STREAM-K): fp8_gemm's partitions over
     StreamKScheduler's units (pingpong.hopper.kernel.stream_k_gemm): a unit holding its whole
-    tile goes out through the TMA epilogue (c_desc), its outer scales applied first; a tile
-    shared by several programs is finished by the last to arrive, which applies them once to
-    the sum (StreamKEpilogue, the scales as its α). Arguments: fp8_split_gemm's, c_desc added,
+    tile goes out through the TMA epilogue (ops.tile_out), its outer scales applied first; a
+    tile shared by several programs is finished by the last to arrive, which applies them once
+    to the sum (StreamKEpilogue, the scales as its α). Arguments: fp8_split_gemm's, ops.tile_out added,
     the decomposition (scheduler.stream_k_split) instead of `splits`."""
     check_constants(CFG, SCALING, PROMOTE, SB_COLS)
     gl.static_assert(CFG.BN2 == 0 and CFG.CLUSTER == 1 and not CFG.EPI.SWAP,
                      "stream-K units: one-piece tiles, one CTA, unswapped (check_fp8_config)")
     sched = StreamKScheduler.create(M, N, K, dp_tiles, streamers, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M)
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS)
-    scales = Fp8Scales.allocate(sa, sb, sa_row, sb_col, gl.to_tensor(0), M, N, CFG.STAGES, SCALING, SB_COLS)
-    epi = stream_k_epilogue(sched, c_desc, c_desc, ws, split_stride16, ws_ld16, counters, out, out_ld, out, out_ld,
-                            bias, scales, gl.to_tensor(0.0), M, N, streamers, CFG)
+    scales = Fp8Scales.allocate(ops.sa, ops.sb, sa_row, sb_col, gl.to_tensor(0), M, N, CFG.STAGES, SCALING, SB_COLS)
+    epi = stream_k_epilogue(sched, ops, ws, split_stride16, ws_ld16, counters, out_ld, out_ld, scales,
+                            gl.to_tensor(0.0), M, N, streamers, CFG)
     run_fp8_partitions(ring, sched, epi, scales, TileLoader(a_desc, b_desc, True, True), CFG, PROMOTE, True)
 
 

@@ -70,8 +70,8 @@ from . import table as tables
 from .config import MAX_ACC_REGS, SMEM_LIMIT, KernelConfig
 from .fp8_kernel import fp8_gemm, fp8_split_gemm, fp8_stream_gemm
 from .epilogue import EpilogueConstants
-from .launch import MAX_SPLIT_BLOCK, counter_count, kernel_constants, launch_options, operand_descriptors, \
-    partial_slots, persistent_grid, product_bias, tile_descriptor, workspace_reason, workspace_shape
+from .launch import MAX_SPLIT_BLOCK, counter_count, epilogue_operands, kernel_constants, launch_options, \
+    operand_descriptors, partial_slots, persistent_grid, product_bias, tile_descriptor, workspace_reason, workspace_shape
 from .scheduler import effective_splits, stream_k_split
 from .select import DECODE_M, MID_SPLIT_STEPS, SPLIT_MIN_BYTES, Device, one_wave_tile, split, tabled, \
     tile_count
@@ -338,7 +338,6 @@ def prepare(a, w, out, scale_a, scale_b, scaling: str, promote: bool, sb_cols: i
             strides = (0, 0)
             sa = TensorDescriptor(sa, [kb, R], [sa.stride(0), 1], [1, d.block_m], flat)
             sb = TensorDescriptor(sb, [kb, C], [C, 1], [1, d.block_n], flat)
-    bias_ptr = bias_vector(bias) if bias is not None else out  # never read without a bias
     epi = EpilogueConstants(BIAS=product_bias(bias, M, d.swap_ab), ACTIVATION=activation, BUFS=d.epilogue_bufs,
                             SWAP=d.swap_ab)
     kwargs = dict(CFG=kernel_constants(d, epi), SCALING=scaling, PROMOTE=bool(promote), SB_COLS=sb_cols,
@@ -352,11 +351,13 @@ def prepare(a, w, out, scale_a, scale_b, scaling: str, promote: bool, sb_cols: i
         assert workspace.dtype == torch.float32 and workspace.numel() >= ws_rows * ld
         assert counters.dtype == torch.int32 and (slots == 1 or counters.numel() >= counter_count(M, N, config, FP8_BYTES))
         block = ws_rows // slots * ld if slots > 1 else 0
-        args = (a_desc, b_desc, workspace, counters, out, bias_ptr, tile_descriptor(out, d), sa, sb, R, C, K, *strides,
-                dp_tiles, streamers, block // 4, ld // 4, out.stride(0))
+        ops = epilogue_operands(out, out, bias=bias, tile_out=tile_descriptor(out, d), sa=sa, sb=sb)
+        args = (a_desc, b_desc, workspace, counters, ops, R, C, K, *strides, dp_tiles, streamers, block // 4, ld // 4,
+                out.stride(0))
         return fp8_stream_gemm, args, kwargs, (programs,)
     if splits == 1 and not d.swap_ab:  # the TMA epilogue
-        return fp8_gemm, (a_desc, b_desc, tile_descriptor(out, d), bias_ptr, sa, sb, R, C, K, *strides), kwargs, grid
+        ops = epilogue_operands(out, tile_descriptor(out, d), bias=bias, sa=sa, sb=sb)
+        return fp8_gemm, (a_desc, b_desc, ops, R, C, K, *strides), kwargs, grid
     ws_rows, ld = workspace_shape(M, N, K, config, FP8_BYTES)
     block = ws_rows // splits * ld
     assert block < MAX_SPLIT_BLOCK, "one split's workspace block must be 32-bit addressable"
@@ -364,8 +365,8 @@ def prepare(a, w, out, scale_a, scale_b, scaling: str, promote: bool, sb_cols: i
     assert counters.dtype == torch.int32 and (splits == 1
                                               or counters.numel() >= counter_count(M, N, config, FP8_BYTES))
     assert out.stride(1) == 1 or N <= 1, "out must be row-major"
-    args = (a_desc, b_desc, workspace, counters, out, bias_ptr, sa, sb, R, C, K, *strides, splits, block // 4,
-            ld // 4, out.stride(0))
+    args = (a_desc, b_desc, workspace, counters, epilogue_operands(out, out, bias=bias, sa=sa, sb=sb), R, C, K, *strides,
+            splits, block // 4, ld // 4, out.stride(0))
     return fp8_split_gemm, args, kwargs, grid
 
 

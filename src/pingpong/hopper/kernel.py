@@ -319,13 +319,14 @@ def run_partitions(ring, sched, epi, loader, kloop, CFG: gl.constexpr):
 
 
 @gluon.jit(do_not_specialize=_RUNTIME_SCALARS)
-def warp_specialized_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha, beta, batches, CFG: gl.constexpr):
+def warp_specialized_gemm(a_desc, b_desc, ops, M, N, K, alpha, beta, batches, CFG: gl.constexpr):
     """Ping-pong or cooperative: producer warp + two consumer warpgroups (module docstring),
     one work unit per output tile (of every batch), the TMA epilogue. CFG.CLUSTER = 2: a 2-CTA
     cluster kernel (module docstring, CLUSTERS), CFG.BM is the pair's rows.
 
-    Arguments: the runtime ones (descriptors, the bias pointer, sizes, α, β, batches), then
-    CFG, every constexpr in one KernelConstants (pingpong.hopper.launch: tile, ring, schedule,
+    Arguments: the runtime ones (A's and B's descriptors; `ops`, the epilogue's tensors in one
+    EpilogueOperands of pingpong.hopper.epilogue: out's and C's descriptors, the bias; sizes,
+    α, β, batches), then CFG, every constexpr in one KernelConstants (pingpong.hopper.launch: tile, ring, schedule,
     layouts, and CFG.EPI, the epilogue's EpilogueConstants). RELEASERS and the worker warps
     come from config.SCHEDULE_FACTS.
     """
@@ -336,18 +337,18 @@ def warp_specialized_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha
     gl.static_assert(CFG.CLUSTER == 1 or CFG.BN2 == 0, "clusters: one-piece tiles (config.validate)")
     sched = TileScheduler.create(M, N, K, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M, batches)
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, CFG.B_KMAJOR, CFG.CLUSTER)
-    epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, bias, M, N, 2, CFG.EPI)
+    epi = Epilogue.of(ops, alpha, beta, M, N, 2, CFG.EPI)
     loader = TileLoader(a_desc, b_desc, CFG.A_KMAJOR, CFG.B_KMAJOR, CFG.BN2, CFG.CLUSTER > 1)
     run_partitions(ring, sched, epi, loader, PlainKLoop.of(CFG), CFG)
 
 
 @gluon.jit(do_not_specialize=_SPLIT_RUNTIME_SCALARS)
-def split_k_gemm(a_desc, b_desc, ws, counters, out, cin, bias, M, N, K, alpha, beta, splits, split_stride16, ws_ld16,
-                 out_ld, c_ld, CFG: gl.constexpr):
+def split_k_gemm(a_desc, b_desc, ws, counters, ops, M, N, K, alpha, beta, splits, split_stride16, ws_ld16, out_ld,
+                 c_ld, CFG: gl.constexpr):
     """The same partitions over `splits` K-ranges per tile (SplitKScheduler), finished by the
     last split of each tile (SplitEpilogue, pingpong.hopper.fixup). The product is M × N as the
     kernel sees it: Cᵀ (N_c × M_c of the caller's C) under CFG.EPI.SWAP, where out and C are
-    read and written transposed. The workspace's strides come in 16-byte units (4 fp32), so the
+    read and written transposed. `ops` (EpilogueOperands): out's and C's pointers, the bias. The workspace's strides come in 16-byte units (4 fp32), so the
     compiler knows its rows are aligned and vectorizes the partials' loads and stores. CFG: as
     warp_specialized_gemm's (its EPI's BUFS unused: no staging)."""
     gl.static_assert(CFG.STAGES >= 2, "the ring needs at least 2 stages")
@@ -356,47 +357,51 @@ def split_k_gemm(a_desc, b_desc, ws, counters, out, cin, bias, M, N, K, alpha, b
     gl.static_assert(CFG.CLUSTER == 1, "split-K / swap-AB units are not paired (config.validate)")
     sched = SplitKScheduler.create(M, N, K, splits, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M)
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, CFG.B_KMAJOR)
-    epi = SplitEpilogue(ws, split_stride16 * 4, ws_ld16 * 4, counters, out, out_ld, cin, c_ld, bias, Alpha(alpha), beta,
-                        M, N, splits, CFG.EPI)
+    epi = SplitEpilogue.of(ops, ws, split_stride16 * 4, ws_ld16 * 4, counters, out_ld, c_ld, Alpha(alpha), beta, M, N,
+                           splits, CFG.EPI)
     run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, CFG.A_KMAJOR, CFG.B_KMAJOR, CFG.BN2),
                    PlainKLoop.of(CFG), CFG)
 
 
 @gluon.jit(do_not_specialize=_STREAM_RUNTIME_SCALARS)
-def stream_k_gemm(a_desc, b_desc, ws, counters, out, cin, bias, c_desc, cin_desc, M, N, K, alpha, beta, dp_tiles,
-                  streamers, split_stride16, ws_ld16, out_ld, c_ld, CFG: gl.constexpr):
+def stream_k_gemm(a_desc, b_desc, ws, counters, ops, M, N, K, alpha, beta, dp_tiles, streamers, split_stride16, ws_ld16,
+                  out_ld, c_ld, CFG: gl.constexpr):
     """The same partitions over StreamKScheduler's units: the first dp_tiles tiles whole, the
     rest's k-steps shared evenly by `streamers` programs. A unit that holds its whole tile is
-    stored through the TMA epilogue (c_desc, cin_desc: warp_specialized_gemm's); a shared
-    tile is finished by the last of its programs to arrive (StreamKEpilogue,
-    pingpong.hopper.fixup: the pointer fix-up, out and cin as split_k_gemm's, the workspace's
-    slots as its splits). Arguments as split_k_gemm's, the two descriptors added, and the
-    decomposition (pingpong.hopper.scheduler.stream_k_split) instead of `splits`."""
+    stored through the TMA epilogue (ops.tile_out, ops.tile_cin: warp_specialized_gemm's
+    descriptors); a shared tile is finished by the last of its programs to arrive
+    (StreamKEpilogue, pingpong.hopper.fixup: the pointer fix-up, ops.out and ops.cin as
+    split_k_gemm's, the workspace's slots as its splits). Arguments as split_k_gemm's, `ops`
+    with the two descriptors, and the decomposition (pingpong.hopper.scheduler.stream_k_split) instead of `splits`."""
     gl.static_assert(CFG.STAGES >= 2, "the ring needs at least 2 stages")
     gl.static_assert(CFG.RELEASERS == (1 if CFG.PINGPONG else 2),
                      "ping-pong: one consumer frees a slot; cooperative: both")
     gl.static_assert(CFG.CLUSTER == 1 and not CFG.EPI.SWAP, "stream-K units are not paired nor swapped (config.validate)")
     sched = StreamKScheduler.create(M, N, K, dp_tiles, streamers, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M)
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, CFG.B_KMAJOR)
-    epi = stream_k_epilogue(sched, c_desc, cin_desc, ws, split_stride16, ws_ld16, counters, out, out_ld, cin, c_ld,
-                            bias, Alpha(alpha), beta, M, N, streamers, CFG)
+    epi = stream_k_epilogue(sched, ops, ws, split_stride16, ws_ld16, counters, out_ld, c_ld, Alpha(alpha), beta, M, N,
+                            streamers, CFG)
     run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, CFG.A_KMAJOR, CFG.B_KMAJOR, CFG.BN2),
                    PlainKLoop.of(CFG), CFG)
 
 
 @gluon.jit
-def stream_k_epilogue(sched, c_desc, cin_desc, ws, split_stride16, ws_ld16, counters, out, out_ld, cin, c_ld, bias,
-                      scale, beta, M, N, streamers, CFG: gl.constexpr):
-    """The stream-K kernels' StreamKEpilogue: the TMA epilogue (α 1: `scale`, an Alpha or the
-    FP8 kernel's Fp8Scales, goes on first) and the fix-up (its splits unused)."""
-    tile = Epilogue.allocate(c_desc, cin_desc, gl.to_tensor(1.0), beta, bias, M, N, 2, CFG.EPI)
-    part = SplitEpilogue(ws, split_stride16 * 4, ws_ld16 * 4, counters, out, out_ld, cin, c_ld, bias, scale, beta, M,
-                         N, streamers, CFG.EPI)
+def stream_k_epilogue(sched, ops, ws, split_stride16, ws_ld16, counters, out_ld, c_ld, scale, beta, M, N, streamers,
+                      CFG: gl.constexpr):
+    """The stream-K kernels' StreamKEpilogue of their EpilogueOperands: the TMA epilogue on
+    ops.tile_out / ops.tile_cin (α 1: `scale`, an Alpha or the FP8 kernel's Fp8Scales, goes on
+    first) and the fix-up on ops.out / ops.cin (its splits unused)."""
+    if ops.tile_cin is None:
+        tile = Epilogue.allocate(ops.tile_out, ops.tile_out, gl.to_tensor(1.0), beta, ops.bias, M, N, 2, CFG.EPI)
+    else:
+        tile = Epilogue.allocate(ops.tile_out, ops.tile_cin, gl.to_tensor(1.0), beta, ops.bias, M, N, 2, CFG.EPI)
+    part = SplitEpilogue.of(ops, ws, split_stride16 * 4, ws_ld16 * 4, counters, out_ld, c_ld, scale, beta, M, N,
+                            streamers, CFG.EPI)
     return StreamKEpilogue(tile, part, sched, CFG.PINGPONG)
 
 
 @gluon.jit(do_not_specialize=_RUNTIME_SCALARS)
-def persistent_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha, beta, batches, CFG: gl.constexpr):
+def persistent_gemm(a_desc, b_desc, ops, M, N, K, alpha, beta, batches, CFG: gl.constexpr):
     """The baseline: persistent, pipelined, not warp-specialized (module docstring). Arguments
     as warp_specialized_gemm's; CFG's schedule fields (PINGPONG, warps, registers) unused."""
     STAGES: gl.constexpr = CFG.STAGES
@@ -408,7 +413,7 @@ def persistent_gemm(a_desc, b_desc, c_desc, cin_desc, bias, M, N, K, alpha, beta
     gl.static_assert(CFG.CLUSTER == 1, "clusters run on the warp-specialized schedules (config.validate)")
     sched = TileScheduler.create(M, N, K, BM, CFG.BN, CFG.BK, CFG.GROUP_M, batches)
     ring = Ring.allocate(a_desc, b_desc, STAGES, 1)
-    epi = Epilogue.allocate(c_desc, cin_desc, alpha, beta, bias, M, N, 1, CFG.EPI)
+    epi = Epilogue.of(ops, alpha, beta, M, N, 1, CFG.EPI)
     loader = TileLoader(a_desc, b_desc, A_KMAJOR, B_KMAJOR)
 
     total = sched.local_tiles() * sched.k_steps

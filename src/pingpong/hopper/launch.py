@@ -5,7 +5,11 @@ here from a Derived (`kernel_constants(d, epi)`; `epi` the EpilogueConstants of 
 its compile options from `launch_options(d)`:
 
     fn, args, kwargs, grid = prepare(...)      kwargs = dict(CFG=KernelConstants(...), num_warps=..., ...)
-    fn[grid](*args, **kwargs)                  args: descriptors, pointers, sizes, α, β (runtime)
+    fn[grid](*args, **kwargs)                  args: A's and B's descriptors, (workspace), ops, sizes, α, β
+
+and the tensors of its epilogue as one argument too, `ops`, the EpilogueOperands that
+`epilogue_operands` builds (pingpong.hopper.epilogue: out, C, the bias, stream-K's tile
+descriptors, FP8's scales; a field left None is no kernel parameter).
 
 `tma_orientation(t)` says whether a 2-D tensor (or a spec's Operand) can be described to TMA as it is stored (last
 stride 1 in one of its two orientations, the other stride 16-byte aligned, base 16-byte
@@ -35,7 +39,7 @@ from ..runtime.plan import bias_vector
 from ..runtime.spec import Operand, bias_kind
 from ..toolchain import KERNEL_OPTIONS
 from .config import SCHEDULE_FACTS, KernelConfig, swizzle_width
-from .epilogue import EpilogueConstants
+from .epilogue import EpilogueConstants, EpilogueOperands
 from .kernel import persistent_gemm, split_k_gemm, stream_k_gemm, warp_specialized_gemm
 from .scheduler import effective_splits, stream_k_split, stream_parts
 
@@ -211,6 +215,17 @@ def launch_options(d) -> dict:
     return options
 
 
+def epilogue_operands(out: torch.Tensor, target, cin=None, bias=None, tile_out=None, tile_cin=None, sa=None,
+                      sb=None) -> EpilogueOperands:
+    """The `ops` argument of a Hopper GEMM launch (pingpong.hopper.epilogue.EpilogueOperands),
+    built once per JIT launch: `target` and `cin` are out and C as the kernel's epilogue
+    addresses them (TMA descriptors or the tensors), `bias` the caller's (None: `out` stands
+    in, never read), `tile_*` stream-K's whole-tile descriptors, `sa`, `sb` FP8's scales. A
+    None field is no kernel parameter. The plans' direct launches pass the same fields' base
+    addresses in this order (pingpong.runtime.launcher binds the flattened tuple)."""
+    return EpilogueOperands(target, cin, bias_vector(bias) if bias is not None else out, tile_out, tile_cin, sa, sb)
+
+
 def tile_descriptor(t: torch.Tensor, d) -> TensorDescriptor:
     """TMA descriptor of the output (or C) for the TMA epilogue: one epilogue sub-tile of
     consumer_m × epilogue_n, in a 2-CTA cluster the pair's rows split over the two CTAs."""
@@ -233,9 +248,8 @@ def _gemm_launch(a, b, out, c, alpha, beta, d, sms: int, bias=None, activation="
     has_c = c is not None  # the plan passes C only when it is read (GemmSpec.epilogue.reads_c)
     assert not has_c or (tma_orientation(c if c.dim() == 2 else c[0]) == "row" and c.dtype == out.dtype), \
         "C must be TMA-legal, out's dtype"
-    cin_desc = tile_descriptor(c, d) if has_c else c_desc
-    bias_ptr = bias_vector(bias) if bias is not None else out  # never read without a bias
-    args = (a_desc, b_desc, c_desc, cin_desc, bias_ptr, M, N, K, float(alpha), float(beta), batches)
+    ops = epilogue_operands(out, c_desc, tile_descriptor(c, d) if has_c else c_desc, bias)
+    args = (a_desc, b_desc, ops, M, N, K, float(alpha), float(beta), batches)
     epi = EpilogueConstants(HAS_C=has_c, BIAS=bias_kind(bias, M), ACTIVATION=activation, BUFS=d.epilogue_bufs)
     kwargs = dict(CFG=kernel_constants(d, epi, **majors), **launch_options(d))
     grid = persistent_grid(M, N, d, sms, batches)
@@ -330,20 +344,18 @@ def prepare_split(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, wor
     assert not has_c or ((c.stride(1) == 1 or c.shape[1] <= 1) and c.dtype == out.dtype), "C: row-major, out's dtype"
     a_desc, b_desc, majors = operand_descriptors(ka, kb, d)
     kind = product_bias(bias, M, d.swap_ab)
-    bias_ptr = bias_vector(bias) if bias is not None else out  # never read without a bias
     tiles = -(-ka.shape[0] // d.block_m) * -(-kb.shape[1] // d.block_n)
     if d.stream_k:  # whole tiles through the TMA epilogue: out and C TMA-legal, as prepare's
         programs, dp_tiles, streamers = stream_k_split(tiles, -(-K // d.block_k), sms)
         kernel, grid, decomposition = stream_k_gemm, programs, (dp_tiles, streamers)
         assert tma_orientation(out) == "row" and (not has_c or tma_orientation(c) == "row"), "out, C: TMA-legal"
         c_desc = tile_descriptor(out, d)
-        descriptors = (c_desc, tile_descriptor(c, d) if has_c else c_desc)
+        ops = epilogue_operands(out, out, c if has_c else out, bias, c_desc, tile_descriptor(c, d) if has_c else c_desc)
     else:
         kernel, grid, decomposition = split_k_gemm, max(1, min(sms, tiles * splits)), (splits,)
-        descriptors = ()
-    args = (a_desc, b_desc, workspace, counters, out, c if has_c else out, bias_ptr, *descriptors, ka.shape[0],
-            kb.shape[1], K, float(alpha), float(beta), *decomposition, block // 4, ld // 4, out.stride(0),
-            c.stride(0) if has_c else 0)
+        ops = epilogue_operands(out, out, c if has_c else out, bias)
+    args = (a_desc, b_desc, workspace, counters, ops, ka.shape[0], kb.shape[1], K, float(alpha), float(beta),
+            *decomposition, block // 4, ld // 4, out.stride(0), c.stride(0) if has_c else 0)
     epi = EpilogueConstants(HAS_C=has_c, BIAS=kind, ACTIVATION=activation, SWAP=d.swap_ab,
                             BUFS=d.epilogue_bufs if d.stream_k else 1)  # (staging: stream-K's TMA epilogue)
     kwargs = dict(CFG=kernel_constants(d, epi, **majors), **launch_options(d))

@@ -25,6 +25,13 @@ for every later launch on it. The arguments handed to the C launcher are exactly
 Triton's own `wrap_handle_tensordesc` would (tests/test_launcher.py checks both against
 Triton's function on the CPU).
 
+A tuple argument (a NamedTuple such as the Hopper kernels' EpilogueOperands) is its fields,
+flattened in order, its None fields skipped (Triton makes them constexprs, no kernel
+parameter): `bind_jit_args` binds them as if each were its own argument, and the direct
+launch hands the C launcher flat arguments with flat annotations (`flat_annotations`), which
+it packs exactly as Triton's nested ones - so a plan's pointer tuple simply lists a tuple's
+fields' addresses where the tuple stands, and a launch builds nothing more per call.
+
 Only kernels whose launch needs nothing else qualify (`from_kernel` returns None otherwise:
 scratch buffers, fp4-padded or im2col encodings, the global sanitizer, a Triton whose
 launcher is not shaped as 3.9's). Clusters need nothing extra: the CTAs per cluster travel in
@@ -132,7 +139,7 @@ class DirectLaunch:
                 raw = raw.__closure__[names.index("launcher")].cell_contents
             encode = triton.runtime.driver.active.utils.fill_tma_descriptor_tiled
             return cls(raw, kernel.function, kernel.packed_metadata, run.launch_cooperative_grid, run.launch_pdl,
-                       run.arg_annotations, run.kernel_signature, metas, encode)
+                       flat_annotations(kernel, run), run.kernel_signature, metas, encode)
         except (AttributeError, ValueError, TypeError, KeyError, IndexError):
             return None
 
@@ -208,18 +215,67 @@ class BoundLaunch:
         self.direct.launch(gx, gy, gz, stream, *self._head, args)
 
 
+def _flatten(items, out: list) -> list:
+    """Tuples' elements in order, recursively, absent fields dropped: None among values,
+    "constexpr" in a signature (where Triton marks them so)."""
+    for x in items:
+        if isinstance(x, tuple):
+            _flatten(x, out)
+        elif x is not None and not (isinstance(x, str) and x == "constexpr"):
+            out.append(x)
+    return out
+
+
+def flat_annotations(kernel, run):
+    """The C launcher's argument annotations for FLAT kernel arguments: Triton's own
+    (`run.arg_annotations`) when no argument is a tuple, else rebuilt from the flattened
+    expanded signature as Triton's CudaLauncher builds them (triton/backends/nvidia/driver.py):
+    the packed signature is flat either way, so the C launcher packs the same parameters."""
+    signature = tuple(kernel.src.signature.values())
+    if not any(isinstance(s, tuple) for s in signature):
+        return run.arg_annotations
+    from triton.backends.driver import expand_signature
+    from triton.backends.nvidia import driver as nv
+
+    metas = getattr(kernel.metadata, "tensordesc_meta", None)
+    flat = []
+    for s in expand_signature(signature, metas, "nvTmaDesc"):
+        flat += _flatten(s, []) if isinstance(s, tuple) else [s]
+    return nv.annotate_arguments(flat)
+
+
 def _is_descriptor(v) -> bool:
     return hasattr(v, "block_shape") and hasattr(v, "strides") and hasattr(v, "base")
+
+
+def flat_arguments(fn, args, kwargs=None) -> tuple[list, list]:
+    """(names, values) of a JIT launch `fn[grid](*args, **kwargs)` as the kernel's parameters
+    (constexprs included): a tuple argument (not a constexpr) becomes its fields in order, its
+    None fields dropped, each named `arg.field` (NamedTuple) or `arg.i`. Its other fields are
+    runtime values (tensors, descriptors, scalars): `flat_annotations` drops a tuple's
+    constexprs, which only its None fields are."""
+    kwargs = kwargs or {}
+    names, values = [], []
+    for i, n in enumerate(fn.arg_names):
+        v = args[i] if i < len(args) else kwargs[n] if n in kwargs else fn.params[i].default
+        if isinstance(v, tuple) and not getattr(fn.params[i], "is_constexpr", False):
+            assert not any(isinstance(x, tuple) for x in v), "one level of tuple arguments"
+            fields = getattr(v, "_fields", range(len(v)))
+            names += [f"{n}.{f}" for f, x in zip(fields, v) if x is not None]
+            values += _flatten(v, [])
+        else:
+            names.append(n)
+            values.append(v)
+    return names, values
 
 
 def bind_jit_args(direct: DirectLaunch, fn, args, kwargs, dynamic=()) -> BoundLaunch:
     """Bind `direct` to the arguments a JIT launch `fn[grid](*args, **kwargs)` was given:
     leading TMA descriptors become "tma" slots and leading tensors "ptr" slots (their
     addresses are passed per launch), the rest are scalars in the kernel's parameter order,
-    the names in `dynamic` (consecutive) passed per launch."""
-    names = fn.arg_names
-    values = list(args) + [kwargs[n] if n in kwargs else fn.params[i].default
-                           for i, n in enumerate(names) if i >= len(args)]
+    the names in `dynamic` (consecutive) passed per launch. A tuple argument counts as its
+    fields (module docstring, `flat_arguments`)."""
+    names, values = flat_arguments(fn, args, kwargs)
     slots = []
     for v in values:
         if _is_descriptor(v):
