@@ -87,3 +87,20 @@ def parts(call):
     if tail[2] and isinstance(tail[2][0], KernelArg):
         return head, hooks, tail[:2] + tail[3:], _pack(tail[2], args, [])
     return head, hooks, tail, args
+
+
+def pointer_slots(kernel, args) -> tuple:
+    """Base addresses of a launch's leading descriptors and pointers (launcher.bind_jit_args's
+    slots: the epilogue operands' fields where they stand), to compare with a plan's pointer
+    tuple."""
+    from pingpong.runtime.launcher import _is_descriptor, flat_arguments
+
+    slots = []
+    for v in flat_arguments(kernel, args)[1]:
+        if _is_descriptor(v):
+            slots.append(v.base.data_ptr())
+        elif hasattr(v, "data_ptr"):
+            slots.append(v.data_ptr())
+        else:
+            break
+    return tuple(slots)

@@ -119,7 +119,7 @@ def test_plan_pointers_follow_the_kernel_slots(monkeypatch, mode, swap, split_k)
     scale_b, scale_a."""
     import torch
 
-    from pingpong.runtime.launcher import _is_descriptor, flat_arguments
+    from fake_launcher import pointer_slots
 
     M, N, K = 200, 256, 4096
     scaling, sb_cols = ("block", 1 if mode == "block1x128" else 128) if mode.startswith("block") else (mode, 128)
@@ -147,14 +147,7 @@ def test_plan_pointers_follow_the_kernel_slots(monkeypatch, mode, swap, split_k)
     (ptrs, prep, inputs), = calls
     kernel, args, kwargs, grid = prep(*inputs)
     assert kernel is (fp8_launch.fp8_split_gemm if split or swap else fp8_launch.fp8_gemm)
-    slots = []
-    for v in flat_arguments(kernel, args)[1]:  # the epilogue operands' fields where they stand
-        if _is_descriptor(v):
-            slots.append(v.base.data_ptr())
-        elif hasattr(v, "data_ptr"):
-            slots.append(v.data_ptr())
-        else:
-            break
+    slots = pointer_slots(kernel, args)
     assert tuple(slots) == tuple(ptrs), (slots, ptrs)
     assert len(slots) == (8 if split or swap else 6)
     operands = (w, a) if swap else (a, w)

@@ -11,6 +11,7 @@ import pytest
 from pingpong import ConfigError, KernelConfig
 from pingpong.hopper import scheduler as sk
 from pingpong.hopper.launch import OFFLINE_SPLIT_VARIANTS, partial_slots, workspace_reason, workspace_shape
+from fake_launcher import pointer_slots
 
 
 def units(tiles, k_steps, sms):
@@ -254,22 +255,6 @@ def test_default_selection_never_picks_stream_k():
         assert not heuristic_config(M, N, K).stream_k
 
 
-def _slots(kernel, args):
-    """Base addresses of a launch's leading descriptors and pointers (launcher.bind_jit_args's
-    slots: the epilogue operands' fields where they stand)."""
-    from pingpong.runtime.launcher import _is_descriptor, flat_arguments
-
-    slots = []
-    for v in flat_arguments(kernel, args)[1]:
-        if _is_descriptor(v):
-            slots.append(v.base.data_ptr())
-        elif hasattr(v, "data_ptr"):
-            slots.append(v.data_ptr())
-        else:
-            break
-    return tuple(slots)
-
-
 @pytest.mark.parametrize("reads_c", [False, True])
 def test_plan_pointers_follow_the_stream_k_kernel_slots(monkeypatch, reads_c):
     """SplitPlan's base addresses are the stream-K kernel's leading arguments, its two TMA
@@ -292,7 +277,7 @@ def test_plan_pointers_follow_the_stream_k_kernel_slots(monkeypatch, reads_c):
     plan.run(a, b, out, EpilogueArgs(c=c if reads_c else None, alpha=1.0, beta=0.5 if reads_c else 0.0))
     (ptrs, prep, inputs), = calls
     kernel, args, kwargs, grid = prep(*inputs)
-    assert kernel is stream_k_gemm and _slots(kernel, args) == tuple(ptrs) and len(ptrs) == 9
+    assert kernel is stream_k_gemm and pointer_slots(kernel, args) == tuple(ptrs) and len(ptrs) == 9
     assert ptrs[-2:] == (out.data_ptr(), (c if reads_c else out).data_ptr())
 
 
@@ -323,5 +308,5 @@ def test_fp8_plan_pointers_follow_the_stream_k_kernel_slots(monkeypatch, scaling
     plan.run(a, w.t(), out, EpilogueArgs(bias=torch.ones(N, dtype=torch.bfloat16), scale_a=sa, scale_b=sb))
     (ptrs, prep, inputs), = calls
     kernel, args, kwargs, grid = prep(*inputs)
-    assert kernel is fp8_launch.fp8_stream_gemm and _slots(kernel, args) == tuple(ptrs) and len(ptrs) == 9
+    assert kernel is fp8_launch.fp8_stream_gemm and pointer_slots(kernel, args) == tuple(ptrs) and len(ptrs) == 9
     assert grid == (fp8_launch.stream_k_split(8, 32, 132)[0],)
