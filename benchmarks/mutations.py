@@ -394,8 +394,8 @@ MUTATIONS = [
      "tests/test_launcher.py"),
     # -- inductor's direct calls (pingpong.inductor) and the split plan's pointer launch
     ("inductor's gemm call drops the bias", "src/pingpong/inductor.py",
-     "epilogue[f] = next(given) if epilogue[f] else None",
-     'epilogue[f] = next(given) if epilogue[f] and f != "bias" else None',
+     "epilogue[f] = next(given) if epilogue.get(f) else None",
+     'epilogue[f] = next(given) if epilogue.get(f) and f != "bias" else None',
      "tests/test_inductor.py"),
     ("the dense ops' flattening drops the bias", "src/pingpong/runtime/spec.py",
      'return tuple(out_dtype if f == "out_dtype" else getattr(args, f) for f in fields)',

@@ -47,7 +47,7 @@ import torch
 from torch.autograd import profiler as torch_profiler
 
 from . import direct
-from .runtime.spec import DENSE_OP_ARGS, DENSE_TENSORS, NO_ARGS, op_args
+from .runtime.spec import DENSE_OP_ARGS, DENSE_TENSORS, NO_ARGS, EpilogueArgs, op_args
 
 __all__ = ["register", "lowered", "CALLS", "KERNELS"]
 
@@ -99,9 +99,9 @@ def gemm_out(a, b, *optional, out, **epilogue):
     given, in the schema's order, each named by a flag of `epilogue` (the generated call passes
     tensors positionally); the other arguments of `epilogue` are the schema's scalars."""
     given = iter(optional)
-    for f in DENSE_TENSORS:
-        epilogue[f] = next(given) if epilogue[f] else None
-    args, _ = op_args([epilogue.get(f) for f in DENSE_OP_ARGS])
+    for f in DENSE_TENSORS:  # a flag absent: code generated before that operand existed
+        epilogue[f] = next(given) if epilogue.get(f) else None
+    args, _ = op_args([epilogue.get(f, EpilogueArgs._field_defaults.get(f)) for f in DENSE_OP_ARGS])
     direct.gemm(a, b, args, out.dtype, out=out)
 
 
