@@ -125,20 +125,20 @@ def route_gemm(a, b, args: EpilogueArgs, out_dtype) -> Tensor:
     """A `gemm` call that left the direct path: the op when traced (pingpong::mm for a plain
     product), else the autograd Function. The op and the Function take `args` flattened
     (pingpong.runtime.spec.op_values)."""
-    values = op_values(args, out_dtype)
-    if traced(a, b, *values):
+    tensors = _tensors(args)
+    if traced(a, b, *tensors):
         if plain_args(args):
             a, b, _ = sharded(torch.ops.pingpong.mm.default, a, b, out_dtype)
             return mm(a, b, out_dtype)
-        return gemm(*sharded(torch.ops.pingpong.gemm.default, a, b, *values))
-    return _GemmFunction.apply(a, b, *values)
+        return gemm(*sharded(torch.ops.pingpong.gemm.default, a, b, *op_values(args, out_dtype)))
+    return _GemmFunction.apply(a, b, args, out_dtype, *tensors)
 
 
 def route_gemm_(a, b, args: EpilogueArgs) -> None:
     """A `gemm_` call (into args.c) that left the direct path: refused while autograd would
     record it; else the pingpong::gemm_ op (torch.compile, DTensors)."""
     values = op_values(args, fields=INPLACE_OP_ARGS)
-    check_not_differentiated(args.c, a, b, *(getattr(args, f) for f in DENSE_TENSORS if f != "c"))
+    check_not_differentiated(args.c, a, b, *_tensors(args)[1:])
     check_sharded(torch.ops.pingpong.gemm_.default, args.c, a, b, *values)
     gemm_(args.c, a, b, *values)
 
@@ -182,7 +182,7 @@ def _gemm(a, b, alpha=1.0, out_dtype=None, args: EpilogueArgs | None = None) -> 
         args = NO_ARGS if alpha == 1.0 else EpilogueArgs(alpha=alpha)
         if needs_op(a, b):
             return route_gemm(a, b, args, out_dtype)
-    elif needs_op(a, b, *(getattr(args, f) for f in DENSE_TENSORS)):
+    elif needs_op(a, b, *_tensors(args)):
         return route_gemm(a, b, args, out_dtype)
     return direct.gemm(a, b, args, out_dtype)
 
@@ -316,40 +316,60 @@ def _bias_grad(gz, bias) -> Tensor:
     return gz.sum(dim=dims, keepdim=True, dtype=dtype).reshape(bias.shape)
 
 
-_OPERANDS = tuple(f for f in DENSE_TENSORS if f != "c")  # what the backward keeps of the epilogue's tensors
-_NEEDS_C, _NEEDS_BIAS = 2 + DENSE_OP_ARGS.index("c"), 2 + DENSE_OP_ARGS.index("bias")  # in needs_input_grad
+_TENSOR_FIELDS = tuple(EpilogueArgs._fields.index(f) for f in DENSE_TENSORS)
+
+
+def _tensors(args: EpilogueArgs) -> tuple:
+    """args's tensors of the dense epilogue (DENSE_TENSORS: C first)."""
+    return tuple([args[i] for i in _TENSOR_FIELDS])
+
+
+_NO_TENSORS = dict.fromkeys(DENSE_TENSORS)
+_OP_TENSORS = tuple(2 + DENSE_OP_ARGS.index(f) for f in DENSE_TENSORS)  # their places in the op's inputs
+
+
+def _save(ctx, a, b, args: EpilogueArgs) -> None:
+    """What the backward reads: a, b and the epilogue's tensors but C saved, C's shape, the rest
+    of `args` (its scalars)."""
+    ctx.save_for_backward(a, b, *_tensors(args)[1:])
+    ctx.c_shape = None if args.c is None else args.c.shape
+    ctx.args = args._replace(**_NO_TENSORS)
+
+
+def _gradients(ctx, g, needs: dict) -> tuple:
+    """(dA, dB, {epilogue tensor: gradient}) of the gemm `_save` saved; `needs`: which of the
+    epilogue's tensors want a gradient."""
+    a, b, *operands = ctx.saved_tensors
+    args = ctx.args._replace(**dict(zip(DENSE_TENSORS[1:], operands)))
+    activation = check_activation(args.activation)
+    grads = {}
+    if ctx.c_shape is not None and needs["c"] and args.beta != 0.0:
+        grads["c"] = (g * args.beta).sum_to_size(ctx.c_shape)
+    gz = g
+    if activation != "none":
+        gz = activation_backward(activation, g, _preactivation(a, b, args))
+    da, db = _product_grads(ctx.needs_input_grad[0], ctx.needs_input_grad[1], a, b, gz, args.alpha)
+    if args.bias is not None and needs["bias"]:
+        grads["bias"] = _bias_grad(gz, args.bias)
+    return da, db, grads
 
 
 def _setup_gemm(ctx, inputs, output):
-    a, b, *values = inputs
-    args, _ = op_args(values)
-    ctx.save_for_backward(a, b, *(getattr(args, f) for f in _OPERANDS))
-    ctx.args = args._replace(c=None, activation=check_activation(args.activation), **{f: None for f in _OPERANDS})
-    ctx.c_shape = None if args.c is None else args.c.shape
+    _save(ctx, inputs[0], inputs[1], op_args(inputs[2:])[0])
 
 
 def _backward_gemm(ctx, g):
-    a, b, *operands = ctx.saved_tensors
-    args = ctx.args._replace(**dict(zip(_OPERANDS, operands)))
-    needs = ctx.needs_input_grad
-    grads = {}
-    if ctx.c_shape is not None and needs[_NEEDS_C] and args.beta != 0.0:
-        grads["c"] = (g * args.beta).sum_to_size(ctx.c_shape)
-    gz = g
-    if args.activation != "none":
-        gz = activation_backward(args.activation, g, _preactivation(a, b, args))
-    da, db = _product_grads(ctx.needs_input_grad[0], ctx.needs_input_grad[1], a, b, gz, args.alpha)
-    if args.bias is not None and needs[_NEEDS_BIAS]:
-        grads["bias"] = _bias_grad(gz, args.bias)
+    needs = ctx.needs_input_grad  # as long as the call's inputs (trailing defaults left out)
+    da, db, grads = _gradients(ctx, g, {f: i < len(needs) and needs[i] for f, i in zip(DENSE_TENSORS, _OP_TENSORS)})
     return (da, db) + op_grads(grads)
 
 
 def _setup_mm(ctx, inputs, output):
-    _setup_gemm(ctx, (inputs[0], inputs[1], *op_values(EpilogueArgs(), inputs[2])), output)
+    _save(ctx, inputs[0], inputs[1], NO_ARGS)
 
 
 def _backward_mm(ctx, g):
-    return _backward_gemm(ctx, g)[:2] + (None,)
+    return _gradients(ctx, g, _NO_TENSORS)[:2] + (None,)
 
 
 def _setup_linear(ctx, inputs, output):
@@ -390,13 +410,15 @@ class _GemmFunction(torch.autograd.Function):
     """Eager autograd around the direct gemm (same formulas as the pingpong::gemm op)."""
 
     @staticmethod
-    def forward(ctx, a, b, *values):  # the op's arguments (pingpong.runtime.spec.op_values)
-        args, out_dtype = op_args(values)
+    def forward(ctx, a, b, args, out_dtype, *tensors):  # tensors: args's (autograd sees them here)
         out = direct.gemm(a, b, args, out_dtype)
-        _setup_gemm(ctx, (a, b, *values), out)
+        _save(ctx, a, b, args)
         return out
 
-    backward = staticmethod(_backward_gemm)
+    @staticmethod
+    def backward(ctx, g):
+        da, db, grads = _gradients(ctx, g, dict(zip(DENSE_TENSORS, ctx.needs_input_grad[4:])))
+        return (da, db, None, None, *(grads.get(f) for f in DENSE_TENSORS))
 
 
 class _LinearFunction(torch.autograd.Function):
