@@ -297,9 +297,9 @@ def _summed(grad, t) -> Tensor:
 
 
 def _preactivation(a, b, args: EpilogueArgs) -> Tensor:
-    """z = α·a@b + bias (the epilogue before its activation and C) in fp32, recomputed on the
-    kernel (the forward keeps only act(z))."""
-    return _gemm(a, b, out_dtype=torch.float32, args=args._replace(c=None, beta=0.0, activation=None))
+    """z = α·a@b + bias in fp32 (`args`: the epilogue without C and the activation), recomputed
+    on the kernel (the forward keeps only act(z))."""
+    return _gemm(a, b, out_dtype=torch.float32, args=args)
 
 
 def _bias_grad(gz, bias) -> Tensor:
@@ -325,32 +325,34 @@ def _tensors(args: EpilogueArgs) -> tuple:
 
 
 _NO_TENSORS = dict.fromkeys(DENSE_TENSORS)
+_BIAS = DENSE_TENSORS.index("bias") - 1  # among the saved tensors (C is not saved)
 _OP_TENSORS = tuple(2 + DENSE_OP_ARGS.index(f) for f in DENSE_TENSORS)  # their places in the op's inputs
 
 
 def _save(ctx, a, b, args: EpilogueArgs) -> None:
-    """What the backward reads: a, b and the epilogue's tensors but C saved, C's shape, the rest
-    of `args` (its scalars)."""
+    """What the backward reads: a, b and the epilogue's tensors but C saved, C's shape, β, the
+    activation, and the epilogue of z = α·a@b + bias without its tensors (`_preactivation`'s)."""
     ctx.save_for_backward(a, b, *_tensors(args)[1:])
     ctx.c_shape = None if args.c is None else args.c.shape
-    ctx.args = args._replace(**_NO_TENSORS)
+    ctx.beta, ctx.activation = args.beta, check_activation(args.activation)
+    ctx.z = args._replace(beta=0.0, activation=None, **_NO_TENSORS)
 
 
 def _gradients(ctx, g, needs: dict) -> tuple:
     """(dA, dB, {epilogue tensor: gradient}) of the gemm `_save` saved; `needs`: which of the
     epilogue's tensors want a gradient."""
     a, b, *operands = ctx.saved_tensors
-    args = ctx.args._replace(**dict(zip(DENSE_TENSORS[1:], operands)))
-    activation = check_activation(args.activation)
     grads = {}
-    if ctx.c_shape is not None and needs["c"] and args.beta != 0.0:
-        grads["c"] = (g * args.beta).sum_to_size(ctx.c_shape)
+    if ctx.c_shape is not None and needs["c"] and ctx.beta != 0.0:
+        grads["c"] = (g * ctx.beta).sum_to_size(ctx.c_shape)
     gz = g
-    if activation != "none":
-        gz = activation_backward(activation, g, _preactivation(a, b, args))
-    da, db = _product_grads(ctx.needs_input_grad[0], ctx.needs_input_grad[1], a, b, gz, args.alpha)
-    if args.bias is not None and needs["bias"]:
-        grads["bias"] = _bias_grad(gz, args.bias)
+    if ctx.activation != "none":
+        z = _preactivation(a, b, ctx.z._replace(**dict(zip(DENSE_TENSORS[1:], operands))))
+        gz = activation_backward(ctx.activation, g, z)
+    da, db = _product_grads(ctx.needs_input_grad[0], ctx.needs_input_grad[1], a, b, gz, ctx.z.alpha)
+    bias = operands[_BIAS]
+    if bias is not None and needs["bias"]:
+        grads["bias"] = _bias_grad(gz, bias)
     return da, db, grads
 
 
