@@ -6,7 +6,8 @@ cache, HopperPlan.run / run_ptrs, CachedLaunch, BoundLaunch and its argument lis
 
 Prints µs per call (the fastest of `rounds` loops of `calls` calls: the least disturbed by other
 processes) for a pingpong.nn.Linear (32, 64) → 64 with a bias and (32, 1, 64) → 64 without:
-no_grad forward, grad-mode forward, forward + backward; and a 64³ pingpong.matmul. CPU tensors
+no_grad forward, grad-mode forward, forward + backward; a 64³ pingpong.matmul; and a 64³
+pingpong.gemm with C, a bias and relu (no grad; forward + backward), and gemm_ in place. CPU tensors
 stand in for CUDA ones (every plan is a Hopper plan without copies). Compare two trees by
 running this under each one's PYTHONPATH, alternately: the GPU host's µs are larger, but the
 work per call is the same Python.
@@ -92,6 +93,18 @@ def main(argv=None) -> int:
               f"  forward + backward {row[2]:6.2f}")
     a, w = torch.randn(64, 64, dtype=torch.bfloat16), torch.randn(64, 64, dtype=torch.bfloat16).t()
     print(f"matmul 64³ {per_call(lambda: pingpong.matmul(a, w), 4 * args.calls, args.rounds):6.2f}")
+    c, v = torch.randn(64, 64, dtype=torch.bfloat16), torch.randn(64, dtype=torch.bfloat16)
+    ag = a.clone().requires_grad_()
+
+    def gemm_fwd_bwd():
+        pingpong.gemm(ag, w, c, beta=0.5, bias=v, activation="relu").backward(c)
+        ag.grad = None
+
+    row = [per_call(f, args.calls, args.rounds) for f in (
+        lambda: pingpong.gemm(a, w, c, beta=0.5, bias=v, activation="relu"),
+        lambda: pingpong.gemm_(c, a, w, beta=0.5, bias=v), gemm_fwd_bwd)]
+    print(f"gemm 64³ with c, bias, relu {row[0]:6.2f}  gemm_ in place {row[1]:6.2f}"
+          f"  forward + backward {row[2]:6.2f}")
     return 0
 
 

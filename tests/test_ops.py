@@ -367,3 +367,25 @@ def test_bias_gradient_sums_what_the_bias_broadcasts_along(shape):
     got = _bias_grad(g, torch.zeros(shape, dtype=torch.float32))
     assert got.shape == torch.Size(shape)
     assert torch.allclose(got, g.double().sum_to_size(shape).float(), atol=1e-4)
+
+
+def test_dense_op_schemas_follow_the_epilogue_args():
+    """pingpong::gemm and gemm_ take the epilogue's fields in DENSE_OP_ARGS's order, typed as
+    EpilogueArgs declares them; op_values and op_args invert each other (a new operand is one
+    entry there, not an edit of each op)."""
+    from pingpong.runtime.spec import DENSE_OP_ARGS, EpilogueArgs, op_args, op_values
+
+    def schema(op):
+        return [(a.name, str(a.type)) for a in op._schema.arguments]
+
+    want = [("c", "Optional[Tensor]"), ("alpha", "float"), ("beta", "float"), ("out_dtype", "Optional[int]"),
+            ("bias", "Optional[Tensor]"), ("activation", "Optional[str]")]
+    assert [n for n, _ in want] == list(DENSE_OP_ARGS)
+    assert schema(torch.ops.pingpong.gemm.default) == [("a", "Tensor"), ("b", "Tensor"), *want]
+    assert schema(torch.ops.pingpong.gemm_.default) == [("c", "Tensor"), ("a", "Tensor"), ("b", "Tensor"),
+                                                        *(w for w in want if w[0] not in ("c", "out_dtype"))]
+    c, bias = torch.zeros(2, 3), torch.zeros(3)
+    args = EpilogueArgs(c, 0.5, 2.0, bias, activation="relu")
+    values = op_values(args, torch.float32)
+    assert values == (c, 0.5, 2.0, torch.float32, bias, "relu")
+    assert op_args(values) == (args, torch.float32)

@@ -54,7 +54,7 @@ from . import ops as _ops
 from .errors import PingpongError
 from .hopper.config import KernelConfig
 from .runtime import plan as plan_mod
-from .runtime.spec import INPUT_DTYPES, OUTPUT_DTYPES, check_scalar
+from .runtime.spec import INPUT_DTYPES, NO_ARGS, OUTPUT_DTYPES, EpilogueArgs, check_scalar
 
 __all__ = ["matmul", "gemm", "gemm_", "matmul_tiled", "path_for", "explain", "INPUT_DTYPES", "OUTPUT_DTYPES"]
 
@@ -76,17 +76,17 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out_dtype=None, bias=None, activa
     Returns:
         A new contiguous (M, N) or (B, M, N) tensor of out_dtype.
     """
-    alpha, beta = check_scalar("alpha", alpha), check_scalar("beta", beta)
+    args = EpilogueArgs(c, check_scalar("alpha", alpha), check_scalar("beta", beta), bias, activation=activation)
     if _ops.needs_op(a, b, c, bias):  # torch.compile / autograd: the pingpong ops (pingpong.ops)
-        return _ops.route_gemm(a, b, c, alpha, beta, out_dtype, bias, activation)
-    return direct.gemm(a, b, c, alpha, beta, out_dtype, bias, activation)
+        return _ops.route_gemm(a, b, args, out_dtype)
+    return direct.gemm(a, b, args, out_dtype)
 
 
 def matmul(a, b, *, out_dtype=None) -> torch.Tensor:
     """a @ b with fp32 accumulation. See `gemm` for the arguments."""
     if _ops.needs_op(a, b):
-        return _ops.route_gemm(a, b, None, 1.0, 0.0, out_dtype)
-    return direct.gemm(a, b, None, 1.0, 0.0, out_dtype, None, None)
+        return _ops.route_gemm(a, b, NO_ARGS, out_dtype)
+    return direct.gemm(a, b, NO_ARGS, out_dtype)
 
 
 def matmul_tiled(a, b, config: KernelConfig, *, out_dtype=None) -> torch.Tensor:
@@ -105,13 +105,11 @@ def gemm_(c, a, b, *, alpha=1.0, beta=0.0, bias=None, activation=None) -> torch.
     autograd would record it (grad mode on and c, a or b requires grad); c's version counter
     is bumped, so a backward that saved c raises instead of reading the new values.
     """
-    alpha, beta = check_scalar("alpha", alpha), check_scalar("beta", beta)
+    args = EpilogueArgs(c, check_scalar("alpha", alpha), check_scalar("beta", beta), bias, activation=activation)
     if _ops.needs_op(c, a, b, bias):  # autograd (refused) / torch.compile: the pingpong::gemm_ op
-        _ops.check_not_differentiated(c, a, b, bias)
-        _ops.check_sharded(torch.ops.pingpong.gemm_.default, c, a, b, alpha, beta, bias, activation)
-        _ops.gemm_(c, a, b, alpha, beta, bias, activation)
+        _ops.route_gemm_(a, b, args)
         return c
-    return direct.gemm_(c, a, b, alpha, beta, bias, activation)
+    return direct.gemm_(a, b, args)
 
 
 def path_for(a, b, c=None, *, beta=0.0, out_dtype=None, inplace=False, bias=None, activation=None) -> str:
@@ -126,7 +124,7 @@ def path_for(a, b, c=None, *, beta=0.0, out_dtype=None, inplace=False, bias=None
     """
     if not isinstance(inplace, bool):  # "no" is truthy: it would be validated and planned as in place
         raise PingpongError(f"inplace: expected a bool, got {inplace!r}")
-    return direct.path_for(a, b, c, check_scalar("beta", beta), out_dtype, inplace, bias, activation)
+    return direct.path_for(a, b, _args(c, beta, bias, activation), out_dtype, inplace)
 
 
 def explain(a, b, c=None, *, beta=0.0, out_dtype=None, inplace=False, bias=None, activation=None) -> dict:
@@ -135,7 +133,12 @@ def explain(a, b, c=None, *, beta=0.0, out_dtype=None, inplace=False, bias=None,
     heuristic, a tuning table, the one given) and which backends declined, "stream_k": what
     stream-K would do with the config's tile (None off the Hopper 16-bit kernel; stream-K runs
     only where a KernelConfig asks for it)}. The arguments are path_for's. Every new plan is also logged by the `pingpong` logger (PINGPONG_LOG=info)."""
-    return plan_mod.explain(direct.plan_of(a, b, c, check_scalar("beta", beta), out_dtype, inplace, bias, activation))
+    return plan_mod.explain(direct.plan_of(a, b, _args(c, beta, bias, activation), out_dtype, inplace))
+
+
+def _args(c, beta, bias, activation) -> EpilogueArgs:
+    """path_for's and explain's epilogue (α does not choose the plan)."""
+    return EpilogueArgs(c, beta=check_scalar("beta", beta), bias=bias, activation=activation)
 
 
 _gemm_into = direct.gemm_into  # tests and benchmarks (pingpong.direct.gemm_into)

@@ -169,10 +169,11 @@ def out_shape(a, b) -> tuple[int, ...]:
     return plan_for(a, b).out_shape
 
 
-def check(a, b, c, out_dtype, bias=None, activation=None) -> tuple[tuple[int, ...], torch.dtype]:
-    """The N-D contract of gemm: output shape and dtype, or PingpongError naming the argument
-    (pingpong.runtime.spec.validate_nd). Reads only metadata: the ops' fake implementations use it."""
-    shape, dtype, _ = validate_nd(a, b, c, out_dtype, bias, activation, out_shape=out_shape)
+def check(a, b, args, out_dtype) -> tuple[tuple[int, ...], torch.dtype]:
+    """The N-D contract of gemm (`args`: its EpilogueArgs): output shape and dtype, or
+    PingpongError naming the argument (pingpong.runtime.spec.validate_nd). Reads only metadata:
+    the ops' fake implementations use it."""
+    shape, dtype, _ = validate_nd(a, b, args, out_dtype, out_shape=out_shape)
     return shape, dtype
 
 

@@ -45,49 +45,49 @@ def _new_out(spec) -> torch.Tensor:
     return torch.empty(*spec_mod.result_shape(spec.a, spec.b), dtype=spec.out_dtype, device=spec.a.device)
 
 
-def gemm(a, b, c, alpha: float, beta: float, out_dtype, bias, activation, names=GEMM, out=None) -> torch.Tensor:
-    """act(α·a@b + bias) + β·c into a new tensor (α, β already checked), or into `out`: a
-    contiguous tensor of the result's shape and dtype that the caller made (inductor's
-    generated code: pingpong.inductor)."""
-    spec = spec_mod.build(a, b, c, beta, out_dtype, bias, activation)
+def gemm(a, b, args: EpilogueArgs, out_dtype, names=GEMM, out=None) -> torch.Tensor:
+    """act(α·a@b + bias) + β·c into a new tensor (`args`: the epilogue's operands, α and β
+    already checked), or into `out`: a contiguous tensor of the result's shape and dtype that
+    the caller made (inductor's generated code: pingpong.inductor)."""
+    spec = spec_mod.build_args(a, b, args, out_dtype)
     plan = plan_mod.get(spec)
     if plan is None:
         if not batching.native(a, b):  # torch.matmul's batching: fold, or one batched product
-            result = batched_gemm(a, b, c, alpha, beta, out_dtype, bias, activation, names)
+            result = batched_gemm(a, b, args, out_dtype, names)
             return result if out is None else out.copy_(result)
-        spec_mod.validate(spec, a, b, c, out_dtype, bias, activation, names)
+        spec_mod.validate(spec, a, b, args, out_dtype, names)
         plan = plan_mod.cached_plan(spec)
     if out is None:
         out = _new_out(spec)
-    # a plain product passes the constant: no object made per call (host cost)
-    plan.run(a, b, out, NO_ARGS if c is None and bias is None and alpha == 1.0 else EpilogueArgs(c, alpha, beta, bias))
+    plan.run(a, b, out, args)
     return out
 
 
-def batched_gemm(a, b, c, alpha, beta, out_dtype, bias, activation, names=GEMM) -> torch.Tensor:
+def batched_gemm(a, b, args: EpilogueArgs, out_dtype, names=GEMM) -> torch.Tensor:
     """`gemm` on N-D operands: checked (before any broadcast or copy), then run as one 2-D or
     one batched product (pingpong.batching) through `gemm`."""
-    _, _, act = spec_mod.validate_nd(a, b, c, out_dtype, bias, activation, names, batching.out_shape)
+    _, _, act = spec_mod.validate_nd(a, b, args, out_dtype, names, batching.out_shape)
     spec_mod.check_gpu(a.device, names)
 
     def two_d(x, y, z):
-        return gemm(x, y, z, alpha, beta, out_dtype, bias, act, names)
+        return gemm(x, y, args._replace(c=z, activation=act), out_dtype, names)
 
-    read = c if spec_mod.reads_c(c, beta) else None
-    return batching.run(a, b, read, two_d, two_d, fold=not batching.per_row(bias))
+    read = args.c if spec_mod.reads_c(args.c, args.beta) else None
+    return batching.run(a, b, read, two_d, two_d, fold=not batching.per_row(args.bias))
 
 
-def gemm_(c, a, b, alpha: float, beta: float, bias, activation) -> torch.Tensor:
-    """c ← act(α·a@b + bias) + β·c in place (α, β already checked)."""
-    spec = spec_mod.build(a, b, c, beta, getattr(c, "dtype", None), bias, activation, inplace=True)
+def gemm_(a, b, args: EpilogueArgs) -> torch.Tensor:
+    """c ← act(α·a@b + bias) + β·c in place, c being args.c (α, β already checked)."""
+    c = args.c
+    spec = spec_mod.build_args(a, b, args, getattr(c, "dtype", None), inplace=True)
     plan = plan_mod.get(spec)
     if plan is None:
-        spec_mod.validate_inplace(spec, c, a, b, bias, activation)
+        spec_mod.validate_inplace(spec, a, b, args)
         plan = plan_mod.cached_plan(spec)
     else:
         spec_mod.check_no_alias_fast(c, a, b, plan.extents)  # addresses change from call to call
-        spec_mod.check_bias_not_in(c, bias)
-    plan.run(a, b, c, EpilogueArgs(c, alpha, beta, bias))
+        spec_mod.check_args_not_in(c, args)
+    plan.run(a, b, c, args)
     torch.autograd.graph.increment_version(c)  # a backward that saved c must not read the new values
     return c
 
@@ -110,24 +110,25 @@ def matmul_tiled(a, b, config, out_dtype) -> torch.Tensor:
     return out
 
 
-def path_for(a, b, c, beta: float, out_dtype, inplace: bool, bias, activation) -> str:
-    return plan_of(a, b, c, beta, out_dtype, inplace, bias, activation).path
+def path_for(a, b, args: EpilogueArgs, out_dtype, inplace: bool) -> str:
+    return plan_of(a, b, args, out_dtype, inplace).path
 
 
-def plan_of(a, b, c, beta: float, out_dtype, inplace: bool, bias, activation) -> plan_mod.Plan:
-    """The plan the same matmul/gemm (inplace: gemm_) call runs: the cached one, or a new one."""
-    dtype = getattr(c, "dtype", None) if inplace else out_dtype
-    spec = spec_mod.build(a, b, c, beta, dtype, bias, activation, inplace=inplace)
+def plan_of(a, b, args: EpilogueArgs, out_dtype, inplace: bool) -> plan_mod.Plan:
+    """The plan the same matmul/gemm (inplace: gemm_, into args.c) call runs: the cached one,
+    or a new one."""
+    c = args.c
+    spec = spec_mod.build_args(a, b, args, getattr(c, "dtype", None) if inplace else out_dtype, inplace=inplace)
     plan = plan_mod.get(spec)
     if plan is None:
         if inplace:  # gemm_'s validation: no in-place plan is cached without it
-            spec_mod.validate_inplace(spec, c, a, b, bias, activation)
+            spec_mod.validate_inplace(spec, a, b, args)
         else:
-            spec_mod.validate(spec, a, b, c, out_dtype, bias, activation)
+            spec_mod.validate(spec, a, b, args, out_dtype)
         plan = plan_mod.cached_plan(spec)
     elif inplace:  # as gemm_ on a hit: addresses are not in the key
         spec_mod.check_no_alias_fast(c, a, b, plan.extents)
-        spec_mod.check_bias_not_in(c, bias)
+        spec_mod.check_args_not_in(c, args)
     return plan
 
 
@@ -135,12 +136,13 @@ def gemm_into(out, a, b, c, alpha, beta, config, bias=None, activation=None) -> 
     """Tests and benchmarks: out ← act(α·a@b + bias) + β·c with an explicit config (None =
     the default), into a caller-made contiguous out (poisoned by tests), through the same plans."""
     assert out.is_contiguous() and tuple(out.shape) == spec_mod.result_shape(a, b)
-    spec = spec_mod.build(a, b, c, beta, out.dtype, bias, activation, config=config)
+    args = EpilogueArgs(c, float(alpha), float(beta), bias, activation=activation)
+    spec = spec_mod.build_args(a, b, args, out.dtype, config=config)
     plan = plan_mod.get(spec)
     if plan is None:
-        spec_mod.validate(spec, a, b, c, out.dtype, bias, activation)
+        spec_mod.validate(spec, a, b, args, out.dtype)
         plan = plan_mod.cached_plan(spec)
-    plan.run(a, b, out, EpilogueArgs(c, float(alpha), float(beta), bias))
+    plan.run(a, b, out, args)
     return out
 
 
@@ -187,7 +189,7 @@ class LayerPlan:
     def forward(self, x, weight, bias, out=None) -> torch.Tensor:
         """y, into a new tensor or into `out` (contiguous, the result's shape and dtype)."""
         if not self.folds:
-            return gemm(x, weight.t(), None, 1.0, 0.0, None, bias, self.activation, LINEAR, out)
+            return gemm(x, weight.t(), EpilogueArgs(bias=bias, activation=self.activation), None, LINEAR, out)
         if out is None:
             out = torch.empty(*self.out_shape, dtype=self.dtype, device=self.device)  # sizes as ints: parsed faster
         if self.fwd_ptrs:

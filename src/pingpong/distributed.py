@@ -55,7 +55,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor.experimental import register_sharding
 
 from . import batching, fp8, fused, grouped, ops  # noqa: F401  (fp8, grouped, ops define the ops the rules are for)
-from .runtime.spec import validate_linear
+from .runtime.spec import DENSE_OP_ARGS, DENSE_ROLES, DENSE_TENSORS, EpilogueArgs, op_args, validate_linear
 from .errors import PingpongError
 
 __all__ = ["FACTOR", "ADDEND", "WHOLE", "OperandDims", "Layout", "register", "rules", "check", "checked", "stale", "respec",
@@ -121,14 +121,21 @@ def follow(out: str, shape) -> str:
     return _dims(shape, out[len(out) - len(shape):] if len(shape) else "")
 
 
-def _gemm_layout(a, b, c=None, alpha=1.0, beta=0.0, out_dtype=None, bias=None, activation=None) -> Layout:
+def _epilogue(fields, values, kwargs) -> EpilogueArgs:
+    """The EpilogueArgs of an op's arguments after its tensors, given positionally or by name."""
+    given = {**dict(zip(fields, values)), **kwargs}
+    return op_args([given.get(f, EpilogueArgs._field_defaults.get(f)) for f in fields], fields)[0]
+
+
+def _gemm_layout(a, b, *values, **kwargs) -> Layout:
+    args = _epilogue(DENSE_OP_ARGS, values, kwargs)
     a_dims, b_dims, out = product(tuple(a.shape), tuple(b.shape))
     operands = {"a": OperandDims(a_dims), "b": OperandDims(b_dims)}
-    if c is not None:
-        operands["c"] = OperandDims(follow(out, c.shape), ADDEND)
-    if bias is not None:
-        operands["bias"] = OperandDims(follow(out, bias.shape), ADDEND)
-    act = fused.check_activation(activation)
+    for f in DENSE_TENSORS:
+        t = getattr(args, f)
+        if t is not None:
+            operands[f] = OperandDims(follow(out, t.shape), DENSE_ROLES[f])
+    act = fused.check_activation(args.activation)
     return Layout(out, operands, linear=act == "none", activation=act)
 
 
@@ -449,23 +456,24 @@ def _check_written(name, n, lay, mesh_dim, p) -> None:
 
 
 def _check_mm(a, b, out_dtype=None):
-    batching.check(a, b, None, out_dtype)
+    batching.check(a, b, EpilogueArgs(), out_dtype)
 
 
-def _check_gemm(a, b, c=None, alpha=1.0, beta=0.0, out_dtype=None, bias=None, activation=None):
-    batching.check(a, b, c, out_dtype, bias, activation)
+def _check_gemm(a, b, *values, **kwargs):
+    out_dtype = {**dict(zip(DENSE_OP_ARGS, values)), **kwargs}.get("out_dtype")
+    batching.check(a, b, _epilogue(DENSE_OP_ARGS, values, kwargs), out_dtype)
 
 
-def _check_gemm_(c, a, b, alpha=1.0, beta=0.0, bias=None, activation=None):
-    batching.check(a, b, c, getattr(c, "dtype", None), bias, activation)
+def _check_gemm_(c, a, b, *values, **kwargs):
+    batching.check(a, b, _epilogue(ops.INPLACE_OP_ARGS, values, kwargs)._replace(c=c), getattr(c, "dtype", None))
 
 
 def _check_linear(x, w, bias=None, activation=None):
     validate_linear(x, w, bias, activation)
 
 
-def _gemm__layout(c, a, b, alpha=1.0, beta=0.0, bias=None, activation=None) -> Layout:
-    return _gemm_layout(a, b, c, alpha, beta, None, bias, activation)
+def _gemm__layout(c, a, b, **kwargs) -> Layout:
+    return _gemm_layout(a, b, c=c, **kwargs)
 
 
 def _scale_dims(s, rows: str, cols: str, n_rows: int, n_cols: int) -> str:

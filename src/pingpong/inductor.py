@@ -47,6 +47,7 @@ import torch
 from torch.autograd import profiler as torch_profiler
 
 from . import direct
+from .runtime.spec import DENSE_OP_ARGS, DENSE_TENSORS, NO_ARGS, EpilogueArgs, op_args
 
 __all__ = ["register", "lowered", "CALLS", "KERNELS"]
 
@@ -89,17 +90,19 @@ def lowered(name: str):
 @lowered("mm")
 def mm_out(a, b, *, out):
     """pingpong::mm into inductor's buffer."""
-    direct.gemm(a, b, None, 1.0, 0.0, out.dtype, None, None, out=out)
+    direct.gemm(a, b, NO_ARGS, out.dtype, out=out)
 
 
 @lowered("gemm")
-def gemm_out(a, b, *optional, c: bool, bias: bool, alpha: float, beta: float, activation, out):
-    """pingpong::gemm into inductor's buffer; `optional` holds C and the bias where `c` and
-    `bias` say they were given (the generated call passes tensors positionally)."""
-    it = iter(optional)
-    c_t = next(it) if c else None
-    bias_t = next(it) if bias else None
-    direct.gemm(a, b, c_t, alpha, beta, out.dtype, bias_t, activation, out=out)
+def gemm_out(a, b, *optional, out, **epilogue):
+    """pingpong::gemm into inductor's buffer: `optional` holds the epilogue's tensors that were
+    given, in the schema's order, each named by a flag of `epilogue` (the generated call passes
+    tensors positionally); the other arguments of `epilogue` are the schema's scalars."""
+    given = iter(optional)
+    for f in DENSE_TENSORS:  # a flag absent: code generated before that operand existed
+        epilogue[f] = next(given) if epilogue.get(f) else None
+    args, _ = op_args([epilogue.get(f, EpilogueArgs._field_defaults.get(f)) for f in DENSE_OP_ARGS])
+    direct.gemm(a, b, args, out.dtype, out=out)
 
 
 @lowered("linear")

@@ -52,7 +52,8 @@ from torch import Tensor
 
 from . import batching, direct, inductor
 from .errors import PingpongError
-from .runtime.spec import check_activation, torch_activation, validate_linear
+from .runtime.spec import (DENSE_OP_ARGS, DENSE_TENSORS, NO_ARGS, EpilogueArgs, check_activation, op_args, op_grads, op_schema,
+                           op_values, plain_args, torch_activation, validate_linear)
 
 __all__ = ["needs_op", "route_gemm", "route_linear", "call_linear", "check_sharded", "sharded", "is_dtensor",
            "check_not_differentiated", "mm", "gemm", "gemm_", "linear", "activation_forward", "activation_backward"]
@@ -60,10 +61,12 @@ __all__ = ["needs_op", "route_gemm", "route_linear", "call_linear", "check_shard
 _PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
 
 
-def needs_op(a, b, c=None, d=None) -> bool:
-    """True when a public call with tensor arguments a, b (and optional c, d: C, a bias) must
-    leave the direct path (module docstring). Ordered for the common eager case: type
-    lookups, the grad-mode flag, one call."""
+def needs_op(a, b, c=None, d=None, *more) -> bool:
+    """True when a public call with tensor arguments a, b (and optional c, d, *more: C, a bias,
+    further epilogue operands) must leave the direct path (module docstring). Ordered for the
+    common eager case: type lookups, the grad-mode flag, one call."""
+    if more:
+        return needs_op(a, b, c, d) or needs_op(a, b, *more)
     if type(a) in _PLAIN and type(b) in _PLAIN and (c is None or type(c) in _PLAIN) and (d is None or type(d) in _PLAIN):
         if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or (c is not None and c.requires_grad)
                                         or (d is not None and d.requires_grad)):
@@ -83,12 +86,6 @@ def traced(*tensors) -> bool:
         if type(t) not in _PLAIN and isinstance(t, torch.Tensor):
             return True
     return torch.compiler.is_compiling()
-
-
-def _traced(a, b, c=None, d=None) -> bool:
-    """Compiling, or a tracer's tensor subclass: the torch.library op (else the Function)."""
-    plain = type(a) in _PLAIN and type(b) in _PLAIN and (c is None or type(c) in _PLAIN) and (d is None or type(d) in _PLAIN)
-    return not plain or torch.compiler.is_compiling()
 
 
 def is_dtensor(t) -> bool:
@@ -124,23 +121,32 @@ def _rules():
     return sys.modules.get(f"{__package__}.distributed") or importlib.import_module(f"{__package__}.distributed")
 
 
-def route_gemm(a, b, c, alpha, beta, out_dtype, bias=None, activation=None) -> Tensor:
+def route_gemm(a, b, args: EpilogueArgs, out_dtype) -> Tensor:
     """A `gemm` call that left the direct path: the op when traced (pingpong::mm for a plain
-    product), else the autograd Function."""
-    if _traced(a, b, c, bias):
-        if c is None and alpha == 1.0 and bias is None and activation in (None, "none"):
+    product), else the autograd Function. The op and the Function take `args` flattened
+    (pingpong.runtime.spec.op_values)."""
+    tensors = _tensors(args)
+    if traced(a, b, *tensors):
+        if plain_args(args):
             a, b, _ = sharded(torch.ops.pingpong.mm.default, a, b, out_dtype)
             return mm(a, b, out_dtype)
-        a, b, c, _, _, _, bias, _ = sharded(torch.ops.pingpong.gemm.default, a, b, c, alpha, beta, out_dtype, bias,
-                                            activation)
-        return gemm(a, b, c, alpha, beta, out_dtype, bias, activation)
-    return _GemmFunction.apply(a, b, c, alpha, beta, out_dtype, bias, activation)
+        return gemm(*sharded(torch.ops.pingpong.gemm.default, a, b, *op_values(args, out_dtype)))
+    return _GemmFunction.apply(a, b, args, out_dtype, *tensors)
+
+
+def route_gemm_(a, b, args: EpilogueArgs) -> None:
+    """A `gemm_` call (into args.c) that left the direct path: refused while autograd would
+    record it; else the pingpong::gemm_ op (torch.compile, DTensors)."""
+    values = op_values(args, fields=INPLACE_OP_ARGS)
+    check_not_differentiated(args.c, a, b, *_tensors(args)[1:])
+    check_sharded(torch.ops.pingpong.gemm_.default, args.c, a, b, *values)
+    gemm_(args.c, a, b, *values)
 
 
 def route_linear(x, w, bias, activation) -> Tensor:
     """A `linear` call that left the direct path: the op when traced, else the Function (the
     thin one on the layer's cached plan when it can: no activation, x folds into 2-D)."""
-    if _traced(x, w, bias):
+    if traced(x, w, bias):
         x, w, bias, _ = sharded(torch.ops.pingpong.linear.default, x, w, bias, activation)
         return linear(x, w, bias, activation)
     lp = direct.layer_plan(x, w, bias, activation)
@@ -168,19 +174,25 @@ def call_linear(x, w, bias, activation) -> Tensor:
     return direct.linear(x, w, bias, activation)
 
 
-def _gemm(a, b, c=None, alpha=1.0, beta=0.0, out_dtype=None, bias=None, activation=None) -> Tensor:
+def _gemm(a, b, alpha=1.0, out_dtype=None, args: EpilogueArgs | None = None) -> Tensor:
     """pingpong.gemm's routing, for the backward formulas: an eager backward launches directly,
-    a traced one records the ops (and a double backward goes through the Function)."""
-    if needs_op(a, b, c, bias):
-        return route_gemm(a, b, c, alpha, beta, out_dtype, bias, activation)
-    return direct.gemm(a, b, c, alpha, beta, out_dtype, bias, activation)
+    a traced one records the ops (and a double backward goes through the Function). `args`:
+    the epilogue (else α·a@b alone)."""
+    if args is None:
+        args = NO_ARGS if alpha == 1.0 else EpilogueArgs(alpha=alpha)
+        if needs_op(a, b):
+            return route_gemm(a, b, args, out_dtype)
+    elif needs_op(a, b, *_tensors(args)):
+        return route_gemm(a, b, args, out_dtype)
+    return direct.gemm(a, b, args, out_dtype)
 
 
-def check_not_differentiated(c, a, b, bias=None) -> None:
-    """gemm_ is not differentiable: PingpongError while autograd would record it (a bias
-    that requires grad too: its gradient would be dropped)."""
+def check_not_differentiated(c, a, b, *operands) -> None:
+    """gemm_ is not differentiable: PingpongError while autograd would record it (an epilogue
+    operand, e.g. a bias, that requires grad too: its gradient would be dropped)."""
     if torch.is_grad_enabled():
-        for name, t in (("c", c), ("a", a), ("b", b), ("bias", bias)):
+        names = [f for f in DENSE_TENSORS if f != "c"]
+        for name, t in (("c", c), ("a", a), ("b", b), *zip(names, operands)):
             if isinstance(t, torch.Tensor) and t.requires_grad:
                 raise PingpongError(f"{name}: requires grad; gemm_ writes c in place and is not differentiable "
                                     "(use pingpong.gemm, or call gemm_ under torch.no_grad())")
@@ -192,41 +204,52 @@ def check_not_differentiated(c, a, b, bias=None) -> None:
 @torch.library.custom_op("pingpong::mm", mutates_args=())
 def mm(a: Tensor, b: Tensor, out_dtype: Optional[torch.dtype] = None) -> Tensor:
     with torch.no_grad():
-        return direct.gemm(a, b, None, 1.0, 0.0, out_dtype, None, None)
+        return direct.gemm(a, b, EpilogueArgs(), out_dtype)
 
 
 @mm.register_fake
 def _(a, b, out_dtype=None):
     inductor.register()
-    shape, dtype = batching.check(a, b, None, out_dtype)
+    shape, dtype = batching.check(a, b, EpilogueArgs(), out_dtype)
     return a.new_empty(shape, dtype=dtype)
 
 
-@torch.library.custom_op("pingpong::gemm", mutates_args=())
-def gemm(a: Tensor, b: Tensor, c: Optional[Tensor] = None, alpha: float = 1.0, beta: float = 0.0,
-         out_dtype: Optional[torch.dtype] = None, bias: Optional[Tensor] = None,
-         activation: Optional[str] = None) -> Tensor:
+#: gemm_'s arguments after (c, a, b): the dense ones but C (its first argument) and out_dtype (C's).
+INPLACE_OP_ARGS = tuple(f for f in DENSE_OP_ARGS if f not in ("c", "out_dtype"))
+
+
+def _gemm_op(a, b, *values):
+    args, out_dtype = op_args(values)
     with torch.no_grad():
-        return direct.gemm(a, b, c, alpha, beta, out_dtype, bias, activation)
+        return direct.gemm(a, b, args, out_dtype)
 
 
-@gemm.register_fake
-def _(a, b, c=None, alpha=1.0, beta=0.0, out_dtype=None, bias=None, activation=None):
+def _gemm_fake(a, b, *values):
     inductor.register()
-    shape, dtype = batching.check(a, b, c, out_dtype, bias, activation)
+    args, out_dtype = op_args(values)
+    shape, dtype = batching.check(a, b, args, out_dtype)
     return a.new_empty(shape, dtype=dtype)
 
 
-@torch.library.custom_op("pingpong::gemm_", mutates_args=("c",))
-def gemm_(c: Tensor, a: Tensor, b: Tensor, alpha: float = 1.0, beta: float = 0.0, bias: Optional[Tensor] = None,
-          activation: Optional[str] = None) -> None:
+# the schemas: (a, b) then the epilogue's arguments (pingpong.runtime.spec.DENSE_OP_ARGS)
+gemm = torch.library.custom_op("pingpong::gemm", _gemm_op, mutates_args=(), schema=op_schema("Tensor a, Tensor b"))
+gemm.register_fake(_gemm_fake)
+
+
+def _gemm__op(c, a, b, *values):
+    args, _ = op_args(values, INPLACE_OP_ARGS)
     with torch.no_grad():
-        direct.gemm_(c, a, b, alpha, beta, bias, activation)
+        direct.gemm_(a, b, args._replace(c=c))
 
 
-@gemm_.register_fake
-def _(c, a, b, alpha=1.0, beta=0.0, bias=None, activation=None):
-    batching.check(a, b, c, c.dtype, bias, activation)
+def _gemm__fake(c, a, b, *values):
+    args, _ = op_args(values, INPLACE_OP_ARGS)
+    batching.check(a, b, args._replace(c=c), c.dtype)
+
+
+gemm_ = torch.library.custom_op("pingpong::gemm_", _gemm__op, mutates_args=("c",),
+                                schema=op_schema("Tensor(a!) c, Tensor a, Tensor b", INPLACE_OP_ARGS, "()"))
+gemm_.register_fake(_gemm__fake)
 
 
 @torch.library.custom_op("pingpong::linear", mutates_args=())
@@ -273,9 +296,10 @@ def _summed(grad, t) -> Tensor:
     return grad.sum_to_size(t.shape).to(t.dtype)
 
 
-def _preactivation(a, b, alpha, bias) -> Tensor:
-    """z = α·a@b + bias in fp32, recomputed on the kernel (the forward keeps only act(z))."""
-    return _gemm(a, b, alpha=alpha, out_dtype=torch.float32, bias=bias)
+def _preactivation(a, b, args: EpilogueArgs) -> Tensor:
+    """z = α·a@b + bias in fp32 (`args`: the epilogue without C and the activation), recomputed
+    on the kernel (the forward keeps only act(z))."""
+    return _gemm(a, b, out_dtype=torch.float32, args=args)
 
 
 def _bias_grad(gz, bias) -> Tensor:
@@ -292,31 +316,62 @@ def _bias_grad(gz, bias) -> Tensor:
     return gz.sum(dim=dims, keepdim=True, dtype=dtype).reshape(bias.shape)
 
 
+_TENSOR_FIELDS = tuple(EpilogueArgs._fields.index(f) for f in DENSE_TENSORS)
+
+
+def _tensors(args: EpilogueArgs) -> tuple:
+    """args's tensors of the dense epilogue (DENSE_TENSORS: C first)."""
+    return tuple([args[i] for i in _TENSOR_FIELDS])
+
+
+_NO_TENSORS = dict.fromkeys(DENSE_TENSORS)
+_BIAS = DENSE_TENSORS.index("bias") - 1  # among the saved tensors (C is not saved)
+_OP_TENSORS = tuple(2 + DENSE_OP_ARGS.index(f) for f in DENSE_TENSORS)  # their places in the op's inputs
+
+
+def _save(ctx, a, b, args: EpilogueArgs) -> None:
+    """What the backward reads: a, b and the epilogue's tensors but C saved, C's shape, β, the
+    activation, and the epilogue of z = α·a@b + bias without its tensors (`_preactivation`'s)."""
+    ctx.save_for_backward(a, b, *_tensors(args)[1:])
+    ctx.c_shape = None if args.c is None else args.c.shape
+    ctx.beta, ctx.activation = args.beta, check_activation(args.activation)
+    ctx.z = args._replace(beta=0.0, activation=None, **_NO_TENSORS)
+
+
+def _gradients(ctx, g, needs: dict) -> tuple:
+    """(dA, dB, {epilogue tensor: gradient}) of the gemm `_save` saved; `needs`: which of the
+    epilogue's tensors want a gradient."""
+    a, b, *operands = ctx.saved_tensors
+    grads = {}
+    if ctx.c_shape is not None and needs["c"] and ctx.beta != 0.0:
+        grads["c"] = (g * ctx.beta).sum_to_size(ctx.c_shape)
+    gz = g
+    if ctx.activation != "none":
+        z = _preactivation(a, b, ctx.z._replace(**dict(zip(DENSE_TENSORS[1:], operands))))
+        gz = activation_backward(ctx.activation, g, z)
+    da, db = _product_grads(ctx.needs_input_grad[0], ctx.needs_input_grad[1], a, b, gz, ctx.z.alpha)
+    bias = operands[_BIAS]
+    if bias is not None and needs["bias"]:
+        grads["bias"] = _bias_grad(gz, bias)
+    return da, db, grads
+
+
 def _setup_gemm(ctx, inputs, output):
-    a, b, c, alpha, beta, _, bias, activation = inputs
-    ctx.save_for_backward(a, b, bias)
-    ctx.alpha, ctx.beta, ctx.c_shape = alpha, beta, None if c is None else c.shape
-    ctx.activation = check_activation(activation)
+    _save(ctx, inputs[0], inputs[1], op_args(inputs[2:])[0])
 
 
 def _backward_gemm(ctx, g):
-    a, b, bias = ctx.saved_tensors
-    needs = ctx.needs_input_grad
-    dc = (g * ctx.beta).sum_to_size(ctx.c_shape) if ctx.c_shape is not None and needs[2] and ctx.beta != 0.0 else None
-    gz = g
-    if ctx.activation != "none":
-        gz = activation_backward(ctx.activation, g, _preactivation(a, b, ctx.alpha, bias))
-    da, db = _product_grads(needs[0], needs[1], a, b, gz, ctx.alpha)
-    dbias = _bias_grad(gz, bias) if bias is not None and needs[6] else None
-    return da, db, dc, None, None, None, dbias, None
+    needs = ctx.needs_input_grad  # as long as the call's inputs (trailing defaults left out)
+    da, db, grads = _gradients(ctx, g, {f: i < len(needs) and needs[i] for f, i in zip(DENSE_TENSORS, _OP_TENSORS)})
+    return (da, db) + op_grads(grads)
 
 
 def _setup_mm(ctx, inputs, output):
-    _setup_gemm(ctx, (inputs[0], inputs[1], None, 1.0, 0.0, inputs[2], None, None), output)
+    _save(ctx, inputs[0], inputs[1], NO_ARGS)
 
 
 def _backward_mm(ctx, g):
-    return _backward_gemm(ctx, g)[:2] + (None,)
+    return _gradients(ctx, g, _NO_TENSORS)[:2] + (None,)
 
 
 def _setup_linear(ctx, inputs, output):
@@ -330,7 +385,7 @@ def _backward_linear(ctx, g):
     needs = ctx.needs_input_grad
     g2 = _rows(g)
     if ctx.activation != "none":
-        saved = _rows(y) if ctx.activation == "relu" else _preactivation(_rows(x), w.t(), 1.0, bias)
+        saved = _rows(y) if ctx.activation == "relu" else _preactivation(_rows(x), w.t(), EpilogueArgs(bias=bias))
         g2 = activation_backward(ctx.activation, g2, saved)
     dbias = _bias_grad(g2, bias) if bias is not None and needs[2] else None
     g2 = g2.to(x.dtype)
@@ -357,12 +412,15 @@ class _GemmFunction(torch.autograd.Function):
     """Eager autograd around the direct gemm (same formulas as the pingpong::gemm op)."""
 
     @staticmethod
-    def forward(ctx, a, b, c, alpha, beta, out_dtype, bias, activation):
-        out = direct.gemm(a, b, c, alpha, beta, out_dtype, bias, activation)
-        _setup_gemm(ctx, (a, b, c, alpha, beta, out_dtype, bias, activation), out)
+    def forward(ctx, a, b, args, out_dtype, *tensors):  # tensors: args's (autograd sees them here)
+        out = direct.gemm(a, b, args, out_dtype)
+        _save(ctx, a, b, args)
         return out
 
-    backward = staticmethod(_backward_gemm)
+    @staticmethod
+    def backward(ctx, g):
+        da, db, grads = _gradients(ctx, g, dict(zip(DENSE_TENSORS, ctx.needs_input_grad[4:])))
+        return (da, db, None, None, *(grads.get(f) for f in DENSE_TENSORS))
 
 
 class _LinearFunction(torch.autograd.Function):

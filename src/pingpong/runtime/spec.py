@@ -185,10 +185,72 @@ class EpilogueArgs(NamedTuple):
     scale_a: torch.Tensor | None = None  # FP8 dequantization (epilogue.scales)
     scale_b: torch.Tensor | None = None
     offs: torch.Tensor | None = None  # a grouped product's cumulative group ends (spec.groups)
+    activation: str | None = None  # the spec's (epilogue.activation): carried with the operands from the front end
 
 
 #: No epilogue operand: out = a @ b (a constant: no object made per call).
 NO_ARGS = EpilogueArgs()
+
+#: The 16-bit dense ops' arguments after their tensors (pingpong.ops: gemm takes them all after
+#: a, b; gemm_ after c, a, b without c and out_dtype), in the schemas' order: EpilogueArgs
+#: fields, and out_dtype. A new operand of the dense path is appended here, once: each op's
+#: schema (`op_schema`), its arguments (`op_values`) and their object again (`op_args`) follow.
+DENSE_OP_ARGS = ("c", "alpha", "beta", "out_dtype", "bias", "activation")
+_SCHEMA_TYPES = {"torch.Tensor | None": "Tensor?", "float": "float", "str | None": "str?"}
+
+
+
+
+def _schema_type(field: str) -> str:
+    """The torch.library schema type of an EpilogueArgs field, from its annotation."""
+    annotation = EpilogueArgs.__annotations__[field]
+    return _SCHEMA_TYPES[getattr(annotation, "__forward_arg__", annotation)]
+
+
+#: The tensors among DENSE_OP_ARGS (C, the bias), in order.
+DENSE_TENSORS = tuple(f for f in DENSE_OP_ARGS if f != "out_dtype" and _schema_type(f) == "Tensor?")
+
+
+#: Each of DENSE_TENSORS's part in the product, for DTensor's sharding rules
+#: (pingpong.distributed): "addend" (added to it: follows the output's placement) or "factor"
+#: (multiplied into it: split along the product's letters it has).
+DENSE_ROLES = {"c": "addend", "bias": "addend"}
+
+
+def plain_args(args: EpilogueArgs) -> bool:
+    """Whether a dense call's `args` ask for a @ b alone (β is not read without C)."""
+    return args.c is None and args.alpha == 1.0 and args.bias is None and args.activation in (None, "none")
+
+
+def op_schema(head: str, fields=DENSE_OP_ARGS, returns: str = "Tensor") -> str:
+    """A torch.library schema: `head` (its tensors, e.g. "Tensor a, Tensor b"), then `fields`
+    typed and defaulted as EpilogueArgs declares them (out_dtype: "ScalarType? = None")."""
+    parts = [head]
+    for f in fields:
+        if f == "out_dtype":
+            parts.append("ScalarType? out_dtype=None")
+        else:
+            default = EpilogueArgs._field_defaults[f]
+            parts.append(f"{_schema_type(f)} {f}={'None' if default is None else default}")
+    return f"({', '.join(parts)}) -> {returns}"
+
+
+def op_values(args: EpilogueArgs, out_dtype=None, fields=DENSE_OP_ARGS) -> tuple:
+    """`args` (and out_dtype) flattened into an op's arguments after its tensors (`op_schema`)."""
+    return tuple(out_dtype if f == "out_dtype" else getattr(args, f) for f in fields)
+
+
+def op_args(values, fields=DENSE_OP_ARGS) -> tuple:
+    """(EpilogueArgs, out_dtype) rebuilt from an op's arguments after its tensors (`op_values`
+    inverted; missing trailing values take their defaults)."""
+    kw = dict(zip(fields, values))
+    out_dtype = kw.pop("out_dtype", None)
+    return EpilogueArgs(**kw), out_dtype
+
+
+def op_grads(grads: dict, fields=DENSE_OP_ARGS) -> tuple:
+    """An op's gradients after its tensors, in `fields`' order, from {field: gradient}."""
+    return tuple(grads.get(f) for f in fields)
 
 
 #: The grouped forms (torch._grouped_mm's), by (a.dim(), b.dim()): offs along a's rows, along
@@ -582,51 +644,64 @@ def check_bias_not_in(c, bias, name: str = "c") -> None:
         raise PingpongError(f"bias must not share memory with {name} (the epilogue would read what it overwrites)")
 
 
+def check_args_not_in(c, args: EpilogueArgs, name: str = "c") -> None:
+    """No epilogue operand but C itself shares memory with the written `c` (gemm_)."""
+    check_bias_not_in(c, args.bias, name)
+
+
 # ----------------------------------------------------------------------------- the validation paths
 
 
-def check_epilogue(c, bias, activation, shape, dtype, device, names: Names = GEMM, shared_ok: bool = True) -> str:
+def check_epilogue(args: EpilogueArgs, shape, dtype, device, names: Names = GEMM, shared_ok: bool = True) -> str:
     """The epilogue's operands of a result of `shape` and `dtype` on `device`, for every dense
     validation path (validate, validate_inplace, validate_nd): C (`shared_ok`: a batched
     result also takes an (M, N) C), the bias, the activation, whose name it returns. An
     operand added to EpilogueArgs gets its check here."""
-    if c is not None:
-        check_c(c, shape, dtype, device, names.c, shared_ok=shared_ok, names=names)
-    check_bias(bias, shape[-2], shape[-1], device, names.bias)
-    return check_activation(activation)
+    if args.c is not None:
+        check_c(args.c, shape, dtype, device, names.c, shared_ok=shared_ok, names=names)
+    check_bias(args.bias, shape[-2], shape[-1], device, names.bias)
+    return check_activation(args.activation)
 
 
-def validate(spec: GemmSpec | None, a, b, c, out_dtype, bias, activation, names: Names = GEMM) -> None:
+def build_args(a, b, args: EpilogueArgs, out_dtype, inplace: bool = False, config=None) -> GemmSpec | None:
+    """`build` of a dense call from its EpilogueArgs."""
+    return build(a, b, args.c, args.beta, out_dtype, args.bias, args.activation, inplace, config)
+
+
+def validate(spec: GemmSpec | None, a, b, args: EpilogueArgs, out_dtype, names: Names = GEMM) -> None:
     """gemm / path_for: the arguments behind `spec` (2-D, or 3-D batched), then the device.
     A spec is only cached after this passed, so an equal spec later needs no validation."""
     check_operands(a, b, names)
     dtype = check_out_dtype(out_dtype, a.dtype)
-    check_epilogue(c, bias, activation, result_shape(a, b), dtype, a.device, names)
+    check_epilogue(args, result_shape(a, b), dtype, a.device, names)
     check_gpu(a.device, names)
 
 
-def validate_inplace(spec: GemmSpec | None, c, a, b, bias, activation, names: Names = GEMM) -> None:
-    """gemm_'s checks (path_for(..., inplace=True) runs the same): arguments, then the device,
-    then the address ranges (meaningless off the GPU: meta tensors all sit at address 0)."""
+def validate_inplace(spec: GemmSpec | None, a, b, args: EpilogueArgs, names: Names = GEMM) -> None:
+    """gemm_'s checks (path_for(..., inplace=True) runs the same), C being args.c: arguments,
+    then the device, then the address ranges (meaningless off the GPU: meta tensors all sit
+    at address 0)."""
+    c = args.c
     check_operands(a, b, names)
     if isinstance(c, torch.Tensor) and c.dtype not in OUTPUT_DTYPES:
         raise PingpongError(f"{names.c}: dtype {c.dtype} is not supported; expected one of {OUTPUT_DTYPES}")
     check_tensor(names.c, c)
-    check_epilogue(c, bias, activation, result_shape(a, b), c.dtype, a.device, names, shared_ok=False)
+    check_epilogue(args, result_shape(a, b), c.dtype, a.device, names, shared_ok=False)
     check_inplace_target(c, names.c)
     check_gpu(a.device, names)
     check_no_alias(c, a, b, names.c, names)
-    check_bias_not_in(c, bias, names.c)
+    check_args_not_in(c, args, names.c)
 
 
-def validate_nd(a, b, c, out_dtype, bias=None, activation=None, names: Names = GEMM, out_shape=None):
-    """The N-D contract of gemm (torch.matmul's broadcasting): (output dtype, activation), or
-    PingpongError naming the argument. Reads only metadata, so the ops' fake implementations
-    use it too. `out_shape(a, b)`: the broadcast result's shape (pingpong.batching)."""
+def validate_nd(a, b, args: EpilogueArgs, out_dtype, names: Names = GEMM, out_shape=None):
+    """The N-D contract of gemm (torch.matmul's broadcasting): (output shape, output dtype,
+    activation), or PingpongError naming the argument. Reads only metadata, so the ops' fake
+    implementations use it too. `out_shape(a, b)`: the broadcast result's shape
+    (pingpong.batching)."""
     check_operands(a, b, names, nd=True)
     dtype = check_out_dtype(out_dtype, a.dtype)
     shape = out_shape(a, b)
-    return shape, dtype, check_epilogue(c, bias, activation, shape, dtype, a.device, names)
+    return shape, dtype, check_epilogue(args, shape, dtype, a.device, names)
 
 
 def validate_linear(x, weight, bias, activation, names: Names = LINEAR) -> str:
