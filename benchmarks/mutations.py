@@ -116,10 +116,10 @@ MUTATIONS = [
      'if t is not None or name != "out":\n            check_tensor(name, t)',
      'if t is not None:\n            check_tensor(name, t)',
      "tests/test_streaming.py"),
-    ("vector_add bench times a wrong size", "src/pingpong/streaming/bench.py",
+    ("vector_add bench times a wrong size", "src/pingpong/tools/bench_streaming.py",
      "        if not correct:\n            rows.append(dict(common", "        if False:\n            rows.append(dict(common",
      "tests/test_streaming.py"),
-    ("stream sweep times a wrong row", "src/pingpong/streaming/bench.py",
+    ("stream sweep times a wrong row", "src/pingpong/tools/bench_streaming.py",
      "                if not correct:\n                    r = dict(base", "                if False:\n                    r = dict(base",
      "tests/test_streaming.py"),
     # -- offline compilation and `pingpong isa`

@@ -377,7 +377,7 @@ def test_bench_shape_checks_before_timing(mode, status):
 
 
 def test_vector_add_runs_the_streaming_bench(monkeypatch):
-    from pingpong.streaming import bench as streaming_bench
+    from pingpong.tools import bench_streaming as streaming_bench
 
     got = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

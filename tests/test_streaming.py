@@ -8,9 +8,10 @@ import pingpong
 from pingpong.errors import ConfigError, PingpongError
 from pingpong.toolchain import KERNEL_OPTIONS
 from pingpong.hopper.pipeline import ring_index, ring_phase
-from pingpong.streaming import api, bench as sbench, vector_add
+from pingpong.streaming import api, vector_add
 from pingpong.streaming.api import kernel_path
-from pingpong.streaming.bench import format_table
+from pingpong.tools import bench_streaming as sbench
+from pingpong.tools.bench_streaming import format_table
 from pingpong.streaming.grid_stride import tile_of, tiles_of_program
 from pingpong.streaming import hopper
 from pingpong.streaming.hopper import CANDIDATES, DEFAULT, PERSISTENT, StreamConfig
@@ -311,7 +312,7 @@ def test_format_table():
 
 
 def test_format_sweep_and_sizes():
-    from pingpong.streaming.bench import _parse_size, format_sweep
+    from pingpong.tools.bench_streaming import _parse_size, format_sweep
 
     row = dict(n=2**20, dtype="float32", bytes=3 * 2**22, kernel="16k/3/2/2/4", name="default", correct=True,
                ms=0.0084, gbps=1492.0, vs_torch=1.0, vs_copy=0.98, host_us=3.2, device="NVIDIA H200", torch="2.11",
@@ -327,7 +328,7 @@ def test_format_sweep_and_sizes():
 
 
 def test_sweep_cli_rejects_bad_configs(capsys):
-    from pingpong.streaming.bench import main
+    from pingpong.tools.bench_streaming import main
 
     with pytest.raises(SystemExit):
         main(["--sweep", "16k/3/9/2/4"])

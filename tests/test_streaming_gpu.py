@@ -197,7 +197,7 @@ def test_bad_input():
 
 
 def test_bench_rows():
-    from pingpong.streaming.bench import format_table, run_vector_add_bench
+    from pingpong.tools.bench_streaming import format_table, run_vector_add_bench
 
     rows = run_vector_add_bench([2**20], torch.float32, reps=10)
     assert rows[0]["correct"] and rows[0]["path"] == "portable"  # 2**20 < TMA_MIN_ELEMENTS
@@ -206,7 +206,7 @@ def test_bench_rows():
 
 
 def test_sweep_rows():
-    from pingpong.streaming.bench import format_sweep, run_stream_sweep
+    from pingpong.tools.bench_streaming import format_sweep, run_stream_sweep
 
     cfgs = {"tile-2k": hopper.DEFAULT, "2d": hopper.CANDIDATES["2d"]}
     rows = run_stream_sweep(cfgs, [2**20], [torch.float32], reps=5)
@@ -222,7 +222,7 @@ def test_bench_adapter_writes_rows(tmp_path, monkeypatch):
     import json
     import types
 
-    from pingpong.streaming import bench
+    from pingpong.tools import bench_streaming as bench
 
     monkeypatch.setattr(bench, "DEFAULT_SIZES", (4097,))
     settings = types.SimpleNamespace(dtype="bf16", reps=10, rounds=2, csv=str(tmp_path / "va.csv"),

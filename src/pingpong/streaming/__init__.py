@@ -4,8 +4,8 @@
                                  Triton kernel (portable.py); gfx942: the hand-written GCN
                                  design in Gluon, compiled offline (gfx942.py, `pingpong isa`).
 
-The benchmark (bench.py, `pingpong bench --op vector_add`) is a tool: import it as
-pingpong.streaming.bench (the kernels never import the tools).
+The benchmark (`pingpong bench --op vector_add`, `python -m pingpong.streaming`) is a tool:
+pingpong.tools.bench_streaming (the kernels never import the tools).
 """
 
 from .api import kernel_path, vector_add

@@ -1,5 +1,5 @@
 """`python -m pingpong.streaming --sweep candidates ...`: the StreamConfig sweep (bench.main)."""
 
-from .bench import main
+from ..tools.bench_streaming import main
 
 raise SystemExit(main())

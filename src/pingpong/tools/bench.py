@@ -504,7 +504,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"pingpong bench: {reason}", file=sys.stderr)
         return EXIT_USAGE
     if settings.op == "vector_add":
-        from ..streaming.bench import bench_vector_add
+        from .bench_streaming import bench_vector_add
 
         return int(bench_vector_add(settings) or 0)
     if settings.op == "grouped" and settings.dtype == "fp8":

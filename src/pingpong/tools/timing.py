@@ -1,4 +1,4 @@
-"""GPU timing shared by the benchmarks (`pingpong.tools.bench`, `pingpong.streaming.bench`).
+"""GPU timing shared by the benchmarks (`pingpong.tools.bench`, `pingpong.tools.bench_streaming`).
 
 One rule for every number the project reports: the median of at least `reps` repetitions of
 `queued_bench` (triton.testing.do_bench's contract: warm up, flush the L2 cache before every

@@ -19,9 +19,9 @@ import statistics
 import torch
 import triton
 
-from ..tools.timing import call_us, time_callable
+from .timing import call_us, time_callable
 from ..runtime.device import is_hopper, sm_count
-from .api import kernel_path, vector_add
+from ..streaming.api import kernel_path, vector_add
 from ..toolchain import KERNEL_OPTIONS
 
 
@@ -176,7 +176,7 @@ def run_stream_sweep(configs: dict, sizes, dtypes, reps: int = 100, device: str 
     `hopper.launch` (no API checks), and torch.add again (drift). Each row: kernel, name,
     correct (bitwise equal to torch.add), ms (time_callable median, L2 flushed), gbps, vs_torch
     (the first torch.add's time / this time), vs_copy, host_us (host time per call)."""
-    from . import hopper, portable
+    from ..streaming import hopper, portable
 
     dev = torch.device(device)
     index = dev.index if dev.index is not None else torch.cuda.current_device()
@@ -293,7 +293,7 @@ def main(argv=None) -> int:
     import json
 
     from ..errors import PingpongError
-    from .hopper import CANDIDATES, StreamConfig
+    from ..streaming.hopper import CANDIDATES, StreamConfig
 
     p = argparse.ArgumentParser(prog="python -m pingpong.streaming",
                                 description="Compare Hopper vector_add StreamConfigs with torch.add in one process.")
