@@ -310,3 +310,21 @@ def test_fp8_plan_pointers_follow_the_stream_k_kernel_slots(monkeypatch, scaling
     kernel, args, kwargs, grid = prep(*inputs)
     assert kernel is fp8_launch.fp8_stream_gemm and pointer_slots(kernel, args) == tuple(ptrs) and len(ptrs) == 9
     assert grid == (fp8_launch.stream_k_split(8, 32, 132)[0],)
+
+
+def test_fp8_stream_k_plan_broadcasts_long_tensor_wise_scales(monkeypatch):
+    """A long tensor-wise product runs the row-wise kernel (fp8_launch.kernel_scaling); its
+    stream-K plan must broadcast the scalars into row vectors, as the data-parallel one does."""
+    import torch
+
+    from pingpong.hopper import fp8_launch
+    from pingpong.runtime import spec as spec_mod
+
+    M, N, K = 16384, 8192, 8192
+    e4m3 = torch.float8_e4m3fn
+    qa, qb = torch.empty(M, K, dtype=e4m3, device="meta"), torch.empty(N, K, dtype=e4m3, device="meta").t()
+    one = torch.empty((), dtype=torch.float32, device="meta")
+    for config in (KernelConfig(128, 128, 128), KernelConfig(128, 128, 128, stream_k=True)):
+        s = spec_mod.build(qa, qb, out_dtype=torch.bfloat16, config=config, scales=(one, one, False))
+        p = fp8_launch.plan(s)
+        assert (p.scaling, p.broadcast) == ("row", True), (config, p.scaling, p.broadcast)

@@ -449,16 +449,16 @@ def plan(spec: GemmSpec) -> Fp8Plan:
     if why:
         raise ConfigError(why)
     scaling, broadcast = kernel_scaling(scaling, M, N, K, config, promote, gpu.sms)
-    if config.stream_k:  # the workspace and counters of the launch's decomposition (none when no tile is shared)
-        slots = partial_slots(M, N, K, config, FP8_BYTES, gpu.sms)
-        return Fp8Plan(device, scaling, sb_cols, promote, config, spec.epilogue.activation,
-                       workspace_shape(M, N, K, config, FP8_BYTES, gpu.sms),
-                       counter_count(M, N, config, FP8_BYTES) if slots > 1 else 0, sms=gpu.sms)
-    if fp8_splits(K, config) == 1:  # swap-AB alone runs the split kernel with no workspace or counters
-        return Fp8Plan(device, scaling, sb_cols, promote, config, spec.epilogue.activation, broadcast=broadcast,
-                       sms=gpu.sms)
-    return Fp8Plan(device, scaling, sb_cols, promote, config, spec.epilogue.activation,
-                   workspace_shape(M, N, K, config, FP8_BYTES), counter_count(M, N, config, FP8_BYTES), sms=gpu.sms)
+    if config.stream_k:  # the launch's decomposition: counters only where a tile is shared
+        shared = partial_slots(M, N, K, config, FP8_BYTES, gpu.sms) > 1
+        workspace = workspace_shape(M, N, K, config, FP8_BYTES, gpu.sms)
+        counters = counter_count(M, N, config, FP8_BYTES) if shared else 0
+    elif fp8_splits(K, config) == 1:  # swap-AB alone runs the split kernel with no workspace or counters
+        workspace, counters = (0, 0), 0
+    else:
+        workspace, counters = workspace_shape(M, N, K, config, FP8_BYTES), counter_count(M, N, config, FP8_BYTES)
+    return Fp8Plan(device, scaling, sb_cols, promote, config, spec.epilogue.activation, workspace, counters, broadcast,
+                   sms=gpu.sms)
 
 
 # ----------------------------------------------------------------------------- offline compilation
