@@ -120,7 +120,7 @@ def fp8_grouped_linear(x: Tensor, weight: Tensor, offs: Tensor, recipe: str = "r
     grad, or grad mode off) it is the forward alone: two quantizations and one grouped product."""
     recipe = grouped_recipe(recipe)
     check_fp8_grouped_linear(x, weight, offs, recipe)
-    if ops.traced(x, weight, offs) or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
+    if ops.needs_op(x, weight, offs):
         return torch.ops.pingpong.fp8_grouped_linear(x, weight, offs, recipe)
     return _forward(x, weight, offs, recipe)
 

@@ -47,7 +47,7 @@ import torch
 from torch.autograd import profiler as torch_profiler
 
 from . import direct
-from .runtime.spec import DENSE_OP_ARGS, DENSE_TENSORS, NO_ARGS, EpilogueArgs, op_args
+from .runtime.spec import DENSE_TENSORS, NO_ARGS, EpilogueArgs
 
 __all__ = ["register", "lowered", "CALLS", "KERNELS"]
 
@@ -101,7 +101,7 @@ def gemm_out(a, b, *optional, out, **epilogue):
     given = iter(optional)
     for f in DENSE_TENSORS:  # a flag absent: code generated before that operand existed
         epilogue[f] = next(given) if epilogue.get(f) else None
-    args, _ = op_args([epilogue.get(f, EpilogueArgs._field_defaults.get(f)) for f in DENSE_OP_ARGS])
+    args = EpilogueArgs(**epilogue)  # the schema's epilogue arguments are EpilogueArgs's fields
     direct.gemm(a, b, args, out.dtype, out=out)
 
 

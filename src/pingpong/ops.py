@@ -61,12 +61,10 @@ __all__ = ["needs_op", "route_gemm", "route_linear", "call_linear", "check_shard
 _PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
 
 
-def needs_op(a, b, c=None, d=None, *more) -> bool:
-    """True when a public call with tensor arguments a, b (and optional c, d, *more: C, a bias,
-    further epilogue operands) must leave the direct path (module docstring). Ordered for the
-    common eager case: type lookups, the grad-mode flag, one call."""
-    if more:
-        return needs_op(a, b, c, d) or needs_op(a, b, *more)
+def needs_op(a, b, c=None, d=None) -> bool:
+    """True when a public call with tensor arguments a, b (and optional c, d: C, a bias) must
+    leave the direct path (module docstring). Ordered for the common eager case: type lookups,
+    the grad-mode flag, one call."""
     if type(a) in _PLAIN and type(b) in _PLAIN and (c is None or type(c) in _PLAIN) and (d is None or type(d) in _PLAIN):
         if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or (c is not None and c.requires_grad)
                                         or (d is not None and d.requires_grad)):

@@ -69,6 +69,7 @@ import triton
 import triton.language as tl
 
 from .errors import PingpongError, check_tensor
+from .ops import traced
 from .runtime.fp8_spec import refuse_grad
 from .runtime.launcher import CachedLaunch
 from .runtime.spec import SCALE_BLOCK
@@ -432,8 +433,7 @@ def quantize_fp8(x: torch.Tensor, granularity: str = "row", dtype: torch.dtype =
     """(q, scale) with x ≈ q · scale (module docstring): q has x's shape and `dtype`
     (float8_e4m3fn or float8_e5m2), scale is fp32 in torch._scaled_mm's layout for the
     granularity. While torch.compile traces, the ``pingpong::quantize_fp8`` op."""
-    if torch.compiler.is_compiling() or (isinstance(x, torch.Tensor) and type(x) not in (torch.Tensor,
-                                                                                        torch.nn.Parameter)):
+    if traced(x):
         return torch.ops.pingpong.quantize_fp8(x, granularity, dtype)
     return quantize_direct(x, granularity, dtype)
 
@@ -520,8 +520,7 @@ def quantize_fp8_pair(x: torch.Tensor, granularity: str = "row", dtype: torch.dt
     granularity, dtype): qt (K, M') contiguous, scaled along M — bitwise both, in fewer reads of
     x. "block" and "block128x128" need pad a multiple of 128. rows / cols False: that pair is
     not computed (empty tensors). While torch.compile traces, the ``pingpong::quantize_fp8_pair`` op."""
-    if torch.compiler.is_compiling() or (isinstance(x, torch.Tensor) and type(x) not in (torch.Tensor,
-                                                                                        torch.nn.Parameter)):
+    if traced(x):
         return torch.ops.pingpong.quantize_fp8_pair(x, granularity, dtype, pad, rows, cols)
     return quantize_pair_direct(x, granularity, dtype, pad, rows, cols)
 
