@@ -11,7 +11,10 @@ each execution mode users run, and the logits error of each against an fp32 copy
 training=True)` instead (pingpong.fp8_training: FP8 forward and gradients; the logits error
 is then FP8's). `--modes compiled --workloads train --fp8 row` times FP8 training steps against
 the bf16 torch model; a Llama-3-8B-shaped stack at 4 × 2048 tokens: `--hidden 4096
---intermediate 14336 --heads 32 --kv-heads 8 --layers 4 --train-seq 2048`.
+--intermediate 14336 --heads 32 --kv-heads 8 --layers 4 --train-seq 2048`. With `--baseline
+torchao` the peer (the "torch" columns) is the same model under torchao's float8 training
+(`convert_to_float8_training` with the recipe of the same name: tensorwise, rowwise,
+rowwise_with_gw_hp) instead of bf16 torch: pingpong's FP8 layers against torchao's.
 
 Workloads (same tensors for both models):
     decode    forward of 32 sequences × 1 token (no KV cache: a decode-sized, host-bound call)
@@ -31,8 +34,10 @@ pingpong then torch, ...; `pingpong.tools.timing.alternated`, garbage collector 
 timing), each timing the mean of `--iters` back-to-back calls between two synchronizations.
 Reported: the median ms per call of each, the median over pairs of rounds (one of each order)
 of the pair's ratio torch / pingpong (> 1: pingpong faster) with the pairs' range, and for
-compiled modes, from torch.profiler on calls separate from the timing: the host µs per GEMM
-call (`aten::mm`/`aten::addmm` in torch's compiled graph, `pingpong::*` in pingpong's) and the
+compiled modes, from torch.profiler on calls separate from the timing: the host µs per
+outermost GEMM-op call (`aten::mm`/`aten::addmm`/`aten::_scaled_mm` in torch's compiled graph,
+`pingpong::*` in pingpong's; an op called inside another, e.g. a quantization inside an FP8
+linear, counts as part of it) and the
 GPU kernel ms per call (all kernels / the GEMM kernels), which says whether a gap is the
 host's or the kernels'. Needs the `test-model` extra (transformers).
 """
@@ -99,8 +104,12 @@ def ratios(fns: dict, rounds: int, iters: int) -> dict:
             "ratio": p.ratio, "lo": p.lo, "hi": p.hi}
 
 
+def is_gemm_op(name: str) -> bool:
+    return name in ("aten::mm", "aten::addmm", "aten::bmm", "aten::_scaled_mm") or name.startswith("pingpong::")
+
+
 def host_us_per_gemm(fn) -> float:
-    """CPU µs per GEMM call (aten mm/addmm or pingpong::*) in one profiled call of fn."""
+    """CPU µs per outermost GEMM-op call (is_gemm_op, not inside another) in one profiled call of fn."""
     from torch.profiler import ProfilerActivity, profile
 
     fn()
@@ -109,9 +118,14 @@ def host_us_per_gemm(fn) -> float:
         fn()
         torch.cuda.synchronize()
     total = count = 0
-    for e in prof.key_averages():
-        if e.key in ("aten::mm", "aten::addmm", "aten::bmm") or e.key.startswith("pingpong::"):
-            total, count = total + e.cpu_time_total, count + e.count
+    for e in prof.events():
+        if not is_gemm_op(e.name):
+            continue
+        parent = e.cpu_parent
+        while parent is not None and not is_gemm_op(parent.name):
+            parent = parent.cpu_parent
+        if parent is None:
+            total, count = total + e.cpu_time_total, count + 1
     return total / count if count else float("nan")
 
 
@@ -125,6 +139,20 @@ def gpu_ms(fn) -> tuple[float, float]:
     kernels = kernel_us(fn)
     gemm = sum(us for name, us in kernels.items() if any(k in name.lower() for k in GEMM_KERNELS))
     return sum(kernels.values()) / 1e3, gemm / 1e3
+
+
+def torchao_float8(model, recipe: str):
+    """model with torchao's float8 training layers of pingpong's `recipe` (every nn.Linear, as
+    replace_linear swaps them; torchao skips none of this model's)."""
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    from pingpong.fp8_training import RECIPES, recipe_name
+
+    name = RECIPES[recipe_name(recipe)].torchao
+    if name is None:
+        raise SystemExit(f"--fp8 {recipe}: torchao's float8 training has no such recipe")
+    print(f"baseline: torchao float8 training, recipe {name}")
+    return convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(name))
 
 
 def main(argv=None) -> int:
@@ -141,12 +169,16 @@ def main(argv=None) -> int:
     p.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, of {', '.join(WORKLOADS)}")
     p.add_argument("--fp8", default=None, help="swap for FP8 training layers with this recipe (tensor, row,"
                    " row_gw_hp)")
+    p.add_argument("--baseline", default="torch", choices=("torch", "torchao"),
+                   help="the peer: bf16 torch, or (with --fp8) torchao's float8 training of the same recipe")
     p.add_argument("--profile", action="store_true", help="torch.profiler's CPU table of one eager decode forward each")
     args = p.parse_args(argv)
     modes, workloads = args.modes.split(","), args.workloads.split(",")
     for name, got, known in (("--modes", modes, MODES), ("--workloads", workloads, WORKLOADS)):
         if not set(got) <= set(known):
             p.error(f"{name}: expected a comma-separated list of {', '.join(known)}, got {','.join(got)}")
+    if args.baseline == "torchao" and args.fp8 is None:
+        p.error("--baseline torchao: needs --fp8 RECIPE (torchao's float8 training of that recipe is the peer)")
     if bench.skipped_without_gpu():
         return 2
     try:
@@ -160,7 +192,10 @@ def main(argv=None) -> int:
     ref32 = llama(transformers, args, torch.float32)
     theirs = copy.deepcopy(ref32).to(torch.bfloat16)
     ours = copy.deepcopy(theirs)
-    report = pingpong.nn.replace_linear(ours, **({} if args.fp8 is None else dict(fp8=args.fp8, training=True)))
+    swap = {} if args.fp8 is None else dict(fp8=args.fp8, training=True)
+    report = pingpong.nn.replace_linear(ours, **swap)
+    if args.baseline == "torchao":
+        theirs = torchao_float8(theirs, args.fp8)
     print(f"fp8 {args.fp8}: " if args.fp8 else "", end="")
     print(f"replaced {len(report.replaced)} layers, skipped {report.skipped}")
 
@@ -230,7 +265,9 @@ def main(argv=None) -> int:
     # measured on fresh copies of the initial weights
     theirs = copy.deepcopy(ref32).to(torch.bfloat16)
     ours = copy.deepcopy(theirs)
-    pingpong.nn.replace_linear(ours)
+    pingpong.nn.replace_linear(ours, **swap)
+    if args.baseline == "torchao":
+        theirs = torchao_float8(theirs, args.fp8)
     with torch.no_grad():
         want = ref32(input_ids=ids["prefill"], use_cache=False).logits.double()
         for name, model in (("torch bf16", theirs), ("pingpong bf16", ours), ("torch compiled", torch.compile(theirs)),
@@ -253,7 +290,7 @@ def main(argv=None) -> int:
             print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14, max_name_column_width=50))
 
     print(f"\n{'mode':<16} {'workload':<8} {'torch ms':>9} {'pingpong ms':>11} {'torch/pp':>8} {'round range':>13}"
-          f" {'host µs/GEMM torch, pp':>22} {'GPU ms all/GEMM torch; pp':>27} {'recompiles':>10}")
+          f" {'host µs/op torch, pp':>22} {'GPU ms all/GEMM torch; pp':>27} {'recompiles':>10}")
     for mode, work, t in rows:
         print(row(mode, work, t))
     return 0
