@@ -52,24 +52,30 @@ def randn(*shape, seed, dtype=torch.float16):
 
 
 class MLP(torch.nn.Module):
-    def __init__(self, linear, hidden=16, inner=32):
+    """relu after up's Linear, or fused into it (`fused`: pingpong's backward then makes up's
+    dx from the activation's derivative, rows that are no reshape of the gathered gradient)."""
+
+    def __init__(self, fused=False, hidden=16, inner=32):
+        import pingpong
+
         super().__init__()
         self.norm = torch.nn.LayerNorm(hidden, dtype=torch.float16)
-        self.up = linear(hidden, inner, dtype=torch.float16)
-        self.down = linear(inner, hidden, dtype=torch.float16)
+        self.up = pingpong.nn.Linear(hidden, inner, dtype=torch.float16, activation="relu" if fused else None)
+        self.down = pingpong.nn.Linear(inner, hidden, dtype=torch.float16)
+        self.fused = fused
 
     def forward(self, x):
-        return self.down(torch.relu(self.up(self.norm(x))))
+        h = self.up(self.norm(x))
+        return self.down(h if self.fused else torch.relu(h))
 
 
-def sequence_parallel_mlp(mesh):
-    import pingpong
+def sequence_parallel_mlp(mesh, fused=False):
     from torch.distributed.tensor import Shard
     from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel, SequenceParallel,
                                                    parallelize_module)
 
     torch.manual_seed(0)
-    model = MLP(pingpong.nn.Linear)
+    model = MLP(fused)
     return parallelize_module(model, mesh, {"norm": SequenceParallel(), "up": ColwiseParallel(input_layouts=Shard(1)),
                                             "down": RowwiseParallel(output_layouts=Shard(1))})
 
@@ -119,15 +125,17 @@ GATHER, SCATTER = "_c10d_functional.all_gather_into_tensor.default", "_c10d_func
 FUSED_AG, FUSED_RS = "pingpong.all_gather_gemm.default", "pingpong.gemm_reduce_scatter.default"
 
 
-def test_the_pass_fuses_a_sequence_parallel_mlp(mesh, interpreted, monkeypatch):
+@pytest.mark.parametrize("fused", [False, True], ids=["relu_after", "relu_fused"])
+def test_the_pass_fuses_a_sequence_parallel_mlp(mesh, interpreted, monkeypatch, fused):
     """Forward: the gathered x feeds pingpong.linear (up), and down's linear feeds the
     reduce-scatter; backward: the gathered gradient feeds down's dx (reshape, pingpong.mm,
-    reshape) and up's dx feeds the reduce-scatter. Each becomes one fused op; no all-gather or
-    reduce-scatter is left, and the compiled step runs (the ops' unfused CPU path)."""
+    reshape) and up's dx feeds the reduce-scatter (pingpong.mm of rows then a reshape). Each
+    becomes one fused op; no all-gather or reduce-scatter is left, and the compiled step runs
+    (the ops' unfused CPU path)."""
     import pingpong.async_tp as async_tp
     from torch.distributed.tensor import DTensor, Shard
 
-    model = sequence_parallel_mlp(mesh)
+    model = sequence_parallel_mlp(mesh, fused)
     x = DTensor.from_local(randn(2, 4, 16, seed=1).requires_grad_(), mesh, [Shard(1)])
     async_tp.FUSED.clear()
     (forward, backward), out = compiled_graphs(model, x, monkeypatch)
@@ -137,6 +145,9 @@ def test_the_pass_fuses_a_sequence_parallel_mlp(mesh, interpreted, monkeypatch):
     assert forward["pingpong.linear.default"] == 0, forward  # both linears were taken into the fused ops
     assert backward["pingpong.mm.default"] == 2, backward  # the two dW products stay (no collective next to them)
     assert async_tp.FUSED == {"all_gather_gemm": 2, "gemm_reduce_scatter": 2}, async_tp.FUSED
+    seen = list(async_tp.GRAPHS)[-2:]  # the pass's own account of the two graphs
+    assert [(c["pingpong.all_gather_gemm"], c["pingpong.gemm_reduce_scatter"], c["all_gather"]) for c in seen] == [
+        (1, 1, 0)] * 2, seen
     assert out.shape == (2, 4, 16)
 
 

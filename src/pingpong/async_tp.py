@@ -52,7 +52,7 @@ from .errors import PingpongError
 from .runtime.spec import NO_ARGS, EpilogueArgs
 
 __all__ = ["mm_out", "all_gather_gemm", "gemm_reduce_scatter", "fuse", "enable_async_tp", "disable_async_tp",
-           "FUSED", "fused_nodes"]
+           "FUSED", "GRAPHS", "graph_counts"]
 
 #: rewrites made by `fuse`, per op name ("all_gather_gemm", "gemm_reduce_scatter")
 FUSED: collections.Counter = collections.Counter()
@@ -219,9 +219,14 @@ _FUSED_TARGETS = {
     "pingpong.gemm_reduce_scatter": torch.ops.pingpong.gemm_reduce_scatter.default,
 }
 
+#: what async TP made of each graph the pass saw while switched on (`graph_counts`), newest last
+GRAPHS: collections.deque = collections.deque(maxlen=4096)
 
-def fused_nodes(graph) -> collections.Counter:
-    """The fused async-TP nodes of a graph, torch's (symm_mem.*) and pingpong's, per op."""
+
+def graph_counts(graph) -> collections.Counter:
+    """A graph's fused async-TP nodes, torch's ("symm_mem.<op>") and pingpong's
+    ("pingpong.<op>"); the all-gathers and reduce-scatters left unfused ("all_gather",
+    "reduce_scatter"); and "pingpong_ops", its nodes of pingpong's ops (whose model it is)."""
     targets = dict(_FUSED_TARGETS)
     symm = getattr(torch.ops, "symm_mem", None)
     for name in ("fused_all_gather_matmul", "fused_matmul_reduce_scatter", "fused_all_gather_scaled_matmul",
@@ -229,18 +234,26 @@ def fused_nodes(graph) -> collections.Counter:
         op = getattr(symm, name, None) if symm is not None else None
         if op is not None:
             targets[f"symm_mem.{name}"] = op.default
+    c10d = torch.ops._c10d_functional
+    targets["all_gather"], targets["reduce_scatter"] = c10d.all_gather_into_tensor.default, c10d.reduce_scatter_tensor.default
     by_target = {v: k for k, v in targets.items()}
-    return collections.Counter(by_target[n.target] for n in graph.nodes if n.target in by_target)
+    counts = collections.Counter(by_target[n.target] for n in graph.nodes if n.target in by_target)
+    counts["pingpong_ops"] = sum(isinstance(n.target, torch._ops.OpOverload) and n.target.namespace == "pingpong"
+                                 for n in graph.nodes)
+    return counts
 
 
 class _Product:
-    """One pingpong product the fused op takes over: `nodes` is [op] or [reshape, pingpong.mm,
-    reshape] (an N-D operand folded to rows and back, as pingpong's backward writes it); `a`
-    is the operand gathered or scattered, `b` the (K, N) operand (a linear's weight, to be
-    transposed), `bias`, `activation`."""
+    """One pingpong product the fused op takes over: `nodes` is [op], [reshape, pingpong.mm,
+    reshape] (an N-D operand folded to rows and back, as pingpong's backward writes it),
+    [reshape, pingpong.mm] (folded to rows, the rows' product used as it is) or [pingpong.mm,
+    reshape] (rows made elsewhere, the result unfolded: `a_shape` is then the N-D shape a
+    takes); `a` is the operand gathered or scattered, `b` the (K, N) operand (a linear's weight,
+    to be transposed), `bias`, `activation`."""
 
-    def __init__(self, nodes, a, b, transpose, bias, activation):
+    def __init__(self, nodes, a, b, transpose, bias, activation, a_shape=None):
         self.nodes, self.a, self.b, self.transpose, self.bias, self.activation = nodes, a, b, transpose, bias, activation
+        self.a_shape = a_shape
         from torch._inductor.fx_passes.micro_pipeline_tp import _find_ancestors
 
         self.ancestors = _find_ancestors(b) | (_find_ancestors(bias) if bias is not None else set())
@@ -251,14 +264,18 @@ class _Product:
         return graph.call_function(torch.ops.aten.permute.default, (self.b, [1, 0]))
 
     def replace_with(self, new) -> None:
-        """The product's result (the last node) becomes `new`; the mm of a reshape pattern that
-        has other users gets a reshape of `new` (as torch's _Matmul.replace_with)."""
-        self.nodes[-1].replace_all_uses_with(new)
-        if len(self.nodes) == 3 and len(self.nodes[1].users) > 1:  # users besides the outer reshape
+        """The product's result (the last node) becomes `new` (N-D); the rows' product of a
+        folded pattern, where used, a reshape of `new` (as torch's _Matmul.replace_with)."""
+        mm = self.nodes[1] if len(self.nodes) > 1 else None
+        if len(self.nodes) == 3:
+            self.nodes[-1].replace_all_uses_with(new)
+        elif mm is None:
+            self.nodes[0].replace_all_uses_with(new)
+        if mm is not None and mm.users:
             graph = new.graph
             with graph.inserting_after(new):
-                view = graph.call_function(torch.ops.aten.reshape.default, (new, list(_val(self.nodes[1]).shape)))
-            self.nodes[1].replace_all_uses_with(view)
+                view = graph.call_function(torch.ops.aten.reshape.default, (new, list(_val(mm).shape)))
+            mm.replace_all_uses_with(view)
 
     def erase(self) -> None:
         for node in reversed(self.nodes):
@@ -304,20 +321,40 @@ def _folded(reshape, mm, unreshape) -> Optional[_Product]:
     return _Product([reshape, mm, unreshape], a, p.b, False, None, None)
 
 
+def _unfolded(mm, unreshape) -> Optional[_Product]:
+    """[pingpong.mm, reshape] whose rows the reshape unfolds to N-D (the reduce-scatter side of a
+    backward whose rows are not a reshape, e.g. after an activation's derivative)."""
+    p = _product(mm, scatter=True)
+    if p is None:
+        return None
+    a, out = _val(p.a), tuple(_val(unreshape).shape)
+    if a.dim() != 2 or len(out) < 3 or out[-1] != _val(p.b).shape[-1] or torch.Size(out[:-1]).numel() != a.shape[0]:
+        return None
+    return _Product([mm, unreshape], p.a, p.b, False, None, None, a_shape=[*out[:-1], a.shape[1]])
+
+
+def _rows_of(reshape, mm) -> Optional[_Product]:
+    """[reshape, pingpong.mm]: the reshape folds an N-D a's leading dims into rows."""
+    p = _product(mm, scatter=False)
+    a = _val(reshape.args[0])
+    if p is None or a.dim() < 3 or tuple(_val(reshape).shape) != (a.shape[:-1].numel(), a.shape[-1]):
+        return None
+    return _Product([reshape, mm], reshape.args[0], p.b, False, None, None)
+
+
 def _consumers(res) -> list:
     """The pingpong products that take the gathered `res` as their a (x), directly or folded
-    to rows by a reshape."""
+    to rows by a reshape (the result unfolded by another, or used as rows)."""
     found = []
     for user in res.users:
         if user.target is torch.ops.aten.reshape.default:
             for mm in user.users:
                 if mm.target is torch.ops.pingpong.mm.default and mm.args[0] is user:
-                    for unreshape in mm.users:
-                        if unreshape.target is torch.ops.aten.reshape.default:
-                            p = _folded(user, mm, unreshape)
-                            if p is not None:
-                                found.append(p)
-                                break
+                    p = next((f for f in (_folded(user, mm, u) for u in mm.users
+                                          if u.target is torch.ops.aten.reshape.default) if f is not None), None)
+                    p = p or _rows_of(user, mm)
+                    if p is not None:
+                        found.append(p)
         else:
             p = _product(user, scatter=False)
             if p is not None and p.a is res:
@@ -331,8 +368,9 @@ def _producer(node) -> Optional[_Product]:
         mm = node.args[0]
         if isinstance(mm, torch.fx.Node) and mm.target is torch.ops.pingpong.mm.default:
             pre = mm.args[0]
-            if isinstance(pre, torch.fx.Node):
-                return _folded(pre, mm, node)
+            if isinstance(pre, torch.fx.Node) and pre.target is torch.ops.aten.reshape.default:
+                return _folded(pre, mm, node) or _unfolded(mm, node)
+            return _unfolded(mm, node)
         return None
     return _product(node, scatter=True)
 
@@ -391,8 +429,11 @@ def _fuse_reduce_scatter(rs, symm_mem) -> bool:
         return False
     graph = rs.wait_tensor_node.graph
     with graph.inserting_before(rs.wait_tensor_node):
-        restrided = symm_mem.restride_A_for_fused_matmul_reduce_scatter(_val(product.a), rs.scatter_dim)
-        a = graph.call_function(inductor_prims.force_stride_order, (product.a, restrided.stride()))
+        a, shape = product.a, _val(product.a).shape
+        if product.a_shape is not None:
+            a, shape = graph.call_function(torch.ops.aten.reshape.default, (a, product.a_shape)), product.a_shape
+        restrided = symm_mem.restride_A_for_fused_matmul_reduce_scatter(torch.empty(shape, device="meta"), rs.scatter_dim)
+        a = graph.call_function(inductor_prims.force_stride_order, (a, restrided.stride()))
         fused = graph.call_function(torch.ops.pingpong.gemm_reduce_scatter.default,
                                     (a, product.b_node(graph), product.bias, rs.reduce_op, rs.scatter_dim, rs.group_name))
         rs.replace_with(fused)
@@ -420,12 +461,14 @@ def fuse(graph) -> None:
         exposed = set(torch_pass._get_unexposed_collectives(graph))
         gathers = [g for g in gathers if g.ag_node not in exposed]
         scatters = [s for s in scatters if s.reduce_scatter_node not in exposed]
-    for ag in gathers:
-        if _fuse_all_gather(ag, symm_mem):
-            FUSED["all_gather_gemm"] += 1
+    # reduce-scatters first: their producers are nodes of the traced graph; an all-gather's
+    # rewrite makes new nodes (without the fake values the matching reads) that may feed one
     for rs in scatters:
         if _fuse_reduce_scatter(rs, symm_mem):
             FUSED["gemm_reduce_scatter"] += 1
+    for ag in gathers:
+        if _fuse_all_gather(ag, symm_mem):
+            FUSED["all_gather_gemm"] += 1
 
 
 # ----------------------------------------------------------------------------- the switch
@@ -447,6 +490,7 @@ class _Pass:
 
         if config._micro_pipeline_tp:
             fuse(graph)
+            GRAPHS.append(graph_counts(graph))
 
     def uuid(self):
         if self.before is not None and not hasattr(self.before, "uuid"):
