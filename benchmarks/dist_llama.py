@@ -18,11 +18,13 @@ nn.Linear swapped for pingpong.nn.Linear (parameters shared) before parallelizin
 Workloads (--workloads; 2d-train only where the world size is even and ≥ 4):
 - tp-prefill: forward without grad of (batch, seq) tokens, TP over all ranks (q/k/v/gate/up
   ColwiseParallel, o/down RowwiseParallel); with --sequence-parallel (own Llama only) the
-  sequence-parallel plan instead: the residual stream split along the sequence between the
-  blocks (embedding RowwiseParallel to Shard(1), norms SequenceParallel, attention and MLP
-  inputs all-gathered once by PrepareModuleInput, o/down RowwiseParallel(output_layouts=Shard(1)),
+  sequence-parallel plan instead: the residual stream a DTensor split along the sequence
+  (embedding RowwiseParallel to Shard(1), norms SequenceParallel, attention and MLP inputs
+  all-gathered once by PrepareModuleInput, o/down RowwiseParallel(output_layouts=Shard(1)),
   lm_head ColwiseParallel(input_layouts=Shard(1))): all-gathers and reduce-scatters where the
-  plain plan all-reduces. --async-tp (with it, NCCL only): torch's async TP for both models
+  plain plan all-reduces (the stream stays a DTensor between blocks: with local tensors there,
+  torch 2.13's compiled training step fails in DTensor's redistribute backward, torch's model
+  as much as pingpong's). --async-tp (with it, NCCL only): torch's async TP for both models
   (torch._inductor.config._micro_pipeline_tp, symmetric memory enabled for the TP group) and
   pingpong's pass for pingpong's (pingpong.distributed.enable_async_tp); each compiled row
   reports the fused nodes of each model's graphs (torch's symm_mem ops, pingpong's
@@ -306,20 +308,21 @@ def tensor_parallel(blocks, mesh):
 
 def sequence_parallel(model, mesh):
     """The sequence-parallel TP plan of the own Llama: between blocks each rank holds its part
-    of the sequence (Shard(1)); each block all-gathers its attention's and its MLP's input once
-    and reduce-scatters their outputs."""
+    of the sequence (a DTensor, Shard(1)); each block all-gathers its attention's and its MLP's
+    input once and reduce-scatters their outputs."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
                                                    SequenceParallel, parallelize_module)
 
-    parallelize_module(model, mesh, {"embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+    parallelize_module(model, mesh, {"embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1),
+                                                                     use_local_output=False),
                                      "norm": SequenceParallel(),
                                      "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())})
     gathered = {"self_attn": PrepareModuleInput(input_layouts=(Shard(1), None, None, None, None),
                                                 desired_input_layouts=(Replicate(), None, None, None, None)),
                 "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
                 "input_layernorm": SequenceParallel(), "post_attention_layernorm": SequenceParallel()}
-    split = {"col": ColwiseParallel(), "row": RowwiseParallel(output_layouts=Shard(1))}
+    split = {"col": ColwiseParallel(), "row": RowwiseParallel(output_layouts=Shard(1), use_local_output=False)}
     for block in model.layers:
         parallelize_module(block, mesh, {**gathered, **{k: split[v] for k, v in TP_PLAN.items()}})
 
