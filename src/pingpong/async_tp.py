@@ -98,27 +98,25 @@ def _check_dim(name: str, dim: int, t, what: str) -> None:
                             "dim of the sequence-parallel plans)")
 
 
-def _meta(v):
-    """v as a meta tensor of its shape, strides and dtype (the checks read metadata only)."""
-    if isinstance(v, (list, tuple)):
-        return [_meta(t) for t in v]
-    return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta") if isinstance(v, torch.Tensor) else v
-
-
 def _unflatten(t, leading, dim):
     """torch's layout of a gathered result: the rows of t, (ranks × the shard's rows), back to
     the shard's dims with `dim` gathered (a view: `dim` > 0 gives a non-contiguous result)."""
     return t.view(*leading, -1).flatten(0, 1).movedim(0, dim)
 
 
-def _gather_results(a_shard, bs, biases, activations, gather_dim, world, return_a=True):
-    """New (a, [y…]) of the all-gather op, in the layout of torch's implementation, after
-    pingpong's checks on the gathered shapes (on whatever tensors are given: fake, meta, real)."""
+def _check_gather(a_shard, bs, biases, activations, gather_dim) -> None:
+    """The arguments torch's implementation reads before the products (which check their own)."""
     if not bs:
         raise PingpongError("bs: pingpong.all_gather_gemm needs at least one b")
     if not len(bs) == len(biases) == len(activations):
         raise PingpongError(f"biases, activations: one per b ({len(bs)}), got {len(biases)} and {len(activations)}")
     _check_dim("gather_dim", gather_dim, a_shard, "a_shard")
+
+
+def _gather_results(a_shard, bs, biases, activations, gather_dim, world, return_a=True):
+    """New (a, [y…]) of the all-gather op, in the layout of torch's implementation, after
+    pingpong's checks on the gathered shapes (fake tensors: at trace time)."""
+    _check_gather(a_shard, bs, biases, activations, gather_dim)
     moved = a_shard.movedim(gather_dim, 0)
     leading = [world, *moved.shape[:-1]]
     a_flat = a_shard.new_empty(world * moved.shape[:-1].numel(), moved.shape[-1])
@@ -137,7 +135,7 @@ def _all_gather_gemm(a_shard, bs, biases, activations, gather_dim, group_name, r
     world = _world(group_name)
     if a_shard.is_cuda and not _test_mode():
         symm_mem = _symm_mem()
-        _gather_results(*_meta((a_shard, bs, biases, activations)), gather_dim, world)
+        _check_gather(a_shard, bs, biases, activations, gather_dim)  # the shapes: checked by the fake at trace
         kwargs = [{"bias": bias, "activation": act} for bias, act in zip(biases, activations)]
         with torch.profiler.record_function("pingpong::all_gather_gemm"), torch.no_grad():
             return symm_mem._fused_all_gather_matmul_impl(mm_out, a_shard, list(bs), None, kwargs,
@@ -159,16 +157,22 @@ def _all_gather_gemm_fake(a_shard, bs, biases, activations, gather_dim, group_na
 _SCATTER_SCHEMA = "(Tensor a, Tensor b, Tensor? bias, str reduce_op, int scatter_dim, str group_name) -> Tensor"
 
 
-def _scatter_result(a, b, bias, reduce_op, scatter_dim, world):
-    """A new result of the reduce-scatter op, in the layout of torch's implementation (its
-    reduction over the stacked partial products), after pingpong's checks."""
+def _check_scatter(a, reduce_op, scatter_dim, world) -> None:
+    """The arguments torch's implementation reads before the products (which check their own)."""
     if reduce_op not in ("sum", "avg"):
         raise PingpongError(f"reduce_op: {reduce_op!r}; pingpong.gemm_reduce_scatter takes 'sum' or 'avg'")
     _check_dim("scatter_dim", scatter_dim, a, "a")
-    shape, dtype = batching.check(a, b, EpilogueArgs(bias=bias), None)
-    if shape[scatter_dim] % world:
-        raise PingpongError(f"a: dim {scatter_dim} of the product ({shape[scatter_dim]}) does not split over the "
+    if a.shape[scatter_dim] % world:
+        raise PingpongError(f"a: dim {scatter_dim} of the product ({a.shape[scatter_dim]}) does not split over the "
                             f"{world} ranks of the reduce-scatter")
+
+
+def _scatter_result(a, b, bias, reduce_op, scatter_dim, world):
+    """A new result of the reduce-scatter op, in the layout of torch's implementation (its
+    reduction over the stacked partial products), after pingpong's checks (fake tensors: at
+    trace time)."""
+    _check_scatter(a, reduce_op, scatter_dim, world)
+    shape, dtype = batching.check(a, b, EpilogueArgs(bias=bias), None)
     x = a.movedim(scatter_dim, 0)
     leading = [world, x.shape[0] // world, *x.shape[1:-1]]
     stacked = a.new_empty(x.shape[:-1].numel(), shape[-1], dtype=dtype)
@@ -179,7 +183,7 @@ def _gemm_reduce_scatter(a, b, bias, reduce_op, scatter_dim, group_name):
     world = _world(group_name)
     if a.is_cuda and not _test_mode():
         symm_mem = _symm_mem()
-        _scatter_result(*_meta((a, b, bias)), reduce_op, scatter_dim, world)
+        _check_scatter(a, reduce_op, scatter_dim, world)  # the shapes: checked by the fake at trace
         with torch.profiler.record_function("pingpong::gemm_reduce_scatter"), torch.no_grad():
             return symm_mem._fused_matmul_reduce_scatter_impl(mm_out, a, b, {"bias": bias}, a.dtype, reduce_op,
                                                               scatter_dim, group_name)
