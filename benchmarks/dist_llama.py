@@ -22,9 +22,11 @@ Workloads (--workloads; 2d-train only where the world size is even and ≥ 4):
   (embedding RowwiseParallel to Shard(1), norms SequenceParallel, attention and MLP inputs
   all-gathered once by PrepareModuleInput, o/down RowwiseParallel(output_layouts=Shard(1)),
   lm_head ColwiseParallel(input_layouts=Shard(1))): all-gathers and reduce-scatters where the
-  plain plan all-reduces (the stream stays a DTensor between blocks: with local tensors there,
-  torch 2.13's compiled training step fails in DTensor's redistribute backward, torch's model
-  as much as pingpong's). --async-tp (with it, NCCL only): torch's async TP for both models
+  plain plan all-reduces. Between blocks the stream is each rank's local part, or a DTensor
+  (--sp-stream; auto: local for prefill, DTensor for training, the two that compile on torch
+  2.13 on the CPU: a compiled prefill fails on a DTensor stream in AOT autograd's subclass
+  wrapper, a compiled training step on a local stream in DTensor's redistribute backward,
+  torch's model as much as pingpong's). --async-tp (with it, NCCL only): torch's async TP for both models
   (torch._inductor.config._micro_pipeline_tp, symmetric memory enabled for the TP group) and
   pingpong's pass for pingpong's (pingpong.distributed.enable_async_tp); each compiled row
   reports the fused nodes of each model's graphs (torch's symm_mem ops, pingpong's
@@ -306,23 +308,23 @@ def tensor_parallel(blocks, mesh):
         parallelize_module(block, mesh, {k: style[v]() for k, v in TP_PLAN.items()})
 
 
-def sequence_parallel(model, mesh):
+def sequence_parallel(model, mesh, dtensor_stream: bool):
     """The sequence-parallel TP plan of the own Llama: between blocks each rank holds its part
-    of the sequence (a DTensor, Shard(1)); each block all-gathers its attention's and its MLP's
-    input once and reduce-scatters their outputs."""
+    of the sequence (Shard(1): a DTensor, or its local tensor); each block all-gathers its
+    attention's and its MLP's input once and reduce-scatters their outputs."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
                                                    SequenceParallel, parallelize_module)
 
     parallelize_module(model, mesh, {"embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1),
-                                                                     use_local_output=False),
+                                                                     use_local_output=not dtensor_stream),
                                      "norm": SequenceParallel(),
                                      "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())})
     gathered = {"self_attn": PrepareModuleInput(input_layouts=(Shard(1), None, None, None, None),
                                                 desired_input_layouts=(Replicate(), None, None, None, None)),
                 "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
                 "input_layernorm": SequenceParallel(), "post_attention_layernorm": SequenceParallel()}
-    split = {"col": ColwiseParallel(), "row": RowwiseParallel(output_layouts=Shard(1), use_local_output=False)}
+    split = {"col": ColwiseParallel(), "row": RowwiseParallel(output_layouts=Shard(1), use_local_output=not dtensor_stream)}
     for block in model.layers:
         parallelize_module(block, mesh, {**gathered, **{k: split[v] for k, v in TP_PLAN.items()}})
 
@@ -335,7 +337,8 @@ def make_model(arch, c, workload, compiled, pingpong_layers, meshes, env):
         swap(model)
     blocks = arch.blocks(model)
     if workload.startswith("tp-") and env.sequence_parallel:
-        sequence_parallel(model, meshes["tp"])
+        stream = env.sp_stream if env.sp_stream != "auto" else "dtensor" if workload == "tp-train" else "local"
+        sequence_parallel(model, meshes["tp"], stream == "dtensor")
     elif workload.startswith("tp-"):
         tensor_parallel(blocks, meshes["tp"])
     elif workload == "2d-train":
@@ -624,9 +627,9 @@ def table(rows) -> str:
 
 
 class Env:
-    def __init__(self, rank, world, device, dtype, backend, sequence_parallel=False, async_tp=False):
+    def __init__(self, rank, world, device, dtype, backend, sequence_parallel=False, async_tp=False, sp_stream="auto"):
         self.rank, self.world, self.device, self.dtype, self.backend = rank, world, device, dtype, backend
-        self.sequence_parallel, self.async_tp = sequence_parallel, async_tp
+        self.sequence_parallel, self.async_tp, self.sp_stream = sequence_parallel, async_tp, sp_stream
 
     def log(self, what, obj):
         if self.rank == 0:
@@ -681,6 +684,8 @@ def parse(argv):
                    help="eager rows: rank 0's cProfile of one step of each model, host_profile-*.txt ($OUT or .)")
     p.add_argument("--sequence-parallel", action="store_true",
                    help="tp-* rows: the sequence-parallel TP plan for both models (own Llama; tp-decode skipped)")
+    p.add_argument("--sp-stream", default="auto", choices=("auto", "local", "dtensor"),
+                   help="--sequence-parallel: the stream between blocks (auto: local for prefill, DTensor for training)")
     p.add_argument("--async-tp", action="store_true",
                    help="with --sequence-parallel, NCCL: torch's async TP for both models, pingpong's pass for pingpong's;"
                         " compiled rows report each model's fused nodes")
@@ -753,7 +758,7 @@ def main(argv=None) -> int:
     setattr(torch._dynamo.config, limit, 64)  # a row's variants of one block's code, with room
     rank, world, device = setup(args.cpu_smoke)
     env = Env(rank, world, device, torch.float16 if args.cpu_smoke else torch.bfloat16, args.backend,
-              args.sequence_parallel, args.async_tp)
+              args.sequence_parallel, args.async_tp, args.sp_stream)
     arch, c = Arch(args.arch), config(args)
     meshes = meshes_for(world, device)
     if args.async_tp:
