@@ -361,7 +361,6 @@ SCENARIOS = {name[len("scenario_"):]: fn for name, fn in globals().items() if na
 def rank_main(rank, port, outdir, names):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    results = {}
     try:
         sys.path.insert(0, HERE)
         from conftest import interpret_plans
@@ -379,16 +378,24 @@ def rank_main(rank, port, outdir, names):
         pingpong.portable.portable_gemm = counted  # interpret_plans binds it now
         interpret_plans(setattr)
         mesh = init_device_mesh("cpu", (WORLD,))
-        for name in names:
+        record(outdir, rank, {name: SCENARIOS[name] for name in names}, mesh, rank, runs)
+    finally:
+        dist.destroy_process_group()
+
+
+def record(outdir, rank, scenarios, *args) -> None:
+    """Each scenario(*args) in turn; OUTDIR/rank<r>.json: {name: "ok…" or the traceback}."""
+    results = {}
+    try:
+        for name, scenario in scenarios.items():
             try:
-                note = SCENARIOS[name](mesh, rank, runs)
+                note = scenario(*args)
                 results[name] = "ok" + (f": {note}" if note else "")
             except Exception:
                 results[name] = traceback.format_exc()
     finally:
         with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
             json.dump(results, f)
-        dist.destroy_process_group()
 
 
 def free_port() -> int:

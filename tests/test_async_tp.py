@@ -23,27 +23,8 @@ if not torch.distributed.is_available():
 
 import torch.distributed as dist  # noqa: E402
 
-from conftest import interpret_plans  # noqa: E402
 from distributed_ranks import assert_close64  # noqa: E402
 from pingpong import PingpongError  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def mesh():
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-    from torch.distributed.device_mesh import init_device_mesh
-
-    assert not dist.is_initialized()
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
-    try:
-        yield init_device_mesh("cpu", (2,))
-    finally:
-        dist.destroy_process_group()
-
-
-@pytest.fixture
-def interpreted(monkeypatch):
-    interpret_plans(monkeypatch.setattr)
 
 
 def randn(*shape, seed, dtype=torch.float16):
@@ -126,7 +107,7 @@ FUSED_AG, FUSED_RS = "pingpong.all_gather_gemm.default", "pingpong.gemm_reduce_s
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["relu_after", "relu_fused"])
-def test_the_pass_fuses_a_sequence_parallel_mlp(mesh, interpreted, monkeypatch, fused):
+def test_the_pass_fuses_a_sequence_parallel_mlp(mesh, interpreted_kernels, monkeypatch, fused):
     """Forward: the gathered x feeds pingpong.linear (up), and down's linear feeds the
     reduce-scatter; backward: the gathered gradient feeds down's dx (reshape, pingpong.mm,
     reshape) and up's dx feeds the reduce-scatter (pingpong.mm of rows then a reshape). Each
@@ -151,7 +132,7 @@ def test_the_pass_fuses_a_sequence_parallel_mlp(mesh, interpreted, monkeypatch, 
     assert out.shape == (2, 4, 16)
 
 
-def test_without_torch_switch_or_symmetric_memory_nothing_is_fused(mesh, interpreted, monkeypatch):
+def test_without_torch_switch_or_symmetric_memory_nothing_is_fused(mesh, interpreted_kernels, monkeypatch):
     """The pass acts only with torch._inductor.config._micro_pipeline_tp on and symmetric
     memory enabled for the group (outside torch's test mode it is not, here)."""
     import torch.distributed._symmetric_memory as symm_mem
@@ -192,7 +173,7 @@ def test_enable_keeps_the_users_pass(monkeypatch):
 
 
 @pytest.mark.parametrize("seed", [11, 12])
-def test_mm_out_writes_the_chunks_torch_hands_it(interpreted, seed):
+def test_mm_out_writes_the_chunks_torch_hands_it(interpreted_kernels, seed):
     """As _fused_all_gather_matmul_impl calls it: each rank's rows into its row chunk of the
     output (in place); as _fused_matmul_reduce_scatter_impl's last-dim path: a column chunk (not
     contiguous: through a copy). Bias and activation per chunk; what no chunk covers stays NaN."""

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import traceback
 
 import pytest
 import torch
@@ -160,12 +158,13 @@ def rank_main(rank, port, outdir, names):
 
     import torch.distributed as dist
 
+    from distributed_ranks import record
+
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", rank=rank, world_size=WORLD, device_id=torch.device("cuda", rank))
-    results = {}
     try:
         from torch.distributed._symmetric_memory import enable_symm_mem_for_group
 
@@ -173,26 +172,15 @@ def rank_main(rank, port, outdir, names):
         with warnings.catch_warnings():  # deprecated on torch 2.13; its async-TP pass still checks it
             warnings.simplefilter("ignore", FutureWarning)
             enable_symm_mem_for_group(group.group_name)
-        for name in names:
-            try:
-                note = SCENARIOS[name](rank, group)
-                results[name] = "ok" + (f": {note}" if note else "")
-            except Exception:
-                results[name] = traceback.format_exc()
+        record(outdir, rank, {name: SCENARIOS[name] for name in names}, rank, group)
     finally:
-        with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
-            json.dump(results, f)
         dist.destroy_process_group()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main(argv):
     import torch.multiprocessing as mp
+
+    from distributed_ranks import free_port
 
     outdir, names = argv[0], argv[1:] or list(SCENARIOS)
     mp.spawn(rank_main, args=(free_port(), outdir, names), nprocs=WORLD)
@@ -224,5 +212,5 @@ def test_two_gpus(ranks, scenario):
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.join(HERE, "..", "src"))
+    sys.path[:0] = [HERE, os.path.join(HERE, "..", "src")]
     main(sys.argv[1:])
