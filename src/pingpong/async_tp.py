@@ -20,12 +20,13 @@ over symmetric memory. This module does the same for pingpong's ops:
     fuse(graph)                    the post-grad pass: torch's own pattern finders
                                    (find_all_gather_patterns, find_reduce_scatter_patterns); keeps
                                    the groups whose consumers (producer) are pingpong.linear or
-                                   pingpong.mm, directly or between reshapes, and rewrites them to
-                                   the two ops, under torch's conditions (NCCL, symmetric memory
-                                   enabled for the group)
+                                   pingpong.mm, directly or between reshapes (`_Product`), and
+                                   rewrites them to the two ops, under torch's conditions (NCCL,
+                                   symmetric memory enabled for the group); counts in FUSED
     enable_async_tp()              adds `fuse` to inductor's post-grad custom passes, beside any
                                    the user set; it acts while torch's own switch,
-                                   torch._inductor.config._micro_pipeline_tp, is on
+                                   torch._inductor.config._micro_pipeline_tp, is on, and records
+                                   each graph's fused nodes and unfused collectives in GRAPHS
 
 Both ops take B as the (K, N) operand of a @ b: a `pingpong.linear` node contributes its
 weight transposed (a view), its bias and its activation. Only gathers and scatters along a
