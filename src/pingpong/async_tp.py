@@ -208,12 +208,13 @@ def _test_mode() -> bool:
     return bool(getattr(symm_mem, "_is_test_mode", False))
 
 
-_FIXED_STRIDES = (torch._C.Tag.needs_fixed_stride_order,)  # as torch's ops: the pass restrides the operands
+# inductor keeps a custom op's input strides as traced (the layout the pass's
+# force_stride_order gives a_shard / a), as torch's ops ask with their needs_fixed_stride_order tag
 all_gather_gemm = torch.library.custom_op("pingpong::all_gather_gemm", _all_gather_gemm, mutates_args=(),
-                                          schema=_GATHER_SCHEMA, tags=_FIXED_STRIDES)
+                                          schema=_GATHER_SCHEMA)
 all_gather_gemm.register_fake(_all_gather_gemm_fake)
 gemm_reduce_scatter = torch.library.custom_op("pingpong::gemm_reduce_scatter", _gemm_reduce_scatter, mutates_args=(),
-                                              schema=_SCATTER_SCHEMA, tags=_FIXED_STRIDES)
+                                              schema=_SCATTER_SCHEMA)
 gemm_reduce_scatter.register_fake(_gemm_reduce_scatter_fake)
 
 
