@@ -611,9 +611,9 @@ def table(rows) -> str:
         if r.get("graph_breaks"):
             note += f", {r['graph_breaks']} graph breaks"
         if "async_tp" in r:  # fused nodes of torch's / pingpong's graphs; unfused collectives left
-            t, p = ({k: v for k, v in r["async_tp"][m].items()} for m in ("torch", "pingpong"))
-            fused = [sum(v for k, v in d.items() if "." in k) for d in (t, p)]
-            left = [d.get("all_gather", 0) + d.get("reduce_scatter", 0) for d in (t, p)]
+            counts = [r["async_tp"][m] for m in ("torch", "pingpong")]
+            fused = [sum(v for k, v in d.items() if "." in k) for d in counts]
+            left = [d.get("all_gather", 0) + d.get("reduce_scatter", 0) for d in counts]
             note += f", fused t/p {fused[0]}/{fused[1]}, unfused t/p {left[0]}/{left[1]}"
         lines.append((r["workload"], r["mode"], f(r.get("torch_ms")), f(r.get("pingpong_ms")), f(r.get("ratio")),
                       f(r.get("iqr_pct"), 2), f"{f(t.get('gpu_ms'))}/{f(p.get('gpu_ms'))}",
