@@ -80,11 +80,11 @@ def scenario_gemm_reduce_scatter(rank, group):
     S, K, N = 512, 2048, 1024
     h, w, bias = randn(2, WORLD * S, K, seed=5), randn(N, K, seed=6), randn(N, seed=7)
     k = K // WORLD
-    h_part, w_part = h[..., rank * k:(rank + 1) * k], w[:, rank * k:(rank + 1) * k]
-    got = torch.ops.pingpong.gemm_reduce_scatter(h_part.contiguous(), w_part.t(), bias / WORLD, "sum", 1,
+    h_part, w_part = h[..., rank * k:(rank + 1) * k].contiguous(), w[:, rank * k:(rank + 1) * k].contiguous()
+    got = torch.ops.pingpong.gemm_reduce_scatter(h_part, w_part.t(), bias / WORLD, "sum", 1,
                                                  group.group_name)
     plain = funcol.wait_tensor(funcol.reduce_scatter_tensor(
-        pingpong.linear(h_part.contiguous(), w_part, bias / WORLD).movedim(1, 0).contiguous(), "sum", 0, group))
+        pingpong.linear(h_part, w_part, bias / WORLD).movedim(1, 0).contiguous(), "sum", 0, group))
     plain = plain.movedim(0, 1)
     ref = (h.double() @ w.double().t() + bias.double())[:, rank * S:(rank + 1) * S]
     assert got.shape == ref.shape, (got.shape, ref.shape)
