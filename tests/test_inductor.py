@@ -216,6 +216,26 @@ def test_quantize_ops_write_the_buffers_inductor_allocates(cast_kernels, fresh_c
     assert dict(inductor.CALLS) == {"quantize_fp8": 1, "quantize_fp8_pair": 2}
 
 
+def test_several_outputs_under_dynamic_shapes(cast_kernels, fresh_compile):
+    """dynamic=True: one graph for every row count (fewer and more than the pair's pad); the
+    buffers' shapes and strides (the padded transpose, the unread outputs' new tensors) follow
+    the symbolic row count, the results as eager."""
+    def quantized(x):
+        q, s = pingpong.quantize_fp8(x, "row")
+        return q, s, quantize.quantize_fp8_pair(x, "row", rows=False)[2:]
+
+    compiled = torch.compile(quantized, dynamic=True, backend="inductor")
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for rows in (16, 40, 9):
+        x = randn(rows, 256, seed=rows)
+        got, want = compiled(x), quantized(x)
+        for i, (g, w) in enumerate(zip((*got[:2], *got[2]), (*want[:2], *want[2]))):
+            assert (g.shape, g.stride()) == (w.shape, w.stride()), (rows, i)
+            torch.testing.assert_close(g.float(), w.float(), rtol=0, atol=0, msg=lambda m: f"rows {rows}, {i}: {m}")
+    assert dict(inductor.CALLS) == {"quantize_fp8": 3, "quantize_fp8_pair": 3}
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs == 1
+
+
 def test_dispatcher_switch_covers_the_ops_with_several_outputs(tmp_path):
     """PINGPONG_INDUCTOR_CALLS=dispatcher (read when the lowerings register: a process of its
     own): the ops with several outputs keep inductor's fallback, the dispatcher call, as the

@@ -75,9 +75,8 @@ def lowered(name: str):
     each optional tensor, <the other arguments but out_dtype>, out=buffer), in the schema's
     order (out_dtype is out's dtype), and writes the result into `out`; for an op with several
     outputs `out` is a tuple of their buffers, in the order the op returns them, and fn
-    returns None. Each call is counted
-    in CALLS and shows to torch.profiler as a `pingpong::<name>` range, as a dispatcher call
-    would."""
+    returns None. Each call is counted in CALLS and shows to torch.profiler as a
+    `pingpong::<name>` range, as a dispatcher call would."""
     label = f"pingpong::{name}"
 
     def wrap(fn):
@@ -218,7 +217,7 @@ def _nodes():
             pass
 
     class Call(ir.ExternKernelAlloc):
-        written: list = []
+        written = ()  # its Written nodes (`_written` sets them)
 
         def codegen(self, wrapper) -> None:
             outs = []

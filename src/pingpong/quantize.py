@@ -453,8 +453,9 @@ _PAIR_MODES = {"tensor": 0, "row": 1, "block": 2, "block128x128": 3}
 
 
 def padded_rows(M: int, pad: int) -> int:
-    """M' = M rounded up to a multiple of pad, at least one pad."""
-    return max(pad, -(-M // pad) * pad)
+    """M' = M rounded up to a multiple of pad, at least one pad (the max taken on M: a traced M,
+    a symbol ≥ 2, then needs no guard, where max(pad, M') would split a compiled graph at M = pad)."""
+    return -(-max(M, 1) // pad) * pad
 
 
 def check_pair(x, granularity, dtype, pad, rows, cols, device_checks: bool = True) -> None:
