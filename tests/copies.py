@@ -49,3 +49,21 @@ def hopper_layouts(setattr) -> None:
 
     setattr(gm, "_plan", plan)
     setattr(portable_grouped, "zero_tail", lambda *args: None)
+
+
+def experts_tensors(E, H, inter, T, gen, dtype=torch.bfloat16):
+    """x (T, H), gate_up_proj (E, 2I, H), down_proj (E, H, I) (transformers' layout), the
+    output gradient (T, H) and offs: T routed rows balanced over E experts."""
+    x = torch.randn(T, H, generator=gen).to(dtype).requires_grad_()
+    w1 = (torch.randn(E, 2 * inter, H, generator=gen) / H**0.5).to(dtype).requires_grad_()
+    w2 = (torch.randn(E, H, inter, generator=gen) / inter**0.5).to(dtype).requires_grad_()
+    g = torch.randn(T, H, generator=gen).to(dtype)
+    return x, w1, w2, g, torch.arange(1, E + 1, dtype=torch.int32) * (T // E)
+
+
+def experts_step(project, x, w1, w2, g, offs):
+    """One MoE experts' forward + backward, as pingpong.tools.bench_grouped_fp8's training step."""
+    import torch.nn.functional as F
+
+    gate, up = project(x, w1, offs).chunk(2, dim=-1)
+    project((F.silu(gate) * up).contiguous(), w2, offs).backward(g)
