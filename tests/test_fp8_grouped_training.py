@@ -56,6 +56,12 @@ class RecordedGroupedPlan(RecordedPlan):
             out[s:e] = ((a[s:e].double() * rows) @ (b[g].double() * cols)).to(out.dtype)
 
 
+def _cast_columns(x, q, s):
+    """quantize_fp8_columns's kernel by its contract: _cast of the transposed copy, row-wise."""
+    G, N, K = x.shape
+    _cast(x.transpose(1, 2).reshape(G * K, N), q.view(G * K, N), s.view(G * K, 1), "row")
+
+
 @pytest.fixture
 def kernels(interpreted_kernels, monkeypatch):
     """The kernels replaced (module docstring); returns the list of FP8 grouped products run."""
@@ -65,6 +71,7 @@ def kernels(interpreted_kernels, monkeypatch):
     monkeypatch.setattr(fp8_grouped, "check_gpu", lambda device: None)
     monkeypatch.setattr(quantize, "interpreter_enabled", lambda: True)
     monkeypatch.setattr(quantize, "launch", _cast)
+    monkeypatch.setattr(quantize, "launch_columns", _cast_columns)
     compute = gm._compute
     monkeypatch.setattr(gm, "_compute", lambda *a, **kw: compute(*a, **dict(kw, interpret=True)))
     monkeypatch.setattr(RecordedGroupedPlan, "runs", [])
@@ -370,7 +377,7 @@ def test_compile_records_the_op_and_the_backward_products(kernels):
 
 def test_inductor_calls_the_forward_and_the_backward_products_directly(kernels):
     """Compiled by inductor (CPU): an experts block's two pingpong::fp8_grouped_linear forwards
-    and their backward's products (pingpong::quantize_fp8 of dY and of Wᵀ, scaled_grouped_mm,
+    and their backward's products (pingpong::quantize_fp8 of dY, quantize_fp8_columns of W, scaled_grouped_mm,
     grouped_mm: each with a call per layer) are direct calls from the generated code
     (pingpong.inductor, counted), with the eager gradients bitwise; no graph break."""
     from torch._inductor import config
@@ -408,5 +415,40 @@ def test_inductor_calls_the_forward_and_the_backward_products_directly(kernels):
     torch.testing.assert_close(loss, want[0], rtol=1e-6, atol=0, msg=lambda m: f"seed {seed}: {m}")
     for name, g, w in zip(("x", "w1", "w2"), got, want[1]):
         torch.testing.assert_close(g, w, rtol=0, atol=0, msg=lambda m: f"seed {seed}, d{name}: {m}")
-    assert dict(inductor.CALLS) == {"fp8_grouped_linear": 2, "quantize_fp8": 4, "scaled_grouped_mm": 2,
-                                    "grouped_mm": 2}
+    assert dict(inductor.CALLS) == {"fp8_grouped_linear": 2, "quantize_fp8": 2, "quantize_fp8_columns": 2,
+                                    "scaled_grouped_mm": 2, "grouped_mm": 2}
+
+
+class _NoPlan(plan.Plan):
+    """An FP8 grouped plan that computes nothing (and copies nothing)."""
+    __slots__ = ()
+
+    def __init__(self):
+        self.device, self.path, self.activation, self.extents = -1, "nothing", "none", None
+
+    def run(self, a, b, out, args):
+        pass
+
+
+def test_experts_training_step_copies_nothing(monkeypatch):
+    """fp8_grouped_linear's forward and backward of the experts with every kernel a no-op and
+    grouped_mm planned as on a GPU (tests/copies.py): no aten copy at all — in particular no
+    copy of Wᵀ in the inputs' precision for dX's quantization along N (a weight-sized copy)."""
+    from copies import CopiedBytes, experts_step, experts_tensors, hopper_layouts
+
+    hopper_layouts(monkeypatch.setattr)
+    nothing = types.SimpleNamespace(NAME="nothing", plan=lambda s: _NoPlan(),
+                                    can_implement=lambda s: None if s.epilogue.scales is not None else "unscaled")
+    monkeypatch.setattr(plan, "BACKENDS", [nothing, *plan.backends()])
+    monkeypatch.setattr(plan, "PLANS", type(plan.PLANS)())  # its plans in a cache of its own
+    monkeypatch.setattr(fp8_grouped, "check_gpu", lambda device: None)
+    monkeypatch.setattr(quantize, "interpreter_enabled", lambda: True)
+    monkeypatch.setattr(quantize, "launch", lambda *args: None)
+    monkeypatch.setattr(quantize, "launch_columns", lambda *args: None)
+    seed = torch.seed()
+    x, w1, w2, g, offs = experts_tensors(E=4, H=128, inter=64, T=64, gen=torch.Generator().manual_seed(seed),
+                                         dtype=F16)
+    with CopiedBytes() as copied:
+        experts_step(lambda a, w, offs: fgt.fp8_grouped_linear(a, w, offs), x, w1, w2, g, offs)
+    assert copied.copies == [], f"seed {seed}: copies {copied.copies}"
+    assert w1.grad.stride() == w1.stride() and w2.grad.stride() == w2.stride() and x.grad is not None

@@ -134,6 +134,8 @@ def test_fake_shapes(shapes, want):
 
 def _reference(a, b, offs, mode):
     a, b = a.double(), b.double()
+    if mode == gm.BATCHED:
+        return a @ b
     ends = offs.tolist()
     starts = [0] + ends[:-1]
     if mode == gm.ROWS:
@@ -195,27 +197,39 @@ def interpreted(monkeypatch):
     monkeypatch.setattr(gm, "_compute", lambda *args, **kw: compute(*args, **dict(kw, interpret=True)))
 
 
-@pytest.mark.parametrize("mode", [gm.ROWS, gm.COLS, gm.RAGGED_K])
-def test_gradients_interpreted(interpreted, mode):
+def _stored(shape, transposed):
+    """A random fp16 leaf of `shape`; `transposed`: a 3-D one stored with its last two dims
+    swapped (w.transpose(1, 2) of (G, N, K) expert weights)."""
+    if transposed and len(shape) == 3:
+        return torch.randn(shape[0], shape[2], shape[1]).half().transpose(1, 2).requires_grad_()
+    return torch.randn(shape).half().requires_grad_()
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("mode", [gm.ROWS, gm.COLS, gm.RAGGED_K, gm.BATCHED])
+def test_gradients_interpreted(interpreted, mode, transposed):
     """The op's autograd: dA and dB (themselves grouped products, the tails zeroed) against
-    float64 autograd of the per-group reference; the last group ends before the extent."""
+    float64 autograd of the per-group reference; the last group ends before the extent. A 3-D
+    input stored transposed gets its gradient in its own strides (no copy to accumulate it)."""
     torch.manual_seed(1)
     sizes = [5, 0, 18, 1]
     offs, G, total, K, N = offsets(sizes), len(sizes), sum(sizes), 16, 12
     shapes = {gm.ROWS: ((total + 2, K), (G, K, N)), gm.COLS: ((G, 9, K), (K, total + 2)),
-              gm.RAGGED_K: ((9, total + 2), (total + 2, N))}[mode]
-    a = torch.randn(shapes[0]).half().requires_grad_()
-    b = torch.randn(shapes[1]).half().requires_grad_()
+              gm.RAGGED_K: ((9, total + 2), (total + 2, N)), gm.BATCHED: ((G, 9, K), (G, K, N))}[mode]
+    if mode == gm.BATCHED:
+        offs = None
+    a, b = _stored(shapes[0], transposed), _stored(shapes[1], transposed)
     out = pingpong.grouped_mm(a, b, offs, out_dtype=torch.float32)
     g = torch.randn(out.shape)
-    if mode != gm.RAGGED_K:  # rows past the end are unset: keep them out of the gradient
+    if mode in (gm.ROWS, gm.COLS):  # rows past the end are unset: keep them out of the gradient
         rows = torch.arange(out.shape[0 if mode == gm.ROWS else 1]) < total
         g = g * (rows[:, None] if mode == gm.ROWS else rows[None, :])
     da, db = torch.autograd.grad(out, (a, b), g)
     a64, b64 = a.detach().double().requires_grad_(), b.detach().double().requires_grad_()
     ra, rb = torch.autograd.grad(_reference(a64, b64, offs, mode), (a64, b64), g.half().double())
-    for got, want in ((da, ra), (db, rb)):
+    for got, want, x in ((da, ra, a), (db, rb, b)):
         assert got.shape == want.shape and got.dtype == torch.float16
+        assert x.dim() == 2 or got.stride() == x.stride(), f"{mode}: gradient strides {got.stride()} vs {x.stride()}"
         err = (got.double() - want).abs()
         assert err.max() <= 2e-3 * (1 + want.abs().max()), f"{mode}: elementwise {err.max()}"
 
@@ -382,3 +396,22 @@ def test_ragged_k_tile_rule():
     assert pick(7168, 2048, 128 * 8, 256) == ("cooperative", 128, 128)
     assert pick(2048, 768, 129 * 128, 128) == ("cooperative", 128, 256)
     assert pick(512, 128, 10**5, 4) == ("cooperative", 128, 128)
+
+
+# ----------------------------------------------------------------------------- copies of a training step
+
+
+def test_experts_training_step_copies_nothing(monkeypatch):
+    """grouped_mm's forward and backward of the experts (b = w.transpose(1, 2) of the stored
+    weights), planned as on a GPU: no aten copy at all — in particular the weight gradients
+    come out in the weights' own layout, so autograd accumulates them without a transposing
+    copy (a weight-sized copy each)."""
+    from copies import CopiedBytes, experts_step, experts_tensors, hopper_layouts
+
+    hopper_layouts(monkeypatch.setattr)
+    seed = torch.seed()
+    x, w1, w2, g, offs = experts_tensors(E=4, H=64, inter=32, T=64, gen=torch.Generator().manual_seed(seed))
+    with CopiedBytes() as copied:
+        experts_step(lambda a, w, offs: pingpong.grouped_mm(a, w.transpose(1, 2), offs), x, w1, w2, g, offs)
+    assert copied.copies == [], f"seed {seed}: copies {copied.copies}"
+    assert w1.grad.stride() == w1.stride() and w2.grad.stride() == w2.stride() and x.grad is not None

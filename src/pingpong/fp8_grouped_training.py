@@ -21,9 +21,10 @@ Each operand is quantized along the contraction of the product it feeds, as
 pingpong.fp8_training's dense recipes are (its RECIPES table, GRAD_DTYPE e4m3 for every
 operand, dynamic scales from quantize_fp8 on the device). The FP8 grouped kernel reads b
 K-major only (fp8 wgmma takes no transposed operand), so dX's b, W_g read along N, must be
-stored N-contiguous: Wᵀ (G, K, N). Row-wise that is one copy of Wᵀ per backward in the
-inputs' precision, quantized along its rows (N): the dense "row" recipe's copy; the weights
-change every step, so no copy can be kept between calls. Block-wise (1×128 activations,
+stored N-contiguous: Wᵀ (G, K, N). Row-wise, W is quantized along N per expert and column and
+written transposed by one kernel (pingpong.quantize.quantize_fp8_columns: W read twice, the fp8
+Wᵀ written once, no copy of Wᵀ in the inputs' precision); the weights change every step, so
+nothing can be kept between calls. Block-wise (1×128 activations,
 128×128 weights, DeepSeek-V3), a 128×128 block is the same set of values in W_g and W_gᵀ, so
 dX reuses W's forward quantization transposed: an fp8 copy of qᵀ (half the bytes) and the
 small grid of scales, transposed contiguous to (G, K/128, N/128). No grouped recipe selects
@@ -56,7 +57,7 @@ from .errors import PingpongError, check_tensor
 from .fp8_grouped import scaled_grouped_mm, scaled_grouped_mm_direct
 from .fp8_training import GRAD_DTYPE, RECIPES, recipe_name, training_shape_reason
 from .grouped import grouped_mm
-from .quantize import quantize_fp8
+from .quantize import quantize_fp8, quantize_fp8_columns
 from .runtime.spec import SCALE_BLOCK
 
 __all__ = ["fp8_grouped_linear", "GROUPED_RECIPES", "grouped_recipe", "check_fp8_grouped_linear"]
@@ -156,17 +157,17 @@ def _forward(x, weight, offs, recipe: str, out=None) -> Tensor:
 
 def _data_grad(g, weight, offs, recipe: str, dtype) -> Tensor:
     """dX = dY_g·W_g (T, K), contracting N: dY per token (1×128 blocks) along N; W_g per column
-    along N from Wᵀ (G, K, N) (a copy in the inputs' precision), or block-wise W's 128×128
-    quantization transposed (an fp8 copy). Rows past offs[-1] set to zero."""
+    along N, quantized straight into Wᵀ's layout (G, K, N) (quantize_fp8_columns), or
+    block-wise W's 128×128 quantization transposed (an fp8 copy). Rows past offs[-1] set to
+    zero."""
     r = RECIPES[recipe]
     G, N, K = weight.shape
     qg, sg = quantize_fp8(g, r.granularity, GRAD_DTYPE)
     if r.weight == "block128x128":
         qw, sw = _quantize_weight(weight, r.weight)
         qwt, swt = qw.transpose(1, 2).contiguous(), sw.transpose(1, 2).contiguous()  # (G, K, N), (G, K/128, N/128)
-    else:
-        q, s = quantize_fp8(weight.transpose(1, 2).reshape(G * K, N), r.weight, GRAD_DTYPE)  # Wᵀ: a copy
-        qwt, swt = q.view(G, K, N), s.view(G, K)
+    else:  # W along N, written transposed (G, K, N) by the quantization itself: no copy of Wᵀ
+        qwt, swt = quantize_fp8_columns(weight, GRAD_DTYPE)
     dx = scaled_grouped_mm(qg, qwt.transpose(1, 2), _activation_scale(sg, r.granularity), swt, offs, out_dtype=dtype)
     return _zero_tail(dx, offs)
 

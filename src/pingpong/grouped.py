@@ -46,6 +46,10 @@ call or a tracer runs; a plain eager call goes straight to the kernel):
     out[g] = a_g @ b_g (K)     dA = grouped(dY, bᵀ, offs) (columns) dB = grouped(aᵀ, dY, offs) (rows)
     out_g = a[g] @ b_g (cols)  dA = grouped(dY, bᵀ, offs) (K)       dB = grouped(aᵀ, dY, offs) (columns)
     batched                    dA = dY @ bᵀ                         dB = aᵀ @ dY
+
+A 3-D input stored transposed (b = w.transpose(1, 2) of (G, N, K) expert weights) gets its
+ragged-K or batched gradient as the transposed product's transpose, (dYᵀ·a)ᵀ, in its own
+strides: autograd accumulates it into w without a transposing copy of the weight's size.
 """
 
 from __future__ import annotations
@@ -213,14 +217,26 @@ def _backward(ctx, g):
     mode = spec_mod.grouped_mode(a, b)
     da = db = None
     if mode == BATCHED:
-        da = _route(g, b.mT, None, a.dtype, False) if needs_a else None
-        db = _route(a.mT, g, None, b.dtype, False) if needs_b else None
+        da = _gradient(g, b.mT, None, a, False) if needs_a else None
+        db = _gradient(a.mT, g, None, b, False) if needs_b else None
         return da, db, None, None, None
     if needs_a:  # rows: rows past the end get zeros; K: complete; columns -> K: complete
-        da = _route(g, b.mT, offs, a.dtype, mode == RAGGED_K or mode == ROWS)
+        da = _gradient(g, b.mT, offs, a, mode == RAGGED_K or mode == ROWS)
     if needs_b:  # rows -> K: complete; K -> rows, columns -> columns: the tail zeroed
-        db = _route(a.mT, g, offs, b.dtype, mode != ROWS)
+        db = _gradient(a.mT, g, offs, b, mode != ROWS)
     return da, db, None, None, None
+
+
+def _gradient(x, y, offs, like, zero_tail) -> Tensor:
+    """grouped(x, y, offs) in like's dtype (the input it is the gradient of), laid out as
+    `like` where that costs nothing: a 3-D input stored transposed (w.transpose(1, 2) of
+    (G, N, K) expert weights) gets the transposed product's transpose, (yᵀ·xᵀ)ᵀ, a view with
+    like's strides, so autograd accumulates it into the stored weight without a transposing
+    copy. Only a ragged-K or batched product (3-D result) is transposed: it stays one."""
+    if (x.dim() == 2 and y.dim() == 2) or offs is None:  # ragged K (a 3-D result) or batched
+        if like.dim() == 3 and like.stride(-2) == 1 and like.stride(-1) != 1:
+            return _route(y.mT, x.mT, offs, like.dtype, False).mT
+    return _route(x, y, offs, like.dtype, zero_tail)
 
 
 grouped_mm_op.register_autograd(_backward, setup_context=_setup)

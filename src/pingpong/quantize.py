@@ -76,7 +76,7 @@ from .runtime.launcher import CachedLaunch
 from .runtime.spec import SCALE_BLOCK
 from .toolchain import KERNEL_OPTIONS
 
-__all__ = ["quantize_fp8", "quantize_fp8_pair", "GRANULARITIES", "FP8_MAX"]
+__all__ = ["quantize_fp8", "quantize_fp8_pair", "quantize_fp8_columns", "GRANULARITIES", "FP8_MAX"]
 
 GRANULARITIES = ("tensor", "row", "block", "block128x128")
 FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
@@ -281,6 +281,31 @@ def _pair_cast_kernel(x, q, s, qt, st, ramax, camax, M, MP, K, sxm, sqm, sqtk, s
         # int64: qt (K, M') past 2³¹ elements (K·M' of 16384 × 131072 tokens, stacked experts' Wᵀ)
         tl.store(qt + cols.to(tl.int64)[:, None] * sqtk + rows[None, :], tl.trans(qc.to(qt.dtype.element_ty)),
                  mask=(cols[:, None] < K) & (rows[None, :] < MP))
+
+
+@triton.jit
+def _columns_kernel(x, q, s, N, K, sxg, sxn, FP8_MAX: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """quantize_fp8_columns: columns [program_id(0)·BLOCK_K, +BLOCK_K) of x[g] (N, K), g =
+    program_id(1): the amax of each column along N (pass 1), then the cast (pass 2, the strip
+    read again, mostly from L2), stored transposed into q[g] (K, N); the scales into s[g] (K,)."""
+    g = tl.program_id(1).to(tl.int64)  # int64: a group's offset past 2³¹ elements (stacked experts)
+    cols = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
+    rows = tl.arange(0, BLOCK_N)
+    xg = x + g * sxg + cols[None, :]
+    kmask = cols < K
+    amax = tl.zeros([BLOCK_K], dtype=tl.float32)
+    for n0 in range(0, N, BLOCK_N):
+        n = n0 + rows
+        v = tl.load(xg + n.to(tl.int64)[:, None] * sxn, mask=(n[:, None] < N) & kmask[None, :], other=0.0)
+        amax = tl.maximum(amax, tl.max(tl.abs(v.to(tl.float32)), axis=0))
+    scale, inv = _scale_inv(amax, FP8_MAX)
+    qg = q + g * N * K + cols.to(tl.int64)[:, None] * N
+    for n0 in range(0, N, BLOCK_N):
+        n = n0 + rows
+        v = tl.load(xg + n.to(tl.int64)[:, None] * sxn, mask=(n[:, None] < N) & kmask[None, :], other=0.0)
+        qv = tl.clamp(v.to(tl.float32) * inv[None, :], -FP8_MAX, FP8_MAX)
+        tl.store(qg + n[None, :], tl.trans(qv.to(q.dtype.element_ty)), mask=kmask[:, None] & (n[None, :] < N))
+    tl.store(s + g * K + cols, scale, mask=kmask)
 
 
 def interpreter_enabled() -> bool:
@@ -577,3 +602,75 @@ def _(x, granularity, dtype):
 def quantize_fp8_out(x, *, granularity, dtype, out):
     """pingpong::quantize_fp8 into inductor's buffers (q, s) (pingpong.inductor)."""
     quantize_direct(x, granularity, dtype, out)
+
+
+#: quantize_fp8_columns's strip: BLOCK_N rows a step, BLOCK_K columns a program (128-byte rows of
+#: a bf16 load, 128-byte rows of the transposed fp8 store), and its warps
+COLUMNS_TILE, COLUMNS_WARPS = (128, 64), 4
+
+
+def check_columns(x, dtype, device_checks: bool = True) -> None:
+    """PingpongError naming the argument for anything quantize_fp8_columns does not take."""
+    check_tensor("x", x)
+    if x.dim() != 3 or not x.is_contiguous():
+        raise PingpongError(f"x: expected a contiguous 3-D (G, N, K) tensor, got shape {tuple(x.shape)} and strides"
+                            f" {tuple(x.stride())}")
+    check_quantize(x.view(-1, x.shape[2]), "row", dtype, device_checks)
+
+
+def columns_like(x, dtype):
+    """quantize_fp8_columns's outputs (q (G, K, N), s (G, K) fp32), uninitialized."""
+    G, N, K = x.shape
+    return x.new_empty((G, K, N), dtype=dtype), torch.empty(G, K, dtype=torch.float32, device=x.device)
+
+
+def quantize_columns_direct(x, dtype=torch.float8_e4m3fn, out=None):
+    """quantize_fp8_columns on the direct path: validate, launch; into `out` = (q, s) when
+    given (inductor's buffers, laid out as `columns_like`)."""
+    check_columns(x, dtype)
+    q, s = columns_like(x, dtype) if out is None else out
+    if x.shape[1] == 0:  # empty columns: the scale of an all-zero group, as quantize_fp8's
+        s.fill_(_EPS / FP8_MAX[dtype])
+    elif q.numel():
+        launch_columns(x, q, s)
+    return q, s
+
+
+def launch_columns(x, q, s) -> None:
+    """quantize_fp8_columns's kernel on a checked, non-empty x, through Triton's JIT (the
+    interpreter for CPU tensors)."""
+    G, N, K = x.shape
+    bn, bk = COLUMNS_TILE
+    meta = {} if x.device.type == "cpu" else dict(num_warps=COLUMNS_WARPS, **KERNEL_OPTIONS)
+    _columns_kernel[(-(-K // bk), G)](x, q, s, N, K, x.stride(0), x.stride(1), FP8_MAX=FP8_MAX[q.dtype],
+                                       BLOCK_N=bn, BLOCK_K=bk, **meta)
+
+
+def quantize_fp8_columns(x: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn):
+    """(q, s) of stacked matrices x (G, N, K) (contiguous) quantized along N, row-wise per
+    group and column, and written transposed: q (G, K, N) contiguous, s (G, K) fp32 — bitwise
+    quantize_fp8(x.transpose(1, 2).reshape(G·K, N), "row", dtype) viewed so, without that
+    transposed copy of x (two reads of x, mostly the second from L2, and one fp8 write). The
+    FP8 data gradient's b of an experts' weights (pingpong.fp8_grouped_training). While
+    torch.compile traces, the ``pingpong::quantize_fp8_columns`` op."""
+    if traced(x):
+        return torch.ops.pingpong.quantize_fp8_columns(x, dtype)
+    return quantize_columns_direct(x, dtype)
+
+
+@torch.library.custom_op("pingpong::quantize_fp8_columns", mutates_args=())
+def _quantize_columns_op(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    return quantize_columns_direct(x, dtype)
+
+
+@_quantize_columns_op.register_fake
+def _(x, dtype):
+    inductor.register()
+    check_columns(x, dtype, device_checks=False)
+    return columns_like(x, dtype)
+
+
+@inductor.lowered("quantize_fp8_columns")
+def quantize_fp8_columns_out(x, *, dtype, out):
+    """pingpong::quantize_fp8_columns into inductor's buffers (q, s) (pingpong.inductor)."""
+    quantize_columns_direct(x, dtype, out)
