@@ -21,7 +21,7 @@ import types
 import torch
 
 import pingpong
-from pingpong import direct
+from pingpong.integration import direct
 from pingpong.hopper import backend as hopper
 from pingpong.hopper.config import KernelConfig
 from pingpong.runtime import launcher, plan, spec

@@ -154,7 +154,7 @@ MUTATIONS = [
      "return sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()))",
      "return sum(s * abs(st) for s, st in zip(t.shape, t.stride()))",
      "tests/test_api_validation.py tests/test_plan.py"),
-    ("bias-in-c check dropped on a cached plan", "src/pingpong/direct.py",
+    ("bias-in-c check dropped on a cached plan", "src/pingpong/integration/direct.py",
      "        spec_mod.check_no_alias_fast(c, a, b, plan.extents)  # addresses change from call to call\n"
      "        spec_mod.check_args_not_in(c, args)",
      "        spec_mod.check_no_alias_fast(c, a, b, plan.extents)  # addresses change from call to call",
@@ -337,7 +337,7 @@ MUTATIONS = [
     ("FP8 requires-grad check skips scale_a", "src/pingpong/runtime/fp8_spec.py",
      "            if t is not None and t.requires_grad:",
      "            if t is not None and t.requires_grad and name != \"scale_a\":", "tests/test_plan.py"),
-    ("path_for in-place hit skips the overlap check", "src/pingpong/direct.py",
+    ("path_for in-place hit skips the overlap check", "src/pingpong/integration/direct.py",
      "    elif inplace:  # as gemm_ on a hit: addresses are not in the key\n"
      "        spec_mod.check_no_alias_fast(c, a, b, plan.extents)\n",
      "    elif inplace:  # as gemm_ on a hit: addresses are not in the key\n", "tests/test_plan.py"),
@@ -393,8 +393,8 @@ MUTATIONS = [
     ("FP8 grouped takes expanded expert weights", "src/pingpong/runtime/fp8_spec.py",
      "b.stride(0) % 16 or b.stride(0) <= 0", "b.stride(0) % 16 or b.stride(0) < 0",
      "tests/test_launcher.py"),
-    # -- inductor's direct calls (pingpong.inductor) and the split plan's pointer launch
-    ("inductor's gemm call drops the bias", "src/pingpong/inductor.py",
+    # -- inductor's direct calls (pingpong.integration.inductor) and the split plan's pointer launch
+    ("inductor's gemm call drops the bias", "src/pingpong/integration/inductor.py",
      "epilogue[f] = next(given) if epilogue.get(f) else None",
      'epilogue[f] = next(given) if epilogue.get(f) and f != "bias" else None',
      "tests/test_inductor.py"),
@@ -402,14 +402,14 @@ MUTATIONS = [
      'return tuple(out_dtype if f == "out_dtype" else getattr(args, f) for f in fields)',
      'return tuple(out_dtype if f == "out_dtype" else None if f == "bias" else getattr(args, f) for f in fields)',
      "tests/test_ops.py"),
-    ("inductor lowering always falls back", "src/pingpong/inductor.py",
+    ("inductor lowering always falls back", "src/pingpong/integration/inductor.py",
      "if V.graph.cpp_wrapper:", "if True:",
      "tests/test_inductor.py"),
-    ("inductor lowers only the dense ops", "src/pingpong/inductor.py",
+    ("inductor lowers only the dense ops", "src/pingpong/integration/inductor.py",
      'if os.environ.get("PINGPONG_INDUCTOR_CALLS", "direct") == "dispatcher":',
      'if name not in ("mm", "gemm", "linear"):',
      "tests/test_inductor.py"),
-    ("layer key drops x's strides", "src/pingpong/direct.py",
+    ("layer key drops x's strides", "src/pingpong/integration/direct.py",
      "key = (x.dtype, x.shape, x.stride(), x.device, x.data_ptr() % 16 == 0,\n"
      "                   weight.dtype, weight.shape, weight.stride(), weight.device, weight.data_ptr() % 16 == 0,\n"
      "                   activation, sm_carveout())",
@@ -417,7 +417,7 @@ MUTATIONS = [
      "                   weight.dtype, weight.shape, weight.stride(), weight.device, weight.data_ptr() % 16 == 0,\n"
      "                   activation, sm_carveout())",
      "tests/test_api_validation.py"),
-    ("layer cache hit not marked used", "src/pingpong/direct.py",
+    ("layer cache hit not marked used", "src/pingpong/integration/direct.py",
      "lp.used = True  # the cache's second chance", "pass  # the cache's second chance",
      "tests/test_api_validation.py"),
     ("inductor's fp8_linear call drops the bias", "src/pingpong/fp8_training.py",

@@ -35,7 +35,7 @@ def interpret_plans(setattr) -> None:
     import collections
     import types
 
-    from pingpong import direct
+    from pingpong.integration import direct
     from pingpong.runtime import plan, spec
     from pingpong.portable import portable_gemm
 
@@ -93,7 +93,8 @@ def portable_runs(monkeypatch):
     recorded (its arguments) instead of launched. Returns the list of runs."""
     import collections
 
-    from pingpong import direct, portable
+    from pingpong.integration import direct
+    from pingpong import portable
     from pingpong.runtime import plan, spec
 
     monkeypatch.setattr(spec, "check_gpu", lambda device, names=None: None)

@@ -13,7 +13,7 @@ import torch
 
 import fake_launcher
 import pingpong
-from pingpong import direct, inductor
+from pingpong.integration import direct, inductor
 from pingpong.errors import PingpongError
 from pingpong.hopper import backend as hopper_backend
 from pingpong.hopper import fp8_grouped, fp8_launch

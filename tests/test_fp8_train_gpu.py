@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import pingpong
-from pingpong import inductor
+from pingpong.integration import inductor
 from closeness import assert_close, rel_norm
 from fp8_groups import PRODUCT_GROUPS, QUANT_GROUPS, per_element, scales_of
 from pingpong.fp8_training import RECIPES
@@ -137,7 +137,7 @@ def test_compiled_training_step_equals_eager(recipe):
     torch._dynamo.reset()
     inductor.CALLS.clear()
     compiled = grads(torch.compile(step, fullgraph=True))
-    # inductor calls the gradient products directly (pingpong.inductor; the forward,
+    # inductor calls the gradient products directly (pingpong.integration.inductor; the forward,
     # pingpong::fp8_linear_train, has several outputs: a dispatcher call)
     want_calls = {"scaled_mm": 4} if RECIPES[recipe].fp8_weight_grad else {"scaled_mm": 2, "mm": 2}
     assert dict(inductor.CALLS) == want_calls, (recipe, dict(inductor.CALLS))

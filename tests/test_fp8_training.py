@@ -442,12 +442,12 @@ def test_fake_implementation_refuses_what_the_recipe_cannot_serve():
 def test_inductor_calls_the_forward_and_the_gradient_products_directly(fp8_kernels, recipe):
     """Compiled by inductor (CPU): the inference forward (pingpong::fp8_linear) and the
     training step's gradient products (pingpong::scaled_mm, or pingpong::mm for a
-    high-precision dW) are direct calls from the generated code (pingpong.inductor, counted),
+    high-precision dW) are direct calls from the generated code (pingpong.integration.inductor, counted),
     with the eager results bitwise; no graph break (fullgraph). The training forward
     (pingpong::fp8_linear_train) and quantize_fp8_pair have several outputs: dispatcher calls."""
     from torch._inductor import config
 
-    from pingpong import inductor
+    from pingpong.integration import inductor
 
     torch.manual_seed(5)
     M, K, N = 17, 64, 48

@@ -165,7 +165,7 @@ def api_on_interpreter(monkeypatch):
     import collections
 
     import pingpong.portable as portable
-    from pingpong import direct
+    from pingpong.integration import direct
     from pingpong.runtime import plan, spec
 
     def run(self, a, b, out, args=spec.NO_ARGS):

@@ -90,7 +90,7 @@ LAYERS = (
                   "pingpong.streaming.portable", "pingpong.streaming.gfx942", "pingpong.streaming.grid_stride",
                   "pingpong.streaming.offline")),
     # torch integration under the functions: the torch.library ops, their autograd and lowering
-    ("torch ops", ("pingpong.ops", "pingpong.direct", "pingpong.inductor", "pingpong.batching")),
+    ("torch ops", ("pingpong.integration.*",)),
     ("public API", ("pingpong.api", "pingpong.functional", "pingpong.grouped", "pingpong.fp8", "pingpong.fp8_grouped",
                     "pingpong.quantize", "pingpong.fused", "pingpong.streaming", "pingpong.streaming.api")),
     # torch integration built on the functions, as torch.nn on torch.nn.functional
@@ -172,7 +172,8 @@ def test_version_is_pyprojects():
     assert re.search(r'^version = "([^"]+)"', pyproject.read_text(), re.M).group(1) == pingpong.__version__
 
 
-@pytest.mark.parametrize("module", ["pingpong.fp8", "pingpong.ops", "pingpong.distributed", "pingpong.grouped"])
+@pytest.mark.parametrize("module", ["pingpong.fp8", "pingpong.integration.ops", "pingpong.distributed",
+                                    "pingpong.grouped"])
 def test_a_submodule_imports_first(module):
     """`import pingpong` loads the API lazily; a submodule imported before anything else (as
     `from pingpong.fp8 import Float8Linear` or `import pingpong.distributed` do) must not make

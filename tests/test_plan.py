@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import pingpong
-from pingpong import api, direct, fp8, fp8_grouped, grouped, quantize
+from pingpong import api, fp8, fp8_grouped, grouped, quantize
+from pingpong.integration import direct
 from pingpong import portable
 from pingpong.runtime import plan, spec
 from pingpong.hopper import backend as hopper_backend

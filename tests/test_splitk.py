@@ -215,7 +215,7 @@ def test_layer_pointer_launch_launches_what_the_plan_run_does(launches, monkeypa
     the same pointers, scalars and JIT arguments as the plan's general run."""
     import torch
 
-    from pingpong import direct
+    from pingpong.integration import direct
     from pingpong.hopper import backend
     from pingpong.runtime import plan, spec
 

@@ -11,8 +11,8 @@
 a is (M, K), b is (K, N), both bf16 or both fp16; accumulation is fp32; the output is bf16,
 fp16 or fp32 (default: the inputs' dtype). Row- and column-major views of a and b (e.g.
 ``b = w.t()``, the transpose_b layout) run without copies. matmul and gemm also take
-batched a (…, M, K) and b (…, K, N) with torch.matmul's broadcasting (pingpong.batching).
-While torch.compile traces, or autograd records, a call goes through pingpong.ops (the
+batched a (…, M, K) and b (…, K, N) with torch.matmul's broadcasting (pingpong.integration.batching).
+While torch.compile traces, or autograd records, a call goes through pingpong.integration.ops (the
 torch.library ops, or an autograd.Function); eager inference takes the direct path below.
 
 Batched: a (B, M, K) and/or b (B, K, N) give a (B, M, N) result in one kernel launch over
@@ -49,8 +49,8 @@ from __future__ import annotations
 
 import torch
 
-from . import direct
-from . import ops as _ops
+from .integration import direct
+from .integration import ops as _ops
 from .errors import PingpongError
 from .hopper.config import KernelConfig
 from .runtime import plan as plan_mod
@@ -77,7 +77,7 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out_dtype=None, bias=None, activa
         A new contiguous (M, N) or (B, M, N) tensor of out_dtype.
     """
     args = EpilogueArgs(c, check_scalar("alpha", alpha), check_scalar("beta", beta), bias, activation=activation)
-    if _ops.needs_op(a, b, c, bias):  # torch.compile / autograd: the pingpong ops (pingpong.ops)
+    if _ops.needs_op(a, b, c, bias):  # torch.compile / autograd: the pingpong ops (pingpong.integration.ops)
         return _ops.route_gemm(a, b, args, out_dtype)
     return direct.gemm(a, b, args, out_dtype)
 
@@ -141,4 +141,4 @@ def _args(c, beta, bias, activation) -> EpilogueArgs:
     return EpilogueArgs(c, beta=check_scalar("beta", beta), bias=bias, activation=activation)
 
 
-_gemm_into = direct.gemm_into  # tests and benchmarks (pingpong.direct.gemm_into)
+_gemm_into = direct.gemm_into  # tests and benchmarks (pingpong.integration.direct.gemm_into)

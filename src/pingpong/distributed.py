@@ -54,7 +54,8 @@ import torch
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor.experimental import register_sharding
 
-from . import batching, fp8, fused, grouped, ops  # noqa: F401  (fp8, grouped, ops define the ops the rules are for)
+from . import fp8, fused, grouped  # noqa: F401  (fp8, grouped, ops define the ops the rules are for)
+from .integration import batching, ops  # noqa: F401
 from .runtime.spec import DENSE_OP_ARGS, DENSE_ROLES, DENSE_TENSORS, EpilogueArgs, op_args, validate_linear
 from .errors import PingpongError
 
@@ -287,7 +288,7 @@ def check(op, *args, **kwargs) -> None:
 
 
 def checked(op, args: tuple) -> tuple:
-    """`args` of a call of `op` by pingpong.ops' routes (matmul, gemm, linear): each stale
+    """`args` of a call of `op` by pingpong.integration.ops' routes (matmul, gemm, linear): each stale
     DTensor rebuilt (`respec`), then `check`ed; a call alike costs one lookup. While
     torch.compile traces, only rebuilt (the checks are not traced)."""
     if torch.compiler.is_compiling():
@@ -400,7 +401,7 @@ def respec(args: tuple) -> tuple:
     """`args` with each `stale` DTensor Parameter rebuilt from its local tensor (`_Respec`):
     the truth (what every rank holds and the kernel reads) becomes what DTensor propagates.
     Narrow on purpose: a Parameter (where FSDP2 makes them: its unsharded parameters), an
-    out-of-place operand of pingpong.ops' routes of matmul, gemm and linear (so
+    out-of-place operand of pingpong.integration.ops' routes of matmul, gemm and linear (so
     pingpong.nn.Linear under FSDP2 × TP trains on torch 2.11 as torch's nn.Linear does, whose
     ops leave the float32 spec unread); any other stale DTensor gets `check`'s PingpongError.
     Traced by torch.compile too: a compiled block's parameters enter its graph as they are, and

@@ -48,7 +48,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import fused, inductor, ops
+from . import fused
+from .integration import inductor, ops
 from . import quantize as _quantize
 from .runtime import plan as _plan_mod
 from .runtime import spec as _spec
@@ -203,7 +204,7 @@ def _(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum):
 
 @inductor.lowered("scaled_mm")
 def scaled_mm_out(a, b, scale_a, scale_b, *optional, bias: bool, activation, use_fast_accum, out):
-    """pingpong::scaled_mm into inductor's buffer (pingpong.inductor)."""
+    """pingpong::scaled_mm into inductor's buffer (pingpong.integration.inductor)."""
     scaled_mm_direct(a, b, scale_a, scale_b, optional[0] if bias else None, out.dtype, activation, use_fast_accum,
                      out=out)
 

@@ -67,7 +67,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from . import inductor, ops
+from .integration import inductor, ops
 from .errors import PingpongError
 from .runtime import fp8_spec
 from .runtime import plan as plan_mod
@@ -161,5 +161,5 @@ def _(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum):
 
 @inductor.lowered("scaled_grouped_mm")
 def scaled_grouped_mm_out(a, b, scale_a, scale_b, offs, *, use_fast_accum: bool, out):
-    """pingpong::scaled_grouped_mm into inductor's buffer (pingpong.inductor)."""
+    """pingpong::scaled_grouped_mm into inductor's buffer (pingpong.integration.inductor)."""
     scaled_grouped_mm_direct(a, b, scale_a, scale_b, offs, out.dtype, use_fast_accum, out)

@@ -51,7 +51,7 @@ import torch
 from torch import Tensor
 
 from . import grouped as grouped_mod
-from . import ops
+from .integration import ops
 from .errors import PingpongError, check_tensor
 from .fp8_grouped import scaled_grouped_mm
 from .fp8_training import GRAD_DTYPE, RECIPES, recipe_name, training_shape_reason

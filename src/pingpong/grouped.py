@@ -57,7 +57,7 @@ import torch
 from torch import Tensor
 
 from . import api as _api  # noqa: F401  (the backends register with the plan registry on import)
-from . import inductor, ops
+from .integration import inductor, ops
 from . import portable
 from .portable import grouped as portable_grouped
 from .errors import PingpongError
@@ -228,5 +228,5 @@ grouped_mm_op.register_autograd(_backward, setup_context=_setup)
 
 @inductor.lowered("grouped_mm")
 def grouped_mm_out(a, b, *optional, offs: bool, zero_tail: bool, out):
-    """pingpong::grouped_mm into inductor's buffer (pingpong.inductor)."""
+    """pingpong::grouped_mm into inductor's buffer (pingpong.integration.inductor)."""
     _compute(a, b, optional[0] if offs else None, out.dtype, zero_tail, out)

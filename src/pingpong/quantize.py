@@ -69,7 +69,7 @@ import triton
 import triton.language as tl
 
 from .errors import PingpongError, check_tensor
-from .ops import traced
+from .integration.ops import traced
 from .runtime.fp8_spec import refuse_grad
 from .runtime.launcher import CachedLaunch
 from .runtime.spec import SCALE_BLOCK
