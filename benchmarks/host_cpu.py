@@ -22,8 +22,8 @@ import torch
 
 import pingpong
 from pingpong.integration import direct
-from pingpong.hopper import backend as hopper
-from pingpong.hopper.config import KernelConfig
+from pingpong.hopper.host import backend as hopper
+from pingpong.hopper.host.config import KernelConfig
 from pingpong.runtime import launcher, plan, spec
 
 

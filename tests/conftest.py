@@ -79,7 +79,7 @@ def interpreted_kernels(monkeypatch):
 @pytest.fixture
 def tuning_cache(tmp_path, monkeypatch):
     """A user cache directory of the test's own (PINGPONG_CACHE_DIR), tables re-read."""
-    from pingpong.hopper import table as tables
+    from pingpong.hopper.host import table as tables
 
     monkeypatch.setenv("PINGPONG_CACHE_DIR", str(tmp_path / "cache"))
     tables.clear_cache()

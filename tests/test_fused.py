@@ -13,7 +13,7 @@ import torch
 from fused_reference import check, matrix, poisoned, reference
 from pingpong import PingpongError, fused
 from pingpong.runtime import compile as cc
-from pingpong.hopper.config import SMEM_LIMIT
+from pingpong.hopper.host.config import SMEM_LIMIT
 from pingpong.portable import portable_gemm
 
 # triton 3.6 interpreter: range() over a 1-element array warns in numpy >= 1.25, and numpy's
@@ -208,7 +208,7 @@ def test_api_fused_and_batched_end_to_end(api_on_interpreter):
 def test_batched_raster_covers_every_tile_of_every_batch_once(pid_m, pid_n, batches, programs, group_m):
     """The persistent programs' tile ids, split by batch_and_tile and tile_coords (the
     scheduler's own arithmetic, run in Python), visit each (batch, pid_m, pid_n) exactly once."""
-    from pingpong.hopper.scheduler import batch_and_tile, tile_coords, tiles_of_program
+    from pingpong.hopper.device.scheduler import batch_and_tile, tile_coords, tiles_of_program
 
     per_batch = pid_m * pid_n
     seen = []
@@ -257,8 +257,8 @@ def test_hopper_batched_uses_rank3_tma():
 def test_hopper_kernel_refuses_an_unknown_activation_at_compile_time():
     from triton.compiler.errors import CompilationError
 
-    from pingpong.hopper.config import KernelConfig
-    from pingpong.hopper.launch import prepare
+    from pingpong.hopper.host.config import KernelConfig
+    from pingpong.hopper.host.launch import prepare
 
     a = torch.empty(256, 256, dtype=torch.bfloat16)
     fn, args, kwargs, grid = prepare(a, a, a.clone(), None, 1.0, 0.0, KernelConfig(128, 128, 64, schedule="pingpong"),

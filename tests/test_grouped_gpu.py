@@ -14,7 +14,7 @@ from pingpong import KernelConfig
 from pingpong import grouped as gm
 from pingpong.portable import grouped as portable_grouped
 from pingpong.runtime import plan as plan_mod
-from pingpong.hopper import grouped as hg
+from pingpong.hopper.host import grouped as hg
 
 pytestmark = pytest.mark.gpu
 BF16 = torch.bfloat16

@@ -155,7 +155,7 @@ def test_a_backend_that_fails_to_import_is_named(monkeypatch):
 
 def test_import_pingpong_loads_no_backend():
     code = ("import sys, pingpong, pingpong.api; "
-            "assert not [m for m in sys.modules if m.startswith(('pingpong.hopper.backend', 'pingpong.amd', "
+            "assert not [m for m in sys.modules if m.startswith(('pingpong.hopper.host.backend', 'pingpong.amd', "
             "'pingpong.portable'))], sorted(m for m in sys.modules if m.startswith('pingpong'))")
     subprocess.run([sys.executable, "-c", code], check=True)
 

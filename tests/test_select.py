@@ -8,8 +8,8 @@ import warnings
 import pytest
 
 from pingpong import KernelConfig
-from pingpong.hopper import table as tables
-from pingpong.hopper.select import Device, choose, idle_waves, select_config
+from pingpong.hopper.host import table as tables
+from pingpong.hopper.host.select import Device, choose, idle_waves, select_config
 from pingpong.tools.suites import SUITES
 
 H100 = Device("NVIDIA H100 80GB HBM3", 132)

@@ -37,7 +37,7 @@ def _load() -> None:
     _loading = True  # a submodule's `from . import x` probes this package's attributes meanwhile
     try:
         from .api import explain, gemm, gemm_, matmul, matmul_tiled, path_for
-        from .hopper.config import KernelConfig
+        from .hopper.host.config import KernelConfig
         from . import nn
         from .functional import linear
         from .grouped import grouped_mm

@@ -52,7 +52,7 @@ import torch
 from .integration import direct
 from .integration import ops as _ops
 from .errors import PingpongError
-from .hopper.config import KernelConfig
+from .hopper.host.config import KernelConfig
 from .runtime import plan as plan_mod
 from .runtime.spec import INPUT_DTYPES, NO_ARGS, OUTPUT_DTYPES, EpilogueArgs, check_scalar
 

@@ -1,5 +1,5 @@
 """FP8 GEMM for PyTorch: `scaled_mm` (torch._scaled_mm's conventions, pingpong's epilogue) and
-`Float8Linear` (inference). The kernel is pingpong.hopper.fp8_kernel; activations and weights
+`Float8Linear` (inference). The kernel is pingpong.hopper.kernels.fp8_gemm; activations and weights
 are quantized by pingpong.quantize.quantize_fp8.
 
     q_a, s_a = pingpong.quantize_fp8(x, "row")                 # (M, K) e4m3, (M, 1) fp32
@@ -140,7 +140,7 @@ def check_scales(*scales: Tensor) -> None:
 
 def _plan(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, config):
     """The cached plan of this call's GemmSpec (scales in its epilogue): validated under
-    scaled_mm's names and planned by the backend registry (pingpong.hopper.fp8_launch's
+    scaled_mm's names and planned by the backend registry (pingpong.hopper.host.fp8_launch's
     Fp8Plan) on a miss."""
     key = _spec.build(a, b, out_dtype=out_dtype, bias=bias, activation=activation, config=config,
                       scales=(scale_a, scale_b, use_fast_accum))

@@ -1,5 +1,5 @@
 """The fused epilogue's vocabulary on the host: activation names, the bias's shapes, and their
-validation. Both kernels (pingpong.hopper.epilogue, pingpong.portable) compute, in fp32 on the
+validation. Both kernels (pingpong.hopper.device.epilogue, pingpong.portable) compute, in fp32 on the
 accumulator, before the single cast to the output dtype:
 
     y = act(α·acc + bias) + β·C          acc = A @ B (fp32)

@@ -93,7 +93,7 @@ def gemm_(a, b, args: EpilogueArgs) -> torch.Tensor:
 
 
 def matmul_tiled(a, b, config, out_dtype) -> torch.Tensor:
-    from ..hopper.config import KernelConfig
+    from ..hopper.host.config import KernelConfig
 
     spec = spec_mod.build(a, b, None, 0.0, out_dtype, None, None, config=config)
     plan = plan_mod.get(spec)

@@ -77,7 +77,7 @@ PLANS: "collections.OrderedDict[GemmSpec, Plan]" = collections.OrderedDict()
 #: plan(spec) (and CONFIGURABLE when matmul_tiled's explicit config applies to it). Named, not
 #: imported: the backends build on this module (Plan, the spec), so they load on the first plan
 #: (`backends`), and `import pingpong` stays light.
-BACKEND_MODULES = ("pingpong.hopper.backend", "pingpong.amd.backend", "pingpong.portable")
+BACKEND_MODULES = ("pingpong.hopper.host.backend", "pingpong.amd.backend", "pingpong.portable")
 
 #: The loaded BACKEND_MODULES (`backends`); None until the first plan. Tests put their own list here.
 BACKENDS: "list | None" = None
