@@ -92,7 +92,7 @@ LAYERS = (
     # torch integration under the functions: the torch.library ops, their autograd and lowering
     ("torch ops", ("pingpong.integration.*",)),
     ("public API", ("pingpong.api", "pingpong.functional", "pingpong.grouped", "pingpong.fp8", "pingpong.fp8_grouped",
-                    "pingpong.quantize", "pingpong.fused", "pingpong.streaming", "pingpong.streaming.api")),
+                    "pingpong.quantize", "pingpong.streaming", "pingpong.streaming.api")),
     # torch integration built on the functions, as torch.nn on torch.nn.functional
     ("torch modules", ("pingpong.nn", "pingpong.distributed", "pingpong.moe", "pingpong.fp8_training",
                        "pingpong.fp8_grouped_training")),

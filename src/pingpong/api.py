@@ -19,7 +19,7 @@ Batched: a (B, M, K) and/or b (B, K, N) give a (B, M, N) result in one kernel la
 the tiles of every batch; a 2-D operand (or batch size 1, or batch stride 0) is shared by
 all batches (a weight). c is (B, M, N) or a shared (M, N). (torch.matmul's N-D broadcasting
 reduces to this: pingpong's op layer.) The fused epilogue (bias per column or per row, an
-activation; pingpong.fused) runs on the fp32 accumulator before the one cast.
+activation; docs/epilogue.md) runs on the fp32 accumulator before the one cast.
 
 A call builds one GemmSpec (pingpong.runtime.spec), validated when it is new, then planned
 once per spec (pingpong.runtime.plan: the backends answer can_implement / plan, the decision is
@@ -72,7 +72,7 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out_dtype=None, bias=None, activa
         out_dtype: torch.bfloat16, torch.float16 or torch.float32 (default: a.dtype).
         bias: optional (N,) or (1, N) (per output column) or (M, 1) (per row) bf16/fp16/fp32
             tensor, added to α·(a @ b) before the activation.
-        activation: None, "relu", "gelu_erf", "gelu_tanh" or "silu" (pingpong.fused).
+        activation: None, "relu", "gelu_erf", "gelu_tanh" or "silu" (docs/epilogue.md).
     Returns:
         A new contiguous (M, N) or (B, M, N) tensor of out_dtype.
     """

@@ -54,9 +54,10 @@ import torch
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor.experimental import register_sharding
 
-from . import fp8, fused, grouped  # noqa: F401  (fp8, grouped, ops define the ops the rules are for)
+from . import fp8, grouped  # noqa: F401  (fp8, grouped, ops define the ops the rules are for)
 from .integration import batching, ops  # noqa: F401
-from .runtime.spec import DENSE_OP_ARGS, DENSE_ROLES, DENSE_TENSORS, EpilogueArgs, op_args, validate_linear
+from .runtime.spec import (DENSE_OP_ARGS, DENSE_ROLES, DENSE_TENSORS, EpilogueArgs, check_activation, op_args,
+                           validate_linear)
 from .errors import PingpongError
 
 __all__ = ["FACTOR", "ADDEND", "WHOLE", "OperandDims", "Layout", "register", "rules", "check", "checked", "stale", "respec",
@@ -136,7 +137,7 @@ def _gemm_layout(a, b, *values, **kwargs) -> Layout:
         t = getattr(args, f)
         if t is not None:
             operands[f] = OperandDims(follow(out, t.shape), DENSE_ROLES[f])
-    act = fused.check_activation(args.activation)
+    act = check_activation(args.activation)
     return Layout(out, operands, linear=act == "none", activation=act)
 
 
@@ -149,7 +150,7 @@ def _linear_layout(x, w, bias=None, activation=None) -> Layout:
     operands = {"x": OperandDims(_dims(x.shape[:-1], lead) + "k"), "w": OperandDims("nk")}
     if bias is not None:
         operands["bias"] = OperandDims("n", ADDEND)
-    act = fused.check_activation(activation)
+    act = check_activation(activation)
     return Layout(lead + "n", operands, linear=act == "none", activation=act)
 
 
@@ -501,7 +502,7 @@ def _scaled_mm_layout(a, b, scale_a, scale_b, bias=None, out_dtype=None, activat
     whole = ("k" if blocks else "") + ("n" if blocks and scale_b.shape[-1] != N else "")
     if bias is not None:
         operands["bias"] = OperandDims(follow("mn", bias.shape), ADDEND)
-    act = fused.check_activation(activation)
+    act = check_activation(activation)
     return Layout("mn", operands, linear=act == "none", whole=whole, activation=act)
 
 

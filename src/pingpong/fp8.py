@@ -48,7 +48,6 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import fused
 from .integration import inductor, ops
 from . import quantize as _quantize
 from .runtime import plan as _plan_mod
@@ -109,8 +108,8 @@ def check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fas
         raise PingpongError(f"out_dtype: expected one of {FP8_OUT_DTYPES}, got {out_dtype!r}")
     if not isinstance(use_fast_accum, bool):
         raise PingpongError(f"use_fast_accum: expected a bool, got {use_fast_accum!r}")
-    act = fused.check_activation(activation)
-    fused.check_bias(bias, M, N, a.device)
+    act = _spec.check_activation(activation)
+    _spec.check_bias(bias, M, N, a.device)
     if device_checks:
         check_gpu(a, b)
         refuse_grad("scaled_mm", a, b, scale_a, scale_b, bias)

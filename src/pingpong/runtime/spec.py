@@ -58,7 +58,7 @@ from ..errors import PingpongError, check_tensor
 INPUT_DTYPES = (torch.bfloat16, torch.float16)
 OUTPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 BIAS_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-#: The fused epilogue's activations: the one list (pingpong.fused documents them; the kernels
+#: The fused epilogue's activations: the one list (docs/epilogue.md documents them; the kernels
 #: branch on the name as a constexpr).
 ACTIVATIONS = ("none", "relu", "gelu_erf", "gelu_tanh", "silu")
 #: torch's SM carveout (torch._C._set_sm_carveout_experimental: SMs kept free of matmuls; None:

@@ -9,7 +9,7 @@
         C sub-tile ──TMA load──> buffer ──(+ β·C)── cast ──> buffer ──TMA store──> out
                                               (β·C only when HAS_C: β ≠ 0 and a C was given)
 
-The order is pingpong.fused's: the activation sees α·acc + bias, the residual β·C is added
+The order is docs/epilogue.md's: the activation sees α·acc + bias, the residual β·C is added
 after it. The bias needs no shared memory: each thread loads the few bias values of its own
 columns (or rows) straight into the accumulator's layout (a SliceLayout of it).
 
@@ -117,9 +117,9 @@ def erf(x):
 
 @gluon.jit
 def activate(z, ACTIVATION: gl.constexpr):
-    """act(z) in fp32 (the table in pingpong.fused)."""
+    """act(z) in fp32 (the table in docs/epilogue.md)."""
     gl.static_assert(ACTIVATION == "none" or ACTIVATION == "relu" or ACTIVATION == "gelu_erf"
-                     or ACTIVATION == "gelu_tanh" or ACTIVATION == "silu", "unknown activation (pingpong.fused)")
+                     or ACTIVATION == "gelu_tanh" or ACTIVATION == "silu", "unknown activation (docs/epilogue.md)")
     if ACTIVATION == "relu":
         z = gl.maximum(z, 0.0)
     elif ACTIVATION == "gelu_erf":
@@ -146,7 +146,7 @@ class EpilogueConstants:
 
     HAS_C: bool = False  # β·C is read (β ≠ 0 and a C was given)
     BIAS: str = "none"  # "none" | "col" (N entries) | "row" (M entries)
-    ACTIVATION: str = "none"  # pingpong.fused's table
+    ACTIVATION: str = "none"  # docs/epilogue.md's table
     BUFS: int = 1  # staging buffers per consumer of the TMA epilogue (KernelConfig.derive: epilogue_bufs)
     SWAP: bool = False  # the split epilogue writes the result transposed (swap-AB, pingpong.hopper.device.fixup)
 

@@ -306,7 +306,7 @@ class SplitEpilogue:
 
     @gluon.jit
     def store_result(self, acc, off_r, off_c):
-        """out = cast(act(α·acc + bias) + β·C) through pointers (pingpong.fused's order; α: `scale`);
+        """out = cast(act(α·acc + bias) + β·C) through pointers (docs/epilogue.md's order; α: `scale`);
         SWAP: out and C hold the transpose of the R × C product, so the values are first
         rearranged to run along their rows (out's contiguous dimension)."""
         y = activate(add_bias(self.scale.apply_outer(acc, off_r, off_c), self.bias, off_r, off_c, self.R, self.C, self.BIAS), self.ACTIVATION)

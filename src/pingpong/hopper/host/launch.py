@@ -129,7 +129,7 @@ def acc_layout(d, piece: int = 0) -> gl.NVMMADistributedLayout:
 
 
 def prepare(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, bias=None, activation="none"):
-    """(kernel, args, kwargs, grid) for out = act(α·a@b + bias) + β·c (pingpong.fused).
+    """(kernel, args, kwargs, grid) for out = act(α·a@b + bias) + β·c (docs/epilogue.md).
 
     a (M,K), b (K,N), out (M,N) row-major; or batched: out (B,M,N), a/b/c 3-D or shared
     (`per_batch`). `bias` (N,)/(1,N) per column or (M,1) per row, shared by the batches.
