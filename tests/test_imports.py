@@ -85,12 +85,16 @@ LAYERS = (
     # the schedule checker's vocabulary, which the kernels' schedules are written in
     ("schedule model", ("pingpong.schedule", "pingpong.schedule.model", "pingpong.schedule.checker",
                         "pingpong.schedule.errors", "pingpong.schedule.timeline")),
-    # the kernels and their host side; each GEMM backend is named in runtime.plan.BACKEND_MODULES
-    ("backends", ("pingpong.hopper.*", "pingpong.amd.*", "pingpong.portable.*", "pingpong.streaming.hopper",
-                  "pingpong.streaming.portable", "pingpong.streaming.gfx942", "pingpong.streaming.grid_stride",
-                  "pingpong.streaming.offline")),
+    # the Hopper kernels in three layers: the @gluon.jit parts, the kernels composed of them, and
+    # the host side that configures and launches them (a device part never imports a host part)
+    ("hopper device parts", ("pingpong.hopper.device.*",)),
+    ("hopper kernels", ("pingpong.hopper.kernels.*",)),
+    # the backends' host sides; each GEMM backend is named in runtime.plan.BACKEND_MODULES
+    ("backends", ("pingpong.hopper", "pingpong.hopper.host.*", "pingpong.amd.*", "pingpong.portable.*",
+                  "pingpong.streaming.hopper", "pingpong.streaming.portable", "pingpong.streaming.gfx942",
+                  "pingpong.streaming.grid_stride", "pingpong.streaming.offline")),
     # torch integration under the functions: the torch.library ops, their autograd and lowering
-    ("torch ops", ("pingpong.integration.*",)),
+    ("torch integration", ("pingpong.integration.*",)),
     ("public API", ("pingpong.api", "pingpong.functional", "pingpong.grouped", "pingpong.fp8", "pingpong.fp8_grouped",
                     "pingpong.quantize", "pingpong.streaming", "pingpong.streaming.api")),
     # torch integration built on the functions, as torch.nn on torch.nn.functional
@@ -121,9 +125,10 @@ def _layer(name: str) -> int:
 
 
 def test_imports_go_down_the_layers():
-    """The direction, as the cycle test checks cycles: the runtime never imports the torch ops,
-    a backend never the public API, nothing but the tools imports a tool; function-local imports
-    count. The runtime asks the backends by name (BACKEND_MODULES), not by an import."""
+    """The direction, as the cycle test checks cycles: the runtime never imports the torch
+    integration, a backend never the public API, a Hopper device part never a kernel or the host
+    side, nothing but the tools imports a tool; function-local imports count. The runtime asks
+    the backends by name (BACKEND_MODULES), not by an import."""
     graph = _graph()
     against = sorted(f"{name} ({LAYERS[_layer(name)][0]}) imports {dep} ({LAYERS[_layer(dep)][0]})"
                      for name, deps in graph.items() for dep in deps

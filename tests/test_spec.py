@@ -208,7 +208,8 @@ def test_c_read_is_decided_in_the_spec_only():
     a, b, c = randn(4, 8), randn(8, 4), randn(4, 4)
     assert _spec(a, b, c, beta=0.0).epilogue.reads_c is False
     assert _spec(a, b, c, beta=0.5).epilogue.reads_c is True
-    for path in ("hopper/host/launch.py", "portable/__init__.py", "integration/batching.py", "integration/direct.py", "api.py"):
+    for path in ("hopper/host/launch.py", "portable/__init__.py", "integration/batching.py", "integration/direct.py",
+                 "api.py"):
         assert "beta != 0" not in (SRC / path).read_text(), f"{path} re-decides whether C is read"
 
 

@@ -144,7 +144,7 @@ class SplitEpilogue:
     cin: gl.tensor  # C, laid out like out (read when HAS_C)
     c_ld: gl.tensor
     bias: gl.tensor
-    scale: base_value  # Alpha or Fp8Scales (pingpong.hopper.kernels.fp8_gemm): apply_outer(acc, off_r, off_c) of the sum
+    scale: base_value  # Alpha or Fp8Scales (kernels.fp8_gemm): apply_outer(acc, off_r, off_c) of the sum
     beta: gl.tensor
     R: gl.tensor  # the kernel's product is R × C (M × N, or N × M under swap-AB)
     C: gl.tensor

@@ -287,8 +287,8 @@ class KernelConfig:
                 raise ConfigError(f"cluster_m={self.cluster_m} needs a one-piece tile: block_n={bn} is two column"
                                   " pieces")
         if not _is_int(in_bytes) or in_bytes not in (1, 2):
-            raise ConfigError(f"operands must be 16-bit (bf16/fp16) or 8-bit (fp8, pingpong.hopper.kernels.fp8_gemm) for"
-                              f" wgmma here, got {in_bytes}-byte elements")
+            raise ConfigError(f"operands must be 16-bit (bf16/fp16) or 8-bit (fp8, pingpong.hopper.kernels.fp8_gemm)"
+                              f" for wgmma here, got {in_bytes}-byte elements")
         if not _is_int(out_bytes) or out_bytes not in (2, 4):
             raise ConfigError(f"output elements must be 2 or 4 bytes, got {out_bytes}")
         consumers, cm, cn = _consumer_tile(self)

@@ -526,9 +526,10 @@ def store_tile(epi, scales, mma, CONSUMER: gl.constexpr, count, batch, off_m, of
 def fp8_gemm(a_desc, b_desc, ops, M, N, K, sa_row, sb_col, CFG: gl.constexpr,
              SCALING: gl.constexpr, PROMOTE: gl.constexpr, SB_COLS: gl.constexpr):
     """Ping-pong or cooperative FP8 GEMM (module docstring): out = act(scale(A·Bᵀ) + bias).
-    `ops` (EpilogueOperands, pingpong.hopper.device.epilogue): out's TMA descriptor, the bias, the
-    scales sa, sb (no C). CFG: the dense kernel's constexprs (KernelConstants, pingpong.hopper.host.launch; its EPI: bias,
-    activation, staging buffers, no β·C: the scales take α's place); then the scaling."""
+    `ops` (EpilogueOperands, pingpong.hopper.device.epilogue): out's TMA descriptor, the bias,
+    the scales sa, sb (no C). CFG: the dense kernel's constexprs (KernelConstants,
+    pingpong.hopper.host.launch; its EPI: bias, activation, staging buffers, no β·C: the scales
+    take α's place); then the scaling."""
     check_constants(CFG, SCALING, PROMOTE, SB_COLS)
     gl.static_assert(CFG.CLUSTER == gl.num_ctas(), "CLUSTER is the launch's num_ctas")
     gl.static_assert(CFG.CLUSTER == 1 or SCALING != "block", "clusters: tensor- and row-wise scales only")

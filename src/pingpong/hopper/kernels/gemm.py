@@ -325,10 +325,10 @@ def warp_specialized_gemm(a_desc, b_desc, ops, M, N, K, alpha, beta, batches, CF
     cluster kernel (module docstring, CLUSTERS), CFG.BM is the pair's rows.
 
     Arguments: the runtime ones (A's and B's descriptors; `ops`, the epilogue's tensors in one
-    EpilogueOperands of pingpong.hopper.device.epilogue: out's and C's descriptors, the bias; sizes,
-    α, β, batches), then CFG, every constexpr in one KernelConstants (pingpong.hopper.host.launch: tile, ring, schedule,
-    layouts, and CFG.EPI, the epilogue's EpilogueConstants). RELEASERS and the worker warps
-    come from config.SCHEDULE_FACTS.
+    EpilogueOperands of pingpong.hopper.device.epilogue: out's and C's descriptors, the bias;
+    sizes, α, β, batches), then CFG, every constexpr in one KernelConstants
+    (pingpong.hopper.host.launch: tile, ring, schedule, layouts, and CFG.EPI, the epilogue's
+    EpilogueConstants). RELEASERS and the worker warps come from config.SCHEDULE_FACTS.
     """
     gl.static_assert(CFG.STAGES >= 2, "the ring needs at least 2 stages")
     gl.static_assert(CFG.RELEASERS == (1 if CFG.PINGPONG else 2),
