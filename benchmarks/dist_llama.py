@@ -5,6 +5,8 @@ against the same model on torch, eager and compiled, each pair checked before it
     torchrun --nproc-per-node 2 benchmarks/dist_llama.py --hidden 4096     # the target size
     torchrun --nproc-per-node 4 benchmarks/dist_llama.py --quick           # adds 2-D on a 2 × 2 mesh
     torchrun --nproc-per-node 2 benchmarks/dist_llama.py --cpu-smoke       # CPU, gloo, tiny, interpreted kernels
+    torchrun --nproc-per-node 2 benchmarks/dist_llama.py --hidden 4096 --workloads tp-prefill,tp-train \
+        --modes compiled --sequence-parallel --async-tp                    # async TP, torch's and pingpong's
 
 Model: `Llama` below (RMSNorm, rotary attention with grouped KV heads through
 F.scaled_dot_product_attention, SwiGLU MLP; nn.Linear q/k/v/o and gate/up/down named as in
@@ -15,7 +17,21 @@ nn.Linear swapped for pingpong.nn.Linear (parameters shared) before parallelizin
 
 Workloads (--workloads; 2d-train only where the world size is even and ≥ 4):
 - tp-prefill: forward without grad of (batch, seq) tokens, TP over all ranks (q/k/v/gate/up
-  ColwiseParallel, o/down RowwiseParallel);
+  ColwiseParallel, o/down RowwiseParallel); with --sequence-parallel (own Llama only) the
+  sequence-parallel plan instead: the residual stream a DTensor split along the sequence
+  (embedding RowwiseParallel to Shard(1), norms SequenceParallel, attention and MLP inputs
+  all-gathered once by PrepareModuleInput, o/down RowwiseParallel(output_layouts=Shard(1)),
+  lm_head ColwiseParallel(input_layouts=Shard(1))): all-gathers and reduce-scatters where the
+  plain plan all-reduces. Between blocks the stream is each rank's local part, or a DTensor
+  (--sp-stream; auto: local for prefill, DTensor for training, the two that compile on torch
+  2.13 on the CPU: a compiled prefill fails on a DTensor stream in AOT autograd's subclass
+  wrapper, a compiled training step on a local stream in DTensor's redistribute backward,
+  torch's model as much as pingpong's). --async-tp (with it, NCCL only): torch's async TP for both models
+  (torch._inductor.config._micro_pipeline_tp, symmetric memory enabled for the TP group) and
+  pingpong's pass for pingpong's (pingpong.distributed.enable_async_tp); each compiled row
+  reports the fused nodes of each model's graphs (torch's symm_mem ops, pingpong's
+  all_gather_gemm / gemm_reduce_scatter) and the collectives left unfused, so a model that
+  does not overlap shows it;
 - tp-decode: forward of one token for each of --decode-batch sequences against a KV cache
   holding --seq tokens (the model's own cache: each rank holds its heads; the step rewrites the
   same slot, so every step is alike; hf-* archs: transformers' DynamicCache, cropped back after
@@ -292,6 +308,27 @@ def tensor_parallel(blocks, mesh):
         parallelize_module(block, mesh, {k: style[v]() for k, v in TP_PLAN.items()})
 
 
+def sequence_parallel(model, mesh, dtensor_stream: bool):
+    """The sequence-parallel TP plan of the own Llama: between blocks each rank holds its part
+    of the sequence (Shard(1): a DTensor, or its local tensor); each block all-gathers its
+    attention's and its MLP's input once and reduce-scatters their outputs."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                                   SequenceParallel, parallelize_module)
+
+    parallelize_module(model, mesh, {"embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1),
+                                                                     use_local_output=not dtensor_stream),
+                                     "norm": SequenceParallel(),
+                                     "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())})
+    gathered = {"self_attn": PrepareModuleInput(input_layouts=(Shard(1), None, None, None, None),
+                                                desired_input_layouts=(Replicate(), None, None, None, None)),
+                "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+                "input_layernorm": SequenceParallel(), "post_attention_layernorm": SequenceParallel()}
+    split = {"col": ColwiseParallel(), "row": RowwiseParallel(output_layouts=Shard(1), use_local_output=not dtensor_stream)}
+    for block in model.layers:
+        parallelize_module(block, mesh, {**gathered, **{k: split[v] for k, v in TP_PLAN.items()}})
+
+
 def make_model(arch, c, workload, compiled, pingpong_layers, meshes, env):
     """One model of a pair: replace, then TP, then FSDP2, then each block compiled in place."""
     sharded = workload in ("fsdp2-train", "2d-train")
@@ -299,7 +336,10 @@ def make_model(arch, c, workload, compiled, pingpong_layers, meshes, env):
     if pingpong_layers:
         swap(model)
     blocks = arch.blocks(model)
-    if workload.startswith("tp-"):
+    if workload.startswith("tp-") and env.sequence_parallel:
+        stream = env.sp_stream if env.sp_stream != "auto" else "dtensor" if workload == "tp-train" else "local"
+        sequence_parallel(model, meshes["tp"], stream == "dtensor")
+    elif workload.startswith("tp-"):
         tensor_parallel(blocks, meshes["tp"])
     elif workload == "2d-train":
         tensor_parallel(blocks, meshes["2d"]["tp"])
@@ -368,6 +408,8 @@ def check_and_steps(arch, c, workload, compiled, meshes, env, args):
                     with torch.no_grad():
                         arch.logits(pair[name], ids)
                 return step
+        elif env.sequence_parallel:
+            return None, {"skipped": "one token per step does not split along the sequence (--sequence-parallel)"}
         else:
             (ids,) = tokens(1, c.vocab, args.decode_batch, args.seq + 1, env.device, seed=9)
             prompt, tok = ids[:, :-1], ids[:, -1:]
@@ -508,12 +550,33 @@ def host_profile(fn, env, tag) -> None:
         f.write(text.getvalue())
 
 
+def fused_nodes() -> dict:
+    """Per model, what async TP made of the graphs compiled since GRAPHS was cleared: its fused
+    nodes and the all-gathers / reduce-scatters left unfused (a graph holding pingpong's ops is
+    pingpong's model's). Inductor's caches are off under --async-tp, so every compile shows."""
+    from pingpong.async_tp import GRAPHS
+
+    out = {"torch": {}, "pingpong": {}}
+    for counts in GRAPHS:
+        model = out["pingpong" if counts["pingpong_ops"] else "torch"]
+        for k, v in counts.items():
+            if k != "pingpong_ops" and v:
+                model[k] = model.get(k, 0) + v
+    return out
+
+
 def run_row(arch, c, workload, mode, meshes, env, args) -> dict:
     from torch._dynamo.utils import counters
 
     row = dict(workload=workload, mode=mode)
     counters.clear()
+    if env.async_tp:
+        from pingpong.async_tp import GRAPHS
+
+        GRAPHS.clear()
     steps, check = check_and_steps(arch, c, workload, mode == "compiled", meshes, env, args)
+    if env.async_tp and mode == "compiled":
+        row["async_tp"] = fused_nodes()
     if steps is None:
         row.update(check)
         return row
@@ -547,6 +610,11 @@ def table(rows) -> str:
         note = r.get("error_line") or r.get("skipped") or ("ok" if r.get("check", {}).get("ok") else "FAILED")
         if r.get("graph_breaks"):
             note += f", {r['graph_breaks']} graph breaks"
+        if "async_tp" in r:  # fused nodes of torch's / pingpong's graphs; unfused collectives left
+            counts = [r["async_tp"][m] for m in ("torch", "pingpong")]
+            fused = [sum(v for k, v in d.items() if "." in k) for d in counts]
+            left = [d.get("all_gather", 0) + d.get("reduce_scatter", 0) for d in counts]
+            note += f", fused t/p {fused[0]}/{fused[1]}, unfused t/p {left[0]}/{left[1]}"
         lines.append((r["workload"], r["mode"], f(r.get("torch_ms")), f(r.get("pingpong_ms")), f(r.get("ratio")),
                       f(r.get("iqr_pct"), 2), f"{f(t.get('gpu_ms'))}/{f(p.get('gpu_ms'))}",
                       f"{f(t.get('host_ms'))}/{f(p.get('host_ms'))}", note))
@@ -559,8 +627,9 @@ def table(rows) -> str:
 
 
 class Env:
-    def __init__(self, rank, world, device, dtype, backend):
+    def __init__(self, rank, world, device, dtype, backend, sequence_parallel=False, async_tp=False, sp_stream="auto"):
         self.rank, self.world, self.device, self.dtype, self.backend = rank, world, device, dtype, backend
+        self.sequence_parallel, self.async_tp, self.sp_stream = sequence_parallel, async_tp, sp_stream
 
     def log(self, what, obj):
         if self.rank == 0:
@@ -613,7 +682,20 @@ def parse(argv):
                    " the GEMMs for NCCL: torch._C._set_sm_carveout_experimental); unset by default")
     p.add_argument("--host-profile", action="store_true",
                    help="eager rows: rank 0's cProfile of one step of each model, host_profile-*.txt ($OUT or .)")
+    p.add_argument("--sequence-parallel", action="store_true",
+                   help="tp-* rows: the sequence-parallel TP plan for both models (own Llama; tp-decode skipped)")
+    p.add_argument("--sp-stream", default="auto", choices=("auto", "local", "dtensor"),
+                   help="--sequence-parallel: the stream between blocks (auto: local for prefill, DTensor for training)")
+    p.add_argument("--async-tp", action="store_true",
+                   help="with --sequence-parallel, NCCL: torch's async TP for both models, pingpong's pass for pingpong's;"
+                        " compiled rows report each model's fused nodes")
     args = p.parse_args(argv)
+    if args.sequence_parallel and args.arch != "llama":
+        p.error("--sequence-parallel: the own Llama only (--arch llama): transformers' attention takes keyword inputs")
+    if args.async_tp and not args.sequence_parallel:
+        p.error("--async-tp: the plain TP plan all-reduces, so async TP has nothing to fuse; add --sequence-parallel")
+    if args.async_tp and args.cpu_smoke:
+        p.error("--async-tp: needs NCCL and CUDA symmetric memory; --cpu-smoke runs on gloo (CPU)")
     for name in args.workloads.split(","):
         if name not in WORKLOADS:
             p.error(f"--workloads: {name!r} is not one of {WORKLOADS}")
@@ -642,6 +724,26 @@ def config(args) -> Config:
     return Config(layers=args.layers)
 
 
+def enable_async_tp(mesh) -> None:
+    """torch's async TP for every model compiled from here (its inductor switch, symmetric memory
+    for the TP group) and pingpong's pass beside torch's; inductor's caches off, so that every
+    compile runs the passes (fused_nodes counts what they made)."""
+    import warnings
+
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+    from torch.distributed._symmetric_memory import enable_symm_mem_for_group
+
+    inductor_config._micro_pipeline_tp = True
+    inductor_config.fx_graph_cache = False
+    if hasattr(functorch_config, "enable_autograd_cache"):
+        functorch_config.enable_autograd_cache = False
+    with warnings.catch_warnings():  # deprecated on torch 2.13, and still what its pass checks
+        warnings.simplefilter("ignore", FutureWarning)
+        enable_symm_mem_for_group(mesh.get_group().group_name)
+    pingpong.distributed.enable_async_tp()
+
+
 def main(argv=None) -> int:
     args = parse(argv)
     if args.cpu_smoke:
@@ -655,9 +757,12 @@ def main(argv=None) -> int:
     limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
     setattr(torch._dynamo.config, limit, 64)  # a row's variants of one block's code, with room
     rank, world, device = setup(args.cpu_smoke)
-    env = Env(rank, world, device, torch.float16 if args.cpu_smoke else torch.bfloat16, args.backend)
+    env = Env(rank, world, device, torch.float16 if args.cpu_smoke else torch.bfloat16, args.backend,
+              args.sequence_parallel, args.async_tp, args.sp_stream)
     arch, c = Arch(args.arch), config(args)
     meshes = meshes_for(world, device)
+    if args.async_tp:
+        enable_async_tp(meshes["tp"])
     from torch.distributed.fsdp._fully_shard._fsdp_param import FSDPParam
 
     info = dict(world=world, torch=torch.__version__, arch=args.arch, config=asdict(c),

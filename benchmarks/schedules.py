@@ -3,7 +3,14 @@
     PYTHONPATH=src python benchmarks/schedules.py --shapes 8192,8192,8192 --configs \
         persistent:128x256x64 cooperative:128x256x64 pingpong:128x128x64
 
-Each config is checked, then timed with the harness of `pingpong bench` (same method).
+Each config is checked, then timed with the harness of `pingpong bench` (same method). A plan
+gives each shape its own configs:
+
+    PYTHONPATH=src python benchmarks/schedules.py --plan benchmarks/data/midrows_streamk_plan.json --rounds 2
+        (mid-row shapes: the selection's pick, data-parallel and stream-K tiles)
+    PYTHONPATH=src python benchmarks/schedules.py --plan benchmarks/data/streamk_stages_plan.json --rounds 2
+        (streamed shapes: 128×256 and 64×128 tiles with and without a sub-tiled epilogue's extra
+        ring stage, data-parallel and stream-K)
 """
 
 import argparse

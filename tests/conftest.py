@@ -67,6 +67,22 @@ def interpret_plans(setattr) -> None:
     setattr(plan, "BACKENDS", [interpreted])
 
 
+@pytest.fixture(scope="module")
+def mesh():
+    """torch's fake process group (world size 2, rank 0: collectives do nothing) and its 1-D
+    CPU mesh, for a module's tests."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    assert not dist.is_initialized()
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        yield init_device_mesh("cpu", (2,))
+    finally:
+        dist.destroy_process_group()
+
+
 @pytest.fixture
 def interpreted_kernels(monkeypatch):
     """Every plan runs the portable kernel under Triton's interpreter, and the API's GPU-only

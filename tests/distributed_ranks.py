@@ -300,6 +300,58 @@ def scenario_grouped(mesh, rank, runs):
         assert_close64(got.full_tensor(), ref, f"grouped_mm {pa} {pb}")
 
 
+def scenario_async_tp(mesh, rank, runs):
+    """A sequence-parallel MLP of pingpong Linears (relu fused into the first) compiled under
+    async TP with pingpong's pass (NCCL's availability patched, torch's symmetric-memory test
+    mode: the fused ops run unfused on gloo): output and gradients as the eager model's, and
+    the forward and backward hold the fused ops (pingpong.async_tp.FUSED)."""
+    import torch.distributed._symmetric_memory as symm_mem
+    import torch._inductor.config as inductor_config
+    from torch.distributed.tensor import DTensor, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel, SequenceParallel,
+                                                   parallelize_module)
+
+    import pingpong
+    import pingpong.async_tp as async_tp
+    import pingpong.distributed
+
+    def build():
+        torch.manual_seed(41)
+        model = torch.nn.Sequential(torch.nn.LayerNorm(16, dtype=torch.float16),
+                                    pingpong.nn.Linear(16, 32, activation="relu", dtype=torch.float16),
+                                    pingpong.nn.Linear(32, 16, dtype=torch.float16))
+        return parallelize_module(model, mesh, {"0": SequenceParallel(), "1": ColwiseParallel(input_layouts=Shard(1)),
+                                                "2": RowwiseParallel(output_layouts=Shard(1))})
+
+    x, g = randn(2, 8, 16, seed=42), randn(2, 4, 16, seed=43 + rank)
+    shard = x[:, rank * 4:(rank + 1) * 4].contiguous()
+    results = []
+    for compiled in (False, True):
+        model = build()
+        leaf = shard.clone().requires_grad_()
+        xd = DTensor.from_local(leaf, mesh, [Shard(1)])
+        if compiled:
+            nccl, dist.is_nccl_available = dist.is_nccl_available, lambda: True
+            inductor_config._micro_pipeline_tp = True
+            pingpong.distributed.enable_async_tp()
+            async_tp.FUSED.clear()
+            try:
+                with symm_mem._test_mode():
+                    y = torch.compile(model)(xd)
+                    y.backward(g)
+            finally:
+                dist.is_nccl_available = nccl
+                inductor_config._micro_pipeline_tp = False
+                pingpong.distributed.disable_async_tp()
+            assert async_tp.FUSED == {"all_gather_gemm": 2, "gemm_reduce_scatter": 2}, async_tp.FUSED
+        else:
+            y = model(xd)
+            y.backward(g)
+        results.append([y, leaf.grad] + [p.grad.to_local() for p in model.parameters()])
+    for what, got, want in zip(["y", "dx", "norm w", "norm b", "w0", "b0", "w1", "b1"], *results[::-1]):
+        assert_close64(got, want.double(), f"async TP {what} against eager")
+
+
 SCENARIOS = {name[len("scenario_"):]: fn for name, fn in globals().items() if name.startswith("scenario_")}
 
 
@@ -309,7 +361,6 @@ SCENARIOS = {name[len("scenario_"):]: fn for name, fn in globals().items() if na
 def rank_main(rank, port, outdir, names):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    results = {}
     try:
         sys.path.insert(0, HERE)
         from conftest import interpret_plans
@@ -327,16 +378,24 @@ def rank_main(rank, port, outdir, names):
         pingpong.portable.portable_gemm = counted  # interpret_plans binds it now
         interpret_plans(setattr)
         mesh = init_device_mesh("cpu", (WORLD,))
-        for name in names:
+        record(outdir, rank, {name: SCENARIOS[name] for name in names}, mesh, rank, runs)
+    finally:
+        dist.destroy_process_group()
+
+
+def record(outdir, rank, scenarios, *args) -> None:
+    """Each scenario(*args) in turn; OUTDIR/rank<r>.json: {name: "ok…" or the traceback}."""
+    results = {}
+    try:
+        for name, scenario in scenarios.items():
             try:
-                note = SCENARIOS[name](mesh, rank, runs)
+                note = scenario(*args)
                 results[name] = "ok" + (f": {note}" if note else "")
             except Exception:
                 results[name] = traceback.format_exc()
     finally:
         with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
             json.dump(results, f)
-        dist.destroy_process_group()
 
 
 def free_port() -> int:

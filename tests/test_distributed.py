@@ -41,7 +41,7 @@ def ranks(tmp_path_factory):
     """Each rank's {scenario: "ok…" or traceback}, from one launch of the two ranks."""
     out = tmp_path_factory.mktemp("ranks")
     proc = subprocess.run([sys.executable, os.path.join(HERE, "distributed_ranks.py"), str(out)],
-                          capture_output=True, text=True, timeout=240)
+                          capture_output=True, text=True, timeout=480)
     results = []
     for r in range(distributed_ranks.WORLD):
         path = out / f"rank{r}.json"
@@ -60,17 +60,7 @@ def test_two_ranks(ranks, scenario):
 # ----------------------------------------------------------------------------- the fake process group
 
 
-@pytest.fixture(scope="module")
-def mesh():
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-    from torch.distributed.device_mesh import init_device_mesh
-
-    assert not dist.is_initialized()
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
-    try:
-        yield init_device_mesh("cpu", (2,))
-    finally:
-        dist.destroy_process_group()
+# `mesh` (conftest): torch's fake process group, world size 2, and its 1-D mesh
 
 
 @pytest.fixture

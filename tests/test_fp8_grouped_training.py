@@ -366,3 +366,47 @@ def test_compile_records_the_op_and_the_backward_products(kernels):
     assert [tuple(n.meta["val"].shape) for n in dws if "scaled" not in str(n.target)] == [(3, 48, 64)]
     torch.testing.assert_close(x.grad, eager[0], rtol=0, atol=0)
     torch.testing.assert_close(w.grad, eager[1], rtol=0, atol=0)
+
+
+def test_inductor_calls_the_forward_and_the_backward_products_directly(kernels):
+    """Compiled by inductor (CPU): an experts block's two pingpong::fp8_grouped_linear forwards
+    and their backward's products (pingpong::quantize_fp8 of dY and of Wᵀ, scaled_grouped_mm,
+    grouped_mm: each with a call per layer) are direct calls from the generated code
+    (pingpong.integration.inductor, counted), with the eager gradients bitwise; no graph break."""
+    from torch._inductor import config
+    from torch._inductor.utils import run_and_get_code
+
+    from pingpong.integration import inductor
+
+    seed = 6
+    gen = torch.Generator().manual_seed(seed)
+    w1 = (torch.randn(3, 64, 48, generator=gen) / 48**0.5).to(F16).requires_grad_()
+    w2 = (torch.randn(3, 48, 32, generator=gen) / 32**0.5).to(F16).requires_grad_()
+    x = torch.randn(33, 48, generator=gen).to(F16).requires_grad_()  # every row in a group: the loss reads them all
+    offs = torch.tensor([7, 7, 33], dtype=torch.int32)
+
+    def step(x, w1, w2):
+        gate, up = fgt.fp8_grouped_linear(x, w1, offs).chunk(2, dim=-1)
+        return (fgt.fp8_grouped_linear((gate * up).contiguous(), w2, offs).float() ** 2).sum()
+
+    def grads(fn):
+        loss = fn(x, w1, w2)
+        return loss, torch.autograd.grad(loss, (x, w1, w2))
+
+    want = grads(step)
+    torch._dynamo.reset()
+    inductor.CALLS.clear()
+    try:
+        with config.patch(force_disable_caches=True):
+            (loss, got), code = run_and_get_code(grads, torch.compile(step, fullgraph=True, backend="inductor"))
+    finally:
+        torch._dynamo.reset()
+    code = "\n".join(code)
+    assert "extern_kernels.pingpong_fp8_grouped_linear(" in code and "extern_kernels.pingpong_quantize_fp8(" in code
+    assert "torch.ops.pingpong" not in code, code
+    # the loss's fp32 sum in inductor's order of its own; the gradients bitwise
+    torch.testing.assert_close(loss, want[0], rtol=1e-6, atol=0, msg=lambda m: f"seed {seed}: {m}")
+    for name, g, w in zip(("x", "w1", "w2"), got, want[1]):
+        torch.testing.assert_close(g, w, rtol=0, atol=0, msg=lambda m: f"seed {seed}, d{name}: {m}")
+    assert dict(inductor.CALLS) == {"fp8_grouped_linear": 2, "quantize_fp8": 4, "scaled_grouped_mm": 2,
+                                    "grouped_mm": 2}

@@ -19,6 +19,7 @@ import torch
 
 from closeness import assert_close
 from pingpong import fp8_grouped_training as fgt
+from pingpong.integration import inductor
 from test_fp8_train_gpu import close_to_dequantized, dequantized_along, e4m3_bound, poison
 
 pytestmark = pytest.mark.gpu
@@ -169,6 +170,11 @@ def test_compiled_training_step_equals_eager():
         return [t.grad.clone() for t in (x, w1, w2)]
 
     eager = grads(step)
+    torch._dynamo.reset()
+    inductor.CALLS.clear()
     compiled = grads(torch.compile(step, fullgraph=True))
+    # inductor calls each forward, and the backward's quantizations (dY, Wᵀ) and products, directly
+    assert dict(inductor.CALLS) == {"fp8_grouped_linear": 2, "quantize_fp8": 4, "scaled_grouped_mm": 2,
+                                    "grouped_mm": 2}, dict(inductor.CALLS)
     for name, e, c in zip(("x", "w1", "w2"), eager, compiled):
         assert rel_norm(c, e) < E4M3_ROUNDOFF, (name, rel_norm(c, e))

@@ -438,19 +438,22 @@ def test_fake_implementation_refuses_what_the_recipe_cannot_serve():
             torch.ops.pingpong.fp8_linear(torch.empty(5, 24, dtype=F16), torch.empty(48, 24, dtype=F16), None, "row")
 
 
-@pytest.mark.parametrize("recipe", ["row", "row_gw_hp"])
+@pytest.mark.parametrize("recipe", RECIPE_IDS)
 def test_inductor_calls_the_forward_and_the_gradient_products_directly(fp8_kernels, recipe):
-    """Compiled by inductor (CPU): the inference forward (pingpong::fp8_linear) and the
-    training step's gradient products (pingpong::scaled_mm, or pingpong::mm for a
-    high-precision dW) are direct calls from the generated code (pingpong.integration.inductor, counted),
-    with the eager results bitwise; no graph break (fullgraph). The training forward
-    (pingpong::fp8_linear_train) and quantize_fp8_pair have several outputs: dispatcher calls."""
+    """Compiled by inductor (CPU): the inference forward (pingpong::fp8_linear), the training
+    forward (pingpong::fp8_linear_train: y and the backward's FP8 operands, five outputs in
+    buffers of inductor's) and the training step's gradient products (pingpong::
+    quantize_fp8_pair of dY, pingpong::scaled_mm, or pingpong::mm for a high-precision dW) are
+    direct calls from the generated code (pingpong.integration.inductor, counted), with the eager results
+    bitwise; no graph break (fullgraph)."""
     from torch._inductor import config
+    from torch._inductor.utils import run_and_get_code
 
     from pingpong.integration import inductor
 
-    torch.manual_seed(5)
-    M, K, N = 17, 64, 48
+    seed = 5
+    torch.manual_seed(seed)
+    M, (K, N) = 17, FEATURES.get(recipe, (64, 48))
     layer = pingpong.nn.Float8TrainingLinear(K, N, dtype=F16, recipe=recipe)
     x = torch.randn(M, K).to(F16).requires_grad_()
     g = torch.randn(M, N).to(F16)
@@ -468,13 +471,15 @@ def test_inductor_calls_the_forward_and_the_gradient_products_directly(fp8_kerne
                 inference = compiled(x)
             assert dict(inductor.CALLS) == {"fp8_linear": 1}
             inductor.CALLS.clear()
-            y = compiled(x)
-            got = torch.autograd.grad(y, params, g)
+            (y, got), code = run_and_get_code(lambda: (lambda y: (y, torch.autograd.grad(y, params, g)))(compiled(x)))
     finally:
         torch._dynamo.reset()
+    code = "\n".join(code)
+    assert "extern_kernels.pingpong_fp8_linear_train(" in code and "extern_kernels.pingpong_quantize_fp8_pair(" in code
+    assert "torch.ops.pingpong" not in code, code
     torch.testing.assert_close(inference, want_inference, rtol=0, atol=0)
     torch.testing.assert_close(y, want_y, rtol=0, atol=0)
     for name, gg, ww in zip(("x", "weight", "bias"), got, want):
-        torch.testing.assert_close(gg, ww, rtol=0, atol=0, msg=lambda m: f"{recipe} d{name}: {m}")
+        torch.testing.assert_close(gg, ww, rtol=0, atol=0, msg=lambda m: f"seed {seed}, {recipe} d{name}: {m}")
     want_calls = {"scaled_mm": 2} if RECIPES[recipe].fp8_weight_grad else {"scaled_mm": 1, "mm": 1}
-    assert dict(inductor.CALLS) == want_calls
+    assert dict(inductor.CALLS) == {"fp8_linear_train": 1, "quantize_fp8_pair": 1, **want_calls}

@@ -9,7 +9,7 @@ import torch
 from torch._inductor.utils import run_and_get_code
 
 import pingpong
-from pingpong import PingpongError
+from pingpong import PingpongError, fp8_grouped_training, fp8_training, quantize
 from pingpong.integration import inductor
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
@@ -138,6 +138,10 @@ def test_grouped_training_step_calls_the_plans_directly(monkeypatch, fresh_compi
     assert dict(inductor.CALLS) == {"grouped_mm": 3}  # forward; dA and dB
 
 
+#: a weight that requires grad: fp8_linear is then pingpong::fp8_linear_train (several outputs)
+WEIGHT = torch.randn(48, 64, generator=torch.Generator().manual_seed(43)).half().requires_grad_()
+
+
 def fp8_operands(M=32, K=64, N=48):
     a = torch.randn(M, K, generator=torch.Generator().manual_seed(41)).to(torch.float8_e4m3fn)
     w = torch.randn(N, K, generator=torch.Generator().manual_seed(42)).to(torch.float8_e4m3fn)
@@ -152,6 +156,11 @@ def fp8_operands(M=32, K=64, N=48):
         a, b.t().unsqueeze(0).repeat(2, 1, 1).transpose(1, 2), sa.view(-1), sb.repeat(2, 1),
         torch.tensor([10, 32], dtype=torch.int32))),
     ("fp8_linear", "^x: ", lambda a, b, sa, sb: pingpong.fp8_training.fp8_linear(a.half(), b.t().half())),
+    ("fp8_linear_train", "^x: on cpu", lambda a, b, sa, sb: fp8_training.fp8_linear(a.half(), WEIGHT)),
+    ("fp8_grouped_linear", "^x: on cpu", lambda a, b, sa, sb: fp8_grouped_training.fp8_grouped_linear(
+        a.half(), b.t().half().unsqueeze(0).repeat(2, 1, 1), torch.tensor([10, 32], dtype=torch.int32))),
+    ("quantize_fp8", "^x: on cpu", lambda a, b, sa, sb: pingpong.quantize_fp8(a.half(), "tensor")),
+    ("quantize_fp8_pair", "^x: on cpu", lambda a, b, sa, sb: quantize.quantize_fp8_pair(a.half(), cols=False)),
 ])
 def test_compiled_fp8_and_grouped_refuse_what_the_eager_call_refuses(fresh_compile, op, needle, call):
     """CPU tensors: each op's fake implementation accepts them (shapes, dtypes, strides); its
@@ -166,3 +175,102 @@ def test_compiled_fp8_and_grouped_refuse_what_the_eager_call_refuses(fresh_compi
             compiled(*args)
         assert str(got.value) == str(eager.value)
     assert inductor.CALLS[op] == 2
+
+
+# ----------------------------------------------------------------------------- ops with several outputs
+
+
+@pytest.fixture
+def cast_kernels(monkeypatch):
+    """quantize_fp8's and quantize_fp8_pair's launches replaced by torch's cast of the kernels'
+    formula (tests/test_fp8_training.py's), CPU tensors let through."""
+    from test_fp8_training import _cast, _cast_pair
+
+    monkeypatch.setattr(quantize, "interpreter_enabled", lambda: True)
+    monkeypatch.setattr(quantize, "launch", _cast)
+    monkeypatch.setattr(quantize, "launch_pair", _cast_pair)
+
+
+@pytest.mark.parametrize("granularity", quantize.GRANULARITIES)
+def test_quantize_ops_write_the_buffers_inductor_allocates(cast_kernels, fresh_compile, granularity):
+    """quantize_fp8 and quantize_fp8_pair have several outputs: each is one direct call that
+    writes buffers inductor allocates in the fake implementation's layouts (the 1×128 scales
+    outer-dim-major, the tensor-wise scale 0-d), with the eager results bitwise; outputs the
+    graph does not read (the pair's q and scales when only qt is used) get new tensors."""
+    seed = 51
+
+    def quantized(x):
+        q, s = pingpong.quantize_fp8(x, granularity)
+        q2, s2, qt, st = quantize.quantize_fp8_pair(x, granularity, pad=128)
+        qt3 = quantize.quantize_fp8_pair(x[:24], granularity, pad=128, rows=False)[2]  # q, s, st unread
+        return q, s, q2, s2, qt, st, qt3
+
+    x = randn(40, 256, seed=seed) * torch.linspace(0.1, 4, 256).half()  # the columns' ranges differ
+    want = quantized(x)
+    got, (code,) = run_and_get_code(torch.compile(quantized, fullgraph=True, backend="inductor"), x)
+    assert code.count("extern_kernels.pingpong_quantize_fp8(") == 1, code
+    assert code.count("extern_kernels.pingpong_quantize_fp8_pair(") == 2 and "torch.ops.pingpong" not in code, code
+    for i, (g, w) in enumerate(zip(got, want)):
+        what = f"seed {seed}, {granularity}, output {i}"
+        assert (g.shape, g.stride(), g.dtype) == (w.shape, w.stride(), w.dtype), what
+        torch.testing.assert_close(g.float(), w.float(), rtol=0, atol=0, msg=lambda m: f"{what}: {m}")
+    assert dict(inductor.CALLS) == {"quantize_fp8": 1, "quantize_fp8_pair": 2}
+
+
+def test_several_outputs_under_dynamic_shapes(cast_kernels, fresh_compile):
+    """dynamic=True: one graph for every row count (fewer and more than the pair's pad); the
+    buffers' shapes and strides (the padded transpose, the unread outputs' new tensors) follow
+    the symbolic row count, the results as eager."""
+    def quantized(x):
+        q, s = pingpong.quantize_fp8(x, "row")
+        return q, s, quantize.quantize_fp8_pair(x, "row", rows=False)[2:]
+
+    compiled = torch.compile(quantized, dynamic=True, backend="inductor")
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for rows in (16, 40, 9):
+        x = randn(rows, 256, seed=rows)
+        got, want = compiled(x), quantized(x)
+        for i, (g, w) in enumerate(zip((*got[:2], *got[2]), (*want[:2], *want[2]))):
+            assert (g.shape, g.stride()) == (w.shape, w.stride()), (rows, i)
+            torch.testing.assert_close(g.float(), w.float(), rtol=0, atol=0, msg=lambda m: f"rows {rows}, {i}: {m}")
+    assert dict(inductor.CALLS) == {"quantize_fp8": 3, "quantize_fp8_pair": 3}
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs == 1
+
+
+def test_dispatcher_switch_covers_the_ops_with_several_outputs(tmp_path):
+    """PINGPONG_INDUCTOR_CALLS=dispatcher (read when the lowerings register: a process of its
+    own): the ops with several outputs keep inductor's fallback, the dispatcher call, as the
+    others do (`register` decides for all at once), with the same results."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "dispatcher.py"
+    script.write_text(f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+import torch
+from torch._inductor import config
+from torch._inductor.utils import run_and_get_code
+import pingpong
+from pingpong import quantize
+from pingpong.integration import inductor
+from test_fp8_training import _cast
+quantize.interpreter_enabled, quantize.launch = (lambda: True), _cast
+
+def quantized(x):
+    return pingpong.quantize_fp8(x, "row"), quantize.quantize_fp8_pair(x, "row", cols=False)
+
+x = torch.randn(32, 16, generator=torch.Generator().manual_seed(52)).half()
+with config.patch(force_disable_caches=True):
+    got, (code,) = run_and_get_code(torch.compile(quantized, fullgraph=True, backend="inductor"), x)
+assert "torch.ops.pingpong.quantize_fp8.default(" in code and "torch.ops.pingpong.quantize_fp8_pair.default(" in code, code
+assert "extern_kernels.pingpong" not in code and not inductor.CALLS, (code, inductor.CALLS)
+assert torch.equal(got[0][0].float(), quantized(x)[0][0].float())
+print("ok")
+""")
+    env = dict(os.environ, PINGPONG_INDUCTOR_CALLS="dispatcher",
+               PYTHONPATH=os.pathsep.join([str(Path(pingpong.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]))
+    run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout[-3000:] + run.stderr[-3000:]

@@ -176,10 +176,14 @@ def test_fp8_stream_k_takes_every_scaling():
         assert d.stream_k and d.epilogue_bytes > 0
 
 
-def test_stream_k_configs_stage_the_tma_epilogue():
-    """Whole-tile units store through the data-parallel kernel's TMA epilogue: the same staging."""
-    d = KernelConfig(128, 256, 64, stream_k=True).derive()
-    dp = KernelConfig(128, 256, 64).derive()
+@pytest.mark.parametrize("tile", [(128, 256, 64, "cooperative"), (128, 128, 64, "cooperative"),
+                                  (128, 192, 64, "cooperative"), (64, 128, 64, "pingpong"), (64, 256, 64, "pingpong")])
+def test_stream_k_configs_stage_the_tma_epilogue(tile):
+    """Whole-tile units store through the data-parallel kernel's TMA epilogue: the same staging
+    and ring stages, for the tiles the mid-rows sweeps measure."""
+    *block, schedule = tile
+    d = KernelConfig(*block, schedule=schedule, stream_k=True).derive()
+    dp = KernelConfig(*block, schedule=schedule).derive()
     assert d.workspace and d.stream_k and (d.epilogue_bytes, d.epilogue_bufs, d.stages) == \
         (dp.epilogue_bytes, dp.epilogue_bufs, dp.stages)
     assert any(c.stream_k for c, _, _ in OFFLINE_SPLIT_VARIANTS.values())

@@ -25,6 +25,8 @@ VARIANTS = {
     "coop128x256": KernelConfig(128, 256, 64, stream_k=True),
     "pingpong64x128": KernelConfig(64, 128, 64, schedule="pingpong", stream_k=True),
     "coop128x192": KernelConfig(128, 192, 64, stream_k=True),  # two column pieces (128 + 64)
+    # whole tiles through 64-column epilogue sub-tiles (2 staging buffers): the ring's 4th stage
+    "coop128x256e64": KernelConfig(128, 256, 64, epilogue_n=64, stream_k=True),
 }
 ROWS = (1, 17, 255, 777, 4097)
 #: (N, K): K never a multiple of 64 (but of 8: these launches are built by hand, on TMA-legal

@@ -51,9 +51,9 @@ import torch
 from torch import Tensor
 
 from . import grouped as grouped_mod
-from .integration import ops
+from .integration import inductor, ops
 from .errors import PingpongError, check_tensor
-from .fp8_grouped import scaled_grouped_mm
+from .fp8_grouped import scaled_grouped_mm, scaled_grouped_mm_direct
 from .fp8_training import GRAD_DTYPE, RECIPES, recipe_name, training_shape_reason
 from .grouped import grouped_mm
 from .quantize import quantize_fp8
@@ -143,14 +143,15 @@ def _activation_scale(s: Tensor, granularity: str) -> Tensor:
     return s.view(-1) if granularity == "row" else s
 
 
-def _forward(x, weight, offs, recipe: str) -> Tensor:
+def _forward(x, weight, offs, recipe: str, out=None) -> Tensor:
     """Y = X_g·W_gᵀ: X per token (1×128 blocks) and W per output row (128×128 blocks), both along
-    K (no copies: b is W's K-major view)."""
+    K (no copies: b is W's K-major view); into `out` (inductor's buffer, (T, N) contiguous) when
+    given."""
     r = RECIPES[recipe]
     qx, sx = quantize_fp8(x, r.granularity, GRAD_DTYPE)
     qw, sw = _quantize_weight(weight, r.weight)
-    return scaled_grouped_mm(qx, qw.transpose(1, 2), _activation_scale(sx, r.granularity), sw, offs,
-                             out_dtype=x.dtype)
+    return scaled_grouped_mm_direct(qx, qw.transpose(1, 2), _activation_scale(sx, r.granularity), sw, offs, x.dtype,
+                                    False, out)
 
 
 def _data_grad(g, weight, offs, recipe: str, dtype) -> Tensor:
@@ -196,8 +197,15 @@ def _fp8_grouped_linear_op(x: Tensor, weight: Tensor, offs: Tensor, recipe: str)
 
 @_fp8_grouped_linear_op.register_fake
 def _(x, weight, offs, recipe):
+    inductor.register()
     check_fp8_grouped_linear(x, weight, offs, grouped_recipe(recipe))
     return x.new_empty((x.shape[0], weight.shape[1]))
+
+
+@inductor.lowered("fp8_grouped_linear")
+def fp8_grouped_linear_out(x, weight, offs, *, recipe, out):
+    """pingpong::fp8_grouped_linear (the forward) into inductor's buffer (pingpong.integration.inductor)."""
+    _forward(x, weight, offs, recipe, out)
 
 
 def _setup(ctx, inputs, output) -> None:

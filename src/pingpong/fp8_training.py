@@ -112,7 +112,7 @@ from torch import Tensor
 from .integration import inductor, ops
 from .errors import PingpongError, check_tensor
 from .fp8 import scaled_mm, scaled_mm_direct, shape_reason
-from .quantize import IN_DTYPES, pair_like, quantize_fp8_pair
+from .quantize import IN_DTYPES, pair_like, quantize_fp8_pair, quantize_pair_direct
 from .runtime.spec import FP8_MULTIPLE, SCALE_BLOCK, check_bias
 
 __all__ = ["fp8_linear", "RECIPES", "TORCHAO_NAMES", "recipe_name", "training_shape_reason", "GRAD_DTYPE"]
@@ -226,16 +226,15 @@ def _forward(x, weight, bias, recipe: str, x_cols: bool = False, w_cols: bool = 
     """Y = X·Wᵀ + bias: X per token (or 1×128 block) and W per output row (or 128×128 block),
     both along K; with x_cols (dW will be FP8) X's dW operand and with w_cols (dX is wanted) W's
     dX operand, from the same quantize_fp8_pair passes. Returns (y, qxt, sxt, qwt, swt) (the
-    ones not asked for empty); Y into `out` (contiguous, Y's shape and dtype: inductor's
-    buffer) when given."""
+    ones not asked for empty); into `out` when given: those five as pingpong::fp8_linear_train's
+    fake implementation lays them out (inductor's buffers), None for each to allocate."""
     r = RECIPES[recipe]
     N, K = weight.shape
-    qx, sx, qxt, sxt = quantize_fp8_pair(x.reshape(-1, K), r.granularity, GRAD_DTYPE, _pad(r), cols=x_cols)
-    qw, sw, qwt, swt = quantize_fp8_pair(weight, r.weight, GRAD_DTYPE, _pad(r), cols=w_cols)
-    if out is not None:
-        scaled_mm_direct(qx, qw.t(), sx, sw.t(), bias, x.dtype, out=out.view(-1, N))
-        return out, qxt, sxt, qwt, swt
-    y = scaled_mm(qx, qw.t(), sx, sw.t(), bias=bias, out_dtype=x.dtype)
+    y, qxt, sxt, qwt, swt = (None,) * 5 if out is None else out
+    qx, sx, qxt, sxt = quantize_pair_direct(x.reshape(-1, K), r.granularity, GRAD_DTYPE, _pad(r), True, x_cols,
+                                            (None, None, qxt, sxt))
+    qw, sw, qwt, swt = quantize_pair_direct(weight, r.weight, GRAD_DTYPE, _pad(r), True, w_cols, (None, None, qwt, swt))
+    y = scaled_mm_direct(qx, qw.t(), sx, sw.t(), bias, x.dtype, out=None if y is None else y.view(-1, N))
     return y.view(*x.shape[:-1], N), qxt, sxt, qwt, swt
 
 
@@ -319,7 +318,13 @@ _fp8_linear_train_op.register_autograd(_backward, setup_context=_setup)
 @inductor.lowered("fp8_linear")
 def fp8_linear_out(x, weight, *optional, bias: bool, recipe, out):
     """pingpong::fp8_linear (the forward alone) into inductor's buffer (pingpong.integration.inductor)."""
-    _forward(x, weight, optional[0] if bias else None, recipe, out=out)
+    _forward(x, weight, optional[0] if bias else None, recipe, out=(out, None, None, None, None))
+
+
+@inductor.lowered("fp8_linear_train")
+def fp8_linear_train_out(x, weight, *optional, bias: bool, recipe, x_cols, w_cols, out):
+    """pingpong::fp8_linear_train into inductor's buffers (y, qxt, sxt, qwt, swt) (pingpong.integration.inductor)."""
+    _forward(x, weight, optional[0] if bias else None, recipe, x_cols, w_cols, out)
 
 
 class _Fp8LinearFunction(torch.autograd.Function):

@@ -68,6 +68,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .integration import inductor
 from .errors import PingpongError, check_tensor
 from .integration.ops import traced
 from .runtime.fp8_spec import refuse_grad
@@ -333,11 +334,17 @@ def scale_like(x: torch.Tensor, granularity: str, shape=None) -> torch.Tensor:
     return torch.empty(-(-M // SCALE_BLOCK), K // SCALE_BLOCK, **f32)
 
 
-def quantize_direct(x: torch.Tensor, granularity: str = "row", dtype=torch.float8_e4m3fn):
+def rows_like(x: torch.Tensor, granularity: str, dtype, shape=None):
+    """quantize_fp8's outputs (q, s), uninitialized, of a 2-D x (or of an x of `shape` on x's device)."""
+    return x.new_empty(x.shape if shape is None else shape, dtype=dtype), scale_like(x, granularity, shape)
+
+
+def quantize_direct(x: torch.Tensor, granularity: str = "row", dtype=torch.float8_e4m3fn, out=None):
+    """quantize_fp8 on the direct path: validate, launch; into `out` = (q, s) when given
+    (inductor's buffers, laid out as `rows_like`)."""
     check_quantize(x, granularity, dtype)
     M, K = x.shape
-    q = torch.empty(M, K, dtype=dtype, device=x.device)
-    s = scale_like(x, granularity)
+    q, s = rows_like(x, granularity, dtype) if out is None else out
     if M == 0 or K == 0:
         if s.numel():
             s.fill_(_EPS / FP8_MAX[dtype])
@@ -446,8 +453,9 @@ _PAIR_MODES = {"tensor": 0, "row": 1, "block": 2, "block128x128": 3}
 
 
 def padded_rows(M: int, pad: int) -> int:
-    """M' = M rounded up to a multiple of pad, at least one pad."""
-    return max(pad, -(-M // pad) * pad)
+    """M' = M rounded up to a multiple of pad, at least one pad (the max taken on M: a traced M,
+    a symbol ≥ 2, then needs no guard, where max(pad, M') would split a compiled graph at M = pad)."""
+    return -(-max(M, 1) // pad) * pad
 
 
 def check_pair(x, granularity, dtype, pad, rows, cols, device_checks: bool = True) -> None:
@@ -461,21 +469,30 @@ def check_pair(x, granularity, dtype, pad, rows, cols, device_checks: bool = Tru
         raise PingpongError("rows, cols: at least one output must be asked for")
 
 
-def pair_like(x, granularity, dtype, pad, rows, cols):
-    """quantize_fp8_pair's outputs, uninitialized: (q, s, qt, st), the ones not asked for empty."""
+def _unasked(x, dtype):
+    """The empty (q, s) of a pair not asked for."""
+    return x.new_empty(0, dtype=dtype), x.new_empty(0, dtype=torch.float32)
+
+
+def pair_like(x, granularity, dtype, pad, rows, cols, out=(None,) * 4):
+    """quantize_fp8_pair's outputs, uninitialized: (q, s, qt, st), the ones not asked for empty;
+    each pair given in `out` (not None) kept."""
     M, K = x.shape
-    Mp = padded_rows(M, pad)
-    none = torch.empty(0, dtype=torch.float32, device=x.device)
-    q, s = ((x.new_empty(M, K, dtype=dtype), scale_like(x, granularity)) if rows else
-            (none.to(dtype), none))
-    qt, st = ((x.new_empty(K, Mp, dtype=dtype), scale_like(x, granularity, (K, Mp))) if cols else
-              (none.to(dtype), none.clone()))
+    q, s, qt, st = out
+    if q is None:
+        q, s = rows_like(x, granularity, dtype) if rows else _unasked(x, dtype)
+    if qt is None:
+        qt, st = (rows_like(x, granularity, dtype, (K, padded_rows(M, pad))) if cols else
+                  _unasked(x, dtype))
     return q, s, qt, st
 
 
-def quantize_pair_direct(x, granularity="row", dtype=torch.float8_e4m3fn, pad=16, rows=True, cols=True):
+def quantize_pair_direct(x, granularity="row", dtype=torch.float8_e4m3fn, pad=16, rows=True, cols=True,
+                         out=(None,) * 4):
+    """quantize_fp8_pair on the direct path: validate, launch; into the pairs of `out` = (q, s,
+    qt, st) given (inductor's buffers, laid out as `pair_like`), the others new."""
     check_pair(x, granularity, dtype, pad, rows, cols)
-    q, s, qt, st = pair_like(x, granularity, dtype, pad, rows, cols)
+    q, s, qt, st = pair_like(x, granularity, dtype, pad, rows, cols, out)
     if x.numel() == 0:  # nothing to read: the scales of empty (or zero-padding) groups, qt all padding
         for t in (s, st):
             t.fill_(_EPS / FP8_MAX[dtype])
@@ -533,8 +550,15 @@ def _quantize_pair_op(x: torch.Tensor, granularity: str, dtype: torch.dtype, pad
 
 @_quantize_pair_op.register_fake
 def _(x, granularity, dtype, pad, rows, cols):
+    inductor.register()
     check_pair(x, granularity, dtype, pad, rows, cols, device_checks=False)
     return pair_like(x, granularity, dtype, pad, rows, cols)
+
+
+@inductor.lowered("quantize_fp8_pair")
+def quantize_fp8_pair_out(x, *, granularity, dtype, pad, rows, cols, out):
+    """pingpong::quantize_fp8_pair into inductor's buffers (q, s, qt, st) (pingpong.integration.inductor)."""
+    quantize_pair_direct(x, granularity, dtype, pad, rows, cols, out)
 
 
 @torch.library.custom_op("pingpong::quantize_fp8", mutates_args=())
@@ -544,5 +568,12 @@ def _quantize_op(x: torch.Tensor, granularity: str, dtype: torch.dtype) -> tuple
 
 @_quantize_op.register_fake
 def _(x, granularity, dtype):
+    inductor.register()
     check_quantize(x, granularity, dtype, device_checks=False)
-    return x.new_empty(x.shape, dtype=dtype), scale_like(x, granularity)
+    return rows_like(x, granularity, dtype)
+
+
+@inductor.lowered("quantize_fp8")
+def quantize_fp8_out(x, *, granularity, dtype, out):
+    """pingpong::quantize_fp8 into inductor's buffers (q, s) (pingpong.integration.inductor)."""
+    quantize_direct(x, granularity, dtype, out)

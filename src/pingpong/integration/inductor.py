@@ -6,10 +6,10 @@ instead (`torch.ops.pingpong.mm.default(a, b)`): the op's autograd and backend w
 no-grad context and a new output, ~12 µs of Python per call before pingpong's own path.
 `register` gives inductor a lowering for each op in KERNELS that emits the same kind of line.
 One table, filled by `lowered` beside each op: mm, gemm and linear here, scaled_mm (pingpong.fp8),
-fp8_linear (pingpong.fp8_training), grouped_mm and scaled_grouped_mm; each function is the op's
-own direct path writing into inductor's buffer (the plan cache's lookup, the validation on a
-miss, as eagerly). The ops with several outputs (fp8_linear_train, quantize_fp8,
-quantize_fp8_pair) keep the dispatcher call: an ExternKernelOut writes one buffer.
+fp8_linear and fp8_linear_train (pingpong.fp8_training), grouped_mm, scaled_grouped_mm,
+fp8_grouped_linear (pingpong.fp8_grouped_training), quantize_fp8 and quantize_fp8_pair
+(pingpong.quantize); each function is the op's own direct path writing into inductor's buffers
+(the plan cache's lookup, the validation on a miss, as eagerly).
 
     graph (traced)                          inductor's Python wrapper (generated)
     pingpong.linear(x, w, bias, act)   ──▶  buf3 = empty_strided_cuda((M, N), (N, 1), bf16)
@@ -19,14 +19,21 @@ quantize_fp8_pair) keep the dispatcher call: an ExternKernelOut writes one buffe
                                                     a new signature is validated first, as
                                                     the eager call is (errors name x, weight)
 
+An op with several outputs is one call that writes a buffer per output (`_nodes`):
+
+    pingpong.quantize_fp8(x, "row")    ──▶  buf1 = empty_strided_cuda((M, K), (K, 1), fp8)
+                                            buf2 = empty_strided_cuda((M, 1), (1, 1), fp32)
+                                            buf0 = extern_kernels.pingpong_quantize_fp8(x, …, out=(buf1, buf2))
+
 What stays single-source: the op's fake implementation (shapes, dtypes, the trace-time
 refusals) and its autograd formulas (AOTAutograd traces them into the backward graph, whose
 pingpong ops are lowered here too). What the lowering adds is only the call: the output's
-layout is the fake implementation's (read from the node), inductor allocates it (and reuses
-buffers), the function writes into it. Under the C++ wrapper (AOTInductor), which cannot
-call Python, the ops keep inductor's default fallback (the dispatcher call); so they do in
-a process started with PINGPONG_INDUCTOR_CALLS=dispatcher (the lowering uses inductor's
-internal IR: this is the way back should a torch release change it).
+layout is the fake implementation's (read from the node; each output's, for several),
+inductor allocates it (and reuses buffers), the function writes into it. Under the C++
+wrapper (AOTInductor), which cannot call Python, the ops keep inductor's default fallback
+(the dispatcher call); so they do in a process started with PINGPONG_INDUCTOR_CALLS=dispatcher
+(the lowering uses inductor's internal IR: this is the way back should a torch release
+change it).
 
 `register` runs from the ops' fake implementations, so it has run before inductor lowers a
 graph holding one of them, and before generated code loaded from inductor's cache calls
@@ -66,9 +73,10 @@ def lowered(name: str):
 
     It is called as fn(*required tensors, *the optional tensors given, <optional>=bool for
     each optional tensor, <the other arguments but out_dtype>, out=buffer), in the schema's
-    order (out_dtype is out's dtype), and writes the result into `out`. Each call is counted
-    in CALLS and shows to torch.profiler as a `pingpong::<name>` range, as a dispatcher call
-    would."""
+    order (out_dtype is out's dtype), and writes the result into `out`; for an op with several
+    outputs `out` is a tuple of their buffers, in the order the op returns them, and fn
+    returns None. Each call is counted in CALLS and shows to torch.profiler as a
+    `pingpong::<name>` range, as a dispatcher call would."""
     label = f"pingpong::{name}"
 
     def wrap(fn):
@@ -132,7 +140,8 @@ def register() -> None:
 
 def _lowering(op, kernel: str):
     """Inductor's lowering of `op`: an ExternKernelOut that calls extern_kernels.<kernel>
-    with the arguments `lowered` names, read from the op's schema."""
+    with the arguments `lowered` names, read from the op's schema (several outputs: a call
+    that writes the buffers of its outputs, `_written`)."""
     from torch._inductor import ir
     from torch._inductor.lowering import fallback_handler
     from torch._inductor.virtualized import V
@@ -150,14 +159,79 @@ def _lowering(op, kernel: str):
             return fallback(*args, **kwargs)
         bound = {**defaults, **dict(zip(schema, args)), **kwargs}
         val = V.graph.current_node.meta["val"]
-        layout = ir.FixedLayout(val.device, val.dtype, ir.convert_shape_to_inductor(val.shape),
-                                ir.convert_shape_to_inductor(val.stride()))
         given = [n for n in optional if bound.get(n) is not None]
         inputs = [ir.ExternKernel.realize_input(bound[n]) for n in (*tensors, *given)]
         flags = {n: bound.get(n) is not None for n in optional}
         consts = {n: bound[n] for n in others}
-        node = ir.ExternKernelOut(layout=layout, inputs=inputs, kwargs={**flags, **consts},
+        if isinstance(val, (tuple, list)):
+            return _written(val, inputs, {**flags, **consts}, f"extern_kernels.{kernel}")
+        node = ir.ExternKernelOut(layout=_layout(val), inputs=inputs, kwargs={**flags, **consts},
                                   python_kernel_name=f"extern_kernels.{kernel}")
         return ir.TensorBox.create(node)
 
     return lower
+
+
+def _layout(val):
+    """The inductor layout of a fake output (the op's fake implementation's shape, strides, dtype)."""
+    from torch._inductor import ir
+
+    return ir.FixedLayout(val.device, val.dtype, ir.convert_shape_to_inductor(val.shape),
+                          ir.convert_shape_to_inductor(val.stride()))
+
+
+def _written(vals, inputs, kwargs, kernel: str) -> tuple:
+    """An op with several outputs: one call node (`_nodes`' Call) that writes one buffer per
+    output (`_nodes`' Written, laid out as its fake output `vals`); their tensors, in order."""
+    from torch._inductor import ir
+
+    written, call = _nodes()
+    node = call(ir.MultiOutputLayout(device=vals[0].device), inputs, kwargs=kwargs, python_kernel_name=kernel)
+    node.written = [written(_layout(v), node) for v in vals]
+    return tuple(ir.TensorBox.create(w) for w in node.written)
+
+
+@functools.cache
+def _nodes():
+    """(Written, Call): the IR of an op with several outputs, as inductor's own out-variant
+    calls (defined on first use: torch._inductor is imported only when compiling).
+
+    Call is the op's call, `buf0 = extern_kernels.pingpong_<op>(…, out=(buf1, buf2))`. Each
+    Written is one output, a buffer of inductor's (planned and reused as any other), read
+    by the graph after the call (it depends on the call); the call's codegen allocates them
+    just before its line, and theirs emits nothing. An output nobody reads (inductor removed
+    its buffer) is passed as a new tensor of its layout."""
+    from torch._inductor import ir
+    from torch._inductor.virtualized import V
+
+    class Written(ir.ExternKernel):
+        def __init__(self, layout, call):
+            super().__init__(None, layout, [call], ())
+            self.name = V.graph.register_buffer(self)
+            V.graph.register_operation(self)
+
+        def should_allocate(self) -> bool:
+            return True
+
+        def codegen(self, wrapper) -> None:
+            pass
+
+    class Call(ir.ExternKernelAlloc):
+        written = ()  # its Written nodes (`_written` sets them)
+
+        def codegen(self, wrapper) -> None:
+            outs = []
+            for buf in self.written:
+                wrapper.codegen_allocation(buf)
+                outs.append(_scratch(wrapper, buf) if buf.get_name() in V.graph.removed_buffers else buf.get_name())
+            args = [*self.codegen_args(), *self.codegen_kwargs(), f"out=({', '.join(outs)},)"]
+            wrapper.writeline(f"{self.get_name()} = {self.get_kernel_name()}({', '.join(args)})")
+
+    return Written, Call
+
+
+def _scratch(wrapper, buf) -> str:
+    """Generated code for a new tensor of buf's layout (an output that nothing reads)."""
+    return (f"torch.empty_strided({wrapper.codegen_shape_tuple(buf.get_size())}, "
+            f"{wrapper.codegen_shape_tuple(buf.get_stride())}, dtype={buf.get_dtype()}, "
+            f"device='{buf.get_device()}')")

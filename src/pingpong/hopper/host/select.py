@@ -216,6 +216,15 @@ def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS, in_bytes: i
     return config
 
 
+def mid_rows_decides(M: int, N: int, K: int, sms: int = DEFAULT_SMS, in_bytes: int = 2) -> bool:
+    """Whether heuristic_config's config for an M × N × K product comes from the mid-rows
+    model (mid_rows_config): not launch-bound, more than SWAP_AB_MAX_M and at most
+    MID_ROWS_MAX_M rows, and above MID_M rows unless no mid-size tile fits one wave."""
+    if 2 * (M * K + N * K + M * N) < SPLIT_MIN_BYTES or not SWAP_AB_MAX_M < M <= MID_ROWS_MAX_M:
+        return False
+    return M > MID_M or mid_tile(M, N, sms, SMALL_TILE_K_BYTES // in_bytes) is None
+
+
 def one_wave_epilogue(config: KernelConfig, M: int, N: int, sms: int) -> KernelConfig:
     """128×192 tiles that fit one wave take ONE_WAVE_EPILOGUE_N-column epilogue sub-tiles (a 5th
     ring stage, above)."""
