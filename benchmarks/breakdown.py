@@ -24,7 +24,7 @@ import pingpong
 from pingpong.tools import bench
 from pingpong import matmul
 from pingpong.api import _gemm_into
-from pingpong.hopper.select import choose
+from pingpong.hopper.host.select import choose
 
 sys.path.insert(0, __import__("os").path.dirname(__file__))
 from schedules import config_name, parse_config  # noqa: E402

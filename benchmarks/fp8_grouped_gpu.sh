@@ -12,7 +12,7 @@ mkdir -p "$OUT"
 timeout "${TEST_S:-140}" python -m pytest -q -m gpu -p no:cacheprovider -n 8 -rfE tests/test_fp8_grouped_gpu.py \
   > "$OUT/tests.log" 2>&1; echo "tests rc=$?" >> "$OUT/summary.txt"
 # the break: scale_b's row of group g read from group g-1 (clamped: every read stays in bounds)
-F=src/pingpong/hopper/fp8_grouped.py
+F=src/pingpong/hopper/kernels/fp8_grouped.py
 cp "$F" "$OUT/.orig.py"
 sed -i 's/self.sb + g \* self.sb_g/self.sb + gl.maximum(g - 1, 0) * self.sb_g/' "$F"
 if cmp -s "$F" "$OUT/.orig.py"; then echo "mutation: text not found" >> "$OUT/summary.txt"; else

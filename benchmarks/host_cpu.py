@@ -21,9 +21,9 @@ import types
 import torch
 
 import pingpong
-from pingpong import direct
-from pingpong.hopper import backend as hopper
-from pingpong.hopper.config import KernelConfig
+from pingpong.integration import direct
+from pingpong.hopper.host import backend as hopper
+from pingpong.hopper.host.config import KernelConfig
 from pingpong.runtime import launcher, plan, spec
 
 

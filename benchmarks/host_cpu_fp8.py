@@ -19,8 +19,8 @@ import sys
 import torch
 
 from pingpong import fp8
-from pingpong.hopper.config import KernelConfig
-from pingpong.hopper.fp8_launch import Fp8Plan
+from pingpong.hopper.host.config import KernelConfig
+from pingpong.hopper.host.fp8_launch import Fp8Plan
 from pingpong.runtime import launcher, plan, spec
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])

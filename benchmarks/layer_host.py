@@ -19,7 +19,7 @@ import time
 import torch
 
 import pingpong
-from pingpong import direct
+from pingpong.integration import direct
 from pingpong.tools import bench
 from pingpong.runtime import plan
 

@@ -1,4 +1,4 @@
-"""Fit (or check) the mid-rows model's constants (pingpong.hopper.select: MID_ROWS_TILES'
+"""Fit (or check) the mid-rows model's constants (pingpong.hopper.host.select: MID_ROWS_TILES'
 per-FLOP speeds, MID_ROWS_SPLIT_STEPS) to measured sweeps of explicit configs.
 
     PYTHONPATH=src python benchmarks/midrows_fit.py [--data benchmarks/data/midrows_sweeps.json]
@@ -26,8 +26,8 @@ import math
 import sys
 from pathlib import Path
 
-from pingpong.hopper import select
-from pingpong.hopper.config import KernelConfig
+from pingpong.hopper.host import select
+from pingpong.hopper.host.config import KernelConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from schedules import parse_config  # noqa: E402

@@ -21,7 +21,7 @@ import torch
 from pingpong.tools import bench
 from pingpong import matmul
 from pingpong.api import matmul_tiled
-from pingpong.hopper.select import choose
+from pingpong.hopper.host.select import choose
 from pingpong.portable import portable_gemm
 
 sys.path.insert(0, __import__("os").path.dirname(__file__))

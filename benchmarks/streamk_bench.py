@@ -48,7 +48,7 @@ def fp8_row(M, N, K, scaling, dev):
 
     import pingpong
     from pingpong.fp8 import scaled_mm_direct
-    from pingpong.hopper.fp8_launch import select_fp8
+    from pingpong.hopper.host.fp8_launch import select_fp8
 
     gran = {"tensor": ("tensor", "tensor"), "row": ("row", "row"), "block": ("block", "block128x128")}[scaling]
     a = torch.randn(M, K, device="cuda").bfloat16()
@@ -69,7 +69,7 @@ def main(argv=None) -> int:
     import triton
 
     from pingpong.api import _gemm_into
-    from pingpong.hopper.select import choose
+    from pingpong.hopper.host.select import choose
     from pingpong.tools.bench import make_inputs, sm_clock
     from pingpong.tools.timing import time_callable
 

@@ -35,7 +35,7 @@ def interpret_plans(setattr) -> None:
     import collections
     import types
 
-    from pingpong import direct
+    from pingpong.integration import direct
     from pingpong.runtime import plan, spec
     from pingpong.portable import portable_gemm
 
@@ -95,7 +95,7 @@ def interpreted_kernels(monkeypatch):
 @pytest.fixture
 def tuning_cache(tmp_path, monkeypatch):
     """A user cache directory of the test's own (PINGPONG_CACHE_DIR), tables re-read."""
-    from pingpong.hopper import table as tables
+    from pingpong.hopper.host import table as tables
 
     monkeypatch.setenv("PINGPONG_CACHE_DIR", str(tmp_path / "cache"))
     tables.clear_cache()
@@ -109,7 +109,8 @@ def portable_runs(monkeypatch):
     recorded (its arguments) instead of launched. Returns the list of runs."""
     import collections
 
-    from pingpong import direct, portable
+    from pingpong.integration import direct
+    from pingpong import portable
     from pingpong.runtime import plan, spec
 
     monkeypatch.setattr(spec, "check_gpu", lambda device, names=None: None)

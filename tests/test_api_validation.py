@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import pingpong
-from pingpong import PingpongError, api, batching
+from pingpong import PingpongError, api
+from pingpong.integration import batching
 from pingpong.fp8 import Float8Linear
 from pingpong.portable import portable_gemm
 from pingpong.runtime import plan, spec
@@ -342,9 +343,9 @@ def test_plan_cache_evicts_the_least_recently_used(portable_runs, monkeypatch):
 
 
 def test_layer_cache_evicts_the_least_recently_used(portable_runs, monkeypatch):
-    """pingpong.direct's LayerPlans: a hit marks its plan used (no reordering), so a full cache
+    """pingpong.integration.direct's LayerPlans: a hit marks its plan used (no reordering), so a full cache
     evicts the least recently used one."""
-    from pingpong import direct
+    from pingpong.integration import direct
 
     monkeypatch.setattr(direct, "LAYER_CACHE_SIZE", 3)
     w = t(16, 8)
@@ -363,7 +364,7 @@ def test_layer_cache_evicts_the_least_recently_used(portable_runs, monkeypatch):
 def test_layer_key_holds_every_layout(portable_runs, change, with_bias):
     """A LayerPlan is reused only for a call of the same layouts: each field of its key changed
     alone gives another plan (a layer with a bias or without: two kinds of key)."""
-    from pingpong import direct
+    from pingpong.integration import direct
 
     x, w, bias = t(4, 8), t(16, 8), (t(16) if with_bias else None)
     base = direct.layer_plan(x, w, bias, None)

@@ -5,7 +5,8 @@ and compared with torch.matmul in float64."""
 import pytest
 import torch
 
-from pingpong import PingpongError, batching
+from pingpong import PingpongError
+from pingpong.integration import batching
 
 M, K, N = 5, 6, 7
 

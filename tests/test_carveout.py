@@ -13,13 +13,13 @@ import torch
 
 import fake_launcher
 import pingpong
-from pingpong import direct, inductor
+from pingpong.integration import direct, inductor
 from pingpong.errors import PingpongError
-from pingpong.hopper import backend as hopper_backend
-from pingpong.hopper import fp8_grouped, fp8_launch
-from pingpong.hopper import table as tables
-from pingpong.hopper.config import KernelConfig
-from pingpong.hopper.select import Device, choose
+from pingpong.hopper.host import backend as hopper_backend
+from pingpong.hopper.host import fp8_grouped, fp8_launch
+from pingpong.hopper.host import table as tables
+from pingpong.hopper.host.config import KernelConfig
+from pingpong.hopper.host.select import Device, choose
 from pingpong.runtime import compile as cc
 from pingpong.runtime import device, plan, spec
 from pingpong.streaming import api as streaming_api

@@ -1,5 +1,5 @@
 """A transformers Llama (small config, random weights) with pingpong layers under torch.compile:
-default mode (inductor calls the plans directly: pingpong.inductor), reduce-overhead (CUDA
+default mode (inductor calls the plans directly: pingpong.integration.inductor), reduce-overhead (CUDA
 graphs replay the step) and dynamic shapes. Marker `gpu`; needs the `test-model` extra.
 
 Bounds as tests/test_transformers_gpu.py: pingpong's logits error against a float32 copy at
@@ -15,7 +15,7 @@ import torch
 
 import pingpong
 from closeness import rel_norm
-from pingpong import inductor
+from pingpong.integration import inductor
 
 pytestmark = pytest.mark.gpu
 transformers = pytest.importorskip("transformers", reason="the test-model extra (pip install -e '.[test-model]')")

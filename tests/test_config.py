@@ -6,7 +6,7 @@ import functools
 import pytest
 
 from pingpong import ConfigError, KernelConfig
-from pingpong.hopper.config import SMEM_LIMIT, column_pieces, swizzle_width
+from pingpong.hopper.host.config import SMEM_LIMIT, column_pieces, swizzle_width
 from pingpong.runtime import compile as cc
 
 
@@ -133,7 +133,7 @@ def test_cluster_derives_the_one_cta_budget():
 def test_cluster_of_a_batched_product_is_refused():
     import torch
 
-    from pingpong.hopper.launch import prepare
+    from pingpong.hopper.host.launch import prepare
 
     a = torch.empty(2, 256, 64, dtype=torch.bfloat16)
     out = torch.empty(2, 256, 256, dtype=torch.bfloat16)

@@ -3,7 +3,7 @@ kinds of things this test can resolve without doubt:
 
 - a dotted name under `pingpong.` (`pingpong.runtime.plan.get`, `pingpong.matmul(a, b)`): a
   module of src/pingpong, then a name defined at its top level (or a class's member);
-- a path ending in `.py` (`hopper/launch.py`, `benchmarks/ptx_identity.py`): a file of the
+- a path ending in `.py` (`hopper/host/launch.py`, `benchmarks/ptx_identity.py`): a file of the
   repository whose path ends with it;
 - a bare call of a snake_case name `name_with_underscore(...)` (`tma_legal(t)`): a function or
   class defined somewhere in src/pingpong, unless torch, Triton, Gluon or Python define it (calls
@@ -118,7 +118,7 @@ def test_documents_name_only_what_exists(doc):
 
 
 def test_the_check_sees_a_missing_name():
-    assert unresolved("`pingpong.runtime.plan.get` `hopper/launch.py` `tma_orientation(t)`") == []
+    assert unresolved("`pingpong.runtime.plan.get` `hopper/host/launch.py` `tma_orientation(t)`") == []
     assert unresolved("`pingpong.runtime.plan.no_such` `hopper/no_such.py` `tma_legal(t)` `pingpong.nope`") == [
         (1, "pingpong.runtime.plan.no_such"), (1, "hopper/no_such.py"), (1, "tma_legal(t)"), (1, "pingpong.nope")]
 

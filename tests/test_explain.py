@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import pingpong
-from pingpong.hopper import backend as hopper
+from pingpong.hopper.host import backend as hopper
 from pingpong.runtime import plan, spec
 
 

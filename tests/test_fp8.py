@@ -14,10 +14,10 @@ import torch
 import pingpong
 from pingpong.errors import ConfigError, PingpongError
 from pingpong.fp8 import check_scaled_mm, scaling_of
-from pingpong.hopper import fp8_launch
-from pingpong.hopper.fp8_launch import check_fp8_config, kernel_scaling, least_wave_time, rule_fp8, scale_boxes, \
-    select_fp8
-from pingpong.hopper.config import SMEM_LIMIT
+from pingpong.hopper.host import fp8_launch
+from pingpong.hopper.host.fp8_launch import (check_fp8_config, kernel_scaling, least_wave_time, rule_fp8, scale_boxes,
+                                             select_fp8)
+from pingpong.hopper.host.config import SMEM_LIMIT
 from pingpong.runtime import compile as cc
 
 KC = pingpong.KernelConfig
@@ -582,7 +582,7 @@ def test_fp8_guide_covers_every_granularity_and_layer_mode():
     from pathlib import Path
 
     from pingpong.fp8 import LAYER_SCALINGS
-    from pingpong.hopper.table import fp8_key
+    from pingpong.hopper.host.table import fp8_key
     from pingpong.quantize import GRANULARITIES
 
     text = (Path(__file__).parents[1] / "docs" / "fp8.md").read_text()

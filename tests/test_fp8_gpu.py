@@ -109,7 +109,7 @@ def test_tensor_scales_through_the_row_kernel(shape, monkeypatch):
     """The long-product route (fp8_launch.kernel_scaling: tensor-wise scalars broadcast into
     the row-wise kernel's vectors), forced on small shapes: as accurate as torch._scaled_mm,
     and a second call with other scalars uses them (the vectors are made per call)."""
-    from pingpong.hopper import fp8_launch
+    from pingpong.hopper.host import fp8_launch
     from pingpong.runtime import plan
 
     monkeypatch.setattr(fp8_launch, "LONG_WORK", 0)

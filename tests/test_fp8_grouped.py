@@ -11,8 +11,8 @@ import torch
 import pingpong
 from pingpong.errors import PingpongError
 from pingpong.fp8_grouped import check_scaled_grouped_mm
-from pingpong.hopper import fp8_grouped as kernel
-from pingpong.hopper.config import SMEM_LIMIT
+from pingpong.hopper.host import fp8_grouped as kernel
+from pingpong.hopper.host.config import SMEM_LIMIT
 from pingpong.runtime import compile as cc
 
 E4M3 = torch.float8_e4m3fn

@@ -18,7 +18,7 @@ import pingpong
 from fused_reference import new_seed, offsets as group_ends
 from pingpong import KernelConfig
 from pingpong import fp8_grouped as fg
-from pingpong.hopper import fp8_grouped as kernel
+from pingpong.hopper.host import fp8_grouped as kernel
 from pingpong.runtime import plan as plan_mod
 from pingpong.runtime.spec import EpilogueArgs
 

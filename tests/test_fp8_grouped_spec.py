@@ -16,8 +16,8 @@ from pingpong import PingpongError
 from pingpong import fp8_grouped as fg
 from pingpong import portable
 from pingpong.amd import backend as amd_backend
-from pingpong.hopper import backend as hopper_backend
-from pingpong.hopper import fp8_grouped as kernel
+from pingpong.hopper.host import backend as hopper_backend
+from pingpong.hopper.host import fp8_grouped as kernel
 from pingpong.runtime import fp8_spec, plan, spec
 
 E4M3 = torch.float8_e4m3fn

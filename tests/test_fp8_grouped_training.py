@@ -379,11 +379,11 @@ def test_inductor_calls_the_forward_and_the_backward_products_directly(kernels):
     """Compiled by inductor (CPU): an experts block's two pingpong::fp8_grouped_linear forwards
     and their backward's products (pingpong::quantize_fp8 of dY, quantize_fp8_columns of W, scaled_grouped_mm,
     grouped_mm: each with a call per layer) are direct calls from the generated code
-    (pingpong.inductor, counted), with the eager gradients bitwise; no graph break."""
+    (pingpong.integration.inductor, counted), with the eager gradients bitwise; no graph break."""
     from torch._inductor import config
     from torch._inductor.utils import run_and_get_code
 
-    from pingpong import inductor
+    from pingpong.integration import inductor
 
     seed = 6
     gen = torch.Generator().manual_seed(seed)

@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from closeness import assert_close
-from pingpong import fp8_grouped_training as fgt, inductor
+from pingpong import fp8_grouped_training as fgt
+from pingpong.integration import inductor
 from test_fp8_train_gpu import close_to_dequantized, dequantized_along, e4m3_bound, poison
 
 pytestmark = pytest.mark.gpu

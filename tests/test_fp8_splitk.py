@@ -8,9 +8,9 @@ import pytest
 
 import pingpong
 from pingpong.errors import ConfigError
-from pingpong.hopper.config import SMEM_LIMIT
-from pingpong.hopper import fp8_launch
-from pingpong.hopper.fp8_launch import check_fp8_config, fp8_splits, rule_fp8, scale_boxes
+from pingpong.hopper.host.config import SMEM_LIMIT
+from pingpong.hopper.host import fp8_launch
+from pingpong.hopper.host.fp8_launch import check_fp8_config, fp8_splits, rule_fp8, scale_boxes
 from pingpong.runtime import compile as cc
 from pingpong.runtime.spec import EpilogueArgs
 
@@ -41,7 +41,7 @@ def test_workspace_of_a_config_that_fits_only_fp8_operands():
     """4 stages of 128×128×128 fit in shared memory with 1-byte operands (32 KB a stage), not
     with 2-byte ones: the split plan's workspace and counters are sized for the FP8 kernel."""
     from pingpong import KernelConfig
-    from pingpong.hopper.launch import counter_count, workspace_reason, workspace_shape
+    from pingpong.hopper.host.launch import counter_count, workspace_reason, workspace_shape
 
     config = KernelConfig(128, 128, 128, stages=4, split_k=2)
     with pytest.raises(ConfigError, match="shared memory"):

@@ -9,8 +9,8 @@ import torch
 
 import pingpong
 from pingpong.fp8 import scaled_mm_direct
-from pingpong.hopper import fp8_launch
-from pingpong.hopper.launch import counter_count, workspace_shape
+from pingpong.hopper.host import fp8_launch
+from pingpong.hopper.host.launch import counter_count, workspace_shape
 from pingpong.runtime import spec as spec_mod
 
 from closeness import assert_close

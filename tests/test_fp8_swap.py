@@ -11,9 +11,9 @@ import torch
 
 import pingpong
 from pingpong.errors import ConfigError
-from pingpong.hopper import fp8_launch
-from pingpong.hopper.config import SMEM_LIMIT
-from pingpong.hopper.fp8_launch import check_fp8_config, scale_boxes, select_fp8
+from pingpong.hopper.host import fp8_launch
+from pingpong.hopper.host.config import SMEM_LIMIT
+from pingpong.hopper.host.fp8_launch import check_fp8_config, scale_boxes, select_fp8
 from pingpong.runtime import compile as cc
 from pingpong.runtime.launcher import flat_arguments
 

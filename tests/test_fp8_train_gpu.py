@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import pingpong
-from pingpong import inductor
+from pingpong.integration import inductor
 from closeness import assert_close, rel_norm
 from fp8_groups import PRODUCT_GROUPS, QUANT_GROUPS, per_element, scales_of
 from pingpong.fp8_training import RECIPES
@@ -139,7 +139,7 @@ def test_compiled_training_step_equals_eager(recipe):
     compiled = grads(torch.compile(step, fullgraph=True))
     # inductor calls each layer's forward (pingpong::fp8_linear_train, its five outputs in
     # inductor's buffers), dY's quantize_fp8_pair and the gradient products directly
-    # (pingpong.inductor)
+    # (pingpong.integration.inductor)
     want_calls = {"scaled_mm": 4} if RECIPES[recipe].fp8_weight_grad else {"scaled_mm": 2, "mm": 2}
     want_calls.update(fp8_linear_train=2, quantize_fp8_pair=2)
     assert dict(inductor.CALLS) == want_calls, (recipe, dict(inductor.CALLS))

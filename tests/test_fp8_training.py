@@ -444,12 +444,12 @@ def test_inductor_calls_the_forward_and_the_gradient_products_directly(fp8_kerne
     forward (pingpong::fp8_linear_train: y and the backward's FP8 operands, five outputs in
     buffers of inductor's) and the training step's gradient products (pingpong::
     quantize_fp8_pair of dY, pingpong::scaled_mm, or pingpong::mm for a high-precision dW) are
-    direct calls from the generated code (pingpong.inductor, counted), with the eager results
+    direct calls from the generated code (pingpong.integration.inductor, counted), with the eager results
     bitwise; no graph break (fullgraph)."""
     from torch._inductor import config
     from torch._inductor.utils import run_and_get_code
 
-    from pingpong import inductor
+    from pingpong.integration import inductor
 
     seed = 5
     torch.manual_seed(seed)

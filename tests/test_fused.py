@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from fused_reference import check, matrix, poisoned, reference
-from pingpong import PingpongError, fused
+from pingpong import PingpongError
+from pingpong.runtime import plan as runtime_plan, spec as runtime_spec
 from pingpong.runtime import compile as cc
-from pingpong.hopper.config import SMEM_LIMIT
+from pingpong.hopper.host.config import SMEM_LIMIT
 from pingpong.portable import portable_gemm
 
 # triton 3.6 interpreter: range() over a 1-element array warns in numpy >= 1.25, and numpy's
@@ -39,43 +40,43 @@ def bias_of(kind, m, n, dtype, gen):
 
 
 def test_activation_names():
-    assert fused.check_activation(None) == "none"
+    assert runtime_spec.check_activation(None) == "none"
     for name in ACTS:
-        assert fused.check_activation(name) == name
+        assert runtime_spec.check_activation(name) == name
     for bad in ("gelu", "tanh", "RELU", 1, ""):
         with pytest.raises(PingpongError, match="activation"):
-            fused.check_activation(bad)
+            runtime_spec.check_activation(bad)
 
 
 def test_bias_shapes_and_kinds():
     m, n, dev = 5, 7, torch.device("cpu")
     for shape, kind in (((n,), "col"), ((1, n), "col"), ((m, 1), "row")):
         b = torch.zeros(shape)
-        fused.check_bias(b, m, n, dev)
-        assert fused.bias_kind(b, m) == kind
-    assert fused.bias_kind(torch.zeros(1), m) == "col" and fused.bias_kind(None, m) == "none"
+        runtime_spec.check_bias(b, m, n, dev)
+        assert runtime_spec.bias_kind(b, m) == kind
+    assert runtime_spec.bias_kind(torch.zeros(1), m) == "col" and runtime_spec.bias_kind(None, m) == "none"
     # a (1, 1) bias: per row of a 1-row result (any n), per column of a 1-column one (any m)
-    fused.check_bias(torch.zeros(1, 1), 1, n, dev)
-    assert fused.bias_kind(torch.zeros(1, 1), 1) == "row"
-    fused.check_bias(torch.zeros(1, 1), m, 1, dev)
-    assert fused.bias_kind(torch.zeros(1, 1), m) == "col"
-    assert fused.bias_kind(torch.zeros(m, 1), m) == "row"  # also when n = 1
+    runtime_spec.check_bias(torch.zeros(1, 1), 1, n, dev)
+    assert runtime_spec.bias_kind(torch.zeros(1, 1), 1) == "row"
+    runtime_spec.check_bias(torch.zeros(1, 1), m, 1, dev)
+    assert runtime_spec.bias_kind(torch.zeros(1, 1), m) == "col"
+    assert runtime_spec.bias_kind(torch.zeros(m, 1), m) == "row"  # also when n = 1
     for bad in (torch.zeros(m), torch.zeros(n + 1), torch.zeros(m, n), torch.zeros(1, 1, n), torch.zeros(n, 1)):
         with pytest.raises(PingpongError, match="bias: expected shape"):
-            fused.check_bias(bad, m, n, dev)
+            runtime_spec.check_bias(bad, m, n, dev)
     with pytest.raises(PingpongError, match="bias: dtype"):
-        fused.check_bias(torch.zeros(n, dtype=torch.int32), m, n, dev)
+        runtime_spec.check_bias(torch.zeros(n, dtype=torch.int32), m, n, dev)
     with pytest.raises(PingpongError, match="bias: expected a torch.Tensor"):
-        fused.check_bias([0.0] * n, m, n, dev)
+        runtime_spec.check_bias([0.0] * n, m, n, dev)
     with pytest.raises(PingpongError, match="bias must be on"):
-        fused.check_bias(torch.zeros(n, device="meta"), m, n, dev)
+        runtime_spec.check_bias(torch.zeros(n, device="meta"), m, n, dev)
 
 
 def test_bias_vector_is_a_view_when_contiguous():
     col = torch.randn(1, 9)
-    assert fused.bias_vector(col).data_ptr() == col.data_ptr() and fused.bias_vector(col).shape == (9,)
+    assert runtime_plan.bias_vector(col).data_ptr() == col.data_ptr() and runtime_plan.bias_vector(col).shape == (9,)
     strided = torch.randn(9, 2)[:, :1]  # (9, 1) with stride 2: copied to unit stride
-    v = fused.bias_vector(strided)
+    v = runtime_plan.bias_vector(strided)
     assert v.stride() == (1,) and torch.equal(v, strided.reshape(-1))
 
 
@@ -165,7 +166,7 @@ def api_on_interpreter(monkeypatch):
     import collections
 
     import pingpong.portable as portable
-    from pingpong import direct
+    from pingpong.integration import direct
     from pingpong.runtime import plan, spec
 
     def run(self, a, b, out, args=spec.NO_ARGS):
@@ -208,7 +209,7 @@ def test_api_fused_and_batched_end_to_end(api_on_interpreter):
 def test_batched_raster_covers_every_tile_of_every_batch_once(pid_m, pid_n, batches, programs, group_m):
     """The persistent programs' tile ids, split by batch_and_tile and tile_coords (the
     scheduler's own arithmetic, run in Python), visit each (batch, pid_m, pid_n) exactly once."""
-    from pingpong.hopper.scheduler import batch_and_tile, tile_coords, tiles_of_program
+    from pingpong.hopper.device.scheduler import batch_and_tile, tile_coords, tiles_of_program
 
     per_batch = pid_m * pid_n
     seen = []
@@ -257,8 +258,8 @@ def test_hopper_batched_uses_rank3_tma():
 def test_hopper_kernel_refuses_an_unknown_activation_at_compile_time():
     from triton.compiler.errors import CompilationError
 
-    from pingpong.hopper.config import KernelConfig
-    from pingpong.hopper.launch import prepare
+    from pingpong.hopper.host.config import KernelConfig
+    from pingpong.hopper.host.launch import prepare
 
     a = torch.empty(256, 256, dtype=torch.bfloat16)
     fn, args, kwargs, grid = prepare(a, a, a.clone(), None, 1.0, 0.0, KernelConfig(128, 128, 64, schedule="pingpong"),

@@ -13,8 +13,9 @@ import pingpong
 from pingpong import KernelConfig
 from pingpong import grouped as gm
 from pingpong.errors import PingpongError
-from pingpong.hopper import grouped as hg
-from pingpong.hopper.scheduler import tile_coords, tiles_of_program
+from pingpong.hopper.host import grouped as hg
+from pingpong.hopper.kernels import grouped as kg
+from pingpong.hopper.device.scheduler import tile_coords, tiles_of_program
 
 
 
@@ -27,7 +28,7 @@ def enumerate_units(sizes, N, BM, BN, GROUP_M, programs):
     the group found from the cumulative tile counts (the vector compare of `locate`), the row
     from `group_tile_row`; returns {(group, row, col): program}."""
     starts = [sum(sizes[:g]) for g in range(len(sizes))]
-    tiles = [hg.tiles_of_rows.fn(max(s, 0), BM) for s in sizes]
+    tiles = [kg.tiles_of_rows.fn(max(s, 0), BM) for s in sizes]
     ends = list(itertools.accumulate(tiles))
     total_m, num_pid_n = sum(tiles), -(-N // BN)
     seen = {}
@@ -35,7 +36,7 @@ def enumerate_units(sizes, N, BM, BN, GROUP_M, programs):
         for t in range(tiles_of_program.fn(total_m * num_pid_n, p, programs)):
             vm, pid_n = tile_coords.fn(p + t * programs, total_m, num_pid_n, GROUP_M)
             g = sum(1 for e in ends if e <= vm)
-            row = hg.group_tile_row.fn(vm, ends[g] - tiles[g], starts[g], BM)
+            row = kg.group_tile_row.fn(vm, ends[g] - tiles[g], starts[g], BM)
             key = (g, row, pid_n * BN)
             assert key not in seen, f"unit {key} taken twice"
             seen[key] = p
@@ -276,7 +277,7 @@ def test_bench_grouped_refuses_unknown_model():
 def test_grouped_kernels_compile_offline():
     """sm_90a, no GPU: both registered grouped kernels compile without spills, in the shared
     memory budget, with TMA loads and the TMA store of full tiles."""
-    from pingpong.hopper.config import SMEM_LIMIT
+    from pingpong.hopper.host.config import SMEM_LIMIT
     from pingpong.runtime import compile as cc
 
     for name in ("grouped-cooperative", "grouped-pingpong"):
@@ -293,9 +294,10 @@ def ragged_rows(start, rows, k, BK, stride):
     """Rows of the token matrix that the ragged box of k-step row `k` of a group [start,
     start + rows) reads, and the box rows TMA zero-fills: the kernel's own coordinates
     (`ragged_coords`), the descriptor's strides and extents, 64-bit address wrap-around."""
-    from pingpong.hopper import grouped_k as hk
+    from pingpong.hopper.host import grouped_k as hk
+    from pingpong.hopper.kernels import grouped_k as kk
 
-    c0, c1, c2 = (int(getattr(c, "value", c)) for c in hk.ragged_coords.fn(start, rows, k))
+    c0, c1, c2 = (int(getattr(c, "value", c)) for c in kk.ragged_coords.fn(start, rows, k))
     extents = [hk._LEAD_EXTENT, hk._LEAD_EXTENT, hk.RAGGED_ROWS.value]
     strides = [hk._WRAP - stride, stride, stride]
     read, zero = [], []
@@ -315,10 +317,10 @@ def ragged_rows(start, rows, k, BK, stride):
 def test_ragged_box_reads_only_its_group(start, rows, stride):
     """Every k-step's box reads rows start + k .. of the group only, in order; the rows past
     the group's end (the last k-step's tail) are out of bounds (TMA writes zeros)."""
-    from pingpong.hopper import grouped_k as hk
+    from pingpong.hopper.kernels import grouped_k as kk
 
     BK = 64
-    steps = hk.k_steps_of.fn(rows, BK)
+    steps = kk.k_steps_of.fn(rows, BK)
     assert steps == -(-rows // BK)
     seen = []
     for j in range(steps):
@@ -332,7 +334,7 @@ def test_ragged_box_reads_only_its_group(start, rows, stride):
 def test_ragged_k_descriptors_and_legality():
     """The host side on CPU tensors: which layouts the kernel reads as stored, the ragged
     descriptors' extents and strides, the grid from the shapes alone."""
-    from pingpong.hopper import grouped_k as hk
+    from pingpong.hopper.host import grouped_k as hk
 
     T, M, N, G = 1000, 136, 328, 5
     x = torch.empty(T, M, dtype=torch.bfloat16)
@@ -353,7 +355,7 @@ def test_ragged_k_descriptors_and_legality():
 def test_ragged_k_interpreted_asks_no_registered_backend(monkeypatch):
     """The interpreter is an explicit opt-in: the ragged-K product runs the portable kernel
     (interpreted) without asking the registry's backends (Hopper's can_implement)."""
-    from pingpong.hopper import backend as hopper_backend
+    from pingpong.hopper.host import backend as hopper_backend
 
     calls = []
     monkeypatch.setattr(hopper_backend, "can_implement", lambda s: calls.append(s))
@@ -371,7 +373,7 @@ def test_grouped_k_kernels_compile_offline():
     budget, with rank-4 (ragged) TMA loads, MN-major wgmma operands and the TMA store."""
     import re
 
-    from pingpong.hopper.config import SMEM_LIMIT
+    from pingpong.hopper.host.config import SMEM_LIMIT
     from pingpong.runtime import compile as cc
 
     for name in ("grouped-k-cooperative", "grouped-k-pingpong"):
@@ -387,7 +389,7 @@ def test_grouped_k_kernels_compile_offline():
 def test_ragged_k_tile_rule():
     """Cooperative 128×256 above 128 rows per group on average; 128×128 at ≤ 128 (a unit of
     one or two k-steps: the store dominates) and for N < 256."""
-    from pingpong.hopper import grouped_k as hk
+    from pingpong.hopper.host import grouped_k as hk
 
     pick = lambda M, N, T, G: (lambda c: (c.schedule, c.block_m, c.block_n))(hk.select_ragged_k_config(M, N, T, G))  # noqa: E731
     assert pick(4096, 14336, 16384 * 2, 8) == ("cooperative", 128, 256)

@@ -14,7 +14,7 @@ from pingpong import KernelConfig
 from pingpong import grouped as gm
 from pingpong.portable import grouped as portable_grouped
 from pingpong.runtime import plan as plan_mod
-from pingpong.hopper import grouped as hg
+from pingpong.hopper.host import grouped as hg
 
 pytestmark = pytest.mark.gpu
 BF16 = torch.bfloat16
@@ -195,9 +195,9 @@ def test_gradients_rows():
 
 def test_compiled_forward_and_gradients_equal_eager(hopper_only):
     """torch.compile (inductor, fullgraph): the forward and both gradient products are direct
-    calls of the plans (pingpong.inductor, counted), bitwise the eager results; the rows past
+    calls of the plans (pingpong.integration.inductor, counted), bitwise the eager results; the rows past
     offs[-1] (unset in the forward) are left out of the comparison and the gradient."""
-    from pingpong import inductor
+    from pingpong.integration import inductor
 
     seed = new_seed()
     gen = torch.Generator(device="cuda").manual_seed(seed)

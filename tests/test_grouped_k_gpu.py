@@ -1,4 +1,4 @@
-"""GPU: the Hopper ragged-K kernel (pingpong.hopper.grouped_k, the MoE weight gradient)
+"""GPU: the Hopper ragged-K kernel (pingpong.hopper.kernels.grouped_k, the MoE weight gradient)
 against a float64 per-group reference (norm and elementwise bounds, outputs poisoned with NaN
 first): K ranges of 0, 1, 17, 255 and 1000 rows (and reversed) on every tile config, every
 operand layout the backward produces, rows outside every group holding NaN (they must never
@@ -13,7 +13,7 @@ import pingpong
 from fused_reference import check, matrix, new_seed, poisoned, offsets as group_ends
 from pingpong import KernelConfig
 from pingpong import grouped as gm
-from pingpong.hopper import grouped_k as hk
+from pingpong.hopper.host import grouped_k as hk
 from pingpong.portable import grouped as portable_grouped
 from pingpong.runtime import plan as plan_mod
 

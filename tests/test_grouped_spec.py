@@ -18,9 +18,9 @@ from pingpong import PingpongError
 from pingpong import grouped as gm
 from pingpong import portable
 from pingpong.amd import backend as amd_backend
-from pingpong.hopper import backend as hopper_backend
-from pingpong.hopper import grouped as hg
-from pingpong.hopper import grouped_k as hk
+from pingpong.hopper.host import backend as hopper_backend
+from pingpong.hopper.host import grouped as hg
+from pingpong.hopper.host import grouped_k as hk
 from pingpong.portable import grouped as portable_grouped
 from pingpong.runtime import plan, spec
 

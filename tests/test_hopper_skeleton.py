@@ -1,4 +1,4 @@
-"""Every warp-specialized Hopper kernel runs one skeleton (pingpong.hopper.kernel.run_partitions):
+"""Every warp-specialized Hopper kernel runs one skeleton (pingpong.hopper.kernels.gemm.run_partitions):
 the partitions are written once, the variants are the aggregates passed in."""
 
 import ast
@@ -6,7 +6,7 @@ import inspect
 from pathlib import Path
 
 import pingpong.hopper as hopper_pkg
-from pingpong.hopper import fp8_grouped, fp8_kernel, grouped, grouped_k, kernel
+from pingpong.hopper.kernels import fp8_gemm as fp8_kernel, fp8_grouped, gemm as kernel, grouped, grouped_k
 
 HOPPER = Path(hopper_pkg.__file__).parent
 
@@ -18,8 +18,9 @@ def calls(source: str, name: str) -> int:
 
 
 def test_warp_specialize_is_called_only_by_the_skeleton():
-    sites = {p.name: calls(p.read_text(), "warp_specialize") for p in sorted(HOPPER.glob("*.py"))}
-    assert {name: n for name, n in sites.items() if n} == {"kernel.py": 2}  # ping-pong and cooperative
+    sites = {p.relative_to(HOPPER).as_posix(): calls(p.read_text(), "warp_specialize")
+             for p in sorted(HOPPER.rglob("*.py"))}
+    assert {name: n for name, n in sites.items() if n} == {"kernels/gemm.py": 2}  # ping-pong and cooperative
     assert calls(inspect.getsource(kernel.run_partitions.fn), "warp_specialize") == 2
 
 
@@ -35,7 +36,7 @@ def test_every_warp_specialized_kernel_runs_the_skeleton():
 
 def test_one_consumer_function_per_schedule():
     """A consumer partition: a `*_consumer` function of the ring (phase_sync.other_consumer is arithmetic)."""
-    consumers = sorted(f"{p.stem}.{node.name}" for p in HOPPER.glob("*.py") for node in ast.parse(p.read_text()).body
+    consumers = sorted(f"{p.stem}.{node.name}" for p in HOPPER.rglob("*.py") for node in ast.parse(p.read_text()).body
                        if isinstance(node, ast.FunctionDef) and node.name.endswith("_consumer")
                        and "ring" in [a.arg for a in node.args.args])
-    assert consumers == ["kernel.cooperative_consumer", "kernel.pingpong_consumer"]
+    assert consumers == ["gemm.cooperative_consumer", "gemm.pingpong_consumer"]

@@ -85,14 +85,18 @@ LAYERS = (
     # the schedule checker's vocabulary, which the kernels' schedules are written in
     ("schedule model", ("pingpong.schedule", "pingpong.schedule.model", "pingpong.schedule.checker",
                         "pingpong.schedule.errors", "pingpong.schedule.timeline")),
-    # the kernels and their host side; each GEMM backend is named in runtime.plan.BACKEND_MODULES
-    ("backends", ("pingpong.hopper.*", "pingpong.amd.*", "pingpong.portable.*", "pingpong.streaming.hopper",
-                  "pingpong.streaming.portable", "pingpong.streaming.gfx942", "pingpong.streaming.grid_stride",
-                  "pingpong.streaming.offline")),
+    # the Hopper kernels in three layers: the @gluon.jit parts, the kernels composed of them, and
+    # the host side that configures and launches them (a device part never imports a host part)
+    ("hopper device parts", ("pingpong.hopper.device.*",)),
+    ("hopper kernels", ("pingpong.hopper.kernels.*",)),
+    # the backends' host sides; each GEMM backend is named in runtime.plan.BACKEND_MODULES
+    ("backends", ("pingpong.hopper", "pingpong.hopper.host.*", "pingpong.amd.*", "pingpong.portable.*",
+                  "pingpong.streaming.hopper", "pingpong.streaming.portable", "pingpong.streaming.gfx942",
+                  "pingpong.streaming.grid_stride", "pingpong.streaming.offline")),
     # torch integration under the functions: the torch.library ops, their autograd and lowering
-    ("torch ops", ("pingpong.ops", "pingpong.direct", "pingpong.inductor", "pingpong.batching", "pingpong.async_tp")),
+    ("torch integration", ("pingpong.integration.*", "pingpong.async_tp")),
     ("public API", ("pingpong.api", "pingpong.functional", "pingpong.grouped", "pingpong.fp8", "pingpong.fp8_grouped",
-                    "pingpong.quantize", "pingpong.fused", "pingpong.streaming", "pingpong.streaming.api")),
+                    "pingpong.quantize", "pingpong.streaming", "pingpong.streaming.api")),
     # torch integration built on the functions, as torch.nn on torch.nn.functional
     ("torch modules", ("pingpong.nn", "pingpong.distributed", "pingpong.moe", "pingpong.fp8_training",
                        "pingpong.fp8_grouped_training")),
@@ -121,9 +125,10 @@ def _layer(name: str) -> int:
 
 
 def test_imports_go_down_the_layers():
-    """The direction, as the cycle test checks cycles: the runtime never imports the torch ops,
-    a backend never the public API, nothing but the tools imports a tool; function-local imports
-    count. The runtime asks the backends by name (BACKEND_MODULES), not by an import."""
+    """The direction, as the cycle test checks cycles: the runtime never imports the torch
+    integration, a backend never the public API, a Hopper device part never a kernel or the host
+    side, nothing but the tools imports a tool; function-local imports count. The runtime asks
+    the backends by name (BACKEND_MODULES), not by an import."""
     graph = _graph()
     against = sorted(f"{name} ({LAYERS[_layer(name)][0]}) imports {dep} ({LAYERS[_layer(dep)][0]})"
                      for name, deps in graph.items() for dep in deps
@@ -155,7 +160,7 @@ def test_a_backend_that_fails_to_import_is_named(monkeypatch):
 
 def test_import_pingpong_loads_no_backend():
     code = ("import sys, pingpong, pingpong.api; "
-            "assert not [m for m in sys.modules if m.startswith(('pingpong.hopper.backend', 'pingpong.amd', "
+            "assert not [m for m in sys.modules if m.startswith(('pingpong.hopper.host.backend', 'pingpong.amd', "
             "'pingpong.portable'))], sorted(m for m in sys.modules if m.startswith('pingpong'))")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -172,7 +177,8 @@ def test_version_is_pyprojects():
     assert re.search(r'^version = "([^"]+)"', pyproject.read_text(), re.M).group(1) == pingpong.__version__
 
 
-@pytest.mark.parametrize("module", ["pingpong.fp8", "pingpong.ops", "pingpong.distributed", "pingpong.grouped"])
+@pytest.mark.parametrize("module", ["pingpong.fp8", "pingpong.integration.ops", "pingpong.distributed",
+                                    "pingpong.grouped"])
 def test_a_submodule_imports_first(module):
     """`import pingpong` loads the API lazily; a submodule imported before anything else (as
     `from pingpong.fp8 import Float8Linear` or `import pingpong.distributed` do) must not make

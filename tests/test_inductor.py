@@ -1,4 +1,4 @@
-"""pingpong's ops under torch.compile's inductor on the CPU (pingpong.inductor): the generated
+"""pingpong's ops under torch.compile's inductor on the CPU (pingpong.integration.inductor): the generated
 code calls the plans directly (extern_kernels.pingpong_*, not the dispatcher), with the eager
 results, and refuses what the eager call refuses. Kernels: the portable kernel under Triton's
 interpreter (the `interpreted_kernels` fixture), fp16. The graphs hold only pingpong ops and
@@ -9,7 +9,8 @@ import torch
 from torch._inductor.utils import run_and_get_code
 
 import pingpong
-from pingpong import PingpongError, fp8_grouped_training, fp8_training, inductor, quantize
+from pingpong import PingpongError, fp8_grouped_training, fp8_training, quantize
+from pingpong.integration import inductor
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
               pytest.mark.filterwarnings("ignore::UserWarning")]
@@ -253,7 +254,8 @@ import torch
 from torch._inductor import config
 from torch._inductor.utils import run_and_get_code
 import pingpong
-from pingpong import inductor, quantize
+from pingpong import quantize
+from pingpong.integration import inductor
 from test_fp8_training import _cast
 quantize.interpreter_enabled, quantize.launch = (lambda: True), _cast
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from pingpong.runtime import compile as cc
-from pingpong.hopper.config import SMEM_LIMIT
+from pingpong.hopper.host.config import SMEM_LIMIT
 
 pytestmark = pytest.mark.slow  # offline compiles
 

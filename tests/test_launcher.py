@@ -14,10 +14,10 @@ from pingpong import quantize
 from pingpong.errors import ConfigError, PingpongError
 from pingpong.fp8 import Float8Linear
 from pingpong.fp8_grouped import check_scaled_grouped_mm
-from pingpong.hopper import launch as hl, table as tables
-from pingpong.hopper.config import KernelConfig
-from pingpong.hopper.epilogue import EpilogueConstants, EpilogueOperands
-from pingpong.hopper.select import choose
+from pingpong.hopper.host import launch as hl, table as tables
+from pingpong.hopper.host.config import KernelConfig
+from pingpong.hopper.device.epilogue import EpilogueConstants, EpilogueOperands
+from pingpong.hopper.host.select import choose
 from pingpong.runtime import compile as cc
 from pingpong.runtime.launcher import CachedLaunch, DirectLaunch, bind_jit_args, hooks_idle, launch_key, \
     launch_ready
@@ -378,8 +378,8 @@ def test_tuned_entry_answers_its_exact_shape_and_near_ones_only_by_the_rule(tuni
     """A 128×256 tile tuned at 1024×4500×4096 idles more of the last wave there than the
     heuristic (1.83 vs 1.38 of the units' time): the exact shape still takes it (it was
     measured there), a shape of the same buckets differing only in K does not (the near rule,
-    pingpong.hopper.select.tabled)."""
-    from pingpong.hopper.select import Device
+    pingpong.hopper.host.select.tabled)."""
+    from pingpong.hopper.host.select import Device
 
     h100 = Device("NVIDIA H100 80GB HBM3", 132)
     tuned = KernelConfig(128, 256, 64)

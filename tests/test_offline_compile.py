@@ -130,7 +130,7 @@ def _bf16(rows, cols, offset_elems=0):
 
 
 def test_tma_orientation_refuses_misaligned_bases():
-    from pingpong.hopper.launch import tma_orientation
+    from pingpong.hopper.host.launch import tma_orientation
 
     assert tma_orientation(_bf16(64, 64)) == "row"
     assert tma_orientation(_bf16(64, 64).t()) == "col"

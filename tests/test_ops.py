@@ -10,7 +10,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import pingpong
 from closeness import AUTOGRAD_ELEM, AUTOGRAD_NORM, assert_close
-from pingpong import PingpongError, ops
+from pingpong import PingpongError
+from pingpong.integration import ops
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # triton 3.6 interpreter + numpy
 
@@ -361,7 +362,7 @@ def test_compile_fullgraph_traces_the_in_place_gemm(interpreted_kernels):
 @pytest.mark.parametrize("shape", [(7,), (1, 7), (5, 1), (3, 5, 7), (1, 5, 1)])
 def test_bias_gradient_sums_what_the_bias_broadcasts_along(shape):
     """dbias = the output gradient summed to the bias's shape (fp32 accumulation, no fp32 copy)."""
-    from pingpong.ops import _bias_grad
+    from pingpong.integration.ops import _bias_grad
 
     g = torch.randn(3, 5, 7, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
     got = _bias_grad(g, torch.zeros(shape, dtype=torch.float32))

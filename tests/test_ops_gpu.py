@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 
 import pingpong
-from pingpong import PingpongError, ops
+from pingpong import PingpongError
+from pingpong.integration import ops
 from closeness import GEMM_BOUND, rel_err
 from test_gemm_gpu import operand
 

@@ -8,11 +8,12 @@ import pytest
 import torch
 
 import pingpong
-from pingpong import api, direct, fp8, fp8_grouped, grouped, quantize
+from pingpong import api, fp8, fp8_grouped, grouped, quantize
+from pingpong.integration import direct
 from pingpong import portable
 from pingpong.runtime import plan, spec
-from pingpong.hopper import backend as hopper_backend
-from pingpong.hopper.config import KernelConfig
+from pingpong.hopper.host import backend as hopper_backend
+from pingpong.hopper.host.config import KernelConfig
 from pingpong.runtime.addressing import addressable
 from pingpong.errors import PingpongError
 from pingpong.streaming import api as streaming_api
@@ -523,8 +524,8 @@ def test_scaled_mm_repeat_keeps_the_gradient_refused_not_dropped(recorded):
 def _plan_classes() -> list:
     """Every Plan class of the package (each backend imported), subclasses included."""
     import pingpong.amd.backend  # noqa: F401
-    import pingpong.hopper.fp8_grouped  # noqa: F401
-    import pingpong.hopper.fp8_launch  # noqa: F401
+    import pingpong.hopper.host.fp8_grouped  # noqa: F401
+    import pingpong.hopper.host.fp8_launch  # noqa: F401
 
     found, todo = [], [plan.Plan]
     while todo:
@@ -552,8 +553,8 @@ def test_every_plan_runs_through_one_entry_point():
 def test_epilogue_args_reach_the_launch_by_name():
     """The operands of EpilogueArgs reach the launch whichever field they sit in: a scaled
     product's scales and bias and a grouped product's offs, by address, in their slots."""
-    from pingpong.hopper import fp8_grouped as hfg
-    from pingpong.hopper import fp8_launch
+    from pingpong.hopper.host import fp8_grouped as hfg
+    from pingpong.hopper.host import fp8_launch
 
     calls = []
     E4 = torch.float8_e4m3fn

@@ -4,8 +4,9 @@ import inspect
 
 import pytest
 
-from pingpong.hopper import epilogue, kernel, loader, pipeline, scheduler
-from pingpong.hopper.config import SCHEDULE_FACTS
+from pingpong.hopper.device import epilogue, loader, pipeline, scheduler
+from pingpong.hopper.kernels import gemm as kernel
+from pingpong.hopper.host.config import SCHEDULE_FACTS
 from pingpong.schedule import ScheduleBuilder, check
 from pingpong.schedule.schedules import SHIPPED, amd, as_expected, build, hopper
 from pingpong.schedule.timeline import report_violation, timeline
@@ -88,7 +89,7 @@ def test_hopper_protocol_safe_and_broken_variants():
 
 
 def test_hopper_model_uses_the_kernel_helpers(monkeypatch):
-    from pingpong.hopper import pipeline
+    from pingpong.hopper.device import pipeline
 
     monkeypatch.setattr(pipeline.ring_phase, "fn", lambda c, S: 0)  # a wrong parity helper
     r = check(hopper.hopper_pingpong(2), stop_after=1)
@@ -96,7 +97,7 @@ def test_hopper_model_uses_the_kernel_helpers(monkeypatch):
 
 
 def test_hopper_model_uses_the_turn_helper(monkeypatch):
-    from pingpong.hopper import phase_sync
+    from pingpong.hopper.device import phase_sync
 
     monkeypatch.setattr(phase_sync.turn_phase, "fn", lambda j, c: 0)  # both wait for phase 0
     r = check(hopper.hopper_pingpong(2), stop_after=1)

@@ -7,8 +7,10 @@ import random
 
 import pytest
 
-from pingpong.hopper import fixup, kernel, launch
-from pingpong.hopper import scheduler as sk
+from pingpong.hopper.device import fixup
+from pingpong.hopper.kernels import gemm as kernel
+from pingpong.hopper.host import launch
+from pingpong.hopper.device import scheduler as sk
 from pingpong.schedule import ScheduleBuilder, ScheduleError, check
 from pingpong.schedule.schedules import streamk
 from pingpong.tools.cli import main

@@ -8,8 +8,8 @@ import warnings
 import pytest
 
 from pingpong import KernelConfig
-from pingpong.hopper import table as tables
-from pingpong.hopper.select import Device, choose, idle_waves, select_config
+from pingpong.hopper.host import table as tables
+from pingpong.hopper.host.select import Device, choose, idle_waves, select_config
 from pingpong.tools.suites import SUITES
 
 H100 = Device("NVIDIA H100 80GB HBM3", 132)
@@ -338,7 +338,7 @@ def test_mid_rows_constants_fit_the_measured_sweeps():
 def test_mid_rows_fit_scores_only_what_the_model_chooses():
     """A stream-K (or swap-AB) row is data, never the model's pick, even where it is listed
     first at the same tile; shapes whose config another rule decides are not scored."""
-    from pingpong.hopper.select import heuristic_config
+    from pingpong.hopper.host.select import heuristic_config
 
     fit = _midrows_fit()
     dp, sk = fit.parse_config("cooperative:128x128x64"), fit.parse_config("cooperative:128x128x64/sk")
@@ -357,7 +357,7 @@ def test_mid_rows_decides_is_where_the_heuristic_asks_the_model(monkeypatch, see
     calls mid_rows_config, on random shapes of 1-1200 rows (with the band's edges)."""
     import random
 
-    from pingpong.hopper import select
+    from pingpong.hopper.host import select
 
     rng = random.Random(seed)
     asked = []

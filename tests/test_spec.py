@@ -1,6 +1,6 @@
 """GemmSpec (pingpong.runtime.spec) on the CPU: built once per call, validated once per new
 spec, errors under each entry point's argument names; every backend's can_implement refuses
-with a reason the user sees; the layer plan (pingpong.direct.LayerPlan) against float64 torch;
+with a reason the user sees; the layer plan (pingpong.integration.direct.LayerPlan) against float64 torch;
 the front end's import graph has no cycle."""
 
 import ast
@@ -11,8 +11,9 @@ import pytest
 import torch
 
 import pingpong
-from pingpong import PingpongError, direct
-from pingpong.hopper import backend as hopper_backend
+from pingpong import PingpongError
+from pingpong.integration import direct
+from pingpong.hopper.host import backend as hopper_backend
 from pingpong.amd import backend as amd_backend
 from pingpong import portable
 from pingpong.runtime import plan, spec
@@ -142,7 +143,8 @@ NAMES = [  # entry point, call, the name the message must lead with
     ("linear bias", lambda: pingpong.linear(randn(4, 8), randn(6, 8), randn(5)), "bias: expected shape \\(6,\\)"),
     ("linear device", lambda: pingpong.linear(randn(4, 8), randn(6, 8)), "x and weight are on cpu"),
     ("nn.Linear", lambda: pingpong.nn.Linear(8, 6, dtype=f16)(randn(4, 7)), "x: expected last dim K"),
-    ("ops.linear fake", lambda: pingpong.ops.linear(randn(4, 8, dtype=bf).to("meta"), randn(6, 8).to("meta")),
+    ("ops.linear fake",
+     lambda: pingpong.integration.ops.linear(randn(4, 8, dtype=bf).to("meta"), randn(6, 8).to("meta")),
      "x and weight must have the same dtype"),
 ]
 
@@ -206,7 +208,8 @@ def test_c_read_is_decided_in_the_spec_only():
     a, b, c = randn(4, 8), randn(8, 4), randn(4, 4)
     assert _spec(a, b, c, beta=0.0).epilogue.reads_c is False
     assert _spec(a, b, c, beta=0.5).epilogue.reads_c is True
-    for path in ("hopper/launch.py", "portable/__init__.py", "batching.py", "direct.py", "api.py"):
+    for path in ("hopper/host/launch.py", "portable/__init__.py", "integration/batching.py", "integration/direct.py",
+                 "api.py"):
         assert "beta != 0" not in (SRC / path).read_text(), f"{path} re-decides whether C is read"
 
 

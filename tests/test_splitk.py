@@ -13,9 +13,10 @@ from pingpong.runtime import compile as cc
 from pingpong.runtime.spec import EpilogueArgs
 from pingpong.runtime.launcher import flat_arguments
 from pingpong import toolchain
-from pingpong.hopper.config import SCHEDULE_FACTS, SMEM_LIMIT
-from pingpong.hopper.launch import OFFLINE_SPLIT_VARIANTS, counter_count, prepare_split, workspace_shape
-from pingpong.hopper.scheduler import effective_splits, split_work, tile_coords, tiles_of_program
+from pingpong.hopper.host.config import SCHEDULE_FACTS, SMEM_LIMIT
+from pingpong.hopper.host.launch import OFFLINE_SPLIT_VARIANTS, counter_count, prepare_split, workspace_shape
+from pingpong.hopper.host.splits import effective_splits
+from pingpong.hopper.device.scheduler import split_work, tile_coords, tiles_of_program
 
 
 def cdiv(a, b):
@@ -142,7 +143,7 @@ def test_swap_ab_compiles_for_every_operand_layout(layout):
     """Swap-AB turns A into the kernel's B: the MN-major (transposed) operand paths compile too."""
     import torch
 
-    from pingpong.hopper.launch import prepare_split
+    from pingpong.hopper.host.launch import prepare_split
 
     M, N, K = 64, 1024, 1024
     config = KernelConfig(128, 32, 64, split_k=2, swap_ab=True)
@@ -164,7 +165,7 @@ def test_swap_ab_compiles_for_every_operand_layout(layout):
 @pytest.fixture
 def launches(monkeypatch):
     """Plans built as on a Hopper GPU; each CachedLaunch call is recorded, not run."""
-    from pingpong.hopper import backend as hopper_backend
+    from pingpong.hopper.host import backend as hopper_backend
 
     monkeypatch.setattr(hopper_backend, "is_hopper", lambda device: True)
     calls = []
@@ -194,7 +195,7 @@ def test_split_plan_launches_gemm_then_reduction_on_the_right_pointers(launches,
         "large K": lambda: (_bf16(256, 8192), _bf16(256, 8192).t(), _bf16(256, 256), False, 0.5),
         "in place, column-major c": lambda: (_bf16(16, 1024), _bf16(4096, 1024).t(), _bf16(4096, 16).t(), True, 1.0),
     }[case]()
-    from pingpong.hopper import backend
+    from pingpong.hopper.host import backend
     from pingpong.runtime import spec
 
     p = plan.plan_for(spec.build(a, b, c, beta, torch.bfloat16, inplace=inplace))
@@ -228,8 +229,8 @@ def test_layer_pointer_launch_launches_what_the_plan_run_does(launches, monkeypa
     the same pointers, scalars and JIT arguments as the plan's general run."""
     import torch
 
-    from pingpong import direct
-    from pingpong.hopper import backend
+    from pingpong.integration import direct
+    from pingpong.hopper.host import backend
     from pingpong.runtime import plan, spec
 
     monkeypatch.setattr(spec, "check_gpu", lambda device, names=None: None)
@@ -341,8 +342,8 @@ def test_split_geometry_reproduces_the_product(config, layout, M, N, K):
     same bits whatever order the splits arrive in, and leaves every counter at zero."""
     import torch
 
-    from pingpong.hopper.backend import tma_copy
-    from pingpong.hopper.launch import tma_orientation
+    from pingpong.hopper.host.backend import tma_copy
+    from pingpong.hopper.host.launch import tma_orientation
 
     torch.manual_seed(0)
     store = lambda r, c_, t: (torch.randn(c_, r).t() if t else torch.randn(r, c_)).to(torch.bfloat16)  # noqa: E731

@@ -13,8 +13,8 @@ import torch
 from closeness import GEMM_BOUND, ROUNDING, SPLIT_ACCUM, assert_close
 from pingpong import KernelConfig
 from pingpong.api import _gemm_into
-from pingpong.hopper.launch import counter_count, prepare_split, workspace_shape
-from pingpong.hopper.select import select_config
+from pingpong.hopper.host.launch import counter_count, prepare_split, workspace_shape
+from pingpong.hopper.host.select import select_config
 
 pytestmark = pytest.mark.gpu
 

@@ -7,7 +7,7 @@ import torch
 import pingpong
 from pingpong.errors import ConfigError, PingpongError
 from pingpong.toolchain import KERNEL_OPTIONS
-from pingpong.hopper.pipeline import ring_index, ring_phase
+from pingpong.hopper.device.pipeline import ring_index, ring_phase
 from pingpong.streaming import api, vector_add
 from pingpong.streaming.api import kernel_path
 from pingpong.tools import bench_streaming as sbench

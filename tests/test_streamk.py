@@ -9,15 +9,16 @@ import random
 import pytest
 
 from pingpong import ConfigError, KernelConfig
-from pingpong.hopper import scheduler as sk
-from pingpong.hopper.launch import OFFLINE_SPLIT_VARIANTS, partial_slots, workspace_reason, workspace_shape
+from pingpong.hopper.device import scheduler as sk
+from pingpong.hopper.host import splits as hs
+from pingpong.hopper.host.launch import OFFLINE_SPLIT_VARIANTS, partial_slots, workspace_reason, workspace_shape
 from fake_launcher import pointer_slots
 
 
 def units(tiles, k_steps, sms):
     """Every unit of a stream-K launch, as the kernel's StreamKScheduler numbers them: (program,
     local unit, tile id, first k-step in the tile, k-steps, slot, parts, ring counter)."""
-    programs, dp, streamers = sk.stream_k_split(tiles, k_steps, sms)
+    programs, dp, streamers = hs.stream_k_split(tiles, k_steps, sms)
     total = (tiles - dp) * k_steps
     owner = lambda step: sk.stream_owner.fn(step, streamers, total)  # noqa: E731
     out = []
@@ -90,7 +91,7 @@ def test_units_cover_every_k_step_once_random_shapes():
     for _ in range(150):
         tiles, k_steps, sms = rng.randint(1, 400), rng.randint(1, 70), rng.choice((1, 2, 7, 66, 78, 114, 132))
         programs, dp, streamers, parts = check(tiles, k_steps, sms)
-        assert parts == sk.stream_parts(tiles, k_steps, sms)
+        assert parts == hs.stream_parts(tiles, k_steps, sms)
         whole_counts(tiles, k_steps, sms)
 
 
@@ -110,7 +111,7 @@ def test_whole_units_are_numbered_per_consumer():
     (3, 2, 132, (1, 0, 1)),  # 6 k-steps: one streaming program (MIN_STREAM_STEPS)
 ])
 def test_hybrid_split(tiles, k_steps, sms, expect):
-    assert sk.stream_k_split(tiles, k_steps, sms) == expect
+    assert hs.stream_k_split(tiles, k_steps, sms) == expect
     check(tiles, k_steps, sms)
 
 
@@ -118,17 +119,17 @@ def test_parts_per_tile_follow_from_the_share_length():
     """A tile of S k-steps meets at most ⌈(S − 1) / q⌉ + 1 shares of q (or q + 1) k-steps."""
     for tiles in range(1, 400, 7):
         for k_steps in (1, 9, 64, 100):
-            programs, dp, streamers = sk.stream_k_split(tiles, k_steps, 132)
+            programs, dp, streamers = hs.stream_k_split(tiles, k_steps, 132)
             q = (tiles - dp) * k_steps // streamers
             if q:
-                assert sk.stream_parts(tiles, k_steps, 132) <= -(-(k_steps - 1) // q) + 1
+                assert hs.stream_parts(tiles, k_steps, 132) <= -(-(k_steps - 1) // q) + 1
 
 
 def test_streaming_shares_are_at_least_min_stream_steps():
     for tiles, k_steps in ((5, 3), (40, 1), (1, 100), (60, 20)):
-        programs, dp, streamers = sk.stream_k_split(tiles, k_steps, 132)
+        programs, dp, streamers = hs.stream_k_split(tiles, k_steps, 132)
         total = (tiles - dp) * k_steps
-        assert streamers == 1 or total // streamers >= sk.MIN_STREAM_STEPS
+        assert streamers == 1 or total // streamers >= hs.MIN_STREAM_STEPS
 
 
 def test_workspace_has_a_slot_per_sharing_program():
@@ -160,14 +161,14 @@ def test_bad_stream_k_configs_name_the_constraint(fields, words):
     (KernelConfig(64, 16, 128, schedule="pingpong", stream_k=True, swap_ab=True), True, (0, 0), "swap_ab=False"),
 ])
 def test_fp8_stream_k_configs_name_the_constraint(config, promote, boxes, words):
-    from pingpong.hopper.fp8_launch import check_fp8_config
+    from pingpong.hopper.host.fp8_launch import check_fp8_config
 
     with pytest.raises(ConfigError, match=words):
         check_fp8_config(config, promote, 2, boxes)
 
 
 def test_fp8_stream_k_takes_every_scaling():
-    from pingpong.hopper.fp8_launch import check_fp8_config, scale_boxes
+    from pingpong.hopper.host.fp8_launch import check_fp8_config, scale_boxes
 
     for scaling, sb_cols in (("tensor", 128), ("row", 128), ("block", 128), ("block", 1)):
         config = KernelConfig(128, 128, 128, stream_k=True)
@@ -201,7 +202,7 @@ def test_stream_k_configs_stage_the_tma_epilogue(tile):
     (3, 8, 132, "data-parallel", 0, 1, "whole tiles, no fix-up"),  # 24 k-steps: 3 programs, 8 each
 ])
 def test_stream_k_choice_rule(tiles, k_steps, sms, kind, dp, splits, words):
-    c = sk.stream_k_choice(tiles, k_steps, sms)
+    c = hs.stream_k_choice(tiles, k_steps, sms)
     assert (c.kind, c.dp_tiles, c.splits) == (kind, dp, splits)
     assert words in c.reason
 
@@ -213,7 +214,7 @@ def test_stream_k_choice_agrees_with_the_units_it_describes():
     seen = set()
     for _ in range(400):
         tiles, k_steps, sms = rng.randint(1, 300), rng.randint(1, 80), rng.choice((1, 4, 8, 66, 132))
-        c = sk.stream_k_choice(tiles, k_steps, sms)
+        c = hs.stream_k_choice(tiles, k_steps, sms)
         seen.add(c.kind)
         programs, dp, streamers, us = units(tiles, k_steps, sms)
         assert (c.programs, c.dp_tiles, c.streamers) == (programs, dp, streamers), (tiles, k_steps, sms)
@@ -226,18 +227,18 @@ def test_stream_k_choice_agrees_with_the_units_it_describes():
             u[6] == c.splits and u[4] == k_steps // c.splits and u[3] == u[5] * u[4] for u in us)
         assert (c.kind == "split-k") == even, (tiles, k_steps, sms, c)
         if c.kind == "split-k":
-            assert sk.effective_splits(k_steps * 64, 64, c.splits) == c.splits  # the split-K kernel's own units
+            assert hs.effective_splits(k_steps * 64, 64, c.splits) == c.splits  # the split-K kernel's own units
     assert seen == {"data-parallel", "split-k", "stream-k"}
 
 
 @pytest.mark.parametrize("args, name", [((0, 4, 132), "tiles"), ((4, 0, 132), "k_steps"), ((4, 4, 1.5), "sms")])
 def test_stream_k_choice_names_its_bad_argument(args, name):
     with pytest.raises(ConfigError, match=f"{name} must be an int >= 1"):
-        sk.stream_k_choice(*args)
+        hs.stream_k_choice(*args)
 
 
 def test_stream_k_note_says_what_stream_k_would_do_and_why_not():
-    from pingpong.hopper.select import stream_k_note
+    from pingpong.hopper.host.select import stream_k_note
 
     note = stream_k_note(589, 8192, 8192, KernelConfig(128, 256, 64), 132)
     assert note.startswith("stream-K (not selected) would run stream-k: 160 tiles on 132 SMs")
@@ -251,7 +252,7 @@ def test_stream_k_note_says_what_stream_k_would_do_and_why_not():
 
 def test_default_selection_never_picks_stream_k():
     """Stream-K is opt-in until measurements say where it wins: the heuristic never selects it."""
-    from pingpong.hopper.select import heuristic_config
+    from pingpong.hopper.host.select import heuristic_config
 
     rng = random.Random(39)
     for _ in range(200):
@@ -265,8 +266,8 @@ def test_plan_pointers_follow_the_stream_k_kernel_slots(monkeypatch, reads_c):
     epilogue descriptors (out, C) after the pointers."""
     import torch
 
-    from pingpong.hopper.backend import SplitPlan
-    from pingpong.hopper.launch import counter_count, stream_k_gemm
+    from pingpong.hopper.host.backend import SplitPlan
+    from pingpong.hopper.host.launch import counter_count, stream_k_gemm
     from pingpong.runtime.spec import EpilogueArgs
 
     M, N, K = 589, 1024, 4096
@@ -289,7 +290,7 @@ def test_plan_pointers_follow_the_stream_k_kernel_slots(monkeypatch, reads_c):
 def test_fp8_plan_pointers_follow_the_stream_k_kernel_slots(monkeypatch, scaling, sb_cols):
     import torch
 
-    from pingpong.hopper import fp8_launch
+    from pingpong.hopper.host import fp8_launch
     from pingpong.runtime.spec import EpilogueArgs
 
     M, N, K = 200, 512, 4096
@@ -321,7 +322,7 @@ def test_fp8_stream_k_plan_broadcasts_long_tensor_wise_scales(monkeypatch):
     stream-K plan must broadcast the scalars into row vectors, as the data-parallel one does."""
     import torch
 
-    from pingpong.hopper import fp8_launch
+    from pingpong.hopper.host import fp8_launch
     from pingpong.runtime import spec as spec_mod
 
     M, N, K = 16384, 8192, 8192

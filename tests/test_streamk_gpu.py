@@ -15,8 +15,8 @@ import torch
 from fused_reference import check, new_seed, reference
 from pingpong import KernelConfig
 from pingpong.api import _gemm_into
-from pingpong.hopper.launch import counter_count, prepare_split, workspace_shape
-from pingpong.hopper.scheduler import stream_k_split
+from pingpong.hopper.host.launch import counter_count, prepare_split, workspace_shape
+from pingpong.hopper.host.splits import stream_k_split
 
 pytestmark = pytest.mark.gpu
 
@@ -155,7 +155,7 @@ FP8_NK = {"tensor": (1040, 1552), "row": (1040, 1552), "block": (528, 1408), "bl
 
 def fp8_launch_poisoned(qa, qb, sa, sb, mode, config, programs, fast=False, bias=None, activation="none"):
     """fp8_stream_gemm by hand on `programs` SMs: output and workspace NaN, counters back at zero."""
-    from pingpong.hopper import fp8_launch
+    from pingpong.hopper.host import fp8_launch
 
     M, K = qa.shape
     N = qb.shape[1]

@@ -8,7 +8,7 @@ import warnings
 import pytest
 
 from pingpong import toolchain
-from pingpong.hopper import table as tables
+from pingpong.hopper.host import table as tables
 
 
 def test_supported_versions_pass():

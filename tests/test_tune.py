@@ -12,8 +12,8 @@ import pytest
 
 from pingpong import KernelConfig
 from pingpong.tools import tune
-from pingpong.hopper import table as tables
-from pingpong.hopper.select import Device, heuristic_config, select_config
+from pingpong.hopper.host import table as tables
+from pingpong.hopper.host.select import Device, heuristic_config, select_config
 
 H100 = Device("NVIDIA H100 80GB HBM3", 132)
 

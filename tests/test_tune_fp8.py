@@ -13,10 +13,10 @@ import torch
 
 from pingpong import KernelConfig
 from pingpong.errors import ConfigError
-from pingpong.hopper import fp8_launch
-from pingpong.hopper import table as tables
-from pingpong.hopper.fp8_launch import check_fp8_config, choose_fp8, scale_boxes, select_fp8
-from pingpong.hopper.select import Device, choose, select_config
+from pingpong.hopper.host import fp8_launch
+from pingpong.hopper.host import table as tables
+from pingpong.hopper.host.fp8_launch import check_fp8_config, choose_fp8, scale_boxes, select_fp8
+from pingpong.hopper.host.select import Device, choose, select_config
 from pingpong.runtime import spec as specs
 from pingpong.tools import tune
 

@@ -37,7 +37,7 @@ def _load() -> None:
     _loading = True  # a submodule's `from . import x` probes this package's attributes meanwhile
     try:
         from .api import explain, gemm, gemm_, matmul, matmul_tiled, path_for
-        from .hopper.config import KernelConfig
+        from .hopper.host.config import KernelConfig
         from . import nn
         from .functional import linear
         from .grouped import grouped_mm
@@ -59,7 +59,7 @@ _API = frozenset(__all__) | {"nn"}
 
 
 def __getattr__(name: str):
-    """A public name loads the API; a submodule's name (`from . import fused` inside a submodule
+    """A public name loads the API; a submodule's name (`from . import quantize` inside a submodule
     imported first, `pingpong.fp8`) imports that submodule alone, as a package without this hook
     would: loading the API there would import the very module still being initialized."""
     missing = AttributeError(f"module 'pingpong' has no attribute {name!r}")

@@ -11,15 +11,15 @@
 a is (M, K), b is (K, N), both bf16 or both fp16; accumulation is fp32; the output is bf16,
 fp16 or fp32 (default: the inputs' dtype). Row- and column-major views of a and b (e.g.
 ``b = w.t()``, the transpose_b layout) run without copies. matmul and gemm also take
-batched a (…, M, K) and b (…, K, N) with torch.matmul's broadcasting (pingpong.batching).
-While torch.compile traces, or autograd records, a call goes through pingpong.ops (the
+batched a (…, M, K) and b (…, K, N) with torch.matmul's broadcasting (pingpong.integration.batching).
+While torch.compile traces, or autograd records, a call goes through pingpong.integration.ops (the
 torch.library ops, or an autograd.Function); eager inference takes the direct path below.
 
 Batched: a (B, M, K) and/or b (B, K, N) give a (B, M, N) result in one kernel launch over
 the tiles of every batch; a 2-D operand (or batch size 1, or batch stride 0) is shared by
 all batches (a weight). c is (B, M, N) or a shared (M, N). (torch.matmul's N-D broadcasting
 reduces to this: pingpong's op layer.) The fused epilogue (bias per column or per row, an
-activation; pingpong.fused) runs on the fp32 accumulator before the one cast.
+activation; docs/epilogue.md) runs on the fp32 accumulator before the one cast.
 
 A call builds one GemmSpec (pingpong.runtime.spec), validated when it is new, then planned
 once per spec (pingpong.runtime.plan: the backends answer can_implement / plan, the decision is
@@ -49,10 +49,10 @@ from __future__ import annotations
 
 import torch
 
-from . import direct
-from . import ops as _ops
+from .integration import direct
+from .integration import ops as _ops
 from .errors import PingpongError
-from .hopper.config import KernelConfig
+from .hopper.host.config import KernelConfig
 from .runtime import plan as plan_mod
 from .runtime.spec import INPUT_DTYPES, NO_ARGS, OUTPUT_DTYPES, EpilogueArgs, check_scalar
 
@@ -72,12 +72,12 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out_dtype=None, bias=None, activa
         out_dtype: torch.bfloat16, torch.float16 or torch.float32 (default: a.dtype).
         bias: optional (N,) or (1, N) (per output column) or (M, 1) (per row) bf16/fp16/fp32
             tensor, added to α·(a @ b) before the activation.
-        activation: None, "relu", "gelu_erf", "gelu_tanh" or "silu" (pingpong.fused).
+        activation: None, "relu", "gelu_erf", "gelu_tanh" or "silu" (docs/epilogue.md).
     Returns:
         A new contiguous (M, N) or (B, M, N) tensor of out_dtype.
     """
     args = EpilogueArgs(c, check_scalar("alpha", alpha), check_scalar("beta", beta), bias, activation=activation)
-    if _ops.needs_op(a, b, c, bias):  # torch.compile / autograd: the pingpong ops (pingpong.ops)
+    if _ops.needs_op(a, b, c, bias):  # torch.compile / autograd: the pingpong ops (pingpong.integration.ops)
         return _ops.route_gemm(a, b, args, out_dtype)
     return direct.gemm(a, b, args, out_dtype)
 
@@ -141,4 +141,4 @@ def _args(c, beta, bias, activation) -> EpilogueArgs:
     return EpilogueArgs(c, beta=check_scalar("beta", beta), bias=bias, activation=activation)
 
 
-_gemm_into = direct.gemm_into  # tests and benchmarks (pingpong.direct.gemm_into)
+_gemm_into = direct.gemm_into  # tests and benchmarks (pingpong.integration.direct.gemm_into)

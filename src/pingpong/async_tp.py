@@ -10,7 +10,7 @@ over symmetric memory. This module does the same for pingpong's ops:
     piece                          what
     mm_out(A, B, bias=, activation=, out=)
                                    the mm-out callable: pingpong's product into the chunk `out`
-                                   (pingpong.direct.gemm with out=; a chunk that is not a
+                                   (pingpong.integration.direct.gemm with out=; a chunk that is not a
                                    contiguous, 16-byte aligned block goes through a new tensor)
     pingpong::all_gather_gemm      (a_shard, [b…], [bias…], [activation…], gather_dim, group_name,
                                    return_a) -> (a or None, [act(a @ b + bias)…]): torch's
@@ -48,7 +48,7 @@ from typing import Optional
 
 import torch
 
-from . import batching, direct
+from .integration import batching, direct
 from .errors import PingpongError
 from .runtime.spec import NO_ARGS, EpilogueArgs
 
@@ -64,7 +64,7 @@ _ALIGN = 16
 def mm_out(a, b, *, bias=None, activation=None, out) -> None:
     """out ← act(a @ b + bias), in the (A, B, **kwargs, out=) form torch's async-TP
     implementations call. `out` is a chunk of their output or of a symmetric-memory buffer: a
-    contiguous, aligned one is written in place (pingpong.direct.gemm's out=), any other (a
+    contiguous, aligned one is written in place (pingpong.integration.direct.gemm's out=), any other (a
     column chunk, an odd offset) takes the product in a new tensor and a copy."""
     args = NO_ARGS if bias is None and activation is None else EpilogueArgs(bias=bias, activation=activation)
     if out.is_contiguous() and out.data_ptr() % _ALIGN == 0:

@@ -54,9 +54,11 @@ import torch
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor.experimental import register_sharding
 
-from . import batching, fp8, fused, grouped, ops  # noqa: F401  (fp8, grouped, ops define the ops the rules are for)
+from . import fp8, grouped  # noqa: F401  (fp8, grouped, ops define the ops the rules are for)
+from .integration import batching, ops  # noqa: F401
 from .async_tp import disable_async_tp, enable_async_tp  # noqa: F401  (async TP's switch: pingpong.async_tp)
-from .runtime.spec import DENSE_OP_ARGS, DENSE_ROLES, DENSE_TENSORS, EpilogueArgs, op_args, validate_linear
+from .runtime.spec import (DENSE_OP_ARGS, DENSE_ROLES, DENSE_TENSORS, EpilogueArgs, check_activation, op_args,
+                           validate_linear)
 from .errors import PingpongError
 
 __all__ = ["FACTOR", "ADDEND", "WHOLE", "OperandDims", "Layout", "register", "rules", "check", "checked", "stale", "respec",
@@ -136,7 +138,7 @@ def _gemm_layout(a, b, *values, **kwargs) -> Layout:
         t = getattr(args, f)
         if t is not None:
             operands[f] = OperandDims(follow(out, t.shape), DENSE_ROLES[f])
-    act = fused.check_activation(args.activation)
+    act = check_activation(args.activation)
     return Layout(out, operands, linear=act == "none", activation=act)
 
 
@@ -149,7 +151,7 @@ def _linear_layout(x, w, bias=None, activation=None) -> Layout:
     operands = {"x": OperandDims(_dims(x.shape[:-1], lead) + "k"), "w": OperandDims("nk")}
     if bias is not None:
         operands["bias"] = OperandDims("n", ADDEND)
-    act = fused.check_activation(activation)
+    act = check_activation(activation)
     return Layout(lead + "n", operands, linear=act == "none", activation=act)
 
 
@@ -288,7 +290,7 @@ def check(op, *args, **kwargs) -> None:
 
 
 def checked(op, args: tuple) -> tuple:
-    """`args` of a call of `op` by pingpong.ops' routes (matmul, gemm, linear): each stale
+    """`args` of a call of `op` by pingpong.integration.ops' routes (matmul, gemm, linear): each stale
     DTensor rebuilt (`respec`), then `check`ed; a call alike costs one lookup. While
     torch.compile traces, only rebuilt (the checks are not traced)."""
     if torch.compiler.is_compiling():
@@ -401,7 +403,7 @@ def respec(args: tuple) -> tuple:
     """`args` with each `stale` DTensor Parameter rebuilt from its local tensor (`_Respec`):
     the truth (what every rank holds and the kernel reads) becomes what DTensor propagates.
     Narrow on purpose: a Parameter (where FSDP2 makes them: its unsharded parameters), an
-    out-of-place operand of pingpong.ops' routes of matmul, gemm and linear (so
+    out-of-place operand of pingpong.integration.ops' routes of matmul, gemm and linear (so
     pingpong.nn.Linear under FSDP2 × TP trains on torch 2.11 as torch's nn.Linear does, whose
     ops leave the float32 spec unread); any other stale DTensor gets `check`'s PingpongError.
     Traced by torch.compile too: a compiled block's parameters enter its graph as they are, and
@@ -501,7 +503,7 @@ def _scaled_mm_layout(a, b, scale_a, scale_b, bias=None, out_dtype=None, activat
     whole = ("k" if blocks else "") + ("n" if blocks and scale_b.shape[-1] != N else "")
     if bias is not None:
         operands["bias"] = OperandDims(follow("mn", bias.shape), ADDEND)
-    act = fused.check_activation(activation)
+    act = check_activation(activation)
     return Layout("mn", operands, linear=act == "none", whole=whole, activation=act)
 
 

@@ -1,5 +1,5 @@
 """FP8 GEMM for PyTorch: `scaled_mm` (torch._scaled_mm's conventions, pingpong's epilogue) and
-`Float8Linear` (inference). The kernel is pingpong.hopper.fp8_kernel; activations and weights
+`Float8Linear` (inference). The kernel is pingpong.hopper.kernels.fp8_gemm; activations and weights
 are quantized by pingpong.quantize.quantize_fp8.
 
     q_a, s_a = pingpong.quantize_fp8(x, "row")                 # (M, K) e4m3, (M, 1) fp32
@@ -48,7 +48,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import fused, inductor, ops
+from .integration import inductor, ops
 from . import quantize as _quantize
 from .runtime import plan as _plan_mod
 from .runtime import spec as _spec
@@ -108,8 +108,8 @@ def check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fas
         raise PingpongError(f"out_dtype: expected one of {FP8_OUT_DTYPES}, got {out_dtype!r}")
     if not isinstance(use_fast_accum, bool):
         raise PingpongError(f"use_fast_accum: expected a bool, got {use_fast_accum!r}")
-    act = fused.check_activation(activation)
-    fused.check_bias(bias, M, N, a.device)
+    act = _spec.check_activation(activation)
+    _spec.check_bias(bias, M, N, a.device)
     if device_checks:
         check_gpu(a, b)
         refuse_grad("scaled_mm", a, b, scale_a, scale_b, bias)
@@ -139,7 +139,7 @@ def check_scales(*scales: Tensor) -> None:
 
 def _plan(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, config):
     """The cached plan of this call's GemmSpec (scales in its epilogue): validated under
-    scaled_mm's names and planned by the backend registry (pingpong.hopper.fp8_launch's
+    scaled_mm's names and planned by the backend registry (pingpong.hopper.host.fp8_launch's
     Fp8Plan) on a miss."""
     key = _spec.build(a, b, out_dtype=out_dtype, bias=bias, activation=activation, config=config,
                       scales=(scale_a, scale_b, use_fast_accum))
@@ -203,7 +203,7 @@ def _(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum):
 
 @inductor.lowered("scaled_mm")
 def scaled_mm_out(a, b, scale_a, scale_b, *optional, bias: bool, activation, use_fast_accum, out):
-    """pingpong::scaled_mm into inductor's buffer (pingpong.inductor)."""
+    """pingpong::scaled_mm into inductor's buffer (pingpong.integration.inductor)."""
     scaled_mm_direct(a, b, scale_a, scale_b, optional[0] if bias else None, out.dtype, activation, use_fast_accum,
                      out=out)
 

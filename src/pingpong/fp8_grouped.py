@@ -31,7 +31,7 @@ Block-wise (DeepSeek-V3's recipe; K and N multiples of 128):
 | offs     | (G,) int32 contiguous, cumulative row ends | read on the device only                  |
 
 A 3-D scale_b names the block-wise mode; scale_a must then be block-wise too. The kernel is
-pingpong.hopper.fp8_grouped (Hopper only). use_fast_accum as torch's: False (default)
+pingpong.hopper.kernels.fp8_grouped (Hopper only). use_fast_accum as torch's: False (default)
 promotes every 128-deep K block into the fp32 accumulator, True lets the wgmmas accumulate
 in place; block-wise scales are applied at the promotion, so block-wise always promotes and
 ignores the flag (pingpong.scaled_mm's choice). out_dtype bf16 (default, torch's only
@@ -67,7 +67,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from . import inductor, ops
+from .integration import inductor, ops
 from .errors import PingpongError
 from .runtime import fp8_spec
 from .runtime import plan as plan_mod
@@ -103,7 +103,7 @@ def check_gpu(device) -> None:
 def _plan(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum):
     """The cached plan of this call's grouped GemmSpec (its scales in the epilogue), validated
     when the spec is new and planned by the backend registry (the Hopper backend's
-    pingpong.hopper.fp8_grouped.Fp8GroupedPlan; "empty" where there is nothing to compute).
+    pingpong.hopper.host.fp8_grouped.Fp8GroupedPlan; "empty" where there is nothing to compute).
     A hit means the call is valid but for requires_grad, which is not in the key."""
     spec = spec_mod.build_grouped(a, b, offs, out_dtype, (scale_a, scale_b, use_fast_accum))
     plan = plan_mod.get(spec)
@@ -161,5 +161,5 @@ def _(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum):
 
 @inductor.lowered("scaled_grouped_mm")
 def scaled_grouped_mm_out(a, b, scale_a, scale_b, offs, *, use_fast_accum: bool, out):
-    """pingpong::scaled_grouped_mm into inductor's buffer (pingpong.inductor)."""
+    """pingpong::scaled_grouped_mm into inductor's buffer (pingpong.integration.inductor)."""
     scaled_grouped_mm_direct(a, b, scale_a, scale_b, offs, out.dtype, use_fast_accum, out)

@@ -34,7 +34,7 @@ The weight gradient contracts each expert's tokens, a ragged K. An FP8 one needs
 with the tokens contiguous (fp8 wgmma reads K-major only), each expert's tokens quantized
 along themselves (one scale per expert and column) and padded on the device to the kernel's K
 rule, and a kernel whose K is ragged along the contiguous dimension: the bf16 ragged-K kernel
-(pingpong.hopper.grouped_k) reads the tokens as rows, and its ragged TMA descriptor cannot be
+(pingpong.hopper.kernels.grouped_k) reads the tokens as rows, and its ragged TMA descriptor cannot be
 ragged in the contiguous dimension. None is built, so the grouped recipes are the dense
 table's recipes whose weight gradient is in the inputs' precision (GROUPED_RECIPES:
 "row_gw_hp", torchao's "rowwise_with_gw_hp"; the others are refused naming the recipe).
@@ -52,7 +52,7 @@ import torch
 from torch import Tensor
 
 from . import grouped as grouped_mod
-from . import inductor, ops
+from .integration import inductor, ops
 from .errors import PingpongError, check_tensor
 from .fp8_grouped import scaled_grouped_mm, scaled_grouped_mm_direct
 from .fp8_training import GRAD_DTYPE, RECIPES, recipe_name, training_shape_reason
@@ -205,7 +205,7 @@ def _(x, weight, offs, recipe):
 
 @inductor.lowered("fp8_grouped_linear")
 def fp8_grouped_linear_out(x, weight, offs, *, recipe, out):
-    """pingpong::fp8_grouped_linear (the forward) into inductor's buffer (pingpong.inductor)."""
+    """pingpong::fp8_grouped_linear (the forward) into inductor's buffer (pingpong.integration.inductor)."""
     _forward(x, weight, offs, recipe, out)
 
 

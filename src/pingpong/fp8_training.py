@@ -109,7 +109,7 @@ from typing import NamedTuple, Optional
 import torch
 from torch import Tensor
 
-from . import inductor, ops
+from .integration import inductor, ops
 from .errors import PingpongError, check_tensor
 from .fp8 import scaled_mm, scaled_mm_direct, shape_reason
 from .quantize import IN_DTYPES, pair_like, quantize_fp8_pair, quantize_pair_direct
@@ -317,19 +317,19 @@ _fp8_linear_train_op.register_autograd(_backward, setup_context=_setup)
 
 @inductor.lowered("fp8_linear")
 def fp8_linear_out(x, weight, *optional, bias: bool, recipe, out):
-    """pingpong::fp8_linear (the forward alone) into inductor's buffer (pingpong.inductor)."""
+    """pingpong::fp8_linear (the forward alone) into inductor's buffer (pingpong.integration.inductor)."""
     _forward(x, weight, optional[0] if bias else None, recipe, out=(out, None, None, None, None))
 
 
 @inductor.lowered("fp8_linear_train")
 def fp8_linear_train_out(x, weight, *optional, bias: bool, recipe, x_cols, w_cols, out):
-    """pingpong::fp8_linear_train into inductor's buffers (y, qxt, sxt, qwt, swt) (pingpong.inductor)."""
+    """pingpong::fp8_linear_train into inductor's buffers (y, qxt, sxt, qwt, swt) (pingpong.integration.inductor)."""
     _forward(x, weight, optional[0] if bias else None, recipe, x_cols, w_cols, out)
 
 
 class _Fp8LinearFunction(torch.autograd.Function):
     """Eager autograd around the forward (the same formulas as the pingpong::fp8_linear_train
-    op: cheaper on the host than the op's Python autograd wrapper, pingpong.ops)."""
+    op: cheaper on the host than the op's Python autograd wrapper, pingpong.integration.ops)."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, recipe, x_cols, w_cols):

@@ -4,11 +4,11 @@ epilogue's derivative for autograd.
     y = act(x @ wᵀ + bias)        x (…, K)   w (N, K)   bias (N,)   y (…, N)
 
 x's leading dims fold into the GEMM's M without a copy whenever they merge (see
-`pingpong.batching`); ``w.t()`` is the transpose_b layout (no copy). The epilogue contract is
+`pingpong.integration.batching`); ``w.t()`` is the transpose_b layout (no copy). The epilogue contract is
 the GEMM's: y = act(α·acc + bias) + β·c, the activation on the fp32 accumulator before the
-cast. Autograd and torch.compile go through the ``pingpong::linear`` op (`pingpong.ops`);
+cast. Autograd and torch.compile go through the ``pingpong::linear`` op (`pingpong.integration.ops`);
 eager inference calls the kernel directly, on a plan cached per call signature
-(pingpong.direct.LayerPlan: the forward launch and, for autograd, the two backward launches).
+(pingpong.integration.direct.LayerPlan: the forward launch and, for autograd, the two backward launches).
 Errors name the arguments as `linear` does: x, weight, bias.
 
     | activation  | torch                          | derivative used by autograd            |
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import torch
 
-from . import ops
-from .ops import activation_backward, activation_forward
+from .integration import ops
+from .integration.ops import activation_backward, activation_forward
 from .runtime.spec import validate_linear
 
 __all__ = ["linear", "check_linear", "activation_forward", "activation_backward"]
@@ -44,4 +44,4 @@ def linear(x, weight, bias=None, activation=None) -> torch.Tensor:
     Returns:
         (…, N) of x's dtype.
     """
-    return ops.call_linear(x, weight, bias, activation)  # direct, autograd or torch.compile (pingpong.ops)
+    return ops.call_linear(x, weight, bias, activation)  # direct, autograd or torch.compile (pingpong.integration.ops)

@@ -15,11 +15,11 @@ Where each runs: a call builds one GemmSpec with `groups` (pingpong.runtime.spec
 validated when it is new (`check`), and the plan registry (pingpong.runtime.plan) decides once
 per spec; `path_for` names the decision:
 
-    ragged rows, ragged columns   the Hopper backend's ragged-rows kernel (pingpong.hopper.grouped)
+    ragged rows, ragged columns   the Hopper backend's ragged-rows kernel (pingpong.hopper.kernels.grouped)
                                   on an sm_90 GPU when the operands (or their contiguous copies)
                                   and the output are TMA-legal; 3-D × 2-D is the 2-D × 3-D kernel
                                   on the transposed views, writing out transposed
-    ragged K                      the Hopper backend's ragged-K kernel (pingpong.hopper.grouped_k)
+    ragged K                      the Hopper backend's ragged-K kernel (pingpong.hopper.kernels.grouped_k)
                                   likewise: x = aᵀ (T, M), b (T, N) and out TMA-legal (an operand
                                   whose T is contiguous is copied first)
     batched                       the dense batched product's plan (pingpong.matmul's)
@@ -61,7 +61,7 @@ import torch
 from torch import Tensor
 
 from . import api as _api  # noqa: F401  (the backends register with the plan registry on import)
-from . import inductor, ops
+from .integration import inductor, ops
 from . import portable
 from .portable import grouped as portable_grouped
 from .errors import PingpongError
@@ -244,5 +244,5 @@ grouped_mm_op.register_autograd(_backward, setup_context=_setup)
 
 @inductor.lowered("grouped_mm")
 def grouped_mm_out(a, b, *optional, offs: bool, zero_tail: bool, out):
-    """pingpong::grouped_mm into inductor's buffer (pingpong.inductor)."""
+    """pingpong::grouped_mm into inductor's buffer (pingpong.integration.inductor)."""
     _compute(a, b, optional[0] if offs else None, out.dtype, zero_tail, out)

@@ -22,7 +22,8 @@ from typing import NamedTuple
 
 import torch
 
-from . import fp8_training, ops
+from . import fp8_training
+from .integration import ops
 from .errors import PingpongError
 from .fp8 import LAYER_SCALINGS, Float8Linear, fp8_unsupported_reason
 from .runtime.spec import INPUT_DTYPES, check_activation

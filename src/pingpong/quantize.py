@@ -68,9 +68,9 @@ import torch
 import triton
 import triton.language as tl
 
-from . import inductor
+from .integration import inductor
 from .errors import PingpongError, check_tensor
-from .ops import traced
+from .integration.ops import traced
 from .runtime.fp8_spec import refuse_grad
 from .runtime.launcher import CachedLaunch
 from .runtime.spec import SCALE_BLOCK
@@ -582,7 +582,7 @@ def _(x, granularity, dtype, pad, rows, cols):
 
 @inductor.lowered("quantize_fp8_pair")
 def quantize_fp8_pair_out(x, *, granularity, dtype, pad, rows, cols, out):
-    """pingpong::quantize_fp8_pair into inductor's buffers (q, s, qt, st) (pingpong.inductor)."""
+    """pingpong::quantize_fp8_pair into inductor's buffers (q, s, qt, st) (pingpong.integration.inductor)."""
     quantize_pair_direct(x, granularity, dtype, pad, rows, cols, out)
 
 
@@ -600,7 +600,7 @@ def _(x, granularity, dtype):
 
 @inductor.lowered("quantize_fp8")
 def quantize_fp8_out(x, *, granularity, dtype, out):
-    """pingpong::quantize_fp8 into inductor's buffers (q, s) (pingpong.inductor)."""
+    """pingpong::quantize_fp8 into inductor's buffers (q, s) (pingpong.integration.inductor)."""
     quantize_direct(x, granularity, dtype, out)
 
 

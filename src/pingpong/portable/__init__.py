@@ -1,7 +1,7 @@
 """The portable GEMM: plain `triton.language`, for any CUDA/ROCm GPU and Triton's interpreter.
 
     C_out = act(alpha * (A @ B) + bias) + beta * C_in     A: (M, K)   B: (K, N)   C: (M, N)
-                                                          (pingpong.fused: bias, act)
+                                                          (docs/epilogue.md: bias, act)
 
 Every operand has arbitrary strides, so all four layouts of A and B (row- or column-major,
 i.e. ``a`` or ``a.t()``) run without a copy. Accumulation is fp32; inputs fp16/bf16/fp32;
@@ -92,7 +92,7 @@ GROUP_M = 8
 
 
 def _activate(z, ACTIVATION: tl.constexpr):
-    """act(z) in fp32 for the fused epilogue (the table in pingpong.fused)."""
+    """act(z) in fp32 for the fused epilogue (the table in docs/epilogue.md)."""
     tl.static_assert(ACTIVATION == "none" or ACTIVATION == "relu" or ACTIVATION == "gelu_erf"
                      or ACTIVATION == "gelu_tanh" or ACTIVATION == "silu", "unknown activation (pingpong.runtime.spec.ACTIVATIONS)")
     if ACTIVATION == "relu":
@@ -294,7 +294,7 @@ def portable_gemm(
 
     2-D: a (M, K), b (K, N), out and c (M, N). Batched: out (B, M, N); a (B, M, K) or (M, K),
     b (B, K, N) or (K, N), c (B, M, N) or (M, N); a 2-D operand (or batch size 1, or batch
-    stride 0) is shared by every batch. `bias` and `activation` as in pingpong.fused.
+    stride 0) is shared by every batch. `bias` and `activation` as in docs/epilogue.md.
     Validated first with the GEMM API's checks (PingpongError naming the argument; `out` is
     then untouched), fp32 inputs allowed. `out` may be `c` itself (same storage and strides:
     each element is read before it is written, by the same program); it must not overlap a,

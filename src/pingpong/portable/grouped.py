@@ -1,5 +1,5 @@
 """The portable grouped GEMM: plain `triton.language`, for any GPU without the Hopper kernels
-(pingpong.hopper.grouped, .grouped_k), operands they cannot read, and Triton's interpreter
+(pingpong.hopper.kernels.grouped, .grouped_k), operands they cannot read, and Triton's interpreter
 (CPU tests).
 
     RAGGED_K = False  out[s_g:e_g, :] = a[s_g:e_g, :] @ b[g]          rows of group g (forward, dX)

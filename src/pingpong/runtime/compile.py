@@ -158,14 +158,14 @@ _REGISTRY: dict[str, tuple[Builder, tuple[str, ...], str]] = {}
 
 #: Modules that register kernels; imported on first lookup so `import pingpong` stays light.
 KERNEL_MODULES = (
-    "pingpong.hopper.launch",
-    "pingpong.hopper.fp8_launch",
-    "pingpong.hopper.grouped",
-    "pingpong.hopper.grouped_k",
+    "pingpong.hopper.host.launch",
+    "pingpong.hopper.host.fp8_launch",
+    "pingpong.hopper.host.grouped",
+    "pingpong.hopper.host.grouped_k",
     "pingpong.portable",
     "pingpong.amd",
     "pingpong.streaming.offline",
-    "pingpong.hopper.fp8_grouped",
+    "pingpong.hopper.host.fp8_grouped",
 )
 
 

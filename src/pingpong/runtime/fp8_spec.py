@@ -12,7 +12,7 @@ any work, on any machine (the op's fake implementation validates through it too)
 
 What is not decided here: the device. A CUDA tensor is the front end's last check
 (pingpong.fp8_grouped); a Hopper GPU and 16-byte-aligned bases are the Hopper backend's
-answer (pingpong.hopper.backend.can_implement), and the portable and AMD backends refuse a
+answer (pingpong.hopper.host.backend.can_implement), and the portable and AMD backends refuse a
 scaled grouped spec with their reason.
 """
 

@@ -77,7 +77,7 @@ PLANS: "collections.OrderedDict[GemmSpec, Plan]" = collections.OrderedDict()
 #: plan(spec) (and CONFIGURABLE when matmul_tiled's explicit config applies to it). Named, not
 #: imported: the backends build on this module (Plan, the spec), so they load on the first plan
 #: (`backends`), and `import pingpong` stays light.
-BACKEND_MODULES = ("pingpong.hopper.backend", "pingpong.amd.backend", "pingpong.portable")
+BACKEND_MODULES = ("pingpong.hopper.host.backend", "pingpong.amd.backend", "pingpong.portable")
 
 #: The loaded BACKEND_MODULES (`backends`); None until the first plan. Tests put their own list here.
 BACKENDS: "list | None" = None
@@ -123,7 +123,7 @@ def remember(cache: collections.OrderedDict, key, value, size: int):
     used since it was stored or last passed over is moved to the recent end and marked unused,
     the first unused one is evicted. A hit only marks its value (one lookup of the key: moving
     it would hash the key and compare it with the stored one again). PLANS and
-    pingpong.direct's LayerPlans."""
+    pingpong.integration.direct's LayerPlans."""
     while len(cache) >= size:
         old, v = cache.popitem(last=False)
         if not v.used:
@@ -252,7 +252,7 @@ class Plan:
 
     def run_ptrs(self, a_ptr: int, b_ptr: int, out_ptr: int, bias_ptr: int, views, *inputs) -> None:
         """out = act(a@b + bias) from the tensors' base addresses (bias_ptr 0: none), for a
-        caller whose key fixes every tensor's layout (pingpong.direct.LayerPlan);
+        caller whose key fixes every tensor's layout (pingpong.integration.direct.LayerPlan);
         `views(*inputs)` -> (a, b, out, bias) is called only when the launch goes through the
         JIT (a module-level function and its arguments: no closure made per call)."""
         raise NotImplementedError

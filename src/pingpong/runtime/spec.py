@@ -58,7 +58,7 @@ from ..errors import PingpongError, check_tensor
 INPUT_DTYPES = (torch.bfloat16, torch.float16)
 OUTPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 BIAS_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-#: The fused epilogue's activations: the one list (pingpong.fused documents them; the kernels
+#: The fused epilogue's activations: the one list (docs/epilogue.md documents them; the kernels
 #: branch on the name as a constexpr).
 ACTIVATIONS = ("none", "relu", "gelu_erf", "gelu_tanh", "silu")
 #: torch's SM carveout (torch._C._set_sm_carveout_experimental: SMs kept free of matmuls; None:
@@ -191,7 +191,7 @@ class EpilogueArgs(NamedTuple):
 #: No epilogue operand: out = a @ b (a constant: no object made per call).
 NO_ARGS = EpilogueArgs()
 
-#: The 16-bit dense ops' arguments after their tensors (pingpong.ops: gemm takes them all after
+#: The 16-bit dense ops' arguments after their tensors (pingpong.integration.ops: gemm takes them all after
 #: a, b; gemm_ after c, a, b without c and out_dtype), in the schemas' order: EpilogueArgs
 #: fields, and out_dtype. A new operand of the dense path is appended here, once: each op's
 #: schema (`op_schema`), its arguments (`op_values`) and their object again (`op_args`) follow.
@@ -505,7 +505,7 @@ def scale_mode(a, b, scale_a, scale_b) -> tuple[str, int]:
 
 def check_operands(a, b, names: Names = GEMM, dtypes=INPUT_DTYPES, nd: bool = False) -> None:
     """a (M, K) and b (K, N), or batched (3-D; `nd`: any leading batch dims, torch.matmul's
-    broadcasting, checked by pingpong.batching); `dtypes`: the input dtypes the kernel takes."""
+    broadcasting, checked by pingpong.integration.batching); `dtypes`: the input dtypes the kernel takes."""
     na, nb = names.a, names.b
     for name, t in ((na, a), (nb, b)):
         check_tensor(name, t)
@@ -697,7 +697,7 @@ def validate_nd(a, b, args: EpilogueArgs, out_dtype, names: Names = GEMM, out_sh
     """The N-D contract of gemm (torch.matmul's broadcasting): (output shape, output dtype,
     activation), or PingpongError naming the argument. Reads only metadata, so the ops' fake
     implementations use it too. `out_shape(a, b)`: the broadcast result's shape
-    (pingpong.batching)."""
+    (pingpong.integration.batching)."""
     check_operands(a, b, names, nd=True)
     dtype = check_out_dtype(out_dtype, a.dtype)
     shape = out_shape(a, b)

@@ -15,7 +15,7 @@ arithmetic so the schedule checker and the tests can call ``tile_of.fn(...)`` on
 
 from triton.experimental import gluon
 
-from ..hopper.scheduler import tiles_of_program
+from ..hopper.device.scheduler import tiles_of_program
 
 __all__ = ["tile_of", "tiles_of_program"]
 

@@ -13,7 +13,7 @@ The gfx942 design (gfx942.py; docs/design.md maps AMD concepts to Hopper) on Hop
     num_records = N*4 (OOB loads -> 0)      descriptor shape [n] (OOB loads -> 0): no masks
 
 Parts: the GEMM's scheduler arithmetic (`tiles_of_program`) and `tile_of` (which tiles), the
-GEMM's `Ring` (`pingpong.hopper.pipeline`: slots, ready barriers, (index, phase) of a step)
+GEMM's `Ring` (`pingpong.hopper.device.pipeline`: slots, ready barriers, (index, phase) of a step)
 with `fill`/`take` (the TMA loads into it), `StoreRing` (the output buffers and the TMA
 store window). The kernel only orchestrates. Host side: `StreamConfig` (tile and pipeline
 shape, `DEFAULT`, `PERSISTENT`, the measured `CANDIDATES`), `launch` (a cached direct launch after the
@@ -31,7 +31,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from triton.language.core import _aggregate as aggregate
 
 from ..runtime.addressing import INT32_MAX
-from ..hopper.pipeline import Ring, ring_index
+from ..hopper.device.pipeline import Ring, ring_index
 from ..runtime.launcher import DirectLaunch, hooks_idle, launch_key, launch_ready
 from ..toolchain import KERNEL_OPTIONS
 from .grid_stride import tile_of, tiles_of_program
@@ -434,7 +434,7 @@ def schedule_text(cfg: StreamConfig, steps: int = 5) -> str:
     """The order of one program's first `steps` steps under `cfg`, as the kernel issues them
     (the table in `vector_add_tma_kernel`'s docstring; slots and parities from the GEMM
     ring's `ring_index` / `ring_phase`)."""
-    from ..hopper.pipeline import ring_phase
+    from ..hopper.device.pipeline import ring_phase
 
     slot = lambda j: f"{j}>s{ring_index.fn(j, cfg.stages)}"  # noqa: E731
     rows = [("step", "fill before take", "take: wait", "fill after take", "store"),

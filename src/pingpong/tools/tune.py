@@ -1,5 +1,5 @@
 """`pingpong tune`: measure KernelConfigs per shape on this GPU and keep the best in the tuning
-table that `select_config` reads (pingpong.hopper.table).
+table that `select_config` reads (pingpong.hopper.host.table).
 
     shapes (--shapes / --suite) ──> for each shape:
         candidates: the heuristic's config first, then
@@ -43,13 +43,13 @@ import random
 import sys
 from typing import Callable, Iterable
 
-from ..hopper.config import KernelConfig
+from ..hopper.host.config import KernelConfig
 from ..errors import ConfigError, PingpongError
-from ..hopper import table as tables
-from ..hopper.scheduler import effective_splits
+from ..hopper.host import table as tables
+from ..hopper.host.splits import effective_splits
 from ..runtime.spec import SCALE_BLOCK
-from ..hopper.select import (DECODE_M, DEFAULT_SMS, FEW_WIDTHS, MID_M, MID_WIDTHS, SMALL_TILE_K_BYTES, choose,
-                             heuristic_config)
+from ..hopper.host.select import (DECODE_M, DEFAULT_SMS, FEW_WIDTHS, MID_M, MID_WIDTHS, SMALL_TILE_K_BYTES, choose,
+                                  heuristic_config)
 from .suites import SUITES, suite
 
 EXIT_USAGE = 2
@@ -277,7 +277,7 @@ def promoted(settings: Settings) -> bool:
 
 
 def table_dtype(settings: Settings) -> str:
-    """The tuning table's dtype key of what this run measures (pingpong.hopper.table)."""
+    """The tuning table's dtype key of what this run measures (pingpong.hopper.host.table)."""
     if settings.dtype != FP8:
         return settings.dtype
     return tables.fp8_key("e4m3", settings.scaling, promoted(settings))
@@ -285,7 +285,7 @@ def table_dtype(settings: Settings) -> str:
 
 def fp8_check(config: KernelConfig, scaling: str, promote: bool):
     """check_fp8_config for the tuned inputs (FP8_SB_COLS, FP8_OUT_BYTES): Derived or ConfigError."""
-    from ..hopper.fp8_launch import check_fp8_config, scale_boxes
+    from ..hopper.host.fp8_launch import check_fp8_config, scale_boxes
 
     return check_fp8_config(config, promote, FP8_OUT_BYTES, scale_boxes(scaling, FP8_SB_COLS, config))
 
@@ -344,7 +344,7 @@ def fp8_space(M: int, N: int, K: int, scaling: str, promote: bool) -> list[Kerne
 def fp8_quick_grid(M: int, N: int, K: int, scaling: str, promote: bool, sms: int = DEFAULT_SMS) -> list[KernelConfig]:
     """select_fp8's rule pick first, then its group_m ×⅛ and ×2, then every FP8 tile on both
     schedules with the derived stages (the invalid ones drop out)."""
-    from ..hopper.fp8_launch import rule_fp8
+    from ..hopper.host.fp8_launch import rule_fp8
 
     pick = rule_fp8(M, N, K, promote, sms, scaling)
     grid = [pick, dataclasses.replace(pick, group_m=1), dataclasses.replace(pick, group_m=2 * pick.group_m),
@@ -381,7 +381,7 @@ class Space:
 def shape_space(M: int, N: int, K: int, settings: Settings, sms: int = DEFAULT_SMS) -> Space:
     """The Space of this run's product (settings.dtype) for one shape on a GPU of `sms` SMs."""
     if settings.dtype == FP8:
-        from ..hopper.fp8_launch import rule_fp8
+        from ..hopper.host.fp8_launch import rule_fp8
 
         sc, pr = settings.scaling, promoted(settings)
 
@@ -583,7 +583,7 @@ def current_device():
     """The select.Device (name, SM count) of the current CUDA device."""
     import torch
 
-    from ..hopper.select import Device
+    from ..hopper.host.select import Device
 
     return Device.of(torch.cuda.current_device())
 
@@ -635,7 +635,7 @@ def tabled_config(M: int, N: int, K: int, settings: Settings, dev) -> KernelConf
     """The config the active table gives this shape for this run's product, or None (the
     heuristic / the FP8 rule answers): what `search` measures second."""
     if settings.dtype == FP8:
-        from ..hopper.fp8_launch import choose_fp8
+        from ..hopper.host.fp8_launch import choose_fp8
 
         config, source = choose_fp8(M, N, K, promoted(settings), dev.sms, dev.name, settings.scaling, FP8_SB_COLS,
                                     FP8_OUT_BYTES, "e4m3")

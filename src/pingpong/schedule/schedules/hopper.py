@@ -51,8 +51,8 @@ def _helpers():
     """
     import inspect
 
-    from pingpong.hopper.phase_sync import other_consumer, turn_phase
-    from pingpong.hopper.pipeline import first_counter, ring_index, ring_phase
+    from pingpong.hopper.device.phase_sync import other_consumer, turn_phase
+    from pingpong.hopper.device.pipeline import first_counter, ring_index, ring_phase
 
     tp = turn_phase.fn
     pre_armed = len(inspect.signature(tp).parameters) == 1
@@ -69,7 +69,7 @@ def _epilogue(g, cons: int, tile_count: int, tile_name, subtiles: int, has_c: bo
     sub-tile), with the epilogue helpers of the kernel. Broken variants: "store_wait_late"
     (one store more left in flight: the buffer's last reader may still run), "c_parity_flipped"
     (waits c_ready on the other parity), "no_c_wait" (reads C without waiting c_ready)."""
-    from pingpong.hopper.epilogue import c_parity, first_subtile, staging_slot, stores_left_in_flight
+    from pingpong.hopper.device.epilogue import c_parity, first_subtile, staging_slot, stores_left_in_flight
 
     bufs = 1 if subtiles == 1 else 2  # KernelConfig: one whole-tile buffer, else two
     window = stores_left_in_flight(bufs) + (variant == "store_wait_late")
@@ -101,7 +101,7 @@ def _declare_epilogue(b, subtiles: int, has_c: bool):
 
 def hopper_pingpong(k_iters: int = 4, stages: int = 3, tiles_per_consumer: int = 2, variant: str = "correct",
                     subtiles: int = 1, has_c: bool = False):
-    """Our Hopper ping-pong kernel's protocol (pingpong.hopper.kernel.pingpong_consumer,
+    """Our Hopper ping-pong kernel's protocol (pingpong.hopper.kernels.gemm.pingpong_consumer,
     producer; PingPongSync realized with mbarriers). ``k_iters`` = k-steps per tile.
 
     variant: "correct"; "early_release" (a consumer arrives on empty[s] right after issuing
@@ -153,7 +153,7 @@ def hopper_pingpong(k_iters: int = 4, stages: int = 3, tiles_per_consumer: int =
                     g.arrive(f"empty[{ring_index(c - 1, stages)}]")
             g.where = f"tile {2 * j + cons} end"
             g.arrive(f"turn[{other}]")
-            g.wait("wgmma", 0, critical="kernel.py finish_mainloop: drain the last wgmma"
+            g.wait("wgmma", 0, critical="kernels/gemm.py finish_mainloop: drain the last wgmma"
                    if refilled(first + k_iters - 1) else "")
             if variant != "early_release":
                 g.arrive(f"empty[{ring_index(first + k_iters - 1, stages)}]")
@@ -183,7 +183,7 @@ def _producer(b, ring_index, ring_phase, stages: int, total: int, k_iters: int):
 
 def hopper_cooperative(k_iters: int = 2, stages: int = 2, tiles: int = 2, variant: str = "correct",
                        subtiles: int = 2, has_c: bool = True):
-    """Our Hopper cooperative kernel's protocol (pingpong.hopper.kernel.cooperative_consumer,
+    """Our Hopper cooperative kernel's protocol (pingpong.hopper.kernels.gemm.cooperative_consumer,
     the default schedule): the producer of the ping-pong model; both consumer warpgroups
     consume every k-step (each its half of the rows) and BOTH release each slot, so empty[s]
     is initialized with count 2; then each runs the epilogue of its half-tile.
@@ -197,7 +197,7 @@ def hopper_cooperative(k_iters: int = 2, stages: int = 2, tiles: int = 2, varian
     ring_index, ring_phase, first_counter, _, _, _ = _helpers()
     name = "hopper_cooperative" if variant == "correct" else f"hopper_coop_{variant}"
     b = ScheduleBuilder(name, hopper_cooperative.__doc__)
-    releasers = 1 if variant == "single_releaser" else 2  # kernel.py: Ring.allocate(..., 2) when cooperative
+    releasers = 1 if variant == "single_releaser" else 2  # kernels/gemm.py: Ring.allocate(..., 2) when cooperative
     for s in range(stages):
         b.buffer(f"A[{s}]", f"B[{s}]")
         b.mbarrier(f"ready[{s}]", 1).mbarrier(f"empty[{s}]", releasers)
@@ -226,7 +226,7 @@ def hopper_cooperative(k_iters: int = 2, stages: int = 2, tiles: int = 2, varian
                 if k > 0 and variant != "early_release" and releases:
                     g.arrive(f"empty[{ring_index(c - 1, stages)}]")
             g.where = f"tile {t} end"
-            g.wait("wgmma", 0, critical="kernel.py finish_mainloop: drain the last wgmma"
+            g.wait("wgmma", 0, critical="kernels/gemm.py finish_mainloop: drain the last wgmma"
                    if refilled(first + k_iters - 1) else "")
             if variant != "early_release" and releases:
                 g.arrive(f"empty[{ring_index(first + k_iters - 1, stages)}]")
@@ -239,7 +239,7 @@ def hopper_cooperative(k_iters: int = 2, stages: int = 2, tiles: int = 2, varian
 def hopper_cluster(k_iters: int = 2, stages: int = 2, tiles_per_consumer: int = 1, variant: str = "correct",
                    schedule: str = "pingpong"):
     """Our Hopper ping-pong kernel run by a 2-CTA cluster with B multicast (KernelConfig
-    cluster_m=2; pingpong.hopper.pipeline.Ring with CLUSTER=2, TileLoader multicast).
+    cluster_m=2; pingpong.hopper.device.pipeline.Ring with CLUSTER=2, TileLoader multicast).
 
     The pair takes vertically adjacent tiles (same columns): each CTA r loads its own A rows
     into A{r}[s]; the leader CTA 0 loads B once and the multicast writes it into B0[s] AND
@@ -329,7 +329,7 @@ def hopper_cluster(k_iters: int = 2, stages: int = 2, tiles_per_consumer: int = 
                         release(c - 1)
                 g.where = f"cta {r} tile {2 * j + cons} end"
                 g.arrive(f"turn{r}[{other}]")
-                g.wait("wgmma", 0, critical="kernel.py finish_mainloop: drain the last wgmma"
+                g.wait("wgmma", 0, critical="kernels/gemm.py finish_mainloop: drain the last wgmma"
                        if refilled(first + k_iters - 1) else "")
                 release(first + k_iters - 1)
     return b.build()
@@ -352,7 +352,7 @@ def _cluster_coop_consumer(g, r, cons, variant, ring_index, ring_phase, first_co
                        if k and c - 1 + stages < total else "")
             else:
                 g.where = f"cta {r} tile {t} end"
-                g.wait("wgmma", 0, critical="kernel.py finish_mainloop: drain the last wgmma"
+                g.wait("wgmma", 0, critical="kernels/gemm.py finish_mainloop: drain the last wgmma"
                        if first + k_iters - 1 + stages < total else "")
             if k > 0:
                 s = ring_index(first + k - 1, stages)

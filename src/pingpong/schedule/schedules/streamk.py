@@ -1,4 +1,4 @@
-"""The stream-K fix-up of our Hopper kernel (pingpong.hopper.fixup, StreamKEpilogue over
+"""The stream-K fix-up of our Hopper kernel (pingpong.hopper.device.fixup, StreamKEpilogue over
 StreamKScheduler's units), built from the kernel's own code.
 
 Which units each consumer warpgroup runs, and each unit's tile and (slot, parts), come from
@@ -84,7 +84,8 @@ def program_units(tiles: int, k_steps: int, sms: int):
     `tiles` output tiles of `k_steps` k-steps on `sms` SMs, computed by StreamKScheduler's own
     methods (a column of `tiles` tiles of 1 × 1, k-steps of 1: the launch's arithmetic only
     sees tile and k-step counts)."""
-    from pingpong.hopper.scheduler import StreamKScheduler, stream_k_split
+    from pingpong.hopper.device.scheduler import StreamKScheduler
+    from pingpong.hopper.host.splits import stream_k_split
 
     programs, dp_tiles, streamers = stream_k_split(tiles, k_steps, sms)
     memo = {}
@@ -115,7 +116,7 @@ def streamk_fixup(tiles: int = 7, k_steps: int = 12, sms: int = 5, schedule: str
     tiles 5 and 6 shared by 3 programs, 8 each: program 1 arrives on tile 5 (slot 1 of 2,
     perhaps the last) and then starts tile 6 (slot 0 of 2). `halves`: the cooperative row halves modelled (default:
     half 0). `variant`: one of VARIANTS."""
-    from pingpong.hopper.config import SCHEDULE_FACTS
+    from pingpong.hopper.host.config import SCHEDULE_FACTS
 
     for arg, v in (("tiles", tiles), ("k_steps", k_steps), ("sms", sms)):
         if type(v) is not int or v < 1:

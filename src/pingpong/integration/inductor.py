@@ -54,7 +54,7 @@ import torch
 from torch.autograd import profiler as torch_profiler
 
 from . import direct
-from .runtime.spec import DENSE_TENSORS, NO_ARGS, EpilogueArgs
+from ..runtime.spec import DENSE_TENSORS, NO_ARGS, EpilogueArgs
 
 __all__ = ["register", "lowered", "CALLS", "KERNELS"]
 

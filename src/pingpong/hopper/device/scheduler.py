@@ -11,7 +11,7 @@ Every scheduler is an aggregate with the same interface, so a kernel takes eithe
     split(t)                the unit's K split (0 when a unit runs the whole K loop); stream-K:
                             (slot, parts) of its tile's fix-up
     RAGGED_K                (constexpr) the units' k-steps are device data (the ragged-K grouped
-                            kernel, pingpong.hopper.grouped_k): first_step has no closed form, so
+                            kernel, pingpong.hopper.kernels.grouped_k): first_step has no closed form, so
                             the partitions count them unit by unit, and a unit may have none
 
 TileScheduler (data-parallel): one unit per output tile, the whole K loop. SplitKScheduler:
@@ -38,13 +38,10 @@ the id above), all in one persistent grid: `tile_batch` and `tile_offsets` split
 Python and check the raster is a permutation of all tiles of all batches.
 """
 
-from typing import NamedTuple
-
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.language.core import _aggregate as aggregate
 
-from ..errors import ConfigError
 from .pipeline import first_counter
 
 
@@ -125,7 +122,7 @@ class TileScheduler:
     @gluon.jit
     def locate(self, local_tile):
         """(batch, off_m, off_n) of this program's `local_tile`-th tile, in one call (as
-        pingpong.hopper.grouped.GroupedScheduler.locate: (group, first row, off_n))."""
+        pingpong.hopper.kernels.grouped.GroupedScheduler.locate: (group, first row, off_n))."""
         batch, tile_id = batch_and_tile(self.pid + local_tile * self.num_programs, self.tiles_per_batch)
         pid_m, pid_n = tile_coords(tile_id, self.num_pid_m, self.num_pid_n, self.GROUP_M)
         return batch, pid_m * self.BM, pid_n * self.BN
@@ -158,15 +155,6 @@ class TileScheduler:
 # ----------------------------------------------------------------------------- split-K
 
 
-def effective_splits(k: int, block_k: int, split_k: int) -> int:
-    """Splits that all get k-steps: each takes ceil(k_steps / split_k) of them, so fewer
-    splits may be needed (k_steps = 10, split_k = 4: 3 steps each, 4 splits; split_k = 8:
-    2 steps each, 5 splits). The kernel and the workspace use this number."""
-    k_steps = max(1, -(-k // block_k))
-    per_split = -(-k_steps // max(1, min(split_k, k_steps)))
-    return -(-k_steps // per_split)
-
-
 @gluon.jit
 def split_work(unit, num_tiles):
     """(tile id, split) of work unit `unit`: split-major, so the programs running at the same
@@ -185,7 +173,7 @@ class SplitKScheduler:
 
     The last split's range may run past K: TMA zero-fills it, adding exact zeros. A unit's
     fp32 partial tile goes to split `split`'s block of the workspace; the last split of a tile
-    to finish sums the blocks in order 0, 1, ... (pingpong.hopper.fixup).
+    to finish sums the blocks in order 0, 1, ... (pingpong.hopper.device.fixup).
     """
 
     pid: gl.tensor
@@ -272,29 +260,6 @@ class SplitKScheduler:
 
 # ----------------------------------------------------------------------------- stream-K
 
-#: a streaming program's share of the streamed k-steps is at least this many: a shorter
-#: remainder is streamed by fewer programs (each share pays a partial tile's store and sum)
-MIN_STREAM_STEPS = 8
-
-
-def stream_k_split(tiles: int, k_steps: int, sms: int) -> tuple[int, int, int]:
-    """(programs, data-parallel tiles, streaming programs) of a stream-K launch of `tiles`
-    output tiles of `k_steps` k-steps each on `sms` SMs (StreamKScheduler).
-
-    Data-parallel when the last wave is at least half full (or full); else the whole waves
-    stay data-parallel and only the last, partial wave's tiles are streamed. (Streaming a
-    full wave more would give each program more than a tile's k-steps, but programs that
-    share a B column panel would then read it at different K offsets at the same time, and
-    the panel is no longer shared in L2: 589×8192×8192 streamed whole ran 1.7× slower than
-    data-parallel.) Streaming programs get at least MIN_STREAM_STEPS k-steps each."""
-    rest = tiles % sms  # tiles of the last wave
-    if rest == 0 or 2 * rest >= sms:
-        return min(sms, tiles), tiles, 1
-    dp = tiles - rest
-    streaming = max(1, min(sms, rest * k_steps // MIN_STREAM_STEPS))
-    return (sms if dp else streaming), dp, streaming
-
-
 @gluon.jit
 def stream_bound(p, programs, total):
     """The first streamed k-step of program `p` when `programs` divide `total` k-steps
@@ -347,7 +312,7 @@ class StreamKScheduler:
     A program's units: its share cut at tile boundaries (streamed units first), then its
     data-parallel tiles. A tile whose k-steps lie in one share is stored directly (parts 1);
     one shared by `parts` programs is finished by the last of them to arrive, which sums the
-    partials in K order (slot 0 first; pingpong.hopper.fixup). The host picks DP and P
+    partials in K order (slot 0 first; pingpong.hopper.device.fixup). The host picks DP and P
     (stream_k_split); units differ in K range, so the ring counters are sums (first_step).
     """
 
@@ -481,65 +446,3 @@ class StreamKScheduler:
             slot = 0
             parts = 1
         return slot, parts
-
-
-def stream_parts(tiles: int, k_steps: int, sms: int) -> int:
-    """The most programs that share one tile's k-steps in a stream-K launch (the workspace's
-    slots; 1: every tile data-parallel)."""
-    _, dp, streaming = stream_k_split(tiles, k_steps, sms)
-    total = (tiles - dp) * k_steps
-    owner = stream_owner.fn
-    return max((owner(t * k_steps + k_steps - 1, streaming, total) - owner(t * k_steps, streaming, total) + 1
-                for t in range(tiles - dp)), default=1)
-
-
-class StreamKChoice(NamedTuple):
-    """What the stream-K hybrid does with a launch (stream_k_choice)."""
-
-    kind: str  # "data-parallel" | "split-k" | "stream-k"
-    programs: int
-    dp_tiles: int
-    streamers: int
-    splits: int  # "split-k": the splits per tile that give the same units; else 1
-    reason: str
-
-
-def stream_k_choice(tiles: int, k_steps: int, sms: int) -> StreamKChoice:
-    """The hybrid's decision for `tiles` output tiles of `k_steps` k-steps on `sms` SMs, and why
-    (stream_k_split's rule):
-
-        the last wave is full or at least half full           -> data-parallel
-        otherwise its tiles' k-steps are streamed, at least MIN_STREAM_STEPS a program:
-          no tile shared (every share whole tiles)            -> data-parallel (no fix-up)
-          every tile streamed, split evenly at tile bounds    -> split-K with that many splits
-            (the same units, without per-unit K ranges)
-          else                                                -> stream-K
-
-    Pure arithmetic: nothing here selects a config (pingpong.hopper.select does)."""
-    for name, v in (("tiles", tiles), ("k_steps", k_steps), ("sms", sms)):
-        if type(v) is not int or v < 1:
-            raise ConfigError(f"{name} must be an int >= 1, got {v!r}")
-    programs, dp, streamers = stream_k_split(tiles, k_steps, sms)
-    rest = tiles - dp
-    last = tiles % sms
-    wave = (f"{_n(tiles, 'tile')} on {sms} SMs: " + ("whole waves" if last == 0 else
-            f"the last wave {last}/{sms} full" + (" (at least half)" if 2 * last >= sms else " (under half)")))
-    if rest == 0:
-        return StreamKChoice("data-parallel", programs, dp, 1, 1, wave)
-    total = rest * k_steps
-    share = f"{total // streamers}" + (f"-{total // streamers + 1}" if total % streamers else "")
-    least = f" (at least {MIN_STREAM_STEPS})" if total // streamers >= MIN_STREAM_STEPS else ""
-    streamed = (f"{f'{dp} tiles data-parallel, ' if dp else ''}the k-steps of the last {_n(rest, 'tile')}, {total},"
-                f" streamed by {_n(streamers, 'program')}, {share} each{least}")
-    parts = stream_parts(tiles, k_steps, sms)
-    if parts == 1:
-        return StreamKChoice("data-parallel", programs, dp, streamers, 1, f"{wave}; {streamed}: whole tiles, no fix-up")
-    splits = streamers // rest
-    if dp == 0 and streamers % rest == 0 and k_steps % splits == 0:
-        return StreamKChoice("split-k", programs, dp, streamers, splits,
-                             f"{wave}; {streamed}: {splits} equal units a tile, split-K with {splits} splits")
-    return StreamKChoice("stream-k", programs, dp, streamers, 1, f"{wave}; {streamed}; up to {parts} programs share a tile")
-
-
-def _n(n: int, what: str) -> str:
-    return f"{n} {what}" + ("s" if n != 1 else "")

@@ -1,6 +1,6 @@
 """Which KernelConfig a GEMM runs with: `select_config(M, N, K, dtypes, layouts, device)`.
 
-    tuning table for this GPU (pingpong.hopper.table) has an entry in (M, N, K)'s bucket?
+    tuning table for this GPU (pingpong.hopper.host.table) has an entry in (M, N, K)'s bucket?
         yes, for this very shape ─> its config (if it is valid for these element sizes);
                                     under torch's SM carveout it counts as a near shape
                                     (the table's timings had every SM; the waves do not)
@@ -50,7 +50,7 @@ wgmma. Its tiles run in one wave, each with a deep ring (5-9 slots of 128 K), an
 one that puts the most of them on the SMs (when K is long enough that the split rule above
 splits them anyway, at least MID_SPLIT_WIDTH wide): at N = 4096, 64 rows take 64×32 (128 tiles)
 and 128 rows 64×64 (128 tiles); at N = 6144, 128 rows take 64×96 (128 tiles). The
-measurements behind this and the constants below: docs/design.md, "Where hopper/select.py's
+measurements behind this and the constants below: docs/design.md, "Where hopper/host/select.py's
 constants come from".
 
 Decode (M ≤ 32) puts N on the wgmma's 64-row side, ping-pong, so that twice as many tiles as
@@ -77,8 +77,8 @@ import dataclasses
 import math
 
 from .config import MAX_SPLIT_K, KernelConfig
-from .scheduler import effective_splits, stream_k_choice
-from ..errors import ConfigError
+from .splits import effective_splits, stream_k_choice
+from ...errors import ConfigError
 from . import table as tables
 
 #: a split is worth its fp32 partial tile and the final sum only with at least this many
@@ -171,7 +171,7 @@ class Device:
             return device or cls()
         import torch
 
-        from ..runtime.device import carveout_sms, launch_sms
+        from ...runtime.device import carveout_sms, launch_sms
 
         if not torch.cuda.is_available():  # plans built without a GPU (tests): the default facts
             return cls(None, carveout_sms(DEFAULT_SMS, carveout), carveout or 0)
@@ -287,7 +287,7 @@ def tile_count(config: KernelConfig, M: int, N: int) -> int:
 def stream_k_note(M: int, N: int, K: int, config: KernelConfig, sms: int, in_bytes: int = 2, out_bytes: int = 2,
                   batches: int = 1) -> str:
     """What stream-K (KernelConfig.stream_k) would do for an M × N × K product with `config`'s
-    tile on `sms` SMs, in one line (pingpong.explain's "stream_k"; scheduler.stream_k_choice
+    tile on `sms` SMs, in one line (pingpong.explain's "stream_k"; splits.stream_k_choice
     decides). Nothing here selects it: no measurement yet says where it wins."""
     if batches > 1:
         return "stream-K runs 2-D products only"

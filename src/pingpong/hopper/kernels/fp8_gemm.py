@@ -3,7 +3,7 @@
     out = act(scale(A @ B) + bias)        A (M, K) and B as W (N, K): both K-major in shared
                                            memory (fp8 wgmma reads no transposed operand)
 
-The same parts as the 16-bit kernels (pingpong.hopper.kernel): the producer warp fills the
+The same parts as the 16-bit kernels (pingpong.hopper.kernels.gemm): the producer warp fills the
 Ring (Fp8Loader: TileLoader's A and B boxes, and block-wise the slot's scales), the
 TileScheduler hands out tiles, the two consumer warpgroups run the ping-pong (PhaseSync
 turns) or cooperative (64-row halves) schedule, the Epilogue adds the bias, applies the
@@ -68,22 +68,22 @@ COOPERATIVE: both consumers read every slot (RELEASERS = 2), each its 64-row hal
     consumer0 │ K loop t0 rows 0..63   │ scale, epi │ K loop t1 ...
     consumer1 │ K loop t0 rows 64..127 │ scale, epi │ K loop t1 ...
 
-The grouped FP8 kernel (pingpong.hopper.fp8_grouped) runs these partitions too
+The grouped FP8 kernel (pingpong.hopper.kernels.fp8_grouped) runs these partitions too
 (run_fp8_partitions) over its GroupedScheduler: `locate` gives each unit's group as the batch
 (b's matrix, the group's b scales), and its tiles start at any row (Fp8Scales.ANY_ROW).
 
 SPLIT-K (fp8_split_gemm; KernelConfig.split_k > 1): the same partitions over SplitKScheduler's
 units (a tile and a contiguous range of its K blocks each), as the 16-bit split_k_gemm
-(pingpong.hopper.kernel). A unit's K loop is the one above over its K blocks (block-wise: with
+(pingpong.hopper.kernels.gemm). A unit's K loop is the one above over its K blocks (block-wise: with
 those blocks' scales, so its partial is already scaled); its fp32 partial goes to the
 workspace; the last split of a tile to arrive sums the partials in split order and applies
-the rest once (SplitEpilogue, pingpong.hopper.fixup, with Fp8Scales as its α):
+the rest once (SplitEpilogue, pingpong.hopper.device.fixup, with Fp8Scales as its α):
 
     unit (tile t, split s) │ K blocks [s·S, (s+1)·S) │ ws[s] ← acc, arrive │ last: Σ ws[0..] in order
                            │   → tensor/row scales → bias → activation → cast ──gl.store──> out
 
 STREAM-K (fp8_stream_gemm; KernelConfig.stream_k): the same partitions over StreamKScheduler's
-units (pingpong.hopper.kernel, STREAM-K). A k-step is one 128-deep scale block, so every
+units (pingpong.hopper.kernels.gemm, STREAM-K). A k-step is one 128-deep scale block, so every
 split of a tile's K falls on a scale-block boundary: a unit's promoted partial holds whole
 blocks, block-wise already scaled, and the fix-up adds fp32 partials as split-K's does.
 Whole-tile units take the TMA epilogue (outer scales first), shared tiles the fix-up:
@@ -111,14 +111,14 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import tma, warpgroup_mma, warpgroup_mma_wait
 from triton.language.core import _aggregate as aggregate
 
-from ..runtime.spec import SCALE_BLOCK as _SCALE_BLOCK
-from .epilogue import Epilogue
-from .fixup import Alpha, SplitEpilogue
-from .kernel import PlainKLoop, run_partitions, stream_k_epilogue
-from .loader import TileLoader
-from .mma import MmaOp
-from .pipeline import Ring, ring_index
-from .scheduler import SplitKScheduler, StreamKScheduler, TileScheduler
+from ...runtime.spec import SCALE_BLOCK as _SCALE_BLOCK
+from ..device.epilogue import Epilogue
+from ..device.fixup import Alpha, SplitEpilogue
+from ..device.loader import TileLoader
+from ..device.mma import MmaOp
+from ..device.pipeline import Ring, ring_index
+from ..device.scheduler import SplitKScheduler, StreamKScheduler, TileScheduler
+from .gemm import PlainKLoop, run_partitions, stream_k_epilogue
 
 #: K elements per scale block (and per promotion; runtime.spec.SCALE_BLOCK) as the kernels read it.
 SCALE_BLOCK = gl.constexpr(_SCALE_BLOCK)
@@ -440,7 +440,7 @@ def promoted_pieces(ring, first, k_steps, ROW0: gl.constexpr, ROWS: gl.constexpr
 
 @aggregate
 class Fp8KLoop:
-    """The FP8 consumers' K-loop variant (the interface of pingpong.hopper.kernel.PlainKLoop):
+    """The FP8 consumers' K-loop variant (the interface of pingpong.hopper.kernels.gemm.PlainKLoop):
     a unit is located before the consumer's turn, as (batch or group, off_m, off_n, first ring
     counter), since the promotion reads the tile's scale phases; its K loop is promoted
     (PROMOTE: promoted_mainloop, paired on ping-pong, or promoted_pieces) or the plain one
@@ -508,7 +508,7 @@ def store_tile(epi, scales, mma, CONSUMER: gl.constexpr, count, batch, off_m, of
     """The outer scales (tensor-wise: `factor`, Fp8Scales.tensor_factor) on each column piece
     of `mma`, then the epilogue (dense: bias, activation, cast, TMA store; grouped: the rows of
     group `batch`). SPLIT (one-piece tiles): the accumulator is split `split`'s partial and the
-    split epilogue (pingpong.hopper.fixup) applies the outer scales once, to the sum of the
+    split epilogue (pingpong.hopper.device.fixup) applies the outer scales once, to the sum of the
     partials (tensor-wise: `factor` as its α, so that the scales are not loaded after the K
     loop, a memory round trip on the tile's critical path)."""
     if not SPLIT:
@@ -526,9 +526,10 @@ def store_tile(epi, scales, mma, CONSUMER: gl.constexpr, count, batch, off_m, of
 def fp8_gemm(a_desc, b_desc, ops, M, N, K, sa_row, sb_col, CFG: gl.constexpr,
              SCALING: gl.constexpr, PROMOTE: gl.constexpr, SB_COLS: gl.constexpr):
     """Ping-pong or cooperative FP8 GEMM (module docstring): out = act(scale(A·Bᵀ) + bias).
-    `ops` (EpilogueOperands, pingpong.hopper.epilogue): out's TMA descriptor, the bias, the
-    scales sa, sb (no C). CFG: the dense kernel's constexprs (KernelConstants, pingpong.hopper.launch; its EPI: bias,
-    activation, staging buffers, no β·C: the scales take α's place); then the scaling."""
+    `ops` (EpilogueOperands, pingpong.hopper.device.epilogue): out's TMA descriptor, the bias,
+    the scales sa, sb (no C). CFG: the dense kernel's constexprs (KernelConstants,
+    pingpong.hopper.host.launch; its EPI: bias, activation, staging buffers, no β·C: the scales
+    take α's place); then the scaling."""
     check_constants(CFG, SCALING, PROMOTE, SB_COLS)
     gl.static_assert(CFG.CLUSTER == gl.num_ctas(), "CLUSTER is the launch's num_ctas")
     gl.static_assert(CFG.CLUSTER == 1 or SCALING != "block", "clusters: tensor- and row-wise scales only")
@@ -549,8 +550,8 @@ def fp8_split_gemm(a_desc, b_desc, ws, counters, ops, M, N, K, sa_row, sb_col, s
     """Split-K FP8 GEMM (module docstring, SPLIT-K): fp8_gemm's partitions over `splits` K
     ranges per tile (SplitKScheduler), each unit's fp32 partial into the workspace; the last
     split of a tile sums them in split order and applies the outer scales, the bias, the
-    activation and the cast once (SplitEpilogue with the scales as its α, pingpong.hopper.fixup).
-    `ops`: fp8_gemm's with out's pointer; the other arguments split_k_gemm's (pingpong.hopper.kernel). Under
+    activation and the cast once (SplitEpilogue with the scales as its α, pingpong.hopper.device.fixup).
+    `ops`: fp8_gemm's with out's pointer; the other arguments split_k_gemm's (pingpong.hopper.kernels.gemm). Under
     CFG.EPI.SWAP (module docstring, SWAP-AB) the operands, M and N and the scales come exchanged
     and the result is stored transposed."""
     check_constants(CFG, SCALING, PROMOTE, SB_COLS)
@@ -569,7 +570,7 @@ def fp8_split_gemm(a_desc, b_desc, ws, counters, ops, M, N, K, sa_row, sb_col, s
 def fp8_stream_gemm(a_desc, b_desc, ws, counters, ops, M, N, K, sa_row, sb_col, dp_tiles, streamers, split_stride16, ws_ld16, out_ld, CFG: gl.constexpr, SCALING: gl.constexpr,
                     PROMOTE: gl.constexpr, SB_COLS: gl.constexpr):
     """Stream-K FP8 GEMM (module docstring, STREAM-K): fp8_gemm's partitions over
-    StreamKScheduler's units (pingpong.hopper.kernel.stream_k_gemm): a unit holding its whole
+    StreamKScheduler's units (pingpong.hopper.kernels.gemm.stream_k_gemm): a unit holding its whole
     tile goes out through the TMA epilogue (ops.tile_out), its outer scales applied first; a
     tile shared by several programs is finished by the last to arrive, which applies them once
     to the sum (StreamKEpilogue, the scales as its α). Arguments: fp8_split_gemm's, ops.tile_out added,
@@ -602,10 +603,10 @@ def check_constants(CFG: gl.constexpr, SCALING: gl.constexpr, PROMOTE: gl.conste
 @gluon.jit
 def run_fp8_partitions(ring, sched, epi, scales, tiles, CFG: gl.constexpr, PROMOTE: gl.constexpr,
                        SPLIT: gl.constexpr = False):
-    """The Hopper skeleton (pingpong.hopper.kernel.run_partitions) with FP8's producer loads
+    """The Hopper skeleton (pingpong.hopper.kernels.gemm.run_partitions) with FP8's producer loads
     (Fp8Loader: `tiles`' A and B boxes, block-wise the scales) and K loop (Fp8KLoop), over
     `sched`'s units: the dense kernel's (TileScheduler), the grouped one's
-    (pingpong.hopper.fp8_grouped: GroupedScheduler, whose `locate` gives each unit's group as
+    (pingpong.hopper.kernels.fp8_grouped: GroupedScheduler, whose `locate` gives each unit's group as
     the batch) and the split kernel's (SPLIT: SplitKScheduler's units into a SplitEpilogue,
     store_tile)."""
     kloop = Fp8KLoop(scales, PlainKLoop.of(CFG), PROMOTE, SPLIT)

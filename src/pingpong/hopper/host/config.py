@@ -8,7 +8,7 @@ other number is derived (docs/design.md "The parts").
     budget · warps per partition · register budgets (setmaxnreg) · shared-memory bytes ·
     column pieces (block_n = 3·2^k: 2/3 + 1/3, each a power of two; `column_pieces`)
 
-Schedules (each a different orchestration of the same parts, see pingpong.hopper.kernel);
+Schedules (each a different orchestration of the same parts, see pingpong.hopper.kernels.gemm);
 their numbers live in SCHEDULE_FACTS, which derivation, the kernel's constexprs and the
 launcher all read:
 
@@ -18,18 +18,18 @@ launcher all read:
     | cooperative  | producer warp + 2 consumer WGs| both consumers split one BM×BN tile      |
     | pingpong     | producer warp + 2 consumer WGs| each consumer owns a whole tile; turns   |
 
-Work decomposition (pingpong.hopper.scheduler), orthogonal to the schedule:
+Work decomposition (pingpong.hopper.device.scheduler), orthogonal to the schedule:
 
     split_k = 1   one work unit per output tile, the whole K loop, α·acc + β·C stored directly
     split_k = S   S work units per tile, each a contiguous 1/S of the k-steps; fp32 partials go
                   to a workspace [S, rows, cols] and the last split of each tile to finish sums
                   them in split order (bitwise repeatable), applies α, β·C and the cast, in the
-                  same kernel (pingpong.hopper.fixup)
+                  same kernel (pingpong.hopper.device.fixup)
     stream_k      whole waves of tiles data-parallel, the k-steps of the rest (the last,
                   partial wave) divided evenly between the programs; a unit holding a whole
                   tile is stored through the TMA epilogue, a tile shared by several is
                   finished as a split-K tile is, its partials summed in K order
-                  (pingpong.hopper.scheduler.StreamKScheduler, pingpong.hopper.fixup)
+                  (pingpong.hopper.device.scheduler.StreamKScheduler, pingpong.hopper.device.fixup)
     swap_ab       the kernel computes Cᵀ = Bᵀ·Aᵀ: N on the wgmma M side (block_m tiles N),
                   M on the wgmma N side (block_n = 16..64 fits a decode batch); the result is
                   written to C transposed, through pointers
@@ -45,7 +45,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 @dataclasses.dataclass(frozen=True)
 class ScheduleFacts:
@@ -96,7 +96,7 @@ BARRIER_BYTES = 8
 #: (docs/design.md, "Ring depth"); large tiles fit 3-6 stages whatever the cap.
 MAX_STAGES = 12
 #: Bands taller than this many tile-rows gain no L2 reuse; the bound also keeps the raster's
-#: GROUP_M · tiles_n product far inside int32 (pingpong.hopper.scheduler.tile_coords).
+#: GROUP_M · tiles_n product far inside int32 (pingpong.hopper.device.scheduler.tile_coords).
 MAX_GROUP_M = 256
 #: Shared memory besides the ring and the epilogue staging: the ring's ready/empty, C and turn
 #: mbarriers, plus what the compiler adds (buffer alignment, warp_specialize's captured
@@ -151,7 +151,7 @@ class Derived:
 
     @property
     def workspace(self) -> bool:
-        """The split-K / swap-AB / stream-K kernels (pingpong.hopper.fixup): pointer epilogue,
+        """The split-K / swap-AB / stream-K kernels (pingpong.hopper.device.fixup): pointer epilogue,
         workspace when split."""
         return self.split_k > 1 or self.swap_ab or self.stream_k
 
@@ -198,12 +198,12 @@ class KernelConfig:
         where 128×256 leave a quarter idle (512×6144: 128 tiles instead of 96).
     stages: depth of the shared-memory ring; None = as many as fit (≤ MAX_STAGES).
     schedule: "persistent" | "cooperative" | "pingpong" (module docstring).
-    group_m: tiles per group of the grouped raster (L2 reuse; pingpong.hopper.scheduler).
+    group_m: tiles per group of the grouped raster (L2 reuse; pingpong.hopper.device.scheduler).
     epilogue_n: columns of one epilogue sub-tile; None = the whole tile width unless its
         staging would leave the ring fewer than SUBTILE_BELOW_STAGES stages (fp32 output:
         a 128×256 fp32 tile is 128 KB), then halved until it does. Sub-tiles are stored
         through 2 staging buffers per consumer, so the shared memory the full tile would
-        take goes to the ring instead (pingpong.hopper.epilogue). = block_n: no sub-tiling.
+        take goes to the ring instead (pingpong.hopper.device.epilogue). = block_n: no sub-tiling.
     instr_n: N of one wgmma (m64·N·k16); None = the widest (≤ 256) dividing the consumer's
         tile width. A narrower N issues several wgmmas per k-step, each re-reading A.
     split_k: K splits per output tile (module docstring); 1 = none. Warp-specialized schedules.
@@ -211,7 +211,7 @@ class KernelConfig:
         where a 128-row tile over M would be mostly padding. Warp-specialized schedules.
     cluster_m: CTAs per cluster along M (1 or 2). 2: a pair of CTAs takes two vertically
         adjacent tiles (2·block_m rows, the same block_n columns) and loads their common B
-        tile once, multicast into both CTAs' shared memory (pingpong.hopper.pipeline); the
+        tile once, multicast into both CTAs' shared memory (pingpong.hopper.device.pipeline); the
         persistent grid counts pairs. Warp-specialized schedules (CLUSTER_SCHEDULES), one K
         split, no swap, one column piece; unbatched products.
     stream_k: stream-K work units (module docstring) instead of one per tile: the K splits are
@@ -287,8 +287,8 @@ class KernelConfig:
                 raise ConfigError(f"cluster_m={self.cluster_m} needs a one-piece tile: block_n={bn} is two column"
                                   " pieces")
         if not _is_int(in_bytes) or in_bytes not in (1, 2):
-            raise ConfigError(f"operands must be 16-bit (bf16/fp16) or 8-bit (fp8, pingpong.hopper.fp8_kernel) for"
-                              f" wgmma here, got {in_bytes}-byte elements")
+            raise ConfigError(f"operands must be 16-bit (bf16/fp16) or 8-bit (fp8, pingpong.hopper.kernels.fp8_gemm)"
+                              f" for wgmma here, got {in_bytes}-byte elements")
         if not _is_int(out_bytes) or out_bytes not in (2, 4):
             raise ConfigError(f"output elements must be 2 or 4 bytes, got {out_bytes}")
         consumers, cm, cn = _consumer_tile(self)
@@ -381,7 +381,7 @@ def _epilogue(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> tuple[int, in
     """(epilogue_n, staging buffers per consumer, staging bytes): the chosen or derived
     sub-tile width and what its buffers take from shared memory."""
     consumers, cm, cn = _consumer_tile(cfg)
-    if cfg.split_k > 1 or cfg.swap_ab:  # the pointer epilogue of pingpong.hopper.fixup: no staging;
+    if cfg.split_k > 1 or cfg.swap_ab:  # the pointer epilogue of pingpong.hopper.device.fixup: no staging;
         # swap-AB rearranges each consumer's fp32 result through the compiler's scratch (at most a tile)
         return cn, 0, consumers * cm * cn * 4 if cfg.swap_ab else 0
     # one buffer for a whole tile; else 2, or one per sub-tile when their count is odd (a

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import PingpongError
-from .runtime.spec import validate_nd
+from ..errors import PingpongError
+from ..runtime.spec import validate_nd
 
 __all__ = ["KernelOperand", "BatchPlan", "plan", "operand_view", "plan_for", "out_shape", "check", "run", "per_row",
            "native"]

@@ -56,28 +56,19 @@ Bad offsets (device data): ends are clipped to T, a decreasing offset makes its 
 No read leaves [0, T) (every box row is inside its group's clipped range or zero-filled).
 """
 
-from __future__ import annotations
-
-import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton.language.core import _aggregate as aggregate
 
-from ..runtime import compile as cc
-from .config import KernelConfig
-from .epilogue import Epilogue, EpilogueConstants
-from .kernel import PlainKLoop, run_partitions
-from .launch import _descriptor, _smem_layout, kernel_constants, launch_options, tma_groups, tma_orientation
-from .pipeline import Ring
-from .scheduler import TileScheduler
+from ..device.epilogue import Epilogue
+from ..device.pipeline import Ring
+from ..device.scheduler import TileScheduler
+from .gemm import PlainKLoop, run_partitions
 
-#: the ragged descriptor's constants (module docstring): the row dimension's extent (T must
-#: not exceed it), the two leading dimensions' extent, the wrap-around stride base.
+#: the ragged descriptor's row dimension's extent (module docstring; T must not exceed it; the
+#: other constants: pingpong.hopper.host.grouped_k)
 RAGGED_ROWS = gl.constexpr(2**30)
-_LEAD_EXTENT = 0x7FFF0000
-_WRAP = 2**34
 
 
 # ----------------------------------------------------------------------------- the ragged K range
@@ -206,7 +197,7 @@ def grouped_k_gemm(a_desc, b_desc, c_desc, offs, M, N, T, G, alpha, beta, CFG: g
         consumer0 │ MMA ═══ (no k-step: zeros) │ TMA store out[g] tile │ (ping-pong: turns as the dense kernel)
         consumer1 │ wait turn │ MMA ═══════════ │ TMA store out[g'] tile │
 
-    CFG: the dense kernel's constexprs (KernelConstants, pingpong.hopper.launch), its EPI a plain
+    CFG: the dense kernel's constexprs (KernelConstants, pingpong.hopper.host.launch), its EPI a plain
     store.
     """
     gl.static_assert(CFG.STAGES >= 2, "the ring needs at least 2 stages")
@@ -223,83 +214,3 @@ def grouped_k_gemm(a_desc, b_desc, c_desc, offs, M, N, T, G, alpha, beta, CFG: g
     loader = RaggedKLoader(a_desc, b_desc)
     # (the ragged operands are MN-major, whatever CFG's default majors say)
     run_partitions(ring, sched, epi, loader, PlainKLoop(0, CFG.acc_layout, CFG.acc_layout, False, False), CFG)
-
-
-# ----------------------------------------------------------------------------- host side
-
-
-def ragged_descriptor(t: torch.Tensor, box_rows: int, box_cols: int) -> TensorDescriptor:
-    """The ragged descriptor (module docstring) of t (T, C), row-major and TMA-legal, with a
-    box of box_rows × box_cols."""
-    assert tma_orientation(t) == "row" and t.shape[0] <= RAGGED_ROWS.value, "ragged operand: row-major, TMA-legal"
-    r = t.stride(0)
-    layout = _smem_layout(box_cols * t.element_size(), 8 * t.element_size(), 4)
-    return TensorDescriptor(t, [_LEAD_EXTENT, _LEAD_EXTENT, RAGGED_ROWS.value, t.shape[1]], [_WRAP - r, r, r, 1],
-                            [1, 1, box_rows, box_cols], layout)
-
-
-def legal_operand(t) -> bool:
-    """t (T, C) can be a ragged operand as stored: row-major (T the row), TMA-legal (a tensor
-    or a spec's Operand)."""
-    return t.dim() == 2 and tma_orientation(t) == "row" and t.shape[0] <= RAGGED_ROWS.value
-
-
-def legal_out(out) -> bool:
-    """out (G, M, N): each matrix row-major and TMA-legal, a 16-byte multiple apart (a tensor
-    or a spec's Operand)."""
-    return out.dim() == 3 and tma_orientation(out) == "row" and tma_groups(out)
-
-
-def select_ragged_k_config(M: int, N: int, T: int, G: int) -> KernelConfig:
-    """The tile of a ragged-K product from what the host knows (T rows over G groups, not
-    their sizes; docs/design.md "Grouped GEMM"):
-
-        > 128 rows per group   cooperative 128×256: K loops long enough for the wide tile's
-                               reuse of each A box to pay
-        ≤ 128 rows per group   cooperative 128×128: a unit is one or two k-steps and its store
-                               dominates, which a wider tile does not shorten
-        N < 256                cooperative 128×128"""
-    if N >= 256 and T > 128 * max(G, 1):
-        return KernelConfig(128, 256, 64, schedule="cooperative")
-    return KernelConfig(128, 128, 64, schedule="cooperative")
-
-
-def prepare(x, b, out, offs, config: KernelConfig, sms: int):
-    """(kernel, args, kwargs, grid) of out[g] = xᵀ[:, K_g] @ b[K_g, :] for every group.
-
-    x (T, M) and b (T, N) row-major (`legal_operand`: the caller passes a = x.t()), out
-    (G, M, N) (`legal_out`), offs (G,) int32 on the device."""
-    T, M = x.shape
-    N = b.shape[1]
-    G = out.shape[0]
-    d = config.derive(x.element_size(), out.element_size())
-    assert not d.workspace and d.block_n2 == 0 and d.cluster_m == 1 and d.schedule != "persistent", \
-        "one-piece warp-specialized tiles"
-    a_desc = ragged_descriptor(x, d.block_k, d.block_m)
-    b_desc = ragged_descriptor(b, d.block_k, d.block_n)
-    c_desc = _descriptor(out, [d.consumer_m, d.epilogue_n])  # rank 3: matrix g of out
-    kwargs = dict(CFG=kernel_constants(d, EpilogueConstants(BUFS=d.epilogue_bufs)), **launch_options(d))
-    args = (a_desc, b_desc, c_desc, offs, M, N, T, G, 1.0, 0.0)  # α = 1, β = 0
-    units = G * -(-M // d.block_m) * -(-N // d.block_n)
-    return grouped_k_gemm, args, kwargs, (max(1, min(sms, units)),)
-
-
-def _offline_builder(config: KernelConfig):
-    def build(target: str) -> cc.Launch:
-        T, M, N, G = 4096, 1024, 1024, 8
-        x = torch.empty(T, M, dtype=torch.bfloat16)
-        b = torch.empty(T, N, dtype=torch.bfloat16)
-        out = torch.empty(G, M, N, dtype=torch.bfloat16)
-        offs = torch.empty(G, dtype=torch.int32)
-        kernel, args, kwargs, grid = prepare(x, b, out, offs, config, 132)
-        return cc.Launch(kernel, args, kwargs, grid)
-
-    build.__doc__ = (f"Hopper grouped GEMM, ragged K (weight gradient), {config.schedule} "
-                     f"{config.block_m}×{config.block_n}×{config.block_k}, bf16, ragged TMA boxes")
-    return build
-
-
-cc.register("grouped-k-cooperative", targets=("sm_90a",))(
-    _offline_builder(KernelConfig(128, 256, 64, schedule="cooperative")))
-cc.register("grouped-k-pingpong", targets=("sm_90a",))(
-    _offline_builder(KernelConfig(128, 128, 64, schedule="pingpong")))

@@ -1,4 +1,4 @@
-"""Host side of the Hopper FP8 GEMM (pingpong.hopper.fp8_kernel): the tile choice, TMA
+"""Host side of the Hopper FP8 GEMM (pingpong.hopper.kernels.fp8_gemm): the tile choice, TMA
 descriptors, the constexprs from `Derived`, the persistent grid, and the offline builds.
 
 Operands arrive validated (pingpong.fp8): A (M, K) row-major and W (N, K) row-major (the
@@ -61,20 +61,20 @@ import torch
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from ..runtime import compile as cc
-from ..runtime.launcher import CachedLaunch
-from ..errors import ConfigError
-from ..runtime.plan import Plan, arrival_counters, bias_vector, device_index
-from ..runtime.spec import NO_ARGS, SCALE_BLOCK, GemmSpec, scale_mode
+from ...runtime import compile as cc
+from ...runtime.launcher import CachedLaunch
+from ...errors import ConfigError
+from ...runtime.plan import Plan, arrival_counters, bias_vector, device_index
+from ...runtime.spec import NO_ARGS, SCALE_BLOCK, GemmSpec, scale_mode
+from ..device.epilogue import EpilogueConstants
+from ..kernels.fp8_gemm import fp8_gemm, fp8_split_gemm, fp8_stream_gemm
 from . import table as tables
 from .config import MAX_ACC_REGS, SMEM_LIMIT, KernelConfig
-from .fp8_kernel import fp8_gemm, fp8_split_gemm, fp8_stream_gemm
-from .epilogue import EpilogueConstants
-from .launch import MAX_SPLIT_BLOCK, counter_count, epilogue_operands, kernel_constants, launch_options, \
-    operand_descriptors, partial_slots, persistent_grid, product_bias, tile_descriptor, workspace_reason, workspace_shape
-from .scheduler import effective_splits, stream_k_split
-from .select import DECODE_M, MID_SPLIT_STEPS, SPLIT_MIN_BYTES, Device, one_wave_tile, split, tabled, \
-    tile_count
+from .launch import (MAX_SPLIT_BLOCK, counter_count, epilogue_operands, kernel_constants, launch_options,
+                     operand_descriptors, partial_slots, persistent_grid, product_bias, tile_descriptor,
+                     workspace_reason, workspace_shape)
+from .select import DECODE_M, MID_SPLIT_STEPS, SPLIT_MIN_BYTES, Device, one_wave_tile, split, tabled, tile_count
+from .splits import effective_splits, stream_k_split
 
 #: fp32 elements of a 128×128 b-scale box (Fp8Scales): 128 bytes, so that every slot's box
 #: starts 128-byte aligned, as a TMA load's shared-memory destination must (CUDA programming
@@ -159,7 +159,7 @@ HALF_EFFICIENCY = 0.75
 def least_wave_time(M: int, N: int, sms: int, tiles) -> KernelConfig:
     """The tile of `tiles` ((config, per-FLOP efficiency) pairs, preferred first) whose waves
     take the least modelled time, ⌈tiles / S⌉ · BM·BN / efficiency: the persistent grid runs S
-    tiles at a time (wave quantization, pingpong.hopper.select); ties go to the earlier one."""
+    tiles at a time (wave quantization, pingpong.hopper.host.select); ties go to the earlier one."""
     cost = lambda c, e: -(-tile_count(c, M, N) // sms) * c.block_m * c.block_n / e  # noqa: E731
     return min(tiles, key=lambda t: cost(*t))[0]
 
@@ -377,7 +377,7 @@ class Fp8Plan(Plan):
     """One decided scaled_mm call signature (a GemmSpec with scales, planned by the Hopper
     backend): the scale mode, the promotion, the config and a cached direct launch; split
     (`workspace` rows > 0): a fresh fp32 workspace from the caching allocator and the stream's
-    arrival counters per call, as the 16-bit SplitPlan (pingpong.hopper.backend); swap-AB with
+    arrival counters per call, as the 16-bit SplitPlan (pingpong.hopper.host.backend); swap-AB with
     one split: the split kernel's pointer epilogue, with empty stand-ins for both. `scaling`
     is the kernel's (`kernel_scaling`); `broadcast`: tensor-wise scalars given to the row-wise
     kernel as (M, 1) and (1, N) vectors, made per call. `sms`: the SMs its persistent grid

@@ -14,7 +14,7 @@ Lookup is by bucket, not exact shape: a size x falls in bucket round(log2 x), so
 tuned at M = 16 also answers M = 12..22, and 4096×14336 answers 4000×16000. Entries in the
 same bucket are ranked by their log-distance to the asked shape; an entry for the asked
 operand layout beats one for another layout. (Selection may still set a near entry aside when
-its tiles would quantize badly on the asked shape: pingpong.hopper.select.)
+its tiles would quantize badly on the asked shape: pingpong.hopper.host.select.)
 
 An entry's "dtype" names the problem it was measured for: "bf16" / "fp16" for the 16-bit GEMM
 (select_config), and for pingpong.scaled_mm a key that `fp8_key` makes of the FP8 kind, the
@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from .config import KernelConfig
-from ..errors import ConfigError, PingpongError
-from ..toolchain import minor
+from ...errors import ConfigError, PingpongError
+from ...toolchain import minor
 
 FORMAT = 1
 CACHE_ENV = "PINGPONG_CACHE_DIR"
@@ -65,7 +65,7 @@ class TableKey:
     def current(cls, gpu: str, sms: int) -> "TableKey":
         import triton
 
-        from ..toolchain import __version__
+        from ...toolchain import __version__
 
         return cls(gpu, int(sms), __version__, minor(triton.__version__))
 

@@ -9,7 +9,7 @@
         C sub-tile ──TMA load──> buffer ──(+ β·C)── cast ──> buffer ──TMA store──> out
                                               (β·C only when HAS_C: β ≠ 0 and a C was given)
 
-The order is pingpong.fused's: the activation sees α·acc + bias, the residual β·C is added
+The order is docs/epilogue.md's: the activation sees α·acc + bias, the residual β·C is added
 after it. The bias needs no shared memory: each thread loads the few bias values of its own
 columns (or rows) straight into the accumulator's layout (a SliceLayout of it).
 
@@ -29,12 +29,12 @@ C is read through TMA too, into the same staging buffer, so
 it costs no extra shared memory and no per-element address registers; C must therefore be
 TMA-legal with out's dtype (the API copies it otherwise). C may alias out (`gemm_`): each
 tile is read before its own store and tiles are disjoint. A batched output (rank-3
-descriptors, pingpong.hopper.batched) is stored into matrix `batch`; a C shared by every batch
+descriptors, pingpong.hopper.device.batched) is stored into matrix `batch`; a C shared by every batch
 keeps a rank-2 descriptor.
 
 The epilogue's compile-time choices travel as one `EpilogueConstants`, `CFG.EPI` of the
-kernel's constexpr bundle (pingpong.hopper.launch.KernelConstants), built once by the host;
-the kernel hands it on and `Epilogue.allocate` (or `SplitEpilogue`, pingpong.hopper.fixup)
+kernel's constexpr bundle (pingpong.hopper.host.launch.KernelConstants), built once by the host;
+the kernel hands it on and `Epilogue.allocate` (or `SplitEpilogue`, pingpong.hopper.device.fixup)
 unpacks it, in one place. Its tensors travel the same way: one `EpilogueOperands` kernel
 argument (`ops`: out, C, the bias, stream-K's tile descriptors, FP8's scales), built once by
 the host. A forked kernel that fuses its own epilogue adds a field to each and reads it in its
@@ -117,9 +117,9 @@ def erf(x):
 
 @gluon.jit
 def activate(z, ACTIVATION: gl.constexpr):
-    """act(z) in fp32 (the table in pingpong.fused)."""
+    """act(z) in fp32 (the table in docs/epilogue.md)."""
     gl.static_assert(ACTIVATION == "none" or ACTIVATION == "relu" or ACTIVATION == "gelu_erf"
-                     or ACTIVATION == "gelu_tanh" or ACTIVATION == "silu", "unknown activation (pingpong.fused)")
+                     or ACTIVATION == "gelu_tanh" or ACTIVATION == "silu", "unknown activation (docs/epilogue.md)")
     if ACTIVATION == "relu":
         z = gl.maximum(z, 0.0)
     elif ACTIVATION == "gelu_erf":
@@ -146,9 +146,9 @@ class EpilogueConstants:
 
     HAS_C: bool = False  # β·C is read (β ≠ 0 and a C was given)
     BIAS: str = "none"  # "none" | "col" (N entries) | "row" (M entries)
-    ACTIVATION: str = "none"  # pingpong.fused's table
+    ACTIVATION: str = "none"  # docs/epilogue.md's table
     BUFS: int = 1  # staging buffers per consumer of the TMA epilogue (KernelConfig.derive: epilogue_bufs)
-    SWAP: bool = False  # the split epilogue writes the result transposed (swap-AB, pingpong.hopper.fixup)
+    SWAP: bool = False  # the split epilogue writes the result transposed (swap-AB, pingpong.hopper.device.fixup)
 
     @gluon.constexpr_function
     def plain(self):
@@ -159,7 +159,7 @@ class EpilogueConstants:
 class EpilogueOperands(NamedTuple):
     """The tensors a kernel's epilogue reads and writes, as ONE kernel argument (`ops`).
 
-    Built by the host once per launch (pingpong.hopper.launch.epilogue_operands) and handed
+    Built by the host once per launch (pingpong.hopper.host.launch.epilogue_operands) and handed
     to the entry points whole; the epilogue's constructors (`Epilogue.of`,
     fixup.SplitEpilogue.of, kernel.stream_k_epilogue) read it in one place each. Triton passes
     a NamedTuple as its fields, flattened in this order, and a field left None is no kernel
@@ -178,7 +178,7 @@ class EpilogueOperands(NamedTuple):
     bias: Any = None  # the bias vector (out stands in when there is none: never read)
     tile_out: Any = None  # stream-K: the TMA descriptors of its whole tiles, next to the fix-up's pointers
     tile_cin: Any = None
-    sa: Any = None  # FP8: the dequantization scales (pointers or TMA descriptors, pingpong.hopper.fp8_kernel)
+    sa: Any = None  # FP8: the dequantization scales (pointers or TMA descriptors, pingpong.hopper.kernels.fp8_gemm)
     sb: Any = None
 
 
@@ -223,7 +223,7 @@ class Epilogue:
         HAS_C: gl.constexpr = EPI.HAS_C
         staging = gl.allocate_shared_memory(c_desc.dtype, [COPIES * BUFS] + tile_shape(c_desc), tile_layout(c_desc))
         c_ready = allocate_barriers(COPIES)
-        if HAS_C:  # only barriers that are used get initialized (pingpong.hopper.pipeline.Ring)
+        if HAS_C:  # only barriers that are used get initialized (pingpong.hopper.device.pipeline.Ring)
             for i in gl.static_range(COPIES):
                 mbarrier.init(c_ready.index(i), count=1)
         return Epilogue(c_desc, cin_desc, alpha, beta, staging, c_ready, bias, M, N, EPI)

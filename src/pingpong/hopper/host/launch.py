@@ -8,7 +8,7 @@ its compile options from `launch_options(d)`:
     fn[grid](*args, **kwargs)                  args: A's and B's descriptors, (workspace), ops, sizes, α, β
 
 and the tensors of its epilogue as one argument too, `ops`, the EpilogueOperands that
-`epilogue_operands` builds (pingpong.hopper.epilogue: out, C, the bias, stream-K's tile
+`epilogue_operands` builds (pingpong.hopper.device.epilogue: out, C, the bias, stream-K's tile
 descriptors, FP8's scales; a field left None is no kernel parameter).
 
 `tma_orientation(t)` says whether a 2-D tensor (or a spec's Operand) can be described to TMA as it is stored (last
@@ -18,7 +18,7 @@ copy) and launches `prepare`'s kernel, first through Triton's JIT, then directly
 (pingpong.runtime.launcher); this module assumes legal inputs and asserts it.
 
 Batched products (out (B, M, N)) get rank-3 descriptors [B, rows, cols] with a box of one
-matrix tile (pingpong.hopper.batched); an operand shared by every batch (2-D, or batch size
+matrix tile (pingpong.hopper.device.batched); an operand shared by every batch (2-D, or batch size
 1, or batch stride 0) keeps a rank-2 descriptor of its one matrix. A batch stride must be a
 multiple of 16 bytes, like every other TMA stride.
 """
@@ -33,15 +33,15 @@ import torch
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from ..errors import ConfigError
-from ..runtime import compile as cc
-from ..runtime.plan import bias_vector
-from ..runtime.spec import Operand, bias_kind
-from ..toolchain import KERNEL_OPTIONS
+from ...errors import ConfigError
+from ...runtime import compile as cc
+from ...runtime.plan import bias_vector
+from ...runtime.spec import Operand, bias_kind
+from ...toolchain import KERNEL_OPTIONS
+from ..device.epilogue import EpilogueConstants, EpilogueOperands
+from ..kernels.gemm import persistent_gemm, split_k_gemm, stream_k_gemm, warp_specialized_gemm
 from .config import SCHEDULE_FACTS, KernelConfig, swizzle_width
-from .epilogue import EpilogueConstants, EpilogueOperands
-from .kernel import persistent_gemm, split_k_gemm, stream_k_gemm, warp_specialized_gemm
-from .scheduler import effective_splits, stream_k_split, stream_parts
+from .splits import effective_splits, stream_k_split, stream_parts
 
 _GL_DTYPE = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}
 
@@ -129,7 +129,7 @@ def acc_layout(d, piece: int = 0) -> gl.NVMMADistributedLayout:
 
 
 def prepare(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, bias=None, activation="none"):
-    """(kernel, args, kwargs, grid) for out = act(α·a@b + bias) + β·c (pingpong.fused).
+    """(kernel, args, kwargs, grid) for out = act(α·a@b + bias) + β·c (docs/epilogue.md).
 
     a (M,K), b (K,N), out (M,N) row-major; or batched: out (B,M,N), a/b/c 3-D or shared
     (`per_batch`). `bias` (N,)/(1,N) per column or (M,1) per row, shared by the batches.
@@ -175,7 +175,7 @@ class KernelConstants:
     GROUP_M: int  # tile-rows per raster band
     acc_layout: Any  # the wgmma accumulator layout (of the first column piece)
     acc_layout2: Any  # the second column piece's (= acc_layout for a one-piece tile)
-    EPI: EpilogueConstants  # the epilogue's constexprs (pingpong.hopper.epilogue)
+    EPI: EpilogueConstants  # the epilogue's constexprs (pingpong.hopper.device.epilogue)
     BN2: int = 0  # columns of the second column piece (config.column_pieces); 0: one piece
     A_KMAJOR: bool = True  # storage order of the operand boxes
     B_KMAJOR: bool = True
@@ -217,7 +217,7 @@ def launch_options(d) -> dict:
 
 def epilogue_operands(out: torch.Tensor, target, cin=None, bias=None, tile_out=None, tile_cin=None, sa=None,
                       sb=None) -> EpilogueOperands:
-    """The `ops` argument of a Hopper GEMM launch (pingpong.hopper.epilogue.EpilogueOperands),
+    """The `ops` argument of a Hopper GEMM launch (pingpong.hopper.device.epilogue.EpilogueOperands),
     built once per JIT launch: `target` and `cin` are out and C as the kernel's epilogue
     addresses them (TMA descriptors or the tensors), `bias` the caller's (None: `out` stands
     in, never read), `tile_*` stream-K's whole-tile descriptors, `sa`, `sb` FP8's scales. A
@@ -258,7 +258,7 @@ def _gemm_launch(a, b, out, c, alpha, beta, d, sms: int, bias=None, activation="
 
 # ----------------------------------------------------------------------------- split-K / swap-AB
 
-#: the workspace's offsets inside one split's block are 32-bit (pingpong.hopper.fixup)
+#: the workspace's offsets inside one split's block are 32-bit (pingpong.hopper.device.fixup)
 MAX_SPLIT_BLOCK = 2**31
 
 

@@ -17,7 +17,7 @@ loads its own half), the B box is the same for both and goes out once, from the 
 plus the whole B) on its own ready barrier.
 
 Out-of-range boxes are zero-filled by TMA, so M, N, K need not be tile multiples.
-A batched operand (rank-3 descriptor) is read from matrix `batch` (pingpong.hopper.batched).
+A batched operand (rank-3 descriptor) is read from matrix `batch` (pingpong.hopper.device.batched).
 """
 
 from triton.experimental import gluon

@@ -1,17 +1,17 @@
 """The direct calls: eager, no autograd, no tracing. One GemmSpec per call, one cached plan
 per spec (pingpong.runtime), then the launch. pingpong.api and pingpong.functional route here
 when `ops.needs_op` says nothing else must see the call; the ops' bodies and the autograd
-Functions (pingpong.ops) call these too.
+Functions (pingpong.integration.ops) call these too.
 
     gemm / gemm_ / path_for / matmul_tiled        spec.build(...) once
         PLANS hit ──────────────────────────────▶ plan.run(...)
-        miss ─▶ N-D operands: pingpong.batching (fold, or one batched product) on these calls
+        miss ─▶ N-D operands: pingpong.integration.batching (fold, or one batched product) on these calls
              ─▶ spec.validate*(...) (errors under the caller's names) ─▶ plan_for(spec), cached
 
     linear                                        a LayerPlan per call signature (x, weight,
         LAYERS hit ─▶ forward: one launch          bias, activation, SM carveout): the forward
                       backward: two launches       plan and, on the first backward, the dx and
-                      and one bias reduction       dweight plans (pingpong.ops' autograd
+                      and one bias reduction       dweight plans (pingpong.integration.ops' autograd
                                                    Function calls them)
 
 Every key holds torch's SM carveout at the call (pingpong.runtime.device), so a plan's
@@ -28,10 +28,10 @@ import collections
 import torch
 
 from . import batching
-from .errors import PingpongError
-from .runtime import plan as plan_mod
-from .runtime import spec as spec_mod
-from .runtime.spec import GEMM, LINEAR, NO_ARGS, EpilogueArgs, operand, sm_carveout
+from ..errors import PingpongError
+from ..runtime import plan as plan_mod
+from ..runtime import spec as spec_mod
+from ..runtime.spec import GEMM, LINEAR, NO_ARGS, EpilogueArgs, operand, sm_carveout
 
 __all__ = ["gemm", "gemm_", "matmul_tiled", "path_for", "gemm_into", "linear", "layer_plan", "LayerPlan", "LAYERS"]
 
@@ -48,7 +48,7 @@ def _new_out(spec) -> torch.Tensor:
 def gemm(a, b, args: EpilogueArgs, out_dtype, names=GEMM, out=None) -> torch.Tensor:
     """act(α·a@b + bias) + β·c into a new tensor (`args`: the epilogue's operands, α and β
     already checked), or into `out`: a contiguous tensor of the result's shape and dtype that
-    the caller made (inductor's generated code: pingpong.inductor)."""
+    the caller made (inductor's generated code: pingpong.integration.inductor)."""
     spec = spec_mod.build_args(a, b, args, out_dtype)
     plan = plan_mod.get(spec)
     if plan is None:
@@ -65,7 +65,7 @@ def gemm(a, b, args: EpilogueArgs, out_dtype, names=GEMM, out=None) -> torch.Ten
 
 def batched_gemm(a, b, args: EpilogueArgs, out_dtype, names=GEMM) -> torch.Tensor:
     """`gemm` on N-D operands: checked (before any broadcast or copy), then run as one 2-D or
-    one batched product (pingpong.batching) through `gemm`."""
+    one batched product (pingpong.integration.batching) through `gemm`."""
     _, _, act = spec_mod.validate_nd(a, b, args, out_dtype, names, batching.out_shape)
     spec_mod.check_gpu(a.device, names)
 
@@ -93,7 +93,7 @@ def gemm_(a, b, args: EpilogueArgs) -> torch.Tensor:
 
 
 def matmul_tiled(a, b, config, out_dtype) -> torch.Tensor:
-    from .hopper.config import KernelConfig
+    from ..hopper.host.config import KernelConfig
 
     spec = spec_mod.build(a, b, None, 0.0, out_dtype, None, None, config=config)
     plan = plan_mod.get(spec)

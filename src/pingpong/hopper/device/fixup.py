@@ -144,7 +144,7 @@ class SplitEpilogue:
     cin: gl.tensor  # C, laid out like out (read when HAS_C)
     c_ld: gl.tensor
     bias: gl.tensor
-    scale: base_value  # Alpha or Fp8Scales (pingpong.hopper.fp8_kernel): apply_outer(acc, off_r, off_c) of the sum
+    scale: base_value  # Alpha or Fp8Scales (kernels.fp8_gemm): apply_outer(acc, off_r, off_c) of the sum
     beta: gl.tensor
     R: gl.tensor  # the kernel's product is R × C (M × N, or N × M under swap-AB)
     C: gl.tensor
@@ -158,7 +158,7 @@ class SplitEpilogue:
     @gluon.constexpr_function
     def __init__(self, ws, split_stride, ws_ld, counters, out, out_ld, cin, c_ld, bias, scale, beta, R, C, splits,
                  EPI):
-        """EPI: the kernel's CFG.EPI (EpilogueConstants, pingpong.hopper.epilogue); its BUFS is unused here.
+        """EPI: the kernel's CFG.EPI (EpilogueConstants, pingpong.hopper.device.epilogue); its BUFS is unused here.
         `scale`: α (module docstring), an Alpha or the FP8 kernel's Fp8Scales."""
         self.ws = ws
         self.split_stride = split_stride
@@ -182,7 +182,7 @@ class SplitEpilogue:
 
     @gluon.jit
     def of(ops, ws, split_stride, ws_ld, counters, out_ld, c_ld, scale, beta, R, C, splits, EPI: gl.constexpr):
-        """The split epilogue of a kernel's EpilogueOperands (pingpong.hopper.epilogue): out and
+        """The split epilogue of a kernel's EpilogueOperands (pingpong.hopper.device.epilogue): out and
         cin its pointers (no cin: out stands in, never read); the rest as __init__'s."""
         if ops.cin is None:
             epi = SplitEpilogue(ws, split_stride, ws_ld, counters, ops.out, out_ld, ops.out, c_ld, ops.bias, scale,
@@ -195,7 +195,7 @@ class SplitEpilogue:
     @gluon.jit
     def with_scale(self, scale):
         """This epilogue with α = `scale` (the FP8 consumers' tensor-wise sa·sb, loaded before
-        the K loop, pingpong.hopper.fp8_kernel.store_tile)."""
+        the K loop, pingpong.hopper.kernels.fp8_gemm.store_tile)."""
         return SplitEpilogue(self.ws, self.split_stride, self.ws_ld, self.counters, self.out, self.out_ld, self.cin,
                              self.c_ld, self.bias, scale, self.beta, self.R, self.C, self.splits, self.EPI)
 
@@ -306,7 +306,7 @@ class SplitEpilogue:
 
     @gluon.jit
     def store_result(self, acc, off_r, off_c):
-        """out = cast(act(α·acc + bias) + β·C) through pointers (pingpong.fused's order; α: `scale`);
+        """out = cast(act(α·acc + bias) + β·C) through pointers (docs/epilogue.md's order; α: `scale`);
         SWAP: out and C hold the transpose of the R × C product, so the values are first
         rearranged to run along their rows (out's contiguous dimension)."""
         y = activate(add_bias(self.scale.apply_outer(acc, off_r, off_c), self.bias, off_r, off_c, self.R, self.C, self.BIAS), self.ACTIVATION)

@@ -28,12 +28,12 @@ CPU, the kernel launch stubbed out).
 
 `linear` under eager autograd takes the thinnest Function (`_LayerFunction`) when it can (no
 activation, x folds into 2-D): it saves x and weight and calls the layer's cached plan
-(pingpong.direct.LayerPlan): one launch forward; two launches and one bias reduction backward.
+(pingpong.integration.direct.LayerPlan): one launch forward; two launches and one bias reduction backward.
 
 Backward formulas (shared by the Function and the op) route as the public functions do
 (`_gemm`: needs_op, then the op or the direct call), so an eager backward launches directly
-and a traced backward records the ops. This module imports pingpong.direct and
-pingpong.batching, never pingpong.api or pingpong.functional (no import circle). Operands are transposed
+and a traced backward records the ops. This module imports pingpong.integration.direct and
+pingpong.integration.batching, never pingpong.api or pingpong.functional (no import circle). Operands are transposed
 *views* (``b.mT``, ``a.mT``: the four layouts run without copies). Gradients have the inputs'
 dtype (an fp32 ``out_dtype`` gradient is cast to the input dtype first). The activation's
 derivative needs the pre-activation z: the forward does not save it (an M×N fp32 buffer per
@@ -51,9 +51,9 @@ import torch
 from torch import Tensor
 
 from . import batching, direct, inductor
-from .errors import PingpongError
-from .runtime.spec import (DENSE_OP_ARGS, DENSE_TENSORS, NO_ARGS, EpilogueArgs, check_activation, op_args, op_grads, op_schema,
-                           op_values, plain_args, torch_activation, validate_linear)
+from ..errors import PingpongError
+from ..runtime.spec import (DENSE_OP_ARGS, DENSE_TENSORS, NO_ARGS, EpilogueArgs, check_activation, op_args, op_grads,
+                            op_schema, op_values, plain_args, torch_activation, validate_linear)
 
 __all__ = ["needs_op", "route_gemm", "route_linear", "call_linear", "check_sharded", "sharded", "is_dtensor",
            "check_not_differentiated", "mm", "gemm", "gemm_", "linear", "activation_forward", "activation_backward"]
@@ -116,7 +116,7 @@ def sharded(op, *args) -> tuple:
 def _rules():
     """pingpong.distributed, which depends on this module (its rules are for these ops): loaded
     by name, as a plugin; this module never imports it."""
-    return sys.modules.get(f"{__package__}.distributed") or importlib.import_module(f"{__package__}.distributed")
+    return sys.modules.get("pingpong.distributed") or importlib.import_module("pingpong.distributed")
 
 
 def route_gemm(a, b, args: EpilogueArgs, out_dtype) -> Tensor:
@@ -435,7 +435,7 @@ class _LinearFunction(torch.autograd.Function):
 
 class _LayerFunction(torch.autograd.Function):
     """The layer path's autograd, as thin as torch's: the forward and both backward launches
-    are the LayerPlan's (pingpong.direct), decided once per call signature; dbias one reduction."""
+    are the LayerPlan's (pingpong.integration.direct), decided once per call signature; dbias one reduction."""
 
     @staticmethod
     def forward(ctx, x, w, bias, lp):

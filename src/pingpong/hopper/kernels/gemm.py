@@ -2,7 +2,7 @@
 top-down; the parts (Ring, TileLoader, MmaOp, Epilogue, TileScheduler, PhaseSync) do the work.
 
 ONE SKELETON. Every warp-specialized Hopper kernel (these, the FP8 ones of
-pingpong.hopper.fp8_kernel, the grouped ones of pingpong.hopper.grouped, fp8_grouped and
+pingpong.hopper.kernels.fp8_gemm, the grouped ones of pingpong.hopper.kernels.grouped, fp8_grouped and
 grouped_k) is `run_partitions`: one producer and one consumer function per schedule, with
 the parts that differ passed in as aggregates:
 
@@ -10,7 +10,7 @@ the parts that differ passed in as aggregates:
         producer   (loader, ring, sched)      loader.load per k-step of every unit of sched
         consumer   (ring, sched, epi, kloop)  per unit: kloop.locate │ [ping-pong: wait turn] │
                                               kloop.run (K loop; passes the turn) │ kloop.store → epi
-    sched   TileScheduler, SplitKScheduler, StreamKScheduler (pingpong.hopper.scheduler),
+    sched   TileScheduler, SplitKScheduler, StreamKScheduler (pingpong.hopper.device.scheduler),
             GroupedScheduler, RaggedKScheduler (RAGGED_K: k-steps counted unit by unit)
     kloop   PlainKLoop (wgmmas accumulate in place), fp8_kernel.Fp8KLoop (promoted, paired or
             plain; the outer scales at the store)
@@ -42,11 +42,11 @@ tile boundaries, so the next tile's loads overlap this tile's epilogue).
 
 A batched product (B matrices) runs the same schedules over B·tiles tile ids in one grid;
 each step carries the tile's batch index to the loader and the epilogue (rank-3 TMA
-descriptors, pingpong.hopper.batched).
+descriptors, pingpong.hopper.device.batched).
 
 SPLIT-K / SWAP-AB (split_k_gemm; KernelConfig.split_k > 1 or swap_ab, warp-specialized
 schedules): the same producer and consumers over the work units of SplitKScheduler (a tile
-and a K range each); the epilogue (SplitEpilogue, pingpong.hopper.fixup) stores the fp32
+and a K range each); the epilogue (SplitEpilogue, pingpong.hopper.device.fixup) stores the fp32
 partial into a workspace and counts arrivals; the last split of a tile to arrive sums the
 partials in split order and writes the result. Swap-AB is the same kernel on (Bᵀ, Aᵀ): N
 fills the 64-row wgmma side and the result is written transposed.
@@ -81,7 +81,7 @@ they need the same B tile: the leader loads it once, multicast into both CTAs' s
 A cooperative pair orders its 2·block_m rows consumer-major: consumer c computes pair rows
 [c·block_m, (c+1)·block_m), half in each CTA, from its own A box of the slot (A_BOXES = 2).
 
-All three share one mainloop contract (pingpong.hopper.pipeline docstring): wait ready with
+All three share one mainloop contract (pingpong.hopper.device.pipeline docstring): wait ready with
 ring_phase, keep one k-step's wgmma in flight, release a slot once its wgmma has completed.
 
 TWO-PIECE TILES (BN2 > 0, block_n = 3·2^k; config.column_pieces): the same orchestration. The
@@ -97,13 +97,13 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.language.core import _aggregate as aggregate
 
-from .epilogue import Epilogue
-from .fixup import Alpha, SplitEpilogue, StreamKEpilogue
-from .loader import TileLoader
-from .mma import MmaOp
-from .phase_sync import PhaseSync
-from .pipeline import Ring
-from .scheduler import SplitKScheduler, StreamKScheduler, TileScheduler
+from ..device.epilogue import Epilogue
+from ..device.fixup import Alpha, SplitEpilogue, StreamKEpilogue
+from ..device.loader import TileLoader
+from ..device.mma import MmaOp
+from ..device.phase_sync import PhaseSync
+from ..device.pipeline import Ring
+from ..device.scheduler import SplitKScheduler, StreamKScheduler, TileScheduler
 
 
 # ----------------------------------------------------------------------------- shared steps
@@ -113,7 +113,7 @@ from .scheduler import SplitKScheduler, StreamKScheduler, TileScheduler
 def mainloop(ring, first, k_steps, ROW0: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr, COLS2: gl.constexpr,
              acc_layout: gl.constexpr, acc_layout2: gl.constexpr, A_KMAJOR: gl.constexpr, B_KMAJOR: gl.constexpr):
     """One consumer's K loop over ring counters first .. first+k_steps-1 (COLS2 > 0: the
-    tile's last COLS2 columns are a second piece, pingpong.hopper.mma).
+    tile's last COLS2 columns are a second piece, pingpong.hopper.device.mma).
 
     Returns with the last wgmma still in flight and its slot not yet released: the caller
     decides what happens in that gap (ping-pong hands the tensor cores to the other consumer).
@@ -325,10 +325,10 @@ def warp_specialized_gemm(a_desc, b_desc, ops, M, N, K, alpha, beta, batches, CF
     cluster kernel (module docstring, CLUSTERS), CFG.BM is the pair's rows.
 
     Arguments: the runtime ones (A's and B's descriptors; `ops`, the epilogue's tensors in one
-    EpilogueOperands of pingpong.hopper.epilogue: out's and C's descriptors, the bias; sizes,
-    α, β, batches), then CFG, every constexpr in one KernelConstants (pingpong.hopper.launch: tile, ring, schedule,
-    layouts, and CFG.EPI, the epilogue's EpilogueConstants). RELEASERS and the worker warps
-    come from config.SCHEDULE_FACTS.
+    EpilogueOperands of pingpong.hopper.device.epilogue: out's and C's descriptors, the bias;
+    sizes, α, β, batches), then CFG, every constexpr in one KernelConstants
+    (pingpong.hopper.host.launch: tile, ring, schedule, layouts, and CFG.EPI, the epilogue's
+    EpilogueConstants). RELEASERS and the worker warps come from config.SCHEDULE_FACTS.
     """
     gl.static_assert(CFG.STAGES >= 2, "the ring needs at least 2 stages")
     gl.static_assert(CFG.RELEASERS == (1 if CFG.PINGPONG else 2),
@@ -346,7 +346,7 @@ def warp_specialized_gemm(a_desc, b_desc, ops, M, N, K, alpha, beta, batches, CF
 def split_k_gemm(a_desc, b_desc, ws, counters, ops, M, N, K, alpha, beta, splits, split_stride16, ws_ld16, out_ld,
                  c_ld, CFG: gl.constexpr):
     """The same partitions over `splits` K-ranges per tile (SplitKScheduler), finished by the
-    last split of each tile (SplitEpilogue, pingpong.hopper.fixup). The product is M × N as the
+    last split of each tile (SplitEpilogue, pingpong.hopper.device.fixup). The product is M × N as the
     kernel sees it: Cᵀ (N_c × M_c of the caller's C) under CFG.EPI.SWAP, where out and C are
     read and written transposed. `ops` (EpilogueOperands): out's and C's pointers, the bias. The workspace's strides come in 16-byte units (4 fp32), so the
     compiler knows its rows are aligned and vectorizes the partials' loads and stores. CFG: as
@@ -370,9 +370,9 @@ def stream_k_gemm(a_desc, b_desc, ws, counters, ops, M, N, K, alpha, beta, dp_ti
     rest's k-steps shared evenly by `streamers` programs. A unit that holds its whole tile is
     stored through the TMA epilogue (ops.tile_out, ops.tile_cin: warp_specialized_gemm's
     descriptors); a shared tile is finished by the last of its programs to arrive
-    (StreamKEpilogue, pingpong.hopper.fixup: the pointer fix-up, ops.out and ops.cin as
+    (StreamKEpilogue, pingpong.hopper.device.fixup: the pointer fix-up, ops.out and ops.cin as
     split_k_gemm's, the workspace's slots as its splits). Arguments as split_k_gemm's, `ops`
-    with the two descriptors, and the decomposition (pingpong.hopper.scheduler.stream_k_split) instead of `splits`."""
+    with the two descriptors, and the decomposition (pingpong.hopper.host.splits.stream_k_split) instead of `splits`."""
     gl.static_assert(CFG.STAGES >= 2, "the ring needs at least 2 stages")
     gl.static_assert(CFG.RELEASERS == (1 if CFG.PINGPONG else 2),
                      "ping-pong: one consumer frees a slot; cooperative: both")

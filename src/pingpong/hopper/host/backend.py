@@ -11,13 +11,13 @@ and its plans (one kernel; split-K / swap-AB).
                           operands need a 16-byte-aligned copy (TMA's rule), the output
                           target (out itself, or an aligned buffer + copy-back); a grouped
                           spec: GroupedHopperPlan (the kernel, its tile, which operands are
-                          copied first); an FP8 grouped spec: pingpong.hopper.fp8_grouped's
+                          copied first); an FP8 grouped spec: pingpong.hopper.host.fp8_grouped's
                           Fp8GroupedPlan (its tile and promotion)
 
 Grouped specs (pingpong.grouped): ragged rows and ragged columns (the transposed views,
-`spec.ragged_view`) run the ragged-rows kernel (pingpong.hopper.grouped: A K-major, B either
+`spec.ragged_view`) run the ragged-rows kernel (pingpong.hopper.kernels.grouped: A K-major, B either
 way, out row-major, or column-major through pointer stores); ragged K the ragged-K kernel
-(pingpong.hopper.grouped_k: x = aᵀ (T, M) and b (T, N) row-major, out (G, M, N) row-major).
+(pingpong.hopper.kernels.grouped_k: x = aᵀ (T, M) and b (T, N) row-major, out (G, M, N) row-major).
 An operand the kernel cannot read as stored is copied contiguous first when the copy can be
 read ("hopper-padded"); otherwise, or when the output cannot be written, the spec is refused
 and the portable kernel runs it.
@@ -32,15 +32,15 @@ import dataclasses
 
 import torch
 
-from ..errors import PingpongError
-from ..runtime.addressing import unaddressable
-from ..runtime.device import is_hopper
-from ..runtime.launcher import CachedLaunch
-from ..runtime.plan import GroupedPlan, LaunchedPlan, Plan, arrival_counters, bias_vector, device_index
-from ..runtime.spec import COLS, NO_ARGS, RAGGED_K, GemmSpec, grouped_out, ragged_view
+from ...errors import PingpongError
+from ...runtime.addressing import unaddressable
+from ...runtime.device import is_hopper
+from ...runtime.launcher import CachedLaunch
+from ...runtime.plan import GroupedPlan, LaunchedPlan, Plan, arrival_counters, bias_vector, device_index
+from ...runtime.spec import COLS, NO_ARGS, RAGGED_K, GemmSpec, grouped_out, ragged_view
 from .config import KernelConfig, column_pieces
-from .launch import counter_count, partial_slots, per_batch, prepare, prepare_split, tma_orientation, \
-    workspace_reason, workspace_shape
+from .launch import (counter_count, partial_slots, per_batch, prepare, prepare_split, tma_orientation, workspace_reason,
+                     workspace_shape)
 from .select import DEFAULT_SMS, Device, choose, stream_k_note
 
 NAME = "hopper"
@@ -100,7 +100,7 @@ def can_implement(spec: GemmSpec) -> str | None:
     if why:
         return (f"the Hopper kernel cannot address this call's tensors ({why})"
                 + ("; matmul_tiled runs only the Hopper kernel" if spec.config else ""))
-    if spec.epilogue.scales is not None:  # FP8: pingpong.hopper.fp8_launch checks its config when planning
+    if spec.epilogue.scales is not None:  # FP8: pingpong.hopper.host.fp8_launch checks its config when planning
         return None
     config = spec.config
     if config is None:
@@ -350,7 +350,7 @@ class HopperPlan(LaunchedPlan):
 
 class SplitPlan(HopperPlan):
     """A split-K / swap-AB / stream-K config (KernelConfig.split_k > 1, swap_ab or stream_k): the same copies as
-    HopperPlan, then one launch (pingpong.hopper.fixup) with a fresh fp32 workspace from the
+    HopperPlan, then one launch (pingpong.hopper.device.fixup) with a fresh fp32 workspace from the
     caching allocator and the stream's arrival counters, so calls on different streams share
     neither:
 
