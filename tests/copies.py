@@ -5,7 +5,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from pingpong import grouped as gm
-from pingpong.hopper import backend as hopper_backend
+from pingpong.hopper.host import backend as hopper_backend
 from pingpong.portable import grouped as portable_grouped
 from pingpong.runtime import spec as spec_mod
 

@@ -672,5 +672,5 @@ def _(x, dtype):
 
 @inductor.lowered("quantize_fp8_columns")
 def quantize_fp8_columns_out(x, *, dtype, out):
-    """pingpong::quantize_fp8_columns into inductor's buffers (q, s) (pingpong.inductor)."""
+    """pingpong::quantize_fp8_columns into inductor's buffers (q, s) (pingpong.integration.inductor)."""
     quantize_columns_direct(x, dtype, out)
