@@ -71,8 +71,9 @@ rounds) and its interquartile range as a percentage of the median; the JSON keep
 ratio, and as position_effect the median time of the model timed first in a round over the one
 timed second. Beside them, per step, measured on separate
 steps: GPU ms, the profiler's sum of kernel time excluding NCCL (communication kernels are in
-the JSON as nccl_ms: rank 0's, each profiled step started by all ranks at once, so that it
-holds the collectives' own time, not a wait for a late rank), and host ms, the CPU time to issue one step with the GPU idle at its
+the JSON as nccl_ms, rank 0's, and nccl_ms_ranks, every rank's: each profiled step is started
+by all ranks at once, so that it holds the collectives' own time, not a wait for a late rank),
+and host ms, the CPU time to issue one step with the GPU idle at its
 start: a step whose host ms reaches its wall ms is host-bound.
 
 Output: one table printed last by rank 0; the rows as JSON in --json, and in
@@ -587,6 +588,10 @@ def per_step(fn, env, n=3) -> dict:
         nccl = sum(us for name, us in kernels.items() if "nccl" in name.lower())
         out["gpu_ms"] = (sum(kernels.values()) - nccl) / 1e3
         out["nccl_ms"] = nccl / 1e3
+        every = torch.zeros(env.world, dtype=torch.float64, device=env.device)
+        every[env.rank] = out["nccl_ms"]
+        dist.all_reduce(every)
+        out["nccl_ms_ranks"] = [round(v, 3) for v in every.tolist()]
     return out
 
 
