@@ -52,9 +52,14 @@ a compiled 2-D model after an eager 2-D run, torch's model too).
 
 Checks, before timing, for each workload and mode (torch's model and pingpong's built alike
 from one seed): prefill and decode logits against a float32 copy of the unsharded model, the
-error of pingpong's at most 1.5 × torch's + 1e-3; training loss curves over --steps steps,
-each step within 2% of torch's and the loss falling (these steps are also the warm-up and
-compile). A failed check is flagged in the table and the exit status, the row still timed.
+error of pingpong's at most 1.5 × torch's + 1e-3. Training: the first step's parameter
+gradients against a float32 copy of the unsharded model's (relative Frobenius error over all
+parameters, pingpong's at most 1.5 × torch's + 1e-3; the JSON also has pingpong's against
+torch's directly and each model's worst parameter), and the loss curves over --steps steps
+(--lr, default 0.064 / hidden, low enough that torch's own curve is smooth: a higher rate
+makes it jump from step to step, and two curves then part by chaos, not by error), each step
+within 2% of torch's and the loss falling (these steps are also the warm-up and compile). A
+failed check is flagged in the table and the exit status, the row still timed.
 
 Timing: after 3 warm-up calls of each model, --rounds rounds (`pingpong.tools.timing.alternated`:
 the order flips every round, the garbage collector is off while timing); each timing is one
@@ -66,7 +71,9 @@ rounds) and its interquartile range as a percentage of the median; the JSON keep
 ratio, and as position_effect the median time of the model timed first in a round over the one
 timed second. Beside them, per step, measured on separate
 steps: GPU ms, the profiler's sum of kernel time excluding NCCL (communication kernels are in
-the JSON as nccl_ms), and host ms, the CPU time to issue one step with the GPU idle at its
+the JSON as nccl_ms, rank 0's, and nccl_ms_ranks, every rank's: each profiled step is started
+by all ranks at once, so that it holds the collectives' own time, not a wait for a late rank),
+and host ms, the CPU time to issue one step with the GPU idle at its
 start: a step whose host ms reaches its wall ms is host-bound.
 
 Output: one table printed last by rank 0; the rows as JSON in --json, and in
@@ -433,13 +440,16 @@ def check_and_steps(arch, c, workload, compiled, meshes, env, args):
     dp_rank = 0 if workload == "tp-train" else (
         meshes["dp"].get_local_rank() if workload == "fsdp2-train" else meshes["2d"]["dp"].get_local_rank())
     data = tokens(args.steps, c.vocab, args.batch, args.seq, env.device, seed=1 + dp_rank)
-    steps = {}
+    ref = first_step_reference(arch, c, data[0], env)
+    steps, torch_grads = {}, {}
     for name, m in pair.items():
-        opt = adamw(m, 1e-3, workload)
+        opt = adamw(m, args.lr or 0.064 / c.hidden, workload)
         losses = []
-        for ids in data:
+        for i, ids in enumerate(data):
             loss = arch.loss(m, ids)
             loss.backward()
+            if i == 0:
+                check.update(gradient_errors(name, m, ref, torch_grads))
             opt.step()
             opt.zero_grad(set_to_none=True)
             losses.append(loss.item())
@@ -452,9 +462,60 @@ def check_and_steps(arch, c, workload, compiled, meshes, env, args):
             opt.zero_grad(set_to_none=True)
 
         steps[name] = step
+    del ref, torch_grads
     want, got = check["loss_torch"], check["loss_pingpong"]
-    check["ok"] = all(abs(g - w) <= 0.02 * w for w, g in zip(want, got)) and got[-1] < got[0]
+    check["grads_ok"] = check["grad_err_pingpong"] <= 1.5 * check["grad_err_torch"] + 1e-3
+    check["curve_ok"] = all(abs(g - w) <= 0.02 * w for w, g in zip(want, got)) and got[-1] < got[0]
+    check["ok"] = check["grads_ok"] and check["curve_ok"]
     return steps, check
+
+
+def first_step_reference(arch, c, ids, env) -> dict:
+    """{parameter name: float32 gradient} of the first training step on a float32 copy of the
+    unsharded model: the loss averaged over every rank's batch (FSDP2 averages the data-parallel
+    ranks' gradients; TP ranks share a batch, so the average is theirs)."""
+    every = [torch.empty_like(ids) for _ in range(env.world)]
+    dist.all_gather(every, ids.contiguous())
+    ref = arch.build(c, env.device, torch.float32)
+    for batch in every:
+        (arch.loss(ref, batch) / env.world).backward()
+    grads = {name: p.grad for name, p in ref.named_parameters()}
+    del ref
+    return grads
+
+
+def gradient_errors(name, model, ref, torch_grads) -> dict:
+    """The first step's parameter gradients of one model of the pair (whole tensors: DTensors
+    gathered) against the float32 reference's: relative Frobenius error over all parameters
+    (grad_err_<name>) and the parameter of the largest relative error. torch's model goes
+    first and leaves its gradients in torch_grads; pingpong's is then also compared with them
+    directly (grad_rel_pingpong_torch): the product error of one step, before training
+    amplifies it."""
+    from torch.distributed.tensor import DTensor
+
+    diff = norm = pair_diff = pair_norm = 0.0
+    worst = ("", 0.0)
+    for pname, p in model.named_parameters():
+        if pname not in ref:
+            raise KeyError(f"{name}'s parameter {pname} has no counterpart in the float32 reference model")
+        g = p.grad
+        if g is None:
+            raise RuntimeError(f"{name}'s parameter {pname} has no gradient after the first step")
+        g = (g.full_tensor() if isinstance(g, DTensor) else g).double()
+        want = ref[pname].double()
+        d, n = (g - want).norm().item() ** 2, want.norm().item() ** 2
+        diff, norm = diff + d, norm + n
+        if n and (d / n) ** 0.5 > worst[1]:
+            worst = (pname, (d / n) ** 0.5)
+        if name == "torch":
+            torch_grads[pname] = g.float()
+        else:
+            pair_diff += (g - torch_grads[pname].double()).norm().item() ** 2
+            pair_norm += torch_grads[pname].double().norm().item() ** 2
+    out = {f"grad_err_{name}": (diff / norm) ** 0.5, f"grad_worst_{name}": [worst[0], round(worst[1], 5)]}
+    if name != "torch":
+        out["grad_rel_pingpong_torch"] = (pair_diff / pair_norm) ** 0.5
+    return out
 
 
 def all_ranks_ok(ok: bool, env) -> bool:
@@ -523,11 +584,27 @@ def per_step(fn, env, n=3) -> dict:
     out = dict(host_ms=statistics.median(host))
     if env.device.type == "cuda":
         sync(env)
-        kernels = kernel_us(fn, n)
+        kernels = kernel_us(aligned(fn, env), n)
         nccl = sum(us for name, us in kernels.items() if "nccl" in name.lower())
         out["gpu_ms"] = (sum(kernels.values()) - nccl) / 1e3
         out["nccl_ms"] = nccl / 1e3
+        every = torch.zeros(env.world, dtype=torch.float64, device=env.device)
+        every[env.rank] = out["nccl_ms"]
+        dist.all_reduce(every)
+        out["nccl_ms_ranks"] = [round(v, 3) for v in every.tolist()]
     return out
+
+
+def aligned(fn, env):
+    """fn, each call started by every rank at once: the device idle, then a barrier on the host
+    (a gloo group: no NCCL kernel of its own). A collective's kernel runs from its launch until
+    every rank has joined it, so a rank that starts a profiled step early (the profiler's start
+    takes longer on one rank than on another) would count its wait for the others as NCCL time."""
+    def call():
+        torch.cuda.synchronize()
+        dist.barrier(group=env.host_group)
+        fn()
+    return call
 
 
 def host_profile(fn, env, tag) -> None:
@@ -630,6 +707,8 @@ class Env:
     def __init__(self, rank, world, device, dtype, backend, sequence_parallel=False, async_tp=False, sp_stream="auto"):
         self.rank, self.world, self.device, self.dtype, self.backend = rank, world, device, dtype, backend
         self.sequence_parallel, self.async_tp, self.sp_stream = sequence_parallel, async_tp, sp_stream
+        # host barriers that launch no device work (per_step's profiled steps)
+        self.host_group = dist.new_group(backend="gloo") if dist.get_backend() == "nccl" else None
 
     def log(self, what, obj):
         if self.rank == 0:
@@ -673,6 +752,8 @@ def parse(argv):
     p.add_argument("--seq", type=int, default=2048, help="tokens per sequence; the decode's cached context")
     p.add_argument("--decode-batch", type=int, default=8)
     p.add_argument("--steps", type=int, default=None, help="training steps of the loss-curve check")
+    p.add_argument("--lr", type=float, default=None,
+                   help="AdamW's learning rate of the training rows (default 0.064 / hidden: a smooth loss curve)")
     p.add_argument("--rounds", type=int, default=None)
     p.add_argument("--round-ms", type=float, default=None, help="target length of one timing")
     p.add_argument("--max-reps", type=int, default=200)

@@ -11,6 +11,7 @@ reference (norm and elementwise bounds) and against torch's own ops on the same 
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import socket
@@ -300,11 +301,44 @@ def scenario_grouped(mesh, rank, runs):
         assert_close64(got.full_tensor(), ref, f"grouped_mm {pa} {pb}")
 
 
+def emulated_symmetric_memory_pipelines(group_name, calls):
+    """CPU stand-ins (gloo collectives) for the two pipelines of torch's fused async-TP
+    implementations, as their docstrings define them: the all-gather hands each rank's rows of
+    the gathered output to the consumer, the all-to-all gives rank r the chunk every rank
+    produced for r. With them torch's _fused_all_gather_matmul_impl and
+    _fused_matmul_reduce_scatter_impl run on the CPU, calling pingpong's mm_out on their chunks
+    (their layouts, chunk order and reductions, as on CUDA). `calls` counts each pipeline's runs."""
+    c10d = torch.ops._c10d_functional
+
+    def all_gather_and_consume(shard, consumer, ag_out, name, ag_out_needed=True):
+        assert name == group_name
+        calls["all_gather"] += 1
+        ag_out.copy_(c10d.wait_tensor(c10d.all_gather_into_tensor(shard.contiguous(), WORLD, name)))
+        for src, rows in enumerate(ag_out.chunk(WORLD)):
+            consumer(rows, src)
+
+    def produce_and_all2all(producer, output, name, out_chunk_dim=0):
+        assert name == group_name and out_chunk_dim == 0, out_chunk_dim  # pingpong's ops: a dim before the last
+        calls["reduce_scatter"] += 1
+        chunks = torch.empty(WORLD, *output.chunk(WORLD)[0].shape, dtype=output.dtype)
+        for dst in range(WORLD):
+            producer(dst, chunks[dst])
+        rows = [chunks.shape[1]] * WORLD
+        output.copy_(c10d.wait_tensor(c10d.all_to_all_single(chunks.flatten(0, 1), rows, rows, name))
+                     .view(output.shape))
+
+    return {"_pipelined_all_gather_and_consume": all_gather_and_consume,
+            "_pipelined_produce_and_all2all": produce_and_all2all}
+
+
 def scenario_async_tp(mesh, rank, runs):
     """A sequence-parallel MLP of pingpong Linears (relu fused into the first) compiled under
     async TP with pingpong's pass (NCCL's availability patched, torch's symmetric-memory test
-    mode: the fused ops run unfused on gloo): output and gradients as the eager model's, and
-    the forward and backward hold the fused ops (pingpong.async_tp.FUSED)."""
+    mode standing for "enabled for the group"): output, input and parameter gradients as the
+    eager model's, and the forward and backward hold the fused ops (pingpong.async_tp.FUSED).
+    Twice: the fused ops unfused (their CPU path), and through torch's fused implementations
+    (the CUDA path: emulated_symmetric_memory_pipelines), where the backward's fused products
+    take their chunks as on the GPUs."""
     import torch.distributed._symmetric_memory as symm_mem
     import torch._inductor.config as inductor_config
     from torch.distributed.tensor import DTensor, Shard
@@ -325,31 +359,50 @@ def scenario_async_tp(mesh, rank, runs):
 
     x, g = randn(2, 8, 16, seed=42), randn(2, 4, 16, seed=43 + rank)
     shard = x[:, rank * 4:(rank + 1) * 4].contiguous()
-    results = []
-    for compiled in (False, True):
+    group_name = mesh.get_group().group_name
+    results, calls = {}, collections.Counter()
+    for how in ("eager", "unfused", "torch_impl"):
         model = build()
         leaf = shard.clone().requires_grad_()
         xd = DTensor.from_local(leaf, mesh, [Shard(1)])
-        if compiled:
-            nccl, dist.is_nccl_available = dist.is_nccl_available, lambda: True
+        if how == "eager":
+            y = model(xd)
+            y.backward(g)
+        else:
+            saved = {"is_nccl_available": (dist, dist.is_nccl_available)}
+            dist.is_nccl_available = lambda: True
+            if how == "torch_impl":
+                fused, async_tp._fused = async_tp._fused, lambda t: True
+                for name, fn in emulated_symmetric_memory_pipelines(group_name, calls).items():
+                    saved[name] = (symm_mem, getattr(symm_mem, name))
+                    setattr(symm_mem, name, fn)
             inductor_config._micro_pipeline_tp = True
             pingpong.distributed.enable_async_tp()
             async_tp.FUSED.clear()
+            torch._dynamo.reset()
             try:
                 with symm_mem._test_mode():
                     y = torch.compile(model)(xd)
                     y.backward(g)
             finally:
-                dist.is_nccl_available = nccl
+                for name, (owner, fn) in saved.items():
+                    setattr(owner, name, fn)
+                if how == "torch_impl":
+                    async_tp._fused = fused
                 inductor_config._micro_pipeline_tp = False
                 pingpong.distributed.disable_async_tp()
-            assert async_tp.FUSED == {"all_gather_gemm": 2, "gemm_reduce_scatter": 2}, async_tp.FUSED
-        else:
-            y = model(xd)
-            y.backward(g)
-        results.append([y, leaf.grad] + [p.grad.to_local() for p in model.parameters()])
-    for what, got, want in zip(["y", "dx", "norm w", "norm b", "w0", "b0", "w1", "b1"], *results[::-1]):
-        assert_close64(got, want.double(), f"async TP {what} against eager")
+            if how == "unfused":  # the pass's rewrites (the second compile may come from inductor's cache)
+                assert async_tp.FUSED == {"all_gather_gemm": 2, "gemm_reduce_scatter": 2}, async_tp.FUSED
+            else:  # forward and backward each ran one fused op of each kind through torch's implementations
+                assert calls == {"all_gather": 2, "reduce_scatter": 2}, calls
+        grads = [leaf.grad] + [p.grad for p in model.parameters()]
+        assert all(t is not None for t in grads), f"{how}: a missing gradient"
+        results[how] = [y.to_local() if isinstance(y, DTensor) else y, leaf.grad] + [p.grad.to_local() for p in
+                                                                                    model.parameters()]
+    for how in ("unfused", "torch_impl"):
+        for what, got, want in zip(["y", "dx", "norm w", "norm b", "w0", "b0", "w1", "b1"], results[how],
+                                   results["eager"]):
+            assert_close64(got, want.double(), f"async TP ({how}) {what} against eager")
 
 
 SCENARIOS = {name[len("scenario_"):]: fn for name, fn in globals().items() if name.startswith("scenario_")}

@@ -95,8 +95,10 @@ def scenario_gemm_reduce_scatter(rank, group):
 def scenario_compiled_sequence_parallel_mlp(rank, group):
     """torch.compile of a sequence-parallel MLP of pingpong Linears with torch's async TP on and
     pingpong's pass enabled: forward and backward graphs each hold one all_gather_gemm and one
-    gemm_reduce_scatter and no all-gather or reduce-scatter; output and input gradient as the
-    eager model's (same weights), within bf16 bounds of it."""
+    gemm_reduce_scatter and no all-gather or reduce-scatter; output, input gradient and every
+    parameter's gradient as the eager model's (same weights), within bf16 bounds of it. The
+    gradients are read from the leaves: DTensor.from_local's result is not one (its .grad stays
+    None), the local tensor it was made from is."""
     import torch._inductor.config as inductor_config
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor import DTensor, Shard
@@ -121,16 +123,15 @@ def scenario_compiled_sequence_parallel_mlp(rank, group):
     shard = x[:, rank * S:(rank + 1) * S].contiguous()
     g = randn(2, S, H, seed=9 + rank)
     eager, compiled = build(), build()
-    xe = DTensor.from_local(shard.clone().requires_grad_(), mesh, [Shard(1)])
-    ye = eager(xe)
+    leaf_e, leaf_c = shard.clone().requires_grad_(), shard.clone().requires_grad_()
+    ye = eager(DTensor.from_local(leaf_e, mesh, [Shard(1)]))
     (ye.float() * g.float()).sum().backward()
     inductor_config._micro_pipeline_tp = True
     inductor_config.fx_graph_cache = False
     pingpong.distributed.enable_async_tp()
     async_tp.GRAPHS.clear()
     try:
-        xc = DTensor.from_local(shard.clone().requires_grad_(), mesh, [Shard(1)])
-        yc = torch.compile(compiled)(xc)
+        yc = torch.compile(compiled)(DTensor.from_local(leaf_c, mesh, [Shard(1)]))
         (yc.float() * g.float()).sum().backward()
         torch.cuda.synchronize()
     finally:
@@ -143,7 +144,13 @@ def scenario_compiled_sequence_parallel_mlp(rank, group):
         assert counts["all_gather"] == 0 and counts["reduce_scatter"] == 0, counts
     ye, yc = (t.to_local() if isinstance(t, DTensor) else t for t in (ye, yc))
     assert_close64(yc, ye.double(), "output", norm_tol=1e-2, elem_tol=3e-2)
-    assert_close64(xc.grad.to_local(), xe.grad.to_local().double(), "dx", norm_tol=1e-2, elem_tol=3e-2)
+    grads = [("dx", leaf_c.grad, leaf_e.grad)] + [
+        (f"d{name}", pc.grad, pe.grad) for (name, pc), pe in zip(compiled.named_parameters(), eager.parameters())]
+    for what, got, want in grads:
+        assert got is not None and want is not None, f"{what}: no gradient (compiled {got is not None}, " \
+                                                     f"eager {want is not None})"
+        got, want = (t.full_tensor() if isinstance(t, DTensor) else t for t in (got, want))  # a Partial one summed
+        assert_close64(got, want.double(), what, norm_tol=1e-2, elem_tol=3e-2)
     return f"graphs {[dict(c) for c in graphs]}"
 
 

@@ -134,7 +134,7 @@ _GATHER_SCHEMA = ("(Tensor a_shard, Tensor[] bs, Tensor?[] biases, str?[] activa
 
 def _all_gather_gemm(a_shard, bs, biases, activations, gather_dim, group_name, return_a=True):
     world = _world(group_name)
-    if a_shard.is_cuda and not _test_mode():
+    if _fused(a_shard):
         symm_mem = _symm_mem()
         _check_gather(a_shard, bs, biases, activations, gather_dim)  # the shapes: checked by the fake at trace
         kwargs = [{"bias": bias, "activation": act} for bias, act in zip(biases, activations)]
@@ -182,7 +182,7 @@ def _scatter_result(a, b, bias, reduce_op, scatter_dim, world):
 
 def _gemm_reduce_scatter(a, b, bias, reduce_op, scatter_dim, group_name):
     world = _world(group_name)
-    if a.is_cuda and not _test_mode():
+    if _fused(a):
         symm_mem = _symm_mem()
         _check_scatter(a, reduce_op, scatter_dim, world)  # the shapes: checked by the fake at trace
         with torch.profiler.record_function("pingpong::gemm_reduce_scatter"), torch.no_grad():
@@ -201,11 +201,12 @@ def _gemm_reduce_scatter_fake(a, b, bias, reduce_op, scatter_dim, group_name):
     return _scatter_result(a, b, bias, reduce_op, scatter_dim, _world(group_name))
 
 
-def _test_mode() -> bool:
-    """torch's symmetric-memory test mode (its ops run their fallbacks): so do these."""
+def _fused(t) -> bool:
+    """Whether the ops run torch's fused implementations: on CUDA, outside torch's
+    symmetric-memory test mode (where its own ops run their fallbacks, and so do these)."""
     import torch.distributed._symmetric_memory as symm_mem
 
-    return bool(getattr(symm_mem, "_is_test_mode", False))
+    return t.is_cuda and not getattr(symm_mem, "_is_test_mode", False)
 
 
 # inductor keeps a custom op's input strides as traced (the layout the pass's

@@ -1,0 +1,64 @@
+"""benchmarks/dist_llama.py's first-step gradient check (gradient_errors), on the CPU without a
+process group: models whose gradients are the reference's up to rounding pass it, one whose
+gradient has two row chunks swapped (a fused product's chunk in the wrong place) fails it, named
+as the worst parameter; a parameter without a gradient is an error naming it."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def dist_llama():
+    spec = importlib.util.spec_from_file_location("dist_llama", ROOT / "benchmarks" / "dist_llama.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("dist_llama", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def model_with_grads(d, c, ref, seed, rounding):
+    """The model of `ref`'s parameters, each gradient the reference's rounded to bf16 and
+    perturbed by `rounding` relative noise (fresh per seed)."""
+    torch.manual_seed(0)
+    m = d.Llama(c)
+    g = torch.Generator().manual_seed(seed)
+    for name, p in m.named_parameters():
+        want = ref[name]
+        p.grad = (want * (1 + rounding * torch.randn(want.shape, generator=g))).bfloat16().float()
+    return m
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_a_wrong_chunk_fails_the_gradient_check(dist_llama, seed):
+    d = dist_llama
+    c = d.Config(vocab=64, hidden=32, inter=64, layers=2, heads=4, kv_heads=2, max_pos=64)
+    torch.manual_seed(0)
+    ref_model = d.Llama(c)
+    ids = torch.randint(0, c.vocab, (2, 16), generator=torch.Generator().manual_seed(seed))
+    d.Arch("llama").loss(ref_model, ids).backward()
+    ref = {name: p.grad for name, p in ref_model.named_parameters()}
+    assert all(g is not None and g.abs().sum() > 0 for g in ref.values())
+
+    check, torch_grads = {}, {}
+    check.update(d.gradient_errors("torch", model_with_grads(d, c, ref, seed, 1e-3), ref, torch_grads))
+    good = d.gradient_errors("pingpong", model_with_grads(d, c, ref, seed + 100, 1e-3), ref, torch_grads)
+    assert 0 < check["grad_err_torch"] < 1e-2 and good["grad_err_pingpong"] <= 1.5 * check["grad_err_torch"] + 1e-3, \
+        (seed, check, good)
+    assert good["grad_rel_pingpong_torch"] < 1e-2, (seed, good)
+
+    bad = model_with_grads(d, c, ref, seed + 100, 1e-3)
+    w = bad.get_submodule("layers.1.mlp.down_proj").weight
+    w.grad = torch.cat(w.grad.chunk(2, dim=0)[::-1])  # two ranks' rows in each other's place
+    got = d.gradient_errors("pingpong", bad, ref, torch_grads)
+    assert got["grad_err_pingpong"] > 1.5 * check["grad_err_torch"] + 1e-3, (seed, check, got)
+    assert got["grad_worst_pingpong"][0] == "layers.1.mlp.down_proj.weight", (seed, got)
+
+    bad.get_submodule("layers.0.mlp.up_proj").weight.grad = None
+    with pytest.raises(RuntimeError, match="layers.0.mlp.up_proj.weight has no gradient"):
+        d.gradient_errors("pingpong", bad, ref, torch_grads)
