@@ -631,7 +631,7 @@ def fused_nodes() -> dict:
     """Per model, what async TP made of the graphs compiled since GRAPHS was cleared: its fused
     nodes and the all-gathers / reduce-scatters left unfused (a graph holding pingpong's ops is
     pingpong's model's). Inductor's caches are off under --async-tp, so every compile shows."""
-    from pingpong.async_tp import GRAPHS
+    from pingpong.integration.async_tp import GRAPHS
 
     out = {"torch": {}, "pingpong": {}}
     for counts in GRAPHS:
@@ -648,7 +648,7 @@ def run_row(arch, c, workload, mode, meshes, env, args) -> dict:
     row = dict(workload=workload, mode=mode)
     counters.clear()
     if env.async_tp:
-        from pingpong.async_tp import GRAPHS
+        from pingpong.integration.async_tp import GRAPHS
 
         GRAPHS.clear()
     steps, check = check_and_steps(arch, c, workload, mode == "compiled", meshes, env, args)

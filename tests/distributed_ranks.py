@@ -335,7 +335,7 @@ def scenario_async_tp(mesh, rank, runs):
     """A sequence-parallel MLP of pingpong Linears (relu fused into the first) compiled under
     async TP with pingpong's pass (NCCL's availability patched, torch's symmetric-memory test
     mode standing for "enabled for the group"): output, input and parameter gradients as the
-    eager model's, and the forward and backward hold the fused ops (pingpong.async_tp.FUSED).
+    eager model's, and the forward and backward hold the fused ops (pingpong.integration.async_tp.FUSED).
     Twice: the fused ops unfused (their CPU path), and through torch's fused implementations
     (the CUDA path: emulated_symmetric_memory_pipelines), where the backward's fused products
     take their chunks as on the GPUs."""
@@ -346,7 +346,7 @@ def scenario_async_tp(mesh, rank, runs):
                                                    parallelize_module)
 
     import pingpong
-    import pingpong.async_tp as async_tp
+    import pingpong.integration.async_tp as async_tp
     import pingpong.distributed
 
     def build():

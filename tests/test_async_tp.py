@@ -1,4 +1,4 @@
-"""pingpong in torch's async TP (pingpong.async_tp, docs/distributed.md "Async TP"), on the CPU.
+"""pingpong in torch's async TP (pingpong.integration.async_tp, docs/distributed.md "Async TP"), on the CPU.
 
 - The post-grad pass: a sequence-parallel MLP of pingpong Linears (SequenceParallel norm,
   ColwiseParallel(input_layouts=Shard(1)), RowwiseParallel(output_layouts=Shard(1))) compiled
@@ -113,7 +113,7 @@ def test_the_pass_fuses_a_sequence_parallel_mlp(mesh, interpreted_kernels, monke
     reshape) and up's dx feeds the reduce-scatter (pingpong.mm of rows then a reshape). Each
     becomes one fused op; no all-gather or reduce-scatter is left, and the compiled step runs
     (the ops' unfused CPU path)."""
-    import pingpong.async_tp as async_tp
+    import pingpong.integration.async_tp as async_tp
     from torch.distributed.tensor import DTensor, Shard
 
     model = sequence_parallel_mlp(mesh, fused)
@@ -136,7 +136,7 @@ def test_without_torch_switch_or_symmetric_memory_nothing_is_fused(mesh, interpr
     """The pass acts only with torch._inductor.config._micro_pipeline_tp on and symmetric
     memory enabled for the group (outside torch's test mode it is not, here)."""
     import torch.distributed._symmetric_memory as symm_mem
-    import pingpong.async_tp as async_tp
+    import pingpong.integration.async_tp as async_tp
     from torch.distributed.tensor import DTensor, Shard
 
     model = sequence_parallel_mlp(mesh)
@@ -177,7 +177,7 @@ def test_mm_out_writes_the_chunks_torch_hands_it(interpreted_kernels, seed):
     """As _fused_all_gather_matmul_impl calls it: each rank's rows into its row chunk of the
     output (in place); as _fused_matmul_reduce_scatter_impl's last-dim path: a column chunk (not
     contiguous: through a copy). Bias and activation per chunk; what no chunk covers stays NaN."""
-    from pingpong.async_tp import mm_out
+    from pingpong.integration.async_tp import mm_out
 
     world, M, K, N = 2, 24, 32, 40
     a, b, bias = randn(world * M, K, seed=seed), randn(K, N, seed=seed + 100), randn(N, seed=seed + 200)
@@ -200,7 +200,7 @@ def test_mm_out_writes_the_chunks_torch_hands_it(interpreted_kernels, seed):
 def test_fused_ops_check_the_gathered_shapes(mesh):
     """The fake implementations (meta tensors): the gathered / scattered shapes and layouts of
     torch's implementations, and pingpong's argument errors on the gathered shapes."""
-    import pingpong.async_tp  # noqa: F401
+    import pingpong.integration.async_tp  # noqa: F401
 
     group = dist.group.WORLD.group_name
     ag, rs = torch.ops.pingpong.all_gather_gemm.default, torch.ops.pingpong.gemm_reduce_scatter.default

@@ -106,7 +106,7 @@ def scenario_compiled_sequence_parallel_mlp(rank, group):
                                                    parallelize_module)
 
     import pingpong
-    import pingpong.async_tp as async_tp
+    import pingpong.integration.async_tp as async_tp
     import pingpong.distributed
 
     H, I, S = 1024, 2048, 512

@@ -56,7 +56,7 @@ from torch.distributed.tensor.experimental import register_sharding
 
 from . import fp8, grouped  # noqa: F401  (fp8, grouped, ops define the ops the rules are for)
 from .integration import batching, ops  # noqa: F401
-from .async_tp import disable_async_tp, enable_async_tp  # noqa: F401  (async TP's switch: pingpong.async_tp)
+from .integration.async_tp import disable_async_tp, enable_async_tp  # noqa: F401  (async TP's switch: pingpong.integration.async_tp)
 from .runtime.spec import (DENSE_OP_ARGS, DENSE_ROLES, DENSE_TENSORS, EpilogueArgs, check_activation, op_args,
                            validate_linear)
 from .errors import PingpongError

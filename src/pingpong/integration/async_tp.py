@@ -48,9 +48,9 @@ from typing import Optional
 
 import torch
 
-from .integration import batching, direct
-from .errors import PingpongError
-from .runtime.spec import NO_ARGS, EpilogueArgs
+from . import batching, direct
+from ..errors import PingpongError
+from ..runtime.spec import NO_ARGS, EpilogueArgs
 
 __all__ = ["mm_out", "all_gather_gemm", "gemm_reduce_scatter", "fuse", "enable_async_tp", "disable_async_tp",
            "FUSED", "GRAPHS", "graph_counts"]
