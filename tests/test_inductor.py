@@ -64,6 +64,29 @@ def test_generated_code_calls_the_plans_directly(interpreted_kernels, fresh_comp
     assert {"pingpong::mm", "pingpong::gemm", "pingpong::linear"} <= seen, seen
 
 
+def test_direct_call_opens_a_profiler_range_only_under_a_profiler(interpreted_kernels, monkeypatch):
+    """Not profiled (the timed runs), a direct call enters no range; under torch.profiler it shows
+    as one pingpong::<op> range; the result is the product either way."""
+    seed = 21
+    entered, real = [], inductor._range
+    monkeypatch.setattr(inductor, "_range", lambda label: entered.append(label) or real(label))
+    a, b = randn(32, 16, seed=seed), randn(24, 16, seed=seed + 1).t()
+    want = (a.double() @ b.double())
+    for profiled in (False, True):
+        out = torch.full((32, 24), float("nan"), dtype=f16)
+        if profiled:
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+                inductor.KERNELS["mm"](a, b, out=out)
+            assert entered == ["pingpong::mm"], entered
+            assert [e.count for e in prof.key_averages() if e.key == "pingpong::mm"] == [1]
+        else:
+            inductor.KERNELS["mm"](a, b, out=out)
+            assert entered == [], "a range entered with no profiler active"
+        err = (out.double() - want).abs()
+        assert err.max() <= 1e-2 * want.abs().max() and torch.linalg.norm(out.double() - want) <= 1e-3 * torch.linalg.norm(want), \
+            f"seed {seed}: max error {err.max():.3g}"
+
+
 def test_training_step_lowers_the_backward_ops_too(interpreted_kernels, fresh_compile):
     seed = 12
     x, w = randn(2, 16, 32, seed=seed).requires_grad_(), randn(24, 32, seed=seed + 1).requires_grad_()
