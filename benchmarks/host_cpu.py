@@ -7,7 +7,8 @@ cache, HopperPlan.run / run_ptrs, CachedLaunch, BoundLaunch and its argument lis
 Prints µs per call (the fastest of `rounds` loops of `calls` calls: the least disturbed by other
 processes) for a pingpong.nn.Linear (32, 64) → 64 with a bias and (32, 1, 64) → 64 without:
 no_grad forward, grad-mode forward, forward + backward; a 64³ pingpong.matmul; and a 64³
-pingpong.gemm with C, a bias and relu (no grad; forward + backward), and gemm_ in place. CPU tensors
+pingpong.gemm with C, a bias and relu (no grad; forward + backward), and gemm_ in place; the direct
+calls of inductor's generated code (a linear, the dX and dW products), also under torch.profiler. CPU tensors
 stand in for CUDA ones (every plan is a Hopper plan without copies). Compare two trees by
 running this under each one's PYTHONPATH, alternately: the GPU host's µs are larger, but the
 work per call is the same Python.
@@ -105,7 +106,27 @@ def main(argv=None) -> int:
         lambda: pingpong.gemm_(c, a, w, beta=0.5, bias=v), gemm_fwd_bwd)]
     print(f"gemm 64³ with c, bias, relu {row[0]:6.2f}  gemm_ in place {row[1]:6.2f}"
           f"  forward + backward {row[2]:6.2f}")
+    inductor_calls(a, w.t(), c, args)
     return 0
+
+
+def inductor_calls(x, w, g, args) -> None:
+    """The direct calls of inductor's generated code (64³, into a given buffer): a linear's
+    forward, the dX (g @ w) and dW (gᵀ @ x) products of its backward; not profiled, and
+    under torch.profiler (CPU), where each call is a pingpong::<op> range."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from pingpong.integration import inductor
+
+    out, k = torch.empty_like(g), inductor.KERNELS
+    gt = g.t()
+    calls = {"linear": lambda: k["linear"](x, w, bias=False, activation="none", out=out),
+             "mm dX": lambda: k["mm"](g, w, out=out), "mm dW": lambda: k["mm"](gt, x, out=out)}
+    plain = {name: per_call(f, args.calls, args.rounds) for name, f in calls.items()}
+    with profile(activities=[ProfilerActivity.CPU]):
+        profiled = {name: per_call(f, args.calls // 4, args.rounds) for name, f in calls.items()}
+    print("inductor direct calls  " + "  ".join(f"{name} {plain[name]:6.2f} (profiled {profiled[name]:6.2f})"
+                                                for name in calls))
 
 
 if __name__ == "__main__":
