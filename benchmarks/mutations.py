@@ -437,7 +437,8 @@ MUTATIONS = [
      "lp.used = True  # the cache's second chance", "pass  # the cache's second chance",
      "tests/test_api_validation.py"),
     ("inductor's fp8_linear call drops the bias", "src/pingpong/fp8_training.py",
-     "_forward(x, weight, optional[0] if bias else None, recipe, out=out)", "_forward(x, weight, None, recipe, out=out)",
+     "_forward(x, weight, optional[0] if bias else None, recipe, out=(out, None, None, None, None))",
+     "_forward(x, weight, None, recipe, out=(out, None, None, None, None))",
      "tests/test_fp8_training.py"),
     ("inductor's scaled_mm call launches unvalidated", "src/pingpong/fp8.py",
      "scaled_mm_direct(a, b, scale_a, scale_b, optional[0] if bias else None, out.dtype, activation, use_fast_accum,\n"
