@@ -456,7 +456,7 @@ MUTATIONS = [
     ("FP8 pair: transposed output with x's row stride", "src/pingpong/quantize.py",
      "M, Mp, K, x.stride(0), sq[0], sqt[0],", "M, Mp, K, x.stride(0), sq[0], K,", "tests/test_quantize_pair.py"),
     ("FP8 pair: tokens not padded (to 16, 128 block-wise)", "src/pingpong/quantize.py",
-     "    return max(pad, -(-M // pad) * pad)", "    return M", "tests/test_fp8_training.py"),
+     "    return -(-max(M, 1) // pad) * pad", "    return M", "tests/test_fp8_training.py"),
     ("FP8 pair: padding left unwritten", "src/pingpong/quantize.py",
      "mask=(cols[:, None] < K) & (rows[None, :] < MP))", "mask=(cols[:, None] < K) & (rows[None, :] < M))",
      "tests/test_quantize_pair.py"),
@@ -485,9 +485,10 @@ MUTATIONS = [
      "tests/test_fp8_training.py"),
     # -- FP8 MoE experts training (pingpong.fp8_grouped_training)
     ("FP8 grouped dX: W scaled per row along K (the forward's axis)", "src/pingpong/fp8_grouped_training.py",
-     "q, s = quantize_fp8(weight.transpose(1, 2).reshape(G * K, N), r.weight, GRAD_DTYPE)",
-     "q, s = quantize_fp8(weight.transpose(1, 2).reshape(G * K, N), r.weight, GRAD_DTYPE)[0], quantize_fp8("
-     "weight.reshape(G * N, K), r.weight, GRAD_DTYPE)[1]", "tests/test_fp8_grouped_training.py"),
+     "        qwt, swt = quantize_fp8_columns(weight, GRAD_DTYPE)",
+     "        qwt, swt = quantize_fp8_columns(weight, GRAD_DTYPE)[0], quantize_fp8(weight.reshape(G * N, K), "
+     "\"row\", GRAD_DTYPE)[1].reshape(G, N).amax(1, keepdim=True).expand(G, K).contiguous()",
+     "tests/test_fp8_grouped_training.py"),
     ("FP8 grouped dX: rows past offs[-1] left unset", "src/pingpong/fp8_grouped_training.py",
      "    return _zero_tail(dx, offs)", "    return dx",
      "tests/test_fp8_grouped_training.py"),
