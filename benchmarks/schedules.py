@@ -8,9 +8,6 @@ gives each shape its own configs:
 
     PYTHONPATH=src python benchmarks/schedules.py --plan benchmarks/data/midrows_streamk_plan.json --rounds 2
         (mid-row shapes: the selection's pick, data-parallel and stream-K tiles)
-    PYTHONPATH=src python benchmarks/schedules.py --plan benchmarks/data/streamk_stages_plan.json --rounds 2
-        (streamed shapes: 128×256 and 64×128 tiles with and without a sub-tiled epilogue's extra
-        ring stage, data-parallel and stream-K)
 """
 
 import argparse

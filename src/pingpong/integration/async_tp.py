@@ -48,7 +48,7 @@ from typing import Optional
 
 import torch
 
-from . import batching, direct
+from . import batching, direct, inductor
 from ..errors import PingpongError
 from ..runtime.spec import NO_ARGS, EpilogueArgs
 
@@ -138,7 +138,7 @@ def _all_gather_gemm(a_shard, bs, biases, activations, gather_dim, group_name, r
         symm_mem = _symm_mem()
         _check_gather(a_shard, bs, biases, activations, gather_dim)  # the shapes: checked by the fake at trace
         kwargs = [{"bias": bias, "activation": act} for bias, act in zip(biases, activations)]
-        with torch.profiler.record_function("pingpong::all_gather_gemm"), torch.no_grad():
+        with inductor.op_range("pingpong::all_gather_gemm"), torch.no_grad():
             return symm_mem._fused_all_gather_matmul_impl(mm_out, a_shard, list(bs), None, kwargs,
                                                           [a_shard.dtype] * len(bs), gather_dim, group_name, return_a)
     # unfused (off CUDA): the functional all-gather, then each product, into the fused layout
@@ -185,7 +185,7 @@ def _gemm_reduce_scatter(a, b, bias, reduce_op, scatter_dim, group_name):
     if _fused(a):
         symm_mem = _symm_mem()
         _check_scatter(a, reduce_op, scatter_dim, world)  # the shapes: checked by the fake at trace
-        with torch.profiler.record_function("pingpong::gemm_reduce_scatter"), torch.no_grad():
+        with inductor.op_range("pingpong::gemm_reduce_scatter"), torch.no_grad():
             return symm_mem._fused_matmul_reduce_scatter_impl(mm_out, a, b, {"bias": bias}, a.dtype, reduce_op,
                                                               scatter_dim, group_name)
     # unfused (off CUDA): the product, then the functional reduce-scatter, into the fused layout

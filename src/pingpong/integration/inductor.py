@@ -47,6 +47,7 @@ torch.profiler each call shows as a `pingpong::<op>` range, as a dispatcher call
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import os
 
@@ -71,6 +72,12 @@ CALLS: collections.Counter = collections.Counter()
 KERNELS: dict = {}
 _pending: list = []  # names of KERNELS not yet lowered (`register` lowers them)
 _registered = False  # whether `register` ran (an op module imported later lowers its op at once)
+
+
+def op_range(label: str):
+    """`label`'s profiler range (the C++ one above) while torch.profiler records, else nothing
+    entered: for pingpong's calls outside the dispatcher (the direct calls, async TP's ops)."""
+    return _range(label) if torch_profiler._is_profiler_enabled else contextlib.nullcontext()
 
 
 def lowered(name: str):
