@@ -63,8 +63,10 @@ failed check is flagged in the table and the exit status, the row still timed.
 
 Timing: after 3 warm-up calls of each model, --rounds rounds (`pingpong.tools.timing.alternated`:
 the order flips every round, the garbage collector is off while timing); each timing is one
-untimed call, a barrier and a device synchronize, then a fixed repetition count chosen from the
-warm-up so that one timing lasts about --round-ms (the same count on every rank); a round's
+untimed calls (--warm, 2), a barrier and a device synchronize, then a fixed repetition count
+chosen from the warm-up so that one timing lasts about --round-ms, and at least --min-reps (4)
+calls (the same count on every rank: with one or two calls per timing of a host-bound
+training step, the model timed first in its round ran up to 16% slower); a round's
 time is the slowest rank's. The table gives the median over pairs of rounds (one of each order)
 of the pair's ratio torch / pingpong (> 1: pingpong faster; the geometric mean of its two
 rounds) and its interquartile range as a percentage of the median; the JSON keeps every round's
@@ -530,10 +532,11 @@ def sync(env):
         torch.cuda.synchronize()
 
 
-def timed(fn, reps, env) -> float:
-    """ms per call over `reps` back-to-back calls, after one untimed call and a barrier and a
-    synchronize."""
-    fn()
+def timed(fn, reps, env, warm: int = 1) -> float:
+    """ms per call over `reps` back-to-back calls, after `warm` untimed calls and a barrier and
+    a synchronize."""
+    for _ in range(warm):
+        fn()
     sync(env)
     if env.device.type != "cuda":
         t0 = time.perf_counter()
@@ -560,9 +563,9 @@ def compare(steps: dict, args, env) -> dict:
         per_call.append(timed(steps[name], 2, env))
     t = torch.tensor([max(per_call)], dtype=torch.float64, device=env.device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    reps = max(1, min(args.max_reps, math.ceil(args.round_ms / max(t.item(), 1e-3))))
-    paired = alternated(lambda: timed(steps["torch"], reps, env), lambda: timed(steps["pingpong"], reps, env),
-                        args.rounds)
+    reps = max(args.min_reps, min(args.max_reps, math.ceil(args.round_ms / max(t.item(), 1e-3))))
+    paired = alternated(lambda: timed(steps["torch"], reps, env, args.warm),
+                        lambda: timed(steps["pingpong"], reps, env, args.warm), args.rounds)
     ms = torch.tensor(paired.times, dtype=torch.float64, device=env.device)
     dist.all_reduce(ms, op=dist.ReduceOp.MAX)  # a round takes as long as its slowest rank
     paired = summarize(ms.cpu().tolist())
@@ -757,6 +760,11 @@ def parse(argv):
     p.add_argument("--rounds", type=int, default=None)
     p.add_argument("--round-ms", type=float, default=None, help="target length of one timing")
     p.add_argument("--max-reps", type=int, default=200)
+    p.add_argument("--min-reps", type=int, default=None,
+                   help="at least this many timed calls per timing (default 4; 1 with --cpu-smoke): with one or two"
+                        " calls of a host-bound step the model timed first in a round ran 16%% slower")
+    p.add_argument("--warm", type=int, default=None,
+                   help="untimed calls before each timing (default 2; 1 with --cpu-smoke)")
     p.add_argument("--backend", default="inductor", help="torch.compile backend of the compiled mode")
     p.add_argument("--json", default=None)
     p.add_argument("--sm-carveout", type=int, default=None, help="torch's SM carveout for both models (SMs kept from"
@@ -789,6 +797,8 @@ def parse(argv):
     args.steps = args.steps or (4 if quick else 8)
     args.rounds = args.rounds or (16 if quick else 30)
     args.round_ms = args.round_ms or (40.0 if quick else 100.0)
+    args.min_reps = args.min_reps or (1 if args.cpu_smoke else 4)
+    args.warm = args.warm or (1 if args.cpu_smoke else 2)
     if args.cpu_smoke:
         args.seq, args.decode_batch, args.batch = min(args.seq, 16), 2, 2
         args.rounds, args.round_ms = min(args.rounds, 4), min(args.round_ms, 1.0)
