@@ -515,3 +515,31 @@ def test_alternated_rounds_cancel_the_position_in_a_round(position):
     assert math.isclose(p.ratio, 10 / 12) and math.isclose(p.lo, p.hi) and p.iqr_pct < 1e-9
     assert math.isclose(p.position_effect, position)
     assert len(p.times) == 8 and math.isclose(p.times[1][1], 12.0 * position)
+
+
+@pytest.mark.parametrize("lead_in_cost", [0.0, 5.0])
+def test_interleaved_steps_follow_the_other_workload(lead_in_cost):
+    """Steps of 10 and 12 units on a fake clock; a step that follows a step of its own workload,
+    or starts a round, costs `lead_in_cost` more (the penalty a block of steps paid when first
+    in its round). Interleaved, every timed step follows the other workload: the ratio is the
+    true 10/12, no spread, no position effect. Without the round's untimed lead-in step the
+    first timed step pays the penalty and the position shows."""
+    import gc
+
+    clock, log, gc_off = [0.0], [], []
+
+    def step(name, cost):
+        def run():
+            extra = lead_in_cost if not log or log[-1] in (name, "settle") else 0.0
+            clock[0] += cost + extra
+            log.append(name)
+            gc_off.append(not gc.isenabled())
+        return run
+
+    p = timing.interleaved(step("a", 10.0), step("b", 12.0), steps=3, rounds=3, mark=lambda: clock[0],
+                           elapsed_ms=lambda m0, m1: m1 - m0, settle=lambda: log.append("settle"))
+    assert "".join(x[0] for x in log) == "sbabababs" "sabababas" * 1 + "sbabababs" "sabababas"  # lead-in, 3 pairs
+    assert all(gc_off) and gc.isenabled()
+    assert math.isclose(p.ratio, 10 / 12) and p.iqr_pct < 1e-9
+    assert math.isclose(p.position_effect, 1.0)
+    assert len(p.times) == 4 and all(math.isclose(a, 10.0) and math.isclose(b, 12.0) for a, b in p.times)
