@@ -61,17 +61,18 @@ makes it jump from step to step, and two curves then part by chaos, not by error
 within 2% of torch's and the loss falling (these steps are also the warm-up and compile). A
 failed check is flagged in the table and the exit status, the row still timed.
 
-Timing: after 3 warm-up calls of each model, --rounds rounds (`pingpong.tools.timing.alternated`:
-the order flips every round, the garbage collector is off while timing); each timing is one
-untimed calls (--warm, 2), a barrier and a device synchronize, then a fixed repetition count
-chosen from the warm-up so that one timing lasts about --round-ms, and at least --min-reps (4)
-calls (the same count on every rank: with one or two calls per timing of a host-bound
-training step, the model timed first in its round ran up to 16% slower); a round's
-time is the slowest rank's. The table gives the median over pairs of rounds (one of each order)
-of the pair's ratio torch / pingpong (> 1: pingpong faster; the geometric mean of its two
-rounds) and its interquartile range as a percentage of the median; the JSON keeps every round's
-ratio, and as position_effect the median time of the model timed first in a round over the one
-timed second. Beside them, per step, measured on separate
+Timing: after 3 warm-up calls of each model, --rounds rounds (`pingpong.tools.timing.interleaved`):
+a round starts with a barrier and a device synchronize on every rank, then runs the two models'
+steps interleaved, torch pingpong torch ... (pingpong first every other round), with no wait
+between steps, each step timed by CUDA events around it (a GPU-bound step by its kernels, a
+host-bound one by the time to issue it); --min-reps (4) or more steps of each, enough for a
+round of about --round-ms per model, the same count on every rank. Timed in blocks of steps
+instead, the compiled TP training step ran up to 30% slower when its block came first in a
+round (both models). A round's time is the slowest rank's. The table gives the median over
+pairs of rounds (one of each order) of the pair's ratio torch / pingpong (> 1: pingpong
+faster; the geometric mean of its two rounds) and its interquartile range as a percentage of
+the median; the JSON keeps every round's ratio, and as position_effect the median time of the
+model that led its round over the one that followed. Beside them, per step, measured on separate
 steps: GPU ms, the profiler's sum of kernel time excluding NCCL (communication kernels are in
 the JSON as nccl_ms, rank 0's, and nccl_ms_ranks, every rank's: each profiled step is started
 by all ranks at once, so that it holds the collectives' own time, not a wait for a late rank),
@@ -104,7 +105,7 @@ from torch import nn
 
 import pingpong
 import pingpong.distributed  # noqa: F401  (the sharding rules, before torch.compile traces a pingpong op on DTensors)
-from pingpong.tools.timing import alternated, kernel_us, summarize
+from pingpong.tools.timing import interleaved, kernel_us, summarize
 
 TP_PLAN = {"self_attn.q_proj": "col", "self_attn.k_proj": "col", "self_attn.v_proj": "col", "self_attn.o_proj": "row",
            "mlp.gate_proj": "col", "mlp.up_proj": "col", "mlp.down_proj": "row"}
@@ -532,11 +533,10 @@ def sync(env):
         torch.cuda.synchronize()
 
 
-def timed(fn, reps, env, warm: int = 1) -> float:
-    """ms per call over `reps` back-to-back calls, after `warm` untimed calls and a barrier and
-    a synchronize."""
-    for _ in range(warm):
-        fn()
+def timed(fn, reps, env) -> float:
+    """ms per call over `reps` back-to-back calls, after one untimed call and a barrier and a
+    synchronize."""
+    fn()
     sync(env)
     if env.device.type != "cuda":
         t0 = time.perf_counter()
@@ -553,8 +553,9 @@ def timed(fn, reps, env, warm: int = 1) -> float:
 
 
 def compare(steps: dict, args, env) -> dict:
-    """Alternating rounds of the pair (warm-up outside): per-round ms (the slowest rank's) and
-    the ratio torch / pingpong's median and interquartile range."""
+    """Interleaved rounds of the pair (warm-up outside; `pingpong.tools.timing.interleaved`):
+    per-round ms per step (the slowest rank's) and the ratio torch / pingpong's median and
+    interquartile range over pairs of rounds."""
     names = ("torch", "pingpong")
     per_call = []
     for name in names:
@@ -564,8 +565,16 @@ def compare(steps: dict, args, env) -> dict:
     t = torch.tensor([max(per_call)], dtype=torch.float64, device=env.device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     reps = max(args.min_reps, min(args.max_reps, math.ceil(args.round_ms / max(t.item(), 1e-3))))
-    paired = alternated(lambda: timed(steps["torch"], reps, env, args.warm),
-                        lambda: timed(steps["pingpong"], reps, env, args.warm), args.rounds)
+    if env.device.type == "cuda":
+        def mark():
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            return e
+        elapsed = torch.cuda.Event.elapsed_time
+    else:
+        mark, elapsed = time.perf_counter, lambda t0, t1: (t1 - t0) * 1e3
+    paired = interleaved(steps["torch"], steps["pingpong"], reps, args.rounds, mark=mark, elapsed_ms=elapsed,
+                         settle=lambda: sync(env))
     ms = torch.tensor(paired.times, dtype=torch.float64, device=env.device)
     dist.all_reduce(ms, op=dist.ReduceOp.MAX)  # a round takes as long as its slowest rank
     paired = summarize(ms.cpu().tolist())
@@ -761,10 +770,7 @@ def parse(argv):
     p.add_argument("--round-ms", type=float, default=None, help="target length of one timing")
     p.add_argument("--max-reps", type=int, default=200)
     p.add_argument("--min-reps", type=int, default=None,
-                   help="at least this many timed calls per timing (default 4; 1 with --cpu-smoke): with one or two"
-                        " calls of a host-bound step the model timed first in a round ran 16%% slower")
-    p.add_argument("--warm", type=int, default=None,
-                   help="untimed calls before each timing (default 2; 1 with --cpu-smoke)")
+                   help="at least this many timed steps of each model per round (default 4; 1 with --cpu-smoke)")
     p.add_argument("--backend", default="inductor", help="torch.compile backend of the compiled mode")
     p.add_argument("--json", default=None)
     p.add_argument("--sm-carveout", type=int, default=None, help="torch's SM carveout for both models (SMs kept from"
@@ -798,7 +804,6 @@ def parse(argv):
     args.rounds = args.rounds or (16 if quick else 30)
     args.round_ms = args.round_ms or (40.0 if quick else 100.0)
     args.min_reps = args.min_reps or (1 if args.cpu_smoke else 4)
-    args.warm = args.warm or (1 if args.cpu_smoke else 2)
     if args.cpu_smoke:
         args.seq, args.decode_batch, args.batch = min(args.seq, 16), 2, 2
         args.rounds, args.round_ms = min(args.rounds, 4), min(args.round_ms, 1.0)
