@@ -586,7 +586,8 @@ def compare(steps: dict, args, env) -> dict:
 
 def per_step(fn, env, n=3) -> dict:
     """Outside the timed rounds: host ms (the CPU's time to issue one step, GPU idle at its
-    start; median of n) and, on CUDA, the profiler's kernel time per step (NCCL apart)."""
+    start; median of n) and, on CUDA, the profiler's kernel time per step (NCCL apart), with
+    the 12 longest kernels' (rank's own)."""
     host = []
     for _ in range(n):
         sync(env)
@@ -600,6 +601,8 @@ def per_step(fn, env, n=3) -> dict:
         nccl = sum(us for name, us in kernels.items() if "nccl" in name.lower())
         out["gpu_ms"] = (sum(kernels.values()) - nccl) / 1e3
         out["nccl_ms"] = nccl / 1e3
+        top = sorted(kernels.items(), key=lambda kv: -kv[1])[:12]  # where a GPU ms difference lies
+        out["kernels_ms"] = {name[:90]: round(us / 1e3, 3) for name, us in top}
         every = torch.zeros(env.world, dtype=torch.float64, device=env.device)
         every[env.rank] = out["nccl_ms"]
         dist.all_reduce(every)
