@@ -29,11 +29,13 @@ Modes:
                      automatic dynamic shapes); the recompilations the third length caused
                      are counted (0 expected)
 
-Each workload is timed in rounds whose order flips every round (torch then pingpong, then
-pingpong then torch, ...; `pingpong.tools.timing.alternated`, garbage collector off while
-timing), each timing the mean of `--iters` back-to-back calls between two synchronizations.
-Reported: the median ms per call of each, the median over pairs of rounds (one of each order)
-of the pair's ratio torch / pingpong (> 1: pingpong faster) with the pairs' range, and for
+Each workload is timed in rounds of `--iters` calls of each model, interleaved (torch pingpong
+torch ..., pingpong first every other round; `pingpong.tools.timing.interleaved`, garbage
+collector off while timing), each call timed by CUDA events around it with no wait between
+calls (timed in blocks of calls instead, a host-bound step ran slower when its block came first
+in a round). Reported: the median ms per call of each, the median over pairs of rounds (one of
+each order) of the pair's ratio torch / pingpong (> 1: pingpong faster) with the pairs' range
+and interquartile range, and for
 compiled modes, from torch.profiler on calls separate from the timing: the host µs per
 outermost GEMM-op call (`aten::mm`/`aten::addmm`/`aten::_scaled_mm` in torch's compiled graph,
 `pingpong::*` in pingpong's; an op called inside another, e.g. a quantization inside an FP8
@@ -54,7 +56,7 @@ import torch
 
 import pingpong
 from pingpong.tools import bench
-from pingpong.tools.timing import alternated, kernel_us
+from pingpong.tools.timing import interleaved, kernel_us
 
 
 def llama(transformers, args, dtype):
@@ -94,14 +96,21 @@ MODES = ("eager", "graph", "compiled", "reduce-overhead", "dynamic")
 
 
 def ratios(fns: dict, rounds: int, iters: int) -> dict:
-    """Median ms per call of each callable after one warm-up call each, timed in rounds whose
-    order flips every round (`pingpong.tools.timing.alternated`), and the median and range over
-    pairs of rounds of the ratio torch / pingpong."""
+    """Median ms per call of each callable after two warm-up calls each, timed call by call,
+    interleaved (`pingpong.tools.timing.interleaved`, CUDA events around each call), and the
+    median, range and interquartile range (%) over pairs of rounds of the ratio torch / pingpong."""
     for fn in fns.values():
         per_call(fn, 2)
-    p = alternated(lambda: per_call(fns["torch"], iters), lambda: per_call(fns["pingpong"], iters), rounds)
+
+    def mark():
+        e = torch.cuda.Event(enable_timing=True)
+        e.record()
+        return e
+
+    p = interleaved(fns["torch"], fns["pingpong"], iters, rounds, mark=mark, elapsed_ms=torch.cuda.Event.elapsed_time,
+                    settle=torch.cuda.synchronize)
     return {"torch": statistics.median(t for t, _ in p.times), "pingpong": statistics.median(q for _, q in p.times),
-            "ratio": p.ratio, "lo": p.lo, "hi": p.hi}
+            "ratio": p.ratio, "lo": p.lo, "hi": p.hi, "iqr_pct": p.iqr_pct}
 
 
 def is_gemm_op(name: str) -> bool:
@@ -289,7 +298,7 @@ def main(argv=None) -> int:
             print(f"--- {name}: eager decode forward ×5, CPU self time")
             print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14, max_name_column_width=50))
 
-    print(f"\n{'mode':<16} {'workload':<8} {'torch ms':>9} {'pingpong ms':>11} {'torch/pp':>8} {'round range':>13}"
+    print(f"\n{'mode':<16} {'workload':<8} {'torch ms':>9} {'pingpong ms':>11} {'torch/pp':>8} {'round range':>13} {'IQR %':>5}"
           f" {'host µs/op torch, pp':>22} {'GPU ms all/GEMM torch; pp':>27} {'recompiles':>10}")
     for mode, work, t in rows:
         print(row(mode, work, t))
@@ -303,7 +312,7 @@ def row(mode: str, work: str, t: dict) -> str:
            if "torch gpu" in t else "-")
     again = f"{t['torch recompiles']}, {t['pingpong recompiles']}" if "torch recompiles" in t else "-"
     return (f"{mode:<16} {work:<8} {t['torch']:9.3f} {t['pingpong']:11.3f} {t['ratio']:8.3f}"
-            f" {t['lo']:6.3f}-{t['hi']:.3f} {host:>22} {gpu:>27} {again:>10}")
+            f" {t['lo']:6.3f}-{t['hi']:.3f} {t['iqr_pct']:5.1f} {host:>22} {gpu:>27} {again:>10}")
 
 
 if __name__ == "__main__":
