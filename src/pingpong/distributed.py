@@ -41,6 +41,11 @@ whose first pingpong call is inside the compiled region.
 FSDP2 needs no rule: `fully_shard` all-gathers each parameter into a plain tensor before the
 forward, so pingpong's Linears see plain tensors (a DTensor only when combined with tensor
 parallelism, then on the TP mesh, which the rules above take).
+
+The FP8 training linear (pingpong.fp8_training.fp8_linear, pingpong.nn.Float8TrainingLinear)
+has no rule of its op: `fp8_linear` below takes its DTensor calls whole, the layout of each mesh
+dim from the weight's placement (`fp8_layouts`), each rank's FP8 linear (forward and both
+gradients) on its local tensors, every scale from the values that rank holds.
 """
 
 from __future__ import annotations
