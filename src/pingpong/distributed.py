@@ -620,14 +620,20 @@ def fp8_linear(x, weight, bias, recipe: str):
     grads = list(zip(*(lay.grads for lay in lays)))
     local = [_local(t, [getattr(lay, n) for lay in lays], mesh, g)
              for t, n, g in zip((x, weight, bias), ("x", "weight", "bias"), grads)]
-    shares = 1
-    for d, lay in enumerate(lays):
-        shares *= mesh.size(d) if lay.share_bias else 1
+    shares = _ranks(mesh, lays, lambda lay: lay.share_bias)
     if local[2] is not None and shares > 1:
         local[2] = _Share.apply(local[2], shares)
     y = fp8_training.fp8_linear(*local, recipe)
     shape = (*x.shape[:-1], weight.shape[0])
     return DTensor.from_local(y, mesh, [lay.y for lay in lays], run_check=False, shape=shape, stride=_contiguous(shape))
+
+
+def _ranks(mesh, lays, which) -> int:
+    """The number of ranks over the mesh dims whose layout `which` takes."""
+    n = 1
+    for d, lay in enumerate(lays):
+        n *= mesh.size(d) if which(lay) else 1
+    return n
 
 
 class _Share(torch.autograd.Function):
@@ -697,9 +703,7 @@ def check_fp8(x, weight, bias, recipe: str) -> None:
     lays = fp8_layouts(getattr(x, "placements", R), getattr(weight, "placements", R), x.dim())
     extents, split = list(weight.shape), []
     for dim, name in enumerate(("out_features", "in_features")):
-        ranks = 1
-        for d, lay in enumerate(lays):
-            ranks *= mesh.size(d) if lay.weight == Shard(dim) else 1
+        ranks = _ranks(mesh, lays, lambda lay: lay.weight == Shard(dim))
         if ranks > 1:
             split.append(f"{name}={extents[dim]} over {ranks} ranks")
             if extents[dim] % ranks:
