@@ -13,7 +13,9 @@ F.scaled_dot_product_attention, SwiGLU MLP; nn.Linear q/k/v/o and gate/up/down n
 transformers), random weights, nothing downloaded and no package beyond torch. `--arch
 hf-llama` / `hf-qwen2` take transformers' LlamaForCausalLM / Qwen2ForCausalLM (sharded q/k/v
 biases) of the same sizes instead, when transformers is installed. pingpong's model: every
-nn.Linear swapped for pingpong.nn.Linear (parameters shared) before parallelizing.
+nn.Linear swapped for pingpong.nn.Linear (parameters shared) before parallelizing; with --fp8
+RECIPE for pingpong.nn.Float8TrainingLinear (FP8 forward and gradients; FP8 on DTensors:
+docs/distributed.md), torch's model staying bf16.
 
 Workloads (--workloads; 2d-train only where the world size is even and ≥ 4):
 - tp-prefill: forward without grad of (batch, seq) tokens, TP over all ranks (q/k/v/gate/up
@@ -52,10 +54,11 @@ a compiled 2-D model after an eager 2-D run, torch's model too).
 
 Checks, before timing, for each workload and mode (torch's model and pingpong's built alike
 from one seed): prefill and decode logits against a float32 copy of the unsharded model, the
-error of pingpong's at most 1.5 × torch's + 1e-3. Training: the first step's parameter
-gradients against a float32 copy of the unsharded model's (relative Frobenius error over all
-parameters, pingpong's at most 1.5 × torch's + 1e-3; the JSON also has pingpong's against
-torch's directly and each model's worst parameter), and the loss curves over --steps steps
+error of pingpong's at most 1.5 × torch's + 1e-3 (with --fp8: + FP8_SLACK, FP8's rounding).
+Training: the first step's parameter gradients against a float32 copy of the unsharded model's
+(relative Frobenius error over all parameters, pingpong's at most 1.5 × torch's + the same
+term; the JSON also has pingpong's against torch's directly and each model's worst
+parameter), and the loss curves over --steps steps
 (--lr, default 0.064 / hidden, low enough that torch's own curve is smooth: a higher rate
 makes it jump from step to step, and two curves then part by chaos, not by error), each step
 within 2% of torch's and the loss falling (these steps are also the warm-up and compile). A
@@ -105,6 +108,7 @@ from torch import nn
 
 import pingpong
 import pingpong.distributed  # noqa: F401  (the sharding rules, before torch.compile traces a pingpong op on DTensors)
+from pingpong import fp8_training
 from pingpong.tools.timing import interleaved, kernel_us, summarize
 
 TP_PLAN = {"self_attn.q_proj": "col", "self_attn.k_proj": "col", "self_attn.v_proj": "col", "self_attn.o_proj": "row",
@@ -299,13 +303,18 @@ class Arch:
 # ----------------------------------------------------------------------------- building the pairs
 
 
-def swap(model) -> int:
-    """Every nn.Linear of `model` as a pingpong Linear (parameters shared), any dtype."""
+def swap(model, fp8=None) -> int:
+    """Every nn.Linear of `model` as a pingpong Linear (parameters shared), any dtype; with `fp8`
+    (a training recipe) as pingpong.nn.Float8TrainingLinear where the recipe takes its features
+    (replace_linear(fp8=..., training=True)'s layers and rule, which skips fp32 layers: the
+    FSDP2 rows' master weights), else a pingpong Linear."""
     n = 0
     for name, m in list(model.named_modules()):
         if type(m) is nn.Linear:
             parent, _, attr = name.rpartition(".")
-            setattr(model.get_submodule(parent), attr, pingpong.nn.Linear.from_linear(m))
+            fp8_ok = fp8 and not fp8_training.training_shape_reason(m.out_features, m.in_features, fp8)
+            new = pingpong.nn.Float8TrainingLinear.from_linear(m, fp8) if fp8_ok else pingpong.nn.Linear.from_linear(m)
+            setattr(model.get_submodule(parent), attr, new)
             n += 1
     return n
 
@@ -344,7 +353,7 @@ def make_model(arch, c, workload, compiled, pingpong_layers, meshes, env):
     sharded = workload in ("fsdp2-train", "2d-train")
     model = arch.build(c, env.device, torch.float32 if sharded else env.dtype)
     if pingpong_layers:
-        swap(model)
+        swap(model, env.fp8)
     blocks = arch.blocks(model)
     if workload.startswith("tp-") and env.sequence_parallel:
         stream = env.sp_stream if env.sp_stream != "auto" else "dtensor" if workload == "tp-train" else "local"
@@ -437,7 +446,7 @@ def check_and_steps(arch, c, workload, compiled, meshes, env, args):
                         decoders[name](tok)
                 return step
         del ref
-        check["ok"] = check["logits_err_pingpong"] <= 1.5 * check["logits_err_torch"] + 1e-3
+        check["ok"] = check["logits_err_pingpong"] <= 1.5 * check["logits_err_torch"] + slack(env)
         return {name: step_of(name) for name in pair}, check
 
     dp_rank = 0 if workload == "tp-train" else (
@@ -467,10 +476,20 @@ def check_and_steps(arch, c, workload, compiled, meshes, env, args):
         steps[name] = step
     del ref, torch_grads
     want, got = check["loss_torch"], check["loss_pingpong"]
-    check["grads_ok"] = check["grad_err_pingpong"] <= 1.5 * check["grad_err_torch"] + 1e-3
+    check["grads_ok"] = check["grad_err_pingpong"] <= 1.5 * check["grad_err_torch"] + slack(env)
     check["curve_ok"] = all(abs(g - w) <= 0.02 * w for w, g in zip(want, got)) and got[-1] < got[0]
     check["ok"] = check["grads_ok"] and check["curve_ok"]
     return steps, check
+
+
+#: --fp8: the checks' allowance for FP8's rounding (relative error; one FP8 product's bound
+#: against float64 in tests/test_fp8_training.py); a lost or doubled shard is 50% or more
+FP8_SLACK = 0.08
+
+
+def slack(env) -> float:
+    """The additive term of the logits and gradient checks: 1e-3, FP8_SLACK with --fp8."""
+    return FP8_SLACK if env.fp8 else 1e-3
 
 
 def first_step_reference(arch, c, ids, env) -> dict:
@@ -719,9 +738,10 @@ def table(rows) -> str:
 
 
 class Env:
-    def __init__(self, rank, world, device, dtype, backend, sequence_parallel=False, async_tp=False, sp_stream="auto"):
+    def __init__(self, rank, world, device, dtype, backend, sequence_parallel=False, async_tp=False, sp_stream="auto",
+                 fp8=None):
         self.rank, self.world, self.device, self.dtype, self.backend = rank, world, device, dtype, backend
-        self.sequence_parallel, self.async_tp, self.sp_stream = sequence_parallel, async_tp, sp_stream
+        self.sequence_parallel, self.async_tp, self.sp_stream, self.fp8 = sequence_parallel, async_tp, sp_stream, fp8
         # host barriers that launch no device work (per_step's profiled steps)
         self.host_group = dist.new_group(backend="gloo") if dist.get_backend() == "nccl" else None
 
@@ -784,6 +804,11 @@ def parse(argv):
                    help="tp-* rows: the sequence-parallel TP plan for both models (own Llama; tp-decode skipped)")
     p.add_argument("--sp-stream", default="auto", choices=("auto", "local", "dtensor"),
                    help="--sequence-parallel: the stream between blocks (auto: local for prefill, DTensor for training)")
+    p.add_argument("--fp8", default=None, choices=tuple(fp8_training.RECIPES),
+                   help="pingpong's model only: its Linears as FP8 training layers of this recipe"
+                        " (pingpong.nn.Float8TrainingLinear, replace_linear(fp8=..., training=True)'s rule; a layer whose"
+                        " features the recipe cannot take stays a bf16 pingpong Linear); torch's model stays bf16, so"
+                        " the ratio is FP8 against bf16 and the checks allow FP8's rounding (FP8_SLACK)")
     p.add_argument("--async-tp", action="store_true",
                    help="with --sequence-parallel, NCCL: torch's async TP for both models, pingpong's pass for pingpong's;"
                         " compiled rows report each model's fused nodes")
@@ -853,8 +878,10 @@ def main(argv=None) -> int:
     if args.cpu_smoke:
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
         from conftest import interpret_plans
+        from fp8_emulation import emulate_fp8
 
         interpret_plans(setattr)
+        emulate_fp8(setattr)  # --fp8's kernels: the scaled products and quantizations emulated on the CPU
     import torch._dynamo
 
     torch._C._set_sm_carveout_experimental(args.sm_carveout)  # both models' GEMMs alike; in the JSON's args
@@ -862,7 +889,7 @@ def main(argv=None) -> int:
     setattr(torch._dynamo.config, limit, 64)  # a row's variants of one block's code, with room
     rank, world, device = setup(args.cpu_smoke)
     env = Env(rank, world, device, torch.float16 if args.cpu_smoke else torch.bfloat16, args.backend,
-              args.sequence_parallel, args.async_tp, args.sp_stream)
+              args.sequence_parallel, args.async_tp, args.sp_stream, args.fp8)
     arch, c = Arch(args.arch), config(args)
     meshes = meshes_for(world, device)
     if args.async_tp:

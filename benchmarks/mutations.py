@@ -504,6 +504,24 @@ MUTATIONS = [
      "GROUPED_RECIPES = tuple(RECIPES)", "tests/test_fp8_grouped_training.py"),
     ("FP8 training: refuse_grad lets quantize_fp8 through", "src/pingpong/quantize.py",
      '    refuse_grad("quantize_fp8", x, names=("x",))\n', "", "tests/test_fp8_training.py"),
+    # -- the FP8 training linear on DTensors (pingpong.distributed.fp8_layouts, check_fp8)
+    ("FP8 rowwise: y Replicate, not a Partial sum", "src/pingpong/distributed.py",
+     "Fp8Layout(Shard(last), Shard(1), R, P, (Shard(last), Shard(1), R), share_bias=True)",
+     "Fp8Layout(Shard(last), Shard(1), R, R, (Shard(last), Shard(1), R), share_bias=True)",
+     "tests/test_distributed.py -k fp8"),
+    ("FP8 colwise: dx not a Partial sum", "src/pingpong/distributed.py",
+     "Fp8Layout(R, pw, Shard(0), Shard(last), (P, Shard(0), Shard(0)))",
+     "Fp8Layout(R, pw, Shard(0), Shard(last), (R, Shard(0), Shard(0)))", "tests/test_distributed.py -k fp8"),
+    ("FP8 token split: dW not a Partial sum", "src/pingpong/distributed.py",
+     "Fp8Layout(px, R, R, px, (px, P, P))", "Fp8Layout(px, R, R, px, (px, R, P))", "tests/test_distributed.py -k fp8"),
+    ("FP8 rowwise: every rank adds the whole bias", "src/pingpong/distributed.py",
+     "    if local[2] is not None and shares > 1:", "    if False:", "tests/test_distributed.py -k fp8"),
+    ("FP8 on DTensors: a Partial operand let through", "src/pingpong/distributed.py",
+     "            if type(p) not in (Shard, Replicate):", "            if type(p) not in (Shard, Replicate, Partial):",
+     "tests/test_distributed.py -k fp8"),
+    ("FP8 on DTensors: each rank's features unchecked", "src/pingpong/distributed.py",
+     "    why = split and fp8_training.training_shape_reason(*extents, recipe)", "    why = None",
+     "tests/test_distributed.py -k fp8"),
 ]
 
 

@@ -301,6 +301,121 @@ def scenario_grouped(mesh, rank, runs):
         assert_close64(got.full_tensor(), ref, f"grouped_mm {pa} {pb}")
 
 
+def _fp8_mlp(seed, dtype, recipe="row"):
+    """An MLP of FP8 training layers (32 -> 64 -> 32, relu between), and its unsharded copy."""
+    import copy
+
+    import pingpong
+
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(pingpong.nn.Float8TrainingLinear(32, 64, dtype=dtype, recipe=recipe), torch.nn.ReLU(),
+                                pingpong.nn.Float8TrainingLinear(64, 32, dtype=dtype, recipe=recipe))
+    return model, copy.deepcopy(model)
+
+
+#: two FP8 quantizations of one product differ by e4m3's rounding: test_fp8_training's bound of
+#: one product against float64 (relative norm) holds for the two
+FP8_TOL = 0.08
+#: a product whose every scale is the unsharded model's: equal up to fp16 sums in another order
+SAME_TOL = 2e-3
+
+
+def _close(got, want, what, tol):
+    """Relative Frobenius error within tol."""
+    err = ((got.double() - want.double()).norm() / want.double().norm()).item()
+    assert err <= tol, f"{what}: relative error {err:.2e} > {tol:.0e}"
+    return err
+
+
+def scenario_fp8_tensor_parallel(mesh, rank, runs):
+    """FP8 training layers (recipe "row") under ColwiseParallel / RowwiseParallel, and a
+    token-split x on a replicated weight: forward, dx and each parameter's gradient against the
+    unsharded FP8 model. A product whose contraction is whole on each rank has the unsharded
+    model's scales: the colwise layer's output is the unsharded layer's columns exactly, and
+    every weight gradient, the rowwise dX and the token split's y, dx and dbias equal the
+    unsharded model's (SAME_TOL). A product whose contraction is split (the rowwise forward,
+    the colwise dX, the token split's dW) quantizes each rank's part along its own share of
+    the contraction, so it differs from the unsharded model's by FP8 rounding (FP8_TOL), not by
+    a missing or doubled part (an error of 50% or more)."""
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    import pingpong.distributed
+    from fp8_emulation import RecordedPlan
+
+    tp, ref = _fp8_mlp(51, torch.float16)
+    parallelize_module(tp, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    x, g = randn(2, 3, 32, seed=52), randn(2, 3, 32, seed=53)
+    xs, xr = x.clone().requires_grad_(), x.clone().requires_grad_()
+    before = len(RecordedPlan.runs)
+    y_tp = tp(xs)
+    shapes = [(tuple(a.shape), tuple(b.shape)) for a, b, *_ in RecordedPlan.runs[before:]]
+    assert shapes == [((6, 32), (32, 32))] * 2, shapes  # each rank's shard: N, then K halved (unsharded: 64)
+    y_ref = ref(xr)
+    cols = tp[0](x)  # ColwiseParallel hands back the local columns
+    assert torch.equal(cols, ref[0](x)[..., rank * 32:(rank + 1) * 32]), "colwise forward: not the unsharded columns"
+    errors = [_close(y_tp, y_ref, "TP forward", FP8_TOL)]
+    y_tp.backward(g)
+    y_ref.backward(g)
+    errors.append(_close(xs.grad, xr.grad, "TP dx", FP8_TOL))
+    placements = {"0.weight": (Shard(0),), "0.bias": (Shard(0),), "2.weight": (Shard(1),), "2.bias": (Replicate(),)}
+    for (name, p), q in zip(tp.named_parameters(), ref.parameters()):
+        assert p.grad.placements == placements[name], f"{name}.grad: {p.grad.placements}"
+        errors.append(_close(p.grad.full_tensor(), q.grad, f"TP {name}.grad", SAME_TOL))
+
+    # x split along the tokens, the weight replicated: y and dx split alike, dW a Partial sum
+    w, bias = randn(64, 32, seed=54), randn(64, seed=55)
+    gy = randn(2, 4, 64, seed=56)
+    x = randn(2, 4, 32, seed=57)
+    want = []
+    for sharded in (True, False):
+        wt, bt = (distribute_tensor(t.clone(), mesh, [Replicate()]) if sharded else t.clone() for t in (w, bias))
+        wt.requires_grad_(), bt.requires_grad_()
+        xt = (distribute_tensor(x, mesh, [Shard(1)]) if sharded else x.clone()).requires_grad_()
+        y = pingpong.fp8_training.fp8_linear(xt, wt, bt)
+        y.backward(distribute_tensor(gy, mesh, [Shard(1)]) if sharded else gy)
+        got = [y, xt.grad, wt.grad, bt.grad]
+        if sharded:
+            assert [t.placements for t in got] == [(Shard(1),), (Shard(1),), (Partial(),), (Partial(),)], \
+                [t.placements for t in got]
+            assert isinstance(y, DTensor)
+            got = [t.full_tensor() for t in got]
+        want.append(got)
+    assert torch.equal(want[0][0], want[1][0]), "token split forward: not the unsharded rows"
+    for what, a, b, tol in zip(["y", "dx", "dw", "dbias"], *want, [SAME_TOL, SAME_TOL, FP8_TOL, SAME_TOL]):
+        errors.append(_close(a, b, f"token split {what}", tol))
+    return "relative errors against the unsharded FP8 model " + " ".join(f"{e:.1e}" for e in errors)
+
+
+def scenario_fp8_fsdp2(mesh, rank, runs):
+    """fully_shard (FSDP2, fp32) on an MLP of FP8 training layers: the layers see plain tensors
+    (FSDP2 all-gathers each weight before the forward, so every scale is the whole weight's),
+    and one training step equals the single-rank model's on both ranks' batches (their
+    gradients averaged), parameter by parameter."""
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+
+    model, ref = _fp8_mlp(61, torch.float32)
+    start = [p.detach().clone() for p in ref.parameters()]
+    seen = []
+    for layer in (model[0], model[2]):
+        fully_shard(layer, mesh=mesh)
+        layer.register_forward_pre_hook(lambda m, args: seen.append(isinstance(m.weight, DTensor)))
+    fully_shard(model, mesh=mesh)
+    batches = [torch.randn(8, 32, generator=torch.Generator().manual_seed(62 + r)) for r in range(WORLD)]
+    target = torch.randn(8, 32, generator=torch.Generator().manual_seed(64))
+    opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.5) for m in (model, ref))
+    F.mse_loss(model(batches[rank]), target).backward()
+    opt.step()
+    for x in batches:
+        (F.mse_loss(ref(x), target) / WORLD).backward()
+    ref_opt.step()
+    assert seen == [False, False], f"the layers saw DTensor weights: {seen}"
+    for (name, p), q, q0 in zip(model.named_parameters(), ref.parameters(), start):
+        assert not torch.equal(q.detach(), q0), f"{name}: the step did not change it"
+        torch.testing.assert_close(p.full_tensor(), q.detach(), rtol=1e-5, atol=1e-6, msg=lambda m: f"{name}: {m}")
+
+
 def emulated_symmetric_memory_pipelines(group_name, calls):
     """CPU stand-ins (gloo collectives) for the two pipelines of torch's fused async-TP
     implementations, as their docstrings define them: the all-gather hands each rank's rows of
@@ -430,6 +545,9 @@ def rank_main(rank, port, outdir, names):
 
         pingpong.portable.portable_gemm = counted  # interpret_plans binds it now
         interpret_plans(setattr)
+        from fp8_emulation import emulate_fp8
+
+        emulate_fp8(setattr)  # the FP8 scenarios' kernels (the others launch no scaled product)
         mesh = init_device_mesh("cpu", (WORLD,))
         record(outdir, rank, {name: SCENARIOS[name] for name in names}, mesh, rank, runs)
     finally:

@@ -1,7 +1,8 @@
-"""benchmarks/dist_llama.py's first-step gradient check (gradient_errors), on the CPU without a
+"""benchmarks/dist_llama.py on the CPU: its first-step gradient check (gradient_errors), without a
 process group: models whose gradients are the reference's up to rounding pass it, one whose
 gradient has two row chunks swapped (a fused product's chunk in the wrong place) fails it, named
-as the worst parameter; a parameter without a gradient is an error naming it."""
+as the worst parameter; a parameter without a gradient is an error naming it. And its
+--cpu-smoke path with --fp8 under torchrun (two gloo ranks)."""
 
 import importlib.util
 import sys
@@ -62,3 +63,22 @@ def test_a_wrong_chunk_fails_the_gradient_check(dist_llama, seed):
     bad.get_submodule("layers.0.mlp.up_proj").weight.grad = None
     with pytest.raises(RuntimeError, match="layers.0.mlp.up_proj.weight has no gradient"):
         d.gradient_errors("pingpong", bad, ref, torch_grads)
+
+
+def test_cpu_smoke_trains_the_fp8_model_under_tp_and_fsdp2():
+    """`--cpu-smoke --fp8 row` on two gloo ranks (the FP8 kernels emulated): pingpong's model of
+    FP8 training layers against torch's 16-bit one, the TP and FSDP2 training rows (eager), every
+    check passed (exit 0)."""
+    import socket
+    import subprocess
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                           str(port), str(ROOT / "benchmarks" / "dist_llama.py"), "--cpu-smoke", "--fp8", "row",
+                           "--workloads", "tp-train,fsdp2-train", "--modes", "eager"],
+                          capture_output=True, text=True, timeout=600)
+    table = proc.stdout[proc.stdout.rfind("workload"):]
+    assert proc.returncode == 0, (table or proc.stdout[-3000:]) + proc.stderr[-3000:]
+    assert table.count("| ok") == 2, table

@@ -226,24 +226,15 @@ def test_placements_on_a_2d_mesh_follow_torch(mesh, runs):
     assert runs
 
 
-def test_a_compiled_tensor_parallel_model_keeps_the_rules_in_one_graph(mesh, runs):
-    """torch.compile (fullgraph, AOT autograd) of a ColwiseParallel / RowwiseParallel MLP of
-    pingpong Linears: one graph, no break; the traced forward runs pingpong.linear on each rank's
-    shard (weights (8, 8) of (16, 8) Shard(0) and (8, 16) Shard(1)), the row layer's bias
-    divided over the ranks (a Partial addend) and one all-reduce after it, no other collective;
-    the backward runs pingpong.mm on the shards with no collective; values as eager's."""
+def compiled_tp(model, x, tol):
+    """model(x) and its backward of the float sum, eager and then compiled (fullgraph, AOT
+    autograd): no graph break, one forward and one backward graph, the compiled values and
+    gradients (local shards) within `tol` of eager's. Returns each graph's calls as (target,
+    the shapes of its tensor arguments)."""
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
     from torch._dynamo.utils import counters
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-    import pingpong
-
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(pingpong.nn.Linear(8, 16, activation="relu", dtype=torch.float16),
-                                pingpong.nn.Linear(16, 8, dtype=torch.float16))
-    parallelize_module(model, mesh, {"0": ColwiseParallel(), "1": RowwiseParallel()})
-    x = torch.randn(2, 3, 8).half()
     want = model(x)
     want.float().sum().backward()
     want_grads = [p.grad.to_local().clone() for p in model.parameters()]
@@ -261,13 +252,33 @@ def test_a_compiled_tensor_parallel_model_keeps_the_rules_in_one_graph(mesh, run
     got.float().sum().backward()
     assert not counters["graph_break"], dict(counters["graph_break"])
     assert len(graphs) == 2, f"{len(graphs)} graphs (a forward and a backward expected)"
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+    for p, g in zip(model.parameters(), want_grads):
+        torch.testing.assert_close(p.grad.to_local(), g, rtol=tol, atol=tol)
 
     def calls(gm):
         return [(str(n.target), [tuple(a.meta["val"].shape) for a in n.args
                                  if isinstance(a, torch.fx.Node) and isinstance(a.meta.get("val"), torch.Tensor)])
                 for n in gm.graph.nodes if n.op == "call_function"]
 
-    forward, backward = map(calls, graphs)
+    return map(calls, graphs)
+
+
+def test_a_compiled_tensor_parallel_model_keeps_the_rules_in_one_graph(mesh, runs):
+    """torch.compile (fullgraph, AOT autograd) of a ColwiseParallel / RowwiseParallel MLP of
+    pingpong Linears: one graph, no break; the traced forward runs pingpong.linear on each rank's
+    shard (weights (8, 8) of (16, 8) Shard(0) and (8, 16) Shard(1)), the row layer's bias
+    divided over the ranks (a Partial addend) and one all-reduce after it, no other collective;
+    the backward runs pingpong.mm on the shards with no collective; values as eager's."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    import pingpong
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(pingpong.nn.Linear(8, 16, activation="relu", dtype=torch.float16),
+                                pingpong.nn.Linear(16, 8, dtype=torch.float16))
+    parallelize_module(model, mesh, {"0": ColwiseParallel(), "1": RowwiseParallel()})
+    forward, backward = compiled_tp(model, torch.randn(2, 3, 8).half(), 1e-3)
     assert [s for t, s in forward if t == "pingpong.linear.default"] == [[(2, 3, 8), (8, 8), (8,)]] * 2, forward
     assert [t for t, _ in forward if "_c10d_functional" in t and "wait" not in t] == [
         "_c10d_functional.all_reduce.default"], forward
@@ -275,10 +286,106 @@ def test_a_compiled_tensor_parallel_model_keeps_the_rules_in_one_graph(mesh, run
     grads = [s for t, s in backward if t == "pingpong.mm.default"]
     assert len(grads) == 3 and all(max(max(shape) for shape in s) <= 8 for s in grads), backward
     assert not [t for t, _ in backward if "_c10d_functional" in t], backward
-    torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
-    for p, g in zip(model.parameters(), want_grads):
-        torch.testing.assert_close(p.grad.to_local(), g, rtol=1e-3, atol=1e-3)
     assert runs
+
+
+@pytest.fixture
+def fp8_runs(monkeypatch):
+    """The FP8 kernels emulated (tests/fp8_emulation.py) after the interpreted plans: each
+    quantization and each scaled product recorded, in one list."""
+    from fp8_emulation import emulate_fp8
+
+    from pingpong import quantize
+
+    interpret_plans(monkeypatch.setattr)
+    launched = emulate_fp8(monkeypatch.setattr)
+    cast = quantize.launch_pair
+    monkeypatch.setattr(quantize, "launch_pair", lambda *a: (launched.append("quantize"), cast(*a))[1])
+    return launched
+
+
+def fp8_mlp():
+    """A ColwiseParallel / RowwiseParallel MLP of FP8 training layers (32 -> 64 -> 32), fp16."""
+    import pingpong
+
+    torch.manual_seed(0)
+    return torch.nn.Sequential(pingpong.nn.Float8TrainingLinear(32, 64, dtype=torch.float16), torch.nn.ReLU(),
+                               pingpong.nn.Float8TrainingLinear(64, 32, dtype=torch.float16))
+
+
+def test_a_compiled_fp8_tensor_parallel_model_is_one_graph_of_local_fp8_linears(mesh, fp8_runs):
+    """torch.compile (fullgraph, AOT autograd) of a ColwiseParallel / RowwiseParallel MLP of FP8
+    training layers: one graph, no break; the forward runs pingpong::fp8_linear_train on each
+    rank's shard (weights (32, 32) of (64, 32) Shard(0) and (32, 64) Shard(1)) and one
+    all-reduce after the row layer; the backward's FP8 products (the row layer's dX, both
+    dW; the 6 tokens padded to 16) take the shards, with no collective; values as eager's."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    model = parallelize_module(fp8_mlp(), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    x = torch.randn(2, 3, 32, generator=torch.Generator().manual_seed(1)).half()
+    forward, backward = compiled_tp(model, x, 0)
+    linears = [s for t, s in forward if t == "pingpong.fp8_linear_train.default"]
+    assert linears == [[(2, 3, 32), (32, 32), (32,)], [(2, 3, 32), (32, 32), (32,)]], forward
+    assert [t for t, _ in forward if "_c10d_functional" in t and "wait" not in t] == [
+        "_c10d_functional.all_reduce.default"], forward
+    products = [s for t, s in backward if t == "pingpong.scaled_mm.default"]
+    assert products == [[(6, 32), (32, 32), (6, 1), (1, 32)], *[[(32, 16), (16, 32), (32, 1), (1, 32)]] * 2], \
+        products  # dX of the row layer, dW of each (x takes no gradient): K and N the shards' 32
+    assert not [t for t, _ in backward if "_c10d_functional" in t], backward
+
+
+def test_fp8_placements_it_cannot_take_are_refused_before_any_work(mesh, fp8_runs):
+    """An FP8 linear on DTensors: a Partial operand, a split that leaves a rank features the
+    recipe cannot take, a plain tensor mixed in and the recipe's own argument errors (global
+    shapes) are PingpongErrors naming the argument, the placements and what is supported,
+    before any quantization or product; every time (the check cache)."""
+    from torch.distributed.tensor import Partial, Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+
+    import pingpong
+    from pingpong.fp8_training import fp8_linear
+
+    x, w = dt(mesh, (4, 32), Replicate(), 1), dt(mesh, (64, 32), Shard(0), 2)
+    narrow = parallelize_module(pingpong.nn.Float8TrainingLinear(32, 16, dtype=torch.float16), mesh, ColwiseParallel())
+    bad = {
+        "a Partial x": (lambda: fp8_linear(dt(mesh, (4, 32), Partial(), 1), w),
+                        r"x: placement Partial\(sum\) on mesh dim 0 holds partial sums.* Redistribute x first.*"
+                        r" Supported: ColwiseParallel \(weight Shard\(0\), x Replicate\(\)\), RowwiseParallel"),
+        "a Partial weight": (lambda: fp8_linear(x, dt(mesh, (64, 32), Partial(), 2)), r"weight: placement Partial"),
+        "8 columns a rank": (lambda: narrow(torch.randn(4, 32).half()),
+                             r"weight: placements \(Shard\(dim=0\),\) .* split out_features=16 over 2 ranks:"
+                             r" in_features=32, out_features=8: FP8 needs multiples of 16 .* Supported: features"),
+        "K of 24 a rank": (lambda: fp8_linear(dt(mesh, (4, 48), Shard(1), 1), dt(mesh, (64, 48), Replicate(), 2)),
+                           r"split in_features=48 over 2 ranks: in_features=24"),
+        "a plain tensor": (lambda: fp8_linear(x, torch.randn(64, 32).half()), r"weight: a plain torch.Tensor mixed"),
+        "a global shape": (lambda: fp8_linear(dt(mesh, (4, 64), Shard(1), 1), w), r"x: last dim must be in_features = 32"),
+    }
+    for what, (call, match) in bad.items():
+        for _ in range(2):
+            with pytest.raises(PingpongError, match=match):
+                call()
+    assert fp8_runs == []
+    assert fp8_linear(x, w).placements == (Shard(1),) and fp8_runs  # the supported form runs
+
+
+def test_the_fp8_layout_table():
+    """fp8_layouts: the weight's placement decides (x's where the weight is Replicate())."""
+    from torch.distributed.tensor import Partial, Replicate, Shard
+
+    from pingpong.distributed import fp8_layouts
+
+    R, P, S = Replicate(), Partial(), Shard
+    rows = {  # (x, weight) given -> (x, weight, bias wanted, y, grads of x, weight, bias, bias shared)
+        (R, S(0)): (R, S(0), S(0), S(2), (P, S(0), S(0)), False),
+        (S(2), S(0)): (R, S(0), S(0), S(2), (P, S(0), S(0)), False),
+        (R, S(1)): (S(2), S(1), R, P, (S(2), S(1), R), True),
+        (S(2), R): (S(2), S(1), R, P, (S(2), S(1), R), True),
+        (S(1), R): (S(1), R, R, S(1), (S(1), P, P), False),
+        (R, R): (R, R, R, R, (R, R, R), False),
+    }
+    for (px, pw), want in rows.items():
+        (lay,) = fp8_layouts([px], [pw], 3)
+        assert (lay.x, lay.weight, lay.bias, lay.y, lay.grads, lay.share_bias) == want, (px, pw, lay)
 
 
 def stale_parameter(mesh, shape, placement, seed):

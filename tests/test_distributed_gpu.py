@@ -64,3 +64,32 @@ def test_products_on_a_one_gpu_mesh(mesh):
     (y.full_tensor() * g).sum().backward()
     assert_close64(dw.grad.full_tensor(), g.double().reshape(-1, 384).t() @ x.double().reshape(-1, 512), "dW")
     assert_close64(dx.grad.full_tensor(), g.double() @ w.double(), "dX")
+
+
+@pytest.mark.parametrize("recipe", ["row", "tensor", "block"])
+def test_fp8_training_linear_on_a_one_gpu_mesh(mesh, recipe):
+    """pingpong.fp8_training.fp8_linear on DTensors (pingpong.distributed.fp8_linear) through the
+    real FP8 kernels: colwise, rowwise and a token split on the one-GPU mesh equal the plain
+    call (one rank holds every shard, so every scale is the unsharded one), forward and both
+    gradients, with the placements of docs/distributed.md's FP8 table."""
+    from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
+
+    from pingpong.fp8_training import fp8_linear
+
+    R = Replicate()
+    x, w, bias, g = randn(2, 128, 512, seed=7), randn(384, 512, seed=8), randn(384, seed=9), randn(2, 128, 384, seed=10)
+    plain = [t.clone().requires_grad_() for t in (x, w, bias)]
+    want = fp8_linear(*plain, recipe)
+    want.backward(g)
+    for px, pw, py, grads in [(R, Shard(0), Shard(2), (Partial(), Shard(0), Shard(0))),
+                              (Shard(2), Shard(1), Partial(), (Shard(2), Shard(1), R)),
+                              (Shard(1), R, Shard(1), (Shard(1), Partial(), Partial()))]:
+        pb = Shard(0) if pw == Shard(0) else R
+        args = [distribute_tensor(t.clone(), mesh, [p]).requires_grad_() for t, p in ((x, px), (w, pw), (bias, pb))]
+        y = fp8_linear(*args, recipe)
+        assert y.placements == (py,), (px, pw, y.placements)
+        y.backward(distribute_tensor(g, mesh, [py if py != Partial() else R]))
+        assert tuple(a.grad.placements[0] for a in args) == grads, (px, pw, [a.grad.placements for a in args])
+        torch.testing.assert_close(y.full_tensor(), want, rtol=0, atol=0)
+        for a, p in zip(args, plain):
+            torch.testing.assert_close(a.grad.full_tensor(), p.grad, rtol=1e-2, atol=1e-2)

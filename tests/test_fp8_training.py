@@ -21,6 +21,7 @@ import pingpong
 from pingpong import PingpongError, fp8, fp8_training, quantize
 from pingpong.fp8_training import RECIPES, TORCHAO_NAMES
 from pingpong.runtime import plan
+from fp8_emulation import RecordedPlan, _cast, _cast_pair, emulate_fp8  # noqa: F401  (other tests import them from here)
 from fp8_groups import PRODUCT_GROUPS, QUANT_GROUPS, group_amax, per_element, scales_of
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
@@ -33,57 +34,12 @@ FMAX = 448.0
 REL, SUB = 2.0**-4, 2.0**-10
 
 
-def _cast(x, q, s, granularity):
-    """quantize_fp8's kernels' formula (pingpong.quantize): amax / FP8_MAX, one reciprocal."""
-    xf = x.float()
-    fmax = quantize.FP8_MAX[q.dtype]
-    amax = group_amax(xf, QUANT_GROUPS[granularity]).clamp_min(1e-12)
-    s.copy_((amax / fmax).reshape(s.shape))
-    inv = per_element(fmax / amax, xf.shape).float()
-    q.copy_((xf * inv).clamp(-fmax, fmax).to(q.dtype))
-
-
-def _cast_pair(x, q, s, qt, st, granularity, rows, cols):
-    """quantize_fp8_pair's kernels' results by the unfused route: _cast of x, and of xᵀ with the
-    rows padded by zeros (tests/test_quantize_pair.py checks the kernels against quantize_fp8)."""
-    if rows:
-        _cast(x, q, s, granularity)
-    if cols:
-        xt = x.new_zeros(qt.shape)
-        xt[:, :x.shape[0]] = x.t()
-        _cast(xt, qt, st, granularity)
-
-
-class RecordedPlan(plan.Plan):
-    """A scaled plan whose run is the float64 product of the dequantized operands, recorded."""
-    __slots__ = ()
-    runs: list = []
-
-    def __init__(self):
-        self.device, self.path, self.activation, self.extents = -1, "recorded", "none", None
-
-    def run(self, a, b, out, args):
-        scale_a, scale_b, bias = args.scale_a, args.scale_b, args.bias
-        self.runs.append((a.clone(), b.clone(), scale_a.clone(), scale_b.clone()))
-        y = (a.double() * per_element(scale_a, a.shape)) @ (b.double() * per_element(scale_b, b.shape))
-        out.copy_(y if bias is None else y + bias.double())
-
-
 @pytest.fixture
 def fp8_kernels(interpreted_kernels, monkeypatch):
-    """The two FP8 kernels replaced at their launch (module docstring); bf16/fp16 GEMMs on the
-    portable kernel under Triton's interpreter. Returns the list of scaled products run."""
-    import types
-
-    recorded = types.SimpleNamespace(NAME="recorded", plan=lambda s: RecordedPlan(),
-                                     can_implement=lambda s: None if s.epilogue.scales is not None else "unscaled")
-    monkeypatch.setattr(plan, "BACKENDS", [recorded, *plan.BACKENDS])
-    monkeypatch.setattr(fp8, "check_gpu", lambda a, b: None)
-    monkeypatch.setattr(quantize, "interpreter_enabled", lambda: True)
-    monkeypatch.setattr(quantize, "launch", _cast)
-    monkeypatch.setattr(quantize, "launch_pair", _cast_pair)
-    monkeypatch.setattr(RecordedPlan, "runs", [])
-    return RecordedPlan.runs
+    """The two FP8 kernels replaced at their launch (module docstring, tests/fp8_emulation.py);
+    bf16/fp16 GEMMs on the portable kernel under Triton's interpreter. Returns the list of
+    scaled products run."""
+    return emulate_fp8(monkeypatch.setattr)
 
 
 def spread(rows, cols, gen):

@@ -41,6 +41,11 @@ whose first pingpong call is inside the compiled region.
 FSDP2 needs no rule: `fully_shard` all-gathers each parameter into a plain tensor before the
 forward, so pingpong's Linears see plain tensors (a DTensor only when combined with tensor
 parallelism, then on the TP mesh, which the rules above take).
+
+The FP8 training linear (pingpong.fp8_training.fp8_linear, pingpong.nn.Float8TrainingLinear)
+has no rule of its op: `fp8_linear` below takes its DTensor calls whole, the layout of each mesh
+dim from the weight's placement (`fp8_layouts`), each rank's FP8 linear (forward and both
+gradients) on its local tensors, every scale from the values that rank holds.
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ import torch
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor.experimental import register_sharding
 
-from . import fp8, grouped  # noqa: F401  (fp8, grouped, ops define the ops the rules are for)
+from . import fp8, fp8_training, grouped  # noqa: F401  (fp8, grouped, ops define the ops the rules are for)
 from .integration import batching, ops  # noqa: F401
 from .integration.async_tp import disable_async_tp, enable_async_tp  # noqa: F401  (async TP's switch: pingpong.integration.async_tp)
 from .runtime.spec import (DENSE_OP_ARGS, DENSE_ROLES, DENSE_TENSORS, EpilogueArgs, check_activation, op_args,
@@ -339,8 +344,25 @@ def _check(op, args, kwargs) -> None:
     dtensors = {n: v for n, v in tensors.items() if isinstance(v, DTensor)}
     if not dtensors:
         return
-    first, ref = next(iter(dtensors.items()))
     name = op.name().replace("::", ".")
+    _check_dtensors(op, name, tensors)
+    reg.check(*args, **kwargs)
+    lay = reg.layout(**bound)
+    for n, t in dtensors.items():
+        operand = lay.operands.get(n)
+        if operand is None:
+            continue
+        for mesh_dim, p in enumerate(t.placements):
+            if reg.inplace and n == reg.names[0]:
+                _check_written(name, n, lay, mesh_dim, p)
+            elif operand.role == FACTOR and not lay.linear:
+                _check_complete(name, n, operand, lay, mesh_dim, p)
+
+
+def _check_dtensors(op, name: str, tensors: dict) -> None:
+    """The checks of any call with DTensors: none stale, no plain tensor mixed in, one mesh."""
+    dtensors = {n: v for n, v in tensors.items() if isinstance(v, DTensor)}
+    first, ref = next(iter(dtensors.items()))
     for n, t in dtensors.items():
         if stale(t):
             raise PingpongError(_stale_message(n, t, op, name))
@@ -357,17 +379,6 @@ def _check(op, args, kwargs) -> None:
                 f"{n}: on {_mesh(t.device_mesh)}, but {first} is on {_mesh(ref.device_mesh)}; {name} needs every DTensor on"
                 f" one DeviceMesh. Redistribute onto one mesh first (e.g. DTensor.from_local({n}.full_tensor(),"
                 f" {first}.device_mesh, [Replicate()]))")
-    reg.check(*args, **kwargs)
-    lay = reg.layout(**bound)
-    for n, t in dtensors.items():
-        operand = lay.operands.get(n)
-        if operand is None:
-            continue
-        for mesh_dim, p in enumerate(t.placements):
-            if reg.inplace and n == reg.names[0]:
-                _check_written(name, n, lay, mesh_dim, p)
-            elif operand.role == FACTOR and not lay.linear:
-                _check_complete(name, n, operand, lay, mesh_dim, p)
 
 
 # ----------------------------------------------------------------------------- a spec that misstates the dtype
@@ -413,7 +424,7 @@ def respec(args: tuple) -> tuple:
 
 
 def _stale_message(n, t, op, name) -> str:
-    if op in (torch.ops.pingpong.mm.default, torch.ops.pingpong.gemm.default, torch.ops.pingpong.linear.default):
+    if op in (torch.ops.pingpong.mm.default, torch.ops.pingpong.gemm.default, torch.ops.pingpong.linear.default, FP8_OP):
         which = f"{name} rebuilds such a DTensor from its local tensor only where it is a Parameter, and {n} is not one"
     else:
         which = (f"{name} does not rebuild it (pingpong.matmul, gemm, linear and pingpong.nn.Linear rebuild such a"
@@ -541,3 +552,171 @@ register(torch.ops.pingpong.gemm_.default, _gemm__layout, _check_gemm_)
 register(torch.ops.pingpong.linear.default, _linear_layout, _check_linear)
 register(torch.ops.pingpong.scaled_mm.default, _scaled_mm_layout, fake_check(torch.ops.pingpong.scaled_mm.default))
 register(torch.ops.pingpong.grouped_mm.default, _grouped_layout, fake_check(torch.ops.pingpong.grouped_mm.default))
+
+
+# ----------------------------------------------------------------------------- FP8 training linear
+
+
+FP8_OP = torch.ops.pingpong.fp8_linear_train.default  # fp8_linear's key in the checks' cache, and its stale-spec message
+_FP8_NAME = "pingpong.fp8_linear"
+
+
+@dataclass(frozen=True)
+class Fp8Layout:
+    """One mesh dim of an FP8 linear on DTensors: the placements x, weight and bias are
+    redistributed to, y's, and those of the gradients of x, weight and bias (each rank's
+    local gradient: a part of the sum where the product's contraction was split)."""
+
+    x: object
+    weight: object
+    bias: object
+    y: object
+    grads: tuple
+    share_bias: bool = False  # y Partial: each rank adds bias / (ranks on this dim), its gradient the whole dbias
+
+
+def fp8_layouts(x_placements, w_placements, x_dim: int) -> list[Fp8Layout]:
+    """The layout of each mesh dim, decided by the weight's placement (x's where the weight is
+    Replicate()); x (…, K), weight (N, K), y (…, N):
+
+        | weight       | x             | name       | y            | dx, dW, dbias             |
+        |--------------|---------------|------------|--------------|---------------------------|
+        | Shard(0)     | -> Replicate  | colwise    | Shard(-1)    | Partial, Shard(0), Shard(0) |
+        | Shard(1)     | -> Shard(-1)  | rowwise    | Partial      | Shard(-1), Shard(1), Replicate |
+        | Replicate    | Shard(-1)     | rowwise (the weight sliced to Shard(1))                |
+        | Replicate    | Shard(d), a leading dim | tokens | Shard(d) | Shard(d), Partial, Partial |
+        | Replicate    | Replicate     | replicate  | Replicate    | Replicate                 |
+
+    The bias follows y; where y is Partial, each rank adds its share, the bias divided by the
+    ranks (as DTensor's Replicate() -> Partial() does for aten's addmm), and each rank's
+    gradient of it is the whole dbias (Replicate(), as torch's)."""
+    R, P, last = Replicate(), Partial(), x_dim - 1
+    out = []
+    for px, pw in zip(x_placements, w_placements):
+        if type(pw) is Shard and pw.dim == 0:
+            out.append(Fp8Layout(R, pw, Shard(0), Shard(last), (P, Shard(0), Shard(0))))
+        elif (type(pw) is Shard and pw.dim == 1) or (type(px) is Shard and px.dim == last):
+            out.append(Fp8Layout(Shard(last), Shard(1), R, P, (Shard(last), Shard(1), R), share_bias=True))
+        elif type(px) is Shard:
+            out.append(Fp8Layout(px, R, R, px, (px, P, P)))
+        else:
+            out.append(Fp8Layout(R, R, R, R, (R, R, R)))
+    return out
+
+
+def fp8_linear(x, weight, bias, recipe: str):
+    """pingpong.fp8_training.fp8_linear with a DTensor among x, weight, bias (its front end
+    comes here; `recipe` a name of fp8_training.RECIPES): x, weight and bias redistributed to
+    `fp8_layouts`, then each rank runs the whole FP8 linear (forward and both gradients,
+    fp8_training's autograd Function, or its op while torch.compile traces) on its local
+    tensors, every scale from the values that rank holds (docs/distributed.md, "FP8
+    training"). `check_fp8`'s PingpongError before any work, except while torch.compile traces."""
+    x, weight, bias = respec((x, weight, bias))
+    if not torch.compiler.is_compiling():
+        check_fp8(x, weight, bias, recipe)
+    mesh = next(t for t in (x, weight, bias) if isinstance(t, DTensor)).device_mesh
+    x, weight, bias = (_replicated(t, mesh) for t in (x, weight, bias))
+    lays = fp8_layouts(x.placements, weight.placements, x.dim())
+    grads = list(zip(*(lay.grads for lay in lays)))
+    local = [_local(t, [getattr(lay, n) for lay in lays], mesh, g)
+             for t, n, g in zip((x, weight, bias), ("x", "weight", "bias"), grads)]
+    shares = _ranks(mesh, lays, lambda lay: lay.share_bias)
+    if local[2] is not None and shares > 1:
+        local[2] = _Share.apply(local[2], shares)
+    y = fp8_training.fp8_linear(*local, recipe)
+    shape = (*x.shape[:-1], weight.shape[0])
+    return DTensor.from_local(y, mesh, [lay.y for lay in lays], run_check=False, shape=shape, stride=_contiguous(shape))
+
+
+def _ranks(mesh, lays, which) -> int:
+    """The number of ranks over the mesh dims whose layout `which` takes."""
+    n = 1
+    for d, lay in enumerate(lays):
+        n *= mesh.size(d) if which(lay) else 1
+    return n
+
+
+class _Share(torch.autograd.Function):
+    """A bias / ranks in the forward (each rank's share of a Partial() sum); the gradient
+    passes unchanged (every rank's share has the whole bias's gradient)."""
+
+    @staticmethod
+    def forward(ctx, bias, ranks):
+        return bias / ranks
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+def _replicated(t, mesh):
+    """A plain tensor beside DTensors (allowed under implicit replication) as Replicate()."""
+    if t is None or isinstance(t, DTensor):
+        return t
+    return DTensor.from_local(t, mesh, [Replicate()] * mesh.ndim, run_check=False)
+
+
+def _local(t, placements, mesh, grad_placements):
+    """t's local tensor once redistributed to `placements`; its gradient a DTensor of
+    `grad_placements`."""
+    if t is None:
+        return None
+    if tuple(t.placements) != tuple(placements):
+        t = t.redistribute(mesh, placements)
+    return t.to_local(grad_placements=grad_placements)
+
+
+def _contiguous(shape) -> tuple:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def check_fp8(x, weight, bias, recipe: str) -> None:
+    """PingpongError before any work for an FP8 linear on DTensors: `_check_dtensors`' checks,
+    fp8_training's argument checks on the global shapes, an operand x or weight Partial (or a
+    placement other than Replicate() and Shard), and a split that leaves a rank an in_features
+    or out_features the recipe cannot take (each rank's extent must be whole and pass
+    fp8_training.training_shape_reason). A call alike after one that passed costs one lookup
+    (`check`'s cache)."""
+    key = _key(FP8_OP, (x, weight, bias, recipe), {})
+    if key is not None and _PASSED.get(key) == ():
+        return
+    tensors = {n: t for n, t in (("x", x), ("weight", weight), ("bias", bias)) if isinstance(t, torch.Tensor)}
+    _check_dtensors(FP8_OP, _FP8_NAME, tensors)
+    fp8_training.check_fp8_linear(x, weight, bias, recipe)
+    alternatives = ("Supported: ColwiseParallel (weight Shard(0), x Replicate()), RowwiseParallel (weight Shard(1), x"
+                    " Shard(-1)), x split along a leading dim (the tokens) with the weight Replicate(), or Replicate()")
+    for n in ("x", "weight"):
+        t = tensors[n]
+        for mesh_dim, p in enumerate(t.placements if isinstance(t, DTensor) else ()):
+            if type(p) not in (Shard, Replicate):
+                what = "holds partial sums" if p.is_partial() else "is not a placement the FP8 linear takes"
+                raise PingpongError(
+                    f"{n}: placement {_show(p)} on mesh dim {mesh_dim} {what}; {_FP8_NAME} quantizes each operand from"
+                    f" the values a rank holds. Redistribute {n} first ({n}.redistribute({n}.device_mesh, [Replicate()]))."
+                    f" {alternatives}")
+    mesh = next(iter(t for t in tensors.values() if isinstance(t, DTensor))).device_mesh
+    R = [Replicate()] * mesh.ndim
+    lays = fp8_layouts(getattr(x, "placements", R), getattr(weight, "placements", R), x.dim())
+    extents, split = list(weight.shape), []
+    for dim, name in enumerate(("out_features", "in_features")):
+        ranks = _ranks(mesh, lays, lambda lay: lay.weight == Shard(dim))
+        if ranks > 1:
+            split.append(f"{name}={extents[dim]} over {ranks} ranks")
+            if extents[dim] % ranks:
+                _fp8_split_error(x, weight, split, f"{name}={extents[dim]} does not split evenly", recipe, R)
+            extents[dim] //= ranks
+    why = split and fp8_training.training_shape_reason(*extents, recipe)
+    if why:
+        _fp8_split_error(x, weight, split, why, recipe, R)
+    _remember(key, ())
+
+
+def _fp8_split_error(x, weight, split, why, recipe, R):
+    raise PingpongError(
+        f"weight: placements {tuple(getattr(weight, 'placements', R))} (x {tuple(getattr(x, 'placements', R))}) split"
+        f" {', '.join(split)}: {why} (recipe {recipe!r}, on each rank's shard). Supported: features whose share on"
+        " each rank the recipe takes, fewer ranks on that mesh dim, or the weight Replicate() there")

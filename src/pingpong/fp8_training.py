@@ -195,6 +195,8 @@ def fp8_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, recipe:
     forward alone: two quantizations and one scaled_mm."""
     recipe = recipe_name(recipe)
     if ops.traced(x, weight, bias):
+        if ops.is_dtensor(x) or ops.is_dtensor(weight) or ops.is_dtensor(bias):
+            return ops._rules().fp8_linear(x, weight, bias, recipe)  # each rank's local FP8 linear (pingpong.distributed)
         if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
                                         (bias is not None and bias.requires_grad)):
             return torch.ops.pingpong.fp8_linear_train(x, weight, bias, recipe, *_wanted(x, weight, recipe))[0]
