@@ -48,7 +48,7 @@ def hopper_layouts(setattr) -> None:
         return spec, p
 
     setattr(gm, "_plan", plan)
-    setattr(portable_grouped, "zero_tail", lambda *args: None)
+    setattr(portable_grouped, "zero_tail", lambda *args, **kwargs: None)
 
 
 def experts_tensors(E, H, inter, T, gen, dtype=torch.bfloat16):

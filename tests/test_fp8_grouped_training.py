@@ -56,10 +56,18 @@ class RecordedGroupedPlan(RecordedPlan):
             out[s:e] = ((a[s:e].double() * rows) @ (b[g].double() * cols)).to(out.dtype)
 
 
-def _cast_columns(x, q, s):
-    """quantize_fp8_columns's kernel by its contract: _cast of the transposed copy, row-wise."""
+def _cast_columns(x, q, s, amax=None):
+    """quantize_fp8_columns's kernel by its contract: _cast of the transposed copy, row-wise (the
+    same with the column maxima given: tests/test_quantize_columns.py)."""
     G, N, K = x.shape
     _cast(x.transpose(1, 2).reshape(G * K, N), q.view(G * K, N), s.view(G * K, 1), "row")
+
+
+def _cast_stacked(x, q, s, amax):
+    """quantize_stacked_direct's kernel by its contract: _cast of the rows, the columns' maxima."""
+    G, N, K = x.shape
+    _cast(x.reshape(G * N, K), q.view(G * N, K), s.view(G * N, 1), "row")
+    amax.copy_(x.float().abs().amax(1))
 
 
 @pytest.fixture
@@ -72,6 +80,7 @@ def kernels(interpreted_kernels, monkeypatch):
     monkeypatch.setattr(quantize, "interpreter_enabled", lambda: True)
     monkeypatch.setattr(quantize, "launch", _cast)
     monkeypatch.setattr(quantize, "launch_columns", _cast_columns)
+    monkeypatch.setattr(quantize, "launch_stacked", _cast_stacked)
     compute = gm._compute
     monkeypatch.setattr(gm, "_compute", lambda *a, **kw: compute(*a, **dict(kw, interpret=True)))
     monkeypatch.setattr(RecordedGroupedPlan, "runs", [])
@@ -170,7 +179,7 @@ def test_block_wise_forward_and_data_gradient(kernels, shape):
     T = sum(sizes)
     w, x, g = spread(G, N, K, gen=gen).to(F16), spread(T, K, gen=gen).to(F16), spread(T, N, gen=gen).to(F16)
     offs = torch.tensor(sizes, dtype=torch.int32).cumsum(0, dtype=torch.int32)
-    y, dx = fgt._forward(x, w, offs, "block"), fgt._data_grad(g, w, offs, "block", F16)
+    y, dx = fgt._forward(x, w, offs, "block")[0], fgt._data_grad(g, w, None, offs, "block", F16)
     X, W, Gd = x.double(), w.double(), g.double()
     for name, got, A, B in (("Y", y, X, W.transpose(1, 2)), ("dX", dx, Gd, W)):
         ref, ok = torch.zeros(T, B.shape[2], dtype=torch.float64), torch.zeros(T, B.shape[2], dtype=torch.float64)
@@ -409,13 +418,13 @@ def test_inductor_calls_the_forward_and_the_backward_products_directly(kernels):
     finally:
         torch._dynamo.reset()
     code = "\n".join(code)
-    assert "extern_kernels.pingpong_fp8_grouped_linear(" in code and "extern_kernels.pingpong_quantize_fp8(" in code
+    assert "extern_kernels.pingpong_fp8_grouped_linear_train(" in code and "extern_kernels.pingpong_quantize_fp8(" in code
     assert "torch.ops.pingpong" not in code, code
     # the loss's fp32 sum in inductor's order of its own; the gradients bitwise
     torch.testing.assert_close(loss, want[0], rtol=1e-6, atol=0, msg=lambda m: f"seed {seed}: {m}")
     for name, g, w in zip(("x", "w1", "w2"), got, want[1]):
         torch.testing.assert_close(g, w, rtol=0, atol=0, msg=lambda m: f"seed {seed}, d{name}: {m}")
-    assert dict(inductor.CALLS) == {"fp8_grouped_linear": 2, "quantize_fp8": 2, "quantize_fp8_columns": 2,
+    assert dict(inductor.CALLS) == {"fp8_grouped_linear_train": 2, "quantize_fp8": 2, "quantize_fp8_columns": 2,
                                     "scaled_grouped_mm": 2, "grouped_mm": 2}
 
 
@@ -445,6 +454,7 @@ def test_experts_training_step_copies_nothing(monkeypatch):
     monkeypatch.setattr(quantize, "interpreter_enabled", lambda: True)
     monkeypatch.setattr(quantize, "launch", lambda *args: None)
     monkeypatch.setattr(quantize, "launch_columns", lambda *args: None)
+    monkeypatch.setattr(quantize, "launch_stacked", lambda *args: None)
     seed = torch.seed()
     x, w1, w2, g, offs = experts_tensors(E=4, H=128, inter=64, T=64, gen=torch.Generator().manual_seed(seed),
                                          dtype=F16)

@@ -54,10 +54,10 @@ from torch import Tensor
 from . import grouped as grouped_mod
 from .integration import inductor, ops
 from .errors import PingpongError, check_tensor
-from .fp8_grouped import scaled_grouped_mm, scaled_grouped_mm_direct
+from .fp8_grouped import scaled_grouped_mm_direct, scaled_grouped_mm_route
 from .fp8_training import GRAD_DTYPE, RECIPES, recipe_name, training_shape_reason
 from .grouped import grouped_mm
-from .quantize import quantize_fp8, quantize_fp8_columns
+from .quantize import MAX_ROW, quantize_fp8, quantize_fp8_columns, quantize_stacked_direct
 from .runtime.spec import SCALE_BLOCK
 
 __all__ = ["fp8_grouped_linear", "GROUPED_RECIPES", "grouped_recipe", "check_fp8_grouped_linear"]
@@ -122,8 +122,18 @@ def fp8_grouped_linear(x: Tensor, weight: Tensor, offs: Tensor, recipe: str = "r
     recipe = grouped_recipe(recipe)
     check_fp8_grouped_linear(x, weight, offs, recipe)
     if ops.needs_op(x, weight, offs):
+        if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+            return torch.ops.pingpong.fp8_grouped_linear_train(x, weight, offs, recipe,
+                                                               _wanted(x, weight, recipe))[0]
         return torch.ops.pingpong.fp8_grouped_linear(x, weight, offs, recipe)
-    return _forward(x, weight, offs, recipe)
+    return _forward(x, weight, offs, recipe)[0]
+
+
+def _wanted(x, weight, recipe: str) -> bool:
+    """The one decision of whether the forward keeps W's column maxima for dX (module
+    docstring): x needs a gradient, W is scaled row-wise, and its rows fit the one-read row
+    kernel (pingpong.quantize.MAX_ROW; longer rows: dX's quantization reads W twice instead)."""
+    return x.requires_grad and RECIPES[recipe].weight == "row" and weight.shape[2] <= MAX_ROW
 
 
 # ----------------------------------------------------------------------------- the products
@@ -144,41 +154,40 @@ def _activation_scale(s: Tensor, granularity: str) -> Tensor:
     return s.view(-1) if granularity == "row" else s
 
 
-def _forward(x, weight, offs, recipe: str, out=None) -> Tensor:
-    """Y = X_g·W_gᵀ: X per token (1×128 blocks) and W per output row (128×128 blocks), both along
-    K (no copies: b is W's K-major view); into `out` (inductor's buffer, (T, N) contiguous) when
-    given."""
+def _forward(x, weight, offs, recipe: str, w_amax: bool = False, out=(None, None)):
+    """(Y, amax): Y = X_g·W_gᵀ, X per token (1×128 blocks) and W per output row (128×128
+    blocks), both along K (no copies: b is W's K-major view); with w_amax W's rows are quantized
+    by the one read that also gives each expert's column maxima along N, amax (G, K) fp32, which
+    dX's quantization of W then casts with (else amax is empty (0,)). Into `out` = (y, amax)
+    (inductor's buffers, as the train op's fake implementation lays them out; None: new)."""
     r = RECIPES[recipe]
+    y, amax = out
     qx, sx = quantize_fp8(x, r.granularity, GRAD_DTYPE)
-    qw, sw = _quantize_weight(weight, r.weight)
-    return scaled_grouped_mm_direct(qx, qw.transpose(1, 2), _activation_scale(sx, r.granularity), sw, offs, x.dtype,
-                                    False, out)
+    if w_amax:
+        qw, sw, amax = quantize_stacked_direct(weight, GRAD_DTYPE, amax)
+    else:
+        qw, sw = _quantize_weight(weight, r.weight)
+        amax = weight.new_empty(0, dtype=torch.float32) if amax is None else amax
+    y = scaled_grouped_mm_direct(qx, qw.transpose(1, 2), _activation_scale(sx, r.granularity), sw, offs, x.dtype,
+                                 False, y)
+    return y, amax
 
 
-def _data_grad(g, weight, offs, recipe: str, dtype) -> Tensor:
+def _data_grad(g, weight, amax, offs, recipe: str, dtype) -> Tensor:
     """dX = dY_g·W_g (T, K), contracting N: dY per token (1×128 blocks) along N; W_g per column
-    along N, quantized straight into Wᵀ's layout (G, K, N) (quantize_fp8_columns), or
-    block-wise W's 128×128 quantization transposed (an fp8 copy). Rows past offs[-1] set to
-    zero."""
+    along N, quantized straight into Wᵀ's layout (G, K, N) (quantize_fp8_columns, from the
+    forward's column maxima `amax` when given: one read of W), or block-wise W's 128×128
+    quantization transposed (an fp8 copy). Rows past offs[-1] set to zero by the product's op
+    (only those rows written)."""
     r = RECIPES[recipe]
-    G, N, K = weight.shape
     qg, sg = quantize_fp8(g, r.granularity, GRAD_DTYPE)
     if r.weight == "block128x128":
         qw, sw = _quantize_weight(weight, r.weight)
         qwt, swt = qw.transpose(1, 2).contiguous(), sw.transpose(1, 2).contiguous()  # (G, K, N), (G, K/128, N/128)
     else:  # W along N, written transposed (G, K, N) by the quantization itself: no copy of Wᵀ
-        qwt, swt = quantize_fp8_columns(weight, GRAD_DTYPE)
-    dx = scaled_grouped_mm(qg, qwt.transpose(1, 2), _activation_scale(sg, r.granularity), swt, offs, out_dtype=dtype)
-    return _zero_tail(dx, offs)
-
-
-def _zero_tail(dx: Tensor, offs: Tensor) -> Tensor:
-    """dx's rows at and past offs[-1] set to zero, in torch ops (read on the device, no sync; the
-    backward's graph under torch.compile records them, where a raw kernel launch cannot be)."""
-    if offs.shape[0] == 0:
-        return dx.zero_()
-    rows = torch.arange(dx.shape[0], device=dx.device, dtype=offs.dtype)
-    return dx.masked_fill_((rows >= offs[-1])[:, None], 0)
+        qwt, swt = quantize_fp8_columns(weight, GRAD_DTYPE, amax)
+    return scaled_grouped_mm_route(qg, qwt.transpose(1, 2), _activation_scale(sg, r.granularity), swt, offs, dtype,
+                                   False, zero_tail=True)
 
 
 def _weight_grad(g, x, offs, dtype) -> Tensor:
@@ -187,13 +196,12 @@ def _weight_grad(g, x, offs, dtype) -> Tensor:
     return grouped_mm(g.t(), x, offs, out_dtype=dtype)
 
 
-# ----------------------------------------------------------------------------- op and autograd
+# ----------------------------------------------------------------------------- ops and autograd
 
 
 @torch.library.custom_op("pingpong::fp8_grouped_linear", mutates_args=())
 def _fp8_grouped_linear_op(x: Tensor, weight: Tensor, offs: Tensor, recipe: str) -> Tensor:
-    with torch.no_grad():
-        return _forward(x, weight, offs, recipe)
+    return _forward(x, weight, offs, recipe)[0]
 
 
 @_fp8_grouped_linear_op.register_fake
@@ -203,29 +211,52 @@ def _(x, weight, offs, recipe):
     return x.new_empty((x.shape[0], weight.shape[1]))
 
 
+@torch.library.custom_op("pingpong::fp8_grouped_linear_train", mutates_args=())
+def _fp8_grouped_linear_train_op(x: Tensor, weight: Tensor, offs: Tensor, recipe: str,
+                                 w_amax: bool) -> tuple[Tensor, Tensor]:
+    with torch.no_grad():
+        return _forward(x, weight, offs, recipe, w_amax)
+
+
+@_fp8_grouped_linear_train_op.register_fake
+def _(x, weight, offs, recipe, w_amax):
+    inductor.register()
+    check_fp8_grouped_linear(x, weight, offs, grouped_recipe(recipe))
+    G, N, K = weight.shape
+    amax = weight.new_empty((G, K) if w_amax else (0,), dtype=torch.float32)
+    return x.new_empty((x.shape[0], N)), amax
+
+
 @inductor.lowered("fp8_grouped_linear")
 def fp8_grouped_linear_out(x, weight, offs, *, recipe, out):
-    """pingpong::fp8_grouped_linear (the forward) into inductor's buffer (pingpong.integration.inductor)."""
-    _forward(x, weight, offs, recipe, out)
+    """pingpong::fp8_grouped_linear (the forward alone) into inductor's buffer (pingpong.integration.inductor)."""
+    _forward(x, weight, offs, recipe, out=(out, None))
+
+
+@inductor.lowered("fp8_grouped_linear_train")
+def fp8_grouped_linear_train_out(x, weight, offs, *, recipe, w_amax, out):
+    """pingpong::fp8_grouped_linear_train into inductor's buffers (y, amax) (pingpong.integration.inductor)."""
+    _forward(x, weight, offs, recipe, w_amax, out)
 
 
 def _setup(ctx, inputs, output) -> None:
-    x, weight, offs, recipe = inputs
-    ctx.save_for_backward(x, weight, offs)  # the high-precision inputs: each product quantizes its own
+    x, weight, offs, recipe, _ = inputs
+    ctx.mark_non_differentiable(output[1])
+    ctx.save_for_backward(x, weight, offs, output[1])  # the inputs (each product quantizes its own), W's column maxima
     ctx.recipe = recipe
 
 
-def _backward(ctx, grad):
-    x, weight, offs = ctx.saved_tensors
+def _backward(ctx, grad, _):
+    x, weight, offs, amax = ctx.saved_tensors
     if torch.is_grad_enabled() and (grad.requires_grad or x.requires_grad or weight.requires_grad):
         raise PingpongError("fp8_grouped_linear: double backward (create_graph=True) is not supported: the FP8"
                             " gradient products are not differentiable")
     grouped_mod._ensure_context(grad)
     g = grad.to(x.dtype).contiguous()  # (T, N); a broadcast gradient has stride 0
     needs_x, needs_w = ctx.needs_input_grad[:2]
-    dx = _data_grad(g, weight, offs, ctx.recipe, x.dtype) if needs_x else None
+    dx = _data_grad(g, weight, amax if amax.dim() == 2 else None, offs, ctx.recipe, x.dtype) if needs_x else None
     dw = _weight_grad(g, x, offs, weight.dtype) if needs_w else None
-    return dx, dw, None, None
+    return dx, dw, None, None, None
 
 
-_fp8_grouped_linear_op.register_autograd(_backward, setup_context=_setup)
+_fp8_grouped_linear_train_op.register_autograd(_backward, setup_context=_setup)
