@@ -462,3 +462,71 @@ def test_experts_training_step_copies_nothing(monkeypatch):
         experts_step(lambda a, w, offs: fgt.fp8_grouped_linear(a, w, offs), x, w1, w2, g, offs)
     assert copied.copies == [], f"seed {seed}: copies {copied.copies}"
     assert w1.grad.stride() == w1.stride() and w2.grad.stride() == w2.stride() and x.grad is not None
+
+
+class _RecordedNoPlan(_NoPlan):
+    """_NoPlan that records its launch (tests/launches.py): a, b, both scales read, out written."""
+    __slots__ = ()
+    launches = None
+
+    def run(self, a, b, out, args):
+        self.launches.record("scaled_grouped_mm", [(a, 1), (b, 1), (args.scale_a, 1), (args.scale_b, 1)], [out])
+
+
+def _step_launches(monkeypatch, project, E, H, inter, T):
+    """Launches of one experts' forward + backward (tests/copies.py's step) with every kernel a
+    no-op recording itself (tests/launches.py); grouped_mm planned as on a GPU."""
+    from copies import experts_step, experts_tensors, hopper_layouts
+    from launches import Launches, grouped_launch, pingpong_kernels
+
+    launches = Launches()
+    hopper_layouts(monkeypatch.setattr, grouped_launch(launches, "grouped_mm"))
+    pingpong_kernels(monkeypatch.setattr, launches)
+    monkeypatch.setattr(_RecordedNoPlan, "launches", launches)
+    nothing = types.SimpleNamespace(NAME="nothing", plan=lambda s: _RecordedNoPlan(),
+                                    can_implement=lambda s: None if s.epilogue.scales is not None else "unscaled")
+    monkeypatch.setattr(plan, "BACKENDS", [nothing, *plan.backends()])
+    monkeypatch.setattr(plan, "PLANS", type(plan.PLANS)())  # its plans in a cache of its own
+    monkeypatch.setattr(fp8_grouped, "check_gpu", lambda device: None)
+    monkeypatch.setattr(quantize, "interpreter_enabled", lambda: True)
+    x, w1, w2, g, offs = experts_tensors(E=E, H=H, inter=inter, T=T, gen=torch.Generator().manual_seed(0), dtype=F16)
+    with launches:
+        experts_step(project, x, w1, w2, g, offs)
+    return launches
+
+
+def test_experts_training_step_launches_and_bytes(monkeypatch):
+    """One experts' forward + backward, every kernel counted with the bytes it moves (CPU, the
+    kernels no-ops): FP8's aten kernels are bf16's (SiLU·up and its backward, the chunk's
+    gradient) plus the zeroing of the two projections' column-maxima buffers — nothing of the
+    size of an activation (no mask over dX: its tail is zeroed by the product's op, which writes
+    only the tail rows); its pingpong kernels are, per projection, X's and dY's row
+    quantizations, W's rows with the column maxima (one read) and Wᵀ cast from those maxima (one
+    read), two FP8 products, dX's tail and the bf16 dW; the weights' quantization moves 6 bytes
+    per element (2 reads of bf16, 2 fp8 writes), the step 2 fewer per element than reading W
+    twice for dX."""
+    from collections import Counter
+
+    E, H, inter, T = 4, 128, 64, 64
+    bf16 = _step_launches(monkeypatch, lambda a, w, offs: gm.grouped_mm(a, w.transpose(1, 2), offs),
+                          E, H, inter, T)
+    monkeypatch.undo()
+    fp8 = _step_launches(monkeypatch, lambda a, w, offs: fgt.fp8_grouped_linear(a, w, offs), E, H, inter, T)
+    aten = lambda launches: Counter(n for n in launches.names() if n.startswith("aten."))
+    extra = aten(fp8) - aten(bf16)
+    assert not aten(bf16) - aten(fp8), aten(bf16) - aten(fp8)
+    assert sum(extra.values()) == 2 and set(extra) <= {"aten.zero_", "aten.fill_", "aten.zeros"}, extra
+    assert fp8.bytes("aten.") - bf16.bytes("aten.") == E * (H + inter) * 4  # the (E, K) fp32 maxima, zeroed
+    ours = Counter(n for n in fp8.names() if not n.startswith("aten."))
+    assert ours == {"quantize_fp8 row": 4, "quantize_stacked": 2, "quantize_fp8_columns": 2, "scaled_grouped_mm": 4,
+                    "zero_tail": 2, "grouped_mm": 2}, ours
+    weights = E * 2 * inter * H + E * H * inter  # elements of w1 and w2
+    row_scales, maxima = E * (2 * inter + H) * 4, E * (H + inter) * 4  # fp32; the columns' scales: the maxima's size
+    quantized_w = fp8.bytes("quantize_stacked") + fp8.bytes("quantize_fp8_columns")
+    assert quantized_w == 6 * weights + row_scales + 3 * maxima, quantized_w  # maxima: written, read, scales written
+    assert fp8.bytes("zero_tail") == 2 * offs_bytes(E), "dX's tail: nothing past offs[-1] in a balanced step"
+
+
+def offs_bytes(E):
+    """What a tail zeroing reads when no row lies past offs[-1]: offs (E,) int32."""
+    return E * 4

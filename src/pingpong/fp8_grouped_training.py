@@ -2,8 +2,9 @@
 tokens X_g routed to expert g, differentiable in x and the stacked expert weights, the forward
 and the data gradient as FP8 grouped products (pingpong.scaled_grouped_mm), the weight
 gradient in the inputs' precision (pingpong.grouped_mm's ragged-K kernel). While autograd
-records or torch.compile traces, the ``pingpong::fp8_grouped_linear`` op (a fake
-implementation gives the shape; its autograd formula is registered once below). pingpong.moe
+records or torch.compile traces, the ``pingpong::fp8_grouped_linear_train`` op (with grad: Y
+and W's column maxima for dX, its autograd formula registered once below) or
+``pingpong::fp8_grouped_linear`` (the forward alone); fake implementations give the shapes. pingpong.moe
 runs a transformers model's experts through it (`use_pingpong_experts(model, fp8=...)`).
 
 x (T, K): the routed tokens sorted by expert; weight (G, N, K): the experts' stacked weights
@@ -21,11 +22,22 @@ Each operand is quantized along the contraction of the product it feeds, as
 pingpong.fp8_training's dense recipes are (its RECIPES table, GRAD_DTYPE e4m3 for every
 operand, dynamic scales from quantize_fp8 on the device). The FP8 grouped kernel reads b
 K-major only (fp8 wgmma takes no transposed operand), so dX's b, W_g read along N, must be
-stored N-contiguous: Wᵀ (G, K, N). Row-wise, W is quantized along N per expert and column and
-written transposed by one kernel (pingpong.quantize.quantize_fp8_columns: W read twice, the fp8
-Wᵀ written once, no copy of Wᵀ in the inputs' precision); the weights change every step, so
-nothing can be kept between calls. Block-wise (1×128 activations,
-128×128 weights, DeepSeek-V3), a 128×128 block is the same set of values in W_g and W_gᵀ, so
+stored N-contiguous: Wᵀ (G, K, N). The weights change every step, so both are quantized
+every step, and row-wise each needs its whole axis: a row's scale all of its K, a column's
+all of the expert's N rows. No kernel can cast an element along both before it has read the
+whole expert (pingpong.quantize's pair argument), so W is read twice, by two kernels:
+
+    forward   quantize_stacked_direct(W)           one read: q, s (G, N) along K, and each
+                                                   column's max |W| along N, amax (G, K) fp32
+    backward  quantize_fp8_columns(W, amax=amax)   one read: Wᵀ (G, K, N) along N, s (G, K)
+
+6 bytes per weight element (2 reads of bf16, 2 fp8 writes) where reading W twice for dX's
+quantization alone made 8. The forward keeps amax for the backward (the op
+pingpong::fp8_grouped_linear_train returns it beside Y), not the fp8 Wᵀ: writing Wᵀ in the
+forward moves the same bytes but holds half a byte per weight element more from the forward
+to the backward (a Qwen3-30B-A3B layer: 0.6 GB). `_wanted` decides when (x needs a gradient,
+the rows fit MAX_ROW); otherwise dX's quantization reads W twice itself. Block-wise (1×128
+activations, 128×128 weights, DeepSeek-V3), a 128×128 block is the same set of values in W_g and W_gᵀ, so
 dX reuses W's forward quantization transposed: an fp8 copy of qᵀ (half the bytes) and the
 small grid of scales, transposed contiguous to (G, K/128, N/128). No grouped recipe selects
 the block-wise products yet ("block" promises an FP8 weight gradient); they are tested alone.
@@ -39,8 +51,24 @@ ragged in the contiguous dimension. None is built, so the grouped recipes are th
 table's recipes whose weight gradient is in the inputs' precision (GROUPED_RECIPES:
 "row_gw_hp", torchao's "rowwise_with_gw_hp"; the others are refused naming the recipe).
 
-Rows of the output past offs[-1] are not written (as grouped_mm's forward); dX sets them to
-zero. What the recipe cannot serve (K or N not a multiple of 16, of 128 block-wise), x not
+Rows of the output past offs[-1] are not written (as grouped_mm's forward); dX's product op
+zeroes them (scaled_grouped_mm's zero_tail: only those rows written).
+
+What bounds the step (an experts block: gate-up and down projections, forward and backward;
+T routed rows, weights of E·(N₁K₁ + N₂K₂) elements; Hopper's dense rates, FP8 twice bf16's):
+bf16 is three products at the bf16 rate and the SwiGLU's elementwise traffic (~28 bytes per
+routed row at Qwen3-30B-A3B's widths). FP8 row_gw_hp does two products at the FP8 rate, the
+weight gradient still at the bf16 rate, the activations' row quantizations (3 bytes per
+element of X, h and both dY), the SwiGLU as bf16, and the weights' 6 bytes per element, a
+cost independent of T. Per routed row it saves a third of the products' time and spends a
+third of that saving on the activations' quantization, so its ratio to bf16 approaches
+(3 products at bf16 + SwiGLU) / (2 at FP8 + 1 at bf16 + quantization + SwiGLU) ≈ 1.2 at large
+T, and is below 1 near 512 rows per expert, where the weights' quantization is a quarter of
+the step. An FP8 weight gradient (dYᵀ and Xᵀ quantized along the tokens too: 6 bytes per
+activation element) moves the large-T limit to just under 1.3; past it only fewer bytes per
+element help (each second read from L2). The numbers are in the benchmark results.
+
+What the recipe cannot serve (K or N not a multiple of 16, of 128 block-wise), x not
 (T, K) bf16/fp16 with contiguous rows, a weight of another dtype or device or not a
 contiguous (G, N, K), offs not (G,) int32 on x's device, a recipe with an FP8 weight gradient:
 PingpongError naming the argument before any work; so is a double backward.
@@ -242,6 +270,7 @@ def fp8_grouped_linear_train_out(x, weight, offs, *, recipe, w_amax, out):
 def _setup(ctx, inputs, output) -> None:
     x, weight, offs, recipe, _ = inputs
     ctx.mark_non_differentiable(output[1])
+    ctx.set_materialize_grads(False)  # no zeros made for amax's gradient (a launch per backward)
     ctx.save_for_backward(x, weight, offs, output[1])  # the inputs (each product quantizes its own), W's column maxima
     ctx.recipe = recipe
 

@@ -60,6 +60,14 @@ order of the atomics changes nothing), then one cast pass that writes q and qt f
 registers (qt through tl.trans), its second read of x partly from L2. Block-wise both groups of
 an element lie inside one 128×128 tile (its 1×128 row pieces and its 128×1 column pieces), so
 one program reads the tile once and writes both. Scales stay on the device (no host sync).
+
+Stacked matrices x (G, N, K) (an experts' weights, pingpong.fp8_grouped_training) take the
+row-wise pair's two passes apart, for two products that run at different times (forward and
+backward): `quantize_stacked_direct` quantizes the rows along K with the one-read row kernel's
+code and keeps each column's max |x| along N beside (one atomic max per column per
+STACKED_ROWS rows, into a zeroed (G, K) fp32 buffer); `quantize_fp8_columns(x, amax=…)` then
+casts along N into the transposed layout (G, K, N) from those maxima, reading x once more (two
+reads without them). Reads of x: 2 in all, as the pair's.
 """
 
 from __future__ import annotations
