@@ -39,8 +39,8 @@ def group_bounds(offs, T):
 
 
 class RecordedGroupedPlan(RecordedPlan):
-    """scaled_grouped_mm's plan as a per-group float64 product of the dequantized operands,
-    scales read in the kernel's layouts (row: scale_a (T,), scale_b (G, N); block: scale_a
+    """scaled_grouped_mm's plan as a per-group float64 product of the dequantized operands (the
+    rows it does not write NaN), scales read in the kernel's layouts (row: scale_a (T,), scale_b (G, N); block: scale_a
     (T, K/128), scale_b (G, N/128, K/128)); every launch recorded."""
     __slots__ = ()
     runs: list = []
@@ -50,6 +50,7 @@ class RecordedGroupedPlan(RecordedPlan):
         self.runs.append((a.clone(), b.clone(), sa.clone(), sb.clone(), offs.clone()))
         T, K = a.shape
         N = b.shape[2]
+        out.fill_(float("nan"))  # the rows past offs[-1] are not written: garbage, as on a GPU
         for g, (s, e) in enumerate(group_bounds(offs, T)):
             rows = sa[s:e].double().reshape(-1, 1) if sa.dim() == 1 else per_element(sa[s:e], (e - s, K))
             cols = sb[g].double().reshape(1, N) if sb.dim() == 2 else per_element(sb[g].t(), (K, N))

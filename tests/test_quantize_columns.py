@@ -44,6 +44,8 @@ _CHECK = textwrap.dedent("""
             assert torch.equal(q.view(torch.uint8), qr.view(G, K, N).view(torch.uint8)), what
             assert torch.equal(s, sr.view(G, K)), what
             assert torch.equal(s, amax.clamp_min(1e-12) / Q.FP8_MAX[dtype]), what  # along N, per group and column
+        s = Q.quantize_columns_direct(x, dtype, amax * 2)[1]  # the given maxima are read, not x's recomputed
+        assert torch.equal(s, (amax * 2).clamp_min(1e-12) / Q.FP8_MAX[dtype]), (tuple(x.shape), dtype)
 
     gen = torch.Generator().manual_seed(int(sys.argv[1]))
     for G, N, K in [(3, 200, 70), (2, 128, 64), (1, 1, 5), (4, 17, 130), (2, 80, 1024)]:
