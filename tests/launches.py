@@ -12,8 +12,11 @@ from torch._library import custom_ops
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_leaves
 
-from pingpong import quantize
+import types
+
+from pingpong import fp8_grouped, quantize
 from pingpong.portable import grouped as portable_grouped
+from pingpong.runtime import plan
 
 #: aten ops that launch no kernel: allocations and metadata (views are `is_view`)
 NO_KERNEL = ("empty", "empty_strided", "new_empty", "empty_like", "lift_fresh", "detach")
@@ -87,3 +90,35 @@ def grouped_launch(launches: Launches, name: str):
         a, b, out = [t for t in args if isinstance(t, torch.Tensor)][:3]
         launches.record(name, [(a, 1), (b, 1)], [out])
     return launch
+
+
+class NoPlan(plan.Plan):
+    """An FP8 grouped plan that computes nothing (and copies nothing), its launch recorded into
+    `launches`: a, b and both scales read, out written."""
+    __slots__ = ()
+    launches = None
+
+    def __init__(self):
+        self.device, self.path, self.activation, self.extents = -1, "nothing", "none", None
+
+    def run(self, a, b, out, args):
+        self.launches.record("scaled_grouped_mm", [(a, 1), (b, 1), (args.scale_a, 1), (args.scale_b, 1)], [out])
+
+
+def no_op_kernels(setattr) -> Launches:
+    """Every kernel of an experts training step a no-op that records itself into the returned
+    Launches, grouped_mm planned as the Hopper backend plans it on a GPU (tests/copies.py), FP8
+    grouped products by NoPlan; `setattr`: monkeypatch.setattr."""
+    from copies import hopper_layouts
+
+    launches = Launches()
+    hopper_layouts(setattr, grouped_launch(launches, "grouped_mm"))
+    pingpong_kernels(setattr, launches)
+    setattr(NoPlan, "launches", launches)
+    nothing = types.SimpleNamespace(NAME="nothing", plan=lambda s: NoPlan(),
+                                    can_implement=lambda s: None if s.epilogue.scales is not None else "unscaled")
+    setattr(plan, "BACKENDS", [nothing, *plan.backends()])
+    setattr(plan, "PLANS", type(plan.PLANS)())  # its plans in a cache of its own
+    setattr(fp8_grouped, "check_gpu", lambda device: None)
+    setattr(quantize, "interpreter_enabled", lambda: True)
+    return launches

@@ -429,45 +429,14 @@ def test_inductor_calls_the_forward_and_the_backward_products_directly(kernels):
                                     "scaled_grouped_mm": 2, "grouped_mm": 2}
 
 
-class _NoPlan(plan.Plan):
-    """An FP8 grouped plan that computes nothing (and copies nothing), its launch recorded
-    (tests/launches.py: a, b and both scales read, out written)."""
-    __slots__ = ()
-    launches = None
-
-    def __init__(self):
-        self.device, self.path, self.activation, self.extents = -1, "nothing", "none", None
-
-    def run(self, a, b, out, args):
-        self.launches.record("scaled_grouped_mm", [(a, 1), (b, 1), (args.scale_a, 1), (args.scale_b, 1)], [out])
-
-
-def _no_op_kernels(monkeypatch):
-    """Every kernel a no-op that records itself into the returned Launches (tests/launches.py),
-    grouped_mm planned as the Hopper backend plans it on a GPU (tests/copies.py)."""
-    from copies import hopper_layouts
-    from launches import Launches, grouped_launch, pingpong_kernels
-
-    launches = Launches()
-    hopper_layouts(monkeypatch.setattr, grouped_launch(launches, "grouped_mm"))
-    pingpong_kernels(monkeypatch.setattr, launches)
-    monkeypatch.setattr(_NoPlan, "launches", launches)
-    nothing = types.SimpleNamespace(NAME="nothing", plan=lambda s: _NoPlan(),
-                                    can_implement=lambda s: None if s.epilogue.scales is not None else "unscaled")
-    monkeypatch.setattr(plan, "BACKENDS", [nothing, *plan.backends()])
-    monkeypatch.setattr(plan, "PLANS", type(plan.PLANS)())  # its plans in a cache of its own
-    monkeypatch.setattr(fp8_grouped, "check_gpu", lambda device: None)
-    monkeypatch.setattr(quantize, "interpreter_enabled", lambda: True)
-    return launches
-
-
 def test_experts_training_step_copies_nothing(monkeypatch):
     """fp8_grouped_linear's forward and backward of the experts with every kernel a no-op and
     grouped_mm planned as on a GPU (tests/copies.py): no aten copy at all — in particular no
     copy of Wᵀ in the inputs' precision for dX's quantization along N (a weight-sized copy)."""
     from copies import CopiedBytes, experts_step, experts_tensors
+    from launches import no_op_kernels
 
-    _no_op_kernels(monkeypatch)
+    no_op_kernels(monkeypatch.setattr)
     seed = torch.seed()
     x, w1, w2, g, offs = experts_tensors(E=4, H=128, inter=64, T=64, gen=torch.Generator().manual_seed(seed),
                                          dtype=F16)
@@ -480,8 +449,9 @@ def test_experts_training_step_copies_nothing(monkeypatch):
 def _step_launches(monkeypatch, project, E, H, inter, T):
     """Launches of one experts' forward + backward (tests/copies.py's step), kernels no-ops."""
     from copies import experts_step, experts_tensors
+    from launches import no_op_kernels
 
-    launches = _no_op_kernels(monkeypatch)
+    launches = no_op_kernels(monkeypatch.setattr)
     x, w1, w2, g, offs = experts_tensors(E=E, H=H, inter=inter, T=T, gen=torch.Generator().manual_seed(0), dtype=F16)
     with launches:
         experts_step(project, x, w1, w2, g, offs)
