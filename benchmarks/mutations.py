@@ -422,8 +422,8 @@ MUTATIONS = [
     ("quantize_fp8_pair's padding guards the traced row count", "src/pingpong/quantize.py",
      "return -(-max(M, 1) // pad) * pad", "return max(pad, -(-M // pad) * pad)",
      "tests/test_inductor.py -k dynamic_shapes"),
-    ("fp8_grouped_linear's lowered call writes a new tensor", "src/pingpong/fp8_grouped_training.py",
-     "    _forward(x, weight, offs, recipe, out)", "    _forward(x, weight, offs, recipe)",
+    ("fp8_grouped_linear_train's lowered call writes new tensors", "src/pingpong/fp8_grouped_training.py",
+     "    _forward(x, weight, offs, recipe, w_amax, out)", "    _forward(x, weight, offs, recipe, w_amax)",
      "tests/test_fp8_grouped_training.py -k inductor"),
     ("layer key drops x's strides", "src/pingpong/integration/direct.py",
      "key = (x.dtype, x.shape, x.stride(), x.device, x.data_ptr() % 16 == 0,\n"
@@ -485,12 +485,13 @@ MUTATIONS = [
      "tests/test_fp8_training.py"),
     # -- FP8 MoE experts training (pingpong.fp8_grouped_training)
     ("FP8 grouped dX: W scaled per row along K (the forward's axis)", "src/pingpong/fp8_grouped_training.py",
-     "        qwt, swt = quantize_fp8_columns(weight, GRAD_DTYPE)",
-     "        qwt, swt = quantize_fp8_columns(weight, GRAD_DTYPE)[0], quantize_fp8(weight.reshape(G * N, K), "
+     "        qwt, swt = quantize_fp8_columns(weight, GRAD_DTYPE, amax)",
+     "        G, N, K = weight.shape\n"
+     "        qwt, swt = quantize_fp8_columns(weight, GRAD_DTYPE, amax)[0], quantize_fp8(weight.reshape(G * N, K), "
      "\"row\", GRAD_DTYPE)[1].reshape(G, N).amax(1, keepdim=True).expand(G, K).contiguous()",
      "tests/test_fp8_grouped_training.py"),
     ("FP8 grouped dX: rows past offs[-1] left unset", "src/pingpong/fp8_grouped_training.py",
-     "    return _zero_tail(dx, offs)", "    return dx",
+     "False, zero_tail=True)", "False, zero_tail=False)",
      "tests/test_fp8_grouped_training.py"),
     ("FP8 grouped dX block: W's 128x128 scales not transposed", "src/pingpong/fp8_grouped_training.py",
      "qw.transpose(1, 2).contiguous(), sw.transpose(1, 2).contiguous()", "qw.transpose(1, 2).contiguous(), sw.contiguous()",
@@ -502,6 +503,24 @@ MUTATIONS = [
     ("FP8 grouped recipes take an FP8 weight gradient's", "src/pingpong/fp8_grouped_training.py",
      "GROUPED_RECIPES = tuple(name for name, r in RECIPES.items() if not r.fp8_weight_grad)",
      "GROUPED_RECIPES = tuple(RECIPES)", "tests/test_fp8_grouped_training.py"),
+    ("FP8 grouped forward keeps no column maxima (dX reads W twice)", "src/pingpong/fp8_grouped_training.py",
+     '    return x.requires_grad and RECIPES[recipe].weight == "row" and weight.shape[2] <= MAX_ROW',
+     "    return False", "tests/test_fp8_grouped_training.py -k launches"),
+    ("FP8 grouped backward gets zeros made for the maxima's gradient", "src/pingpong/fp8_grouped_training.py",
+     "    ctx.set_materialize_grads(False)", "    pass", "tests/test_fp8_grouped_training.py -k launches"),
+    ("FP8 grouped dX's tail zeroed over every row (a mask over dX)", "src/pingpong/fp8_grouped.py",
+     "        portable_grouped.zero_tail(out, offs, interpret=out.device.type == \"cpu\")",
+     "        rows = torch.arange(out.shape[0], dtype=offs.dtype)\n"
+     "        out.masked_fill_((rows >= offs[-1])[:, None], 0)", "tests/test_fp8_grouped_training.py -k launches"),
+    ("stacked rows: the column maxima of the last row block only", "src/pingpong/quantize.py",
+     "        cmax = tl.maximum(cmax, tl.max(a, axis=0))", "        cmax = tl.max(a, axis=0)",
+     "tests/test_quantize_columns.py -k interpreter"),
+    ("columns cast: the given maxima of group 0 for every group", "src/pingpong/quantize.py",
+     "        amax = tl.load(amax + g * K + cols, mask=kmask, other=0.0)",
+     "        amax = tl.load(amax + cols, mask=kmask, other=0.0)", "tests/test_quantize_columns.py -k interpreter"),
+    ("columns cast: the given maxima ignored (two reads of W)", "src/pingpong/quantize.py",
+     "BLOCK_N=bn, BLOCK_K=bk, AMAX=amax is not None,", "BLOCK_N=bn, BLOCK_K=bk, AMAX=False,",
+     "tests/test_quantize_columns.py -k interpreter"),
     ("FP8 training: refuse_grad lets quantize_fp8 through", "src/pingpong/quantize.py",
      '    refuse_grad("quantize_fp8", x, names=("x",))\n', "", "tests/test_fp8_training.py"),
     # -- the FP8 training linear on DTensors (pingpong.distributed.fp8_layouts, check_fp8)

@@ -33,10 +33,11 @@ class CopiedBytes(TorchDispatchMode):
         return sum(c[2] for c in self.copies)
 
 
-def hopper_layouts(setattr) -> None:
+def hopper_layouts(setattr, launch=lambda *args: None) -> None:
     """grouped_mm planned as the Hopper backend plans it on a GPU (its contiguous copies of an
-    operand it cannot read as stored included), the kernel launches and the tail zeroing doing
-    nothing; `setattr`: monkeypatch.setattr."""
+    operand it cannot read as stored included), the kernel launches `launch` (the plan's
+    CachedLaunch's arguments; nothing by default) and the tail zeroing doing nothing;
+    `setattr`: monkeypatch.setattr."""
 
     def plan(a, b, offs, out_dtype, interpret=False):
         spec = spec_mod.build_grouped(a, b, offs, out_dtype)
@@ -44,11 +45,11 @@ def hopper_layouts(setattr) -> None:
         kernel, *_, copy_a, copy_b, why = hopper_backend._grouped_layout(spec)
         assert why is None, why
         p = hopper_backend.GroupedHopperPlan(-1, spec.groups.mode, kernel.prepare, None, copy_a, copy_b, 1)
-        p.launch = lambda *args: None
+        p.launch = launch
         return spec, p
 
     setattr(gm, "_plan", plan)
-    setattr(portable_grouped, "zero_tail", lambda *args: None)
+    setattr(portable_grouped, "zero_tail", lambda *args, **kwargs: None)
 
 
 def experts_tensors(E, H, inter, T, gen, dtype=torch.bfloat16):

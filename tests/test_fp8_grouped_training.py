@@ -39,8 +39,8 @@ def group_bounds(offs, T):
 
 
 class RecordedGroupedPlan(RecordedPlan):
-    """scaled_grouped_mm's plan as a per-group float64 product of the dequantized operands,
-    scales read in the kernel's layouts (row: scale_a (T,), scale_b (G, N); block: scale_a
+    """scaled_grouped_mm's plan as a per-group float64 product of the dequantized operands (the
+    rows it does not write NaN), scales read in the kernel's layouts (row: scale_a (T,), scale_b (G, N); block: scale_a
     (T, K/128), scale_b (G, N/128, K/128)); every launch recorded."""
     __slots__ = ()
     runs: list = []
@@ -50,16 +50,25 @@ class RecordedGroupedPlan(RecordedPlan):
         self.runs.append((a.clone(), b.clone(), sa.clone(), sb.clone(), offs.clone()))
         T, K = a.shape
         N = b.shape[2]
+        out.fill_(float("nan"))  # the rows past offs[-1] are not written: garbage, as on a GPU
         for g, (s, e) in enumerate(group_bounds(offs, T)):
             rows = sa[s:e].double().reshape(-1, 1) if sa.dim() == 1 else per_element(sa[s:e], (e - s, K))
             cols = sb[g].double().reshape(1, N) if sb.dim() == 2 else per_element(sb[g].t(), (K, N))
             out[s:e] = ((a[s:e].double() * rows) @ (b[g].double() * cols)).to(out.dtype)
 
 
-def _cast_columns(x, q, s):
-    """quantize_fp8_columns's kernel by its contract: _cast of the transposed copy, row-wise."""
+def _cast_columns(x, q, s, amax=None):
+    """quantize_fp8_columns's kernel by its contract: _cast of the transposed copy, row-wise (the
+    same with the column maxima given: tests/test_quantize_columns.py)."""
     G, N, K = x.shape
     _cast(x.transpose(1, 2).reshape(G * K, N), q.view(G * K, N), s.view(G * K, 1), "row")
+
+
+def _cast_stacked(x, q, s, amax):
+    """quantize_stacked_direct's kernel by its contract: _cast of the rows, the columns' maxima."""
+    G, N, K = x.shape
+    _cast(x.reshape(G * N, K), q.view(G * N, K), s.view(G * N, 1), "row")
+    amax.copy_(x.float().abs().amax(1))
 
 
 @pytest.fixture
@@ -72,6 +81,7 @@ def kernels(interpreted_kernels, monkeypatch):
     monkeypatch.setattr(quantize, "interpreter_enabled", lambda: True)
     monkeypatch.setattr(quantize, "launch", _cast)
     monkeypatch.setattr(quantize, "launch_columns", _cast_columns)
+    monkeypatch.setattr(quantize, "launch_stacked", _cast_stacked)
     compute = gm._compute
     monkeypatch.setattr(gm, "_compute", lambda *a, **kw: compute(*a, **dict(kw, interpret=True)))
     monkeypatch.setattr(RecordedGroupedPlan, "runs", [])
@@ -170,7 +180,7 @@ def test_block_wise_forward_and_data_gradient(kernels, shape):
     T = sum(sizes)
     w, x, g = spread(G, N, K, gen=gen).to(F16), spread(T, K, gen=gen).to(F16), spread(T, N, gen=gen).to(F16)
     offs = torch.tensor(sizes, dtype=torch.int32).cumsum(0, dtype=torch.int32)
-    y, dx = fgt._forward(x, w, offs, "block"), fgt._data_grad(g, w, offs, "block", F16)
+    y, dx = fgt._forward(x, w, offs, "block")[0], fgt._data_grad(g, w, None, offs, "block", F16)
     X, W, Gd = x.double(), w.double(), g.double()
     for name, got, A, B in (("Y", y, X, W.transpose(1, 2)), ("dX", dx, Gd, W)):
         ref, ok = torch.zeros(T, B.shape[2], dtype=torch.float64), torch.zeros(T, B.shape[2], dtype=torch.float64)
@@ -409,42 +419,24 @@ def test_inductor_calls_the_forward_and_the_backward_products_directly(kernels):
     finally:
         torch._dynamo.reset()
     code = "\n".join(code)
-    assert "extern_kernels.pingpong_fp8_grouped_linear(" in code and "extern_kernels.pingpong_quantize_fp8(" in code
+    assert "extern_kernels.pingpong_fp8_grouped_linear_train(" in code and "extern_kernels.pingpong_quantize_fp8(" in code
     assert "torch.ops.pingpong" not in code, code
     # the loss's fp32 sum in inductor's order of its own; the gradients bitwise
     torch.testing.assert_close(loss, want[0], rtol=1e-6, atol=0, msg=lambda m: f"seed {seed}: {m}")
     for name, g, w in zip(("x", "w1", "w2"), got, want[1]):
         torch.testing.assert_close(g, w, rtol=0, atol=0, msg=lambda m: f"seed {seed}, d{name}: {m}")
-    assert dict(inductor.CALLS) == {"fp8_grouped_linear": 2, "quantize_fp8": 2, "quantize_fp8_columns": 2,
+    assert dict(inductor.CALLS) == {"fp8_grouped_linear_train": 2, "quantize_fp8": 2, "quantize_fp8_columns": 2,
                                     "scaled_grouped_mm": 2, "grouped_mm": 2}
-
-
-class _NoPlan(plan.Plan):
-    """An FP8 grouped plan that computes nothing (and copies nothing)."""
-    __slots__ = ()
-
-    def __init__(self):
-        self.device, self.path, self.activation, self.extents = -1, "nothing", "none", None
-
-    def run(self, a, b, out, args):
-        pass
 
 
 def test_experts_training_step_copies_nothing(monkeypatch):
     """fp8_grouped_linear's forward and backward of the experts with every kernel a no-op and
     grouped_mm planned as on a GPU (tests/copies.py): no aten copy at all — in particular no
     copy of Wᵀ in the inputs' precision for dX's quantization along N (a weight-sized copy)."""
-    from copies import CopiedBytes, experts_step, experts_tensors, hopper_layouts
+    from copies import CopiedBytes, experts_step, experts_tensors
+    from launches import no_op_kernels
 
-    hopper_layouts(monkeypatch.setattr)
-    nothing = types.SimpleNamespace(NAME="nothing", plan=lambda s: _NoPlan(),
-                                    can_implement=lambda s: None if s.epilogue.scales is not None else "unscaled")
-    monkeypatch.setattr(plan, "BACKENDS", [nothing, *plan.backends()])
-    monkeypatch.setattr(plan, "PLANS", type(plan.PLANS)())  # its plans in a cache of its own
-    monkeypatch.setattr(fp8_grouped, "check_gpu", lambda device: None)
-    monkeypatch.setattr(quantize, "interpreter_enabled", lambda: True)
-    monkeypatch.setattr(quantize, "launch", lambda *args: None)
-    monkeypatch.setattr(quantize, "launch_columns", lambda *args: None)
+    no_op_kernels(monkeypatch.setattr)
     seed = torch.seed()
     x, w1, w2, g, offs = experts_tensors(E=4, H=128, inter=64, T=64, gen=torch.Generator().manual_seed(seed),
                                          dtype=F16)
@@ -452,3 +444,52 @@ def test_experts_training_step_copies_nothing(monkeypatch):
         experts_step(lambda a, w, offs: fgt.fp8_grouped_linear(a, w, offs), x, w1, w2, g, offs)
     assert copied.copies == [], f"seed {seed}: copies {copied.copies}"
     assert w1.grad.stride() == w1.stride() and w2.grad.stride() == w2.stride() and x.grad is not None
+
+
+def _step_launches(monkeypatch, project, E, H, inter, T):
+    """Launches of one experts' forward + backward (tests/copies.py's step), kernels no-ops."""
+    from copies import experts_step, experts_tensors
+    from launches import no_op_kernels
+
+    launches = no_op_kernels(monkeypatch.setattr)
+    x, w1, w2, g, offs = experts_tensors(E=E, H=H, inter=inter, T=T, gen=torch.Generator().manual_seed(0), dtype=F16)
+    with launches:
+        experts_step(project, x, w1, w2, g, offs)
+    return launches
+
+
+def test_experts_training_step_launches_and_bytes(monkeypatch):
+    """One experts' forward + backward, every kernel counted with the bytes it moves (CPU, the
+    kernels no-ops): FP8's aten kernels are bf16's (SiLU·up and its backward, the chunk's
+    gradient) plus the zeroing of the two projections' column-maxima buffers — nothing of the
+    size of an activation (no mask over dX: its tail is zeroed by the product's op, which writes
+    only the tail rows); its pingpong kernels are, per projection, X's and dY's row
+    quantizations, W's rows with the column maxima (one read) and Wᵀ cast from those maxima (one
+    read), two FP8 products, dX's tail and the bf16 dW; the weights' quantization moves 6 bytes
+    per element (2 reads of bf16, 2 fp8 writes), the step 2 fewer per element than reading W
+    twice for dX."""
+    from collections import Counter
+
+    E, H, inter, T = 4, 128, 64, 64
+    bf16 = _step_launches(monkeypatch, lambda a, w, offs: gm.grouped_mm(a, w.transpose(1, 2), offs),
+                          E, H, inter, T)
+    monkeypatch.undo()
+    fp8 = _step_launches(monkeypatch, lambda a, w, offs: fgt.fp8_grouped_linear(a, w, offs), E, H, inter, T)
+    aten = lambda launches: Counter(n for n in launches.names() if n.startswith("aten."))
+    extra = aten(fp8) - aten(bf16)
+    assert not aten(bf16) - aten(fp8), aten(bf16) - aten(fp8)
+    assert sum(extra.values()) == 2 and set(extra) <= {"aten.zero_", "aten.fill_", "aten.zeros"}, extra
+    assert fp8.bytes("aten.") - bf16.bytes("aten.") == E * (H + inter) * 4  # the (E, K) fp32 maxima, zeroed
+    ours = Counter(n for n in fp8.names() if not n.startswith("aten."))
+    assert ours == {"quantize_fp8 row": 4, "quantize_stacked": 2, "quantize_fp8_columns": 2, "scaled_grouped_mm": 4,
+                    "zero_tail": 2, "grouped_mm": 2}, ours
+    weights = E * 2 * inter * H + E * H * inter  # elements of w1 and w2
+    row_scales, maxima = E * (2 * inter + H) * 4, E * (H + inter) * 4  # fp32; the columns' scales: the maxima's size
+    quantized_w = fp8.bytes("quantize_stacked") + fp8.bytes("quantize_fp8_columns")
+    assert quantized_w == 6 * weights + row_scales + 3 * maxima, quantized_w  # maxima: written, read, scales written
+    assert fp8.bytes("zero_tail") == 2 * offs_bytes(E), "dX's tail: nothing past offs[-1] in a balanced step"
+
+
+def offs_bytes(E):
+    """What a tail zeroing reads when no row lies past offs[-1]: offs (E,) int32."""
+    return E * 4

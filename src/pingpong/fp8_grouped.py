@@ -55,7 +55,8 @@ backend registry: the Hopper backend takes it where the GPU is a Hopper and a's 
 are 16-byte aligned; portable and AMD refuse it, naming the missing kernel.
 
 As grouped_mm: the host never reads offs (no sync; a CUDA graph replays the call with new
-offsets), rows past offs[-1] are not written, an end past T is clipped to T and a decreasing
+offsets), rows past offs[-1] are not written (the op's zero_tail flag, which FP8 training's
+data gradient sets, zeroes them after the product, writing only those rows), an end past T is clipped to T and a decreasing
 end gives an empty group (pingpong.grouped.check_offsets checks the values on request).
 Scale values are not checked either (pingpong.fp8.check_scales, one sync, on request).
 While torch.compile traces, the call is the ``pingpong::scaled_grouped_mm`` op, whose fake
@@ -69,6 +70,7 @@ from torch import Tensor
 
 from .integration import inductor, ops
 from .errors import PingpongError
+from .portable import grouped as portable_grouped
 from .runtime import fp8_spec
 from .runtime import plan as plan_mod
 from .runtime import spec as spec_mod
@@ -116,14 +118,18 @@ def _plan(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum):
 
 
 def scaled_grouped_mm_direct(a, b, scale_a, scale_b, offs, out_dtype=torch.bfloat16, use_fast_accum=False,
-                             out=None) -> Tensor:
+                             out=None, zero_tail=False) -> Tensor:
     """The product on the direct path (no dispatcher): validate (plan miss), launch; into
-    `out` (contiguous (T, N) of out_dtype: inductor's buffer) when given."""
+    `out` (contiguous (T, N) of out_dtype: inductor's buffer) when given. zero_tail: the rows
+    past offs[-1] set to zero after (pingpong.portable.grouped.zero_tail: only those rows
+    written, the end read on the device), as a data gradient needs them."""
     plan = _plan(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum)
     if out is None:
         out = torch.empty(a.shape[0], b.shape[2], dtype=out_dtype, device=a.device)
     if out.numel() and b.shape[0]:
         plan.run(a, b, out, spec_mod.EpilogueArgs(scale_a=scale_a, scale_b=scale_b, offs=offs))
+    if zero_tail:
+        portable_grouped.zero_tail(out, offs, interpret=out.device.type == "cpu")
     return out
 
 
@@ -141,25 +147,32 @@ def scaled_grouped_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, of
     Returns:
         (T, N) out_dtype; rows past offs[-1] are unset.
     """
+    return scaled_grouped_mm_route(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum)
+
+
+def scaled_grouped_mm_route(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum, zero_tail=False) -> Tensor:
+    """scaled_grouped_mm, and with zero_tail the rows past offs[-1] set to zero (a data
+    gradient's, pingpong.fp8_grouped_training): the op while a tracer runs, else the direct path."""
     if ops.traced(a, b, scale_a, scale_b, offs):
-        return torch.ops.pingpong.scaled_grouped_mm(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum)
-    return scaled_grouped_mm_direct(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum)
+        return torch.ops.pingpong.scaled_grouped_mm(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum,
+                                                    zero_tail)
+    return scaled_grouped_mm_direct(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum, zero_tail=zero_tail)
 
 
 @torch.library.custom_op("pingpong::scaled_grouped_mm", mutates_args=())
 def _scaled_grouped_mm_op(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, offs: Tensor,
-                          out_dtype: torch.dtype, use_fast_accum: bool) -> Tensor:
-    return scaled_grouped_mm_direct(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum)
+                          out_dtype: torch.dtype, use_fast_accum: bool, zero_tail: bool = False) -> Tensor:
+    return scaled_grouped_mm_direct(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum, zero_tail=zero_tail)
 
 
 @_scaled_grouped_mm_op.register_fake
-def _(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum):
+def _(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum, zero_tail=False):
     inductor.register()
     check_scaled_grouped_mm(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum, device_checks=False)
     return a.new_empty((a.shape[0], b.shape[2]), dtype=out_dtype)
 
 
 @inductor.lowered("scaled_grouped_mm")
-def scaled_grouped_mm_out(a, b, scale_a, scale_b, offs, *, use_fast_accum: bool, out):
+def scaled_grouped_mm_out(a, b, scale_a, scale_b, offs, *, use_fast_accum: bool, zero_tail: bool = False, out):
     """pingpong::scaled_grouped_mm into inductor's buffer (pingpong.integration.inductor)."""
-    scaled_grouped_mm_direct(a, b, scale_a, scale_b, offs, out.dtype, use_fast_accum, out)
+    scaled_grouped_mm_direct(a, b, scale_a, scale_b, offs, out.dtype, use_fast_accum, out, zero_tail)

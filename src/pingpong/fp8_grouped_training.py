@@ -2,8 +2,9 @@
 tokens X_g routed to expert g, differentiable in x and the stacked expert weights, the forward
 and the data gradient as FP8 grouped products (pingpong.scaled_grouped_mm), the weight
 gradient in the inputs' precision (pingpong.grouped_mm's ragged-K kernel). While autograd
-records or torch.compile traces, the ``pingpong::fp8_grouped_linear`` op (a fake
-implementation gives the shape; its autograd formula is registered once below). pingpong.moe
+records or torch.compile traces, the ``pingpong::fp8_grouped_linear_train`` op (with grad: Y
+and W's column maxima for dX, its autograd formula registered once below) or
+``pingpong::fp8_grouped_linear`` (the forward alone); fake implementations give the shapes. pingpong.moe
 runs a transformers model's experts through it (`use_pingpong_experts(model, fp8=...)`).
 
 x (T, K): the routed tokens sorted by expert; weight (G, N, K): the experts' stacked weights
@@ -21,11 +22,22 @@ Each operand is quantized along the contraction of the product it feeds, as
 pingpong.fp8_training's dense recipes are (its RECIPES table, GRAD_DTYPE e4m3 for every
 operand, dynamic scales from quantize_fp8 on the device). The FP8 grouped kernel reads b
 K-major only (fp8 wgmma takes no transposed operand), so dX's b, W_g read along N, must be
-stored N-contiguous: Wᵀ (G, K, N). Row-wise, W is quantized along N per expert and column and
-written transposed by one kernel (pingpong.quantize.quantize_fp8_columns: W read twice, the fp8
-Wᵀ written once, no copy of Wᵀ in the inputs' precision); the weights change every step, so
-nothing can be kept between calls. Block-wise (1×128 activations,
-128×128 weights, DeepSeek-V3), a 128×128 block is the same set of values in W_g and W_gᵀ, so
+stored N-contiguous: Wᵀ (G, K, N). The weights change every step, so both are quantized
+every step, and row-wise each needs its whole axis: a row's scale all of its K, a column's
+all of the expert's N rows. No kernel can cast an element along both before it has read the
+whole expert (pingpong.quantize's pair argument), so W is read twice, by two kernels:
+
+    forward   quantize_stacked_direct(W)           one read: q, s (G, N) along K, and each
+                                                   column's max |W| along N, amax (G, K) fp32
+    backward  quantize_fp8_columns(W, amax=amax)   one read: Wᵀ (G, K, N) along N, s (G, K)
+
+6 bytes per weight element (2 reads of bf16, 2 fp8 writes) where reading W twice for dX's
+quantization alone made 8. The forward keeps amax for the backward (the op
+pingpong::fp8_grouped_linear_train returns it beside Y), not the fp8 Wᵀ: writing Wᵀ in the
+forward moves the same bytes but holds half a byte per weight element more from the forward
+to the backward (a Qwen3-30B-A3B layer: 0.6 GB). `_wanted` decides when (x needs a gradient,
+the rows fit MAX_ROW); otherwise dX's quantization reads W twice itself. Block-wise (1×128
+activations, 128×128 weights, DeepSeek-V3), a 128×128 block is the same set of values in W_g and W_gᵀ, so
 dX reuses W's forward quantization transposed: an fp8 copy of qᵀ (half the bytes) and the
 small grid of scales, transposed contiguous to (G, K/128, N/128). No grouped recipe selects
 the block-wise products yet ("block" promises an FP8 weight gradient); they are tested alone.
@@ -39,8 +51,24 @@ ragged in the contiguous dimension. None is built, so the grouped recipes are th
 table's recipes whose weight gradient is in the inputs' precision (GROUPED_RECIPES:
 "row_gw_hp", torchao's "rowwise_with_gw_hp"; the others are refused naming the recipe).
 
-Rows of the output past offs[-1] are not written (as grouped_mm's forward); dX sets them to
-zero. What the recipe cannot serve (K or N not a multiple of 16, of 128 block-wise), x not
+Rows of the output past offs[-1] are not written (as grouped_mm's forward); dX's product op
+zeroes them (scaled_grouped_mm's zero_tail: only those rows written).
+
+What bounds the step (an experts block: gate-up and down projections, forward and backward;
+T routed rows, weights of E·(N₁K₁ + N₂K₂) elements; Hopper's dense rates, FP8 twice bf16's):
+bf16 is three products at the bf16 rate and the SwiGLU's elementwise traffic (~28 bytes per
+routed row at Qwen3-30B-A3B's widths). FP8 row_gw_hp does two products at the FP8 rate, the
+weight gradient still at the bf16 rate, the activations' row quantizations (3 bytes per
+element of X, h and both dY), the SwiGLU as bf16, and the weights' 6 bytes per element, a
+cost independent of T. Per routed row it saves a third of the products' time and spends a
+third of that saving on the activations' quantization, so its ratio to bf16 approaches
+(3 products at bf16 + SwiGLU) / (2 at FP8 + 1 at bf16 + quantization + SwiGLU) ≈ 1.2 at large
+T, and is below 1 near 512 rows per expert, where the weights' quantization is a quarter of
+the step. An FP8 weight gradient (dYᵀ and Xᵀ quantized along the tokens too: 6 bytes per
+activation element) moves the large-T limit to just under 1.3; past it only fewer bytes per
+element help (each second read from L2). The numbers are in the benchmark results.
+
+What the recipe cannot serve (K or N not a multiple of 16, of 128 block-wise), x not
 (T, K) bf16/fp16 with contiguous rows, a weight of another dtype or device or not a
 contiguous (G, N, K), offs not (G,) int32 on x's device, a recipe with an FP8 weight gradient:
 PingpongError naming the argument before any work; so is a double backward.
@@ -54,10 +82,10 @@ from torch import Tensor
 from . import grouped as grouped_mod
 from .integration import inductor, ops
 from .errors import PingpongError, check_tensor
-from .fp8_grouped import scaled_grouped_mm, scaled_grouped_mm_direct
+from .fp8_grouped import scaled_grouped_mm_direct, scaled_grouped_mm_route
 from .fp8_training import GRAD_DTYPE, RECIPES, recipe_name, training_shape_reason
 from .grouped import grouped_mm
-from .quantize import quantize_fp8, quantize_fp8_columns
+from .quantize import MAX_ROW, quantize_fp8, quantize_fp8_columns, quantize_stacked_direct
 from .runtime.spec import SCALE_BLOCK
 
 __all__ = ["fp8_grouped_linear", "GROUPED_RECIPES", "grouped_recipe", "check_fp8_grouped_linear"]
@@ -122,8 +150,18 @@ def fp8_grouped_linear(x: Tensor, weight: Tensor, offs: Tensor, recipe: str = "r
     recipe = grouped_recipe(recipe)
     check_fp8_grouped_linear(x, weight, offs, recipe)
     if ops.needs_op(x, weight, offs):
+        if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+            return torch.ops.pingpong.fp8_grouped_linear_train(x, weight, offs, recipe,
+                                                               _wanted(x, weight, recipe))[0]
         return torch.ops.pingpong.fp8_grouped_linear(x, weight, offs, recipe)
-    return _forward(x, weight, offs, recipe)
+    return _forward(x, weight, offs, recipe)[0]
+
+
+def _wanted(x, weight, recipe: str) -> bool:
+    """The one decision of whether the forward keeps W's column maxima for dX (module
+    docstring): x needs a gradient, W is scaled row-wise, and its rows fit the one-read row
+    kernel (pingpong.quantize.MAX_ROW; longer rows: dX's quantization reads W twice instead)."""
+    return x.requires_grad and RECIPES[recipe].weight == "row" and weight.shape[2] <= MAX_ROW
 
 
 # ----------------------------------------------------------------------------- the products
@@ -144,41 +182,40 @@ def _activation_scale(s: Tensor, granularity: str) -> Tensor:
     return s.view(-1) if granularity == "row" else s
 
 
-def _forward(x, weight, offs, recipe: str, out=None) -> Tensor:
-    """Y = X_g·W_gᵀ: X per token (1×128 blocks) and W per output row (128×128 blocks), both along
-    K (no copies: b is W's K-major view); into `out` (inductor's buffer, (T, N) contiguous) when
-    given."""
+def _forward(x, weight, offs, recipe: str, w_amax: bool = False, out=(None, None)):
+    """(Y, amax): Y = X_g·W_gᵀ, X per token (1×128 blocks) and W per output row (128×128
+    blocks), both along K (no copies: b is W's K-major view); with w_amax W's rows are quantized
+    by the one read that also gives each expert's column maxima along N, amax (G, K) fp32, which
+    dX's quantization of W then casts with (else amax is empty (0,)). Into `out` = (y, amax)
+    (inductor's buffers, as the train op's fake implementation lays them out; None: new)."""
     r = RECIPES[recipe]
+    y, amax = out
     qx, sx = quantize_fp8(x, r.granularity, GRAD_DTYPE)
-    qw, sw = _quantize_weight(weight, r.weight)
-    return scaled_grouped_mm_direct(qx, qw.transpose(1, 2), _activation_scale(sx, r.granularity), sw, offs, x.dtype,
-                                    False, out)
+    if w_amax:
+        qw, sw, amax = quantize_stacked_direct(weight, GRAD_DTYPE, amax)
+    else:
+        qw, sw = _quantize_weight(weight, r.weight)
+        amax = weight.new_empty(0, dtype=torch.float32) if amax is None else amax
+    y = scaled_grouped_mm_direct(qx, qw.transpose(1, 2), _activation_scale(sx, r.granularity), sw, offs, x.dtype,
+                                 False, y)
+    return y, amax
 
 
-def _data_grad(g, weight, offs, recipe: str, dtype) -> Tensor:
+def _data_grad(g, weight, amax, offs, recipe: str, dtype) -> Tensor:
     """dX = dY_g·W_g (T, K), contracting N: dY per token (1×128 blocks) along N; W_g per column
-    along N, quantized straight into Wᵀ's layout (G, K, N) (quantize_fp8_columns), or
-    block-wise W's 128×128 quantization transposed (an fp8 copy). Rows past offs[-1] set to
-    zero."""
+    along N, quantized straight into Wᵀ's layout (G, K, N) (quantize_fp8_columns, from the
+    forward's column maxima `amax` when given: one read of W), or block-wise W's 128×128
+    quantization transposed (an fp8 copy). Rows past offs[-1] set to zero by the product's op
+    (only those rows written)."""
     r = RECIPES[recipe]
-    G, N, K = weight.shape
     qg, sg = quantize_fp8(g, r.granularity, GRAD_DTYPE)
     if r.weight == "block128x128":
         qw, sw = _quantize_weight(weight, r.weight)
         qwt, swt = qw.transpose(1, 2).contiguous(), sw.transpose(1, 2).contiguous()  # (G, K, N), (G, K/128, N/128)
     else:  # W along N, written transposed (G, K, N) by the quantization itself: no copy of Wᵀ
-        qwt, swt = quantize_fp8_columns(weight, GRAD_DTYPE)
-    dx = scaled_grouped_mm(qg, qwt.transpose(1, 2), _activation_scale(sg, r.granularity), swt, offs, out_dtype=dtype)
-    return _zero_tail(dx, offs)
-
-
-def _zero_tail(dx: Tensor, offs: Tensor) -> Tensor:
-    """dx's rows at and past offs[-1] set to zero, in torch ops (read on the device, no sync; the
-    backward's graph under torch.compile records them, where a raw kernel launch cannot be)."""
-    if offs.shape[0] == 0:
-        return dx.zero_()
-    rows = torch.arange(dx.shape[0], device=dx.device, dtype=offs.dtype)
-    return dx.masked_fill_((rows >= offs[-1])[:, None], 0)
+        qwt, swt = quantize_fp8_columns(weight, GRAD_DTYPE, amax)
+    return scaled_grouped_mm_route(qg, qwt.transpose(1, 2), _activation_scale(sg, r.granularity), swt, offs, dtype,
+                                   False, zero_tail=True)
 
 
 def _weight_grad(g, x, offs, dtype) -> Tensor:
@@ -187,13 +224,12 @@ def _weight_grad(g, x, offs, dtype) -> Tensor:
     return grouped_mm(g.t(), x, offs, out_dtype=dtype)
 
 
-# ----------------------------------------------------------------------------- op and autograd
+# ----------------------------------------------------------------------------- ops and autograd
 
 
 @torch.library.custom_op("pingpong::fp8_grouped_linear", mutates_args=())
 def _fp8_grouped_linear_op(x: Tensor, weight: Tensor, offs: Tensor, recipe: str) -> Tensor:
-    with torch.no_grad():
-        return _forward(x, weight, offs, recipe)
+    return _forward(x, weight, offs, recipe)[0]
 
 
 @_fp8_grouped_linear_op.register_fake
@@ -203,29 +239,53 @@ def _(x, weight, offs, recipe):
     return x.new_empty((x.shape[0], weight.shape[1]))
 
 
+@torch.library.custom_op("pingpong::fp8_grouped_linear_train", mutates_args=())
+def _fp8_grouped_linear_train_op(x: Tensor, weight: Tensor, offs: Tensor, recipe: str,
+                                 w_amax: bool) -> tuple[Tensor, Tensor]:
+    with torch.no_grad():
+        return _forward(x, weight, offs, recipe, w_amax)
+
+
+@_fp8_grouped_linear_train_op.register_fake
+def _(x, weight, offs, recipe, w_amax):
+    inductor.register()
+    check_fp8_grouped_linear(x, weight, offs, grouped_recipe(recipe))
+    G, N, K = weight.shape
+    amax = weight.new_empty((G, K) if w_amax else (0,), dtype=torch.float32)
+    return x.new_empty((x.shape[0], N)), amax
+
+
 @inductor.lowered("fp8_grouped_linear")
 def fp8_grouped_linear_out(x, weight, offs, *, recipe, out):
-    """pingpong::fp8_grouped_linear (the forward) into inductor's buffer (pingpong.integration.inductor)."""
-    _forward(x, weight, offs, recipe, out)
+    """pingpong::fp8_grouped_linear (the forward alone) into inductor's buffer (pingpong.integration.inductor)."""
+    _forward(x, weight, offs, recipe, out=(out, None))
+
+
+@inductor.lowered("fp8_grouped_linear_train")
+def fp8_grouped_linear_train_out(x, weight, offs, *, recipe, w_amax, out):
+    """pingpong::fp8_grouped_linear_train into inductor's buffers (y, amax) (pingpong.integration.inductor)."""
+    _forward(x, weight, offs, recipe, w_amax, out)
 
 
 def _setup(ctx, inputs, output) -> None:
-    x, weight, offs, recipe = inputs
-    ctx.save_for_backward(x, weight, offs)  # the high-precision inputs: each product quantizes its own
+    x, weight, offs, recipe, _ = inputs
+    ctx.mark_non_differentiable(output[1])
+    ctx.set_materialize_grads(False)  # no zeros made for amax's gradient (a launch per backward)
+    ctx.save_for_backward(x, weight, offs, output[1])  # the inputs (each product quantizes its own), W's column maxima
     ctx.recipe = recipe
 
 
-def _backward(ctx, grad):
-    x, weight, offs = ctx.saved_tensors
+def _backward(ctx, grad, _):
+    x, weight, offs, amax = ctx.saved_tensors
     if torch.is_grad_enabled() and (grad.requires_grad or x.requires_grad or weight.requires_grad):
         raise PingpongError("fp8_grouped_linear: double backward (create_graph=True) is not supported: the FP8"
                             " gradient products are not differentiable")
     grouped_mod._ensure_context(grad)
     g = grad.to(x.dtype).contiguous()  # (T, N); a broadcast gradient has stride 0
     needs_x, needs_w = ctx.needs_input_grad[:2]
-    dx = _data_grad(g, weight, offs, ctx.recipe, x.dtype) if needs_x else None
+    dx = _data_grad(g, weight, amax if amax.dim() == 2 else None, offs, ctx.recipe, x.dtype) if needs_x else None
     dw = _weight_grad(g, x, offs, weight.dtype) if needs_w else None
-    return dx, dw, None, None
+    return dx, dw, None, None, None
 
 
-_fp8_grouped_linear_op.register_autograd(_backward, setup_context=_setup)
+_fp8_grouped_linear_train_op.register_autograd(_backward, setup_context=_setup)

@@ -60,9 +60,19 @@ order of the atomics changes nothing), then one cast pass that writes q and qt f
 registers (qt through tl.trans), its second read of x partly from L2. Block-wise both groups of
 an element lie inside one 128×128 tile (its 1×128 row pieces and its 128×1 column pieces), so
 one program reads the tile once and writes both. Scales stay on the device (no host sync).
+
+Stacked matrices x (G, N, K) (an experts' weights, pingpong.fp8_grouped_training) take the
+row-wise pair's two passes apart, for two products that run at different times (forward and
+backward): `quantize_stacked_direct` quantizes the rows along K with the one-read row kernel's
+code and keeps each column's max |x| along N beside (one atomic max per column per
+STACKED_ROWS rows, into a zeroed (G, K) fp32 buffer); `quantize_fp8_columns(x, amax=…)` then
+casts along N into the transposed layout (G, K, N) from those maxima, reading x once more (two
+reads without them). Reads of x: 2 in all, as the pair's.
 """
 
 from __future__ import annotations
+
+from typing import Optional
 
 import torch
 import triton
@@ -88,37 +98,69 @@ BLOCK_TILE = (32, 1)
 
 
 @triton.jit
+def _row_block(x, q, s, rows, M, K, sxm, sqm, FP8_MAX: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Whole rows `rows` (int64) of x: amax per row, scale, cast, stored; returns |x| of the
+    block (zeros where masked) for a caller that also wants the columns' maxima."""
+    cols = tl.arange(0, BLOCK_K)
+    rmask = rows < M
+    mask = rmask[:, None] & (cols[None, :] < K)
+    v = tl.load((x + rows * sxm)[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)  # int64 per row
+    a = tl.abs(v)
+    scale, inv = _scale_inv(tl.max(a, axis=1), FP8_MAX)
+    qv = tl.clamp(v * inv[:, None], -FP8_MAX, FP8_MAX)
+    tl.store((q + rows * sqm)[:, None] + cols[None, :], qv.to(q.dtype.element_ty), mask=mask)
+    tl.store(s + rows, scale, mask=rmask)
+    return a
+
+
+@triton.jit
 def _row_kernel(x, q, s, M, K, sxm, sqm, FP8_MAX: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
                 ONE_READ: tl.constexpr):
     """Rows [pid·BLOCK_M, +BLOCK_M): amax per row, scale, cast."""
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # int64 (past 2³¹ elements)
-    cols = tl.arange(0, BLOCK_K)
-    rmask = rows < M
-    xr = x + rows * sxm  # each row's first element: the int64 multiply once per row, not per element
-    qr = q + rows * sqm
     if ONE_READ:
-        mask = rmask[:, None] & (cols[None, :] < K)
-        v = tl.load(xr[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        amax = tl.maximum(tl.max(tl.abs(v), axis=1), 1e-12)
-        scale = tl.fdiv(amax, tl.full(amax.shape, FP8_MAX, tl.float32), ieee_rounding=True)
-        inv = tl.fdiv(tl.full(amax.shape, FP8_MAX, tl.float32), amax, ieee_rounding=True)
-        qv = tl.clamp(v * inv[:, None], -FP8_MAX, FP8_MAX)
-        tl.store(qr[:, None] + cols[None, :], qv.to(q.dtype.element_ty), mask=mask)
+        _row_block(x, q, s, rows, M, K, sxm, sqm, FP8_MAX, BLOCK_K)
     else:
+        cols = tl.arange(0, BLOCK_K)
+        rmask = rows < M
+        xr = x + rows * sxm  # each row's first element: the int64 multiply once per row, not per element
+        qr = q + rows * sqm
         amax = tl.zeros([BLOCK_M], dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             mask = rmask[:, None] & (k0 + cols[None, :] < K)
             v = tl.load(xr[:, None] + k0 + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             amax = tl.maximum(amax, tl.max(tl.abs(v), axis=1))
-        amax = tl.maximum(amax, 1e-12)
-        scale = tl.fdiv(amax, tl.full(amax.shape, FP8_MAX, tl.float32), ieee_rounding=True)
-        inv = tl.fdiv(tl.full(amax.shape, FP8_MAX, tl.float32), amax, ieee_rounding=True)
+        scale, inv = _scale_inv(amax, FP8_MAX)
         for k0 in range(0, K, BLOCK_K):
             mask = rmask[:, None] & (k0 + cols[None, :] < K)
             v = tl.load(xr[:, None] + k0 + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             qv = tl.clamp(v * inv[:, None], -FP8_MAX, FP8_MAX)
             tl.store(qr[:, None] + k0 + cols[None, :], qv.to(q.dtype.element_ty), mask=mask)
-    tl.store(s + rows, scale, mask=rmask)
+        tl.store(s + rows, scale, mask=rmask)
+
+
+@triton.jit
+def _stacked_row_kernel(x, q, s, amax, M, K, sxm, sqm, FP8_MAX: tl.constexpr, BLOCK_M: tl.constexpr,
+                        BLOCK_K: tl.constexpr, STEPS: tl.constexpr):
+    """quantize_stacked_direct: group g = program_id(1) of stacked matrices (M rows of K each),
+    rows quantized as _row_kernel's one-read path, and each column's max |x| over the group's
+    rows into amax[g] (zeroed first): the program takes STEPS blocks of BLOCK_M whole rows one
+    after the other, keeps the columns' maxima in registers, and adds one atomic max per column:
+
+        group g, rows [pid·STEPS·BLOCK_M, +STEPS·BLOCK_M)     ┌───────── K ─────────┐
+          block 0          load, row amax, cast, store; cmax = max(cmax, |v| per column)
+          …
+          block STEPS-1
+          └─▶ atomic_max(amax[g, :], cmax)   (one per column per STEPS·BLOCK_M rows)
+    """
+    g = tl.program_id(1).to(tl.int64)  # int64: a group's offset past 2³¹ elements (stacked experts)
+    cmax = tl.zeros([BLOCK_K], dtype=tl.float32)
+    for step in range(STEPS):
+        rows = (tl.program_id(0).to(tl.int64) * STEPS + step) * BLOCK_M + tl.arange(0, BLOCK_M)
+        a = _row_block(x + g * M * sxm, q + g * M * sqm, s + g * M, rows, M, K, sxm, sqm, FP8_MAX, BLOCK_K)
+        cmax = tl.maximum(cmax, tl.max(a, axis=0))
+    cols = tl.arange(0, BLOCK_K)
+    tl.atomic_max(amax + g * K + cols, cmax, mask=cols < K)
 
 
 @triton.jit
@@ -284,20 +326,31 @@ def _pair_cast_kernel(x, q, s, qt, st, ramax, camax, M, MP, K, sxm, sqm, sqtk, s
 
 
 @triton.jit
-def _columns_kernel(x, q, s, N, K, sxg, sxn, FP8_MAX: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+def _columns_kernel(x, q, s, amax, N, K, sxg, sxn, FP8_MAX: tl.constexpr, BLOCK_N: tl.constexpr,
+                    BLOCK_K: tl.constexpr, AMAX: tl.constexpr):
     """quantize_fp8_columns: columns [program_id(0)·BLOCK_K, +BLOCK_K) of x[g] (N, K), g =
-    program_id(1): the amax of each column along N (pass 1), then the cast (pass 2, the strip
-    read again, mostly from L2), stored transposed into q[g] (K, N); the scales into s[g] (K,)."""
+    program_id(1): the amax of each column along N (pass 1; AMAX: read from amax[g] instead,
+    the one-read cast), then the cast (pass 2, the strip read again, mostly from L2), stored
+    transposed into q[g] (K, N); the scales into s[g] (K,).
+
+        x[g] (N, K)        cols ──▶ BLOCK_K          q[g] (K, N)
+        ┌────┬──┬────┐     pass 1: n0 = 0, BLOCK_N, … ─▶ amax (per column)
+        │    │▓▓│    │ N   pass 2: n0 = 0, BLOCK_N, … ─▶ cast, tl.trans ─▶ rows cols of q[g]
+        └────┴──┴────┘
+    """
     g = tl.program_id(1).to(tl.int64)  # int64: a group's offset past 2³¹ elements (stacked experts)
     cols = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
     rows = tl.arange(0, BLOCK_N)
     xg = x + g * sxg + cols[None, :]
     kmask = cols < K
-    amax = tl.zeros([BLOCK_K], dtype=tl.float32)
-    for n0 in range(0, N, BLOCK_N):
-        n = n0 + rows
-        v = tl.load(xg + n.to(tl.int64)[:, None] * sxn, mask=(n[:, None] < N) & kmask[None, :], other=0.0)
-        amax = tl.maximum(amax, tl.max(tl.abs(v.to(tl.float32)), axis=0))
+    if AMAX:
+        amax = tl.load(amax + g * K + cols, mask=kmask, other=0.0)
+    else:
+        amax = tl.zeros([BLOCK_K], dtype=tl.float32)
+        for n0 in range(0, N, BLOCK_N):
+            n = n0 + rows
+            v = tl.load(xg + n.to(tl.int64)[:, None] * sxn, mask=(n[:, None] < N) & kmask[None, :], other=0.0)
+            amax = tl.maximum(amax, tl.max(tl.abs(v.to(tl.float32)), axis=0))
     scale, inv = _scale_inv(amax, FP8_MAX)
     qg = q + g * N * K + cols.to(tl.int64)[:, None] * N
     for n0 in range(0, N, BLOCK_N):
@@ -427,10 +480,8 @@ def prepare(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, granularity: str,
     M, K = x.shape
     fmax = FP8_MAX[q.dtype]
     if granularity == "row":
-        one = K <= MAX_ROW
-        bk = triton.next_power_of_2(K) if one else 4096
-        bm = max(1, min(16, 4096 // bk)) if one else 1
-        meta = {} if interpret else dict(num_warps=8 if bk * bm >= 4096 else 4, **KERNEL_OPTIONS)
+        one, bk, bm, warps = _row_tile(K)
+        meta = {} if interpret else dict(num_warps=warps, **KERNEL_OPTIONS)
         return (_row_kernel, (x, q, s, M, K, x.stride(0), q.stride(0)),
                 dict(FP8_MAX=fmax, BLOCK_M=bm, BLOCK_K=bk, ONE_READ=one, **meta), (-(-M // bm),))
     bm, groups = (SCALE_BLOCK, 1) if granularity == "block128x128" else BLOCK_TILE
@@ -441,6 +492,14 @@ def prepare(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, granularity: str,
     return (_block_kernel, (x, q, s, M, K, x.stride(0), q.stride(0), s.stride(0), s.stride(1)),
             dict(FP8_MAX=fmax, BLOCK_M=bm, GROUP_K=SCALE_BLOCK, GROUP_M=1 if granularity == "block" else bm,
                  GROUPS=groups, **meta), (nm * nk,))
+
+
+def _row_tile(K: int):
+    """(whole rows in registers, BLOCK_K, BLOCK_M, warps) of the row kernels for rows of K."""
+    one = K <= MAX_ROW
+    bk = triton.next_power_of_2(K) if one else 4096
+    bm = max(1, min(16, 4096 // bk)) if one else 1
+    return one, bk, bm, 8 if bk * bm >= 4096 else 4
 
 
 def _launch_tensor(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> None:
@@ -609,13 +668,21 @@ def quantize_fp8_out(x, *, granularity, dtype, out):
 COLUMNS_TILE, COLUMNS_WARPS = (128, 64), 4
 
 
-def check_columns(x, dtype, device_checks: bool = True) -> None:
+def check_columns(x, dtype, amax=None, device_checks: bool = True) -> None:
     """PingpongError naming the argument for anything quantize_fp8_columns does not take."""
     check_tensor("x", x)
     if x.dim() != 3 or not x.is_contiguous():
         raise PingpongError(f"x: expected a contiguous 3-D (G, N, K) tensor, got shape {tuple(x.shape)} and strides"
                             f" {tuple(x.stride())}")
     check_quantize(x.view(-1, x.shape[2]), "row", dtype, device_checks)
+    if amax is not None:
+        G, _, K = x.shape
+        check_tensor("amax", amax)
+        if amax.dtype != torch.float32 or tuple(amax.shape) != (G, K) or not amax.is_contiguous():
+            raise PingpongError(f"amax: expected the columns' maxima, a contiguous float32 (G, K) = {(G, K)} tensor,"
+                                f" got {amax.dtype} of shape {tuple(amax.shape)} and strides {tuple(amax.stride())}")
+        if amax.device != x.device:
+            raise PingpongError(f"amax: on {amax.device}; expected x's device {x.device}")
 
 
 def columns_like(x, dtype):
@@ -624,53 +691,95 @@ def columns_like(x, dtype):
     return x.new_empty((G, K, N), dtype=dtype), torch.empty(G, K, dtype=torch.float32, device=x.device)
 
 
-def quantize_columns_direct(x, dtype=torch.float8_e4m3fn, out=None):
+def quantize_columns_direct(x, dtype=torch.float8_e4m3fn, amax=None, out=None):
     """quantize_fp8_columns on the direct path: validate, launch; into `out` = (q, s) when
     given (inductor's buffers, laid out as `columns_like`)."""
-    check_columns(x, dtype)
+    check_columns(x, dtype, amax)
     q, s = columns_like(x, dtype) if out is None else out
     if x.shape[1] == 0:  # empty columns: the scale of an all-zero group, as quantize_fp8's
         s.fill_(_EPS / FP8_MAX[dtype])
     elif q.numel():
-        launch_columns(x, q, s)
+        launch_columns(x, q, s, amax)
     return q, s
 
 
-def launch_columns(x, q, s) -> None:
-    """quantize_fp8_columns's kernel on a checked, non-empty x, through Triton's JIT (the
-    interpreter for CPU tensors)."""
+def launch_columns(x, q, s, amax=None) -> None:
+    """quantize_fp8_columns's kernel on a checked, non-empty x (and amax, the columns' maxima, or
+    None), through Triton's JIT (the interpreter for CPU tensors)."""
     G, N, K = x.shape
     bn, bk = COLUMNS_TILE
     meta = {} if x.device.type == "cpu" else dict(num_warps=COLUMNS_WARPS, **KERNEL_OPTIONS)
-    _columns_kernel[(-(-K // bk), G)](x, q, s, N, K, x.stride(0), x.stride(1), FP8_MAX=FP8_MAX[q.dtype],
-                                       BLOCK_N=bn, BLOCK_K=bk, **meta)
+    _columns_kernel[(-(-K // bk), G)](x, q, s, s if amax is None else amax, N, K, x.stride(0), x.stride(1),
+                                       FP8_MAX=FP8_MAX[q.dtype], BLOCK_N=bn, BLOCK_K=bk, AMAX=amax is not None,
+                                       **meta)
 
 
-def quantize_fp8_columns(x: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn):
+def quantize_fp8_columns(x: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn, amax=None):
     """(q, s) of stacked matrices x (G, N, K) (contiguous) quantized along N, row-wise per
     group and column, and written transposed: q (G, K, N) contiguous, s (G, K) fp32 — bitwise
     quantize_fp8(x.transpose(1, 2).reshape(G·K, N), "row", dtype) viewed so, without that
-    transposed copy of x (two reads of x, mostly the second from L2, and one fp8 write). The
-    FP8 data gradient's b of an experts' weights (pingpong.fp8_grouped_training). While
-    torch.compile traces, the ``pingpong::quantize_fp8_columns`` op."""
-    if traced(x):
-        return torch.ops.pingpong.quantize_fp8_columns(x, dtype)
-    return quantize_columns_direct(x, dtype)
+    transposed copy of x (two reads of x, mostly the second from L2, and one fp8 write). With
+    `amax`, each column's max |x| along N ((G, K) fp32, as `quantize_stacked_direct` gives it
+    while it quantizes the rows), one read of x: the same q and s. The FP8 data gradient's b of
+    an experts' weights (pingpong.fp8_grouped_training). While torch.compile traces, the
+    ``pingpong::quantize_fp8_columns`` op."""
+    if traced(x, amax):
+        return torch.ops.pingpong.quantize_fp8_columns(x, dtype, amax)
+    return quantize_columns_direct(x, dtype, amax)
 
 
 @torch.library.custom_op("pingpong::quantize_fp8_columns", mutates_args=())
-def _quantize_columns_op(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    return quantize_columns_direct(x, dtype)
+def _quantize_columns_op(x: torch.Tensor, dtype: torch.dtype,
+                         amax: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    return quantize_columns_direct(x, dtype, amax)
 
 
 @_quantize_columns_op.register_fake
-def _(x, dtype):
+def _(x, dtype, amax=None):
     inductor.register()
-    check_columns(x, dtype, device_checks=False)
+    check_columns(x, dtype, amax, device_checks=False)
     return columns_like(x, dtype)
 
 
 @inductor.lowered("quantize_fp8_columns")
-def quantize_fp8_columns_out(x, *, dtype, out):
+def quantize_fp8_columns_out(x, *optional, amax: bool = False, dtype, out):
     """pingpong::quantize_fp8_columns into inductor's buffers (q, s) (pingpong.integration.inductor)."""
-    quantize_columns_direct(x, dtype, out)
+    quantize_columns_direct(x, dtype, optional[0] if amax else None, out)
+
+
+#: quantize_stacked_direct's rows per program: one atomic max per column per that many rows
+STACKED_ROWS = 32
+
+
+def quantize_stacked_direct(x, dtype=torch.float8_e4m3fn, amax=None):
+    """(q, s, amax) of stacked matrices x (G, N, K) (contiguous, K ≤ MAX_ROW), one read of x:
+    (q (G, N, K), s (G, N)) each row quantized along K, bitwise quantize_fp8(x.view(G·N, K),
+    "row", dtype) viewed so, and amax (G, K) fp32, each column's max |x| along N (unclamped):
+    what quantize_fp8_columns(x, dtype, amax) casts x along N with in one more read, where it
+    would otherwise read x twice. The forward of pingpong.fp8_grouped_training (direct path
+    only: it runs inside that module's op). Into `amax` when given (inductor's buffer)."""
+    check_columns(x, dtype)
+    G, N, K = x.shape
+    if K > MAX_ROW:
+        raise PingpongError(f"x: rows of K = {K} > {MAX_ROW} elements are not held in registers; quantize the rows"
+                            " and the columns separately")
+    q = torch.empty_like(x, dtype=dtype)
+    s = torch.empty(G, N, dtype=torch.float32, device=x.device)
+    amax = torch.zeros(G, K, dtype=torch.float32, device=x.device) if amax is None else amax.zero_()
+    if x.numel() == 0:
+        s.fill_(_EPS / FP8_MAX[dtype])
+        return q, s, amax
+    launch_stacked(x, q, s, amax)
+    return q, s, amax
+
+
+def launch_stacked(x, q, s, amax) -> None:
+    """quantize_stacked_direct's kernel on a checked, non-empty x and its outputs (amax zeroed),
+    through Triton's JIT (the interpreter for CPU tensors)."""
+    G, N, K = x.shape
+    _, bk, bm, warps = _row_tile(K)
+    steps = max(1, STACKED_ROWS // bm)
+    meta = {} if x.device.type == "cpu" else dict(num_warps=warps, **KERNEL_OPTIONS)
+    _stacked_row_kernel[(-(-N // (bm * steps)), G)](x, q, s, amax, N, K, x.stride(1), q.stride(1),
+                                                    FP8_MAX=FP8_MAX[q.dtype], BLOCK_M=bm, BLOCK_K=bk, STEPS=steps,
+                                                    **meta)
