@@ -82,23 +82,7 @@ class TileScheduler:
     BN: gl.constexpr
     BK: gl.constexpr
     GROUP_M: gl.constexpr
-    RAGGED_K: gl.constexpr
-
-    @gluon.constexpr_function
-    def __init__(self, pid, num_programs, num_pid_m, num_pid_n, num_tiles, k_steps, tiles_per_batch, BM, BN, BK,
-                 GROUP_M):
-        self.pid = pid
-        self.num_programs = num_programs
-        self.num_pid_m = num_pid_m
-        self.num_pid_n = num_pid_n
-        self.num_tiles = num_tiles
-        self.k_steps = k_steps
-        self.tiles_per_batch = tiles_per_batch
-        self.BM = gl.constexpr(BM)
-        self.BN = gl.constexpr(BN)
-        self.BK = gl.constexpr(BK)
-        self.GROUP_M = gl.constexpr(GROUP_M)
-        self.RAGGED_K = gl.constexpr(False)
+    RAGGED_K: gl.constexpr = False
 
     @gluon.jit
     def create(M, N, K, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr, batches=1):
@@ -187,22 +171,7 @@ class SplitKScheduler:
     BN: gl.constexpr
     BK: gl.constexpr
     GROUP_M: gl.constexpr
-    RAGGED_K: gl.constexpr
-
-    @gluon.constexpr_function
-    def __init__(self, pid, num_programs, num_pid_m, num_pid_n, num_tiles, num_units, k_steps, BM, BN, BK, GROUP_M):
-        self.pid = pid
-        self.num_programs = num_programs
-        self.num_pid_m = num_pid_m
-        self.num_pid_n = num_pid_n
-        self.num_tiles = num_tiles
-        self.num_units = num_units
-        self.k_steps = k_steps
-        self.BM = gl.constexpr(BM)
-        self.BN = gl.constexpr(BN)
-        self.BK = gl.constexpr(BK)
-        self.GROUP_M = gl.constexpr(GROUP_M)
-        self.RAGGED_K = gl.constexpr(False)
+    RAGGED_K: gl.constexpr = False
 
     @gluon.jit
     def create(M, N, K, splits, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr):
@@ -331,27 +300,7 @@ class StreamKScheduler:
     BN: gl.constexpr
     BK: gl.constexpr
     GROUP_M: gl.constexpr
-    RAGGED_K: gl.constexpr
-
-    @gluon.constexpr_function
-    def __init__(self, pid, num_programs, num_pid_m, num_pid_n, k_steps, dp_tiles, streamers, total, begin, end,
-                 units, BM, BN, BK, GROUP_M):
-        self.pid = pid
-        self.num_programs = num_programs
-        self.num_pid_m = num_pid_m
-        self.num_pid_n = num_pid_n
-        self.k_steps = k_steps
-        self.dp_tiles = dp_tiles
-        self.streamers = streamers
-        self.total = total
-        self.begin = begin
-        self.end = end
-        self.units = units
-        self.BM = gl.constexpr(BM)
-        self.BN = gl.constexpr(BN)
-        self.BK = gl.constexpr(BK)
-        self.GROUP_M = gl.constexpr(GROUP_M)
-        self.RAGGED_K = gl.constexpr(False)
+    RAGGED_K: gl.constexpr = False
 
     @gluon.jit
     def create(M, N, K, dp_tiles, streamers, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,

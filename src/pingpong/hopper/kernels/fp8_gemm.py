@@ -166,21 +166,6 @@ class Fp8Scales:
     SB_COLS: gl.constexpr
     ANY_ROW: gl.constexpr
 
-    @gluon.constexpr_function
-    def __init__(self, sa, sb, sa_row, sb_col, sb_g, M, N, sa_bufs, sb_bufs, SCALING, SB_COLS, ANY_ROW):
-        self.sa = sa
-        self.sb = sb
-        self.sa_row = sa_row
-        self.sb_col = sb_col
-        self.sb_g = sb_g
-        self.M = M
-        self.N = N
-        self.sa_bufs = sa_bufs
-        self.sb_bufs = sb_bufs
-        self.SCALING = gl.constexpr(SCALING)
-        self.SB_COLS = gl.constexpr(SB_COLS)
-        self.ANY_ROW = gl.constexpr(ANY_ROW)
-
     @gluon.jit
     def allocate(sa, sb, sa_row, sb_col, sb_g, M, N, STAGES: gl.constexpr, SCALING: gl.constexpr,
                  SB_COLS: gl.constexpr, ANY_ROW: gl.constexpr = False):
@@ -316,11 +301,6 @@ class Fp8Loader:
     tiles: TileLoader
     scales: Fp8Scales
 
-    @gluon.constexpr_function
-    def __init__(self, tiles, scales):
-        self.tiles = tiles
-        self.scales = scales
-
     @gluon.jit
     def load(self, ring, counter, off_m, off_n, k, batch=0):
         s = self.tiles.load(ring, counter, off_m, off_n, k, batch, self.scales.nbytes())
@@ -451,13 +431,6 @@ class Fp8KLoop:
     plain: PlainKLoop
     PROMOTE: gl.constexpr
     SPLIT: gl.constexpr
-
-    @gluon.constexpr_function
-    def __init__(self, scales, plain, PROMOTE, SPLIT):
-        self.scales = scales
-        self.plain = plain
-        self.PROMOTE = gl.constexpr(PROMOTE)
-        self.SPLIT = gl.constexpr(SPLIT)
 
     @gluon.jit
     def outer_factor(self):

@@ -181,14 +181,6 @@ class PlainKLoop:
     A_KMAJOR: gl.constexpr
     B_KMAJOR: gl.constexpr
 
-    @gluon.constexpr_function
-    def __init__(self, COLS2, acc_layout, acc_layout2, A_KMAJOR, B_KMAJOR):
-        self.COLS2 = gl.constexpr(COLS2)
-        self.acc_layout = gl.constexpr(acc_layout)
-        self.acc_layout2 = gl.constexpr(acc_layout2)
-        self.A_KMAJOR = gl.constexpr(A_KMAJOR)
-        self.B_KMAJOR = gl.constexpr(B_KMAJOR)
-
     @gluon.jit
     def of(CFG: gl.constexpr):
         """The K loop of a kernel's constants (KernelConstants): its pieces, layouts, majors."""

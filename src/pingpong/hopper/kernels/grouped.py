@@ -122,26 +122,7 @@ class GroupedScheduler:
     BK: gl.constexpr
     GROUP_M: gl.constexpr
     G_PAD: gl.constexpr
-    RAGGED_K: gl.constexpr
-
-    @gluon.constexpr_function
-    def __init__(self, pid, num_programs, offs, G, T, num_pid_n, total_m, num_tiles, k_steps, BM, BN, BK, GROUP_M,
-                 G_PAD):
-        self.pid = pid
-        self.num_programs = num_programs
-        self.offs = offs
-        self.G = G
-        self.T = T
-        self.num_pid_n = num_pid_n
-        self.total_m = total_m
-        self.num_tiles = num_tiles
-        self.k_steps = k_steps
-        self.BM = gl.constexpr(BM)
-        self.BN = gl.constexpr(BN)
-        self.BK = gl.constexpr(BK)
-        self.GROUP_M = gl.constexpr(GROUP_M)
-        self.G_PAD = gl.constexpr(G_PAD)
-        self.RAGGED_K = gl.constexpr(False)
+    RAGGED_K: gl.constexpr = False
 
     @gluon.jit
     def create(offs, G, T, N, K, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr,
@@ -215,17 +196,6 @@ class GroupedEpilogue:
     T: gl.tensor
     N: gl.tensor
     TMA_STORE: gl.constexpr
-
-    @gluon.constexpr_function
-    def __init__(self, tma, out, sr, sc, offs, T, N, TMA_STORE):
-        self.tma = tma
-        self.out = out
-        self.sr = sr
-        self.sc = sc
-        self.offs = offs
-        self.T = T
-        self.N = N
-        self.TMA_STORE = gl.constexpr(TMA_STORE)
 
     @gluon.jit
     def store(self, mma, COPY: gl.constexpr, tile_count, off_m, off_n, batch, split):

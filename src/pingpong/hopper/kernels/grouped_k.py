@@ -106,17 +106,7 @@ class RaggedKScheduler:
     BM: gl.constexpr
     BN: gl.constexpr
     BK: gl.constexpr
-    RAGGED_K: gl.constexpr
-
-    @gluon.constexpr_function
-    def __init__(self, tiles, offs, T, BM, BN, BK):
-        self.tiles = tiles
-        self.offs = offs
-        self.T = T
-        self.BM = gl.constexpr(BM)
-        self.BN = gl.constexpr(BN)
-        self.BK = gl.constexpr(BK)
-        self.RAGGED_K = gl.constexpr(True)
+    RAGGED_K: gl.constexpr = True
 
     @gluon.jit
     def create(offs, G, T, M, N, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr):
@@ -163,11 +153,6 @@ class RaggedKLoader:
 
     a_desc: tma.tensor_descriptor
     b_desc: tma.tensor_descriptor
-
-    @gluon.constexpr_function
-    def __init__(self, a_desc, b_desc):
-        self.a_desc = a_desc
-        self.b_desc = b_desc
 
     @gluon.jit
     def load(self, ring, counter, off_m, off_n, start, rows, k):
