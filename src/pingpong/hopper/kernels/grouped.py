@@ -67,7 +67,7 @@ from triton.language.core import _aggregate as aggregate
 from ..device.epilogue import Epilogue
 from ..device.loader import TileLoader
 from ..device.pipeline import Ring
-from ..device.scheduler import tile_coords, tiles_of_program
+from ..device.scheduler import RasterScheduler, program, tile_coords
 from .gemm import PlainKLoop, run_partitions
 
 
@@ -104,25 +104,17 @@ def group_table(offs, G, T, BM: gl.constexpr, G_PAD: gl.constexpr):
 
 
 @aggregate
-class GroupedScheduler:
+class GroupedScheduler(RasterScheduler):
     """The TileScheduler interface over the (group, tile) units of a ragged product (module
-    docstring); `tile_batch` is the unit's group."""
+    docstring): the raster's num_pid_m is total_m, the virtual m-tiles; `tile_batch` is the
+    unit's group."""
 
-    pid: gl.tensor
-    num_programs: gl.tensor
     offs: gl.tensor
     G: gl.tensor
     T: gl.tensor
-    num_pid_n: gl.tensor
-    total_m: gl.tensor
     num_tiles: gl.tensor
     k_steps: gl.tensor
-    BM: gl.constexpr
-    BN: gl.constexpr
-    BK: gl.constexpr
-    GROUP_M: gl.constexpr
     G_PAD: gl.constexpr
-    RAGGED_K: gl.constexpr = False
 
     @gluon.jit
     def create(offs, G, T, N, K, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr,
@@ -130,17 +122,14 @@ class GroupedScheduler:
         _, _, tiles = group_table(offs, G, T, BM, G_PAD)
         total_m = gl.sum(tiles, axis=0)
         num_pid_n = gl.cdiv(N, BN)
-        return GroupedScheduler(gl.program_id(0), gl.num_programs(0), offs, G, T, num_pid_n, total_m,
-                                total_m * num_pid_n, gl.cdiv(K, BK), BM, BN, BK, GROUP_M, G_PAD)
-
-    @gluon.jit
-    def local_tiles(self):
-        return tiles_of_program(self.num_tiles, self.pid, self.num_programs)
+        pid, num_programs = program()
+        return GroupedScheduler(pid, num_programs, total_m, num_pid_n, BM, BN, BK, GROUP_M, offs=offs, G=G, T=T,
+                                num_tiles=total_m * num_pid_n, k_steps=gl.cdiv(K, BK), G_PAD=G_PAD)
 
     @gluon.jit
     def locate(self, local_tile):
         """(group, first row, off_n) of this program's `local_tile`-th unit."""
-        vm, pid_n = tile_coords(self.pid + local_tile * self.num_programs, self.total_m, self.num_pid_n,
+        vm, pid_n = tile_coords(self.pid + local_tile * self.num_programs, self.num_pid_m, self.num_pid_n,
                                 self.GROUP_M)
         idx, starts, tiles = group_table(self.offs, self.G, self.T, self.BM, self.G_PAD)
         ends = gl.cumsum(tiles, axis=0)  # virtual tiles [ends - tiles, ends) belong to the group
@@ -150,31 +139,10 @@ class GroupedScheduler:
         return g, group_tile_row(vm, before, row, self.BM), pid_n * self.BN
 
     @gluon.jit
-    def tile_offsets(self, local_tile):
-        g, off_m, off_n = self.locate(local_tile)
-        return off_m, off_n
-
-    @gluon.jit
     def tile_batch(self, local_tile):
         """The unit's group: B's matrix, and the epilogue's row end."""
         g, off_m, off_n = self.locate(local_tile)
         return g
-
-    @gluon.jit
-    def k_begin(self, local_tile):
-        return 0
-
-    @gluon.jit
-    def unit_steps(self, local_tile):
-        return self.k_steps
-
-    @gluon.jit
-    def first_step(self, local_tile):
-        return local_tile * self.k_steps
-
-    @gluon.jit
-    def split(self, local_tile):
-        return 0
 
 
 # ----------------------------------------------------------------------------- epilogue
