@@ -20,8 +20,8 @@ def calls(source: str, name: str) -> int:
 def test_warp_specialize_is_called_only_by_the_skeleton():
     sites = {p.relative_to(HOPPER).as_posix(): calls(p.read_text(), "warp_specialize")
              for p in sorted(HOPPER.rglob("*.py"))}
-    assert {name: n for name, n in sites.items() if n} == {"kernels/gemm.py": 2}  # ping-pong and cooperative
-    assert calls(inspect.getsource(kernel.run_partitions.fn), "warp_specialize") == 2
+    assert {name: n for name, n in sites.items() if n} == {"kernels/gemm.py": 1}  # both schedules
+    assert calls(inspect.getsource(kernel.run_partitions.fn), "warp_specialize") == 1
 
 
 def test_every_warp_specialized_kernel_runs_the_skeleton():
@@ -34,9 +34,9 @@ def test_every_warp_specialized_kernel_runs_the_skeleton():
     assert calls(inspect.getsource(fp8_kernel.run_fp8_partitions.fn), "run_partitions") == 1
 
 
-def test_one_consumer_function_per_schedule():
-    """A consumer partition: a `*_consumer` function of the ring (phase_sync.other_consumer is arithmetic)."""
+def test_one_consumer_function_for_both_schedules():
+    """A consumer partition: a `consumer` function of the ring (phase_sync.other_consumer is arithmetic)."""
     consumers = sorted(f"{p.stem}.{node.name}" for p in HOPPER.rglob("*.py") for node in ast.parse(p.read_text()).body
-                       if isinstance(node, ast.FunctionDef) and node.name.endswith("_consumer")
+                       if isinstance(node, ast.FunctionDef) and node.name.endswith("consumer")
                        and "ring" in [a.arg for a in node.args.args])
-    assert consumers == ["gemm.cooperative_consumer", "gemm.pingpong_consumer"]
+    assert consumers == ["gemm.consumer"]

@@ -562,9 +562,6 @@ def fp8_stream_gemm(a_desc, b_desc, ws, counters, ops, M, N, K, sa_row, sb_col, 
 @gluon.jit
 def check_constants(CFG: gl.constexpr, SCALING: gl.constexpr, PROMOTE: gl.constexpr, SB_COLS: gl.constexpr):
     """The FP8 kernels' compile-time contract (fp8_gemm's and fp8_split_gemm's)."""
-    gl.static_assert(CFG.STAGES >= 2, "the ring needs at least 2 stages")
-    gl.static_assert(CFG.RELEASERS == (1 if CFG.PINGPONG else 2),
-                     "ping-pong: one consumer frees a slot; cooperative: both")
     gl.static_assert(SCALING == "tensor" or SCALING == "row" or SCALING == "block", "SCALING: tensor, row or block")
     gl.static_assert(not PROMOTE or CFG.BK == SCALE_BLOCK, "a promotion (and a scale block) is one 128-deep ring slot")
     gl.static_assert(PROMOTE or SCALING != "block", "block scales are applied at the promotion")

@@ -185,11 +185,8 @@ def grouped_k_gemm(a_desc, b_desc, c_desc, offs, M, N, T, G, alpha, beta, CFG: g
     CFG: the dense kernel's constexprs (KernelConstants, pingpong.hopper.host.launch), its EPI a plain
     store.
     """
-    gl.static_assert(CFG.STAGES >= 2, "the ring needs at least 2 stages")
     gl.static_assert(CFG.EPI.plain(), "this kernel's epilogue stores α·acc alone (no β·C, bias or activation)")
     gl.static_assert(CFG.BN2 == 0, "ragged-K products take one-piece tiles")
-    gl.static_assert(CFG.RELEASERS == (1 if CFG.PINGPONG else 2),
-                     "ping-pong: one consumer frees a slot; cooperative: both")
     gl.static_assert(len(a_desc.block_type.shape) == 4, "A: a ragged (rank-4) descriptor")
     gl.static_assert(len(b_desc.block_type.shape) == 4, "B: a ragged (rank-4) descriptor")
     gl.static_assert(len(c_desc.block_type.shape) == 3, "out: a rank-3 (group, row, column) descriptor")
