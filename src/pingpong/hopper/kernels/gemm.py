@@ -11,9 +11,9 @@ warpgroup), with the parts that differ passed in as aggregates:
         producer   (loader, ring, sched)      loader.load per k-step of every unit of sched
         consumer   (ring, sched, epi, kloop,  per unit: kloop.locate │ [ping-pong: wait turn] │
                     sync, CONSUMER, PINGPONG)  kloop.run (K loop; passes the turn) │ kloop.store → epi
-    sched   TileScheduler, SplitKScheduler, StreamKScheduler (pingpong.hopper.device.scheduler),
-            GroupedScheduler (all four a RasterScheduler), RaggedKScheduler (RAGGED_K: k-steps
-            counted unit by unit)
+    sched   a RasterScheduler (pingpong.hopper.device.scheduler): TileScheduler, SplitKScheduler,
+            StreamKScheduler, GroupedScheduler, RaggedKScheduler (a TileScheduler whose RAGGED_K
+            has the partitions count k-steps unit by unit)
     kloop   PlainKLoop (wgmmas accumulate in place), fp8_kernel.Fp8KLoop (promoted, paired or
             plain; the outer scales at the store)
     loader  TileLoader, fp8_kernel.Fp8Loader (+ block scales), grouped_k.RaggedKLoader

@@ -96,35 +96,20 @@ def k_steps_of(rows, BK: gl.constexpr):
 
 
 @aggregate
-class RaggedKScheduler:
+class RaggedKScheduler(TileScheduler):
     """TileScheduler's batched units, the group as the batch (module docstring), each with
-    its group's K range."""
+    its group's K range (TileScheduler's k_steps, of K = T, unused)."""
 
-    tiles: TileScheduler
     offs: gl.tensor
     T: gl.tensor
-    BM: gl.constexpr
-    BN: gl.constexpr
-    BK: gl.constexpr
     RAGGED_K: gl.constexpr = True
 
     @gluon.jit
     def create(offs, G, T, M, N, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr):
-        # (TileScheduler's k_steps, from K = T, is unused: a unit's k-steps are its group's)
-        return RaggedKScheduler(TileScheduler.create(M, N, T, BM, BN, BK, GROUP_M, G), offs, T, BM, BN, BK)
-
-    @gluon.jit
-    def local_tiles(self):
-        return self.tiles.local_tiles()
-
-    @gluon.jit
-    def tile_offsets(self, local_tile):
-        return self.tiles.tile_offsets(local_tile)
-
-    @gluon.jit
-    def tile_batch(self, local_tile):
-        """The unit's group."""
-        return self.tiles.tile_batch(local_tile)
+        t = TileScheduler.create(M, N, T, BM, BN, BK, GROUP_M, G)
+        return RaggedKScheduler(t.pid, t.num_programs, t.num_pid_m, t.num_pid_n, BM, BN, BK, GROUP_M,
+                                num_tiles=t.num_tiles, k_steps=t.k_steps, tiles_per_batch=t.tiles_per_batch, offs=offs,
+                                T=T)
 
     @gluon.jit
     def k_range(self, local_tile):
@@ -136,11 +121,6 @@ class RaggedKScheduler:
     def unit_steps(self, local_tile):
         start, rows, steps = self.k_range(local_tile)
         return steps
-
-    @gluon.jit
-    def split(self, local_tile):
-        """Every unit is its group's whole K range."""
-        return 0
 
 
 # ----------------------------------------------------------------------------- loads
