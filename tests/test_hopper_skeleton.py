@@ -40,3 +40,23 @@ def test_one_consumer_function_for_both_schedules():
                        if isinstance(node, ast.FunctionDef) and node.name.endswith("consumer")
                        and "ring" in [a.arg for a in node.args.args])
     assert consumers == ["gemm.consumer"]
+
+
+SCHEDULER_INTERFACE = ("local_tiles", "tile_offsets", "locate", "k_begin", "unit_steps", "first_step", "tile_batch",
+                       "split")
+
+
+def test_every_scheduler_is_a_raster_scheduler():
+    """The skeleton's schedulers are one family: each a RasterScheduler, its fields after the
+    base's (the partitions' arguments keep their order), the whole interface answered."""
+    from pingpong.hopper.device import scheduler
+
+    base = list(scheduler.RasterScheduler.__aggregate_fields__)
+    for sched in (scheduler.TileScheduler, scheduler.SplitKScheduler, scheduler.StreamKScheduler,
+                  grouped.GroupedScheduler, grouped_k.RaggedKScheduler):
+        assert list(sched.__aggregate_fields__)[:len(base)] == base, sched.__name__  # (an aggregate's class
+        # is built anew: issubclass does not see the base, its fields do)
+        missing = [m for m in SCHEDULER_INTERFACE if not callable(getattr(sched, m, None))]
+        assert not missing, (sched.__name__, missing)
+    assert grouped_k.RaggedKScheduler.__aggregate_defaults__["RAGGED_K"] is True
+    assert scheduler.TileScheduler.__aggregate_defaults__["RAGGED_K"] is False
