@@ -1,7 +1,10 @@
 """Tile schedulers: which work units a persistent program takes, in which order.
 
-Every scheduler is an aggregate with the same interface, so a kernel takes either:
+Every scheduler is a RasterScheduler (an aggregate extending it: its fields first, its answers
+where the scheduler's units are the common ones), with the same interface, so a kernel takes
+either:
 
+    locate(t)               (batch, off_m, off_n) of the program's t-th unit
     local_tiles()           work units of this program
     tile_offsets(t)         (off_m, off_n) of the output tile of the program's t-th unit
     k_begin(t)              first K element the unit reads
