@@ -119,8 +119,7 @@ class RaggedKScheduler(TileScheduler):
 
     @gluon.jit
     def unit_steps(self, local_tile):
-        start, rows, steps = self.k_range(local_tile)
-        return steps
+        return self.k_range(local_tile)[2]
 
 
 # ----------------------------------------------------------------------------- loads
