@@ -111,6 +111,15 @@ MUTATIONS = [
     ("epilogue model ignores c_parity", "src/pingpong/schedule/schedules/hopper.py",
      'parity = c_parity.fn(seq) ^ (variant == "c_parity_flipped")', "parity = seq & 1",
      "tests/test_schedule.py"),
+    ("ping-pong consumers each take every unit", "src/pingpong/hopper/kernels/gemm.py",
+     "EVERY: gl.constexpr = 2 if PINGPONG else 1", "EVERY: gl.constexpr = 1", "tests/test_schedule_streamk.py"),
+    ("the skeleton leaves the releasers unchecked", "src/pingpong/hopper/kernels/gemm.py",
+     '    gl.static_assert(CFG.RELEASERS == (1 if CFG.PINGPONG else 2),\n'
+     '                     "ping-pong: one consumer frees a slot; cooperative: both")\n', "",
+     "tests/test_schedule.py -k helpers_the_model"),
+    ("a scheduler outside the raster family", "src/pingpong/hopper/kernels/grouped.py",
+     "class GroupedScheduler(RasterScheduler):", "class GroupedScheduler:\n    pid: gl.tensor",
+     "tests/test_hopper_skeleton.py"),
     # -- streaming
     ("vector_add(None, b) unchecked", "src/pingpong/streaming/api.py",
      'if t is not None or name != "out":\n            check_tensor(name, t)',

@@ -267,8 +267,8 @@ def test_kernel_calls_the_helpers_the_model_calls():
     for call in ("first_subtile(tile_count, SUBTILES)", "staging_slot(seq, self.BUFS)", "c_parity(seq)",
                  "tma.store_wait(stores_left_in_flight(self.BUFS))"):
         assert call in store, call
-    coop = inspect.getsource(kernel.cooperative_consumer.fn)
-    assert "kloop.locate(sched, t)" in coop  # the unit's first ring counter: the K loop's locate, which asks
+    consumer = inspect.getsource(kernel.consumer.fn)
+    assert "kloop.locate(sched, t)" in consumer  # the unit's first ring counter: the K loop's locate, which asks
     assert "sched.first_step(t)" in inspect.getsource(kernel.PlainKLoop.locate.fn)  # the data-parallel schedulers'
     # first_step, the model's helper
     for sched in (scheduler.TileScheduler, scheduler.SplitKScheduler):
@@ -282,5 +282,6 @@ def test_kernel_calls_the_helpers_the_model_calls():
     assert "allocate_mbarrier(batch=STAGES, two_ctas=True)" in inspect.getsource(pipeline.Ring.allocate.fn)
     load = inspect.getsource(loader.TileLoader.load_b.fn)
     assert load.count("self.MULTICAST") == 2 and "MULTICAST" not in inspect.getsource(loader.TileLoader.load.fn)
-    assert "gl.static_assert(CFG.RELEASERS == (1 if CFG.PINGPONG else 2)" in ws  # the launcher's value is checked
+    assert "gl.static_assert(CFG.RELEASERS == (1 if CFG.PINGPONG else 2)" in inspect.getsource(
+        kernel.run_partitions.fn)  # the launcher's value is checked
     assert SCHEDULE_FACTS["cooperative"].releasers == 2 and SCHEDULE_FACTS["pingpong"].releasers == 1

@@ -100,9 +100,9 @@ def test_kernel_runs_the_protocol_the_model_models():
     assert 'sem="acquire"' in inspect.getsource(fixup.published.fn)
     assert "for s in range(parts):  # fixed order" in inspect.getsource(fixup.SplitEpilogue.sum_into.fn)
     assert "self.part.fix_up(mma, off_r, off_c, slot, parts)" in inspect.getsource(fixup.StreamKEpilogue.store.fn)
-    assert "t = 2 * j + CONSUMER" in inspect.getsource(kernel.pingpong_consumer.fn)
+    consumer = inspect.getsource(kernel.consumer.fn)  # ping-pong: units CONSUMER, CONSUMER + 2, ...; cooperative: all
+    assert 'EVERY: gl.constexpr = 2 if PINGPONG else 1' in consumer and "t = EVERY * j + FIRST" in consumer
     assert "sched.split(t)" in inspect.getsource(kernel.PlainKLoop.store.fn)
-    assert "for t in range(sched.local_tiles()):" in inspect.getsource(kernel.cooperative_consumer.fn)
     assert "StreamKScheduler.create(M, N, K, dp_tiles, streamers," in inspect.getsource(kernel.stream_k_gemm.fn)
     assert "stream_k_split(tiles, -(-K // d.block_k), sms)" in inspect.getsource(launch)
 

@@ -34,17 +34,8 @@ class TileLoader:
     b_desc: tma.tensor_descriptor
     A_KMAJOR: gl.constexpr
     B_KMAJOR: gl.constexpr
-    BN2: gl.constexpr  # columns of the second piece of a two-piece B tile; 0: one box per stage
-    MULTICAST: gl.constexpr  # a 2-CTA cluster: B is loaded once by the leader into both CTAs
-
-    @gluon.constexpr_function
-    def __init__(self, a_desc, b_desc, A_KMAJOR, B_KMAJOR, BN2=0, MULTICAST=False):
-        self.a_desc = a_desc
-        self.b_desc = b_desc
-        self.A_KMAJOR = gl.constexpr(A_KMAJOR)
-        self.B_KMAJOR = gl.constexpr(B_KMAJOR)
-        self.BN2 = gl.constexpr(BN2)
-        self.MULTICAST = gl.constexpr(MULTICAST)
+    BN2: gl.constexpr = 0  # columns of the second piece of a two-piece B tile; 0: one box per stage
+    MULTICAST: gl.constexpr = False  # a 2-CTA cluster: B is loaded once by the leader into both CTAs
 
     @gluon.jit
     def load(self, ring, counter, off_m, off_n, k, batch=0, extra_bytes: gl.constexpr = 0):

@@ -30,13 +30,6 @@ class MmaOp:
     use_acc: gl.tensor
     PIECES: gl.constexpr
 
-    @gluon.constexpr_function
-    def __init__(self, acc, acc2, use_acc, PIECES):
-        self.acc = acc
-        self.acc2 = acc2
-        self.use_acc = use_acc
-        self.PIECES = gl.constexpr(PIECES)
-
     @gluon.jit
     def start(ROWS: gl.constexpr, COLS: gl.constexpr, layout: gl.constexpr, COLS2: gl.constexpr = 0,
               layout2: gl.constexpr = None):

@@ -47,10 +47,6 @@ class PhaseSync:
 
     turns: gl.shared_memory_descriptor
 
-    @gluon.constexpr_function
-    def __init__(self, turns):
-        self.turns = turns
-
     @gluon.jit
     def allocate():
         turns = allocate_barriers(2)

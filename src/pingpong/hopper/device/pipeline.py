@@ -113,19 +113,7 @@ class Ring:
     pair_empty: gl.shared_memory_descriptor  # CLUSTER = 2: in the leader, both CTAs release; else = empty
     STAGES: gl.constexpr
     CLUSTER: gl.constexpr
-    A_BOXES: gl.constexpr  # A boxes per slot: 1, or a cluster's cooperative consumers' one each
-
-    @gluon.constexpr_function
-    def __init__(self, a_bufs, b_bufs, b2_bufs, ready, empty, pair_empty, STAGES, CLUSTER, A_BOXES=1):
-        self.a_bufs = a_bufs
-        self.b_bufs = b_bufs
-        self.b2_bufs = b2_bufs
-        self.ready = ready
-        self.empty = empty
-        self.pair_empty = pair_empty
-        self.STAGES = gl.constexpr(STAGES)
-        self.CLUSTER = gl.constexpr(CLUSTER)
-        self.A_BOXES = gl.constexpr(A_BOXES)
+    A_BOXES: gl.constexpr = 1  # A boxes per slot: 1, or a cluster's cooperative consumers' one each
 
     @gluon.jit
     def allocate(a_desc, b_desc, STAGES: gl.constexpr, RELEASERS: gl.constexpr, BN2: gl.constexpr = 0,

@@ -1,7 +1,10 @@
 """Tile schedulers: which work units a persistent program takes, in which order.
 
-Every scheduler is an aggregate with the same interface, so a kernel takes either:
+Every scheduler is a RasterScheduler (an aggregate extending it: its fields first, its answers
+where the scheduler's units are the common ones), with the same interface, so a kernel takes
+either:
 
+    locate(t)               (batch, off_m, off_n) of the program's t-th unit
     local_tiles()           work units of this program
     tile_offsets(t)         (off_m, off_n) of the output tile of the program's t-th unit
     k_begin(t)              first K element the unit reads
@@ -69,69 +72,53 @@ def tiles_of_program(num_tiles, pid, num_programs):
     return (num_tiles - pid + num_programs - 1) // num_programs
 
 
+@gluon.jit
+def program():
+    """(pid, num_programs) of this persistent program, computed before a scheduler's other
+    fields (the schedulers' `create` pass those by keyword, which Triton evaluates first)."""
+    return gl.program_id(0), gl.num_programs(0)
+
+
 @aggregate
-class TileScheduler:
+class RasterScheduler:
+    """What every scheduler shares, its fields first in each one's: program `pid` of
+    `num_programs` over the grouped raster of num_pid_m × num_pid_n output tiles of BM × BN,
+    K in steps of BK; and the interface's common answers (one unit per tile, unbatched, the
+    whole K loop of k_steps from K offset 0; num_tiles and k_steps are the scheduler's own
+    fields), which a scheduler overrides where its units differ. RAGGED_K: module docstring."""
+
     pid: gl.tensor
     num_programs: gl.tensor
     num_pid_m: gl.tensor
     num_pid_n: gl.tensor
-    num_tiles: gl.tensor
-    k_steps: gl.tensor
-    tiles_per_batch: gl.tensor
     BM: gl.constexpr
     BN: gl.constexpr
     BK: gl.constexpr
     GROUP_M: gl.constexpr
-    RAGGED_K: gl.constexpr
-
-    @gluon.constexpr_function
-    def __init__(self, pid, num_programs, num_pid_m, num_pid_n, num_tiles, k_steps, tiles_per_batch, BM, BN, BK,
-                 GROUP_M):
-        self.pid = pid
-        self.num_programs = num_programs
-        self.num_pid_m = num_pid_m
-        self.num_pid_n = num_pid_n
-        self.num_tiles = num_tiles
-        self.k_steps = k_steps
-        self.tiles_per_batch = tiles_per_batch
-        self.BM = gl.constexpr(BM)
-        self.BN = gl.constexpr(BN)
-        self.BK = gl.constexpr(BK)
-        self.GROUP_M = gl.constexpr(GROUP_M)
-        self.RAGGED_K = gl.constexpr(False)
-
-    @gluon.jit
-    def create(M, N, K, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr, batches=1):
-        num_pid_m = gl.cdiv(M, BM)
-        num_pid_n = gl.cdiv(N, BN)
-        tiles_per_batch = num_pid_m * num_pid_n
-        return TileScheduler(gl.program_id(0), gl.num_programs(0), num_pid_m, num_pid_n, tiles_per_batch * batches,
-                             gl.cdiv(K, BK), tiles_per_batch, BM, BN, BK, GROUP_M)
+    RAGGED_K: gl.constexpr = False
 
     @gluon.jit
     def local_tiles(self):
-        """Number of tiles this program computes."""
+        """Number of units this program computes (one per tile: program p of P takes tiles
+        p, p+P, ... of num_tiles)."""
         return tiles_of_program(self.num_tiles, self.pid, self.num_programs)
 
     @gluon.jit
     def tile_offsets(self, local_tile):
-        """(off_m, off_n) of this program's `local_tile`-th tile inside its batch's matrix."""
+        """(off_m, off_n) of this program's `local_tile`-th unit's tile (inside its batch's matrix)."""
         _, off_m, off_n = self.locate(local_tile)
         return off_m, off_n
 
     @gluon.jit
-    def locate(self, local_tile):
-        """(batch, off_m, off_n) of this program's `local_tile`-th tile, in one call (as
-        pingpong.hopper.kernels.grouped.GroupedScheduler.locate: (group, first row, off_n))."""
-        batch, tile_id = batch_and_tile(self.pid + local_tile * self.num_programs, self.tiles_per_batch)
+    def raster_offsets(self, tile_id):
+        """(off_m, off_n) of tile `tile_id` of the grouped raster."""
         pid_m, pid_n = tile_coords(tile_id, self.num_pid_m, self.num_pid_n, self.GROUP_M)
-        return batch, pid_m * self.BM, pid_n * self.BN
+        return pid_m * self.BM, pid_n * self.BN
 
     @gluon.jit
     def tile_batch(self, local_tile):
-        """The batch (matrix index) of this program's `local_tile`-th tile."""
-        batch, _ = batch_and_tile(self.pid + local_tile * self.num_programs, self.tiles_per_batch)
-        return batch
+        """Unbatched: matrix 0."""
+        return 0
 
     @gluon.jit
     def k_begin(self, local_tile):
@@ -152,6 +139,39 @@ class TileScheduler:
         return 0
 
 
+@aggregate
+class TileScheduler(RasterScheduler):
+    """One unit per output tile (of every batch), the whole K loop each."""
+
+    num_tiles: gl.tensor
+    k_steps: gl.tensor
+    tiles_per_batch: gl.tensor
+
+    @gluon.jit
+    def create(M, N, K, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr, batches=1):
+        num_pid_m = gl.cdiv(M, BM)
+        num_pid_n = gl.cdiv(N, BN)
+        tiles_per_batch = num_pid_m * num_pid_n
+        pid, num_programs = program()
+        return TileScheduler(pid, num_programs, num_pid_m, num_pid_n, BM, BN, BK, GROUP_M,
+                             num_tiles=tiles_per_batch * batches, k_steps=gl.cdiv(K, BK),
+                             tiles_per_batch=tiles_per_batch)
+
+    @gluon.jit
+    def locate(self, local_tile):
+        """(batch, off_m, off_n) of this program's `local_tile`-th tile, in one call (as
+        pingpong.hopper.kernels.grouped.GroupedScheduler.locate: (group, first row, off_n))."""
+        batch, tile_id = batch_and_tile(self.pid + local_tile * self.num_programs, self.tiles_per_batch)
+        off_m, off_n = self.raster_offsets(tile_id)
+        return batch, off_m, off_n
+
+    @gluon.jit
+    def tile_batch(self, local_tile):
+        """The batch (matrix index) of this program's `local_tile`-th tile."""
+        batch, _ = batch_and_tile(self.pid + local_tile * self.num_programs, self.tiles_per_batch)
+        return batch
+
+
 # ----------------------------------------------------------------------------- split-K
 
 
@@ -163,7 +183,7 @@ def split_work(unit, num_tiles):
 
 
 @aggregate
-class SplitKScheduler:
+class SplitKScheduler(RasterScheduler):
     """SPLITS work units per output tile, each over a contiguous range of k_steps k-steps:
 
         units   0 .. T-1      split 0 of tiles 0 .. T-1  (grouped raster)   k-steps [0, S)
@@ -176,41 +196,19 @@ class SplitKScheduler:
     to finish sums the blocks in order 0, 1, ... (pingpong.hopper.device.fixup).
     """
 
-    pid: gl.tensor
-    num_programs: gl.tensor
-    num_pid_m: gl.tensor
-    num_pid_n: gl.tensor
     num_tiles: gl.tensor
     num_units: gl.tensor
     k_steps: gl.tensor  # k-steps of one split
-    BM: gl.constexpr
-    BN: gl.constexpr
-    BK: gl.constexpr
-    GROUP_M: gl.constexpr
-    RAGGED_K: gl.constexpr
-
-    @gluon.constexpr_function
-    def __init__(self, pid, num_programs, num_pid_m, num_pid_n, num_tiles, num_units, k_steps, BM, BN, BK, GROUP_M):
-        self.pid = pid
-        self.num_programs = num_programs
-        self.num_pid_m = num_pid_m
-        self.num_pid_n = num_pid_n
-        self.num_tiles = num_tiles
-        self.num_units = num_units
-        self.k_steps = k_steps
-        self.BM = gl.constexpr(BM)
-        self.BN = gl.constexpr(BN)
-        self.BK = gl.constexpr(BK)
-        self.GROUP_M = gl.constexpr(GROUP_M)
-        self.RAGGED_K = gl.constexpr(False)
 
     @gluon.jit
     def create(M, N, K, splits, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr):
         num_pid_m = gl.cdiv(M, BM)
         num_pid_n = gl.cdiv(N, BN)
         num_tiles = num_pid_m * num_pid_n
-        return SplitKScheduler(gl.program_id(0), gl.num_programs(0), num_pid_m, num_pid_n, num_tiles,
-                               num_tiles * splits, gl.cdiv(gl.cdiv(K, BK), splits), BM, BN, BK, GROUP_M)
+        pid, num_programs = program()
+        return SplitKScheduler(pid, num_programs, num_pid_m, num_pid_n, BM, BN, BK, GROUP_M,
+                               num_tiles=num_tiles, num_units=num_tiles * splits,
+                               k_steps=gl.cdiv(gl.cdiv(K, BK), splits))
 
     @gluon.jit
     def local_tiles(self):
@@ -222,34 +220,16 @@ class SplitKScheduler:
         return split_work(self.pid + local_tile * self.num_programs, self.num_tiles)
 
     @gluon.jit
-    def tile_offsets(self, local_tile):
-        _, off_m, off_n = self.locate(local_tile)
-        return off_m, off_n
-
-    @gluon.jit
     def locate(self, local_tile):
         """(batch 0, off_m, off_n) of this program's `local_tile`-th unit (TileScheduler.locate's form)."""
         tile, split = self.unit(local_tile)
-        pid_m, pid_n = tile_coords(tile, self.num_pid_m, self.num_pid_n, self.GROUP_M)
-        return 0, pid_m * self.BM, pid_n * self.BN
+        off_m, off_n = self.raster_offsets(tile)
+        return 0, off_m, off_n
 
     @gluon.jit
     def k_begin(self, local_tile):
         tile, split = self.unit(local_tile)
         return split * self.k_steps * self.BK
-
-    @gluon.jit
-    def unit_steps(self, local_tile):
-        return self.k_steps
-
-    @gluon.jit
-    def first_step(self, local_tile):
-        return first_counter(local_tile, self.k_steps, 1, 0)  # the schedule model's helper
-
-    @gluon.jit
-    def tile_batch(self, local_tile):
-        """Split-K units are never batched (the plan keeps batched products off split-K)."""
-        return 0
 
     @gluon.jit
     def split(self, local_tile):
@@ -300,7 +280,7 @@ def residues_in(a, b, r, EVERY: gl.constexpr):
 
 
 @aggregate
-class StreamKScheduler:
+class StreamKScheduler(RasterScheduler):
     """Stream-K (hybrid): the first DP tiles are data-parallel (program p takes tiles p, p+G,
     ... of them, the whole K loop each); the k-steps of the remaining tiles are one streamed
     sequence, tile after tile, divided evenly between the first P programs (stream_bound):
@@ -316,10 +296,6 @@ class StreamKScheduler:
     (stream_k_split); units differ in K range, so the ring counters are sums (first_step).
     """
 
-    pid: gl.tensor
-    num_programs: gl.tensor
-    num_pid_m: gl.tensor
-    num_pid_n: gl.tensor
     k_steps: gl.tensor  # k-steps of one whole tile
     dp_tiles: gl.tensor
     streamers: gl.tensor  # P: programs sharing the streamed k-steps
@@ -327,31 +303,6 @@ class StreamKScheduler:
     begin: gl.tensor  # this program's share [begin, end)
     end: gl.tensor
     units: gl.tensor  # this program's streamed units
-    BM: gl.constexpr
-    BN: gl.constexpr
-    BK: gl.constexpr
-    GROUP_M: gl.constexpr
-    RAGGED_K: gl.constexpr
-
-    @gluon.constexpr_function
-    def __init__(self, pid, num_programs, num_pid_m, num_pid_n, k_steps, dp_tiles, streamers, total, begin, end,
-                 units, BM, BN, BK, GROUP_M):
-        self.pid = pid
-        self.num_programs = num_programs
-        self.num_pid_m = num_pid_m
-        self.num_pid_n = num_pid_n
-        self.k_steps = k_steps
-        self.dp_tiles = dp_tiles
-        self.streamers = streamers
-        self.total = total
-        self.begin = begin
-        self.end = end
-        self.units = units
-        self.BM = gl.constexpr(BM)
-        self.BN = gl.constexpr(BN)
-        self.BK = gl.constexpr(BK)
-        self.GROUP_M = gl.constexpr(GROUP_M)
-        self.RAGGED_K = gl.constexpr(False)
 
     @gluon.jit
     def create(M, N, K, dp_tiles, streamers, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
@@ -363,8 +314,10 @@ class StreamKScheduler:
         total = (num_pid_m * num_pid_n - dp_tiles) * k_steps
         begin = stream_bound(min(pid, streamers), streamers, total)
         end = stream_bound(min(pid + 1, streamers), streamers, total)
-        return StreamKScheduler(pid, gl.num_programs(0), num_pid_m, num_pid_n, k_steps, dp_tiles, streamers, total,
-                                begin, end, stream_units(begin, end, k_steps), BM, BN, BK, GROUP_M)
+        num_programs = gl.num_programs(0)
+        return StreamKScheduler(pid, num_programs, num_pid_m, num_pid_n, BM, BN, BK, GROUP_M, k_steps=k_steps,
+                                dp_tiles=dp_tiles, streamers=streamers, total=total, begin=begin, end=end,
+                                units=stream_units(begin, end, k_steps))
 
     @gluon.jit
     def local_tiles(self):
@@ -386,16 +339,11 @@ class StreamKScheduler:
         return tile_id, k0, steps, first
 
     @gluon.jit
-    def tile_offsets(self, local_tile):
-        _, off_m, off_n = self.locate(local_tile)
-        return off_m, off_n
-
-    @gluon.jit
     def locate(self, local_tile):
         """(batch 0, off_m, off_n) of this program's `local_tile`-th unit."""
         tile_id, k0, steps, first = self.unit(local_tile)
-        pid_m, pid_n = tile_coords(tile_id, self.num_pid_m, self.num_pid_n, self.GROUP_M)
-        return 0, pid_m * self.BM, pid_n * self.BN
+        off_m, off_n = self.raster_offsets(tile_id)
+        return 0, off_m, off_n
 
     @gluon.jit
     def k_begin(self, local_tile):
@@ -415,11 +363,6 @@ class StreamKScheduler:
         if local_tile >= self.units:
             step = self.end - self.begin + (local_tile - self.units) * self.k_steps
         return step
-
-    @gluon.jit
-    def tile_batch(self, local_tile):
-        """Stream-K runs unbatched products."""
-        return 0
 
     @gluon.jit
     def whole_before(self, local_tile, EVERY: gl.constexpr, FIRST: gl.constexpr):

@@ -166,21 +166,6 @@ class Fp8Scales:
     SB_COLS: gl.constexpr
     ANY_ROW: gl.constexpr
 
-    @gluon.constexpr_function
-    def __init__(self, sa, sb, sa_row, sb_col, sb_g, M, N, sa_bufs, sb_bufs, SCALING, SB_COLS, ANY_ROW):
-        self.sa = sa
-        self.sb = sb
-        self.sa_row = sa_row
-        self.sb_col = sb_col
-        self.sb_g = sb_g
-        self.M = M
-        self.N = N
-        self.sa_bufs = sa_bufs
-        self.sb_bufs = sb_bufs
-        self.SCALING = gl.constexpr(SCALING)
-        self.SB_COLS = gl.constexpr(SB_COLS)
-        self.ANY_ROW = gl.constexpr(ANY_ROW)
-
     @gluon.jit
     def allocate(sa, sb, sa_row, sb_col, sb_g, M, N, STAGES: gl.constexpr, SCALING: gl.constexpr,
                  SB_COLS: gl.constexpr, ANY_ROW: gl.constexpr = False):
@@ -316,11 +301,6 @@ class Fp8Loader:
     tiles: TileLoader
     scales: Fp8Scales
 
-    @gluon.constexpr_function
-    def __init__(self, tiles, scales):
-        self.tiles = tiles
-        self.scales = scales
-
     @gluon.jit
     def load(self, ring, counter, off_m, off_n, k, batch=0):
         s = self.tiles.load(ring, counter, off_m, off_n, k, batch, self.scales.nbytes())
@@ -452,13 +432,6 @@ class Fp8KLoop:
     PROMOTE: gl.constexpr
     SPLIT: gl.constexpr
 
-    @gluon.constexpr_function
-    def __init__(self, scales, plain, PROMOTE, SPLIT):
-        self.scales = scales
-        self.plain = plain
-        self.PROMOTE = gl.constexpr(PROMOTE)
-        self.SPLIT = gl.constexpr(SPLIT)
-
     @gluon.jit
     def outer_factor(self):
         return self.scales.tensor_factor()
@@ -589,9 +562,6 @@ def fp8_stream_gemm(a_desc, b_desc, ws, counters, ops, M, N, K, sa_row, sb_col, 
 @gluon.jit
 def check_constants(CFG: gl.constexpr, SCALING: gl.constexpr, PROMOTE: gl.constexpr, SB_COLS: gl.constexpr):
     """The FP8 kernels' compile-time contract (fp8_gemm's and fp8_split_gemm's)."""
-    gl.static_assert(CFG.STAGES >= 2, "the ring needs at least 2 stages")
-    gl.static_assert(CFG.RELEASERS == (1 if CFG.PINGPONG else 2),
-                     "ping-pong: one consumer frees a slot; cooperative: both")
     gl.static_assert(SCALING == "tensor" or SCALING == "row" or SCALING == "block", "SCALING: tensor, row or block")
     gl.static_assert(not PROMOTE or CFG.BK == SCALE_BLOCK, "a promotion (and a scale block) is one 128-deep ring slot")
     gl.static_assert(PROMOTE or SCALING != "block", "block scales are applied at the promotion")

@@ -72,9 +72,6 @@ def fp8_grouped_gemm(a_desc, b_desc, c_desc, out, offs, sa, sb, T, N, K, G, out_
     promotion, whether out takes TMA stores, the group table's length and the scaling ("row":
     sa, sb pointers, zero strides for one value; "block": their TMA descriptors)."""
     gl.static_assert(CFG.EPI.plain(), "this kernel's epilogue stores α·acc alone (no β·C, bias or activation)")
-    gl.static_assert(CFG.STAGES >= 2, "the ring needs at least 2 stages")
-    gl.static_assert(CFG.RELEASERS == (1 if CFG.PINGPONG else 2),
-                     "ping-pong: one consumer frees a slot; cooperative: both")
     gl.static_assert(not PROMOTE or CFG.BK == _SCALE_BLOCK, "a promotion is one 128-deep ring slot")
     gl.static_assert(SCALING == "row" or SCALING == "block", "SCALING: row (tensor-wise: zero strides) or block")
     gl.static_assert(SCALING != "block" or (PROMOTE and _SCALE_BLOCK % CFG.BN == 0),

@@ -3,15 +3,17 @@ top-down; the parts (Ring, TileLoader, MmaOp, Epilogue, TileScheduler, PhaseSync
 
 ONE SKELETON. Every warp-specialized Hopper kernel (these, the FP8 ones of
 pingpong.hopper.kernels.fp8_gemm, the grouped ones of pingpong.hopper.kernels.grouped, fp8_grouped and
-grouped_k) is `run_partitions`: one producer and one consumer function per schedule, with
-the parts that differ passed in as aggregates:
+grouped_k) is `run_partitions`: one warp_specialize of one producer function and one
+consumer function (both schedules; CFG.PINGPONG picks the units and rows of each consumer
+warpgroup), with the parts that differ passed in as aggregates:
 
     run_partitions(ring, sched, epi, loader, kloop, CFG)
         producer   (loader, ring, sched)      loader.load per k-step of every unit of sched
-        consumer   (ring, sched, epi, kloop)  per unit: kloop.locate │ [ping-pong: wait turn] │
-                                              kloop.run (K loop; passes the turn) │ kloop.store → epi
-    sched   TileScheduler, SplitKScheduler, StreamKScheduler (pingpong.hopper.device.scheduler),
-            GroupedScheduler, RaggedKScheduler (RAGGED_K: k-steps counted unit by unit)
+        consumer   (ring, sched, epi, kloop,  per unit: kloop.locate │ [ping-pong: wait turn] │
+                    sync, CONSUMER, PINGPONG)  kloop.run (K loop; passes the turn) │ kloop.store → epi
+    sched   a RasterScheduler (pingpong.hopper.device.scheduler): TileScheduler, SplitKScheduler,
+            StreamKScheduler, GroupedScheduler, RaggedKScheduler (a TileScheduler whose RAGGED_K
+            has the partitions count k-steps unit by unit)
     kloop   PlainKLoop (wgmmas accumulate in place), fp8_kernel.Fp8KLoop (promoted, paired or
             plain; the outer scales at the store)
     loader  TileLoader, fp8_kernel.Fp8Loader (+ block scales), grouped_k.RaggedKLoader
@@ -181,14 +183,6 @@ class PlainKLoop:
     A_KMAJOR: gl.constexpr
     B_KMAJOR: gl.constexpr
 
-    @gluon.constexpr_function
-    def __init__(self, COLS2, acc_layout, acc_layout2, A_KMAJOR, B_KMAJOR):
-        self.COLS2 = gl.constexpr(COLS2)
-        self.acc_layout = gl.constexpr(acc_layout)
-        self.acc_layout2 = gl.constexpr(acc_layout2)
-        self.A_KMAJOR = gl.constexpr(A_KMAJOR)
-        self.B_KMAJOR = gl.constexpr(B_KMAJOR)
-
     @gluon.jit
     def of(CFG: gl.constexpr):
         """The K loop of a kernel's constants (KernelConstants): its pieces, layouts, majors."""
@@ -234,57 +228,39 @@ class PlainKLoop:
 
 
 @gluon.jit
-def pingpong_consumer(ring, sched, epi, kloop, sync, CONSUMER: gl.constexpr):
-    """Consumer CONSUMER takes this program's units CONSUMER, CONSUMER+2, ... (PhaseSync turns),
-    each through the K-loop variant `kloop` (PlainKLoop's docstring). RAGGED_K: it walks every
-    unit, adding up the k-steps of the other consumer's to find its ring position."""
+def consumer(ring, sched, epi, kloop, sync, CONSUMER: gl.constexpr, PINGPONG: gl.constexpr):
+    """Consumer warpgroup CONSUMER of either schedule (module docstring), each unit through the
+    K-loop variant `kloop` (PlainKLoop's docstring). Ping-pong: the program's units CONSUMER,
+    CONSUMER+2, ..., each in its turn (PhaseSync); cooperative: every unit, its rows
+    [CONSUMER·BM/2, (CONSUMER+1)·BM/2). RAGGED_K: it walks every unit, adding up the k-steps
+    (the other consumer's too) to find its ring position."""
+    EVERY: gl.constexpr = 2 if PINGPONG else 1  # units taken in turns, or each by both
+    FIRST: gl.constexpr = CONSUMER % EVERY
     factor = kloop.outer_factor()
     if sched.RAGGED_K:
         first = 0
         for t in range(sched.local_tiles()):
             steps = sched.unit_steps(t)
-            if t % 2 == CONSUMER:
-                pingpong_unit(ring, sched, epi, kloop, sync, factor, CONSUMER, t, t // 2, (first, steps))
+            if t % EVERY == FIRST:
+                consumer_unit(ring, sched, epi, kloop, sync, factor, CONSUMER, PINGPONG, t, t // EVERY, (first, steps))
             first += steps
     else:
-        for j in range((sched.local_tiles() - CONSUMER + 1) // 2):
-            t = 2 * j + CONSUMER
-            pingpong_unit(ring, sched, epi, kloop, sync, factor, CONSUMER, t, j, kloop.locate(sched, t))
+        for j in range((sched.local_tiles() - FIRST + (EVERY - 1)) // EVERY):
+            t = EVERY * j + FIRST
+            consumer_unit(ring, sched, epi, kloop, sync, factor, CONSUMER, PINGPONG, t, j, kloop.locate(sched, t))
     epi.drain()
 
 
 @gluon.jit
-def pingpong_unit(ring, sched, epi, kloop, sync, factor, CONSUMER: gl.constexpr, t, j, unit):
-    """The consumer's j-th unit (the program's t-th): its K loop in its turn, then its epilogue."""
-    sync.wait_turn(CONSUMER, j)
-    mma = kloop.run(ring, sched, t, unit, 0, sched.BM, sync, CONSUMER, True)
-    kloop.store(epi, sched, mma, factor, CONSUMER, j, t, unit, 0)
-
-
-@gluon.jit
-def cooperative_consumer(ring, sched, epi, kloop, CONSUMER: gl.constexpr):
-    """Consumer CONSUMER computes rows [CONSUMER·BM/2, (CONSUMER+1)·BM/2) of every unit (both
-    consumers read every k-step; RAGGED_K: the ring position a running sum of k-steps)."""
-    ROWS: gl.constexpr = sched.BM // 2
-    factor = kloop.outer_factor()
-    if sched.RAGGED_K:
-        first = 0
-        for t in range(sched.local_tiles()):
-            steps = sched.unit_steps(t)
-            cooperative_unit(ring, sched, epi, kloop, factor, CONSUMER, t, (first, steps))
-            first += steps
-    else:
-        for t in range(sched.local_tiles()):
-            cooperative_unit(ring, sched, epi, kloop, factor, CONSUMER, t, kloop.locate(sched, t))
-    epi.drain()
-
-
-@gluon.jit
-def cooperative_unit(ring, sched, epi, kloop, factor, CONSUMER: gl.constexpr, t, unit):
-    """The consumer's rows of the program's t-th unit: its K loop, then its epilogue."""
-    ROWS: gl.constexpr = sched.BM // 2
-    mma = kloop.run(ring, sched, t, unit, CONSUMER * ROWS, ROWS, 0, CONSUMER, False)
-    kloop.store(epi, sched, mma, factor, CONSUMER, t, t, unit, CONSUMER * ROWS)
+def consumer_unit(ring, sched, epi, kloop, sync, factor, CONSUMER: gl.constexpr, PINGPONG: gl.constexpr, t, j, unit):
+    """The consumer's j-th unit (the program's t-th): its K loop (ping-pong: in its turn, over
+    every row; cooperative: over its half's rows), then its epilogue."""
+    ROWS: gl.constexpr = sched.BM if PINGPONG else sched.BM // 2
+    ROW0: gl.constexpr = 0 if PINGPONG else CONSUMER * ROWS
+    if PINGPONG:
+        sync.wait_turn(CONSUMER, j)
+    mma = kloop.run(ring, sched, t, unit, ROW0, ROWS, sync, CONSUMER, PINGPONG)
+    kloop.store(epi, sched, mma, factor, CONSUMER, j, t, unit, ROW0)
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -300,22 +276,22 @@ _STREAM_RUNTIME_SCALARS = ["M", "N", "K", "dp_tiles", "streamers", "split_stride
 def run_partitions(ring, sched, epi, loader, kloop, CFG: gl.constexpr):
     """The warp-specialized skeleton of every Hopper GEMM: the producer warp (`loader`'s loads
     of `sched`'s units into the ring) and the two consumer warpgroups of the ping-pong
-    (CFG.PINGPONG) or cooperative schedule, each unit's K loop the variant `kloop` (PlainKLoop,
-    fp8_kernel.Fp8KLoop), its result into `epi`; the partitions' warps and registers come from
-    CFG."""
-    if CFG.PINGPONG:
+    (CFG.PINGPONG: their turns a PhaseSync) or cooperative schedule, each unit's K loop the
+    variant `kloop` (PlainKLoop, fp8_kernel.Fp8KLoop), its result into `epi`; the partitions'
+    warps and registers come from CFG."""
+    gl.static_assert(CFG.STAGES >= 2, "the ring needs at least 2 stages")
+    gl.static_assert(CFG.RELEASERS == (1 if CFG.PINGPONG else 2),
+                     "ping-pong: one consumer frees a slot; cooperative: both")
+    PINGPONG: gl.constexpr = CFG.PINGPONG
+    if PINGPONG:
         sync = PhaseSync.allocate()
-        gl.warp_specialize([
-            (pingpong_consumer, (ring, sched, epi, kloop, sync, 0)),
-            (pingpong_consumer, (ring, sched, epi, kloop, sync, 1)),
-            (producer, (loader, ring, sched)),
-        ], [CFG.CONSUMER_WARPS, CFG.PRODUCER_WARPS], [CFG.CONSUMER_REGS, CFG.PRODUCER_REGS])
     else:
-        gl.warp_specialize([
-            (cooperative_consumer, (ring, sched, epi, kloop, 0)),
-            (cooperative_consumer, (ring, sched, epi, kloop, 1)),
-            (producer, (loader, ring, sched)),
-        ], [CFG.CONSUMER_WARPS, CFG.PRODUCER_WARPS], [CFG.CONSUMER_REGS, CFG.PRODUCER_REGS])
+        sync = 0  # (no turns)
+    gl.warp_specialize([
+        (consumer, (ring, sched, epi, kloop, sync, 0, PINGPONG)),
+        (consumer, (ring, sched, epi, kloop, sync, 1, PINGPONG)),
+        (producer, (loader, ring, sched)),
+    ], [CFG.CONSUMER_WARPS, CFG.PRODUCER_WARPS], [CFG.CONSUMER_REGS, CFG.PRODUCER_REGS])
 
 
 @gluon.jit(do_not_specialize=_RUNTIME_SCALARS)
@@ -330,9 +306,6 @@ def warp_specialized_gemm(a_desc, b_desc, ops, M, N, K, alpha, beta, batches, CF
     (pingpong.hopper.host.launch: tile, ring, schedule, layouts, and CFG.EPI, the epilogue's
     EpilogueConstants). RELEASERS and the worker warps come from config.SCHEDULE_FACTS.
     """
-    gl.static_assert(CFG.STAGES >= 2, "the ring needs at least 2 stages")
-    gl.static_assert(CFG.RELEASERS == (1 if CFG.PINGPONG else 2),
-                     "ping-pong: one consumer frees a slot; cooperative: both")
     gl.static_assert(CFG.CLUSTER == gl.num_ctas(), "CLUSTER is the launch's num_ctas")
     gl.static_assert(CFG.CLUSTER == 1 or CFG.BN2 == 0, "clusters: one-piece tiles (config.validate)")
     sched = TileScheduler.create(M, N, K, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M, batches)
@@ -351,9 +324,6 @@ def split_k_gemm(a_desc, b_desc, ws, counters, ops, M, N, K, alpha, beta, splits
     read and written transposed. `ops` (EpilogueOperands): out's and C's pointers, the bias. The workspace's strides come in 16-byte units (4 fp32), so the
     compiler knows its rows are aligned and vectorizes the partials' loads and stores. CFG: as
     warp_specialized_gemm's (its EPI's BUFS unused: no staging)."""
-    gl.static_assert(CFG.STAGES >= 2, "the ring needs at least 2 stages")
-    gl.static_assert(CFG.RELEASERS == (1 if CFG.PINGPONG else 2),
-                     "ping-pong: one consumer frees a slot; cooperative: both")
     gl.static_assert(CFG.CLUSTER == 1, "split-K / swap-AB units are not paired (config.validate)")
     sched = SplitKScheduler.create(M, N, K, splits, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M)
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, CFG.B_KMAJOR)
@@ -373,9 +343,6 @@ def stream_k_gemm(a_desc, b_desc, ws, counters, ops, M, N, K, alpha, beta, dp_ti
     (StreamKEpilogue, pingpong.hopper.device.fixup: the pointer fix-up, ops.out and ops.cin as
     split_k_gemm's, the workspace's slots as its splits). Arguments as split_k_gemm's, `ops`
     with the two descriptors, and the decomposition (pingpong.hopper.host.splits.stream_k_split) instead of `splits`."""
-    gl.static_assert(CFG.STAGES >= 2, "the ring needs at least 2 stages")
-    gl.static_assert(CFG.RELEASERS == (1 if CFG.PINGPONG else 2),
-                     "ping-pong: one consumer frees a slot; cooperative: both")
     gl.static_assert(CFG.CLUSTER == 1 and not CFG.EPI.SWAP, "stream-K units are not paired nor swapped (config.validate)")
     sched = StreamKScheduler.create(M, N, K, dp_tiles, streamers, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M)
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, CFG.B_KMAJOR)

@@ -67,7 +67,7 @@ from triton.language.core import _aggregate as aggregate
 from ..device.epilogue import Epilogue
 from ..device.loader import TileLoader
 from ..device.pipeline import Ring
-from ..device.scheduler import tile_coords, tiles_of_program
+from ..device.scheduler import RasterScheduler, program, tile_coords
 from .gemm import PlainKLoop, run_partitions
 
 
@@ -104,44 +104,17 @@ def group_table(offs, G, T, BM: gl.constexpr, G_PAD: gl.constexpr):
 
 
 @aggregate
-class GroupedScheduler:
+class GroupedScheduler(RasterScheduler):
     """The TileScheduler interface over the (group, tile) units of a ragged product (module
-    docstring); `tile_batch` is the unit's group."""
+    docstring): the raster's num_pid_m is total_m, the virtual m-tiles; `tile_batch` is the
+    unit's group."""
 
-    pid: gl.tensor
-    num_programs: gl.tensor
     offs: gl.tensor
     G: gl.tensor
     T: gl.tensor
-    num_pid_n: gl.tensor
-    total_m: gl.tensor
     num_tiles: gl.tensor
     k_steps: gl.tensor
-    BM: gl.constexpr
-    BN: gl.constexpr
-    BK: gl.constexpr
-    GROUP_M: gl.constexpr
     G_PAD: gl.constexpr
-    RAGGED_K: gl.constexpr
-
-    @gluon.constexpr_function
-    def __init__(self, pid, num_programs, offs, G, T, num_pid_n, total_m, num_tiles, k_steps, BM, BN, BK, GROUP_M,
-                 G_PAD):
-        self.pid = pid
-        self.num_programs = num_programs
-        self.offs = offs
-        self.G = G
-        self.T = T
-        self.num_pid_n = num_pid_n
-        self.total_m = total_m
-        self.num_tiles = num_tiles
-        self.k_steps = k_steps
-        self.BM = gl.constexpr(BM)
-        self.BN = gl.constexpr(BN)
-        self.BK = gl.constexpr(BK)
-        self.GROUP_M = gl.constexpr(GROUP_M)
-        self.G_PAD = gl.constexpr(G_PAD)
-        self.RAGGED_K = gl.constexpr(False)
 
     @gluon.jit
     def create(offs, G, T, N, K, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr,
@@ -149,17 +122,14 @@ class GroupedScheduler:
         _, _, tiles = group_table(offs, G, T, BM, G_PAD)
         total_m = gl.sum(tiles, axis=0)
         num_pid_n = gl.cdiv(N, BN)
-        return GroupedScheduler(gl.program_id(0), gl.num_programs(0), offs, G, T, num_pid_n, total_m,
-                                total_m * num_pid_n, gl.cdiv(K, BK), BM, BN, BK, GROUP_M, G_PAD)
-
-    @gluon.jit
-    def local_tiles(self):
-        return tiles_of_program(self.num_tiles, self.pid, self.num_programs)
+        pid, num_programs = program()
+        return GroupedScheduler(pid, num_programs, total_m, num_pid_n, BM, BN, BK, GROUP_M, offs=offs, G=G, T=T,
+                                num_tiles=total_m * num_pid_n, k_steps=gl.cdiv(K, BK), G_PAD=G_PAD)
 
     @gluon.jit
     def locate(self, local_tile):
         """(group, first row, off_n) of this program's `local_tile`-th unit."""
-        vm, pid_n = tile_coords(self.pid + local_tile * self.num_programs, self.total_m, self.num_pid_n,
+        vm, pid_n = tile_coords(self.pid + local_tile * self.num_programs, self.num_pid_m, self.num_pid_n,
                                 self.GROUP_M)
         idx, starts, tiles = group_table(self.offs, self.G, self.T, self.BM, self.G_PAD)
         ends = gl.cumsum(tiles, axis=0)  # virtual tiles [ends - tiles, ends) belong to the group
@@ -169,31 +139,10 @@ class GroupedScheduler:
         return g, group_tile_row(vm, before, row, self.BM), pid_n * self.BN
 
     @gluon.jit
-    def tile_offsets(self, local_tile):
-        g, off_m, off_n = self.locate(local_tile)
-        return off_m, off_n
-
-    @gluon.jit
     def tile_batch(self, local_tile):
         """The unit's group: B's matrix, and the epilogue's row end."""
         g, off_m, off_n = self.locate(local_tile)
         return g
-
-    @gluon.jit
-    def k_begin(self, local_tile):
-        return 0
-
-    @gluon.jit
-    def unit_steps(self, local_tile):
-        return self.k_steps
-
-    @gluon.jit
-    def first_step(self, local_tile):
-        return local_tile * self.k_steps
-
-    @gluon.jit
-    def split(self, local_tile):
-        return 0
 
 
 # ----------------------------------------------------------------------------- epilogue
@@ -215,17 +164,6 @@ class GroupedEpilogue:
     T: gl.tensor
     N: gl.tensor
     TMA_STORE: gl.constexpr
-
-    @gluon.constexpr_function
-    def __init__(self, tma, out, sr, sc, offs, T, N, TMA_STORE):
-        self.tma = tma
-        self.out = out
-        self.sr = sr
-        self.sc = sc
-        self.offs = offs
-        self.T = T
-        self.N = N
-        self.TMA_STORE = gl.constexpr(TMA_STORE)
 
     @gluon.jit
     def store(self, mma, COPY: gl.constexpr, tile_count, off_m, off_n, batch, split):
@@ -277,11 +215,8 @@ def grouped_gemm(a_desc, b_desc, c_desc, out, offs, T, N, K, G, out_sr, out_sc, 
     CFG: the dense kernel's constexprs (KernelConstants, pingpong.hopper.host.launch), its EPI a plain
     store; then whether out takes TMA stores (TMA_STORE) and the group table's length (G_PAD).
     """
-    gl.static_assert(CFG.STAGES >= 2, "the ring needs at least 2 stages")
     gl.static_assert(CFG.EPI.plain(), "this kernel's epilogue stores α·acc alone (no β·C, bias or activation)")
     gl.static_assert(CFG.BN2 == 0, "grouped products take one-piece tiles (a batch's B box fills one buffer)")
-    gl.static_assert(CFG.RELEASERS == (1 if CFG.PINGPONG else 2),
-                     "ping-pong: one consumer frees a slot; cooperative: both")
     gl.static_assert(G_PAD >= 32, "the group table holds at least one element per lane")
     sched = GroupedScheduler.create(offs, G, T, N, K, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M, G_PAD)
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, 0, CFG.B_KMAJOR)

@@ -96,45 +96,20 @@ def k_steps_of(rows, BK: gl.constexpr):
 
 
 @aggregate
-class RaggedKScheduler:
+class RaggedKScheduler(TileScheduler):
     """TileScheduler's batched units, the group as the batch (module docstring), each with
-    its group's K range."""
+    its group's K range (TileScheduler's k_steps, of K = T, unused)."""
 
-    tiles: TileScheduler
     offs: gl.tensor
     T: gl.tensor
-    BM: gl.constexpr
-    BN: gl.constexpr
-    BK: gl.constexpr
-    RAGGED_K: gl.constexpr
-
-    @gluon.constexpr_function
-    def __init__(self, tiles, offs, T, BM, BN, BK):
-        self.tiles = tiles
-        self.offs = offs
-        self.T = T
-        self.BM = gl.constexpr(BM)
-        self.BN = gl.constexpr(BN)
-        self.BK = gl.constexpr(BK)
-        self.RAGGED_K = gl.constexpr(True)
+    RAGGED_K: gl.constexpr = True
 
     @gluon.jit
     def create(offs, G, T, M, N, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr):
-        # (TileScheduler's k_steps, from K = T, is unused: a unit's k-steps are its group's)
-        return RaggedKScheduler(TileScheduler.create(M, N, T, BM, BN, BK, GROUP_M, G), offs, T, BM, BN, BK)
-
-    @gluon.jit
-    def local_tiles(self):
-        return self.tiles.local_tiles()
-
-    @gluon.jit
-    def tile_offsets(self, local_tile):
-        return self.tiles.tile_offsets(local_tile)
-
-    @gluon.jit
-    def tile_batch(self, local_tile):
-        """The unit's group."""
-        return self.tiles.tile_batch(local_tile)
+        t = TileScheduler.create(M, N, T, BM, BN, BK, GROUP_M, G)
+        return RaggedKScheduler(t.pid, t.num_programs, t.num_pid_m, t.num_pid_n, BM, BN, BK, GROUP_M,
+                                num_tiles=t.num_tiles, k_steps=t.k_steps, tiles_per_batch=t.tiles_per_batch, offs=offs,
+                                T=T)
 
     @gluon.jit
     def k_range(self, local_tile):
@@ -144,13 +119,7 @@ class RaggedKScheduler:
 
     @gluon.jit
     def unit_steps(self, local_tile):
-        start, rows, steps = self.k_range(local_tile)
-        return steps
-
-    @gluon.jit
-    def split(self, local_tile):
-        """Every unit is its group's whole K range."""
-        return 0
+        return self.k_range(local_tile)[2]
 
 
 # ----------------------------------------------------------------------------- loads
@@ -163,11 +132,6 @@ class RaggedKLoader:
 
     a_desc: tma.tensor_descriptor
     b_desc: tma.tensor_descriptor
-
-    @gluon.constexpr_function
-    def __init__(self, a_desc, b_desc):
-        self.a_desc = a_desc
-        self.b_desc = b_desc
 
     @gluon.jit
     def load(self, ring, counter, off_m, off_n, start, rows, k):
@@ -200,11 +164,8 @@ def grouped_k_gemm(a_desc, b_desc, c_desc, offs, M, N, T, G, alpha, beta, CFG: g
     CFG: the dense kernel's constexprs (KernelConstants, pingpong.hopper.host.launch), its EPI a plain
     store.
     """
-    gl.static_assert(CFG.STAGES >= 2, "the ring needs at least 2 stages")
     gl.static_assert(CFG.EPI.plain(), "this kernel's epilogue stores α·acc alone (no β·C, bias or activation)")
     gl.static_assert(CFG.BN2 == 0, "ragged-K products take one-piece tiles")
-    gl.static_assert(CFG.RELEASERS == (1 if CFG.PINGPONG else 2),
-                     "ping-pong: one consumer frees a slot; cooperative: both")
     gl.static_assert(len(a_desc.block_type.shape) == 4, "A: a ragged (rank-4) descriptor")
     gl.static_assert(len(b_desc.block_type.shape) == 4, "B: a ragged (rank-4) descriptor")
     gl.static_assert(len(c_desc.block_type.shape) == 3, "out: a rank-3 (group, row, column) descriptor")

@@ -101,7 +101,7 @@ def _declare_epilogue(b, subtiles: int, has_c: bool):
 
 def hopper_pingpong(k_iters: int = 4, stages: int = 3, tiles_per_consumer: int = 2, variant: str = "correct",
                     subtiles: int = 1, has_c: bool = False):
-    """Our Hopper ping-pong kernel's protocol (pingpong.hopper.kernels.gemm.pingpong_consumer,
+    """Our Hopper ping-pong kernel's protocol (pingpong.hopper.kernels.gemm.consumer,
     producer; PingPongSync realized with mbarriers). ``k_iters`` = k-steps per tile.
 
     variant: "correct"; "early_release" (a consumer arrives on empty[s] right after issuing
@@ -183,7 +183,7 @@ def _producer(b, ring_index, ring_phase, stages: int, total: int, k_iters: int):
 
 def hopper_cooperative(k_iters: int = 2, stages: int = 2, tiles: int = 2, variant: str = "correct",
                        subtiles: int = 2, has_c: bool = True):
-    """Our Hopper cooperative kernel's protocol (pingpong.hopper.kernels.gemm.cooperative_consumer,
+    """Our Hopper cooperative kernel's protocol (pingpong.hopper.kernels.gemm.consumer,
     the default schedule): the producer of the ping-pong model; both consumer warpgroups
     consume every k-step (each its half of the rows) and BOTH release each slot, so empty[s]
     is initialized with count 2; then each runs the epilogue of its half-tile.

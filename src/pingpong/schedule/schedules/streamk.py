@@ -32,7 +32,7 @@ depend on the arrival order; the model fixes that order, the checker cannot comp
 counters must be 0 again at the end (the plan reuses them launch after launch):
 `check(...).final_atomics` holds the counters' final values.
 
-Ping-pong: consumer c runs the program's units c, c + 2, ... (kernel.pingpong_consumer), one
+Ping-pong: consumer c runs the program's units c, c + 2, ... (kernel.consumer), one
 counter per tile. Cooperative: both consumers run every unit, each its half of the rows, one
 counter and one workspace block per (tile, half): the halves share nothing, so `halves`
 picks which are modelled (half 0 by default: the other is the same protocol on other names,
@@ -91,8 +91,8 @@ def program_units(tiles: int, k_steps: int, sms: int):
     memo = {}
     fields = list(StreamKScheduler.__annotations__)
     methods = {m: in_python(getattr(StreamKScheduler, m), memo) for m in ("local_tiles", "unit", "split")}
-    plain = type("StreamKSchedulerInPython", (), dict(methods, __init__=lambda self, *a: self.__dict__.update(
-        zip(fields, a))))
+    plain = type("StreamKSchedulerInPython", (), dict(methods, __init__=lambda self, *a, **kw: self.__dict__.update(
+        zip(fields, a), **kw)))
     out = []
     for pid in range(programs):
         gl = types.SimpleNamespace(program_id=lambda axis, pid=pid: pid, num_programs=lambda axis: programs,
