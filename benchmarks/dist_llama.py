@@ -812,12 +812,7 @@ def parse(argv):
     p.add_argument("--async-tp", action="store_true",
                    help="with --sequence-parallel, NCCL: torch's async TP for both models, pingpong's pass for pingpong's;"
                         " compiled rows report each model's fused nodes")
-    p.add_argument("--async-tp-free-sms", type=int, default=0,
-                   help="with --async-tp: SMs each chunk's pingpong product leaves to torch's symmetric-memory kernels"
-                        " (pingpong.distributed.enable_async_tp(free_sms=))")
     args = p.parse_args(argv)
-    if args.async_tp_free_sms and not args.async_tp:
-        p.error("--async-tp-free-sms: only with --async-tp")
     if args.sequence_parallel and args.arch != "llama":
         p.error("--sequence-parallel: the own Llama only (--arch llama): transformers' attention takes keyword inputs")
     if args.async_tp and not args.sequence_parallel:
@@ -853,7 +848,7 @@ def config(args) -> Config:
     return Config(layers=args.layers)
 
 
-def enable_async_tp(mesh, free_sms: int = 0) -> None:
+def enable_async_tp(mesh) -> None:
     """torch's async TP for every model compiled from here (its inductor switch, symmetric memory
     for the TP group) and pingpong's pass beside torch's; inductor's caches off, so that every
     compile runs the passes (fused_nodes counts what they made)."""
@@ -870,7 +865,7 @@ def enable_async_tp(mesh, free_sms: int = 0) -> None:
     with warnings.catch_warnings():  # deprecated on torch 2.13, and still what its pass checks
         warnings.simplefilter("ignore", FutureWarning)
         enable_symm_mem_for_group(mesh.get_group().group_name)
-    pingpong.distributed.enable_async_tp(free_sms=free_sms)
+    pingpong.distributed.enable_async_tp()
 
 
 def main(argv=None) -> int:
@@ -893,7 +888,7 @@ def main(argv=None) -> int:
     arch, c = Arch(args.arch), config(args)
     meshes = meshes_for(world, device)
     if args.async_tp:
-        enable_async_tp(meshes["tp"], args.async_tp_free_sms)
+        enable_async_tp(meshes["tp"])
     from torch.distributed.fsdp._fully_shard._fsdp_param import FSDPParam
 
     info = dict(world=world, torch=torch.__version__, arch=args.arch, config=asdict(c),

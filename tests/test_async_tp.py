@@ -197,44 +197,6 @@ def test_mm_out_writes_the_chunks_torch_hands_it(interpreted_kernels, seed):
     assert cols[:, :N // 2].isnan().all()
 
 
-@pytest.mark.parametrize("user", [None, 3, 20])
-def test_mm_out_leaves_the_free_sms_for_its_call_only(monkeypatch, user):
-    """enable_async_tp(free_sms=8): each chunk's product is planned under torch's SM carveout
-    raised to 8 (the user's larger one kept), and the user's carveout is back after the call,
-    an error in the product included; free_sms=0 leaves the carveout alone; a bad free_sms is
-    refused before anything changes."""
-    from pingpong.integration import async_tp
-
-    seen = []
-
-    def gemm(a, b, args, dtype, out=None):
-        seen.append(torch._C._get_sm_carveout_experimental())
-        if a is None:
-            raise RuntimeError("the product failed")
-        return out
-
-    monkeypatch.setattr(async_tp.direct, "gemm", gemm)
-    before = torch._C._get_sm_carveout_experimental()
-    torch._C._set_sm_carveout_experimental(user)
-    try:
-        out = torch.empty(4, 4)
-        async_tp.enable_async_tp(free_sms=8)
-        async_tp.mm_out(out, out, out=out)
-        with pytest.raises(RuntimeError, match="failed"):
-            async_tp.mm_out(None, out, out=out)
-        assert seen == [max(8, user or 0)] * 2 and torch._C._get_sm_carveout_experimental() == user
-        with pytest.raises(PingpongError, match="free_sms"):
-            async_tp.enable_async_tp(free_sms=-1)
-        async_tp.mm_out(out, out, out=out)
-        async_tp.enable_async_tp(free_sms=0)
-        async_tp.mm_out(out, out, out=out)
-        assert seen[2:] == [max(8, user or 0), user]
-    finally:
-        async_tp.disable_async_tp()
-        async_tp._FREE_SMS[0] = 0
-        torch._C._set_sm_carveout_experimental(before)
-
-
 def test_fused_ops_check_the_gathered_shapes(mesh):
     """The fake implementations (meta tensors): the gathered / scattered shapes and layouts of
     torch's implementations, and pingpong's argument errors on the gathered shapes."""

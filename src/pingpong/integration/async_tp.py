@@ -60,32 +60,17 @@ FUSED: collections.Counter = collections.Counter()
 
 _ALIGN = 16
 
-#: SMs the chunks' products leave free (enable_async_tp(free_sms=)): torch's implementations
-#: run small kernels of their own (symmetric-memory barriers, copies) beside each chunk's
-#: product, which a persistent product on every SM would hold back until it ends
-_FREE_SMS = [0]
-
 
 def mm_out(a, b, *, bias=None, activation=None, out) -> None:
     """out ← act(a @ b + bias), in the (A, B, **kwargs, out=) form torch's async-TP
     implementations call. `out` is a chunk of their output or of a symmetric-memory buffer: a
     contiguous, aligned one is written in place (pingpong.integration.direct.gemm's out=), any other (a
-    column chunk, an odd offset) takes the product in a new tensor and a copy. With free SMs
-    asked (`enable_async_tp(free_sms=n)`), the product runs under torch's SM carveout raised to
-    n for the call (restored after it)."""
+    column chunk, an odd offset) takes the product in a new tensor and a copy."""
     args = NO_ARGS if bias is None and activation is None else EpilogueArgs(bias=bias, activation=activation)
-    free, before = _FREE_SMS[0], None
-    if free:
-        before = torch._C._get_sm_carveout_experimental()
-        torch._C._set_sm_carveout_experimental(max(free, before or 0))
-    try:
-        if out.is_contiguous() and out.data_ptr() % _ALIGN == 0:
-            direct.gemm(a, b, args, out.dtype, out=out)
-        else:
-            out.copy_(direct.gemm(a, b, args, out.dtype))
-    finally:
-        if free:
-            torch._C._set_sm_carveout_experimental(before)
+    if out.is_contiguous() and out.data_ptr() % _ALIGN == 0:
+        direct.gemm(a, b, args, out.dtype, out=out)
+    else:
+        out.copy_(direct.gemm(a, b, args, out.dtype))
 
 
 # ----------------------------------------------------------------------------- the ops
@@ -541,7 +526,7 @@ def _takes_lists() -> bool:
     return hasattr(custom_graph_pass, "get_custom_graph_passes")
 
 
-def enable_async_tp(free_sms: int = 0) -> None:
+def enable_async_tp() -> None:
     """pingpong.linear and pingpong.mm take part in torch's async TP: pingpong's post-grad pass is
     added to torch._inductor.config.post_grad_custom_post_pass (after a pass already set there,
     which keeps running), and rewrites graphs compiled while torch's own switch is on:
@@ -550,13 +535,8 @@ def enable_async_tp(free_sms: int = 0) -> None:
         torch.distributed._symmetric_memory.enable_symm_mem_for_group(tp_mesh.get_group().group_name)
         pingpong.distributed.enable_async_tp()
 
-    `free_sms`: SMs each chunk's product leaves to the implementation's own kernels (`mm_out`;
-    0: every SM). Idempotent (a second call sets free_sms); `disable_async_tp` takes it out."""
+    Idempotent; `disable_async_tp` takes it out."""
     from torch._inductor import config
-
-    if type(free_sms) is not int or free_sms < 0:
-        raise PingpongError(f"free_sms must be an int >= 0, got {free_sms!r}")
-    _FREE_SMS[0] = free_sms
 
     current = config.post_grad_custom_post_pass
     passes = list(current) if isinstance(current, (list, tuple)) else [] if current is None else [current]
