@@ -83,8 +83,8 @@ and host ms, the CPU time to issue one step with the GPU idle at its
 start: a step whose host ms reaches its wall ms is host-bound.
 
 Output: one table printed last by rank 0; the rows as JSON in --json, and in
-$OUT/dist_llama.json when OUT is set. --host-profile: for each eager row, rank 0's cProfile of
-one step of each model (where a host-bound step's time goes), host_profile-<row>-<model>.txt.
+$OUT/dist_llama.json when OUT is set. --host-profile: for each row, rank 0's cProfile of one
+step of each model (where a host-bound step's time goes), host_profile-<row>-<model>.txt.
 """
 
 from __future__ import annotations
@@ -696,7 +696,7 @@ def run_row(arch, c, workload, mode, meshes, env, args) -> dict:
     env.log(f"{workload} {mode} check", check)
     row.update(compare(steps, args, env))
     row["per_step"] = {name: per_step(fn, env) for name, fn in steps.items()}
-    if args.host_profile and mode == "eager":
+    if args.host_profile:
         for name, fn in steps.items():
             host_profile(fn, env, f"{workload}-{mode}-{name}")
     if mode == "compiled":
@@ -799,7 +799,7 @@ def parse(argv):
     p.add_argument("--sm-carveout", type=int, default=None, help="torch's SM carveout for both models (SMs kept from"
                    " the GEMMs for NCCL: torch._C._set_sm_carveout_experimental); unset by default")
     p.add_argument("--host-profile", action="store_true",
-                   help="eager rows: rank 0's cProfile of one step of each model, host_profile-*.txt ($OUT or .)")
+                   help="rank 0's cProfile of one step of each model per row, host_profile-*.txt ($OUT or .)")
     p.add_argument("--sequence-parallel", action="store_true",
                    help="tp-* rows: the sequence-parallel TP plan for both models (own Llama; tp-decode skipped)")
     p.add_argument("--sp-stream", default="auto", choices=("auto", "local", "dtensor"),

@@ -9,6 +9,16 @@ next to an empty-tensor allocation (the output's `torch.empty`, which every call
 tensors stand in for CUDA ones; each call's plan is stored in the cache beforehand, as after a
 first (validated) call. Compare two trees by running this under each one's PYTHONPATH; the GPU
 host's µs are larger (benchmarks/host_gap.py measures them there), the Python is the same.
+
+    PYTHONPATH=src python benchmarks/host_cpu_fp8.py --jit
+
+instead: quantize_fp8's row kernel (x (64, 4096) bf16) compiled offline for sm_90a, launched
+through Triton's JIT (`kernel[grid](...)`: the binder, the cache key, the launch metadata)
+against its bound direct launch (quantize.launch's CachedLaunch), both into Triton's launch
+wrapper around a no-op C launcher (tests/fake_launcher.py). quantize_fp8_pair's launch
+(quantize.launch_pair) takes the JIT path twice per call (the amax pass, then the cast), so
+FP8 training pays it three times per linear and step (X and W in the forward, dY in the
+backward).
 """
 
 import argparse
@@ -73,12 +83,46 @@ def cases():
         yield name, (lambda a=a, b=b, sa=sa, sb=sb: fp8.scaled_mm(a, b, sa, sb)), M
 
 
+def jit_against_bound(calls: int, rounds: int) -> None:
+    """--jit: µs per launch of the row quantize kernel through Triton's JIT and bound."""
+    import os
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    import fake_launcher
+    from triton.runtime import driver
+
+    from pingpong import quantize
+    from pingpong.runtime import compile as cc
+
+    x = torch.empty(64, 4096, dtype=torch.bfloat16)
+    q, s = torch.empty(64, 4096, dtype=torch.float8_e4m3fn), quantize.scale_like(x, "row")
+    torch.Tensor.is_cuda = property(lambda self: True)  # Triton's JIT takes the CPU tensors as CUDA ones
+    with cc.offline("sm_90a"):
+        fake_launcher.install(driver.active)
+        fn, args, kwargs, grid = quantize.prepare(x, q, s, "row")
+        fn[grid](*args, **kwargs)  # compiles (offline), then launches into the no-op launcher
+        cached = quantize.CachedLaunch()
+        cached.jit(quantize.prepare, (x, q, s, "row"))
+        assert cached.bound is not None, "no bound launch: a launch hook is installed?"
+        device = driver.active.get_current_device()
+        torch._C._cuda_getDevice = lambda: device
+        torch._C._cuda_getCurrentRawStream = lambda d: 0
+        ptrs = (x.data_ptr(), q.data_ptr(), s.data_ptr())
+        jit = per_call(lambda: fn[grid](*args, **kwargs), calls, rounds)
+        bound = per_call(lambda: cached(device, ptrs, (), quantize.prepare, x, q, s, "row"), calls, rounds)
+    print(f"quantize_fp8 row kernel, one launch: through Triton's JIT {jit:6.2f} µs, bound (CachedLaunch) {bound:6.2f} µs")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--calls", type=int, default=5000)
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--profile", action="store_true", help="also a cProfile of each case, by own time")
+    p.add_argument("--jit", action="store_true", help="a quantize kernel's launch through Triton's JIT against bound")
     args = p.parse_args(argv)
+    if args.jit:
+        jit_against_bound(args.calls, args.rounds)
+        return 0
     stub_device()
     print(f"pingpong.scaled_mm, cache hit, launch stubbed; µs per call (the fastest of {args.rounds} loops)")
     for name, fn, M in cases():
