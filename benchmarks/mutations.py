@@ -539,6 +539,8 @@ MUTATIONS = [
     ("check cache: keyword names left out of the key", "src/pingpong/distributed.py",
      "key += tuple(x for k, v in kwargs.items() for x in (k, _token(v)))", "key += tuple(map(_token, kwargs.values()))",
      "tests/test_distributed.py -k check_cache"),
+    ("DTensor told pingpong's ops nest their tensors (pytree on every call)", "src/pingpong/distributed.py",
+     "        _flat(op)\n", "        pass\n", "tests/test_distributed.py -k flat"),
     # -- the FP8 training linear on DTensors (pingpong.distributed.fp8_layouts, check_fp8)
     ("FP8 rowwise: y Replicate, not a Partial sum", "src/pingpong/distributed.py",
      "Fp8Layout(Shard(last), Shard(1), R, P, (Shard(last), Shard(1), R), share_bias=True)",

@@ -530,6 +530,18 @@ def test_the_check_cache_misses_a_call_that_differs_in_one_respect(mesh, monkeyp
     assert len(full) == before + 2, "a call with an argument that does not hash was not checked every time"
 
 
+def test_the_ops_take_their_dtensors_flat(mesh):
+    """pingpong's ops (no list among their arguments) are registered as taking their tensors
+    flat, so DTensor skips pytree's flatten on each call."""
+    from torch.distributed.tensor import DTensor
+
+    from pingpong import distributed
+
+    infos = DTensor._op_dispatcher.sharding_propagator.op_to_schema_info
+    for op in distributed.LAYOUTS:
+        assert not infos[op].needs_pytree, op
+
+
 def test_parallelize_then_replace_is_refused(mesh):
     from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
 

@@ -50,6 +50,7 @@ gradients) on its local tensors, every scale from the values that rank holds.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import string
 from dataclasses import dataclass, field
@@ -231,7 +232,20 @@ def register(op, layout: Callable[..., Layout], check: Callable[..., None] | Non
         return result
 
     register_sharding(op)(rule)  # DTensor caches the result per call, keyed by every argument (torch 2.11, 2.13)
+    if not any(isinstance(a.type, torch.ListType) for a in schema.arguments):
+        _flat(op)
     LAYOUTS[op] = _Registered(op, layout, check or (lambda *a, **k: None), names, inplace)
+
+
+def _flat(op) -> None:
+    """Tell DTensor that `op` (no list among its arguments) takes its tensors flat:
+    register_sharding marks every op it registers as nesting them (`needs_pytree`), which sends
+    each call through pytree's flatten and DTensor's slower path for local results. Left as
+    register_sharding made it where this torch keeps no such mark."""
+    infos = getattr(DTensor._op_dispatcher.sharding_propagator, "op_to_schema_info", None)
+    info = infos.get(op) if isinstance(infos, dict) else None
+    if getattr(info, "needs_pytree", False) and dataclasses.is_dataclass(info):
+        infos[op] = dataclasses.replace(info, needs_pytree=False)
 
 
 def _is_spec(v) -> bool:
