@@ -532,6 +532,15 @@ MUTATIONS = [
      "tests/test_quantize_columns.py -k interpreter"),
     ("FP8 training: refuse_grad lets quantize_fp8 through", "src/pingpong/quantize.py",
      '    refuse_grad("quantize_fp8", x, names=("x",))\n', "", "tests/test_fp8_training.py"),
+    # -- the checks' cache on DTensors (pingpong.distributed._passed, _token)
+    ("check cache: a DTensor's spec left out of its key", "src/pingpong/distributed.py",
+     "return type(v), v._spec, v._local_tensor.dtype, v.device", "return type(v), v._local_tensor.dtype, v.device",
+     "tests/test_distributed.py -k check_cache"),
+    ("check cache: keyword names left out of the key", "src/pingpong/distributed.py",
+     "key += tuple(x for k, v in kwargs.items() for x in (k, _token(v)))", "key += tuple(map(_token, kwargs.values()))",
+     "tests/test_distributed.py -k check_cache"),
+    ("DTensor told pingpong's ops nest their tensors (pytree on every call)", "src/pingpong/distributed.py",
+     "        _flat(op)\n", "        pass\n", "tests/test_distributed.py -k flat"),
     # -- the FP8 training linear on DTensors (pingpong.distributed.fp8_layouts, check_fp8)
     ("FP8 rowwise: y Replicate, not a Partial sum", "src/pingpong/distributed.py",
      "Fp8Layout(Shard(last), Shard(1), R, P, (Shard(last), Shard(1), R), share_bias=True)",

@@ -488,6 +488,60 @@ def test_the_check_cache_refuses_what_it_did_not_pass(mesh, runs, monkeypatch):
     assert len(runs) == before, "a refused call ran the kernel"
 
 
+def test_the_check_cache_misses_a_call_that_differs_in_one_respect(mesh, monkeypatch):
+    """The checks' lookup (pingpong.distributed.checked: the routes of matmul, gemm, linear and
+    each backward GEMM; `check`) hits only a call alike: a call that differs from one that
+    passed in one respect the checks read (the op, a placement, a global shape, a local dtype,
+    another argument's value, a keyword's name) is checked in full; an argument that does not
+    hash is checked every time."""
+    from torch.distributed.tensor import Replicate, Shard
+
+    from pingpong import distributed
+
+    monkeypatch.setattr(distributed, "_PASSED", {})
+    full = []
+    monkeypatch.setattr(distributed, "_check", lambda *a, _c=distributed._check: (full.append(1), _c(*a))[1])
+    mm, gemm, linear = (getattr(torch.ops.pingpong, n).default for n in ("mm", "gemm", "linear"))
+    a, b = dt(mesh, (4, 6), Replicate(), 1), dt(mesh, (6, 8), Shard(1), 2)
+    distributed.checked(mm, (a, b, None))
+    distributed.checked(mm, (dt(mesh, (4, 6), Replicate(), 3), dt(mesh, (6, 8), Shard(1), 4), None))
+    assert len(full) == 1, "a call alike was checked again"
+    differing = {
+        "the op": (gemm, (a, b)),
+        "a placement": (mm, (a, dt(mesh, (6, 8), Shard(0), 2), None)),
+        "a global shape": (mm, (a, dt(mesh, (6, 10), Shard(1), 2), None)),
+        "a local dtype": (mm, (dt(mesh, (4, 6), Replicate(), 1, torch.bfloat16),
+                               dt(mesh, (6, 8), Shard(1), 2, torch.bfloat16), None)),
+        "another argument's value": (mm, (a, b, torch.float32)),
+    }
+    for what, (op, args) in differing.items():
+        before = len(full)
+        distributed.checked(op, args)
+        assert len(full) == before + 1, f"a call differing in {what} hit the cache"
+    w = dt(mesh, (8, 6), Shard(0), 5)
+    distributed.check(linear, a, w, bias=None)
+    before = len(full)
+    distributed.check(linear, a, w, activation=None)
+    assert len(full) == before + 1, "a call differing in a keyword's name hit the cache"
+    monkeypatch.setattr(distributed, "_check", lambda *a: full.append(1))  # the lookup alone
+    before = len(full)
+    for _ in range(2):
+        distributed.check(mm, a, b, [None])
+    assert len(full) == before + 2, "a call with an argument that does not hash was not checked every time"
+
+
+def test_the_ops_take_their_dtensors_flat(mesh):
+    """pingpong's ops (no list among their arguments) are registered as taking their tensors
+    flat, so DTensor skips pytree's flatten on each call."""
+    from torch.distributed.tensor import DTensor
+
+    from pingpong import distributed
+
+    infos = DTensor._op_dispatcher.sharding_propagator.op_to_schema_info
+    for op in distributed.LAYOUTS:
+        assert not infos[op].needs_pytree, op
+
+
 def test_parallelize_then_replace_is_refused(mesh):
     from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
 

@@ -50,6 +50,7 @@ gradients) on its local tensors, every scale from the values that rank holds.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import string
 from dataclasses import dataclass, field
@@ -231,7 +232,20 @@ def register(op, layout: Callable[..., Layout], check: Callable[..., None] | Non
         return result
 
     register_sharding(op)(rule)  # DTensor caches the result per call, keyed by every argument (torch 2.11, 2.13)
+    if not any(isinstance(a.type, torch.ListType) for a in schema.arguments):
+        _flat(op)
     LAYOUTS[op] = _Registered(op, layout, check or (lambda *a, **k: None), names, inplace)
+
+
+def _flat(op) -> None:
+    """Tell DTensor that `op` (no list among its arguments) takes its tensors flat:
+    register_sharding marks every op it registers as nesting them (`needs_pytree`), which sends
+    each call through pytree's flatten and DTensor's slower path for local results. Left as
+    register_sharding made it where this torch keeps no such mark."""
+    infos = getattr(DTensor._op_dispatcher.sharding_propagator, "op_to_schema_info", None)
+    info = infos.get(op) if isinstance(infos, dict) else None
+    if getattr(info, "needs_pytree", False) and dataclasses.is_dataclass(info):
+        infos[op] = dataclasses.replace(info, needs_pytree=False)
 
 
 def _is_spec(v) -> bool:
@@ -270,7 +284,7 @@ def _mesh(mesh) -> str:
     return f"the {mesh.device_type} mesh of ranks {mesh.mesh.tolist()}{names}"
 
 
-_PASSED: dict = {}  # a call's key (_key) -> the positions of its stale DTensors, once it passed the checks
+_PASSED: dict = {}  # a call's key (_passed) -> the positions of its stale DTensors, once it passed the checks
 _PASSED_MAX = 4096
 
 
@@ -282,13 +296,13 @@ def check(op, *args, **kwargs) -> None:
     contracted dim or Partial under an activation, and an in-place output whose placement the
     product cannot take.
 
-    A call that passed is remembered by its key (`_key`: the op, each DTensor's spec, local
+    A call that passed is remembered by its key (`_passed`: the op, each DTensor's spec, local
     dtype and device, each plain tensor's metadata and each other argument's type and value:
     all that the checks read), so a call alike costs one lookup, as DTensor caches its
     sharding per call; any other call is checked in full, so a refused call is refused every
     time."""
-    key = _key(op, args, kwargs)
-    if key is not None and _PASSED.get(key) == ():
+    key, positions = _passed(op, args, kwargs)
+    if positions == ():
         return
     _check(op, args, kwargs)
     _remember(key, ())
@@ -300,8 +314,7 @@ def checked(op, args: tuple) -> tuple:
     torch.compile traces, only rebuilt (the checks are not traced)."""
     if torch.compiler.is_compiling():
         return respec(args)
-    key = _key(op, args, {})
-    positions = _PASSED.get(key) if key is not None else None
+    key, positions = _passed(op, args)
     if positions is None:
         fixed = respec(args)
         positions = tuple(i for i, (t, f) in enumerate(zip(args, fixed)) if t is not f)
@@ -318,14 +331,17 @@ def _remember(key, positions: tuple) -> None:
         _PASSED[key] = positions
 
 
-def _key(op, args, kwargs) -> tuple | None:
-    """The call's key, or None when an argument does not hash (that call is checked every time)."""
-    key = (op, *map(_token, args), *(x for k, v in kwargs.items() for x in (k, _token(v))))
+def _passed(op, args, kwargs=None) -> tuple:
+    """(the call's key, what `_PASSED` holds for it or None): the key None when an argument
+    does not hash (that call is checked every time). The key: the op and each argument's
+    `_token`, keyword arguments by name; hashed once, by the lookup."""
+    key = (op, *map(_token, args))
+    if kwargs:
+        key += tuple(x for k, v in kwargs.items() for x in (k, _token(v)))
     try:
-        hash(key)
+        return key, _PASSED.get(key)
     except TypeError:
-        return None
-    return key
+        return None, None
 
 
 def _token(v):
@@ -681,8 +697,8 @@ def check_fp8(x, weight, bias, recipe: str) -> None:
     or out_features the recipe cannot take (each rank's extent must be whole and pass
     fp8_training.training_shape_reason). A call alike after one that passed costs one lookup
     (`check`'s cache)."""
-    key = _key(FP8_OP, (x, weight, bias, recipe), {})
-    if key is not None and _PASSED.get(key) == ():
+    key, positions = _passed(FP8_OP, (x, weight, bias, recipe))
+    if positions == ():
         return
     tensors = {n: t for n, t in (("x", x), ("weight", weight), ("bias", bias)) if isinstance(t, torch.Tensor)}
     _check_dtensors(FP8_OP, _FP8_NAME, tensors)

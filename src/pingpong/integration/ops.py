@@ -71,8 +71,7 @@ def needs_op(a, b, c=None, d=None) -> bool:
             return True
         return torch.compiler.is_compiling()
     # a tensor subclass (a tracer's fake/functional tensors): the op; not tensors: validation
-    return (any(isinstance(t, torch.Tensor) and type(t) not in _PLAIN for t in (a, b, c, d))
-            or torch.compiler.is_compiling())
+    return traced(a, b, c, d)
 
 
 def traced(*tensors) -> bool:
@@ -108,8 +107,9 @@ def sharded(op, *args) -> tuple:
     """`check_sharded` for the routes below: returns `args`, a DTensor whose spec misstates its
     local tensor's dtype rebuilt first (pingpong.distributed.checked; also while torch.compile
     traces, where the checks are skipped)."""
-    if any(is_dtensor(t) for t in args):
-        return _rules().checked(op, args)
+    for t in args:
+        if is_dtensor(t):
+            return _rules().checked(op, args)
     return args
 
 
@@ -126,10 +126,15 @@ def route_gemm(a, b, args: EpilogueArgs, out_dtype) -> Tensor:
     tensors = _tensors(args)
     if traced(a, b, *tensors):
         if plain_args(args):
-            a, b, _ = sharded(torch.ops.pingpong.mm.default, a, b, out_dtype)
-            return mm(a, b, out_dtype)
-        return gemm(*sharded(torch.ops.pingpong.gemm.default, a, b, *op_values(args, out_dtype)))
+            return _route_mm(a, b, out_dtype)
+        return _GEMM(*sharded(_GEMM, a, b, *op_values(args, out_dtype)))
     return _GemmFunction.apply(a, b, args, out_dtype, *tensors)
+
+
+def _route_mm(a, b, out_dtype) -> Tensor:
+    """`route_gemm` of a traced a @ b: pingpong::mm."""
+    a, b, _ = sharded(_MM, a, b, out_dtype)
+    return _MM(a, b, out_dtype)
 
 
 def route_gemm_(a, b, args: EpilogueArgs) -> None:
@@ -145,8 +150,8 @@ def route_linear(x, w, bias, activation) -> Tensor:
     """A `linear` call that left the direct path: the op when traced, else the Function (the
     thin one on the layer's cached plan when it can: no activation, x folds into 2-D)."""
     if traced(x, w, bias):
-        x, w, bias, _ = sharded(torch.ops.pingpong.linear.default, x, w, bias, activation)
-        return linear(x, w, bias, activation)
+        x, w, bias, _ = sharded(_LINEAR, x, w, bias, activation)
+        return _LINEAR(x, w, bias, activation)
     lp = direct.layer_plan(x, w, bias, activation)
     if lp.folds and lp.activation == "none":
         return _layer_apply(x, w, bias, lp)
@@ -179,7 +184,7 @@ def _gemm(a, b, alpha=1.0, out_dtype=None, args: EpilogueArgs | None = None) -> 
     if args is None:
         args = NO_ARGS if alpha == 1.0 else EpilogueArgs(alpha=alpha)
         if needs_op(a, b):
-            return route_gemm(a, b, args, out_dtype)
+            return _route_mm(a, b, out_dtype) if alpha == 1.0 and traced(a, b) else route_gemm(a, b, args, out_dtype)
     elif needs_op(a, b, *_tensors(args)):
         return route_gemm(a, b, args, out_dtype)
     return direct.gemm(a, b, args, out_dtype)
@@ -199,10 +204,13 @@ def check_not_differentiated(c, a, b, *operands) -> None:
 # ----------------------------------------------------------------------------- the ops
 
 
+# The ops' bodies run below the dispatcher's Autograd key (their autograd, DTensor's dispatch and
+# torch.compile's graphs all call them from there): nothing they do records a graph.
+
+
 @torch.library.custom_op("pingpong::mm", mutates_args=())
 def mm(a: Tensor, b: Tensor, out_dtype: Optional[torch.dtype] = None) -> Tensor:
-    with torch.no_grad():
-        return direct.gemm(a, b, EpilogueArgs(), out_dtype)
+    return direct.gemm(a, b, NO_ARGS, out_dtype)
 
 
 @mm.register_fake
@@ -218,8 +226,7 @@ INPLACE_OP_ARGS = tuple(f for f in DENSE_OP_ARGS if f not in ("c", "out_dtype"))
 
 def _gemm_op(a, b, *values):
     args, out_dtype = op_args(values)
-    with torch.no_grad():
-        return direct.gemm(a, b, args, out_dtype)
+    return direct.gemm(a, b, args, out_dtype)
 
 
 def _gemm_fake(a, b, *values):
@@ -236,8 +243,7 @@ gemm.register_fake(_gemm_fake)
 
 def _gemm__op(c, a, b, *values):
     args, _ = op_args(values, INPLACE_OP_ARGS)
-    with torch.no_grad():
-        direct.gemm_(a, b, args._replace(c=c))
+    direct.gemm_(a, b, args._replace(c=c))
 
 
 def _gemm__fake(c, a, b, *values):
@@ -252,8 +258,7 @@ gemm_.register_fake(_gemm__fake)
 
 @torch.library.custom_op("pingpong::linear", mutates_args=())
 def linear(x: Tensor, w: Tensor, bias: Optional[Tensor] = None, activation: Optional[str] = None) -> Tensor:
-    with torch.no_grad():
-        return direct.linear(x, w, bias, activation)
+    return direct.linear(x, w, bias, activation)
 
 
 @linear.register_fake
@@ -404,6 +409,9 @@ def _unrows(t, like) -> Tensor:
 mm.register_autograd(_backward_mm, setup_context=_setup_mm)
 gemm.register_autograd(_backward_gemm, setup_context=_setup_gemm)
 linear.register_autograd(_backward_linear, setup_context=_setup_linear)
+
+# the routes call the OpOverloads (what a CustomOpDef's __call__ calls: one Python frame fewer)
+_MM, _GEMM, _LINEAR = torch.ops.pingpong.mm.default, torch.ops.pingpong.gemm.default, torch.ops.pingpong.linear.default
 
 
 class _GemmFunction(torch.autograd.Function):
