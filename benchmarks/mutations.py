@@ -120,6 +120,8 @@ MUTATIONS = [
     ("a scheduler outside the raster family", "src/pingpong/hopper/kernels/grouped.py",
      "class GroupedScheduler(RasterScheduler):", "class GroupedScheduler:\n    pid: gl.tensor",
      "tests/test_hopper_skeleton.py"),
+    ("a grouped launch takes a 2-CTA cluster", "src/pingpong/hopper/host/grouped.py",
+     "d.block_n2 == 0 and d.cluster_m == 1 and", "d.block_n2 == 0 and", "tests/test_grouped.py -k one_piece"),
     # -- streaming
     ("vector_add(None, b) unchecked", "src/pingpong/streaming/api.py",
      'if t is not None or name != "out":\n            check_tensor(name, t)',

@@ -287,6 +287,24 @@ def test_grouped_kernels_compile_offline():
         assert facts.counts["tma_load"] >= 2 and facts.counts["tma_store"] >= 1 and facts.counts["wgmma"] > 0, name
 
 
+@pytest.mark.parametrize("config", [KernelConfig(128, 128, 64, schedule="cooperative", cluster_m=2),
+                                    KernelConfig(128, 128, 64, schedule="persistent"),
+                                    KernelConfig(128, 192, 64, schedule="cooperative")])
+def test_grouped_launches_take_one_piece_tiles_of_one_cta(config):
+    """Both grouped kernels' launches (ragged rows, ragged K) refuse, through their one shared
+    derivation (`derived`), a tile neither kernel runs: a 2-CTA cluster, the persistent
+    schedule, a two-piece tile."""
+    from pingpong.hopper.host import grouped_k as hk
+
+    T, G, M, N, K = 512, 4, 128, 384, 128
+    empty = lambda *shape: torch.empty(*shape, dtype=torch.bfloat16)  # noqa: E731
+    offs = torch.empty(G, dtype=torch.int32)
+    with pytest.raises(AssertionError, match="one-piece warp-specialized tiles, one CTA each"):
+        hg.prepare(empty(T, K), empty(G, K, N), empty(T, N), offs, config, 132)
+    with pytest.raises(AssertionError, match="one-piece warp-specialized tiles, one CTA each"):
+        hk.prepare(empty(T, M), empty(T, N), empty(G, M, N), offs, config, 132)
+
+
 # ----------------------------------------------------------------------------- the Hopper ragged-K kernel
 
 

@@ -1,6 +1,7 @@
 """The grouped GEMM's host side (ragged rows; the kernel and its design:
 pingpong.hopper.kernels.grouped): the tile from what the host knows, TMA legality of its
-operands, and the launch."""
+operands, and the launch; what both grouped kernels' launches share (this one's and the ragged-K
+kernel's, pingpong.hopper.host.grouped_k): the derived tile, the offline build."""
 
 from __future__ import annotations
 
@@ -41,6 +42,15 @@ def legal(t, orientation: str | None = None) -> bool:
     return tma_orientation(t) is not None
 
 
+def derived(config: KernelConfig, a, out):
+    """`config` derived for a grouped kernel (this module's or grouped_k's) reading operands of
+    a's element size into out: one-piece warp-specialized tiles, one CTA each."""
+    d = config.derive(a.element_size(), out.element_size())
+    assert not d.workspace and d.block_n2 == 0 and d.cluster_m == 1 and d.schedule != "persistent", \
+        "one-piece warp-specialized tiles, one CTA each"
+    return d
+
+
 def prepare(a, b, out, offs, config: KernelConfig, sms: int):
     """(kernel, args, kwargs, grid) of out[rows of g] = a[rows of g] @ b[g] for every group.
 
@@ -49,8 +59,7 @@ def prepare(a, b, out, offs, config: KernelConfig, sms: int):
     int32 on the device."""
     T, K = a.shape
     G, _, N = b.shape
-    d = config.derive(a.element_size(), out.element_size())
-    assert not d.workspace and d.block_n2 == 0 and d.schedule != "persistent", "one-piece warp-specialized tiles"
+    d = derived(config, a, out)
     a_desc, a_kmajor = operand_descriptor(a, d.block_m, d.block_k, True)
     b_desc, b_kmajor = operand_descriptor(b.transpose(-1, -2), d.block_n, d.block_k, True)
     assert a_kmajor, "A K-major: TMA boxes of an MN-major A would start at a group's (unaligned) row"
@@ -63,23 +72,23 @@ def prepare(a, b, out, offs, config: KernelConfig, sms: int):
     return grouped_gemm, args, kwargs, (max(1, min(sms, bound)),)
 
 
-def _offline_builder(config: KernelConfig, G: int, b_kmajor: bool):
+def offline_builder(prepare, config: KernelConfig, shapes: tuple, G: int, kind: str, layout: str,
+                    b_kmajor: bool = False):
+    """The offline build (pingpong.runtime.compile) of a grouped kernel's launch on 132 SMs:
+    `prepare` (this module's or grouped_k's) of `config` on new bf16 a, b, out stored in
+    `shapes` (b passed as its transposed view where b_kmajor) and G offsets."""
     def build(target: str) -> cc.Launch:
-        T, K, N = 4096, 1024, 1024
-        a = torch.empty(T, K, dtype=torch.bfloat16)
-        b = torch.empty(G, N, K, dtype=torch.bfloat16).transpose(1, 2) if b_kmajor else \
-            torch.empty(G, K, N, dtype=torch.bfloat16)
-        out = torch.empty(T, N, dtype=torch.bfloat16)
-        offs = torch.empty(G, dtype=torch.int32)
-        kernel, args, kwargs, grid = prepare(a, b, out, offs, config, 132)
-        return cc.Launch(kernel, args, kwargs, grid)
+        a, b, out = (torch.empty(shape, dtype=torch.bfloat16) for shape in shapes)
+        b = b.transpose(-1, -2) if b_kmajor else b
+        return cc.Launch(*prepare(a, b, out, torch.empty(G, dtype=torch.int32), config, 132))
 
-    build.__doc__ = (f"Hopper grouped GEMM (ragged rows, {G} groups), {config.schedule} "
-                     f"{config.block_m}×{config.block_n}×{config.block_k}, bf16, B {'K' if b_kmajor else 'N'}-major")
+    build.__doc__ = (f"Hopper grouped GEMM{kind}, {config.schedule} {config.block_m}×{config.block_n}×{config.block_k},"
+                     f" bf16, {layout}")
     return build
 
 
-cc.register("grouped-cooperative", targets=("sm_90a",))(
-    _offline_builder(KernelConfig(128, 128, 64, schedule="cooperative"), 8, True))
-cc.register("grouped-pingpong", targets=("sm_90a",))(
-    _offline_builder(KernelConfig(64, 128, 64, schedule="pingpong"), 128, False))
+for _config, _G, _kmajor in ((KernelConfig(128, 128, 64, schedule="cooperative"), 8, True),
+                             (KernelConfig(64, 128, 64, schedule="pingpong"), 128, False)):
+    cc.register(f"grouped-{_config.schedule}", targets=("sm_90a",))(offline_builder(
+        prepare, _config, ((4096, 1024), (_G, 1024, 1024), (4096, 1024)), _G, f" (ragged rows, {_G} groups)",
+        f"B {'K' if _kmajor else 'N'}-major", _kmajor))

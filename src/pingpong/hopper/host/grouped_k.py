@@ -11,6 +11,7 @@ from ...runtime import compile as cc
 from ..device.epilogue import EpilogueConstants
 from ..kernels.grouped_k import RAGGED_ROWS, grouped_k_gemm
 from .config import KernelConfig
+from .grouped import derived, offline_builder
 from .launch import _descriptor, _smem_layout, kernel_constants, launch_options, tma_groups, tma_orientation
 
 #: the ragged descriptor's constants (pingpong.hopper.kernels.grouped_k): the two leading
@@ -63,9 +64,7 @@ def prepare(x, b, out, offs, config: KernelConfig, sms: int):
     T, M = x.shape
     N = b.shape[1]
     G = out.shape[0]
-    d = config.derive(x.element_size(), out.element_size())
-    assert not d.workspace and d.block_n2 == 0 and d.cluster_m == 1 and d.schedule != "persistent", \
-        "one-piece warp-specialized tiles"
+    d = derived(config, x, out)
     a_desc = ragged_descriptor(x, d.block_k, d.block_m)
     b_desc = ragged_descriptor(b, d.block_k, d.block_n)
     c_desc = _descriptor(out, [d.consumer_m, d.epilogue_n])  # rank 3: matrix g of out
@@ -75,22 +74,7 @@ def prepare(x, b, out, offs, config: KernelConfig, sms: int):
     return grouped_k_gemm, args, kwargs, (max(1, min(sms, units)),)
 
 
-def _offline_builder(config: KernelConfig):
-    def build(target: str) -> cc.Launch:
-        T, M, N, G = 4096, 1024, 1024, 8
-        x = torch.empty(T, M, dtype=torch.bfloat16)
-        b = torch.empty(T, N, dtype=torch.bfloat16)
-        out = torch.empty(G, M, N, dtype=torch.bfloat16)
-        offs = torch.empty(G, dtype=torch.int32)
-        kernel, args, kwargs, grid = prepare(x, b, out, offs, config, 132)
-        return cc.Launch(kernel, args, kwargs, grid)
-
-    build.__doc__ = (f"Hopper grouped GEMM, ragged K (weight gradient), {config.schedule} "
-                     f"{config.block_m}×{config.block_n}×{config.block_k}, bf16, ragged TMA boxes")
-    return build
-
-
-cc.register("grouped-k-cooperative", targets=("sm_90a",))(
-    _offline_builder(KernelConfig(128, 256, 64, schedule="cooperative")))
-cc.register("grouped-k-pingpong", targets=("sm_90a",))(
-    _offline_builder(KernelConfig(128, 128, 64, schedule="pingpong")))
+for _config in (KernelConfig(128, 256, 64, schedule="cooperative"), KernelConfig(128, 128, 64, schedule="pingpong")):
+    cc.register(f"grouped-k-{_config.schedule}", targets=("sm_90a",))(offline_builder(
+        prepare, _config, ((4096, 1024), (4096, 1024), (8, 1024, 1024)), 8, ", ragged K (weight gradient)",
+        "ragged TMA boxes"))
