@@ -584,16 +584,8 @@ def compare(steps: dict, args, env) -> dict:
     t = torch.tensor([max(per_call)], dtype=torch.float64, device=env.device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     reps = max(args.min_reps, min(args.max_reps, math.ceil(args.round_ms / max(t.item(), 1e-3))))
-    if env.device.type == "cuda":
-        def mark():
-            e = torch.cuda.Event(enable_timing=True)
-            e.record()
-            return e
-        elapsed = torch.cuda.Event.elapsed_time
-    else:
-        mark, elapsed = time.perf_counter, lambda t0, t1: (t1 - t0) * 1e3
-    paired = interleaved(steps["torch"], steps["pingpong"], reps, args.rounds, mark=mark, elapsed_ms=elapsed,
-                         settle=lambda: sync(env))
+    clock = {} if env.device.type == "cuda" else dict(mark=time.perf_counter, elapsed_ms=lambda t0, t1: (t1 - t0) * 1e3)
+    paired = interleaved(steps["torch"], steps["pingpong"], reps, args.rounds, settle=lambda: sync(env), **clock)
     ms = torch.tensor(paired.times, dtype=torch.float64, device=env.device)
     dist.all_reduce(ms, op=dist.ReduceOp.MAX)  # a round takes as long as its slowest rank
     paired = summarize(ms.cpu().tolist())

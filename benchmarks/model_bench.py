@@ -102,13 +102,7 @@ def ratios(fns: dict, rounds: int, iters: int) -> dict:
     for fn in fns.values():
         per_call(fn, 2)
 
-    def mark():
-        e = torch.cuda.Event(enable_timing=True)
-        e.record()
-        return e
-
-    p = interleaved(fns["torch"], fns["pingpong"], iters, rounds, mark=mark, elapsed_ms=torch.cuda.Event.elapsed_time,
-                    settle=torch.cuda.synchronize)
+    p = interleaved(fns["torch"], fns["pingpong"], iters, rounds, settle=torch.cuda.synchronize)
     return {"torch": statistics.median(t for t, _ in p.times), "pingpong": statistics.median(q for _, q in p.times),
             "ratio": p.ratio, "lo": p.lo, "hi": p.hi, "iqr_pct": p.iqr_pct}
 

@@ -175,13 +175,23 @@ def alternated(time_a: Callable[[], float], time_b: Callable[[], float], rounds:
     return summarize(times)
 
 
+def cuda_mark():
+    """A CUDA event recorded on the current stream: `interleaved`'s default mark."""
+    import torch
+
+    e = torch.cuda.Event(enable_timing=True)
+    e.record()
+    return e
+
+
 def interleaved(step_a: Callable[[], Any], step_b: Callable[[], Any], steps: int, rounds: int, *,
-                mark: Callable[[], Any], elapsed_ms: Callable[[Any, Any], float],
+                mark: Callable[[], Any] = cuda_mark,
+                elapsed_ms: Callable[[Any, Any], float] = lambda m0, m1: m0.elapsed_time(m1),
                 settle: Callable[[], None] = lambda: None) -> Paired:
     """Time two workloads step by step, interleaved: each round runs `steps` steps of each,
     a b a b ... (b a b a ... every other round), with no wait between steps; a step's time is the
-    interval between the marks around it (`mark()`: e.g. a recorded CUDA event; `elapsed_ms(m0,
-    m1)` read after the round's `settle()`). On a GPU, a step bound by the GPU is timed by its
+    interval between the marks around it (`mark()`: by default a CUDA event on the current stream,
+    `cuda_mark`; `elapsed_ms(m0, m1)` read after the round's `settle()`). On a GPU, a step bound by the GPU is timed by its
     kernels (the queue holds the previous step's), one bound by the host by the time to issue it.
 
     Why interleave: timed in blocks of several steps (`alternated`), a host-bound training step
