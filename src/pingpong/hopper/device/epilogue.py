@@ -260,22 +260,18 @@ class Epilogue:
 
     @gluon.jit
     def of(ops, alpha, beta, M, N, COPIES: gl.constexpr, EPI: gl.constexpr):
-        """`allocate` from a kernel's EpilogueOperands: out and cin its TMA descriptors (no
-        cin: out stands in, never read)."""
-        if ops.cin is None:
-            epi = Epilogue.allocate(ops.out, ops.out, alpha, beta, Fusion.of(ops, EPI), M, N, COPIES, EPI)
-        else:
-            epi = Epilogue.allocate(ops.out, ops.cin, alpha, beta, Fusion.of(ops, EPI), M, N, COPIES, EPI)
-        return epi
+        """`allocate` from a kernel's EpilogueOperands: out and cin its TMA descriptors."""
+        return Epilogue.into(ops.out, ops.cin, ops, alpha, beta, M, N, COPIES, EPI)
 
     @gluon.jit
-    def of_tiles(ops, alpha, beta, M, N, COPIES: gl.constexpr, EPI: gl.constexpr):
-        """`of` on stream-K's whole-tile descriptors, tile_out and tile_cin (no tile_cin:
-        tile_out stands in, never read)."""
-        if ops.tile_cin is None:
-            epi = Epilogue.allocate(ops.tile_out, ops.tile_out, alpha, beta, Fusion.of(ops, EPI), M, N, COPIES, EPI)
+    def into(out, cin, ops, alpha, beta, M, N, COPIES: gl.constexpr, EPI: gl.constexpr):
+        """`allocate` storing through TMA descriptor `out`, C read through `cin` (None: out
+        stands in, never read), the fused operands of EpilogueOperands `ops` (stream-K's
+        whole tiles: ops.tile_out, ops.tile_cin)."""
+        if cin is None:
+            epi = Epilogue.allocate(out, out, alpha, beta, Fusion.of(ops, EPI), M, N, COPIES, EPI)
         else:
-            epi = Epilogue.allocate(ops.tile_out, ops.tile_cin, alpha, beta, Fusion.of(ops, EPI), M, N, COPIES, EPI)
+            epi = Epilogue.allocate(out, cin, alpha, beta, Fusion.of(ops, EPI), M, N, COPIES, EPI)
         return epi
 
     @gluon.jit
