@@ -8,6 +8,7 @@ import pytest
 from pingpong import ConfigError, KernelConfig
 from pingpong.hopper.host.config import SMEM_LIMIT, column_pieces, swizzle_width
 from pingpong.runtime import compile as cc
+from pingpong.runtime.spec import EpilogueArgs
 
 
 def test_defaults_derive_for_each_schedule():
@@ -138,7 +139,7 @@ def test_cluster_of_a_batched_product_is_refused():
     a = torch.empty(2, 256, 64, dtype=torch.bfloat16)
     out = torch.empty(2, 256, 256, dtype=torch.bfloat16)
     with pytest.raises(ConfigError, match="cluster_m=2: 2-CTA clusters run unbatched products"):
-        prepare(a, torch.empty(2, 64, 256, dtype=torch.bfloat16), out, None, 1.0, 0.0,
+        prepare(a, torch.empty(2, 64, 256, dtype=torch.bfloat16), out, EpilogueArgs(),
                 KernelConfig(128, 128, 64, schedule="pingpong", cluster_m=2), 132)
 
 

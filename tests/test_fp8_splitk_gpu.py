@@ -49,8 +49,8 @@ def launch_poisoned(qa, qb, sa, sb, mode, config, fast=False):
     ws = torch.full(workspace_shape(M, N, K, config), float("nan"), device="cuda")
     counters = torch.zeros(counter_count(M, N, config), dtype=torch.int32, device="cuda")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    kernel, args, kwargs, grid = fp8_launch.prepare(qa, qb.t(), out, sa, sb, scaling, not fast, sb_cols, config, sms,
-                                                    None, "none", ws, counters)
+    kernel, args, kwargs, grid = fp8_launch.prepare(qa, qb.t(), out, spec_mod.EpilogueArgs(scale_a=sa, scale_b=sb),
+                                                    scaling, not fast, sb_cols, config, sms, "none", ws, counters)
     assert kernel is fp8_launch.fp8_split_gemm
     kernel[grid](*args, **kwargs)
     torch.cuda.synchronize()

@@ -16,6 +16,7 @@ from pingpong.hopper.host.config import SMEM_LIMIT
 from pingpong.hopper.host.fp8_launch import check_fp8_config, scale_boxes, select_fp8
 from pingpong.runtime import compile as cc
 from pingpong.runtime.launcher import flat_arguments
+from pingpong.runtime.spec import EpilogueArgs
 
 KC = pingpong.KernelConfig
 
@@ -109,8 +110,8 @@ def test_swap_launch_exchanges_operands_sizes_and_scales(scaling, split_k):
     config = KC(64, 16, 128, schedule="pingpong", split_k=split_k, swap_ab=True)
     ws = torch.empty(fp8_launch.workspace_shape(M, N, K, config), dtype=torch.float32)
     counters = torch.zeros(fp8_launch.counter_count(M, N, config), dtype=torch.int32)
-    kernel, args, kwargs, grid = fp8_launch.prepare(a, w, out, sa, sb, scaling, True, 128, config, 132, bias, "relu",
-                                                    ws, counters)
+    kernel, args, kwargs, grid = fp8_launch.prepare(a, w, out, EpilogueArgs(bias=bias, scale_a=sa, scale_b=sb), scaling,
+                                                    True, 128, config, 132, "relu", ws, counters)
     assert kernel is fp8_launch.fp8_split_gemm
     got = dict(zip(*flat_arguments(kernel, args)))  # the epilogue operands as ops.<field>
     same = lambda t, u: (t.data_ptr(), t.shape, t.stride()) == (u.data_ptr(), u.shape, u.stride())  # noqa: E731
@@ -132,7 +133,7 @@ def test_without_swap_the_scales_stay():
     M, N, K = 7, 320, 4096
     a, w, sa, sb = _inputs(M, N, K, "row")
     out = torch.empty(M, N, dtype=torch.bfloat16)
-    kernel, args, kwargs, _ = fp8_launch.prepare(a, w, out, sa, sb, "row", True, 128,
+    kernel, args, kwargs, _ = fp8_launch.prepare(a, w, out, EpilogueArgs(scale_a=sa, scale_b=sb), "row", True, 128,
                                                  KC(64, 64, 128, schedule="pingpong"), 132)
     got = dict(zip(*flat_arguments(kernel, args)))  # the epilogue operands as ops.<field>
     assert kernel is fp8_launch.fp8_gemm and got["a_desc"].base is a and (got["M"], got["N"]) == (M, N)

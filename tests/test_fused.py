@@ -262,8 +262,8 @@ def test_hopper_kernel_refuses_an_unknown_activation_at_compile_time():
     from pingpong.hopper.host.launch import prepare
 
     a = torch.empty(256, 256, dtype=torch.bfloat16)
-    fn, args, kwargs, grid = prepare(a, a, a.clone(), None, 1.0, 0.0, KernelConfig(128, 128, 64, schedule="pingpong"),
-                                     132, None, "tanh")
+    fn, args, kwargs, grid = prepare(a, a, a.clone(), runtime_spec.EpilogueArgs(),
+                                     KernelConfig(128, 128, 64, schedule="pingpong"), 132, "tanh")
     with cc.offline("sm_90a"), pytest.raises(CompilationError) as info:
         fn.warmup(*args, grid=grid, **kwargs)
     chain, e = [], info.value

@@ -19,6 +19,7 @@ from pingpong.hopper.host.config import KernelConfig
 from pingpong.hopper.device.epilogue import EpilogueConstants, EpilogueOperands
 from pingpong.hopper.host.select import choose
 from pingpong.runtime import compile as cc
+from pingpong.runtime.spec import EpilogueArgs
 from pingpong.runtime.launcher import CachedLaunch, DirectLaunch, bind_jit_args, hooks_idle, launch_key, \
     launch_ready
 
@@ -40,7 +41,8 @@ def test_gemm_direct_launch_passes_what_triton_passes(monkeypatch, col_major_a, 
     a, b, out, c = _operands(col_major_a, with_c, batch)
     bias = torch.empty(out.shape[-1], dtype=torch.bfloat16) if with_bias else None
     config = KernelConfig(128, 128, 64, schedule="pingpong")
-    fn, args, kwargs, grid = hl.prepare(a, b, out, c, 1.5, 0.25 if with_c else 0.0, config, sms=132, bias=bias,
+    epilogue = EpilogueArgs(c, 1.5, 0.25 if with_c else 0.0, bias)
+    fn, args, kwargs, grid = hl.prepare(a, b, out, epilogue, config, sms=132,
                                         activation="gelu_tanh" if with_bias else "none")
     assert isinstance(args[2], EpilogueOperands)  # the epilogue's tensors: one argument
     with cc.offline("sm_90a"):
@@ -50,6 +52,7 @@ def test_gemm_direct_launch_passes_what_triton_passes(monkeypatch, col_major_a, 
         bound = bind_jit_args(direct, fn, args, kwargs, dynamic=("alpha", "beta"))
         cin = c if with_c else out
         ptrs = (a.data_ptr(), b.data_ptr(), out.data_ptr(), cin.data_ptr(), (bias if with_bias else out).data_ptr())
+        assert ptrs[2:] == hl.operand_pointers(out, epilogue, cin)  # what HopperPlan derives
         bound((grid[0], 1, 1), 99, ptrs, (1.5, 0.25 if with_c else 0.0))
     theirs, ours = calls
     (head, hooks, tail, args), (t_head, _, t_tail, t_args) = fake_launcher.parts(ours), fake_launcher.parts(theirs)
@@ -99,8 +102,8 @@ def test_split_direct_launch_binds_the_epilogue_operands_flat(monkeypatch, strea
     M, K, N = a.shape[0], a.shape[1], b.shape[1]
     ws = torch.empty(hl.workspace_shape(M, N, K, config, sms=132), dtype=torch.float32)
     counters = torch.zeros(max(1, hl.counter_count(M, N, config)), dtype=torch.int32)
-    fn, args, kwargs, grid = hl.prepare_split(a, b, out, c, 1.5, 0.25 if with_c else 0.0, config, 132, ws, counters,
-                                              bias)
+    epilogue = EpilogueArgs(c, 1.5, 0.25 if with_c else 0.0, bias)
+    fn, args, kwargs, grid = hl.prepare_split(a, b, out, epilogue, config, 132, ws, counters)
     ops = args[4]
     assert isinstance(ops, EpilogueOperands) and ops.out is out and ops.cin is (c if with_c else out)
     assert (ops.tile_out is not None) == stream_k and ops.sa is None
@@ -113,11 +116,29 @@ def test_split_direct_launch_binds_the_epilogue_operands_flat(monkeypatch, strea
         tiles = (out.data_ptr(), cin.data_ptr()) if stream_k else ()
         ptrs = (a.data_ptr(), b.data_ptr(), ws.data_ptr(), counters.data_ptr(), out.data_ptr(), cin.data_ptr(),
                 (bias if with_bias else out).data_ptr(), *tiles)  # SplitPlan._launch's order
+        assert ptrs[4:] == hl.operand_pointers(out, epilogue, cin, stream_k)  # what the plan derives
         bound((grid[0], 1, 1), 99, ptrs, (1.5, 0.25 if with_c else 0.0))
     theirs, ours = calls
     (head, _, tail, args_), (t_head, _, t_tail, t_args) = fake_launcher.parts(ours), fake_launcher.parts(theirs)
     assert head == t_head and tail == t_tail and args_ == t_args
     assert [m[1] for m in args_ if isinstance(m, tuple) and m[:1] == ("map",)] == [ptrs[0], ptrs[1], *tiles]
+
+
+@pytest.mark.parametrize("cin, tiles, scales", [("c", False, False), ("out", True, False), (None, False, True),
+                                                 (None, True, True), ("c", True, False)])
+@pytest.mark.parametrize("given", [False, True])
+def test_operand_pointers_are_the_epilogue_operands_bases(cin, tiles, scales, given):
+    """A plan's pointer tuple (hl.operand_pointers, written out for speed) lists the base
+    addresses of epilogue_operands' fields, in order, None fields skipped, with every tensor
+    operand of EpilogueArgs given (each its own tensor) or none: a fused operand added to one
+    and not the other fails here."""
+    out = torch.empty(8, 16)
+    tensors = [f for f, kind in EpilogueArgs.__annotations__.items() if "Tensor" in str(kind)]
+    args = EpilogueArgs(**{f: torch.empty(16) for f in tensors}) if given else EpilogueArgs()
+    cin = {"c": torch.empty(8, 16), "out": out, None: None}[cin]
+    sa, sb = (torch.empty(8, 1), torch.empty(1, 16)) if scales else (None, None)
+    ops = hl.epilogue_operands(out, args, None, cin, out if tiles else None, cin if tiles else None, sa, sb)
+    assert hl.operand_pointers(out, args, cin, tiles, sa, sb) == tuple(t.data_ptr() for t in ops if t is not None)
 
 
 def test_bind_flattens_a_tuple_argument_by_its_fields():

@@ -101,7 +101,7 @@ def test_path_is_the_executed_path(hopper, case):
     out = c if inplace else torch.empty(spec.result_shape(a, b), dtype=BF16)
     before = out.clone()
     p.run(a, b, out, spec.EpilogueArgs(c, 1.0, beta))
-    (a_k, b_k, target, cin, _, _, _), = hopper
+    (a_k, b_k, target, cin, _), = hopper
     (ptrs,) = hopper.ptrs  # a direct launch reads and writes the very tensors the JIT launch was given
     assert ptrs[:4] == (a_k.data_ptr(), b_k.data_ptr(), target.data_ptr(),
                         (cin if cin is not None else target).data_ptr()), case
@@ -300,12 +300,12 @@ def test_one_launch_passes_what_the_general_path_passes(read, inplace, bias):
     calls = []
     a, b, out = t(64, 32), t(32, 48), t(64, 48)
     c = out if inplace else t(64, 48)
-    vec = t(48) if bias else None
+    args = spec.EpilogueArgs(c, 1.5, 0.5 if read else 0.0, t(48) if bias else None)
     for one in (True, False):
         p = hopper_backend.HopperPlan(0, KernelConfig(128, 128, 64), False, False, False, False, read, sms=132)
         p.launch = lambda device, ptrs, dyn, prepare, *inputs: calls.append((device, ptrs, dyn, prepare.__func__, inputs))
         p.one_launch = one
-        p.run(a, b, out, spec.EpilogueArgs(c, 1.5, 0.5 if read else 0.0, vec))
+        p.run(a, b, out, args)
     (*fast, fast_inputs), (*general, general_inputs) = calls
     assert fast == general and len(fast_inputs) == len(general_inputs)
     assert all(x is y for x, y in zip(fast_inputs, general_inputs))
@@ -326,7 +326,7 @@ def test_run_ptrs_makes_the_views_only_on_the_jit_path(monkeypatch, make, bias):
     p.run_ptrs(11, 22, 33, 44 if bias else 0, lambda *tensors: tensors, a, b, out, vec)
     [(ptrs, dyn, prepare, inputs)] = launches
     assert ptrs == (11, 22, 33, 33, 44 if bias else 33) and dyn == (1.0, 0.0) and not seen
-    assert prepare(*inputs) == "prepared" and seen == [(a, b, out, None, 1.0, 0.0, vec)]
+    assert prepare(*inputs) == "prepared" and seen == [(a, b, out, None, spec.EpilogueArgs(bias=vec))]
 
 
 # ----------------------------------------------------------------------------- plan

@@ -153,7 +153,7 @@ def test_swap_ab_compiles_for_every_operand_layout(layout):
     ws = torch.empty(workspace_shape(M, N, K, config), dtype=torch.float32)
     counters = torch.zeros(counter_count(M, N, config), dtype=torch.int32)
     with cc.offline("sm_90a"):
-        kernel, args, kwargs, grid = prepare_split(a, b, out, None, 1.0, 0.0, config, 132, ws, counters)
+        kernel, args, kwargs, grid = prepare_split(a, b, out, EpilogueArgs(), config, 132, ws, counters)
         assert kwargs["CFG"].A_KMAJOR == (layout[1] == "t") and kwargs["CFG"].B_KMAJOR == (layout[0] == "n")
         ck = kernel.warmup(*args, grid=grid, **kwargs)
     assert "wgmma.mma_async" in ck.asm["ptx"] and ck.metadata.shared <= SMEM_LIMIT
@@ -213,7 +213,7 @@ def test_split_plan_launches_gemm_then_reduction_on_the_right_pointers(launches,
         assert [d.base.data_ptr() for d in args[:2]] + [t.data_ptr() for t in args[2:7]] == list(ptrs)
         assert kwargs["CFG"].EPI.SWAP == p.config.swap_ab and kwargs["CFG"].EPI.HAS_C == (c is not None and beta != 0)
         assert grid[0] <= 132
-    ws, counters = inputs[6], inputs[7]
+    ws, counters = inputs[5], inputs[6]
     splits = args[12]
     assert tuple(ws.shape) == (workspace_shape(a.shape[0], b.shape[1], a.shape[1], p.config) if splits > 1 else (0,))
     assert counters.dtype == torch.int32 and counters.numel() == (p.counters if splits > 1 else 0)
@@ -269,7 +269,7 @@ def _simulate(a, b, out, c, alpha, beta, config, order):
     M, N, K = a.shape[0], b.shape[1], a.shape[1]
     ws = torch.full(workspace_shape(M, N, K, config), float("nan")).view(-1)
     counters = torch.zeros(counter_count(M, N, config), dtype=torch.int32)
-    fn, args, kw, grid = prepare_split(a, b, out, c, alpha, beta, config, 132, ws, counters)
+    fn, args, kw, grid = prepare_split(a, b, out, EpilogueArgs(c, alpha, beta), config, 132, ws, counters)
     args = flat_arguments(fn, args)[1]
     a_desc, b_desc, ws_t, cnt, out_t, c_t, _ = args[:7]  # _: the bias slot (no bias here)
     R, C, K, al, be, splits, stride16, ld16, out_ld, c_ld = args[7:17]

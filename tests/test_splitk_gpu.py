@@ -14,6 +14,7 @@ from closeness import GEMM_BOUND, ROUNDING, SPLIT_ACCUM, assert_close
 from pingpong import KernelConfig
 from pingpong.api import _gemm_into
 from pingpong.hopper.host.launch import counter_count, prepare_split, workspace_shape
+from pingpong.runtime.spec import EpilogueArgs
 from pingpong.hopper.host.select import select_config
 
 pytestmark = pytest.mark.gpu
@@ -76,7 +77,7 @@ def run_poisoned_workspace(a, b, config, out, c=None, alpha=1.0, beta=0.0):
     ws = torch.full(workspace_shape(a.shape[0], b.shape[1], a.shape[1], config), float("nan"), device="cuda")
     counters = torch.zeros(counter_count(a.shape[0], b.shape[1], config), dtype=torch.int32, device="cuda")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    kernel, args, kwargs, grid = prepare_split(a, b, out, c, alpha, beta, config, sms, ws, counters)
+    kernel, args, kwargs, grid = prepare_split(a, b, out, EpilogueArgs(c, alpha, beta), config, sms, ws, counters)
     kernel[grid](*args, **kwargs)
     assert not counters.any(), f"arrival counters left at {counters.unique().tolist()}"
     return out

@@ -17,6 +17,7 @@ from pingpong import KernelConfig
 from pingpong.api import _gemm_into
 from pingpong.hopper.host.launch import counter_count, prepare_split, workspace_shape
 from pingpong.hopper.host.splits import stream_k_split
+from pingpong.runtime.spec import EpilogueArgs
 
 pytestmark = pytest.mark.gpu
 
@@ -52,8 +53,8 @@ def launch(a, b, config, programs, out_dtype=None, c=None, alpha=1.0, beta=0.0, 
     out = torch.full((M, N), float("nan"), dtype=out_dtype or a.dtype, device="cuda")
     ws = torch.full(workspace_shape(M, N, K, config, sms=programs), float("nan"), device="cuda")
     counters = torch.zeros(counter_count(M, N, config), dtype=torch.int32, device="cuda")
-    kernel, args, kwargs, grid = prepare_split(a, b, out, c, alpha, beta, config, programs, ws, counters, bias,
-                                               activation)
+    kernel, args, kwargs, grid = prepare_split(a, b, out, EpilogueArgs(c, alpha, beta, bias), config, programs, ws,
+                                               counters, activation)
     kernel[grid](*args, **kwargs)
     assert not counters.any(), f"arrival counters left at {counters.unique().tolist()}"
     return out
@@ -163,9 +164,9 @@ def fp8_launch_poisoned(qa, qb, sa, sb, mode, config, programs, fast=False, bias
     out = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
     ws = torch.full(workspace_shape(M, N, K, config, 1, programs), float("nan"), device="cuda")
     counters = torch.zeros(counter_count(M, N, config, 1), dtype=torch.int32, device="cuda")
-    kernel, args, kwargs, grid = fp8_launch.prepare(qa, qb.t(), out, sa, sb, scaling, not fast,
-                                                    1 if mode == "block1x128" else 128, config, programs, bias,
-                                                    activation, ws, counters)
+    kernel, args, kwargs, grid = fp8_launch.prepare(qa, qb.t(), out, EpilogueArgs(bias=bias, scale_a=sa, scale_b=sb),
+                                                    scaling, not fast, 1 if mode == "block1x128" else 128, config,
+                                                    programs, activation, ws, counters)
     assert kernel is fp8_launch.fp8_stream_gemm
     kernel[grid](*args, **kwargs)
     torch.cuda.synchronize()

@@ -448,15 +448,14 @@ class PortablePlan(LaunchedPlan):
         cin = c if self.reads_c else out  # never read without C
         vec = None if bias is None else bias_vector(bias)
         ptrs = (a.data_ptr(), b.data_ptr(), cin.data_ptr(), out.data_ptr(), (out if vec is None else vec).data_ptr())
-        self.launch(self.device, ptrs, (alpha, beta), self._jit_args, a, b, out, c if self.reads_c else None, alpha,
-                    beta, bias)
+        self.launch(self.device, ptrs, (alpha, beta), self._jit_args, a, b, out, c if self.reads_c else None, args)
 
     @property
     def pointer_launch(self) -> bool:
         return not self.reads_c
 
-    def _jit_args(self, a, b, out, c, alpha, beta, bias):
-        return prepare(a, b, out, c, alpha, beta, bias, self.activation)
+    def _jit_args(self, a, b, out, c, args):
+        return prepare(a, b, out, c, args.alpha, args.beta, args.bias, self.activation)
 
 
 

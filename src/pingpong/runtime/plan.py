@@ -260,8 +260,9 @@ class Plan:
 
 class LaunchedPlan(Plan):
     """A plan whose kernel launches through a bound direct launch: `self.launch`, a
-    runtime.launcher.CachedLaunch, with `_jit_args(a, b, out, c, alpha, beta, bias)` giving
-    the JIT's arguments on the launches that go through Triton."""
+    runtime.launcher.CachedLaunch, with `_jit_args(a, b, out, c, args)` giving the JIT's
+    arguments on the launches that go through Triton (c: C as read, None where it is not;
+    args: the call's EpilogueArgs, whose own c is not read)."""
 
     __slots__ = ()
 
@@ -271,7 +272,7 @@ class LaunchedPlan(Plan):
 
     def _jit_views(self, views, *inputs):
         a, b, out, bias = views(*inputs)
-        return self._jit_args(a, b, out, None, 1.0, 0.0, bias)
+        return self._jit_args(a, b, out, None, EpilogueArgs(bias=bias))
 
 
 class EmptyPlan(Plan):

@@ -37,8 +37,10 @@ kernel's constexpr bundle (pingpong.hopper.host.launch.KernelConstants), built o
 the kernel hands it on and `Epilogue.allocate` (or `SplitEpilogue`, pingpong.hopper.device.fixup)
 unpacks it, in one place. Its tensors travel the same way: one `EpilogueOperands` kernel
 argument (`ops`: out, C, the bias, stream-K's tile descriptors, FP8's scales), built once by
-the host. A forked kernel that fuses its own epilogue adds a field to each and reads it in its
-aggregate: no kernel signature or launcher changes.
+the host. What is fused into α·acc (the bias, the activation) is one aggregate, `Fusion`, that
+the TMA epilogue and the split / stream-K fix-up both hold and apply: a forked kernel that
+fuses its own operand adds a field to EpilogueOperands and to Fusion (its math in
+`Fusion.apply`): no kernel signature, launcher or fix-up changes.
 """
 
 import dataclasses
@@ -169,9 +171,9 @@ class EpilogueOperands(NamedTuple):
     this order, None fields skipped. Inside a kernel, `ops.bias` etc. are the values (a
     Gluon aggregate cannot be built on the host; its fields would be type-checked there).
 
-    A new operand: a field here, its value in `epilogue_operands`, its use in the epilogue
-    (a field of Epilogue / SplitEpilogue, read in their `of`, and the math), and its base
-    address in the plans' direct-launch pointer tuples."""
+    A new operand: a field here, its value in launch.epilogue_operands (the plans' pointer
+    tuples follow it: launch.operand_pointers), and its use in `Fusion` (its field, read in
+    `Fusion.of`, and the math), which both epilogues hold."""
 
     out: Any = None  # the result as the epilogue writes it: TMA descriptor (Epilogue) or pointer (SplitEpilogue)
     cin: Any = None  # C, as `out` (the plan passes out when C is not read; None where no kernel parameter is kept)
@@ -183,6 +185,38 @@ class EpilogueOperands(NamedTuple):
 
 
 @aggregate
+class Fusion:
+    """What the epilogue fuses into α·acc before β·C (docs/epilogue.md's order): the bias, then
+    the activation, `apply`'d to the scaled accumulator of an R × C product's tile at
+    (off_r, off_c). Both epilogues hold one (Epilogue here, the split and stream-K fix-up's
+    pingpong.hopper.device.fixup.SplitEpilogue), built from the kernel's EpilogueOperands by
+    `of`: a fused operand's field, its read and its math live here once.
+
+    Its fields sit where the epilogues' own bias field sat, so their flattened fields (what
+    the warp-specialized partitions capture, in order) are unchanged."""
+
+    bias: gl.tensor  # pointer to the bias vector (not read when BIAS == "none")
+    BIAS: gl.constexpr  # "none" | "col" | "row", of the R × C product
+    ACTIVATION: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, bias, EPI):
+        self.bias = bias
+        self.BIAS = gl.constexpr(EPI.BIAS)
+        self.ACTIVATION = gl.constexpr(EPI.ACTIVATION)
+
+    @gluon.jit
+    def of(ops, EPI: gl.constexpr):
+        """The fused operands of a kernel's EpilogueOperands, their kinds from CFG.EPI."""
+        return Fusion(ops.bias, EPI)
+
+    @gluon.jit
+    def apply(self, x, off_r, off_c, R, C):
+        """act(x + bias) of x, the scaled accumulator (fp32) of the tile at (off_r, off_c)."""
+        return activate(add_bias(x, self.bias, off_r, off_c, R, C, self.BIAS), self.ACTIVATION)
+
+
+@aggregate
 class Epilogue:
     c_desc: tma.tensor_descriptor  # its box is one sub-tile: [consumer rows, EPI_N]
     cin_desc: tma.tensor_descriptor
@@ -190,16 +224,14 @@ class Epilogue:
     beta: gl.tensor
     staging: gl.shared_memory_descriptor  # [COPIES * BUFS, rows, EPI_N]: BUFS per consumer partition
     c_ready: gl.shared_memory_descriptor  # [COPIES, 1] mbarriers for the C loads
-    bias: gl.tensor  # pointer to the bias vector (not read when BIAS == "none")
+    fusion: Fusion  # the bias and the activation
     M: gl.tensor
     N: gl.tensor
     HAS_C: gl.constexpr
     BUFS: gl.constexpr
-    BIAS: gl.constexpr  # "none" | "col" | "row"
-    ACTIVATION: gl.constexpr
 
     @gluon.constexpr_function
-    def __init__(self, c_desc, cin_desc, alpha, beta, staging, c_ready, bias, M, N, EPI):
+    def __init__(self, c_desc, cin_desc, alpha, beta, staging, c_ready, fusion, M, N, EPI):
         self.c_desc = c_desc
         self.cin_desc = cin_desc
         self.alpha = alpha
@@ -208,14 +240,12 @@ class Epilogue:
         self.c_ready = c_ready
         self.HAS_C = gl.constexpr(EPI.HAS_C)
         self.BUFS = gl.constexpr(EPI.BUFS)
-        self.bias = bias
+        self.fusion = fusion
         self.M = M
         self.N = N
-        self.BIAS = gl.constexpr(EPI.BIAS)
-        self.ACTIVATION = gl.constexpr(EPI.ACTIVATION)
 
     @gluon.jit
-    def allocate(c_desc, cin_desc, alpha, beta, bias, M, N, COPIES: gl.constexpr, EPI: gl.constexpr):
+    def allocate(c_desc, cin_desc, alpha, beta, fusion, M, N, COPIES: gl.constexpr, EPI: gl.constexpr):
         """The epilogue of COPIES consumer partitions, from the kernel's CFG.EPI (EpilogueConstants)."""
         SWAP: gl.constexpr = EPI.SWAP
         gl.static_assert(not SWAP, "the TMA epilogue stores untransposed (SWAP: SplitEpilogue)")
@@ -226,17 +256,30 @@ class Epilogue:
         if HAS_C:  # only barriers that are used get initialized (pingpong.hopper.device.pipeline.Ring)
             for i in gl.static_range(COPIES):
                 mbarrier.init(c_ready.index(i), count=1)
-        return Epilogue(c_desc, cin_desc, alpha, beta, staging, c_ready, bias, M, N, EPI)
+        return Epilogue(c_desc, cin_desc, alpha, beta, staging, c_ready, fusion, M, N, EPI)
 
     @gluon.jit
     def of(ops, alpha, beta, M, N, COPIES: gl.constexpr, EPI: gl.constexpr):
-        """`allocate` from a kernel's EpilogueOperands: out and cin its TMA descriptors (no
-        cin: out stands in, never read)."""
-        if ops.cin is None:
-            epi = Epilogue.allocate(ops.out, ops.out, alpha, beta, ops.bias, M, N, COPIES, EPI)
+        """`allocate` from a kernel's EpilogueOperands: out and cin its TMA descriptors."""
+        return Epilogue.into(ops.out, ops.cin, ops, alpha, beta, M, N, COPIES, EPI)
+
+    @gluon.jit
+    def into(out, cin, ops, alpha, beta, M, N, COPIES: gl.constexpr, EPI: gl.constexpr):
+        """`allocate` storing through TMA descriptor `out`, C read through `cin` (None: out
+        stands in, never read), the fused operands of EpilogueOperands `ops` (stream-K's
+        whole tiles: ops.tile_out, ops.tile_cin)."""
+        if cin is None:
+            epi = Epilogue.allocate(out, out, alpha, beta, Fusion.of(ops, EPI), M, N, COPIES, EPI)
         else:
-            epi = Epilogue.allocate(ops.out, ops.cin, alpha, beta, ops.bias, M, N, COPIES, EPI)
+            epi = Epilogue.allocate(out, cin, alpha, beta, Fusion.of(ops, EPI), M, N, COPIES, EPI)
         return epi
+
+    @gluon.jit
+    def plain(c_desc, alpha, beta, stand_in, M, N, COPIES: gl.constexpr, EPI: gl.constexpr):
+        """`allocate` of a kernel without EpilogueOperands whose CFG.EPI is plain() (the grouped
+        kernels: α·acc alone, no C, no fused operand): `stand_in`, any pointer, fills C's and the
+        fused operands' fields, never read."""
+        return Epilogue.allocate(c_desc, c_desc, alpha, beta, Fusion(stand_in, EPI), M, N, COPIES, EPI)
 
     @gluon.jit
     def store(self, mma, COPY: gl.constexpr, tile_count, off_m, off_n, batch, split):
@@ -273,7 +316,7 @@ class Epilogue:
         TMA store."""
         staging = self.staging.index(COPY * self.BUFS + staging_slot(seq, self.BUFS))
         c_ready = self.c_ready.index(COPY)
-        out = activate(add_bias(x * self.alpha, self.bias, off_m, off_n, self.M, self.N, self.BIAS), self.ACTIVATION)
+        out = self.fusion.apply(x * self.alpha, off_m, off_n, self.M, self.N)
         tma.store_wait(stores_left_in_flight(self.BUFS))  # the store that last read this buffer has drained
         if self.HAS_C:
             mbarrier.expect(c_ready, self.cin_desc.type.nbytes_per_cta)

@@ -41,7 +41,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.language.core import _aggregate as aggregate, base_value
 
-from .epilogue import Epilogue, activate, add_bias, column_halves
+from .epilogue import Epilogue, Fusion, column_halves
 from .mma import MmaOp
 from .scheduler import StreamKScheduler
 
@@ -143,7 +143,7 @@ class SplitEpilogue:
     out_ld: gl.tensor
     cin: gl.tensor  # C, laid out like out (read when HAS_C)
     c_ld: gl.tensor
-    bias: gl.tensor
+    fusion: Fusion  # the bias and the activation (pingpong.hopper.device.epilogue), of the R × C product
     scale: base_value  # Alpha or Fp8Scales (kernels.fp8_gemm): apply_outer(acc, off_r, off_c) of the sum
     beta: gl.tensor
     R: gl.tensor  # the kernel's product is R × C (M × N, or N × M under swap-AB)
@@ -151,12 +151,10 @@ class SplitEpilogue:
     splits: gl.tensor
     HAS_C: gl.constexpr
     SWAP: gl.constexpr  # out and C are stored transposed (swap-AB)
-    BIAS: gl.constexpr  # "none" | "col" | "row", of the R × C product
-    ACTIVATION: gl.constexpr
-    EPI: gl.constexpr  # the EpilogueConstants the four above come from (`with_scale` passes it on)
+    EPI: gl.constexpr  # the EpilogueConstants the two above come from (`with_scale` passes it on)
 
     @gluon.constexpr_function
-    def __init__(self, ws, split_stride, ws_ld, counters, out, out_ld, cin, c_ld, bias, scale, beta, R, C, splits,
+    def __init__(self, ws, split_stride, ws_ld, counters, out, out_ld, cin, c_ld, fusion, scale, beta, R, C, splits,
                  EPI):
         """EPI: the kernel's CFG.EPI (EpilogueConstants, pingpong.hopper.device.epilogue); its BUFS is unused here.
         `scale`: α (module docstring), an Alpha or the FP8 kernel's Fp8Scales."""
@@ -168,7 +166,7 @@ class SplitEpilogue:
         self.out_ld = out_ld
         self.cin = cin
         self.c_ld = c_ld
-        self.bias = bias
+        self.fusion = fusion
         self.scale = scale
         self.beta = beta
         self.R = R
@@ -176,8 +174,6 @@ class SplitEpilogue:
         self.splits = splits
         self.HAS_C = gl.constexpr(EPI.HAS_C)
         self.SWAP = gl.constexpr(EPI.SWAP)
-        self.BIAS = gl.constexpr(EPI.BIAS)
-        self.ACTIVATION = gl.constexpr(EPI.ACTIVATION)
         self.EPI = gl.constexpr(EPI)
 
     @gluon.jit
@@ -185,11 +181,11 @@ class SplitEpilogue:
         """The split epilogue of a kernel's EpilogueOperands (pingpong.hopper.device.epilogue): out and
         cin its pointers (no cin: out stands in, never read); the rest as __init__'s."""
         if ops.cin is None:
-            epi = SplitEpilogue(ws, split_stride, ws_ld, counters, ops.out, out_ld, ops.out, c_ld, ops.bias, scale,
-                                beta, R, C, splits, EPI)
+            epi = SplitEpilogue(ws, split_stride, ws_ld, counters, ops.out, out_ld, ops.out, c_ld, Fusion.of(ops, EPI),
+                                scale, beta, R, C, splits, EPI)
         else:
-            epi = SplitEpilogue(ws, split_stride, ws_ld, counters, ops.out, out_ld, ops.cin, c_ld, ops.bias, scale,
-                                beta, R, C, splits, EPI)
+            epi = SplitEpilogue(ws, split_stride, ws_ld, counters, ops.out, out_ld, ops.cin, c_ld, Fusion.of(ops, EPI),
+                                scale, beta, R, C, splits, EPI)
         return epi
 
     @gluon.jit
@@ -197,7 +193,7 @@ class SplitEpilogue:
         """This epilogue with α = `scale` (the FP8 consumers' tensor-wise sa·sb, loaded before
         the K loop, pingpong.hopper.kernels.fp8_gemm.store_tile)."""
         return SplitEpilogue(self.ws, self.split_stride, self.ws_ld, self.counters, self.out, self.out_ld, self.cin,
-                             self.c_ld, self.bias, scale, self.beta, self.R, self.C, self.splits, self.EPI)
+                             self.c_ld, self.fusion, scale, self.beta, self.R, self.C, self.splits, self.EPI)
 
     @gluon.jit
     def store(self, mma, COPY: gl.constexpr, tile_count, off_r, off_c, batch, split):
@@ -309,7 +305,7 @@ class SplitEpilogue:
         """out = cast(act(α·acc + bias) + β·C) through pointers (docs/epilogue.md's order; α: `scale`);
         SWAP: out and C hold the transpose of the R × C product, so the values are first
         rearranged to run along their rows (out's contiguous dimension)."""
-        y = activate(add_bias(self.scale.apply_outer(acc, off_r, off_c), self.bias, off_r, off_c, self.R, self.C, self.BIAS), self.ACTIVATION)
+        y = self.fusion.apply(self.scale.apply_outer(acc, off_r, off_c), off_r, off_c, self.R, self.C)
         if self.SWAP:
             y = gl.convert_layout(y, _coalesced(y.shape, 0, gl.num_warps()))
         rows, cols, inside = _indices(y, off_r, off_c, self.R, self.C)

@@ -36,11 +36,11 @@ from ...errors import PingpongError
 from ...runtime.addressing import unaddressable
 from ...runtime.device import is_hopper
 from ...runtime.launcher import CachedLaunch
-from ...runtime.plan import GroupedPlan, LaunchedPlan, Plan, arrival_counters, bias_vector, device_index
-from ...runtime.spec import COLS, NO_ARGS, RAGGED_K, GemmSpec, grouped_out, ragged_view
+from ...runtime.plan import GroupedPlan, LaunchedPlan, Plan, arrival_counters, device_index
+from ...runtime.spec import COLS, NO_ARGS, RAGGED_K, EpilogueArgs, GemmSpec, grouped_out, ragged_view
 from .config import KernelConfig, column_pieces
-from .launch import (counter_count, partial_slots, per_batch, prepare, prepare_split, tma_orientation, workspace_reason,
-                     workspace_shape)
+from .launch import (counter_count, operand_pointers, partial_slots, per_batch, prepare, prepare_split, tma_orientation,
+                     workspace_reason, workspace_shape)
 from .select import DEFAULT_SMS, Device, choose, stream_k_note
 
 NAME = "hopper"
@@ -308,13 +308,11 @@ class HopperPlan(LaunchedPlan):
         self.pointer_launch = self.one_launch and not read
 
     def run(self, a, b, out, args=NO_ARGS):
-        c, alpha, beta, bias = args.c, args.alpha, args.beta, args.bias
+        c = args.c
         if self.one_launch:  # no copies, not batched: the launch alone (C read where β·C is asked)
-            op = out.data_ptr()
             cin = c if self.reads_c else None
-            self.launch(self.device, (a.data_ptr(), b.data_ptr(), op, op if cin is None else cin.data_ptr(),
-                                      op if bias is None else bias_vector(bias).data_ptr()), (alpha, beta),
-                        self._jit_args, a, b, out, cin, alpha, beta, bias)
+            ptrs = (a.data_ptr(), b.data_ptr()) + operand_pointers(out, args, out if cin is None else cin)
+            self.launch(self.device, ptrs, (args.alpha, args.beta), self._jit_args, a, b, out, cin, args)
             return
         if self.batched:  # a shared operand: its one matrix (copied once, if at all)
             a, b = per_batch(a), per_batch(b)
@@ -332,20 +330,21 @@ class HopperPlan(LaunchedPlan):
             target = cin
         else:
             target = tma_copy(out, values=False)  # fully overwritten
-        bias_ptr = target.data_ptr() if bias is None else bias_vector(bias).data_ptr()  # unread without one
-        self._launch(a, b, target, cin, alpha, beta, bias, bias_ptr)
+        self._launch(a, b, target, cin, args)
         if target is not out:
             out.copy_(target)
 
     pointer_launch: bool  # set at construction: no copies, not batched, C not read, one kernel
 
-    def _launch(self, a, b, target, cin, alpha, beta, bias, bias_ptr):
-        # A, B, then the kernel's EpilogueOperands fields in order (out, C, bias: launch.epilogue_operands)
-        ptrs = (a.data_ptr(), b.data_ptr(), target.data_ptr(), (cin if cin is not None else target).data_ptr(), bias_ptr)
-        self.launch(self.device, ptrs, (alpha, beta), self._jit_args, a, b, target, cin, alpha, beta, bias)
+    def _launch(self, a, b, target, cin, args):
+        """One launch into `target` (out, or its aligned stand-in), C as read (`cin`; None: not
+        read), the rest of the call's operands from `args` (EpilogueArgs): A, B, then the
+        kernel's EpilogueOperands fields' base addresses (launch.operand_pointers)."""
+        ptrs = (a.data_ptr(), b.data_ptr()) + operand_pointers(target, args, target if cin is None else cin)
+        self.launch(self.device, ptrs, (args.alpha, args.beta), self._jit_args, a, b, target, cin, args)
 
-    def _jit_args(self, a, b, target, cin, alpha, beta, bias):
-        return prepare(a, b, target, cin, alpha, beta, self.config, self.sms, bias, self.activation)
+    def _jit_args(self, a, b, target, cin, args):
+        return prepare(a, b, target, args._replace(c=cin), self.config, self.sms, self.activation)
 
 
 class SplitPlan(HopperPlan):
@@ -381,30 +380,24 @@ class SplitPlan(HopperPlan):
                            torch.empty(0, dtype=torch.int32, device=device))
         return self.unused
 
-    def _launch(self, a, b, target, cin, alpha, beta, bias, bias_ptr):
+    def _launch(self, a, b, target, cin, args):
         ws, counters = self._scratch(target.device)
         first, second = (b, a) if self.config.swap_ab else (a, b)  # the GEMM kernel's A and B
-        out_c = (target.data_ptr(), (cin if cin is not None else target).data_ptr())
-        self.launch(self.device, (first.data_ptr(), second.data_ptr(), ws.data_ptr(), counters.data_ptr(), *out_c,
-                                  bias_ptr, *self._tiles(*out_c)),
-                    (alpha, beta), self._jit_args, a, b, target, cin, alpha, beta, ws, counters, bias)
-
-    def _tiles(self, out_ptr, c_ptr) -> tuple:
-        """The stream-K kernel's TMA epilogue descriptors' bases (out, C) after the pointers
-        (EpilogueOperands' tile_out, tile_cin after out, cin, bias); none else."""
-        return (out_ptr, c_ptr) if self.config.stream_k else ()
+        ptrs = operand_pointers(target, args, target if cin is None else cin, self.config.stream_k)
+        self.launch(self.device, (first.data_ptr(), second.data_ptr(), ws.data_ptr(), counters.data_ptr()) + ptrs,
+                    (args.alpha, args.beta), self._jit_args, a, b, target, cin, args, ws, counters)
 
     def run_ptrs(self, a_ptr, b_ptr, out_ptr, bias_ptr, views, *inputs):
         ws, counters = self._scratch(self.scratch_device)
         first, second = (b_ptr, a_ptr) if self.config.swap_ab else (a_ptr, b_ptr)
+        tiles = (out_ptr, out_ptr) if self.config.stream_k else ()  # EpilogueOperands' tile_out, tile_cin
         self.launch(self.device, (first, second, ws.data_ptr(), counters.data_ptr(), out_ptr, out_ptr,
-                                  bias_ptr or out_ptr, *self._tiles(out_ptr, out_ptr)), (1.0, 0.0), self._split_views,
+                                  bias_ptr or out_ptr, *tiles), (1.0, 0.0), self._split_views,
                     views, ws, counters, *inputs)
 
     def _split_views(self, views, ws, counters, *inputs):
         a, b, out, bias = views(*inputs)
-        return self._jit_args(a, b, out, None, 1.0, 0.0, ws, counters, bias)
+        return self._jit_args(a, b, out, None, EpilogueArgs(bias=bias), ws, counters)
 
-    def _jit_args(self, a, b, target, cin, alpha, beta, ws, counters, bias):
-        return prepare_split(a, b, target, cin, alpha, beta, self.config, self.sms, ws, counters, bias,
-                             self.activation)
+    def _jit_args(self, a, b, target, cin, args, ws, counters):
+        return prepare_split(a, b, target, args._replace(c=cin), self.config, self.sms, ws, counters, self.activation)

@@ -64,15 +64,15 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from ...runtime import compile as cc
 from ...runtime.launcher import CachedLaunch
 from ...errors import ConfigError
-from ...runtime.plan import Plan, arrival_counters, bias_vector, device_index
-from ...runtime.spec import NO_ARGS, SCALE_BLOCK, GemmSpec, scale_mode
+from ...runtime.plan import Plan, arrival_counters, device_index
+from ...runtime.spec import NO_ARGS, SCALE_BLOCK, EpilogueArgs, GemmSpec, scale_mode
 from ..device.epilogue import EpilogueConstants
 from ..kernels.fp8_gemm import fp8_gemm, fp8_split_gemm, fp8_stream_gemm
 from . import table as tables
 from .config import MAX_ACC_REGS, SMEM_LIMIT, KernelConfig
 from .launch import (MAX_SPLIT_BLOCK, counter_count, epilogue_operands, kernel_constants, launch_options,
-                     operand_descriptors, partial_slots, persistent_grid, product_bias, tile_descriptor,
-                     workspace_reason, workspace_shape)
+                     operand_constants, operand_descriptors, operand_pointers, partial_slots, persistent_grid,
+                     tile_descriptor, workspace_reason, workspace_shape)
 from .select import DECODE_M, MID_SPLIT_STEPS, SPLIT_MIN_BYTES, Device, one_wave_tile, split, tabled, tile_count
 from .splits import effective_splits, stream_k_split
 
@@ -306,9 +306,10 @@ def fp8_splits(K: int, config: KernelConfig) -> int:
     return effective_splits(K, SCALE_BLOCK, config.split_k)
 
 
-def prepare(a, w, out, scale_a, scale_b, scaling: str, promote: bool, sb_cols: int, config: KernelConfig, sms: int,
-            bias=None, activation: str = "none", workspace=None, counters=None):
-    """(kernel, args, kwargs, grid) for out = act(scale(a @ wᵀ) + bias).
+def prepare(a, w, out, args: EpilogueArgs, scaling: str, promote: bool, sb_cols: int, config: KernelConfig, sms: int,
+            activation: str = "none", workspace=None, counters=None):
+    """(kernel, args, kwargs, grid) for out = act(scale(a @ wᵀ) + bias), the scales and the bias
+    from `args` (EpilogueArgs).
 
     scaling "tensor" | "row" | "block"; sb_cols: columns sharing one b scale per K block
     (block-wise: 128 for 128×128 blocks, 1 for 1×128). More than one split (fp8_splits) or
@@ -320,7 +321,7 @@ def prepare(a, w, out, scale_a, scale_b, scaling: str, promote: bool, sb_cols: i
     M, K = a.shape
     N = w.shape[0]
     d = check_fp8_config(config, promote, out.element_size(), scale_boxes(scaling, sb_cols, config))
-    a, w, scale_a, scale_b = kernel_operands(a, w, scale_a, scale_b, d.swap_ab)
+    a, w, scale_a, scale_b = kernel_operands(a, w, args.scale_a, args.scale_b, d.swap_ab)
     R, C = a.shape[0], w.shape[0]  # the kernel's product: M × N, or N × M under swap-AB
     a_desc, b_desc, _ = operand_descriptors(a, w.t(), d)  # both K-major (pingpong.fp8 copies them so)
     if scaling == "tensor":
@@ -338,8 +339,8 @@ def prepare(a, w, out, scale_a, scale_b, scaling: str, promote: bool, sb_cols: i
             strides = (0, 0)
             sa = TensorDescriptor(sa, [kb, R], [sa.stride(0), 1], [1, d.block_m], flat)
             sb = TensorDescriptor(sb, [kb, C], [C, 1], [1, d.block_n], flat)
-    epi = EpilogueConstants(BIAS=product_bias(bias, M, d.swap_ab), ACTIVATION=activation, BUFS=d.epilogue_bufs,
-                            SWAP=d.swap_ab)
+    epi = EpilogueConstants(ACTIVATION=activation, BUFS=d.epilogue_bufs, SWAP=d.swap_ab,
+                            **operand_constants(args, M, d.swap_ab))
     kwargs = dict(CFG=kernel_constants(d, epi), SCALING=scaling, PROMOTE=bool(promote), SB_COLS=sb_cols,
                   **launch_options(d))
     splits = fp8_splits(K, config)
@@ -351,12 +352,12 @@ def prepare(a, w, out, scale_a, scale_b, scaling: str, promote: bool, sb_cols: i
         assert workspace.dtype == torch.float32 and workspace.numel() >= ws_rows * ld
         assert counters.dtype == torch.int32 and (slots == 1 or counters.numel() >= counter_count(M, N, config, FP8_BYTES))
         block = ws_rows // slots * ld if slots > 1 else 0
-        ops = epilogue_operands(out, out, bias=bias, tile_out=tile_descriptor(out, d), sa=sa, sb=sb)
-        args = (a_desc, b_desc, workspace, counters, ops, R, C, K, *strides, dp_tiles, streamers, block // 4, ld // 4,
-                out.stride(0))
-        return fp8_stream_gemm, args, kwargs, (programs,)
+        ops = epilogue_operands(out, args, tile_out=tile_descriptor(out, d), sa=sa, sb=sb)
+        kernel_args = (a_desc, b_desc, workspace, counters, ops, R, C, K, *strides, dp_tiles, streamers, block // 4,
+                       ld // 4, out.stride(0))
+        return fp8_stream_gemm, kernel_args, kwargs, (programs,)
     if splits == 1 and not d.swap_ab:  # the TMA epilogue
-        ops = epilogue_operands(out, tile_descriptor(out, d), bias=bias, sa=sa, sb=sb)
+        ops = epilogue_operands(out, args, tile_descriptor(out, d), sa=sa, sb=sb)
         return fp8_gemm, (a_desc, b_desc, ops, R, C, K, *strides), kwargs, grid
     ws_rows, ld = workspace_shape(M, N, K, config, FP8_BYTES)
     block = ws_rows // splits * ld
@@ -365,9 +366,9 @@ def prepare(a, w, out, scale_a, scale_b, scaling: str, promote: bool, sb_cols: i
     assert counters.dtype == torch.int32 and (splits == 1
                                               or counters.numel() >= counter_count(M, N, config, FP8_BYTES))
     assert out.stride(1) == 1 or N <= 1, "out must be row-major"
-    args = (a_desc, b_desc, workspace, counters, epilogue_operands(out, out, bias=bias, sa=sa, sb=sb), R, C, K, *strides,
-            splits, block // 4, ld // 4, out.stride(0))
-    return fp8_split_gemm, args, kwargs, grid
+    kernel_args = (a_desc, b_desc, workspace, counters, epilogue_operands(out, args, sa=sa, sb=sb), R, C, K, *strides,
+                   splits, block // 4, ld // 4, out.stride(0))
+    return fp8_split_gemm, kernel_args, kwargs, grid
 
 
 # ----------------------------------------------------------------------------- the plan
@@ -400,14 +401,12 @@ class Fp8Plan(Plan):
         The launch takes base addresses in the kernel's order (kernel_order): W = bᵀ and a
         tensor- or row-wise scale's transpose have the address of b and of the scale, so a hit
         makes no view; `prepare` builds the kernel's tensors on the JIT path only."""
-        scale_a, scale_b, bias = args.scale_a, args.scale_b, args.bias
         if self.broadcast:  # fresh vectors from the caching allocator: safe across streams and graphs
-            scale_a = scale_a.reshape(1, 1).expand(a.shape[0], 1).contiguous()
-            scale_b = scale_b.reshape(1, 1).expand(1, b.shape[1]).contiguous()
+            args = args._replace(scale_a=args.scale_a.reshape(1, 1).expand(a.shape[0], 1).contiguous(),
+                                 scale_b=args.scale_b.reshape(1, 1).expand(1, b.shape[1]).contiguous())
+        scale_a, scale_b = args.scale_a, args.scale_b
         sa, sb = block_scale_views(scale_a, scale_b, self.sb_cols) if self.scaling == "block" else (scale_a, scale_b)
-        first, second, sa_ptr, sb_ptr = kernel_order(a.data_ptr(), b.data_ptr(), sa.data_ptr(), sb.data_ptr(),
-                                                     self.config.swap_ab)
-        bias_ptr = (bias_vector(bias) if bias is not None else out).data_ptr()
+        first, second, sa, sb = kernel_order(a, b, sa, sb, self.config.swap_ab)
         if self.counters:
             ws = torch.empty(self.workspace, dtype=torch.float32, device=out.device)
             counters = arrival_counters(out.device, self.counters)
@@ -419,13 +418,13 @@ class Fp8Plan(Plan):
         else:
             ws = counters = None
         split = () if ws is None else (ws.data_ptr(), counters.data_ptr())
-        tile = (out.data_ptr(),) if self.config.stream_k else ()  # the stream-K kernel's TMA epilogue
-        ptrs = (first, second, *split, out.data_ptr(), bias_ptr, *tile, sa_ptr, sb_ptr)
-        self.launch(self.device, ptrs, (), self._jit_args, a, b, out, scale_a, scale_b, bias, ws, counters)
+        ptrs = (first.data_ptr(), second.data_ptr(), *split) + operand_pointers(out, args, None, self.config.stream_k, sa,
+                                                                                sb)  # no C; stream-K: its TMA epilogue
+        self.launch(self.device, ptrs, (), self._jit_args, a, b, out, args, ws, counters)
 
-    def _jit_args(self, a, b, out, scale_a, scale_b, bias, ws, counters):
-        return prepare(a, b.t(), out, scale_a, scale_b, self.scaling, self.promote, self.sb_cols, self.config,
-                       self.sms, bias, self.activation, ws, counters)
+    def _jit_args(self, a, b, out, args, ws, counters):
+        return prepare(a, b.t(), out, args, self.scaling, self.promote, self.sb_cols, self.config, self.sms,
+                       self.activation, ws, counters)
 
 
 def plan(spec: GemmSpec) -> Fp8Plan:
@@ -483,8 +482,8 @@ def _offline_builder(scaling: str, promote: bool, config: KernelConfig, sb_cols:
         bias = torch.empty(N, dtype=torch.bfloat16) if fusion else None
         workspace = torch.empty(workspace_shape(M, N, K, config, FP8_BYTES, 132), dtype=torch.float32)
         counters = torch.zeros(counter_count(M, N, config, FP8_BYTES), dtype=torch.int32)
-        kernel, args, kwargs, grid = prepare(a, w, out, sa, sb, scaling, promote, sb_cols, config, 132, bias,
-                                             fusion or "none", workspace, counters)
+        kernel, args, kwargs, grid = prepare(a, w, out, EpilogueArgs(bias=bias, scale_a=sa, scale_b=sb), scaling,
+                                             promote, sb_cols, config, 132, fusion or "none", workspace, counters)
         return cc.Launch(kernel, args, kwargs, grid)
 
     b = f"{config.block_m}×{config.block_n}×{config.block_k}"

@@ -4,12 +4,16 @@ Every Hopper kernel takes its constexprs as one argument, CFG, a `KernelConstant
 here from a Derived (`kernel_constants(d, epi)`; `epi` the EpilogueConstants of the call), and
 its compile options from `launch_options(d)`:
 
-    fn, args, kwargs, grid = prepare(...)      kwargs = dict(CFG=KernelConstants(...), num_warps=..., ...)
+    fn, args, kwargs, grid = prepare(a, b, out, epilogue_args, ...)    kwargs = dict(CFG=KernelConstants(...), ...)
     fn[grid](*args, **kwargs)                  args: A's and B's descriptors, (workspace), ops, sizes, α, β
 
 and the tensors of its epilogue as one argument too, `ops`, the EpilogueOperands that
 `epilogue_operands` builds (pingpong.hopper.device.epilogue: out, C, the bias, stream-K's tile
-descriptors, FP8's scales; a field left None is no kernel parameter).
+descriptors, FP8's scales; a field left None is no kernel parameter) from the call's
+EpilogueArgs (pingpong.runtime.spec), the object the plans' `run` gets. The plans' direct
+launches pass the base addresses of the same fields (`operand_pointers`), and the operands'
+constexprs come from `operand_constants`: a new operand of the epilogue is a line in each of
+the three, and no plan names it.
 
 `tma_orientation(t)` says whether a 2-D tensor (or a spec's Operand) can be described to TMA as it is stored (last
 stride 1 in one of its two orientations, the other stride 16-byte aligned, base 16-byte
@@ -36,7 +40,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from ...errors import ConfigError
 from ...runtime import compile as cc
 from ...runtime.plan import bias_vector
-from ...runtime.spec import Operand, bias_kind
+from ...runtime.spec import EpilogueArgs, Operand, bias_kind
 from ...toolchain import KERNEL_OPTIONS
 from ..device.epilogue import EpilogueConstants, EpilogueOperands
 from ..kernels.gemm import persistent_gemm, split_k_gemm, stream_k_gemm, warp_specialized_gemm
@@ -128,20 +132,22 @@ def acc_layout(d, piece: int = 0) -> gl.NVMMADistributedLayout:
     return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=list(d.warps_per_cta), instr_shape=shape)
 
 
-def prepare(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, bias=None, activation="none"):
-    """(kernel, args, kwargs, grid) for out = act(α·a@b + bias) + β·c (docs/epilogue.md).
+def prepare(a, b, out, args: EpilogueArgs, config: KernelConfig, sms: int, activation="none"):
+    """(kernel, args, kwargs, grid) for out = act(α·a@b + bias) + β·c (docs/epilogue.md), α, β,
+    c and the bias from `args` (EpilogueArgs; c only where it is read: β·C).
 
     a (M,K), b (K,N), out (M,N) row-major; or batched: out (B,M,N), a/b/c 3-D or shared
-    (`per_batch`). `bias` (N,)/(1,N) per column or (M,1) per row, shared by the batches.
+    (`per_batch`). The bias (N,)/(1,N) per column or (M,1) per row, shared by the batches.
     The one-kernel path (split_k = 1, no swap_ab); `prepare_split` is the other."""
     batches = out.shape[0] if out.dim() == 3 else 1
-    a, b, c, out = per_batch(a), per_batch(b), per_batch(c), out if batches > 1 else per_batch(out)
+    a, b, out = per_batch(a), per_batch(b), out if batches > 1 else per_batch(out)
+    args = args._replace(c=per_batch(args.c))
     d = config.derive(a.element_size(), out.element_size())
     assert not d.workspace, "split-K / swap-AB configs run through prepare_split"
     if d.cluster_m > 1 and batches > 1:
         raise ConfigError(f"cluster_m={d.cluster_m}: 2-CTA clusters run unbatched products; use cluster_m=1 for"
                           f" a batch of {batches}")
-    return _gemm_launch(a, b, out, c, alpha, beta, d, sms, bias, activation, batches)
+    return _gemm_launch(a, b, out, args, d, sms, activation, batches)
 
 
 def operand_descriptors(a, b, d):
@@ -215,15 +221,42 @@ def launch_options(d) -> dict:
     return options
 
 
-def epilogue_operands(out: torch.Tensor, target, cin=None, bias=None, tile_out=None, tile_cin=None, sa=None,
-                      sb=None) -> EpilogueOperands:
+def epilogue_operands(out: torch.Tensor, args: EpilogueArgs, target=None, cin=None, tile_out=None, tile_cin=None,
+                      sa=None, sb=None) -> EpilogueOperands:
     """The `ops` argument of a Hopper GEMM launch (pingpong.hopper.device.epilogue.EpilogueOperands),
     built once per JIT launch: `target` and `cin` are out and C as the kernel's epilogue
-    addresses them (TMA descriptors or the tensors), `bias` the caller's (None: `out` stands
-    in, never read), `tile_*` stream-K's whole-tile descriptors, `sa`, `sb` FP8's scales. A
-    None field is no kernel parameter. The plans' direct launches pass the same fields' base
-    addresses in this order (pingpong.runtime.launcher binds the flattened tuple)."""
-    return EpilogueOperands(target, cin, bias_vector(bias) if bias is not None else out, tile_out, tile_cin, sa, sb)
+    addresses them (TMA descriptors or the tensors; target None: `out` itself), the fused
+    operands come from `args` (the call's EpilogueArgs: the bias as its vector, None: `out`
+    stands in, never read), `tile_*` are stream-K's whole-tile descriptors, `sa`, `sb` FP8's
+    scales. A None field is no kernel parameter."""
+    bias = out if args.bias is None else bias_vector(args.bias)
+    return EpilogueOperands(out if target is None else target, cin, bias, tile_out, tile_cin, sa, sb)
+
+
+def operand_pointers(out: torch.Tensor, args: EpilogueArgs, cin=None, tiles: bool = False, sa=None,
+                     sb=None) -> tuple:
+    """The base addresses a plan's direct launch passes for the kernel's `ops`: those of the
+    tensors behind `epilogue_operands(out, args, None, cin, ...)`'s fields, in order, None
+    fields skipped (pingpong.runtime.launcher binds the flattened tuple). `cin`: C as read, or
+    out standing in (the 16-bit kernels keep the parameter), None (no parameter: FP8);
+    `tiles`: stream-K's whole-tile descriptors, over out and cin again; `sa`, `sb`: FP8's
+    scales (tensors, or their descriptors' bases). Written out field by field, as the launch
+    runs it per call (a pass over epilogue_operands' fields costs a microsecond more);
+    tests/test_launcher.py checks the two agree for every operand of EpilogueArgs."""
+    o = out.data_ptr()
+    bias = o if args.bias is None else bias_vector(args.bias).data_ptr()
+    if cin is None:
+        ptrs = (o, bias, o) if tiles else (o, bias)
+    else:
+        c = o if cin is out else cin.data_ptr()
+        ptrs = (o, c, bias, o, c) if tiles else (o, c, bias)
+    return ptrs if sa is None else ptrs + (sa.data_ptr(), sb.data_ptr())
+
+
+def operand_constants(args: EpilogueArgs, M: int, swap: bool = False) -> dict:
+    """The EpilogueConstants fields of the call's fused operands (`args`): the bias's kind in
+    the kernel's product (`product_bias`: transposed under swap-AB)."""
+    return dict(BIAS=product_bias(args.bias, M, swap))
 
 
 def tile_descriptor(t: torch.Tensor, d) -> TensorDescriptor:
@@ -239,21 +272,22 @@ def persistent_grid(M: int, N: int, d, sms: int, units_per_tile: int = 1) -> tup
     return (max(1, min(sms // d.cluster_m, units)),)
 
 
-def _gemm_launch(a, b, out, c, alpha, beta, d, sms: int, bias=None, activation="none", batches=1):
+def _gemm_launch(a, b, out, args: EpilogueArgs, d, sms: int, activation="none", batches=1):
     """The one-kernel GEMM launch for derived config `d` (TMA epilogue into `out`)."""
     M, K = a.shape[-2:]
     N = b.shape[-1]
     a_desc, b_desc, majors = operand_descriptors(a, b, d)
     c_desc = tile_descriptor(out, d)
+    c = args.c
     has_c = c is not None  # the plan passes C only when it is read (GemmSpec.epilogue.reads_c)
     assert not has_c or (tma_orientation(c if c.dim() == 2 else c[0]) == "row" and c.dtype == out.dtype), \
         "C must be TMA-legal, out's dtype"
-    ops = epilogue_operands(out, c_desc, tile_descriptor(c, d) if has_c else c_desc, bias)
-    args = (a_desc, b_desc, ops, M, N, K, float(alpha), float(beta), batches)
-    epi = EpilogueConstants(HAS_C=has_c, BIAS=bias_kind(bias, M), ACTIVATION=activation, BUFS=d.epilogue_bufs)
+    ops = epilogue_operands(out, args, c_desc, tile_descriptor(c, d) if has_c else c_desc)
+    kernel_args = (a_desc, b_desc, ops, M, N, K, float(args.alpha), float(args.beta), batches)
+    epi = EpilogueConstants(HAS_C=has_c, ACTIVATION=activation, BUFS=d.epilogue_bufs, **operand_constants(args, M))
     kwargs = dict(CFG=kernel_constants(d, epi, **majors), **launch_options(d))
     grid = persistent_grid(M, N, d, sms, batches)
-    return (persistent_gemm if d.schedule == "persistent" else warp_specialized_gemm), args, kwargs, grid
+    return (persistent_gemm if d.schedule == "persistent" else warp_specialized_gemm), kernel_args, kwargs, grid
 
 
 # ----------------------------------------------------------------------------- split-K / swap-AB
@@ -314,8 +348,8 @@ def product_bias(bias, M: int, swap: bool) -> str:
     return {"col": "row", "row": "col"}.get(kind, kind) if swap else kind
 
 
-def prepare_split(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, workspace: torch.Tensor,
-                  counters: torch.Tensor, bias=None, activation="none"):
+def prepare_split(a, b, out, args: EpilogueArgs, config: KernelConfig, sms: int, workspace: torch.Tensor,
+                  counters: torch.Tensor, activation="none"):
     """(kernel, args, kwargs, grid) of a split-K / swap-AB / stream-K call: one launch.
 
         splits × tiles work units ──fp32 partials──> workspace
@@ -327,7 +361,7 @@ def prepare_split(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, wor
 
     `workspace`: fp32, at least workspace_shape(...) (values unused); `counters`: int32, at
     least counter_count(...), all zero (they are zero again after the kernel); with one split
-    neither is read (empty tensors do). out must be
+    neither is read (empty tensors do). `args` as `prepare`'s. out must be
     row-major; c (if β ≠ 0) row-major with out's dtype; c may alias out."""
     M, K = a.shape
     N = b.shape[1]
@@ -340,26 +374,28 @@ def prepare_split(a, b, out, c, alpha, beta, config: KernelConfig, sms: int, wor
     assert workspace.dtype == torch.float32 and workspace.numel() >= ws_rows * ld
     assert counters.dtype == torch.int32 and (splits == 1 or counters.numel() >= counter_count(M, N, config))
     assert out.stride(1) == 1 or out.shape[1] <= 1, "out must be row-major"
+    c = args.c
     has_c = c is not None  # the plan passes C only when it is read (GemmSpec.epilogue.reads_c)
     assert not has_c or ((c.stride(1) == 1 or c.shape[1] <= 1) and c.dtype == out.dtype), "C: row-major, out's dtype"
     a_desc, b_desc, majors = operand_descriptors(ka, kb, d)
-    kind = product_bias(bias, M, d.swap_ab)
     tiles = -(-ka.shape[0] // d.block_m) * -(-kb.shape[1] // d.block_n)
     if d.stream_k:  # whole tiles through the TMA epilogue: out and C TMA-legal, as prepare's
         programs, dp_tiles, streamers = stream_k_split(tiles, -(-K // d.block_k), sms)
         kernel, grid, decomposition = stream_k_gemm, programs, (dp_tiles, streamers)
         assert tma_orientation(out) == "row" and (not has_c or tma_orientation(c) == "row"), "out, C: TMA-legal"
         c_desc = tile_descriptor(out, d)
-        ops = epilogue_operands(out, out, c if has_c else out, bias, c_desc, tile_descriptor(c, d) if has_c else c_desc)
+        ops = epilogue_operands(out, args, None, c if has_c else out, c_desc,
+                                tile_descriptor(c, d) if has_c else c_desc)
     else:
         kernel, grid, decomposition = split_k_gemm, max(1, min(sms, tiles * splits)), (splits,)
-        ops = epilogue_operands(out, out, c if has_c else out, bias)
-    args = (a_desc, b_desc, workspace, counters, ops, ka.shape[0], kb.shape[1], K, float(alpha), float(beta),
-            *decomposition, block // 4, ld // 4, out.stride(0), c.stride(0) if has_c else 0)
-    epi = EpilogueConstants(HAS_C=has_c, BIAS=kind, ACTIVATION=activation, SWAP=d.swap_ab,
-                            BUFS=d.epilogue_bufs if d.stream_k else 1)  # (staging: stream-K's TMA epilogue)
+        ops = epilogue_operands(out, args, None, c if has_c else out)
+    kernel_args = (a_desc, b_desc, workspace, counters, ops, ka.shape[0], kb.shape[1], K, float(args.alpha),
+                   float(args.beta), *decomposition, block // 4, ld // 4, out.stride(0), c.stride(0) if has_c else 0)
+    epi = EpilogueConstants(HAS_C=has_c, ACTIVATION=activation, SWAP=d.swap_ab,
+                            BUFS=d.epilogue_bufs if d.stream_k else 1,  # (staging: stream-K's TMA epilogue)
+                            **operand_constants(args, M, d.swap_ab))
     kwargs = dict(CFG=kernel_constants(d, epi, **majors), **launch_options(d))
-    return kernel, args, kwargs, (grid,)
+    return kernel, kernel_args, kwargs, (grid,)
 
 
 # ----------------------------------------------------------------------------- offline compilation
@@ -377,8 +413,8 @@ def _offline_builder(schedule: str, block: tuple[int, int, int], fusion: str = "
         out = torch.empty(*lead, M, N, dtype=torch.bfloat16)
         bias = torch.empty(N, dtype=torch.bfloat16) if fusion else None
         config = KernelConfig(*block, schedule=schedule, cluster_m=cluster_m)
-        kernel, args, kwargs, grid = prepare(a, w.transpose(-1, -2), out, out, 1.0, 1.0, config, 132, bias,
-                                             fusion or "none")
+        kernel, args, kwargs, grid = prepare(a, w.transpose(-1, -2), out, EpilogueArgs(out, 1.0, 1.0, bias), config,
+                                             132, fusion or "none")
         return cc.Launch(kernel, args, kwargs, grid)
 
     extra = (f", bias + {fusion}" if fusion else "") + (f", batched ({batches}, M, K) @ ({batches}, K, N)" if batches > 1 else "")
@@ -417,7 +453,8 @@ def _offline_split_builder(config: KernelConfig, shape: tuple[int, int, int], do
         out = torch.empty(M, N, dtype=torch.bfloat16)
         workspace = torch.empty(workspace_shape(M, N, K, config, sms=132), dtype=torch.float32)
         counters = torch.zeros(counter_count(M, N, config), dtype=torch.int32)
-        kernel, args, kwargs, grid = prepare_split(a, w.t(), out, out, 1.0, 1.0, config, 132, workspace, counters)
+        kernel, args, kwargs, grid = prepare_split(a, w.t(), out, EpilogueArgs(out, 1.0, 1.0), config, 132, workspace,
+                                                   counters)
         return cc.Launch(kernel, args, kwargs, grid)
 
     build.__doc__ = doc

@@ -358,10 +358,7 @@ def stream_k_epilogue(sched, ops, ws, split_stride16, ws_ld16, counters, out_ld,
     """The stream-K kernels' StreamKEpilogue of their EpilogueOperands: the TMA epilogue on
     ops.tile_out / ops.tile_cin (α 1: `scale`, an Alpha or the FP8 kernel's Fp8Scales, goes on
     first) and the fix-up on ops.out / ops.cin (its splits unused)."""
-    if ops.tile_cin is None:
-        tile = Epilogue.allocate(ops.tile_out, ops.tile_out, gl.to_tensor(1.0), beta, ops.bias, M, N, 2, CFG.EPI)
-    else:
-        tile = Epilogue.allocate(ops.tile_out, ops.tile_cin, gl.to_tensor(1.0), beta, ops.bias, M, N, 2, CFG.EPI)
+    tile = Epilogue.into(ops.tile_out, ops.tile_cin, ops, gl.to_tensor(1.0), beta, M, N, 2, CFG.EPI)
     part = SplitEpilogue.of(ops, ws, split_stride16 * 4, ws_ld16 * 4, counters, out_ld, c_ld, scale, beta, M, N,
                             streamers, CFG.EPI)
     return StreamKEpilogue(tile, part, sched, CFG.PINGPONG)

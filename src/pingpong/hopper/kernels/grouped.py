@@ -220,6 +220,6 @@ def grouped_gemm(a_desc, b_desc, c_desc, out, offs, T, N, K, G, out_sr, out_sc, 
     gl.static_assert(G_PAD >= 32, "the group table holds at least one element per lane")
     sched = GroupedScheduler.create(offs, G, T, N, K, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M, G_PAD)
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, 0, CFG.B_KMAJOR)
-    tma_epi = Epilogue.allocate(c_desc, c_desc, alpha, beta, out, T, N, 2, CFG.EPI)
+    tma_epi = Epilogue.plain(c_desc, alpha, beta, out, T, N, 2, CFG.EPI)
     epi = GroupedEpilogue(tma_epi, out, out_sr, out_sc, offs, T, N, TMA_STORE)
     run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, CFG.A_KMAJOR, CFG.B_KMAJOR, 0), PlainKLoop.of(CFG), CFG)

@@ -171,7 +171,7 @@ def grouped_k_gemm(a_desc, b_desc, c_desc, offs, M, N, T, G, alpha, beta, CFG: g
     gl.static_assert(len(c_desc.block_type.shape) == 3, "out: a rank-3 (group, row, column) descriptor")
     sched = RaggedKScheduler.create(offs, G, T, M, N, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M)
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, 0, False)
-    epi = Epilogue.allocate(c_desc, c_desc, alpha, beta, offs, M, N, 2, CFG.EPI)
+    epi = Epilogue.plain(c_desc, alpha, beta, offs, M, N, 2, CFG.EPI)
     loader = RaggedKLoader(a_desc, b_desc)
     # (the ragged operands are MN-major, whatever CFG's default majors say)
     run_partitions(ring, sched, epi, loader, PlainKLoop(0, CFG.acc_layout, CFG.acc_layout, False, False), CFG)
