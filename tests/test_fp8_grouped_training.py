@@ -316,6 +316,44 @@ def _moe_grads(model, x, idx, wts):
     return out, grads
 
 
+def _loop_reference(gu, dn, act, x, idx, wts):
+    """transformers' eager experts (gate_up_proj gu (E, 2I, H), down_proj dn (E, H, I)): each
+    expert's tokens, its weighted output added into their rows; wts (T, k) or dense (T, E)."""
+    out = torch.zeros_like(x)
+    for e in range(gu.shape[0]):
+        token, slot = torch.nonzero(idx == e, as_tuple=True)
+        gate, up = (x[token] @ gu[e].T).chunk(2, dim=-1)
+        w = wts[token, slot] if wts.shape == idx.shape else wts[token, e]
+        out = out.index_add(0, token, (act(gate) * up @ dn[e].T) * w[:, None])
+    return out
+
+
+@pytest.mark.parametrize("dense_weights", [False, True])
+def test_moe_experts_match_the_per_expert_loop(kernels, monkeypatch, dense_weights):
+    """pingpong.moe's bf16 path (dispatch, grouped_mm twice, the per-token weighted sum of the k
+    pairs) against transformers' eager loop in float64: the output and the gradients of x, of
+    both expert weights and of the routing weights, within fp16's error (norm and elementwise)."""
+    monkeypatch.setattr(moe, "register", lambda: None)
+    gen = torch.Generator().manual_seed(5)
+    E, H, inter, T, k = 4, 64, 32, 29, 3
+    experts = Model(E=E, H=H, inter=inter, gen=gen).layers[0].experts
+    x = torch.randn(T, H, generator=gen).to(F16).requires_grad_()
+    idx = torch.stack([torch.randperm(E, generator=gen)[:k] for _ in range(T)])
+    wts = torch.rand(T, E if dense_weights else k, generator=gen).to(F16).requires_grad_()
+    out = moe.experts_forward(experts, x, idx, wts)
+    leaves = [x, experts.gate_up_proj, experts.down_proj, wts]
+    g = torch.randn(out.shape, generator=gen, dtype=torch.float64)
+    got = [out, *torch.autograd.grad(out, leaves, g.to(out.dtype))]
+    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+    ref = _loop_reference(*ref_leaves[1:3], experts.act_fn, ref_leaves[0], idx, ref_leaves[3])
+    want = [ref, *torch.autograd.grad(ref, ref_leaves, g)]
+    for what, a, b in zip(("out", "dx", "d gate_up", "d down", "d routing weights"), got, want):
+        a = a.double()
+        rel = ((a - b).norm() / b.norm()).item()
+        worst = ((a - b).abs() / (b.abs() + 1e-2 * b.abs().max())).max().item()
+        assert rel < 1e-2 and worst < 5e-2, f"{what}: norm {rel:.3g}, elementwise {worst:.3g} from float64"
+
+
 @pytest.mark.parametrize("transposed", [False, True])
 def test_moe_experts_in_fp8_track_the_bf16_path(kernels, monkeypatch, transposed):
     """pingpong.moe's experts with fp8="row_gw_hp" against the same experts on grouped_mm: the

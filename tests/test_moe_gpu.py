@@ -1,7 +1,8 @@
 """GPU: a transformers MoE model (Qwen3-MoE, small random config) with its experts computed by
 pingpong.grouped_mm through transformers' experts-implementation hook: the logits against
 the model's own (eager, per-expert loop) in float32, within the bf16 model's own error, and
-a training step whose expert-weight gradients match the eager model's."""
+a training step whose expert-weight gradients are as close to the float32 model's as the bf16
+eager model's are, and the same on every run."""
 
 import pytest
 import torch
@@ -47,24 +48,44 @@ def test_logits_match_the_models_own(monkeypatch):
     assert err <= 2 * own + 1e-3, f"pingpong {err:.3g} vs the model's own bf16 error {own:.3g}"
 
 
+def training_step(impl, dtype=torch.bfloat16):
+    """One step's expert-weight gradients (float64 copies) of the small model on `impl`'s experts;
+    checks that the loss is finite and that SGD moves the expert weights."""
+    model = small_model().to(dtype).train()
+    if impl == "pingpong":
+        moe.use_pingpong_experts(model)
+    ids = torch.randint(0, 512, (2, 300), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+    loss = model(ids, labels=ids).loss
+    loss.backward()
+    assert torch.isfinite(loss)
+    grads = {n: p.grad.double() for n, p in model.named_parameters() if "experts" in n}
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if "experts" in n}
+    torch.optim.SGD(model.parameters(), lr=1e-2).step()
+    assert any(not torch.equal(before[n], p) for n, p in model.named_parameters() if "experts" in n)
+    return grads
+
+
 def test_training_step(monkeypatch):
+    """The bf16 step's expert-weight gradients against the float32 eager model's: pingpong's
+    error within 10% (+0.005) of the bf16 eager model's own. (Against the bf16 eager model
+    directly the two differ by up to ~4% in the second layer: the bf16 roundings of the first
+    layer differ, and the router's near-ties amplify them.)"""
     calls = counted(monkeypatch)
-    grads = {}
-    for impl in ("eager", "pingpong"):
-        model = small_model().to(torch.bfloat16).train()
-        if impl == "pingpong":
-            moe.use_pingpong_experts(model)
-        ids = torch.randint(0, 512, (2, 300), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
-        loss = model(ids, labels=ids).loss
-        loss.backward()
-        assert torch.isfinite(loss)
-        grads[impl] = {n: p.grad.double() for n, p in model.named_parameters() if "experts" in n}
-        before = {n: p.detach().clone() for n, p in model.named_parameters() if "experts" in n}
-        torch.optim.SGD(model.parameters(), lr=1e-2).step()
-        assert any(not torch.equal(before[n], p) for n, p in model.named_parameters() if "experts" in n)
+    ref = training_step("eager", torch.float32)
+    eager = training_step("eager")
+    assert not calls
+    ours = training_step("pingpong")
     assert calls
-    assert grads["eager"].keys() == grads["pingpong"].keys() and grads["eager"]
-    for n, g in grads["pingpong"].items():
-        want = grads["eager"][n]
-        rel = (g - want).norm() / want.norm().clamp_min(1e-30)
-        assert rel < 5e-2, f"{n}: gradient differs from the eager model's by {rel:.3g}"
+    assert ref.keys() == ours.keys() == eager.keys() and ref
+    for n, want in ref.items():
+        scale = want.norm().clamp_min(1e-30)
+        own, got = ((eager[n] - want).norm() / scale).item(), ((ours[n] - want).norm() / scale).item()
+        assert got <= 1.1 * own + 5e-3, f"{n}: error {got:.4f} against float32, the eager bf16 model's {own:.4f}"
+
+
+def test_training_step_is_deterministic():
+    """Two identical steps give the same gradients bit for bit: the tokens' k expert outputs are
+    summed, and the dispatch's gradient accumulated, in a fixed order (no atomics)."""
+    first, second = training_step("pingpong"), training_step("pingpong")
+    for n, g in first.items():
+        assert torch.equal(g, second[n]), f"{n}: max |difference| {(g - second[n]).abs().max().item():.3g} between two runs"

@@ -7,7 +7,8 @@
     gate_up = grouped_mm(x[token of pair], w_gate_up.transpose(1, 2), offs)    (T·k, 2I)
     h       = act(gate) · up                                                   (T·k, I)
     y       = grouped_mm(h, w_down.transpose(1, 2), offs)                      (T·k, H)
-      │ weight each pair by its routing weight, un-permute: index_add_ into its token's row
+      │ un-permute (gather by the inverse order), weight each pair by its routing weight,
+      │ sum each token's k pairs: a fixed order, no atomics, the same result on every run
       ▼
     out (T, H)
 
@@ -15,7 +16,8 @@
 with the experts module's own parameters (transformers' layout: gate_up_proj (E, 2I, H),
 down_proj (E, H, I), or their transposes when `experts_are_transposed`; optional biases;
 `_apply_gate` or `act_fn`). Autograd flows through grouped_mm's op (dX, dW as grouped
-products), the gather, the activation and index_add_.
+products), the gather (its gradient summed per token in a fixed order), the activation
+and the weighted sum: a step's gradients are the same bit for bit from run to run.
 
 The hook (`use_pingpong_experts(model)`): transformers 5 computes every MoE layer's experts
 through an *experts implementation* chosen per model (`ExpertsInterface`: "eager" is the
@@ -47,20 +49,33 @@ IMPLEMENTATION = "pingpong"
 FP8_ATTRIBUTE = "pingpong_fp8"
 
 
-def routing(top_k_index: torch.Tensor, top_k_weights: torch.Tensor, num_experts: int):
-    """(order, token of each sorted pair, weight of each sorted pair, offs) of the T·k
-    (token, expert) pairs sorted by expert; offs (E,) int32 cumulative ends. No host sync."""
-    T, k = top_k_index.shape
+def routing(top_k_index: torch.Tensor, num_experts: int):
+    """(order, inverse, offs) of the T·k (token, expert) pairs: `order` sorts the pairs (pair
+    p = t·k + j, token t's j-th choice) by expert, stably; `inverse` undoes it; offs (E,) int32
+    cumulative group ends, counted on the device. No host sync."""
     experts = top_k_index.reshape(-1)
     order = torch.argsort(experts, stable=True)
-    tokens = torch.arange(T, device=experts.device).repeat_interleave(k)[order]
-    if top_k_weights.shape == (T, k):
-        weights = top_k_weights.reshape(-1)[order]
-    else:  # (T, E): DeepSeek-style dense routing weights
-        weights = top_k_weights[torch.arange(T, device=experts.device).repeat_interleave(k), experts][order]
+    inverse = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=order.device))
     counts = torch.zeros(num_experts, dtype=torch.int32, device=experts.device)
     counts.scatter_add_(0, experts.to(torch.int64), torch.ones_like(experts, dtype=torch.int32))
-    return order, tokens, weights, torch.cumsum(counts, 0, dtype=torch.int32)
+    return order, inverse, torch.cumsum(counts, 0, dtype=torch.int32)
+
+
+class _Dispatch(torch.autograd.Function):
+    """x[token of each sorted pair], whose gradient sums each token's k pairs in a fixed order
+    (gathered back by `inverse`, reduced over k) instead of the atomic accumulation autograd's
+    own indexing backward would use: the same gradient bit for bit on every run."""
+
+    @staticmethod
+    def forward(ctx, hidden_states, order, inverse, k):
+        ctx.save_for_backward(inverse)
+        ctx.k = k
+        return hidden_states[order // k]
+
+    @staticmethod
+    def backward(ctx, grad):
+        (inverse,) = ctx.saved_tensors
+        return grad[inverse].unflatten(0, (-1, ctx.k)).sum(1), None, None, None
 
 
 def experts_forward(experts: torch.nn.Module, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
@@ -68,7 +83,10 @@ def experts_forward(experts: torch.nn.Module, hidden_states: torch.Tensor, top_k
     """transformers' experts-implementation signature: (T, H) -> (T, H) (module docstring)."""
     gate_up_w, down_w = experts.gate_up_proj, experts.down_proj
     num_experts = gate_up_w.shape[0]
-    _, tokens, weights, offs = routing(top_k_index, top_k_weights, num_experts)
+    T, k = top_k_index.shape
+    order, inverse, offs = routing(top_k_index, num_experts)
+    if top_k_weights.shape != (T, k):  # (T, E): DeepSeek-style dense routing weights
+        top_k_weights = top_k_weights.gather(1, top_k_index)
     transposed = getattr(experts, "experts_are_transposed", False)  # (E, H, 2I) / (E, I, H) as stored
     recipe = getattr(experts, FP8_ATTRIBUTE, None)
 
@@ -77,7 +95,7 @@ def experts_forward(experts: torch.nn.Module, hidden_states: torch.Tensor, top_k
             return grouped_mm(inp, w if transposed else w.transpose(1, 2), offs)
         return fp8_grouped_linear(inp, w.transpose(1, 2).contiguous() if transposed else w, offs, recipe)
 
-    x = hidden_states[tokens]
+    x = _Dispatch.apply(hidden_states, order, inverse, k)
     gate_up = project(x, gate_up_w)
     expert_of_pair = None
     if getattr(experts, "gate_up_proj_bias", None) is not None:
@@ -95,8 +113,11 @@ def experts_forward(experts: torch.nn.Module, hidden_states: torch.Tensor, top_k
             expert_of_pair = torch.searchsorted(offs, torch.arange(x.shape[0], device=x.device, dtype=torch.int32),
                                                 right=True)
         y = y + experts.down_proj_bias[expert_of_pair]
-    y = y * weights.unsqueeze(-1).to(y.dtype)
-    return torch.zeros_like(hidden_states).index_add_(0, tokens, y.to(hidden_states.dtype))
+    # un-permute (a gather by `inverse`: no two pairs write one row), then each token's k pairs
+    # weighted and summed as one (1 × k)·(k × H) product per token: a float32 sum in a fixed
+    # order, rounded once, so the output and its gradients are the same on every run
+    y = torch.bmm(top_k_weights.to(y.dtype).unsqueeze(1), y[inverse].unflatten(0, (T, k)))
+    return y.squeeze(1).to(hidden_states.dtype)
 
 
 def register() -> None:
