@@ -567,6 +567,13 @@ MUTATIONS = [
     ("FP8 on DTensors: each rank's features unchecked", "src/pingpong/distributed.py",
      "    why = split and fp8_training.training_shape_reason(*extents, recipe)", "    why = None",
      "tests/test_distributed.py -k fp8"),
+    # -- pingpong.moe: the per-token combine and the dispatch's gradient
+    ("moe dispatch gradient keeps one pair per token", "src/pingpong/moe.py",
+     "grad[inverse].unflatten(0, (-1, ctx.k)).sum(1)", "grad[inverse].unflatten(0, (-1, ctx.k))[:, 0]",
+     "tests/test_fp8_grouped_training.py"),
+    ("moe dense routing weights read by slot, not by expert", "src/pingpong/moe.py",
+     "top_k_weights = top_k_weights.gather(1, top_k_index)", "top_k_weights = top_k_weights[:, :k]",
+     "tests/test_fp8_grouped_training.py"),
 ]
 
 
