@@ -20,7 +20,8 @@ Part "step": dist_llama's compiled SP + async TP training step (its models, plan
 not its checks), ms per step timed three ways: interleaved (dist_llama's method: each step
 follows a step of the other model, no wait between them), each model in a loop of its own steps
 (synchronized before and after), and each step alone (synchronized before and after: its
-latency). The interleaved time of a step is its host's issue time plus the GPU work it leaves
+latency), and the profiler's kernel ms per step by class (`kernel_split`: GEMMs, copies,
+barriers and NCCL, the last two waits as much as work). The interleaved time of a step is its host's issue time plus the GPU work it leaves
 queued minus what the step before it left: where one model leaves more queued, that shows in
 the interleaved ratio and not in the loops.
 
@@ -243,8 +244,27 @@ def part_step(c, args, env, meshes) -> list[dict]:
     for v in VARIANTS:
         rows.append(dict(part="step", how="own loop / alone", variant=v, loop_ms=statistics.median(own[v]),
                          alone_ms=statistics.median(t[0] for t in alone[v]),
-                         alone_host_ms=statistics.median(t[1] for t in alone[v])))
+                         alone_host_ms=statistics.median(t[1] for t in alone[v]), kernels_ms=kernel_split(steps[v], env)))
     return rows
+
+
+#: kernel name pieces of each class in `kernel_split` (the first class that matches)
+KERNEL_CLASSES = (("nccl", ("nccl",)), ("barrier", ("barrier_kernel",)), ("copy", ("Memcpy", "Memset")),
+                  ("gemm", ("gemm", "nvjet", "cutlass", "cublas")))
+
+
+def kernel_split(fn, env, steps: int = 2) -> dict:
+    """Profiler kernel ms per step of `fn` (every rank's step started at once, dist_llama's
+    `aligned`) by class: NCCL and symmetric-memory barriers (waits for the other rank as much as
+    work), copies, GEMMs (pingpong's and cuBLAS's), the rest; each the slowest rank's."""
+    from pingpong.tools.timing import kernel_us
+
+    _sync()
+    sums = dict.fromkeys([name for name, _ in KERNEL_CLASSES] + ["other"], 0.0)
+    for kernel, us in kernel_us(dl.aligned(fn, env), steps).items():
+        kind = next((name for name, pieces in KERNEL_CLASSES if any(p in kernel for p in pieces)), "other")
+        sums[kind] += us / 1e3
+    return dict(zip(sums, (round(v, 3) for v in _slowest(list(sums.values())))))
 
 
 def table(rows) -> str:
@@ -259,7 +279,7 @@ def table(rows) -> str:
                        f"ratio {r['ratio']:.3f} (IQR {r['iqr_pct']:.1f}%)")
         else:
             out.append(f"step {r['variant']:10s} own loop {r['loop_ms']:.2f} ms, alone {r['alone_ms']:.2f} ms "
-                       f"(issued in {r['alone_host_ms']:.2f} ms)")
+                       f"(issued in {r['alone_host_ms']:.2f} ms); kernel ms {r['kernels_ms']}")
     return "\n".join(out)
 
 
