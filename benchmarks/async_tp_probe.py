@@ -37,6 +37,7 @@ import os
 import statistics
 import sys
 import time
+import traceback
 
 import torch
 import torch.distributed as dist
@@ -270,7 +271,9 @@ def kernel_split(fn, env, steps: int = 2) -> dict:
 def table(rows) -> str:
     out = []
     for r in rows:
-        if r["part"] == "ops":
+        if "error" in r:
+            out.append(f"part {r['part']}: {r['error']}")
+        elif r["part"] == "ops":
             cells = "  ".join(f"{v} {r[v]['gpu_ms'] * 1e3:7.1f} us gpu {r[v]['host_us']:6.1f} us host"
                               for v in VARIANTS if v in r)
             out.append(f"{r['name']:24s} {r['what']:12s} {cells}")
@@ -307,6 +310,10 @@ def main(argv=None) -> int:
     parts = args.parts.split(",")
     if not set(parts) <= {"ops", "step"}:
         p.error(f"--parts: a comma-separated subset of ops,step, got {args.parts!r}")
+    import torch._dynamo
+
+    limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+    setattr(torch._dynamo.config, limit, 64)  # as dist_llama: each model's blocks compile the same code
     rank, world, device = dl.setup(cpu=False)
     env = dl.Env(rank, world, device, torch.bfloat16, "inductor", sequence_parallel=True, async_tp=True)
     meshes = dl.meshes_for(world, device)
@@ -317,7 +324,10 @@ def main(argv=None) -> int:
     paths = [x for x in (args.json, os.environ.get("OUT") and os.path.join(os.environ["OUT"], "async_tp_probe.json"))
              if x]
     for part in parts:  # the JSON after each part: a run stopped by its time limit keeps what it measured
-        rows += part_ops(c, args, group) if part == "ops" else part_step(c, args, env, meshes)
+        try:
+            rows += part_ops(c, args, group) if part == "ops" else part_step(c, args, env, meshes)
+        except Exception:  # the other part still runs; the error is in the results
+            rows.append(dict(part=part, error=traceback.format_exc()))
         if rank == 0:
             for path in paths:
                 with open(path, "w") as f:
