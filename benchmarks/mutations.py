@@ -560,6 +560,15 @@ MUTATIONS = [
     ("DTensor told pingpong's ops nest their tensors (pytree on every call)", "src/pingpong/distributed.py",
      "        _flat(op)\n", "        pass\n", "tests/test_distributed.py -k flat"),
     # -- the FP8 training linear on DTensors (pingpong.distributed.fp8_layouts, check_fp8)
+    ("FP8 on DTensors: an all-reduce of x's amax", "src/pingpong/distributed.py",
+     "    y = fp8_training.fp8_linear(*local, recipe)",
+     "    y = fp8_training.fp8_linear(*local, recipe); __import__('torch.distributed._functional_collectives',"
+     " fromlist=['_']).all_reduce(local[0].detach().abs().amax(), 'max', mesh)",
+     "tests/test_distributed.py -k collectives_of_a_bf16"),
+    ("FP8 training: a host read (device sync) in the backward", "src/pingpong/fp8_training.py",
+     "g2 = grad.reshape(-1, N).contiguous()",
+     "g2 = grad.reshape(-1, N).contiguous() if grad.abs().max().item() >= 0 else None",
+     "tests/test_distributed.py -k collectives_of_a_bf16"),
     ("FP8 rowwise: y Replicate, not a Partial sum", "src/pingpong/distributed.py",
      "Fp8Layout(Shard(last), Shard(1), R, P, (Shard(last), Shard(1), R), share_bias=True)",
      "Fp8Layout(Shard(last), Shard(1), R, R, (Shard(last), Shard(1), R), share_bias=True)",
