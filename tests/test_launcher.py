@@ -316,22 +316,30 @@ def test_quantize_direct_launch_passes_what_triton_passes(monkeypatch, granulari
         monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
         fn, args, kwargs, grid = quantize.prepare(x, q, s, granularity)
         assert [id(t) for t in args[:3]] == [id(x), id(q), id(s)]  # the order of launch's addresses
-        kernel = fn.warmup(*args, grid=grid, **kwargs)
         calls = fake_launcher.install(driver.active)
-        monkeypatch.setattr(kernel, "_run", None)
-        monkeypatch.setattr(kernel, "module", None)
-        values = list(args) + [kwargs[n] for n in fn.arg_names[len(args):]]
-        kernel.run(*grid, 1, 1, 99, kernel.function, kernel.packed_metadata, None, None, None, *values)
-        direct = DirectLaunch.from_kernel(kernel)
-        assert direct is not None and direct.encodings == ()
-        bound = bind_jit_args(direct, fn, args, kwargs)
         ptrs = (x.data_ptr(), q.data_ptr(), s.data_ptr())
-        bound((grid[0], 1, 1), 99, ptrs)
-    theirs, ours = calls
-    (head, _, tail, args), (t_head, _, t_tail, t_args) = fake_launcher.parts(ours), fake_launcher.parts(theirs)
-    t_args = [x.data_ptr() if isinstance(x, torch.Tensor) else x for x in t_args]
-    assert head == t_head and tail == t_tail and args == t_args
+        args, t_args = _launched_both_ways(monkeypatch, calls, fn, args, kwargs, grid, ptrs)
+    assert args == t_args
     assert args[:3] == list(ptrs) and args[3:5] == [M, K]
+
+
+def _launched_both_ways(monkeypatch, calls, fn, args, kwargs, grid, ptrs):
+    """A kernel of a 1-D grid launched through Triton's JIT, then bound (bind_jit_args) with the
+    base addresses `ptrs`, both into the fake launcher (`calls`, installed; offline compile,
+    tensors taken as CUDA ones): (our arguments, Triton's, its tensors as addresses), their
+    launch heads and tails checked equal."""
+    kernel = fn.warmup(*args, grid=grid, **kwargs)
+    monkeypatch.setattr(kernel, "_run", None)
+    monkeypatch.setattr(kernel, "module", None)
+    values = list(args) + [kwargs[n] for n in fn.arg_names[len(args):]]
+    kernel.run(*grid, 1, 1, 99, kernel.function, kernel.packed_metadata, None, None, None, *values)
+    direct = DirectLaunch.from_kernel(kernel)
+    assert direct is not None and direct.encodings == ()
+    bind_jit_args(direct, fn, args, kwargs)((grid[0], 1, 1), 99, ptrs)
+    theirs, ours = calls[-2:]
+    (head, _, tail, got), (t_head, _, t_tail, want) = fake_launcher.parts(ours), fake_launcher.parts(theirs)
+    assert head == t_head and tail == t_tail
+    return got, [v.data_ptr() if isinstance(v, torch.Tensor) else v for v in want]
 
 
 @pytest.mark.parametrize("granularity, M, K", [("row", 40, 4096), ("row", 17, 256), ("tensor", 40, 1024),
@@ -357,19 +365,8 @@ def test_quantize_pair_direct_launch_passes_what_triton_passes(monkeypatch, gran
         monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
         calls = fake_launcher.install(driver.active)
         for prepare_step, ptrs in steps:
-            fn, args, kwargs, grid = prepare_step(*inputs)
-            kernel = fn.warmup(*args, grid=grid, **kwargs)
-            monkeypatch.setattr(kernel, "_run", None)
-            monkeypatch.setattr(kernel, "module", None)
-            values = list(args) + [kwargs[n] for n in fn.arg_names[len(args):]]
-            kernel.run(*grid, 1, 1, 99, kernel.function, kernel.packed_metadata, None, None, None, *values)
-            direct = DirectLaunch.from_kernel(kernel)
-            assert direct is not None and direct.encodings == ()
-            bind_jit_args(direct, fn, args, kwargs)((grid[0], 1, 1), 99, ptrs)
-            theirs, ours = calls[-2:]
-            (head, _, tail, got), (t_head, _, t_tail, want) = fake_launcher.parts(ours), fake_launcher.parts(theirs)
-            want = [v.data_ptr() if isinstance(v, torch.Tensor) else v for v in want]
-            assert head == t_head and tail == t_tail and got == want, (prepare_step.__name__, got, want)
+            got, want = _launched_both_ways(monkeypatch, calls, *prepare_step(*inputs), ptrs)
+            assert got == want, (prepare_step.__name__, got, want)
             assert got[:len(ptrs)] == list(ptrs)
 
 
