@@ -84,7 +84,8 @@ start: a step whose host ms reaches its wall ms is host-bound.
 
 Output: one table printed last by rank 0; the rows as JSON in --json, and in
 $OUT/dist_llama.json when OUT is set. --host-profile: for each row, rank 0's cProfile of one
-step of each model (where a host-bound step's time goes), host_profile-<row>-<model>.txt.
+step of each model (where a host-bound step's time goes), host_profile-<row>-<variant>-<model>.txt
+(`Env.variant`: bf16, fp8-<recipe>, then -sp-<stream> and -async-tp where given).
 """
 
 from __future__ import annotations
@@ -690,7 +691,7 @@ def run_row(arch, c, workload, mode, meshes, env, args) -> dict:
     row["per_step"] = {name: per_step(fn, env) for name, fn in steps.items()}
     if args.host_profile:
         for name, fn in steps.items():
-            host_profile(fn, env, f"{workload}-{mode}-{name}")
+            host_profile(fn, env, f"{workload}-{mode}-{env.variant}-{name}")
     if mode == "compiled":
         row["graph_breaks"] = sum(counters["graph_break"].values())
         row["graphs"] = counters["stats"]["unique_graphs"]
@@ -736,6 +737,14 @@ class Env:
         self.sequence_parallel, self.async_tp, self.sp_stream, self.fp8 = sequence_parallel, async_tp, sp_stream, fp8
         # host barriers that launch no device work (per_step's profiled steps)
         self.host_group = dist.new_group(backend="gloo") if dist.get_backend() == "nccl" else None
+
+    @property
+    def variant(self) -> str:
+        """What the run's flags change in a row's models, for file names: bf16 or fp8-<recipe>
+        (pingpong's layers), then -sp-<stream> (--sequence-parallel) and -async-tp."""
+        parts = [f"fp8-{self.fp8}" if self.fp8 else "bf16"]
+        parts += [f"sp-{self.sp_stream}"] if self.sequence_parallel else []
+        return "-".join(parts + (["async-tp"] if self.async_tp else []))
 
     def log(self, what, obj):
         if self.rank == 0:

@@ -15,10 +15,10 @@ host's µs are larger (benchmarks/host_gap.py measures them there), the Python i
 instead: quantize_fp8's row kernel (x (64, 4096) bf16) compiled offline for sm_90a, launched
 through Triton's JIT (`kernel[grid](...)`: the binder, the cache key, the launch metadata)
 against its bound direct launch (quantize.launch's CachedLaunch), both into Triton's launch
-wrapper around a no-op C launcher (tests/fake_launcher.py). quantize_fp8_pair's launch
-(quantize.launch_pair) takes the JIT path twice per call (the amax pass, then the cast), so
-FP8 training pays it three times per linear and step (X and W in the forward, dY in the
-backward).
+wrapper around a no-op C launcher (tests/fake_launcher.py); and quantize_fp8_pair's launch
+(quantize.launch_pair: the amax buffer, the amax pass, the cast; three per FP8 linear and
+step, X and W in the forward, dY in the backward), x (4096, 4096) bf16 row-wise, both kernels
+through Triton's JIT against launch_pair's GPU branch (its bound launches, `bound_pair`).
 """
 
 import argparse
@@ -110,7 +110,43 @@ def jit_against_bound(calls: int, rounds: int) -> None:
         ptrs = (x.data_ptr(), q.data_ptr(), s.data_ptr())
         jit = per_call(lambda: fn[grid](*args, **kwargs), calls, rounds)
         bound = per_call(lambda: cached(device, ptrs, (), quantize.prepare, x, q, s, "row"), calls, rounds)
+        pair_jit, pair_bound = pair_launches(device, calls, rounds)
     print(f"quantize_fp8 row kernel, one launch: through Triton's JIT {jit:6.2f} µs, bound (CachedLaunch) {bound:6.2f} µs")
+    print(f"quantize_fp8_pair row, one launch_pair (amax buffer, 2 kernels): through Triton's JIT {pair_jit:6.2f} µs,"
+          f" bound {pair_bound:6.2f} µs")
+
+
+def pair_launches(device: int, calls: int, rounds: int) -> tuple[float, float]:
+    """µs per quantize.launch_pair, row-wise, x (4096, 4096): its two kernels through Triton's JIT
+    (every call), and the GPU branch of launch_pair (bound_pair's CachedLaunches) line for line;
+    each with the amax buffer's torch.zeros. Inside jit_against_bound's offline compile."""
+    from pingpong import quantize
+
+    M = K = 4096
+    x = torch.empty(M, K, dtype=torch.bfloat16)
+    q, s, qt, st = quantize.pair_like(x, "row", torch.float8_e4m3fn, 16, True, True)
+
+    def inputs():
+        return x, q, s, qt, st, torch.zeros(M + K, dtype=torch.float32, device=x.device), "row", True, True
+
+    def jit():
+        args = inputs()
+        for prepare_step in (quantize.prepare_pair_amax, quantize.prepare_pair_cast):
+            fn, a, kw, grid = prepare_step(*args)
+            fn[grid](*a, **kw)
+
+    def bound():  # launch_pair after its CPU branch
+        args = inputs()
+        steps = quantize.pair_steps(*args)
+        for cached, (prepare_step, ptrs) in zip(quantize.bound_pair(*args)[-len(steps):], steps):
+            cached(device, ptrs, (), prepare_step, *args)
+
+    jit()  # compiles both (offline)
+    args = inputs()
+    for cached, (prepare_step, _) in zip(quantize.bound_pair(*args), quantize.pair_steps(*args)):
+        cached.jit(prepare_step, args)  # binds both (a CachedLaunch's first call, without its CUDA device guard)
+        assert cached.bound is not None, "no bound launch: a launch hook is installed?"
+    return per_call(jit, calls, rounds), per_call(bound, calls, rounds)
 
 
 def main(argv=None) -> int:

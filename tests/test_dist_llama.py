@@ -1,8 +1,8 @@
 """benchmarks/dist_llama.py on the CPU: its first-step gradient check (gradient_errors), without a
 process group: models whose gradients are the reference's up to rounding pass it, one whose
 gradient has two row chunks swapped (a fused product's chunk in the wrong place) fails it, named
-as the worst parameter; a parameter without a gradient is an error naming it. And its
---cpu-smoke path with --fp8 under torchrun (two gloo ranks)."""
+as the worst parameter; a parameter without a gradient is an error naming it. Its
+--host-profile file names, and its --cpu-smoke path with --fp8 under torchrun (two gloo ranks)."""
 
 import importlib.util
 import sys
@@ -63,6 +63,22 @@ def test_a_wrong_chunk_fails_the_gradient_check(dist_llama, seed):
     bad.get_submodule("layers.0.mlp.up_proj").weight.grad = None
     with pytest.raises(RuntimeError, match="layers.0.mlp.up_proj.weight has no gradient"):
         d.gradient_errors("pingpong", bad, ref, torch_grads)
+
+
+def test_host_profiles_of_runs_with_other_flags_have_other_names(dist_llama):
+    """--host-profile's file of a row names the variant: runs that differ in --fp8, its recipe,
+    --sequence-parallel, --sp-stream or --async-tp do not overwrite each other's profiles."""
+    import itertools
+    import types
+
+    names = set()
+    flags = itertools.product((None, "row", "tensor"), (False, True), ("auto", "local"), (False, True))
+    for fp8, sp, stream, async_tp in flags:
+        if (stream != "auto" or async_tp) and not sp:
+            continue  # (those flags act with --sequence-parallel only)
+        env = types.SimpleNamespace(fp8=fp8, sequence_parallel=sp, sp_stream=stream, async_tp=async_tp)
+        names.add(dist_llama.Env.variant.fget(env))
+    assert len(names) == 3 * (1 + 2 * 2) and "bf16" in names and "fp8-row-sp-auto-async-tp" in names, names
 
 
 def test_cpu_smoke_trains_the_fp8_model_under_tp_and_fsdp2():

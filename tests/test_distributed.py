@@ -334,6 +334,77 @@ def test_a_compiled_fp8_tensor_parallel_model_is_one_graph_of_local_fp8_linears(
     assert not [t for t, _ in backward if "_c10d_functional" in t], backward
 
 
+#: reads of a tensor's values on the host (each a device sync on a GPU)
+HOST_READS = ("aten._local_scalar_dense", "aten.nonzero", "aten.masked_select", "aten.equal", "aten.is_nonzero")
+
+
+def collectives_and_host_reads(layer, x):
+    """({collective: count} of layer(x)'s forward, of its backward (of the float sum)), and the
+    host reads (HOST_READS) of both, after one untimed step."""
+    from torch.distributed.tensor.debug import CommDebugMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Reads(TorchDispatchMode):
+        seen: list = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if str(func.overloadpacket) in HOST_READS:
+                self.seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    layer(x).float().sum().backward()
+    reads = Reads()
+    with reads, CommDebugMode() as forward:
+        y = layer(x)
+    with reads, CommDebugMode() as backward:
+        y.float().sum().backward()
+    counts = [{str(k): v for k, v in mode.get_comm_counts().items()} for mode in (forward, backward)]
+    return counts, reads.seen
+
+
+def test_an_fp8_tensor_parallel_layer_runs_the_collectives_of_a_bf16_one_and_reads_nothing_on_the_host(
+        mesh, fp8_runs):
+    """One training step (forward and backward, x taking a gradient) of an FP8 layer on DTensors
+    of each layout runs exactly the collectives of the same layer of pingpong.nn.Linear (which
+    are torch's): ColwiseParallel none in the forward, dX's all-reduce in the backward (x's
+    Replicate() from its Partial sum); RowwiseParallel y's all-reduce in the forward, none in the
+    backward; tokens split with the weight Replicate() none (dW stays Partial). No amax
+    all-reduce: every scale is constant along its product's contraction on the rank's own
+    shard (each rank dequantizes its partial product before the sum). And nothing read on the
+    host (no device sync)."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    import pingpong
+
+    AR = "c10d_functional.all_reduce"
+    g = torch.Generator().manual_seed(3)
+    cases = {  # layout -> (in, out features, the plan or None (x split along the tokens), x's local shape, counts)
+        "colwise": (32, 64, ColwiseParallel(), (2, 3, 32), [{}, {AR: 1}]),
+        "rowwise": (64, 32, RowwiseParallel(), (2, 3, 32), [{AR: 1}, {}]),
+        "tokens": (32, 32, None, (2, 3, 32), [{}, {}]),
+    }
+    for name, (fin, fout, plan, shape, want) in cases.items():
+        for bias in (False, True):
+            got = {}
+            for kind in ("bf16", "fp8"):
+                torch.manual_seed(0)
+                cls = pingpong.nn.Float8TrainingLinear if kind == "fp8" else pingpong.nn.Linear
+                layer = cls(fin, fout, bias=bias, dtype=torch.float16)
+                x = torch.randn(*shape, generator=g).half().requires_grad_()
+                if plan is None:
+                    for p_name, p in list(layer.named_parameters()):
+                        setattr(layer, p_name, torch.nn.Parameter(DTensor.from_local(p.detach(), mesh, [Replicate()])))
+                    x = DTensor.from_local(x.detach(), mesh, [Shard(0)]).requires_grad_()
+                else:
+                    layer = parallelize_module(layer, mesh, plan)
+                before = len(fp8_runs)
+                got[kind], reads = collectives_and_host_reads(layer, x)
+                assert reads == [], (name, kind, bias, reads)
+                assert (len(fp8_runs) > before) == (kind == "fp8"), (name, kind)  # the FP8 kernels ran
+            assert got["fp8"] == got["bf16"] == want, (name, bias, got)
+
+
 def test_fp8_placements_it_cannot_take_are_refused_before_any_work(mesh, fp8_runs):
     """An FP8 linear on DTensors: a Partial operand, a split that leaves a rank features the
     recipe cannot take, a plain tensor mixed in and the recipe's own argument errors (global

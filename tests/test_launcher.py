@@ -316,22 +316,58 @@ def test_quantize_direct_launch_passes_what_triton_passes(monkeypatch, granulari
         monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
         fn, args, kwargs, grid = quantize.prepare(x, q, s, granularity)
         assert [id(t) for t in args[:3]] == [id(x), id(q), id(s)]  # the order of launch's addresses
-        kernel = fn.warmup(*args, grid=grid, **kwargs)
         calls = fake_launcher.install(driver.active)
-        monkeypatch.setattr(kernel, "_run", None)
-        monkeypatch.setattr(kernel, "module", None)
-        values = list(args) + [kwargs[n] for n in fn.arg_names[len(args):]]
-        kernel.run(*grid, 1, 1, 99, kernel.function, kernel.packed_metadata, None, None, None, *values)
-        direct = DirectLaunch.from_kernel(kernel)
-        assert direct is not None and direct.encodings == ()
-        bound = bind_jit_args(direct, fn, args, kwargs)
         ptrs = (x.data_ptr(), q.data_ptr(), s.data_ptr())
-        bound((grid[0], 1, 1), 99, ptrs)
-    theirs, ours = calls
-    (head, _, tail, args), (t_head, _, t_tail, t_args) = fake_launcher.parts(ours), fake_launcher.parts(theirs)
-    t_args = [x.data_ptr() if isinstance(x, torch.Tensor) else x for x in t_args]
-    assert head == t_head and tail == t_tail and args == t_args
+        args, t_args = _launched_both_ways(monkeypatch, calls, fn, args, kwargs, grid, ptrs)
+    assert args == t_args
     assert args[:3] == list(ptrs) and args[3:5] == [M, K]
+
+
+def _launched_both_ways(monkeypatch, calls, fn, args, kwargs, grid, ptrs):
+    """A kernel of a 1-D grid launched through Triton's JIT, then bound (bind_jit_args) with the
+    base addresses `ptrs`, both into the fake launcher (`calls`, installed; offline compile,
+    tensors taken as CUDA ones): (our arguments, Triton's, its tensors as addresses), their
+    launch heads and tails checked equal."""
+    kernel = fn.warmup(*args, grid=grid, **kwargs)
+    monkeypatch.setattr(kernel, "_run", None)
+    monkeypatch.setattr(kernel, "module", None)
+    values = list(args) + [kwargs[n] for n in fn.arg_names[len(args):]]
+    kernel.run(*grid, 1, 1, 99, kernel.function, kernel.packed_metadata, None, None, None, *values)
+    direct = DirectLaunch.from_kernel(kernel)
+    assert direct is not None and direct.encodings == ()
+    bind_jit_args(direct, fn, args, kwargs)((grid[0], 1, 1), 99, ptrs)
+    theirs, ours = calls[-2:]
+    (head, _, tail, got), (t_head, _, t_tail, want) = fake_launcher.parts(ours), fake_launcher.parts(theirs)
+    assert head == t_head and tail == t_tail
+    return got, [v.data_ptr() if isinstance(v, torch.Tensor) else v for v in want]
+
+
+@pytest.mark.parametrize("granularity, M, K", [("row", 40, 4096), ("row", 17, 256), ("tensor", 40, 1024),
+                                               ("block", 200, 512), ("block128x128", 200, 512)])
+@pytest.mark.parametrize("rows", [True, False])
+def test_quantize_pair_direct_launch_passes_what_triton_passes(monkeypatch, granularity, M, K, rows):
+    """quantize_fp8_pair's kernels (pingpong.quantize.launch_pair's CachedLaunches): each step's
+    addresses (`pair_steps`: x, the outputs, the amax buffer and its columns' part) then the
+    sizes, strides and constexprs, as Triton's JIT passes them; q and s empty when not asked for."""
+    import torch
+
+    pad = 128 if granularity.startswith("block") else 16
+    x = torch.empty(M, K, dtype=torch.bfloat16)
+    q, s, qt, st = quantize.pair_like(x, granularity, E4, pad, rows, True)
+    mode = quantize._PAIR_MODES[granularity]
+    amax = torch.zeros(M + K if mode else 1) if mode < 2 else x
+    inputs = (x, q, s, qt, st, amax, granularity, rows, True)
+    steps = quantize.pair_steps(*inputs)
+    assert len(steps) == (2 if mode < 2 else 1)
+    with cc.offline("sm_90a"):
+        from triton.runtime import driver
+
+        monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+        calls = fake_launcher.install(driver.active)
+        for prepare_step, ptrs in steps:
+            got, want = _launched_both_ways(monkeypatch, calls, *prepare_step(*inputs), ptrs)
+            assert got == want, (prepare_step.__name__, got, want)
+            assert got[:len(ptrs)] == list(ptrs)
 
 
 # ----------------------------------------------------------------------------- launch keys
@@ -363,6 +399,29 @@ def test_quantize_bound_launch_is_keyed_by_every_dtype_and_alignment():
         keys = {quantize.launch_key(*args) for args in (_quant_args(), _quant_args(x_dtype=H), _quant_args(q_dtype=E5),
                                                        _quant_args(offset=1))}
         assert len(keys) == 4
+    finally:
+        quantize._LAUNCHES.clear()
+
+
+def _pair_args(x_dtype=BF, offset=0, granularity="row", rows=True, M=64):
+    buf = torch.zeros(M * 256 + 8, dtype=x_dtype)
+    x = buf[offset:offset + M * 256].view(M, 256)
+    q, s, qt, st = quantize.pair_like(x, granularity, E4, 16 if granularity in ("row", "tensor") else 128, rows, True)
+    return x, q, s, qt, st, torch.zeros(M + 256), granularity, rows, True
+
+
+def test_quantize_pair_bound_launch_is_keyed_by_every_dtype_alignment_and_output():
+    """One pair of CachedLaunches (amax pass, cast) per compiled pair: x bf16 vs fp16, an x base
+    off 16 bytes, another granularity, q asked for or not, another row count (the cast's
+    scalars, the grid); the same call shape shares its launches, and none is a quantize_fp8's."""
+    quantize._LAUNCHES.clear()
+    try:
+        base = quantize.bound_pair(*_pair_args())
+        assert quantize.bound_pair(*_pair_args()) is base and len(base) == 2
+        others = [quantize.bound_pair(*args) for args in (_pair_args(x_dtype=H), _pair_args(offset=1),
+                  _pair_args(granularity="tensor"), _pair_args(rows=False), _pair_args(M=65))]
+        assert len({id(o) for o in [base, *others]}) == 6
+        assert quantize.bound_launch(*_quant_args()) not in (base, *others)
     finally:
         quantize._LAUNCHES.clear()
 

@@ -12,6 +12,7 @@ padded by zeros to M'), the unfused route fp8_training took before. Checked
   the transposed copy, outputs NaN-poisoned.
 """
 
+import itertools
 import os
 import subprocess
 import sys
@@ -198,7 +199,8 @@ def _gpu_unfused(x, g, pad):
 @pytest.mark.parametrize("K", [128, 4096, 16384])
 def test_pair_on_the_gpu_equals_the_unfused_route(granularity, M, K):
     """bf16 rows spread over 2^±4, a zero row and a zero column, outputs NaN-poisoned (the
-    caching allocator's next blocks): bitwise the unfused route, each output alone too."""
+    caching allocator's next blocks): bitwise the unfused route, each output alone too; each
+    call twice (the first through Triton's JIT, the second on launch_pair's bound launches)."""
     seed = 7 * M + K
     gen = torch.Generator(device="cuda").manual_seed(seed)
     x = torch.randn(M, K, generator=gen, device="cuda") * torch.exp2(
@@ -207,11 +209,14 @@ def test_pair_on_the_gpu_equals_the_unfused_route(granularity, M, K):
     x[M // 2], x[:, 3] = 0, 0
     pad = 128 if granularity.startswith("block") else 16
     want = _gpu_unfused(x, granularity, pad)
-    for rows, cols in ((True, True), (True, False), (False, True)):
+    quantize._LAUNCHES.clear()  # each shape's first call through the JIT
+    for rows, cols, call in itertools.product((True, False), (True, False), ("jit", "bound")):
+        if not (rows or cols):
+            continue
         torch.full((64 << 20,), float("nan"), device="cuda")  # freed: the outputs land on NaN
         got = quantize_fp8_pair(x, granularity, E4M3, pad, rows, cols)
         for name, a, b, on in zip(("q", "s", "qt", "st"), got, want, (rows, rows, cols, cols)):
-            what = f"{granularity} M={M} K={K} rows={rows} cols={cols} {name} seed {seed}"
+            what = f"{granularity} M={M} K={K} rows={rows} cols={cols} {name} ({call}) seed {seed}"
             if not on:
                 assert a.numel() == 0, what
                 continue

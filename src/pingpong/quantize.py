@@ -32,9 +32,9 @@ tensor-wise's second pass walks backward from where the first ended (the end of 
 0.85 of its 5 bytes per element instead of 0.82. Loading x with evict_first cost 0.5-1.5%.
 Offsets are int64 per row (x past 2³¹ elements: DeepSeek-V3's stacked expert weights).
 
-On a GPU the row and block kernels go through Triton's JIT once per call shape, then launch
-directly (`launch`: runtime.launcher.CachedLaunch, as the GEMM plans do); tensor-wise's two
-kernels stay on the JIT.
+On a GPU the row and block kernels and quantize_fp8_pair's two go through Triton's JIT once per
+call shape, then launch directly (`launch`, `launch_pair`: runtime.launcher.CachedLaunch, as the
+GEMM plans do); tensor-wise's two kernels stay on the JIT.
 
 The scales of "row" and "block" are scale_a's layout for an activation A (M, K); for a weight
 W (N, K), pass `scale.t()` as scale_b ((1, N) row-wise; (K/128, N/128) from "block128x128").
@@ -431,8 +431,8 @@ def quantize_direct(x: torch.Tensor, granularity: str = "row", dtype=torch.float
     return q, s
 
 
-#: Bound launches of the row and block kernels (`launch`), one per call shape; emptied when
-#: full (a model has few shapes, but the token count of its activations varies).
+#: Bound launches of the row and block kernels (`launch`) and of the pair's (`launch_pair`), one per
+#: call shape; emptied when full (a model has few shapes, but the token count of its activations varies).
 LAUNCH_CACHE_SIZE = 1024
 _LAUNCHES: dict = {}
 
@@ -457,12 +457,16 @@ def bound_launch(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, granularity:
     """The row or block kernel's CachedLaunch for this call shape (x, q and s on a GPU, as
     `launch` takes them): called as launch(device, (x, q, s addresses), (), prepare, x, q, s,
     granularity). Float8Linear keeps the one of each input shape it has seen."""
-    key = launch_key(x, q, s, granularity)
+    return _cached(launch_key(x, q, s, granularity), CachedLaunch)
+
+
+def _cached(key, make):
+    """_LAUNCHES[key], made by `make()` on a miss (the cache emptied when full)."""
     cached = _LAUNCHES.get(key)
     if cached is None:
         if len(_LAUNCHES) >= LAUNCH_CACHE_SIZE:
             _LAUNCHES.clear()
-        cached = _LAUNCHES[key] = CachedLaunch()
+        cached = _LAUNCHES[key] = make()
     return cached
 
 
@@ -592,26 +596,73 @@ def quantize_pair_direct(x, granularity="row", dtype=torch.float8_e4m3fn, pad=16
 def launch_pair(x, q, s, qt, st, granularity, rows, cols) -> None:
     """quantize_fp8_pair's kernels on a checked, non-empty x and its outputs (pair_like): for
     "tensor" and "row" the amax pass into one zeroed buffer, then the cast; block-wise the cast
-    alone. Through Triton's JIT (the interpreter for CPU tensors)."""
+    alone. On a GPU each goes through Triton's JIT once per call shape and is launched directly
+    after (`bound_pair`, as `launch`); CPU tensors run in Triton's interpreter."""
+    M, K = x.shape
+    mode = _PAIR_MODES[granularity]
+    amax = torch.zeros(M + K if mode else 1, dtype=torch.float32, device=x.device) if mode < 2 else x
+    inputs = (x, q, s, qt, st, amax, granularity, rows, cols)
+    steps = pair_steps(*inputs)
+    if x.device.type == "cpu":  # the interpreter
+        for prepare_step, _ in steps:
+            fn, args, kwargs, grid = prepare_step(*inputs, interpret=True)
+            fn[grid](*args, **kwargs)
+        return
+    device = x.device.index
+    for cached, (prepare_step, ptrs) in zip(bound_pair(*inputs)[-len(steps):], steps):
+        cached(device, ptrs, (), prepare_step, *inputs)
+
+
+def pair_steps(x, q, s, qt, st, amax, granularity, rows, cols) -> list:
+    """launch_pair's kernels in order, each as (its prepare function, the base addresses of its
+    leading tensor arguments: what a bound launch takes per call)."""
+    mode = _PAIR_MODES[granularity]
+    xp, ap = x.data_ptr(), amax.data_ptr()
+    tail = ap + 4 * x.shape[0] if mode == 1 else 0  # amax[M:]: the columns' maxima ("row"); empty: 0 ("tensor")
+    cast = (prepare_pair_cast, (xp, q.data_ptr(), s.data_ptr(), qt.data_ptr(), st.data_ptr(), ap,
+                                tail if mode == 1 else ap))
+    return [(prepare_pair_amax, (xp, ap, tail)), cast] if mode < 2 else [cast]
+
+
+def bound_pair(x, q, s, qt, st, amax, granularity, rows, cols) -> tuple[CachedLaunch, CachedLaunch]:
+    """The CachedLaunches (amax pass, cast) of this pair call's shape, as `launch_pair` takes
+    them: keyed by everything the two compiled kernels and their scalars depend on (every
+    scalar of the cast's launch, the dtypes, the device, each base's 16-byte alignment)."""
+    key = ("pair", granularity, rows, cols, x.dtype, q.dtype, qt.dtype, *_pair_scalars(x, q, s, qt, st, rows, cols),
+           x.device.index, x.data_ptr() % 16 == 0, q.data_ptr() % 16 == 0, s.data_ptr() % 16 == 0,
+           qt.data_ptr() % 16 == 0, st.data_ptr() % 16 == 0, amax.data_ptr() % 16 == 0)
+    return _cached(key, lambda: (CachedLaunch(), CachedLaunch()))
+
+
+def _pair_scalars(x, q, s, qt, st, rows, cols) -> tuple:
+    """(M, M', K, x's row stride, q's, qt's, the scales' (rows, columns) strides of s and st):
+    the cast's scalars; an output not asked for (or a 0-d tensor-wise scale) has placeholders."""
     M, K = x.shape
     Mp = qt.shape[1] if cols else M
-    mode = _PAIR_MODES[granularity]
-    interpret = x.device.type == "cpu"
-    amax = x  # (unread by the block-wise cast)
-    if mode < 2:
-        amax = torch.zeros(M + K if mode else 1, dtype=torch.float32, device=x.device)
-        bm, bk = PAIR_AMAX_TILE
-        meta = {} if interpret else dict(num_warps=8, **KERNEL_OPTIONS)
-        _pair_amax_kernel[(-(-M // bm) * -(-K // bk),)](
-            x, amax, amax[M:], M, K, x.stride(0), TENSOR=mode == 0, ROWS=rows, COLS=cols,
-            BLOCK_M=bm, BLOCK_K=bk, **meta)
-    bm, bk = PAIR_CAST_TILE
     sq = (q.stride(0), *s.stride()) if rows and s.dim() == 2 else (K, 0, 0)
     sqt = (qt.stride(0), *st.stride()) if cols and st.dim() == 2 else (Mp, 0, 0)
+    return M, Mp, K, x.stride(0), sq[0], sqt[0], sq[1], sq[2], sqt[1], sqt[2]
+
+
+def prepare_pair_amax(x, q, s, qt, st, amax, granularity, rows, cols, interpret: bool = False):
+    """(kernel, args, kwargs, grid) of the pair's amax pass ("tensor", "row") for `launch_pair`."""
+    M, K = x.shape
+    bm, bk = PAIR_AMAX_TILE
+    meta = {} if interpret else dict(num_warps=8, **KERNEL_OPTIONS)
+    return (_pair_amax_kernel, (x, amax, amax[M:], M, K, x.stride(0)),
+            dict(TENSOR=granularity == "tensor", ROWS=rows, COLS=cols, BLOCK_M=bm, BLOCK_K=bk, **meta),
+            (-(-M // bm) * -(-K // bk),))
+
+
+def prepare_pair_cast(x, q, s, qt, st, amax, granularity, rows, cols, interpret: bool = False):
+    """(kernel, args, kwargs, grid) of the pair's cast for `launch_pair`."""
+    M, Mp, K, *strides = _pair_scalars(x, q, s, qt, st, rows, cols)
+    mode = _PAIR_MODES[granularity]
+    bm, bk = PAIR_CAST_TILE
     meta = {} if interpret else dict(num_warps=PAIR_CAST_WARPS, **KERNEL_OPTIONS)
-    _pair_cast_kernel[(-(-Mp // bm) * -(-K // bk),)](
-        x, q, s, qt, st, amax, amax[M:] if mode == 1 else amax, M, Mp, K, x.stride(0), sq[0], sqt[0], sq[1], sq[2],
-        sqt[1], sqt[2], FP8_MAX=FP8_MAX[q.dtype], MODE=mode, ROWS=rows, COLS=cols, BLOCK_M=bm, BLOCK_K=bk, **meta)
+    return (_pair_cast_kernel, (x, q, s, qt, st, amax, amax[M:] if mode == 1 else amax, M, Mp, K, *strides),
+            dict(FP8_MAX=FP8_MAX[q.dtype], MODE=mode, ROWS=rows, COLS=cols, BLOCK_M=bm, BLOCK_K=bk, **meta),
+            (-(-Mp // bm) * -(-K // bk),))
 
 
 def quantize_fp8_pair(x: torch.Tensor, granularity: str = "row", dtype: torch.dtype = torch.float8_e4m3fn,
