@@ -76,8 +76,10 @@ pairs of rounds (one of each order) of the pair's ratio torch / pingpong (> 1: p
 faster; the geometric mean of its two rounds) and its interquartile range as a percentage of
 the median; the JSON keeps every round's ratio, and as position_effect the median time of the
 model that led its round over the one that followed. Beside them, per step, measured on separate
-steps: GPU ms, the profiler's sum of kernel time excluding NCCL (communication kernels are in
-the JSON as nccl_ms, rank 0's, and nccl_ms_ranks, every rank's: each profiled step is started
+steps: GPU ms, the profiler's sum of kernel time excluding communication (`communication`:
+NCCL's kernels, torch's symmetric-memory kernels such as async TP's barriers, and peer-to-peer
+copies, whose time is mostly waiting or transfer; in the JSON as comm_ms, rank 0's, and
+comm_ms_ranks, every rank's: each profiled step is started
 by all ranks at once, so that it holds the collectives' own time, not a wait for a late rank),
 and host ms, the CPU time to issue one step with the GPU idle at its
 start: a step whose host ms reaches its wall ms is host-bound.
@@ -610,16 +612,23 @@ def per_step(fn, env, n=3) -> dict:
     if env.device.type == "cuda":
         sync(env)
         kernels = kernel_us(aligned(fn, env), n)
-        nccl = sum(us for name, us in kernels.items() if "nccl" in name.lower())
-        out["gpu_ms"] = (sum(kernels.values()) - nccl) / 1e3
-        out["nccl_ms"] = nccl / 1e3
+        comm = sum(us for name, us in kernels.items() if communication(name))
+        out["gpu_ms"] = (sum(kernels.values()) - comm) / 1e3
+        out["comm_ms"] = comm / 1e3
         top = sorted(kernels.items(), key=lambda kv: -kv[1])[:12]  # where a GPU ms difference lies
         out["kernels_ms"] = {name[:90]: round(us / 1e3, 3) for name, us in top}
         every = torch.zeros(env.world, dtype=torch.float64, device=env.device)
-        every[env.rank] = out["nccl_ms"]
+        every[env.rank] = out["comm_ms"]
         dist.all_reduce(every)
-        out["nccl_ms_ranks"] = [round(v, 3) for v in every.tolist()]
+        out["comm_ms_ranks"] = [round(v, 3) for v in every.tolist()]
     return out
+
+
+def communication(kernel: str) -> bool:
+    """A kernel that moves data between GPUs or waits for another rank (set apart from GPU ms):
+    NCCL's, torch's symmetric-memory kernels (async TP's barriers and signals), peer copies."""
+    name = kernel.lower()
+    return "nccl" in name or "symmetric_memory" in name or "memcpy ptop" in name
 
 
 def aligned(fn, env):

@@ -98,3 +98,18 @@ def test_cpu_smoke_trains_the_fp8_model_under_tp_and_fsdp2():
     table = proc.stdout[proc.stdout.rfind("workload"):]
     assert proc.returncode == 0, (table or proc.stdout[-3000:]) + proc.stderr[-3000:]
     assert table.count("| ok") == 2, table
+
+
+@pytest.mark.parametrize("kernel, comm", [
+    ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", True),
+    ("c10d::symmetric_memory::barrier_kernel(unsigned int**, int, int, int, unsigned long)", True),
+    ("Memcpy PtoP (Device -> Device)", True),
+    ("warp_specialized_gemm", False),
+    ("nvjet_sm90_tst_128x256_64x4_2x1_v_bz_coopA_NTN", False),
+    ("Memcpy DtoD (Device -> Device)", False),
+    ("void at::native::vectorized_elementwise_kernel<8, at::native::AUnaryFunctor<c10::BFloat16,", False),
+])
+def test_gpu_ms_sets_apart_the_kernels_that_wait_for_other_ranks(dist_llama, kernel, comm):
+    """Async TP's symmetric-memory barriers wait for the peer: counted as work, they made two
+    steps whose GEMMs took the same time look 6 ms apart."""
+    assert dist_llama.communication(kernel) is comm
