@@ -106,6 +106,7 @@ GATHER, SCATTER = "_c10d_functional.all_gather_into_tensor.default", "_c10d_func
 FUSED_AG, FUSED_RS = "pingpong.all_gather_gemm.default", "pingpong.gemm_reduce_scatter.default"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fused", [False, True], ids=["relu_after", "relu_fused"])
 def test_the_pass_fuses_a_sequence_parallel_mlp(mesh, interpreted_kernels, monkeypatch, fused):
     """Forward: the gathered x feeds pingpong.linear (up), and down's linear feeds the
@@ -132,6 +133,7 @@ def test_the_pass_fuses_a_sequence_parallel_mlp(mesh, interpreted_kernels, monke
     assert out.shape == (2, 4, 16)
 
 
+@pytest.mark.slow
 def test_without_torch_switch_or_symmetric_memory_nothing_is_fused(mesh, interpreted_kernels, monkeypatch):
     """The pass acts only with torch._inductor.config._micro_pipeline_tp on and symmetric
     memory enabled for the group (outside torch's test mode it is not, here)."""

@@ -65,6 +65,7 @@ def test_a_wrong_chunk_fails_the_gradient_check(dist_llama, seed):
         d.gradient_errors("pingpong", bad, ref, torch_grads)
 
 
+@pytest.mark.slow
 def test_cpu_smoke_trains_the_fp8_model_under_tp_and_fsdp2():
     """`--cpu-smoke --fp8 row` on two gloo ranks (the FP8 kernels emulated): pingpong's model of
     FP8 training layers against torch's 16-bit one, the TP and FSDP2 training rows (eager), every

@@ -50,6 +50,7 @@ def ranks(tmp_path_factory):
     return results
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", sorted(distributed_ranks.SCENARIOS))
 def test_two_ranks(ranks, scenario):
     for r, results in enumerate(ranks):
@@ -600,6 +601,7 @@ def test_the_rule_table():
     assert d.follow("ABmn", (8, 1)) == "m1" and d.follow("ABmn", (5,)) == "n"
 
 
+@pytest.mark.slow
 def test_import_pingpong_after_torch_distributed_tensor_registers_the_rules():
     """The API loads on its first use (`import pingpong` alone loads no torch): from then on the
     sharding rules are registered."""
@@ -608,6 +610,7 @@ def test_import_pingpong_after_torch_distributed_tensor_registers_the_rules():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_import_pingpong_does_not_load_torch_distributed_and_a_first_dtensor_call_registers_the_rules():
     code = f"""
 import sys

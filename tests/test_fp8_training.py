@@ -394,6 +394,7 @@ def test_fake_implementation_refuses_what_the_recipe_cannot_serve():
             torch.ops.pingpong.fp8_linear(torch.empty(5, 24, dtype=F16), torch.empty(48, 24, dtype=F16), None, "row")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", RECIPE_IDS)
 def test_inductor_calls_the_forward_and_the_gradient_products_directly(fp8_kernels, recipe):
     """Compiled by inductor (CPU): the inference forward (pingpong::fp8_linear), the training
