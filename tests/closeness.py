@@ -37,6 +37,9 @@ AUTOGRAD = (2e-3, 1e-2)
 #: compiled graph fuses in its own order): an input's quantization may round to the neighbour
 #: e4m3 value, so they agree norm-wise to e4m3's unit roundoff (3 mantissa bits), not better.
 E4M3_ROUNDOFF = 2.0**-4
+#: FP8 training's products (e4m3 operands, each quantized along its own axis) against the
+#: float64 product of the unquantized ones: norm-wise (the elementwise bound is the caller's).
+FP8_TRAINING_NORM = 0.08
 
 
 def rel_norm(got, ref):
