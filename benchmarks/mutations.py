@@ -349,8 +349,10 @@ MUTATIONS = [
      ' and buffers["weight_scale"] is ws and', " and", "tests/test_fp8.py"),
     # -- validation on every path, launch keys and guards as functions (issue 44)
     ("scaled_mm plan hit skips the requires-grad check", "src/pingpong/fp8.py",
-     '        refuse_grad("scaled_mm", a, b, scale_a, scale_b, bias)\n    return plan', "        pass\n    return plan",
+     '        refuse_grad("scaled_mm", a, b, scale_a, scale_b, bias, names=TENSOR_ARGS)\n    return plan', "        pass\n    return plan",
      "tests/test_plan.py"),
+    ("FP8 requires-grad check leaves an unnamed tensor unchecked", "src/pingpong/runtime/fp8_spec.py",
+     "zip(names, tensors, strict=True)", "zip(names, tensors)", "tests/test_fp8.py"),
     ("FP8 requires-grad check skips scale_a", "src/pingpong/runtime/fp8_spec.py",
      "            if t is not None and t.requires_grad:",
      "            if t is not None and t.requires_grad and name != \"scale_a\":", "tests/test_plan.py"),

@@ -30,13 +30,16 @@ ATOL_PER_K = 2e-6
 #: |α|·|a|@|b| + |β·c|, which covers fp32 accumulation over K in any split order.
 ROUNDING = {_BF16: 2.0**-8, _FP16: 2.0**-11, _FP32: 2.0**-23}
 SPLIT_ACCUM = 2.0**-16
-#: Autograd through the ops (interpreted kernels): the norm bound, and every element within
-#: AUTOGRAD_ELEM·max|ref|.
-AUTOGRAD_NORM, AUTOGRAD_ELEM = 2e-3, 1e-2
+#: Autograd through the ops (interpreted kernels), and products assembled across the CPU ranks
+#: (fp16 DTensors): (norm bound, every element within this fraction of max|ref|), `assert_close64`.
+AUTOGRAD = (2e-3, 1e-2)
 #: Two FP8 (e4m3) computations of the same product whose inputs differ by bf16 roundings (a
 #: compiled graph fuses in its own order): an input's quantization may round to the neighbour
 #: e4m3 value, so they agree norm-wise to e4m3's unit roundoff (3 mantissa bits), not better.
 E4M3_ROUNDOFF = 2.0**-4
+#: FP8 training's products (e4m3 operands, each quantized along its own axis) against the
+#: float64 product of the unquantized ones: norm-wise (the elementwise bound is the caller's).
+FP8_TRAINING_NORM = 0.08
 
 
 def rel_norm(got, ref):
@@ -76,3 +79,18 @@ def assert_close(got, ref, *, norm, allowed, what=""):
         raise AssertionError(
             f"{what}elementwise: |got - ref| = {err.flatten()[worst].item():.3g} > {bound:.3g} at flat index"
             f" {worst} (ref {ref.flatten()[worst].item():.4g})")
+
+
+#: The same pair of bounds for bf16 products assembled across ranks on the GPU (DTensors, async
+#: TP) against float64, and for a compiled run's against the eager run's (two roundings apart).
+RANKS_BF16 = (1e-2, 2e-2)
+RANKS_COMPILED = (1e-2, 3e-2)
+
+
+def assert_close64(got, ref, what, bound):
+    """`assert_close` with `bound` = (norm, elementwise as a fraction of max|ref|): AUTOGRAD or
+    a RANKS_* bound; returns the norm-wise error."""
+    norm, elem = bound
+    ref = ref.double()
+    assert_close(got, ref, norm=norm, allowed=elem * ref.abs().max().clamp_min(1e-30).item(), what=what)
+    return rel_norm(got, ref)

@@ -492,6 +492,7 @@ def test_a_failing_shape_is_reported_and_rows_are_written_as_they_finish(tmp_pat
     assert len(json.loads(json_path.read_text())["rows"]) == 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("position", [1.0, 1.3, 0.7])
 def test_alternated_rounds_cancel_the_position_in_a_round(position):
     """Two workloads of 10 and 12 units, whichever is timed first in its round costing
@@ -517,6 +518,7 @@ def test_alternated_rounds_cancel_the_position_in_a_round(position):
     assert len(p.times) == 8 and math.isclose(p.times[1][1], 12.0 * position)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lead_in_cost", [0.0, 5.0])
 def test_interleaved_steps_follow_the_other_workload(lead_in_cost):
     """Steps of 10 and 12 units on a fake clock; a step that follows a step of its own workload,

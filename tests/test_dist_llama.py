@@ -81,6 +81,7 @@ def test_host_profiles_of_runs_with_other_flags_have_other_names(dist_llama):
     assert len(names) == 3 * (1 + 2 * 2) and "bf16" in names and "fp8-row-sp-auto-async-tp" in names, names
 
 
+@pytest.mark.slow
 def test_cpu_smoke_trains_the_fp8_model_under_tp_and_fsdp2():
     """`--cpu-smoke --fp8 row` on two gloo ranks (the FP8 kernels emulated): pingpong's model of
     FP8 training layers against torch's 16-bit one, the TP and FSDP2 training rows (eager), every

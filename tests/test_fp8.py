@@ -288,6 +288,20 @@ def test_float8_linear_refuses_grad_and_bad_granularity():
         pingpong.nn.replace_linear(torch.nn.Sequential(layer), fp8="tensorwise")
 
 
+def test_refuse_grad_names_every_tensor_it_checks():
+    """refuse_grad (the one requires-grad decision) names the tensor by the caller's names; a
+    tensor without a name (an operand added to scaled_mm but not to TENSOR_ARGS) is an error,
+    never silently left unchecked."""
+    from pingpong.fp8 import TENSOR_ARGS
+    from pingpong.runtime.fp8_spec import refuse_grad
+
+    grad = torch.zeros(1, requires_grad=True)
+    with pytest.raises(PingpongError, match="bias: requires grad, but scaled_mm"):
+        refuse_grad("scaled_mm", None, None, None, None, grad, names=TENSOR_ARGS)
+    with pytest.raises(ValueError):
+        refuse_grad("scaled_mm", None, None, None, None, torch.zeros(1))  # five tensors, four default names
+
+
 def test_float8_linear_forgets_its_kept_launches_when_moved_or_copied():
     """The input signatures' launches (Float8Linear._runs, taken on a GPU) hold views of the
     layer's buffers and bound launches: a move (`_apply`) forgets them, and a copy or a pickle

@@ -328,6 +328,7 @@ def _loop_reference(gu, dn, act, x, idx, wts):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dense_weights", [False, True])
 def test_moe_experts_match_the_per_expert_loop(kernels, monkeypatch, dense_weights):
     """pingpong.moe's bf16 path (dispatch, grouped_mm twice, the per-token weighted sum of the k
@@ -354,6 +355,7 @@ def test_moe_experts_match_the_per_expert_loop(kernels, monkeypatch, dense_weigh
         assert rel < 1e-2 and worst < 5e-2, f"{what}: norm {rel:.3g}, elementwise {worst:.3g} from float64"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transposed", [False, True])
 def test_moe_experts_in_fp8_track_the_bf16_path(kernels, monkeypatch, transposed):
     """pingpong.moe's experts with fp8="row_gw_hp" against the same experts on grouped_mm: the
@@ -423,6 +425,7 @@ def test_compile_records_the_op_and_the_backward_products(kernels):
     torch.testing.assert_close(w.grad, eager[1], rtol=0, atol=0)
 
 
+@pytest.mark.slow
 def test_inductor_calls_the_forward_and_the_backward_products_directly(kernels):
     """Compiled by inductor (CPU): an experts block's two pingpong::fp8_grouped_linear forwards
     and their backward's products (pingpong::quantize_fp8 of dY, quantize_fp8_columns of W, scaled_grouped_mm,

@@ -18,7 +18,7 @@ import torch
 
 import pingpong
 from pingpong.integration import inductor
-from closeness import assert_close, rel_norm
+from closeness import FP8_TRAINING_NORM, assert_close, rel_norm
 from fp8_groups import PRODUCT_GROUPS, QUANT_GROUPS, per_element, scales_of
 from pingpong.fp8_training import RECIPES
 
@@ -104,14 +104,14 @@ def test_forward_and_gradients_against_float64(recipe, M):
         close_to_dequantized(layer.weight.grad, dequantized_along(G, gr, 0).t(), dequantized_along(X, gr, 0),
                              f"{what}: dW")
     Xd, Wd, Gd = X.double(), W.double(), G.double()
-    assert_close(y.double() - b, Xd @ Wd.t(), norm=0.08, allowed=e4m3_bound(Xd, Wd.t(), groups["Y"]) + 2.0**-8 * b.abs(),
+    assert_close(y.double() - b, Xd @ Wd.t(), norm=FP8_TRAINING_NORM, allowed=e4m3_bound(Xd, Wd.t(), groups["Y"]) + 2.0**-8 * b.abs(),
                  what=f"{what}: y vs unquantized")
-    assert_close(x.grad, Gd @ Wd, norm=0.08, allowed=e4m3_bound(Gd, Wd, groups["dX"]), what=f"{what}: dX vs unquantized")
+    assert_close(x.grad, Gd @ Wd, norm=FP8_TRAINING_NORM, allowed=e4m3_bound(Gd, Wd, groups["dX"]), what=f"{what}: dX vs unquantized")
     if RECIPES[recipe].fp8_weight_grad:
         allowed = e4m3_bound(Gd.t(), Xd, groups["dW"])
     else:  # bf16 operands, fp32 accumulation, one bf16 rounding
         allowed = 2.0**-8 * (Gd.t() @ Xd).abs() + 2.0**-14 * (Gd.t().abs() @ Xd.abs())
-    assert_close(layer.weight.grad, Gd.t() @ Xd, norm=0.08, allowed=allowed, what=f"{what}: dW vs unquantized")
+    assert_close(layer.weight.grad, Gd.t() @ Xd, norm=FP8_TRAINING_NORM, allowed=allowed, what=f"{what}: dW vs unquantized")
     torch.testing.assert_close(layer.bias.grad.double(), Gd.sum(0), rtol=2e-2, atol=1e-2 * Gd.abs().sum(0).max().item())
 
 

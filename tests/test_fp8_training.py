@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import pingpong
+from closeness import FP8_TRAINING_NORM, assert_close
 from pingpong import PingpongError, fp8, fp8_training, quantize
 from pingpong.fp8_training import RECIPES, TORCHAO_NAMES
 from pingpong.runtime import plan
@@ -67,13 +68,7 @@ def bound(a, b, sa, sb):
 
 
 def check_close(got, ref, allowed, what):
-    got = got.double()
-    assert got.shape == ref.shape, f"{what}: shape {tuple(got.shape)} != {tuple(ref.shape)}"
-    assert torch.isfinite(got).all(), f"{what}: non-finite"
-    err = (got - ref).abs()
-    assert (err <= allowed).all(), f"{what}: |err| {(err - allowed).max().item():.3g} past the e4m3 bound"
-    rel = (err.norm() / ref.norm()).item()
-    assert rel < 0.08, f"{what}: relative norm error {rel:.3g}"
+    assert_close(got, ref, norm=FP8_TRAINING_NORM, allowed=allowed, what=what)
 
 
 def run_layer(recipe, M, seed, bias=True):
@@ -394,6 +389,7 @@ def test_fake_implementation_refuses_what_the_recipe_cannot_serve():
             torch.ops.pingpong.fp8_linear(torch.empty(5, 24, dtype=F16), torch.empty(48, 24, dtype=F16), None, "row")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", RECIPE_IDS)
 def test_inductor_calls_the_forward_and_the_gradient_products_directly(fp8_kernels, recipe):
     """Compiled by inductor (CPU): the inference forward (pingpong::fp8_linear), the training

@@ -235,6 +235,7 @@ def test_gradients_interpreted(interpreted, mode, transposed):
         assert err.max() <= 2e-3 * (1 + want.abs().max()), f"{mode}: elementwise {err.max()}"
 
 
+@pytest.mark.slow
 def test_op_schema_fake_and_fullgraph_compile(interpreted):
     """opcheck (schema, fake tensors, autograd registration) and torch.compile(fullgraph=True):
     one graph node, the output shape from the shapes only."""

@@ -260,6 +260,7 @@ def test_several_outputs_under_dynamic_shapes(cast_kernels, fresh_compile):
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs == 1
 
 
+@pytest.mark.slow
 def test_dispatcher_switch_covers_the_ops_with_several_outputs(tmp_path):
     """PINGPONG_INDUCTOR_CALLS=dispatcher (read when the lowerings register: a process of its
     own): the ops with several outputs keep inductor's fallback, the dispatcher call, as the

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import pingpong
-from closeness import AUTOGRAD_ELEM, AUTOGRAD_NORM, assert_close
+from closeness import AUTOGRAD, assert_close, assert_close64
 from pingpong import PingpongError
 from pingpong.integration import ops
 
@@ -113,10 +113,6 @@ def grads64(fn, inputs, g):
     return y, torch.autograd.grad(y, [t for t in xs if t is not None], g.double())
 
 
-def assert_close64(got, ref, seed, what, norm_tol=AUTOGRAD_NORM, elem_tol=AUTOGRAD_ELEM):
-    """closeness.assert_close with every element within elem_tol·max|ref|."""
-    assert_close(got, ref, norm=norm_tol, allowed=elem_tol * ref.abs().max().clamp_min(1e-30), what=f"{what} (seed {seed})")
-
 
 LAYOUTS = {  # (M, K) a and (K, N) b in the four orientations
     "nn": (lambda M, K: randn(M, K), lambda K, N: randn(K, N)),
@@ -137,10 +133,10 @@ def test_gemm_gradients_all_layouts(interpreted_kernels, layout):
     g = randn(*y.shape)
     got = torch.autograd.grad(y, (a, b, c), g)
     ref_y, ref = grads64(lambda a, b, c: 0.75 * a @ b - 1.5 * c, (a, b, c), g)
-    assert_close64(y, ref_y, seed, "forward")
+    assert_close64(y, ref_y, f"forward (seed {seed})", AUTOGRAD)
     for name, x, r, t in zip("abc", got, ref, (a, b, c)):
         assert x.dtype == t.dtype and x.shape == t.shape
-        assert_close64(x, r, seed, f"d{name}")
+        assert_close64(x, r, f"d{name} (seed {seed})", AUTOGRAD)
 
 
 @pytest.mark.parametrize("a_shape, b_shape", SHAPES)
@@ -153,10 +149,10 @@ def test_matmul_gradients_batched_and_broadcast(interpreted_kernels, a_shape, b_
     g = randn(*y.shape, dtype=torch.float32)
     got = torch.autograd.grad(y, (a, b), g)
     ref_y, ref = grads64(torch.matmul, (a, b), g.to(f16))  # gradients flow in the input dtype
-    assert_close64(y, ref_y, seed, "forward")
+    assert_close64(y, ref_y, f"forward (seed {seed})", AUTOGRAD)
     for name, x, r, t in zip("ab", got, ref, (a, b)):
         assert x.dtype == t.dtype and x.shape == t.shape
-        assert_close64(x, r, seed, f"d{name}")
+        assert_close64(x, r, f"d{name} (seed {seed})", AUTOGRAD)
 
 
 TORCH_ACTIVATIONS = {None: lambda z: z, "relu": F.relu, "gelu_erf": F.gelu,
@@ -176,10 +172,10 @@ def test_linear_gradients_every_activation(interpreted_kernels, activation, with
     got = torch.autograd.grad(y, inputs, g)
     act = TORCH_ACTIVATIONS[activation]
     ref_y, ref = grads64(lambda x, w, *b: act(F.linear(x, w, *b)), inputs, g)
-    assert_close64(y, ref_y, seed, "forward")
+    assert_close64(y, ref_y, f"forward (seed {seed})", AUTOGRAD)
     for name, t, r, src in zip(("dx", "dw", "dbias"), got, ref, inputs):
         assert t.dtype == src.dtype and t.shape == src.shape
-        assert_close64(t, r, seed, name)
+        assert_close64(t, r, f"{name} (seed {seed})", AUTOGRAD)
 
 
 def test_gemm_inplace_bumps_the_version_so_autograd_notices(interpreted_kernels):
@@ -295,7 +291,7 @@ def test_activation_backward_is_the_derivative_of_the_forward(name):
     (want,) = torch.autograd.grad(TORCH_ACTIVATIONS[name](z), z, g)
     saved = F.relu(z).detach() if name == "relu" else z.detach()
     got = activation_backward(name, g.float(), saved.float()).double()
-    assert_close64(got, want, 8, name, norm_tol=1e-6, elem_tol=1e-5)
+    assert_close64(got, want, f"{name} (seed 8)", (1e-6, 1e-5))  # float32 math against float64
 
 
 BIAS_KINDS = {"column": lambda M, N: randn(N), "column 2-D": lambda M, N: randn(1, N), "row": lambda M, N: randn(M, 1)}
@@ -319,10 +315,10 @@ def test_gemm_epilogue_gradients(interpreted_kernels, activation, bias_kind, bat
     got = torch.autograd.grad(y, (a, b, c, bias), g)
     act = TORCH_ACTIVATIONS[activation]
     ref_y, ref = grads64(lambda a, b, c, bias: act(0.5 * (a @ b) + bias) + 0.75 * c, (a, b, c, bias), g)
-    assert_close64(y, ref_y, seed, "forward")
+    assert_close64(y, ref_y, f"forward (seed {seed})", AUTOGRAD)
     for name, t, r, src in zip(("da", "db", "dc", "dbias"), got, ref, (a, b, c, bias)):
         assert t.dtype == src.dtype and t.shape == src.shape, name
-        assert_close64(t, r, seed, name)
+        assert_close64(t, r, f"{name} (seed {seed})", AUTOGRAD)
 
 
 def test_eager_autograd_function_and_op_give_the_same_gradients(interpreted_kernels):

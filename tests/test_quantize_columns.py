@@ -58,6 +58,7 @@ _CHECK = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_columns_under_the_interpreter_equal_quantize_fp8_of_the_transposed_copy():
     seed = int(torch.randint(0, 2**31, ()).item())
     env = dict(os.environ, TRITON_INTERPRET="1")

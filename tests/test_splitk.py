@@ -334,7 +334,7 @@ ORDERS = {"in order": lambda n: range(n), "reversed": lambda n: range(n - 1, -1,
 
 
 @pytest.mark.parametrize("config", MODELLED, ids=lambda c: f"{c.block_m}x{c.block_n}-s{c.split_k}-swap{int(c.swap_ab)}")
-@pytest.mark.parametrize("layout", ["nt", "nn", "tn", "tt"])
+@pytest.mark.parametrize("layout", ["nt"] + [pytest.param(x, marks=pytest.mark.slow) for x in ("nn", "tn", "tt")])
 @pytest.mark.parametrize("M, N, K", [(1, 200, 1000), (17, 255, 1000), (130, 72, 520), (40, 1000, 64)])
 def test_split_geometry_reproduces_the_product(config, layout, M, N, K):
     """Workspace shape, split rows, strides, counters and the swap transposition agree end to

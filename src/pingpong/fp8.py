@@ -61,6 +61,10 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+#: scaled_mm's tensor arguments, in its order: the names its requires-grad refusal gives them
+TENSOR_ARGS = ("a", "b", "scale_a", "scale_b", "bias")
+
+
 def _check_operand(name: str, t, k_dim: int) -> None:
     check_fp8(name, t, 2)
     if t.stride(k_dim) != 1 and t.shape[k_dim] > 1:
@@ -108,11 +112,10 @@ def check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fas
         raise PingpongError(f"out_dtype: expected one of {FP8_OUT_DTYPES}, got {out_dtype!r}")
     if not isinstance(use_fast_accum, bool):
         raise PingpongError(f"use_fast_accum: expected a bool, got {use_fast_accum!r}")
-    act = _spec.check_activation(activation)
-    _spec.check_bias(bias, M, N, a.device)
+    act = _spec.check_epilogue(_spec.EpilogueArgs(bias=bias, activation=activation), (M, N), out_dtype, a.device)
     if device_checks:
         check_gpu(a, b)
-        refuse_grad("scaled_mm", a, b, scale_a, scale_b, bias)
+        refuse_grad("scaled_mm", a, b, scale_a, scale_b, bias, names=TENSOR_ARGS)
     return scaling, sb_cols, act
 
 
@@ -148,7 +151,7 @@ def _plan(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum, c
         check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum)
         plan = _plan_mod.store(key, _plan_mod.plan_for(key))
     else:  # the key holds everything the check reads but requires_grad (docs/design.md)
-        refuse_grad("scaled_mm", a, b, scale_a, scale_b, bias)
+        refuse_grad("scaled_mm", a, b, scale_a, scale_b, bias, names=TENSOR_ARGS)
     return plan
 
 

@@ -3,7 +3,7 @@
 For torch's own `aten.mm` inductor's wrapper allocates the result and calls the library
 directly (`extern_kernels.mm(a, b, out=buf)`). A custom op it calls through the dispatcher
 instead (`torch.ops.pingpong.mm.default(a, b)`): the op's autograd and backend wrappers, a
-no-grad context and a new output, ~12 µs of Python per call before pingpong's own path.
+no-grad context and a new output, Python per call before pingpong's own path.
 `register` gives inductor a lowering for each op in KERNELS that emits the same kind of line.
 One table, filled by `lowered` beside each op: mm, gemm and linear here, scaled_mm (pingpong.fp8),
 fp8_linear and fp8_linear_train (pingpong.fp8_training), grouped_mm, scaled_grouped_mm,

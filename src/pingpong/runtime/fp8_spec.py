@@ -106,8 +106,9 @@ def scale_kinds(a, b, scale_a, scale_b) -> tuple[str, str]:
     return ka, kb
 
 
-#: the FP8 products' tensor arguments, in `refuse_grad`'s default order
-GRAD_NAMES = ("a", "b", "scale_a", "scale_b", "bias")
+#: the FP8 products' operands and scales, in `refuse_grad`'s default order (a call with more
+#: tensors names them all: a tensor without a name is an error, never left unchecked)
+GRAD_NAMES = ("a", "b", "scale_a", "scale_b")
 
 
 def refuse_grad(op: str, *tensors, names=GRAD_NAMES) -> None:
@@ -118,7 +119,7 @@ def refuse_grad(op: str, *tensors, names=GRAD_NAMES) -> None:
     (pingpong.fp8_training: its forward and gradient GEMMs quantize inside, where no grad is
     recorded). Not in any spec: checked on every call, cache hits included."""
     if torch.is_grad_enabled():
-        for name, t in zip(names, tensors):
+        for name, t in zip(names, tensors, strict=True):
             if t is not None and t.requires_grad:
                 raise PingpongError(f"{name}: requires grad, but {op} is inference only (no backward through FP8"
                                     " operands); for FP8 training use pingpong.fp8_training.fp8_linear or"

@@ -178,12 +178,11 @@ def _row_warps(vec: int, num_warps: int) -> int:
 
 #: The gfx942 design's persistent schedule: one program per SM, 16 KB per operand tile, 3 slots refilled
 #: 2 steps ahead, so 2-3 tiles (64-96 KB of loads) are in flight per SM; 128 KB of shared
-#: memory. The kernel's docstring schedule is drawn for it. On an H200 it reaches 0.95 of
-#: torch.add at 2**24-2**28 for every persistent config swept.
+#: memory. The kernel's docstring schedule is drawn for it (its measurements: benchmarks/RESULTS.md).
 PERSISTENT = StreamConfig()
 #: What `vector_add` runs: the same kernel with one 2 KB tile per program and a 1-slot ring
 #: (grid = #tiles, up to 16 programs resident per SM, handed out in order by the hardware):
-#: 1.006 / 0.999 of torch.add at 2**28 fp32 / bf16. docs/streaming.md names it.
+#: docs/streaming.md names it.
 DEFAULT = StreamConfig(tile_bytes=2 * 1024, stages=1, ahead=1, out_bufs=1, programs_per_sm=0)
 
 #: Configs to compare on a GPU (`python -m pingpong.streaming --sweep candidates`).

@@ -7,16 +7,15 @@ taken in one process compare.
 
 Why not do_bench itself: it records the start event right after the flush, so the GPU runs it as
 soon as the flush ends. If the host has not launched the call's kernel by then (do_bench's loop
-plus the call's host work take longer than the flush, ~60-80 µs on an H100/H200 host that is
-busy or slow), the GPU idles and the idle time is counted as the kernel's. That made small
-products read up to 2× slower in some processes and not in others (H200: 64×4096×4096 ours
-18.2 µs flushed, 13.4 µs queued in the same process). queued_bench enqueues a
+plus the call's host work take longer than the flush, on a host that is busy or slow), the
+GPU idles and the idle time is counted as the kernel's, so small products read slower in
+some processes than in others. queued_bench enqueues a
 spin kernel before each flush, so that the host is ahead of the GPU when the call launches: the
 time is the GPU's alone, for ours and the peer alike. The spin brings spin and call to QUEUE_US
 (`spin_us`): a call that long keeps the host ahead by itself and gets none, as a near-idle GPU
 between repetitions would lift a power-limited kernel's clock. The flush stays right
 before the start event, as in do_bench (a spin between the two left the GPU idle before the
-call and moved small products' times by ±0.5 µs). Host cost is measured apart
+call and moved small products' times). Host cost is measured apart
 (`pingpong.tools.overhead`, benchmarks/host_gap.py).
 """
 
@@ -37,7 +36,7 @@ class Timing:
 
 
 #: µs of spin and call before each repetition's flush (module docstring, `spin_us`): more than a
-#: slow host's loop and call (host_gap.py: 20-60 µs per FP8 call on the H100's and H200's hosts)
+#: slow host's loop and call (benchmarks/host_gap.py measures it)
 QUEUE_US = 200.0
 #: SM clock the spin's cycle count assumes (the H100's and H200's maximum); a lower clock spins longer
 SPIN_MHZ = 1980
@@ -46,8 +45,7 @@ SPIN_MHZ = 1980
 def spin_us(call_us: float, queue_us: float = QUEUE_US) -> float:
     """µs of spin before each flush for a call of `call_us` GPU µs: what brings spin and call to
     `queue_us`. A call that long keeps the host ahead by itself, and a spin (a near-idle GPU)
-    would lower the average power and lift a power-limited peer's clock more than ours
-    (H100, block-wise 8192³: torch._scaled_mm 1000 → 870 µs, ours 1018 → 981 µs)."""
+    would lower the average power and lift a power-limited peer's clock more than ours."""
     return max(0.0, queue_us - call_us)
 
 

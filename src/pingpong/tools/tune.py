@@ -23,8 +23,7 @@ on bench_fp8's quantized inputs (e4m3, bf16 output), checked against their float
 and timed against torch._scaled_mm on the same tensors. Entries go under the table dtype
 `table.fp8_key` makes ("fp8e4m3-row", "fp8e4m3-row-fast", "fp8e4m3-block", ...; their
 cublas_us field is torch._scaled_mm's time), so bf16 and FP8 entries never answer each other;
-select_fp8 reads them. On an H100, over 13 shape/scaling cases, the rule's own pick was the
-best measured config in each.
+select_fp8 reads them.
 
 Bad arguments (a shape that does not parse, a size ≤ 0, an unknown suite, a cache directory
 that cannot be written) print a message naming the option and exit 2 before anything is

@@ -102,7 +102,7 @@ class Ring:
               barriers are then left uninitialized, because an mbarrier that is initialized
               and never used again is dead to Triton 3.6's shared-memory allocator, which
               places a later buffer over it without an `mbarrier.inval`; the TMA store then
-              read the barrier's 8 bytes instead of the data (seen on H200, RESULTS.md).
+              read the barrier's 8 bytes instead of the data (benchmarks/RESULTS.md).
     """
 
     a_bufs: gl.shared_memory_descriptor

@@ -31,8 +31,8 @@ def stream_k_split(tiles: int, k_steps: int, sms: int) -> tuple[int, int, int]:
     stay data-parallel and only the last, partial wave's tiles are streamed. (Streaming a
     full wave more would give each program more than a tile's k-steps, but programs that
     share a B column panel would then read it at different K offsets at the same time, and
-    the panel is no longer shared in L2: 589×8192×8192 streamed whole ran 1.7× slower than
-    data-parallel.) Streaming programs get at least MIN_STREAM_STEPS k-steps each."""
+    the panel is no longer shared in L2: streamed whole, it ran slower than data-parallel.)
+    Streaming programs get at least MIN_STREAM_STEPS k-steps each."""
     rest = tiles % sms  # tiles of the last wave
     if rest == 0 or 2 * rest >= sms:
         return min(sms, tiles), tiles, 1
