@@ -70,6 +70,8 @@ def test_modes_follow_torch_scaled_mm_layouts():
     ("bias", "bias"),
     ("fast", "use_fast_accum"),
     ("three_d", "a: expected a 2-D tensor"),
+    ("a_stride_odd", "a: the stride between K-rows must be a multiple of 16 bytes and ≥ K, got 520"),
+    ("b_rows_overlap", "b: the stride between K-rows must be a multiple of 16 bytes and ≥ K, got 16"),
 ])
 def test_bad_input_names_the_argument(case, match):
     a, b = ops()
@@ -86,6 +88,10 @@ def test_bad_input_names_the_argument(case, match):
         args["b"] = torch.zeros(N, K).to(torch.float8_e5m2).t()
     elif case == "k_odd":
         args["a"], args["b"] = ops(k=520)
+    elif case == "a_stride_odd":  # TMA's 16-byte row stride (pingpong.runtime.spec.tma_row_stride)
+        args["a"] = torch.zeros(M, 520).to(E4M3)[:, :K]
+    elif case == "b_rows_overlap":  # rows 16 apart, 512 long: they overlap
+        args["b"] = torch.zeros(N * 16 + K).to(E4M3).as_strided((N, K), (16, 1)).t()
     elif case == "n_odd":
         args["a"], args["b"] = ops(n=250)
     elif case == "shapes":

@@ -158,7 +158,6 @@ def test_pair_fake_shapes(granularity):
 @pytest.mark.parametrize("granularity", GRANULARITIES)
 def test_pair_kernels_compile_for_sm90_without_spills(granularity):
     from pingpong.runtime import compile as cc
-    from pingpong.toolchain import KERNEL_OPTIONS
 
     M, K = 777, 4096
     x = torch.empty(M, K, dtype=torch.bfloat16)
@@ -167,17 +166,9 @@ def test_pair_kernels_compile_for_sm90_without_spills(granularity):
     mode, amax = quantize._PAIR_MODES[granularity], torch.empty(M + K)
     with cc.offline("sm_90a"):
         compiled = []
-        if mode < 2:
-            bm, bk = quantize.PAIR_AMAX_TILE
-            compiled.append(quantize._pair_amax_kernel.warmup(
-                x, amax, amax[M:], M, K, K, TENSOR=mode == 0, ROWS=True, COLS=True, BLOCK_M=bm, BLOCK_K=bk,
-                num_warps=8, grid=(1,), **KERNEL_OPTIONS))
-        bm, bk = quantize.PAIR_CAST_TILE
-        ss, sst = (s.stride() if s.dim() == 2 else (0, 0)), (st.stride() if st.dim() == 2 else (0, 0))
-        compiled.append(quantize._pair_cast_kernel.warmup(
-            x, q, s, qt, st, amax, amax[M:], M, qt.shape[1], K, K, K, qt.shape[1], *ss, *sst, FP8_MAX=448.0,
-            MODE=mode, ROWS=True, COLS=True, BLOCK_M=bm, BLOCK_K=bk, num_warps=quantize.PAIR_CAST_WARPS, grid=(1,),
-            **KERNEL_OPTIONS))
+        for prepare in (quantize.prepare_pair_amax,) * (mode < 2) + (quantize.prepare_pair_cast,):
+            fn, args, kwargs, _ = prepare(x, q, s, qt, st, amax, granularity, True, True)
+            compiled.append(fn.warmup(*args, **kwargs, grid=(1,)))
     for ck in compiled:
         facts = cc.Compiled("pair", "sm_90a", dict(ck.asm), ck.metadata).facts()
         assert facts.spill_bytes == 0, (granularity, facts.table())

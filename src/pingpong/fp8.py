@@ -92,15 +92,10 @@ def check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fas
         raise PingpongError(f"b: dtype {b.dtype} differs from a's {a.dtype}; mixed fp8 kinds are not supported")
     M, K = a.shape
     N = b.shape[1]
-    if K % _spec.FP8_MULTIPLE or K == 0:
-        raise PingpongError(f"K={K}: must be a positive multiple of {_spec.FP8_MULTIPLE} (16-byte TMA rows of fp8;"
-                            " torch's rule)")
-    if N % _spec.FP8_MULTIPLE:
-        raise PingpongError(f"N={N}: must be a multiple of {_spec.FP8_MULTIPLE} (torch._scaled_mm's rule; 16-byte"
-                            " output rows)")
+    _spec.check_fp8_sizes(K, N, "torch._scaled_mm")
     for name, t, k_dim in (("a", a, 1), ("b", b, 0)):
         other = 1 - k_dim
-        if t.shape[other] > 1 and (t.stride(other) % 16 or t.stride(other) < t.shape[k_dim]):
+        if t.shape[other] > 1 and not _spec.tma_row_stride(t.stride(other), t.shape[k_dim], t.element_size()):
             raise PingpongError(f"{name}: the stride between K-rows must be a multiple of 16 bytes and ≥ K, got"
                                 f" {t.stride(other)}")
     if b.device != a.device:

@@ -264,7 +264,7 @@ def _scale_inv(amax, FP8_MAX: tl.constexpr):
 @triton.jit
 def _pair_cast_kernel(x, q, s, qt, st, ramax, camax, M, MP, K, sxm, sqm, sqtk, ssm, ssk, sstk, sstm,
                       FP8_MAX: tl.constexpr, MODE: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr,
-                      BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+                      BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_K: tl.constexpr):
     """quantize_fp8_pair's cast of one BLOCK_M × BLOCK_K tile of x, rows [0, MP) (rows past M
     read as zeros: qt's padding): q (M, K) scaled along K and qt (K, MP) scaled along M, both
     from one load. MODE 0 "tensor", 1 "row" (amaxes from pass 1); 2 "block" (1×128 along K and
@@ -297,13 +297,13 @@ def _pair_cast_kernel(x, q, s, qt, st, ramax, camax, M, MP, K, sxm, sqm, sqtk, s
     elif MODE == 2:
         a = tl.abs(v)
         if ROWS:
-            GROUPS: tl.constexpr = BLOCK_K // 128
-            rscale, rinv = _scale_inv(tl.max(tl.reshape(a, [BLOCK_M, GROUPS, 128]), axis=2), FP8_MAX)
-            qr = tl.reshape(tl.clamp(tl.reshape(v, [BLOCK_M, GROUPS, 128]) * rinv[:, :, None], -FP8_MAX, FP8_MAX),
+            GROUPS: tl.constexpr = BLOCK_K // GROUP_K
+            rscale, rinv = _scale_inv(tl.max(tl.reshape(a, [BLOCK_M, GROUPS, GROUP_K]), axis=2), FP8_MAX)
+            qr = tl.reshape(tl.clamp(tl.reshape(v, [BLOCK_M, GROUPS, GROUP_K]) * rinv[:, :, None], -FP8_MAX, FP8_MAX),
                             [BLOCK_M, BLOCK_K])
             groups = pid_k.to(tl.int64) * GROUPS + tl.arange(0, GROUPS)
             tl.store(s + rows[:, None] * ssm + groups[None, :] * ssk, rscale,
-                     mask=(rows[:, None] < M) & (groups[None, :] * 128 < K))
+                     mask=(rows[:, None] < M) & (groups[None, :] * GROUP_K < K))
         if COLS:
             cscale, cinv = _scale_inv(tl.max(a, axis=0), FP8_MAX)
             qc = tl.clamp(v * cinv[None, :], -FP8_MAX, FP8_MAX)
@@ -661,7 +661,8 @@ def prepare_pair_cast(x, q, s, qt, st, amax, granularity, rows, cols, interpret:
     bm, bk = PAIR_CAST_TILE
     meta = {} if interpret else dict(num_warps=PAIR_CAST_WARPS, **KERNEL_OPTIONS)
     return (_pair_cast_kernel, (x, q, s, qt, st, amax, amax[M:] if mode == 1 else amax, M, Mp, K, *strides),
-            dict(FP8_MAX=FP8_MAX[q.dtype], MODE=mode, ROWS=rows, COLS=cols, BLOCK_M=bm, BLOCK_K=bk, **meta),
+            dict(FP8_MAX=FP8_MAX[q.dtype], MODE=mode, ROWS=rows, COLS=cols, BLOCK_M=bm, BLOCK_K=bk,
+                 GROUP_K=SCALE_BLOCK, **meta),
             (-(-Mp // bm) * -(-K // bk),))
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import PingpongError, check_tensor
-from .spec import FP8_MULTIPLE, SCALE_BLOCK, check_block_scale_a
+from .spec import SCALE_BLOCK, check_block_scale_a, check_fp8_sizes, tma_matrix_stride, tma_row_stride
 
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 FP8_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -146,15 +146,12 @@ def validate_scaled_grouped(a, b, scale_a, scale_b, offs, out_dtype, use_fast_ac
     if Kb != K:
         raise PingpongError(f"b: its K ({Kb}, b.shape[1]) must equal a's ({K}, a.shape[1]); a is {tuple(a.shape)},"
                             f" b is {tuple(b.shape)}")
-    if K % FP8_MULTIPLE or K == 0:
-        raise PingpongError(f"K={K}: must be a positive multiple of {FP8_MULTIPLE} (16-byte TMA rows of fp8; torch's rule)")
-    if N % FP8_MULTIPLE:
-        raise PingpongError(f"N={N}: must be a multiple of {FP8_MULTIPLE} (torch._scaled_grouped_mm's rule; 16-byte rows)")
-    if a.stride(1) != 1 and K > 1 or (T > 1 and (a.stride(0) % 16 or a.stride(0) < K)):
+    check_fp8_sizes(K, N, "torch._scaled_grouped_mm")
+    if a.stride(1) != 1 and K > 1 or (T > 1 and not tma_row_stride(a.stride(0), K, 1)):
         raise PingpongError(f"a: expected row-major (T, K) with a row stride that is a multiple of 16 and ≥ K, got"
                             f" strides {tuple(a.stride())} (refused, not copied)")
-    if b.stride(1) != 1 or (N > 1 and (b.stride(2) % 16 or b.stride(2) < K)) or \
-            (G > 1 and (b.stride(0) % 16 or b.stride(0) <= 0)):
+    if b.stride(1) != 1 or (N > 1 and not tma_row_stride(b.stride(2), K, 1)) or \
+            (G > 1 and not tma_matrix_stride(b.stride(0), 1)):
         raise PingpongError(f"b: expected K-major (G, K, N), i.e. w.transpose(1, 2) of row-major (G, N, K) expert"
                             f" weights (16-byte multiple strides), got strides {tuple(b.stride())}; fp8 wgmma reads"
                             " K-major operands only (refused, not copied)")

@@ -442,6 +442,30 @@ def check_out_dtype(out_dtype, default: torch.dtype) -> torch.dtype:
 
 SCALE_BLOCK = 128  # K (and N) elements per FP8 scale block
 FP8_MULTIPLE = 16  # FP8 products' K and N are multiples of it (16-byte fp8 rows for TMA; torch's rule)
+TMA_ALIGN = 16  # bytes: TMA's base address and every stride but the unit one are multiples of it
+
+
+def tma_row_stride(stride: int, row: int, element_size: int) -> bool:
+    """TMA can step `stride` elements between rows of `row` contiguous elements of
+    `element_size` bytes: a 16-byte multiple, and rows that do not overlap (≥ the row, ≥ 1).
+    The one statement of the rule: the Hopper backend's legality and FP8's checks ask here."""
+    return (stride * element_size) % TMA_ALIGN == 0 and stride >= max(row, 1)
+
+
+def tma_matrix_stride(stride: int, element_size: int) -> bool:
+    """TMA can step `stride` elements between the matrices of a batch (or the groups of a
+    grouped product): a positive 16-byte multiple."""
+    return stride > 0 and (stride * element_size) % TMA_ALIGN == 0
+
+
+def check_fp8_sizes(K: int, N: int, op: str) -> None:
+    """An FP8 product's K and N (the rule of torch's `op`, TMA's 16-byte rows of fp8);
+    PingpongError naming the size otherwise."""
+    if K % FP8_MULTIPLE or K == 0:
+        raise PingpongError(f"K={K}: must be a positive multiple of {FP8_MULTIPLE} (16-byte TMA rows of fp8;"
+                            " torch's rule)")
+    if N % FP8_MULTIPLE:
+        raise PingpongError(f"N={N}: must be a multiple of {FP8_MULTIPLE} ({op}'s rule; 16-byte output rows)")
 
 
 def _row_contiguous(t) -> bool:

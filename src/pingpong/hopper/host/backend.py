@@ -37,7 +37,7 @@ from ...runtime.addressing import unaddressable
 from ...runtime.device import is_hopper
 from ...runtime.launcher import CachedLaunch
 from ...runtime.plan import GroupedPlan, LaunchedPlan, Plan, arrival_counters, device_index
-from ...runtime.spec import COLS, NO_ARGS, RAGGED_K, EpilogueArgs, GemmSpec, grouped_out, ragged_view
+from ...runtime.spec import COLS, NO_ARGS, RAGGED_K, EpilogueArgs, GemmSpec, grouped_out, ragged_view, tma_matrix_stride
 from .config import KernelConfig, column_pieces
 from .launch import (counter_count, operand_pointers, partial_slots, per_batch, prepare, prepare_split, tma_orientation,
                      workspace_reason, workspace_shape)
@@ -55,7 +55,7 @@ def tma_matrices(t) -> str | None:
     matrix if the batches share it, else matrix 0 with a 16-byte-multiple batch stride.
     `t`: an Operand (a spec's) or a tensor."""
     shape, st, size = t.shape, t.stride(), t.element_size()
-    if len(shape) == 3 and not (shape[0] == 1 or st[0] == 0) and (st[0] * size) % 16:
+    if len(shape) == 3 and not (shape[0] == 1 or st[0] == 0 or tma_matrix_stride(st[0], size)):
         return None
     return tma_orientation(t)
 

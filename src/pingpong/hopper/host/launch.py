@@ -40,7 +40,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from ...errors import ConfigError
 from ...runtime import compile as cc
 from ...runtime.plan import bias_vector
-from ...runtime.spec import EpilogueArgs, Operand, bias_kind
+from ...runtime.spec import EpilogueArgs, Operand, bias_kind, tma_matrix_stride, tma_row_stride
 from ...toolchain import KERNEL_OPTIONS
 from ..device.epilogue import EpilogueConstants, EpilogueOperands
 from ..kernels.gemm import persistent_gemm, split_k_gemm, stream_k_gemm, warp_specialized_gemm
@@ -57,9 +57,9 @@ def tma_orientation(t) -> str | None:
     if not (t.aligned if type(t) is Operand else t.data_ptr() % 16 == 0):
         return None
     (r, c), (sr, sc), elem = t.shape[-2:], t.stride()[-2:], t.element_size()
-    if sc == 1 and (sr * elem) % 16 == 0 and sr >= max(c, 1):
+    if sc == 1 and tma_row_stride(sr, c, elem):
         return "row"
-    if sr == 1 and (sc * elem) % 16 == 0 and sc >= max(r, 1):
+    if sr == 1 and tma_row_stride(sc, r, elem):
         return "col"
     return None
 
@@ -67,7 +67,7 @@ def tma_orientation(t) -> str | None:
 def tma_groups(t) -> bool:
     """A 3-D t's matrices (groups) are TMA-addressable one after another: at least one, and
     several a positive 16-byte multiple apart (each matrix's own legality: tma_orientation)."""
-    return t.shape[0] > 0 and (t.shape[0] == 1 or ((t.stride(0) * t.element_size()) % 16 == 0 and t.stride(0) > 0))
+    return t.shape[0] > 0 and (t.shape[0] == 1 or tma_matrix_stride(t.stride(0), t.element_size()))
 
 
 @functools.lru_cache(maxsize=None)
@@ -92,7 +92,7 @@ def _descriptor(t: torch.Tensor, box: list[int], cga: tuple = ()) -> TensorDescr
     assert not cga or t.dim() == 2, "cluster kernels run unbatched products"
     layout = _smem_layout(box[-1] * t.element_size(), 8 * t.element_size(), t.dim(), cga)
     if t.dim() == 3:
-        assert (t.stride(0) * t.element_size()) % 16 == 0 and t.stride(0) > 0, "batch stride: non-zero, 16-byte multiple"
+        assert tma_matrix_stride(t.stride(0), t.element_size()), "batch stride: non-zero, 16-byte multiple"
         box = [1, *box]
     return TensorDescriptor(t, list(t.shape), list(t.stride()), box, layout)
 
