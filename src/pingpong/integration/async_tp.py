@@ -50,15 +50,13 @@ import torch
 
 from . import batching, direct, inductor
 from ..errors import PingpongError
-from ..runtime.spec import NO_ARGS, EpilogueArgs
+from ..runtime.spec import NO_ARGS, TMA_ALIGN, EpilogueArgs
 
 __all__ = ["mm_out", "all_gather_gemm", "gemm_reduce_scatter", "fuse", "enable_async_tp", "disable_async_tp",
            "FUSED", "GRAPHS", "graph_counts"]
 
 #: rewrites made by `fuse`, per op name ("all_gather_gemm", "gemm_reduce_scatter")
 FUSED: collections.Counter = collections.Counter()
-
-_ALIGN = 16
 
 
 def mm_out(a, b, *, bias=None, activation=None, out) -> None:
@@ -67,7 +65,7 @@ def mm_out(a, b, *, bias=None, activation=None, out) -> None:
     contiguous, aligned one is written in place (pingpong.integration.direct.gemm's out=), any other (a
     column chunk, an odd offset) takes the product in a new tensor and a copy."""
     args = NO_ARGS if bias is None and activation is None else EpilogueArgs(bias=bias, activation=activation)
-    if out.is_contiguous() and out.data_ptr() % _ALIGN == 0:
+    if out.is_contiguous() and out.data_ptr() % TMA_ALIGN == 0:
         direct.gemm(a, b, args, out.dtype, out=out)
     else:
         out.copy_(direct.gemm(a, b, args, out.dtype))
