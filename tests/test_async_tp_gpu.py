@@ -44,7 +44,7 @@ def scenario_all_gather_gemm(rank, group):
     import torch.nn.functional as F
 
     import pingpong
-    from pingpong import async_tp  # noqa: F401
+    import pingpong.integration.async_tp  # noqa: F401  (defines the two ops)
 
     S, K, N = 512, 1024, 768
     x = randn(2, WORLD * S, K, seed=1)  # the same on every rank: the reference
@@ -71,7 +71,7 @@ def scenario_gemm_reduce_scatter(rank, group):
     import torch.distributed._functional_collectives as funcol
 
     import pingpong
-    from pingpong import async_tp  # noqa: F401
+    import pingpong.integration.async_tp  # noqa: F401  (defines the two ops)
 
     S, K, N = 512, 2048, 1024
     h, w, bias = randn(2, WORLD * S, K, seed=5), randn(N, K, seed=6), randn(N, seed=7)

@@ -328,8 +328,10 @@ def test_timer_leaves_out_host_lag():
         pytest.skip(f"do_bench showed no host lag either ({lagging:.4f} ms: the GPU was busy with other"
                     " processes' work), so this run cannot tell the timers apart")
     # best of 3: other processes' kernels on a shared GPU (pytest-xdist workers) only add time
+    # (up to 0.052 ms seen beside 9 busy workers). A timer that counted the lag would read at
+    # least the 0.15 ms sleep; half of it separates the two with room for that contention.
     queued = min(timing.time_callable(slow_host, 100).median_ms for _ in range(3))
-    assert queued < 0.05, (queued, lagging)
+    assert queued < 0.075, (queued, lagging)
 
 
 # --------------------------------------------------------------------------- one shape, CPU stand-ins

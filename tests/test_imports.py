@@ -184,3 +184,27 @@ def test_a_submodule_imports_first(module):
     `from pingpong.fp8 import Float8Linear` or `import pingpong.distributed` do) must not make
     the package load the API around the module still being initialized."""
     subprocess.run([sys.executable, "-c", f"import {module}"], check=True)
+
+
+def test_every_pingpong_name_the_tests_and_tools_import_exists():
+    """Each `from pingpong... import name` and `import pingpong...` in tests/, benchmarks/ and
+    scripts/, function-local ones included, names something that exists: a module move that
+    leaves a GPU-only test (which CI never runs) importing the old path fails here."""
+    import ast
+    import importlib
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    missing = []
+    for path in sorted(p for d in ("tests", "benchmarks", "scripts") for p in (root / d).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "pingpong":
+                module = importlib.import_module(node.module)
+                missing += [f"{path.relative_to(root)}:{node.lineno}: {node.module}.{a.name}" for a in node.names
+                            if a.name != "*" and not hasattr(module, a.name)
+                            and importlib.util.find_spec(f"{node.module}.{a.name}") is None]
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.split(".")[0] == "pingpong" and importlib.util.find_spec(a.name) is None:
+                        missing.append(f"{path.relative_to(root)}:{node.lineno}: {a.name}")
+    assert not missing, "imports of names that do not exist:\n" + "\n".join(missing)
