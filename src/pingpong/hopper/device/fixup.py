@@ -303,11 +303,11 @@ class SplitEpilogue:
     @gluon.jit
     def store_result(self, acc, off_r, off_c):
         """out = cast(act(α·acc + bias) + β·C) through pointers (docs/epilogue.md's order; α: `scale`);
-        SWAP: out and C hold the transpose of the R × C product, so the values are first
-        rearranged to run along their rows (out's contiguous dimension)."""
+        SWAP: out and C hold the transpose of the R × C product; the values are stored from
+        the accumulator's layout, whose 8 lanes of a column hold 8 consecutive rows: 16 bytes
+        of one row of out. No rearranging through shared memory, which the ring takes instead
+        (the output of a swapped product is small next to the operands it streams)."""
         y = self.fusion.apply(self.scale.apply_outer(acc, off_r, off_c), off_r, off_c, self.R, self.C)
-        if self.SWAP:
-            y = gl.convert_layout(y, _coalesced(y.shape, 0, gl.num_warps()))
         rows, cols, inside = _indices(y, off_r, off_c, self.R, self.C)
         r = gl.expand_dims(rows.to(gl.int64), 1)
         c = gl.expand_dims(cols.to(gl.int64), 0)

@@ -33,9 +33,8 @@ Work decomposition (pingpong.hopper.device.scheduler), orthogonal to the schedul
     swap_ab       the kernel computes Cᵀ = Bᵀ·Aᵀ: N on the wgmma M side (block_m tiles N),
                   M on the wgmma N side (block_n = 16..64 fits a decode batch); the result is
                   written to C transposed, through pointers
-    Split-K and swap-AB store through pointers, not TMA: no epilogue staging (swap-AB budgets the
-    compiler's scratch for turning each result tile around), the rest of the shared memory is
-    ring. Stream-K stages as the data-parallel kernel does (its fix-up's stores: pointers).
+    Split-K and swap-AB store through pointers, not TMA: no epilogue staging (swap-AB stores from
+    the accumulator's registers, transposed), the rest of the shared memory is ring. Stream-K stages as the data-parallel kernel does (its fix-up's stores: pointers).
 
 `validate()` (called by `derive`) raises ConfigError naming the violated constraint.
 """
@@ -381,9 +380,8 @@ def _epilogue(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> tuple[int, in
     """(epilogue_n, staging buffers per consumer, staging bytes): the chosen or derived
     sub-tile width and what its buffers take from shared memory."""
     consumers, cm, cn = _consumer_tile(cfg)
-    if cfg.split_k > 1 or cfg.swap_ab:  # the pointer epilogue of pingpong.hopper.device.fixup: no staging;
-        # swap-AB rearranges each consumer's fp32 result through the compiler's scratch (at most a tile)
-        return cn, 0, consumers * cm * cn * 4 if cfg.swap_ab else 0
+    if cfg.split_k > 1 or cfg.swap_ab:  # the pointer epilogue of pingpong.hopper.device.fixup: no staging
+        return cn, 0, 0
     # one buffer for a whole tile; else 2, or one per sub-tile when their count is odd (a
     # two-piece tile's 3 sub-tiles), so that sub-tiles cycle whole rounds of buffers
     bufs = lambda en: 1 if en == cn else (2 if (cn // en) % 2 == 0 else cn // en)  # noqa: E731
