@@ -82,7 +82,11 @@ copies, whose time is mostly waiting or transfer; in the JSON as comm_ms, rank 0
 comm_ms_ranks, every rank's: each profiled step is started
 by all ranks at once, so that it holds the collectives' own time, not a wait for a late rank),
 and host ms, the CPU time to issue one step with the GPU idle at its
-start: a step whose host ms reaches its wall ms is host-bound.
+start: a step whose host ms reaches its wall ms is host-bound. --products: per_step's
+products_ms, each model's GEMMs of one step by product (`step_products`: op, M, N, K, the
+operands' layouts and strides, dtype, and for pingpong's compiled calls the plan and config
+they ran), with calls and GPU ms per step (CPU ms off CUDA) and the kernels' names, from a
+record_shapes profile of 3 more steps; rank 0 prints each model's first 10 rows.
 
 Output: one table printed last by rank 0; the rows as JSON in --json, and in
 $OUT/dist_llama.json when OUT is set. --host-profile: for each row, rank 0's cProfile of one
