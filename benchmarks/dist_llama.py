@@ -680,7 +680,8 @@ def step_products(events, steps: int, device: bool) -> list:
     (GEMM_EVENTS; the innermost where they nest, as a DTensor's op over its local one) grouped
     by `product`, with calls and ms per step. device: ms is GPU time, the device kernels (user
     annotations apart) each counted for the GEMM event that launched it or an op inside one,
-    joined by the profiler's correlation ids, with the kernels' names; else the events' CPU time."""
+    joined by the profiler's correlation ids, with the kernels' names (a kernel whose launching op
+    is not in the profile: the row "(no launching op)"); else the events' CPU time."""
     from torch.autograd import DeviceType
 
     gemms = [e for e in events if e.name in GEMM_EVENTS and e.device_type == DeviceType.CPU]
@@ -693,18 +694,25 @@ def step_products(events, steps: int, device: bool) -> list:
     inner = {id(e): e for e in gemms if id(e) not in outer}
     us = {i: 0.0 if device else e.cpu_time_total for i, e in inner.items()}
     kernels = {i: [] for i in inner}
+    lost, lost_us = [], 0.0
     if device:
         ops = {e.id: e for e in events if e.device_type == DeviceType.CPU and not e.linked_correlation_id}
         for k in events:
             if k.device_type == DeviceType.CPU or k.is_user_annotation:
                 continue
             op = ops.get(k.linked_correlation_id)
+            if op is None:  # no launching op in the profile: a row of its own, so a failed join shows
+                lost.append(k.name)
+                lost_us += k.time_range.elapsed_us()
             while op is not None and id(op) not in inner:
                 op = op.cpu_parent
             if op is not None:
                 us[id(op)] += k.time_range.elapsed_us()
                 kernels[id(op)].append(k.name)
     rows = {}
+    if lost:
+        rows["lost"] = dict(op="(no launching op)", M=None, N=None, K=None, batch=1, layout="", strides=[], dtype="",
+                            plan=None, calls=len(lost), ms=lost_us / 1e3, kernels=sorted({n[:90] for n in lost})[:12])
     for i, e in inner.items():
         key = product(e)
         row = rows.get(key)

@@ -158,7 +158,8 @@ def test_step_products_counts_each_kernel_for_the_gemm_that_launched_it(dist_lla
     """On CUDA a product's ms are its kernels': joined to the launching op by the profiler's
     correlation id, through ops inside a GEMM event (a padded plan's copy) up to it, the
     innermost GEMM event where they nest (a DTensor's op over its local op); user annotations
-    and the kernels of other ops are not counted (synthetic events)."""
+    and the kernels of other ops are not counted; a kernel whose op the profile lacks has a row
+    of its own (synthetic events)."""
     from torch.autograd import DeviceType
     from torch.autograd.profiler_util import FunctionEvent
 
@@ -186,6 +187,11 @@ def test_step_products_counts_each_kernel_for_the_gemm_that_launched_it(dist_lla
               kernel(13, "warp_specialized_gemm", 400.0, range_), kernel(14, "copy_kernel", 20.0, copy),
               kernel(15, "add_kernel", 50.0, add)]
     rows = dist_llama.step_products(events, 1, device=True)
+    assert [r["op"] for r in rows].count("(no launching op)") == 0
+    orphan = kernel(16, "warp_specialized_gemm", 70.0, cpu(99, "unrecorded", 0, 1))  # its op not in the profile
+    (lost,) = [r for r in dist_llama.step_products(events + [orphan], 1, device=True) if r["M"] is None]
+    assert (lost["op"], lost["calls"], lost["ms"], lost["kernels"]) == ("(no launching op)", 1, 0.07,
+                                                                       ["warp_specialized_gemm"])
     assert [(r["op"], r["M"], r["N"], r["K"], r["layout"], r["calls"], r["ms"], r["kernels"], r["plan"])
             for r in rows] == [
         ("pingpong::mm", 4096, 1024, 4096, "nt", 1, 0.42, ["warp_specialized_gemm", "copy_kernel"],
