@@ -82,7 +82,11 @@ copies, whose time is mostly waiting or transfer; in the JSON as comm_ms, rank 0
 comm_ms_ranks, every rank's: each profiled step is started
 by all ranks at once, so that it holds the collectives' own time, not a wait for a late rank),
 and host ms, the CPU time to issue one step with the GPU idle at its
-start: a step whose host ms reaches its wall ms is host-bound.
+start: a step whose host ms reaches its wall ms is host-bound. --products: per_step's
+products_ms, each model's GEMMs of one step by product (`step_products`: op, M, N, K, the
+operands' layouts and strides, dtype, and for pingpong's compiled calls the plan and config
+they ran), with calls and GPU ms per step (CPU ms off CUDA) and the kernels' names, from a
+record_shapes profile of 3 more steps; rank 0 prints each model's first 10 rows.
 
 Output: one table printed last by rank 0; the rows as JSON in --json, and in
 $OUT/dist_llama.json when OUT is set. --host-profile: for each row, rank 0's cProfile of one
@@ -598,10 +602,11 @@ def compare(steps: dict, args, env) -> dict:
                 ratios=[round(t / p, 4) for t, p in paired.times])
 
 
-def per_step(fn, env, n=3) -> dict:
+def per_step(fn, env, n=3, products=False) -> dict:
     """Outside the timed rounds: host ms (the CPU's time to issue one step, GPU idle at its
     start; median of n) and, on CUDA, the profiler's kernel time per step (NCCL apart), with
-    the 12 longest kernels' (rank's own)."""
+    the 12 longest kernels' (rank's own); with `products`, products_ms (`products_ms`: each
+    GEMM product's ms per step, GPU ms on CUDA, CPU ms of its calls elsewhere)."""
     host = []
     for _ in range(n):
         sync(env)
@@ -621,7 +626,135 @@ def per_step(fn, env, n=3) -> dict:
         every[env.rank] = out["comm_ms"]
         dist.all_reduce(every)
         out["comm_ms_ranks"] = [round(v, 3) for v in every.tolist()]
+    if products:
+        out["products_ms"] = products_ms(fn, env, n)
     return out
+
+
+#: the profiler events that are one GEMM each, and where their operands are among the event's
+#: inputs (record_shapes): (A, B) of a product A @ B; "linear": (x, weight), x @ weightᵀ;
+#: "grad": a pingpong layer's eager backward, dx and dweight in one range, only g recorded.
+#: torch's ops (eager, and inductor's extern_kernels.mm / addmm, which call them), pingpong's
+#: (the direct calls' ranges in compiled code, which also name the plan; its ops through the
+#: dispatcher) and pingpong's eager autograd Functions (pingpong.integration.ops).
+GEMM_EVENTS = {"aten::mm": (0, 1), "aten::addmm": (1, 2), "aten::bmm": (0, 1), "aten::baddbmm": (1, 2),
+               "pingpong::mm": (0, 1), "pingpong::gemm": (0, 1), "pingpong::linear": "linear",
+               "_LayerFunction": "linear", "_LayerFunctionBackward": "grad"}
+
+
+def layout(stride) -> str:
+    """One operand of a product as bench's layouts name it: n (its last dim contiguous:
+    row-major), t (its second-last: a transposed view), s (neither), ? (not recorded)."""
+    if not stride or len(stride) < 2:
+        return "?"
+    return "n" if stride[-1] == 1 else "t" if stride[-2] == 1 else "s"
+
+
+def product(e) -> tuple:
+    """(op, M, N, K, batch, layouts, strides, dtype, plan) of a GEMM event (GEMM_EVENTS) from
+    its recorded inputs: layouts of A and B in bench's letters, strides as recorded (linear: x's
+    and the weight's; grad: g's, K None), plan the `pingpong::<op>` range's (None for torch)."""
+    shapes, strides = e.input_shapes or [], e.structured_input_strides or []
+    where = GEMM_EVENTS[e.name]
+    at = lambda i, seq: list(seq[i]) if i < len(seq) and isinstance(seq[i], (list, tuple)) else []  # noqa: E731
+    first = 0 if isinstance(where, str) else where[0]
+    dtype = str((e.input_dtypes or ["?"] * (first + 1))[first]).removeprefix("c10::")
+    plan = (e.kwinputs or {}).get("plan")
+    if where == "grad":
+        g = at(0, shapes)
+        return (e.name, math.prod(g[:-1]), g[-1] if g else None, None, 1, "dx+dw", (tuple(at(0, strides)),), dtype,
+                plan)
+    i, j = (0, 1) if where == "linear" else where
+    a, b, sa, sb = at(i, shapes), at(j, shapes), at(i, strides), at(j, strides)
+    if where == "linear":  # B = weightᵀ
+        M, N, K, batch, lb = math.prod(a[:-1]), b[0] if b else None, a[-1] if a else None, 1, layout(sb[::-1])
+    else:
+        batch = math.prod(a[:-2]) if len(b) > 2 else 1
+        M = a[-2] if len(b) > 2 or len(a) < 3 else math.prod(a[:-1])
+        N, K, lb = b[-1] if b else None, a[-1] if a else None, layout(sb)
+    return e.name, M, N, K, batch, layout(sa) + lb, (tuple(sa), tuple(sb)), dtype, plan
+
+
+def step_products(events, steps: int, device: bool) -> list:
+    """One row per distinct product of the profiled `steps` steps, by time: its GEMM events
+    (GEMM_EVENTS; the innermost where they nest, as a DTensor's op over its local one) grouped
+    by `product`, with calls and ms per step. device: ms is GPU time, the device kernels (user
+    annotations apart) each counted for the GEMM event that launched it or an op inside one,
+    joined by the profiler's correlation ids, with the kernels' names (a kernel whose launching op
+    is not in the profile: the row "(no launching op)"); else the events' CPU time."""
+    from torch.autograd import DeviceType
+
+    gemms = [e for e in events if e.name in GEMM_EVENTS and e.device_type == DeviceType.CPU]
+    outer = set()
+    for e in gemms:
+        p = e.cpu_parent
+        while p is not None:
+            outer.add(id(p))
+            p = p.cpu_parent
+    inner = {id(e): e for e in gemms if id(e) not in outer}
+    us = {i: 0.0 if device else e.cpu_time_total for i, e in inner.items()}
+    kernels = {i: [] for i in inner}
+    lost, lost_us = [], 0.0
+    if device:
+        ops = {e.id: e for e in events if e.device_type == DeviceType.CPU and not e.linked_correlation_id}
+        for k in events:
+            if k.device_type == DeviceType.CPU or k.is_user_annotation:
+                continue
+            op = ops.get(k.linked_correlation_id)
+            if op is None:  # no launching op in the profile: a row of its own, so a failed join shows
+                lost.append(k.name)
+                lost_us += k.time_range.elapsed_us()
+            while op is not None and id(op) not in inner:
+                op = op.cpu_parent
+            if op is not None:
+                us[id(op)] += k.time_range.elapsed_us()
+                kernels[id(op)].append(k.name)
+    rows = {}
+    if lost:
+        rows["lost"] = dict(op="(no launching op)", M=None, N=None, K=None, batch=1, layout="", strides=[], dtype="",
+                            plan=None, calls=len(lost), ms=lost_us / 1e3, kernels=sorted({n[:90] for n in lost})[:12])
+    for i, e in inner.items():
+        key = product(e)
+        row = rows.get(key)
+        if row is None:
+            op, M, N, K, batch, lay, strides, dtype, plan = key
+            row = rows[key] = dict(op=op, M=M, N=N, K=K, batch=batch, layout=lay, strides=[list(x) for x in strides],
+                                   dtype=dtype, plan=plan, calls=0, ms=0.0, kernels=[])
+        row["calls"] += 1
+        row["ms"] += us[i] / 1e3
+        row["kernels"] += [n[:90] for n in kernels[i] if n[:90] not in row["kernels"]]
+    for row in rows.values():
+        row["calls"], row["ms"] = row["calls"] / steps, round(row["ms"] / steps, 4)
+        if not device:
+            del row["kernels"]
+    return sorted(rows.values(), key=lambda r: -r["ms"])
+
+
+def products_ms(fn, env, n=3) -> list:
+    """--products: `step_products` of n profiled steps (record_shapes; on CUDA each step
+    started by every rank at once, `aligned`, and timed by its kernels)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = env.device.type == "cuda"
+    sync(env)
+    step = aligned(fn, env) if cuda else fn
+    with profile(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])],
+                 record_shapes=True) as prof:
+        for _ in range(n):
+            step()
+        if cuda:
+            torch.cuda.synchronize()
+    return step_products(prof.events(), n, cuda)
+
+
+def products_table(rows, top=10) -> str:
+    """The first `top` rows of `step_products`, one line each."""
+    lines = []
+    for r in rows[:top]:
+        mnk = "x".join("?" if v is None else str(v) for v in (r["M"], r["N"], r["K"]))
+        lines.append(f"  {r['ms']:9.3f} ms {r['calls']:5g}x {r['op']:<24} {(str(r['batch']) + '*') if r['batch'] > 1 else ''}"
+                     f"{mnk:<18} {r['layout']:<5} {r['strides']} {r['dtype']} {r['plan'] or ''}")
+    return "\n".join(lines)
 
 
 def communication(kernel: str) -> bool:
@@ -697,7 +830,10 @@ def run_row(arch, c, workload, mode, meshes, env, args) -> dict:
     row["check"] = check
     env.log(f"{workload} {mode} check", check)
     row.update(compare(steps, args, env))
-    row["per_step"] = {name: per_step(fn, env) for name, fn in steps.items()}
+    row["per_step"] = {name: per_step(fn, env, products=args.products) for name, fn in steps.items()}
+    if args.products and env.rank == 0:
+        for name, ps in row["per_step"].items():
+            print(f"[{workload} {mode} products, {name}, ms per step]\n{products_table(ps['products_ms'])}", flush=True)
     if args.host_profile:
         for name, fn in steps.items():
             host_profile(fn, env, f"{workload}-{mode}-{env.variant}-{name}")
@@ -810,6 +946,9 @@ def parse(argv):
                    " the GEMMs for NCCL: torch._C._set_sm_carveout_experimental); unset by default")
     p.add_argument("--host-profile", action="store_true",
                    help="rank 0's cProfile of one step of each model per row, host_profile-*.txt ($OUT or .)")
+    p.add_argument("--products", action="store_true",
+                   help="per_step's products_ms: each model's GEMMs of one step by product (M, N, K, layouts, strides,"
+                        " dtype, pingpong's plan) with calls and GPU ms per step, from a record_shapes profile")
     p.add_argument("--sequence-parallel", action="store_true",
                    help="tp-* rows: the sequence-parallel TP plan for both models (own Llama; tp-decode skipped)")
     p.add_argument("--sp-stream", default="auto", choices=("auto", "local", "dtensor"),

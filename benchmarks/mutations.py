@@ -608,6 +608,9 @@ MUTATIONS = [
     ("dist_llama counts symmetric-memory barriers as GPU work", "benchmarks/dist_llama.py",
      'return "nccl" in name or "symmetric_memory" in name or "memcpy ptop" in name',
      'return "nccl" in name or "memcpy ptop" in name', "tests/test_dist_llama.py"),
+    ("dist_llama groups a step's GEMMs by op name only", "benchmarks/dist_llama.py",
+     "        key = product(e)\n", '        key = (e.name, None, None, None, 1, "", (), "", None)\n',
+     "tests/test_dist_llama.py -k step_products"),
 ]
 
 

@@ -21,11 +21,8 @@ from pingpong.tools import bench
 
 
 def config_name(c: KernelConfig) -> str:
-    return (f"{c.schedule}:{c.block_m}x{c.block_n}x{c.block_k}" + (f"/s{c.stages}" if c.stages else "")
-            + f"/g{c.group_m}" + (f"/e{c.epilogue_n}" if c.epilogue_n else "")
-            + (f"/n{c.instr_n}" if c.instr_n else "") + (f"/k{c.split_k}" if c.split_k > 1 else "")
-            + ("/swap" if c.swap_ab else "") + (f"/c{c.cluster_m}" if c.cluster_m > 1 else "")
-            + ("/sk" if c.stream_k else ""))
+    """`KernelConfig.name`: the notation `parse_config` reads."""
+    return c.name()
 
 
 def config_api(config: KernelConfig):

@@ -114,3 +114,86 @@ def test_gpu_ms_sets_apart_the_kernels_that_wait_for_other_ranks(dist_llama, ker
     """Async TP's symmetric-memory barriers wait for the peer: counted as work, they made two
     steps whose GEMMs took the same time look 6 ms apart."""
     assert dist_llama.communication(kernel) is comm
+
+
+def test_step_products_puts_each_product_in_its_own_row(dist_llama, interpreted_kernels):
+    """--products' grouping on a CPU profile: torch's aten::mm at two shapes (one called twice,
+    one with a transposed B) and pingpong's direct calls of compiled code (mm, linear: the
+    interpreted plan as their plan), each product a row with its shapes, layouts, strides and
+    calls per step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from pingpong.integration import inductor
+
+    f16 = torch.float16
+    a, b, bt, w = torch.randn(8, 16), torch.randn(16, 12), torch.randn(12, 32).t(), torch.randn(24, 16, dtype=f16)
+    ha, hb, out = torch.randn(8, 16, dtype=f16), torch.randn(16, 12, dtype=f16), torch.empty(8, 12, dtype=f16)
+
+    def step():
+        torch.mm(a, b)
+        torch.mm(a, b)
+        torch.mm(torch.randn(8, 32), bt)
+        inductor.KERNELS["mm"](ha, hb, out=out)
+        inductor.KERNELS["linear"](ha.view(2, 4, 16), w, bias=False, activation="none",
+                                   out=torch.empty(2, 4, 24, dtype=f16))
+
+    step()  # pingpong's plans made: a profiled call names the plan it ran
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        for _ in range(2):  # two steps
+            step()
+    rows = {(r["op"], r["M"], r["N"], r["K"]): r for r in dist_llama.step_products(prof.events(), 2, device=False)}
+    assert set(rows) == {("aten::mm", 8, 12, 16), ("aten::mm", 8, 12, 32), ("pingpong::mm", 8, 12, 16),
+                         ("pingpong::linear", 8, 24, 16)}, rows
+    nn_, nt = rows["aten::mm", 8, 12, 16], rows["aten::mm", 8, 12, 32]
+    assert (nn_["calls"], nn_["layout"], nn_["strides"], nn_["dtype"], nn_["plan"]) == (2, "nn", [[16, 1], [12, 1]],
+                                                                                         "float", None)
+    assert (nt["calls"], nt["layout"], nt["strides"]) == (1, "nt", [[32, 1], [1, 32]])
+    pp, lin = rows["pingpong::mm", 8, 12, 16], rows["pingpong::linear", 8, 24, 16]
+    assert (pp["calls"], pp["plan"], pp["layout"], pp["dtype"]) == (1, "interpreted", "nn", "Half")
+    assert (lin["plan"], lin["layout"], lin["strides"]) == ("interpreted", "nt", [[64, 16, 1], [16, 1]])
+    assert all(r["ms"] > 0 for r in rows.values())
+
+
+def test_step_products_counts_each_kernel_for_the_gemm_that_launched_it(dist_llama):
+    """On CUDA a product's ms are its kernels': joined to the launching op by the profiler's
+    correlation id, through ops inside a GEMM event (a padded plan's copy) up to it, the
+    innermost GEMM event where they nest (a DTensor's op over its local op); user annotations
+    and the kernels of other ops are not counted; a kernel whose op the profile lacks has a row
+    of its own (synthetic events)."""
+    from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import FunctionEvent
+
+    def cpu(id, name, start, end, parent=None, shapes=(), strides=(), kw=None):
+        e = FunctionEvent(id, name, thread=1, start_us=start, end_us=end, input_shapes=[list(s) for s in shapes],
+                          structured_input_strides=[list(s) for s in strides], input_dtypes=["c10::BFloat16"] * 3,
+                          kwinputs=kw)
+        if parent is not None:
+            e.cpu_parent = parent
+            parent.cpu_children.append(e)
+        return e
+
+    def kernel(id, name, us, op, annotation=False):
+        return FunctionEvent(id, name, thread=2, start_us=0, end_us=us, input_shapes=[], device_type=DeviceType.CUDA,
+                             linked_correlation_id=op.id, is_user_annotation=annotation)
+
+    mm = ((4096, 4096), (4096, 1024)), ((4096, 1), (1, 4096))  # x @ weightᵀ, FSDP2's weight as a transposed view
+    outer = cpu(1, "aten::mm", 0, 10, shapes=mm[0], strides=mm[1])
+    inner = cpu(2, "aten::mm", 1, 9, outer, shapes=mm[0], strides=mm[1])
+    range_ = cpu(3, "pingpong::mm", 20, 30, shapes=mm[0], strides=mm[1], kw={"plan": "hopper cooperative:128x256x64/g8"})
+    copy = cpu(4, "aten::copy_", 21, 22, range_)
+    add = cpu(5, "aten::add", 40, 41)
+    events = [outer, inner, range_, copy, add,
+              kernel(11, "nvjet_sm90_tst_128x256", 300.0, inner), kernel(12, "pingpong::mm", 500.0, range_, True),
+              kernel(13, "warp_specialized_gemm", 400.0, range_), kernel(14, "copy_kernel", 20.0, copy),
+              kernel(15, "add_kernel", 50.0, add)]
+    rows = dist_llama.step_products(events, 1, device=True)
+    assert [r["op"] for r in rows].count("(no launching op)") == 0
+    orphan = kernel(16, "warp_specialized_gemm", 70.0, cpu(99, "unrecorded", 0, 1))  # its op not in the profile
+    (lost,) = [r for r in dist_llama.step_products(events + [orphan], 1, device=True) if r["M"] is None]
+    assert (lost["op"], lost["calls"], lost["ms"], lost["kernels"]) == ("(no launching op)", 1, 0.07,
+                                                                       ["warp_specialized_gemm"])
+    assert [(r["op"], r["M"], r["N"], r["K"], r["layout"], r["calls"], r["ms"], r["kernels"], r["plan"])
+            for r in rows] == [
+        ("pingpong::mm", 4096, 1024, 4096, "nt", 1, 0.42, ["warp_specialized_gemm", "copy_kernel"],
+         "hopper cooperative:128x256x64/g8"),
+        ("aten::mm", 4096, 1024, 4096, "nt", 1, 0.3, ["nvjet_sm90_tst_128x256"], None)]

@@ -57,28 +57,36 @@ def test_generated_code_calls_the_plans_directly(interpreted_kernels, fresh_comp
     for g, w in zip(got, want):  # the same plans and kernels as the eager call: bitwise equal
         torch.testing.assert_close(g, w, rtol=0, atol=0, msg=lambda m: f"seed {seed}: {m}")
     calls = dict(inductor.CALLS)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
         compiled(*inputs(seed + 10))  # fresh inputs, the same compiled code
     assert {k: v - calls[k] for k, v in inductor.CALLS.items()} == {"mm": 1, "gemm": 1, "linear": 1}
     seen = {e.key for e in prof.key_averages()}
     assert {"pingpong::mm", "pingpong::gemm", "pingpong::linear"} <= seen, seen
+    ranges = {e.name: e for e in prof.events() if e.name.startswith("pingpong::")}
+    assert {name: e.kwinputs for name, e in ranges.items()} == dict.fromkeys(ranges, {"plan": "interpreted"})
+    assert ranges["pingpong::gemm"].input_shapes[:4] == [[64, 32], [32, 16], [64, 16], [16]]  # a, b, c, bias
+    assert ranges["pingpong::linear"].input_shapes == [[64, 16], [24, 16], [24]]  # x, weight, bias
 
 
 def test_direct_call_opens_a_profiler_range_only_under_a_profiler(interpreted_kernels, monkeypatch):
     """Not profiled (the timed runs), a direct call enters no range; under torch.profiler it shows
-    as one pingpong::<op> range; the result is the product either way."""
+    as one pingpong::<op> range holding its operands' shapes and strides and the plan it ran; the
+    result is the product either way."""
     seed = 21
     entered, real = [], inductor._range
-    monkeypatch.setattr(inductor, "_range", lambda label: entered.append(label) or real(label))
+    monkeypatch.setattr(inductor, "_range", lambda label, *rest: entered.append(label) or real(label, *rest))
     a, b = randn(32, 16, seed=seed), randn(24, 16, seed=seed + 1).t()
     want = (a.double() @ b.double())
     for profiled in (False, True):
         out = torch.full((32, 24), float("nan"), dtype=f16)
         if profiled:
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
                 inductor.KERNELS["mm"](a, b, out=out)
             assert entered == ["pingpong::mm"], entered
             assert [e.count for e in prof.key_averages() if e.key == "pingpong::mm"] == [1]
+            (e,) = [e for e in prof.events() if e.name == "pingpong::mm"]  # the product and the plan it ran
+            assert e.input_shapes == [[32, 16], [16, 24]] and e.structured_input_strides == [[16, 1], [1, 16]], e
+            assert e.kwinputs == {"plan": "interpreted"}, e.kwinputs
         else:
             inductor.KERNELS["mm"](a, b, out=out)
             assert entered == [], "a range entered with no profiler active"

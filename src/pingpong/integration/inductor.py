@@ -41,7 +41,11 @@ one (an op module imported later lowers its op as `lowered` adds it). That cache
 pingpong upgrade (its key does not see these lowerings), so the functions' names and
 arguments are a stable interface: change them only under a new name.
 `CALLS` counts the direct calls (tests read it to see the path was taken); under
-torch.profiler each call shows as a `pingpong::<op>` range, as a dispatcher call would.
+torch.profiler each call shows as a `pingpong::<op>` range, as a dispatcher call would, with
+its tensor arguments as the range's inputs (shapes, strides and dtypes under
+record_shapes=True) and, for mm, gemm and linear, the plan it runs as the keyword input
+"plan" (`plan_label`): the kernels launched inside the range are that product's. Made only
+while a profiler records: a call not profiled reads one module flag, as before.
 """
 
 from __future__ import annotations
@@ -60,6 +64,8 @@ from torch.autograd import profiler as torch_profiler
 _range = torch._C._profiler._RecordFunctionFast
 
 from . import direct
+from ..runtime import plan as plan_mod
+from ..runtime import spec as spec_mod
 from ..runtime.spec import DENSE_TENSORS, NO_ARGS, EpilogueArgs
 
 __all__ = ["register", "lowered", "CALLS", "KERNELS"]
@@ -96,7 +102,7 @@ def lowered(name: str):
         def call(*args, **kwargs):
             CALLS[name] += 1
             if torch_profiler._is_profiler_enabled:  # a module flag: no range entered otherwise
-                with _range(label):
+                with _range(label, [t for t in args if isinstance(t, torch.Tensor)], _planned(name, args, kwargs)):
                     return fn(*args, **kwargs)
             return fn(*args, **kwargs)
         KERNELS[name] = call
@@ -107,22 +113,59 @@ def lowered(name: str):
     return wrap
 
 
+def _planned(name: str, args: tuple, kwargs: dict) -> dict:
+    """The profiler range's keyword inputs: {"plan": `plan_label`} of the plan a direct call of
+    mm, gemm or linear runs (the cached one: a profiled step follows its warm-up), "-" before
+    it is planned; nothing for the other ops."""
+    plan = None
+    try:
+        if name == "mm":
+            plan = plan_mod.get(spec_mod.build_args(args[0], args[1], NO_ARGS, kwargs["out"].dtype))
+        elif name == "gemm":
+            epilogue = _epilogue(args[2:], dict(kwargs))
+            plan = plan_mod.get(spec_mod.build_args(args[0], args[1], epilogue, kwargs["out"].dtype))
+        elif name == "linear":
+            plan = direct.layer_plan(args[0], args[1], args[2] if kwargs["bias"] else None, kwargs["activation"]).fwd
+        else:
+            return {}
+    except Exception:  # the call itself reports what is wrong with its arguments
+        pass
+    return {"plan": plan_label(plan)}
+
+
+def plan_label(plan) -> str:
+    """A plan in one token: its path, then its config's name where it has a KernelConfig
+    ("hopper cooperative:128x256x64/g8"); "-" for none."""
+    if plan is None:
+        return "-"
+    info = plan_mod.explain(plan)
+    config = info["config"]
+    if config is None:
+        return info["path"]
+    return f"{info['path']} {config.name() if callable(getattr(config, 'name', None)) else config}"
+
+
 @lowered("mm")
 def mm_out(a, b, *, out):
     """pingpong::mm into inductor's buffer."""
     direct.gemm(a, b, NO_ARGS, out.dtype, out=out)
 
 
-@lowered("gemm")
-def gemm_out(a, b, *optional, out, **epilogue):
-    """pingpong::gemm into inductor's buffer: `optional` holds the epilogue's tensors that were
-    given, in the schema's order, each named by a flag of `epilogue` (the generated call passes
-    tensors positionally); the other arguments of `epilogue` are the schema's scalars."""
+def _epilogue(optional, epilogue: dict) -> EpilogueArgs:
+    """gemm's epilogue from the generated call: `optional` holds the epilogue's tensors that
+    were given, in the schema's order, each named by a flag of `epilogue` (the generated call
+    passes tensors positionally); the other arguments of `epilogue` are the schema's scalars."""
     given = iter(optional)
+    epilogue.pop("out", None)
     for f in DENSE_TENSORS:  # a flag absent: code generated before that operand existed
         epilogue[f] = next(given) if epilogue.get(f) else None
-    args = EpilogueArgs(**epilogue)  # the schema's epilogue arguments are EpilogueArgs's fields
-    direct.gemm(a, b, args, out.dtype, out=out)
+    return EpilogueArgs(**epilogue)  # the schema's epilogue arguments are EpilogueArgs's fields
+
+
+@lowered("gemm")
+def gemm_out(a, b, *optional, out, **epilogue):
+    """pingpong::gemm into inductor's buffer (`_epilogue`: the epilogue's operands)."""
+    direct.gemm(a, b, _epilogue(optional, epilogue), out.dtype, out=out)
 
 
 @lowered("linear")

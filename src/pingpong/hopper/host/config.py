@@ -231,6 +231,15 @@ class KernelConfig:
     cluster_m: int = 1
     stream_k: bool = False
 
+    def name(self) -> str:
+        """The config in one token: SCHEDULE:BMxBNxBK[/sSTAGES]/gGROUP_M[/eEPILOGUE_N][/nINSTR_N][/kSPLIT_K]
+        [/swap][/cCLUSTER_M][/sk], e.g. cooperative:128x256x64/g8 (benchmarks/schedules.py parses it)."""
+        return (f"{self.schedule}:{self.block_m}x{self.block_n}x{self.block_k}"
+                + (f"/s{self.stages}" if self.stages else "") + f"/g{self.group_m}" + (f"/e{self.epilogue_n}" if self.epilogue_n else "")
+                + (f"/n{self.instr_n}" if self.instr_n else "") + (f"/k{self.split_k}" if self.split_k > 1 else "")
+                + ("/swap" if self.swap_ab else "") + (f"/c{self.cluster_m}" if self.cluster_m > 1 else "")
+                + ("/sk" if self.stream_k else ""))
+
     def derive(self, in_bytes: int = 2, out_bytes: int = 2) -> Derived:
         """Validate and derive everything else; raises ConfigError naming the constraint.
 
