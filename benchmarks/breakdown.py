@@ -27,7 +27,7 @@ from pingpong.api import _gemm_into
 from pingpong.hopper.host.select import choose
 
 sys.path.insert(0, __import__("os").path.dirname(__file__))
-from schedules import config_name, parse_config  # noqa: E402
+from schedules import parse_config  # noqa: E402
 
 DEFAULT_SHAPES = ("3000,3000,3000", "1536,1536,1536", "768,768,32768", "128,4096,4096", "512,4096,4096",
                   "64,6144,4096", "16,8192,8192", "1,4096,4096", "512,512,65536", "8192,8192,8192")
@@ -76,16 +76,16 @@ def main(argv=None) -> int:
         a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5
         config, source = choose(M, N, K, device=a.device)
-        print(f"{M}×{N}×{K}: {config_name(config)} split_k={config.split_k} swap_ab={config.swap_ab} ({source})")
+        print(f"{M}×{N}×{K}: {config.name()} split_k={config.split_k} swap_ab={config.swap_ab} ({source})")
         ours = show("pingpong.matmul", profile_calls(lambda: matmul(a, w.t()), args.calls))
         theirs = show("torch.matmul", profile_calls(lambda: torch.matmul(a, w.t()), args.calls))
         out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
         for cfg in args.configs:
             try:
-                show(f"{config_name(cfg)} s{cfg.split_k}",
+                show(f"{cfg.name()} s{cfg.split_k}",
                      profile_calls(lambda cfg=cfg: _gemm_into(out, a, w.t(), None, 1.0, 0.0, cfg), args.calls))
             except Exception as exc:  # noqa: BLE001 - a config that does not fit this shape
-                print(f"   {config_name(cfg)}: {type(exc).__name__}: {str(exc)[:100]}")
+                print(f"   {cfg.name()}: {type(exc).__name__}: {str(exc)[:100]}")
         summary.append((text, theirs[0] / ours[0], theirs[1] / ours[1]))
     print("\nshape               cuBLAS/ours kernel-time  wall-time")
     for text, kern, wall in summary:
@@ -108,7 +108,7 @@ def fused(args) -> int:
                                                    args.calls))
     out = torch.empty(8192, 14336, device="cuda", dtype=torch.bfloat16)
     for cfg in args.configs:
-        show(f"{config_name(cfg)}", profile_calls(
+        show(f"{cfg.name()}", profile_calls(
             lambda cfg=cfg: _gemm_into(out, x, w.t(), None, 1.0, 0.0, cfg, b, "gelu_tanh"), args.calls))
     print(f"eager/fused kernel time {(lin + act) / ours:.3f}; ceiling if fused = torch's linear: "
           f"{(lin + act) / lin:.3f}")

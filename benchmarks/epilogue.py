@@ -27,7 +27,7 @@ from pingpong.tools import bench
 from pingpong.api import _gemm_into
 
 sys.path.insert(0, __import__("os").path.dirname(__file__))
-from schedules import config_name, parse_config  # noqa: E402
+from schedules import parse_config  # noqa: E402
 
 
 def rel(out, ref) -> float:
@@ -71,7 +71,7 @@ def main(argv=None) -> int:
             def tiled(config=config):
                 return _gemm_into(out, x, w.t(), None, 1.0, 0.0, config, b, act)
 
-            row(f"  {config_name(config)} vs eager", tiled, eager, args.reps, rel(tiled(), eager()))
+            row(f"  {config.name()} vs eager", tiled, eager, args.reps, rel(tiled(), eager()))
     a = torch.randn(16, 2048, 2048, device=dev, dtype=bf)
     c = torch.randn(16, 2048, 2048, device=dev, dtype=bf)
     row("batched (16, 2048, 2048)^2 vs torch.bmm", lambda: pingpong.matmul(a, c), lambda: torch.bmm(a, c), args.reps,

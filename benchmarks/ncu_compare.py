@@ -25,7 +25,7 @@ from pingpong.hopper.host.select import choose
 from pingpong.portable import portable_gemm
 
 sys.path.insert(0, __import__("os").path.dirname(__file__))
-from schedules import config_name, parse_config  # noqa: E402
+from schedules import parse_config  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -58,7 +58,7 @@ def fp8_calls(M, N, K, scaling, configs):
     from pingpong.tools.bench_fp8 import make_fp8_inputs
 
     qa, qb, sa, sb = make_fp8_inputs(M, N, K, scaling)
-    calls = [(config_name(c) if c else "rule", lambda c=c: scaled_mm_direct(qa, qb, sa, sb, config=c))
+    calls = [(c.name() if c else "rule", lambda c=c: scaled_mm_direct(qa, qb, sa, sb, config=c))
              for c in configs or [None]]
     return calls + [("cuBLASLt", lambda: torch._scaled_mm(qa, qb, sa, sb, out_dtype=torch.bfloat16))]
 
@@ -67,8 +67,8 @@ def bf16_calls(M, N, K, args):
     """(name, call): ours (each of --configs, or the rule's pick), --portable, then cuBLAS."""
     a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
-    calls = ([(config_name(c), lambda c=c: matmul_tiled(a, w.t(), c)) for c in args.configs]
-             or [(f"select: {config_name(choose(M, N, K, device=a.device)[0])}", lambda: matmul(a, w.t()))])
+    calls = ([(c.name(), lambda c=c: matmul_tiled(a, w.t(), c)) for c in args.configs]
+             or [(f"select: {choose(M, N, K, device=a.device)[0].name()}", lambda: matmul(a, w.t()))])
     if args.portable:
         out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
         calls.append(("portable", lambda: portable_gemm(a, w.t(), out)))

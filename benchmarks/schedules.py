@@ -20,14 +20,9 @@ from pingpong import KernelConfig, api
 from pingpong.tools import bench
 
 
-def config_name(c: KernelConfig) -> str:
-    """`KernelConfig.name`: the notation `parse_config` reads."""
-    return c.name()
-
-
 def config_api(config: KernelConfig):
     """A stand-in for pingpong.api whose matmul runs one explicit config."""
-    return types.SimpleNamespace(path_for=lambda a, b: config_name(config),
+    return types.SimpleNamespace(path_for=lambda a, b: config.name(),
                                  matmul=lambda a, b: api.matmul_tiled(a, b, config))
 
 

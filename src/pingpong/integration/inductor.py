@@ -65,8 +65,7 @@ _range = torch._C._profiler._RecordFunctionFast
 
 from . import direct
 from ..runtime import plan as plan_mod
-from ..runtime import spec as spec_mod
-from ..runtime.spec import DENSE_TENSORS, NO_ARGS, EpilogueArgs
+from ..runtime.spec import DENSE_TENSORS, NO_ARGS, EpilogueArgs, build_args
 
 __all__ = ["register", "lowered", "CALLS", "KERNELS"]
 
@@ -120,10 +119,10 @@ def _planned(name: str, args: tuple, kwargs: dict) -> dict:
     plan = None
     try:
         if name == "mm":
-            plan = plan_mod.get(spec_mod.build_args(args[0], args[1], NO_ARGS, kwargs["out"].dtype))
+            plan = plan_mod.get(build_args(args[0], args[1], NO_ARGS, kwargs["out"].dtype))
         elif name == "gemm":
             epilogue = _epilogue(args[2:], dict(kwargs))
-            plan = plan_mod.get(spec_mod.build_args(args[0], args[1], epilogue, kwargs["out"].dtype))
+            plan = plan_mod.get(build_args(args[0], args[1], epilogue, kwargs["out"].dtype))
         elif name == "linear":
             plan = direct.layer_plan(args[0], args[1], args[2] if kwargs["bias"] else None, kwargs["activation"]).fwd
         else:

@@ -14,8 +14,7 @@ The method (docs/design.md "Measuring"; docs/benchmarking.md has the long form):
     median of at least ``--reps`` (≥ 100) repetitions after warm-up; cuBLAS = ``torch.matmul`` on the same
     tensors in the same process, so the ratio ours/cuBLAS is the number that compares;
   * ``--rounds`` (default 3) alternates ours and cuBLAS that many times: the clock and power
-    state drift within a run, so
-    each time is the median of the rounds' medians and the table shows the spread of the
+    state drift within a run, so each time is the median of the rounds' medians and the table shows the spread of the
     per-round ratios: a difference smaller than that spread is noise;
   * header: device, SM clock (and where it came from), torch/triton versions, date.
 

@@ -34,7 +34,8 @@ Work decomposition (pingpong.hopper.device.scheduler), orthogonal to the schedul
                   M on the wgmma N side (block_n = 16..64 fits a decode batch); the result is
                   written to C transposed, through pointers
     Split-K and swap-AB store through pointers, not TMA: no epilogue staging (swap-AB stores from
-    the accumulator's registers, transposed), the rest of the shared memory is ring. Stream-K stages as the data-parallel kernel does (its fix-up's stores: pointers).
+    the accumulator's registers, transposed), the rest of the shared memory is ring. Stream-K
+    stages as the data-parallel kernel does (its fix-up's stores: pointers).
 
 `validate()` (called by `derive`) raises ConfigError naming the violated constraint.
 """
@@ -235,7 +236,8 @@ class KernelConfig:
         """The config in one token: SCHEDULE:BMxBNxBK[/sSTAGES]/gGROUP_M[/eEPILOGUE_N][/nINSTR_N][/kSPLIT_K]
         [/swap][/cCLUSTER_M][/sk], e.g. cooperative:128x256x64/g8 (benchmarks/schedules.py parses it)."""
         return (f"{self.schedule}:{self.block_m}x{self.block_n}x{self.block_k}"
-                + (f"/s{self.stages}" if self.stages else "") + f"/g{self.group_m}" + (f"/e{self.epilogue_n}" if self.epilogue_n else "")
+                + (f"/s{self.stages}" if self.stages else "") + f"/g{self.group_m}"
+                + (f"/e{self.epilogue_n}" if self.epilogue_n else "")
                 + (f"/n{self.instr_n}" if self.instr_n else "") + (f"/k{self.split_k}" if self.split_k > 1 else "")
                 + ("/swap" if self.swap_ab else "") + (f"/c{self.cluster_m}" if self.cluster_m > 1 else "")
                 + ("/sk" if self.stream_k else ""))

@@ -60,8 +60,8 @@ The width rule is wave quantization: the persistent grid runs S tiles at a time,
 count just above a multiple of S wastes most of a wave. 512×6144 makes 96 tiles of 128×256
 (a quarter of an H100 idle) but 128 of 128×192; 8192² makes enough of either that the bigger
 tile's efficiency decides. That efficiency depends on how long a CTA runs: with many k-steps
-per CTA the 128×256 tile's lower operand traffic per FLOP wins; in a short CTA (≤ SHORT_CTA_STEPS k-steps under 128×256: 2048³, 2560³,
-1024×8192×2048) fixed costs weigh more and the narrower tile of the same wave count is as fast
+per CTA the 128×256 tile's lower operand traffic per FLOP wins; in a short CTA
+(≤ SHORT_CTA_STEPS k-steps under 128×256: 2048³, 2560³, 1024×8192×2048) fixed costs weigh more and the narrower tile of the same wave count is as fast
 or faster. Fewer tiles than half a wave even of 128×128 (1024³: 64) leave SMs idle, so those
 problems take 64-row ping-pong tiles, as many as one wave holds.
 
