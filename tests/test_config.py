@@ -6,7 +6,7 @@ import functools
 import pytest
 
 from pingpong import ConfigError, KernelConfig
-from pingpong.hopper.host.config import SMEM_LIMIT, column_pieces, swizzle_width
+from pingpong.hopper.host.config import MAX_PIECE_RATIO, MIN_PIECE, SMEM_LIMIT, column_pieces, swizzle_width
 from pingpong.runtime import compile as cc
 from pingpong.runtime.spec import EpilogueArgs
 
@@ -54,8 +54,8 @@ def test_instruction_n_divides_the_consumer_tile():
 
 
 def test_three_times_a_power_of_two_is_two_column_pieces():
-    assert [column_pieces(n) for n in (192, 96, 48, 256, 64, 160, 0, 200)] == [
-        (128, 64), (64, 32), (32, 16), (256,), (64,), (), (), ()]
+    assert [column_pieces(n) for n in (192, 96, 48, 24, 256, 64, 160, 0, 200)] == [
+        (128, 64), (64, 32), (32, 16), (16, 8), (256,), (64,), (128, 32), (), ()]
     d = KernelConfig(128, 192, 64).derive()
     assert (d.pieces, d.block_n2, d.instr_shape[1], d.instr_shape2[1]) == ((128, 64), 64, 128, 64)
     # the widest sub-tile dividing both pieces, one staging buffer per sub-tile (3, odd)
@@ -67,13 +67,53 @@ def test_three_times_a_power_of_two_is_two_column_pieces():
     assert (one.pieces, one.block_n2, one.instr_shape2) == ((256,), 0, ())
 
 
+def test_column_pieces_are_p1_plus_p2_over_every_width():
+    """Every width 8..256: one power of two, or P1 (the largest power of two below it) + P2, P2 a
+    power of two ≥ MIN_PIECE with P1/P2 ≤ MAX_PIECE_RATIO, or a 3·2^k width's old (2q, q)."""
+    for n in range(8, 257):
+        pieces, p1 = column_pieces(n), 1 << (n.bit_length() - 1)
+        p2 = n - p1
+        if p2 == 0:
+            assert pieces == (n,), n
+        elif p2 & (p2 - 1) == 0 and p1 <= MAX_PIECE_RATIO * p2 and (p2 >= MIN_PIECE or p1 == 2 * p2):
+            assert pieces == (p1, p2) and p1 > p2, n
+        else:
+            assert pieces == (), n
+        if n % 3 == 0 and (n // 3) & (n // 3 - 1) == 0:
+            assert pieces == (2 * (n // 3), n // 3), n  # the 3·2^k widths keep their pieces
+    two = [n for n in range(8, 257) if len(column_pieces(n)) == 2]
+    assert two == [12, 24, 48, 80, 96, 144, 160, 192]  # 12 = 8 + 4: validate refuses P2 < 8 (wgmma N)
+
+
+@pytest.mark.parametrize("block, schedule, swap, pieces, stages", [
+    ((128, 160, 64), "cooperative", False, (128, 32), 5), ((128, 144, 64), "cooperative", False, (128, 16), 5),
+    ((64, 80, 64), "pingpong", False, (64, 16), 11), ((64, 160, 64), "pingpong", True, (128, 32), 8),
+    ((64, 144, 64), "pingpong", True, (128, 16), 8)])
+def test_p1_plus_p2_tiles_derive_their_pieces(block, schedule, swap, pieces, stages):
+    """The wgmma N of each piece, the ring, and the epilogue's P1/P2 + 1 sub-tiles of P2 columns:
+    an odd count (5, 9) stages one buffer per sub-tile, i.e. the whole tile."""
+    d = KernelConfig(*block, schedule=schedule, swap_ab=swap).derive()
+    assert (d.pieces, d.block_n2, d.instr_shape[1], d.instr_shape2[1], d.stages) == (pieces, pieces[1], *pieces, stages)
+    assert d.stage_bytes == (block[0] + block[1]) * 64 * 2 and d.shared_bytes <= SMEM_LIMIT
+    if swap:  # the pointer epilogue: no staging
+        assert (d.epilogue_bufs, d.epilogue_bytes) == (0, 0)
+        return
+    assert (d.epilogue_n, d.epilogue_bufs) == (pieces[1], pieces[0] // pieces[1] + 1)
+    assert d.epilogue_bytes == d.consumers * d.consumer_m * block[1] * 2
+    halved = KernelConfig(*block, schedule=schedule, epilogue_n=8).derive()  # an even count cycles 2 buffers
+    assert (halved.epilogue_bufs, halved.epilogue_bytes) == (2, d.consumers * 2 * d.consumer_m * 8 * 2)
+
+
 @pytest.mark.parametrize(
     "kwargs, needle",
     [
         (dict(block_m=100), "multiple of the wgmma M"),
         (dict(block_m=128, block_n=256, schedule="pingpong"), "accumulator needs 256 fp32 registers"),
         (dict(block_n=100), "multiple of 8"),
-        (dict(block_n=160), "must be a power of two or three times one"),
+        (dict(block_n=152), "block_n=152 must be a power of two or two power-of-two column pieces"),
+        (dict(block_n=136), "its second piece P2 = 8 < 16 columns, P1/P2 = 128/8 > 8"),
+        (dict(block_n=40), "its second piece P2 = 8 < 16 columns"),
+        (dict(block_n=272, schedule="persistent"), "P1/P2 = 256/16 > 8"),
         (dict(block_n=192, schedule="persistent"), "runs on the warp-specialized schedules"),
         (dict(block_n=192, epilogue_n=128), "dividing the consumer tile's column pieces (128, 64)"),
         (dict(block_n=192, instr_n=128), "instr_n=128 must be a multiple of 8"),

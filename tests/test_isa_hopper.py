@@ -18,8 +18,8 @@ def facts(kernel):
     return cc.compile_kernel(kernel, "sm_90a").facts()
 
 
-@pytest.mark.parametrize("kernel", ["persistent", "cooperative", "pingpong", "cooperative-192", "pingpong-96",
-                                    "pingpong-64x32x128", "pingpong-96x128"])
+@pytest.mark.parametrize("kernel", ["persistent", "cooperative", "pingpong", "cooperative-192", "cooperative-160",
+                                    "pingpong-96", "pingpong-64x32x128", "pingpong-96x128"])
 def test_common_facts(kernel):
     f = facts(kernel)
     assert f.counts["wgmma"] > 0 and f.counts["HGMMA"] > 0, "tensor-core wgmma missing"
@@ -29,8 +29,8 @@ def test_common_facts(kernel):
     assert 0 < f.shared_bytes <= SMEM_LIMIT
 
 
-@pytest.mark.parametrize("kernel", ["cooperative", "pingpong", "cooperative-192", "pingpong-96", "pingpong-64x32x128",
-                                    "pingpong-96x128"])
+@pytest.mark.parametrize("kernel", ["cooperative", "pingpong", "cooperative-192", "cooperative-160", "pingpong-96",
+                                    "pingpong-64x32x128", "pingpong-96x128"])
 def test_warp_specialized_facts(kernel):
     f = facts(kernel)
     assert f.counts["setmaxnreg"] > 0, "register budgets (setmaxnreg) not applied"
@@ -47,6 +47,32 @@ def test_two_piece_tile_issues_both_widths_and_keeps_one_k_step_in_flight():
     assert shapes == {"m64n128k16", "m64n64k16"}, shapes
     waits = set(re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx))
     assert waits == {"0", "2"}, f"wgmma.wait_group counts {waits}: the mainloop must keep 2 groups (one k-step)"
+
+
+@pytest.mark.parametrize("kernel, consumer_c_loads", [("cooperative-160", 5), ("swapab_160", 0)])
+def test_p1_plus_p2_tile_loads_p1_over_p2_boxes_then_the_second_piece(kernel, consumer_c_loads):
+    """128×160 (TMA epilogue) and swap-AB 64×160 (pointer epilogue): 128 + 32 columns, an m64n128
+    and an m64n32 wgmma per k-step; the producer loads A and 128/32 + 1 = 5 B boxes per slot and
+    expects all their bytes (one ring stage) on the ready barrier; β·C comes in per epilogue
+    sub-tile (5 of 32 columns per consumer) through TMA where the epilogue is TMA's."""
+    import re
+
+    from pingpong import KernelConfig
+    from pingpong.hopper.host.launch import OFFLINE_SPLIT_VARIANTS
+
+    config = OFFLINE_SPLIT_VARIANTS[kernel][0] if kernel in OFFLINE_SPLIT_VARIANTS else KernelConfig(128, 160, 64)
+    d = config.derive()
+    c = cc.compile_kernel(kernel, "sm_90a")
+    ptx, f = c.asm["ptx"], c.facts()
+    shapes = set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", ptx))
+    assert d.pieces == (128, 32) and shapes == {"m64n128k16", "m64n32k16"}, shapes
+    loads = len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cta\.global", ptx))
+    assert loads == 1 + d.pieces[0] // d.block_n2 + 1 + d.consumers * consumer_c_loads
+    expected = {int(b) for b in re.findall(r"mbarrier\.arrive\.expect_tx\.shared::cta\.b64 _, \[%r\d+\], (\d+);", ptx)}
+    assert d.stage_bytes in expected, f"the ready barrier expects {expected}, not the stage's {d.stage_bytes} bytes"
+    assert d.shared_bytes - d.epilogue_bytes - 1024 <= f.shared_bytes <= d.shared_bytes <= SMEM_LIMIT
+    if not d.swap_ab:  # the swapped pointer epilogue's spills: tests/test_splitk.py KNOWN_SPILLS
+        assert f.spill_bytes == 0 and f.counts["LDL/STL"] == 0, "local-memory spills"
 
 
 def test_mid_size_tile_rings_ten_stages_within_budget():

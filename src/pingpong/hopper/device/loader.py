@@ -8,8 +8,9 @@ combinations the caller passed) and turns (off_m, off_n, k) into TMA box coordin
     B stored (N, K) (b = w.t()) -> box [BN, BK] at (off_n, k)     "K-major" (transpose_b, headline)
     B stored (K, N) row-major  -> box [BK, BN] at (k, off_n)      "MN-major"
 
-A two-piece B tile (BN2 > 0, config.column_pieces) is three boxes of BN2 columns: two side by
-side into the first piece's buffer, one into the second's.
+A two-piece B tile (BN2 > 0, config.column_pieces: P1 + P2 columns, P2 = BN2) is B1_BOXES + 1
+boxes of BN2 columns: B1_BOXES = P1/P2 side by side into the first piece's buffer, one into the
+second's, at off_n + P1.
 
 A 2-CTA cluster (MULTICAST): the A box is the pair's 2·BM rows, split over the two CTAs (each
 loads its own half), the B box is the same for both and goes out once, from the leader, as a
@@ -36,6 +37,7 @@ class TileLoader:
     B_KMAJOR: gl.constexpr
     BN2: gl.constexpr = 0  # columns of the second piece of a two-piece B tile; 0: one box per stage
     MULTICAST: gl.constexpr = False  # a 2-CTA cluster: B is loaded once by the leader into both CTAs
+    B1_BOXES: gl.constexpr = 1  # boxes of the first column piece (P1/P2 of a two-piece tile; 1 with one piece)
 
     @gluon.jit
     def load(self, ring, counter, off_m, off_n, k, batch=0, extra_bytes: gl.constexpr = 0):
@@ -44,7 +46,7 @@ class TileLoader:
         kernel's block scales), counted on the same ready barrier."""
         s = ring.acquire_empty(counter)
         bar = ring.ready.index(s)
-        B_BOXES: gl.constexpr = 3 if self.BN2 else 1
+        B_BOXES: gl.constexpr = self.B1_BOXES + 1 if self.BN2 else 1
         # bytes landing in THIS CTA (a cluster's A box is split over the pair, B reaches both whole)
         mbarrier.expect(bar, ring.A_BOXES * self.a_desc.type.nbytes_per_cta
                         + B_BOXES * self.b_desc.type.nbytes_per_cta + extra_bytes)
@@ -56,10 +58,10 @@ class TileLoader:
                 self.load_a(ring.a_box(s, i), off_m + i * A_ROWS, k, bar, batch)
         if self.BN2:
             N_DIM: gl.constexpr = 0 if self.B_KMAJOR else 1  # where N runs in a B box
-            for i in gl.static_range(2):  # the first piece: two boxes side by side
+            for i in gl.static_range(self.B1_BOXES):  # the first piece: B1_BOXES boxes side by side
                 self.load_b(ring.b_bufs.index(s).slice(i * self.BN2, self.BN2, N_DIM), off_n + i * self.BN2, k, bar,
                             batch)
-            self.load_b(ring.b2_bufs.index(s), off_n + 2 * self.BN2, k, bar, batch)
+            self.load_b(ring.b2_bufs.index(s), off_n + self.B1_BOXES * self.BN2, k, bar, batch)
         else:
             self.load_b(ring.b_bufs.index(s), off_n, k, bar, batch)
         return s

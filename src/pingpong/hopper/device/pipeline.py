@@ -73,12 +73,13 @@ def first_counter(local_tile, k_steps, CONSUMERS: gl.constexpr, consumer):
 
 
 @gluon.constexpr_function
-def first_piece_shape(box, BN2, B_KMAJOR):
+def first_piece_shape(box, BN2, B_KMAJOR, B1_BOXES):
     """Shape of a B buffer of the first column piece: the TMA box, or for a two-piece tile
-    (BN2 > 0, config.column_pieces) two boxes side by side along N (dim 0 when K-major)."""
+    (BN2 > 0, config.column_pieces: P1 + P2) B1_BOXES = P1/P2 boxes side by side along N
+    (dim 0 when K-major)."""
     if not BN2:
         return list(box)
-    return [2 * box[0], box[1]] if B_KMAJOR else [box[0], 2 * box[1]]
+    return [B1_BOXES * box[0], box[1]] if B_KMAJOR else [box[0], B1_BOXES * box[1]]
 
 
 @gluon.jit
@@ -93,8 +94,9 @@ def allocate_barriers(COUNT: gl.constexpr):
 class Ring:
     """The stage ring: STAGES A and B buffers and their ready/empty mbarriers.
 
-    A two-piece tile (BN2 > 0) has two B buffers per stage: b_bufs, the first 2·BN2 columns,
-    and b2_bufs, the last BN2 (each a wgmma operand); with one piece b2_bufs is b_bufs.
+    A two-piece tile (BN2 > 0) has two B buffers per stage: b_bufs, the first B1_BOXES·BN2
+    columns (P1), and b2_bufs, the last BN2 (P2; each a wgmma operand); with one piece
+    b2_bufs is b_bufs.
 
     ready[s]: count 1; the producer's expect-tx arms it, the TMA bytes complete it.
     empty[s]: count = RELEASERS (consumer warpgroups that read each stage). RELEASERS = 0:
@@ -117,13 +119,15 @@ class Ring:
 
     @gluon.jit
     def allocate(a_desc, b_desc, STAGES: gl.constexpr, RELEASERS: gl.constexpr, BN2: gl.constexpr = 0,
-                 B_KMAJOR: gl.constexpr = True, CLUSTER: gl.constexpr = 1):
+                 B_KMAJOR: gl.constexpr = True, CLUSTER: gl.constexpr = 1, B1_BOXES: gl.constexpr = 1):
         # a cluster's cooperative consumers each read their own A box: the consumer's rows of the
         # pair (BM/2 in each CTA), contiguous in A and split over the CTAs like the pair's rows
         # of a ping-pong tile; the consumers that release a slot are the ones that read it
         A_BOXES: gl.constexpr = RELEASERS if CLUSTER > 1 else 1
         a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES * A_BOXES] + tile_shape(a_desc), tile_layout(a_desc))
-        b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + first_piece_shape(tile_shape(b_desc), BN2, B_KMAJOR),
+        gl.static_assert(BN2 == 0 or B1_BOXES > 1, "a two-piece tile's first piece is P1/P2 > 1 boxes")
+        b_bufs = gl.allocate_shared_memory(b_desc.dtype,
+                                           [STAGES] + first_piece_shape(tile_shape(b_desc), BN2, B_KMAJOR, B1_BOXES),
                                            tile_layout(b_desc))
         b2_bufs = b_bufs
         if BN2:

@@ -6,7 +6,7 @@ other number is derived (docs/design.md "The parts").
         ▼
     instruction shape (wgmma m64·N·k16) · swizzle widths · stage count from the shared-memory
     budget · warps per partition · register budgets (setmaxnreg) · shared-memory bytes ·
-    column pieces (block_n = 3·2^k: 2/3 + 1/3, each a power of two; `column_pieces`)
+    column pieces (block_n = P1 + P2, each a power of two; `column_pieces`)
 
 Schedules (each a different orchestration of the same parts, see pingpong.hopper.kernels.gemm);
 their numbers live in SCHEDULE_FACTS, which derivation, the kernel's constexprs and the
@@ -86,6 +86,8 @@ REGS_PER_SM = 64 * 1024  # 32-bit registers
 WGMMA_M = 64  # rows of one wgmma per warpgroup
 WGMMA_K_BYTES = 32  # one wgmma consumes 32 bytes of K (k16 for 16-bit inputs)
 WGMMA_MAX_N = 256
+MIN_PIECE = 16  # columns of a two-piece tile's second piece at least (`column_pieces`)
+MAX_PIECE_RATIO = 8  # a two-piece tile's first piece is at most this many boxes of the second's width
 MAX_REGS_PER_THREAD = 255
 #: fp32 accumulator registers a consumer thread may hold (the rest of MAX_REGS_PER_THREAD: addresses)
 MAX_ACC_REGS = 200
@@ -139,14 +141,14 @@ class Derived:
     releasers: int = 1  # arrivals that free a ring slot (SCHEDULE_FACTS)
     split_k: int = 1
     swap_ab: bool = False
-    block_n2: int = 0  # columns of the second column piece (block_n = 3·2^k); 0: one piece
+    block_n2: int = 0  # columns of the second column piece (block_n = P1 + P2, `column_pieces`); 0: one piece
     instr_shape2: tuple = ()  # the second piece's wgmma shape (= instr_shape without one)
     cluster_m: int = 1  # CTAs per cluster along M: the kernel's tile is cluster_m·block_m rows
     stream_k: bool = False
 
     @property
     def pieces(self) -> tuple:
-        """The consumer tile's column pieces, left to right: (block_n,) or (2q, q)."""
+        """The consumer tile's column pieces, left to right: (block_n,) or (P1, P2)."""
         return (self.block_n - self.block_n2, self.block_n2) if self.block_n2 else (self.block_n,)
 
     @property
@@ -161,17 +163,40 @@ class Derived:
 
 
 def column_pieces(block_n: int) -> tuple:
-    """block_n as power-of-two column pieces: (block_n,) for a power of two, (2q, q) for 3·q.
+    """block_n as power-of-two column pieces: (block_n,) for a power of two, else (P1, P2) with
+    P1 the largest power of two below block_n and P2 = block_n - P1, when P2 is a power of two
+    of at least MIN_PIECE columns and P1 ≤ MAX_PIECE_RATIO·P2 (80 = 64 + 16, 96 = 64 + 32,
+    144 = 128 + 16, 160 = 128 + 32, 192 = 128 + 64); every 3·2^k width keeps its (2q, q)
+    pieces, 24 = 16 + 8 included. () for any other width (`piece_refusal` says why).
 
     TMA boxes, shared-memory buffers and Gluon tensors all have power-of-two shapes, so a
-    192-column tile is two accumulators (128 + 64 columns, one wgmma each per k-step) over
-    two B buffers; () when block_n is neither form."""
-    if block_n > 0 and block_n & (block_n - 1) == 0:
+    160-column tile is two accumulators (128 + 32 columns, one wgmma each per k-step) over
+    two B buffers, the first loaded as P1/P2 boxes of P2 columns (pingpong.hopper.device.loader)."""
+    if not _is_int(block_n) or block_n <= 0:
+        return ()
+    if block_n & (block_n - 1) == 0:
         return (block_n,)
-    q = block_n // 3
-    if block_n % 3 == 0 and q > 0 and q & (q - 1) == 0:
-        return (2 * q, q)
+    p1 = 1 << (block_n.bit_length() - 1)
+    p2 = block_n - p1
+    if p2 & (p2 - 1) == 0 and p1 <= MAX_PIECE_RATIO * p2 and (p2 >= MIN_PIECE or p1 == 2 * p2):
+        return (p1, p2)
     return ()
+
+
+def piece_refusal(block_n: int) -> str:
+    """Why block_n (a positive int) is no column pieces (`column_pieces` is ()); "" when it is."""
+    if column_pieces(block_n):
+        return ""
+    p1 = 1 << (block_n.bit_length() - 1)
+    p2 = block_n - p1
+    rule = (f"block_n={block_n} must be a power of two or two power-of-two column pieces P1 + P2 (P1 the largest"
+            f" power of two below it, P2 ≥ {MIN_PIECE} columns or P1 = 2·P2, P1/P2 ≤ {MAX_PIECE_RATIO}: e.g. 80, 96,"
+            f" 144, 160, 192)")
+    if p2 & (p2 - 1):
+        return f"{rule}; {block_n} = {p1} + {p2} would take more than two pieces"
+    why = ([f"its second piece P2 = {p2} < {MIN_PIECE} columns"] if p2 < MIN_PIECE else []) + \
+        ([f"P1/P2 = {p1}/{p2} > {MAX_PIECE_RATIO}"] if p1 > MAX_PIECE_RATIO * p2 else [])
+    return f"{rule}; {', '.join(why)}"
 
 
 def swizzle_width(row_bytes: int) -> int:
@@ -193,9 +218,11 @@ class KernelConfig:
 
     block_m, block_n, block_k: the CTA's output tile and K-step. For "pingpong" this is the
         tile of ONE consumer warpgroup (the two consumers own alternate tiles). Powers of two,
-        except that block_n may also be three times one (24, 48, 96, 192): such a tile is
-        two column pieces, 2/3 and 1/3 wide (`column_pieces`); 128×192 tiles fill 132 SMs
-        where 128×256 leave a quarter idle (512×6144: 128 tiles instead of 96).
+        except that block_n may also be the sum P1 + P2 of two (`column_pieces`: P1 the
+        largest power of two below block_n, P2 ≥ 16, P1/P2 ≤ 8; 80, 96, 144, 160, 192, ...):
+        such a tile is two column pieces; 128×192 tiles fill 132 SMs where 128×256 leave a
+        quarter idle (512×6144: 128 tiles instead of 96), and a width fitted to the rows of a
+        mid-sized product (160 over 800 rows under swap-AB: 5 tiles) wastes little tensor-core work.
     stages: depth of the shared-memory ring; None = as many as fit (≤ MAX_STAGES).
     schedule: "persistent" | "cooperative" | "pingpong" (module docstring).
     group_m: tiles per group of the grouped raster (L2 reuse; pingpong.hopper.device.scheduler).
@@ -311,7 +338,7 @@ class KernelConfig:
             raise ConfigError(f"block_n={bn} must be a multiple of 8 (the wgmma N granularity)")
         pieces = column_pieces(bn)
         if not pieces:
-            raise ConfigError(f"block_n={bn} must be a power of two or three times one (two column pieces, 2/3 + 1/3)")
+            raise ConfigError(piece_refusal(bn))
         if pieces[-1] % 8:
             raise ConfigError(f"block_n={bn}: its column pieces {pieces} must be multiples of 8 (the wgmma N granularity)")
         if len(pieces) > 1 and not SCHEDULE_FACTS[self.schedule].warp_specialized:
@@ -394,7 +421,8 @@ def _epilogue(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> tuple[int, in
     if cfg.split_k > 1 or cfg.swap_ab:  # the pointer epilogue of pingpong.hopper.device.fixup: no staging
         return cn, 0, 0
     # one buffer for a whole tile; else 2, or one per sub-tile when their count is odd (a
-    # two-piece tile's 3 sub-tiles), so that sub-tiles cycle whole rounds of buffers
+    # two-piece tile's P1/P2 + 1 sub-tiles of P2 columns: 3, 5 or 9), so that sub-tiles cycle
+    # whole rounds of buffers (an odd count stages the whole tile; halving en makes it even)
     bufs = lambda en: 1 if en == cn else (2 if (cn // en) % 2 == 0 else cn // en)  # noqa: E731
     staging = lambda en: consumers * bufs(en) * cm * en * out_bytes  # noqa: E731
     en = cfg.epilogue_n

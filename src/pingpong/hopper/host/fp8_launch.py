@@ -210,6 +210,10 @@ def check_fp8_config(config: KernelConfig, promote: bool, out_bytes: int, boxes:
         raise ConfigError(f"block_n={d.block_n} (two column pieces) runs on the cooperative schedule, unsplit, without"
                           f" swap-AB, stream-K or a cluster, with tensor- or row-wise scales; got {config}"
                           f"{' with block-wise scales' if any(boxes) else ''}")
+    if d.block_n2 and d.pieces[0] != 2 * d.block_n2:
+        raise ConfigError(f"block_n={d.block_n} ({d.pieces[0]} + {d.block_n2} columns): the FP8 kernel's two-piece tiles"
+                          f" are 3·2^k wide (P1 = 2·P2: 96, 192), not the 16-bit kernels' other P1 + P2 widths; got"
+                          f" {config}")
     if d.swap_ab and any(boxes):
         raise ConfigError(f"{config}: swap-AB with block-wise scales is not built: the swapped tile's rows are N,"
                           " whose 128×128 b scales are one per 128 rows (the promotion reads one a scale per row),"

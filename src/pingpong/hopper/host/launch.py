@@ -152,7 +152,7 @@ def prepare(a, b, out, args: EpilogueArgs, config: KernelConfig, sms: int, activ
 
 def operand_descriptors(a, b, d):
     """TMA descriptors and K-majorness of the kernel's A (rows × K) and B (K × cols).
-    A two-piece B tile (d.pieces (2q, q)) is loaded as three boxes of q columns. A 2-CTA
+    A two-piece B tile (d.pieces (P1, P2)) is loaded as P1/P2 + 1 boxes of P2 columns. A 2-CTA
     cluster's A box is one consumer's rows of the pair (cluster_m·consumer_m: all 2·block_m
     under ping-pong, block_m per cooperative consumer), split over the CTAs; its B box is
     shared (multicast)."""
@@ -183,6 +183,7 @@ class KernelConstants:
     acc_layout2: Any  # the second column piece's (= acc_layout for a one-piece tile)
     EPI: EpilogueConstants  # the epilogue's constexprs (pingpong.hopper.device.epilogue)
     BN2: int = 0  # columns of the second column piece (config.column_pieces); 0: one piece
+    B1_BOXES: int = 1  # B boxes (of BN2 columns) of the first column piece: P1/P2; 1 with one piece
     A_KMAJOR: bool = True  # storage order of the operand boxes
     B_KMAJOR: bool = True
     PINGPONG: bool = False  # the warp-specialized schedules' own (SCHEDULE_FACTS): unused by "persistent"
@@ -202,6 +203,7 @@ def kernel_constants(d, epi: EpilogueConstants, a_kmajor: bool = True, b_kmajor:
     return KernelConstants(BM=d.cluster_m * d.block_m, BN=d.block_n, BK=d.block_k, STAGES=d.stages,
                            GROUP_M=d.group_m, acc_layout=acc_layout(d),
                            acc_layout2=acc_layout(d, len(d.pieces) - 1), EPI=epi, BN2=d.block_n2,
+                           B1_BOXES=d.pieces[0] // d.block_n2 if d.block_n2 else 1,
                            A_KMAJOR=a_kmajor, B_KMAJOR=b_kmajor, PINGPONG=d.schedule == "pingpong",
                            RELEASERS=d.releasers, CONSUMER_WARPS=d.worker_warps[0] if ws else 0,
                            PRODUCER_WARPS=d.worker_warps[1] if ws else 0,
@@ -429,8 +431,9 @@ for _name, _block in (("persistent", (128, 256, 64)), ("cooperative", (128, 256,
 # consumer thread) and the batched path (rank-3 descriptors) on the other warp-specialized schedule.
 cc.register("cooperative-gelu", targets=("sm_90a",))(_offline_builder("cooperative", (128, 256, 64), "gelu_erf"))
 cc.register("pingpong-batched", targets=("sm_90a",))(_offline_builder("pingpong", (128, 128, 64), batches=4))
-# A two-piece tile (config.column_pieces: 128 + 64 columns).
+# Two-piece tiles (config.column_pieces: 128 + 64 columns; 128 + 32, the first piece four boxes).
 cc.register("cooperative-192", targets=("sm_90a",))(_offline_builder("cooperative", (128, 192, 64)))
+cc.register("cooperative-160", targets=("sm_90a",))(_offline_builder("cooperative", (128, 160, 64)))
 # select's mid-size tile: ping-pong 64×96 (64 + 32 columns), its ring 10 stages deep.
 cc.register("pingpong-96", targets=("sm_90a",))(_offline_builder("pingpong", (64, 96, 64)))
 # select's mid-size tiles as they run: two 64-element k-steps per ring slot (64×32; 64×96 = 64 + 32).
@@ -475,6 +478,8 @@ OFFLINE_SPLIT_VARIANTS = {
                         "Hopper GEMM, swap-AB, ping-pong 64×16×128 (select's decode tile), one split"),
     "splitk_192": (KernelConfig(128, 192, 64, schedule="cooperative", split_k=2), (512, 6144, 4096),
                    "Hopper GEMM, split-K 2, cooperative 128×192×64 (two column pieces, 128 + 64)"),
+    "swapab_160": (KernelConfig(64, 160, 64, schedule="pingpong", swap_ab=True), (800, 3072, 3072),
+                   "Hopper GEMM, swap-AB, ping-pong 64×160×64 (two column pieces, 128 + 32: 800 rows in 5 tiles)"),
     "streamk": (KernelConfig(128, 128, 64, stream_k=True), (589, 8192, 8192),
                 "Hopper GEMM, stream-K, cooperative 128×128×64 (a data-parallel wave, the last streamed)"),
     "streamk_256": (KernelConfig(128, 256, 64, stream_k=True), (589, 8192, 8192),

@@ -509,11 +509,11 @@ def fp8_gemm(a_desc, b_desc, ops, M, N, K, sa_row, sb_col, CFG: gl.constexpr,
     gl.static_assert(CFG.BN2 == 0 or (not CFG.PINGPONG and SCALING != "block" and CFG.CLUSTER == 1),
                      "two-piece tiles: cooperative, one CTA, tensor- and row-wise scales (check_fp8_config)")
     sched = TileScheduler.create(M, N, K, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M, 1)
-    ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, True, CFG.CLUSTER)
+    ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, True, CFG.CLUSTER, CFG.B1_BOXES)
     epi = Epilogue.of(ops, gl.to_tensor(1.0), gl.to_tensor(0.0), M, N, 2, CFG.EPI)
     scales = Fp8Scales.allocate(ops.sa, ops.sb, sa_row, sb_col, gl.to_tensor(0), M, N, CFG.STAGES, SCALING, SB_COLS)  # one batch
-    run_fp8_partitions(ring, sched, epi, scales, TileLoader(a_desc, b_desc, True, True, CFG.BN2, CFG.CLUSTER > 1),
-                       CFG, PROMOTE)
+    loader = TileLoader(a_desc, b_desc, True, True, CFG.BN2, CFG.CLUSTER > 1, CFG.B1_BOXES)
+    run_fp8_partitions(ring, sched, epi, scales, loader, CFG, PROMOTE)
 
 
 @gluon.jit(do_not_specialize=["M", "N", "K", "sa_row", "sb_col", "splits", "split_stride16", "ws_ld16", "out_ld"])

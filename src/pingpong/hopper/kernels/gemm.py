@@ -86,13 +86,15 @@ A cooperative pair orders its 2·block_m rows consumer-major: consumer c compute
 All three share one mainloop contract (pingpong.hopper.device.pipeline docstring): wait ready with
 ring_phase, keep one k-step's wgmma in flight, release a slot once its wgmma has completed.
 
-TWO-PIECE TILES (BN2 > 0, block_n = 3·2^k; config.column_pieces): the same orchestration. The
-producer loads B as three boxes into two buffers per slot, the MmaOp issues two wgmma groups per
-k-step into two accumulators, and the epilogue stores the first piece's columns, then the
+TWO-PIECE TILES (BN2 > 0, block_n = P1 + P2, powers of two, P1 the largest below block_n,
+P2 = BN2 ≥ 16, P1/P2 ≤ 8; config.column_pieces): the same orchestration. The producer loads B
+as B1_BOXES = P1/P2 boxes of P2 columns into the first piece's buffer and one more into the
+second's (two buffers per slot), the MmaOp issues two wgmma groups per k-step into two
+accumulators (N = P1 and P2), and the epilogue stores the first piece's columns, then the
 second's:
 
-    producer  │ A, B[0:q], B[q:2q] -> slot.a, slot.b ; B[2q:3q] -> slot.b2 │ ...
-    consumer  │ wgmma(a, b) -> acc ; wgmma(a, b2) -> acc2 ; wait(1 k-step) │ ... │ epi acc | acc2
+    producer  │ A, B[0:P2], ..., B[P1-P2:P1] -> slot.a, slot.b ; B[P1:P1+P2] -> slot.b2 │ ...
+    consumer  │ wgmma(a, b) -> acc ; wgmma(a, b2) -> acc2 ; wait(1 k-step)             │ ... │ epi acc | acc2
 """
 
 from triton.experimental import gluon
@@ -309,9 +311,10 @@ def warp_specialized_gemm(a_desc, b_desc, ops, M, N, K, alpha, beta, batches, CF
     gl.static_assert(CFG.CLUSTER == gl.num_ctas(), "CLUSTER is the launch's num_ctas")
     gl.static_assert(CFG.CLUSTER == 1 or CFG.BN2 == 0, "clusters: one-piece tiles (config.validate)")
     sched = TileScheduler.create(M, N, K, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M, batches)
-    ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, CFG.B_KMAJOR, CFG.CLUSTER)
+    ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, CFG.B_KMAJOR, CFG.CLUSTER,
+                         CFG.B1_BOXES)
     epi = Epilogue.of(ops, alpha, beta, M, N, 2, CFG.EPI)
-    loader = TileLoader(a_desc, b_desc, CFG.A_KMAJOR, CFG.B_KMAJOR, CFG.BN2, CFG.CLUSTER > 1)
+    loader = TileLoader(a_desc, b_desc, CFG.A_KMAJOR, CFG.B_KMAJOR, CFG.BN2, CFG.CLUSTER > 1, CFG.B1_BOXES)
     run_partitions(ring, sched, epi, loader, PlainKLoop.of(CFG), CFG)
 
 
@@ -326,11 +329,11 @@ def split_k_gemm(a_desc, b_desc, ws, counters, ops, M, N, K, alpha, beta, splits
     warp_specialized_gemm's (its EPI's BUFS unused: no staging)."""
     gl.static_assert(CFG.CLUSTER == 1, "split-K / swap-AB units are not paired (config.validate)")
     sched = SplitKScheduler.create(M, N, K, splits, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M)
-    ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, CFG.B_KMAJOR)
+    ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, CFG.B_KMAJOR, B1_BOXES=CFG.B1_BOXES)
     epi = SplitEpilogue.of(ops, ws, split_stride16 * 4, ws_ld16 * 4, counters, out_ld, c_ld, Alpha(alpha), beta, M, N,
                            splits, CFG.EPI)
-    run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, CFG.A_KMAJOR, CFG.B_KMAJOR, CFG.BN2),
-                   PlainKLoop.of(CFG), CFG)
+    loader = TileLoader(a_desc, b_desc, CFG.A_KMAJOR, CFG.B_KMAJOR, CFG.BN2, B1_BOXES=CFG.B1_BOXES)
+    run_partitions(ring, sched, epi, loader, PlainKLoop.of(CFG), CFG)
 
 
 @gluon.jit(do_not_specialize=_STREAM_RUNTIME_SCALARS)
@@ -345,11 +348,11 @@ def stream_k_gemm(a_desc, b_desc, ws, counters, ops, M, N, K, alpha, beta, dp_ti
     with the two descriptors, and the decomposition (pingpong.hopper.host.splits.stream_k_split) instead of `splits`."""
     gl.static_assert(CFG.CLUSTER == 1 and not CFG.EPI.SWAP, "stream-K units are not paired nor swapped (config.validate)")
     sched = StreamKScheduler.create(M, N, K, dp_tiles, streamers, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M)
-    ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, CFG.B_KMAJOR)
+    ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, CFG.B_KMAJOR, B1_BOXES=CFG.B1_BOXES)
     epi = stream_k_epilogue(sched, ops, ws, split_stride16, ws_ld16, counters, out_ld, c_ld, Alpha(alpha), beta, M, N,
                             streamers, CFG)
-    run_partitions(ring, sched, epi, TileLoader(a_desc, b_desc, CFG.A_KMAJOR, CFG.B_KMAJOR, CFG.BN2),
-                   PlainKLoop.of(CFG), CFG)
+    loader = TileLoader(a_desc, b_desc, CFG.A_KMAJOR, CFG.B_KMAJOR, CFG.BN2, B1_BOXES=CFG.B1_BOXES)
+    run_partitions(ring, sched, epi, loader, PlainKLoop.of(CFG), CFG)
 
 
 @gluon.jit
