@@ -37,9 +37,16 @@ change it).
 
 `register` runs from the ops' fake implementations, so it has run before inductor lowers a
 graph holding one of them, and before generated code loaded from inductor's cache calls
-one (an op module imported later lowers its op as `lowered` adds it). That cache outlives a
-pingpong upgrade (its key does not see these lowerings), so the functions' names and
-arguments are a stable interface: change them only under a new name.
+one (an op module imported later lowers its op as `lowered` adds it). That cache (the FX
+graph cache and AOTAutograd's, on disk) outlives the process and a pingpong upgrade, so
+`register` puts `lowering_version` into its key: the call mode (direct, or
+PINGPONG_INDUCTOR_CALLS=dispatcher) and a digest of LOWERING_SOURCES, the files that decide
+which ops are lowered and the calls emitted (`key_pass`, a CustomGraphPass in
+`_fuse_ddp_communication_passes`, no user's pass slot). Code compiled under another
+lowering, or before these lowerings, is compiled again, not loaded. Any edit to those files
+costs one recompile. A user who assigns that list drops the entry until the next trace of a
+pingpong op puts it back (after theirs); a compile that patches the list itself
+(torch.compile's options) may be keyed without it.
 `CALLS` counts the direct calls (tests read it to see the path was taken); under
 torch.profiler each call shows as a `pingpong::<op>` range, as a dispatcher call would, with
 its tensor arguments as the range's inputs (shapes, strides and dtypes under
@@ -67,7 +74,7 @@ from . import direct
 from ..runtime import plan as plan_mod
 from ..runtime.spec import DENSE_TENSORS, NO_ARGS, EpilogueArgs, build_args
 
-__all__ = ["register", "lowered", "CALLS", "KERNELS"]
+__all__ = ["register", "lowered", "CALLS", "KERNELS", "lowering_version"]
 
 #: direct calls from generated code, per op name
 CALLS: collections.Counter = collections.Counter()
@@ -174,22 +181,102 @@ def linear_out(x, w, *optional, bias: bool, activation, out):
 
 
 def register() -> None:
-    """Lower every op of KERNELS not lowered yet to its direct call (the ops' fake
-    implementations call this: cheap once done)."""
+    """Lower every op of KERNELS not lowered yet to its direct call, and keep the lowering's
+    version in inductor's cache key (`key_pass`; the ops' fake implementations call this, so
+    before each trace that holds one of them: cheap once done)."""
     global _registered
-    if _registered and not _pending:
+    if _registered and not _pending and _keyed():
         return
     _registered = True
     from torch._inductor import lowering
     from torch._inductor.select_algorithm import extern_kernels
 
+    _keyed(add=True)
     while _pending:
         name = _pending.pop()
         setattr(extern_kernels, f"pingpong_{name}", KERNELS[name])  # for code from inductor's cache, either way
-        if os.environ.get("PINGPONG_INDUCTOR_CALLS", "direct") == "dispatcher":  # inductor's default fallback
+        if _calls() == "dispatcher":  # inductor's default fallback
             continue
         op = getattr(torch.ops.pingpong, name).default
         lowering.register_lowering(op, type_promotion_kind=None)(_lowering(op, f"pingpong_{name}"))
+
+
+def _calls() -> str:
+    """How inductor's code calls the ops: "direct" (the lowerings) or "dispatcher"."""
+    return os.environ.get("PINGPONG_INDUCTOR_CALLS", "direct")
+
+
+#: the files whose code decides what inductor emits for pingpong's ops: this module (the
+#: lowering), the ops' schemas (the call's arguments: integration/ops.py, runtime/spec.py's
+#: epilogue, each op's module) and the `lowered` functions (which ops are lowered, under what
+#: name and arguments). Relative to the package; tests/test_inductor.py checks that each
+#: `lowered` function's file is here.
+LOWERING_SOURCES = ("integration/inductor.py", "integration/ops.py", "runtime/spec.py", "fp8.py", "fp8_grouped.py",
+                    "fp8_training.py", "fp8_grouped_training.py", "grouped.py", "quantize.py")
+
+
+@functools.cache
+def _sources_digest() -> str:
+    """sha256 of LOWERING_SOURCES' contents (pingpong's version where a file is not readable)."""
+    import hashlib
+    from pathlib import Path
+
+    from ..toolchain import __version__
+
+    root, digest = Path(__file__).resolve().parents[1], hashlib.sha256()
+    for rel in LOWERING_SOURCES:
+        try:
+            digest.update((root / rel).read_bytes())
+        except OSError:
+            digest.update(f"{rel} unreadable, pingpong {__version__}".encode())
+    return digest.hexdigest()
+
+
+def lowering_version() -> str:
+    """The lowering's version in inductor's cache key: how the ops are called (`_calls`) and
+    the digest of the code that emits those calls (`_sources_digest`)."""
+    return f"pingpong lowering {_calls()} {_sources_digest()}"
+
+
+@functools.cache
+def key_pass():
+    """The entry that puts `lowering_version` into inductor's cache keys (the FX graph cache's
+    and AOTAutograd's, which hashes the same details): a CustomGraphPass, torch's interface for
+    code that changes what inductor compiles without a config value of its own, whose uuid()
+    the key includes. It sits in `_fuse_ddp_communication_passes`: a list whose entries all
+    enter the key (FxGraphHashDetails, `_get_custom_pass_detail_unsafe`), so no user's pass slot
+    is taken or wrapped; those passes run only when DDP's compiled all-reduce fusion is on, and
+    this one changes nothing then. Made on first use (torch._inductor is imported only when
+    compiling); copied or pickled, it is this same object."""
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    class LoweringKey(CustomGraphPass):
+        def __call__(self, graph) -> None:
+            pass
+
+        def uuid(self) -> str:
+            return lowering_version()
+
+        def __reduce__(self):
+            return key_pass, ()
+
+        def __repr__(self) -> str:
+            return "pingpong.integration.inductor.key_pass()"
+
+    return LoweringKey()
+
+
+def _keyed(add: bool = False) -> bool:
+    """Whether `key_pass` is in inductor's config (a user's assignment to the list drops it: the
+    next trace of a pingpong op puts it back, after the user's entries); add=True puts it there."""
+    from torch._inductor import config
+
+    passes = config._fuse_ddp_communication_passes
+    if any(p is key_pass() for p in passes):
+        return True
+    if add:  # a new list: the user's own list object is left as it is
+        config._fuse_ddp_communication_passes = [*passes, key_pass()]
+    return add
 
 
 def _lowering(op, kernel: str):
