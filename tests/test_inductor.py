@@ -268,6 +268,114 @@ def test_several_outputs_under_dynamic_shapes(cast_kernels, fresh_compile):
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs == 1
 
 
+def _graph_key(gm, args) -> str:
+    """Inductor's FX graph cache key of `gm` (AOTAutograd's cache hashes the same details)."""
+    from torch._inductor.codecache import compiled_fx_graph_hash
+
+    return compiled_fx_graph_hash(gm, args, {}, [])[0]
+
+
+def _traced_mm():
+    """A graph holding pingpong::mm, traced with fake tensors (its fake implementation runs
+    `register`, as a torch.compile trace does), and its inputs."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    args = (randn(64, 32, seed=61), randn(32, 16, seed=62))
+    pingpong.matmul  # loads the ops
+    return make_fx(lambda a, b: torch.ops.pingpong.mm(a, b), tracing_mode="fake")(*args), args
+
+
+def test_cache_key_holds_the_lowering_version(monkeypatch):
+    """The FX graph cache key of a graph with a pingpong op changes with the lowering's version
+    (the digest of the code that emits the calls, or the dispatcher switch) and only with it:
+    code cached under another lowering is not loaded."""
+    gm, args = _traced_mm()
+    keys = {}
+    for digest, calls in (("one", "direct"), ("one", "direct"), ("two", "direct"), ("one", "dispatcher")):
+        monkeypatch.setattr(inductor, "_sources_digest", lambda: digest)
+        monkeypatch.setenv("PINGPONG_INDUCTOR_CALLS", calls)
+        keys.setdefault((digest, calls), set()).add(_graph_key(gm, args))
+    assert [len(k) for k in keys.values()] == [1, 1, 1], keys  # equal versions, equal keys
+    assert len(set.union(*keys.values())) == 3, keys  # each version a key of its own
+
+
+def test_lowering_sources_hold_every_lowered_function():
+    """The digest in the key covers the file of each `lowered` function (which ops are lowered,
+    their names and arguments) and all its files exist."""
+    import importlib
+    import inspect
+    from pathlib import Path
+
+    for module in ("fp8", "fp8_grouped", "fp8_training", "fp8_grouped_training", "grouped", "quantize"):
+        importlib.import_module(f"pingpong.{module}")
+    root = Path(inductor.__file__).resolve().parents[1]
+    files = {Path(inspect.getfile(fn.__wrapped__)).resolve().relative_to(root).as_posix() for fn in inductor.KERNELS.values()}
+    assert files <= set(inductor.LOWERING_SOURCES), files - set(inductor.LOWERING_SOURCES)
+    assert all((root / rel).is_file() for rel in inductor.LOWERING_SOURCES)
+    assert inductor.lowering_version() == f"pingpong lowering direct {inductor._sources_digest()}"
+
+
+def test_compiled_code_of_another_lowering_version_is_not_loaded(interpreted_kernels, monkeypatch):
+    """Through torch.compile with inductor's on-disk caches on (empty at first): a second compile
+    of the same function under the same lowering loads the cached code, one under another
+    lowering compiles afresh, and its code calls the plan directly."""
+    from torch._dynamo.utils import counters
+    from torch._inductor.utils import fresh_cache
+
+    def step(a, b):
+        return pingpong.matmul(a, b)
+
+    args = (randn(64, 32, seed=63), randn(32, 16, seed=64))
+    hits = []
+    with fresh_cache():
+        for digest in ("one", "one", "two"):
+            monkeypatch.setattr(inductor, "_sources_digest", lambda: digest)
+            torch._dynamo.reset()
+            counters.clear()
+            inductor.CALLS.clear()
+            torch.compile(step, fullgraph=True, backend="inductor")(*args)
+            hits.append(counters["inductor"]["fxgraph_cache_hit"] + counters["aot_autograd"]["autograd_cache_hit"] > 0)
+            assert inductor.CALLS["mm"] == 1, digest
+    torch._dynamo.reset()
+    assert hits == [False, True, False]
+
+
+def test_user_passes_keep_running_and_keying(interpreted_kernels, monkeypatch):
+    """The lowering's key entry takes no pass slot of the user's: their post-grad pass stays
+    as set, and their DDP fusion passes (the list the entry joins) stay in it, first, run as
+    before, and their uuid enters the key beside the lowering's version."""
+    from torch._inductor import config
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    class Pass(CustomGraphPass):
+        def __init__(self, uuid):
+            self.id, self.runs = uuid, 0
+
+        def __call__(self, graph):
+            self.runs += 1
+
+        def uuid(self):
+            return self.id
+
+    post, fusion = Pass("post"), Pass("fusion")
+    monkeypatch.setattr(config, "post_grad_custom_post_pass", post)
+    monkeypatch.setattr(config, "_fuse_ddp_communication_passes", [fusion])  # the user's list, set after `register`
+    gm, args = _traced_mm()  # the trace puts the key entry back
+    assert config.post_grad_custom_post_pass is post
+    assert config._fuse_ddp_communication_passes == [fusion, inductor.key_pass()]
+    keys = [_graph_key(gm, args)]
+    fusion.id = "fusion, changed"
+    keys.append(_graph_key(gm, args))  # the user's uuid is in the key
+    monkeypatch.setattr(inductor, "_sources_digest", lambda: "other")
+    keys.append(_graph_key(gm, args))  # and so is the lowering's version, beside it
+    assert len(set(keys)) == 3, keys
+    with config.patch(force_disable_caches=True, _fuse_ddp_communication=True):
+        torch._dynamo.reset()
+        torch.compile(lambda a, b: pingpong.matmul(a, b), fullgraph=True, backend="inductor")(*args)
+    torch._dynamo.reset()
+    assert (post.runs, fusion.runs) == (1, 1)
+
+
 @pytest.mark.slow
 def test_dispatcher_switch_covers_the_ops_with_several_outputs(tmp_path):
     """PINGPONG_INDUCTOR_CALLS=dispatcher (read when the lowerings register: a process of its
