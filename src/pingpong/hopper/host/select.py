@@ -29,7 +29,9 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count, less torch's SM 
     | M ≤ 64                        | swap-AB: 128 rows of N × (M rounded up to 32 or 64) |
     | 128 < M ≤ MID_ROWS_MAX_M      | mid rows: the tile of MID_ROWS_TILES (128×256,      |
     |                               | 128×192, 128×128 cooperative; 64×256, 64×128 ping-  |
-    |                               | pong) and split count of least modelled time (below)|
+    |                               | pong) and split count, or of MID_ROWS_WHOLE_TILES   |
+    |                               | (128×160; swap-AB 64×144/160/192: M on the width),  |
+    |                               | of least modelled time (below)                      |
     |                               | — unsplit with ≤ S/2 128×128 tiles: few tiles       |
     | otherwise                     | 128×BN×64 cooperative, BN ∈ {256, 192, 128} the     |
     |                               | width of least ⌈tiles / S⌉ · BN / efficiency (per-  |
@@ -100,18 +102,27 @@ SPLIT_MIN_BYTES = 2**22
 #: mid-size M: from DECODE_M + 1 up to this many rows a 64-row ping-pong tile (when it makes ≤ S tiles)
 MID_M = 128
 #: Mid rows (MID_M < M ≤ MID_ROWS_MAX_M, more 128×128 tiles than half a wave): the config of
-#: MID_ROWS_TILES and split count s ≥ 1 of least modelled time
-#:     ⌈tiles·s / S⌉ · (k_steps / s + MID_ROWS_SPLIT_STEPS) · BM·BN / efficiency
+#: MID_ROWS_TILES and split count s ≥ 1, or of MID_ROWS_WHOLE_TILES unsplit, of least modelled time
+#:     ⌈tiles·s / S⌉ · (k_steps / s + MID_ROWS_SPLIT_STEPS) · BM·BN / speed
 #: (waves × one work unit's time; a unit's time is its area over the tile's per-FLOP speed).
-#: The speeds are fitted to measured sweeps of 137-947-row shapes; a split costs as much as 32
-#: k-steps of one unit: the partials' traffic and the final sum. benchmarks/midrows_fit.py
-#: re-scores and refits these constants on the measured sweeps
+#: Swap-AB tiles count N on their rows and M on their width (tile_count), so a width just above
+#: M (144, 160, 192 for 129-192 rows) wastes little of the tile. The speeds are fitted to
+#: measured sweeps of 95-1022-row shapes on an H100 and an H200 (the whole tiles' on the H200
+#: only; stream-K was measured too, but no speed for it predicted its wins on held-out shapes,
+#: so it is not a candidate); a split costs
+#: as much as MID_ROWS_SPLIT_STEPS k-steps of one unit: the partials' traffic and the final
+#: sum. benchmarks/midrows_fit.py re-scores and refits these constants on the measured sweeps
 #: (benchmarks/data/midrows_sweeps.json, or a new GPU's).
 MID_ROWS_MAX_M = 960
 MID_ROWS_SPLIT_STEPS = 32
-MID_ROWS_TILES = {KernelConfig(128, 256, 64): 1.0, KernelConfig(128, 192, 64): 0.9,
-                  KernelConfig(128, 128, 64): 0.8, KernelConfig(64, 256, 64, schedule="pingpong"): 0.8,
-                  KernelConfig(64, 128, 64, schedule="pingpong"): 0.7}
+_PP = dict(schedule="pingpong")
+MID_ROWS_TILES = {KernelConfig(128, 256, 64): 1.0, KernelConfig(128, 192, 64): 1.05,
+                  KernelConfig(128, 128, 64): 0.9, KernelConfig(64, 256, 64, **_PP): 0.9,
+                  KernelConfig(64, 128, 64, **_PP): 0.75}
+#: ... and these, never split (no sweep has measured them split)
+MID_ROWS_WHOLE_TILES = {KernelConfig(128, 160, 64): 1.0, KernelConfig(64, 144, 64, **_PP, swap_ab=True): 0.8,
+                        KernelConfig(64, 160, 64, **_PP, swap_ab=True): 0.75,
+                        KernelConfig(64, 192, 64, **_PP, swap_ab=True): 0.85}
 #: the mid-size tile's widths, widest first (ties in tile count go to the wider)
 MID_WIDTHS = (96, 64, 32)
 #: with a long K the mid-size tile is at least MID_SPLIT_WIDTH wide and split into as many parts
@@ -239,23 +250,32 @@ def split(config: KernelConfig, M: int, N: int, k_steps: int, sms: int) -> Kerne
 
 
 def mid_rows_config(M: int, N: int, k_steps: int, sms: int) -> KernelConfig:
-    """The mid-rows config: MID_ROWS_TILES and split count of least `mid_rows_cost` (K in
-    k_steps of SPLIT_STEP_K elements; splits of ≥ MIN_SPLIT_STEPS steps, ≤ MAX_SPLIT_K)."""
-    splits = range(1, max(1, min(MAX_SPLIT_K, k_steps // MIN_SPLIT_STEPS)) + 1)
-    return min((dataclasses.replace(c, split_k=s) for c in MID_ROWS_TILES for s in splits),
-               key=lambda c: mid_rows_cost(c, M, N, k_steps, sms))
+    """The mid-rows config of least `mid_rows_cost` among `mid_rows_candidates` (K in k_steps
+    of SPLIT_STEP_K elements)."""
+    return min(mid_rows_candidates(k_steps), key=lambda c: mid_rows_cost(c, M, N, k_steps, sms))
+
+
+def mid_rows_candidates(k_steps: int, speeds=None) -> list[KernelConfig]:
+    """The configs the mid-rows model chooses from: MID_ROWS_TILES with every split count of
+    ≥ MIN_SPLIT_STEPS k-steps (≤ MAX_SPLIT_K), and MID_ROWS_WHOLE_TILES unsplit; `speeds` (a
+    fit's, by unsplit config) in place of both tables: its whole tiles are those
+    MID_ROWS_WHOLE_TILES names."""
+    speeds = {**MID_ROWS_TILES, **MID_ROWS_WHOLE_TILES} if speeds is None else speeds
+    most = max(1, min(MAX_SPLIT_K, k_steps // MIN_SPLIT_STEPS))
+    return [dataclasses.replace(c, split_k=s) for c in speeds
+            for s in range(1, 1 + (1 if c in MID_ROWS_WHOLE_TILES else most))]
 
 
 def mid_rows_cost(config: KernelConfig, M: int, N: int, k_steps: int, sms: int, speeds=None,
                   split_steps: float = None) -> float:
     """The mid-rows model's time of `config` (module constants above): waves × one work unit's
-    k-steps plus a split's cost × the tile's area over its per-FLOP speed. `speeds` (by unsplit
-    config) and `split_steps` default to MID_ROWS_TILES and MID_ROWS_SPLIT_STEPS
-    (benchmarks/midrows_fit.py fits them to measured sweeps)."""
-    speeds = MID_ROWS_TILES if speeds is None else speeds
+    k-steps plus a split's cost × the tile's area over its per-FLOP speed. `speeds` (by
+    unsplit config) and `split_steps` default to MID_ROWS_TILES with MID_ROWS_WHOLE_TILES and
+    MID_ROWS_SPLIT_STEPS (benchmarks/midrows_fit.py fits them to measured sweeps)."""
+    speeds = {**MID_ROWS_TILES, **MID_ROWS_WHOLE_TILES} if speeds is None else speeds
     split_steps = MID_ROWS_SPLIT_STEPS if split_steps is None else split_steps
-    units = tile_count(config, M, N) * config.split_k
     area = config.block_m * config.block_n / speeds[dataclasses.replace(config, split_k=1)]
+    units = tile_count(config, M, N) * config.split_k
     return math.ceil(units / sms) * (k_steps / config.split_k + split_steps) * area
 
 
