@@ -68,3 +68,21 @@ def test_p1_plus_p2_tiles_on_the_mid_row_shapes(name, shape):
     b = matrix((), k, n, torch.bfloat16, True, gen, "cuda")
     out = _gemm_into(poisoned((m, n), torch.bfloat16, "cuda"), a, b, None, 1.0, 0.0, CONFIGS[name])
     assert rel_err(out, a.double() @ b.double()) < GEMM_BOUND[torch.bfloat16]
+
+
+#: shapes whose untuned selection is one of the mid-rows model's whole tiles (select.MID_ROWS_WHOLE_TILES)
+SELECTED = {(146, 16384, 3072): (64, 160, True), (263, 7168, 7168): (64, 144, True),
+            (672, 2048, 2048): (64, 192, True), (633, 7168, 7168): (128, 160, False)}
+
+
+@pytest.mark.parametrize("shape", SELECTED)
+@pytest.mark.parametrize("layout", ["nt", "nn", "tn", "tt"])
+def test_the_selections_whole_tiles_fused(shape, layout):
+    """The tile the selection gives these shapes (no tuning table), run with a bias, an
+    activation and β·C in each operand layout, NaN-poisoned output, against float64."""
+    from pingpong.hopper.host.select import Device, select_config
+
+    m, n, k = shape
+    config = select_config(m, n, k, device=Device(None, torch.cuda.get_device_properties(0).multi_processor_count))
+    assert (config.block_m, config.block_n, config.swap_ab) == SELECTED[shape], config
+    run_case(m, n, k, config, layout=layout, bias_kind="col", activation="silu")

@@ -52,8 +52,8 @@ wgmma. Its tiles run in one wave, each with a deep ring (5-9 slots of 128 K), an
 one that puts the most of them on the SMs (when K is long enough that the split rule above
 splits them anyway, at least MID_SPLIT_WIDTH wide): at N = 4096, 64 rows take 64×32 (128 tiles)
 and 128 rows 64×64 (128 tiles); at N = 6144, 128 rows take 64×96 (128 tiles). The
-measurements behind this and the constants below: docs/design.md, "Where hopper/host/select.py's
-constants come from".
+measurements behind this and the constants below: benchmarks/RESULTS.md (the tables by
+date) and, for the mid-rows model, benchmarks/data/midrows_sweeps.json.
 
 Decode (M ≤ 32) puts N on the wgmma's 64-row side, ping-pong, so that twice as many tiles as
 128-row ones stream the weight.
@@ -307,7 +307,8 @@ def stream_k_note(M: int, N: int, K: int, config: KernelConfig, sms: int, in_byt
                   batches: int = 1) -> str:
     """What stream-K (KernelConfig.stream_k) would do for an M × N × K product with `config`'s
     tile on `sms` SMs, in one line (pingpong.explain's "stream_k"; splits.stream_k_choice
-    decides). Nothing here selects it: no measurement yet says where it wins."""
+    decides). Nothing here selects it: measured on mid-row shapes, its wins were too few and
+    too unlike the data-parallel model's terms to predict (MID_ROWS_TILES' comment)."""
     if batches > 1:
         return "stream-K runs 2-D products only"
     try:
