@@ -654,7 +654,8 @@ def product(e) -> tuple:
     """(op, M, N, K, batch, layouts, strides, dtype, plan) of a GEMM event (GEMM_EVENTS) from
     its recorded inputs: layouts of A and B in bench's letters, strides as recorded (linear: x's
     and the weight's; grad: g's, K None), plan the `pingpong::<op>` range's (None for torch)."""
-    shapes, strides = e.input_shapes or [], e.structured_input_strides or []
+    shapes = e.input_shapes or []
+    strides = getattr(e, "structured_input_strides", None) or []  # torch >= 2.12; before: layouts "?"
     where = GEMM_EVENTS[e.name]
     at = lambda i, seq: list(seq[i]) if i < len(seq) and isinstance(seq[i], (list, tuple)) else []  # noqa: E731
     first = 0 if isinstance(where, str) else where[0]

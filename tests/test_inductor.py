@@ -85,7 +85,9 @@ def test_direct_call_opens_a_profiler_range_only_under_a_profiler(interpreted_ke
             assert entered == ["pingpong::mm"], entered
             assert [e.count for e in prof.key_averages() if e.key == "pingpong::mm"] == [1]
             (e,) = [e for e in prof.events() if e.name == "pingpong::mm"]  # the product and the plan it ran
-            assert e.input_shapes == [[32, 16], [16, 24]] and e.structured_input_strides == [[16, 1], [1, 16]], e
+            assert e.input_shapes == [[32, 16], [16, 24]], e
+            if hasattr(e, "structured_input_strides"):  # recorded since torch 2.12 (2.11's events have no strides)
+                assert e.structured_input_strides == [[16, 1], [1, 16]], e
             assert e.kwinputs == {"plan": "interpreted"}, e.kwinputs
         else:
             inductor.KERNELS["mm"](a, b, out=out)
