@@ -97,7 +97,7 @@ def test_quick_grid_measures_heuristic_first_each_config_once():
     assert gpu.measured[0] == heuristic_config(512, 512, 65536)
     planned = tune.planned(512, 512, 65536, settings(quick=True))
     assert len(gpu.measured) == len(set(gpu.measured)) == len(results) == planned
-    assert 3 <= len(results) <= 16  # a quick grid: a few seconds a shape
+    assert 3 <= len(results) <= 24  # a quick grid: a few seconds a shape
 
 
 @pytest.mark.parametrize("M", [17, 64, 128, 256])
@@ -217,3 +217,26 @@ def test_clusters_are_searched_only_when_asked():
     tune.search(1024, 1024, 1024, settings(quick=True, clusters=True), gpu)
     assert any(c.cluster_m == 2 for c in gpu.measured)
     assert tune.planned(1024, 1024, 1024, settings(quick=True, clusters=True)) == len(gpu.measured)
+
+
+def test_the_search_includes_stream_k_and_the_mid_rows_whole_tiles():
+    """Stream-K (on the heuristic's tile and 128×128) and, for mid rows, the mid-rows model's
+    whole tiles (128×160, swap-AB 64×144/160/192) are in the quick grid; the full space holds
+    stream-K twins (never split: stream-K divides K itself) and the two-piece widths; a
+    sampler's stream-K trial builds a config that validates."""
+    from pingpong.hopper.host.select import MID_ROWS_WHOLE_TILES
+
+    grid = tune.quick_grid(372, 3072, 8192)
+    assert KernelConfig(128, 128, 64, stream_k=True) in grid
+    assert any(c.stream_k and c.block_n == heuristic_config(372, 3072, 8192).block_n for c in grid)
+    for c in MID_ROWS_WHOLE_TILES:
+        assert c in grid, c
+    assert not any(c.block_n in (144, 160) for c in tune.quick_grid(2048, 4096, 4096)), "whole tiles: mid rows only"
+    space = tune.space(372, 3072, 8192)
+    streamed = [c for c in space if c.stream_k]
+    assert streamed and all(c.split_k == 1 for c in streamed)
+    assert {(c.block_m, c.block_n) for c in space} >= {(128, 160), (64, 144)}
+    params = {"tile": "128x128", "k_bytes": 128, "schedule": "cooperative", "split_k": 4, "stream_k": True}
+    built = KernelConfig(**tune._trial_config(params, 2))
+    assert built.stream_k and built.split_k == 1
+    built.validate()

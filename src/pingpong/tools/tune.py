@@ -3,7 +3,7 @@ table that `select_config` reads (pingpong.hopper.host.table).
 
     shapes (--shapes / --suite) ──> for each shape:
         candidates: the heuristic's config first, then
-            --quick            a small fixed grid around it (quick_grid)
+            --quick            a small fixed grid around it (quick_grid), stream-K twins included
             --clusters         also every pairable candidate as a 2-CTA cluster (cluster_m=2;
                                off by default: slower on the shapes measured)
             space ≤ --trials   every valid config of the space (brute force)
@@ -47,8 +47,8 @@ from ..errors import ConfigError, PingpongError
 from ..hopper.host import table as tables
 from ..hopper.host.splits import effective_splits
 from ..runtime.spec import SCALE_BLOCK
-from ..hopper.host.select import (DECODE_M, DEFAULT_SMS, FEW_WIDTHS, MID_M, MID_WIDTHS, SMALL_TILE_K_BYTES, choose,
-                                  heuristic_config)
+from ..hopper.host.select import (DECODE_M, DEFAULT_SMS, FEW_WIDTHS, MID_M, MID_ROWS_MAX_M, MID_ROWS_WHOLE_TILES,
+                                  MID_WIDTHS, SMALL_TILE_K_BYTES, choose, heuristic_config)
 from .suites import SUITES, suite
 
 EXIT_USAGE = 2
@@ -61,12 +61,15 @@ SCALINGS = ("tensor", "row", "block")
 LAYOUTS = ("nn", "nt", "tn", "tt")
 
 #: the factors of the searched space
-TILES = ((128, 256), (128, 192), (128, 128), (128, 96), (128, 64), (128, 48), (128, 32), (128, 16), (64, 256),
-         (64, 192), (64, 128), (64, 96), (64, 64), (64, 48), (64, 32), (64, 16))
+TILES = ((128, 256), (128, 192), (128, 160), (128, 144), (128, 128), (128, 96), (128, 64), (128, 48), (128, 32),
+         (128, 16), (64, 256), (64, 192), (64, 160), (64, 144), (64, 128), (64, 96), (64, 64), (64, 48), (64, 32),
+         (64, 16))
 SCHEDULES = ("cooperative", "pingpong")
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 #: bytes of K per ring slot (block_k = this / element size): one or two 64-element k-steps
 K_BYTES = (128, SMALL_TILE_K_BYTES)
+#: data-parallel / split-K, and stream-K (KernelConfig.stream_k: K divided over the persistent grid)
+STREAM_K = (False, True)
 #: CTAs per cluster along M searched with --clusters (KernelConfig.cluster_m)
 CLUSTERS = (1, 2)
 #: swap-AB is searched for M up to this (beyond it the output's M side fills wgmma's 64 rows)
@@ -220,11 +223,12 @@ def space(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2, cluster
     """Every valid, distinct config of the searched factors for this shape (`clusters`: with
     cluster_m 1 and 2)."""
     seen: dict[KernelConfig, None] = {}
-    for (bm, bn), kb, schedule, split, swap, pair in itertools.product(TILES, K_BYTES, SCHEDULES, SPLITS, (False, True),
-                                                                       CLUSTERS if clusters else (1,)):
-        if swap and M > SWAP_MAX_M:
+    for (bm, bn), kb, schedule, split, swap, pair, streamed in itertools.product(
+            TILES, K_BYTES, SCHEDULES, SPLITS, (False, True), CLUSTERS if clusters else (1,), STREAM_K):
+        if (swap and M > SWAP_MAX_M) or (streamed and split > 1):
             continue
-        c = KernelConfig(bm, bn, kb // in_bytes, schedule=schedule, split_k=split, swap_ab=swap, cluster_m=pair)
+        c = KernelConfig(bm, bn, kb // in_bytes, schedule=schedule, split_k=split, swap_ab=swap, cluster_m=pair,
+                         stream_k=streamed)
         if valid(c, in_bytes, out_bytes):
             seen.setdefault(normalize(c, M, N, K))
     return list(seen)
@@ -233,8 +237,10 @@ def space(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2, cluster
 def quick_grid(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2, clusters: bool = False) -> list[KernelConfig]:
     """The heuristic's config and its neighbours: split ×½ ×2 (where it splits), the other
     schedule, the other orientation, the big / two-piece (both sub-tile widths) / medium tile
-    (both schedules) unsplit, the few-tile 64-row ping-pong tiles (FEW_WIDTHS), and for
-    M ≤ 2·MID_M the mid-size 64-row ping-pong tiles of every width in MID_WIDTHS."""
+    (both schedules) unsplit, the few-tile 64-row ping-pong tiles (FEW_WIDTHS), stream-K on
+    the heuristic's tile and on 128×128, for M ≤ 2·MID_M the mid-size 64-row ping-pong tiles
+    of every width in MID_WIDTHS, and for mid rows the mid-rows model's whole tiles
+    (MID_ROWS_WHOLE_TILES: 128×160, swap-AB 64×144/160/192)."""
     h = heuristic_config(M, N, K, in_bytes=in_bytes)
     other = "pingpong" if h.schedule == "cooperative" else "cooperative"
     if h.swap_ab:
@@ -248,8 +254,11 @@ def quick_grid(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2, cl
             KernelConfig(128, 256, 64), KernelConfig(128, 192, 64), KernelConfig(128, 192, 64, epilogue_n=32),
             KernelConfig(128, 128, 64), KernelConfig(128, 128, 64, schedule="pingpong"),
             *(KernelConfig(64, bn, 64, schedule="pingpong") for bn in FEW_WIDTHS)]
+    grid += [dataclasses.replace(c, split_k=1, stream_k=True) for c in (h, KernelConfig(128, 128, 64))]
     if M <= 2 * MID_M:  # the mid-size tiles (select's heuristic picks one of them for 17..128 rows)
         grid += [KernelConfig(64, bn, 64, schedule="pingpong") for bn in MID_WIDTHS]
+    if MID_M < M <= MID_ROWS_MAX_M:
+        grid += list(MID_ROWS_WHOLE_TILES)
     # small tiles with one and with two 64-element k-steps per ring slot (K_BYTES)
     grid += [dataclasses.replace(c, block_k=kb // in_bytes) for c in grid if c.block_m * c.block_n <= 64 * 128
              for kb in K_BYTES]
@@ -397,7 +406,7 @@ def shape_space(M: int, N: int, K: int, settings: Settings, sms: int = DEFAULT_S
     in_b = out_b = DTYPES[settings.dtype]
     factors = {"tile": [f"{bm}x{bn}" for bm, bn in TILES], **({"swap_ab": [False, True]} if M <= SWAP_MAX_M else {}),
                "k_bytes": list(K_BYTES), "schedule": list(SCHEDULES), "split_k": list(SPLITS),
-               **({"cluster_m": list(CLUSTERS)} if settings.clusters else {})}
+               "stream_k": list(STREAM_K), **({"cluster_m": list(CLUSTERS)} if settings.clusters else {})}
     return Space(heuristic_config(M, N, K, sms, in_b), lambda c: normalize(c, M, N, K), lambda c: valid(c, in_b, out_b),
                  lambda: quick_grid(M, N, K, in_b, out_b, settings.clusters),
                  lambda: space(M, N, K, in_b, out_b, settings.clusters), factors,
@@ -479,7 +488,8 @@ def optuna_search(optuna, sp: Space, seed: int, run: Callable[[KernelConfig], Re
 def _trial_config(params: dict, in_bytes: int) -> dict:
     bm, bn = (int(x) for x in params["tile"].split("x"))
     return dict(block_m=bm, block_n=bn, block_k=params["k_bytes"] // in_bytes, schedule=params["schedule"],
-                split_k=params["split_k"], swap_ab=params.get("swap_ab", False), cluster_m=params.get("cluster_m", 1))
+                split_k=1 if params.get("stream_k") else params["split_k"], swap_ab=params.get("swap_ab", False),
+                cluster_m=params.get("cluster_m", 1), stream_k=params.get("stream_k", False))
 
 
 def best(results: list[Result]) -> Result | None:
@@ -612,7 +622,7 @@ def show(out=None) -> int:
             c = KernelConfig(**e["config"])
             fp8 = e["dtype"].startswith(FP8)  # its own factors, its own peer
             how = (f"group_m={c.group_m} stages={c.stages or 'auto'}" if fp8 else
-                   f"split_k={c.split_k} swap_ab={c.swap_ab}")
+                   f"split_k={c.split_k} swap_ab={c.swap_ab}" + (" stream_k" if c.stream_k else ""))
             print(f"{e['M']}x{e['N']}x{e['K']} {e['dtype']} {e['layout']}: {c.block_m}x{c.block_n}x{c.block_k}"
                   f" {c.schedule} {how}  {e.get('us', float('nan')):.1f} us"
                   f" ({'torch._scaled_mm' if fp8 else 'cuBLAS'} {e.get('cublas_us', float('nan')):.1f} us)", file=out)
