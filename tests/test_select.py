@@ -376,3 +376,22 @@ def test_mid_rows_decides_is_where_the_heuristic_asks_the_model(monkeypatch, see
         asked.clear()
         select.heuristic_config(M, N, K, 132)
         assert select.mid_rows_decides(M, N, K, 132) == bool(asked), (seed, M, N, K)
+
+
+def test_the_mid_rows_whole_tiles_are_never_split():
+    """MID_ROWS_WHOLE_TILES (no sweep measured them split) are candidates unsplit only; the plain
+    tiles keep every split count a long K allows; and no mid-row shape is given a split whole
+    tile."""
+    import random
+
+    from pingpong.hopper.host import select
+
+    candidates = select.mid_rows_candidates(1000)
+    for tile in select.MID_ROWS_WHOLE_TILES:
+        assert [c.split_k for c in candidates if dataclasses.replace(c, split_k=1) == tile] == [1], tile
+    assert {c.split_k for c in candidates if c.block_n == 256 and not c.swap_ab} == set(range(1, 1 + select.MAX_SPLIT_K))
+    rng = random.Random(7)
+    for _ in range(300):
+        M, N, K = rng.randint(129, 960), rng.choice((2048, 3584, 7168, 16384)), rng.choice((4096, 14336, 28672, 65536))
+        c = select.heuristic_config(M, N, K)
+        assert not (dataclasses.replace(c, split_k=1) in select.MID_ROWS_WHOLE_TILES and c.split_k > 1), (M, N, K, c)
