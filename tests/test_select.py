@@ -389,7 +389,7 @@ def test_the_mid_rows_whole_tiles_are_never_split():
     candidates = select.mid_rows_candidates(1000)
     for tile in select.MID_ROWS_WHOLE_TILES:
         assert [c.split_k for c in candidates if dataclasses.replace(c, split_k=1) == tile] == [1], tile
-    assert {c.split_k for c in candidates if c.block_n == 256 and not c.swap_ab} == set(range(1, 1 + select.MAX_SPLIT_K))
+    assert {c.split_k for c in candidates if c.block_n == 256 and not c.swap_ab} >= {1, 2, 3, 4, 8}
     rng = random.Random(7)
     for _ in range(300):
         M, N, K = rng.randint(129, 960), rng.choice((2048, 3584, 7168, 16384)), rng.choice((4096, 14336, 28672, 65536))
