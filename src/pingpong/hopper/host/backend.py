@@ -169,8 +169,9 @@ def plan(spec: GemmSpec) -> Plan:
 
 def one_kernel_config(config: KernelConfig) -> KernelConfig:
     """A config of the one-kernel path for a batched call (the split-K / swap-AB / stream-K
-    launches and their workspace are 2-D): split-K and stream-K dropped; swap-AB (chosen for M ≤ 64) replaced by
-    the heuristic's small-problem tile; a two-piece tile narrowed to its first piece (a
+    launches and their workspace are 2-D): split-K and stream-K dropped; swap-AB (the
+    selection's pick for decode rows and some mid rows) replaced by cooperative 128×128; a
+    two-piece tile narrowed to its first piece (a
     batch's B box cannot be loaded into part of a buffer: Triton 3.6 could not reshape a
     slice; not re-tried under 3.9); a 2-CTA cluster run on one CTA.
     The ring slot's K width is kept: rank-3 boxes take two 64-element k-steps a slot as 2-D
