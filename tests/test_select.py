@@ -395,3 +395,19 @@ def test_the_mid_rows_whole_tiles_are_never_split():
         M, N, K = rng.randint(129, 960), rng.choice((2048, 3584, 7168, 16384)), rng.choice((4096, 14336, 28672, 65536))
         c = select.heuristic_config(M, N, K)
         assert not (dataclasses.replace(c, split_k=1) in select.MID_ROWS_WHOLE_TILES and c.split_k > 1), (M, N, K, c)
+
+
+def test_the_mid_rows_fit_moves_the_speeds_toward_what_was_measured():
+    """midrows_fit.fit on sweeps where 128×256 is best on shapes the shipped constants give a
+    swap-AB whole tile: the fitted speeds make the model pick 128×256 there (score 1.0), and
+    the shipped ones score below it."""
+    fit = _midrows_fit()
+    wide, swap = fit.parse_config("cooperative:128x256x64"), fit.parse_config("pingpong:64x160x64/swap")
+    shapes = [(146, 16384, 3072), (150, 16384, 4096), (145, 7168, 5120)]
+    from pingpong.hopper.host.select import heuristic_config
+
+    assert all(heuristic_config(*s).swap_ab for s in shapes), "the premise: shipped constants pick swap-AB here"
+    sets = {"synthetic": {s: {wide: 1.0, swap: 0.8} for s in shapes}}
+    assert fit.score(sets["synthetic"]) == pytest.approx(0.8)
+    total, speeds, steps = fit.fit(sets, ["synthetic"], 132)
+    assert total == pytest.approx(1.0) and fit.score(sets["synthetic"], speeds, steps) == pytest.approx(1.0)
