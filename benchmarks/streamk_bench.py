@@ -7,8 +7,8 @@ reported number is the median over rounds).
 For each shape: `pick` (select_config on this GPU: its table or the heuristic), the stream-K
 configs of `candidates`, and torch.matmul on the same tensors (bf16, layout nt: b = wᵀ).
 --fp8 SCALING (tensor | row | block) adds a second row per shape: the FP8 pick (select_fp8),
-the FP8 stream-K configs and torch._scaled_mm on the same quantized operands (baseline of
-that row's ratios). Every config's output is checked against its baseline first (relative
+the FP8 stream-K configs, the data-parallel tiles select_fp8 chooses between and a 2-way split,
+and torch._scaled_mm on the same quantized operands (baseline of that row's ratios). Every config's output is checked against its baseline first (relative
 Frobenius error) before timing.
 """
 
@@ -39,6 +39,12 @@ def fp8_candidates():
     return {
         "sk 128x128": KernelConfig(128, 128, 128, stream_k=True),
         "sk pp 64x128": KernelConfig(64, 128, 128, schedule="pingpong", stream_k=True),
+        # the data-parallel tiles select_fp8 chooses between (a config a scaling refuses is reported, not timed)
+        "128x128": KernelConfig(128, 128, 128),
+        "128x64": KernelConfig(128, 64, 128),
+        "128x192": KernelConfig(128, 192, 128),
+        "pp 64x128": KernelConfig(64, 128, 128, schedule="pingpong"),
+        "128x128 k2": KernelConfig(128, 128, 128, split_k=2),
     }
 
 
