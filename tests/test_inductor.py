@@ -289,13 +289,13 @@ def _traced_mm():
 
 def test_cache_key_holds_the_lowering_version(monkeypatch):
     """The FX graph cache key of a graph with a pingpong op changes with the lowering's version
-    (the digest of the code that emits the calls, or the dispatcher switch) and only with it:
-    code cached under another lowering is not loaded."""
+    (the digest of the code that emits the calls, or how the registered ops are called) and
+    only with it: code cached under another lowering is not loaded."""
     gm, args = _traced_mm()
     keys = {}
     for digest, calls in (("one", "direct"), ("one", "direct"), ("two", "direct"), ("one", "dispatcher")):
         monkeypatch.setattr(inductor, "_sources_digest", lambda: digest)
-        monkeypatch.setenv("PINGPONG_INDUCTOR_CALLS", calls)
+        monkeypatch.setattr(inductor, "MODES", {"mm": calls})
         keys.setdefault((digest, calls), set()).add(_graph_key(gm, args))
     assert [len(k) for k in keys.values()] == [1, 1, 1], keys  # equal versions, equal keys
     assert len(set.union(*keys.values())) == 3, keys  # each version a key of its own
@@ -315,6 +315,17 @@ def test_lowering_sources_hold_every_lowered_function():
     assert files <= set(inductor.LOWERING_SOURCES), files - set(inductor.LOWERING_SOURCES)
     assert all((root / rel).is_file() for rel in inductor.LOWERING_SOURCES)
     assert inductor.lowering_version() == f"pingpong lowering direct {inductor._sources_digest()}"
+
+
+def test_the_key_says_how_the_registered_ops_were_lowered(monkeypatch):
+    """The call mode in the key is the one each op was lowered with, fixed at registration: the
+    environment variable changed later in the process does not move the key away from the
+    code inductor emits."""
+    inductor.register()
+    assert inductor.MODES and set(inductor.MODES.values()) == {"direct"}
+    before = inductor.lowering_version()
+    monkeypatch.setenv("PINGPONG_INDUCTOR_CALLS", "dispatcher")
+    assert inductor.lowering_version() == before
 
 
 def test_compiled_code_of_another_lowering_version_is_not_loaded(interpreted_kernels, monkeypatch):

@@ -232,10 +232,12 @@ def test_the_search_includes_stream_k_and_the_mid_rows_whole_tiles():
     for c in MID_ROWS_WHOLE_TILES:
         assert c in grid, c
     assert not any(c.block_n in (144, 160) for c in tune.quick_grid(2048, 4096, 4096)), "whole tiles: mid rows only"
+    assert set(MID_ROWS_WHOLE_TILES) <= set(tune.quick_grid(82, 16384, 4096)), "82 rows the mid-rows model decides"
     space = tune.space(372, 3072, 8192)
     streamed = [c for c in space if c.stream_k]
     assert streamed and all(c.split_k == 1 for c in streamed)
     assert {(c.block_m, c.block_n) for c in space} >= {(128, 160), (64, 144)}
+    assert set(MID_ROWS_WHOLE_TILES) <= set(space), "the full space holds the swap-AB tiles the selection picks"
     params = {"tile": "128x128", "k_bytes": 128, "schedule": "cooperative", "split_k": 4, "stream_k": True}
     built = KernelConfig(**tune._trial_config(params, 2))
     assert built.stream_k and built.split_k == 1

@@ -195,10 +195,15 @@ def register() -> None:
     while _pending:
         name = _pending.pop()
         setattr(extern_kernels, f"pingpong_{name}", KERNELS[name])  # for code from inductor's cache, either way
-        if _calls() == "dispatcher":  # inductor's default fallback
+        MODES[name] = _calls()  # fixed for this process: what the key says (lowering_version)
+        if MODES[name] == "dispatcher":  # inductor's default fallback
             continue
         op = getattr(torch.ops.pingpong, name).default
         lowering.register_lowering(op, type_promotion_kind=None)(_lowering(op, f"pingpong_{name}"))
+
+
+#: how inductor's code calls each registered op, as `_calls` said when it registered
+MODES: dict[str, str] = {}
 
 
 def _calls() -> str:
@@ -233,9 +238,11 @@ def _sources_digest() -> str:
 
 
 def lowering_version() -> str:
-    """The lowering's version in inductor's cache key: how the ops are called (`_calls`) and
-    the digest of the code that emits those calls (`_sources_digest`)."""
-    return f"pingpong lowering {_calls()} {_sources_digest()}"
+    """The lowering's version in inductor's cache key: how the registered ops are called
+    (MODES, fixed when each registered; before any, what `_calls` says they will be) and the
+    digest of the code that emits those calls (`_sources_digest`)."""
+    modes = "+".join(sorted(set(MODES.values()))) or _calls()
+    return f"pingpong lowering {modes} {_sources_digest()}"
 
 
 @functools.cache

@@ -48,7 +48,7 @@ from ..hopper.host import table as tables
 from ..hopper.host.splits import effective_splits
 from ..runtime.spec import SCALE_BLOCK
 from ..hopper.host.select import (DECODE_M, DEFAULT_SMS, FEW_WIDTHS, MID_M, MID_ROWS_MAX_M, MID_ROWS_WHOLE_TILES,
-                                  MID_WIDTHS, SMALL_TILE_K_BYTES, choose, heuristic_config)
+                                  MID_WIDTHS, SMALL_TILE_K_BYTES, choose, heuristic_config, mid_rows_decides)
 from .suites import SUITES, suite
 
 EXIT_USAGE = 2
@@ -72,8 +72,9 @@ K_BYTES = (128, SMALL_TILE_K_BYTES)
 STREAM_K = (False, True)
 #: CTAs per cluster along M searched with --clusters (KernelConfig.cluster_m)
 CLUSTERS = (1, 2)
-#: swap-AB is searched for M up to this (beyond it the output's M side fills wgmma's 64 rows)
-SWAP_MAX_M = 256
+#: swap-AB is searched for M up to this: the mid-rows model's last row (select.MID_ROWS_MAX_M;
+#: the selection gives swap-AB tiles 144-192 wide up to there)
+SWAP_MAX_M = MID_ROWS_MAX_M
 #: the FP8 space's factors (block_k is the FP8 kernel's one 128-deep K block; check_fp8_config
 #: keeps what it runs: 192 columns as two pieces on the unsplit cooperative schedule with tensor-
 #: and row-wise scales only, and two accumulators when promoted)
@@ -239,8 +240,8 @@ def quick_grid(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2, cl
     schedule, the other orientation, the big / two-piece (both sub-tile widths) / medium tile
     (both schedules) unsplit, the few-tile 64-row ping-pong tiles (FEW_WIDTHS), stream-K on
     the heuristic's tile and on 128×128, for M ≤ 2·MID_M the mid-size 64-row ping-pong tiles
-    of every width in MID_WIDTHS, and for mid rows the mid-rows model's whole tiles
-    (MID_ROWS_WHOLE_TILES: 128×160, swap-AB 64×144/160/192)."""
+    of every width in MID_WIDTHS, and where the mid-rows model decides (select.mid_rows_decides)
+    its whole tiles (MID_ROWS_WHOLE_TILES: 128×160, swap-AB 64×144/160/192)."""
     h = heuristic_config(M, N, K, in_bytes=in_bytes)
     other = "pingpong" if h.schedule == "cooperative" else "cooperative"
     if h.swap_ab:
@@ -257,7 +258,7 @@ def quick_grid(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2, cl
     grid += [dataclasses.replace(c, split_k=1, stream_k=True) for c in (h, KernelConfig(128, 128, 64))]
     if M <= 2 * MID_M:  # the mid-size tiles (select's heuristic picks one of them for 17..128 rows)
         grid += [KernelConfig(64, bn, 64, schedule="pingpong") for bn in MID_WIDTHS]
-    if MID_M < M <= MID_ROWS_MAX_M:
+    if mid_rows_decides(M, N, K, in_bytes=in_bytes):
         grid += list(MID_ROWS_WHOLE_TILES)
     # small tiles with one and with two 64-element k-steps per ring slot (K_BYTES)
     grid += [dataclasses.replace(c, block_k=kb // in_bytes) for c in grid if c.block_m * c.block_n <= 64 * 128

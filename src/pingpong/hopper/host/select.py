@@ -27,9 +27,9 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count, less torch's SM 
     |                               | long K ≥ 64 wide, split within that one wave), 256  |
     |                               | bytes of K a ring slot                              |
     | M ≤ 64                        | swap-AB: 128 rows of N × (M rounded up to 32 or 64) |
-    | 128 < M ≤ MID_ROWS_MAX_M      | mid rows: the tile of MID_ROWS_TILES (128×256,      |
-    |                               | 128×192, 128×128 cooperative; 64×256, 64×128 ping-  |
-    |                               | pong) and split count, or of MID_ROWS_WHOLE_TILES   |
+    | M ≤ MID_ROWS_MAX_M (above     | mid rows: the tile of MID_ROWS_TILES (128×256,      |
+    | MID_M rows, or where no mid-  | 128×192, 128×128 cooperative; 64×256, 64×128 ping-  |
+    | size tile fits one wave)      | pong) and split count, or of MID_ROWS_WHOLE_TILES   |
     |                               | (128×160; swap-AB 64×144/160/192: M on the width),  |
     |                               | of least modelled time (below)                      |
     |                               | — unsplit with ≤ S/2 128×128 tiles: few tiles       |
@@ -89,8 +89,10 @@ MIN_SPLIT_STEPS = 32
 SPLIT_OVERHEAD_STEPS = 4
 #: a split count must beat the next smaller one by this factor (its partials cost traffic)
 SPLIT_MARGIN = 0.95
-#: swap-AB (M on the wgmma N side, which can be 16..256) for up to this many rows, where the
-#: mid-size tile below does not fit one wave (and always for decode, M ≤ DECODE_M)
+#: swap-AB with M padded to a power of two (M on the wgmma N side, which can be 16..256) for up
+#: to this many rows, where the mid-size tile below does not fit one wave (and always for
+#: decode, M ≤ DECODE_M); above it swap-AB only as the mid-rows model's whole tiles (M on a
+#: 144-192 wide side)
 SWAP_AB_MAX_M = 64
 #: up to this many rows swap-AB comes first (a 64-row tile would be half padding or more):
 #: ping-pong, 64 rows of N × M rounded up to 16 or 32 columns
