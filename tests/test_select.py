@@ -211,6 +211,17 @@ def test_near_entry_that_idles_more_of_the_last_wave_yields_to_the_heuristic():
     assert source == "heuristic" and idle_waves(config, 512, 8192, 4096, 132) < idle_waves(wide, 512, 8192, 4096, 132)
 
 
+def test_a_near_stream_k_entry_is_not_judged_by_idle_waves():
+    """A stream-K entry spreads its last wave's k-steps over every SM: tuned at 512×6144, it
+    answers 512×8192 (the same bucket), where the same tile data-parallel idles most of a wave
+    and yields to the heuristic."""
+    streamed = KernelConfig(128, 192, 64, stream_k=True)
+    assert idle_waves(streamed, 512, 8192, 4096, 132) == 1.0
+    assert idle_waves(KernelConfig(128, 192, 64), 512, 8192, 4096, 132) > 1.4
+    path = write_table([(512, 6144, 4096)], config=streamed)
+    assert choose(512, 8192, 4096, device=H100) == (streamed, str(path))
+
+
 def test_near_entry_whose_tiles_pad_this_shape_more_yields_to_the_heuristic():
     """64-row tiles tuned at M = 64 cover M = 64 exactly; at M = 86 (the same bucket) they make
     two row tiles, one a third full (tile_fill 0.67 < 1 / NEAR_SLACK), and the heuristic

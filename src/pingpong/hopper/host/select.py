@@ -351,7 +351,10 @@ def tile_fill(config: KernelConfig, M: int, N: int) -> float:
 
 def idle_waves(config: KernelConfig, M: int, N: int, K: int, sms: int) -> float:
     """SM-time of the waves the config's work units run in, over the units' own (≥ 1; 1 when
-    the last wave is full): what a tile count just past a multiple of `sms` costs."""
+    the last wave is full): what a tile count just past a multiple of `sms` costs. Stream-K
+    spreads its last wave's k-steps over every SM: 1."""
+    if config.stream_k:
+        return 1.0
     units = tile_count(config, M, N) * effective_splits(K, config.block_k, config.split_k)
     return math.ceil(units / sms) * sms / units
 
