@@ -19,7 +19,8 @@ OUT=${OUT:-out}
 mkdir -p "$OUT"
 # one selection per kernel family: Hopper schedules x layouts x dtypes, alpha/beta, bitwise
 # repeatability; split-K and swap-AB; batched; fused epilogue; portable kernel; ops/autograd/
-# compile; plan cache and CUDA graphs; streaming; a transformers model; the benchmark timer
+# compile; plan cache and CUDA graphs; streaming; a transformers model; the benchmark timer; the
+# mid-row selection's whole tiles (two-piece and swap-AB widths)
 QUICK_TESTS="tests/test_gemm_gpu.py::test_layouts_and_dtypes tests/test_gemm_gpu.py::test_alpha_beta
 tests/test_gemm_gpu.py::test_repeatable_bitwise tests/test_gemm_gpu.py::test_empty_and_k_zero
 tests/test_splitk_gpu.py::test_alpha_beta_and_poisoned_workspace
@@ -28,7 +29,7 @@ tests/test_batched_gpu.py::test_batched_fused_epilogue tests/test_batched_gpu.py
 tests/test_epilogue_gpu.py::test_layouts tests/test_epilogue_gpu.py::test_portable_kernel_on_gpu
 tests/test_ops_gpu.py tests/test_plan_gpu.py tests/test_streaming_gpu.py::test_every_config
 tests/test_streaming_gpu.py::test_cuda_graph_capture tests/test_transformers_gpu.py::test_logits_match_the_torch_model
-tests/test_bench.py::test_timer_leaves_out_host_lag
+tests/test_bench.py::test_timer_leaves_out_host_lag tests/test_pieces_gpu.py::test_the_selections_whole_tiles_fused
 $(ls tests/test_fp8_gpu.py tests/test_fp8_splitk_gpu.py tests/test_fp8_swap_gpu.py tests/test_fp8_cluster_gpu.py tests/test_grouped_gpu.py tests/test_grouped_k_gpu.py tests/test_fp8_grouped_gpu.py 2>/dev/null)"
 if [ "${TIER:-full}" = quick ]; then
     TESTS=${TESTS:-$QUICK_TESTS}
