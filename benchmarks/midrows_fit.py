@@ -82,7 +82,7 @@ def fit(sets: dict, names: list[str], sms: int) -> tuple[float, dict, int]:
     def total(speeds, steps):
         return math.prod(score(sets[n], speeds, steps, sms) for n in names) ** (1 / len(names))
 
-    speeds, steps = {**select.MID_ROWS_TILES, **select.MID_ROWS_WHOLE_TILES}, select.MID_ROWS_SPLIT_STEPS
+    speeds, steps = dict(select.MID_ROWS_SPEEDS), select.MID_ROWS_SPLIT_STEPS
     best = total(speeds, steps)
     improved = True
     while improved:

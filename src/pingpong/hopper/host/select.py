@@ -111,10 +111,10 @@ MID_M = 128
 #: M (144, 160, 192 for 129-192 rows) wastes little of the tile. The speeds are fitted to
 #: measured sweeps of 95-1022-row shapes on an H100 and an H200 (the whole tiles' on the H200
 #: only; stream-K was measured too, but no speed for it predicted its wins on held-out shapes,
-#: so it is not a candidate); a split costs
-#: as much as MID_ROWS_SPLIT_STEPS k-steps of one unit: the partials' traffic and the final
-#: sum. benchmarks/midrows_fit.py re-scores and refits these constants on the measured sweeps
-#: (benchmarks/data/midrows_sweeps.json, or a new GPU's).
+#: so it is not a candidate); a split costs as much as MID_ROWS_SPLIT_STEPS k-steps of one
+#: unit: the partials' traffic and the final sum. benchmarks/midrows_fit.py re-scores and
+#: refits these constants on the measured sweeps (benchmarks/data/midrows_sweeps.json, or a
+#: new GPU's).
 MID_ROWS_MAX_M = 960
 MID_ROWS_SPLIT_STEPS = 32
 _PP = dict(schedule="pingpong")
@@ -125,6 +125,8 @@ MID_ROWS_TILES = {KernelConfig(128, 256, 64): 1.0, KernelConfig(128, 192, 64): 1
 MID_ROWS_WHOLE_TILES = {KernelConfig(128, 160, 64): 1.0, KernelConfig(64, 144, 64, **_PP, swap_ab=True): 0.8,
                         KernelConfig(64, 160, 64, **_PP, swap_ab=True): 0.75,
                         KernelConfig(64, 192, 64, **_PP, swap_ab=True): 0.85}
+#: every mid-rows tile's speed (the two tables above; the model's default `speeds`)
+MID_ROWS_SPEEDS = {**MID_ROWS_TILES, **MID_ROWS_WHOLE_TILES}
 #: the mid-size tile's widths, widest first (ties in tile count go to the wider)
 MID_WIDTHS = (96, 64, 32)
 #: with a long K the mid-size tile is at least MID_SPLIT_WIDTH wide and split into as many parts
@@ -260,9 +262,9 @@ def mid_rows_config(M: int, N: int, k_steps: int, sms: int) -> KernelConfig:
 def mid_rows_candidates(k_steps: int, speeds=None) -> list[KernelConfig]:
     """The configs the mid-rows model chooses from: MID_ROWS_TILES with every split count of
     ≥ MIN_SPLIT_STEPS k-steps (≤ MAX_SPLIT_K), and MID_ROWS_WHOLE_TILES unsplit; `speeds` (a
-    fit's, by unsplit config) in place of both tables: its whole tiles are those
+    fit's, by unsplit config) in place of MID_ROWS_SPEEDS: its whole tiles are those
     MID_ROWS_WHOLE_TILES names."""
-    speeds = {**MID_ROWS_TILES, **MID_ROWS_WHOLE_TILES} if speeds is None else speeds
+    speeds = MID_ROWS_SPEEDS if speeds is None else speeds
     most = max(1, min(MAX_SPLIT_K, k_steps // MIN_SPLIT_STEPS))
     return [dataclasses.replace(c, split_k=s) for c in speeds
             for s in range(1, 1 + (1 if c in MID_ROWS_WHOLE_TILES else most))]
@@ -272,9 +274,9 @@ def mid_rows_cost(config: KernelConfig, M: int, N: int, k_steps: int, sms: int, 
                   split_steps: float = None) -> float:
     """The mid-rows model's time of `config` (module constants above): waves × one work unit's
     k-steps plus a split's cost × the tile's area over its per-FLOP speed. `speeds` (by
-    unsplit config) and `split_steps` default to MID_ROWS_TILES with MID_ROWS_WHOLE_TILES and
-    MID_ROWS_SPLIT_STEPS (benchmarks/midrows_fit.py fits them to measured sweeps)."""
-    speeds = {**MID_ROWS_TILES, **MID_ROWS_WHOLE_TILES} if speeds is None else speeds
+    unsplit config) and `split_steps` default to MID_ROWS_SPEEDS and MID_ROWS_SPLIT_STEPS
+    (benchmarks/midrows_fit.py fits them to measured sweeps)."""
+    speeds = MID_ROWS_SPEEDS if speeds is None else speeds
     split_steps = MID_ROWS_SPLIT_STEPS if split_steps is None else split_steps
     area = config.block_m * config.block_n / speeds[dataclasses.replace(config, split_k=1)]
     units = tile_count(config, M, N) * config.split_k
