@@ -3,8 +3,9 @@
     PYTHONPATH=src python benchmarks/schedules.py --shapes 8192,8192,8192 --configs \
         persistent:128x256x64 cooperative:128x256x64 pingpong:128x128x64
 
-Each config is checked, then timed with the harness of `pingpong bench` (same method). A plan
-gives each shape its own configs:
+Each config is checked, then timed with the harness of `pingpong bench` (same method); with
+--dtype fp8 --scaling S, an FP8 product (pingpong.scaled_mm's direct path, e4m3, promoted)
+against torch._scaled_mm (pingpong.tools.bench_fp8). A plan gives each shape its own configs:
 
     PYTHONPATH=src python benchmarks/schedules.py --plan benchmarks/data/midrows_streamk_plan.json --rounds 2
         (mid-row shapes: the selection's pick, data-parallel and stream-K tiles)
@@ -18,6 +19,7 @@ import types
 
 from pingpong import KernelConfig, api
 from pingpong.tools import bench
+from pingpong.tools.bench_fp8 import bench_fp8_shape
 
 
 def config_api(config: KernelConfig):
@@ -49,11 +51,13 @@ def main(argv=None) -> int:
     p.add_argument("--plan", help="a JSON list of [M, N, K, [config, ...]]: each shape with its own configs "
                                   "(instead of --shapes × --configs)")
     p.add_argument("--reps", type=int, default=100)
-    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--dtype", default="bf16", help="bf16 (default), fp16, or fp8 (--scaling)")
+    p.add_argument("--scaling", default="row", choices=("tensor", "row", "block"), help="--dtype fp8: the scales")
     p.add_argument("--rounds", type=int, default=3, help="alternate ours and cuBLAS this many times")
     p.add_argument("--json", help="rewrite this JSON file with every row so far after each row")
     args = p.parse_args(argv)
-    settings = bench.Settings(shapes=args.shapes, dtype=args.dtype, layout="nt", reps=args.reps, rounds=args.rounds)
+    settings = bench.Settings(shapes=args.shapes, dtype=args.dtype, layout="nt", reps=args.reps, rounds=args.rounds,
+                              scaling=args.scaling)
     rows = []
     if args.plan:
         with open(args.plan) as f:
@@ -65,7 +69,10 @@ def main(argv=None) -> int:
     total = sum(len(cfgs) for _, cfgs in pairs)
     for shape, configs in pairs:
         for cfg in configs:
-            row = bench.bench_shape(*shape, settings, config_api(cfg))
+            if args.dtype == "fp8":
+                row = bench_fp8_shape(*shape, settings, config=cfg)
+            else:
+                row = bench.bench_shape(*shape, settings, config_api(cfg))
             print(bench._progress(len(rows) + 1, total, row, 0), file=sys.stderr)
             rows.append(row)
             if args.json:

@@ -45,6 +45,12 @@ def fp8_candidates():
         "128x192": KernelConfig(128, 192, 128),
         "pp 64x128": KernelConfig(64, 128, 128, schedule="pingpong"),
         "128x128 k2": KernelConfig(128, 128, 128, split_k=2),
+        # swap-AB tiles wider than decode's 16/32 columns: M on the wgmma's N side, fitted to mid rows
+        "swap pp 64x64": KernelConfig(64, 64, 128, schedule="pingpong", swap_ab=True),
+        "swap pp 64x128": KernelConfig(64, 128, 128, schedule="pingpong", swap_ab=True),
+        "swap 128x64": KernelConfig(128, 64, 128, swap_ab=True),
+        "swap 128x128": KernelConfig(128, 128, 128, swap_ab=True),
+        "swap 128x128 k2": KernelConfig(128, 128, 128, swap_ab=True, split_k=2),
     }
 
 
@@ -70,6 +76,25 @@ def fp8_row(M, N, K, scaling, dev):
     return base, fns, configs
 
 
+def checked_fp8(M, N, K, base, fns):
+    """The FP8 row's calls: the baseline, then each config whose result is within 1e-2 of it
+    (relative norm); a config this shape cannot take or a wrong result is reported, not timed."""
+    row = dict(base)
+    want = next(iter(base.values()))().float()
+    for name, fn in fns.items():
+        try:
+            got = fn().float()
+        except Exception as e:  # noqa: BLE001 (a config this shape cannot take: say so, time the rest)
+            print(f"{M}×{N}×{K} {name}: {e}", flush=True)
+            continue
+        err = ((got - want).norm() / want.norm()).item()
+        if err < 1e-2:
+            row[name] = fn
+        else:
+            print(f"{M}×{N}×{K} {name}: relative error {err:.3g}, not timed", flush=True)
+    return row
+
+
 def main(argv=None) -> int:
     import torch
     import triton
@@ -84,6 +109,7 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--json")
     p.add_argument("--fp8", choices=("tensor", "row", "block"), help="also FP8 with these scales vs torch._scaled_mm")
+    p.add_argument("--fp8-only", action="store_true", help="with --fp8: the FP8 rows alone")
     args = p.parse_args(argv)
     shapes = [tuple(int(x) for x in s.replace("x", "×").split("×")) for s in args.shapes] or SHAPES
     dev = torch.cuda.current_device()
@@ -93,6 +119,10 @@ def main(argv=None) -> int:
     print(header, flush=True)
     calls = {}
     for M, N, K in shapes:
+        if args.fp8_only and args.fp8:
+            base, fns, fconfigs = fp8_row(M, N, K, args.fp8, dev)
+            calls[(M, N, K, "fp8")] = (checked_fp8(M, N, K, base, fns), {n: str(c) for n, c in fconfigs.items()})
+            continue
         a, b = make_inputs(M, N, K, torch.bfloat16, "nt", device="cuda")
         ref = torch.matmul(a, b)
         pick, source = choose(M, N, K, device=dev)
@@ -110,20 +140,7 @@ def main(argv=None) -> int:
         calls[(M, N, K)] = (row, {name: str(c) for name, c in configs.items()})
         if args.fp8:
             base, fns, fconfigs = fp8_row(M, N, K, args.fp8, dev)
-            row8 = dict(base)
-            want = next(iter(base.values()))().float()
-            for name, fn in fns.items():
-                try:
-                    got = fn().float()
-                except Exception as e:  # noqa: BLE001 (a config this shape cannot take: say so, time the rest)
-                    print(f"{M}×{N}×{K} {name}: {e}", flush=True)
-                    continue
-                err = ((got - want).norm() / want.norm()).item()
-                if err < 1e-2:
-                    row8[name] = fn
-                else:
-                    print(f"{M}×{N}×{K} {name}: relative error {err:.3g}, not timed", flush=True)
-            calls[(M, N, K, "fp8")] = (row8, {name: str(c) for name, c in fconfigs.items()})
+            calls[(M, N, K, "fp8")] = (checked_fp8(M, N, K, base, fns), {n: str(c) for n, c in fconfigs.items()})
     times = {shape: {name: [] for name in row} for shape, (row, _) in calls.items()}
     for r in range(args.rounds):
         for shape, (row, _) in calls.items():

@@ -191,19 +191,22 @@ def test_selection_and_config_limits():
 
 
 def test_rule_tile_by_modelled_wave_time():
-    """65-128 rows (under a wave of 128×128 tiles) and unsplit 128×128 products take the tile
-    whose waves of 132 SMs take the least modelled time, ⌈tiles / 132⌉ · BM·BN / efficiency
-    (against 128×128: 128×64 and ping-pong 64×128 at 3/4 of its per-FLOP speed, 128×192 at
-    0.95; 1.0 among the mid-row tiles); ties keep the first (128×64, 128×128, 128×192, 64×128)."""
+    """Outside the FP8 mid-rows model (next test: tensor- and row-wise promoted products of
+    65-960 rows), 65-128 rows (under a wave of 128×128 tiles) and unsplit 128×128 products take
+    the tile whose waves of 132 SMs take the least modelled time, ⌈tiles / 132⌉ · BM·BN /
+    efficiency (against 128×128: 128×64 and ping-pong 64×128 at 3/4 of its per-FLOP speed,
+    128×192 at 0.95; 1.0 among the mid-row tiles); ties keep the first (128×64, 128×128,
+    128×192, 64×128)."""
     coop = lambda bn: KC(128, bn, 128)  # noqa: E731
     pp64 = KC(64, 64, 128, schedule="pingpong")
-    # 128 rows, N = 6144: 96 tiles of 128×64 (1 wave, 8192) tie 192 of 64×64 (2 waves, 2·4096)
-    assert rule_fp8(128, 6144, 4096, True, 132) == coop(64)
-    # 65-128 rows whose 128×128 tiles fill a wave take those, every scaling (N = 28672: 224)
-    assert rule_fp8(128, 28672, 4096, True, 132) == coop(128)
-    assert rule_fp8(96, 28672, 4096, True, 132) == coop(128)
+    # 65-128 rows whose 128×128 tiles fill a wave take those (N = 28672: 224), block-wise too;
+    # with fast accumulation, 128 rows, N = 6144: 96 tiles of 128×64 (1 wave, 8192) tie 192 of
+    # 64×64 (2 waves, 2·4096)
     assert rule_fp8(128, 28672, 4096, True, 132, "block") == coop(128)
-    assert rule_fp8(128, 16384, 4096, True, 132) != coop(128)  # 128 tiles: under a wave
+    assert rule_fp8(96, 28672, 4096, False, 132) == coop(128)
+    assert rule_fp8(128, 6144, 4096, False, 132) == coop(64)
+    assert rule_fp8(128, 6144, 4096, False, 132, "row") == coop(64)
+    assert rule_fp8(128, 16384, 4096, False, 132) != coop(128)  # 128 tiles: under a wave
     # 64 rows keep the skinny rule: 64×128 where 128-column tiles fill 3/4 of a wave, else 64×64,
     # and tensor- and row-wise 64×32 where its tiles fit one wave (N = 4096: 128 tiles)
     assert rule_fp8(64, 28672, 4096, True, 132) == KC(64, 128, 128, schedule="pingpong")
@@ -213,34 +216,16 @@ def test_rule_tile_by_modelled_wave_time():
     assert rule_fp8(64, 4096, 4096, True, 132, "block") == pp64
     # 1024³: 64 tiles of 128×128 (one half-empty wave, 16384) vs 128 of 128×64 (8192 / 0.75)
     assert rule_fp8(1024, 1024, 1024, True, 132) == coop(64)
-    # 512×6144: 192 tiles of 128×128 (2 waves, 32768) tie 384 of 128×64 (3 · 8192 / 0.75), and
-    # 128 of 128×192 take one wave (24576 / 0.95 = 25869): 128×192, for tensor- and row-wise
-    # scales (block-wise: no 128×64 or 128×192 tile)
-    assert rule_fp8(512, 6144, 4096, True, 132) == coop(192)
-    assert rule_fp8(512, 6144, 4096, True, 132, "row") == coop(192)
+    # 512×6144 block-wise (no 128×64 or 128×192 tile): 128×128; 2048×6144 (above the mid rows):
+    # 6 waves of 128×128 (6 · 16384) vs 4 of 128×192 (4 · 25869)
     assert rule_fp8(512, 6144, 4096, True, 132, "block") == coop(128)
-    # 768×4096: 192 of 128×128 (32768), 384 of 128×64 (3 · 10923), 132 of 128×192 (one wave)
-    assert rule_fp8(768, 4096, 4096, True, 132) == coop(192)
-    # where both fill their waves 128×128 keeps them: 512×28672 (896 tiles, 7 · 16384 =
-    # 114688 vs 600 of 128×192, 5 · 25869 = 129347), 2048×6144 (6 · 16384 vs 4 · 25869)
-    assert rule_fp8(512, 28672, 4096, True, 132) == coop(128)
     assert rule_fp8(2048, 6144, 4096, True, 132) == coop(128)
-    # ping-pong 64×128 at 0.75 where 128-row tiles leave a mostly empty last tile-row: 295×3072
-    # is 72 tiles of 128×128 (one wave, 16384) or 120 of 64×128 (one wave, 8192 / 0.75 = 10923;
-    # 128×64: 144 tiles, 2 waves); 778×5120 is 280 tiles of 128×128 (3 waves, 49152) or 520 of
-    # 64×128 (4 waves, 43691); ties keep the 128-row tile: 512×10240 (3 waves of 128×128,
-    # 49152, against 5 of 64×128, 54613)
-    half = KC(64, 128, 128, schedule="pingpong")
-    assert rule_fp8(295, 3072, 4096, True, 132) == half
-    assert rule_fp8(778, 5120, 13824, True, 132, "row") == half
     assert rule_fp8(778, 5120, 13824, True, 132, "block") == coop(128)
-    assert rule_fp8(512, 10240, 4096, True, 132) == coop(128)
     # many waves: 4096 tiles of 128×128 (32 waves) vs 8192 of 128×64 (63 waves / 0.75)
     assert rule_fp8(8192, 8192, 8192, True, 132) == coop(128)
     # row-wise as tensor-wise; block-wise takes no 128×64 tile (its timing is bimodal):
-    # 128 rows keep the 64-row ping-pong tiles (96 tiles of 64×128 fill under 3/4 of a wave:
+    # 128 rows take the 64-row ping-pong tiles (96 tiles of 64×128 fill under 3/4 of a wave:
     # 64×64), 1024³ keeps 128×128
-    assert rule_fp8(128, 6144, 4096, True, 132, "row") == coop(64)
     assert rule_fp8(1024, 1024, 1024, True, 132, "row") == coop(64)
     assert rule_fp8(128, 6144, 4096, True, 132, "block") == pp64
     assert rule_fp8(1024, 1024, 1024, True, 132, "block") == coop(128)
@@ -261,6 +246,32 @@ def test_rule_tile_by_modelled_wave_time():
     assert least_wave_time(300, 300, 10, tiles(1.0)) == coop(128)  # a tie: the first
     assert least_wave_time(300, 300, 10, tiles(1.01)) == coop(64)
     assert least_wave_time(300, 300, 9, tiles(0.75)) == coop(128)
+
+
+def test_fp8_mid_rows_model_picks_what_was_measured_faster():
+    """Tensor- and row-wise promoted products of 65-960 rows take the FP8 mid-rows model's tile
+    (fp8_launch.FP8_MID_ROWS); each pin is a shape of a held-out A/B on an H200 (runs 381-382,
+    benchmarks/data/midrows_sweeps.json) where the model's pick beat the old rule's, or a limit
+    that measurement set; block-wise, fast accumulation, 64 and 961 rows, and launch-bound
+    products keep the rule."""
+    from pingpong.hopper.host.fp8_launch import fp8_mid_rows_decides
+
+    coop = lambda bn, k=1: KC(128, bn, 128, split_k=k)  # noqa: E731
+    half = KC(64, 128, 128, schedule="pingpong")
+    for scaling in ("tensor", "row"):
+        assert rule_fp8(83, 10240, 8192, True, 132, scaling) == coop(128)  # 1.28× / 1.34× over 64×64
+        assert rule_fp8(407, 10240, 8192, True, 132, scaling) == coop(192)  # 1.20× / 1.17× over 128×128
+        assert rule_fp8(529, 37888, 3584, True, 132, scaling) == coop(192)  # 1.26× / 1.18×
+        assert rule_fp8(103, 8192, 28672, True, 132, scaling) == half  # 1.16× / 1.16× over 128×64
+        assert rule_fp8(175, 5120, 13824, True, 132, scaling) == half  # 1.40× over 128×128 split 3
+        # 64×128 only up to 320 rows: at 852×8192×8192 it ran 0.86× of 128×128
+        assert rule_fp8(852, 8192, 8192, True, 132, scaling) == coop(128)
+        # swap-AB 64×64 only up to 192 rows (measured winning at 112-179 rows only)
+        assert not rule_fp8(778, 5120, 13824, True, 132, scaling).swap_ab
+        assert fp8_mid_rows_decides(65, 8192, 8192, 132, scaling) and fp8_mid_rows_decides(960, 8192, 8192, 132, scaling)
+    for args in ((175, 5120, 13824, 132, "block"), (175, 5120, 13824, 132, "row", False), (64, 8192, 8192, 132),
+                 (961, 8192, 8192, 132), (128, 512, 1024, 132)):
+        assert not fp8_mid_rows_decides(*args), args
 
 
 def test_long_tensor_wise_products_take_the_row_kernel():

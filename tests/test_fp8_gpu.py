@@ -104,6 +104,28 @@ def test_two_piece_tiles_match_torch_accuracy(mode, shape, fast):
             assert not got.isnan().any() and err < 0.01, f"seed {seed}: {out_dtype} rel.err {err:.3e}"
 
 
+#: mid-row shapes (odd M, N and K off the tiles) on which the FP8 mid-rows model picks each of its
+#: tiles (tests/test_fp8.py pins which; checked again below on this GPU's SM count)
+MID_ROWS_SHAPES = [(175, 5136, 13824), (81, 7184, 20480), (248, 21904, 2048), (103, 16400, 3072),
+                   (121, 5136, 13824), (72, 2064, 10944), (200, 3600, 3600)]
+
+
+@pytest.mark.parametrize("mode", ["tensor", "row"])
+@pytest.mark.parametrize("shape", MID_ROWS_SHAPES)
+def test_the_fp8_mid_rows_picks_match_torch_accuracy(mode, shape):
+    """pingpong.scaled_mm on the shapes whose tile the FP8 mid-rows model chooses (64-row ping-pong,
+    128×192 in two pieces, split 128×128, swap-AB 64×64), through the selection, output NaN-poisoned."""
+    from pingpong.hopper.host.fp8_launch import fp8_mid_rows_decides
+
+    M, N, K = shape
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert fp8_mid_rows_decides(M, N, K, sms, mode), "the premise: the model decides this shape"
+    seed = hash((mode, shape, "midrows")) % 1000
+    qa, qb, sa, sb, ref = operands(M, N, K, mode, seed)
+    out = poisoned_call(lambda: pingpong.scaled_mm(qa, qb, sa, sb), (M, N), torch.bfloat16)
+    check(out, torch._scaled_mm(qa, qb, sa, sb, out_dtype=torch.bfloat16), ref, seed)
+
+
 @pytest.mark.parametrize("shape", [(512, 1024, 2048), (1000, 528, 1024), (77, 144, 384)])
 def test_tensor_scales_through_the_row_kernel(shape, monkeypatch):
     """The long-product route (fp8_launch.kernel_scaling: tensor-wise scalars broadcast into

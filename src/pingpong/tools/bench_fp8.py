@@ -64,20 +64,26 @@ def reference(qa, qb, sa, sb, scaling: str):
     return dequantized(qa, sa, scaling, "a") @ dequantized(qb.t(), sb.t(), scaling, "w").t()
 
 
-def bench_fp8_shape(M, N, K, settings, device="cuda", timer=time_callable):
-    """Check, then time, one shape: a bench.Row (path names the scaling)."""
+def bench_fp8_shape(M, N, K, settings, device="cuda", timer=time_callable, config=None):
+    """Check, then time, one shape: a bench.Row (path names the scaling, or `config`: a
+    KernelConfig run instead of the selection's, as benchmarks/schedules.py does)."""
     import torch
 
     from .. import fp8
     from .rows import PEER_UNSUPPORTED, Row, error_status, rel_error
 
     scaling, fast = settings.scaling, settings.fast_accum
-    path = f"fp8-{scaling}" + ("-fast" if fast else "")
+    path = f"fp8-{scaling}" + ("-fast" if fast else "") + (f" {config.name()}" if config is not None else "")
+
+    def ours_fn():
+        if config is None:
+            return fp8.scaled_mm(qa, qb, sa, sb, use_fast_accum=fast)
+        return fp8.scaled_mm_direct(qa, qb, sa, sb, use_fast_accum=fast, config=config)
     try:
         qa, qb, sa, sb = make_fp8_inputs(M, N, K, scaling, device, settings.seed)
         poison = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=device)
         del poison  # the caching allocator hands this NaN-filled block to the next output
-        ours = fp8.scaled_mm(qa, qb, sa, sb, use_fast_accum=fast)
+        ours = ours_fn()
         torch.cuda.synchronize()
     except Exception as e:
         return Row(M, N, K, path, error_status(e))
@@ -94,7 +100,7 @@ def bench_fp8_shape(M, N, K, settings, device="cuda", timer=time_callable):
     print(f"{M}x{N}x{K} {path}: rel.err ours {err:.3e}, torch._scaled_mm {torch_err}", file=sys.stderr)
     ours_t, theirs_t = [], []
     for _ in range(settings.rounds):
-        ours_t.append(timer(lambda: fp8.scaled_mm(qa, qb, sa, sb, use_fast_accum=fast), settings.reps))
+        ours_t.append(timer(ours_fn, settings.reps))
         if peer is not None:
             theirs_t.append(timer(peer, settings.reps))
     med = lambda ts: statistics.median(t.median_ms for t in ts)  # noqa: E731

@@ -73,7 +73,8 @@ from .config import MAX_ACC_REGS, SMEM_LIMIT, KernelConfig
 from .launch import (MAX_SPLIT_BLOCK, counter_count, epilogue_operands, kernel_constants, launch_options,
                      operand_constants, operand_descriptors, operand_pointers, partial_slots, persistent_grid,
                      tile_descriptor, workspace_reason, workspace_shape)
-from .select import DECODE_M, MID_SPLIT_STEPS, SPLIT_MIN_BYTES, Device, one_wave_tile, split, tabled, tile_count
+from .select import (DECODE_M, MID_ROWS_MAX_M, MID_SPLIT_STEPS, SPLIT_MIN_BYTES, Device, MidRowsModel, one_wave_tile,
+                     split, tabled, tile_count)
 from .splits import effective_splits, stream_k_split
 
 #: fp32 elements of a 128×128 b-scale box (Fp8Scales): 128 bytes, so that every slot's box
@@ -96,6 +97,9 @@ FP8_KINDS = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 def rule_fp8(M: int, N: int, K: int, promote: bool, sms: int, scaling: str = "tensor") -> KernelConfig:
     """The fixed rule's KernelConfig of an FP8 product (module docstring): decode's swap-AB
     tile, else the tile, then its split count (select.split, K in k-steps of SCALE_BLOCK)."""
+    if fp8_mid_rows_decides(M, N, K, sms, scaling, promote):  # the FP8 mid-rows model, unsplit if no workspace
+        config = FP8_MID_ROWS.config(M, N, K, sms)
+        return config if workspace_reason(M, N, K, config, FP8_BYTES) is None else dataclasses.replace(config, split_k=1)
     k_steps = -(-K // SCALE_BLOCK)
     narrow = scaling != "block"  # block-wise takes no 128×64 tile (module docstring)
     if M <= DECODE_M and narrow:  # swap-AB: unsplit over many tiles of N, else split as every tile below
@@ -129,6 +133,14 @@ def rule_fp8(M: int, N: int, K: int, promote: bool, sms: int, scaling: str = "te
     return config if workspace_reason(M, N, K, config, FP8_BYTES) is None else tile
 
 
+def fp8_mid_rows_decides(M: int, N: int, K: int, sms: int, scaling: str = "tensor", promote: bool = True) -> bool:
+    """Whether rule_fp8 takes the FP8 mid-rows model (FP8_MID_ROWS): FP8_MID_ROWS_MIN_M <
+    M ≤ select.MID_ROWS_MAX_M rows, tensor- or row-wise scales, promoted accumulation (what its
+    sweeps measured), and not launch-bound (select.SPLIT_MIN_BYTES)."""
+    return (FP8_MID_ROWS_MIN_M < M <= MID_ROWS_MAX_M and scaling != "block" and promote
+            and M * K + N * K + 2 * M * N >= SPLIT_MIN_BYTES)
+
+
 def long_product(M: int, N: int, K: int, sms: int) -> bool:
     """M·N·K at least LONG_WORK on LONG_SMS SMs, as much per SM on `sms`: the long products whose
     tensor-wise scales run the row-wise kernel (`kernel_scaling`) and whose block-wise ones
@@ -144,6 +156,20 @@ _HALF = KernelConfig(64, 128, SCALE_BLOCK, schedule="pingpong")  # a ragged last
 _MID = KernelConfig(64, 64, SCALE_BLOCK, schedule="pingpong")
 #: block-wise long products (`long_product`): 4 ring stages and groups of 4 tile-rows
 _LONG_BLOCK = KernelConfig(128, 128, SCALE_BLOCK, stages=4, group_m=4)
+#: The FP8 mid-rows model (select.MidRowsModel; rule_fp8 above FP8_MID_ROWS_MIN_M rows, tensor-
+#: and row-wise, promoted: fp8_mid_rows_decides): among cooperative 128×128 and 128×64 (split
+#: or not), 128×192 (two pieces), ping-pong 64×128 (up to 320 rows: its 64-row tiles read the
+#: weight twice as often as 128-row ones) and 64×64, and swap-AB ping-pong 64×64 (N on the
+#: wgmma's rows, M on its 64 columns), the one of least modelled time, K in k-steps of one
+#: 128-deep FP8 ring slot. Speeds and limits fitted (benchmarks/midrows_fit.py --model fp8) to
+#: H200 sweeps of 34 random 76-1022-row shapes with both scalings and an A/B of 31 more
+#: (benchmarks/data/midrows_sweeps.json, sets h200-run380-fp8-*, h200-run381-fp8-*); swap-AB
+#: tiles wider than 64 and stream-K were measured there and never won, so they are not
+#: candidates; 64×64's speed puts it last everywhere measured.
+FP8_MID_ROWS_MIN_M = 64
+_SWAP_MID = KernelConfig(64, 64, SCALE_BLOCK, schedule="pingpong", swap_ab=True)
+FP8_MID_ROWS = MidRowsModel({_SQUARE: 1.0, _NARROW: 0.75, _WIDE: 1.05, _HALF: 0.9, _MID: 0.3, _SWAP_MID: 0.75},
+                            frozenset({_WIDE, _HALF, _MID, _SWAP_MID}), 32, SCALE_BLOCK, {_HALF: 320, _SWAP_MID: 192})
 #: per-FLOP speed of the 128×64 tile against 128×128 in the wave model (docs/design.md, FP8):
 #: at 0.75, 512 rows at N = 6144 (2 waves of 128×128 against 3 of 128×64) tie, and the tie goes
 #: to 128×64 (`rule_fp8`)

@@ -105,19 +105,59 @@ SPLIT_MIN_BYTES = 2**22
 MID_M = 128
 #: Mid rows (MID_M < M ≤ MID_ROWS_MAX_M, more 128×128 tiles than half a wave): the config of
 #: MID_ROWS_TILES and split count s ≥ 1, or of MID_ROWS_WHOLE_TILES unsplit, of least modelled time
-#:     ⌈tiles·s / S⌉ · (k_steps / s + MID_ROWS_SPLIT_STEPS) · BM·BN / speed
-#: (waves × one work unit's time; a unit's time is its area over the tile's per-FLOP speed).
-#: Swap-AB tiles count N on their rows and M on their width (tile_count), so a width just above
-#: M (144, 160, 192 for 129-192 rows) wastes little of the tile. The speeds are fitted to
-#: measured sweeps of 95-1022-row shapes on an H100 and an H200 (the whole tiles' on the H200
-#: only; stream-K was measured too, but no speed for it predicted its wins on held-out shapes,
-#: so it is not a candidate); a split costs as much as MID_ROWS_SPLIT_STEPS k-steps of one
-#: unit: the partials' traffic and the final sum. benchmarks/midrows_fit.py re-scores and
+#:     ⌈tiles·s / S⌉ · (k_steps / s + split_steps) · BM·BN / speed
+#: (waves × one work unit's time; a unit's time is its area over the tile's per-FLOP speed;
+#: MidRowsModel). Swap-AB tiles count N on their rows and M on their width (tile_count), so a
+#: width just above M (144, 160, 192 for 129-192 rows) wastes little of the tile. The speeds
+#: are fitted to measured sweeps of 95-1022-row shapes on an H100 and an H200 (the whole tiles'
+#: on the H200 only; stream-K was measured too, but no speed for it predicted its wins on
+#: held-out shapes, so it is not a candidate); a split costs as much as split_steps k-steps of
+#: one unit: the partials' traffic and the final sum. benchmarks/midrows_fit.py re-scores and
 #: refits these constants on the measured sweeps (benchmarks/data/midrows_sweeps.json, or a
 #: new GPU's).
 MID_ROWS_MAX_M = 960
-MID_ROWS_SPLIT_STEPS = 32
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class MidRowsModel:
+    """A mid-rows cost model (the comment above): the per-FLOP speed of each tile (`speeds`, by
+    unsplit config, the first the unit), the tiles never split (`whole`), a split's cost in
+    k-steps (`split_steps`), the K elements of one k-step (`step_k`, the tiles' block_k), and
+    the most rows a tile is a candidate for (`max_m`, by unsplit config; a tile not named: any).
+    The 16-bit kernels' is MID_ROWS; the FP8 kernel's, fitted to its own sweeps, is
+    pingpong.hopper.host.fp8_launch.FP8_MID_ROWS. benchmarks/midrows_fit.py fits either."""
+
+    speeds: dict
+    whole: frozenset
+    split_steps: float
+    step_k: int
+    max_m: dict = dataclasses.field(default_factory=dict)
+
+    def k_steps(self, K: int) -> int:
+        return math.ceil(K / self.step_k)
+
+    def candidates(self, k_steps: int, M: int | None = None) -> list[KernelConfig]:
+        """Every tile of `speeds` (of M rows: those whose `max_m` allows M) with each split count
+        of ≥ MIN_SPLIT_STEPS k-steps (≤ MAX_SPLIT_K), the `whole` ones unsplit."""
+        most = max(1, min(MAX_SPLIT_K, k_steps // MIN_SPLIT_STEPS))
+        return [dataclasses.replace(c, split_k=s) for c in self.speeds if M is None or M <= self.max_m.get(c, M)
+                for s in range(1, 1 + (1 if c in self.whole else most))]
+
+    def cost(self, config: KernelConfig, M: int, N: int, k_steps: int, sms: int) -> float:
+        """The modelled time of `config`: waves × one work unit's k-steps plus a split's cost ×
+        the tile's area over its per-FLOP speed."""
+        area = config.block_m * config.block_n / self.speeds[dataclasses.replace(config, split_k=1)]
+        units = tile_count(config, M, N) * config.split_k
+        return math.ceil(units / sms) * (k_steps / config.split_k + self.split_steps) * area
+
+    def config(self, M: int, N: int, K: int, sms: int) -> KernelConfig:
+        """The candidate of least modelled time."""
+        k_steps = self.k_steps(K)
+        return min(self.candidates(k_steps, M), key=lambda c: self.cost(c, M, N, k_steps, sms))
+
+
 _PP = dict(schedule="pingpong")
+#: the 16-bit kernels' mid-rows tiles, split or not ...
 MID_ROWS_TILES = {KernelConfig(128, 256, 64): 1.0, KernelConfig(128, 192, 64): 1.05,
                   KernelConfig(128, 128, 64): 0.9, KernelConfig(64, 256, 64, **_PP): 0.9,
                   KernelConfig(64, 128, 64, **_PP): 0.75}
@@ -125,8 +165,8 @@ MID_ROWS_TILES = {KernelConfig(128, 256, 64): 1.0, KernelConfig(128, 192, 64): 1
 MID_ROWS_WHOLE_TILES = {KernelConfig(128, 160, 64): 1.0, KernelConfig(64, 144, 64, **_PP, swap_ab=True): 0.8,
                         KernelConfig(64, 160, 64, **_PP, swap_ab=True): 0.75,
                         KernelConfig(64, 192, 64, **_PP, swap_ab=True): 0.85}
-#: every mid-rows tile's speed (the two tables above; the model's default `speeds`)
-MID_ROWS_SPEEDS = {**MID_ROWS_TILES, **MID_ROWS_WHOLE_TILES}
+#: the 16-bit kernels' mid-rows model (K in SPLIT_STEP_K-element k-steps)
+MID_ROWS = MidRowsModel({**MID_ROWS_TILES, **MID_ROWS_WHOLE_TILES}, frozenset(MID_ROWS_WHOLE_TILES), 32, 64)
 #: the mid-size tile's widths, widest first (ties in tile count go to the wider)
 MID_WIDTHS = (96, 64, 32)
 #: with a long K the mid-size tile is at least MID_SPLIT_WIDTH wide and split into as many parts
@@ -219,7 +259,7 @@ def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS, in_bytes: i
     elif M <= SWAP_AB_MAX_M:
         config = KernelConfig(128, 1 << math.ceil(math.log2(M)), 64, swap_ab=True)
     elif M <= MID_ROWS_MAX_M:  # tile and split count by one cost model; few unsplit tiles: FEW_WIDTHS
-        config = mid_rows_config(M, N, k_steps, sms)
+        config = mid_rows_config(M, N, K, sms)
         few = config.split_k == 1 and 2 * tile_count(KernelConfig(128, 128, 64), M, N) <= sms
         return few_tiles(M, N, sms) if few else one_wave_epilogue(config, M, N, sms)
     else:
@@ -253,34 +293,9 @@ def split(config: KernelConfig, M: int, N: int, k_steps: int, sms: int) -> Kerne
     return dataclasses.replace(config, split_k=split_count(tile_count(config, M, N), k_steps, sms))
 
 
-def mid_rows_config(M: int, N: int, k_steps: int, sms: int) -> KernelConfig:
-    """The mid-rows config of least `mid_rows_cost` among `mid_rows_candidates` (K in k_steps
-    of SPLIT_STEP_K elements)."""
-    return min(mid_rows_candidates(k_steps), key=lambda c: mid_rows_cost(c, M, N, k_steps, sms))
-
-
-def mid_rows_candidates(k_steps: int, speeds=None) -> list[KernelConfig]:
-    """The configs the mid-rows model chooses from: MID_ROWS_TILES with every split count of
-    ≥ MIN_SPLIT_STEPS k-steps (≤ MAX_SPLIT_K), and MID_ROWS_WHOLE_TILES unsplit; `speeds` (a
-    fit's, by unsplit config) in place of MID_ROWS_SPEEDS: its whole tiles are those
-    MID_ROWS_WHOLE_TILES names."""
-    speeds = MID_ROWS_SPEEDS if speeds is None else speeds
-    most = max(1, min(MAX_SPLIT_K, k_steps // MIN_SPLIT_STEPS))
-    return [dataclasses.replace(c, split_k=s) for c in speeds
-            for s in range(1, 1 + (1 if c in MID_ROWS_WHOLE_TILES else most))]
-
-
-def mid_rows_cost(config: KernelConfig, M: int, N: int, k_steps: int, sms: int, speeds=None,
-                  split_steps: float = None) -> float:
-    """The mid-rows model's time of `config` (module constants above): waves × one work unit's
-    k-steps plus a split's cost × the tile's area over its per-FLOP speed. `speeds` (by
-    unsplit config) and `split_steps` default to MID_ROWS_SPEEDS and MID_ROWS_SPLIT_STEPS
-    (benchmarks/midrows_fit.py fits them to measured sweeps)."""
-    speeds = MID_ROWS_SPEEDS if speeds is None else speeds
-    split_steps = MID_ROWS_SPLIT_STEPS if split_steps is None else split_steps
-    area = config.block_m * config.block_n / speeds[dataclasses.replace(config, split_k=1)]
-    units = tile_count(config, M, N) * config.split_k
-    return math.ceil(units / sms) * (k_steps / config.split_k + split_steps) * area
+def mid_rows_config(M: int, N: int, K: int, sms: int) -> KernelConfig:
+    """The 16-bit mid-rows config: MID_ROWS' candidate of least modelled time."""
+    return MID_ROWS.config(M, N, K, sms)
 
 
 def one_wave_tile(M: int, N: int, sms: int, widths: tuple[int, ...], block_k: int) -> KernelConfig | None:
