@@ -250,7 +250,7 @@ def test_rule_tile_by_modelled_wave_time():
 
 def test_fp8_mid_rows_model_picks_what_was_measured_faster():
     """Tensor- and row-wise promoted products of 65-960 rows take the FP8 mid-rows model's tile
-    (fp8_launch.FP8_MID_ROWS); each pin is a shape of a held-out A/B on an H200 (runs 381-382,
+    (fp8_launch.FP8_MID_ROWS); each pin is a shape of a held-out A/B on an H200 (runs 382-383,
     benchmarks/data/midrows_sweeps.json) where the model's pick beat the old rule's, or a limit
     that measurement set; block-wise, fast accumulation, 64 and 961 rows, and launch-bound
     products keep the rule."""

@@ -163,7 +163,7 @@ _LONG_BLOCK = KernelConfig(128, 128, SCALE_BLOCK, stages=4, group_m=4)
 #: wgmma's rows, M on its 64 columns), the one of least modelled time, K in k-steps of one
 #: 128-deep FP8 ring slot. Speeds and limits fitted (benchmarks/midrows_fit.py --model fp8) to
 #: H200 sweeps of 34 random 76-1022-row shapes with both scalings and an A/B of 31 more
-#: (benchmarks/data/midrows_sweeps.json, sets h200-run380-fp8-*, h200-run381-fp8-*); swap-AB
+#: (benchmarks/data/midrows_sweeps.json, sets h200-run381-fp8-*, h200-run382-fp8-*); swap-AB
 #: tiles wider than 64 and stream-K were measured there and never won, so they are not
 #: candidates; 64×64's speed puts it last everywhere measured.
 FP8_MID_ROWS_MIN_M = 64
