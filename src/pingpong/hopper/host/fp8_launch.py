@@ -10,6 +10,10 @@ shape bucket and FP8 problem (`pingpong tune --dtype fp8`; table dtype `table.fp
 `check_fp8_config` (an entry the FP8 kernel cannot run falls back to the rule); else the rule,
 `rule_fp8` (S SMs; the measurements behind each choice: docs/design.md, FP8):
 
+    65–960 rows,    the FP8 mid-rows model (FP8_MID_ROWS, below: select.MidRowsModel's waves ×
+    tensor/row,     k-steps × tile area / speed over its candidates); the rest of the rule
+    promoted, not   decides everything else:
+    launch-bound
     M ≤ 32,         swap-AB ping-pong 64×16×128 (64×32 above 16 rows): N on the wgmma's 64-row
     tensor/row      side, M in its 16 or 32 columns (select.DECODE_M). Unsplit where N makes
                     ≥ S/4 64-row tiles; else K is split as below (few tiles leave SMs idle).
