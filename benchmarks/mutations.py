@@ -346,6 +346,8 @@ MUTATIONS = [
      "        return unsplit(tile)", "        return tile", "tests/test_fp8.py"),
     ("FP8 block-wise takes 128x64 tiles", "src/pingpong/hopper/host/fp8_launch.py",
      'narrow = scaling != "block"', "narrow = True", "tests/test_fp8.py"),
+    ("one-wave 128x256 keeps the whole-tile epilogue", "src/pingpong/hopper/host/select.py",
+     "ONE_WAVE_EPILOGUE_N = {192: 32, 256: 64}", "ONE_WAVE_EPILOGUE_N = {192: 32}", "tests/test_select.py"),
     # -- the FP8 mid-rows model
     ("FP8 mid rows never ask the model", "src/pingpong/hopper/host/fp8_launch.py",
      "    if fp8_mid_rows_decides(M, N, K, sms, scaling, promote):", "    if False:", "tests/test_fp8.py"),

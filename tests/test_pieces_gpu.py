@@ -70,9 +70,12 @@ def test_p1_plus_p2_tiles_on_the_mid_row_shapes(name, shape):
     assert rel_err(out, a.double() @ b.double()) < GEMM_BOUND[torch.bfloat16]
 
 
-#: shapes whose untuned selection is one of the mid-rows model's whole tiles (select.MID_ROWS_WHOLE_TILES)
-SELECTED = {(146, 16384, 3072): (64, 160, True), (263, 7168, 7168): (64, 144, True),
-            (672, 2048, 2048): (64, 192, True), (633, 7168, 7168): (128, 160, False)}
+#: shapes whose untuned selection is one of the mid-rows model's whole tiles (select.MID_ROWS_WHOLE_TILES),
+#: or a 128×256 tile in one wave with 64-column epilogue sub-tiles (select.ONE_WAVE_EPILOGUE_N):
+#: (block_m, block_n, swap_ab, epilogue_n)
+SELECTED = {(146, 16384, 3072): (64, 160, True, None), (263, 7168, 7168): (64, 144, True, None),
+            (672, 2048, 2048): (64, 192, True, None), (633, 7168, 7168): (128, 160, False, None),
+            (2000, 2048, 8192): (128, 256, False, 64)}
 
 
 @pytest.mark.parametrize("shape", SELECTED)
@@ -84,5 +87,5 @@ def test_the_selections_whole_tiles_fused(shape, layout):
 
     m, n, k = shape
     config = select_config(m, n, k, device=Device(None, torch.cuda.get_device_properties(0).multi_processor_count))
-    assert (config.block_m, config.block_n, config.swap_ab) == SELECTED[shape], config
+    assert (config.block_m, config.block_n, config.swap_ab, config.epilogue_n) == SELECTED[shape], config
     run_case(m, n, k, config, layout=layout, bias_kind="col", activation="silu")

@@ -36,8 +36,8 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count, less torch's SM 
     | otherwise                     | 128×BN×64 cooperative, BN ∈ {256, 192, 128} the     |
     |                               | width of least ⌈tiles / S⌉ · BN / efficiency (per-  |
     |                               | FLOP speed: TILE_EFFICIENCY, or in short CTAs       |
-    |                               | SHORT_TILE_EFFICIENCY; 192 in one wave: 32-column   |
-    |                               | epilogue sub-tiles)                                 |
+    |                               | SHORT_TILE_EFFICIENCY; in one wave: 32-column (192) |
+    |                               | or 64-column (256) epilogue sub-tiles)              |
     | ... ≤ S/2 tiles of 128×128,   | few tiles: 64×BN ping-pong, BN ∈ FEW_WIDTHS (128,   |
     |     K not split               | 64) the width whose tiles fill most of one wave     |
 
@@ -188,10 +188,12 @@ SHORT_CTA_STEPS = 96
 FEW_WIDTHS = (128, 64)
 #: a near shape's tuned config may idle this much more of its last wave than the heuristic's
 NEAR_SLACK = 1.1
-#: epilogue sub-tile of 128×192 tiles that fit one wave: 4 KB of staging per sub-tile instead
-#: of 8 buys the ring a 5th stage, and with one tile per SM nothing else hides the ring's
-#: start (with more waves earlier tiles' work hides it, and wider sub-tiles are faster)
-ONE_WAVE_EPILOGUE_N = 32
+#: epilogue sub-tile (columns) of 128-row tiles of each width when they fit one wave: 128×192's
+#: 4 KB of staging per sub-tile instead of 8 buys the ring a 5th stage, 128×256's 64 columns
+#: (two 16 KB buffers instead of the whole 64 KB tile) a 4th; with one tile per SM nothing else
+#: hides the ring's start (with more waves earlier tiles' work hides it, and the whole-tile
+#: epilogue is faster: 128×256 at 16384×8192×1024 0.96× with 64 columns, RESULTS.md run 385)
+ONE_WAVE_EPILOGUE_N = {192: 32, 256: 64}
 #: the mid-size and decode tiles load this many bytes of K per ring slot (block_k 128 for 16-bit
 #: inputs): two 64-element k-steps a slot, so half the mbarriers to initialize before the
 #: first load and half the waits per byte, with the same bytes in flight
@@ -280,10 +282,11 @@ def mid_rows_decides(M: int, N: int, K: int, sms: int = DEFAULT_SMS, in_bytes: i
 
 
 def one_wave_epilogue(config: KernelConfig, M: int, N: int, sms: int) -> KernelConfig:
-    """128×192 tiles that fit one wave take ONE_WAVE_EPILOGUE_N-column epilogue sub-tiles (a 5th
-    ring stage, above)."""
-    if config.block_n == 192 and not config.swap_ab and tile_count(config, M, N) <= sms:
-        return dataclasses.replace(config, epilogue_n=ONE_WAVE_EPILOGUE_N)
+    """128-row tiles of a width in ONE_WAVE_EPILOGUE_N that fit one wave take its epilogue
+    sub-tiles (a deeper ring, above)."""
+    en = ONE_WAVE_EPILOGUE_N.get(config.block_n)
+    if en and config.block_m == 128 and not config.swap_ab and tile_count(config, M, N) <= sms:
+        return dataclasses.replace(config, epilogue_n=en)
     return config
 
 
