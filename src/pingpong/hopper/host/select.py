@@ -192,7 +192,8 @@ NEAR_SLACK = 1.1
 #: 4 KB of staging per sub-tile instead of 8 buys the ring a 5th stage, 128×256's 64 columns
 #: (two 16 KB buffers instead of the whole 64 KB tile) a 4th; with one tile per SM nothing else
 #: hides the ring's start (with more waves earlier tiles' work hides it, and the whole-tile
-#: epilogue is faster: 128×256 at 16384×8192×1024 0.96× with 64 columns, RESULTS.md run 385)
+#: epilogue is faster: 128×256 at 16384×8192×1024 0.96× with 64 columns; benchmarks/RESULTS.md,
+#: 2026-11-29)
 ONE_WAVE_EPILOGUE_N = {192: 32, 256: 64}
 #: the mid-size and decode tiles load this many bytes of K per ring slot (block_k 128 for 16-bit
 #: inputs): two 64-element k-steps a slot, so half the mbarriers to initialize before the
