@@ -83,10 +83,11 @@ FP8_GROUP_M = (1, 4, 8, 16)
 FP8_STAGES = (None, 3, 4, 6)  # None: as many as fit
 #: FP8 split counts (fp8_split_gemm: fp32 partials, the last split sums them)
 FP8_SPLITS = (1, 2, 4, 8)
-#: FP8 swap-AB tiles (N on the wgmma's 64 or 128 rows, M in 16 or 32 columns; a tile of these is
-#: always swapped), searched for M ≤ select.DECODE_M with tensor- or row-wise scales (block-wise
-#: scales cannot swap)
-FP8_SWAP_TILES = ((64, 16), (64, 32), (128, 16), (128, 32))
+#: FP8 swap-AB tiles (N on the wgmma's 64 or 128 rows, M in 16, 32 or 64 columns), each with the
+#: most rows it is searched for, with tensor- or row-wise scales (block-wise scales cannot swap):
+#: decode's up to select.DECODE_M, ping-pong 64×64 as far as the FP8 mid-rows model takes it
+#: (None: the model's row limit of that swap-AB tile, fp8_launch.FP8_MID_ROWS.max_m)
+FP8_SWAP_TILES = {(64, 16): DECODE_M, (64, 32): DECODE_M, (128, 16): DECODE_M, (128, 32): DECODE_M, (64, 64): None}
 #: what the tuned FP8 inputs are (bench_fp8.make_fp8_inputs): W's scales in 128×128 blocks, bf16 out
 FP8_SB_COLS = SCALE_BLOCK
 FP8_OUT_BYTES = 2
@@ -328,15 +329,24 @@ def fp8_dedupe(configs: Iterable[KernelConfig], M, N, K, scaling: str, promote: 
     return list(out)
 
 
-def fp8_tiles(M: int, scaling: str) -> tuple[tuple[int, int], ...]:
-    """The (block_m, block_n) tiles the FP8 search tries: FP8_TILES, and for decode rows with
-    tensor- or row-wise scales the swap-AB tiles FP8_SWAP_TILES (a tile of those is swapped:
-    `fp8_swapped`)."""
-    return FP8_TILES + (FP8_SWAP_TILES if M <= DECODE_M and scaling != "block" else ())
+def fp8_tiles(M: int, scaling: str) -> tuple[str, ...]:
+    """The tiles the FP8 search tries, named "BMxBN" (or "BMxBN/swap": `fp8_tile`): FP8_TILES,
+    and with tensor- or row-wise scales the swap-AB tiles of FP8_SWAP_TILES that take M rows."""
+    from ..hopper.host.fp8_launch import FP8_MID_ROWS
+
+    def most(bm, bn, rows):
+        return rows or FP8_MID_ROWS.max_m[KernelConfig(bm, bn, SCALE_BLOCK, schedule="pingpong", swap_ab=True)]
+
+    swap = tuple(f"{bm}x{bn}/swap" for (bm, bn), rows in FP8_SWAP_TILES.items()
+                 if scaling != "block" and M <= most(bm, bn, rows))
+    return tuple(f"{bm}x{bn}" for bm, bn in FP8_TILES) + swap
 
 
-def fp8_swapped(tile: tuple[int, int]) -> bool:
-    return tile in FP8_SWAP_TILES
+def fp8_tile(name: str) -> tuple[int, int, bool]:
+    """(block_m, block_n, swap_ab) of a tile `fp8_tiles` names."""
+    tile, swap = name.split("/swap")[0], name.endswith("/swap")
+    bm, bn = (int(x) for x in tile.split("x"))
+    return bm, bn, swap
 
 
 def fp8_space(M: int, N: int, K: int, scaling: str, promote: bool) -> list[KernelConfig]:
@@ -344,10 +354,9 @@ def fp8_space(M: int, N: int, K: int, scaling: str, promote: bool) -> list[Kerne
     FP8_SPLITS) that check_fp8_config accepts for this scaling and accumulation, each canonical
     form once."""
     
-    factors = itertools.product(fp8_tiles(M, scaling), SCHEDULES, FP8_GROUP_M, FP8_STAGES, FP8_SPLITS)
-    return fp8_dedupe((KernelConfig(*tile, SCALE_BLOCK, stages=st, schedule=sc, group_m=g, split_k=k,
-                                    swap_ab=fp8_swapped(tile))
-                       for tile, sc, g, st, k in factors), M, N, K, scaling, promote)
+    factors = itertools.product(map(fp8_tile, fp8_tiles(M, scaling)), SCHEDULES, FP8_GROUP_M, FP8_STAGES, FP8_SPLITS)
+    return fp8_dedupe((KernelConfig(bm, bn, SCALE_BLOCK, stages=st, schedule=sc, group_m=g, split_k=k, swap_ab=swap)
+                       for (bm, bn, swap), sc, g, st, k in factors), M, N, K, scaling, promote)
 
 
 def fp8_quick_grid(M: int, N: int, K: int, scaling: str, promote: bool, sms: int = DEFAULT_SMS) -> list[KernelConfig]:
@@ -395,14 +404,14 @@ def shape_space(M: int, N: int, K: int, settings: Settings, sms: int = DEFAULT_S
         sc, pr = settings.scaling, promoted(settings)
 
         def build(p: dict) -> KernelConfig:
-            bm, bn = (int(x) for x in p["tile"].split("x"))
+            bm, bn, swap = fp8_tile(p["tile"])
             return KernelConfig(bm, bn, SCALE_BLOCK, stages=p["stages"], schedule=p["schedule"], group_m=p["group_m"],
-                                split_k=p["split_k"], swap_ab=fp8_swapped((bm, bn)))
+                                split_k=p["split_k"], swap_ab=swap)
 
         return Space(rule_fp8(M, N, K, pr, sms, sc), lambda c: fp8_normalize(c, M, N, K, sc, pr),
                      lambda c: fp8_valid(c, sc, pr), lambda: fp8_quick_grid(M, N, K, sc, pr, sms),
                      lambda: fp8_space(M, N, K, sc, pr),
-                     {"tile": [f"{bm}x{bn}" for bm, bn in fp8_tiles(M, sc)], "schedule": list(SCHEDULES),
+                     {"tile": list(fp8_tiles(M, sc)), "schedule": list(SCHEDULES),
                       "group_m": list(FP8_GROUP_M), "stages": list(FP8_STAGES), "split_k": list(FP8_SPLITS)}, build)
     in_b = out_b = DTYPES[settings.dtype]
     factors = {"tile": [f"{bm}x{bn}" for bm, bn in TILES], **({"swap_ab": [False, True]} if M <= SWAP_MAX_M else {}),
