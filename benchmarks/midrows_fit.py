@@ -101,18 +101,23 @@ def fit(sets: dict, names: list[str], sms: int, kind: str = "bf16") -> tuple[flo
     def total(m):
         return math.prod(score(sets[n], m, kind, sms) for n in names) ** (1 / len(names))
 
+    def moves():  # each a function of the current model, so that every trial starts from the last accepted move
+        for tile in list(MODELS[kind][0].speeds)[1:]:
+            for v in GRID:
+                yield lambda m, tile=tile, v=v: dataclasses.replace(m, speeds={**m.speeds, tile: v})
+            for rows in ROWS_GRID:
+                yield lambda m, tile=tile, rows=rows: dataclasses.replace(
+                    m, max_m={**{t: r for t, r in m.max_m.items() if t != tile}, **({tile: rows} if rows else {})})
+        for v in SPLIT_GRID:
+            yield lambda m, v=v: dataclasses.replace(m, split_steps=v)
+
     model = MODELS[kind][0]
     best = total(model)
     improved = True
     while improved:
         improved = False
-        trials = [dataclasses.replace(model, speeds={**model.speeds, tile: v}) for tile in list(model.speeds)[1:]
-                  for v in GRID]
-        trials += [dataclasses.replace(model, max_m={**{t: m for t, m in model.max_m.items() if t != tile},
-                                                     **({tile: rows} if rows else {})})
-                   for tile in list(model.speeds)[1:] for rows in ROWS_GRID]
-        for trial in trials + [dataclasses.replace(model, split_steps=v) for v in SPLIT_GRID]:
-            if (t := total(trial)) > best + 1e-9:
+        for move in moves():
+            if (t := total(trial := move(model))) > best + 1e-9:
                 best, model, improved = t, trial, True
     return best, model
 

@@ -351,4 +351,5 @@ def test_fp8_space_holds_split_k_and_decode_swap_ab(scaling, promote):
     if scaling != "block" and promote:
         pick = tune.fp8_normalize(select_fp8(150, 2048, 10944, True, 132, scaling=scaling), 150, 2048, 10944, scaling,
                                   True)
-        assert pick.swap_ab and pick in mid, pick
+        assert pick.swap_ab and pick in mid and pick.group_m == 8, pick  # under swap-AB the tile rows are N's
+        assert {c.group_m for c in mid if c.swap_ab} == set(tune.FP8_GROUP_M)

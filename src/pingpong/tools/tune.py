@@ -316,8 +316,9 @@ def fp8_normalize(config: KernelConfig, M: int, N: int, K: int, scaling: str, pr
         derived = fp8_check(dataclasses.replace(config, stages=None), scaling, promote).stages
     except ConfigError:
         return config
+    rows = N if config.swap_ab else M  # the kernel's tile rows: N's under swap-AB
     return dataclasses.replace(config, stages=None if config.stages == derived else config.stages,
-                               group_m=max(1, min(config.group_m, -(-M // config.block_m))))
+                               group_m=max(1, min(config.group_m, -(-rows // config.block_m))))
 
 
 def fp8_dedupe(configs: Iterable[KernelConfig], M, N, K, scaling: str, promote: bool) -> list[KernelConfig]:
@@ -334,8 +335,9 @@ def fp8_tiles(M: int, scaling: str) -> tuple[str, ...]:
     and with tensor- or row-wise scales the swap-AB tiles of FP8_SWAP_TILES that take M rows."""
     from ..hopper.host.fp8_launch import FP8_MID_ROWS
 
-    def most(bm, bn, rows):
-        return rows or FP8_MID_ROWS.max_m[KernelConfig(bm, bn, SCALE_BLOCK, schedule="pingpong", swap_ab=True)]
+    def most(bm, bn, rows):  # a tile the model puts no row limit on: as far as the model goes
+        return rows or FP8_MID_ROWS.max_m.get(KernelConfig(bm, bn, SCALE_BLOCK, schedule="pingpong", swap_ab=True),
+                                              MID_ROWS_MAX_M)
 
     swap = tuple(f"{bm}x{bn}/swap" for (bm, bn), rows in FP8_SWAP_TILES.items()
                  if scaling != "block" and M <= most(bm, bn, rows))
