@@ -534,3 +534,44 @@ def test_experts_training_step_launches_and_bytes(monkeypatch):
 def offs_bytes(E):
     """What a tail zeroing reads when no row lies past offs[-1]: offs (E,) int32."""
     return E * 4
+
+
+def test_kept_weights_are_quantized_once_per_block_and_again_when_changed(monkeypatch):
+    """keep_quantized_weights: three micro-batches quantize each expert weight once (its rows with
+    the column maxima, its Wᵀ along N), not three times; an in-place change of one weight (an
+    optimizer's kind) re-quantizes that weight alone; outside the block every step quantizes
+    again; a weight of a module not named is not kept; bad arguments are refused by name."""
+    from collections import Counter
+
+    from copies import experts_step, experts_tensors
+    from launches import no_op_kernels
+
+    launches = no_op_kernels(monkeypatch.setattr)
+    x, w1, w2, g, offs = experts_tensors(E=4, H=128, inter=64, T=64, gen=torch.Generator().manual_seed(0), dtype=F16)
+    project = lambda a, w, offs: fgt.fp8_grouped_linear(a, w, offs)  # noqa: E731
+    experts = torch.nn.ParameterList([w1, w2])  # Parameters sharing w1's and w2's storage
+
+    def weight_quantizations(step):
+        launches.kernels.clear()
+        with launches:
+            step()
+        return Counter(n for n in launches.names() if n in ("quantize_stacked", "quantize_fp8_columns"))
+
+    once = {"quantize_stacked": 2, "quantize_fp8_columns": 2}
+    with fgt.keep_quantized_weights(experts):
+        assert weight_quantizations(lambda: experts_step(project, x, w1, w2, g, offs)) == once
+        assert weight_quantizations(lambda: experts_step(project, x, w1, w2, g, offs)) == {}
+        with torch.no_grad():
+            w1.add_(1.0)
+        assert weight_quantizations(lambda: experts_step(project, x, w1, w2, g, offs)) == {
+            "quantize_stacked": 1, "quantize_fp8_columns": 1}
+    assert weight_quantizations(lambda: experts_step(project, x, w1, w2, g, offs)) == once
+    with fgt.keep_quantized_weights(torch.nn.ParameterList([w2])):
+        experts_step(project, x, w1, w2, g, offs)
+        assert weight_quantizations(lambda: experts_step(project, x, w1, w2, g, offs)) == {
+            "quantize_stacked": 1, "quantize_fp8_columns": 1}
+    for bad in ((), (w1,)):
+        with pytest.raises(PingpongError, match="modules: keep_quantized_weights takes the torch.nn.Module"):
+            with fgt.keep_quantized_weights(*bad):
+                pass
+    assert fgt._KEPT is None

@@ -76,6 +76,9 @@ PingpongError naming the argument before any work; so is a double backward.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+
 import torch
 from torch import Tensor
 
@@ -88,7 +91,8 @@ from .grouped import grouped_mm
 from .quantize import MAX_ROW, quantize_fp8, quantize_fp8_columns, quantize_stacked_direct
 from .runtime.spec import SCALE_BLOCK
 
-__all__ = ["fp8_grouped_linear", "GROUPED_RECIPES", "grouped_recipe", "check_fp8_grouped_linear"]
+__all__ = ["fp8_grouped_linear", "GROUPED_RECIPES", "grouped_recipe", "check_fp8_grouped_linear",
+           "keep_quantized_weights"]
 
 #: the recipes of pingpong.fp8_training whose weight gradient is in the inputs' precision: what
 #: the grouped path serves (module docstring)
@@ -164,6 +168,76 @@ def _wanted(x, weight, recipe: str) -> bool:
     return x.requires_grad and RECIPES[recipe].weight == "row" and weight.shape[2] <= MAX_ROW
 
 
+# ----------------------------------------------------------------------------- kept weight copies
+
+
+@dataclasses.dataclass
+class _Kept:
+    """The FP8 copies `keep_quantized_weights` keeps: the kept parameters' data pointers, and
+    per (what, pointer, shape, strides, dtype) the weight's version counter and its copies."""
+
+    pointers: frozenset
+    copies: dict = dataclasses.field(default_factory=dict)
+
+
+#: the open keep_quantized_weights block's copies (None: no block open)
+_KEPT: _Kept | None = None
+
+
+@contextlib.contextmanager
+def keep_quantized_weights(*modules: torch.nn.Module):
+    """Within the block, each FP8 copy of an experts' weight (the forward's rows along K with the
+    column maxima, dX's Wᵀ along N) is made once and reused by every later call, for the weights
+    among `modules`' parameters: for gradient accumulation, wrap the micro-batches of one
+    optimizer step (the step itself goes after the block). With few tokens per expert the
+    weights' quantization is as much traffic as the products (module docstring); here it is paid
+    once per block instead of once per micro-batch, for the memory of the copies (about 2 bytes
+    per weight element, freed when the block ends).
+
+    A copy is reused only while the weight's version counter is unchanged: an in-place change
+    torch tracks (an optimizer's update, ``w.add_(...)`` under no_grad) makes a new copy. A change
+    through ``w.data`` is not tracked: do not change a kept weight that way inside the block.
+    Eager calls keep both copies; a compiled graph keeps the forward's (its backward quantizes W
+    through its own op each call). Blocks nest (the outermost's copies serve the inner ones)."""
+    global _KEPT
+    if not modules or not all(isinstance(m, torch.nn.Module) for m in modules):
+        raise PingpongError("modules: keep_quantized_weights takes the torch.nn.Module(s) whose experts' weights to"
+                            f" keep, got {[type(m).__name__ for m in modules] or 'none'}")
+    if _KEPT is not None:
+        yield
+        return
+    _KEPT = _Kept(frozenset(p.data_ptr() for m in modules for p in m.parameters()))
+    try:
+        yield
+    finally:
+        _KEPT = None
+
+
+def _keeping(weight: Tensor) -> bool:
+    """Whether `weight` is a kept parameter of the open block, on the direct path (not traced)."""
+    return _KEPT is not None and not ops.traced(weight) and weight.data_ptr() in _KEPT.pointers
+
+
+def _kept(weight: Tensor, what: str, make):
+    """make(): the FP8 copy `what` of `weight`, or the kept one (keep_quantized_weights) while the
+    weight's version is the one it was made from. Outside a block, while tracing, or for a tensor
+    that is not a kept parameter (a copy made per call), make() alone."""
+    if not _keeping(weight):
+        return make()
+    key = (what, weight.data_ptr(), tuple(weight.shape), weight.stride(), weight.dtype)
+    version = weight._version
+    hit = _KEPT.copies.get(key)
+    if hit is None or hit[0] != version:
+        hit = _KEPT.copies[key] = (version, make())
+    return hit[1]
+
+
+def _kept_amax(amax: Tensor | None, kept_amax: Tensor) -> Tensor:
+    """The forward's column maxima as its own output: into inductor's buffer, or a copy (a kept
+    tensor is never handed out as an op's output)."""
+    return kept_amax.clone() if amax is None else amax.copy_(kept_amax)
+
+
 # ----------------------------------------------------------------------------- the products
 
 
@@ -191,10 +265,13 @@ def _forward(x, weight, offs, recipe: str, w_amax: bool = False, out=(None, None
     r = RECIPES[recipe]
     y, amax = out
     qx, sx = quantize_fp8(x, r.granularity, GRAD_DTYPE)
-    if w_amax:
+    if w_amax and _keeping(weight):  # kept: the maxima copied out (inductor may reuse its buffer)
+        qw, sw, kept_amax = _kept(weight, "rows+maxima", lambda: quantize_stacked_direct(weight, GRAD_DTYPE))
+        amax = _kept_amax(amax, kept_amax)
+    elif w_amax:
         qw, sw, amax = quantize_stacked_direct(weight, GRAD_DTYPE, amax)
     else:
-        qw, sw = _quantize_weight(weight, r.weight)
+        qw, sw = _kept(weight, "rows " + r.weight, lambda: _quantize_weight(weight, r.weight))
         amax = weight.new_empty(0, dtype=torch.float32) if amax is None else amax
     y = scaled_grouped_mm_direct(qx, qw.transpose(1, 2), _activation_scale(sx, r.granularity), sw, offs, x.dtype,
                                  False, y)
@@ -210,10 +287,13 @@ def _data_grad(g, weight, amax, offs, recipe: str, dtype) -> Tensor:
     r = RECIPES[recipe]
     qg, sg = quantize_fp8(g, r.granularity, GRAD_DTYPE)
     if r.weight == "block128x128":
-        qw, sw = _quantize_weight(weight, r.weight)
-        qwt, swt = qw.transpose(1, 2).contiguous(), sw.transpose(1, 2).contiguous()  # (G, K, N), (G, K/128, N/128)
+        def transposed():
+            qw, sw = _quantize_weight(weight, r.weight)
+            return qw.transpose(1, 2).contiguous(), sw.transpose(1, 2).contiguous()  # (G, K, N), (G, K/128, N/128)
+
+        qwt, swt = _kept(weight, "columns block", transposed)
     else:  # W along N, written transposed (G, K, N) by the quantization itself: no copy of Wᵀ
-        qwt, swt = quantize_fp8_columns(weight, GRAD_DTYPE, amax)
+        qwt, swt = _kept(weight, "columns", lambda: quantize_fp8_columns(weight, GRAD_DTYPE, amax))
     return scaled_grouped_mm_route(qg, qwt.transpose(1, 2), _activation_scale(sg, r.granularity), swt, offs, dtype,
                                    False, zero_tail=True)
 
