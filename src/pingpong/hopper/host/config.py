@@ -243,7 +243,7 @@ class KernelConfig:
         split, no swap, one column piece; unbatched products.
     stream_k: stream-K work units (module docstring) instead of one per tile: the K splits are
         the scheduler's, so split_k = 1; no swap_ab, no cluster; warp-specialized schedules,
-        16-bit operands, unbatched products.
+        unbatched products (16-bit and FP8 operands).
     """
 
     block_m: int = 128
