@@ -97,6 +97,8 @@ SWAP_AB_MAX_M = 64
 #: up to this many rows swap-AB comes first (a 64-row tile would be half padding or more):
 #: ping-pong, 64 rows of N × M rounded up to 16 or 32 columns
 DECODE_M = 32
+#: the split rules count K in steps of this many elements, whatever the config's block_k
+SPLIT_STEP_K = 64
 #: operands and result of fewer bytes (16-bit) than this take the one-kernel path: the split-K /
 #: swap-AB path costs a workspace, counters and pointer stores, host and GPU time that a
 #: problem reading < 4 MB (< 2 µs of HBM time) cannot earn back
@@ -166,7 +168,8 @@ MID_ROWS_WHOLE_TILES = {KernelConfig(128, 160, 64): 1.0, KernelConfig(64, 144, 6
                         KernelConfig(64, 160, 64, **_PP, swap_ab=True): 0.75,
                         KernelConfig(64, 192, 64, **_PP, swap_ab=True): 0.85}
 #: the 16-bit kernels' mid-rows model (K in SPLIT_STEP_K-element k-steps)
-MID_ROWS = MidRowsModel({**MID_ROWS_TILES, **MID_ROWS_WHOLE_TILES}, frozenset(MID_ROWS_WHOLE_TILES), 32, 64)
+MID_ROWS = MidRowsModel({**MID_ROWS_TILES, **MID_ROWS_WHOLE_TILES}, frozenset(MID_ROWS_WHOLE_TILES), 32,
+                        SPLIT_STEP_K)
 #: the mid-size tile's widths, widest first (ties in tile count go to the wider)
 MID_WIDTHS = (96, 64, 32)
 #: with a long K the mid-size tile is at least MID_SPLIT_WIDTH wide and split into as many parts
@@ -199,8 +202,6 @@ ONE_WAVE_EPILOGUE_N = {192: 32, 256: 64}
 #: inputs): two 64-element k-steps a slot, so half the mbarriers to initialize before the
 #: first load and half the waits per byte, with the same bytes in flight
 SMALL_TILE_K_BYTES = 256
-#: the split rules count K in steps of this many elements, whatever the config's block_k
-SPLIT_STEP_K = 64
 #: SM count assumed when no device is given (H100 SXM)
 DEFAULT_SMS = 132
 
