@@ -349,10 +349,16 @@ MUTATIONS = [
     ("one-wave 128x256 keeps the whole-tile epilogue", "src/pingpong/hopper/host/select.py",
      "ONE_WAVE_EPILOGUE_N = {192: 32, 256: 64}", "ONE_WAVE_EPILOGUE_N = {192: 32}", "tests/test_select.py"),
     # -- kept FP8 weight copies (gradient accumulation)
-    ("kept weight copies never reused", "src/pingpong/fp8_grouped_training.py",
-     "    if not _keeping(weight):\n        return make()", "    return make()", "tests/test_fp8_grouped_training.py"),
-    ("kept weight copies reused after the weight changed", "src/pingpong/fp8_grouped_training.py",
-     "if hit is None or hit[0] != version:", "if hit is None:", "tests/test_fp8_grouped_training.py"),
+    ("kept weight copies never reused", "src/pingpong/kept.py",
+     "    if not keeping(x):\n        return make()", "    return make()", "tests/test_fp8_grouped_training.py"),
+    ("kept weight copies reused after the weight changed", "src/pingpong/kept.py",
+     "if hit is None or hit[0] != x._version:", "if hit is None:", "tests/test_fp8_grouped_training.py"),
+    ("kept Wᵀ not copied into inductor's buffers", "src/pingpong/quantize.py",
+     "return (q, s) if out is None else (out[0].copy_(q), out[1].copy_(s))", "return (q, s) if out is None else out",
+     "tests/test_fp8_grouped_training.py"),
+    ("kept maxima handed out as the kept tensor", "src/pingpong/quantize.py",
+     "return q, s, kept_amax.clone() if amax is None else amax.copy_(kept_amax)", "return q, s, kept_amax",
+     "tests/test_fp8_grouped_training.py"),
     # -- the FP8 mid-rows model
     ("FP8 mid rows never ask the model", "src/pingpong/hopper/host/fp8_launch.py",
      "    if fp8_mid_rows_decides(M, N, K, sms, scaling, promote):", "    if False:", "tests/test_fp8.py"),
@@ -553,10 +559,10 @@ MUTATIONS = [
      "tests/test_fp8_training.py"),
     # -- FP8 MoE experts training (pingpong.fp8_grouped_training)
     ("FP8 grouped dX: W scaled per row along K (the forward's axis)", "src/pingpong/fp8_grouped_training.py",
-     "lambda: quantize_fp8_columns(weight, GRAD_DTYPE, amax))",
-     "lambda: (quantize_fp8_columns(weight, GRAD_DTYPE, amax)[0], quantize_fp8(weight.flatten(0, 1), \"row\", "
-     "GRAD_DTYPE)[1].view(weight.shape[:2]).amax(1, keepdim=True).expand(weight.shape[0], weight.shape[2])"
-     ".contiguous()))",
+     "        qwt, swt = quantize_fp8_columns(weight, GRAD_DTYPE, amax)",
+     "        G, N, K = weight.shape\n"
+     "        qwt, swt = quantize_fp8_columns(weight, GRAD_DTYPE, amax)[0], quantize_fp8(weight.reshape(G * N, K), "
+     "\"row\", GRAD_DTYPE)[1].reshape(G, N).amax(1, keepdim=True).expand(G, K).contiguous()",
      "tests/test_fp8_grouped_training.py"),
     ("FP8 grouped dX: rows past offs[-1] left unset", "src/pingpong/fp8_grouped_training.py",
      "False, zero_tail=True)", "False, zero_tail=False)",

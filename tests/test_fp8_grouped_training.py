@@ -558,7 +558,7 @@ def test_kept_weights_are_quantized_once_per_block_and_again_when_changed(monkey
         return Counter(n for n in launches.names() if n in ("quantize_stacked", "quantize_fp8_columns"))
 
     once = {"quantize_stacked": 2, "quantize_fp8_columns": 2}
-    with fgt.keep_quantized_weights(experts):
+    with moe.keep_quantized_weights(experts):
         assert weight_quantizations(lambda: experts_step(project, x, w1, w2, g, offs)) == once
         assert weight_quantizations(lambda: experts_step(project, x, w1, w2, g, offs)) == {}
         with torch.no_grad():
@@ -566,12 +566,58 @@ def test_kept_weights_are_quantized_once_per_block_and_again_when_changed(monkey
         assert weight_quantizations(lambda: experts_step(project, x, w1, w2, g, offs)) == {
             "quantize_stacked": 1, "quantize_fp8_columns": 1}
     assert weight_quantizations(lambda: experts_step(project, x, w1, w2, g, offs)) == once
-    with fgt.keep_quantized_weights(torch.nn.ParameterList([w2])):
+    with moe.keep_quantized_weights(torch.nn.ParameterList([w2])):
         experts_step(project, x, w1, w2, g, offs)
         assert weight_quantizations(lambda: experts_step(project, x, w1, w2, g, offs)) == {
             "quantize_stacked": 1, "quantize_fp8_columns": 1}
     for bad in ((), (w1,)):
-        with pytest.raises(PingpongError, match="modules: keep_quantized_weights takes the torch.nn.Module"):
-            with fgt.keep_quantized_weights(*bad):
+        with pytest.raises(PingpongError, match=r"modules: keep_quantized_weights takes the torch.nn.Module\(s\)"):
+            with moe.keep_quantized_weights(*bad):
                 pass
-    assert fgt._KEPT is None
+    from pingpong import kept
+
+    assert kept._BLOCK is None
+
+
+def test_kept_copies_serve_inductors_calls_through_their_buffers(monkeypatch):
+    """Inside keep_quantized_weights, inductor's call of quantize_fp8_columns (its lowering, into
+    inductor's buffers: a compiled backward's Wᵀ) and of the stacked rows (into its maxima
+    buffer) are served from the kept copy, copied into the buffers — one launch each for two
+    calls — and no kept tensor is handed out (the maxima come out as a copy); outside the block
+    each call launches (kernels no-ops, counted)."""
+    from launches import no_op_kernels
+
+    from pingpong import kept
+
+    launches = no_op_kernels(monkeypatch.setattr)
+    w = torch.randn(2, 64, 32).to(F16).requires_grad_()
+    dtype = torch.float8_e4m3fn
+
+    def columns_twice():
+        outs = [quantize.columns_like(w, dtype) for _ in range(2)]
+        with launches, torch.no_grad():  # as a backward runs
+            for out in outs:
+                quantize.quantize_fp8_columns_out(w, dtype=dtype, out=out)
+        return outs
+
+    def stacked_twice():
+        bufs = [torch.full((2, 32), -1.0) for _ in range(2)]
+        with launches:
+            got = [quantize.quantize_stacked_direct(w.detach(), dtype, buf) for buf in bufs]
+        return bufs, got
+
+    with kept.keep_quantized_weights(torch.nn.ParameterList([w])):
+        (q1, s1), (q2, s2) = columns_twice()
+        bufs, got = stacked_twice()
+        (copy_q, copy_s), = [v for k, (_, v) in kept._BLOCK.copies.items() if k[0][0] == "columns"]
+        (_, _, kept_amax), = [v for k, (_, v) in kept._BLOCK.copies.items() if k[0][0] == "stacked"]
+    assert launches.names().count("quantize_fp8_columns") == 1 and launches.names().count("quantize_stacked") == 1
+    for q, s in ((q1, s1), (q2, s2)):
+        assert torch.equal(q.view(torch.uint8), copy_q.view(torch.uint8)) and torch.equal(s, copy_s)
+        assert q.data_ptr() != copy_q.data_ptr()
+    for buf, (_, _, amax) in zip(bufs, got):
+        assert amax is buf and torch.equal(buf, kept_amax) and buf.data_ptr() != kept_amax.data_ptr()
+    launches.kernels.clear()
+    columns_twice()
+    stacked_twice()
+    assert launches.names().count("quantize_fp8_columns") == 2 and launches.names().count("quantize_stacked") == 2

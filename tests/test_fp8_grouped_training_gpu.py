@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from closeness import FP8_TRAINING_NORM, assert_close
-from pingpong import fp8_grouped_training as fgt
+from pingpong import fp8_grouped_training as fgt, moe
 from pingpong.integration import inductor
 from test_fp8_train_gpu import close_to_dequantized, dequantized_along, e4m3_bound, poison
 
@@ -217,7 +217,7 @@ def test_kept_weights_give_the_same_gradients(compiled):
 
     w1_0 = w1.detach().clone()
     plain = run()
-    with fgt.keep_quantized_weights(torch.nn.ParameterList([w1, w2])):
+    with moe.keep_quantized_weights(torch.nn.ParameterList([w1, w2])):
         kept = run()
     for i, (a, b) in enumerate(zip(plain, kept)):
         for name, ga, gb in zip(("x", "w1", "w2"), a, b):

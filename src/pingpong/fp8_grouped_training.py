@@ -76,14 +76,12 @@ PingpongError naming the argument before any work; so is a double backward.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-
 import torch
 from torch import Tensor
 
 from . import grouped as grouped_mod
 from .integration import inductor, ops
+from .kept import kept
 from .errors import PingpongError, check_tensor
 from .fp8_grouped import scaled_grouped_mm_direct, scaled_grouped_mm_route
 from .fp8_training import GRAD_DTYPE, RECIPES, recipe_name, training_shape_reason
@@ -91,8 +89,7 @@ from .grouped import grouped_mm
 from .quantize import MAX_ROW, quantize_fp8, quantize_fp8_columns, quantize_stacked_direct
 from .runtime.spec import SCALE_BLOCK
 
-__all__ = ["fp8_grouped_linear", "GROUPED_RECIPES", "grouped_recipe", "check_fp8_grouped_linear",
-           "keep_quantized_weights"]
+__all__ = ["fp8_grouped_linear", "GROUPED_RECIPES", "grouped_recipe", "check_fp8_grouped_linear"]
 
 #: the recipes of pingpong.fp8_training whose weight gradient is in the inputs' precision: what
 #: the grouped path serves (module docstring)
@@ -168,76 +165,6 @@ def _wanted(x, weight, recipe: str) -> bool:
     return x.requires_grad and RECIPES[recipe].weight == "row" and weight.shape[2] <= MAX_ROW
 
 
-# ----------------------------------------------------------------------------- kept weight copies
-
-
-@dataclasses.dataclass
-class _Kept:
-    """The FP8 copies `keep_quantized_weights` keeps: the kept parameters' data pointers, and
-    per (what, pointer, shape, strides, dtype) the weight's version counter and its copies."""
-
-    pointers: frozenset
-    copies: dict = dataclasses.field(default_factory=dict)
-
-
-#: the open keep_quantized_weights block's copies (None: no block open)
-_KEPT: _Kept | None = None
-
-
-@contextlib.contextmanager
-def keep_quantized_weights(*modules: torch.nn.Module):
-    """Within the block, each FP8 copy of an experts' weight (the forward's rows along K with the
-    column maxima, dX's Wᵀ along N) is made once and reused by every later call, for the weights
-    among `modules`' parameters: for gradient accumulation, wrap the micro-batches of one
-    optimizer step (the step itself goes after the block). With few tokens per expert the
-    weights' quantization is as much traffic as the products (module docstring); here it is paid
-    once per block instead of once per micro-batch, for the memory of the copies (about 2 bytes
-    per weight element, freed when the block ends).
-
-    A copy is reused only while the weight's version counter is unchanged: an in-place change
-    torch tracks (an optimizer's update, ``w.add_(...)`` under no_grad) makes a new copy. A change
-    through ``w.data`` is not tracked: do not change a kept weight that way inside the block.
-    Eager calls keep both copies; a compiled graph keeps the forward's (its backward quantizes W
-    through its own op each call). Blocks nest (the outermost's copies serve the inner ones)."""
-    global _KEPT
-    if not modules or not all(isinstance(m, torch.nn.Module) for m in modules):
-        raise PingpongError("modules: keep_quantized_weights takes the torch.nn.Module(s) whose experts' weights to"
-                            f" keep, got {[type(m).__name__ for m in modules] or 'none'}")
-    if _KEPT is not None:
-        yield
-        return
-    _KEPT = _Kept(frozenset(p.data_ptr() for m in modules for p in m.parameters()))
-    try:
-        yield
-    finally:
-        _KEPT = None
-
-
-def _keeping(weight: Tensor) -> bool:
-    """Whether `weight` is a kept parameter of the open block, on the direct path (not traced)."""
-    return _KEPT is not None and not ops.traced(weight) and weight.data_ptr() in _KEPT.pointers
-
-
-def _kept(weight: Tensor, what: str, make):
-    """make(): the FP8 copy `what` of `weight`, or the kept one (keep_quantized_weights) while the
-    weight's version is the one it was made from. Outside a block, while tracing, or for a tensor
-    that is not a kept parameter (a copy made per call), make() alone."""
-    if not _keeping(weight):
-        return make()
-    key = (what, weight.data_ptr(), tuple(weight.shape), weight.stride(), weight.dtype)
-    version = weight._version
-    hit = _KEPT.copies.get(key)
-    if hit is None or hit[0] != version:
-        hit = _KEPT.copies[key] = (version, make())
-    return hit[1]
-
-
-def _kept_amax(amax: Tensor | None, kept_amax: Tensor) -> Tensor:
-    """The forward's column maxima as its own output: into inductor's buffer, or a copy (a kept
-    tensor is never handed out as an op's output)."""
-    return kept_amax.clone() if amax is None else amax.copy_(kept_amax)
-
-
 # ----------------------------------------------------------------------------- the products
 
 
@@ -265,13 +192,10 @@ def _forward(x, weight, offs, recipe: str, w_amax: bool = False, out=(None, None
     r = RECIPES[recipe]
     y, amax = out
     qx, sx = quantize_fp8(x, r.granularity, GRAD_DTYPE)
-    if w_amax and _keeping(weight):  # kept: the maxima copied out (inductor may reuse its buffer)
-        qw, sw, kept_amax = _kept(weight, "rows+maxima", lambda: quantize_stacked_direct(weight, GRAD_DTYPE))
-        amax = _kept_amax(amax, kept_amax)
-    elif w_amax:
+    if w_amax:  # kept inside keep_quantized_weights (pingpong.kept), as quantize_columns_direct's Wᵀ
         qw, sw, amax = quantize_stacked_direct(weight, GRAD_DTYPE, amax)
     else:
-        qw, sw = _kept(weight, "rows " + r.weight, lambda: _quantize_weight(weight, r.weight))
+        qw, sw = kept(weight, "rows " + r.weight, lambda: _quantize_weight(weight, r.weight))
         amax = weight.new_empty(0, dtype=torch.float32) if amax is None else amax
     y = scaled_grouped_mm_direct(qx, qw.transpose(1, 2), _activation_scale(sx, r.granularity), sw, offs, x.dtype,
                                  False, y)
@@ -291,9 +215,9 @@ def _data_grad(g, weight, amax, offs, recipe: str, dtype) -> Tensor:
             qw, sw = _quantize_weight(weight, r.weight)
             return qw.transpose(1, 2).contiguous(), sw.transpose(1, 2).contiguous()  # (G, K, N), (G, K/128, N/128)
 
-        qwt, swt = _kept(weight, "columns block", transposed)
+        qwt, swt = kept(weight, "columns block", transposed)
     else:  # W along N, written transposed (G, K, N) by the quantization itself: no copy of Wᵀ
-        qwt, swt = _kept(weight, "columns", lambda: quantize_fp8_columns(weight, GRAD_DTYPE, amax))
+        qwt, swt = quantize_fp8_columns(weight, GRAD_DTYPE, amax)
     return scaled_grouped_mm_route(qg, qwt.transpose(1, 2), _activation_scale(sg, r.granularity), swt, offs, dtype,
                                    False, zero_tail=True)
 

@@ -34,7 +34,7 @@ every experts module's shapes against it (K and N multiples of 16, of 128 block-
 anything of the model changes; the chosen recipe is kept on each experts module (FP8_ATTRIBUTE),
 and `fp8=None` takes it off again. With gradient accumulation, `with keep_quantized_weights(model):`
 around one optimizer step's micro-batches quantizes each expert weight once per block instead of
-once per micro-batch (pingpong.fp8_grouped_training.keep_quantized_weights).
+once per micro-batch (pingpong.kept).
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ from __future__ import annotations
 import torch
 
 from .errors import PingpongError
-from .fp8_grouped_training import fp8_grouped_linear, grouped_recipe, keep_quantized_weights  # noqa: F401 (re-exported)
+from .fp8_grouped_training import fp8_grouped_linear, grouped_recipe
+from .kept import keep_quantized_weights  # noqa: F401 (re-exported: the experts' FP8 copies kept)
 from .fp8_training import training_shape_reason
 from .grouped import grouped_mm
 

@@ -81,6 +81,7 @@ import triton.language as tl
 from .integration import inductor
 from .errors import PingpongError, check_tensor
 from .integration.ops import traced
+from .kept import kept, keeping
 from .runtime.fp8_spec import refuse_grad
 from .runtime.launcher import CachedLaunch
 from .runtime.spec import SCALE_BLOCK
@@ -745,8 +746,17 @@ def columns_like(x, dtype):
 
 def quantize_columns_direct(x, dtype=torch.float8_e4m3fn, amax=None, out=None):
     """quantize_fp8_columns on the direct path: validate, launch; into `out` = (q, s) when
-    given (inductor's buffers, laid out as `columns_like`)."""
+    given (inductor's buffers, laid out as `columns_like`). A kept parameter's copy
+    (pingpong.kept) is made once per block: returned as kept, or copied into `out`."""
     check_columns(x, dtype, amax)
+    if keeping(x):
+        q, s = kept(x, ("columns", dtype), lambda: quantize_columns_direct_(x, dtype, amax, None))
+        return (q, s) if out is None else (out[0].copy_(q), out[1].copy_(s))
+    return quantize_columns_direct_(x, dtype, amax, out)
+
+
+def quantize_columns_direct_(x, dtype, amax, out):
+    """quantize_columns_direct's launch on checked arguments, never kept."""
     q, s = columns_like(x, dtype) if out is None else out
     if x.shape[1] == 0:  # empty columns: the scale of an all-zero group, as quantize_fp8's
         s.fill_(_EPS / FP8_MAX[dtype])
@@ -815,6 +825,15 @@ def quantize_stacked_direct(x, dtype=torch.float8_e4m3fn, amax=None):
     if K > MAX_ROW:
         raise PingpongError(f"x: rows of K = {K} > {MAX_ROW} elements are not held in registers; quantize the rows"
                             " and the columns separately")
+    if keeping(x):  # a kept parameter (pingpong.kept): its maxima handed out as a copy, never the kept tensor
+        q, s, kept_amax = kept(x, ("stacked", dtype), lambda: _stacked(x, dtype, None))
+        return q, s, kept_amax.clone() if amax is None else amax.copy_(kept_amax)
+    return _stacked(x, dtype, amax)
+
+
+def _stacked(x, dtype, amax):
+    """quantize_stacked_direct's launch on checked arguments, never kept."""
+    G, N, K = x.shape
     q = torch.empty_like(x, dtype=dtype)
     s = torch.empty(G, N, dtype=torch.float32, device=x.device)
     amax = torch.zeros(G, K, dtype=torch.float32, device=x.device) if amax is None else amax.zero_()

@@ -27,7 +27,7 @@ weights are the same work in both and left out); FP8's time includes every quant
 (x, dY, both weights, the weights' transposed copies for dX). A third column, "kept", times
 the FP8 step inside `keep_quantized_weights` after the block's first micro-batch: a
 gradient-accumulation micro-batch whose weights' FP8 copies are kept (module
-pingpong.fp8_grouped_training). Checked first: y, dX and dw2 of FP8 against bf16's, relative
+pingpong.kept). Checked first: y, dX and dw2 of FP8 against bf16's, relative
 norm difference ≤ 0.1 (two e4m3 products in a row: ~6%).
 
 Each case is checked first (row: ours against torch's; block: ours against the loop's
@@ -307,7 +307,8 @@ def bench_training_case(model: str, tokens: int, routing: str, reps: int, rounds
     import torch.nn.functional as F
 
     import pingpong
-    from pingpong.fp8_grouped_training import fp8_grouped_linear, keep_quantized_weights
+    from pingpong.fp8_grouped_training import fp8_grouped_linear
+    from pingpong.kept import keep_quantized_weights
 
     from .timing import time_callable
 
