@@ -93,8 +93,9 @@ LAYERS = (
     ("backends", ("pingpong.hopper", "pingpong.hopper.host.*", "pingpong.amd.*", "pingpong.portable.*",
                   "pingpong.streaming.hopper", "pingpong.streaming.portable", "pingpong.streaming.gfx942",
                   "pingpong.streaming.grid_stride", "pingpong.streaming.offline")),
-    # torch integration under the functions: the torch.library ops, their autograd and lowering
-    ("torch integration", ("pingpong.integration.*",)),
+    # torch integration under the functions: the torch.library ops, their autograd and lowering;
+    # the kept FP8 copies of parameters that the quantizations consult
+    ("torch integration", ("pingpong.integration.*", "pingpong.kept")),
     ("public API", ("pingpong.api", "pingpong.functional", "pingpong.grouped", "pingpong.fp8", "pingpong.fp8_grouped",
                     "pingpong.quantize", "pingpong.streaming", "pingpong.streaming.api")),
     # torch integration built on the functions, as torch.nn on torch.nn.functional
