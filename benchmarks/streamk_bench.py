@@ -45,12 +45,6 @@ def fp8_candidates():
         "128x192": KernelConfig(128, 192, 128),
         "pp 64x128": KernelConfig(64, 128, 128, schedule="pingpong"),
         "128x128 k2": KernelConfig(128, 128, 128, split_k=2),
-        # swap-AB tiles wider than decode's 16/32 columns: M on the wgmma's N side, fitted to mid rows
-        "swap pp 64x64": KernelConfig(64, 64, 128, schedule="pingpong", swap_ab=True),
-        "swap pp 64x128": KernelConfig(64, 128, 128, schedule="pingpong", swap_ab=True),
-        "swap 128x64": KernelConfig(128, 64, 128, swap_ab=True),
-        "swap 128x128": KernelConfig(128, 128, 128, swap_ab=True),
-        "swap 128x128 k2": KernelConfig(128, 128, 128, swap_ab=True, split_k=2),
     }
 
 

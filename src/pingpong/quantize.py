@@ -750,13 +750,13 @@ def quantize_columns_direct(x, dtype=torch.float8_e4m3fn, amax=None, out=None):
     (pingpong.kept) is made once per block: returned as kept, or copied into `out`."""
     check_columns(x, dtype, amax)
     if keeping(x):
-        q, s = kept(x, ("columns", dtype), lambda: quantize_columns_direct_(x, dtype, amax, None))
+        q, s = kept(x, ("columns", dtype), lambda: _columns(x, dtype, amax, None))
         return (q, s) if out is None else (out[0].copy_(q), out[1].copy_(s))
-    return quantize_columns_direct_(x, dtype, amax, out)
+    return _columns(x, dtype, amax, out)
 
 
-def quantize_columns_direct_(x, dtype, amax, out):
-    """quantize_columns_direct's launch on checked arguments, never kept."""
+def _columns(x, dtype, amax, out):
+    """quantize_columns_direct's launch on checked arguments, never kept (as `_stacked`)."""
     q, s = columns_like(x, dtype) if out is None else out
     if x.shape[1] == 0:  # empty columns: the scale of an all-zero group, as quantize_fp8's
         s.fill_(_EPS / FP8_MAX[dtype])

@@ -126,7 +126,7 @@ def rule_fp8(M: int, N: int, K: int, promote: bool, sms: int, scaling: str = "te
         return least_wave_time(M, N, sms, ((_NARROW, NARROW_EFFICIENCY), (c, 1.0), (_WIDE, WIDE_EFFICIENCY),
                                            (_HALF, HALF_EFFICIENCY))) if narrow and c == _SQUARE else c
 
-    if M * K + N * K + 2 * M * N < SPLIT_MIN_BYTES:  # launch-bound: no workspace (module docstring)
+    if launch_bound(M, N, K):  # no workspace (module docstring)
         return unsplit(tile)
     config = split(tile, M, N, k_steps, sms)
     if config.block_n == 256 and config.split_k > 1:  # split: 128×128 (module docstring)
@@ -141,8 +141,13 @@ def fp8_mid_rows_decides(M: int, N: int, K: int, sms: int, scaling: str = "tenso
     """Whether rule_fp8 takes the FP8 mid-rows model (FP8_MID_ROWS): FP8_MID_ROWS_MIN_M <
     M ≤ select.MID_ROWS_MAX_M rows, tensor- or row-wise scales, promoted accumulation (what its
     sweeps measured), and not launch-bound (select.SPLIT_MIN_BYTES)."""
-    return (FP8_MID_ROWS_MIN_M < M <= MID_ROWS_MAX_M and scaling != "block" and promote
-            and M * K + N * K + 2 * M * N >= SPLIT_MIN_BYTES)
+    return FP8_MID_ROWS_MIN_M < M <= MID_ROWS_MAX_M and scaling != "block" and promote and not launch_bound(M, N, K)
+
+
+def launch_bound(M: int, N: int, K: int) -> bool:
+    """Whether an FP8 product moves fewer than select.SPLIT_MIN_BYTES (fp8 operands, a 16-bit
+    result): launch-bound, it takes no split and no workspace (module docstring)."""
+    return M * K + N * K + 2 * M * N < SPLIT_MIN_BYTES
 
 
 def long_product(M: int, N: int, K: int, sms: int) -> bool:
