@@ -593,6 +593,9 @@ def test_kept_copies_serve_inductors_calls_through_their_buffers(monkeypatch):
     w = torch.randn(2, 64, 32).to(F16).requires_grad_()
     dtype = torch.float8_e4m3fn
 
+    def bitwise_equal(a, b):  # the kernels are no-ops: what is copied is whatever memory held (NaN too)
+        return a.shape == b.shape and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
     def columns_twice():
         outs = [quantize.columns_like(w, dtype) for _ in range(2)]
         with launches, torch.no_grad():  # as a backward runs
@@ -613,10 +616,10 @@ def test_kept_copies_serve_inductors_calls_through_their_buffers(monkeypatch):
         (_, _, kept_amax), = [v for k, (_, v) in kept._BLOCK.copies.items() if k[0][0] == "stacked"]
     assert launches.names().count("quantize_fp8_columns") == 1 and launches.names().count("quantize_stacked") == 1
     for q, s in ((q1, s1), (q2, s2)):
-        assert torch.equal(q.view(torch.uint8), copy_q.view(torch.uint8)) and torch.equal(s, copy_s)
+        assert bitwise_equal(q, copy_q) and bitwise_equal(s, copy_s)
         assert q.data_ptr() != copy_q.data_ptr()
     for buf, (_, _, amax) in zip(bufs, got):
-        assert amax is buf and torch.equal(buf, kept_amax) and buf.data_ptr() != kept_amax.data_ptr()
+        assert amax is buf and bitwise_equal(buf, kept_amax) and buf.data_ptr() != kept_amax.data_ptr()
     launches.kernels.clear()
     columns_twice()
     stacked_twice()
