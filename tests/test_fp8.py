@@ -2,10 +2,7 @@
 the fake implementations (shapes and scale layouts for torch.compile), the Hopper kernel's
 offline compile facts, the tile choice, and quantize_fp8 under Triton's interpreter."""
 
-import os
 import re
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -19,6 +16,7 @@ from pingpong.hopper.host.fp8_launch import (check_fp8_config, kernel_scaling, l
                                              select_fp8)
 from pingpong.hopper.host.config import SMEM_LIMIT
 from pingpong.runtime import compile as cc
+from interpreted import interpreted
 
 KC = pingpong.KernelConfig
 
@@ -522,11 +520,6 @@ _FAR_ROWS = _CHECK + textwrap.dedent("""
         check(x, g, torch.float8_e4m3fn)  # (the offsets do not depend on the fp8 kind)
     print("OK")
 """)
-
-
-def interpreted(script, *args):
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    return subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.slow

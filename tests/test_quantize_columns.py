@@ -10,9 +10,6 @@ the same interpreter (odd N and K, a zero column, outputs NaN-poisoned, both fp8
 rows per group than one program takes), offline for sm_90a (no spills), and on a GPU (marked
 gpu) in bf16."""
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -20,6 +17,7 @@ import torch
 
 from pingpong import PingpongError, quantize
 from pingpong.quantize import quantize_fp8_columns
+from interpreted import check_interpreted
 
 E4M3 = torch.float8_e4m3fn
 
@@ -60,11 +58,7 @@ _CHECK = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_columns_under_the_interpreter_equal_quantize_fp8_of_the_transposed_copy():
-    seed = int(torch.randint(0, 2**31, ()).item())
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    r = subprocess.run([sys.executable, "-c", _CHECK, str(seed)], env=env, capture_output=True, text=True,
-                       timeout=600)
-    assert r.returncode == 0 and "OK" in r.stdout, f"seed {seed}: {r.stderr[-3000:]}"
+    check_interpreted(_CHECK)
 
 
 _X = torch.randn(2, 4, 8).half()

@@ -13,9 +13,6 @@ padded by zeros to M'), the unfused route fp8_training took before. Checked
 """
 
 import itertools
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -23,6 +20,7 @@ import torch
 
 from pingpong import PingpongError, quantize
 from pingpong.quantize import GRANULARITIES, quantize_fp8_pair
+from interpreted import check_interpreted
 
 E4M3 = torch.float8_e4m3fn
 
@@ -114,11 +112,7 @@ _CHECK = textwrap.dedent("""
 def test_pair_under_the_interpreter_equals_the_unfused_route():
     """Bitwise (q, s, qt, st) against quantize_fp8 of x and of xᵀ padded, under Triton's
     interpreter (module docstring); the scales along the right axes; the padding zeros."""
-    seed = 40
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    r = subprocess.run([sys.executable, "-c", _CHECK, str(seed)], env=env, capture_output=True, text=True,
-                       timeout=600)
-    assert r.returncode == 0 and "OK" in r.stdout, f"seed {seed}: {r.stderr[-3000:]}"
+    check_interpreted(_CHECK, seed=40)
 
 
 @pytest.mark.parametrize("kwargs, needle", [
