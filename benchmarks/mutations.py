@@ -646,6 +646,10 @@ MUTATIONS = [
     ("dist_llama groups a step's GEMMs by op name only", "benchmarks/dist_llama.py",
      "        key = product(e)\n", '        key = (e.name, None, None, None, 1, "", (), "", None)\n',
      "tests/test_dist_llama.py -k step_products"),
+    # -- the ragged-K ping-pong's counted ring positions (pingpong.schedule's counted model)
+    ("counted consumer adds up only its own units' k-steps", "src/pingpong/hopper/kernels/gemm.py",
+     "            first += steps\n", "                first += steps\n",
+     "tests/test_schedule.py -k counted_model"),
 ]
 
 

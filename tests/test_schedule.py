@@ -197,6 +197,36 @@ def test_timeline_shows_barrier_numbers_and_the_race():
 
 # ----------------------------------------------------------------------------- schedule models
 # The schedule checker checks what runs by default: the cooperative schedule (empty count 2)
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("steps", [(0,), (0, 0, 1, 0), (1, 0, 0, 2, 0), (3, 3), (2, 0, 2, 0, 2, 0), (0, 3, 0, 0, 1)])
+def test_counted_pingpong_is_safe_with_empty_units(steps, stages):
+    """The ragged-K kernel's ping-pong (device-data k-steps, consumers counting every unit's):
+    safe with empty units anywhere, first, last, in a row, and a consumer with none."""
+    assert check(hopper.hopper_pingpong_counted(steps, stages)).verdict == "SAFE"
+
+
+@pytest.mark.parametrize("variant, verdicts, needle", [("release_empty", {"RACE"}, "A["),
+                                                       ("own_count", {"STALE READ", "DEADLOCK"}, "")])
+def test_counted_mutants_are_flagged(variant, verdicts, needle):
+    r = check(hopper.hopper_pingpong_counted(variant=variant), stop_after=1)
+    assert r.verdict in verdicts, (r.verdict, r.violations[:1])
+    assert needle in r.first().message
+
+
+def test_the_counted_model_follows_the_kernel_source():
+    """The counted model's premises, read off the kernel: each consumer adds up every unit's
+    k-steps (its own and the other's) and a possibly empty unit releases its last slot only when
+    it has one."""
+    consumer = inspect.getsource(kernel.consumer.fn)
+    count = consumer[consumer.index("first = 0"):consumer.index("else:", consumer.index("first = 0"))]
+    indent = {line.strip(): len(line) - len(line.lstrip()) for line in count.splitlines() if line.strip()}
+    # every unit's k-steps counted, after the unit and outside the test of whose it is
+    assert indent["steps = sched.unit_steps(t)"] == indent["if t % EVERY == FIRST:"] == indent["first += steps"]
+    assert count.index("first += steps") > count.index("if t % EVERY == FIRST:")
+    accumulate = inspect.getsource(kernel.PlainKLoop.accumulate.fn)
+    assert "if steps > 0:" in accumulate and "sync.pass_turn(CONSUMER)" in accumulate
+
+
 # and the real epilogue (store_wait(BUFS-1), C read through TMA on c_ready's parity), built from
 # the kernel's own helpers, with broken variants the checker must flag.
 

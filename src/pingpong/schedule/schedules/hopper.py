@@ -168,6 +168,79 @@ def hopper_pingpong(k_iters: int = 4, stages: int = 3, tiles_per_consumer: int =
     return b.build()
 
 
+COUNTED_VARIANTS = ("release_empty", "own_count")
+
+
+def hopper_pingpong_counted(steps=(2, 0, 3, 1, 0, 2), stages: int = 2, variant: str = "correct"):
+    """Our Hopper ping-pong kernel's protocol when the units' k-steps are device data (the
+    ragged-K grouped kernel, pingpong.hopper.kernels.grouped_k: the consumer's counted loop,
+    pingpong.hopper.kernels.gemm.consumer): unit t has steps[t] k-steps, 0 for an expert with no
+    token. The producer loads every unit's k-steps in order; each consumer walks every unit,
+    adding up all their k-steps to find its own units' first ring counter; on an empty unit it
+    waits its turn, issues nothing, passes the turn and releases no slot (PlainKLoop.accumulate's
+    MAY_BE_EMPTY); then the epilogue (one whole-tile buffer, zeros for an empty unit).
+
+    variant: "correct"; "release_empty" (an empty unit still releases slot first-1, the previous
+    unit's: a slot freed under the other consumer's wgmma); "own_count" (a consumer adds up only
+    its own units' k-steps: its ring position is wrong).
+    """
+    ring_index, ring_phase, _, turn_phase, other_consumer, pre_armed = _helpers()
+    name = "hopper_pingpong_counted" if variant == "correct" else f"hopper_counted_{variant}"
+    b = ScheduleBuilder(name, hopper_pingpong_counted.__doc__)
+    for s in range(stages):
+        b.buffer(f"A[{s}]", f"B[{s}]")
+        b.mbarrier(f"ready[{s}]", 1).mbarrier(f"empty[{s}]", 1)
+    _declare_epilogue(b, 1, False)
+    b.mbarrier("turn[0]", 1).mbarrier("turn[1]", 1)
+    total = sum(steps)
+    p = b.group("producer", 1)
+    c = 0
+    for t, n in enumerate(steps):
+        for k in range(n):
+            s, ph = ring_index(c, stages), ring_phase(c, stages)
+            p.where = f"unit {t} k={k}"
+            p.mwait(f"empty[{s}]", ph ^ 1, critical="pipeline.py: producer waits empty[s]" if c >= stages else "")
+            p.expect(f"ready[{s}]", A_BYTES + B_BYTES)
+            p.tma_load(f"A[{s}]", f"ready[{s}]", A_BYTES, data=c, label=f"TMA A(c={c}) → A[{s}]")
+            p.tma_load(f"B[{s}]", f"ready[{s}]", B_BYTES, data=c, label=f"TMA B(c={c}) → B[{s}]")
+            c += 1
+    for cons in (0, 1):
+        g = b.group(f"consumer{cons}", 4)
+        other = other_consumer(cons)
+        if cons == 0 and pre_armed:
+            g.where = "kernel"
+            g.arrive("turn[0]", label="arrive turn[0] (kernel, once)")
+        first = 0
+        for t, n in enumerate(steps):
+            mine = t % 2 == cons
+            if mine:
+                j = t // 2
+                g.where = f"unit {t}"
+                g.mwait(f"turn[{cons}]", turn_phase(j, cons),
+                        critical="" if cons == 0 and j == 0 else "phase_sync.py: wait for my turn")
+                for k in range(n):
+                    c = first + k
+                    s = ring_index(c, stages)
+                    g.where = f"unit {t} k={k}"
+                    g.mwait(f"ready[{s}]", ring_phase(c, stages), critical="pipeline.py: consumer waits ready[s]")
+                    g.mma((f"A[{s}]", f"B[{s}]"), counter="wgmma", want=c, label=f"wgmma c={c} A[{s}],B[{s}]")
+                    g.wait("wgmma", 1, critical="mma.py: wgmma of k-step k-1 done before its release" if k else "")
+                    if k > 0:
+                        g.arrive(f"empty[{ring_index(c - 1, stages)}]")
+                g.where = f"unit {t} end"
+                g.arrive(f"turn[{other}]")
+                if n > 0 or (variant == "release_empty" and first > 0):
+                    g.wait("wgmma", 0, critical="kernels/gemm.py finish_mainloop: drain the last wgmma")
+                    g.arrive(f"empty[{ring_index(first + n - 1, stages)}]")
+                _epilogue(g, cons, j, t, 1, False, "correct")
+            if mine or variant != "own_count":
+                first += n
+        if len(steps) > cons:  # (a consumer with no unit stores nothing to drain)
+            g.where = "drain"
+            g.wait("tma_store", 0)
+    return b.build()
+
+
 def _producer(b, ring_index, ring_phase, stages: int, total: int, k_iters: int):
     """The TMA warp (kernel.producer): every k-step of every tile, in order, into the ring."""
     p = b.group("producer", 1)
