@@ -224,13 +224,15 @@ def hopper_pingpong_counted(steps=(2, 0, 3, 1, 0, 2), stages: int = 2, variant: 
                     g.where = f"unit {t} k={k}"
                     g.mwait(f"ready[{s}]", ring_phase(c, stages), critical="pipeline.py: consumer waits ready[s]")
                     g.mma((f"A[{s}]", f"B[{s}]"), counter="wgmma", want=c, label=f"wgmma c={c} A[{s}],B[{s}]")
-                    g.wait("wgmma", 1, critical="mma.py: wgmma of k-step k-1 done before its release" if k else "")
+                    g.wait("wgmma", 1, critical="mma.py: wgmma of k-step k-1 done before its release"
+                           if k and c - 1 + stages < total else "")  # (a slot never refilled: no race to miss)
                     if k > 0:
                         g.arrive(f"empty[{ring_index(c - 1, stages)}]")
                 g.where = f"unit {t} end"
                 g.arrive(f"turn[{other}]")
                 if n > 0 or (variant == "release_empty" and first > 0):
-                    g.wait("wgmma", 0, critical="kernels/gemm.py finish_mainloop: drain the last wgmma")
+                    g.wait("wgmma", 0, critical="kernels/gemm.py finish_mainloop: drain the last wgmma"
+                           if first + n - 1 + stages < total else "")
                     g.arrive(f"empty[{ring_index(first + n - 1, stages)}]")
                 _epilogue(g, cons, j, t, 1, False, "correct")
             if mine or variant != "own_count":
