@@ -99,6 +99,17 @@ def _declare_epilogue(b, subtiles: int, has_c: bool):
             b.mbarrier(f"c_ready[{cons}]", 1)
 
 
+def _declare_pingpong(b, stages: int, subtiles: int, has_c: bool):
+    """The ping-pong kernel's shared state: the ring's A and B slots with their ready and empty
+    barriers (one releaser), the epilogue's staging, the two turn barriers."""
+    for s in range(stages):
+        b.buffer(f"A[{s}]", f"B[{s}]")
+        b.mbarrier(f"ready[{s}]", 1).mbarrier(f"empty[{s}]", 1)
+    _declare_epilogue(b, subtiles, has_c)
+    b.mbarrier("turn[0]", 1).mbarrier("turn[1]", 1)
+    return b
+
+
 def hopper_pingpong(k_iters: int = 4, stages: int = 3, tiles_per_consumer: int = 2, variant: str = "correct",
                     subtiles: int = 1, has_c: bool = False):
     """Our Hopper ping-pong kernel's protocol (pingpong.hopper.kernels.gemm.consumer,
@@ -112,12 +123,7 @@ def hopper_pingpong(k_iters: int = 4, stages: int = 3, tiles_per_consumer: int =
     """
     ring_index, ring_phase, first_counter, turn_phase, other_consumer, pre_armed = _helpers()
     name = "hopper_pingpong" if variant == "correct" else f"hopper_{variant}"
-    b = ScheduleBuilder(name, hopper_pingpong.__doc__)
-    for s in range(stages):
-        b.buffer(f"A[{s}]", f"B[{s}]")
-        b.mbarrier(f"ready[{s}]", 1).mbarrier(f"empty[{s}]", 1)
-    _declare_epilogue(b, subtiles, has_c)
-    b.mbarrier("turn[0]", 1).mbarrier("turn[1]", 1)
+    b = _declare_pingpong(ScheduleBuilder(name, hopper_pingpong.__doc__), stages, subtiles, has_c)
     tiles = 2 * tiles_per_consumer
     total = tiles * k_iters
 
@@ -125,14 +131,10 @@ def hopper_pingpong(k_iters: int = 4, stages: int = 3, tiles_per_consumer: int =
         """The producer reuses k-step c's slot later (so releasing it early is a race)."""
         return c + stages < total
 
-    _producer(b, ring_index, ring_phase, stages, total, k_iters)
+    _producer(b, ring_index, ring_phase, stages, [k_iters] * tiles)
 
     for cons in (0, 1):
-        g = b.group(f"consumer{cons}", 4)
-        other = other_consumer(cons)
-        if cons == 0 and pre_armed:
-            g.where = "kernel"
-            g.arrive("turn[0]", label="arrive turn[0] (kernel, once)")
+        g, other = _consumer_group(b, cons, other_consumer, pre_armed)
         for j in range(tiles_per_consumer):
             first = first_counter(j, k_iters, 2, cons)
             g.where = f"tile {2 * j + cons}"
@@ -140,17 +142,8 @@ def hopper_pingpong(k_iters: int = 4, stages: int = 3, tiles_per_consumer: int =
                 first_turn = cons == 0 and j == 0  # passes at once (pre-armed or fresh parity 1)
                 g.mwait(f"turn[{cons}]", turn_phase(j, cons),
                         critical="" if first_turn else "phase_sync.py: wait for my turn")
-            for k in range(k_iters):
-                c = first + k
-                s = ring_index(c, stages)
-                g.where = f"tile {2 * j + cons} k={k}"
-                g.mwait(f"ready[{s}]", ring_phase(c, stages), critical="pipeline.py: consumer waits ready[s]")
-                g.mma((f"A[{s}]", f"B[{s}]"), counter="wgmma", want=c, label=f"wgmma c={c} A[{s}],B[{s}]")
-                if variant == "early_release":
-                    g.arrive(f"empty[{s}]", label=f"arrive empty[{s}] (too early)")
-                g.wait("wgmma", 1, critical="mma.py: wgmma of k-step k-1 done before its release" if k and refilled(c - 1) else "")
-                if k > 0 and variant != "early_release":
-                    g.arrive(f"empty[{ring_index(c - 1, stages)}]")
+            _k_loop(g, ring_index, ring_phase, stages, first, k_iters, f"tile {2 * j + cons}", refilled,
+                    variant == "early_release")
             g.where = f"tile {2 * j + cons} end"
             g.arrive(f"turn[{other}]")
             g.wait("wgmma", 0, critical="kernels/gemm.py finish_mainloop: drain the last wgmma"
@@ -186,30 +179,16 @@ def hopper_pingpong_counted(steps=(2, 0, 3, 1, 0, 2), stages: int = 2, variant: 
     """
     ring_index, ring_phase, _, turn_phase, other_consumer, pre_armed = _helpers()
     name = "hopper_pingpong_counted" if variant == "correct" else f"hopper_counted_{variant}"
-    b = ScheduleBuilder(name, hopper_pingpong_counted.__doc__)
-    for s in range(stages):
-        b.buffer(f"A[{s}]", f"B[{s}]")
-        b.mbarrier(f"ready[{s}]", 1).mbarrier(f"empty[{s}]", 1)
-    _declare_epilogue(b, 1, False)
-    b.mbarrier("turn[0]", 1).mbarrier("turn[1]", 1)
+    b = _declare_pingpong(ScheduleBuilder(name, hopper_pingpong_counted.__doc__), stages, 1, False)
     total = sum(steps)
-    p = b.group("producer", 1)
-    c = 0
-    for t, n in enumerate(steps):
-        for k in range(n):
-            s, ph = ring_index(c, stages), ring_phase(c, stages)
-            p.where = f"unit {t} k={k}"
-            p.mwait(f"empty[{s}]", ph ^ 1, critical="pipeline.py: producer waits empty[s]" if c >= stages else "")
-            p.expect(f"ready[{s}]", A_BYTES + B_BYTES)
-            p.tma_load(f"A[{s}]", f"ready[{s}]", A_BYTES, data=c, label=f"TMA A(c={c}) → A[{s}]")
-            p.tma_load(f"B[{s}]", f"ready[{s}]", B_BYTES, data=c, label=f"TMA B(c={c}) → B[{s}]")
-            c += 1
+    _producer(b, ring_index, ring_phase, stages, steps, "unit")
+
+    def refilled(c):
+        """The producer reuses k-step c's slot later (a wait before its release is critical)."""
+        return c + stages < total
+
     for cons in (0, 1):
-        g = b.group(f"consumer{cons}", 4)
-        other = other_consumer(cons)
-        if cons == 0 and pre_armed:
-            g.where = "kernel"
-            g.arrive("turn[0]", label="arrive turn[0] (kernel, once)")
+        g, other = _consumer_group(b, cons, other_consumer, pre_armed)
         first = 0
         for t, n in enumerate(steps):
             mine = t % 2 == cons
@@ -218,21 +197,12 @@ def hopper_pingpong_counted(steps=(2, 0, 3, 1, 0, 2), stages: int = 2, variant: 
                 g.where = f"unit {t}"
                 g.mwait(f"turn[{cons}]", turn_phase(j, cons),
                         critical="" if cons == 0 and j == 0 else "phase_sync.py: wait for my turn")
-                for k in range(n):
-                    c = first + k
-                    s = ring_index(c, stages)
-                    g.where = f"unit {t} k={k}"
-                    g.mwait(f"ready[{s}]", ring_phase(c, stages), critical="pipeline.py: consumer waits ready[s]")
-                    g.mma((f"A[{s}]", f"B[{s}]"), counter="wgmma", want=c, label=f"wgmma c={c} A[{s}],B[{s}]")
-                    g.wait("wgmma", 1, critical="mma.py: wgmma of k-step k-1 done before its release"
-                           if k and c - 1 + stages < total else "")  # (a slot never refilled: no race to miss)
-                    if k > 0:
-                        g.arrive(f"empty[{ring_index(c - 1, stages)}]")
+                _k_loop(g, ring_index, ring_phase, stages, first, n, f"unit {t}", refilled)
                 g.where = f"unit {t} end"
                 g.arrive(f"turn[{other}]")
                 if n > 0 or (variant == "release_empty" and first > 0):
                     g.wait("wgmma", 0, critical="kernels/gemm.py finish_mainloop: drain the last wgmma"
-                           if first + n - 1 + stages < total else "")
+                           if refilled(first + n - 1) else "")
                     g.arrive(f"empty[{ring_index(first + n - 1, stages)}]")
                 _epilogue(g, cons, j, t, 1, False, "correct")
             if mine or variant != "own_count":
@@ -243,17 +213,49 @@ def hopper_pingpong_counted(steps=(2, 0, 3, 1, 0, 2), stages: int = 2, variant: 
     return b.build()
 
 
-def _producer(b, ring_index, ring_phase, stages: int, total: int, k_iters: int):
-    """The TMA warp (kernel.producer): every k-step of every tile, in order, into the ring."""
+def _consumer_group(b, cons: int, other_consumer, pre_armed: bool):
+    """Ping-pong consumer warpgroup `cons` and the other one's index; with the older turn_phase
+    consumer 0 first arrives once on turn[0] (the kernel's pre-arming, `_helpers`)."""
+    g = b.group(f"consumer{cons}", 4)
+    if cons == 0 and pre_armed:
+        g.where = "kernel"
+        g.arrive("turn[0]", label="arrive turn[0] (kernel, once)")
+    return g, other_consumer(cons)
+
+
+def _k_loop(g, ring_index, ring_phase, stages: int, first: int, n: int, where: str, refilled, early_release=False,
+            releases=True):
+    """A consumer's K loop (kernels/gemm.py mainloop) over k-steps first .. first+n-1: wait
+    ready[s], wgmma, wait(1), release the previous k-step's slot ("early_release": each slot
+    right after issuing its wgmma, before it completed; releases=False: never)."""
+    for k in range(n):
+        c = first + k
+        s = ring_index(c, stages)
+        g.where = f"{where} k={k}"
+        g.mwait(f"ready[{s}]", ring_phase(c, stages), critical="pipeline.py: consumer waits ready[s]")
+        g.mma((f"A[{s}]", f"B[{s}]"), counter="wgmma", want=c, label=f"wgmma c={c} A[{s}],B[{s}]")
+        if early_release:
+            g.arrive(f"empty[{s}]", label=f"arrive empty[{s}] (too early)")
+        g.wait("wgmma", 1, critical="mma.py: wgmma of k-step k-1 done before its release" if k and refilled(c - 1) else "")
+        if k > 0 and not early_release and releases:
+            g.arrive(f"empty[{ring_index(c - 1, stages)}]")
+
+
+def _producer(b, ring_index, ring_phase, stages: int, steps, unit: str = "tile"):
+    """The TMA warp (kernel.producer): every k-step of every unit (steps[t] k-steps for unit t),
+    in order, into the ring."""
     p = b.group("producer", 1)
-    for c in range(total):
-        s, ph = ring_index(c, stages), ring_phase(c, stages)
-        p.where = f"tile {c // k_iters} k={c % k_iters}"
-        # the first pass (c < STAGES) waits on a fresh barrier's parity 1: passes at once
-        p.mwait(f"empty[{s}]", ph ^ 1, critical="pipeline.py: producer waits empty[s]" if c >= stages else "")
-        p.expect(f"ready[{s}]", A_BYTES + B_BYTES)
-        p.tma_load(f"A[{s}]", f"ready[{s}]", A_BYTES, data=c, label=f"TMA A(c={c}) → A[{s}]")
-        p.tma_load(f"B[{s}]", f"ready[{s}]", B_BYTES, data=c, label=f"TMA B(c={c}) → B[{s}]")
+    c = 0
+    for t, n in enumerate(steps):
+        for k in range(n):
+            s, ph = ring_index(c, stages), ring_phase(c, stages)
+            p.where = f"{unit} {t} k={k}"
+            # the first pass (c < STAGES) waits on a fresh barrier's parity 1: passes at once
+            p.mwait(f"empty[{s}]", ph ^ 1, critical="pipeline.py: producer waits empty[s]" if c >= stages else "")
+            p.expect(f"ready[{s}]", A_BYTES + B_BYTES)
+            p.tma_load(f"A[{s}]", f"ready[{s}]", A_BYTES, data=c, label=f"TMA A(c={c}) → A[{s}]")
+            p.tma_load(f"B[{s}]", f"ready[{s}]", B_BYTES, data=c, label=f"TMA B(c={c}) → B[{s}]")
+            c += 1
 
 
 def hopper_cooperative(k_iters: int = 2, stages: int = 2, tiles: int = 2, variant: str = "correct",
@@ -278,7 +280,7 @@ def hopper_cooperative(k_iters: int = 2, stages: int = 2, tiles: int = 2, varian
         b.mbarrier(f"ready[{s}]", 1).mbarrier(f"empty[{s}]", releasers)
     _declare_epilogue(b, subtiles, has_c)
     total = tiles * k_iters
-    _producer(b, ring_index, ring_phase, stages, total, k_iters)
+    _producer(b, ring_index, ring_phase, stages, [k_iters] * tiles)
 
     def refilled(c):
         return c + stages < total
@@ -288,18 +290,8 @@ def hopper_cooperative(k_iters: int = 2, stages: int = 2, tiles: int = 2, varian
         releases = not (variant == "one_consumer_releases" and cons == 1)
         for t in range(tiles):
             first = first_counter(t, k_iters, 1, 0)
-            for k in range(k_iters):
-                c = first + k
-                s = ring_index(c, stages)
-                g.where = f"tile {t} k={k}"
-                g.mwait(f"ready[{s}]", ring_phase(c, stages), critical="pipeline.py: consumer waits ready[s]")
-                g.mma((f"A[{s}]", f"B[{s}]"), counter="wgmma", want=c, label=f"wgmma c={c} A[{s}],B[{s}]")
-                if variant == "early_release":
-                    g.arrive(f"empty[{s}]", label=f"arrive empty[{s}] (too early)")
-                g.wait("wgmma", 1, critical="mma.py: wgmma of k-step k-1 done before its release"
-                       if k and refilled(c - 1) else "")
-                if k > 0 and variant != "early_release" and releases:
-                    g.arrive(f"empty[{ring_index(c - 1, stages)}]")
+            _k_loop(g, ring_index, ring_phase, stages, first, k_iters, f"tile {t}", refilled,
+                    variant == "early_release", releases)
             g.where = f"tile {t} end"
             g.wait("wgmma", 0, critical="kernels/gemm.py finish_mainloop: drain the last wgmma"
                    if refilled(first + k_iters - 1) else "")
