@@ -281,6 +281,15 @@ def test_double_backward_is_refused(kernels):
         torch.autograd.grad(y.sum(), x, create_graph=True)
 
 
+def test_no_tokens_with_a_broadcast_gradient(kernels):
+    """T = 0 and y.sum().backward(): the (0, N) gradient broadcast with zero strides is taken as
+    an empty operand; dW is zero, dX empty."""
+    x = torch.randn(0, 64, dtype=F16, requires_grad=True)
+    w = torch.randn(2, 48, 64, dtype=F16, requires_grad=True)
+    fgt.fp8_grouped_linear(x, w, torch.zeros(2, dtype=torch.int32)).sum().backward()
+    assert x.grad.shape == (0, 64) and w.grad.shape == w.shape and not w.grad.any()
+
+
 # ----------------------------------------------------------------------------- pingpong.moe
 
 

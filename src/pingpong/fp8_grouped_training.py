@@ -286,6 +286,8 @@ def _backward(ctx, grad, _):
                             " gradient products are not differentiable")
     grouped_mod._ensure_context(grad)
     g = grad.to(x.dtype).contiguous()  # (T, N); a broadcast gradient has stride 0
+    if not g.numel():  # (an empty one keeps its zero strides through contiguous())
+        g = g.new_empty(g.shape)
     needs_x, needs_w = ctx.needs_input_grad[:2]
     dx = _data_grad(g, weight, amax if amax.dim() == 2 else None, offs, ctx.recipe, x.dtype) if needs_x else None
     dw = _weight_grad(g, x, offs, weight.dtype) if needs_w else None
