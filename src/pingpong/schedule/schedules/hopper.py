@@ -224,21 +224,26 @@ def _consumer_group(b, cons: int, other_consumer, pre_armed: bool):
 
 
 def _k_loop(g, ring_index, ring_phase, stages: int, first: int, n: int, where: str, refilled, early_release=False,
-            releases=True):
+            releases=True, cta: str = "", release=None):
     """A consumer's K loop (kernels/gemm.py mainloop) over k-steps first .. first+n-1: wait
     ready[s], wgmma, wait(1), release the previous k-step's slot ("early_release": each slot
-    right after issuing its wgmma, before it completed; releases=False: never)."""
+    right after issuing its wgmma, before it completed; releases=False: never). A cluster's CTA
+    `cta` has its own ring (ready{cta}[s], A{cta}[s], B{cta}[s]) and `release(c)` of its own."""
     for k in range(n):
         c = first + k
         s = ring_index(c, stages)
         g.where = f"{where} k={k}"
-        g.mwait(f"ready[{s}]", ring_phase(c, stages), critical="pipeline.py: consumer waits ready[s]")
-        g.mma((f"A[{s}]", f"B[{s}]"), counter="wgmma", want=c, label=f"wgmma c={c} A[{s}],B[{s}]")
+        g.mwait(f"ready{cta}[{s}]", ring_phase(c, stages), critical="pipeline.py: consumer waits ready[s]")
+        g.mma((f"A{cta}[{s}]", f"B{cta}[{s}]"), counter="wgmma", want=c,
+              label=f"wgmma c={c}" if cta else f"wgmma c={c} A[{s}],B[{s}]")
         if early_release:
             g.arrive(f"empty[{s}]", label=f"arrive empty[{s}] (too early)")
         g.wait("wgmma", 1, critical="mma.py: wgmma of k-step k-1 done before its release" if k and refilled(c - 1) else "")
         if k > 0 and not early_release and releases:
-            g.arrive(f"empty[{ring_index(c - 1, stages)}]")
+            if release is None:
+                g.arrive(f"empty[{ring_index(c - 1, stages)}]")
+            else:
+                release(c - 1)
 
 
 def _producer(b, ring_index, ring_phase, stages: int, steps, unit: str = "tile"):
@@ -384,16 +389,8 @@ def hopper_cluster(k_iters: int = 2, stages: int = 2, tiles_per_consumer: int = 
                     if r == 0 or variant != "one_cta_release":
                         g.arrive(f"pair_empty[{s}]", label=f"arrive pair_empty[{s}]" + (" (remote)" if r else ""))
 
-                for k in range(k_iters):
-                    c = first + k
-                    s = ring_index(c, stages)
-                    g.where = f"cta {r} tile {2 * j + cons} k={k}"
-                    g.mwait(f"ready{r}[{s}]", ring_phase(c, stages), critical="pipeline.py: consumer waits ready[s]")
-                    g.mma((f"A{r}[{s}]", f"B{r}[{s}]"), counter="wgmma", want=c, label=f"wgmma c={c}")
-                    g.wait("wgmma", 1, critical="mma.py: wgmma of k-step k-1 done before its release"
-                           if k and refilled(c - 1) else "")
-                    if k > 0:
-                        release(c - 1)
+                _k_loop(g, ring_index, ring_phase, stages, first, k_iters, f"cta {r} tile {2 * j + cons}", refilled,
+                        cta=str(r), release=release)
                 g.where = f"cta {r} tile {2 * j + cons} end"
                 g.arrive(f"turn{r}[{other}]")
                 g.wait("wgmma", 0, critical="kernels/gemm.py finish_mainloop: drain the last wgmma"
