@@ -65,17 +65,20 @@ implementation runs the same validation and gives the (T, N) shape.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
 from .integration import inductor, ops
-from .errors import PingpongError
+from .errors import PingpongError, check_tensor
 from .portable import grouped as portable_grouped
 from .runtime import fp8_spec
 from .runtime import plan as plan_mod
 from .runtime import spec as spec_mod
+from .runtime.spec import SCALE_BLOCK
 
-__all__ = ["scaled_grouped_mm", "check_scaled_grouped_mm"]
+__all__ = ["scaled_grouped_mm", "check_scaled_grouped_mm", "scaled_grouped_k_mm", "check_scaled_grouped_k_mm"]
 
 
 # ----------------------------------------------------------------------------- validation
@@ -176,3 +179,129 @@ def _(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum, zero_tail=False):
 def scaled_grouped_mm_out(a, b, scale_a, scale_b, offs, *, use_fast_accum: bool, zero_tail: bool = False, out):
     """pingpong::scaled_grouped_mm into inductor's buffer (pingpong.integration.inductor)."""
     scaled_grouped_mm_direct(a, b, scale_a, scale_b, offs, out.dtype, use_fast_accum, out, zero_tail)
+
+
+# ----------------------------------------------------------------------------- K grouped: the weight gradient
+
+#: the scalings of scaled_grouped_k_mm: per expert and row ("row"), per 128 tokens and row ("block")
+GROUPED_K_SCALINGS = ("row", "block")
+_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def check_scaled_grouped_k_mm(a, b, scale_a, scale_b, poffs, scaling, out_dtype, device_checks: bool = True) -> None:
+    """scaled_grouped_k_mm's arguments: PingpongError naming the argument (shapes, dtypes,
+    strides, devices; the padded ends are device data, not read); then, unless `device_checks`
+    is False (the fake implementation), a Hopper GPU and 16-byte aligned bases."""
+    for name, t in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b), ("poffs", poffs)):
+        check_tensor(name, t)
+    if scaling not in GROUPED_K_SCALINGS:
+        raise PingpongError(f"scaling: expected one of {GROUPED_K_SCALINGS}, got {scaling!r}")
+    if out_dtype not in _OUT_DTYPES:
+        raise PingpongError(f"out_dtype: expected one of {_OUT_DTYPES}, got {out_dtype!r}")
+    for name, t in (("a", a), ("b", b)):
+        if t.dim() != 2 or t.dtype not in _FP8:
+            raise PingpongError(f"{name}: expected a 2-D fp8 tensor (e4m3fn or e5m2), got {t.dtype} of shape"
+                                f" {tuple(t.shape)}")
+        if t.shape[0] % 16 or t.shape[1] % 16 or (t.shape[0] > 1 and t.stride(1) != 1) or t.stride(0) % 16:
+            raise PingpongError(f"{name}: expected rows of the padded tokens, contiguous, 16-byte aligned, and a"
+                                f" multiple of 16 of them (pingpong.quantize_groups_t's layout), got shape"
+                                f" {tuple(t.shape)} and strides {tuple(t.stride())}")
+        if t.device != a.device:
+            raise PingpongError(f"{name}: on {t.device}; expected a's device {a.device}")
+    if b.shape[1] != a.shape[1]:
+        raise PingpongError(f"b: its padded token length {b.shape[1]} differs from a's {a.shape[1]}")
+    if poffs.dim() != 1 or poffs.dtype != torch.int32 or not poffs.shape[0] or not poffs.is_contiguous():
+        raise PingpongError(f"poffs: expected a non-empty contiguous 1-D int32 tensor of padded ends, got"
+                            f" {poffs.dtype} of shape {tuple(poffs.shape)}")
+    G, (M, TP), N = poffs.shape[0], a.shape, b.shape[0]
+    if scaling == "block" and TP % SCALE_BLOCK:
+        raise PingpongError(f"a: block-wise scales need a padded length that is a multiple of {SCALE_BLOCK}, got"
+                            f" {TP}")
+    rows = G if scaling == "row" else TP // SCALE_BLOCK
+    for name, t, width in (("scale_a", scale_a, M), ("scale_b", scale_b, N)):
+        if t.dtype != torch.float32 or tuple(t.shape) != (rows, width) or (width > 1 and t.stride(1) != 1) \
+                or (rows > 1 and t.stride(0) % 4):
+            what = "(G, rows)" if scaling == "row" else "(padded length / 128, rows)"
+            raise PingpongError(f"{name}: expected fp32 {what} = {(rows, width)} with contiguous, 16-byte aligned"
+                                f" rows ({scaling}-wise), got {t.dtype} of shape {tuple(t.shape)} and strides"
+                                f" {tuple(t.stride())}")
+    for name, t in (("scale_a", scale_a), ("scale_b", scale_b), ("poffs", poffs)):
+        if t.device != a.device:
+            raise PingpongError(f"{name}: on {t.device}; expected a's device {a.device}")
+    fp8_spec.refuse_grad("scaled_grouped_k_mm", a, b, scale_a, scale_b, names=("a", "b", "scale_a", "scale_b"))
+    if device_checks:
+        check_gpu(a.device)
+        check_hopper(a.device)
+        for name, t in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)):
+            if t.data_ptr() % 16:
+                raise PingpongError(f"{name}: its base address must be 16-byte aligned (TMA); pass a fresh tensor")
+
+
+def check_hopper(device) -> None:
+    """The K-grouped kernel runs on Hopper (sm_90) only."""
+    if _capability(device.index if device.index is not None else torch.cuda.current_device()) != (9, 0):
+        raise PingpongError(f"a: pingpong.scaled_grouped_k_mm runs on a Hopper (sm_90) GPU; {device} is not one")
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(index)
+
+
+def scaled_grouped_k_mm_direct(a, b, scale_a, scale_b, poffs, scaling="row", out_dtype=torch.bfloat16,
+                               out=None) -> Tensor:
+    """The product on the direct path (no dispatcher): validate, launch; into `out`
+    (contiguous (G, M, N) of out_dtype: inductor's buffer) when given."""
+    check_scaled_grouped_k_mm(a, b, scale_a, scale_b, poffs, scaling, out_dtype)
+    if out is None:
+        out = torch.empty(poffs.shape[0], a.shape[0], b.shape[0], dtype=out_dtype, device=a.device)
+    if out.numel():
+        _launch_grouped_k(a, b, out, poffs, scale_a, scale_b, scaling)
+    return out
+
+
+def _launch_grouped_k(a, b, out, poffs, scale_a, scale_b, scaling) -> None:
+    """The Hopper kernel's launch (pingpong.hopper.host.fp8_grouped_k); the CPU tests replace it."""
+    from .hopper.host import fp8_grouped_k
+
+    fp8_grouped_k.launch(a, b, out, poffs, scale_a, scale_b, scaling)
+
+
+def scaled_grouped_k_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, poffs: Tensor, *,
+                        scaling: str = "row", out_dtype: torch.dtype = torch.bfloat16) -> Tensor:
+    """FP8 product with K grouped: out[g] = (a[:, P_{g-1}:P_g] @ b[:, P_{g-1}:P_g]ᵀ)·scales, the
+    mixture-of-experts weight gradient dW_g = dY_gᵀ·X_g (pingpong.hopper.kernels.fp8_grouped_k).
+
+    Args:
+        a: (M, TP) fp8, b: (N, TP) fp8: the tokens of each expert contiguous, expert g's in
+            [P_{g-1}, P_g), a multiple of 128 long, zeros after its tokens
+            (pingpong.quantize_groups_t(dY) and (X) give them so).
+        scale_a, scale_b: fp32. scaling "row": (G, M) and (G, N), per expert along its tokens;
+            "block": (TP/128, M) and (TP/128, N), per 128 tokens.
+        poffs: (G,) int32 padded ends P_g on a's device (read on the device only).
+    Returns:
+        (G, M, N) out_dtype; an expert with no token gets zeros.
+    """
+    if ops.traced(a, b, scale_a, scale_b, poffs):
+        return torch.ops.pingpong.scaled_grouped_k_mm(a, b, scale_a, scale_b, poffs, scaling, out_dtype)
+    return scaled_grouped_k_mm_direct(a, b, scale_a, scale_b, poffs, scaling, out_dtype)
+
+
+@torch.library.custom_op("pingpong::scaled_grouped_k_mm", mutates_args=())
+def _scaled_grouped_k_mm_op(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, poffs: Tensor, scaling: str,
+                            out_dtype: torch.dtype) -> Tensor:
+    return scaled_grouped_k_mm_direct(a, b, scale_a, scale_b, poffs, scaling, out_dtype)
+
+
+@_scaled_grouped_k_mm_op.register_fake
+def _(a, b, scale_a, scale_b, poffs, scaling, out_dtype):
+    inductor.register()
+    check_scaled_grouped_k_mm(a, b, scale_a, scale_b, poffs, scaling, out_dtype, device_checks=False)
+    return a.new_empty((poffs.shape[0], a.shape[0], b.shape[0]), dtype=out_dtype)
+
+
+@inductor.lowered("scaled_grouped_k_mm")
+def scaled_grouped_k_mm_out(a, b, scale_a, scale_b, poffs, *, scaling: str, out):
+    """pingpong::scaled_grouped_k_mm into inductor's buffer (pingpong.integration.inductor)."""
+    scaled_grouped_k_mm_direct(a, b, scale_a, scale_b, poffs, scaling, out.dtype, out)

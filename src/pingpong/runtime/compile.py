@@ -166,6 +166,7 @@ KERNEL_MODULES = (
     "pingpong.amd",
     "pingpong.streaming.offline",
     "pingpong.hopper.host.fp8_grouped",
+    "pingpong.hopper.host.fp8_grouped_k",
 )
 
 

@@ -13,9 +13,12 @@ either:
     tile_batch(t)           the matrix of a batched product the unit belongs to (0 if unbatched)
     split(t)                the unit's K split (0 when a unit runs the whole K loop); stream-K:
                             (slot, parts) of its tile's fix-up
-    RAGGED_K                (constexpr) the units' k-steps are device data (the ragged-K grouped
-                            kernel, pingpong.hopper.kernels.grouped_k): first_step has no closed form, so
-                            the partitions count them unit by unit, and a unit may have none
+    COUNTED                 (constexpr) the units' k-steps are device data (the K-grouped
+                            kernels, pingpong.hopper.kernels.grouped_k and fp8_grouped_k): first_step
+                            has no closed form, so the consumers count them unit by unit, and a
+                            unit may have none
+    RAGGED_K                (constexpr) COUNTED, and the producer loads each unit's K range
+                            through the scheduler's k_range and a ragged loader (grouped_k)
 
 TileScheduler (data-parallel): one unit per output tile, the whole K loop. SplitKScheduler:
 SPLITS units per tile. StreamKScheduler: whole waves of tiles, then the remaining tiles' k-steps
@@ -85,7 +88,7 @@ class RasterScheduler:
     `num_programs` over the grouped raster of num_pid_m × num_pid_n output tiles of BM × BN,
     K in steps of BK; and the interface's common answers (one unit per tile, unbatched, the
     whole K loop of k_steps from K offset 0; num_tiles and k_steps are the scheduler's own
-    fields), which a scheduler overrides where its units differ. RAGGED_K: module docstring."""
+    fields), which a scheduler overrides where its units differ. COUNTED, RAGGED_K: module docstring."""
 
     pid: gl.tensor
     num_programs: gl.tensor
@@ -95,6 +98,7 @@ class RasterScheduler:
     BN: gl.constexpr
     BK: gl.constexpr
     GROUP_M: gl.constexpr
+    COUNTED: gl.constexpr = False
     RAGGED_K: gl.constexpr = False
 
     @gluon.jit

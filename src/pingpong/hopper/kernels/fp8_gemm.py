@@ -135,8 +135,9 @@ def unused_layout(num_ctas):
 class Fp8Scales:
     """Where the scales are and how they apply (module docstring's table).
 
-    Tensor- and row-wise: sa, sb are pointers, read once per tile (apply_outer); sa[m] at
-    sa + m·sa_row, sb[n] of batch (group) g at sb + g·sb_g + n·sb_col. Block-wise: sa, sb are
+    Tensor- and row-wise: sa, sb are pointers, read once per tile (apply_outer); sa[m] of
+    batch (group) g at sa + g·sa_g + m·sa_row, sb[n] at sb + g·sb_g + n·sb_col (sa_g: the
+    K-grouped kernel's per-expert row scales; 0 elsewhere). Block-wise: sa, sb are
     the TMA descriptors of the scales' K-major storage, staged by the producer into sa_bufs /
     sb_bufs beside each ring slot (load) and read by the consumers from shared memory at the
     promotion (promote):
@@ -158,6 +159,7 @@ class Fp8Scales:
     sa_row: gl.tensor
     sb_col: gl.tensor
     sb_g: gl.tensor
+    sa_g: gl.tensor
     M: gl.tensor
     N: gl.tensor
     sa_bufs: gl.shared_memory_descriptor
@@ -167,7 +169,7 @@ class Fp8Scales:
     ANY_ROW: gl.constexpr
 
     @gluon.jit
-    def allocate(sa, sb, sa_row, sb_col, sb_g, M, N, STAGES: gl.constexpr, SCALING: gl.constexpr,
+    def allocate(sa, sb, sa_row, sb_col, sb_g, sa_g, M, N, STAGES: gl.constexpr, SCALING: gl.constexpr,
                  SB_COLS: gl.constexpr, ANY_ROW: gl.constexpr = False):
         """Block-wise: one sa box and one sb box per ring slot."""
         if SCALING == "block":
@@ -180,7 +182,7 @@ class Fp8Scales:
         else:  # never read (in a 2-CTA cluster, as every shared allocation, with the pair's CTA layout)
             sa_bufs = gl.allocate_shared_memory(gl.float32, [1, 4], unused_layout(gl.num_ctas()))
             sb_bufs = sa_bufs
-        return Fp8Scales(sa, sb, sa_row, sb_col, sb_g, M, N, sa_bufs, sb_bufs, SCALING, SB_COLS, ANY_ROW)
+        return Fp8Scales(sa, sb, sa_row, sb_col, sb_g, sa_g, M, N, sa_bufs, sb_bufs, SCALING, SB_COLS, ANY_ROW)
 
     @gluon.constexpr_function
     def nbytes(self):
@@ -287,7 +289,7 @@ class Fp8Scales:
         elif self.SCALING == "row":
             rows = self.rows(off_m, acc.shape[0], layout)
             cols = self.cols(off_n, acc.shape[1], layout)
-            sa = gl.load(self.sa + rows * self.sa_row, mask=rows < self.M, other=0.0)
+            sa = gl.load(self.sa + batch * self.sa_g + rows * self.sa_row, mask=rows < self.M, other=0.0)
             sb = gl.load(self.sb + batch * self.sb_g + cols * self.sb_col, mask=cols < self.N, other=0.0)
             acc = acc * gl.expand_dims(sa, 1) * gl.expand_dims(sb, 0)
         return acc
@@ -422,7 +424,7 @@ def promoted_pieces(ring, first, k_steps, ROW0: gl.constexpr, ROWS: gl.constexpr
 class Fp8KLoop:
     """The FP8 consumers' K-loop variant (the interface of pingpong.hopper.kernels.gemm.PlainKLoop):
     a unit is located before the consumer's turn, as (batch or group, off_m, off_n, first ring
-    counter), since the promotion reads the tile's scale phases; its K loop is promoted
+    counter, k-steps), since the promotion reads the tile's scale phases; its K loop is promoted
     (PROMOTE: promoted_mainloop, paired on ping-pong, or promoted_pieces) or the plain one
     (fast accumulation); the outer scales go on at the store (store_tile, SPLIT: into a
     SplitEpilogue), with the tensor-wise factor read once per consumer."""
@@ -438,8 +440,12 @@ class Fp8KLoop:
 
     @gluon.jit
     def locate(self, sched, t):
+        return self.counted(sched, t, sched.first_step(t), sched.unit_steps(t))
+
+    @gluon.jit
+    def counted(self, sched, t, first, steps):
         batch, off_m, off_n = sched.locate(t)
-        return batch, off_m, off_n, sched.first_step(t)
+        return batch, off_m, off_n, first, steps
 
     @gluon.jit
     def run(self, ring, sched, t, unit, ROW0: gl.constexpr, ROWS: gl.constexpr, sync, CONSUMER: gl.constexpr,
@@ -448,9 +454,8 @@ class Fp8KLoop:
         unit's tile over its K blocks kb0 .. kb0+steps-1 (kb0 > 0: a split-K or stream-K unit). Under
         PINGPONG the turn passes to the other consumer once the last wgmma is issued
         (promoted: once it is done)."""
-        batch, off_m, off_n, first = unit
+        batch, off_m, off_n, first, steps = unit
         kb0 = sched.k_begin(t) // sched.BK
-        steps = sched.unit_steps(t)
         COLS2: gl.constexpr = self.plain.COLS2
         if self.PROMOTE:
             if COLS2:
@@ -465,12 +470,13 @@ class Fp8KLoop:
             if PINGPONG:
                 sync.pass_turn(CONSUMER)
         else:
-            mma = self.plain.accumulate(ring, first, steps, ROW0, ROWS, sched.BN, sync, CONSUMER, PINGPONG)
+            mma = self.plain.accumulate(ring, first, steps, ROW0, ROWS, sched.BN, sync, CONSUMER, PINGPONG,
+                                        sched.COUNTED)
         return mma
 
     @gluon.jit
     def store(self, epi, sched, mma, factor, CONSUMER: gl.constexpr, count, t, unit, ROW0: gl.constexpr):
-        batch, off_m, off_n, first = unit
+        batch, off_m, off_n, first, steps = unit
         store_tile(epi, self.scales, mma, CONSUMER, count, batch, off_m + ROW0, off_n, sched.split(t), self.SPLIT,
                    factor)
 
@@ -511,7 +517,8 @@ def fp8_gemm(a_desc, b_desc, ops, M, N, K, sa_row, sb_col, CFG: gl.constexpr,
     sched = TileScheduler.create(M, N, K, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M, 1)
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, True, CFG.CLUSTER, CFG.B1_BOXES)
     epi = Epilogue.of(ops, gl.to_tensor(1.0), gl.to_tensor(0.0), M, N, 2, CFG.EPI)
-    scales = Fp8Scales.allocate(ops.sa, ops.sb, sa_row, sb_col, gl.to_tensor(0), M, N, CFG.STAGES, SCALING, SB_COLS)  # one batch
+    zero = gl.to_tensor(0)  # one batch: no batch strides
+    scales = Fp8Scales.allocate(ops.sa, ops.sb, sa_row, sb_col, zero, zero, M, N, CFG.STAGES, SCALING, SB_COLS)
     loader = TileLoader(a_desc, b_desc, True, True, CFG.BN2, CFG.CLUSTER > 1, CFG.B1_BOXES)
     run_fp8_partitions(ring, sched, epi, scales, loader, CFG, PROMOTE)
 
@@ -532,7 +539,8 @@ def fp8_split_gemm(a_desc, b_desc, ws, counters, ops, M, N, K, sa_row, sb_col, s
     gl.static_assert(not CFG.EPI.SWAP or SCALING != "block", "swap-AB: tensor- and row-wise scales only")
     sched = SplitKScheduler.create(M, N, K, splits, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M)
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS)
-    scales = Fp8Scales.allocate(ops.sa, ops.sb, sa_row, sb_col, gl.to_tensor(0), M, N, CFG.STAGES, SCALING, SB_COLS)
+    zero = gl.to_tensor(0)
+    scales = Fp8Scales.allocate(ops.sa, ops.sb, sa_row, sb_col, zero, zero, M, N, CFG.STAGES, SCALING, SB_COLS)
     epi = SplitEpilogue.of(ops, ws, split_stride16 * 4, ws_ld16 * 4, counters, out_ld, out_ld, scales, gl.to_tensor(0.0),
                            M, N, splits, CFG.EPI)
     run_fp8_partitions(ring, sched, epi, scales, TileLoader(a_desc, b_desc, True, True), CFG, PROMOTE, True)
@@ -553,7 +561,8 @@ def fp8_stream_gemm(a_desc, b_desc, ws, counters, ops, M, N, K, sa_row, sb_col, 
                      "stream-K units: one-piece tiles, one CTA, unswapped (check_fp8_config)")
     sched = StreamKScheduler.create(M, N, K, dp_tiles, streamers, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M)
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS)
-    scales = Fp8Scales.allocate(ops.sa, ops.sb, sa_row, sb_col, gl.to_tensor(0), M, N, CFG.STAGES, SCALING, SB_COLS)
+    zero = gl.to_tensor(0)
+    scales = Fp8Scales.allocate(ops.sa, ops.sb, sa_row, sb_col, zero, zero, M, N, CFG.STAGES, SCALING, SB_COLS)
     epi = stream_k_epilogue(sched, ops, ws, split_stride16, ws_ld16, counters, out_ld, out_ld, scales,
                             gl.to_tensor(0.0), M, N, streamers, CFG)
     run_fp8_partitions(ring, sched, epi, scales, TileLoader(a_desc, b_desc, True, True), CFG, PROMOTE, True)

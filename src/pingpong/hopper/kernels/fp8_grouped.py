@@ -83,5 +83,6 @@ def fp8_grouped_gemm(a_desc, b_desc, c_desc, out, offs, sa, sb, T, N, K, G, out_
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS)
     tma_epi = Epilogue.plain(c_desc, gl.to_tensor(1.0), gl.to_tensor(0.0), out, T, N, 2, CFG.EPI)
     epi = GroupedEpilogue(tma_epi, out, out_sr, out_sc, offs, T, N, TMA_STORE)
-    scales = Fp8Scales.allocate(sa, sb, sa_row, sb_col, sb_g, T, N, CFG.STAGES, SCALING, _SCALE_BLOCK, True)
+    scales = Fp8Scales.allocate(sa, sb, sa_row, sb_col, sb_g, gl.to_tensor(0), T, N, CFG.STAGES, SCALING, _SCALE_BLOCK,
+                                True)
     run_fp8_partitions(ring, sched, epi, scales, TileLoader(a_desc, b_desc, True, True), CFG, PROMOTE)

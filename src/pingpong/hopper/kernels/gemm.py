@@ -2,8 +2,8 @@
 top-down; the parts (Ring, TileLoader, MmaOp, Epilogue, TileScheduler, PhaseSync) do the work.
 
 ONE SKELETON. Every warp-specialized Hopper kernel (these, the FP8 ones of
-pingpong.hopper.kernels.fp8_gemm, the grouped ones of pingpong.hopper.kernels.grouped, fp8_grouped and
-grouped_k) is `run_partitions`: one warp_specialize of one producer function and one
+pingpong.hopper.kernels.fp8_gemm, the grouped ones of pingpong.hopper.kernels.grouped, fp8_grouped,
+grouped_k and fp8_grouped_k) is `run_partitions`: one warp_specialize of one producer function and one
 consumer function (both schedules; CFG.PINGPONG picks the units and rows of each consumer
 warpgroup), with the parts that differ passed in as aggregates:
 
@@ -12,8 +12,8 @@ warpgroup), with the parts that differ passed in as aggregates:
         consumer   (ring, sched, epi, kloop,  per unit: kloop.locate │ [ping-pong: wait turn] │
                     sync, CONSUMER, PINGPONG)  kloop.run (K loop; passes the turn) │ kloop.store → epi
     sched   a RasterScheduler (pingpong.hopper.device.scheduler): TileScheduler, SplitKScheduler,
-            StreamKScheduler, GroupedScheduler, RaggedKScheduler (a TileScheduler whose RAGGED_K
-            has the partitions count k-steps unit by unit)
+            StreamKScheduler, GroupedScheduler, RaggedKScheduler and PaddedKScheduler (TileSchedulers
+            whose COUNTED has the consumers count k-steps unit by unit)
     kloop   PlainKLoop (wgmmas accumulate in place), fp8_kernel.Fp8KLoop (promoted, paired or
             plain; the outer scales at the store)
     loader  TileLoader, fp8_kernel.Fp8Loader (+ block scales), grouped_k.RaggedKLoader
@@ -171,7 +171,8 @@ class PlainKLoop:
     points of every unit; its unit record is whatever `locate` returns:
 
         outer_factor()                                       once per consumer, before its first unit
-        locate(sched, t)                  -> unit            before the consumer's turn
+        locate(sched, t)                  -> unit            before the consumer's turn (COUNTED
+                                                               schedulers: counted(sched, t, first, steps))
         run(ring, sched, t, unit, ROW0, ROWS, sync, C, PP)   -> MmaOp, drained, slots released (PP: the
                                                                turn passed once the last wgmma is issued)
         store(epi, sched, mma, factor, C, count, t, unit, ROW0)   the epilogue
@@ -199,6 +200,12 @@ class PlainKLoop:
         return sched.first_step(t), sched.unit_steps(t)
 
     @gluon.jit
+    def counted(self, sched, t, first, steps):
+        """The unit of a COUNTED scheduler, whose first ring counter and k-steps the consumer
+        added up itself."""
+        return first, steps
+
+    @gluon.jit
     def accumulate(self, ring, first, steps, ROW0: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr, sync,
                    CONSUMER: gl.constexpr, PINGPONG: gl.constexpr, MAY_BE_EMPTY: gl.constexpr = False):
         """k-steps first .. first+steps-1 into ROWS × COLS accumulators (rows ROW0.. of the A
@@ -218,7 +225,7 @@ class PlainKLoop:
     def run(self, ring, sched, t, unit, ROW0: gl.constexpr, ROWS: gl.constexpr, sync, CONSUMER: gl.constexpr,
             PINGPONG: gl.constexpr):
         first, steps = unit
-        return self.accumulate(ring, first, steps, ROW0, ROWS, sched.BN, sync, CONSUMER, PINGPONG, sched.RAGGED_K)
+        return self.accumulate(ring, first, steps, ROW0, ROWS, sched.BN, sync, CONSUMER, PINGPONG, sched.COUNTED)
 
     @gluon.jit
     def store(self, epi, sched, mma, factor, CONSUMER: gl.constexpr, count, t, unit, ROW0: gl.constexpr):
@@ -234,17 +241,18 @@ def consumer(ring, sched, epi, kloop, sync, CONSUMER: gl.constexpr, PINGPONG: gl
     """Consumer warpgroup CONSUMER of either schedule (module docstring), each unit through the
     K-loop variant `kloop` (PlainKLoop's docstring). Ping-pong: the program's units CONSUMER,
     CONSUMER+2, ..., each in its turn (PhaseSync); cooperative: every unit, its rows
-    [CONSUMER·BM/2, (CONSUMER+1)·BM/2). RAGGED_K: it walks every unit, adding up the k-steps
-    (the other consumer's too) to find its ring position."""
+    [CONSUMER·BM/2, (CONSUMER+1)·BM/2). COUNTED: it walks every unit, adding up the k-steps
+    (the other consumer's too) to find its ring position (kloop.counted: the unit at it)."""
     EVERY: gl.constexpr = 2 if PINGPONG else 1  # units taken in turns, or each by both
     FIRST: gl.constexpr = CONSUMER % EVERY
     factor = kloop.outer_factor()
-    if sched.RAGGED_K:
+    if sched.COUNTED:
         first = 0
         for t in range(sched.local_tiles()):
             steps = sched.unit_steps(t)
             if t % EVERY == FIRST:
-                consumer_unit(ring, sched, epi, kloop, sync, factor, CONSUMER, PINGPONG, t, t // EVERY, (first, steps))
+                consumer_unit(ring, sched, epi, kloop, sync, factor, CONSUMER, PINGPONG, t, t // EVERY,
+                              kloop.counted(sched, t, first, steps))
             first += steps
     else:
         for j in range((sched.local_tiles() - FIRST + (EVERY - 1)) // EVERY):

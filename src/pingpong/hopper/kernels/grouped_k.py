@@ -17,7 +17,8 @@ in the contiguous dimension.
 
 The parts are the dense kernel's (its warp-specialized skeleton `run_partitions` with the plain
 K loop PlainKLoop, Ring, MmaOp, PhaseSync, Epilogue, TileScheduler); three are new, and the
-scheduler's RAGGED_K tells the skeleton's partitions to count every unit's k-steps:
+scheduler's COUNTED tells the skeleton's consumers to count every unit's k-steps, its RAGGED_K
+the producer to load through k_range and the ragged loader:
 
 RaggedKScheduler. Every group has the same ceil(M/BM)·ceil(N/BN) output tiles, so the units
 are TileScheduler's batched units with the group as the batch: G·tiles units, group after
@@ -102,6 +103,7 @@ class RaggedKScheduler(TileScheduler):
 
     offs: gl.tensor
     T: gl.tensor
+    COUNTED: gl.constexpr = True
     RAGGED_K: gl.constexpr = True
 
     @gluon.jit

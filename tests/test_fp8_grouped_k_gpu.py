@@ -1,0 +1,94 @@
+"""GPU: the FP8 K-grouped kernel (pingpong.hopper.kernels.fp8_grouped_k, the MoE weight
+gradient dW_g = dY_gᵀ·X_g) against float64 products of its fp8 operands and scales (exact
+inputs: the bound is the fp32 accumulation and the output's rounding), outputs poisoned with
+NaN first: experts of 0, 1, 127, 128, 129 and 300 tokens (empty ones first, last and in a row),
+both tiles (cooperative 128×128, ping-pong 64×128), row- and block-wise scales, the columns
+past the last expert's run holding NaN (never read), bitwise repeatability, and 128 experts;
+then the same product from pingpong.quantize_groups_t's operands."""
+
+import pytest
+import torch
+
+from fused_reference import check, new_seed
+from pingpong import KernelConfig, fp8_grouped
+from pingpong.hopper.host import fp8_grouped_k as host
+
+pytestmark = pytest.mark.gpu
+E4M3 = torch.float8_e4m3fn
+CONFIGS = {"cooperative": KernelConfig(128, 128, 128, schedule="cooperative"),
+           "pingpong": KernelConfig(64, 128, 128, schedule="pingpong")}
+SIZES = {"mixed": [0, 1, 127, 0, 0, 128, 129, 300, 0], "one": [300], "empty": [0, 0]}
+
+
+def padded(sizes):
+    runs = [128 * -(-t // 128) for t in sizes]
+    return torch.tensor(runs, dtype=torch.int32).cumsum(0, dtype=torch.int32), runs
+
+
+def operands(M, N, sizes, scaling, gen):
+    """a (M, TP), b (N, TP) fp8 with each expert's tokens in its run, zeros after them, NaN in the
+    columns past the last run; the scales (row: (G, M), (G, N); block: (TP/128, ·)) in [1/8, 8)."""
+    poffs, runs = padded(sizes)
+    T = sum(sizes)
+    TP = 16 * -(-T // 16) + 128 * len(sizes)
+    a = torch.full((M, TP), float("nan"), device="cuda").to(E4M3)
+    b = torch.full((N, TP), float("nan"), device="cuda").to(E4M3)
+    start = 0
+    for t, run in zip(sizes, runs):
+        for x in (a, b):
+            x[:, start:start + run] = 0
+            x[:, start:start + t] = (torch.randn(x.shape[0], t, generator=gen, device="cuda") * 4).to(E4M3)
+        start += run
+    rows = len(sizes) if scaling == "row" else TP // 128
+    sa, sb = (torch.exp2(torch.randint(-3, 3, (rows, n), generator=gen, device="cuda").float()) for n in (M, N))
+    return a, b, sa, sb, poffs.cuda()
+
+
+def reference(a, b, sa, sb, poffs, scaling):
+    """out[g] in float64 from the operands as the kernel reads them (a run's padding is zero)."""
+    ends = poffs.tolist()
+    out = []
+    for g, end in enumerate(ends):
+        start = ends[g - 1] if g else 0
+        x, y = a[:, start:end].double(), b[:, start:end].double()
+        if scaling == "row":
+            out.append((x @ y.t()) * sa[g].double()[:, None] * sb[g].double()[None, :])
+        else:
+            blocks = [(x[:, k:k + 128] * sa[(start + k) // 128].double()[:, None])
+                      @ (y[:, k:k + 128] * sb[(start + k) // 128].double()[:, None]).t()
+                      for k in range(0, end - start, 128)]
+            out.append(sum(blocks) if blocks else torch.zeros(a.shape[0], b.shape[0], dtype=torch.float64,
+                                                              device=a.device))
+    return torch.stack(out)
+
+
+def run(a, b, sa, sb, poffs, scaling, out_dtype=torch.bfloat16):
+    out = torch.full((poffs.shape[0], a.shape[0], b.shape[0]), float("nan"), dtype=out_dtype, device="cuda")
+    return fp8_grouped.scaled_grouped_k_mm_direct(a, b, sa, sb, poffs, scaling, out_dtype, out)
+
+
+@pytest.mark.parametrize("sizes", list(SIZES))
+@pytest.mark.parametrize("scaling", ["row", "block"])
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_product_against_float64(config, scaling, sizes, monkeypatch):
+    monkeypatch.setattr(host, "select_fp8_grouped_k_config", lambda M, N: CONFIGS[config])
+    seed = new_seed()
+    gen = torch.Generator("cuda").manual_seed(seed)
+    M, N = (200, 272) if config == "cooperative" else (48, 144)  # partial tiles in both dimensions
+    a, b, sa, sb, poffs = operands(M, N, SIZES[sizes], scaling, gen)
+    out = run(a, b, sa, sb, poffs, scaling)
+    ref = reference(a, b, sa, sb, poffs, scaling)
+    check(out, ref, max(SIZES[sizes]), seed)
+    again = run(a, b, sa, sb, poffs, scaling)
+    assert torch.equal(out.view(torch.int16), again.view(torch.int16)), f"not bitwise repeatable (seed {seed})"
+
+
+@pytest.mark.parametrize("scaling", ["row", "block"])
+def test_many_experts_in_fp32(scaling):
+    seed = new_seed()
+    gen = torch.Generator().manual_seed(seed)
+    sizes = torch.randint(0, 400, (128,), generator=gen).tolist()
+    sizes[:3] = [0, 0, 0]
+    a, b, sa, sb, poffs = operands(256, 384, sizes, scaling, torch.Generator("cuda").manual_seed(seed))
+    out = run(a, b, sa, sb, poffs, scaling, torch.float32)
+    check(out, reference(a, b, sa, sb, poffs, scaling), max(sizes), seed)
