@@ -215,10 +215,7 @@ def check_scaled_grouped_k_mm(a, b, scale_a, scale_b, poffs, scaling, out_dtype,
         raise PingpongError(f"poffs: expected a non-empty contiguous 1-D int32 tensor of padded ends, got"
                             f" {poffs.dtype} of shape {tuple(poffs.shape)}")
     G, (M, TP), N = poffs.shape[0], a.shape, b.shape[0]
-    if scaling == "block" and TP % SCALE_BLOCK:
-        raise PingpongError(f"a: block-wise scales need a padded length that is a multiple of {SCALE_BLOCK}, got"
-                            f" {TP}")
-    rows = G if scaling == "row" else TP // SCALE_BLOCK
+    rows = G if scaling == "row" else TP // SCALE_BLOCK  # (every run ends at a multiple of 128 ≤ TP)
     for name, t, width in (("scale_a", scale_a, M), ("scale_b", scale_b, N)):
         if t.dtype != torch.float32 or tuple(t.shape) != (rows, width) or (width > 1 and t.stride(1) != 1) \
                 or (rows > 1 and t.stride(0) % 4):
