@@ -97,12 +97,13 @@ def test_product_against_float64(config, scaling, sizes, monkeypatch):
     assert torch.equal(out.view(torch.int16), again.view(torch.int16)), f"not bitwise repeatable (seed {seed})"
 
 
+@pytest.mark.parametrize("M", [256, 64])  # cooperative, ping-pong: several units per program, counted
 @pytest.mark.parametrize("scaling", ["row", "block"])
-def test_many_experts_in_fp32(scaling):
+def test_many_experts_in_fp32(scaling, M):
     seed = new_seed()
     gen = torch.Generator().manual_seed(seed)
     sizes = torch.randint(0, 400, (128,), generator=gen).tolist()
     sizes[:3] = [0, 0, 0]
-    a, b, sa, sb, poffs = operands(256, 384, sizes, scaling, torch.Generator("cuda").manual_seed(seed))
+    a, b, sa, sb, poffs = operands(M, 384, sizes, scaling, torch.Generator("cuda").manual_seed(seed))
     out = run(a, b, sa, sb, poffs, scaling, torch.float32)
     check(out, *reference(a, b, sa, sb, poffs, scaling), seed)
