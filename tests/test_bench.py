@@ -110,16 +110,23 @@ def test_grouped_fp8_train_dispatches_to_the_training_bench(monkeypatch):
 
 
 def test_grouped_fp8_train_table():
-    from pingpong.tools.bench_grouped_fp8 import format_training_rows
+    from pingpong.tools.bench_grouped_fp8 import TRAIN_RECIPES, format_training_rows
 
-    ok = dict(status="ok", rows=65536, ms_bf16=2.0, ms_fp8=1.0, tf_bf16=300.0, tf_fp8=600.0, lo=1.9, hi=2.1,
-              ms_kept=0.8)
-    rows = [dict(model="m", tokens=8192, routing="balanced", ratio=2.0, ratio_kept=2.5, **ok),
-            dict(model="m", tokens=8192, routing="zipf", ratio=0.5, ratio_kept=0.625, **ok),
+    def ok(ratio):
+        r = dict(status="ok", rows=65536, ms_bf16=2.0, tf_bf16=300.0)
+        for i, n in enumerate((*TRAIN_RECIPES, "kept")):
+            f = ratio * (1 + i / 4)
+            r.update({f"ms_{n}": 2.0 / f, f"ratio_{n}": f, f"lo_{n}": f * 0.9, f"hi_{n}": f * 1.1})
+        return r
+
+    rows = [dict(model="m", tokens=8192, routing="balanced", **ok(2.0)),
+            dict(model="m", tokens=8192, routing="zipf", **ok(0.5)),
             dict(model="m", tokens=8192, routing="zipf", status="FAILED", rel_diff=0.5)]
     text = format_training_rows(rows)
     assert "FP8 row_gw_hp vs bf16 grouped_mm: geomean 1.000 over 2, min 0.500" in text and "FAILED" in text
-    assert "weights' FP8 copies kept: geomean 1.250 over 2, min 0.625" in text
+    assert "FP8 row vs bf16 grouped_mm: geomean 1.250 over 2, min 0.625" in text
+    assert "FP8 block vs bf16 grouped_mm: geomean 1.500 over 2, min 0.750" in text
+    assert "weights' FP8 copies kept vs bf16 grouped_mm: geomean 1.750 over 2, min 0.875" in text
 
 
 def test_grouped_fp8_block_table():

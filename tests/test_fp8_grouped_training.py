@@ -71,6 +71,27 @@ def _cast_stacked(x, q, s, amax):
     amax.copy_(x.float().abs().amax(1))
 
 
+class RecordedGroupedK:
+    """scaled_grouped_k_mm's launch as a per-expert float64 product of its dequantized operands
+    (the scales read in the kernel's layouts: row (G, ·), block (TP // 128, ·)); every launch
+    recorded."""
+    runs: list = []
+
+    @classmethod
+    def launch(cls, a, b, out, poffs, sa, sb, scaling):
+        cls.runs.append((a.clone(), b.clone(), sa.clone(), sb.clone(), poffs.clone(), scaling))
+        start = 0
+        for g, end in enumerate(poffs.tolist()):
+            x, y = a[:, start:end].double(), b[:, start:end].double()
+            if scaling == "row":
+                x, y = x * sa[g].double()[:, None], y * sb[g].double()[:, None]
+            else:
+                x = x * sa[start // 128:end // 128].double().t().repeat_interleave(128, 1)
+                y = y * sb[start // 128:end // 128].double().t().repeat_interleave(128, 1)
+            out[g] = (x @ y.t()).to(out.dtype)
+            start = end
+
+
 @pytest.fixture
 def kernels(interpreted_kernels, monkeypatch):
     """The kernels replaced (module docstring); returns the list of FP8 grouped products run."""
@@ -85,6 +106,9 @@ def kernels(interpreted_kernels, monkeypatch):
     compute = gm._compute
     monkeypatch.setattr(gm, "_compute", lambda *a, **kw: compute(*a, **dict(kw, interpret=True)))
     monkeypatch.setattr(RecordedGroupedPlan, "runs", [])
+    monkeypatch.setattr(fp8_grouped, "check_hopper", lambda device: None)
+    monkeypatch.setattr(fp8_grouped, "_launch_grouped_k", RecordedGroupedK.launch)
+    monkeypatch.setattr(RecordedGroupedK, "runs", [])
     return RecordedGroupedPlan.runs
 
 
@@ -118,14 +142,14 @@ def run(shape, sizes, seed, recipe="row_gw_hp", tail=3):
     return x, w, g, y, offs
 
 
-@pytest.mark.parametrize("recipe", fgt.GROUPED_RECIPES)
+@pytest.mark.parametrize("recipe", ["row", "row_gw_hp"])  # (block-wise: test_block_wise_training)
 @pytest.mark.parametrize("shape", list(SHAPES))
 @pytest.mark.parametrize("sizes", list(SIZES))
 def test_forward_and_gradients_against_float64(kernels, recipe, shape, sizes):
     """y, dX, dW against per-expert float64 products of the fp16 inputs: y and dX within the
-    bound e4m3 rounding allows with the recipe's scales along each contraction, dW within fp16's
-    (the weight gradient is in the inputs' precision); dX's rows past offs[-1] zero; empty
-    experts get a zero dW."""
+    bound e4m3 rounding allows with the recipe's scales along each contraction, dW too ("row":
+    dYᵀ and Xᵀ per expert along its tokens) or within fp16's ("row_gw_hp", the inputs'
+    precision); dX's rows past offs[-1] zero; empty experts get a zero dW."""
     seed = 100 * list(SHAPES).index(shape) + list(SIZES).index(sizes)
     x, w, g, y, offs = run(shape, SIZES[sizes], seed, recipe)
     what = f"{recipe} {shape} {sizes} seed {seed}"
@@ -141,7 +165,10 @@ def test_forward_and_gradients_against_float64(kernels, recipe, shape, sizes):
         y_ref[s:e], dx_ref[s:e], dw_ref[gi] = Xg @ Wg.t(), Gg @ Wg, Gg.t() @ Xg
         y_ok[s:e] = bound(Xg, Wg.t(), scales_of(Xg, (1, -1)), scales_of(Wg.t(), (-1, 1)))
         dx_ok[s:e] = bound(Gg, Wg, scales_of(Gg, (1, -1)), scales_of(Wg, (-1, 1)))
-        dw_ok[gi] = 2.0**-10 * (Gg.t().abs() @ Xg.abs()) + 1e-6
+        if RECIPES[recipe].fp8_weight_grad:
+            dw_ok[gi] = bound(Gg.t(), Xg, scales_of(Gg.t(), (1, -1)), scales_of(Xg, (-1, 1)))
+        else:
+            dw_ok[gi] = 2.0**-10 * (Gg.t().abs() @ Xg.abs()) + 1e-6
     check_close(y[:routed], y_ref, y_ok, f"{what}: y")
     check_close(x.grad[:routed], dx_ref, dx_ok, f"{what}: dX")
     assert not x.grad[routed:].any(), f"{what}: dX rows past offs[-1] not zero"
@@ -195,18 +222,55 @@ def test_block_wise_forward_and_data_gradient(kernels, shape):
         torch.testing.assert_close(sb, want, rtol=0, atol=0, msg=f"{name}: scale_b blocks")
 
 
-def test_recipes_are_the_dense_tables_with_a_high_precision_weight_gradient():
-    """The grouped path serves the dense recipes whose dW is in the inputs' precision, by
-    either name; the others (FP8 dW) and unknown names are refused naming the argument."""
-    assert fgt.GROUPED_RECIPES == tuple(n for n, r in RECIPES.items() if not r.fp8_weight_grad)
-    assert "row_gw_hp" in fgt.GROUPED_RECIPES
-    assert fgt.grouped_recipe("rowwise_with_gw_hp") == "row_gw_hp"
-    for name, r in RECIPES.items():
-        if r.fp8_weight_grad:
-            with pytest.raises(PingpongError, match=f"fp8: recipe '{name}' computes the weight gradient in FP8"):
-                fgt.grouped_recipe(name, "fp8")
+def test_recipes_are_the_dense_tables_but_tensor_wise():
+    """The grouped path serves the dense recipes but tensor-wise, by either name; tensor-wise and
+    unknown names are refused naming the argument."""
+    assert fgt.GROUPED_RECIPES == ("row", "row_gw_hp", "block")
+    assert fgt.grouped_recipe("rowwise_with_gw_hp") == "row_gw_hp" and fgt.grouped_recipe("rowwise") == "row"
+    for name in ("tensor", "tensorwise"):
+        with pytest.raises(PingpongError, match=f"fp8: recipe '{name}' scales tensor-wise"):
+            fgt.grouped_recipe(name, "fp8")
     with pytest.raises(PingpongError, match="recipe: expected one of"):
         fgt.grouped_recipe("bogus")
+
+
+@pytest.mark.parametrize("recipe", ["row", "block"])
+def test_the_fp8_weight_gradient_scales_each_expert_along_its_tokens(kernels, recipe):
+    """dW's launch: a = dYᵀ and b = Xᵀ in padded runs (each expert's tokens from a multiple of
+    128, zeros after them), their scales amax / 448 along each expert's tokens (row: per expert
+    and feature; block: per 128 padded tokens and feature), and dW against float64 within e4m3's
+    bound (block-wise: 1×128 blocks along the tokens)."""
+    G, N, K = (3, 128, 256)
+    gen = torch.Generator().manual_seed(5)
+    sizes = [130, 0, 17]
+    T = sum(sizes) + 2
+    w = spread(G, N, K, gen=gen).to(F16).requires_grad_()
+    x = spread(T, K, gen=gen).to(F16).requires_grad_()
+    g = spread(T, N, gen=gen).to(F16)
+    offs = torch.tensor(sizes, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    fgt.fp8_grouped_linear(x, w, offs, recipe).backward(g)
+    (a, b, sa, sb, poffs, scaling), = RecordedGroupedK.runs
+    assert scaling == ("row" if recipe == "row" else "block") and poffs.tolist() == [256, 256, 384]
+    X, W, Gd = x.detach().double(), w.detach().double(), g.double()
+    for gi, (s, e) in enumerate(group_bounds(offs, T)):
+        p = [0, 256, 256][gi]
+        for name, q, scale, A in (("dY", a, sa, Gd), ("X", b, sb, X)):
+            run_ = q[:, p:p + 128 * -(-(e - s) // 128)].float()
+            assert not run_[:, e - s:].any(), f"{name}: expert {gi}'s padding not zero"
+            if recipe == "row":
+                want = group_amax(A[s:e].t().float(), (1, -1)).view(-1) / FMAX if e > s else None
+                if want is not None:
+                    torch.testing.assert_close(scale[gi], want, rtol=0, atol=0, msg=f"{name}: expert {gi}'s scales")
+            elif e > s:
+                padded = torch.zeros(A.shape[1], run_.shape[1], dtype=torch.float32)
+                padded[:, :e - s] = A[s:e].t().float()
+                want = group_amax(padded, (1, 128)).t() / FMAX
+                torch.testing.assert_close(scale[p // 128:p // 128 + want.shape[0]], want, rtol=0, atol=0,
+                                           msg=f"{name}: expert {gi}'s block scales")
+        ref = Gd[s:e].t() @ X[s:e]
+        block = (1, 128) if recipe == "block" else (1, -1)
+        ok = bound(Gd[s:e].t(), X[s:e], scales_of(Gd[s:e].t(), block), scales_of(X[s:e], block[::-1]))
+        check_close(w.grad[gi], ref, ok, f"{recipe} dW expert {gi}")
 
 
 def _bad():
@@ -225,8 +289,8 @@ def _bad():
         (dict(offs=offs.long()), "offs: expected a 1-D int32"),
         (dict(offs=offs[:3]), "offs: expected a 1-D int32 tensor of G = 4"),
         (dict(offs=[10, 20, 30, 40]), "offs: expected a 1-D int32 tensor"),
-        (dict(recipe="row"), "recipe: recipe 'row' computes the weight gradient in FP8"),
-        (dict(recipe="block"), "recipe: recipe 'block' computes the weight gradient in FP8"),
+        (dict(recipe="tensor"), "recipe: recipe 'tensor' scales tensor-wise"),
+        (dict(recipe="block"), "weight: in_features=64, out_features=48: block-wise"),
         (dict(recipe="rows"), "recipe: expected one of"),
     ], dict(x=x, weight=w, offs=offs)
 

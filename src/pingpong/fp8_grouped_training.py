@@ -1,7 +1,8 @@
 """FP8 training of mixture-of-experts experts: `fp8_grouped_linear`, Y_g = X_g·W_gᵀ for the
 tokens X_g routed to expert g, differentiable in x and the stacked expert weights, the forward
 and the data gradient as FP8 grouped products (pingpong.scaled_grouped_mm), the weight
-gradient in the inputs' precision (pingpong.grouped_mm's ragged-K kernel). While autograd
+gradient an FP8 K-grouped product (pingpong.scaled_grouped_k_mm) or, recipe "row_gw_hp", in the
+inputs' precision (pingpong.grouped_mm's ragged-K kernel). While autograd
 records or torch.compile traces, the ``pingpong::fp8_grouped_linear_train`` op (with grad: Y
 and W's column maxima for dX, its autograd formula registered once below) or
 ``pingpong::fp8_grouped_linear`` (the forward alone); fake implementations give the shapes. pingpong.moe
@@ -16,7 +17,8 @@ The three products, per group g:
     |---------|-------------------|-------------|-------------------------------|------------------------------------|
     | Y       | X_g · W_gᵀ (T_g,N)| K           | X per token, along K: (T,)    | W_g per output row, along K: (G, N)|
     | dX      | dY_g · W_g (T_g,K)| N           | dY per token, along N: (T,)   | W_g per column, along N: (G, K)    |
-    | dW      | dY_gᵀ · X_g (N,K) | T_g (tokens)| the inputs' precision: grouped_mm(dYᵀ, X, offs), ragged K     |
+    | dW      | dY_gᵀ · X_g (N,K) | T_g (tokens)| dY_gᵀ per feature, along T_g: | X_g per feature, along T_g: (G, K)  |
+    |         |                   |             | (G, N) (block: per 128 tokens) | (row_gw_hp: grouped_mm, ragged K)   |
 
 Each operand is quantized along the contraction of the product it feeds, as
 pingpong.fp8_training's dense recipes are (its RECIPES table, GRAD_DTYPE e4m3 for every
@@ -39,17 +41,18 @@ to the backward (a Qwen3-30B-A3B layer: 0.6 GB). `_wanted` decides when (x needs
 the rows fit MAX_ROW); otherwise dX's quantization reads W twice itself. Block-wise (1×128
 activations, 128×128 weights, DeepSeek-V3), a 128×128 block is the same set of values in W_g and W_gᵀ, so
 dX reuses W's forward quantization transposed: an fp8 copy of qᵀ (half the bytes) and the
-small grid of scales, transposed contiguous to (G, K/128, N/128). No grouped recipe selects
-the block-wise products yet ("block" promises an FP8 weight gradient); they are tested alone.
+small grid of scales, transposed contiguous to (G, K/128, N/128) (recipe "block").
 
-The weight gradient contracts each expert's tokens, a ragged K. An FP8 one needs dYᵀ and Xᵀ
-with the tokens contiguous (fp8 wgmma reads K-major only), each expert's tokens quantized
-along themselves (one scale per expert and column) and padded on the device to the kernel's K
-rule, and a kernel whose K is ragged along the contiguous dimension: the bf16 ragged-K kernel
-(pingpong.hopper.kernels.grouped_k) reads the tokens as rows, and its ragged TMA descriptor cannot be
-ragged in the contiguous dimension. None is built, so the grouped recipes are the dense
-table's recipes whose weight gradient is in the inputs' precision (GROUPED_RECIPES:
-"row_gw_hp", torchao's "rowwise_with_gw_hp"; the others are refused naming the recipe).
+The weight gradient contracts each expert's tokens, a ragged K. With the recipes whose weight
+gradient is FP8 ("row": torchao's "rowwise"; "block": DeepSeek-V3's), dYᵀ and Xᵀ are each
+quantized along the tokens, per expert (row-wise: one scale per expert and feature; block-wise:
+per 128 tokens and feature), and written transposed with the tokens contiguous, each expert's
+run padded with zeros to a multiple of 128 on the device (pingpong.quantize_groups_t, no host
+sync); the product is pingpong.scaled_grouped_k_mm (the FP8 K-grouped kernel,
+pingpong.hopper.kernels.fp8_grouped_k), whose 128-deep K blocks never straddle two experts.
+"row_gw_hp" (torchao's "rowwise_with_gw_hp") keeps it in the inputs' precision: grouped_mm's
+ragged-K product of dYᵀ and X. Tensor-wise is refused, naming the recipe (one scale over every
+expert's tokens would let the largest expert's range set every other's precision).
 
 Rows of the output past offs[-1] are not written (as grouped_mm's forward); dX's product op
 zeroes them (scaled_grouped_mm's zero_tail: only those rows written).
@@ -64,14 +67,14 @@ cost independent of T. Per routed row it saves a third of the products' time and
 third of that saving on the activations' quantization, so its ratio to bf16 approaches
 (3 products at bf16 + SwiGLU) / (2 at FP8 + 1 at bf16 + quantization + SwiGLU) ≈ 1.2 at large
 T, and is below 1 near 512 rows per expert, where the weights' quantization is a quarter of
-the step. An FP8 weight gradient (dYᵀ and Xᵀ quantized along the tokens too: 6 bytes per
-activation element) moves the large-T limit to just under 1.3; past it only fewer bytes per
+the step. The FP8 weight gradient ("row", "block": dYᵀ and Xᵀ quantized along the tokens too,
+6 more bytes per activation element) moves the large-T limit to just under 1.3; past it only fewer bytes per
 element help (each second read from L2). The numbers are in the benchmark results.
 
 What the recipe cannot serve (K or N not a multiple of 16, of 128 block-wise), x not
 (T, K) bf16/fp16 with contiguous rows, a weight of another dtype or device or not a
-contiguous (G, N, K), offs not (G,) int32 on x's device, a recipe with an FP8 weight gradient:
-PingpongError naming the argument before any work; so is a double backward.
+contiguous (G, N, K), offs not (G,) int32 on x's device, the tensor-wise recipe: PingpongError
+naming the argument before any work; so is a double backward.
 """
 
 from __future__ import annotations
@@ -83,17 +86,17 @@ from . import grouped as grouped_mod
 from .integration import inductor, ops
 from .kept import kept
 from .errors import PingpongError, check_tensor
-from .fp8_grouped import scaled_grouped_mm_direct, scaled_grouped_mm_route
+from .fp8_grouped import scaled_grouped_k_mm, scaled_grouped_mm_direct, scaled_grouped_mm_route
 from .fp8_training import GRAD_DTYPE, RECIPES, recipe_name, training_shape_reason
 from .grouped import grouped_mm
 from .quantize import MAX_ROW, quantize_fp8, quantize_fp8_columns, quantize_stacked_direct
+from .quantize_groups import quantize_groups_t
 from .runtime.spec import SCALE_BLOCK
 
 __all__ = ["fp8_grouped_linear", "GROUPED_RECIPES", "grouped_recipe", "check_fp8_grouped_linear"]
 
-#: the recipes of pingpong.fp8_training whose weight gradient is in the inputs' precision: what
-#: the grouped path serves (module docstring)
-GROUPED_RECIPES = tuple(name for name, r in RECIPES.items() if not r.fp8_weight_grad)
+#: the recipes of pingpong.fp8_training the grouped path serves: all but tensor-wise (module docstring)
+GROUPED_RECIPES = tuple(name for name, r in RECIPES.items() if r.granularity != "tensor")
 #: x's dtypes: the FP8 products' outputs and grouped_mm's inputs (the weight gradient) alike
 DTYPES = (torch.bfloat16, torch.float16)
 
@@ -103,10 +106,8 @@ def grouped_recipe(recipe, argument: str = "recipe") -> str:
     PingpongError naming the argument."""
     name = recipe_name(recipe, argument)
     if name not in GROUPED_RECIPES:
-        raise PingpongError(f"{argument}: recipe {recipe!r} computes the weight gradient in FP8, which the grouped"
-                            f" (MoE) path does not: its ragged-K FP8 product is not built; use one of"
-                            f" {GROUPED_RECIPES} (FP8 forward and data gradient, the weight gradient in the"
-                            " inputs' precision)")
+        raise PingpongError(f"{argument}: recipe {recipe!r} scales tensor-wise, which the grouped (MoE) path does"
+                            f" not serve (one scale over every expert's tokens); use one of {GROUPED_RECIPES}")
     return name
 
 
@@ -222,10 +223,17 @@ def _data_grad(g, weight, amax, offs, recipe: str, dtype) -> Tensor:
                                    False, zero_tail=True)
 
 
-def _weight_grad(g, x, offs, dtype) -> Tensor:
-    """dW_g = dY_gᵀ·X_g (G, N, K), contracting each expert's tokens: grouped_mm's ragged-K
-    product in the inputs' precision (an empty group gives zeros)."""
-    return grouped_mm(g.t(), x, offs, out_dtype=dtype)
+def _weight_grad(g, x, offs, recipe: str, dtype) -> Tensor:
+    """dW_g = dY_gᵀ·X_g (G, N, K), contracting each expert's tokens (an empty expert gives zeros):
+    FP8, dYᵀ and Xᵀ quantized per expert along the tokens into padded runs and multiplied by the
+    K-grouped kernel; row_gw_hp: grouped_mm's ragged-K product in the inputs' precision."""
+    r = RECIPES[recipe]
+    if not r.fp8_weight_grad:
+        return grouped_mm(g.t(), x, offs, out_dtype=dtype)
+    granularity = "row" if r.granularity == "row" else "block"
+    qgt, sg, poffs = quantize_groups_t(g, offs, GRAD_DTYPE, granularity)
+    qxt, sx, _ = quantize_groups_t(x, offs, GRAD_DTYPE, granularity)
+    return scaled_grouped_k_mm(qgt, qxt, sg, sx, poffs, scaling=granularity, out_dtype=dtype)
 
 
 # ----------------------------------------------------------------------------- ops and autograd
@@ -290,7 +298,7 @@ def _backward(ctx, grad, _):
         g = g.new_empty(g.shape)
     needs_x, needs_w = ctx.needs_input_grad[:2]
     dx = _data_grad(g, weight, amax if amax.dim() == 2 else None, offs, ctx.recipe, x.dtype) if needs_x else None
-    dw = _weight_grad(g, x, offs, weight.dtype) if needs_w else None
+    dw = _weight_grad(g, x, offs, ctx.recipe, weight.dtype) if needs_w else None
     return dx, dw, None, None, None
 
 
