@@ -143,6 +143,42 @@ def test_groups_under_the_interpreter_equal_quantize_fp8_of_each_expert():
     check_interpreted(_CHECK)
 
 
+_COMPILED = textwrap.dedent("""
+    import sys, torch
+    from torch._inductor import config
+    from torch._inductor.utils import run_and_get_code
+    from pingpong.integration import inductor
+    from pingpong.quantize_groups import quantize_groups_t
+
+    gen = torch.Generator().manual_seed(int(sys.argv[1]))
+    x = torch.randn(300, 32, generator=gen).half()
+    offs = torch.tensor([0, 129, 129, 300], dtype=torch.int32)
+    for g in ("row", "block"):
+        torch._dynamo.reset()
+        inductor.CALLS.clear()
+        f = lambda x, offs: quantize_groups_t(x, offs, torch.float8_e4m3fn, g)
+        with config.patch(force_disable_caches=True):
+            got, (code,) = run_and_get_code(torch.compile(f, fullgraph=True, backend="inductor"), x, offs)
+        assert code.count("extern_kernels.pingpong_quantize_groups_t(") == 1, code
+        assert "torch.ops.pingpong" not in code and dict(inductor.CALLS) == {"quantize_groups_t": 1}, code
+        want = f(x, offs)
+        P = 512  # 256 + 0 + 0 + 256: what is written
+        assert torch.equal(got[2], want[2]) and want[2].tolist() == [0, 256, 256, 512], (g, got[2], want[2])
+        assert torch.equal(got[0][:, :P].view(torch.uint8), want[0][:, :P].view(torch.uint8)), g
+        assert torch.equal(got[1], want[1]) if g == "row" else torch.equal(got[1][:P // 128], want[1][:P // 128]), g
+        for a, b in zip(got, want):
+            assert (a.shape, a.stride(), a.dtype) == (b.shape, b.stride(), b.dtype), g
+    print("OK")
+""")
+
+
+@pytest.mark.slow
+def test_inductor_calls_the_direct_path_into_its_buffers():
+    """torch.compile (inductor, CPU under the interpreter): one direct call of the lowering
+    (quantize_groups_t_out) writing inductor's buffers, the eager results bitwise where written."""
+    check_interpreted(_COMPILED)
+
+
 def test_fake_shapes_are_symbolic_in_the_tokens():
     """Traced with a symbolic T (make_fx, symbolic): qt (C, 16·⌈T/16⌉ + 128·G), s (G, C) or
     (TP // 128, C), poffs (G,) int32 — the same `padded_tokens` as the real outputs'."""
