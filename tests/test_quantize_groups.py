@@ -113,8 +113,9 @@ _CHECK = textwrap.dedent("""
         for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
             for g in ("row", "block"):
                 check(x, offs, dtype, g, via_out=(g == "block" and stride is not None))
-    for g in ("row", "block"):  # no tokens at all
+    for g in ("row", "block"):  # no tokens at all; no columns (poffs still written)
         check(tokens(0, 32), [0, 0, 0], torch.float8_e4m3fn, g)
+        check(torch.zeros(300, 0).half(), [100, 300], torch.float8_e4m3fn, g)
 
     # overlapping offsets (each odd end decreasing to 0): runs of 384 past TP's bound, cut at 128·⌊TP/128⌋
     T, C = 300, 16
@@ -237,19 +238,19 @@ def test_no_tokens_reads_nothing(monkeypatch):
 
 @pytest.mark.slow
 def test_groups_kernel_compiles_for_sm90_without_spills():
-    """Both modes at Qwen3-30B-A3B's and DeepSeek-V3's expert widths."""
+    """Both modes at Qwen3-30B-A3B's and DeepSeek-V3's expert widths (128 experts; one)."""
     from pingpong.runtime import compile as cc
     from pingpong.toolchain import KERNEL_OPTIONS
 
     bt, bc = quantize_groups.GROUPS_TILE
-    for C in (2048, 7168):
+    for C, G in ((2048, 128), (7168, 1)):
         x = torch.empty(4096, C, dtype=torch.bfloat16)
-        offs = torch.empty(128, dtype=torch.int32)
+        offs = torch.empty(G, dtype=torch.int32)
         qt, s, poffs = quantize_groups.groups_like(x, offs, E4M3, "row")
         with cc.offline("sm_90a"):
             kernels = {f"groups block={block}": quantize_groups._groups_t_kernel.warmup(
-                x, offs, qt, s, poffs, 4096, C, 128, qt.shape[1] // 128 * 128, C, qt.stride(0), FP8_MAX=448.0,
-                BLOCK=block, BLOCK_T=bt, BLOCK_C=bc, BLOCK_G=128, num_warps=quantize_groups.GROUPS_WARPS, grid=(1,),
+                x, offs, qt, s, poffs, 4096, C, G, qt.shape[1] // 128 * 128, C, qt.stride(0), FP8_MAX=448.0,
+                BLOCK=block, BLOCK_T=bt, BLOCK_C=bc, BLOCK_G=G, num_warps=quantize_groups.GROUPS_WARPS, grid=(1,),
                 **KERNEL_OPTIONS) for block in (False, True)}
         for name, ck in kernels.items():
             facts = cc.Compiled(name, "sm_90a", dict(ck.asm), ck.metadata).facts()

@@ -173,9 +173,10 @@ def launch_groups(x, offs, qt, s, poffs, granularity) -> None:
     bt, bc = GROUPS_TILE
     meta = {} if x.device.type == "cpu" else dict(num_warps=GROUPS_WARPS, **KERNEL_OPTIONS)
     pmax = qt.shape[1] // SCALE_BLOCK * SCALE_BLOCK
-    _groups_t_kernel[(G, -(-C // bc))](x, offs, qt, s, poffs, T, C, G, pmax, x.stride(0), qt.stride(0),
-                                       FP8_MAX=FP8_MAX[qt.dtype], BLOCK=granularity == "block", BLOCK_T=bt,
-                                       BLOCK_C=bc, BLOCK_G=triton.next_power_of_2(G), **meta)
+    grid = (G, max(1, -(-C // bc)))  # C = 0: one program per expert still writes poffs
+    _groups_t_kernel[grid](x, offs, qt, s, poffs, T, C, G, pmax, x.stride(0), qt.stride(0),
+                           FP8_MAX=FP8_MAX[qt.dtype], BLOCK=granularity == "block", BLOCK_T=bt, BLOCK_C=bc,
+                           BLOCK_G=triton.next_power_of_2(G), **meta)
 
 
 def quantize_groups_t(x: torch.Tensor, offs: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn,
