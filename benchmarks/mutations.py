@@ -654,6 +654,15 @@ MUTATIONS = [
      "    if not g.numel():  # (an empty one keeps its zero strides through contiguous())",
      "    if False:  # (an empty one keeps its zero strides through contiguous())",
      "tests/test_fp8_grouped_training.py -k no_tokens"),
+    # -- the experts' transposed quantization (pingpong.quantize_groups)
+    ("groups transposed: padding left unwritten", "src/pingpong/quantize_groups.py",
+     "tl.store(qs + k[None, :], tl.trans(qv.to(qt.dtype.element_ty)), mask=cmask[:, None])",
+     "tl.store(qs + k[None, :], tl.trans(qv.to(qt.dtype.element_ty)), mask=cmask[:, None] & (k[None, :] < n))",
+     "tests/test_quantize_groups.py -k interpreter"),
+    ("groups transposed: overlapping runs not cut at qt's width", "src/pingpong/quantize_groups.py",
+     "    p1 = tl.minimum(tl.sum(tl.where(i <= g, runs, 0), axis=0), PMAX)",
+     "    p1 = tl.sum(tl.where(i <= g, runs, 0), axis=0)",
+     "tests/test_quantize_groups.py -k interpreter"),
 ]
 
 

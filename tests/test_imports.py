@@ -97,7 +97,7 @@ LAYERS = (
     # the kept FP8 copies of parameters that the quantizations consult
     ("torch integration", ("pingpong.integration.*", "pingpong.kept")),
     ("public API", ("pingpong.api", "pingpong.functional", "pingpong.grouped", "pingpong.fp8", "pingpong.fp8_grouped",
-                    "pingpong.quantize", "pingpong.streaming", "pingpong.streaming.api")),
+                    "pingpong.quantize", "pingpong.quantize_groups", "pingpong.streaming", "pingpong.streaming.api")),
     # torch integration built on the functions, as torch.nn on torch.nn.functional
     ("torch modules", ("pingpong.nn", "pingpong.distributed", "pingpong.moe", "pingpong.fp8_training",
                        "pingpong.fp8_grouped_training")),

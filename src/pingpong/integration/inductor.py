@@ -8,7 +8,8 @@ no-grad context and a new output, Python per call before pingpong's own path.
 One table, filled by `lowered` beside each op: mm, gemm and linear here, scaled_mm (pingpong.fp8),
 fp8_linear and fp8_linear_train (pingpong.fp8_training), grouped_mm, scaled_grouped_mm,
 fp8_grouped_linear and fp8_grouped_linear_train (pingpong.fp8_grouped_training), quantize_fp8,
-quantize_fp8_pair and quantize_fp8_columns (pingpong.quantize); each function is the op's own direct path writing into inductor's buffers
+quantize_fp8_pair and quantize_fp8_columns (pingpong.quantize), quantize_groups_t
+(pingpong.quantize_groups); each function is the op's own direct path writing into inductor's buffers
 (the plan cache's lookup, the validation on a miss, as eagerly).
 
     graph (traced)                          inductor's Python wrapper (generated)
@@ -217,7 +218,7 @@ def _calls() -> str:
 #: name and arguments). Relative to the package; tests/test_inductor.py checks that each
 #: `lowered` function's file is here.
 LOWERING_SOURCES = ("integration/inductor.py", "integration/ops.py", "runtime/spec.py", "fp8.py", "fp8_grouped.py",
-                    "fp8_training.py", "fp8_grouped_training.py", "grouped.py", "quantize.py")
+                    "fp8_training.py", "fp8_grouped_training.py", "grouped.py", "quantize.py", "quantize_groups.py")
 
 
 @functools.cache
