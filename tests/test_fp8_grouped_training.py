@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from pingpong import PingpongError, fp8_grouped, fp8_grouped_training as fgt, grouped as gm, moe, quantize
+from pingpong import quantize_groups
 from pingpong.fp8_training import RECIPES
 from pingpong.runtime import plan
 from fp8_groups import group_amax, per_element, scales_of
@@ -71,6 +72,28 @@ def _cast_stacked(x, q, s, amax):
     amax.copy_(x.float().abs().amax(1))
 
 
+def _cast_groups(x, offs, qt, s, poffs, granularity):
+    """quantize_groups_t's kernel by its contract (tests/test_quantize_groups.py): each expert's
+    tokens transposed, zero-padded to a multiple of 128 and quantized as quantize_fp8 would (its
+    launch replaced by _cast), into the expert's run of qt and its scales."""
+    p = 0
+    for g, (start, end) in enumerate(group_bounds(offs, x.shape[0])):
+        run_ = 128 * -(-(end - start) // 128)
+        if run_:
+            padded = x.new_zeros(x.shape[1], run_)
+            padded[:, :end - start] = x[start:end].t()
+            q, sc = quantize.quantize_direct(padded, granularity, qt.dtype)
+            qt[:, p:p + run_] = q
+            if granularity == "row":
+                s[g] = sc.view(-1)
+            else:
+                s[p // 128:(p + run_) // 128] = sc.t()
+        elif granularity == "row":
+            s[g] = torch.full((), 1e-12) / FMAX
+        p += run_
+        poffs[g] = p
+
+
 class RecordedGroupedK:
     """scaled_grouped_k_mm's launch as a per-expert float64 product of its dequantized operands
     (the scales read in the kernel's layouts: row (G, ·), block (TP // 128, ·)); every launch
@@ -107,6 +130,7 @@ def kernels(interpreted_kernels, monkeypatch):
     monkeypatch.setattr(gm, "_compute", lambda *a, **kw: compute(*a, **dict(kw, interpret=True)))
     monkeypatch.setattr(RecordedGroupedPlan, "runs", [])
     monkeypatch.setattr(fp8_grouped, "check_hopper", lambda device: None)
+    monkeypatch.setattr(quantize_groups, "launch_groups", _cast_groups)
     monkeypatch.setattr(fp8_grouped, "_launch_grouped_k", RecordedGroupedK.launch)
     monkeypatch.setattr(RecordedGroupedK, "runs", [])
     return RecordedGroupedPlan.runs
@@ -165,9 +189,9 @@ def test_forward_and_gradients_against_float64(kernels, recipe, shape, sizes):
         y_ref[s:e], dx_ref[s:e], dw_ref[gi] = Xg @ Wg.t(), Gg @ Wg, Gg.t() @ Xg
         y_ok[s:e] = bound(Xg, Wg.t(), scales_of(Xg, (1, -1)), scales_of(Wg.t(), (-1, 1)))
         dx_ok[s:e] = bound(Gg, Wg, scales_of(Gg, (1, -1)), scales_of(Wg, (-1, 1)))
-        if RECIPES[recipe].fp8_weight_grad:
+        if RECIPES[recipe].fp8_weight_grad and e > s:
             dw_ok[gi] = bound(Gg.t(), Xg, scales_of(Gg.t(), (1, -1)), scales_of(Xg, (-1, 1)))
-        else:
+        else:  # (an empty expert: exact zeros)
             dw_ok[gi] = 2.0**-10 * (Gg.t().abs() @ Xg.abs()) + 1e-6
     check_close(y[:routed], y_ref, y_ok, f"{what}: y")
     check_close(x.grad[:routed], dx_ref, dx_ok, f"{what}: dX")
@@ -267,6 +291,9 @@ def test_the_fp8_weight_gradient_scales_each_expert_along_its_tokens(kernels, re
                 want = group_amax(padded, (1, 128)).t() / FMAX
                 torch.testing.assert_close(scale[p // 128:p // 128 + want.shape[0]], want, rtol=0, atol=0,
                                            msg=f"{name}: expert {gi}'s block scales")
+        if e == s:
+            assert not w.grad[gi].any(), f"{recipe}: empty expert {gi}'s dW not zero"
+            continue
         ref = Gd[s:e].t() @ X[s:e]
         block = (1, 128) if recipe == "block" else (1, -1)
         ok = bound(Gd[s:e].t(), X[s:e], scales_of(Gd[s:e].t(), block), scales_of(X[s:e], block[::-1]))
@@ -321,8 +348,8 @@ def test_fake_implementation_gives_the_shape_and_refuses():
     with pytest.raises(PingpongError, match="weight: .*out_features=40"):
         torch.ops.pingpong.fp8_grouped_linear(x, torch.empty(4, 40, 64, dtype=torch.bfloat16, device="meta"), offs,
                                               "row_gw_hp")
-    with pytest.raises(PingpongError, match="recipe 'row' computes"):
-        torch.ops.pingpong.fp8_grouped_linear(x, w, offs, "row")
+    with pytest.raises(PingpongError, match="recipe 'tensor' scales tensor-wise"):
+        torch.ops.pingpong.fp8_grouped_linear(x, w, offs, "tensor")
 
 
 def test_without_grad_it_is_the_forward_alone(kernels):
@@ -455,7 +482,7 @@ def test_moe_experts_in_fp8_track_the_bf16_path(kernels, monkeypatch, transposed
 
 
 @pytest.mark.parametrize("kw, needle", [
-    (dict(fp8="row"), "fp8: recipe 'row' computes the weight gradient in FP8"),
+    (dict(fp8="tensor"), "fp8: recipe 'tensor' scales tensor-wise"),
     (dict(fp8="bogus"), "fp8: expected one of"),
     (dict(fp8="row_gw_hp", implementation="eager"), "fp8: runs on the 'pingpong' implementation"),
     (dict(fp8="row_gw_hp", inter=20), r"fp8: layers.0.experts.gate_up_proj \(E, N, K\) = \(4, 40, 64\).*"

@@ -22,7 +22,7 @@ TRITON = _check_triton()  # a clear UnsupportedTritonError here, not a compile e
 
 __all__ = [
     "matmul", "gemm", "gemm_", "matmul_tiled", "path_for", "explain", "linear", "scaled_mm", "quantize_fp8",
-    "grouped_mm", "vector_add", "scaled_grouped_mm",
+    "grouped_mm", "vector_add", "scaled_grouped_mm", "scaled_grouped_k_mm", "quantize_groups_t",
     "KernelConfig", "ConfigError", "PingpongError", "TargetError", "UnsupportedTritonError",
 ]
 
@@ -33,7 +33,7 @@ _loading = False
 def _load() -> None:
     """The public API, imported on the first use of any of it."""
     global _loading, gemm, gemm_, matmul, matmul_tiled, path_for, explain, KernelConfig, nn, linear, grouped_mm
-    global vector_add, scaled_mm, scaled_grouped_mm, quantize_fp8
+    global vector_add, scaled_mm, scaled_grouped_mm, scaled_grouped_k_mm, quantize_fp8, quantize_groups_t
     _loading = True  # a submodule's `from . import x` probes this package's attributes meanwhile
     try:
         from .api import explain, gemm, gemm_, matmul, matmul_tiled, path_for
@@ -43,8 +43,9 @@ def _load() -> None:
         from .grouped import grouped_mm
         from .streaming import vector_add
         from .fp8 import scaled_mm
-        from .fp8_grouped import scaled_grouped_mm
+        from .fp8_grouped import scaled_grouped_k_mm, scaled_grouped_mm
         from .quantize import quantize_fp8
+        from .quantize_groups import quantize_groups_t
 
         import sys
 
