@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fused_reference import new_seed
-from pingpong import KernelConfig, fp8_grouped
+from pingpong import KernelConfig, fp8_grouped, quantize_fp8, quantize_groups_t
 from pingpong.hopper.host import fp8_grouped_k as host
 
 pytestmark = pytest.mark.gpu
@@ -107,3 +107,30 @@ def test_many_experts_in_fp32(scaling, M):
     a, b, sa, sb, poffs = operands(M, 384, sizes, scaling, torch.Generator("cuda").manual_seed(seed))
     out = run(a, b, sa, sb, poffs, scaling, torch.float32)
     check(out, *reference(a, b, sa, sb, poffs, scaling), seed)
+
+
+@pytest.mark.parametrize("granularity", ["row", "block"])
+def test_quantize_groups_t_is_quantize_fp8_of_each_expert(granularity):
+    """quantize_groups_t on the GPU, bf16 (the interpreter tests run fp16): each expert's run and
+    scales bitwise what quantize_fp8 gives its tokens transposed and zero-padded to the run; the
+    padding zero; poffs the runs' ends."""
+    seed = new_seed()
+    gen = torch.Generator("cuda").manual_seed(seed)
+    sizes = [0, 1, 127, 128, 129, 300, 0]
+    T, C = sum(sizes) + 5, 272
+    x = (torch.randn(T, C, generator=gen, device="cuda") * torch.exp2(
+        torch.randint(-4, 5, (1, C), generator=gen, device="cuda").float())).to(torch.bfloat16)
+    offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
+    qt, s, poffs = quantize_groups_t(x, offs, E4M3, granularity)
+    want_poffs, runs = padded(sizes)
+    assert poffs.tolist() == want_poffs.tolist(), f"seed {seed}"
+    start = p = 0
+    for g, (t, run_) in enumerate(zip(sizes, runs)):
+        if t:
+            padded_x = torch.zeros(C, run_, dtype=x.dtype, device="cuda")
+            padded_x[:, :t] = x[start:start + t].t()
+            q, sc = quantize_fp8(padded_x, granularity, E4M3)
+            assert torch.equal(qt[:, p:p + run_].view(torch.uint8), q.view(torch.uint8)), f"seed {seed}: expert {g}"
+            got = s[g] if granularity == "row" else s[p // 128:(p + run_) // 128].t()
+            assert torch.equal(got, sc.view(-1) if granularity == "row" else sc), f"seed {seed}: expert {g}'s scales"
+        start, p = start + t, p + run_

@@ -10,8 +10,11 @@ scale along the wrong axis fails, experts of 0, 1, 17 and 777 rows and rows past
 - outputs NaN-poisoned first (the caching allocator's next blocks hold NaN), so an unwritten
   element never passes; dX's rows past offs[-1] are zero;
 - the block-wise products (forward, dX) the same way;
-- a 2-layer Qwen3-MoE (random weights) trained 20 Adam steps with its experts in FP8: the loss
-  tracks the same model's on pingpong's bf16 experts at every step (within 3%).
+- the FP8 weight gradients ("row", "block": dYᵀ and Xᵀ quantized per expert along its tokens)
+  the same way;
+- a 2-layer Qwen3-MoE (random weights) trained 20 Adam steps with its experts in FP8, every
+  grouped recipe: the loss tracks the same model's on pingpong's bf16 experts at every step
+  (within 3%).
 """
 
 import pytest
@@ -103,9 +106,42 @@ def test_block_wise_products_against_float64(rows):
             close_to_dequantized(dx[s:t], Gq[s:t], dequantized_along(w[e], "block128x128", 0), f"{what}: dX")
 
 
-def test_moe_training_loss_tracks_bf16(monkeypatch):
+@pytest.mark.parametrize("recipe", ["row", "block"])
+@pytest.mark.parametrize("sizes", [[0, 1, 17, 777], [300, 0, 0, 128]])
+def test_fp8_weight_gradient_against_float64(recipe, sizes):
+    """The recipes with an FP8 weight gradient: dW_e against the float64 product of dY_eᵀ and X_e
+    quantized here per expert along its tokens (row: per feature; block: per 128 tokens from the
+    expert's first), and against the unquantized product within e4m3's bound; empty experts zero;
+    dW NaN-poisoned first."""
+    G, N, K = 4, 256, 384
+    seed = 31 * sum(sizes) + len(recipe)
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    T = sum(sizes) + 3
+    w = spread(G, N, K, gen=gen).to(BF16).requires_grad_()
+    x = spread(T, K, gen=gen).to(BF16).requires_grad_()
+    g = spread(T, N, gen=gen).to(BF16)
+    offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
+    y = fgt.fp8_grouped_linear(x, w, offs, recipe)
+    poison()
+    y.backward(g)
+    gran, block = ("row", ((1, -1), (-1, 1))) if recipe == "row" else ("block", ((1, 128), (128, 1)))
+    for e, (s, t) in enumerate(bounds(sizes)):
+        what = f"{recipe} {sizes} seed {seed} expert {e}"
+        if s == t:
+            assert not w.grad[e].any(), f"{what}: no rows, dW not zero"
+            continue
+        Ge, Xe = g[s:t], x.detach()[s:t]
+        close_to_dequantized(w.grad[e], dequantized_along(Ge, gran, 0).t(), dequantized_along(Xe, gran, 0),
+                             f"{what}: dW")
+        Gd, Xd = Ge.double(), Xe.double()
+        assert_close(w.grad[e], Gd.t() @ Xd, norm=FP8_TRAINING_NORM, allowed=e4m3_bound(Gd.t(), Xd, block),
+                     what=f"{what}: dW vs unquantized")
+
+
+@pytest.mark.parametrize("recipe", ["row_gw_hp", "row", "block"])
+def test_moe_training_loss_tracks_bf16(monkeypatch, recipe):
     """20 Adam steps of a 2-layer Qwen3-MoE (random weights, one fixed batch to learn) with its
-    experts on fp8_grouped_linear ("row_gw_hp") against the same model on pingpong's bf16
+    experts on fp8_grouped_linear (each grouped recipe) against the same model on pingpong's bf16
     experts: the loss within 3% of bf16's at every step, and learning."""
     transformers = pytest.importorskip("transformers", reason="needs transformers, the moe extra")
     from pingpong import moe
@@ -137,7 +173,7 @@ def test_moe_training_loss_tracks_bf16(monkeypatch):
 
     ref = train(None)
     assert not calls
-    got = train("row_gw_hp")
+    got = train(recipe)
     assert calls, "the FP8 experts did not run"
     assert ref[-1] < 0.95 * ref[0], f"the model did not learn: {ref[0]:.3f} -> {ref[-1]:.3f}"
     for step, (a, b) in enumerate(zip(got, ref)):
