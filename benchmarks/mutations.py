@@ -567,9 +567,10 @@ MUTATIONS = [
     ("FP8 grouped dX: rows past offs[-1] left unset", "src/pingpong/fp8_grouped_training.py",
      "False, zero_tail=True)", "False, zero_tail=False)",
      "tests/test_fp8_grouped_training.py"),
-    ("FP8 grouped dX block: W's 128x128 scales not transposed", "src/pingpong/fp8_grouped_training.py",
-     "qw.transpose(1, 2).contiguous(), sw.transpose(1, 2).contiguous()", "qw.transpose(1, 2).contiguous(), sw.contiguous()",
-     "tests/test_fp8_grouped_training.py"),
+    ("FP8 grouped dX block: W's blocks quantized along K, untransposed", "src/pingpong/fp8_grouped_training.py",
+     'lambda: quantize_fp8_blocks_t(weight, GRAD_DTYPE))',
+     'lambda: (lambda q, s: (q.view(weight.shape[0], weight.shape[2], -1), s.view(weight.shape[0], weight.shape[2]'
+     ' // 128, -1)))(*_quantize_weight(weight, r.weight)))', "tests/test_fp8_grouped_training.py -k block"),
     ("FP8 grouped forward: token scales on the wrong rows", "src/pingpong/fp8_grouped_training.py",
      "    qx, sx = quantize_fp8(x, r.granularity, GRAD_DTYPE)\n",
      "    qx, sx = quantize_fp8(x, r.granularity, GRAD_DTYPE)\n    sx = sx.flip(0).contiguous()\n",
@@ -661,6 +662,14 @@ MUTATIONS = [
      "    if not g.numel():  # (an empty one keeps its zero strides through contiguous())",
      "    if False:  # (an empty one keeps its zero strides through contiguous())",
      "tests/test_fp8_grouped_training.py -k no_tokens"),
+    # -- the experts' weights' 128×128 blocks written transposed (pingpong.quantize)
+    ("blocks transposed: a block stored untransposed", "src/pingpong/quantize.py",
+     "    tl.store(qt + g * K * N + cols[:, None] * N + n[None, :], tl.trans(qv))",
+     "    tl.store(qt + g * K * N + cols[:, None] * N + n[None, :], qv)", "tests/test_quantize_blocks_t.py -k interpreter"),
+    ("blocks transposed: scales in the untransposed grid", "src/pingpong/quantize.py",
+     "    tl.store(st + (g * (K // BLOCK) + kb) * (N // BLOCK) + (rb * BLOCK - g * N) // BLOCK, scale)",
+     "    tl.store(st + (g * (N // BLOCK) + (rb * BLOCK - g * N) // BLOCK) * (K // BLOCK) + kb, scale)",
+     "tests/test_quantize_blocks_t.py -k interpreter"),
     # -- the experts' transposed quantization (pingpong.quantize_groups)
     ("groups transposed: padding left unwritten", "src/pingpong/quantize_groups.py",
      "tl.store(qs + k[None, :], tl.trans(qv.to(qt.dtype.element_ty)), mask=cmask[:, None])",

@@ -65,6 +65,16 @@ def _cast_columns(x, q, s, amax=None):
     _cast(x.transpose(1, 2).reshape(G * K, N), q.view(G * K, N), s.view(G * K, 1), "row")
 
 
+def _cast_blocks_t(x, qt, st):
+    """quantize_fp8_blocks_t's kernel by its contract (tests/test_quantize_blocks_t.py): _cast of
+    the (G·N, K) view's 128×128 blocks, each matrix and its scale grid transposed."""
+    G, N, K = x.shape
+    q, s = torch.empty(G * N, K, dtype=qt.dtype), torch.empty(G * N // 128, K // 128)
+    _cast(x.reshape(G * N, K), q, s, "block128x128")
+    qt.copy_(q.view(G, N, K).transpose(1, 2))
+    st.copy_(s.view(G, N // 128, K // 128).transpose(1, 2))
+
+
 def _cast_stacked(x, q, s, amax):
     """quantize_stacked_direct's kernel by its contract: _cast of the rows, the columns' maxima."""
     G, N, K = x.shape
@@ -126,6 +136,7 @@ def kernels(interpreted_kernels, monkeypatch):
     monkeypatch.setattr(quantize, "launch", _cast)
     monkeypatch.setattr(quantize, "launch_columns", _cast_columns)
     monkeypatch.setattr(quantize, "launch_stacked", _cast_stacked)
+    monkeypatch.setattr(quantize, "launch_blocks_t", _cast_blocks_t)
     compute = gm._compute
     monkeypatch.setattr(gm, "_compute", lambda *a, **kw: compute(*a, **dict(kw, interpret=True)))
     monkeypatch.setattr(RecordedGroupedPlan, "runs", [])

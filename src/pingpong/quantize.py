@@ -809,6 +809,89 @@ def quantize_fp8_columns_out(x, *optional, amax: bool = False, dtype, out):
     quantize_columns_direct(x, dtype, optional[0] if amax else None, out)
 
 
+@triton.jit
+def _blocks_t_kernel(x, qt, st, N, K, FP8_MAX: tl.constexpr, BLOCK: tl.constexpr):
+    """One BLOCK × BLOCK block of stacked matrices x (G, N, K) (contiguous, BLOCK dividing N and
+    K; seen as (G·N, K)): one scale (the 128×128 block recipe's, _block_kernel's math), the
+    block cast and stored transposed, qt[g, k, n], its scale at st[g, k / BLOCK, n / BLOCK]."""
+    rb, kb = _tile(K // BLOCK, False)
+    rows = rb * BLOCK + tl.arange(0, BLOCK)  # rows of the (G·N, K) view, inside expert g
+    cols = kb * BLOCK + tl.arange(0, BLOCK)
+    v = tl.load(x + rows[:, None] * K + cols[None, :]).to(tl.float32)
+    scale, inv = _scale_inv(tl.max(tl.max(tl.abs(v), axis=1), axis=0), FP8_MAX)
+    qv = tl.clamp(v * inv, -FP8_MAX, FP8_MAX).to(qt.dtype.element_ty)
+    g = rb * BLOCK // N
+    n = rows - g * N
+    tl.store(qt + g * K * N + cols[:, None] * N + n[None, :], tl.trans(qv))
+    tl.store(st + (g * (K // BLOCK) + kb) * (N // BLOCK) + (rb * BLOCK - g * N) // BLOCK, scale)
+
+
+def check_blocks_t(x, dtype, device_checks: bool = True) -> None:
+    """PingpongError naming the argument for anything quantize_fp8_blocks_t does not take."""
+    check_tensor("x", x)
+    if x.dim() != 3 or not x.is_contiguous() or x.shape[1] % SCALE_BLOCK or x.shape[2] % SCALE_BLOCK:
+        raise PingpongError(f"x: expected a contiguous 3-D (G, N, K) tensor, N and K multiples of {SCALE_BLOCK}, got"
+                            f" shape {tuple(x.shape)} and strides {tuple(x.stride())}")
+    check_quantize(x.view(-1, x.shape[2]), "block128x128", dtype, device_checks)
+
+
+def blocks_t_like(x, dtype):
+    """quantize_fp8_blocks_t's outputs (qt (G, K, N), st (G, K/128, N/128) fp32), uninitialized."""
+    G, N, K = x.shape
+    return (x.new_empty((G, K, N), dtype=dtype),
+            torch.empty(G, K // SCALE_BLOCK, N // SCALE_BLOCK, dtype=torch.float32, device=x.device))
+
+
+def quantize_blocks_t_direct(x, dtype=torch.float8_e4m3fn, out=None):
+    """quantize_fp8_blocks_t on the direct path: validate, launch; into `out` = (qt, st) when
+    given (inductor's buffers, laid out as `blocks_t_like`)."""
+    check_blocks_t(x, dtype)
+    qt, st = blocks_t_like(x, dtype) if out is None else out
+    if qt.numel():
+        launch_blocks_t(x, qt, st)
+    return qt, st
+
+
+def launch_blocks_t(x, qt, st) -> None:
+    """quantize_fp8_blocks_t's kernel on a checked, non-empty x, through Triton's JIT (the
+    interpreter for CPU tensors)."""
+    G, N, K = x.shape
+    meta = {} if x.device.type == "cpu" else dict(num_warps=8, **KERNEL_OPTIONS)
+    _blocks_t_kernel[(G * N // SCALE_BLOCK * (K // SCALE_BLOCK),)](x, qt, st, N, K, FP8_MAX=FP8_MAX[qt.dtype],
+                                                                  BLOCK=SCALE_BLOCK, **meta)
+
+
+def quantize_fp8_blocks_t(x: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn):
+    """(qt, st) of stacked matrices x (G, N, K) (contiguous; N, K multiples of 128) quantized in
+    128×128 blocks and written transposed: qt (G, K, N) contiguous, st (G, K/128, N/128) fp32 —
+    bitwise quantize_fp8(x.view(G·N, K), "block128x128", dtype) transposed per matrix (a block
+    holds the same values in W_g and W_gᵀ), in one read of x and one fp8 write, without the fp8
+    transposed copy. The block recipe's data-gradient b of an experts' weights
+    (pingpong.fp8_grouped_training). While torch.compile traces, the
+    ``pingpong::quantize_fp8_blocks_t`` op."""
+    if traced(x):
+        return torch.ops.pingpong.quantize_fp8_blocks_t(x, dtype)
+    return quantize_blocks_t_direct(x, dtype)
+
+
+@torch.library.custom_op("pingpong::quantize_fp8_blocks_t", mutates_args=())
+def _quantize_blocks_t_op(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    return quantize_blocks_t_direct(x, dtype)
+
+
+@_quantize_blocks_t_op.register_fake
+def _(x, dtype):
+    inductor.register()
+    check_blocks_t(x, dtype, device_checks=False)
+    return blocks_t_like(x, dtype)
+
+
+@inductor.lowered("quantize_fp8_blocks_t")
+def quantize_fp8_blocks_t_out(x, *, dtype, out):
+    """pingpong::quantize_fp8_blocks_t into inductor's buffers (qt, st) (pingpong.integration.inductor)."""
+    quantize_blocks_t_direct(x, dtype, out)
+
+
 #: quantize_stacked_direct's rows per program: one atomic max per column per that many rows
 STACKED_ROWS = 32
 

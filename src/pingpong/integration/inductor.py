@@ -6,10 +6,10 @@ instead (`torch.ops.pingpong.mm.default(a, b)`): the op's autograd and backend w
 no-grad context and a new output, Python per call before pingpong's own path.
 `register` gives inductor a lowering for each op in KERNELS that emits the same kind of line.
 One table, filled by `lowered` beside each op: mm, gemm and linear here, scaled_mm (pingpong.fp8),
-fp8_linear and fp8_linear_train (pingpong.fp8_training), grouped_mm, scaled_grouped_mm,
-fp8_grouped_linear and fp8_grouped_linear_train (pingpong.fp8_grouped_training), quantize_fp8,
-quantize_fp8_pair and quantize_fp8_columns (pingpong.quantize), quantize_groups_t
-(pingpong.quantize_groups); each function is the op's own direct path writing into inductor's buffers
+fp8_linear and fp8_linear_train (pingpong.fp8_training), grouped_mm, scaled_grouped_mm and
+scaled_grouped_k_mm (pingpong.fp8_grouped), fp8_grouped_linear and fp8_grouped_linear_train
+(pingpong.fp8_grouped_training), quantize_fp8, quantize_fp8_pair, quantize_fp8_columns and
+quantize_fp8_blocks_t (pingpong.quantize), quantize_groups_t (pingpong.quantize_groups); each function is the op's own direct path writing into inductor's buffers
 (the plan cache's lookup, the validation on a miss, as eagerly).
 
     graph (traced)                          inductor's Python wrapper (generated)
