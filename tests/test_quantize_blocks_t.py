@@ -66,3 +66,17 @@ def test_bad_input_is_named_before_any_work(monkeypatch, x, needle):
     monkeypatch.setattr(quantize, "launch_blocks_t", lambda *a: pytest.fail("launched"))
     with pytest.raises(PingpongError, match=needle):
         quantize.quantize_fp8_blocks_t(x)
+
+
+@pytest.mark.gpu
+def test_blocks_t_on_the_gpu_equal_quantize_fp8_transposed():
+    """bf16 on the GPU (the interpreter runs fp16/fp32): bitwise quantize_fp8's 128×128 blocks of
+    the (G·N, K) view, each matrix and scale grid transposed; a Qwen3-30B-A3B-sized gate-up
+    weight among the shapes (int64 offsets, many programs)."""
+    gen = torch.Generator("cuda").manual_seed(3)
+    for G, N, K in [(3, 256, 384), (128, 1536, 2048)]:
+        x = (torch.randn(G, N, K, generator=gen, device="cuda") * 3).to(torch.bfloat16)
+        q, s = quantize.quantize_fp8(x.view(G * N, K), "block128x128")
+        qt, st = quantize.quantize_fp8_blocks_t(x)
+        assert torch.equal(qt.view(torch.uint8), q.view(G, N, K).transpose(1, 2).contiguous().view(torch.uint8)), (G, N, K)
+        assert torch.equal(st, s.view(G, N // 128, K // 128).transpose(1, 2).contiguous()), (G, N, K)
