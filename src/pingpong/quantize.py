@@ -327,6 +327,20 @@ def _pair_cast_kernel(x, q, s, qt, st, ramax, camax, M, MP, K, sxm, sqm, sqtk, s
 
 
 @triton.jit
+def columns_amax(xs, n, stride, cmask, BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr):
+    """Each column's max |x| over rows 0 .. n-1 of the strip at xs (row r at xs + r·stride; the
+    columns masked by cmask), BLOCK_ROWS rows at a time (quantize_fp8_columns' and
+    quantize_groups_t's first pass)."""
+    rows = tl.arange(0, BLOCK_ROWS)
+    amax = tl.zeros([BLOCK_COLS], dtype=tl.float32)
+    for r0 in range(0, n, BLOCK_ROWS):
+        r = r0 + rows
+        v = tl.load(xs + r.to(tl.int64)[:, None] * stride, mask=(r[:, None] < n) & cmask[None, :], other=0.0)
+        amax = tl.maximum(amax, tl.max(tl.abs(v.to(tl.float32)), axis=0))
+    return amax
+
+
+@triton.jit
 def _columns_kernel(x, q, s, amax, N, K, sxg, sxn, FP8_MAX: tl.constexpr, BLOCK_N: tl.constexpr,
                     BLOCK_K: tl.constexpr, AMAX: tl.constexpr):
     """quantize_fp8_columns: columns [program_id(0)·BLOCK_K, +BLOCK_K) of x[g] (N, K), g =
@@ -347,11 +361,7 @@ def _columns_kernel(x, q, s, amax, N, K, sxg, sxn, FP8_MAX: tl.constexpr, BLOCK_
     if AMAX:
         amax = tl.load(amax + g * K + cols, mask=kmask, other=0.0)
     else:
-        amax = tl.zeros([BLOCK_K], dtype=tl.float32)
-        for n0 in range(0, N, BLOCK_N):
-            n = n0 + rows
-            v = tl.load(xg + n.to(tl.int64)[:, None] * sxn, mask=(n[:, None] < N) & kmask[None, :], other=0.0)
-            amax = tl.maximum(amax, tl.max(tl.abs(v.to(tl.float32)), axis=0))
+        amax = columns_amax(xg, N, sxn, kmask, BLOCK_N, BLOCK_K)
     scale, inv = _scale_inv(amax, FP8_MAX)
     qg = q + g * N * K + cols.to(tl.int64)[:, None] * N
     for n0 in range(0, N, BLOCK_N):

@@ -55,7 +55,7 @@ import triton.language as tl
 from .errors import PingpongError, check_tensor
 from .integration import inductor
 from .integration.ops import traced
-from .quantize import _EPS, FP8_MAX, _scale_inv, check_quantize
+from .quantize import _EPS, FP8_MAX, _scale_inv, check_quantize, columns_amax
 from .runtime.spec import SCALE_BLOCK
 from .toolchain import KERNEL_OPTIONS
 
@@ -97,11 +97,7 @@ def _groups_t_kernel(x, offs, qt, s, poffs, T, C, G, PMAX, sxt, sqc, FP8_MAX: tl
     xs = x + start * sxt + cols[None, :]  # int64 rows (x past 2³¹ elements)
     qs = qt + cols.to(tl.int64)[:, None] * sqc + p0  # int64: C · TP past 2³¹
     if not BLOCK:  # pass 1: each column's max |x| over the expert's tokens
-        amax = tl.zeros([BLOCK_C], dtype=tl.float32)
-        for t0 in range(0, n, BLOCK_T):
-            k = t0 + t
-            v = tl.load(xs + k.to(tl.int64)[:, None] * sxt, mask=(k[:, None] < n) & cmask[None, :], other=0.0)
-            amax = tl.maximum(amax, tl.max(tl.abs(v.to(tl.float32)), axis=0))
+        amax = columns_amax(xs, n, sxt, cmask, BLOCK_T, BLOCK_C)
         scale, inv = _scale_inv(amax, FP8_MAX)
         tl.store(s + g.to(tl.int64) * C + cols, scale, mask=cmask)
     for t0 in range(0, p1 - p0, BLOCK_T):  # the run: tokens, then zeros up to the multiple of 128
