@@ -110,11 +110,11 @@ def test_grouped_fp8_train_dispatches_to_the_training_bench(monkeypatch):
 
 
 def test_grouped_fp8_train_table():
-    from pingpong.tools.bench_grouped_fp8 import TRAIN_RECIPES, format_training_rows
+    from pingpong.tools.bench_grouped_fp8 import KEPT, TRAIN_RECIPES, format_training_rows
 
     def ok(ratio):
         r = dict(status="ok", rows=65536, ms_bf16=2.0, tf_bf16=300.0)
-        for i, n in enumerate((*TRAIN_RECIPES, "kept")):
+        for i, n in enumerate((*TRAIN_RECIPES, *KEPT)):
             f = ratio * (1 + i / 4)
             r.update({f"ms_{n}": 2.0 / f, f"ratio_{n}": f, f"lo_{n}": f * 0.9, f"hi_{n}": f * 1.1})
         return r
@@ -126,7 +126,8 @@ def test_grouped_fp8_train_table():
     assert "FP8 row_gw_hp vs bf16 grouped_mm: geomean 1.000 over 2, min 0.500" in text and "FAILED" in text
     assert "FP8 row vs bf16 grouped_mm: geomean 1.250 over 2, min 0.625" in text
     assert "FP8 block vs bf16 grouped_mm: geomean 1.500 over 2, min 0.750" in text
-    assert "weights' FP8 copies kept vs bf16 grouped_mm: geomean 1.750 over 2, min 0.875" in text
+    assert "FP8 row_gw_hp, the weights' FP8 copies kept vs bf16 grouped_mm: geomean 1.750 over 2, min 0.875" in text
+    assert "FP8 block, the weights' FP8 copies kept vs bf16 grouped_mm: geomean 2.250 over 2, min 1.125" in text
 
 
 def test_grouped_fp8_block_table():
