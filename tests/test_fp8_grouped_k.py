@@ -44,18 +44,34 @@ def _bad(i):
         (2, torch.ones(512 // 128, 32), "scale_a"),  # block-shaped scales for a row-wise call
         (0, torch.zeros(40, 512, dtype=E4M3), "a"),  # M not a multiple of 16
         (1, [1.0], "b"),
+        (0, torch.zeros(32, 1, dtype=E4M3).expand(32, 512), "a"),  # a zero row stride (broadcast rows)
+        (3, torch.ones(1, 48).expand(3, 48), "scale_b"),
     ]
     at, value, name = cases[i]
     ok[at] = value
     return ok, name
 
 
-@pytest.mark.parametrize("i", range(14))
+@pytest.mark.parametrize("i", range(16))
 def test_bad_arguments_are_named_before_any_work(i, monkeypatch):
     monkeypatch.setattr(fp8_grouped, "_launch_grouped_k", lambda *a: pytest.fail("launched"))
     args, name = _bad(i)
     with pytest.raises(PingpongError, match=rf"^{name}:"):
         fp8_grouped.scaled_grouped_k_mm(*args[:5], scaling=args[5], out_dtype=args[6])
+
+
+@pytest.mark.parametrize("TP", [0, 112])
+def test_no_run_fits_gives_zeros_without_a_launch(monkeypatch, TP):
+    """A padded length under 128 holds no run: every expert's dW is zero, nothing launched (and
+    block-wise there is no scale row)."""
+    monkeypatch.setattr(fp8_grouped, "_launch_grouped_k", lambda *a: pytest.fail("launched"))
+    monkeypatch.setattr(fp8_grouped, "check_gpu", lambda device: None)
+    monkeypatch.setattr(fp8_grouped, "check_hopper", lambda device: None)
+    a, b = torch.zeros(32, TP, dtype=E4M3), torch.zeros(48, TP, dtype=E4M3)
+    poffs = torch.zeros(3, dtype=torch.int32)
+    for scaling, rows in (("row", 3), ("block", TP // 128)):
+        out = fp8_grouped.scaled_grouped_k_mm(a, b, torch.ones(rows, 32), torch.ones(rows, 48), poffs, scaling=scaling)
+        assert out.shape == (3, 32, 48) and not out.any()
 
 
 def test_a_cpu_tensor_is_refused_after_the_argument_checks(monkeypatch):

@@ -203,7 +203,8 @@ def check_scaled_grouped_k_mm(a, b, scale_a, scale_b, poffs, scaling, out_dtype,
         if t.dim() != 2 or t.dtype not in _FP8:
             raise PingpongError(f"{name}: expected a 2-D fp8 tensor (e4m3fn or e5m2), got {t.dtype} of shape"
                                 f" {tuple(t.shape)}")
-        if t.shape[0] % 16 or t.shape[1] % 16 or (t.shape[0] > 1 and t.stride(1) != 1) or t.stride(0) % 16:
+        if t.shape[0] % 16 or t.shape[1] % 16 or (t.shape[1] and (t.stride(1) != 1 or t.stride(0) % 16
+                                                                   or t.stride(0) < t.shape[1])):
             raise PingpongError(f"{name}: expected rows of the padded tokens, contiguous, 16-byte aligned, and a"
                                 f" multiple of 16 of them (pingpong.quantize_groups_t's layout), got shape"
                                 f" {tuple(t.shape)} and strides {tuple(t.stride())}")
@@ -218,7 +219,7 @@ def check_scaled_grouped_k_mm(a, b, scale_a, scale_b, poffs, scaling, out_dtype,
     rows = G if scaling == "row" else TP // SCALE_BLOCK  # (every run ends at a multiple of 128 ≤ TP)
     for name, t, width in (("scale_a", scale_a, M), ("scale_b", scale_b, N)):
         if t.dtype != torch.float32 or tuple(t.shape) != (rows, width) or (width > 1 and t.stride(1) != 1) \
-                or (rows > 1 and t.stride(0) % 4):
+                or (rows > 1 and (t.stride(0) % 4 or t.stride(0) < width)):
             what = "(G, rows)" if scaling == "row" else "(padded length / 128, rows)"
             raise PingpongError(f"{name}: expected fp32 {what} = {(rows, width)} with contiguous, 16-byte aligned"
                                 f" rows ({scaling}-wise), got {t.dtype} of shape {tuple(t.shape)} and strides"
@@ -253,7 +254,9 @@ def scaled_grouped_k_mm_direct(a, b, scale_a, scale_b, poffs, scaling="row", out
     check_scaled_grouped_k_mm(a, b, scale_a, scale_b, poffs, scaling, out_dtype)
     if out is None:
         out = torch.empty(poffs.shape[0], a.shape[0], b.shape[0], dtype=out_dtype, device=a.device)
-    if out.numel():
+    if a.shape[1] < SCALE_BLOCK:  # no run fits: every expert is empty (and no scale row exists block-wise)
+        out.zero_()
+    elif out.numel():
         _launch_grouped_k(a, b, out, poffs, scale_a, scale_b, scaling)
     return out
 

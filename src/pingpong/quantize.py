@@ -842,7 +842,7 @@ def check_blocks_t(x, dtype, device_checks: bool = True) -> None:
     if x.dim() != 3 or not x.is_contiguous() or x.shape[1] % SCALE_BLOCK or x.shape[2] % SCALE_BLOCK:
         raise PingpongError(f"x: expected a contiguous 3-D (G, N, K) tensor, N and K multiples of {SCALE_BLOCK}, got"
                             f" shape {tuple(x.shape)} and strides {tuple(x.stride())}")
-    check_quantize(x.view(-1, x.shape[2]), "block128x128", dtype, device_checks)
+    check_quantize(x.view(x.shape[0] * x.shape[1], x.shape[2]), "block128x128", dtype, device_checks)
 
 
 def blocks_t_like(x, dtype):

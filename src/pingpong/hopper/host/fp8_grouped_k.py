@@ -68,7 +68,7 @@ def launch(a, b, out, poffs, sa, sb, scaling: str, config: KernelConfig | None =
     config = config or select_fp8_grouped_k_config(a.shape[0], b.shape[0])
     device = a.device.index
     key = (scaling, config, a.dtype, b.dtype, out.dtype, *a.shape, *b.shape, *out.shape, a.stride(0), b.stride(0),
-           sa.stride(0), sb.stride(0), device, *(t.data_ptr() % 16 == 0 for t in (a, b, out, sa, sb)))
+           sa.stride(0), sb.stride(0), device, *(t.data_ptr() % 16 == 0 for t in (a, b, out, poffs, sa, sb)))
     cached = _LAUNCHES.get(key)
     if cached is None:
         if len(_LAUNCHES) >= LAUNCH_CACHE_SIZE:
