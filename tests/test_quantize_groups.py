@@ -255,3 +255,52 @@ def test_groups_kernel_compiles_for_sm90_without_spills():
         for name, ck in kernels.items():
             facts = cc.Compiled(name, "sm_90a", dict(ck.asm), ck.metadata).facts()
             assert facts.spill_bytes == 0, (name, C, facts.table())
+
+
+_PAIR = textwrap.dedent("""
+    import sys, torch
+    from pingpong import quantize as Q
+    from pingpong import quantize_groups as QG
+
+    def check(x, offs, dtype):
+        T, C = x.shape
+        o = torch.tensor(offs, dtype=torch.int32)
+        out = QG.pair_like(x, o, dtype)
+        for t in out[0::2]:
+            t.view(torch.uint8).fill_(0x7F) if t.dtype != torch.int32 else t.fill_(-7)
+        for t in out[1::2]:
+            t.fill_(float("nan"))
+        q, sr, qt, st, poffs = QG.quantize_groups_pair_direct(x, o, dtype, out)
+        wq, wsr = Q.quantize_fp8(x, "block", dtype)
+        wqt, wst, wpoffs = QG.quantize_groups_direct(x, o, dtype, "block")
+        what = (tuple(x.shape), offs, dtype)
+        assert torch.equal(poffs, wpoffs), what
+        p = int(wpoffs[-1])
+        assert torch.equal(qt[:, :p].view(torch.uint8), wqt[:, :p].view(torch.uint8)), what
+        assert torch.equal(st[:p // 128], wst[:p // 128]), what
+        end = min(max(offs[-1], 0), T)  # the experts' tokens (non-decreasing offsets here)
+        assert torch.equal(q[:end].view(torch.uint8), wq[:end].view(torch.uint8)), what
+        assert torch.equal(sr[:end], wsr[:end]), what
+        assert sr.stride() == wsr.stride() and sr.shape == wsr.shape, what
+
+    gen = torch.Generator().manual_seed(int(sys.argv[1]))
+    for T, C, offs in [(300, 256, [0, 129, 129, 300]), (130, 128, [1, 127, 128]), (5, 384, [5])]:
+        x = torch.randn(T, C, generator=gen) * torch.exp2(torch.randint(-4, 5, (T, 1), generator=gen).float())
+        check(x.half(), offs, torch.float8_e4m3fn)
+        check(x.half(), offs[:-1] + [offs[-1] - 2] if offs[-1] > 2 else offs, torch.float8_e5m2)  # tokens past the end
+    print("OK")
+""")
+
+
+@pytest.mark.slow
+def test_pair_under_the_interpreter_equals_quantize_fp8_and_the_groups():
+    """quantize_groups_pair, block-wise, under the interpreter: its rows bitwise quantize_fp8(x,
+    "block") on the experts' tokens, its runs bitwise quantize_groups_t's; outputs poisoned."""
+    check_interpreted(_PAIR)
+
+
+def test_pair_refuses_columns_not_in_128_blocks(monkeypatch):
+    monkeypatch.setattr(quantize, "interpreter_enabled", lambda: True)
+    monkeypatch.setattr(quantize_groups, "launch_groups", lambda *a, **k: pytest.fail("launched"))
+    with pytest.raises(PingpongError, match="x: C .* multiple of 128"):
+        quantize_groups.quantize_groups_pair(torch.zeros(4, 64, dtype=torch.float16), torch.tensor([4], dtype=torch.int32))
