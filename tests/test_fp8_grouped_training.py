@@ -82,10 +82,15 @@ def _cast_stacked(x, q, s, amax):
     amax.copy_(x.float().abs().amax(1))
 
 
-def _cast_groups(x, offs, qt, s, poffs, granularity):
+def _cast_groups(x, offs, qt, s, poffs, granularity, rows=None):
     """quantize_groups_t's kernel by its contract (tests/test_quantize_groups.py): each expert's
     tokens transposed, zero-padded to a multiple of 128 and quantized as quantize_fp8 would (its
-    launch replaced by _cast), into the expert's run of qt and its scales."""
+    launch replaced by _cast), into the expert's run of qt and its scales; rows = (q, sr), the
+    pair's: quantize_fp8(x, "block") of every token."""
+    if rows is not None:
+        q, sr = quantize.quantize_direct(x, "block", qt.dtype)
+        rows[0].copy_(q)
+        rows[1].copy_(sr)
     p = 0
     for g, (start, end) in enumerate(group_bounds(offs, x.shape[0])):
         run_ = 128 * -(-(end - start) // 128)
@@ -274,7 +279,7 @@ def test_the_fp8_weight_gradient_scales_each_expert_along_its_tokens(kernels, re
     """dW's launch: a = dYᵀ and b = Xᵀ in padded runs (each expert's tokens from a multiple of
     128, zeros after them), their scales amax / 448 along each expert's tokens (row: per expert
     and feature; block: per 128 padded tokens and feature), and dW against float64 within e4m3's
-    bound (block-wise: 1×128 blocks along the tokens)."""
+    bound (block-wise: 1×128 blocks along the tokens); dX of the same backward too."""
     G, N, K = (3, 128, 256)
     gen = torch.Generator().manual_seed(5)
     sizes = [130, 0, 17]
@@ -309,6 +314,10 @@ def test_the_fp8_weight_gradient_scales_each_expert_along_its_tokens(kernels, re
         block = (1, 128) if recipe == "block" else (1, -1)
         ok = bound(Gd[s:e].t(), X[s:e], scales_of(Gd[s:e].t(), block), scales_of(X[s:e], block[::-1]))
         check_close(w.grad[gi], ref, ok, f"{recipe} dW expert {gi}")
+        # dX of the same backward (block-wise its dY from the pair that made dW's dYᵀ)
+        wb = (128, 128) if recipe == "block" else (-1, 1)
+        ok = bound(Gd[s:e], W[gi], scales_of(Gd[s:e], block), scales_of(W[gi], wb))
+        check_close(x.grad[s:e], Gd[s:e] @ W[gi], ok, f"{recipe} dX expert {gi}")
 
 
 def _bad():
