@@ -671,12 +671,6 @@ MUTATIONS = [
      "    tl.store(st + (g * (N // BLOCK) + (rb * BLOCK - g * N) // BLOCK) * (K // BLOCK) + kb, scale)",
      "tests/test_quantize_blocks_t.py -k interpreter"),
     # -- the experts' transposed quantization (pingpong.quantize_groups)
-    ("groups pair: row scales of every column block in the first", "src/pingpong/quantize_groups.py",
-     "            tl.store(sr + tl.program_id(1).to(tl.int64) * T + tok, rscale, mask=k < n)",
-     "            tl.store(sr + tok, rscale, mask=k < n)", "tests/test_quantize_groups.py -k pair"),
-    ("FP8 grouped block backward: dY's pair not used for dX", "src/pingpong/fp8_grouped_training.py",
-     "        rows, cols = (q, s), (qt, st, poffs)", "        rows, cols = (q, s.t().contiguous().t() * 2), (qt, st, poffs)",
-     "tests/test_fp8_grouped_training.py -k block"),
     ("groups transposed: padding left unwritten", "src/pingpong/quantize_groups.py",
      "tl.store(qs + k[None, :], tl.trans(qv.to(qt.dtype.element_ty)), mask=cmask[:, None])",
      "tl.store(qs + k[None, :], tl.trans(qv.to(qt.dtype.element_ty)), mask=cmask[:, None] & (k[None, :] < n))",

@@ -11,7 +11,6 @@ import torch
 
 from fused_reference import new_seed
 from pingpong import KernelConfig, fp8_grouped, quantize_fp8, quantize_groups_t
-from pingpong.quantize_groups import quantize_groups_pair
 from pingpong.hopper.host import fp8_grouped_k as host
 
 pytestmark = pytest.mark.gpu
@@ -135,24 +134,3 @@ def test_quantize_groups_t_is_quantize_fp8_of_each_expert(granularity):
             got = s[g] if granularity == "row" else s[p // 128:(p + run_) // 128].t()
             assert torch.equal(got, sc.view(-1) if granularity == "row" else sc), f"seed {seed}: expert {g}'s scales"
         start, p = start + t, p + run_
-
-
-def test_quantize_groups_pair_is_quantize_fp8_and_the_groups():
-    """quantize_groups_pair on the GPU, bf16: its rows bitwise quantize_fp8(x, "block") on the
-    experts' tokens, its runs, scales and ends bitwise quantize_groups_t's, block-wise."""
-    seed = new_seed()
-    gen = torch.Generator("cuda").manual_seed(seed)
-    sizes = [0, 1, 127, 128, 129, 300, 0]
-    T, C = sum(sizes) + 5, 384
-    x = (torch.randn(T, C, generator=gen, device="cuda") * torch.exp2(
-        torch.randint(-4, 5, (T, 1), generator=gen, device="cuda").float())).to(torch.bfloat16)
-    offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
-    q, sr, qt, st, poffs = quantize_groups_pair(x, offs, E4M3)
-    wq, wsr = quantize_fp8(x, "block", E4M3)
-    wqt, wst, wpoffs = quantize_groups_t(x, offs, E4M3, "block")
-    end, p = sum(sizes), int(wpoffs[-1])
-    assert torch.equal(poffs, wpoffs), f"seed {seed}"
-    assert torch.equal(q[:end].view(torch.uint8), wq[:end].view(torch.uint8)), f"seed {seed}: rows"
-    assert torch.equal(sr[:end], wsr[:end]) and sr.stride() == wsr.stride(), f"seed {seed}: row scales"
-    assert torch.equal(qt[:, :p].view(torch.uint8), wqt[:, :p].view(torch.uint8)), f"seed {seed}: runs"
-    assert torch.equal(st[:p // 128], wst[:p // 128]), f"seed {seed}: run scales"

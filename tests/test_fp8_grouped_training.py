@@ -82,15 +82,10 @@ def _cast_stacked(x, q, s, amax):
     amax.copy_(x.float().abs().amax(1))
 
 
-def _cast_groups(x, offs, qt, s, poffs, granularity, rows=None):
+def _cast_groups(x, offs, qt, s, poffs, granularity):
     """quantize_groups_t's kernel by its contract (tests/test_quantize_groups.py): each expert's
     tokens transposed, zero-padded to a multiple of 128 and quantized as quantize_fp8 would (its
-    launch replaced by _cast), into the expert's run of qt and its scales; rows = (q, sr), the
-    pair's: quantize_fp8(x, "block") of every token."""
-    if rows is not None:
-        q, sr = quantize.quantize_direct(x, "block", qt.dtype)
-        rows[0].copy_(q)
-        rows[1].copy_(sr)
+    launch replaced by _cast), into the expert's run of qt and its scales."""
     p = 0
     for g, (start, end) in enumerate(group_bounds(offs, x.shape[0])):
         run_ = 128 * -(-(end - start) // 128)
@@ -314,7 +309,7 @@ def test_the_fp8_weight_gradient_scales_each_expert_along_its_tokens(kernels, re
         block = (1, 128) if recipe == "block" else (1, -1)
         ok = bound(Gd[s:e].t(), X[s:e], scales_of(Gd[s:e].t(), block), scales_of(X[s:e], block[::-1]))
         check_close(w.grad[gi], ref, ok, f"{recipe} dW expert {gi}")
-        # dX of the same backward (block-wise its dY from the pair that made dW's dYᵀ)
+        # dX of the same backward
         wb = (128, 128) if recipe == "block" else (-1, 1)
         ok = bound(Gd[s:e], W[gi], scales_of(Gd[s:e], block), scales_of(W[gi], wb))
         check_close(x.grad[s:e], Gd[s:e] @ W[gi], ok, f"{recipe} dX expert {gi}")

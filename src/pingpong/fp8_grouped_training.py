@@ -50,7 +50,7 @@ gradient is FP8 ("row": torchao's "rowwise"; "block": DeepSeek-V3's), dYᵀ and 
 quantized along the tokens, per expert (row-wise: one scale per expert and feature; block-wise:
 per 128 tokens and feature), and written transposed with the tokens contiguous, each expert's
 run padded with zeros to a multiple of 128 on the device (pingpong.quantize_groups_t, no host
-sync; block-wise, dY's pass also writes its 1×128 rows for dX: quantize_groups_pair, one read); the product is pingpong.scaled_grouped_k_mm (the FP8 K-grouped kernel,
+sync); the product is pingpong.scaled_grouped_k_mm (the FP8 K-grouped kernel,
 pingpong.hopper.kernels.fp8_grouped_k), whose 128-deep K blocks never straddle two experts.
 "row_gw_hp" (torchao's "rowwise_with_gw_hp") keeps it in the inputs' precision: grouped_mm's
 ragged-K product of dYᵀ and X. Tensor-wise is refused, naming the recipe (one scale over every
@@ -92,7 +92,7 @@ from .fp8_grouped import scaled_grouped_k_mm, scaled_grouped_mm_direct, scaled_g
 from .fp8_training import GRAD_DTYPE, RECIPES, recipe_name, training_shape_reason
 from .grouped import grouped_mm
 from .quantize import MAX_ROW, quantize_fp8, quantize_fp8_blocks_t, quantize_fp8_columns, quantize_stacked_direct
-from .quantize_groups import quantize_groups_pair, quantize_groups_t
+from .quantize_groups import quantize_groups_t
 from .runtime.spec import SCALE_BLOCK
 
 __all__ = ["fp8_grouped_linear", "GROUPED_RECIPES", "grouped_recipe", "check_fp8_grouped_linear"]
@@ -205,15 +205,14 @@ def _forward(x, weight, offs, recipe: str, w_amax: bool = False, out=(None, None
     return y, amax
 
 
-def _data_grad(g, weight, amax, offs, recipe: str, dtype, quantized=None) -> Tensor:
+def _data_grad(g, weight, amax, offs, recipe: str, dtype) -> Tensor:
     """dX = dY_g·W_g (T, K), contracting N: dY per token (1×128 blocks) along N; W_g per column
     along N, quantized straight into Wᵀ's layout (G, K, N) (quantize_fp8_columns, from the
     forward's column maxima `amax` when given: one read of W), or block-wise W's 128×128
     quantization written transposed (quantize_fp8_blocks_t). Rows past offs[-1] set to zero by the product's op
-    (only those rows written). `quantized`: dY's (q, scale) already made (the block recipe's
-    pair, `_backward`)."""
+    (only those rows written)."""
     r = RECIPES[recipe]
-    qg, sg = quantized if quantized is not None else quantize_fp8(g, r.granularity, GRAD_DTYPE)
+    qg, sg = quantize_fp8(g, r.granularity, GRAD_DTYPE)
     if r.weight == "block128x128":  # W's 128×128 blocks written transposed by the quantization itself
         qwt, swt = kept(weight, "columns block", lambda: quantize_fp8_blocks_t(weight, GRAD_DTYPE))
     else:  # W along N, written transposed (G, K, N) by the quantization itself: no copy of Wᵀ
@@ -222,16 +221,15 @@ def _data_grad(g, weight, amax, offs, recipe: str, dtype, quantized=None) -> Ten
                                    False, zero_tail=True)
 
 
-def _weight_grad(g, x, offs, recipe: str, dtype, quantized=None) -> Tensor:
+def _weight_grad(g, x, offs, recipe: str, dtype) -> Tensor:
     """dW_g = dY_gᵀ·X_g (G, N, K), contracting each expert's tokens (an empty expert gives zeros):
     FP8, dYᵀ and Xᵀ quantized per expert along the tokens into padded runs and multiplied by the
-    K-grouped kernel; row_gw_hp: grouped_mm's ragged-K product in the inputs' precision.
-    `quantized`: dYᵀ's (qt, scale, poffs) already made (the block recipe's pair, `_backward`)."""
+    K-grouped kernel; row_gw_hp: grouped_mm's ragged-K product in the inputs' precision."""
     r = RECIPES[recipe]
     if not r.fp8_weight_grad:
         return grouped_mm(g.t(), x, offs, out_dtype=dtype)
     granularity = "row" if r.granularity == "row" else "block"
-    qgt, sg, poffs = quantized if quantized is not None else quantize_groups_t(g, offs, GRAD_DTYPE, granularity)
+    qgt, sg, poffs = quantize_groups_t(g, offs, GRAD_DTYPE, granularity)
     qxt, sx, _ = quantize_groups_t(x, offs, GRAD_DTYPE, granularity)
     return scaled_grouped_k_mm(qgt, qxt, sg, sx, poffs, scaling=granularity, out_dtype=dtype)
 
@@ -297,12 +295,8 @@ def _backward(ctx, grad, _):
     if not g.numel():  # (an empty one keeps its zero strides through contiguous())
         g = g.new_empty(g.shape)
     needs_x, needs_w = ctx.needs_input_grad[:2]
-    rows = cols = None
-    if needs_x and needs_w and RECIPES[ctx.recipe].granularity == "block":  # dY read once for both products
-        q, s, qt, st, poffs = quantize_groups_pair(g, offs, GRAD_DTYPE)
-        rows, cols = (q, s), (qt, st, poffs)
-    dx = _data_grad(g, weight, amax if amax.dim() == 2 else None, offs, ctx.recipe, x.dtype, rows) if needs_x else None
-    dw = _weight_grad(g, x, offs, ctx.recipe, weight.dtype, cols) if needs_w else None
+    dx = _data_grad(g, weight, amax if amax.dim() == 2 else None, offs, ctx.recipe, x.dtype) if needs_x else None
+    dw = _weight_grad(g, x, offs, ctx.recipe, weight.dtype) if needs_w else None
     return dx, dw, None, None, None
 
 

@@ -55,36 +55,28 @@ import triton.language as tl
 from .errors import PingpongError, check_tensor
 from .integration import inductor
 from .integration.ops import traced
-from .quantize import _EPS, FP8_MAX, _scale_inv, check_quantize, columns_amax, rows_like
+from .quantize import _EPS, FP8_MAX, _scale_inv, check_quantize, columns_amax
 from .runtime.spec import SCALE_BLOCK
 from .toolchain import KERNEL_OPTIONS
 
-__all__ = ["quantize_groups_t", "quantize_groups_pair", "padded_tokens", "GROUP_GRANULARITIES"]
+__all__ = ["quantize_groups_t", "padded_tokens", "GROUP_GRANULARITIES"]
 
 GROUP_GRANULARITIES = ("row", "block")
 IN_DTYPES = (torch.bfloat16, torch.float16)
 #: the program's tile: BLOCK_T tokens (a divisor of 128: a padded run is whole tiles; 128
 #: block-wise, the block) × BLOCK_C columns (128-byte rows of a bf16 load), and its warps
 GROUPS_TILE, GROUPS_WARPS = (SCALE_BLOCK, 64), 4
-#: quantize_groups_pair's tile: 128 tokens × 128 columns (a 1×128 block of each token and a
-#: 128-token block of each column), and its warps
-PAIR_TILE, PAIR_WARPS = (SCALE_BLOCK, SCALE_BLOCK), 8
 #: qt's rows: a multiple of 16 tokens (16-byte aligned fp8 rows)
 ROW_ALIGN = 16
 
 
 @triton.jit
-def _groups_t_kernel(x, offs, qt, s, poffs, q, sr, T, C, G, PMAX, sxt, sqc, sqt, FP8_MAX: tl.constexpr,
-                     BLOCK: tl.constexpr, ROWS: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr,
-                     BLOCK_G: tl.constexpr):
+def _groups_t_kernel(x, offs, qt, s, poffs, T, C, G, PMAX, sxt, sqc, FP8_MAX: tl.constexpr, BLOCK: tl.constexpr,
+                     BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr):
     """Expert g = program_id(0), columns [program_id(1)·BLOCK_C, +BLOCK_C): its tokens x[start,
     start + n) quantized along the tokens, stored transposed into qt[c, p0 + i] with zeros for
     i in [n, run); BLOCK: one scale per 128 tokens into s[(p0 + i) / 128, c], else one per
-    column into s[g, c]. Program (g, 0) writes poffs[g] = p0 + run. ROWS (block-wise, BLOCK_C =
-    128: a tile's columns are one 1×128 block of each token): from the same loads, each token
-    quantized along its 128 columns too, q[start + i, c] (row stride sqt) with its scale at
-    sr[program_id(1)·T + start + i] (quantize_fp8's outer-dim-major (T, C/128) block scales)."""
-    tl.static_assert(not ROWS or (BLOCK and BLOCK_C == 128), "ROWS: block-wise, 128-column tiles")
+    column into s[g, c]. Program (g, 0) writes poffs[g] = p0 + run."""
     g = tl.program_id(0)
     i = tl.arange(0, BLOCK_G)
     ends = tl.minimum(tl.maximum(tl.load(offs + i, mask=i < G, other=0), 0), T).to(tl.int64)
@@ -115,12 +107,6 @@ def _groups_t_kernel(x, offs, qt, s, poffs, q, sr, T, C, G, PMAX, sxt, sqc, sqt,
         if BLOCK:
             scale, inv = _scale_inv(tl.max(tl.abs(v), axis=0), FP8_MAX)
             tl.store(s + ((p0 + t0) // BLOCK_T) * C + cols, scale, mask=cmask)
-        if ROWS:
-            rscale, rinv = _scale_inv(tl.max(tl.abs(v), axis=1), FP8_MAX)
-            tok = start + k.to(tl.int64)
-            rq = tl.clamp(v * rinv[:, None], -FP8_MAX, FP8_MAX).to(q.dtype.element_ty)
-            tl.store(q + tok[:, None] * sqt + cols[None, :], rq, mask=(k[:, None] < n) & cmask[None, :])
-            tl.store(sr + tl.program_id(1).to(tl.int64) * T + tok, rscale, mask=k < n)
         qv = tl.clamp(v * inv[None, :], -FP8_MAX, FP8_MAX)
         tl.store(qs + k[None, :], tl.trans(qv.to(qt.dtype.element_ty)), mask=cmask[:, None])
 
@@ -175,21 +161,18 @@ def quantize_groups_direct(x, offs, dtype=torch.float8_e4m3fn, granularity="row"
     return qt, s, poffs
 
 
-def launch_groups(x, offs, qt, s, poffs, granularity, rows=None) -> None:
+def launch_groups(x, offs, qt, s, poffs, granularity) -> None:
     """quantize_groups_t's kernel on a checked x with tokens and its outputs, through Triton's
-    JIT (the interpreter for CPU tensors); rows = (q, sr): quantize_groups_pair's row outputs
-    too (block-wise, 128-column tiles)."""
+    JIT (the interpreter for CPU tensors)."""
     T, C = x.shape
     G = offs.shape[0]
-    bt, bc = GROUPS_TILE if rows is None else PAIR_TILE
-    warps = GROUPS_WARPS if rows is None else PAIR_WARPS
-    meta = {} if x.device.type == "cpu" else dict(num_warps=warps, **KERNEL_OPTIONS)
+    bt, bc = GROUPS_TILE
+    meta = {} if x.device.type == "cpu" else dict(num_warps=GROUPS_WARPS, **KERNEL_OPTIONS)
     pmax = qt.shape[1] // SCALE_BLOCK * SCALE_BLOCK
-    q, sr = (qt, s) if rows is None else rows  # (never written without ROWS)
     grid = (G, max(1, -(-C // bc)))  # C = 0: one program per expert still writes poffs
-    _groups_t_kernel[grid](x, offs, qt, s, poffs, q, sr, T, C, G, pmax, x.stride(0), qt.stride(0), q.stride(0),
-                           FP8_MAX=FP8_MAX[qt.dtype], BLOCK=granularity == "block", ROWS=rows is not None,
-                           BLOCK_T=bt, BLOCK_C=bc, BLOCK_G=triton.next_power_of_2(G), **meta)
+    _groups_t_kernel[grid](x, offs, qt, s, poffs, T, C, G, pmax, x.stride(0), qt.stride(0),
+                           FP8_MAX=FP8_MAX[qt.dtype], BLOCK=granularity == "block", BLOCK_T=bt, BLOCK_C=bc,
+                           BLOCK_G=triton.next_power_of_2(G), **meta)
 
 
 def quantize_groups_t(x: torch.Tensor, offs: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn,
@@ -222,65 +205,3 @@ def _(x, offs, granularity, dtype):
 def quantize_groups_t_out(x, offs, *, granularity, dtype, out):
     """pingpong::quantize_groups_t into inductor's buffers (qt, s, poffs) (pingpong.integration.inductor)."""
     quantize_groups_direct(x, offs, dtype, granularity, out)
-
-
-# ----------------------------------------------------------------------------- the pair (block-wise)
-
-
-def check_pair(x, offs, dtype, device_checks: bool = True) -> None:
-    """quantize_groups_pair's arguments: quantize_groups_t's, and C a multiple of 128 (the
-    tokens' own 1×128 blocks)."""
-    check_groups(x, offs, dtype, "block", device_checks)
-    if x.shape[1] % SCALE_BLOCK:
-        raise PingpongError(f"x: C (= {x.shape[1]}) must be a multiple of {SCALE_BLOCK} (1×128 blocks of each token)")
-
-
-def pair_like(x, offs, dtype):
-    """quantize_groups_pair's outputs (q (T, C), sr (T, C/128) outer-dim-major, qt (C, TP),
-    st (TP // 128, C), poffs (G,) int32), uninitialized."""
-    qt, st, poffs = groups_like(x, offs, dtype, "block")
-    q, sr = rows_like(x, "block", dtype)
-    return q, sr, qt, st, poffs
-
-
-def quantize_groups_pair_direct(x, offs, dtype=torch.float8_e4m3fn, out=None):
-    """quantize_groups_pair on the direct path: validate, launch; into `out` (inductor's
-    buffers, laid out as `pair_like`) when given."""
-    check_pair(x, offs, dtype)
-    q, sr, qt, st, poffs = pair_like(x, offs, dtype) if out is None else out
-    if x.shape[0] == 0:  # no tokens: every expert empty, nothing to read
-        poffs.zero_()
-    else:
-        launch_groups(x, offs, qt, st, poffs, "block", (q, sr))
-    return q, sr, qt, st, poffs
-
-
-def quantize_groups_pair(x: torch.Tensor, offs: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn):
-    """Block-wise, one read of x (T, C) for both FP8 operands an expert's tokens feed
-    (pingpong.fp8_grouped_training's "block" recipe: dY's for dX and dW): (q, sr) each token
-    along its 128-column blocks, quantize_fp8(x, "block")'s layout and values on the experts'
-    tokens (rows in no expert unwritten), and (qt, st, poffs) quantize_groups_t(x, offs, dtype,
-    "block")'s, bitwise. C a multiple of 128. While torch.compile traces, the
-    ``pingpong::quantize_groups_pair`` op."""
-    if traced(x, offs):
-        return torch.ops.pingpong.quantize_groups_pair(x, offs, dtype)
-    return quantize_groups_pair_direct(x, offs, dtype)
-
-
-@torch.library.custom_op("pingpong::quantize_groups_pair", mutates_args=())
-def _quantize_groups_pair_op(x: torch.Tensor, offs: torch.Tensor, dtype: torch.dtype
-                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    return quantize_groups_pair_direct(x, offs, dtype)
-
-
-@_quantize_groups_pair_op.register_fake
-def _(x, offs, dtype):
-    inductor.register()
-    check_pair(x, offs, dtype, device_checks=False)
-    return pair_like(x, offs, dtype)
-
-
-@inductor.lowered("quantize_groups_pair")
-def quantize_groups_pair_out(x, offs, *, dtype, out):
-    """pingpong::quantize_groups_pair into inductor's buffers (pingpong.integration.inductor)."""
-    quantize_groups_pair_direct(x, offs, dtype, out)
