@@ -662,6 +662,14 @@ MUTATIONS = [
      "    if not g.numel():  # (an empty one keeps its zero strides through contiguous())",
      "    if False:  # (an empty one keeps its zero strides through contiguous())",
      "tests/test_fp8_grouped_training.py -k no_tokens"),
+    # -- the FP8 ping-pong schedule model's premises (pingpong.schedule: hopper_fp8_pingpong)
+    ("FP8 paired loop: k's wgmma not waited before its retire", "src/pingpong/hopper/kernels/fp8_gemm.py",
+     "            p0, p1 = warpgroup_mma_wait(1, (p0, p1))\n", "", "tests/test_schedule.py -k fp8_model"),
+    ("FP8 retire: the slot released before the promotion reads its scales", "src/pingpong/hopper/kernels/fp8_gemm.py",
+     "    acc = scales.promote(acc, part, ring_index(counter, ring.STAGES), (counter + shift) % 4, sa_phase, ROW0, ROWS,\n"
+     "                         COLS)\n    ring.release(counter)\n",
+     "    ring.release(counter)\n    acc = scales.promote(acc, part, ring_index(counter, ring.STAGES), (counter + shift) % 4,"
+     " sa_phase, ROW0, ROWS,\n                         COLS)\n", "tests/test_schedule.py -k fp8_model"),
     # -- the experts' weights' 128×128 blocks written transposed (pingpong.quantize)
     ("blocks transposed: a block stored untransposed", "src/pingpong/quantize.py",
      "    tl.store(qt + g * K * N + cols[:, None] * N + n[None, :], tl.trans(qv))",

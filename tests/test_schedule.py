@@ -5,7 +5,7 @@ import inspect
 import pytest
 
 from pingpong.hopper.device import epilogue, loader, pipeline, scheduler
-from pingpong.hopper.kernels import gemm as kernel
+from pingpong.hopper.kernels import fp8_gemm as fp8_kernel, gemm as kernel
 from pingpong.hopper.host.config import SCHEDULE_FACTS
 from pingpong.schedule import ScheduleBuilder, check
 from pingpong.schedule.schedules import SHIPPED, amd, as_expected, build, hopper
@@ -225,6 +225,38 @@ def test_the_counted_model_follows_the_kernel_source():
     assert count.index("first += steps") > count.index("if t % EVERY == FIRST:")
     accumulate = inspect.getsource(kernel.PlainKLoop.accumulate.fn)
     assert "if steps > 0:" in accumulate and "sync.pass_turn(CONSUMER)" in accumulate
+
+
+@pytest.mark.parametrize("steps", [(1,), (2,), (3, 0, 2), (0, 0, 1), (2, 1, 0, 3), (4, 4)])
+def test_fp8_pingpong_is_safe(steps):
+    """The FP8 kernels' ping-pong (promoted, paired K loop; block scales read from each slot;
+    counted units, some empty): safe with pairs, odd last k-steps and empty units."""
+    assert check(hopper.hopper_fp8_pingpong(steps, 2)).verdict == "SAFE"
+
+
+def test_fp8_release_unwaited_is_flagged():
+    r = check(hopper.hopper_fp8_pingpong(variant="release_unwaited"), stop_after=1)
+    assert r.verdict == "RACE" and "A[" in r.first().message, (r.verdict, r.violations[:1])
+
+
+def test_the_fp8_model_follows_the_kernel_source():
+    """The FP8 model's premises, read off the kernel: the paired loop issues k and k+1, retires
+    k after wait(1) and k+1 after wait(0); a retire promotes (reading the slot's scales) before
+    it releases the slot; an odd last k-step waits(0) first; the turn passes after the promoted
+    loop; and a counted unit's k-steps are the consumer's."""
+    loop = inspect.getsource(fp8_kernel.promoted_mainloop.fn)
+    order = ["p0 = issue(ring, first + k, p0", "p1 = issue(ring, first + k + 1, p1",
+             "p0, p1 = warpgroup_mma_wait(1, (p0, p1))", "acc = retire(ring, scales, acc, p0, first + k,",
+             "p1 = warpgroup_mma_wait(0, (p1,))", "acc = retire(ring, scales, acc, p1, first + k + 1,"]
+    at = [loop.index(line) for line in order]
+    assert at == sorted(at), order
+    retire = inspect.getsource(fp8_kernel.retire.fn)
+    assert retire.index("scales.promote(") < retire.index("ring.release(counter)")
+    step = inspect.getsource(fp8_kernel.step.fn)
+    assert step.index("warpgroup_mma_wait(0, (part,))") < step.index("retire(")
+    run = inspect.getsource(fp8_kernel.Fp8KLoop.run.fn)
+    assert run.index("promoted_mainloop(") < run.index("sync.pass_turn(CONSUMER)")
+    assert "return batch, off_m, off_n, first, steps" in inspect.getsource(fp8_kernel.Fp8KLoop.counted.fn)
 
 
 # and the real epilogue (store_wait(BUFS-1), C read through TMA on c_ready's parity), built from

@@ -68,6 +68,12 @@ SHIPPED = {
            "pingpong.hopper ragged-K, broken", "RACE", "an empty unit releases the previous unit's slot"),
         _e("hopper_counted_own_count", lambda k=2: hopper.hopper_pingpong_counted(variant="own_count"),
            "pingpong.hopper ragged-K, broken", "RACE", "a consumer counts only its own units' k-steps"),
+        _e("hopper_fp8_pingpong", lambda k=2: hopper.hopper_fp8_pingpong(),
+           "pingpong.hopper FP8 kernels, ping-pong (promoted, paired K loop)", "SAFE",
+           "units of 3, 2, 0, 1 k-steps (counted), two wgmmas in flight, each slot's block scales read at"
+           " the promotion", default_k=2),
+        _e("hopper_fp8_release_unwaited", lambda k=2: hopper.hopper_fp8_pingpong(variant="release_unwaited"),
+           "pingpong.hopper FP8, broken", "RACE", "a pair's first slot released before wait(1) retires its wgmma"),
         _e("hopper_cooperative", hopper.hopper_cooperative, "pingpong.hopper (the default schedule)", "SAFE",
            "producer + 2 consumers on every tile (empty count 2), 2 epilogue sub-tiles, store_wait(1), β·C",
            default_k=2),

@@ -213,6 +213,103 @@ def hopper_pingpong_counted(steps=(2, 0, 3, 1, 0, 2), stages: int = 2, variant: 
     return b.build()
 
 
+FP8_VARIANTS = ("release_unwaited",)
+S_BYTES = 4 * (64 + 128)  # a slot's block scales (sa box, sb box): fp32
+
+
+def hopper_fp8_pingpong(steps=(3, 2, 0, 1), stages: int = 2, variant: str = "correct"):
+    """Our Hopper FP8 kernels' ping-pong protocol (pingpong.hopper.kernels.fp8_gemm: Fp8KLoop's
+    promoted, paired K loop, promoted_mainloop with PAIRED; the dense FP8 kernel's units have
+    the same k-steps each, the K-grouped weight gradient's (fp8_grouped_k) are device data, 0
+    for an expert with no token, counted by the consumers as in hopper_pingpong_counted). Each
+    slot also holds its K block's scales (block-wise: the producer's TMA into S[s] on the same
+    ready barrier), which the promotion reads from shared memory:
+
+        per pair of k-steps c, c+1: wait ready[s]; wgmma(c) → part0; wait ready[s']; wgmma(c+1)
+        → part1; wgmma wait(1); promote part0 (reads S[s]); release c; wait(0); promote part1
+        (reads S[s']); release c+1;  an odd last k-step: issue, wait(0), promote, release
+        the turn passes once the unit's K loop is done (promoted: after its last wait(0)); then
+        the epilogue (one whole-tile buffer)
+
+    variant: "correct"; "release_unwaited" (each pair's first slot released before the wait(1)
+    that retires its wgmma: the producer's refill lands under it).
+    """
+    ring_index, ring_phase, _, turn_phase, other_consumer, pre_armed = _helpers()
+    name = "hopper_fp8_pingpong" if variant == "correct" else f"hopper_fp8_{variant}"
+    b = _declare_pingpong(ScheduleBuilder(name, hopper_fp8_pingpong.__doc__), stages, 1, False)
+    for s in range(stages):
+        b.buffer(f"S[{s}]")
+    total = sum(steps)
+    p = b.group("producer", 1)
+    c = 0
+    for t, n in enumerate(steps):
+        for k in range(n):
+            s, ph = ring_index(c, stages), ring_phase(c, stages)
+            p.where = f"unit {t} k={k}"
+            p.mwait(f"empty[{s}]", ph ^ 1, critical="pipeline.py: producer waits empty[s]" if c >= stages else "")
+            p.expect(f"ready[{s}]", A_BYTES + B_BYTES + S_BYTES)
+            p.tma_load(f"A[{s}]", f"ready[{s}]", A_BYTES, data=c, label=f"TMA A(c={c}) → A[{s}]")
+            p.tma_load(f"B[{s}]", f"ready[{s}]", B_BYTES, data=c, label=f"TMA B(c={c}) → B[{s}]")
+            p.tma_load(f"S[{s}]", f"ready[{s}]", S_BYTES, data=c, label=f"TMA scales(c={c}) → S[{s}]")
+            c += 1
+
+    def refilled(c):
+        return c + stages < total
+
+    def issue(g, c):
+        s = ring_index(c, stages)
+        g.mwait(f"ready[{s}]", ring_phase(c, stages), critical="pipeline.py: consumer waits ready[s]")
+        g.mma((f"A[{s}]", f"B[{s}]"), counter="wgmma", want=c, label=f"wgmma c={c} A[{s}],B[{s}]")
+
+    def retire(g, c):
+        s = ring_index(c, stages)
+        g.read(f"S[{s}]", counter="ld.shared", want=c, label=f"promote c={c}: scales from S[{s}]")
+        g.wait("ld.shared", 0)
+        if variant != "release_unwaited":
+            g.arrive(f"empty[{s}]")
+
+    for cons in (0, 1):
+        g, other = _consumer_group(b, cons, other_consumer, pre_armed)
+        first = 0
+        for t, n in enumerate(steps):
+            if t % 2 == cons:
+                j = t // 2
+                g.where = f"unit {t}"
+                g.mwait(f"turn[{cons}]", turn_phase(j, cons),
+                        critical="" if cons == 0 and j == 0 else "phase_sync.py: wait for my turn")
+                for k in range(0, n - 1, 2):
+                    c0 = first + k
+                    g.where = f"unit {t} k={k},{k + 1}"
+                    issue(g, c0)
+                    issue(g, c0 + 1)
+                    if variant == "release_unwaited":
+                        g.arrive(f"empty[{ring_index(c0, stages)}]", label=f"arrive empty (c={c0}, unwaited)")
+                    g.wait("wgmma", 1, critical="fp8_gemm.py promoted_mainloop: wait(1) retires k's wgmma"
+                           if refilled(c0) else "")
+                    retire(g, c0)
+                    g.wait("wgmma", 0, critical="fp8_gemm.py promoted_mainloop: wait(0) retires k+1's"
+                           if refilled(c0 + 1) else "")
+                    if variant == "release_unwaited":
+                        g.arrive(f"empty[{ring_index(c0 + 1, stages)}]")
+                    retire(g, c0 + 1)
+                if n % 2:
+                    c = first + n - 1
+                    g.where = f"unit {t} k={n - 1}"
+                    issue(g, c)
+                    g.wait("wgmma", 0, critical="fp8_gemm.py step: wait(0) before the promotion" if refilled(c) else "")
+                    if variant == "release_unwaited":
+                        g.arrive(f"empty[{ring_index(c, stages)}]")
+                    retire(g, c)
+                g.where = f"unit {t} end"
+                g.arrive(f"turn[{other}]")
+                _epilogue(g, cons, j, t, 1, False, "correct")
+            first += n
+        if len(steps) > cons:
+            g.where = "drain"
+            g.wait("tma_store", 0)
+    return b.build()
+
+
 def _consumer_group(b, cons: int, other_consumer, pre_armed: bool):
     """Ping-pong consumer warpgroup `cons` and the other one's index; with the older turn_phase
     consumer 0 first arrives once on turn[0] (the kernel's pre-arming, `_helpers`)."""
