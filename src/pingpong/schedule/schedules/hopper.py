@@ -240,18 +240,7 @@ def hopper_fp8_pingpong(steps=(3, 2, 0, 1), stages: int = 2, variant: str = "cor
     for s in range(stages):
         b.buffer(f"S[{s}]")
     total = sum(steps)
-    p = b.group("producer", 1)
-    c = 0
-    for t, n in enumerate(steps):
-        for k in range(n):
-            s, ph = ring_index(c, stages), ring_phase(c, stages)
-            p.where = f"unit {t} k={k}"
-            p.mwait(f"empty[{s}]", ph ^ 1, critical="pipeline.py: producer waits empty[s]" if c >= stages else "")
-            p.expect(f"ready[{s}]", A_BYTES + B_BYTES + S_BYTES)
-            p.tma_load(f"A[{s}]", f"ready[{s}]", A_BYTES, data=c, label=f"TMA A(c={c}) → A[{s}]")
-            p.tma_load(f"B[{s}]", f"ready[{s}]", B_BYTES, data=c, label=f"TMA B(c={c}) → B[{s}]")
-            p.tma_load(f"S[{s}]", f"ready[{s}]", S_BYTES, data=c, label=f"TMA scales(c={c}) → S[{s}]")
-            c += 1
+    _producer(b, ring_index, ring_phase, stages, steps, "unit", scales=True)
 
     def refilled(c):
         return c + stages < total
@@ -343,9 +332,10 @@ def _k_loop(g, ring_index, ring_phase, stages: int, first: int, n: int, where: s
                 release(c - 1)
 
 
-def _producer(b, ring_index, ring_phase, stages: int, steps, unit: str = "tile"):
+def _producer(b, ring_index, ring_phase, stages: int, steps, unit: str = "tile", scales: bool = False):
     """The TMA warp (kernel.producer): every k-step of every unit (steps[t] k-steps for unit t),
-    in order, into the ring."""
+    in order, into the ring; `scales`: each slot's block scales too, into S[s] on the same ready
+    barrier (the FP8 kernels' Fp8Loader)."""
     p = b.group("producer", 1)
     c = 0
     for t, n in enumerate(steps):
@@ -354,9 +344,11 @@ def _producer(b, ring_index, ring_phase, stages: int, steps, unit: str = "tile")
             p.where = f"{unit} {t} k={k}"
             # the first pass (c < STAGES) waits on a fresh barrier's parity 1: passes at once
             p.mwait(f"empty[{s}]", ph ^ 1, critical="pipeline.py: producer waits empty[s]" if c >= stages else "")
-            p.expect(f"ready[{s}]", A_BYTES + B_BYTES)
+            p.expect(f"ready[{s}]", A_BYTES + B_BYTES + (S_BYTES if scales else 0))
             p.tma_load(f"A[{s}]", f"ready[{s}]", A_BYTES, data=c, label=f"TMA A(c={c}) → A[{s}]")
             p.tma_load(f"B[{s}]", f"ready[{s}]", B_BYTES, data=c, label=f"TMA B(c={c}) → B[{s}]")
+            if scales:
+                p.tma_load(f"S[{s}]", f"ready[{s}]", S_BYTES, data=c, label=f"TMA scales(c={c}) → S[{s}]")
             c += 1
 
 
