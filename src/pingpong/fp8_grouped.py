@@ -65,8 +65,6 @@ implementation runs the same validation and gives the (T, N) shape.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 from torch import Tensor
 
@@ -76,6 +74,7 @@ from .portable import grouped as portable_grouped
 from .runtime import fp8_spec
 from .runtime import plan as plan_mod
 from .runtime import spec as spec_mod
+from .runtime.device import is_hopper
 from .runtime.spec import SCALE_BLOCK
 
 __all__ = ["scaled_grouped_mm", "check_scaled_grouped_mm", "scaled_grouped_k_mm", "check_scaled_grouped_k_mm"]
@@ -238,13 +237,8 @@ def check_scaled_grouped_k_mm(a, b, scale_a, scale_b, poffs, scaling, out_dtype,
 
 def check_hopper(device) -> None:
     """The K-grouped kernel runs on Hopper (sm_90) only."""
-    if _capability(device.index if device.index is not None else torch.cuda.current_device()) != (9, 0):
+    if not is_hopper(device.index if device.index is not None else torch.cuda.current_device()):
         raise PingpongError(f"a: pingpong.scaled_grouped_k_mm runs on a Hopper (sm_90) GPU; {device} is not one")
-
-
-@functools.lru_cache(maxsize=None)
-def _capability(index: int) -> tuple[int, int]:
-    return torch.cuda.get_device_capability(index)
 
 
 def scaled_grouped_k_mm_direct(a, b, scale_a, scale_b, poffs, scaling="row", out_dtype=torch.bfloat16,

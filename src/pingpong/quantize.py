@@ -83,7 +83,7 @@ from .errors import PingpongError, check_tensor
 from .integration.ops import traced
 from .kept import kept, keeping
 from .runtime.fp8_spec import refuse_grad
-from .runtime.launcher import CachedLaunch
+from .runtime.launcher import CachedLaunch, LaunchCache
 from .runtime.spec import SCALE_BLOCK
 from .toolchain import KERNEL_OPTIONS
 
@@ -445,7 +445,7 @@ def quantize_direct(x: torch.Tensor, granularity: str = "row", dtype=torch.float
 #: Bound launches of the row and block kernels (`launch`) and of the pair's (`launch_pair`), one per
 #: call shape; emptied when full (a model has few shapes, but the token count of its activations varies).
 LAUNCH_CACHE_SIZE = 1024
-_LAUNCHES: dict = {}
+_LAUNCHES = LaunchCache(LAUNCH_CACHE_SIZE)
 
 
 def launch(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, granularity: str) -> None:
@@ -468,17 +468,7 @@ def bound_launch(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, granularity:
     """The row or block kernel's CachedLaunch for this call shape (x, q and s on a GPU, as
     `launch` takes them): called as launch(device, (x, q, s addresses), (), prepare, x, q, s,
     granularity). Float8Linear keeps the one of each input shape it has seen."""
-    return _cached(launch_key(x, q, s, granularity), CachedLaunch)
-
-
-def _cached(key, make):
-    """_LAUNCHES[key], made by `make()` on a miss (the cache emptied when full)."""
-    cached = _LAUNCHES.get(key)
-    if cached is None:
-        if len(_LAUNCHES) >= LAUNCH_CACHE_SIZE:
-            _LAUNCHES.clear()
-        cached = _LAUNCHES[key] = make()
-    return cached
+    return _LAUNCHES.get_or_make(launch_key(x, q, s, granularity))
 
 
 def launch_key(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, granularity: str) -> tuple:
@@ -642,7 +632,7 @@ def bound_pair(x, q, s, qt, st, amax, granularity, rows, cols) -> tuple[CachedLa
     key = ("pair", granularity, rows, cols, x.dtype, q.dtype, qt.dtype, *_pair_scalars(x, q, s, qt, st, rows, cols),
            x.device.index, x.data_ptr() % 16 == 0, q.data_ptr() % 16 == 0, s.data_ptr() % 16 == 0,
            qt.data_ptr() % 16 == 0, st.data_ptr() % 16 == 0, amax.data_ptr() % 16 == 0)
-    return _cached(key, lambda: (CachedLaunch(), CachedLaunch()))
+    return _LAUNCHES.get_or_make(key, lambda: (CachedLaunch(), CachedLaunch()))
 
 
 def _pair_scalars(x, q, s, qt, st, rows, cols) -> tuple:

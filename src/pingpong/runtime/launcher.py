@@ -330,3 +330,23 @@ class CachedLaunch:
                 self.bound = bind_jit_args(direct, fn, args, kwargs, self.dynamic)
                 self.grid = (tuple(grid) + (1, 1))[:3]
                 self.key = launch_key()
+
+
+class LaunchCache(dict):
+    """Bound launches by call signature (a key of everything the compiled kernel and its bound
+    arguments depend on), made on a miss and all dropped once `size` are held: a model has few
+    signatures, but its token counts vary. quantize's kernels and the FP8 K-grouped GEMM keep
+    theirs here."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.size = size
+
+    def get_or_make(self, key, make=CachedLaunch):
+        """self[key], made by `make()` on a miss (the cache emptied first when full)."""
+        cached = self.get(key)
+        if cached is None:
+            if len(self) >= self.size:
+                self.clear()
+            cached = self[key] = make()
+        return cached

@@ -9,7 +9,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ...runtime import compile as cc
-from ...runtime.launcher import CachedLaunch
+from ...runtime.launcher import LaunchCache
 from ...runtime.spec import SCALE_BLOCK
 from ..device.epilogue import EpilogueConstants
 from ..kernels.fp8_grouped_k import fp8_grouped_k_gemm
@@ -18,9 +18,8 @@ from .fp8_launch import check_fp8_config, scale_boxes
 from .launch import _descriptor, kernel_constants, launch_options
 from .select import Device
 
-#: call signatures whose bound launch is kept (emptied when full, as quantize's)
-LAUNCH_CACHE_SIZE = 256
-_LAUNCHES: dict = {}
+#: the bound launch of each call signature
+_LAUNCHES = LaunchCache(256)
 
 
 def select_fp8_grouped_k_config(M: int, N: int) -> KernelConfig:
@@ -69,13 +68,13 @@ def launch(a, b, out, poffs, sa, sb, scaling: str, config: KernelConfig | None =
     device = a.device.index
     key = (scaling, config, a.dtype, b.dtype, out.dtype, *a.shape, *b.shape, *out.shape, a.stride(0), b.stride(0),
            sa.stride(0), sb.stride(0), device, *(t.data_ptr() % 16 == 0 for t in (a, b, out, poffs, sa, sb)))
-    cached = _LAUNCHES.get(key)
-    if cached is None:
-        if len(_LAUNCHES) >= LAUNCH_CACHE_SIZE:
-            _LAUNCHES.clear()
-        cached = _LAUNCHES[key] = CachedLaunch()
     ptrs = (a.data_ptr(), b.data_ptr(), out.data_ptr(), poffs.data_ptr(), sa.data_ptr(), sb.data_ptr())
-    cached(device, ptrs, (), prepare, a, b, out, poffs, sa, sb, scaling, config, Device.of(device).sms)
+    _LAUNCHES.get_or_make(key)(device, ptrs, (), _prepare_here, a, b, out, poffs, sa, sb, scaling, config)
+
+
+def _prepare_here(a, b, out, poffs, sa, sb, scaling: str, config: KernelConfig):
+    """`prepare` on the operands' GPU, its SM count read on the JIT path only."""
+    return prepare(a, b, out, poffs, sa, sb, scaling, config, Device.of(a.device.index).sms)
 
 
 # ----------------------------------------------------------------------------- offline compilation
