@@ -298,6 +298,20 @@ class Epilogue:
             self.store_columns(mma.acc2, COPY, seq + COLS // EPI_N, off_m, off_n + COLS, batch)
 
     @gluon.jit
+    def drained_buffer(self, COPY: gl.constexpr, seq):
+        """Consumer COPY's staging buffer of sub-tile store `seq`, once every store of this
+        partition has drained: for a whole-width tile stored out of the sequence (stream-K's
+        fix-up, pingpong.hopper.device.fixup), whichever buffer it takes is free."""
+        tma.store_wait(0)
+        return self.staging.index(COPY * self.BUFS + staging_slot(seq, self.BUFS))
+
+    @gluon.jit
+    def store_staged(self, staging, off_m, off_n, batch):
+        """TMA store of a staging buffer written by the consumer's threads (drained_buffer)."""
+        fence_async_shared()
+        store_tile(self.c_desc, batch, off_m, off_n, staging)
+
+    @gluon.jit
     def store_columns(self, x, COPY: gl.constexpr, seq, off_m, off_n, batch):
         """Halve x until it is one sub-tile wide; store the sub-tiles left to right.
         `seq` numbers this partition's sub-tile stores (buffer and C-barrier parity)."""

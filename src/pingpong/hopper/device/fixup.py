@@ -29,8 +29,12 @@ split-K and swap-AB are chosen where the output is small next to the operands.
 
 Stream-K (StreamKEpilogue) stores whole-tile units through the TMA epilogue and runs this
 fix-up for shared tiles only, with SPLITS per tile (the programs that share the tile's
-k-steps, each the slot of its position along K: StreamKScheduler.split); its last arriver
-keeps its own partial in registers (fix_up, sum_into).
+k-steps, each the slot of its position along K: StreamKScheduler.split). Its last arriver
+writes the sum through the TMA epilogue too (StreamKEpilogue.finish: the rows' chunks into a
+staging buffer, one TMA store), where the tile half is one staging buffer; with β·C, two
+column pieces or epilogue sub-tiles it keeps its own partial in registers and stores
+through pointers (fix_up, sum_into), which costs far more per tile (benchmarks/RESULTS.md,
+run 399).
 
 The arrival counters are int32, one per (tile, consumer half), zero before the launch and
 zero again after it, so the plan keeps one buffer per stream (pingpong.runtime.plan.arrival_counters):
@@ -64,9 +68,12 @@ def _coalesced(shape, FAST, num_warps):
 
 
 @gluon.constexpr_function
-def _chunk_rows(ROWS, COLS):
-    """Rows of one chunk of the final sum: about 16 fp32 per thread of a warpgroup."""
-    return max(1, min(ROWS, 2048 // COLS))
+def _chunk_rows(ROWS, COLS, STAGED=False):
+    """Rows of one chunk of the final sum: about 16 fp32 per thread of a warpgroup; STAGED
+    (written into a swizzled staging buffer, StreamKEpilogue.finish): half as many, for the
+    scales' and the activation's registers, but whole 8-row swizzle atoms."""
+    rows = max(1, min(ROWS, 2048 // COLS))
+    return min(ROWS, max(8, rows // 2)) if STAGED else rows
 
 
 #: columns of the stream-K fix-up's sums (SplitEpilogue.sum_into): a 64-row sub-tile of them is
@@ -277,15 +284,17 @@ class SplitEpilogue:
         gl.store(self.ws + split.to(gl.int64) * self.split_stride + offs, acc, mask=inside)
 
     @gluon.jit
-    def sum_and_store(self, off_r, off_c, ROWS: gl.constexpr, COLS: gl.constexpr, parts):
+    def sum_and_store(self, off_r, off_c, ROWS: gl.constexpr, COLS: gl.constexpr, parts, staging=None):
         """Σ of the `parts` partials of the ROWS × COLS tile half at (off_r, off_c), in split
-        order, chunk by chunk of rows (coalesced reads, few registers), each chunk stored.
+        order, chunk by chunk of rows (coalesced reads, few registers), each chunk stored:
+        through pointers (store_result), or into its rows of `staging` (a ROWS × COLS shared
+        buffer that the caller then stores with TMA: StreamKEpilogue.finish).
 
         This runs on the kernel's tail, so its cost is its memory round trips: the partials of
         four splits are loaded together (a masked one reads as +0.0: the same sum, but for the
         sign of a zero, and the same bits on every run), and the chunks are unrolled."""
         gl.static_assert(ROWS % _chunk_rows(ROWS, COLS) == 0, "chunks must tile the rows")
-        CH: gl.constexpr = _chunk_rows(ROWS, COLS)
+        CH: gl.constexpr = _chunk_rows(ROWS, COLS, staging is not None)
         layout: gl.constexpr = _coalesced([CH, COLS], 1, gl.num_warps())
         for i in gl.static_range(ROWS // CH):
             chunk = gl.zeros([CH, COLS], gl.float32, layout)
@@ -298,7 +307,16 @@ class SplitEpilogue:
                 p3 = gl.load(part + 3 * self.split_stride, mask=inside & (s + 3 < parts), other=0.0)
                 chunk = (((chunk + p0) + p1) + p2) + p3
                 part += 4 * self.split_stride  # pointer steps: no 32-bit product of split and stride
-            self.store_result(chunk, off_r + i * CH, off_c)
+            if staging is None:
+                self.store_result(chunk, off_r + i * CH, off_c)
+            else:
+                y = self.result(chunk, off_r + i * CH, off_c)
+                staging.slice(i * CH, CH, 0).store(y.to(staging.dtype))
+
+    @gluon.jit
+    def result(self, acc, off_r, off_c):
+        """act(α·acc + bias) of the sum at (off_r, off_c), in fp32 (docs/epilogue.md's order; α: `scale`)."""
+        return self.fusion.apply(self.scale.apply_outer(acc, off_r, off_c), off_r, off_c, self.R, self.C)
 
     @gluon.jit
     def store_result(self, acc, off_r, off_c):
@@ -307,7 +325,7 @@ class SplitEpilogue:
         the accumulator's layout, whose 8 lanes of a column hold 8 consecutive rows: 16 bytes
         of one row of out. No rearranging through shared memory, which the ring takes instead
         (the output of a swapped product is small next to the operands it streams)."""
-        y = self.fusion.apply(self.scale.apply_outer(acc, off_r, off_c), off_r, off_c, self.R, self.C)
+        y = self.result(acc, off_r, off_c)
         rows, cols, inside = _indices(y, off_r, off_c, self.R, self.C)
         r = gl.expand_dims(rows.to(gl.int64), 1)
         c = gl.expand_dims(cols.to(gl.int64), 0)
@@ -343,7 +361,14 @@ class StreamKEpilogue:
     """The stream-K kernels' epilogue. A unit of parts 1 (a data-parallel tile, or a share
     that holds a whole tile) goes out through the data-parallel kernel's TMA epilogue (`tile`,
     its α 1: the scale goes on first, as `part`'s); only a tile shared by `parts` programs
-    takes the fix-up (`fix_up`), summed in K order by the last of them to arrive:
+    takes the fix-up, summed in K order by the last of them to arrive. Where the consumer's
+    tile half is one staging buffer (no β·C, one piece, no sub-tiles), `finish`:
+
+        unit of slot s, parts P > 1: ws[s] ← acc; arrive (acq_rel); last? ─> counter -= P·THREADS
+        last ─> per chunk of rows: Σ_{j < P} ws[j] in slot order ─> act(scale(Σ) + bias)
+                ─> its rows of a drained staging buffer; then one TMA store of the tile half
+
+    Otherwise `fix_up` (the pointer epilogue, slower per tile):
 
         unit of slot s, parts P > 1 (its accumulator in registers)
         all P - 1 others arrived? (published: acquire-read the tile's counter)
@@ -381,19 +406,46 @@ class StreamKEpilogue:
         """The unit's result (parts 1) or partial (kernel's PlainKLoop.store interface);
         tile_count: the consumer's units before (ping-pong: its j-th, the program's 2j + COPY)."""
         slot, parts = split
+        COLS: gl.constexpr = mma.acc.shape[1]
+        EPI_N: gl.constexpr = self.tile.c_desc.block_type.shape[-1]
         if parts == 1:
-            if self.PINGPONG:
-                whole = self.sched.whole_before(2 * tile_count + COPY, 2, COPY)
-            else:
-                whole = self.sched.whole_before(tile_count, 1, 0)
-            COLS: gl.constexpr = mma.acc.shape[1]
             acc = self.part.scale.apply_outer(mma.acc, off_r, off_c)
             acc2 = mma.acc2
             if mma.PIECES == 2:
                 acc2 = self.part.scale.apply_outer(mma.acc2, off_r, off_c + COLS)
-            self.tile.store(MmaOp(acc, acc2, mma.use_acc, mma.PIECES), COPY, whole, off_r, off_c, batch, 0)
-        else:
+            self.tile.store(MmaOp(acc, acc2, mma.use_acc, mma.PIECES), COPY, self.whole(tile_count, COPY), off_r,
+                            off_c, batch, 0)
+        elif self.tile.HAS_C or mma.PIECES == 2 or EPI_N != COLS:  # the staging holds no whole tile half
             self.part.fix_up(mma, off_r, off_c, slot, parts)
+        else:
+            self.finish(mma, COPY, tile_count, off_r, off_c, batch, slot, parts)
+
+    @gluon.jit
+    def whole(self, tile_count, COPY: gl.constexpr):
+        """The consumer's units stored whole (through the TMA epilogue) before its `tile_count`-th."""
+        if self.PINGPONG:
+            whole = self.sched.whole_before(2 * tile_count + COPY, 2, COPY)
+        else:
+            whole = self.sched.whole_before(tile_count, 1, 0)
+        return whole
+
+    @gluon.jit
+    def finish(self, mma, COPY: gl.constexpr, tile_count, off_r, off_c, batch, slot, parts):
+        """A shared tile half whose result leaves through the TMA epilogue (class docstring):
+        every unit's partial into the workspace; the last to arrive sums them in slot order,
+        chunk by chunk of rows, into a drained staging buffer, and stores it with TMA. Its
+        buffer is the one before the next whole unit's (seq whole - 1, mod BUFS), so that the
+        next store, which waits for all but BUFS - 1 stores, never rewrites a buffer in flight."""
+        ROWS: gl.constexpr = mma.acc.shape[0]
+        COLS: gl.constexpr = mma.acc.shape[1]
+        part = self.part
+        part.store_partial(mma.acc, off_r, off_c, slot)
+        counter = part.counters + (off_r // ROWS) * gl.cdiv(part.C, COLS) + off_c // COLS
+        if arrive(counter, parts * 32 * gl.num_warps()):
+            release_counter(counter, parts)
+            staging = self.tile.drained_buffer(COPY, self.whole(tile_count, COPY) + self.tile.BUFS - 1)
+            part.sum_and_store(off_r, off_c, ROWS, COLS, parts, staging)
+            self.tile.store_staged(staging, off_r, off_c, batch)
 
     @gluon.jit
     def drain(self):

@@ -86,11 +86,12 @@ STREAM-K (fp8_stream_gemm; KernelConfig.stream_k): the same partitions over Stre
 units (pingpong.hopper.kernels.gemm, STREAM-K). A k-step is one 128-deep scale block, so every
 split of a tile's K falls on a scale-block boundary: a unit's promoted partial holds whole
 blocks, block-wise already scaled, and the fix-up adds fp32 partials as split-K's does.
-Whole-tile units take the TMA epilogue (outer scales first), shared tiles the fix-up:
+Whole-tile units take the TMA epilogue (outer scales first), shared tiles the fix-up, whose
+sum also leaves through TMA (StreamKEpilogue.finish; pointers with two column pieces):
 
     whole unit  │ K blocks of the tile │ tensor/row scales → bias → act → cast ──TMA──> out
-    shared tile │ unit s: its K blocks │ last to arrive: Σ partials in K order (its own in
-                │                      │   registers) → scales → bias → act → cast ──gl.store──> out
+    shared tile │ unit s: its K blocks │ last to arrive: Σ partials in K order (its own
+                │                      │   too) → scales → bias → act → cast ──TMA──> out
 
 SWAP-AB (KernelConfig.swap_ab; tensor- and row-wise scales): fp8_split_gemm on the exchanged
 operands, Cᵀ = W·Aᵀ, so that N fills the wgmma's 64-row side and a decode batch's M ≤ 32 its

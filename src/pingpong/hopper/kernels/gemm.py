@@ -61,12 +61,13 @@ STREAM-K (stream_k_gemm; KernelConfig.stream_k; FP8: fp8_kernel.fp8_stream_gemm)
 partitions over StreamKScheduler's units: whole waves of tiles data-parallel, the last wave's
 k-steps shared evenly; a unit's K range varies, so each consumer's ring counter is the
 scheduler's first_step. A unit holding its whole tile goes out through the TMA epilogue; a
-shared tile's units through the fix-up (StreamKEpilogue), the last to arrive summing in K
-order with its own partial in registers:
+shared tile's units through the fix-up (StreamKEpilogue.finish), the last to arrive summing
+the partials in K order into a staging buffer and storing it with TMA (with β·C or epilogue
+sub-tiles: StreamKEpilogue's fix_up, its own partial in registers, stored through pointers):
 
-    program p │ tail of tile t (slot 1 of 2) │ whole tile t+1          │ head of tile t+2 (slot 0) │ dp tiles
-              │ MMA │ ws[1] ← acc, arrive     │ MMA │ epi ──TMA──> out  │ MMA │ all others in? ─ yes:  │ MMA │ epi
-              │                              │                        │   Σ (ws[1..], own acc) → out │
+    program p │ tail of tile t (slot 1 of 2) │ whole tile t+1          │ head of tile t+2 (slot 0)   │ dp tiles
+              │ MMA │ ws[1] ← acc, arrive     │ MMA │ epi ──TMA──> out  │ MMA │ ws[0] ← acc, arrive:  │ MMA │ epi
+              │                              │                        │  last? Σ ws[0..] ──TMA──> out │
 
 CLUSTERS (KernelConfig.cluster_m=2; CLUSTER = 2, launched with num_ctas=2): one
 program is a pair of CTAs on two SMs of one GPC, and the kernel describes the pair (Triton's

@@ -5,7 +5,7 @@ Which units each consumer warpgroup runs, and each unit's tile and (slot, parts)
 StreamKScheduler's own `create`, `local_tiles`, `unit` and `split`, run in plain Python
 (`in_python`: a gluon function's body, the gluon functions it calls likewise) on the host's
 decomposition (scheduler.stream_k_split, as the launcher calls it). The arrival count is
-SplitEpilogue.fix_up's `arrive(counter, parts · THREADS)`, every thread adding 1, with the
+StreamKEpilogue.finish's (and SplitEpilogue.fix_up's) `arrive(counter, parts · THREADS)`, every thread adding 1, with the
 consumer warps of config.SCHEDULE_FACTS. One group per consumer warpgroup:
 
     unit of a tile with parts = 1 (data-parallel, or a share that holds the whole tile)
@@ -15,8 +15,8 @@ consumer warps of config.SCHEDULE_FACTS. One group per consumer warpgroup:
         wait st.global 0          arrive is acq_rel: the partial's stores are released before it
         if arrivals t += threads reaches parts · threads:      (arrive: this warpgroup is last)
             arrivals t -= parts · threads                       (release_counter: acquire; back to 0)
-            ld.global ws[0] t, ws[1] t, ..., ws[parts-1] t     (sum_into: slot order, fixed)
-            st.global out t
+            ld.global ws[0] t, ws[1] t, ..., ws[parts-1] t     (sum_and_store: slot order, fixed)
+            st.global out t                                     (finish: through a staging buffer, TMA)
         end
 
 Not modelled: fix_up's first step, `published` (an acquire read of the counter; a unit that
