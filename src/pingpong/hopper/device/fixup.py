@@ -33,8 +33,8 @@ k-steps, each the slot of its position along K: StreamKScheduler.split). Its las
 writes the sum through the TMA epilogue too (StreamKEpilogue.finish: the rows' chunks into a
 staging buffer, one TMA store), where the tile half is one staging buffer; with β·C, two
 column pieces or epilogue sub-tiles it keeps its own partial in registers and stores
-through pointers (fix_up, sum_into), which costs far more per tile (benchmarks/RESULTS.md,
-run 399).
+through pointers (fix_up, sum_into), which costs far more per tile (docs/design.md,
+Stream-K).
 
 The arrival counters are int32, one per (tile, consumer half), zero before the launch and
 zero again after it, so the plan keeps one buffer per stream (pingpong.runtime.plan.arrival_counters):
