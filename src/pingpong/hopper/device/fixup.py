@@ -388,18 +388,27 @@ class StreamKEpilogue:
     part: SplitEpilogue
     sched: StreamKScheduler
     PINGPONG: gl.constexpr
+    WHOLE: gl.constexpr  # every unit it stores holds a whole tile (`whole_only`): no fix-up code
 
     @gluon.constexpr_function
-    def __init__(self, tile, part, sched, PINGPONG):
+    def __init__(self, tile, part, sched, PINGPONG, WHOLE=False):
         self.tile = tile
         self.part = part
         self.sched = sched
         self.PINGPONG = gl.constexpr(PINGPONG)
+        self.WHOLE = gl.constexpr(WHOLE)
 
     @gluon.jit
     def with_scale(self, scale):
         """This epilogue with `scale` as α (SplitEpilogue.with_scale: the FP8 tensor-wise factor)."""
-        return StreamKEpilogue(self.tile, self.part.with_scale(scale), self.sched, self.PINGPONG)
+        return StreamKEpilogue(self.tile, self.part.with_scale(scale), self.sched, self.PINGPONG, self.WHOLE)
+
+    @gluon.jit
+    def whole_only(self):
+        """This epilogue for the units after the program's streamed ones (the consumer's second
+        loop, pingpong.hopper.kernels.gemm.consumer), all whole tiles: its store has no fix-up,
+        whose code, compiled into that loop and never run, slowed its tiles (docs/design.md, Stream-K)."""
+        return StreamKEpilogue(self.tile, self.part, self.sched, self.PINGPONG, True)
 
     @gluon.jit
     def store(self, mma, COPY: gl.constexpr, tile_count, off_r, off_c, batch, split):
@@ -408,17 +417,25 @@ class StreamKEpilogue:
         slot, parts = split
         COLS: gl.constexpr = mma.acc.shape[1]
         EPI_N: gl.constexpr = self.tile.c_desc.block_type.shape[-1]
-        if parts == 1:
-            acc = self.part.scale.apply_outer(mma.acc, off_r, off_c)
-            acc2 = mma.acc2
-            if mma.PIECES == 2:
-                acc2 = self.part.scale.apply_outer(mma.acc2, off_r, off_c + COLS)
-            self.tile.store(MmaOp(acc, acc2, mma.use_acc, mma.PIECES), COPY, self.whole(tile_count, COPY), off_r,
-                            off_c, batch, 0)
+        if self.WHOLE:
+            self.store_whole(mma, COPY, tile_count, off_r, off_c, batch)
+        elif parts == 1:
+            self.store_whole(mma, COPY, tile_count, off_r, off_c, batch)
         elif self.tile.HAS_C or mma.PIECES == 2 or EPI_N != COLS:  # the staging holds no whole tile half
             self.part.fix_up(mma, off_r, off_c, slot, parts)
         else:
             self.finish(mma, COPY, tile_count, off_r, off_c, batch, slot, parts)
+
+    @gluon.jit
+    def store_whole(self, mma, COPY: gl.constexpr, tile_count, off_r, off_c, batch):
+        """A unit of parts 1 through the TMA epilogue, its scale applied first."""
+        COLS: gl.constexpr = mma.acc.shape[1]
+        acc = self.part.scale.apply_outer(mma.acc, off_r, off_c)
+        acc2 = mma.acc2
+        if mma.PIECES == 2:
+            acc2 = self.part.scale.apply_outer(mma.acc2, off_r, off_c + COLS)
+        self.tile.store(MmaOp(acc, acc2, mma.use_acc, mma.PIECES), COPY, self.whole(tile_count, COPY), off_r, off_c,
+                        batch, 0)
 
     @gluon.jit
     def whole(self, tile_count, COPY: gl.constexpr):

@@ -17,6 +17,9 @@ either:
                             kernels, pingpong.hopper.kernels.grouped_k and fp8_grouped_k): first_step
                             has no closed form, so the consumers count them unit by unit, and a
                             unit may have none
+    LEADING                 (constexpr) a program's first `leading()` units may share their tile
+                            (stream-K's streamed units); the rest are whole tiles, which the
+                            consumers run in a loop of their own with `epi.whole_only()`
     RAGGED_K                (constexpr) COUNTED, and the producer loads each unit's K range
                             through the scheduler's k_range and a ragged loader (grouped_k)
 
@@ -100,6 +103,7 @@ class RasterScheduler:
     GROUP_M: gl.constexpr
     COUNTED: gl.constexpr = False
     RAGGED_K: gl.constexpr = False
+    LEADING: gl.constexpr = False
 
     @gluon.jit
     def local_tiles(self):
@@ -307,6 +311,7 @@ class StreamKScheduler(RasterScheduler):
     begin: gl.tensor  # this program's share [begin, end)
     end: gl.tensor
     units: gl.tensor  # this program's streamed units
+    LEADING: gl.constexpr = True
 
     @gluon.jit
     def create(M, N, K, dp_tiles, streamers, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
@@ -326,6 +331,11 @@ class StreamKScheduler(RasterScheduler):
     @gluon.jit
     def local_tiles(self):
         return self.units + tiles_of_program(self.dp_tiles, self.pid, self.num_programs)
+
+    @gluon.jit
+    def leading(self):
+        """The program's streamed units, which come first (LEADING); its data-parallel tiles follow."""
+        return self.units
 
     @gluon.jit
     def unit(self, local_tile):

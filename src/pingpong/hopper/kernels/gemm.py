@@ -256,9 +256,19 @@ def consumer(ring, sched, epi, kloop, sync, CONSUMER: gl.constexpr, PINGPONG: gl
                               kloop.counted(sched, t, first, steps))
             first += steps
     else:
-        for j in range((sched.local_tiles() - FIRST + (EVERY - 1)) // EVERY):
+        jobs = (sched.local_tiles() - FIRST + (EVERY - 1)) // EVERY
+        lead = 0
+        if sched.LEADING:  # the units that may share a tile first, then a loop of whole tiles
+            lead = min((max(sched.leading() - FIRST, 0) + (EVERY - 1)) // EVERY, jobs)
+            for j in range(lead):
+                t = EVERY * j + FIRST
+                consumer_unit(ring, sched, epi, kloop, sync, factor, CONSUMER, PINGPONG, t, j, kloop.locate(sched, t))
+            rest = epi.whole_only()
+        else:
+            rest = epi
+        for j in range(lead, jobs):
             t = EVERY * j + FIRST
-            consumer_unit(ring, sched, epi, kloop, sync, factor, CONSUMER, PINGPONG, t, j, kloop.locate(sched, t))
+            consumer_unit(ring, sched, rest, kloop, sync, factor, CONSUMER, PINGPONG, t, j, kloop.locate(sched, t))
     epi.drain()
 
 
