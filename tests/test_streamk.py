@@ -102,6 +102,37 @@ def test_whole_units_are_numbered_per_consumer():
         whole_counts(tiles, k_steps, sms)
 
 
+def test_consumers_second_loop_takes_only_whole_units():
+    """The consumer's two loops (pingpong.hopper.kernels.gemm.consumer, LEADING): turns [0, lead)
+    then [lead, jobs), lead = residues_in(0, leading(), FIRST, EVERY). Together they take each of
+    the consumer's units once, in order; the second (whose epilogue, whole_only, has no fix-up)
+    only units of parts 1, and the first every shared one."""
+    rng = random.Random(40)
+    cases = [(7, 12, 5), (40, 3, 8), (160, 128, 132), (140, 28, 132), (272, 86, 132), (3, 2, 132)]
+    cases += [(rng.randint(1, 400), rng.randint(1, 70), rng.choice((2, 7, 66, 132))) for _ in range(60)]
+    for tiles, k_steps, sms in cases:
+        programs, dp, streamers, us = units(tiles, k_steps, sms)
+        total = (tiles - dp) * k_steps
+        for pid in range(programs):
+            mine = sorted((u for u in us if u[0] == pid), key=lambda u: u[1])
+            begin = sk.stream_bound.fn(min(pid, streamers), streamers, total)
+            end = sk.stream_bound.fn(min(pid + 1, streamers), streamers, total)
+            leading = sk.stream_units.fn(begin, end, k_steps)
+            for every, first in ((1, 0), (2, 0), (2, 1)):
+                jobs = (len(mine) - first + every - 1) // every
+                lead = sk.residues_in.fn(0, leading, first, every)
+                turns = [every * j + first for j in range(lead)] + [every * j + first for j in range(lead, jobs)]
+                assert turns == list(range(first, len(mine), every))
+                assert all(mine[t][6] == 1 for t in turns[lead:]), (tiles, k_steps, sms, pid, every, first)
+                assert all(t < leading for t in turns[:lead])
+    import inspect
+
+    from pingpong.hopper.kernels import gemm
+    body = inspect.getsource(gemm.consumer.fn)
+    assert "lead = residues_in(0, sched.leading(), FIRST, EVERY)" in body  # the rule checked above
+    assert "for j in range(lead):" in body and "for j in range(lead, jobs):" in body and "rest = epi.whole_only()" in body
+
+
 @pytest.mark.parametrize("tiles, k_steps, sms, expect", [
     (160, 128, 132, (132, 132, 132)),  # 589×8192, 128×256: one wave, the 28 tiles of the last streamed
     (36, 112, 132, (132, 0, 132)),  # 124×9216×7168: fewer tiles than SMs, all streamed

@@ -108,7 +108,7 @@ from ..device.loader import TileLoader
 from ..device.mma import MmaOp
 from ..device.phase_sync import PhaseSync
 from ..device.pipeline import Ring
-from ..device.scheduler import SplitKScheduler, StreamKScheduler, TileScheduler
+from ..device.scheduler import SplitKScheduler, StreamKScheduler, TileScheduler, residues_in
 
 
 # ----------------------------------------------------------------------------- shared steps
@@ -259,7 +259,7 @@ def consumer(ring, sched, epi, kloop, sync, CONSUMER: gl.constexpr, PINGPONG: gl
         jobs = (sched.local_tiles() - FIRST + (EVERY - 1)) // EVERY
         lead = 0
         if sched.LEADING:  # the units that may share a tile first, then a loop of whole tiles
-            lead = min((max(sched.leading() - FIRST, 0) + (EVERY - 1)) // EVERY, jobs)
+            lead = residues_in(0, sched.leading(), FIRST, EVERY)  # this consumer's turns among them
             for j in range(lead):
                 t = EVERY * j + FIRST
                 consumer_unit(ring, sched, epi, kloop, sync, factor, CONSUMER, PINGPONG, t, j, kloop.locate(sched, t))
