@@ -61,6 +61,18 @@ def check(tiles, k_steps, sms):
     return programs, dp, streamers, max((u[6] for u in us), default=1)
 
 
+def program_units(tiles, k_steps, sms):
+    """(program's units in order, its share's fields as StreamKScheduler holds them) of every
+    program of a stream-K launch."""
+    programs, dp, streamers, us = units(tiles, k_steps, sms)
+    total = (tiles - dp) * k_steps
+    for pid in range(programs):
+        mine = sorted((u for u in us if u[0] == pid), key=lambda u: u[1])
+        begin = sk.stream_bound.fn(min(pid, streamers), streamers, total)
+        end = sk.stream_bound.fn(min(pid + 1, streamers), streamers, total)
+        yield mine, dict(begin=begin, end=end, k_steps=k_steps, units=sk.stream_units.fn(begin, end, k_steps))
+
+
 def whole_counts(tiles, k_steps, sms):
     """For every unit of parts 1: its number among the TMA-stored units of its consumer, as
     StreamKScheduler.whole_before gives it (ping-pong: consumer u % 2; cooperative: every
@@ -68,21 +80,14 @@ def whole_counts(tiles, k_steps, sms):
     from pingpong.schedule.schedules.streamk import in_python
 
     whole_before = in_python(sk.StreamKScheduler.whole_before)  # its body, residues_in's inlined
-    programs, dp, streamers, us = units(tiles, k_steps, sms)
-    total = (tiles - dp) * k_steps
-    for pid in range(programs):
-        mine = sorted((u for u in us if u[0] == pid), key=lambda u: u[1])
-        begin = sk.stream_bound.fn(min(pid, streamers), streamers, total)
-        end = sk.stream_bound.fn(min(pid + 1, streamers), streamers, total)
-        n = sk.stream_units.fn(begin, end, k_steps)
-        fields = dict(begin=begin, end=end, k_steps=k_steps, units=n)
+    for mine, fields in program_units(tiles, k_steps, sms):
         sched = type("S", (), fields)()
         for every, first in ((1, 0), (2, 0), (2, 1)):
             seen = 0
             for u in mine[first::every]:
                 if u[6] == 1:
                     got = whole_before(sched, u[1], every, first)
-                    assert got == seen, (tiles, k_steps, sms, pid, u, every, first)
+                    assert got == seen, (tiles, k_steps, sms, u, every, first)
                     seen += 1
 
 
@@ -111,19 +116,14 @@ def test_consumers_second_loop_takes_only_whole_units():
     cases = [(7, 12, 5), (40, 3, 8), (160, 128, 132), (140, 28, 132), (272, 86, 132), (3, 2, 132)]
     cases += [(rng.randint(1, 400), rng.randint(1, 70), rng.choice((2, 7, 66, 132))) for _ in range(60)]
     for tiles, k_steps, sms in cases:
-        programs, dp, streamers, us = units(tiles, k_steps, sms)
-        total = (tiles - dp) * k_steps
-        for pid in range(programs):
-            mine = sorted((u for u in us if u[0] == pid), key=lambda u: u[1])
-            begin = sk.stream_bound.fn(min(pid, streamers), streamers, total)
-            end = sk.stream_bound.fn(min(pid + 1, streamers), streamers, total)
-            leading = sk.stream_units.fn(begin, end, k_steps)
+        for mine, fields in program_units(tiles, k_steps, sms):
+            leading = fields["units"]
             for every, first in ((1, 0), (2, 0), (2, 1)):
                 jobs = (len(mine) - first + every - 1) // every
                 lead = sk.residues_in.fn(0, leading, first, every)
                 turns = [every * j + first for j in range(lead)] + [every * j + first for j in range(lead, jobs)]
                 assert turns == list(range(first, len(mine), every))
-                assert all(mine[t][6] == 1 for t in turns[lead:]), (tiles, k_steps, sms, pid, every, first)
+                assert all(mine[t][6] == 1 for t in turns[lead:]), (tiles, k_steps, sms, mine[0][0], every, first)
                 assert all(t < leading for t in turns[:lead])
     import inspect
 
