@@ -224,12 +224,17 @@ class SplitEpilogue:
             self.store_partial(mma.acc, off_r, off_c, slot)
             if COLS2:
                 self.store_partial(mma.acc2, off_r, off_c + COLS, slot)
-            counter = self.counters + (off_r // ROWS) * gl.cdiv(self.C, COLS + COLS2) + off_c // (COLS + COLS2)
+            counter = self.tile_counter(off_r, off_c, ROWS, COLS + COLS2)
             if arrive(counter, parts * 32 * gl.num_warps()):
                 release_counter(counter, parts)
                 self.sum_and_store(off_r, off_c, ROWS, COLS, parts)
                 if COLS2:
                     self.sum_and_store(off_r, off_c + COLS, ROWS, COLS2, parts)
+
+    @gluon.jit
+    def tile_counter(self, off_r, off_c, ROWS: gl.constexpr, WIDTH: gl.constexpr):
+        """The arrival counter of the ROWS × WIDTH tile half at (off_r, off_c): one per (tile, consumer half)."""
+        return self.counters + (off_r // ROWS) * gl.cdiv(self.C, WIDTH) + off_c // WIDTH
 
     @gluon.jit
     def fix_up(self, mma, off_r, off_c, slot, parts):
@@ -239,7 +244,7 @@ class SplitEpilogue:
         COLS: gl.constexpr = mma.acc.shape[1]
         COLS2: gl.constexpr = mma.acc2.shape[1] if mma.PIECES == 2 else 0
         THREADS: gl.constexpr = 32 * gl.num_warps()
-        counter = self.counters + (off_r // ROWS) * gl.cdiv(self.C, COLS + COLS2) + off_c // (COLS + COLS2)
+        counter = self.tile_counter(off_r, off_c, ROWS, COLS + COLS2)
         arrived = parts - 1
         last = published(counter, arrived * THREADS)
         if not last:
@@ -293,8 +298,8 @@ class SplitEpilogue:
         This runs on the kernel's tail, so its cost is its memory round trips: the partials of
         four splits are loaded together (a masked one reads as +0.0: the same sum, but for the
         sign of a zero, and the same bits on every run), and the chunks are unrolled."""
-        gl.static_assert(ROWS % _chunk_rows(ROWS, COLS) == 0, "chunks must tile the rows")
         CH: gl.constexpr = _chunk_rows(ROWS, COLS, staging is not None)
+        gl.static_assert(ROWS % CH == 0, "chunks must tile the rows")
         layout: gl.constexpr = _coalesced([CH, COLS], 1, gl.num_warps())
         for i in gl.static_range(ROWS // CH):
             chunk = gl.zeros([CH, COLS], gl.float32, layout)
@@ -457,7 +462,7 @@ class StreamKEpilogue:
         COLS: gl.constexpr = mma.acc.shape[1]
         part = self.part
         part.store_partial(mma.acc, off_r, off_c, slot)
-        counter = part.counters + (off_r // ROWS) * gl.cdiv(part.C, COLS) + off_c // COLS
+        counter = part.tile_counter(off_r, off_c, ROWS, COLS)
         if arrive(counter, parts * 32 * gl.num_warps()):
             release_counter(counter, parts)
             staging = self.tile.drained_buffer(COPY, self.whole(tile_count, COPY) + self.tile.BUFS - 1)
