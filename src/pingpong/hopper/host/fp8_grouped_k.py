@@ -15,7 +15,7 @@ from ..device.epilogue import EpilogueConstants
 from ..kernels.fp8_grouped_k import fp8_grouped_k_gemm
 from .config import KernelConfig
 from .fp8_launch import check_fp8_config, scale_boxes
-from .launch import _descriptor, kernel_constants, launch_options
+from .launch import _descriptor, kernel_constants, launch_options, persistent_grid
 from .select import Device
 
 #: the bound launch of each call signature
@@ -56,8 +56,7 @@ def prepare(a, b, out, poffs, sa, sb, scaling: str, config: KernelConfig, sms: i
     kwargs = dict(CFG=kernel_constants(d, EpilogueConstants(BUFS=d.epilogue_bufs)), SCALING=scaling,
                   **launch_options(d))
     args = (a_desc, b_desc, c_desc, poffs, sa, sb, M, N, G, *strides)
-    units = G * -(-M // d.block_m) * -(-N // d.block_n)
-    return fp8_grouped_k_gemm, args, kwargs, (max(1, min(sms, units)),)
+    return fp8_grouped_k_gemm, args, kwargs, persistent_grid(M, N, d, sms, G)  # a unit per tile of each expert
 
 
 def launch(a, b, out, poffs, sa, sb, scaling: str, config: KernelConfig | None = None) -> None:
