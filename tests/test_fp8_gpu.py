@@ -12,6 +12,7 @@ import torch
 import pingpong
 from closeness import rel_norm
 from pingpong.fp8 import Float8Linear, scaled_mm_direct
+from pingpong.hopper.host.config import column_pieces
 from pingpong.tools.bench_fp8 import dequantized
 
 pytestmark = pytest.mark.gpu
@@ -80,16 +81,21 @@ def test_scaled_mm_matches_torch_accuracy(mode, shape, fast):
 
 
 @pytest.mark.parametrize("mode", ["tensor", "row"])
-@pytest.mark.parametrize("shape", [(512, 1536, 2048), (1000, 528, 1024), (77, 400, 384), (300, 6144, 256)])
+@pytest.mark.parametrize("shape", [(512, 1536, 2048), (1000, 528, 1024), (77, "ragged", 384), (300, 6144, 256)])
 @pytest.mark.parametrize("fast", [False, True])
-def test_two_piece_tiles_match_torch_accuracy(mode, shape, fast):
-    """128×192 tiles (128 + 64 columns): a column piece's scales, bias or store off by its
-    offset fails the bounds (row scales over 2^±4 per column; N = 528 and 400 end inside the
-    second piece of the last tile); with a bias, GELU and each output dtype on one shape."""
+@pytest.mark.parametrize("width", [192, 160, 144, 80])
+def test_two_piece_tiles_match_torch_accuracy(mode, shape, fast, width):
+    """128×192, 128×160, 128×144 and 128×80 tiles (128 + 64, 128 + 32, 128 + 16, 64 + 16
+    columns): a column piece's scales, bias or store off by its offset fails the bounds (row
+    scales over 2^±4 per column; "ragged" N ends inside the third tile's second piece, or at
+    its end where that piece is 16 columns (N a multiple of 16 for torch._scaled_mm), 528
+    inside the last tile); with a bias, GELU and each output dtype on one shape."""
     M, N, K = shape
-    seed = hash((mode, shape, fast, "wide")) % 1000
+    if N == "ragged":
+        N = 3 * width - column_pieces(width)[1] // 32 * 16
+    seed = hash((mode, shape, fast, width)) % 1000
     qa, qb, sa, sb, ref = operands(M, N, K, mode, seed)
-    config = pingpong.KernelConfig(128, 192, 128)
+    config = pingpong.KernelConfig(128, width, 128)
     out = poisoned_call(lambda: scaled_mm_direct(qa, qb, sa, sb, use_fast_accum=fast, config=config), (M, N),
                         torch.bfloat16)
     check(out, torch._scaled_mm(qa, qb, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast), ref, seed)
@@ -107,14 +113,15 @@ def test_two_piece_tiles_match_torch_accuracy(mode, shape, fast):
 #: mid-row shapes (odd M, N and K off the tiles) on which the FP8 mid-rows model picks each of its
 #: tiles (tests/test_fp8.py pins which; checked again below on this GPU's SM count)
 MID_ROWS_SHAPES = [(175, 5136, 13824), (81, 7184, 20480), (248, 21904, 2048), (103, 16400, 3072),
-                   (121, 5136, 13824), (72, 2064, 10944), (200, 3600, 3600)]
+                   (121, 5136, 13824), (72, 2064, 10944), (200, 3600, 3600), (591, 3600, 3616), (567, 8208, 8192)]
 
 
 @pytest.mark.parametrize("mode", ["tensor", "row"])
 @pytest.mark.parametrize("shape", MID_ROWS_SHAPES)
 def test_the_fp8_mid_rows_picks_match_torch_accuracy(mode, shape):
     """pingpong.scaled_mm on the shapes whose tile the FP8 mid-rows model chooses (64-row ping-pong,
-    128×192 in two pieces, split 128×128, swap-AB 64×64), through the selection, output NaN-poisoned."""
+    128×192, 128×160 and 128×144 in two pieces, split 128×128, swap-AB 64×64), through the
+    selection, output NaN-poisoned."""
     from pingpong.hopper.host.fp8_launch import fp8_mid_rows_decides
 
     M, N, K = shape

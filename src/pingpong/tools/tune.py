@@ -17,7 +17,7 @@ table that `select_config` reads (pingpong.hopper.host.table).
 
 --dtype fp8 tunes pingpong.scaled_mm instead (--scaling tensor|row|block, --fast-accum):
 the same loop over the configs the FP8 kernel runs (fp8_space: block_m 64/128 × block_n
-64/128/256, cooperative / ping-pong, group_m, stages, each passing check_fp8_config for that
+64/128/144/160/192/256, cooperative / ping-pong, group_m, stages, each passing check_fp8_config for that
 scaling and accumulation; the heuristic is select_fp8's rule, --quick a grid around its pick),
 on bench_fp8's quantized inputs (e4m3, bf16 output), checked against their float64 product
 and timed against torch._scaled_mm on the same tensors. Entries go under the table dtype
@@ -76,9 +76,9 @@ CLUSTERS = (1, 2)
 #: the selection gives swap-AB tiles 144-192 wide up to there)
 SWAP_MAX_M = MID_ROWS_MAX_M
 #: the FP8 space's factors (block_k is the FP8 kernel's one 128-deep K block; check_fp8_config
-#: keeps what it runs: 192 columns as two pieces on the unsplit cooperative schedule with tensor-
-#: and row-wise scales only, and two accumulators when promoted)
-FP8_TILES = tuple((bm, bn) for bm in (128, 64) for bn in (256, 192, 128, 64))
+#: keeps what it runs: 192, 160 and 144 columns as two pieces on the unsplit cooperative schedule
+#: with tensor- and row-wise scales only, and two accumulators when promoted)
+FP8_TILES = tuple((bm, bn) for bm in (128, 64) for bn in (256, 192, 160, 144, 128, 64))
 FP8_GROUP_M = (1, 4, 8, 16)
 FP8_STAGES = (None, 3, 4, 6)  # None: as many as fit
 #: FP8 split counts (fp8_split_gemm: fp32 partials, the last split sums them)

@@ -160,25 +160,33 @@ def long_product(M: int, N: int, K: int, sms: int) -> bool:
 #: the promoted cooperative tiles of the rule (module docstring) and the 64-row mid-size one
 _SQUARE = KernelConfig(128, 128, SCALE_BLOCK)
 _NARROW = KernelConfig(128, 64, SCALE_BLOCK)
-_WIDE = KernelConfig(128, 192, SCALE_BLOCK)  # two column pieces: tensor- and row-wise scales
+_WIDE = KernelConfig(128, 192, SCALE_BLOCK)  # two column pieces (128 + 64): tensor- and row-wise scales
 _HALF = KernelConfig(64, 128, SCALE_BLOCK, schedule="pingpong")  # a ragged last tile-row wastes half as much
 _MID = KernelConfig(64, 64, SCALE_BLOCK, schedule="pingpong")
 #: block-wise long products (`long_product`): 4 ring stages and groups of 4 tile-rows
 _LONG_BLOCK = KernelConfig(128, 128, SCALE_BLOCK, stages=4, group_m=4)
 #: The FP8 mid-rows model (select.MidRowsModel; rule_fp8 above FP8_MID_ROWS_MIN_M rows, tensor-
 #: and row-wise, promoted: fp8_mid_rows_decides): among cooperative 128×128 and 128×64 (split
-#: or not), 128×192 (two pieces), ping-pong 64×128 (up to 320 rows: its 64-row tiles read the
-#: weight twice as often as 128-row ones) and 64×64, and swap-AB ping-pong 64×64 (N on the
-#: wgmma's rows, M on its 64 columns), the one of least modelled time, K in k-steps of one
-#: 128-deep FP8 ring slot. Speeds and limits fitted (benchmarks/midrows_fit.py --model fp8) to
-#: H200 sweeps of 34 random 76-1022-row shapes with both scalings and an A/B of 31 more
-#: (benchmarks/data/midrows_sweeps.json, sets h200-run381-fp8-*, h200-run382-fp8-*); swap-AB
-#: tiles wider than 64 and stream-K were measured there and never won, so they are not
-#: candidates; 64×64's speed puts it last everywhere measured.
+#: or not), the two-piece 128×192, 128×160 and 128×144 (never split), ping-pong 64×128 (up to
+#: 320 rows: its 64-row tiles read the weight twice as often as 128-row ones) and 64×64, and
+#: swap-AB ping-pong 64×64 (N on the wgmma's rows, M on its 64 columns), the one of least
+#: modelled time, K in k-steps of one 128-deep FP8 ring slot. Speeds and limits fitted
+#: (benchmarks/midrows_fit.py --model fp8) to H200 sweeps of 34 random 76-1022-row shapes with
+#: both scalings, an A/B of 31 more, and the same 34 with the 144-, 160- and 80-column tiles
+#: (benchmarks/data/midrows_sweeps.json, sets h200-run381-fp8-*, h200-run382-fp8-*,
+#: h200-run41[12]-fp8-*-widths; 128×80 fitted to the grid's floor, so it is no candidate); 144's
+#: and 160's speeds are set just under the fit's 1.0 so that a many-wave product whose waves
+#: 128×192 fills as well (529×37888×3584) keeps 128×192, 3-9% faster there on an H200. Swap-AB
+#: tiles wider than 64 and stream-K were measured and never won, so they are not candidates;
+#: 64×64's speed puts it last everywhere measured.
 FP8_MID_ROWS_MIN_M = 64
 _SWAP_MID = KernelConfig(64, 64, SCALE_BLOCK, schedule="pingpong", swap_ab=True)
-FP8_MID_ROWS = MidRowsModel({_SQUARE: 1.0, _NARROW: 0.75, _WIDE: 1.05, _HALF: 0.9, _MID: 0.3, _SWAP_MID: 0.75},
-                            frozenset({_WIDE, _HALF, _MID, _SWAP_MID}), 32, SCALE_BLOCK, {_HALF: 320, _SWAP_MID: 192})
+_W160 = KernelConfig(128, 160, SCALE_BLOCK)  # 128 + 32 columns
+_W144 = KernelConfig(128, 144, SCALE_BLOCK)  # 128 + 16 columns
+FP8_MID_ROWS = MidRowsModel({_SQUARE: 1.0, _NARROW: 0.75, _WIDE: 1.05, _HALF: 0.9, _MID: 0.3, _SWAP_MID: 0.75,
+                             _W160: 0.98, _W144: 0.97},
+                            frozenset({_WIDE, _HALF, _MID, _SWAP_MID, _W160, _W144}), 32, SCALE_BLOCK,
+                            {_HALF: 320, _SWAP_MID: 192})
 #: per-FLOP speed of the 128×64 tile against 128×128 in the wave model (docs/design.md, FP8):
 #: at 0.75, 512 rows at N = 6144 (2 waves of 128×128 against 3 of 128×64) tie, and the tie goes
 #: to 128×64 (`rule_fp8`)
@@ -245,10 +253,6 @@ def check_fp8_config(config: KernelConfig, promote: bool, out_bytes: int, boxes:
         raise ConfigError(f"block_n={d.block_n} (two column pieces) runs on the cooperative schedule, unsplit, without"
                           f" swap-AB, stream-K or a cluster, with tensor- or row-wise scales; got {config}"
                           f"{' with block-wise scales' if any(boxes) else ''}")
-    if d.block_n2 and d.pieces[0] != 2 * d.block_n2:
-        raise ConfigError(f"block_n={d.block_n} ({d.pieces[0]} + {d.block_n2} columns): the FP8 kernel's two-piece tiles"
-                          f" are 3·2^k wide (P1 = 2·P2: 96, 192), not the 16-bit kernels' other P1 + P2 widths; got"
-                          f" {config}")
     if d.swap_ab and any(boxes):
         raise ConfigError(f"{config}: swap-AB with block-wise scales is not built: the swapped tile's rows are N,"
                           " whose 128×128 b scales are one per 128 rows (the promotion reads one a scale per row),"
@@ -549,6 +553,8 @@ OFFLINE_FP8_VARIANTS = {
     "fp8-tensor-wide": ("tensor", True, KernelConfig(128, 192, SCALE_BLOCK), SCALE_BLOCK, ""),  # two column pieces
     "fp8-row-wide": ("row", True, KernelConfig(128, 192, SCALE_BLOCK), SCALE_BLOCK, ""),
     "fp8-row-wide-fast": ("row", False, KernelConfig(128, 192, SCALE_BLOCK), SCALE_BLOCK, ""),
+    "fp8-tensor-144": ("tensor", True, _W144, SCALE_BLOCK, ""),  # the mid-rows model's 128 + 16 columns
+    "fp8-row-160": ("row", True, _W160, SCALE_BLOCK, ""),  # and its 128 + 32
     "fp8-tensor-splitk": ("tensor", True, KernelConfig(128, 128, SCALE_BLOCK, split_k=8), SCALE_BLOCK, ""),
     "fp8-row-splitk-gelu": ("row", True, KernelConfig(128, 128, SCALE_BLOCK, split_k=4), SCALE_BLOCK, "gelu_erf"),
     "fp8-tensor-fast-splitk": ("tensor", False, KernelConfig(128, 256, SCALE_BLOCK, split_k=2), SCALE_BLOCK, ""),

@@ -47,10 +47,11 @@ PROMOTED K LOOP (one consumer warpgroup; the other does the same on its tile or 
     under a promotion; it runs M ≤ 128, where streaming the weight from HBM, not the tensor
     cores, sets the pace.
 
-TWO-PIECE TILES (CFG.BN2 > 0: 128×192 = 128 + 64 columns; cooperative, unsplit, tensor- and
-row-wise): the producer loads B as three boxes into two buffers per slot (TileLoader), each
-k-step issues one wgmma per piece, and the promoted loop keeps one set of parts (the 64×192
-half's accumulators and parts fill 192 registers a thread: promoted_pieces):
+TWO-PIECE TILES (CFG.BN2 > 0: P1 + P2 columns, config.column_pieces, e.g. 128×192 = 128 + 64,
+128×144 = 128 + 16; cooperative, unsplit, tensor- and row-wise): the producer loads B as
+P1/P2 + 1 boxes into two buffers per slot (TileLoader), each k-step issues one wgmma per
+piece, and the promoted loop keeps one set of parts (a 64×192 half's accumulators and parts
+fill 192 registers a thread: promoted_pieces):
 
     k-step │ wait ready(k) │ wgmma(a, b) -> part, wgmma(a, b2) -> part2 │ wait(0) │
            │ acc += part, acc2 += part2 │ release(k)       the epilogue: acc's columns, then acc2's
@@ -398,7 +399,7 @@ def retire(ring, scales, acc, part, counter, shift, sa_phase, ROW0: gl.constexpr
 @gluon.jit
 def promoted_pieces(ring, first, k_steps, ROW0: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr,
                     COLS2: gl.constexpr, acc_layout: gl.constexpr, acc_layout2: gl.constexpr):
-    """The promoted K loop of a two-piece tile (COLS = 2q + q, config.column_pieces;
+    """The promoted K loop of a two-piece tile (COLS = P1 + P2 columns, config.column_pieces;
     tensor- and row-wise scales): each k-step issues both pieces' wgmmas into fresh parts
     (MmaOp), waits for them and adds them into the two fp32 accumulators, then frees the slot.
 
