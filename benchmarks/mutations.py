@@ -687,6 +687,14 @@ MUTATIONS = [
      "    p1 = tl.minimum(tl.sum(tl.where(i <= g, runs, 0), axis=0), PMAX)",
      "    p1 = tl.sum(tl.where(i <= g, runs, 0), axis=0)",
      "tests/test_quantize_groups.py -k interpreter"),
+    # -- FP8 two-piece tiles of any P1 + P2 and the mid-rows model's 144- and 160-column tiles
+    ("FP8 two-piece tiles back to P1 = 2·P2 only", "src/pingpong/hopper/host/fp8_launch.py",
+     "    if d.swap_ab and any(boxes):",
+     "    if d.block_n2 and d.pieces[0] != 2 * d.block_n2:\n        raise ConfigError('P1 = 2·P2')\n"
+     "    if d.swap_ab and any(boxes):", "tests/test_fp8.py -k two_piece"),
+    ("FP8 mid-rows model without 128x144 and 128x160", "src/pingpong/hopper/host/fp8_launch.py",
+     "                             _W160: 0.98, _W144: 0.97},", "                             },",
+     "tests/test_fp8.py -k mid_rows_model"),
 ]
 
 
