@@ -412,14 +412,26 @@ def test_two_piece_fp8_tiles_take_tensor_and_row_scales(config, second):
             assert d.block_n2 == second and d.shared_bytes <= SMEM_LIMIT
 
 
+@pytest.mark.parametrize("config", [KC(64, 144, 128, schedule="pingpong", swap_ab=True),
+                                    KC(64, 160, 128, schedule="pingpong", swap_ab=True), KC(128, 144, 128, swap_ab=True)])
+def test_two_piece_fp8_swap_tiles_take_tensor_and_row_scales(config):
+    """Swap-AB in two pieces: M on the wgmma's N side as 128 + 16 or 128 + 32 columns."""
+    for scaling in ("tensor", "row"):
+        for promote in (True, False):
+            d = check_fp8_config(config, promote, 2, scale_boxes(scaling, 128, config))
+            assert d.swap_ab and d.pieces == (128, config.block_n - 128) and d.shared_bytes <= SMEM_LIMIT
+
+
 @pytest.mark.parametrize("config, scaling", [
     (KC(128, 192, 128), "block"), (KC(64, 192, 128, schedule="pingpong"), "tensor"),
-    (KC(128, 192, 128, split_k=2), "tensor"), (KC(128, 192, 128, swap_ab=True), "row"),
+    (KC(128, 192, 128, split_k=2), "tensor"), (KC(64, 144, 128, schedule="pingpong", swap_ab=True, split_k=2), "row"),
     (KC(128, 192, 128, stream_k=True), "row"),
+    (KC(64, 144, 128, schedule="pingpong", swap_ab=True), "block"),
 ])
 def test_two_piece_fp8_tiles_refused_elsewhere_with_the_reason(config, scaling):
-    with pytest.raises(ConfigError, match=r"block_n=192 \(two column pieces\) runs on the cooperative schedule,"
-                                          r" unsplit, without swap-AB, stream-K or a cluster, with tensor- or row-wise scales"):
+    with pytest.raises(ConfigError, match=rf"block_n={config.block_n} \(two column pieces\) runs unsplit, without"
+                                          r" stream-K or a cluster, with tensor- or row-wise scales, on the cooperative"
+                                          r" schedule or swap-AB"):
         check_fp8_config(config, True, 2, scale_boxes(scaling, 128, config))
 
 

@@ -8,11 +8,13 @@ import re
 
 import pytest
 import torch
+import triton
 
 import pingpong
 from pingpong.errors import ConfigError
 from pingpong.hopper.host import fp8_launch
-from pingpong.hopper.host.config import SMEM_LIMIT
+from pingpong import toolchain
+from pingpong.hopper.host.config import SMEM_LIMIT, column_pieces
 from pingpong.hopper.host.fp8_launch import check_fp8_config, scale_boxes, select_fp8
 from pingpong.runtime import compile as cc
 from pingpong.runtime.launcher import flat_arguments
@@ -140,8 +142,15 @@ def test_without_swap_the_scales_stay():
     assert (got["sa_row"], got["sb_col"]) == (3, 7) and not kwargs["CFG"].EPI.SWAP
 
 
-SWAP_KERNELS = {"fp8-tensor-swap": 16, "fp8-row-swap-gelu": 32, "fp8-tensor-fast-swap": 16, "fp8-row-swap-coop": 32,
-                "fp8-row-swap-splitk": 16}
+#: kernel -> its wgmma widths (M on the N side) and its TMA loads per k-step (W; a as one box,
+#: or two-piece: 128/P2 boxes of P2 columns, then one)
+SWAP_KERNELS = {"fp8-tensor-swap": ({16}, 2), "fp8-row-swap-gelu": ({32}, 2), "fp8-tensor-fast-swap": ({16}, 2),
+                "fp8-row-swap-coop": ({32}, 2), "fp8-row-swap-splitk": ({16}, 2), "fp8-tensor-swap-144": ({128, 16}, 10),
+                "fp8-row-swap-160": ({128, 32}, 6)}
+#: Triton 3.9 (CUDA 13's ptxas) keeps four loop-invariant values of the tensor-wise 64×144
+#: swapped kernel in local memory: stored at the start, reloaded once per tile, outside the K
+#: loop (read off the SASS); the 16-bit swapped 64×160's are larger (tests/test_splitk.py)
+SWAP_SPILLS = {("fp8-tensor-swap-144", "3.9"): 16}
 
 
 @pytest.mark.slow
@@ -149,17 +158,20 @@ SWAP_KERNELS = {"fp8-tensor-swap": 16, "fp8-row-swap-gelu": 32, "fp8-tensor-fast
 def test_swap_kernel_compile_facts(kernel):
     c = cc.compile_kernel(kernel, "sm_90a")
     f, ptx = c.facts(), c.asm["ptx"]
-    assert f.spill_bytes == 0 and f.counts["LDL/STL"] == 0, "local-memory spills"
+    widths, loads = SWAP_KERNELS[kernel]
+    allowed = SWAP_SPILLS.get((kernel, toolchain.minor(triton.__version__)), 0)
+    assert f.spill_bytes <= allowed and (allowed or f.counts["LDL/STL"] == 0), "local-memory spills"
     assert 0 < f.shared_bytes <= SMEM_LIMIT and f.warps == 12
     shapes = set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k32\.f32\.e4m3\.e4m3", ptx))
-    assert shapes == {str(SWAP_KERNELS[kernel])}, shapes  # M on the wgmma's N side
+    assert shapes == {str(w) for w in widths}, shapes  # M on the wgmma's N side
     assert f.counts["UTMASTG"] == 0, "the transposed tile goes out through pointers, no TMA store"
-    assert len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cta\.global", ptx)) == 2  # W and a boxes
+    assert len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cta\.global", ptx)) == loads
     waits = set(re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx))
     # promoted, on ping-pong and 64-column cooperative tiles: the next K block's wgmma in flight
     # (wait(1)); other promoted cooperative tiles: none
+    # (two-piece tiles: wait(0) only, one set of parts: fp8_gemm.promoted_pieces)
     config = fp8_launch.OFFLINE_FP8_VARIANTS[kernel][2]
-    paired = config.schedule == "pingpong" or config.block_n <= 64
+    paired = (config.schedule == "pingpong" or config.block_n <= 64) and len(column_pieces(config.block_n)) == 1
     assert waits == ({"0", "1"} if "fast" in kernel or paired else {"0"}), waits
     if "tensor" in kernel:  # each consumer loads sa and sb once, before its K loop, not again at its tail
         assert len(re.findall(r"^\s*ld\.global\.b32 ", ptx, re.M)) == 2 * 2

@@ -63,6 +63,32 @@ def test_swap_matches_float64_and_repeats_bitwise(mode, name, fast):
                 assert torch.equal(got, first), f"seed {seed}: the plan's launch differs from the hand launch"
 
 
+#: two-piece swapped tiles: 128 + 16 and 128 + 32 columns of M, for the 129-160-row products a
+#: 128-row tile leaves a second tile-row almost empty; M ends inside the second piece (137, 153)
+#: or at the first's end (128) or one past it (129)
+PIECE_CONFIGS = {"pp64x144": KC(64, 144, 128, schedule="pingpong", swap_ab=True),
+                 "pp64x160": KC(64, 160, 128, schedule="pingpong", swap_ab=True),
+                 "coop128x144": KC(128, 144, 128, swap_ab=True)}
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["promoted", "fast"])
+@pytest.mark.parametrize("name", sorted(PIECE_CONFIGS))
+@pytest.mark.parametrize("mode", ["tensor", "row"])
+def test_two_piece_swap_matches_float64_and_repeats_bitwise(mode, name, fast):
+    config = PIECE_CONFIGS[name]
+    for M in (128, 129, 137, 153):
+        for N, K in SHAPES:
+            seed = seed_of(mode, name, fast, M, N, K)
+            print(f"seed {seed}: {mode} {name} fast={fast} {M}x{N}x{K}")
+            qa, qb, sa, sb, ref = operands(M, N, K, mode, seed)
+            first = launch_poisoned(qa, qb, sa, sb, mode, config, fast)
+            bounded(first, ref, seed, FAST_TOL if fast else 1e-2)
+            assert torch.equal(launch_poisoned(qa, qb, sa, sb, mode, config, fast), first), f"seed {seed}"
+            got = poisoned_call(lambda: scaled_mm_direct(qa, qb, sa, sb, use_fast_accum=fast, config=config),
+                                (M, N), torch.bfloat16)
+            assert torch.equal(got, first), f"seed {seed}: the plan's launch differs from the hand launch"
+
+
 @pytest.mark.parametrize("out_dtype, activation", [(torch.bfloat16, "gelu_erf"), (torch.float16, "silu"),
                                                    (torch.float32, None)])
 @pytest.mark.parametrize("name", ["pp64x32", "pp64x16-split3"])

@@ -249,9 +249,9 @@ def check_fp8_config(config: KernelConfig, promote: bool, out_bytes: int, boxes:
     d = config.derive(FP8_BYTES, out_bytes)
     if d.schedule == "persistent":
         raise ConfigError(f"the FP8 kernel runs the cooperative and ping-pong schedules; got {config}")
-    if d.block_n2 and (d.schedule != "cooperative" or d.split_k > 1 or d.swap_ab or d.stream_k or any(boxes)):
-        raise ConfigError(f"block_n={d.block_n} (two column pieces) runs on the cooperative schedule, unsplit, without"
-                          f" swap-AB, stream-K or a cluster, with tensor- or row-wise scales; got {config}"
+    if d.block_n2 and (d.split_k > 1 or d.stream_k or any(boxes) or (d.schedule != "cooperative" and not d.swap_ab)):
+        raise ConfigError(f"block_n={d.block_n} (two column pieces) runs unsplit, without stream-K or a cluster, with"
+                          f" tensor- or row-wise scales, on the cooperative schedule or swap-AB; got {config}"
                           f"{' with block-wise scales' if any(boxes) else ''}")
     if d.swap_ab and any(boxes):
         raise ConfigError(f"{config}: swap-AB with block-wise scales is not built: the swapped tile's rows are N,"
@@ -569,6 +569,11 @@ OFFLINE_FP8_VARIANTS = {
     "fp8-tensor-fast-swap": ("tensor", False, KernelConfig(64, 16, SCALE_BLOCK, schedule="pingpong", swap_ab=True),
                              SCALE_BLOCK, ""),
     "fp8-row-swap-coop": ("row", True, KernelConfig(128, 32, SCALE_BLOCK, swap_ab=True), SCALE_BLOCK, ""),
+    # swap-AB in two column pieces: M on the wgmma's N side, 144 = 128 + 16 and 160 = 128 + 32
+    "fp8-tensor-swap-144": ("tensor", True, KernelConfig(64, 144, SCALE_BLOCK, schedule="pingpong", swap_ab=True),
+                            SCALE_BLOCK, ""),
+    "fp8-row-swap-160": ("row", True, KernelConfig(64, 160, SCALE_BLOCK, schedule="pingpong", swap_ab=True),
+                         SCALE_BLOCK, ""),
     "fp8-tensor-cluster": ("tensor", True, KernelConfig(128, 128, SCALE_BLOCK, cluster_m=2), SCALE_BLOCK, ""),
     "fp8-row-cluster-gelu": ("row", True, KernelConfig(128, 128, SCALE_BLOCK, cluster_m=2), SCALE_BLOCK, "gelu_erf"),
     "fp8-row-pingpong-cluster": ("row", True, KernelConfig(64, 128, SCALE_BLOCK, schedule="pingpong", cluster_m=2),

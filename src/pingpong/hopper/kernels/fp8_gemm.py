@@ -105,7 +105,10 @@ or several:
     A ring box  W[n0 : n0+BM, k]   (BM = 64 rows of N)     kernel product R × C = N × M
     B ring box  A[m0 : m0+BN, k]   (BN = 16 or 32 of M)    out[m, n] ← acc[n - n0, m - m0]
 
-Block-wise scales do not swap (check_fp8_config says why).
+A swapped tile may be two column pieces of M, unsplit (BN = 144 = 128 + 16 or 160 = 128 + 32,
+for 129-160 rows that a 128-row tile covers in two tile-rows, the second almost empty): its
+A boxes load as the dense two-piece tile's B boxes do and promoted_pieces runs its K loop; the
+pointer epilogue stores each piece. Block-wise scales do not swap (check_fp8_config says why).
 """
 
 from triton.experimental import gluon
@@ -537,15 +540,16 @@ def fp8_split_gemm(a_desc, b_desc, ws, counters, ops, M, N, K, sa_row, sb_col, s
     CFG.EPI.SWAP (module docstring, SWAP-AB) the operands, M and N and the scales come exchanged
     and the result is stored transposed."""
     check_constants(CFG, SCALING, PROMOTE, SB_COLS)
-    gl.static_assert(CFG.BN2 == 0, "split and swap-AB units: one-piece tiles (check_fp8_config)")
+    gl.static_assert(CFG.BN2 == 0 or CFG.EPI.SWAP, "two-piece tiles: swap-AB units, unsplit (check_fp8_config)")
     gl.static_assert(not CFG.EPI.SWAP or SCALING != "block", "swap-AB: tensor- and row-wise scales only")
     sched = SplitKScheduler.create(M, N, K, splits, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M)
-    ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS)
+    ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, True, B1_BOXES=CFG.B1_BOXES)
     zero = gl.to_tensor(0)
     scales = Fp8Scales.allocate(ops.sa, ops.sb, sa_row, sb_col, zero, zero, M, N, CFG.STAGES, SCALING, SB_COLS)
     epi = SplitEpilogue.of(ops, ws, split_stride16 * 4, ws_ld16 * 4, counters, out_ld, out_ld, scales, gl.to_tensor(0.0),
                            M, N, splits, CFG.EPI)
-    run_fp8_partitions(ring, sched, epi, scales, TileLoader(a_desc, b_desc, True, True), CFG, PROMOTE, True)
+    loader = TileLoader(a_desc, b_desc, True, True, CFG.BN2, False, CFG.B1_BOXES)
+    run_fp8_partitions(ring, sched, epi, scales, loader, CFG, PROMOTE, True)
 
 
 @gluon.jit(do_not_specialize=["M", "N", "K", "sa_row", "sb_col", "dp_tiles", "streamers", "split_stride16",
