@@ -695,7 +695,7 @@ MUTATIONS = [
     ("FP8 mid-rows model without 128x144 and 128x160", "src/pingpong/hopper/host/fp8_launch.py",
      "                             _W160: 0.98, _W144: 0.97},", "                             },",
      "tests/test_fp8.py -k mid_rows_model"),
-    ("FP8 swapped two-piece tile loads its columns as P1/P2 + 1 boxes of P1", "src/pingpong/hopper/kernels/fp8_gemm.py",
+    ("FP8 swapped two-piece tile: its first piece one box", "src/pingpong/hopper/kernels/fp8_gemm.py",
      "    loader = TileLoader(a_desc, b_desc, True, True, CFG.BN2, False, CFG.B1_BOXES)\n    run_fp8_partitions(ring, sched, epi, scales, loader, CFG, PROMOTE, True)",
      "    loader = TileLoader(a_desc, b_desc, True, True, CFG.BN2, False, 1)\n    run_fp8_partitions(ring, sched, epi, scales, loader, CFG, PROMOTE, True)",
      "tests/test_fp8_swap.py -k compile_facts"),
