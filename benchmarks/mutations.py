@@ -377,7 +377,7 @@ MUTATIONS = [
     ("FP8 two-piece loop keeps a k-step in flight", "src/pingpong/hopper/kernels/fp8_gemm.py",
      "        parts = parts.wait(0)\n", "        parts = parts.wait(1)\n", "tests/test_fp8.py"),
     ("FP8 two-piece tiles accepted with block scales", "src/pingpong/hopper/host/fp8_launch.py",
-     "or d.swap_ab or d.stream_k or any(boxes)", "or d.swap_ab or d.stream_k", "tests/test_fp8.py"),
+     "d.split_k > 1 or d.stream_k or any(boxes) or", "d.split_k > 1 or d.stream_k or", "tests/test_fp8.py"),
     # -- Float8Linear's kept launches (their device side: tests/test_fp8_gpu.py)
     ("Float8Linear keeps its launches across a move", "src/pingpong/fp8.py",
      "        self._runs.clear()  # the runs hold views", "        pass  # the runs hold views", "tests/test_fp8.py"),
