@@ -699,6 +699,9 @@ MUTATIONS = [
      "    loader = TileLoader(a_desc, b_desc, True, True, CFG.BN2, False, CFG.B1_BOXES)\n    run_fp8_partitions(ring, sched, epi, scales, loader, CFG, PROMOTE, True)",
      "    loader = TileLoader(a_desc, b_desc, True, True, CFG.BN2, False, 1)\n    run_fp8_partitions(ring, sched, epi, scales, loader, CFG, PROMOTE, True)",
      "tests/test_fp8_swap.py -k compile_facts"),
+    ("FP8 tune: two-piece swap tiles searched below 129 rows", "src/pingpong/tools/tune.py",
+     "if scaling != \"block\" and least <= M <= most(bm, bn, rows))", "if scaling != \"block\" and M <= most(bm, bn, rows))",
+     "tests/test_tune_fp8.py -k decode_swap"),
 ]
 
 

@@ -337,8 +337,9 @@ def test_show_lists_fp8_entries(monkeypatch, capsys):
 @pytest.mark.parametrize("scaling, promote", PROBLEMS)
 def test_fp8_space_holds_split_k_and_decode_swap_ab(scaling, promote):
     """Split-K everywhere; swap-AB with tensor- or row-wise scales only: 16-64 columns of M for
-    decode rows, ping-pong 64×64 up to the FP8 mid-rows model's limit for it (192 rows), none
-    beyond; the selection's swap-AB pick at 150 rows is in the space."""
+    decode rows, ping-pong 64×64 up to the FP8 mid-rows model's limit for it (192 rows), the
+    two-piece 64×144 and 64×160 from 129 rows up to their widths, none beyond; the selection's
+    swap-AB pick at 150 rows is in the space."""
     decode, wide = tune.fp8_space(16, 8192, 8192, scaling, promote), tune.fp8_space(512, 4096, 4096, scaling, promote)
     mid = tune.fp8_space(150, 2048, 10944, scaling, promote)
     assert {1, 2, 4, 8} <= {c.split_k for c in decode} and {1, 2} <= {c.split_k for c in wide}
@@ -347,7 +348,10 @@ def test_fp8_space_holds_split_k_and_decode_swap_ab(scaling, promote):
                                                                                             promote))
     assert {c.block_n for c in decode if c.swap_ab} == ({16, 32, 64} if scaling != "block" else set())
     assert {(c.block_m, c.block_n, c.schedule) for c in mid if c.swap_ab} == (
-        {(64, 64, "pingpong")} if scaling != "block" else set())
+        {(64, 64, "pingpong"), (64, 160, "pingpong")} if scaling != "block" else set())
+    for M, widths in ((128, {64}), (129, {64, 144, 160}), (144, {64, 144, 160}), (145, {64, 160}), (161, {64})):
+        got = {c.block_n for c in tune.fp8_space(M, 2048, 10944, scaling, promote) if c.swap_ab}
+        assert got == (widths if scaling != "block" else set()), (M, got)
     if scaling != "block" and promote:
         pick = tune.fp8_normalize(select_fp8(150, 2048, 10944, True, 132, scaling=scaling), 150, 2048, 10944, scaling,
                                   True)

@@ -83,11 +83,14 @@ FP8_GROUP_M = (1, 4, 8, 16)
 FP8_STAGES = (None, 3, 4, 6)  # None: as many as fit
 #: FP8 split counts (fp8_split_gemm: fp32 partials, the last split sums them)
 FP8_SPLITS = (1, 2, 4, 8)
-#: FP8 swap-AB tiles (N on the wgmma's 64 or 128 rows, M in 16, 32 or 64 columns), each with the
-#: most rows it is searched for, with tensor- or row-wise scales (block-wise scales cannot swap):
-#: decode's up to select.DECODE_M, ping-pong 64×64 as far as the FP8 mid-rows model takes it
-#: (None: the model's row limit of that swap-AB tile, fp8_launch.FP8_MID_ROWS.max_m)
-FP8_SWAP_TILES = {(64, 16): DECODE_M, (64, 32): DECODE_M, (128, 16): DECODE_M, (128, 32): DECODE_M, (64, 64): None}
+#: FP8 swap-AB tiles (N on the wgmma's 64 or 128 rows, M in 16, 32 or 64 columns, or two pieces
+#: of 128 + 16 or 128 + 32), each with the fewest and the most rows it is searched for, with
+#: tensor- or row-wise scales (block-wise scales cannot swap): decode's up to select.DECODE_M,
+#: ping-pong 64×64 as far as the FP8 mid-rows model takes it (None: the model's row limit of
+#: that swap-AB tile, fp8_launch.FP8_MID_ROWS.max_m), the two-piece ones where one 128-row tile
+#: would leave a second tile-row almost empty (129 rows up to their width)
+FP8_SWAP_TILES = {(64, 16): (1, DECODE_M), (64, 32): (1, DECODE_M), (128, 16): (1, DECODE_M),
+                  (128, 32): (1, DECODE_M), (64, 64): (1, None), (64, 144): (129, 144), (64, 160): (129, 160)}
 #: what the tuned FP8 inputs are (bench_fp8.make_fp8_inputs): W's scales in 128×128 blocks, bf16 out
 FP8_SB_COLS = SCALE_BLOCK
 FP8_OUT_BYTES = 2
@@ -339,8 +342,8 @@ def fp8_tiles(M: int, scaling: str) -> tuple[str, ...]:
         return rows or FP8_MID_ROWS.max_m.get(KernelConfig(bm, bn, SCALE_BLOCK, schedule="pingpong", swap_ab=True),
                                               MID_ROWS_MAX_M)
 
-    swap = tuple(f"{bm}x{bn}/swap" for (bm, bn), rows in FP8_SWAP_TILES.items()
-                 if scaling != "block" and M <= most(bm, bn, rows))
+    swap = tuple(f"{bm}x{bn}/swap" for (bm, bn), (least, rows) in FP8_SWAP_TILES.items()
+                 if scaling != "block" and least <= M <= most(bm, bn, rows))
     return tuple(f"{bm}x{bn}" for bm, bn in FP8_TILES) + swap
 
 
