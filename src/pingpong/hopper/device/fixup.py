@@ -422,7 +422,7 @@ class StreamKEpilogue:
         slot, parts = split
         COLS: gl.constexpr = mma.acc.shape[1]
         EPI_N: gl.constexpr = self.tile.c_desc.block_type.shape[-1]
-        if self.WHOLE:
+        if self.WHOLE:  # constexpr: the branches below are not compiled at all (whole_only)
             self.store_whole(mma, COPY, tile_count, off_r, off_c, batch)
         elif parts == 1:
             self.store_whole(mma, COPY, tile_count, off_r, off_c, batch)

@@ -174,9 +174,9 @@ _LONG_BLOCK = KernelConfig(128, 128, SCALE_BLOCK, stages=4, group_m=4)
 #: (benchmarks/midrows_fit.py --model fp8) to H200 sweeps of 34 random 76-1022-row shapes with
 #: both scalings, an A/B of 31 more, and the same 34 with the 144-, 160- and 80-column tiles
 #: (benchmarks/data/midrows_sweeps.json, sets h200-run381-fp8-*, h200-run382-fp8-*,
-#: h200-run41[12]-fp8-*-widths; 128×80 fitted to the grid's floor, so it is no candidate); 144's
-#: and 160's speeds are set just under the fit's 1.0 so that a many-wave product whose waves
-#: 128×192 fills as well (529×37888×3584) keeps 128×192, 3-9% faster there on an H200. Swap-AB
+#: h200-run41[12]-fp8-*-widths; 128×80 fitted to the grid's floor, so it is no candidate). 144
+#: and 160 sit just under 1.0: where 128×192 fills its waves as well (529×37888×3584: 8 waves,
+#: 7.5 full, against 9 or 10 full ones), 128×192 keeps the product, which it runs faster. Swap-AB
 #: tiles wider than 64 and stream-K were measured and never won, so they are not candidates;
 #: 64×64's speed puts it last everywhere measured.
 FP8_MID_ROWS_MIN_M = 64
