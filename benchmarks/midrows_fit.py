@@ -105,6 +105,8 @@ def fit(sets: dict, names: list[str], sms: int, kind: str = "bf16") -> tuple[flo
         for tile in list(MODELS[kind][0].speeds)[1:]:
             for v in GRID:
                 yield lambda m, tile=tile, v=v: dataclasses.replace(m, speeds={**m.speeds, tile: v})
+            if MODELS[kind][0].max_m.get(tile, ROWS_GRID[1]) < ROWS_GRID[1]:
+                continue  # a limit under the grid's is the tile's width (a swap-AB tile's M): fixed
             for rows in ROWS_GRID:
                 yield lambda m, tile=tile, rows=rows: dataclasses.replace(
                     m, max_m={**{t: r for t, r in m.max_m.items() if t != tile}, **({tile: rows} if rows else {})})

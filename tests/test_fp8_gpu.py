@@ -113,14 +113,16 @@ def test_two_piece_tiles_match_torch_accuracy(mode, shape, fast, width):
 #: mid-row shapes (odd M, N and K off the tiles) on which the FP8 mid-rows model picks each of its
 #: tiles (tests/test_fp8.py pins which; checked again below on this GPU's SM count)
 MID_ROWS_SHAPES = [(175, 5136, 13824), (81, 7184, 20480), (248, 21904, 2048), (103, 16400, 3072),
-                   (121, 5136, 13824), (72, 2064, 10944), (200, 3600, 3600), (591, 3600, 3616), (567, 8208, 8192)]
+                   (121, 5136, 13824), (72, 2064, 10944), (200, 3600, 3600), (591, 3600, 3616), (567, 8208, 8192),
+                   (137, 8208, 8192), (153, 7184, 20480)]
 
 
 @pytest.mark.parametrize("mode", ["tensor", "row"])
 @pytest.mark.parametrize("shape", MID_ROWS_SHAPES)
 def test_the_fp8_mid_rows_picks_match_torch_accuracy(mode, shape):
     """pingpong.scaled_mm on the shapes whose tile the FP8 mid-rows model chooses (64-row ping-pong,
-    128×192, 128×160 and 128×144 in two pieces, split 128×128, swap-AB 64×64), through the
+    128×192, 128×160 and 128×144 in two pieces, split 128×128, swap-AB 64×64, 64×144 and
+    64×160), through the
     selection, output NaN-poisoned."""
     from pingpong.hopper.host.fp8_launch import fp8_mid_rows_decides
 

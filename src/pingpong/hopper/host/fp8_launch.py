@@ -11,8 +11,8 @@ shape bucket and FP8 problem (`pingpong tune --dtype fp8`; table dtype `table.fp
 `rule_fp8` (S SMs; the measurements behind each choice: docs/design.md, FP8):
 
     65–960 rows,    the FP8 mid-rows model (FP8_MID_ROWS, below: select.MidRowsModel's waves ×
-    tensor/row,     k-steps × tile area / speed over its candidates); the rest of the rule
-    promoted, not   decides everything else:
+    tensor/row,     k-steps × tile area / speed over its candidates, swap-AB two-piece tiles
+    promoted, not   for 129–160 rows among them); the rest of the rule decides everything else:
     launch-bound
     M ≤ 32,         swap-AB ping-pong 64×16×128 (64×32 above 16 rows): N on the wgmma's 64-row
     tensor/row      side, M in its 16 or 32 columns (select.DECODE_M). Unsplit where N makes
@@ -169,24 +169,30 @@ _LONG_BLOCK = KernelConfig(128, 128, SCALE_BLOCK, stages=4, group_m=4)
 #: and row-wise, promoted: fp8_mid_rows_decides): among cooperative 128×128 and 128×64 (split
 #: or not), the two-piece 128×192, 128×160 and 128×144 (never split), ping-pong 64×128 (up to
 #: 320 rows: its 64-row tiles read the weight twice as often as 128-row ones) and 64×64, and
-#: swap-AB ping-pong 64×64 (N on the wgmma's rows, M on its 64 columns), the one of least
+#: swap-AB ping-pong 64×64 (N on the wgmma's rows, M on its 64 columns) and 64×144 / 64×160 (M
+#: in two column pieces, 128 + 16 or 128 + 32; never split, and only up to their width: 129-160
+#: rows, where a 128-row tile leaves its second tile-row almost empty), the one of least
 #: modelled time, K in k-steps of one 128-deep FP8 ring slot. Speeds and limits fitted
 #: (benchmarks/midrows_fit.py --model fp8) to H200 sweeps of 34 random 76-1022-row shapes with
-#: both scalings, an A/B of 31 more, and the same 34 with the 144-, 160- and 80-column tiles
-#: (benchmarks/data/midrows_sweeps.json, sets h200-run381-fp8-*, h200-run382-fp8-*,
-#: h200-run41[12]-fp8-*-widths; 128×80 fitted to the grid's floor, so it is no candidate). 144
-#: and 160 sit just under 1.0: where 128×192 fills its waves as well (529×37888×3584: 8 waves,
-#: 7.5 full, against 9 or 10 full ones), 128×192 keeps the product, which it runs faster. Swap-AB
-#: tiles wider than 64 and stream-K were measured and never won, so they are not candidates;
-#: 64×64's speed puts it last everywhere measured.
+#: both scalings, an A/B of 31 more, the same 34 with the 144-, 160- and 80-column tiles, and 24
+#: shapes of 129-200 rows with the swap-AB tiles (benchmarks/data/midrows_sweeps.json, sets
+#: h200-run381-fp8-*, h200-run382-fp8-*, h200-run41[12]-fp8-*-widths, h200-run41[67]-fp8-*-swap;
+#: 128×80 fitted to the grid's floor, so it is no candidate). 144 and 160 sit just under 1.0:
+#: where 128×192 fills its waves as well (529×37888×3584: 8 waves, 7.5 full, against 9 or 10
+#: full ones), 128×192 keeps the product, which it runs faster. Swap-AB 64×192 and cooperative
+#: 128×160 swap-AB each won one shape of 24 by under 5%, cooperative 128×144 swap-AB and stream-K
+#: none, so they are not candidates; 64×64's speed puts it last everywhere measured. The swap-AB pieces lose
+#: up to 8% where K is short (140×21888×2048), a cost the model does not see.
 FP8_MID_ROWS_MIN_M = 64
 _SWAP_MID = KernelConfig(64, 64, SCALE_BLOCK, schedule="pingpong", swap_ab=True)
 _W160 = KernelConfig(128, 160, SCALE_BLOCK)  # 128 + 32 columns
 _W144 = KernelConfig(128, 144, SCALE_BLOCK)  # 128 + 16 columns
+_SWAP_144 = KernelConfig(64, 144, SCALE_BLOCK, schedule="pingpong", swap_ab=True)  # M in 128 + 16 columns
+_SWAP_160 = KernelConfig(64, 160, SCALE_BLOCK, schedule="pingpong", swap_ab=True)  # M in 128 + 32 columns
 FP8_MID_ROWS = MidRowsModel({_SQUARE: 1.0, _NARROW: 0.75, _WIDE: 1.05, _HALF: 0.9, _MID: 0.3, _SWAP_MID: 0.75,
-                             _W160: 0.98, _W144: 0.97},
-                            frozenset({_WIDE, _HALF, _MID, _SWAP_MID, _W160, _W144}), 32, SCALE_BLOCK,
-                            {_HALF: 320, _SWAP_MID: 192})
+                             _W160: 0.98, _W144: 0.97, _SWAP_144: 0.8, _SWAP_160: 0.75},
+                            frozenset({_WIDE, _HALF, _MID, _SWAP_MID, _W160, _W144, _SWAP_144, _SWAP_160}), 32,
+                            SCALE_BLOCK, {_HALF: 320, _SWAP_MID: 192, _SWAP_144: 144, _SWAP_160: 160})
 #: per-FLOP speed of the 128×64 tile against 128×128 in the wave model (docs/design.md, FP8):
 #: at 0.75, 512 rows at N = 6144 (2 waves of 128×128 against 3 of 128×64) tie, and the tie goes
 #: to 128×64 (`rule_fp8`)
