@@ -218,6 +218,18 @@ def test_rule_tile_by_modelled_wave_time():
     # 6 waves of 128×128 (6 · 16384) vs 4 of 128×192 (4 · 25869)
     assert rule_fp8(512, 6144, 4096, True, 132, "block") == coop(128)
     assert rule_fp8(2048, 6144, 4096, True, 132) == coop(128)
+    # the two-piece tiles where they take a wave fewer of few (H200, runs 420-422): 1229×3584×14336
+    # 2 waves of 128×144 against 3 of 128×128 (1.19× / 1.19× tensor- / row-wise), 962×5120×13824 2
+    # of 128×160 against 3 (1.12× / 1.14×); 7 of 128×160 against 9 keeps 128×128 (0.96× / 1.00×),
+    # 4 of 128×144 against 3 of 128×192 keeps 128×192 (0.89× / 0.90×); block-wise and fast
+    # accumulation keep their tiles
+    for scaling in ("tensor", "row"):
+        assert rule_fp8(1229, 3584, 14336, True, 132, scaling) == coop(144)
+        assert rule_fp8(962, 5120, 13824, True, 132, scaling) == coop(160)
+        assert rule_fp8(1862, 9216, 7168, True, 132, scaling) == coop(128)
+        assert rule_fp8(2492, 3584, 18944, True, 132, scaling) == coop(192)
+    assert rule_fp8(1229, 3584, 14336, True, 132, "block") == coop(128)
+    assert rule_fp8(1229, 3584, 14336, False, 132) == coop(256)
     assert rule_fp8(778, 5120, 13824, True, 132, "block") == coop(128)
     # many waves: 4096 tiles of 128×128 (32 waves) vs 8192 of 128×64 (63 waves / 0.75)
     assert rule_fp8(8192, 8192, 8192, True, 132) == coop(128)

@@ -44,7 +44,8 @@ shape bucket and FP8 problem (`pingpong tune --dtype fp8`; table dtype `table.fp
     least modelled time, each counted at its per-FLOP speed against 128×128: 128×64
     (NARROW_EFFICIENCY; ties go to it), 128×192 (WIDE_EFFICIENCY: two column pieces, one set of
     parts, so the 64×192 accumulators fit) where 128×128 leaves much of its last wave idle, or
-    ping-pong 64×128 (HALF_EFFICIENCY) where a mostly empty last tile-row of 128 costs more.
+    ping-pong 64×128 (HALF_EFFICIENCY) where a mostly empty last tile-row of 128 costs more, or
+    the two-piece 128×160 and 128×144 (PIECE_EFFICIENCY) where they take a wave fewer of few.
 
     Long products (M·N·K at least LONG_WORK = 2^40 on LONG_SMS = 132 SMs, in proportion to
     the SM count: `long_product`): tensor-wise ones (promoted, one unsplit, unswapped launch)
@@ -124,7 +125,8 @@ def rule_fp8(M: int, N: int, K: int, promote: bool, sms: int, scaling: str = "te
 
     def unsplit(c: KernelConfig) -> KernelConfig:  # an unsplit 128×128, or another tile whose waves take less time
         return least_wave_time(M, N, sms, ((_NARROW, NARROW_EFFICIENCY), (c, 1.0), (_WIDE, WIDE_EFFICIENCY),
-                                           (_HALF, HALF_EFFICIENCY))) if narrow and c == _SQUARE else c
+                                           (_HALF, HALF_EFFICIENCY), *PIECE_EFFICIENCY.items())
+                               ) if narrow and c == _SQUARE else c
 
     if launch_bound(M, N, K):  # no workspace (module docstring)
         return unsplit(tile)
@@ -200,6 +202,12 @@ NARROW_EFFICIENCY = 0.75
 #: per-FLOP speed of the 128×192 tile against 128×128: where both fill their waves alike,
 #: 128×128 keeps the product; where 128×128 leaves much of its last wave idle, 128×192 wins
 WIDE_EFFICIENCY = 0.95
+#: per-FLOP speed of the two-piece tiles against 128×128 in the rule's waves (`rule_fp8`): they
+#: win where they take a wave fewer of few (2 against 3 at 1255×3584×18944 and 2141×2048×10944:
+#: 1.19× / 1.20× with tensor- / row-wise scales; 3 against 4: 1.00-1.08×), and lose 1-5% at 7
+#: against 9, which these speeds keep on 128×128 (fitted to H200 sweeps of 24 shapes of
+#: 964-3424 rows and an A/B of 11 more, both scalings)
+PIECE_EFFICIENCY = {_W160: 0.95, _W144: 0.9}
 #: per-FLOP speed of the ping-pong 64×128 tile against 128×128 above 128 rows: it wins only
 #: where 128-row tiles leave a mostly empty last tile-row or wave
 HALF_EFFICIENCY = 0.75
