@@ -371,7 +371,7 @@ MUTATIONS = [
     ("FP8 rule without the 128x192 tile", "src/pingpong/hopper/host/fp8_launch.py",
      " (_WIDE, WIDE_EFFICIENCY),\n", "\n", "tests/test_fp8.py"),
     ("FP8 rule without the ping-pong 64x128 tile", "src/pingpong/hopper/host/fp8_launch.py",
-     ",\n                                           (_HALF, HALF_EFFICIENCY)))", "))", "tests/test_fp8.py"),
+     "(_HALF, HALF_EFFICIENCY), *PIECE_EFFICIENCY.items())", "*PIECE_EFFICIENCY.items())", "tests/test_fp8.py"),
     ("FP8 decode over few tiles of N stays unsplit", "src/pingpong/hopper/host/fp8_launch.py",
      "        if -(-N // 64) >= sms // 4:\n", "        if True:\n", "tests/test_fp8_swap.py"),
     ("FP8 two-piece loop keeps a k-step in flight", "src/pingpong/hopper/kernels/fp8_gemm.py",

@@ -258,6 +258,31 @@ def test_rule_tile_by_modelled_wave_time():
     assert least_wave_time(300, 300, 9, tiles(0.75)) == coop(128)
 
 
+@pytest.mark.parametrize("scaling", ["tensor", "row"])
+def test_piece_efficiency_fits_the_measured_sweeps(scaling):
+    """Above the mid rows the rule's picks among 128×128, 128×144, 128×160 and 128×192
+    (PIECE_EFFICIENCY) are within 0.5% of the best measured config per shape (geomean), and
+    never more than 3% off, on the H200 sweeps (runs 420-421) and the held-out A/B (run 422):
+    a constant changed without a new measurement fails here."""
+    import json
+    import math
+    from pathlib import Path
+
+    raw = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "raw"
+    for name in ("run420-fp8-pieces", "run421-fp8-pieces-ab", "run422-fp8-pieces-heldout"):
+        measured: dict = {}
+        for row in json.loads((raw / f"2026-11-29-{name}-{scaling}.json").read_text())["rows"]:
+            bm, bn = map(int, re.search(r":(\d+)x(\d+)x", row["path"]).groups())
+            measured.setdefault((row["M"], row["N"], row["K"]), {})[(bm, bn)] = row["ratio"]
+        logs = []
+        for (M, N, K), ratios in measured.items():
+            pick = rule_fp8(M, N, K, True, 132, scaling)
+            assert (pick.block_m, pick.block_n) in ratios, f"{name}: {M}x{N}x{K} picks {pick}, not measured"
+            logs.append(math.log(ratios[pick.block_m, pick.block_n] / max(ratios.values())))
+        assert min(logs) > math.log(0.97), name
+        assert math.exp(sum(logs) / len(logs)) > 0.995, name
+
+
 def test_fp8_mid_rows_model_picks_what_was_measured_faster():
     """Tensor- and row-wise promoted products of 65-960 rows take the FP8 mid-rows model's tile
     (fp8_launch.FP8_MID_ROWS); each pin is a shape of an A/B on an H200 (runs 382-383, 411-413 and 416-418,
