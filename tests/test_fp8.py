@@ -250,6 +250,9 @@ def test_rule_tile_by_modelled_wave_time():
     # launch-bound (1.5 MB moved: no split): 16 tiles of 128×128 or 32 of 128×64, one wave each
     assert rule_fp8(512, 512, 1024, True, 132) == coop(64)
     assert rule_fp8(512, 512, 1024, True, 132, "block") == coop(128)
+    # launch-bound 300×3072×512: 120 tiles of ping-pong 64×128 (one wave, 8192 / 0.75) against 72
+    # of 128×128 (one wave, 16384)
+    assert rule_fp8(300, 3072, 512, True, 132) == KC(64, 128, 128, schedule="pingpong")
     # the model itself, on a made-up GPU of 10 SMs: 300×300 is 9 tiles of 128×128 (1 wave,
     # 16384) or 15 of 128×64 (2 waves, 2 · 8192 / e): 128×64 only where e > 1
     tiles = lambda e: ((coop(128), 1.0), (coop(64), e))  # noqa: E731
