@@ -7,7 +7,7 @@ a change, on shapes no fit has seen.
 
 For each shape of `pingpong bench --suite random` with the given seeds whose M lies in --rows
 (FP8: N and K multiples of 16), the rule's pick (the 16-bit `select.heuristic_config`, or FP8's
-`fp8_launch.rule_fp8`, promoted; no tuning table) under git revision REV (checked out into a
+`fp8_select.rule_fp8`, promoted; no tuning table) under git revision REV (checked out into a
 temporary worktree) and under the working tree, each computed by its own interpreter. The
 shapes whose pick differs, at most one per (N, K, new tile) and --count of them drawn with
 --seed, print as JSON: [[M, N, K, [pick under REV, pick now]], ...], configs named as
@@ -31,7 +31,10 @@ PICKS = """
 import json, sys
 shapes, dtype, scaling, sms = json.load(sys.stdin)
 if dtype == "fp8":
-    from pingpong.hopper.host.fp8_launch import rule_fp8
+    try:
+        from pingpong.hopper.host.fp8_select import rule_fp8
+    except ImportError:  # a tree from before the rule's own module
+        from pingpong.hopper.host.fp8_launch import rule_fp8
     pick = lambda M, N, K: rule_fp8(M, N, K, True, sms, scaling)
 else:
     from pingpong.hopper.host.select import heuristic_config

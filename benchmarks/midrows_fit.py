@@ -1,5 +1,5 @@
 """Fit (or check) the mid-rows models' constants (pingpong.hopper.host.select.MidRowsModel: the
-16-bit kernels' select.MID_ROWS and the FP8 kernel's fp8_launch.FP8_MID_ROWS: per-FLOP speeds
+16-bit kernels' select.MID_ROWS and the FP8 kernel's fp8_select.FP8_MID_ROWS: per-FLOP speeds
 and a split's cost in k-steps) to measured sweeps of explicit configs.
 
     PYTHONPATH=src python benchmarks/midrows_fit.py [--data benchmarks/data/midrows_sweeps.json]
@@ -14,7 +14,7 @@ candidates: a tile split or not, a whole one unsplit; never stream-K or a cluste
 choose none of them, the worst measured counts); the score
 of a set is the geometric mean of picked / best measured ratio (1.0: the model picks the best
 measured config everywhere), over the set's shapes whose tile the model chooses
-(select.mid_rows_decides, fp8_launch.fp8_mid_rows_decides; other shapes' rows are kept as
+(select.mid_rows_decides, fp8_select.fp8_mid_rows_decides; other shapes' rows are kept as
 data). Prints the shipped constants' score per set, then the best settings of --model's
 constants found by coordinate descent (each speed over a grid of 0.30-1.30, each tile's row
 limit over 192-768 rows or none, the split cost over 8-64 k-steps, from the shipped constants, until no move improves) fitted on its sets but
@@ -31,7 +31,7 @@ import math
 import sys
 from pathlib import Path
 
-from pingpong.hopper.host import fp8_launch, select
+from pingpong.hopper.host import fp8_select, select
 from pingpong.hopper.host.config import KernelConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -40,7 +40,7 @@ from schedules import parse_config  # noqa: E402
 DATA = Path(__file__).resolve().parent / "data" / "midrows_sweeps.json"
 #: model kind -> (its shipped constants, where the selection asks it)
 MODELS = {"bf16": (select.MID_ROWS, select.mid_rows_decides),
-          "fp8": (fp8_launch.FP8_MID_ROWS, fp8_launch.fp8_mid_rows_decides)}
+          "fp8": (fp8_select.FP8_MID_ROWS, fp8_select.fp8_mid_rows_decides)}
 
 
 def load(path=DATA) -> dict[str, dict[tuple[int, int, int], dict[KernelConfig, float]]]:

@@ -569,7 +569,7 @@ def test_changed_picks_lists_the_shapes_a_rule_change_moves(capsys):
     import subprocess
     from pathlib import Path
 
-    from pingpong.hopper.host.fp8_launch import rule_fp8
+    from pingpong.hopper.host.fp8_select import rule_fp8
     from pingpong.hopper.host.select import DEFAULT_SMS
 
     root = Path(__file__).resolve().parent.parent

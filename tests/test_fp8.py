@@ -12,8 +12,8 @@ import pingpong
 from pingpong.errors import ConfigError, PingpongError
 from pingpong.fp8 import check_scaled_mm, scaling_of
 from pingpong.hopper.host import fp8_launch
-from pingpong.hopper.host.fp8_launch import (check_fp8_config, kernel_scaling, least_wave_time, rule_fp8, scale_boxes,
-                                             select_fp8)
+from pingpong.hopper.host.fp8_launch import check_fp8_config, kernel_scaling, scale_boxes, select_fp8
+from pingpong.hopper.host.fp8_select import least_wave_time, rule_fp8
 from pingpong.hopper.host.config import SMEM_LIMIT
 from pingpong.runtime import compile as cc
 from interpreted import interpreted
@@ -288,11 +288,11 @@ def test_piece_efficiency_fits_the_measured_sweeps(scaling):
 
 def test_fp8_mid_rows_model_picks_what_was_measured_faster():
     """Tensor- and row-wise promoted products of 65-960 rows take the FP8 mid-rows model's tile
-    (fp8_launch.FP8_MID_ROWS); each pin is a shape of an A/B on an H200 (runs 382-383, 411-413 and 416-418,
+    (fp8_select.FP8_MID_ROWS); each pin is a shape of an A/B on an H200 (runs 382-383, 411-413 and 416-418,
     benchmarks/data/midrows_sweeps.json) where the model's pick beat the old rule's, or a limit
     that measurement set; block-wise, fast accumulation, 64 and 961 rows, and launch-bound
     products keep the rule."""
-    from pingpong.hopper.host.fp8_launch import fp8_mid_rows_decides
+    from pingpong.hopper.host.fp8_select import fp8_mid_rows_decides
 
     coop = lambda bn, k=1: KC(128, bn, 128, split_k=k)  # noqa: E731
     half = KC(64, 128, 128, schedule="pingpong")

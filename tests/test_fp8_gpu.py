@@ -124,7 +124,7 @@ def test_the_fp8_mid_rows_picks_match_torch_accuracy(mode, shape):
     128×192, 128×160 and 128×144 in two pieces, split 128×128, swap-AB 64×64, 64×144 and
     64×160), through the
     selection, output NaN-poisoned."""
-    from pingpong.hopper.host.fp8_launch import fp8_mid_rows_decides
+    from pingpong.hopper.host.fp8_select import fp8_mid_rows_decides
 
     M, N, K = shape
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -140,10 +140,10 @@ def test_tensor_scales_through_the_row_kernel(shape, monkeypatch):
     """The long-product route (fp8_launch.kernel_scaling: tensor-wise scalars broadcast into
     the row-wise kernel's vectors), forced on small shapes: as accurate as torch._scaled_mm,
     and a second call with other scalars uses them (the vectors are made per call)."""
-    from pingpong.hopper.host import fp8_launch
+    from pingpong.hopper.host import fp8_select
     from pingpong.runtime import plan
 
-    monkeypatch.setattr(fp8_launch, "LONG_WORK", 0)
+    monkeypatch.setattr(fp8_select, "LONG_WORK", 0)
     monkeypatch.setattr(plan, "PLANS", type(plan.PLANS)())  # plans made here are not kept
     M, N, K = shape
     seed = hash(shape) % 1000

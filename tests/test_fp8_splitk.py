@@ -10,7 +10,8 @@ import pingpong
 from pingpong.errors import ConfigError
 from pingpong.hopper.host.config import SMEM_LIMIT
 from pingpong.hopper.host import fp8_launch
-from pingpong.hopper.host.fp8_launch import check_fp8_config, fp8_splits, rule_fp8, scale_boxes
+from pingpong.hopper.host.fp8_launch import check_fp8_config, fp8_splits, scale_boxes
+from pingpong.hopper.host.fp8_select import rule_fp8
 from pingpong.runtime import compile as cc
 from pingpong.runtime.spec import EpilogueArgs
 

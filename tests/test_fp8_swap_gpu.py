@@ -141,8 +141,8 @@ def test_swap_with_block_scales_is_refused(mode):
 @pytest.mark.parametrize("mode", ["tensor", "row"])
 def test_rule_swaps_and_splits_few_tiles_of_n(mode):
     """Decode batches over fewer than S/4 64-row tiles of N: the rule's swap-AB tile with K
-    split (fp8_launch.rule_fp8), through the public call, into NaN-poisoned outputs."""
-    from pingpong.hopper.host.fp8_launch import rule_fp8
+    split (fp8_select.rule_fp8), through the public call, into NaN-poisoned outputs."""
+    from pingpong.hopper.host.fp8_select import rule_fp8
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for M, N, K in [(2, 2048, 10944), (4, 1040, 14336), (1, 1024, 65536)]:

@@ -87,7 +87,7 @@ FP8_SPLITS = (1, 2, 4, 8)
 #: of 128 + 16 or 128 + 32), each with the fewest and the most rows it is searched for, with
 #: tensor- or row-wise scales (block-wise scales cannot swap): decode's up to select.DECODE_M,
 #: ping-pong 64×64 as far as the FP8 mid-rows model takes it (None: the model's row limit of
-#: that swap-AB tile, fp8_launch.FP8_MID_ROWS.max_m), the two-piece ones where one 128-row tile
+#: that swap-AB tile, fp8_select.FP8_MID_ROWS.max_m), the two-piece ones where one 128-row tile
 #: would leave a second tile-row almost empty (129 rows up to their width)
 FP8_SWAP_TILES = {(64, 16): (1, DECODE_M), (64, 32): (1, DECODE_M), (128, 16): (1, DECODE_M),
                   (128, 32): (1, DECODE_M), (64, 64): (1, None), (64, 144): (129, 144), (64, 160): (129, 160)}
@@ -336,7 +336,7 @@ def fp8_dedupe(configs: Iterable[KernelConfig], M, N, K, scaling: str, promote: 
 def fp8_tiles(M: int, scaling: str) -> tuple[str, ...]:
     """The tiles the FP8 search tries, named "BMxBN" (or "BMxBN/swap": `fp8_tile`): FP8_TILES,
     and with tensor- or row-wise scales the swap-AB tiles of FP8_SWAP_TILES that take M rows."""
-    from ..hopper.host.fp8_launch import FP8_MID_ROWS
+    from ..hopper.host.fp8_select import FP8_MID_ROWS
 
     def most(bm, bn, rows):  # a tile the model puts no row limit on: as far as the model goes
         return rows or FP8_MID_ROWS.max_m.get(KernelConfig(bm, bn, SCALE_BLOCK, schedule="pingpong", swap_ab=True),
@@ -367,7 +367,7 @@ def fp8_space(M: int, N: int, K: int, scaling: str, promote: bool) -> list[Kerne
 def fp8_quick_grid(M: int, N: int, K: int, scaling: str, promote: bool, sms: int = DEFAULT_SMS) -> list[KernelConfig]:
     """select_fp8's rule pick first, then its group_m ×⅛ and ×2, then every FP8 tile on both
     schedules with the derived stages (the invalid ones drop out)."""
-    from ..hopper.host.fp8_launch import rule_fp8
+    from ..hopper.host.fp8_select import rule_fp8
 
     pick = rule_fp8(M, N, K, promote, sms, scaling)
     grid = [pick, dataclasses.replace(pick, group_m=1), dataclasses.replace(pick, group_m=2 * pick.group_m),
@@ -404,7 +404,7 @@ class Space:
 def shape_space(M: int, N: int, K: int, settings: Settings, sms: int = DEFAULT_SMS) -> Space:
     """The Space of this run's product (settings.dtype) for one shape on a GPU of `sms` SMs."""
     if settings.dtype == FP8:
-        from ..hopper.host.fp8_launch import rule_fp8
+        from ..hopper.host.fp8_select import rule_fp8
 
         sc, pr = settings.scaling, promoted(settings)
 

@@ -1,5 +1,6 @@
-"""Host side of the Hopper FP8 GEMM (pingpong.hopper.kernels.fp8_gemm): the tile choice, TMA
-descriptors, the constexprs from `Derived`, the persistent grid, and the offline builds.
+"""Host side of the Hopper FP8 GEMM (pingpong.hopper.kernels.fp8_gemm): the tile choice (a
+tuning table's entry or the rule of pingpong.hopper.host.fp8_select), TMA descriptors, the
+constexprs from `Derived`, the persistent grid, and the offline builds.
 
 Operands arrive validated (pingpong.fp8): A (M, K) row-major and W (N, K) row-major (the
 caller's b = W.t()), both fp8 and TMA-legal; scales fp32 in torch._scaled_mm's layouts.
@@ -8,54 +9,7 @@ caller's b = W.t()), both fp8 and TMA-legal; scales fp32 in torch._scaled_mm's l
 shape bucket and FP8 problem (`pingpong tune --dtype fp8`; table dtype `table.fp8_key`, e.g.
 "fp8e4m3-row"), found and vetted as select_config's (`select.tabled`) and checked by
 `check_fp8_config` (an entry the FP8 kernel cannot run falls back to the rule); else the rule,
-`rule_fp8` (S SMs; the measurements behind each choice: docs/design.md, FP8):
-
-    65–960 rows,    the FP8 mid-rows model (FP8_MID_ROWS, below: select.MidRowsModel's waves ×
-    tensor/row,     k-steps × tile area / speed over its candidates, swap-AB two-piece tiles
-    promoted, not   for 129–160 rows among them); the rest of the rule decides everything else:
-    launch-bound
-    M ≤ 32,         swap-AB ping-pong 64×16×128 (64×32 above 16 rows): N on the wgmma's 64-row
-    tensor/row      side, M in its 16 or 32 columns (select.DECODE_M). Unsplit where N makes
-                    ≥ S/4 64-row tiles; else K is split as below (few tiles leave SMs idle).
-                    Block-wise scales cannot swap (`check_fp8_config`).
-    65–128 rows,    cooperative 128×128×128 where its tiles fill a wave, every scaling.
-    M ≤ 64          ping-pong 64×128×128, or 64×64 where 128-column tiles fill less than 3/4
-    (block: ≤ 128)  of a wave: 64-row tiles waste the least of a skinny product and stream the
-                    weight through the ring. Tensor/row: 64×32 where its tiles fit one wave
-                    (twice the SMs on the weight), unless K splits 64×64 tiles into parts of
-                    ≥ select.MID_SPLIT_STEPS k-steps (the narrower tile re-reads A twice as often).
-    65–128 rows,    cooperative 128×64 or ping-pong 64×64, whichever's waves take the less
-    tensor/row      modelled time (`least_wave_time`; a tie keeps 128×64).
-    more rows       cooperative 128×128×128, promoted: the second accumulator (the wgmma's
-                    `part`) fits as 2 × 64 registers, not 2 × 128; with use_fast_accum
-                    (tensor/row) 128×256, one accumulator of 128 registers.
-
-    Then split-K by the 16-bit kernels' cost model (select.split_count, select's docstring),
-    K counted in the FP8 kernel's k-steps (one 128-deep ring slot: 128 bytes of K, as a 64-deep
-    bf16 k-step): 512×512×65536 (16 tiles of 128×128, 512 k-steps) takes 8 splits,
-    1024×1024×16384 (64 tiles, 128 k-steps) 2. A split 128×256 tile becomes 128×128 (the
-    128×256 split kernel spills with row-wise scales, offline). A split config runs
-    fp8_split_gemm with an fp32 workspace and the stream's arrival counters (the 16-bit
-    SplitPlan's: pingpong.runtime.plan). As there, a problem moving fewer than
-    select.SPLIT_MIN_BYTES (fp8 operands, a 16-bit result) does not split: launch-bound, it
-    cannot earn the workspace and counters back; nor does one whose workspace is too large.
-
-    An unsplit 128×128 with tensor- or row-wise scales yields to the tile whose waves take the
-    least modelled time, each counted at its per-FLOP speed against 128×128: 128×64
-    (NARROW_EFFICIENCY; ties go to it), 128×192 (WIDE_EFFICIENCY: two column pieces, one set of
-    parts, so the 64×192 accumulators fit) where 128×128 leaves much of its last wave idle, or
-    ping-pong 64×128 (HALF_EFFICIENCY) where a mostly empty last tile-row of 128 costs more, or
-    the two-piece 128×160 and 128×144 (PIECE_EFFICIENCY) where they take a wave fewer of few.
-
-    Long products (M·N·K at least LONG_WORK = 2^40 on LONG_SMS = 132 SMs, in proportion to
-    the SM count: `long_product`): tensor-wise ones (promoted, one unsplit, unswapped launch)
-    run the row-wise kernel, the two scalars broadcast per call into (M, 1) and (1, N) vectors
-    (`kernel_scaling`; two small copies): the row-wise epilogue's per-row and per-column loads
-    pause each tile's store, which makes these products faster by an effect of timing that is
-    measured, not explained. Long block-wise products take 4 ring stages (5 fit) and groups of
-    4 tile-rows (not 8), `_LONG_BLOCK`.
-
-    Block-wise scales take no 128×64 tile: its time was bimodal in the suites, not understood.
+`fp8_select.rule_fp8`, a function of the shape alone (that module's docstring draws it).
 """
 
 from __future__ import annotations
@@ -78,8 +32,8 @@ from .config import MAX_ACC_REGS, SMEM_LIMIT, KernelConfig
 from .launch import (MAX_SPLIT_BLOCK, counter_count, epilogue_operands, kernel_constants, launch_options,
                      operand_constants, operand_descriptors, operand_pointers, partial_slots, persistent_grid,
                      tile_descriptor, workspace_reason, workspace_shape)
-from .select import (DECODE_M, MID_ROWS_MAX_M, MID_SPLIT_STEPS, SPLIT_MIN_BYTES, Device, MidRowsModel, one_wave_tile,
-                     split, tabled, tile_count)
+from .fp8_select import _LONG_BLOCK, _W144, _W160, FP8_BYTES, long_product, rule_fp8
+from .select import Device, tabled, tile_count
 from .splits import effective_splits, stream_k_split
 
 #: fp32 elements of a 128×128 b-scale box (Fp8Scales): 128 bytes, so that every slot's box
@@ -88,137 +42,9 @@ from .splits import effective_splits, stream_k_split
 _SB_BOX = 32
 
 
-#: M·N·K from which a product on LONG_SMS SMs is long (`long_product`, module docstring); on S
-#: SMs the threshold is LONG_WORK · S / LONG_SMS (the work each SM does)
-LONG_WORK, LONG_SMS = 2 ** 40, 132
-
-#: bytes of an fp8 operand element: what configs are derived for (config.derive, workspace sizes)
-FP8_BYTES = 1
 
 #: torch's FP8 dtypes -> the kind in the tuning table's dtype key (table.fp8_key)
 FP8_KINDS = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
-
-
-def rule_fp8(M: int, N: int, K: int, promote: bool, sms: int, scaling: str = "tensor") -> KernelConfig:
-    """The fixed rule's KernelConfig of an FP8 product (module docstring): decode's swap-AB
-    tile, else the tile, then its split count (select.split, K in k-steps of SCALE_BLOCK)."""
-    if fp8_mid_rows_decides(M, N, K, sms, scaling, promote):  # the FP8 mid-rows model, unsplit if no workspace
-        config = FP8_MID_ROWS.config(M, N, K, sms)
-        return config if workspace_reason(M, N, K, config, FP8_BYTES) is None else dataclasses.replace(config, split_k=1)
-    k_steps = -(-K // SCALE_BLOCK)
-    narrow = scaling != "block"  # block-wise takes no 128×64 tile (module docstring)
-    if M <= DECODE_M and narrow:  # swap-AB: unsplit over many tiles of N, else split as every tile below
-        tile = KernelConfig(64, 16 if M <= 16 else 32, SCALE_BLOCK, schedule="pingpong", swap_ab=True)
-        if -(-N // 64) >= sms // 4:
-            return tile
-    elif 64 < M <= 128 and tile_count(_SQUARE, M, N) >= sms:  # a wave of 128×128 tiles: those
-        tile = _SQUARE
-    elif M <= 64 or (M <= 128 and not narrow):
-        bn = 128 if -(-M // 64) * -(-N // 128) >= 0.75 * sms else 64
-        tile = KernelConfig(64, bn, SCALE_BLOCK, schedule="pingpong")
-        if narrow and bn == 64 and min(sms // tile_count(tile, M, N), k_steps // MID_SPLIT_STEPS) < 2:
-            tile = one_wave_tile(M, N, sms, (64, 32), SCALE_BLOCK) or tile  # unless a long K splits 64×64
-    elif M <= 128:
-        tile = least_wave_time(M, N, sms, ((_NARROW, 1.0), (_MID, 1.0)))
-    else:
-        tile = KernelConfig(128, 128 if promote else 256, SCALE_BLOCK, schedule="cooperative")
-
-    def unsplit(c: KernelConfig) -> KernelConfig:  # an unsplit 128×128, or another tile whose waves take less time
-        return least_wave_time(M, N, sms, ((_NARROW, NARROW_EFFICIENCY), (c, 1.0), (_WIDE, WIDE_EFFICIENCY),
-                                           (_HALF, HALF_EFFICIENCY), *PIECE_EFFICIENCY.items())
-                               ) if narrow and c == _SQUARE else c
-
-    if launch_bound(M, N, K):  # no workspace (module docstring)
-        return unsplit(tile)
-    config = split(tile, M, N, k_steps, sms)
-    if config.block_n == 256 and config.split_k > 1:  # split: 128×128 (module docstring)
-        config = split(dataclasses.replace(tile, block_n=128), M, N, k_steps, sms)
-    config = unsplit(config)
-    if scaling == "block" and config == _SQUARE and long_product(M, N, K, sms):
-        config = _LONG_BLOCK
-    return config if workspace_reason(M, N, K, config, FP8_BYTES) is None else tile
-
-
-def fp8_mid_rows_decides(M: int, N: int, K: int, sms: int, scaling: str = "tensor", promote: bool = True) -> bool:
-    """Whether rule_fp8 takes the FP8 mid-rows model (FP8_MID_ROWS): FP8_MID_ROWS_MIN_M <
-    M ≤ select.MID_ROWS_MAX_M rows, tensor- or row-wise scales, promoted accumulation (what its
-    sweeps measured), and not launch-bound (select.SPLIT_MIN_BYTES)."""
-    return FP8_MID_ROWS_MIN_M < M <= MID_ROWS_MAX_M and scaling != "block" and promote and not launch_bound(M, N, K)
-
-
-def launch_bound(M: int, N: int, K: int) -> bool:
-    """Whether an FP8 product moves fewer than select.SPLIT_MIN_BYTES (fp8 operands, a 16-bit
-    result): launch-bound, it takes no split and no workspace (module docstring)."""
-    return M * K + N * K + 2 * M * N < SPLIT_MIN_BYTES
-
-
-def long_product(M: int, N: int, K: int, sms: int) -> bool:
-    """M·N·K at least LONG_WORK on LONG_SMS SMs, as much per SM on `sms`: the long products whose
-    tensor-wise scales run the row-wise kernel (`kernel_scaling`) and whose block-wise ones
-    take _LONG_BLOCK (`rule_fp8`); module docstring."""
-    return M * N * K * LONG_SMS >= LONG_WORK * sms
-
-
-#: the promoted cooperative tiles of the rule (module docstring) and the 64-row mid-size one
-_SQUARE = KernelConfig(128, 128, SCALE_BLOCK)
-_NARROW = KernelConfig(128, 64, SCALE_BLOCK)
-_WIDE = KernelConfig(128, 192, SCALE_BLOCK)  # two column pieces (128 + 64): tensor- and row-wise scales
-_HALF = KernelConfig(64, 128, SCALE_BLOCK, schedule="pingpong")  # a ragged last tile-row wastes half as much
-_MID = KernelConfig(64, 64, SCALE_BLOCK, schedule="pingpong")
-#: block-wise long products (`long_product`): 4 ring stages and groups of 4 tile-rows
-_LONG_BLOCK = KernelConfig(128, 128, SCALE_BLOCK, stages=4, group_m=4)
-#: The FP8 mid-rows model (select.MidRowsModel; rule_fp8 above FP8_MID_ROWS_MIN_M rows, tensor-
-#: and row-wise, promoted: fp8_mid_rows_decides): among cooperative 128×128 and 128×64 (split
-#: or not), the two-piece 128×192, 128×160 and 128×144 (never split), ping-pong 64×128 (up to
-#: 320 rows: its 64-row tiles read the weight twice as often as 128-row ones) and 64×64, and
-#: swap-AB ping-pong 64×64 (N on the wgmma's rows, M on its 64 columns) and 64×144 / 64×160 (M
-#: in two column pieces, 128 + 16 or 128 + 32; never split, and only up to their width: 129-160
-#: rows, where a 128-row tile leaves its second tile-row almost empty), the one of least
-#: modelled time, K in k-steps of one 128-deep FP8 ring slot. Speeds and limits fitted
-#: (benchmarks/midrows_fit.py --model fp8) to H200 sweeps of 34 random 76-1022-row shapes with
-#: both scalings, an A/B of 31 more, the same 34 with the 144-, 160- and 80-column tiles, and 24
-#: shapes of 129-200 rows with the swap-AB tiles (benchmarks/data/midrows_sweeps.json, sets
-#: h200-run381-fp8-*, h200-run382-fp8-*, h200-run41[12]-fp8-*-widths, h200-run41[67]-fp8-*-swap;
-#: 128×80 fitted to the grid's floor, so it is no candidate). 144 and 160 sit just under 1.0:
-#: where 128×192 fills its waves as well (529×37888×3584: 8 waves, 7.5 full, against 9 or 10
-#: full ones), 128×192 keeps the product, which it runs faster. Swap-AB 64×192 and cooperative
-#: 128×160 swap-AB each won one shape of 24 by under 5%, cooperative 128×144 swap-AB and stream-K
-#: none, so they are not candidates; 64×64's speed puts it last everywhere measured. The swap-AB pieces lose
-#: up to 8% where K is short (140×21888×2048), a cost the model does not see.
-FP8_MID_ROWS_MIN_M = 64
-_SWAP_MID = KernelConfig(64, 64, SCALE_BLOCK, schedule="pingpong", swap_ab=True)
-_W160 = KernelConfig(128, 160, SCALE_BLOCK)  # 128 + 32 columns
-_W144 = KernelConfig(128, 144, SCALE_BLOCK)  # 128 + 16 columns
-_SWAP_144 = KernelConfig(64, 144, SCALE_BLOCK, schedule="pingpong", swap_ab=True)  # M in 128 + 16 columns
-_SWAP_160 = KernelConfig(64, 160, SCALE_BLOCK, schedule="pingpong", swap_ab=True)  # M in 128 + 32 columns
-FP8_MID_ROWS = MidRowsModel({_SQUARE: 1.0, _NARROW: 0.75, _WIDE: 1.05, _HALF: 0.9, _MID: 0.3, _SWAP_MID: 0.75,
-                             _W160: 0.98, _W144: 0.97, _SWAP_144: 0.8, _SWAP_160: 0.75},
-                            frozenset({_WIDE, _HALF, _MID, _SWAP_MID, _W160, _W144, _SWAP_144, _SWAP_160}), 32,
-                            SCALE_BLOCK, {_HALF: 320, _SWAP_MID: 192, _SWAP_144: 144, _SWAP_160: 160})
-#: per-FLOP speed of the 128×64 tile against 128×128 in the wave model (docs/design.md, FP8):
-#: at 0.75, 512 rows at N = 6144 (2 waves of 128×128 against 3 of 128×64) tie, and the tie goes
-#: to 128×64 (`rule_fp8`)
-NARROW_EFFICIENCY = 0.75
-#: per-FLOP speed of the 128×192 tile against 128×128: where both fill their waves alike,
-#: 128×128 keeps the product; where 128×128 leaves much of its last wave idle, 128×192 wins
-WIDE_EFFICIENCY = 0.95
-#: per-FLOP speed of the two-piece tiles against 128×128 in the rule's waves (`rule_fp8`): they
-#: win where they take a wave fewer of few (2 against 3 at 1255×3584×18944 and 2141×2048×10944:
-#: 1.19× / 1.20× with tensor- / row-wise scales; 3 against 4: 1.00-1.08×), and lose 1-5% at 7
-#: against 9, which these speeds keep on 128×128 (fitted to H200 sweeps of 24 shapes of
-#: 964-3424 rows and an A/B of 11 more, both scalings)
-PIECE_EFFICIENCY = {_W160: 0.95, _W144: 0.9}
-#: per-FLOP speed of the ping-pong 64×128 tile against 128×128 above 128 rows: it wins only
-#: where 128-row tiles leave a mostly empty last tile-row or wave
-HALF_EFFICIENCY = 0.75
-
-
-def least_wave_time(M: int, N: int, sms: int, tiles) -> KernelConfig:
-    """The tile of `tiles` ((config, per-FLOP efficiency) pairs, preferred first) whose waves
-    take the least modelled time, ⌈tiles / S⌉ · BM·BN / efficiency: the persistent grid runs S
-    tiles at a time (wave quantization, pingpong.hopper.host.select); ties go to the earlier one."""
-    cost = lambda c, e: -(-tile_count(c, M, N) // sms) * c.block_m * c.block_n / e  # noqa: E731
-    return min(tiles, key=lambda t: cost(*t))[0]
 
 
 def choose_fp8(M: int, N: int, K: int, promote: bool, sms: int, gpu: str | None = None, scaling: str = "tensor",
@@ -350,7 +176,7 @@ def kernel_order(a, w, sa, sb, swap: bool):
 def kernel_scaling(scaling: str, M: int, N: int, K: int, config: KernelConfig, promote: bool,
                    sms: int) -> tuple[str, bool]:
     """(the scaling the kernel runs, whether tensor-wise scalars are broadcast into row-wise
-    vectors per call): long tensor-wise products take the row-wise kernel (module docstring);
+    vectors per call): long tensor-wise products take the row-wise kernel (fp8_select's docstring);
     every other call its own scaling."""
     if scaling == "tensor" and promote and long_product(M, N, K, sms) and fp8_splits(K, config) == 1 \
             and not config.swap_ab and config.cluster_m == 1:

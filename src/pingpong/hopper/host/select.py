@@ -127,7 +127,7 @@ class MidRowsModel:
     k-steps (`split_steps`), the K elements of one k-step (`step_k`, the tiles' block_k), and
     the most rows a tile is a candidate for (`max_m`, by unsplit config; a tile not named: any).
     The 16-bit kernels' is MID_ROWS; the FP8 kernel's, fitted to its own sweeps, is
-    pingpong.hopper.host.fp8_launch.FP8_MID_ROWS. benchmarks/midrows_fit.py fits either."""
+    pingpong.hopper.host.fp8_select.FP8_MID_ROWS. benchmarks/midrows_fit.py fits either."""
 
     speeds: dict
     whole: frozenset
