@@ -12,9 +12,10 @@ training=True)` instead (pingpong.fp8_training: FP8 forward and gradients; the l
 is then FP8's). `--modes compiled --workloads train --fp8 row` times FP8 training steps against
 the bf16 torch model; a Llama-3-8B-shaped stack at 4 × 2048 tokens: `--hidden 4096
 --intermediate 14336 --heads 32 --kv-heads 8 --layers 4 --train-seq 2048`. With `--baseline
-torchao` the peer (the "torch" columns) is the same model under torchao's float8 training
-(`convert_to_float8_training` with the recipe of the same name: tensorwise, rowwise,
-rowwise_with_gw_hp) instead of bf16 torch: pingpong's FP8 layers against torchao's.
+torchao` and one of torchao's recipe names (`--fp8 tensorwise|rowwise|rowwise_with_gw_hp`: pingpong
+runs them with the same arithmetic, the forward fast-accumulated) the peer (the "torch" columns)
+is the same model under torchao's float8 training of that recipe (`convert_to_float8_training`)
+instead of bf16 torch: pingpong's FP8 layers against torchao's.
 
 Workloads (same tensors for both models):
     decode    forward of 32 sequences × 1 token (no KV cache: a decode-sized, host-bound call)
@@ -145,17 +146,20 @@ def gpu_ms(fn) -> tuple[float, float]:
 
 
 def torchao_float8(model, recipe: str):
-    """model with torchao's float8 training layers of pingpong's `recipe` (every nn.Linear, as
-    replace_linear swaps them; torchao skips none of this model's)."""
+    """model with torchao's float8 training layers of `recipe`, one of torchao's recipe names,
+    which pingpong runs with the same arithmetic (pingpong.fp8_training.TORCHAO_NAMES: the
+    forward fast-accumulated); every nn.Linear, as replace_linear swaps them (torchao skips none
+    of this model's)."""
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
-    from pingpong.fp8_training import RECIPES, recipe_name
+    from pingpong.fp8_training import TORCHAO_NAMES
 
-    name = RECIPES[recipe_name(recipe)].torchao
-    if name is None:
-        raise SystemExit(f"--fp8 {recipe}: torchao's float8 training has no such recipe")
-    print(f"baseline: torchao float8 training, recipe {name}")
-    return convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(name))
+    if recipe not in TORCHAO_NAMES:
+        same = {ours: name for name, ours in TORCHAO_NAMES.items()}.get(recipe)
+        raise SystemExit(f"--fp8 {recipe}: not one of torchao's recipes {tuple(TORCHAO_NAMES)}"
+                         + (f"; torchao's of the same scales is {same!r} (its forward fast-accumulated)" if same else ""))
+    print(f"baseline: torchao float8 training, recipe {recipe}")
+    return convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(recipe))
 
 
 def main(argv=None) -> int:

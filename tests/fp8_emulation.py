@@ -34,16 +34,20 @@ def _cast_pair(x, q, s, qt, st, granularity, rows, cols):
 
 
 class RecordedPlan(plan.Plan):
-    """A scaled plan whose run is the float64 product of the dequantized operands, recorded."""
-    __slots__ = ()
+    """A scaled plan whose run is the float64 product of the dequantized operands, recorded
+    (`runs`), with its use_fast_accum (`fast`, one entry per run)."""
+    __slots__ = ("fast_accum",)
     runs: list = []
+    fast: list = []
 
-    def __init__(self):
+    def __init__(self, fast_accum: bool = False):
         self.device, self.path, self.activation, self.extents = -1, "recorded", "none", None
+        self.fast_accum = fast_accum
 
     def run(self, a, b, out, args):
         scale_a, scale_b, bias = args.scale_a, args.scale_b, args.bias
         self.runs.append((a.clone(), b.clone(), scale_a.clone(), scale_b.clone()))
+        self.fast.append(self.fast_accum)
         y = (a.double() * per_element(scale_a, a.shape)) @ (b.double() * per_element(scale_b, b.shape))
         out.copy_(y if bias is None else y + bias.double())
 
@@ -53,7 +57,7 @@ def emulate_fp8(setattr) -> list:
     let through; `setattr(obj, name, value)` applies each patch (monkeypatch.setattr, or the
     plain setattr in a process of its own). After conftest.interpret_plans (which resets the
     plan registry). Returns the list of scaled products run."""
-    recorded = types.SimpleNamespace(NAME="recorded", plan=lambda s: RecordedPlan(),
+    recorded = types.SimpleNamespace(NAME="recorded", plan=lambda s: RecordedPlan(s.epilogue.scales.fast_accum),
                                      can_implement=lambda s: None if s.epilogue.scales is not None else "unscaled")
     setattr(plan, "BACKENDS", [recorded, *plan.BACKENDS])
     setattr(fp8, "check_gpu", lambda a, b: None)
@@ -61,4 +65,5 @@ def emulate_fp8(setattr) -> list:
     setattr(quantize, "launch", _cast)
     setattr(quantize, "launch_pair", _cast_pair)
     setattr(RecordedPlan, "runs", [])
+    setattr(RecordedPlan, "fast", [])
     return RecordedPlan.runs

@@ -18,6 +18,9 @@ PRODUCT_GROUPS = {
     "block": {"Y": ((1, 128), (128, 128)), "dX": ((1, 128), (128, 128)), "dW": ((1, 128), (128, 1))},
 }
 PRODUCT_GROUPS["row_gw_hp"] = PRODUCT_GROUPS["row"]
+#: torchao's recipes scale as the pingpong recipes they name (pingpong.fp8_training.TORCHAO_NAMES)
+PRODUCT_GROUPS.update({"tensorwise": PRODUCT_GROUPS["tensor"], "rowwise": PRODUCT_GROUPS["row"],
+                       "rowwise_with_gw_hp": PRODUCT_GROUPS["row"]})
 
 
 def group_amax(t, group):

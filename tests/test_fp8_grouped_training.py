@@ -17,7 +17,7 @@ import torch
 
 from pingpong import PingpongError, fp8_grouped, fp8_grouped_training as fgt, grouped as gm, moe, quantize
 from pingpong import quantize_groups
-from pingpong.fp8_training import RECIPES
+from pingpong.fp8_training import RECIPES, TORCHAO_NAMES
 from pingpong.runtime import plan
 from fp8_groups import group_amax, per_element, scales_of
 from test_fp8_training import RecordedPlan, _cast, bound, check_close
@@ -49,6 +49,7 @@ class RecordedGroupedPlan(RecordedPlan):
     def run(self, a, b, out, args):
         sa, sb, offs = args.scale_a, args.scale_b, args.offs
         self.runs.append((a.clone(), b.clone(), sa.clone(), sb.clone(), offs.clone()))
+        self.fast.append(self.fast_accum)
         T, K = a.shape
         N = b.shape[2]
         out.fill_(float("nan"))  # the rows past offs[-1] are not written: garbage, as on a GPU
@@ -128,7 +129,7 @@ class RecordedGroupedK:
 @pytest.fixture
 def kernels(interpreted_kernels, monkeypatch):
     """The kernels replaced (module docstring); returns the list of FP8 grouped products run."""
-    recorded = types.SimpleNamespace(NAME="recorded", plan=lambda s: RecordedGroupedPlan(),
+    recorded = types.SimpleNamespace(NAME="recorded", plan=lambda s: RecordedGroupedPlan(s.epilogue.scales.fast_accum),
                                      can_implement=lambda s: None if s.epilogue.scales is not None else "unscaled")
     monkeypatch.setattr(plan, "BACKENDS", [recorded, *plan.BACKENDS])
     monkeypatch.setattr(fp8_grouped, "check_gpu", lambda device: None)
@@ -140,6 +141,7 @@ def kernels(interpreted_kernels, monkeypatch):
     compute = gm._compute
     monkeypatch.setattr(gm, "_compute", lambda *a, **kw: compute(*a, **dict(kw, interpret=True)))
     monkeypatch.setattr(RecordedGroupedPlan, "runs", [])
+    monkeypatch.setattr(RecordedGroupedPlan, "fast", [])
     monkeypatch.setattr(fp8_grouped, "check_hopper", lambda device: None)
     monkeypatch.setattr(quantize_groups, "launch_groups", _cast_groups)
     monkeypatch.setattr(fp8_grouped, "_launch_grouped_k", RecordedGroupedK.launch)
@@ -210,6 +212,14 @@ def test_forward_and_gradients_against_float64(kernels, recipe, shape, sizes):
     check_close(w.grad, dw_ref, dw_ok, f"{what}: dW")
 
 
+@pytest.mark.parametrize("recipe", ["row", "rowwise", "row_gw_hp", "rowwise_with_gw_hp"])
+def test_torchao_recipes_fast_accumulate_the_forward_alone(kernels, recipe):
+    """torchao's names run the forward's grouped product with use_fast_accum=True, as torchao's
+    recipes run their output GEMM, and the data gradient's promoted; pingpong's promote both."""
+    run("rect", SIZES["odd"], 7, recipe)
+    assert RecordedGroupedPlan.fast == [recipe in TORCHAO_NAMES, False], RecordedGroupedPlan.fast
+
+
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_each_product_scales_along_its_contraction(kernels, shape):
     """The launched FP8 products, in order (forward, dX): fp8 operands, a row-major, b K-major
@@ -258,10 +268,10 @@ def test_block_wise_forward_and_data_gradient(kernels, shape):
 
 
 def test_recipes_are_the_dense_tables_but_tensor_wise():
-    """The grouped path serves the dense recipes but tensor-wise, by either name; tensor-wise and
-    unknown names are refused naming the argument."""
-    assert fgt.GROUPED_RECIPES == ("row", "row_gw_hp", "block")
-    assert fgt.grouped_recipe("rowwise_with_gw_hp") == "row_gw_hp" and fgt.grouped_recipe("rowwise") == "row"
+    """The grouped path serves the dense recipes but tensor-wise, torchao's included; tensor-wise
+    and unknown names are refused naming the argument."""
+    assert fgt.GROUPED_RECIPES == ("row", "row_gw_hp", "block", "rowwise", "rowwise_with_gw_hp")
+    assert fgt.grouped_recipe("rowwise_with_gw_hp") == "rowwise_with_gw_hp" and fgt.grouped_recipe("rowwise") == "rowwise"
     for name in ("tensor", "tensorwise"):
         with pytest.raises(PingpongError, match=f"fp8: recipe '{name}' scales tensor-wise"):
             fgt.grouped_recipe(name, "fp8")
@@ -473,7 +483,8 @@ def test_moe_experts_match_the_per_expert_loop(kernels, monkeypatch, dense_weigh
 @pytest.mark.slow
 @pytest.mark.parametrize("transposed", [False, True])
 def test_moe_experts_in_fp8_track_the_bf16_path(kernels, monkeypatch, transposed):
-    """pingpong.moe's experts with fp8="row_gw_hp" against the same experts on grouped_mm: the
+    """pingpong.moe's experts with fp8="rowwise_with_gw_hp" (row_gw_hp with the forward fast-
+    accumulated) against the same experts on grouped_mm: the
     output and every gradient (x, gate_up_proj, down_proj) within FP8's error; the FP8 products
     ran (forward: 2, backward: 2 data gradients)."""
     monkeypatch.setattr(moe, "register", lambda: None)  # transformers' registry is not needed here
@@ -486,7 +497,7 @@ def test_moe_experts_in_fp8_track_the_bf16_path(kernels, monkeypatch, transposed
     ref, ref_grads = _moe_grads(model, x, idx, wts)
     assert not kernels
     moe.use_pingpong_experts(model, fp8="rowwise_with_gw_hp")
-    assert getattr(model.layers[0].experts, moe.FP8_ATTRIBUTE) == "row_gw_hp"
+    assert getattr(model.layers[0].experts, moe.FP8_ATTRIBUTE) == "rowwise_with_gw_hp"  # torchao's: its own recipe
     out, grads = _moe_grads(model, x, idx, wts)
     assert len(kernels) == 4
     for what, got, want in [("out", out, ref), *zip(("dx", "d gate_up", "d down"), grads, ref_grads)]:

@@ -165,20 +165,32 @@ def test_forward_saves_the_fp8_transposes_not_x_and_w(fp8_kernels, recipe):
 
 
 def test_recipe_table_and_torchao_names():
-    """Every recipe with a torchao name answers to both spellings (the same layer); block-wise
-    (DeepSeek-V3's, none in torchao's float8 training) to its own; docs/fp8.md names every
-    recipe and torchao name."""
-    for name, recipe in RECIPES.items():
+    """torchao's names are recipes of their own: pingpong's recipe of the same scales with the
+    forward fast-accumulated, as torchao's Float8LinearConfig runs its output GEMM; pingpong's
+    own recipes promote every product; docs/fp8.md names every recipe."""
+    for name in RECIPES:
         assert fp8_training.recipe_name(name) == name
-        if recipe.torchao is not None:
-            assert fp8_training.recipe_name(recipe.torchao) == name
-    assert RECIPES["block"].torchao is None and RECIPES["block"].fp8_weight_grad
+    assert set(TORCHAO_NAMES) == {"tensorwise", "rowwise", "rowwise_with_gw_hp"}
+    for name, ours in TORCHAO_NAMES.items():
+        assert RECIPES[name] == RECIPES[ours]._replace(fast_forward=True) and not RECIPES[ours].fast_forward
+    assert not RECIPES["block"].fast_forward and RECIPES["block"].fp8_weight_grad
     assert fp8_training.GRAD_DTYPE == E4M3  # the format docs/fp8.md states for every gradient
     with pytest.raises(PingpongError, match="recipe: expected one of"):
         fp8_training.recipe_name("blockwise")
     text = (Path(__file__).parents[1] / "docs" / "fp8.md").read_text()
     missing = [n for n in (*RECIPES, *TORCHAO_NAMES) if f'"{n}"' not in text]
     assert not missing, f"docs/fp8.md does not name the training recipes {missing}"
+
+
+@pytest.mark.parametrize("recipe", RECIPE_IDS)
+def test_torchao_recipes_fast_accumulate_the_forward_alone(fp8_kernels, recipe):
+    """The forward product runs with use_fast_accum=True exactly in torchao's recipes (as
+    torchao's Float8LinearConfig runs its output GEMM); dX and an FP8 dW promote in every recipe."""
+    from fp8_emulation import RecordedPlan
+
+    run_layer(recipe, 17, 5)
+    products = 3 if RECIPES[recipe].fp8_weight_grad else 2
+    assert RecordedPlan.fast == [recipe in TORCHAO_NAMES] + [False] * (products - 1), RecordedPlan.fast
 
 
 def test_no_input_requiring_grad_is_the_forward_alone(fp8_kernels):
@@ -278,7 +290,7 @@ def test_replace_linear_for_training_skips_with_the_reason():
     w0 = model[0].weight
     report = pingpong.nn.replace_linear(model, fp8="rowwise", training=True)  # torchao's name
     assert report.replaced == ["0"] and isinstance(model[0], pingpong.nn.Float8TrainingLinear)
-    assert model[0].weight is w0 and model[0].recipe == "row" and "recipe='row'" in repr(model[0])
+    assert model[0].weight is w0 and model[0].recipe == "rowwise" and "recipe='rowwise'" in repr(model[0])
     assert "out_features=20: FP8 needs multiples of 16" in report.skipped["1"]
     assert "weight dtype torch.float32" in report.skipped["2"]
     assert "Scaled is not a plain torch.nn.Linear" in report.skipped["3"]

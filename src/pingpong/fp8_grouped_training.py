@@ -46,13 +46,13 @@ recipe "block"). An fp8 transposed copy of the forward's q instead ran at a tent
 bandwidth (torch's generic strided copy: 1.7 ms for a Qwen3-30B-A3B gate-up weight on an H200).
 
 The weight gradient contracts each expert's tokens, a ragged K. With the recipes whose weight
-gradient is FP8 ("row": torchao's "rowwise"; "block": DeepSeek-V3's), dYᵀ and Xᵀ are each
+gradient is FP8 ("row" and torchao's "rowwise"; "block": DeepSeek-V3's), dYᵀ and Xᵀ are each
 quantized along the tokens, per expert (row-wise: one scale per expert and feature; block-wise:
 per 128 tokens and feature), and written transposed with the tokens contiguous, each expert's
 run padded with zeros to a multiple of 128 on the device (pingpong.quantize_groups_t, no host
 sync); the product is pingpong.scaled_grouped_k_mm (the FP8 K-grouped kernel,
 pingpong.hopper.kernels.fp8_grouped_k), whose 128-deep K blocks never straddle two experts.
-"row_gw_hp" (torchao's "rowwise_with_gw_hp") keeps it in the inputs' precision: grouped_mm's
+"row_gw_hp" (and torchao's "rowwise_with_gw_hp") keeps it in the inputs' precision: grouped_mm's
 ragged-K product of dYᵀ and X. Tensor-wise is refused, naming the recipe (one scale over every
 expert's tokens would let the largest expert's range set every other's precision).
 
@@ -201,7 +201,7 @@ def _forward(x, weight, offs, recipe: str, w_amax: bool = False, out=(None, None
         qw, sw = kept(weight, "rows " + r.weight, lambda: _quantize_weight(weight, r.weight))
         amax = weight.new_empty(0, dtype=torch.float32) if amax is None else amax
     y = scaled_grouped_mm_direct(qx, qw.transpose(1, 2), _activation_scale(sx, r.granularity), sw, offs, x.dtype,
-                                 False, y)
+                                 r.fast_forward, y)
     return y, amax
 
 

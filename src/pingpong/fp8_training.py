@@ -76,14 +76,20 @@ here the tokens, must be one); the forward's 1×128 blocks along K are not valid
 in_features and out_features must both be multiples of 128: each is the contraction of one
 product (K of the forward, N of dX); the tokens (M) may be anything.
 
-Recipes (RECIPES; torchao's names are accepted too):
+Recipes (RECIPES):
 
-    | recipe      | torchao             | Y, dX       | dW                                   |
-    |-------------|---------------------|-------------|--------------------------------------|
-    | "tensor"    | "tensorwise"        | tensor-wise | FP8, tensor-wise                     |
-    | "row"       | "rowwise"           | row-wise    | FP8, row-wise along the tokens       |
-    | "row_gw_hp" | "rowwise_with_gw_hp"| row-wise    | the inputs' precision (pingpong's bf16 GEMM) |
-    | "block"     | (none)              | 1×128 × 128×128 | FP8, 1×128 × 1×128 along the tokens |
+    | recipe      | Y, dX       | dW                                   | torchao's, forward fast-accumulated |
+    |-------------|-------------|--------------------------------------|-------------------------------------|
+    | "tensor"    | tensor-wise | FP8, tensor-wise                     | "tensorwise"                        |
+    | "row"       | row-wise    | FP8, row-wise along the tokens       | "rowwise"                           |
+    | "row_gw_hp" | row-wise    | the inputs' precision (pingpong's bf16 GEMM) | "rowwise_with_gw_hp"        |
+    | "block"     | 1×128 × 128×128 | FP8, 1×128 × 1×128 along the tokens | (none)                          |
+
+torchao's names are recipes of their own (TORCHAO_NAMES): pingpong's recipe of the same scales
+with the forward GEMM fast-accumulated (use_fast_accum=True), as torchao's Float8LinearConfig
+runs its output GEMM; both gradient GEMMs promote, in torchao's as in pingpong's. So a model
+under "rowwise" and torchao's "rowwise" run the same arithmetic, and a comparison of the two
+compares kernels, not recipes.
 
 Formats: every FP8 operand, gradients included, is e4m3 (GRAD_DTYPE). The e5m2 tradition for
 gradients comes from delayed scaling, where a stale amax needs the range; here every scale is
@@ -91,8 +97,9 @@ computed from the tensor it scales, at the call (on the device: no host sync), a
 gives each row or column its own range, so e4m3's extra mantissa bit halves the rounding error
 at no risk of overflow. pingpong's kernel also takes one FP8 kind per product: an e5m2 dY would
 force W and X into e5m2 too. torchao's recipes use e4m3 for all three by default as well.
-Every GEMM promotes its fp32 accumulator every 128 K (use_fast_accum=False): pingpong's
-row-wise kernel needs no fast accumulation to be fast (torchao's row-wise recipes turn it on).
+Every GEMM of pingpong's own recipes promotes its fp32 accumulator every 128 K
+(use_fast_accum=False): pingpong's row-wise kernel needs no fast accumulation to be fast;
+torchao's recipes fast-accumulate the forward (above).
 Where this differs from torchao's "rowwise_with_gw_hp": torchao scales W tensor-wise for dX;
 here W is scaled per column along N, the contraction, from the same pair of W as "row" (no copy).
 
@@ -127,24 +134,22 @@ class Recipe(NamedTuple):
     granularity: str  # quantize_fp8's granularity of the activations and gradients (and their transposes)
     weight: str  # quantize_fp8's granularity of the weight
     fp8_weight_grad: bool  # dW as an FP8 GEMM; False: in the inputs' precision (pingpong's GEMM)
-    torchao: Optional[str]  # torchao's name of the recipe (None: torchao's float8 training has none)
+    fast_forward: bool = False  # the forward GEMM without promotion (use_fast_accum=True): torchao's recipes
 
 
-RECIPES = {"tensor": Recipe("tensor", "tensor", True, "tensorwise"), "row": Recipe("row", "row", True, "rowwise"),
-           "row_gw_hp": Recipe("row", "row", False, "rowwise_with_gw_hp"),
-           "block": Recipe("block", "block128x128", True, None)}
-TORCHAO_NAMES = {r.torchao: name for name, r in RECIPES.items() if r.torchao}
+#: pingpong's recipes (module docstring) ...
+RECIPES = {"tensor": Recipe("tensor", "tensor", True), "row": Recipe("row", "row", True),
+           "row_gw_hp": Recipe("row", "row", False), "block": Recipe("block", "block128x128", True)}
+#: ... and torchao's, each by torchao's name: the pingpong recipe named here with a fast-accumulated forward
+TORCHAO_NAMES = {"tensorwise": "tensor", "rowwise": "row", "rowwise_with_gw_hp": "row_gw_hp"}
+RECIPES.update({name: RECIPES[ours]._replace(fast_forward=True) for name, ours in TORCHAO_NAMES.items()})
 
 
 def recipe_name(recipe, argument: str = "recipe") -> str:
-    """The recipe's name in RECIPES (torchao's names map to ours), or PingpongError naming the
-    argument that gave it."""
-    if isinstance(recipe, str):
-        if recipe in RECIPES:
-            return recipe
-        if recipe in TORCHAO_NAMES:
-            return TORCHAO_NAMES[recipe]
-    raise PingpongError(f"{argument}: expected one of {(*RECIPES, *TORCHAO_NAMES)}, got {recipe!r}")
+    """The recipe's name in RECIPES, or PingpongError naming the argument that gave it."""
+    if isinstance(recipe, str) and recipe in RECIPES:
+        return recipe
+    raise PingpongError(f"{argument}: expected one of {tuple(RECIPES)}, got {recipe!r}")
 
 
 def training_shape_reason(out_features: int, in_features: int, recipe: str = "row") -> str | None:
@@ -236,7 +241,8 @@ def _forward(x, weight, bias, recipe: str, x_cols: bool = False, w_cols: bool = 
     qx, sx, qxt, sxt = quantize_pair_direct(x.reshape(-1, K), r.granularity, GRAD_DTYPE, _pad(r), True, x_cols,
                                             (None, None, qxt, sxt))
     qw, sw, qwt, swt = quantize_pair_direct(weight, r.weight, GRAD_DTYPE, _pad(r), True, w_cols, (None, None, qwt, swt))
-    y = scaled_mm_direct(qx, qw.t(), sx, sw.t(), bias, x.dtype, out=None if y is None else y.view(-1, N))
+    y = scaled_mm_direct(qx, qw.t(), sx, sw.t(), bias, x.dtype, use_fast_accum=r.fast_forward,
+                         out=None if y is None else y.view(-1, N))
     return y.view(*x.shape[:-1], N), qxt, sxt, qwt, swt
 
 

@@ -54,7 +54,7 @@ class Linear(torch.nn.Linear):
 
 class Float8TrainingLinear(torch.nn.Linear):
     """nn.Linear trained in FP8: forward, data and weight gradients as FP8 GEMMs with dynamic
-    scales (`pingpong.fp8_training.fp8_linear`, `recipe` one of its RECIPES or torchao's names).
+    scales (`pingpong.fp8_training.fp8_linear`, `recipe` one of its RECIPES, torchao's names among them).
     The parameters are nn.Linear's, in their own precision (the optimizer's); each call quantizes
     what it multiplies. in_features and out_features must be multiples of 16, of 128 for the
     "block" recipe (PingpongError naming them at construction)."""
