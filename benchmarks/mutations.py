@@ -549,7 +549,7 @@ MUTATIONS = [
      'return SCALE_BLOCK if recipe.granularity == "block" else TOKEN_PAD', "return TOKEN_PAD",
      "tests/test_fp8_training.py"),
     ("FP8 training block recipe's weight in 1x128 blocks", "src/pingpong/fp8_training.py",
-     '"block": Recipe("block", "block128x128", True, None)', '"block": Recipe("block", "block", True, None)',
+     '"block": Recipe("block", "block128x128", True)}', '"block": Recipe("block", "block", True)}',
      "tests/test_fp8_training.py"),
     ("FP8 training gw_hp quantizes X for an FP8 dW", "src/pingpong/fp8_training.py",
      "return weight.requires_grad and RECIPES[recipe].fp8_weight_grad, x.requires_grad",
