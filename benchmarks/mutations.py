@@ -365,7 +365,7 @@ MUTATIONS = [
     ("FP8 mid rows: block-wise scales ask the model too", "src/pingpong/hopper/host/fp8_select.py",
      'and scaling != "block" and promote', "and promote", "tests/test_fp8.py"),
     ("mid rows: no tile's row limit", "src/pingpong/hopper/host/select.py",
-     "if M is None or M <= self.max_m.get(c, M)", "if True", "tests/test_fp8.py"),
+     "if M is None or M <= self.max_m.get(c, M)", "if True", "tests/test_select.py -k row_limits"),
     ("tuning table reads the version through the package root", "src/pingpong/hopper/host/table.py",
      "from ...toolchain import __version__", "from ... import __version__", "tests/test_imports.py"),
     ("FP8 rule without the 128x192 tile", "src/pingpong/hopper/host/fp8_select.py",

@@ -366,6 +366,21 @@ def test_mid_rows_constants_fit_the_measured_sweeps():
         assert fit.score(sets[name], kind=kinds[name]) >= bound, name
 
 
+def test_mid_rows_row_limits_drop_a_tile_above_them():
+    """A tile's row limit (MidRowsModel.max_m) takes it out of the candidates above it: the FP8
+    model's ping-pong 64×128 up to 320 rows (its 64-row tiles read the weight twice as often),
+    swap-AB 64×144 up to 144 (M on its columns: one tile-column), swap-AB 64×64 up to 192; a
+    tile without a limit stays at any M; the picks move (534×7168×7168 would take 64×128)."""
+    from pingpong.hopper.host.fp8_select import FP8_MID_ROWS, rule_fp8
+
+    pp = dict(schedule="pingpong")
+    for tile, rows in ((KernelConfig(64, 128, 128, **pp), 320), (KernelConfig(64, 144, 128, **pp, swap_ab=True), 144),
+                       (KernelConfig(64, 64, 128, **pp, swap_ab=True), 192)):
+        assert tile in FP8_MID_ROWS.candidates(64, rows) and tile not in FP8_MID_ROWS.candidates(64, rows + 1), tile
+    assert KernelConfig(128, 128, 128) in FP8_MID_ROWS.candidates(64, 960)
+    assert rule_fp8(534, 7168, 7168, True, 132).block_m == 128
+
+
 def test_mid_rows_fit_scores_only_what_the_model_chooses():
     """A stream-K (or swap-AB) row is data, never the model's pick, even where it is listed
     first at the same tile; shapes whose config another rule decides are not scored."""
