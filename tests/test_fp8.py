@@ -685,3 +685,29 @@ def test_fp8_guide_covers_every_granularity_and_layer_mode():
     assert blocks
     for block in blocks:
         ast.parse(block)
+
+
+def test_every_rule_pick_is_a_config_the_kernel_runs():
+    """Whatever the shape, scaling, accumulation, output size and SM count (a carveout's too),
+    the rule's pick passes the kernel's own checks (check_fp8_config with the scale boxes, and
+    the workspace bound plan() applies): selection never hands a plan a config it refuses."""
+    hypothesis = pytest.importorskip("hypothesis")
+    from hypothesis import given, settings, strategies as st
+
+    from pingpong.hopper.host.fp8_launch import FP8_BYTES
+    from pingpong.hopper.host.launch import workspace_reason
+
+    sizes = st.one_of(st.integers(1, 300), st.integers(1, 70000))
+    multiples = st.one_of(st.integers(1, 64), st.integers(1, 4096)).map(lambda n: 16 * n)
+
+    @settings(max_examples=300, derandomize=True, database=None, deadline=None)
+    @given(sizes, multiples, multiples, st.sampled_from(["tensor", "row", "block", "block1x128"]), st.booleans(),
+           st.sampled_from([2, 4]), st.sampled_from([132, 114, 78, 16]))
+    def pick_runs(M, N, K, mode, promote, out_bytes, sms):
+        scaling, sb_cols = ("block", 1 if mode == "block1x128" else 128) if mode.startswith("block") else (mode, 128)
+        promote = promote or scaling == "block"
+        config = rule_fp8(M, N, K, promote, sms, scaling)
+        check_fp8_config(config, promote, out_bytes, scale_boxes(scaling, sb_cols, config))
+        assert workspace_reason(M, N, K, config, FP8_BYTES, sms) is None, (M, N, K, config)
+
+    pick_runs()
