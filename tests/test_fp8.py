@@ -691,8 +691,7 @@ def test_every_rule_pick_is_a_config_the_kernel_runs():
     """Whatever the shape, scaling, accumulation, output size and SM count (a carveout's too),
     the rule's pick passes the kernel's own checks (check_fp8_config with the scale boxes, and
     the workspace bound plan() applies): selection never hands a plan a config it refuses."""
-    hypothesis = pytest.importorskip("hypothesis")
-    from hypothesis import given, settings, strategies as st
+    from hypothesis import given, settings, strategies as st  # (the test extra)
 
     from pingpong.hopper.host.fp8_launch import FP8_BYTES
     from pingpong.hopper.host.launch import workspace_reason
