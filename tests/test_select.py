@@ -159,6 +159,31 @@ def test_selected_configs_validate_for_every_output_type():
             select_config(M, N, K, device=UNTUNED).validate(2, out)
 
 
+def test_every_heuristic_pick_is_a_config_the_kernels_run():
+    """Whatever the shape, element sizes, SM count (a carveout's too) and shipped table, the
+    config selection hands a plan validates for its element sizes and fits the split workspace
+    bound the backend applies (backend.plan raises on either): as the FP8 rule's property in
+    tests/test_fp8.py."""
+    from hypothesis import given, settings, strategies as st  # (the test extra)
+
+    from pingpong.hopper.host.launch import workspace_reason
+
+    sizes = st.one_of(st.integers(1, 300), st.integers(1, 70000))
+    gpus = st.sampled_from([Device(None, 132), Device(None, 114), Device(None, 78), Device(None, 16),
+                            Device("NVIDIA H200", 132), Device("NVIDIA H100 80GB HBM3", 132)])
+
+    @settings(max_examples=300, derandomize=True, database=None, deadline=None)
+    @given(sizes, sizes, sizes, st.sampled_from([("bf16", "bf16"), ("fp16", "fp16"), ("bf16", "fp32")]),
+           st.sampled_from(["nt", "nn", "tn", "tt"]), gpus)  # (fp32 inputs run the portable kernel)
+    def pick_runs(M, N, K, dtypes, layouts, gpu):
+        config = select_config(M, N, K, dtypes, layouts, gpu)
+        sizes_ = {"bf16": 2, "fp16": 2, "fp32": 4}
+        config.validate(sizes_[dtypes[0]], sizes_[dtypes[1]])
+        assert workspace_reason(M, N, K, config, sms=gpu.sms) is None, (M, N, K, config)
+
+    pick_runs()
+
+
 # ----------------------------------------------------------------------------- the table
 
 TUNED = KernelConfig(128, 32, 64, schedule="pingpong", split_k=4, swap_ab=True)
