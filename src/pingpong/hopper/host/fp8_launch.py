@@ -32,7 +32,7 @@ from .config import MAX_ACC_REGS, SMEM_LIMIT, KernelConfig
 from .launch import (MAX_SPLIT_BLOCK, counter_count, epilogue_operands, kernel_constants, launch_options,
                      operand_constants, operand_descriptors, operand_pointers, partial_slots, persistent_grid,
                      tile_descriptor, workspace_reason, workspace_shape)
-from .fp8_select import _LONG_BLOCK, _W144, _W160, FP8_BYTES, long_product, rule_fp8
+from .fp8_select import FP8_BYTES, long_product, rule_fp8
 from .select import Device, tabled, tile_count
 from .splits import effective_splits, stream_k_split
 
@@ -386,15 +386,15 @@ OFFLINE_FP8_VARIANTS = {
     "fp8-row-fast": ("row", False, KernelConfig(128, 256, SCALE_BLOCK), SCALE_BLOCK, ""),
     "fp8-block": ("block", True, KernelConfig(128, 128, SCALE_BLOCK), SCALE_BLOCK, ""),
     "fp8-block-1x128": ("block", True, KernelConfig(128, 128, SCALE_BLOCK), 1, ""),
-    "fp8-block-long": ("block", True, _LONG_BLOCK, SCALE_BLOCK, ""),  # the rule's long block-wise products
+    "fp8-block-long": ("block", True, rule_fp8(16384, 16384, 16384, True, 132, "block"), SCALE_BLOCK, ""),  # long
     "fp8-block-pingpong": ("block", True, KernelConfig(64, 128, SCALE_BLOCK, schedule="pingpong"), SCALE_BLOCK, ""),
     "fp8-row-pingpong": ("row", True, KernelConfig(64, 64, SCALE_BLOCK, schedule="pingpong"), SCALE_BLOCK, ""),
     "fp8-tensor-narrow": ("tensor", True, KernelConfig(128, 64, SCALE_BLOCK), SCALE_BLOCK, ""),  # the rule's 128×64
     "fp8-tensor-wide": ("tensor", True, KernelConfig(128, 192, SCALE_BLOCK), SCALE_BLOCK, ""),  # two column pieces
     "fp8-row-wide": ("row", True, KernelConfig(128, 192, SCALE_BLOCK), SCALE_BLOCK, ""),
     "fp8-row-wide-fast": ("row", False, KernelConfig(128, 192, SCALE_BLOCK), SCALE_BLOCK, ""),
-    "fp8-tensor-144": ("tensor", True, _W144, SCALE_BLOCK, ""),  # the mid-rows model's 128 + 16 columns
-    "fp8-row-160": ("row", True, _W160, SCALE_BLOCK, ""),  # and its 128 + 32
+    "fp8-tensor-144": ("tensor", True, KernelConfig(128, 144, SCALE_BLOCK), SCALE_BLOCK, ""),  # 128 + 16 columns
+    "fp8-row-160": ("row", True, KernelConfig(128, 160, SCALE_BLOCK), SCALE_BLOCK, ""),  # 128 + 32
     "fp8-tensor-splitk": ("tensor", True, KernelConfig(128, 128, SCALE_BLOCK, split_k=8), SCALE_BLOCK, ""),
     "fp8-row-splitk-gelu": ("row", True, KernelConfig(128, 128, SCALE_BLOCK, split_k=4), SCALE_BLOCK, "gelu_erf"),
     "fp8-tensor-fast-splitk": ("tensor", False, KernelConfig(128, 256, SCALE_BLOCK, split_k=2), SCALE_BLOCK, ""),
