@@ -88,9 +88,10 @@ FP8_SPLITS = (1, 2, 4, 8)
 #: tensor- or row-wise scales (block-wise scales cannot swap): decode's up to select.DECODE_M,
 #: ping-pong 64×64 as far as the FP8 mid-rows model takes it (None: the model's row limit of
 #: that swap-AB tile, fp8_select.FP8_MID_ROWS.max_m), the two-piece ones where one 128-row tile
-#: would leave a second tile-row almost empty (129 rows up to their width)
+#: would leave a second tile-row almost empty (from MID_M + 1 rows up to the model's limit, their width)
 FP8_SWAP_TILES = {(64, 16): (1, DECODE_M), (64, 32): (1, DECODE_M), (128, 16): (1, DECODE_M),
-                  (128, 32): (1, DECODE_M), (64, 64): (1, None), (64, 144): (129, 144), (64, 160): (129, 160)}
+                  (128, 32): (1, DECODE_M), (64, 64): (1, None), (64, 144): (MID_M + 1, None),
+                  (64, 160): (MID_M + 1, None)}
 #: what the tuned FP8 inputs are (bench_fp8.make_fp8_inputs): W's scales in 128×128 blocks, bf16 out
 FP8_SB_COLS = SCALE_BLOCK
 FP8_OUT_BYTES = 2
