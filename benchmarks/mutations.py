@@ -717,6 +717,10 @@ MUTATIONS = [
     ("FP8 tune: two-piece swap tiles searched below 129 rows", "src/pingpong/tools/tune.py",
      "if scaling != \"block\" and least <= M <= most(bm, bn, rows))", "if scaling != \"block\" and M <= most(bm, bn, rows))",
      "tests/test_tune_fp8.py -k decode_swap"),
+    ("16-bit mid-rows model without 128x144", "src/pingpong/hopper/host/select.py",
+     "MID_ROWS_WHOLE_TILES = {KernelConfig(128, 160, 64): 1.0, KernelConfig(128, 144, 64): 0.93,",
+     "MID_ROWS_WHOLE_TILES = {KernelConfig(128, 160, 64): 1.0,",
+     "tests/test_select.py -k mid_rows"),
 ]
 
 

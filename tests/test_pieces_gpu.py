@@ -74,7 +74,8 @@ def test_p1_plus_p2_tiles_on_the_mid_row_shapes(name, shape):
 #: or a 128×256 tile in one wave with 64-column epilogue sub-tiles (select.ONE_WAVE_EPILOGUE_N):
 #: (block_m, block_n, swap_ab, epilogue_n)
 SELECTED = {(146, 16384, 3072): (64, 160, True, None), (263, 7168, 7168): (64, 144, True, None),
-            (672, 2048, 2048): (64, 192, True, None), (633, 7168, 7168): (128, 160, False, None),
+            (672, 2048, 2048): (64, 192, True, None), (633, 7168, 7168): (128, 144, False, None),
+            (193, 10240, 8192): (128, 160, False, None),
             (2000, 2048, 8192): (128, 256, False, 64)}
 
 

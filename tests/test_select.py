@@ -347,8 +347,9 @@ def test_bitwise_gpu_test_shapes_split_under_the_shipped_tables(gpu):
     (146, 16384, 3072, (64, 160, "pingpong", True), 1),       # 0.925 vs 0.759 for 128×256
     (183, 8192, 28672, (64, 192, "pingpong", True), 1),       # 0.921 vs 0.828 for 128×256 split 2
     (672, 2048, 2048, (64, 192, "pingpong", True), 1),        # 0.858 vs 0.823 for 128×128
-    (633, 7168, 7168, (128, 160, "cooperative", False), 1),   # 0.875 vs 0.819 for 128×192 split 2
     (926, 2048, 10944, (128, 128, "cooperative", False), 1),  # 0.883 vs 0.787 for 128×256 split 2
+    # ... and H200, run 426 (the two-piece 128×144, held out of its fit)
+    (577, 7168, 7168, (128, 144, "cooperative", False), 1),   # 0.868 vs 0.838 for 128×160
 ])
 def test_mid_rows_take_the_cost_models_tile_and_split(M, N, K, tile, splits):
     config = select_config(M, N, K, device=UNTUNED)
@@ -372,8 +373,9 @@ def test_mid_rows_constants_fit_the_measured_sweeps():
     runs 174 and 113-114, H200 runs 368 and 373-374, and H200 sets no fit used (seed 2027, and
     seed 4242 held out of the refit that added swap-AB and 128×160); the FP8 model on H200 runs
     381-382, 383 (held out of its fits), 411-412 (the 144-, 160- and 80-column tiles), 416-417
-    (swap-AB tiles at 129-200 rows) and 418 (held out: the picks those changed): a constant
-    changed without a refit fails here."""
+    (swap-AB tiles at 129-200 rows) and 418 (held out: the picks those changed); the 16-bit
+    128×144 on H200 run 425 and run 426 (held out: the picks it changed): a constant changed
+    without a refit fails here."""
     fit = _midrows_fit()
     sets, kinds = fit.load(), fit.kinds()
     bounds = {"run174": 0.98, "runs113-114": 0.96, "heldout-h200-2027": 0.96, "h200-run368-swap": 0.98,
@@ -384,7 +386,8 @@ def test_mid_rows_constants_fit_the_measured_sweeps():
               "h200-run383-fp8-tensor-heldout": 0.99, "h200-run383-fp8-row-heldout": 0.99,
               "h200-run411-fp8-tensor-widths": 0.99, "h200-run412-fp8-row-widths": 0.99,
               "h200-run416-fp8-tensor-swap": 0.99, "h200-run417-fp8-row-swap": 0.99,
-              "h200-run418-fp8-tensor-swap-heldout": 0.99, "h200-run418-fp8-row-swap-heldout": 0.99}
+              "h200-run418-fp8-tensor-swap-heldout": 0.99, "h200-run418-fp8-row-swap-heldout": 0.99,
+              "h200-run425-widths": 0.99, "h200-run426-heldout": 0.99}
     assert set(bounds) == set(sets)
     assert {n for n, k in kinds.items() if k == "fp8"} == {n for n in sets if "fp8" in n}
     for name, bound in bounds.items():

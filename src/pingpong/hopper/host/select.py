@@ -30,7 +30,8 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count, less torch's SM 
     | M ≤ MID_ROWS_MAX_M (above     | mid rows: the tile of MID_ROWS_TILES (128×256,      |
     | MID_M rows, or where no mid-  | 128×192, 128×128 cooperative; 64×256, 64×128 ping-  |
     | size tile fits one wave)      | pong) and split count, or of MID_ROWS_WHOLE_TILES   |
-    |                               | (128×160; swap-AB 64×144/160/192: M on the width),  |
+    |                               | (128×160, 128×144; swap-AB 64×144/160/192: M on the |
+    |                               | width),                                             |
     |                               | of least modelled time (below)                      |
     |                               | — unsplit with ≤ S/2 128×128 tiles: few tiles       |
     | otherwise                     | 128×BN×64 cooperative, BN ∈ {256, 192, 128} the     |
@@ -163,8 +164,12 @@ _PP = dict(schedule="pingpong")
 MID_ROWS_TILES = {KernelConfig(128, 256, 64): 1.0, KernelConfig(128, 192, 64): 1.05,
                   KernelConfig(128, 128, 64): 0.9, KernelConfig(64, 256, 64, **_PP): 0.9,
                   KernelConfig(64, 128, 64, **_PP): 0.75}
-#: ... and these, never split (no sweep has measured them split)
-MID_ROWS_WHOLE_TILES = {KernelConfig(128, 160, 64): 1.0, KernelConfig(64, 144, 64, **_PP, swap_ab=True): 0.8,
+#: ... and these, never split (no sweep has measured them split). The two-piece 128×144
+#: (128 + 16 columns) runs at 0.93 of 128×160's per-FLOP speed and so takes the products where
+#: both fill their waves alike (577×7168×7168: 2 waves of 225 tiles or of 250) 2-4% faster; at
+#: 193 rows, in one wave, it lost 2.5% (sets h200-run425-widths, h200-run426-heldout)
+MID_ROWS_WHOLE_TILES = {KernelConfig(128, 160, 64): 1.0, KernelConfig(128, 144, 64): 0.93,
+                        KernelConfig(64, 144, 64, **_PP, swap_ab=True): 0.8,
                         KernelConfig(64, 160, 64, **_PP, swap_ab=True): 0.75,
                         KernelConfig(64, 192, 64, **_PP, swap_ab=True): 0.85}
 #: the 16-bit kernels' mid-rows model (K in SPLIT_STEP_K-element k-steps)
