@@ -19,7 +19,7 @@ def facts(kernel):
 
 
 @pytest.mark.parametrize("kernel", ["persistent", "cooperative", "pingpong", "cooperative-192", "cooperative-160",
-                                    "pingpong-96", "pingpong-64x32x128", "pingpong-96x128"])
+                                    "cooperative-144", "pingpong-96", "pingpong-64x32x128", "pingpong-96x128"])
 def test_common_facts(kernel):
     f = facts(kernel)
     assert f.counts["wgmma"] > 0 and f.counts["HGMMA"] > 0, "tensor-core wgmma missing"
@@ -29,8 +29,8 @@ def test_common_facts(kernel):
     assert 0 < f.shared_bytes <= SMEM_LIMIT
 
 
-@pytest.mark.parametrize("kernel", ["cooperative", "pingpong", "cooperative-192", "cooperative-160", "pingpong-96",
-                                    "pingpong-64x32x128", "pingpong-96x128"])
+@pytest.mark.parametrize("kernel", ["cooperative", "pingpong", "cooperative-192", "cooperative-160", "cooperative-144",
+                                    "pingpong-96", "pingpong-64x32x128", "pingpong-96x128"])
 def test_warp_specialized_facts(kernel):
     f = facts(kernel)
     assert f.counts["setmaxnreg"] > 0, "register budgets (setmaxnreg) not applied"
