@@ -559,25 +559,20 @@ def test_interleaved_steps_follow_the_other_workload(lead_in_cost):
     assert len(p.times) == 4 and all(math.isclose(a, 10.0) and math.isclose(b, 12.0) for a, b in p.times)
 
 
-
 def test_changed_picks_lists_the_shapes_a_rule_change_moves(capsys):
     """benchmarks/changed_picks.py end to end (a git worktree of the base, each tree's picks in
     its own interpreter): against 69b37fa, before the FP8 swap-AB pieces and the two-piece
     tiles above the mid rows, the shapes it lists are ones whose pick moved, each with the
     working tree's rule_fp8 pick as its second."""
-    import importlib.util
     import subprocess
-    from pathlib import Path
 
+    from bench_scripts import BENCHMARKS, load
     from pingpong.hopper.host.fp8_select import rule_fp8
     from pingpong.hopper.host.select import DEFAULT_SMS
 
-    root = Path(__file__).resolve().parent.parent
-    if subprocess.run(["git", "-C", str(root), "cat-file", "-e", "69b37fa^{commit}"], capture_output=True).returncode:
+    if subprocess.run(["git", "-C", str(BENCHMARKS.parent), "cat-file", "-e", "69b37fa^{commit}"], capture_output=True).returncode:
         pytest.skip("a checkout without revision 69b37fa (shallow, or not a git clone)")
-    spec = importlib.util.spec_from_file_location("changed_picks", root / "benchmarks" / "changed_picks.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = load("changed_picks")
     assert tool.main(["--base", "69b37fa", "--dtype", "fp8", "--seeds", "1-3", "--rows", "129-4096"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan, "the change moved picks on these seeds"

@@ -4,23 +4,20 @@ gradient has two row chunks swapped (a fused product's chunk in the wrong place)
 as the worst parameter; a parameter without a gradient is an error naming it. Its
 --host-profile file names, and its --cpu-smoke path with --fp8 under torchrun (two gloo ranks)."""
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from bench_scripts import load
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
 def dist_llama():
-    spec = importlib.util.spec_from_file_location("dist_llama", ROOT / "benchmarks" / "dist_llama.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("dist_llama", module)
-    spec.loader.exec_module(module)
-    return module
+    return load("dist_llama")
 
 
 def model_with_grads(d, c, ref, seed, rounding):

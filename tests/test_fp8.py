@@ -267,15 +267,12 @@ def test_piece_efficiency_fits_the_measured_sweeps(scaling):
     (PIECE_EFFICIENCY) are within 0.5% of the best measured config per shape (geomean), and
     never more than 3% off, on the H200 sweeps (runs 420-421) and the held-out A/B (run 422):
     a constant changed without a new measurement fails here."""
-    import importlib.util
     import json
     import math
-    from pathlib import Path
 
-    benchmarks = Path(__file__).resolve().parent.parent / "benchmarks"
-    spec = importlib.util.spec_from_file_location("schedules", benchmarks / "schedules.py")
-    schedules = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(schedules)  # parse_config: schedules.py's config names
+    from bench_scripts import BENCHMARKS as benchmarks, load
+
+    schedules = load("schedules")  # parse_config: schedules.py's config names
     for name in ("run420-fp8-pieces", "run421-fp8-pieces-ab", "run422-fp8-pieces-heldout"):
         measured: dict = {}
         for row in json.loads((benchmarks / "results" / "raw" / f"2026-11-29-{name}-{scaling}.json").read_text())["rows"]:

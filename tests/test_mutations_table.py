@@ -2,18 +2,16 @@
 (a refactor that moves it would make the mutation pass stop at that row, or test nothing), and
 benchmarks/MUTATIONS.md lists exactly the mutations the script holds."""
 
-import importlib.util
 import re
 from pathlib import Path
+
+from bench_scripts import load
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _mutations():
-    spec = importlib.util.spec_from_file_location("mutations", ROOT / "benchmarks" / "mutations.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.MUTATIONS
+    return load("mutations").MUTATIONS
 
 
 def test_every_mutation_text_occurs_exactly_once():

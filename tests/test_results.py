@@ -3,17 +3,16 @@ one the data makes, the README quotes only numbers that table holds, every sessi
 in the index, and benchmarks/ holds only tools that a document or a test names."""
 
 import copy
-import importlib.util
 import json
 import pathlib
 import re
 
 import pytest
 
+from bench_scripts import load
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("results", ROOT / "benchmarks" / "results.py")
-results = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(results)
+results = load("results")
 
 DOCS = results.sessions()
 RESULTS_MD = results.RESULTS_MD.read_text()

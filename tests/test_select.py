@@ -357,14 +357,9 @@ def test_mid_rows_take_the_cost_models_tile_and_split(M, N, K, tile, splits):
 
 
 def _midrows_fit():
-    import importlib.util
-    from pathlib import Path
+    from bench_scripts import load
 
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "midrows_fit.py"
-    spec = importlib.util.spec_from_file_location("midrows_fit", path)
-    fit = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fit)
-    return fit
+    return load("midrows_fit")
 
 
 def test_mid_rows_constants_fit_the_measured_sweeps():
