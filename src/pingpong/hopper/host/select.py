@@ -165,9 +165,9 @@ MID_ROWS_TILES = {KernelConfig(128, 256, 64): 1.0, KernelConfig(128, 192, 64): 1
                   KernelConfig(128, 128, 64): 0.9, KernelConfig(64, 256, 64, **_PP): 0.9,
                   KernelConfig(64, 128, 64, **_PP): 0.75}
 #: ... and these, never split (no sweep has measured them split). The two-piece 128×144
-#: (128 + 16 columns) runs at 0.93 of 128×160's per-FLOP speed and so takes the products where
-#: both fill their waves alike (577×7168×7168: 2 waves of 225 tiles or of 250) 2-4% faster; at
-#: 193 rows, in one wave, it lost 2.5% (sets h200-run425-widths, h200-run426-heldout)
+#: (128 + 16 columns), at 0.93 of 128×160's per-FLOP speed, takes the products where both
+#: fill their waves alike (577×7168×7168: 2 waves of 225 tiles or of 250); where one wave
+#: holds either (about 193 rows) it is the slower, which the model does not see
 MID_ROWS_WHOLE_TILES = {KernelConfig(128, 160, 64): 1.0, KernelConfig(128, 144, 64): 0.93,
                         KernelConfig(64, 144, 64, **_PP, swap_ab=True): 0.8,
                         KernelConfig(64, 160, 64, **_PP, swap_ab=True): 0.75,
