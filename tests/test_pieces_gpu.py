@@ -76,7 +76,7 @@ def test_p1_plus_p2_tiles_on_the_mid_row_shapes(name, shape):
 SELECTED = {(146, 16384, 3072): (64, 160, True, None), (263, 7168, 7168): (64, 144, True, None),
             (672, 2048, 2048): (64, 192, True, None), (633, 7168, 7168): (128, 144, False, None),
             (193, 10240, 8192): (128, 160, False, None),
-            (2000, 2048, 8192): (128, 256, False, 64)}
+            (2000, 2048, 8192): (128, 256, False, 64), (1466, 3072, 3072): (128, 144, True, None)}
 
 
 @pytest.mark.parametrize("shape", SELECTED)

@@ -78,6 +78,21 @@ def test_tile_width_follows_wave_quantization(M, N, K, width):
     assert (c.epilogue_n, c.derive().stages) == want
 
 
+@pytest.mark.parametrize("M, N, K, swapped", [
+    (1466, 3072, 3072, True),    # 192 tiles of 128×192 (2 waves, the last a half) vs 264 of the swapped 128×144
+    (1577, 3072, 8192, True),    # 208 of 128×192 vs 264 swapped: 2 waves each, the swapped's full
+    (1025, 2048, 10944, True),   # 99 tiles of 128×192 (then split) vs one full wave of 132 swapped
+    (1145, 27648, 5120, False),  # a long N: 1296 tiles of 128×192 fill their waves as well as the swapped
+    (1793, 5120, 5120, False),   # the swapped wins the model by less than WAVE_SWAP_MARGIN
+    (1536, 1536, 1536, False),   # one wave of 24 k-steps: shorter than WAVE_SWAP_MIN_STEPS
+    (2129, 3072, 3072, False),   # above WAVE_SWAP_MAX_M
+])
+def test_the_wave_rule_swaps_where_n_leaves_its_last_wave_idle(M, N, K, swapped):
+    c = select_config(M, N, K, device=UNTUNED)
+    want = KernelConfig(128, 144, 64, swap_ab=True) if swapped else dataclasses.replace(c, swap_ab=False)
+    assert c == want, c
+
+
 @pytest.mark.parametrize("M, N, K, width", [
     (1024, 1024, 1024, 128),   # 64 tiles of 128×128 (≤ half a wave): 128 of 64×128 ping-pong
     (1024, 1024, 2048, 128),

@@ -48,7 +48,8 @@ from ..hopper.host import table as tables
 from ..hopper.host.splits import effective_splits
 from ..runtime.spec import SCALE_BLOCK
 from ..hopper.host.select import (DECODE_M, DEFAULT_SMS, FEW_WIDTHS, MID_M, MID_ROWS_MAX_M, MID_ROWS_WHOLE_TILES,
-                                  MID_WIDTHS, SMALL_TILE_K_BYTES, choose, heuristic_config, mid_rows_decides)
+                                  MID_WIDTHS, SMALL_TILE_K_BYTES, WAVE_SWAP_MAX_M, choose, heuristic_config,
+                                  mid_rows_decides)
 from .suites import SUITES, suite
 
 EXIT_USAGE = 2
@@ -72,9 +73,9 @@ K_BYTES = (128, SMALL_TILE_K_BYTES)
 STREAM_K = (False, True)
 #: CTAs per cluster along M searched with --clusters (KernelConfig.cluster_m)
 CLUSTERS = (1, 2)
-#: swap-AB is searched for M up to this: the mid-rows model's last row (select.MID_ROWS_MAX_M;
+#: swap-AB is searched for M up to this: the wave rule's last swapped row (select.WAVE_SWAP_MAX_M;
 #: the selection gives swap-AB tiles 144-192 wide up to there)
-SWAP_MAX_M = MID_ROWS_MAX_M
+SWAP_MAX_M = WAVE_SWAP_MAX_M
 #: the FP8 space's factors (block_k is the FP8 kernel's one 128-deep K block; check_fp8_config
 #: keeps what it runs: 192, 160 and 144 columns as two pieces on the unsplit cooperative schedule
 #: with tensor- and row-wise scales only, and two accumulators when promoted)

@@ -38,7 +38,9 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count, less torch's SM 
     |                               | width of least ⌈tiles / S⌉ · BN / efficiency (per-  |
     |                               | FLOP speed: TILE_EFFICIENCY, or in short CTAs       |
     |                               | SHORT_TILE_EFFICIENCY; in one wave: 32-column (192) |
-    |                               | or 64-column (256) epilogue sub-tiles)              |
+    |                               | or 64-column (256) epilogue sub-tiles); up to       |
+    |                               | WAVE_SWAP_MAX_M rows also the swap-AB 128×144 (N on |
+    |                               | its rows), where it fills its waves better          |
     | ... ≤ S/2 tiles of 128×128,   | few tiles: 64×BN ping-pong, BN ∈ FEW_WIDTHS (128,   |
     |     K not split               | 64) the width whose tiles fill most of one wave     |
 
@@ -190,6 +192,19 @@ TILE_EFFICIENCY = {256: 1.0, 192: 0.97, 128: 0.9}
 #: (ring fill, the last epilogue) weigh more than the operand traffic per FLOP
 SHORT_TILE_EFFICIENCY = {256: 0.97, 192: 1.0, 128: 1.0}
 SHORT_CTA_STEPS = 96
+#: above MID_ROWS_MAX_M and up to WAVE_SWAP_MAX_M rows the wave rule also weighs WAVE_SWAP, a
+#: swap-AB tile (N on its 128 rows, M on its 128 + 16 columns), as a width of per-FLOP speed
+#: WAVE_SWAP_EFFICIENCY: where a short N leaves 128-row tiles over M a mostly idle last wave
+#: (1466×3072×3072: 192 tiles of 128×192, two waves) N's 128-row tiles fill them (264 tiles
+#: of the swapped 128×144: two full waves). Fitted on measured 1128-1770-row shapes (H200), where
+#: any speed in 0.75-0.90 separates its wins from its losses. It must win by WAVE_SWAP_MARGIN
+#: (near ties lost: 1793×5120×5120), in CTAs of at least WAVE_SWAP_MIN_STEPS k-steps (its
+#: pointer epilogue and ring fill are paid per tile: one wave of 24 steps, 1536³, lost)
+WAVE_SWAP = KernelConfig(128, 144, 64, swap_ab=True)
+WAVE_SWAP_EFFICIENCY = 0.82
+WAVE_SWAP_MARGIN = 0.97
+WAVE_SWAP_MIN_STEPS = 64
+WAVE_SWAP_MAX_M = 2048
 #: few tiles (128×128 ones fill at most half a wave and K does not split, or a launch-bound
 #: problem of more than MID_M rows): the 64-row ping-pong tile of these widths whose tiles fill
 #: the most of one wave: twice the tiles of 128-row ones, so fewer SMs idle
@@ -272,7 +287,7 @@ def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS, in_bytes: i
         few = config.split_k == 1 and 2 * tile_count(KernelConfig(128, 128, 64), M, N) <= sms
         return few_tiles(M, N, sms) if few else one_wave_epilogue(config, M, N, sms)
     else:
-        config = KernelConfig(128, tile_width(M, N, k_steps, sms), 64)
+        config = wave_tile(M, N, k_steps, sms)
     config = split(one_wave_epilogue(config, M, N, sms), M, N, k_steps, sms)
     if config.block_m == 128 and config.split_k == 1 and 2 * tile_count(config, M, N) <= sms and not config.swap_ab:
         return few_tiles(M, N, sms)  # more tiles, still one wave (FEW_WIDTHS)
@@ -356,6 +371,21 @@ def tile_width(M: int, N: int, k_steps: int, sms: int) -> int:
     short = waves(256) * k_steps <= SHORT_CTA_STEPS
     efficiency = SHORT_TILE_EFFICIENCY if short else TILE_EFFICIENCY
     return min(efficiency, key=lambda bn: waves(bn) * bn / efficiency[bn])
+
+
+def wave_tile(M: int, N: int, k_steps: int, sms: int) -> KernelConfig:
+    """The wave rule's tile: 128 rows of M by `tile_width`, or, up to WAVE_SWAP_MAX_M rows,
+    WAVE_SWAP where its waves over its speed cost less (the comment at WAVE_SWAP)."""
+    config = KernelConfig(128, tile_width(M, N, k_steps, sms), 64)
+    if M > WAVE_SWAP_MAX_M:
+        return config
+    waves = lambda c: math.ceil(tile_count(c, M, N) / sms)  # noqa: E731
+    short = waves(KernelConfig(128, 256, 64)) * k_steps <= SHORT_CTA_STEPS
+    speed = (SHORT_TILE_EFFICIENCY if short else TILE_EFFICIENCY)[config.block_n]
+    if waves(WAVE_SWAP) * k_steps < WAVE_SWAP_MIN_STEPS:
+        return config
+    swap = waves(WAVE_SWAP) * WAVE_SWAP.block_n / WAVE_SWAP_EFFICIENCY
+    return WAVE_SWAP if swap < WAVE_SWAP_MARGIN * waves(config) * config.block_n / speed else config
 
 
 def split_count(tiles: int, k_steps: int, sms: int) -> int:
