@@ -246,14 +246,16 @@ def test_tensors_past_the_tma_range_take_the_portable_kernel(monkeypatch):
 
 
 def test_batched_calls_take_the_one_kernel_path_fused_ones_keep_split(hopper):
-    """Decode-shaped (M = 16) problems plan swap-AB / split-K; a fused one keeps that plan (its
+    """Decode-shaped (M = 16) problems plan swap-AB + split-K; a fused one keeps that plan (its
     reduction applies bias and activation); a batched one takes the one-kernel path."""
-    a, w = t(16, 1024), t(2048, 1024)
-    assert isinstance(build(a, w.t(), None, 0.0, BF16, False, None), hopper_backend.SplitPlan)
+    a, w8 = t(16, 8192), t(2048, 8192)
+    assert isinstance(build(a, w8.t(), None, 0.0, BF16, False, None), hopper_backend.SplitPlan)
     for bias, act in ((t(2048), "none"), (None, "silu")):
-        p = build(a, w.t(), None, 0.0, BF16, False, None, bias, act)
+        p = build(a, w8.t(), None, 0.0, BF16, False, None, bias, act)
         assert isinstance(p, hopper_backend.SplitPlan) and p.activation == act
-    p = build(t(2, 8, 1024), w.t(), None, 0.0, BF16, False, None)  # 16 rows in all: decode's swap-AB + split-K
+    p = build(t(2, 8, 8192), w8.t(), None, 0.0, BF16, False, None)  # 16 rows in all: decode's swap-AB + split-K
+    assert type(p) is hopper_backend.HopperPlan and p.config.split_k == 1 and not p.config.swap_ab
+    w = t(2048, 1024)
     assert type(p) is hopper_backend.HopperPlan and p.config.split_k == 1 and not p.config.swap_ab
     with pytest.raises(pingpong.PingpongError, match="config: split_k=2"):
         build(t(2, 16, 1024), w.t(), None, 0.0, BF16, False, KernelConfig(128, 128, 64, split_k=2))
@@ -271,24 +273,29 @@ def test_batched_calls_take_the_one_kernel_path_fused_ones_keep_split(hopper):
     assert build(t(512, 1024), w.t(), None, 0.0, BF16, False, KernelConfig(128, 192, 64)).config.block_n == 192
 
 
-def test_split_plan_passes_bias_and_activation_to_the_kernel(hopper, monkeypatch):
-    """The split-K / swap-AB launch gets the bias pointer, the activation, and the bias's
-    orientation in the kernel's product: under swap-AB (M = 16 here) that is Cᵀ, so the
-    caller's per-column bias is per row there."""
+@pytest.mark.parametrize("config, plan, at", [(None, hopper_backend.SplitPlan, 4),
+                                              (KernelConfig(128, 16, 64, swap_ab=True), hopper_backend.HopperPlan, 2)])
+def test_swap_plans_pass_bias_and_activation_to_the_kernel(hopper, monkeypatch, config, plan, at):
+    """A swap-AB launch (the selection's decode tile: the fix-up's pointers; an unsplit cooperative
+    one: the staged transposed store's) gets the
+    bias pointer, the activation, and the bias's orientation in the kernel's product: under
+    swap-AB (M = 16 here) that is Cᵀ, so the caller's per-column bias is per row there.
+    `at`: the EpilogueOperands' place among the kernel's arguments."""
     calls = []
     monkeypatch.setattr(hopper_backend.CachedLaunch, "__call__",
                         lambda self, device, ptrs, dyn, prep, *inputs: calls.append((ptrs, prep, inputs)))
     a, w, bias = t(16, 1024), t(2048, 1024), t(2048)
-    p = build(a, w.t(), None, 0.0, BF16, False, None, bias, "gelu_tanh")
-    assert isinstance(p, hopper_backend.SplitPlan) and p.config.swap_ab
+    p = build(a, w.t(), None, 0.0, BF16, False, config, bias, "gelu_tanh")
+    assert type(p) is plan and p.config.swap_ab
     p.run(a, w.t(), torch.empty(16, 2048, dtype=BF16), spec.EpilogueArgs(bias=bias))
     ((ptrs, prep, inputs),) = calls
-    assert ptrs[6] == bias.data_ptr()
+    assert ptrs[at + 2] == bias.data_ptr()  # after A, B (and the split's workspace, counters): out, C, bias
     from pingpong.runtime import compile as cc
 
+    monkeypatch.undo()  # the fixture's stand-in for HopperPlan._jit_args: the plan's own now
     with cc.offline("sm_90a"):
-        fn, args, kwargs, grid = prep(*inputs)
-    assert args[4].bias.data_ptr() == bias.data_ptr()  # the epilogue operands (hopper.epilogue.EpilogueOperands)
+        fn, args, kwargs, grid = p._jit_args(*inputs)
+    assert args[at].bias.data_ptr() == bias.data_ptr()  # the epilogue operands (hopper.epilogue.EpilogueOperands)
     assert kwargs["CFG"].EPI.BIAS == "row" and kwargs["CFG"].EPI.ACTIVATION == "gelu_tanh"
 
 

@@ -4,6 +4,7 @@ the facts its design promises."""
 
 import functools
 import itertools
+import re
 
 import pytest
 import triton
@@ -51,10 +52,14 @@ def test_workspace_rows_per_split_are_whole_tiles():
 
 
 def test_split_configs_take_no_epilogue_staging():
-    """The pointer epilogue stages nothing, swap-AB's included (it stores from the accumulator's
-    registers): the ring takes the shared memory."""
-    d = KernelConfig(128, 16, 64, swap_ab=True).derive(out_bytes=2)
-    assert d.workspace and d.epilogue_bytes == 0
+    """The pointer epilogue stages nothing, split swap-AB's and FP8's swap-AB included (they store
+    from the accumulator's registers): the ring takes the shared memory. An unsplit 16-bit
+    swap-AB config runs the one-kernel path, its sub-tiles staged transposed."""
+    for d in (KernelConfig(128, 16, 64, split_k=2, swap_ab=True).derive(out_bytes=2),
+              KernelConfig(128, 16, 128, swap_ab=True).derive(in_bytes=1, out_bytes=2)):
+        assert d.workspace and d.epilogue_bytes == 0 and not d.staged_swap
+    staged = KernelConfig(128, 144, 64, swap_ab=True).derive(out_bytes=2)
+    assert staged.staged_swap and not staged.workspace and staged.epilogue_bytes > 0
     split = KernelConfig(128, 128, 64, split_k=4).derive()
     assert split.epilogue_bytes == 0 and split.stages > KernelConfig(128, 128, 64).derive().stages - 1
     assert split.releasers == SCHEDULE_FACTS["cooperative"].releasers
@@ -111,6 +116,13 @@ def test_split_gemm_variants_compile_with_their_facts(kernel):
     f = facts(kernel)
     stream = OFFLINE_SPLIT_VARIANTS[kernel][0].stream_k
     assert f.counts["HGMMA"] > 0 and f.counts["wgmma"] > 0, "tensor-core wgmma missing"
+    d = OFFLINE_SPLIT_VARIANTS[kernel][0].derive()
+    if d.staged_swap:  # the one-kernel path: the transposed sub-tiles through the TMA epilogue
+        assert f.counts["UTMASTG"] > 0 and f.counts["atom_acq_rel"] == 0, "TMA stores, no arrival counting"
+        assert re.search(r"STSM\.16\.MT88", cc.compile_kernel(kernel, "sm_90a").isa), "transposed stmatrix"
+        assert f.spill_bytes == 0 and f.counts["LDL/STL"] == 0, "local-memory spills"
+        assert d.shared_bytes - d.epilogue_bytes <= f.shared_bytes <= d.shared_bytes
+        return
     if stream:  # whole tiles and (without β·C) the fix-up's sums through the TMA epilogue
         assert f.counts["UTMALDG"] > 0 and f.counts["UTMASTG"] > 0, "TMA loads and the whole tiles' TMA stores"
     else:
@@ -193,10 +205,10 @@ def test_split_plan_launches_gemm_then_reduction_on_the_right_pointers(launches,
     from pingpong.runtime import plan
 
     a, b, c, inplace, beta = {
-        "decode nt": lambda: (_bf16(16, 1024), _bf16(4096, 1024).t(), None, False, 0.0),
-        "decode nn odd N": lambda: (_bf16(3, 1024), _bf16(1024, 4095), None, False, 0.0),
+        "decode nt": lambda: (_bf16(16, 8192), _bf16(4096, 8192).t(), None, False, 0.0),
+        "decode nn odd N": lambda: (_bf16(3, 8192), _bf16(8192, 4095), None, False, 0.0),
         "large K": lambda: (_bf16(256, 8192), _bf16(256, 8192).t(), _bf16(256, 256), False, 0.5),
-        "in place, column-major c": lambda: (_bf16(16, 1024), _bf16(4096, 1024).t(), _bf16(4096, 16).t(), True, 1.0),
+        "in place, column-major c": lambda: (_bf16(16, 8192), _bf16(4096, 8192).t(), _bf16(4096, 16).t(), True, 1.0),
     }[case]()
     from pingpong.hopper.host import backend
     from pingpong.runtime import spec
@@ -226,7 +238,7 @@ def test_split_plan_launches_gemm_then_reduction_on_the_right_pointers(launches,
     assert ptrs[0] == first.data_ptr() and ptrs[4] == target.data_ptr() and ptrs[6] == target.data_ptr()  # bias unread
 
 
-@pytest.mark.parametrize("x_shape, w_shape, bias", [((16, 1024), (4096, 1024), True), ((2, 8, 8192), (1024, 8192), False)])
+@pytest.mark.parametrize("x_shape, w_shape, bias", [((16, 8192), (4096, 8192), True), ((2, 8, 8192), (1024, 8192), False)])
 def test_layer_pointer_launch_launches_what_the_plan_run_does(launches, monkeypatch, x_shape, w_shape, bias):
     """A layer on a split-K / swap-AB plan launches from base addresses (SplitPlan.run_ptrs):
     the same pointers, scalars and JIT arguments as the plan's general run."""
@@ -254,6 +266,34 @@ def test_layer_pointer_launch_launches_what_the_plan_run_does(launches, monkeypa
                           if hasattr(a, "base") else a for a in xs]
     assert tensors(args[:2]) + tensors(args[4:7]) == tensors(want_args[:2]) + tensors(want_args[4:7])
     assert [d.base.data_ptr() for d in args[:2]] + [t.data_ptr() for t in args[2:7]] == list(ptrs)
+
+
+def test_staged_swap_plan_launches_the_kernels_operands_in_its_order(launches, monkeypatch):
+    """An unsplit 16-bit cooperative swap-AB plan (the wave rule's 128×144 at 1466 rows) is a
+    HopperPlan (the staged transposed store): its run and its pointer launch (run_ptrs, a
+    layer's) pass the kernel's A = the weight and B = x, the bases of the very descriptors the
+    JIT launch was prepared with, and the same scalars."""
+    import torch
+
+    from pingpong.integration import direct
+    from pingpong.hopper.host import backend
+    from pingpong.runtime import spec
+
+    monkeypatch.setattr(spec, "check_gpu", lambda device, names=None: None)
+    x, w, b = _bf16(1466, 3072), _bf16(3072, 3072), _bf16(3072)
+    lp = direct.LayerPlan(x, w, b, "none")
+    assert type(lp.fwd) is backend.HopperPlan and lp.fwd.config.swap_ab and lp.fwd_ptrs
+    out = lp.forward(x, w, b)
+    lp.fwd.run(x, w.t(), out, EpilogueArgs(bias=b))
+    (_, ptrs, dyn, prep, inputs), (_, want_ptrs, want_dyn, want_prep, want_inputs) = launches
+    assert ptrs == want_ptrs and dyn == want_dyn == (1.0, 0.0)
+    assert ptrs[:2] == (w.data_ptr(), x.data_ptr()), "the kernel's A is the weight (Cᵀ = W·xᵀ)"
+    with cc.offline("sm_90a"):
+        fn, args, kwargs, grid = prep(*inputs)
+        args = flat_arguments(fn, args)[1]
+    assert kwargs["CFG"].EPI.SWAP and kwargs["CFG"].EPI.BIAS == "row"  # the bias runs along the kernel's rows
+    bases = [a.base.data_ptr() if hasattr(a, "base") else a.data_ptr() for a in args[:5]]
+    assert bases == list(ptrs)
 
 
 # ----------------------------------------------------------------------------- host geometry, simulated

@@ -13,7 +13,7 @@ import torch
 from closeness import GEMM_BOUND, ROUNDING, SPLIT_ACCUM, assert_close
 from pingpong import KernelConfig
 from pingpong.api import _gemm_into
-from pingpong.hopper.host.launch import counter_count, prepare_split, workspace_shape
+from pingpong.hopper.host.launch import counter_count, prepare, prepare_split, workspace_shape
 from pingpong.runtime.spec import EpilogueArgs
 from pingpong.hopper.host.select import select_config
 
@@ -73,11 +73,15 @@ def run(a, b, config, out_dtype=None, c=None, alpha=1.0, beta=0.0):
 
 def run_poisoned_workspace(a, b, config, out, c=None, alpha=1.0, beta=0.0):
     """The launch by hand, the workspace full of NaN: every partial read must be written; the
-    arrival counters must come back to zero."""
-    ws = torch.full(workspace_shape(a.shape[0], b.shape[1], a.shape[1], config), float("nan"), device="cuda")
-    counters = torch.zeros(counter_count(a.shape[0], b.shape[1], config), dtype=torch.int32, device="cuda")
+    arrival counters must come back to zero. An unsplit 16-bit swap-AB config has neither: it
+    runs the one-kernel path (Derived.staged_swap), by hand too."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    kernel, args, kwargs, grid = prepare_split(a, b, out, EpilogueArgs(c, alpha, beta), config, sms, ws, counters)
+    counters = torch.zeros(counter_count(a.shape[0], b.shape[1], config), dtype=torch.int32, device="cuda")
+    if not config.derive(a.element_size(), out.element_size()).workspace:
+        kernel, args, kwargs, grid = prepare(a, b, out, EpilogueArgs(c, alpha, beta), config, sms)
+    else:
+        ws = torch.full(workspace_shape(a.shape[0], b.shape[1], a.shape[1], config), float("nan"), device="cuda")
+        kernel, args, kwargs, grid = prepare_split(a, b, out, EpilogueArgs(c, alpha, beta), config, sms, ws, counters)
     kernel[grid](*args, **kwargs)
     assert not counters.any(), f"arrival counters left at {counters.unique().tolist()}"
     return out

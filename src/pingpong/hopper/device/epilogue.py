@@ -79,6 +79,13 @@ def staging_slot(seq, BUFS: gl.constexpr):
     return seq % BUFS
 
 
+@gluon.constexpr_function
+def subtile_width(box, SWAP):
+    """Columns of the product in one epilogue sub-tile, from the output descriptor's box: its
+    width, or under SWAP (the box is the sub-tile's transpose) its height."""
+    return box[-2] if SWAP else box[-1]
+
+
 @gluon.jit
 def c_parity(seq):
     """Parity of the partition's c_ready barrier that sub-tile `seq`'s C load completes: each
@@ -150,7 +157,7 @@ class EpilogueConstants:
     BIAS: str = "none"  # "none" | "col" (N entries) | "row" (M entries)
     ACTIVATION: str = "none"  # docs/epilogue.md's table
     BUFS: int = 1  # staging buffers per consumer of the TMA epilogue (KernelConfig.derive: epilogue_bufs)
-    SWAP: bool = False  # the split epilogue writes the result transposed (swap-AB, pingpong.hopper.device.fixup)
+    SWAP: bool = False  # the result is written transposed (swap-AB): sub-tiles staged transposed, or fixup's pointers
 
     @gluon.constexpr_function
     def plain(self):
@@ -218,17 +225,18 @@ class Fusion:
 
 @aggregate
 class Epilogue:
-    c_desc: tma.tensor_descriptor  # its box is one sub-tile: [consumer rows, EPI_N]
+    c_desc: tma.tensor_descriptor  # its box is one sub-tile: [consumer rows, EPI_N] (SWAP: [EPI_N, rows])
     cin_desc: tma.tensor_descriptor
     alpha: gl.tensor
     beta: gl.tensor
-    staging: gl.shared_memory_descriptor  # [COPIES * BUFS, rows, EPI_N]: BUFS per consumer partition
+    staging: gl.shared_memory_descriptor  # [COPIES * BUFS] + c_desc's box: BUFS per consumer partition
     c_ready: gl.shared_memory_descriptor  # [COPIES, 1] mbarriers for the C loads
     fusion: Fusion  # the bias and the activation
     M: gl.tensor
     N: gl.tensor
     HAS_C: gl.constexpr
     BUFS: gl.constexpr
+    SWAP: gl.constexpr  # out holds the transpose of the M × N product: sub-tiles staged transposed
 
     @gluon.constexpr_function
     def __init__(self, c_desc, cin_desc, alpha, beta, staging, c_ready, fusion, M, N, EPI):
@@ -240,6 +248,7 @@ class Epilogue:
         self.c_ready = c_ready
         self.HAS_C = gl.constexpr(EPI.HAS_C)
         self.BUFS = gl.constexpr(EPI.BUFS)
+        self.SWAP = gl.constexpr(EPI.SWAP)
         self.fusion = fusion
         self.M = M
         self.N = N
@@ -247,8 +256,6 @@ class Epilogue:
     @gluon.jit
     def allocate(c_desc, cin_desc, alpha, beta, fusion, M, N, COPIES: gl.constexpr, EPI: gl.constexpr):
         """The epilogue of COPIES consumer partitions, from the kernel's CFG.EPI (EpilogueConstants)."""
-        SWAP: gl.constexpr = EPI.SWAP
-        gl.static_assert(not SWAP, "the TMA epilogue stores untransposed (SWAP: SplitEpilogue)")
         BUFS: gl.constexpr = EPI.BUFS
         HAS_C: gl.constexpr = EPI.HAS_C
         staging = gl.allocate_shared_memory(c_desc.dtype, [COPIES * BUFS] + tile_shape(c_desc), tile_layout(c_desc))
@@ -287,7 +294,7 @@ class Epilogue:
         accumulators of MmaOp `mma`: one, or two column pieces side by side), sub-tile by
         sub-tile, through consumer COPY's staging buffers. `tile_count` = tiles this partition
         stored before; `split` is always 0 here (SplitEpilogue's interface)."""
-        EPI_N: gl.constexpr = self.c_desc.block_type.shape[-1]
+        EPI_N: gl.constexpr = subtile_width(self.c_desc.block_type.shape, self.SWAP)
         COLS: gl.constexpr = mma.acc.shape[1]
         SUBTILES: gl.constexpr = (COLS + (mma.acc2.shape[1] if mma.PIECES == 2 else 0)) // EPI_N
         gl.static_assert(COLS % EPI_N == 0, "the epilogue sub-tile must divide the tile width")
@@ -315,7 +322,7 @@ class Epilogue:
     def store_columns(self, x, COPY: gl.constexpr, seq, off_m, off_n, batch):
         """Halve x until it is one sub-tile wide; store the sub-tiles left to right.
         `seq` numbers this partition's sub-tile stores (buffer and C-barrier parity)."""
-        EPI_N: gl.constexpr = self.c_desc.block_type.shape[-1]
+        EPI_N: gl.constexpr = subtile_width(self.c_desc.block_type.shape, self.SWAP)
         HALF: gl.constexpr = x.shape[1] // 2
         if x.shape[1] == EPI_N:
             self.store_subtile(x, COPY, seq, off_m, off_n, batch)
@@ -327,19 +334,23 @@ class Epilogue:
     @gluon.jit
     def store_subtile(self, x, COPY: gl.constexpr, seq, off_m, off_n, batch):
         """One sub-tile: act(α·x + bias), wait for its buffer's previous store, (+ β·C), cast,
-        TMA store."""
+        TMA store. SWAP: the buffer is a box of out, the sub-tile's transpose; the registers
+        are written into it (and C read from it) through its transposed view (a transposed
+        stmatrix), and the box goes to out at (off_n, off_m)."""
         staging = self.staging.index(COPY * self.BUFS + staging_slot(seq, self.BUFS))
+        tile = staging.permute((1, 0)) if self.SWAP else staging  # the sub-tile's M × N view
+        row, col = (off_n, off_m) if self.SWAP else (off_m, off_n)  # the box's place in out
         c_ready = self.c_ready.index(COPY)
         out = self.fusion.apply(x * self.alpha, off_m, off_n, self.M, self.N)
         tma.store_wait(stores_left_in_flight(self.BUFS))  # the store that last read this buffer has drained
         if self.HAS_C:
             mbarrier.expect(c_ready, self.cin_desc.type.nbytes_per_cta)
-            load_tile(self.cin_desc, batch, off_m, off_n, c_ready, staging)
+            load_tile(self.cin_desc, batch, row, col, c_ready, staging)
             mbarrier.wait(c_ready, c_parity(seq))
-            out = out + self.beta * staging.load(x.type.layout).to(gl.float32)
-        staging.store(out.to(self.c_desc.dtype))
+            out = out + self.beta * tile.load(x.type.layout).to(gl.float32)
+        tile.store(out.to(self.c_desc.dtype))
         fence_async_shared()
-        store_tile(self.c_desc, batch, off_m, off_n, staging)
+        store_tile(self.c_desc, batch, row, col, staging)
 
     @gluon.jit
     def drain(self):

@@ -312,7 +312,7 @@ class HopperPlan(LaunchedPlan):
         c = args.c
         if self.one_launch:  # no copies, not batched: the launch alone (C read where β·C is asked)
             cin = c if self.reads_c else None
-            ptrs = (a.data_ptr(), b.data_ptr()) + operand_pointers(out, args, out if cin is None else cin)
+            ptrs = self.kernel_order(a.data_ptr(), b.data_ptr()) + operand_pointers(out, args, out if cin is None else cin)
             self.launch(self.device, ptrs, (args.alpha, args.beta), self._jit_args, a, b, out, cin, args)
             return
         if self.batched:  # a shared operand: its one matrix (copied once, if at all)
@@ -337,11 +337,19 @@ class HopperPlan(LaunchedPlan):
 
     pointer_launch: bool  # set at construction: no copies, not batched, C not read, one kernel
 
+    def kernel_order(self, a, b) -> tuple:
+        """(a, b), or (b, a) under swap-AB: the kernel's A and B (it computes Cᵀ = bᵀ·aᵀ)."""
+        return (b, a) if self.config.swap_ab else (a, b)
+
+    def run_ptrs(self, a_ptr, b_ptr, out_ptr, bias_ptr, views, *inputs):
+        super().run_ptrs(*self.kernel_order(a_ptr, b_ptr), out_ptr, bias_ptr, views, *inputs)
+
     def _launch(self, a, b, target, cin, args):
         """One launch into `target` (out, or its aligned stand-in), C as read (`cin`; None: not
-        read), the rest of the call's operands from `args` (EpilogueArgs): A, B, then the
-        kernel's EpilogueOperands fields' base addresses (launch.operand_pointers)."""
-        ptrs = (a.data_ptr(), b.data_ptr()) + operand_pointers(target, args, target if cin is None else cin)
+        read), the rest of the call's operands from `args` (EpilogueArgs): the kernel's A and B
+        (kernel_order), then its EpilogueOperands fields' base addresses (launch.operand_pointers)."""
+        ptrs = self.kernel_order(a.data_ptr(), b.data_ptr()) + operand_pointers(target, args,
+                                                                               target if cin is None else cin)
         self.launch(self.device, ptrs, (args.alpha, args.beta), self._jit_args, a, b, target, cin, args)
 
     def _jit_args(self, a, b, target, cin, args):
@@ -383,14 +391,14 @@ class SplitPlan(HopperPlan):
 
     def _launch(self, a, b, target, cin, args):
         ws, counters = self._scratch(target.device)
-        first, second = (b, a) if self.config.swap_ab else (a, b)  # the GEMM kernel's A and B
+        first, second = self.kernel_order(a, b)
         ptrs = operand_pointers(target, args, target if cin is None else cin, self.config.stream_k)
         self.launch(self.device, (first.data_ptr(), second.data_ptr(), ws.data_ptr(), counters.data_ptr()) + ptrs,
                     (args.alpha, args.beta), self._jit_args, a, b, target, cin, args, ws, counters)
 
     def run_ptrs(self, a_ptr, b_ptr, out_ptr, bias_ptr, views, *inputs):
         ws, counters = self._scratch(self.scratch_device)
-        first, second = (b_ptr, a_ptr) if self.config.swap_ab else (a_ptr, b_ptr)
+        first, second = self.kernel_order(a_ptr, b_ptr)
         tiles = (out_ptr, out_ptr) if self.config.stream_k else ()  # EpilogueOperands' tile_out, tile_cin
         self.launch(self.device, (first, second, ws.data_ptr(), counters.data_ptr(), out_ptr, out_ptr,
                                   bias_ptr or out_ptr, *tiles), (1.0, 0.0), self._split_views,

@@ -31,11 +31,13 @@ Work decomposition (pingpong.hopper.device.scheduler), orthogonal to the schedul
                   finished as a split-K tile is, its partials summed in K order
                   (pingpong.hopper.device.scheduler.StreamKScheduler, pingpong.hopper.device.fixup)
     swap_ab       the kernel computes Cᵀ = Bᵀ·Aᵀ: N on the wgmma M side (block_m tiles N),
-                  M on the wgmma N side (block_n = 16..64 fits a decode batch); the result is
-                  written to C transposed, through pointers
-    Split-K and swap-AB store through pointers, not TMA: no epilogue staging (swap-AB stores from
-    the accumulator's registers, transposed), the rest of the shared memory is ring. Stream-K
-    stages as the data-parallel kernel does (its fix-up's stores: pointers).
+                  M on the wgmma N side (block_n = 16..64 fits a decode batch, 144 a mid-sized
+                  M in few tiles); the result is written to C transposed: unsplit, 16-bit,
+                  cooperative through the TMA epilogue, the tile staged transposed
+                  (`staged_swap`); otherwise through pointers
+    Split-K (and the other swap-AB configs) store through pointers, not TMA: no epilogue staging (swap-AB
+    stores from the accumulator's registers, transposed), the rest of the shared memory is
+    ring. Stream-K stages as the data-parallel kernel does (its fix-up's stores: pointers).
 
 `validate()` (called by `derive`) raises ConfigError naming the violated constraint.
 """
@@ -145,6 +147,7 @@ class Derived:
     instr_shape2: tuple = ()  # the second piece's wgmma shape (= instr_shape without one)
     cluster_m: int = 1  # CTAs per cluster along M: the kernel's tile is cluster_m·block_m rows
     stream_k: bool = False
+    staged_swap: bool = False  # swap-AB through the TMA epilogue, staged transposed (`staged_swap`)
 
     @property
     def pieces(self) -> tuple:
@@ -154,12 +157,22 @@ class Derived:
     @property
     def workspace(self) -> bool:
         """The split-K / swap-AB / stream-K kernels (pingpong.hopper.device.fixup): pointer epilogue,
-        workspace when split."""
-        return self.split_k > 1 or self.swap_ab or self.stream_k
+        workspace when split. A `staged_swap` product runs the one-kernel path instead."""
+        return self.split_k > 1 or (self.swap_ab and not self.staged_swap) or self.stream_k
 
     @property
     def total_warps(self) -> int:
         return self.num_warps + sum(self.worker_warps)
+
+
+def staged_swap(cfg: KernelConfig, in_bytes: int) -> bool:
+    """Whether a swap-AB config's result goes out through the one-kernel path's TMA epilogue,
+    each sub-tile staged transposed (a transposed stmatrix) and stored as a box of out: one
+    split, 16-bit operands, the cooperative schedule (1466×3072×3072 under 128×144: 0.74 of
+    cuBLAS through pointers, 0.84 staged). Split swap-AB products, FP8's, and ping-pong's store
+    through pointers (ping-pong 64×192 at 672×2048×2048 ran 0.86 → 0.73 staged: its staging
+    takes ring stages its one tile per program needs)."""
+    return cfg.swap_ab and cfg.split_k == 1 and in_bytes == 2 and cfg.schedule == "cooperative"
 
 
 def column_pieces(block_n: int) -> tuple:
@@ -418,7 +431,7 @@ def _epilogue(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> tuple[int, in
     """(epilogue_n, staging buffers per consumer, staging bytes): the chosen or derived
     sub-tile width and what its buffers take from shared memory."""
     consumers, cm, cn = _consumer_tile(cfg)
-    if cfg.split_k > 1 or cfg.swap_ab:  # the pointer epilogue of pingpong.hopper.device.fixup: no staging
+    if cfg.split_k > 1 or (cfg.swap_ab and not staged_swap(cfg, in_bytes)):  # fixup's pointer epilogue: no staging
         return cn, 0, 0
     # one buffer for a whole tile; else 2, or one per sub-tile when their count is odd (a
     # two-piece tile's P1/P2 + 1 sub-tiles of P2 columns: 3, 5 or 9), so that sub-tiles cycle
@@ -503,4 +516,5 @@ def _derive(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> Derived:
         instr_shape2=(16, cfg.instr_n or _instr_n(pieces[-1]), WGMMA_K_BYTES // in_bytes) if len(pieces) > 1 else (),
         cluster_m=cfg.cluster_m,
         stream_k=cfg.stream_k,
+        staged_swap=staged_swap(cfg, in_bytes),
     )

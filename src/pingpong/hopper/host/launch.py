@@ -138,12 +138,14 @@ def prepare(a, b, out, args: EpilogueArgs, config: KernelConfig, sms: int, activ
 
     a (M,K), b (K,N), out (M,N) row-major; or batched: out (B,M,N), a/b/c 3-D or shared
     (`per_batch`). The bias (N,)/(1,N) per column or (M,1) per row, shared by the batches.
-    The one-kernel path (split_k = 1, no swap_ab); `prepare_split` is the other."""
+    The one-kernel path (split_k = 1; swap_ab where config.staged_swap: the kernel computes
+    Cᵀ = bᵀ·aᵀ and its epilogue stores each sub-tile transposed); `prepare_split` is the other."""
     batches = out.shape[0] if out.dim() == 3 else 1
     a, b, out = per_batch(a), per_batch(b), out if batches > 1 else per_batch(out)
     args = args._replace(c=per_batch(args.c))
     d = config.derive(a.element_size(), out.element_size())
-    assert not d.workspace, "split-K / swap-AB configs run through prepare_split"
+    assert not d.workspace, "split-K / stream-K configs (and FP8's swap-AB) run through prepare_split"
+    assert not (d.swap_ab and batches > 1), "swap-AB runs 2-D products"
     if d.cluster_m > 1 and batches > 1:
         raise ConfigError(f"cluster_m={d.cluster_m}: 2-CTA clusters run unbatched products; use cluster_m=1 for"
                           f" a batch of {batches}")
@@ -263,7 +265,10 @@ def operand_constants(args: EpilogueArgs, M: int, swap: bool = False) -> dict:
 
 def tile_descriptor(t: torch.Tensor, d) -> TensorDescriptor:
     """TMA descriptor of the output (or C) for the TMA epilogue: one epilogue sub-tile of
-    consumer_m × epilogue_n, in a 2-CTA cluster the pair's rows split over the two CTAs."""
+    consumer_m × epilogue_n, in a 2-CTA cluster the pair's rows split over the two CTAs; a
+    staged swap-AB product's sub-tile is the transpose, epilogue_n rows of out × consumer_m."""
+    if d.staged_swap:
+        return _descriptor(t, [d.epilogue_n, d.consumer_m])
     return _descriptor(t, [d.cluster_m * d.consumer_m, d.epilogue_n], CGA_SPLIT_DIM0 if d.cluster_m > 1 else ())
 
 
@@ -275,7 +280,11 @@ def persistent_grid(M: int, N: int, d, sms: int, units_per_tile: int = 1) -> tup
 
 
 def _gemm_launch(a, b, out, args: EpilogueArgs, d, sms: int, activation="none", batches=1):
-    """The one-kernel GEMM launch for derived config `d` (TMA epilogue into `out`)."""
+    """The one-kernel GEMM launch for derived config `d` (TMA epilogue into `out`; swap-AB: the
+    kernel's product is the N × M Cᵀ = bᵀ·aᵀ, stored transposed)."""
+    bias_m = a.shape[-2]  # the caller's M: which way a bias runs
+    if d.swap_ab:
+        a, b = b.transpose(-1, -2), a.transpose(-1, -2)
     M, K = a.shape[-2:]
     N = b.shape[-1]
     a_desc, b_desc, majors = operand_descriptors(a, b, d)
@@ -286,7 +295,8 @@ def _gemm_launch(a, b, out, args: EpilogueArgs, d, sms: int, activation="none", 
         "C must be TMA-legal, out's dtype"
     ops = epilogue_operands(out, args, c_desc, tile_descriptor(c, d) if has_c else c_desc)
     kernel_args = (a_desc, b_desc, ops, M, N, K, float(args.alpha), float(args.beta), batches)
-    epi = EpilogueConstants(HAS_C=has_c, ACTIVATION=activation, BUFS=d.epilogue_bufs, **operand_constants(args, M))
+    epi = EpilogueConstants(HAS_C=has_c, ACTIVATION=activation, BUFS=d.epilogue_bufs, SWAP=d.swap_ab,
+                            **operand_constants(args, bias_m, d.swap_ab))
     kwargs = dict(CFG=kernel_constants(d, epi, **majors), **launch_options(d))
     grid = persistent_grid(M, N, d, sms, batches)
     return (persistent_gemm if d.schedule == "persistent" else warp_specialized_gemm), kernel_args, kwargs, grid
@@ -368,6 +378,7 @@ def prepare_split(a, b, out, args: EpilogueArgs, config: KernelConfig, sms: int,
     M, K = a.shape
     N = b.shape[1]
     d = config.derive(a.element_size(), out.element_size())
+    assert d.workspace, "an unsplit 16-bit swap-AB config runs through prepare (staged_swap)"
     ka, kb = (b.t(), a.t()) if d.swap_ab else (a, b)  # swap: Cᵀ (N × M) = bᵀ (N × K) · aᵀ (K × M)
     splits = partial_slots(M, N, K, config, sms=sms)
     ws_rows, ld = workspace_shape(M, N, K, config, sms=sms)
@@ -450,12 +461,16 @@ cc.register("pingpong-cluster-gelu", targets=("sm_90a",))(
 
 
 def _offline_split_builder(config: KernelConfig, shape: tuple[int, int, int], doc: str):
-    """Offline build of a split-K / swap-AB call on an `nt` problem (a @ wᵀ) of `shape`, with β·C."""
+    """Offline build of a split-K / swap-AB call on an `nt` problem (a @ wᵀ) of `shape`, with β·C
+    (an unsplit swap-AB config: the one-kernel path's, Derived.staged_swap)."""
     def build(target: str) -> cc.Launch:
         M, N, K = shape
         a = torch.empty(M, K, dtype=torch.bfloat16)
         w = torch.empty(N, K, dtype=torch.bfloat16)
         out = torch.empty(M, N, dtype=torch.bfloat16)
+        if not config.derive().workspace:
+            kernel, args, kwargs, grid = prepare(a, w.t(), out, EpilogueArgs(out, 1.0, 1.0), config, 132)
+            return cc.Launch(kernel, args, kwargs, grid)
         workspace = torch.empty(workspace_shape(M, N, K, config, sms=132), dtype=torch.float32)
         counters = torch.zeros(counter_count(M, N, config), dtype=torch.int32)
         kernel, args, kwargs, grid = prepare_split(a, w.t(), out, EpilogueArgs(out, 1.0, 1.0), config, 132, workspace,
@@ -482,6 +497,8 @@ OFFLINE_SPLIT_VARIANTS = {
                    "Hopper GEMM, split-K 2, cooperative 128×192×64 (two column pieces, 128 + 64)"),
     "swapab_160": (KernelConfig(64, 160, 64, schedule="pingpong", swap_ab=True), (800, 3072, 3072),
                    "Hopper GEMM, swap-AB, ping-pong 64×160×64 (two column pieces, 128 + 32: 800 rows in 5 tiles)"),
+    "swapab_144": (KernelConfig(128, 144, 64, swap_ab=True), (1466, 3072, 3072),
+                   "Hopper GEMM, swap-AB, cooperative 128×144×64 (the wave rule's: 1466 rows in 11 tiles)"),
     "streamk": (KernelConfig(128, 128, 64, stream_k=True), (589, 8192, 8192),
                 "Hopper GEMM, stream-K, cooperative 128×128×64 (a data-parallel wave, the last streamed)"),
     "streamk_256": (KernelConfig(128, 256, 64, stream_k=True), (589, 8192, 8192),
