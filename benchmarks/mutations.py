@@ -237,7 +237,7 @@ MUTATIONS = [
      "            args[self._dyn:self._dyn] = dyn  # inserted: every slot sits before them",
      "            pass", "tests/test_launcher.py"),
     ("Hopper bias never loaded", "src/pingpong/hopper/host/launch.py",
-     "BUFS=d.epilogue_bufs, **operand_constants(args, M))", "BUFS=d.epilogue_bufs)",
+     "**operand_constants(args, bias_m, d.swap_ab))", "BIAS=\"none\")",
      "tests/test_fused.py -k hopper"),
     ("plan pointers: stream-K's C tile over out", "src/pingpong/hopper/host/launch.py",
      "ptrs = (o, c, bias, o, c) if tiles else (o, c, bias)", "ptrs = (o, c, bias, o, o) if tiles else (o, c, bias)",
@@ -530,7 +530,7 @@ MUTATIONS = [
      ".run(a, b, out, _spec.EpilogueArgs(scale_a=scale_a, scale_b=scale_b))",
      "tests/test_inductor.py"),
     ("split plan's pointer launch keeps A, B under swap-AB", "src/pingpong/hopper/host/backend.py",
-     "first, second = (b_ptr, a_ptr) if self.config.swap_ab else (a_ptr, b_ptr)", "first, second = (a_ptr, b_ptr)",
+     "first, second = self.kernel_order(a_ptr, b_ptr)", "first, second = (a_ptr, b_ptr)",
      "tests/test_splitk.py"),
     # -- FP8 training: each product quantized along its own contraction (quantize_fp8_pair)
     ("FP8 pair: column scales from the row maxima (dW's X along K)", "src/pingpong/quantize.py",
