@@ -8,6 +8,9 @@
         tma.store_wait(BUFS - 1)      │       the store that last read this buffer has drained
         C sub-tile ──TMA load──> buffer ──(+ β·C)── cast ──> buffer ──TMA store──> out
                                               (β·C only when HAS_C: β ≠ 0 and a C was given)
+    SWAP (the kernel's product is Cᵀ, swap-AB): the buffer is a box of out, EPI_N rows × ROWS;
+    the sub-tile is written (and C read) through its transposed view, the box stored at
+    (off_n, off_m)
 
 The order is docs/epilogue.md's: the activation sees α·acc + bias, the residual β·C is added
 after it. The bias needs no shared memory: each thread loads the few bias values of its own

@@ -51,7 +51,12 @@ schedules): the same producer and consumers over the work units of SplitKSchedul
 and a K range each); the epilogue (SplitEpilogue, pingpong.hopper.device.fixup) stores the fp32
 partial into a workspace and counts arrivals; the last split of a tile to arrive sums the
 partials in split order and writes the result. Swap-AB is the same kernel on (Bᵀ, Aᵀ): N
-fills the 64-row wgmma side and the result is written transposed.
+fills the 64-row wgmma side and the result is written transposed. An unsplit cooperative
+16-bit swap-AB tile runs warp_specialized_gemm instead (config.staged_swap): the TMA
+epilogue (EPI.SWAP) writes each sub-tile into its buffer's transposed view and stores the
+buffer as a box of out at (column, row):
+
+    consumer │ MMA Cᵀ tile (N rows × M columns) │ sub-tile ──stmatrix.trans──> buffer (M × N) ──TMA──> out
 
     program p │ unit p: tile t, split 0        │ unit p+G: tile t', split 1 │ ...
               │ MMA k-steps [0, S) │ ws[0] ← acc, arrive  │ MMA [S, 2S) │ ws[1] ← acc, arrive, last:
