@@ -294,6 +294,9 @@ def test_staged_swap_plan_launches_the_kernels_operands_in_its_order(launches, m
     assert kwargs["CFG"].EPI.SWAP and kwargs["CFG"].EPI.BIAS == "row"  # the bias runs along the kernel's rows
     bases = [a.base.data_ptr() if hasattr(a, "base") else a.data_ptr() for a in args[:5]]
     assert bases == list(ptrs)
+    assert tuple(args[5:8]) == (3072, 1466, 3072), "the kernel's product is Cᵀ: N × M"
+    d = lp.fwd.config.derive()
+    assert list(args[2].block_shape) == [d.epilogue_n, d.consumer_m], "out's box: a sub-tile's transpose"
 
 
 # ----------------------------------------------------------------------------- host geometry, simulated
