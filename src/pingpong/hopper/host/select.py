@@ -197,9 +197,11 @@ SHORT_CTA_STEPS = 96
 #: WAVE_SWAP_EFFICIENCY: where a short N leaves 128-row tiles over M a mostly idle last wave
 #: (1466×3072×3072: 192 tiles of 128×192, two waves) N's 128-row tiles fill them (264 tiles
 #: of the swapped 128×144: two full waves). Fitted on measured 1128-1770-row shapes (H200), where
-#: any speed in 0.75-0.90 separates its wins from its losses. It must win by WAVE_SWAP_MARGIN
-#: (near ties lost: 1793×5120×5120), in CTAs of at least WAVE_SWAP_MIN_STEPS k-steps (its
-#: pointer epilogue and ring fill are paid per tile: one wave of 24 steps, 1536³, lost)
+#: any speed in 0.75-0.90 separates its wins from its losses; that kernel stored through
+#: pointers, and the staged store it runs now (config.staged_swap) is faster, so the speed is
+#: conservative until re-fitted. It must win by WAVE_SWAP_MARGIN (near ties lost:
+#: 1793×5120×5120), in CTAs of at least WAVE_SWAP_MIN_STEPS k-steps (its epilogue and ring
+#: fill are paid per tile: one wave of 24 steps, 1536³, lost)
 WAVE_SWAP = KernelConfig(128, 144, 64, swap_ab=True)
 WAVE_SWAP_EFFICIENCY = 0.82
 WAVE_SWAP_MARGIN = 0.97
