@@ -365,29 +365,28 @@ def stream_k_note(M: int, N: int, K: int, config: KernelConfig, sms: int, in_byt
     return f"stream-K {'(this config)' if config.stream_k else '(not selected)'} would run {c.kind}: {c.reason}"
 
 
-def tile_width(M: int, N: int, k_steps: int, sms: int) -> int:
-    """The block_n of 128-row tiles that wastes the least of the last wave (module docstring),
-    each width's waves weighed by its per-FLOP speed in CTAs of that length; ties go to the
-    wider tile (min keeps the first of the efficiency tables' widest-first order)."""
+def width_costs(M: int, N: int, k_steps: int, sms: int) -> dict:
+    """The wave rule's cost of each width of 128-row tiles, widest first (module docstring):
+    its waves × width over its per-FLOP speed in CTAs of that length."""
     waves = lambda bn: math.ceil(tile_count(KernelConfig(128, bn, 64), M, N) / sms)  # noqa: E731
     short = waves(256) * k_steps <= SHORT_CTA_STEPS
     efficiency = SHORT_TILE_EFFICIENCY if short else TILE_EFFICIENCY
-    return min(efficiency, key=lambda bn: waves(bn) * bn / efficiency[bn])
+    return {bn: waves(bn) * bn / efficiency[bn] for bn in efficiency}
 
 
 def wave_tile(M: int, N: int, k_steps: int, sms: int) -> KernelConfig:
-    """The wave rule's tile: 128 rows of M by `tile_width`, or, up to WAVE_SWAP_MAX_M rows,
-    WAVE_SWAP where its waves over its speed cost less (the comment at WAVE_SWAP)."""
-    config = KernelConfig(128, tile_width(M, N, k_steps, sms), 64)
+    """The wave rule's tile: 128 rows of M by the width of least `width_costs` (ties to the
+    wider: min keeps the first), or, up to WAVE_SWAP_MAX_M rows, WAVE_SWAP where its waves
+    over its speed cost less (the comment at WAVE_SWAP)."""
+    costs = width_costs(M, N, k_steps, sms)
+    config = KernelConfig(128, min(costs, key=costs.get), 64)
     if M > WAVE_SWAP_MAX_M:
         return config
-    waves = lambda c: math.ceil(tile_count(c, M, N) / sms)  # noqa: E731
-    short = waves(KernelConfig(128, 256, 64)) * k_steps <= SHORT_CTA_STEPS
-    speed = (SHORT_TILE_EFFICIENCY if short else TILE_EFFICIENCY)[config.block_n]
-    if waves(WAVE_SWAP) * k_steps < WAVE_SWAP_MIN_STEPS:
+    waves = math.ceil(tile_count(WAVE_SWAP, M, N) / sms)
+    if waves * k_steps < WAVE_SWAP_MIN_STEPS:
         return config
-    swap = waves(WAVE_SWAP) * WAVE_SWAP.block_n / WAVE_SWAP_EFFICIENCY
-    return WAVE_SWAP if swap < WAVE_SWAP_MARGIN * waves(config) * config.block_n / speed else config
+    swap = waves * WAVE_SWAP.block_n / WAVE_SWAP_EFFICIENCY
+    return WAVE_SWAP if swap < WAVE_SWAP_MARGIN * costs[config.block_n] else config
 
 
 def split_count(tiles: int, k_steps: int, sms: int) -> int:
