@@ -7,7 +7,8 @@ and a split's cost in k-steps) to measured sweeps of explicit configs.
 
 A sweep row is (M, N, K, config, ours/peer) for a config named as `schedules.py` names it;
 the data file holds named sets, each with its GPU, date and command, and its model ("model":
-"fp8" for FP8 sweeps against torch._scaled_mm; bf16 against cuBLAS otherwise). For a setting
+"fp8" for FP8 sweeps against torch._scaled_mm; bf16 against cuBLAS otherwise); a set's
+"superseded" configs measured a kernel since replaced, and are skipped. For a setting
 of the constants, the model (MidRowsModel.cost, the same function the selection calls) picks,
 per shape, the least-cost config among those measured there that it can choose (one of its
 candidates: a tile split or not, a whole one unsplit; never stream-K or a cluster; where it can
@@ -49,8 +50,10 @@ def load(path=DATA) -> dict[str, dict[tuple[int, int, int], dict[KernelConfig, f
     sets = {}
     for name, s in doc["sets"].items():
         shapes: dict = {}
+        stale = set(s.get("superseded", ()))  # a kernel since replaced (the file's "superseded")
         for M, N, K, cfg, ratio in s["rows"]:
-            shapes.setdefault((M, N, K), {})[parse_config(cfg)] = ratio
+            if cfg not in stale:
+                shapes.setdefault((M, N, K), {})[parse_config(cfg)] = ratio
         sets[name] = shapes
     return sets
 

@@ -114,7 +114,7 @@ def test_two_piece_tiles_match_torch_accuracy(mode, shape, fast, width):
 #: tiles (tests/test_fp8.py pins which; checked again below on this GPU's SM count)
 MID_ROWS_SHAPES = [(175, 5136, 13824), (81, 7184, 20480), (248, 21904, 2048), (103, 16400, 3072),
                    (121, 5136, 13824), (72, 2064, 10944), (200, 3600, 3600), (591, 3600, 3616), (567, 8208, 8192),
-                   (137, 8208, 8192), (153, 7184, 20480)]
+                   (137, 8208, 8192), (153, 7184, 20480), (286, 27664, 5120), (547, 5136, 13824), (290, 7184, 7168)]
 
 
 @pytest.mark.parametrize("mode", ["tensor", "row"])
@@ -122,8 +122,8 @@ MID_ROWS_SHAPES = [(175, 5136, 13824), (81, 7184, 20480), (248, 21904, 2048), (1
 def test_the_fp8_mid_rows_picks_match_torch_accuracy(mode, shape):
     """pingpong.scaled_mm on the shapes whose tile the FP8 mid-rows model chooses (64-row ping-pong,
     128×192, 128×160 and 128×144 in two pieces, split 128×128, swap-AB 64×64, 64×144 and
-    64×160), through the
-    selection, output NaN-poisoned."""
+    64×160, and the staged swap-AB 128×144, 128×192 and 128×160), through the selection,
+    output NaN-poisoned."""
     from pingpong.hopper.host.fp8_select import fp8_mid_rows_decides
 
     M, N, K = shape

@@ -110,14 +110,15 @@ def test_split_kernel_compile_facts(kernel):
 
 
 @pytest.mark.parametrize("mode, swap", [("tensor", False), ("row", False), ("block", False), ("block1x128", False),
-                                        ("tensor", True), ("row", True)])
+                                        ("tensor", True), ("row", True), ("tensor", "staged"), ("row", "staged")])
 @pytest.mark.parametrize("split_k", [1, 4])
 def test_plan_pointers_follow_the_kernel_slots(monkeypatch, mode, swap, split_k):
     """The direct launch binds base addresses by position to the kernel's leading descriptors
     and pointers (runtime.launcher.bind_jit_args): Fp8Plan.run's pointers must be those
     of the arguments prepare gives that kernel, in order, split (workspace, counters) or not.
-    Swap-AB (always the split kernel; empty workspace and counters with one split): W, a, ...,
-    scale_b, scale_a."""
+    Swap-AB: W, a, ..., scale_b, scale_a; ping-pong's through the split kernel (empty workspace
+    and counters with one split), an unsplit cooperative one (`staged`) through fp8_gemm's
+    transposed TMA store."""
     import torch
 
     from fake_launcher import pointer_slots
@@ -135,9 +136,13 @@ def test_plan_pointers_follow_the_kernel_slots(monkeypatch, mode, swap, split_k)
         sb = torch.ones(N // 128, K // 128).t() if sb_cols == 128 else torch.ones(K // 128, N)
     bias = torch.ones(N, dtype=torch.bfloat16)
     out = torch.empty(M, N, dtype=torch.bfloat16)
-    config = KC(64 if swap else 128, 16 if swap else 128, 128, schedule="pingpong" if swap else "cooperative",
-                split_k=split_k, swap_ab=swap)
+    if swap == "staged":
+        config = KC(128, 144, 128, swap_ab=True) if split_k == 1 else KC(128, 32, 128, split_k=split_k, swap_ab=True)
+    else:
+        config = KC(64 if swap else 128, 16 if swap else 128, 128, schedule="pingpong" if swap else "cooperative",
+                    split_k=split_k, swap_ab=swap)
     split = fp8_launch.fp8_splits(K, config) > 1
+    staged = swap == "staged" and not split
     plan = fp8_launch.Fp8Plan(0, scaling, sb_cols, True, config, "none",
                               *((fp8_launch.workspace_shape(M, N, K, config),
                                  fp8_launch.counter_count(M, N, config)) if split else ()), sms=132)
@@ -147,10 +152,11 @@ def test_plan_pointers_follow_the_kernel_slots(monkeypatch, mode, swap, split_k)
     plan.run(a, w.t(), out, EpilogueArgs(bias=bias, scale_a=sa, scale_b=sb))
     (ptrs, prep, inputs), = calls
     kernel, args, kwargs, grid = prep(*inputs)
-    assert kernel is (fp8_launch.fp8_split_gemm if split or swap else fp8_launch.fp8_gemm)
+    pointer_kernel = split or (swap and not staged)
+    assert kernel is (fp8_launch.fp8_split_gemm if pointer_kernel else fp8_launch.fp8_gemm)
     slots = pointer_slots(kernel, args)
     assert tuple(slots) == tuple(ptrs), (slots, ptrs)
-    assert len(slots) == (8 if split or swap else 6)
+    assert len(slots) == (8 if pointer_kernel else 6)
     operands = (w, a) if swap else (a, w)
     scales = (sb, sa) if swap else (sa, sb)
     assert (slots[0], slots[1]) == tuple(t.data_ptr() for t in operands)

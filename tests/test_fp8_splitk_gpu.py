@@ -40,7 +40,8 @@ def bounded(out, ref, seed, tol=1e-2):
 
 def launch_poisoned(qa, qb, sa, sb, mode, config, fast=False):
     """The split kernel by hand: output AND workspace full of NaN (every partial the sum reads
-    must have been written), counters checked back at zero."""
+    must have been written), counters checked back at zero. An unsplit cooperative swap-AB
+    config runs fp8_gemm (its TMA store staged transposed: config.staged_swap) and reads neither."""
     M, K = qa.shape
     N = qb.shape[1]
     scaling = "block" if mode.startswith("block") else mode
@@ -51,7 +52,8 @@ def launch_poisoned(qa, qb, sa, sb, mode, config, fast=False):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     kernel, args, kwargs, grid = fp8_launch.prepare(qa, qb.t(), out, spec_mod.EpilogueArgs(scale_a=sa, scale_b=sb),
                                                     scaling, not fast, sb_cols, config, sms, "none", ws, counters)
-    assert kernel is fp8_launch.fp8_split_gemm
+    staged = config.swap_ab and config.schedule == "cooperative" and fp8_launch.fp8_splits(K, config) == 1
+    assert kernel is (fp8_launch.fp8_gemm if staged else fp8_launch.fp8_split_gemm)
     kernel[grid](*args, **kwargs)
     torch.cuda.synchronize()
     assert not counters.any(), f"arrival counters left at {counters.unique().tolist()}"

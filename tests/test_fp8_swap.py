@@ -34,7 +34,10 @@ SWAPS = [KC(64, 16, 128, schedule="pingpong", swap_ab=True), KC(64, 32, 128, sch
 def test_swap_configs_are_accepted_for_tensor_and_row_scales(config, scaling, promote, out_bytes):
     d = check_fp8_config(config, promote, out_bytes, scale_boxes(scaling, 128, config))
     assert d.swap_ab and d.shared_bytes <= SMEM_LIMIT
-    assert d.epilogue_bufs == 0, "the swap epilogue stores through pointers: no TMA staging"
+    if config.schedule == "cooperative" and config.split_k == 1:  # fp8_gemm's TMA store, staged transposed
+        assert d.staged_swap and not d.workspace and d.epilogue_bufs > 0
+    else:
+        assert d.workspace and d.epilogue_bufs == 0, "the split kernel stores through pointers: no TMA staging"
 
 
 @pytest.mark.parametrize("sb_cols", [128, 1])
@@ -130,6 +133,33 @@ def test_swap_launch_exchanges_operands_sizes_and_scales(scaling, split_k):
     assert grid == (min(132, -(-N // 64) * -(-M // 16) * split_k),)
 
 
+@pytest.mark.parametrize("scaling", ["tensor", "row"])
+def test_staged_swap_launch_stores_transposed_boxes(scaling):
+    """An unsplit cooperative swap-AB tile (config.staged_swap; here the two-piece 128×144) runs
+    fp8_gemm, not the split kernel: operands, sizes and scales exchanged as there, the caller's
+    per-column bias per row of the kernel's product, and out's TMA box a sub-tile's transpose,
+    epilogue_n rows of out by one consumer's 64 columns, written transposed (SWAP)."""
+    M, N, K = 300, 1024, 4096
+    a, w, sa, sb = _inputs(M, N, K, scaling)
+    out = torch.empty(M, N, dtype=torch.bfloat16)
+    bias = torch.ones(N, dtype=torch.bfloat16)
+    config = KC(128, 144, 128, swap_ab=True)
+    kernel, args, kwargs, grid = fp8_launch.prepare(a, w, out, EpilogueArgs(bias=bias, scale_a=sa, scale_b=sb), scaling,
+                                                    True, 128, config, 132, "relu")
+    assert kernel is fp8_launch.fp8_gemm
+    got = dict(zip(*flat_arguments(kernel, args)))
+    assert got["a_desc"].base.data_ptr() == w.data_ptr() and got["b_desc"].base.data_ptr() == a.data_ptr()
+    assert (got["M"], got["N"], got["K"]) == (N, M, K)
+    assert got["ops.sa"].data_ptr() == sb.data_ptr() and got["ops.sb"].data_ptr() == sa.data_ptr()
+    if scaling == "row":
+        assert (got["sa_row"], got["sb_col"]) == (7, 3)
+    d = check_fp8_config(config, True, 2)
+    assert got["ops.out"].base is out and list(got["ops.out"].block_shape) == [d.epilogue_n, d.consumer_m]
+    epi = kwargs["CFG"].EPI
+    assert epi.SWAP and epi.BIAS == "row" and epi.BUFS == d.epilogue_bufs > 0
+    assert grid == (-(-N // 128) * -(-M // 144),)
+
+
 def test_without_swap_the_scales_stay():
     """The control: the same call unswapped runs the TMA kernel on the caller's order."""
     M, N, K = 7, 320, 4096
@@ -146,7 +176,7 @@ def test_without_swap_the_scales_stay():
 #: or two-piece: 128/P2 boxes of P2 columns, then one)
 SWAP_KERNELS = {"fp8-tensor-swap": ({16}, 2), "fp8-row-swap-gelu": ({32}, 2), "fp8-tensor-fast-swap": ({16}, 2),
                 "fp8-row-swap-coop": ({32}, 2), "fp8-row-swap-splitk": ({16}, 2), "fp8-tensor-swap-144": ({128, 16}, 10),
-                "fp8-row-swap-160": ({128, 32}, 6)}
+                "fp8-row-swap-160": ({128, 32}, 6), "fp8-row-swap-coop-192": ({128, 64}, 4)}
 #: Triton 3.9 (CUDA 13's ptxas) keeps four loop-invariant values of the tensor-wise 64×144
 #: swapped kernel in local memory: stored at the start, reloaded once per tile, outside the K
 #: loop (read off the SASS); the 16-bit swapped 64×160's are larger (tests/test_splitk.py)
@@ -164,13 +194,16 @@ def test_swap_kernel_compile_facts(kernel):
     assert 0 < f.shared_bytes <= SMEM_LIMIT and f.warps == 12
     shapes = set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k32\.f32\.e4m3\.e4m3", ptx))
     assert shapes == {str(w) for w in widths}, shapes  # M on the wgmma's N side
-    assert f.counts["UTMASTG"] == 0, "the transposed tile goes out through pointers, no TMA store"
+    config = fp8_launch.OFFLINE_FP8_VARIANTS[kernel][2]
+    if config.schedule == "cooperative" and config.split_k == 1:  # config.staged_swap: a transposed stmatrix
+        assert f.counts["UTMASTG"] > 0 and "STSM.16.MT88" in c.isa, "staged: the sub-tile's transpose, TMA-stored"
+    else:
+        assert f.counts["UTMASTG"] == 0, "the transposed tile goes out through pointers, no TMA store"
     assert len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cta\.global", ptx)) == loads
     waits = set(re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx))
     # promoted, on ping-pong and 64-column cooperative tiles: the next K block's wgmma in flight
     # (wait(1)); other promoted cooperative tiles: none
     # (two-piece tiles: wait(0) only, one set of parts: fp8_gemm.promoted_pieces)
-    config = fp8_launch.OFFLINE_FP8_VARIANTS[kernel][2]
     paired = (config.schedule == "pingpong" or config.block_n <= 64) and len(column_pieces(config.block_n)) == 1
     assert waits == ({"0", "1"} if "fast" in kernel or paired else {"0"}), waits
     if "tensor" in kernel:  # each consumer loads sa and sb once, before its K loop, not again at its tail

@@ -1,5 +1,5 @@
-"""FP8 swap-AB on a Hopper GPU (fp8_split_gemm on Cᵀ = W·Aᵀ, the transposed pointer store):
-tensor- and row-wise scales, decode batches M ∈ {1, 7, 16, 17, 32}, N and K off the tile
+"""FP8 swap-AB on a Hopper GPU (Cᵀ = W·Aᵀ: fp8_split_gemm's transposed pointer store, or
+unsplit cooperative tiles through fp8_gemm's TMA store, staged transposed): tensor- and row-wise scales, decode batches M ∈ {1, 7, 16, 17, 32}, N and K off the tile
 multiples (N a multiple of 16 and K of 16: scaled_mm's rule), ping-pong and cooperative tiles
 with 16 and 32 columns of M, one split and three, promoted and fast accumulation; against a
 float64 product of the dequantized operands (norm and elementwise bounds), output and
@@ -68,7 +68,7 @@ def test_swap_matches_float64_and_repeats_bitwise(mode, name, fast):
 #: or at the first's end (128) or one past it (129)
 PIECE_CONFIGS = {"pp64x144": KC(64, 144, 128, schedule="pingpong", swap_ab=True),
                  "pp64x160": KC(64, 160, 128, schedule="pingpong", swap_ab=True),
-                 "coop128x144": KC(128, 144, 128, swap_ab=True)}
+                 "coop128x144": KC(128, 144, 128, swap_ab=True), "coop128x96": KC(128, 96, 128, swap_ab=True)}
 
 
 @pytest.mark.parametrize("fast", [False, True], ids=["promoted", "fast"])
@@ -91,10 +91,11 @@ def test_two_piece_swap_matches_float64_and_repeats_bitwise(mode, name, fast):
 
 @pytest.mark.parametrize("out_dtype, activation", [(torch.bfloat16, "gelu_erf"), (torch.float16, "silu"),
                                                    (torch.float32, None)])
-@pytest.mark.parametrize("name", ["pp64x32", "pp64x16-split3", "pp64x144"])
+@pytest.mark.parametrize("name", ["pp64x32", "pp64x16-split3", "pp64x144", "coop128x16", "coop128x144"])
 def test_swap_bias_activation_out_dtypes(name, out_dtype, activation):
-    """The caller's per-column bias is per row of the swapped product; fp16/fp32 outputs; the
-    two-piece tile (M in 128 + 16 columns) with M in its second piece."""
+    """The caller's per-column bias is per row of the swapped product; fp16/fp32 outputs (staged
+    transposed too: coop128x*); the two-piece tile (M in 128 + 16 columns) with M in its second
+    piece."""
     config = {**CONFIGS, **PIECE_CONFIGS}[name]
     act = {None: lambda z: z, "gelu_erf": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}[activation]
     tol = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-3}[out_dtype]

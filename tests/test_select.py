@@ -383,9 +383,10 @@ def test_mid_rows_constants_fit_the_measured_sweeps():
     runs 174 and 113-114, H200 runs 368 and 373-374, and H200 sets no fit used (seed 2027, and
     seed 4242 held out of the refit that added swap-AB and 128×160); the FP8 model on H200 runs
     381-382, 383 (held out of its fits), 411-412 (the 144-, 160- and 80-column tiles), 416-417
-    (swap-AB tiles at 129-200 rows) and 418 (held out: the picks those changed); the 16-bit
-    128×144 on H200 run 425 and run 426 (held out: the picks it changed): a constant changed
-    without a refit fails here."""
+    (swap-AB tiles at 129-200 rows), 418 (held out: the picks those changed), 440 (the staged
+    cooperative swap-AB tiles) and 441-442 (held out: the picks those changed, and the pins
+    they moved); the 16-bit 128×144 on H200 run 425 and run 426 (held out: the picks it
+    changed): a constant changed without a refit fails here."""
     fit = _midrows_fit()
     sets, kinds = fit.load(), fit.kinds()
     bounds = {"run174": 0.98, "runs113-114": 0.96, "heldout-h200-2027": 0.96, "h200-run368-swap": 0.98,
@@ -397,7 +398,9 @@ def test_mid_rows_constants_fit_the_measured_sweeps():
               "h200-run411-fp8-tensor-widths": 0.99, "h200-run412-fp8-row-widths": 0.99,
               "h200-run416-fp8-tensor-swap": 0.99, "h200-run417-fp8-row-swap": 0.99,
               "h200-run418-fp8-tensor-swap-heldout": 0.99, "h200-run418-fp8-row-swap-heldout": 0.99,
-              "h200-run425-widths": 0.99, "h200-run426-heldout": 0.99}
+              "h200-run425-widths": 0.99, "h200-run426-heldout": 0.99, "h200-run440-fp8-tensor-swap-staged": 0.99,
+              "h200-run441-fp8-tensor-staged-heldout": 0.99, "h200-run441-fp8-row-staged-heldout": 0.99,
+              "h200-run442-fp8-tensor-staged-pins": 0.99, "h200-run442-fp8-row-staged-pins": 0.99}
     assert set(bounds) == set(sets)
     assert {n for n, k in kinds.items() if k == "fp8"} == {n for n in sets if "fp8" in n}
     for name, bound in bounds.items():

@@ -52,14 +52,17 @@ def test_workspace_rows_per_split_are_whole_tiles():
 
 
 def test_split_configs_take_no_epilogue_staging():
-    """The pointer epilogue stages nothing, split swap-AB's and FP8's swap-AB included (they store
-    from the accumulator's registers): the ring takes the shared memory. An unsplit 16-bit
-    swap-AB config runs the one-kernel path, its sub-tiles staged transposed."""
+    """The pointer epilogue stages nothing, split swap-AB's and ping-pong's swap-AB included (they
+    store from the accumulator's registers): the ring takes the shared memory. An unsplit
+    cooperative swap-AB config, 16-bit or FP8, runs the one-kernel path, its sub-tiles staged
+    transposed."""
     for d in (KernelConfig(128, 16, 64, split_k=2, swap_ab=True).derive(out_bytes=2),
-              KernelConfig(128, 16, 128, swap_ab=True).derive(in_bytes=1, out_bytes=2)):
+              KernelConfig(64, 16, 64, schedule="pingpong", swap_ab=True).derive(out_bytes=2),
+              KernelConfig(64, 16, 128, schedule="pingpong", swap_ab=True).derive(in_bytes=1, out_bytes=2)):
         assert d.workspace and d.epilogue_bytes == 0 and not d.staged_swap
-    staged = KernelConfig(128, 144, 64, swap_ab=True).derive(out_bytes=2)
-    assert staged.staged_swap and not staged.workspace and staged.epilogue_bytes > 0
+    for staged in (KernelConfig(128, 144, 64, swap_ab=True).derive(out_bytes=2),
+                   KernelConfig(128, 16, 128, swap_ab=True).derive(in_bytes=1, out_bytes=2)):
+        assert staged.staged_swap and not staged.workspace and staged.epilogue_bytes > 0
     split = KernelConfig(128, 128, 64, split_k=4).derive()
     assert split.epilogue_bytes == 0 and split.stages > KernelConfig(128, 128, 64).derive().stages - 1
     assert split.releasers == SCHEDULE_FACTS["cooperative"].releasers

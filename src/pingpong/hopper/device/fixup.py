@@ -20,12 +20,12 @@ block-wise partials come scaled out of the K loop and apply_outer leaves them as
 No unit ever waits for another, so no schedule of programs can deadlock. Which unit comes
 last changes from run to run; the sum does not: it is read back from the workspace in split
 order, the last unit's own partial included. A tile whose product has one split (SPLITS = 1,
-e.g. a ping-pong or FP8 swap-AB tile alone) skips the workspace and the counter.
+e.g. a ping-pong swap-AB tile alone) skips the workspace and the counter.
 
 The result goes out through pointers (C row-major, or its transpose: the kernel computes
 Cᵀ = Bᵀ·Aᵀ under swap-AB), so the epilogue needs no TMA descriptor or staging buffer: the
 shared memory is all ring stages. Per element it costs more than the TMA store (an unsplit
-cooperative 16-bit swap-AB tile therefore takes the TMA epilogue, staged transposed:
+cooperative swap-AB tile, 16-bit or FP8, therefore takes the TMA epilogue, staged transposed:
 pingpong.hopper.host.config.staged_swap); split-K is chosen where the output is small next to
 the operands.
 

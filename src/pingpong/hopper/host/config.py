@@ -32,7 +32,7 @@ Work decomposition (pingpong.hopper.device.scheduler), orthogonal to the schedul
                   (pingpong.hopper.device.scheduler.StreamKScheduler, pingpong.hopper.device.fixup)
     swap_ab       the kernel computes Cᵀ = Bᵀ·Aᵀ: N on the wgmma M side (block_m tiles N),
                   M on the wgmma N side (block_n = 16..64 fits a decode batch, 144 a mid-sized
-                  M in few tiles); the result is written to C transposed: unsplit, 16-bit,
+                  M in few tiles); the result is written to C transposed: unsplit and
                   cooperative through the TMA epilogue, the tile staged transposed
                   (`staged_swap`); otherwise through pointers
     Split-K (and the other swap-AB configs) store through pointers, not TMA: no epilogue staging (swap-AB
@@ -165,14 +165,14 @@ class Derived:
         return self.num_warps + sum(self.worker_warps)
 
 
-def staged_swap(cfg: KernelConfig, in_bytes: int) -> bool:
+def staged_swap(cfg: KernelConfig) -> bool:
     """Whether a swap-AB config's result goes out through the one-kernel path's TMA epilogue,
     each sub-tile staged transposed (a transposed stmatrix) and stored as a box of out: one
-    split, 16-bit operands, the cooperative schedule (1466×3072×3072 under 128×144: 0.74 of
-    cuBLAS through pointers, 0.84 staged). Split swap-AB products, FP8's, and ping-pong's store
+    split, the cooperative schedule, 16-bit or FP8 operands (bf16 1466×3072×3072 under 128×144:
+    0.74 of cuBLAS through pointers, 0.84 staged). Split swap-AB products and ping-pong's store
     through pointers (ping-pong 64×192 at 672×2048×2048 ran 0.86 → 0.73 staged: its staging
     takes ring stages its one tile per program needs)."""
-    return cfg.swap_ab and cfg.split_k == 1 and in_bytes == 2 and cfg.schedule == "cooperative"
+    return cfg.swap_ab and cfg.split_k == 1 and cfg.schedule == "cooperative"
 
 
 def column_pieces(block_n: int) -> tuple:
@@ -431,7 +431,7 @@ def _epilogue(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> tuple[int, in
     """(epilogue_n, staging buffers per consumer, staging bytes): the chosen or derived
     sub-tile width and what its buffers take from shared memory."""
     consumers, cm, cn = _consumer_tile(cfg)
-    if cfg.split_k > 1 or (cfg.swap_ab and not staged_swap(cfg, in_bytes)):  # fixup's pointer epilogue: no staging
+    if cfg.split_k > 1 or (cfg.swap_ab and not staged_swap(cfg)):  # fixup's pointer epilogue: no staging
         return cn, 0, 0
     # one buffer for a whole tile; else 2, or one per sub-tile when their count is odd (a
     # two-piece tile's P1/P2 + 1 sub-tiles of P2 columns: 3, 5 or 9), so that sub-tiles cycle
@@ -516,5 +516,5 @@ def _derive(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> Derived:
         instr_shape2=(16, cfg.instr_n or _instr_n(pieces[-1]), WGMMA_K_BYTES // in_bytes) if len(pieces) > 1 else (),
         cluster_m=cfg.cluster_m,
         stream_k=cfg.stream_k,
-        staged_swap=staged_swap(cfg, in_bytes),
+        staged_swap=staged_swap(cfg),
     )

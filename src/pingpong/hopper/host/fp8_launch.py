@@ -196,11 +196,12 @@ def prepare(a, w, out, args: EpilogueArgs, scaling: str, promote: bool, sb_cols:
 
     scaling "tensor" | "row" | "block"; sb_cols: columns sharing one b scale per K block
     (block-wise: 128 for 128×128 blocks, 1 for 1×128). More than one split (fp8_splits) or
-    swap-AB: fp8_split_gemm (pointer epilogue; swap-AB stores the transposed tile, as the
-    16-bit swap path: fixup.SplitEpilogue), with `workspace` (fp32, at least
+    a ping-pong swap-AB: fp8_split_gemm (pointer epilogue; swap-AB stores the transposed tile,
+    as the 16-bit swap path: fixup.SplitEpilogue), with `workspace` (fp32, at least
     launch.workspace_shape) and `counters` (int32, at least launch.counter_count, all zero;
     zero again after the kernel; neither is read with one split). Swap-AB runs the kernel on
-    kernel_operands: an R × C = N × M product."""
+    kernel_operands: an R × C = N × M product; unsplit and cooperative (config.staged_swap),
+    fp8_gemm, whose TMA epilogue stages each sub-tile transposed."""
     M, K = a.shape
     N = w.shape[0]
     d = check_fp8_config(config, promote, out.element_size(), scale_boxes(scaling, sb_cols, config))
@@ -239,7 +240,7 @@ def prepare(a, w, out, args: EpilogueArgs, scaling: str, promote: bool, sb_cols:
         kernel_args = (a_desc, b_desc, workspace, counters, ops, R, C, K, *strides, dp_tiles, streamers, block // 4,
                        ld // 4, out.stride(0))
         return fp8_stream_gemm, kernel_args, kwargs, (programs,)
-    if splits == 1 and not d.swap_ab:  # the TMA epilogue
+    if not d.workspace:  # the TMA epilogue (a staged swap-AB tile: its boxes transposed, config.staged_swap)
         ops = epilogue_operands(out, args, tile_descriptor(out, d), sa=sa, sb=sb)
         return fp8_gemm, (a_desc, b_desc, ops, R, C, K, *strides), kwargs, grid
     ws_rows, ld = workspace_shape(M, N, K, config, FP8_BYTES)
@@ -261,20 +262,22 @@ class Fp8Plan(Plan):
     """One decided scaled_mm call signature (a GemmSpec with scales, planned by the Hopper
     backend): the scale mode, the promotion, the config and a cached direct launch; split
     (`workspace` rows > 0): a fresh fp32 workspace from the caching allocator and the stream's
-    arrival counters per call, as the 16-bit SplitPlan (pingpong.hopper.host.backend); swap-AB with
-    one split: the split kernel's pointer epilogue, with empty stand-ins for both. `scaling`
+    arrival counters per call, as the 16-bit SplitPlan (pingpong.hopper.host.backend); a
+    ping-pong swap-AB with one split, or stream-K with no shared tile: the kernel takes both
+    and reads neither, so empty stand-ins made once (`split_kernel`: Derived.workspace). `scaling`
     is the kernel's (`kernel_scaling`); `broadcast`: tensor-wise scalars given to the row-wise
     kernel as (M, 1) and (1, N) vectors, made per call. `sms`: the SMs its persistent grid
     spans (the GPU's less torch's SM carveout when planned)."""
 
     __slots__ = ("scaling", "sb_cols", "promote", "config", "launch", "workspace", "counters", "unused", "broadcast",
-                 "sms")
+                 "sms", "split_kernel")
 
     def __init__(self, device, scaling, sb_cols, promote, config, activation, workspace=(0, 0), counters=0,
                  broadcast=False, *, sms):
         self.device, self.path, self.activation, self.extents, self.sms = device, "hopper-fp8", activation, None, sms
         self.scaling, self.sb_cols, self.promote, self.config = scaling, sb_cols, promote, config
         self.broadcast = broadcast
+        self.split_kernel = config.derive(FP8_BYTES).workspace  # fp8_split_gemm / fp8_stream_gemm: ws, counters
         self.workspace, self.counters = workspace, counters  # (rows, cols) fp32; int32 counters (0: unsplit)
         self.launch, self.unused = CachedLaunch(), None
 
@@ -293,7 +296,7 @@ class Fp8Plan(Plan):
         if self.counters:
             ws = torch.empty(self.workspace, dtype=torch.float32, device=out.device)
             counters = arrival_counters(out.device, self.counters)
-        elif self.config.swap_ab or self.config.stream_k:  # neither read (one split; no shared tile): made once
+        elif self.split_kernel:  # neither read (one split; no shared tile): made once
             if self.unused is None:
                 self.unused = (torch.empty(0, dtype=torch.float32, device=out.device),
                                torch.empty(0, dtype=torch.int32, device=out.device))
@@ -335,7 +338,7 @@ def plan(spec: GemmSpec) -> Fp8Plan:
         shared = partial_slots(M, N, K, config, FP8_BYTES, gpu.sms) > 1
         workspace = workspace_shape(M, N, K, config, FP8_BYTES, gpu.sms)
         counters = counter_count(M, N, config, FP8_BYTES) if shared else 0
-    elif fp8_splits(K, config) == 1:  # swap-AB alone runs the split kernel with no workspace or counters
+    elif fp8_splits(K, config) == 1:  # a ping-pong swap-AB runs the split kernel with no workspace or counters
         workspace, counters = (0, 0), 0
     else:
         workspace, counters = workspace_shape(M, N, K, config, FP8_BYTES), counter_count(M, N, config, FP8_BYTES)
@@ -374,6 +377,7 @@ def _offline_builder(scaling: str, promote: bool, config: KernelConfig, sb_cols:
                      f" {config.schedule} {b}" + (f", bias + {fusion}" if fusion else "")
                      + (f", split-K {config.split_k} (the last split sums the partials)" if config.split_k > 1 else "")
                      + (", swap-AB (Cᵀ = W·Aᵀ, the transposed store)" if config.swap_ab else "")
+                     + (" staged through TMA" if config.derive(FP8_BYTES).staged_swap else "")
                      + (", stream-K (whole tiles through TMA, shared ones fixed up)" if config.stream_k else ""))
     return build
 
@@ -408,7 +412,9 @@ OFFLINE_FP8_VARIANTS = {
                           SCALE_BLOCK, "gelu_erf"),
     "fp8-tensor-fast-swap": ("tensor", False, KernelConfig(64, 16, SCALE_BLOCK, schedule="pingpong", swap_ab=True),
                              SCALE_BLOCK, ""),
-    "fp8-row-swap-coop": ("row", True, KernelConfig(128, 32, SCALE_BLOCK, swap_ab=True), SCALE_BLOCK, ""),
+    "fp8-row-swap-coop": ("row", True, KernelConfig(128, 32, SCALE_BLOCK, swap_ab=True), SCALE_BLOCK, ""),  # staged
+    # the mid-rows model's staged swap-AB in two pieces: M in 128 + 64 columns, TMA-stored transposed
+    "fp8-row-swap-coop-192": ("row", True, KernelConfig(128, 192, SCALE_BLOCK, swap_ab=True), SCALE_BLOCK, ""),
     # swap-AB in two column pieces: M on the wgmma's N side, 144 = 128 + 16 and 160 = 128 + 32
     "fp8-tensor-swap-144": ("tensor", True, KernelConfig(64, 144, SCALE_BLOCK, schedule="pingpong", swap_ab=True),
                             SCALE_BLOCK, ""),

@@ -5,8 +5,8 @@ FP8, and the comments at each constant:
 
     65–960 rows,    the FP8 mid-rows model (FP8_MID_ROWS, below: select.MidRowsModel's waves ×
     tensor/row,     k-steps × tile area / speed over its candidates, swap-AB two-piece tiles
-    promoted, not   for 129–160 rows among them); the rest of the rule decides everything else:
-    launch-bound
+    promoted, not   for 129–160 rows and cooperative swap-AB tiles, M in 128–192 columns,
+    launch-bound    among them); the rest of the rule decides everything else:
     M ≤ 32,         swap-AB ping-pong 64×16×128 (64×32 above 16 rows): N on the wgmma's 64-row
     tensor/row      side, M in its 16 or 32 columns (select.DECODE_M). Unsplit where N makes
                     ≥ S/4 64-row tiles; else K is split as below (few tiles leave SMs idle).
@@ -161,9 +161,21 @@ _W160 = KernelConfig(128, 160, SCALE_BLOCK)  # 128 + 32 columns
 _W144 = KernelConfig(128, 144, SCALE_BLOCK)  # 128 + 16 columns
 _SWAP_144 = KernelConfig(64, 144, SCALE_BLOCK, schedule="pingpong", swap_ab=True)  # M in 128 + 16 columns
 _SWAP_160 = KernelConfig(64, 160, SCALE_BLOCK, schedule="pingpong", swap_ab=True)  # M in 128 + 32 columns
+#: Cooperative swap-AB, unsplit: N in 128-row tiles, M in 128, 144, 160 or 192 (128 + 64)
+#: columns, stored through TMA staged transposed (config.staged_swap). They take the products
+#: whose M these widths divide into nearly full tiles where 128-row tiles pad M (286 rows: 2 × 144
+#: against 3 × 128, 0.65 → 0.84 of torch._scaled_mm) or take a wave more (547×5120×13824: one
+#: wave of 128×192, 0.71 → 1.06). Speeds set from an H200 sweep of 13 shapes with each width
+#: (set h200-run440-fp8-tensor-swap-staged; the fit leaves them as set), then checked on 12
+#: held-out shapes per scaling whose pick they changed (h200-run441-*: 1.14× tensor-wise, 1.16×
+#: row-wise, 11 of 12 faster). 96 = 64 + 32 columns fits to the grid's floor (196×5120×5120 in 3
+#: such tiles ran 0.84× of 128×128), so it is no candidate.
+_STAGED = {bn: KernelConfig(128, bn, SCALE_BLOCK, swap_ab=True) for bn in (128, 144, 160, 192)}
+_STAGED_SPEEDS = {_STAGED[128]: 0.95, _STAGED[144]: 0.95, _STAGED[160]: 1.0, _STAGED[192]: 1.05}
 FP8_MID_ROWS = MidRowsModel({_SQUARE: 1.0, _NARROW: 0.75, _WIDE: 1.05, _HALF: 0.9, _MID: 0.3, _SWAP_MID: 0.75,
-                             _W160: 0.98, _W144: 0.97, _SWAP_144: 0.8, _SWAP_160: 0.75},
-                            frozenset({_WIDE, _HALF, _MID, _SWAP_MID, _W160, _W144, _SWAP_144, _SWAP_160}), 32,
+                             _W160: 0.98, _W144: 0.97, _SWAP_144: 0.8, _SWAP_160: 0.75, **_STAGED_SPEEDS},
+                            frozenset({_WIDE, _HALF, _MID, _SWAP_MID, _W160, _W144, _SWAP_144, _SWAP_160,
+                                       *_STAGED_SPEEDS}), 32,
                             SCALE_BLOCK, {_HALF: 320, _SWAP_MID: 192, _SWAP_144: 144, _SWAP_160: 160})
 #: per-FLOP speed of the 128×64 tile against 128×128 in the wave model (docs/design.md, FP8):
 #: at 0.75, 512 rows at N = 6144 (2 waves of 128×128 against 3 of 128×64) tie, and the tie goes

@@ -144,7 +144,7 @@ def prepare(a, b, out, args: EpilogueArgs, config: KernelConfig, sms: int, activ
     a, b, out = per_batch(a), per_batch(b), out if batches > 1 else per_batch(out)
     args = args._replace(c=per_batch(args.c))
     d = config.derive(a.element_size(), out.element_size())
-    assert not d.workspace, "split-K / stream-K configs (and FP8's swap-AB) run through prepare_split"
+    assert not d.workspace, "split-K / stream-K configs and ping-pong's swap-AB run through prepare_split"
     assert not (d.swap_ab and batches > 1), "swap-AB runs 2-D products"
     if d.cluster_m > 1 and batches > 1:
         raise ConfigError(f"cluster_m={d.cluster_m}: 2-CTA clusters run unbatched products; use cluster_m=1 for"

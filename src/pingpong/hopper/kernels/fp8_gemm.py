@@ -94,13 +94,15 @@ sum also leaves through TMA (StreamKEpilogue.finish; pointers with two column pi
     shared tile │ unit s: its K blocks │ last to arrive: Σ partials in K order (its own
                 │                      │   too) → scales → bias → act → cast ──TMA──> out
 
-SWAP-AB (KernelConfig.swap_ab; tensor- and row-wise scales): fp8_split_gemm on the exchanged
-operands, Cᵀ = W·Aᵀ, so that N fills the wgmma's 64-row side and a decode batch's M ≤ 32 its
-16 or 32 columns. Both operands are K-major, so only their descriptors trade places, and
-the scales their roles (fp8_launch.kernel_operands: sa is scale_b, one per row = n; sb is
-scale_a, one per column = m); the kernel is unchanged, the pointer epilogue stores the
-transposed tile (SplitEpilogue's SWAP, shared with the 16-bit swap path), with one split
-or several:
+SWAP-AB (KernelConfig.swap_ab; tensor- and row-wise scales): the kernels on the exchanged
+operands, Cᵀ = W·Aᵀ, so that N fills the wgmma's rows and M its columns (a decode batch's
+M ≤ 32 in 16 or 32; a mid-sized M in 128–192). Both operands are K-major, so only their
+descriptors trade places, and the scales their roles (fp8_launch.kernel_operands: sa is
+scale_b, one per row = n; sb is scale_a, one per column = m); the kernels are unchanged.
+An unsplit cooperative tile runs fp8_gemm, whose Epilogue (SWAP) writes each sub-tile
+through its staging buffer's transposed view and stores it as a box of out (config.staged_swap);
+ping-pong and split tiles run fp8_split_gemm, whose pointer epilogue stores the transposed
+tile (SplitEpilogue's SWAP, shared with the 16-bit swap path), with one split or several:
 
     A ring box  W[n0 : n0+BM, k]   (BM = 64 rows of N)     kernel product R × C = N × M
     B ring box  A[m0 : m0+BN, k]   (BN = 16 or 32 of M)    out[m, n] ← acc[n - n0, m - m0]

@@ -52,7 +52,7 @@ and a K range each); the epilogue (SplitEpilogue, pingpong.hopper.device.fixup) 
 partial into a workspace and counts arrivals; the last split of a tile to arrive sums the
 partials in split order and writes the result. Swap-AB is the same kernel on (Bᵀ, Aᵀ): N
 fills the 64-row wgmma side and the result is written transposed. An unsplit cooperative
-16-bit swap-AB tile runs warp_specialized_gemm instead (config.staged_swap): the TMA
+swap-AB tile runs warp_specialized_gemm instead (FP8: fp8_gemm) (config.staged_swap): the TMA
 epilogue (EPI.SWAP) writes each sub-tile into its buffer's transposed view and stores the
 buffer as a box of out at (column, row):
 
