@@ -742,6 +742,10 @@ MUTATIONS = [
      "MID_ROWS_WHOLE_TILES = {KernelConfig(128, 160, 64): 1.0, KernelConfig(128, 144, 64): 0.93,",
      "MID_ROWS_WHOLE_TILES = {KernelConfig(128, 160, 64): 1.0,",
      "tests/test_select.py -k mid_rows"),
+    ("16-bit mid-rows model without the staged swap-AB tiles", "src/pingpong/hopper/host/select.py",
+     "KernelConfig(64, 192, 64, **_PP, swap_ab=True): 0.85,\n                        KernelConfig(128, 128, 64, swap_ab",
+     "KernelConfig(64, 192, 64, **_PP, swap_ab=True): 0.85}\n_UNUSED = {KernelConfig(128, 128, 64, swap_ab",
+     "tests/test_select.py -k mid_rows"),
 ]
 
 

@@ -359,12 +359,15 @@ def test_bitwise_gpu_test_shapes_split_under_the_shipped_tables(gpu):
     (898, 3584, 18944, (128, 256, "cooperative", False), 1),  # 0.876 vs 0.666 split 7
     (135, 5120, 5120, (64, 128, "pingpong", False), 1),       # 0.978 vs 0.724 for 128×128
     # ... and H200, run 374 (swap-AB widths just above M, the two-piece 128×160)
-    (146, 16384, 3072, (64, 160, "pingpong", True), 1),       # 0.925 vs 0.759 for 128×256
     (183, 8192, 28672, (64, 192, "pingpong", True), 1),       # 0.921 vs 0.828 for 128×256 split 2
     (672, 2048, 2048, (64, 192, "pingpong", True), 1),        # 0.858 vs 0.823 for 128×128
     (926, 2048, 10944, (128, 128, "cooperative", False), 1),  # 0.883 vs 0.787 for 128×256 split 2
     # ... and H200, run 426 (the two-piece 128×144, held out of its fit)
     (577, 7168, 7168, (128, 144, "cooperative", False), 1),   # 0.868 vs 0.838 for 128×160
+    # ... and H200, run 444 (cooperative swap-AB, staged through TMA; held out of its fit)
+    (145, 28672, 3584, (128, 160, "cooperative", True), 1),   # 0.920 vs 0.753 for 64×256
+    (257, 8192, 8192, (128, 144, "cooperative", True), 1),    # 0.824 vs 0.647 for swap-AB 64×144
+    (513, 37888, 3584, (128, 192, "cooperative", True), 1),   # 0.952 vs 0.797 for 128×160
 ])
 def test_mid_rows_take_the_cost_models_tile_and_split(M, N, K, tile, splits):
     config = select_config(M, N, K, device=UNTUNED)
@@ -386,7 +389,8 @@ def test_mid_rows_constants_fit_the_measured_sweeps():
     (swap-AB tiles at 129-200 rows), 418 (held out: the picks those changed), 440 (the staged
     cooperative swap-AB tiles) and 441-442 (held out: the picks those changed, and the pins
     they moved); the 16-bit 128×144 on H200 run 425 and run 426 (held out: the picks it
-    changed): a constant changed without a refit fails here."""
+    changed), its staged cooperative swap-AB tiles on run 443 and run 444 (held out): a
+    constant changed without a refit fails here."""
     fit = _midrows_fit()
     sets, kinds = fit.load(), fit.kinds()
     bounds = {"run174": 0.98, "runs113-114": 0.96, "heldout-h200-2027": 0.96, "h200-run368-swap": 0.98,
@@ -400,7 +404,8 @@ def test_mid_rows_constants_fit_the_measured_sweeps():
               "h200-run418-fp8-tensor-swap-heldout": 0.99, "h200-run418-fp8-row-swap-heldout": 0.99,
               "h200-run425-widths": 0.99, "h200-run426-heldout": 0.99, "h200-run440-fp8-tensor-swap-staged": 0.99,
               "h200-run441-fp8-tensor-staged-heldout": 0.99, "h200-run441-fp8-row-staged-heldout": 0.99,
-              "h200-run442-fp8-tensor-staged-pins": 0.99, "h200-run442-fp8-row-staged-pins": 0.99}
+              "h200-run442-fp8-tensor-staged-pins": 0.99, "h200-run442-fp8-row-staged-pins": 0.99,
+              "h200-run443-swap-staged": 0.99, "h200-run444-heldout-staged": 0.99}
     assert set(bounds) == set(sets)
     assert {n for n, k in kinds.items() if k == "fp8"} == {n for n in sets if "fp8" in n}
     for name, bound in bounds.items():

@@ -97,7 +97,7 @@ def test_quick_grid_measures_heuristic_first_each_config_once():
     assert gpu.measured[0] == heuristic_config(512, 512, 65536)
     planned = tune.planned(512, 512, 65536, settings(quick=True))
     assert len(gpu.measured) == len(set(gpu.measured)) == len(results) == planned
-    assert 3 <= len(results) <= 24  # a quick grid: a few seconds a shape
+    assert 3 <= len(results) <= 28  # a quick grid: a few seconds a shape
 
 
 @pytest.mark.parametrize("M", [17, 64, 128, 256])

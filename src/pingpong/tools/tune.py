@@ -247,7 +247,8 @@ def quick_grid(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2, cl
     (both schedules) unsplit, the few-tile 64-row ping-pong tiles (FEW_WIDTHS), stream-K on
     the heuristic's tile and on 128×128, for M ≤ 2·MID_M the mid-size 64-row ping-pong tiles
     of every width in MID_WIDTHS, and where the mid-rows model decides (select.mid_rows_decides)
-    its whole tiles (MID_ROWS_WHOLE_TILES: 128×160, 128×144, swap-AB 64×144/160/192)."""
+    its whole tiles (MID_ROWS_WHOLE_TILES: 128×160, 128×144, swap-AB 64×144/160/192 and
+    cooperative swap-AB 128×128/144/160/192)."""
     h = heuristic_config(M, N, K, in_bytes=in_bytes)
     other = "pingpong" if h.schedule == "cooperative" else "cooperative"
     if h.swap_ab:

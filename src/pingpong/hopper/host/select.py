@@ -169,11 +169,18 @@ MID_ROWS_TILES = {KernelConfig(128, 256, 64): 1.0, KernelConfig(128, 192, 64): 1
 #: ... and these, never split (no sweep has measured them split). The two-piece 128×144
 #: (128 + 16 columns), at 0.93 of 128×160's per-FLOP speed, takes the products where both
 #: fill their waves alike (577×7168×7168: 2 waves of 225 tiles or of 250); where one wave
-#: holds either (about 193 rows) it is the slower, which the model does not see
+#: holds either (about 193 rows) it is the slower, which the model does not see. The
+#: cooperative swap-AB 128×128/144/160/192 (N on 128 rows, M on the width; stored through TMA,
+#: staged transposed: config.staged_swap) take the products whose M those widths divide into
+#: nearly full tiles (547×5120×13824: one wave of 128×192, 0.75 → 0.93 of cuBLAS); their speeds
+#: are set from an H200 sweep of 16 shapes (set h200-run443-swap-staged) and were checked on 12
+#: held-out shapes whose pick they changed (h200-run444-heldout-staged: 1.14×, 11 of 12 faster)
 MID_ROWS_WHOLE_TILES = {KernelConfig(128, 160, 64): 1.0, KernelConfig(128, 144, 64): 0.93,
                         KernelConfig(64, 144, 64, **_PP, swap_ab=True): 0.8,
                         KernelConfig(64, 160, 64, **_PP, swap_ab=True): 0.75,
-                        KernelConfig(64, 192, 64, **_PP, swap_ab=True): 0.85}
+                        KernelConfig(64, 192, 64, **_PP, swap_ab=True): 0.85,
+                        KernelConfig(128, 128, 64, swap_ab=True): 0.85, KernelConfig(128, 144, 64, swap_ab=True): 0.9,
+                        KernelConfig(128, 160, 64, swap_ab=True): 0.95, KernelConfig(128, 192, 64, swap_ab=True): 1.0}
 #: the 16-bit kernels' mid-rows model (K in SPLIT_STEP_K-element k-steps)
 MID_ROWS = MidRowsModel({**MID_ROWS_TILES, **MID_ROWS_WHOLE_TILES}, frozenset(MID_ROWS_WHOLE_TILES), 32,
                         SPLIT_STEP_K)
