@@ -338,18 +338,24 @@ def test_show_lists_fp8_entries(monkeypatch, capsys):
 def test_fp8_space_holds_split_k_and_decode_swap_ab(scaling, promote):
     """Split-K everywhere; swap-AB with tensor- or row-wise scales only: 16-64 columns of M for
     decode rows, ping-pong 64×64 up to the FP8 mid-rows model's limit for it (192 rows), the
-    two-piece 64×144 and 64×160 from 129 rows up to their widths, none beyond; the selection's
+    two-piece 64×144 and 64×160 from 129 rows up to their widths, the cooperative 128×128-192
+    (staged through TMA) from 129 rows up to tune.SWAP_MAX_M, none beyond; the selection's
     swap-AB pick at 150 rows is in the space."""
     decode, wide = tune.fp8_space(16, 8192, 8192, scaling, promote), tune.fp8_space(512, 4096, 4096, scaling, promote)
     mid = tune.fp8_space(150, 2048, 10944, scaling, promote)
+    staged = {(128, bn, "cooperative") for bn in (128, 144, 160, 192)} if scaling != "block" else set()
     assert {1, 2, 4, 8} <= {c.split_k for c in decode} and {1, 2} <= {c.split_k for c in wide}
     assert any(c.swap_ab for c in decode) == (scaling != "block")
-    assert not any(c.swap_ab for c in wide) and not any(c.swap_ab for c in tune.fp8_space(193, 2048, 10944, scaling,
-                                                                                            promote))
+    for M in (193, 512, tune.SWAP_MAX_M):
+        got = {(c.block_m, c.block_n, c.schedule) for c in tune.fp8_space(M, 4096, 4096, scaling, promote) if c.swap_ab}
+        assert got == staged, (M, got)
+    assert not any(c.swap_ab for c in tune.fp8_space(tune.SWAP_MAX_M + 1, 4096, 4096, scaling, promote))
     assert {c.block_n for c in decode if c.swap_ab} == ({16, 32, 64} if scaling != "block" else set())
     assert {(c.block_m, c.block_n, c.schedule) for c in mid if c.swap_ab} == (
-        {(64, 64, "pingpong"), (64, 160, "pingpong")} if scaling != "block" else set())
-    for M, widths in ((128, {64}), (129, {64, 144, 160}), (144, {64, 144, 160}), (145, {64, 160}), (161, {64})):
+        {(64, 64, "pingpong"), (64, 160, "pingpong")} | staged if scaling != "block" else set())
+    wide_swaps = {144, 160, 192, 128}  # block_n of the staged tiles
+    for M, widths in ((128, {64}), (129, {64, 144, 160} | wide_swaps), (144, {64, 144, 160} | wide_swaps),
+                      (145, {64, 160} | wide_swaps), (161, {64} | wide_swaps)):
         got = {c.block_n for c in tune.fp8_space(M, 2048, 10944, scaling, promote) if c.swap_ab}
         assert got == (widths if scaling != "block" else set()), (M, got)
     if scaling != "block" and promote:

@@ -89,10 +89,12 @@ FP8_SPLITS = (1, 2, 4, 8)
 #: tensor- or row-wise scales (block-wise scales cannot swap): decode's up to select.DECODE_M,
 #: ping-pong 64×64 as far as the FP8 mid-rows model takes it (None: the model's row limit of
 #: that swap-AB tile, fp8_select.FP8_MID_ROWS.max_m), the two-piece ones where one 128-row tile
-#: would leave a second tile-row almost empty (from MID_M + 1 rows up to the model's limit, their width)
+#: would leave a second tile-row almost empty (from MID_M + 1 rows up to the model's limit, their
+#: width), and FP8_STAGED_SWAPS (searched as far as the 16-bit swap, SWAP_MAX_M rows)
+FP8_STAGED_SWAPS = tuple((128, bn) for bn in (128, 144, 160, 192))  # the FP8 mid-rows model's: cooperative only
 FP8_SWAP_TILES = {(64, 16): (1, DECODE_M), (64, 32): (1, DECODE_M), (128, 16): (1, DECODE_M),
                   (128, 32): (1, DECODE_M), (64, 64): (1, None), (64, 144): (MID_M + 1, None),
-                  (64, 160): (MID_M + 1, None)}
+                  (64, 160): (MID_M + 1, None), **{tile: (MID_M + 1, SWAP_MAX_M) for tile in FP8_STAGED_SWAPS}}
 #: what the tuned FP8 inputs are (bench_fp8.make_fp8_inputs): W's scales in 128×128 blocks, bf16 out
 FP8_SB_COLS = SCALE_BLOCK
 FP8_OUT_BYTES = 2
@@ -307,6 +309,11 @@ def fp8_check(config: KernelConfig, scaling: str, promote: bool):
 
 
 def fp8_valid(config: KernelConfig, scaling: str, promote: bool) -> bool:
+    """Whether the FP8 kernel runs `config` (fp8_check) and the search takes it: the staged
+    swap-AB widths (FP8_STAGED_SWAPS) on the cooperative schedule only, as the selection runs
+    them (TMA-stored, config.staged_swap); on ping-pong one consumer would hold the whole tile."""
+    if config.swap_ab and (config.block_m, config.block_n) in FP8_STAGED_SWAPS and config.schedule != "cooperative":
+        return False
     try:
         fp8_check(config, scaling, promote)
     except ConfigError:
