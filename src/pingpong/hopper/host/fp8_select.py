@@ -170,8 +170,8 @@ _SWAP_160 = KernelConfig(64, 160, SCALE_BLOCK, schedule="pingpong", swap_ab=True
 #: held-out shapes per scaling whose pick they changed (h200-run441-*: 1.14× tensor-wise, 1.16×
 #: row-wise, 11 of 12 faster). 96 = 64 + 32 columns fits to the grid's floor (196×5120×5120 in 3
 #: such tiles ran 0.84× of 128×128), so it is no candidate.
-_STAGED = {bn: KernelConfig(128, bn, SCALE_BLOCK, swap_ab=True) for bn in (128, 144, 160, 192)}
-_STAGED_SPEEDS = {_STAGED[128]: 0.95, _STAGED[144]: 0.95, _STAGED[160]: 1.0, _STAGED[192]: 1.05}
+STAGED_SWAPS = {bn: KernelConfig(128, bn, SCALE_BLOCK, swap_ab=True) for bn in (128, 144, 160, 192)}
+_STAGED_SPEEDS = {STAGED_SWAPS[128]: 0.95, STAGED_SWAPS[144]: 0.95, STAGED_SWAPS[160]: 1.0, STAGED_SWAPS[192]: 1.05}
 FP8_MID_ROWS = MidRowsModel({_SQUARE: 1.0, _NARROW: 0.75, _WIDE: 1.05, _HALF: 0.9, _MID: 0.3, _SWAP_MID: 0.75,
                              _W160: 0.98, _W144: 0.97, _SWAP_144: 0.8, _SWAP_160: 0.75, **_STAGED_SPEEDS},
                             frozenset({_WIDE, _HALF, _MID, _SWAP_MID, _W160, _W144, _SWAP_144, _SWAP_160,
