@@ -499,6 +499,8 @@ OFFLINE_SPLIT_VARIANTS = {
                    "Hopper GEMM, swap-AB, ping-pong 64×160×64 (two column pieces, 128 + 32: 800 rows in 5 tiles)"),
     "swapab_144": (KernelConfig(128, 144, 64, swap_ab=True), (1466, 3072, 3072),
                    "Hopper GEMM, swap-AB, cooperative 128×144×64 (the wave rule's: 1466 rows in 11 tiles)"),
+    "swapab_192": (KernelConfig(128, 192, 64, swap_ab=True), (513, 37888, 3584),
+                   "Hopper GEMM, swap-AB, cooperative 128×192×64 (the mid-rows model's: 513 rows in 3 tiles)"),
     "streamk": (KernelConfig(128, 128, 64, stream_k=True), (589, 8192, 8192),
                 "Hopper GEMM, stream-K, cooperative 128×128×64 (a data-parallel wave, the last streamed)"),
     "streamk_256": (KernelConfig(128, 256, 64, stream_k=True), (589, 8192, 8192),
