@@ -164,12 +164,9 @@ _SWAP_160 = KernelConfig(64, 160, SCALE_BLOCK, schedule="pingpong", swap_ab=True
 #: Cooperative swap-AB, unsplit: N in 128-row tiles, M in 128, 144, 160 or 192 (128 + 64)
 #: columns, stored through TMA staged transposed (config.staged_swap). They take the products
 #: whose M these widths divide into nearly full tiles where 128-row tiles pad M (286 rows: 2 × 144
-#: against 3 × 128, 0.65 → 0.84 of torch._scaled_mm) or take a wave more (547×5120×13824: one
-#: wave of 128×192, 0.71 → 1.06). Speeds set from an H200 sweep of 13 shapes with each width
-#: (set h200-run440-fp8-tensor-swap-staged; the fit leaves them as set), then checked on 12
-#: held-out shapes per scaling whose pick they changed (h200-run441-*: 1.14× tensor-wise, 1.16×
-#: row-wise, 11 of 12 faster). 96 = 64 + 32 columns fits to the grid's floor (196×5120×5120 in 3
-#: such tiles ran 0.84× of 128×128), so it is no candidate.
+#: against 3 × 128) or take a wave more (547×5120×13824: one wave of 128×192 against two of
+#: 128×128). 96 = 64 + 32 columns is no candidate: its fitted speed is the grid's floor (3 such
+#: tiles over 196 rows ran slower than 2 of 128×128).
 STAGED_SWAPS = {bn: KernelConfig(128, bn, SCALE_BLOCK, swap_ab=True) for bn in (128, 144, 160, 192)}
 _STAGED_SPEEDS = {STAGED_SWAPS[128]: 0.95, STAGED_SWAPS[144]: 0.95, STAGED_SWAPS[160]: 1.0, STAGED_SWAPS[192]: 1.05}
 FP8_MID_ROWS = MidRowsModel({_SQUARE: 1.0, _NARROW: 0.75, _WIDE: 1.05, _HALF: 0.9, _MID: 0.3, _SWAP_MID: 0.75,

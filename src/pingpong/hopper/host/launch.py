@@ -378,7 +378,7 @@ def prepare_split(a, b, out, args: EpilogueArgs, config: KernelConfig, sms: int,
     M, K = a.shape
     N = b.shape[1]
     d = config.derive(a.element_size(), out.element_size())
-    assert d.workspace, "an unsplit 16-bit swap-AB config runs through prepare (staged_swap)"
+    assert d.workspace, "an unsplit cooperative swap-AB config runs through prepare (staged_swap)"
     ka, kb = (b.t(), a.t()) if d.swap_ab else (a, b)  # swap: Cᵀ (N × M) = bᵀ (N × K) · aᵀ (K × M)
     splits = partial_slots(M, N, K, config, sms=sms)
     ws_rows, ld = workspace_shape(M, N, K, config, sms=sms)

@@ -172,9 +172,8 @@ MID_ROWS_TILES = {KernelConfig(128, 256, 64): 1.0, KernelConfig(128, 192, 64): 1
 #: holds either (about 193 rows) it is the slower, which the model does not see. The
 #: cooperative swap-AB 128×128/144/160/192 (N on 128 rows, M on the width; stored through TMA,
 #: staged transposed: config.staged_swap) take the products whose M those widths divide into
-#: nearly full tiles (547×5120×13824: one wave of 128×192, 0.75 → 0.93 of cuBLAS); their speeds
-#: are set from an H200 sweep of 16 shapes (set h200-run443-swap-staged) and were checked on 12
-#: held-out shapes whose pick they changed (h200-run444-heldout-staged: 1.14×, 11 of 12 faster)
+#: nearly full tiles where 128-row tiles would pad M or take a wave more (547×5120×13824: one
+#: wave of 128×192 against two of 128×128)
 MID_ROWS_WHOLE_TILES = {KernelConfig(128, 160, 64): 1.0, KernelConfig(128, 144, 64): 0.93,
                         KernelConfig(64, 144, 64, **_PP, swap_ab=True): 0.8,
                         KernelConfig(64, 160, 64, **_PP, swap_ab=True): 0.75,
@@ -203,10 +202,9 @@ SHORT_CTA_STEPS = 96
 #: swap-AB tile (N on its 128 rows, M on its 128 + 16 columns), as a width of per-FLOP speed
 #: WAVE_SWAP_EFFICIENCY: where a short N leaves 128-row tiles over M a mostly idle last wave
 #: (1466×3072×3072: 192 tiles of 128×192, two waves) N's 128-row tiles fill them (264 tiles
-#: of the swapped 128×144: two full waves). Fitted on measured 1128-1770-row shapes (H200), where
-#: any speed in 0.75-0.90 separates its wins from its losses; that kernel stored through
-#: pointers, and the staged store it runs now (config.staged_swap) is faster, so the speed is
-#: conservative until re-fitted. It must win by WAVE_SWAP_MARGIN (near ties lost:
+#: of the swapped 128×144: two full waves). The speed was fitted (1128-1770 rows, H200) while the
+#: swapped tile stored through pointers; its staged store (config.staged_swap) is faster, so
+#: the rule under-weighs it. It must win by WAVE_SWAP_MARGIN (near ties lost:
 #: 1793×5120×5120), in CTAs of at least WAVE_SWAP_MIN_STEPS k-steps (its epilogue and ring
 #: fill are paid per tile: one wave of 24 steps, 1536³, lost)
 WAVE_SWAP = KernelConfig(128, 144, 64, swap_ab=True)
