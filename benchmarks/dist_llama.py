@@ -81,17 +81,18 @@ NCCL's kernels, torch's symmetric-memory kernels such as async TP's barriers, an
 copies, whose time is mostly waiting or transfer; in the JSON as comm_ms, rank 0's, and
 comm_ms_ranks, every rank's: each profiled step is started
 by all ranks at once, so that it holds the collectives' own time, not a wait for a late rank),
-and host ms, the CPU time to issue one step with the GPU idle at its
-start: a step whose host ms reaches its wall ms is host-bound. --products: per_step's
+and host ms, the CPU time to issue one step with the GPU idle at its start (rank 0's; every
+rank's in host_ms_ranks): a step whose host ms reaches its wall ms is host-bound. --products: per_step's
 products_ms, each model's GEMMs of one step by product (`step_products`: op, M, N, K, the
 operands' layouts and strides, dtype, and for pingpong's compiled calls the plan and config
 they ran), with calls and GPU ms per step (CPU ms off CUDA) and the kernels' names, from a
 record_shapes profile of 3 more steps; rank 0 prints each model's first 10 rows.
 
 Output: one table printed last by rank 0; the rows as JSON in --json, and in
-$OUT/dist_llama.json when OUT is set. --host-profile: for each row, rank 0's cProfile of one
-step of each model (where a host-bound step's time goes), host_profile-<row>-<variant>-<model>.txt
-(`Env.variant`: bf16, fp8-<recipe>, then -sp-<stream> and -async-tp where given).
+$OUT/dist_llama.json when OUT is set. --host-profile: for each row, every rank's cProfile of
+one step of each model (where a host-bound step's time goes), host_profile-<row>-<variant>-<model>-rank<R>.txt
+(`Env.variant`: bf16, fp8-<recipe>, then -sp-<stream> and -async-tp where given). --trace (CUDA):
+every rank's profiler timeline of 3 steps of each model, trace-<row>-<variant>-<model>-rank<R>.json.
 """
 
 from __future__ import annotations
@@ -614,6 +615,10 @@ def per_step(fn, env, n=3, products=False) -> dict:
         fn()
         host.append((time.perf_counter() - t0) * 1e3)
     out = dict(host_ms=statistics.median(host))
+    every = torch.zeros(env.world, dtype=torch.float64, device=env.device)
+    every[env.rank] = out["host_ms"]
+    dist.all_reduce(every)
+    out["host_ms_ranks"] = [round(v, 3) for v in every.tolist()]  # a rank slower to issue makes the others wait
     if env.device.type == "cuda":
         sync(env)
         kernels = kernel_us(aligned(fn, env), n)
@@ -777,9 +782,25 @@ def aligned(fn, env):
     return call
 
 
+def trace(fn, env, tag, n=3) -> None:
+    """--trace: every rank's profiler timeline (CPU and CUDA) of n steps run back to back as in
+    the timed rounds, trace-<tag>-rank<R>.json (in $OUT when set; chrome://tracing or Perfetto
+    shows the ranks' GPU streams side by side): where a rank's GPU idles or waits for the other."""
+    from torch.profiler import ProfilerActivity, profile
+
+    sync(env)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+    prof.export_chrome_trace(os.path.join(os.environ.get("OUT", "."), f"trace-{tag}-rank{env.rank}.json"))
+    sync(env)
+
+
 def host_profile(fn, env, tag) -> None:
-    """--host-profile: rank 0's cProfile of one step (GPU idle at its start), the 40 functions of
-    most own time and of most cumulative time, in host_profile-<tag>.txt (in $OUT when set)."""
+    """--host-profile: every rank's cProfile of one step (GPU idle at its start), the 40 functions
+    of most own time and of most cumulative time, in host_profile-<tag>-rank<R>.txt (in $OUT when
+    set): a rank that issues its step later than the others makes them wait in the collectives."""
     import cProfile
     import io
     import pstats
@@ -788,12 +809,10 @@ def host_profile(fn, env, tag) -> None:
     prof = cProfile.Profile()
     prof.runcall(fn)
     sync(env)
-    if env.rank != 0:
-        return
     text = io.StringIO()
     for order in ("tottime", "cumulative"):
         pstats.Stats(prof, stream=text).sort_stats(order).print_stats(40)
-    with open(os.path.join(os.environ.get("OUT", "."), f"host_profile-{tag}.txt"), "w") as f:
+    with open(os.path.join(os.environ.get("OUT", "."), f"host_profile-{tag}-rank{env.rank}.txt"), "w") as f:
         f.write(text.getvalue())
 
 
@@ -838,6 +857,9 @@ def run_row(arch, c, workload, mode, meshes, env, args) -> dict:
     if args.host_profile:
         for name, fn in steps.items():
             host_profile(fn, env, f"{workload}-{mode}-{env.variant}-{name}")
+    if args.trace:
+        for name, fn in steps.items():
+            trace(fn, env, f"{workload}-{mode}-{env.variant}-{name}")
     if mode == "compiled":
         row["graph_breaks"] = sum(counters["graph_break"].values())
         row["graphs"] = counters["stats"]["unique_graphs"]
@@ -945,8 +967,10 @@ def parse(argv):
     p.add_argument("--json", default=None)
     p.add_argument("--sm-carveout", type=int, default=None, help="torch's SM carveout for both models (SMs kept from"
                    " the GEMMs for NCCL: torch._C._set_sm_carveout_experimental); unset by default")
+    p.add_argument("--trace", action="store_true",
+                   help="every rank's profiler timeline of 3 steps of each model per row, trace-*.json ($OUT or .)")
     p.add_argument("--host-profile", action="store_true",
-                   help="rank 0's cProfile of one step of each model per row, host_profile-*.txt ($OUT or .)")
+                   help="every rank's cProfile of one step of each model per row, host_profile-*.txt ($OUT or .)")
     p.add_argument("--products", action="store_true",
                    help="per_step's products_ms: each model's GEMMs of one step by product (M, N, K, layouts, strides,"
                         " dtype, pingpong's plan) with calls and GPU ms per step, from a record_shapes profile")

@@ -2,7 +2,11 @@
 nn.Linear: where a host-bound layer (small layers, decode) loses time.
 
     PYTHONPATH=src python benchmarks/layer_host.py [--shape 32 1 2048] [--out 2048] [--no-bias]
-        [--calls 200] [--rounds 7] [--profile]
+        [--calls 200] [--rounds 7] [--profile] [--fp8 RECIPE]
+
+--fp8 RECIPE: pingpong's layer is the FP8 training one (pingpong.nn.Float8TrainingLinear with
+that recipe; its forward quantizes x and the weight, its backward the gradient), against the
+bf16 nn.Linear: the host cost an FP8 layer adds where the step is host-bound.
 
 Prints µs per call (back-to-back, synchronized at the end of each round; rounds alternate
 torch and pingpong on the same tensors, the median round is reported) for the no_grad
@@ -51,13 +55,15 @@ def main(argv=None) -> int:
     p.add_argument("--calls", type=int, default=200)
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--fp8", default=None, help="pingpong's layer: Float8TrainingLinear with this recipe")
     args = p.parse_args(argv)
     if bench.skipped_without_gpu():
         return 2
     torch.manual_seed(0)
     k, n = args.shape[-1], args.out
     ref = torch.nn.Linear(k, n, bias=not args.no_bias, device="cuda", dtype=torch.bfloat16)
-    ours = pingpong.nn.Linear.from_linear(ref)
+    ours = (pingpong.nn.Float8TrainingLinear.from_linear(ref, args.fp8) if args.fp8 else
+            pingpong.nn.Linear.from_linear(ref))
     x = torch.randn(*args.shape, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     g = torch.randn(*args.shape[:-1], n, device="cuda", dtype=torch.bfloat16)
 
@@ -80,7 +86,8 @@ def main(argv=None) -> int:
                 layer.bias.grad = None
         return run
 
-    print(f"x {tuple(args.shape)} -> {n}, bias {not args.no_bias}, bf16; {torch.cuda.get_device_name()}")
+    print(f"x {tuple(args.shape)} -> {n}, bias {not args.no_bias}, bf16{', pingpong FP8 ' + args.fp8 if args.fp8 else ''};"
+          f" {torch.cuda.get_device_name()}")
     before = (len(plan.PLANS), len(direct.LAYERS))
     rows = [("no_grad forward", fwd), ("grad-mode forward", fwd_grad), ("forward + backward", fwd_bwd)]
     for name, make in rows:

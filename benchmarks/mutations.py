@@ -617,7 +617,7 @@ MUTATIONS = [
      "BLOCK_N=bn, BLOCK_K=bk, AMAX=amax is not None,", "BLOCK_N=bn, BLOCK_K=bk, AMAX=False,",
      "tests/test_quantize_columns.py -k interpreter"),
     ("FP8 training: refuse_grad lets quantize_fp8 through", "src/pingpong/quantize.py",
-     '    refuse_grad("quantize_fp8", x, names=("x",))\n', "", "tests/test_fp8_training.py"),
+     'GPUs")\n    refuse_grad("quantize_fp8", x, names=("x",))\n', 'GPUs")\n', "tests/test_fp8_training.py"),
     # -- the checks' cache on DTensors (pingpong.distributed._passed, _token)
     ("check cache: a DTensor's spec left out of its key", "src/pingpong/distributed.py",
      "return type(v), v._spec, v._local_tensor.dtype, v.device", "return type(v), v._local_tensor.dtype, v.device",
@@ -751,6 +751,13 @@ MUTATIONS = [
      "KernelConfig(64, 192, 64, **_PP, swap_ab=True): 0.85,\n                        KernelConfig(128, 128, 64, swap_ab",
      "KernelConfig(64, 192, 64, **_PP, swap_ab=True): 0.85}\n_UNUSED = {KernelConfig(128, 128, 64, swap_ab",
      "tests/test_select.py -k mid_rows"),
+    # -- quantize_fp8_pair's plans (pingpong.quantize.PairPlan)
+    ("quantize pair plan: an out buffer of another layout launched on", "src/pingpong/quantize.py",
+     "elif t.shape != shape or t.stride() != stride or t.dtype != dtype or t.data_ptr() % 16:", "elif False:",
+     "tests/test_quantize_pair.py -k plan"),
+    ("quantize pair plan: a hit without refuse_grad", "src/pingpong/quantize.py",
+     "refuse_grad(\"quantize_fp8\", x, names=(\"x\",))\n        made = plan.run", "made = plan.run",
+     "tests/test_quantize_pair.py -k plan"),
 ]
 
 

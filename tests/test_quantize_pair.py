@@ -194,7 +194,8 @@ def test_pair_on_the_gpu_equals_the_unfused_route(granularity, M, K):
     x[M // 2], x[:, 3] = 0, 0
     pad = 128 if granularity.startswith("block") else 16
     want = _gpu_unfused(x, granularity, pad)
-    quantize._LAUNCHES.clear()  # each shape's first call through the JIT
+    quantize._LAUNCHES.clear()  # each shape's first call through the JIT (its PairPlan made then)
+    quantize._PAIR_PLANS.clear()
     for rows, cols, call in itertools.product((True, False), (True, False), ("jit", "bound")):
         if not (rows or cols):
             continue
@@ -208,3 +209,60 @@ def test_pair_on_the_gpu_equals_the_unfused_route(granularity, M, K):
             assert a.shape == b.shape and a.stride() == b.stride(), what
             ab, bb = (a.view(torch.uint8), b.view(torch.uint8)) if a.element_size() == 1 else (a, b)
             assert torch.equal(ab, bb), f"{what}: {(ab != bb).sum().item()} differ"
+
+
+def _stored_plan(monkeypatch, x, granularity="row", rows=True, cols=True, pad=16):
+    """x's PairPlan stored as after a first GPU call, its launches recording their base addresses
+    (CPU tensors stand in for CUDA ones; the device queries answer 0)."""
+    from pingpong.runtime import launcher
+
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)  # (CPU builds have neither)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 0, raising=False)
+    monkeypatch.setattr(quantize, "_PAIR_PLANS", launcher.LaunchCache(8))
+    plan = quantize.PairPlan(x, quantize.pair_like(x, granularity, E4M3, pad, rows, cols), granularity, rows, cols)
+    plan.index, launched = 0, []
+    for cached in plan.launches:
+        cached.bound = lambda grid, stream, ptrs, dyn: launched.append(ptrs)
+        cached.grid, cached.key = (1, 1, 1), launcher.launch_key()
+    quantize._PAIR_PLANS[quantize._pair_key(x, granularity, E4M3, pad, rows, cols)] = plan
+    return plan, launched
+
+
+@pytest.mark.parametrize("granularity", GRANULARITIES)
+def test_pair_plan_launches_what_the_checked_path_does(monkeypatch, granularity):
+    """A call alike after a stored PairPlan: no check_pair, outputs laid out as pair_like's, the
+    launches (amax pass and cast; block-wise the cast) on launch_pair's base addresses; an
+    `out` of another layout goes back to the checked path."""
+    pad = 16 if granularity in ("row", "tensor") else 128
+    x = torch.randn(33, 256, dtype=torch.float16)
+    plan, launched = _stored_plan(monkeypatch, x, granularity, pad=pad)
+    monkeypatch.setattr(quantize, "check_pair", lambda *a: pytest.fail("a plan hit ran check_pair"))
+    made = quantize.quantize_pair_direct(x, granularity, E4M3, pad)
+    want = quantize.pair_like(x, granularity, E4M3, pad, True, True)
+    assert [(t.shape, t.stride(), t.dtype) for t in made] == [(t.shape, t.stride(), t.dtype) for t in want]
+    steps = quantize.pair_steps(x, *made, x, granularity, True, True)
+    assert len(launched) == len(steps) == (1 if granularity.startswith("block") else 2)
+    cast = launched[-1]  # x, q, s, qt, st, then the amax buffer's (x itself block-wise)
+    assert cast[:5] == tuple(t.data_ptr() for t in (x, *made))
+    if granularity == "row":  # amax[M:], the columns' maxima, after the rows'
+        assert launched[0][2] - launched[0][1] == 4 * x.shape[0] == cast[6] - cast[5]
+    monkeypatch.setattr(quantize, "check_pair", lambda *a: (_ for _ in ()).throw(PingpongError("checked")))
+    wrong = torch.empty_strided(want[2].shape, (1, want[2].shape[0]), dtype=E4M3)  # qt column-major
+    with pytest.raises(PingpongError, match="checked"):
+        quantize.quantize_pair_direct(x, granularity, E4M3, pad, out=(None, None, wrong, want[3]))
+
+
+def test_pair_plan_hit_still_refuses_grad_and_takes_only_plain_tensors(monkeypatch):
+    """Bad input on a plan hit: x requiring grad under grad mode is refused by name; a tensor
+    subclass (a DTensor) never takes a plan, nor a sparse x (whose key cannot be read)."""
+    x = torch.randn(16, 128, dtype=torch.float16)
+    _, launched = _stored_plan(monkeypatch, x)
+    with pytest.raises(PingpongError, match="x: requires grad"):
+        quantize.quantize_pair_direct(x.requires_grad_())
+    assert launched == []
+
+    class Sub(torch.Tensor):
+        pass
+
+    assert quantize._pair_key(x.detach().as_subclass(Sub), "row", E4M3, 16, True, True) is None
+    assert quantize._pair_key(x.detach().to_sparse(), "row", E4M3, 16, True, True) is None

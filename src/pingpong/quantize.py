@@ -446,6 +446,8 @@ def quantize_direct(x: torch.Tensor, granularity: str = "row", dtype=torch.float
 #: call shape; emptied when full (a model has few shapes, but the token count of its activations varies).
 LAUNCH_CACHE_SIZE = 1024
 _LAUNCHES = LaunchCache(LAUNCH_CACHE_SIZE)
+#: quantize_pair_direct's PairPlans by call signature (`_pair_key`), emptied as _LAUNCHES
+_PAIR_PLANS = LaunchCache(LAUNCH_CACHE_SIZE)
 
 
 def launch(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, granularity: str) -> None:
@@ -579,7 +581,16 @@ def pair_like(x, granularity, dtype, pad, rows, cols, out=(None,) * 4):
 def quantize_pair_direct(x, granularity="row", dtype=torch.float8_e4m3fn, pad=16, rows=True, cols=True,
                          out=(None,) * 4):
     """quantize_fp8_pair on the direct path: validate, launch; into the pairs of `out` = (q, s,
-    qt, st) given (inductor's buffers, laid out as `pair_like`), the others new."""
+    qt, st) given (inductor's buffers, laid out as `pair_like`), the others new. A call alike
+    after one that launched on a GPU takes that call's PairPlan: its key holds everything
+    check_pair reads but grad mode, which refuse_grad checks on every call."""
+    key = _pair_key(x, granularity, dtype, pad, rows, cols)
+    plan = None if key is None else _PAIR_PLANS.get(key)
+    if plan is not None:
+        refuse_grad("quantize_fp8", x, names=("x",))
+        made = plan.run(x, out)
+        if made is not None:
+            return made
     check_pair(x, granularity, dtype, pad, rows, cols)
     q, s, qt, st = pair_like(x, granularity, dtype, pad, rows, cols, out)
     if x.numel() == 0:  # nothing to read: the scales of empty (or zero-padding) groups, qt all padding
@@ -587,11 +598,59 @@ def quantize_pair_direct(x, granularity="row", dtype=torch.float8_e4m3fn, pad=16
             t.fill_(_EPS / FP8_MAX[dtype])
         qt.zero_()
         return q, s, qt, st
-    if cols:
-        launch_pair(x, q, s, qt, st, granularity, rows, cols)
-    else:  # one axis: quantize_fp8's own kernels (one read for "row")
+    if not cols:  # one axis: quantize_fp8's own kernels (one read for "row")
         launch(x, q, s, granularity)
+    elif key is not None and x.device.type == "cuda":
+        plan = PairPlan(x, (q, s, qt, st), granularity, rows, cols)
+        plan.run(x, (q, s, qt, st))
+        _PAIR_PLANS.get_or_make(key, lambda: plan)
+    else:
+        launch_pair(x, q, s, qt, st, granularity, rows, cols)
     return q, s, qt, st
+
+
+def _pair_key(x, granularity, dtype, pad, rows, cols):
+    """A PairPlan's key: x's shape, strides, dtype, device and 16-byte alignment and the other
+    arguments; None for anything but a plain tensor or Parameter (a subclass, a DTensor, takes
+    the checked path)."""
+    if type(x) is not torch.Tensor and type(x) is not torch.nn.Parameter:
+        return None
+    try:  # (a sparse or nested x has no strides: the checked path names it)
+        return x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16 == 0, granularity, dtype, pad, rows, cols
+    except RuntimeError:
+        return None
+
+
+class PairPlan:
+    """One quantize_fp8_pair call signature on a GPU, both axes asked for, decided once after a
+    call that passed check_pair (`quantize_pair_direct`): the outputs' shapes, strides and dtypes
+    (as `pair_like` made them), and the launches of `launch_pair` (the amax pass into a fresh
+    zeroed buffer, then the cast; block-wise the cast alone), each a CachedLaunch of its own. A
+    call alike allocates its outputs and launches from base addresses; an `out` buffer of
+    another layout or alignment than planned sends the call back to the checked path (None)."""
+
+    __slots__ = ("device", "index", "granularity", "rows", "cols", "layouts", "amax", "launches")
+
+    def __init__(self, x, made, granularity, rows, cols):
+        self.device, self.index, self.granularity, self.rows, self.cols = x.device, x.device.index, granularity, rows, cols
+        self.layouts = tuple((t.shape, t.stride(), t.dtype) for t in made)
+        mode = _PAIR_MODES[granularity]
+        self.amax = (x.shape[0] + x.shape[1] if mode else 1) if mode < 2 else None  # the zeroed buffer's length
+        self.launches = (CachedLaunch(), CachedLaunch())[-len(pair_steps(x, *made, x, granularity, rows, cols)):]
+
+    def run(self, x, out):
+        made = []
+        for t, (shape, stride, dtype) in zip(out, self.layouts):
+            if t is None:
+                t = torch.empty_strided(shape, stride, dtype=dtype, device=self.device)
+            elif t.shape != shape or t.stride() != stride or t.dtype != dtype or t.data_ptr() % 16:
+                return None
+            made.append(t)
+        amax = x if self.amax is None else torch.zeros(self.amax, dtype=torch.float32, device=self.device)
+        inputs = (x, *made, amax, self.granularity, self.rows, self.cols)
+        for cached, (prepare_step, ptrs) in zip(self.launches, pair_steps(*inputs)):
+            cached(self.index, ptrs, (), prepare_step, *inputs)
+        return tuple(made)
 
 
 def launch_pair(x, q, s, qt, st, granularity, rows, cols) -> None:
