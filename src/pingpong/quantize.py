@@ -60,6 +60,10 @@ order of the atomics changes nothing), then one cast pass that writes q and qt f
 registers (qt through tl.trans), its second read of x partly from L2. Block-wise both groups of
 an element lie inside one 128×128 tile (its 1×128 row pieces and its 128×1 column pieces), so
 one program reads the tile once and writes both. Scales stay on the device (no host sync).
+A pair call alike after one that ran on a GPU takes that call's `PairPlan` (no check but the
+grad check, outputs from the planned layouts, both launches from base addresses): an FP8
+training layer quantizes three operands a step, and where the step is host-bound (small
+layers, tensor parallelism) their host time is the step's.
 
 Stacked matrices x (G, N, K) (an experts' weights, pingpong.fp8_grouped_training) take the
 row-wise pair's two passes apart, for two products that run at different times (forward and
