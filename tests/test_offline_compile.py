@@ -116,6 +116,19 @@ def test_spill_detector_sees_local_memory_on_hopper():
     assert f.registers <= 64
 
 
+def test_a_missing_cuda_tool_is_named(monkeypatch):
+    """A Triton without cuobjdump (a trimmed bundle): the facts' tool call is a ToolMissing naming
+    the tool and the path looked at, before any subprocess runs (tests/conftest.py reports a test
+    it stops as skipped, with this message)."""
+    from pingpong.errors import ToolMissing
+
+    real = cc.os.path.isfile
+    monkeypatch.setattr(cc.os.path, "isfile", lambda p: False if p.endswith("cuobjdump") else real(p))
+    monkeypatch.setattr(cc.subprocess, "run", lambda *a, **k: pytest.fail("a subprocess ran"))
+    with pytest.raises(ToolMissing, match=r"cuobjdump: not found at .*backends/nvidia/bin/cuobjdump"):
+        cc._cuda_tool("cuobjdump", "-sass", b"")
+
+
 @pytest.mark.slow
 def test_spill_detector_sees_scratch_on_cdna():
     f = hog_facts("gfx942")

@@ -13,6 +13,11 @@ class TargetError(PingpongError):
     """An unknown compilation target or kernel name; the message lists the valid names."""
 
 
+class ToolMissing(PingpongError):
+    """A CUDA binary tool the offline compile facts read (cuobjdump) is not where Triton's NVIDIA
+    backend keeps its tools; the message names the tool and the path looked at."""
+
+
 def check_tensor(name: str, t, expected: str = "a torch.Tensor") -> None:
     """PingpongError naming `name` unless `t` is a dense (strided, not nested) torch.Tensor: the
     one check of what every tensor argument is, before anything reads its shape, strides or data."""

@@ -28,7 +28,7 @@ import tempfile
 import threading
 from typing import Any, Callable, Iterator
 
-from ..errors import TargetError
+from ..errors import TargetError, ToolMissing
 
 # --------------------------------------------------------------------------- targets
 
@@ -271,6 +271,10 @@ def _cuda_tool(tool: str, flag: str, cubin: bytes) -> str:
     import triton
 
     path = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", tool)
+    if not os.path.isfile(path):
+        raise ToolMissing(f"{tool}: not found at {path}; the offline compile facts (registers, spills, SASS) read the"
+                          " cubin with the CUDA binary tools that Triton's NVIDIA backend ships beside ptxas (pip's"
+                          " triton wheels have them): install such a Triton, or read Compiled.asm['ptx'] alone")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
