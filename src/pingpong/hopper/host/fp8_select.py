@@ -38,7 +38,9 @@ FP8, and the comments at each constant:
     (NARROW_EFFICIENCY; ties go to it), 128×192 (WIDE_EFFICIENCY: two column pieces, one set of
     parts, so the 64×192 accumulators fit) where 128×128 leaves much of its last wave idle, or
     ping-pong 64×128 (HALF_EFFICIENCY) where a mostly empty last tile-row of 128 costs more, or
-    the two-piece 128×160 and 128×144 (PIECE_EFFICIENCY) where they take a wave fewer of few.
+    the two-piece 128×160 and 128×144 (PIECE_EFFICIENCY) where they take a wave fewer of few, or
+    the staged cooperative swap-AB 128×144 and 128×160 (STAGED_SWAP_EFFICIENCY: N in 128-row
+    tiles, M in two column pieces) where they take as many waves on fewer padded columns.
 
     Long products (M·N·K at least LONG_WORK = 2^40 on LONG_SMS = 132 SMs, in proportion to
     the SM count: `long_product`): tensor-wise ones (promoted, one unsplit, unswapped launch)
@@ -95,7 +97,8 @@ def rule_fp8(M: int, N: int, K: int, promote: bool, sms: int, scaling: str = "te
 
     def unsplit(c: KernelConfig) -> KernelConfig:  # an unsplit 128×128, or another tile whose waves take less time
         return least_wave_time(M, N, sms, ((_NARROW, NARROW_EFFICIENCY), (c, 1.0), (_WIDE, WIDE_EFFICIENCY),
-                                           (_HALF, HALF_EFFICIENCY), *PIECE_EFFICIENCY.items())
+                                           (_HALF, HALF_EFFICIENCY), *PIECE_EFFICIENCY.items(),
+                                           *STAGED_SWAP_EFFICIENCY.items())
                                ) if narrow and c == _SQUARE else c
 
     if launch_bound(M, N, K):  # no workspace (module docstring)
@@ -187,6 +190,15 @@ WIDE_EFFICIENCY = 0.95
 #: against 9, which these speeds keep on 128×128 (fitted to H200 sweeps of 24 shapes of
 #: 964-3424 rows and an A/B of 11 more, both scalings)
 PIECE_EFFICIENCY = {_W160: 0.95, _W144: 0.9}
+#: per-FLOP speed of the staged cooperative swap-AB 128×144 and 128×160 (N in 128-row tiles, M in
+#: two column pieces) against 128×128 in the rule's waves, fitted to the H200 sweeps of two
+#: shapes where they take as many waves as the two-piece 128×160 (1041×2048×10944: one,
+#: 1577×3072×8192: two) and run faster: they win where M fills their columns better than 128-row
+#: tiles do at the same waves. Blind spot: their time on long or many-wave products varies more
+#: than the model sees (128×144 lost 5% at 1006×7168×20480 and won at 964×7168×20480; 128×160
+#: lost 4% at 3307×7168×5120 row-wise). 128 and 192 columns are no candidates here: they would
+#: take large products (8192³) that no sweep measured with them.
+STAGED_SWAP_EFFICIENCY = {STAGED_SWAPS[144]: 0.9, STAGED_SWAPS[160]: 0.96}
 #: per-FLOP speed of the ping-pong 64×128 tile against 128×128 above 128 rows: it wins only
 #: where 128-row tiles leave a mostly empty last tile-row or wave
 HALF_EFFICIENCY = 0.75
