@@ -298,6 +298,17 @@ def test_piece_efficiency_fits_the_measured_sweeps(scaling):
         assert math.exp(sum(logs) / len(logs)) > 0.993, name
 
 
+def test_staged_swaps_above_the_mid_rows_stay_within_the_rows_measured():
+    """The staged swap-AB 128×144 takes 1041×2048×10944 (run 451's fit: 0.831 → 0.871 over the
+    two-piece 128×160), and no swap-AB tile is picked past 4096 rows, where no sweep measured
+    them (5254×2048×10944 and 5254×4096×4096 would take 128×160 swap-AB at their speeds)."""
+    assert rule_fp8(1041, 2048, 10944, True, 132) == KC(128, 144, 128, swap_ab=True)
+    assert rule_fp8(1577, 3072, 8192, True, 132, "row") == KC(128, 144, 128, swap_ab=True)
+    for M, N, K in ((5254, 2048, 10944), (5254, 4096, 4096), (9726, 3584, 14336)):
+        for scaling in ("tensor", "row"):
+            assert not rule_fp8(M, N, K, True, 132, scaling).swap_ab, (M, N, K, scaling)
+
+
 def test_fp8_mid_rows_model_picks_what_was_measured_faster():
     """Tensor- and row-wise promoted products of 65-960 rows take the FP8 mid-rows model's tile
     (fp8_select.FP8_MID_ROWS); each pin is a shape of an A/B on an H200 (runs 382-383, 411-413,

@@ -339,17 +339,20 @@ def test_fp8_space_holds_split_k_and_decode_swap_ab(scaling, promote):
     """Split-K everywhere; swap-AB with tensor- or row-wise scales only: 16-64 columns of M for
     decode rows, ping-pong 64×64 up to the FP8 mid-rows model's limit for it (192 rows), the
     two-piece 64×144 and 64×160 from 129 rows up to their widths, the cooperative 128×128-192
-    (staged through TMA) from 129 rows up to tune.SWAP_MAX_M, none beyond; the selection's
-    swap-AB pick at 150 rows is in the space."""
+    (staged through TMA) from 129 rows up to the FP8 rule's last row for them
+    (fp8_select.STAGED_SWAP_MAX_M), none beyond; the selection's swap-AB pick at 150 rows is in
+    the space."""
+    from pingpong.hopper.host.fp8_select import STAGED_SWAP_MAX_M
+
     decode, wide = tune.fp8_space(16, 8192, 8192, scaling, promote), tune.fp8_space(512, 4096, 4096, scaling, promote)
     mid = tune.fp8_space(150, 2048, 10944, scaling, promote)
     staged = {(128, bn, "cooperative") for bn in (128, 144, 160, 192)} if scaling != "block" else set()
     assert {1, 2, 4, 8} <= {c.split_k for c in decode} and {1, 2} <= {c.split_k for c in wide}
     assert any(c.swap_ab for c in decode) == (scaling != "block")
-    for M in (193, 512, tune.SWAP_MAX_M):
+    for M in (193, 512, STAGED_SWAP_MAX_M):
         got = {(c.block_m, c.block_n, c.schedule) for c in tune.fp8_space(M, 4096, 4096, scaling, promote) if c.swap_ab}
         assert got == staged, (M, got)
-    assert not any(c.swap_ab for c in tune.fp8_space(tune.SWAP_MAX_M + 1, 4096, 4096, scaling, promote))
+    assert not any(c.swap_ab for c in tune.fp8_space(STAGED_SWAP_MAX_M + 1, 4096, 4096, scaling, promote))
     assert {c.block_n for c in decode if c.swap_ab} == ({16, 32, 64} if scaling != "block" else set())
     assert {(c.block_m, c.block_n, c.schedule) for c in mid if c.swap_ab} == (
         {(64, 64, "pingpong"), (64, 160, "pingpong")} | staged if scaling != "block" else set())

@@ -47,7 +47,7 @@ from ..errors import ConfigError, PingpongError
 from ..hopper.host import table as tables
 from ..hopper.host.splits import effective_splits
 from ..runtime.spec import SCALE_BLOCK
-from ..hopper.host.fp8_select import STAGED_SWAPS
+from ..hopper.host.fp8_select import STAGED_SWAP_MAX_M, STAGED_SWAPS
 from ..hopper.host.select import (DECODE_M, DEFAULT_SMS, FEW_WIDTHS, MID_M, MID_ROWS_MAX_M, MID_ROWS_WHOLE_TILES,
                                   MID_WIDTHS, SMALL_TILE_K_BYTES, WAVE_SWAP_MAX_M, choose, heuristic_config,
                                   mid_rows_decides)
@@ -91,11 +91,11 @@ FP8_SPLITS = (1, 2, 4, 8)
 #: ping-pong 64×64 as far as the FP8 mid-rows model takes it (None: the model's row limit of
 #: that swap-AB tile, fp8_select.FP8_MID_ROWS.max_m), the two-piece ones where one 128-row tile
 #: would leave a second tile-row almost empty (from MID_M + 1 rows up to the model's limit, their
-#: width), and FP8_STAGED_SWAPS (searched as far as the 16-bit swap, SWAP_MAX_M rows)
+#: width), and FP8_STAGED_SWAPS (as far as the rule takes them, fp8_select.STAGED_SWAP_MAX_M rows)
 FP8_STAGED_SWAPS = tuple((c.block_m, c.block_n) for c in STAGED_SWAPS.values())  # cooperative only
 FP8_SWAP_TILES = {(64, 16): (1, DECODE_M), (64, 32): (1, DECODE_M), (128, 16): (1, DECODE_M),
                   (128, 32): (1, DECODE_M), (64, 64): (1, None), (64, 144): (MID_M + 1, None),
-                  (64, 160): (MID_M + 1, None), **{tile: (MID_M + 1, SWAP_MAX_M) for tile in FP8_STAGED_SWAPS}}
+                  (64, 160): (MID_M + 1, None), **{tile: (MID_M + 1, STAGED_SWAP_MAX_M) for tile in FP8_STAGED_SWAPS}}
 #: what the tuned FP8 inputs are (bench_fp8.make_fp8_inputs): W's scales in 128×128 blocks, bf16 out
 FP8_SB_COLS = SCALE_BLOCK
 FP8_OUT_BYTES = 2

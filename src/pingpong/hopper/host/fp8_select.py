@@ -40,7 +40,8 @@ FP8, and the comments at each constant:
     ping-pong 64×128 (HALF_EFFICIENCY) where a mostly empty last tile-row of 128 costs more, or
     the two-piece 128×160 and 128×144 (PIECE_EFFICIENCY) where they take a wave fewer of few, or
     the staged cooperative swap-AB 128×144 and 128×160 (STAGED_SWAP_EFFICIENCY: N in 128-row
-    tiles, M in two column pieces) where they take as many waves on fewer padded columns.
+    tiles, M in two column pieces) where they take as many waves on fewer padded columns, up to
+    STAGED_SWAP_MAX_M rows (where `pingpong tune` searches them too).
 
     Long products (M·N·K at least LONG_WORK = 2^40 on LONG_SMS = 132 SMs, in proportion to
     the SM count: `long_product`): tensor-wise ones (promoted, one unsplit, unswapped launch)
@@ -98,7 +99,7 @@ def rule_fp8(M: int, N: int, K: int, promote: bool, sms: int, scaling: str = "te
     def unsplit(c: KernelConfig) -> KernelConfig:  # an unsplit 128×128, or another tile whose waves take less time
         return least_wave_time(M, N, sms, ((_NARROW, NARROW_EFFICIENCY), (c, 1.0), (_WIDE, WIDE_EFFICIENCY),
                                            (_HALF, HALF_EFFICIENCY), *PIECE_EFFICIENCY.items(),
-                                           *STAGED_SWAP_EFFICIENCY.items())
+                                           *(STAGED_SWAP_EFFICIENCY.items() if M <= STAGED_SWAP_MAX_M else ()))
                                ) if narrow and c == _SQUARE else c
 
     if launch_bound(M, N, K):  # no workspace (module docstring)
@@ -196,9 +197,11 @@ PIECE_EFFICIENCY = {_W160: 0.95, _W144: 0.9}
 #: 1577×3072×8192: two) and run faster: they win where M fills their columns better than 128-row
 #: tiles do at the same waves. Blind spot: their time on long or many-wave products varies more
 #: than the model sees (128×144 lost 5% at 1006×7168×20480 and won at 964×7168×20480; 128×160
-#: lost 4% at 3307×7168×5120 row-wise). 128 and 192 columns are no candidates here: they would
-#: take large products (8192³) that no sweep measured with them.
+#: lost 4% at 3307×7168×5120 row-wise). Up to STAGED_SWAP_MAX_M rows, about as far as the
+#: sweeps reached (3424 rows; beyond, with N of 2048-4096, they would take products of up to
+#: 17000 rows that none measured); 128 and 192 columns are no candidates: they would take 8192³.
 STAGED_SWAP_EFFICIENCY = {STAGED_SWAPS[144]: 0.9, STAGED_SWAPS[160]: 0.96}
+STAGED_SWAP_MAX_M = 4096
 #: per-FLOP speed of the ping-pong 64×128 tile against 128×128 above 128 rows: it wins only
 #: where 128-row tiles leave a mostly empty last tile-row or wave
 HALF_EFFICIENCY = 0.75
