@@ -753,10 +753,12 @@ MUTATIONS = [
      "tests/test_select.py -k mid_rows"),
     # -- the FP8 rule's staged swap-AB tiles above the mid rows (fp8_select.STAGED_SWAP_EFFICIENCY)
     ("FP8 rule: no staged swap-AB above the mid rows", "src/pingpong/hopper/host/fp8_select.py",
-     "*(STAGED_SWAP_EFFICIENCY.items() if M <= STAGED_SWAP_MAX_M else ()))", ")",
+     "*(STAGED_SWAP_EFFICIENCY.items() if staged_swaps else ()))", ")",
      "tests/test_fp8.py -k piece_efficiency"),
     ("FP8 rule: staged swap-AB past the rows measured", "src/pingpong/hopper/host/fp8_select.py",
      "STAGED_SWAP_MAX_M = 4096", "STAGED_SWAP_MAX_M = 1 << 20", "tests/test_fp8.py -k staged"),
+    ("FP8 rule: staged swap-AB on long tensor-wise products", "src/pingpong/hopper/host/fp8_select.py",
+     'not (scaling == "tensor" and long_product(M, N, K, sms))', "True", "tests/test_fp8.py -k staged"),
     ("FP8 rule: the staged 128x160 swap-AB's speed raised unmeasured", "src/pingpong/hopper/host/fp8_select.py",
      "STAGED_SWAPS[160]: 0.96}", "STAGED_SWAPS[160]: 1.0}", "tests/test_fp8.py -k piece_efficiency"),
     # -- quantize_fp8_pair's plans (pingpong.quantize.PairPlan)

@@ -301,12 +301,17 @@ def test_piece_efficiency_fits_the_measured_sweeps(scaling):
 def test_staged_swaps_above_the_mid_rows_stay_within_the_rows_measured():
     """The staged swap-AB 128×144 takes 1041×2048×10944 (run 451's fit: 0.831 → 0.871 over the
     two-piece 128×160), and no swap-AB tile is picked past 4096 rows, where no sweep measured
-    them (5254×2048×10944 and 5254×4096×4096 would take 128×160 swap-AB at their speeds)."""
+    them (5254×2048×10944 and 5254×4096×4096 would take 128×160 swap-AB at their speeds), nor on
+    a long tensor-wise product."""
     assert rule_fp8(1041, 2048, 10944, True, 132) == KC(128, 144, 128, swap_ab=True)
     assert rule_fp8(1577, 3072, 8192, True, 132, "row") == KC(128, 144, 128, swap_ab=True)
     for M, N, K in ((5254, 2048, 10944), (5254, 4096, 4096), (9726, 3584, 14336)):
         for scaling in ("tensor", "row"):
             assert not rule_fp8(M, N, K, True, 132, scaling).swap_ab, (M, N, K, scaling)
+    # long tensor-wise products keep their unswapped tile (the row-wise kernel's, kernel_scaling);
+    # row-wise, 128×160 swap-AB was measured faster at 1415×57344×8192 (run 451)
+    assert not rule_fp8(1426, 57344, 14336, True, 132).swap_ab
+    assert rule_fp8(1426, 57344, 14336, True, 132, "row") == KC(128, 160, 128, swap_ab=True)
 
 
 def test_fp8_mid_rows_model_picks_what_was_measured_faster():

@@ -41,7 +41,8 @@ FP8, and the comments at each constant:
     the two-piece 128×160 and 128×144 (PIECE_EFFICIENCY) where they take a wave fewer of few, or
     the staged cooperative swap-AB 128×144 and 128×160 (STAGED_SWAP_EFFICIENCY: N in 128-row
     tiles, M in two column pieces) where they take as many waves on fewer padded columns, up to
-    STAGED_SWAP_MAX_M rows (where `pingpong tune` searches them too).
+    STAGED_SWAP_MAX_M rows (where `pingpong tune` searches them too), except on long tensor-wise
+    products (below), unmeasured with them.
 
     Long products (M·N·K at least LONG_WORK = 2^40 on LONG_SMS = 132 SMs, in proportion to
     the SM count: `long_product`): tensor-wise ones (promoted, one unsplit, unswapped launch)
@@ -96,10 +97,14 @@ def rule_fp8(M: int, N: int, K: int, promote: bool, sms: int, scaling: str = "te
     else:
         tile = KernelConfig(128, 128 if promote else 256, SCALE_BLOCK, schedule="cooperative")
 
+    # the staged swap-AB tiles where they were measured: not on long tensor-wise products, whose
+    # unswapped tiles run the row-wise kernel (module docstring, `kernel_scaling`)
+    staged_swaps = M <= STAGED_SWAP_MAX_M and not (scaling == "tensor" and long_product(M, N, K, sms))
+
     def unsplit(c: KernelConfig) -> KernelConfig:  # an unsplit 128×128, or another tile whose waves take less time
         return least_wave_time(M, N, sms, ((_NARROW, NARROW_EFFICIENCY), (c, 1.0), (_WIDE, WIDE_EFFICIENCY),
                                            (_HALF, HALF_EFFICIENCY), *PIECE_EFFICIENCY.items(),
-                                           *(STAGED_SWAP_EFFICIENCY.items() if M <= STAGED_SWAP_MAX_M else ()))
+                                           *(STAGED_SWAP_EFFICIENCY.items() if staged_swaps else ()))
                                ) if narrow and c == _SQUARE else c
 
     if launch_bound(M, N, K):  # no workspace (module docstring)
