@@ -153,3 +153,22 @@ def test_rule_swaps_and_splits_few_tiles_of_n(mode):
         qa, qb, sa, sb, ref = operands(M, N, K, mode, seed)
         out = poisoned_call(lambda: pingpong.scaled_mm(qa, qb, sa, sb), (M, N), torch.bfloat16)
         bounded(out, ref, seed, 1e-2)
+
+
+@pytest.mark.parametrize("mode", ["tensor", "row"])
+def test_rule_takes_staged_swaps_above_the_mid_rows(mode):
+    """Above 960 rows the rule's staged cooperative swap-AB tiles (fp8_select.STAGED_SWAP_EFFICIENCY:
+    128×144 at 1041×2048×10944 and 1577×3072×8192, 128×160 at 1029×28672×3584 row-wise), through
+    the public call, into NaN-poisoned outputs, against float64."""
+    from pingpong.hopper.host.fp8_select import rule_fp8
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    shapes = [(1041, 2048, 10944), (1577, 3072, 8192)] + ([(1029, 28672, 3584)] if mode == "row" else [])
+    for M, N, K in shapes:
+        config = rule_fp8(M, N, K, True, sms, mode)
+        assert config.swap_ab and config.schedule == "cooperative" and config.block_n in (144, 160), config
+        seed = seed_of("staged-rule", mode, M, N, K)
+        qa, qb, sa, sb, ref = operands(M, N, K, mode, seed)
+        out = poisoned_call(lambda: pingpong.scaled_mm(qa, qb, sa, sb), (M, N), torch.bfloat16)
+        bounded(out, ref, seed, 1e-2)
+
