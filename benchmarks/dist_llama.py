@@ -91,8 +91,10 @@ record_shapes profile of 3 more steps; rank 0 prints each model's first 10 rows.
 Output: one table printed last by rank 0; the rows as JSON in --json, and in
 $OUT/dist_llama.json when OUT is set. --host-profile: for each row, every rank's cProfile of
 one step of each model (where a host-bound step's time goes), host_profile-<row>-<variant>-<model>-rank<R>.txt
-(`Env.variant`: bf16, fp8-<recipe>, then -sp-<stream> and -async-tp where given). --trace (CUDA):
-every rank's profiler timeline of 3 steps of each model, trace-<row>-<variant>-<model>-rank<R>.json.
+(`Env.variant`: bf16, fp8-<recipe>, then -sp-<stream> and -async-tp where given). --trace:
+every rank's profiler timeline of 3 steps of each model, trace-<row>-<variant>-<model>-rank<R>.json,
+and per step in the JSON's timeline_ranks (`timeline_summary`, one per rank): the GPU work's
+span, the compute stream's launches, busy and idle ms, and communication kernels' ms.
 """
 
 from __future__ import annotations
@@ -782,19 +784,46 @@ def aligned(fn, env):
     return call
 
 
-def trace(fn, env, tag, n=3) -> None:
+def trace(fn, env, tag, n=3) -> dict:
     """--trace: every rank's profiler timeline (CPU and CUDA) of n steps run back to back as in
     the timed rounds, trace-<tag>-rank<R>.json (in $OUT when set; chrome://tracing or Perfetto
-    shows the ranks' GPU streams side by side): where a rank's GPU idles or waits for the other."""
+    shows the ranks' GPU streams side by side): where a rank's GPU idles or waits for the other.
+    Returns this rank's `timeline_summary` of it, per step."""
     from torch.profiler import ProfilerActivity, profile
 
+    cuda = env.device.type == "cuda"
     sync(env)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]) as prof:
         for _ in range(n):
             fn()
-        torch.cuda.synchronize()
-    prof.export_chrome_trace(os.path.join(os.environ.get("OUT", "."), f"trace-{tag}-rank{env.rank}.json"))
+        if cuda:
+            torch.cuda.synchronize()
+    path = os.path.join(os.environ.get("OUT", "."), f"trace-{tag}-rank{env.rank}.json")
+    prof.export_chrome_trace(path)
     sync(env)
+    with open(path) as f:
+        return timeline_summary(json.load(f)["traceEvents"], n)
+
+
+def timeline_summary(events, steps: int) -> dict:
+    """Per step, from a profiler trace's events: the span of its GPU work (first kernel's start
+    to last kernel's end), and on the stream that ran the most kernels (the compute stream) the
+    kernels launched, their busy time and the idle time between them; communication kernels'
+    time (`communication`) apart. Busy far below span on a rank whose peer waits in NCCL: a
+    host-bound rank (benchmarks/results/2026-11-29-i-twenty-fourth-session.md)."""
+    kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")]
+    if not kernels:
+        return {}
+    by_stream: dict = {}
+    for e in kernels:
+        by_stream.setdefault(e.get("args", {}).get("stream"), []).append(e)
+    main = sorted(max(by_stream.values(), key=len), key=lambda e: e["ts"])
+    compute = [e for e in main if not communication(e["name"])]
+    idle = sum(max(0.0, b["ts"] - (a["ts"] + a["dur"])) for a, b in zip(main, main[1:]))
+    span = max(e["ts"] + e["dur"] for e in kernels) - min(e["ts"] for e in kernels)
+    per = lambda us: round(us / 1e3 / steps, 3)  # noqa: E731  (µs over the steps → ms per step)
+    return dict(span_ms=per(span), launches=round(len(main) / steps, 1), busy_ms=per(sum(e["dur"] for e in compute)),
+                idle_ms=per(idle), comm_ms=per(sum(e["dur"] for e in kernels if communication(e["name"]))))
 
 
 def host_profile(fn, env, tag) -> None:
@@ -859,7 +888,9 @@ def run_row(arch, c, workload, mode, meshes, env, args) -> dict:
             host_profile(fn, env, f"{workload}-{mode}-{env.variant}-{name}")
     if args.trace:
         for name, fn in steps.items():
-            trace(fn, env, f"{workload}-{mode}-{env.variant}-{name}")
+            mine, every = trace(fn, env, f"{workload}-{mode}-{env.variant}-{name}"), [None] * env.world
+            dist.all_gather_object(every, mine)
+            row["per_step"][name]["timeline_ranks"] = every
     if mode == "compiled":
         row["graph_breaks"] = sum(counters["graph_break"].values())
         row["graphs"] = counters["stats"]["unique_graphs"]

@@ -194,3 +194,18 @@ def test_step_products_counts_each_kernel_for_the_gemm_that_launched_it(dist_lla
         ("pingpong::mm", 4096, 1024, 4096, "nt", 1, 0.42, ["warp_specialized_gemm", "copy_kernel"],
          "hopper cooperative:128x256x64/g8"),
         ("aten::mm", 4096, 1024, 4096, "nt", 1, 0.3, ["nvjet_sm90_tst_128x256"], None)]
+
+
+def test_timeline_summary_counts_the_compute_streams_busy_and_idle_time(dist_llama):
+    """--trace's summary per step: a compute stream of 3 kernels (10 µs each, 20 and 40 µs apart)
+    and an NCCL kernel on another stream, over 2 steps: per step a span of 45 µs, 1.5 launches,
+    15 µs busy, 30 idle and 10 of communication (in ms); a trace without kernels gives nothing."""
+    def kernel(name, ts, dur, stream):
+        return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "args": {"stream": stream}}
+
+    events = [kernel("fp8_gemm", 0, 10, 7), kernel("_pair_amax_kernel", 30, 10, 7), kernel("fp8_gemm", 80, 10, 7),
+              kernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 50, 20, 17),
+              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 500}]
+    got = dist_llama.timeline_summary(events, 2)
+    assert got == dict(span_ms=0.045, launches=1.5, busy_ms=0.015, idle_ms=0.03, comm_ms=0.01), got
+    assert dist_llama.timeline_summary(events[-1:], 2) == {}
