@@ -266,3 +266,33 @@ def test_pair_plan_hit_still_refuses_grad_and_takes_only_plain_tensors(monkeypat
 
     assert quantize._pair_key(x.detach().as_subclass(Sub), "row", E4M3, 16, True, True) is None
     assert quantize._pair_key(x.detach().to_sparse(), "row", E4M3, 16, True, True) is None
+
+
+def test_pair_plan_is_made_with_pair_likes_layouts_whatever_out_the_first_call_had(monkeypatch):
+    """The first call of a signature makes its PairPlan from pair_like's layouts even when that
+    call writes into an `out` of another layout (which then goes through launch_pair); the next
+    call without `out` gets pair_like's layouts from the plan."""
+    x = torch.randn(20, 128, dtype=torch.float16)
+    plan, launched = _stored_plan(monkeypatch, x)  # (stubs the device queries; the plan is replaced below)
+    quantize._PAIR_PLANS.clear()
+    monkeypatch.setattr(quantize, "_plans_on", lambda t: True)
+    monkeypatch.setattr(quantize, "interpreter_enabled", lambda: True)  # the CPU x passes check_pair
+    made, real = [], quantize.PairPlan
+
+    def make(t, outputs, *args):
+        made.append(real(t, outputs, *args))
+        made[-1].index = 0
+        for cached in made[-1].launches:
+            cached.bound, cached.grid, cached.key = plan.launches[0].bound, (1, 1, 1), plan.launches[0].key
+        return made[-1]
+
+    monkeypatch.setattr(quantize, "PairPlan", make)
+    slow = []
+    monkeypatch.setattr(quantize, "launch_pair", lambda *a: slow.append(a))
+    want = quantize.pair_like(x, "row", E4M3, 16, True, True)
+    odd_qt = torch.empty_strided(want[2].shape, (1, want[2].shape[0]), dtype=E4M3)
+    quantize.quantize_pair_direct(x, out=(None, None, odd_qt, want[3]))
+    assert len(made) == 1 and len(slow) == 1 and slow[0][3] is odd_qt  # planned, then the checked launch
+    got = quantize.quantize_pair_direct(x)
+    assert len(slow) == 1 and len(made) == 1  # the plan's launches
+    assert [(t.shape, t.stride()) for t in got] == [(t.shape, t.stride()) for t in want]

@@ -604,13 +604,19 @@ def quantize_pair_direct(x, granularity="row", dtype=torch.float8_e4m3fn, pad=16
         return q, s, qt, st
     if not cols:  # one axis: quantize_fp8's own kernels (one read for "row")
         launch(x, q, s, granularity)
-    elif key is not None and x.device.type == "cuda":
-        plan = PairPlan(x, (q, s, qt, st), granularity, rows, cols)
-        plan.run(x, (q, s, qt, st))
-        _PAIR_PLANS.get_or_make(key, lambda: plan)
-    else:
-        launch_pair(x, q, s, qt, st, granularity, rows, cols)
+        return q, s, qt, st
+    if key is not None and _plans_on(x):  # the signature's plan (pair_like's layouts), made once
+        plan = _PAIR_PLANS.get_or_make(key, lambda: PairPlan(x, pair_like(x, granularity, dtype, pad, rows, cols),
+                                                             granularity, rows, cols))
+        if plan.run(x, (q, s, qt, st)) is not None:
+            return q, s, qt, st
+    launch_pair(x, q, s, qt, st, granularity, rows, cols)  # the interpreter, or an out of another layout than planned
     return q, s, qt, st
+
+
+def _plans_on(x) -> bool:
+    """Whether x's pair calls keep PairPlans: on a GPU (the CPU runs Triton's interpreter)."""
+    return x.device.type == "cuda"
 
 
 def _pair_key(x, granularity, dtype, pad, rows, cols):
@@ -626,12 +632,13 @@ def _pair_key(x, granularity, dtype, pad, rows, cols):
 
 
 class PairPlan:
-    """One quantize_fp8_pair call signature on a GPU, both axes asked for, decided once after a
-    call that passed check_pair (`quantize_pair_direct`): the outputs' shapes, strides and dtypes
-    (as `pair_like` made them), and the launches of `launch_pair` (the amax pass into a fresh
-    zeroed buffer, then the cast; block-wise the cast alone), each a CachedLaunch of its own. A
-    call alike allocates its outputs and launches from base addresses; an `out` buffer of
-    another layout or alignment than planned sends the call back to the checked path (None)."""
+    """One quantize_fp8_pair call signature on a GPU, both axes asked for, decided once by a call
+    that passed check_pair (`quantize_pair_direct`): the outputs' shapes, strides and dtypes (of
+    `made`: pair_like's, whatever `out` that call was given), and the launches of `launch_pair`
+    (the amax pass into a fresh zeroed buffer, then the cast; block-wise the cast alone), each a
+    CachedLaunch of its own. A call alike allocates its outputs and launches from base
+    addresses; an `out` buffer of another layout or alignment than planned launches nothing and
+    gives None (the caller takes the checked path)."""
 
     __slots__ = ("device", "index", "granularity", "rows", "cols", "layouts", "amax", "launches")
 
