@@ -617,10 +617,7 @@ def per_step(fn, env, n=3, products=False) -> dict:
         fn()
         host.append((time.perf_counter() - t0) * 1e3)
     out = dict(host_ms=statistics.median(host))
-    every = torch.zeros(env.world, dtype=torch.float64, device=env.device)
-    every[env.rank] = out["host_ms"]
-    dist.all_reduce(every)
-    out["host_ms_ranks"] = [round(v, 3) for v in every.tolist()]  # a rank slower to issue makes the others wait
+    out["host_ms_ranks"] = every_rank(out["host_ms"], env)  # a rank slower to issue makes the others wait
     if env.device.type == "cuda":
         sync(env)
         kernels = kernel_us(aligned(fn, env), n)
@@ -629,13 +626,18 @@ def per_step(fn, env, n=3, products=False) -> dict:
         out["comm_ms"] = comm / 1e3
         top = sorted(kernels.items(), key=lambda kv: -kv[1])[:12]  # where a GPU ms difference lies
         out["kernels_ms"] = {name[:90]: round(us / 1e3, 3) for name, us in top}
-        every = torch.zeros(env.world, dtype=torch.float64, device=env.device)
-        every[env.rank] = out["comm_ms"]
-        dist.all_reduce(every)
-        out["comm_ms_ranks"] = [round(v, 3) for v in every.tolist()]
+        out["comm_ms_ranks"] = every_rank(out["comm_ms"], env)
     if products:
         out["products_ms"] = products_ms(fn, env, n)
     return out
+
+
+def every_rank(value: float, env) -> list:
+    """Every rank's `value`, in rank order (one all-reduce; every rank calls it)."""
+    every = torch.zeros(env.world, dtype=torch.float64, device=env.device)
+    every[env.rank] = value
+    dist.all_reduce(every)
+    return [round(v, 3) for v in every.tolist()]
 
 
 #: the profiler events that are one GEMM each, and where their operands are among the event's

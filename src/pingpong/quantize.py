@@ -640,14 +640,12 @@ class PairPlan:
     addresses; an `out` buffer of another layout or alignment than planned launches nothing and
     gives None (the caller takes the checked path)."""
 
-    __slots__ = ("device", "index", "granularity", "rows", "cols", "layouts", "amax", "launches")
+    __slots__ = ("device", "index", "granularity", "rows", "cols", "layouts", "launches")
 
     def __init__(self, x, made, granularity, rows, cols):
         self.device, self.index, self.granularity, self.rows, self.cols = x.device, x.device.index, granularity, rows, cols
         self.layouts = tuple((t.shape, t.stride(), t.dtype) for t in made)
-        mode = _PAIR_MODES[granularity]
-        self.amax = (x.shape[0] + x.shape[1] if mode else 1) if mode < 2 else None  # the zeroed buffer's length
-        self.launches = (CachedLaunch(), CachedLaunch())[-len(pair_steps(x, *made, x, granularity, rows, cols)):]
+        self.launches = tuple(CachedLaunch() for _ in range(2 if _PAIR_MODES[granularity] < 2 else 1))  # pair_steps'
 
     def run(self, x, out):
         made = []
@@ -657,8 +655,7 @@ class PairPlan:
             elif t.shape != shape or t.stride() != stride or t.dtype != dtype or t.data_ptr() % 16:
                 return None
             made.append(t)
-        amax = x if self.amax is None else torch.zeros(self.amax, dtype=torch.float32, device=self.device)
-        inputs = (x, *made, amax, self.granularity, self.rows, self.cols)
+        inputs = (x, *made, amax_buffer(x, self.granularity), self.granularity, self.rows, self.cols)
         for cached, (prepare_step, ptrs) in zip(self.launches, pair_steps(*inputs)):
             cached(self.index, ptrs, (), prepare_step, *inputs)
         return tuple(made)
@@ -669,10 +666,7 @@ def launch_pair(x, q, s, qt, st, granularity, rows, cols) -> None:
     "tensor" and "row" the amax pass into one zeroed buffer, then the cast; block-wise the cast
     alone. On a GPU each goes through Triton's JIT once per call shape and is launched directly
     after (`bound_pair`, as `launch`); CPU tensors run in Triton's interpreter."""
-    M, K = x.shape
-    mode = _PAIR_MODES[granularity]
-    amax = torch.zeros(M + K if mode else 1, dtype=torch.float32, device=x.device) if mode < 2 else x
-    inputs = (x, q, s, qt, st, amax, granularity, rows, cols)
+    inputs = (x, q, s, qt, st, amax_buffer(x, granularity), granularity, rows, cols)
     steps = pair_steps(*inputs)
     if x.device.type == "cpu":  # the interpreter
         for prepare_step, _ in steps:
@@ -682,6 +676,15 @@ def launch_pair(x, q, s, qt, st, granularity, rows, cols) -> None:
     device = x.device.index
     for cached, (prepare_step, ptrs) in zip(bound_pair(*inputs)[-len(steps):], steps):
         cached(device, ptrs, (), prepare_step, *inputs)
+
+
+def amax_buffer(x, granularity: str) -> torch.Tensor:
+    """The pair's zeroed fp32 amax buffer ("row": M rows' then K columns' maxima; "tensor": one),
+    fresh from the caching allocator; block-wise, which has no amax pass, x itself (unread)."""
+    mode = _PAIR_MODES[granularity]
+    if mode >= 2:
+        return x
+    return torch.zeros(x.shape[0] + x.shape[1] if mode else 1, dtype=torch.float32, device=x.device)
 
 
 def pair_steps(x, q, s, qt, st, amax, granularity, rows, cols) -> list:
