@@ -370,6 +370,29 @@ def test_quantize_pair_direct_launch_passes_what_triton_passes(monkeypatch, gran
             assert got[:len(ptrs)] == list(ptrs)
 
 
+@pytest.mark.parametrize("M, K", [(40, 1024), (17, 300), (16384, 4608)])
+def test_quantize_tensor_direct_launches_pass_what_triton_passes(monkeypatch, M, K):
+    """Tensor-wise quantize_fp8's two kernels (pingpong.quantize._launch_tensor's CachedLaunches):
+    each step's addresses (`tensor_steps`: the amax pass's x and partials; the cast's x, q, s and
+    the partials, or past TENSOR_PARTIALS (16384 × 4608) the one after them) then the sizes,
+    strides and constexprs, as Triton's JIT passes them."""
+    x = torch.empty(M, K, dtype=torch.bfloat16)
+    q, s = quantize.rows_like(x, "tensor", E4)
+    P = quantize._tensor_partials(M, K)
+    partial = torch.empty(P + (P > quantize.TENSOR_PARTIALS))
+    steps = quantize.tensor_steps(x, q, s, partial)
+    assert steps[1][1][3] == partial.data_ptr() + (4 * P if M == 16384 else 0)
+    with cc.offline("sm_90a"):
+        from triton.runtime import driver
+
+        monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+        calls = fake_launcher.install(driver.active)
+        for prepare_step, ptrs in steps:
+            got, want = _launched_both_ways(monkeypatch, calls, *prepare_step(x, q, s, partial), ptrs)
+            assert got == want, (prepare_step.__name__, got, want)
+            assert got[:len(ptrs)] == list(ptrs)
+
+
 # ----------------------------------------------------------------------------- launch keys
 # Launch-cache keys and guards that only the GPU path uses, tested as functions on the CPU
 # (issue 44): a wrong key reuses a kernel compiled for another dtype or alignment (wrong

@@ -50,7 +50,9 @@ def test_decode_with_a_wide_weight_needs_no_split():
 
 @pytest.mark.parametrize("n", [4096, 8192, 16384])
 def test_large_problems_take_the_big_tile_unsplit(n):
-    assert select_config(n, n, n, device=UNTUNED) == KernelConfig(128, 256, 64, schedule="cooperative")
+    # 4096³: 3.9 waves of 64 k-steps, 64-column epilogue sub-tiles (test_few_waves_of_short_loops_...)
+    assert select_config(n, n, n, device=UNTUNED) == KernelConfig(128, 256, 64, schedule="cooperative",
+                                                                  epilogue_n=64 if n == 4096 else None)
     assert select_config(8192, 28672, 4096, device=UNTUNED) == KernelConfig(128, 256, 64)
 
 
@@ -72,10 +74,28 @@ def test_tile_width_follows_wave_quantization(M, N, K, width):
     assert (c.block_m, c.block_n, c.split_k, c.swap_ab) == (128, width, 1, False)
     # one wave of 128×192 tiles (512×6144, 1536³) takes 32-column epilogue sub-tiles: a 5th ring
     # stage; of 128×256 (2048×2048×8192: 0.970 → 0.989 of cuBLAS on an H200, RESULTS.md run 385)
-    # 64-column ones: a 4th
-    one_wave = -(-M // 128) * -(-N // width) <= 132 and width in (192, 256)
-    want = {192: (32, 5), 256: (64, 4)}.get(width) if one_wave else (None, c.derive().stages)
+    # 64-column ones: a 4th, and so do up to 4 waves of 128×256 when K is at most 64 k-steps of 64
+    # (2048×6144×4096 0.981 → 1.002, 2048×4096×4096 0.956 → 0.985)
+    tiles = -(-M // 128) * -(-N // width)
+    subtiled = (tiles <= 132 and width in (192, 256)) or (width == 256 and tiles <= 4 * 132 and K <= 4096)
+    want = {192: (32, 5), 256: (64, 4)}.get(width) if subtiled else (None, c.derive().stages)
     assert (c.epilogue_n, c.derive().stages) == want
+
+
+@pytest.mark.parametrize("M, N, K, subtiled", [
+    (2048, 8192, 2048, True),    # 512 tiles of 128×256 (3.9 waves), 32 k-steps: 0.979 → 0.992 (H200)
+    (352, 21888, 2048, True),    # the mid-rows model's 128×256, 2 waves: 0.889 → 0.985
+    (1922, 3584, 3584, True),    # 1.7 waves, 56 k-steps: 0.805 → 0.842
+    (8192, 4096, 4096, False),   # 7.8 waves: 0.991 → 0.949 with them
+    (6953, 3072, 3072, False),   # 5 waves: 0.994 → 0.980
+    (1318, 9216, 7168, False),   # 3 waves of 112 k-steps: 0.995 → 0.931
+    (3263, 2048, 10944, False),  # 1.6 waves of 171 k-steps: 0.892 → 0.844
+])
+def test_few_waves_of_short_loops_take_epilogue_subtiles(M, N, K, subtiled):
+    """128×256 tiles over a few waves of a short K loop: 64-column epilogue sub-tiles."""
+    c = select_config(M, N, K, device=UNTUNED)
+    assert (c.block_m, c.block_n, c.split_k, c.swap_ab) == (128, 256, 1, False), c
+    assert c.epilogue_n == (64 if subtiled else None), c
 
 
 @pytest.mark.parametrize("M, N, K, swapped", [

@@ -32,9 +32,9 @@ tensor-wise's second pass walks backward from where the first ended (the end of 
 0.85 of its 5 bytes per element instead of 0.82. Loading x with evict_first cost 0.5-1.5%.
 Offsets are int64 per row (x past 2³¹ elements: DeepSeek-V3's stacked expert weights).
 
-On a GPU the row and block kernels and quantize_fp8_pair's two go through Triton's JIT once per
-call shape, then launch directly (`launch`, `launch_pair`: runtime.launcher.CachedLaunch, as the
-GEMM plans do); tensor-wise's two kernels stay on the JIT.
+On a GPU every kernel here (row, block, tensor-wise's two, quantize_fp8_pair's two) goes through
+Triton's JIT once per call shape, then launches directly (`launch`, `launch_pair`:
+runtime.launcher.CachedLaunch, as the GEMM plans do).
 
 The scales of "row" and "block" are scale_a's layout for an activation A (M, K); for a weight
 W (N, K), pass `scale.t()` as scale_b ((1, N) row-wise; (K/128, N/128) from "block128x128").
@@ -514,21 +514,69 @@ def _row_tile(K: int):
 
 
 def _launch_tensor(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> None:
-    """Tensor-wise: the amax partials, then the cast (two launches through Triton's JIT)."""
-    M, K = x.shape
+    """Tensor-wise: the amax partials (one per TENSOR_TILE of x), then the cast; past
+    TENSOR_PARTIALS partials a torch max reduces them to one between the two. On a GPU each
+    kernel goes through Triton's JIT once per call shape and is launched directly after (as
+    `launch`'s row and block kernels)."""
+    P = _tensor_partials(*x.shape)
+    partial = torch.empty(P + (P > TENSOR_PARTIALS), dtype=torch.float32, device=x.device)
+    steps = tensor_steps(x, q, s, partial)
     interpret = x.device.type == "cpu"
-    fmax = FP8_MAX[q.dtype]
-    bm, bk = 32, min(256, triton.next_power_of_2(K))
-    P = -(-M // bm) * -(-K // bk)
-    grid = (P,)
-    partial = torch.empty(P, dtype=torch.float32, device=x.device)
+    launches = (None, None) if interpret else _LAUNCHES.get_or_make(launch_key(x, q, s, "tensor"),
+                                                                     lambda: (CachedLaunch(), CachedLaunch()))
+    for i, (cached, (prepare_step, ptrs)) in enumerate(zip(launches, steps)):
+        if i and P > TENSOR_PARTIALS:  # their max into partial[P]
+            torch.amax(partial[:P], 0, keepdim=True, out=partial[P:])
+        if interpret:
+            fn, args, kwargs, grid = prepare_step(x, q, s, partial, interpret=True)
+            fn[grid](*args, **kwargs)
+        else:
+            cached(x.device.index, ptrs, (), prepare_step, x, q, s, partial)
+
+
+#: tensor-wise quantize_fp8's tile (rows, columns at most): one amax partial each; and the most
+#: partials each program of the cast reads (more are reduced to one first)
+TENSOR_TILE, TENSOR_PARTIALS = (32, 256), 8192
+
+
+def _tensor_tile(K: int) -> tuple[int, int]:
+    return TENSOR_TILE[0], min(TENSOR_TILE[1], triton.next_power_of_2(K))
+
+
+def _tensor_partials(M: int, K: int) -> int:
+    bm, bk = _tensor_tile(K)
+    return -(-M // bm) * -(-K // bk)
+
+
+def tensor_steps(x, q, s, partial) -> list:
+    """_launch_tensor's kernels in order, each as (its prepare function, the base addresses of
+    its leading tensor arguments); the cast reads the partials, or past TENSOR_PARTIALS the one
+    after them (their max)."""
+    P = _tensor_partials(*x.shape)
+    xp, pp = x.data_ptr(), partial.data_ptr()
+    read = pp + 4 * P if P > TENSOR_PARTIALS else pp
+    return [(prepare_tensor_amax, (xp, pp)), (prepare_tensor_cast, (xp, q.data_ptr(), s.data_ptr(), read))]
+
+
+def prepare_tensor_amax(x, q, s, partial, interpret: bool = False):
+    """(kernel, args, kwargs, grid) of tensor-wise pass 1 (`_launch_tensor`)."""
+    M, K = x.shape
+    bm, bk = _tensor_tile(K)
     meta = {} if interpret else dict(num_warps=8, **KERNEL_OPTIONS)
-    _amax_kernel[grid](x, partial, M, K, x.stride(0), BLOCK_M=bm, BLOCK_K=bk, **meta)
-    if P > 8192:  # reduce the partials once more so each cast program reads few
-        partial = partial.amax().reshape(1)
-        P = 1
-    _tensor_cast_kernel[grid](x, q, s, partial, P, M, K, x.stride(0), q.stride(0), FP8_MAX=fmax,
-                              BLOCK_M=bm, BLOCK_K=bk, BLOCK_P=triton.next_power_of_2(P), **meta)
+    return _amax_kernel, (x, partial, M, K, x.stride(0)), dict(BLOCK_M=bm, BLOCK_K=bk, **meta), (_tensor_partials(M, K),)
+
+
+def prepare_tensor_cast(x, q, s, partial, interpret: bool = False):
+    """(kernel, args, kwargs, grid) of tensor-wise pass 2 (`_launch_tensor`): it reads `tensor_steps`'s partials."""
+    M, K = x.shape
+    bm, bk = _tensor_tile(K)
+    P = _tensor_partials(M, K)
+    if P > TENSOR_PARTIALS:
+        partial, P = partial[P:], 1
+    meta = {} if interpret else dict(num_warps=8, **KERNEL_OPTIONS)
+    return (_tensor_cast_kernel, (x, q, s, partial, P, M, K, x.stride(0), q.stride(0)),
+            dict(FP8_MAX=FP8_MAX[q.dtype], BLOCK_M=bm, BLOCK_K=bk, BLOCK_P=triton.next_power_of_2(P), **meta),
+            (_tensor_partials(M, K),))
 
 
 def quantize_fp8(x: torch.Tensor, granularity: str = "row", dtype: torch.dtype = torch.float8_e4m3fn):

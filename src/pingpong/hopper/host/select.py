@@ -38,7 +38,8 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count, less torch's SM 
     |                               | width of least ⌈tiles / S⌉ · BN / efficiency (per-  |
     |                               | FLOP speed: TILE_EFFICIENCY, or in short CTAs       |
     |                               | SHORT_TILE_EFFICIENCY; in one wave: 32-column (192) |
-    |                               | or 64-column (256) epilogue sub-tiles); up to       |
+    |                               | or 64-column (256) epilogue sub-tiles, 256 also in  |
+    |                               | ≤ 4 waves of ≤ 64 k-steps); up to                   |
     |                               | WAVE_SWAP_MAX_M rows also the swap-AB 128×144 (N on |
     |                               | its rows), where it fills its waves better          |
     | ... ≤ S/2 tiles of 128×128,   | few tiles: 64×BN ping-pong, BN ∈ FEW_WIDTHS (128,   |
@@ -225,6 +226,13 @@ NEAR_SLACK = 1.1
 #: epilogue is faster: 128×256 at 16384×8192×1024 0.96× with 64 columns; benchmarks/RESULTS.md,
 #: 2026-11-29)
 ONE_WAVE_EPILOGUE_N = {192: 32, 256: 64}
+#: 128×256 tiles take their 64-column sub-tiles over up to SHORT_LOOP_WAVES waves too when K is
+#: at most SHORT_LOOP_STEPS k-steps: a short mainloop hides little of the next tile's ring fill,
+#: so the 4th stage pays (H200: 2048×8192×2048 0.979 → 0.992 of cuBLAS, 352×21888×2048 0.889 →
+#: 0.985); a longer loop or more waves lose (1318×9216×7168 0.94×, 8192×4096×4096 0.96×;
+#: benchmarks/RESULTS.md, 2026-11-29)
+SHORT_LOOP_WAVES = 4
+SHORT_LOOP_STEPS = 64
 #: the mid-size and decode tiles load this many bytes of K per ring slot (block_k 128 for 16-bit
 #: inputs): two 64-element k-steps a slot, so half the mbarriers to initialize before the
 #: first load and half the waits per byte, with the same bytes in flight
@@ -292,10 +300,10 @@ def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS, in_bytes: i
     elif M <= MID_ROWS_MAX_M:  # tile and split count by one cost model; few unsplit tiles: FEW_WIDTHS
         config = mid_rows_config(M, N, K, sms)
         few = config.split_k == 1 and 2 * tile_count(KernelConfig(128, 128, 64), M, N) <= sms
-        return few_tiles(M, N, sms) if few else one_wave_epilogue(config, M, N, sms)
+        return few_tiles(M, N, sms) if few else epilogue_subtiles(config, M, N, k_steps, sms)
     else:
         config = wave_tile(M, N, k_steps, sms)
-    config = split(one_wave_epilogue(config, M, N, sms), M, N, k_steps, sms)
+    config = split(epilogue_subtiles(config, M, N, k_steps, sms), M, N, k_steps, sms)
     if config.block_m == 128 and config.split_k == 1 and 2 * tile_count(config, M, N) <= sms and not config.swap_ab:
         return few_tiles(M, N, sms)  # more tiles, still one wave (FEW_WIDTHS)
     return config
@@ -310,13 +318,16 @@ def mid_rows_decides(M: int, N: int, K: int, sms: int = DEFAULT_SMS, in_bytes: i
     return M > MID_M or mid_tile(M, N, sms, SMALL_TILE_K_BYTES // in_bytes) is None
 
 
-def one_wave_epilogue(config: KernelConfig, M: int, N: int, sms: int) -> KernelConfig:
+def epilogue_subtiles(config: KernelConfig, M: int, N: int, k_steps: int, sms: int) -> KernelConfig:
     """128-row tiles of a width in ONE_WAVE_EPILOGUE_N that fit one wave take its epilogue
-    sub-tiles (a deeper ring, above)."""
+    sub-tiles (a deeper ring, above); 128×256 ones also over a few waves of a short K loop
+    (SHORT_LOOP_WAVES, SHORT_LOOP_STEPS)."""
     en = ONE_WAVE_EPILOGUE_N.get(config.block_n)
-    if en and config.block_m == 128 and not config.swap_ab and tile_count(config, M, N) <= sms:
-        return dataclasses.replace(config, epilogue_n=en)
-    return config
+    if not en or config.block_m != 128 or config.swap_ab:
+        return config
+    tiles = tile_count(config, M, N)
+    short = config.block_n == 256 and tiles <= SHORT_LOOP_WAVES * sms and k_steps <= SHORT_LOOP_STEPS
+    return dataclasses.replace(config, epilogue_n=en) if tiles <= sms or short else config
 
 
 def split(config: KernelConfig, M: int, N: int, k_steps: int, sms: int) -> KernelConfig:
