@@ -361,6 +361,8 @@ MUTATIONS = [
      'narrow = scaling != "block"', "narrow = True", "tests/test_fp8.py"),
     ("one-wave 128x256 keeps the whole-tile epilogue", "src/pingpong/hopper/host/select.py",
      "ONE_WAVE_EPILOGUE_N = {192: 32, 256: 64}", "ONE_WAVE_EPILOGUE_N = {192: 32}", "tests/test_select.py"),
+    ("tensor-wise cast launched on the unreduced partials", "src/pingpong/quantize.py",
+     "read = pp + 4 * P if P > TENSOR_PARTIALS else pp", "read = pp", "tests/test_launcher.py"),
     ("128x256 sub-tiles over many waves of a short loop", "src/pingpong/hopper/host/select.py",
      "SHORT_LOOP_WAVES = 4", "SHORT_LOOP_WAVES = 64", "tests/test_select.py"),
     ("128x256 sub-tiles over a few waves of a long loop", "src/pingpong/hopper/host/select.py",
