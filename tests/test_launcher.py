@@ -355,7 +355,7 @@ def test_quantize_pair_direct_launch_passes_what_triton_passes(monkeypatch, gran
     x = torch.empty(M, K, dtype=torch.bfloat16)
     q, s, qt, st = quantize.pair_like(x, granularity, E4, pad, rows, True)
     mode = quantize._PAIR_MODES[granularity]
-    amax = torch.zeros(M + K if mode else 1) if mode < 2 else x
+    amax = quantize.amax_buffer(x, granularity)
     inputs = (x, q, s, qt, st, amax, granularity, rows, True)
     steps = quantize.pair_steps(*inputs)
     assert len(steps) == (2 if mode < 2 else 1)
@@ -430,7 +430,7 @@ def _pair_args(x_dtype=BF, offset=0, granularity="row", rows=True, M=64):
     buf = torch.zeros(M * 256 + 8, dtype=x_dtype)
     x = buf[offset:offset + M * 256].view(M, 256)
     q, s, qt, st = quantize.pair_like(x, granularity, E4, 16 if granularity in ("row", "tensor") else 128, rows, True)
-    return x, q, s, qt, st, torch.zeros(M + 256), granularity, rows, True
+    return x, q, s, qt, st, quantize.amax_buffer(x, granularity), granularity, rows, True
 
 
 def test_quantize_pair_bound_launch_is_keyed_by_every_dtype_alignment_and_output():

@@ -115,6 +115,40 @@ def test_pair_under_the_interpreter_equals_the_unfused_route():
     check_interpreted(_CHECK, seed=40)
 
 
+_REUSED = textwrap.dedent("""
+    import sys, torch
+    from pingpong import quantize as Q
+
+    torch.manual_seed(int(sys.argv[1]))
+    for g in ("tensor", "row"):
+        x = torch.randn(70, 384).half()
+        amax = Q.amax_buffer(x, g)
+        for scale in (1.0, 1 / 64, 4.0, 1 / 4096):  # a maximum left set would outweigh the next call's
+            xs = x * scale
+            out = Q.pair_like(xs, g, torch.float8_e4m3fn, 16, True, True)
+            inputs = (xs, *out, amax, g, True, True)
+            for prepare_step, _ in Q.pair_steps(*inputs):
+                fn, args, kwargs, grid = prepare_step(*inputs, interpret=True)
+                fn[grid](*args, **kwargs)
+            assert not amax.any(), (g, scale, "the buffer left set")
+            q, s = Q.quantize_fp8(xs, g)
+            assert torch.equal(out[0].view(torch.uint8), q.view(torch.uint8)) and torch.equal(out[1], s), (g, scale)
+            xt = xs.new_zeros(out[2].shape)
+            xt[:, :70] = xs.t()
+            qt, st = Q.quantize_fp8(xt, g)
+            assert torch.equal(out[2].view(torch.uint8), qt.view(torch.uint8)) and torch.equal(out[3], st), (g, scale)
+    print("OK")
+""")
+
+
+def test_the_cast_leaves_the_amax_buffer_zeroed_for_its_next_call():
+    """One amax buffer through four pair calls of falling and rising magnitude, under the
+    interpreter: after each call every word (the maxima, the arrival counter) is zero again,
+    and each call's outputs are bitwise quantize_fp8's of its own x (a maximum the cast left set
+    would scale the next, smaller x by the bigger one's)."""
+    check_interpreted(_REUSED)
+
+
 @pytest.mark.parametrize("kwargs, needle", [
     (dict(granularity="col"), "granularity: expected one of"),
     (dict(pad=0), "pad: expected a positive int, got 0"),
@@ -166,6 +200,14 @@ def test_pair_kernels_compile_for_sm90_without_spills(granularity):
     for ck in compiled:
         facts = cc.Compiled("pair", "sm_90a", dict(ck.asm), ck.metadata).facts()
         assert facts.spill_bytes == 0, (granularity, facts.table())
+    if mode < 2:  # the cast's arrival count (_clear_maxima): one thread's acquire-release atomic, after a
+        # CTA barrier that follows every global load (no warp still to read a maximum when it counts)
+        ptx = [line.strip() for line in compiled[-1].asm["ptx"].splitlines()]
+        count = [i for i, line in enumerate(ptx) if "atom.global.gpu.acq_rel.add" in line]
+        assert len(count) == 1 and ptx[count[0]].startswith("@%p"), [ptx[i] for i in count]
+        last_load = max(i for i, line in enumerate(ptx[:count[0]]) if line.startswith(("ld.global", "@%p")) and
+                        "ld.global" in line)
+        assert any(line.startswith("bar.sync") for line in ptx[last_load:count[0]]), granularity
 
 
 # ----------------------------------------------------------------------------- GPU
@@ -211,6 +253,52 @@ def test_pair_on_the_gpu_equals_the_unfused_route(granularity, M, K):
             assert torch.equal(ab, bb), f"{what}: {(ab != bb).sum().item()} differ"
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("granularity", ["tensor", "row"])
+@pytest.mark.parametrize("M, K", [(17, 4096), (777, 1024), (4096, 4096)])
+def test_pair_plans_amax_buffer_is_clean_between_calls_streams_and_graph_replays(granularity, M, K):
+    """The plan's amax buffer, zeroed by each cast (`_clear_maxima`), through 24 calls of one
+    shape whose magnitude falls and rises (a maximum left set, or zeroed before a program read
+    it, scales a call by another's), on the default stream, on a side stream, and through a
+    CUDA graph replayed on new inputs: every output bitwise the unfused route's, every kept
+    buffer zero after each call."""
+    seed = 11 * M + K + len(granularity)
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    base = torch.randn(M, K, generator=gen, device="cuda").to(torch.bfloat16)
+    quantize._PAIR_PLANS.clear()
+    quantize_fp8_pair(base, granularity, E4M3)  # the plan made
+    plan = quantize._PAIR_PLANS[quantize._pair_key(base, granularity, E4M3, 16, True, True)]
+    side = torch.cuda.Stream()
+
+    def check(x, got, what):
+        for name, a, b in zip(("q", "s", "qt", "st"), got, _gpu_unfused(x, granularity, 16)):
+            ab, bb = (a.view(torch.uint8), b.view(torch.uint8)) if a.element_size() == 1 else (a, b)
+            assert torch.equal(ab, bb), f"{what} {name} seed {seed}: {(ab != bb).sum().item()} differ"
+        for buf in plan.buffers.values():
+            assert not buf.any(), f"{what}: a kept buffer left set, seed {seed}"
+
+    for i in range(24):
+        x = base * 2.0 ** ((i * 7) % 13 - 6)
+        stream = side if i % 3 == 2 else torch.cuda.current_stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            got = quantize_fp8_pair(x, granularity, E4M3)
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        check(x, got, f"{granularity} M={M} K={K} call {i}")
+    assert len(plan.buffers) == 2
+    static = base.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        got = quantize_fp8_pair(static, granularity, E4M3)
+    for i in range(6):
+        static.copy_(base * 2.0 ** (5 - 2 * i))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(static, got, f"{granularity} M={M} K={K} replay {i}")
+    assert len(plan.buffers) == 2  # the graph's buffer is its own
+
+
 def _stored_plan(monkeypatch, x, granularity="row", rows=True, cols=True, pad=16):
     """x's PairPlan stored as after a first GPU call, its launches recording their base addresses
     (CPU tensors stand in for CUDA ones; the device queries answer 0)."""
@@ -218,6 +306,7 @@ def _stored_plan(monkeypatch, x, granularity="row", rows=True, cols=True, pad=16
 
     monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)  # (CPU builds have neither)
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 0, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: False)
     monkeypatch.setattr(quantize, "_PAIR_PLANS", launcher.LaunchCache(8))
     plan = quantize.PairPlan(x, quantize.pair_like(x, granularity, E4M3, pad, rows, cols), granularity, rows, cols)
     plan.index, launched = 0, []
@@ -296,3 +385,32 @@ def test_pair_plan_is_made_with_pair_likes_layouts_whatever_out_the_first_call_h
     got = quantize.quantize_pair_direct(x)
     assert len(slow) == 1 and len(made) == 1  # the plan's launches
     assert [(t.shape, t.stride()) for t in got] == [(t.shape, t.stride()) for t in want]
+
+
+def test_pair_plan_keeps_one_amax_buffer_per_stream_and_none_for_a_graph(monkeypatch):
+    """The plan's amax buffer: the same on one stream, call after call (the cast zeroes it: no
+    zeroing launch); another on another stream; a fresh one, not kept, while a CUDA graph is
+    captured; dropped when a launch raised (its maxima may be left set)."""
+    x = torch.randn(24, 128, dtype=torch.float16)
+    plan, launched = _stored_plan(monkeypatch, x)
+    made = []
+    monkeypatch.setattr(quantize, "amax_buffer", lambda *a: made.append(torch.zeros(24 + 128 + 1)) or made[-1])
+    quantize.quantize_pair_direct(x)
+    quantize.quantize_pair_direct(x)
+    assert len(made) == 1 and launched[0][1] == launched[2][1] == made[0].data_ptr()  # amax pass, twice
+    assert launched[1][5] == made[0].data_ptr()  # the cast's maxima: the same buffer
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 7)
+    quantize.quantize_pair_direct(x)
+    assert len(made) == 2 and launched[4][1] == made[1].data_ptr() and set(plan.buffers) == {0, 7}
+    monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: True)
+    quantize.quantize_pair_direct(x)
+    assert len(made) == 3 and launched[6][1] == made[2].data_ptr() and set(plan.buffers) == {0, 7}
+    monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: False)
+
+    def fail(*a):
+        raise RuntimeError("launch failed")
+
+    plan.launches[1].bound = fail
+    with pytest.raises(RuntimeError, match="launch failed"):
+        quantize.quantize_pair_direct(x)
+    assert set(plan.buffers) == {0}

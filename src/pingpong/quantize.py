@@ -57,13 +57,15 @@ column's amax (or the whole tensor's), and a column's amax is known only after e
 been read — the grid-wide wait tensor-wise meets (above). So: one amax pass (row and column
 maxima of each tile together, `tl.atomic_max` into zeroed fp32 vectors: max is exact, so the
 order of the atomics changes nothing), then one cast pass that writes q and qt from the same
-registers (qt through tl.trans), its second read of x partly from L2. Block-wise both groups of
+registers (qt through tl.trans), its second read of x partly from L2, and whose last program
+zeroes the maxima again (`_clear_maxima`). Block-wise both groups of
 an element lie inside one 128×128 tile (its 1×128 row pieces and its 128×1 column pieces), so
 one program reads the tile once and writes both. Scales stay on the device (no host sync).
 A pair call alike after one that ran on a GPU takes that call's `PairPlan` (no check but the
-grad check, outputs from the planned layouts, both launches from base addresses): an FP8
-training layer quantizes three operands a step, and where the step is host-bound (small
-layers, tensor parallelism) their host time is the step's.
+grad check, outputs from the planned layouts, both launches from base addresses, the maxima
+in a buffer of its own per stream, left zeroed: no zeroing launch): an FP8 training layer
+quantizes three operands a step, and where the step is host-bound (small layers, tensor
+parallelism) their host time is the step's.
 
 Stacked matrices x (G, N, K) (an experts' weights, pingpong.fp8_grouped_training) take the
 row-wise pair's two passes apart, for two products that run at different times (forward and
@@ -273,7 +275,9 @@ def _pair_cast_kernel(x, q, s, qt, st, ramax, camax, M, MP, K, sxm, sqm, sqtk, s
     """quantize_fp8_pair's cast of one BLOCK_M × BLOCK_K tile of x, rows [0, MP) (rows past M
     read as zeros: qt's padding): q (M, K) scaled along K and qt (K, MP) scaled along M, both
     from one load. MODE 0 "tensor", 1 "row" (amaxes from pass 1); 2 "block" (1×128 along K and
-    128×1 along M, the tile 128 rows high), 3 "block128x128" (the tile is the block): no pass 1."""
+    128×1 along M, the tile 128 rows high), 3 "block128x128" (the tile is the block): no pass 1.
+
+    MODE 0 and 1 leave pass 1's buffer zeroed for its next use (`_clear_maxima`)."""
     pid_m, pid_k = _tile(tl.cdiv(K, BLOCK_K), False)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
@@ -328,6 +332,29 @@ def _pair_cast_kernel(x, q, s, qt, st, ramax, camax, M, MP, K, sxm, sqm, sqtk, s
         # int64: qt (K, M') past 2³¹ elements (K·M' of 16384 × 131072 tokens, stacked experts' Wᵀ)
         tl.store(qt + cols.to(tl.int64)[:, None] * sqtk + rows[None, :], tl.trans(qc.to(qt.dtype.element_ty)),
                  mask=(cols[:, None] < K) & (rows[None, :] < MP))
+    if MODE < 2:
+        _clear_maxima(ramax, M + K if MODE == 1 else 1)
+
+
+@triton.jit
+def _clear_maxima(amax, n):
+    """The end of every program of the pair's cast: the last program to get here zeroes the n
+    maxima at amax and the arrival counter after them (amax[n], an int32), so the buffer is
+    ready for the next amax pass without a zeroing launch (PairPlan keeps one per stream).
+
+        program p:  load its maxima ... cast, store | barrier | c = atomic_add(counter, 1)
+        the last (c = programs - 1):                           zero amax[0:n], counter = 0
+
+    The barrier: every warp of p has loaded its maxima before p counts itself (the atomic,
+    acquire-release at GPU scope, runs on one thread); the last program's acquire sees every
+    program's count, so no program reads a maximum it zeroes."""
+    tl.debug_barrier()
+    counter = (amax + n).to(tl.pointer_type(tl.int32), bitcast=True)
+    if tl.atomic_add(counter, 1) == tl.num_programs(0) - 1:
+        for start in range(0, n, 1024):
+            offs = start + tl.arange(0, 1024)
+            tl.store(amax + offs, 0.0, mask=offs < n)
+        tl.atomic_xchg(counter, 0)
 
 
 @triton.jit
@@ -683,17 +710,25 @@ class PairPlan:
     """One quantize_fp8_pair call signature on a GPU, both axes asked for, decided once by a call
     that passed check_pair (`quantize_pair_direct`): the outputs' shapes, strides and dtypes (of
     `made`: pair_like's, whatever `out` that call was given), and the launches of `launch_pair`
-    (the amax pass into a fresh zeroed buffer, then the cast; block-wise the cast alone), each a
-    CachedLaunch of its own. A call alike allocates its outputs and launches from base
-    addresses; an `out` buffer of another layout or alignment than planned launches nothing and
-    gives None (the caller takes the checked path)."""
+    (the amax pass, then the cast; block-wise the cast alone), each a CachedLaunch of its own.
+    A call alike allocates its outputs and launches from base addresses; an `out` buffer of
+    another layout or alignment than planned launches nothing and gives None (the caller takes
+    the checked path).
 
-    __slots__ = ("device", "index", "granularity", "rows", "cols", "layouts", "launches")
+    The amax pass's buffer is the plan's, one per CUDA stream (`scratch`): zeroed once, and
+    zeroed again by each cast (`_clear_maxima`), so a call makes no zeroing launch; calls on one
+    stream run in order, calls on two use two buffers. While a CUDA graph is captured the call
+    takes a fresh buffer of the graph's own (a kept one would be shared between the graph's
+    replays and the stream's eager calls), and a call whose launch raised drops its stream's
+    buffer (its maxima may be left set)."""
+
+    __slots__ = ("device", "index", "granularity", "rows", "cols", "layouts", "launches", "buffers")
 
     def __init__(self, x, made, granularity, rows, cols):
         self.device, self.index, self.granularity, self.rows, self.cols = x.device, x.device.index, granularity, rows, cols
         self.layouts = tuple((t.shape, t.stride(), t.dtype) for t in made)
         self.launches = tuple(CachedLaunch() for _ in range(2 if _PAIR_MODES[granularity] < 2 else 1))  # pair_steps'
+        self.buffers = {}  # the amax pass's, by raw stream
 
     def run(self, x, out):
         made = []
@@ -703,10 +738,27 @@ class PairPlan:
             elif t.shape != shape or t.stride() != stride or t.dtype != dtype or t.data_ptr() % 16:
                 return None
             made.append(t)
-        inputs = (x, *made, amax_buffer(x, self.granularity), self.granularity, self.rows, self.cols)
-        for cached, (prepare_step, ptrs) in zip(self.launches, pair_steps(*inputs)):
-            cached(self.index, ptrs, (), prepare_step, *inputs)
+        stream, amax = self.scratch(x)
+        inputs = (x, *made, amax, self.granularity, self.rows, self.cols)
+        try:
+            for cached, (prepare_step, ptrs) in zip(self.launches, pair_steps(*inputs)):
+                cached(self.index, ptrs, (), prepare_step, *inputs)
+        except BaseException:
+            self.buffers.pop(stream, None)
+            raise
         return tuple(made)
+
+    def scratch(self, x) -> tuple:
+        """(the current stream, or None while capturing; the amax pass's buffer for this call)."""
+        if _PAIR_MODES[self.granularity] >= 2:
+            return None, x
+        if torch._C._cuda_isCurrentStreamCapturing():
+            return None, amax_buffer(x, self.granularity)
+        stream = torch._C._cuda_getCurrentRawStream(self.index)
+        amax = self.buffers.get(stream)
+        if amax is None:
+            amax = self.buffers[stream] = amax_buffer(x, self.granularity)
+        return stream, amax
 
 
 def launch_pair(x, q, s, qt, st, granularity, rows, cols) -> None:
@@ -727,12 +779,13 @@ def launch_pair(x, q, s, qt, st, granularity, rows, cols) -> None:
 
 
 def amax_buffer(x, granularity: str) -> torch.Tensor:
-    """The pair's zeroed fp32 amax buffer ("row": M rows' then K columns' maxima; "tensor": one),
-    fresh from the caching allocator; block-wise, which has no amax pass, x itself (unread)."""
+    """A zeroed fp32 buffer for the pair's amax pass ("row": M rows' then K columns' maxima;
+    "tensor": one) and, in its last word, the cast's arrival counter (int32 zero); the cast
+    leaves it zeroed (`_clear_maxima`). Block-wise, which has no amax pass, x itself (unread)."""
     mode = _PAIR_MODES[granularity]
     if mode >= 2:
         return x
-    return torch.zeros(x.shape[0] + x.shape[1] if mode else 1, dtype=torch.float32, device=x.device)
+    return torch.zeros((x.shape[0] + x.shape[1] if mode else 1) + 1, dtype=torch.float32, device=x.device)
 
 
 def pair_steps(x, q, s, qt, st, amax, granularity, rows, cols) -> list:
