@@ -10,6 +10,11 @@ tensors stand in for CUDA ones; each call's plan is stored in the cache beforeha
 first (validated) call. Compare two trees by running this under each one's PYTHONPATH; the GPU
 host's µs are larger (benchmarks/host_gap.py measures them there), the Python is the same.
 
+    PYTHONPATH=src python benchmarks/host_cpu_fp8.py --layer RECIPE
+
+instead: the FP8 training layer (pingpong.nn.Float8TrainingLinear) after its first calls, no_grad
+forward, grad-mode forward, forward + backward, every launch bound to a no-op (`layer_calls`).
+
     PYTHONPATH=src python benchmarks/host_cpu_fp8.py --jit
 
 instead: quantize_fp8's row kernel (x (64, 4096) bf16) compiled offline for sm_90a, launched
@@ -149,15 +154,79 @@ def pair_launches(device: int, calls: int, rounds: int) -> tuple[float, float]:
     return per_call(jit, calls, rounds), per_call(bound, calls, rounds)
 
 
+def layer_calls(recipe: str):
+    """--layer: pingpong.fp8_training's layer (Float8TrainingLinear, x (32, 256) → 256 without
+    a bias, whose gradient's sum the CPU would compute; fp16: the interpreter's CPU dtype) after its first calls, every launch bound to a
+    no-op: quantize_fp8_pair's PairPlans (its launches), quantize_fp8's row launch (its GPU
+    branch), every scaled_mm plan an Fp8Plan of 128×128 tiles. The checks run as on a GPU but
+    for the device (CPU tensors stand in for CUDA ones). Returns {name: call}."""
+    from pingpong import fp8_training, quantize
+    from pingpong.nn import Float8TrainingLinear
+
+    stub_device()
+    torch._C._cuda_isCurrentStreamCapturing = lambda: False
+    quantize.interpreter_enabled = lambda: True  # CPU tensors pass quantize's device check
+    quantize._plans_on = lambda x: True
+    real_pair_plan = quantize.PairPlan
+
+    class NoopPairPlan(real_pair_plan):
+        def __init__(self, x, made, *args):
+            super().__init__(x, made, *args)
+            self.index = 0
+            for cached, ptrs in zip(self.launches[::-1], (7, 3)):  # (the cast, the amax pass)
+                cached.bound, cached.grid, cached.key = bound_noop(0, ptrs), (132, 1, 1), launcher.launch_key()
+
+    def row_launch(x, q, s, granularity):  # quantize.launch's GPU branch, bound to a no-op
+        cached = quantize.bound_launch(x, q, s, granularity)
+        if cached.bound is None:
+            cached.bound, cached.grid, cached.key = bound_noop(0, 3), (132, 1, 1), launcher.launch_key()
+        cached(0, (x.data_ptr(), q.data_ptr(), s.data_ptr()), (), quantize.prepare, x, q, s, granularity)
+
+    def plan_for(key, asked=None):
+        p = Fp8Plan(0, "tensor" if recipe == "tensor" else "row", 128, True, KernelConfig(128, 128, 128), "none",
+                    sms=132)
+        p.launch.bound, p.launch.grid, p.launch.key = bound_noop(3, 3), (132, 1, 1), launcher.launch_key()
+        return p
+
+    quantize.PairPlan, quantize.launch, plan.plan_for = NoopPairPlan, row_launch, plan_for
+    fp8_training.check_fp8_linear.__globals__["check_scaled_mm"] = lambda *a, **k: None  # the device check
+    fp8.check_scaled_mm = lambda *a, **k: None
+    ref = torch.nn.Linear(256, 256, bias=False, dtype=torch.float16)
+    layer = Float8TrainingLinear.from_linear(ref, recipe)
+    x = torch.randn(32, 256, dtype=torch.float16, requires_grad=True)
+    g = torch.randn(32, 256, dtype=torch.float16)
+
+    def no_grad():
+        with torch.no_grad():
+            layer(x)
+
+    def backward():
+        layer(x).backward(g)
+        x.grad = layer.weight.grad = None
+
+    return {"no_grad forward": no_grad, "grad-mode forward": lambda: layer(x), "forward + backward": backward}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--calls", type=int, default=5000)
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--profile", action="store_true", help="also a cProfile of each case, by own time")
     p.add_argument("--jit", action="store_true", help="a quantize kernel's launch through Triton's JIT against bound")
+    p.add_argument("--layer", metavar="RECIPE", help="the FP8 training layer's calls with this recipe instead")
     args = p.parse_args(argv)
     if args.jit:
         jit_against_bound(args.calls, args.rounds)
+        return 0
+    if args.layer:
+        print(f"Float8TrainingLinear({args.layer}) (32, 256) -> 256, no bias, plans made, launches stubbed; µs per call"
+              f" (the fastest of {args.rounds} loops)")
+        for name, fn in layer_calls(args.layer).items():
+            print(f"{name:<20} {per_call(fn, args.calls, args.rounds):7.2f}")
+            if args.profile:
+                prof = cProfile.Profile()
+                prof.runcall(lambda: [fn() for _ in range(args.calls)])
+                pstats.Stats(prof).sort_stats("tottime").print_stats(16)
         return 0
     stub_device()
     print(f"pingpong.scaled_mm, cache hit, launch stubbed; µs per call (the fastest of {args.rounds} loops)")
