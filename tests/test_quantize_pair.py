@@ -257,7 +257,7 @@ def test_pair_on_the_gpu_equals_the_unfused_route(granularity, M, K):
 @pytest.mark.parametrize("granularity", ["tensor", "row"])
 @pytest.mark.parametrize("M, K", [(17, 4096), (777, 1024), (4096, 4096)])
 def test_pair_plans_amax_buffer_is_clean_between_calls_streams_and_graph_replays(granularity, M, K):
-    """The plan's amax buffer, zeroed by each cast (`_clear_maxima`), through 24 calls of one
+    """The stream's amax buffer, zeroed by each cast (`_clear_maxima`), through 24 calls of one
     shape whose magnitude falls and rises (a maximum left set, or zeroed before a program read
     it, scales a call by another's), on the default stream, on a side stream, and through a
     CUDA graph replayed on new inputs: every output bitwise the unfused route's, every kept
@@ -267,14 +267,13 @@ def test_pair_plans_amax_buffer_is_clean_between_calls_streams_and_graph_replays
     base = torch.randn(M, K, generator=gen, device="cuda").to(torch.bfloat16)
     quantize._PAIR_PLANS.clear()
     quantize_fp8_pair(base, granularity, E4M3)  # the plan made
-    plan = quantize._PAIR_PLANS[quantize._pair_key(base, granularity, E4M3, 16, True, True)]
     side = torch.cuda.Stream()
 
     def check(x, got, what):
         for name, a, b in zip(("q", "s", "qt", "st"), got, _gpu_unfused(x, granularity, 16)):
             ab, bb = (a.view(torch.uint8), b.view(torch.uint8)) if a.element_size() == 1 else (a, b)
             assert torch.equal(ab, bb), f"{what} {name} seed {seed}: {(ab != bb).sum().item()} differ"
-        for buf in plan.buffers.values():
+        for buf in quantize._MAXIMA.values():
             assert not buf.any(), f"{what}: a kept buffer left set, seed {seed}"
 
     for i in range(24):
@@ -286,7 +285,10 @@ def test_pair_plans_amax_buffer_is_clean_between_calls_streams_and_graph_replays
         torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.synchronize()
         check(x, got, f"{granularity} M={M} K={K} call {i}")
-    assert len(plan.buffers) == 2
+    device = base.device.index
+    streams = {(device, torch.cuda.current_stream().cuda_stream), (device, side.cuda_stream)}
+    assert streams <= set(quantize._MAXIMA), "one buffer per stream"
+    before = dict(quantize._MAXIMA)
     static = base.clone()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -296,7 +298,8 @@ def test_pair_plans_amax_buffer_is_clean_between_calls_streams_and_graph_replays
         graph.replay()
         torch.cuda.synchronize()
         check(static, got, f"{granularity} M={M} K={K} replay {i}")
-    assert len(plan.buffers) == 2  # the graph's buffer is its own
+    assert set(quantize._MAXIMA) == set(before) and all(quantize._MAXIMA[k] is before[k] for k in before), \
+        "the graph's buffer is its own"
 
 
 def _stored_plan(monkeypatch, x, granularity="row", rows=True, cols=True, pad=16):
@@ -387,25 +390,41 @@ def test_pair_plan_is_made_with_pair_likes_layouts_whatever_out_the_first_call_h
     assert [(t.shape, t.stride()) for t in got] == [(t.shape, t.stride()) for t in want]
 
 
-def test_pair_plan_keeps_one_amax_buffer_per_stream_and_none_for_a_graph(monkeypatch):
-    """The plan's amax buffer: the same on one stream, call after call (the cast zeroes it: no
-    zeroing launch); another on another stream; a fresh one, not kept, while a CUDA graph is
-    captured; dropped when a launch raised (its maxima may be left set)."""
+def test_stream_zeros_keeps_one_buffer_per_stream_and_none_for_a_graph(monkeypatch):
+    """runtime.plan.stream_zeros (the pair's amax buffer, split-K's counters): the same buffer
+    on one stream, call after call (the kernels leave it zeroed: no zeroing launch); another on
+    another stream; a larger one when more words are asked for; a fresh one, not kept, while a
+    CUDA graph is captured (its replays may run beside the stream's calls) and off a GPU."""
+    from pingpong.runtime import plan as plans
+
+    stream, capturing, kept = [0], [False], {}
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: stream[0], raising=False)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    real_zeros = torch.zeros
+    monkeypatch.setattr(torch, "zeros", lambda n, dtype, device: real_zeros(n, dtype=dtype))  # a CPU stand-in
+    gpu = torch.device("cuda", 0)
+    first = plans.stream_zeros(kept, gpu, 10, torch.float32)
+    assert plans.stream_zeros(kept, gpu, 300, torch.float32) is first and first.numel() >= 300
+    stream[0] = 7
+    other = plans.stream_zeros(kept, gpu, 10, torch.float32)
+    assert other is not first and set(kept) == {(0, 0), (0, 7)}
+    assert plans.stream_zeros(kept, gpu, 5000, torch.float32).numel() >= 5000 and kept[(0, 7)] is not other
+    capturing[0] = True
+    fresh = plans.stream_zeros(kept, gpu, 10, torch.float32)
+    assert fresh.numel() == 10 and all(buf is not fresh for buf in kept.values()) and len(kept) == 2
+    capturing[0] = False
+    assert plans.stream_zeros(kept, torch.device("cpu"), 10).numel() == 10 and len(kept) == 2
+
+
+def test_a_pair_launch_that_raised_drops_its_streams_amax_buffer(monkeypatch):
+    """The amax pass may have left maxima set when the cast's launch raised: the stream's kept
+    buffer is dropped (the next call starts from a fresh zeroed one)."""
     x = torch.randn(24, 128, dtype=torch.float16)
     plan, launched = _stored_plan(monkeypatch, x)
-    made = []
-    monkeypatch.setattr(quantize, "amax_buffer", lambda *a: made.append(torch.zeros(24 + 128 + 1)) or made[-1])
+    quantize._MAXIMA[(x.device.index, 0)] = kept = torch.zeros(4096)
+    monkeypatch.setattr(quantize, "amax_buffer", lambda *a: kept)
     quantize.quantize_pair_direct(x)
-    quantize.quantize_pair_direct(x)
-    assert len(made) == 1 and launched[0][1] == launched[2][1] == made[0].data_ptr()  # amax pass, twice
-    assert launched[1][5] == made[0].data_ptr()  # the cast's maxima: the same buffer
-    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 7)
-    quantize.quantize_pair_direct(x)
-    assert len(made) == 2 and launched[4][1] == made[1].data_ptr() and set(plan.buffers) == {0, 7}
-    monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: True)
-    quantize.quantize_pair_direct(x)
-    assert len(made) == 3 and launched[6][1] == made[2].data_ptr() and set(plan.buffers) == {0, 7}
-    monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: False)
+    assert launched[0][1] == launched[1][5] == kept.data_ptr() and (x.device.index, 0) in quantize._MAXIMA
 
     def fail(*a):
         raise RuntimeError("launch failed")
@@ -413,4 +432,4 @@ def test_pair_plan_keeps_one_amax_buffer_per_stream_and_none_for_a_graph(monkeyp
     plan.launches[1].bound = fail
     with pytest.raises(RuntimeError, match="launch failed"):
         quantize.quantize_pair_direct(x)
-    assert set(plan.buffers) == {0}
+    assert (x.device.index, 0) not in quantize._MAXIMA

@@ -63,7 +63,7 @@ an element lie inside one 128×128 tile (its 1×128 row pieces and its 128×1 co
 one program reads the tile once and writes both. Scales stay on the device (no host sync).
 A pair call alike after one that ran on a GPU takes that call's `PairPlan` (no check but the
 grad check, outputs from the planned layouts, both launches from base addresses, the maxima
-in a buffer of its own per stream, left zeroed: no zeroing launch): an FP8 training layer
+in the stream's buffer, left zeroed: no zeroing launch): an FP8 training layer
 quantizes three operands a step, and where the step is host-bound (small layers, tensor
 parallelism) their host time is the step's.
 
@@ -90,6 +90,7 @@ from .integration.ops import traced
 from .kept import kept, keeping
 from .runtime.fp8_spec import refuse_grad
 from .runtime.launcher import CachedLaunch, LaunchCache
+from .runtime.plan import stream_key, stream_zeros
 from .runtime.spec import SCALE_BLOCK
 from .toolchain import KERNEL_OPTIONS
 
@@ -340,7 +341,7 @@ def _pair_cast_kernel(x, q, s, qt, st, ramax, camax, M, MP, K, sxm, sqm, sqtk, s
 def _clear_maxima(amax, n):
     """The end of every program of the pair's cast: the last program to get here zeroes the n
     maxima at amax and the arrival counter after them (amax[n], an int32), so the buffer is
-    ready for the next amax pass without a zeroing launch (PairPlan keeps one per stream).
+    ready for the next amax pass without a zeroing launch (`amax_buffer`: one per stream).
 
         program p:  load its maxima ... cast, store | barrier | c = atomic_add(counter, 1)
         the last (c = programs - 1):                           zero amax[0:n], counter = 0
@@ -715,20 +716,15 @@ class PairPlan:
     another layout or alignment than planned launches nothing and gives None (the caller takes
     the checked path).
 
-    The amax pass's buffer is the plan's, one per CUDA stream (`scratch`): zeroed once, and
-    zeroed again by each cast (`_clear_maxima`), so a call makes no zeroing launch; calls on one
-    stream run in order, calls on two use two buffers. While a CUDA graph is captured the call
-    takes a fresh buffer of the graph's own (a kept one would be shared between the graph's
-    replays and the stream's eager calls), and a call whose launch raised drops its stream's
-    buffer (its maxima may be left set)."""
+    The amax pass's buffer is its stream's (`amax_buffer`), left zeroed by each cast: no
+    zeroing launch per call."""
 
-    __slots__ = ("device", "index", "granularity", "rows", "cols", "layouts", "launches", "buffers")
+    __slots__ = ("device", "index", "granularity", "rows", "cols", "layouts", "launches")
 
     def __init__(self, x, made, granularity, rows, cols):
         self.device, self.index, self.granularity, self.rows, self.cols = x.device, x.device.index, granularity, rows, cols
         self.layouts = tuple((t.shape, t.stride(), t.dtype) for t in made)
         self.launches = tuple(CachedLaunch() for _ in range(2 if _PAIR_MODES[granularity] < 2 else 1))  # pair_steps'
-        self.buffers = {}  # the amax pass's, by raw stream
 
     def run(self, x, out):
         made = []
@@ -738,27 +734,9 @@ class PairPlan:
             elif t.shape != shape or t.stride() != stride or t.dtype != dtype or t.data_ptr() % 16:
                 return None
             made.append(t)
-        stream, amax = self.scratch(x)
-        inputs = (x, *made, amax, self.granularity, self.rows, self.cols)
-        try:
-            for cached, (prepare_step, ptrs) in zip(self.launches, pair_steps(*inputs)):
-                cached(self.index, ptrs, (), prepare_step, *inputs)
-        except BaseException:
-            self.buffers.pop(stream, None)
-            raise
+        inputs = (x, *made, amax_buffer(x, self.granularity), self.granularity, self.rows, self.cols)
+        _launch_steps(self.launches, self.index, inputs)
         return tuple(made)
-
-    def scratch(self, x) -> tuple:
-        """(the current stream, or None while capturing; the amax pass's buffer for this call)."""
-        if _PAIR_MODES[self.granularity] >= 2:
-            return None, x
-        if torch._C._cuda_isCurrentStreamCapturing():
-            return None, amax_buffer(x, self.granularity)
-        stream = torch._C._cuda_getCurrentRawStream(self.index)
-        amax = self.buffers.get(stream)
-        if amax is None:
-            amax = self.buffers[stream] = amax_buffer(x, self.granularity)
-        return stream, amax
 
 
 def launch_pair(x, q, s, qt, st, granularity, rows, cols) -> None:
@@ -767,25 +745,39 @@ def launch_pair(x, q, s, qt, st, granularity, rows, cols) -> None:
     alone. On a GPU each goes through Triton's JIT once per call shape and is launched directly
     after (`bound_pair`, as `launch`); CPU tensors run in Triton's interpreter."""
     inputs = (x, q, s, qt, st, amax_buffer(x, granularity), granularity, rows, cols)
-    steps = pair_steps(*inputs)
     if x.device.type == "cpu":  # the interpreter
-        for prepare_step, _ in steps:
+        for prepare_step, _ in pair_steps(*inputs):
             fn, args, kwargs, grid = prepare_step(*inputs, interpret=True)
             fn[grid](*args, **kwargs)
         return
-    device = x.device.index
-    for cached, (prepare_step, ptrs) in zip(bound_pair(*inputs)[-len(steps):], steps):
-        cached(device, ptrs, (), prepare_step, *inputs)
+    _launch_steps(bound_pair(*inputs)[-(1 if _PAIR_MODES[granularity] >= 2 else 2):], x.device.index, inputs)
+
+
+def _launch_steps(launches, device: int, inputs) -> None:
+    """pair_steps' kernels through their CachedLaunches; a launch that raised drops the stream's
+    amax buffer (the amax pass may have left maxima in it that no cast cleared)."""
+    try:
+        for cached, (prepare_step, ptrs) in zip(launches, pair_steps(*inputs)):
+            cached(device, ptrs, (), prepare_step, *inputs)
+    except BaseException:
+        _MAXIMA.pop(stream_key(inputs[0].device), None)
+        raise
+
+
+#: (device, raw stream) -> that stream's buffer for the pair's amax pass (`amax_buffer`)
+_MAXIMA: dict = {}
 
 
 def amax_buffer(x, granularity: str) -> torch.Tensor:
-    """A zeroed fp32 buffer for the pair's amax pass ("row": M rows' then K columns' maxima;
-    "tensor": one) and, in its last word, the cast's arrival counter (int32 zero); the cast
-    leaves it zeroed (`_clear_maxima`). Block-wise, which has no amax pass, x itself (unread)."""
+    """The zeroed fp32 words of the pair's amax pass ("row": M rows' then K columns' maxima;
+    "tensor": one) and, after them, the cast's arrival counter (an int32 zero): the current
+    stream's buffer (runtime.plan.stream_zeros; the cast leaves it zeroed, `_clear_maxima`), or
+    a fresh one off a GPU and while a CUDA graph is captured. Block-wise, which has no amax
+    pass, x itself (unread)."""
     mode = _PAIR_MODES[granularity]
     if mode >= 2:
         return x
-    return torch.zeros((x.shape[0] + x.shape[1] if mode else 1) + 1, dtype=torch.float32, device=x.device)
+    return stream_zeros(_MAXIMA, x.device, (x.shape[0] + x.shape[1] if mode else 1) + 1, torch.float32)
 
 
 def pair_steps(x, q, s, qt, st, amax, granularity, rows, cols) -> list:

@@ -217,20 +217,32 @@ def device_index(device: torch.device) -> int:
 _COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
 
 
-def arrival_counters(device: torch.device, n: int) -> torch.Tensor:
-    """`n` zeroed int32 counters for a split-K launch on `device`'s current stream.
-
-    The kernel leaves its counters at zero, so launches in one stream's order can all use that
-    stream's buffer (no fill per call); launches on different streams never share one. While
-    a CUDA graph is being captured the counters are a fresh zeroed tensor (the fill is part of
-    the graph), since a graph's replays may run beside anything."""
+def stream_zeros(kept: dict, device: torch.device, n: int, dtype=torch.int32) -> torch.Tensor:
+    """At least `n` zeroed words for kernels on `device`'s current stream that leave them zeroed
+    again (split-K's arrival counters; quantize_fp8_pair's maxima), kept in `kept` by (device,
+    raw stream): launches in one stream's order can all use that stream's buffer (no fill per
+    call); launches on different streams never share one. While a CUDA graph is being captured,
+    or off a GPU, a fresh zeroed tensor (the fill is part of the graph), since a graph's
+    replays may run beside anything. A caller whose kernel may have left words set (its launch
+    raised between two kernels) drops its stream's buffer (`kept.pop(key)`, `stream_key`)."""
     if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
-        return torch.zeros(n, dtype=torch.int32, device=device)
-    key = (device.index, torch._C._cuda_getCurrentRawStream(device.index))
-    buf = _COUNTERS.get(key)
+        return torch.zeros(n, dtype=dtype, device=device)
+    key = stream_key(device)
+    buf = kept.get(key)
     if buf is None or buf.numel() < n:  # the old buffer is freed in its stream's order
-        buf = _COUNTERS[key] = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
+        buf = kept[key] = torch.zeros(max(n, 4096), dtype=dtype, device=device)
     return buf
+
+
+def stream_key(device: torch.device) -> tuple[int, int]:
+    """(device index, its current raw stream): where `stream_zeros` keeps a buffer."""
+    return device.index, torch._C._cuda_getCurrentRawStream(device.index)
+
+
+def arrival_counters(device: torch.device, n: int) -> torch.Tensor:
+    """`n` zeroed int32 counters for a split-K launch on `device`'s current stream (the kernel
+    leaves them at zero: `stream_zeros`)."""
+    return stream_zeros(_COUNTERS, device, n)
 
 
 class Plan:
