@@ -416,6 +416,35 @@ def test_stream_zeros_keeps_one_buffer_per_stream_and_none_for_a_graph(monkeypat
     assert plans.stream_zeros(kept, torch.device("cpu"), 10).numel() == 10 and len(kept) == 2
 
 
+def test_stream_zeros_keeps_nothing_for_the_cuda_graph_trees_stream(monkeypatch):
+    """torch.compile's CUDA-graph trees warm up on their own stream, uncaptured, allocating from
+    the graphs' private pool: no buffer is kept for that stream (a fresh one per call); other
+    streams keep theirs; without the trees imported nothing is asked."""
+    import sys
+    import types
+
+    from pingpong.runtime import plan as plans
+
+    stream = [5]
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: stream[0], raising=False)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    real_zeros = torch.zeros
+    monkeypatch.setattr(torch, "zeros", lambda n, dtype, device: real_zeros(n, dtype=dtype))
+    manager = types.SimpleNamespace(stream=types.SimpleNamespace(cuda_stream=9))
+    trees = types.SimpleNamespace(get_manager=lambda index, create_if_none_exists: manager)
+    monkeypatch.setitem(sys.modules, "torch._inductor.cudagraph_trees", trees)
+    gpu, kept = torch.device("cuda", 0), {}
+    kept_buf = plans.stream_zeros(kept, gpu, 10)
+    assert plans.stream_zeros(kept, gpu, 10) is kept_buf and set(kept) == {(0, 5)}
+    stream[0] = 9  # the trees' stream
+    first, second = plans.stream_zeros(kept, gpu, 10), plans.stream_zeros(kept, gpu, 10)
+    assert first is not second and first.numel() == 10 and set(kept) == {(0, 5)}
+    monkeypatch.setitem(sys.modules, "torch._inductor.cudagraph_trees", types.SimpleNamespace())  # unreadable
+    assert plans.stream_zeros(kept, gpu, 10) is not plans.stream_zeros(kept, gpu, 10) and set(kept) == {(0, 5)}
+    monkeypatch.delitem(sys.modules, "torch._inductor.cudagraph_trees")
+    assert plans.stream_zeros(kept, gpu, 10) is plans.stream_zeros(kept, gpu, 10) and set(kept) == {(0, 5), (0, 9)}
+
+
 def test_a_pair_launch_that_raised_drops_its_streams_amax_buffer(monkeypatch):
     """The amax pass may have left maxima set when the cast's launch raised: the stream's kept
     buffer is dropped (the next call starts from a fresh zeroed one)."""

@@ -38,6 +38,7 @@ import collections
 import importlib
 import logging
 import os
+import sys
 
 import torch
 
@@ -224,14 +225,34 @@ def stream_zeros(kept: dict, device: torch.device, n: int, dtype=torch.int32) ->
     call); launches on different streams never share one. While a CUDA graph is being captured,
     or off a GPU, a fresh zeroed tensor (the fill is part of the graph), since a graph's
     replays may run beside anything. A caller whose kernel may have left words set (its launch
-    raised between two kernels) drops its stream's buffer (`kept.pop(key)`, `stream_key`)."""
+    raised between two kernels) drops its stream's buffer (`kept.pop(key)`, `stream_key`).
+    Nor is one kept for the stream of torch.compile's CUDA-graph trees (`_graph_tree_stream`)."""
     if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
         return torch.zeros(n, dtype=dtype, device=device)
     key = stream_key(device)
     buf = kept.get(key)
     if buf is None or buf.numel() < n:  # the old buffer is freed in its stream's order
+        if _graph_tree_stream(key):
+            return torch.zeros(n, dtype=dtype, device=device)
         buf = kept[key] = torch.zeros(max(n, 4096), dtype=dtype, device=device)
     return buf
+
+
+def _graph_tree_stream(key: tuple[int, int]) -> bool:
+    """Whether (device, raw stream) is the stream of torch.compile's CUDA-graph trees
+    (mode="reduce-overhead"), whose warm-up runs are not captured but allocate from the graphs'
+    private memory pool: a buffer kept from there could later be handed to a recorded graph
+    (torch clears cuBLAS's workspaces around its warm-ups for this reason). Asked only when
+    a buffer would be made; False while inductor's graph trees are not imported, True where
+    their manager cannot be read (a torch whose trees are laid out otherwise: keep nothing)."""
+    trees = sys.modules.get("torch._inductor.cudagraph_trees")
+    if trees is None:
+        return False
+    try:
+        manager = trees.get_manager(key[0], create_if_none_exists=False)
+        return manager is not None and manager.stream.cuda_stream == key[1]
+    except (AttributeError, TypeError):
+        return True
 
 
 def stream_key(device: torch.device) -> tuple[int, int]:
