@@ -223,10 +223,7 @@ def main(argv=None) -> int:
               f" (the fastest of {args.rounds} loops)")
         for name, fn in layer_calls(args.layer).items():
             print(f"{name:<20} {per_call(fn, args.calls, args.rounds):7.2f}")
-            if args.profile:
-                prof = cProfile.Profile()
-                prof.runcall(lambda: [fn() for _ in range(args.calls)])
-                pstats.Stats(prof).sort_stats("tottime").print_stats(16)
+            profiled(fn, args, 16)
         return 0
     stub_device()
     print(f"pingpong.scaled_mm, cache hit, launch stubbed; µs per call (the fastest of {args.rounds} loops)")
@@ -234,11 +231,16 @@ def main(argv=None) -> int:
         fn()
         empty = per_call(lambda: torch.empty(M, 4096, dtype=torch.bfloat16), args.calls, args.rounds)
         print(f"{name:<38} {per_call(fn, args.calls, args.rounds):6.2f}   (its torch.empty alone {empty:5.2f})")
-        if args.profile:
-            prof = cProfile.Profile()
-            prof.runcall(lambda: [fn() for _ in range(args.calls)])
-            pstats.Stats(prof).sort_stats("tottime").print_stats(12)
+        profiled(fn, args, 12)
     return 0
+
+
+def profiled(fn, args, rows: int) -> None:
+    """--profile: a cProfile of `calls` calls of fn, its `rows` first functions by own time."""
+    if args.profile:
+        prof = cProfile.Profile()
+        prof.runcall(lambda: [fn() for _ in range(args.calls)])
+        pstats.Stats(prof).sort_stats("tottime").print_stats(rows)
 
 
 if __name__ == "__main__":
