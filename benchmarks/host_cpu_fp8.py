@@ -123,7 +123,7 @@ def jit_against_bound(calls: int, rounds: int) -> None:
 
 def pair_launches(device: int, calls: int, rounds: int) -> tuple[float, float]:
     """µs per quantize.launch_pair, row-wise, x (4096, 4096): its two kernels through Triton's JIT
-    (every call), and the GPU branch of launch_pair (bound_pair's CachedLaunches) line for line;
+    (every call), and the GPU branch of launch_pair (`_launch_steps` of bound_pair's CachedLaunches);
     each with the amax buffer's torch.zeros. Inside jit_against_bound's offline compile."""
     from pingpong import quantize
 
@@ -142,9 +142,7 @@ def pair_launches(device: int, calls: int, rounds: int) -> tuple[float, float]:
 
     def bound():  # launch_pair after its CPU branch
         args = inputs()
-        steps = quantize.pair_steps(*args)
-        for cached, (prepare_step, ptrs) in zip(quantize.bound_pair(*args)[-len(steps):], steps):
-            cached(device, ptrs, (), prepare_step, *args)
+        quantize._launch_steps(quantize.bound_pair(*args), device, args)
 
     jit()  # compiles both (offline)
     args = inputs()

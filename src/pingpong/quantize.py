@@ -724,7 +724,7 @@ class PairPlan:
     def __init__(self, x, made, granularity, rows, cols):
         self.device, self.index, self.granularity, self.rows, self.cols = x.device, x.device.index, granularity, rows, cols
         self.layouts = tuple((t.shape, t.stride(), t.dtype) for t in made)
-        self.launches = tuple(CachedLaunch() for _ in range(2 if _PAIR_MODES[granularity] < 2 else 1))  # pair_steps'
+        self.launches = _pair_launches(granularity)
 
     def run(self, x, out):
         made = []
@@ -750,7 +750,7 @@ def launch_pair(x, q, s, qt, st, granularity, rows, cols) -> None:
             fn, args, kwargs, grid = prepare_step(*inputs, interpret=True)
             fn[grid](*args, **kwargs)
         return
-    _launch_steps(bound_pair(*inputs)[-(1 if _PAIR_MODES[granularity] >= 2 else 2):], x.device.index, inputs)
+    _launch_steps(bound_pair(*inputs), x.device.index, inputs)
 
 
 def _launch_steps(launches, device: int, inputs) -> None:
@@ -791,14 +791,19 @@ def pair_steps(x, q, s, qt, st, amax, granularity, rows, cols) -> list:
     return [(prepare_pair_amax, (xp, ap, tail)), cast] if mode < 2 else [cast]
 
 
-def bound_pair(x, q, s, qt, st, amax, granularity, rows, cols) -> tuple[CachedLaunch, CachedLaunch]:
-    """The CachedLaunches (amax pass, cast) of this pair call's shape, as `launch_pair` takes
+def bound_pair(x, q, s, qt, st, amax, granularity, rows, cols) -> tuple:
+    """The CachedLaunches of this pair call's shape (`_pair_launches`), as `launch_pair` takes
     them: keyed by everything the two compiled kernels and their scalars depend on (every
     scalar of the cast's launch, the dtypes, the device, each base's 16-byte alignment)."""
     key = ("pair", granularity, rows, cols, x.dtype, q.dtype, qt.dtype, *_pair_scalars(x, q, s, qt, st, rows, cols),
            x.device.index, x.data_ptr() % 16 == 0, q.data_ptr() % 16 == 0, s.data_ptr() % 16 == 0,
            qt.data_ptr() % 16 == 0, st.data_ptr() % 16 == 0, amax.data_ptr() % 16 == 0)
-    return _LAUNCHES.get_or_make(key, lambda: (CachedLaunch(), CachedLaunch()))
+    return _LAUNCHES.get_or_make(key, lambda: _pair_launches(granularity))
+
+
+def _pair_launches(granularity: str) -> tuple:
+    """One CachedLaunch per kernel of `pair_steps`: the amax pass and the cast, block-wise the cast."""
+    return tuple(CachedLaunch() for _ in range(2 if _PAIR_MODES[granularity] < 2 else 1))
 
 
 def _pair_scalars(x, q, s, qt, st, rows, cols) -> tuple:
