@@ -171,7 +171,9 @@ def layer_calls(recipe: str):
         def __init__(self, x, made, *args):
             super().__init__(x, made, *args)
             self.index = 0
-            for cached, ptrs in zip(self.launches[::-1], (7, 3)):  # (the cast, the amax pass)
+            counts = ((3, 7) if self.granularity in ("row", "tensor") else (7,)) if self.cols else \
+                ((2, 4) if self.granularity == "tensor" else (3,))  # launch_pair's kernels; quantize_fp8's
+            for cached, ptrs in zip(self.launches, counts, strict=True):
                 cached.bound, cached.grid, cached.key = bound_noop(0, ptrs), (132, 1, 1), launcher.launch_key()
 
     def row_launch(x, q, s, granularity):  # quantize.launch's GPU branch, bound to a no-op

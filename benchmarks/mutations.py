@@ -789,6 +789,9 @@ MUTATIONS = [
     ("quantize pair plan: a hit without refuse_grad", "src/pingpong/quantize.py",
      "refuse_grad(\"quantize_fp8\", x, names=(\"x\",))\n        made = plan.run", "made = plan.run",
      "tests/test_quantize_pair.py -k plan"),
+    ("quantize pair plan: rows alone launched as a pair", "src/pingpong/quantize.py",
+     "        if not self.cols:\n            _launch_rows(", "        if False:\n            _launch_rows(",
+     "tests/test_quantize_pair.py -k plan"),
 ]
 
 

@@ -344,6 +344,27 @@ def test_pair_plan_launches_what_the_checked_path_does(monkeypatch, granularity)
         quantize.quantize_pair_direct(x, granularity, E4M3, pad, out=(None, None, wrong, want[3]))
 
 
+@pytest.mark.parametrize("granularity", GRANULARITIES)
+def test_rows_alone_plan_launches_quantize_fp8s_kernels(monkeypatch, granularity):
+    """Rows alone (cols=False: a forward without dW in FP8, a dY without dW): a stored PairPlan's
+    hit runs no check_pair and launches quantize_fp8's own kernels (`launch`: one read; tensor-wise
+    the amax partials, then the cast) on x, q and s; qt and st come back empty."""
+    pad = 16 if granularity in ("row", "tensor") else 128
+    x = torch.randn(33, 256, dtype=torch.float16)
+    plan, launched = _stored_plan(monkeypatch, x, granularity, cols=False, pad=pad)
+    monkeypatch.setattr(quantize, "check_pair", lambda *a: pytest.fail("a plan hit ran check_pair"))
+    made = quantize.quantize_pair_direct(x, granularity, E4M3, pad, True, False)
+    want = quantize.pair_like(x, granularity, E4M3, pad, True, False)
+    assert [(t.shape, t.stride(), t.dtype) for t in made] == [(t.shape, t.stride(), t.dtype) for t in want]
+    assert made[2].numel() == made[3].numel() == 0
+    q, s = made[0].data_ptr(), made[1].data_ptr()
+    if granularity == "tensor":  # (x, the partials), then (x, q, s, the partials)
+        assert len(launched) == 2 and launched[0][0] == x.data_ptr() and launched[1][:3] == (x.data_ptr(), q, s)
+        assert launched[1][3] == launched[0][1]
+    else:
+        assert launched == [(x.data_ptr(), q, s)]
+
+
 def test_pair_plan_hit_still_refuses_grad_and_takes_only_plain_tensors(monkeypatch):
     """Bad input on a plan hit: x requiring grad under grad mode is refused by name; a tensor
     subclass (a DTensor) never takes a plan, nor a sparse x (whose key cannot be read)."""

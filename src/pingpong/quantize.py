@@ -63,7 +63,8 @@ an element lie inside one 128×128 tile (its 1×128 row pieces and its 128×1 co
 one program reads the tile once and writes both. Scales stay on the device (no host sync).
 A pair call alike after one that ran on a GPU takes that call's `PairPlan` (no check but the
 grad check, outputs from the planned layouts, both launches from base addresses, the maxima
-in the stream's buffer, left zeroed: no zeroing launch): an FP8 training layer
+in the stream's buffer, left zeroed: no zeroing launch; rows alone, quantize_fp8's kernels
+launched the same way): an FP8 training layer
 quantizes three operands a step, and where the step is host-bound (small layers, tensor
 parallelism) their host time is the step's.
 
@@ -494,8 +495,20 @@ def launch(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, granularity: str) 
         fn, args, kwargs, grid = prepare(x, q, s, granularity, interpret=True)
         fn[grid](*args, **kwargs)
     else:
-        bound_launch(x, q, s, granularity)(x.device.index, (x.data_ptr(), q.data_ptr(), s.data_ptr()), (), prepare,
-                                           x, q, s, granularity)
+        _launch_rows((bound_launch(x, q, s, granularity),), x.device.index, x, q, s, granularity)
+
+
+def _launch_rows(launches: tuple, device: int, x, q, s, granularity: str) -> None:
+    """`launch`'s kernels on a GPU through the given CachedLaunches (`_rows_launches`)."""
+    if granularity == "tensor":
+        _launch_tensor(x, q, s, launches, device)
+    else:
+        launches[0](device, (x.data_ptr(), q.data_ptr(), s.data_ptr()), (), prepare, x, q, s, granularity)
+
+
+def _rows_launches(granularity: str) -> tuple:
+    """One CachedLaunch per kernel of `launch`: tensor-wise its two passes, else the one kernel."""
+    return (CachedLaunch(), CachedLaunch()) if granularity == "tensor" else (CachedLaunch(),)
 
 
 def bound_launch(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, granularity: str) -> CachedLaunch:
@@ -541,17 +554,18 @@ def _row_tile(K: int):
     return one, bk, bm, 8 if bk * bm >= 4096 else 4
 
 
-def _launch_tensor(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> None:
+def _launch_tensor(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, launches=None, device=None) -> None:
     """Tensor-wise: the amax partials (one per TENSOR_TILE of x), then the cast; past
     TENSOR_PARTIALS partials a torch max reduces them to one between the two. On a GPU each
     kernel goes through Triton's JIT once per call shape and is launched directly after (as
-    `launch`'s row and block kernels)."""
+    `launch`'s row and block kernels), through `launches` on `device` when given (a PairPlan's)."""
     P = _tensor_partials(*x.shape)
     partial = torch.empty(P + (P > TENSOR_PARTIALS), dtype=torch.float32, device=x.device)
     steps = tensor_steps(x, q, s, partial)
-    interpret = x.device.type == "cpu"
-    launches = (None, None) if interpret else _LAUNCHES.get_or_make(launch_key(x, q, s, "tensor"),
-                                                                     lambda: (CachedLaunch(), CachedLaunch()))
+    interpret = launches is None and x.device.type == "cpu"
+    if launches is None:
+        launches = (None, None) if interpret else _LAUNCHES.get_or_make(launch_key(x, q, s, "tensor"),
+                                                                         lambda: _rows_launches("tensor"))
     for i, (cached, (prepare_step, ptrs)) in enumerate(zip(launches, steps)):
         if i and P > TENSOR_PARTIALS:  # their max into partial[P]
             torch.amax(partial[:P], 0, keepdim=True, out=partial[P:])
@@ -559,7 +573,7 @@ def _launch_tensor(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> None:
             fn, args, kwargs, grid = prepare_step(x, q, s, partial, interpret=True)
             fn[grid](*args, **kwargs)
         else:
-            cached(x.device.index, ptrs, (), prepare_step, x, q, s, partial)
+            cached(x.device.index if device is None else device, ptrs, (), prepare_step, x, q, s, partial)
 
 
 #: tensor-wise quantize_fp8's tile (rows, columns at most): one amax partial each; and the most
@@ -678,15 +692,16 @@ def quantize_pair_direct(x, granularity="row", dtype=torch.float8_e4m3fn, pad=16
             t.fill_(_EPS / FP8_MAX[dtype])
         qt.zero_()
         return q, s, qt, st
-    if not cols:  # one axis: quantize_fp8's own kernels (one read for "row")
-        launch(x, q, s, granularity)
-        return q, s, qt, st
     if key is not None and _plans_on(x):  # the signature's plan (pair_like's layouts), made once
         plan = _PAIR_PLANS.get_or_make(key, lambda: PairPlan(x, pair_like(x, granularity, dtype, pad, rows, cols),
                                                              granularity, rows, cols))
         if plan.run(x, (q, s, qt, st)) is not None:
             return q, s, qt, st
-    launch_pair(x, q, s, qt, st, granularity, rows, cols)  # the interpreter, or an out of another layout than planned
+    # the interpreter, or an out of another layout than planned
+    if cols:
+        launch_pair(x, q, s, qt, st, granularity, rows, cols)
+    else:  # one axis: quantize_fp8's own kernels (one read for "row")
+        launch(x, q, s, granularity)
     return q, s, qt, st
 
 
@@ -708,10 +723,11 @@ def _pair_key(x, granularity, dtype, pad, rows, cols):
 
 
 class PairPlan:
-    """One quantize_fp8_pair call signature on a GPU, both axes asked for, decided once by a call
-    that passed check_pair (`quantize_pair_direct`): the outputs' shapes, strides and dtypes (of
-    `made`: pair_like's, whatever `out` that call was given), and the launches of `launch_pair`
-    (the amax pass, then the cast; block-wise the cast alone), each a CachedLaunch of its own.
+    """One quantize_fp8_pair call signature on a GPU, decided once by a call that passed
+    check_pair (`quantize_pair_direct`): the outputs' shapes, strides and dtypes (of `made`:
+    pair_like's, whatever `out` that call was given), and the launches, each a CachedLaunch of
+    its own: with cols, `launch_pair`'s (the amax pass, then the cast; block-wise the cast
+    alone); rows alone, quantize_fp8's (`launch`: one kernel, tensor-wise two).
     A call alike allocates its outputs and launches from base addresses; an `out` buffer of
     another layout or alignment than planned launches nothing and gives None (the caller takes
     the checked path).
@@ -724,7 +740,7 @@ class PairPlan:
     def __init__(self, x, made, granularity, rows, cols):
         self.device, self.index, self.granularity, self.rows, self.cols = x.device, x.device.index, granularity, rows, cols
         self.layouts = tuple((t.shape, t.stride(), t.dtype) for t in made)
-        self.launches = _pair_launches(granularity)
+        self.launches = _pair_launches(granularity) if cols else _rows_launches(granularity)
 
     def run(self, x, out):
         made = []
@@ -734,6 +750,9 @@ class PairPlan:
             elif t.shape != shape or t.stride() != stride or t.dtype != dtype or t.data_ptr() % 16:
                 return None
             made.append(t)
+        if not self.cols:
+            _launch_rows(self.launches, self.index, x, made[0], made[1], self.granularity)
+            return tuple(made)
         inputs = (x, *made, amax_buffer(x, self.granularity), self.granularity, self.rows, self.cols)
         _launch_steps(self.launches, self.index, inputs)
         return tuple(made)
