@@ -9,6 +9,8 @@ against torch._scaled_mm (pingpong.tools.bench_fp8). A plan gives each shape its
 
     PYTHONPATH=src python benchmarks/schedules.py --plan benchmarks/data/midrows_streamk_plan.json --rounds 2
         (mid-row shapes: the selection's pick, data-parallel and stream-K tiles)
+    PYTHONPATH=src python benchmarks/schedules.py --plan benchmarks/data/decode_splits_plan.json --rounds 3
+        (M of 8 to 64 rows, LLM widths: each pick, then its tile unsplit and split 2, 4 and 8 ways)
 """
 
 import argparse

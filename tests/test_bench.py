@@ -578,3 +578,20 @@ def test_changed_picks_lists_the_shapes_a_rule_change_moves(capsys):
     assert plan, "the change moved picks on these seeds"
     for M, N, K, (old, new) in plan:
         assert old != new and new == rule_fp8(M, N, K, True, DEFAULT_SMS, "tensor").name(), (M, N, K)
+
+
+@pytest.mark.parametrize("plan", ["midrows_streamk_plan.json", "decode_splits_plan.json"])
+def test_shipped_schedule_plans_hold_configs_the_kernel_takes(plan):
+    """benchmarks/data's plans for `benchmarks/schedules.py --plan`: every [M, N, K, configs]
+    row parses (schedules.parse_config) and each config passes the 16-bit kernel's checks, so a
+    GPU run of the plan times every config instead of stopping at a refused one."""
+    from bench_scripts import BENCHMARKS, load
+
+    schedules = load("schedules")
+    rows = json.loads((BENCHMARKS / "data" / plan).read_text())
+    assert rows
+    for M, N, K, configs in rows:
+        assert min(M, N, K) > 0 and configs, (M, N, K)
+        for name in configs:
+            schedules.parse_config(name).validate()
+
