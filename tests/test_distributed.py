@@ -316,8 +316,8 @@ def fp8_mlp():
 
 def test_a_compiled_fp8_tensor_parallel_model_is_one_graph_of_local_fp8_linears(mesh, fp8_runs):
     """torch.compile (fullgraph, AOT autograd) of a ColwiseParallel / RowwiseParallel MLP of FP8
-    training layers: one graph, no break; the forward runs pingpong::fp8_linear_train on each
-    rank's shard (weights (32, 32) of (64, 32) Shard(0) and (32, 64) Shard(1)) and one
+    training layers: one graph, no break; the forward runs pingpong::fp8_linear_train (after its
+    x's pingpong::quantize_fp8_pair) on each rank's shard (weights (32, 32) of (64, 32) Shard(0) and (32, 64) Shard(1)) and one
     all-reduce after the row layer; the backward's FP8 products (the row layer's dX, both
     dW; the 6 tokens padded to 16) take the shards, with no collective; values as eager's."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
@@ -326,7 +326,9 @@ def test_a_compiled_fp8_tensor_parallel_model_is_one_graph_of_local_fp8_linears(
     x = torch.randn(2, 3, 32, generator=torch.Generator().manual_seed(1)).half()
     forward, backward = compiled_tp(model, x, 0)
     linears = [s for t, s in forward if t == "pingpong.fp8_linear_train.default"]
-    assert linears == [[(2, 3, 32), (32, 32), (32,)], [(2, 3, 32), (32, 32), (32,)]], forward
+    x_pair = [(6, 32), (6, 1), (32, 16), (32, 1)]  # each rank's x quantized first: q, s, qt (6 tokens padded), st
+    assert linears == [[(2, 3, 32), (32, 32), *x_pair, (32,)]] * 2, forward
+    assert [s for t, s in forward if t == "pingpong.quantize_fp8_pair.default"] == [[(6, 32)]] * 2, forward
     assert [t for t, _ in forward if "_c10d_functional" in t and "wait" not in t] == [
         "_c10d_functional.all_reduce.default"], forward
     products = [s for t, s in backward if t == "pingpong.scaled_mm.default"]

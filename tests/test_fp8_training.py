@@ -324,9 +324,10 @@ def test_replace_linear_names_bad_training_arguments(kwargs, needle):
 # ----------------------------------------------------------------------------- torch.compile
 
 
-def graphs_of(fn, *args):
-    """fn compiled (fullgraph, AOTAutograd without inductor): its result and the forward and
-    backward FX graphs."""
+def graphs_of(fn, *args, partition_fn=None):
+    """fn compiled (fullgraph, AOTAutograd without inductor; `partition_fn` splits the joint
+    graph, e.g. inductor's min-cut partitioner, whose first step is the common-subexpression
+    pass): its result and the forward and backward FX graphs."""
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
 
@@ -338,7 +339,8 @@ def graphs_of(fn, *args):
             return make_boxed_func(gm.forward)
         return compiler
 
-    backend = aot_autograd(fw_compiler=keep("forward"), bw_compiler=keep("backward"))
+    backend = aot_autograd(fw_compiler=keep("forward"), bw_compiler=keep("backward"),
+                           **({"partition_fn": partition_fn} if partition_fn else {}))
     torch._dynamo.reset()
     try:
         out = torch.compile(fn, fullgraph=True, backend=backend)(*args)
@@ -354,10 +356,11 @@ def pingpong_nodes(gm, name):
 
 @pytest.mark.parametrize("recipe", RECIPE_IDS)
 def test_compile_records_the_op_and_the_backward_products(fp8_kernels, recipe):
-    """Under torch.compile the forward is one pingpong::fp8_linear node (its fake implementation
-    gives the shape); the backward graph holds the gradient products as pingpong ops, whose fake
-    implementations checked their operands and scales (shapes below); the compiled gradients
-    equal the eager ones."""
+    """Under torch.compile the forward is X's pingpong::quantize_fp8_pair node and one
+    pingpong::fp8_linear_train node on it (their fake implementations give the shapes); the
+    backward graph holds the gradient products as pingpong ops, whose fake implementations
+    checked their operands and scales (shapes below); the compiled gradients equal the eager
+    ones."""
     torch.manual_seed(3)
     M, (K, N) = 17, FEATURES.get(recipe, (64, 48))
     Mp = 128 if recipe == "block" else 32  # 17 tokens padded for dW (scaled_mm's K rule)
@@ -372,10 +375,12 @@ def test_compile_records_the_op_and_the_backward_products(fp8_kernels, recipe):
     layer.zero_grad()
     graphs = graphs_of(step, x)
     forward = pingpong_nodes(graphs["forward"], "fp8_linear")
-    assert len(forward) == 1
+    x_pair = pingpong_nodes(graphs["forward"], "quantize_fp8_pair")
+    assert len(forward) == 1 and len(x_pair) == 1 and forward[0].args[2].args[0] is x_pair[0]
     mms = pingpong_nodes(graphs["backward"], "scaled_mm")
     quants = pingpong_nodes(graphs["backward"], "quantize_fp8")
-    y, qxt, sxt, qwt, swt = forward[0].meta["val"]  # pingpong::fp8_linear_train: y and the backward's operands
+    y, qwt, swt = forward[0].meta["val"]  # pingpong::fp8_linear_train: y and W's operands for the backward
+    qxt, sxt = x_pair[0].meta["val"][2:]  # X's, for dW
     assert tuple(y.shape) == (M, N) and qwt.numel() == swt.numel() == 0  # x needs no gradient: no Wᵀ
     if RECIPES[recipe].fp8_weight_grad:  # dW alone: dY's pair (its transpose only), one product
         assert len(mms) == 1 and len(quants) == 1, (len(mms), len(quants))
@@ -388,6 +393,50 @@ def test_compile_records_the_op_and_the_backward_products(fp8_kernels, recipe):
         assert pingpong_nodes(graphs["backward"], "mm"), "dW on the bf16 GEMM"
     torch.testing.assert_close(layer.weight.grad, eager[0], rtol=0, atol=0)
     torch.testing.assert_close(layer.bias.grad, eager[1], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("recipe", RECIPE_IDS)
+def test_compiled_layers_fed_one_input_quantize_it_once(fp8_kernels, recipe, monkeypatch):
+    """Three training layers on one x (an attention block's q, k and v projections), compiled
+    with inductor's partitioner: the forward graph quantizes x once (one
+    pingpong::quantize_fp8_pair node, which the common-subexpression pass keeps for all three
+    pingpong::fp8_linear_train nodes), and the compiled gradients of x and of every weight and
+    bias equal the eager ones bitwise. The compiled step quantizes 7 operands: x once, each W,
+    each dY (the training op takes x's pair, it does not quantize x again)."""
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    torch.manual_seed(4)
+    M, (K, N) = 17, FEATURES.get(recipe, (64, 48))
+    layers = torch.nn.ModuleList(pingpong.nn.Float8TrainingLinear(K, N, dtype=F16, recipe=recipe) for _ in range(3))
+    x = torch.randn(M, K).to(F16).requires_grad_()
+
+    def step(x):
+        q, k, v = (layer(x) for layer in layers)
+        return ((q.float() * k.float() + v.float()) ** 2).sum()
+
+    def grads():
+        return [t.grad.clone() for t in (x, *layers.parameters())]
+
+    step(x).backward()
+    eager = grads()
+    x.grad = None
+    layers.zero_grad()
+    quantized, real = [], quantize.quantize_pair_direct
+
+    def counted(t, *args, **kwargs):
+        quantized.append(tuple(t.shape))
+        return real(t, *args, **kwargs)
+
+    monkeypatch.setattr(quantize, "quantize_pair_direct", counted)
+    monkeypatch.setattr(fp8_training, "quantize_pair_direct", counted)
+    graphs = graphs_of(step, x, partition_fn=min_cut_rematerialization_partition)
+    assert sorted(quantized) == sorted([(M, K)] + [(N, K)] * 3 + [(M, N)] * 3), quantized
+    pairs = pingpong_nodes(graphs["forward"], "quantize_fp8_pair")
+    linears = pingpong_nodes(graphs["forward"], "fp8_linear")
+    assert len(pairs) == 1 and len(linears) == 3, (len(pairs), len(linears))
+    assert all(node.args[2].args[0] is pairs[0] for node in linears)  # qx: getitem(the one pair, 0)
+    for got, want in zip(grads(), eager):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
 def test_fake_implementation_refuses_what_the_recipe_cannot_serve():
@@ -405,11 +454,12 @@ def test_fake_implementation_refuses_what_the_recipe_cannot_serve():
 @pytest.mark.parametrize("recipe", RECIPE_IDS)
 def test_inductor_calls_the_forward_and_the_gradient_products_directly(fp8_kernels, recipe):
     """Compiled by inductor (CPU): the inference forward (pingpong::fp8_linear), the training
-    forward (pingpong::fp8_linear_train: y and the backward's FP8 operands, five outputs in
-    buffers of inductor's) and the training step's gradient products (pingpong::
-    quantize_fp8_pair of dY, pingpong::scaled_mm, or pingpong::mm for a high-precision dW) are
-    direct calls from the generated code (pingpong.integration.inductor, counted), with the eager results
-    bitwise; no graph break (fullgraph)."""
+    forward (X's pingpong::quantize_fp8_pair, then pingpong::fp8_linear_train on it: y and W's
+    FP8 operands for the backward, three outputs in buffers of inductor's) and the training
+    step's gradient products (pingpong::quantize_fp8_pair of dY, pingpong::scaled_mm, or
+    pingpong::mm for a high-precision dW) are direct calls from the generated code
+    (pingpong.integration.inductor, counted), with the eager results bitwise; no graph break
+    (fullgraph)."""
     from torch._inductor import config
     from torch._inductor.utils import run_and_get_code
 
@@ -446,4 +496,4 @@ def test_inductor_calls_the_forward_and_the_gradient_products_directly(fp8_kerne
     for name, gg, ww in zip(("x", "weight", "bias"), got, want):
         torch.testing.assert_close(gg, ww, rtol=0, atol=0, msg=lambda m: f"seed {seed}, {recipe} d{name}: {m}")
     want_calls = {"scaled_mm": 2} if RECIPES[recipe].fp8_weight_grad else {"scaled_mm": 1, "mm": 1}
-    assert dict(inductor.CALLS) == {"fp8_linear_train": 1, "quantize_fp8_pair": 1, **want_calls}
+    assert dict(inductor.CALLS) == {"fp8_linear_train": 1, "quantize_fp8_pair": 2, **want_calls}  # X's, dY's

@@ -1,10 +1,13 @@
 """FP8 training: `fp8_linear`, y = x·Wᵀ + bias differentiable in x, W and bias, with the forward
 and both gradient GEMMs in FP8 (pingpong.quantize.quantize_fp8_pair, then pingpong.scaled_mm).
-While torch.compile traces, the ``pingpong::fp8_linear_train`` op (with grad: its outputs are
-y and the backward's FP8 operands, its autograd formula, registered once below, records
+While torch.compile traces, the ``pingpong::fp8_linear_train`` op (with grad: X's
+``pingpong::quantize_fp8_pair`` first, then the op on it, whose outputs are y and W's FP8
+operands for the backward; its autograd formula, registered once below, records
 quantize_fp8_pair and scaled_mm ops into the backward graph) or ``pingpong::fp8_linear`` (the
-forward alone); fake implementations give the shapes. The layer is
-pingpong.nn.Float8TrainingLinear.
+forward alone); fake implementations give the shapes. X's quantization is its own node so that
+layers fed the same input (a block's q, k and v projections; gate and up) quantize it once:
+AOTAutograd's common-subexpression pass merges equal calls of a pure op, which the fused op
+on (x, W) never is. The layer is pingpong.nn.Float8TrainingLinear.
 
 The three products of a linear layer, x (M, K) with M tokens, W (N, K), dY (M, N):
 
@@ -204,13 +207,25 @@ def fp8_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, recipe:
             return ops._rules().fp8_linear(x, weight, bias, recipe)  # each rank's local FP8 linear (pingpong.distributed)
         if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
                                         (bias is not None and bias.requires_grad)):
-            return torch.ops.pingpong.fp8_linear_train(x, weight, bias, recipe, *_wanted(x, weight, recipe))[0]
+            x_cols, w_cols = _wanted(x, weight, recipe)
+            xq = _traced_x_pair(x, weight, recipe, x_cols)
+            return torch.ops.pingpong.fp8_linear_train(x, weight, *xq, bias, recipe, x_cols, w_cols)[0]
         return torch.ops.pingpong.fp8_linear(x, weight, bias, recipe)
     check_fp8_linear(x, weight, bias, recipe)
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
                                     (bias is not None and bias.requires_grad)):
         return _Fp8LinearFunction.apply(x, weight, bias, recipe, *_wanted(x, weight, recipe))
     return _forward(x, weight, bias, recipe)[0]
+
+
+def _traced_x_pair(x, weight, recipe: str, x_cols: bool) -> tuple:
+    """X's quantize_fp8_pair as its own op (module docstring: equal ones merge), on x detached
+    (the pair has no gradient; x's comes from the training op's formula): (qx, sx, qxt, sxt)."""
+    r = RECIPES[recipe]
+    if not isinstance(x, Tensor) or x.dim() < 1:  # the training op's fake implementation names x
+        return (x,) * 4
+    return torch.ops.pingpong.quantize_fp8_pair(x.detach().reshape(-1, x.shape[-1]), r.granularity, GRAD_DTYPE,
+                                                _pad(r), True, x_cols)
 
 
 def _wanted(x, weight, recipe: str) -> tuple[bool, bool]:
@@ -229,17 +244,21 @@ def _pad(recipe: Recipe) -> int:
     return SCALE_BLOCK if recipe.granularity == "block" else TOKEN_PAD
 
 
-def _forward(x, weight, bias, recipe: str, x_cols: bool = False, w_cols: bool = False, out=None):
+def _forward(x, weight, bias, recipe: str, x_cols: bool = False, w_cols: bool = False, out=None, xq=None):
     """Y = X·Wᵀ + bias: X per token (or 1×128 block) and W per output row (or 128×128 block),
     both along K; with x_cols (dW will be FP8) X's dW operand and with w_cols (dX is wanted) W's
-    dX operand, from the same quantize_fp8_pair passes. Returns (y, qxt, sxt, qwt, swt) (the
-    ones not asked for empty); into `out` when given: those five as pingpong::fp8_linear_train's
-    fake implementation lays them out (inductor's buffers), None for each to allocate."""
+    dX operand, from the same quantize_fp8_pair passes (X's given as `xq` = (qx, sx, qxt, sxt):
+    the traced path's, quantized by its own op). Returns (y, qxt, sxt, qwt, swt) (the ones not
+    asked for empty); into `out` when given: y, qwt and swt into theirs as the ops' fake
+    implementations lay them out (inductor's buffers), None for each to allocate."""
     r = RECIPES[recipe]
     N, K = weight.shape
     y, qxt, sxt, qwt, swt = (None,) * 5 if out is None else out
-    qx, sx, qxt, sxt = quantize_pair_direct(x.reshape(-1, K), r.granularity, GRAD_DTYPE, _pad(r), True, x_cols,
-                                            (None, None, qxt, sxt))
+    if xq is None:
+        qx, sx, qxt, sxt = quantize_pair_direct(x.reshape(-1, K), r.granularity, GRAD_DTYPE, _pad(r), True, x_cols,
+                                                (None, None, qxt, sxt))
+    else:
+        qx, sx, qxt, sxt = xq
     qw, sw, qwt, swt = quantize_pair_direct(weight, r.weight, GRAD_DTYPE, _pad(r), True, w_cols, (None, None, qwt, swt))
     y = scaled_mm_direct(qx, qw.t(), sx, sw.t(), bias, x.dtype, use_fast_accum=r.fast_forward,
                          out=None if y is None else y.view(-1, N))
@@ -257,19 +276,31 @@ def _backward_products(g2, qxt, sxt, qwt, swt, recipe: Recipe, data_grad: bool, 
     return dx, dw
 
 
-def _setup(ctx, inputs, output) -> None:
+def _save(ctx, x, weight, bias, recipe, x_cols, w_cols, qxt, sxt, qwt, swt) -> None:
     """Saves what the backward reads: the FP8 operands the forward made (X's and W's
     transposes), and x itself only for a high-precision dW; neither x nor W otherwise."""
-    x, weight, bias, recipe, x_cols, w_cols = inputs
-    _, qxt, sxt, qwt, swt = output
-    ctx.mark_non_differentiable(*output[1:])
     keep_x = weight.requires_grad and not RECIPES[recipe].fp8_weight_grad
     ctx.save_for_backward(x if keep_x else None, bias, qxt, sxt, qwt, swt)
     ctx.recipe, ctx.x_cols, ctx.w_cols = recipe, x_cols, w_cols
     ctx.shapes, ctx.dtypes = (x.shape, weight.shape), (x.dtype, weight.dtype)
 
 
-def _backward(ctx, grad, *_):
+def _setup_op(ctx, inputs, output) -> None:
+    """pingpong::fp8_linear_train's: X's pair among its inputs, W's among its outputs."""
+    x, weight, qx, sx, qxt, sxt, bias, recipe, x_cols, w_cols = inputs
+    ctx.mark_non_differentiable(*output[1:])
+    _save(ctx, x, weight, bias, recipe, x_cols, w_cols, qxt, sxt, *output[1:])
+
+
+def _backward_op(ctx, grad, *_):
+    """pingpong::fp8_linear_train's gradients, one per input (none for X's pair)."""
+    dx, dw, dbias = _gradients(ctx, grad)
+    return dx, dw, None, None, None, None, dbias, None, None, None
+
+
+def _gradients(ctx, grad):
+    """(dX, dW, dbias) from what `_save` kept: the FP8 products (`_backward_products`), or dW in
+    the inputs' precision; None for an input that needs no gradient."""
     x, bias, qxt, sxt, qwt, swt = ctx.saved_tensors
     if torch.is_grad_enabled():  # (in a backward only under create_graph=True)
         raise PingpongError("fp8_linear: double backward (create_graph=True) is not supported: the FP8 gradient"
@@ -285,9 +316,9 @@ def _backward(ctx, grad, *_):
         dx = None if dx is None else dx.view(x_shape)
     if needs[1] and not recipe.fp8_weight_grad:
         dw = ops._gemm(g2.mT, x.reshape(-1, K), out_dtype=ctx.dtypes[1])  # (N, K) row-major: the weight's layout
-    if bias is not None and needs[2]:
+    if bias is not None and needs[-4]:  # (the bias is 4th from the end in both input lists)
         dbias = ops._bias_grad(g2, bias)
-    return dx, dw, dbias, None, None, None
+    return dx, dw, dbias
 
 
 @torch.library.custom_op("pingpong::fp8_linear", mutates_args=())
@@ -303,24 +334,31 @@ def _(x, weight, bias, recipe):
 
 
 @torch.library.custom_op("pingpong::fp8_linear_train", mutates_args=())
-def _fp8_linear_train_op(x: Tensor, weight: Tensor, bias: Optional[Tensor], recipe: str, x_cols: bool,
-                         w_cols: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+def _fp8_linear_train_op(x: Tensor, weight: Tensor, qx: Tensor, sx: Tensor, qxt: Tensor, sxt: Tensor,
+                         bias: Optional[Tensor], recipe: str, x_cols: bool, w_cols: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """y, qwt, swt from x's pair (qx, sx, qxt, sxt: quantize_fp8_pair(x) as `_traced_x_pair`
+    makes it) and W."""
     with torch.no_grad():
-        return _forward(x, weight, bias, recipe, x_cols, w_cols)
+        y, _, _, qwt, swt = _forward(x, weight, bias, recipe, x_cols, w_cols, xq=(qx, sx, qxt, sxt))
+    return y, qwt, swt
 
 
 @_fp8_linear_train_op.register_fake
-def _(x, weight, bias, recipe, x_cols, w_cols):
+def _(x, weight, qx, sx, qxt, sxt, bias, recipe, x_cols, w_cols):
     inductor.register()
     r = RECIPES[recipe_name(recipe)]
     check_fp8_linear(x, weight, bias, recipe_name(recipe))
     N, K = weight.shape
+    want = pair_like(x.reshape(-1, K), r.granularity, GRAD_DTYPE, _pad(r), True, x_cols)
+    for name, got, t in zip(("qx", "sx", "qxt", "sxt"), (qx, sx, qxt, sxt), want):
+        if got.shape != t.shape or got.dtype != t.dtype:
+            raise PingpongError(f"{name}: expected x's quantize_fp8_pair output of shape {tuple(t.shape)} and"
+                                f" dtype {t.dtype} (recipe {recipe!r}), got {tuple(got.shape)} {got.dtype}")
     y = x.new_empty((*x.shape[:-1], N))
-    return (y, *pair_like(x.reshape(-1, K), r.granularity, GRAD_DTYPE, _pad(r), False, x_cols)[2:],
-            *pair_like(weight, r.weight, GRAD_DTYPE, _pad(r), False, w_cols)[2:])
+    return (y, *pair_like(weight, r.weight, GRAD_DTYPE, _pad(r), False, w_cols)[2:])
 
 
-_fp8_linear_train_op.register_autograd(_backward, setup_context=_setup)
+_fp8_linear_train_op.register_autograd(_backward_op, setup_context=_setup_op)
 
 
 @inductor.lowered("fp8_linear")
@@ -330,9 +368,11 @@ def fp8_linear_out(x, weight, *optional, bias: bool, recipe, out):
 
 
 @inductor.lowered("fp8_linear_train")
-def fp8_linear_train_out(x, weight, *optional, bias: bool, recipe, x_cols, w_cols, out):
-    """pingpong::fp8_linear_train into inductor's buffers (y, qxt, sxt, qwt, swt) (pingpong.integration.inductor)."""
-    _forward(x, weight, optional[0] if bias else None, recipe, x_cols, w_cols, out)
+def fp8_linear_train_out(x, weight, qx, sx, qxt, sxt, *optional, bias: bool, recipe, x_cols, w_cols, out):
+    """pingpong::fp8_linear_train into inductor's buffers (y, qwt, swt) (pingpong.integration.inductor)."""
+    y, qwt, swt = out
+    _forward(x, weight, optional[0] if bias else None, recipe, x_cols, w_cols, (y, None, None, qwt, swt),
+             (qx, sx, qxt, sxt))
 
 
 class _Fp8LinearFunction(torch.autograd.Function):
@@ -342,7 +382,9 @@ class _Fp8LinearFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, recipe, x_cols, w_cols):
         out = _forward(x, weight, bias, recipe, x_cols, w_cols)
-        _setup(ctx, (x, weight, bias, recipe, x_cols, w_cols), out)
+        _save(ctx, x, weight, bias, recipe, x_cols, w_cols, *out[1:])
         return out[0]
 
-    backward = staticmethod(_backward)
+    @staticmethod
+    def backward(ctx, grad):
+        return (*_gradients(ctx, grad), None, None, None)
