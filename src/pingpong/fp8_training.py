@@ -6,8 +6,9 @@ operands for the backward; its autograd formula, registered once below, records
 quantize_fp8_pair and scaled_mm ops into the backward graph) or ``pingpong::fp8_linear`` (the
 forward alone); fake implementations give the shapes. X's quantization is its own node so that
 layers fed the same input (a block's q, k and v projections; gate and up) quantize it once:
-AOTAutograd's common-subexpression pass merges equal calls of a pure op, which the fused op
-on (x, W) never is. The layer is pingpong.nn.Float8TrainingLinear.
+the common-subexpression pass that AOTAutograd runs on the joint graph before inductor's
+partitioner splits it merges equal calls of a pure op, which the fused op on (x, W) never is.
+The layer is pingpong.nn.Float8TrainingLinear.
 
 The three products of a linear layer, x (M, K) with M tokens, W (N, K), dY (M, N):
 
@@ -208,7 +209,7 @@ def fp8_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, recipe:
         if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
                                         (bias is not None and bias.requires_grad)):
             x_cols, w_cols = _wanted(x, weight, recipe)
-            xq = _traced_x_pair(x, weight, recipe, x_cols)
+            xq = _traced_x_pair(x, recipe, x_cols)
             return torch.ops.pingpong.fp8_linear_train(x, weight, *xq, bias, recipe, x_cols, w_cols)[0]
         return torch.ops.pingpong.fp8_linear(x, weight, bias, recipe)
     check_fp8_linear(x, weight, bias, recipe)
@@ -218,7 +219,7 @@ def fp8_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, recipe:
     return _forward(x, weight, bias, recipe)[0]
 
 
-def _traced_x_pair(x, weight, recipe: str, x_cols: bool) -> tuple:
+def _traced_x_pair(x, recipe: str, x_cols: bool) -> tuple:
     """X's quantize_fp8_pair as its own op (module docstring: equal ones merge), on x detached
     (the pair has no gradient; x's comes from the training op's formula): (qx, sx, qxt, sxt)."""
     r = RECIPES[recipe]
