@@ -295,29 +295,29 @@ def _setup_op(ctx, inputs, output) -> None:
 
 def _backward_op(ctx, grad, *_):
     """pingpong::fp8_linear_train's gradients, one per input (none for X's pair)."""
-    dx, dw, dbias = _gradients(ctx, grad)
+    needs = ctx.needs_input_grad
+    dx, dw, dbias = _gradients(ctx, grad, needs[0], needs[1], needs[6])
     return dx, dw, None, None, None, None, dbias, None, None, None
 
 
-def _gradients(ctx, grad):
+def _gradients(ctx, grad, need_x: bool, need_w: bool, need_bias: bool):
     """(dX, dW, dbias) from what `_save` kept: the FP8 products (`_backward_products`), or dW in
-    the inputs' precision; None for an input that needs no gradient."""
+    the inputs' precision; None for an input that needs no gradient (the need_* flags)."""
     x, bias, qxt, sxt, qwt, swt = ctx.saved_tensors
     if torch.is_grad_enabled():  # (in a backward only under create_graph=True)
         raise PingpongError("fp8_linear: double backward (create_graph=True) is not supported: the FP8 gradient"
                             " products are not differentiable")
-    needs = ctx.needs_input_grad
     recipe = RECIPES[ctx.recipe]
     x_shape, (N, K) = ctx.shapes
     g2 = grad.reshape(-1, N).contiguous()  # (a broadcast gradient, e.g. of y.sum(), has stride 0)
-    data_grad, weight_grad = needs[0] and ctx.w_cols, needs[1] and ctx.x_cols
+    data_grad, weight_grad = need_x and ctx.w_cols, need_w and ctx.x_cols
     dx = dw = dbias = None
     if data_grad or weight_grad:
         dx, dw = _backward_products(g2, qxt, sxt, qwt, swt, recipe, data_grad, weight_grad, ctx.dtypes)
         dx = None if dx is None else dx.view(x_shape)
-    if needs[1] and not recipe.fp8_weight_grad:
+    if need_w and not recipe.fp8_weight_grad:
         dw = ops._gemm(g2.mT, x.reshape(-1, K), out_dtype=ctx.dtypes[1])  # (N, K) row-major: the weight's layout
-    if bias is not None and needs[-4]:  # (the bias is 4th from the end in both input lists)
+    if bias is not None and need_bias:
         dbias = ops._bias_grad(g2, bias)
     return dx, dw, dbias
 
@@ -388,4 +388,4 @@ class _Fp8LinearFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        return (*_gradients(ctx, grad), None, None, None)
+        return (*_gradients(ctx, grad, *ctx.needs_input_grad[:3]), None, None, None)
