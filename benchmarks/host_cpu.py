@@ -66,6 +66,22 @@ def per_call(fn, calls: int, rounds: int) -> float:
     return best
 
 
+def layer_cases(layer, x, g) -> dict:
+    """A layer's three host-timed calls on x: {"no_grad forward", "grad-mode forward", "forward +
+    backward" (with g, every gradient cleared after)}."""
+    def no_grad():
+        with torch.no_grad():
+            layer(x)
+
+    def backward():
+        layer(x).backward(g)
+        x.grad = None
+        for p in layer.parameters():
+            p.grad = None
+
+    return {"no_grad forward": no_grad, "grad-mode forward": lambda: layer(x), "forward + backward": backward}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--calls", type=int, default=5000)
@@ -79,17 +95,7 @@ def main(argv=None) -> int:
         x = torch.randn(*shape, dtype=torch.bfloat16, requires_grad=True)
         g = torch.randn(*shape[:-1], 64, dtype=torch.bfloat16)
 
-        def no_grad():
-            with torch.no_grad():
-                layer(x)
-
-        def fwd_bwd():
-            layer(x).backward(g)
-            x.grad = layer.weight.grad = None
-            if bias:
-                layer.bias.grad = None
-
-        row = [per_call(f, args.calls, args.rounds) for f in (no_grad, lambda: layer(x), fwd_bwd)]
+        row = [per_call(f, args.calls, args.rounds) for f in layer_cases(layer, x, g).values()]
         print(f"Linear {tuple(shape)} -> 64, bias {bias!s:<5}  no_grad {row[0]:6.2f}  grad-mode {row[1]:6.2f}"
               f"  forward + backward {row[2]:6.2f}")
     a, w = torch.randn(64, 64, dtype=torch.bfloat16), torch.randn(64, 64, dtype=torch.bfloat16).t()

@@ -39,7 +39,7 @@ from pingpong.hopper.host.fp8_launch import Fp8Plan
 from pingpong.runtime import launcher, plan, spec
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from host_cpu import per_call  # noqa: E402
+from host_cpu import layer_cases, per_call  # noqa: E402
 
 
 def stub_device() -> None:
@@ -194,17 +194,7 @@ def layer_calls(recipe: str):
     ref = torch.nn.Linear(256, 256, bias=False, dtype=torch.float16)
     layer = Float8TrainingLinear.from_linear(ref, recipe)
     x = torch.randn(32, 256, dtype=torch.float16, requires_grad=True)
-    g = torch.randn(32, 256, dtype=torch.float16)
-
-    def no_grad():
-        with torch.no_grad():
-            layer(x)
-
-    def backward():
-        layer(x).backward(g)
-        x.grad = layer.weight.grad = None
-
-    return {"no_grad forward": no_grad, "grad-mode forward": lambda: layer(x), "forward + backward": backward}
+    return layer_cases(layer, x, torch.randn(32, 256, dtype=torch.float16))
 
 
 def main(argv=None) -> int:
