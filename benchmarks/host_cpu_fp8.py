@@ -132,7 +132,7 @@ def pair_launches(device: int, calls: int, rounds: int) -> tuple[float, float]:
     q, s, qt, st = quantize.pair_like(x, "row", torch.float8_e4m3fn, 16, True, True)
 
     def inputs():
-        return x, q, s, qt, st, quantize.amax_buffer(x, "row"), "row", True, True
+        return x, q, s, qt, st, *quantize.amax_slots(x, "row"), "row", True, True
 
     def jit():
         args = inputs()
@@ -146,7 +146,7 @@ def pair_launches(device: int, calls: int, rounds: int) -> tuple[float, float]:
 
     jit()  # compiles both (offline)
     args = inputs()
-    for cached, (prepare_step, _) in zip(quantize.bound_pair(*args), quantize.pair_steps(*args)):
+    for cached, (prepare_step, _, _) in zip(quantize.bound_pair(*args), quantize.pair_steps(*args)):
         cached.jit(prepare_step, args)  # binds both (a CachedLaunch's first call, without its CUDA device guard)
         assert cached.bound is not None, "no bound launch: a launch hook is installed?"
     return per_call(jit, calls, rounds), per_call(bound, calls, rounds)
@@ -171,7 +171,7 @@ def layer_calls(recipe: str):
         def __init__(self, x, made, *args):
             super().__init__(x, made, *args)
             self.index = 0
-            counts = ((3, 7) if self.granularity in ("row", "tensor") else (7,)) if self.cols else \
+            counts = ((3, 8) if self.granularity in ("row", "tensor") else (8,)) if self.cols else \
                 ((2, 4) if self.granularity == "tensor" else (3,))  # launch_pair's kernels; quantize_fp8's
             for cached, ptrs in zip(self.launches, counts, strict=True):
                 cached.bound, cached.grid, cached.key = bound_noop(0, ptrs), (132, 1, 1), launcher.launch_key()

@@ -323,11 +323,12 @@ def test_quantize_direct_launch_passes_what_triton_passes(monkeypatch, granulari
     assert args[:3] == list(ptrs) and args[3:5] == [M, K]
 
 
-def _launched_both_ways(monkeypatch, calls, fn, args, kwargs, grid, ptrs):
-    """A kernel of a 1-D grid launched through Triton's JIT, then bound (bind_jit_args) with the
-    base addresses `ptrs`, both into the fake launcher (`calls`, installed; offline compile,
-    tensors taken as CUDA ones): (our arguments, Triton's, its tensors as addresses), their
-    launch heads and tails checked equal."""
+def _launched_both_ways(monkeypatch, calls, fn, args, kwargs, grid, ptrs, dyn=(), dynamic=()):
+    """A kernel of a 1-D grid launched through Triton's JIT, then bound (bind_jit_args, the
+    parameters named in `dynamic` passed per launch as `dyn`) with the base addresses `ptrs`,
+    both into the fake launcher (`calls`, installed; offline compile, tensors taken as CUDA
+    ones): (our arguments, Triton's, its tensors as addresses), their launch heads and tails
+    checked equal."""
     kernel = fn.warmup(*args, grid=grid, **kwargs)
     monkeypatch.setattr(kernel, "_run", None)
     monkeypatch.setattr(kernel, "module", None)
@@ -335,7 +336,7 @@ def _launched_both_ways(monkeypatch, calls, fn, args, kwargs, grid, ptrs):
     kernel.run(*grid, 1, 1, 99, kernel.function, kernel.packed_metadata, None, None, None, *values)
     direct = DirectLaunch.from_kernel(kernel)
     assert direct is not None and direct.encodings == ()
-    bind_jit_args(direct, fn, args, kwargs)((grid[0], 1, 1), 99, ptrs)
+    bind_jit_args(direct, fn, args, kwargs, dynamic)((grid[0], 1, 1), 99, ptrs, dyn)
     theirs, ours = calls[-2:]
     (head, _, tail, got), (t_head, _, t_tail, want) = fake_launcher.parts(ours), fake_launcher.parts(theirs)
     assert head == t_head and tail == t_tail
@@ -355,8 +356,7 @@ def test_quantize_pair_direct_launch_passes_what_triton_passes(monkeypatch, gran
     x = torch.empty(M, K, dtype=torch.bfloat16)
     q, s, qt, st = quantize.pair_like(x, granularity, E4, pad, rows, True)
     mode = quantize._PAIR_MODES[granularity]
-    amax = quantize.amax_buffer(x, granularity)
-    inputs = (x, q, s, qt, st, amax, granularity, rows, True)
+    inputs = (x, q, s, qt, st, *quantize.amax_slots(x, granularity), granularity, rows, True)
     steps = quantize.pair_steps(*inputs)
     assert len(steps) == (2 if mode < 2 else 1)
     with cc.offline("sm_90a"):
@@ -364,8 +364,9 @@ def test_quantize_pair_direct_launch_passes_what_triton_passes(monkeypatch, gran
 
         monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
         calls = fake_launcher.install(driver.active)
-        for prepare_step, ptrs in steps:
-            got, want = _launched_both_ways(monkeypatch, calls, *prepare_step(*inputs), ptrs)
+        for prepare_step, ptrs, dyn in steps:
+            dynamic = ("words",) if prepare_step is quantize.prepare_pair_cast else ()
+            got, want = _launched_both_ways(monkeypatch, calls, *prepare_step(*inputs), ptrs, dyn, dynamic)
             assert got == want, (prepare_step.__name__, got, want)
             assert got[:len(ptrs)] == list(ptrs)
 
@@ -430,7 +431,7 @@ def _pair_args(x_dtype=BF, offset=0, granularity="row", rows=True, M=64):
     buf = torch.zeros(M * 256 + 8, dtype=x_dtype)
     x = buf[offset:offset + M * 256].view(M, 256)
     q, s, qt, st = quantize.pair_like(x, granularity, E4, 16 if granularity in ("row", "tensor") else 128, rows, True)
-    return x, q, s, qt, st, quantize.amax_buffer(x, granularity), granularity, rows, True
+    return x, q, s, qt, st, *quantize.amax_slots(x, granularity), granularity, rows, True
 
 
 def test_quantize_pair_bound_launch_is_keyed_by_every_dtype_alignment_and_output():

@@ -122,15 +122,16 @@ _REUSED = textwrap.dedent("""
     torch.manual_seed(int(sys.argv[1]))
     for g in ("tensor", "row"):
         x = torch.randn(70, 384).half()
-        amax = Q.amax_buffer(x, g)
-        for scale in (1.0, 1 / 64, 4.0, 1 / 4096):  # a maximum left set would outweigh the next call's
+        slots = Q.amax_slots(x, g)[0].new_zeros(2, 512)  # two slots, as a stream's buffer holds them
+        for i, scale in enumerate((1.0, 1 / 64, 4.0, 1 / 4096, 2.0)):  # a maximum left set outweighs the next's
             xs = x * scale
             out = Q.pair_like(xs, g, torch.float8_e4m3fn, 16, True, True)
-            inputs = (xs, *out, amax, g, True, True)
-            for prepare_step, _ in Q.pair_steps(*inputs):
+            inputs = (xs, *out, slots[i % 2], slots[1 - i % 2], g, True, True)
+            for prepare_step, _, _ in Q.pair_steps(*inputs):
                 fn, args, kwargs, grid = prepare_step(*inputs, interpret=True)
                 fn[grid](*args, **kwargs)
-            assert not amax.any(), (g, scale, "the buffer left set")
+            assert not slots[1 - i % 2].any(), (g, scale, "the other slot left set")
+            assert slots[i % 2].any(), (g, scale, "no maxima in the filled slot")
             q, s = Q.quantize_fp8(xs, g)
             assert torch.equal(out[0].view(torch.uint8), q.view(torch.uint8)) and torch.equal(out[1], s), (g, scale)
             xt = xs.new_zeros(out[2].shape)
@@ -141,11 +142,12 @@ _REUSED = textwrap.dedent("""
 """)
 
 
-def test_the_cast_leaves_the_amax_buffer_zeroed_for_its_next_call():
-    """One amax buffer through four pair calls of falling and rising magnitude, under the
-    interpreter: after each call every word (the maxima, the arrival counter) is zero again,
-    and each call's outputs are bitwise quantize_fp8's of its own x (a maximum the cast left set
-    would scale the next, smaller x by the bigger one's)."""
+def test_the_cast_zeroes_the_other_slot_for_the_next_call():
+    """Two amax slots taken in turns through five pair calls of falling and rising magnitude,
+    under the interpreter: after each call the slot the next call fills is all zero again
+    (the cast cleared it) and the one it filled holds its maxima, and each call's outputs are
+    bitwise quantize_fp8's of its own x (a maximum left set would scale the next, smaller x
+    by the bigger one's)."""
     check_interpreted(_REUSED)
 
 
@@ -191,23 +193,19 @@ def test_pair_kernels_compile_for_sm90_without_spills(granularity):
     x = torch.empty(M, K, dtype=torch.bfloat16)
     pad = 128 if granularity.startswith("block") else 16
     q, s, qt, st = quantize.pair_like(x, granularity, E4M3, pad, True, True)
-    mode, amax = quantize._PAIR_MODES[granularity], torch.empty(M + K)
+    mode, amax, clear = quantize._PAIR_MODES[granularity], torch.empty(M + K), torch.empty(M + K)
     with cc.offline("sm_90a"):
         compiled = []
         for prepare in (quantize.prepare_pair_amax,) * (mode < 2) + (quantize.prepare_pair_cast,):
-            fn, args, kwargs, _ = prepare(x, q, s, qt, st, amax, granularity, True, True)
+            fn, args, kwargs, _ = prepare(x, q, s, qt, st, amax, clear, granularity, True, True)
             compiled.append(fn.warmup(*args, **kwargs, grid=(1,)))
     for ck in compiled:
         facts = cc.Compiled("pair", "sm_90a", dict(ck.asm), ck.metadata).facts()
         assert facts.spill_bytes == 0, (granularity, facts.table())
-    if mode < 2:  # the cast's arrival count (_clear_maxima): one thread's acquire-release atomic, after a
-        # CTA barrier that follows every global load (no warp still to read a maximum when it counts)
-        ptx = [line.strip() for line in compiled[-1].asm["ptx"].splitlines()]
-        count = [i for i, line in enumerate(ptx) if "atom.global.gpu.acq_rel.add" in line]
-        assert len(count) == 1 and ptx[count[0]].startswith("@%p"), [ptx[i] for i in count]
-        last_load = max(i for i, line in enumerate(ptx[:count[0]]) if line.startswith(("ld.global", "@%p")) and
-                        "ld.global" in line)
-        assert any(line.startswith("bar.sync") for line in ptx[last_load:count[0]]), granularity
+    # the cast orders nothing with its other programs: the slot it zeroes is no other program's
+    # (`_clear_slot`): no atomic, no fence, no CTA barrier that would hold a program at its end
+    ptx = compiled[-1].asm["ptx"]
+    assert not any(op in ptx for op in ("atom.", "fence.", "membar.")), granularity
 
 
 # ----------------------------------------------------------------------------- GPU
@@ -257,11 +255,11 @@ def test_pair_on_the_gpu_equals_the_unfused_route(granularity, M, K):
 @pytest.mark.parametrize("granularity", ["tensor", "row"])
 @pytest.mark.parametrize("M, K", [(17, 4096), (777, 1024), (4096, 4096)])
 def test_pair_plans_amax_buffer_is_clean_between_calls_streams_and_graph_replays(granularity, M, K):
-    """The stream's amax buffer, zeroed by each cast (`_clear_maxima`), through 24 calls of one
-    shape whose magnitude falls and rises (a maximum left set, or zeroed before a program read
-    it, scales a call by another's), on the default stream, on a side stream, and through a
-    CUDA graph replayed on new inputs: every output bitwise the unfused route's, every kept
-    buffer zero after each call."""
+    """The stream's two amax slots, each zeroed by the next call's cast (`amax_slots`), through
+    24 calls of one shape whose magnitude falls and rises (a maximum left set, or zeroed before
+    a program read it, scales a call by another's), on the default stream, on a side stream,
+    and through a CUDA graph replayed on new inputs: every output bitwise the unfused route's,
+    and after each call the slot each stream's next call fills all zero."""
     seed = 11 * M + K + len(granularity)
     gen = torch.Generator(device="cuda").manual_seed(seed)
     base = torch.randn(M, K, generator=gen, device="cuda").to(torch.bfloat16)
@@ -273,8 +271,9 @@ def test_pair_plans_amax_buffer_is_clean_between_calls_streams_and_graph_replays
         for name, a, b in zip(("q", "s", "qt", "st"), got, _gpu_unfused(x, granularity, 16)):
             ab, bb = (a.view(torch.uint8), b.view(torch.uint8)) if a.element_size() == 1 else (a, b)
             assert torch.equal(ab, bb), f"{what} {name} seed {seed}: {(ab != bb).sum().item()} differ"
-        for buf in quantize._MAXIMA.values():
-            assert not buf.any(), f"{what}: a kept buffer left set, seed {seed}"
+        for key, buf in quantize._MAXIMA.items():
+            held, turn = quantize._TURNS[key]
+            assert held is buf and not buf.view(2, -1)[turn].any(), f"{what}: the next slot left set, seed {seed}"
 
     for i in range(24):
         x = base * 2.0 ** ((i * 7) % 13 - 6)
@@ -332,7 +331,7 @@ def test_pair_plan_launches_what_the_checked_path_does(monkeypatch, granularity)
     made = quantize.quantize_pair_direct(x, granularity, E4M3, pad)
     want = quantize.pair_like(x, granularity, E4M3, pad, True, True)
     assert [(t.shape, t.stride(), t.dtype) for t in made] == [(t.shape, t.stride(), t.dtype) for t in want]
-    steps = quantize.pair_steps(x, *made, x, granularity, True, True)
+    steps = quantize.pair_steps(x, *made, x, x, granularity, True, True)
     assert len(launched) == len(steps) == (1 if granularity.startswith("block") else 2)
     cast = launched[-1]  # x, q, s, qt, st, then the amax buffer's (x itself block-wise)
     assert cast[:5] == tuple(t.data_ptr() for t in (x, *made))
@@ -437,6 +436,40 @@ def test_stream_zeros_keeps_one_buffer_per_stream_and_none_for_a_graph(monkeypat
     assert plans.stream_zeros(kept, torch.device("cpu"), 10).numel() == 10 and len(kept) == 2
 
 
+def test_amax_slots_take_turns_per_stream_and_start_over_with_a_new_buffer(monkeypatch):
+    """amax_slots: on one stream, consecutive pair calls fill the two slots of its buffer in
+    turns, each call's cast clearing the slot the call before it filled; another stream has
+    its own buffer; while a graph is captured a fresh buffer, and the stream's turn does not
+    move; a buffer made again (grown here) starts at its slot 0. Both slots 16-byte aligned,
+    each a multiple of SLOT_WORDS and at least the maxima's words."""
+    import types
+
+    stream, capturing = [0], [False]
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: stream[0], raising=False)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    real_zeros = torch.zeros
+    monkeypatch.setattr(torch, "zeros", lambda n, dtype, device: real_zeros(n, dtype=dtype))  # a CPU stand-in
+    monkeypatch.setattr(quantize, "_MAXIMA", {})
+    monkeypatch.setattr(quantize, "_TURNS", {})
+    gpu = torch.device("cuda", 0)
+    x = types.SimpleNamespace(shape=(70, 384), device=gpu)
+    ptr = torch.Tensor.data_ptr
+    a, b, c = (quantize.amax_slots(x, "row") for _ in range(3))
+    assert ptr(b[0]) == ptr(a[1]) and ptr(b[1]) == ptr(a[0]) and ptr(c[0]) == ptr(a[0]) != ptr(a[1])
+    assert a[0].numel() == a[1].numel() >= 70 + 384 and a[0].numel() % quantize.SLOT_WORDS == 0
+    assert ptr(a[0]) % 16 == ptr(a[1]) % 16 == 0
+    stream[0] = 7
+    assert ptr(quantize.amax_slots(x, "tensor")[0]) not in (ptr(a[0]), ptr(a[1]))
+    stream[0], capturing[0] = 0, True
+    captured = quantize.amax_slots(x, "row")
+    assert {ptr(captured[0]), ptr(captured[1])}.isdisjoint({ptr(a[0]), ptr(a[1])})
+    capturing[0] = False
+    assert ptr(quantize.amax_slots(x, "row")[0]) == ptr(a[1])  # the turn after c's
+    grown = quantize.amax_slots(types.SimpleNamespace(shape=(5000, 4096), device=gpu), "row")
+    assert grown[0].numel() >= 9096 and ptr(grown[0]) < ptr(grown[1])  # a new buffer's slot 0
+    assert ptr(quantize.amax_slots(x, "row")[0]) == ptr(grown[1])
+
+
 def test_stream_zeros_keeps_nothing_for_the_cuda_graph_trees_stream(monkeypatch):
     """torch.compile's CUDA-graph trees warm up on their own stream, uncaptured, allocating from
     the graphs' private pool: no buffer is kept for that stream (a fresh one per call); other
@@ -472,7 +505,7 @@ def test_a_pair_launch_that_raised_drops_its_streams_amax_buffer(monkeypatch):
     x = torch.randn(24, 128, dtype=torch.float16)
     plan, launched = _stored_plan(monkeypatch, x)
     quantize._MAXIMA[(x.device.index, 0)] = kept = torch.zeros(4096)
-    monkeypatch.setattr(quantize, "amax_buffer", lambda *a: kept)
+    monkeypatch.setattr(quantize, "amax_slots", lambda *a: (kept[:2048], kept[2048:]))
     quantize.quantize_pair_direct(x)
     assert launched[0][1] == launched[1][5] == kept.data_ptr() and (x.device.index, 0) in quantize._MAXIMA
 

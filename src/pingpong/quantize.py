@@ -57,14 +57,14 @@ column's amax (or the whole tensor's), and a column's amax is known only after e
 been read — the grid-wide wait tensor-wise meets (above). So: one amax pass (row and column
 maxima of each tile together, `tl.atomic_max` into zeroed fp32 vectors: max is exact, so the
 order of the atomics changes nothing), then one cast pass that writes q and qt from the same
-registers (qt through tl.trans), its second read of x partly from L2, and whose last program
-zeroes the maxima again (`_clear_maxima`). Block-wise both groups of
+registers (qt through tl.trans), its second read of x partly from L2, and which zeroes the
+other slot of its stream's two for the next call (`amax_slots`). Block-wise both groups of
 an element lie inside one 128×128 tile (its 1×128 row pieces and its 128×1 column pieces), so
 one program reads the tile once and writes both. Scales stay on the device (no host sync).
 A pair call alike after one that ran on a GPU takes that call's `PairPlan` (no check but the
 grad check, outputs from the planned layouts, both launches from base addresses, the maxima
-in the stream's buffer, left zeroed: no zeroing launch; rows alone, quantize_fp8's kernels
-launched the same way): an FP8 training layer
+in a slot of the stream's buffer that the previous call's cast zeroed: no zeroing launch; rows
+alone, quantize_fp8's kernels launched the same way): an FP8 training layer
 quantizes three operands a step, and where the step is host-bound (small layers, tensor
 parallelism) their host time is the step's.
 
@@ -222,6 +222,10 @@ def _amax_kernel(x, partial, M, K, sxm, BLOCK_M: tl.constexpr, BLOCK_K: tl.const
     tl.store(partial + tl.program_id(0), tl.max(tl.max(tl.abs(v), axis=1), axis=0))
 
 
+#: words of the other amax slot each program of the pair's cast zeroes per step (`_clear_slot`)
+CLEAR_BLOCK: tl.constexpr = tl.constexpr(256)
+
+
 @triton.jit
 def _tensor_cast_kernel(x, q, s, partial, P, M, K, sxm, sqm, FP8_MAX: tl.constexpr, BLOCK_M: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_P: tl.constexpr):
@@ -271,7 +275,7 @@ def _scale_inv(amax, FP8_MAX: tl.constexpr):
 
 
 @triton.jit
-def _pair_cast_kernel(x, q, s, qt, st, ramax, camax, M, MP, K, sxm, sqm, sqtk, ssm, ssk, sstk, sstm,
+def _pair_cast_kernel(x, q, s, qt, st, ramax, camax, clear, M, MP, K, sxm, sqm, sqtk, ssm, ssk, sstk, sstm, words,
                       FP8_MAX: tl.constexpr, MODE: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_K: tl.constexpr):
     """quantize_fp8_pair's cast of one BLOCK_M × BLOCK_K tile of x, rows [0, MP) (rows past M
@@ -279,7 +283,8 @@ def _pair_cast_kernel(x, q, s, qt, st, ramax, camax, M, MP, K, sxm, sqm, sqtk, s
     from one load. MODE 0 "tensor", 1 "row" (amaxes from pass 1); 2 "block" (1×128 along K and
     128×1 along M, the tile 128 rows high), 3 "block128x128" (the tile is the block): no pass 1.
 
-    MODE 0 and 1 leave pass 1's buffer zeroed for its next use (`_clear_maxima`)."""
+    MODE 0 and 1 zero the `words` at `clear`, the other slot of the stream's amax buffer
+    (`_clear_slot`), for the next call's pass 1."""
     pid_m, pid_k = _tile(tl.cdiv(K, BLOCK_K), False)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
@@ -335,28 +340,22 @@ def _pair_cast_kernel(x, q, s, qt, st, ramax, camax, M, MP, K, sxm, sqm, sqtk, s
         tl.store(qt + cols.to(tl.int64)[:, None] * sqtk + rows[None, :], tl.trans(qc.to(qt.dtype.element_ty)),
                  mask=(cols[:, None] < K) & (rows[None, :] < MP))
     if MODE < 2:
-        _clear_maxima(ramax, M + K if MODE == 1 else 1)
+        _clear_slot(clear, words)
 
 
 @triton.jit
-def _clear_maxima(amax, n):
-    """The end of every program of the pair's cast: the last program to get here zeroes the n
-    maxima at amax and the arrival counter after them (amax[n], an int32), so the buffer is
-    ready for the next amax pass without a zeroing launch (`amax_buffer`: one per stream).
+def _clear_slot(clear, words):
+    """Every program of the pair's cast zeroes its share of the `words` at `clear`: the slot of
+    the stream's amax buffer that the previous call filled (`amax_slots`). Plain stores, no
+    ordering with anything in this launch: the previous call's cast, the last to read that
+    slot, ended before this launch began (one stream's kernels run in order), and the next
+    call's amax pass, which fills it, begins after this one ends.
 
-        program p:  load its maxima ... cast, store | barrier | c = atomic_add(counter, 1)
-        the last (c = programs - 1):                           zero amax[0:n], counter = 0
-
-    The barrier: every warp of p has loaded its maxima before p counts itself (the atomic,
-    acquire-release at GPU scope, runs on one thread); the last program's acquire sees every
-    program's count, so no program reads a maximum it zeroes."""
-    tl.debug_barrier()
-    counter = (amax + n).to(tl.pointer_type(tl.int32), bitcast=True)
-    if tl.atomic_add(counter, 1) == tl.num_programs(0) - 1:
-        for start in range(0, n, 1024):
-            offs = start + tl.arange(0, 1024)
-            tl.store(amax + offs, 0.0, mask=offs < n)
-        tl.atomic_xchg(counter, 0)
+        call i:  amax pass fills slot i % 2 | cast reads slot i % 2, zeroes slot (i + 1) % 2
+    """
+    offs = tl.program_id(0) * CLEAR_BLOCK + tl.arange(0, CLEAR_BLOCK)
+    for start in range(0, words, tl.num_programs(0) * CLEAR_BLOCK):
+        tl.store(clear + start + offs, 0.0, mask=start + offs < words)
 
 
 @triton.jit
@@ -732,8 +731,8 @@ class PairPlan:
     another layout or alignment than planned launches nothing and gives None (the caller takes
     the checked path).
 
-    The amax pass's buffer is its stream's (`amax_buffer`), left zeroed by each cast: no
-    zeroing launch per call."""
+    The amax pass fills a slot of its stream's buffer that the previous call's cast zeroed
+    (`amax_slots`): no zeroing launch per call."""
 
     __slots__ = ("device", "index", "granularity", "rows", "cols", "layouts", "launches")
 
@@ -753,19 +752,19 @@ class PairPlan:
         if not self.cols:
             _launch_rows(self.launches, self.index, x, made[0], made[1], self.granularity)
             return tuple(made)
-        inputs = (x, *made, amax_buffer(x, self.granularity), self.granularity, self.rows, self.cols)
+        inputs = (x, *made, *amax_slots(x, self.granularity), self.granularity, self.rows, self.cols)
         _launch_steps(self.launches, self.index, inputs)
         return tuple(made)
 
 
 def launch_pair(x, q, s, qt, st, granularity, rows, cols) -> None:
     """quantize_fp8_pair's kernels on a checked, non-empty x and its outputs (pair_like): for
-    "tensor" and "row" the amax pass into one zeroed buffer, then the cast; block-wise the cast
+    "tensor" and "row" the amax pass into a zeroed slot (`amax_slots`), then the cast; block-wise the cast
     alone. On a GPU each goes through Triton's JIT once per call shape and is launched directly
     after (`bound_pair`, as `launch`); CPU tensors run in Triton's interpreter."""
-    inputs = (x, q, s, qt, st, amax_buffer(x, granularity), granularity, rows, cols)
+    inputs = (x, q, s, qt, st, *amax_slots(x, granularity), granularity, rows, cols)
     if x.device.type == "cpu":  # the interpreter
-        for prepare_step, _ in pair_steps(*inputs):
+        for prepare_step, _, _ in pair_steps(*inputs):
             fn, args, kwargs, grid = prepare_step(*inputs, interpret=True)
             fn[grid](*args, **kwargs)
         return
@@ -774,55 +773,82 @@ def launch_pair(x, q, s, qt, st, granularity, rows, cols) -> None:
 
 def _launch_steps(launches, device: int, inputs) -> None:
     """pair_steps' kernels through their CachedLaunches; a launch that raised drops the stream's
-    amax buffer (the amax pass may have left maxima in it that no cast cleared)."""
+    amax buffer (the amax pass may have filled a slot that no cast reads, and the cast that
+    zeroes the other may not have run)."""
     try:
-        for cached, (prepare_step, ptrs) in zip(launches, pair_steps(*inputs)):
-            cached(device, ptrs, (), prepare_step, *inputs)
+        for cached, (prepare_step, ptrs, dyn) in zip(launches, pair_steps(*inputs)):
+            cached(device, ptrs, dyn, prepare_step, *inputs)
     except BaseException:
         _MAXIMA.pop(stream_key(inputs[0].device), None)
         raise
 
 
-#: (device, raw stream) -> that stream's buffer for the pair's amax pass (`amax_buffer`)
+#: (device, raw stream) -> that stream's buffer of two slots for the pair's amax pass (`amax_slots`)
 _MAXIMA: dict = {}
+#: (device, raw stream) -> (its buffer in _MAXIMA, the slot the stream's next pair call fills)
+_TURNS: dict = {}
+#: a slot's words are a multiple of this (each slot's base then 16-byte aligned, as its launch was compiled)
+SLOT_WORDS = 64
 
 
-def amax_buffer(x, granularity: str) -> torch.Tensor:
-    """The zeroed fp32 words of the pair's amax pass ("row": M rows' then K columns' maxima;
-    "tensor": one) and, after them, the cast's arrival counter (an int32 zero): the current
-    stream's buffer (runtime.plan.stream_zeros; the cast leaves it zeroed, `_clear_maxima`), or
-    a fresh one off a GPU and while a CUDA graph is captured. Block-wise, which has no amax
-    pass, x itself (unread)."""
+def amax_slots(x, granularity: str) -> tuple:
+    """(fill, clear) of one pair call: fill, zeroed fp32 words for the amax pass ("row": M rows'
+    then K columns' maxima; "tensor": one), and clear, the other slot, which the cast zeroes
+    whole (`_clear_slot`) for the call after. The current stream's buffer (runtime.plan.stream_zeros)
+    holds the two slots, taken in turns: call i fills slot i % 2 and its cast zeroes slot
+    (i + 1) % 2, which call i - 1 filled and its cast last read before call i began. A fresh
+    buffer off a GPU and while a CUDA graph is captured (its slot 0 filled). Block-wise, which
+    has no amax pass, (x, x) (unread)."""
     mode = _PAIR_MODES[granularity]
     if mode >= 2:
-        return x
-    return stream_zeros(_MAXIMA, x.device, (x.shape[0] + x.shape[1] if mode else 1) + 1, torch.float32)
+        return x, x
+    words = -(-(x.shape[0] + x.shape[1] if mode else 1) // SLOT_WORDS) * SLOT_WORDS
+    buf = stream_zeros(_MAXIMA, x.device, 2 * words, torch.float32)
+    turn = 0
+    if x.device.type == "cuda":
+        key = stream_key(x.device)
+        if _MAXIMA.get(key) is buf:  # (not a fresh one)
+            held, turn = _TURNS.get(key, (None, 0))
+            turn = turn if held is buf else 0
+            _TURNS[key] = (buf, 1 - turn)
+    slots = buf.view(2, buf.numel() // 2)
+    return slots[turn], slots[1 - turn]
 
 
-def pair_steps(x, q, s, qt, st, amax, granularity, rows, cols) -> list:
+def pair_steps(x, q, s, qt, st, amax, clear, granularity, rows, cols) -> list:
     """launch_pair's kernels in order, each as (its prepare function, the base addresses of its
-    leading tensor arguments: what a bound launch takes per call)."""
+    leading tensor arguments, its `dynamic` scalars: what a bound launch takes per call)."""
     mode = _PAIR_MODES[granularity]
     xp, ap = x.data_ptr(), amax.data_ptr()
-    tail = ap + 4 * x.shape[0] if mode == 1 else 0  # amax[M:]: the columns' maxima ("row"); empty: 0 ("tensor")
-    cast = (prepare_pair_cast, (xp, q.data_ptr(), s.data_ptr(), qt.data_ptr(), st.data_ptr(), ap,
-                                tail if mode == 1 else ap))
-    return [(prepare_pair_amax, (xp, ap, tail)), cast] if mode < 2 else [cast]
+    tail = ap + 4 * x.shape[0] if mode == 1 else ap  # amax[M:]: the columns' maxima ("row"); unread: amax ("tensor")
+    cast = (prepare_pair_cast, (xp, q.data_ptr(), s.data_ptr(), qt.data_ptr(), st.data_ptr(), ap, tail,
+                                clear.data_ptr()), (_clear_words(clear, mode),))
+    return [(prepare_pair_amax, (xp, ap, tail), ()), cast] if mode < 2 else [cast]
 
 
-def bound_pair(x, q, s, qt, st, amax, granularity, rows, cols) -> tuple:
+def bound_pair(x, q, s, qt, st, amax, clear, granularity, rows, cols) -> tuple:
     """The CachedLaunches of this pair call's shape (`_pair_launches`), as `launch_pair` takes
     them: keyed by everything the two compiled kernels and their scalars depend on (every
-    scalar of the cast's launch, the dtypes, the device, each base's 16-byte alignment)."""
+    scalar of the cast's launch but the cleared slot's size, passed per call, the dtypes, the
+    device, each base's 16-byte alignment)."""
     key = ("pair", granularity, rows, cols, x.dtype, q.dtype, qt.dtype, *_pair_scalars(x, q, s, qt, st, rows, cols),
            x.device.index, x.data_ptr() % 16 == 0, q.data_ptr() % 16 == 0, s.data_ptr() % 16 == 0,
-           qt.data_ptr() % 16 == 0, st.data_ptr() % 16 == 0, amax.data_ptr() % 16 == 0)
+           qt.data_ptr() % 16 == 0, st.data_ptr() % 16 == 0, amax.data_ptr() % 16 == 0, clear.data_ptr() % 16 == 0)
     return _LAUNCHES.get_or_make(key, lambda: _pair_launches(granularity))
 
 
 def _pair_launches(granularity: str) -> tuple:
-    """One CachedLaunch per kernel of `pair_steps`: the amax pass and the cast, block-wise the cast."""
-    return tuple(CachedLaunch() for _ in range(2 if _PAIR_MODES[granularity] < 2 else 1))
+    """One CachedLaunch per kernel of `pair_steps`: the amax pass and the cast, block-wise the
+    cast; the cast takes the size of the slot it zeroes per call (a stream's buffer can grow)."""
+    cast = CachedLaunch(dynamic=("words",))
+    return (CachedLaunch(), cast) if _PAIR_MODES[granularity] < 2 else (cast,)
+
+
+def _clear_words(clear, mode: int) -> int:
+    """The cast's `words`: the slot it zeroes, all of it ("tensor", "row"); none block-wise.
+    Always a multiple of SLOT_WORDS, so Triton's specialization of it (divisible by 16, not 1)
+    is the same for every size the bound launch is given."""
+    return clear.numel() if mode < 2 else 0
 
 
 def _pair_scalars(x, q, s, qt, st, rows, cols) -> tuple:
@@ -835,23 +861,25 @@ def _pair_scalars(x, q, s, qt, st, rows, cols) -> tuple:
     return M, Mp, K, x.stride(0), sq[0], sqt[0], sq[1], sq[2], sqt[1], sqt[2]
 
 
-def prepare_pair_amax(x, q, s, qt, st, amax, granularity, rows, cols, interpret: bool = False):
+def prepare_pair_amax(x, q, s, qt, st, amax, clear, granularity, rows, cols, interpret: bool = False):
     """(kernel, args, kwargs, grid) of the pair's amax pass ("tensor", "row") for `launch_pair`."""
     M, K = x.shape
     bm, bk = PAIR_AMAX_TILE
     meta = {} if interpret else dict(num_warps=8, **KERNEL_OPTIONS)
-    return (_pair_amax_kernel, (x, amax, amax[M:], M, K, x.stride(0)),
+    return (_pair_amax_kernel, (x, amax, amax[M:] if granularity == "row" else amax, M, K, x.stride(0)),
             dict(TENSOR=granularity == "tensor", ROWS=rows, COLS=cols, BLOCK_M=bm, BLOCK_K=bk, **meta),
             (-(-M // bm) * -(-K // bk),))
 
 
-def prepare_pair_cast(x, q, s, qt, st, amax, granularity, rows, cols, interpret: bool = False):
-    """(kernel, args, kwargs, grid) of the pair's cast for `launch_pair`."""
+def prepare_pair_cast(x, q, s, qt, st, amax, clear, granularity, rows, cols, interpret: bool = False):
+    """(kernel, args, kwargs, grid) of the pair's cast for `launch_pair` (it zeroes `clear`
+    but block-wise)."""
     M, Mp, K, *strides = _pair_scalars(x, q, s, qt, st, rows, cols)
     mode = _PAIR_MODES[granularity]
     bm, bk = PAIR_CAST_TILE
     meta = {} if interpret else dict(num_warps=PAIR_CAST_WARPS, **KERNEL_OPTIONS)
-    return (_pair_cast_kernel, (x, q, s, qt, st, amax, amax[M:] if mode == 1 else amax, M, Mp, K, *strides),
+    return (_pair_cast_kernel, (x, q, s, qt, st, amax, amax[M:] if mode == 1 else amax, clear, M, Mp, K, *strides,
+                                _clear_words(clear, mode)),
             dict(FP8_MAX=FP8_MAX[q.dtype], MODE=mode, ROWS=rows, COLS=cols, BLOCK_M=bm, BLOCK_K=bk,
                  GROUP_K=SCALE_BLOCK, **meta),
             (-(-Mp // bm) * -(-K // bk),))

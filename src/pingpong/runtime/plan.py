@@ -220,7 +220,8 @@ _COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
 
 def stream_zeros(kept: dict, device: torch.device, n: int, dtype=torch.int32) -> torch.Tensor:
     """At least `n` zeroed words for kernels on `device`'s current stream that leave them zeroed
-    again (split-K's arrival counters; quantize_fp8_pair's maxima), kept in `kept` by (device,
+    again (split-K's arrival counters; quantize_fp8_pair's two slots of maxima, each zeroed by
+    the call after the one that filled it), kept in `kept` by (device,
     raw stream): launches in one stream's order can all use that stream's buffer (no fill per
     call); launches on different streams never share one. While a CUDA graph is being captured,
     or off a GPU, a fresh zeroed tensor (the fill is part of the graph), since a graph's
