@@ -9,13 +9,6 @@ against torch._scaled_mm (pingpong.tools.bench_fp8). A plan gives each shape its
 
     PYTHONPATH=src python benchmarks/schedules.py --plan benchmarks/data/midrows_streamk_plan.json --rounds 2
         (mid-row shapes: the selection's pick, data-parallel and stream-K tiles)
-    PYTHONPATH=src python benchmarks/schedules.py --plan benchmarks/data/decode_splits_plan.json --rounds 3
-        (M of 8 to 64 rows, LLM widths: each pick, then its tile unsplit and split 2, 4 and 8 ways)
-    PYTHONPATH=src python benchmarks/schedules.py --plan benchmarks/data/wave_swap_staged_plan.json --rounds 3
-        (961-2048 rows, `--suite random` seeds 13000-13999: the shapes whose pick the wave rule's
-        swap-AB 128×144 takes at WAVE_SWAP_EFFICIENCY 1.0 and not at the shipped value, each
-        with both picks: `changed_picks.py --base main --rows 961-2048 --seeds 13000-13999
-        --count 24 --seed 1` from a tree with the efficiency at 1.0)
 """
 
 import argparse

@@ -580,7 +580,7 @@ def test_changed_picks_lists_the_shapes_a_rule_change_moves(capsys):
         assert old != new and new == rule_fp8(M, N, K, True, DEFAULT_SMS, "tensor").name(), (M, N, K)
 
 
-@pytest.mark.parametrize("plan", ["midrows_streamk_plan.json", "decode_splits_plan.json", "wave_swap_staged_plan.json"])
+@pytest.mark.parametrize("plan", ["midrows_streamk_plan.json"])
 def test_shipped_schedule_plans_hold_configs_the_kernel_takes(plan):
     """benchmarks/data's plans for `benchmarks/schedules.py --plan`: every [M, N, K, configs]
     row parses (schedules.parse_config) and each config passes the 16-bit kernel's checks, so a

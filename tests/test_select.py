@@ -43,9 +43,16 @@ def test_large_k_few_tiles_splits_k(M, N, K):
     assert not c.swap_ab and c.split_k > 1 and units(M, N, K, c) >= 0.9 * 132
 
 
-def test_decode_with_a_wide_weight_needs_no_split():
-    c = select_config(16, 28672, 4096, device=UNTUNED)  # 224 tiles of N already fill 132 SMs
-    assert c.swap_ab and c.split_k == 1
+@pytest.mark.parametrize("M, N, K, splits", [
+    (16, 28672, 4096, 1),   # 224 tiles of N already fill 132 SMs
+    (16, 4096, 4096, 1),    # 64 tiles (≥ a quarter of the SMs) draw the weight as fast unsplit
+    (1, 3584, 14336, 1),    # 56 tiles, a long K: still unsplit
+    (32, 2048, 8192, 4),    # 32 tiles: four splits of 32 k-steps
+    (16, 1024, 4096, 2),    # 16 tiles: two splits of 32 k-steps (the shortest a split takes)
+])
+def test_decode_splits_k_only_over_few_tiles_of_n(M, N, K, splits):
+    c = select_config(M, N, K, device=UNTUNED)
+    assert c.swap_ab and c.split_k == splits
 
 
 @pytest.mark.parametrize("n", [4096, 8192, 16384])
@@ -172,7 +179,7 @@ def test_small_tiles_load_256_bytes_of_k_per_ring_slot():
     assert select_config(16, 4096, 4096, ("fp32", "fp32"), device=UNTUNED).block_k == 64  # 4-byte elements
     assert select_config(4096, 4096, 4096, device=UNTUNED).block_k == 64  # the big tile: one k-step a slot
     # the split rules count K in 64-element steps whatever block_k: decode at K = 4096 still splits
-    assert select_config(16, 4096, 4096, device=UNTUNED).split_k == 2
+    assert select_config(16, 1024, 4096, device=UNTUNED).split_k == 2
 
 
 def test_mid_size_m_with_too_many_64x96_tiles_takes_128_row_tiles():

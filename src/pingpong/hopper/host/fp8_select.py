@@ -9,7 +9,7 @@ FP8, and the comments at each constant:
     launch-bound    among them); the rest of the rule decides everything else:
     M ≤ 32,         swap-AB ping-pong 64×16×128 (64×32 above 16 rows): N on the wgmma's 64-row
     tensor/row      side, M in its 16 or 32 columns (select.DECODE_M). Unsplit where N makes
-                    ≥ S/4 64-row tiles; else K is split as below (few tiles leave SMs idle).
+                    ≥ S / select.DECODE_UNSPLIT_SHARE 64-row tiles; else K is split as below (few tiles leave SMs idle).
                     Block-wise scales cannot swap (`check_fp8_config`).
     65–128 rows,    cooperative 128×128×128 where its tiles fill a wave, every scaling.
     M ≤ 64          ping-pong 64×128×128, or 64×64 where 128-column tiles fill less than 3/4
@@ -62,7 +62,7 @@ import dataclasses
 from ...runtime.spec import SCALE_BLOCK
 from .config import KernelConfig
 from .launch import workspace_reason
-from .select import (DECODE_M, MID_ROWS_MAX_M, MID_SPLIT_STEPS, SPLIT_MIN_BYTES, MidRowsModel, one_wave_tile, split,
+from .select import (DECODE_M, DECODE_UNSPLIT_SHARE, MID_ROWS_MAX_M, MID_SPLIT_STEPS, SPLIT_MIN_BYTES, MidRowsModel, one_wave_tile, split,
                      tile_count)
 
 #: M·N·K from which a product on LONG_SMS SMs is long (`long_product`, module docstring); on S
@@ -83,7 +83,7 @@ def rule_fp8(M: int, N: int, K: int, promote: bool, sms: int, scaling: str = "te
     narrow = scaling != "block"  # block-wise takes no 128×64 tile (module docstring)
     if M <= DECODE_M and narrow:  # swap-AB: unsplit over many tiles of N, else split as every tile below
         tile = KernelConfig(64, 16 if M <= 16 else 32, SCALE_BLOCK, schedule="pingpong", swap_ab=True)
-        if -(-N // 64) >= sms // 4:
+        if -(-N // 64) >= sms // DECODE_UNSPLIT_SHARE:
             return tile
     elif 64 < M <= 128 and tile_count(_SQUARE, M, N) >= sms:  # a wave of 128×128 tiles: those
         tile = _SQUARE

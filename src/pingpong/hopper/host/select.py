@@ -71,8 +71,9 @@ per CTA the 128×256 tile's lower operand traffic per FLOP wins; in a short CTA
 or faster. Fewer tiles than half a wave even of 128×128 (1024³: 64) leave SMs idle, so those
 problems take 64-row ping-pong tiles, as many as one wave holds.
 
-Split-K then keeps every SM streaming a part of the weight in decode (16×4096×32768: 64 tiles of N, 2 splits),
-and few-tile large-K problems use the whole GPU (512×512×65536: 16 tiles, 8 splits). A plan
+Split-K then keeps the SMs streaming parts of the weight in decode where N makes few tiles
+(16×1024×4096: 16 tiles of N, 2 splits; from S / DECODE_UNSPLIT_SHARE tiles of N, decode runs
+unsplit), and few-tile large-K problems use the whole GPU (512×512×65536: 16 tiles, 8 splits). A plan
 calls this once and caches the answer.
 """
 
@@ -101,6 +102,12 @@ SWAP_AB_MAX_M = 64
 #: up to this many rows swap-AB comes first (a 64-row tile would be half padding or more):
 #: ping-pong, 64 rows of N × M rounded up to 16 or 32 columns
 DECODE_M = 32
+#: decode's 64-row tiles of N run unsplit from S / DECODE_UNSPLIT_SHARE of them: that many
+#: CTAs streaming the weight through deep rings already draw what HBM gives a product this
+#: small, and a split only adds its fp32 partials and their sum (H200, bf16, M 8-32: 64 tiles
+#: of N = 4096 unsplit 2-8% faster than in 2 splits at K = 4096 and 14336; 16 tiles of N = 1024
+#: 2 splits 2-7% faster than 1). FP8's decode rule (fp8_select) draws the same line.
+DECODE_UNSPLIT_SHARE = 4
 #: the split rules count K in steps of this many elements, whatever the config's block_k
 SPLIT_STEP_K = 64
 #: operands and result of fewer bytes (16-bit) than this take the one-kernel path: the split-K /
@@ -204,8 +211,9 @@ SHORT_CTA_STEPS = 96
 #: WAVE_SWAP_EFFICIENCY: where a short N leaves 128-row tiles over M a mostly idle last wave
 #: (1466×3072×3072: 192 tiles of 128×192, two waves) N's 128-row tiles fill them (264 tiles
 #: of the swapped 128×144: two full waves). The speed was fitted (1128-1770 rows, H200) while the
-#: swapped tile stored through pointers; its staged store (config.staged_swap) is faster, so
-#: the rule under-weighs it. It must win by WAVE_SWAP_MARGIN (near ties lost:
+#: swapped tile stored through pointers and still holds with its staged store
+#: (config.staged_swap): on 23 held-out shapes of 961-1803 rows that it would take at
+#: efficiency 1.0, the swapped tile won 7 by at most 7% and lost 16 by up to 17% (H200). It must win by WAVE_SWAP_MARGIN (near ties lost:
 #: 1793×5120×5120), in CTAs of at least WAVE_SWAP_MIN_STEPS k-steps (its epilogue and ring
 #: fill are paid per tile: one wave of 24 steps, 1536³, lost)
 WAVE_SWAP = KernelConfig(128, 144, 64, swap_ab=True)
@@ -295,6 +303,8 @@ def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS, in_bytes: i
         return dataclasses.replace(wide, split_k=splits) if splits >= 2 else split(mid, M, N, k_steps, sms)
     if M <= DECODE_M:
         config = KernelConfig(64, 16 if M <= 16 else 32, small_k, schedule="pingpong", swap_ab=True)
+        if tile_count(config, M, N) >= sms // DECODE_UNSPLIT_SHARE:
+            return config
     elif M <= SWAP_AB_MAX_M:
         config = KernelConfig(128, 1 << math.ceil(math.log2(M)), 64, swap_ab=True)
     elif M <= MID_ROWS_MAX_M:  # tile and split count by one cost model; few unsplit tiles: FEW_WIDTHS
