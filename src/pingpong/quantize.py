@@ -285,6 +285,8 @@ def _pair_cast_kernel(x, q, s, qt, st, ramax, camax, clear, M, MP, K, sxm, sqm, 
 
     MODE 0 and 1 zero the `words` at `clear`, the other slot of the stream's amax buffer
     (`_clear_slot`), for the next call's pass 1."""
+    if MODE < 2:  # first: nothing of the tile is live across its loop (after the stores it held them)
+        _clear_slot(clear, words)
     pid_m, pid_k = _tile(tl.cdiv(K, BLOCK_K), False)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
@@ -339,8 +341,6 @@ def _pair_cast_kernel(x, q, s, qt, st, ramax, camax, clear, M, MP, K, sxm, sqm, 
         # int64: qt (K, M') past 2³¹ elements (K·M' of 16384 × 131072 tokens, stacked experts' Wᵀ)
         tl.store(qt + cols.to(tl.int64)[:, None] * sqtk + rows[None, :], tl.trans(qc.to(qt.dtype.element_ty)),
                  mask=(cols[:, None] < K) & (rows[None, :] < MP))
-    if MODE < 2:
-        _clear_slot(clear, words)
 
 
 @triton.jit
