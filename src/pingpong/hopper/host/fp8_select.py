@@ -62,8 +62,8 @@ import dataclasses
 from ...runtime.spec import SCALE_BLOCK
 from .config import KernelConfig
 from .launch import workspace_reason
-from .select import (DECODE_M, DECODE_UNSPLIT_SHARE, MID_ROWS_MAX_M, MID_SPLIT_STEPS, SPLIT_MIN_BYTES, MidRowsModel, one_wave_tile, split,
-                     tile_count)
+from .select import (DECODE_M, MID_ROWS_MAX_M, MID_SPLIT_STEPS, SPLIT_MIN_BYTES, MidRowsModel, decode_tile,
+                     one_wave_tile, split, tile_count)
 
 #: M·N·K from which a product on LONG_SMS SMs is long (`long_product`, module docstring); on S
 #: SMs the threshold is LONG_WORK · S / LONG_SMS (the work each SM does)
@@ -82,8 +82,8 @@ def rule_fp8(M: int, N: int, K: int, promote: bool, sms: int, scaling: str = "te
     k_steps = -(-K // SCALE_BLOCK)
     narrow = scaling != "block"  # block-wise takes no 128×64 tile (module docstring)
     if M <= DECODE_M and narrow:  # swap-AB: unsplit over many tiles of N, else split as every tile below
-        tile = KernelConfig(64, 16 if M <= 16 else 32, SCALE_BLOCK, schedule="pingpong", swap_ab=True)
-        if -(-N // 64) >= sms // DECODE_UNSPLIT_SHARE:
+        tile, unsplit = decode_tile(M, N, SCALE_BLOCK, sms)
+        if unsplit:
             return tile
     elif 64 < M <= 128 and tile_count(_SQUARE, M, N) >= sms:  # a wave of 128×128 tiles: those
         tile = _SQUARE

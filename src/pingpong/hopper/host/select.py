@@ -302,8 +302,8 @@ def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS, in_bytes: i
         splits = min(sms // tile_count(wide, M, N), k_steps // MID_SPLIT_STEPS)
         return dataclasses.replace(wide, split_k=splits) if splits >= 2 else split(mid, M, N, k_steps, sms)
     if M <= DECODE_M:
-        config = KernelConfig(64, 16 if M <= 16 else 32, small_k, schedule="pingpong", swap_ab=True)
-        if tile_count(config, M, N) >= sms // DECODE_UNSPLIT_SHARE:
+        config, unsplit = decode_tile(M, N, small_k, sms)
+        if unsplit:
             return config
     elif M <= SWAP_AB_MAX_M:
         config = KernelConfig(128, 1 << math.ceil(math.log2(M)), 64, swap_ab=True)
@@ -317,6 +317,14 @@ def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS, in_bytes: i
     if config.block_m == 128 and config.split_k == 1 and 2 * tile_count(config, M, N) <= sms and not config.swap_ab:
         return few_tiles(M, N, sms)  # more tiles, still one wave (FEW_WIDTHS)
     return config
+
+
+def decode_tile(M: int, N: int, block_k: int, sms: int) -> tuple[KernelConfig, bool]:
+    """Decode's tile (M ≤ DECODE_M; the 16-bit and the FP8 rules' one choice): swap-AB
+    ping-pong, N on the wgmma's 64 rows and M in its 16 or 32 columns, and whether it runs
+    unsplit (from S / DECODE_UNSPLIT_SHARE tiles of N; else K splits as every few-tile product's)."""
+    tile = KernelConfig(64, 16 if M <= 16 else 32, block_k, schedule="pingpong", swap_ab=True)
+    return tile, tile_count(tile, M, N) >= sms // DECODE_UNSPLIT_SHARE
 
 
 def mid_rows_decides(M: int, N: int, K: int, sms: int = DEFAULT_SMS, in_bytes: int = 2) -> bool:
