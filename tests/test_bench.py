@@ -15,6 +15,8 @@ from pingpong.tools import rows as bench_rows
 from pingpong.tools.rows import Row
 from pingpong.errors import PingpongError
 
+from bench_scripts import BENCHMARKS
+
 
 def parse(*argv):
     p = argparse.ArgumentParser()
@@ -580,12 +582,12 @@ def test_changed_picks_lists_the_shapes_a_rule_change_moves(capsys):
         assert old != new and new == rule_fp8(M, N, K, True, DEFAULT_SMS, "tensor").name(), (M, N, K)
 
 
-@pytest.mark.parametrize("plan", ["midrows_streamk_plan.json"])
+@pytest.mark.parametrize("plan", sorted(p.name for p in (BENCHMARKS / "data").glob("*_plan.json")))
 def test_shipped_schedule_plans_hold_configs_the_kernel_takes(plan):
     """benchmarks/data's plans for `benchmarks/schedules.py --plan`: every [M, N, K, configs]
     row parses (schedules.parse_config) and each config passes the 16-bit kernel's checks, so a
     GPU run of the plan times every config instead of stopping at a refused one."""
-    from bench_scripts import BENCHMARKS, load
+    from bench_scripts import load
 
     schedules = load("schedules")
     rows = json.loads((BENCHMARKS / "data" / plan).read_text())

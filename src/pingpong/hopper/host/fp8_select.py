@@ -9,7 +9,8 @@ FP8, and the comments at each constant:
     launch-bound    among them); the rest of the rule decides everything else:
     M ≤ 32,         swap-AB ping-pong 64×16×128 (64×32 above 16 rows): N on the wgmma's 64-row
     tensor/row      side, M in its 16 or 32 columns (select.DECODE_M). Unsplit where N makes
-                    ≥ S / select.DECODE_UNSPLIT_SHARE 64-row tiles; else K is split as below (few tiles leave SMs idle).
+                    ≥ S / select.DECODE_UNSPLIT_SHARE 64-row tiles (select.decode_tile); else
+                    K is split as below (few tiles leave SMs idle).
                     Block-wise scales cannot swap (`check_fp8_config`).
     65–128 rows,    cooperative 128×128×128 where its tiles fill a wave, every scaling.
     M ≤ 64          ping-pong 64×128×128, or 64×64 where 128-column tiles fill less than 3/4

@@ -73,8 +73,8 @@ problems take 64-row ping-pong tiles, as many as one wave holds.
 
 Split-K then keeps the SMs streaming parts of the weight in decode where N makes few tiles
 (16×1024×4096: 16 tiles of N, 2 splits; from S / DECODE_UNSPLIT_SHARE tiles of N, decode runs
-unsplit), and few-tile large-K problems use the whole GPU (512×512×65536: 16 tiles, 8 splits). A plan
-calls this once and caches the answer.
+unsplit), and few-tile large-K problems use the whole GPU (512×512×65536: 16 tiles, 8
+splits). A plan calls this once and caches the answer.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ DECODE_M = 32
 #: CTAs streaming the weight through deep rings already draw what HBM gives a product this
 #: small, and a split only adds its fp32 partials and their sum (H200, bf16, M 8-32: 64 tiles
 #: of N = 4096 unsplit 2-8% faster than in 2 splits at K = 4096 and 14336; 16 tiles of N = 1024
-#: 2 splits 2-7% faster than 1). FP8's decode rule (fp8_select) draws the same line.
+#: 2 splits 2-7% faster than 1). `decode_tile` draws the line for the 16-bit and FP8 rules.
 DECODE_UNSPLIT_SHARE = 4
 #: the split rules count K in steps of this many elements, whatever the config's block_k
 SPLIT_STEP_K = 64
@@ -212,8 +212,7 @@ SHORT_CTA_STEPS = 96
 #: (1466×3072×3072: 192 tiles of 128×192, two waves) N's 128-row tiles fill them (264 tiles
 #: of the swapped 128×144: two full waves). The speed was fitted (1128-1770 rows, H200) while the
 #: swapped tile stored through pointers and still holds with its staged store
-#: (config.staged_swap): on 23 held-out shapes of 961-1803 rows that it would take at
-#: efficiency 1.0, the swapped tile won 7 by at most 7% and lost 16 by up to 17% (H200). It must win by WAVE_SWAP_MARGIN (near ties lost:
+#: (config.staged_swap; benchmarks/RESULTS.md). It must win by WAVE_SWAP_MARGIN (near ties lost:
 #: 1793×5120×5120), in CTAs of at least WAVE_SWAP_MIN_STEPS k-steps (its epilogue and ring
 #: fill are paid per tile: one wave of 24 steps, 1536³, lost)
 WAVE_SWAP = KernelConfig(128, 144, 64, swap_ab=True)
