@@ -70,7 +70,8 @@ def test_p1_plus_p2_tiles_on_the_mid_row_shapes(name, shape):
     assert rel_err(out, a.double() @ b.double()) < GEMM_BOUND[torch.bfloat16]
 
 
-#: shapes whose untuned selection is one of the mid-rows model's whole tiles (select.MID_ROWS_WHOLE_TILES),
+#: shapes whose untuned selection is one of the mid-rows model's whole tiles (select.MID_ROWS_WHOLE_TILES,
+#: MID_ROWS_NARROW_SWAP),
 #: or a 128×256 tile with 64-column epilogue sub-tiles (select.epilogue_subtiles: one wave, or a few
 #: of a short K loop):
 #: (block_m, block_n, swap_ab, epilogue_n)
@@ -78,7 +79,8 @@ SELECTED = {(146, 16384, 3072): (128, 160, True, None), (129, 7168, 2048): (64, 
             (672, 2048, 2048): (64, 192, True, None), (633, 7168, 7168): (128, 144, False, None),
             (193, 10240, 8192): (128, 160, False, None), (513, 37888, 3584): (128, 192, True, None),
             (2000, 2048, 8192): (128, 256, False, 64), (1466, 3072, 3072): (128, 144, True, None),
-            (2000, 8192, 2048): (128, 256, False, 64), (353, 21888, 2048): (128, 256, False, 64)}
+            (2000, 8192, 2048): (128, 256, False, 64), (353, 21888, 2048): (128, 256, False, 64),
+            (75, 8192, 3584): (128, 80, True, None), (92, 9216, 7168): (128, 96, True, None)}
 
 
 @pytest.mark.parametrize("shape", SELECTED)

@@ -395,6 +395,13 @@ def test_bitwise_gpu_test_shapes_split_under_the_shipped_tables(gpu):
     (145, 28672, 3584, (128, 160, "cooperative", True), 1),   # 0.920 vs 0.753 for 64×256
     (257, 8192, 8192, (128, 144, "cooperative", True), 1),    # 0.824 vs 0.647 for swap-AB 64×144
     (513, 37888, 3584, (128, 192, "cooperative", True), 1),   # 0.952 vs 0.797 for 128×160
+    # ... and H200, run 480 (the narrow swap-AB tiles where one holds M; held out of their fit)
+    (76, 10240, 8192, (128, 80, "cooperative", True), 1),     # 1.034 vs 0.857 for 128×192 split 2
+    (92, 9216, 7168, (128, 96, "cooperative", True), 1),      # 0.981 vs 0.848 for 128×192 split 2
+    (75, 7168, 7168, (128, 80, "cooperative", True), 1),      # 0.878 vs 0.849 for the few-tile 64×128
+    # ... but not over more rows than their width (run 479: 0.812× at 159 rows, 0.752× at 292)
+    (159, 57344, 8192, (128, 160, "cooperative", True), 1),
+    (292, 57344, 8192, (128, 160, "cooperative", True), 1),
 ])
 def test_mid_rows_take_the_cost_models_tile_and_split(M, N, K, tile, splits):
     config = select_config(M, N, K, device=UNTUNED)
@@ -416,7 +423,8 @@ def test_mid_rows_constants_fit_the_measured_sweeps():
     (swap-AB tiles at 129-200 rows), 418 (held out: the picks those changed), 440 (the staged
     cooperative swap-AB tiles) and 441-442 (held out: the picks those changed, and the pins
     they moved); the 16-bit 128×144 on H200 run 425 and run 426 (held out: the picks it
-    changed), its staged cooperative swap-AB tiles on run 443 and run 444 (held out): a
+    changed), its staged cooperative swap-AB tiles on run 443 and run 444 (held out), the
+    narrow swap-AB tiles on run 478 and runs 479-480 (held out: the picks they changed): a
     constant changed without a refit fails here."""
     fit = _midrows_fit()
     sets, kinds = fit.load(), fit.kinds()
@@ -432,7 +440,9 @@ def test_mid_rows_constants_fit_the_measured_sweeps():
               "h200-run425-widths": 0.99, "h200-run426-heldout": 0.99, "h200-run440-fp8-tensor-swap-staged": 0.99,
               "h200-run441-fp8-tensor-staged-heldout": 0.99, "h200-run441-fp8-row-staged-heldout": 0.99,
               "h200-run442-fp8-tensor-staged-pins": 0.99, "h200-run442-fp8-row-staged-pins": 0.99,
-              "h200-run443-swap-staged": 0.99, "h200-run444-heldout-staged": 0.99}
+              "h200-run443-swap-staged": 0.99, "h200-run444-heldout-staged": 0.99,
+              "h200-run478-swap-widths": 0.98, "h200-run479-narrow-swap-heldout": 0.98,
+              "h200-run480-narrow-swap-heldout": 0.99}
     assert set(bounds) == set(sets)
     assert {n for n, k in kinds.items() if k == "fp8"} == {n for n in sets if "fp8" in n}
     for name, bound in bounds.items():

@@ -35,6 +35,9 @@ VARIANTS = {
     # two column pieces (config.column_pieces): 128 + 64 split, 32 + 16 under swap-AB
     "splitk2-coop192": KernelConfig(128, 192, 64, split_k=2),
     "swap48-splitk3": KernelConfig(128, 48, 64, split_k=3, swap_ab=True),
+    # the mid-rows model's narrow swap-AB tiles (64 + 16 and 64 + 32 columns of M, staged store)
+    "swap80": KernelConfig(128, 80, 64, swap_ab=True),
+    "swap96": KernelConfig(128, 96, 64, swap_ab=True),
 }
 ODD = (1, 17, 255, 1000, 4097)
 

@@ -48,9 +48,9 @@ from ..hopper.host import table as tables
 from ..hopper.host.splits import effective_splits
 from ..runtime.spec import SCALE_BLOCK
 from ..hopper.host.fp8_select import STAGED_SWAP_MAX_M, STAGED_SWAPS
-from ..hopper.host.select import (DECODE_M, DEFAULT_SMS, FEW_WIDTHS, MID_M, MID_ROWS_MAX_M, MID_ROWS_WHOLE_TILES,
-                                  MID_WIDTHS, SMALL_TILE_K_BYTES, WAVE_SWAP_MAX_M, choose, heuristic_config,
-                                  mid_rows_decides)
+from ..hopper.host.select import (DECODE_M, DEFAULT_SMS, FEW_WIDTHS, MID_M, MID_ROWS, MID_ROWS_MAX_M,
+                                  MID_ROWS_NARROW_SWAP, MID_ROWS_WHOLE_TILES, MID_WIDTHS, SMALL_TILE_K_BYTES,
+                                  WAVE_SWAP_MAX_M, choose, heuristic_config, mid_rows_decides)
 from .suites import SUITES, suite
 
 EXIT_USAGE = 2
@@ -63,9 +63,9 @@ SCALINGS = ("tensor", "row", "block")
 LAYOUTS = ("nn", "nt", "tn", "tt")
 
 #: the factors of the searched space
-TILES = ((128, 256), (128, 192), (128, 160), (128, 144), (128, 128), (128, 96), (128, 64), (128, 48), (128, 32),
-         (128, 16), (64, 256), (64, 192), (64, 160), (64, 144), (64, 128), (64, 96), (64, 64), (64, 48), (64, 32),
-         (64, 16))
+TILES = ((128, 256), (128, 192), (128, 160), (128, 144), (128, 128), (128, 96), (128, 80), (128, 64), (128, 48),
+         (128, 32), (128, 16), (64, 256), (64, 192), (64, 160), (64, 144), (64, 128), (64, 96), (64, 64), (64, 48),
+         (64, 32), (64, 16))
 SCHEDULES = ("cooperative", "pingpong")
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 #: bytes of K per ring slot (block_k = this / element size): one or two 64-element k-steps
@@ -251,7 +251,8 @@ def quick_grid(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2, cl
     the heuristic's tile and on 128×128, for M ≤ 2·MID_M the mid-size 64-row ping-pong tiles
     of every width in MID_WIDTHS, and where the mid-rows model decides (select.mid_rows_decides)
     its whole tiles (MID_ROWS_WHOLE_TILES: 128×160, 128×144, swap-AB 64×144/160/192 and
-    cooperative swap-AB 128×128/144/160/192)."""
+    cooperative swap-AB 128×128/144/160/192) and the narrow swap-AB tiles whose width holds M
+    (MID_ROWS_NARROW_SWAP: 128×80, 128×96)."""
     h = heuristic_config(M, N, K, in_bytes=in_bytes)
     other = "pingpong" if h.schedule == "cooperative" else "cooperative"
     if h.swap_ab:
@@ -269,7 +270,7 @@ def quick_grid(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2, cl
     if M <= 2 * MID_M:  # the mid-size tiles (select's heuristic picks one of them for 17..128 rows)
         grid += [KernelConfig(64, bn, 64, schedule="pingpong") for bn in MID_WIDTHS]
     if mid_rows_decides(M, N, K, in_bytes=in_bytes):
-        grid += list(MID_ROWS_WHOLE_TILES)
+        grid += list(MID_ROWS_WHOLE_TILES) + [c for c in MID_ROWS_NARROW_SWAP if M <= MID_ROWS.max_m[c]]
     # small tiles with one and with two 64-element k-steps per ring slot (K_BYTES)
     grid += [dataclasses.replace(c, block_k=kb // in_bytes) for c in grid if c.block_m * c.block_n <= 64 * 128
              for kb in K_BYTES]

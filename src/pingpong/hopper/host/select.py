@@ -30,10 +30,13 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count, less torch's SM 
     | M ≤ MID_ROWS_MAX_M (above     | mid rows: the tile of MID_ROWS_TILES (128×256,      |
     | MID_M rows, or where no mid-  | 128×192, 128×128 cooperative; 64×256, 64×128 ping-  |
     | size tile fits one wave)      | pong) and split count, or of MID_ROWS_WHOLE_TILES   |
-    |                               | (128×160, 128×144; swap-AB 64×144/160/192: M on the |
-    |                               | width),                                             |
+    |                               | (128×160, 128×144; swap-AB 64×144/160/192 and       |
+    |                               | 128×128/144/160/192: M on the width) or of          |
+    |                               | MID_ROWS_NARROW_SWAP (swap-AB 128×80/96 where M is  |
+    |                               | at most the width),                                 |
     |                               | of least modelled time (below)                      |
-    |                               | — unsplit with ≤ S/2 128×128 tiles: few tiles       |
+    |                               | — unsplit with ≤ S/2 128×128 tiles and no swap-AB:  |
+    |                               | few tiles                                           |
     | otherwise                     | 128×BN×64 cooperative, BN ∈ {256, 192, 128} the     |
     |                               | width of least ⌈tiles / S⌉ · BN / efficiency (per-  |
     |                               | FLOP speed: TILE_EFFICIENCY, or in short CTAs       |
@@ -117,7 +120,8 @@ SPLIT_MIN_BYTES = 2**22
 #: mid-size M: from DECODE_M + 1 up to this many rows a 64-row ping-pong tile (when it makes ≤ S tiles)
 MID_M = 128
 #: Mid rows (MID_M < M ≤ MID_ROWS_MAX_M, more 128×128 tiles than half a wave): the config of
-#: MID_ROWS_TILES and split count s ≥ 1, or of MID_ROWS_WHOLE_TILES unsplit, of least modelled time
+#: MID_ROWS_TILES and split count s ≥ 1, or of MID_ROWS_WHOLE_TILES / MID_ROWS_NARROW_SWAP unsplit, of least
+#: modelled time
 #:     ⌈tiles·s / S⌉ · (k_steps / s + split_steps) · BM·BN / speed
 #: (waves × one work unit's time; a unit's time is its area over the tile's per-FLOP speed;
 #: MidRowsModel). Swap-AB tiles count N on their rows and M on their width (tile_count), so a
@@ -188,9 +192,20 @@ MID_ROWS_WHOLE_TILES = {KernelConfig(128, 160, 64): 1.0, KernelConfig(128, 144, 
                         KernelConfig(64, 192, 64, **_PP, swap_ab=True): 0.85,
                         KernelConfig(128, 128, 64, swap_ab=True): 0.85, KernelConfig(128, 144, 64, swap_ab=True): 0.9,
                         KernelConfig(128, 160, 64, swap_ab=True): 0.95, KernelConfig(128, 192, 64, swap_ab=True): 1.0}
+#: ... and the narrow swap-AB tiles (64 + 16 and 64 + 32 columns of M), for products whose M
+#: one of them holds: 65-96 rows, where 64-row tiles take two rows of tiles and 128-row ones
+#: pad M by a third or more (65×9216×3072 1.12× the 128×128 pick, 81×10240×8192 1.16× a
+#: 3-way split 128×192; on held-out shapes 1.06× the picks they replace, 19 of 23 faster).
+#: Over more rows of M each tile re-reads its 128 rows of N's operand, and they lost to the
+#: picks they would replace (159×57344×8192 0.81×), so a tile's width is its row limit; and
+#: where 128×128 tiles would fill half a wave or less they still run (their tiles lie along
+#: N), not the few-tile rule (70×7168×5120 1.02× its 64×128 ping-pong; benchmarks/RESULTS.md,
+#: 2026-11-30)
+MID_ROWS_NARROW_SWAP = {KernelConfig(128, 80, 64, swap_ab=True): 0.95, KernelConfig(128, 96, 64, swap_ab=True): 0.95}
 #: the 16-bit kernels' mid-rows model (K in SPLIT_STEP_K-element k-steps)
-MID_ROWS = MidRowsModel({**MID_ROWS_TILES, **MID_ROWS_WHOLE_TILES}, frozenset(MID_ROWS_WHOLE_TILES), 32,
-                        SPLIT_STEP_K)
+MID_ROWS = MidRowsModel({**MID_ROWS_TILES, **MID_ROWS_WHOLE_TILES, **MID_ROWS_NARROW_SWAP},
+                        frozenset(MID_ROWS_WHOLE_TILES) | frozenset(MID_ROWS_NARROW_SWAP), 32, SPLIT_STEP_K,
+                        {c: c.block_n for c in MID_ROWS_NARROW_SWAP})
 #: the mid-size tile's widths, widest first (ties in tile count go to the wider)
 MID_WIDTHS = (96, 64, 32)
 #: with a long K the mid-size tile is at least MID_SPLIT_WIDTH wide and split into as many parts
@@ -306,9 +321,9 @@ def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS, in_bytes: i
             return config
     elif M <= SWAP_AB_MAX_M:
         config = KernelConfig(128, 1 << math.ceil(math.log2(M)), 64, swap_ab=True)
-    elif M <= MID_ROWS_MAX_M:  # tile and split count by one cost model; few unsplit tiles: FEW_WIDTHS
+    elif M <= MID_ROWS_MAX_M:  # tile and split count by one cost model; few unsplit tiles (not swapped): FEW_WIDTHS
         config = mid_rows_config(M, N, K, sms)
-        few = config.split_k == 1 and 2 * tile_count(KernelConfig(128, 128, 64), M, N) <= sms
+        few = config.split_k == 1 and 2 * tile_count(KernelConfig(128, 128, 64), M, N) <= sms and not config.swap_ab
         return few_tiles(M, N, sms) if few else epilogue_subtiles(config, M, N, k_steps, sms)
     else:
         config = wave_tile(M, N, k_steps, sms)
