@@ -65,10 +65,13 @@ def test_swap_matches_float64_and_repeats_bitwise(mode, name, fast):
 
 #: two-piece swapped tiles: 128 + 16 and 128 + 32 columns of M, for the 129-160-row products a
 #: 128-row tile leaves a second tile-row almost empty; M ends inside the second piece (137, 153)
-#: or at the first's end (128) or one past it (129)
+#: or at the first's end (128) or one past it (129); the narrow 64 + 16 and 64 + 32 (the mid-rows
+#: model's for 65-96 rows) the same way in one tile of M, and 96 over two and more
 PIECE_CONFIGS = {"pp64x144": KC(64, 144, 128, schedule="pingpong", swap_ab=True),
                  "pp64x160": KC(64, 160, 128, schedule="pingpong", swap_ab=True),
-                 "coop128x144": KC(128, 144, 128, swap_ab=True), "coop128x96": KC(128, 96, 128, swap_ab=True)}
+                 "coop128x144": KC(128, 144, 128, swap_ab=True), "coop128x96": KC(128, 96, 128, swap_ab=True),
+                 "coop128x80": KC(128, 80, 128, swap_ab=True)}
+PIECE_ROWS = {"coop128x80": (64, 65, 72, 80), "coop128x96": (64, 65, 81, 96, 128, 129, 137, 153)}
 
 
 @pytest.mark.parametrize("fast", [False, True], ids=["promoted", "fast"])
@@ -76,7 +79,7 @@ PIECE_CONFIGS = {"pp64x144": KC(64, 144, 128, schedule="pingpong", swap_ab=True)
 @pytest.mark.parametrize("mode", ["tensor", "row"])
 def test_two_piece_swap_matches_float64_and_repeats_bitwise(mode, name, fast):
     config = PIECE_CONFIGS[name]
-    for M in (128, 129, 137, 153):
+    for M in PIECE_ROWS.get(name, (128, 129, 137, 153)):
         for N, K in SHAPES:
             seed = seed_of(mode, name, fast, M, N, K)
             print(f"seed {seed}: {mode} {name} fast={fast} {M}x{N}x{K}")

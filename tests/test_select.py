@@ -424,8 +424,9 @@ def test_mid_rows_constants_fit_the_measured_sweeps():
     cooperative swap-AB tiles) and 441-442 (held out: the picks those changed, and the pins
     they moved); the 16-bit 128×144 on H200 run 425 and run 426 (held out: the picks it
     changed), its staged cooperative swap-AB tiles on run 443 and run 444 (held out), the
-    narrow swap-AB tiles on run 478 and runs 479-480 (held out: the picks they changed): a
-    constant changed without a refit fails here."""
+    narrow swap-AB tiles on run 478 and runs 479-480 (held out: the picks they changed), the
+    FP8 model's on run 481 and run 482 (held out): a constant changed without a refit fails
+    here."""
     fit = _midrows_fit()
     sets, kinds = fit.load(), fit.kinds()
     bounds = {"run174": 0.98, "runs113-114": 0.96, "heldout-h200-2027": 0.96, "h200-run368-swap": 0.98,
@@ -442,7 +443,9 @@ def test_mid_rows_constants_fit_the_measured_sweeps():
               "h200-run442-fp8-tensor-staged-pins": 0.99, "h200-run442-fp8-row-staged-pins": 0.99,
               "h200-run443-swap-staged": 0.99, "h200-run444-heldout-staged": 0.99,
               "h200-run478-swap-widths": 0.98, "h200-run479-narrow-swap-heldout": 0.98,
-              "h200-run480-narrow-swap-heldout": 0.99}
+              "h200-run480-narrow-swap-heldout": 0.99, "h200-run481-fp8-tensor-narrow-swap": 0.98,
+              "h200-run481-fp8-row-narrow-swap": 0.98, "h200-run482-fp8-tensor-narrow-heldout": 0.99,
+              "h200-run482-fp8-row-narrow-heldout": 0.99}
     assert set(bounds) == set(sets)
     assert {n for n, k in kinds.items() if k == "fp8"} == {n for n in sets if "fp8" in n}
     for name, bound in bounds.items():

@@ -340,8 +340,8 @@ def test_fp8_space_holds_split_k_and_decode_swap_ab(scaling, promote):
     decode rows, ping-pong 64×64 up to the FP8 mid-rows model's limit for it (192 rows), the
     two-piece 64×144 and 64×160 from 129 rows up to their widths, the cooperative 128×128-192
     (staged through TMA) from 129 rows up to the FP8 rule's last row for them
-    (fp8_select.STAGED_SWAP_MAX_M), none beyond; the selection's swap-AB pick at 150 rows is in
-    the space."""
+    (fp8_select.STAGED_SWAP_MAX_M), none beyond, the narrow staged 128×80 and 128×96 from 65
+    rows up to their widths; the selection's swap-AB pick at 150 rows is in the space."""
     from pingpong.hopper.host.fp8_select import STAGED_SWAP_MAX_M
 
     decode, wide = tune.fp8_space(16, 8192, 8192, scaling, promote), tune.fp8_space(512, 4096, 4096, scaling, promote)
@@ -357,7 +357,8 @@ def test_fp8_space_holds_split_k_and_decode_swap_ab(scaling, promote):
     assert {(c.block_m, c.block_n, c.schedule) for c in mid if c.swap_ab} == (
         {(64, 64, "pingpong"), (64, 160, "pingpong")} | staged if scaling != "block" else set())
     wide_swaps = {144, 160, 192, 128}  # block_n of the staged tiles
-    for M, widths in ((128, {64}), (129, {64, 144, 160} | wide_swaps), (144, {64, 144, 160} | wide_swaps),
+    for M, widths in ((64, {64}), (65, {64, 80, 96}), (80, {64, 80, 96}), (81, {64, 96}), (96, {64, 96}), (128, {64}),
+                      (129, {64, 144, 160} | wide_swaps), (144, {64, 144, 160} | wide_swaps),
                       (145, {64, 160} | wide_swaps), (161, {64} | wide_swaps)):
         got = {c.block_n for c in tune.fp8_space(M, 2048, 10944, scaling, promote) if c.swap_ab}
         assert got == (widths if scaling != "block" else set()), (M, got)

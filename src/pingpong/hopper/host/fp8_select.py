@@ -175,15 +175,21 @@ _SWAP_160 = KernelConfig(64, 160, SCALE_BLOCK, schedule="pingpong", swap_ab=True
 #: columns, stored through TMA staged transposed (config.staged_swap). They take the products
 #: whose M these widths divide into nearly full tiles where 128-row tiles pad M (286 rows: 2 × 144
 #: against 3 × 128) or take a wave more (547×5120×13824: one wave of 128×192 against two of
-#: 128×128). 96 = 64 + 32 columns is no candidate: its fitted speed is the grid's floor (3 such
-#: tiles over 196 rows ran slower than 2 of 128×128).
+#: 128×128). The narrow 80 = 64 + 16 and 96 = 64 + 32 columns take M only where one of them
+#: holds it (65-96 rows; over more rows they re-read N's operand per tile: 3 × 96 over 196 rows
+#: ran slower than 2 × 128), as the 16-bit model's (select.MID_ROWS_NARROW_SWAP): 72×10240×8192
+#: 0.980 of torch._scaled_mm against the 128×128 pick's 0.902 tensor-wise, 1.081 against 0.983
+#: row-wise (set h200-run481-fp8-*-narrow-swap; speeds 0.8-1.0 score alike there).
 STAGED_SWAPS = {bn: KernelConfig(128, bn, SCALE_BLOCK, swap_ab=True) for bn in (128, 144, 160, 192)}
-_STAGED_SPEEDS = {STAGED_SWAPS[128]: 0.95, STAGED_SWAPS[144]: 0.95, STAGED_SWAPS[160]: 1.0, STAGED_SWAPS[192]: 1.05}
+NARROW_STAGED_SWAPS = {bn: KernelConfig(128, bn, SCALE_BLOCK, swap_ab=True) for bn in (80, 96)}
+_STAGED_SPEEDS = {STAGED_SWAPS[128]: 0.95, STAGED_SWAPS[144]: 0.95, STAGED_SWAPS[160]: 1.0, STAGED_SWAPS[192]: 1.05,
+                  NARROW_STAGED_SWAPS[80]: 0.8, NARROW_STAGED_SWAPS[96]: 0.8}
 FP8_MID_ROWS = MidRowsModel({_SQUARE: 1.0, _NARROW: 0.75, _WIDE: 1.05, _HALF: 0.9, _MID: 0.3, _SWAP_MID: 0.75,
                              _W160: 0.98, _W144: 0.97, _SWAP_144: 0.8, _SWAP_160: 0.75, **_STAGED_SPEEDS},
                             frozenset({_WIDE, _HALF, _MID, _SWAP_MID, _W160, _W144, _SWAP_144, _SWAP_160,
                                        *_STAGED_SPEEDS}), 32,
-                            SCALE_BLOCK, {_HALF: 320, _SWAP_MID: 192, _SWAP_144: 144, _SWAP_160: 160})
+                            SCALE_BLOCK, {_HALF: 320, _SWAP_MID: 192, _SWAP_144: 144, _SWAP_160: 160,
+                                          **{c: c.block_n for c in NARROW_STAGED_SWAPS.values()}})
 #: per-FLOP speed of the 128×64 tile against 128×128 in the wave model (docs/design.md, FP8):
 #: at 0.75, 512 rows at N = 6144 (2 waves of 128×128 against 3 of 128×64) tie, and the tie goes
 #: to 128×64 (`rule_fp8`)
