@@ -9,8 +9,8 @@ For each shape of `pingpong bench --suite random` with the given seeds whose M l
 (FP8: N and K multiples of 16), the rule's pick (the 16-bit `select.heuristic_config`, or FP8's
 `fp8_select.rule_fp8`, promoted; no tuning table) under git revision REV (checked out into a
 temporary worktree) and under the working tree, each computed by its own interpreter. The
-shapes whose pick differs, at most one per (N, K, new tile) and --count of them drawn with
---seed, print as JSON: [[M, N, K, [pick under REV, pick now]], ...], configs named as
+shapes whose pick differs, at most one per (N, K, new tile) (its M drawn with --seed among
+that key's changed shapes) and --count of them drawn with --seed, print as JSON: [[M, N, K, [pick under REV, pick now]], ...], configs named as
 schedules.py names them. Seeds a fit has used are no held-out test: pass others.
 """
 
@@ -80,12 +80,13 @@ def main(argv=None) -> int:
             before = picks(tree / "src", shapes, args.dtype, args.scaling, args.sms)
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=True)
-    changed = {}
+    changed: dict = {}
     for (M, N, K), old, new in zip(shapes, before, now):
         if old != new:
-            changed.setdefault((N, K, new), [M, N, K, [old, new]])
-    plan = list(changed.values())
-    random.Random(args.seed).shuffle(plan)
+            changed.setdefault((N, K, new), []).append([M, N, K, [old, new]])
+    rng = random.Random(args.seed)
+    plan = [rng.choice(rows) for _, rows in sorted(changed.items())]  # each key's M drawn, not its least
+    rng.shuffle(plan)
     print(json.dumps(sorted(plan[:args.count])))
     print(f"{len(plan)} of {len(shapes)} shapes' (N, K, new pick) changed; {min(len(plan), args.count)} printed",
           file=sys.stderr)
