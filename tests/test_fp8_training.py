@@ -201,6 +201,59 @@ def test_no_input_requiring_grad_is_the_forward_alone(fp8_kernels):
     assert y.shape == (5, 3, 16) and y.grad_fn is None and len(fp8_kernels) == 1
 
 
+@pytest.mark.parametrize("recipe", ["row", "block"])
+def test_kept_weight_pairs_are_made_once_per_block_and_again_when_changed(fp8_kernels, recipe, monkeypatch):
+    """keep_quantized_weights around an FP8 training layer: three micro-batches quantize its
+    weight once, with y and both gradients bitwise those of calls outside the block; an
+    in-place change (an optimizer's) quantizes it again; a no_grad forward (W's rows alone) is
+    its own copy; into inductor's buffers (the lowered op) the kept pair is copied; while a CUDA
+    graph is captured, and outside the block, every call quantizes."""
+    K, N = FEATURES.get(recipe, (64, 48))
+    gen = torch.Generator().manual_seed(77)
+    layer = pingpong.nn.Float8TrainingLinear(K, N, bias=False, dtype=F16, recipe=recipe)
+    with torch.no_grad():
+        layer.weight.copy_(spread(N, K, gen))
+    x = spread(17, K, gen).to(F16).requires_grad_()
+    g = spread(17, N, gen).to(F16)
+    made = []
+    real = fp8_training.quantize_pair_direct
+    monkeypatch.setattr(fp8_training, "quantize_pair_direct",
+                        lambda t, *a: (made.append(t is layer.weight), real(t, *a))[1])
+
+    def step():
+        x.grad = layer.weight.grad = None
+        y = layer(x)
+        y.backward(g)
+        return y.detach(), x.grad, layer.weight.grad
+
+    def weight_pairs(fn):
+        made.clear()
+        out = fn()
+        return sum(made), out
+
+    n, want = weight_pairs(step)
+    assert n == 1
+    with pingpong.moe.keep_quantized_weights(layer):
+        for i in range(3):
+            n, got = weight_pairs(step)
+            assert n == (1 if i == 0 else 0) and all(torch.equal(a, b) for a, b in zip(got, want)), i
+        with torch.no_grad():
+            assert weight_pairs(lambda: layer(x))[0] == 1 and weight_pairs(lambda: layer(x))[0] == 0
+            r = RECIPES[recipe]
+            qwt, swt = (torch.full_like(t, 3.0 if t.dtype != E4M3 else 0.0) for t in
+                        quantize.pair_like(layer.weight, r.weight, E4M3, fp8_training._pad(r), False, True)[2:])
+            n, _ = weight_pairs(lambda: fp8_training._forward(x, layer.weight, None, recipe, False, True,
+                                                              (None, None, None, qwt, swt)))
+            fresh = real(layer.weight, r.weight, E4M3, fp8_training._pad(r), True, True)
+            assert n == 0 and torch.equal(qwt.view(torch.uint8), fresh[2].view(torch.uint8))
+            assert torch.equal(swt, fresh[3])
+            layer.weight.add_(0.5)
+        assert weight_pairs(step)[0] == 1 and weight_pairs(step)[0] == 0
+        monkeypatch.setattr(pingpong.kept, "_capturing", lambda t: True)  # a CUDA graph's capture keeps nothing
+        assert weight_pairs(step)[0] == 1 and weight_pairs(step)[0] == 1
+    assert weight_pairs(step)[0] == 1 and weight_pairs(step)[0] == 1
+
+
 def test_double_backward_is_refused(fp8_kernels):
     """The FP8 gradient products are not differentiable: create_graph=True is a PingpongError,
     not gradients that silently lack their graph."""

@@ -123,6 +123,7 @@ from torch import Tensor
 from .integration import inductor, ops
 from .errors import PingpongError, check_tensor
 from .fp8 import scaled_mm, scaled_mm_direct, shape_reason
+from .kept import keeping, kept
 from .quantize import IN_DTYPES, pair_like, quantize_fp8_pair, quantize_pair_direct
 from .runtime.spec import FP8_MULTIPLE, SCALE_BLOCK, check_bias
 
@@ -260,10 +261,23 @@ def _forward(x, weight, bias, recipe: str, x_cols: bool = False, w_cols: bool = 
                                                 (None, None, qxt, sxt))
     else:
         qx, sx, qxt, sxt = xq
-    qw, sw, qwt, swt = quantize_pair_direct(weight, r.weight, GRAD_DTYPE, _pad(r), True, w_cols, (None, None, qwt, swt))
+    qw, sw, qwt, swt = _weight_pair(weight, r, w_cols, qwt, swt)
     y = scaled_mm_direct(qx, qw.t(), sx, sw.t(), bias, x.dtype, use_fast_accum=r.fast_forward,
                          out=None if y is None else y.view(-1, N))
     return y.view(*x.shape[:-1], N), qxt, sxt, qwt, swt
+
+
+def _weight_pair(weight, r: Recipe, w_cols: bool, qwt=None, swt=None) -> tuple:
+    """W's quantize_fp8_pair (qw, sw, qwt, swt), qwt / swt into the given buffers: made once
+    per version of the weight inside `keep_quantized_weights` (pingpong.kept; then copied into
+    the buffers, 2 bytes per element moved instead of the pair's 6), else at every call."""
+    def make(buffers=(None, None)):
+        return quantize_pair_direct(weight, r.weight, GRAD_DTYPE, _pad(r), True, w_cols, (None, None, *buffers))
+
+    if not keeping(weight):
+        return make((qwt, swt))
+    qw, sw, kqwt, kswt = kept(weight, ("pair", r.weight, w_cols), make)
+    return qw, sw, kqwt if qwt is None else qwt.copy_(kqwt), kswt if swt is None else swt.copy_(kswt)
 
 
 def _backward_products(g2, qxt, sxt, qwt, swt, recipe: Recipe, data_grad: bool, weight_grad: bool, dtypes):

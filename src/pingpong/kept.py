@@ -14,7 +14,9 @@ counter is unchanged:
 What is kept and who asks (`kept(x, what, make)`, keyed by what, the parameter's address, shape,
 strides and dtype): the MoE experts' weights (pingpong.fp8_grouped_training: the forward's rows
 with their column maxima, pingpong.quantize.quantize_stacked_direct; dX's Wᵀ along N,
-quantize_columns_direct, which torch.compile's backward calls too). The copies cost about two
+quantize_columns_direct, which torch.compile's backward calls too) and the FP8 training layers'
+weights (pingpong.fp8_training: W's quantize_fp8_pair, along K for Y and along N for dX, eager
+and compiled; inductor's buffers take a copy). Nothing is kept while a CUDA graph is captured. The copies cost about two
 bytes per weight element while the block is open and are freed when it ends.
 
 Contract: an in-place change torch tracks (an optimizer's update, ``w.add_(...)`` under
@@ -69,8 +71,15 @@ def keep_quantized_weights(*modules: torch.nn.Module):
 
 
 def keeping(x: torch.Tensor) -> bool:
-    """Whether `x` is a kept parameter of the open block, on the direct path (not traced)."""
-    return _BLOCK is not None and not traced(x) and x.data_ptr() in _BLOCK.pointers
+    """Whether `x` is a kept parameter of the open block, on the direct path (not traced) and
+    not while a CUDA graph is captured (a replay runs the kernels captured: a copy taken from
+    the block there would never be made again after an optimizer step)."""
+    return _BLOCK is not None and not traced(x) and x.data_ptr() in _BLOCK.pointers and not _capturing(x)
+
+
+def _capturing(x: torch.Tensor) -> bool:
+    """Whether a CUDA graph is being captured on the current stream of x's GPU."""
+    return x.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
 def kept(x: torch.Tensor, what, make):
