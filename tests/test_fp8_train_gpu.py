@@ -152,6 +152,47 @@ def test_compiled_training_step_equals_eager(recipe):
         assert rel_norm(c, e) < 2e-2, (recipe, name, rel_norm(c, e))
 
 
+@pytest.mark.parametrize("recipe", ["row", "block"])
+def test_kept_weights_give_what_quantizing_every_call_gives(recipe, monkeypatch):
+    """keep_quantized_weights around three micro-batches of two FP8 training layers: the weights'
+    pairs made once (quantize_pair_direct on them counted), every gradient bitwise that of calls
+    outside the block; compiled inside the block (inductor's buffers take a copy of the kept pair):
+    the gradients of the compiled step outside the block, bitwise."""
+    from pingpong import fp8_training
+
+    torch.manual_seed(6)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256))
+    model = model.cuda().to(BF16)
+    pingpong.nn.replace_linear(model, fp8=recipe, training=True)
+    weights = [model[0].weight, model[2].weight]
+    x = torch.randn(3, 77, 512, device="cuda", dtype=BF16, requires_grad=True)
+    made = []
+    real = fp8_training.quantize_pair_direct
+    monkeypatch.setattr(fp8_training, "quantize_pair_direct",
+                        lambda t, *a: (made.append(any(t is w for w in weights)), real(t, *a))[1])
+
+    def grads(fn):
+        model.zero_grad()
+        x.grad = None
+        fn(x).float().pow(2).mean().backward()
+        return [x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
+
+    want = grads(model)
+    made.clear()
+    with pingpong.kept.keep_quantized_weights(model):
+        for i in range(3):
+            got = grads(model)
+            assert all(torch.equal(a, b) for a, b in zip(got, want)), i
+        assert sum(made) == 2, made
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True)
+    want = grads(compiled)
+    with pingpong.kept.keep_quantized_weights(model):
+        for i in range(3):
+            got = grads(compiled)
+            assert all(torch.equal(a, b) for a, b in zip(got, want)), ("compiled", i)
+
+
 def test_loss_curve_within_one_percent_of_bf16():
     """200 Adam steps of a noisy teacher-student classification (a fixed random teacher, labels
     sampled from its softmax: a loss floor well above zero), the same batches and initial weights:
