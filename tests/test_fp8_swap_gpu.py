@@ -94,15 +94,15 @@ def test_two_piece_swap_matches_float64_and_repeats_bitwise(mode, name, fast):
 
 @pytest.mark.parametrize("out_dtype, activation", [(torch.bfloat16, "gelu_erf"), (torch.float16, "silu"),
                                                    (torch.float32, None)])
-@pytest.mark.parametrize("name", ["pp64x32", "pp64x16-split3", "pp64x144", "coop128x16", "coop128x144"])
+@pytest.mark.parametrize("name", ["pp64x32", "pp64x16-split3", "pp64x144", "coop128x16", "coop128x144", "coop128x80"])
 def test_swap_bias_activation_out_dtypes(name, out_dtype, activation):
     """The caller's per-column bias is per row of the swapped product; fp16/fp32 outputs (staged
-    transposed too: coop128x*); the two-piece tile (M in 128 + 16 columns) with M in its second
-    piece."""
+    transposed too: coop128x*); the two-piece tiles (M in 128 + 16 or 64 + 16 columns) with M in
+    their second piece."""
     config = {**CONFIGS, **PIECE_CONFIGS}[name]
     act = {None: lambda z: z, "gelu_erf": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}[activation]
     tol = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-3}[out_dtype]
-    for M in (MS if name in CONFIGS else (129, 144)):
+    for M in (MS if name in CONFIGS else {"coop128x80": (65, 80)}.get(name, (129, 144))):
         N, K = 4112, 1040
         seed = seed_of(name, str(out_dtype), activation, M)
         print(f"seed {seed}: {name} {out_dtype} {activation} {M}x{N}x{K}")
