@@ -10,8 +10,9 @@ For each shape of `pingpong bench --suite random` with the given seeds whose M l
 `fp8_select.rule_fp8`, promoted; no tuning table) under git revision REV (checked out into a
 temporary worktree) and under the working tree, each computed by its own interpreter. The
 shapes whose pick differs, at most one per (N, K, new tile) (its M drawn with --seed among
-that key's changed shapes) and --count of them drawn with --seed, print as JSON: [[M, N, K, [pick under REV, pick now]], ...], configs named as
-schedules.py names them. Seeds a fit has used are no held-out test: pass others.
+that key's changed shapes) and --count of them drawn with --seed, print as JSON:
+[[M, N, K, [pick under REV, pick now]], ...], configs named as schedules.py names them.
+Seeds a fit has used are no held-out test: pass others.
 """
 
 from __future__ import annotations

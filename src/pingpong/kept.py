@@ -16,8 +16,9 @@ strides and dtype): the MoE experts' weights (pingpong.fp8_grouped_training: the
 with their column maxima, pingpong.quantize.quantize_stacked_direct; dX's Wᵀ along N,
 quantize_columns_direct, which torch.compile's backward calls too) and the FP8 training layers'
 weights (pingpong.fp8_training: W's quantize_fp8_pair, along K for Y and along N for dX, eager
-and compiled; inductor's buffers take a copy). Nothing is kept while a CUDA graph is captured. The copies cost about two
-bytes per weight element while the block is open and are freed when it ends.
+and compiled; inductor's buffers take a copy). Nothing is kept while a CUDA graph is captured.
+The copies cost about two bytes per weight element while the block is open and are freed when
+it ends.
 
 Contract: an in-place change torch tracks (an optimizer's update, ``w.add_(...)`` under
 no_grad) moves the version counter and makes a new copy; a change through ``w.data`` is not

@@ -47,7 +47,8 @@ from ..errors import ConfigError, PingpongError
 from ..hopper.host import table as tables
 from ..hopper.host.splits import effective_splits
 from ..runtime.spec import SCALE_BLOCK
-from ..hopper.host.fp8_select import FP8_MID_ROWS_MIN_M, NARROW_STAGED_SWAPS, STAGED_SWAP_MAX_M, STAGED_SWAPS
+from ..hopper.host.fp8_select import (FP8_MID_ROWS, FP8_MID_ROWS_MIN_M, NARROW_STAGED_SWAPS, STAGED_SWAP_MAX_M,
+                                      STAGED_SWAPS)
 from ..hopper.host.select import (DECODE_M, DEFAULT_SMS, FEW_WIDTHS, MID_M, MID_ROWS, MID_ROWS_MAX_M,
                                   MID_ROWS_NARROW_SWAP, MID_ROWS_WHOLE_TILES, MID_WIDTHS, SMALL_TILE_K_BYTES,
                                   WAVE_SWAP_MAX_M, choose, heuristic_config, mid_rows_decides)
@@ -94,12 +95,12 @@ FP8_SPLITS = (1, 2, 4, 8)
 #: width), and FP8_STAGED_SWAPS (as far as the rule takes them, fp8_select.STAGED_SWAP_MAX_M rows)
 FP8_STAGED_SWAPS = tuple((c.block_m, c.block_n) for c in STAGED_SWAPS.values())  # cooperative only
 #: ... and the narrow staged ones (fp8_select.NARROW_STAGED_SWAPS) from the FP8 mid-rows model's
-#: first row up to their width, as the model takes them
-FP8_NARROW_SWAPS = tuple((c.block_m, c.block_n) for c in NARROW_STAGED_SWAPS.values())  # cooperative only
+#: first row up to its row limit for them, as the model takes them
+FP8_NARROW_SWAPS = {(c.block_m, c.block_n): FP8_MID_ROWS.max_m[c] for c in NARROW_STAGED_SWAPS.values()}  # cooperative
 FP8_SWAP_TILES = {(64, 16): (1, DECODE_M), (64, 32): (1, DECODE_M), (128, 16): (1, DECODE_M),
                   (128, 32): (1, DECODE_M), (64, 64): (1, None), (64, 144): (MID_M + 1, None),
                   (64, 160): (MID_M + 1, None), **{tile: (MID_M + 1, STAGED_SWAP_MAX_M) for tile in FP8_STAGED_SWAPS},
-                  **{tile: (FP8_MID_ROWS_MIN_M + 1, tile[1]) for tile in FP8_NARROW_SWAPS}}
+                  **{tile: (FP8_MID_ROWS_MIN_M + 1, rows) for tile, rows in FP8_NARROW_SWAPS.items()}}
 #: what the tuned FP8 inputs are (bench_fp8.make_fp8_inputs): W's scales in 128×128 blocks, bf16 out
 FP8_SB_COLS = SCALE_BLOCK
 FP8_OUT_BYTES = 2
@@ -316,9 +317,10 @@ def fp8_check(config: KernelConfig, scaling: str, promote: bool):
 
 def fp8_valid(config: KernelConfig, scaling: str, promote: bool) -> bool:
     """Whether the FP8 kernel runs `config` (fp8_check) and the search takes it: the staged
-    swap-AB widths (FP8_STAGED_SWAPS, FP8_NARROW_SWAPS) on the cooperative schedule only, as the selection runs
-    them (TMA-stored, config.staged_swap); on ping-pong one consumer would hold the whole tile."""
-    staged = FP8_STAGED_SWAPS + FP8_NARROW_SWAPS
+    swap-AB widths (FP8_STAGED_SWAPS, FP8_NARROW_SWAPS) on the cooperative schedule only, as the
+    selection runs them (TMA-stored, config.staged_swap); on ping-pong one consumer would hold
+    the whole tile."""
+    staged = (*FP8_STAGED_SWAPS, *FP8_NARROW_SWAPS)
     if config.swap_ab and (config.block_m, config.block_n) in staged and config.schedule != "cooperative":
         return False
     try:
