@@ -5,7 +5,7 @@ each execution mode users run, and the logits error of each against an fp32 copy
     PYTHONPATH=src python benchmarks/model_bench.py [--layers 12] [--rounds 7] [--hidden 2048
         --intermediate 8192 --heads 16 --kv-heads 16 --train-seq 512]
         [--modes eager,graph,compiled,reduce-overhead,dynamic] [--workloads decode,prefill,train]
-        [--fp8 tensor|row|row_gw_hp]
+        [--fp8 tensor|row|row_gw_hp] [--micro-batches N [--keep]]
 
 `--fp8 RECIPE`: pingpong's model is swapped by `replace_linear(model, fp8=RECIPE,
 training=True)` instead (pingpong.fp8_training: FP8 forward and gradients; the logits error
@@ -20,7 +20,11 @@ instead of bf16 torch: pingpong's FP8 layers against torchao's.
 Workloads (same tensors for both models):
     decode    forward of 32 sequences × 1 token (no KV cache: a decode-sized, host-bound call)
     prefill   forward of 4 × 1024 tokens, no grad
-    train     forward + cross-entropy + backward + SGD step on 4 × --train-seq tokens
+    train     forward + cross-entropy + backward + SGD step on 4 × --train-seq tokens; with
+              `--micro-batches N`, N forward + backward passes (gradient accumulation) before
+              the step, and with `--keep` pingpong's inside `pingpong.kept.keep_quantized_weights`
+              (its FP8 weights quantized once per step, not per micro-batch; the peer has no such
+              block)
 Modes:
     eager            the models as they are
     graph            the eager forward captured once in a CUDA graph, then replayed
@@ -48,6 +52,7 @@ host's or the kernels'. Needs the `test-model` extra (transformers).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import statistics
 import sys
@@ -170,6 +175,10 @@ def main(argv=None) -> int:
     p.add_argument("--heads", type=int, default=16)
     p.add_argument("--kv-heads", type=int, default=16)
     p.add_argument("--train-seq", type=int, default=512, help="the train workload's tokens per sequence (batch 4)")
+    p.add_argument("--micro-batches", type=int, default=1,
+                   help="train: forward + backward passes accumulated per optimizer step")
+    p.add_argument("--keep", action="store_true",
+                   help="train: pingpong's micro-batches inside keep_quantized_weights (with --fp8)")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
@@ -184,6 +193,10 @@ def main(argv=None) -> int:
     for name, got, known in (("--modes", modes, MODES), ("--workloads", workloads, WORKLOADS)):
         if not set(got) <= set(known):
             p.error(f"{name}: expected a comma-separated list of {', '.join(known)}, got {','.join(got)}")
+    if args.micro_batches < 1:
+        p.error(f"--micro-batches: expected a positive count, got {args.micro_batches}")
+    if args.keep and args.fp8 is None:
+        p.error("--keep: needs --fp8 RECIPE (it keeps the FP8 copies of the weights)")
     if args.baseline == "torchao" and args.fp8 is None:
         p.error("--baseline torchao: needs --fp8 RECIPE (torchao's float8 training of that recipe is the peer)")
     if bench.skipped_without_gpu():
@@ -195,7 +208,8 @@ def main(argv=None) -> int:
         return 2
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, transformers {transformers.__version__},"
           f" Llama {args.layers} layers hidden {args.hidden} intermediate {args.intermediate} heads {args.heads}/{args.kv_heads},"
-          f" train 4 × {args.train_seq}, bf16, rounds {args.rounds} × {args.iters} calls")
+          f" train 4 × {args.train_seq} × {args.micro_batches} micro-batches{' (kept)' if args.keep else ''}, bf16,"
+          f" rounds {args.rounds} × {args.iters} calls")
     ref32 = llama(transformers, args, torch.float32)
     theirs = copy.deepcopy(ref32).to(torch.bfloat16)
     ours = copy.deepcopy(theirs)
@@ -218,19 +232,22 @@ def main(argv=None) -> int:
                 return model(input_ids=x, use_cache=False).logits
         return run
 
-    def step(model, x):
+    def step(model, x, keep):
         opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+        block = (lambda: pingpong.kept.keep_quantized_weights(model)) if keep else contextlib.nullcontext
 
         def run():
-            logits = model(input_ids=x, use_cache=False).logits
-            loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), x[:, 1:].flatten())
-            loss.backward()
+            with block():
+                for _ in range(args.micro_batches):
+                    logits = model(input_ids=x, use_cache=False).logits
+                    loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), x[:, 1:].flatten())
+                    loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
         return run
 
-    def runner(model, work, x):
-        return step(model, x) if work == "train" else forward(model, x)
+    def runner(model, work, x, keep=False):
+        return step(model, x, keep) if work == "train" else forward(model, x)
 
     rows = []
     for mode in modes:
@@ -240,8 +257,9 @@ def main(argv=None) -> int:
             fns, host = {}, {}
             try:
                 for name, model in (("torch", theirs), ("pingpong", ours)):
+                    keep = args.keep and name == "pingpong"
                     if mode in ("eager", "graph"):
-                        fn = runner(model, work, ids[work])
+                        fn = runner(model, work, ids[work], keep)
                         fns[name] = graphed(fn) if mode == "graph" else fn
                         continue
                     torch._dynamo.reset()
@@ -250,7 +268,7 @@ def main(argv=None) -> int:
                         for x in others:  # two other lengths: dynamo marks the length dynamic
                             runner(compiled, work, x)()
                     frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-                    fn = runner(compiled, work, ids[work])
+                    fn = runner(compiled, work, ids[work], keep)
                     fn()
                     if mode == "dynamic":
                         host[f"{name} recompiles"] = torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames
