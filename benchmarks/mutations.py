@@ -20,6 +20,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 MUTATIONS = [
+    # -- programmatic dependent launch: every kernel waits for the grid before it
+    ("PDL: the kernels start without waiting for the previous grid", "src/pingpong/hopper/kernels/gemm.py",
+     "    gdc_wait()\n    gdc_launch_dependents()", "    gdc_launch_dependents()",
+     "tests/test_isa_hopper.py -k pdl"),
+    ("PDL: launched without it", "src/pingpong/hopper/host/launch.py",
+     "launch_pdl=PDL,", "launch_pdl=False,",
+     "tests/test_isa_hopper.py -k pdl"),
     # -- 64-bit indexing of the portable GEMM
     ("int64 switch forced off", "src/pingpong/portable/__init__.py",
      "INDEX_64=needs_int64(a, b, c, out)", "INDEX_64=False",

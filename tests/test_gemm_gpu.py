@@ -188,3 +188,50 @@ def test_repeatable_bitwise(schedule, gen):
     first = run(a, b, SCHEDULES[schedule])
     for _ in range(19):
         assert torch.equal(run(a, b, SCHEDULES[schedule]), first)
+
+
+@pytest.mark.parametrize("M, config", [
+    (32, None),  # the decode rule's swap-AB ping-pong: a few CTAs, the next kernel's fit beside them
+    (32, KernelConfig(128, 64, 64, split_k=4)),  # split-K: the workspace and its arrival counters
+    (1000, None),  # the rule's tile over most SMs
+    (1000, KernelConfig(128, 128, 64, stream_k=True)),  # stream-K: every tile shared by two programs
+])
+def test_back_to_back_kernels_wait_for_the_one_before(M, config, gen):
+    """Programmatic dependent launch (launch_options, kernel_start): a chain of products on one
+    stream, each reading the one before's result (read after write) and writing the buffer the
+    one before read (write after read), eagerly and replayed from a CUDA graph, is bitwise the
+    same chain with a synchronize after every product. A kernel that touched memory before its
+    griddepcontrol.wait would start beside the one before and read its stale or NaN result."""
+    K = 1024
+    ws = [operand(K, K, torch.bfloat16, False, gen) / K**0.5 for _ in range(8)]
+    x = operand(M, K, torch.bfloat16, False, gen)
+    bufs = [poisoned(M, K, torch.bfloat16), poisoned(M, K, torch.bfloat16)]
+
+    def chain(sync):
+        bufs[0].copy_(x)
+        bufs[1].fill_(float("nan"))
+        for i, w in enumerate(ws):
+            _gemm_into(bufs[(i + 1) % 2], bufs[i % 2], w.t(), None, 1.0, 0.0, config)
+            if sync:
+                torch.cuda.synchronize()
+        return bufs[len(ws) % 2].clone()
+
+    want = chain(sync=True)
+    ref = x.double()
+    for w in ws:
+        ref = ref @ w.double().t()
+    assert rel_err(want, ref) < 8 * GEMM_BOUND[torch.bfloat16]  # eight bf16 roundings along the chain
+    for i in range(3):
+        assert torch.equal(chain(sync=False), want), ("eager", i)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        chain(sync=False)  # warm-up off the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        chain(sync=False)
+    for i in range(3):
+        bufs[0].fill_(float("nan"))
+        graph.replay()
+        assert torch.equal(bufs[len(ws) % 2], want), ("graph", i)

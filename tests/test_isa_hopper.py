@@ -144,3 +144,42 @@ def test_one_cta_kernels_are_not_clusters():
     ptx = cc.compile_kernel("pingpong", "sm_90a").asm["ptx"]
     assert ".reqnctapercluster" not in ptx and ".multicast::cluster" not in ptx
     assert "barrier.cluster" not in ptx and "mbarrier.arrive.shared::cluster" not in ptx
+
+
+#: one registered kernel per Hopper kernel entry (the jit function a launch calls)
+PDL_ENTRIES = {"warp_specialized_gemm": "cooperative", "split_k_gemm": "splitk", "stream_k_gemm": "streamk",
+               "persistent_gemm": "persistent", "fp8_gemm": "fp8-block", "fp8_split_gemm": "fp8-block-splitk",
+               "fp8_stream_gemm": "fp8-block-streamk", "grouped_gemm": "grouped-cooperative",
+               "grouped_k_gemm": "grouped-k-cooperative", "fp8_grouped_gemm": "fp8-grouped-cooperative",
+               "fp8_grouped_k_gemm": "fp8-grouped-k-cooperative"}
+
+
+def test_every_pdl_launch_is_an_entry_checked_below():
+    """Each registered kernel launched with programmatic dependent launch calls one of the
+    entries whose machine code the next test reads (a new entry must be added there)."""
+    entries = set()
+    for name, (targets, _) in cc.kernels().items():
+        if "sm_90a" not in targets:
+            continue
+        with cc.offline("sm_90a"):
+            launch = cc._REGISTRY[name][0]("sm_90a")
+        if launch.kwargs.get("launch_pdl"):
+            entries.add(launch.fn.fn.__name__)
+    assert entries == set(PDL_ENTRIES), entries ^ set(PDL_ENTRIES)
+
+
+@pytest.mark.parametrize("entry", sorted(PDL_ENTRIES))
+def test_pdl_kernels_wait_for_the_previous_grid_before_touching_memory(entry):
+    """A kernel launched with PDL may start while the kernel before it still runs: its PTX
+    waits (griddepcontrol.wait) before its first global load, store, atomic or TMA copy, and
+    then lets its dependents launch."""
+    import re
+
+    c = cc.compile_kernel(PDL_ENTRIES[entry], "sm_90a")
+    assert c.metadata.launch_pdl, "launched without PDL"
+    ptx = c.asm["ptx"].splitlines()
+    memory = re.compile(r"^\s*(@!?%p\d+\s+)?((ld|st|atom|red)\.(?!shared|param|local)|cp\.(reduce\.)?async\.bulk)")
+    wait = next((i for i, line in enumerate(ptx) if "griddepcontrol.wait" in line), None)
+    first = next((i for i, line in enumerate(ptx) if memory.match(line)), None)
+    assert wait is not None and first is not None and wait < first, (wait, first and ptx[first])
+    assert any("griddepcontrol.launch_dependents" in line for line in ptx[wait:first])

@@ -213,11 +213,17 @@ def kernel_constants(d, epi: EpilogueConstants, a_kmajor: bool = True, b_kmajor:
                            PRODUCER_REGS=d.worker_regs[1] if ws else 0, CLUSTER=d.cluster_m)
 
 
+#: launch every Hopper GEMM kernel with programmatic dependent launch (launch_options)
+PDL = True
+
+
 def launch_options(d) -> dict:
     """The launch's compile options: warps of the default partition, the register cap of the
     warp-specialized schedules (setmaxnreg needs it), CTAs per cluster (a pair only, so a
-    cluster_m=1 launch is the same as before clusters existed), KERNEL_OPTIONS."""
-    options = dict(num_warps=d.num_warps, **KERNEL_OPTIONS)
+    cluster_m=1 launch is the same as before clusters existed), programmatic dependent launch
+    (PDL: every Hopper GEMM kernel begins with kernel_start, pingpong.hopper.kernels.gemm),
+    KERNEL_OPTIONS."""
+    options = dict(num_warps=d.num_warps, launch_pdl=PDL, **KERNEL_OPTIONS)
     if SCHEDULE_FACTS[d.schedule].warp_specialized:
         options["maxnreg"] = d.maxnreg
     if d.cluster_m > 1:

@@ -125,7 +125,7 @@ from ..device.loader import TileLoader
 from ..device.mma import MmaOp
 from ..device.pipeline import Ring, ring_index
 from ..device.scheduler import SplitKScheduler, StreamKScheduler, TileScheduler
-from .gemm import PlainKLoop, run_partitions, stream_k_epilogue
+from .gemm import PlainKLoop, kernel_start, run_partitions, stream_k_epilogue
 
 #: K elements per scale block (and per promotion; runtime.spec.SCALE_BLOCK) as the kernels read it.
 SCALE_BLOCK = gl.constexpr(_SCALE_BLOCK)
@@ -516,6 +516,7 @@ def fp8_gemm(a_desc, b_desc, ops, M, N, K, sa_row, sb_col, CFG: gl.constexpr,
     the scales sa, sb (no C). CFG: the dense kernel's constexprs (KernelConstants,
     pingpong.hopper.host.launch; its EPI: bias, activation, staging buffers, no β·C: the scales
     take α's place); then the scaling."""
+    kernel_start()
     check_constants(CFG, SCALING, PROMOTE, SB_COLS)
     gl.static_assert(CFG.CLUSTER == gl.num_ctas(), "CLUSTER is the launch's num_ctas")
     gl.static_assert(CFG.CLUSTER == 1 or SCALING != "block", "clusters: tensor- and row-wise scales only")
@@ -541,6 +542,7 @@ def fp8_split_gemm(a_desc, b_desc, ws, counters, ops, M, N, K, sa_row, sb_col, s
     `ops`: fp8_gemm's with out's pointer; the other arguments split_k_gemm's (pingpong.hopper.kernels.gemm). Under
     CFG.EPI.SWAP (module docstring, SWAP-AB) the operands, M and N and the scales come exchanged
     and the result is stored transposed."""
+    kernel_start()
     check_constants(CFG, SCALING, PROMOTE, SB_COLS)
     gl.static_assert(CFG.BN2 == 0 or CFG.EPI.SWAP, "two-piece tiles: swap-AB units, unsplit (check_fp8_config)")
     gl.static_assert(not CFG.EPI.SWAP or SCALING != "block", "swap-AB: tensor- and row-wise scales only")
@@ -564,6 +566,7 @@ def fp8_stream_gemm(a_desc, b_desc, ws, counters, ops, M, N, K, sa_row, sb_col, 
     tile shared by several programs is finished by the last to arrive, which applies them once
     to the sum (StreamKEpilogue, the scales as its α). Arguments: fp8_split_gemm's, ops.tile_out added,
     the decomposition (scheduler.stream_k_split) instead of `splits`."""
+    kernel_start()
     check_constants(CFG, SCALING, PROMOTE, SB_COLS)
     gl.static_assert(CFG.BN2 == 0 and CFG.CLUSTER == 1 and not CFG.EPI.SWAP,
                      "stream-K units: one-piece tiles, one CTA, unswapped (check_fp8_config)")

@@ -59,6 +59,7 @@ from ..device.epilogue import Epilogue
 from ..device.loader import TileLoader
 from ..device.pipeline import Ring
 from .fp8_gemm import SCALE_BLOCK as _SCALE_BLOCK, Fp8Scales, run_fp8_partitions
+from .gemm import kernel_start
 from .grouped import GroupedEpilogue, GroupedScheduler
 
 _RUNTIME_SCALARS = ["T", "N", "K", "G", "out_sr", "out_sc", "sa_row", "sb_g", "sb_col"]
@@ -71,6 +72,7 @@ def fp8_grouped_gemm(a_desc, b_desc, c_desc, out, offs, sa, sb, T, N, K, G, out_
     constexprs (KernelConstants, pingpong.hopper.host.launch), its EPI a plain store; then the
     promotion, whether out takes TMA stores, the group table's length and the scaling ("row":
     sa, sb pointers, zero strides for one value; "block": their TMA descriptors)."""
+    kernel_start()
     gl.static_assert(CFG.EPI.plain(), "this kernel's epilogue stores α·acc alone (no β·C, bias or activation)")
     gl.static_assert(not PROMOTE or CFG.BK == _SCALE_BLOCK, "a promotion is one 128-deep ring slot")
     gl.static_assert(SCALING == "row" or SCALING == "block", "SCALING: row (tensor-wise: zero strides) or block")

@@ -53,6 +53,7 @@ from ..device.loader import TileLoader
 from ..device.pipeline import Ring
 from ..device.scheduler import TileScheduler
 from .fp8_gemm import Fp8Scales, check_constants, run_fp8_partitions
+from .gemm import kernel_start
 
 
 @gluon.jit
@@ -105,6 +106,7 @@ def fp8_grouped_k_gemm(a_desc, b_desc, c_desc, poffs, sa, sb, M, N, G, sa_g, sb_
     CFG: the dense kernel's constexprs (KernelConstants, pingpong.hopper.host.launch), its EPI a
     plain store; SCALING "row" (sa, sb pointers: (G, M), (G, N) rows of strides sa_g, sb_g) or
     "block" (sa, sb TMA descriptors of (TP/128, M) and (TP/128, N), boxes [1, BM], [1, BN])."""
+    kernel_start()
     gl.static_assert(SCALING == "row" or SCALING == "block", "SCALING: row or block (1×128 along the tokens)")
     gl.static_assert(CFG.EPI.plain(), "this kernel's epilogue stores the scaled acc alone (no β·C, bias or activation)")
     gl.static_assert(CFG.BN2 == 0 and CFG.CLUSTER == 1, "one-piece tiles, one CTA")

@@ -42,6 +42,13 @@ tile boundaries, so the next tile's loads overlap this tile's epilogue).
     for each tile, each k: wait ready(c) · wgmma(c) · wait(1) · barrier · release(c-1) · load(c+STAGES-1)
     epilogue (act(α·acc + bias) + β·C, TMA store)
 
+LAUNCH (every kernel here and in the modules above, `kernel_start` first): programmatic
+dependent launch (launch_options: launch_pdl), so the launch and the CTAs' start overlap the
+end of the kernel before it on the stream:
+
+    kernel before │ ... its last tiles ...        │ exits, its writes visible
+    this kernel   │ launched, CTAs placed on free SMs │ griddepcontrol.wait ┘ │ launch_dependents │ loads ...
+
 A batched product (B matrices) runs the same schedules over B·tiles tile ids in one grid;
 each step carries the tile's batch index to the loader and the epilogue (rank-3 TMA
 descriptors, pingpong.hopper.device.batched).
@@ -106,6 +113,7 @@ second's:
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.language.core import _aggregate as aggregate
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from ..device.epilogue import Epilogue
 from ..device.fixup import Alpha, SplitEpilogue, StreamKEpilogue
@@ -117,6 +125,18 @@ from ..device.scheduler import SplitKScheduler, StreamKScheduler, TileScheduler,
 
 
 # ----------------------------------------------------------------------------- shared steps
+
+
+@gluon.jit
+def kernel_start():
+    """The first step of every Hopper GEMM kernel (launched with programmatic dependent launch,
+    module docstring, LAUNCH): wait until the kernel before it on the stream has finished and its
+    writes are visible (griddepcontrol.wait), before any global read or write (operands, scales,
+    group tables, workspaces, counters); then let the next such kernel launch, whose CTAs take
+    the SMs this grid leaves free and wait there the same way. Both are no-ops in a launch
+    without PDL."""
+    gdc_wait()
+    gdc_launch_dependents()
 
 
 @gluon.jit
@@ -332,6 +352,7 @@ def warp_specialized_gemm(a_desc, b_desc, ops, M, N, K, alpha, beta, batches, CF
     (pingpong.hopper.host.launch: tile, ring, schedule, layouts, and CFG.EPI, the epilogue's
     EpilogueConstants). RELEASERS and the worker warps come from config.SCHEDULE_FACTS.
     """
+    kernel_start()
     gl.static_assert(CFG.CLUSTER == gl.num_ctas(), "CLUSTER is the launch's num_ctas")
     gl.static_assert(CFG.CLUSTER == 1 or CFG.BN2 == 0, "clusters: one-piece tiles (config.validate)")
     sched = TileScheduler.create(M, N, K, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M, batches)
@@ -351,6 +372,7 @@ def split_k_gemm(a_desc, b_desc, ws, counters, ops, M, N, K, alpha, beta, splits
     read and written transposed. `ops` (EpilogueOperands): out's and C's pointers, the bias. The workspace's strides come in 16-byte units (4 fp32), so the
     compiler knows its rows are aligned and vectorizes the partials' loads and stores. CFG: as
     warp_specialized_gemm's (its EPI's BUFS unused: no staging)."""
+    kernel_start()
     gl.static_assert(CFG.CLUSTER == 1, "split-K / swap-AB units are not paired (config.validate)")
     sched = SplitKScheduler.create(M, N, K, splits, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M)
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, CFG.B_KMAJOR, B1_BOXES=CFG.B1_BOXES)
@@ -370,6 +392,7 @@ def stream_k_gemm(a_desc, b_desc, ws, counters, ops, M, N, K, alpha, beta, dp_ti
     (StreamKEpilogue, pingpong.hopper.device.fixup: the pointer fix-up, ops.out and ops.cin as
     split_k_gemm's, the workspace's slots as its splits). Arguments as split_k_gemm's, `ops`
     with the two descriptors, and the decomposition (pingpong.hopper.host.splits.stream_k_split) instead of `splits`."""
+    kernel_start()
     gl.static_assert(CFG.CLUSTER == 1 and not CFG.EPI.SWAP, "stream-K units are not paired nor swapped (config.validate)")
     sched = StreamKScheduler.create(M, N, K, dp_tiles, streamers, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M)
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, CFG.B_KMAJOR, B1_BOXES=CFG.B1_BOXES)
@@ -395,6 +418,7 @@ def stream_k_epilogue(sched, ops, ws, split_stride16, ws_ld16, counters, out_ld,
 def persistent_gemm(a_desc, b_desc, ops, M, N, K, alpha, beta, batches, CFG: gl.constexpr):
     """The baseline: persistent, pipelined, not warp-specialized (module docstring). Arguments
     as warp_specialized_gemm's; CFG's schedule fields (PINGPONG, warps, registers) unused."""
+    kernel_start()
     STAGES: gl.constexpr = CFG.STAGES
     BM: gl.constexpr = CFG.BM
     A_KMAJOR: gl.constexpr = CFG.A_KMAJOR

@@ -68,7 +68,7 @@ from ..device.epilogue import Epilogue
 from ..device.loader import TileLoader
 from ..device.pipeline import Ring
 from ..device.scheduler import RasterScheduler, program, tile_coords
-from .gemm import PlainKLoop, run_partitions
+from .gemm import PlainKLoop, kernel_start, run_partitions
 
 
 # ----------------------------------------------------------------------------- the (group, tile) arithmetic
@@ -215,6 +215,7 @@ def grouped_gemm(a_desc, b_desc, c_desc, out, offs, T, N, K, G, out_sr, out_sc, 
     CFG: the dense kernel's constexprs (KernelConstants, pingpong.hopper.host.launch), its EPI a plain
     store; then whether out takes TMA stores (TMA_STORE) and the group table's length (G_PAD).
     """
+    kernel_start()
     gl.static_assert(CFG.EPI.plain(), "this kernel's epilogue stores α·acc alone (no β·C, bias or activation)")
     gl.static_assert(CFG.BN2 == 0, "grouped products take one-piece tiles (a batch's B box fills one buffer)")
     gl.static_assert(G_PAD >= 32, "the group table holds at least one element per lane")

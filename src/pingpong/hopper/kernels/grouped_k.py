@@ -65,7 +65,7 @@ from triton.language.core import _aggregate as aggregate
 from ..device.epilogue import Epilogue
 from ..device.pipeline import Ring
 from ..device.scheduler import TileScheduler
-from .gemm import PlainKLoop, run_partitions
+from .gemm import PlainKLoop, kernel_start, run_partitions
 
 #: the ragged descriptor's row dimension's extent (module docstring; T must not exceed it; the
 #: other constants: pingpong.hopper.host.grouped_k)
@@ -166,6 +166,7 @@ def grouped_k_gemm(a_desc, b_desc, c_desc, offs, M, N, T, G, alpha, beta, CFG: g
     CFG: the dense kernel's constexprs (KernelConstants, pingpong.hopper.host.launch), its EPI a plain
     store.
     """
+    kernel_start()
     gl.static_assert(CFG.EPI.plain(), "this kernel's epilogue stores α·acc alone (no β·C, bias or activation)")
     gl.static_assert(CFG.BN2 == 0, "ragged-K products take one-piece tiles")
     gl.static_assert(len(a_desc.block_type.shape) == 4, "A: a ragged (rank-4) descriptor")
