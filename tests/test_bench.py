@@ -597,3 +597,36 @@ def test_shipped_schedule_plans_hold_configs_the_kernel_takes(plan):
         for name in configs:
             schedules.parse_config(name).validate()
 
+
+
+def test_chain_bench_refuses_bad_counts_and_skips_without_a_gpu(capsys):
+    """benchmarks/chain_bench.py: a count below 1 is an argparse error naming it; with no GPU
+    the script says so and exits 2 (as every benchmark script), before building anything."""
+    from bench_scripts import load
+
+    tool = load("chain_bench")
+    with pytest.raises(SystemExit):
+        tool.main(["--rows", "32", "0"])
+    assert "--rows" in capsys.readouterr().err
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the script would run")
+    assert tool.main([]) == 2
+    assert "skipped" in capsys.readouterr().err
+
+
+def test_chain_bench_chains_compute_the_layer():
+    """The chains chain_bench.py times, on the CPU in float64: the layer chain is the layer's
+    products with the sum and SiLU·up between them; the product chain returns the last product."""
+    from bench_scripts import load
+
+    tool = load("chain_bench")
+    g = torch.Generator().manual_seed(0)
+    ws = [[torch.randn(n, k, generator=g, dtype=torch.float64) for n, k in ((8, 8),) * 4 + ((16, 8),) * 2 + ((8, 16),)]
+          for _ in range(2)]
+    x = torch.randn(3, 8, generator=g, dtype=torch.float64)
+    h = x
+    for q, k, v, o, gate, up, down in ws:
+        h = (h @ q.T + h @ k.T + h @ v.T) @ o.T
+        h = (torch.nn.functional.silu(h @ gate.T) * (h @ up.T)) @ down.T
+    assert torch.allclose(tool.layer_chain(torch.matmul, x, ws)(), h)
+    assert torch.equal(tool.product_chain(torch.matmul, x, [ws[0][0], ws[1][0]])(), x @ ws[1][0].T)
