@@ -9,7 +9,8 @@ way, without the rest of a model:
     layer chain  per layer: a = x·Wqᵀ, b = x·Wkᵀ, c = x·Wvᵀ, h = (a + b + c)·Woᵀ,
                  t = silu(h·Wgᵀ) · (h·Wuᵀ), x = t·Wdᵀ   (the sum and SiLU·up on torch, both sides)
     --products   each product kind alone, `layers` × 4 calls back to back (each layer's own
-                 weights, as in a model: they do not stay in L2)
+                 weights, as in a model: they do not stay in L2); with `--configs C ...` also
+                 on each config C (benchmarks/schedules.py's notation) instead of the rule's pick
 
 each captured once in a CUDA graph for pingpong.matmul and once for torch.matmul (the same
 weights and input), replayed `--replays` times per measurement in alternated rounds
@@ -19,7 +20,7 @@ pingpong (median over pairs, range), ms per replay, and each side's SM clock (MH
 say whether a gap is the kernels' or the clocks'.
 
     python benchmarks/chain_bench.py [--rows 32 4096] [--layers 12] [--hidden 2048]
-        [--intermediate 8192] [--rounds 6] [--replays 20] [--products]
+        [--intermediate 8192] [--rounds 6] [--replays 20] [--products [--configs C ...]]
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ import torch
 import pingpong
 from pingpong.tools import bench
 from pingpong.tools.timing import alternated
+
+sys.path.insert(0, __import__("os").path.dirname(__file__))
+from schedules import parse_config  # noqa: E402
 
 
 def weights(layers: int, hidden: int, intermediate: int, gen) -> list[list[torch.Tensor]]:
@@ -99,9 +103,9 @@ def compare(name: str, ours, theirs, args) -> str:
                    args.rounds)
     med = lambda xs: statistics.median(xs)  # noqa: E731
     t_ms, o_ms = med(a for a, _ in p.times), med(b for _, b in p.times)
-    clocks = {k: (med(c for c, _ in v), med(w for _, w in v)) for k, v in state.items()}
+    (t_mhz, t_w), (o_mhz, o_w) = ((med(c for c, _ in state[k]), med(w for _, w in state[k])) for k in ("torch", "pingpong"))
     return (f"{name:<34} {t_ms:9.4f} {o_ms:11.4f} {p.ratio:8.4f} {p.lo:6.4f}-{p.hi:.4f}"
-            f" {clocks['torch'][0]:6.0f} {clocks['pingpong'][0]:6.0f} {clocks['torch'][1]:6.0f} {clocks['pingpong'][1]:6.0f}")
+            f" {t_mhz:6.0f} {o_mhz:6.0f} {t_w:6.0f} {o_w:6.0f}")
 
 
 def main(argv=None) -> int:
@@ -113,7 +117,16 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--replays", type=int, default=20)
     p.add_argument("--products", action="store_true", help="also each product kind alone, back to back")
+    p.add_argument("--configs", nargs="+", type=parse_config, default=[],
+                   help="--products: also each kind on these configs (schedules.py's notation)")
     args = p.parse_args(argv)
+    if args.configs and not args.products:
+        p.error("--configs: times the product kinds, so it needs --products")
+    for config in args.configs:
+        try:
+            config.validate()
+        except pingpong.ConfigError as e:
+            p.error(f"--configs: {config.name()}: {e}")
     for name in ("rows", "layers", "hidden", "intermediate", "rounds", "replays"):
         values = getattr(args, name)
         if min(values if isinstance(values, list) else [values]) < 1:
@@ -137,8 +150,13 @@ def main(argv=None) -> int:
                  ("down", [layer[6] for layer in ws] * 4, args.intermediate))
         for kind, kind_ws, K in kinds:
             a = torch.randn(M, K, device="cuda", generator=gen).to(torch.bfloat16)
-            print(compare(f"  {kind} {M}x{kind_ws[0].shape[0]}x{K}", product_chain(pingpong.matmul, a, kind_ws),
+            shape = f"{M}x{kind_ws[0].shape[0]}x{K}"
+            print(compare(f"  {kind} {shape}", product_chain(pingpong.matmul, a, kind_ws),
                           product_chain(torch.matmul, a, kind_ws), args), flush=True)
+            for config in args.configs:
+                tiled = lambda x, w, c=config: pingpong.matmul_tiled(x, w, c)  # noqa: E731
+                print(compare(f"    {config.name()}", product_chain(tiled, a, kind_ws),
+                              product_chain(torch.matmul, a, kind_ws), args), flush=True)
     return 0
 
 

@@ -608,6 +608,12 @@ def test_chain_bench_refuses_bad_counts_and_skips_without_a_gpu(capsys):
     with pytest.raises(SystemExit):
         tool.main(["--rows", "32", "0"])
     assert "--rows" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        tool.main(["--configs", "cooperative:128x256x64"])  # configs time the product kinds: --products
+    assert "--products" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        tool.main(["--products", "--configs", "cooperative:100x256x64"])  # block_m no wgmma takes
+    assert "cooperative:100x256x64" in capsys.readouterr().err
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: the script would run")
     assert tool.main([]) == 2
