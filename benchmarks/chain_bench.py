@@ -36,6 +36,7 @@ from pingpong.tools import bench
 from pingpong.tools.timing import alternated
 
 sys.path.insert(0, __import__("os").path.dirname(__file__))
+from model_bench import graphed  # noqa: E402
 from schedules import parse_config  # noqa: E402
 
 
@@ -65,20 +66,6 @@ def product_chain(mm, x, ws):
             out = mm(x, w.t())
         return out
     return run
-
-
-def graphed(fn):
-    """fn captured once in a CUDA graph (warmed up on a side stream first); returns its replay."""
-    fn()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph.replay
 
 
 def timed(replay, replays: int, state: list):
