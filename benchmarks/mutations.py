@@ -20,6 +20,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 MUTATIONS = [
+    # -- split-K / stream-K arrivals: one thread's, after a barrier over the warpgroup
+    ("arrival: every thread adds, unpredicated", "src/pingpong/hopper/device/fixup.py",
+     'first.to(gl.int32), mask=first, sem="acq_rel"', 'first.to(gl.int32), sem="acq_rel"',
+     "tests/test_schedule_streamk.py"),
+    ("arrival: no barrier before the first thread's add", "src/pingpong/hopper/device/fixup.py",
+     "    gl.barrier()\n    old = gl.atomic_add(", "    old = gl.atomic_add(",
+     "tests/test_schedule_streamk.py"),
     # -- programmatic dependent launch: every kernel waits for the grid before it
     ("PDL: the kernels start without waiting for the previous grid", "src/pingpong/hopper/kernels/gemm.py",
      "    gdc_wait()\n    gdc_launch_dependents()", "    gdc_launch_dependents()",

@@ -91,12 +91,14 @@ def test_model_follows_the_kernel_scheduler(monkeypatch):
 def test_kernel_runs_the_protocol_the_model_models():
     """The model's premises, read off the kernel source."""
     part = inspect.getsource(fixup.SplitEpilogue.fix_up.fn)
-    order = ["last = published(counter, arrived * THREADS)", "if not last:",
-             "self.store_partial(mma.acc, off_r, off_c, slot)", "last = arrive(counter, parts * THREADS)",
+    order = ["last = published(counter, arrived)", "if not last:",
+             "self.store_partial(mma.acc, off_r, off_c, slot)", "last = arrive(counter, parts)",
              "if last:", "release_counter(counter, arrived)", "self.sum_into(mma.acc, off_r, off_c, slot, parts)"]
     assert all(s in part for s in order) and [part.index(s) for s in order] == sorted(part.index(s) for s in order)
-    assert 'sem="acq_rel"' in inspect.getsource(fixup.arrive.fn)
-    assert 'sem="acquire"' in inspect.getsource(fixup.release_counter.fn)
+    arrival = inspect.getsource(fixup.arrive.fn)  # one thread's acq_rel add of 1, after a barrier
+    assert 'sem="acq_rel"' in arrival and "mask=first" in arrival
+    assert arrival.index("gl.barrier()") < arrival.index("gl.atomic_add(")
+    assert "mask=first" in inspect.getsource(fixup.release_counter.fn)
     assert 'sem="acquire"' in inspect.getsource(fixup.published.fn)
     assert "for s in range(parts):  # fixed order" in inspect.getsource(fixup.SplitEpilogue.sum_into.fn)
     assert "self.part.fix_up(mma, off_r, off_c, slot, parts)" in inspect.getsource(fixup.StreamKEpilogue.store.fn)

@@ -4,13 +4,18 @@ kernel, no waiting.
 
     split s of tile t (any order, any program)
         acc ──gl.store──> workspace[s] (fp32, this consumer's rows of tile t)
-        every thread: old = atomic_add(arrivals[t, consumer], 1)   release: its stores are published
-        last = max over the warpgroup of old == SPLITS·THREADS - 1      (one value per warpgroup)
+        barrier over the warpgroup                        every thread's stores before the arrival
+        first thread: old = atomic_add(arrivals[t, consumer], 1)   acq_rel: releases the
+                                         warpgroup's stores, acquires the earlier arrivals'
+        last = (old == SPLITS - 1), broadcast to the warpgroup through shared memory and a barrier
         not last ─> next unit
-        last ─> every thread: atomic_add(arrivals, -SPLITS)   acquire: sees every split's stores;
-                                                               the THREADS subtractions reset it to 0
+        last ─> first thread: atomic_add(arrivals, -SPLITS)   relaxed: back to 0 for the next launch
                  acc = ws[0] + ws[1] + ... + ws[SPLITS-1]       fixed order: bitwise repeatable
                  out = cast(act(α·acc + bias) + β·C) ──gl.store──> C (transposed under swap-AB)
+
+One thread per warpgroup arrives, after a barrier, as CUTLASS's semaphores do: 128 threads'
+acq_rel atomics on one counter each cost an ordered round trip at the same L2 address, on the
+kernel's tail.
 
 α is the kernel's `scale`: any aggregate with apply_outer(acc, off_r, off_c) applied once, to
 the sum: Alpha (one runtime factor, the 16-bit kernels) or the FP8 kernel's Fp8Scales
@@ -109,22 +114,39 @@ def _workspace_indices(x, off_r, off_c, ws_ld):
 
 
 @gluon.jit
-def arrive(counter, SPLITS_THREADS):
-    """Every thread adds 1 to `counter` (acq_rel); True on every thread of the warpgroup whose
-    arrivals completed the count (the last split to finish this tile half)."""
+def _first_thread():
+    """Per thread of the partition (one element each): whether it is the warpgroup's first."""
     layout: gl.constexpr = _one_per_thread(gl.num_warps())
-    ones = gl.full([32 * gl.num_warps()], 1, gl.int32, layout)
-    old = gl.atomic_add(counter + ones * 0, ones, sem="acq_rel", scope="gpu")
-    return gl.max(old, axis=0) == SPLITS_THREADS - 1
+    return gl.arange(0, 32 * gl.num_warps(), layout=layout) == 0
 
 
 @gluon.jit
-def release_counter(counter, splits):
-    """The last unit's threads each take `splits` back (acquire: every split's partial stores
-    are visible to this thread after it); together they return the counter to 0."""
-    layout: gl.constexpr = _one_per_thread(gl.num_warps())
-    take = gl.full([32 * gl.num_warps()], 0, gl.int32, layout) - splits
-    gl.atomic_add(counter + take * 0, take, sem="acquire", scope="gpu")
+def _broadcast(first, value):
+    """`value` of the first thread, on every thread of the warpgroup. The cross-warp reduction
+    goes through shared memory and a barrier: what the first thread acquired before it is
+    ordered before every thread's next memory access (CTA-scope synchronization)."""
+    return gl.max(gl.where(first, value, -(2 ** 30)), axis=0)
+
+
+@gluon.jit
+def arrive(counter, PARTS):
+    """The warpgroup's arrival: a barrier (every thread's partial stores come before it), then
+    its first thread adds 1 to `counter` (acq_rel: releases the warpgroup's stores, cumulative
+    over the barrier, and acquires the other arrivals'); True on every thread of the warpgroup
+    when its add completed the count of PARTS (the last unit of this tile half to finish)."""
+    first = _first_thread()
+    gl.barrier()
+    old = gl.atomic_add(counter + first.to(gl.int32) * 0, first.to(gl.int32), mask=first, sem="acq_rel", scope="gpu")
+    return _broadcast(first, old) == PARTS - 1
+
+
+@gluon.jit
+def release_counter(counter, parts):
+    """The last unit's first thread takes `parts` back, returning the counter to 0 for the next
+    launch (relaxed: its arrival already acquired the other units' stores)."""
+    first = _first_thread()
+    gl.atomic_add(counter + first.to(gl.int32) * 0, first.to(gl.int32) * (0 - parts), mask=first, sem="relaxed",
+                  scope="gpu")
 
 
 @aggregate
@@ -227,7 +249,7 @@ class SplitEpilogue:
             if COLS2:
                 self.store_partial(mma.acc2, off_r, off_c + COLS, slot)
             counter = self.tile_counter(off_r, off_c, ROWS, COLS + COLS2)
-            if arrive(counter, parts * 32 * gl.num_warps()):
+            if arrive(counter, parts):
                 release_counter(counter, parts)
                 self.sum_and_store(off_r, off_c, ROWS, COLS, parts)
                 if COLS2:
@@ -245,15 +267,14 @@ class SplitEpilogue:
         ROWS: gl.constexpr = mma.acc.shape[0]
         COLS: gl.constexpr = mma.acc.shape[1]
         COLS2: gl.constexpr = mma.acc2.shape[1] if mma.PIECES == 2 else 0
-        THREADS: gl.constexpr = 32 * gl.num_warps()
         counter = self.tile_counter(off_r, off_c, ROWS, COLS + COLS2)
         arrived = parts - 1
-        last = published(counter, arrived * THREADS)
+        last = published(counter, arrived)
         if not last:
             self.store_partial(mma.acc, off_r, off_c, slot)
             if COLS2:
                 self.store_partial(mma.acc2, off_r, off_c + COLS, slot)
-            last = arrive(counter, parts * THREADS)
+            last = arrive(counter, parts)
             arrived = parts
         if last:
             release_counter(counter, arrived)
@@ -354,13 +375,14 @@ class SplitEpilogue:
 
 @gluon.jit
 def published(counter, expected):
-    """Every thread reads `counter` (an acquire: the stores released by the arrivals it counts
-    are visible to it after); True on every thread of the warpgroup when each read `expected`
-    (the others' arrivals all in: this unit is the tile's last, and knows it before storing)."""
-    layout: gl.constexpr = _one_per_thread(gl.num_warps())
-    zeros = gl.full([32 * gl.num_warps()], 0, gl.int32, layout)
-    seen = gl.atomic_add(counter + zeros, zeros, sem="acquire", scope="gpu")
-    return gl.min(seen, axis=0) == expected
+    """The warpgroup's first thread reads `counter` (an acquire: the stores released by the
+    arrivals it counts are visible after it, to every thread through _broadcast's barrier);
+    True on every thread when it read `expected` (the others' arrivals all in: this unit is
+    the tile's last, and knows it before storing)."""
+    first = _first_thread()
+    seen = gl.atomic_add(counter + first.to(gl.int32) * 0, first.to(gl.int32) * 0, mask=first, sem="acquire",
+                         scope="gpu")
+    return _broadcast(first, seen) == expected
 
 
 @aggregate
@@ -371,7 +393,7 @@ class StreamKEpilogue:
     takes the fix-up, summed in K order by the last of them to arrive. Where the consumer's
     tile half is one staging buffer (no β·C, one piece, no sub-tiles), `finish`:
 
-        unit of slot s, parts P > 1: ws[s] ← acc; arrive (acq_rel); last? ─> counter -= P·THREADS
+        unit of slot s, parts P > 1: ws[s] ← acc; arrive (acq_rel); last? ─> counter -= P
         last ─> per chunk of rows: Σ_{j < P} ws[j] in slot order ─> act(scale(Σ) + bias)
                 ─> its rows of a drained staging buffer; then one TMA store of the tile half
 
@@ -379,8 +401,8 @@ class StreamKEpilogue:
 
         unit of slot s, parts P > 1 (its accumulator in registers)
         all P - 1 others arrived? (published: acquire-read the tile's counter)
-          yes ─> this unit is last: it writes no slot of its own;  counter -= (P-1)·THREADS
-          no  ─> ws[s] ← acc; arrive (acq_rel); last? ─> counter -= P·THREADS
+          yes ─> this unit is last: it writes no slot of its own;  counter -= P-1
+          no  ─> ws[s] ← acc; arrive (acq_rel); last? ─> counter -= P
         last ─> per column sub-tile: Σ_{j < P} (j == s ? acc : ws[j]), in slot order (the
                 same order and values whoever is last: bitwise repeatable);
                 out = cast(act(scale(Σ) + bias) + β·C) ──gl.store──> out
@@ -465,7 +487,7 @@ class StreamKEpilogue:
         part = self.part
         part.store_partial(mma.acc, off_r, off_c, slot)
         counter = part.tile_counter(off_r, off_c, ROWS, COLS)
-        if arrive(counter, parts * 32 * gl.num_warps()):
+        if arrive(counter, parts):
             release_counter(counter, parts)
             staging = self.tile.drained_buffer(COPY, self.whole(tile_count, COPY) + self.tile.BUFS - 1)
             part.sum_and_store(off_r, off_c, ROWS, COLS, parts, staging)

@@ -5,16 +5,16 @@ Which units each consumer warpgroup runs, and each unit's tile and (slot, parts)
 StreamKScheduler's own `create`, `local_tiles`, `unit` and `split`, run in plain Python
 (`in_python`: a gluon function's body, the gluon functions it calls likewise) on the host's
 decomposition (scheduler.stream_k_split, as the launcher calls it). The arrival count is
-StreamKEpilogue.finish's (and SplitEpilogue.fix_up's) `arrive(counter, parts · THREADS)`, every thread adding 1, with the
-consumer warps of config.SCHEDULE_FACTS. One group per consumer warpgroup:
+StreamKEpilogue.finish's (and SplitEpilogue.fix_up's) `arrive(counter, parts)`: after a barrier, the
+warpgroup's first thread adds 1 (the consumer warps of config.SCHEDULE_FACTS). One group per consumer warpgroup:
 
     unit of a tile with parts = 1 (data-parallel, or a share that holds the whole tile)
         st.global out t                                         (the TMA epilogue's store)
     unit of slot s of a tile with parts > 1
         st.global ws[s] t                                       (store_partial: the partial)
-        wait st.global 0          arrive is acq_rel: the partial's stores are released before it
-        if arrivals t += threads reaches parts · threads:      (arrive: this warpgroup is last)
-            arrivals t -= parts · threads                       (release_counter: acquire; back to 0)
+        wait st.global 0          barrier, then an acq_rel add: the partial's stores are released before it
+        if arrivals t += 1 reaches parts:                       (arrive: this warpgroup is last)
+            arrivals t -= parts                                 (release_counter: back to 0)
             ld.global ws[0] t, ws[1] t, ..., ws[parts-1] t     (sum_and_store: slot order, fixed)
             st.global out t                                     (finish: through a staging buffer, TMA)
         end
@@ -127,7 +127,7 @@ def streamk_fixup(tiles: int = 7, k_steps: int = 12, sms: int = 5, schedule: str
         raise ScheduleError(f"schedule must be 'pingpong' or 'cooperative' (stream-K's warp-specialized schedules),"
                             f" got {schedule!r}")
     facts = SCHEDULE_FACTS[schedule]
-    threads = 32 * facts.worker_warps[0]  # a consumer warpgroup: every thread arrives once
+    threads = 32 * facts.worker_warps[0]  # a consumer warpgroup; its first thread arrives, once
     halves = (0,) if halves is None else tuple(halves)
     if not halves or any(h not in range(facts.row_split) for h in halves):
         raise ScheduleError(f"halves must name row halves of the {schedule} schedule's tile (0 .. "
@@ -164,14 +164,14 @@ def streamk_fixup(tiles: int = 7, k_steps: int = 12, sms: int = 5, schedule: str
                 g.gstore(ws[slot], data=f"{here} slot {slot}", label=f"st.global partial → {ws[slot]}")
                 if variant != "early_arrival":
                     g.wait("st.global", 0, label="wait st.global 0 (release)",
-                           critical="fixup.py arrive: acq_rel, the partial's stores before the arrival")
+                           critical="fixup.py arrive: a barrier, then acq_rel: the partial's stores before the arrival")
                 if variant == "unchecked_sum":
-                    g.signal(counter, label=f"arrive on {counter}")
+                    g.signal(counter, 1, label=f"arrive on {counter}")
                     if slot != 0:
                         continue
                 else:
-                    g.if_last(counter, parts * threads, label=f"arrive on {counter}; last of {parts}?")
-                g.signal(counter, -parts * threads, label=f"release_counter {counter} (acquire)")
+                    g.if_last(counter, parts, amount=1, label=f"arrive on {counter}; last of {parts}?")
+                g.signal(counter, -parts, label=f"release_counter {counter}")
                 for s in range(parts):  # SplitEpilogue.sum_into: slot order
                     g.read(ws[s], counter="ld.global", want=f"{here} slot {s}", label=f"sum += ld.global {ws[s]}")
                 g.gstore(out, label=f"st.global sum → {out}")
