@@ -115,21 +115,6 @@ KNOWN_SPILLS = {("splitk_192", "3.9"): 24, ("streamk", "3.9"): 24, ("streamk_pin
 
 
 
-def barrier_before_arrivals(ptx: str) -> bool:
-    """Whether every arrival in `ptx` (an acq_rel atomic) comes after a barrier with no global
-    store in between: the warpgroup's partial stores are all before its first thread's
-    release (fixup.arrive)."""
-    arrivals = [m.start() for m in re.finditer(r"atom\.global\.gpu\.acq_rel", ptx)]
-    if not arrivals:
-        return False
-    for at in arrivals:
-        before = ptx[:at]
-        barrier = before.rfind("bar.sync")
-        if barrier < 0 or re.search(r"\bst\.global", before[barrier:]):
-            return False
-    return True
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("kernel", list(OFFLINE_SPLIT_VARIANTS))
 def test_split_gemm_variants_compile_with_their_facts(kernel):
@@ -149,8 +134,6 @@ def test_split_gemm_variants_compile_with_their_facts(kernel):
         assert f.counts["UTMALDG"] > 0 and f.counts["UTMASTG"] == 0, "TMA loads; the result goes out through pointers"
         assert f.counts["ld_v4"] > 0, "vectorized workspace reads (16-byte rows)"
     assert f.counts["atom_acq_rel"] > 0, "arrival counting: a release-acquire add"
-    assert barrier_before_arrivals(cc.compile_kernel(kernel, "sm_90a").asm["ptx"]), \
-        "each arrival: a barrier after the partial's stores, then the acq_rel add"
     assert f.counts["st_v2"] > 0, "vectorized workspace stores"
     allowed = KNOWN_SPILLS.get((kernel, toolchain.minor(triton.__version__)), 0)
     assert f.spill_bytes <= allowed and (allowed or f.counts["LDL/STL"] == 0), "local-memory spills"
