@@ -69,6 +69,17 @@ def test_decode_takes_swap_ab_unsplit(scaling):
             assert c == KC(64, 16 if M <= 16 else 32, 128, schedule="pingpong", swap_ab=True), (M, N, K, c)
 
 
+@pytest.mark.parametrize("scaling", ["tensor", "row"])
+def test_decode_takes_one_wave_of_128_row_tiles_where_64_row_ones_take_two(scaling):
+    """64·S < N ≤ 128·S (select.decode_tile; H200: 32×10240×8192 tensor-wise 0.877 -> 0.958 of
+    torch._scaled_mm, 8×9216×3072 0.881 -> 0.951)."""
+    for M, N, K in [(32, 10240, 8192), (8, 9216, 3072), (1, 16896, 4096)]:
+        c = select_fp8(M, N, K, True, 132, scaling=scaling)
+        assert c == KC(128, 16 if M <= 16 else 32, 128, schedule="cooperative", swap_ab=True), (M, N, K, c)
+    assert select_fp8(32, 8448, 4096, True, 132, scaling=scaling).block_m == 64  # 132 tiles of 64 rows
+    assert select_fp8(32, 16960, 4096, True, 132, scaling=scaling).block_m == 64  # 133 of 128 rows
+
+
 def test_no_swap_ab_for_block_scales_more_rows_or_few_tiles():
     assert not select_fp8(16, 6144, 4096, True, 132, scaling="block").swap_ab  # block scales cannot swap
     assert not select_fp8(33, 8192, 8192, True, 132, scaling="row").swap_ab  # past DECODE_M

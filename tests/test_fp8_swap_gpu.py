@@ -30,6 +30,7 @@ CONFIGS = {
     "pp64x16": KC(64, 16, 128, schedule="pingpong", swap_ab=True),
     "pp64x32": KC(64, 32, 128, schedule="pingpong", swap_ab=True),
     "coop128x16": KC(128, 16, 128, swap_ab=True),
+    "coop128x32": KC(128, 32, 128, swap_ab=True),  # the decode rule's one-wave tile (select.decode_tile)
     "pp64x16-split3": KC(64, 16, 128, schedule="pingpong", split_k=3, swap_ab=True),
     "coop128x32-split3": KC(128, 32, 128, split_k=3, swap_ab=True),
 }

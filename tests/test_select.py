@@ -37,6 +37,24 @@ def test_decode_takes_swap_ab_with_enough_work_units(M, width, N, K):
     assert units(M, N, K, c) >= 64, "half the SMs or more stream a part of the weight"
 
 
+@pytest.mark.parametrize("M, N, K, cooperative", [
+    (32, 8448, 4096, False),   # 132 64-row tiles of N: one wave
+    (32, 8512, 4096, True),    # 133 of them (a second wave of 1), 67 of 128 rows
+    (16, 8960, 1536, True),    # H200: 0.889 -> 0.977 of cuBLAS
+    (32, 10240, 8192, True),   # H200: 0.932 -> 1.082
+    (1, 11008, 4096, True),    # H200: 0.955 -> 0.996
+    (32, 16896, 4096, True),   # 132 128-row tiles: still one wave
+    (32, 16960, 4096, False),  # 133 of them: two waves either way, the 64-row tiles win (17408: 0.927 vs 0.894)
+])
+def test_decode_streams_n_in_one_wave_of_128_row_tiles_where_64_row_ones_take_two(M, N, K, cooperative):
+    c = select_config(M, N, K, device=UNTUNED)
+    width = 16 if M <= 16 else 32
+    if cooperative:
+        assert c == KernelConfig(128, width, 128, schedule="cooperative", swap_ab=True), c
+    else:
+        assert c == KernelConfig(64, width, 128, schedule="pingpong", swap_ab=True), c
+
+
 @pytest.mark.parametrize("M, N, K", SUITES["largek"][:2])
 def test_large_k_few_tiles_splits_k(M, N, K):
     c = select_config(M, N, K, device=UNTUNED)

@@ -20,7 +20,7 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count, less torch's SM 
     | < SPLIT_MIN_BYTES moved       | launch-bound, no split: > MID_M rows the few-tile   |
     |                               | rule below, else 128×128×64 cooperative             |
     | M ≤ 32 (decode)               | swap-AB: 64 rows of N × 16 (M ≤ 16) or 32 columns,  |
-    |                               | ping-pong,                                          |
+    |                               | ping-pong (64·S < N ≤ 128·S: 128 rows, cooperative),|
     |                               | 256 bytes of K a ring slot (SMALL_TILE_K_BYTES)     |
     | M ≤ 128, ≤ S tiles of 64×96   | 64×BN ping-pong, BN ∈ MID_WIDTHS (96, 64, 32) the   |
     |                               | width whose tiles fill most of one wave (with a     |
@@ -63,7 +63,11 @@ measurements behind this and the constants below: benchmarks/RESULTS.md (the tab
 date) and, for the mid-rows model, benchmarks/data/midrows_sweeps.json.
 
 Decode (M ≤ 32) puts N on the wgmma's 64-row side, ping-pong, so that twice as many tiles as
-128-row ones stream the weight.
+128-row ones stream the weight; but where those tiles take more than one wave and 128-row ones
+fit in one (8448 < N ≤ 16896 on 132 SMs), the cooperative 128-row tile streams the weight in
+one wave instead of leaving a part-empty second (H200, 16-bit and FP8, M 1-32: 8960-11008
+columns 5-10% faster, 12288-16384 within 1%; past 128·S columns two waves of 128-row tiles
+lost to the 64-row ones by 3-5%; benchmarks/RESULTS.md, 2026-11-30).
 
 The width rule is wave quantization: the persistent grid runs S tiles at a time, so a tile
 count just above a multiple of S wastes most of a wave. 512×6144 makes 96 tiles of 128×256
@@ -334,10 +338,16 @@ def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS, in_bytes: i
 
 
 def decode_tile(M: int, N: int, block_k: int, sms: int) -> tuple[KernelConfig, bool]:
-    """Decode's tile (M ≤ DECODE_M; the 16-bit and the FP8 rules' one choice): swap-AB
-    ping-pong, N on the wgmma's 64 rows and M in its 16 or 32 columns, and whether it runs
-    unsplit (from S / DECODE_UNSPLIT_SHARE tiles of N; else K splits as every few-tile product's)."""
-    tile = KernelConfig(64, 16 if M <= 16 else 32, block_k, schedule="pingpong", swap_ab=True)
+    """Decode's tile (M ≤ DECODE_M; the 16-bit and the FP8 rules' one choice): swap-AB, M in
+    the wgmma's 16 or 32 columns, N on its rows: 64 rows ping-pong, or 128 rows cooperative
+    where 64-row tiles take more than one wave and 128-row ones fit in one (module docstring);
+    and whether it runs unsplit (from S / DECODE_UNSPLIT_SHARE tiles of N; else K splits as
+    every few-tile product's)."""
+    width = 16 if M <= 16 else 32
+    tile = KernelConfig(64, width, block_k, schedule="pingpong", swap_ab=True)
+    wide = KernelConfig(128, width, block_k, schedule="cooperative", swap_ab=True)
+    if tile_count(tile, M, N) > sms >= tile_count(wide, M, N):
+        return wide, True
     return tile, tile_count(tile, M, N) >= sms // DECODE_UNSPLIT_SHARE
 
 
