@@ -70,14 +70,27 @@ def test_decode_takes_swap_ab_unsplit(scaling):
 
 
 @pytest.mark.parametrize("scaling", ["tensor", "row"])
-def test_decode_takes_one_wave_of_128_row_tiles_where_64_row_ones_take_two(scaling):
-    """64·S < N ≤ 128·S (select.decode_tile; H200: 32×10240×8192 tensor-wise 0.877 -> 0.958 of
+def test_decode_takes_one_wave_of_128_row_tiles_where_64_row_ones_take_a_thin_second(scaling):
+    """select.decode_tile's thin second wave (H200: 32×10240×8192 tensor-wise 0.877 -> 0.958 of
     torch._scaled_mm, 8×9216×3072 0.881 -> 0.951)."""
-    for M, N, K in [(32, 10240, 8192), (8, 9216, 3072), (1, 16896, 4096)]:
+    for M, N, K in [(32, 10240, 8192), (8, 9216, 3072), (1, 12608, 4096)]:
         c = select_fp8(M, N, K, True, 132, scaling=scaling)
         assert c == KC(128, 16 if M <= 16 else 32, 128, schedule="cooperative", swap_ab=True), (M, N, K, c)
     assert select_fp8(32, 8448, 4096, True, 132, scaling=scaling).block_m == 64  # 132 tiles of 64 rows
-    assert select_fp8(32, 16960, 4096, True, 132, scaling=scaling).block_m == 64  # 133 of 128 rows
+    assert select_fp8(7, 16384, 3072, True, 132, scaling=scaling).block_m == 64  # 256: 0.983 vs 1.006
+
+
+@pytest.mark.parametrize("scaling", ["tensor", "row"])
+def test_33_to_64_rows_take_one_wave_of_128_row_tiles_where_64x64_takes_a_thin_second(scaling):
+    """fp8_select's _SWAP_WAVE (H200: 62×9216×7168 tensor-wise 0.823 -> 0.974 of
+    torch._scaled_mm, 40×10240×8192 0.814 -> 0.971): 64×64 tiles in a second wave under half
+    full, 128-row ones of N in one; not where 64×64 fits a wave, nor where 64×128 tiles fill 3/4
+    of one, nor block-wise."""
+    for M, N, K in [(62, 9216, 7168), (40, 10240, 8192), (36, 12288, 4096)]:
+        assert select_fp8(M, N, K, True, 132, scaling=scaling) == KC(128, 64, 128, swap_ab=True), (M, N, K)
+    assert not select_fp8(62, 8448, 4096, True, 132, scaling=scaling).swap_ab  # 132 tiles of 64×64
+    assert select_fp8(44, 16384, 2048, True, 132, scaling=scaling) == KC(64, 128, 128, schedule="pingpong")
+    assert not select_fp8(62, 9216, 7168, True, 132, scaling="block").swap_ab
 
 
 def test_no_swap_ab_for_block_scales_more_rows_or_few_tiles():

@@ -31,6 +31,7 @@ CONFIGS = {
     "pp64x32": KC(64, 32, 128, schedule="pingpong", swap_ab=True),
     "coop128x16": KC(128, 16, 128, swap_ab=True),
     "coop128x32": KC(128, 32, 128, swap_ab=True),  # the decode rule's one-wave tile (select.decode_tile)
+    "coop128x64": KC(128, 64, 128, swap_ab=True),  # ... and 33-64 rows' (fp8_select._SWAP_WAVE)
     "pp64x16-split3": KC(64, 16, 128, schedule="pingpong", split_k=3, swap_ab=True),
     "coop128x32-split3": KC(128, 32, 128, split_k=3, swap_ab=True),
 }
@@ -49,7 +50,7 @@ def seed_of(*key) -> int:
 @pytest.mark.parametrize("mode", ["tensor", "row"])
 def test_swap_matches_float64_and_repeats_bitwise(mode, name, fast):
     config = CONFIGS[name]
-    for M in MS:
+    for M in MS + [40, 62] * (config.block_n == 64):  # the 64-column tile serves 33-64 rows too
         for N, K in SHAPES:
             seed = seed_of(mode, name, fast, M, N, K)
             print(f"seed {seed}: {mode} {name} fast={fast} {M}x{N}x{K}")

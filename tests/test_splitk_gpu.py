@@ -31,7 +31,7 @@ VARIANTS = {
     "swap16-splitk2": KernelConfig(128, 16, 64, split_k=2, swap_ab=True),
     "swap32": KernelConfig(128, 32, 64, swap_ab=True),
     "swap16-pingpong64": KernelConfig(64, 16, 64, schedule="pingpong", swap_ab=True),  # select's decode tile
-    # ... and its one-wave tiles (64·S < N ≤ 128·S): cooperative, 128 rows of N, 128 deep
+    # ... and its one-wave tiles (select.thin_second_wave): cooperative, 128 rows of N, 128 deep
     "swap16-k128": KernelConfig(128, 16, 128, swap_ab=True),
     "swap32-k128": KernelConfig(128, 32, 128, swap_ab=True),
     "swap64-pingpong64-splitk5": KernelConfig(64, 64, 64, schedule="pingpong", split_k=5, swap_ab=True),

@@ -20,7 +20,7 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count, less torch's SM 
     | < SPLIT_MIN_BYTES moved       | launch-bound, no split: > MID_M rows the few-tile   |
     |                               | rule below, else 128×128×64 cooperative             |
     | M ≤ 32 (decode)               | swap-AB: 64 rows of N × 16 (M ≤ 16) or 32 columns,  |
-    |                               | ping-pong (64·S < N ≤ 128·S: 128 rows, cooperative),|
+    |                               | ping-pong (thin second wave: 128 rows, cooperative) |
     |                               | 256 bytes of K a ring slot (SMALL_TILE_K_BYTES)     |
     | M ≤ 128, ≤ S tiles of 64×96   | 64×BN ping-pong, BN ∈ MID_WIDTHS (96, 64, 32) the   |
     |                               | width whose tiles fill most of one wave (with a     |
@@ -63,11 +63,11 @@ measurements behind this and the constants below: benchmarks/RESULTS.md (the tab
 date) and, for the mid-rows model, benchmarks/data/midrows_sweeps.json.
 
 Decode (M ≤ 32) puts N on the wgmma's 64-row side, ping-pong, so that twice as many tiles as
-128-row ones stream the weight; but where those tiles take more than one wave and 128-row ones
-fit in one (8448 < N ≤ 16896 on 132 SMs), the cooperative 128-row tile streams the weight in
-one wave instead of leaving a part-empty second (H200, 16-bit and FP8, M 1-32: 8960-11008
-columns 5-10% faster, 12288-16384 within 1%; past 128·S columns two waves of 128-row tiles
-lost to the 64-row ones by 3-5%; benchmarks/RESULTS.md, 2026-11-30).
+128-row ones stream the weight; but where those tiles take a second wave that is under half
+full (`thin_second_wave`: 8448 < N ≤ 12608 on 132 SMs), the cooperative 128-row tile streams
+the weight in one wave (H200, 16-bit and FP8, M 1-32, held-out shapes of N 9216 and 10240:
+5-19% faster; N 12288-16384, where the second wave is fuller, within ±2% either way; two waves
+of 128-row tiles, N ≥ 17408, lost to the 64-row ones by 3-5%; benchmarks/RESULTS.md, 2026-11-30).
 
 The width rule is wave quantization: the persistent grid runs S tiles at a time, so a tile
 count just above a multiple of S wastes most of a wave. 512×6144 makes 96 tiles of 128×256
@@ -340,15 +340,20 @@ def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS, in_bytes: i
 def decode_tile(M: int, N: int, block_k: int, sms: int) -> tuple[KernelConfig, bool]:
     """Decode's tile (M ≤ DECODE_M; the 16-bit and the FP8 rules' one choice): swap-AB, M in
     the wgmma's 16 or 32 columns, N on its rows: 64 rows ping-pong, or 128 rows cooperative
-    where 64-row tiles take more than one wave and 128-row ones fit in one (module docstring);
+    where 64-row tiles take a second wave under half full (module docstring);
     and whether it runs unsplit (from S / DECODE_UNSPLIT_SHARE tiles of N; else K splits as
     every few-tile product's)."""
     width = 16 if M <= 16 else 32
     tile = KernelConfig(64, width, block_k, schedule="pingpong", swap_ab=True)
-    wide = KernelConfig(128, width, block_k, schedule="cooperative", swap_ab=True)
-    if tile_count(tile, M, N) > sms >= tile_count(wide, M, N):
-        return wide, True
+    if thin_second_wave(tile_count(tile, M, N), sms):
+        return KernelConfig(128, width, block_k, schedule="cooperative", swap_ab=True), True
     return tile, tile_count(tile, M, N) >= sms // DECODE_UNSPLIT_SHARE
+
+
+def thin_second_wave(tiles: int, sms: int) -> bool:
+    """Whether `tiles` take a second wave on `sms` SMs that is under half full: then tiles of
+    twice the rows fit one wave (decode_tile; FP8's 33-64 rows, fp8_select)."""
+    return sms < tiles and 2 * (tiles - sms) < sms
 
 
 def mid_rows_decides(M: int, N: int, K: int, sms: int = DEFAULT_SMS, in_bytes: int = 2) -> bool:
