@@ -67,7 +67,11 @@ Decode (M ≤ 32) puts N on the wgmma's 64-row side, ping-pong, so that twice as
 full (`thin_second_wave`: 8448 < N ≤ 12608 on 132 SMs), the cooperative 128-row tile streams
 the weight in one wave (H200, 16-bit and FP8, M 1-32, held-out shapes of N 9216 and 10240:
 5-19% faster; N 12288-16384, where the second wave is fuller, within ±2% either way; two waves
-of 128-row tiles, N ≥ 17408, lost to the 64-row ones by 3-5%; benchmarks/RESULTS.md, 2026-11-30).
+of 128-row tiles, N ≥ 17408, lost to the 64-row ones by 3-5%). In a CUDA graph of decode layers
+they are faster too (hidden 1536: 0.93 → 0.98 of torch), but the same product repeated back to
+back runs slower on them (0.80 against 0.94; not explained: the lead is programmatic dependent
+launch placing the next kernel's CTAs on the SMs one wave leaves free; benchmarks/RESULTS.md,
+2026-11-30).
 
 The width rule is wave quantization: the persistent grid runs S tiles at a time, so a tile
 count just above a multiple of S wastes most of a wave. 512×6144 makes 96 tiles of 128×256
