@@ -499,6 +499,9 @@ OFFLINE_SPLIT_VARIANTS = {
                   "Hopper GEMM, swap-AB, cooperative 128×64×64 (M ≤ 64), one split"),
     "swapab_pingpong": (KernelConfig(64, 16, 128, schedule="pingpong", swap_ab=True), (16, 6144, 4096),
                         "Hopper GEMM, swap-AB, ping-pong 64×16×128 (select's decode tile), one split"),
+    "swapab_wave": (KernelConfig(128, 32, 128, schedule="cooperative", swap_ab=True), (32, 10240, 8192),
+                    "Hopper GEMM, swap-AB, cooperative 128×32×128 (select's decode tile where 64-row ones take a"
+                    " thin second wave: 80 tiles in one wave)"),
     "splitk_192": (KernelConfig(128, 192, 64, schedule="cooperative", split_k=2), (512, 6144, 4096),
                    "Hopper GEMM, split-K 2, cooperative 128×192×64 (two column pieces, 128 + 64)"),
     "swapab_160": (KernelConfig(64, 160, 64, schedule="pingpong", swap_ab=True), (800, 3072, 3072),
