@@ -200,7 +200,8 @@ def test_without_swap_the_scales_stay():
 #: or two-piece: 128/P2 boxes of P2 columns, then one)
 SWAP_KERNELS = {"fp8-tensor-swap": ({16}, 2), "fp8-row-swap-gelu": ({32}, 2), "fp8-tensor-fast-swap": ({16}, 2),
                 "fp8-row-swap-coop": ({32}, 2), "fp8-row-swap-splitk": ({16}, 2), "fp8-tensor-swap-144": ({128, 16}, 10),
-                "fp8-row-swap-160": ({128, 32}, 6), "fp8-row-swap-coop-192": ({128, 64}, 4)}
+                "fp8-row-swap-160": ({128, 32}, 6), "fp8-row-swap-coop-192": ({128, 64}, 4),
+                "fp8-tensor-swap-coop-64": ({64}, 2)}
 #: Triton 3.9 (CUDA 13's ptxas) keeps four loop-invariant values of the tensor-wise 64×144
 #: swapped kernel in local memory: stored at the start, reloaded once per tile, outside the K
 #: loop (read off the SASS); the 16-bit swapped 64×160's are larger (tests/test_splitk.py)

@@ -413,6 +413,8 @@ OFFLINE_FP8_VARIANTS = {
     "fp8-tensor-fast-swap": ("tensor", False, KernelConfig(64, 16, SCALE_BLOCK, schedule="pingpong", swap_ab=True),
                              SCALE_BLOCK, ""),
     "fp8-row-swap-coop": ("row", True, KernelConfig(128, 32, SCALE_BLOCK, swap_ab=True), SCALE_BLOCK, ""),  # staged
+    # the rule's 33-64 rows where 64×64 tiles take a thin second wave (fp8_select._SWAP_WAVE)
+    "fp8-tensor-swap-coop-64": ("tensor", True, KernelConfig(128, 64, SCALE_BLOCK, swap_ab=True), SCALE_BLOCK, ""),
     # the mid-rows model's staged swap-AB in two pieces: M in 128 + 64 columns, TMA-stored transposed
     "fp8-row-swap-coop-192": ("row", True, KernelConfig(128, 192, SCALE_BLOCK, swap_ab=True), SCALE_BLOCK, ""),
     # swap-AB in two column pieces: M on the wgmma's N side, 144 = 128 + 16 and 160 = 128 + 32
