@@ -65,3 +65,26 @@ def test_unknown_sync_objects_and_bad_parity():
 
 def test_schedule_error_is_a_pingpong_error():
     assert issubclass(ScheduleError, PingpongError)
+
+
+@pytest.mark.parametrize("build, kwargs", [
+    ("hopper_pingpong", dict(variant="early_releas")),
+    ("hopper_pingpong_counted", dict(variant="early_release")),  # the ping-pong model's, not the counted one's
+    ("hopper_fp8_pingpong", dict(variant="no_turn_wait")),
+    ("hopper_cooperative", dict(variant="no_turn_wait")),
+    ("hopper_cluster", dict(variant="single_releaser")),
+])
+def test_hopper_builders_refuse_a_variant_they_do_not_model(build, kwargs):
+    """An unknown variant would build the correct protocol under a broken one's name, and a
+    mutation test on it would pass for the wrong reason."""
+    from pingpong.schedule.schedules import hopper
+
+    with pytest.raises(ScheduleError, match=rf"variant must be one of .*got {kwargs['variant']!r}"):
+        getattr(hopper, build)(**kwargs)
+
+
+def test_hopper_cluster_refuses_an_unknown_schedule():
+    from pingpong.schedule.schedules import hopper
+
+    with pytest.raises(ScheduleError, match="schedule must be 'pingpong' or 'cooperative', got 'persistent'"):
+        hopper.hopper_cluster(schedule="persistent")

@@ -35,6 +35,7 @@ untagged buffers keep the state space small.
 
 from __future__ import annotations
 
+from ..errors import ScheduleError
 from ..model import ScheduleBuilder
 
 A_BYTES = 128 * 64 * 2  # BM × BK bf16
@@ -62,6 +63,17 @@ def _helpers():
 
 C_BYTES = 64 * 128 * 2  # one bf16 C sub-tile (any nonzero byte count models the same protocol)
 EPILOGUE_VARIANTS = ("store_wait_late", "c_parity_flipped", "no_c_wait")
+#: each builder's broken variants (besides "correct"), which its docstring describes
+PINGPONG_VARIANTS = ("early_release", "no_turn_wait", "no_store_wait") + EPILOGUE_VARIANTS
+COOPERATIVE_VARIANTS = ("single_releaser", "one_consumer_releases", "early_release") + EPILOGUE_VARIANTS
+CLUSTER_VARIANTS = ("one_cta_release",)
+
+
+def _check_variant(variant, broken: tuple) -> None:
+    """A ScheduleError naming `variant` unless it is "correct" or one of `broken` (an unknown
+    one would build the correct protocol under another name)."""
+    if variant != "correct" and variant not in broken:
+        raise ScheduleError(f"variant must be one of {('correct',) + broken}, got {variant!r}")
 
 
 def _epilogue(g, cons: int, tile_count: int, tile_name, subtiles: int, has_c: bool, variant: str):
@@ -121,6 +133,7 @@ def hopper_pingpong(k_iters: int = 4, stages: int = 3, tiles_per_consumer: int =
     tma.store_wait(0)); or one of EPILOGUE_VARIANTS. ``subtiles``: epilogue sub-tiles per
     tile (1: one whole-tile staging buffer per consumer); ``has_c``: β·C read through TMA.
     """
+    _check_variant(variant, PINGPONG_VARIANTS)
     ring_index, ring_phase, first_counter, turn_phase, other_consumer, pre_armed = _helpers()
     name = "hopper_pingpong" if variant == "correct" else f"hopper_{variant}"
     b = _declare_pingpong(ScheduleBuilder(name, hopper_pingpong.__doc__), stages, subtiles, has_c)
@@ -177,6 +190,7 @@ def hopper_pingpong_counted(steps=(2, 0, 3, 1, 0, 2), stages: int = 2, variant: 
     unit's: a slot freed under the other consumer's wgmma); "own_count" (a consumer adds up only
     its own units' k-steps: its ring position is wrong).
     """
+    _check_variant(variant, COUNTED_VARIANTS)
     ring_index, ring_phase, _, turn_phase, other_consumer, pre_armed = _helpers()
     name = "hopper_pingpong_counted" if variant == "correct" else f"hopper_counted_{variant}"
     b = _declare_pingpong(ScheduleBuilder(name, hopper_pingpong_counted.__doc__), stages, 1, False)
@@ -234,6 +248,7 @@ def hopper_fp8_pingpong(steps=(3, 2, 0, 1), stages: int = 2, variant: str = "cor
     variant: "correct"; "release_unwaited" (each pair's first slot released before the wait(1)
     that retires its wgmma: the producer's refill lands under it).
     """
+    _check_variant(variant, FP8_VARIANTS)
     ring_index, ring_phase, _, turn_phase, other_consumer, pre_armed = _helpers()
     name = "hopper_fp8_pingpong" if variant == "correct" else f"hopper_fp8_{variant}"
     b = _declare_pingpong(ScheduleBuilder(name, hopper_fp8_pingpong.__doc__), stages, 1, False)
@@ -365,6 +380,7 @@ def hopper_cooperative(k_iters: int = 2, stages: int = 2, tiles: int = 2, varian
     of EPILOGUE_VARIANTS. ``subtiles`` per half-tile (2: two staging buffers per consumer,
     store_wait(1)); ``has_c``: β·C read through TMA on c_ready's parity.
     """
+    _check_variant(variant, COOPERATIVE_VARIANTS)
     ring_index, ring_phase, first_counter, _, _, _ = _helpers()
     name = "hopper_cooperative" if variant == "correct" else f"hopper_coop_{variant}"
     b = ScheduleBuilder(name, hopper_cooperative.__doc__)
@@ -417,6 +433,9 @@ def hopper_cluster(k_iters: int = 2, stages: int = 2, tiles_per_consumer: int = 
     A box A{r}.{c}[s]) and both release it: empty{r}[s] count 2, pair_empty[s] count 4; the
     CTA's tiles are 2·tiles_per_consumer, taken by both consumers.
     """
+    _check_variant(variant, CLUSTER_VARIANTS)
+    if schedule not in ("pingpong", "cooperative"):
+        raise ScheduleError(f"schedule must be 'pingpong' or 'cooperative', got {schedule!r}")
     ring_index, ring_phase, first_counter, turn_phase, other_consumer, _ = _helpers()
     coop = schedule == "cooperative"
     name = ("hopper_cluster" if not coop else "hopper_coop_cluster") + ("" if variant == "correct" else f"_{variant}")
