@@ -57,10 +57,6 @@ from .errors import PingpongError, check_tensor
 
 __all__ = ["scaled_mm", "scaling_of", "check_scales", "Float8Linear", "FP8_DTYPES", "FP8_OUT_DTYPES"]
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 #: scaled_mm's tensor arguments, in its order: the names its requires-grad refusal gives them
 TENSOR_ARGS = ("a", "b", "scale_a", "scale_b", "bias")
 

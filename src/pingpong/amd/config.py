@@ -79,7 +79,6 @@ LOAD_SUBTILE_LANE_COLS = 4  # lanes along K in that layout
 MFMA_MN = 16  # the 16×16 MFMA/WMMA output tile
 ELEM_BYTES = 2  # bf16 / fp16 operands (the RDNA kernel; the CDNA one derives it from its dtype)
 OPERAND_BYTES = {"bf16": 2, "fp8": 1}  # the CDNA ping-pong's operand types
-ACC_BYTES = 4  # fp32 accumulator
 
 
 def target_spec(target: str) -> TargetSpec:

@@ -44,8 +44,6 @@ from dataclasses import dataclass, field
 from .errors import ScheduleError
 from .model import COUNTED, Schedule, validate
 
-LAND = -1  # event kind: a TMA load of this op lands
-
 
 @dataclass(frozen=True)
 class Event:

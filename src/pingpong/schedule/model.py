@@ -41,14 +41,11 @@ from .errors import ScheduleError
 
 #: op kinds that issue an asynchronous access tracked by an in-order per-wave counter
 COUNTED = ("load", "read", "store", "gstore", "mma")
-#: op kinds that block until something another group (or the hardware) does
-BLOCKING = ("barrier", "await", "mwait")
 #: the ops a mutation test may delete: waits and barriers of every sort
 SYNC_KINDS = ("wait", "barrier", "await", "mwait")
 
 #: hardware limits of the in-order counters (CDNA3 ISA: vmcnt 6 bits, lgkmcnt 4 bits)
 COUNTER_MAX = {"vmcnt": 63, "lgkmcnt": 15}
-DEFAULT_COUNTER = {"load": "vmcnt", "read": "lgkmcnt", "store": "vmcnt"}
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ peer's message goes to stderr, and the geometric mean leaves the row out (no rat
 
 from __future__ import annotations
 
-import math
 import statistics
 import sys
 
@@ -110,22 +109,3 @@ def bench_fp8_shape(M, N, K, settings, device="cuda", timer=time_callable, confi
     ratios = [c.median_ms / o.median_ms for o, c in zip(ours_t, theirs_t)]
     return Row(M, N, K, path, "ok", err, med(ours_t), med(theirs_t), ours_reps, sum(t.reps for t in theirs_t),
                min(ratios), max(ratios), 1, 2)
-
-
-def bench_quantize(M: int, K: int, granularity: str, reps: int = 100, device="cuda") -> dict:
-    """quantize_fp8 on an (M, K) bf16 tensor: median time, bytes moved (read x, write q and the
-    scales; tensor-wise reads x twice) and the fraction of the device's peak HBM bandwidth."""
-    import torch
-
-    from ..quantize import quantize_fp8
-    from ..runtime.device import hbm_bandwidth
-
-    x = torch.randn(M, K, device=device, dtype=torch.bfloat16)
-    t = time_callable(lambda: quantize_fp8(x, granularity), reps)
-    reads = 2 if granularity == "tensor" else 1
-    moved = reads * x.numel() * 2 + x.numel()
-    peak = hbm_bandwidth(x.device.index or 0)
-    gbs = moved / (t.median_ms * 1e-3)
-    return dict(shape=f"{M}x{K}", granularity=granularity, ms=t.median_ms, bytes=moved, GBps=gbs / 1e9,
-                hbm_fraction=gbs / peak if peak else math.nan,
-                min_bytes_fraction=(3 * x.numel()) / (t.median_ms * 1e-3) / peak if peak else math.nan)

@@ -125,34 +125,3 @@ def run(models=None, tokens=None, reps=100, rounds=3, json_path=None, seed=0, pr
                 json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f, indent=1)
     print(format_rows(rows))
     return 0 if all(r.get("status") == "ok" for r in rows) else 1
-
-
-def moe_block(tokens=4096, reps=20, seed=0) -> dict:
-    """One MoE block of Qwen3-30B-A3B's shape (128 experts, top-8, hidden 2048, expert
-    intermediate 768; random weights, one layer of transformers' Qwen3MoeForCausalLM), eager
-    and bf16: its forward (router + experts) at `tokens` tokens with the experts computed by
-    transformers' per-expert loop ("eager"), torch._grouped_mm ("grouped_mm") and pingpong."""
-    import torch
-    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
-
-    from .. import moe
-
-    torch.manual_seed(seed)
-    config = Qwen3MoeConfig(vocab_size=1024, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
-                            num_experts=128, num_experts_per_tok=8, num_hidden_layers=1, num_attention_heads=32,
-                            num_key_value_heads=4, head_dim=128, norm_topk_prob=True)
-    model = Qwen3MoeForCausalLM(config).to("cuda", torch.bfloat16).eval()
-    block = model.model.layers[0].mlp
-    x = torch.randn(1, tokens, config.hidden_size, device="cuda", dtype=torch.bfloat16)
-    result, outs = dict(model="Qwen3-30B-A3B MoE block (128 experts, top-8, 2048/768)", tokens=tokens), {}
-    with torch.no_grad():
-        for impl in ("eager", "grouped_mm", "pingpong"):
-            moe.use_pingpong_experts(model, impl)
-            out = block(x)
-            outs[impl] = (out[0] if isinstance(out, tuple) else out).float()
-            result[f"ms_{impl}"] = time_callable(lambda: block(x), reps).median_ms
-    ref = outs["eager"]
-    for impl in ("grouped_mm", "pingpong"):
-        result[f"rel_err_{impl}"] = ((outs[impl] - ref).norm() / ref.norm()).item()
-        result[f"speedup_{impl}_vs_eager"] = result["ms_eager"] / result[f"ms_{impl}"]
-    return result

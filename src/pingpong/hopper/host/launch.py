@@ -47,8 +47,6 @@ from ..kernels.gemm import persistent_gemm, split_k_gemm, stream_k_gemm, warp_sp
 from .config import SCHEDULE_FACTS, KernelConfig, swizzle_width
 from .splits import effective_splits, stream_k_split, stream_parts
 
-_GL_DTYPE = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}
-
 
 def tma_orientation(t) -> str | None:
     """"row" if t's last dim is contiguous, "col" if its first is, None if TMA cannot read it.
