@@ -86,7 +86,7 @@ def test_33_to_64_rows_take_one_wave_of_128_row_tiles_where_64x64_takes_a_thin_s
     torch._scaled_mm, 40×10240×8192 0.814 -> 0.971): 64×64 tiles in a second wave under half
     full, 128-row ones of N in one; not where 64×64 fits a wave, nor where 64×128 tiles fill 3/4
     of one, nor block-wise."""
-    for M, N, K in [(62, 9216, 7168), (40, 10240, 8192), (36, 12288, 4096)]:
+    for M, N, K in [(62, 9216, 7168), (40, 10240, 8192), (36, 12288, 4096), (40, 10240, 65536)]:  # unsplit
         assert select_fp8(M, N, K, True, 132, scaling=scaling) == KC(128, 64, 128, swap_ab=True), (M, N, K)
     assert not select_fp8(62, 8448, 4096, True, 132, scaling=scaling).swap_ab  # 132 tiles of 64×64
     assert select_fp8(44, 16384, 2048, True, 132, scaling=scaling) == KC(64, 128, 128, schedule="pingpong")

@@ -20,9 +20,10 @@ FP8, and the comments at each constant:
                     ≥ select.MID_SPLIT_STEPS k-steps (the narrower tile re-reads A twice as often);
                     where 64×64 tiles take a second wave under half full (8448 < N ≤ 12608
                     on 132 SMs: select.thin_second_wave), the cooperative swap-AB 128×64
-                    (_SWAP_WAVE: N's 128-row tiles in one wave, M in its 64 columns; H200,
-                    36-62 rows, N 8960-12288: 5-19% faster, tensor- and row-wise, as decode's
-                    one-wave tiles, select.decode_tile).
+                    (_SWAP_WAVE: N's 128-row tiles in one wave, M in its 64 columns, unsplit
+                    as the 64×64 tiles it replaces and as measured; H200, 36-62 rows, N
+                    8960-12288: 5-19% faster, tensor- and row-wise, as decode's one-wave
+                    tiles, select.decode_tile).
     65–128 rows,    cooperative 128×64 or ping-pong 64×64, whichever's waves take the less
     tensor/row      modelled time (`least_wave_time`; a tie keeps 128×64).
     more rows       cooperative 128×128×128, promoted: the second accumulator (the wgmma's
@@ -97,8 +98,8 @@ def rule_fp8(M: int, N: int, K: int, promote: bool, sms: int, scaling: str = "te
         bn = 128 if -(-M // 64) * -(-N // 128) >= 0.75 * sms else 64
         tile = KernelConfig(64, bn, SCALE_BLOCK, schedule="pingpong")
         if narrow and bn == 64 and M <= 64 and thin_second_wave(tile_count(tile, M, N), sms):
-            tile = _SWAP_WAVE  # N's 128-row tiles in one wave, not 64×64 in two (module docstring)
-        elif narrow and bn == 64 and min(sms // tile_count(tile, M, N), k_steps // MID_SPLIT_STEPS) < 2:
+            return _SWAP_WAVE  # N's 128-row tiles in one wave, unsplit as measured (module docstring)
+        if narrow and bn == 64 and min(sms // tile_count(tile, M, N), k_steps // MID_SPLIT_STEPS) < 2:
             tile = one_wave_tile(M, N, sms, (64, 32), SCALE_BLOCK) or tile  # unless a long K splits 64×64
     elif M <= 128:
         tile = least_wave_time(M, N, sms, ((_NARROW, 1.0), (_MID, 1.0)))
