@@ -97,7 +97,7 @@ def rule_fp8(M: int, N: int, K: int, promote: bool, sms: int, scaling: str = "te
     elif M <= 64 or (M <= 128 and not narrow):
         bn = 128 if -(-M // 64) * -(-N // 128) >= 0.75 * sms else 64
         tile = KernelConfig(64, bn, SCALE_BLOCK, schedule="pingpong")
-        if narrow and bn == 64 and M <= 64 and thin_second_wave(tile_count(tile, M, N), sms):
+        if narrow and bn == 64 and thin_second_wave(tile_count(tile, M, N), sms):  # (narrow: M ≤ 64 here)
             return _SWAP_WAVE  # N's 128-row tiles in one wave, unsplit as measured (module docstring)
         if narrow and bn == 64 and min(sms // tile_count(tile, M, N), k_steps // MID_SPLIT_STEPS) < 2:
             tile = one_wave_tile(M, N, sms, (64, 32), SCALE_BLOCK) or tile  # unless a long K splits 64×64

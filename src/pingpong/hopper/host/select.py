@@ -65,13 +65,10 @@ date) and, for the mid-rows model, benchmarks/data/midrows_sweeps.json.
 Decode (M ≤ 32) puts N on the wgmma's 64-row side, ping-pong, so that twice as many tiles as
 128-row ones stream the weight; but where those tiles take a second wave that is under half
 full (`thin_second_wave`: 8448 < N ≤ 12608 on 132 SMs), the cooperative 128-row tile streams
-the weight in one wave (H200, 16-bit and FP8, M 1-32, held-out shapes of N 9216 and 10240:
-5-19% faster; N 12288-16384, where the second wave is fuller, within ±2% either way; two waves
-of 128-row tiles, N ≥ 17408, lost to the 64-row ones by 3-5%). In a CUDA graph of decode layers
-they are faster too (hidden 1536: 0.93 → 0.98 of torch), but the same product repeated back to
-back runs slower on them (0.80 against 0.94; not explained: the lead is programmatic dependent
-launch placing the next kernel's CTAs on the SMs one wave leaves free; benchmarks/RESULTS.md,
-2026-11-30).
+the weight in one wave (H200, 16-bit and FP8, M 1-32: 5-19% faster; where the second wave is
+fuller, within ±2% either way; two waves of 128-row tiles lose by 3-5%). It is faster in a CUDA
+graph of decode layers too, but slower when the same product repeats back to back (not
+explained; benchmarks/RESULTS.md, 2026-11-30).
 
 The width rule is wave quantization: the persistent grid runs S tiles at a time, so a tile
 count just above a multiple of S wastes most of a wave. 512×6144 makes 96 tiles of 128×256
@@ -94,7 +91,7 @@ import dataclasses
 import math
 
 from .config import MAX_SPLIT_K, KernelConfig
-from .splits import effective_splits, stream_k_choice
+from .splits import effective_splits, stream_k_choice, thin_last_wave
 from ...errors import ConfigError
 from . import table as tables
 
@@ -349,15 +346,16 @@ def decode_tile(M: int, N: int, block_k: int, sms: int) -> tuple[KernelConfig, b
     every few-tile product's)."""
     width = 16 if M <= 16 else 32
     tile = KernelConfig(64, width, block_k, schedule="pingpong", swap_ab=True)
-    if thin_second_wave(tile_count(tile, M, N), sms):
+    tiles = tile_count(tile, M, N)
+    if thin_second_wave(tiles, sms):
         return KernelConfig(128, width, block_k, schedule="cooperative", swap_ab=True), True
-    return tile, tile_count(tile, M, N) >= sms // DECODE_UNSPLIT_SHARE
+    return tile, tiles >= sms // DECODE_UNSPLIT_SHARE
 
 
 def thin_second_wave(tiles: int, sms: int) -> bool:
     """Whether `tiles` take a second wave on `sms` SMs that is under half full: then tiles of
     twice the rows fit one wave (decode_tile; FP8's 33-64 rows, fp8_select)."""
-    return sms < tiles and 2 * (tiles - sms) < sms
+    return sms < tiles < 2 * sms and thin_last_wave(tiles, sms)
 
 
 def mid_rows_decides(M: int, N: int, K: int, sms: int = DEFAULT_SMS, in_bytes: int = 2) -> bool:

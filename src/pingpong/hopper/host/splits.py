@@ -23,6 +23,14 @@ def effective_splits(k: int, block_k: int, split_k: int) -> int:
 MIN_STREAM_STEPS = 8
 
 
+def thin_last_wave(tiles: int, sms: int) -> bool:
+    """Whether the last wave of `tiles` on `sms` SMs is partial and under half full: what
+    stream-K streams (stream_k_split), and where decode's tiles double their rows
+    (select.thin_second_wave)."""
+    rest = tiles % sms
+    return 0 < rest and 2 * rest < sms
+
+
 def stream_k_split(tiles: int, k_steps: int, sms: int) -> tuple[int, int, int]:
     """(programs, data-parallel tiles, streaming programs) of a stream-K launch of `tiles`
     output tiles of `k_steps` k-steps each on `sms` SMs (StreamKScheduler).
@@ -33,9 +41,9 @@ def stream_k_split(tiles: int, k_steps: int, sms: int) -> tuple[int, int, int]:
     share a B column panel would then read it at different K offsets at the same time, and
     the panel is no longer shared in L2: streamed whole, it ran slower than data-parallel.)
     Streaming programs get at least MIN_STREAM_STEPS k-steps each."""
-    rest = tiles % sms  # tiles of the last wave
-    if rest == 0 or 2 * rest >= sms:
+    if not thin_last_wave(tiles, sms):
         return min(sms, tiles), tiles, 1
+    rest = tiles % sms  # tiles of the last wave
     dp = tiles - rest
     streaming = max(1, min(sms, rest * k_steps // MIN_STREAM_STEPS))
     return (sms if dp else streaming), dp, streaming
@@ -81,7 +89,7 @@ def stream_k_choice(tiles: int, k_steps: int, sms: int) -> StreamKChoice:
     rest = tiles - dp
     last = tiles % sms
     wave = (f"{_n(tiles, 'tile')} on {sms} SMs: " + ("whole waves" if last == 0 else
-            f"the last wave {last}/{sms} full" + (" (at least half)" if 2 * last >= sms else " (under half)")))
+            f"the last wave {last}/{sms} full" + (" (under half)" if thin_last_wave(tiles, sms) else " (at least half)")))
     if rest == 0:
         return StreamKChoice("data-parallel", programs, dp, 1, 1, wave)
     total = rest * k_steps
