@@ -15,6 +15,7 @@ import pingpong
 from closeness import GEMM_BOUND, rel_err
 from pingpong import KernelConfig
 from pingpong.api import _gemm_into
+from pingpong.hopper.host.select import select_config
 
 pytestmark = pytest.mark.gpu
 
@@ -235,3 +236,17 @@ def test_back_to_back_kernels_wait_for_the_one_before(M, config, gen):
         bufs[0].fill_(float("nan"))
         graph.replay()
         assert torch.equal(bufs[len(ws) % 2], want), ("graph", i)
+
+
+@pytest.mark.parametrize("m", (1, 17, 33, 77, 127))
+@pytest.mark.parametrize("a_col,b_col", list(itertools.product((False, True), repeat=2)))
+def test_launch_bound_selection(m, a_col, b_col, gen):
+    """The selection's launch-bound tiles (decode's swap-AB 64×16/32, the mid-size 64×32/64 ping-pong),
+    unsplit: ragged M, N and K, every layout, α and β·C."""
+    n, k = 1000, 600
+    config = select_config(m, n, k, device=torch.cuda.current_device())
+    assert config.block_m == 64 and config.split_k == 1, config  # the tiles this test is for
+    a, b = operand(m, k, torch.bfloat16, a_col, gen), operand(k, n, torch.bfloat16, b_col, gen)
+    c = torch.randn(m, n, device="cuda", generator=gen).to(torch.bfloat16)
+    out = run(a, b, None, c=c, alpha=0.5, beta=2.0)
+    assert rel_err(out, 0.5 * (a.double() @ b.double()) + 2.0 * c.double()) < GEMM_BOUND[torch.bfloat16]

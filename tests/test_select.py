@@ -9,6 +9,7 @@ import pytest
 
 from pingpong import KernelConfig
 from pingpong.hopper.host import table as tables
+from pingpong.hopper.host import select
 from pingpong.hopper.host.select import Device, choose, idle_waves, select_config
 from pingpong.tools.suites import SUITES
 
@@ -146,7 +147,6 @@ def test_the_wave_rule_swaps_where_n_leaves_its_last_wave_idle(M, N, K, swapped)
     (768, 768, 768, 128),      # launch-bound: 72 tiles of 64×128; 64×64 makes 144 (two waves)
     (1152, 1152, 1152, None),  # 81 tiles of 128×128: more than half a wave
     (1024, 1024, 16384, None),  # K splits the 128×128 tiles instead
-    (128, 512, 512, None),     # launch-bound with ≤ MID_M rows: 128×128 cooperative
 ])
 def test_few_tiles_take_64_row_ping_pong_tiles(M, N, K, width):
     c = select_config(M, N, K, device=UNTUNED)
@@ -154,6 +154,21 @@ def test_few_tiles_take_64_row_ping_pong_tiles(M, N, K, width):
         assert c.block_m == 128
     else:
         assert (c.block_m, c.block_n, c.schedule, c.split_k) == (64, width, "pingpong", 1)
+
+
+@pytest.mark.parametrize("M, N, K, want", [
+    (32, 256, 1536, KernelConfig(64, 32, 128, schedule="pingpong", swap_ab=True)),  # decode's tile, unsplit
+    (8, 1024, 1536, KernelConfig(64, 16, 128, schedule="pingpong", swap_ab=True)),
+    (1, 128, 2048, KernelConfig(64, 16, 128, schedule="pingpong", swap_ab=True)),
+    (96, 512, 2048, KernelConfig(64, 32, 128, schedule="pingpong")),    # the mid-size tile, unsplit
+    (128, 4096, 256, KernelConfig(64, 64, 128, schedule="pingpong")),   # 128 tiles of 64×64; 64×32 makes 256
+    (48, 16384, 64, KernelConfig(64, 128, 64, schedule="pingpong")),    # no mid-size tile in a wave: few tiles'
+])
+def test_launch_bound_products_with_few_rows_take_small_tiles(M, N, K, want):
+    """Under 4 MB moved and ≤ MID_M rows: decode's or the mid-size tile, never 128×128 (which
+    ran at 0.40-0.83 of cuBLAS there against 0.77-1.3 for these)."""
+    assert 2 * (M * K + N * K + M * N) < select.SPLIT_MIN_BYTES
+    assert select_config(M, N, K, device=UNTUNED) == want
 
 
 @pytest.mark.parametrize("M, N, width", [
@@ -383,9 +398,10 @@ def test_shipped_tables_load_and_validate():
 
 @pytest.mark.parametrize("M, N, K", [(64, 64, 64), (1, 256, 256), (64, 4096, 128), (256, 256, 256)])
 def test_launch_bound_problems_take_one_kernel(M, N, K):
-    """A problem that moves < 4 MB is launch-bound: no second (reduction) launch, no workspace."""
+    """A problem that moves < 4 MB is launch-bound: no split (its workspace and arrival counters);
+    swap-AB alone is one launch without either."""
     c = select_config(M, N, K, device=UNTUNED)
-    assert c.split_k == 1 and not c.swap_ab
+    assert c.split_k == 1 and not c.stream_k
 
 
 @pytest.mark.parametrize("gpu", ["NVIDIA H100 80GB HBM3", "NVIDIA H200"])

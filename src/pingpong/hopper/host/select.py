@@ -17,8 +17,9 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count, less torch's SM 
 
     | case                          | config                                              |
     |-------------------------------|-----------------------------------------------------|
-    | < SPLIT_MIN_BYTES moved       | launch-bound, no split: > MID_M rows the few-tile   |
-    |                               | rule below, else 128×128×64 cooperative             |
+    | < SPLIT_MIN_BYTES moved       | launch-bound, no split: decode's tile (M ≤ 32), the |
+    |                               | mid-size tile (M ≤ 128, where one fits a wave), or  |
+    |                               | the few-tile rule below                             |
     | M ≤ 32 (decode)               | swap-AB: 64 rows of N × 16 (M ≤ 16) or 32 columns,  |
     |                               | ping-pong (thin second wave: 128 rows, cooperative) |
     |                               | 256 bytes of K a ring slot (SMALL_TILE_K_BYTES)     |
@@ -310,9 +311,9 @@ def dtype_name(dtype) -> str:
 
 def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS, in_bytes: int = 2) -> KernelConfig:
     """The rule of the module docstring, for inputs of `in_bytes` bytes an element."""
-    if 2 * (M * K + N * K + M * N) < SPLIT_MIN_BYTES:  # launch-bound: one kernel, no workspace
-        return few_tiles(M, N, sms) if M > MID_M else KernelConfig(128, 128, 64)
     small_k = SMALL_TILE_K_BYTES // in_bytes
+    if 2 * (M * K + N * K + M * N) < SPLIT_MIN_BYTES:  # launch-bound: one kernel, no workspace
+        return launch_bound_tile(M, N, small_k, sms)
     k_steps = math.ceil(K / SPLIT_STEP_K)  # what the split and width rules count K in
     mid = mid_tile(M, N, sms, small_k)
     if DECODE_M < M <= MID_M and mid is not None:
@@ -336,6 +337,15 @@ def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS, in_bytes: i
     if config.block_m == 128 and config.split_k == 1 and 2 * tile_count(config, M, N) <= sms and not config.swap_ab:
         return few_tiles(M, N, sms)  # more tiles, still one wave (FEW_WIDTHS)
     return config
+
+
+def launch_bound_tile(M: int, N: int, block_k: int, sms: int) -> KernelConfig:
+    """A launch-bound product's tile, unsplit: decode's (M ≤ DECODE_M), else the mid-size tile
+    (M ≤ MID_M, where one fits a wave), else the few-tile rule's. Small tiles: the product is
+    over before a 128×128 tile's deep K loop and wide epilogue pay for themselves."""
+    if M <= DECODE_M:
+        return decode_tile(M, N, block_k, sms)[0]
+    return (mid_tile(M, N, sms, block_k) if M <= MID_M else None) or few_tiles(M, N, sms)
 
 
 def decode_tile(M: int, N: int, block_k: int, sms: int) -> tuple[KernelConfig, bool]:
