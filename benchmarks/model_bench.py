@@ -46,12 +46,15 @@ outermost GEMM-op call (`aten::mm`/`aten::addmm`/`aten::_scaled_mm` in torch's c
 `pingpong::*` in pingpong's; an op called inside another, e.g. a quantization inside an FP8
 linear, counts as part of it) and the
 GPU kernel ms per call (all kernels / the GEMM kernels), which says whether a gap is the
-host's or the kernels'. Needs the `test-model` extra (transformers).
+host's or the kernels'; with --profile also those GEMM calls by kind (the op, the plan a
+pingpong op ran, the input shapes), dearest first, to find which products' calls cost the
+host most. Needs the `test-model` extra (transformers).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import copy
 import statistics
@@ -117,25 +120,50 @@ def is_gemm_op(name: str) -> bool:
     return name in ("aten::mm", "aten::addmm", "aten::bmm", "aten::_scaled_mm") or name.startswith("pingpong::")
 
 
-def host_us_per_gemm(fn) -> float:
-    """CPU µs per outermost GEMM-op call (is_gemm_op, not inside another) in one profiled call of fn."""
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    total = count = 0
-    for e in prof.events():
+def gemm_calls(events) -> dict[str, list[float]]:
+    """The outermost GEMM-op calls among torch.profiler events (is_gemm_op, not inside another
+    one), CPU µs each, by kind (`gemm_kind`)."""
+    kinds = collections.defaultdict(list)
+    for e in events:
         if not is_gemm_op(e.name):
             continue
         parent = e.cpu_parent
         while parent is not None and not is_gemm_op(parent.name):
             parent = parent.cpu_parent
         if parent is None:
-            total, count = total + e.cpu_time_total, count + 1
-    return total / count if count else float("nan")
+            kinds[gemm_kind(e)].append(e.cpu_time_total)
+    return kinds
+
+
+def gemm_kind(e) -> str:
+    """A GEMM call's kind: the op, the plan a pingpong op ran (its range's "plan" input: kernel
+    and config) and the input shapes where recorded (record_shapes=True)."""
+    plan = (getattr(e, "kwinputs", None) or {}).get("plan")
+    shapes = [list(s) for s in (getattr(e, "input_shapes", None) or []) if s]
+    return " ".join(str(part) for part in (e.name, plan, shapes or None) if part is not None)
+
+
+def host_us_per_gemm(fn, shapes: bool = False) -> tuple[float, dict]:
+    """CPU µs per outermost GEMM-op call in one profiled call of fn, and the calls by kind
+    (`gemm_calls`; shapes: record the input shapes into the kinds)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=shapes) as prof:
+        fn()
+        torch.cuda.synchronize()
+    kinds = gemm_calls(prof.events())
+    count = sum(len(us) for us in kinds.values())
+    return (sum(sum(us) for us in kinds.values()) / count if count else float("nan")), kinds
+
+
+def kinds_table(kinds: dict, rows: int = 12) -> str:
+    """The GEMM calls by kind, dearest in all first: calls, µs per call, µs in all."""
+    lines = [f"    {'calls':>5} {'µs/call':>8} {'µs all':>8}  kind"]
+    for kind, us in sorted(kinds.items(), key=lambda kv: -sum(kv[1]))[:rows]:
+        lines.append(f"    {len(us):>5} {sum(us) / len(us):>8.1f} {sum(us):>8.0f}  {kind}")
+    return "\n".join(lines)
 
 
 GEMM_KERNELS = ("gemm", "xmma", "cutlass", "wgmma", "sm90_", "splitk", "split_k")
@@ -187,7 +215,8 @@ def main(argv=None) -> int:
                    " row_gw_hp)")
     p.add_argument("--baseline", default="torch", choices=("torch", "torchao"),
                    help="the peer: bf16 torch, or (with --fp8) torchao's float8 training of the same recipe")
-    p.add_argument("--profile", action="store_true", help="torch.profiler's CPU table of one eager decode forward each")
+    p.add_argument("--profile", action="store_true", help="torch.profiler's CPU table of one eager decode forward"
+                   " each, and in the compiled modes the GEMM calls' host µs by kind (op, plan, shapes)")
     args = p.parse_args(argv)
     modes, workloads = args.modes.split(","), args.workloads.split(",")
     for name, got, known in (("--modes", modes, MODES), ("--workloads", workloads, WORKLOADS)):
@@ -273,8 +302,10 @@ def main(argv=None) -> int:
                     if mode == "dynamic":
                         host[f"{name} recompiles"] = torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames
                     if mode != "reduce-overhead":  # graph replays: no host work per GEMM
-                        host[f"{name} host"] = host_us_per_gemm(fn)
+                        host[f"{name} host"], kinds = host_us_per_gemm(fn, shapes=args.profile)
                         host[f"{name} gpu"] = gpu_ms(fn)
+                        if args.profile:
+                            print(f"  {mode} {work}, {name}: host µs of the GEMM calls by kind\n{kinds_table(kinds)}")
                     fns[name] = fn
                 iters = max(args.iters // 2, 3) if work == "train" else args.iters
                 t = ratios(fns, args.rounds, iters)

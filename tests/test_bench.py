@@ -636,3 +636,26 @@ def test_chain_bench_chains_compute_the_layer():
         h = (torch.nn.functional.silu(h @ gate.T) * (h @ up.T)) @ down.T
     assert torch.allclose(tool.layer_chain(torch.matmul, x, ws)(), h)
     assert torch.equal(tool.product_chain(torch.matmul, x, [ws[0][0], ws[1][0]])(), x @ ws[1][0].T)
+
+
+def test_model_bench_counts_outermost_gemm_calls_by_kind():
+    """model_bench's host µs per GEMM op: only the outermost GEMM op of a nest counts (a
+    quantization's or a fallback's mm inside a pingpong op is part of it), each under its kind:
+    the op, the plan a pingpong op ran, the shapes where recorded; other ops are left out."""
+    from types import SimpleNamespace as Event
+
+    from bench_scripts import load
+
+    tool = load("model_bench")
+    linear = Event(name="pingpong::linear", cpu_parent=None, cpu_time_total=30.0,
+                   kwinputs={"plan": "hopper pingpong:64x32x128/g8/swap"}, input_shapes=[[32, 1536], [256, 1536], []])
+    inner = Event(name="aten::mm", cpu_parent=Event(name="pingpong::quantize", cpu_parent=linear), cpu_time_total=9.0)
+    mms = [Event(name="aten::mm", cpu_parent=Event(name="Torch-Compiled Region", cpu_parent=None), cpu_time_total=us,
+                 input_shapes=[[32, 1536], [1536, 256]]) for us in (20.0, 22.0)]
+    other = Event(name="aten::add", cpu_parent=None, cpu_time_total=99.0)
+    kinds = tool.gemm_calls([linear, inner, *mms, other])
+    assert kinds == {"pingpong::linear hopper pingpong:64x32x128/g8/swap [[32, 1536], [256, 1536]]": [30.0],
+                     "aten::mm [[32, 1536], [1536, 256]]": [20.0, 22.0]}, kinds
+    assert tool.gemm_kind(Event(name="aten::addmm")) == "aten::addmm"  # no shapes recorded, no plan
+    table = tool.kinds_table(kinds).splitlines()
+    assert "42" in table[1] and "aten::mm" in table[1] and "pingpong::linear" in table[2]  # dearest in all first
