@@ -20,6 +20,7 @@ SCHEDULES = {
     "pingpong": KernelConfig(128, 128, 64, schedule="pingpong"),
     # two 64-element k-steps per ring slot (select's small tiles): two rank-3 boxes per operand
     "pingpong_k128": KernelConfig(64, 64, 128, schedule="pingpong"),
+    "pingpong_64x32_k128": KernelConfig(64, 32, 128, schedule="pingpong"),  # a launch-bound product of few rows
     "cooperative_k128": KernelConfig(128, 128, 128, schedule="cooperative"),
 }
 BF16 = torch.bfloat16

@@ -456,6 +456,10 @@ cc.register("pingpong-96", targets=("sm_90a",))(_offline_builder("pingpong", (64
 # select's mid-size tiles as they run: two 64-element k-steps per ring slot (64×32; 64×96 = 64 + 32).
 cc.register("pingpong-64x32x128", targets=("sm_90a",))(_offline_builder("pingpong", (64, 32, 128)))
 cc.register("pingpong-96x128", targets=("sm_90a",))(_offline_builder("pingpong", (64, 96, 128)))
+# ... and batched (rank-3 boxes): a launch-bound batched product of few rows (select.launch_bound_tile;
+# the batched path narrows 64×96 to its first piece, 64×64).
+cc.register("pingpong-batched-64x32x128", targets=("sm_90a",))(
+    _offline_builder("pingpong", (64, 32, 128), batches=4))
 # 2-CTA clusters (KernelConfig.cluster_m=2): the pair shares B's loads through TMA multicast.
 cc.register("pingpong-cluster", targets=("sm_90a",))(_offline_builder("pingpong", (128, 128, 64), cluster_m=2))
 cc.register("pingpong-cluster-64", targets=("sm_90a",))(_offline_builder("pingpong", (64, 128, 64), cluster_m=2))
