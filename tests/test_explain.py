@@ -30,10 +30,11 @@ def test_a_new_plan_is_logged_once_with_backend_config_and_why(caplog):
     (record,) = [r for r in caplog.records if r.name == "pingpong"]
     line = record.getMessage()
     assert line.startswith("gemm 256×384×512 float16->float16 on cpu -> hopper, KernelConfig(")
-    assert "the heuristic's config" in line and "not amd: not an AMD GPU" in line
+    why = "the heuristic: launch-bound (under 4 MB moved): a small tile, unsplit"  # the rule's row that chose it
+    assert why in line and "not amd: not an AMD GPU" in line
     info = plan.explain(p)
     assert info["path"] == "hopper" and isinstance(info["config"], pingpong.KernelConfig)
-    assert info["why"] == "the heuristic's config; not amd: not an AMD GPU"
+    assert info["why"] == f"{why}; not amd: not an AMD GPU"
     assert info["stream_k"].startswith("stream-K (not selected) would run ")
 
 

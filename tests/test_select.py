@@ -570,3 +570,21 @@ def test_the_mid_rows_fit_moves_the_speeds_toward_what_was_measured():
     assert fit.score(sets["synthetic"]) == pytest.approx(0.8)
     total, model = fit.fit(sets, ["synthetic"], 132)
     assert total == pytest.approx(1.0) and fit.score(sets["synthetic"], model) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("M, N, K, why", [
+    (32, 256, 1536, "launch-bound"),
+    (32, 8192, 2048, "decode (M ≤ 32)"),
+    (32, 1536, 8960, "decode (M ≤ 32): swap-AB, N on the tile's rows, K split 4 ways"),
+    (96, 4096, 4096, "≤ 128 rows: the 64-row ping-pong tile"),
+    (48, 16384, 4096, "≤ 64 rows: swap-AB"),
+    (512, 4096, 4096, "mid rows"),
+    (1024, 1024, 1024, "few tiles"),
+    (8192, 8192, 8192, "the 128-row tile whose waves"),
+])
+def test_the_heuristic_says_which_row_of_its_rule_chose(M, N, K, why):
+    """heuristic_choice: heuristic_config's config and the rule's row that chose it (explain's why),
+    with the split where K is split."""
+    config, said = select.heuristic_choice(M, N, K)
+    assert config == select.heuristic_config(M, N, K) and said.startswith(why), said
+    assert ("ways" in said) == (config.split_k > 1), said

@@ -41,7 +41,7 @@ from ...runtime.spec import COLS, NO_ARGS, RAGGED_K, EpilogueArgs, GemmSpec, gro
 from .config import KernelConfig, column_pieces
 from .launch import (counter_count, operand_pointers, partial_slots, per_batch, prepare, prepare_split, tma_orientation,
                      workspace_reason, workspace_shape)
-from .select import DEFAULT_SMS, Device, choose, stream_k_note
+from .select import DEFAULT_SMS, Device, choose, heuristic_choice, stream_k_note
 
 NAME = "hopper"
 CONFIGURABLE = True  # matmul_tiled's explicit KernelConfig configures this backend
@@ -137,7 +137,8 @@ def plan(spec: GemmSpec) -> Plan:
     config, source = spec.config, "the config given"
     if config is None:
         config, source = choose(batches * M, N, K, (a.dtype, out_dtype), _layouts(a, b), gpu)
-        source = "the heuristic's config" if source == "heuristic" else f"the config tuned in {source}"
+        source = (f"the heuristic: {heuristic_choice(batches * M, N, K, gpu.sms, a.element_size())[1]}"
+                  if source == "heuristic" else f"the config tuned in {source}")
         if _one_kernel(spec):
             config, source = one_kernel_config(config), source + ", as one batched kernel"
         why = workspace_reason(*spec.mnk, config, sms=_stream_sms(config, spec, gpu))

@@ -309,34 +309,55 @@ def dtype_name(dtype) -> str:
     return name
 
 
+#: heuristic_choice's why of the few-tile rule
+FEW_WHY = "few tiles: 64-row ping-pong tiles, more of them in one wave"
+
+
 def heuristic_config(M: int, N: int, K: int, sms: int = DEFAULT_SMS, in_bytes: int = 2) -> KernelConfig:
     """The rule of the module docstring, for inputs of `in_bytes` bytes an element."""
+    return heuristic_choice(M, N, K, sms, in_bytes)[0]
+
+
+def heuristic_choice(M: int, N: int, K: int, sms: int = DEFAULT_SMS, in_bytes: int = 2) -> tuple[KernelConfig, str]:
+    """heuristic_config's config and, in a few words, the row of the module docstring's table
+    that chose it (pingpong.explain's why)."""
     small_k = SMALL_TILE_K_BYTES // in_bytes
     if 2 * (M * K + N * K + M * N) < SPLIT_MIN_BYTES:  # launch-bound: one kernel, no workspace
-        return launch_bound_tile(M, N, small_k, sms)
+        return launch_bound_tile(M, N, small_k, sms), "launch-bound (under 4 MB moved): a small tile, unsplit"
     k_steps = math.ceil(K / SPLIT_STEP_K)  # what the split and width rules count K in
     mid = mid_tile(M, N, sms, small_k)
     if DECODE_M < M <= MID_M and mid is not None:
         wide = dataclasses.replace(mid, block_n=max(mid.block_n, MID_SPLIT_WIDTH))
         # a long K: the wider tile, split into as many ≥ MID_SPLIT_STEPS-step parts as one wave holds
         splits = min(sms // tile_count(wide, M, N), k_steps // MID_SPLIT_STEPS)
-        return dataclasses.replace(wide, split_k=splits) if splits >= 2 else split(mid, M, N, k_steps, sms)
+        config = dataclasses.replace(wide, split_k=splits) if splits >= 2 else split(mid, M, N, k_steps, sms)
+        return config, with_split("≤ 128 rows: the 64-row ping-pong tile whose tiles fill most of one wave", config)
     if M <= DECODE_M:
         config, unsplit = decode_tile(M, N, small_k, sms)
+        why = "decode (M ≤ 32): swap-AB, N on the tile's rows" + (
+            ", 128 of them (64 would leave a thin second wave)" if config.block_m == 128 else "")
         if unsplit:
-            return config
+            return config, why
     elif M <= SWAP_AB_MAX_M:
         config = KernelConfig(128, 1 << math.ceil(math.log2(M)), 64, swap_ab=True)
+        why = "≤ 64 rows: swap-AB, M on the tile's columns"
     elif M <= MID_ROWS_MAX_M:  # tile and split count by one cost model; few unsplit tiles (not swapped): FEW_WIDTHS
         config = mid_rows_config(M, N, K, sms)
         few = config.split_k == 1 and 2 * tile_count(KernelConfig(128, 128, 64), M, N) <= sms and not config.swap_ab
-        return few_tiles(M, N, sms) if few else epilogue_subtiles(config, M, N, k_steps, sms)
+        if few:
+            return few_tiles(M, N, sms), FEW_WHY
+        return epilogue_subtiles(config, M, N, k_steps, sms), with_split("mid rows: the cost model's tile", config)
     else:
-        config = wave_tile(M, N, k_steps, sms)
+        config, why = wave_tile(M, N, k_steps, sms), "the 128-row tile whose waves leave the least idle"
     config = split(epilogue_subtiles(config, M, N, k_steps, sms), M, N, k_steps, sms)
     if config.block_m == 128 and config.split_k == 1 and 2 * tile_count(config, M, N) <= sms and not config.swap_ab:
-        return few_tiles(M, N, sms)  # more tiles, still one wave (FEW_WIDTHS)
-    return config
+        return few_tiles(M, N, sms), FEW_WHY  # more tiles, still one wave (FEW_WIDTHS)
+    return config, with_split(why, config)
+
+
+def with_split(why: str, config: KernelConfig) -> str:
+    """`why`, and the split where `config` splits K."""
+    return why + (f", K split {config.split_k} ways (its tiles leave SMs idle)" if config.split_k > 1 else "")
 
 
 def launch_bound_tile(M: int, N: int, block_k: int, sms: int) -> KernelConfig:
