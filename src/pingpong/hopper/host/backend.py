@@ -136,9 +136,9 @@ def plan(spec: GemmSpec) -> Plan:
     (M, N, K), batches = spec.mnk, spec.batches
     config, source = spec.config, "the config given"
     if config is None:
-        config, source = choose(batches * M, N, K, (a.dtype, out_dtype), _layouts(a, b), gpu)
-        source = (f"the heuristic: {heuristic_choice(batches * M, N, K, gpu.sms, a.element_size())[1]}"
-                  if source == "heuristic" else f"the config tuned in {source}")
+        heuristic, why = heuristic_choice(batches * M, N, K, gpu.sms, a.element_size())
+        config, source = choose(batches * M, N, K, (a.dtype, out_dtype), _layouts(a, b), gpu, heuristic)
+        source = f"the heuristic: {why}" if source == "heuristic" else f"the config tuned in {source}"
         if _one_kernel(spec):
             config, source = one_kernel_config(config), source + ", as one batched kernel"
         why = workspace_reason(*spec.mnk, config, sms=_stream_sms(config, spec, gpu))

@@ -541,11 +541,13 @@ def tabled(M: int, N: int, K: int, dtype: str, layout: str, device: Device, fall
 
 
 def choose(M: int, N: int, K: int, dtypes=("bf16", "bf16"), layouts: str = "nt",
-           device=None) -> tuple[KernelConfig, str]:
-    """(config, source): source is the tuning table's path, or "heuristic"."""
+           device=None, heuristic: KernelConfig | None = None) -> tuple[KernelConfig, str]:
+    """(config, source): source is the tuning table's path, or "heuristic". `heuristic`: the
+    heuristic's config where the caller has it already (heuristic_choice), else made here."""
     dev = Device.of(device)
     in_name, out_name = (dtype_name(d) for d in dtypes)
-    heuristic = heuristic_config(M, N, K, dev.sms, _BYTES[in_name])
+    if heuristic is None:
+        heuristic = heuristic_config(M, N, K, dev.sms, _BYTES[in_name])
     found = tabled(M, N, K, in_name, layouts, dev, heuristic,
                    lambda c: c.validate(_BYTES[in_name], _BYTES[out_name]))  # tuned for another output type: no
     return found or (heuristic, "heuristic")
