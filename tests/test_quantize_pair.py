@@ -521,3 +521,49 @@ def test_a_pair_launch_that_raised_drops_its_streams_amax_buffer(monkeypatch):
     with pytest.raises(RuntimeError, match="launch failed"):
         quantize.quantize_pair_direct(x)
     assert (x.device.index, 0) not in quantize._MAXIMA
+
+
+def test_split_scratch_keeps_a_workspace_and_counters_per_stream(monkeypatch):
+    """runtime.plan.split_scratch (split-K / stream-K launches): one fp32 workspace and the
+    counters per stream, the same call after call (no allocation per call), grown when a launch
+    needs more; a workspace over WORKSPACE_KEEP_WORDS made per call and not kept; fresh ones, not
+    kept, while a graph is captured, on the CUDA-graph trees' stream and off a GPU."""
+    import sys
+    import types
+
+    from pingpong.runtime import plan as plans
+
+    stream, capturing = [0], [False]
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: stream[0], raising=False)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    real_zeros, real_empty = torch.zeros, torch.empty
+    monkeypatch.setattr(torch, "zeros", lambda n, dtype, device: real_zeros(n, dtype=dtype))  # CPU stand-ins
+    monkeypatch.setattr(torch, "empty", lambda n, dtype, device: real_empty(n, dtype=dtype))
+    monkeypatch.setattr(plans, "_WORKSPACES", {})
+    monkeypatch.setattr(plans, "_COUNTERS", {})
+    monkeypatch.delitem(sys.modules, "torch._inductor.cudagraph_trees", raising=False)
+    gpu, ptr = torch.device("cuda", 0), torch.Tensor.data_ptr
+    ws, counters = plans.split_scratch(gpu, 1000, 10)
+    assert ws.dtype == torch.float32 and ws.numel() >= 1000 and counters.dtype == torch.int32 and not counters.any()
+    again = plans.split_scratch(gpu, 900, 12)
+    assert again[0] is ws and again[1] is counters  # kept: no allocation per call
+    grown = plans.split_scratch(gpu, 100_000, 10)
+    assert grown[0].numel() >= 100_000 and grown[0] is not ws and plans._WORKSPACES[(0, 0)] is grown[0]
+    big = plans.WORKSPACE_KEEP_WORDS + 1
+    first, second = plans.split_scratch(gpu, big, 10)[0], plans.split_scratch(gpu, big, 10)[0]
+    assert first.numel() >= big and first is not second and plans._WORKSPACES[(0, 0)] is grown[0]  # not kept
+    stream[0] = 7
+    other = plans.split_scratch(gpu, 1000, 10)
+    assert ptr(other[0]) != ptr(grown[0]) and other[1] is not counters and set(plans._WORKSPACES) == {(0, 0), (0, 7)}
+    capturing[0] = True
+    captured = plans.split_scratch(gpu, 1000, 10)
+    assert captured[0] is not other[0] and captured[1] is not other[1] and len(plans._WORKSPACES) == 2
+    capturing[0] = False
+    manager = types.SimpleNamespace(stream=types.SimpleNamespace(cuda_stream=9))
+    monkeypatch.setitem(sys.modules, "torch._inductor.cudagraph_trees",
+                        types.SimpleNamespace(get_manager=lambda index, create_if_none_exists: manager))
+    stream[0] = 9  # the trees' stream: nothing kept
+    assert plans.split_scratch(gpu, 1000, 10)[0] is not plans.split_scratch(gpu, 1000, 10)[0]
+    assert set(plans._WORKSPACES) == {(0, 0), (0, 7)}
+    cpu = plans.split_scratch(torch.device("cpu"), 1000, 10)
+    assert cpu[0].numel() == 1000 and cpu[1].numel() == 10 and set(plans._WORKSPACES) == {(0, 0), (0, 7)}

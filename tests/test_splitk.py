@@ -235,8 +235,9 @@ def test_split_plan_launches_gemm_then_reduction_on_the_right_pointers(launches,
         assert grid[0] <= 132
     ws, counters = inputs[5], inputs[6]
     splits = args[12]
-    assert tuple(ws.shape) == (workspace_shape(a.shape[0], b.shape[1], a.shape[1], p.config) if splits > 1 else (0,))
-    assert counters.dtype == torch.int32 and counters.numel() == (p.counters if splits > 1 else 0)
+    rows, cols = workspace_shape(a.shape[0], b.shape[1], a.shape[1], p.config)
+    assert ws.dtype == torch.float32 and (ws.numel() >= rows * cols if splits > 1 else ws.numel() == 0)  # flat: the stream's
+    assert counters.dtype == torch.int32 and (counters.numel() >= p.counters if splits > 1 else counters.numel() == 0)
     assert not counters.any(), "arrival counters start at zero"
     first = inputs[1] if p.config.swap_ab else inputs[0]
     target = inputs[2]

@@ -176,6 +176,7 @@ def test_arrival_counters_per_stream_and_under_graph_capture(variant, seed):
     streams = {key for key in backend._COUNTERS if key[0] == torch.cuda.current_device()}
     assert side.cuda_stream in {s for _, s in streams} and len(streams) >= 2, "one buffer per stream"
     assert not any(buf.any() for buf in backend._COUNTERS.values()), "counters back to zero"
+    assert streams <= set(backend._WORKSPACES), "one kept workspace per stream"
     out = torch.full((40, 3000), float("nan"), dtype=torch.bfloat16, device="cuda")
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.stream(side):  # warm-up and capture off the default stream, as torch asks
@@ -188,3 +189,23 @@ def test_arrival_counters_per_stream_and_under_graph_capture(variant, seed):
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, first)
+
+
+def test_split_products_of_two_shapes_share_the_streams_workspace(seed):
+    """Split products of two shapes and configs alternating on one stream: each runs on the
+    stream's kept workspace (runtime.plan.split_scratch) holding the other's partials, and
+    gives the bits of its first run."""
+    from pingpong.runtime import plan as backend
+
+    small = (operand(40, 1000, torch.bfloat16, False), operand(1000, 3000, torch.bfloat16, True), VARIANTS["splitk3-coop"])
+    large = (operand(300, 4096, torch.bfloat16, False), operand(4096, 1000, torch.bfloat16, True),
+             VARIANTS["splitk4-pingpong64"])
+    firsts = [run(a, b, config) for a, b, config in (small, large)]
+    for (a, b, _), first in zip((small, large), firsts):
+        check(first, a, b, seed)
+    key = backend.stream_key(torch.device("cuda", torch.cuda.current_device()))
+    kept = backend._WORKSPACES[key]
+    for _ in range(5):
+        for (a, b, config), first in zip((small, large), firsts):
+            assert torch.equal(run(a, b, config), first), f"seed {seed}"
+    assert backend._WORKSPACES[key] is kept, "the stream's workspace, kept"

@@ -216,21 +216,54 @@ def device_index(device: torch.device) -> int:
 
 #: (device, raw stream) -> that stream's arrival counters (int32, all zero between launches)
 _COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
+#: (device, raw stream) -> that stream's split-K / stream-K fp32 workspace (`split_scratch`)
+_WORKSPACES: dict[tuple[int, int], torch.Tensor] = {}
+#: the largest workspace kept per stream, in fp32 words (8 MiB); a launch that needs more
+#: takes its own from the caching allocator per call (such products are GPU-bound)
+WORKSPACE_KEEP_WORDS = 2**21
+
+
+def split_scratch(device: torch.device, words: int, counters: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(a flat fp32 workspace of at least `words` words, `counters` zeroed int32 arrival
+    counters) for one split-K / stream-K launch on `device`'s current stream. Both are kept per
+    stream as `stream_zeros` keeps its words (the kernel leaves the counters at zero), with one
+    look at the stream for both:
+    launches in one stream's order run one after another (a launch with programmatic
+    dependent launch waits for the grid before it to finish before it touches memory), so
+    they can share one workspace, as the caching allocator would hand each the block the last
+    one freed, without an allocation per call (the partials are written before they are read:
+    its values do not matter). A fresh one, not kept: over WORKSPACE_KEEP_WORDS words, and
+    wherever `stream_zeros` keeps nothing (a CUDA graph being captured, off a GPU, the
+    CUDA-graph trees' stream)."""
+    key = keeping_stream(device)
+    ws, zeros = (None, None) if key is None else (_WORKSPACES.get(key), _COUNTERS.get(key))
+    if ws is None or ws.numel() < words or zeros is None or zeros.numel() < counters:
+        if key is None or _graph_tree_stream(key):
+            return (torch.empty(words, dtype=torch.float32, device=device),
+                    torch.zeros(counters, dtype=torch.int32, device=device))
+        if ws is None or ws.numel() < words:  # the old buffer is freed in its stream's order
+            if words > WORKSPACE_KEEP_WORDS:
+                ws = torch.empty(words, dtype=torch.float32, device=device)
+            else:
+                ws = _WORKSPACES[key] = torch.empty(max(words, 4096), dtype=torch.float32, device=device)
+        if zeros is None or zeros.numel() < counters:
+            zeros = _COUNTERS[key] = torch.zeros(max(counters, 4096), dtype=torch.int32, device=device)
+    return ws, zeros
 
 
 def stream_zeros(kept: dict, device: torch.device, n: int, dtype=torch.int32) -> torch.Tensor:
     """At least `n` zeroed words for kernels on `device`'s current stream that leave them zeroed
-    again (split-K's arrival counters; quantize_fp8_pair's two slots of maxima, each zeroed by
-    the call after the one that filled it), kept in `kept` by (device,
+    again (quantize_fp8_pair's two slots of maxima, each zeroed by the call after the one that
+    filled it; split-K's arrival counters, through `split_scratch`), kept in `kept` by (device,
     raw stream): launches in one stream's order can all use that stream's buffer (no fill per
     call); launches on different streams never share one. While a CUDA graph is being captured,
     or off a GPU, a fresh zeroed tensor (the fill is part of the graph), since a graph's
     replays may run beside anything. A caller whose kernel may have left words set (its launch
     raised between two kernels) drops its stream's buffer (`kept.pop(key)`, `stream_key`).
     Nor is one kept for the stream of torch.compile's CUDA-graph trees (`_graph_tree_stream`)."""
-    if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+    key = keeping_stream(device)
+    if key is None:
         return torch.zeros(n, dtype=dtype, device=device)
-    key = stream_key(device)
     buf = kept.get(key)
     if buf is None or buf.numel() < n:  # the old buffer is freed in its stream's order
         if _graph_tree_stream(key):
@@ -256,15 +289,18 @@ def _graph_tree_stream(key: tuple[int, int]) -> bool:
         return True
 
 
+def keeping_stream(device: torch.device) -> tuple[int, int] | None:
+    """The (device index, raw stream) whose kept buffers a launch may use now (`stream_key`);
+    None while a CUDA graph is being captured (its replays may run beside anything) or off a
+    GPU."""
+    if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+        return None
+    return stream_key(device)
+
+
 def stream_key(device: torch.device) -> tuple[int, int]:
     """(device index, its current raw stream): where `stream_zeros` keeps a buffer."""
     return device.index, torch._C._cuda_getCurrentRawStream(device.index)
-
-
-def arrival_counters(device: torch.device, n: int) -> torch.Tensor:
-    """`n` zeroed int32 counters for a split-K launch on `device`'s current stream (the kernel
-    leaves them at zero: `stream_zeros`)."""
-    return stream_zeros(_COUNTERS, device, n)
 
 
 class Plan:

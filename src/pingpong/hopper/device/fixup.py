@@ -44,7 +44,7 @@ through pointers (fix_up, sum_into), which costs far more per tile (docs/design.
 Stream-K).
 
 The arrival counters are int32, one per (tile, consumer half), zero before the launch and
-zero again after it, so the plan keeps one buffer per stream (pingpong.runtime.plan.arrival_counters):
+zero again after it, so the plan keeps one buffer per stream (pingpong.runtime.plan.split_scratch):
 launches in one stream's order reuse it, launches on different streams never share one.
 """
 

@@ -36,7 +36,7 @@ from ...errors import PingpongError
 from ...runtime.addressing import unaddressable
 from ...runtime.device import is_hopper
 from ...runtime.launcher import CachedLaunch
-from ...runtime.plan import GroupedPlan, LaunchedPlan, Plan, arrival_counters, device_index
+from ...runtime.plan import GroupedPlan, LaunchedPlan, Plan, device_index, split_scratch
 from ...runtime.spec import COLS, NO_ARGS, RAGGED_K, EpilogueArgs, GemmSpec, grouped_out, ragged_view, tma_matrix_stride
 from .config import KernelConfig, column_pieces
 from .launch import (counter_count, operand_pointers, partial_slots, per_batch, prepare, prepare_split, tma_orientation,
@@ -359,8 +359,8 @@ class HopperPlan(LaunchedPlan):
 
 class SplitPlan(HopperPlan):
     """A split-K / swap-AB / stream-K config (KernelConfig.split_k > 1, swap_ab or stream_k): the same copies as
-    HopperPlan, then one launch (pingpong.hopper.device.fixup) with a fresh fp32 workspace from the
-    caching allocator and the stream's arrival counters, so calls on different streams share
+    HopperPlan, then one launch (pingpong.hopper.device.fixup) with the stream's fp32 workspace and
+    arrival counters (pingpong.runtime.plan.split_scratch), so calls on different streams share
     neither:
 
         GEMM   a, b ──work units──> workspace (fp32 partials; swap-AB: of Cᵀ = bᵀ·aᵀ)
@@ -383,8 +383,7 @@ class SplitPlan(HopperPlan):
     def _scratch(self, device) -> tuple:
         """(workspace, arrival counters) of one launch on `device`."""
         if self.counters:
-            return (torch.empty(self.workspace, dtype=torch.float32, device=device),
-                    arrival_counters(device, self.counters))
+            return split_scratch(device, self.workspace[0] * self.workspace[1], self.counters)
         if self.unused is None:  # one split (swap-AB alone): neither is read; empty tensors made once
             self.unused = (torch.empty(0, dtype=torch.float32, device=device),
                            torch.empty(0, dtype=torch.int32, device=device))

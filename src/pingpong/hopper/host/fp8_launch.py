@@ -23,7 +23,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from ...runtime import compile as cc
 from ...runtime.launcher import CachedLaunch
 from ...errors import ConfigError
-from ...runtime.plan import Plan, arrival_counters, device_index
+from ...runtime.plan import Plan, device_index, split_scratch
 from ...runtime.spec import NO_ARGS, SCALE_BLOCK, EpilogueArgs, GemmSpec, scale_mode
 from ..device.epilogue import EpilogueConstants
 from ..kernels.fp8_gemm import fp8_gemm, fp8_split_gemm, fp8_stream_gemm
@@ -261,8 +261,8 @@ def prepare(a, w, out, args: EpilogueArgs, scaling: str, promote: bool, sb_cols:
 class Fp8Plan(Plan):
     """One decided scaled_mm call signature (a GemmSpec with scales, planned by the Hopper
     backend): the scale mode, the promotion, the config and a cached direct launch; split
-    (`workspace` rows > 0): a fresh fp32 workspace from the caching allocator and the stream's
-    arrival counters per call, as the 16-bit SplitPlan (pingpong.hopper.host.backend); a
+    (`workspace` rows > 0): the stream's fp32 workspace and arrival counters
+    (pingpong.runtime.plan.split_scratch), as the 16-bit SplitPlan (pingpong.hopper.host.backend); a
     ping-pong swap-AB with one split, or stream-K with no shared tile: the kernel takes both
     and reads neither, so empty stand-ins made once (`split_kernel`: Derived.workspace). `scaling`
     is the kernel's (`kernel_scaling`); `broadcast`: tensor-wise scalars given to the row-wise
@@ -294,8 +294,7 @@ class Fp8Plan(Plan):
         sa, sb = block_scale_views(scale_a, scale_b, self.sb_cols) if self.scaling == "block" else (scale_a, scale_b)
         first, second, sa, sb = kernel_order(a, b, sa, sb, self.config.swap_ab)
         if self.counters:
-            ws = torch.empty(self.workspace, dtype=torch.float32, device=out.device)
-            counters = arrival_counters(out.device, self.counters)
+            ws, counters = split_scratch(out.device, self.workspace[0] * self.workspace[1], self.counters)
         elif self.split_kernel:  # neither read (one split; no shared tile): made once
             if self.unused is None:
                 self.unused = (torch.empty(0, dtype=torch.float32, device=out.device),
