@@ -336,7 +336,13 @@ class LaunchedPlan(Plan):
 
     __slots__ = ()
 
+    #: the kernel takes (b, a) as its A and B (swap-AB: it computes Cᵀ = bᵀ·aᵀ); a plan that
+    #: swaps sets it at construction
+    swapped = False
+
     def run_ptrs(self, a_ptr, b_ptr, out_ptr, bias_ptr, views, *inputs):
+        if self.swapped:
+            a_ptr, b_ptr = b_ptr, a_ptr
         self.launch(self.device, (a_ptr, b_ptr, out_ptr, out_ptr, bias_ptr or out_ptr), (1.0, 0.0), self._jit_views,
                     views, *inputs)
 

@@ -297,11 +297,12 @@ class HopperPlan(LaunchedPlan):
     carveout when planned: the carveout is in the plan's key)."""
 
     __slots__ = ("config", "copy_a", "copy_b", "copy_c", "copy_out", "reads_c", "launch", "batched", "one_launch",
-                 "pointer_launch", "sms")
+                 "pointer_launch", "sms", "swapped")
 
     def __init__(self, device, config, copy_a, copy_b, copy_c, copy_out, read, activation="none", batched=False, *,
                  sms):
         self.device, self.config, self.reads_c, self.activation, self.sms = device, config, read, activation, sms
+        self.swapped = config.swap_ab
         self.copy_a, self.copy_b, self.copy_c, self.copy_out = copy_a, copy_b, copy_c, copy_out
         self.batched = batched
         self.path = "hopper-padded" if (copy_a or copy_b or copy_c or copy_out) else "hopper"
@@ -340,10 +341,7 @@ class HopperPlan(LaunchedPlan):
 
     def kernel_order(self, a, b) -> tuple:
         """(a, b), or (b, a) under swap-AB: the kernel's A and B (it computes Cᵀ = bᵀ·aᵀ)."""
-        return (b, a) if self.config.swap_ab else (a, b)
-
-    def run_ptrs(self, a_ptr, b_ptr, out_ptr, bias_ptr, views, *inputs):
-        super().run_ptrs(*self.kernel_order(a_ptr, b_ptr), out_ptr, bias_ptr, views, *inputs)
+        return (b, a) if self.swapped else (a, b)
 
     def _launch(self, a, b, target, cin, args):
         """One launch into `target` (out, or its aligned stand-in), C as read (`cin`; None: not
@@ -398,7 +396,7 @@ class SplitPlan(HopperPlan):
 
     def run_ptrs(self, a_ptr, b_ptr, out_ptr, bias_ptr, views, *inputs):
         ws, counters = self._scratch(self.scratch_device)
-        first, second = self.kernel_order(a_ptr, b_ptr)
+        first, second = (b_ptr, a_ptr) if self.swapped else (a_ptr, b_ptr)
         tiles = (out_ptr, out_ptr) if self.config.stream_k else ()  # EpilogueOperands' tile_out, tile_cin
         self.launch(self.device, (first, second, ws.data_ptr(), counters.data_ptr(), out_ptr, out_ptr,
                                   bias_ptr or out_ptr, *tiles), (1.0, 0.0), self._split_views,
