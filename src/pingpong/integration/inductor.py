@@ -178,9 +178,8 @@ def gemm_out(a, b, *optional, out, **epilogue):
 
 @lowered("linear")
 def linear_out(x, w, *optional, bias: bool, activation, out):
-    """pingpong::linear into inductor's buffer (`direct.linear`'s body: one call fewer)."""
-    b = optional[0] if bias else None
-    direct.layer_plan(x, w, b, activation).forward(x, w, b, out)
+    """pingpong::linear into inductor's buffer."""
+    direct.linear(x, w, optional[0] if bias else None, activation, out)
 
 
 def register() -> None:

@@ -236,19 +236,16 @@ def split_scratch(device: torch.device, words: int, counters: int) -> tuple[torc
     wherever `stream_zeros` keeps nothing (a CUDA graph being captured, off a GPU, the
     CUDA-graph trees' stream)."""
     key = keeping_stream(device)
-    ws, zeros = (None, None) if key is None else (_WORKSPACES.get(key), _COUNTERS.get(key))
-    if ws is None or ws.numel() < words or zeros is None or zeros.numel() < counters:
-        if key is None or _graph_tree_stream(key):
-            return (torch.empty(words, dtype=torch.float32, device=device),
-                    torch.zeros(counters, dtype=torch.int32, device=device))
-        if ws is None or ws.numel() < words:  # the old buffer is freed in its stream's order
-            if words > WORKSPACE_KEEP_WORDS:
-                ws = torch.empty(words, dtype=torch.float32, device=device)
-            else:
-                ws = _WORKSPACES[key] = torch.empty(max(words, 4096), dtype=torch.float32, device=device)
-        if zeros is None or zeros.numel() < counters:
-            zeros = _COUNTERS[key] = torch.zeros(max(counters, 4096), dtype=torch.int32, device=device)
-    return ws, zeros
+    if key is None:
+        return (torch.empty(words, dtype=torch.float32, device=device),
+                torch.zeros(counters, dtype=torch.int32, device=device))
+    ws = _WORKSPACES.get(key)
+    if ws is None or ws.numel() < words:  # the old buffer is freed in its stream's order
+        if words > WORKSPACE_KEEP_WORDS or _graph_tree_stream(key):
+            ws = torch.empty(words, dtype=torch.float32, device=device)
+        else:
+            ws = _WORKSPACES[key] = torch.empty(max(words, 4096), dtype=torch.float32, device=device)
+    return ws, _kept_zeros(_COUNTERS, key, device, counters, torch.int32)
 
 
 def stream_zeros(kept: dict, device: torch.device, n: int, dtype=torch.int32) -> torch.Tensor:
@@ -264,6 +261,11 @@ def stream_zeros(kept: dict, device: torch.device, n: int, dtype=torch.int32) ->
     key = keeping_stream(device)
     if key is None:
         return torch.zeros(n, dtype=dtype, device=device)
+    return _kept_zeros(kept, key, device, n, dtype)
+
+
+def _kept_zeros(kept: dict, key: tuple[int, int], device: torch.device, n: int, dtype) -> torch.Tensor:
+    """`stream_zeros` on a stream that may keep buffers (`key`, from `keeping_stream`)."""
     buf = kept.get(key)
     if buf is None or buf.numel() < n:  # the old buffer is freed in its stream's order
         if _graph_tree_stream(key):
