@@ -459,8 +459,9 @@ def test_mid_rows_constants_fit_the_measured_sweeps():
     they moved); the 16-bit 128×144 on H200 run 425 and run 426 (held out: the picks it
     changed), its staged cooperative swap-AB tiles on run 443 and run 444 (held out), the
     narrow swap-AB tiles on run 478 and runs 479-480 (held out: the picks they changed), the
-    FP8 model's on run 481 and run 482 (held out): a constant changed without a refit fails
-    here."""
+    FP8 model's on run 481 and run 482 (held out), the narrow cooperative 128×96 on run 541 (97-128
+    rows; run 540's 512-row products score lower: their best configs are near their picks), a
+    constant changed without a refit fails here."""
     fit = _midrows_fit()
     sets, kinds = fit.load(), fit.kinds()
     bounds = {"run174": 0.98, "runs113-114": 0.96, "heldout-h200-2027": 0.96, "h200-run368-swap": 0.98,
@@ -479,7 +480,7 @@ def test_mid_rows_constants_fit_the_measured_sweeps():
               "h200-run478-swap-widths": 0.98, "h200-run479-narrow-swap-heldout": 0.98,
               "h200-run480-narrow-swap-heldout": 0.99, "h200-run481-fp8-tensor-narrow-swap": 0.98,
               "h200-run481-fp8-row-narrow-swap": 0.98, "h200-run482-fp8-tensor-narrow-heldout": 0.99,
-              "h200-run482-fp8-row-narrow-heldout": 0.99}
+              "h200-run482-fp8-row-narrow-heldout": 0.99, "h200-run540-m512": 0.90, "h200-run541-mid128": 0.99}
     assert set(bounds) == set(sets)
     assert {n for n, k in kinds.items() if k == "fp8"} == {n for n in sets if "fp8" in n}
     for name, bound in bounds.items():
@@ -588,3 +589,16 @@ def test_the_heuristic_says_which_row_of_its_rule_chose(M, N, K, why):
     config, said = select.heuristic_choice(M, N, K)
     assert config == select.heuristic_config(M, N, K) and said.startswith(why), said
     assert ("ways" in said) == (config.split_k > 1), said
+
+
+def test_narrow_cooperative_tile_up_to_128_rows():
+    """97-128 rows by a long N of 9216-11008 take the cooperative 128×96 (one wave of 96 or 115
+    tiles; set h200-run541-mid128: 0.95-0.98 of cuBLAS where the 128×192 split 2 ways ran at
+    0.79-0.84); above 128 rows, the most it was measured at, it is no candidate."""
+    narrow = KernelConfig(128, 96, 64)
+    for M in (97, 112, 128):
+        for N in (9216, 11008):
+            assert select.heuristic_config(M, N, 4096, 132) == narrow, (M, N)
+    assert narrow in select.MID_ROWS.candidates(64, 128)
+    assert narrow not in select.MID_ROWS.candidates(64, 129)
+    assert select.heuristic_config(129, 9216, 4096, 132) != narrow

@@ -221,11 +221,11 @@ def test_clusters_are_searched_only_when_asked():
 
 def test_the_search_includes_stream_k_and_the_mid_rows_whole_tiles():
     """Stream-K (on the heuristic's tile and 128×128) and, for mid rows, the mid-rows model's
-    whole tiles (128×160, swap-AB 64×144/160/192) and its narrow swap-AB tiles where they
+    whole tiles (128×160, swap-AB 64×144/160/192) and its narrow tiles where their row limits
     hold M are in the quick grid; the full space holds
     stream-K twins (never split: stream-K divides K itself) and the two-piece widths; a
     sampler's stream-K trial builds a config that validates."""
-    from pingpong.hopper.host.select import MID_ROWS_NARROW_SWAP, MID_ROWS_WHOLE_TILES
+    from pingpong.hopper.host.select import MID_ROWS_NARROW, MID_ROWS_NARROW_SWAP, MID_ROWS_WHOLE_TILES
 
     grid = tune.quick_grid(372, 3072, 8192)
     assert KernelConfig(128, 128, 64, stream_k=True) in grid
@@ -236,6 +236,8 @@ def test_the_search_includes_stream_k_and_the_mid_rows_whole_tiles():
     assert set(MID_ROWS_WHOLE_TILES) <= set(tune.quick_grid(82, 16384, 4096)), "82 rows the mid-rows model decides"
     assert set(MID_ROWS_NARROW_SWAP) <= set(tune.quick_grid(75, 16384, 4096)), "the narrow swap-AB tiles holding M"
     assert KernelConfig(128, 80, 64, swap_ab=True) not in tune.quick_grid(82, 16384, 4096), "80 columns hold no 82 rows"
+    assert set(MID_ROWS_NARROW) <= set(tune.quick_grid(112, 9216, 4096)), "the narrow cooperative tile to 128 rows"
+    assert not set(MID_ROWS_NARROW) & set(tune.quick_grid(200, 9216, 4096)), "and no further"
     space = tune.space(372, 3072, 8192)
     streamed = [c for c in space if c.stream_k]
     assert streamed and all(c.split_k == 1 for c in streamed)

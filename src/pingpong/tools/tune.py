@@ -50,8 +50,8 @@ from ..runtime.spec import SCALE_BLOCK
 from ..hopper.host.fp8_select import (FP8_MID_ROWS, FP8_MID_ROWS_MIN_M, NARROW_STAGED_SWAPS, STAGED_SWAP_MAX_M,
                                       STAGED_SWAPS)
 from ..hopper.host.select import (DECODE_M, DEFAULT_SMS, FEW_WIDTHS, MID_M, MID_ROWS, MID_ROWS_MAX_M,
-                                  MID_ROWS_NARROW_SWAP, MID_ROWS_WHOLE_TILES, MID_WIDTHS, SMALL_TILE_K_BYTES,
-                                  WAVE_SWAP_MAX_M, choose, heuristic_config, mid_rows_decides)
+                                  MID_ROWS_NARROW, MID_ROWS_NARROW_SWAP, MID_ROWS_WHOLE_TILES, MID_WIDTHS,
+                                  SMALL_TILE_K_BYTES, WAVE_SWAP_MAX_M, choose, heuristic_config, mid_rows_decides)
 from .suites import SUITES, suite
 
 EXIT_USAGE = 2
@@ -256,8 +256,8 @@ def quick_grid(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2, cl
     the heuristic's tile and on 128×128, for M ≤ 2·MID_M the mid-size 64-row ping-pong tiles
     of every width in MID_WIDTHS, and where the mid-rows model decides (select.mid_rows_decides)
     its whole tiles (MID_ROWS_WHOLE_TILES: 128×160, 128×144, swap-AB 64×144/160/192 and
-    cooperative swap-AB 128×128/144/160/192) and the narrow swap-AB tiles whose width holds M
-    (MID_ROWS_NARROW_SWAP: 128×80, 128×96)."""
+    cooperative swap-AB 128×128/144/160/192) and the narrow tiles whose row limit holds M
+    (MID_ROWS_NARROW_SWAP: swap-AB 128×80, 128×96; MID_ROWS_NARROW: 128×96)."""
     h = heuristic_config(M, N, K, in_bytes=in_bytes)
     other = "pingpong" if h.schedule == "cooperative" else "cooperative"
     if h.swap_ab:
@@ -275,7 +275,7 @@ def quick_grid(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2, cl
     if M <= 2 * MID_M:  # the mid-size tiles (select's heuristic picks one of them for 17..128 rows)
         grid += [KernelConfig(64, bn, 64, schedule="pingpong") for bn in MID_WIDTHS]
     if mid_rows_decides(M, N, K, in_bytes=in_bytes):
-        grid += list(MID_ROWS_WHOLE_TILES) + [c for c in MID_ROWS_NARROW_SWAP if M <= MID_ROWS.max_m[c]]
+        grid += list(MID_ROWS_WHOLE_TILES) + [c for c in (*MID_ROWS_NARROW_SWAP, *MID_ROWS_NARROW) if M <= MID_ROWS.max_m[c]]
     # small tiles with one and with two 64-element k-steps per ring slot (K_BYTES)
     grid += [dataclasses.replace(c, block_k=kb // in_bytes) for c in grid if c.block_m * c.block_n <= 64 * 128
              for kb in K_BYTES]

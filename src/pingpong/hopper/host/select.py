@@ -34,7 +34,8 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count, less torch's SM 
     |                               | (128×160, 128×144; swap-AB 64×144/160/192 and       |
     |                               | 128×128/144/160/192: M on the width) or of          |
     |                               | MID_ROWS_NARROW_SWAP (swap-AB 128×80/96 where M is  |
-    |                               | at most the width),                                 |
+    |                               | at most the width) or MID_ROWS_NARROW (128×96 up to |
+    |                               | 128 rows),                                          |
     |                               | of least modelled time (below)                      |
     |                               | — unsplit with ≤ S/2 128×128 tiles and no swap-AB:  |
     |                               | few tiles                                           |
@@ -208,10 +209,16 @@ MID_ROWS_WHOLE_TILES = {KernelConfig(128, 160, 64): 1.0, KernelConfig(128, 144, 
 #: N), not the few-tile rule (70×7168×5120 1.02× its 64×128 ping-pong; benchmarks/RESULTS.md,
 #: 2026-11-30)
 MID_ROWS_NARROW_SWAP = {KernelConfig(128, 80, 64, swap_ab=True): 0.95, KernelConfig(128, 96, 64, swap_ab=True): 0.95}
+#: ... and the narrow cooperative 128×96 (128 rows of M), unsplit, for products of one row of
+#: 128-row tiles along a long N whose 128-wide tiles fill about half a wave or more than one
+#: (97-128 × 9216 × 4096: 96 tiles in one wave, 0.95-0.98 of cuBLAS, where 72 tiles of
+#: 128×192 split 2 ways ran at 0.79-0.84). Measured only up to 128 rows (128×80 was measured
+#: beside it and fitted to no use), so that is its row limit
+MID_ROWS_NARROW = {KernelConfig(128, 96, 64): 0.9}
 #: the 16-bit kernels' mid-rows model (K in SPLIT_STEP_K-element k-steps)
-MID_ROWS = MidRowsModel({**MID_ROWS_TILES, **MID_ROWS_WHOLE_TILES, **MID_ROWS_NARROW_SWAP},
-                        frozenset(MID_ROWS_WHOLE_TILES) | frozenset(MID_ROWS_NARROW_SWAP), 32, SPLIT_STEP_K,
-                        {c: c.block_n for c in MID_ROWS_NARROW_SWAP})
+MID_ROWS = MidRowsModel({**MID_ROWS_TILES, **MID_ROWS_WHOLE_TILES, **MID_ROWS_NARROW_SWAP, **MID_ROWS_NARROW},
+                        frozenset(MID_ROWS_WHOLE_TILES) | frozenset(MID_ROWS_NARROW_SWAP) | frozenset(MID_ROWS_NARROW),
+                        32, SPLIT_STEP_K, {**{c: c.block_n for c in MID_ROWS_NARROW_SWAP}, **{c: MID_M for c in MID_ROWS_NARROW}})
 #: the mid-size tile's widths, widest first (ties in tile count go to the wider)
 MID_WIDTHS = (96, 64, 32)
 #: with a long K the mid-size tile is at least MID_SPLIT_WIDTH wide and split into as many parts
