@@ -40,7 +40,11 @@ collector off while timing), each call timed by CUDA events around it with no wa
 calls (timed in blocks of calls instead, a host-bound step ran slower when its block came first
 in a round). Reported: the median ms per call of each, the median over pairs of rounds (one of
 each order) of the pair's ratio torch / pingpong (> 1: pingpong faster) with the pairs' range
-and interquartile range, and for
+and interquartile range; then the same ratio with each model's calls back to back ("loop": a
+block of `--iters` calls of one model timed from the host, blocks alternated, pairs of rounds
+of each order as above), as a loop serving one model runs them: the two disagree for
+host-bound calls (a compiled decode ran slower interleaved with the other model than in a loop
+of its own), so both are shown; and for
 compiled modes, from torch.profiler on calls separate from the timing: the host µs per
 outermost GEMM-op call (`aten::mm`/`aten::addmm`/`aten::_scaled_mm` in torch's compiled graph,
 `pingpong::*` in pingpong's; an op called inside another, e.g. a quantization inside an FP8
@@ -65,7 +69,7 @@ import torch
 
 import pingpong
 from pingpong.tools import bench
-from pingpong.tools.timing import interleaved, kernel_us
+from pingpong.tools.timing import alternated, interleaved, kernel_us
 
 
 def llama(transformers, args, dtype):
@@ -107,13 +111,18 @@ MODES = ("eager", "graph", "compiled", "reduce-overhead", "dynamic")
 def ratios(fns: dict, rounds: int, iters: int) -> dict:
     """Median ms per call of each callable after two warm-up calls each, timed call by call,
     interleaved (`pingpong.tools.timing.interleaved`, CUDA events around each call), and the
-    median, range and interquartile range (%) over pairs of rounds of the ratio torch / pingpong."""
+    median, range and interquartile range (%) over pairs of rounds of the ratio torch / pingpong;
+    then the same ratio in loops (`loop`, its range `loop_lo`-`loop_hi`): each model's `iters`
+    calls back to back, timed as a block (`per_call`), in rounds of alternated order
+    (`pingpong.tools.timing.alternated`)."""
     for fn in fns.values():
         per_call(fn, 2)
 
     p = interleaved(fns["torch"], fns["pingpong"], iters, rounds, settle=torch.cuda.synchronize)
+    loop = alternated(lambda: per_call(fns["torch"], iters), lambda: per_call(fns["pingpong"], iters), rounds)
     return {"torch": statistics.median(t for t, _ in p.times), "pingpong": statistics.median(q for _, q in p.times),
-            "ratio": p.ratio, "lo": p.lo, "hi": p.hi, "iqr_pct": p.iqr_pct}
+            "ratio": p.ratio, "lo": p.lo, "hi": p.hi, "iqr_pct": p.iqr_pct,
+            "loop": loop.ratio, "loop_lo": loop.lo, "loop_hi": loop.hi}
 
 
 def is_gemm_op(name: str) -> bool:
@@ -346,7 +355,7 @@ def main(argv=None) -> int:
             print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14, max_name_column_width=50))
 
     print(f"\n{'mode':<16} {'workload':<8} {'torch ms':>9} {'pingpong ms':>11} {'torch/pp':>8} {'round range':>13} {'IQR %':>5}"
-          f" {'host µs/op torch, pp':>22} {'GPU ms all/GEMM torch; pp':>27} {'recompiles':>10}")
+          f" {'loop torch/pp':>21} {'host µs/op torch, pp':>22} {'GPU ms all/GEMM torch; pp':>27} {'recompiles':>10}")
     for mode, work, t in rows:
         print(row(mode, work, t))
     return 0
@@ -359,7 +368,8 @@ def row(mode: str, work: str, t: dict) -> str:
            if "torch gpu" in t else "-")
     again = f"{t['torch recompiles']}, {t['pingpong recompiles']}" if "torch recompiles" in t else "-"
     return (f"{mode:<16} {work:<8} {t['torch']:9.3f} {t['pingpong']:11.3f} {t['ratio']:8.3f}"
-            f" {t['lo']:6.3f}-{t['hi']:.3f} {t['iqr_pct']:5.1f} {host:>22} {gpu:>27} {again:>10}")
+            f" {t['lo']:6.3f}-{t['hi']:.3f} {t['iqr_pct']:5.1f} {t['loop']:7.3f} ({t['loop_lo']:.3f}-{t['loop_hi']:.3f})"
+            f" {host:>22} {gpu:>27} {again:>10}")
 
 
 if __name__ == "__main__":
