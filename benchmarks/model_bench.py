@@ -44,7 +44,9 @@ and interquartile range; then the same ratio with each model's calls back to bac
 block of `--iters` calls of one model timed from the host, blocks alternated, pairs of rounds
 of each order as above), as a loop serving one model runs them: the two disagree for
 host-bound calls (a compiled decode ran slower interleaved with the other model than in a loop
-of its own), so both are shown; and for
+of its own), so both are shown, with the TMA descriptors pingpong's launches encoded per call in
+each (its map caches are keyed by address: activations at new addresses cost a host-side
+encode each); and for
 compiled modes, from torch.profiler on calls separate from the timing: the host µs per
 outermost GEMM-op call (`aten::mm`/`aten::addmm`/`aten::_scaled_mm` in torch's compiled graph,
 `pingpong::*` in pingpong's; an op called inside another, e.g. a quantization inside an FP8
@@ -68,6 +70,7 @@ import time
 import torch
 
 import pingpong
+from pingpong.runtime import launcher
 from pingpong.tools import bench
 from pingpong.tools.timing import alternated, interleaved, kernel_us
 
@@ -114,15 +117,21 @@ def ratios(fns: dict, rounds: int, iters: int) -> dict:
     median, range and interquartile range (%) over pairs of rounds of the ratio torch / pingpong;
     then the same ratio in loops (`loop`, its range `loop_lo`-`loop_hi`): each model's `iters`
     calls back to back, timed as a block (`per_call`), in rounds of alternated order
-    (`pingpong.tools.timing.alternated`)."""
+    (`pingpong.tools.timing.alternated`); and the TMA descriptors pingpong's launches had to
+    encode per pingpong call in each (`maps`: the launcher's address-keyed map caches missed,
+    `pingpong.runtime.launcher.ENCODED`)."""
     for fn in fns.values():
         per_call(fn, 2)
 
+    made = launcher.ENCODED
     p = interleaved(fns["torch"], fns["pingpong"], iters, rounds, settle=torch.cuda.synchronize)
+    made, interleaved_maps = launcher.ENCODED, launcher.ENCODED - made
     loop = alternated(lambda: per_call(fns["torch"], iters), lambda: per_call(fns["pingpong"], iters), rounds)
+    forwards = len(p.times) * iters  # pingpong's timed calls in each (interleaved: and half as many lead-ins)
     return {"torch": statistics.median(t for t, _ in p.times), "pingpong": statistics.median(q for _, q in p.times),
             "ratio": p.ratio, "lo": p.lo, "hi": p.hi, "iqr_pct": p.iqr_pct,
-            "loop": loop.ratio, "loop_lo": loop.lo, "loop_hi": loop.hi}
+            "loop": loop.ratio, "loop_lo": loop.lo, "loop_hi": loop.hi,
+            "maps": (interleaved_maps / (forwards + len(p.times) // 2), (launcher.ENCODED - made) / forwards)}
 
 
 def is_gemm_op(name: str) -> bool:
@@ -355,7 +364,7 @@ def main(argv=None) -> int:
             print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14, max_name_column_width=50))
 
     print(f"\n{'mode':<16} {'workload':<8} {'torch ms':>9} {'pingpong ms':>11} {'torch/pp':>8} {'round range':>13} {'IQR %':>5}"
-          f" {'loop torch/pp':>21} {'host µs/op torch, pp':>22} {'GPU ms all/GEMM torch; pp':>27} {'recompiles':>10}")
+          f" {'loop torch/pp':>21} {'TMA maps/call il, loop':>22} {'host µs/op torch, pp':>22} {'GPU ms all/GEMM torch; pp':>27} {'recompiles':>10}")
     for mode, work, t in rows:
         print(row(mode, work, t))
     return 0
@@ -369,6 +378,7 @@ def row(mode: str, work: str, t: dict) -> str:
     again = f"{t['torch recompiles']}, {t['pingpong recompiles']}" if "torch recompiles" in t else "-"
     return (f"{mode:<16} {work:<8} {t['torch']:9.3f} {t['pingpong']:11.3f} {t['ratio']:8.3f}"
             f" {t['lo']:6.3f}-{t['hi']:.3f} {t['iqr_pct']:5.1f} {t['loop']:7.3f} ({t['loop_lo']:.3f}-{t['loop_hi']:.3f})"
+            f" {t['maps'][0]:10.1f}, {t['maps'][1]:9.1f}"
             f" {host:>22} {gpu:>27} {again:>10}")
 
 

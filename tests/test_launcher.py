@@ -18,7 +18,7 @@ from pingpong.hopper.host import launch as hl, table as tables
 from pingpong.hopper.host.config import KernelConfig
 from pingpong.hopper.device.epilogue import EpilogueConstants, EpilogueOperands
 from pingpong.hopper.host.select import choose
-from pingpong.runtime import compile as cc
+from pingpong.runtime import compile as cc, launcher
 from pingpong.runtime.spec import EpilogueArgs
 from pingpong.runtime.launcher import CachedLaunch, DirectLaunch, bind_jit_args, hooks_idle, launch_key, \
     launch_ready
@@ -53,8 +53,13 @@ def test_gemm_direct_launch_passes_what_triton_passes(monkeypatch, col_major_a, 
         cin = c if with_c else out
         ptrs = (a.data_ptr(), b.data_ptr(), out.data_ptr(), cin.data_ptr(), (bias if with_bias else out).data_ptr())
         assert ptrs[2:] == hl.operand_pointers(out, epilogue, cin)  # what HopperPlan derives
+        made = launcher.ENCODED
         bound((grid[0], 1, 1), 99, ptrs, (1.5, 0.25 if with_c else 0.0))
+        assert launcher.ENCODED - made == 4  # a map per descriptor, counted (model_bench reads the count)
     theirs, ours = calls
+    bound((grid[0], 1, 1), 99, ptrs, (1.5, 0.25 if with_c else 0.0))
+    bound((grid[0], 1, 1), 99, (ptrs[0] + 4096, *ptrs[1:]), (1.5, 0.25 if with_c else 0.0))
+    assert launcher.ENCODED - made == 5  # cached by address: again none, then one for A's new address
     (head, hooks, tail, args), (t_head, _, t_tail, t_args) = fake_launcher.parts(ours), fake_launcher.parts(theirs)
     assert head == t_head and tail == t_tail  # grid, stream, function, flags, packed metadata, scratch, signature
     assert hooks == (None, None, None)  # no launch metadata and no hooks

@@ -57,6 +57,9 @@ from triton import knobs
 #: slot sees every such weight and the activations' addresses: 64 made an eager Llama forward
 #: re-encode maps all the time.
 MAP_CACHE_SIZE = 1024
+#: CUtensorMaps encoded so far in this process (the map caches' misses, each a host-side
+#: `cuTensorMapEncodeTiled`): a diagnostic, read by benchmarks/model_bench.py
+ENCODED = 0
 
 
 def hooks_idle() -> bool:
@@ -188,9 +191,11 @@ class BoundLaunch:
 
     def tensor_map(self, i: int, ptr: int):
         """The CUtensorMap of slot i's descriptor at `ptr` (cached by address)."""
+        global ENCODED
         maps = self.maps[i]
         m = maps.get(ptr)
         if m is None:
+            ENCODED += 1
             if len(maps) >= MAP_CACHE_SIZE:
                 maps.clear()
             (swizzle, elem_size, elem_type, block), shape, strides = self.slots[i]
