@@ -19,6 +19,9 @@ quantize_fp8_blocks_t (pingpong.quantize), quantize_groups_t (pingpong.quantize_
                                                     LayerPlan (one dict lookup), one launch;
                                                     a new signature is validated first, as
                                                     the eager call is (errors name x, weight)
+                                            in a static graph: …, site=<62-bit id>, out=buf3)
+                                                 └─ that site's LayerPlan, kept from its
+                                                    first call (SITES): no layer key
 
 An op with several outputs is one call that writes a buffer per output (`_nodes`):
 
@@ -62,6 +65,7 @@ import collections
 import contextlib
 import functools
 import os
+import secrets
 
 import torch
 from torch.autograd import profiler as torch_profiler
@@ -73,7 +77,7 @@ _range = torch._C._profiler._RecordFunctionFast
 
 from . import direct
 from ..runtime import plan as plan_mod
-from ..runtime.spec import DENSE_TENSORS, NO_ARGS, EpilogueArgs, build_args
+from ..runtime.spec import DENSE_TENSORS, NO_ARGS, EpilogueArgs, build_args, sm_carveout
 
 __all__ = ["register", "lowered", "CALLS", "KERNELS", "lowering_version"]
 
@@ -85,6 +89,12 @@ CALLS: "collections.defaultdict[str, int]" = collections.defaultdict(int)
 #: beside the op; the arguments follow from the op's schema: `_lowering`)
 KERNELS: dict = {}
 _pending: list = []  # names of KERNELS not yet lowered (`register` lowers them)
+#: ops whose call in a static graph carries its site (`_lowering`, `linear_out`)
+SITED = {"linear"}
+#: a call site of a static graph (its `site`) -> (its LayerPlan, the SM carveout it was made
+#: under); emptied when SITE_CACHE_SIZE are held
+SITES: dict[int, tuple] = {}
+SITE_CACHE_SIZE = 4096
 _registered = False  # whether `register` ran (an op module imported later lowers its op at once)
 
 
@@ -177,9 +187,26 @@ def gemm_out(a, b, *optional, out, **epilogue):
 
 
 @lowered("linear")
-def linear_out(x, w, *optional, bias: bool, activation, out):
-    """pingpong::linear into inductor's buffer."""
-    direct.linear(x, w, optional[0] if bias else None, activation, out)
+def linear_out(x, w, *optional, bias: bool, activation, out, site: int = 0):
+    """pingpong::linear into inductor's buffer. A call of a static graph names its `site`
+    (`_lowering`): inductor fixed the layout of every tensor there, so the site's LayerPlan
+    is taken without the layer key (SITES) while the SM carveout is the one it was made under
+    and the tensors are 16-byte aligned (the layouts' offsets are fixed, a graph input's
+    address is not); otherwise `direct.linear` (a site's first call keeps its plan)."""
+    b = optional[0] if bias else None
+    if site:
+        kept = SITES.get(site)
+        if kept is not None and kept[1] == sm_carveout() and not (
+                x.data_ptr() | w.data_ptr() | (b.data_ptr() if bias else 0)) & 15:
+            kept[0].forward(x, w, b, out)
+            return
+        lp = direct.layer_plan(x, w, b, activation)
+        if len(SITES) >= SITE_CACHE_SIZE:
+            SITES.clear()
+        SITES[site] = (lp, sm_carveout())
+        lp.forward(x, w, b, out)
+        return
+    direct.linear(x, w, b, activation, out)
 
 
 def register() -> None:
@@ -201,7 +228,7 @@ def register() -> None:
         if MODES[name] == "dispatcher":  # inductor's default fallback
             continue
         op = getattr(torch.ops.pingpong, name).default
-        lowering.register_lowering(op, type_promotion_kind=None)(_lowering(op, f"pingpong_{name}"))
+        lowering.register_lowering(op, type_promotion_kind=None)(_lowering(op, f"pingpong_{name}", name in SITED))
 
 
 #: how inductor's code calls each registered op, as `_calls` said when it registered
@@ -288,10 +315,13 @@ def _keyed(add: bool = False) -> bool:
     return add
 
 
-def _lowering(op, kernel: str):
+def _lowering(op, kernel: str, sited: bool = False):
     """Inductor's lowering of `op`: an ExternKernelOut that calls extern_kernels.<kernel>
     with the arguments `lowered` names, read from the op's schema (several outputs: a call
-    that writes the buffers of its outputs, `_written`)."""
+    that writes the buffers of its outputs, `_written`); `sited`: where the node's tensors
+    are all of static layout, also `site=`, a random 62-bit number naming this call (`SITES`;
+    random, so that code from inductor's cache, made by another process, names other sites
+    than code compiled here)."""
     from torch._inductor import ir
     from torch._inductor.lowering import fallback_handler
     from torch._inductor.virtualized import V
@@ -315,11 +345,20 @@ def _lowering(op, kernel: str):
         consts = {n: bound[n] for n in others}
         if isinstance(val, (tuple, list)):
             return _written(val, inputs, {**flags, **consts}, f"extern_kernels.{kernel}")
-        node = ir.ExternKernelOut(layout=_layout(val), inputs=inputs, kwargs={**flags, **consts},
+        site = {"site": secrets.randbits(62) or 1} if sited and _static(V.graph.current_node) else {}
+        node = ir.ExternKernelOut(layout=_layout(val), inputs=inputs, kwargs={**flags, **consts, **site},
                                   python_kernel_name=f"extern_kernels.{kernel}")
         return ir.TensorBox.create(node)
 
     return lower
+
+
+def _static(node) -> bool:
+    """Whether an FX node's inputs and output are tensors of static sizes, strides and offsets
+    (no symbol: inductor fixes their layouts in the generated code)."""
+    vals = [a.meta.get("val") for a in node.all_input_nodes] + [node.meta.get("val")]
+    return all(isinstance(v, torch.Tensor) and all(type(d) is int for d in (*v.shape, *v.stride(), v.storage_offset()))
+               for v in vals)
 
 
 def _layout(val):
