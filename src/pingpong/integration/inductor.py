@@ -108,7 +108,8 @@ def lowered(name: str):
     """Make the decorated function the direct call of pingpong::<name> in inductor's code.
 
     It is called as fn(*required tensors, *the optional tensors given, <optional>=bool for
-    each optional tensor, <the other arguments but out_dtype>, out=buffer), in the schema's
+    each optional tensor, <the other arguments but out_dtype>, [site=int for an op in SITED,
+    in a static graph,] out=buffer), in the schema's
     order (out_dtype is out's dtype), and writes the result into `out`; for an op with several
     outputs `out` is a tuple of their buffers, in the order the op returns them, and fn
     returns None. Each call is counted in CALLS and shows to torch.profiler as a
