@@ -1,5 +1,5 @@
 """GPU correctness of the two-piece tiles of any P1 + P2 (config.column_pieces: 80 = 64 + 16,
-144 = 128 + 16, 160 = 128 + 32): the first piece loaded as P1/P2 boxes (device/loader.py), the
+96 = 64 + 32, 144 = 128 + 16, 160 = 128 + 32): the first piece loaded as P1/P2 boxes (device/loader.py), the
 second at off_n + P1, the epilogue's P1/P2 + 1 sub-tiles (marker `gpu`: skipped where no Hopper
 is). Data-parallel cooperative and ping-pong tiles through the TMA epilogue, swap-AB through the
 pointer epilogue; odd shapes, per-column and per-row bias, an activation, α and β·C, the output
@@ -19,6 +19,7 @@ pytestmark = pytest.mark.gpu
 
 CONFIGS = {
     "cooperative-80": KernelConfig(128, 80, 64, schedule="cooperative"),
+    "cooperative-96": KernelConfig(128, 96, 64, schedule="cooperative"),
     "pingpong-80": KernelConfig(64, 80, 64, schedule="pingpong"),
     "cooperative-144": KernelConfig(128, 144, 64, schedule="cooperative"),
     "pingpong-144": KernelConfig(64, 144, 64, schedule="pingpong"),
@@ -71,7 +72,7 @@ def test_p1_plus_p2_tiles_on_the_mid_row_shapes(name, shape):
 
 
 #: shapes whose untuned selection is one of the mid-rows model's whole tiles (select.MID_ROWS_WHOLE_TILES,
-#: MID_ROWS_NARROW_SWAP),
+#: MID_ROWS_NARROW_SWAP, MID_ROWS_NARROW),
 #: or a 128×256 tile with 64-column epilogue sub-tiles (select.epilogue_subtiles: one wave, or a few
 #: of a short K loop):
 #: (block_m, block_n, swap_ab, epilogue_n)
@@ -80,7 +81,8 @@ SELECTED = {(146, 16384, 3072): (128, 160, True, None), (129, 7168, 2048): (64, 
             (193, 10240, 8192): (128, 160, False, None), (513, 37888, 3584): (128, 192, True, None),
             (2000, 2048, 8192): (128, 256, False, 64), (1466, 3072, 3072): (128, 144, True, None),
             (2000, 8192, 2048): (128, 256, False, 64), (353, 21888, 2048): (128, 256, False, 64),
-            (75, 8192, 3584): (128, 80, True, None), (92, 9216, 7168): (128, 96, True, None)}
+            (75, 8192, 3584): (128, 80, True, None), (92, 9216, 7168): (128, 96, True, None),
+            (112, 9216, 4096): (128, 96, False, None)}
 
 
 @pytest.mark.parametrize("shape", SELECTED)

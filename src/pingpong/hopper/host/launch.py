@@ -451,6 +451,8 @@ cc.register("cooperative-192", targets=("sm_90a",))(_offline_builder("cooperativ
 cc.register("cooperative-160", targets=("sm_90a",))(_offline_builder("cooperative", (128, 160, 64)))
 # ... and 128 + 16 (the mid-rows model's 128×144: a 16-column second piece, nine epilogue sub-tiles).
 cc.register("cooperative-144", targets=("sm_90a",))(_offline_builder("cooperative", (128, 144, 64)))
+# ... and the mid-rows model's narrow cooperative 128×96 (64 + 32 columns; select.MID_ROWS_NARROW).
+cc.register("cooperative-96", targets=("sm_90a",))(_offline_builder("cooperative", (128, 96, 64)))
 # select's mid-size tile: ping-pong 64×96 (64 + 32 columns), its ring 10 stages deep.
 cc.register("pingpong-96", targets=("sm_90a",))(_offline_builder("pingpong", (64, 96, 64)))
 # select's mid-size tiles as they run: two 64-element k-steps per ring slot (64×32; 64×96 = 64 + 32).
