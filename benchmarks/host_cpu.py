@@ -118,8 +118,8 @@ def main(argv=None) -> int:
 
 def inductor_calls(x, w, g, args) -> None:
     """The direct calls of inductor's generated code (64³, into a given buffer): a linear's
-    forward (also as a static graph's call names its site), the dX (g @ w) and dW (gᵀ @ x)
-    products of its backward; not profiled, and
+    forward and the dX (g @ w) product of its backward also as a static graph's call names its
+    site, the dW (gᵀ @ x) product; not profiled, and
     under torch.profiler (CPU), where each call is a pingpong::<op> range."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -129,7 +129,8 @@ def inductor_calls(x, w, g, args) -> None:
     gt = g.t()
     calls = {"linear": lambda: k["linear"](x, w, bias=False, activation="none", out=out),
              "linear, a static graph's site": lambda: k["linear"](x, w, bias=False, activation="none", out=out, site=1),
-             "mm dX": lambda: k["mm"](g, w, out=out), "mm dW": lambda: k["mm"](gt, x, out=out)}
+             "mm dX": lambda: k["mm"](g, w, out=out), "mm dW": lambda: k["mm"](gt, x, out=out),
+             "mm dX, a site": lambda: k["mm"](g, w, out=out, site=2)}
     plain = {name: per_call(f, args.calls, args.rounds) for name, f in calls.items()}
     with profile(activities=[ProfilerActivity.CPU]):
         profiled = {name: per_call(f, args.calls // 4, args.rounds) for name, f in calls.items()}

@@ -140,44 +140,56 @@ def test_dynamic_shapes_take_the_direct_calls(interpreted_kernels, fresh_compile
 
 
 def test_a_static_graph_takes_its_sites_plan_without_the_layer_key(interpreted_kernels, fresh_compile, monkeypatch):
-    """pingpong::linear in a static graph names its site (`site=`): its first call keeps the
-    LayerPlan, later calls take it without the layer key (direct.layer_plan not called), with
-    the eager results; an input not 16-byte aligned, or another SM carveout, goes through the
-    layer key again, and still gets the eager result."""
+    """pingpong::linear, mm and gemm in a static graph name their sites (`site=`): a site's
+    first call keeps its plan, later calls take it without the layer key or the spec
+    (direct.layer_plan, direct.gemm not called), with the eager results; an input not 16-byte
+    aligned, or another SM carveout, goes through the key again and still gets the eager
+    result; under symbolic layouts no call names a site."""
     from pingpong.integration import direct
 
     looked = []
-    layer_plan = direct.layer_plan
-    monkeypatch.setattr(direct, "layer_plan", lambda *a: looked.append(1) or layer_plan(*a))
-    w, bias = randn(24, 32, seed=31), randn(24, seed=32)
+    for name in ("layer_plan", "gemm"):
+        real = getattr(direct, name)
+        monkeypatch.setattr(direct, name, lambda *a, real=real, **k: looked.append(1) or real(*a, **k))
+    w, bias, b = randn(24, 32, seed=31), randn(24, seed=32), randn(24, 32, seed=37)
 
-    def f(x, w, bias):
-        return pingpong.linear(x, w, bias, "silu")
+    def f(x, w, bias, b):
+        y = pingpong.linear(x, w, bias, "silu")
+        return y, pingpong.matmul(y, b), pingpong.gemm(y, b, x, beta=0.5, activation="relu")
+
+    def eager(*args):  # the eager calls' own lookups are not the compiled graph's
+        n = len(looked)
+        want = f(*args)
+        del looked[n:]
+        return want
 
     compiled = torch.compile(f, fullgraph=True, backend="inductor")
     x = randn(16, 32, seed=33)
-    got, (code,) = run_and_get_code(compiled, x, w, bias)
-    assert "extern_kernels.pingpong_linear(" in code and "site=" in code, code
-    calls = len(looked)
+    _, (code,) = run_and_get_code(compiled, x, w, bias, b)
+    assert code.count("site=") == 3, code
     for seed in (34, 35):
         x = randn(16, 32, seed=seed)
-        torch.testing.assert_close(compiled(x, w, bias), f(x, w, bias), rtol=0, atol=0, msg=lambda m: f"seed {seed}: {m}")
-    assert len(looked) - calls == 2, "the site's plan: no layer key (only the two eager calls looked)"
-    storage = torch.empty(16 * 32 + 1, dtype=f16)
-    shifted = storage[1:].view(16, 32)  # the same layout 2 bytes off a 16-byte boundary
+        want, looked[:] = eager(x, w, bias, b), []
+        for got, ref in zip(compiled(x, w, bias, b), want):
+            torch.testing.assert_close(got, ref, rtol=0, atol=0, msg=lambda m: f"seed {seed}: {m}")
+        assert not looked, "the sites' plans: no layer key, no spec"
+    shifted = torch.empty(16 * 32 + 1, dtype=f16)[1:].view(16, 32)  # the same layout 2 bytes off 16-byte alignment
     shifted.copy_(randn(16, 32, seed=36))
-    calls = len(looked)
-    torch.testing.assert_close(compiled(shifted, w, bias), f(shifted, w, bias), rtol=0, atol=0)
-    assert len(looked) - calls >= 2, "unaligned: through the layer key"
-    calls = len(looked)
+    want = eager(shifted, w, bias, b)
+    for got, ref in zip(compiled(shifted, w, bias, b), want):
+        torch.testing.assert_close(got, ref, rtol=0, atol=0)
+    assert len(looked) >= 2, "unaligned x: the linear and the gemm (x its C) through the key"
+    looked.clear()
+    want = eager(x, w, bias, b)
     torch._C._set_sm_carveout_experimental(8)
     try:
-        torch.testing.assert_close(compiled(x, w, bias), f(x, w, bias), rtol=0, atol=0)
+        for got, ref in zip(compiled(x, w, bias, b), want):
+            torch.testing.assert_close(got, ref, rtol=0, atol=0)
     finally:
         torch._C._set_sm_carveout_experimental(None)
-    assert len(looked) - calls == 2, "another carveout: through the layer key"
+    assert len(looked) == 3, "another carveout: every call through the key"
     torch._dynamo.reset()
-    _, (code,) = run_and_get_code(torch.compile(f, dynamic=True, backend="inductor"), x, w, bias)
+    _, (code,) = run_and_get_code(torch.compile(f, dynamic=True, backend="inductor"), x, w, bias, b)
     assert "extern_kernels.pingpong_linear(" in code and "site=" not in code, "symbolic layouts: no site"
 
 

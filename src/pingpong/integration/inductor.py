@@ -21,7 +21,8 @@ quantize_fp8_blocks_t (pingpong.quantize), quantize_groups_t (pingpong.quantize_
                                                     the eager call is (errors name x, weight)
                                             in a static graph: …, site=<62-bit id>, out=buf3)
                                                  └─ that site's LayerPlan, kept from its
-                                                    first call (SITES): no layer key
+                                                    first call (SITES): no layer key (mm's
+                                                    and gemm's calls: their plans, no spec)
 
 An op with several outputs is one call that writes a buffer per output (`_nodes`):
 
@@ -89,10 +90,11 @@ CALLS: "collections.defaultdict[str, int]" = collections.defaultdict(int)
 #: beside the op; the arguments follow from the op's schema: `_lowering`)
 KERNELS: dict = {}
 _pending: list = []  # names of KERNELS not yet lowered (`register` lowers them)
-#: ops whose call in a static graph carries its site (`_lowering`, `linear_out`)
-SITED = {"linear"}
-#: a call site of a static graph (its `site`) -> (its LayerPlan, the SM carveout it was made
-#: under); emptied when SITE_CACHE_SIZE are held
+#: ops whose call in a static graph carries its site (`_lowering`; `linear_out`, `mm_out`,
+#: `gemm_out`)
+SITED = {"linear", "mm", "gemm"}
+#: a call site of a static graph (its `site`) -> (its plan: a LayerPlan for linear, else the
+#: product's Plan; the SM carveout it was made under); emptied when SITE_CACHE_SIZE are held
 SITES: dict[int, tuple] = {}
 SITE_CACHE_SIZE = 4096
 _registered = False  # whether `register` ran (an op module imported later lowers its op at once)
@@ -164,50 +166,79 @@ def plan_label(plan) -> str:
     return f"{info['path']} {config.name() if callable(getattr(config, 'name', None)) else config}"
 
 
+def _site_plan(site: int, *tensors):
+    """The plan kept for a static graph's call `site` (SITES; 0: none), where it may be taken:
+    made under the SM carveout in force, and every tensor given (None: absent) 16-byte aligned
+    (inductor fixed the layouts and their offsets; a graph input's address it did not fix)."""
+    kept = SITES.get(site)
+    if kept is None or kept[1] != sm_carveout():
+        return None
+    addresses = 0
+    for t in tensors:
+        if t is not None:
+            addresses |= t.data_ptr()
+    return None if addresses & 15 else kept[0]
+
+
+def _keep(site: int, plan) -> None:
+    """Keep `plan` for `site` (SITES: made under the carveout in force), where both are given."""
+    if site and plan is not None:
+        if len(SITES) >= SITE_CACHE_SIZE:
+            SITES.clear()
+        SITES[site] = (plan, sm_carveout())
+
+
 @lowered("mm")
-def mm_out(a, b, *, out):
-    """pingpong::mm into inductor's buffer."""
+def mm_out(a, b, *, out, site: int = 0):
+    """pingpong::mm into inductor's buffer (a static graph's call: its site's plan, `_site_plan`)."""
+    plan = _site_plan(site, a, b, out)
+    if plan is not None:
+        plan.run(a, b, out, NO_ARGS)
+        return
     direct.gemm(a, b, NO_ARGS, out.dtype, out=out)
+    if site:  # the plan that call made or found, for the site's next calls (None: a batched product)
+        _keep(site, plan_mod.get(build_args(a, b, NO_ARGS, out.dtype)))
 
 
 def _epilogue(optional, epilogue: dict) -> EpilogueArgs:
     """gemm's epilogue from the generated call: `optional` holds the epilogue's tensors that
     were given, in the schema's order, each named by a flag of `epilogue` (the generated call
-    passes tensors positionally); the other arguments of `epilogue` are the schema's scalars."""
+    passes tensors positionally); the other arguments of `epilogue` are the schema's scalars
+    (out and site, where given, are not the epilogue's)."""
     given = iter(optional)
     epilogue.pop("out", None)
+    epilogue.pop("site", None)
     for f in DENSE_TENSORS:  # a flag absent: code generated before that operand existed
         epilogue[f] = next(given) if epilogue.get(f) else None
     return EpilogueArgs(**epilogue)  # the schema's epilogue arguments are EpilogueArgs's fields
 
 
 @lowered("gemm")
-def gemm_out(a, b, *optional, out, **epilogue):
-    """pingpong::gemm into inductor's buffer (`_epilogue`: the epilogue's operands)."""
-    direct.gemm(a, b, _epilogue(optional, epilogue), out.dtype, out=out)
+def gemm_out(a, b, *optional, out, site: int = 0, **epilogue):
+    """pingpong::gemm into inductor's buffer (`_epilogue`: the epilogue's operands; a static
+    graph's call: its site's plan, `_site_plan`)."""
+    args = _epilogue(optional, epilogue)
+    plan = _site_plan(site, a, b, out, *optional)
+    if plan is not None:
+        plan.run(a, b, out, args)
+        return
+    direct.gemm(a, b, args, out.dtype, out=out)
+    if site:
+        _keep(site, plan_mod.get(build_args(a, b, args, out.dtype)))
 
 
 @lowered("linear")
 def linear_out(x, w, *optional, bias: bool, activation, out, site: int = 0):
     """pingpong::linear into inductor's buffer. A call of a static graph names its `site`
     (`_lowering`): inductor fixed the layout of every tensor there, so the site's LayerPlan
-    is taken without the layer key (SITES) while the SM carveout is the one it was made under
-    and the tensors are 16-byte aligned (the layouts' offsets are fixed, a graph input's
-    address is not); otherwise `direct.linear` (a site's first call keeps its plan)."""
+    is taken without the layer key where `_site_plan` allows; otherwise `direct.layer_plan`,
+    kept for the site's next calls."""
     b = optional[0] if bias else None
-    if site:
-        kept = SITES.get(site)
-        if kept is not None and kept[1] == sm_carveout() and not (
-                x.data_ptr() | w.data_ptr() | (b.data_ptr() if bias else 0)) & 15:
-            kept[0].forward(x, w, b, out)
-            return
+    lp = _site_plan(site, x, w, b) if site else None
+    if lp is None:
         lp = direct.layer_plan(x, w, b, activation)
-        if len(SITES) >= SITE_CACHE_SIZE:
-            SITES.clear()
-        SITES[site] = (lp, sm_carveout())
-        lp.forward(x, w, b, out)
-        return
-    direct.linear(x, w, b, activation, out)
+        _keep(site, lp)
+    lp.forward(x, w, b, out)
 
 
 def register() -> None:
