@@ -355,7 +355,7 @@ MUTATIONS = [
     ("mid rows: the narrow cooperative tile over more than 128 rows", "src/pingpong/hopper/host/select.py",
      "**{c: MID_M for c in MID_ROWS_NARROW}", "**{}", "tests/test_select.py"),
     ("tune: no narrow swap-AB tiles in the quick grid", "src/pingpong/tools/tune.py",
-     " + [c for c in (*MID_ROWS_NARROW_SWAP, *MID_ROWS_NARROW) if M <= MID_ROWS.max_m[c]]", "", "tests/test_tune.py"),
+     " + [c for c in narrow if M <= MID_ROWS.max_m[c]]", "", "tests/test_tune.py"),
     ("mid rows: few tiles replace a swap-AB pick", "src/pingpong/hopper/host/select.py",
      "<= sms and not config.swap_ab\n", "<= sms\n", "tests/test_select.py"),
     ("mid rows: few unsplit tiles keep the model's tile", "src/pingpong/hopper/host/select.py",

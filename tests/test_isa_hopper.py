@@ -19,8 +19,8 @@ def facts(kernel):
 
 
 @pytest.mark.parametrize("kernel", ["persistent", "cooperative", "pingpong", "cooperative-192", "cooperative-160",
-                                    "cooperative-144", "cooperative-96", "pingpong-96", "pingpong-64x32x128", "pingpong-96x128",
-                                    "pingpong-batched-64x32x128"])
+                                    "cooperative-144", "cooperative-96", "pingpong-96", "pingpong-64x32x128",
+                                    "pingpong-96x128", "pingpong-batched-64x32x128"])
 def test_common_facts(kernel):
     f = facts(kernel)
     assert f.counts["wgmma"] > 0 and f.counts["HGMMA"] > 0, "tensor-core wgmma missing"
@@ -31,7 +31,8 @@ def test_common_facts(kernel):
 
 
 @pytest.mark.parametrize("kernel", ["cooperative", "pingpong", "cooperative-192", "cooperative-160", "cooperative-144",
-                                    "cooperative-96", "pingpong-96", "pingpong-64x32x128", "pingpong-96x128", "pingpong-batched-64x32x128"])
+                                    "cooperative-96", "pingpong-96", "pingpong-64x32x128", "pingpong-96x128",
+                                    "pingpong-batched-64x32x128"])
 def test_warp_specialized_facts(kernel):
     f = facts(kernel)
     assert f.counts["setmaxnreg"] > 0, "register budgets (setmaxnreg) not applied"

@@ -218,7 +218,8 @@ MID_ROWS_NARROW = {KernelConfig(128, 96, 64): 0.9}
 #: the 16-bit kernels' mid-rows model (K in SPLIT_STEP_K-element k-steps)
 MID_ROWS = MidRowsModel({**MID_ROWS_TILES, **MID_ROWS_WHOLE_TILES, **MID_ROWS_NARROW_SWAP, **MID_ROWS_NARROW},
                         frozenset(MID_ROWS_WHOLE_TILES) | frozenset(MID_ROWS_NARROW_SWAP) | frozenset(MID_ROWS_NARROW),
-                        32, SPLIT_STEP_K, {**{c: c.block_n for c in MID_ROWS_NARROW_SWAP}, **{c: MID_M for c in MID_ROWS_NARROW}})
+                        32, SPLIT_STEP_K,
+                        {**{c: c.block_n for c in MID_ROWS_NARROW_SWAP}, **{c: MID_M for c in MID_ROWS_NARROW}})
 #: the mid-size tile's widths, widest first (ties in tile count go to the wider)
 MID_WIDTHS = (96, 64, 32)
 #: with a long K the mid-size tile is at least MID_SPLIT_WIDTH wide and split into as many parts
