@@ -51,7 +51,7 @@ if [ "$JOBS" != 0 ] && python -c "import xdist" 2>/dev/null; then xdist="-n $JOB
 tests_rc=0
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
     echo "== GPU tests ($TESTS $xdist)"
-    python -m pytest -q -m gpu -p no:cacheprovider $xdist $TESTS 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 25
+    python -m pytest -q -m gpu -p no:cacheprovider --durations=15 $xdist $TESTS 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 45
     tests_rc=${PIPESTATUS[0]}
 fi
 
