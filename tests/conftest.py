@@ -35,7 +35,7 @@ def interpret_plans(setattr) -> None:
     import collections
     import types
 
-    from pingpong.integration import direct
+    from pingpong.integration import direct, inductor
     from pingpong.runtime import plan, spec
     from pingpong.portable import portable_gemm
 
@@ -64,6 +64,7 @@ def interpret_plans(setattr) -> None:
     setattr(spec, "check_gpu", lambda device, names=None: None)
     setattr(plan, "PLANS", collections.OrderedDict())
     setattr(direct, "LAYERS", collections.OrderedDict())
+    setattr(inductor, "SITES", {})  # compiled code's kept plans (code from inductor's cache names the same sites)
     setattr(plan, "BACKENDS", [interpreted])
 
 
@@ -109,7 +110,7 @@ def portable_runs(monkeypatch):
     recorded (its arguments) instead of launched. Returns the list of runs."""
     import collections
 
-    from pingpong.integration import direct
+    from pingpong.integration import direct, inductor
     from pingpong import portable
     from pingpong.runtime import plan, spec
 
@@ -120,6 +121,7 @@ def portable_runs(monkeypatch):
     monkeypatch.setattr(portable.PortablePlan, "run", lambda self, *args: runs.append(args))
     monkeypatch.setattr(plan, "PLANS", collections.OrderedDict())
     monkeypatch.setattr(direct, "LAYERS", collections.OrderedDict())
+    monkeypatch.setattr(inductor, "SITES", {})
     yield runs
 
 
