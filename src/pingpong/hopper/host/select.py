@@ -210,10 +210,10 @@ MID_ROWS_WHOLE_TILES = {KernelConfig(128, 160, 64): 1.0, KernelConfig(128, 144, 
 #: 2026-11-30)
 MID_ROWS_NARROW_SWAP = {KernelConfig(128, 80, 64, swap_ab=True): 0.95, KernelConfig(128, 96, 64, swap_ab=True): 0.95}
 #: ... and the narrow cooperative 128×96 (128 rows of M), unsplit, for products of one row of
-#: 128-row tiles along a long N whose 128-wide tiles fill about half a wave or more than one
-#: (97-128 × 9216 × 4096: 96 tiles in one wave, 0.95-0.98 of cuBLAS, where 72 tiles of
-#: 128×192 split 2 ways ran at 0.79-0.84). Measured only up to 128 rows (128×80 was measured
-#: beside it and fitted to no use), so that is its row limit
+#: 128-row tiles whose 96-wide tiles fill more of a wave than wider ones (97-128 × 9216 × 4096:
+#: 96 tiles of 128×96 in one wave ran at 0.95-0.98 of cuBLAS, where 72 of 128×128 fill 55% of
+#: it and 48 of 128×192 split 2 ways ran at 0.79-0.84). Measured only up to 128 rows (128×80
+#: was measured beside it and fitted to no use), so that is its row limit
 MID_ROWS_NARROW = {KernelConfig(128, 96, 64): 0.9}
 #: the 16-bit kernels' mid-rows model (K in SPLIT_STEP_K-element k-steps)
 MID_ROWS = MidRowsModel({**MID_ROWS_TILES, **MID_ROWS_WHOLE_TILES, **MID_ROWS_NARROW_SWAP, **MID_ROWS_NARROW},
