@@ -239,13 +239,8 @@ def split_scratch(device: torch.device, words: int, counters: int) -> tuple[torc
     if key is None:
         return (torch.empty(words, dtype=torch.float32, device=device),
                 torch.zeros(counters, dtype=torch.int32, device=device))
-    ws = _WORKSPACES.get(key)
-    if ws is None or ws.numel() < words:  # the old buffer is freed in its stream's order
-        if words > WORKSPACE_KEEP_WORDS or _graph_tree_stream(key):
-            ws = torch.empty(words, dtype=torch.float32, device=device)
-        else:
-            ws = _WORKSPACES[key] = torch.empty(max(words, 4096), dtype=torch.float32, device=device)
-    return ws, _kept_zeros(_COUNTERS, key, device, counters, torch.int32)
+    return (_kept(_WORKSPACES, key, device, words, torch.float32, WORKSPACE_KEEP_WORDS, empty=True),
+            _kept(_COUNTERS, key, device, counters, torch.int32))
 
 
 def stream_zeros(kept: dict, device: torch.device, n: int, dtype=torch.int32) -> torch.Tensor:
@@ -261,16 +256,21 @@ def stream_zeros(kept: dict, device: torch.device, n: int, dtype=torch.int32) ->
     key = keeping_stream(device)
     if key is None:
         return torch.zeros(n, dtype=dtype, device=device)
-    return _kept_zeros(kept, key, device, n, dtype)
+    return _kept(kept, key, device, n, dtype)
 
 
-def _kept_zeros(kept: dict, key: tuple[int, int], device: torch.device, n: int, dtype) -> torch.Tensor:
-    """`stream_zeros` on a stream that may keep buffers (`key`, from `keeping_stream`)."""
+def _kept(kept: dict, key: tuple[int, int], device: torch.device, n: int, dtype, most: int | None = None,
+          empty: bool = False) -> torch.Tensor:
+    """At least `n` words of `kept`'s buffer for `key`, a stream that may keep buffers (from
+    `keeping_stream`), made again when missing or too small: zeroed (`stream_zeros`' words), or
+    `empty` (`split_scratch`'s workspace, whose values do not matter); a fresh one, not kept,
+    for the CUDA-graph trees' stream or over `most` words."""
     buf = kept.get(key)
     if buf is None or buf.numel() < n:  # the old buffer is freed in its stream's order
-        if _graph_tree_stream(key):
-            return torch.zeros(n, dtype=dtype, device=device)
-        buf = kept[key] = torch.zeros(max(n, 4096), dtype=dtype, device=device)
+        make = torch.empty if empty else torch.zeros
+        if (most is not None and n > most) or _graph_tree_stream(key):
+            return make(n, dtype=dtype, device=device)
+        buf = kept[key] = make(max(n, 4096), dtype=dtype, device=device)
     return buf
 
 

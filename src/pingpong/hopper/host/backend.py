@@ -396,7 +396,7 @@ class SplitPlan(HopperPlan):
 
     def run_ptrs(self, a_ptr, b_ptr, out_ptr, bias_ptr, views, *inputs):
         ws, counters = self._scratch(self.scratch_device)
-        first, second = (b_ptr, a_ptr) if self.swapped else (a_ptr, b_ptr)
+        first, second = self.kernel_order(a_ptr, b_ptr)
         tiles = (out_ptr, out_ptr) if self.config.stream_k else ()  # EpilogueOperands' tile_out, tile_cin
         self.launch(self.device, (first, second, ws.data_ptr(), counters.data_ptr(), out_ptr, out_ptr,
                                   bias_ptr or out_ptr, *tiles), (1.0, 0.0), self._split_views,
