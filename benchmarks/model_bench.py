@@ -42,11 +42,9 @@ in a round). Reported: the median ms per call of each, the median over pairs of 
 each order) of the pair's ratio torch / pingpong (> 1: pingpong faster) with the pairs' range
 and interquartile range; then the same ratio with each model's calls back to back ("loop": a
 block of `--iters` calls of one model timed from the host, blocks alternated, pairs of rounds
-of each order as above), as a loop serving one model runs them: the two disagree for
-host-bound calls (a compiled decode ran slower interleaved with the other model than in a loop
-of its own), so both are shown, with the TMA descriptors pingpong's launches encoded per call in
-each (its map caches are keyed by address: activations at new addresses cost a host-side
-encode each); and for
+of each order as above), as a loop serving one model runs them, and the TMA
+descriptors pingpong's launches encoded per call in each (its map caches are keyed by address:
+an activation at a new address costs a host-side encode; 0 expected once warm); and for
 compiled modes, from torch.profiler on calls separate from the timing: the host µs per
 outermost GEMM-op call (`aten::mm`/`aten::addmm`/`aten::_scaled_mm` in torch's compiled graph,
 `pingpong::*` in pingpong's; an op called inside another, e.g. a quantization inside an FP8
