@@ -167,7 +167,7 @@ def plan_label(plan) -> str:
 
 
 def _site_plan(site: int, *tensors):
-    """The plan kept for a static graph's call `site` (SITES; 0: none), where it may be taken:
+    """The plan kept for a static graph's call `site` (SITES; callers ask only with a site), where it may be taken:
     made under the SM carveout in force, and every tensor given (None: absent) 16-byte aligned
     (inductor fixed the layouts and their offsets; a graph input's address it did not fix)."""
     kept = SITES.get(site)
@@ -191,7 +191,7 @@ def _keep(site: int, plan) -> None:
 @lowered("mm")
 def mm_out(a, b, *, out, site: int = 0):
     """pingpong::mm into inductor's buffer (a static graph's call: its site's plan, `_site_plan`)."""
-    plan = _site_plan(site, a, b, out)
+    plan = _site_plan(site, a, b, out) if site else None
     if plan is not None:
         plan.run(a, b, out, NO_ARGS)
         return
@@ -218,7 +218,7 @@ def gemm_out(a, b, *optional, out, site: int = 0, **epilogue):
     """pingpong::gemm into inductor's buffer (`_epilogue`: the epilogue's operands; a static
     graph's call: its site's plan, `_site_plan`)."""
     args = _epilogue(optional, epilogue)
-    plan = _site_plan(site, a, b, out, *optional)
+    plan = _site_plan(site, a, b, out, *optional) if site else None
     if plan is not None:
         plan.run(a, b, out, args)
         return
