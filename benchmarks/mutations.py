@@ -27,6 +27,15 @@ MUTATIONS = [
     ("arrival: no barrier before the first thread's add", "src/pingpong/hopper/device/fixup.py",
      "    gl.barrier()\n    old = gl.atomic_add(", "    old = gl.atomic_add(",
      "tests/test_schedule_streamk.py"),
+    # -- stream-K: a program runs its share's pieces from the last back (nearby K offsets)
+    ("stream-K: the pieces in share order", "src/pingpong/hopper/device/scheduler.py",
+     "    tile = (end - 1) // k_steps - u\n", "    tile = begin // k_steps + u\n", "tests/test_streamk.py"),
+    ("stream-K: a unit's ring counter counted in share order", "src/pingpong/hopper/device/scheduler.py",
+     "        step = self.end - last", "        step = first - self.begin", "tests/test_streamk.py"),
+    ("stream-K: the whole units counted in share order", "src/pingpong/hopper/device/scheduler.py",
+     "        lo = self.units - (self.end // self.k_steps - self.begin // self.k_steps)",
+     "        lo = (self.begin + self.k_steps - 1) // self.k_steps - self.begin // self.k_steps",
+     "tests/test_streamk.py"),
     # -- programmatic dependent launch: every kernel waits for the grid before it
     ("PDL: the kernels start without waiting for the previous grid", "src/pingpong/hopper/kernels/gemm.py",
      "    gdc_wait()\n    gdc_launch_dependents()", "    gdc_launch_dependents()",

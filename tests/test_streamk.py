@@ -13,26 +13,20 @@ from pingpong.hopper.device import scheduler as sk
 from pingpong.hopper.host import splits as hs
 from pingpong.hopper.host.launch import OFFLINE_SPLIT_VARIANTS, partial_slots, workspace_reason, workspace_shape
 from fake_launcher import pointer_slots
+from pingpong.schedule.schedules.streamk import schedulers
 
 
 def units(tiles, k_steps, sms):
-    """Every unit of a stream-K launch, as the kernel's StreamKScheduler numbers them: (program,
-    local unit, tile id, first k-step in the tile, k-steps, slot, parts, ring counter)."""
+    """Every unit of a stream-K launch, as the kernel's StreamKScheduler numbers them (its own
+    methods, run in plain Python): (program, local unit, tile id, first k-step in the tile,
+    k-steps, slot, parts, ring counter)."""
     programs, dp, streamers = hs.stream_k_split(tiles, k_steps, sms)
-    total = (tiles - dp) * k_steps
-    owner = lambda step: sk.stream_owner.fn(step, streamers, total)  # noqa: E731
     out = []
-    for pid in range(programs):
-        begin = sk.stream_bound.fn(min(pid, streamers), streamers, total)
-        end = sk.stream_bound.fn(min(pid + 1, streamers), streamers, total)
-        n = sk.stream_units.fn(begin, end, k_steps)
-        for u in range(n):
-            tile, first, last = sk.stream_unit.fn(begin, end, u, k_steps)
-            head = owner(tile * k_steps)
-            out.append((pid, u, dp + tile, first - tile * k_steps, last - first, owner(first) - head,
-                        owner(tile * k_steps + k_steps - 1) - head + 1, first - begin))
-        for j in range(sk.tiles_of_program.fn(dp, pid, programs)):
-            out.append((pid, n + j, pid + j * programs, 0, k_steps, 0, 1, end - begin + j * k_steps))
+    for pid, sched in schedulers(tiles, k_steps, sms):
+        for u in range(sched.local_tiles()):
+            tile, k0, steps, _ = sched.unit(u)
+            slot, parts = sched.split(u)
+            out.append((pid, u, tile, k0, steps, slot, parts, sched.first_step(u)))
     return programs, dp, streamers, out
 
 
@@ -62,31 +56,23 @@ def check(tiles, k_steps, sms):
 
 
 def program_units(tiles, k_steps, sms):
-    """(program's units in order, its share's fields as StreamKScheduler holds them) of every
-    program of a stream-K launch."""
-    programs, dp, streamers, us = units(tiles, k_steps, sms)
-    total = (tiles - dp) * k_steps
-    for pid in range(programs):
-        mine = sorted((u for u in us if u[0] == pid), key=lambda u: u[1])
-        begin = sk.stream_bound.fn(min(pid, streamers), streamers, total)
-        end = sk.stream_bound.fn(min(pid + 1, streamers), streamers, total)
-        yield mine, dict(begin=begin, end=end, k_steps=k_steps, units=sk.stream_units.fn(begin, end, k_steps))
+    """(program's units in order, its StreamKScheduler in plain Python) of every program of a
+    stream-K launch."""
+    _, _, _, us = units(tiles, k_steps, sms)
+    for pid, sched in schedulers(tiles, k_steps, sms):
+        yield sorted((u for u in us if u[0] == pid), key=lambda u: u[1]), sched
 
 
 def whole_counts(tiles, k_steps, sms):
     """For every unit of parts 1: its number among the TMA-stored units of its consumer, as
     StreamKScheduler.whole_before gives it (ping-pong: consumer u % 2; cooperative: every
     unit), against counting them one by one."""
-    from pingpong.schedule.schedules.streamk import in_python
-
-    whole_before = in_python(sk.StreamKScheduler.whole_before)  # its body, residues_in's inlined
-    for mine, fields in program_units(tiles, k_steps, sms):
-        sched = type("S", (), fields)()
+    for mine, sched in program_units(tiles, k_steps, sms):
         for every, first in ((1, 0), (2, 0), (2, 1)):
             seen = 0
             for u in mine[first::every]:
                 if u[6] == 1:
-                    got = whole_before(sched, u[1], every, first)
+                    got = sched.whole_before(u[1], every, first)
                     assert got == seen, (tiles, k_steps, sms, u, every, first)
                     seen += 1
 
@@ -98,6 +84,27 @@ def test_units_cover_every_k_step_once_random_shapes():
         programs, dp, streamers, parts = check(tiles, k_steps, sms)
         assert parts == hs.stream_parts(tiles, k_steps, sms)
         whole_counts(tiles, k_steps, sms)
+
+
+def test_streaming_programs_read_near_one_k_offset():
+    """Programs run their shares' pieces from the last back, so at ring position s every
+    streaming program reads k-step s + d of its tile with 0 <= d <= T - S (T a tile's k-steps,
+    S the shortest share, S < T): programs that start together and step at one rate read the
+    A and B panels they share at nearby K offsets (L2 hits), not spread over all of K as in
+    share order. Checked on hybrid launches and on one wave streamed whole."""
+    rng = random.Random(41)
+    cases = [(7, 12, 5), (160, 128, 132), (36, 112, 132), (64, 256, 132)]
+    cases += [(rng.randint(1, 400), rng.randint(8, 300), rng.choice((7, 66, 114, 132))) for _ in range(150)]
+    checked = 0
+    for tiles, k_steps, sms in cases:
+        programs, dp, streamers, us = units(tiles, k_steps, sms)
+        shortest = (tiles - dp) * k_steps // streamers
+        if dp == tiles or shortest >= k_steps:
+            continue
+        offsets = [k0 - ring for _, _, tile, k0, steps, _, parts, ring in us if tile >= dp]
+        assert 0 <= min(offsets) and max(offsets) <= k_steps - shortest, (tiles, k_steps, sms, offsets)
+        checked += 1
+    assert checked > 50
 
 
 def test_whole_units_are_numbered_per_consumer():
@@ -116,8 +123,8 @@ def test_consumers_second_loop_takes_only_whole_units():
     cases = [(7, 12, 5), (40, 3, 8), (160, 128, 132), (140, 28, 132), (272, 86, 132), (3, 2, 132)]
     cases += [(rng.randint(1, 400), rng.randint(1, 70), rng.choice((2, 7, 66, 132))) for _ in range(60)]
     for tiles, k_steps, sms in cases:
-        for mine, fields in program_units(tiles, k_steps, sms):
-            leading = fields["units"]
+        for mine, sched in program_units(tiles, k_steps, sms):
+            leading = sched.units
             for every, first in ((1, 0), (2, 0), (2, 1)):
                 jobs = (len(mine) - first + every - 1) // every
                 lead = sk.residues_in.fn(0, leading, first, every)

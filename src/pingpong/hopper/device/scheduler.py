@@ -275,9 +275,10 @@ def stream_units(begin, end, k_steps):
 
 @gluon.jit
 def stream_unit(begin, end, u, k_steps):
-    """(streamed tile, first, end) of unit `u` of the share [begin, end): the share cut at
-    tile boundaries; the unit runs the tile's k-steps [first, end) - tile·k_steps."""
-    tile = begin // k_steps + u
+    """(streamed tile, first, end) of the `u`-th unit a program runs of its share [begin, end):
+    the share cut at tile boundaries, run from its last piece back (StreamKScheduler); the unit
+    runs the tile's k-steps [first, end) - tile·k_steps."""
+    tile = (end - 1) // k_steps - u
     return tile, max(begin, tile * k_steps), min(end, tile * k_steps + k_steps)
 
 
@@ -295,10 +296,16 @@ class StreamKScheduler(RasterScheduler):
 
         streamed k-steps  │ tile DP          │ tile DP+1        │ tile DP+2        │ ...
         shares            │ program 0          │ program 1          │ program 2       ...
-        units             │ p0 u0            │p0│ p1 u0         │p1│ p2 u0    ...
+        units             │ p0 u1            │p0│ p1 u1         │p1│ p2 u1    ...
+                                               u0                 u0
 
-    A program's units: its share cut at tile boundaries (streamed units first), then its
-    data-parallel tiles. A tile whose k-steps lie in one share is stored directly (parts 1);
+    A program's units: its share cut at tile boundaries, run from the last piece back (u0 is
+    the share's last piece), then its data-parallel tiles. So every program's first unit
+    starts its tile at k-step 0 (or is a share inside one tile) and the programs, which start
+    together and step at one rate, read A and B at nearby K offsets, within T - S k-steps of
+    one another (T a tile's k-steps, S a share's, S < T): the panels they share are read
+    once from memory, not once per program, as they would be in share order (the K offsets
+    spread over all of K). A tile whose k-steps lie in one share is stored directly (parts 1);
     one shared by `parts` programs is finished by the last of them to arrive, which sums the
     partials in K order (slot 0 first; pingpong.hopper.device.fixup). The host picks DP and P
     (stream_k_split); units differ in K range, so the ring counters are sums (first_step).
@@ -371,9 +378,10 @@ class StreamKScheduler(RasterScheduler):
 
     @gluon.jit
     def first_step(self, local_tile):
-        """Streamed units run the share's k-steps in order; the data-parallel tiles follow."""
+        """Streamed units run the share's pieces from the last back, so those before a unit
+        hold the share's k-steps after it, [last, end); the data-parallel tiles follow."""
         tile, first, last = stream_unit(self.begin, self.end, local_tile, self.k_steps)
-        step = first - self.begin
+        step = self.end - last
         if local_tile >= self.units:
             step = self.end - self.begin + (local_tile - self.units) * self.k_steps
         return step
@@ -383,10 +391,10 @@ class StreamKScheduler(RasterScheduler):
         """Units of parts 1 (stored whole, through the TMA epilogue) among this program's units
         FIRST, FIRST + EVERY, ... before `local_tile` (a consumer's: ping-pong EVERY = 2,
         FIRST = the consumer; cooperative 1, 0): the streamed units that hold a whole tile, the
-        run [lo, hi) of the share's units (all but a partial first and last one), then every
-        data-parallel tile."""
-        lo = (self.begin + self.k_steps - 1) // self.k_steps - self.begin // self.k_steps
-        hi = self.end // self.k_steps - self.begin // self.k_steps
+        run [lo, hi) of the units (all but the partial pieces at the share's ends: its last
+        piece is unit 0), then every data-parallel tile."""
+        lo = self.units - (self.end // self.k_steps - self.begin // self.k_steps)
+        hi = self.units - ((self.begin + self.k_steps - 1) // self.k_steps - self.begin // self.k_steps)
         return (residues_in(lo, min(hi, local_tile), FIRST, EVERY)
                 + residues_in(self.units, local_tile, FIRST, EVERY))
 

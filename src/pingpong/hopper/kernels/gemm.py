@@ -77,9 +77,12 @@ shared tile's units through the fix-up (StreamKEpilogue.finish), the last to arr
 the partials in K order into a staging buffer and storing it with TMA (with β·C or epilogue
 sub-tiles: StreamKEpilogue's fix_up, its own partial in registers, stored through pointers):
 
-    program p │ tail of tile t (slot 1 of 2) │ whole tile t+1          │ head of tile t+2 (slot 0)   │ dp tiles
-              │ MMA │ ws[1] ← acc, arrive     │ MMA │ epi ──TMA──> out  │ MMA │ ws[0] ← acc, arrive:  │ MMA │ epi
-              │                              │                        │  last? Σ ws[0..] ──TMA──> out │
+    program p │ head of tile t+2 (slot 0)    │ whole tile t+1          │ tail of tile t (slot 1 of 2)   │ dp tiles
+              │ MMA │ ws[0] ← acc, arrive     │ MMA │ epi ──TMA──> out  │ MMA │ ws[1] ← acc, arrive:     │ MMA │ epi
+              │                              │                        │  last? Σ ws[0..] ──TMA──> out    │
+
+(its share of tiles t..t+2 run from the last piece back: each program starts at k-step 0 of
+a tile, so programs read the panels they share at nearby K offsets; StreamKScheduler)
 
 CLUSTERS (KernelConfig.cluster_m=2; CLUSTER = 2, launched with num_ctas=2): one
 program is a pair of CTAs on two SMs of one GPC, and the kernel describes the pair (Triton's

@@ -79,18 +79,19 @@ def in_python(jit_fn, memo=None, **names):
     return py
 
 
-def program_units(tiles: int, k_steps: int, sms: int):
-    """[(program, [(tile, slot, parts) of each of its units, in order])] of a stream-K launch of
-    `tiles` output tiles of `k_steps` k-steps on `sms` SMs, computed by StreamKScheduler's own
-    methods (a column of `tiles` tiles of 1 × 1, k-steps of 1: the launch's arithmetic only
-    sees tile and k-step counts)."""
+def schedulers(tiles: int, k_steps: int, sms: int):
+    """[(program, its StreamKScheduler)] of a stream-K launch of `tiles` output tiles of
+    `k_steps` k-steps on `sms` SMs: the scheduler's own `create` and methods run in plain
+    Python (a column of `tiles` tiles of 1 × 1, k-steps of 1: the launch's arithmetic only sees
+    tile and k-step counts), on the host's decomposition (stream_k_split, as the launcher's)."""
     from pingpong.hopper.device.scheduler import StreamKScheduler
     from pingpong.hopper.host.splits import stream_k_split
 
     programs, dp_tiles, streamers = stream_k_split(tiles, k_steps, sms)
     memo = {}
     fields = list(StreamKScheduler.__annotations__)
-    methods = {m: in_python(getattr(StreamKScheduler, m), memo) for m in ("local_tiles", "unit", "split")}
+    methods = {m: in_python(getattr(StreamKScheduler, m), memo)
+               for m in ("local_tiles", "unit", "split", "first_step", "whole_before")}
     plain = type("StreamKSchedulerInPython", (), dict(methods, __init__=lambda self, *a, **kw: self.__dict__.update(
         zip(fields, a), **kw)))
     out = []
@@ -98,7 +99,15 @@ def program_units(tiles: int, k_steps: int, sms: int):
         gl = types.SimpleNamespace(program_id=lambda axis, pid=pid: pid, num_programs=lambda axis: programs,
                                    cdiv=lambda a, b: -(-a // b))
         create = in_python(StreamKScheduler.create, memo, gl=gl, StreamKScheduler=plain)
-        sched = create(tiles, 1, k_steps, dp_tiles, streamers, 1, 1, 1, 1)
+        out.append((pid, create(tiles, 1, k_steps, dp_tiles, streamers, 1, 1, 1, 1)))
+    return out
+
+
+def program_units(tiles: int, k_steps: int, sms: int):
+    """[(program, [(tile, slot, parts) of each of its units, in order])] of a stream-K launch
+    (`schedulers`: StreamKScheduler's own methods)."""
+    out = []
+    for pid, sched in schedulers(tiles, k_steps, sms):
         units = []
         for t in range(sched.local_tiles()):
             tile, _, _, _ = sched.unit(t)
@@ -113,8 +122,8 @@ def streamk_fixup(tiles: int = 7, k_steps: int = 12, sms: int = 5, schedule: str
     """The fix-up protocol of a stream-K launch of `tiles` tiles of `k_steps` k-steps on `sms`
     SMs (module docstring; `program_units` says who runs what). The default, 7 tiles of 12
     k-steps on 5 SMs, is a hybrid: one data-parallel wave of 5 tiles, then the 24 k-steps of
-    tiles 5 and 6 shared by 3 programs, 8 each: program 1 arrives on tile 5 (slot 1 of 2,
-    perhaps the last) and then starts tile 6 (slot 0 of 2). `halves`: the cooperative row halves modelled (default:
+    tiles 5 and 6 shared by 3 programs, 8 each: program 1 arrives on tile 6 (slot 0 of 2) and
+    then on tile 5 (slot 1 of 2, perhaps the last). `halves`: the cooperative row halves modelled (default:
     half 0). `variant`: one of VARIANTS."""
     from pingpong.hopper.host.config import SCHEDULE_FACTS
 
