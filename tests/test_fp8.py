@@ -14,7 +14,7 @@ from pingpong.fp8 import check_scaled_mm, scaling_of
 from pingpong.hopper.host import fp8_launch
 from pingpong.hopper.host.fp8_launch import check_fp8_config, kernel_scaling, scale_boxes, select_fp8
 from pingpong.hopper.host.fp8_select import least_wave_time, rule_fp8
-from pingpong.hopper.host.config import SMEM_LIMIT
+from pingpong.hopper.host.config import SMEM_LIMIT, column_pieces
 from pingpong.runtime import compile as cc
 from interpreted import interpreted
 
@@ -317,7 +317,7 @@ def test_staged_swaps_above_the_mid_rows_stay_within_the_rows_measured():
 def test_fp8_mid_rows_model_picks_what_was_measured_faster():
     """Tensor- and row-wise promoted products of 65-960 rows take the FP8 mid-rows model's tile
     (fp8_select.FP8_MID_ROWS); each pin is a shape of an A/B on an H200 (runs 382-383, 411-413,
-    416-418, 440-442 and 481-482, benchmarks/data/midrows_sweeps.json and benchmarks/results) where the
+    416-418, 440-442, 481-482 and 568-571, benchmarks/data/midrows_sweeps.json and benchmarks/results) where the
     model's pick beat the old rule's, or a limit that measurement set; block-wise, fast
     accumulation, 64 and 961 rows, and launch-bound products keep the rule."""
     from pingpong.hopper.host.fp8_select import fp8_mid_rows_decides
@@ -332,7 +332,15 @@ def test_fp8_mid_rows_model_picks_what_was_measured_faster():
         # over 64×64 at 83 rows, run 382); not over more rows than their width
         assert rule_fp8(72, 10240, 8192, True, 132, scaling) == staged(80)
         assert rule_fp8(89, 10240, 8192, True, 132, scaling) == staged(96)
-        assert rule_fp8(97, 10240, 8192, True, 132, scaling).block_n not in (80, 96)
+        assert rule_fp8(97, 10240, 8192, True, 132, scaling) not in (staged(80), staged(96))
+        # the cooperative 128×96 (64 + 32 columns) where its tiles fill one wave, held out (runs
+        # 570-571, tensor / row): 1.02× / 1.04× over 128×128 at 375×3072×8192, 1.08× / 1.10× over
+        # 128×128 split 3 at 250×5120×13824; not where its last row of tiles is under half full
+        # (406 rows: 22 of 128) nor past 512 rows
+        assert rule_fp8(375, 3072, 8192, True, 132, scaling) == coop(96)
+        assert rule_fp8(250, 5120, 13824, True, 132, scaling) == coop(96)
+        assert rule_fp8(406, 3072, 8192, True, 132, scaling).block_n != 96
+        assert rule_fp8(610, 2048, 2048, True, 132, scaling).block_n != 96
         assert rule_fp8(591, 3584, 3584, True, 132, scaling) == coop(144)  # 1.07× / 1.08× over 128×192
         assert rule_fp8(103, 8192, 28672, True, 132, scaling) == half  # 1.16× / 1.16× over 128×64
         assert rule_fp8(175, 5120, 13824, True, 132, scaling) == half  # 1.40× over 128×128 split 3
@@ -350,8 +358,9 @@ def test_fp8_mid_rows_model_picks_what_was_measured_faster():
         assert rule_fp8(852, 8192, 8192, True, 132, scaling) == staged(144)  # 1.04× / 1.05× over 128×160
         assert rule_fp8(529, 37888, 3584, True, 132, scaling) == staged(192)  # 1.10× / 1.12× over 128×192
         assert rule_fp8(129, 57344, 8192, True, 132, scaling) == staged(144)  # 1.17× / 1.16× over 64×144
-        # 96 = 64 + 32 columns is no candidate: 196×5120×5120 in 3 of them ran 0.84× of 128×128
-        assert rule_fp8(196, 5120, 5120, True, 132, scaling).block_n != 96
+        # the swap-AB 96 = 64 + 32 columns of M is no candidate over 96 rows: 196×5120×5120 in 3 of
+        # them ran 0.84× of 128×128 (the unswapped 128×96 ran 1.01× / 1.03×, runs 568-569)
+        assert rule_fp8(196, 5120, 5120, True, 132, scaling) == coop(96)
         # swap-AB 64×64 only up to 192 rows (measured winning at 112-179 rows only)
         assert not rule_fp8(778, 5120, 13824, True, 132, scaling).swap_ab
         assert fp8_mid_rows_decides(65, 8192, 8192, 132, scaling) and fp8_mid_rows_decides(960, 8192, 8192, 132, scaling)
@@ -470,16 +479,17 @@ def test_fp8_kernel_compiles_to_fp8_wgmma_without_spills(kernel, shape):
 @pytest.mark.slow
 @pytest.mark.parametrize("kernel, second, loads", [
     ("fp8-tensor-wide", 64, 4), ("fp8-row-wide", 64, 4), ("fp8-row-wide-fast", 64, 4),
-    ("fp8-tensor-144", 16, 10), ("fp8-row-160", 32, 6)])
+    ("fp8-tensor-144", 16, 10), ("fp8-row-160", 32, 6), ("fp8-tensor-coop-96", 32, 4)])
 def test_two_piece_fp8_tile_compiles_to_two_wgmmas_per_k_step(kernel, second, loads):
-    """128 + P2 columns (192, 160, 144): per k-step 128/P2 + 1 B boxes of P2 columns (128/P2
-    into the first piece's buffer) beside A, two wgmma widths, no spills; promoted, each
-    k-step's two wgmmas complete before they are added in (wait(0) only: one set of parts);
-    fast, one k-step (two groups) in flight (wait(2))."""
+    """P1 + P2 columns (192, 160, 144 = 128 + P2; 96 = 64 + 32): per k-step P1/P2 + 1 B boxes of
+    P2 columns (P1/P2 into the first piece's buffer) beside A, two wgmma widths, no spills;
+    promoted, each k-step's two wgmmas complete before they are added in (wait(0) only: one set
+    of parts); fast, one k-step (two groups) in flight (wait(2))."""
     c = cc.compile_kernel(kernel, "sm_90a")
     f, ptx = c.facts(), c.asm["ptx"]
+    first = column_pieces(fp8_launch.OFFLINE_FP8_VARIANTS[kernel][2].block_n)[0]
     assert set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k\d+)\.f32\.e4m3\.e4m3", ptx)) == \
-        {"m64n128k32", f"m64n{second}k32"}
+        {f"m64n{first}k32", f"m64n{second}k32"}
     assert f.spill_bytes == 0 and f.counts["LDL/STL"] == 0, "local-memory spills"
     assert len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cta\.global", ptx)) == loads  # A, then B's boxes
     assert f.shared_bytes <= SMEM_LIMIT and f.warps == 12

@@ -436,6 +436,14 @@ def test_bitwise_gpu_test_shapes_split_under_the_shipped_tables(gpu):
     # ... but not over more rows than their width (run 479: 0.812× at 159 rows, 0.752× at 292)
     (159, 57344, 8192, (128, 160, "cooperative", True), 1),
     (292, 57344, 8192, (128, 160, "cooperative", True), 1),
+    # ... and H200, run 565 (the narrow cooperative 128×96 over 129-512 rows; held out of its fit)
+    (240, 5120, 5120, (128, 96, "cooperative", False), 1),    # 0.906 vs 0.778 for 128×192 split 2
+    (375, 3072, 8192, (128, 96, "cooperative", False), 1),    # 0.856 vs 0.784 for 128×192 split 2
+    (359, 3584, 3584, (128, 96, "cooperative", False), 1),    # 0.953 vs 0.918 for swap-AB 64×192
+    # ... but not where its last row of tiles is under half full (run 564: 406 rows, 22 of 128,
+    # took 1.4× as long as 512) nor past 512 rows (run 561: 0.813 vs 1.026 at 832×7168×7168)
+    (406, 3072, 8192, (128, 192, "cooperative", False), 2),
+    (832, 7168, 7168, (128, 128, "cooperative", False), 1),
 ])
 def test_mid_rows_take_the_cost_models_tile_and_split(M, N, K, tile, splits):
     config = select_config(M, N, K, device=UNTUNED)
@@ -460,8 +468,10 @@ def test_mid_rows_constants_fit_the_measured_sweeps():
     changed), its staged cooperative swap-AB tiles on run 443 and run 444 (held out), the
     narrow swap-AB tiles on run 478 and runs 479-480 (held out: the picks they changed), the
     FP8 model's on run 481 and run 482 (held out), the narrow cooperative 128×96 on run 541 (97-128
-    rows; run 540's 512-row products score lower: their best configs are near their picks), a
-    constant changed without a refit fails here."""
+    rows; run 540's 512-row products score lower: their best configs are near their picks), and
+    over 129-512 rows on runs 560-562 and run 565 (held out), FP8's on runs 568-569 and runs
+    570-571 (held out but for its speed, set below the narrow swap-AB tiles' after two losses
+    there); a constant changed without a refit fails here."""
     fit = _midrows_fit()
     sets, kinds = fit.load(), fit.kinds()
     bounds = {"run174": 0.98, "runs113-114": 0.96, "heldout-h200-2027": 0.96, "h200-run368-swap": 0.98,
@@ -480,11 +490,28 @@ def test_mid_rows_constants_fit_the_measured_sweeps():
               "h200-run478-swap-widths": 0.98, "h200-run479-narrow-swap-heldout": 0.98,
               "h200-run480-narrow-swap-heldout": 0.99, "h200-run481-fp8-tensor-narrow-swap": 0.98,
               "h200-run481-fp8-row-narrow-swap": 0.98, "h200-run482-fp8-tensor-narrow-heldout": 0.99,
-              "h200-run482-fp8-row-narrow-heldout": 0.99, "h200-run540-m512": 0.90, "h200-run541-mid128": 0.99}
+              "h200-run482-fp8-row-narrow-heldout": 0.99, "h200-run540-m512": 0.90, "h200-run541-mid128": 0.99,
+              "h200-run560-n96": 0.99, "h200-run561-narrow-rows": 0.98, "h200-run562-narrow128": 0.99,
+              "h200-run565-heldout-n96": 0.99, "h200-run568-fp8-tensor-n96": 0.99, "h200-run569-fp8-row-n96": 0.99,
+              "h200-run570-fp8-tensor-heldout-n96": 0.99, "h200-run571-fp8-row-heldout-n96": 0.99}
     assert set(bounds) == set(sets)
     assert {n for n, k in kinds.items() if k == "fp8"} == {n for n in sets if "fp8" in n}
     for name, bound in bounds.items():
         assert fit.score(sets[name], kind=kinds[name]) >= bound, name
+
+
+def test_half_full_tiles_need_their_last_row_of_tiles_half_full():
+    """MidRowsModel.half_full: the 128×96 is a candidate where M leaves its last row of tiles
+    empty or at least 64 rows full, from 1 row of tiles to its row limit; other tiles at any M."""
+    from pingpong.hopper.host.select import MID_ROWS, NARROW_MAX_M
+
+    narrow, wide = KernelConfig(128, 96, 64), KernelConfig(128, 128, 64)
+    assert narrow in MID_ROWS.half_full and wide not in MID_ROWS.half_full
+    for M, ok in ((64, True), (63, False), (128, True), (191, False), (192, True), (406, False), (448, True),
+                  (512, True), (NARROW_MAX_M + 64, False)):
+        assert MID_ROWS.admits(narrow, M) is ok, M
+        assert (narrow in MID_ROWS.candidates(64, M)) is ok, M
+    assert all(MID_ROWS.admits(wide, M) for M in (1, 63, 191, 406, 900))
 
 
 def test_mid_rows_row_limits_drop_a_tile_above_them():

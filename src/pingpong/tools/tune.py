@@ -276,7 +276,7 @@ def quick_grid(M: int, N: int, K: int, in_bytes: int = 2, out_bytes: int = 2, cl
         grid += [KernelConfig(64, bn, 64, schedule="pingpong") for bn in MID_WIDTHS]
     if mid_rows_decides(M, N, K, in_bytes=in_bytes):
         narrow = (*MID_ROWS_NARROW_SWAP, *MID_ROWS_NARROW)
-        grid += list(MID_ROWS_WHOLE_TILES) + [c for c in narrow if M <= MID_ROWS.max_m[c]]
+        grid += list(MID_ROWS_WHOLE_TILES) + [c for c in narrow if MID_ROWS.admits(c, M)]
     # small tiles with one and with two 64-element k-steps per ring slot (K_BYTES)
     grid += [dataclasses.replace(c, block_k=kb // in_bytes) for c in grid if c.block_m * c.block_n <= 64 * 128
              for kb in K_BYTES]

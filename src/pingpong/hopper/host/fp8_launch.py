@@ -421,6 +421,8 @@ OFFLINE_FP8_VARIANTS = {
                             SCALE_BLOCK, ""),
     "fp8-row-swap-160": ("row", True, KernelConfig(64, 160, SCALE_BLOCK, schedule="pingpong", swap_ab=True),
                          SCALE_BLOCK, ""),
+    # the mid-rows model's cooperative 128×96 (64 + 32 columns; fp8_select._W96)
+    "fp8-tensor-coop-96": ("tensor", True, KernelConfig(128, 96, SCALE_BLOCK), SCALE_BLOCK, ""),
     "fp8-tensor-cluster": ("tensor", True, KernelConfig(128, 128, SCALE_BLOCK, cluster_m=2), SCALE_BLOCK, ""),
     "fp8-row-cluster-gelu": ("row", True, KernelConfig(128, 128, SCALE_BLOCK, cluster_m=2), SCALE_BLOCK, "gelu_erf"),
     "fp8-row-pingpong-cluster": ("row", True, KernelConfig(64, 128, SCALE_BLOCK, schedule="pingpong", cluster_m=2),

@@ -35,7 +35,7 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count, less torch's SM 
     |                               | 128×128/144/160/192: M on the width) or of          |
     |                               | MID_ROWS_NARROW_SWAP (swap-AB 128×80/96 where M is  |
     |                               | at most the width) or MID_ROWS_NARROW (128×96 up to |
-    |                               | 128 rows),                                          |
+    |                               | 512 rows, its last row of tiles ≥ half full),       |
     |                               | of least modelled time (below)                      |
     |                               | — unsplit with ≤ S/2 128×128 tiles and no swap-AB:  |
     |                               | few tiles                                           |
@@ -146,8 +146,10 @@ MID_ROWS_MAX_M = 960
 class MidRowsModel:
     """A mid-rows cost model (the comment above): the per-FLOP speed of each tile (`speeds`, by
     unsplit config, the first the unit), the tiles never split (`whole`), a split's cost in
-    k-steps (`split_steps`), the K elements of one k-step (`step_k`, the tiles' block_k), and
-    the most rows a tile is a candidate for (`max_m`, by unsplit config; a tile not named: any).
+    k-steps (`split_steps`), the K elements of one k-step (`step_k`, the tiles' block_k), the
+    most rows a tile is a candidate for (`max_m`, by unsplit config; a tile not named: any), and
+    the tiles that are candidates only where M leaves their last row of tiles at least half
+    full (`half_full`: M a multiple of block_m, or M mod block_m ≥ block_m / 2).
     The 16-bit kernels' is MID_ROWS; the FP8 kernel's, fitted to its own sweeps, is
     pingpong.hopper.host.fp8_select.FP8_MID_ROWS. benchmarks/midrows_fit.py fits either."""
 
@@ -156,15 +158,22 @@ class MidRowsModel:
     split_steps: float
     step_k: int
     max_m: dict = dataclasses.field(default_factory=dict)
+    half_full: frozenset = frozenset()
 
     def k_steps(self, K: int) -> int:
         return math.ceil(K / self.step_k)
 
+    def admits(self, config: KernelConfig, M: int) -> bool:
+        """Whether the unsplit `config` is a candidate at M rows (`max_m`, `half_full`)."""
+        last = M % config.block_m
+        return M <= self.max_m.get(config, M) and (config not in self.half_full or not last
+                                                    or 2 * last >= config.block_m)
+
     def candidates(self, k_steps: int, M: int | None = None) -> list[KernelConfig]:
-        """Every tile of `speeds` (of M rows: those whose `max_m` allows M) with each split count
-        of ≥ MIN_SPLIT_STEPS k-steps (≤ MAX_SPLIT_K), the `whole` ones unsplit."""
+        """Every tile of `speeds` (of M rows: those it `admits`) with each split count of
+        ≥ MIN_SPLIT_STEPS k-steps (≤ MAX_SPLIT_K), the `whole` ones unsplit."""
         most = max(1, min(MAX_SPLIT_K, k_steps // MIN_SPLIT_STEPS))
-        return [dataclasses.replace(c, split_k=s) for c in self.speeds if M is None or M <= self.max_m.get(c, M)
+        return [dataclasses.replace(c, split_k=s) for c in self.speeds if M is None or self.admits(c, M)
                 for s in range(1, 1 + (1 if c in self.whole else most))]
 
     def cost(self, config: KernelConfig, M: int, N: int, k_steps: int, sms: int) -> float:
@@ -209,17 +218,23 @@ MID_ROWS_WHOLE_TILES = {KernelConfig(128, 160, 64): 1.0, KernelConfig(128, 144, 
 #: N), not the few-tile rule (70×7168×5120 1.02× its 64×128 ping-pong; benchmarks/RESULTS.md,
 #: 2026-11-30)
 MID_ROWS_NARROW_SWAP = {KernelConfig(128, 80, 64, swap_ab=True): 0.95, KernelConfig(128, 96, 64, swap_ab=True): 0.95}
-#: ... and the narrow cooperative 128×96 (128 rows of M), unsplit, for products of one row of
-#: 128-row tiles whose 96-wide tiles fill more of a wave than wider ones (97-128 × 9216 × 4096:
-#: 96 tiles of 128×96 in one wave ran at 0.95-0.98 of cuBLAS, where 72 of 128×128 fill 55% of
-#: it and 48 of 128×192 split 2 ways ran at 0.79-0.84). Measured only up to 128 rows (128×80
-#: was measured beside it and fitted to no use), so that is its row limit
+#: ... and the narrow cooperative 128×96, unsplit, for products whose 96-wide tiles fill more
+#: of a wave than wider ones (97-128 × 9216 × 4096: 96 tiles of 128×96 in one wave ran at
+#: 0.95-0.98 of cuBLAS, where 72 of 128×128 fill 55% of it and 48 of 128×192 split 2 ways ran
+#: at 0.79-0.84; 327×3584×3584 0.88 where the 64×192 swap-AB ran at 0.66, 512×3072×8192 0.91
+#: where 128×192 split 2 ran at 0.82). Only where its last row of tiles is at least half full
+#: (`half_full`): with fewer rows there (385-416 and 300 × 3072 × 8192) the same 128 tiles took
+#: 1.4-1.5× as long as at 448-512 rows. Up to 512 rows (NARROW_MAX_M): over more rows of tiles
+#: it lost (832×7168×7168 0.81 where 128×128 ran at 1.03), which the fit's row limits place
+#: between 512 and 640 rows. 128×80 was measured beside it and fitted to no use
 MID_ROWS_NARROW = {KernelConfig(128, 96, 64): 0.9}
+NARROW_MAX_M = 512
 #: the 16-bit kernels' mid-rows model (K in SPLIT_STEP_K-element k-steps)
 MID_ROWS = MidRowsModel({**MID_ROWS_TILES, **MID_ROWS_WHOLE_TILES, **MID_ROWS_NARROW_SWAP, **MID_ROWS_NARROW},
                         frozenset(MID_ROWS_WHOLE_TILES) | frozenset(MID_ROWS_NARROW_SWAP) | frozenset(MID_ROWS_NARROW),
                         32, SPLIT_STEP_K,
-                        {**{c: c.block_n for c in MID_ROWS_NARROW_SWAP}, **{c: MID_M for c in MID_ROWS_NARROW}})
+                        {**{c: c.block_n for c in MID_ROWS_NARROW_SWAP}, **{c: NARROW_MAX_M for c in MID_ROWS_NARROW}},
+                        frozenset(MID_ROWS_NARROW))
 #: the mid-size tile's widths, widest first (ties in tile count go to the wider)
 MID_WIDTHS = (96, 64, 32)
 #: with a long K the mid-size tile is at least MID_SPLIT_WIDTH wide and split into as many parts
