@@ -144,7 +144,8 @@ def test_a_static_graph_takes_its_sites_plan_without_the_layer_key(interpreted_k
     first call keeps its plan, later calls take it without the layer key or the spec
     (direct.layer_plan, direct.gemm not called), with the eager results; an input not 16-byte
     aligned, or another SM carveout, goes through the key again and still gets the eager
-    result; under symbolic layouts no call names a site."""
+    result, and leaves the sites' kept plans as they were (the next aligned call takes them);
+    under symbolic layouts no call names a site."""
     from pingpong.integration import direct
 
     looked = []
@@ -175,12 +176,15 @@ def test_a_static_graph_takes_its_sites_plan_without_the_layer_key(interpreted_k
         assert not looked, "the sites' plans: no layer key, no spec"
     shifted = torch.empty(16 * 32 + 1, dtype=f16)[1:].view(16, 32)  # the same layout 2 bytes off 16-byte alignment
     shifted.copy_(randn(16, 32, seed=36))
-    want = eager(shifted, w, bias, b)
+    want, kept = eager(shifted, w, bias, b), dict(inductor.SITES)
     for got, ref in zip(compiled(shifted, w, bias, b), want):
         torch.testing.assert_close(got, ref, rtol=0, atol=0)
     assert len(looked) >= 2, "unaligned x: the linear and the gemm (x its C) through the key"
-    looked.clear()
-    want = eager(x, w, bias, b)
+    assert inductor.SITES == kept, "a plan made for an unaligned input replaced a site's"
+    want, looked[:] = eager(x, w, bias, b), []
+    for got, ref in zip(compiled(x, w, bias, b), want):
+        torch.testing.assert_close(got, ref, rtol=0, atol=0)
+    assert not looked, "aligned again: the sites' plans"
     torch._C._set_sm_carveout_experimental(8)
     try:
         for got, ref in zip(compiled(x, w, bias, b), want):

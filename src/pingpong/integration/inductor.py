@@ -21,8 +21,9 @@ quantize_fp8_blocks_t (pingpong.quantize), quantize_groups_t (pingpong.quantize_
                                                     the eager call is (errors name x, weight)
                                             in a static graph: …, site=<62-bit id>, out=buf3)
                                                  └─ that site's LayerPlan, kept from its
-                                                    first call (SITES): no layer key (mm's
-                                                    and gemm's calls: their plans, no spec)
+                                                    first aligned call (SITES): no layer
+                                                    key (mm's and gemm's calls: their
+                                                    plans, no spec)
 
 An op with several outputs is one call that writes a buffer per output (`_nodes`):
 
@@ -166,23 +167,30 @@ def plan_label(plan) -> str:
     return f"{info['path']} {config.name() if callable(getattr(config, 'name', None)) else config}"
 
 
-def _site_plan(site: int, *tensors):
-    """The plan kept for a static graph's call `site` (SITES; callers ask only with a site), where it may be taken:
-    made under the SM carveout in force, and every tensor given (None: absent) 16-byte aligned
-    (inductor fixed the layouts and their offsets; a graph input's address it did not fix)."""
-    kept = SITES.get(site)
-    if kept is None or kept[1] != sm_carveout():
-        return None
+def _aligned(tensors) -> bool:
+    """Every tensor given (None: absent) starts on a 16-byte boundary."""
     addresses = 0
     for t in tensors:
         if t is not None:
             addresses |= t.data_ptr()
-    return None if addresses & 15 else kept[0]
+    return not addresses & 15
 
 
-def _keep(site: int, plan) -> None:
-    """Keep `plan` for `site` (SITES: made under the carveout in force), where both are given."""
-    if site and plan is not None:
+def _site_plan(site: int, *tensors):
+    """The plan kept for a static graph's call `site` (SITES; callers ask only with a site), where it may be taken:
+    made under the SM carveout in force, and every tensor given 16-byte aligned (inductor fixed
+    the layouts and their offsets; a graph input's address it did not fix)."""
+    kept = SITES.get(site)
+    if kept is None or kept[1] != sm_carveout():
+        return None
+    return kept[0] if _aligned(tensors) else None
+
+
+def _keep(site: int, plan, *tensors) -> None:
+    """Keep `plan` for `site` (SITES: made under the carveout in force), where both are given
+    and the call's tensors are aligned: a plan made for an unaligned input (another path) does
+    not replace the site's plan for aligned ones."""
+    if site and plan is not None and _aligned(tensors):
         if len(SITES) >= SITE_CACHE_SIZE:
             SITES.clear()
         SITES[site] = (plan, sm_carveout())
@@ -197,7 +205,7 @@ def mm_out(a, b, *, out, site: int = 0):
         return
     direct.gemm(a, b, NO_ARGS, out.dtype, out=out)
     if site:  # the plan that call made or found, for the site's next calls (None: a batched product)
-        _keep(site, plan_mod.get(build_args(a, b, NO_ARGS, out.dtype)))
+        _keep(site, plan_mod.get(build_args(a, b, NO_ARGS, out.dtype)), a, b, out)
 
 
 def _epilogue(optional, epilogue: dict) -> EpilogueArgs:
@@ -224,7 +232,7 @@ def gemm_out(a, b, *optional, out, site: int = 0, **epilogue):
         return
     direct.gemm(a, b, args, out.dtype, out=out)
     if site:
-        _keep(site, plan_mod.get(build_args(a, b, args, out.dtype)))
+        _keep(site, plan_mod.get(build_args(a, b, args, out.dtype)), a, b, out, *optional)
 
 
 @lowered("linear")
@@ -237,7 +245,7 @@ def linear_out(x, w, *optional, bias: bool, activation, out, site: int = 0):
     lp = _site_plan(site, x, w, b) if site else None
     if lp is None:
         lp = direct.layer_plan(x, w, b, activation)
-        _keep(site, lp)
+        _keep(site, lp, x, w, b)
     lp.forward(x, w, b, out)
 
 
