@@ -45,8 +45,8 @@ block of `--iters` calls of one model timed from the host, blocks alternated, pa
 of each order as above), as a loop serving one model runs them, and the TMA
 descriptors pingpong's launches encoded per call in each (its map caches are keyed by address:
 an activation at a new address costs a host-side encode; 0 expected once warm); and for
-compiled modes, from torch.profiler on calls separate from the timing: the host µs per
-outermost GEMM-op call (`aten::mm`/`aten::addmm`/`aten::_scaled_mm` in torch's compiled graph,
+compiled modes, from torch.profiler on calls separate from the timing: the median host µs
+of an outermost GEMM-op call over three profiled calls of each model, alternated (`aten::mm`/`aten::addmm`/`aten::_scaled_mm` in torch's compiled graph,
 `pingpong::*` in pingpong's; an op called inside another, e.g. a quantization inside an FP8
 linear, counts as part of it) and the
 GPU kernel ms per call (all kernels / the GEMM kernels), which says whether a gap is the
@@ -159,19 +159,27 @@ def gemm_kind(e) -> str:
     return " ".join(str(part) for part in (e.name, plan, shapes or None) if part is not None)
 
 
-def host_us_per_gemm(fn, shapes: bool = False) -> tuple[float, dict]:
-    """CPU µs per outermost GEMM-op call in one profiled call of fn, and the calls by kind
+def host_us_per_gemm(fns: dict, rounds: int = 3, shapes: bool = False) -> dict:
+    """{name: (the median CPU µs of the outermost GEMM-op calls of fns[name], its calls by
+    kind)} over `rounds` profiled calls of each callable, the callables alternated (in the
+    given order in even rounds, reversed in odd ones): a host-bound workload's host speed moves
+    within a process, so each side is profiled in every round and its median call reported
     (`gemm_calls`; shapes: record the input shapes into the kinds)."""
     from torch.profiler import ProfilerActivity, profile
 
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=shapes) as prof:
+    for fn in fns.values():
         fn()
-        torch.cuda.synchronize()
-    kinds = gemm_calls(prof.events())
-    count = sum(len(us) for us in kinds.values())
-    return (sum(sum(us) for us in kinds.values()) / count if count else float("nan")), kinds
+    torch.cuda.synchronize()
+    kinds = {name: collections.defaultdict(list) for name in fns}
+    for r in range(rounds):
+        for name in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
+            with profile(activities=[ProfilerActivity.CPU], record_shapes=shapes) as prof:
+                fns[name]()
+                torch.cuda.synchronize()
+            for kind, us in gemm_calls(prof.events()).items():
+                kinds[name][kind] += us
+    return {name: (statistics.median([u for us in k.values() for u in us]) if k else float("nan"), dict(k))
+            for name, k in kinds.items()}
 
 
 def kinds_table(kinds: dict, rows: int = 12) -> str:
@@ -318,11 +326,13 @@ def main(argv=None) -> int:
                     if mode == "dynamic":
                         host[f"{name} recompiles"] = torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames
                     if mode != "reduce-overhead":  # graph replays: no host work per GEMM
-                        host[f"{name} host"], kinds = host_us_per_gemm(fn, shapes=args.profile)
                         host[f"{name} gpu"] = gpu_ms(fn)
+                    fns[name] = fn
+                if mode in ("compiled", "dynamic"):
+                    for name, (us, kinds) in host_us_per_gemm(fns, shapes=args.profile).items():
+                        host[f"{name} host"] = us
                         if args.profile:
                             print(f"  {mode} {work}, {name}: host µs of the GEMM calls by kind\n{kinds_table(kinds)}")
-                    fns[name] = fn
                 iters = max(args.iters // 2, 3) if work == "train" else args.iters
                 t = ratios(fns, args.rounds, iters)
             except Exception as e:  # noqa: BLE001  (reported, not hidden)

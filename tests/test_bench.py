@@ -638,6 +638,22 @@ def test_chain_bench_chains_compute_the_layer():
     assert torch.equal(tool.product_chain(torch.matmul, x, [ws[0][0], ws[1][0]])(), x @ ws[1][0].T)
 
 
+def test_model_bench_profiles_each_model_in_alternated_rounds(monkeypatch):
+    """model_bench's host column: each model profiled once a round, in the given order in even
+    rounds and reversed in odd ones, and each side's median GEMM call reported."""
+    from bench_scripts import load
+
+    tool = load("model_bench")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    order, a = [], torch.randn(8, 8)
+    fns = {"torch": lambda: order.append("torch") or a @ a, "pingpong": lambda: order.append("pingpong") or (a @ a, a @ a)}
+    got = tool.host_us_per_gemm(fns, rounds=3)
+    assert order == ["torch", "pingpong"] + ["torch", "pingpong", "pingpong", "torch", "torch", "pingpong"], order
+    assert set(got) == {"torch", "pingpong"}
+    assert sum(len(us) for us in got["torch"][1].values()) == 3 and sum(len(us) for us in got["pingpong"][1].values()) == 6
+    assert all(us > 0 for us, _ in got.values())
+
+
 def test_model_bench_counts_outermost_gemm_calls_by_kind():
     """model_bench's host µs per GEMM op: only the outermost GEMM op of a nest counts (a
     quantization's or a fallback's mm inside a pingpong op is part of it), each under its kind:
