@@ -46,10 +46,10 @@ of each order as above), as a loop serving one model runs them, and the TMA
 descriptors pingpong's launches encoded per call in each (its map caches are keyed by address:
 an activation at a new address costs a host-side encode; 0 expected once warm); and for
 compiled modes, from torch.profiler on calls separate from the timing: the median host µs
-of an outermost GEMM-op call over three profiled calls of each model, alternated (`aten::mm`/`aten::addmm`/`aten::_scaled_mm` in torch's compiled graph,
-`pingpong::*` in pingpong's; an op called inside another, e.g. a quantization inside an FP8
-linear, counts as part of it) and the
-GPU kernel ms per call (all kernels / the GEMM kernels), which says whether a gap is the
+of an outermost GEMM-op call over three profiled calls of each model, alternated
+(`aten::mm`/`aten::addmm`/`aten::_scaled_mm` in torch's compiled graph, `pingpong::*` in
+pingpong's; an op called inside another, e.g. a quantization inside an FP8 linear, counts as
+part of it) and the GPU kernel ms per call (all kernels / the GEMM kernels), which says whether a gap is the
 host's or the kernels'; with --profile also those GEMM calls by kind (the op, the plan a
 pingpong op ran, the input shapes), dearest first, to find which products' calls cost the
 host most. Needs the `test-model` extra (transformers).

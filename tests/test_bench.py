@@ -646,11 +646,13 @@ def test_model_bench_profiles_each_model_in_alternated_rounds(monkeypatch):
     tool = load("model_bench")
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
     order, a = [], torch.randn(8, 8)
-    fns = {"torch": lambda: order.append("torch") or a @ a, "pingpong": lambda: order.append("pingpong") or (a @ a, a @ a)}
+    fns = {"torch": lambda: order.append("torch") or a @ a,
+           "pingpong": lambda: order.append("pingpong") or (a @ a, a @ a)}
     got = tool.host_us_per_gemm(fns, rounds=3)
     assert order == ["torch", "pingpong"] + ["torch", "pingpong", "pingpong", "torch", "torch", "pingpong"], order
     assert set(got) == {"torch", "pingpong"}
-    assert sum(len(us) for us in got["torch"][1].values()) == 3 and sum(len(us) for us in got["pingpong"][1].values()) == 6
+    calls = {name: sum(len(us) for us in kinds.values()) for name, (_, kinds) in got.items()}
+    assert calls == {"torch": 3, "pingpong": 6}, calls
     assert all(us > 0 for us, _ in got.values())
 
 

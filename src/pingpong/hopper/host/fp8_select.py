@@ -69,8 +69,8 @@ import dataclasses
 from ...runtime.spec import SCALE_BLOCK
 from .config import KernelConfig
 from .launch import workspace_reason
-from .select import (DECODE_M, MID_ROWS_MAX_M, NARROW_MAX_M, MID_SPLIT_STEPS, SPLIT_MIN_BYTES, MidRowsModel, decode_tile,
-                     one_wave_tile, split, thin_second_wave, tile_count)
+from .select import (DECODE_M, MID_ROWS_MAX_M, MID_SPLIT_STEPS, NARROW_MAX_M, SPLIT_MIN_BYTES, MidRowsModel,
+                     decode_tile, one_wave_tile, split, thin_second_wave, tile_count)
 
 #: M·N·K from which a product on LONG_SMS SMs is long (`long_product`, module docstring); on S
 #: SMs the threshold is LONG_WORK · S / LONG_SMS (the work each SM does)
