@@ -79,9 +79,9 @@ CLUSTERS = (1, 2)
 #: the selection gives swap-AB tiles 144-192 wide up to there)
 SWAP_MAX_M = WAVE_SWAP_MAX_M
 #: the FP8 space's factors (block_k is the FP8 kernel's one 128-deep K block; check_fp8_config
-#: keeps what it runs: 192, 160 and 144 columns as two pieces on the unsplit cooperative schedule
-#: with tensor- and row-wise scales only, and two accumulators when promoted)
-FP8_TILES = tuple((bm, bn) for bm in (128, 64) for bn in (256, 192, 160, 144, 128, 64))
+#: keeps what it runs: 192, 160, 144 and 96 columns as two pieces on the unsplit cooperative
+#: schedule with tensor- and row-wise scales only, and two accumulators when promoted)
+FP8_TILES = tuple((bm, bn) for bm in (128, 64) for bn in (256, 192, 160, 144, 128, 96, 64))
 FP8_GROUP_M = (1, 4, 8, 16)
 FP8_STAGES = (None, 3, 4, 6)  # None: as many as fit
 #: FP8 split counts (fp8_split_gemm: fp32 partials, the last split sums them)
