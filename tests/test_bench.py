@@ -654,6 +654,11 @@ def test_model_bench_profiles_each_model_in_alternated_rounds(monkeypatch):
     calls = {name: sum(len(us) for us in kinds.values()) for name, (_, kinds) in got.items()}
     assert calls == {"torch": 3, "pingpong": 6}, calls
     assert all(us > 0 for us, _ in got.values())
+    # the median over every round's calls, of each side apart: profiled calls of fixed µs
+    times = iter([[1.0, 9.0], [5.0], [2.0, 3.0], [7.0], [4.0, 100.0], [6.0]])  # in call order (round 1 reversed)
+    monkeypatch.setattr(tool, "gemm_calls", lambda events: {"aten::mm": next(times)})
+    got = tool.host_us_per_gemm({"pingpong": lambda: None, "torch": lambda: None}, rounds=3)
+    assert (got["pingpong"][0], got["torch"][0]) == (7.0, 4.0), got  # of 1, 9, 7, 4, 100 and 5, 2, 3, 6
 
 
 def test_model_bench_counts_outermost_gemm_calls_by_kind():
