@@ -186,11 +186,11 @@ def _site_plan(site: int, *tensors):
     return kept[0] if _aligned(tensors) else None
 
 
-def _keep(site: int, plan, *tensors) -> None:
-    """Keep `plan` for `site` (SITES: made under the carveout in force), where both are given
-    and the call's tensors are aligned: a plan made for an unaligned input (another path) does
-    not replace the site's plan for aligned ones."""
-    if site and plan is not None and _aligned(tensors):
+def _keep(site: int, plan) -> None:
+    """Keep `plan` (None: none) for `site` (SITES: made under the carveout in force). Callers
+    keep only an aligned call's plan (`_aligned`): one made for an unaligned input (another
+    path) does not replace the site's plan for aligned ones, nor is it looked up to be dropped."""
+    if plan is not None:
         if len(SITES) >= SITE_CACHE_SIZE:
             SITES.clear()
         SITES[site] = (plan, sm_carveout())
@@ -204,8 +204,8 @@ def mm_out(a, b, *, out, site: int = 0):
         plan.run(a, b, out, NO_ARGS)
         return
     direct.gemm(a, b, NO_ARGS, out.dtype, out=out)
-    if site:  # the plan that call made or found, for the site's next calls (None: a batched product)
-        _keep(site, plan_mod.get(build_args(a, b, NO_ARGS, out.dtype)), a, b, out)
+    if site and _aligned((a, b, out)):  # the plan that call made or found, for the site's next calls
+        _keep(site, plan_mod.get(build_args(a, b, NO_ARGS, out.dtype)))  # (None: a batched product)
 
 
 def _epilogue(optional, epilogue: dict) -> EpilogueArgs:
@@ -231,8 +231,8 @@ def gemm_out(a, b, *optional, out, site: int = 0, **epilogue):
         plan.run(a, b, out, args)
         return
     direct.gemm(a, b, args, out.dtype, out=out)
-    if site:
-        _keep(site, plan_mod.get(build_args(a, b, args, out.dtype)), a, b, out, *optional)
+    if site and _aligned((a, b, out, *optional)):
+        _keep(site, plan_mod.get(build_args(a, b, args, out.dtype)))
 
 
 @lowered("linear")
@@ -245,7 +245,8 @@ def linear_out(x, w, *optional, bias: bool, activation, out, site: int = 0):
     lp = _site_plan(site, x, w, b) if site else None
     if lp is None:
         lp = direct.layer_plan(x, w, b, activation)
-        _keep(site, lp, x, w, b)
+        if site and _aligned((x, w, b)):
+            _keep(site, lp)
     lp.forward(x, w, b, out)
 
 
