@@ -191,6 +191,31 @@ def test_repeatable_bitwise(schedule, gen):
         assert torch.equal(run(a, b, SCHEDULES[schedule]), first)
 
 
+@pytest.mark.parametrize("schedule", ["cooperative", "persistent", "pingpong-96", "cooperative-192"])
+@pytest.mark.parametrize("M", [90, 406, 448])
+def test_clamped_last_row_of_tiles(schedule, M, gen):
+    """The data-parallel kernels move their last row of tiles up to end at row M
+    (scheduler.row_offset), so rows of the row of tiles before it are computed and stored
+    twice: both times the same. The product of M rows is bitwise the first M rows of the
+    same product with A padded to a multiple of the tile's rows (where no tile moves), close
+    to float64, and 20 runs agree bitwise. An epilogue that reads C does not move its tiles
+    (it may read C in place, as here: a row stored before its second read would add β·C twice)."""
+    config = SCHEDULES[schedule]
+    K, N = 1024, 768
+    padded = operand(-(-M // 256) * 256, K, torch.bfloat16, False, gen)
+    a, b = padded[:M], operand(K, N, torch.bfloat16, True, gen)
+    whole = run(padded, b, config)[:M]
+    out = run(a, b, config)
+    assert rel_err(out, a.double() @ b.double()) < GEMM_BOUND[torch.bfloat16]
+    assert torch.equal(out, whole), "a row computed by two tiles differs from the unmoved tile's"
+    for _ in range(19):
+        assert torch.equal(run(a, b, config), out)
+    c = torch.randn(M, N, device="cuda", generator=gen).bfloat16()  # β·C in place: no tile moves
+    want = a.double() @ b.double() + c.double()
+    _gemm_into(c, a, b, c, 1.0, 1.0, config)
+    assert rel_err(c, want) < GEMM_BOUND[torch.bfloat16]
+
+
 @pytest.mark.parametrize("M, config", [
     (32, None),  # the decode rule's swap-AB ping-pong: a few CTAs, the next kernel's fit beside them
     (32, KernelConfig(128, 64, 64, split_k=4)),  # split-K: the workspace and its arrival counters

@@ -13,7 +13,8 @@ warpgroup), with the parts that differ passed in as aggregates:
                     sync, CONSUMER, PINGPONG)  kloop.run (K loop; passes the turn) │ kloop.store → epi
     sched   a RasterScheduler (pingpong.hopper.device.scheduler): TileScheduler, SplitKScheduler,
             StreamKScheduler, GroupedScheduler, RaggedKScheduler and PaddedKScheduler (TileSchedulers
-            whose COUNTED has the consumers count k-steps unit by unit)
+            whose COUNTED has the consumers count k-steps unit by unit); the data-parallel
+            kernels' last row of tiles ends at row M (scheduler.row_offset) unless β·C is read
     kloop   PlainKLoop (wgmmas accumulate in place), fp8_kernel.Fp8KLoop (promoted, paired or
             plain; the outer scales at the store)
     loader  TileLoader, fp8_kernel.Fp8Loader (+ block scales), grouped_k.RaggedKLoader
@@ -358,7 +359,7 @@ def warp_specialized_gemm(a_desc, b_desc, ops, M, N, K, alpha, beta, batches, CF
     kernel_start()
     gl.static_assert(CFG.CLUSTER == gl.num_ctas(), "CLUSTER is the launch's num_ctas")
     gl.static_assert(CFG.CLUSTER == 1 or CFG.BN2 == 0, "clusters: one-piece tiles (config.validate)")
-    sched = TileScheduler.create(M, N, K, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M, batches)
+    sched = TileScheduler.create(M, N, K, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M, batches, not CFG.EPI.HAS_C)
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, CFG.B_KMAJOR, CFG.CLUSTER,
                          CFG.B1_BOXES)
     epi = Epilogue.of(ops, alpha, beta, M, N, 2, CFG.EPI)
@@ -429,7 +430,7 @@ def persistent_gemm(a_desc, b_desc, ops, M, N, K, alpha, beta, batches, CFG: gl.
     gl.static_assert(STAGES >= 2, "the ring needs at least 2 stages")
     gl.static_assert(CFG.BN2 == 0, "two-piece tiles run on the warp-specialized schedules (config.validate)")
     gl.static_assert(CFG.CLUSTER == 1, "clusters run on the warp-specialized schedules (config.validate)")
-    sched = TileScheduler.create(M, N, K, BM, CFG.BN, CFG.BK, CFG.GROUP_M, batches)
+    sched = TileScheduler.create(M, N, K, BM, CFG.BN, CFG.BK, CFG.GROUP_M, batches, not CFG.EPI.HAS_C)
     ring = Ring.allocate(a_desc, b_desc, STAGES, 1)
     epi = Epilogue.of(ops, alpha, beta, M, N, 1, CFG.EPI)
     loader = TileLoader(a_desc, b_desc, A_KMAJOR, B_KMAJOR)
