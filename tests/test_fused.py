@@ -221,23 +221,24 @@ def test_batched_raster_covers_every_tile_of_every_batch_once(pid_m, pid_n, batc
     assert sorted(seen) == want
 
 
-@pytest.mark.parametrize("BM", (64, 128, 256))
+@pytest.mark.parametrize("BM", (64, 96, 128, 256))
 def test_clamped_tile_rows_cover_every_row_and_stay_inside(BM):
-    """row_offset with CLAMP (the data-parallel kernels' last row of tiles moved up to end at
-    row M): over every M, the tiles cover rows 0..M-1, start at row ≥ 0, and every tile of a
-    product of M ≥ BM rows lies inside it (A's box never runs past A's last row); without
-    CLAMP, tile-row p starts at p·BM."""
-    from pingpong.hopper.device.scheduler import row_offset
+    """tile_offset with CLAMP (the data-parallel kernels' last row of tiles moved back to end
+    at row M, and their last column at N): over every M, the tiles cover rows 0..M-1, start at
+    row ≥ 0, a moved one at a multiple of 16 (a TMA box's innermost coordinate is 16-byte
+    aligned) with at most 15 of its rows past M; without CLAMP, tile-row p starts at p·BM."""
+    from pingpong.hopper.device.scheduler import tile_offset
 
     for M in range(1, 3 * BM + 2):
-        offs = [row_offset.fn(p, BM, M, True) for p in range(-(-M // BM))]
+        offs = [tile_offset.fn(p, BM, M, True) for p in range(-(-M // BM))]
         covered = set()
         for off in offs:
-            assert off >= 0 and (M < BM or off + BM <= M), (M, BM, off)
+            assert off >= 0 and (M < BM or off + BM - M < 16), (M, BM, off)
             covered.update(range(off, min(off + BM, M)))
         assert covered == set(range(M)), (M, BM)
         assert offs[:-1] == [p * BM for p in range(len(offs) - 1)], "only the last row of tiles moves"
-        assert [row_offset.fn(p, BM, M, False) for p in range(len(offs))] == [p * BM for p in range(len(offs))]
+        assert offs[-1] % 16 == 0, (M, BM, offs[-1])
+        assert [tile_offset.fn(p, BM, M, False) for p in range(len(offs))] == [p * BM for p in range(len(offs))]
 
 
 # ----------------------------------------------------------------------------- Hopper, offline

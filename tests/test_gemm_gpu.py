@@ -194,17 +194,17 @@ def test_repeatable_bitwise(schedule, gen):
 @pytest.mark.parametrize("schedule", ["cooperative", "persistent", "pingpong-96", "cooperative-192"])
 @pytest.mark.parametrize("M", [90, 406, 448])
 def test_clamped_last_row_of_tiles(schedule, M, gen):
-    """The data-parallel kernels move their last row of tiles up to end at row M
-    (scheduler.row_offset), so rows of the row of tiles before it are computed and stored
-    twice: both times the same. The product of M rows is bitwise the first M rows of the
-    same product with A padded to a multiple of the tile's rows (where no tile moves), close
+    """The data-parallel kernels move their last row (column) of tiles back to end at row M
+    (column N; scheduler.tile_offset), so rows of the row of tiles before it are computed and
+    stored twice: both times the same. The M × N product is bitwise the first M × N of the
+    same product with A and B padded to whole tiles (where no tile moves), close
     to float64, and 20 runs agree bitwise. An epilogue that reads C does not move its tiles
     (it may read C in place, as here: a row stored before its second read would add β·C twice)."""
     config = SCHEDULES[schedule]
-    K, N = 1024, 768
-    padded = operand(-(-M // 256) * 256, K, torch.bfloat16, False, gen)
-    a, b = padded[:M], operand(K, N, torch.bfloat16, True, gen)
-    whole = run(padded, b, config)[:M]
+    K, N = 1024, 712  # N: 200, 40 and 136 columns past the last whole 256-, 96- and 192-wide tile
+    padded, padded_b = operand(-(-M // 256) * 256, K, torch.bfloat16, False, gen), operand(K, 768, torch.bfloat16, True, gen)
+    a, b = padded[:M], padded_b[:, :N]
+    whole = run(padded, padded_b, config)[:M, :N]
     out = run(a, b, config)
     assert rel_err(out, a.double() @ b.double()) < GEMM_BOUND[torch.bfloat16]
     assert torch.equal(out, whole), "a row computed by two tiles differs from the unmoved tile's"

@@ -147,45 +147,54 @@ class RasterScheduler:
         return 0
 
 
+#: elements a moved tile's offset is a multiple of (tile_offset): 16 bytes of FP8, 32 of bf16
+ALIGN = gl.constexpr(16)
+
+
 @gluon.jit
-def row_offset(pid_m, BM: gl.constexpr, M, CLAMP: gl.constexpr):
-    """First row of tile-row `pid_m`; CLAMP: the last row of tiles moved up to end at row M
-    (when M ≥ BM), overlapping the row of tiles before it:
+def tile_offset(pid, B: gl.constexpr, extent, CLAMP: gl.constexpr):
+    """First row (column) of tile-row (tile-column) `pid` of B rows (columns) over `extent`;
+    CLAMP: the last one moved back to end at `extent` (when extent ≥ B), overlapping the one
+    before it:
 
-        M = 406, BM = 128     rows   0..127   128..255   256..383   278..405 (not 384..511)
+        M = 406, BM = 128     rows   0..127   128..255   256..383   288..415 (not 384..511)
 
-    so A's TMA box never runs past A's last row. A box that does, with fewer than half its
-    rows inside A, loads at a fraction of the full box's rate (measured: the 128×96 tile's one
-    wave at 406 × 3072 × 8192 took 60 µs, 47 with A's descriptor widened to 448 rows). The
-    overlapped rows are computed twice, the same way, and stored twice with the same values,
-    so a kernel clamps only when its epilogue does not read C (β·C may be read in place)."""
-    off_m = pid_m * BM
+    so no TMA box of A or B runs past its operand's end by more than 15 rows. A box that does,
+    with fewer than half its rows inside, loads at a fraction of the full box's rate (measured:
+    the 128×96 tile's one wave at 406 × 3072 × 8192 took 60 µs, 47 with A's descriptor widened
+    to 448 rows). The moved offset is a multiple of 16 (ALIGN: a TMA box's innermost
+    coordinate must be 16-byte aligned, and the offset may be one: out's N, A's M when A is
+    stored M-major). The overlapped rows are computed twice, the same way, and stored twice
+    with the same values, so a kernel clamps only when its epilogue does not read C (β·C may
+    be read in place)."""
+    off = pid * B
     if CLAMP:
-        off_m = min(off_m, max(M - BM, 0))
-    return off_m
+        off = min(off, max((extent - B + ALIGN - 1) // ALIGN * ALIGN, 0))  # extent - B rounded up
+    return off
 
 
 @aggregate
 class TileScheduler(RasterScheduler):
-    """One unit per output tile (of every batch), the whole K loop each; CLAMP_M: the last row
-    of tiles ends at row M (`row_offset`)."""
+    """One unit per output tile (of every batch), the whole K loop each; CLAMP: the last row
+    and column of tiles end at row M and column N (`tile_offset`)."""
 
     num_tiles: gl.tensor
     k_steps: gl.tensor
     tiles_per_batch: gl.tensor
-    rows: gl.tensor  # M, the rows of (each batch's) output
-    CLAMP_M: gl.constexpr = False
+    rows: gl.tensor  # M × N: (each batch's) output
+    cols: gl.tensor
+    CLAMP: gl.constexpr = False
 
     @gluon.jit
     def create(M, N, K, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr, batches=1,
-               CLAMP_M: gl.constexpr = False):
+               CLAMP: gl.constexpr = False):
         num_pid_m = gl.cdiv(M, BM)
         num_pid_n = gl.cdiv(N, BN)
         tiles_per_batch = num_pid_m * num_pid_n
         pid, num_programs = program()
         return TileScheduler(pid, num_programs, num_pid_m, num_pid_n, BM, BN, BK, GROUP_M,
                              num_tiles=tiles_per_batch * batches, k_steps=gl.cdiv(K, BK),
-                             tiles_per_batch=tiles_per_batch, rows=M, CLAMP_M=CLAMP_M)
+                             tiles_per_batch=tiles_per_batch, rows=M, cols=N, CLAMP=CLAMP)
 
     @gluon.jit
     def locate(self, local_tile):
@@ -193,7 +202,8 @@ class TileScheduler(RasterScheduler):
         pingpong.hopper.kernels.grouped.GroupedScheduler.locate: (group, first row, off_n))."""
         batch, tile_id = batch_and_tile(self.pid + local_tile * self.num_programs, self.tiles_per_batch)
         pid_m, pid_n = tile_coords(tile_id, self.num_pid_m, self.num_pid_n, self.GROUP_M)
-        return batch, row_offset(pid_m, self.BM, self.rows, self.CLAMP_M), pid_n * self.BN
+        return (batch, tile_offset(pid_m, self.BM, self.rows, self.CLAMP),
+                tile_offset(pid_n, self.BN, self.cols, self.CLAMP))
 
     @gluon.jit
     def tile_batch(self, local_tile):

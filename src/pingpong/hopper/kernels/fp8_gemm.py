@@ -522,8 +522,8 @@ def fp8_gemm(a_desc, b_desc, ops, M, N, K, sa_row, sb_col, CFG: gl.constexpr,
     gl.static_assert(CFG.CLUSTER == 1 or SCALING != "block", "clusters: tensor- and row-wise scales only")
     gl.static_assert(CFG.BN2 == 0 or (not CFG.PINGPONG and SCALING != "block" and CFG.CLUSTER == 1),
                      "two-piece tiles: cooperative, one CTA, tensor- and row-wise scales (check_fp8_config)")
-    # the last row of tiles clamped to end at M (scheduler.row_offset), but block-wise: sa's box
-    # must start at a 16-byte boundary (Fp8Scales)
+    # the last row and column of tiles end at M and N (scheduler.tile_offset), but block-wise:
+    # sa's box starts at a 16-byte boundary and sb's blocks are 128 columns (Fp8Scales)
     sched = TileScheduler.create(M, N, K, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M, 1, SCALING != "block")
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, True, CFG.CLUSTER, CFG.B1_BOXES)
     epi = Epilogue.of(ops, gl.to_tensor(1.0), gl.to_tensor(0.0), M, N, 2, CFG.EPI)

@@ -14,7 +14,8 @@ warpgroup), with the parts that differ passed in as aggregates:
     sched   a RasterScheduler (pingpong.hopper.device.scheduler): TileScheduler, SplitKScheduler,
             StreamKScheduler, GroupedScheduler, RaggedKScheduler and PaddedKScheduler (TileSchedulers
             whose COUNTED has the consumers count k-steps unit by unit); the data-parallel
-            kernels' last row of tiles ends at row M (scheduler.row_offset) unless β·C is read
+            kernels' last row and column of tiles end at M and N (scheduler.tile_offset) unless
+            β·C is read
     kloop   PlainKLoop (wgmmas accumulate in place), fp8_kernel.Fp8KLoop (promoted, paired or
             plain; the outer scales at the store)
     loader  TileLoader, fp8_kernel.Fp8Loader (+ block scales), grouped_k.RaggedKLoader
