@@ -440,9 +440,10 @@ def test_bitwise_gpu_test_shapes_split_under_the_shipped_tables(gpu):
     (240, 5120, 5120, (128, 96, "cooperative", False), 1),    # 0.906 vs 0.778 for 128×192 split 2
     (375, 3072, 8192, (128, 96, "cooperative", False), 1),    # 0.856 vs 0.784 for 128×192 split 2
     (359, 3584, 3584, (128, 96, "cooperative", False), 1),    # 0.953 vs 0.918 for swap-AB 64×192
-    # ... but not where its last row of tiles is under half full (run 564: 406 rows, 22 of 128,
-    # took 1.4× as long as 512) nor past 512 rows (run 561: 0.813 vs 1.026 at 832×7168×7168)
-    (406, 3072, 8192, (128, 192, "cooperative", False), 2),
+    # ... also where its last row of tiles is under half full, since that row ends at M (run 584:
+    # 406 rows, 22 of 128: 0.934 vs 0.834 for 128×192 split 2 in run 560), but not past 512 rows (run 561:
+    # 0.813 vs 1.026 at 832×7168×7168)
+    (406, 3072, 8192, (128, 96, "cooperative", False), 1),
     (832, 7168, 7168, (128, 128, "cooperative", False), 1),
 ])
 def test_mid_rows_take_the_cost_models_tile_and_split(M, N, K, tile, splits):
@@ -493,25 +494,12 @@ def test_mid_rows_constants_fit_the_measured_sweeps():
               "h200-run482-fp8-row-narrow-heldout": 0.99, "h200-run540-m512": 0.90, "h200-run541-mid128": 0.99,
               "h200-run560-n96": 0.99, "h200-run561-narrow-rows": 0.98, "h200-run562-narrow128": 0.99,
               "h200-run565-heldout-n96": 0.99, "h200-run568-fp8-tensor-n96": 0.99, "h200-run569-fp8-row-n96": 0.99,
-              "h200-run570-fp8-tensor-heldout-n96": 0.99, "h200-run571-fp8-row-heldout-n96": 0.99}
+              "h200-run570-fp8-tensor-heldout-n96": 0.99, "h200-run571-fp8-row-heldout-n96": 0.99,
+              "h200-run578-fp8-tensor-rows": 0.99, "h200-run584-clamp": 0.99}
     assert set(bounds) == set(sets)
     assert {n for n, k in kinds.items() if k == "fp8"} == {n for n in sets if "fp8" in n}
     for name, bound in bounds.items():
         assert fit.score(sets[name], kind=kinds[name]) >= bound, name
-
-
-def test_half_full_tiles_need_their_last_row_of_tiles_half_full():
-    """MidRowsModel.half_full: the 128×96 is a candidate where M leaves its last row of tiles
-    empty or at least 64 rows full, from 1 row of tiles to its row limit; other tiles at any M."""
-    from pingpong.hopper.host.select import MID_ROWS, NARROW_MAX_M
-
-    narrow, wide = KernelConfig(128, 96, 64), KernelConfig(128, 128, 64)
-    assert narrow in MID_ROWS.half_full and wide not in MID_ROWS.half_full
-    for M, ok in ((64, True), (63, False), (128, True), (191, False), (192, True), (406, False), (448, True),
-                  (512, True), (NARROW_MAX_M + 64, False)):
-        assert MID_ROWS.admits(narrow, M) is ok, M
-        assert (narrow in MID_ROWS.candidates(64, M)) is ok, M
-    assert all(MID_ROWS.admits(wide, M) for M in (1, 63, 191, 406, 900))
 
 
 def test_mid_rows_row_limits_drop_a_tile_above_them():
@@ -621,11 +609,12 @@ def test_the_heuristic_says_which_row_of_its_rule_chose(M, N, K, why):
 def test_narrow_cooperative_tile_up_to_128_rows():
     """97-128 rows by a long N of 9216-11008 take the cooperative 128×96 (one wave of 96 or 115
     tiles; set h200-run541-mid128: 0.95-0.98 of cuBLAS where the 128×192 split 2 ways ran at
-    0.79-0.84); above 128 rows, the most it was measured at, it is no candidate."""
+    0.79-0.84); at any M up to its row limit (its last row of tiles ends at M, however few rows
+    it holds), none above."""
     narrow = KernelConfig(128, 96, 64)
     for M in (97, 112, 128):
         for N in (9216, 11008):
             assert select.heuristic_config(M, N, 4096, 132) == narrow, (M, N)
-    assert narrow in select.MID_ROWS.candidates(64, 128)
-    assert narrow not in select.MID_ROWS.candidates(64, 129)
-    assert select.heuristic_config(129, 9216, 4096, 132) != narrow
+    for M in (1, 63, 128, 129, 191, 406, select.NARROW_MAX_M):
+        assert narrow in select.MID_ROWS.candidates(64, M), M
+    assert narrow not in select.MID_ROWS.candidates(64, select.NARROW_MAX_M + 1)

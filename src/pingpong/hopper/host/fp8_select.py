@@ -194,7 +194,7 @@ NARROW_STAGED_SWAPS = {bn: KernelConfig(128, bn, SCALE_BLOCK, swap_ab=True) for 
 _STAGED_SPEEDS = {STAGED_SWAPS[128]: 0.95, STAGED_SWAPS[144]: 0.95, STAGED_SWAPS[160]: 1.0, STAGED_SWAPS[192]: 1.05,
                   NARROW_STAGED_SWAPS[80]: 0.8, NARROW_STAGED_SWAPS[96]: 0.8}
 #: The cooperative 128×96 (64 + 32 columns), unsplit, as the 16-bit model's (select.MID_ROWS_NARROW,
-#: its row limit and `half_full`): on ten one-wave products of 196-512 rows it ran 1.01-1.04× the
+#: its row limit): on ten one-wave products of 196-512 rows it ran 1.01-1.04× the
 #: 128×128 pick tensor-wise and 1.02-1.05× row-wise, and on held-out ones of 106-468 rows
 #: 1.00-1.08× and 1.01-1.10× (benchmarks/data/midrows_sweeps.json); at 88 and 91 rows it lost to the narrow swap-AB 128×96 (0.94-0.97×). Its speed, 0.78, puts
 #: it ahead of 128×128 (a one-wave tie at 0.75) and behind the narrow swap-AB tiles (0.8)
@@ -204,8 +204,7 @@ FP8_MID_ROWS = MidRowsModel({_SQUARE: 1.0, _NARROW: 0.75, _WIDE: 1.05, _HALF: 0.
                             frozenset({_WIDE, _HALF, _MID, _SWAP_MID, _W160, _W144, _SWAP_144, _SWAP_160, _W96,
                                        *_STAGED_SPEEDS}), 32,
                             SCALE_BLOCK, {_HALF: 320, _SWAP_MID: 192, _SWAP_144: 144, _SWAP_160: 160,
-                                          _W96: NARROW_MAX_M, **{c: c.block_n for c in NARROW_STAGED_SWAPS.values()}},
-                            frozenset({_W96}))
+                                          _W96: NARROW_MAX_M, **{c: c.block_n for c in NARROW_STAGED_SWAPS.values()}})
 #: per-FLOP speed of the 128×64 tile against 128×128 in the wave model (docs/design.md, FP8):
 #: at 0.75, 512 rows at N = 6144 (2 waves of 128×128 against 3 of 128×64) tie, and the tie goes
 #: to 128×64 (`rule_fp8`)

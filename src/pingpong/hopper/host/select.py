@@ -35,7 +35,7 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count, less torch's SM 
     |                               | 128×128/144/160/192: M on the width) or of          |
     |                               | MID_ROWS_NARROW_SWAP (swap-AB 128×80/96 where M is  |
     |                               | at most the width) or MID_ROWS_NARROW (128×96 up to |
-    |                               | 512 rows, its last row of tiles ≥ half full),       |
+    |                               | 512 rows),                                          |
     |                               | of least modelled time (below)                      |
     |                               | — unsplit with ≤ S/2 128×128 tiles and no swap-AB:  |
     |                               | few tiles                                           |
@@ -147,9 +147,7 @@ class MidRowsModel:
     """A mid-rows cost model (the comment above): the per-FLOP speed of each tile (`speeds`, by
     unsplit config, the first the unit), the tiles never split (`whole`), a split's cost in
     k-steps (`split_steps`), the K elements of one k-step (`step_k`, the tiles' block_k), the
-    most rows a tile is a candidate for (`max_m`, by unsplit config; a tile not named: any), and
-    the tiles that are candidates only where M leaves their last row of tiles at least half
-    full (`half_full`: M a multiple of block_m, or M mod block_m ≥ block_m / 2).
+    most rows a tile is a candidate for (`max_m`, by unsplit config; a tile not named: any).
     The 16-bit kernels' is MID_ROWS; the FP8 kernel's, fitted to its own sweeps, is
     pingpong.hopper.host.fp8_select.FP8_MID_ROWS. benchmarks/midrows_fit.py fits either."""
 
@@ -158,16 +156,13 @@ class MidRowsModel:
     split_steps: float
     step_k: int
     max_m: dict = dataclasses.field(default_factory=dict)
-    half_full: frozenset = frozenset()
 
     def k_steps(self, K: int) -> int:
         return math.ceil(K / self.step_k)
 
     def admits(self, config: KernelConfig, M: int) -> bool:
-        """Whether the unsplit `config` is a candidate at M rows (`max_m`, `half_full`)."""
-        last = M % config.block_m
-        return M <= self.max_m.get(config, M) and (config not in self.half_full or not last
-                                                    or 2 * last >= config.block_m)
+        """Whether the unsplit `config` is a candidate at M rows (`max_m`)."""
+        return M <= self.max_m.get(config, M)
 
     def candidates(self, k_steps: int, M: int | None = None) -> list[KernelConfig]:
         """Every tile of `speeds` (of M rows: those it `admits`) with each split count of
@@ -222,9 +217,9 @@ MID_ROWS_NARROW_SWAP = {KernelConfig(128, 80, 64, swap_ab=True): 0.95, KernelCon
 #: of a wave than wider ones (97-128 × 9216 × 4096: 96 tiles of 128×96 in one wave ran at
 #: 0.95-0.98 of cuBLAS, where 72 of 128×128 fill 55% of it and 48 of 128×192 split 2 ways ran
 #: at 0.79-0.84; 327×3584×3584 0.88 where the 64×192 swap-AB ran at 0.66, 512×3072×8192 0.91
-#: where 128×192 split 2 ran at 0.82). Only where its last row of tiles is at least half full
-#: (`half_full`): with fewer rows there (385-416 and 300 × 3072 × 8192) the same 128 tiles took
-#: 1.4-1.5× as long as at 448-512 rows. Up to 512 rows (NARROW_MAX_M): over more rows of tiles
+#: where 128×192 split 2 ran at 0.82; with its last row of tiles moved to end at M,
+#: scheduler.tile_offset, also where that row is under half full: 406×3072×8192 0.93, 300×4096×8192
+#: 0.91, where 128×128 ran at 0.85 and 0.84). Up to 512 rows (NARROW_MAX_M): over more rows of tiles
 #: it lost (832×7168×7168 0.81 where 128×128 ran at 1.03), which the fit's row limits place
 #: between 512 and 640 rows. 128×80 was measured beside it and fitted to no use
 MID_ROWS_NARROW = {KernelConfig(128, 96, 64): 0.9}
@@ -233,8 +228,7 @@ NARROW_MAX_M = 512
 MID_ROWS = MidRowsModel({**MID_ROWS_TILES, **MID_ROWS_WHOLE_TILES, **MID_ROWS_NARROW_SWAP, **MID_ROWS_NARROW},
                         frozenset(MID_ROWS_WHOLE_TILES) | frozenset(MID_ROWS_NARROW_SWAP) | frozenset(MID_ROWS_NARROW),
                         32, SPLIT_STEP_K,
-                        {**{c: c.block_n for c in MID_ROWS_NARROW_SWAP}, **{c: NARROW_MAX_M for c in MID_ROWS_NARROW}},
-                        frozenset(MID_ROWS_NARROW))
+                        {**{c: c.block_n for c in MID_ROWS_NARROW_SWAP}, **{c: NARROW_MAX_M for c in MID_ROWS_NARROW}})
 #: the mid-size tile's widths, widest first (ties in tile count go to the wider)
 MID_WIDTHS = (96, 64, 32)
 #: with a long K the mid-size tile is at least MID_SPLIT_WIDTH wide and split into as many parts
