@@ -202,7 +202,8 @@ def test_clamped_last_row_of_tiles(schedule, M, gen):
     (it may read C in place, as here: a row stored before its second read would add β·C twice)."""
     config = SCHEDULES[schedule]
     K, N = 1024, 712  # N: 200, 40 and 136 columns past the last whole 256-, 96- and 192-wide tile
-    padded, padded_b = operand(-(-M // 256) * 256, K, torch.bfloat16, False, gen), operand(K, 768, torch.bfloat16, True, gen)
+    padded = operand(-(-M // 256) * 256, K, torch.bfloat16, False, gen)
+    padded_b = operand(K, 768, torch.bfloat16, True, gen)
     a, b = padded[:M], padded_b[:, :N]
     whole = run(padded, padded_b, config)[:M, :N]
     out = run(a, b, config)

@@ -76,8 +76,8 @@ class PaddedKScheduler(TileScheduler):
     def create(poffs, G, M, N, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr):
         t = TileScheduler.create(M, N, gl.to_tensor(0), BM, BN, BK, GROUP_M, G)
         return PaddedKScheduler(t.pid, t.num_programs, t.num_pid_m, t.num_pid_n, BM, BN, BK, GROUP_M,
-                                num_tiles=t.num_tiles, k_steps=t.k_steps, tiles_per_batch=t.tiles_per_batch, rows=t.rows, cols=t.cols,
-                                poffs=poffs)
+                                num_tiles=t.num_tiles, k_steps=t.k_steps, tiles_per_batch=t.tiles_per_batch,
+                                rows=t.rows, cols=t.cols, poffs=poffs)
 
     @gluon.jit
     def k_begin(self, local_tile):

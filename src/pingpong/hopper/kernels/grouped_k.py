@@ -110,8 +110,8 @@ class RaggedKScheduler(TileScheduler):
     def create(offs, G, T, M, N, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr):
         t = TileScheduler.create(M, N, T, BM, BN, BK, GROUP_M, G)
         return RaggedKScheduler(t.pid, t.num_programs, t.num_pid_m, t.num_pid_n, BM, BN, BK, GROUP_M,
-                                num_tiles=t.num_tiles, k_steps=t.k_steps, tiles_per_batch=t.tiles_per_batch, rows=t.rows, cols=t.cols, offs=offs,
-                                T=T)
+                                num_tiles=t.num_tiles, k_steps=t.k_steps, tiles_per_batch=t.tiles_per_batch,
+                                rows=t.rows, cols=t.cols, offs=offs, T=T)
 
     @gluon.jit
     def k_range(self, local_tile):
