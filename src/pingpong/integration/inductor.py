@@ -177,9 +177,10 @@ def _aligned(tensors) -> bool:
 
 
 def _site_plan(site: int, *tensors):
-    """The plan kept for a static graph's call `site` (SITES; callers ask only with a site), where it may be taken:
-    made under the SM carveout in force, and every tensor given 16-byte aligned (inductor fixed
-    the layouts and their offsets; a graph input's address it did not fix)."""
+    """The plan kept for a static graph's call `site` (SITES; callers ask only with a site),
+    where it may be taken: made under the SM carveout in force, and every tensor given 16-byte
+    aligned (inductor fixed the layouts and their offsets; a graph input's address it did not
+    fix)."""
     kept = SITES.get(site)
     if kept is None or kept[1] != sm_carveout():
         return None

@@ -160,9 +160,9 @@ def tile_offset(pid, B: gl.constexpr, extent, CLAMP: gl.constexpr):
         M = 406, BM = 128     rows   0..127   128..255   256..383   288..415 (not 384..511)
 
     so no TMA box of A or B runs past its operand's end by more than 15 rows. A box that does,
-    with fewer than half its rows inside, loads at a fraction of the full box's rate (measured:
-    the 128×96 tile's one wave at 406 × 3072 × 8192 took 60 µs, 47 with A's descriptor widened
-    to 448 rows). The moved offset is a multiple of 16 (ALIGN: a TMA box's innermost
+    with fewer than half its rows inside, loads at a fraction of the full box's rate
+    (docs/design.md, the last row and column of tiles). The moved offset is a multiple of 16
+    (ALIGN: a TMA box's innermost
     coordinate must be 16-byte aligned, and the offset may be one: out's N, A's M when A is
     stored M-major). The overlapped rows are computed twice, the same way, and stored twice
     with the same values, so a kernel clamps only when its epilogue does not read C (β·C may
@@ -197,13 +197,19 @@ class TileScheduler(RasterScheduler):
                              tiles_per_batch=tiles_per_batch, rows=M, cols=N, CLAMP=CLAMP)
 
     @gluon.jit
+    def raster_offsets(self, tile_id):
+        """(off_m, off_n) of tile `tile_id` of the grouped raster, the last row and column of
+        tiles moved under CLAMP (`tile_offset`)."""
+        pid_m, pid_n = tile_coords(tile_id, self.num_pid_m, self.num_pid_n, self.GROUP_M)
+        return tile_offset(pid_m, self.BM, self.rows, self.CLAMP), tile_offset(pid_n, self.BN, self.cols, self.CLAMP)
+
+    @gluon.jit
     def locate(self, local_tile):
         """(batch, off_m, off_n) of this program's `local_tile`-th tile, in one call (as
         pingpong.hopper.kernels.grouped.GroupedScheduler.locate: (group, first row, off_n))."""
         batch, tile_id = batch_and_tile(self.pid + local_tile * self.num_programs, self.tiles_per_batch)
-        pid_m, pid_n = tile_coords(tile_id, self.num_pid_m, self.num_pid_n, self.GROUP_M)
-        return (batch, tile_offset(pid_m, self.BM, self.rows, self.CLAMP),
-                tile_offset(pid_n, self.BN, self.cols, self.CLAMP))
+        off_m, off_n = self.raster_offsets(tile_id)
+        return batch, off_m, off_n
 
     @gluon.jit
     def tile_batch(self, local_tile):
