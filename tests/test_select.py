@@ -618,3 +618,33 @@ def test_narrow_cooperative_tile_up_to_128_rows():
     for M in (1, 63, 128, 129, 191, 406, select.NARROW_MAX_M):
         assert narrow in select.MID_ROWS.candidates(64, M), M
     assert narrow not in select.MID_ROWS.candidates(64, select.NARROW_MAX_M + 1)
+
+
+@pytest.mark.parametrize("shape, split_k", [
+    ((72, 3584, 14336), 1),  # 64×64 ping-pong: 112 tiles, the last row 8 of 64 (measured: split 7 ways 0.64 of cuBLAS, unsplit 0.98)
+    ((94, 5120, 13824), 1),  # 64×96: 108 tiles, the last row 30 of 64
+    ((1555, 2048, 10944), 1),  # the wave rule's 128×256: 104 tiles, the last row 19 of 128
+    ((70, 2048, 65536), 2),  # 64 tiles of 64×64, the last row 6 of 64: under half a wave, split anyway
+    ((1030, 512, 16384), 7),  # the wave rule's 36 tiles of 128×128, the last row 6 of 128: split anyway
+    ((110, 3584, 14336), 7),  # the last row 46 of 64: at least half full, split as before
+])
+def test_split_rule_leaves_a_short_last_row_of_tiles_unsplit(shape, split_k):
+    """The split-K kernels do not move their last row of tiles back to end at M (the
+    data-parallel ones do), so the 16-bit ≤ 128-row and wave rules run unsplit where the split
+    tiles' last row would hold under half its rows and they fill half a wave
+    (select.rows_unsplit); over fewer tiles, or a fuller last row, they split as before."""
+    assert select.heuristic_config(*shape, 132).split_k == split_k
+
+
+def test_no_16_bit_split_pick_over_a_short_last_row_of_many_tiles():
+    """Over random shapes (above 64 rows, outside the mid-rows model, which weighs its splits
+    itself): no pick is a split whose last row of tiles is under half full over half a wave."""
+    from pingpong.tools.suites import random_suite
+    for seed in range(300, 340):
+        for M, N, K in random_suite(seed):
+            if M <= select.SWAP_AB_MAX_M or select.mid_rows_decides(M, N, K, 132):
+                continue
+            c = select.heuristic_config(M, N, K, 132)
+            rows = N if c.swap_ab else M
+            short = rows > c.block_m and 0 < rows % c.block_m < c.block_m / 2
+            assert not (c.split_k > 1 and short and 2 * select.tile_count(c, M, N) >= 132), (seed, M, N, K, c.name())

@@ -54,7 +54,8 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count, less torch's SM 
         waves(s) · (k_steps / s + SPLIT_OVERHEAD_STEPS),   waves(s) = ⌈tiles·s / S⌉
     (the persistent grid runs S units at a time), k_steps counted in SPLIT_STEP_K elements of
     K, each split ≥ MIN_SPLIT_STEPS of them long,
-    s ≤ MAX_SPLIT_K, and a larger s only where it wins by SPLIT_MARGIN
+    s ≤ MAX_SPLIT_K, and a larger s only where it wins by SPLIT_MARGIN; above 64 rows none
+    where the tiles' last row is under half full and they fill half a wave (rows_unsplit)
 
 Mid-size M (33..128 rows) streams the weight like decode does, but its rows fill a 64-row
 wgmma. Its tiles run in one wave, each with a deep ring (5-9 slots of 128 K), and the width is the
@@ -147,8 +148,7 @@ class MidRowsModel:
     """A mid-rows cost model (the comment above): the per-FLOP speed of each tile (`speeds`, by
     unsplit config, the first the unit), the tiles never split (`whole`), a split's cost in
     k-steps (`split_steps`), the K elements of one k-step (`step_k`, the tiles' block_k), the
-    most rows a tile is a candidate for (`max_m`, by unsplit config; a tile not named: any).
-    The 16-bit kernels' is MID_ROWS; the FP8 kernel's, fitted to its own sweeps, is
+    most rows a tile is a candidate for (`max_m`, by unsplit config; a tile not named: any). The 16-bit kernels' is MID_ROWS; the FP8 kernel's, fitted to its own sweeps, is
     pingpong.hopper.host.fp8_select.FP8_MID_ROWS. benchmarks/midrows_fit.py fits either."""
 
     speeds: dict
@@ -347,7 +347,7 @@ def heuristic_choice(M: int, N: int, K: int, sms: int = DEFAULT_SMS, in_bytes: i
         wide = dataclasses.replace(mid, block_n=max(mid.block_n, MID_SPLIT_WIDTH))
         # a long K: the wider tile, split into as many ≥ MID_SPLIT_STEPS-step parts as one wave holds
         splits = min(sms // tile_count(wide, M, N), k_steps // MID_SPLIT_STEPS)
-        config = dataclasses.replace(wide, split_k=splits) if splits >= 2 else split(mid, M, N, k_steps, sms)
+        config = dataclasses.replace(wide, split_k=splits) if splits >= 2 else split_whole_rows(mid, M, N, k_steps, sms)
         return config, with_split("≤ 128 rows: the 64-row ping-pong tile whose tiles fill most of one wave", config)
     if M <= DECODE_M:
         config, unsplit = decode_tile(M, N, small_k, sms)
@@ -366,7 +366,8 @@ def heuristic_choice(M: int, N: int, K: int, sms: int = DEFAULT_SMS, in_bytes: i
         return epilogue_subtiles(config, M, N, k_steps, sms), with_split("mid rows: the cost model's tile", config)
     else:
         config, why = wave_tile(M, N, k_steps, sms), "the 128-row tile whose waves leave the least idle"
-    config = split(epilogue_subtiles(config, M, N, k_steps, sms), M, N, k_steps, sms)
+    split_rule = split if M <= SWAP_AB_MAX_M else split_whole_rows  # decode and ≤ 64 rows: N on the tiles' rows
+    config = split_rule(epilogue_subtiles(config, M, N, k_steps, sms), M, N, k_steps, sms)
     if config.block_m == 128 and config.split_k == 1 and 2 * tile_count(config, M, N) <= sms and not config.swap_ab:
         return few_tiles(M, N, sms), FEW_WHY  # more tiles, still one wave (FEW_WIDTHS)
     return config, with_split(why, config)
@@ -431,6 +432,30 @@ def split(config: KernelConfig, M: int, N: int, k_steps: int, sms: int) -> Kerne
     """`config` with the split count of the module docstring's cost model (K in k_steps of
     SPLIT_STEP_K elements)."""
     return dataclasses.replace(config, split_k=split_count(tile_count(config, M, N), k_steps, sms))
+
+
+def split_whole_rows(config: KernelConfig, M: int, N: int, k_steps: int, sms: int) -> KernelConfig:
+    """`split`, but unsplit where rows_unsplit says so: the 16-bit ≤ MID_M-row and wave
+    rules' split (the mid-rows model weighs split and unsplit tiles itself)."""
+    config = split(config, M, N, k_steps, sms)
+    return dataclasses.replace(config, split_k=1) if rows_unsplit(config, M, N, sms) else config
+
+
+def rows_unsplit(config: KernelConfig, M: int, N: int, sms: int) -> bool:
+    """Whether a 16-bit `config` runs unsplit for its last row of tiles (over M; N under
+    swap-AB): that row holds fewer than half of its rows, and its tiles fill at least half a
+    wave (fewer leave SMs idle that only a split fills). The data-parallel kernels move that
+    row back to end at M (pingpong.hopper.device.scheduler.tile_offset), the split-K kernels
+    do not: their fix-up counts a tile's arrivals by its first row, which the moved row shares
+    with the one before. A split tile there loads A's boxes mostly past A's end, slowly
+    (406×3072×8192 with 128×128 split 2 ways: 0.54 of cuBLAS, 448 rows 0.63). Unsplit, the
+    ≤ MID_M-row and wave rules' split picks with such a row ran 1.29× faster (10 of 10 shapes:
+    72×3584×14336 64×64 split 7 ways 0.64 → 0.98, 1555×2048×10944 128×256 split 5 ways 0.64 →
+    0.82); the mid-rows model's picks gained 1.01× (24 of 37), so it keeps its splits
+    (benchmarks/RESULTS.md, 2026-11-30)."""
+    rows = N if config.swap_ab else M
+    short = rows > config.block_m and 0 < rows % config.block_m < config.block_m / 2
+    return short and 2 * tile_count(config, M, N) >= sms
 
 
 def mid_rows_config(M: int, N: int, K: int, sms: int) -> KernelConfig:
