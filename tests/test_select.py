@@ -495,7 +495,8 @@ def test_mid_rows_constants_fit_the_measured_sweeps():
               "h200-run560-n96": 0.99, "h200-run561-narrow-rows": 0.98, "h200-run562-narrow128": 0.99,
               "h200-run565-heldout-n96": 0.99, "h200-run568-fp8-tensor-n96": 0.99, "h200-run569-fp8-row-n96": 0.99,
               "h200-run570-fp8-tensor-heldout-n96": 0.99, "h200-run571-fp8-row-heldout-n96": 0.99,
-              "h200-run578-fp8-tensor-rows": 0.99, "h200-run584-clamp": 0.99}
+              "h200-run578-fp8-tensor-rows": 0.99, "h200-run584-clamp": 0.99,
+              "h200-runs593-594-short-rows": 0.96}
     assert set(bounds) == set(sets)
     assert {n for n, k in kinds.items() if k == "fp8"} == {n for n in sets if "fp8" in n}
     for name, bound in bounds.items():
