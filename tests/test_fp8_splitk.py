@@ -48,7 +48,7 @@ def test_workspace_of_a_config_that_fits_only_fp8_operands():
     with pytest.raises(ConfigError, match="shared memory"):
         workspace_shape(512, 512, 65536, config)  # as a bf16 config
     assert workspace_shape(512, 512, 65536, config, 1) == (1024, 512)
-    assert counter_count(512, 512, config, 1) == 4 * 2 * 4  # tiles × consumer halves
+    assert counter_count(512, 512, config, 1) == 4 * 8 * 4  # tile-rows × 16-row counters × tile-columns
     assert workspace_reason(512, 512, 65536, config, 1) is None
 
 

@@ -241,6 +241,29 @@ def test_clamped_tile_rows_cover_every_row_and_stay_inside(BM):
         assert [tile_offset.fn(p, BM, M, False) for p in range(len(offs))] == [p * BM for p in range(len(offs))]
 
 
+@pytest.mark.parametrize("BM, ROWS", [(64, 64), (128, 128), (128, 64)])  # ping-pong; cooperative: two halves
+def test_split_tile_rows_never_start_a_half_where_another_does(BM, ROWS, monkeypatch):
+    """split_tile_offset (the 16-bit split-K kernels' last row of tiles moved back to end at
+    M): the tiles cover rows 0..M-1 from row ≥ 0, a moved one starts at a multiple of 16 with
+    at most 31 of its rows past M, and no two tile halves of ROWS rows start at one row (the
+    fix-up's arrival counter is a half's first row's: 320 rows of 128-row tiles would move the
+    last by 64, onto the second half of the one before; it moves by 48)."""
+    from pingpong.hopper.device import scheduler
+
+    monkeypatch.setattr(scheduler, "tile_offset", scheduler.tile_offset.fn)  # called inside split_tile_offset.fn
+    for M in range(1, 5 * BM + 2):
+        offs = [int(getattr(o, "value", o)) for o in  # (.fn gives constexprs, which hash by identity)
+                (scheduler.split_tile_offset.fn(p, BM, M, True) for p in range(-(-M // BM)))]
+        covered = set()
+        for off in offs:
+            assert off >= 0 and (M < BM or off + BM - M < 32), (M, BM, off)
+            covered.update(range(off, min(off + BM, M)))
+        assert covered == set(range(M)), (M, BM)
+        assert offs[:-1] == [p * BM for p in range(len(offs) - 1)] and offs[-1] % 16 == 0, (M, BM, offs)
+        firsts = [off + h for off in offs for h in range(0, BM, ROWS)]
+        assert len(set(firsts)) == len(firsts), (M, BM, ROWS, offs)
+
+
 # ----------------------------------------------------------------------------- Hopper, offline
 
 

@@ -191,16 +191,26 @@ def test_repeatable_bitwise(schedule, gen):
         assert torch.equal(run(a, b, SCHEDULES[schedule]), first)
 
 
-@pytest.mark.parametrize("schedule", ["cooperative", "persistent", "pingpong-96", "cooperative-192"])
-@pytest.mark.parametrize("M", [90, 406, 448])
+CLAMPED = {name: SCHEDULES[name] for name in ("cooperative", "persistent", "pingpong-96", "cooperative-192")} | {
+    # 16-bit split-K: the last row only; two tiles' partials of the rows they share go to the
+    # same workspace rows, and each tile half's arrival counter is its first row's
+    "cooperative-k3": KernelConfig(128, 128, 64, schedule="cooperative", split_k=3),
+    "pingpong-64x64-k2": KernelConfig(64, 64, 64, schedule="pingpong", split_k=2),
+    "swap-k2": KernelConfig(128, 64, 64, schedule="cooperative", split_k=2, swap_ab=True),  # N on rows (712: moved)
+}
+
+
+@pytest.mark.parametrize("schedule", CLAMPED)
+@pytest.mark.parametrize("M", [90, 406, 448, 320])  # 320 rows: a 128-row tile moved by half a tile, then 16 less
 def test_clamped_last_row_of_tiles(schedule, M, gen):
     """The data-parallel kernels move their last row (column) of tiles back to end at row M
-    (column N; scheduler.tile_offset), so rows of the row of tiles before it are computed and
-    stored twice: both times the same. The M × N product is bitwise the first M × N of the
-    same product with A and B padded to whole tiles (where no tile moves), close
-    to float64, and 20 runs agree bitwise. An epilogue that reads C does not move its tiles
-    (it may read C in place, as here: a row stored before its second read would add β·C twice)."""
-    config = SCHEDULES[schedule]
+    (column N; scheduler.tile_offset), and the 16-bit split-K kernels their last row, so rows
+    of the row of tiles before it are computed and stored twice: both times the same. The
+    M × N product is bitwise the first M × N of the same product with A and B padded to whole
+    tiles (where no tile moves), close to float64, and 20 runs agree bitwise. An epilogue that
+    reads C does not move its tiles (it may read C in place, as here: a row stored before its
+    second read would add β·C twice)."""
+    config = CLAMPED[schedule]
     K, N = 1024, 712  # N: 200, 40 and 136 columns past the last whole 256-, 96- and 192-wide tile
     padded = operand(-(-M // 256) * 256, K, torch.bfloat16, False, gen)
     padded_b = operand(K, 768, torch.bfloat16, True, gen)

@@ -68,10 +68,12 @@ def test_split_configs_take_no_epilogue_staging():
     assert split.releasers == SCHEDULE_FACTS["cooperative"].releasers
 
 
-def test_counters_cover_every_tile_half():
-    assert counter_count(500, 1001, KernelConfig(128, 128, 64, split_k=8)) == 4 * 2 * 8  # 2 consumer halves
-    assert counter_count(500, 1001, KernelConfig(128, 128, 64, schedule="pingpong", split_k=8)) == 4 * 8
-    assert counter_count(3, 4097, KernelConfig(128, 16, 64, split_k=2, swap_ab=True)) == 33 * 2 * 1  # Cᵀ
+def test_counters_cover_every_16_rows_of_tiles():
+    """One arrival counter per 16 rows of tiles and column of tiles: a tile half's is its first
+    row's, which a moved last row of tiles starts at (fixup.SplitEpilogue.tile_counter)."""
+    assert counter_count(500, 1001, KernelConfig(128, 128, 64, split_k=8)) == 4 * 8 * 8  # 4 tile-rows of 128
+    assert counter_count(500, 1001, KernelConfig(64, 128, 64, schedule="pingpong", split_k=8)) == 8 * 4 * 8
+    assert counter_count(3, 4097, KernelConfig(128, 16, 64, split_k=2, swap_ab=True)) == 33 * 8 * 1  # Cᵀ
 
 
 @pytest.mark.parametrize("kwargs, needle", [

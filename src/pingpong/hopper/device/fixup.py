@@ -43,7 +43,8 @@ column pieces or epilogue sub-tiles it keeps its own partial in registers and st
 through pointers (fix_up, sum_into), which costs far more per tile (docs/design.md,
 Stream-K).
 
-The arrival counters are int32, one per (tile, consumer half), zero before the launch and
+The arrival counters are int32, one per 16 rows of tiles and column of tiles (a tile half's is
+its first row's: `tile_counter`), zero before the launch and
 zero again after it, so the plan keeps one buffer per stream (pingpong.runtime.plan.split_scratch):
 launches in one stream's order reuse it, launches on different streams never share one.
 """
@@ -54,7 +55,7 @@ from triton.language.core import _aggregate as aggregate, base_value
 
 from .epilogue import Epilogue, Fusion, column_halves
 from .mma import MmaOp
-from .scheduler import StreamKScheduler
+from .scheduler import ALIGN, StreamKScheduler
 
 
 @gluon.constexpr_function
@@ -169,7 +170,7 @@ class SplitEpilogue:
     ws: gl.tensor  # fp32 workspace: split s's partial (r, c) at ws + s·split_stride + r·ws_ld + c
     split_stride: gl.tensor
     ws_ld: gl.tensor
-    counters: gl.tensor  # int32 arrival counters, one per (tile, consumer half)
+    counters: gl.tensor  # int32 arrival counters, one per 16 rows of tiles and column of tiles (tile_counter)
     out: gl.tensor  # result (r, c) at out + r·out_ld + c (SWAP: out + c·out_ld + r)
     out_ld: gl.tensor
     cin: gl.tensor  # C, laid out like out (read when HAS_C)
@@ -257,8 +258,10 @@ class SplitEpilogue:
 
     @gluon.jit
     def tile_counter(self, off_r, off_c, ROWS: gl.constexpr, WIDTH: gl.constexpr):
-        """The arrival counter of the ROWS × WIDTH tile half at (off_r, off_c): one per (tile, consumer half)."""
-        return self.counters + (off_r // ROWS) * gl.cdiv(self.C, WIDTH) + off_c // WIDTH
+        """The arrival counter of the ROWS × WIDTH tile half at (off_r, off_c): one per ALIGN
+        (16) rows of each column of tiles, so a tile half's is its first row's (a moved last
+        row of tiles starts at any multiple of 16, SplitKScheduler's CLAMP)."""
+        return self.counters + (off_r // ALIGN) * gl.cdiv(self.C, WIDTH) + off_c // WIDTH
 
     @gluon.jit
     def fix_up(self, mma, off_r, off_c, slot, parts):

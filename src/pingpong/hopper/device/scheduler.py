@@ -228,6 +228,19 @@ def split_work(unit, num_tiles):
     return unit % num_tiles, unit // num_tiles
 
 
+@gluon.jit
+def split_tile_offset(pid, B: gl.constexpr, extent, CLAMP: gl.constexpr):
+    """tile_offset of the split-K kernels' tile-rows: under CLAMP the last one moved back by a
+    multiple of 16 rows but never by half a tile (then by 16 fewer), so no half of it starts
+    at the row a half of the tile-row before it starts at (the fix-up's arrival counter is a
+    tile half's first row's: fixup.SplitEpilogue.tile_counter)."""
+    off = tile_offset(pid, B, extent, CLAMP)
+    if CLAMP:
+        if pid * B - off == B // 2:
+            off += ALIGN
+    return off
+
+
 @aggregate
 class SplitKScheduler(RasterScheduler):
     """SPLITS work units per output tile, each over a contiguous range of k_steps k-steps:
@@ -238,23 +251,38 @@ class SplitKScheduler(RasterScheduler):
         program p takes units p, p+G, p+2G, ... (G programs)
 
     The last split's range may run past K: TMA zero-fills it, adding exact zeros. A unit's
-    fp32 partial tile goes to split `split`'s block of the workspace; the last split of a tile
-    to finish sums the blocks in order 0, 1, ... (pingpong.hopper.device.fixup).
+    fp32 partial tile goes to split `split`'s block of the workspace, at its rows and columns;
+    the last split of a tile to finish sums the blocks in order 0, 1, ...
+    (pingpong.hopper.device.fixup). CLAMP: the last row of tiles ends at row M
+    (`split_tile_offset`); two tiles write the rows they share into a split's block, the same
+    values, and each one's last split sums them as its own. The 16-bit kernels move their rows
+    (not where β·C is read), not their columns; the FP8 kernels nothing: moving the columns
+    too, or FP8's rows, spilled registers in the FP8 row-wise GELU kernel's fix-up.
     """
 
     num_tiles: gl.tensor
     num_units: gl.tensor
     k_steps: gl.tensor  # k-steps of one split
+    rows: gl.tensor  # M: the output's
+    CLAMP: gl.constexpr = False
 
     @gluon.jit
-    def create(M, N, K, splits, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr):
+    def create(M, N, K, splits, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr,
+               CLAMP: gl.constexpr = False):
         num_pid_m = gl.cdiv(M, BM)
         num_pid_n = gl.cdiv(N, BN)
         num_tiles = num_pid_m * num_pid_n
         pid, num_programs = program()
         return SplitKScheduler(pid, num_programs, num_pid_m, num_pid_n, BM, BN, BK, GROUP_M,
                                num_tiles=num_tiles, num_units=num_tiles * splits,
-                               k_steps=gl.cdiv(gl.cdiv(K, BK), splits))
+                               k_steps=gl.cdiv(gl.cdiv(K, BK), splits), rows=M, CLAMP=CLAMP)
+
+    @gluon.jit
+    def raster_offsets(self, tile_id):
+        """(off_m, off_n) of tile `tile_id` of the grouped raster, the last row of tiles moved
+        under CLAMP (class docstring)."""
+        pid_m, pid_n = tile_coords(tile_id, self.num_pid_m, self.num_pid_n, self.GROUP_M)
+        return split_tile_offset(pid_m, self.BM, self.rows, self.CLAMP), pid_n * self.BN
 
     @gluon.jit
     def local_tiles(self):

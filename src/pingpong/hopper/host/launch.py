@@ -350,11 +350,12 @@ def workspace_reason(M: int, N: int, K: int, config: KernelConfig, in_bytes: int
 
 
 def counter_count(M: int, N: int, config: KernelConfig, in_bytes: int = 2) -> int:
-    """Arrival counters a split-K call needs: one per (tile, consumer half) of the kernel's product
-    (in_bytes: as workspace_shape)."""
+    """Arrival counters a split-K call needs: one per 16 rows of tiles (a tile half's counter is
+    its first row's, pingpong.hopper.device.fixup.SplitEpilogue.tile_counter) and column of
+    tiles of the kernel's product (in_bytes: as workspace_shape)."""
     d = config.derive(in_bytes)
     rows, cols = (N, M) if d.swap_ab else (M, N)
-    return -(-rows // d.block_m) * (d.block_m // d.consumer_m) * -(-cols // d.block_n)
+    return -(-rows // d.block_m) * (d.block_m // 16) * -(-cols // d.block_n)
 
 
 def product_bias(bias, M: int, swap: bool) -> str:

@@ -14,8 +14,9 @@ warpgroup), with the parts that differ passed in as aggregates:
     sched   a RasterScheduler (pingpong.hopper.device.scheduler): TileScheduler, SplitKScheduler,
             StreamKScheduler, GroupedScheduler, RaggedKScheduler and PaddedKScheduler (TileSchedulers
             whose COUNTED has the consumers count k-steps unit by unit); the data-parallel
-            kernels' last row and column of tiles end at M and N (scheduler.tile_offset) unless
-            β·C is read
+            kernels' last row and column of tiles end at M and N (scheduler.tile_offset), the
+            16-bit split-K kernels' last row at M (scheduler.split_tile_offset), unless β·C is
+            read
     kloop   PlainKLoop (wgmmas accumulate in place), fp8_kernel.Fp8KLoop (promoted, paired or
             plain; the outer scales at the store)
     loader  TileLoader, fp8_kernel.Fp8Loader (+ block scales), grouped_k.RaggedKLoader
@@ -379,7 +380,7 @@ def split_k_gemm(a_desc, b_desc, ws, counters, ops, M, N, K, alpha, beta, splits
     warp_specialized_gemm's (its EPI's BUFS unused: no staging)."""
     kernel_start()
     gl.static_assert(CFG.CLUSTER == 1, "split-K / swap-AB units are not paired (config.validate)")
-    sched = SplitKScheduler.create(M, N, K, splits, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M)
+    sched = SplitKScheduler.create(M, N, K, splits, CFG.BM, CFG.BN, CFG.BK, CFG.GROUP_M, not CFG.EPI.HAS_C)
     ring = Ring.allocate(a_desc, b_desc, CFG.STAGES, CFG.RELEASERS, CFG.BN2, CFG.B_KMAJOR, B1_BOXES=CFG.B1_BOXES)
     epi = SplitEpilogue.of(ops, ws, split_stride16 * 4, ws_ld16 * 4, counters, out_ld, c_ld, Alpha(alpha), beta, M, N,
                            splits, CFG.EPI)
