@@ -622,7 +622,7 @@ def test_narrow_cooperative_tile_up_to_128_rows():
 
 
 @pytest.mark.parametrize("shape, split_k", [
-    ((72, 3584, 14336), 1),  # 64×64 ping-pong: 112 tiles, the last row 8 of 64 (measured: split 7 ways 0.64 of cuBLAS, unsplit 0.98)
+    ((72, 3584, 14336), 1),  # 64×64 ping-pong: 112 tiles, the last row 8 of 64 (split 7 ways 0.64, unsplit 0.98)
     ((94, 5120, 13824), 1),  # 64×96: 108 tiles, the last row 30 of 64
     ((1555, 2048, 10944), 1),  # the wave rule's 128×256: 104 tiles, the last row 19 of 128
     ((70, 2048, 65536), 2),  # 64 tiles of 64×64, the last row 6 of 64: under half a wave, split anyway
@@ -630,10 +630,9 @@ def test_narrow_cooperative_tile_up_to_128_rows():
     ((110, 3584, 14336), 7),  # the last row 46 of 64: at least half full, split as before
 ])
 def test_split_rule_leaves_a_short_last_row_of_tiles_unsplit(shape, split_k):
-    """The split-K kernels do not move their last row of tiles back to end at M (the
-    data-parallel ones do), so the 16-bit ≤ 128-row and wave rules run unsplit where the split
-    tiles' last row would hold under half its rows and they fill half a wave
-    (select.rows_unsplit); over fewer tiles, or a fuller last row, they split as before."""
+    """The 16-bit ≤ 128-row and wave rules run unsplit where the split tiles' last row would
+    hold under half its rows and they fill half a wave (select.rows_unsplit: such splits ran
+    slower than the unsplit tile); over fewer tiles, or a fuller last row, they split as before."""
     assert select.heuristic_config(*shape, 132).split_k == split_k
 
 

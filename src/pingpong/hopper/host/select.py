@@ -148,7 +148,8 @@ class MidRowsModel:
     """A mid-rows cost model (the comment above): the per-FLOP speed of each tile (`speeds`, by
     unsplit config, the first the unit), the tiles never split (`whole`), a split's cost in
     k-steps (`split_steps`), the K elements of one k-step (`step_k`, the tiles' block_k), the
-    most rows a tile is a candidate for (`max_m`, by unsplit config; a tile not named: any). The 16-bit kernels' is MID_ROWS; the FP8 kernel's, fitted to its own sweeps, is
+    most rows a tile is a candidate for (`max_m`, by unsplit config; a tile not named: any).
+    The 16-bit kernels' is MID_ROWS; the FP8 kernel's, fitted to its own sweeps, is
     pingpong.hopper.host.fp8_select.FP8_MID_ROWS. benchmarks/midrows_fit.py fits either."""
 
     speeds: dict
