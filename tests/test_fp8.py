@@ -739,7 +739,7 @@ def test_every_rule_pick_is_a_config_the_kernel_runs():
     """Whatever the shape, scaling, accumulation, output size and SM count (a carveout's too),
     the rule's pick passes the kernel's own checks (check_fp8_config with the scale boxes, and
     the workspace bound plan() applies): selection never hands a plan a config it refuses."""
-    from hypothesis import given, settings, strategies as st  # (the test extra)
+    from hypothesis import example, given, settings, strategies as st  # (the test extra)
 
     from pingpong.hopper.host.fp8_launch import FP8_BYTES
     from pingpong.hopper.host.launch import workspace_reason
@@ -750,6 +750,7 @@ def test_every_rule_pick_is_a_config_the_kernel_runs():
     @settings(max_examples=300, derandomize=True, database=None, deadline=None)
     @given(sizes, multiples, multiples, st.sampled_from(["tensor", "row", "block", "block1x128"]), st.booleans(),
            st.sampled_from([2, 4]), st.sampled_from([132, 114, 78, 16]))
+    @example(675, 10240, 8192, "row", True, 2, 132)  # the two-piece 128×160 (the draws above may miss it)
     def pick_runs(M, N, K, mode, promote, out_bytes, sms):
         scaling, sb_cols = ("block", 1 if mode == "block1x128" else 128) if mode.startswith("block") else (mode, 128)
         promote = promote or scaling == "block"
