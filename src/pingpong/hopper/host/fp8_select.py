@@ -194,9 +194,10 @@ NARROW_STAGED_SWAPS = {bn: KernelConfig(128, bn, SCALE_BLOCK, swap_ab=True) for 
 _STAGED_SPEEDS = {STAGED_SWAPS[128]: 0.95, STAGED_SWAPS[144]: 0.95, STAGED_SWAPS[160]: 1.0, STAGED_SWAPS[192]: 1.05,
                   NARROW_STAGED_SWAPS[80]: 0.8, NARROW_STAGED_SWAPS[96]: 0.8}
 #: The cooperative 128×96 (64 + 32 columns), unsplit, as the 16-bit model's (select.MID_ROWS_NARROW,
-#: its row limit): on ten one-wave products of 196-512 rows it ran 1.01-1.04× the
-#: 128×128 pick tensor-wise and 1.02-1.05× row-wise, and on held-out ones of 106-468 rows
-#: 1.00-1.08× and 1.01-1.10× (benchmarks/data/midrows_sweeps.json); at 88 and 91 rows it lost to the narrow swap-AB 128×96 (0.94-0.97×). Its speed, 0.78, puts
+#: its row limit): on ten one-wave products of 196-512 rows it ran 1.01-1.04× the 128×128 pick
+#: tensor-wise and 1.02-1.05× row-wise, and on held-out ones of 106-468 rows 1.00-1.08× and
+#: 1.01-1.10× (benchmarks/data/midrows_sweeps.json); at 88 and 91 rows it lost to the narrow
+#: swap-AB 128×96 (0.94-0.97×). Its speed, 0.78, puts
 #: it ahead of 128×128 (a one-wave tie at 0.75) and behind the narrow swap-AB tiles (0.8)
 _W96 = KernelConfig(128, 96, SCALE_BLOCK)
 FP8_MID_ROWS = MidRowsModel({_SQUARE: 1.0, _NARROW: 0.75, _WIDE: 1.05, _HALF: 0.9, _MID: 0.3, _SWAP_MID: 0.75,

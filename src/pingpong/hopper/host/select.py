@@ -445,13 +445,10 @@ def split_whole_rows(config: KernelConfig, M: int, N: int, k_steps: int, sms: in
 def rows_unsplit(config: KernelConfig, M: int, N: int, sms: int) -> bool:
     """Whether a 16-bit `config` runs unsplit for its last row of tiles (over M; N under
     swap-AB): that row holds fewer than half of its rows, and its tiles fill at least half a
-    wave (fewer leave SMs idle that only a split fills). Unsplit, the ≤ MID_M-row and wave
-    rules' split picks with such a row ran 1.29× faster (10 of 10 shapes: 72×3584×14336 64×64
-    split 7 ways 0.64 → 0.98, 1555×2048×10944 128×256 split 5 ways 0.64 → 0.82), measured while
-    the split-K kernels left that row where it was, its A boxes mostly past A's end; moved to
-    end at M (scheduler.split_tile_offset) they still lose there (94×5120×13824 split 6 ways
-    0.90 against 0.98 unsplit; 1555 rows 0.64). The mid-rows model's picks gained 1.01× (24 of
-    37), so it keeps its splits (benchmarks/RESULTS.md, 2026-11-30)."""
+    wave (fewer leave SMs idle that only a split fills). There the ≤ MID_M-row and wave rules'
+    splits lost to the unsplit tile (72×3584×14336 64×64 split 7 ways 0.64 of cuBLAS, unsplit
+    0.98); the mid-rows model's did not lose enough to change it (benchmarks/RESULTS.md,
+    2026-11-30)."""
     rows = N if config.swap_ab else M
     short = rows > config.block_m and 0 < rows % config.block_m < config.block_m / 2
     return short and 2 * tile_count(config, M, N) >= sms
