@@ -202,8 +202,9 @@ def test_tables_stay_the_gpus_and_an_exact_entry_is_near_under_a_carveout(tuning
     h100 = Device("NVIDIA H100 80GB HBM3", 132)
     carved = Device(h100.name, 124, 8)
     t = tables.Table(tables.TableKey.current(h100.name, h100.sms))
-    t.add(1024, 4500, 4096, "bf16", "bf16", "nt", KernelConfig(128, 256, 64), us=1.0)
-    t.add(4096, 4096, 4096, "bf16", "bf16", "nt", KernelConfig(128, 128, 64, group_m=4), us=1.0)
+    ahead = dict(us=1.0, heuristic_us=1.2)  # well ahead of the heuristic's config (select.NEAR_GAIN)
+    t.add(1024, 4500, 4096, "bf16", "bf16", "nt", KernelConfig(128, 256, 64), **ahead)
+    t.add(4096, 4096, 4096, "bf16", "bf16", "nt", KernelConfig(128, 128, 64, group_m=4), **ahead)
     path = str(tables.write(t, tables.user_table_path(t.key)))
     assert choose(1024, 4500, 4096, device=h100) == (KernelConfig(128, 256, 64), path)
     assert choose(1024, 4500, 4096, device=carved)[1] == "heuristic"

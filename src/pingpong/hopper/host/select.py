@@ -4,8 +4,11 @@
         yes, for this very shape ─> its config (if it is valid for these element sizes);
                                     under torch's SM carveout it counts as a near shape
                                     (the table's timings had every SM; the waves do not)
-        yes, for a near shape    ─> its config, unless on this shape it idles more of the last
-                                    wave than the heuristic's does (× NEAR_SLACK): a tile
+        yes, for a near shape    ─> its config where tuning found it ahead of the heuristic
+                                    at its own shape (heuristic_us ≥ NEAR_GAIN · us: a tie
+                                    tells nothing of its neighbours), unless on this shape
+                                    it idles more of the last wave than the heuristic's
+                                    does (× NEAR_SLACK): a tile
                                     width tuned for 6144 columns (128 tiles of 128×192) is
                                     2 waves at 8192 (172 tiles), where 128×256 makes 128;
                                     nor if its tiles cover this shape with more padding than
@@ -237,9 +240,12 @@ MID_WIDTHS = (96, 64, 32)
 #: and a narrower tile only re-reads A more often
 MID_SPLIT_WIDTH = 64
 MID_SPLIT_STEPS = 128
-#: relative per-FLOP speed of a 128-row tile by width, for the wave rule, from kernel times at
-#: 8192³ (many k-steps per CTA: operand traffic per FLOP decides; 192 = 128 + 64 column pieces)
-TILE_EFFICIENCY = {256: 1.0, 192: 0.97, 128: 0.9}
+#: relative per-FLOP speed of a 128-row tile by width, for the wave rule (many k-steps per CTA:
+#: operand traffic per FLOP decides; 192 = 128 + 64 column pieces), fitted on 128/192/256-wide
+#: tiles over 64 products of 1145-4096 rows (H200): at 0.97, 192 took products whose waves cost
+#: about what 256's do, and lost there (6952×8192×3584: 18 waves 0.916 of cuBLAS, 14 of 128×256
+#: 0.974); benchmarks/RESULTS.md, 2026-11-30
+TILE_EFFICIENCY = {256: 1.0, 192: 0.95, 128: 0.9}
 #: ... but in short CTAs the narrower tiles keep up: a CTA is short when the 128×256 tiling
 #: gives it at most SHORT_CTA_STEPS k-steps (its waves × the K loop), and then the fixed costs
 #: (ring fill, the last epilogue) weigh more than the operand traffic per FLOP
@@ -265,6 +271,12 @@ WAVE_SWAP_MAX_M = 2048
 FEW_WIDTHS = (128, 64)
 #: a near shape's tuned config may idle this much more of its last wave than the heuristic's
 NEAR_SLACK = 1.1
+#: a tuned entry answers the shapes near it only where it ran at least this much faster than
+#: the heuristic's config at its own shape (the tuner's heuristic_us / us). Entries that tied
+#: the rule there lost to the rule near them: over 41 held-out shapes (H200, every row band)
+#: the rule's picks ran 1.018× the near entries' (33-128 rows 1.058×; benchmarks/RESULTS.md,
+#: 2026-11-30)
+NEAR_GAIN = 1.03
 #: epilogue sub-tile (columns) of 128-row tiles of each width when they fit one wave: 128×192's
 #: 4 KB of staging per sub-tile instead of 8 buys the ring a 5th stage, 128×256's 64 columns
 #: (two 16 KB buffers instead of the whole 64 KB tile) a 4th; with one tile per SM nothing else
@@ -554,7 +566,8 @@ def idle_waves(config: KernelConfig, M: int, N: int, K: int, sms: int) -> float:
 def tabled(M: int, N: int, K: int, dtype: str, layout: str, device: Device, fallback: KernelConfig,
            check) -> tuple[KernelConfig, str] | None:
     """(config, table path) of the active table's nearest entry in (M, N, K)'s bucket for this
-    table dtype and layout (module docstring), or None: no table or entry; `check(config)`
+    table dtype and layout (module docstring), or None: no table or entry; a near entry that
+    tuning did not find NEAR_GAIN ahead of the heuristic at its own shape; `check(config)`
     raises ConfigError (the entry cannot run this call: another output type, or for FP8 a config
     the FP8 kernel does not take); or a near entry's tiles would idle more of the last wave, or
     pad this shape more, than the tuned shape (× NEAR_SLACK; `fallback` is the untuned choice it
@@ -572,8 +585,11 @@ def tabled(M: int, N: int, K: int, dtype: str, layout: str, device: Device, fall
         return None
     # under a carveout an exact entry is near: it was measured on all the GPU's SMs
     exact = (entry["M"], entry["N"], entry["K"]) == (M, N, K) and not device.carveout
-    if exact or (idle_waves(tuned, M, N, K, device.sms) <= NEAR_SLACK * idle_waves(fallback, M, N, K, device.sms)
-                 and tile_fill(tuned, M, N) * NEAR_SLACK >= tile_fill(tuned, entry["M"], entry["N"])):
+    if exact:
+        return tuned, where
+    ahead = (entry.get("heuristic_us") or 0) >= NEAR_GAIN * (entry.get("us") or math.inf)
+    if (ahead and idle_waves(tuned, M, N, K, device.sms) <= NEAR_SLACK * idle_waves(fallback, M, N, K, device.sms)
+            and tile_fill(tuned, M, N) * NEAR_SLACK >= tile_fill(tuned, entry["M"], entry["N"])):
         return tuned, where
     return None
 

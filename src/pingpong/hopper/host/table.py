@@ -14,7 +14,8 @@ Lookup is by bucket, not exact shape: a size x falls in bucket round(log2 x), so
 tuned at M = 16 also answers M = 12..22, and 4096×14336 answers 4000×16000. Entries in the
 same bucket are ranked by their log-distance to the asked shape; an entry for the asked
 operand layout beats one for another layout. (Selection may still set a near entry aside when
-its tiles would quantize badly on the asked shape: pingpong.hopper.host.select.)
+tuning found it no better than the heuristic at its own shape, or its tiles would quantize
+badly on the asked shape: pingpong.hopper.host.select.)
 
 An entry's "dtype" names the problem it was measured for: "bf16" / "fp16" for the 16-bit GEMM
 (select_config), and for pingpong.scaled_mm a key that `fp8_key` makes of the FP8 kind, the
