@@ -112,6 +112,20 @@ def test_tile_width_follows_wave_quantization(M, N, K, width):
     assert (c.epilogue_n, c.derive().stages) == want
 
 
+@pytest.mark.parametrize("M, N, K, streamed", [
+    (2421, 7168, 5120, True),    # 532 tiles of 128×256: 4 waves and 4 tiles (H200: 0.896 → 0.960)
+    (2539, 5120, 5120, True),    # 400 tiles: 3 waves and 4 (0.885 → 0.944)
+    (3675, 3584, 18944, True),   # 406 tiles: 3 waves and 10 (0.853 → 0.910, held out)
+    (2921, 4608, 3584, False),   # 414 tiles: 3 waves and 18, more than an eighth (streamed: 0.977×)
+    (1214, 40960, 7168, False),  # 1600 tiles: 12 waves and 16 (streamed: 0.955×)
+    (2074, 6144, 2048, False),   # 3 waves and 12 over 32 k-steps (streamed: 0.950×)
+    (1203, 7168, 7168, False),   # 2 waves and 16 (streamed: 0.889×)
+])
+def test_the_wave_rule_streams_a_thin_last_wave_of_128x256_tiles(M, N, K, streamed):
+    c = select_config(M, N, K, device=UNTUNED)
+    assert (c == select.WAVE_STREAM) == streamed and c.stream_k == streamed, c
+
+
 @pytest.mark.parametrize("M, N, K, subtiled", [
     (2048, 8192, 2048, True),    # 512 tiles of 128×256 (3.9 waves), 32 k-steps: 0.979 → 0.992 (H200)
     (352, 21888, 2048, True),    # the mid-rows model's 128×256, 2 waves: 0.889 → 0.985
@@ -525,15 +539,17 @@ def test_wave_rule_fits_the_measured_sweeps():
     epilogue sub-tiles) against the best config measured per shape (geomean), on the sweeps of
     benchmarks/data/wave_sweeps.json (H200): 128/192/256-wide tiles over 1145-4096 rows (runs
     425 and 599, TILE_EFFICIENCY's fit) and the pairs of runs 600-601 (held out: near table
-    entries against the rule, and the picks the refit moved). With 192's speed at the earlier
-    0.97 the sets score 0.991 / 0.988 / 0.982 / 0.971; a constant changed without a refit
-    fails here."""
+    entries against the rule, and the picks the refit moved), and the stream-K 128×256 over a
+    thin last wave (select.wave_stream) on runs 606-608 (607-608 held out). With 192's speed at
+    the earlier 0.97 the first four score 0.991 / 0.988 / 0.982 / 0.971, without the stream-K
+    rule the last three 0.991 / 0.988 / 0.974; a constant changed without a refit fails here."""
     import math
 
     fit = _midrows_fit()
     sets = fit.load(fit.DATA.parent / "wave_sweeps.json")
     bounds = {"h200-run425-widths-wide-rows": 0.993, "h200-run599-widths": 0.99, "h200-run600-near-entries": 0.99,
-              "h200-run601-heldout": 0.99}
+              "h200-run601-heldout": 0.99, "h200-run606-stream-k": 0.995, "h200-run607-stream-k-heldout": 0.995,
+              "h200-run608-stream-k-heldout": 0.995}
     assert set(bounds) == set(sets)
     for name, bound in bounds.items():
         logs = [math.log(measured[pick] / max(measured.values()))

@@ -288,14 +288,21 @@ def test_stream_k_note_says_what_stream_k_would_do_and_why_not():
     assert "2-D products only" in stream_k_note(589, 8192, 8192, KernelConfig(128, 256, 64), 132, batches=4)
 
 
-def test_default_selection_never_picks_stream_k():
-    """Stream-K is opt-in until measurements say where it wins: the heuristic never selects it."""
-    from pingpong.hopper.host.select import heuristic_config
+def test_default_selection_picks_stream_k_only_for_the_wave_rules_thin_last_wave():
+    """The heuristic selects stream-K in one place, where it was measured to win: the wave
+    rule's 128×256 tiles over 3-4 full waves and a last one of at most an eighth of the SMs
+    (select.wave_stream); every other product, and every one of fewer rows, runs without it."""
+    from pingpong.hopper.host.select import MID_ROWS_MAX_M, WAVE_STREAM, heuristic_config, wave_stream
 
     rng = random.Random(39)
-    for _ in range(200):
+    picked = 0
+    for _ in range(2000):
         M, N, K = rng.randint(1, 9000), rng.randint(16, 20000), rng.randint(16, 20000)
-        assert not heuristic_config(M, N, K).stream_k
+        config = heuristic_config(M, N, K)
+        streams = M > MID_ROWS_MAX_M and wave_stream(M, N, -(-K // 64), 132)
+        assert config.stream_k == streams and (config == WAVE_STREAM) == streams, (M, N, K, config)
+        picked += streams
+    assert picked, "the premise: some random products take it"
 
 
 @pytest.mark.parametrize("reads_c", [False, True])

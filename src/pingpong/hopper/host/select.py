@@ -42,6 +42,8 @@ The heuristic, for shapes nobody tuned (S = the GPU's SM count, less torch's SM 
     |                               | of least modelled time (below)                      |
     |                               | — unsplit with ≤ S/2 128×128 tiles and no swap-AB:  |
     |                               | few tiles                                           |
+    | otherwise, 128×256 tiles 3-4  | stream-K 128×256 (WAVE_STREAM): the thin last       |
+    |   waves + ≤ S/8, ≥ 48 k-steps | wave's k-steps spread over every SM                 |
     | otherwise                     | 128×BN×64 cooperative, BN ∈ {256, 192, 128} the     |
     |                               | width of least ⌈tiles / S⌉ · BN / efficiency (per-  |
     |                               | FLOP speed: TILE_EFFICIENCY, or in short CTAs       |
@@ -265,6 +267,16 @@ WAVE_SWAP_EFFICIENCY = 0.82
 WAVE_SWAP_MARGIN = 0.97
 WAVE_SWAP_MIN_STEPS = 64
 WAVE_SWAP_MAX_M = 2048
+#: the wave rule's stream-K (KernelConfig.stream_k: the last wave's k-steps shared by every
+#: SM, splits.stream_k_split): 128×256 tiles where data-parallel ones would leave a last wave of
+#: at most an eighth of the SMs after WAVE_STREAM_WAVES full waves, over a K loop of at least
+#: WAVE_STREAM_MIN_STEPS k-steps. There the balanced waves beat the narrower tiles' fuller ones
+#: (H200, 2421×7168×5120: 0.896 → 0.960 of cuBLAS; 2539×5120×5120 0.885 → 0.944); over more
+#: waves the thin last one matters less than the fix-up costs (12 waves: 0.955×), over 32-step
+#: loops too (2074×6144×2048: 0.950×); benchmarks/RESULTS.md, 2026-11-30
+WAVE_STREAM = KernelConfig(128, 256, 64, stream_k=True)
+WAVE_STREAM_WAVES = (3, 4)
+WAVE_STREAM_MIN_STEPS = 48
 #: few tiles (128×128 ones fill at most half a wave and K does not split, or a launch-bound
 #: problem of more than MID_M rows): the 64-row ping-pong tile of these widths whose tiles fill
 #: the most of one wave: twice the tiles of 128-row ones, so fewer SMs idle
@@ -377,6 +389,8 @@ def heuristic_choice(M: int, N: int, K: int, sms: int = DEFAULT_SMS, in_bytes: i
         if few:
             return few_tiles(M, N, sms), FEW_WHY
         return epilogue_subtiles(config, M, N, k_steps, sms), with_split("mid rows: the cost model's tile", config)
+    elif wave_stream(M, N, k_steps, sms):
+        return WAVE_STREAM, "stream-K 128×256: its last wave thin after 3-4 full ones, streamed"
     else:
         config, why = wave_tile(M, N, k_steps, sms), "the 128-row tile whose waves leave the least idle"
     split_rule = split if M <= SWAP_AB_MAX_M else split_whole_rows  # decode and ≤ 64 rows: N on the tiles' rows
@@ -533,6 +547,13 @@ def wave_tile(M: int, N: int, k_steps: int, sms: int) -> KernelConfig:
         return config
     swap = waves * WAVE_SWAP.block_n / WAVE_SWAP_EFFICIENCY
     return WAVE_SWAP if swap < WAVE_SWAP_MARGIN * costs[config.block_n] else config
+
+
+def wave_stream(M: int, N: int, k_steps: int, sms: int) -> bool:
+    """Whether the wave rule takes WAVE_STREAM: its 128×256 tiles fill WAVE_STREAM_WAVES whole
+    waves and at most an eighth of one more, over at least WAVE_STREAM_MIN_STEPS k-steps."""
+    full, last = divmod(tile_count(WAVE_STREAM, M, N), sms)
+    return full in WAVE_STREAM_WAVES and 0 < 8 * last <= sms and k_steps >= WAVE_STREAM_MIN_STEPS
 
 
 def split_count(tiles: int, k_steps: int, sms: int) -> int:
