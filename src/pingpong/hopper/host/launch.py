@@ -43,6 +43,7 @@ from ...runtime.plan import bias_vector
 from ...runtime.spec import EpilogueArgs, Operand, bias_kind, tma_matrix_stride, tma_row_stride
 from ...toolchain import KERNEL_OPTIONS
 from ..device.epilogue import EpilogueConstants, EpilogueOperands
+from ..device.scheduler import ALIGN
 from ..kernels.gemm import persistent_gemm, split_k_gemm, stream_k_gemm, warp_specialized_gemm
 from .config import SCHEDULE_FACTS, KernelConfig, swizzle_width
 from .splits import effective_splits, stream_k_split, stream_parts
@@ -350,12 +351,12 @@ def workspace_reason(M: int, N: int, K: int, config: KernelConfig, in_bytes: int
 
 
 def counter_count(M: int, N: int, config: KernelConfig, in_bytes: int = 2) -> int:
-    """Arrival counters a split-K call needs: one per 16 rows of tiles (a tile half's counter is
+    """Arrival counters a split-K call needs: one per ALIGN (16) rows of tiles (a tile half's counter is
     its first row's, pingpong.hopper.device.fixup.SplitEpilogue.tile_counter) and column of
     tiles of the kernel's product (in_bytes: as workspace_shape)."""
     d = config.derive(in_bytes)
     rows, cols = (N, M) if d.swap_ab else (M, N)
-    return -(-rows // d.block_m) * (d.block_m // 16) * -(-cols // d.block_n)
+    return -(-rows // d.block_m) * (d.block_m // ALIGN.value) * -(-cols // d.block_n)
 
 
 def product_bias(bias, M: int, swap: bool) -> str:
