@@ -257,7 +257,7 @@ MUTATIONS = [
     ("split strides passed in bytes/4 twice", "src/pingpong/hopper/host/launch.py",
      "*decomposition, block // 4, ld // 4,", "*decomposition, block // 16, ld // 16,", "tests/test_splitk.py"),
     ("counters for one row of each tile only", "src/pingpong/hopper/host/launch.py",
-     "* (d.block_m // 16) *", "*", "tests/test_splitk.py"),
+     "* (d.block_m // ALIGN.value) *", "*", "tests/test_splitk.py"),
     ("batched call kept on split-K", "src/pingpong/hopper/host/backend.py",
      "        if _one_kernel(spec):\n            config, source = one_kernel_config(config), source + \", as one batched kernel\"\n",
      "", "tests/test_plan.py"),
