@@ -125,6 +125,43 @@ def test_bitwise_repeatable(variant):
         assert torch.equal(launch(a, b, VARIANTS[variant], sms()), first), f"seed {seed}"
 
 
+def wave_stream_shape(sms):
+    """A product the untuned selection streams on `sms` SMs (select.wave_stream): 10 rows of
+    128×256 tiles over columns that fill three whole waves and a few tiles of a fourth; odd M
+    and N (the last row and column of tiles partial), K not a multiple of 64 (49 k-steps)."""
+    from pingpong.hopper.host.select import wave_stream
+
+    cols = next(c for c in range(1, 200) if wave_stream(1279, 256 * c - 24, 49, sms))
+    return 1279, 256 * cols - 24, 3080
+
+
+@pytest.mark.parametrize("layout", ["nt", "tn"])
+def test_the_selection_streams_where_the_wave_rule_says(layout):
+    """The heuristic's stream-K pick (select.wave_stream: the only place the untuned selection
+    streams), run with β·C, a bias and an activation, NaN-poisoned output, against float64; and
+    the public call of the same shape is planned on that config where no tuning table answers it."""
+    from pingpong.hopper.host.select import Device, select_config
+
+    m, n, k = wave_stream_shape(sms())
+    config = select_config(m, n, k, device=Device(None, sms()))
+    assert config == KernelConfig(128, 256, 64, stream_k=True), config
+    seed = new_seed()
+    torch.manual_seed(seed)
+    a, b = operand(m, k, torch.bfloat16, layout[0] == "t"), operand(k, n, torch.bfloat16, layout[1] == "t")
+    c = torch.randn(m, n, device="cuda").bfloat16()
+    bias = torch.randn(n, device="cuda").bfloat16()
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    _gemm_into(out, a, b, None if layout == "tn" else c, 0.5, 0.0 if layout == "tn" else -1.5, config,
+               bias, "silu")
+    ref = reference(a, b, alpha=0.5, beta=0.0 if layout == "tn" else -1.5, c=None if layout == "tn" else c,
+                    bias=bias, activation="silu")
+    check(out, ref, k, seed)
+    import pingpong
+
+    plan = pingpong.explain(a, b)
+    assert plan["config"].stream_k or "table" in plan["why"], plan
+
+
 # ----------------------------------------------------------------------------- the TMA epilogue of whole units
 
 
