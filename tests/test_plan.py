@@ -476,6 +476,11 @@ CACHE_CASES = [
      lambda: pingpong.path_for(h(16, 16), h(16, 8), h(16, 8), inplace=False), "inplace: expected a bool"),
     ("matmul_tiled config", lambda: pingpong.matmul_tiled(h(16, 16), h(16, 8), pingpong.KernelConfig(block_m=100)),
      lambda: pingpong.matmul_tiled(h(16, 16), h(16, 8), pingpong.KernelConfig()), "multiple of the wgmma M"),
+    # equal to the valid twin by value (128.0 == 128, 0 == False): KernelConfig compares types too
+    ("matmul_tiled float block_m", lambda: pingpong.matmul_tiled(h(16, 16), h(16, 8), pingpong.KernelConfig(128.0, 128, 64)),
+     lambda: pingpong.matmul_tiled(h(16, 16), h(16, 8), pingpong.KernelConfig(128, 128, 64)), "block_m must be a positive int"),
+    ("matmul_tiled stream_k 0", lambda: pingpong.matmul_tiled(h(16, 16), h(16, 8), pingpong.KernelConfig(stream_k=0)),
+     lambda: pingpong.matmul_tiled(h(16, 16), h(16, 8), pingpong.KernelConfig(stream_k=False)), "stream_k"),
     ("linear bias dtype", lambda: pingpong.linear(h(4, 16), h(8, 16), torch.ones(8, dtype=torch.int64)),
      lambda: pingpong.linear(h(4, 16), h(8, 16), torch.ones(8)), "bias: dtype"),
     ("linear weight nested", lambda: pingpong.linear(h(4, 16), nested()), None, "weight: nested tensors"),

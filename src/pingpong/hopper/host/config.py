@@ -225,9 +225,13 @@ def swizzle_width(row_bytes: int) -> int:
     return 0
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class KernelConfig:
     """A Hopper GEMM configuration. Only the choices; `derive()` computes the rest.
+
+    Equal (and hashed alike) only when every field has the same value AND type: a plan
+    cached for KernelConfig(128, ...) must not answer KernelConfig(128.0, ...) or
+    stream_k=0, which validation refuses.
 
     block_m, block_n, block_k: the CTA's output tile and K-step. For "pingpong" this is the
         tile of ONE consumer warpgroup (the two consumers own alternate tiles). Powers of two,
@@ -272,6 +276,17 @@ class KernelConfig:
     cluster_m: int = 1
     stream_k: bool = False
 
+    def _typed(self) -> tuple:
+        return tuple((type(v), v) for v in vars(self).values())
+
+    def __eq__(self, other):
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._typed() == other._typed()
+
+    def __hash__(self):
+        return hash(self._typed())
+
     def name(self) -> str:
         """The config in one token: SCHEDULE:BMxBNxBK[/sSTAGES]/gGROUP_M[/eEPILOGUE_N][/nINSTR_N][/kSPLIT_K]
         [/swap][/cCLUSTER_M][/sk], e.g. cooperative:128x256x64/g8 (benchmarks/schedules.py parses it)."""
@@ -285,16 +300,15 @@ class KernelConfig:
     def derive(self, in_bytes: int = 2, out_bytes: int = 2) -> Derived:
         """Validate and derive everything else; raises ConfigError naming the constraint.
 
-        Cached (it is on the launch path), keyed by every field's value AND type: a cache
-        keyed by equality alone would hand the result of a validated KernelConfig(128, ...)
-        to an unvalidated KernelConfig(128.0, ...) or group_m=True (== 1)."""
-        key = (*vars(self).values(), in_bytes, out_bytes)
+        Cached (it is on the launch path): equal configs have equal fields in value and type
+        (__eq__), and the element sizes are keyed by type too, so a validated KernelConfig(128,
+        ...) never answers for KernelConfig(128.0, ...) or derive(2.0)."""
         try:
-            hash(key)
+            hash(self)
         except TypeError:  # an unhashable field is never valid: let validate name it
             self.validate(in_bytes, out_bytes)
             raise
-        return _validated_derive(*key)
+        return _validated_derive(self, in_bytes, out_bytes)
 
     def validate(self, in_bytes: int = 2, out_bytes: int = 2) -> None:
         """Raise ConfigError naming the first violated constraint."""
@@ -407,13 +421,11 @@ def _is_int(v) -> bool:
     return type(v) is int
 
 
-@functools.lru_cache(maxsize=None, typed=True)  # typed: 128 and 128.0 are different keys
-def _validated_derive(*key) -> Derived:
-    """derive() of the KernelConfig whose fields are key[:-2] (key[-2:] = in_bytes, out_bytes);
-    key holds exact ints (validate rejects anything else), so equal keys are equal configs."""
-    cfg = KernelConfig(*key[:-2])
-    cfg.validate(*key[-2:])
-    return _derive(cfg, *key[-2:])
+@functools.lru_cache(maxsize=None, typed=True)  # typed: element sizes 2 and 2.0 are different keys
+def _validated_derive(cfg: KernelConfig, in_bytes: int, out_bytes: int) -> Derived:
+    """derive() of a hashable `cfg`, validated first."""
+    cfg.validate(in_bytes, out_bytes)
+    return _derive(cfg, in_bytes, out_bytes)
 
 
 def _consumer_tile(cfg: KernelConfig) -> tuple[int, int, int]:
