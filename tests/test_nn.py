@@ -6,6 +6,7 @@ output and gradients."""
 import pytest
 import torch
 import torch.nn.functional as F
+import torch.nn.utils.prune
 
 import pingpong
 from pingpong import PingpongError
@@ -59,6 +60,42 @@ def test_replace_linear_skips_what_pingpong_cannot_run_with_a_reason():
     assert "the model itself" in root.skipped[""]
     with pytest.raises(PingpongError, match="model: expected a torch.nn.Module"):
         pingpong.nn.replace_linear([torch.nn.Linear(4, 4)])
+
+
+def test_replace_linear_skips_pruned_and_hooked_layers_and_leaves_the_model_whole():
+    """A pruned layer's weight is made by a forward pre-hook each call (not a Parameter), and any
+    layer's hooks would not move to a new layer: both are skipped with the reason, before any
+    swap, and every other layer is swapped as usual."""
+    h = torch.float16
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32, dtype=h), torch.nn.Linear(32, 32, dtype=h),
+                                torch.nn.Linear(32, 32, dtype=h), torch.nn.Linear(32, 32, dtype=h))
+    torch.nn.utils.prune.l1_unstructured(model[1], "weight", amount=0.5)
+    model[2].register_forward_hook(lambda m, args, out: None)
+    model[3].register_full_backward_hook(lambda m, gi, go: None)
+    report = pingpong.nn.replace_linear(model)
+    assert report.replaced == ["0"]
+    assert "not a Parameter" in report.skipped["1"] and "hooks" in report.skipped["2"] and "hooks" in report.skipped["3"]
+    assert [type(m) for m in model[1:]] == [torch.nn.Linear] * 3
+    pruned = torch.nn.Sequential(torch.nn.Linear(32, 32, dtype=h))
+    torch.nn.utils.prune.l1_unstructured(pruned[0], "weight", amount=0.5)
+    assert "not a Parameter" in pingpong.nn.replace_linear(pruned, fp8="row", training=True).skipped["0"]
+
+
+def test_replace_linear_changes_nothing_when_a_new_layer_cannot_be_made(monkeypatch):
+    model = small_model()
+    before = list(model.modules())
+    made = []
+
+    def make(layer, **options):
+        if made:
+            raise RuntimeError("no memory left")
+        made.append(layer)
+        return pingpong.nn.Linear(layer.in_features, layer.out_features, layer.bias is not None, dtype=layer.weight.dtype)
+
+    monkeypatch.setattr(pingpong.nn.Linear, "from_linear", make)
+    with pytest.raises(RuntimeError, match="no memory left"):
+        pingpong.nn.replace_linear(model)
+    assert list(model.modules()) == before
 
 
 def test_replaced_model_computes_the_torch_model(interpreted_kernels):

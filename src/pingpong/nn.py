@@ -111,6 +111,11 @@ def unsupported_reason(layer: torch.nn.Module) -> str | None:
     if type(layer) is not torch.nn.Linear:
         return f"{type(layer).__name__} is not a plain torch.nn.Linear (its forward may do more)"
     w = layer.weight
+    if not isinstance(w, torch.nn.Parameter) or not isinstance(layer.bias, (torch.nn.Parameter, type(None))):
+        return ("its weight or bias is not a Parameter but made before each call (torch.nn.utils.prune, weight_norm):"
+                " the new layer would not make it; swap first, or make it permanent (prune.remove)")
+    if layer._forward_pre_hooks or layer._forward_hooks or layer._backward_pre_hooks or layer._backward_hooks:
+        return "it has hooks (yours, pruning's, accelerate's), which a new layer would not carry; swap before adding them"
     if w.dtype not in INPUT_DTYPES:
         return f"weight dtype {w.dtype}: pingpong runs torch.bfloat16 / torch.float16"
     return None  # any device: a model built on the CPU runs on pingpong once moved to the GPU
@@ -125,7 +130,8 @@ def replace_linear(model: torch.nn.Module, *, include=None, fp8: str | None = No
                    training: bool = False) -> ReplaceReport:
     """Swap `model`'s nn.Linear layers for `Linear` in place (parameters shared, not copied).
 
-    Layers pingpong cannot run (`unsupported_reason`: fp32 weights, nn.Linear subclasses) stay as
+    Layers pingpong cannot run (`unsupported_reason`: fp32 weights, nn.Linear subclasses, hooked or
+    pruned layers) stay as
     they are and are listed in the report's `skipped` with the reason. The model may still be on
     the CPU: the swapped layers run on pingpong once it is moved to the GPU (on the CPU their
     forward raises PingpongError). `include`, a
@@ -144,7 +150,8 @@ def replace_linear(model: torch.nn.Module, *, include=None, fp8: str | None = No
                             f" whether to swap it (e.g. lambda name: name.startswith({include!r})), got"
                             f" {type(include).__name__}")
     replaced, skipped, swapped = [], {}, {}  # swapped: id(old) -> new, so a layer shared by two
-    for name, module in list(model.named_modules(remove_duplicate=False)):  # parents stays shared
+    modules = list(model.named_modules(remove_duplicate=False))  # parents stays shared; held: the ids stay theirs
+    for name, module in modules:
         if not isinstance(module, torch.nn.Linear) or isinstance(module, (Linear, Float8TrainingLinear)):
             continue
         if include is not None and not include(name):
@@ -157,9 +164,11 @@ def replace_linear(model: torch.nn.Module, *, include=None, fp8: str | None = No
             continue
         if id(module) not in swapped:
             swapped[id(module)] = make(module)
-        parent_name, _, attr = name.rpartition(".")
-        setattr(model.get_submodule(parent_name), attr, swapped[id(module)])
         replaced.append(name)
+    for name in replaced:  # the model changes only once every new layer is made (one may fail: the model stays whole)
+        parent_name, _, attr = name.rpartition(".")
+        parent = model.get_submodule(parent_name)
+        setattr(parent, attr, swapped[id(getattr(parent, attr))])
     return ReplaceReport(replaced, skipped)
 
 
