@@ -104,6 +104,8 @@ MUTATIONS = [
     ("replace_linear swaps a hooked layer (its hooks dropped)", "src/pingpong/nn.py",
      "if layer._forward_pre_hooks or layer._forward_hooks or layer._backward_pre_hooks or layer._backward_hooks:",
      "if False:", "tests/test_nn.py"),
+    ("the in-place op's traced alias check left out", "src/pingpong/integration/ops.py",
+     "    check_no_alias(c, a, b)\n    check_args_not_in(c, args)\n", "", "tests/test_ops.py"),
     ("derive cached by equality (untyped)", "src/pingpong/hopper/host/config.py",
      "@functools.lru_cache(maxsize=None, typed=True)", "@functools.lru_cache(maxsize=None)",
      "tests/test_config.py"),

@@ -355,6 +355,39 @@ def test_compile_fullgraph_traces_the_in_place_gemm(interpreted_kernels):
     assert not torch.equal(got_c, c)
 
 
+def _into_overlapping_a(buf, b):
+    pingpong.gemm_(buf[:16, :8], buf[8:24], b)
+    return buf
+
+
+def _into_b(buf, a):
+    pingpong.gemm_(buf[:32, :8], a, buf[:32, :8])
+    return buf
+
+
+def _bias_inside_c(c, a, b):
+    pingpong.gemm_(c, a, b, bias=c[0])
+    return c
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("f, needle", [(_into_overlapping_a, "c must not share memory with a"),
+                                       (_into_b, "c must not share memory with b"),
+                                       (_bias_inside_c, "bias must not share memory with c")])
+def test_compiled_gemm_inplace_refuses_what_eager_refuses_and_writes_nothing(interpreted_kernels, backend, f, needle):
+    """A functionalizing backend hands the op a copy of c, where the eager checks would see no
+    alias: the fake implementation checks the traced views' storage before anything runs."""
+    torch._dynamo.reset()
+    buf, *args = {_into_overlapping_a: (randn(32, 32), randn(32, 8)), _into_b: (randn(32, 32), randn(32, 32)),
+                  _bias_inside_c: (randn(16, 8), randn(16, 32), randn(32, 8))}[f]
+    with pytest.raises(PingpongError, match=needle):
+        f(buf.clone(), *args)
+    x = buf.clone()
+    with pytest.raises(Exception, match=needle):  # dynamo re-raises it as its own TorchRuntimeError
+        torch.compile(f, fullgraph=True, backend=backend)(x, *args)
+    assert torch.equal(x, buf)
+
+
 @pytest.mark.parametrize("shape", [(7,), (1, 7), (5, 1), (3, 5, 7), (1, 5, 1)])
 def test_bias_gradient_sums_what_the_bias_broadcasts_along(shape):
     """dbias = the output gradient summed to the bias's shape (fp32 accumulation, no fp32 copy)."""

@@ -52,8 +52,9 @@ from torch import Tensor
 
 from . import batching, direct, inductor
 from ..errors import PingpongError
-from ..runtime.spec import (DENSE_OP_ARGS, DENSE_TENSORS, NO_ARGS, EpilogueArgs, check_activation, op_args, op_grads,
-                            op_schema, op_values, plain_args, torch_activation, validate_linear)
+from ..runtime.spec import (DENSE_OP_ARGS, DENSE_TENSORS, NO_ARGS, EpilogueArgs, check_activation, check_args_not_in,
+                            check_no_alias, op_args, op_grads, op_schema, op_values, plain_args, torch_activation,
+                            validate_linear)
 
 __all__ = ["needs_op", "route_gemm", "route_linear", "call_linear", "check_sharded", "sharded", "is_dtensor",
            "check_not_differentiated", "mm", "gemm", "gemm_", "linear", "activation_forward", "activation_backward"]
@@ -249,6 +250,10 @@ def _gemm__op(c, a, b, *values):
 def _gemm__fake(c, a, b, *values):
     args, _ = op_args(values, INPLACE_OP_ARGS)
     batching.check(a, b, args._replace(c=c), c.dtype)
+    # while tracing, before a functionalizing backend hands the op a copy of c: c must not share
+    # memory with what the product reads (the eager path's check, by fake storage)
+    check_no_alias(c, a, b)
+    check_args_not_in(c, args)
 
 
 gemm_ = torch.library.custom_op("pingpong::gemm_", _gemm__op, mutates_args=("c",),

@@ -619,11 +619,43 @@ def byte_range(t: torch.Tensor) -> tuple[int, int]:
 
 def overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
     """Whether the address ranges of x and y intersect. Compared by address, not by storage:
-    two storages (or a storage and a view made elsewhere) can map the same memory."""
+    two storages (or a storage and a view made elsewhere) can map the same memory. A tracer's
+    fake tensors have no addresses: views of one fake storage are compared by their element
+    ranges in it (`traced_overlaps`)."""
+    if (type(x) not in _PLAIN or type(y) not in _PLAIN) and (is_fake(x) or is_fake(y)):
+        return traced_overlaps(x, y)
     if x.numel() == 0 or y.numel() == 0:
         return False
     (x0, x1), (y0, y1) = byte_range(x), byte_range(y)
     return x0 < y1 and y0 < x1
+
+
+_PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))  # tensors with addresses, told apart in one lookup
+
+
+def is_fake(t: torch.Tensor) -> bool:
+    """Whether t is a tracer's tensor without memory (torch.compile's fake tensors)."""
+    from torch._subclasses.fake_tensor import is_fake as fake
+
+    return fake(t)
+
+
+def traced_overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """`overlaps` of fake tensors: views of one storage whose byte ranges from its start
+    intersect, where the sizes decide it without a guard (symbolic sizes that do not: False,
+    and the call's run checks the addresses)."""
+    from torch.fx.experimental.symbolic_shapes import guard_or_false
+
+    try:
+        if x.untyped_storage()._cdata != y.untyped_storage()._cdata:
+            return False
+    except (NotImplementedError, RuntimeError):  # a wrapper without a storage of its own
+        return False
+    if guard_or_false(x.numel() == 0) or guard_or_false(y.numel() == 0):
+        return False
+    x0, y0 = x.storage_offset() * x.element_size(), y.storage_offset() * y.element_size()
+    x1, y1 = x0 + x.element_size() * (1 + span(x)), y0 + y.element_size() * (1 + span(y))
+    return guard_or_false(x0 < y1) and guard_or_false(y0 < x1)
 
 
 def self_overlapping(t: torch.Tensor) -> bool:
