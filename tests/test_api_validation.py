@@ -51,6 +51,7 @@ CASES = [
     ("c dtype", lambda: pingpong.gemm(t(8, 8), t(8, 4), t(8, 4, dtype=torch.float32), beta=1.0),
      "c: expected dtype torch.bfloat16"),
     ("alpha type", lambda: pingpong.gemm(t(8, 8), t(8, 4), alpha="2"), "alpha: expected a real number"),
+    ("beta without c", lambda: pingpong.gemm(t(8, 8), t(8, 4), beta=1.0), "beta: 1.0 scales c, but no c"),
     ("beta bool", lambda: pingpong.gemm(t(8, 8), t(8, 4), beta=True), "beta: expected a real number"),
     ("config type", lambda: pingpong.matmul_tiled(t(8, 8), t(8, 4), config=(128, 128, 64)), "config: expected"),
     ("bad config", lambda: pingpong.matmul_tiled(t(8, 8), t(8, 4), pingpong.KernelConfig(block_m=100)),

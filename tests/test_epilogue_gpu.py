@@ -44,6 +44,7 @@ def run_case(m, n, k, *, layout="nt", dtype=BF16, out_dtype=None, bias_kind="col
     a = matrix((), m, k, dtype, layout[0] == "t", gen, "cuda")
     b = matrix((), k, n, dtype, layout[1] == "t", gen, "cuda")
     c = torch.randn(m, n, generator=gen, device="cuda").to(out_dtype) if with_c else None
+    beta = beta if with_c else 0.0  # β without c is refused
     bias = make_bias(bias_kind, m, n, bias_dtype or dtype, gen)
     out = _gemm_into(poisoned((m, n), out_dtype, "cuda"), a, b, c, alpha, beta, config, bias, activation)
     check(out, reference(a, b, alpha=alpha, beta=beta, c=c, bias=bias, activation=activation), k, seed)

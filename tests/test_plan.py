@@ -463,6 +463,8 @@ CACHE_CASES = [
      lambda: pingpong.gemm(h(16, 16), h(16, 8), activation="relu"), "activation"),
     ("gemm bias dtype", lambda: pingpong.gemm(h(16, 16), h(16, 8), bias=torch.ones(8, dtype=torch.int64)),
      lambda: pingpong.gemm(h(16, 16), h(16, 8), bias=torch.ones(8)), "bias: dtype"),
+    ("gemm beta without c", lambda: pingpong.gemm(h(16, 16), h(16, 8), beta=0.5),
+     lambda: pingpong.gemm(h(16, 16), h(16, 8)), "beta: 0.5 scales c, but no c was given"),
     ("gemm c dtype", lambda: pingpong.gemm(h(16, 16), h(16, 8), h(16, 8, dtype=F32), beta=1.0),
      lambda: pingpong.gemm(h(16, 16), h(16, 8), h(16, 8), beta=1.0), "c: expected dtype"),
     ("gemm_ c overlaps a", lambda: _gemm_inplace(True), lambda: _gemm_inplace(False), "share memory with a"),

@@ -78,7 +78,7 @@ def test_out_may_be_c_in_place():
 
 @pytest.mark.parametrize("with_c", [False, True])
 def test_k_zero(with_c):
-    out, ref = run_case(17, 33, 0, torch.float16, "nt", alpha=3.0, beta=0.5, with_c=with_c)
+    out, ref = run_case(17, 33, 0, torch.float16, "nt", alpha=3.0, beta=0.5 if with_c else 0.0, with_c=with_c)
     assert not out.isnan().any()
     assert torch.equal(out.double(), ref)  # exactly beta * c, or zeros
 
@@ -221,6 +221,7 @@ def _p(m=8, n=4, k=16, dtype=F16):
         (dict(c=t(8, 5), beta=1.0), "c: expected shape"),
         (dict(activation="tanh"), "activation: expected None or one of"),
         (dict(alpha=float("nan")), "alpha: expected a finite"),
+        (dict(beta=1.0), "beta: 1.0 scales c, but no c was given"),
     ],
     ids=lambda x: str(x)[:40] if isinstance(x, str) else None,
 )

@@ -67,7 +67,7 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, out_dtype=None, bias=None, activa
         b: (K, N), same dtype and device (``w.t()`` of an (N, K) weight runs without a copy);
             or (B, K, N). A 2-D operand of a batched product is shared by the batches.
         c: optional tensor of the result's shape (or (M, N), shared by the batches) and the
-            output dtype; not read when beta == 0.
+            output dtype; not read when beta == 0 (a beta ≠ 0 without c is refused).
         alpha, beta: finite real scalars.
         out_dtype: torch.bfloat16, torch.float16 or torch.float32 (default: a.dtype).
         bias: optional (N,) or (1, N) (per output column) or (M, 1) (per row) bf16/fp16/fp32

@@ -322,6 +322,7 @@ def _validate(a, b, out, c, alpha, beta, bias, activation, block, interpret) -> 
     """portable_gemm's arguments, by the GEMM's own checks (pingpong.runtime.spec) where they
     apply; (alpha, beta) as floats."""
     alpha, beta = spec_mod.check_scalar("alpha", alpha), spec_mod.check_scalar("beta", beta)
+    spec_mod.check_beta(c, beta)
     spec_mod.check_operands(a, b, dtypes=SUPPORTED_INPUTS)
     shape = spec_mod.result_shape(a, b)
     for name, t in (("out", out), ("c", c)):

@@ -329,6 +329,8 @@ def build(a, b, c=None, beta: float = 0.0, out_dtype=None, bias=None, activation
     try:  # a non-tensor has no .dtype, a sparse tensor no .stride(): both give None
         oa, ob = operand(a), operand(b)
         oc = None if c is None else operand(c)
+        if c is None and beta != 0.0:  # β without c: validation refuses it (check_beta), no plan answers it
+            return None
         if bias is None and activation is None and scales is None:
             epi = NO_EPILOGUE if c is None or beta == 0.0 else C_EPILOGUE
         else:
@@ -436,7 +438,8 @@ def check_out_dtype(out_dtype, default: torch.dtype) -> torch.dtype:
     if out_dtype is None:
         return default
     if out_dtype not in OUTPUT_DTYPES:
-        raise PingpongError(f"out_dtype: {out_dtype} is not supported; expected one of {OUTPUT_DTYPES}")
+        given = f"{type(out_dtype).__name__} {out_dtype!r}" if not isinstance(out_dtype, torch.dtype) else str(out_dtype)
+        raise PingpongError(f"out_dtype: {given} is not supported; expected one of {OUTPUT_DTYPES}")
     return out_dtype
 
 
@@ -708,11 +711,19 @@ def check_args_not_in(c, args: EpilogueArgs, name: str = "c") -> None:
 # ----------------------------------------------------------------------------- the validation paths
 
 
+def check_beta(c, beta: float) -> None:
+    """β scales c: a β ≠ 0 without c is a mistake (torch.addmm, too, needs its input), not a
+    request to ignore it."""
+    if c is None and beta != 0.0:
+        raise PingpongError(f"beta: {beta!r} scales c, but no c was given (pass c, or leave beta at 0)")
+
+
 def check_epilogue(args: EpilogueArgs, shape, dtype, device, names: Names = GEMM, shared_ok: bool = True) -> str:
     """The epilogue's operands of a result of `shape` and `dtype` on `device`, for every dense
     validation path (validate, validate_inplace, validate_nd): C (`shared_ok`: a batched
     result also takes an (M, N) C), the bias, the activation, whose name it returns. An
     operand added to EpilogueArgs gets its check here."""
+    check_beta(args.c, args.beta)
     if args.c is not None:
         check_c(args.c, shape, dtype, device, names.c, shared_ok=shared_ok, names=names)
     check_bias(args.bias, shape[-2], shape[-1], device, names.bias)
