@@ -41,6 +41,11 @@ BENCH_SHAPES=${BENCH_SHAPES:-2048,2048,2048 4096,4096,4096 8192,8192,8192 16384,
 CONFIGS=${CONFIGS:-persistent:128x256x64 cooperative:128x256x64 pingpong:128x128x64}
 SWEEP_SHAPES=${SWEEP_SHAPES:-8192,8192,8192}
 
+if ! python -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
+    echo "gpu_check.sh: no CUDA GPU here (torch.cuda.is_available() is False): it runs on a Hopper machine;" \
+         "without one, python -m pytest -q runs the CPU suite" >&2
+    exit 1
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
 (lscpu | grep -m1 "Model name" || true) | tee -a "$OUT/gpu.txt"

@@ -56,7 +56,10 @@ def test_replace_linear_skips_what_pingpong_cannot_run_with_a_reason():
     assert list(model)[1:] == before[1:]
     with pytest.raises(PingpongError, match="on cpu: pingpong runs on CUDA"):  # on the CPU its forward says why
         model[0](torch.randn(2, 8, dtype=torch.float16))
-    root = pingpong.nn.replace_linear(torch.nn.Linear(4, 4))
+    with pytest.warns(UserWarning, match="swapped none of the model's 1 nn.Linear layers.*model.bfloat16"):
+        pingpong.nn.replace_linear(torch.nn.Sequential(torch.nn.Linear(4, 4)))  # fp32, as models are built
+    with pytest.warns(UserWarning, match="swapped none"):
+        root = pingpong.nn.replace_linear(torch.nn.Linear(4, 4))
     assert "the model itself" in root.skipped[""]
     with pytest.raises(PingpongError, match="model: expected a torch.nn.Module"):
         pingpong.nn.replace_linear([torch.nn.Linear(4, 4)])
@@ -78,7 +81,8 @@ def test_replace_linear_skips_pruned_and_hooked_layers_and_leaves_the_model_whol
     assert [type(m) for m in model[1:]] == [torch.nn.Linear] * 3
     pruned = torch.nn.Sequential(torch.nn.Linear(32, 32, dtype=h))
     torch.nn.utils.prune.l1_unstructured(pruned[0], "weight", amount=0.5)
-    assert "not a Parameter" in pingpong.nn.replace_linear(pruned, fp8="row", training=True).skipped["0"]
+    with pytest.warns(UserWarning, match="swapped none"):
+        assert "not a Parameter" in pingpong.nn.replace_linear(pruned, fp8="row", training=True).skipped["0"]
 
 
 def test_replace_linear_changes_nothing_when_a_new_layer_cannot_be_made(monkeypatch):

@@ -18,6 +18,7 @@ model for it. `Float8Linear` is the inference layer (quantized weight buffers, n
 
 from __future__ import annotations
 
+import warnings
 from typing import NamedTuple
 
 import torch
@@ -117,7 +118,7 @@ def unsupported_reason(layer: torch.nn.Module) -> str | None:
     if layer._forward_pre_hooks or layer._forward_hooks or layer._backward_pre_hooks or layer._backward_hooks:
         return "it has hooks (yours, pruning's, accelerate's), which a new layer would not carry; swap before adding them"
     if w.dtype not in INPUT_DTYPES:
-        return f"weight dtype {w.dtype}: pingpong runs torch.bfloat16 / torch.float16"
+        return f"weight dtype {w.dtype}: pingpong runs torch.bfloat16 / torch.float16 (cast the model first: model.bfloat16())"
     return None  # any device: a model built on the CPU runs on pingpong once moved to the GPU
 
 
@@ -147,7 +148,7 @@ def replace_linear(model: torch.nn.Module, *, include=None, fp8: str | None = No
         raise PingpongError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
     if include is not None and not callable(include):
         raise PingpongError(f"include: expected None or a callable taking a layer's qualified name and returning"
-                            f" whether to swap it (e.g. lambda name: name.startswith({include!r})), got"
+                            f" whether to swap it (e.g. lambda name: name.startswith(\"model.layers.\")), got"
                             f" {type(include).__name__}")
     replaced, skipped, swapped = [], {}, {}  # swapped: id(old) -> new, so a layer shared by two
     modules = list(model.named_modules(remove_duplicate=False))  # parents stays shared; held: the ids stay theirs
@@ -169,6 +170,10 @@ def replace_linear(model: torch.nn.Module, *, include=None, fp8: str | None = No
         parent_name, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_name)
         setattr(parent, attr, swapped[id(getattr(parent, attr))])
+    if skipped and not replaced:  # e.g. an fp32 model: it would run on torch as before, unnoticed
+        first = next(iter(skipped.items()))
+        warnings.warn(f"pingpong.nn.replace_linear swapped none of the model's {len(skipped)} nn.Linear layers"
+                      f" (the report's .skipped says why; {first[0] or 'the model'}: {first[1]})", stacklevel=2)
     return ReplaceReport(replaced, skipped)
 
 
