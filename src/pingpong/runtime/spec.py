@@ -600,7 +600,8 @@ def check_gpu(device, names: Names = GEMM) -> None:
     if device.type != "cuda":
         raise PingpongError(
             f"{names.a} and {names.b} are on {device}: pingpong runs on CUDA/ROCm GPUs. For a CPU check use Triton's "
-            "interpreter explicitly: pingpong.portable.portable_gemm(a, b, out, interpret=True)")
+            "interpreter explicitly: pingpong.portable.portable_gemm(a, b, out, interpret=True); the Hopper tile a "
+            "shape would get: pingpong.hopper.host.select.select_config(M, N, K)")
 
 
 # ----------------------------------------------------------------------------- aliasing
