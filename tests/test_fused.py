@@ -95,9 +95,10 @@ def test_portable_fused_epilogue(activation, bias_kind, with_c):
     c = torch.randn(m, n, generator=gen) if with_c else None
     bias = bias_of(bias_kind, m, n, torch.float16, gen)
     out = poisoned((m, n), torch.float32)
-    portable_gemm(a, b, out, alpha=0.75, beta=-1.5, c=c, bias=bias, activation=activation, block=BLOCK,
+    beta = -1.5 if with_c else 0.0  # β without c is refused
+    portable_gemm(a, b, out, alpha=0.75, beta=beta, c=c, bias=bias, activation=activation, block=BLOCK,
                   interpret=True)
-    check(out, reference(a, b, alpha=0.75, beta=-1.5, c=c, bias=bias, activation=activation), k, seed)
+    check(out, reference(a, b, alpha=0.75, beta=beta, c=c, bias=bias, activation=activation), k, seed)
 
 
 @pytest.mark.parametrize("activation", ACTS)
@@ -151,8 +152,9 @@ def test_portable_batched(case, layout):
     c = None if c_batch is None else torch.randn(*c_batch, m, n, generator=gen)
     bias = torch.randn(n, generator=gen)
     out = poisoned((3, m, n), torch.float32)
-    portable_gemm(a, b, out, alpha=1.25, beta=0.5, c=c, bias=bias, activation="relu", block=BLOCK, interpret=True)
-    check(out, reference(a, b, alpha=1.25, beta=0.5, c=c, bias=bias, activation="relu"), k, seed)
+    beta = 0.0 if c is None else 0.5  # β without c is refused
+    portable_gemm(a, b, out, alpha=1.25, beta=beta, c=c, bias=bias, activation="relu", block=BLOCK, interpret=True)
+    check(out, reference(a, b, alpha=1.25, beta=beta, c=c, bias=bias, activation="relu"), k, seed)
 
 
 # ----------------------------------------------------------------------------- public API
