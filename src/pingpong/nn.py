@@ -132,10 +132,10 @@ def replace_linear(model: torch.nn.Module, *, include=None, fp8: str | None = No
     """Swap `model`'s nn.Linear layers for `Linear` in place (parameters shared, not copied).
 
     Layers pingpong cannot run (`unsupported_reason`: fp32 weights, nn.Linear subclasses, hooked or
-    pruned layers) stay as
-    they are and are listed in the report's `skipped` with the reason. The model may still be on
-    the CPU: the swapped layers run on pingpong once it is moved to the GPU (on the CPU their
-    forward raises PingpongError). `include`, a
+    pruned layers) stay as they are and are listed in the report's `skipped` with the reason (a
+    warning says so where no layer was swapped); the model changes only once every new layer is
+    made. The model may still be on the CPU: the swapped layers run on pingpong once it is moved
+    to the GPU (on the CPU their forward raises PingpongError). `include`, a
     predicate on the qualified name, limits the swap to the layers it accepts. `fp8` "row" or
     "block": swap for inference `pingpong.fp8.Float8Linear` layers instead (weights quantized
     now, copies; activations per call). `training=True` with `fp8` a training recipe ("tensor",

@@ -621,6 +621,9 @@ def byte_range(t: torch.Tensor) -> tuple[int, int]:
     return start, start + t.element_size() * (1 + span(t))
 
 
+_PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))  # tensors with addresses, told apart in one lookup
+
+
 def overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
     """Whether the address ranges of x and y intersect. Compared by address, not by storage:
     two storages (or a storage and a view made elsewhere) can map the same memory. A tracer's
@@ -634,9 +637,6 @@ def overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
     return x0 < y1 and y0 < x1
 
 
-_PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))  # tensors with addresses, told apart in one lookup
-
-
 def is_fake(t: torch.Tensor) -> bool:
     """Whether t is a tracer's tensor without memory (torch.compile's fake tensors)."""
     from torch._subclasses.fake_tensor import is_fake as fake
@@ -646,8 +646,8 @@ def is_fake(t: torch.Tensor) -> bool:
 
 def traced_overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
     """`overlaps` of fake tensors: views of one storage whose byte ranges from its start
-    intersect, where the sizes decide it without a guard (symbolic sizes that do not: False,
-    and the call's run checks the addresses)."""
+    intersect, where the sizes decide it without a guard (symbolic sizes that leave it open:
+    False; where inductor keeps the op in place, its run still checks the addresses)."""
     from torch.fx.experimental.symbolic_shapes import guard_or_false
 
     try:
