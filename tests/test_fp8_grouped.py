@@ -127,6 +127,22 @@ def test_block_scales_always_promote_and_read_through_tma():
     assert view.stride(0) == 304 and torch.equal(view, x["sa"].t())
 
 
+def test_block_scale_b_read_with_the_strides_of_what_the_descriptor_holds():
+    """A sliced scale_b whose base is not 16-byte aligned (one N-block in: 28 bytes) is cloned
+    for its TMA descriptor; the kernel's group and column strides must be the clone's, not the
+    slice's (which would read another group's blocks)."""
+    cfg = pingpong.KernelConfig(64, 128, 128, schedule="pingpong")
+    x = block_operands()
+    sb = torch.ones(G, N // 128 + 1, K // 128)[:, 1:, :]  # a shard of N-blocks: group stride 10, base at 8 bytes
+    assert sb.data_ptr() % 16 and check(**dict(x, sb=sb)) == ("block", "block")
+    a, w, out = x["a"], x["b"].transpose(1, 2), torch.empty(T, N, dtype=torch.bfloat16)
+    fn, args, kwargs, grid = kernel.prepare(a, w, out, x["offs"], x["sa"], sb, False, cfg, 132)
+    clone = kernel.block_scale_views(x["sa"], sb)[1]
+    assert clone.data_ptr() % 16 == 0 and clone.stride() == ((N // 128) * (K // 128), K // 128, 1)
+    assert args[-3:] == (0, *clone.stride()[:2])
+    assert list(args[6].shape) == [1, G * (N // 128) * (K // 128)]
+
+
 @pytest.mark.parametrize("i", range(len(_bad()) + len(_bad_block())))
 def test_bad_input_names_the_argument(i):
     """Row-/tensor-wise cases, then block-wise ones."""

@@ -89,8 +89,9 @@ def prepare(a, w, out, offs, scale_a, scale_b, promote: bool, config: KernelConf
     consumer_regs, producer_regs = worker_regs(d.worker_regs, g_pad)
     cfg = dataclasses.replace(kernel_constants(d, EpilogueConstants(BUFS=d.epilogue_bufs)),
                               CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs)
-    if block:
-        sa, sb = block_scale_descriptors(*block_scale_views(scale_a, scale_b), sa_box(d.block_m, any_row=True))
+    if block:  # the strides are the views' (a clone where scale_b's base is not 16-byte aligned)
+        scale_a, scale_b = block_scale_views(scale_a, scale_b)
+        sa, sb = block_scale_descriptors(scale_a, scale_b, sa_box(d.block_m, any_row=True))
     else:
         sa, sb = scale_a, scale_b
     kwargs = dict(CFG=cfg, PROMOTE=bool(promote or block), TMA_STORE=tma_store, G_PAD=g_pad,
