@@ -113,6 +113,8 @@ MUTATIONS = [
     ("grouped FP8 block scale_b strides of the slice, not of its clone", "src/pingpong/hopper/host/fp8_grouped.py",
      "        scale_a, scale_b = block_scale_views(scale_a, scale_b)\n        sa, sb = block_scale_descriptors(scale_a, scale_b,",
      "        sa, sb = block_scale_descriptors(*block_scale_views(scale_a, scale_b),", "tests/test_fp8_grouped.py"),
+    ("one 128x128 block of b read as tensor-wise", "src/pingpong/runtime/spec.py",
+     "    one_block = sb == (kb, nb) and scale_a.numel() != 1", "    one_block = False", "tests/test_spec.py"),
     ("derive cached by equality (untyped)", "src/pingpong/hopper/host/config.py",
      "@functools.lru_cache(maxsize=None, typed=True)", "@functools.lru_cache(maxsize=None)",
      "tests/test_config.py"),

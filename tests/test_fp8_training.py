@@ -116,6 +116,22 @@ def test_forward_and_gradients_against_float64(fp8_kernels, recipe, M):
     torch.testing.assert_close(layer.bias.grad.double(), G.sum(0), rtol=2e-3, atol=1e-3)
 
 
+def test_block_recipe_on_one_128_block(fp8_kernels):
+    """K = N = 128: W is one 128×128 block, whose single scale also reads as tensor-wise; the
+    forward and both gradients still run block-wise (spec.scale_mode) and match float64."""
+    gen = torch.Generator().manual_seed(77)
+    layer = pingpong.nn.Float8TrainingLinear(128, 128, bias=False, dtype=F16, recipe="block")
+    with torch.no_grad():
+        layer.weight.copy_(spread(128, 128, gen))
+    x = spread(33, 128, gen).to(F16).requires_grad_()
+    g = spread(33, 128, gen).to(F16)
+    y = layer(x)
+    y.backward(g)
+    X, W, G = x.detach().double(), layer.weight.detach().double(), g.double()
+    for got, ref in ((y, X @ W.t()), (x.grad, G @ W), (layer.weight.grad, G.t() @ X)):
+        assert ((got.double() - ref).norm() / ref.norm()).item() < FP8_TRAINING_NORM
+
+
 @pytest.mark.parametrize("recipe", RECIPE_IDS)
 @pytest.mark.parametrize("M", [17, 200])
 def test_each_product_scales_along_its_contraction(fp8_kernels, recipe, M):

@@ -244,6 +244,9 @@ def test_fp8_scales_are_part_of_the_spec_and_every_backend_answers_them():
     assert spec.scale_mode(s_row.a, s_row.b, sc.a, sc.b) == ("row", 1)  # the backend asks with Operands
     blocks = (torch.ones(2, 8).t(), torch.ones(1, 2).t())  # 1×128 for a, 128×128 for b: outer-dim-major
     assert spec.scale_mode(a, b, *blocks) == ("block", 128)
+    one = f8(16, 128)  # K = 128, N = 16: b is one 128×128 block, its one scale not tensor-wise where a's are blocks
+    assert spec.scale_mode(f8(8, 128), one.t(), torch.ones(1, 8).t(), torch.ones(1, 1)) == ("block", 128)
+    assert spec.scale_mode(f8(8, 128), one.t(), torch.ones(()), torch.ones(1, 1)) == ("tensor", 1)
     with pytest.raises(PingpongError, match=r"scale_a: scale_b is row-wise \(1, 16\), so scale_a must be \(8, 1\)"):
         spec.scale_mode(a, b, torch.ones(1, 8), row[1])
     meta = lambda *s, dtype=torch.float8_e4m3fn: torch.empty(*s, dtype=dtype, device="meta")  # noqa: E731

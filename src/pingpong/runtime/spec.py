@@ -501,7 +501,10 @@ def scale_mode(a, b, scale_a, scale_b) -> tuple[str, int]:
     N = b.shape[1]
     kb, nb = -(-K // SCALE_BLOCK), -(-N // SCALE_BLOCK)
     sa, sb = tuple(scale_a.shape), tuple(scale_b.shape)
-    if scale_b.numel() == 1 and len(sb) <= 2:
+    # K and N ≤ 128: b is one 128×128 block, whose one scale also reads as tensor-wise; a's
+    # 1×128 block scales (not one value) say which it is
+    one_block = sb == (kb, nb) and scale_a.numel() != 1
+    if scale_b.numel() == 1 and len(sb) <= 2 and not one_block:
         if scale_a.numel() != 1 or len(sa) > 2:
             raise PingpongError(f"scale_a: scale_b is one value (tensor-wise), so scale_a must be one fp32 value too,"
                                 f" got shape {sa}")
