@@ -91,6 +91,7 @@ from .errors import PingpongError, check_tensor
 from .fp8_grouped import scaled_grouped_k_mm, scaled_grouped_mm_direct, scaled_grouped_mm_route
 from .fp8_training import GRAD_DTYPE, RECIPES, recipe_name, training_shape_reason
 from .grouped import grouped_mm
+from .runtime.spec import check_offs
 from .quantize import MAX_ROW, quantize_fp8, quantize_fp8_blocks_t, quantize_fp8_columns, quantize_stacked_direct
 from .quantize_groups import quantize_groups_t
 from .runtime.spec import SCALE_BLOCK
@@ -139,12 +140,8 @@ def check_fp8_grouped_linear(x, weight, offs, recipe: str) -> None:
     if not weight.is_contiguous():
         raise PingpongError(f"weight: expected a contiguous (G, N, K) tensor, got strides {tuple(weight.stride())}"
                             " (a transposed (G, K, N) storage: pass weight.transpose(1, 2).contiguous())")
-    check_tensor("offs", offs, "a 1-D int32 tensor")
-    if offs.dtype != torch.int32 or offs.dim() != 1 or offs.shape[0] != G:
-        raise PingpongError(f"offs: expected a 1-D int32 tensor of G = {G} cumulative row ends, got"
-                            f" {offs.dtype} of shape {tuple(offs.shape)}")
-    if offs.device != x.device:
-        raise PingpongError(f"offs: on {offs.device}; expected x's device {x.device} (read on the device)")
+    if check_offs(offs, x.device, "x") != G:
+        raise PingpongError(f"offs: expected G = {G} cumulative row ends (weight.shape[0]), got {offs.shape[0]}")
 
 
 def fp8_grouped_linear(x: Tensor, weight: Tensor, offs: Tensor, recipe: str = "row_gw_hp") -> Tensor:

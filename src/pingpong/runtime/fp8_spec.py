@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import PingpongError, check_tensor
-from .spec import SCALE_BLOCK, check_block_scale_a, check_fp8_sizes, tma_matrix_stride, tma_row_stride
+from .spec import SCALE_BLOCK, check_block_scale_a, check_fp8_sizes, check_offs, tma_matrix_stride, tma_row_stride
 
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 FP8_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -155,16 +155,7 @@ def validate_scaled_grouped(a, b, scale_a, scale_b, offs, out_dtype, use_fast_ac
         raise PingpongError(f"b: expected K-major (G, K, N), i.e. w.transpose(1, 2) of row-major (G, N, K) expert"
                             f" weights (16-byte multiple strides), got strides {tuple(b.stride())}; fp8 wgmma reads"
                             " K-major operands only (refused, not copied)")
-    check_tensor("offs", offs, "a 1-D int32 tensor")
-    if offs.dtype != torch.int32:
-        raise PingpongError(f"offs: dtype {offs.dtype}; expected torch.int32 (cumulative group ends)")
-    if offs.dim() != 1:
-        raise PingpongError(f"offs: expected a 1-D tensor, got shape {tuple(offs.shape)}")
-    if offs.stride(0) != 1 and offs.shape[0] > 1:
-        raise PingpongError(f"offs: must be contiguous, got stride {offs.stride(0)}")
-    if offs.device != a.device:
-        raise PingpongError(f"offs: on {offs.device}; expected a's device {a.device} (offsets are read on the device)")
-    if offs.shape[0] != G:
+    if check_offs(offs, a.device) != G:
         raise PingpongError(f"offs: length {offs.shape[0]} must equal b's group count {G} (b.shape[0])")
     check_scale_tensor("scale_a", scale_a, a.device)
     check_scale_tensor("scale_b", scale_b, a.device)

@@ -799,6 +799,22 @@ def validate_linear(x, weight, bias, activation, names: Names = LINEAR) -> str:
     return check_activation(activation)
 
 
+def check_offs(offs, device, name: str = "a") -> int:
+    """offs as every grouped kernel reads it (offs + g, on the device): a contiguous 1-D int32
+    tensor on `device` (that of the argument `name`); its length, the group count. Its values
+    (the groups' cumulative ends) are never read here."""
+    check_tensor("offs", offs, "a 1-D int32 tensor")
+    if offs.dtype != torch.int32:
+        raise PingpongError(f"offs: dtype {offs.dtype}; expected torch.int32 (cumulative group ends)")
+    if offs.dim() != 1:
+        raise PingpongError(f"offs: expected a 1-D tensor, got shape {tuple(offs.shape)}")
+    if offs.stride(0) != 1 and offs.shape[0] > 1:
+        raise PingpongError(f"offs: must be contiguous (the kernels read offs[g] at offs + g), got stride {offs.stride(0)}")
+    if offs.device != device:
+        raise PingpongError(f"offs: on {offs.device}; expected {name}'s device {device} (offsets are read on the device)")
+    return offs.shape[0]
+
+
 def validate_grouped(a, b, offs, out_dtype) -> tuple[str, tuple, torch.dtype]:
     """grouped_mm's contract (pingpong.grouped): (mode, result shape, result dtype), or a
     PingpongError naming the argument at fault (a, b, offs, out_dtype). Reads shapes, dtypes
@@ -828,14 +844,7 @@ def validate_grouped(a, b, offs, out_dtype) -> tuple[str, tuple, torch.dtype]:
         return mode, grouped_shape(mode, a, b, a.shape[0]), dtype
     if offs is None:
         raise PingpongError(f"offs: required for a {a.dim()}-D × {b.dim()}-D product (the groups' cumulative ends)")
-    check_tensor("offs", offs, "a 1-D int32 tensor")
-    if offs.dtype != torch.int32:
-        raise PingpongError(f"offs: dtype {offs.dtype}; expected torch.int32 (cumulative group ends)")
-    if offs.dim() != 1:
-        raise PingpongError(f"offs: expected a 1-D tensor, got shape {tuple(offs.shape)}")
-    if offs.device != a.device:
-        raise PingpongError(f"offs: on {offs.device}; expected a's device {a.device} (offsets are read on the device)")
-    G = offs.shape[0]
+    G = check_offs(offs, a.device)
     if mode == ROWS and b.shape[0] != G:
         raise PingpongError(f"b: group count {b.shape[0]} (b.shape[0]) must equal offs's length {G}")
     if mode == COLS and a.shape[0] != G:
