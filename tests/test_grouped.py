@@ -188,6 +188,17 @@ def test_portable_bad_offsets_stay_inside():
     assert not out.isnan().any()
 
 
+def test_portable_negative_offsets_write_nothing_before_out():
+    """A negative offset (device data, unchecked) is clipped to 0: no group starts, and no
+    store lands, before out's first row (guard rows just before it stay as they were)."""
+    a, b = torch.randn(12, 16).half(), torch.randn(3, 16, 8).half()
+    buf = torch.full((20, 8), 7.0)  # rows 0-7 guard, out = rows 8-19
+    gm._compute(a, b, torch.tensor([-5, 8, 12], dtype=torch.int32), torch.float32, out=buf[8:], interpret=True)
+    assert (buf[:8] == 7.0).all(), "a store landed before out"
+    want = torch.cat([a[:8].float() @ b[1].float(), a[8:].float() @ b[2].float()])  # group 0 empty
+    torch.testing.assert_close(buf[8:], want, atol=1e-2, rtol=1e-2)
+
+
 # ----------------------------------------------------------------------------- autograd formulas
 
 

@@ -50,8 +50,8 @@ def _grouped_kernel(a, b, out, offs, M, N, KT, G, sam, sak, sbg, sbk, sbn, sog, 
     pid_m = first_m + (pid % band) % band_m
     pid_n = (pid % band) // band_m
     limit = KT if RAGGED_K else M  # the ragged dimension's extent
-    end = tl.minimum(tl.load(offs + g), limit)
-    start = tl.minimum(tl.load(offs + tl.maximum(g - 1, 0)), limit)
+    end = tl.minimum(tl.maximum(tl.load(offs + g), 0), limit)  # bad offsets: clipped to [0, limit]
+    start = tl.minimum(tl.maximum(tl.load(offs + tl.maximum(g - 1, 0)), 0), limit)
     start = tl.where(g > 0, start, 0)
     end = tl.maximum(end, start)
     rn = pid_n * BN + tl.arange(0, BN)

@@ -52,7 +52,7 @@ drains under the next tile's mainloop (docs/design.md "Grouped GEMM"). The outpu
 arguments: a column-major out (3-D × 2-D products, the kernel on transposed views) takes the
 pointer path for every tile.
 
-Bad offsets (device data, not checked on the host): an end past T is clipped to T; a
+Bad offsets (device data, not checked on the host): an offset is clipped to [0, T]; a
 decreasing offset makes that group empty (and the next group starts at the smaller value,
 overlapping earlier rows: those rows are then unspecified). No read or write leaves a or out.
 
@@ -95,11 +95,12 @@ def _group_layout(num_warps):
 @gluon.jit
 def group_table(offs, G, T, BM: gl.constexpr, G_PAD: gl.constexpr):
     """(index, first row, m-tiles) of every group, as G_PAD-vectors (entries ≥ G: empty groups).
-    Ends are clipped to T; a decreasing end makes its group empty."""
+    Offsets are clipped to [0, T] (a negative one would start a group, and its stores, before
+    row 0); a decreasing end makes its group empty."""
     layout: gl.constexpr = _group_layout(gl.num_warps())
     idx = gl.arange(0, G_PAD, layout=layout)
-    ends = gl.minimum(gl.load(offs + idx, mask=idx < G, other=0), T)
-    starts = gl.minimum(gl.load(offs + idx - 1, mask=(idx > 0) & (idx < G), other=0), T)
+    ends = gl.minimum(gl.maximum(gl.load(offs + idx, mask=idx < G, other=0), 0), T)
+    starts = gl.minimum(gl.maximum(gl.load(offs + idx - 1, mask=(idx > 0) & (idx < G), other=0), 0), T)
     return idx, starts, tiles_of_rows(gl.maximum(ends - starts, 0), BM)
 
 
