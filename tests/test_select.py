@@ -399,6 +399,39 @@ def test_corrupt_table_is_ignored_with_a_warning(text):
         assert select_config(16, 4096, 4096, device=H100) == expected
 
 
+@pytest.mark.parametrize("field, value", [("M", "512"), ("M", 0), ("M", -512), ("M", 511.5), ("M", True),
+                                          ("M", float("inf")), ("us", "10"), ("heuristic_us", -1.0),
+                                          ("us", float("inf")), ("layout", None), ("dtype", 2)])
+def test_a_table_entry_selection_cannot_use_makes_the_table_ignored(field, value):
+    """Each such entry crashed every lookup (TypeError, math domain error, OverflowError) or
+    was taken as it was; now the table is set aside with a warning, as a corrupt one."""
+    expected = select_config(16, 4096, 4096, device=H100)
+    tables.clear_cache()
+    table = tables.Table(h100_key())
+    table.add(16, 4096, 4096, "bf16", "bf16", "nt", TUNED, us=10.0, heuristic_us=20.0)
+    doc = table.to_json()
+    doc["entries"][0][field] = value
+    path = tables.user_table_path(h100_key())
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(doc))
+    with pytest.warns(UserWarning, match=f"ignoring tuning table.*entry {field}="):
+        assert select_config(16, 4096, 4096, device=H100) == expected
+
+
+def test_an_undecodable_table_is_ignored_and_overwritten_by_the_next_tune():
+    expected = select_config(16, 4096, 4096, device=H100)
+    tables.clear_cache()
+    path = tables.user_table_path(h100_key())
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"\xff\xfe not utf-8")
+    with pytest.warns(UserWarning, match="ignoring tuning table"):
+        assert select_config(16, 4096, 4096, device=H100) == expected
+    table = tables.Table(h100_key())
+    table.add(16, 4096, 4096, "bf16", "bf16", "nt", TUNED, us=10.0, heuristic_us=20.0)
+    tables.write(table, path)  # a tuning run's results are not lost to the bad file
+    assert select_config(16, 4096, 4096, device=H100) == TUNED
+
+
 def test_no_table_no_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -151,21 +151,40 @@ class Table:
             key = TableKey(**doc["key"])
             entries = list(doc["entries"])
             for e in entries:
-                KernelConfig(**e["config"]).validate(element_bytes(e["dtype"]))
-                [int(e[d]) for d in "MNK"], e["dtype"], e["layout"], e["out_dtype"]  # noqa: B018
+                check_entry(e)
         except (KeyError, TypeError, ConfigError) as e:
             raise ValueError(f"malformed table ({type(e).__name__}: {e})") from e
         return cls(key, entries)
+
+
+#: an entry's timings (µs, the tuner's: the best config's, the heuristic's, the peer's) and count
+TIMINGS = ("us", "heuristic_us", "cublas_us")
+
+
+def check_entry(e: dict) -> None:
+    """TypeError naming what of a table entry selection could not use: M, N, K positive ints,
+    the names strings, the timings positive finite numbers or null, the config valid."""
+    for d in "MNK":
+        if type(e[d]) is not int or e[d] < 1:
+            raise TypeError(f"entry {d}={e[d]!r}: expected a positive int")
+    for f in ("dtype", "layout", "out_dtype"):
+        if not isinstance(e[f], str):
+            raise TypeError(f"entry {f}={e[f]!r}: expected a string")
+    for f in TIMINGS:
+        v = e.get(f)
+        if v is not None and (type(v) not in (int, float) or not 0 < v < math.inf):
+            raise TypeError(f"entry {f}={v!r}: expected a positive finite number of µs, or null")
+    KernelConfig(**e["config"]).validate(element_bytes(e["dtype"]))
 
 
 def read(path: Path, key: TableKey) -> Table | None:
     """The table at `path` if it is valid for `key`; None if there is none; a warning and None
     if it does not parse or was measured for another GPU or version."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
-    except OSError as e:
+    except (OSError, UnicodeDecodeError) as e:
         warnings.warn(f"pingpong: ignoring tuning table {path}: {e}", stacklevel=2)
         return None
     try:
