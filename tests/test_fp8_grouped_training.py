@@ -525,6 +525,17 @@ def test_use_pingpong_experts_names_what_fp8_cannot_serve(monkeypatch, kw, needl
     assert not hasattr(model.layers[0].experts, moe.FP8_ATTRIBUTE)
 
 
+def test_use_pingpong_experts_names_an_implementation_transformers_does_not_know(monkeypatch):
+    """Refused before anything of the model changes (its FP8 recipe stays on the experts)."""
+    pytest.importorskip("transformers.integrations.moe", reason="the moe extra (transformers >= 5) is not installed")
+    monkeypatch.setattr(moe, "register", lambda: pytest.fail("registered before the refusal"))
+    model = Model(E=4, H=64, inter=32, gen=torch.Generator().manual_seed(0))
+    model.layers[0].experts.pingpong_fp8 = "row_gw_hp"
+    with pytest.raises(PingpongError, match="implementation: expected one of .*'eager'.*got 'bogus'"):
+        moe.use_pingpong_experts(model, implementation="bogus")
+    assert model.layers[0].experts.pingpong_fp8 == "row_gw_hp"
+
+
 def test_compile_records_the_op_and_the_backward_products(kernels):
     """Under torch.compile the forward is one pingpong::fp8_grouped_linear node; the backward
     graph holds dX's FP8 grouped product and dW's ragged-K grouped_mm as pingpong ops (their fake

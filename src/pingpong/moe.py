@@ -130,6 +130,16 @@ def register() -> None:
     ExpertsInterface.register(IMPLEMENTATION, experts_forward)
 
 
+def check_implementation(implementation) -> None:
+    """PingpongError naming `implementation` unless transformers knows it ("eager", one of its
+    ExpertsInterface's, or ours): a name it does not know would be set and fail at the forward."""
+    from transformers.integrations.moe import ExpertsInterface
+
+    known = ("eager", IMPLEMENTATION, *ExpertsInterface().valid_keys())
+    if not isinstance(implementation, str) or implementation not in known:
+        raise PingpongError(f"implementation: expected one of {tuple(dict.fromkeys(known))}, got {implementation!r}")
+
+
 def experts_modules(model):
     """(name, module) of every experts module of the model: stacked 3-D gate_up_proj and down_proj."""
     return [(name, m) for name, m in model.named_modules()
@@ -166,6 +176,7 @@ def use_pingpong_experts(model, implementation: str = IMPLEMENTATION, fp8=None):
     pingpong.fp8_grouped_training.GROUPED_RECIPES ("row_gw_hp") runs the experts' products in
     FP8 (module docstring), trainable; None: bf16 (grouped_mm). Checked before any change."""
     recipe = check_fp8_experts(model, fp8, implementation)
+    check_implementation(implementation)
     for _, m in experts_modules(model):
         if recipe is None:
             m.__dict__.pop(FP8_ATTRIBUTE, None)
