@@ -385,6 +385,20 @@ def test_pair_plan_hit_still_refuses_grad_and_takes_only_plain_tensors(monkeypat
     assert quantize._pair_key(x.detach().to_sparse(), "row", E4M3, 16, True, True) is None
 
 
+@pytest.mark.parametrize("kw, needle", [(dict(pad=16.0), "pad: expected a positive int"),
+                                        (dict(pad=True), "pad: expected a positive int")])
+def test_pair_plan_is_no_shortcut_for_an_argument_equal_only_in_value(monkeypatch, kw, needle):
+    """16.0 and True equal 16 and 1: with the plan of pad=16 (and of pad=1) stored, they still
+    go through check_pair, which refuses them, and nothing launches."""
+    x = torch.randn(16, 128, dtype=torch.float16)
+    _, launched = _stored_plan(monkeypatch, x, pad=int(kw["pad"]))
+    checked = quantize.check_pair  # the CPU stands in for the GPU: the device check aside
+    monkeypatch.setattr(quantize, "check_pair", lambda *a, **k: checked(*a, device_checks=False))
+    with pytest.raises(PingpongError, match=needle):
+        quantize.quantize_pair_direct(x, **kw)
+    assert launched == []
+
+
 def test_pair_plan_is_made_with_pair_likes_layouts_whatever_out_the_first_call_had(monkeypatch):
     """The first call of a signature makes its PairPlan from pair_like's layouts even when that
     call writes into an `out` of another layout (which then goes through launch_pair); the next

@@ -712,8 +712,11 @@ def _plans_on(x) -> bool:
 def _pair_key(x, granularity, dtype, pad, rows, cols):
     """A PairPlan's key: x's shape, strides, dtype, device and 16-byte alignment and the other
     arguments; None for anything but a plain tensor or Parameter (a subclass, a DTensor, takes
-    the checked path)."""
+    the checked path) and for a pad, rows or cols of another type than check_pair takes (16.0 and
+    True equal 16 and 1 as keys: a hit would skip the check that refuses them)."""
     if type(x) is not torch.Tensor and type(x) is not torch.nn.Parameter:
+        return None
+    if type(pad) is not int or type(rows) is not bool or type(cols) is not bool:
         return None
     try:  # (a sparse or nested x has no strides: the checked path names it)
         return x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16 == 0, granularity, dtype, pad, rows, cols
