@@ -199,6 +199,24 @@ def test_fake_gives_the_shape_and_compile_traces_the_op():
     assert any("pingpong.scaled_grouped_mm" in str(n.target) for g in graphs for n in g.graph.nodes)
 
 
+@pytest.mark.parametrize("fast", [2, 0.0, 1])
+def test_traced_calls_refuse_a_use_fast_accum_that_is_not_a_bool(fast):
+    """The dispatcher would make a bool of it for the op (eager refuses it): both FP8 products
+    refuse it while dynamo traces, before the op."""
+    torch._dynamo.reset()  # each value traced as the constant it is (not made dynamic by the last case's)
+    x = operands()
+    grouped = torch.compile(lambda a, b, sa, sb, offs: pingpong.scaled_grouped_mm(a, b, sa, sb, offs,
+                                                                                  use_fast_accum=fast),
+                            fullgraph=True, backend=lambda gm, inputs: gm)
+    with pytest.raises(Exception, match=f"use_fast_accum: expected a bool, got {fast!r}"):
+        grouped(x["a"], x["b"], x["sa"], x["sb"], x["offs"])
+    a, b = torch.randn(32, 256).to(E4M3), torch.randn(64, 256).to(E4M3).t()
+    dense = torch.compile(lambda a, b, sa, sb: pingpong.scaled_mm(a, b, sa, sb, use_fast_accum=fast), fullgraph=True,
+                          backend=lambda gm, inputs: gm)
+    with pytest.raises(Exception, match=f"use_fast_accum: expected a bool, got {fast!r}"):
+        dense(a, b, torch.ones(32, 1), torch.ones(1, 64))
+
+
 def test_tile_choice_scale_strides_and_registers():
     assert kernel.select_fp8_grouped_config(8192 * 2, 8, 14336, True).schedule == "cooperative"
     assert kernel.select_fp8_grouped_config(8192 * 2, 8, 14336, True).block_n == 128  # two accumulators

@@ -52,7 +52,7 @@ from .integration import inductor, ops
 from . import quantize as _quantize
 from .runtime import plan as _plan_mod
 from .runtime import spec as _spec
-from .runtime.fp8_spec import FP8_DTYPES, FP8_OUT_DTYPES, check_fp8, check_scale_tensor, refuse_grad
+from .runtime.fp8_spec import FP8_DTYPES, FP8_OUT_DTYPES, check_fast_accum, check_fp8, check_scale_tensor, refuse_grad
 from .errors import PingpongError, check_tensor
 
 __all__ = ["scaled_mm", "scaling_of", "check_scales", "Float8Linear", "FP8_DTYPES", "FP8_OUT_DTYPES"]
@@ -101,8 +101,7 @@ def check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fas
     scaling, sb_cols = scaling_of(a, b, scale_a, scale_b)
     if out_dtype not in FP8_OUT_DTYPES:
         raise PingpongError(f"out_dtype: expected one of {FP8_OUT_DTYPES}, got {out_dtype!r}")
-    if not isinstance(use_fast_accum, bool):
-        raise PingpongError(f"use_fast_accum: expected a bool, got {use_fast_accum!r}")
+    check_fast_accum(use_fast_accum)
     act = _spec.check_epilogue(_spec.EpilogueArgs(bias=bias, activation=activation), (M, N), out_dtype, a.device)
     if device_checks:
         check_gpu(a, b)
@@ -175,6 +174,7 @@ def scaled_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Opti
     if out_dtype is None:
         out_dtype = torch.bfloat16
     if ops.traced(a, b, scale_a, scale_b):
+        check_fast_accum(use_fast_accum)  # before the dispatcher makes a bool of it
         ops.check_sharded(torch.ops.pingpong.scaled_mm.default, a, b, scale_a, scale_b, bias, out_dtype,
                           activation or "none", use_fast_accum)
         return torch.ops.pingpong.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation or "none",

@@ -156,6 +156,7 @@ def scaled_grouped_mm_route(a, b, scale_a, scale_b, offs, out_dtype, use_fast_ac
     """scaled_grouped_mm, and with zero_tail the rows past offs[-1] set to zero (a data
     gradient's, pingpong.fp8_grouped_training): the op while a tracer runs, else the direct path."""
     if ops.traced(a, b, scale_a, scale_b, offs):
+        fp8_spec.check_fast_accum(use_fast_accum)  # before the dispatcher makes a bool of it
         return torch.ops.pingpong.scaled_grouped_mm(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum,
                                                     zero_tail)
     return scaled_grouped_mm_direct(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum, zero_tail=zero_tail)

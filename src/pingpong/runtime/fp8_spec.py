@@ -127,6 +127,14 @@ def refuse_grad(op: str, *tensors, names=GRAD_NAMES) -> None:
                                     " or run under torch.no_grad()")
 
 
+def check_fast_accum(use_fast_accum) -> None:
+    """use_fast_accum must be a bool: 1 or 2.0 would be one as a cache key or once the
+    dispatcher coerced it for a traced op, where eager refuses them. Every FP8 product's front
+    end checks it, the traced calls before they reach their op."""
+    if not isinstance(use_fast_accum, bool):
+        raise PingpongError(f"use_fast_accum: expected a bool, got {use_fast_accum!r}")
+
+
 def validate_scaled_grouped(a, b, scale_a, scale_b, offs, out_dtype, use_fast_accum) -> tuple[str, str]:
     """scaled_grouped_mm's contract (pingpong.fp8_grouped's table): the scale kinds, or a
     PingpongError naming the argument at fault. Reads shapes, dtypes, strides and devices only
@@ -162,7 +170,6 @@ def validate_scaled_grouped(a, b, scale_a, scale_b, offs, out_dtype, use_fast_ac
     kinds = scale_kinds(a, b, scale_a, scale_b)
     if out_dtype not in FP8_OUT_DTYPES:
         raise PingpongError(f"out_dtype: expected one of {FP8_OUT_DTYPES}, got {out_dtype!r}")
-    if not isinstance(use_fast_accum, bool):
-        raise PingpongError(f"use_fast_accum: expected a bool, got {use_fast_accum!r}")
+    check_fast_accum(use_fast_accum)
     refuse_grad("scaled_grouped_mm", a, b, scale_a, scale_b)
     return kinds
