@@ -217,6 +217,19 @@ def test_traced_calls_refuse_a_use_fast_accum_that_is_not_a_bool(fast):
         dense(a, b, torch.ones(32, 1), torch.ones(1, 64))
 
 
+def test_traced_inference_fp8_calls_refuse_inputs_that_require_grad():
+    """scaled_mm and quantize_fp8 have no backward: under torch.compile the caller gets the
+    eager refusal naming the argument (the compiler said only "no autograd formula")."""
+    torch._dynamo.reset()
+    quantize = torch.compile(lambda x: pingpong.quantize_fp8(x, "row"), backend="aot_eager")
+    with pytest.raises(PingpongError, match="x: requires grad, but quantize_fp8 is inference only"):
+        quantize(torch.randn(32, 256, requires_grad=True))
+    a, b = torch.randn(32, 256).to(E4M3), torch.randn(64, 256).to(E4M3).t()
+    dense = torch.compile(lambda a, b, sa, sb: pingpong.scaled_mm(a, b, sa, sb), backend="aot_eager")
+    with pytest.raises(PingpongError, match="scale_a: requires grad, but scaled_mm is inference only"):
+        dense(a, b, torch.ones(32, 1, requires_grad=True), torch.ones(1, 64))
+
+
 def test_tile_choice_scale_strides_and_registers():
     assert kernel.select_fp8_grouped_config(8192 * 2, 8, 14336, True).schedule == "cooperative"
     assert kernel.select_fp8_grouped_config(8192 * 2, 8, 14336, True).block_n == 128  # two accumulators

@@ -175,6 +175,7 @@ def scaled_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Opti
         out_dtype = torch.bfloat16
     if ops.traced(a, b, scale_a, scale_b):
         check_fast_accum(use_fast_accum)  # before the dispatcher makes a bool of it
+        refuse_grad("scaled_mm", a, b, scale_a, scale_b, bias, names=TENSOR_ARGS)  # no backward: named here
         ops.check_sharded(torch.ops.pingpong.scaled_mm.default, a, b, scale_a, scale_b, bias, out_dtype,
                           activation or "none", use_fast_accum)
         return torch.ops.pingpong.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation or "none",

@@ -625,6 +625,8 @@ def quantize_fp8(x: torch.Tensor, granularity: str = "row", dtype: torch.dtype =
     (float8_e4m3fn or float8_e5m2), scale is fp32 in torch._scaled_mm's layout for the
     granularity. While torch.compile traces, the ``pingpong::quantize_fp8`` op."""
     if traced(x):
+        if isinstance(x, torch.Tensor):  # the op has no backward: named here, not by the compiler
+            refuse_grad("quantize_fp8", x, names=("x",))
         return torch.ops.pingpong.quantize_fp8(x, granularity, dtype)
     return quantize_direct(x, granularity, dtype)
 
