@@ -77,6 +77,20 @@ def test_grouped_options_refused_not_ignored(argv, option):
         settings(*argv)
 
 
+@pytest.mark.parametrize("argv, option", [
+    (["--op", "grouped", "--shapes", "5,5,5"], "--shapes: applies to --op gemm only"),
+    (["--op", "grouped", "--suite", "llm"], "--suite: applies to --op gemm only"),
+    (["--op", "grouped", "--csv", "x.csv"], "--csv: applies to --op gemm or vector_add only"),
+    (["--op", "vector_add", "--plot", "x.png"], "--plot: applies to --op gemm only"),
+    (["--op", "grouped", "--layout", "tn"], "--layout: applies to --op gemm only"),
+    (["--scaling", "tensor"], "--scaling/--fast-accum: FP8 options; add --dtype fp8"),
+    (["--fast-accum"], "--scaling/--fast-accum: FP8 options"),
+])
+def test_options_an_op_would_ignore_are_refused(argv, option):
+    with pytest.raises(PingpongError, match=option):
+        settings(*argv)
+
+
 def test_grouped_fp8_dispatches_to_the_scaled_grouped_bench(monkeypatch):
     """--op grouped --dtype fp8 times scaled_grouped_mm (bench_grouped_fp8), with the options
     it was given; plain --op grouped the 16-bit grouped_mm bench."""

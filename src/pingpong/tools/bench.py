@@ -136,6 +136,13 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     for option in GROUPED_OPTIONS:
         if getattr(args, option, None) and args.op != "grouped":
             raise PingpongError(f"--{option}: applies to --op grouped only (got --op {args.op})")
+    for option, ops in OP_OPTIONS.items():  # an option the op would ignore is a mistake, not a no-op
+        if getattr(args, option, None) and args.op not in ops:
+            raise PingpongError(f"--{option}: applies to --op {' or '.join(ops)} only (got --op {args.op})")
+    if args.layout != "nt" and args.op != "gemm":
+        raise PingpongError(f"--layout: applies to --op gemm only (got --op {args.op})")
+    if (getattr(args, "scaling", "row") != "row" or getattr(args, "fast_accum", False)) and args.dtype != "fp8":
+        raise PingpongError(f"--scaling/--fast-accum: FP8 options; add --dtype fp8 (got --dtype {args.dtype})")
     if args.op == "grouped":
         from .suites import MOE_MODELS, MOE_PRODUCTS
 
@@ -192,6 +199,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 GROUPED_OPTIONS = ("models", "tokens", "products")  # options of --op grouped alone
+#: the other options only some ops read: the ops that read each
+OP_OPTIONS = {"shapes": ("gemm",), "suite": ("gemm",), "plot": ("gemm",), "csv": ("gemm", "vector_add")}
 OUTPUT_OPTIONS = ("csv", "json", "plot")  # Settings fields that name a file the run writes
 
 
