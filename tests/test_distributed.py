@@ -668,6 +668,11 @@ def test_the_rule_table():
     for o, ins in d.rules(block):
         assert o != S(1) and ins["a"] != S(1) and not isinstance(ins["b"], Shard), (o, ins)  # K, N whole
     assert (S(0), {"a": S(0), "b": R, "scale_a": S(0), "scale_b": R}) in d.rules(block)
+    # K = 128: the block scales (8, 1) and (1, 3) carry no K letter; still K and N whole (a
+    # rank's columns would take another block's scale, or a K split a partial block)
+    a128, b128 = meta(8, 128, dtype=torch.float8_e4m3fn), meta(128, 384, dtype=torch.float8_e4m3fn)
+    assert d._scaled_mm_layout(a128, b128, meta(8, 1, dtype=torch.float32), meta(1, 3, dtype=torch.float32)).whole == "kn"
+    assert d._scaled_mm_layout(a128, b128, meta(8, 1, dtype=torch.float32), meta(1, 384, dtype=torch.float32)).whole == ""
     tensor = d._scaled_mm_layout(a8, b8, meta(dtype=torch.float32), meta(dtype=torch.float32))
     assert tensor.operands["scale_a"].dims == "" and Partial() in [o for o, _ in d.rules(tensor)]
     assert d.product((4, 1, 8, 6), (3, 6, 5)) == ("A1mk", "Bkn", "ABmn")

@@ -64,7 +64,7 @@ from . import fp8, fp8_training, grouped  # noqa: F401  (fp8, grouped, ops defin
 from .integration import batching, ops  # noqa: F401
 from .integration.async_tp import disable_async_tp, enable_async_tp  # noqa: F401  (async TP's switch: pingpong.integration.async_tp)
 from .runtime.spec import (DENSE_OP_ARGS, DENSE_ROLES, DENSE_TENSORS, EpilogueArgs, check_activation, op_args,
-                           validate_linear)
+                           scaling_by_shape, validate_linear)
 from .errors import PingpongError
 
 __all__ = ["FACTOR", "ADDEND", "WHOLE", "OperandDims", "Layout", "register", "rules", "check", "checked", "stale", "respec",
@@ -521,13 +521,15 @@ def _scaled_mm_layout(a, b, scale_a, scale_b, bias=None, out_dtype=None, activat
                       ) -> Layout:
     """a mk, b kn -> mn; row-wise scales m1 / 1n; block-wise scales (M, K/128) mk and
     (K/128, N/128) kn: a block grid is split only where it follows the operand dim one to one
-    (K never; N only for 1×128 scales of b, N whole columns)."""
+    (K never; N only for 1×128 scales of b, N whole columns). The mode is the kernel's own
+    decision (spec.scaling_by_shape): at K = 128 block scales have no K letter to show it."""
     (M, K), N = tuple(a.shape), b.shape[1]
     operands = {"a": OperandDims("mk"), "b": OperandDims("kn"),
                 "scale_a": OperandDims(_scale_dims(scale_a, "m", "k", M, K)),
                 "scale_b": OperandDims(_scale_dims(scale_b, "k", "n", K, N))}
-    blocks = "k" in operands["scale_a"].dims + operands["scale_b"].dims
-    whole = ("k" if blocks else "") + ("n" if blocks and scale_b.shape[-1] != N else "")
+    mode, sb_cols = scaling_by_shape(M, K, N, tuple(scale_a.shape), tuple(scale_b.shape)) or ("tensor", 1)
+    blocks = mode == "block"
+    whole = ("k" if blocks else "") + ("n" if blocks and sb_cols != 1 else "")
     if bias is not None:
         operands["bias"] = OperandDims(follow("mn", bias.shape), ADDEND)
     act = check_activation(activation)

@@ -491,33 +491,51 @@ def check_block_scale_a(scale_a, M: int, kb: int) -> None:
                             f" shape {tuple(scale_a.shape)} strides {tuple(scale_a.stride())}")
 
 
+def scaling_by_shape(M: int, K: int, N: int, sa: tuple, sb: tuple) -> tuple[str, int] | None:
+    """The mode the scales' shapes name for an (M, K) @ (K, N) product, as torch._scaled_mm
+    tries them (tensor, row, block), and for block-wise how many columns share one b scale per K
+    block (128 or 1); None where scale_b's shape names none. Shapes alone: `scale_mode` then
+    checks the layouts, and the sharding rules (pingpong.distributed) read the mode from here."""
+    kb, nb = -(-K // SCALE_BLOCK), -(-N // SCALE_BLOCK)
+    # K and N ≤ 128: b is one 128×128 block, whose one scale also reads as tensor-wise; a's
+    # 1×128 block scales (not one value) say which it is
+    one_block = sb == (kb, nb) and math.prod(sa) != 1
+    if math.prod(sb) == 1 and len(sb) <= 2 and not one_block:
+        return "tensor", 1
+    if sb == (1, N):
+        return "row", 1
+    if sb in ((kb, nb), (kb, N)):
+        return "block", SCALE_BLOCK if sb == (kb, nb) else 1
+    return None
+
+
 def scale_mode(a, b, scale_a, scale_b) -> tuple[str, int]:
     """(mode, sb_cols) of an FP8 product's scales (tensors or Operands of validated fp8 a, b):
     "tensor" | "row" | "block", and for block-wise how many columns share one b scale per K
-    block (128 or 1). scale_b's shape names the mode (as torch._scaled_mm tries them: tensor,
-    row, block); scale_a must then match it. PingpongError naming the scale otherwise. The one
-    decision of the mode: the front end's validation and the backend's plan both ask here."""
+    block (128 or 1). scale_b's shape names the mode (`scaling_by_shape`); scale_a must then
+    match it. PingpongError naming the scale otherwise. The one decision of the mode: the front
+    end's validation and the backend's plan both ask here."""
     M, K = a.shape
     N = b.shape[1]
     kb, nb = -(-K // SCALE_BLOCK), -(-N // SCALE_BLOCK)
     sa, sb = tuple(scale_a.shape), tuple(scale_b.shape)
-    # K and N ≤ 128: b is one 128×128 block, whose one scale also reads as tensor-wise; a's
-    # 1×128 block scales (not one value) say which it is
-    one_block = sb == (kb, nb) and scale_a.numel() != 1
-    if scale_b.numel() == 1 and len(sb) <= 2 and not one_block:
+    named = scaling_by_shape(M, K, N, sa, sb)
+    if named is None:
+        raise PingpongError(
+            f"scale_b: shape {sb} names no scaling mode for a ({M}, {K}) @ ({K}, {N}) product; expected one element"
+            f" (tensor-wise), (1, {N}) (row-wise), ({kb}, {nb}) (128×128 blocks) or ({kb}, {N}) (1×128 blocks)")
+    mode, sb_cols = named
+    if mode == "tensor":
         if scale_a.numel() != 1 or len(sa) > 2:
             raise PingpongError(f"scale_a: scale_b is one value (tensor-wise), so scale_a must be one fp32 value too,"
                                 f" got shape {sa}")
-        return "tensor", 1
-    if sb == (1, N):
+    elif mode == "row":
         if not _row_contiguous(scale_b):
             raise PingpongError(f"scale_b: row-wise (1, {N}) must be contiguous, got strides {tuple(scale_b.stride())}")
         if sa != (M, 1) or not _row_contiguous(scale_a):
             raise PingpongError(f"scale_a: scale_b is row-wise (1, {N}), so scale_a must be ({M}, 1) contiguous, got"
                                 f" shape {sa} strides {tuple(scale_a.stride())}")
-        return "row", 1
-    if sb in ((kb, nb), (kb, N)):
-        sb_cols = SCALE_BLOCK if sb == (kb, nb) else 1
+    else:
         if sb_cols == SCALE_BLOCK and (scale_b.stride(0) != 1 and kb > 1 or scale_b.stride(1) < kb and nb > 1):
             raise PingpongError(f"scale_b: 128×128 block scales ({kb}, {nb}) must be outer-dim-major: strides (1, ≥{kb})"
                                 f" (s.t() of a row-major ({nb}, {kb}) s), got {tuple(scale_b.stride())}")
@@ -527,10 +545,7 @@ def scale_mode(a, b, scale_a, scale_b) -> tuple[str, int]:
         check_block_scale_a(scale_a, M, kb)
         if K % SCALE_BLOCK:
             raise PingpongError(f"K={K}: block-wise scaling needs K to be a multiple of {SCALE_BLOCK}")
-        return "block", sb_cols
-    raise PingpongError(
-        f"scale_b: shape {sb} names no scaling mode for a ({M}, {K}) @ ({K}, {N}) product; expected one element"
-        f" (tensor-wise), (1, {N}) (row-wise), ({kb}, {nb}) (128×128 blocks) or ({kb}, {N}) (1×128 blocks)")
+    return mode, sb_cols
 
 
 def check_operands(a, b, names: Names = GEMM, dtypes=INPUT_DTYPES, nd: bool = False) -> None:
