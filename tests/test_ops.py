@@ -388,6 +388,45 @@ def test_compiled_gemm_inplace_refuses_what_eager_refuses_and_writes_nothing(int
     assert torch.equal(x, buf)
 
 
+def test_compiled_gemm_refuses_beta_without_c_as_eager_does(interpreted_kernels):
+    """A β without c is no plain product: it reaches the gemm op, whose checks refuse it (mm's
+    would have run a @ b and dropped β)."""
+    torch._dynamo.reset()
+    a, b = randn(8, 16), randn(16, 8)
+    f = lambda a, b: pingpong.gemm(a, b, beta=1.0)  # noqa: E731
+    with pytest.raises(PingpongError, match="beta: 1.0 scales c, but no c was given"):
+        f(a, b)
+    with pytest.raises(Exception, match="beta: 1.0 scales c, but no c was given"):
+        torch.compile(f, backend="aot_eager", fullgraph=True)(a, b)
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu_erf", "gelu_tanh", "silu"])
+def test_double_backward_through_every_activation(interpreted_kernels, activation):
+    """The gradient of a gradient (create_graph=True) against float64 torch: silu's took
+    aten.silu_backward, which has no derivative."""
+    torch.manual_seed(5)
+    x, w = randn(8, 32).requires_grad_(), randn(24, 32).requires_grad_()
+    (gx,) = torch.autograd.grad(pingpong.linear(x, w, None, activation).sum(), x, create_graph=True)
+    gx.square().sum().backward()
+    X, W = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    act = {"relu": F.relu, "gelu_erf": F.gelu, "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"), "silu": F.silu}
+    (GX,) = torch.autograd.grad(act[activation](F.linear(X, W)).sum(), X, create_graph=True)
+    GX.square().sum().backward()
+    for got, want in ((gx, GX), (w.grad, W.grad)):
+        assert ((got.double() - want).norm() / want.norm()).item() < 1e-2
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [((2, 16, 0), (0, 24)), ((2, 16, 32), (32, 0))])
+def test_zero_size_k_or_n_under_a_batch_has_zero_gradients(interpreted_kernels, a_shape, b_shape):
+    """reshape(-1, 0) of an empty tensor has no answer: the folded rows are counted."""
+    a, b = randn(*a_shape).requires_grad_(), randn(*b_shape).requires_grad_()
+    pingpong.matmul(a, b).sum().backward()
+    assert a.grad.shape == a.shape and b.grad.shape == b.shape and not a.grad.any() and not b.grad.any()
+    x, w = randn(*a_shape).requires_grad_(), randn(b_shape[1], a_shape[-1]).requires_grad_()
+    pingpong.linear(x, w, None, "silu").sum().backward()
+    assert x.grad.shape == x.shape and w.grad.shape == w.shape
+
+
 @pytest.mark.parametrize("shape", [(7,), (1, 7), (5, 1), (3, 5, 7), (1, 5, 1)])
 def test_bias_gradient_sums_what_the_bias_broadcasts_along(shape):
     """dbias = the output gradient summed to the bias's shape (fp32 accumulation, no fp32 copy)."""

@@ -44,6 +44,7 @@ bias fused). `linear`'s relu reads the saved output instead (y > 0 exactly where
 from __future__ import annotations
 
 import importlib
+import math
 import sys
 from typing import Optional
 
@@ -288,7 +289,7 @@ def _product_grads(needs_a, needs_b, a, b, g, alpha):
         da = _summed(_gemm(g, b.mT, alpha=alpha, out_dtype=_sum_dtype(g.shape[:-2], a)), a)
     if needs_b:
         if b.dim() == 2 and a.dim() > 2:
-            db = _gemm(a.reshape(-1, a.shape[-1]).mT, g.reshape(-1, g.shape[-1]), alpha=alpha, out_dtype=a.dtype)
+            db = _gemm(_rows(a).mT, _rows(g), alpha=alpha, out_dtype=a.dtype)
         else:
             db = _summed(_gemm(a.mT, g, alpha=alpha, out_dtype=_sum_dtype(g.shape[:-2], b)), b)
     return da, db
@@ -403,8 +404,9 @@ def _backward_linear(ctx, g):
 
 
 def _rows(t) -> Tensor:
-    """t as (rows, its last dim); t itself when 2-D (on a DTensor every view is a dispatch)."""
-    return t if t.dim() == 2 else t.reshape(-1, t.shape[-1])
+    """t as (rows, its last dim); t itself when 2-D (on a DTensor every view is a dispatch).
+    The rows counted, not inferred: reshape(-1, 0) of an empty t has no answer."""
+    return t if t.dim() == 2 else t.reshape(math.prod(t.shape[:-1]), t.shape[-1])
 
 
 def _unrows(t, like) -> Tensor:
@@ -503,5 +505,8 @@ def activation_backward(name: str, grad: torch.Tensor, saved: torch.Tensor) -> t
     if name == "relu":
         return aten.threshold_backward(grad, saved, 0)
     if name == "silu":
+        if torch.is_grad_enabled() and (grad.requires_grad or saved.requires_grad):  # a double backward:
+            s = torch.sigmoid(saved)  # aten.silu_backward has no derivative, its formula has
+            return grad * s * (1 + saved * (1 - s))
         return aten.silu_backward(grad, saved)
     return aten.gelu_backward(grad, saved, approximate="tanh" if name == "gelu_tanh" else "none")

@@ -218,8 +218,10 @@ DENSE_ROLES = {"c": "addend", "bias": "addend"}
 
 
 def plain_args(args: EpilogueArgs) -> bool:
-    """Whether a dense call's `args` ask for a @ b alone (β is not read without C)."""
-    return args.c is None and args.alpha == 1.0 and args.bias is None and args.activation in (None, "none")
+    """Whether a dense call's `args` ask for a @ b alone (no C, β = 0: a β without C is refused
+    by the gemm op's checks, which mm's do not make)."""
+    return (args.c is None and args.beta == 0.0 and args.alpha == 1.0 and args.bias is None
+            and args.activation in (None, "none"))
 
 
 def op_schema(head: str, fields=DENSE_OP_ARGS, returns: str = "Tensor") -> str:
