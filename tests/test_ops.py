@@ -427,6 +427,23 @@ def test_zero_size_k_or_n_under_a_batch_has_zero_gradients(interpreted_kernels, 
     assert x.grad.shape == x.shape and w.grad.shape == w.shape
 
 
+@pytest.mark.parametrize("a_shape", [(3, 1, 16), (2, 3, 1, 16)])
+def test_a_one_by_one_bias_is_per_row_of_batched_single_rows(interpreted_kernels, a_shape):
+    """M = 1 under a batch: a (1, 1) bias is per row, as in the 2-D call; folding the batch into
+    M made it refused against a (B·M, N) result the caller never has. Gradients too."""
+    a, b = randn(*a_shape).requires_grad_(), randn(16, 5).requires_grad_()
+    bias = randn(1, 1).requires_grad_()
+    y = pingpong.gemm(a, b, bias=bias, activation="relu")
+    A, B, C = (t.detach().double().requires_grad_() for t in (a, b, bias))
+    ref = torch.relu(A @ B + C)
+    assert ((y.double() - ref).norm() / ref.norm()).item() < 1e-2
+    g = randn(*y.shape)
+    y.backward(g)
+    ref.backward(g.double())
+    for got, want in ((a.grad, A.grad), (b.grad, B.grad), (bias.grad, C.grad)):
+        assert got.shape == want.shape and ((got.double() - want).norm() / want.norm()).item() < 1e-2
+
+
 @pytest.mark.parametrize("shape", [(7,), (1, 7), (5, 1), (3, 5, 7), (1, 5, 1)])
 def test_bias_gradient_sums_what_the_bias_broadcasts_along(shape):
     """dbias = the output gradient summed to the bias's shape (fp32 accumulation, no fp32 copy)."""

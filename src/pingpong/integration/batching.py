@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import PingpongError
-from ..runtime.spec import validate_nd
+from ..runtime.spec import bias_kind, validate_nd
 
 __all__ = ["KernelOperand", "BatchPlan", "plan", "operand_view", "plan_for", "out_shape", "check", "run", "per_row",
            "native"]
@@ -158,9 +158,11 @@ def run(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None, gemm2d, gemm3d
     return result.view(p.out_shape)
 
 
-def per_row(bias) -> bool:
-    """A bias of shape (M, 1): one value per row of each batch's (M, N) result."""
-    return bias is not None and bias.dim() == 2 and bias.shape[1] == 1 and bias.shape[0] != 1
+def per_row(bias, m: int) -> bool:
+    """A bias of shape (M, 1), M = m, each batch's rows: one value per row of each batch's (M,
+    N) result (spec.bias_kind's reading, (1, 1) included where m = 1), which folding the batch
+    into M would make (B·M, 1)."""
+    return bias is not None and bias_kind(bias, m) == "row"
 
 
 def out_shape(a, b) -> tuple[int, ...]:

@@ -73,7 +73,7 @@ def batched_gemm(a, b, args: EpilogueArgs, out_dtype, names=GEMM) -> torch.Tenso
         return gemm(x, y, args._replace(c=z, activation=act), out_dtype, names)
 
     read = args.c if spec_mod.reads_c(args.c, args.beta) else None
-    return batching.run(a, b, read, two_d, two_d, fold=not batching.per_row(args.bias))
+    return batching.run(a, b, read, two_d, two_d, fold=not batching.per_row(args.bias, a.shape[-2]))
 
 
 def gemm_(a, b, args: EpilogueArgs) -> torch.Tensor:
