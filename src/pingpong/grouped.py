@@ -161,13 +161,13 @@ def grouped_mm(a: Tensor, b: Tensor, offs: Optional[Tensor] = None, bias: Option
     return _route(a, b, offs, out_dtype, False)
 
 
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
-
 
 def _route(a, b, offs, out_dtype, zero_tail) -> Tensor:
     """The op when autograd records the call or a tracer runs (validated first, on the global
     shapes of DTensors), else the kernel directly (validated when its spec is new)."""
-    plain = type(a) in _PLAIN and type(b) in _PLAIN and (offs is None or type(offs) in _PLAIN)  # None: `check`
+    plain_types = spec_mod.PLAIN_TENSORS
+    plain = (type(a) in plain_types and type(b) in plain_types
+             and (offs is None or type(offs) in plain_types))  # None: `check`
     if not plain or torch.compiler.is_compiling() or (torch.is_grad_enabled() and (a.requires_grad or
                                                                                      b.requires_grad)):
         _, _, dtype = check(a, b, offs, out_dtype)

@@ -92,7 +92,7 @@ from .kept import kept, keeping
 from .runtime.fp8_spec import refuse_grad
 from .runtime.launcher import CachedLaunch, LaunchCache
 from .runtime.plan import stream_key, stream_zeros
-from .runtime.spec import SCALE_BLOCK
+from .runtime.spec import PLAIN_TENSORS, SCALE_BLOCK
 from .toolchain import KERNEL_OPTIONS
 
 __all__ = ["quantize_fp8", "quantize_fp8_pair", "quantize_fp8_columns", "GRANULARITIES", "FP8_MAX"]
@@ -716,7 +716,7 @@ def _pair_key(x, granularity, dtype, pad, rows, cols):
     arguments; None for anything but a plain tensor or Parameter (a subclass, a DTensor, takes
     the checked path) and for a pad, rows or cols of another type than check_pair takes (16.0 and
     True equal 16 and 1 as keys: a hit would skip the check that refuses them)."""
-    if type(x) is not torch.Tensor and type(x) is not torch.nn.Parameter:
+    if type(x) not in PLAIN_TENSORS:
         return None
     if type(pad) is not int or type(rows) is not bool or type(cols) is not bool:
         return None

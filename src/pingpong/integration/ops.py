@@ -53,21 +53,20 @@ from torch import Tensor
 
 from . import batching, direct, inductor
 from ..errors import PingpongError
-from ..runtime.spec import (DENSE_OP_ARGS, DENSE_TENSORS, NO_ARGS, EpilogueArgs, check_activation, check_args_not_in,
-                            check_no_alias, op_args, op_grads, op_schema, op_values, plain_args, torch_activation,
-                            validate_linear)
+from ..runtime.spec import (DENSE_OP_ARGS, DENSE_TENSORS, NO_ARGS, PLAIN_TENSORS, EpilogueArgs, check_activation,
+                            check_args_not_in, check_no_alias, op_args, op_grads, op_schema, op_values, plain_args,
+                            torch_activation, validate_linear)
 
 __all__ = ["needs_op", "route_gemm", "route_linear", "call_linear", "check_sharded", "sharded", "is_dtensor",
            "check_not_differentiated", "mm", "gemm", "gemm_", "linear", "activation_forward", "activation_backward"]
-
-_PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
 
 
 def needs_op(a, b, c=None, d=None) -> bool:
     """True when a public call with tensor arguments a, b (and optional c, d: C, a bias) must
     leave the direct path (module docstring). Ordered for the common eager case: type lookups,
     the grad-mode flag, one call."""
-    if type(a) in _PLAIN and type(b) in _PLAIN and (c is None or type(c) in _PLAIN) and (d is None or type(d) in _PLAIN):
+    plain = PLAIN_TENSORS
+    if type(a) in plain and type(b) in plain and (c is None or type(c) in plain) and (d is None or type(d) in plain):
         if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or (c is not None and c.requires_grad)
                                         or (d is not None and d.requires_grad)):
             return True
@@ -82,7 +81,7 @@ def traced(*tensors) -> bool:
     tensors stay on the direct path, whose validation names them. Plain tensors cost a type
     lookup each and the compile flag."""
     for t in tensors:
-        if type(t) not in _PLAIN and isinstance(t, torch.Tensor):
+        if type(t) not in PLAIN_TENSORS and isinstance(t, torch.Tensor):
             return True
     return torch.compiler.is_compiling()
 
@@ -163,7 +162,7 @@ def route_linear(x, w, bias, activation) -> Tensor:
 def call_linear(x, w, bias, activation) -> Tensor:
     """`pingpong.linear`'s dispatch with each check made once (needs_op, then route_linear):
     plain tensors take the direct call, the layer Function, or (compiling) the op."""
-    if type(x) in _PLAIN and type(w) in _PLAIN and (bias is None or type(bias) in _PLAIN):
+    if type(x) in PLAIN_TENSORS and type(w) in PLAIN_TENSORS and (bias is None or type(bias) in PLAIN_TENSORS):
         if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad
                                         or (bias is not None and bias.requires_grad)):
             if torch.compiler.is_compiling():

@@ -641,7 +641,8 @@ def byte_range(t: torch.Tensor) -> tuple[int, int]:
     return start, start + t.element_size() * (1 + span(t))
 
 
-_PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))  # tensors with addresses, told apart in one lookup
+#: plain tensors (with addresses; no tracer, no subclass), told apart by one type lookup
+PLAIN_TENSORS = frozenset((torch.Tensor, torch.nn.Parameter))
 
 
 def overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
@@ -649,7 +650,7 @@ def overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
     two storages (or a storage and a view made elsewhere) can map the same memory. A tracer's
     fake tensors have no addresses: views of one fake storage are compared by their element
     ranges in it (`traced_overlaps`)."""
-    if (type(x) not in _PLAIN or type(y) not in _PLAIN) and (is_fake(x) or is_fake(y)):
+    if (type(x) not in PLAIN_TENSORS or type(y) not in PLAIN_TENSORS) and (is_fake(x) or is_fake(y)):
         return traced_overlaps(x, y)
     if x.numel() == 0 or y.numel() == 0:
         return False
