@@ -386,15 +386,19 @@ def test_pair_plan_hit_still_refuses_grad_and_takes_only_plain_tensors(monkeypat
 
 
 @pytest.mark.parametrize("kw, needle", [(dict(pad=16.0), "pad: expected a positive int"),
-                                        (dict(pad=True), "pad: expected a positive int")])
+                                        (dict(pad=True), "pad: expected a positive int"),
+                                        (dict(negated=True), "x: a negated view")])
 def test_pair_plan_is_no_shortcut_for_an_argument_equal_only_in_value(monkeypatch, kw, needle):
-    """16.0 and True equal 16 and 1: with the plan of pad=16 (and of pad=1) stored, they still
-    go through check_pair, which refuses them, and nothing launches."""
+    """16.0 and True equal 16 and 1, and a negated view of x has x's memory, strides and
+    dtype: with the plan of pad=16 (and of pad=1) stored, they still go through check_pair,
+    which refuses them, and nothing launches."""
     x = torch.randn(16, 128, dtype=torch.float16)
-    _, launched = _stored_plan(monkeypatch, x, pad=int(kw["pad"]))
+    _, launched = _stored_plan(monkeypatch, x, pad=int(kw.get("pad", 16)))
     checked = quantize.check_pair  # the CPU stands in for the GPU: the device check aside
     monkeypatch.setattr(quantize, "check_pair", lambda *a, **k: checked(*a, device_checks=False))
     with pytest.raises(PingpongError, match=needle):
+        if kw.pop("negated", False):
+            x = torch._neg_view(x)
         quantize.quantize_pair_direct(x, **kw)
     assert launched == []
 

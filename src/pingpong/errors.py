@@ -19,7 +19,7 @@ class ToolMissing(PingpongError):
 
 
 def check_tensor(name: str, t, expected: str = "a torch.Tensor") -> None:
-    """PingpongError naming `name` unless `t` is a dense (strided, not nested) torch.Tensor: the
+    """PingpongError naming `name` unless `t` is a dense (strided, not nested, not negated) torch.Tensor: the
     one check of what every tensor argument is, before anything reads its shape, strides or data."""
     import torch
 
@@ -30,3 +30,8 @@ def check_tensor(name: str, t, expected: str = "a torch.Tensor") -> None:
         raise PingpongError(f"{name}: {kind} are not supported (layout {t.layout}); pass a dense tensor")
     if t.is_nested:  # a strided nested tensor has no sizes: torch raises on .shape
         raise PingpongError(f"{name}: nested tensors are not supported; pass a dense tensor (e.g. padded)")
+    # the kernels read memory, which holds -t (a negated view: torch.conj(z).imag, torch._neg_view);
+    # dynamo cannot trace is_neg() (a bool): under torch.compile this one check is not made
+    if not torch.compiler.is_compiling() and t.is_neg():
+        raise PingpongError(f"{name}: a negated view (is_neg(): its memory holds the negation) is not supported;"
+                            f" pass {name}.resolve_neg()")

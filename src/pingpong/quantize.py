@@ -716,7 +716,7 @@ def _pair_key(x, granularity, dtype, pad, rows, cols):
     arguments; None for anything but a plain tensor or Parameter (a subclass, a DTensor, takes
     the checked path) and for a pad, rows or cols of another type than check_pair takes (16.0 and
     True equal 16 and 1 as keys: a hit would skip the check that refuses them)."""
-    if type(x) not in PLAIN_TENSORS:
+    if type(x) not in PLAIN_TENSORS or x.is_neg():  # a negated view: check_tensor refuses it
         return None
     if type(pad) is not int or type(rows) is not bool or type(cols) is not bool:
         return None

@@ -273,7 +273,7 @@ def layer_plan(x, weight, bias, activation) -> LayerPlan:
                    weight.dtype, weight.shape, weight.stride(), weight.device, weight.data_ptr() % 16 == 0,
                    activation, sm_carveout(), bias.dtype, bias.shape, bias.stride(), bias.device,
                    bias.data_ptr() % 16 == 0)
-        lp = LAYERS.get(key)
+        lp = None if x.is_neg() or weight.is_neg() or (bias is not None and bias.is_neg()) else LAYERS.get(key)
     except (AttributeError, TypeError, RuntimeError):
         key = lp = None
     if lp is not None:

@@ -333,6 +333,8 @@ def build(a, b, c=None, beta: float = 0.0, out_dtype=None, bias=None, activation
         oc = None if c is None else operand(c)
         if c is None and beta != 0.0:  # β without c: validation refuses it (check_beta), no plan answers it
             return None
+        if a.is_neg() or b.is_neg() or (c is not None and c.is_neg()) or (bias is not None and bias.is_neg()):
+            return None  # a negated view: its key is its memory's, which holds the negation (check_tensor refuses it)
         if bias is None and activation is None and scales is None:
             epi = NO_EPILOGUE if c is None or beta == 0.0 else C_EPILOGUE
         else:
@@ -360,6 +362,8 @@ def build_grouped(a, b, offs, out_dtype, scales=None) -> GemmSpec | None:
     (pingpong.scaled_grouped_mm; fp8_spec.validate_scaled_grouped names its arguments)."""
     try:  # `operand` written out: a call per tensor is a measurable part of a cache hit
         sa, sb = a.shape, b.shape
+        if a.is_neg() or b.is_neg():  # a negated view (check_tensor refuses it): no key
+            return None
         oa = _new(Operand, (a.dtype, sa, a.stride(), a.device, a.data_ptr() % 16 == 0))
         ob = _new(Operand, (b.dtype, sb, b.stride(), b.device, b.data_ptr() % 16 == 0))
         mode = GROUPED_MODES[(len(sa), len(sb))]
