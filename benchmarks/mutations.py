@@ -142,6 +142,8 @@ MUTATIONS = [
      "        if False:", "tests/test_plan.py"),
     ("a negated view is accepted as a tensor", "src/pingpong/errors.py",
      "    if not torch.compiler.is_compiling() and t.is_neg():", "    if False:", "tests/test_plan.py"),
+    ("c's gradient at beta 0 is None", "src/pingpong/integration/ops.py",
+     "if ctx.beta != 0.0 else g.new_zeros(ctx.c_shape)", "if ctx.beta != 0.0 else None", "tests/test_ops.py"),
     ("derive cached by equality (untyped)", "src/pingpong/hopper/host/config.py",
      "@functools.lru_cache(maxsize=None, typed=True)", "@functools.lru_cache(maxsize=None)",
      "tests/test_config.py"),

@@ -321,6 +321,17 @@ def test_gemm_epilogue_gradients(interpreted_kernels, activation, bias_kind, bat
         assert_close64(t, r, f"{name} (seed {seed})", AUTOGRAD)
 
 
+@pytest.mark.parametrize("shared_c", [False, True])
+def test_c_gets_a_zero_gradient_at_beta_zero_as_in_addmm(interpreted_kernels, shared_c):
+    """β = 0: c is not read, and its gradient is zeros of c's shape (torch.addmm's), not None."""
+    torch.manual_seed(3)
+    a, b = randn(2, 8, 16).requires_grad_(), randn(16, 12)
+    c = randn(*((8, 12) if shared_c else (2, 8, 12))).requires_grad_()
+    ops.gemm(a, b, c, 1.0, 0.0, None, None, None).sum().backward()
+    assert c.grad is not None and c.grad.shape == c.shape and not c.grad.any()
+    assert a.grad is not None and a.grad.abs().sum() > 0
+
+
 def test_eager_autograd_function_and_op_give_the_same_gradients(interpreted_kernels):
     """Eager autograd runs a torch.autograd.Function around the direct call, the op carries
     the same formulas for traced code: both give identical results."""
