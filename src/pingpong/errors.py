@@ -19,8 +19,9 @@ class ToolMissing(PingpongError):
 
 
 def check_tensor(name: str, t, expected: str = "a torch.Tensor") -> None:
-    """PingpongError naming `name` unless `t` is a dense (strided, not nested, not negated) torch.Tensor: the
-    one check of what every tensor argument is, before anything reads its shape, strides or data."""
+    """PingpongError naming `name` unless `t` is a dense (strided, not nested, not negated)
+    torch.Tensor: the one check of what every tensor argument is, before anything reads its
+    shape, strides or data."""
     import torch
 
     if not isinstance(t, torch.Tensor):
