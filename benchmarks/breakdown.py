@@ -7,7 +7,7 @@ torch.profiler over --calls back-to-back calls of pingpong.matmul and of torch.m
 flushed: the same operands each call). Printed per call: every kernel's mean GPU time, the sum
 of kernel times, and the wall time per call (first to last kernel event, so launch gaps count).
 --configs adds rows for explicit KernelConfigs (the notation of benchmarks/schedules.py).
---fused profiles the issue's fused linear instead: x (8192, 4096), w (14336, 4096), bias,
+--fused profiles a fused linear instead: x (8192, 4096), w (14336, 4096), bias,
 gelu_tanh: pingpong fused (and without the activation) vs torch's F.linear and F.gelu kernels;
 the fused call can beat eager by at most (linear + gelu) / linear.
 The GPU-time ratio cuBLAS/ours tells kernel speed apart from launch and reduction cost.

@@ -99,7 +99,7 @@ def main(argv=None) -> int:
     from pingpong.tools.timing import time_callable
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("shapes", nargs="*", help="M×N×K (default: the issue's mid-row shapes)")
+    p.add_argument("shapes", nargs="*", help="M×N×K (default: SHAPES, five mid-row shapes)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--json")
     p.add_argument("--fp8", choices=("tensor", "row", "block"), help="also FP8 with these scales vs torch._scaled_mm")

@@ -42,7 +42,7 @@ Every launch runs on the tensors' own GPU (a device guard when it is not the cur
 on that GPU's current stream, and is CUDA-graph capturable.
 
 Bad input raises PingpongError (a ValueError) naming the argument and what was expected, and
-changes nothing. Empty M or N gives an empty result; K = 0 gives β·c (or zeros).
+changes nothing. Empty M or N gives an empty result; K = 0 gives act(bias) + β·c (or zeros).
 """
 
 from __future__ import annotations
@@ -131,8 +131,9 @@ def explain(a, b, c=None, *, beta=0.0, out_dtype=None, inplace=False, bias=None,
     """Which kernel the call runs, and why: the plan's {"path": as path_for, "config": its
     KernelConfig (None where the backend has none), "why": where the config came from (the
     heuristic, a tuning table, the one given) and which backends declined, "stream_k": what
-    stream-K would do with the config's tile (None off the Hopper 16-bit kernel; stream-K runs
-    only where a KernelConfig asks for it)}. The arguments are path_for's. Every new plan is also logged by the `pingpong` logger (PINGPONG_LOG=info)."""
+    stream-K would do with the config's tile (None off the Hopper 16-bit kernel; the heuristic
+    itself picks stream-K only for 128×256 tiles whose last wave is thin, select.wave_stream;
+    elsewhere a KernelConfig asks for it)}. The arguments are path_for's. Every new plan is also logged by the `pingpong` logger (PINGPONG_LOG=info)."""
     return plan_mod.explain(direct.plan_of(a, b, _args(c, beta, bias, activation), out_dtype, inplace))
 
 

@@ -29,7 +29,8 @@ changes: the router, the shared experts and the rest run as before.
 FP8 (`use_pingpong_experts(model, fp8="row_gw_hp")`, for training and inference): both
 projections go through pingpong.fp8_grouped_training.fp8_grouped_linear instead of grouped_mm,
 the forward and the data gradient as FP8 grouped products with the recipe's scales, the weight
-gradient in the parameters' precision (that module's docstring). The recipe is checked, and
+gradient in the parameters' precision ("row_gw_hp") or an FP8 K-grouped product ("row", "block":
+pingpong.scaled_grouped_k_mm of pingpong.quantize_groups_t's operands; that module's docstring). The recipe is checked, and
 every experts module's shapes against it (K and N multiples of 16, of 128 block-wise), before
 anything of the model changes; the chosen recipe is kept on each experts module (FP8_ATTRIBUTE),
 and `fp8=None` takes it off again. With gradient accumulation, `with keep_quantized_weights(model):`

@@ -114,8 +114,8 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-#: `pingpong bench --op vector_add` sizes: the issue's targets (2**20 launch-bound, 2**28
-#: bandwidth-bound) and one in between.
+#: `pingpong bench --op vector_add` sizes: 2**20 (launch-bound), 2**28 (bandwidth-bound) and one
+#: in between.
 DEFAULT_SIZES = (2**20, 2**24, 2**28)
 _DTYPE_NAMES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
