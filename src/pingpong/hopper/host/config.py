@@ -97,7 +97,8 @@ BARRIER_BYTES = 8
 #: Deepest ring: the fixed shared-memory term below budgets ready/empty barriers for this many.
 #: Small tiles stream their operands from HBM (the weight of a skinny product is read once),
 #: where the bytes in flight hide the latency, so they take as many stages as fit up to this
-#: (docs/design.md, "Ring depth"); large tiles fit 3-6 stages whatever the cap.
+#: ("Ring depth" in benchmarks/results/2026-11-28-design-history.md); large tiles fit 3-6
+#: stages whatever the cap.
 MAX_STAGES = 12
 #: Bands taller than this many tile-rows gain no L2 reuse; the bound also keeps the raster's
 #: GROUP_M · tiles_n product far inside int32 (pingpong.hopper.device.scheduler.tile_coords).
@@ -109,7 +110,8 @@ MAX_GROUP_M = 256
 _FIXED_BYTES = 1024
 assert _FIXED_BYTES >= 3 * MAX_STAGES * BARRIER_BYTES + 4 * BARRIER_BYTES  # + a cluster's pair_empty
 #: The derived epilogue stays whole-tile while the ring still gets this many stages: a deeper
-#: ring does not pay for the narrower sub-tiles' extra store waits (docs/design.md, "Ring depth").
+#: ring does not pay for the narrower sub-tiles' extra store waits ("Ring depth" in
+#: benchmarks/results/2026-11-28-design-history.md).
 SUBTILE_BELOW_STAGES = 3
 
 

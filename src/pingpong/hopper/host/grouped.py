@@ -23,7 +23,8 @@ def select_grouped_config(T: int, G: int, N: int) -> KernelConfig:
     """The tile of a ragged product from what the host knows (T rows over G groups, N): the
     mean group's rows decide the tile height (a tile's rows past its group's end are wasted):
     mean ≥ 192 rows: cooperative 128×256; fewer: ping-pong 64×256, whose 64-row tiles waste half
-    as much of a short group's last tile; N < 256: 64×128 (docs/design.md "Grouped GEMM")."""
+    as much of a short group's last tile; N < 256: 64×128 ("Grouped GEMM" in
+    benchmarks/results/2026-11-28-design-history.md)."""
     mean = T / max(G, 1)
     if mean >= 192 and N >= 256:
         return KernelConfig(128, 256, 64, schedule="cooperative")

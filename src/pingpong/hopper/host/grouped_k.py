@@ -44,7 +44,7 @@ def legal_out(out) -> bool:
 
 def select_ragged_k_config(M: int, N: int, T: int, G: int) -> KernelConfig:
     """The tile of a ragged-K product from what the host knows (T rows over G groups, not
-    their sizes; docs/design.md "Grouped GEMM"):
+    their sizes; "Grouped GEMM" in benchmarks/results/2026-11-28-design-history.md):
 
         > 128 rows per group   cooperative 128×256: K loops long enough for the wide tile's
                                reuse of each A box to pay

@@ -36,9 +36,10 @@ loaded at the group's row, so it reads the next group's first rows (or TMA's zer
 T). Every output row depends on its own A row only, so those rows' results are garbage but
 harmless: they are never stored. (The alternatives: device-side TMA descriptors per group
 cost a descriptor write + fence per tile and a global scratch; DeepGEMM's padding to BM
-changes the caller's layout. See docs/design.md "Grouped GEMM".) A is read K-major only: an
-MN-major A box would start at a group's row in its contiguous dimension, which faults with an
-"illegal instruction", so the caller copies such an A.
+changes the caller's layout. See "Grouped GEMM" in
+benchmarks/results/2026-11-28-design-history.md.) A is read K-major only: an MN-major A box
+would start at a group's row in its contiguous dimension, which faults with an "illegal
+instruction", so the caller copies such an A.
 
 GroupedEpilogue (the Epilogue interface, `store(mma, COPY, tile_count, off_m, off_n, batch,
 split)`; `batch` is the group):
@@ -48,9 +49,10 @@ split)`; `batch` is the group):
     off_m + rows > e_g   (cut)      predicated pointer stores of rows < e_g from registers
 
 Only the cut tile takes pointers: the consumers wait on pointer stores, while a TMA store
-drains under the next tile's mainloop (docs/design.md "Grouped GEMM"). The output strides are
-arguments: a column-major out (3-D × 2-D products, the kernel on transposed views) takes the
-pointer path for every tile.
+drains under the next tile's mainloop ("Grouped GEMM" in
+benchmarks/results/2026-11-28-design-history.md). The output strides are arguments: a
+column-major out (3-D × 2-D products, the kernel on transposed views) takes the pointer path
+for every tile.
 
 Bad offsets (device data, not checked on the host): an offset is clipped to [0, T]; a
 decreasing offset makes that group empty (and the next group starts at the smaller value,
