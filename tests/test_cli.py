@@ -42,6 +42,8 @@ def test_help_and_usage_errors_do_not_import_torch():
     (["--models", "bogus"], "--models: applies to --op grouped only"),
     (["--tokens", "16"], "--tokens: applies to --op grouped only"),
     (["--overhead", "--shapes", "-5"], "--shapes: '-5'"),
+    (["--op", "vector_add", "--dtype", "fp8"], "--dtype: --op vector_add"),  # not a KeyError after the fp32 rows
+    (["--op", "vector_add", "--seed", "5"], "--seed: applies to --op"),  # its inputs are not seeded
 ])
 def test_bench_arguments_are_checked_before_the_device(argv, message, capsys, monkeypatch):
     import torch

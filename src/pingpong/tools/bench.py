@@ -141,6 +141,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
             raise PingpongError(f"--{option}: applies to --op {' or '.join(ops)} only (got --op {args.op})")
     if args.layout != "nt" and args.op != "gemm":
         raise PingpongError(f"--layout: applies to --op gemm only (got --op {args.op})")
+    if args.op == "vector_add" and args.dtype not in VECTOR_ADD_DTYPES:
+        raise PingpongError(f"--dtype: --op vector_add adds {', '.join(VECTOR_ADD_DTYPES)} (after fp32), "
+                            f"got {args.dtype!r}")
     if (getattr(args, "scaling", "row") != "row" or getattr(args, "fast_accum", False)) and args.dtype != "fp8":
         raise PingpongError(f"--scaling/--fast-accum: FP8 options; add --dtype fp8 (got --dtype {args.dtype})")
     if args.op == "grouped":
@@ -200,7 +203,10 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 GROUPED_OPTIONS = ("models", "tokens", "products")  # options of --op grouped alone
 #: the other options only some ops read: the ops that read each
-OP_OPTIONS = {"shapes": ("gemm",), "suite": ("gemm",), "plot": ("gemm",), "csv": ("gemm", "vector_add")}
+OP_OPTIONS = {"shapes": ("gemm",), "suite": ("gemm",), "plot": ("gemm",), "csv": ("gemm", "vector_add"),
+              "seed": ("gemm", "grouped")}
+#: the --dtype values --op vector_add times (pingpong.tools.bench_streaming.bench_vector_add)
+VECTOR_ADD_DTYPES = ("bf16", "fp16")
 OUTPUT_OPTIONS = ("csv", "json", "plot")  # Settings fields that name a file the run writes
 
 
