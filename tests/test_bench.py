@@ -413,6 +413,16 @@ def test_vector_add_runs_the_streaming_bench(monkeypatch):
     assert bench.run(parse("--op", "vector_add", "--quick")) == 1 and got == ["vector_add"]
 
 
+def test_overhead_gets_the_sizes_and_the_rounds(monkeypatch):
+    from pingpong.tools import overhead
+
+    got = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(overhead, "main", lambda argv: got.append(argv) or 0)
+    assert bench.run(parse("--overhead", "--shapes", "64", "512,512,512", "--rounds", "5")) == 0
+    assert got == [["--sizes", "64", "512", "--rounds", "5"]]
+
+
 def test_rounds_alternate_and_report_the_spread():
     """Ours and cuBLAS alternate; per-round ratios give the spread, medians give the times."""
     order, cublas_ms = [], iter([1.0, 1.2, 0.9])

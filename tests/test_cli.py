@@ -44,6 +44,10 @@ def test_help_and_usage_errors_do_not_import_torch():
     (["--overhead", "--shapes", "-5"], "--shapes: '-5'"),
     (["--op", "vector_add", "--dtype", "fp8"], "--dtype: --op vector_add"),  # not a KeyError after the fp32 rows
     (["--op", "vector_add", "--seed", "5"], "--seed: applies to --op"),  # its inputs are not seeded
+    (["--overhead", "--json", "o.json"], "--json: not read by --overhead"),  # no file written, exit 0
+    (["--overhead", "--dtype", "fp8"], "--dtype: not read by --overhead"),
+    (["--overhead", "--shapes", "64,32,16"], "--shapes: --overhead times square sizes"),  # 64³, silently
+    (["--overhead", "--rounds", "0"], "--rounds: 0 must be ≥ 1"),
 ])
 def test_bench_arguments_are_checked_before_the_device(argv, message, capsys, monkeypatch):
     import torch

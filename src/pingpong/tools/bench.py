@@ -113,7 +113,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", metavar="FILE.png", help="plot TFLOP/s ours vs cuBLAS and the ratio (needs matplotlib)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs and of --suite random's shapes (default 0)")
     p.add_argument("--overhead", action="store_true",
-                   help="time host cost instead: back-to-back calls at 64³, 1024³, 2048³ (pingpong.tools.overhead)")
+                   help="time host cost instead: back-to-back calls at 64³, 1024³, 2048³ or the square --shapes; reads "
+                        "--rounds, no other option (pingpong.tools.overhead)")
     p.add_argument("--scaling", default="row", help="--dtype fp8: tensor, row (default) or block (1×128 / 128×128)")
     p.add_argument("--fast-accum", action="store_true", help="--dtype fp8: use_fast_accum=True for ours and torch's")
     p.add_argument("--rounds", type=int, default=3, help="alternate ours and cuBLAS this many times (default 3)")
@@ -497,16 +498,44 @@ def bench_shapes(settings: Settings, api, header: dict[str, Any], device="cuda",
     return rows
 
 
+#: the options --overhead does not read, at their defaults (given, they would be ignored)
+NOT_OVERHEAD = {"suite": None, "dtype": "bf16", "layout": "nt", "reps": None, "quick": False, "op": "gemm",
+                "models": None, "tokens": None, "products": None, "csv": None, "json": None, "plot": None, "seed": 0,
+                "scaling": "row", "fast_accum": False}
+
+
+def overhead_argv(args: argparse.Namespace) -> list[str]:
+    """pingpong.tools.overhead's arguments for `bench --overhead`: the sizes of square --shapes
+    and --rounds; any other option is a PingpongError naming it (overhead would ignore it)."""
+    for option, default in NOT_OVERHEAD.items():
+        if getattr(args, option, default) != default:
+            raise PingpongError(f"--{option.replace('_', '-')}: not read by --overhead (bf16 a @ wᵀ calls at "
+                                "square --shapes N, --rounds)")
+    sizes = []
+    for text in args.shapes or ():
+        M, N, K = parse_shape(text)
+        if not M == N == K:
+            raise PingpongError(f"--shapes: --overhead times square sizes (M = N = K), got {text!r}")
+        sizes.append(str(M))
+    if args.rounds < 1:
+        raise PingpongError(f"--rounds: {args.rounds} must be ≥ 1")
+    return (["--sizes", *sizes] if sizes else []) + ["--rounds", str(args.rounds)]
+
+
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "overhead", False):
         try:
-            sizes = [str(parse_shape(s)[0]) for s in args.shapes or ()]
+            argv = overhead_argv(args)
         except PingpongError as e:
             print(f"pingpong bench: {e}", file=sys.stderr)
             return EXIT_USAGE
+        reason = no_gpu_reason()
+        if reason:
+            print(f"pingpong bench: {reason}", file=sys.stderr)
+            return EXIT_USAGE
         from . import overhead
 
-        return overhead.main(["--sizes", *sizes] if sizes else [])
+        return overhead.main(argv)
     try:
         settings = settings_from_args(args)
         check_outputs_writable(settings)
