@@ -662,17 +662,39 @@ def show(out=None) -> int:
                   f" {c.schedule} {how}  {e.get('us', float('nan')):.1f} us"
                   f" ({'torch._scaled_mm' if fp8 else 'cuBLAS'} {e.get('cublas_us', float('nan')):.1f} us)", file=out)
         return 0
-    print("no CUDA GPU here: no table is active; tables found:", file=out)
     places = []
     try:
         places.append(tables.cache_dir() / "tuning")
     except PingpongError:
         pass
     places.append(tables.shipped_table_path(tables.TableKey("x", 0, "", "")).parent)
-    for place in places:
-        for path in sorted(place.glob("*.json")) if place.is_dir() else ():
-            print(f"  {path}", file=out)
+    found = [path for place in places for path in (sorted(place.glob("*.json")) if place.is_dir() else ())]
+    if not found:
+        print(f"no CUDA GPU here: no table is active; no tuning table found (in {', '.join(map(str, places))})",
+              file=out)
+        return 0
+    print("no CUDA GPU here: no table is active; tables found:", file=out)
+    for path in found:
+        print(f"  {path}  ({_what_table(path)})", file=out)
     return 0
+
+
+def _what_table(path) -> str:
+    """What the table at `path` was measured on, or why selection would ignore it on any GPU
+    (unreadable; another pingpong or Triton; a file name its key does not give)."""
+    import json
+
+    try:
+        table = tables.Table.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, ValueError) as e:  # json.JSONDecodeError is a ValueError
+        return f"unreadable, ignored: {e}"
+    k, here = table.key, tables.TableKey.current(table.key.gpu, table.key.sms)
+    what = f"{k.gpu}, {k.sms} SMs, pingpong {k.pingpong}, triton {k.triton}: {len(table.entries)} entries"
+    why = [f"{f} {getattr(k, f)} (this install: {getattr(here, f)})" for f in ("pingpong", "triton")
+           if getattr(k, f) != getattr(here, f)]
+    if path.name != k.filename:
+        why.append(f"its key's file is {k.filename}")
+    return what + (f"; ignored: {', '.join(why)}" if why else "")
 
 
 def tabled_config(M: int, N: int, K: int, settings: Settings, dev) -> KernelConfig | None:
