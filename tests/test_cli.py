@@ -177,3 +177,19 @@ def test_cli_values_are_checked_by_argparse(argv, needle, capsys):
     with pytest.raises(SystemExit) as e:
         main(argv)
     assert e.value.code == 2 and needle in capsys.readouterr().err
+
+
+def test_gpu_check_without_a_gpu_fails_and_writes_nothing(tmp_path):
+    """scripts/gpu_check.sh on a machine without a GPU: a non-zero exit that says why, and no
+    (empty) log directory left behind."""
+    import pathlib
+
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is here: the script would run")
+    script = pathlib.Path(__file__).resolve().parent.parent / "scripts" / "gpu_check.sh"
+    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "OUT": str(tmp_path / "out")})
+    assert out.returncode != 0 and "no CUDA GPU here" in out.stderr, out.stderr
+    assert not (tmp_path / "out").exists()
