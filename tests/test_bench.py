@@ -54,6 +54,7 @@ def test_bad_shape_names_shapes(bad):
         (["--dtype", "fp32"], "--dtype"),
         (["--layout", "xy"], "--layout"),
         (["--reps", "50"], "--reps"),
+        (["--reps", "0", "--quick"], "--reps: 0 must be ≥ 1$"),  # not "below 100 ... use --quick"
         (["--op", "conv"], "--op"),
         (["--plot", "out.svg"], "--plot"),
     ],

@@ -180,7 +180,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                 raise PingpongError(f"--scaling: --op grouped --dtype fp8 takes row-wise or block-wise scales, "
                                     f"got {args.scaling!r}")
     reps = args.reps if args.reps is not None else (QUICK_REPS if args.quick else MIN_REPS)
-    if reps < 1 or (reps < MIN_REPS and not args.quick):
+    if reps < 1:
+        raise PingpongError(f"--reps: {reps} must be ≥ 1")
+    if reps < MIN_REPS and not args.quick:
         raise PingpongError(f"--reps: {reps} is below {MIN_REPS}, the minimum for a reportable median (use --quick for a smoke run)")
     if args.plot:
         if not args.plot.lower().endswith(".png"):
