@@ -39,6 +39,7 @@ def cli(capsys, *args):
     (["--shapes", "16,-1,4096"], "has a size ≤ 0"),
     (["--suite", "nope"], "--suite: unknown suite 'nope'; expected one of llm"),
     (["--shapes", "16,4096,4096", "--trials", "0"], "--trials: 0 must be ≥ 1"),
+    (["--shapes", "16,4096,4096", "--quick", "--trials", "60"], "--trials: --quick measures its fixed grid"),
     (["--shapes", "16,4096,4096", "--layout", "xx"], "--layout"),
     ([], "nothing to tune"),
 ])
