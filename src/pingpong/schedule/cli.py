@@ -23,6 +23,7 @@ Exit code of named schedules (the worst over all schedules checked):
 from __future__ import annotations
 
 import importlib.util
+import sys
 import time
 from pathlib import Path
 
@@ -137,7 +138,7 @@ def run(args) -> int:
             else:
                 scheds.extend(load_file(spec, args.k_iters))
     except ScheduleError as e:
-        print(f"error: {e}")
+        print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     # no SCHEDULE named: each shipped one against its expected verdict (None: no expectation)
     claims = [SHIPPED[name].claim for name in SHIPPED] if not args.schedules else [None] * len(scheds)
