@@ -17,6 +17,8 @@ def test_list_names_every_shipped_schedule(capsys):
     out = capsys.readouterr().out
     for name in SHIPPED:
         assert name in out
+    lines = out.splitlines()  # the summaries start in one column, after the longest verdict (DEADLOCK)
+    assert len({line.index(e.summary) for line, e in zip(lines, SHIPPED.values())}) == 1, lines
 
 
 def test_safe_schedule_exits_0_and_race_exits_1_with_trace(capsys):

@@ -125,9 +125,10 @@ def _shape(x) -> str:
 
 def run(args) -> int:
     if args.list:
-        name_w, source_w = (max(len(getattr(e, f)) for e in SHIPPED.values()) for f in ("name", "source"))
+        name_w, source_w, claim_w = (max(len(getattr(e, f) or "-") for e in SHIPPED.values())
+                                     for f in ("name", "source", "claim"))
         for e in SHIPPED.values():
-            print(f"{e.name:<{name_w}}  {e.source:<{source_w}}  expected {e.claim or '-':<5} {e.summary}")
+            print(f"{e.name:<{name_w}}  {e.source:<{source_w}}  expected {e.claim or '-':<{claim_w}}  {e.summary}")
         return 0
     try:
         check_options(args)
