@@ -16,7 +16,6 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1  # keeps a Triton put on the path before
 OUT=${OUT:-out}
-mkdir -p "$OUT"
 # one selection per kernel family: Hopper schedules x layouts x dtypes, alpha/beta, bitwise
 # repeatability; split-K and swap-AB; batched; fused epilogue; portable kernel; ops/autograd/
 # compile; plan cache and CUDA graphs; streaming; a transformers model; the benchmark timer; the
@@ -46,6 +45,7 @@ if ! python -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2>/d
          "without one, python -m pytest -q runs the CPU suite" >&2
     exit 1
 fi
+mkdir -p "$OUT"  # after the GPU check: a machine without one gets no empty log directory
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
 (lscpu | grep -m1 "Model name" || true) | tee -a "$OUT/gpu.txt"

@@ -54,6 +54,7 @@ def test_bad_shape_names_shapes(bad):
         (["--dtype", "fp32"], "--dtype"),
         (["--layout", "xy"], "--layout"),
         (["--reps", "50"], "--reps"),
+        (["--reps", "0", "--quick"], "--reps: 0 must be ≥ 1$"),  # not "below 100 ... use --quick"
         (["--op", "conv"], "--op"),
         (["--plot", "out.svg"], "--plot"),
     ],
@@ -411,6 +412,16 @@ def test_vector_add_runs_the_streaming_bench(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(streaming_bench, "bench_vector_add", lambda s: got.append(s.op) or 1)
     assert bench.run(parse("--op", "vector_add", "--quick")) == 1 and got == ["vector_add"]
+
+
+def test_overhead_gets_the_sizes_and_the_rounds(monkeypatch):
+    from pingpong.tools import overhead
+
+    got = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(overhead, "main", lambda argv: got.append(argv) or 0)
+    assert bench.run(parse("--overhead", "--shapes", "64", "512,512,512", "--rounds", "5")) == 0
+    assert got == [["--sizes", "64", "512", "--rounds", "5"]]
 
 
 def test_rounds_alternate_and_report_the_spread():

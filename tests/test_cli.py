@@ -42,6 +42,12 @@ def test_help_and_usage_errors_do_not_import_torch():
     (["--models", "bogus"], "--models: applies to --op grouped only"),
     (["--tokens", "16"], "--tokens: applies to --op grouped only"),
     (["--overhead", "--shapes", "-5"], "--shapes: '-5'"),
+    (["--op", "vector_add", "--dtype", "fp8"], "--dtype: --op vector_add"),  # not a KeyError after the fp32 rows
+    (["--op", "vector_add", "--seed", "5"], "--seed: applies to --op"),  # its inputs are not seeded
+    (["--overhead", "--json", "o.json"], "--json: not read by --overhead"),  # no file written, exit 0
+    (["--overhead", "--dtype", "fp8"], "--dtype: not read by --overhead"),
+    (["--overhead", "--shapes", "64,32,16"], "--shapes: --overhead times square sizes"),  # 64³, silently
+    (["--overhead", "--rounds", "0"], "--rounds: 0 must be ≥ 1"),
 ])
 def test_bench_arguments_are_checked_before_the_device(argv, message, capsys, monkeypatch):
     import torch
@@ -171,3 +177,19 @@ def test_cli_values_are_checked_by_argparse(argv, needle, capsys):
     with pytest.raises(SystemExit) as e:
         main(argv)
     assert e.value.code == 2 and needle in capsys.readouterr().err
+
+
+def test_gpu_check_without_a_gpu_fails_and_writes_nothing(tmp_path):
+    """scripts/gpu_check.sh on a machine without a GPU: a non-zero exit that says why, and no
+    (empty) log directory left behind."""
+    import pathlib
+
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is here: the script would run")
+    script = pathlib.Path(__file__).resolve().parent.parent / "scripts" / "gpu_check.sh"
+    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "OUT": str(tmp_path / "out")})
+    assert out.returncode != 0 and "no CUDA GPU here" in out.stderr, out.stderr
+    assert not (tmp_path / "out").exists()

@@ -35,6 +35,41 @@ def test_bad_output_paths_fail_before_compiling(tmp_path, capsys, no_compile, fl
     assert flag in err and needle in err
 
 
+def test_output_options_need_a_kernel(tmp_path, capsys, no_compile):
+    """`--dump`/`--dump-ir` without `--kernel` is not the kernel list with the option dropped."""
+    for flag, path in (("--dump", tmp_path / "k.sass"), ("--dump-ir", tmp_path / "ir")):
+        assert main(["isa", flag, str(path)]) == 2
+        assert f"{flag}: needs --kernel" in capsys.readouterr().err and not path.exists()
+
+
+def test_a_failed_compile_leaves_no_ir_directory(tmp_path, capsys, monkeypatch):
+    from pingpong.errors import TargetError
+
+    def refuse(name, target):
+        raise TargetError(f"target: kernel {name!r} compiles for sm_90a, not {target!r}")
+
+    monkeypatch.setattr(cc, "compile_kernel", refuse)
+    ir = tmp_path / "new" / "ir"
+    assert main(["isa", "--kernel", "pingpong", "--target", "gfx942", "--dump-ir", str(ir)]) == 2
+    assert "compiles for sm_90a" in capsys.readouterr().err and not (tmp_path / "new").exists()
+
+
+def test_a_missing_cuda_tool_is_a_message_not_a_traceback(tmp_path, capsys, monkeypatch):
+    from pingpong.errors import ToolMissing
+
+    class Compiled:
+        def facts(self):
+            raise ToolMissing("cuobjdump: not found at /x/backends/nvidia/bin/cuobjdump")
+
+    monkeypatch.setattr(cc, "compile_kernel", lambda name, target: Compiled())
+    try:  # escaping, it would be a traceback for the user (and a skip here: tests/conftest.py)
+        code = main(["isa", "--kernel", "pingpong", "--dump", str(tmp_path / "k.sass")])
+    except ToolMissing as e:
+        pytest.fail(f"ToolMissing escaped `pingpong isa`: {e}")
+    assert code == 2
+    assert "pingpong isa: cuobjdump: not found" in capsys.readouterr().err and not (tmp_path / "k.sass").exists()
+
+
 class FakeDriver:
     """What another thread's real GPU driver would answer."""
 

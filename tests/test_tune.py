@@ -39,6 +39,7 @@ def cli(capsys, *args):
     (["--shapes", "16,-1,4096"], "has a size ≤ 0"),
     (["--suite", "nope"], "--suite: unknown suite 'nope'; expected one of llm"),
     (["--shapes", "16,4096,4096", "--trials", "0"], "--trials: 0 must be ≥ 1"),
+    (["--shapes", "16,4096,4096", "--quick", "--trials", "60"], "--trials: --quick measures its fixed grid"),
     (["--shapes", "16,4096,4096", "--layout", "xx"], "--layout"),
     ([], "nothing to tune"),
 ])
@@ -67,6 +68,27 @@ def test_without_a_gpu_tune_refuses(cache):
 def test_show_without_a_gpu_lists_tables(cache, capsys):
     code, out, _ = cli(capsys, "--show")
     assert code == 0 and "no table is active" in out
+
+
+def test_show_without_a_gpu_says_which_tables_would_be_ignored(cache, capsys, monkeypatch):
+    """A corrupt table, or one measured with another Triton, is not listed as if it were usable."""
+    t = tables.Table(tables.TableKey.current(H100.name, H100.sms))
+    t.add(16, 4096, 4096, "bf16", "bf16", "nt", KernelConfig(128, 16, 64, split_k=4, swap_ab=True), us=9.5)
+    good = tables.write(t, tables.user_table_path(t.key))
+    old = tables.user_table_path(dataclasses.replace(t.key, triton="2.0"))
+    old.write_text(good.read_text().replace(f'"triton": "{t.key.triton}"', '"triton": "2.0"'))
+    (cache / "tuning" / "broken.json").write_text("{not json")
+    code, out, _ = cli(capsys, "--show")
+    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
+    assert code == 0
+    assert "NVIDIA H100 80GB HBM3, 132 SMs" in lines[str(good)] and "ignored" not in lines[str(good)]
+    assert "ignored" in lines[str(old)] and "triton 2.0" in lines[str(old)]
+    assert "unreadable, ignored" in lines[str(cache / "tuning" / "broken.json")]
+    monkeypatch.setattr(tables, "shipped_table_path", lambda key: cache / "nothing-shipped" / key.filename)
+    for path in (cache / "tuning").iterdir():
+        path.unlink()
+    code, out, _ = cli(capsys, "--show")
+    assert code == 0 and "no tuning table found" in out, out
 
 
 # ----------------------------------------------------------------------------- search

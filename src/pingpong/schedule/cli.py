@@ -23,6 +23,7 @@ Exit code of named schedules (the worst over all schedules checked):
 from __future__ import annotations
 
 import importlib.util
+import sys
 import time
 from pathlib import Path
 
@@ -124,9 +125,10 @@ def _shape(x) -> str:
 
 def run(args) -> int:
     if args.list:
-        name_w, source_w = (max(len(getattr(e, f)) for e in SHIPPED.values()) for f in ("name", "source"))
+        name_w, source_w, claim_w = (max(len(getattr(e, f) or "-") for e in SHIPPED.values())
+                                     for f in ("name", "source", "claim"))
         for e in SHIPPED.values():
-            print(f"{e.name:<{name_w}}  {e.source:<{source_w}}  expected {e.claim or '-':<5} {e.summary}")
+            print(f"{e.name:<{name_w}}  {e.source:<{source_w}}  expected {e.claim or '-':<{claim_w}}  {e.summary}")
         return 0
     try:
         check_options(args)
@@ -137,7 +139,7 @@ def run(args) -> int:
             else:
                 scheds.extend(load_file(spec, args.k_iters))
     except ScheduleError as e:
-        print(f"error: {e}")
+        print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     # no SCHEDULE named: each shipped one against its expected verdict (None: no expectation)
     claims = [SHIPPED[name].claim for name in SHIPPED] if not args.schedules else [None] * len(scheds)

@@ -113,7 +113,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", metavar="FILE.png", help="plot TFLOP/s ours vs cuBLAS and the ratio (needs matplotlib)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs and of --suite random's shapes (default 0)")
     p.add_argument("--overhead", action="store_true",
-                   help="time host cost instead: back-to-back calls at 64³, 1024³, 2048³ (pingpong.tools.overhead)")
+                   help="time host cost instead: back-to-back calls at 64³, 1024³, 2048³ or the square --shapes; reads "
+                        "--rounds, no other option (pingpong.tools.overhead)")
     p.add_argument("--scaling", default="row", help="--dtype fp8: tensor, row (default) or block (1×128 / 128×128)")
     p.add_argument("--fast-accum", action="store_true", help="--dtype fp8: use_fast_accum=True for ours and torch's")
     p.add_argument("--rounds", type=int, default=3, help="alternate ours and cuBLAS this many times (default 3)")
@@ -141,6 +142,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
             raise PingpongError(f"--{option}: applies to --op {' or '.join(ops)} only (got --op {args.op})")
     if args.layout != "nt" and args.op != "gemm":
         raise PingpongError(f"--layout: applies to --op gemm only (got --op {args.op})")
+    if args.op == "vector_add" and args.dtype not in VECTOR_ADD_DTYPES:
+        raise PingpongError(f"--dtype: --op vector_add adds {', '.join(VECTOR_ADD_DTYPES)} (after fp32), "
+                            f"got {args.dtype!r}")
     if (getattr(args, "scaling", "row") != "row" or getattr(args, "fast_accum", False)) and args.dtype != "fp8":
         raise PingpongError(f"--scaling/--fast-accum: FP8 options; add --dtype fp8 (got --dtype {args.dtype})")
     if args.op == "grouped":
@@ -176,7 +180,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                 raise PingpongError(f"--scaling: --op grouped --dtype fp8 takes row-wise or block-wise scales, "
                                     f"got {args.scaling!r}")
     reps = args.reps if args.reps is not None else (QUICK_REPS if args.quick else MIN_REPS)
-    if reps < 1 or (reps < MIN_REPS and not args.quick):
+    if reps < 1:
+        raise PingpongError(f"--reps: {reps} must be ≥ 1")
+    if reps < MIN_REPS and not args.quick:
         raise PingpongError(f"--reps: {reps} is below {MIN_REPS}, the minimum for a reportable median (use --quick for a smoke run)")
     if args.plot:
         if not args.plot.lower().endswith(".png"):
@@ -200,7 +206,10 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 GROUPED_OPTIONS = ("models", "tokens", "products")  # options of --op grouped alone
 #: the other options only some ops read: the ops that read each
-OP_OPTIONS = {"shapes": ("gemm",), "suite": ("gemm",), "plot": ("gemm",), "csv": ("gemm", "vector_add")}
+OP_OPTIONS = {"shapes": ("gemm",), "suite": ("gemm",), "plot": ("gemm",), "csv": ("gemm", "vector_add"),
+              "seed": ("gemm", "grouped")}
+#: the --dtype values --op vector_add times (pingpong.tools.bench_streaming.bench_vector_add)
+VECTOR_ADD_DTYPES = ("bf16", "fp16")
 OUTPUT_OPTIONS = ("csv", "json", "plot")  # Settings fields that name a file the run writes
 
 
@@ -491,16 +500,44 @@ def bench_shapes(settings: Settings, api, header: dict[str, Any], device="cuda",
     return rows
 
 
+#: the options --overhead does not read, at their defaults (given, they would be ignored)
+NOT_OVERHEAD = {"suite": None, "dtype": "bf16", "layout": "nt", "reps": None, "quick": False, "op": "gemm",
+                "models": None, "tokens": None, "products": None, "csv": None, "json": None, "plot": None, "seed": 0,
+                "scaling": "row", "fast_accum": False}
+
+
+def overhead_argv(args: argparse.Namespace) -> list[str]:
+    """pingpong.tools.overhead's arguments for `bench --overhead`: the sizes of square --shapes
+    and --rounds; any other option is a PingpongError naming it (overhead would ignore it)."""
+    for option, default in NOT_OVERHEAD.items():
+        if getattr(args, option, default) != default:
+            raise PingpongError(f"--{option.replace('_', '-')}: not read by --overhead (bf16 a @ wᵀ calls at "
+                                "square --shapes N, --rounds)")
+    sizes = []
+    for text in args.shapes or ():
+        M, N, K = parse_shape(text)
+        if not M == N == K:
+            raise PingpongError(f"--shapes: --overhead times square sizes (M = N = K), got {text!r}")
+        sizes.append(str(M))
+    if args.rounds < 1:
+        raise PingpongError(f"--rounds: {args.rounds} must be ≥ 1")
+    return (["--sizes", *sizes] if sizes else []) + ["--rounds", str(args.rounds)]
+
+
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "overhead", False):
         try:
-            sizes = [str(parse_shape(s)[0]) for s in args.shapes or ()]
+            argv = overhead_argv(args)
         except PingpongError as e:
             print(f"pingpong bench: {e}", file=sys.stderr)
             return EXIT_USAGE
+        reason = no_gpu_reason()
+        if reason:
+            print(f"pingpong bench: {reason}", file=sys.stderr)
+            return EXIT_USAGE
         from . import overhead
 
-        return overhead.main(["--sizes", *sizes] if sizes else [])
+        return overhead.main(argv)
     try:
         settings = settings_from_args(args)
         check_outputs_writable(settings)

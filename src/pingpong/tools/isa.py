@@ -7,7 +7,7 @@ import os
 import sys
 
 from ..runtime import compile as cc
-from ..errors import TargetError
+from ..errors import PingpongError
 
 
 def _target(name: str) -> str:
@@ -27,6 +27,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.kernel is None and (args.dump or args.dump_ir):  # not the list with the option dropped
+        print(f"pingpong isa: {'--dump' if args.dump else '--dump-ir'}: needs --kernel NAME (see --list)",
+              file=sys.stderr)
+        return 2
     registry = cc.kernels()
     if args.list or args.kernel is None:
         rows = [(name, ",".join(targets), doc) for name, (targets, doc) in registry.items()]
@@ -38,12 +42,13 @@ def run(args: argparse.Namespace) -> int:
     if problem:  # found before compiling, not after
         print(f"pingpong isa: {problem}", file=sys.stderr)
         return 2
-    try:
+    try:  # an unknown kernel or target; a CUDA binary tool the facts read that is missing (ToolMissing)
         compiled = cc.compile_kernel(args.kernel, args.target)
-    except TargetError as e:
+        facts = compiled.facts().table()
+    except PingpongError as e:
         print(f"pingpong isa: {e}", file=sys.stderr)
         return 2
-    print(compiled.facts().table())
+    print(facts)
     if args.dump:
         with open(args.dump, "w") as f:
             f.write(compiled.isa)
@@ -71,13 +76,16 @@ def _unwritable_file(path: str) -> str | None:
 
 
 def _unwritable_dir(path: str) -> str | None:
-    """Why `--dump-ir` cannot write into `path` (None if it can, creating it if needed)."""
+    """Why `--dump-ir` cannot write into `path` (None if it can): it, or the nearest ancestor
+    that exists (the write after the compile creates the rest), is a writable directory.
+    Nothing is created here, so a compile that fails leaves no directory behind."""
     if os.path.exists(path) and not os.path.isdir(path):
         return f"--dump-ir: {path!r} exists and is not a directory"
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as e:
-        return f"--dump-ir: cannot create {path!r}: {e.strerror}"
-    if not os.access(path, os.W_OK):
-        return f"--dump-ir: cannot write into {path!r}: permission denied"
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        return f"--dump-ir: cannot create {path!r}: {probe!r} is not a directory"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"--dump-ir: cannot write into {probe!r}: permission denied"
     return None

@@ -57,6 +57,7 @@ from .suites import SUITES, suite
 EXIT_USAGE = 2
 QUICK_REPS = 20
 REPS = 50
+TRIALS = 40
 DTYPES = {"bf16": 2, "fp16": 2}
 #: --dtype of the FP8 product (pingpong.scaled_mm)
 FP8 = "fp8"
@@ -113,7 +114,7 @@ FP8_OUT_BYTES = 2
 class Settings:
     shapes: tuple[tuple[int, int, int], ...]
     quick: bool = False
-    trials: int = 40
+    trials: int = TRIALS
     dtype: str = "bf16"
     layout: str = "nt"
     reps: int = REPS
@@ -130,7 +131,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="a small fixed grid around the heuristic's choice per shape")
     p.add_argument("--clusters", action="store_true",
                    help="also measure every pairable candidate as a 2-CTA cluster (cluster_m=2, B multicast)")
-    p.add_argument("--trials", type=int, default=40, help="configs measured per shape (default 40)")
+    p.add_argument("--trials", type=int, default=None,
+                   help=f"configs measured per shape (default {TRIALS}; not with --quick, a fixed grid)")
     p.add_argument("--dtype", default="bf16", help="bf16 (default), fp16, or fp8 (pingpong.scaled_mm, e4m3)")
     p.add_argument("--scaling", default=None, help="--dtype fp8: tensor, row (default) or block")
     p.add_argument("--fast-accum", action="store_true", help="--dtype fp8: use_fast_accum=True (tensor/row)")
@@ -161,8 +163,11 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         shapes += suite(args.suite, seed=args.seed)
     if not shapes and not args.show:
         raise PingpongError("--shapes/--suite: nothing to tune; give --shapes M,N,K ... or --suite NAME")
-    if args.trials < 1:
-        raise PingpongError(f"--trials: {args.trials} must be ≥ 1")
+    if args.trials is not None and args.quick:
+        raise PingpongError("--trials: --quick measures its fixed grid, not a number of trials; give one of them")
+    trials = TRIALS if args.trials is None else args.trials
+    if trials < 1:
+        raise PingpongError(f"--trials: {trials} must be ≥ 1")
     if args.dtype not in (*DTYPES, FP8):
         raise PingpongError(f"--dtype: {args.dtype!r} is not one of {', '.join((*DTYPES, FP8))}")
     if args.layout not in LAYOUTS:
@@ -186,7 +191,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     reps = args.reps if args.reps is not None else (QUICK_REPS if args.quick else REPS)
     if reps < 1:
         raise PingpongError(f"--reps: {reps} must be ≥ 1")
-    return Settings(tuple(dict.fromkeys(shapes)), bool(args.quick), args.trials, args.dtype, args.layout, reps,
+    return Settings(tuple(dict.fromkeys(shapes)), bool(args.quick), trials, args.dtype, args.layout, reps,
                     args.seed, bool(args.show), clusters, scaling or "row", fast)
 
 
@@ -662,17 +667,39 @@ def show(out=None) -> int:
                   f" {c.schedule} {how}  {e.get('us', float('nan')):.1f} us"
                   f" ({'torch._scaled_mm' if fp8 else 'cuBLAS'} {e.get('cublas_us', float('nan')):.1f} us)", file=out)
         return 0
-    print("no CUDA GPU here: no table is active; tables found:", file=out)
     places = []
     try:
         places.append(tables.cache_dir() / "tuning")
     except PingpongError:
         pass
     places.append(tables.shipped_table_path(tables.TableKey("x", 0, "", "")).parent)
-    for place in places:
-        for path in sorted(place.glob("*.json")) if place.is_dir() else ():
-            print(f"  {path}", file=out)
+    found = [path for place in places for path in (sorted(place.glob("*.json")) if place.is_dir() else ())]
+    if not found:
+        print(f"no CUDA GPU here: no table is active; no tuning table found (in {', '.join(map(str, places))})",
+              file=out)
+        return 0
+    print("no CUDA GPU here: no table is active; tables found:", file=out)
+    for path in found:
+        print(f"  {path}  ({_what_table(path)})", file=out)
     return 0
+
+
+def _what_table(path) -> str:
+    """What the table at `path` was measured on, or why selection would ignore it on any GPU
+    (unreadable; another pingpong or Triton; a file name its key does not give)."""
+    import json
+
+    try:
+        table = tables.Table.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, ValueError) as e:  # json.JSONDecodeError is a ValueError
+        return f"unreadable, ignored: {e}"
+    k, here = table.key, tables.TableKey.current(table.key.gpu, table.key.sms)
+    what = f"{k.gpu}, {k.sms} SMs, pingpong {k.pingpong}, triton {k.triton}: {len(table.entries)} entries"
+    why = [f"{f} {getattr(k, f)} (this install: {getattr(here, f)})" for f in ("pingpong", "triton")
+           if getattr(k, f) != getattr(here, f)]
+    if path.name != k.filename:
+        why.append(f"its key's file is {k.filename}")
+    return what + (f"; ignored: {', '.join(why)}" if why else "")
 
 
 def tabled_config(M: int, N: int, K: int, settings: Settings, dev) -> KernelConfig | None:
