@@ -116,7 +116,10 @@ def unsupported_reason(layer: torch.nn.Module) -> str | None:
         return ("its weight or bias is not a Parameter but made before each call (torch.nn.utils.prune, weight_norm):"
                 " the new layer would not make it; swap first, or make it permanent (prune.remove)")
     if layer._forward_pre_hooks or layer._forward_hooks or layer._backward_pre_hooks or layer._backward_hooks:
-        return "it has hooks (yours, pruning's, accelerate's), which a new layer would not carry; swap before adding them"
+        return "it has hooks (yours, pruning's), which a new layer would not carry; swap before adding them"
+    if "forward" in vars(layer):  # accelerate's hooks (add_hook_to_module) wrap the forward on the instance
+        return ("it has its forward replaced on the instance (accelerate's hooks: device_map, cpu_offload), which a new"
+                " layer would not carry; swap before adding them")
     if w.dtype not in INPUT_DTYPES:
         return f"weight dtype {w.dtype}: pingpong runs torch.bfloat16 / torch.float16 (cast the model first: model.bfloat16())"
     return None  # any device: a model built on the CPU runs on pingpong once moved to the GPU
