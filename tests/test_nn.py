@@ -85,6 +85,9 @@ def test_replace_linear_skips_pruned_and_hooked_layers_and_leaves_the_model_whol
     torch.nn.utils.prune.l1_unstructured(pruned[0], "weight", amount=0.5)
     with pytest.warns(UserWarning, match="swapped none"):
         assert "not a Parameter" in pingpong.nn.replace_linear(pruned, fp8="row", training=True).skipped["0"]
+    for layer_type in (pingpong.nn.Linear, pingpong.nn.Float8TrainingLinear):  # asked for by name: refused, named
+        with pytest.raises(PingpongError, match="layer: its weight or bias is not a Parameter"):
+            layer_type.from_linear(pruned[0])
 
 
 def test_replace_linear_skips_a_layer_whose_forward_is_replaced_on_the_instance():
