@@ -469,6 +469,19 @@ def test_float8_linear_keeps_its_fp8_weight_when_the_model_is_cast(interpreted_k
             torch.testing.assert_close(model(x), want, rtol=0, atol=0)
 
 
+def test_replace_linear_fp8_keeps_an_eval_model_in_eval_mode(interpreted_kernels, monkeypatch):
+    """The swapped Float8Linear layers take each layer's train/eval mode, as pingpong.nn.Linear's
+    do: replace_linear on a model in eval mode leaves every module in eval mode."""
+    from fp8_emulation import emulate_fp8
+
+    emulate_fp8(monkeypatch.setattr)
+    for module in (pingpong.fp8, pingpong.nn):  # the layer is on the CPU here: quantized by the emulation
+        monkeypatch.setattr(module, "fp8_unsupported_reason", lambda layer, fp8: None)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 16, dtype=torch.float16)).eval()
+    assert pingpong.nn.replace_linear(model, fp8="row").replaced == ["0"]
+    assert isinstance(model[0], pingpong.fp8.Float8Linear) and not model[0].training
+
+
 # ----------------------------------------------------------------------------- offline compile facts
 
 

@@ -327,7 +327,7 @@ class Float8Linear(torch.nn.Module):
         reason = fp8_unsupported_reason(layer, fp8) if isinstance(fp8, str) and fp8 in LAYER_SCALINGS else None
         if reason:
             raise PingpongError(f"layer: {reason}")
-        return cls(layer.weight, layer.bias, fp8)
+        return cls(layer.weight, layer.bias, fp8).train(layer.training)
 
     def forward(self, x: Tensor) -> Tensor:
         eager = type(x) is torch.Tensor and not x.is_nested and not torch.compiler.is_compiling()
