@@ -103,6 +103,20 @@ def test_replace_linear_skips_a_layer_whose_forward_is_replaced_on_the_instance(
     assert type(model[1]) is torch.nn.Linear and "forward" in vars(model[1])
 
 
+def test_replace_linear_swaps_a_layer_under_a_shared_parent_once():
+    """A block registered under two names (layers sharing weights) holds one Linear reached by
+    two qualified names: it is swapped once, the block stays shared, and the layers after it
+    are swapped too."""
+    h = torch.float16
+    block = torch.nn.Sequential(torch.nn.Linear(8, 8, dtype=h))
+    model = torch.nn.Sequential(block, block, torch.nn.Linear(8, 8, dtype=h))
+    weight = block[0].weight
+    report = pingpong.nn.replace_linear(model)
+    assert report.replaced == ["0.0", "1.0", "2"] and not report.skipped
+    assert model[0] is model[1] is block and isinstance(block[0], pingpong.nn.Linear) and block[0].weight is weight
+    assert isinstance(model[2], pingpong.nn.Linear)
+
+
 def test_replace_linear_changes_nothing_when_a_new_layer_cannot_be_made(monkeypatch):
     model = small_model()
     before = list(model.modules())

@@ -181,7 +181,9 @@ def replace_linear(model: torch.nn.Module, *, include=None, fp8: str | None = No
     for name in replaced:  # the model changes only once every new layer is made (one may fail: the model stays whole)
         parent_name, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_name)
-        setattr(parent, attr, swapped[id(getattr(parent, attr))])
+        new = swapped.get(id(getattr(parent, attr)))
+        if new is not None:  # None: a parent under two names (a shared block), its layer swapped at the first
+            setattr(parent, attr, new)
     if skipped and not replaced:  # e.g. an fp32 model: it would run on torch as before, unnoticed
         first = next(iter(skipped.items()))
         warnings.warn(f"pingpong.nn.replace_linear swapped none of the model's {len(skipped)} nn.Linear layers"
