@@ -444,6 +444,44 @@ def test_float8_linear_forgets_its_kept_launches_when_moved_or_copied():
     assert layer._runs == {}, "a move replaces the buffers the runs view"
 
 
+def test_float8_linear_keeps_its_fp8_weight_when_the_model_is_cast(interpreted_kernels, monkeypatch):
+    """model.half() / .to(dtype) / .float() cast every floating-point buffer, and fp8 is one:
+    the quantized weight and its fp32 scales keep their dtypes (the bias follows the model's),
+    so the layer still computes what it did."""
+    from fp8_emulation import emulate_fp8
+    from pingpong.fp8 import Float8Linear
+
+    emulate_fp8(monkeypatch.setattr)
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(32, 16, dtype=torch.float16)
+    layer = Float8Linear(lin.weight, lin.bias, "row")
+    model = torch.nn.Sequential(layer)
+    q, s = layer.weight_fp8.clone(), layer.weight_scale.clone()
+    x = torch.randn(4, 32, dtype=torch.float16)
+    want = model(x)
+    for cast, dtype in ((lambda m: m.float(), torch.float32), (lambda m: m.half(), torch.float16),
+                        (lambda m: m.to(torch.bfloat16), torch.bfloat16)):
+        cast(model)
+        assert layer.weight_fp8.dtype == E4M3 and layer.weight_scale.dtype == torch.float32
+        assert torch.equal(layer.weight_fp8.float(), q.float()) and torch.equal(layer.weight_scale, s)
+        assert layer.bias.dtype == dtype
+        if dtype == torch.float16:
+            torch.testing.assert_close(model(x), want, rtol=0, atol=0)
+
+
+def test_replace_linear_fp8_keeps_an_eval_model_in_eval_mode(interpreted_kernels, monkeypatch):
+    """The swapped Float8Linear layers take each layer's train/eval mode, as pingpong.nn.Linear's
+    do: replace_linear on a model in eval mode leaves every module in eval mode."""
+    from fp8_emulation import emulate_fp8
+
+    emulate_fp8(monkeypatch.setattr)
+    for module in (pingpong.fp8, pingpong.nn):  # the layer is on the CPU here: quantized by the emulation
+        monkeypatch.setattr(module, "fp8_unsupported_reason", lambda layer, fp8: None)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 16, dtype=torch.float16)).eval()
+    assert pingpong.nn.replace_linear(model, fp8="row").replaced == ["0"]
+    assert isinstance(model[0], pingpong.fp8.Float8Linear) and not model[0].training
+
+
 # ----------------------------------------------------------------------------- offline compile facts
 
 

@@ -270,6 +270,25 @@ def test_kept_weight_pairs_are_made_once_per_block_and_again_when_changed(fp8_ke
     assert weight_pairs(step)[0] == 1 and weight_pairs(step)[0] == 1
 
 
+def test_an_optimizer_step_inside_the_keep_block_quantizes_again(fp8_kernels):
+    """A fused optimizer (AdamW(fused=True)) updates the parameters without moving their version
+    counters: a step inside keep_quantized_weights must still be seen by the next forward
+    (any optimizer's step makes every copy anew), as it is outside the block."""
+    torch.manual_seed(0)
+    layer = pingpong.nn.Float8TrainingLinear(32, 16, bias=False, dtype=F16)
+    x = torch.randn(4, 32, dtype=F16)
+    opt = torch.optim.AdamW(layer.parameters(), lr=0.5, fused=True)
+    with pingpong.kept.keep_quantized_weights(layer):
+        before = layer(x)
+        before.float().square().mean().backward()
+        version = layer.weight._version
+        opt.step()
+        assert layer.weight._version == version, "the premise: a fused step moves no version counter"
+        inside = layer(x).detach()
+    assert not torch.equal(inside, before.detach())
+    torch.testing.assert_close(inside, layer(x).detach(), rtol=0, atol=0)
+
+
 def test_double_backward_is_refused(fp8_kernels):
     """The FP8 gradient products are not differentiable: create_graph=True is a PingpongError,
     not gradients that silently lack their graph."""

@@ -3,6 +3,8 @@ replace_linear swaps what pingpong can run and reports the rest with a reason; w
 kernel launch on Triton's interpreter (fp16), a swapped model computes the torch model's
 output and gradients."""
 
+import functools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -83,6 +85,36 @@ def test_replace_linear_skips_pruned_and_hooked_layers_and_leaves_the_model_whol
     torch.nn.utils.prune.l1_unstructured(pruned[0], "weight", amount=0.5)
     with pytest.warns(UserWarning, match="swapped none"):
         assert "not a Parameter" in pingpong.nn.replace_linear(pruned, fp8="row", training=True).skipped["0"]
+    for layer_type in (pingpong.nn.Linear, pingpong.nn.Float8TrainingLinear):  # asked for by name: refused, named
+        with pytest.raises(PingpongError, match="layer: its weight or bias is not a Parameter"):
+            layer_type.from_linear(pruned[0])
+
+
+def test_replace_linear_skips_a_layer_whose_forward_is_replaced_on_the_instance():
+    """accelerate's hooks (add_hook_to_module: device_map's offloading, cpu_offload) are not in
+    the layer's hook dicts but a `forward` set on the instance, wrapping the class's: a new layer
+    would not carry it, so the layer is skipped with the reason, as a hooked one is."""
+    h = torch.float16
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32, dtype=h), torch.nn.Linear(32, 32, dtype=h))
+    old = model[1].forward
+    model[1].forward = functools.update_wrapper(functools.partial(lambda m, x: 2 * old(x), model[1]), old)
+    report = pingpong.nn.replace_linear(model)
+    assert report.replaced == ["0"] and "forward replaced on the instance" in report.skipped["1"]
+    assert type(model[1]) is torch.nn.Linear and "forward" in vars(model[1])
+
+
+def test_replace_linear_swaps_a_layer_under_a_shared_parent_once():
+    """A block registered under two names (layers sharing weights) holds one Linear reached by
+    two qualified names: it is swapped once, the block stays shared, and the layers after it
+    are swapped too."""
+    h = torch.float16
+    block = torch.nn.Sequential(torch.nn.Linear(8, 8, dtype=h))
+    model = torch.nn.Sequential(block, block, torch.nn.Linear(8, 8, dtype=h))
+    weight = block[0].weight
+    report = pingpong.nn.replace_linear(model)
+    assert report.replaced == ["0.0", "1.0", "2"] and not report.skipped
+    assert model[0] is model[1] is block and isinstance(block[0], pingpong.nn.Linear) and block[0].weight is weight
+    assert isinstance(model[2], pingpong.nn.Linear)
 
 
 def test_replace_linear_changes_nothing_when_a_new_layer_cannot_be_made(monkeypatch):

@@ -297,7 +297,9 @@ class Float8Linear(torch.nn.Module):
     the layer then keeps that signature's launches (_LayerRun, up to RUNS) and the next calls
     take them (requires_grad, not in the signature, is checked on every call), with the
     host work of two launches and three allocations. Moving the layer (`.to`, `.cuda`, ...)
-    forgets them; so does replacing a buffer (weight_fp8, weight_scale, bias)."""
+    forgets them; so does replacing a buffer (weight_fp8, weight_scale, bias). A cast of the
+    model (`.half()`, `.to(dtype)`) casts the bias alone: the fp8 weight and its scales keep
+    their dtypes."""
 
     #: input signatures whose launches a layer keeps (a prefill's token counts vary: when full,
     #: all are forgotten and the next calls validate again)
@@ -325,7 +327,7 @@ class Float8Linear(torch.nn.Module):
         reason = fp8_unsupported_reason(layer, fp8) if isinstance(fp8, str) and fp8 in LAYER_SCALINGS else None
         if reason:
             raise PingpongError(f"layer: {reason}")
-        return cls(layer.weight, layer.bias, fp8)
+        return cls(layer.weight, layer.bias, fp8).train(layer.training)
 
     def forward(self, x: Tensor) -> Tensor:
         eager = type(x) is torch.Tensor and not x.is_nested and not torch.compiler.is_compiling()
@@ -359,7 +361,13 @@ class Float8Linear(torch.nn.Module):
 
     def _apply(self, fn, recurse=True):
         self._runs.clear()  # the runs hold views of the buffers that fn replaces
-        return super()._apply(fn, recurse)
+        fixed = (self._buffers["weight_fp8"], self._buffers["weight_scale"])
+
+        def move(t):  # .half(), .to(dtype) cast every floating-point buffer, fp8 too: the
+            new = fn(t)  # quantized weight and its scales only move; the bias takes the new dtype
+            return t.to(new.device) if new.dtype != t.dtype and any(t is f for f in fixed) else new
+
+        return super()._apply(move, recurse)
 
     def __getstate__(self):
         return {**self.__dict__, "_runs": {}}  # launches and plans are per process; copies start without

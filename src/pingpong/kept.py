@@ -20,8 +20,10 @@ and compiled; inductor's buffers take a copy). Nothing is kept while a CUDA grap
 The copies cost about two bytes per weight element while the block is open and are freed when
 it ends.
 
-Contract: an in-place change torch tracks (an optimizer's update, ``w.add_(...)`` under
-no_grad) moves the version counter and makes a new copy; a change through ``w.data`` is not
+Contract: an in-place change torch tracks (``w.add_(...)`` under no_grad, a foreach
+optimizer's update) moves the version counter and makes a new copy; so does any optimizer's
+step (a fused optimizer's update, AdamW(fused=True), moves no version counter: the step itself,
+through torch's global step hook, drops every copy); a change through ``w.data`` is not
 tracked, so do not change a kept parameter that way inside the block; do not modify a returned
 copy in place. Only the named modules' parameters are kept (a tensor made per call, such as a
 transposed copy, never is: its address is not theirs). Blocks nest: the outermost's copies serve
@@ -34,6 +36,7 @@ import contextlib
 import dataclasses
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from .errors import PingpongError
 from .integration.ops import traced
@@ -64,11 +67,20 @@ def keep_quantized_weights(*modules: torch.nn.Module):
     if _BLOCK is not None:
         yield
         return
-    _BLOCK = _Block(frozenset(p.data_ptr() for m in modules for p in m.parameters()))
+    stepped = register_optimizer_step_post_hook(_stepped)
     try:
+        _BLOCK = _Block(frozenset(p.data_ptr() for m in modules for p in m.parameters()))
         yield
     finally:
+        stepped.remove()
         _BLOCK = None
+
+
+def _stepped(optimizer, args, kwargs) -> None:
+    """Any optimizer's step inside the open block: every copy is made anew (a fused optimizer's
+    update, AdamW(fused=True), moves no version counter)."""
+    if _BLOCK is not None:
+        _BLOCK.copies.clear()
 
 
 def keeping(x: torch.Tensor) -> bool:

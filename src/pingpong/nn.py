@@ -88,6 +88,8 @@ def _sharing(cls, layer, **options):
         raise PingpongError(f"layer: expected a torch.nn.Linear, got {type(layer).__name__}")
     if _parallelized(layer):
         raise PingpongError(f"layer: {_PARALLELIZED}")
+    if not _parameters(layer):
+        raise PingpongError(f"layer: {_NOT_PARAMETERS}")
     new = cls(layer.in_features, layer.out_features, layer.bias is not None, device="meta",
               dtype=layer.weight.dtype, **options)
     new.weight = layer.weight
@@ -98,6 +100,15 @@ def _sharing(cls, layer, **options):
 
 _PARALLELIZED = ("its parameters are DTensors: parallelize_module or fully_shard already ran, and their hooks stay on"
                  " this module; replace the Linears first, then parallelize (docs/distributed.md)")
+
+
+_NOT_PARAMETERS = ("its weight or bias is not a Parameter but made before each call (torch.nn.utils.prune, weight_norm):"
+                   " the new layer would not make it; swap first, or make it permanent (prune.remove)")
+
+
+def _parameters(layer: torch.nn.Linear) -> bool:
+    """Whether the layer's weight and bias are Parameters (or no bias): what a new layer can hold."""
+    return isinstance(layer.weight, torch.nn.Parameter) and isinstance(layer.bias, (torch.nn.Parameter, type(None)))
 
 
 def _parallelized(layer: torch.nn.Module) -> bool:
@@ -111,14 +122,15 @@ def unsupported_reason(layer: torch.nn.Module) -> str | None:
         return _PARALLELIZED
     if type(layer) is not torch.nn.Linear:
         return f"{type(layer).__name__} is not a plain torch.nn.Linear (its forward may do more)"
-    w = layer.weight
-    if not isinstance(w, torch.nn.Parameter) or not isinstance(layer.bias, (torch.nn.Parameter, type(None))):
-        return ("its weight or bias is not a Parameter but made before each call (torch.nn.utils.prune, weight_norm):"
-                " the new layer would not make it; swap first, or make it permanent (prune.remove)")
+    if not _parameters(layer):
+        return _NOT_PARAMETERS
     if layer._forward_pre_hooks or layer._forward_hooks or layer._backward_pre_hooks or layer._backward_hooks:
-        return "it has hooks (yours, pruning's, accelerate's), which a new layer would not carry; swap before adding them"
-    if w.dtype not in INPUT_DTYPES:
-        return f"weight dtype {w.dtype}: pingpong runs torch.bfloat16 / torch.float16 (cast the model first: model.bfloat16())"
+        return "it has hooks (yours, pruning's), which a new layer would not carry; swap before adding them"
+    if "forward" in vars(layer):  # accelerate's hooks (add_hook_to_module) wrap the forward on the instance
+        return ("it has its forward replaced on the instance (accelerate's hooks: device_map, cpu_offload), which a new"
+                " layer would not carry; swap before adding them")
+    if layer.weight.dtype not in INPUT_DTYPES:
+        return f"weight dtype {layer.weight.dtype}: pingpong runs torch.bfloat16 / torch.float16 (cast the model first: model.bfloat16())"
     return None  # any device: a model built on the CPU runs on pingpong once moved to the GPU
 
 
@@ -169,7 +181,9 @@ def replace_linear(model: torch.nn.Module, *, include=None, fp8: str | None = No
     for name in replaced:  # the model changes only once every new layer is made (one may fail: the model stays whole)
         parent_name, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_name)
-        setattr(parent, attr, swapped[id(getattr(parent, attr))])
+        new = swapped.get(id(getattr(parent, attr)))
+        if new is not None:  # None: a parent under two names (a shared block), its layer swapped at the first
+            setattr(parent, attr, new)
     if skipped and not replaced:  # e.g. an fp32 model: it would run on torch as before, unnoticed
         first = next(iter(skipped.items()))
         warnings.warn(f"pingpong.nn.replace_linear swapped none of the model's {len(skipped)} nn.Linear layers"
