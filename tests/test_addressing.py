@@ -97,3 +97,55 @@ def test_predicate_per_kernel():
     assert unaddressable("rdna_wmma", a=small, c=None) is None
     with pytest.raises(ValueError, match="kernel"):
         unaddressable("nope", a=small)
+
+
+# ----------------------------------------------------------------------------- the portable grouped kernel
+
+
+def test_grouped_ragged_rows_with_row_offset_past_int32(tmp_path):
+    """Ragged rows (MoE forward): a (3, 16) with row stride 2**30 + 1, one group of its 3 rows.
+    Row 2's offset, 2 * (2**30 + 1), passes 2**31 (a (T, K) of T·K > 2**31 elements: 524288
+    tokens × 7168); in 32 bits it wraps and row 2 reads another row's memory."""
+    from pingpong.portable import grouped as pg
+
+    a = sparse_view(tmp_path, (3, 16), (2**30 + 1, 1), torch.float32)
+    gen = torch.Generator().manual_seed(2)
+    vals = torch.randn(3, 16, generator=gen)
+    a.copy_(vals)
+    b = torch.randn(1, 16, 16, generator=gen)
+    out = torch.full((3, 16), float("nan"))
+    pg.grouped(a, b, out, torch.tensor([3], dtype=torch.int32), ragged_k=False, interpret=True)
+    check(out, vals.double() @ b[0].double(), 2)
+
+
+def test_grouped_ragged_k_with_token_offset_past_int32(tmp_path):
+    """Ragged K (MoE weight gradient, a = xᵀ): a (16, 3) whose token (K) stride is 2**30 + 1
+    (x (T, M) of T·M > 2**31 elements, read transposed): token 2's offset wraps in 32 bits."""
+    from pingpong.portable import grouped as pg
+
+    a = sparse_view(tmp_path, (16, 3), (1, 2**30 + 1), torch.float32)
+    gen = torch.Generator().manual_seed(3)
+    vals = torch.randn(16, 3, generator=gen)
+    a.copy_(vals)
+    b = torch.randn(3, 16, generator=gen)
+    out = torch.full((1, 16, 16), float("nan"))
+    pg.grouped(a, b, out, torch.tensor([3], dtype=torch.int32), ragged_k=True, interpret=True)
+    check(out[0], vals.double() @ b.double(), 3)
+
+
+def test_grouped_output_column_offset_past_int32(tmp_path):
+    """Ragged rows into a column-major out (the ragged-columns product writes outᵀ so): columns
+    8 to 15 (offset 8 · (2**28 + 1) and up) pass 2**31; in 32 bits the store lands elsewhere. The
+    zero_tail kernel writes the same view past the last group's end."""
+    from pingpong.portable import grouped as pg
+
+    out = sparse_view(tmp_path, (4, 16), (1, 2**28 + 1), torch.float32)
+    out.fill_(float("nan"))
+    gen = torch.Generator().manual_seed(4)
+    a = torch.randn(4, 16, generator=gen)
+    b = torch.randn(1, 16, 16, generator=gen)
+    offs = torch.tensor([3], dtype=torch.int32)
+    pg.grouped(a, b, out, offs, ragged_k=False, interpret=True)
+    pg.zero_tail(out, offs, interpret=True)
+    want = torch.cat([a[:3].double() @ b[0].double(), torch.zeros(1, 16, dtype=torch.float64)])
+    check(out.clone(), want, 4)

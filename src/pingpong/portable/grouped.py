@@ -17,6 +17,12 @@
 Loads are masked pointer loads (any strides), the accumulator fp32 (`tl.dot`), one masked
 store. Ends past the operand are clipped to it; a decreasing offset makes its group empty.
 
+Index width: element offsets are 32-bit (the group's and the store's row offsets 64-bit)
+unless some operand's span (`pingpong.runtime.addressing.span`) passes 2**31 - 1; then
+`INDEX_64` widens the row, column and K indices before they multiply a stride (a (T, K)
+of 524288 tokens × 7168, an xᵀ of the weight gradient, a transposed out of the ragged-columns
+product), as the dense portable kernel does. `zero_tail` widens always (one store per element).
+
 `zero_tail` writes zeros into the rows of out past offs[G-1] (ragged-row products), reading
 the end on the device: the gradients need them zero, torch._grouped_mm leaves them unset.
 
@@ -32,6 +38,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..runtime.addressing import needs_int64
 from ..runtime.plan import GroupedPlan
 from ..runtime.spec import RAGGED_K
 from ..toolchain import KERNEL_OPTIONS
@@ -39,7 +46,7 @@ from ..toolchain import KERNEL_OPTIONS
 
 def _grouped_kernel(a, b, out, offs, M, N, KT, G, sam, sak, sbg, sbk, sbn, sog, som, son,
                     RAGGED_K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                    GROUP_M: tl.constexpr):
+                    GROUP_M: tl.constexpr, INDEX_64: tl.constexpr):
     pid = tl.program_id(0)
     g = tl.program_id(1)
     num_n = (N + BN - 1) // BN
@@ -55,13 +62,19 @@ def _grouped_kernel(a, b, out, offs, M, N, KT, G, sam, sak, sbg, sbk, sbn, sog, 
     start = tl.where(g > 0, start, 0)
     end = tl.maximum(end, start)
     rn = pid_n * BN + tl.arange(0, BN)
+    if INDEX_64:  # an operand's offsets pass 2**31 (module docstring): widen before multiplying by strides
+        rn = rn.to(tl.int64)
     acc = tl.full((BM, BN), 0.0, tl.float32)
     if RAGGED_K:
         rm = pid_m * BM + tl.arange(0, BM)
+        if INDEX_64:
+            rm = rm.to(tl.int64)
         row_ok = rm < M
         b_base = b
         for k in range(start, end, BK):
             rk = k + tl.arange(0, BK)
+            if INDEX_64:
+                rk = rk.to(tl.int64)
             k_ok = rk < end
             x = tl.load(a + rm[:, None] * sam + rk[None, :] * sak, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
             y = tl.load(b_base + rk[:, None] * sbk + rn[None, :] * sbn, mask=k_ok[:, None] & (rn < N)[None, :],
@@ -70,10 +83,14 @@ def _grouped_kernel(a, b, out, offs, M, N, KT, G, sam, sak, sbg, sbk, sbn, sog, 
         o = out + g.to(tl.int64) * sog
     else:
         rm = start + pid_m * BM + tl.arange(0, BM)
+        if INDEX_64:
+            rm = rm.to(tl.int64)
         row_ok = rm < end
         b_base = b + g.to(tl.int64) * sbg
         for k in range(0, KT, BK):
             rk = k + tl.arange(0, BK)
+            if INDEX_64:
+                rk = rk.to(tl.int64)
             k_ok = rk < KT
             x = tl.load(a + rm[:, None] * sam + rk[None, :] * sak, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
             y = tl.load(b_base + rk[:, None] * sbk + rn[None, :] * sbn, mask=k_ok[:, None] & (rn < N)[None, :],
@@ -89,7 +106,8 @@ def _zero_tail_kernel(out, offs, M, N, G, som, son, BM: tl.constexpr, BN: tl.con
     rn = tl.program_id(1) * BN + tl.arange(0, BN)
     end = tl.maximum(tl.load(offs + G - 1), 0)
     mask = ((rm >= end) & (rm < M))[:, None] & (rn < N)[None, :]
-    tl.store(out + rm[:, None].to(tl.int64) * som + rn[None, :] * son, tl.full((BM, BN), 0.0, out.dtype.element_ty),
+    tl.store(out + rm[:, None].to(tl.int64) * som + rn[None, :].to(tl.int64) * son,
+             tl.full((BM, BN), 0.0, out.dtype.element_ty),
              mask=mask)
 
 
@@ -124,7 +142,7 @@ def grouped(a, b, out, offs, ragged_k: bool, interpret: bool = False) -> torch.T
             out.stride(-2), out.stride(-1))
     kernel = _interpreted(_grouped_kernel) if interpret else grouped_kernel
     extra = {} if interpret else dict(num_warps=8 if BM * BN >= 128 * 128 else 4, num_stages=3, **KERNEL_OPTIONS)
-    kernel[grid](*args, RAGGED_K=ragged_k, BM=BM, BN=BN, BK=BK, GROUP_M=8, **extra)
+    kernel[grid](*args, RAGGED_K=ragged_k, BM=BM, BN=BN, BK=BK, GROUP_M=8, INDEX_64=needs_int64(a, b, out), **extra)
     return out
 
 
