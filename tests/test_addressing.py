@@ -89,7 +89,8 @@ def test_predicate_per_kernel():
     assert addressable("cdna_pingpong", meta((2**30 - 1,), (1,), torch.float16))
     assert not addressable("cdna_pingpong", meta((2**30 + 1,), (1,), torch.float16))
     assert not addressable("stream-hopper", meta((2**31,), (1,)))
-    assert addressable("stream-hopper", meta((2**31 - 1,), (1,)))
+    assert not addressable("stream-hopper", meta((2**31 - 1,), (1,)))  # its tile count (n + BLOCK - 1) // BLOCK wraps
+    assert addressable("stream-hopper", meta((2**31 - 2**15,), (1,)))
     assert not addressable("hopper", meta((2**31, 1), (1, 1)))
     assert not addressable("hopper", meta((2, 16), (2**40 // 2, 1)))
     msg = unaddressable("rdna_wmma", a=small, b=huge_span, c=None)

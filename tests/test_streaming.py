@@ -420,3 +420,24 @@ def test_stream_sweep_times_only_correct_rows(monkeypatch):
     assert {r["kernel"] for r in timed_rows} == {"torch.add", "copy"}
     assert len(rec.timed) == 2 * len(timed_rows)  # do_bench + host time per timed row, none for wrong ones
     assert "-" in sbench.format_sweep(rows)
+
+
+def test_tma_path_leaves_room_for_the_last_tile():
+    """The TMA kernel counts its tiles with gl.cdiv(n, BLOCK) = (n + BLOCK - 1) // BLOCK in
+    32 bits: an n within BLOCK of 2**31 wrapped it negative and every program stored nothing
+    (out left unwritten). Such n go to the portable kernel (64-bit offsets); the limit leaves
+    room for the largest BLOCK a valid StreamConfig has (64 KB tiles of 2-byte elements)."""
+    def meta(n, dtype=torch.float16):
+        return torch.empty(n, device="meta", dtype=dtype)
+
+    largest_block = max(StreamConfig(tile_bytes=t, stages=1, ahead=1, out_bufs=1).block(2)
+                        for t in (2**k for k in range(4, 20))
+                        if (2 * 1 + 1) * t <= 227 * 1024)
+    for n in (2**31 - 1, 2**31 - largest_block + 1):
+        x = meta(n)
+        assert not api._tma_ok(x, x, x), n
+    n = 2**31 - largest_block
+    assert api._tma_ok(meta(n), meta(n), meta(n))
+    assert n + largest_block - 1 <= 2**31 - 1  # its tile count fits 32 bits for every valid config
+    for cfg in (DEFAULT, PERSISTENT, *CANDIDATES.values()):
+        assert hopper.MAX_TMA_ELEMENTS + cfg.block(2) - 1 <= 2**31 - 1, cfg.spec

@@ -14,7 +14,8 @@ passes 2**31 - 1 wraps silently (a wrong address, not an error). Per kernel:
     | cdna_pingpong,  | buffer loads/stores: a 32-bit byte offset from    | span bytes < 2**31   |
     | rdna_wmma       | the base (voffset), element offsets in int32      |                      |
     | stream-portable | int64 offsets                                     | any tensor           |
-    | stream-hopper   | TMA, int32 tile coordinates                       | numel < 2**31        |
+    | stream-hopper   | TMA, int32 tile coordinates; its tile count       | n <= 2**31 - 2**15   |
+    |                 | (n + BLOCK - 1) // BLOCK in int32                 |                      |
     | stream-gfx942   | buffer loads/stores, int32 offsets                | span bytes < 2**31   |
 
 `addressable(kernel, *tensors)` answers for a kernel name of that table;
@@ -34,6 +35,10 @@ from .spec import span  # noqa: F401  (the one definition: spec, a leaf)
 INT32_MAX = 2**31 - 1
 #: TMA descriptor limits (CUDA driver, cuTensorMapEncodeTiled): byte strides < 2**40.
 TMA_STRIDE_BYTES_LIMIT = 2**40
+#: Most elements the streaming TMA kernel takes: it counts its tiles as gl.cdiv(n, BLOCK) =
+#: (n + BLOCK - 1) // BLOCK in int32, which wraps negative (no tile stored) for n within BLOCK
+#: of 2**31; 2**15 is the largest BLOCK of a valid StreamConfig (64 KB tiles of 2-byte elements).
+STREAM_TMA_MAX_ELEMENTS = 2**31 - 2**15
 
 KERNELS = ("portable", "hopper", "cdna_pingpong", "rdna_wmma", "stream-portable", "stream-hopper", "stream-gfx942")
 
@@ -56,7 +61,8 @@ def _why(kernel: str, t: torch.Tensor) -> str | None:
             return f"a stride of {far[0]} bytes exceeds the TMA limit (< 2**40 bytes)"
         return None
     if kernel == "stream-hopper":
-        return f"{t.numel()} elements exceed the TMA coordinate range (< 2**31)" if t.numel() > INT32_MAX else None
+        return (f"{t.numel()} elements exceed the TMA kernel's 32-bit tile count (at most {STREAM_TMA_MAX_ELEMENTS})"
+                if t.numel() > STREAM_TMA_MAX_ELEMENTS else None)
     if kernel in ("cdna_pingpong", "rdna_wmma", "stream-gfx942"):
         nbytes = (span(t) + 1) * t.element_size()
         return f"spans {nbytes} bytes; buffer instructions address < 2**31 bytes from the base" \

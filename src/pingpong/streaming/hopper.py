@@ -30,7 +30,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 from triton.language.core import _aggregate as aggregate
 
-from ..runtime.addressing import INT32_MAX
+from ..runtime.addressing import STREAM_TMA_MAX_ELEMENTS
 from ..hopper.device.pipeline import Ring, ring_index
 from ..runtime.launcher import DirectLaunch, hooks_idle, launch_key, launch_ready
 from ..toolchain import KERNEL_OPTIONS
@@ -39,8 +39,11 @@ from .grid_stride import tile_of, tiles_of_program
 # --------------------------------------------------------------------------- host config
 
 #: Largest element count the sm_90a path takes: TMA coordinates are signed 32-bit (a tile's
-#: coordinate tile*BLOCK < n; fills past the end are predicated off, their wrapped coordinates unused).
-MAX_TMA_ELEMENTS = INT32_MAX
+#: coordinate tile*BLOCK < n; fills past the end are predicated off, their wrapped coordinates unused),
+#: and the tile count gl.cdiv(n, BLOCK) = (n + BLOCK - 1) // BLOCK is int32 too: n + BLOCK - 1 must
+#: fit, for the largest BLOCK a valid StreamConfig has (2**15: 64 KB tiles of 2-byte elements).
+#: Past it (n within BLOCK of 2**31 wrapped the count negative: nothing stored) the portable kernel runs.
+MAX_TMA_ELEMENTS = STREAM_TMA_MAX_ELEMENTS
 #: Elements per row of the 2-D view (box="2d"): a TMA box dimension holds at most 256.
 ROW = 256
 #: Shared memory of one SM (H100/H200) and what the hardware reserves per resident block.
