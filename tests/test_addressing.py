@@ -92,6 +92,10 @@ def test_predicate_per_kernel():
     assert not addressable("stream-hopper", meta((2**31 - 1,), (1,)))  # its tile count (n + BLOCK - 1) // BLOCK wraps
     assert addressable("stream-hopper", meta((2**31 - 2**15,), (1,)))
     assert not addressable("hopper", meta((2**31, 1), (1, 1)))
+    # a dimension within a tile of 2**31: the scheduler's cdiv(M, BM) wraps in int32 (no tile stored)
+    assert not addressable("hopper", meta((2**31 - 1, 8), (8, 1)))
+    assert not addressable("hopper", meta((8, 2**31 - 100), (2**31 - 100, 1)))
+    assert addressable("hopper", meta((2**31 - 2**10, 8), (8, 1)))
     assert not addressable("hopper", meta((2, 16), (2**40 // 2, 1)))
     msg = unaddressable("rdna_wmma", a=small, b=huge_span, c=None)
     assert msg.startswith("b: ") and "2**31" in msg

@@ -9,8 +9,9 @@ passes 2**31 - 1 wraps silently (a wrong address, not an error). Per kernel:
     |-----------------|---------------------------------------------------|----------------------|
     | portable        | int32 element offsets; int64 (offsets, pid, the    | any tensor           |
     |                 | K-step advance) once a span reaches 2**31         |                      |
-    | hopper          | TMA: int32 box coordinates, each dim of a         | each dim < 2**31,    |
-    |                 | descriptor < 2**32, byte strides < 2**40          | byte strides < 2**40 |
+    | hopper          | TMA: int32 box coordinates, each dim of a         | each dim <= 2**31 -  |
+    |                 | descriptor < 2**32, byte strides < 2**40; tile    | 2**10, byte strides  |
+    |                 | counts cdiv(M, BM), cdiv(N, BN), cdiv(K, BK) int32 | < 2**40              |
     | cdna_pingpong,  | buffer loads/stores: a 32-bit byte offset from    | span bytes < 2**31   |
     | rdna_wmma       | the base (voffset), element offsets in int32      |                      |
     | stream-portable | int64 offsets                                     | any tensor           |
@@ -39,6 +40,11 @@ TMA_STRIDE_BYTES_LIMIT = 2**40
 #: (n + BLOCK - 1) // BLOCK in int32, which wraps negative (no tile stored) for n within BLOCK
 #: of 2**31; 2**15 is the largest BLOCK of a valid StreamConfig (64 KB tiles of 2-byte elements).
 STREAM_TMA_MAX_ELEMENTS = 2**31 - 2**15
+#: Largest dimension the Hopper GEMM takes: its schedulers count tiles and k-steps as
+#: gl.cdiv(M, BM) = (M + BM - 1) // BM (N, K likewise) in int32, which wraps negative (no tile
+#: computed, out left unwritten) for a dimension within a tile of 2**31; 2**10 covers every
+#: tile side (a 2-CTA pair's rows included).
+HOPPER_MAX_DIM = 2**31 - 2**10
 
 KERNELS = ("portable", "hopper", "cdna_pingpong", "rdna_wmma", "stream-portable", "stream-hopper", "stream-gfx942")
 
@@ -53,9 +59,10 @@ def _why(kernel: str, t: torch.Tensor) -> str | None:
     if kernel in ("portable", "stream-portable"):
         return None
     if kernel == "hopper":
-        big = [d for d in t.shape if d > INT32_MAX]
+        big = [d for d in t.shape if d > HOPPER_MAX_DIM]
         if big:
-            return f"a dimension of {big[0]} exceeds the TMA coordinate range (< 2**31)"
+            return (f"a dimension of {big[0]} exceeds the kernel's 32-bit tile counts (at most {HOPPER_MAX_DIM}:"
+                    " TMA coordinates and cdiv(dim, tile) are int32)")
         far = [st * t.element_size() for st in t.stride() if st * t.element_size() >= TMA_STRIDE_BYTES_LIMIT]
         if far:
             return f"a stride of {far[0]} bytes exceeds the TMA limit (< 2**40 bytes)"
