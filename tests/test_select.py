@@ -277,6 +277,22 @@ def test_every_heuristic_pick_is_a_config_the_kernels_run():
     pick_runs()
 
 
+@pytest.mark.parametrize("M, N, config", [
+    (32768, 32768, KernelConfig(128, 256, 64, split_k=4)),  # one block of 2**30 words: 2 · stride wraps
+    (24576, 24576, KernelConfig(128, 256, 64, split_k=5)),  # 4 · stride wraps at the sum's step
+    (32768, 32768, KernelConfig(128, 256, 64, stream_k=True)),
+])
+def test_split_workspace_whose_sum_would_wrap_32_bit_offsets_is_refused(M, N, config):
+    """The last split's sum reads 2, 3 and 4 blocks ahead in 32-bit products of the block's
+    stride (hopper/device/fixup.py): a config whose block is 2**29 words or more is refused by
+    name, before any work, not run into memory before the workspace."""
+    from pingpong.hopper.host.launch import workspace_reason
+
+    why = workspace_reason(M, N, 8192, config)
+    assert why is not None and ("split_k" in why or "stream_k" in why), why
+    assert workspace_reason(8192, 8192, 8192, config) is None  # (a block of 2**26 words)
+
+
 # ----------------------------------------------------------------------------- the table
 
 TUNED = KernelConfig(128, 32, 64, schedule="pingpong", split_k=4, swap_ab=True)

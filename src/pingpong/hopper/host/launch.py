@@ -309,8 +309,9 @@ def _gemm_launch(a, b, out, args: EpilogueArgs, d, sms: int, activation="none", 
 
 # ----------------------------------------------------------------------------- split-K / swap-AB
 
-#: the workspace's offsets inside one split's block are 32-bit (pingpong.hopper.device.fixup)
-MAX_SPLIT_BLOCK = 2**31
+#: the workspace's offsets are 32-bit (pingpong.hopper.device.fixup): inside one split's block,
+#: and the final sum's steps of up to 4 blocks (4 · block < 2**31)
+MAX_SPLIT_BLOCK = 2**29
 
 
 def partial_slots(M: int, N: int, K: int, config: KernelConfig, in_bytes: int = 2, sms: int = 132) -> int:
