@@ -126,8 +126,10 @@ def _gemm_kernel(
     if INDEX_64:  # everything derived from pid (tile rows/cols, offsets) is then 64-bit
         pid = pid.to(tl.int64)
     batch = tl.program_id(1)
-    tiles_m = (M + BM - 1) // BM  # not tl.cdiv: see "no jit helpers" in the module docstring
-    tiles_n = (N + BN - 1) // BN
+    # not tl.cdiv: see "no jit helpers" in the module docstring; (M - 1) // BM + 1, not
+    # (M + BM - 1) // BM, which wraps an int32 M within a tile of 2**31 (M ≥ 1 here)
+    tiles_m = (M - 1) // BM + 1
+    tiles_n = (N - 1) // BN + 1
     tiles_per_group = GROUP_M * tiles_n
     first_m = (pid // tiles_per_group) * GROUP_M
     group_rows = min(tiles_m - first_m, GROUP_M)
