@@ -321,6 +321,19 @@ def test_gemm_epilogue_gradients(interpreted_kernels, activation, bias_kind, bat
         assert_close64(t, r, f"{name} (seed {seed})", AUTOGRAD)
 
 
+@pytest.mark.parametrize("activation", [None, "relu", "gelu_erf", "gelu_tanh", "silu"])
+def test_epilogue_carries_nan_and_inf_as_torch(interpreted_kernels, activation):
+    """A NaN or ±inf pre-activation (here from the bias) comes out of the fused epilogue as it
+    does from torch's activation: relu(NaN) is NaN (torch.relu), not the 0 of a max that drops
+    NaNs. The reference is float64 torch (torch's vectorized fp32 CPU gelu gives NaN at +inf)."""
+    torch.manual_seed(5)
+    a, b = randn(4, 16), randn(16, 6)
+    bias = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -100.0, 3.0])
+    y = pingpong.gemm(a, b, bias=bias, activation=activation)
+    want = TORCH_ACTIVATIONS[activation](a.double() @ b.double() + bias.double()).half()
+    torch.testing.assert_close(y, want, rtol=2e-3, atol=2e-3, equal_nan=True)
+
+
 @pytest.mark.parametrize("shared_c", [False, True])
 def test_c_gets_a_zero_gradient_at_beta_zero_as_in_addmm(interpreted_kernels, shared_c):
     """β = 0: c is not read, and its gradient is zeros of c's shape (torch.addmm's), not None."""
