@@ -345,6 +345,19 @@ def test_c_gets_a_zero_gradient_at_beta_zero_as_in_addmm(interpreted_kernels, sh
     assert a.grad is not None and a.grad.abs().sum() > 0
 
 
+def test_c_gradient_at_beta_zero_is_g_times_zero_as_in_addmm(interpreted_kernels):
+    """β = 0: dc = β·g as torch.addmm's backward computes it, so a non-finite g gives NaN there
+    (0·inf), not the zeros a shortcut gave."""
+    a, b = randn(4, 16), randn(16, 6)
+    c = randn(4, 6).requires_grad_()
+    g = torch.zeros(4, 6, dtype=f16)
+    g[0, 0], g[1, 2] = float("inf"), float("nan")
+    (got,) = torch.autograd.grad(ops.gemm(a, b, c, 1.0, 0.0, None, None, None), c, g)
+    c32 = c.detach().float().requires_grad_()
+    (want,) = torch.autograd.grad(torch.addmm(c32, a.float(), b.float(), beta=0), c32, g.float())
+    torch.testing.assert_close(got, want.half(), equal_nan=True)
+
+
 def test_eager_autograd_function_and_op_give_the_same_gradients(interpreted_kernels):
     """Eager autograd runs a torch.autograd.Function around the direct call, the op carries
     the same formulas for traced code: both give identical results."""
