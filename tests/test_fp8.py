@@ -693,6 +693,55 @@ def test_quantize_reads_rows_past_2_to_the_31_elements():
     assert r.returncode == 0 and "OK" in r.stdout, (r.returncode, r.stderr[-3000:])
 
 
+_NAN_INPUT = textwrap.dedent("""
+    import torch, pingpong
+    from pingpong.quantize import quantize_fp8_columns, quantize_fp8_pair
+    from pingpong.quantize_groups import quantize_groups_t
+
+    E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2
+
+
+    def nan_kept(q, where, dtype, name):
+        # torch's cast of NaN is NaN (e4m3fn and e5m2 both have one); the interpreter casts a
+        # NaN to e4m3 as 0x7C (384), so there a NaN is only required not to be the -FP8_MAX that
+        # a NaN-dropping clamp makes of it
+        v = q.float()[where]
+        if dtype == E5:
+            assert v.isnan().all(), (name, v)
+        else:
+            assert (v != -torch.finfo(dtype).max).all(), (name, v)
+
+    torch.manual_seed(0)
+    x = torch.randn(5, 256)
+    x[1, 5] = x[3, 200] = float("nan")
+    where = (torch.tensor([1, 3]), torch.tensor([5, 200]))
+    for dtype in (E4, E5):
+        for g in ("row", "block", "block128x128", "tensor"):
+            for src in (x, x.half()):
+                q, s = pingpong.quantize_fp8(src, g, dtype)
+                nan_kept(q, where, dtype, g)
+            q, s, qt, st = quantize_fp8_pair(x, g, dtype, pad=128)
+            nan_kept(q, where, dtype, "pair " + g)
+            nan_kept(qt, (where[1], where[0]), dtype, "pair qt " + g)
+        q, s = quantize_fp8_columns(x.half().view(1, 5, 256), dtype)
+        nan_kept(q[0], (where[1], where[0]), dtype, "columns")
+        offs = torch.tensor([2, 5], dtype=torch.int32)
+        for g in ("row", "block"):
+            qt, s, poffs = quantize_groups_t(x.half(), offs, dtype, g)
+            nan_kept(qt, (where[1], torch.tensor([1, 128 + 1])), dtype, "groups_t " + g)
+    print("OK")
+""")
+
+
+@pytest.mark.slow
+def test_quantize_keeps_nan_as_torch_cast_does():
+    """A NaN in x quantizes to NaN, as torch's `x.to(float8)` (and torch.clamp) keep it, in every
+    quantizer: not to -FP8_MAX, the finite value a NaN-dropping clamp makes of it, which hid the
+    NaN from the product (its group's scale ignores the NaN, as the kernels' max does)."""
+    r = interpreted(_NAN_INPUT)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
+
+
 def test_bench_takes_fp8_and_names_a_bad_scaling():
     import argparse
 

@@ -321,6 +321,19 @@ def test_gemm_epilogue_gradients(interpreted_kernels, activation, bias_kind, bat
         assert_close64(t, r, f"{name} (seed {seed})", AUTOGRAD)
 
 
+@pytest.mark.parametrize("activation", [None, "relu", "gelu_erf", "gelu_tanh", "silu"])
+def test_epilogue_carries_nan_and_inf_as_torch(interpreted_kernels, activation):
+    """A NaN or ±inf pre-activation (here from the bias) comes out of the fused epilogue as it
+    does from torch's activation: relu(NaN) is NaN (torch.relu), not the 0 of a max that drops
+    NaNs. The reference is float64 torch (torch's vectorized fp32 CPU gelu gives NaN at +inf)."""
+    torch.manual_seed(5)
+    a, b = randn(4, 16), randn(16, 6)
+    bias = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -100.0, 3.0])
+    y = pingpong.gemm(a, b, bias=bias, activation=activation)
+    want = TORCH_ACTIVATIONS[activation](a.double() @ b.double() + bias.double()).half()
+    torch.testing.assert_close(y, want, rtol=2e-3, atol=2e-3, equal_nan=True)
+
+
 @pytest.mark.parametrize("shared_c", [False, True])
 def test_c_gets_a_zero_gradient_at_beta_zero_as_in_addmm(interpreted_kernels, shared_c):
     """β = 0: c is not read, and its gradient is zeros of c's shape (torch.addmm's), not None."""
@@ -330,6 +343,19 @@ def test_c_gets_a_zero_gradient_at_beta_zero_as_in_addmm(interpreted_kernels, sh
     ops.gemm(a, b, c, 1.0, 0.0, None, None, None).sum().backward()
     assert c.grad is not None and c.grad.shape == c.shape and not c.grad.any()
     assert a.grad is not None and a.grad.abs().sum() > 0
+
+
+def test_c_gradient_at_beta_zero_is_g_times_zero_as_in_addmm(interpreted_kernels):
+    """β = 0: dc = β·g as torch.addmm's backward computes it, so a non-finite g gives NaN there
+    (0·inf), not the zeros a shortcut gave."""
+    a, b = randn(4, 16), randn(16, 6)
+    c = randn(4, 6).requires_grad_()
+    g = torch.zeros(4, 6, dtype=f16)
+    g[0, 0], g[1, 2] = float("inf"), float("nan")
+    (got,) = torch.autograd.grad(ops.gemm(a, b, c, 1.0, 0.0, None, None, None), c, g)
+    c32 = c.detach().float().requires_grad_()
+    (want,) = torch.autograd.grad(torch.addmm(c32, a.float(), b.float(), beta=0), c32, g.float())
+    torch.testing.assert_close(got, want.half(), equal_nan=True)
 
 
 def test_eager_autograd_function_and_op_give_the_same_gradients(interpreted_kernels):

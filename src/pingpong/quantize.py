@@ -8,6 +8,8 @@ group in IEEE division, then one multiply per element: the division per element 
 the bandwidth; q is bitwise torch's `(x.float() * (FP8_MAX / amax)).to(dtype)`). amax is not
 clamped from above: a group holding ±inf gets scale = inf and dequantizes to non-finite values
 (torch's float8 recipes do the same; saturating would hide the overflow in a finite result).
+A NaN in x quantizes to NaN (the clamp keeps it, as torch.clamp does); its group's amax ignores it
+(the kernels' max drops NaN), so the other elements keep a finite scale.
 
     | granularity    | groups           | scale shape and layout              | passes over x      |
     |----------------|------------------|-------------------------------------|--------------------|
@@ -116,7 +118,7 @@ def _row_block(x, q, s, rows, M, K, sxm, sqm, FP8_MAX: tl.constexpr, BLOCK_K: tl
     v = tl.load((x + rows * sxm)[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)  # int64 per row
     a = tl.abs(v)
     scale, inv = _scale_inv(tl.max(a, axis=1), FP8_MAX)
-    qv = tl.clamp(v * inv[:, None], -FP8_MAX, FP8_MAX)
+    qv = _saturate(v * inv[:, None], FP8_MAX)
     tl.store((q + rows * sqm)[:, None] + cols[None, :], qv.to(q.dtype.element_ty), mask=mask)
     tl.store(s + rows, scale, mask=rmask)
     return a
@@ -143,7 +145,7 @@ def _row_kernel(x, q, s, M, K, sxm, sqm, FP8_MAX: tl.constexpr, BLOCK_M: tl.cons
         for k0 in range(0, K, BLOCK_K):
             mask = rmask[:, None] & (k0 + cols[None, :] < K)
             v = tl.load(xr[:, None] + k0 + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            qv = tl.clamp(v * inv[:, None], -FP8_MAX, FP8_MAX)
+            qv = _saturate(v * inv[:, None], FP8_MAX)
             tl.store(qr[:, None] + k0 + cols[None, :], qv.to(q.dtype.element_ty), mask=mask)
         tl.store(s + rows, scale, mask=rmask)
 
@@ -199,14 +201,14 @@ def _block_kernel(x, q, s, M, K, sxm, sqm, ssm, ssk, FP8_MAX: tl.constexpr, BLOC
         amax = tl.maximum(tl.max(tl.abs(v3), axis=2), 1e-12)
         scale = tl.fdiv(amax, tl.full(amax.shape, FP8_MAX, tl.float32), ieee_rounding=True)
         inv = tl.fdiv(tl.full(amax.shape, FP8_MAX, tl.float32), amax, ieee_rounding=True)
-        qv = tl.reshape(tl.clamp(v3 * inv[:, :, None], -FP8_MAX, FP8_MAX), [BLOCK_M, GROUPS * GROUP_K])
+        qv = tl.reshape(_saturate(v3 * inv[:, :, None], FP8_MAX), [BLOCK_M, GROUPS * GROUP_K])
         groups = pid_k.to(tl.int64) * GROUPS + tl.arange(0, GROUPS)  # × ssk = M
         tl.store(s + rows[:, None] * ssm + groups[None, :] * ssk, scale,
                  mask=(rows[:, None] < M) & (groups[None, :] * GROUP_K < K))
     else:
         amax = tl.maximum(tl.max(tl.max(tl.abs(v), axis=1), axis=0), 1e-12)
         scale = tl.fdiv(amax, tl.full(amax.shape, FP8_MAX, tl.float32), ieee_rounding=True)
-        qv = tl.clamp(v * tl.fdiv(tl.full(amax.shape, FP8_MAX, tl.float32), amax, ieee_rounding=True), -FP8_MAX, FP8_MAX)
+        qv = _saturate(v * tl.fdiv(tl.full(amax.shape, FP8_MAX, tl.float32), amax, ieee_rounding=True), FP8_MAX)
         tl.store(s + pid_m * ssm + pid_k * ssk, scale)
     tl.store(q + rows[:, None] * sqm + cols[None, :], qv.to(q.dtype.element_ty), mask=mask)
 
@@ -241,7 +243,7 @@ def _tensor_cast_kernel(x, q, s, partial, P, M, K, sxm, sqm, FP8_MAX: tl.constex
     cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
     mask = (rows[:, None] < M) & (cols[None, :] < K)
     v = tl.load(x + rows[:, None] * sxm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    qv = tl.clamp(v * inv, -FP8_MAX, FP8_MAX)
+    qv = _saturate(v * inv, FP8_MAX)
     tl.store(q + rows[:, None] * sqm + cols[None, :], qv.to(q.dtype.element_ty), mask=mask)
     if pid_m == 0 and pid_k == 0:
         tl.store(s, scale)
@@ -264,6 +266,13 @@ def _pair_amax_kernel(x, ramax, camax, M, K, sxm, TENSOR: tl.constexpr, ROWS: tl
             tl.atomic_max(ramax + rows, tl.max(a, axis=1), mask=rows < M)
         if COLS:
             tl.atomic_max(camax + cols, tl.max(a, axis=0), mask=cols < K)
+
+
+@triton.jit
+def _saturate(v, FP8_MAX: tl.constexpr):
+    """v clamped to ±FP8_MAX with NaN kept, as torch.clamp keeps it (the default clamp drops
+    NaN: a NaN in x came out as -FP8_MAX, a finite value that hid it from the product)."""
+    return tl.clamp(v, -FP8_MAX, FP8_MAX, propagate_nan=tl.PropagateNan.ALL)
 
 
 @triton.jit
@@ -295,7 +304,7 @@ def _pair_cast_kernel(x, q, s, qt, st, ramax, camax, clear, M, MP, K, sxm, sqm, 
     first = (pid_m == 0) & (pid_k == 0)
     if MODE == 0:
         scale, inv = _scale_inv(tl.load(ramax), FP8_MAX)
-        qr = tl.clamp(v * inv, -FP8_MAX, FP8_MAX)
+        qr = _saturate(v * inv, FP8_MAX)
         qc = qr
         if ROWS and first:
             tl.store(s, scale)
@@ -304,12 +313,12 @@ def _pair_cast_kernel(x, q, s, qt, st, ramax, camax, clear, M, MP, K, sxm, sqm, 
     elif MODE == 1:
         if ROWS:
             rscale, rinv = _scale_inv(tl.load(ramax + rows, mask=rows < M, other=0.0), FP8_MAX)
-            qr = tl.clamp(v * rinv[:, None], -FP8_MAX, FP8_MAX)
+            qr = _saturate(v * rinv[:, None], FP8_MAX)
             if pid_k == 0:
                 tl.store(s + rows * ssm, rscale, mask=rows < M)
         if COLS:
             cscale, cinv = _scale_inv(tl.load(camax + cols, mask=cols < K, other=0.0), FP8_MAX)
-            qc = tl.clamp(v * cinv[None, :], -FP8_MAX, FP8_MAX)
+            qc = _saturate(v * cinv[None, :], FP8_MAX)
             if pid_m == 0:
                 tl.store(st + cols * sstk, cscale, mask=cols < K)
     elif MODE == 2:
@@ -317,18 +326,18 @@ def _pair_cast_kernel(x, q, s, qt, st, ramax, camax, clear, M, MP, K, sxm, sqm, 
         if ROWS:
             GROUPS: tl.constexpr = BLOCK_K // GROUP_K
             rscale, rinv = _scale_inv(tl.max(tl.reshape(a, [BLOCK_M, GROUPS, GROUP_K]), axis=2), FP8_MAX)
-            qr = tl.reshape(tl.clamp(tl.reshape(v, [BLOCK_M, GROUPS, GROUP_K]) * rinv[:, :, None], -FP8_MAX, FP8_MAX),
+            qr = tl.reshape(_saturate(tl.reshape(v, [BLOCK_M, GROUPS, GROUP_K]) * rinv[:, :, None], FP8_MAX),
                             [BLOCK_M, BLOCK_K])
             groups = pid_k.to(tl.int64) * GROUPS + tl.arange(0, GROUPS)
             tl.store(s + rows[:, None] * ssm + groups[None, :] * ssk, rscale,
                      mask=(rows[:, None] < M) & (groups[None, :] * GROUP_K < K))
         if COLS:
             cscale, cinv = _scale_inv(tl.max(a, axis=0), FP8_MAX)
-            qc = tl.clamp(v * cinv[None, :], -FP8_MAX, FP8_MAX)
+            qc = _saturate(v * cinv[None, :], FP8_MAX)
             tl.store(st + cols * sstk + pid_m * sstm, cscale, mask=cols < K)
     else:
         scale, inv = _scale_inv(tl.max(tl.max(tl.abs(v), axis=1), axis=0), FP8_MAX)
-        qr = tl.clamp(v * inv, -FP8_MAX, FP8_MAX)
+        qr = _saturate(v * inv, FP8_MAX)
         qc = qr
         if ROWS and pid_m * BLOCK_M < M:
             tl.store(s + pid_m * ssm + pid_k * ssk, scale)
@@ -399,7 +408,7 @@ def _columns_kernel(x, q, s, amax, N, K, sxg, sxn, FP8_MAX: tl.constexpr, BLOCK_
     for n0 in range(0, N, BLOCK_N):
         n = n0 + rows
         v = tl.load(xg + n.to(tl.int64)[:, None] * sxn, mask=(n[:, None] < N) & kmask[None, :], other=0.0)
-        qv = tl.clamp(v.to(tl.float32) * inv[None, :], -FP8_MAX, FP8_MAX)
+        qv = _saturate(v.to(tl.float32) * inv[None, :], FP8_MAX)
         tl.store(qg + n[None, :], tl.trans(qv.to(q.dtype.element_ty)), mask=kmask[:, None] & (n[None, :] < N))
     tl.store(s + g * K + cols, scale, mask=kmask)
 
@@ -1042,7 +1051,7 @@ def _blocks_t_kernel(x, qt, st, N, K, FP8_MAX: tl.constexpr, BLOCK: tl.constexpr
     cols = kb * BLOCK + tl.arange(0, BLOCK)
     v = tl.load(x + rows[:, None] * K + cols[None, :]).to(tl.float32)
     scale, inv = _scale_inv(tl.max(tl.max(tl.abs(v), axis=1), axis=0), FP8_MAX)
-    qv = tl.clamp(v * inv, -FP8_MAX, FP8_MAX).to(qt.dtype.element_ty)
+    qv = _saturate(v * inv, FP8_MAX).to(qt.dtype.element_ty)
     g = rb * BLOCK // N
     n = rows - g * N
     tl.store(qt + g * K * N + cols[:, None] * N + n[None, :], tl.trans(qv))

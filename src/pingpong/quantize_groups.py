@@ -55,7 +55,7 @@ import triton.language as tl
 from .errors import PingpongError, check_tensor
 from .integration import inductor
 from .integration.ops import traced
-from .quantize import _EPS, FP8_MAX, _scale_inv, check_quantize, columns_amax
+from .quantize import _EPS, FP8_MAX, _saturate, _scale_inv, check_quantize, columns_amax
 from .runtime.spec import SCALE_BLOCK
 from .toolchain import KERNEL_OPTIONS
 
@@ -107,7 +107,7 @@ def _groups_t_kernel(x, offs, qt, s, poffs, T, C, G, PMAX, sxt, sqc, FP8_MAX: tl
         if BLOCK:
             scale, inv = _scale_inv(tl.max(tl.abs(v), axis=0), FP8_MAX)
             tl.store(s + ((p0 + t0) // BLOCK_T) * C + cols, scale, mask=cmask)
-        qv = tl.clamp(v * inv[None, :], -FP8_MAX, FP8_MAX)
+        qv = _saturate(v * inv[None, :], FP8_MAX)
         tl.store(qs + k[None, :], tl.trans(qv.to(qt.dtype.element_ty)), mask=cmask[:, None])
 
 

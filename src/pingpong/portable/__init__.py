@@ -96,7 +96,7 @@ def _activate(z, ACTIVATION: tl.constexpr):
     tl.static_assert(ACTIVATION == "none" or ACTIVATION == "relu" or ACTIVATION == "gelu_erf"
                      or ACTIVATION == "gelu_tanh" or ACTIVATION == "silu", "unknown activation (pingpong.runtime.spec.ACTIVATIONS)")
     if ACTIVATION == "relu":
-        z = tl.maximum(z, 0.0)
+        z = tl.maximum(z, 0.0, propagate_nan=tl.PropagateNan.ALL)  # relu(NaN) = NaN, as torch.relu
     elif ACTIVATION == "gelu_erf":
         z = 0.5 * z * (1.0 + tl.math.erf(z * 0.7071067811865476))
     elif ACTIVATION == "gelu_tanh":  # z/2·(1 + tanh(u)) = z·sigmoid(2u), u = √(2/π)(z + 0.044715 z³)
