@@ -351,8 +351,8 @@ def _gradients(ctx, g, needs: dict) -> tuple:
     epilogue's tensors want a gradient."""
     a, b, *operands = ctx.saved_tensors
     grads = {}
-    if ctx.c_shape is not None and needs["c"]:  # β·g at any β, as torch.addmm's (β = 0: zeros, NaN where g is
-        grads["c"] = (g * ctx.beta).sum_to_size(ctx.c_shape)  # not finite; not None: c.grad is a tensor)
+    if ctx.c_shape is not None and needs["c"]:  # β·g at any β, as torch.addmm's: β = 0 gives zeros
+        grads["c"] = (g * ctx.beta).sum_to_size(ctx.c_shape)  # (NaN where g is not finite), not None
     gz = g
     if ctx.activation != "none":
         z = _preactivation(a, b, ctx.z._replace(**dict(zip(DENSE_TENSORS[1:], operands))))
