@@ -481,6 +481,49 @@ def test_moe_experts_match_the_per_expert_loop(kernels, monkeypatch, dense_weigh
         assert rel < 1e-2 and worst < 5e-2, f"{what}: norm {rel:.3g}, elementwise {worst:.3g} from float64"
 
 
+def _transformers_experts(name, cls, config, **kw):
+    """transformers' own experts module `cls` of models/`name` (tiny, random weights, float64)."""
+    transformers = pytest.importorskip("transformers", reason="needs transformers, the moe extra")
+    import importlib
+
+    module = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+    experts = getattr(module, cls)(getattr(transformers, config)(**kw)).double()
+    gen = torch.Generator().manual_seed(8)
+    with torch.no_grad():
+        for p in experts.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) * 0.2)
+    return experts
+
+
+@pytest.mark.parametrize("name, cls, config, kw", [
+    # stored transposed (is_transposed: gate_up_proj (E, H, 2I)), interleaved gate/up, biases
+    ("gpt_oss", "GptOssExperts", "GptOssConfig", dict(hidden_size=32, intermediate_size=16, num_local_experts=4)),
+    # no gate (has_gate=False): up_proj (E, I, H) and the activation alone
+    ("nemotron_h", "NemotronHExperts", "NemotronHConfig", dict(hidden_size=32, moe_intermediate_size=16,
+                                                               n_routed_experts=4)),
+    # a norm of each pair's output before its routing weight (has_post_expert_norm)
+    ("muse_spark", "MuseSparkExperts", "MuseSparkTextConfig", dict(moe_hidden_size=32, moe_intermediate_size=16,
+                                                                   num_local_experts=4)),
+])
+def test_moe_experts_follow_the_transformers_layouts(monkeypatch, name, cls, config, kw):
+    """experts_forward of transformers' experts modules whose layout its flags describe
+    (is_transposed, has_gate, has_bias, has_post_expert_norm): the module's own eager forward,
+    one expert left empty."""
+    compute = gm._compute
+    monkeypatch.setattr(gm, "_compute", lambda *a, **k: compute(*a, **dict(k, interpret=True)))
+    experts = _transformers_experts(name, cls, config, **kw)
+    gen = torch.Generator().manual_seed(9)
+    T, k = 9, 2
+    x = torch.randn(T, 32, generator=gen, dtype=torch.float64)
+    idx = torch.stack([torch.randperm(3, generator=gen)[:k] for _ in range(T)])  # expert 3: no token
+    wts = torch.rand(T, k, generator=gen, dtype=torch.float64)
+    experts.config._experts_implementation = "eager"
+    want = experts(x, idx, wts)
+    got = moe.experts_forward(experts.half(), x.half(), idx, wts.half()).double()
+    rel = ((got - want).norm() / want.norm()).item()
+    assert rel < 5e-3, f"{name}: relative error {rel:.3g} from the module's own forward"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("transposed", [False, True])
 def test_moe_experts_in_fp8_track_the_bf16_path(kernels, monkeypatch, transposed):
