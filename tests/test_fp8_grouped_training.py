@@ -524,6 +524,47 @@ def test_moe_experts_follow_the_transformers_layouts(monkeypatch, name, cls, con
     assert rel < 5e-3, f"{name}: relative error {rel:.3g} from the module's own forward"
 
 
+def test_moe_experts_skip_expert_parallel_sentinels(monkeypatch):
+    """Under transformers' expert parallelism (`_is_expert_parallel`) a pair routed to another
+    rank's expert has an id ≥ E (a sentinel) and weight 0: it counts in no group and adds
+    nothing, to the output or to any gradient (the rows past offs[-1], unset: NaN here, are never
+    read)."""
+    compute = gm._compute
+
+    def unset_tail(a, b, offs, dtype, zero_tail=False, out=None, interpret=False):
+        out = compute(a, b, offs, dtype, zero_tail, out, interpret=True)
+        if a.dim() == 2 and b.dim() == 3 and not zero_tail:  # ragged rows: what the GPU may leave there
+            out[int(offs[-1]):] = float("nan")
+        return out
+
+    monkeypatch.setattr(gm, "_compute", unset_tail)
+    gen = torch.Generator().manual_seed(6)
+    E, H, inter, T, k = 4, 32, 16, 11, 2
+    experts = Model(E=E, H=H, inter=inter, gen=gen).layers[0].experts
+    experts._is_expert_parallel = True
+    experts.gate_up_proj_bias = torch.nn.Parameter(torch.randn(E, 2 * inter, generator=gen).to(F16))
+    x = torch.randn(T, H, generator=gen).to(F16).requires_grad_()
+    idx = torch.stack([torch.randperm(E, generator=gen)[:k] for _ in range(T)])
+    idx[::3, 1] = E  # sentinels: experts of another rank
+    wts = torch.rand(T, k, generator=gen).to(F16).masked_fill(idx >= E, 0).requires_grad_()
+    out = moe.experts_forward(experts, x, idx, wts)
+    leaves = [x, experts.gate_up_proj, experts.gate_up_proj_bias, wts]
+    grads = torch.autograd.grad(out.float().sum(), leaves)
+    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+    rx, gu, bias, rw = ref_leaves
+    ref = torch.zeros_like(rx)
+    for e in range(E):
+        token, slot = torch.nonzero(idx == e, as_tuple=True)
+        gate, up = (rx[token] @ gu[e].T + bias[e]).chunk(2, dim=-1)
+        h = experts.act_fn(gate) * up @ experts.down_proj[e].double().T
+        ref = ref.index_add(0, token, h * rw[token, slot][:, None])
+    want = torch.autograd.grad(ref.sum(), ref_leaves)
+    for what, a, b in zip(("out", "dx", "d gate_up", "d bias", "d routing weights"), (out, *grads), (ref, *want)):
+        assert a.isfinite().all(), what
+        rel = ((a.double() - b).norm() / b.norm()).item()
+        assert rel < 1e-2, f"{what}: relative error {rel:.3g}"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("transposed", [False, True])
 def test_moe_experts_in_fp8_track_the_bf16_path(kernels, monkeypatch, transposed):

@@ -59,12 +59,13 @@ FP8_ATTRIBUTE = "pingpong_fp8"
 def routing(top_k_index: torch.Tensor, num_experts: int):
     """(order, inverse, offs) of the T·k (token, expert) pairs: `order` sorts the pairs (pair
     p = t·k + j, token t's j-th choice) by expert, stably; `inverse` undoes it; offs (E,) int32
-    cumulative group ends, counted on the device. No host sync."""
+    cumulative group ends, counted on the device. No host sync. An id ≥ E (expert parallelism's
+    sentinel: another rank's expert) counts in no group: those pairs sort past offs[-1]."""
     experts = top_k_index.reshape(-1)
     order = torch.argsort(experts, stable=True)
     inverse = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=order.device))
     counts = torch.zeros(num_experts, dtype=torch.int32, device=experts.device)
-    counts.scatter_add_(0, experts.to(torch.int64), torch.ones_like(experts, dtype=torch.int32))
+    counts.scatter_add_(0, experts.clamp(max=num_experts - 1).to(torch.int64), (experts < num_experts).to(torch.int32))
     return order, inverse, torch.cumsum(counts, 0, dtype=torch.int32)
 
 
@@ -105,11 +106,18 @@ def experts_forward(experts: torch.nn.Module, hidden_states: torch.Tensor, top_k
 
     x = _Dispatch.apply(hidden_states, order, inverse, k)
     gate_up = project(x, gate_up_w)
+    # transformers' expert parallelism: the sentinel pairs (ids ≥ E, weight 0) sort past offs[-1],
+    # rows the products leave unset; they are zeroed after each projection, so no garbage (NaN)
+    # reaches the output or a gradient (the biases' included)
+    kept_rows = top_k_index.reshape(-1)[order, None] < num_experts if getattr(experts, "_is_expert_parallel", False) \
+        else None
     expert_of_pair = None
     if getattr(experts, first + "_bias", None) is not None:
         expert_of_pair = torch.searchsorted(offs, torch.arange(x.shape[0], device=x.device, dtype=torch.int32),
-                                            right=True)
+                                            right=True).clamp(max=num_experts - 1)  # (past offs[-1]: sentinels)
         gate_up = gate_up + getattr(experts, first + "_bias")[expert_of_pair]
+    if kept_rows is not None:
+        gate_up = torch.where(kept_rows, gate_up, 0)
     if first == "up_proj":  # no gate: the activation alone
         h = experts.act_fn(gate_up)
     elif hasattr(experts, "_apply_gate"):
@@ -121,10 +129,12 @@ def experts_forward(experts: torch.nn.Module, hidden_states: torch.Tensor, top_k
     if getattr(experts, "down_proj_bias", None) is not None:
         if expert_of_pair is None:
             expert_of_pair = torch.searchsorted(offs, torch.arange(x.shape[0], device=x.device, dtype=torch.int32),
-                                                right=True)
+                                                right=True).clamp(max=num_experts - 1)
         y = y + experts.down_proj_bias[expert_of_pair]
     if getattr(experts, "has_post_expert_norm", False):
         y = experts.post_expert_norm(y)
+    if kept_rows is not None:
+        y = torch.where(kept_rows, y, 0)
     # un-permute (a gather by `inverse`: no two pairs write one row), then each token's k pairs
     # weighted and summed as one (1 × k)·(k × H) product per token: a float32 sum in a fixed
     # order, rounded once, so the output and its gradients are the same on every run
