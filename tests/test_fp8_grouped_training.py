@@ -481,6 +481,90 @@ def test_moe_experts_match_the_per_expert_loop(kernels, monkeypatch, dense_weigh
         assert rel < 1e-2 and worst < 5e-2, f"{what}: norm {rel:.3g}, elementwise {worst:.3g} from float64"
 
 
+def _transformers_experts(name, cls, config, **kw):
+    """transformers' own experts module `cls` of models/`name` (tiny, random weights, float64)."""
+    transformers = pytest.importorskip("transformers", reason="needs transformers, the moe extra")
+    import importlib
+
+    module = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+    experts = getattr(module, cls)(getattr(transformers, config)(**kw)).double()
+    gen = torch.Generator().manual_seed(8)
+    with torch.no_grad():
+        for p in experts.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) * 0.2)
+    return experts
+
+
+@pytest.mark.parametrize("name, cls, config, kw", [
+    # stored transposed (is_transposed: gate_up_proj (E, H, 2I)), interleaved gate/up, biases
+    ("gpt_oss", "GptOssExperts", "GptOssConfig", dict(hidden_size=32, intermediate_size=16, num_local_experts=4)),
+    # no gate (has_gate=False): up_proj (E, I, H) and the activation alone
+    ("nemotron_h", "NemotronHExperts", "NemotronHConfig", dict(hidden_size=32, moe_intermediate_size=16,
+                                                               n_routed_experts=4)),
+    # a norm of each pair's output before its routing weight (has_post_expert_norm)
+    ("muse_spark", "MuseSparkExperts", "MuseSparkTextConfig", dict(moe_hidden_size=32, moe_intermediate_size=16,
+                                                                   num_local_experts=4)),
+])
+def test_moe_experts_follow_the_transformers_layouts(monkeypatch, name, cls, config, kw):
+    """experts_forward of transformers' experts modules whose layout its flags describe
+    (is_transposed, has_gate, has_bias, has_post_expert_norm): the module's own eager forward,
+    one expert left empty."""
+    compute = gm._compute
+    monkeypatch.setattr(gm, "_compute", lambda *a, **k: compute(*a, **dict(k, interpret=True)))
+    experts = _transformers_experts(name, cls, config, **kw)
+    gen = torch.Generator().manual_seed(9)
+    T, k = 9, 2
+    x = torch.randn(T, 32, generator=gen, dtype=torch.float64)
+    idx = torch.stack([torch.randperm(3, generator=gen)[:k] for _ in range(T)])  # expert 3: no token
+    wts = torch.rand(T, k, generator=gen, dtype=torch.float64)
+    experts.config._experts_implementation = "eager"
+    want = experts(x, idx, wts)
+    got = moe.experts_forward(experts.half(), x.half(), idx, wts.half()).double()
+    rel = ((got - want).norm() / want.norm()).item()
+    assert rel < 5e-3, f"{name}: relative error {rel:.3g} from the module's own forward"
+
+
+def test_moe_experts_skip_expert_parallel_sentinels(monkeypatch):
+    """Under transformers' expert parallelism (`_is_expert_parallel`) a pair routed to another
+    rank's expert has an id ≥ E (a sentinel) and weight 0: it counts in no group and adds
+    nothing, to the output or to any gradient (the rows past offs[-1], unset: NaN here, are never
+    read)."""
+    compute = gm._compute
+
+    def unset_tail(a, b, offs, dtype, zero_tail=False, out=None, interpret=False):
+        out = compute(a, b, offs, dtype, zero_tail, out, interpret=True)
+        if a.dim() == 2 and b.dim() == 3 and not zero_tail:  # ragged rows: what the GPU may leave there
+            out[int(offs[-1]):] = float("nan")
+        return out
+
+    monkeypatch.setattr(gm, "_compute", unset_tail)
+    gen = torch.Generator().manual_seed(6)
+    E, H, inter, T, k = 4, 32, 16, 11, 2
+    experts = Model(E=E, H=H, inter=inter, gen=gen).layers[0].experts
+    experts._is_expert_parallel = True
+    experts.gate_up_proj_bias = torch.nn.Parameter(torch.randn(E, 2 * inter, generator=gen).to(F16))
+    x = torch.randn(T, H, generator=gen).to(F16).requires_grad_()
+    idx = torch.stack([torch.randperm(E, generator=gen)[:k] for _ in range(T)])
+    idx[::3, 1] = E  # sentinels: experts of another rank
+    wts = torch.rand(T, k, generator=gen).to(F16).masked_fill(idx >= E, 0).requires_grad_()
+    out = moe.experts_forward(experts, x, idx, wts)
+    leaves = [x, experts.gate_up_proj, experts.gate_up_proj_bias, wts]
+    grads = torch.autograd.grad(out.float().sum(), leaves)
+    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+    rx, gu, bias, rw = ref_leaves
+    ref = torch.zeros_like(rx)
+    for e in range(E):
+        token, slot = torch.nonzero(idx == e, as_tuple=True)
+        gate, up = (rx[token] @ gu[e].T + bias[e]).chunk(2, dim=-1)
+        h = experts.act_fn(gate) * up @ experts.down_proj[e].double().T
+        ref = ref.index_add(0, token, h * rw[token, slot][:, None])
+    want = torch.autograd.grad(ref.sum(), ref_leaves)
+    for what, a, b in zip(("out", "dx", "d gate_up", "d bias", "d routing weights"), (out, *grads), (ref, *want)):
+        assert a.isfinite().all(), what
+        rel = ((a.double() - b).norm() / b.norm()).item()
+        assert rel < 1e-2, f"{what}: relative error {rel:.3g}"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("transposed", [False, True])
 def test_moe_experts_in_fp8_track_the_bf16_path(kernels, monkeypatch, transposed):

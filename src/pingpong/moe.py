@@ -13,9 +13,12 @@
     out (T, H)
 
 `experts_forward(experts, hidden_states, top_k_index, top_k_weights)` is that computation
-with the experts module's own parameters (transformers' layout: gate_up_proj (E, 2I, H),
-down_proj (E, H, I), or their transposes when `experts_are_transposed`; optional biases;
-`_apply_gate` or `act_fn`). Autograd flows through grouped_mm's op (dX, dW as grouped
+with the experts module's own parameters, in the layout its transformers flags name
+(use_experts_implementation's): gate_up_proj (E, 2I, H), down_proj (E, H, I), or their
+transposes when `is_transposed` (or `experts_are_transposed`); up_proj (E, I, H) and the
+activation alone when not `has_gate`; optional biases (`*_proj_bias`); `_apply_gate` or
+`act_fn`; `post_expert_norm` of each pair's output, before its routing weight, when
+`has_post_expert_norm`. Autograd flows through grouped_mm's op (dX, dW as grouped
 products), the gather (its gradient summed per token in a fixed order), the activation
 and the weighted sum: a step's gradients are the same bit for bit from run to run.
 
@@ -56,12 +59,13 @@ FP8_ATTRIBUTE = "pingpong_fp8"
 def routing(top_k_index: torch.Tensor, num_experts: int):
     """(order, inverse, offs) of the T·k (token, expert) pairs: `order` sorts the pairs (pair
     p = t·k + j, token t's j-th choice) by expert, stably; `inverse` undoes it; offs (E,) int32
-    cumulative group ends, counted on the device. No host sync."""
+    cumulative group ends, counted on the device. No host sync. An id ≥ E (expert parallelism's
+    sentinel: another rank's expert) counts in no group: those pairs sort past offs[-1]."""
     experts = top_k_index.reshape(-1)
     order = torch.argsort(experts, stable=True)
     inverse = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=order.device))
     counts = torch.zeros(num_experts, dtype=torch.int32, device=experts.device)
-    counts.scatter_add_(0, experts.to(torch.int64), torch.ones_like(experts, dtype=torch.int32))
+    counts.scatter_add_(0, experts.clamp(max=num_experts - 1).to(torch.int64), (experts < num_experts).to(torch.int32))
     return order, inverse, torch.cumsum(counts, 0, dtype=torch.int32)
 
 
@@ -85,13 +89,14 @@ class _Dispatch(torch.autograd.Function):
 def experts_forward(experts: torch.nn.Module, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                     top_k_weights: torch.Tensor) -> torch.Tensor:
     """transformers' experts-implementation signature: (T, H) -> (T, H) (module docstring)."""
-    gate_up_w, down_w = experts.gate_up_proj, experts.down_proj
+    first = first_projection(experts)
+    gate_up_w, down_w = getattr(experts, first), experts.down_proj
     num_experts = gate_up_w.shape[0]
     T, k = top_k_index.shape
     order, inverse, offs = routing(top_k_index, num_experts)
     if top_k_weights.shape != (T, k):  # (T, E): DeepSeek-style dense routing weights
         top_k_weights = top_k_weights.gather(1, top_k_index)
-    transposed = getattr(experts, "experts_are_transposed", False)  # (E, H, 2I) / (E, I, H) as stored
+    transposed = is_transposed(experts)  # (E, H, 2I) / (E, I, H) as stored
     recipe = getattr(experts, FP8_ATTRIBUTE, None)
 
     def project(inp, w):
@@ -101,12 +106,21 @@ def experts_forward(experts: torch.nn.Module, hidden_states: torch.Tensor, top_k
 
     x = _Dispatch.apply(hidden_states, order, inverse, k)
     gate_up = project(x, gate_up_w)
+    # transformers' expert parallelism: the sentinel pairs (ids ≥ E, weight 0) sort past offs[-1],
+    # rows the products leave unset; they are zeroed after each projection, so no garbage (NaN)
+    # reaches the output or a gradient (the biases' included)
+    kept_rows = top_k_index.reshape(-1)[order, None] < num_experts if getattr(experts, "_is_expert_parallel", False) \
+        else None
     expert_of_pair = None
-    if getattr(experts, "gate_up_proj_bias", None) is not None:
+    if getattr(experts, first + "_bias", None) is not None:
         expert_of_pair = torch.searchsorted(offs, torch.arange(x.shape[0], device=x.device, dtype=torch.int32),
-                                            right=True)
-        gate_up = gate_up + experts.gate_up_proj_bias[expert_of_pair]
-    if hasattr(experts, "_apply_gate"):
+                                            right=True).clamp(max=num_experts - 1)  # (past offs[-1]: sentinels)
+        gate_up = gate_up + getattr(experts, first + "_bias")[expert_of_pair]
+    if kept_rows is not None:
+        gate_up = torch.where(kept_rows, gate_up, 0)
+    if first == "up_proj":  # no gate: the activation alone
+        h = experts.act_fn(gate_up)
+    elif hasattr(experts, "_apply_gate"):
         h = experts._apply_gate(gate_up)
     else:
         gate, up = gate_up.chunk(2, dim=-1)
@@ -115,8 +129,12 @@ def experts_forward(experts: torch.nn.Module, hidden_states: torch.Tensor, top_k
     if getattr(experts, "down_proj_bias", None) is not None:
         if expert_of_pair is None:
             expert_of_pair = torch.searchsorted(offs, torch.arange(x.shape[0], device=x.device, dtype=torch.int32),
-                                                right=True)
+                                                right=True).clamp(max=num_experts - 1)
         y = y + experts.down_proj_bias[expert_of_pair]
+    if getattr(experts, "has_post_expert_norm", False):
+        y = experts.post_expert_norm(y)
+    if kept_rows is not None:
+        y = torch.where(kept_rows, y, 0)
     # un-permute (a gather by `inverse`: no two pairs write one row), then each token's k pairs
     # weighted and summed as one (1 × k)·(k × H) product per token: a float32 sum in a fixed
     # order, rounded once, so the output and its gradients are the same on every run
@@ -141,10 +159,23 @@ def check_implementation(implementation) -> None:
         raise PingpongError(f"implementation: expected one of {tuple(dict.fromkeys(known))}, got {implementation!r}")
 
 
+def is_transposed(experts) -> bool:
+    """Whether the experts' weights are stored transposed, (E, H, 2I) and (E, I, H): transformers'
+    `is_transposed` flag (use_experts_implementation's), or `experts_are_transposed`."""
+    return bool(getattr(experts, "is_transposed", False) or getattr(experts, "experts_are_transposed", False))
+
+
+def first_projection(experts) -> str:
+    """The name of the experts' first projection: "gate_up_proj", or "up_proj" where they have no
+    gate (transformers' `has_gate` False: the activation alone between the projections)."""
+    return "gate_up_proj" if getattr(experts, "has_gate", True) else "up_proj"
+
+
 def experts_modules(model):
-    """(name, module) of every experts module of the model: stacked 3-D gate_up_proj and down_proj."""
+    """(name, module) of every experts module of the model: stacked 3-D gate_up_proj (up_proj
+    without a gate) and down_proj."""
     return [(name, m) for name, m in model.named_modules()
-            if getattr(getattr(m, "gate_up_proj", None), "dim", lambda: 0)() == 3
+            if getattr(getattr(m, first_projection(m), None), "dim", lambda: 0)() == 3
             and getattr(getattr(m, "down_proj", None), "dim", lambda: 0)() == 3]
 
 
@@ -161,8 +192,8 @@ def check_fp8_experts(model, fp8, implementation: str):
     if not found:
         raise PingpongError("model: no experts module (stacked 3-D gate_up_proj and down_proj) to run in FP8")
     for name, m in found:
-        transposed = getattr(m, "experts_are_transposed", False)
-        for pname in ("gate_up_proj", "down_proj"):
+        transposed = is_transposed(m)
+        for pname in (first_projection(m), "down_proj"):
             E, N, K = getattr(m, pname).shape
             N, K = (K, N) if transposed else (N, K)  # (E, N, K) as fp8_grouped_linear takes it
             why = training_shape_reason(N, K, recipe)
