@@ -140,3 +140,26 @@ def test_portable_kernel_on_gpu(activation, bias_kind):
     out = portable_gemm(a, b, poisoned((m, n), BF16, "cuda"), alpha=1.5, beta=0.5, c=c, bias=bias,
                         activation=activation)
     check(out, reference(a, b, alpha=1.5, beta=0.5, c=c, bias=bias, activation=activation), k, seed)
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("activation", ACTS)
+def test_nan_and_inf_pass_the_activation_as_in_torch(schedule, activation):
+    """A NaN or ±inf pre-activation (from the bias) comes out of the Hopper epilogue as torch's
+    activation gives it: relu(NaN) is NaN (torch.relu), not the 0 of a max that drops NaNs."""
+    seed = new_seed()
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    m, n, k = 200, 384, 128
+    a = torch.randn(m, k, generator=gen, device="cuda").to(BF16)
+    b = torch.randn(k, n, generator=gen, device="cuda").to(BF16)
+    bias = torch.randn(n, generator=gen, device="cuda").to(BF16)
+    bias[:6] = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -1e4, 1e4])
+    # poisoned with a finite value: a NaN expected in the result must come from the kernel
+    out = _gemm_into(torch.full((m, n), 12345.0, dtype=BF16, device="cuda"), a, b, None, 1.0, 0.0,
+                     SCHEDULES[schedule], bias, activation)
+    act = {"none": lambda z: z, "relu": torch.relu, "silu": torch.nn.functional.silu,
+           "gelu_erf": torch.nn.functional.gelu,
+           "gelu_tanh": lambda z: torch.nn.functional.gelu(z, approximate="tanh")}[activation]
+    want = act(a.double() @ b.double() + bias.double()).to(BF16)
+    torch.testing.assert_close(out.double(), want.double(), rtol=2e-2, atol=0.5, equal_nan=True,
+                               msg=lambda s: f"{s} (seed {seed})")

@@ -52,6 +52,7 @@ from typing import Any, NamedTuple
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+from triton import language as tl
 from triton.language.core import _aggregate as aggregate
 
 from .batched import load_tile, store_tile, tile_layout, tile_shape
@@ -133,7 +134,7 @@ def activate(z, ACTIVATION: gl.constexpr):
     gl.static_assert(ACTIVATION == "none" or ACTIVATION == "relu" or ACTIVATION == "gelu_erf"
                      or ACTIVATION == "gelu_tanh" or ACTIVATION == "silu", "unknown activation (docs/epilogue.md)")
     if ACTIVATION == "relu":
-        z = gl.maximum(z, 0.0)
+        z = gl.maximum(z, 0.0, propagate_nan=tl.PropagateNan.ALL)  # relu(NaN) = NaN, as torch.relu
     elif ACTIVATION == "gelu_erf":
         z = 0.5 * z * (1.0 + erf(z * 0.7071067811865476))
     elif ACTIVATION == "gelu_tanh":  # z/2·(1 + tanh(u)) = z·sigmoid(2u), u = √(2/π)(z + 0.044715 z³)
