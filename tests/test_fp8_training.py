@@ -341,6 +341,25 @@ def test_fp8_linear_names_the_argument_before_any_work(fp8_kernels, args, needle
     assert fp8_kernels == [], "a refused call ran a product"
 
 
+@pytest.mark.parametrize("recipe", ["row_gw_hp", "rowwise_with_gw_hp"])
+def test_fp32_high_precision_weight_grad_is_refused_before_any_work(fp8_kernels, recipe):
+    """fp32 x and weight (Float8TrainingLinear's default dtype) under a recipe whose dW runs on
+    pingpong's bf16/fp16 GEMM: a training call is a PingpongError naming x and the recipe before
+    any product (not a forward, then a backward failing on "a: dtype torch.float32"); the
+    forward alone, and a frozen weight (no dW), still run."""
+    layer = pingpong.nn.Float8TrainingLinear(32, 16, recipe=recipe)
+    assert layer.weight.dtype == torch.float32
+    x = torch.randn(4, 32, requires_grad=True)
+    with pytest.raises(PingpongError, match=f"x: dtype torch.float32.*recipe '{recipe}'.*dW"):
+        layer(x)
+    assert fp8_kernels == [], "a refused call ran a product"
+    with torch.no_grad():
+        assert layer(x).shape == (4, 16)
+    layer.weight.requires_grad_(False)
+    layer(x).sum().backward()
+    assert x.grad.shape == x.shape and layer.bias.grad.shape == (16,)
+
+
 def test_fp8_linear_on_the_cpu_says_so_before_any_work():
     """Without the test's kernels: the first check of the first kernel (quantize_fp8's device)."""
     x = torch.randn(4, 32).to(F16).requires_grad_()

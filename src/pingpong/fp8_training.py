@@ -109,7 +109,8 @@ here W is scaled per column along N, the contraction, from the same pair of W as
 
 Gradients have the inputs' dtypes (dX: x's, dW: W's, dbias: the bias's). What the recipe cannot
 serve (in_features or out_features not a multiple of 16, of 128 for "block", in_features 0) is a PingpongError
-naming the argument before any work; so is a double backward (the gradient GEMMs are not
+naming the argument before any work; so is a weight requiring grad with fp32 x under a recipe of
+high-precision dW (pingpong's GEMM takes bf16/fp16), and a double backward (the gradient GEMMs are not
 differentiable: quantize_fp8 refuses a gradient that requires grad).
 """
 
@@ -125,7 +126,7 @@ from .errors import PingpongError, check_tensor
 from .fp8 import scaled_mm, scaled_mm_direct, shape_reason
 from .kept import keeping, kept
 from .quantize import IN_DTYPES, pair_like, quantize_fp8_pair, quantize_pair_direct
-from .runtime.spec import FP8_MULTIPLE, SCALE_BLOCK, check_bias
+from .runtime.spec import FP8_MULTIPLE, INPUT_DTYPES, SCALE_BLOCK, check_bias
 
 __all__ = ["fp8_linear", "RECIPES", "TORCHAO_NAMES", "recipe_name", "training_shape_reason", "GRAD_DTYPE"]
 
@@ -198,6 +199,15 @@ def check_fp8_linear(x, weight, bias, recipe: str) -> None:
     check_bias(bias, 1, N, x.device, per_column=True)
 
 
+def check_weight_grad(x, weight, recipe: str) -> None:
+    """A training call's dW in the inputs' precision (fp8_weight_grad False) runs on pingpong's
+    bf16/fp16 GEMM: PingpongError naming x before any work for another dtype (fp32)."""
+    if weight.requires_grad and not RECIPES[recipe].fp8_weight_grad and x.dtype not in INPUT_DTYPES:
+        raise PingpongError(f"x: dtype {x.dtype} with recipe {recipe!r}, whose dW runs in the inputs' precision on"
+                            f" pingpong's GEMM, which takes {INPUT_DTYPES}: cast the layer (.bfloat16()), take an"
+                            f" FP8-dW recipe, or freeze the weight")
+
+
 def fp8_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, recipe: str = "row") -> Tensor:
     """F.linear(x, weight, bias) in FP8 with the recipe's scales (module docstring), differentiable
     in x, weight and bias. x (…, K) and weight (N, K) of one dtype (bf16, fp16 or fp32); the
@@ -209,6 +219,7 @@ def fp8_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, recipe:
             return ops._rules().fp8_linear(x, weight, bias, recipe)  # each rank's local FP8 linear (pingpong.distributed)
         if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
                                         (bias is not None and bias.requires_grad)):
+            check_weight_grad(x, weight, recipe)
             x_cols, w_cols = _wanted(x, weight, recipe)
             xq = _traced_x_pair(x, recipe, x_cols)
             return torch.ops.pingpong.fp8_linear_train(x, weight, *xq, bias, recipe, x_cols, w_cols)[0]
@@ -216,6 +227,7 @@ def fp8_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, recipe:
     check_fp8_linear(x, weight, bias, recipe)
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
                                     (bias is not None and bias.requires_grad)):
+        check_weight_grad(x, weight, recipe)
         return _Fp8LinearFunction.apply(x, weight, bias, recipe, *_wanted(x, weight, recipe))
     return _forward(x, weight, bias, recipe)[0]
 
