@@ -360,6 +360,21 @@ def test_fp32_high_precision_weight_grad_is_refused_before_any_work(fp8_kernels,
     assert x.grad.shape == x.shape and layer.bias.grad.shape == (16,)
 
 
+@pytest.mark.parametrize("recipe", RECIPE_IDS)
+def test_an_empty_batch_trains(fp8_kernels, recipe):
+    """x of 0 tokens: y is (0, N), and the backward of y.sum() (a gradient broadcast from a
+    scalar: strides (0, 0), which .contiguous() keeps for an empty tensor) gives an empty dX
+    and zero dW and dbias, as nn.Linear does."""
+    K, N = FEATURES.get(recipe, (64, 48))
+    layer = pingpong.nn.Float8TrainingLinear(K, N, dtype=F16, recipe=recipe)
+    x = torch.randn(0, K).to(F16).requires_grad_()
+    y = layer(x)
+    assert y.shape == (0, N)
+    y.sum().backward()
+    assert x.grad.shape == (0, K)
+    assert not layer.weight.grad.any() and not layer.bias.grad.any()
+
+
 def test_fp8_linear_on_the_cpu_says_so_before_any_work():
     """Without the test's kernels: the first check of the first kernel (quantize_fp8's device)."""
     x = torch.randn(4, 32).to(F16).requires_grad_()

@@ -336,6 +336,8 @@ def _gradients(ctx, grad, need_x: bool, need_w: bool, need_bias: bool):
     recipe = RECIPES[ctx.recipe]
     x_shape, (N, K) = ctx.shapes
     g2 = grad.reshape(-1, N).contiguous()  # (a broadcast gradient, e.g. of y.sum(), has stride 0)
+    if g2.stride(-1) != 1:  # an empty one keeps stride 0 through contiguous(): nothing to copy
+        g2 = grad.new_empty(g2.shape)
     data_grad, weight_grad = need_x and ctx.w_cols, need_w and ctx.x_cols
     dx = dw = dbias = None
     if data_grad or weight_grad:
