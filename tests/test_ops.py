@@ -178,6 +178,26 @@ def test_linear_gradients_every_activation(interpreted_kernels, activation, with
         assert_close64(t, r, f"{name} (seed {seed})", AUTOGRAD)
 
 
+@pytest.mark.parametrize("backend", [None, "aot_eager"])
+def test_linear_takes_a_strided_one_dim_x_as_f_linear(interpreted_kernels, backend):
+    """A 1-D x is one row whatever its stride (F.linear takes x[::2]); the fake implementation
+    accepts it, so the eager call, its gradients and the compiled op must too."""
+    torch._dynamo.reset()
+    torch.manual_seed(8)
+    base, w, bias = randn(64).requires_grad_(), randn(24, 32).requires_grad_(), randn(24).requires_grad_()
+    f = (lambda x, w, b: pingpong.linear(x, w, b, "silu"))
+    if backend is not None:
+        f = torch.compile(f, fullgraph=True, backend=backend)
+    y = f(base[::2], w, bias)
+    g = randn(24)
+    got = torch.autograd.grad(y, (base, w, bias), g)
+    ref_y, ref = grads64(lambda x, w, b: F.silu(F.linear(x[::2], w, b)), (base, w, bias), g)
+    assert y.shape == (24,) and y.is_contiguous()
+    assert_close64(y, ref_y, "forward", AUTOGRAD)
+    for name, t, r in zip(("dx", "dw", "dbias"), got, ref):
+        assert_close64(t, r, name, AUTOGRAD)
+
+
 def test_gemm_inplace_bumps_the_version_so_autograd_notices(interpreted_kernels):
     a, b, c = randn(16, 16), randn(16, 16), randn(16, 16)
     p = torch.nn.Parameter(randn(16, 16))

@@ -164,7 +164,7 @@ class LayerPlan:
     The layer key fixes x's, weight's and the bias's layouts, so where a plan launches from
     base addresses (`Plan.pointer_launch`: no aligned copies) the views the kernels see are
     made only when a launch goes through Triton's JIT. Layers that do not fold (a
-    non-contiguous N-D x) keep the general path (`folds` False)."""
+    non-contiguous x of 3 or more dims) keep the general path (`folds` False)."""
 
     __slots__ = ("folds", "x_shape", "w_shape", "x2_shape", "out2", "out_shape", "lead", "dtype", "device", "activation", "fwd", "fwd_ptrs",
                  "grad_key", "dx", "dw", "grad_ptrs", "bias_dtype", "used")
@@ -172,7 +172,7 @@ class LayerPlan:
     def __init__(self, x, weight, bias, activation):
         K, N = weight.shape[1], weight.shape[0]
         self.activation, self.dtype, self.device = activation, x.dtype, x.device  # the key fixes both
-        self.folds = x.dim() == 2 or x.is_contiguous()
+        self.folds = x.dim() <= 2 or x.is_contiguous()  # a 1-D x of any stride is a (1, K) view
         self.x2_shape = (x.numel() // K if K else x.shape[:-1].numel(), K)
         self.out2 = (self.x2_shape[0], N)
         self.out_shape = (*x.shape[:-1], N)
