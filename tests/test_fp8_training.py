@@ -375,6 +375,30 @@ def test_an_empty_batch_trains(fp8_kernels, recipe):
     assert not layer.weight.grad.any() and not layer.bias.grad.any()
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+def test_x_with_strided_rows_is_taken_as_f_linear_takes_it(fp8_kernels, compiled):
+    """x whose last dim is not stride 1 (a transposed or sliced x, 1-D or 2-D) gives what its
+    contiguous copy gives, forward and gradients, eager and compiled (the fake implementation
+    accepted it; the real op refused it, so a compiled graph failed when run)."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(11)
+    w = (torch.randn(48, 64) * 0.1).to(F16).requires_grad_()
+    f = fp8_training.fp8_linear
+    if compiled:
+        f = torch.compile(f, backend="aot_eager", fullgraph=True)
+    for base in (torch.randn(64, 8).to(F16).t(), torch.randn(128).to(F16)[::2]):
+        x = base.detach().requires_grad_()
+        y = f(x, w, None, "row")
+        y.float().square().sum().backward()
+        x2, w2 = base.detach().contiguous().requires_grad_(), w.detach().clone().requires_grad_()
+        y2 = fp8_training.fp8_linear(x2, w2, None, "row")
+        y2.float().square().sum().backward()
+        assert torch.equal(y, y2) and torch.equal(x.grad, x2.grad) and torch.equal(w.grad, w2.grad)
+        assert (y.float() - F.linear(base.float(), w.float())).abs().max() < 0.5
+        w.grad = None
+
+
 def test_fp8_linear_on_the_cpu_says_so_before_any_work():
     """Without the test's kernels: the first check of the first kernel (quantize_fp8's device)."""
     x = torch.randn(4, 32).to(F16).requires_grad_()

@@ -374,6 +374,13 @@ def test_lowering_sources_hold_every_lowered_function():
     assert files <= set(inductor.LOWERING_SOURCES), files - set(inductor.LOWERING_SOURCES)
     assert all((root / rel).is_file() for rel in inductor.LOWERING_SOURCES)
     assert inductor.lowering_version() == f"pingpong lowering direct {inductor._sources_digest()}"
+    # the files that decide a fake's output layout too: the graph's code holds those layouts, and
+    # inductor's key hashes the code, not the shapes recorded on its nodes
+    from pingpong.integration import batching
+    from pingpong.runtime import fp8_spec
+
+    for fn in (batching.check, fp8_spec.validate_scaled_grouped):
+        assert Path(inspect.getfile(fn)).resolve().relative_to(root).as_posix() in inductor.LOWERING_SOURCES, fn
 
 
 def test_the_key_says_how_the_registered_ops_were_lowered(monkeypatch):

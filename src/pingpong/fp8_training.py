@@ -214,6 +214,8 @@ def fp8_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, recipe:
     output has x's dtype. Without autograd (no input requires grad, or grad mode off) it is the
     forward alone: two quantizations and one scaled_mm."""
     recipe = recipe_name(recipe)
+    if isinstance(x, Tensor) and x.dim() >= 1 and x.shape[-1] > 1 and x.stride(-1) != 1:
+        x = x.contiguous()  # rows with a stride (x.t(), x[..., ::2]): taken as F.linear takes them, on a copy
     if ops.traced(x, weight, bias):
         if ops.is_dtensor(x) or ops.is_dtensor(weight) or ops.is_dtensor(bias):
             return ops._rules().fp8_linear(x, weight, bias, recipe)  # each rank's local FP8 linear (pingpong.distributed)

@@ -287,8 +287,9 @@ def _calls() -> str:
 #: epilogue, each op's module) and the `lowered` functions (which ops are lowered, under what
 #: name and arguments). Relative to the package; tests/test_inductor.py checks that each
 #: `lowered` function's file is here.
-LOWERING_SOURCES = ("integration/inductor.py", "integration/ops.py", "runtime/spec.py", "fp8.py", "fp8_grouped.py",
-                    "fp8_training.py", "fp8_grouped_training.py", "grouped.py", "quantize.py", "quantize_groups.py")
+LOWERING_SOURCES = ("integration/inductor.py", "integration/ops.py", "integration/batching.py", "runtime/spec.py",
+                    "runtime/fp8_spec.py", "fp8.py", "fp8_grouped.py", "fp8_training.py", "fp8_grouped_training.py",
+                    "grouped.py", "quantize.py", "quantize_groups.py")  # batching, fp8_spec: the fakes' output layouts
 
 
 @functools.cache
