@@ -585,3 +585,57 @@ def test_split_scratch_keeps_a_workspace_and_counters_per_stream(monkeypatch):
     assert set(plans._WORKSPACES) == {(0, 0), (0, 7)}
     cpu = plans.split_scratch(torch.device("cpu"), 1000, 10)
     assert cpu[0].numel() == 1000 and cpu[1].numel() == 10 and set(plans._WORKSPACES) == {(0, 0), (0, 7)}
+
+
+def test_amax_turns_follow_the_streams_launch_order_across_threads(monkeypatch):
+    """Two threads on one stream (torch's current stream is per thread, the default one shared):
+    each pair call takes its turn and queues its launches as one step, so in the stream's order
+    every amax pass fills a slot the cast before it zeroed. Here thread A's amax launch waits
+    (at most a while) for thread B to take its turn: B must not fill the slot A's cast has yet to
+    zero (the maxima would then hold the last call's: wrong scales)."""
+    import threading
+    import types
+
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 0, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    real_zeros = torch.zeros
+    monkeypatch.setattr(torch, "zeros", lambda n, dtype, device: real_zeros(n, dtype=dtype))  # a CPU stand-in
+    monkeypatch.setattr(quantize, "_MAXIMA", {})
+    monkeypatch.setattr(quantize, "_TURNS", {})
+    gpu = torch.device("cuda", 0)
+    M, K = 70, 384
+    x = types.SimpleNamespace(shape=(M, K), device=gpu, data_ptr=lambda: 0)
+    q, s, qt, st = torch.empty(M, K), torch.empty(M, 1), torch.empty(K, 80), torch.empty(1, 80)
+    stream, lock = [], threading.Lock()  # the launches in queue order: (amax slot, cleared slot)
+    b_took_turn, a_waiting = threading.Event(), threading.Event()
+
+    def launch(device, ptrs, dyn, prepare, *inputs):
+        if prepare is quantize.prepare_pair_amax and threading.current_thread().name == "A":
+            a_waiting.set()
+            b_took_turn.wait(0.5)
+        with lock:
+            stream.append(("amax", ptrs[1]) if prepare is quantize.prepare_pair_amax else ("cast", ptrs[7]))
+
+    monkeypatch.setattr(quantize, "bound_pair", lambda *inputs: (launch, launch))
+    real_slots = quantize.amax_slots
+
+    def amax_slots(x, granularity):
+        got = real_slots(x, granularity)
+        if threading.current_thread().name == "B":
+            b_took_turn.set()
+        return got
+
+    monkeypatch.setattr(quantize, "amax_slots", amax_slots)
+    quantize.launch_pair(x, q, s, qt, st, "row", True, True)  # the stream's first call: slot 0 now set
+    a = threading.Thread(target=quantize.launch_pair, args=(x, q, s, qt, st, "row", True, True), name="A")
+    b = threading.Thread(target=lambda: (a_waiting.wait(5), quantize.launch_pair(x, q, s, qt, st, "row", True, True)),
+                         name="B")
+    a.start(), b.start(), a.join(10), b.join(10)
+    assert len(stream) == 6
+    dirty = set()  # slots holding maxima: the stream's buffer starts zeroed
+    for i, (kind, ptr) in enumerate(stream):
+        if kind == "amax":
+            assert ptr not in dirty, f"launch {i}: the amax pass fills a slot no cast has zeroed: {stream}"
+            dirty.add(ptr)
+        else:
+            dirty.discard(ptr)

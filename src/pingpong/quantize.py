@@ -83,6 +83,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+import threading
+
 import torch
 import triton
 import triton.language as tl
@@ -766,8 +768,9 @@ class PairPlan:
         if not self.cols:
             _launch_rows(self.launches, self.index, x, made[0], made[1], self.granularity)
             return tuple(made)
-        inputs = (x, *made, *amax_slots(x, self.granularity), self.granularity, self.rows, self.cols)
-        _launch_steps(self.launches, self.index, inputs)
+        with _TURN_LOCK:  # (amax_slots)
+            inputs = (x, *made, *amax_slots(x, self.granularity), self.granularity, self.rows, self.cols)
+            _launch_steps(self.launches, self.index, inputs)
         return tuple(made)
 
 
@@ -776,13 +779,15 @@ def launch_pair(x, q, s, qt, st, granularity, rows, cols) -> None:
     "tensor" and "row" the amax pass into a zeroed slot (`amax_slots`), then the cast; block-wise the cast
     alone. On a GPU each goes through Triton's JIT once per call shape and is launched directly
     after (`bound_pair`, as `launch`); CPU tensors run in Triton's interpreter."""
-    inputs = (x, q, s, qt, st, *amax_slots(x, granularity), granularity, rows, cols)
     if x.device.type == "cpu":  # the interpreter
+        inputs = (x, q, s, qt, st, *amax_slots(x, granularity), granularity, rows, cols)
         for prepare_step, _, _ in pair_steps(*inputs):
             fn, args, kwargs, grid = prepare_step(*inputs, interpret=True)
             fn[grid](*args, **kwargs)
         return
-    _launch_steps(bound_pair(*inputs), x.device.index, inputs)
+    with _TURN_LOCK:  # (amax_slots)
+        inputs = (x, q, s, qt, st, *amax_slots(x, granularity), granularity, rows, cols)
+        _launch_steps(bound_pair(*inputs), x.device.index, inputs)
 
 
 def _launch_steps(launches, device: int, inputs) -> None:
@@ -801,6 +806,10 @@ def _launch_steps(launches, device: int, inputs) -> None:
 _MAXIMA: dict = {}
 #: (device, raw stream) -> (its buffer in _MAXIMA, the slot the stream's next pair call fills)
 _TURNS: dict = {}
+#: held from a pair call's turn (`amax_slots`) to its last launch, so that a stream's calls from
+#: several threads (torch's current stream is per thread; the default one is shared) queue their
+#: launches in the order they took their turns
+_TURN_LOCK = threading.Lock()
 #: a slot's words are a multiple of this (each slot's base then 16-byte aligned, as its launch was compiled)
 SLOT_WORDS = 64
 
@@ -812,7 +821,8 @@ def amax_slots(x, granularity: str) -> tuple:
     holds the two slots, taken in turns: call i fills slot i % 2 and its cast zeroes slot
     (i + 1) % 2, which call i - 1 filled and its cast last read before call i began. A fresh
     buffer off a GPU and while a CUDA graph is captured (its slot 0 filled). Block-wise, which
-    has no amax pass, (x, x) (unread)."""
+    has no amax pass, (x, x) (unread). On a GPU, callers hold _TURN_LOCK from here to the call's
+    last launch: a turn is only right for launches queued in the order the turns were taken."""
     mode = _PAIR_MODES[granularity]
     if mode >= 2:
         return x, x
