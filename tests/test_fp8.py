@@ -444,6 +444,36 @@ def test_float8_linear_forgets_its_kept_launches_when_moved_or_copied():
     assert layer._runs == {}, "a move replaces the buffers the runs view"
 
 
+def test_float8_linear_lets_go_of_replaced_weights(interpreted_kernels, monkeypatch):
+    """A buffer replaced (load_state_dict(..., assign=True), a weight swap by assignment): the
+    kept runs of other input signatures (a prefill's token counts) still held views of the old
+    weight, keeping it alive until the layer saw RUNS signatures. The next call that misses drops
+    them (their `holds` is False anyway), so the old weight is freed."""
+    import gc
+    import weakref
+
+    from fp8_emulation import emulate_fp8
+    from pingpong.fp8 import Float8Linear, _LayerRun
+
+    emulate_fp8(monkeypatch.setattr)
+    lin = torch.nn.Linear(32, 16, dtype=torch.float16)
+    layer = Float8Linear(lin.weight, lin.bias, "row")
+    for i in range(3):  # runs kept for three earlier token counts (taken on a GPU: stand-ins here)
+        run = _LayerRun.__new__(_LayerRun)
+        run.weights = (layer.weight_fp8, layer.weight_scale, layer.bias)
+        run.b, run.sb = layer.weight_fp8.t(), layer.weight_scale.t()
+        layer._runs[("signature", i)] = run
+    old = weakref.ref(layer.weight_fp8)
+    swapped = Float8Linear(lin.weight * 2, lin.bias, "row")
+    layer.load_state_dict(swapped.state_dict(), assign=True)
+    del run, swapped
+    x = torch.randn(4, 32, dtype=torch.float16)
+    layer(x)
+    gc.collect()
+    assert old() is None, "the old weight is still held by the runs of other signatures"
+    assert layer._runs == {}
+
+
 def test_float8_linear_keeps_its_fp8_weight_when_the_model_is_cast(interpreted_kernels, monkeypatch):
     """model.half() / .to(dtype) / .float() cast every floating-point buffer, and fp8 is one:
     the quantized weight and its fp32 scales keep their dtypes (the bias follows the model's),

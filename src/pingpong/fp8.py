@@ -297,7 +297,9 @@ class Float8Linear(torch.nn.Module):
     the layer then keeps that signature's launches (_LayerRun, up to RUNS) and the next calls
     take them (requires_grad, not in the signature, is checked on every call), with the
     host work of two launches and three allocations. Moving the layer (`.to`, `.cuda`, ...)
-    forgets them; so does replacing a buffer (weight_fp8, weight_scale, bias). A cast of the
+    forgets them; so does replacing a buffer (weight_fp8, weight_scale, bias; e.g.
+    load_state_dict(assign=True)), on the next call that takes no kept run, which frees the old
+    buffers the runs view (all runs are made with the buffers of the time). A cast of the
     model (`.half()`, `.to(dtype)`) casts the bias alone: the fp8 weight and its scales keep
     their dtypes."""
 
@@ -339,6 +341,8 @@ class Float8Linear(torch.nn.Module):
             run = self._runs.get(key)
             if run is not None and run.holds(self._buffers):
                 return run(x)
+            if self._runs and not next(iter(self._runs.values())).holds(self._buffers):
+                self._runs.clear()  # a buffer replaced: every run views the old ones (keeping them alive)
         if x.shape[-1] != self.in_features:
             raise PingpongError(f"x: last dim {x.shape[-1]} != in_features {self.in_features}")
         x2 = x.reshape(-1, self.in_features)
