@@ -359,6 +359,40 @@ def test_layer_cache_evicts_the_least_recently_used(portable_runs, monkeypatch):
     assert layers[0] in kept and layers[1] not in kept and layers[2] in kept and len(kept) == 3
 
 
+def test_layer_backward_that_failed_planning_leaves_the_kept_gradient_plans_whole(interpreted_kernels, monkeypatch):
+    """LayerPlan.backward plans dx and dweight anew for a gradient of another layout: when the
+    second planning raised, the layer kept the first one's new dx plan under the old gradient key,
+    so the next backward of the old layout ran dx on the plan of the other layout (on a GPU: the
+    kernel reads g with the wrong strides). A failed planning now changes nothing."""
+    from pingpong.integration import direct
+
+    def t(*shape):
+        return torch.randn(*shape, dtype=torch.float16)
+
+    cls = plan.BACKENDS[0].plan_class
+    ran, run_ptrs = [], cls.run_ptrs
+    monkeypatch.setattr(cls, "run_ptrs", lambda self, *args: (ran.append(self), run_ptrs(self, *args)))
+    x, w = t(4, 8), t(16, 8)
+    lp = direct.layer_plan(x, w, None, None)
+    g = t(4, 16)
+    lp.backward(g, x, w, (True, True, False))
+    first, ran[:] = list(ran), []
+    real, calls = direct._plan_of, []
+
+    def second_fails(*args):
+        calls.append(args)
+        if len(calls) == 2:
+            raise RuntimeError("planning failed")
+        return real(*args)
+
+    monkeypatch.setattr(direct, "_plan_of", second_fails)
+    with pytest.raises(RuntimeError, match="planning failed"):
+        lp.backward(t(16, 4).t(), x, w, (True, True, False))  # another layout: dx planned, then dweight raises
+    monkeypatch.setattr(direct, "_plan_of", real)
+    lp.backward(g, x, w, (True, True, False))
+    assert len(first) == 2 and ran == first, "the old layout's gradients must run on its own plans"
+
+
 @pytest.mark.parametrize("change, with_bias", [
     *((c, b) for c in ("x strides", "weight strides", "bias", "x alignment", "activation") for b in (True, False)),
     ("bias strides", True)])

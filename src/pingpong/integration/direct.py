@@ -167,7 +167,7 @@ class LayerPlan:
     non-contiguous x of 3 or more dims) keep the general path (`folds` False)."""
 
     __slots__ = ("folds", "x_shape", "w_shape", "x2_shape", "out2", "out_shape", "lead", "dtype", "device", "activation", "fwd", "fwd_ptrs",
-                 "grad_key", "dx", "dw", "grad_ptrs", "bias_dtype", "used")
+                 "grads", "bias_dtype", "used")
 
     def __init__(self, x, weight, bias, activation):
         K, N = weight.shape[1], weight.shape[0]
@@ -179,8 +179,9 @@ class LayerPlan:
         self.x_shape, self.w_shape = tuple(x.shape), (N, K)  # dx's and dweight's: the inputs' own
         self.lead = tuple(range(x.dim() - 1))  # the dims dbias sums over (none for a 1-D x: g is dbias)
         self.bias_dtype = None if bias is None else bias.dtype
-        self.fwd = self.grad_key = self.dx = self.dw = None
-        self.fwd_ptrs = self.grad_ptrs = False
+        self.fwd = None
+        self.fwd_ptrs = False
+        self.grads = (None, None, None, False)  # (gradient key, dx plan, dweight plan, pointer launches): `backward`
         if self.folds:
             x2 = x if x.dim() == 2 else x.view(self.x2_shape)
             self.fwd = _plan_of(x2, weight.t(), None, x.dtype, bias, activation)
@@ -206,30 +207,31 @@ class LayerPlan:
         if g.dtype != self.dtype:
             g = g.to(self.dtype)
         key = (g.shape, g.stride(), g.data_ptr() % 16 == 0, sm_carveout())  # x and weight: the layer key fixed them
-        if key != self.grad_key:  # the first backward (or a gradient of another layout, or another SM carveout)
+        grad_key, dx_plan, dw_plan, ptrs = self.grads  # one tuple, replaced whole: never half of each layout's
+        if key != grad_key:  # the first backward (or a gradient of another layout, or another SM carveout)
             g2, x2 = g.reshape(self.out2), x.view(self.x2_shape)
-            self.dx = _plan_of(g2, weight, None, self.dtype, None, "none")
-            self.dw = _plan_of(g2.mT, x2, None, self.dtype, None, "none")
-            self.grad_ptrs = g.is_contiguous() and self.dx.pointer_launch and self.dw.pointer_launch
-            self.grad_key = key
+            dx_plan = _plan_of(g2, weight, None, self.dtype, None, "none")
+            dw_plan = _plan_of(g2.mT, x2, None, self.dtype, None, "none")
+            ptrs = g.is_contiguous() and dx_plan.pointer_launch and dw_plan.pointer_launch
+            self.grads = (key, dx_plan, dw_plan, ptrs)
         dx = dw = dbias = None
-        if self.grad_ptrs:  # g, x, weight contiguous row-major, all keyed
+        if ptrs:  # g, x, weight contiguous row-major, all keyed
             gp = g.data_ptr()
             if needs[0]:
                 dx = torch.empty(*self.x_shape, dtype=self.dtype, device=self.device)
-                self.dx.run_ptrs(gp, weight.data_ptr(), dx.data_ptr(), 0, _dx_views, self, g, weight, dx)
+                dx_plan.run_ptrs(gp, weight.data_ptr(), dx.data_ptr(), 0, _dx_views, self, g, weight, dx)
             if needs[1]:
                 dw = torch.empty(*self.w_shape, dtype=self.dtype, device=self.device)  # (N, K): the weight's layout
-                self.dw.run_ptrs(gp, x.data_ptr(), dw.data_ptr(), 0, _dw_views, self, g, x, dw)
+                dw_plan.run_ptrs(gp, x.data_ptr(), dw.data_ptr(), 0, _dw_views, self, g, x, dw)
         else:
             g2, x2 = g.reshape(self.out2), x.view(self.x2_shape)
             if needs[0]:
                 dx = torch.empty(*self.x2_shape, dtype=self.dtype, device=self.device)
-                self.dx.run(g2, weight, dx)
+                dx_plan.run(g2, weight, dx)
                 dx = dx.view(x.shape)
             if needs[1]:
                 dw = torch.empty(*self.w_shape, dtype=self.dtype, device=self.device)
-                self.dw.run(g2.mT, x2, dw)
+                dw_plan.run(g2.mT, x2, dw)
         if needs[2] and self.bias_dtype is not None:  # one reduction over g's leading dims (16-bit sums
             # accumulate in fp32 and round once, as torch's addmm backward sums a bias's gradient)
             if not self.lead:  # sum(()) would reduce every dim
