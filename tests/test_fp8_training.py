@@ -270,6 +270,25 @@ def test_kept_weight_pairs_are_made_once_per_block_and_again_when_changed(fp8_ke
     assert weight_pairs(step)[0] == 1 and weight_pairs(step)[0] == 1
 
 
+def test_a_keep_block_closed_by_another_thread_mid_call_makes_the_copy(monkeypatch):
+    """keep_quantized_weights' block is one per process: a thread may close it while another
+    is inside `kept`, between asking whether the weight is kept and looking its copy up (here
+    the close comes from the last check `keeping` makes). That call then makes its copy, as if
+    the block had already closed; it read the closed block and raised AttributeError."""
+    from pingpong import kept as kept_mod
+
+    layer = torch.nn.Linear(8, 4)
+    real = kept_mod._capturing
+
+    def closed_meanwhile(t):
+        kept_mod._BLOCK = None  # another thread's `with` block ended here
+        return real(t)
+
+    with kept_mod.keep_quantized_weights(layer):
+        monkeypatch.setattr(kept_mod, "_capturing", closed_meanwhile)
+        assert kept_mod.kept(layer.weight, "copy", lambda: "made") == "made"
+
+
 def test_an_optimizer_step_inside_the_keep_block_quantizes_again(fp8_kernels):
     """A fused optimizer (AdamW(fused=True)) updates the parameters without moving their version
     counters: a step inside keep_quantized_weights must still be seen by the next forward

@@ -98,10 +98,11 @@ def _capturing(x: torch.Tensor) -> bool:
 def kept(x: torch.Tensor, what, make):
     """make(): the copy `what` of `x`, or the kept one while x's version is the one it was made
     from; outside a block, while tracing, or for a tensor that is not a kept parameter, make()."""
-    if not keeping(x):
+    block = _BLOCK  # read once: another thread may close the block meanwhile
+    if block is None or not keeping(x):
         return make()
     key = (what, x.data_ptr(), tuple(x.shape), x.stride(), x.dtype)
-    hit = _BLOCK.copies.get(key)
+    hit = block.copies.get(key)
     if hit is None or hit[0] != x._version:
-        hit = _BLOCK.copies[key] = (x._version, make())
+        hit = block.copies[key] = (x._version, make())
     return hit[1]
