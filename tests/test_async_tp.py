@@ -151,6 +151,32 @@ def test_without_torch_switch_or_symmetric_memory_nothing_is_fused(mesh, interpr
     assert forward[GATHER] == 1 and backward[SCATTER] == 1 and not async_tp.FUSED, (forward, backward)
 
 
+def test_a_weight_made_after_the_gather_is_raised_before_the_fused_op(mesh, monkeypatch):
+    """A linear's weight computed after the all-gather (a cast, a scale: any node, not a graph
+    input): the fused op takes the weight's transpose, made before the op, so the weight's
+    nodes must come before it too; the graph stays in topological order."""
+    import torch.distributed._symmetric_memory as symm_mem
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    import pingpong.distributed  # noqa: F401  (the ops)
+    import pingpong.integration.async_tp as async_tp
+
+    group, c10d = dist.group.WORLD.group_name, torch.ops._c10d_functional
+
+    def step(x, w0, bias):  # the gathered pattern DTensor traces for Shard(1) -> Replicate()
+        rows = c10d.wait_tensor(c10d.all_gather_into_tensor(x, 2, group))
+        gathered = torch.cat(torch.ops.aten.split.Tensor(rows, 2), dim=1)
+        return torch.ops.pingpong.linear(gathered, w0 * 2, bias, None)
+
+    gm = make_fx(step, tracing_mode="fake")(randn(2, 4, 16, seed=1), randn(24, 16, seed=2), randn(24, seed=3))
+    monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
+    async_tp.FUSED.clear()
+    with symm_mem._test_mode():
+        async_tp.fuse(gm.graph)
+    assert async_tp.FUSED == {"all_gather_gemm": 1}, async_tp.FUSED
+    gm.graph.lint()  # every node after its inputs
+
+
 def test_enable_keeps_the_users_pass(monkeypatch):
     from torch._inductor import config
 

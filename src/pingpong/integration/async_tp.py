@@ -397,6 +397,8 @@ def _fuse_all_gather(ag, symm_mem) -> bool:
     if not products:
         return False
     graph = ag.ag_node.graph
+    # the weights and biases first (torch raises them too): the new nodes below read them
+    _raise_ancestors(graph, ag.ag_node, set().union(*(p.ancestors for p in products)))
     with graph.inserting_before(ag.ag_node):
         restrided = symm_mem.restride_A_shard_for_fused_all_gather_matmul(_val(shard), ag.gather_dim)
         shard = graph.call_function(inductor_prims.force_stride_order, (shard, restrided.stride()))
@@ -414,7 +416,6 @@ def _fuse_all_gather(ag, symm_mem) -> bool:
         if not gathered.users:  # nothing else reads the gathered a: the op need not return it
             graph.erase_node(gathered)
             fused.kwargs = {"return_a": False}
-    _raise_ancestors(graph, fused, set().union(*(p.ancestors for p in products)))
     return True
 
 
