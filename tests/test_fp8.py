@@ -876,3 +876,33 @@ def test_every_rule_pick_is_a_config_the_kernel_runs():
         assert workspace_reason(M, N, K, config, FP8_BYTES, sms) is None, (M, N, K, config)
 
     pick_runs()
+
+
+@pytest.mark.parametrize("capability, refused", [((8, 0), True), ((8, 6), True), ((8, 9), False), ((10, 0), False),
+                                                 ((12, 0), False)])
+def test_quantize_refuses_e4m3_on_a_gpu_without_fp8(monkeypatch, capability, refused):
+    """An A100 (sm_80) has no FP8: Triton refuses float8_e4m3fn there at compile time, so quantize_fp8
+    says so before any work (a PingpongError naming the GPU and e5m2), where sm_89+ goes on."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from pingpong import quantize
+    from pingpong.runtime import device
+
+    device.fp8_e4m3_reason.cache_clear()
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: capability)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: "NVIDIA A100-SXM4-80GB")
+    with FakeTensorMode():
+        x = torch.empty(64, 256, dtype=torch.bfloat16, device="cuda")
+    try:
+        if refused:
+            with pytest.raises(PingpongError, match=r"^dtype: float8_e4m3fn needs .*sm_89.* is sm_8\d.*float8_e5m2"):
+                quantize.check_quantize(x, "row", torch.float8_e4m3fn)
+        else:
+            quantize.check_quantize(x, "row", torch.float8_e4m3fn)
+        quantize.check_quantize(x, "row", torch.float8_e5m2)  # e5m2 converts on every arch
+        monkeypatch.setattr(torch.version, "hip", "6.4")  # ROCm: Triton casts to e4m3fn (gfx942 too)
+        device.fp8_e4m3_reason.cache_clear()
+        quantize.check_quantize(x, "row", torch.float8_e4m3fn)
+    finally:
+        device.fp8_e4m3_reason.cache_clear()

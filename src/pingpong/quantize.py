@@ -93,6 +93,7 @@ from .integration import inductor
 from .errors import PingpongError, check_tensor
 from .integration.ops import traced
 from .kept import kept, keeping
+from .runtime.device import fp8_e4m3_reason
 from .runtime.fp8_spec import refuse_grad
 from .runtime.launcher import CachedLaunch, LaunchCache
 from .runtime.plan import stream_key, stream_zeros
@@ -449,6 +450,10 @@ def check_quantize(x, granularity, dtype, device_checks: bool = True) -> None:
             raise PingpongError("x: bfloat16 on the CPU (Triton's interpreter) is computed wrongly; use float16/float32")
     elif x.device.type != "cuda":
         raise PingpongError(f"x: on {x.device}; quantize_fp8 runs on CUDA/ROCm GPUs")
+    elif dtype == torch.float8_e4m3fn:
+        why = fp8_e4m3_reason(x.device.index if x.device.index is not None else torch.cuda.current_device())
+        if why:
+            raise PingpongError(f"dtype: {why}")
     refuse_grad("quantize_fp8", x, names=("x",))
 
 

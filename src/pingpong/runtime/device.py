@@ -54,6 +54,25 @@ def is_hopper(device_index: int) -> bool:
     return torch.version.hip is None and torch.cuda.get_device_capability(device_index) == (9, 0)
 
 
+#: the first CUDA capability whose Triton converts to float8_e4m3fn (Ada, sm_89; below it Triton's
+#: NVIDIA backend offers only e5m2 and its own e4b15)
+FP8_E4M3_CAPABILITY = (8, 9)
+
+
+@functools.lru_cache(maxsize=None)
+def fp8_e4m3_reason(device_index: int) -> str | None:
+    """None where Triton can cast to float8_e4m3fn on the device (CUDA sm_89 or newer; ROCm),
+    else why not, naming the GPU: an A100 (sm_80) has no FP8 (Triton refuses the type there)."""
+    if torch.version.hip is not None:
+        return None
+    cap = torch.cuda.get_device_capability(device_index)
+    if tuple(cap) >= FP8_E4M3_CAPABILITY:
+        return None
+    return (f"float8_e4m3fn needs an NVIDIA GPU of sm_89 or newer (Ada, Hopper, Blackwell); cuda:{device_index}"
+            f" ({torch.cuda.get_device_name(device_index)}) is sm_{cap[0]}{cap[1]}, which has no FP8 e4m3 (Triton"
+            " cannot cast to it there); use dtype=torch.float8_e5m2, or run on such a GPU")
+
+
 #: peak HBM bandwidth (bytes/s) by GPU name, where the device properties do not give it
 _HBM_BY_NAME = {"H100 PCIe": 2.0e12, "H100": 3.35e12, "H200": 4.8e12}
 
