@@ -99,6 +99,7 @@ def test_grouped_fp8_dispatches_to_the_scaled_grouped_bench(monkeypatch):
 
     calls = []
     monkeypatch.setattr(bench, "no_gpu_reason", lambda: None)
+    monkeypatch.setattr(bench, "fp8_gpu_reason", lambda: None)
     monkeypatch.setattr(bench_grouped_fp8, "run", lambda *a: calls.append(("fp8", a)) or 0)
     monkeypatch.setattr(bench_grouped, "run", lambda *a: calls.append(("bf16", a)) or 0)
     assert bench.run(parse("--op", "grouped", "--dtype", "fp8", "--fast-accum", "--tokens", "512",
@@ -118,6 +119,7 @@ def test_grouped_fp8_train_dispatches_to_the_training_bench(monkeypatch):
 
     calls = []
     monkeypatch.setattr(bench, "no_gpu_reason", lambda: None)
+    monkeypatch.setattr(bench, "fp8_gpu_reason", lambda: None)
     monkeypatch.setattr(bench_grouped_fp8, "run_training", lambda *a: calls.append(a) or 0)
     monkeypatch.setattr(bench_grouped_fp8, "run", lambda *a: pytest.fail("the forward bench ran"))
     assert bench.run(parse("--op", "grouped", "--dtype", "fp8", "--products", "train", "--models", "deepseek-v3",
@@ -707,3 +709,22 @@ def test_model_bench_counts_outermost_gemm_calls_by_kind():
     assert tool.gemm_kind(Event(name="aten::addmm")) == "aten::addmm"  # no shapes recorded, no plan
     table = tool.kinds_table(kinds).splitlines()
     assert "42" in table[1] and "aten::mm" in table[1] and "pingpong::linear" in table[2]  # dearest in all first
+
+
+@pytest.mark.parametrize("op", ["gemm", "grouped"])
+def test_fp8_bench_refuses_a_gpu_without_the_fp8_kernels(monkeypatch, capsys, op):
+    """On an L4 (sm_89), an A100 or an MI300, pingpong's FP8 products do not run (Hopper only):
+    --dtype fp8 exits 2 before any work, naming the GPU and what runs here, not one ERROR row per shape."""
+    from pingpong.runtime import device
+    from pingpong.tools import bench_grouped_fp8
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: "NVIDIA L4")
+    monkeypatch.setattr(device, "is_hopper", lambda index: False)
+    monkeypatch.setattr(bench, "bench_shapes", lambda *a, **k: pytest.fail("the shapes were timed"))
+    monkeypatch.setattr(bench, "environment_header", lambda *a, **k: pytest.fail("the run started"))
+    monkeypatch.setattr(bench_grouped_fp8, "run", lambda *a: pytest.fail("the grouped FP8 bench ran"))
+    assert bench.run(parse("--op", op, "--dtype", "fp8", "--quick")) == 2
+    err = capsys.readouterr().err
+    assert "--dtype fp8" in err and "Hopper (sm_90)" in err and "NVIDIA L4" in err and "bf16" in err

@@ -411,6 +411,20 @@ def no_gpu_reason() -> str | None:
     return None
 
 
+def fp8_gpu_reason() -> str | None:
+    """None on a Hopper GPU, else why --dtype fp8 cannot run here: pingpong's FP8 products run
+    on Hopper only (docs/fp8.md), so elsewhere every shape would fail after its inputs are made."""
+    import torch
+
+    from ..runtime.device import is_hopper
+
+    if is_hopper(torch.cuda.current_device()):
+        return None
+    return (f"--dtype fp8: pingpong's FP8 products (scaled_mm, scaled_grouped_mm) run on a Hopper (sm_90) GPU"
+            f" only, and {torch.cuda.get_device_name()} is not one (docs/fp8.md); --dtype bf16 or fp16 times the"
+            " kernels that run here")
+
+
 def skipped_without_gpu() -> bool:
     """For the benchmark scripts: True, after printing why to stderr, when there is no GPU to
     time on (the script then exits 2)."""
@@ -544,7 +558,7 @@ def run(args: argparse.Namespace) -> int:
     except PingpongError as e:
         print(f"pingpong bench: {e}", file=sys.stderr)
         return EXIT_USAGE
-    reason = no_gpu_reason()
+    reason = no_gpu_reason() or (fp8_gpu_reason() if settings.dtype == "fp8" else None)
     if reason:
         print(f"pingpong bench: {reason}", file=sys.stderr)
         return EXIT_USAGE
