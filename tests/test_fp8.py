@@ -820,6 +820,7 @@ def test_bench_row_of_a_shape_the_peer_refuses(monkeypatch, capsys):
     assert bench.geomean_ratio([row, ok]) == 2.0
     assert "over 1 timed shape(s)" in bench.format_table([row, ok])
     monkeypatch.setattr(bench, "no_gpu_reason", lambda: None)
+    monkeypatch.setattr(bench, "fp8_gpu_reason", lambda: None)  # (a Hopper GPU stands in)
     monkeypatch.setattr(bench, "environment_header", lambda s: {})
     monkeypatch.setattr(bench, "bench_shapes", lambda *a, **k: [row, ok])
     assert bench.run(p.parse_args(["--dtype", "fp8", "--scaling", "block"])) == 0

@@ -179,6 +179,11 @@ def test_every_backend_refuses_with_a_reason(monkeypatch):
     monkeypatch.setattr(torch.version, "hip", "6.4")
     monkeypatch.setattr(amd_backend.dispatch, "_device_arch", lambda t: "gfx942:sramecc+:xnack-")
     w = torch.empty(48, 32, **meta).t()
+    # never run on AMD hardware (docs/amd.md): the portable kernel unless the user opts in
+    monkeypatch.delenv("PINGPONG_AMD_KERNELS", raising=False)
+    assert "opt-in" in amd_backend.can_implement(_spec(torch.empty(64, 32, **meta), w))
+    assert portable.can_implement(_spec(torch.empty(64, 32, **meta), w)) is None
+    monkeypatch.setenv("PINGPONG_AMD_KERNELS", "1")
     assert amd_backend.can_implement(_spec(torch.empty(64, 32, **meta), w)) is None
     assert "fused bias or activation" in amd_backend.can_implement(
         _spec(torch.empty(64, 32, **meta), w, activation="relu"))

@@ -1,9 +1,13 @@
 """The AMD backend: the AMD Gluon kernels (pingpong.amd; compiled and checked offline, never
-run here) where they apply: a ROCm GPU of a supported architecture, 2-D, no fused bias or
-activation, the dtypes and layout the kernel takes, spans its buffer instructions address.
-Everything else on ROCm takes the portable kernel, grouped products (pingpong.grouped) too."""
+run here), only where the user opts in (PINGPONG_AMD_KERNELS=1, read when a product is first
+planned; docs/amd.md), and where they apply: a ROCm GPU of a supported architecture, 2-D, no
+fused bias or activation, the dtypes and layout the kernel takes, spans its buffer
+instructions address. Everything else on ROCm takes the portable kernel, grouped products
+(pingpong.grouped) too."""
 
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -28,6 +32,9 @@ def can_implement(spec: GemmSpec) -> str | None:
         return "the AMD fp8 kernels are compiled offline only (docs/amd.md)"
     if not spec.plain:
         return "a fused bias or activation takes the portable kernel"
+    if os.environ.get("PINGPONG_AMD_KERNELS", "0") != "1":  # never run on hardware: not a default
+        return ("the AMD Gluon kernels are opt-in (compiled and checked offline, never run on AMD hardware by this"
+                " project: docs/amd.md): set PINGPONG_AMD_KERNELS=1, or call pingpong.amd.gemm")
     arch = dispatch._device_arch(spec.a)
     kernel = dispatch.select_kernel(arch)
     if kernel == "portable" or not dispatch.accepts(spec.a, spec.b, spec.out_dtype):
