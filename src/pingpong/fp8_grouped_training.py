@@ -91,10 +91,9 @@ from .errors import PingpongError, check_tensor
 from .fp8_grouped import scaled_grouped_k_mm, scaled_grouped_mm_direct, scaled_grouped_mm_route
 from .fp8_training import GRAD_DTYPE, RECIPES, recipe_name, training_shape_reason
 from .grouped import grouped_mm
-from .runtime.spec import check_offs
 from .quantize import MAX_ROW, quantize_fp8, quantize_fp8_blocks_t, quantize_fp8_columns, quantize_stacked_direct
 from .quantize_groups import quantize_groups_t
-from .runtime.spec import SCALE_BLOCK
+from .runtime.spec import SCALE_BLOCK, check_offs
 
 __all__ = ["fp8_grouped_linear", "GROUPED_RECIPES", "grouped_recipe", "check_fp8_grouped_linear"]
 

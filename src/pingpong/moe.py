@@ -111,11 +111,13 @@ def experts_forward(experts: torch.nn.Module, hidden_states: torch.Tensor, top_k
     # reaches the output or a gradient (the biases' included)
     kept_rows = top_k_index.reshape(-1)[order, None] < num_experts if getattr(experts, "_is_expert_parallel", False) \
         else None
-    expert_of_pair = None
-    if getattr(experts, first + "_bias", None) is not None:
+    first_bias, down_bias = getattr(experts, first + "_bias", None), getattr(experts, "down_proj_bias", None)
+    expert_of_pair = None  # each pair's expert, where a bias needs it (past offs[-1]: sentinels, clamped)
+    if first_bias is not None or down_bias is not None:
         expert_of_pair = torch.searchsorted(offs, torch.arange(x.shape[0], device=x.device, dtype=torch.int32),
-                                            right=True).clamp(max=num_experts - 1)  # (past offs[-1]: sentinels)
-        gate_up = gate_up + getattr(experts, first + "_bias")[expert_of_pair]
+                                            right=True).clamp(max=num_experts - 1)
+    if first_bias is not None:
+        gate_up = gate_up + first_bias[expert_of_pair]
     if kept_rows is not None:
         gate_up = torch.where(kept_rows, gate_up, 0)
     if first == "up_proj":  # no gate: the activation alone
@@ -126,11 +128,8 @@ def experts_forward(experts: torch.nn.Module, hidden_states: torch.Tensor, top_k
         gate, up = gate_up.chunk(2, dim=-1)
         h = experts.act_fn(gate) * up
     y = project(h.contiguous(), down_w)
-    if getattr(experts, "down_proj_bias", None) is not None:
-        if expert_of_pair is None:
-            expert_of_pair = torch.searchsorted(offs, torch.arange(x.shape[0], device=x.device, dtype=torch.int32),
-                                                right=True).clamp(max=num_experts - 1)
-        y = y + experts.down_proj_bias[expert_of_pair]
+    if down_bias is not None:
+        y = y + down_bias[expert_of_pair]
     if getattr(experts, "has_post_expert_norm", False):
         y = experts.post_expert_norm(y)
     if kept_rows is not None:

@@ -130,7 +130,8 @@ def unsupported_reason(layer: torch.nn.Module) -> str | None:
         return ("it has its forward replaced on the instance (accelerate's hooks: device_map, cpu_offload), which a new"
                 " layer would not carry; swap before adding them")
     if layer.weight.dtype not in INPUT_DTYPES:
-        return f"weight dtype {layer.weight.dtype}: pingpong runs torch.bfloat16 / torch.float16 (cast the model first: model.bfloat16())"
+        return (f"weight dtype {layer.weight.dtype}: pingpong runs torch.bfloat16 / torch.float16 (cast the model first:"
+                " model.bfloat16())")
     return None  # any device: a model built on the CPU runs on pingpong once moved to the GPU
 
 

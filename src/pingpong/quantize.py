@@ -81,9 +81,8 @@ reads without them). Reads of x: 2 in all, as the pair's.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import threading
+from typing import Optional
 
 import torch
 import triton
