@@ -514,16 +514,19 @@ def bench_shapes(settings: Settings, api, header: dict[str, Any], device="cuda",
     return rows
 
 
-#: the options --overhead does not read, at their defaults (given, they would be ignored)
-NOT_OVERHEAD = {"suite": None, "dtype": "bf16", "layout": "nt", "reps": None, "quick": False, "op": "gemm",
-                "models": None, "tokens": None, "products": None, "csv": None, "json": None, "plot": None, "seed": 0,
-                "scaling": "row", "fast_accum": False}
+#: the options --overhead does not read (given, they would be ignored)
+NOT_OVERHEAD = ("suite", "dtype", "layout", "reps", "quick", "op", "models", "tokens", "products", "csv", "json",
+                "plot", "seed", "scaling", "fast_accum")
 
 
 def overhead_argv(args: argparse.Namespace) -> list[str]:
     """pingpong.tools.overhead's arguments for `bench --overhead`: the sizes of square --shapes
-    and --rounds; any other option is a PingpongError naming it (overhead would ignore it)."""
-    for option, default in NOT_OVERHEAD.items():
+    and --rounds; any other option given (not at add_arguments' default) is a PingpongError
+    naming it (overhead would ignore it)."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    for option in NOT_OVERHEAD:
+        default = parser.get_default(option)
         if getattr(args, option, default) != default:
             raise PingpongError(f"--{option.replace('_', '-')}: not read by --overhead (bf16 a @ wᵀ calls at "
                                 "square --shapes N, --rounds)")
